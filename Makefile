@@ -1,0 +1,32 @@
+# Quick start: `make demo` (set up and run the quickstart), `make test` (set up and run the tests).
+# Each creates .venv when missing and installs what it needs; torch is pinned by constraints.txt.
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PIP_INSTALL := $(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt
+
+.PHONY: demo test bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.core-installed: pyproject.toml constraints.txt | $(BIN)/python
+	$(PIP_INSTALL) -e '.[mqtt]'
+	touch $@
+
+$(VENV)/.test-installed: $(VENV)/.core-installed
+	$(PIP_INSTALL) -e '.[mqtt,channel,test]'
+	touch $@
+
+demo: $(VENV)/.core-installed
+	$(BIN)/testbed run experiments/quickstart.toml
+
+test: $(VENV)/.test-installed
+	$(BIN)/python -m pytest -q
+
+bench: $(VENV)/.core-installed
+	$(BIN)/python benchmarks/j1.py
+
+clean:
+	rm -rf $(VENV) runs

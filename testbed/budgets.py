@@ -1,0 +1,70 @@
+"""Budgets a node may not exceed, read off its ledger before it acts.
+
+Example::
+
+    >>> from testbed.ledger import NodeLedger, ComputeEvent
+    >>> b = Budgets(cost_units=100.0)
+    >>> led = NodeLedger(node=0)
+    >>> b.would_exceed(led, [ComputeEvent(node=0, round=0, local_steps=5, cost_units=120.0)]).budget
+    'cost_units'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+from testbed.ledger import Event, NodeLedger
+from testbed.privacy.accountants import epsilon
+
+
+@dataclass(frozen=True)
+class Exceeded:
+    """Which budget the next events would break, by how much."""
+
+    node: int
+    budget: str
+    would_be: float
+    limit: float
+
+    def __str__(self) -> str:
+        return f"node {self.node} would exceed its {self.budget} budget ({self.would_be:.6g} > {self.limit:.6g})"
+
+
+@dataclass(frozen=True)
+class Budgets:
+    """Per-node limits; None means unlimited.
+
+    Attributes:
+        epsilon: privacy budget ε at ``delta``, per ``accountant`` (the paper's zcdp by default).
+        cost_units: DP-PASGD's abstract resource budget C_th (c1 per round + c2 per step, eq. 10c).
+        bytes: payload bytes up plus down.
+        energy_j: compute plus radio energy.
+    """
+
+    epsilon: float | None = None
+    delta: float = 1e-5
+    accountant: str = "zcdp"
+    cost_units: float | None = None
+    bytes: float | None = None
+    energy_j: float | None = None
+
+    # A budget met exactly is not exceeded; the tolerance absorbs float sums like 9 × 110.0.
+    _slack = 1e-9
+
+    def would_exceed(self, ledger: NodeLedger, events: Iterable[Event]) -> Exceeded | None:
+        """The first budget that ``events`` would break if appended to ``ledger``, else None."""
+        totals, tally = ledger.projected(events)
+        checks = (
+            ("cost_units", totals.cost_units, self.cost_units),
+            ("bytes", totals.bytes_total, self.bytes),
+            ("energy_j", totals.energy_j, self.energy_j),
+        )
+        for name, value, limit in checks:
+            if limit is not None and value > limit * (1 + self._slack):
+                return Exceeded(ledger.node, name, value, limit)
+        if self.epsilon is not None:
+            spent = epsilon(self.accountant, tally, self.delta)
+            if spent > self.epsilon * (1 + self._slack):
+                return Exceeded(ledger.node, "epsilon", spent, self.epsilon)
+        return None

@@ -1,0 +1,171 @@
+"""Find a dataset file: an explicit path, then ``$TESTBED_DATA``, then the cache, then the network.
+
+Resolution order for a file ``<name>/<filename>`` (e.g. ``adult/adult.data``):
+
+1. ``path`` (config ``data.path``): the file itself, or a directory holding ``<filename>`` or
+   ``<name>/<filename>``. A path that holds neither is an error, never silently skipped.
+2. ``$TESTBED_DATA/<name>/<filename>``, then ``$TESTBED_DATA/<filename>``.
+3. The cache: ``$TESTBED_CACHE/<name>/<filename>``, default ``~/.cache/testbed/<name>/<filename>``.
+4. A download from the file's canonical URL into the cache (short timeout; written to a temporary
+   file and renamed, so an interrupted download never leaves a truncated file behind).
+
+Whatever the source, a known sha256 is checked; a mismatch is a :class:`DataError`.
+
+Example::
+
+    >>> spec = DataFile("adult", "adult.data", url=None, sha256=None, how_to_get="copy it by hand")
+    >>> resolve(spec, "/work/shared/datasets/adult").name  # doctest: +SKIP
+    'adult.data'
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import os
+import tempfile
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from testbed.errors import DataError
+
+#: Directory of dataset files the user provides.
+DATA_ENV = "TESTBED_DATA"
+#: Directory where downloads are kept; default ``~/.cache/testbed``.
+CACHE_ENV = "TESTBED_CACHE"
+DOWNLOAD_TIMEOUT_S = 20.0
+
+
+@dataclass(frozen=True)
+class DataFile:
+    """What a loader needs to find one file.
+
+    Attributes:
+        name: dataset folder, e.g. ``"adult"``.
+        filename: file name, e.g. ``"adult.data"``.
+        url: canonical download URL, or None when there is no source to trust.
+        sha256: expected hex digest, or None when unknown.
+        how_to_get: one sentence telling the user where the file comes from.
+    """
+
+    name: str
+    filename: str
+    url: str | None
+    sha256: str | None
+    how_to_get: str
+
+
+def cache_dir() -> Path:
+    """The download cache: ``$TESTBED_CACHE`` or ``~/.cache/testbed``."""
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "testbed")
+
+
+def sha256_of(path: Path) -> str:
+    """Hex sha256 of a file, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def download(url: str, dest: Path, timeout_s: float = DOWNLOAD_TIMEOUT_S) -> None:
+    """Fetch ``url`` to ``dest`` atomically (temporary file in the same directory, then rename).
+
+    Raises OSError (including urllib's URLError and timeouts) when offline or the server fails, or
+    http.client.HTTPException when the connection breaks mid-transfer.
+    """
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
+    try:
+        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=timeout_s) as response:
+            for block in iter(lambda: response.read(1 << 20), b""):
+                out.write(block)
+        os.replace(tmp, dest)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _check(spec: DataFile, path: Path) -> Path:
+    if spec.sha256 is not None:
+        actual = sha256_of(path)
+        if actual != spec.sha256:
+            raise DataError(
+                f"{path}: sha256 {actual} does not match the expected {spec.sha256} for {spec.filename} "
+                f"(corrupt or a different file); replace it with the original. {spec.how_to_get}"
+            )
+    return path
+
+
+def _in_directory(spec: DataFile, directory: Path) -> Path | None:
+    for candidate in (directory / spec.name / spec.filename, directory / spec.filename):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def resolve(spec: DataFile, path: str | os.PathLike | None = None) -> Path:
+    """The local path of a dataset file, downloading it into the cache if needed and possible.
+
+    Input
+    -----
+    spec : DataFile
+        The file to find.
+    path : str or PathLike, optional
+        The file, or a directory holding it (config ``data.path``).
+
+    Output
+    ------
+    path : Path
+        An existing file whose sha256 matches ``spec.sha256`` (when known).
+
+    Raises DataError when the file is nowhere to be found or downloaded, or its checksum is wrong;
+    the message says where the loader looked and how to provide the file.
+    """
+    if path is not None:
+        given = Path(path).expanduser()
+        if given.is_file():
+            return _check(spec, given)
+        found = _in_directory(spec, given) if given.is_dir() else None
+        if found is None:
+            raise DataError(
+                f"{spec.filename} not found at data.path={given} (expected the file, or a directory "
+                f"holding {spec.filename} or {spec.name}/{spec.filename}). {spec.how_to_get}"
+            )
+        return _check(spec, found)
+
+    looked: list[str] = []
+    data_root = os.environ.get(DATA_ENV)
+    if data_root:
+        found = _in_directory(spec, Path(data_root).expanduser())
+        if found is not None:
+            return _check(spec, found)
+        looked.append(f"${DATA_ENV}={data_root}")
+    else:
+        looked.append(f"${DATA_ENV} (unset)")
+
+    cached = cache_dir() / spec.name / spec.filename
+    if cached.is_file():
+        return _check(spec, cached)
+    looked.append(str(cached))
+
+    if spec.url is None:
+        raise DataError(
+            f"{spec.filename} not found (looked in {', '.join(looked)}); there is no download source. "
+            f"{spec.how_to_get} Then set data.path to it or put it in ${DATA_ENV}/{spec.name}/{spec.filename}."
+        )
+    try:
+        download(spec.url, cached)
+    except (OSError, http.client.HTTPException) as err:
+        raise DataError(
+            f"{spec.filename} not found (looked in {', '.join(looked)}) and the download from {spec.url} "
+            f"failed ({err}); set data.path to the file or put it in ${DATA_ENV}/{spec.name}/{spec.filename}."
+        ) from err
+    try:
+        return _check(spec, cached)
+    except DataError:
+        # A bad download must not poison the cache for the next run.
+        cached.unlink(missing_ok=True)
+        raise

@@ -1,0 +1,86 @@
+"""The container every dataset loader returns: each node's train/test/validation samples.
+
+Samples of all nodes are stored flat (one array per split) with per-node offsets, so nodes of very
+different sizes (Adult-1: 51 to 10,501 samples) cost no padding, and a mini-batch for every node is
+one fancy-indexing gather: ``x[offsets[m] + local_index]``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Split:
+    """One split (train, test or validation) of every node.
+
+    Attributes:
+        x: features, shape (N_total, d), float64; every row in the unit ball (||x||_2 <= 1).
+        y: integer class labels, shape (N_total,), int64, in [0, n_classes).
+        offsets: shape (M + 1,), int64; node m owns rows offsets[m]:offsets[m+1].
+    """
+
+    x: np.ndarray
+    y: np.ndarray
+    offsets: np.ndarray
+
+    @property
+    def sizes(self) -> np.ndarray:
+        """Samples per node, shape (M,)."""
+        return np.diff(self.offsets)
+
+    def node_slice(self, m: int) -> tuple[np.ndarray, np.ndarray]:
+        """(x, y) of node m (views, no copy)."""
+        lo, hi = self.offsets[m], self.offsets[m + 1]
+        return self.x[lo:hi], self.y[lo:hi]
+
+    def select(self, nodes: Sequence[int]) -> "Split":
+        """The split restricted to ``nodes`` (in that order)."""
+        parts = [self.node_slice(m) for m in nodes]
+        sizes = [len(p[1]) for p in parts]
+        offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        x = np.concatenate([p[0] for p in parts]) if parts else self.x[:0]
+        y = np.concatenate([p[1] for p in parts]) if parts else self.y[:0]
+        return Split(x=x, y=y, offsets=offsets)
+
+
+@dataclass(frozen=True)
+class FederatedData:
+    """Train, test and validation splits of M nodes, plus what a model needs to know.
+
+    Attributes:
+        train, test, validation: the three splits, with the same node order.
+        n_classes: number of classes (2 for Adult and Vehicle).
+        name: short name of the dataset and partition, e.g. ``"adult-1"``.
+        node_names: one label per node (e.g. the education level of Adult-1).
+    """
+
+    train: Split
+    test: Split
+    validation: Split
+    n_classes: int
+    name: str
+    node_names: tuple[str, ...]
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.train.offsets) - 1
+
+    @property
+    def dim(self) -> int:
+        """Feature dimension d."""
+        return int(self.train.x.shape[1])
+
+    def select(self, nodes: Sequence[int]) -> "FederatedData":
+        """Only the given nodes' data, e.g. what one board holds in mqtt mode."""
+        return FederatedData(
+            train=self.train.select(nodes),
+            test=self.test.select(nodes),
+            validation=self.validation.select(nodes),
+            n_classes=self.n_classes,
+            name=self.name,
+            node_names=tuple(self.node_names[m] for m in nodes),
+        )

@@ -1,0 +1,196 @@
+"""Per-node train/test/validation split (80/10/10 on every device, dp-pasgd.md §5.2) and unit-ball scaling.
+
+Each node's samples are shuffled with its own stream ``stream(seed, node, -1, Purpose.SPLIT)``, so a
+board that holds only node m reproduces exactly the split that the simulator makes for node m.
+
+With n samples on a node: ``n_train = floor(0.8 n)``, ``n_test = floor(0.1 n)`` and the validation
+split takes the rest, ``n - n_train - n_test`` (so it gets the rounding remainder and is never smaller
+than the test split). The first ``n_train`` indices of the node's permutation go to train, the next
+``n_test`` to test, the rest to validation; rows keep the permuted order.
+
+Example::
+
+    >>> import numpy as np
+    >>> x, y = np.eye(3)[np.arange(20) % 3], np.arange(20) % 2
+    >>> data = split_flat(x, y, np.array([0, 12, 20]), seed=0, n_classes=2, name="toy")
+    >>> data.train.sizes, data.test.sizes, data.validation.sizes
+    (array([9, 6]), array([1, 0]), array([2, 2]))
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from testbed.data.federated import FederatedData, Split
+from testbed.rng import Purpose, stream
+
+def split_sizes(n: int) -> tuple[int, int, int]:
+    """(n_train, n_test, n_validation) of a node with n samples: floor(0.8 n), floor(0.1 n), the rest."""
+    # Exact integer arithmetic: no floating-point rounding decides a sample's split.
+    n_train = (8 * n) // 10
+    n_test = n // 10
+    return n_train, n_test, n - n_train - n_test
+
+
+class SplitWriter:
+    """Fills preallocated train/test/validation arrays node by node.
+
+    The three flat arrays are allocated once, at their final size, so that building a large
+    federated set (1,000 nodes x 500 samples x 100 features) never holds a second full-size copy:
+    each node's samples are shuffled and copied in, then the caller may drop them.
+
+    Input
+    -----
+    sizes : sequence of int, length M
+        Number of samples of each node, in node order.
+    dim : int
+        Feature dimension d.
+    seed : int
+        The run's seed; node ``node_ids[i]`` is shuffled with ``stream(seed, node_ids[i], -1, SPLIT)``.
+    node_ids : sequence of int, length M, optional
+        Stream key of each position; defaults to 0..M-1. A subset of a larger federation passes the
+        global ids, so its split matches the full one.
+
+    Example
+    -------
+    >>> w = SplitWriter([10], dim=2, seed=0)
+    >>> w.write(0, np.zeros((10, 2)), np.zeros(10, dtype=np.int64))
+    >>> w.finish(n_classes=2, name="toy").train.x.shape
+    (8, 2)
+    """
+
+    def __init__(self, sizes: Sequence[int], dim: int, seed: int, node_ids: Sequence[int] | None = None):
+        self._sizes = [int(n) for n in sizes]
+        self._node_ids = list(range(len(self._sizes))) if node_ids is None else [int(m) for m in node_ids]
+        if len(self._node_ids) != len(self._sizes):
+            raise ValueError(f"{len(self._node_ids)} node ids for {len(self._sizes)} nodes")
+        self._seed = int(seed)
+        per_node = np.array([split_sizes(n) for n in self._sizes], dtype=np.int64).reshape(-1, 3)
+        self._offsets = [np.concatenate([[0], np.cumsum(per_node[:, k])]).astype(np.int64) for k in range(3)]
+        self._x = [np.empty((int(o[-1]), dim), dtype=np.float64) for o in self._offsets]
+        self._y = [np.empty(int(o[-1]), dtype=np.int64) for o in self._offsets]
+        self._written = np.zeros(len(self._sizes), dtype=bool)
+
+    def write(self, index: int, x: np.ndarray, y: np.ndarray) -> None:
+        """Shuffle node ``index``'s samples, x of shape (n, d) and y of shape (n,), into the three splits."""
+        n = self._sizes[index]
+        if x.shape[0] != n or y.shape[0] != n:
+            raise ValueError(f"node {index}: expected {n} samples, got x {x.shape}, y {y.shape}")
+        perm = stream(self._seed, self._node_ids[index], -1, Purpose.SPLIT).permutation(n)
+        start = 0
+        for k in range(3):
+            lo, hi = self._offsets[k][index], self._offsets[k][index + 1]
+            rows = perm[start : start + (hi - lo)]
+            self._x[k][lo:hi] = x[rows]
+            self._y[k][lo:hi] = y[rows]
+            start += hi - lo
+        self._written[index] = True
+
+    def finish(self, n_classes: int, name: str, node_names: Sequence[str] | None = None) -> FederatedData:
+        """The FederatedData once every node has been written; node names default to ``"node-<id>"``."""
+        missing = np.flatnonzero(~self._written)
+        if missing.size:
+            raise ValueError(f"nodes {missing.tolist()} were never written")
+        names = tuple(node_names) if node_names is not None else tuple(f"node-{m}" for m in self._node_ids)
+        splits = [Split(x=self._x[k], y=self._y[k], offsets=self._offsets[k]) for k in range(3)]
+        return FederatedData(
+            train=splits[0], test=splits[1], validation=splits[2], n_classes=n_classes, name=name, node_names=names
+        )
+
+
+def split_flat(
+    x: np.ndarray,
+    y: np.ndarray,
+    offsets: np.ndarray,
+    *,
+    seed: int,
+    n_classes: int,
+    name: str,
+    node_names: Sequence[str] | None = None,
+) -> FederatedData:
+    """Split flat per-node data 80/10/10 on every node.
+
+    Input
+    -----
+    x : [N, d], float64
+        Features of all nodes, node m in rows ``offsets[m]:offsets[m+1]``; already in the unit ball.
+    y : [N], int
+        Class labels in [0, n_classes).
+    offsets : [M + 1], int
+        Node boundaries, ``offsets[0] == 0`` and ``offsets[-1] == N``.
+    seed : int
+        The run's seed (node m is shuffled with ``stream(seed, m, -1, SPLIT)``).
+    n_classes, name, node_names :
+        Copied into the result.
+
+    Output
+    ------
+    data : FederatedData
+        M nodes; node m has split_sizes(offsets[m+1] - offsets[m]) train/test/validation samples.
+    """
+    offsets = np.asarray(offsets, dtype=np.int64)
+    writer = SplitWriter(np.diff(offsets), dim=x.shape[1], seed=seed)
+    for m in range(len(offsets) - 1):
+        writer.write(m, x[offsets[m] : offsets[m + 1]], y[offsets[m] : offsets[m + 1]])
+    return writer.finish(n_classes=n_classes, name=name, node_names=node_names)
+
+
+def split_per_node(
+    xs: Sequence[np.ndarray],
+    ys: Sequence[np.ndarray],
+    *,
+    seed: int,
+    n_classes: int,
+    name: str,
+    node_names: Sequence[str] | None = None,
+) -> FederatedData:
+    """Split per-node arrays 80/10/10 on every node: as :func:`split_flat`, node m given as (xs[m], ys[m]).
+
+    Input
+    -----
+    xs : list of [n_m, d], float64
+    ys : list of [n_m], int
+
+    Output
+    ------
+    data : FederatedData
+    """
+    if len(xs) != len(ys):
+        raise ValueError(f"{len(xs)} feature arrays but {len(ys)} label arrays")
+    writer = SplitWriter([len(y) for y in ys], dim=xs[0].shape[1], seed=seed)
+    for m, (x_m, y_m) in enumerate(zip(xs, ys)):
+        writer.write(m, x_m, y_m)
+    return writer.finish(n_classes=n_classes, name=name, node_names=node_names)
+
+
+def scale_to_unit_ball(x: np.ndarray) -> np.ndarray:
+    """Divide every row by the largest row norm of the data set, so that max_n ||x_n||_2 == 1.
+
+    The DP sensitivity of DP-PASGD assumes every sample lies in the unit ball (dp-pasgd.md §7.6:
+    G <= 1 needs ||x|| <= 1). One common factor keeps the geometry of the data (angles and relative
+    lengths). For one-hot rows with F categorical fields every row has norm sqrt(F), so the factor is
+    sqrt(F) and every row ends with norm exactly 1.
+
+    Input
+    -----
+    x : [N, d], float64
+        Modified in place.
+
+    Output
+    ------
+    x : [N, d], float64
+        The same array, every row norm <= 1 (up to one rounding). All-zero data is left unchanged.
+
+    Example
+    -------
+    >>> scale_to_unit_ball(np.array([[3.0, 4.0], [0.0, 1.0]]))
+    array([[0.6, 0.8],
+           [0. , 0.2]])
+    """
+    if x.size:
+        max_norm = float(np.sqrt(np.einsum("ij,ij->i", x, x).max()))
+        if max_norm > 0:
+            x /= max_norm
+    return x

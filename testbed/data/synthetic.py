@@ -1,0 +1,191 @@
+"""A synthetic multinomial logistic-regression task: the offline default and the benchmark task.
+
+The generative model, for node m with samples n = 1..N_m:
+
+- a true weight matrix W* (d x K), entries N(0, 1), from ``stream(seed, GLOBAL, -1, DATA)``;
+- features ``x = r / ||r||`` with ``r = g / sqrt(d) + h * u_m``, g ~ N(0, I_d) per sample and u_m a
+  random unit vector of node m. With heterogeneity h = 0 every node draws x uniformly on the unit
+  sphere (i.i.d.); with h > 0 node m's samples crowd around its own direction u_m (at h = 1 the
+  shift is as long as the typical noise g / sqrt(d)), so nodes differ in features and in label mix
+  (non-i.i.d.);
+- labels ``y ~ softmax(s * x W*)`` with one inverse temperature s for all nodes.
+
+Every row lies on the unit sphere, so the DP sensitivity bound ||x|| <= 1 holds with equality,
+which gives the most signal per unit of privacy noise.
+
+s is calibrated so that the Bayes classifier argmax_k (x W*)_k has expected accuracy
+``bayes_accuracy`` (default 0.875) on the i.i.d. (h = 0) feature distribution, whatever d and K:
+the task is learnable, but not trivially. With h > 0 the Bayes accuracy drifts from the target.
+
+Node m draws from ``stream(seed, m, -1, DATA)`` only (u_m, then g, then the label uniforms), so a
+board that generates only its own node gets exactly the arrays the simulator gets for that node.
+
+Example::
+
+    >>> data = make_logistic(num_nodes=4, samples_per_node=50, dim=10, seed=1)
+    >>> data.train.x.shape, data.test.x.shape, data.validation.x.shape
+    ((160, 10), (20, 10), (20, 10))
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from testbed.data.federated import FederatedData
+from testbed.data.split import SplitWriter
+from testbed.errors import DataError
+from testbed.rng import GLOBAL, Purpose, stream
+
+DEFAULT_BAYES_ACCURACY = 0.875
+#: Monte Carlo samples behind the calibration of s (standard error of the accuracy ~0.001).
+_CALIBRATION_SAMPLES = 8192
+
+
+def _softmax(z: np.ndarray) -> np.ndarray:
+    z = z - z.max(axis=1, keepdims=True)
+    np.exp(z, out=z)
+    z /= z.sum(axis=1, keepdims=True)
+    return z
+
+
+def _calibrate_scale(w: np.ndarray, target: float, rng: np.random.Generator) -> float:
+    """The inverse temperature s with E[max_k softmax(s x W)_k] = target for x uniform on the sphere.
+
+    x W is sampled without forming x: with W = QR (Q: d x q orthonormal, q = min(d, K)) and
+    x = g/||g||, x W = (Q^T g) R / ||g||, where Q^T g ~ N(0, I_q) and ||g||^2 = ||Q^T g||^2 + chi2(d-q)
+    independently. The cost does not grow with d.
+    """
+    d, k = w.shape
+    _, r = np.linalg.qr(w)
+    a = rng.standard_normal((_CALIBRATION_SAMPLES, r.shape[0]))
+    rest = rng.chisquare(d - r.shape[0], _CALIBRATION_SAMPLES) if d > r.shape[0] else 0.0
+    z = (a @ r) / np.sqrt(np.einsum("ij,ij->i", a, a) + rest)[:, None]
+
+    def accuracy(s: float) -> float:
+        return float(_softmax(s * z).max(axis=1).mean())
+
+    # The max softmax probability grows with s, so bisection finds the target.
+    lo, hi = 0.0, 1.0
+    while accuracy(hi) < target and hi < 1e6:
+        lo, hi = hi, 2.0 * hi
+    for _ in range(30):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if accuracy(mid) < target else (lo, mid)
+    # Four significant digits: a board whose exp() differs in the last bit still gets the same s.
+    return float(f"{0.5 * (lo + hi):.4g}")
+
+
+def true_model(
+    dim: int, n_classes: int = 2, seed: int = 0, bayes_accuracy: float = DEFAULT_BAYES_ACCURACY
+) -> np.ndarray:
+    """The scaled true weights s W* of :func:`make_logistic`: labels are drawn from softmax(x @ result).
+
+    Input
+    -----
+    dim, n_classes, seed, bayes_accuracy :
+        As in :func:`make_logistic`.
+
+    Output
+    ------
+    w : [dim, n_classes], float64
+        argmax(x @ w) is the Bayes classifier of the generated data.
+
+    Example
+    -------
+    >>> true_model(dim=5, n_classes=3, seed=0).shape
+    (5, 3)
+    """
+    if not 1.0 / n_classes < bayes_accuracy < 1.0:
+        raise DataError(
+            f"synthetic: bayes_accuracy must be in (1/n_classes, 1) = ({1 / n_classes:.3g}, 1), "
+            f"got {bayes_accuracy}"
+        )
+    rng = stream(seed, GLOBAL, -1, Purpose.DATA)
+    w = rng.standard_normal((dim, n_classes))
+    # The calibration sample continues the same stream: it depends on the seed only, like W*.
+    return _calibrate_scale(w, bayes_accuracy, rng) * w
+
+
+def _node_samples(
+    seed: int, node: int, n: int, w: np.ndarray, heterogeneity: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Node ``node``'s n samples: x [n, d] float64 on the unit sphere and y [n] int64."""
+    dim, n_classes = w.shape
+    rng = stream(seed, node, -1, Purpose.DATA)
+    # u_m is drawn even when h = 0, so changing h never shifts the later draws.
+    u = rng.standard_normal(dim)
+    u /= np.linalg.norm(u)
+    x = rng.standard_normal((n, dim))
+    x *= 1.0 / np.sqrt(dim)
+    if heterogeneity:
+        x += heterogeneity * u
+    x /= np.sqrt(np.einsum("ij,ij->i", x, x))[:, None]
+    cdf = np.cumsum(_softmax(x @ w), axis=1)
+    # Inverse-CDF sampling; min() guards against cdf[-1] rounding just below the uniform.
+    y = np.minimum((rng.random(n)[:, None] >= cdf).sum(axis=1), n_classes - 1).astype(np.int64)
+    return x, y
+
+
+def make_logistic(
+    num_nodes: int,
+    samples_per_node: int,
+    dim: int,
+    n_classes: int = 2,
+    seed: int = 0,
+    heterogeneity: float = 0.0,
+    nodes: Sequence[int] | None = None,
+    bayes_accuracy: float = DEFAULT_BAYES_ACCURACY,
+) -> FederatedData:
+    """Generate the synthetic logistic-regression task and split every node 80/10/10.
+
+    Input
+    -----
+    num_nodes : int
+        M, the size of the whole federation (node ids 0..M-1).
+    samples_per_node : int
+        Samples of every node before the split.
+    dim : int
+        Feature dimension d.
+    n_classes : int
+        K >= 2.
+    seed : int
+        The run's seed.
+    heterogeneity : float
+        h >= 0, the per-node mean shift (0: i.i.d. nodes).
+    nodes : sequence of int, optional
+        Generate only these node ids (in this order), e.g. the one node of an MQTT board; the arrays
+        are identical to generating all M nodes and selecting these.
+    bayes_accuracy : float
+        Target accuracy of the Bayes classifier at h = 0, in (1/K, 1).
+
+    Output
+    ------
+    data : FederatedData
+        ``name="synthetic"``, one node per id, node names ``"node-<id>"``; x float64 with every
+        row norm 1, y int64 in [0, K). The three splits together hold
+        8 * len(nodes) * samples_per_node * d bytes of features: 400 MB for 1,000 x 500 x 100.
+
+    Example
+    -------
+    >>> full = make_logistic(8, 20, 3, seed=2)
+    >>> part = make_logistic(8, 20, 3, seed=2, nodes=[5])
+    >>> bool((part.train.x == full.select([5]).train.x).all())
+    True
+    """
+    if num_nodes < 1 or samples_per_node < 1 or dim < 1 or n_classes < 2 or heterogeneity < 0:
+        raise DataError(
+            "synthetic: need num_nodes >= 1, samples_per_node >= 1, dim >= 1, n_classes >= 2 and "
+            f"heterogeneity >= 0; got {num_nodes}, {samples_per_node}, {dim}, {n_classes}, {heterogeneity}"
+        )
+    node_ids = list(range(num_nodes)) if nodes is None else [int(m) for m in nodes]
+    outside = [m for m in node_ids if not 0 <= m < num_nodes]
+    if outside:
+        raise DataError(f"synthetic: nodes {outside} are not in 0..{num_nodes - 1}")
+
+    w = true_model(dim, n_classes, seed, bayes_accuracy)
+    writer = SplitWriter([samples_per_node] * len(node_ids), dim=dim, seed=seed, node_ids=node_ids)
+    for i, m in enumerate(node_ids):
+        writer.write(i, *_node_samples(seed, m, samples_per_node, w, heterogeneity))
+    return writer.finish(n_classes=n_classes, name="synthetic")

@@ -1,0 +1,295 @@
+"""Models as pure functions of a flat parameter vector, vectorised over a leading node axis.
+
+Every model keeps its parameters in one flat float64 vector of length P, so an algorithm can stack
+the models of M nodes as an (M, P) array and noise, average or transmit them without knowing their
+structure. Per-sample gradients of all three models are sums of outer products, so their norms (for
+clipping) come without materialising an (M, B, P) array.
+
+Inputs are assumed in the unit ball (||x||_2 <= 1, the data loaders guarantee it); each model
+states the per-sample gradient bound G it guarantees there (``lipschitz_bound``), the sensitivity
+DP-PASGD's accountant needs (dp-pasgd.md §7 item 6).
+
+Example::
+
+    >>> m = LogisticRegression(dim=3, n_classes=2)
+    >>> params = np.zeros((4, m.num_params))          # 4 nodes
+    >>> x = np.full((4, 5, 3), 0.5); y = np.zeros((4, 5), dtype=np.int64)
+    >>> w = np.full((4, 5), 1 / 5)                   # mean over a batch of 5
+    >>> loss, grad = m.loss_and_grad(params, x, y, w)
+    >>> loss.shape, grad.shape
+    ((4,), (4, 8))
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+
+def _softmax_residual(logits: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Cross-entropy per sample and its gradient w.r.t. the logits, p − e_y.
+
+    Args:
+        logits: (..., C). y: (...) int labels.
+    Returns:
+        loss (...), residual (..., C).
+    """
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    exp = np.exp(shifted)
+    total = exp.sum(axis=-1, keepdims=True)
+    p = exp / total
+    logit_y = np.take_along_axis(shifted, y[..., None], axis=-1)[..., 0]
+    loss = np.log(total[..., 0]) - logit_y
+    np.put_along_axis(p, y[..., None], np.take_along_axis(p, y[..., None], axis=-1) - 1.0, axis=-1)
+    return loss, p
+
+
+def _clip_scale(sq_norms: np.ndarray, clip_norm: float | None) -> np.ndarray | float:
+    """Per-sample factor min(1, G/||g_n||) that clips each per-sample gradient at G."""
+    if clip_norm is None:
+        return 1.0
+    norms = np.sqrt(sq_norms)
+    return np.minimum(1.0, clip_norm / np.maximum(norms, 1e-300))
+
+
+@dataclass(frozen=True)
+class LogisticRegression:
+    """Multinomial logistic regression, softmax cross-entropy loss.
+
+    Parameters: W (d × C) then b (C) if ``bias``. Per-sample gradient (p − e_y) ⊗ [x, 1] has norm
+    ||p − e_y||·sqrt(||x||² + 1) <= sqrt(2)·sqrt(2) = 2 with a bias, sqrt(2) without.
+    """
+
+    dim: int
+    n_classes: int
+    bias: bool = True
+
+    name = "logistic"
+
+    @property
+    def num_params(self) -> int:
+        return self.dim * self.n_classes + (self.n_classes if self.bias else 0)
+
+    @property
+    def lipschitz_bound(self) -> float:
+        return math.sqrt(2.0) * math.sqrt(2.0 if self.bias else 1.0)
+
+    def init(self, rng: np.random.Generator) -> np.ndarray:
+        """Zeros (the loss is convex; a common θ⁰ is all DP-PASGD asks). Shape (P,)."""
+        return np.zeros(self.num_params)
+
+    def _split(self, params: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        lead = params.shape[:-1]
+        w = params[..., : self.dim * self.n_classes].reshape(*lead, self.dim, self.n_classes)
+        b = params[..., self.dim * self.n_classes :] if self.bias else None
+        return w, b
+
+    def logits(self, params: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """params (M, P), x (M, B, d) → (M, B, C); or params (P,), x (N, d) → (N, C)."""
+        w, b = self._split(params)
+        out = x @ w
+        if b is not None:
+            out += b[..., None, :] if params.ndim > 1 else b
+        return out
+
+    def loss_and_grad(
+        self,
+        params: np.ndarray,
+        x: np.ndarray,
+        y: np.ndarray,
+        weights: np.ndarray,
+        clip_norm: float | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Weighted loss and gradient of each node's model on its own batch.
+
+        Args:
+            params: (M, P). x: (M, B, d). y: (M, B) int. weights: (M, B), e.g. 1/B for a batch mean.
+            clip_norm: clip every per-sample gradient at this L2 norm first (None: no clipping).
+        Returns:
+            loss (M,) = Σ_n w_n l_n, grad (M, P) = Σ_n w_n clip(∇l_n).
+        """
+        loss, resid = _softmax_residual(self.logits(params, x), y)
+        if clip_norm is None:
+            resid *= weights[..., None]
+        else:
+            x_sq = np.einsum("mbd,mbd->mb", x, x) + (1.0 if self.bias else 0.0)
+            scale = _clip_scale(np.einsum("mbc,mbc->mb", resid, resid) * x_sq, clip_norm)
+            resid *= (weights * scale)[..., None]
+        grad = np.empty_like(params)
+        gw = grad[:, : self.dim * self.n_classes].reshape(params.shape[0], self.dim, self.n_classes)
+        np.matmul(x.transpose(0, 2, 1), resid, out=gw)
+        if self.bias:
+            grad[:, self.dim * self.n_classes :] = resid.sum(axis=1)
+        return (loss * weights).sum(axis=1), grad
+
+    def loss_and_correct(self, params: np.ndarray, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """One model on many samples: params (P,), x (N, d), y (N,) → loss (N,), correct (N,) bool."""
+        logits = self.logits(params, x)
+        loss, _ = _softmax_residual(logits, y)
+        return loss, logits.argmax(axis=-1) == y
+
+
+@dataclass(frozen=True)
+class LinearSVM:
+    """Binary linear SVM with the hinge loss max(0, 1 − s·(w·x + b)), s = ±1 (label 1 → +1).
+
+    Parameters: w (d) then b if ``bias``. The per-sample (sub)gradient −s·[x, 1] on the margin side
+    has norm sqrt(||x||² + 1) <= sqrt(2) with a bias, 1 without. The hinge is not smooth, which the
+    DP-PASGD theory assumes (dp-pasgd.md §5.1); the paper uses it anyway for Vehicle.
+    """
+
+    dim: int
+    n_classes: int = 2
+    bias: bool = True
+
+    name = "svm"
+
+    def __post_init__(self) -> None:
+        if self.n_classes != 2:
+            raise ValueError(f"the linear SVM is binary; the data has {self.n_classes} classes")
+
+    @property
+    def num_params(self) -> int:
+        return self.dim + (1 if self.bias else 0)
+
+    @property
+    def lipschitz_bound(self) -> float:
+        return math.sqrt(2.0 if self.bias else 1.0)
+
+    def init(self, rng: np.random.Generator) -> np.ndarray:
+        return np.zeros(self.num_params)
+
+    def scores(self, params: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """params (M, P), x (M, B, d) → (M, B); or params (P,), x (N, d) → (N,)."""
+        w = params[..., : self.dim]
+        out = (x @ w[..., None])[..., 0] if params.ndim > 1 else x @ w
+        if self.bias:
+            out += params[..., self.dim :] if params.ndim > 1 else params[self.dim]
+        return out
+
+    def loss_and_grad(
+        self,
+        params: np.ndarray,
+        x: np.ndarray,
+        y: np.ndarray,
+        weights: np.ndarray,
+        clip_norm: float | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """As :meth:`LogisticRegression.loss_and_grad`."""
+        sign = 2.0 * y - 1.0
+        margin = sign * self.scores(params, x)
+        active = margin < 1.0
+        coef = -sign * active * weights
+        if clip_norm is not None:
+            coef *= _clip_scale(active * (np.einsum("mbd,mbd->mb", x, x) + (1.0 if self.bias else 0.0)), clip_norm)
+        grad = np.empty_like(params)
+        grad[:, : self.dim] = (coef[:, None, :] @ x)[:, 0, :]
+        if self.bias:
+            grad[:, self.dim] = coef.sum(axis=1)
+        loss = np.maximum(0.0, 1.0 - margin)
+        return (loss * weights).sum(axis=1), grad
+
+    def loss_and_correct(self, params: np.ndarray, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        score = self.scores(params, x)
+        return np.maximum(0.0, 1.0 - (2.0 * y - 1.0) * score), (score > 0) == (y == 1)
+
+
+@dataclass(frozen=True)
+class MLP:
+    """One hidden tanh layer of ``hidden`` units, softmax cross-entropy output.
+
+    Parameters: W1 (d × H), b1 (H), W2 (H × C), b2 (C). The gradient w.r.t. W1 grows with ||W2||,
+    so no per-sample bound holds on unit-ball inputs: ``lipschitz_bound`` is inf and a private run
+    must clip (the config refuses an unclipped private MLP).
+    """
+
+    dim: int
+    n_classes: int
+    hidden: int = 32
+    init_scale: float = 1.0
+
+    name = "mlp"
+
+    @property
+    def num_params(self) -> int:
+        return self.dim * self.hidden + self.hidden + self.hidden * self.n_classes + self.n_classes
+
+    @property
+    def lipschitz_bound(self) -> float:
+        return math.inf
+
+    def init(self, rng: np.random.Generator) -> np.ndarray:
+        """Glorot-uniform weights scaled by ``init_scale``, zero biases. Shape (P,)."""
+        params = np.zeros(self.num_params)
+        w1, _, w2, _ = self._split(params)
+        lim1 = self.init_scale * math.sqrt(6.0 / (self.dim + self.hidden))
+        lim2 = self.init_scale * math.sqrt(6.0 / (self.hidden + self.n_classes))
+        w1[...] = rng.uniform(-lim1, lim1, size=w1.shape)
+        w2[...] = rng.uniform(-lim2, lim2, size=w2.shape)
+        return params
+
+    def _split(self, params: np.ndarray):
+        lead = params.shape[:-1]
+        d, h, c = self.dim, self.hidden, self.n_classes
+        ends = np.cumsum([d * h, h, h * c, c])
+        w1 = params[..., : ends[0]].reshape(*lead, d, h)
+        b1 = params[..., ends[0] : ends[1]]
+        w2 = params[..., ends[1] : ends[2]].reshape(*lead, h, c)
+        b2 = params[..., ends[2] : ends[3]]
+        return w1, b1, w2, b2
+
+    def _forward(self, params: np.ndarray, x: np.ndarray):
+        w1, b1, w2, b2 = self._split(params)
+        lead_b = (lambda b: b[..., None, :]) if params.ndim > 1 else (lambda b: b)
+        hid = np.tanh(x @ w1 + lead_b(b1))
+        return hid, hid @ w2 + lead_b(b2)
+
+    def loss_and_grad(
+        self,
+        params: np.ndarray,
+        x: np.ndarray,
+        y: np.ndarray,
+        weights: np.ndarray,
+        clip_norm: float | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """As :meth:`LogisticRegression.loss_and_grad`."""
+        w1, _, w2, _ = self._split(params)
+        hid, logits = self._forward(params, x)
+        loss, resid = _softmax_residual(logits, y)
+        back = (resid @ w2.transpose(0, 2, 1)) * (1.0 - hid**2)
+        # ||per-sample grad||² = ||r||²·(||h||² + 1) + ||back||²·(||x||² + 1): outer products per layer.
+        sq = np.einsum("mbc,mbc->mb", resid, resid) * (np.einsum("mbh,mbh->mb", hid, hid) + 1.0)
+        sq += np.einsum("mbh,mbh->mb", back, back) * (np.einsum("mbd,mbd->mb", x, x) + 1.0)
+        factor = (weights * _clip_scale(sq, clip_norm))[..., None]
+        resid *= factor
+        back *= factor
+        grad = np.empty_like(params)
+        g1, gb1, g2, gb2 = self._split(grad)
+        np.matmul(x.transpose(0, 2, 1), back, out=g1)
+        gb1[...] = back.sum(axis=1)
+        np.matmul(hid.transpose(0, 2, 1), resid, out=g2)
+        gb2[...] = resid.sum(axis=1)
+        return (loss * weights).sum(axis=1), grad
+
+    def loss_and_correct(self, params: np.ndarray, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        _, logits = self._forward(params, x)
+        loss, _ = _softmax_residual(logits, y)
+        return loss, logits.argmax(axis=-1) == y
+
+
+Model = LogisticRegression | LinearSVM | MLP
+
+MODEL_KINDS = ("logistic", "svm", "mlp")
+
+
+def build_model(kind: str, dim: int, n_classes: int, *, bias: bool = True, hidden: int = 32) -> Model:
+    """The model named ``kind`` (one of MODEL_KINDS) for inputs of ``dim`` features."""
+    if kind == "logistic":
+        return LogisticRegression(dim, n_classes, bias)
+    if kind == "svm":
+        return LinearSVM(dim, n_classes, bias)
+    if kind == "mlp":
+        return MLP(dim, n_classes, hidden)
+    raise ValueError(f"unknown model {kind!r}; choose one of {', '.join(MODEL_KINDS)}")

@@ -1,0 +1,59 @@
+"""Figures of a run, drawn from its files alone (so `testbed report RUN_DIR` can redraw them)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from testbed.results import read_metrics, read_summary
+
+
+def draw_figures(run_dir: Path) -> list[Path]:
+    """Write RUN_DIR/figures/{progress,cost,epsilon}.png; returns their paths."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    run_dir = Path(run_dir)
+    rows = read_metrics(run_dir)
+    summary = read_summary(run_dir)
+    out = run_dir / "figures"
+    out.mkdir(exist_ok=True)
+    paths = []
+    title = f"{summary['algorithm']} · {summary['mode']} · seed {summary['seed']} · {summary['status']}"
+
+    for x_key, x_label, name in (("round", "communication round", "progress"),
+                                 ("cost_units", "resource cost spent per node (c1/c2 units)", "cost")):
+        fig, (ax_acc, ax_loss) = plt.subplots(1, 2, figsize=(10, 4))
+        xs = [r[x_key] for r in rows]
+        ax_acc.plot(xs, [r["test_accuracy"] for r in rows], marker=".")
+        ax_acc.set(xlabel=x_label, ylabel="test accuracy (mean over nodes)")
+        ax_loss.plot(xs, [r["train_loss"] for r in rows], marker=".", color="tab:red")
+        ax_loss.set(xlabel=x_label, ylabel="training loss (eq. 4)")
+        for ax in (ax_acc, ax_loss):
+            ax.grid(alpha=0.3)
+        fig.suptitle(title)
+        fig.tight_layout()
+        paths.append(out / f"{name}.png")
+        fig.savefig(paths[-1], dpi=100)
+        plt.close(fig)
+
+    nodes = summary["nodes"]
+    ids = list(nodes)
+    fig, ax = plt.subplots(figsize=(max(5, min(16, 0.25 * len(ids) + 3)), 4))
+    ax.bar(range(len(ids)), [nodes[i]["epsilon"] for i in ids], label="paper's accountant (zCDP)")
+    tight = [nodes[i].get("epsilon_tight") for i in ids]
+    if all(t is not None for t in tight):
+        ax.plot(range(len(ids)), tight, "k_", markersize=12, label="tight accountant")
+    budget = summary["budgets"].get("epsilon")
+    if budget is not None:
+        ax.axhline(budget, color="tab:red", linestyle="--", label=f"budget ε = {budget:g}")
+    ax.set(xlabel="node", ylabel=f"ε spent at δ = {summary['budgets']['delta']:g}", title=title)
+    if len(ids) <= 32:
+        ax.set_xticks(range(len(ids)), ids)
+    ax.legend()
+    fig.tight_layout()
+    paths.append(out / "epsilon.png")
+    fig.savefig(paths[-1], dpi=100)
+    plt.close(fig)
+    return paths

@@ -1,0 +1,199 @@
+"""Runs an experiment: the rounds loop, budgets before every round, metrics and ledger after it.
+
+The loop is the same whatever moves the messages; in ``sim`` every node's step runs at once on
+stacked arrays in this process.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from testbed.algorithms.dp_pasgd import DpPasgd
+from testbed.budgets import Budgets, Exceeded
+from testbed.config import Config, to_toml
+from testbed.data.federated import FederatedData, Split
+from testbed.errors import ConfigError, DataError
+from testbed.ledger import LedgerWriter, NodeLedger
+from testbed.models import Model, build_model
+from testbed.privacy.accountants import epsilon as account
+from testbed.progress import Progress
+from testbed.results import RunDirectory
+from testbed.rng import GLOBAL, Purpose, stream
+
+
+@dataclass(frozen=True)
+class RunResult:
+    run_dir: Path
+    summary: dict[str, Any]
+
+
+def load_data(config: Config) -> FederatedData:
+    """The experiment's federated data set (see testbed.data.load_dataset)."""
+    from testbed.data import load_dataset
+
+    d = config.data
+    options: dict[str, Any]
+    if d.dataset == "synthetic":
+        options = dict(num_nodes=d.num_nodes, samples_per_node=d.samples_per_node, dim=d.dim,
+                       n_classes=d.n_classes, heterogeneity=d.heterogeneity)
+    elif d.dataset.startswith("adult"):
+        options = dict(include_education=d.include_education, numeric=d.numeric)
+        if d.dataset == "adult-2":
+            options["num_nodes"] = d.num_nodes
+    else:
+        options = {}
+    return load_dataset(d.dataset, seed=config.run.seed, path=d.path, **options)
+
+
+def build_algorithm(config: Config, model: Model, data: FederatedData) -> DpPasgd:
+    a = config.dp_pasgd
+    smallest = int(data.train.sizes.min())
+    if a.batch > smallest:
+        node = int(data.train.sizes.argmin())
+        raise ConfigError("dp_pasgd.batch", f"{a.batch} is larger than node {node}'s {smallest} training samples")
+    return DpPasgd(
+        model, steps=a.steps, tau=a.tau, batch=a.batch, lr=a.lr, delta=config.privacy.delta,
+        train_sizes=data.train.sizes, sigma=a.sigma, epsilon=a.epsilon, calibration=a.calibration,
+        lipschitz=a.lipschitz, clip_norm=a.lipschitz if a.clip else None, sampling=a.sampling,
+        c1=a.c1, c2=a.c2,
+    )
+
+
+def per_node_mean(values: np.ndarray, split: Split) -> np.ndarray:
+    """Mean of per-sample ``values`` over each node's rows; (N_total,) → (M,)."""
+    sums = np.add.reduceat(values.astype(np.float64), split.offsets[:-1]) if len(values) else np.zeros(0)
+    return sums / np.maximum(split.sizes, 1)
+
+
+def evaluate(model: Model, params: np.ndarray, data: FederatedData) -> dict[str, float]:
+    """Training loss of eq. (4) (mean over nodes of each node's mean loss) and accuracies (mean over
+    nodes of each node's accuracy, as the paper reports; pooled over all test samples beside it)."""
+    train_loss, _ = model.loss_and_correct(params, data.train.x, data.train.y)
+    _, test_correct = model.loss_and_correct(params, data.test.x, data.test.y)
+    _, val_correct = model.loss_and_correct(params, data.validation.x, data.validation.y)
+    return {
+        "train_loss": float(per_node_mean(train_loss, data.train).mean()),
+        "test_accuracy": float(per_node_mean(test_correct, data.test).mean()),
+        "test_accuracy_pooled": float(test_correct.mean()),
+        "validation_accuracy": float(per_node_mean(val_correct, data.validation).mean()),
+    }
+
+
+def default_run_dir(config: Config) -> Path:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-%f")
+    return Path(config.output.dir) / f"{config.run.name}-{stamp}-s{config.run.seed}"
+
+
+def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = False) -> RunResult:
+    """Run ``config`` to completion or to the first budget a node would break; write RUN_DIR."""
+    if config.run.mode != "sim":
+        raise ConfigError("run.mode", f"{config.run.mode!r} is not available; use sim")
+    wall_start = time.monotonic()
+    data = load_data(config)
+    model = build_model(config.model.kind, data.dim, data.n_classes, bias=config.model.bias,
+                        hidden=config.model.hidden)
+    alg = build_algorithm(config, model, data)
+    budgets = Budgets(epsilon=config.budget.epsilon, delta=config.privacy.delta,
+                      accountant=config.privacy.accountant, cost_units=config.budget.cost_units,
+                      bytes=config.budget.bytes, energy_j=config.budget.energy_j)
+    node_ids = list(range(data.num_nodes))
+    ledgers = [NodeLedger(node) for node in node_ids]
+
+    run = RunDirectory(out_dir or default_run_dir(config))
+    run.write_config(to_toml(config))
+    ledger_file = LedgerWriter(run.ledger_path)
+    progress = Progress(alg.rounds, enabled=not quiet)
+    params = model.init(stream(config.run.seed, GLOBAL, -1, Purpose.INIT))
+    status, stopped, metrics = "completed", None, evaluate(model, params, data)
+    rounds_done = 0
+    try:
+        for r in range(alg.rounds):
+            stopped = _first_exceeded(budgets, ledgers, alg, r)
+            if stopped is not None:
+                status = "stopped_budget"
+                break
+            out = alg.node_step(params, data.train, node_ids, r, config.run.seed)
+            for ledger, events in zip(ledgers, out.events):
+                ledger.extend(events)
+                ledger_file.write(events)
+            params = alg.combine(out.params)
+            rounds_done = r + 1
+            metrics = evaluate(model, params, data)
+            eps = max(account(budgets.accountant, led.privacy, budgets.delta) for led in ledgers)
+            run.append_metrics({
+                "round": rounds_done, "local_steps": rounds_done * alg.tau, **metrics,
+                "cost_units": max(led.totals.cost_units for led in ledgers), "epsilon": eps,
+                "bytes_total": max(led.totals.bytes_total for led in ledgers),
+                "wall_s": round(time.monotonic() - wall_start, 4),
+            })
+            progress.update(rounds_done, metrics["train_loss"], eps)
+    except BaseException:
+        status = "failed"
+        raise
+    finally:
+        progress.close()
+        ledger_file.close()
+        summary = _summary(config, alg, budgets, ledgers, status, stopped, rounds_done, metrics,
+                           time.monotonic() - wall_start, run.path)
+        run.write_summary(summary)
+        run.close()
+    np.save(run.path / "final_params.npy", params)
+    if config.output.figures:
+        from testbed.plots import draw_figures
+
+        draw_figures(run.path)
+    return RunResult(run.path, summary)
+
+
+def _first_exceeded(budgets: Budgets, ledgers: list[NodeLedger], alg: DpPasgd, r: int) -> Exceeded | None:
+    for ledger in ledgers:
+        exceeded = budgets.would_exceed(ledger, alg.planned_events(ledger.node, r))
+        if exceeded is not None:
+            return exceeded
+    return None
+
+
+def _summary(config: Config, alg: DpPasgd, budgets: Budgets, ledgers: list[NodeLedger], status: str,
+             stopped: Exceeded | None, rounds_done: int, metrics: dict[str, float], wall_s: float,
+             run_dir: Path) -> dict[str, Any]:
+    tight = config.privacy.tight_accountant
+    nodes = {}
+    for led in ledgers:
+        t = led.totals
+        nodes[str(led.node)] = {
+            "epsilon": account(budgets.accountant, led.privacy, budgets.delta),
+            "epsilon_tight": None if tight == "none" else account(tight, led.privacy, budgets.delta),
+            "delta": budgets.delta, "cost_units": t.cost_units, "local_steps": t.local_steps,
+            "rounds": t.rounds, "bytes_up": t.bytes_up, "bytes_down": t.bytes_down,
+            "energy_j": t.energy_j, "compute_s": t.compute_s,
+        }
+    return {
+        "algorithm": config.run.algorithm,
+        "mode": config.run.mode,
+        "seed": config.run.seed,
+        "status": status,
+        "rounds": rounds_done,
+        "final": {k: metrics[k] for k in ("test_accuracy", "train_loss", "test_accuracy_pooled", "validation_accuracy")},
+        "nodes": nodes,
+        "budgets": {"epsilon": budgets.epsilon, "delta": budgets.delta, "accountant": budgets.accountant,
+                    "cost_units": budgets.cost_units, "bytes": budgets.bytes, "energy_j": budgets.energy_j},
+        "stopped": None if stopped is None else {"node": stopped.node, "budget": stopped.budget,
+                                                  "would_be": stopped.would_be, "limit": stopped.limit},
+        "privacy": {"sigma": alg.sigma, "sensitivity": alg.sensitivity, "lipschitz": alg.lipschitz,
+                    "calibration": alg.calibration, "epsilon_target": config.dp_pasgd.epsilon,
+                    "accountant": budgets.accountant, "tight_accountant": tight,
+                    "sampling": alg.sampling},
+        "name": config.run.name,
+        "dataset": config.data.dataset,
+        "model": config.model.kind,
+        "steps_planned": alg.steps,
+        "tau": alg.tau,
+        "wall_s": wall_s,
+        "run_dir": str(run_dir),
+    }

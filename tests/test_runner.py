@@ -1,0 +1,117 @@
+"""End-to-end sim runs: budgets at the boundary, determinism, the run directory's contract."""
+
+import csv
+import json
+
+import numpy as np
+import pytest
+
+from testbed.config import load_config_text, replace
+from testbed.ledger import read_ledger
+from testbed.privacy.zcdp import dp_pasgd_epsilon
+from testbed.results import SUMMARY_KEYS
+from testbed.runner import run_experiment
+
+
+def _run(text, tmp_path, name="run", **sections):
+    config = load_config_text(text)
+    if sections:
+        config = replace(config, **sections)
+    return run_experiment(config, out_dir=tmp_path / name, quiet=True)
+
+
+@pytest.mark.parametrize("steps,status,rounds", [(90, "completed", 9), (100, "stopped_budget", 9)])
+def test_cost_budget_at_the_boundary(small_config_text, tmp_path, steps, status, rounds):
+    """K = 90 fits C_th = 1000 at τ = 10 (cost 990); K = 100 does not (1100): 9 rounds, then stop."""
+    result = _run(small_config_text, tmp_path, dp_pasgd={"steps": steps, "tau": 10},
+                  budget={"cost_units": 1000.0})
+    s = result.summary
+    assert (s["status"], s["rounds"]) == (status, rounds)
+    assert all(n["cost_units"] == pytest.approx(990.0) for n in s["nodes"].values())
+    if status == "stopped_budget":
+        assert s["stopped"]["budget"] == "cost_units" and s["stopped"]["node"] == 0
+        assert s["stopped"]["would_be"] == pytest.approx(1100.0)
+
+
+def test_privacy_budget_is_never_overspent(small_config_text, tmp_path):
+    budget = dp_pasgd_epsilon(12, 1.0, 8, 1.0, 1e-4) + 1e-3  # room for 12 of 20 steps: 2 rounds of 5
+    s = _run(small_config_text, tmp_path, budget={"epsilon": budget}).summary
+    assert s["status"] == "stopped_budget" and s["stopped"]["budget"] == "epsilon"
+    assert s["rounds"] == 2
+    for node in s["nodes"].values():
+        assert node["epsilon"] <= budget
+        assert node["epsilon"] == pytest.approx(dp_pasgd_epsilon(10, 1.0, 8, 1.0, 1e-4), abs=1e-12)
+
+
+def test_same_seed_same_results(small_config_text, tmp_path):
+    a = _run(small_config_text, tmp_path, "a")
+    b = _run(small_config_text, tmp_path, "b")
+    c = _run(small_config_text, tmp_path, "c", run={"seed": 2})
+    pa, pb, pc = (np.load(r.run_dir / "final_params.npy") for r in (a, b, c))
+    np.testing.assert_array_equal(pa, pb)
+    assert not np.allclose(pa, pc)
+    strip = lambda rows: [{k: v for k, v in r.items() if k != "wall_s"} for r in rows]
+    rows = [strip(csv.DictReader(open(r.run_dir / "metrics.csv"))) for r in (a, b)]
+    assert rows[0] == rows[1]
+    ledgers = [[e for e in read_ledger(r.run_dir / "ledger.csv") if e.kind != "compute"] for r in (a, b)]
+    assert ledgers[0] == ledgers[1]
+
+
+def test_run_directory_contract(small_config_text, tmp_path):
+    result = _run(small_config_text, tmp_path, output={"figures": True})
+    d = result.run_dir
+    summary = json.loads((d / "summary.json").read_text())
+    assert set(SUMMARY_KEYS) <= set(summary)
+    assert summary["status"] == "completed" and summary["rounds"] == 4
+    assert set(summary["final"]) >= {"test_accuracy", "train_loss"}
+    node = summary["nodes"]["0"]
+    assert set(node) >= {"epsilon", "delta", "cost_units", "local_steps", "rounds", "bytes_up", "bytes_down",
+                         "energy_j", "compute_s"}
+    assert node["local_steps"] == 20 and node["rounds"] == 4
+    assert node["cost_units"] == pytest.approx(4 * 100 + 20 * 1)
+    assert node["epsilon"] == pytest.approx(dp_pasgd_epsilon(20, 1.0, 8, 1.0, 1e-4), abs=1e-12)
+    assert 0 < node["epsilon_tight"] < node["epsilon"]
+    metrics = list(csv.DictReader(open(d / "metrics.csv")))
+    assert [int(r["round"]) for r in metrics] == [1, 2, 3, 4]
+    events = list(read_ledger(d / "ledger.csv"))
+    assert sum(e.local_steps for e in events if e.kind == "compute" and e.node == 0) == 20
+    assert sum(e.bytes_up for e in events if e.kind == "communication" and e.node == 0) == node["bytes_up"]
+    assert {p.name for p in (d / "figures").iterdir()} == {"progress.png", "cost.png", "epsilon.png"}
+    assert load_config_text((d / "config.toml").read_text()) == load_config_text(
+        (d / "config.toml").read_text())  # the resolved config reads back
+
+
+def test_learning_happens(small_config_text, tmp_path):
+    s = _run(small_config_text, tmp_path, dp_pasgd={"sigma": 0.0, "steps": 100, "tau": 5},
+             data={"samples_per_node": 400}).summary
+    assert s["final"]["test_accuracy"] > 0.75
+
+
+def test_paper_literal_calibration_reports_what_it_really_spends(small_config_text, tmp_path):
+    """Eq. (23) as printed: target ε = 1 for K=100, G=1, X=32 gives about 76.6."""
+    text = small_config_text.replace("sigma = 1.0", 'epsilon = 1.0\ncalibration = "paper_literal"')
+    s = _run(text, tmp_path, dp_pasgd={"steps": 100, "tau": 10, "batch": 32},
+             data={"samples_per_node": 100}).summary
+    assert s["privacy"]["sigma"] == pytest.approx(0.0709352, abs=1e-7)
+    assert s["nodes"]["0"]["epsilon"] == pytest.approx(76.63, abs=0.01)
+
+
+def test_killed_run_leaves_readable_files(small_config_text, tmp_path, monkeypatch):
+    from testbed import runner
+
+    calls = {"n": 0}
+    real = runner.evaluate
+
+    def dying(*args):
+        calls["n"] += 1
+        if calls["n"] == 3:  # the initial evaluation, round 1, then die in round 2
+            raise RuntimeError("power cut")
+        return real(*args)
+
+    monkeypatch.setattr(runner, "evaluate", dying)
+    with pytest.raises(RuntimeError):
+        _run(small_config_text, tmp_path)
+    d = tmp_path / "run"
+    assert json.loads((d / "summary.json").read_text())["status"] == "failed"
+    assert len(list(csv.DictReader(open(d / "metrics.csv")))) == 1
+    assert {e.round for e in read_ledger(d / "ledger.csv")} == {0, 1}
