@@ -14,11 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from testbed.algorithms.dp_pasgd import DpPasgd
+from testbed.algorithms import Algorithm, from_config
 from testbed.budgets import Budgets, Exceeded
 from testbed.config import Config, to_toml
 from testbed.data.federated import FederatedData, Split
-from testbed.errors import ConfigError, DataError
+from testbed.errors import ConfigError
 from testbed.ledger import LedgerWriter, NodeLedger
 from testbed.models import Model, build_model
 from testbed.privacy.accountants import epsilon as account
@@ -49,20 +49,6 @@ def load_data(config: Config) -> FederatedData:
     else:
         options = {}
     return load_dataset(d.dataset, seed=config.run.seed, path=d.path, **options)
-
-
-def build_algorithm(config: Config, model: Model, data: FederatedData) -> DpPasgd:
-    a = config.dp_pasgd
-    smallest = int(data.train.sizes.min())
-    if a.batch > smallest:
-        node = int(data.train.sizes.argmin())
-        raise ConfigError("dp_pasgd.batch", f"{a.batch} is larger than node {node}'s {smallest} training samples")
-    return DpPasgd(
-        model, steps=a.steps, tau=a.tau, batch=a.batch, lr=a.lr, delta=config.privacy.delta,
-        train_sizes=data.train.sizes, sigma=a.sigma, epsilon=a.epsilon, calibration=a.calibration,
-        lipschitz=a.lipschitz, clip_norm=a.lipschitz if a.clip else None, sampling=a.sampling,
-        c1=a.c1, c2=a.c2,
-    )
 
 
 def per_node_mean(values: np.ndarray, split: Split) -> np.ndarray:
@@ -98,7 +84,7 @@ def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = Fa
     data = load_data(config)
     model = build_model(config.model.kind, data.dim, data.n_classes, bias=config.model.bias,
                         hidden=config.model.hidden)
-    alg = build_algorithm(config, model, data)
+    alg = from_config(config, model, data)
     budgets = Budgets(epsilon=config.budget.epsilon, delta=config.privacy.delta,
                       accountant=config.privacy.accountant, cost_units=config.budget.cost_units,
                       bytes=config.budget.bytes, energy_j=config.budget.energy_j)
@@ -109,8 +95,8 @@ def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = Fa
     run.write_config(to_toml(config))
     ledger_file = LedgerWriter(run.ledger_path)
     progress = Progress(alg.rounds, enabled=not quiet)
-    params = model.init(stream(config.run.seed, GLOBAL, -1, Purpose.INIT))
-    status, stopped, metrics = "completed", None, evaluate(model, params, data)
+    state = alg.init_state(model.init(stream(config.run.seed, GLOBAL, -1, Purpose.INIT)))
+    status, stopped, metrics = "completed", None, evaluate(model, alg.eval_params(state), data)
     rounds_done = 0
     try:
         for r in range(alg.rounds):
@@ -118,16 +104,16 @@ def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = Fa
             if stopped is not None:
                 status = "stopped_budget"
                 break
-            out = alg.node_step(params, data.train, node_ids, r, config.run.seed)
+            out = alg.node_step(state, data.train, node_ids, r, config.run.seed)
             for ledger, events in zip(ledgers, out.events):
                 ledger.extend(events)
                 ledger_file.write(events)
-            params = alg.combine(out.params)
+            state = alg.combine(out, state)
             rounds_done = r + 1
-            metrics = evaluate(model, params, data)
+            metrics = evaluate(model, alg.eval_params(state), data)
             eps = max(account(budgets.accountant, led.privacy, budgets.delta) for led in ledgers)
             run.append_metrics({
-                "round": rounds_done, "local_steps": rounds_done * alg.tau, **metrics,
+                "round": rounds_done, "local_steps": ledgers[0].totals.local_steps, **metrics,
                 "cost_units": max(led.totals.cost_units for led in ledgers), "epsilon": eps,
                 "bytes_total": max(led.totals.bytes_total for led in ledgers),
                 "wall_s": round(time.monotonic() - wall_start, 4),
@@ -143,7 +129,7 @@ def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = Fa
                            time.monotonic() - wall_start, run.path)
         run.write_summary(summary)
         run.close()
-    np.save(run.path / "final_params.npy", params)
+    np.save(run.path / "final_params.npy", alg.eval_params(state))
     if config.output.figures:
         from testbed.plots import draw_figures
 
@@ -151,7 +137,7 @@ def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = Fa
     return RunResult(run.path, summary)
 
 
-def _first_exceeded(budgets: Budgets, ledgers: list[NodeLedger], alg: DpPasgd, r: int) -> Exceeded | None:
+def _first_exceeded(budgets: Budgets, ledgers: list[NodeLedger], alg: Algorithm, r: int) -> Exceeded | None:
     for ledger in ledgers:
         exceeded = budgets.would_exceed(ledger, alg.planned_events(ledger.node, r))
         if exceeded is not None:
@@ -159,7 +145,7 @@ def _first_exceeded(budgets: Budgets, ledgers: list[NodeLedger], alg: DpPasgd, r
     return None
 
 
-def _summary(config: Config, alg: DpPasgd, budgets: Budgets, ledgers: list[NodeLedger], status: str,
+def _summary(config: Config, alg: Algorithm, budgets: Budgets, ledgers: list[NodeLedger], status: str,
              stopped: Exceeded | None, rounds_done: int, metrics: dict[str, float], wall_s: float,
              run_dir: Path) -> dict[str, Any]:
     tight = config.privacy.tight_accountant
@@ -185,15 +171,12 @@ def _summary(config: Config, alg: DpPasgd, budgets: Budgets, ledgers: list[NodeL
                     "cost_units": budgets.cost_units, "bytes": budgets.bytes, "energy_j": budgets.energy_j},
         "stopped": None if stopped is None else {"node": stopped.node, "budget": stopped.budget,
                                                   "would_be": stopped.would_be, "limit": stopped.limit},
-        "privacy": {"sigma": alg.sigma, "sensitivity": alg.sensitivity, "lipschitz": alg.lipschitz,
-                    "calibration": alg.calibration, "epsilon_target": config.dp_pasgd.epsilon,
-                    "accountant": budgets.accountant, "tight_accountant": tight,
-                    "sampling": alg.sampling},
+        "privacy": {"accountant": budgets.accountant, "tight_accountant": tight,
+                    "epsilon_target": getattr(config, config.run.algorithm).epsilon},
+        "algorithm_settings": alg.describe(),
         "name": config.run.name,
         "dataset": config.data.dataset,
         "model": config.model.kind,
-        "steps_planned": alg.steps,
-        "tau": alg.tau,
         "wall_s": wall_s,
         "run_dir": str(run_dir),
     }

@@ -56,7 +56,7 @@ def test_run_with_seed_and_set(capsys, small_config_file, tmp_path):
                  "--out", str(tmp_path / "r"), "--quiet"])
     assert code == 0
     s = json.loads((tmp_path / "r" / "summary.json").read_text())
-    assert s["seed"] == 7 and s["tau"] == 4 and s["rounds"] == 5
+    assert s["seed"] == 7 and s["algorithm_settings"]["tau"] == 4 and s["rounds"] == 5
 
 
 def test_summary_table_and_progress(capsys, small_config_file, tmp_path):

@@ -92,7 +92,7 @@ def test_paper_literal_calibration_reports_what_it_really_spends(small_config_te
     text = small_config_text.replace("sigma = 1.0", 'epsilon = 1.0\ncalibration = "paper_literal"')
     s = _run(text, tmp_path, dp_pasgd={"steps": 100, "tau": 10, "batch": 32},
              data={"samples_per_node": 100}).summary
-    assert s["privacy"]["sigma"] == pytest.approx(0.0709352, abs=1e-7)
+    assert s["algorithm_settings"]["sigma"] == pytest.approx(0.0709352, abs=1e-7)
     assert s["nodes"]["0"]["epsilon"] == pytest.approx(76.63, abs=0.01)
 
 

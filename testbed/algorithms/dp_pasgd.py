@@ -10,37 +10,29 @@ Example::
     >>> data = make_logistic(num_nodes=4, samples_per_node=100, dim=5, seed=0)
     >>> alg = DpPasgd(LogisticRegression(5, 2), steps=20, tau=5, batch=8, lr=0.5, sigma=1.0,
     ...               delta=1e-4, train_sizes=data.train.sizes)
-    >>> out = alg.node_step(alg.model.init(None), data.train, node_ids=[0, 1, 2, 3], round_index=0, seed=1)
-    >>> out.params.shape, alg.combine(out.params).shape
+    >>> state = alg.init_state(alg.model.init(None))
+    >>> out = alg.node_step(state, data.train, node_ids=[0, 1, 2, 3], round_index=0, seed=1)
+    >>> out.params.shape, alg.combine(out, state).shape
     ((4, 12), (12,))
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
-from testbed.data.federated import Split
+from testbed.algorithms import NodeOutput
+from testbed.data.federated import FederatedData, Split
+from testbed.errors import ConfigError
 from testbed.ledger import CommunicationEvent, ComputeEvent, Event, GaussianEvent
 from testbed.models import Model
 from testbed.privacy import zcdp
 from testbed.rng import Purpose, stream
 
-
-@dataclass(frozen=True)
-class NodeOutput:
-    """What the nodes of one node step send, and what it cost them.
-
-    Attributes:
-        params: (M, P) float64, each node's local model w_m after τ steps (what it uploads).
-        events: per node, the ledger events of this round (compute, privacy, communication).
-    """
-
-    params: np.ndarray
-    events: list[list[Event]]
+if TYPE_CHECKING:
+    from testbed.config import Config
 
 
 class DpPasgd:
@@ -126,6 +118,19 @@ class DpPasgd:
         return GaussianEvent(node, round_index, self.sigma, self.sensitivity, self.tau,
                              adjacency="replace_one", sampling="without_replacement", sampling_rate=rate)
 
+    def init_state(self, params0: np.ndarray) -> np.ndarray:
+        """The state is the global model θ, shape (P,); every node starts from θ⁰."""
+        return params0
+
+    def eval_params(self, state: np.ndarray) -> np.ndarray:
+        return state
+
+    def describe(self) -> dict[str, Any]:
+        """What the summary reports of this algorithm's privacy set-up."""
+        return {"sigma": self.sigma, "sensitivity": self.sensitivity, "lipschitz": self.lipschitz,
+                "calibration": self.calibration, "sampling": self.sampling, "steps_planned": self.steps,
+                "tau": self.tau, "batch": self.batch, "lr": self.lr}
+
     def node_step(
         self,
         global_params: np.ndarray,
@@ -195,6 +200,22 @@ class DpPasgd:
         return idx + offsets, weights
 
     @staticmethod
-    def combine(local_params: np.ndarray) -> np.ndarray:
-        """Eq. (7b): θ = (1/M) Σ_m w_m, equal weights whatever N_m (eq. 4). (M, P) → (P,)."""
-        return local_params.mean(axis=0)
+    def combine(output: NodeOutput, state: np.ndarray | None = None) -> np.ndarray:
+        """Eq. (7b): θ = (1/M) Σ_m w_m over the nodes that answered, equal weights whatever N_m
+        (eq. 4). (M, P) → (P,)."""
+        return output.params.mean(axis=0)
+
+
+def from_config(config: "Config", model: Model, data: FederatedData) -> DpPasgd:
+    """DP-PASGD as the ``[dp_pasgd]`` and ``[privacy]`` sections of ``config`` say."""
+    a = config.dp_pasgd
+    smallest = int(data.train.sizes.min())
+    if a.batch > smallest:
+        node = int(data.train.sizes.argmin())
+        raise ConfigError("dp_pasgd.batch", f"{a.batch} is larger than node {node}'s {smallest} training samples")
+    return DpPasgd(
+        model, steps=a.steps, tau=a.tau, batch=a.batch, lr=a.lr, delta=config.privacy.delta,
+        train_sizes=data.train.sizes, sigma=a.sigma, epsilon=a.epsilon, calibration=a.calibration,
+        lipschitz=a.lipschitz, clip_norm=a.lipschitz if a.clip else None, sampling=a.sampling,
+        c1=a.c1, c2=a.c2,
+    )

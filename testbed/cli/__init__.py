@@ -1,0 +1,31 @@
+"""The `testbed` command line. User errors print one line and exit 2; no traceback for them.
+
+Each command lives in its own module here with a ``register(subparsers)`` function; COMMANDS lists
+them in the order `testbed --help` shows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from testbed.errors import UserError
+
+COMMANDS = ("run", "report", "privacy")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="testbed", description="Private federated learning on wireless IoT, hardware in the loop.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in COMMANDS:
+        importlib.import_module(f"testbed.cli.{name}").register(sub)
+    args = parser.parse_args(argv)
+    try:
+        return args.handler(args)
+    except UserError as exc:
+        print(f"testbed: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("testbed: interrupted", file=sys.stderr)
+        return 130

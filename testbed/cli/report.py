@@ -1,0 +1,27 @@
+"""`testbed report RUN_DIR`: redraw a run's figures from its files and print its summary."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from testbed.errors import UserError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    report = sub.add_parser("report", help="redraw a run's figures and print its summary")
+    report.add_argument("run_dir", type=Path)
+    report.set_defaults(handler=_report)
+
+
+def _report(args: argparse.Namespace) -> int:
+    from testbed.cli.run import format_summary
+    from testbed.plots import draw_figures
+    from testbed.results import read_summary
+
+    if not (args.run_dir / "summary.json").exists():
+        raise UserError(f"{args.run_dir} has no summary.json; not a run directory")
+    for path in draw_figures(args.run_dir):
+        print(path)
+    print(format_summary(read_summary(args.run_dir)))
+    return 0

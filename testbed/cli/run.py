@@ -1,0 +1,61 @@
+"""`testbed run FILE`: run an experiment and print its summary table."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    run = sub.add_parser("run", help="run an experiment file")
+    run.add_argument("file", type=Path)
+    run.add_argument("--mode", choices=["sim"], help="where the nodes run (default: run.mode of the file)")
+    run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                     help="override any key, e.g. --set dp_pasgd.tau=5 (repeatable)")
+    run.add_argument("--seed", type=int, help="the run's seed (run.seed)")
+    run.add_argument("--out", type=Path, help="the run directory (default: output.dir/NAME-TIME-sSEED)")
+    run.add_argument("--quiet", action="store_true", help="no progress bar, no summary table")
+    run.set_defaults(handler=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from testbed.config import load_config
+    from testbed.runner import run_experiment
+
+    overrides = list(args.overrides)
+    if args.mode:
+        overrides.append(f"run.mode={args.mode!r}")
+    if args.seed is not None:
+        overrides.append(f"run.seed={args.seed}")
+    config = load_config(args.file, overrides)
+    result = run_experiment(config, out_dir=args.out, quiet=args.quiet)
+    if not args.quiet:
+        print(format_summary(result.summary))
+    return 0
+
+
+def format_summary(summary: dict) -> str:
+    """A short table of a run's outcome for the terminal."""
+    nodes = summary["nodes"].values()
+    eps = [n["epsilon"] for n in nodes]
+    tight = [n["epsilon_tight"] for n in nodes if n["epsilon_tight"] is not None]
+    cost = [n["cost_units"] for n in nodes]
+    stopped = summary.get("stopped")
+    lines = [
+        f"run          {summary['run_dir']}",
+        f"status       {summary['status']}" + (
+            f" ({stopped['budget']} budget of node {stopped['node']}: "
+            f"{stopped['would_be']:.6g} > {stopped['limit']:.6g})" if stopped else ""),
+        f"algorithm    {summary['algorithm']} ({summary['mode']}, seed {summary['seed']}, "
+        f"{summary['rounds']} rounds, {len(eps)} nodes)",
+        f"test acc     {summary['final']['test_accuracy']:.4f}   train loss {summary['final']['train_loss']:.4f}",
+        f"epsilon      {min(eps):.4g} .. {max(eps):.4g} at delta {summary['budgets']['delta']:g} "
+        f"({summary['budgets']['accountant']})" + (f"; tight {max(tight):.4g}" if tight else ""),
+        f"cost units   {max(cost):.6g} per node" + (
+            f" of {summary['budgets']['cost_units']:g}" if summary["budgets"]["cost_units"] else ""),
+    ]
+    target = summary.get("privacy", {}).get("epsilon_target")
+    if target is not None and max(eps) > target * (1 + 1e-9):
+        lines.append(f"WARNING      calibration {summary['algorithm_settings'].get('calibration')} targets "
+                     f"epsilon {target:g} but spends {max(eps):.4g}")
+    return "\n".join(lines)
