@@ -1,0 +1,172 @@
+"""testbed.privacy.dwfl: Theorem IV.1 / eq. (11), calibration, Remark IV.1, composition (dwfl.md §8)."""
+
+import math
+
+import dp_accounting
+import numpy as np
+import pytest
+
+from channel.ota import d2d_superpose
+from channel.power_control import align_power, transmit_real
+from testbed.privacy.dwfl import (
+    alignment_constant,
+    calibrate_sigma2,
+    composed_epsilon,
+    dwfl_composed_epsilon,
+    epsilon_per_receiver,
+    gaussian_factor,
+    noise_multipliers,
+    orthogonal_epsilon,
+    receiver_noise_variance,
+    remark_iv1_bound,
+    round_dp_event,
+    sensitivity,
+    sigma_z2,
+)
+
+# dwfl.md §4.5: N = 10, |h| = [1, 2 x 9], P = 1, σ² = σ_m² = 1, γ = 0.1, g_max = 1, δ = 1e-5, β = 1 − α.
+H = np.array([1.0] + [2.0] * 9)
+P = 1.0
+BETA = 1.0 - 1.0 / H**2
+EX = dict(noise_power_w=1.0, gamma=0.1, g_max=1.0, delta=1e-5)
+
+
+def test_worked_example_constants():
+    assert gaussian_factor(1e-5) == pytest.approx(4.844805, abs=1e-6)
+    assert alignment_constant(H, P) == 1.0
+    np.testing.assert_allclose(receiver_noise_variance(H, P, BETA, 1.0, 1.0), [28.0] + [25.0] * 9)
+
+
+def test_check_6_epsilon_formula():
+    eps = epsilon_per_receiver(H, P, BETA, sigma2=1.0, **EX)
+    assert eps[0] == pytest.approx(0.183116, abs=1e-6)
+    np.testing.assert_allclose(eps[1:], 0.193792, atol=1e-6)
+    orth = orthogonal_epsilon(H, P, BETA, sigma2=1.0, **EX)
+    np.testing.assert_allclose(orth, 0.968961, atol=1e-6)
+    assert sigma_z2(H, P, BETA, 1.0, 1.0) == pytest.approx(3.012346, abs=1e-6)
+    # The consistent orthogonal numerator (α_j |h_j|² P_j = c²) gives 0.2·4.8448/2 for j >= 2.
+    al = align_power(H, P)
+    cons = orthogonal_epsilon(H, P, BETA, 1.0, numerator="consistent", alpha=al.alpha, **EX)
+    assert cons[1] == pytest.approx(0.2 * gaussian_factor(1e-5) / 2.0, rel=1e-12)
+    assert cons[0] == pytest.approx(orth[0])  # weakest sender: α = 1, same as the paper
+
+
+def test_check_7_calibration_round_trip():
+    per_rx = []
+    for i in range(2):  # receiver 1 and a receiver i >= 2 on their own
+        s_i = (3.0 * 9) if i == 0 else (3.0 * 8)
+        per_rx.append(((0.2 * gaussian_factor(1e-5) / 0.5) ** 2 - 1.0) / s_i)
+    assert per_rx[0] == pytest.approx(0.102057, abs=1e-6)
+    assert per_rx[1] == pytest.approx(0.114814, abs=1e-6)
+    s2 = calibrate_sigma2(0.5, H, P, BETA, **EX)
+    assert s2 == pytest.approx(0.114814, abs=1e-6)
+    eps = epsilon_per_receiver(H, P, BETA, s2, **EX)
+    assert eps.max() == pytest.approx(0.5, rel=1e-12)
+    for target in (0.1, 0.25, 0.9):  # at 1.0 channel noise alone suffices (σ² = 0)
+        s2 = calibrate_sigma2(target, H, P, BETA, **EX)
+        assert epsilon_per_receiver(H, P, BETA, s2, **EX).max() == pytest.approx(target, rel=1e-12)
+
+
+def test_calibration_options():
+    # Channel noise ignored (dwfl.md §4.4 option (i)): σ² larger, ε below target.
+    s_all = calibrate_sigma2(0.5, H, P, BETA, **EX)
+    s_art = calibrate_sigma2(0.5, H, P, BETA, count_channel_noise=False, **EX)
+    assert s_art == pytest.approx((0.2 * gaussian_factor(1e-5) / 0.5) ** 2 / 24.0)
+    assert s_art > s_all
+    # Channel noise alone is enough: σ² = 0.
+    assert calibrate_sigma2(1.0, H, P, BETA, **{**EX, "noise_power_w": 100.0}) == 0.0
+    # Equal channels: β = 0 everywhere, no artificial noise possible → inf.
+    assert calibrate_sigma2(0.5, np.ones(5), P, np.zeros(5), **EX) == math.inf
+
+
+def test_check_8_n_scaling():
+    def eps_rx1(n, noise_w):
+        h = np.array([1.0] + [2.0] * (n - 1))
+        return epsilon_per_receiver(h, P, 1 - 1 / h**2, 1.0, **{**EX, "noise_power_w": noise_w})[0]
+
+    assert eps_rx1(10, 0.0) / eps_rx1(30, 0.0) == pytest.approx(math.sqrt(29 / 9), rel=1e-12)
+    assert eps_rx1(10, 0.0) / eps_rx1(30, 0.0) == pytest.approx(1.7951, abs=1e-4)
+    orth = [orthogonal_epsilon(np.array([1.0] + [2.0] * (n - 1)), P, 0.75, 1.0, **EX)[1] for n in (10, 30)]
+    assert orth[0] == pytest.approx(orth[1], rel=1e-15)
+
+
+def test_check_9_sensitivity_with_clipping():
+    gamma, g_max, n, d = 0.1, 1.0, 6, 40
+    rng = np.random.default_rng(0)
+
+    def clip(g):
+        return g * min(1.0, g_max / np.linalg.norm(g))
+
+    h = np.abs(rng.standard_normal(n)) + 0.3
+    al = align_power(h, 2.0)
+    assert sensitivity(gamma, g_max, al.c) == pytest.approx(2 * al.c * gamma * g_max)
+    x_half = rng.standard_normal((n, d))
+    worst = 0.0
+    for _ in range(200):
+        g = np.stack([clip(5 * rng.standard_normal(d)) for _ in range(n)])
+        g_alt = g.copy()
+        g_alt[2] = clip(5 * rng.standard_normal(d))  # replace worker 2's data set
+        outs = []
+        for grads in (g, g_alt):
+            x = x_half - gamma * grads
+            outs.append(d2d_superpose(transmit_real(x, None, al), al.effective_gain(), 0.0, None))
+        for i in range(n):
+            if i != 2:
+                worst = max(worst, np.linalg.norm(outs[0][i] - outs[1][i]))
+    assert worst <= sensitivity(gamma, g_max, al.c) * (1 + 1e-12)
+    assert worst > 0.5 * sensitivity(gamma, g_max, al.c)
+
+
+def test_remark_iv1_bound_erratum():
+    rng = np.random.default_rng(1)
+    for _ in range(50):
+        n = int(rng.integers(3, 30))
+        h = rng.uniform(0.2, 3.0, n)
+        beta = 1 - (np.min(h) / h) ** 2
+        s2, m = rng.uniform(0, 2), rng.uniform(0, 5)
+        eps = epsilon_per_receiver(h, P, beta, s2, m, 0.1, 1.0, 1e-5)
+        bound = remark_iv1_bound(h, P, beta, s2, m, 0.1, 1.0, 1e-5, erratum="corrected")
+        assert np.all(eps <= bound * (1 + 1e-12))
+    # As printed (σ_m² not divided by N−1) the bound fails when channel noise dominates.
+    eps = epsilon_per_receiver(H, P, BETA, 0.0, **EX)
+    paper = remark_iv1_bound(H, P, BETA, 0.0, **EX, erratum="paper")
+    assert np.all(paper < eps)
+    with pytest.raises(ValueError):
+        remark_iv1_bound(H, P, BETA, 0.0, **EX, erratum="other")
+
+
+def test_noise_multiplier_matches_eq11():
+    z = noise_multipliers(H, P, BETA, 1.0, 1.0, 0.1, 1.0)
+    eps = epsilon_per_receiver(H, P, BETA, 1.0, **EX)
+    np.testing.assert_allclose(eps, gaussian_factor(1e-5) / z, rtol=1e-12)
+    assert round_dp_event(z[0]) == dp_accounting.GaussianDpEvent(z[0])
+
+
+def test_composition_with_dp_accounting():
+    z, delta = 3.0, 1e-5
+    exact = dp_accounting.get_epsilon_gaussian(z, delta)
+    assert composed_epsilon(z, delta, rounds=1, accountant="pld") == pytest.approx(exact, rel=2e-3)
+    # T Gaussian rounds of multiplier z compose to one Gaussian of multiplier z / sqrt(T).
+    t = 100
+    exact_t = dp_accounting.get_epsilon_gaussian(z / math.sqrt(t), delta)
+    pld_t = composed_epsilon(z, delta, rounds=t, accountant="pld")
+    rdp_t = composed_epsilon(z, delta, rounds=t, accountant="rdp")
+    assert pld_t == pytest.approx(exact_t, rel=5e-3)
+    assert rdp_t >= pld_t * (1 - 1e-3)
+    assert composed_epsilon([z] * 5, delta, accountant="rdp") == pytest.approx(
+        composed_epsilon(z, delta, rounds=5, accountant="rdp"), rel=1e-9
+    )
+    assert composed_epsilon(z, delta, rounds=0) == 0.0
+    assert composed_epsilon(0.0, delta, rounds=3) == math.inf
+    eps_rounds = [composed_epsilon(z, delta, rounds=r) for r in (1, 10, 100)]
+    assert eps_rounds == sorted(eps_rounds)
+
+
+def test_dwfl_composition_worst_receiver():
+    one = dwfl_composed_epsilon(H, P, BETA, 1.0, 1.0, 0.1, 1.0, 1e-5, rounds=1, accountant="pld")
+    # Tight single-round ε is below the classic eq. (11) value 0.193792 of the worst receiver.
+    assert one < 0.193792
+    z_worst = noise_multipliers(H, P, BETA, 1.0, 1.0, 0.1, 1.0).min()
+    assert one == pytest.approx(dp_accounting.get_epsilon_gaussian(z_worst, 1e-5), rel=2e-3)
+    many = dwfl_composed_epsilon(H, P, BETA, 1.0, 1.0, 0.1, 1.0, 1e-5, rounds=50)
+    assert many > one
