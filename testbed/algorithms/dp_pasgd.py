@@ -19,7 +19,7 @@ Example::
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
@@ -50,7 +50,7 @@ class DpPasgd:
         clip_norm: clip per-sample gradients at this norm (not in the paper; off by default).
         sampling: "uniform" (X distinct samples per step) or "poisson" (rate X/N_m each sample).
         c1, c2: abstract cost per round and per step (eq. 8).
-        train_sizes: (M,) training samples per node, for the sampling rate.
+        train_sizes: training samples of each node, by global node id, for the sampling rate.
     """
 
     def __init__(
@@ -62,7 +62,7 @@ class DpPasgd:
         batch: int,
         lr: float,
         delta: float,
-        train_sizes: Sequence[int],
+        train_sizes: Mapping[int, int] | Sequence[int],
         sigma: float | None = None,
         epsilon: float | None = None,
         calibration: str = "corrected",
@@ -79,7 +79,7 @@ class DpPasgd:
         self.delta, self.sampling, self.c1, self.c2 = delta, sampling, c1, c2
         self.clip_norm = clip_norm
         self.lipschitz = lipschitz if lipschitz is not None else (clip_norm or model.lipschitz_bound)
-        self.train_sizes = np.asarray(train_sizes)
+        self.train_sizes = dict(train_sizes) if isinstance(train_sizes, Mapping) else dict(enumerate(train_sizes))
         if sigma is None and epsilon is None:
             sigma = 0.0
         if sigma is None:
@@ -110,7 +110,7 @@ class DpPasgd:
         return events
 
     def _privacy_event(self, node: int, round_index: int) -> GaussianEvent:
-        rate = min(1.0, self.batch / int(self.train_sizes[node]))
+        rate = min(1.0, self.batch / self.train_sizes[node])
         if self.sampling == "poisson":
             # Normalised by the expected batch X: one record moves the mean by at most G/X.
             return GaussianEvent(node, round_index, self.sigma, self.lipschitz / self.batch, self.tau,
@@ -212,10 +212,12 @@ def from_config(config: "Config", model: Model, data: FederatedData) -> DpPasgd:
     smallest = int(data.train.sizes.min())
     if a.batch > smallest:
         node = int(data.train.sizes.argmin())
-        raise ConfigError("dp_pasgd.batch", f"{a.batch} is larger than node {node}'s {smallest} training samples")
+        raise ConfigError("dp_pasgd.batch",
+                          f"{a.batch} is larger than node {data.node_ids[node]}'s {smallest} training samples")
     return DpPasgd(
         model, steps=a.steps, tau=a.tau, batch=a.batch, lr=a.lr, delta=config.privacy.delta,
-        train_sizes=data.train.sizes, sigma=a.sigma, epsilon=a.epsilon, calibration=a.calibration,
+        train_sizes=dict(zip(data.node_ids, data.train.sizes.tolist())), sigma=a.sigma, epsilon=a.epsilon,
+        calibration=a.calibration,
         lipschitz=a.lipschitz, clip_norm=a.lipschitz if a.clip else None, sampling=a.sampling,
         c1=a.c1, c2=a.c2,
     )

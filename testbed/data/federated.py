@@ -56,6 +56,8 @@ class FederatedData:
         n_classes: number of classes (2 for Adult and Vehicle).
         name: short name of the dataset and partition, e.g. ``"adult-1"``.
         node_names: one label per node (e.g. the education level of Adult-1).
+        node_ids: the global id of each node held here (0..M-1 for a whole federation; a board
+            holds one), which keys its random streams.
     """
 
     train: Split
@@ -64,6 +66,11 @@ class FederatedData:
     n_classes: int
     name: str
     node_names: tuple[str, ...]
+    node_ids: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.node_ids:
+            object.__setattr__(self, "node_ids", tuple(range(len(self.train.offsets) - 1)))
 
     @property
     def num_nodes(self) -> int:
@@ -75,7 +82,7 @@ class FederatedData:
         return int(self.train.x.shape[1])
 
     def select(self, nodes: Sequence[int]) -> "FederatedData":
-        """Only the given nodes' data, e.g. what one board holds in mqtt mode."""
+        """Only the given nodes' data (positions in this set), e.g. what one board holds in mqtt mode."""
         return FederatedData(
             train=self.train.select(nodes),
             test=self.test.select(nodes),
@@ -83,4 +90,5 @@ class FederatedData:
             n_classes=self.n_classes,
             name=self.name,
             node_names=tuple(self.node_names[m] for m in nodes),
+            node_ids=tuple(self.node_ids[m] for m in nodes),
         )

@@ -96,7 +96,8 @@ class SplitWriter:
         names = tuple(node_names) if node_names is not None else tuple(f"node-{m}" for m in self._node_ids)
         splits = [Split(x=self._x[k], y=self._y[k], offsets=self._offsets[k]) for k in range(3)]
         return FederatedData(
-            train=splits[0], test=splits[1], validation=splits[2], n_classes=n_classes, name=name, node_names=names
+            train=splits[0], test=splits[1], validation=splits[2], n_classes=n_classes, name=name, node_names=names,
+            node_ids=tuple(self._node_ids),
         )
 
 
