@@ -1,3 +1,5 @@
+pytest_plugins = ["conftest_mqtt"]
+
 from pathlib import Path
 
 import pytest

@@ -1,0 +1,435 @@
+"""MQTT brokers for runs and tests, on loopback only: an embedded amqtt broker and a Mosquitto
+subprocess, plus broker URLs and a reachability wait.
+
+- `EmbeddedBroker`: amqtt in a background thread with its own asyncio loop; the default when a run
+  configures no broker. Anonymous, MQTT 3.1.1 only (amqtt 0.12 refuses v5 CONNECTs).
+- `MosquittoBroker`: the `mosquitto` binary with a generated config (optional password file, ACL
+  file and TLS) in a temporary directory: per-node credentials and ACLs, as in a deployment.
+
+Both listen on a loopback address only, keep their port across `stop()`/`start()` (so clients can
+reconnect to the same URL after a restart) and are context managers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import ipaddress
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import urllib.parse
+from pathlib import Path
+from typing import Any
+
+from testbed.errors import UserError
+
+_DEFAULT_PORTS = {"mqtt": 1883, "mqtts": 8883}
+
+
+@dataclasses.dataclass(frozen=True)
+class BrokerUrl:
+    """A parsed broker URL `mqtt[s]://[user[:password]@]host[:port]`."""
+
+    host: str
+    port: int
+    tls: bool
+    username: str | None = None
+    password: str | None = None
+
+    def __str__(self) -> str:
+        """The URL without credentials (safe to log)."""
+        return _url("mqtts" if self.tls else "mqtt", self.host, self.port)
+
+
+def parse_broker_url(url: str) -> BrokerUrl:
+    """Parse `mqtt://` (plain TCP, default port 1883) or `mqtts://` (TLS, default port 8883) URLs.
+
+    Raises:
+        UserError: other schemes, no host, a bad port, or a path/query part.
+    """
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in _DEFAULT_PORTS:
+        raise UserError(f"broker url {url!r}: scheme must be mqtt:// or mqtts://")
+    try:
+        port = parts.port or _DEFAULT_PORTS[parts.scheme]
+    except ValueError:
+        raise UserError(f"broker url {url!r}: bad port") from None
+    if not parts.hostname:
+        raise UserError(f"broker url {url!r}: no host")
+    if parts.path not in ("", "/") or parts.query or parts.fragment:
+        raise UserError(f"broker url {url!r}: unexpected path or query")
+    unquote = urllib.parse.unquote
+    return BrokerUrl(host=parts.hostname, port=port, tls=parts.scheme == "mqtts",
+                     username=unquote(parts.username) if parts.username is not None else None,
+                     password=unquote(parts.password) if parts.password is not None else None)
+
+
+def _family(host: str) -> socket.AddressFamily:
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
+
+
+def _url(scheme: str, host: str, port: int) -> str:
+    return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port on `host` that is free right now (the OS picks it; another process may still
+    take it before the caller binds, which brokers here detect and retry)."""
+    with socket.socket(_family(host), socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _accepts(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def wait_for_broker(url: str, timeout_s: float = 10.0) -> None:
+    """Block until the broker at `url` accepts TCP connections.
+
+    Raises:
+        UserError: not reachable within `timeout_s` seconds.
+    """
+    parsed = parse_broker_url(url)
+    deadline = time.monotonic() + timeout_s
+    while not _accepts(parsed.host, parsed.port):
+        if time.monotonic() > deadline:
+            raise UserError(f"broker {parsed} not reachable within {timeout_s:g} s")
+        time.sleep(0.05)
+
+
+def _loopback(host: str) -> str:
+    # These brokers serve tests and emulated runs on this machine (the embedded one without any
+    # authentication); a broker for boards on a network is deployed outside the testbed.
+    try:
+        ok = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        ok = False
+    if not ok:
+        raise UserError(f"broker host {host!r}: only loopback addresses (127.0.0.0/8, ::1) are allowed")
+    return host
+
+
+class EmbeddedBroker:
+    """An amqtt broker in a background thread.
+
+    Args:
+        host: loopback address to listen on.
+        port: TCP port; 0 picks a free one at the first `start()` and keeps it for restarts.
+
+    amqtt 0.12 speaks MQTT 3.1.1 only, has no message size limit beyond MQTT's 256 MB packet cap,
+    and runs anonymous here (use `MosquittoBroker` for per-node credentials and ACLs).
+
+    We own the listening socket and hand each connection to amqtt as an "external" listener:
+    amqtt's own shutdown can hang when it races with in-flight deliveries, so `stop()` first
+    aborts every connection itself (clients see the drop at once) and bounds amqtt's shutdown.
+    """
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, start_timeout_s: float = 10.0):
+        self.host = _loopback(host)
+        self.port = port
+        self._start_timeout_s = start_timeout_s
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._broker: Any = None
+        self._server: asyncio.Server | None = None
+        self._transports: set[asyncio.BaseTransport] = set()
+
+    @property
+    def url(self) -> str:
+        """`mqtt://host:port` (valid once started)."""
+        return _url("mqtt", self.host, self.port)
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None
+
+    def _config(self) -> dict[str, Any]:
+        return {
+            "listeners": {"default": {"type": "external", "bind": f"{self.host}:{self.port}"}},
+            # Only the auth plugin: amqtt refuses every client without one, and the default
+            # $SYS and packet-logging plugins would add traffic and log noise.
+            "plugins": {"amqtt.plugins.authentication.AnonymousAuthPlugin": {"allow_anonymous": True}},
+        }
+
+    async def _serve(self) -> None:
+        from amqtt.adapters import StreamReaderAdapter, StreamWriterAdapter
+        from amqtt.broker import Broker  # lazy: nodes import this module without amqtt installed
+
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            try:
+                await self._broker.external_connected(StreamReaderAdapter(reader), StreamWriterAdapter(writer),
+                                                      "default")
+            finally:
+                writer.transport.abort()
+
+        # Bind before starting amqtt, so a taken port fails before amqtt has tasks to clean up.
+        sock = socket.socket(_family(self.host))
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((self.host, self.port))
+            self._broker = Broker(self._config())
+            await self._broker.start()
+            self._server = await asyncio.get_running_loop().create_server(
+                lambda: _TrackedProtocol(asyncio.StreamReader(), handle, self._transports), sock=sock)
+        except BaseException:
+            sock.close()
+            raise
+
+    async def _shutdown(self, timeout_s: float) -> None:
+        assert self._server is not None
+        loop = asyncio.get_running_loop()
+        # Stop accepting, then let connections already accepted get their transport (first turn)
+        # and protocol (second turn) before closing the server: on Python 3.11 a connection whose
+        # transport is made after Server.close() fails an assertion and leaks its socket.
+        for sock in self._server.sockets:
+            loop.remove_reader(sock.fileno())
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        self._server.close()
+        for transport in list(self._transports):
+            transport.abort()
+        try:
+            await asyncio.wait_for(self._broker.shutdown(), timeout_s)
+        except asyncio.TimeoutError:
+            pass  # the amqtt race above; the connections are closed already, tasks get cancelled
+        await self._server.wait_closed()
+
+    def start(self) -> EmbeddedBroker:
+        """Start listening; returns when the broker accepts connections. No-op if running."""
+        if self.running:
+            return self
+        if not self.port:
+            self.port = free_port(self.host)
+        loop = asyncio.new_event_loop()
+        outcome: list[BaseException | None] = []
+        ready = threading.Event()
+
+        def run() -> None:
+            asyncio.set_event_loop(loop)
+            try:
+                loop.run_until_complete(self._serve())
+                outcome.append(None)
+            except Exception as exc:  # handed to the starting thread
+                outcome.append(exc)
+            ready.set()
+            if outcome[0] is None:
+                loop.run_forever()
+            _close_loop(loop)
+
+        thread = threading.Thread(target=run, name=f"amqtt-broker-{self.port}", daemon=True)
+        thread.start()
+        if not ready.wait(self._start_timeout_s):
+            with contextlib.suppress(RuntimeError):  # the loop closed in between: nothing to stop
+                loop.call_soon_threadsafe(loop.stop)
+            thread.join(self._start_timeout_s)
+            raise UserError(f"embedded broker on {self.url} did not start within {self._start_timeout_s:g} s")
+        if outcome[0] is not None:
+            thread.join(self._start_timeout_s)
+            raise UserError(f"embedded broker on {self.url} did not start: {outcome[0]}")
+        self._loop, self._thread = loop, thread
+        return self
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Close every connection, shut amqtt down, join the thread."""
+        if not self.running:
+            return
+        loop, thread = self._loop, self._thread
+        assert loop is not None and thread is not None
+        try:
+            asyncio.run_coroutine_threadsafe(self._shutdown(timeout_s), loop).result(timeout_s + 5)
+        finally:
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(timeout_s)
+            self._loop = self._thread = self._broker = self._server = None
+
+    def __enter__(self) -> EmbeddedBroker:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class _TrackedProtocol(asyncio.StreamReaderProtocol):
+    """A stream protocol that records its transport from the moment of accept, so that `stop()`
+    can close connections whose handler task has not even started yet."""
+
+    def __init__(self, reader: asyncio.StreamReader, handle: Any, transports: set[asyncio.BaseTransport]):
+        super().__init__(reader, handle)
+        self._registry = transports
+        self._own: asyncio.BaseTransport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._own = transport
+        self._registry.add(transport)
+        super().connection_made(transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._registry.discard(self._own)  # type: ignore[arg-type]
+        super().connection_lost(exc)
+
+
+def _close_loop(loop: asyncio.AbstractEventLoop) -> None:
+    # Cancel what amqtt left running (client handlers, timers): no "task destroyed" warnings.
+    pending = asyncio.all_tasks(loop)
+    for task in pending:
+        task.cancel()
+    loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+    # One more turn: an aborted transport closes its socket in a callback scheduled for the next.
+    loop.run_until_complete(asyncio.sleep(0))
+    loop.close()
+
+
+@dataclasses.dataclass(frozen=True)
+class TlsFiles:
+    """PEM files for a TLS listener: the CA that signed the server certificate, the certificate and
+    its private key."""
+
+    cafile: Path
+    certfile: Path
+    keyfile: Path
+
+
+class MosquittoBroker:
+    """A `mosquitto` subprocess listening on loopback, configured from a generated file.
+
+    Args:
+        port: TCP port; 0 picks a free one at the first `start()` and keeps it for restarts.
+        acl_file: Mosquitto ACL file (see `testbed.mqtt.acl`), or None for no topic restrictions.
+        password_file: Mosquitto password file; when given, anonymous clients are refused.
+        tls: serve TLS (URL scheme mqtts://) with these files instead of plain TCP.
+        binary: the executable to run.
+    """
+
+    def __init__(self, port: int = 0, *, acl_file: str | Path | None = None,
+                 password_file: str | Path | None = None, tls: TlsFiles | None = None,
+                 host: str = "127.0.0.1", binary: str = "mosquitto", start_timeout_s: float = 10.0):
+        self.host = _loopback(host)
+        self.port = port
+        self.acl_file = Path(acl_file).resolve() if acl_file else None
+        self.password_file = Path(password_file).resolve() if password_file else None
+        self.tls = tls
+        self.binary = binary
+        self._start_timeout_s = start_timeout_s
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._dir: Path | None = None
+
+    @property
+    def url(self) -> str:
+        """`mqtt://host:port`, or `mqtts://` with TLS (valid once started)."""
+        return _url("mqtts" if self.tls else "mqtt", self.host, self.port)
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    @property
+    def log_path(self) -> Path | None:
+        """Mosquitto's log (connections, denied publishes...) while running."""
+        return self._dir / "mosquitto.log" if self._dir else None
+
+    def _config(self) -> str:
+        lines = [
+            "# generated by testbed.mqtt.broker",
+            "per_listener_settings false",
+            # Run as ourselves: as root mosquitto would switch to user 'mosquitto', who cannot
+            # read our temporary files.
+            f"user {pwd.getpwuid(os.geteuid()).pw_name}",
+            "persistence false",
+            "log_dest stderr",
+            *(f"log_type {t}" for t in ("error", "warning", "notice", "information")),
+            f"allow_anonymous {'false' if self.password_file else 'true'}",
+        ]
+        if self.password_file:
+            lines.append(f"password_file {self.password_file}")
+        if self.acl_file:
+            lines.append(f"acl_file {self.acl_file}")
+        lines.append(f"listener {self.port} {self.host}")
+        if self.tls:
+            lines += [f"cafile {Path(self.tls.cafile).resolve()}",
+                      f"certfile {Path(self.tls.certfile).resolve()}",
+                      f"keyfile {Path(self.tls.keyfile).resolve()}"]
+        return "\n".join(lines) + "\n"
+
+    def start(self) -> MosquittoBroker:
+        """Start mosquitto; returns when it accepts connections. No-op if running.
+
+        Raises:
+            UserError: binary not found, or mosquitto exited / did not listen in time (the message
+                carries the end of its log).
+        """
+        if self.running:
+            return self
+        exe = shutil.which(self.binary)
+        if exe is None:
+            raise UserError(f"mosquitto broker: '{self.binary}' not found on PATH "
+                            "(install it, e.g. apt-get install mosquitto)")
+        pick_port = not self.port
+        attempts = 3 if pick_port else 1
+        while True:
+            attempts -= 1
+            if pick_port:
+                self.port = free_port(self.host)
+            self._dir = Path(tempfile.mkdtemp(prefix="tb-mosquitto-"))
+            conf = self._dir / "mosquitto.conf"
+            conf.write_text(self._config())
+            with open(self._dir / "mosquitto.log", "wb") as log:
+                self._proc = subprocess.Popen([exe, "-c", str(conf)], stdout=log, stderr=subprocess.STDOUT,
+                                              stdin=subprocess.DEVNULL)
+            deadline = time.monotonic() + self._start_timeout_s
+            while self._proc.poll() is None and time.monotonic() < deadline:
+                # "running" is logged once every listener is bound; the connect check alone could
+                # reach another process that holds the port.
+                if " running" in self.log_text() and _accepts(self.host, self.port):
+                    return self
+                time.sleep(0.02)
+            tail = self._log_tail()
+            self._cleanup()
+            # A port picked by us may have been taken in between: try another one.
+            if not attempts or "Address already in use" not in tail:
+                raise UserError(f"mosquitto on {self.url} did not start: {tail or 'no output'}")
+
+    def _log_tail(self, lines: int = 5) -> str:
+        """Mosquitto's error lines, or else its last lines, joined into one line."""
+        logged = self.log_text().strip().splitlines()
+        return " | ".join([line for line in logged if "Error" in line] or logged[-lines:])
+
+    def log_text(self) -> str:
+        """The whole mosquitto log so far ("" if not running)."""
+        path = self.log_path
+        return path.read_text(errors="replace") if path and path.exists() else ""
+
+    def _cleanup(self) -> None:
+        if self._proc is not None:
+            if self._proc.poll() is None:
+                self._proc.terminate()
+                try:
+                    self._proc.wait(5)
+                except subprocess.TimeoutExpired:
+                    self._proc.kill()
+                    self._proc.wait()
+            self._proc = None
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+
+    def stop(self) -> None:
+        """Stop mosquitto (SIGTERM, then SIGKILL after 5 s) and delete its temporary directory."""
+        self._cleanup()
+
+    def __enter__(self) -> MosquittoBroker:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,410 @@
+"""A thin synchronous MQTT client for nodes and the coordinator, over paho-mqtt 2.x.
+
+What it adds to paho:
+- MQTT v5, or 3.1.1 when a probe shows the broker refuses v5 (amqtt 0.12 does);
+- QoS 1 everywhere; `publish` blocks until the broker acknowledged every frame;
+- a retained `online` on the status topic at each (re)connect and a retained `offline` last will;
+- automatic reconnect with exponential backoff, resubscribing at each reconnect;
+- transparent chunking of payloads above `max_chunk_bytes` and reassembly on receipt;
+- validation of every received wire message (run, sender = the topic's node, shapes, dtypes,
+  finiteness, size, replays): bad ones are logged with the sender id and dropped, never raised
+  in the network thread;
+- a thread-safe inbox read with `receive(timeout_s)`.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import logging
+import queue
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import paho.mqtt.client as paho
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+from paho.mqtt.reasoncodes import ReasonCode
+
+from testbed import wire
+from testbed.errors import UserError
+from testbed.mqtt import topics
+from testbed.mqtt.broker import BrokerUrl, parse_broker_url
+
+log = logging.getLogger(__name__)
+_paho_log = logging.getLogger("testbed.mqtt.paho")
+# paho 2.2 logs "Client is not connected" at ERROR on every pass of its loop between a dropped
+# socket and the reconnect, including after a clean disconnect; we log connection losses ourselves.
+_paho_log.addFilter(lambda record: not record.getMessage().startswith("Client is not connected"))
+
+QOS = 1
+_UNSUPPORTED_PROTOCOL = 0x84  # CONNACK reason code a v3-only broker's refusal maps to in paho
+_MAX_FRAMES = 16384  # per publish, and acks remembered
+
+
+class BrokerRefused(UserError):
+    """The broker refused a connection, subscription or publish (credentials or ACL)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Inbound:
+    """One received message.
+
+    Attributes:
+        topic: the MQTT topic it arrived on.
+        kind: topics.UP / DOWN / BCAST (wire messages) or STATUS / COORD (status strings).
+        node: node id from the topic (None for bcast and coord).
+        payload: the (reassembled) payload bytes.
+        message: the decoded, validated wire message for up/down/bcast; None for status kinds.
+    """
+
+    topic: str
+    kind: str
+    node: str | None
+    payload: bytes
+    message: wire.Message | None
+
+
+class MqttClient:
+    """Synchronous MQTT client; use `for_node` / `for_coordinator` for the standard wiring.
+
+    Args:
+        url: broker URL (`mqtt[s]://[user:pass@]host:port`).
+        client_id: MQTT client id, unique per broker (a second connection with the same id takes
+            the first one over).
+        run: run id; received messages of other runs are rejected.
+        subscriptions: topic filters, (re)subscribed at every connect.
+        status_topic: where `online` is published (retained) on connect and `offline` is the last
+            will; None for neither.
+        coordinator_id: sender id expected on down and bcast topics.
+        username, password: credentials (override those in the URL).
+        tls_ca: CA file for mqtts:// (None: system CAs).
+        protocol: "auto" (v5 if the broker speaks it, else 3.1.1), "5" or "3.1.1".
+        keepalive_s: MQTT keepalive in seconds; the broker declares a silent client dead after
+            1.5 times this and publishes its will.
+        max_chunk_bytes: payloads longer than this travel as chunks of at most this many bytes.
+        max_message_bytes: largest payload accepted from the network, in bytes.
+        reconnect_min_s, reconnect_max_s: backoff between reconnect attempts (doubling).
+        session_expiry_s: how long the broker keeps subscriptions and queued QoS 1 messages of a
+            disconnected client (v5 session expiry; on 3.1.1 any value > 0 means a persistent
+            session); 0 for a clean session at every connect.
+    """
+
+    def __init__(self, url: str, *, client_id: str, run: str, subscriptions: Sequence[str] = (),
+                 status_topic: str | None = None, coordinator_id: str = "coordinator",
+                 username: str | None = None, password: str | None = None,
+                 tls_ca: str | Path | None = None, protocol: str = "auto", keepalive_s: int = 30,
+                 max_chunk_bytes: int = 256 * 1024, max_message_bytes: int = wire.DEFAULT_MAX_BYTES,
+                 reconnect_min_s: float = 0.25, reconnect_max_s: float = 30.0,
+                 session_expiry_s: int = 300):
+        if protocol not in ("auto", "5", "3.1.1"):
+            raise ValueError(f"protocol must be 'auto', '5' or '3.1.1', got {protocol!r}")
+        if max_chunk_bytes <= wire.CHUNK_HEADER_BYTES:
+            raise ValueError(f"max_chunk_bytes must exceed {wire.CHUNK_HEADER_BYTES}")
+        self.url: BrokerUrl = parse_broker_url(url)
+        self.client_id = client_id
+        self.run = wire.check_id(run, "run id")
+        self.subscriptions = list(subscriptions)
+        self.status_topic = status_topic
+        self.coordinator_id = coordinator_id
+        self._username = username if username is not None else self.url.username
+        self._password = password if password is not None else self.url.password
+        self._tls_ca = str(tls_ca) if tls_ca is not None else None
+        self._protocol_choice = protocol
+        self._keepalive_s = keepalive_s
+        self.max_chunk_bytes = max_chunk_bytes
+        self._max_message_bytes = max_message_bytes
+        self._reconnect = (reconnect_min_s, reconnect_max_s)
+        self._session_expiry_s = session_expiry_s
+
+        self._inbox: queue.Queue[Inbound] = queue.Queue()
+        self._reassembler = wire.Reassembler(max_message_bytes=max_message_bytes)
+        self._replay = wire.ReplayGuard()
+        self._lock = threading.Condition()
+        self._paho: paho.Client | None = None
+        self._connack: ReasonCode | None = None
+        self._sub_mid: int | None = None
+        self._sub_failures: list[str] | None = None
+        self._acked: collections.OrderedDict[int, ReasonCode] = collections.OrderedDict()
+        self.protocol: str | None = None  # "5" or "3.1.1" once connected
+        self.connected = False
+        self.rejected = 0  # received messages dropped by validation
+
+    # ---- construction helpers ------------------------------------------------------------
+
+    @classmethod
+    def for_node(cls, url: str, run: str, node: str, **kwargs: Any) -> MqttClient:
+        """A node's client: id `tb-{run}-{node}`, subscribed to its downlink, the broadcast and the
+        coordinator status; status topic `status/{node}`."""
+        kwargs.setdefault("subscriptions", topics.node_subscriptions(run, node))
+        return cls(url, client_id=f"tb-{run}-{node}", run=run, status_topic=topics.status(run, node), **kwargs)
+
+    @classmethod
+    def for_coordinator(cls, url: str, run: str, coordinator_id: str = "coordinator",
+                        **kwargs: Any) -> MqttClient:
+        """The coordinator's client: subscribed to every uplink and node status; status topic
+        `coord`."""
+        kwargs.setdefault("subscriptions", topics.coordinator_subscriptions(run))
+        return cls(url, client_id=f"tb-{run}-{coordinator_id}", run=run, status_topic=topics.coord(run),
+                   coordinator_id=coordinator_id, **kwargs)
+
+    # ---- connection -----------------------------------------------------------------------
+
+    def _make_paho(self, protocol: str, *, probe: bool = False) -> paho.Client:
+        v5 = protocol == "5"
+        c = paho.Client(paho.CallbackAPIVersion.VERSION2,
+                        client_id=f"{self.client_id}-probe" if probe else self.client_id,
+                        protocol=paho.MQTTv5 if v5 else paho.MQTTv311,
+                        clean_session=None if v5 else self._session_expiry_s == 0,
+                        reconnect_on_failure=not probe)
+        c.enable_logger(_paho_log)
+        if self._username is not None:
+            c.username_pw_set(self._username, self._password)
+        if self.url.tls:
+            c.tls_set(ca_certs=self._tls_ca)
+        c.reconnect_delay_set(*self._reconnect)  # type: ignore[arg-type]  # floats work
+        if probe:
+            return c
+        if self.status_topic:
+            c.will_set(self.status_topic, topics.STATUS_OFFLINE, qos=QOS, retain=True)
+        c.on_connect = self._on_connect
+        c.on_disconnect = self._on_disconnect
+        c.on_subscribe = self._on_subscribe
+        c.on_publish = self._on_publish
+        c.on_message = self._on_message
+        return c
+
+    def _probe_v5(self, deadline: float) -> bool | None:
+        """Whether the broker speaks MQTT v5; None if it did not answer by `deadline`.
+
+        Asks with a bare CONNECT on a separate connection: amqtt 0.12 refuses a bare v5 CONNECT
+        cleanly but misparses one that carries a will and never answers it.
+        """
+        answer: list[ReasonCode] = []
+        answered = threading.Event()
+
+        def on_connect(client: paho.Client, userdata: Any, flags: Any, code: ReasonCode, props: Any) -> None:
+            answer.append(code)
+            answered.set()
+            if not code.is_failure:  # a refusal ends paho's loop by itself (no reconnect)
+                client.disconnect()
+
+        c = self._make_paho("5", probe=True)
+        c.on_connect = on_connect
+        c.connect_async(self.url.host, self.url.port, keepalive=10)
+        c.loop_start()
+        try:
+            answered.wait(max(0.0, deadline - time.monotonic()))
+        finally:
+            if not answer:
+                c.disconnect()
+            c.loop_stop()
+        return answer[0].value != _UNSUPPORTED_PROTOCOL if answer else None
+
+    def _attempt(self, protocol: str, deadline: float) -> ReasonCode | None:
+        """Start the paho client with `protocol`; return its first CONNACK code, None on timeout."""
+        with self._lock:
+            self._connack, self._sub_mid, self._sub_failures = None, None, None
+        c = self._paho = self._make_paho(protocol)
+        props = None
+        if protocol == "5":
+            props = Properties(PacketTypes.CONNECT)
+            props.SessionExpiryInterval = self._session_expiry_s
+        # clean_start: a fresh session at the first connect, resumed across reconnects.
+        c.connect_async(self.url.host, self.url.port, keepalive=self._keepalive_s, properties=props,
+                        clean_start=paho.MQTT_CLEAN_START_FIRST_ONLY if protocol == "5" else True)
+        c.loop_start()
+        with self._lock:
+            self._lock.wait_for(lambda: self._connack is not None, max(0.0, deadline - time.monotonic()))
+            return self._connack
+
+    def _shutdown_paho(self) -> None:
+        self.connected = False  # first, so on_disconnect does not report a lost connection
+        if self._paho is not None:
+            self._paho.disconnect()
+            self._paho.loop_stop()
+            self._paho = None
+
+    def connect(self, timeout_s: float = 10.0) -> MqttClient:
+        """Connect, subscribe, publish `online`; block until all of it is acknowledged.
+
+        Keeps retrying an unreachable broker until `timeout_s`. Afterwards paho reconnects by
+        itself whenever the connection drops.
+
+        Raises:
+            UserError: broker not reachable in time.
+            BrokerRefused: bad credentials, or a subscription refused by the ACL.
+        """
+        if self._paho is not None:
+            return self
+        deadline = time.monotonic() + timeout_s
+        unreachable = UserError(f"broker {self.url} not reachable within {timeout_s:g} s")
+        protocol = self._protocol_choice
+        if protocol == "auto":
+            v5 = self._probe_v5(deadline)
+            if v5 is None:
+                raise unreachable
+            protocol = "5" if v5 else "3.1.1"
+        code = self._attempt(protocol, deadline)
+        if code is None or code.is_failure:
+            self._shutdown_paho()
+            if code is None:
+                raise unreachable
+            raise BrokerRefused(f"broker {self.url} refused client {self.client_id!r} (MQTT {protocol}): {code}")
+        self.protocol = protocol
+        with self._lock:
+            done = self._lock.wait_for(lambda: self._sub_failures is not None,
+                                       max(0.0, deadline - time.monotonic()))
+            failures = self._sub_failures
+        if not done:
+            self.close()
+            raise UserError(f"broker {self.url} did not acknowledge subscriptions within {timeout_s:g} s")
+        if failures:
+            self.close()
+            raise BrokerRefused(f"broker {self.url} refused subscriptions of {self.client_id!r}: {'; '.join(failures)}")
+        return self
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Publish `offline` (a clean disconnect sends no will), disconnect, stop the thread."""
+        if self._paho is None:
+            return
+        if self.status_topic and self.connected:
+            try:
+                self.publish(self.status_topic, topics.STATUS_OFFLINE, retain=True, timeout_s=timeout_s)
+            except (TimeoutError, BrokerRefused) as exc:
+                log.warning("%s: could not publish offline status: %s", self.client_id, exc)
+        self._shutdown_paho()
+
+    def __enter__(self) -> MqttClient:
+        return self.connect()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- paho callbacks (network thread: log, never raise) ---------------------------------
+
+    def _on_connect(self, client: paho.Client, userdata: Any, flags: Any, code: ReasonCode,
+                    properties: Any) -> None:
+        if code.is_failure:
+            log.warning("%s: broker %s refused connection: %s", self.client_id, self.url, code)
+        else:
+            self.connected = True
+            mid = None
+            if self.subscriptions:
+                _, mid = client.subscribe([(t, QOS) for t in self.subscriptions])
+            if self.status_topic:
+                client.publish(self.status_topic, topics.STATUS_ONLINE, qos=QOS, retain=True)
+            with self._lock:
+                self._sub_mid = mid
+                if mid is None:
+                    self._sub_failures = []
+        with self._lock:
+            self._connack = code
+            self._lock.notify_all()
+
+    def _on_disconnect(self, client: paho.Client, userdata: Any, flags: Any, code: ReasonCode,
+                       properties: Any) -> None:
+        if self.connected:
+            log.warning("%s: lost connection to %s (%s); reconnecting", self.client_id, self.url, code)
+        self.connected = False
+
+    def _on_subscribe(self, client: paho.Client, userdata: Any, mid: int, codes: list[ReasonCode],
+                      properties: Any) -> None:
+        failures = [f"{t}: {c}" for t, c in zip(self.subscriptions, codes) if c.is_failure]
+        for failure in failures:
+            log.error("%s: subscription refused: %s", self.client_id, failure)
+        with self._lock:
+            if mid == self._sub_mid:
+                self._sub_failures = failures
+                self._lock.notify_all()
+
+    def _on_publish(self, client: paho.Client, userdata: Any, mid: int, code: ReasonCode,
+                    properties: Any) -> None:
+        if code.is_failure:
+            log.error("%s: broker refused publish (mid %d): %s", self.client_id, mid, code)
+        with self._lock:
+            self._acked[mid] = code
+            # Bounded below the 65535 message ids, so a reused id never meets a stale ack.
+            while len(self._acked) > _MAX_FRAMES:
+                self._acked.popitem(last=False)
+            self._lock.notify_all()
+
+    def _on_message(self, client: paho.Client, userdata: Any, msg: paho.MQTTMessage) -> None:
+        sender, topic = "?", "<not UTF-8>"
+        try:
+            topic = msg.topic
+            t = topics.parse(topic)
+            sender = t.node or self.coordinator_id
+            if t.run != self.run:
+                raise wire.WireError("wrong_run", f"topic is for run {t.run!r}, this client serves {self.run!r}")
+            payload = msg.payload
+            if t.kind not in topics.DATA_KINDS:
+                self._inbox.put(Inbound(topic, t.kind, t.node, payload, None))
+                return
+            if wire.is_chunk(payload):
+                payload = self._reassembler.add(payload, source=topic)
+                if payload is None:
+                    return
+            expected_sender = t.node if t.kind == topics.UP else self.coordinator_id
+            message = wire.decode(payload, expect_run=self.run, expect_sender=expected_sender,
+                                  max_bytes=self._max_message_bytes)
+            self._replay.check(message)
+            self._inbox.put(Inbound(topic, t.kind, t.node, payload, message))
+        except (wire.WireError, topics.TopicError, UnicodeDecodeError) as exc:
+            self.rejected += 1
+            log.warning("%s: rejected message from %s on %r: %s", self.client_id, sender, topic, exc)
+        except Exception:
+            self.rejected += 1
+            log.exception("%s: failed to handle message from %s on %r", self.client_id, sender, topic)
+
+    # ---- data -----------------------------------------------------------------------------
+
+    def publish(self, topic: str, payload: bytes, *, retain: bool = False,
+                timeout_s: float | None = 30.0) -> None:
+        """Publish at QoS 1, chunked if longer than `max_chunk_bytes`.
+
+        Args:
+            topic: a concrete topic (see `testbed.mqtt.topics`).
+            payload: bytes (an encoded wire message, or a status string).
+            retain: retain on the broker (not allowed for chunked payloads).
+            timeout_s: wait this long for the broker's acknowledgements; None returns at once (paho
+                still delivers, resending after a reconnect).
+
+        Raises:
+            TimeoutError: not all frames acknowledged in time (they stay queued in paho).
+            BrokerRefused: an MQTT v5 broker refused the publish (ACL). A 3.1.1 broker cannot say
+                so: it acknowledges and drops the message.
+        """
+        c = self._paho
+        if c is None:
+            raise RuntimeError(f"{self.client_id}: publish before connect()")
+        frames = [payload] if len(payload) <= self.max_chunk_bytes else wire.chunk(payload, self.max_chunk_bytes)
+        if len(frames) > _MAX_FRAMES:
+            raise ValueError(f"{len(payload)} bytes in chunks of {self.max_chunk_bytes} is over {_MAX_FRAMES} frames")
+        if retain and len(frames) > 1:
+            raise ValueError(f"cannot retain a chunked payload ({len(payload)} bytes) on {topic}")
+        mids = []
+        for frame in frames:
+            info = c.publish(topic, frame, qos=QOS, retain=retain)
+            if info.rc not in (paho.MQTT_ERR_SUCCESS, paho.MQTT_ERR_NO_CONN):  # NO_CONN: queued
+                raise RuntimeError(f"{self.client_id}: publish to {topic} failed: {paho.error_string(info.rc)}")
+            mids.append(info.mid)
+        if timeout_s is None:
+            return
+        with self._lock:
+            if not self._lock.wait_for(lambda: all(m in self._acked for m in mids), timeout_s):
+                raise TimeoutError(f"{self.client_id}: publish to {topic} not acknowledged within {timeout_s:g} s")
+            refused = [self._acked[m] for m in mids if self._acked[m].is_failure]
+        if refused:
+            raise BrokerRefused(f"broker {self.url} refused publish by {self.client_id!r} to {topic}: {refused[0]}")
+
+    def receive(self, timeout_s: float | None = None) -> Inbound | None:
+        """The next received message, waiting up to `timeout_s` seconds (None: forever);
+        None on timeout."""
+        try:
+            return self._inbox.get(timeout=timeout_s)
+        except queue.Empty:
+            return None

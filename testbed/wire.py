@@ -1,0 +1,489 @@
+"""The wire format: one message = a small JSON header plus the raw bytes of named numpy tensors.
+
+Pure codec, no MQTT and no I/O, so it runs unchanged on a board. Layout of one message (all integers
+little-endian; offsets in bytes from the start of the payload)::
+
+    0   4 bytes   magic b"TBWM"
+    4   uint32    header length H
+    8   H bytes   header, UTF-8 JSON (see `encode` for the keys)
+    ..  zero padding to the next multiple of 8
+    ..  tensor 0: its bytes, little-endian, C order; zero padding to the next multiple of 8
+    ..  tensor 1 ...                                  (same order as header["tensors"])
+
+Tensor offsets are implied by the header (each starts 8-byte aligned), so `decode` can hand out
+zero-copy, aligned, read-only `np.frombuffer` views into the payload. The payload must end exactly
+after the last tensor's padding.
+
+Large payloads travel as chunks (`chunk` / `Reassembler`); a chunk is its own frame::
+
+    0   4 bytes   magic b"TBWC"
+    4   16 bytes  chunk-set id (random; names the payload being chunked)
+    20  uint32    index (0-based)
+    24  uint32    count (>= 1)
+    28  uint64    total payload length in bytes
+    36  ...       this chunk's slice of the payload
+
+Every validation failure raises `WireError` with a short machine-readable `code` and a readable
+reason; receivers log and drop the message, they never crash on it. docs/wire-protocol.md is the
+normative description.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import logging
+import os
+import re
+import struct
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+#: Header schema version written by `encode`; `decode` accepts only versions in SUPPORTED_SCHEMAS.
+SCHEMA_VERSION = 1
+SUPPORTED_SCHEMAS = frozenset({1})
+
+MESSAGE_MAGIC = b"TBWM"
+CHUNK_MAGIC = b"TBWC"
+
+#: Default cap on a whole message (header and tensors), in bytes: 64 MiB, i.e. 8e6 float64 values.
+DEFAULT_MAX_BYTES = 64 * 2**20
+#: Cap on the JSON header, in bytes; a header is a few hundred bytes, this only bounds parsing work.
+MAX_HEADER_BYTES = 64 * 2**10
+MAX_TENSORS = 1024
+MAX_NDIM = 32
+
+#: Dtypes a receiver accepts unless told otherwise. Complex types carry OTA transmit signals.
+DEFAULT_ALLOWED_DTYPES: tuple[str, ...] = (
+    "float16", "float32", "float64", "complex64", "complex128",
+    "int8", "int16", "int32", "int64", "uint8",
+)
+
+#: Run, node and kind ids: safe in MQTT topics, ACL files and file names (no '/', '+', '#', spaces).
+ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+_ALIGN = 8
+_PREFIX = struct.Struct("<4sI")  # magic, header length
+_CHUNK = struct.Struct("<4s16sIIQ")  # magic, chunk-set id, index, count, total length
+CHUNK_HEADER_BYTES = _CHUNK.size
+_MSG_ID = re.compile(r"[0-9a-f]{32}")
+_HEADER_KEYS = frozenset({"v", "run", "round", "sender", "kind", "id", "tensors", "meta"})
+_ENCODE_KEYS = frozenset({"run", "round", "sender", "kind", "msg_id", "meta"})
+
+
+class WireError(ValueError):
+    """A payload that fails validation.
+
+    Attributes:
+        code: short stable name of the failure, one of: oversized, truncated, bad_magic, bad_json,
+            bad_header, schema, wrong_run, wrong_round, wrong_sender, dtype, size_mismatch,
+            non_finite, replay, bad_chunk.
+        reason: human-readable detail.
+    """
+
+    def __init__(self, code: str, reason: str):
+        self.code = code
+        self.reason = reason
+        super().__init__(f"{code}: {reason}")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Message:
+    """One decoded message.
+
+    Attributes:
+        schema: header schema version.
+        run: run id.
+        round: round index (>= 0).
+        sender: id of the node (or coordinator) that wrote it.
+        kind: what the message is ("update", "model", ...), an id chosen by the algorithm layer.
+        msg_id: 32 hex characters, unique per message; duplicates are replays.
+        meta: free-form JSON object.
+        tensors: name -> array, in header order. Arrays decoded from a payload are read-only views
+            into it (copy before modifying).
+        size_bytes: length of the encoded payload in bytes (for the ledger's byte counts).
+    """
+
+    schema: int
+    run: str
+    round: int
+    sender: str
+    kind: str
+    msg_id: str
+    meta: dict[str, Any]
+    tensors: dict[str, np.ndarray]
+    size_bytes: int
+
+
+def new_msg_id() -> str:
+    """A fresh random message id: 32 lowercase hex characters (128 random bits)."""
+    return os.urandom(16).hex()
+
+
+def check_id(value: object, what: str) -> str:
+    """Return `value` if it is a valid run/node/kind id (see ID_PATTERN), else raise WireError."""
+    if not isinstance(value, str) or not ID_PATTERN.fullmatch(value):
+        raise WireError("bad_header", f"{what} must match {ID_PATTERN.pattern}, got {value!r}")
+    return value
+
+
+def _pad(n: int) -> int:
+    return -n % _ALIGN
+
+
+def _dtype_names(allowed: Iterable[str | np.dtype | type]) -> frozenset[str]:
+    return frozenset(np.dtype(d).name for d in allowed)
+
+
+def _check_finite(name: str, arr: np.ndarray) -> None:
+    if arr.dtype.kind in "fc" and arr.size and not np.isfinite(arr).all():
+        raise WireError("non_finite", f"tensor {name!r} has NaN or infinite values")
+
+
+def encode(header: Mapping[str, Any], tensors: Mapping[str, np.ndarray] | None = None, *,
+           allowed_dtypes: Iterable[str | np.dtype | type] = DEFAULT_ALLOWED_DTYPES) -> bytes:
+    """Encode one message.
+
+    Args:
+        header: keys `run` (id), `round` (int >= 0), `sender` (id), `kind` (id), and optionally
+            `meta` (JSON-serialisable dict, default {}) and `msg_id` (32 hex chars, default fresh).
+        tensors: name -> array of any shape; any byte order or memory layout (converted to
+            little-endian C order). Names are non-empty strings, at most 128 characters.
+        allowed_dtypes: dtypes the sender may use (same default as `decode`).
+
+    Returns:
+        The payload bytes (layout in the module docstring); size is about 8 bytes per float64
+        value plus a few hundred bytes of header.
+
+    Raises:
+        WireError: unknown or invalid header field, disallowed dtype, or non-finite values (caught
+            at the sender, where the bug is).
+    """
+    unknown = set(header) - _ENCODE_KEYS
+    if unknown:
+        raise WireError("bad_header", f"unknown header fields {sorted(unknown)}")
+    tensors = tensors or {}
+    allowed = _dtype_names(allowed_dtypes)
+    specs, parts = [], []
+    for name, value in tensors.items():
+        if not isinstance(name, str) or not 0 < len(name) <= 128:
+            raise WireError("bad_header", f"tensor name must be a str of 1..128 chars, got {name!r}")
+        arr = np.asarray(value)
+        if arr.dtype.name not in allowed:
+            raise WireError("dtype", f"tensor {name!r} has dtype {arr.dtype.name}, allowed {sorted(allowed)}")
+        _check_finite(name, arr)
+        # One copy at most (none if already little-endian and contiguous); the join below is the
+        # only other copy.
+        arr = arr.astype(arr.dtype.newbyteorder("<"), order="C", copy=False)
+        specs.append({"name": name, "dtype": arr.dtype.name, "shape": list(arr.shape)})
+        parts.append(arr)
+    fields = {
+        "v": SCHEMA_VERSION,
+        "run": header.get("run"),
+        "round": header.get("round"),
+        "sender": header.get("sender"),
+        "kind": header.get("kind"),
+        "id": header.get("msg_id") or new_msg_id(),
+        "tensors": specs,
+        "meta": dict(header.get("meta") or {}),
+    }
+    _check_header_fields(fields)
+    try:
+        head = json.dumps(fields, separators=(",", ":"), allow_nan=False).encode()
+    except (TypeError, ValueError) as exc:
+        raise WireError("bad_header", f"header is not JSON-serialisable: {exc}") from None
+    chunks: list[bytes | memoryview] = [_PREFIX.pack(MESSAGE_MAGIC, len(head)), head,
+                                        bytes(_pad(_PREFIX.size + len(head)))]
+    for arr in parts:
+        if arr.nbytes:
+            chunks.append(memoryview(arr).cast("B"))
+        chunks.append(bytes(_pad(arr.nbytes)))
+    return b"".join(chunks)
+
+
+def _check_header_fields(h: Mapping[str, Any]) -> None:
+    """Validate the JSON header's types and ids (not the expectations of the receiver)."""
+    check_id(h["run"], "run")
+    check_id(h["sender"], "sender")
+    check_id(h["kind"], "kind")
+    rnd = h["round"]
+    if not isinstance(rnd, int) or isinstance(rnd, bool) or rnd < 0:
+        raise WireError("bad_header", f"round must be an int >= 0, got {rnd!r}")
+    if not isinstance(h["id"], str) or not _MSG_ID.fullmatch(h["id"]):
+        raise WireError("bad_header", f"id must be 32 lowercase hex characters, got {h['id']!r}")
+    if not isinstance(h["meta"], dict):
+        raise WireError("bad_header", "meta must be a JSON object")
+    specs = h["tensors"]
+    if not isinstance(specs, list) or len(specs) > MAX_TENSORS:
+        raise WireError("bad_header", f"tensors must be a list of at most {MAX_TENSORS} specs")
+    names = set()
+    for spec in specs:
+        if not isinstance(spec, dict) or set(spec) != {"name", "dtype", "shape"}:
+            raise WireError("bad_header", f"tensor spec must have exactly name, dtype, shape: {spec!r}")
+        name, shape = spec["name"], spec["shape"]
+        if not isinstance(name, str) or not 0 < len(name) <= 128 or name in names:
+            raise WireError("bad_header", f"tensor name must be a unique str of 1..128 chars: {name!r}")
+        names.add(name)
+        if not isinstance(spec["dtype"], str):
+            raise WireError("bad_header", f"tensor {name!r}: dtype must be a string")
+        if (not isinstance(shape, list) or len(shape) > MAX_NDIM
+                or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)):
+            raise WireError("bad_header", f"tensor {name!r}: shape must be a list of ints >= 0: {shape!r}")
+
+
+def check_expected(msg: Message, *, run: str | None = None, round: int | None = None,
+                   sender: str | None = None) -> None:
+    """Raise WireError (wrong_run / wrong_round / wrong_sender) if `msg` is not what the caller
+    expects; a None expectation is not checked. `decode` calls it; a receiver that decoded early
+    (the MQTT client does) calls it again with the round it is waiting for."""
+    _expect(msg.run, msg.round, msg.sender, run=run, round=round, sender=sender)
+
+
+def _expect(got_run: str, got_round: int, got_sender: str, *, run: str | None, round: int | None,
+            sender: str | None) -> None:
+    if run is not None and got_run != run:
+        raise WireError("wrong_run", f"message is for run {got_run!r}, expected {run!r}")
+    if round is not None and got_round != round:
+        raise WireError("wrong_round", f"message is for round {got_round}, expected {round}")
+    if sender is not None and got_sender != sender:
+        raise WireError("wrong_sender", f"message claims sender {got_sender!r}, expected {sender!r}")
+
+
+def decode(payload: bytes | bytearray | memoryview, *, expect_run: str | None = None,
+           expect_round: int | None = None, expect_sender: str | None = None,
+           max_bytes: int = DEFAULT_MAX_BYTES,
+           allowed_dtypes: Iterable[str | np.dtype | type] = DEFAULT_ALLOWED_DTYPES) -> Message:
+    """Decode and validate one message.
+
+    Args:
+        payload: bytes produced by `encode` (after reassembly if it was chunked).
+        expect_run, expect_round, expect_sender: what the receiver expects; None skips the check.
+            The sender expectation comes from the transport (the node id in the topic), so a node
+            cannot publish in someone else's name.
+        max_bytes: largest accepted payload, in bytes.
+        allowed_dtypes: dtypes accepted in tensors.
+
+    Returns:
+        The Message; its tensors are zero-copy read-only views into `payload` (a copy is made only
+        if `payload` is a mutable buffer, so later writes to it cannot change a validated tensor).
+
+    Raises:
+        WireError: with `code` naming the first failed check, checked cheapest first.
+    """
+    size = len(payload)
+    if size > max_bytes:
+        raise WireError("oversized", f"payload is {size} bytes, limit {max_bytes}")
+    if not isinstance(payload, bytes):
+        payload = bytes(payload)
+    if size < _PREFIX.size:
+        raise WireError("truncated", f"payload is {size} bytes, shorter than the {_PREFIX.size}-byte prefix")
+    magic, head_len = _PREFIX.unpack_from(payload)
+    if magic != MESSAGE_MAGIC:
+        raise WireError("bad_magic", f"payload starts with {magic!r}, expected {MESSAGE_MAGIC!r}")
+    if head_len > MAX_HEADER_BYTES:
+        raise WireError("oversized", f"header is {head_len} bytes, limit {MAX_HEADER_BYTES}")
+    body = _PREFIX.size + head_len
+    if size < body:
+        raise WireError("truncated", f"payload is {size} bytes, header ends at byte {body}")
+    try:
+        h = json.loads(payload[_PREFIX.size:body])
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise WireError("bad_json", f"header is not valid JSON: {exc}") from None
+    if not isinstance(h, dict):
+        raise WireError("bad_json", "header is not a JSON object")
+    if type(h.get("v")) is not int or h["v"] not in SUPPORTED_SCHEMAS:  # True == 1.0 == 1 in a set
+        raise WireError("schema", f"schema version {h.get('v')!r} not supported "
+                                  f"(supported {sorted(SUPPORTED_SCHEMAS)})")
+    if set(h) != _HEADER_KEYS:
+        raise WireError("bad_header", f"header keys {sorted(h)} differ from {sorted(_HEADER_KEYS)}")
+    _check_header_fields(h)
+    _expect(h["run"], h["round"], h["sender"], run=expect_run, round=expect_round, sender=expect_sender)
+
+    allowed = _dtype_names(allowed_dtypes)
+    offset = body + _pad(body)
+    layout = []
+    for spec in h["tensors"]:
+        if spec["dtype"] not in allowed:
+            raise WireError("dtype", f"tensor {spec['name']!r} has dtype {spec['dtype']!r}, allowed {sorted(allowed)}")
+        dtype = np.dtype(spec["dtype"]).newbyteorder("<")
+        count = 1
+        for d in spec["shape"]:
+            count *= d  # Python ints: no overflow from a hostile shape
+        nbytes = count * dtype.itemsize
+        layout.append((spec, dtype, count, offset))
+        offset += nbytes + _pad(nbytes)
+        if offset > size:
+            raise WireError("size_mismatch", f"tensor {spec['name']!r} ends past the payload's {size} bytes")
+    if offset != size:
+        raise WireError("size_mismatch", f"payload is {size} bytes, header describes {offset}")
+    tensors = {}
+    for spec, dtype, count, start in layout:
+        arr = np.frombuffer(payload, dtype=dtype, count=count, offset=start).reshape(spec["shape"])
+        _check_finite(spec["name"], arr)
+        tensors[spec["name"]] = arr
+    return Message(schema=h["v"], run=h["run"], round=h["round"], sender=h["sender"], kind=h["kind"],
+                   msg_id=h["id"], meta=h["meta"], tensors=tensors, size_bytes=size)
+
+
+class ReplayGuard:
+    """Remembers recent (sender, round, kind, msg_id) keys and rejects a message seen before.
+
+    QoS 1 may deliver a message twice and an attacker may resend a captured one; both are dropped.
+    Memory is bounded: the oldest keys are forgotten past `max_entries`.
+    """
+
+    def __init__(self, max_entries: int = 65536):
+        self._seen: collections.OrderedDict[tuple[str, int, str, str], None] = collections.OrderedDict()
+        self._max = max_entries
+
+    def check(self, msg: Message) -> None:
+        """Remember `msg`; raise WireError("replay") if it was already seen."""
+        key = (msg.sender, msg.round, msg.kind, msg.msg_id)
+        if key in self._seen:
+            raise WireError("replay", f"duplicate message {msg.msg_id} from {msg.sender!r} "
+                                      f"(round {msg.round}, {msg.kind})")
+        self._seen[key] = None
+        if len(self._seen) > self._max:
+            self._seen.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._seen)
+
+
+def is_chunk(payload: bytes) -> bool:
+    """True if `payload` is a chunk frame (starts with CHUNK_MAGIC) rather than a whole message."""
+    return payload[:4] == CHUNK_MAGIC
+
+
+def chunk(payload: bytes, max_chunk_bytes: int, *, chunk_set_id: bytes | None = None) -> list[bytes]:
+    """Split `payload` into chunk frames of at most `max_chunk_bytes` bytes each (header included).
+
+    Args:
+        payload: any bytes (normally an encoded message).
+        max_chunk_bytes: cap on each frame, > CHUNK_HEADER_BYTES (36).
+        chunk_set_id: 16 bytes naming this payload's chunks; random by default.
+
+    Returns:
+        ceil(len / (max_chunk_bytes - 36)) frames (one frame for an empty payload).
+    """
+    room = max_chunk_bytes - CHUNK_HEADER_BYTES
+    if room <= 0:
+        raise ValueError(f"max_chunk_bytes must exceed the {CHUNK_HEADER_BYTES}-byte chunk header")
+    cid = chunk_set_id if chunk_set_id is not None else os.urandom(16)
+    if len(cid) != 16:
+        raise ValueError("chunk_set_id must be 16 bytes")
+    total = len(payload)
+    count = max(1, -(-total // room))
+    view = memoryview(payload)
+    return [_CHUNK.pack(CHUNK_MAGIC, cid, i, count, total) + view[i * room:(i + 1) * room]
+            for i in range(count)]
+
+
+@dataclasses.dataclass
+class _Partial:
+    count: int
+    total: int
+    started: float
+    parts: dict[int, memoryview]
+    received: int = 0
+
+
+class Reassembler:
+    """Collects chunk frames (any order, duplicates ignored) and returns each payload once complete.
+
+    Memory is bounded: at most `max_pending` incomplete payloads of at most `max_message_bytes` each
+    (the oldest is evicted to make room), each with at most `max_chunks` chunks, and an incomplete
+    payload is evicted `timeout_s` seconds after its first chunk. Chunk sets are keyed by
+    (source, chunk-set id), where the source is the transport's name for the sender (the topic), so
+    one sender cannot inject chunks into another's payload.
+    """
+
+    def __init__(self, *, max_message_bytes: int = DEFAULT_MAX_BYTES, max_pending: int = 64,
+                 max_chunks: int = 65536, timeout_s: float = 60.0,
+                 clock: Callable[[], float] = time.monotonic):
+        self._max_bytes = max_message_bytes
+        self._max_pending = max_pending
+        self._max_chunks = max_chunks
+        self._timeout_s = timeout_s
+        self._clock = clock
+        self._pending: collections.OrderedDict[tuple[str, bytes], _Partial] = collections.OrderedDict()
+        # Recently completed sets, so a late duplicate chunk (QoS 1 redelivery) does not open a new
+        # partial that would linger until its timeout.
+        self._done: collections.OrderedDict[tuple[str, bytes], None] = collections.OrderedDict()
+        self.evicted = 0  # incomplete payloads dropped (timeout or room), for diagnostics
+
+    def add(self, frame: bytes, source: str = "") -> bytes | None:
+        """Add one chunk frame from `source`.
+
+        Returns:
+            The whole payload when this frame completes it, else None (also for duplicates).
+
+        Raises:
+            WireError("bad_chunk" / "oversized"): malformed frame, or inconsistent with earlier
+                frames of the same set; the set is then dropped.
+        """
+        now = self._clock()
+        self._expire(now)
+        if len(frame) < CHUNK_HEADER_BYTES:
+            raise WireError("bad_chunk", f"chunk is {len(frame)} bytes, shorter than its header")
+        magic, cid, index, count, total = _CHUNK.unpack_from(frame)
+        if magic != CHUNK_MAGIC:
+            raise WireError("bad_chunk", f"chunk starts with {magic!r}, expected {CHUNK_MAGIC!r}")
+        key = (source, cid)
+        if key in self._done:
+            return None
+        if total > self._max_bytes:
+            raise WireError("oversized", f"chunked payload is {total} bytes, limit {self._max_bytes}")
+        if not 0 < count <= self._max_chunks or index >= count:
+            raise WireError("bad_chunk", f"chunk index {index} of count {count} (max {self._max_chunks})")
+        part = self._pending.get(key)
+        if part is None:
+            part = self._pending[key] = _Partial(count, total, now, {})
+            while len(self._pending) > self._max_pending:
+                old_key, _ = self._pending.popitem(last=False)
+                self._evict(old_key, "too many incomplete payloads")
+        elif (part.count, part.total) != (count, total):
+            del self._pending[key]
+            raise WireError("bad_chunk", f"chunk says count={count} total={total}, earlier chunks said "
+                                         f"count={part.count} total={part.total}")
+        if index in part.parts:
+            return None
+        data = memoryview(frame)[CHUNK_HEADER_BYTES:]  # no copy until the final join
+        part.received += len(data)
+        if part.received > total:
+            del self._pending[key]
+            raise WireError("bad_chunk", f"chunks carry more than the announced {total} bytes")
+        part.parts[index] = data
+        if len(part.parts) < count:
+            return None
+        del self._pending[key]
+        if part.received != total:
+            raise WireError("bad_chunk", f"chunks carry {part.received} bytes, announced {total}")
+        self._done[key] = None
+        if len(self._done) > 1024:
+            self._done.popitem(last=False)
+        return b"".join(part.parts[i] for i in range(count))
+
+    def _expire(self, now: float) -> None:
+        # Insertion order is start order, so expired sets are at the front.
+        while self._pending:
+            key, part = next(iter(self._pending.items()))
+            if now - part.started < self._timeout_s:
+                break
+            del self._pending[key]
+            self._evict(key, f"incomplete after {self._timeout_s:g} s")
+
+    def _evict(self, key: tuple[str, bytes], why: str) -> None:
+        self.evicted += 1
+        log.warning("dropped chunked payload %s from %s: %s", key[1].hex(), key[0] or "?", why)
+
+    @property
+    def pending(self) -> int:
+        """Number of incomplete payloads held."""
+        return len(self._pending)

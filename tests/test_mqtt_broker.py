@@ -1,0 +1,342 @@
+"""MQTT transport tests: topics, ACL generation, both brokers, the client (round trips, chunking,
+last will, reconnect, rejection of bad messages) and the Mosquitto ACL. Network: 127.0.0.1 only."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import paho.mqtt.client as paho
+import pytest
+
+from testbed import wire
+from testbed.errors import UserError
+from testbed.mqtt import acl, topics
+from testbed.mqtt.broker import EmbeddedBroker, MosquittoBroker, TlsFiles, free_port, parse_broker_url, wait_for_broker
+from testbed.mqtt.client import BrokerRefused, Inbound, MqttClient
+
+FAST = {"reconnect_min_s": 0.1, "reconnect_max_s": 0.5}
+
+
+def _receive(client: MqttClient, kind: str, timeout_s: float = 5.0, payload: bytes | None = None) -> Inbound | None:
+    """The next inbound message of `kind` (and `payload`, if given), skipping others."""
+    deadline = time.monotonic() + timeout_s
+    while (left := deadline - time.monotonic()) > 0:
+        m = client.receive(left)
+        if m is not None and m.kind == kind and (payload is None or m.payload == payload):
+            return m
+    return None
+
+
+def _update(run: str, sender: str, rnd: int = 0, **tensors: np.ndarray) -> bytes:
+    return wire.encode({"run": run, "round": rnd, "sender": sender, "kind": "update"}, tensors)
+
+
+def _raw_client(url: str) -> paho.Client:
+    """A bare paho client (3.1.1: both brokers speak it) for sending what MqttClient would not."""
+    u = parse_broker_url(url)
+    c = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id="raw", protocol=paho.MQTTv311)
+    c.connect(u.host, u.port)
+    c.loop_start()
+    return c
+
+
+# ---- topics, URLs, ACL text (no network) ------------------------------------------------------
+
+
+def test_topic_builders_and_parse():
+    assert topics.up("r1", "n1") == "tb/v1/r1/up/n1"
+    assert topics.down("r1", "n1") == "tb/v1/r1/down/n1"
+    assert topics.bcast("r1") == "tb/v1/r1/bcast"
+    assert topics.status("r1", "n1") == "tb/v1/r1/status/n1"
+    assert topics.coord("r1") == "tb/v1/r1/coord"
+    for t, parsed in [("tb/v1/r1/up/n1", ("r1", "up", "n1")), ("tb/v1/r1/down/n-2", ("r1", "down", "n-2")),
+                      ("tb/v1/r1/status/n1", ("r1", "status", "n1")), ("tb/v1/r1/bcast", ("r1", "bcast", None)),
+                      ("tb/v1/r1/coord", ("r1", "coord", None))]:
+        p = topics.parse(t)
+        assert (p.run, p.kind, p.node) == parsed
+
+
+@pytest.mark.parametrize("bad", ["tb/v2/r1/up/n1", "xx/v1/r1/up/n1", "tb/v1/r1/up", "tb/v1/r1/up/n1/x",
+                                 "tb/v1/r1/bcast/n1", "tb/v1/r1/side/n1", "tb/v1/r1/up/+", "tb/v1/+/up/n1",
+                                 "tb/v1/r1/up/#", "tb/v1//up/n1", "", "tb/v1/r1/up/$n"])
+def test_parse_rejects_foreign_topics(bad):
+    with pytest.raises(topics.TopicError):
+        topics.parse(bad)
+
+
+def test_topic_builders_reject_bad_ids():
+    for node in ["a/b", "+", "#", "", "x" * 65, "a b"]:
+        with pytest.raises(topics.TopicError):
+            topics.up("r1", node)
+
+
+def test_parse_broker_url():
+    u = parse_broker_url("mqtt://node%2F1:p%40ss@127.0.0.1:1999")
+    assert (u.host, u.port, u.tls, u.username, u.password) == ("127.0.0.1", 1999, False, "node/1", "p@ss")
+    assert str(u) == "mqtt://127.0.0.1:1999"  # no credentials in logs
+    assert parse_broker_url("mqtts://localhost").port == 8883
+    assert parse_broker_url("mqtt://localhost").port == 1883
+    for bad in ["http://h:1", "mqtt://", "mqtt://h:99999", "mqtt://h:1/path"]:
+        with pytest.raises(UserError):
+            parse_broker_url(bad)
+
+
+def test_generate_acl():
+    text, passwords = acl.generate_acl("r1", ["a", "b", "a"])
+    assert set(passwords) == {"coordinator", "a", "b"} and len(set(passwords.values())) == 3
+    blocks = {b.splitlines()[0]: b.splitlines()[1:] for b in text.split("\n\n")[1:]}
+    assert blocks["user a"] == ["topic write tb/v1/r1/up/a", "topic write tb/v1/r1/status/a",
+                                "topic read tb/v1/r1/down/a", "topic read tb/v1/r1/bcast",
+                                "topic read tb/v1/r1/coord"]
+    assert blocks["user coordinator"] == ["topic read tb/v1/r1/up/+", "topic read tb/v1/r1/status/+",
+                                          "topic write tb/v1/r1/down/+", "topic write tb/v1/r1/bcast",
+                                          "topic write tb/v1/r1/coord"]
+    with pytest.raises(ValueError):
+        acl.generate_acl("r1", ["coordinator"])
+
+
+def test_password_hash_format(tmp_path):
+    h = acl.hash_password("secret", salt=b"s" * 12)
+    assert h.startswith("$7$101$" + "c3Nzc3Nzc3Nzc3Nz" + "$") and len(h.split("$")[4]) == 88  # 64-byte digest
+    path = acl.write_password_file(tmp_path / "pw", {"a": "x", "b": "y"})
+    assert [line.split(":")[0] for line in path.read_text().splitlines()] == ["a", "b"]
+    assert path.stat().st_mode & 0o077 == 0
+
+
+def test_brokers_refuse_non_loopback_hosts():
+    with pytest.raises(UserError, match="loopback"):
+        EmbeddedBroker(host="0.0.0.0")
+    with pytest.raises(UserError, match="loopback"):
+        MosquittoBroker(host="192.0.2.1")
+
+
+@pytest.mark.parametrize("kind", [EmbeddedBroker, MosquittoBroker])
+def test_port_in_use_is_a_user_error(kind):
+    if kind is MosquittoBroker and shutil.which("mosquitto") is None:
+        pytest.skip("mosquitto binary not on PATH")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        broker = kind(port=s.getsockname()[1])
+        try:
+            with pytest.raises(UserError, match="did not start"):
+                broker.start()
+        finally:
+            broker.stop()
+
+
+def test_missing_mosquitto_binary_is_a_user_error():
+    with pytest.raises(UserError, match="not found"):
+        MosquittoBroker(binary="no-such-mosquitto-binary").start()
+
+
+def test_wait_for_broker_times_out_on_closed_port():
+    t0 = time.monotonic()
+    with pytest.raises(UserError, match="not reachable"):
+        wait_for_broker(f"mqtt://127.0.0.1:{free_port()}", timeout_s=0.3)
+    assert time.monotonic() - t0 < 2
+
+
+def test_client_connect_to_nothing_is_a_user_error(run_id):
+    with pytest.raises(UserError, match="not reachable"):
+        MqttClient.for_node(f"mqtt://127.0.0.1:{free_port()}", run_id, "n1", **FAST).connect(timeout_s=0.5)
+
+
+# ---- both brokers ------------------------------------------------------------------------------
+
+
+def test_broker_accepts_connections(broker):
+    wait_for_broker(broker.url, timeout_s=2)
+    assert broker.url.startswith("mqtt://127.0.0.1:")
+
+
+def test_protocol_negotiation(broker, run_id, connect):
+    client = connect(MqttClient.for_node(broker.url, run_id, "n1"))
+    # amqtt 0.12 speaks 3.1.1 only; mosquitto 2 speaks v5
+    assert client.protocol == ("3.1.1" if isinstance(broker, EmbeddedBroker) else "5")
+
+
+def test_round_trip_2mb_tensor_both_ways(broker, run_id, connect):
+    coord = connect(MqttClient.for_coordinator(broker.url, run_id))
+    node = connect(MqttClient.for_node(broker.url, run_id, "n1"))
+    w = np.random.default_rng(0).normal(size=(500, 500))  # 2 MB of float64
+    payload = _update(run_id, "n1", 5, w=w, mask=np.arange(10, dtype=np.int64))
+    assert len(payload) > 4 * node.max_chunk_bytes  # travels as chunks
+    node.publish(topics.up(run_id, "n1"), payload)
+    got = _receive(coord, topics.UP)
+    assert got is not None and got.node == "n1" and got.payload == payload
+    assert got.message.round == 5 and got.message.sender == "n1"
+    np.testing.assert_array_equal(got.message.tensors["w"], w)
+
+    model = wire.encode({"run": run_id, "round": 6, "sender": "coordinator", "kind": "model"}, {"w": w * 2})
+    coord.publish(topics.bcast(run_id), model)
+    coord.publish(topics.down(run_id, "n1"), wire.encode(
+        {"run": run_id, "round": 6, "sender": "coordinator", "kind": "lr"}, {"lr": np.array(0.1)}))
+    got = _receive(node, topics.BCAST)
+    np.testing.assert_array_equal(got.message.tensors["w"], w * 2)
+    got = _receive(node, topics.DOWN)
+    assert got.message.kind == "lr" and float(got.message.tensors["lr"]) == 0.1
+
+
+def test_status_online_and_clean_close(broker, run_id, connect):
+    coord = connect(MqttClient.for_coordinator(broker.url, run_id))
+    node = MqttClient.for_node(broker.url, run_id, "n1").connect()
+    assert _receive(coord, topics.STATUS, payload=topics.STATUS_ONLINE).node == "n1"
+    node.close()
+    assert _receive(coord, topics.STATUS, payload=topics.STATUS_OFFLINE).node == "n1"
+    # retained: a coordinator that starts later still sees the node's last status
+    late = connect(MqttClient(broker.url, client_id="late", run=run_id, subscriptions=[topics.all_status(run_id)]))
+    assert _receive(late, topics.STATUS).payload == topics.STATUS_OFFLINE
+
+
+_VICTIM = """
+import sys, time
+from testbed.mqtt.client import MqttClient
+MqttClient.for_node(sys.argv[1], sys.argv[2], "victim").connect()
+time.sleep(60)
+"""
+
+
+def test_last_will_when_node_is_killed(broker, run_id, connect):
+    coord = connect(MqttClient.for_coordinator(broker.url, run_id))
+    proc = subprocess.Popen([sys.executable, "-c", _VICTIM, broker.url, run_id])
+    try:
+        assert _receive(coord, topics.STATUS, timeout_s=10, payload=topics.STATUS_ONLINE).node == "victim"
+        proc.send_signal(signal.SIGKILL)  # no DISCONNECT: the broker must publish the will
+        offline = _receive(coord, topics.STATUS, payload=topics.STATUS_OFFLINE)
+        assert offline is not None and offline.node == "victim"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_reconnect_after_broker_restart(broker, run_id, connect):
+    coord = connect(MqttClient.for_coordinator(broker.url, run_id, **FAST))
+    node = connect(MqttClient.for_node(broker.url, run_id, "n1", **FAST))
+    broker.stop()
+    deadline = time.monotonic() + 5
+    while (coord.connected or node.connected) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not coord.connected and not node.connected
+    broker.start()  # same port
+    deadline = time.monotonic() + 10
+    while not (coord.connected and node.connected) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert coord.connected and node.connected
+    # the broker lost every subscription: this arrives only if the coordinator resubscribed
+    for _ in range(25):  # the node may be back before the coordinator's SUBACK; retry until seen
+        node.publish(topics.up(run_id, "n1"), _update(run_id, "n1", 1, w=np.ones(3)))
+        if (got := _receive(coord, topics.UP, timeout_s=0.2)) is not None:
+            break
+    assert got is not None and got.message.round == 1
+
+
+def test_bad_messages_are_rejected_and_logged_not_raised(broker, run_id, connect, caplog):
+    coord = connect(MqttClient.for_coordinator(broker.url, run_id))
+    raw = _raw_client(broker.url)
+    try:
+        good = _update(run_id, "n1", 2, w=np.ones(4))
+        nan = bytearray(good)
+        nan[-8:] = np.array([np.nan]).tobytes()
+        bad = [
+            (topics.up(run_id, "n1"), b"garbage!" * 4),
+            (topics.up(run_id, "n1"), _update(run_id, "n2")),  # n1 publishing as n2
+            (topics.up(run_id, "n1"), _update("otherrun", "n1")),
+            (topics.up(run_id, "n1"), bytes(nan)),
+            (topics.up(run_id, "n1"), wire.chunk(good, 100)[0][:20]),  # torn chunk header
+            (topics.up(run_id, "n1"), good[:-3]),
+        ]
+        with caplog.at_level(logging.WARNING, logger="testbed.mqtt.client"):
+            for topic, payload in bad:
+                raw.publish(topic, payload, qos=1).wait_for_publish(5)
+            raw.publish(topics.up(run_id, "n1"), good, qos=1).wait_for_publish(5)
+            raw.publish(topics.up(run_id, "n1"), good, qos=1).wait_for_publish(5)  # replayed
+            raw.publish(topics.up(run_id, "n1"), _update(run_id, "n1", 3), qos=1).wait_for_publish(5)
+            first, second = _receive(coord, topics.UP), _receive(coord, topics.UP)
+        assert first.payload == good and second.message.round == 3  # the replay was dropped
+        assert coord.rejected == len(bad) + 1
+        rejections = [r.getMessage() for r in caplog.records if "rejected" in r.getMessage()]
+        assert len(rejections) == len(bad) + 1
+        assert all("from n1" in r for r in rejections)
+        codes = ["bad_magic", "wrong_sender", "wrong_run", "non_finite", "bad_chunk", "size_mismatch", "replay"]
+        assert [c for r in rejections for c in codes if f"{c}:" in r] == codes
+    finally:
+        raw.disconnect()
+        raw.loop_stop()
+
+
+# ---- Mosquitto only: ACLs and TLS ---------------------------------------------------------------
+
+
+def _node(broker, run_id, node, passwords, **kwargs):
+    return MqttClient.for_node(broker.url, run_id, node, username=node, password=passwords[node], **kwargs)
+
+
+@pytest.mark.parametrize("protocol", ["5", "3.1.1"])
+def test_acl_node_cannot_publish_as_another_node(secured_mosquitto, run_id, connect, protocol):
+    broker, pw = secured_mosquitto
+    coord = connect(MqttClient.for_coordinator(broker.url, run_id, username="coordinator",
+                                               password=pw["coordinator"], protocol=protocol))
+    a = connect(_node(broker, run_id, "a", pw, protocol=protocol))
+    forged = _update(run_id, "b", 0, w=np.ones(2))
+    if protocol == "5":  # v5 PUBACK says "not authorized"
+        with pytest.raises(BrokerRefused, match="Not authorized"):
+            a.publish(topics.up(run_id, "b"), forged)
+    else:  # 3.1.1 cannot say no: the broker acknowledges and drops
+        a.publish(topics.up(run_id, "b"), forged)
+    a.publish(topics.up(run_id, "a"), _update(run_id, "a", 0, w=np.ones(2)))
+    got = _receive(coord, topics.UP)
+    assert got.node == "a"  # and nothing from "b" came before it
+    assert _receive(coord, topics.UP, timeout_s=0.3) is None
+
+
+def test_acl_node_cannot_read_another_nodes_downlink(secured_mosquitto, run_id, connect):
+    broker, pw = secured_mosquitto
+    coord = connect(MqttClient.for_coordinator(broker.url, run_id, username="coordinator", password=pw["coordinator"]))
+    b = connect(_node(broker, run_id, "b", pw))
+    # node a, with its own credentials, subscribes to b's downlink too
+    spy = connect(MqttClient(broker.url, client_id="spy", run=run_id, username="a", password=pw["a"],
+                             subscriptions=[topics.down(run_id, "b"), topics.down(run_id, "a")]))
+    msg = wire.encode({"run": run_id, "round": 0, "sender": "coordinator", "kind": "model"}, {"w": np.ones(2)})
+    coord.publish(topics.down(run_id, "b"), msg)
+    assert _receive(b, topics.DOWN).payload == msg
+    coord.publish(topics.down(run_id, "a"), msg)
+    got = _receive(spy, topics.DOWN)
+    assert got.node == "a"  # its own downlink arrives, b's never did
+    assert _receive(spy, topics.DOWN, timeout_s=0.3) is None
+
+
+def test_acl_rejects_bad_credentials(secured_mosquitto, run_id):
+    broker, pw = secured_mosquitto
+    with pytest.raises(BrokerRefused):
+        MqttClient.for_node(broker.url, run_id, "a", username="a", password="wrong").connect(timeout_s=5)
+    with pytest.raises(BrokerRefused):
+        MqttClient.for_node(broker.url, run_id, "a").connect(timeout_s=5)  # anonymous
+
+
+def test_acl_credentials_from_url(secured_mosquitto, run_id, connect):
+    broker, pw = secured_mosquitto
+    url = broker.url.replace("mqtt://", f"mqtt://a:{pw['a']}@")
+    assert connect(MqttClient.for_node(url, run_id, "a")).connected
+
+
+def test_mosquitto_tls(tmp_path, run_id):
+    if shutil.which("mosquitto") is None or shutil.which("openssl") is None:
+        pytest.skip("mosquitto or openssl not on PATH")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                    "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    with MosquittoBroker(tls=TlsFiles(cafile=cert, certfile=cert, keyfile=key)) as broker:
+        assert broker.url.startswith("mqtts://")
+        with MqttClient.for_coordinator(broker.url, run_id, tls_ca=cert) as coord, \
+                MqttClient.for_node(broker.url, run_id, "n1", tls_ca=cert) as node:
+            node.publish(topics.up(run_id, "n1"), _update(run_id, "n1", 0, w=np.ones(3)))
+            assert _receive(coord, topics.UP).node == "n1"

@@ -1,0 +1,317 @@
+"""Unit tests of the wire codec, replay guard and chunking (testbed/wire.py)."""
+
+from __future__ import annotations
+
+import json
+import random
+import struct
+
+import numpy as np
+import pytest
+
+from testbed import wire
+
+HEADER = {"run": "run1", "round": 3, "sender": "node-7", "kind": "update"}
+
+
+def _encode(tensors=None, **fields):
+    return wire.encode({**HEADER, **fields}, tensors)
+
+
+def _forge(header: dict, body: bytes = b"") -> bytes:
+    """A payload with an arbitrary JSON header, bypassing encode's checks."""
+    head = json.dumps(header).encode()
+    prefix = struct.pack("<4sI", wire.MESSAGE_MAGIC, len(head)) + head
+    return prefix + bytes(-len(prefix) % 8) + body
+
+
+def _valid_header(**changes) -> dict:
+    h = {"v": 1, "run": "run1", "round": 3, "sender": "node-7", "kind": "update", "id": "0" * 32,
+         "tensors": [], "meta": {}}
+    h.update(changes)
+    return h
+
+
+def _code(payload: bytes, **kwargs) -> str:
+    with pytest.raises(wire.WireError) as info:
+        wire.decode(payload, **kwargs)
+    assert info.value.reason  # every rejection says why
+    return info.value.code
+
+
+# ---- round trip ---------------------------------------------------------------------------
+
+
+def test_round_trip_preserves_header_and_tensors():
+    rng = np.random.default_rng(0)
+    tensors = {
+        "w": rng.normal(size=(3, 4)),
+        "b": rng.normal(size=5).astype(np.float32),
+        "idx": np.arange(7, dtype=np.int64),
+        "tx": (rng.normal(size=3) + 1j * rng.normal(size=3)).astype(np.complex64),
+        "scalar": np.float64(2.5),
+        "empty": np.zeros((0, 3)),
+        "bytes": np.arange(3, dtype=np.uint8),  # odd length: padding follows
+    }
+    payload = _encode(tensors, meta={"lr": 0.1, "steps": [1, 2]}, msg_id="ab" * 16)
+    msg = wire.decode(payload, expect_run="run1", expect_round=3, expect_sender="node-7")
+    assert (msg.schema, msg.run, msg.round, msg.sender, msg.kind) == (1, "run1", 3, "node-7", "update")
+    assert msg.msg_id == "ab" * 16 and msg.meta == {"lr": 0.1, "steps": [1, 2]}
+    assert msg.size_bytes == len(payload)
+    assert list(msg.tensors) == list(tensors)
+    for name, value in tensors.items():
+        got = msg.tensors[name]
+        assert got.dtype == np.asarray(value).dtype and got.shape == np.shape(value)
+        np.testing.assert_array_equal(got, value)
+        assert got.flags.aligned and not got.flags.writeable  # zero-copy view into the payload
+
+
+def test_encode_normalises_byte_order_and_layout():
+    a = np.arange(12, dtype=">f8").reshape(3, 4).T  # big-endian and not C-contiguous
+    msg = wire.decode(_encode({"a": a}))
+    assert msg.tensors["a"].dtype == np.dtype("<f8")
+    np.testing.assert_array_equal(msg.tensors["a"], a)
+
+
+def test_message_ids_are_fresh_by_default():
+    assert wire.decode(_encode()).msg_id != wire.decode(_encode()).msg_id
+
+
+def test_decode_copies_mutable_buffers():
+    buf = bytearray(_encode({"a": np.ones(4)}))
+    msg = wire.decode(buf)
+    buf[-8:] = bytes(8)
+    np.testing.assert_array_equal(msg.tensors["a"], np.ones(4))
+
+
+def test_check_expected_after_decode():
+    msg = wire.decode(_encode())
+    wire.check_expected(msg, run="run1", round=3, sender="node-7")
+    with pytest.raises(wire.WireError, match="wrong_round"):
+        wire.check_expected(msg, round=4)
+
+
+# ---- encode refuses bad input -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fields, tensors, code", [
+    ({"round": -1}, None, "bad_header"),
+    ({"round": True}, None, "bad_header"),
+    ({"sender": "a/b"}, None, "bad_header"),
+    ({"run": "+"}, None, "bad_header"),
+    ({"colour": "red"}, None, "bad_header"),
+    ({"meta": {"x": object()}}, None, "bad_header"),
+    ({"meta": {"x": float("nan")}}, None, "bad_header"),
+    ({}, {"a": np.array([1.0, np.nan])}, "non_finite"),
+    ({}, {"a": np.array([np.inf], dtype=np.complex128)}, "non_finite"),
+    ({}, {"a": np.array(["x"])}, "dtype"),
+    ({}, {"a": np.array([True])}, "dtype"),
+])
+def test_encode_rejects(fields, tensors, code):
+    with pytest.raises(wire.WireError) as info:
+        _encode(tensors, **fields)
+    assert info.value.code == code
+
+
+# ---- every rejection reason of decode ------------------------------------------------------
+
+
+def test_rejects_truncated_and_garbage():
+    good = _encode({"a": np.ones(10)})
+    assert _code(b"") == "truncated"
+    assert _code(good[:6]) == "truncated"
+    assert _code(good[:20]) == "truncated"  # header cut
+    assert _code(good[:-8]) == "size_mismatch"  # tensor cut
+    assert _code(good + bytes(8)) == "size_mismatch"  # trailing bytes
+    assert _code(b"GARBAGE!" * 4) == "bad_magic"
+    assert _code(random.Random(1).randbytes(1000)) == "bad_magic"
+
+
+def test_rejects_bad_json():
+    head = b"{not json"
+    assert _code(struct.pack("<4sI", wire.MESSAGE_MAGIC, len(head)) + head) == "bad_json"
+    head = b"\xff\xfe"
+    assert _code(struct.pack("<4sI", wire.MESSAGE_MAGIC, len(head)) + head) == "bad_json"
+    assert _code(_forge([1, 2])) == "bad_json"
+
+
+@pytest.mark.parametrize("version", [0, 2, "1", 1.0, True, None])
+def test_rejects_unknown_schema_version(version):
+    assert _code(_forge(_valid_header(v=version))) == "schema"
+
+
+@pytest.mark.parametrize("changes", [
+    {"round": -2}, {"round": "3"}, {"sender": ""}, {"kind": "a b"}, {"id": "xyz"}, {"meta": []},
+    {"tensors": {}}, {"tensors": [{"name": "a", "dtype": "float64"}]},
+    {"tensors": [{"name": "a", "dtype": "float64", "shape": [-1]}]},
+    {"tensors": [{"name": "a", "dtype": "float64", "shape": [1.5]}]},
+    {"tensors": [{"name": "a", "dtype": "float64", "shape": []}] * 2},
+])
+def test_rejects_malformed_header(changes):
+    assert _code(_forge(_valid_header(**changes))) == "bad_header"
+
+
+def test_rejects_unknown_header_key():
+    h = _valid_header()
+    h["extra"] = 1
+    assert _code(_forge(h)) == "bad_header"
+
+
+def test_rejects_wrong_run_round_sender():
+    good = _encode()
+    assert _code(good, expect_run="run2") == "wrong_run"
+    assert _code(good, expect_round=4) == "wrong_round"
+    # node-8 publishing on its own topic but claiming to be node-7
+    assert _code(good, expect_sender="node-8") == "wrong_sender"
+
+
+def test_rejects_shape_not_matching_bytes():
+    spec = {"name": "a", "dtype": "float64", "shape": [4]}
+    assert _code(_forge(_valid_header(tensors=[spec]), bytes(24))) == "size_mismatch"
+    assert _code(_forge(_valid_header(tensors=[spec]), bytes(40))) == "size_mismatch"
+    huge = {"name": "a", "dtype": "float64", "shape": [2**40, 2**40]}  # no overflow, no allocation
+    assert _code(_forge(_valid_header(tensors=[huge]), bytes(8))) == "size_mismatch"
+
+
+def test_rejects_disallowed_dtype():
+    payload = _encode({"a": np.ones(2, dtype=np.float32)})
+    assert _code(payload, allowed_dtypes=(np.float64,)) == "dtype"
+    spec = {"name": "a", "dtype": "object", "shape": [1]}
+    assert _code(_forge(_valid_header(tensors=[spec]), bytes(8))) == "dtype"
+    spec = {"name": "a", "dtype": 7, "shape": [1]}
+    assert _code(_forge(_valid_header(tensors=[spec]), bytes(8))) == "bad_header"
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_rejects_non_finite(bad):
+    spec = {"name": "a", "dtype": "float64", "shape": [3]}
+    body = np.array([1.0, bad, 2.0]).tobytes()
+    assert _code(_forge(_valid_header(tensors=[spec]), body)) == "non_finite"
+
+
+def test_rejects_oversized():
+    payload = _encode({"a": np.ones(1000)})
+    assert _code(payload, max_bytes=len(payload) - 1) == "oversized"
+    wire.decode(payload, max_bytes=len(payload))
+    head_len = struct.pack("<4sI", wire.MESSAGE_MAGIC, wire.MAX_HEADER_BYTES + 1)
+    assert _code(head_len + bytes(16)) == "oversized"
+
+
+# ---- replay ---------------------------------------------------------------------------------
+
+
+def test_replay_guard_rejects_duplicates_only():
+    guard = wire.ReplayGuard(max_entries=2)
+    first = wire.decode(_encode())
+    guard.check(first)
+    with pytest.raises(wire.WireError) as info:
+        guard.check(wire.decode(_encode(msg_id=first.msg_id)))  # same message sent again
+    assert info.value.code == "replay"
+    guard.check(wire.decode(_encode(round=4, msg_id=first.msg_id)))  # other round: a new key
+    guard.check(wire.decode(_encode()))
+    assert len(guard) == 2  # bounded: the oldest key was forgotten
+    guard.check(first)
+
+
+# ---- chunking -------------------------------------------------------------------------------
+
+
+def _reassemble(frames, reassembler=None, source="t"):
+    r = reassembler or wire.Reassembler()
+    done = [out for f in frames if (out := r.add(f, source)) is not None]
+    return done, r
+
+
+@pytest.mark.parametrize("size, max_chunk", [(0, 64), (1, 64), (1000, 64), (1000, 1036), (1000, 1037), (10**6, 2**16)])
+def test_chunk_round_trip(size, max_chunk):
+    payload = random.Random(size).randbytes(size)
+    frames = wire.chunk(payload, max_chunk)
+    assert all(len(f) <= max_chunk for f in frames) and all(wire.is_chunk(f) for f in frames)
+    assert len(frames) == max(1, -(-size // (max_chunk - wire.CHUNK_HEADER_BYTES)))
+    done, r = _reassemble(frames)
+    assert done == [payload] and r.pending == 0
+
+
+def test_chunks_out_of_order_with_duplicates():
+    payload = random.Random(0).randbytes(5000)
+    frames = wire.chunk(payload, 500)
+    shuffled = frames + frames[::2] + frames[:3]
+    random.Random(1).shuffle(shuffled)
+    done, r = _reassemble(shuffled)
+    assert done == [payload] and r.pending == 0
+
+
+def test_interleaved_chunk_sets_and_sources():
+    p1, p2 = b"a" * 3000, b"b" * 3000
+    f1, f2 = wire.chunk(p1, 200), wire.chunk(p2, 200, chunk_set_id=b"x" * 16)
+    f3 = wire.chunk(p1, 200, chunk_set_id=b"x" * 16)  # same id as f2, from another source
+    r = wire.Reassembler()
+    out = []
+    for a, b, c in zip(f1, f2, f3):
+        out += [r.add(a, "s1"), r.add(b, "s1"), r.add(c, "s2")]
+    assert [o for o in out if o is not None] == [p1, p2, p1]
+
+
+def test_whole_message_survives_chunking():
+    payload = _encode({"w": np.random.default_rng(0).normal(size=10_000)})
+    done, _ = _reassemble(reversed(wire.chunk(payload, 4096)))
+    np.testing.assert_array_equal(wire.decode(done[0]).tensors["w"], wire.decode(payload).tensors["w"])
+
+
+def test_incomplete_payloads_time_out():
+    now = [0.0]
+    r = wire.Reassembler(timeout_s=10.0, clock=lambda: now[0])
+    frames = wire.chunk(b"z" * 1000, 200)
+    r.add(frames[0])
+    assert r.pending == 1
+    now[0] = 11.0
+    assert r.add(wire.chunk(b"q", 200)[0]) == b"q"  # any add evicts what has expired
+    assert r.pending == 0 and r.evicted == 1
+    assert r.add(frames[1]) is None  # a late chunk starts over, it does not complete
+    assert r.pending == 1
+
+
+def test_pending_payloads_are_bounded():
+    r = wire.Reassembler(max_pending=3)
+    for i in range(5):
+        r.add(wire.chunk(bytes(1000), 200)[0], source=f"s{i}")
+    assert r.pending == 3 and r.evicted == 2
+
+
+def test_late_duplicate_after_completion_is_ignored():
+    frames = wire.chunk(b"y" * 1000, 200)
+    done, r = _reassemble(frames)
+    assert r.add(frames[2], "t") is None and r.pending == 0
+
+
+def _frame(index, count, total, data=b"", cid=b"c" * 16, magic=wire.CHUNK_MAGIC):
+    return struct.pack("<4s16sIIQ", magic, cid, index, count, total) + data
+
+
+@pytest.mark.parametrize("frame, code", [
+    (b"TBWC" + bytes(10), "bad_chunk"),
+    (_frame(0, 1, 1, b"x", magic=b"NOPE"), "bad_chunk"),
+    (_frame(0, 0, 0), "bad_chunk"),
+    (_frame(2, 2, 10, b"x"), "bad_chunk"),
+    (_frame(0, 1, 2**40), "oversized"),
+    (_frame(0, 2**20, 2**20), "bad_chunk"),  # more chunks than max_chunks
+    (_frame(0, 1, 3, b"toolong"), "bad_chunk"),
+    (_frame(0, 1, 3, b"x"), "bad_chunk"),  # complete but short
+])
+def test_rejects_bad_chunks(frame, code):
+    with pytest.raises(wire.WireError) as info:
+        wire.Reassembler(max_chunks=2**16).add(frame)
+    assert info.value.code == code
+
+
+def test_rejects_inconsistent_chunks():
+    r = wire.Reassembler()
+    assert r.add(_frame(0, 2, 10, b"12345")) is None
+    with pytest.raises(wire.WireError, match="bad_chunk"):
+        r.add(_frame(1, 3, 10, b"67890"))
+    assert r.pending == 0
+
+
+def test_chunk_rejects_tiny_limit():
+    with pytest.raises(ValueError):
+        wire.chunk(b"abc", wire.CHUNK_HEADER_BYTES)
