@@ -12,10 +12,13 @@ Example::
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from testbed.ledger import Event, NodeLedger
 from testbed.privacy.accountants import epsilon
+
+if TYPE_CHECKING:
+    from testbed.config import Config
 
 
 @dataclass(frozen=True)
@@ -68,3 +71,10 @@ class Budgets:
             if spent > self.epsilon * (1 + self._slack):
                 return Exceeded(ledger.node, "epsilon", spent, self.epsilon)
         return None
+
+
+def budgets_from_config(config: "Config") -> Budgets:
+    """The per-node budgets of an experiment's ``[budget]`` and ``[privacy]`` sections."""
+    b = config.budget
+    return Budgets(epsilon=b.epsilon, delta=config.privacy.delta, accountant=config.privacy.accountant,
+                   cost_units=b.cost_units, bytes=b.bytes, energy_j=b.energy_j)

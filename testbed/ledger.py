@@ -134,15 +134,22 @@ class NodeLedger:
     events: list[Event] = field(default_factory=list)
     totals: Totals = field(default_factory=Totals)
     privacy: Counter = field(default_factory=Counter)
+    rounds_logged: set = field(default_factory=set)
 
     def extend(self, events: Iterable[Event]) -> None:
         for event in events:
             if event.node != self.node:
                 raise ValueError(f"event of node {event.node} offered to the ledger of node {self.node}")
             self.events.append(event)
+            self.rounds_logged.add(event.round)
             self.totals.add(event)
             if isinstance(event, GaussianEvent):
                 self.privacy[event.signature] += event.count
+
+    def has_round(self, round_index: int) -> bool:
+        """Whether events of ``round_index`` are already logged (a node that re-runs a round after a
+        restart releases the same values again, from the same random streams: nothing new to charge)."""
+        return round_index in self.rounds_logged
 
     def projected(self, events: Iterable[Event]) -> tuple[Totals, Counter]:
         """Totals and privacy tally as they would be after ``events``, without appending them."""
@@ -180,18 +187,46 @@ class LedgerWriter:
         self._file.close()
 
 
+def event_to_dict(event: Event) -> dict:
+    """A plain dict of an event (``kind`` plus its fields), for JSON on the wire."""
+    return {"kind": event.kind, **{f.name: getattr(event, f.name) for f in dataclasses.fields(event)}}
+
+
+def event_from_dict(values: dict) -> Event:
+    """The event a dict of :func:`event_to_dict` (or a ledger.csv row of strings) describes.
+
+    Raises ValueError on an unknown kind, a missing field or a value of the wrong type.
+    """
+    try:
+        cls = EVENT_TYPES[values["kind"]]
+    except KeyError:
+        raise ValueError(f"unknown event kind {values.get('kind')!r}") from None
+    kwargs = {}
+    for fld in dataclasses.fields(cls):
+        if fld.name not in values:
+            raise ValueError(f"{cls.kind} event lacks {fld.name!r}")
+        kwargs[fld.name] = _coerce(values[fld.name], fld.type, fld.name)
+    return cls(**kwargs)
+
+
+def _coerce(raw: object, type_name: object, name: str) -> object:
+    kind = type_name if isinstance(type_name, str) else type_name.__name__
+    if kind == "bool":
+        if isinstance(raw, bool):
+            return raw
+        if raw in ("True", "False"):
+            return raw == "True"
+        raise ValueError(f"{name} must be a boolean, got {raw!r}")
+    if isinstance(raw, bool) or (kind != "str" and not isinstance(raw, (int, float, str))):
+        raise ValueError(f"{name} must be a number, got {raw!r}")
+    value = {"int": int, "float": float, "str": str}[kind](raw)
+    if kind == "float" and value != value:
+        raise ValueError(f"{name} is NaN")
+    return value
+
+
 def read_ledger(path: Path) -> Iterator[Event]:
     """The events of a ``ledger.csv``, in the order written."""
     with open(path, newline="") as f:
         for row in csv.DictReader(f):
-            cls = EVENT_TYPES[row["kind"]]
-            kwargs = {}
-            for fld in dataclasses.fields(cls):
-                raw = row[fld.name]
-                kwargs[fld.name] = (raw == "True") if fld.type in ("bool", bool) else _parse(raw, fld.type)
-            yield cls(**kwargs)
-
-
-def _parse(raw: str, type_name) -> object:
-    name = type_name if isinstance(type_name, str) else type_name.__name__
-    return {"int": int, "float": float, "str": str}[name](raw)
+            yield event_from_dict(row)

@@ -6,6 +6,7 @@ Layout::
     RUN_DIR/metrics.csv     one row per round, flushed every round
     RUN_DIR/ledger.csv      every node's events, one row per event (columns: kind, node, round, ...)
     RUN_DIR/summary.json    the contract other tools read (see SUMMARY_KEYS)
+    RUN_DIR/checkpoint.npz  the algorithm's state after the last completed round (for --resume)
     RUN_DIR/figures/*.png   accuracy and loss against round and cost, ε per node
 """
 
@@ -17,11 +18,13 @@ import os
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from testbed.errors import UserError
 
 METRIC_COLUMNS = [
     "round", "local_steps", "train_loss", "test_accuracy", "test_accuracy_pooled",
-    "validation_accuracy", "cost_units", "epsilon", "bytes_total", "wall_s",
+    "validation_accuracy", "cost_units", "epsilon", "bytes_total", "stragglers", "wall_s",
 ]
 SUMMARY_KEYS = ("algorithm", "mode", "seed", "status", "rounds", "final", "nodes", "budgets")
 STATUSES = ("completed", "stopped_budget", "failed")
@@ -30,15 +33,50 @@ STATUSES = ("completed", "stopped_budget", "failed")
 class RunDirectory:
     """Creates and writes one run's directory; refuses to overwrite a finished or partial run."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, *, reopen: bool = False):
         self.path = Path(path)
-        if (self.path / "metrics.csv").exists():
-            raise UserError(f"{self.path} already holds a run; choose another --out")
+        metrics = self.path / "metrics.csv"
+        if reopen:
+            if not (self.path / "config.toml").exists():
+                raise UserError(f"{self.path} holds no run to resume (no config.toml)")
+            self._truncate_metrics_to_checkpoint()
+        elif metrics.exists():
+            raise UserError(f"{self.path} already holds a run; choose another --out, or --resume it")
         self.path.mkdir(parents=True, exist_ok=True)
-        self._metrics_file = open(self.path / "metrics.csv", "w", newline="")
+        self._metrics_file = open(metrics, "a" if reopen else "w", newline="")
         self._metrics = csv.DictWriter(self._metrics_file, METRIC_COLUMNS)
-        self._metrics.writeheader()
+        if not reopen:
+            self._metrics.writeheader()
         self._metrics_file.flush()
+
+    @classmethod
+    def reopen(cls, path: Path) -> "RunDirectory":
+        """An existing run's directory, to append to (``testbed run --resume``)."""
+        return cls(path, reopen=True)
+
+    def save_checkpoint(self, rounds_done: int, state: np.ndarray) -> None:
+        """The state after ``rounds_done`` rounds, replaced atomically (a kill leaves the old one)."""
+        tmp = self.path / "checkpoint.tmp.npz"
+        np.savez(tmp, rounds_done=rounds_done, state=state)
+        os.replace(tmp, self.path / "checkpoint.npz")
+
+    def load_checkpoint(self) -> tuple[int, np.ndarray]:
+        """(rounds done, state) of the last checkpoint; UserError if the run never finished a round."""
+        path = self.path / "checkpoint.npz"
+        if not path.exists():
+            raise UserError(f"{self.path} has no checkpoint: the run finished no round; start it afresh")
+        with np.load(path) as saved:
+            return int(saved["rounds_done"]), saved["state"]
+
+    def _truncate_metrics_to_checkpoint(self) -> None:
+        """Drop metric rows past the checkpoint (a kill between the two writes leaves one extra)."""
+        rounds_done, _ = self.load_checkpoint()
+        path = self.path / "metrics.csv"
+        with open(path, newline="") as f:
+            rows = list(csv.reader(f))
+        kept = [rows[0]] + [row for row in rows[1:] if row and int(float(row[0])) <= rounds_done]
+        with open(path, "w", newline="") as f:
+            csv.writer(f).writerows(kept)
 
     @property
     def ledger_path(self) -> Path:

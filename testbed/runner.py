@@ -14,13 +14,14 @@ from typing import Any
 
 import numpy as np
 
-from testbed.algorithms import Algorithm, from_config
-from testbed.budgets import Budgets, Exceeded
+from testbed.algorithms import Algorithm, RoundResult, from_config
+from testbed.assemble import load_data, model_for
+from testbed.budgets import Budgets, Exceeded, budgets_from_config
 from testbed.config import Config, to_toml
 from testbed.data.federated import FederatedData, Split
-from testbed.errors import ConfigError
-from testbed.ledger import LedgerWriter, NodeLedger
-from testbed.models import Model, build_model
+from testbed.ledger import LedgerWriter, NodeLedger, read_ledger
+from testbed.models import Model
+from testbed.planning.resolve import resolve_plan
 from testbed.privacy.accountants import epsilon as account
 from testbed.progress import Progress
 from testbed.results import RunDirectory
@@ -31,24 +32,6 @@ from testbed.rng import GLOBAL, Purpose, stream
 class RunResult:
     run_dir: Path
     summary: dict[str, Any]
-
-
-def load_data(config: Config) -> FederatedData:
-    """The experiment's federated data set (see testbed.data.load_dataset)."""
-    from testbed.data import load_dataset
-
-    d = config.data
-    options: dict[str, Any]
-    if d.dataset == "synthetic":
-        options = dict(num_nodes=d.num_nodes, samples_per_node=d.samples_per_node, dim=d.dim,
-                       n_classes=d.n_classes, heterogeneity=d.heterogeneity)
-    elif d.dataset.startswith("adult"):
-        options = dict(include_education=d.include_education, numeric=d.numeric)
-        if d.dataset == "adult-2":
-            options["num_nodes"] = d.num_nodes
-    else:
-        options = {}
-    return load_dataset(d.dataset, seed=config.run.seed, path=d.path, **options)
 
 
 def per_node_mean(values: np.ndarray, split: Split) -> np.ndarray:
@@ -76,57 +59,95 @@ def default_run_dir(config: Config) -> Path:
     return Path(config.output.dir) / f"{config.run.name}-{stamp}-s{config.run.seed}"
 
 
-def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = False) -> RunResult:
-    """Run ``config`` to completion or to the first budget a node would break; write RUN_DIR."""
-    if config.run.mode != "sim":
-        raise ConfigError("run.mode", f"{config.run.mode!r} is not available; use sim")
+class SimNodes:
+    """Every node in this process, stepped at once on stacked arrays (``run.mode = "sim"``)."""
+
+    def __init__(self, alg: Algorithm, data: FederatedData, seed: int):
+        self.alg, self.data, self.seed = alg, data, seed
+        self.node_ids = list(data.node_ids)
+
+    def step(self, state: Any, round_index: int) -> RoundResult:
+        return RoundResult(self.alg.node_step(state, self.data.train, self.node_ids, round_index, self.seed))
+
+    def close(self, status: str) -> None:
+        pass
+
+
+def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = False,
+                   resume: bool = False) -> RunResult:
+    """Run ``config`` to completion or to the first budget a node would break; write RUN_DIR.
+
+    With ``resume``, ``out_dir`` is a run that was killed: it continues after the last round whose
+    state was saved; the ledger keeps everything already spent, and a round re-run after the kill
+    (same seed, same streams, the same values released again) is not charged twice.
+    """
     wall_start = time.monotonic()
     data = load_data(config)
-    model = build_model(config.model.kind, data.dim, data.n_classes, bias=config.model.bias,
-                        hidden=config.model.hidden)
+    model = model_for(config, data)
+    config, plan = resolve_plan(config, model, data)  # dp_pasgd.tau = "plan" → the planned τ, K, σ
     alg = from_config(config, model, data)
-    budgets = Budgets(epsilon=config.budget.epsilon, delta=config.privacy.delta,
-                      accountant=config.privacy.accountant, cost_units=config.budget.cost_units,
-                      bytes=config.budget.bytes, energy_j=config.budget.energy_j)
-    node_ids = list(range(data.num_nodes))
-    ledgers = [NodeLedger(node) for node in node_ids]
+    budgets = budgets_from_config(config)
+    ledgers = [NodeLedger(node) for node in data.node_ids]
 
-    run = RunDirectory(out_dir or default_run_dir(config))
-    run.write_config(to_toml(config))
+    if resume:
+        run = RunDirectory.reopen(out_dir)
+        for event in read_ledger(run.ledger_path):
+            ledgers[event.node].extend([event])
+        rounds_done, state = run.load_checkpoint()
+    else:
+        run = RunDirectory(out_dir or default_run_dir(config))
+        run.write_config(to_toml(config))
+        rounds_done, state = 0, alg.init_state(model.init(stream(config.run.seed, GLOBAL, -1, Purpose.INIT)))
     ledger_file = LedgerWriter(run.ledger_path)
     progress = Progress(alg.rounds, enabled=not quiet)
-    state = alg.init_state(model.init(stream(config.run.seed, GLOBAL, -1, Purpose.INIT)))
     status, stopped, metrics = "completed", None, evaluate(model, alg.eval_params(state), data)
-    rounds_done = 0
+    nodes = None
     try:
-        for r in range(alg.rounds):
+        if config.run.mode == "mqtt":
+            from testbed.mqtt.coordinator import MqttNodes
+
+            nodes = MqttNodes(config, to_toml(config), data.node_ids, quiet=quiet)
+        else:
+            nodes = SimNodes(alg, data, config.run.seed)
+        for r in range(rounds_done, alg.rounds):
             stopped = _first_exceeded(budgets, ledgers, alg, r)
             if stopped is not None:
                 status = "stopped_budget"
                 break
-            out = alg.node_step(state, data.train, node_ids, r, config.run.seed)
-            for ledger, events in zip(ledgers, out.events):
-                ledger.extend(events)
-                ledger_file.write(events)
-            state = alg.combine(out, state)
+            result = nodes.step(state, r)
+            if result.refused:
+                node, budget, would_be, limit = result.refused[0]
+                stopped, status = Exceeded(node, budget, would_be, limit), "stopped_budget"
+                break
+            for node, events in zip(result.output.node_ids, result.output.events):
+                if not ledgers[node].has_round(r):
+                    ledgers[node].extend(events)
+                    ledger_file.write(events)
+            if result.output.node_ids:  # nobody answered: the model stays as it was
+                state = alg.combine(result.output, state)
             rounds_done = r + 1
+            run.save_checkpoint(rounds_done, state)
             metrics = evaluate(model, alg.eval_params(state), data)
             eps = max(account(budgets.accountant, led.privacy, budgets.delta) for led in ledgers)
             run.append_metrics({
-                "round": rounds_done, "local_steps": ledgers[0].totals.local_steps, **metrics,
+                "round": rounds_done, "local_steps": max(led.totals.local_steps for led in ledgers), **metrics,
                 "cost_units": max(led.totals.cost_units for led in ledgers), "epsilon": eps,
                 "bytes_total": max(led.totals.bytes_total for led in ledgers),
-                "wall_s": round(time.monotonic() - wall_start, 4),
+                "stragglers": len(result.stragglers), "wall_s": round(time.monotonic() - wall_start, 4),
             })
             progress.update(rounds_done, metrics["train_loss"], eps)
     except BaseException:
         status = "failed"
         raise
     finally:
+        if nodes is not None:
+            nodes.close(status)
         progress.close()
         ledger_file.close()
         summary = _summary(config, alg, budgets, ledgers, status, stopped, rounds_done, metrics,
                            time.monotonic() - wall_start, run.path)
+        if plan is not None:
+            summary["plan"] = plan
         run.write_summary(summary)
         run.close()
     np.save(run.path / "final_params.npy", alg.eval_params(state))

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from testbed.models import Model
 
 #: run.algorithm → the module that builds it.
-ALGORITHMS = {"dp_pasgd": "testbed.algorithms.dp_pasgd"}
+ALGORITHMS = {"dp_pasgd": "testbed.algorithms.dp_pasgd", "dwfl": "testbed.algorithms.dwfl"}
 
 
 @dataclass(frozen=True)
@@ -28,12 +28,29 @@ class NodeOutput:
     """What the nodes of one node step send, and what it cost them.
 
     Attributes:
+        node_ids: (M,) the nodes that sent, in row order (over MQTT: those that answered in time).
         params: (M, P) float64, what each node sends (DP-PASGD: its local model after τ steps).
         events: per node, the ledger events of this round (compute, privacy, communication).
     """
 
+    node_ids: tuple[int, ...]
     params: np.ndarray
     events: list[list["Event"]]
+
+
+@dataclass(frozen=True)
+class RoundResult:
+    """What came back from the nodes in one round, however they were reached.
+
+    Attributes:
+        output: the answered nodes' tensors and events, in node order.
+        stragglers: nodes expected but silent by the round's deadline (or gone offline).
+        refused: (node, budget, would_be, limit) of nodes that refused to act.
+    """
+
+    output: NodeOutput
+    stragglers: tuple[int, ...] = ()
+    refused: tuple[tuple[int, str, float, float], ...] = ()
 
 
 class Algorithm(Protocol):

@@ -165,7 +165,7 @@ class DpPasgd:
             params -= self.lr * grad  # eq. (7a): w = θ − η(g + b)
         compute_share = (time.process_time() - start) / m_nodes
         events = [self.planned_events(node, round_index, compute_share) for node in node_ids]
-        return NodeOutput(params=params, events=events)
+        return NodeOutput(node_ids=tuple(int(n) for n in node_ids), params=params, events=events)
 
     def _draw_batches(self, train: Split, node_ids: Sequence[int], round_index: int, seed: int):
         """Global row indices (M, τ, B) and weights (M, τ, B) of every node's τ mini-batches.

@@ -5,11 +5,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from testbed.errors import UserError
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     run = sub.add_parser("run", help="run an experiment file")
-    run.add_argument("file", type=Path)
-    run.add_argument("--mode", choices=["sim"], help="where the nodes run (default: run.mode of the file)")
+    run.add_argument("file", type=Path, nargs="?", help="the experiment file (not with --resume)")
+    run.add_argument("--mode", choices=["sim", "mqtt"], help="where the nodes run (default: run.mode of the file)")
+    run.add_argument("--resume", type=Path, metavar="RUN_DIR",
+                     help="continue a killed run from its last completed round (its own config.toml)")
     run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                      help="override any key, e.g. --set dp_pasgd.tau=5 (repeatable)")
     run.add_argument("--seed", type=int, help="the run's seed (run.seed)")
@@ -25,10 +29,18 @@ def _run(args: argparse.Namespace) -> int:
     overrides = list(args.overrides)
     if args.mode:
         overrides.append(f"run.mode={args.mode!r}")
-    if args.seed is not None:
-        overrides.append(f"run.seed={args.seed}")
-    config = load_config(args.file, overrides)
-    result = run_experiment(config, out_dir=args.out, quiet=args.quiet)
+    if args.resume is not None:
+        if args.file is not None or args.out is not None or args.seed is not None or args.overrides:
+            raise UserError("--resume takes the run's own config.toml: give no FILE, --out, --seed or --set")
+        config = load_config(args.resume / "config.toml", overrides)
+        result = run_experiment(config, out_dir=args.resume, quiet=args.quiet, resume=True)
+    else:
+        if args.file is None:
+            raise UserError("give an experiment FILE, or --resume RUN_DIR")
+        if args.seed is not None:
+            overrides.append(f"run.seed={args.seed}")
+        config = load_config(args.file, overrides)
+        result = run_experiment(config, out_dir=args.out, quiet=args.quiet)
     if not args.quiet:
         print(format_summary(result.summary))
     return 0
@@ -55,7 +67,11 @@ def format_summary(summary: dict) -> str:
             f" of {summary['budgets']['cost_units']:g}" if summary["budgets"]["cost_units"] else ""),
     ]
     target = summary.get("privacy", {}).get("epsilon_target")
-    if target is not None and max(eps) > target * (1 + 1e-9):
+    settings = summary.get("algorithm_settings", {})
+    if "epsilon_round_max" in settings:  # a per-round target (DWFL eq. 11), not one over the run
+        lines.append(f"eps/round    {settings['epsilon_round_max']:.4g} at the worst receiver"
+                     + (f" (target {target:g})" if target is not None else ""))
+    elif target is not None and max(eps) > target * (1 + 1e-9):
         lines.append(f"WARNING      calibration {summary['algorithm_settings'].get('calibration')} targets "
                      f"epsilon {target:g} but spends {max(eps):.4g}")
     return "\n".join(lines)

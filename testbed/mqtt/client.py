@@ -59,6 +59,8 @@ class Inbound:
         node: node id from the topic (None for bcast and coord).
         payload: the (reassembled) payload bytes.
         message: the decoded, validated wire message for up/down/bcast; None for status kinds.
+        receiver: the `owner` of the client it arrived at (the node id of a node's client), so
+            clients that share one inbox can tell whose copy of a broadcast it is.
     """
 
     topic: str
@@ -66,6 +68,7 @@ class Inbound:
     node: str | None
     payload: bytes
     message: wire.Message | None
+    receiver: str | None = None
 
 
 class MqttClient:
@@ -91,6 +94,9 @@ class MqttClient:
         session_expiry_s: how long the broker keeps subscriptions and queued QoS 1 messages of a
             disconnected client (v5 session expiry; on 3.1.1 any value > 0 means a persistent
             session); 0 for a clean session at every connect.
+        inbox: a queue to put received messages in, shared by several clients (an emulated node
+            host serves many nodes from one thread); default: a queue of this client's own.
+        owner: who this client speaks for (a node id), copied into every Inbound's `receiver`.
     """
 
     def __init__(self, url: str, *, client_id: str, run: str, subscriptions: Sequence[str] = (),
@@ -99,7 +105,7 @@ class MqttClient:
                  tls_ca: str | Path | None = None, protocol: str = "auto", keepalive_s: int = 30,
                  max_chunk_bytes: int = 256 * 1024, max_message_bytes: int = wire.DEFAULT_MAX_BYTES,
                  reconnect_min_s: float = 0.25, reconnect_max_s: float = 30.0,
-                 session_expiry_s: int = 300):
+                 session_expiry_s: int = 300, inbox: queue.Queue | None = None, owner: str | None = None):
         if protocol not in ("auto", "5", "3.1.1"):
             raise ValueError(f"protocol must be 'auto', '5' or '3.1.1', got {protocol!r}")
         if max_chunk_bytes <= wire.CHUNK_HEADER_BYTES:
@@ -120,7 +126,8 @@ class MqttClient:
         self._reconnect = (reconnect_min_s, reconnect_max_s)
         self._session_expiry_s = session_expiry_s
 
-        self._inbox: queue.Queue[Inbound] = queue.Queue()
+        self._inbox: queue.Queue[Inbound] = inbox if inbox is not None else queue.Queue()
+        self.owner = owner
         self._reassembler = wire.Reassembler(max_message_bytes=max_message_bytes)
         self._replay = wire.ReplayGuard()
         self._lock = threading.Condition()
@@ -140,7 +147,8 @@ class MqttClient:
         """A node's client: id `tb-{run}-{node}`, subscribed to its downlink, the broadcast and the
         coordinator status; status topic `status/{node}`."""
         kwargs.setdefault("subscriptions", topics.node_subscriptions(run, node))
-        return cls(url, client_id=f"tb-{run}-{node}", run=run, status_topic=topics.status(run, node), **kwargs)
+        kwargs.setdefault("client_id", f"tb-{run}-{node}")
+        return cls(url, run=run, status_topic=topics.status(run, node), owner=node, **kwargs)
 
     @classmethod
     def for_coordinator(cls, url: str, run: str, coordinator_id: str = "coordinator",
@@ -342,7 +350,7 @@ class MqttClient:
                 raise wire.WireError("wrong_run", f"topic is for run {t.run!r}, this client serves {self.run!r}")
             payload = msg.payload
             if t.kind not in topics.DATA_KINDS:
-                self._inbox.put(Inbound(topic, t.kind, t.node, payload, None))
+                self._inbox.put(Inbound(topic, t.kind, t.node, payload, None, self.owner))
                 return
             if wire.is_chunk(payload):
                 payload = self._reassembler.add(payload, source=topic)
@@ -352,7 +360,7 @@ class MqttClient:
             message = wire.decode(payload, expect_run=self.run, expect_sender=expected_sender,
                                   max_bytes=self._max_message_bytes)
             self._replay.check(message)
-            self._inbox.put(Inbound(topic, t.kind, t.node, payload, message))
+            self._inbox.put(Inbound(topic, t.kind, t.node, payload, message, self.owner))
         except (wire.WireError, topics.TopicError, UnicodeDecodeError) as exc:
             self.rejected += 1
             log.warning("%s: rejected message from %s on %r: %s", self.client_id, sender, topic, exc)

@@ -1,0 +1,143 @@
+"""The node agent: one node's side of a run, whatever carries its messages.
+
+It holds the node's own data (a board loads or generates only its own samples), its own ledger
+(privacy is accounted where the data lives) and runs the algorithm's node step for one node — the
+same function the simulator runs for all nodes at once, so both give the same numbers.
+
+A round arrives as a wire message (testbed.protocol); :meth:`NodeAgent.handle` returns the reply.
+The transports (the MQTT node process, the emulated node host) only move bytes.
+
+Example::
+
+    >>> from testbed import protocol, wire
+    >>> from testbed.config import load_config_text, to_toml
+    >>> cfg = load_config_text("[data]\\nnum_nodes = 2\\nsamples_per_node = 40\\ndim = 3\\n"
+    ...                        "[dp_pasgd]\\nsteps = 4\\ntau = 2\\nbatch = 4\\nsigma = 1.0\\n")
+    >>> agent = NodeAgent(node=1)
+    >>> ask = wire.decode(protocol.round_("r", "s", 0, to_toml(cfg), {"state": np.zeros(8)}))
+    >>> reply = wire.decode(agent.handle(ask))
+    >>> reply.kind, reply.tensors["params"].shape
+    ('update', (8,))
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from testbed import protocol, wire
+from testbed.algorithms import Algorithm, from_config
+from testbed.assemble import load_data, model_for
+from testbed.budgets import Budgets, budgets_from_config
+from testbed.config import Config, load_config_text
+from testbed.data.federated import FederatedData
+from testbed.ledger import ComputeEvent, Event, LedgerWriter, NodeLedger, read_ledger
+
+log = logging.getLogger(__name__)
+
+#: Turns the events of a step and the host CPU seconds it took into the events to log (device
+#: profiles and meters charge seconds and joules here). Default: host CPU seconds, no joules.
+Charger = Callable[[Sequence[Event], float], list[Event]]
+
+
+def host_charger(events: Sequence[Event], cpu_s: float) -> list[Event]:
+    """Charge the step's measured host CPU time to its compute event; no energy model."""
+    return [replace(e, compute_s=cpu_s, measured=True) if isinstance(e, ComputeEvent) else e for e in events]
+
+
+@dataclass
+class _Experiment:
+    """What a node builds once per experiment file: its data, the algorithm, its budgets."""
+
+    config: Config
+    data: FederatedData
+    algorithm: Algorithm
+    budgets: Budgets
+
+
+class NodeAgent:
+    """One node of a run.
+
+    Args:
+        node: the node's global id.
+        data_path: where this board keeps the data file (overrides the experiment's data.path).
+        state_dir: where the node keeps its ledger between restarts (one CSV per run session);
+            None keeps it in memory only.
+        charger: how seconds and joules are charged (see Charger).
+    """
+
+    def __init__(self, node: int, *, data_path: str | None = None, state_dir: Path | None = None,
+                 charger: Charger = host_charger):
+        self.node = int(node)
+        self.data_path = data_path
+        self.state_dir = Path(state_dir) if state_dir else None
+        self.charger = charger
+        self._experiments: dict[str, _Experiment] = {}
+        self._ledgers: dict[str, tuple[NodeLedger, LedgerWriter | None]] = {}
+
+    def handle(self, msg: wire.Message) -> bytes | None:
+        """The reply to a coordinator message: an update or a refusal for a round, None otherwise."""
+        if msg.kind != protocol.ROUND:
+            return None
+        session = protocol.session_of(msg)
+        config_text = msg.meta.get("config")
+        if session is None or not isinstance(config_text, str) or "state" not in msg.tensors:
+            raise wire.WireError("bad_header", "a round needs a session, a config and a state tensor")
+        exp = self._experiment(config_text)
+        ledger, writer = self._ledger(msg.run, session)
+        r = msg.round
+        planned = exp.algorithm.planned_events(self.node, r)
+        exceeded = None if ledger.has_round(r) else exp.budgets.would_exceed(ledger, planned)
+        if exceeded is not None:
+            log.info("node %d refuses round %d: %s", self.node, r, exceeded)
+            return protocol.refused(msg.run, session, r, self.node, exceeded.budget, exceeded.would_be,
+                                    exceeded.limit)
+        start = time.process_time()
+        out = exp.algorithm.node_step(np.array(msg.tensors["state"]), exp.data.train, [self.node], r,
+                                      exp.config.run.seed)
+        events = self.charger(out.events[0], time.process_time() - start)
+        if not ledger.has_round(r):
+            # Logged before it is sent: a node killed in between over-counts, never under-counts.
+            ledger.extend(events)
+            if writer is not None:
+                writer.write(events)
+        return protocol.update(msg.run, session, r, self.node, {"params": out.params[0]}, events)
+
+    def _experiment(self, config_text: str) -> _Experiment:
+        key = hashlib.sha256(config_text.encode()).hexdigest()
+        if key not in self._experiments:
+            config = load_config_text(config_text, source="the coordinator's experiment")
+            data = load_data(config, nodes=[self.node], path=self.data_path)
+            algorithm = from_config(config, model_for(config, data), data)
+            self._experiments = {key: _Experiment(config, data, algorithm, budgets_from_config(config))}
+        return self._experiments[key]
+
+    def _ledger(self, run: str, session: str) -> tuple[NodeLedger, LedgerWriter | None]:
+        key = f"{run}-{session}"
+        if key not in self._ledgers:
+            ledger, writer = NodeLedger(self.node), None
+            if self.state_dir is not None:
+                path = self.state_dir / f"ledger-{key}-node{self.node}.csv"
+                if path.exists():
+                    ledger.extend(read_ledger(path))  # a restarted node keeps what it spent
+                self.state_dir.mkdir(parents=True, exist_ok=True)
+                writer = LedgerWriter(path)
+            self.close()  # one session at a time: a new one means the old run is over
+            self._ledgers = {key: (ledger, writer)}
+        return self._ledgers[key]
+
+    def close(self) -> None:
+        """Close the files of the node's ledgers."""
+        for _, writer in self._ledgers.values():
+            if writer is not None:
+                writer.close()
+
+    def ledger(self, run: str, session: str) -> NodeLedger:
+        """This node's ledger for a run session (for reports and tests)."""
+        return self._ledger(run, session)[0]

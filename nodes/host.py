@@ -1,0 +1,121 @@
+"""Serves nodes over MQTT: one node on a board (`testbed node`), or many emulated nodes in one
+process (`testbed nodes`), each with its own MQTT connection and identity.
+
+All clients of a host put what they receive in one inbox, read by one thread: a broadcast round
+arrives once per node (the copy's ``receiver`` says which node it is for), that node's agent runs
+its step, and the reply goes out on that node's own connection, so the broker (and its ACL) sees
+every node publish only under its own id.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import secrets
+import time
+from pathlib import Path
+from typing import Sequence
+
+from testbed import protocol, wire
+from testbed.errors import UserError
+from testbed.mqtt import topics
+from testbed.mqtt.client import Inbound, MqttClient
+
+from nodes.agent import Charger, NodeAgent, host_charger
+
+log = logging.getLogger(__name__)
+
+
+def serve(broker_url: str, run: str, node_ids: Sequence[int], *, data_path: str | None = None,
+          state_dir: Path | None = None, charger: Charger = host_charger, protocol_version: str = "auto",
+          coordinator_grace_s: float = 30.0, connect_timeout_s: float = 30.0,
+          max_chunk_bytes: int = 256 * 1024, credentials: dict[str, str] | None = None,
+          tls_ca: str | None = None, crash_at_round: int | None = None) -> int:
+    """Serve ``node_ids`` of run ``run`` until the coordinator says stop; returns the number of
+    rounds answered.
+
+    The host leaves on its own when the coordinator has been offline (its last will) for
+    ``coordinator_grace_s`` seconds: a broker restart makes it blink offline, a killed coordinator
+    stays offline and its nodes should not linger. ``credentials`` (node id → password, from
+    `testbed acl`) log each node in under its own name, which the broker's ACL checks.
+    ``crash_at_round`` emulates a board that loses power mid-round: the process exits at once,
+    without a reply or a clean disconnect, when that round arrives.
+    """
+    inbox: queue.Queue[Inbound] = queue.Queue()
+    agents = {str(n): NodeAgent(n, data_path=data_path, state_dir=state_dir, charger=charger) for n in node_ids}
+    instance = secrets.token_hex(3)  # a restarted host must not take over its predecessor's sessions
+    clients: dict[str, MqttClient] = {}
+    try:
+        for name in agents:
+            password = None
+            if credentials is not None:
+                if name not in credentials:
+                    raise UserError(f"the credentials file has no password for node {name}")
+                password = credentials[name]
+            client = MqttClient.for_node(broker_url, run, name, inbox=inbox, protocol=protocol_version,
+                                         client_id=f"tb-{run}-{name}-{instance}", max_chunk_bytes=max_chunk_bytes,
+                                         username=name if credentials is not None else None, password=password,
+                                         tls_ca=tls_ca)
+            client.connect(timeout_s=connect_timeout_s)
+            protocol_version = client.protocol or protocol_version  # probe the broker once per host
+            clients[name] = client
+        log.info("serving %d node(s) of run %s on %s", len(clients), run, broker_url)
+        return _loop(inbox, agents, clients, run, coordinator_grace_s, crash_at_round)
+    finally:
+        for client in clients.values():
+            client.close()
+        for agent in agents.values():
+            agent.close()
+
+
+def _loop(inbox: queue.Queue[Inbound], agents: dict[str, NodeAgent], clients: dict[str, MqttClient],
+          run: str, grace_s: float, crash_at_round: int | None) -> int:
+    answered, stopped = 0, set()
+    coordinator_offline_since: float | None = None
+    broker_lost_since: float | None = None
+    while len(stopped) < len(agents):
+        item = _next(inbox, 0.5)
+        now = time.monotonic()
+        if coordinator_offline_since is not None and now - coordinator_offline_since > grace_s:
+            log.warning("coordinator of run %s offline for %.0f s; leaving", run, grace_s)
+            break
+        connected = any(c.connected for c in clients.values())
+        broker_lost_since = None if connected else (broker_lost_since or now)
+        if broker_lost_since is not None and now - broker_lost_since > grace_s:
+            log.warning("broker unreachable for %.0f s; leaving", grace_s)
+            break
+        if item is None:
+            continue
+        if item.kind == topics.COORD:
+            online = item.payload == topics.STATUS_ONLINE
+            coordinator_offline_since = None if online else (coordinator_offline_since or time.monotonic())
+            continue
+        msg, name = item.message, item.receiver
+        if msg is None or name not in agents:
+            continue
+        if msg.kind == protocol.STOP:
+            stopped.add(name)
+            continue
+        if crash_at_round is not None and msg.kind == protocol.ROUND and msg.round == crash_at_round:
+            log.warning("node %s: emulated crash at round %d", name, msg.round)
+            os._exit(1)
+        try:
+            reply = agents[name].handle(msg)
+        except wire.WireError as exc:
+            log.warning("node %s rejected %s of round %d: %s", name, msg.kind, msg.round, exc)
+            continue
+        except UserError as exc:  # e.g. the node lacks the data file: say so, keep serving
+            log.error("node %s cannot run round %d: %s", name, msg.round, exc)
+            continue
+        if reply is not None:
+            clients[name].publish(topics.up(run, name), reply)
+            answered += 1
+    return answered
+
+
+def _next(inbox: queue.Queue[Inbound], timeout_s: float) -> Inbound | None:
+    try:
+        return inbox.get(timeout=timeout_s)
+    except queue.Empty:
+        return None

@@ -1,0 +1,43 @@
+"""Builds an experiment's parts from its config: the data a set of nodes holds and the model.
+
+Shared by the sim runner (all nodes in one process) and the node agent (one node on a board), so
+both build exactly the same things from the same experiment file.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from testbed.config import Config
+from testbed.data.federated import FederatedData
+from testbed.models import Model, build_model
+
+
+def load_data(config: Config, nodes: Sequence[int] | None = None, path: str | None = None) -> FederatedData:
+    """The experiment's federated data set (see testbed.data.load_dataset), or only ``nodes`` of it
+    (a board's own), read from ``path`` when given instead of data.path."""
+    from testbed.data import load_dataset
+
+    d = config.data
+    options: dict[str, Any]
+    if d.dataset == "synthetic":
+        options = dict(num_nodes=d.num_nodes, samples_per_node=d.samples_per_node, dim=d.dim,
+                       n_classes=d.n_classes, heterogeneity=d.heterogeneity)
+    elif d.dataset.startswith("adult"):
+        options = dict(include_education=d.include_education, numeric=d.numeric)
+        if d.dataset == "adult-2":
+            options["num_nodes"] = d.num_nodes
+    else:
+        options = {}
+    if nodes is not None and d.dataset == "synthetic":
+        options["nodes"] = list(nodes)  # a board generates only its own samples
+    data = load_dataset(d.dataset, seed=config.run.seed, path=path or d.path, **options)
+    if nodes is not None and d.dataset != "synthetic":
+        data = data.select(list(nodes))
+    return data
+
+
+def model_for(config: Config, data: FederatedData) -> Model:
+    """The ``[model]`` of ``config`` for the features and classes of ``data``."""
+    m = config.model
+    return build_model(m.kind, data.dim, data.n_classes, bias=m.bias, hidden=m.hidden)

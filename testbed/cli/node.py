@@ -1,0 +1,86 @@
+"""`testbed node` (what runs on a board) and `testbed nodes` (many emulated boards in one process)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from pathlib import Path
+
+from testbed.errors import UserError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    node = sub.add_parser("node", help="serve one node of a run over MQTT (what runs on a board)")
+    node.add_argument("--node-id", type=int, required=True)
+    node.add_argument("--data", help="this board's data file (overrides the experiment's data.path)")
+    node.add_argument("--meter", default="auto", choices=["auto", "rapl", "ina219", "ina260", "model"],
+                      help="how joules are measured (model: from the device profile)")
+    node.add_argument("--state-dir", type=Path, default=Path.home() / ".cache" / "testbed" / "node",
+                      help="where the node keeps its ledger across restarts")
+    node.add_argument("--crash-at-round", type=int, metavar="R",
+                      help="fault emulation: exit abruptly (no reply, no disconnect) when round R arrives")
+    _common(node)
+    node.set_defaults(handler=_node)
+
+    nodes = sub.add_parser("nodes", help="serve many emulated nodes from one process, each its own MQTT client")
+    which = nodes.add_mutually_exclusive_group(required=True)
+    which.add_argument("--count", type=int, help="serve nodes FIRST_ID .. FIRST_ID+COUNT-1")
+    which.add_argument("--ids", help="serve these node ids (comma separated)")
+    nodes.add_argument("--first-id", type=int, default=0)
+    nodes.add_argument("--data", help="the data file of these nodes (overrides data.path)")
+    _common(nodes)
+    nodes.set_defaults(handler=_nodes, meter="model", state_dir=None, crash_at_round=None)
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--broker", required=True, help="broker URL, mqtt://host:port (mqtts:// for TLS)")
+    p.add_argument("--run", default="testbed", help="the run scope to serve (the experiment's mqtt.run_id)")
+    p.add_argument("--profile", default="host", help="device profile: seconds and joules of the board")
+    p.add_argument("--pacing", action="store_true", help="take the wall time the profiled board would")
+    p.add_argument("--credentials", type=Path, help="the credentials JSON of `testbed acl`")
+    p.add_argument("--tls-ca", help="CA file for mqtts://")
+    p.add_argument("--protocol", default="auto", choices=["auto", "5", "3.1.1"], help="MQTT version")
+    p.add_argument("--max-chunk-bytes", type=int, default=256 * 1024)
+    p.add_argument("--verbose", action="store_true")
+
+
+def _node(args: argparse.Namespace) -> int:
+    return _serve(args, [args.node_id])
+
+
+def _nodes(args: argparse.Namespace) -> int:
+    if args.ids:
+        try:
+            ids = [int(x) for x in args.ids.split(",") if x.strip()]
+        except ValueError:
+            raise UserError(f"--ids takes comma-separated integers, got {args.ids!r}") from None
+    else:
+        if args.count < 1:
+            raise UserError(f"--count must be >= 1, got {args.count}")
+        ids = list(range(args.first_id, args.first_id + args.count))
+    return _serve(args, ids)
+
+
+def _serve(args: argparse.Namespace, ids: list[int]) -> int:
+    from nodes.charging import make_charger
+    from nodes.host import serve
+
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    charger = make_charger(args.profile, args.meter, pacing=args.pacing)
+    credentials = _load_credentials(args.credentials) if args.credentials else None
+    serve(args.broker, args.run, ids, data_path=args.data, state_dir=args.state_dir, charger=charger,
+          protocol_version=args.protocol, max_chunk_bytes=args.max_chunk_bytes, credentials=credentials,
+          tls_ca=args.tls_ca, crash_at_round=args.crash_at_round)
+    return 0
+
+
+def _load_credentials(path: Path) -> dict[str, str]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise UserError(f"cannot read credentials {path}: {exc}") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path} is not a credentials file of `testbed acl`")
+    return {str(k): str(v) for k, v in data.items()}

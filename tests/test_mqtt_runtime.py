@@ -1,0 +1,236 @@
+"""The HIL runtime end to end on loopback: a real broker, real node processes, the same numbers as
+sim mode, and the faults of the issue (node killed mid-round, broker restart, coordinator killed,
+bad messages)."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import paho.mqtt.client as paho
+import pytest
+
+from testbed import protocol, wire
+from testbed.config import load_config_text, replace, to_toml
+from testbed.ledger import ComputeEvent, read_ledger
+from testbed.mqtt import topics
+from testbed.mqtt.broker import parse_broker_url
+from testbed.runner import run_experiment
+
+from conftest import REPO
+
+EXPERIMENT = """
+[run]
+name = "hil"
+seed = 3
+mode = "mqtt"
+[data]
+num_nodes = 4
+samples_per_node = 80
+dim = 8
+[dp_pasgd]
+steps = 20
+tau = 5
+batch = 8
+lr = 0.5
+sigma = 1.0
+lipschitz = 1.0
+[mqtt]
+round_timeout_s = 20.0
+connect_timeout_s = 30.0
+[output]
+figures = false
+"""
+
+
+def _config(**sections):
+    return replace(load_config_text(EXPERIMENT), **sections)
+
+
+def _comparable(run_dir: Path) -> list:
+    """The ledger without what a meter measured (seconds, joules), in a fixed order."""
+    events = [dataclasses.replace(e, compute_s=0.0, energy_j=0.0, measured=False) if e.kind == "compute" else e
+              for e in read_ledger(run_dir / "ledger.csv")]
+    return sorted(events, key=lambda e: (e.round, e.node, e.kind))
+
+
+def _metrics(run_dir: Path) -> list[dict]:
+    with open(run_dir / "metrics.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _sim_twin(config, tmp_path):
+    return run_experiment(replace(config, run={"mode": "sim"}), out_dir=tmp_path / "sim", quiet=True)
+
+
+def _testbed(*args: str, **kw) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "testbed", *args], cwd=REPO, **kw)
+
+
+def test_sim_and_mqtt_give_the_same_model_and_ledger(broker, tmp_path):
+    config = _config(mqtt={"broker_url": broker.url})
+    mq = run_experiment(config, out_dir=tmp_path / "mqtt", quiet=True)
+    sim = _sim_twin(config, tmp_path)
+    assert mq.summary["status"] == sim.summary["status"] == "completed"
+    np.testing.assert_allclose(np.load(mq.run_dir / "final_params.npy"), np.load(sim.run_dir / "final_params.npy"),
+                               atol=1e-6)
+    assert _comparable(mq.run_dir) == _comparable(sim.run_dir)
+    assert all(e.measured for e in read_ledger(mq.run_dir / "ledger.csv") if e.kind == "compute")
+
+
+def test_embedded_broker_and_emulated_hosts_over_two_processes(tmp_path):
+    result = run_experiment(_config(mqtt={"hosts": 2}), out_dir=tmp_path / "r", quiet=True)
+    assert result.summary["status"] == "completed" and result.summary["mode"] == "mqtt"
+    assert _comparable(result.run_dir) == _comparable(_sim_twin(_config(), tmp_path).run_dir)
+
+
+def test_node_killed_mid_round_is_a_straggler_and_rejoins(mosquitto_broker, tmp_path):
+    url = mosquitto_broker.url
+    # quorum 4: after the crash round, the next round waits until node 3 is back
+    config = _config(mqtt={"broker_url": url, "emulated": False, "round_timeout_s": 30.0, "quorum": 4},
+                     dp_pasgd={"steps": 40, "tau": 5})
+    state = tmp_path / "node-state"
+
+    def node(n, *extra):
+        return _testbed("node", "--broker", url, "--node-id", str(n), "--state-dir", str(state), *extra,
+                        stderr=subprocess.DEVNULL)
+
+    procs = [node(n) for n in range(3)] + [node(3, "--crash-at-round", "2")]
+    result = {}
+    coordinator = threading.Thread(target=lambda: result.update(
+        r=run_experiment(config, out_dir=tmp_path / "r", quiet=True)))
+    coordinator.start()
+    try:
+        assert procs[3].wait(timeout=60) != 0  # it crashed when round 2 arrived
+        procs[3] = node(3)  # back on, same id and state directory
+        coordinator.join(timeout=120)
+        assert not coordinator.is_alive()
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    assert result["r"].summary["status"] == "completed"
+    rows = _metrics(result["r"].run_dir)
+    assert len(rows) == 8 and int(rows[2]["stragglers"]) == 1
+    events = list(read_ledger(result["r"].run_dir / "ledger.csv"))
+    rounds_of_3 = {e.round for e in events if e.node == 3}
+    assert rounds_of_3 == {0, 1, 3, 4, 5, 6, 7}  # missed the crash round only, rejoined at the next
+    keys = [(e.node, e.round, e.kind) for e in events]
+    assert len(keys) == len(set(keys))  # nothing counted twice
+    steps_of_3 = sum(e.local_steps for e in events if e.node == 3 and e.kind == "compute")
+    assert result["r"].summary["nodes"]["3"]["local_steps"] == steps_of_3 == 5 * len(rounds_of_3)
+
+
+def test_broker_restart_mid_run(mosquitto_broker, tmp_path):
+    config = _config(mqtt={"broker_url": mosquitto_broker.url, "round_timeout_s": 5.0},
+                     dp_pasgd={"steps": 60, "tau": 5})
+    run_dir = tmp_path / "r"
+    restarted = threading.Event()
+
+    def restart_after_round_two():
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if (run_dir / "metrics.csv").exists() and len(_metrics(run_dir)) >= 2:
+                mosquitto_broker.stop()
+                time.sleep(0.5)
+                mosquitto_broker.start()  # same port
+                restarted.set()
+                return
+            time.sleep(0.02)
+
+    threading.Thread(target=restart_after_round_two, daemon=True).start()
+    result = run_experiment(config, out_dir=run_dir, quiet=True)
+    assert restarted.is_set()
+    assert result.summary["status"] == "completed" and result.summary["rounds"] == 12
+    assert len(_metrics(run_dir)) == 12
+
+
+def test_killed_coordinator_resumes_without_double_counting(tmp_path):
+    config = _config(dp_pasgd={"steps": 60, "tau": 3})
+    exp = tmp_path / "exp.toml"
+    exp.write_text(to_toml(config))
+    run_dir = tmp_path / "r"
+    coordinator = _testbed("run", str(exp), "--out", str(run_dir), "--quiet", start_new_session=True,
+                           stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not ((run_dir / "metrics.csv").exists() and len(_metrics(run_dir)) >= 3):
+            assert time.monotonic() < deadline and coordinator.poll() is None
+            time.sleep(0.01)
+    finally:
+        os.killpg(coordinator.pid, signal.SIGKILL)  # the coordinator, its broker and its node hosts
+        coordinator.wait()
+    killed_at = len(_metrics(run_dir))
+    assert killed_at < 20
+    resumed = _testbed("run", "--resume", str(run_dir), "--quiet", stderr=subprocess.DEVNULL)
+    assert resumed.wait(timeout=120) == 0
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["rounds"] == 20
+    assert [int(r["round"]) for r in _metrics(run_dir)] == list(range(1, 21))
+    sim = _sim_twin(config, tmp_path)
+    assert _comparable(run_dir) == _comparable(sim.run_dir)  # each round charged once
+    np.testing.assert_allclose(np.load(run_dir / "final_params.npy"), np.load(sim.run_dir / "final_params.npy"),
+                               atol=1e-6)
+    assert summary["nodes"]["0"]["epsilon"] == pytest.approx(sim.summary["nodes"]["0"]["epsilon"], rel=1e-12)
+
+
+def test_bad_messages_are_rejected_and_logged(mosquitto_broker, tmp_path, caplog):
+    """Garbage, another run's, stale-round, replayed, non-finite and forged-ledger messages on a
+    node's uplink: all logged and dropped; the run's numbers are those of sim mode."""
+    url = mosquitto_broker.url
+    config = _config(mqtt={"broker_url": url})
+    run = config.mqtt.run_id
+    u = parse_broker_url(url)
+    rogue = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id="rogue", protocol=paho.MQTTv311)
+    rogue.connect(u.host, u.port)
+    rogue.loop_start()
+    seen_round: list[bytes] = []
+    rogue.on_message = lambda c, ud, m: seen_round.append(m.payload)
+    rogue.subscribe(topics.bcast(run), qos=1)
+    stop = threading.Event()
+
+    def attack():
+        while not stop.is_set():
+            up0 = topics.up(run, "0")
+            non_finite = bytearray(protocol.update(run, "s", 0, 0, {"params": np.zeros(18)}, []))
+            non_finite[-18 * 8:] = np.full(18, np.nan).tobytes()  # the encoder itself refuses NaN
+            bad = [b"garbage", wire.encode({"run": "other", "round": 0, "sender": "0", "kind": "update"}),
+                   protocol.update(run, "stale-session", 0, 0, {"params": np.zeros(18)}, []),
+                   bytes(non_finite)]
+            if seen_round:
+                msg = wire.decode(seen_round[-1])
+                session = protocol.session_of(msg)
+                bad.append(protocol.update(run, session, msg.round + 7, 0, {"params": np.zeros(18)}, []))
+                # node 0 charging node 1's ledger: refused whatever its tensors
+                bad.append(protocol.update(run, session, msg.round, 0, {"params": np.full(18, 1e6)},
+                                           [ComputeEvent(node=1, round=msg.round, local_steps=5)]))
+            for payload in bad:
+                rogue.publish(up0, payload, qos=1)
+            time.sleep(0.05)
+
+    attacker = threading.Thread(target=attack, daemon=True)
+    caplog.set_level(logging.WARNING)
+    attacker.start()
+    try:
+        result = run_experiment(config, out_dir=tmp_path / "r", quiet=True)
+    finally:
+        stop.set()
+        attacker.join()
+        rogue.loop_stop()
+        rogue.disconnect()
+    assert result.summary["status"] == "completed"
+    sim = _sim_twin(config, tmp_path)
+    np.testing.assert_allclose(np.load(result.run_dir / "final_params.npy"),
+                               np.load(sim.run_dir / "final_params.npy"), atol=1e-6)
+    logged = caplog.text
+    assert "rejected" in logged and "from 0" in logged
