@@ -12,6 +12,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     privacy = sub.add_parser("privacy", help="privacy calculators")
     psub = privacy.add_subparsers(dest="algorithm", required=True)
     _register_dp_pasgd(psub)
+    _register_dwfl(psub)
 
 
 def _register_dp_pasgd(psub: argparse._SubParsersAction) -> None:
@@ -27,6 +28,75 @@ def _register_dp_pasgd(psub: argparse._SubParsersAction) -> None:
                     help="σ from ε: the correct root of eq. (9), or eq. (23) as printed (not private)")
     dp.add_argument("--json", action="store_true")
     dp.set_defaults(handler=_dp_pasgd)
+
+
+def _register_dwfl(psub: argparse._SubParsersAction) -> None:
+    dw = psub.add_parser("dwfl", help="per-receiver ε of eq. (11) and the orthogonal ε, or σ² for a target ε")
+    dw.add_argument("--gains", required=True, help="|h_k| of every node, comma separated (N >= 2)")
+    dw.add_argument("--power-w", type=float, required=True, help="P_k of every node, W")
+    dw.add_argument("--beta", help="one value: fraction of 1 − α_k given to artificial noise (default 1); "
+                                   "N comma-separated values: β_k")
+    group = dw.add_mutually_exclusive_group(required=True)
+    group.add_argument("--sigma2", type=float, help="σ², variance of the artificial noise per entry")
+    group.add_argument("--epsilon", type=float, help="per-round target ε at the worst receiver: prints σ²")
+    dw.add_argument("--noise-var", type=float, required=True, help="σ_m², channel noise per entry, W")
+    dw.add_argument("--lr", type=float, required=True, help="γ, learning rate")
+    dw.add_argument("--gmax", type=float, required=True, help="gradient clipping norm")
+    dw.add_argument("--delta", type=float, required=True)
+    dw.add_argument("--json", action="store_true")
+    dw.set_defaults(handler=_dwfl)
+
+
+def _floats(name: str, text: str) -> list[float]:
+    try:
+        return [float(v) for v in text.split(",")]
+    except ValueError:
+        raise UserError(f"--{name} must be comma-separated numbers, got {text!r}") from None
+
+
+def _dwfl(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from channel import align_power
+    from testbed.privacy import dwfl as dp
+
+    gains = np.array(_floats("gains", args.gains))
+    if len(gains) < 2 or np.any(gains <= 0):
+        raise UserError("--gains needs at least 2 values, all > 0")
+    for name in ("power_w", "lr", "gmax"):
+        positive(name.replace("_", "-"), getattr(args, name))
+    probability("delta", args.delta)
+    if args.noise_var < 0:
+        raise UserError(f"--noise-var must be >= 0, got {args.noise_var}")
+    beta = None if args.beta is None else _floats("beta", args.beta)
+    try:
+        al = align_power(gains, args.power_w, beta=beta if beta is None or len(beta) > 1 else beta[0])  # eqs. (3)-(4)
+    except ValueError as exc:
+        raise UserError(f"--beta: {exc}") from None
+    common = (args.lr, args.gmax, args.delta)
+    if args.epsilon is not None:
+        positive("epsilon", args.epsilon)
+        sigma2 = dp.calibrate_sigma2(args.epsilon, gains, args.power_w, al.beta, args.noise_var, *common)
+    else:
+        if args.sigma2 < 0:
+            raise UserError(f"--sigma2 must be >= 0, got {args.sigma2}")
+        sigma2 = args.sigma2
+    eps = dp.epsilon_per_receiver(gains, args.power_w, al.beta, sigma2, args.noise_var, *common)  # eq. (11)
+    orth = dp.orthogonal_epsilon(gains, args.power_w, al.beta, sigma2, args.noise_var, *common)  # Remark IV.1
+    result = {"epsilon": eps.tolist(), "epsilon_orthogonal": orth.tolist(), "sigma2": sigma2, "c": al.c,
+              "alpha": al.alpha.tolist(), "beta": al.beta.tolist(),
+              "sigma_z2": dp.sigma_z2(gains, args.power_w, al.beta, sigma2, args.noise_var)}
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    print(f"sigma2   {sigma2:.6f}" + (f"  (calibrated for epsilon {args.epsilon:g} at the worst receiver)"
+                                       if args.epsilon is not None else ""))
+    print(f"c        {al.c:.6g}  (eq. 4)")
+    print("receiver epsilon (eq. 11)  epsilon orthogonal (Remark IV.1)")
+    for i, (e, o) in enumerate(zip(eps, orth)):
+        print(f"{i:>8} {e:>17.6f}  {o:>18.6f}")
+    print(f"worst    {eps.max():>17.6f}  {orth.max():>18.6f}   at delta {args.delta:g}, per round")
+    return 0
 
 
 def positive(name: str, value: float) -> None:

@@ -16,6 +16,10 @@ Functions (all vectorised over receivers; arrays have the node axis first, shape
   option of not counting channel noise;
 - :func:`orthogonal_epsilon`: Remark IV.1, orthogonal transmission j → i (paper numerator α_j = 1,
   or the consistent one with α_j);
+- :func:`calibrate_sigma2_orthogonal`: the σ² meeting a target ε on every orthogonal link (the
+  inverse of :func:`orthogonal_epsilon`, worst sender);
+- :func:`central_epsilon`, :func:`calibrate_sigma2_central`: eq. (11) at a parameter server that
+  hears all N senders (the centralised baseline of Seif et al., dwfl.md §6.3);
 - :func:`remark_iv1_bound`: the O(1/sqrt(N−1)) bound of Remark IV.1, as printed (erratum: it can
   fail when channel noise dominates) or corrected (σ_m²/(N−1));
 - :func:`sigma_z2`: σ_z² of Lemma IV.6;
@@ -66,6 +70,9 @@ __all__ = [
     "round_dp_event",
     "composed_epsilon",
     "dwfl_composed_epsilon",
+    "calibrate_sigma2_orthogonal",
+    "central_epsilon",
+    "calibrate_sigma2_central",
 ]
 
 
@@ -488,3 +495,99 @@ def dwfl_composed_epsilon(
     """
     z = noise_multipliers(h_abs, power_w, beta, sigma2, noise_power_w, gamma, g_max, c)
     return composed_epsilon(float(np.min(z)), delta, rounds=rounds, accountant=accountant)
+
+
+def calibrate_sigma2_orthogonal(
+    epsilon: float,
+    h_abs: Any,
+    power_w: Any,
+    beta: Any,
+    noise_power_w: float,
+    gamma: float,
+    g_max: float,
+    delta: float,
+) -> float:
+    """Smallest σ² giving every link ε_{j→i} <= ε in :func:`orthogonal_epsilon` (paper numerator).
+
+    σ² = max_j max(0, (2 γ g_max)² |h_j|² P_j · 2 ln(1.25/δ) / ε² − σ_m²) / (|h_j|² β_j P_j):
+    the same rule as :func:`calibrate_sigma2`, per link, at the worst sender.
+
+    Args:
+        epsilon: target per-round ε of every link.
+        h_abs, power_w, beta, noise_power_w, gamma, g_max, delta: as :func:`orthogonal_epsilon`.
+
+    Returns:
+        σ² (>= 0); ``inf`` if a sender with β_j = 0 needs artificial noise.
+
+    Example::
+
+        >>> s2 = calibrate_sigma2_orthogonal(0.5, [1.0, 2.0], 1.0, 1.0, 1.0, 0.1, 1.0, 1e-5)
+        >>> round(s2, 6), orthogonal_epsilon([1.0, 2.0], 1.0, 1.0, s2, 1.0, 0.1, 1.0, 1e-5).round(6).tolist()
+        (3.505542, [0.456492, 0.5])
+    """
+    if epsilon <= 0:
+        raise ValueError(f"epsilon must be > 0, got {epsilon}")
+    h = _vec(h_abs)
+    p = _vec(power_w, h.shape[0], "power_w")
+    needed = (sensitivity(gamma, g_max, 1.0) * gaussian_factor(delta) / epsilon) ** 2 * h**2 * p
+    gap = np.maximum(needed - float(noise_power_w), 0.0)
+    b = artificial_noise_powers(h, p, beta)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return float(np.max(np.where(gap == 0.0, 0.0, gap / b)))
+
+
+def central_epsilon(
+    h_abs: Any,
+    power_w: Any,
+    beta: Any,
+    sigma2: float,
+    noise_power_w: float,
+    gamma: float,
+    g_max: float,
+    delta: float,
+    c: float | None = None,
+) -> float:
+    """Per-round ε at a parameter server hearing all N aligned senders (eq. 11 with Σ over all k).
+
+    ε = 2 c γ g_max sqrt(2 ln(1.25/δ)) / sqrt(Σ_k |h_k|² β_k P_k σ² + σ_m²): the analysis of
+    Theorem IV.1 applied to y = c Σ_k u_k + noise, where every sender's u_k moves by at most γ g_max
+    (the centralised over-the-air baseline of Seif et al., dwfl.md §6.3).
+
+    Example::
+
+        >>> round(central_epsilon([1.0] + [2.0] * 9, 1.0, [0.0] + [0.75] * 9, 1.0, 1.0, 0.1, 1.0, 1e-5), 6)
+        0.183116
+    """
+    cc = alignment_constant(h_abs, power_w) if c is None else float(c)
+    var = float(artificial_noise_powers(h_abs, power_w, beta).sum()) * float(sigma2) + float(noise_power_w)
+    return math.inf if var <= 0 else sensitivity(gamma, g_max, cc) * gaussian_factor(delta) / math.sqrt(var)
+
+
+def calibrate_sigma2_central(
+    epsilon: float,
+    h_abs: Any,
+    power_w: Any,
+    beta: Any,
+    noise_power_w: float,
+    gamma: float,
+    g_max: float,
+    delta: float,
+    c: float | None = None,
+) -> float:
+    """Smallest σ² giving :func:`central_epsilon` <= ε: max(0, Δ² 2 ln(1.25/δ)/ε² − σ_m²) / Σ_k B_k.
+
+    Example::
+
+        >>> h = [1.0] + [2.0] * 9; beta = [0.0] + [0.75] * 9
+        >>> s2 = calibrate_sigma2_central(0.5, h, 1.0, beta, 1.0, 0.1, 1.0, 1e-5)
+        >>> round(central_epsilon(h, 1.0, beta, s2, 1.0, 0.1, 1.0, 1e-5), 12)
+        0.5
+    """
+    if epsilon <= 0:
+        raise ValueError(f"epsilon must be > 0, got {epsilon}")
+    cc = alignment_constant(h_abs, power_w) if c is None else float(c)
+    gap = max((sensitivity(gamma, g_max, cc) * gaussian_factor(delta) / epsilon) ** 2 - float(noise_power_w), 0.0)
+    if gap == 0.0:
+        return 0.0
+    total = float(artificial_noise_powers(h_abs, power_w, beta).sum())
+    return math.inf if total <= 0 else gap / total

@@ -1,0 +1,243 @@
+"""The channel side of a DWFL round: each round's channel state, and what every receiver hears.
+
+This is what the channel emulator runs (in-process in sim; a separate process over MQTT later):
+given the nodes' transmit signals and the round's channel, it returns each receiver's received
+signal. Every draw comes from a stream keyed by the run's seed, so a node, the emulator and a sim
+run all derive the same channel without exchanging it:
+
+- small-scale fading of block b: ``stream(seed, GLOBAL, b, CHANNEL)`` (:class:`channel.FadingSchedule`
+  maps a round to its block: time-invariant, every round, every B rounds);
+- node positions and large-scale fading (optional): ``stream(seed, GLOBAL, -1, CHANNEL)``;
+- receiver i's channel noise in round r: ``stream(seed, i, r, CHANNEL)``; the parameter server of
+  the centralised scheme is receiver ``num_nodes`` (an id no node has).
+
+Schemes (dwfl.md §3.4, §6.3; the physics is :mod:`channel`):
+
+- ``"ota_d2d"`` (DWFL, eq. 1): one full-duplex analog slot, v_i = Σ_{k≠i} g_k s_k + m_i,
+  O(N·d) (:func:`channel.d2d_superpose`); output in sqrt(W).
+- ``"orthogonal_d2d"``: every node has its own slot; receiver i equalises each link j → i by its
+  amplitude g_j sqrt(P_j) and sums them: u_i = Σ_{k≠i} s_k / sqrt(P_k) + n_i. Analog links: n_i is
+  the sum of the N−1 per-link noises m_{i,j} / (g_j sqrt(P_j)), drawn as one Gaussian of the summed
+  variance σ_m² Σ_{j≠i} 1/(g_j² P_j) (the same distribution in O(N·d) instead of O(N²·d));
+  digital links decode without error (n_i = 0). Output in model units.
+- ``"ota_central"`` (Seif et al.): every node to the server, y = Σ_k g_k s_k + m
+  (:func:`channel.uplink_superpose`), broadcast back unchanged to every node; output in sqrt(W).
+
+Example::
+
+    >>> import numpy as np
+    >>> radio = Radio(num_nodes=3, power_w=1.0, noise_power_w=0.0, fading="none", c_scale=0.5)
+    >>> rc = round_channel(radio, seed=0, round_index=0)
+    >>> rc.alignment.c, rc.gains.tolist()
+    (0.5, [1.0, 1.0, 1.0])
+    >>> propagate("ota_d2d", np.eye(3), rc, radio, seed=0, round_index=0).tolist()
+    [[0.0, 1.0, 1.0], [1.0, 0.0, 1.0], [1.0, 1.0, 0.0]]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from channel import (
+    Alignment,
+    FadingSchedule,
+    align_power,
+    d2d_superpose,
+    draw_fading,
+    free_space_pathloss_db,
+    uplink_superpose,
+)
+from channel.pathloss import pathloss_3gpp
+from testbed.rng import GLOBAL, Purpose, stream
+
+SCHEMES = ("ota_d2d", "orthogonal_d2d", "ota_central")
+PATHLOSS_KINDS = ("none", "free_space", "umi", "uma")
+#: Height of the reference receiver the per-sender path loss is measured to, m (TR 38.901 BS
+#: heights for UMi/UMa; device height for free space).
+_REFERENCE_HEIGHT_M = {"free_space": 1.5, "umi": 10.0, "uma": 25.0}
+_DEVICE_HEIGHT_M = 1.5
+
+__all__ = ["SCHEMES", "PATHLOSS_KINDS", "Radio", "RoundChannel", "round_channel", "propagate",
+           "receiver_noise_power_w", "channel_noise_row", "large_scale_amplitude"]
+
+
+@dataclass(frozen=True)
+class Radio:
+    """The radio of a DWFL run, SI units.
+
+    Attributes:
+        num_nodes: N, all nodes of the run.
+        power_w: maximum transmit power P_k of every node, W.
+        noise_power_w: σ_m², per-entry variance of a receiver's real channel noise, W.
+        bandwidth_hz: bandwidth and analog symbol rate, Hz.
+        fading: ``"rayleigh"``, ``"rician"`` or ``"none"`` (:func:`channel.draw_fading`).
+        k_factor: Rician K, linear.
+        coherence_rounds: ``None``: time-invariant (the paper's model); B: redrawn every B rounds.
+        pathloss: ``"none"`` or the per-sender large-scale gain toward the centre of the area:
+            ``"free_space"`` (Friis), ``"umi"``/``"uma"`` (TR 38.901 via Sionna, with shadowing).
+        area_m: side of the square the nodes are dropped in (uniformly, once), m.
+        carrier_hz: carrier frequency, Hz.
+        beta: fraction of the power left after alignment that goes to artificial noise (eq. 2).
+        c_scale: c as a fraction of the eq. (4) maximum (< 1 leaves the weakest node noise power).
+        digital_orthogonal: the orthogonal links decode without error (digital baseline).
+    """
+
+    num_nodes: int
+    power_w: float
+    noise_power_w: float
+    bandwidth_hz: float = 1e6
+    fading: str = "rayleigh"
+    k_factor: float = 3.0
+    coherence_rounds: int | None = None
+    pathloss: str = "none"
+    area_m: float = 100.0
+    carrier_hz: float = 2.4e9
+    beta: float = 1.0
+    c_scale: float = 1.0
+    digital_orthogonal: bool = False
+
+    @property
+    def schedule(self) -> FadingSchedule:
+        return FadingSchedule(self.coherence_rounds)
+
+
+@dataclass(frozen=True)
+class RoundChannel:
+    """The channel of one fading block, the same for every node and the emulator.
+
+    Attributes:
+        block: the fading block (rounds sharing this draw).
+        h: (N,) complex128 channel of every sender (large-scale amplitude included).
+        alignment: power alignment of eqs. (2)–(4) on ``h`` (:func:`channel.align_power`).
+        gains: (N,) real effective gains g_k = |h_k| after phase pre-compensation.
+    """
+
+    block: int
+    h: np.ndarray
+    alignment: Alignment
+    gains: np.ndarray
+
+
+def large_scale_amplitude(radio: Radio, seed: int) -> np.ndarray:
+    """(N,) amplitude gain of every sender toward the centre of the area (1 without path loss).
+
+    The paper's model has one gain per sender, identical toward every receiver (dwfl.md §1.2); with
+    positions that holds for a common reference point, so the gain is measured to the centre of the
+    area (where the server of ``ota_central`` stands). Positions: uniform in the square, once.
+
+    Example::
+
+        >>> large_scale_amplitude(Radio(num_nodes=2, power_w=1.0, noise_power_w=1.0), 0).tolist()
+        [1.0, 1.0]
+    """
+    if radio.pathloss == "none":
+        return np.ones(radio.num_nodes)
+    rng = stream(seed, GLOBAL, -1, Purpose.CHANNEL)
+    xy = rng.uniform(-radio.area_m / 2, radio.area_m / 2, size=(radio.num_nodes, 2))
+    pos = np.column_stack([xy, np.full(radio.num_nodes, _DEVICE_HEIGHT_M)])
+    ref = np.array([[0.0, 0.0, _REFERENCE_HEIGHT_M[radio.pathloss]]])
+    if radio.pathloss == "free_space":
+        dist = np.maximum(np.linalg.norm(pos - ref, axis=1), 1.0)  # far field: at least 1 m
+        return 10.0 ** (-free_space_pathloss_db(dist, radio.carrier_hz) / 20.0)
+    if radio.pathloss in ("umi", "uma"):
+        return pathloss_3gpp(pos, ref, radio.carrier_hz, radio.pathloss, rng=rng).amplitude[0]
+    raise ValueError(f"unknown pathloss {radio.pathloss!r}; expected one of {PATHLOSS_KINDS}")
+
+
+def round_channel(radio: Radio, seed: int, round_index: int, amplitude: np.ndarray | None = None) -> RoundChannel:
+    """The channel of ``round_index``: fading of its block × large-scale amplitude, then alignment.
+
+    Args:
+        radio: the run's radio.
+        seed: the run's seed.
+        round_index: r >= 0.
+        amplitude: (N,) large-scale amplitude (:func:`large_scale_amplitude`), to avoid redrawing it.
+
+    Returns:
+        :class:`RoundChannel`.
+    """
+    block = radio.schedule.block_index(round_index)
+    fading = draw_fading(radio.fading, (radio.num_nodes,), stream(seed, GLOBAL, block, Purpose.CHANNEL),
+                         k_factor=radio.k_factor)
+    amp = large_scale_amplitude(radio, seed) if amplitude is None else amplitude
+    h = fading * amp
+    al = align_power(h, radio.power_w, beta=radio.beta, c_scale=radio.c_scale)  # eqs. (3)–(4)
+    return RoundChannel(block=block, h=h, alignment=al, gains=al.effective_gain())
+
+
+def receiver_noise_power_w(scheme: str, rc: RoundChannel, radio: Radio, receivers: Sequence[int]) -> np.ndarray:
+    """(M,) per-entry variance of the channel noise in each listed receiver's output of :func:`propagate`.
+
+    ``ota_d2d``/``ota_central``: σ_m² (W). ``orthogonal_d2d``: σ_m² Σ_{j≠i} 1/(g_j² P_j) in model
+    units (0 for digital links).
+    """
+    rx = np.asarray(receivers, dtype=np.int64)
+    if scheme == "orthogonal_d2d":
+        if radio.digital_orthogonal:
+            return np.zeros(len(rx))
+        inv = 1.0 / (rc.gains**2 * rc.alignment.power_w)
+        return radio.noise_power_w * (inv.sum() - inv[rx])
+    return np.full(len(rx), radio.noise_power_w)
+
+
+def _noise_stream(scheme: str, radio: Radio, receiver: int, seed: int, round_index: int) -> np.random.Generator:
+    # The server of ota_central is receiver N: an id no node has, so no stream is shared.
+    node = radio.num_nodes if scheme == "ota_central" else receiver
+    return stream(seed, node, round_index, Purpose.CHANNEL)
+
+
+def propagate(
+    scheme: str,
+    signals: np.ndarray,
+    rc: RoundChannel,
+    radio: Radio,
+    seed: int,
+    round_index: int,
+    out: np.ndarray | None = None,
+) -> np.ndarray:
+    """What every receiver hears in one round: a pure function of the transmit signals and channel.
+
+    Args:
+        scheme: one of SCHEMES.
+        signals: (N, d) real transmit payloads of all N nodes, sqrt(W) (row k: node k).
+        rc: the round's channel.
+        radio: the run's radio.
+        seed, round_index: key the receivers' noise streams.
+        out: optional (N, d) output for the D2D schemes; may be ``signals`` (overwritten in place).
+
+    Returns:
+        (N, d) received signals, row i for node i: v_i (ota_d2d, sqrt(W)), the equalised sum u_i
+        (orthogonal_d2d, model units), or the server's y broadcast to every node (ota_central,
+        sqrt(W); a read-only view, every row the same).
+    """
+    n = radio.num_nodes
+    if signals.shape[0] != n:
+        raise ValueError(f"signals must have one row per node ({n}), got {signals.shape[0]}")
+    if scheme == "ota_central":
+        y = uplink_superpose(signals, rc.gains, radio.noise_power_w, _noise_stream(scheme, radio, n, seed, round_index))
+        return np.broadcast_to(y, signals.shape)
+    if scheme == "ota_d2d":
+        gains = rc.gains  # eq. (1): v_i = Σ_{k≠i} |h_k| s_k + m_i
+    elif scheme == "orthogonal_d2d":
+        gains = 1.0 / np.sqrt(rc.alignment.power_w)  # slot k equalised: g_k s_k / (g_k sqrt(P_k))
+    else:
+        raise ValueError(f"unknown scheme {scheme!r}; expected one of {SCHEMES}")
+    noise = receiver_noise_power_w(scheme, rc, radio, range(n))
+    gens = [_noise_stream(scheme, radio, i, seed, round_index) for i in range(n)]
+    return d2d_superpose(signals, gains, noise, gens, out=out)
+
+
+def channel_noise_row(scheme: str, rc: RoundChannel, radio: Radio, receiver: int, size: int, seed: int,
+                      round_index: int) -> np.ndarray:
+    """(size,) the channel noise that :func:`propagate` added for ``receiver``, redrawn from its stream.
+
+    The receiver cannot know it; variant A of the update (dwfl.md §3.4, the literal eq. 7) subtracts
+    it anyway, which this oracle makes possible in emulation.
+    """
+    var = float(receiver_noise_power_w(scheme, rc, radio, [receiver])[0])
+    if var == 0:
+        return np.zeros(size)
+    return np.sqrt(var) * _noise_stream(scheme, radio, receiver, seed, round_index).standard_normal(size)
