@@ -24,10 +24,8 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 
@@ -37,18 +35,11 @@ from testbed.assemble import load_data, model_for
 from testbed.budgets import Budgets, budgets_from_config
 from testbed.config import Config, load_config_text
 from testbed.data.federated import FederatedData
-from testbed.ledger import ComputeEvent, Event, LedgerWriter, NodeLedger, read_ledger
+from testbed.ledger import LedgerWriter, NodeLedger, read_ledger
+
+from nodes.costs import NodeCosts
 
 log = logging.getLogger(__name__)
-
-#: Turns the events of a step and the host CPU seconds it took into the events to log (device
-#: profiles and meters charge seconds and joules here). Default: host CPU seconds, no joules.
-Charger = Callable[[Sequence[Event], float], list[Event]]
-
-
-def host_charger(events: Sequence[Event], cpu_s: float) -> list[Event]:
-    """Charge the step's measured host CPU time to its compute event; no energy model."""
-    return [replace(e, compute_s=cpu_s, measured=True) if isinstance(e, ComputeEvent) else e for e in events]
 
 
 @dataclass
@@ -69,15 +60,16 @@ class NodeAgent:
         data_path: where this board keeps the data file (overrides the experiment's data.path).
         state_dir: where the node keeps its ledger between restarts (one CSV per run session);
             None keeps it in memory only.
-        charger: how seconds and joules are charged (see Charger).
+        costs: how the node's seconds and joules are charged (meter, device profile, pacing);
+            default: this machine's own profile.
     """
 
     def __init__(self, node: int, *, data_path: str | None = None, state_dir: Path | None = None,
-                 charger: Charger = host_charger):
+                 costs: NodeCosts | None = None):
         self.node = int(node)
         self.data_path = data_path
         self.state_dir = Path(state_dir) if state_dir else None
-        self.charger = charger
+        self.costs = costs or NodeCosts()
         self._experiments: dict[str, _Experiment] = {}
         self._ledgers: dict[str, tuple[NodeLedger, LedgerWriter | None]] = {}
 
@@ -98,10 +90,10 @@ class NodeAgent:
             log.info("node %d refuses round %d: %s", self.node, r, exceeded)
             return protocol.refused(msg.run, session, r, self.node, exceeded.budget, exceeded.would_be,
                                     exceeded.limit)
-        start = time.process_time()
-        out = exp.algorithm.node_step(np.array(msg.tensors["state"]), exp.data.train, [self.node], r,
-                                      exp.config.run.seed)
-        events = self.charger(out.events[0], time.process_time() - start)
+        with self.costs.measure() as measured:
+            out = exp.algorithm.node_step(np.array(msg.tensors["state"]), exp.data.train, [self.node], r,
+                                          exp.config.run.seed)
+        events = self.costs.charge(out.events[0], measured[0])
         if not ledger.has_round(r):
             # Logged before it is sent: a node killed in between over-counts, never under-counts.
             ledger.extend(events)

@@ -22,13 +22,14 @@ from testbed.errors import UserError
 from testbed.mqtt import topics
 from testbed.mqtt.client import Inbound, MqttClient
 
-from nodes.agent import Charger, NodeAgent, host_charger
+from nodes.agent import NodeAgent
+from nodes.costs import NodeCosts
 
 log = logging.getLogger(__name__)
 
 
 def serve(broker_url: str, run: str, node_ids: Sequence[int], *, data_path: str | None = None,
-          state_dir: Path | None = None, charger: Charger = host_charger, protocol_version: str = "auto",
+          state_dir: Path | None = None, costs: NodeCosts | None = None, protocol_version: str = "auto",
           coordinator_grace_s: float = 30.0, connect_timeout_s: float = 30.0,
           max_chunk_bytes: int = 256 * 1024, credentials: dict[str, str] | None = None,
           tls_ca: str | None = None, crash_at_round: int | None = None) -> int:
@@ -43,7 +44,8 @@ def serve(broker_url: str, run: str, node_ids: Sequence[int], *, data_path: str 
     without a reply or a clean disconnect, when that round arrives.
     """
     inbox: queue.Queue[Inbound] = queue.Queue()
-    agents = {str(n): NodeAgent(n, data_path=data_path, state_dir=state_dir, charger=charger) for n in node_ids}
+    costs = costs or NodeCosts()
+    agents = {str(n): NodeAgent(n, data_path=data_path, state_dir=state_dir, costs=costs) for n in node_ids}
     instance = secrets.token_hex(3)  # a restarted host must not take over its predecessor's sessions
     clients: dict[str, MqttClient] = {}
     try:

@@ -1,0 +1,71 @@
+"""What a node charges to its ledger for seconds and joules: a meter's reading where the board has
+one, the device profile's model where it does not; every event says which.
+
+Example::
+
+    >>> from testbed.ledger import ComputeEvent, CommunicationEvent
+    >>> costs = NodeCosts("pi-4b", meter="model")
+    >>> events = [ComputeEvent(0, 0, local_steps=10), CommunicationEvent(0, 0, bytes_up=800, bytes_down=800)]
+    >>> charged = costs.charge_modelled(events, host_cpu_s=0.01)
+    >>> charged[0].compute_s > 0.01, charged[1].airtime_s > 0, charged[1].measured
+    (True, True, False)
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from dataclasses import replace
+from typing import Iterator, Sequence
+
+from nodes.clock import Pacer, comm_cost, compute_cost
+from nodes.meters import Measurement, make_meter
+from nodes.profiles import load_profile
+from testbed.ledger import CommunicationEvent, ComputeEvent, Event
+
+
+class NodeCosts:
+    """Seconds and joules of one node (or of every node of a sim run, which share one profile).
+
+    Args:
+        profile: device profile name (nodes/profiles.toml); "host" is this machine as it is.
+        meter: "auto", "rapl", "ina219", "ina260" or "model" (see nodes.meters.make_meter).
+        pacing: an emulated board sleeps so that each step takes the wall time the board would.
+    """
+
+    def __init__(self, profile: str = "host", meter: str = "auto", pacing: bool = False):
+        self.profile = load_profile(profile)
+        self.meter = make_meter(meter, profile)
+        self.pacer = Pacer(pacing)
+
+    @contextmanager
+    def measure(self) -> Iterator[list[Measurement]]:
+        """``with costs.measure() as m: <step>`` then ``m[0]``: the step's Measurement, after
+        pacing the step to the board's time."""
+        start = time.monotonic()
+        box: list[Measurement] = []
+        with self.meter.measure() as span:
+            yield box
+        box.append(span.result)
+        self.pacer.wait(span.result.seconds, time.monotonic() - start)
+
+    def charge(self, events: Sequence[Event], compute: Measurement) -> list[Event]:
+        """``events`` with the step's compute measurement and the link's modelled airtime/energy."""
+        charged = []
+        for e in events:
+            if isinstance(e, ComputeEvent):
+                e = replace(e, compute_s=compute.seconds, energy_j=compute.energy_j, measured=compute.measured)
+            elif isinstance(e, CommunicationEvent) and self.profile.emulated:
+                airtime_s, energy_j = comm_cost(e.bytes_up, e.bytes_down, self.profile)
+                e = replace(e, airtime_s=airtime_s, energy_j=energy_j, measured=False)
+            charged.append(e)
+        return charged
+
+    def charge_modelled(self, events: Sequence[Event], host_cpu_s: float) -> list[Event]:
+        """As :meth:`charge` for a node whose step took ``host_cpu_s`` of host CPU in a shared
+        process (sim mode): seconds and joules from the profile's model."""
+        board_s, energy_j = compute_cost(host_cpu_s, self.profile)
+        return self.charge(events, Measurement(board_s, energy_j, False, f"model:{self.profile.name}"))
+
+    def close(self) -> None:
+        self.meter.close()
