@@ -64,10 +64,13 @@ class ModelSection:
 class DpPasgdSection:
     """DP-PASGD (eqs. 7a–7b). Give ``sigma`` (noise std; 0 is plain PASGD) or ``epsilon`` (σ
     calibrated for ``steps`` by ``calibration``), not both. ``lipschitz``: the G of the
-    sensitivity 2G/X; default: the model's own bound, or the clip norm when ``clip`` is on."""
+    sensitivity 2G/X; default: the model's own bound, or the clip norm when ``clip`` is on.
+    ``tau = "plan"``: τ, ``steps`` K and σ come from the optimal design of §7 of the paper for
+    ``budget.cost_units`` and the ε target (``epsilon`` or ``budget.epsilon``), with the bound
+    constants of ``[plan]`` (see testbed.planning.resolve)."""
 
     steps: int = 100
-    tau: int = 10
+    tau: int | str = 10
     batch: int = 32
     lr: float = 0.1
     sigma: float | None = None
@@ -78,6 +81,41 @@ class DpPasgdSection:
     sampling: str = "uniform"
     c1: float = 100.0
     c2: float = 1.0
+
+
+@dataclass(frozen=True)
+class DwflSection:
+    """DWFL (Algorithm 1, eq. 7) and its baselines; see testbed.algorithms.dwfl. Give ``epsilon``
+    (per-round target at the worst receiver, σ² calibrated every fading block) or ``sigma2``, not
+    both (neither: no artificial noise). Powers in dBm here, W inside. Channel noise σ_m² per real
+    entry: ``noise_power_w`` (default 1, the paper's) or thermal k·T·B·NF/2 from
+    ``noise_figure_db`` and ``bandwidth_hz``. ``coherence_rounds`` absent: time-invariant fading."""
+
+    scheme: str = "ota_d2d"
+    variant: str = "B"
+    rounds: int = 100
+    batch: int = 32
+    lr: float = 0.1
+    averaging_rate: float = 0.5
+    gmax: float = 1.0
+    epsilon: float | None = None
+    sigma2: float | None = None
+    calibration: str = "with_channel_noise"
+    power_dbm: float = 60.0
+    noise_power_w: float | None = None
+    noise_figure_db: float | None = None
+    bandwidth_hz: float = 1e6
+    beta: float = 1.0
+    c_scale: float = 1.0
+    fading: str = "rayleigh"
+    k_factor: float = 3.0
+    coherence_rounds: int | None = None
+    pathloss: str = "none"
+    area_m: float = 100.0
+    carrier_hz: float = 2.4e9
+    orthogonal_link: str = "analog"
+    init: str = "common"
+    init_std: float = 0.1
 
 
 @dataclass(frozen=True)
@@ -101,6 +139,50 @@ class BudgetSection:
 
 
 @dataclass(frozen=True)
+class NodesSection:
+    """The boards the nodes run on: ``profile`` (nodes/profiles.toml: pi-zero-2w, pi-3b-plus,
+    pi-4b, pi-5, jetson-nano; "host" is this machine as it is) sets the seconds and joules an
+    emulated node charges; ``pacing`` makes an emulated board take its board's wall time."""
+
+    profile: str = "host"
+    pacing: bool = False
+
+
+@dataclass(frozen=True)
+class MqttSection:
+    """How ``run.mode = "mqtt"`` runs. ``broker_url``: a broker to use (mqtt://host:port, or
+    mqtts:// with ``tls_ca``); none starts an embedded one on loopback. ``emulated``: start emulated
+    boards for every node (over ``hosts`` processes, with device ``profile``); false waits for real
+    boards running `testbed node`. ``run_id``: the MQTT scope the nodes serve (`testbed node --run`).
+    Emulated boards take their device profile from ``[nodes]``.
+    ``quorum``: a round starts once this many nodes are online (or its timeout passed).
+    ``credentials``: the JSON file of `testbed acl` (per-node passwords)."""
+
+    broker_url: str | None = None
+    run_id: str = "testbed"
+    emulated: bool = True
+    hosts: int = 1
+    round_timeout_s: float = 60.0
+    connect_timeout_s: float = 60.0
+    quorum: int = 1
+    max_chunk_bytes: int = 262144
+    credentials: str | None = None
+    tls_ca: str | None = None
+
+
+@dataclass(frozen=True)
+class PlanSection:
+    """Constants of the DP-PASGD bound (12)–(13) for ``dp_pasgd.tau = "plan"`` and `testbed plan`;
+    a missing one is estimated from the data at θ⁰ (testbed.planning.estimate): ``smoothness`` L,
+    ``strong_convexity`` λ, ``grad_variance`` ξ², ``initial_gap`` α = L(θ⁰) − L*."""
+
+    smoothness: float | None = None
+    strong_convexity: float | None = None
+    grad_variance: float | None = None
+    initial_gap: float | None = None
+
+
+@dataclass(frozen=True)
 class OutputSection:
     dir: str = "runs"
     figures: bool = True
@@ -112,18 +194,29 @@ class Config:
     data: DataSection = field(default_factory=DataSection)
     model: ModelSection = field(default_factory=ModelSection)
     dp_pasgd: DpPasgdSection = field(default_factory=DpPasgdSection)
+    dwfl: DwflSection = field(default_factory=DwflSection)
     privacy: PrivacySection = field(default_factory=PrivacySection)
     budget: BudgetSection = field(default_factory=BudgetSection)
+    plan: PlanSection = field(default_factory=PlanSection)
+    nodes: NodesSection = field(default_factory=NodesSection)
+    mqtt: MqttSection = field(default_factory=MqttSection)
     output: OutputSection = field(default_factory=OutputSection)
 
 
 CHOICES = {
-    "run.algorithm": ("dp_pasgd",),
-    "run.mode": ("sim",),
+    "run.algorithm": ("dp_pasgd", "dwfl"),
+    "run.mode": ("sim", "mqtt"),
     "data.dataset": ("synthetic", "adult-1", "adult-2", "vehicle-1", "vehicle-2"),
     "model.kind": ("logistic", "svm", "mlp"),
     "dp_pasgd.calibration": ("corrected", "paper_literal"),
     "dp_pasgd.sampling": ("uniform", "poisson"),
+    "dwfl.scheme": ("ota_d2d", "orthogonal_d2d", "ota_central"),
+    "dwfl.variant": ("A", "B"),
+    "dwfl.calibration": ("with_channel_noise", "artificial_only"),
+    "dwfl.fading": ("rayleigh", "rician", "none"),
+    "dwfl.pathloss": ("none", "free_space", "umi", "uma"),
+    "dwfl.orthogonal_link": ("analog", "digital"),
+    "dwfl.init": ("common", "zeros", "independent"),
     "privacy.accountant": ("zcdp", "rdp", "pld"),
     "privacy.tight_accountant": ("rdp", "pld", "none"),
 }
@@ -132,8 +225,15 @@ POSITIVE = {
     "data.num_nodes", "data.samples_per_node", "data.dim", "model.hidden", "dp_pasgd.steps",
     "dp_pasgd.tau", "dp_pasgd.batch", "dp_pasgd.lr", "dp_pasgd.epsilon", "dp_pasgd.lipschitz",
     "budget.epsilon", "budget.cost_units", "budget.bytes", "budget.energy_j",
+    "mqtt.hosts", "mqtt.round_timeout_s", "mqtt.connect_timeout_s", "mqtt.max_chunk_bytes", "mqtt.quorum",
+    "dwfl.rounds", "dwfl.batch", "dwfl.lr", "dwfl.averaging_rate", "dwfl.gmax", "dwfl.epsilon",
+    "dwfl.noise_power_w", "dwfl.bandwidth_hz", "dwfl.c_scale", "dwfl.coherence_rounds", "dwfl.area_m",
+    "dwfl.carrier_hz", "dwfl.init_std", "plan.smoothness", "plan.strong_convexity",
 }
-NON_NEGATIVE = {"run.seed", "data.heterogeneity", "dp_pasgd.sigma", "dp_pasgd.c1", "dp_pasgd.c2"}
+NON_NEGATIVE = {"run.seed", "data.heterogeneity", "dp_pasgd.sigma", "dp_pasgd.c1", "dp_pasgd.c2",
+                "dwfl.sigma2", "dwfl.k_factor", "dwfl.beta", "plan.grad_variance", "plan.initial_gap"}
+#: Keys that must also be <= 1 (fractions).
+AT_MOST_ONE = {"dwfl.averaging_rate", "dwfl.beta", "dwfl.c_scale"}
 
 
 def _sections() -> dict[str, type]:
@@ -194,6 +294,10 @@ def build_config(raw: dict[str, Any]) -> Config:
 
 
 def _check_range(key: str, value: Any) -> None:
+    if key == "dp_pasgd.tau" and isinstance(value, str):
+        if value != "plan":
+            raise ConfigError(key, f'must be a positive integer or "plan", got {value!r}')
+        return
     if key in CHOICES and value not in CHOICES[key]:
         raise ConfigError(key, f"must be one of {', '.join(CHOICES[key])}, got {value!r}")
     if key in POSITIVE and not value > 0:
@@ -202,11 +306,15 @@ def _check_range(key: str, value: Any) -> None:
         raise ConfigError(key, f"must be >= 0, got {value}")
     if key == "privacy.delta" and not 0 < value < 1:
         raise ConfigError(key, f"must be in (0, 1), got {value}")
+    if key in AT_MOST_ONE and value > 1:
+        raise ConfigError(key, f"must be <= 1, got {value}")
 
 
 def _check_consistency(config: Config) -> None:
     alg = config.dp_pasgd
-    if alg.steps % alg.tau:
+    if alg.tau == "plan":
+        _check_plan(config)
+    elif alg.steps % alg.tau:
         raise ConfigError("dp_pasgd.steps", f"K = {alg.steps} is not a multiple of tau = {alg.tau}")
     if alg.sigma is not None and alg.epsilon is not None:
         raise ConfigError("dp_pasgd.sigma", "give sigma or epsilon, not both")
@@ -219,6 +327,23 @@ def _check_consistency(config: Config) -> None:
         raise ConfigError("dp_pasgd.lipschitz", "clipping needs the clip norm G (dp_pasgd.lipschitz)")
     if config.data.n_classes < 2:
         raise ConfigError("data.n_classes", f"must be >= 2, got {config.data.n_classes}")
+    dwfl = config.dwfl
+    if dwfl.sigma2 is not None and dwfl.epsilon is not None:
+        raise ConfigError("dwfl.sigma2", "give sigma2 or epsilon, not both")
+    if dwfl.noise_power_w is not None and dwfl.noise_figure_db is not None:
+        raise ConfigError("dwfl.noise_figure_db", "give noise_power_w or noise_figure_db (thermal noise), not both")
+    if dwfl.scheme == "ota_central" and dwfl.init == "independent":
+        raise ConfigError("dwfl.init", "ota_central keeps one model at the server; use common or zeros")
+
+
+def _check_plan(config: Config) -> None:
+    """What ``dp_pasgd.tau = "plan"`` needs: a cost budget, an ε target, and no fixed σ."""
+    if config.budget.cost_units is None:
+        raise ConfigError("budget.cost_units", 'tau = "plan" needs the resource budget C_th')
+    if config.dp_pasgd.epsilon is None and config.budget.epsilon is None:
+        raise ConfigError("dp_pasgd.epsilon", 'tau = "plan" needs a privacy target (dp_pasgd.epsilon or budget.epsilon)')
+    if config.dp_pasgd.sigma is not None:
+        raise ConfigError("dp_pasgd.sigma", 'tau = "plan" chooses sigma; remove it')
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:

@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from testbed.algorithms import Algorithm, RoundResult, from_config
+from nodes.costs import NodeCosts
+from testbed.algorithms import Algorithm, NodeOutput, RoundResult, from_config
 from testbed.assemble import load_data, model_for
 from testbed.budgets import Budgets, Exceeded, budgets_from_config
 from testbed.config import Config, to_toml
@@ -60,17 +61,22 @@ def default_run_dir(config: Config) -> Path:
 
 
 class SimNodes:
-    """Every node in this process, stepped at once on stacked arrays (``run.mode = "sim"``)."""
+    """Every node in this process, stepped at once on stacked arrays (``run.mode = "sim"``); each
+    node is charged an equal share of the step's CPU time, through its device profile's model."""
 
-    def __init__(self, alg: Algorithm, data: FederatedData, seed: int):
-        self.alg, self.data, self.seed = alg, data, seed
+    def __init__(self, alg: Algorithm, data: FederatedData, seed: int, costs: NodeCosts):
+        self.alg, self.data, self.seed, self.costs = alg, data, seed, costs
         self.node_ids = list(data.node_ids)
 
     def step(self, state: Any, round_index: int) -> RoundResult:
-        return RoundResult(self.alg.node_step(state, self.data.train, self.node_ids, round_index, self.seed))
+        start = time.process_time()
+        out = self.alg.node_step(state, self.data.train, self.node_ids, round_index, self.seed)
+        share = (time.process_time() - start) / len(self.node_ids)
+        events = [self.costs.charge_modelled(e, share) for e in out.events]
+        return RoundResult(NodeOutput(out.node_ids, out.params, events))
 
     def close(self, status: str) -> None:
-        pass
+        self.costs.close()
 
 
 def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = False,
@@ -108,7 +114,7 @@ def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = Fa
 
             nodes = MqttNodes(config, to_toml(config), data.node_ids, quiet=quiet)
         else:
-            nodes = SimNodes(alg, data, config.run.seed)
+            nodes = SimNodes(alg, data, config.run.seed, NodeCosts(config.nodes.profile, "model"))
         for r in range(rounds_done, alg.rounds):
             stopped = _first_exceeded(budgets, ledgers, alg, r)
             if stopped is not None:

@@ -18,7 +18,6 @@ Example::
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
@@ -97,12 +96,13 @@ class DpPasgd:
         """2G/X under replace-one adjacency (dp-pasgd.md §2.2)."""
         return zcdp.dp_pasgd_sensitivity(self.lipschitz, self.batch)
 
-    def planned_events(self, node: int, round_index: int, compute_s: float = 0.0) -> list[Event]:
+    def planned_events(self, node: int, round_index: int) -> list[Event]:
         """The events one round causes on ``node``: τ steps (c2 each), τ Gaussian releases, one
-        upload and one download of the model (c1). ``would_exceed`` checks these before the round."""
+        upload and one download of the model (c1). ``would_exceed`` checks these before the round;
+        whoever runs the step charges its seconds and joules (nodes.costs)."""
         size = self.model.num_params * 8
         events: list[Event] = [
-            ComputeEvent(node, round_index, self.tau, self.c2 * self.tau, compute_s=compute_s, measured=compute_s > 0),
+            ComputeEvent(node, round_index, self.tau, self.c2 * self.tau),
             CommunicationEvent(node, round_index, bytes_up=size, bytes_down=size, cost_units=self.c1),
         ]
         if self.sigma > 0:
@@ -150,7 +150,6 @@ class DpPasgd:
         Returns:
             NodeOutput with the (M, P) local models and each node's events.
         """
-        start = time.process_time()
         m_nodes, tau = len(node_ids), self.tau
         batch_idx, batch_w = self._draw_batches(train, node_ids, round_index, seed)
         noise = np.empty((m_nodes, tau, self.model.num_params))
@@ -163,8 +162,7 @@ class DpPasgd:
             _, grad = self.model.loss_and_grad(params, train.x[idx], train.y[idx], batch_w[:, step], self.clip_norm)
             grad += noise[:, step]
             params -= self.lr * grad  # eq. (7a): w = θ − η(g + b)
-        compute_share = (time.process_time() - start) / m_nodes
-        events = [self.planned_events(node, round_index, compute_share) for node in node_ids]
+        events = [self.planned_events(node, round_index) for node in node_ids]
         return NodeOutput(node_ids=tuple(int(n) for n in node_ids), params=params, events=events)
 
     def _draw_batches(self, train: Split, node_ids: Sequence[int], round_index: int, seed: int):

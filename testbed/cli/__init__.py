@@ -12,7 +12,7 @@ import sys
 
 from testbed.errors import UserError
 
-COMMANDS = ("run", "report", "privacy")
+COMMANDS = ("run", "report", "privacy", "node", "broker", "acl", "plan", "sweep", "calibrate")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -63,14 +63,14 @@ def _nodes(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace, ids: list[int]) -> int:
-    from nodes.charging import make_charger
+    from nodes.costs import NodeCosts
     from nodes.host import serve
 
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    charger = make_charger(args.profile, args.meter, pacing=args.pacing)
+    costs = NodeCosts(args.profile, args.meter, pacing=args.pacing)
     credentials = _load_credentials(args.credentials) if args.credentials else None
-    serve(args.broker, args.run, ids, data_path=args.data, state_dir=args.state_dir, charger=charger,
+    serve(args.broker, args.run, ids, data_path=args.data, state_dir=args.state_dir, costs=costs,
           protocol_version=args.protocol, max_chunk_bytes=args.max_chunk_bytes, credentials=credentials,
           tls_ca=args.tls_ca, crash_at_round=args.crash_at_round)
     return 0

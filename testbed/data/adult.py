@@ -42,6 +42,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
@@ -111,6 +112,18 @@ def _features(cols: dict[str, tuple[str, ...]], include_education: bool, numeric
     return scale_to_unit_ball(x)
 
 
+@functools.lru_cache(maxsize=4)
+def _parsed(file: Path, include_education: bool, numeric: bool) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
+    """Features, labels and the education column of a checked file, parsed once per process (a
+    sweep runs many experiments on one file in the same worker). Read-only: callers index copies."""
+    cols = _read_columns(file)
+    x = _features(cols, include_education, numeric)
+    y = (np.asarray(cols["income"]) == ">50K").astype(np.int64)
+    x.flags.writeable = False
+    y.flags.writeable = False
+    return x, y, cols["education"]
+
+
 def load_adult(
     partition: str,
     path: str | None = None,
@@ -151,13 +164,11 @@ def load_adult(
     if partition not in PARTITIONS:
         raise DataError(f"unknown Adult partition {partition!r}; valid: {', '.join(PARTITIONS)}")
     file = resolve(ADULT, path)
-    cols = _read_columns(file)
-    x = _features(cols, include_education, numeric)
-    y = (np.asarray(cols["income"]) == ">50K").astype(np.int64)
+    x, y, education = _parsed(file, include_education, numeric)
     n = len(y)
 
     if partition == "adult-1":
-        levels, level = _encode(cols["education"])
+        levels, level = _encode(education)
         if num_nodes != len(levels):
             raise DataError(
                 f"adult-1 has one node per education level ({len(levels)} in {file}); num_nodes={num_nodes} "

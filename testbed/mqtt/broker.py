@@ -347,6 +347,7 @@ class MosquittoBroker:
             # read our temporary files.
             f"user {pwd.getpwuid(os.geteuid()).pw_name}",
             "persistence false",
+            "set_tcp_nodelay true",  # see MqttClient: no Nagle delays on small QoS-1 packets
             "log_dest stderr",
             *(f"log_type {t}" for t in ("error", "warning", "notice", "information")),
             f"allow_anonymous {'false' if self.password_file else 'true'}",

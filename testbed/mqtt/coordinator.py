@@ -73,11 +73,11 @@ class MqttNodes:
         groups = [g for g in np.array_split(np.array(self.node_ids), max(1, min(m.hosts, len(self.node_ids)))) if len(g)]
         for group in groups:
             cmd = [sys.executable, "-m", "testbed", "nodes", "--broker", self.url, "--run", self.run,
-                   "--ids", ",".join(str(int(n)) for n in group), "--profile", m.profile,
+                   "--ids", ",".join(str(int(n)) for n in group), "--profile", self.config.nodes.profile,
                    "--protocol", self.client.protocol or "auto", "--max-chunk-bytes", str(m.max_chunk_bytes)]
             if m.credentials:
                 cmd += ["--credentials", m.credentials]
-            if m.pacing:
+            if self.config.nodes.pacing:
                 cmd.append("--pacing")
             self._hosts.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL,
                                                 stderr=subprocess.DEVNULL if quiet else None))

@@ -1,0 +1,235 @@
+"""Parameter sweeps: many runs of one experiment, in parallel on local processes or on a Ray cluster.
+
+A sweep is a list of points, each a set of config values plus a seed (``run.seed``); a grid sweep is
+the cartesian product of ``--grid`` values, repeated with seeds base, base+1, ... Every point runs
+:func:`testbed.runner.run_experiment` in a worker (figures off, quiet) into its own folder of the
+sweep's folder, named from its values. ``sweep.csv`` joins the runs' summaries, one row per point.
+
+Restart: a point whose folder holds a summary.json with status ``completed`` or ``stopped_budget``
+is finished and is skipped; a folder left half-written by a kill (no summary, or ``failed``) is
+cleared and run again.
+
+Example::
+
+    >>> [p.name for p in grid_points({"dp_pasgd.tau": [1, 5]}, repeats=1, base_seed=0)]
+    ['tau-1_seed-0', 'tau-5_seed-0']
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+import os
+import re
+import shutil
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from testbed.config import Config, load_config_text, parse_override, replace, to_toml
+from testbed.errors import UserError
+from testbed.runner import run_experiment  # imported here so forked workers share the parent's modules
+
+ENGINES = ("local", "ray")
+#: Statuses of a finished run (see testbed.results.STATUSES); anything else is rerun.
+FINISHED = ("completed", "stopped_budget")
+#: sweep.csv columns after the point's own values.
+COLUMNS = ("seed", "status", "test_accuracy", "validation_accuracy", "train_loss", "epsilon_max", "cost_max",
+           "rounds", "tau", "steps", "sigma", "run")
+
+
+@dataclass(frozen=True)
+class Point:
+    """One run of a sweep: config values ((section.key, value) pairs) and its seed."""
+
+    values: tuple[tuple[str, Any], ...]
+    seed: int
+
+    @property
+    def name(self) -> str:
+        """Folder name from the values: ``key-value`` pairs (the key without its section when that is
+        unambiguous) and the seed, e.g. ``tau-5_epsilon-2.0_seed-0``."""
+        keys = [k for k, _ in self.values]
+        shorts = [k.split(".")[-1] for k in keys]
+        parts = [f"{s if shorts.count(s) == 1 else k}-{v}" for k, s, (_, v) in zip(keys, shorts, self.values)]
+        return re.sub(r"[^A-Za-z0-9._=-]", "-", "_".join(parts + [f"seed-{self.seed}"]))
+
+
+def parse_grid(items: Sequence[str]) -> dict[str, list[Any]]:
+    """``["dp_pasgd.tau=1,5,10", ...]`` → {"dp_pasgd.tau": [1, 5, 10]}; each value read as TOML
+    (else as a string, so ``data.dataset=adult-1,adult-2`` works)."""
+    grid: dict[str, list[Any]] = {}
+    for item in items:
+        if "=" not in item:
+            raise UserError(f"--grid {item!r}: expected section.key=v1,v2,...")
+        key, values = item.split("=", 1)
+        parsed = [parse_override(f"{key.strip()}={v}")[1] for v in values.split(",") if v.strip()]
+        if not parsed:
+            raise UserError(f"--grid {key.strip()}: no values")
+        if key.strip() in grid:
+            raise UserError(f"--grid {key.strip()}: given twice")
+        grid[key.strip()] = parsed
+    return grid
+
+
+def grid_points(grid: dict[str, list[Any]], repeats: int, base_seed: int) -> list[Point]:
+    """The cartesian product of ``grid``, each point repeated with seeds base_seed .. base_seed+repeats−1."""
+    if repeats < 1:
+        raise UserError(f"--repeats must be >= 1, got {repeats}")
+    if "run.seed" in grid:
+        raise UserError("--grid run.seed: seeds are set by --repeats (run.seed of the file is the first)")
+    keys = list(grid)
+    return [Point(tuple(zip(keys, combo)), base_seed + r)
+            for combo in itertools.product(*(grid[k] for k in keys)) for r in range(repeats)]
+
+
+def point_config(base: Config, point: Point) -> Config:
+    """``base`` with the point's values and seed, figures off (a sweep draws its own)."""
+    sections: dict[str, dict[str, Any]] = {"run": {"seed": point.seed}, "output": {"figures": False}}
+    for key, value in point.values:
+        section, _, name = key.partition(".")
+        sections.setdefault(section, {})[name] = value
+    unknown = [s for s in sections if not hasattr(base, s)]
+    if unknown:
+        raise UserError(f"sweep: unknown section {unknown[0]!r} in a grid key")
+    return replace(base, **sections)
+
+
+def is_finished(run_dir: Path) -> bool:
+    """Whether ``run_dir`` holds a finished run (summary.json with a finished status)."""
+    try:
+        return json.loads((run_dir / "summary.json").read_text()).get("status") in FINISHED
+    except (FileNotFoundError, json.JSONDecodeError):
+        return False
+
+
+def run_point(config_toml: str, run_dir: str) -> dict[str, Any]:
+    """Worker: run one point (its resolved config as TOML) into ``run_dir``; returns the summary.
+
+    A folder that exists but is not finished was left by a kill: it is cleared first.
+    """
+    path = Path(run_dir)
+    if path.exists():
+        shutil.rmtree(path)
+    return run_experiment(load_config_text(config_toml, source=run_dir), out_dir=path, quiet=True).summary
+
+
+def run_sweep(base: Config, points: Sequence[Point], out_dir: Path, engine: str = "local",
+              workers: int | None = None, quiet: bool = False) -> list[dict[str, Any]]:
+    """Run every point not yet finished in ``out_dir``; write and return the rows of sweep.csv.
+
+    Args:
+        base: the experiment every point starts from.
+        points: the runs; their names must differ.
+        out_dir: the sweep's folder (created; may hold a previous, interrupted sweep).
+        engine: "local" (ProcessPoolExecutor) or "ray" (the Ray cluster of ``ray.init()``:
+            $RAY_ADDRESS, an already initialised one, or a new local instance).
+        workers: parallel runs (default: the CPU count for local; all of the cluster for ray).
+        quiet: no line per finished run.
+
+    Returns:
+        One row per point, in the order of ``points`` (see COLUMNS).
+    """
+    if engine not in ENGINES:
+        raise UserError(f"--engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    names = [p.name for p in points]
+    if len(set(names)) != len(names):
+        raise UserError("sweep: two points have the same folder name; make the grid values distinct")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "base.toml").write_text(to_toml(base))
+    configs = {p.name: to_toml(point_config(base, p)) for p in points}  # validates every point first
+    todo = [p for p in points if not is_finished(out_dir / p.name)]
+    log = (lambda line: None) if quiet else print
+    log(f"sweep {out_dir}: {len(points)} runs, {len(points) - len(todo)} already finished, {len(todo)} to run ({engine})")
+    jobs = [(p.name, configs[p.name], str(out_dir / p.name)) for p in todo]
+    start, done = time.monotonic(), 0
+    for name, summary in _execute(jobs, engine, workers):
+        done += 1
+        log(f"[{done}/{len(jobs)}] {name}: {summary['status']}, test acc {summary['final']['test_accuracy']:.4f} "
+            f"({time.monotonic() - start:.1f} s)")
+    rows = [row(p, json.loads((out_dir / p.name / "summary.json").read_text())) for p in points]
+    write_table(rows, out_dir / "sweep.csv")
+    return rows
+
+
+def _execute(jobs: list[tuple[str, str, str]], engine: str, workers: int | None) -> Iterator[tuple[str, dict]]:
+    """Yield (name, summary) of every job as it finishes."""
+    if not jobs:
+        return
+    if engine == "ray":
+        yield from _execute_ray(jobs, workers)
+        return
+    with ProcessPoolExecutor(max_workers=min(workers or os.cpu_count() or 1, len(jobs))) as pool:
+        futures = {pool.submit(run_point, text, run_dir): name for name, text, run_dir in jobs}
+        pending = set(futures)
+        while pending:
+            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for future in finished:
+                yield futures[future], future.result()
+
+
+def _execute_ray(jobs: list[tuple[str, str, str]], workers: int | None) -> Iterator[tuple[str, dict]]:
+    try:
+        import ray
+    except ImportError:
+        raise UserError("--engine ray needs Ray: pip install 'testbed[ray]'") from None
+    if not ray.is_initialized():
+        ray.init(address=os.environ.get("RAY_ADDRESS"), include_dashboard=False, log_to_driver=False)
+    remote = ray.remote(num_cpus=1)(run_point)
+    limit = workers or len(jobs)  # Ray queues what the cluster cannot run yet; workers caps what is in flight
+    queue, in_flight = list(jobs), {}
+    while queue or in_flight:
+        while queue and len(in_flight) < limit:
+            name, text, run_dir = queue.pop(0)
+            in_flight[remote.remote(text, run_dir)] = name
+        ready, _ = ray.wait(list(in_flight), num_returns=1)
+        for ref in ready:
+            yield in_flight.pop(ref), ray.get(ref)
+
+
+def row(point: Point, summary: dict[str, Any]) -> dict[str, Any]:
+    """One sweep.csv row: the point's values, then COLUMNS from its run's summary."""
+    nodes = summary["nodes"].values()
+    settings = summary.get("algorithm_settings", {})
+    return {
+        **dict(point.values),
+        "seed": point.seed, "status": summary["status"],
+        "test_accuracy": summary["final"]["test_accuracy"],
+        "validation_accuracy": summary["final"].get("validation_accuracy"),
+        "train_loss": summary["final"]["train_loss"],
+        "epsilon_max": max(n["epsilon"] for n in nodes), "cost_max": max(n["cost_units"] for n in nodes),
+        "rounds": summary["rounds"], "tau": settings.get("tau"), "steps": settings.get("steps_planned"),
+        "sigma": settings.get("sigma"), "run": point.name,
+    }
+
+
+def write_table(rows: list[dict[str, Any]], path: Path) -> None:
+    """Write ``rows`` as CSV (columns: the union of the rows' keys, in first-seen order)."""
+    columns = list(dict.fromkeys(k for r in rows for k in r))
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, columns)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def format_table(rows: list[dict[str, Any]]) -> str:
+    """``rows`` as an aligned text table (numbers to 4 significant digits)."""
+    if not rows:
+        return "(no runs)"
+    keys = list(dict.fromkeys(k for r in rows for k in r if k != "run"))
+    cells = [[_cell(r.get(k)) for k in keys] for r in rows]
+    widths = [max(len(k), *(len(c[i]) for c in cells)) for i, k in enumerate(keys)]
+    lines = ["  ".join(k.ljust(w) for k, w in zip(keys, widths))]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(cr, widths)) for cr in cells]
+    return "\n".join(lines)
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return "" if value is None else str(value)
