@@ -56,12 +56,19 @@ class Budgets:
     _slack = 1e-9
 
     def would_exceed(self, ledger: NodeLedger, events: Iterable[Event]) -> Exceeded | None:
-        """The first budget that ``events`` would break if appended to ``ledger``, else None."""
+        """The first budget that ``events`` would break if appended to ``ledger``, else None.
+
+        Joules are known only once a step ran; planned events without them are forecast to cost
+        what the node's costliest round so far cost (nothing is known before its first round).
+        """
+        events = list(events)
         totals, tally = ledger.projected(events)
+        planned_energy_j = sum(getattr(e, "energy_j", 0.0) for e in events)
+        energy_j = totals.energy_j + max(0.0, ledger.max_round_energy_j - planned_energy_j)
         checks = (
             ("cost_units", totals.cost_units, self.cost_units),
             ("bytes", totals.bytes_total, self.bytes),
-            ("energy_j", totals.energy_j, self.energy_j),
+            ("energy_j", energy_j, self.energy_j),
         )
         for name, value, limit in checks:
             if limit is not None and value > limit * (1 + self._slack):

@@ -135,6 +135,7 @@ class NodeLedger:
     totals: Totals = field(default_factory=Totals)
     privacy: Counter = field(default_factory=Counter)
     rounds_logged: set = field(default_factory=set)
+    round_energy_j: dict = field(default_factory=dict)
 
     def extend(self, events: Iterable[Event]) -> None:
         for event in events:
@@ -142,6 +143,8 @@ class NodeLedger:
                 raise ValueError(f"event of node {event.node} offered to the ledger of node {self.node}")
             self.events.append(event)
             self.rounds_logged.add(event.round)
+            if isinstance(event, (ComputeEvent, CommunicationEvent)):
+                self.round_energy_j[event.round] = self.round_energy_j.get(event.round, 0.0) + event.energy_j
             self.totals.add(event)
             if isinstance(event, GaussianEvent):
                 self.privacy[event.signature] += event.count
@@ -150,6 +153,11 @@ class NodeLedger:
         """Whether events of ``round_index`` are already logged (a node that re-runs a round after a
         restart releases the same values again, from the same random streams: nothing new to charge)."""
         return round_index in self.rounds_logged
+
+    @property
+    def max_round_energy_j(self) -> float:
+        """Joules of the costliest round logged (0 before any): the forecast of the next round's."""
+        return max(self.round_energy_j.values(), default=0.0)
 
     def projected(self, events: Iterable[Event]) -> tuple[Totals, Counter]:
         """Totals and privacy tally as they would be after ``events``, without appending them."""

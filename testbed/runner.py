@@ -201,6 +201,7 @@ def _summary(config: Config, alg: Algorithm, budgets: Budgets, ledgers: list[Nod
         "privacy": {"accountant": budgets.accountant, "tight_accountant": tight,
                     "epsilon_target": getattr(config, config.run.algorithm).epsilon},
         "algorithm_settings": alg.describe(),
+        "profile": config.nodes.profile,
         "name": config.run.name,
         "dataset": config.data.dataset,
         "model": config.model.kind,

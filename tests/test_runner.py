@@ -115,3 +115,15 @@ def test_killed_run_leaves_readable_files(small_config_text, tmp_path, monkeypat
     assert json.loads((d / "summary.json").read_text())["status"] == "failed"
     assert len(list(csv.DictReader(open(d / "metrics.csv")))) == 1
     assert {e.round for e in read_ledger(d / "ledger.csv")} == {0, 1}
+
+
+def test_energy_budget_stops_before_the_round_that_would_break_it(small_config_text, tmp_path):
+    """Joules are forecast from the node's last round: a pi-zero-2w run stops before overspending."""
+    full = _run(small_config_text, tmp_path, "full", nodes={"profile": "pi-zero-2w"}).summary
+    per_round = full["nodes"]["0"]["energy_j"] / full["rounds"]
+    budget = 2.5 * per_round
+    s = _run(small_config_text, tmp_path, "capped", nodes={"profile": "pi-zero-2w"},
+             budget={"energy_j": budget}).summary
+    assert s["status"] == "stopped_budget" and s["stopped"]["budget"] == "energy_j"
+    assert s["rounds"] == 2
+    assert all(n["energy_j"] <= budget for n in s["nodes"].values())

@@ -65,6 +65,8 @@ def format_summary(summary: dict) -> str:
         f"({summary['budgets']['accountant']})" + (f"; tight {max(tight):.4g}" if tight else ""),
         f"cost units   {max(cost):.6g} per node" + (
             f" of {summary['budgets']['cost_units']:g}" if summary["budgets"]["cost_units"] else ""),
+        f"energy       {max(n['energy_j'] for n in nodes):.4g} J, compute {max(n['compute_s'] for n in nodes):.4g} s "
+        f"per node (most spent; {summary.get('profile', 'host')} profile)",
     ]
     target = summary.get("privacy", {}).get("epsilon_target")
     settings = summary.get("algorithm_settings", {})
