@@ -14,6 +14,7 @@ import os
 import queue
 import secrets
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Sequence
 
@@ -48,20 +49,24 @@ def serve(broker_url: str, run: str, node_ids: Sequence[int], *, data_path: str 
     agents = {str(n): NodeAgent(n, data_path=data_path, state_dir=state_dir, costs=costs) for n in node_ids}
     instance = secrets.token_hex(3)  # a restarted host must not take over its predecessor's sessions
     clients: dict[str, MqttClient] = {}
+
+    def client_of(name: str, version: str) -> MqttClient:
+        if credentials is not None and name not in credentials:
+            raise UserError(f"the credentials file has no password for node {name}")
+        return MqttClient.for_node(
+            broker_url, run, name, inbox=inbox, protocol=version, client_id=f"tb-{run}-{name}-{instance}",
+            max_chunk_bytes=max_chunk_bytes, username=name if credentials is not None else None,
+            password=credentials[name] if credentials is not None else None, tls_ca=tls_ca)
+
     try:
-        for name in agents:
-            password = None
-            if credentials is not None:
-                if name not in credentials:
-                    raise UserError(f"the credentials file has no password for node {name}")
-                password = credentials[name]
-            client = MqttClient.for_node(broker_url, run, name, inbox=inbox, protocol=protocol_version,
-                                         client_id=f"tb-{run}-{name}-{instance}", max_chunk_bytes=max_chunk_bytes,
-                                         username=name if credentials is not None else None, password=password,
-                                         tls_ca=tls_ca)
-            client.connect(timeout_s=connect_timeout_s)
-            protocol_version = client.protocol or protocol_version  # probe the broker once per host
-            clients[name] = client
+        names = list(agents)
+        # The first connect learns the broker's protocol; the rest connect concurrently, since a
+        # connect is mostly waiting for the broker's acks and hundreds in a row add up to seconds.
+        clients[names[0]] = client_of(names[0], protocol_version).connect(timeout_s=connect_timeout_s)
+        version = clients[names[0]].protocol or protocol_version
+        clients.update({name: client_of(name, version) for name in names[1:]})
+        with ThreadPoolExecutor(max_workers=32) as pool:
+            list(pool.map(lambda name: clients[name].connect(timeout_s=connect_timeout_s), names[1:]))
         log.info("serving %d node(s) of run %s on %s", len(clients), run, broker_url)
         return _loop(inbox, agents, clients, run, coordinator_grace_s, crash_at_round)
     finally:

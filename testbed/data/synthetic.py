@@ -29,6 +29,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 from typing import Sequence
 
 import numpy as np
@@ -77,6 +78,8 @@ def _calibrate_scale(w: np.ndarray, target: float, rng: np.random.Generator) -> 
     return float(f"{0.5 * (lo + hi):.4g}")
 
 
+# Cached: an emulated host generating its nodes one by one calibrates s once, not once per node.
+@functools.lru_cache(maxsize=8)
 def true_model(
     dim: int, n_classes: int = 2, seed: int = 0, bayes_accuracy: float = DEFAULT_BAYES_ACCURACY
 ) -> np.ndarray:
@@ -105,7 +108,9 @@ def true_model(
     rng = stream(seed, GLOBAL, -1, Purpose.DATA)
     w = rng.standard_normal((dim, n_classes))
     # The calibration sample continues the same stream: it depends on the seed only, like W*.
-    return _calibrate_scale(w, bayes_accuracy, rng) * w
+    w = _calibrate_scale(w, bayes_accuracy, rng) * w
+    w.flags.writeable = False  # shared by every caller through the cache
+    return w
 
 
 def _node_samples(
