@@ -165,7 +165,8 @@ class EmbeddedBroker:
 
     async def _serve(self) -> None:
         from amqtt.adapters import StreamReaderAdapter, StreamWriterAdapter
-        from amqtt.broker import Broker  # lazy: nodes import this module without amqtt installed
+
+        Broker = _amqtt_broker_class()  # lazy: nodes import this module without amqtt installed
 
         async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             try:
@@ -259,6 +260,25 @@ class EmbeddedBroker:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _amqtt_broker_class() -> type:
+    """amqtt's Broker, mended: on every CONNECT amqtt 0.12 sends the new client the retained
+    messages of *every* subscription on the broker (other clients' too), awaiting each while it
+    iterates the subscription table. A run's retained node statuses then went to every node that
+    connected later (O(N²) messages), and concurrent connects crashed that iteration ("dictionary
+    changed size"). Retained messages now go only for the session's own subscriptions, and a
+    session with none returns before awaiting anything, so the table cannot change under the loop.
+    """
+    from amqtt.broker import Broker
+
+    class OwnSubscriptionsBroker(Broker):
+        async def _publish_retained_messages_for_subscription(self, subscription, session) -> None:
+            subscribers = self._subscriptions.get(subscription[0], ())
+            if any(s is session for s, _ in subscribers):
+                await super()._publish_retained_messages_for_subscription(subscription, session)
+
+    return OwnSubscriptionsBroker
 
 
 class _TrackedProtocol(asyncio.StreamReaderProtocol):
