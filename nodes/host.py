@@ -65,7 +65,7 @@ def serve(broker_url: str, run: str, node_ids: Sequence[int], *, data_path: str 
         clients[names[0]] = client_of(names[0], protocol_version).connect(timeout_s=connect_timeout_s)
         version = clients[names[0]].protocol or protocol_version
         clients.update({name: client_of(name, version) for name in names[1:]})
-        with ThreadPoolExecutor(max_workers=32) as pool:
+        with ThreadPoolExecutor(max_workers=8) as pool:
             list(pool.map(lambda name: clients[name].connect(timeout_s=connect_timeout_s), names[1:]))
         log.info("serving %d node(s) of run %s on %s", len(clients), run, broker_url)
         return _loop(inbox, agents, clients, run, coordinator_grace_s, crash_at_round)

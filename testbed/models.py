@@ -28,6 +28,13 @@ from dataclasses import dataclass
 import numpy as np
 
 
+def _cross_entropy(logits: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Cross-entropy per sample, log Σ exp(l) − l_y: logits (..., C), y (...) int → (...)."""
+    top = logits.max(axis=-1)
+    total = np.exp(logits - top[..., None]).sum(axis=-1)
+    return np.log(total) + top - np.take_along_axis(logits, y[..., None], axis=-1)[..., 0]
+
+
 def _softmax_residual(logits: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Cross-entropy per sample and its gradient w.r.t. the logits, p − e_y.
 
@@ -127,8 +134,7 @@ class LogisticRegression:
     def loss_and_correct(self, params: np.ndarray, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """One model on many samples: params (P,), x (N, d), y (N,) → loss (N,), correct (N,) bool."""
         logits = self.logits(params, x)
-        loss, _ = _softmax_residual(logits, y)
-        return loss, logits.argmax(axis=-1) == y
+        return _cross_entropy(logits, y), logits.argmax(axis=-1) == y
 
 
 @dataclass(frozen=True)
@@ -275,8 +281,7 @@ class MLP:
 
     def loss_and_correct(self, params: np.ndarray, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         _, logits = self._forward(params, x)
-        loss, _ = _softmax_residual(logits, y)
-        return loss, logits.argmax(axis=-1) == y
+        return _cross_entropy(logits, y), logits.argmax(axis=-1) == y
 
 
 Model = LogisticRegression | LinearSVM | MLP

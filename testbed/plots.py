@@ -9,22 +9,38 @@ from testbed.results import read_metrics, read_summary
 
 def draw_figures(run_dir: Path) -> list[Path]:
     """Write RUN_DIR/figures/{progress,cost,epsilon}.png; returns their paths."""
+    return draw_progress(run_dir) + draw_epsilon(run_dir)
+
+
+def _pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def _title(summary: dict) -> str:
+    return f"{summary['algorithm']} · {summary['mode']} · seed {summary['seed']} · {summary['status']}"
+
+
+def draw_progress(run_dir: Path) -> list[Path]:
+    """Test accuracy and training loss against round and against cost spent:
+    RUN_DIR/figures/{progress,cost}.png."""
+    plt = _pyplot()
     run_dir = Path(run_dir)
     rows = read_metrics(run_dir)
-    summary = read_summary(run_dir)
+    title = _title(read_summary(run_dir))
     out = run_dir / "figures"
     out.mkdir(exist_ok=True)
     paths = []
-    title = f"{summary['algorithm']} · {summary['mode']} · seed {summary['seed']} · {summary['status']}"
 
     for x_key, x_label, name in (("round", "communication round", "progress"),
                                  ("cost_units", "resource cost spent per node (c1/c2 units)", "cost")):
+        # Fixed margins, not tight_layout: it re-draws the figure to measure it, doubling the cost.
         fig, (ax_acc, ax_loss) = plt.subplots(1, 2, figsize=(10, 4))
+        fig.subplots_adjust(left=0.08, right=0.98, bottom=0.13, top=0.88, wspace=0.25)
         xs = [r[x_key] for r in rows]
         ax_acc.plot(xs, [r["test_accuracy"] for r in rows], marker=".")
         ax_acc.set(xlabel=x_label, ylabel="test accuracy (mean over nodes)")
@@ -33,14 +49,24 @@ def draw_figures(run_dir: Path) -> list[Path]:
         for ax in (ax_acc, ax_loss):
             ax.grid(alpha=0.3)
         fig.suptitle(title)
-        fig.tight_layout()
         paths.append(out / f"{name}.png")
         fig.savefig(paths[-1], dpi=100)
         plt.close(fig)
+    return paths
 
+
+def draw_epsilon(run_dir: Path) -> list[Path]:
+    """ε spent per node, by the run's accountant and the tight one: RUN_DIR/figures/epsilon.png."""
+    plt = _pyplot()
+    run_dir = Path(run_dir)
+    summary = read_summary(run_dir)
+    title = _title(summary)
+    out = run_dir / "figures"
+    out.mkdir(exist_ok=True)
     nodes = summary["nodes"]
     ids = list(nodes)
     fig, ax = plt.subplots(figsize=(max(5, min(16, 0.25 * len(ids) + 3)), 4))
+    fig.subplots_adjust(left=0.1, right=0.98, bottom=0.13, top=0.9)
     ax.bar(range(len(ids)), [nodes[i]["epsilon"] for i in ids], label="paper's accountant (zCDP)")
     tight = [nodes[i].get("epsilon_tight") for i in ids]
     if all(t is not None for t in tight):
@@ -52,8 +78,7 @@ def draw_figures(run_dir: Path) -> list[Path]:
     if len(ids) <= 32:
         ax.set_xticks(range(len(ids)), ids)
     ax.legend()
-    fig.tight_layout()
-    paths.append(out / "epsilon.png")
-    fig.savefig(paths[-1], dpi=100)
+    path = out / "epsilon.png"
+    fig.savefig(path, dpi=100)
     plt.close(fig)
-    return paths
+    return [path]

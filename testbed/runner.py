@@ -23,7 +23,7 @@ from testbed.data.federated import FederatedData, Split
 from testbed.ledger import LedgerWriter, NodeLedger, read_ledger
 from testbed.models import Model
 from testbed.planning.resolve import resolve_plan
-from testbed.privacy.accountants import epsilon as account
+from testbed.privacy.accountants import BackgroundEpsilons, epsilon as account
 from testbed.progress import Progress
 from testbed.results import RunDirectory
 from testbed.rng import GLOBAL, Purpose, stream
@@ -108,6 +108,8 @@ def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = Fa
     progress = Progress(alg.rounds, enabled=not quiet)
     status, stopped, metrics = "completed", None, evaluate(model, alg.eval_params(state), data)
     nodes = None
+    tight = config.privacy.tight_accountant
+    tight_job = None if tight == "none" else BackgroundEpsilons(tight)
     try:
         if config.run.mode == "mqtt":
             from testbed.mqtt.coordinator import MqttNodes
@@ -144,23 +146,34 @@ def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = Fa
             progress.update(rounds_done, metrics["train_loss"], eps)
     except BaseException:
         status = "failed"
+        if tight_job is not None:
+            tight_job.close()
+            tight_job = None
         raise
     finally:
         if nodes is not None:
             nodes.close(status)
         progress.close()
         ledger_file.close()
+        if tight_job is not None:
+            tight_job.submit([led.privacy for led in ledgers], budgets.delta)
         summary = _summary(config, alg, budgets, ledgers, status, stopped, rounds_done, metrics,
                            time.monotonic() - wall_start, run.path)
         if plan is not None:
             summary["plan"] = plan
-        run.write_summary(summary)
+        run.write_summary(summary)  # at once: a run killed from here on still has its summary
         run.close()
     np.save(run.path / "final_params.npy", alg.eval_params(state))
     if config.output.figures:
-        from testbed.plots import draw_figures
+        from testbed.plots import draw_epsilon, draw_progress
 
-        draw_figures(run.path)
+        draw_progress(run.path)  # while the tight accountant runs in its own process
+    if tight_job is not None:
+        for led, eps in zip(ledgers, tight_job.result()):
+            summary["nodes"][str(led.node)]["epsilon_tight"] = eps
+        run.write_summary(summary)
+    if config.output.figures:
+        draw_epsilon(run.path)
     return RunResult(run.path, summary)
 
 
@@ -175,13 +188,12 @@ def _first_exceeded(budgets: Budgets, ledgers: list[NodeLedger], alg: Algorithm,
 def _summary(config: Config, alg: Algorithm, budgets: Budgets, ledgers: list[NodeLedger], status: str,
              stopped: Exceeded | None, rounds_done: int, metrics: dict[str, float], wall_s: float,
              run_dir: Path) -> dict[str, Any]:
-    tight = config.privacy.tight_accountant
     nodes = {}
     for led in ledgers:
         t = led.totals
         nodes[str(led.node)] = {
             "epsilon": account(budgets.accountant, led.privacy, budgets.delta),
-            "epsilon_tight": None if tight == "none" else account(tight, led.privacy, budgets.delta),
+            "epsilon_tight": None,  # filled in by the tight accountant's background job
             "delta": budgets.delta, "cost_units": t.cost_units, "local_steps": t.local_steps,
             "rounds": t.rounds, "bytes_up": t.bytes_up, "bytes_down": t.bytes_down,
             "energy_j": t.energy_j, "compute_s": t.compute_s,
@@ -198,7 +210,7 @@ def _summary(config: Config, alg: Algorithm, budgets: Budgets, ledgers: list[Nod
                     "cost_units": budgets.cost_units, "bytes": budgets.bytes, "energy_j": budgets.energy_j},
         "stopped": None if stopped is None else {"node": stopped.node, "budget": stopped.budget,
                                                   "would_be": stopped.would_be, "limit": stopped.limit},
-        "privacy": {"accountant": budgets.accountant, "tight_accountant": tight,
+        "privacy": {"accountant": budgets.accountant, "tight_accountant": config.privacy.tight_accountant,
                     "epsilon_target": getattr(config, config.run.algorithm).epsilon},
         "algorithm_settings": alg.describe(),
         "profile": config.nodes.profile,

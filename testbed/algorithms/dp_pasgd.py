@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import numpy as np
 
 from testbed.algorithms import NodeOutput
+from testbed.algorithms.batches import node_keys, uniform_batches
 from testbed.data.federated import FederatedData, Split
 from testbed.errors import ConfigError
 from testbed.ledger import CommunicationEvent, ComputeEvent, Event, GaussianEvent
@@ -173,29 +174,19 @@ class DpPasgd:
         with weight 0 (pads point at the node's first row and contribute nothing).
         """
         tau, batch = self.tau, self.batch
-        local: list[np.ndarray] = []
-        for i, node in enumerate(node_ids):
-            n = int(train.offsets[i + 1] - train.offsets[i])
-            keys = stream(seed, node, round_index, Purpose.BATCH).random((tau, n))
-            if self.sampling == "poisson":
-                local.append(keys < batch / n)
-            elif batch < n:
-                local.append(np.argpartition(keys, batch - 1, axis=1)[:, :batch])
-            else:
-                local.append(np.broadcast_to(np.arange(n), (tau, n)))
-        offsets = train.offsets[:-1, None, None]
         if self.sampling != "poisson":
-            idx = np.stack(local) + offsets
+            idx = uniform_batches(train, node_ids, round_index, seed, tau, batch)
             return idx, np.full(idx.shape, 1.0 / batch)
-        width = max(1, max(int(mask.sum(axis=1).max()) for mask in local))
+        masks = [keys < batch / keys.shape[1] for keys in node_keys(train, node_ids, round_index, seed, tau)]
+        width = max(1, max(int(mask.sum(axis=1).max()) for mask in masks))
         idx = np.zeros((len(node_ids), tau, width), dtype=np.int64)
         weights = np.zeros((len(node_ids), tau, width))
-        for i, mask in enumerate(local):
+        for i, mask in enumerate(masks):
             for step in range(tau):
                 rows = np.flatnonzero(mask[step])
                 idx[i, step, : len(rows)] = rows
                 weights[i, step, : len(rows)] = 1.0 / batch
-        return idx + offsets, weights
+        return idx + train.offsets[:-1, None, None], weights
 
     @staticmethod
     def combine(output: NodeOutput, state: np.ndarray | None = None) -> np.ndarray:

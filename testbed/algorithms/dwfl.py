@@ -68,6 +68,7 @@ import numpy as np
 
 from channel import Alignment, analog_link, digital_link, fill_gaussian_rows, orthogonal_round_airtime_s, transmit_real
 from testbed.algorithms import NodeOutput
+from testbed.algorithms.batches import uniform_batches
 from testbed.algorithms.dwfl_channel import (
     SCHEMES,
     Radio,
@@ -310,7 +311,7 @@ class Dwfl:
         Returns:
             (M, P) payloads.
         """
-        idx = np.stack([self._batch(train, i, node, round_index, seed) for i, node in enumerate(node_ids)])
+        idx = uniform_batches(train, node_ids, round_index, seed, steps=1, batch=self.batch)[:, 0]
         weights = np.full(idx.shape, 1.0 / self.batch)
         _, grad = self.model.loss_and_grad(models, train.x[idx], train.y[idx], weights)
         norms = np.linalg.norm(grad, axis=1, keepdims=True)
@@ -318,12 +319,6 @@ class Dwfl:
         if self.scheme == "ota_central":
             return self.lr * grad
         return models - self.lr * grad
-
-    def _batch(self, train: Split, i: int, node: int, round_index: int, seed: int) -> np.ndarray:
-        """Global row indices of ``batch`` distinct samples of node i (the smallest uniform keys)."""
-        lo, n = int(train.offsets[i]), int(train.offsets[i + 1] - train.offsets[i])
-        keys = stream(seed, node, round_index, Purpose.BATCH).random(n)
-        return lo + np.argpartition(keys, self.batch - 1)[: self.batch]
 
     def transmit(self, payload: np.ndarray, models: np.ndarray, node_ids: Sequence[int], round_index: int,
                  seed: int) -> tuple[np.ndarray, np.ndarray]:

@@ -28,7 +28,6 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
-from scipy import optimize
 
 from testbed.cost import max_steps, resource_cost
 from testbed.privacy.zcdp import SigmaCalibration, dp_pasgd_epsilon, dp_pasgd_sigma, z_constant
@@ -343,6 +342,8 @@ def solve_k(
     values = k_objective(grid, constants, cost_budget, epsilon, c1, c2, variant)
     best = int(np.argmin(values))
     left, right = grid[max(best - 1, 0)], grid[min(best + 1, len(grid) - 1)]
+    from scipy import optimize  # here, not at the top: a run imports this module without planning
+
     refined = optimize.minimize_scalar(
         objective, bounds=(left, right), method="bounded", options={"xatol": 1e-10 * right}
     )

@@ -1,0 +1,83 @@
+"""Benchmark J1 over MQTT (HIL-runtime issue).
+
+1. Whole-process wall time of `testbed run benchmarks/j1_mqtt.toml` (J1, 100 emulated nodes, 10
+   rounds) over the embedded broker and over Mosquitto, next to the same job in sim mode (the floor
+   here), median of --repeats runs. Target: <= 5x sim.
+2. 1,000 emulated nodes on two host processes complete 3 rounds (embedded broker and Mosquitto).
+3. Peak RSS of one host process serving 100 nodes. Target: <= 1.5 GB.
+
+Usage: python benchmarks/j1_mqtt.py [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from j1 import HERE, TESTBED, timed  # noqa: E402
+
+from testbed.mqtt.broker import MosquittoBroker  # noqa: E402
+
+JOB = str(HERE / "j1_mqtt.toml")
+
+
+def run(out: str, *sets: str) -> float:
+    args = TESTBED + ["run", JOB, "--quiet", "--out", out]
+    for s in sets:
+        args += ["--set", s]
+    wall, _ = timed(args)
+    return wall
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    have_mosquitto = shutil.which("mosquitto") is not None
+    with tempfile.TemporaryDirectory() as tmp:
+        times: dict[str, list[float]] = {"sim": [], "embedded": [], "mosquitto": []}
+        for i in range(args.repeats):
+            times["sim"].append(run(f"{tmp}/sim-{i}", "run.mode='sim'"))
+            times["embedded"].append(run(f"{tmp}/emb-{i}"))
+            if have_mosquitto:
+                with MosquittoBroker() as broker:
+                    times["mosquitto"].append(run(f"{tmp}/mos-{i}", f"mqtt.broker_url='{broker.url}'"))
+        sim = statistics.median(times["sim"])
+        for name, ts in times.items():
+            if not ts:
+                print(f"J1 mqtt {name:9s}: skipped (no mosquitto binary)")
+                continue
+            med = statistics.median(ts)
+            print(f"J1 mqtt {name:9s}: {med:6.2f} s (median of {len(ts)}: {', '.join(f'{t:.2f}' for t in ts)})"
+                  + ("" if name == "sim" else f"  ratio to sim {med / sim:.2f} (target <= 5)"))
+
+        big = ["data.num_nodes=1000", "dp_pasgd.steps=30", "mqtt.hosts=2", "mqtt.connect_timeout_s=300"]
+        wall = run(f"{tmp}/big-emb", *big)
+        rounds = json.loads(Path(f"{tmp}/big-emb/summary.json").read_text())["rounds"]
+        print(f"1,000 emulated nodes on 2 hosts, embedded broker: {rounds} rounds in {wall:.1f} s")
+        if have_mosquitto:
+            with MosquittoBroker() as broker:
+                wall = run(f"{tmp}/big-mos", *big, f"mqtt.broker_url='{broker.url}'")
+            rounds = json.loads(Path(f"{tmp}/big-mos/summary.json").read_text())["rounds"]
+            print(f"1,000 emulated nodes on 2 hosts, Mosquitto:       {rounds} rounds in {wall:.1f} s")
+
+        # One host of 100 nodes in its own process, so its peak RSS is its own.
+        with MosquittoBroker() as broker:
+            host = subprocess.Popen(TESTBED + ["nodes", "--broker", broker.url, "--count", "100"],
+                                    stdout=subprocess.DEVNULL)
+            run(f"{tmp}/host", f"mqtt.broker_url='{broker.url}'", "mqtt.emulated=false")
+            import os
+
+            _, _, usage = os.wait4(host.pid, 0)
+        print(f"peak RSS of a host of 100 nodes: {usage.ru_maxrss / 1024:.0f} MB (target <= 1536 MB)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,51 @@
+"""Mini-batch sampling of every node at once, each node from its own random stream.
+
+Example::
+
+    >>> from testbed.data.synthetic import make_logistic
+    >>> train = make_logistic(num_nodes=3, samples_per_node=50, dim=2, seed=0).train
+    >>> uniform_batches(train, [0, 1, 2], round_index=0, seed=1, steps=4, batch=8).shape
+    (3, 4, 8)
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Sequence
+
+import numpy as np
+
+from testbed.data.federated import Split
+from testbed.rng import Purpose, stream
+
+
+def node_keys(train: Split, node_ids: Sequence[int], round_index: int, seed: int, steps: int) -> list[np.ndarray]:
+    """Per node i, a (steps, N_i) array of uniform keys from ``stream(seed, node, r, BATCH)``: one
+    key per sample and step, so any sampling rule is a function of a node's own keys only."""
+    sizes = np.diff(train.offsets)
+    return [stream(seed, node, round_index, Purpose.BATCH).random((steps, int(sizes[i])))
+            for i, node in enumerate(node_ids)]
+
+
+def uniform_batches(train: Split, node_ids: Sequence[int], round_index: int, seed: int, steps: int,
+                    batch: int) -> np.ndarray:
+    """Global row indices (M, steps, B): per node and step, B distinct samples drawn uniformly (the
+    rows of the B smallest keys, the keys of :func:`node_keys`). A node with exactly B samples uses
+    all of them every step."""
+    sizes = np.diff(train.offsets)
+    idx = np.empty((len(node_ids), steps, batch), dtype=np.int64)
+    by_size: dict[int, list[int]] = defaultdict(list)
+    for i, n in enumerate(sizes.tolist()):
+        by_size[n].append(i)
+    for n, members in by_size.items():  # one key array and one argpartition per distinct node size
+        if batch > n:
+            raise ValueError(f"a batch of {batch} from a node of {n} samples")
+        if batch == n:
+            idx[members] = np.arange(n)
+            continue
+        keys = np.empty((len(members), steps, n))
+        for j, i in enumerate(members):
+            stream(seed, node_ids[i], round_index, Purpose.BATCH).random(out=keys[j])
+        idx[members] = np.argpartition(keys, batch - 1, axis=-1)[..., :batch]
+    idx += train.offsets[:-1, None, None]
+    return idx
