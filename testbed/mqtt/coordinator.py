@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import secrets
 import subprocess
 import sys
