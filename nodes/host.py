@@ -1,7 +1,8 @@
 """Serves nodes over MQTT: one node on a board (`testbed node`), or many emulated nodes in one
 process (`testbed nodes`), each with its own MQTT connection and identity.
 
-All clients of a host put what they receive in one inbox, read by one thread: a broadcast round
+All clients of a host share one network thread (an epoll loop: a host of 1,000 nodes needs 1,000
+sockets and no threads) and put what they receive in one inbox, read by one thread: a broadcast round
 arrives once per node (the copy's ``receiver`` says which node it is for), that node's agent runs
 its step, and the reply goes out on that node's own connection, so the broker (and its ACL) sees
 every node publish only under its own id.
@@ -12,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import queue
+import resource
 import secrets
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -22,6 +24,7 @@ from testbed import protocol, wire
 from testbed.errors import UserError
 from testbed.mqtt import topics
 from testbed.mqtt.client import Inbound, MqttClient
+from testbed.mqtt.network_loop import NetworkLoop
 
 from nodes.agent import NodeAgent
 from nodes.costs import NodeCosts
@@ -45,6 +48,8 @@ def serve(broker_url: str, run: str, node_ids: Sequence[int], *, data_path: str 
     without a reply or a clean disconnect, when that round arrives.
     """
     inbox: queue.Queue[Inbound] = queue.Queue()
+    network = NetworkLoop()
+    _allow_open_files(len(node_ids) + 64)
     costs = costs or NodeCosts()
     agents = {str(n): NodeAgent(n, data_path=data_path, state_dir=state_dir, costs=costs) for n in node_ids}
     instance = secrets.token_hex(3)  # a restarted host must not take over its predecessor's sessions
@@ -54,7 +59,7 @@ def serve(broker_url: str, run: str, node_ids: Sequence[int], *, data_path: str 
         if credentials is not None and name not in credentials:
             raise UserError(f"the credentials file has no password for node {name}")
         return MqttClient.for_node(
-            broker_url, run, name, inbox=inbox, protocol=version, client_id=f"tb-{run}-{name}-{instance}",
+            broker_url, run, name, inbox=inbox, network=network, protocol=version, client_id=f"tb-{run}-{name}-{instance}",
             max_chunk_bytes=max_chunk_bytes, username=name if credentials is not None else None,
             password=credentials[name] if credentials is not None else None, tls_ca=tls_ca)
 
@@ -65,15 +70,25 @@ def serve(broker_url: str, run: str, node_ids: Sequence[int], *, data_path: str 
         clients[names[0]] = client_of(names[0], protocol_version).connect(timeout_s=connect_timeout_s)
         version = clients[names[0]].protocol or protocol_version
         clients.update({name: client_of(name, version) for name in names[1:]})
-        with ThreadPoolExecutor(max_workers=8) as pool:
+        with ThreadPoolExecutor(max_workers=32) as pool:
             list(pool.map(lambda name: clients[name].connect(timeout_s=connect_timeout_s), names[1:]))
         log.info("serving %d node(s) of run %s on %s", len(clients), run, broker_url)
         return _loop(inbox, agents, clients, run, coordinator_grace_s, crash_at_round)
     finally:
         for client in clients.values():
             client.close()
+        network.close()
         for agent in agents.values():
             agent.close()
+
+
+def _allow_open_files(count: int) -> None:
+    """Raise this process's soft limit on open files to ``count`` if the hard limit allows (many
+    systems default to a soft limit of 1,024)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = count if hard == resource.RLIM_INFINITY else min(count, hard)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
 
 
 def _loop(inbox: queue.Queue[Inbound], agents: dict[str, NodeAgent], clients: dict[str, MqttClient],

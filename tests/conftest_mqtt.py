@@ -4,6 +4,7 @@ closed). Registered from tests/conftest.py with `pytest_plugins = ["conftest_mqt
 from __future__ import annotations
 
 import shutil
+import subprocess
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -11,10 +12,11 @@ from pathlib import Path
 import pytest
 
 from testbed.mqtt import acl
-from testbed.mqtt.broker import EmbeddedBroker, MosquittoBroker
+from testbed.mqtt.broker import EmbeddedBroker, MosquittoBroker, TlsFiles
 from testbed.mqtt.client import MqttClient
 
 MOSQUITTO_SKIP_REASON = "mosquitto binary not on PATH (apt-get install mosquitto)"
+OPENSSL_SKIP_REASON = "openssl binary not on PATH (apt-get install openssl)"
 
 
 @pytest.fixture
@@ -29,16 +31,40 @@ def embedded_broker() -> Iterator[EmbeddedBroker]:
 
 
 @pytest.fixture
-def mosquitto_broker() -> Iterator[MosquittoBroker]:
-    """A running anonymous mosquitto on 127.0.0.1 and a free port (skips if mosquitto is absent)."""
+def start_mosquitto() -> Iterator[Callable[..., MosquittoBroker]]:
+    """`start_mosquitto(**kwargs)` starts a `MosquittoBroker(**kwargs)` on 127.0.0.1 (password file,
+    ACL, TLS...) and stops it at teardown; skips if mosquitto is absent."""
     if shutil.which("mosquitto") is None:
         pytest.skip(MOSQUITTO_SKIP_REASON)
-    broker = MosquittoBroker()
-    broker.start()
-    try:
-        yield broker
-    finally:
+    started: list[MosquittoBroker] = []
+
+    def _start(**kwargs) -> MosquittoBroker:
+        broker = MosquittoBroker(**kwargs)
+        started.append(broker)
+        return broker.start()
+
+    yield _start
+    for broker in reversed(started):
         broker.stop()
+
+
+@pytest.fixture
+def mosquitto_broker(start_mosquitto: Callable[..., MosquittoBroker]) -> MosquittoBroker:
+    """A running anonymous mosquitto on 127.0.0.1 and a free port (skips if mosquitto is absent)."""
+    return start_mosquitto()
+
+
+@pytest.fixture
+def tls_files(tmp_path: Path) -> TlsFiles:
+    """A self-signed EC certificate for 127.0.0.1 (its own CA) and its key, for a TLS listener
+    (`MosquittoBroker(tls=...)`) and clients' `tls_ca`; skips if openssl is absent."""
+    if shutil.which("openssl") is None:
+        pytest.skip(OPENSSL_SKIP_REASON)
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                    "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    return TlsFiles(cafile=cert, certfile=cert, keyfile=key)
 
 
 @pytest.fixture(params=["amqtt", "mosquitto"])
@@ -54,21 +80,16 @@ def run_id() -> str:
 
 
 @pytest.fixture
-def secured_mosquitto(tmp_path: Path, run_id: str) -> Iterator[tuple[MosquittoBroker, dict[str, str]]]:
+def secured_mosquitto(tmp_path: Path, run_id: str, start_mosquitto: Callable[..., MosquittoBroker]
+                      ) -> tuple[MosquittoBroker, dict[str, str]]:
     """Mosquitto with the run's ACL and per-user passwords for nodes "a", "b" and the coordinator.
 
-    Yields (broker, {username: password}).
+    Returns (broker, {username: password}).
     """
-    if shutil.which("mosquitto") is None:
-        pytest.skip(MOSQUITTO_SKIP_REASON)
     acl_text, passwords = acl.generate_acl(run_id, ["a", "b"])
-    broker = MosquittoBroker(acl_file=acl.write_acl_file(tmp_path / "acl", acl_text),
+    broker = start_mosquitto(acl_file=acl.write_acl_file(tmp_path / "acl", acl_text),
                              password_file=acl.write_password_file(tmp_path / "passwords", passwords))
-    broker.start()
-    try:
-        yield broker, passwords
-    finally:
-        broker.stop()
+    return broker, passwords
 
 
 @pytest.fixture

@@ -4,6 +4,9 @@ last will, reconnect, rejection of bad messages) and the Mosquitto ACL. Network:
 from __future__ import annotations
 
 import logging
+import os
+import queue
+import resource
 import shutil
 import signal
 import socket
@@ -18,8 +21,9 @@ import pytest
 from testbed import wire
 from testbed.errors import UserError
 from testbed.mqtt import acl, topics
-from testbed.mqtt.broker import EmbeddedBroker, MosquittoBroker, TlsFiles, free_port, parse_broker_url, wait_for_broker
+from testbed.mqtt.broker import EmbeddedBroker, MosquittoBroker, free_port, parse_broker_url, wait_for_broker
 from testbed.mqtt.client import BrokerRefused, Inbound, MqttClient
+from testbed.mqtt.network_loop import NetworkLoop
 
 FAST = {"reconnect_min_s": 0.1, "reconnect_max_s": 0.5}
 
@@ -327,16 +331,54 @@ def test_acl_credentials_from_url(secured_mosquitto, run_id, connect):
     assert connect(MqttClient.for_node(url, run_id, "a")).connected
 
 
-def test_mosquitto_tls(tmp_path, run_id):
-    if shutil.which("mosquitto") is None or shutil.which("openssl") is None:
-        pytest.skip("mosquitto or openssl not on PATH")
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-                    "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
-                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
-    with MosquittoBroker(tls=TlsFiles(cafile=cert, certfile=cert, keyfile=key)) as broker:
-        assert broker.url.startswith("mqtts://")
-        with MqttClient.for_coordinator(broker.url, run_id, tls_ca=cert) as coord, \
-                MqttClient.for_node(broker.url, run_id, "n1", tls_ca=cert) as node:
-            node.publish(topics.up(run_id, "n1"), _update(run_id, "n1", 0, w=np.ones(3)))
-            assert _receive(coord, topics.UP).node == "n1"
+def test_mosquitto_tls(start_mosquitto, tls_files, run_id):
+    broker = start_mosquitto(tls=tls_files)
+    assert broker.url.startswith("mqtts://")
+    cert = tls_files.cafile
+    with MqttClient.for_coordinator(broker.url, run_id, tls_ca=cert) as coord, \
+            MqttClient.for_node(broker.url, run_id, "n1", tls_ca=cert) as node:
+        node.publish(topics.up(run_id, "n1"), _update(run_id, "n1", 0, w=np.ones(3)))
+        assert _receive(coord, topics.UP).node == "n1"
+
+
+def test_network_loop_serves_clients_beyond_select_limit(broker, run_id, connect):
+    """A shared NetworkLoop (epoll) serves sockets numbered above 1023, where paho's own select()
+    loop cannot go, and carries chunked messages larger than paho's in-flight window both ways."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1300:
+        pytest.skip(f"hard limit of {hard} open files")
+    coord = connect(MqttClient.for_coordinator(broker.url, run_id))  # its paho thread uses select()
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1300), hard))
+    filler = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100 - len(os.listdir("/proc/self/fd")))]
+    loop = NetworkLoop()
+    inbox: queue.Queue = queue.Queue()
+    nodes: list[MqttClient] = []
+    try:
+        nodes += [connect(MqttClient.for_node(broker.url, run_id, f"n{i}", network=loop, inbox=inbox,
+                                             max_chunk_bytes=32 * 1024)) for i in range(4)]
+        assert min(n._paho.socket().fileno() for n in nodes) > 1024
+        big = np.arange(300_000, dtype=np.float64)  # 2.4 MB: 74 chunks, over 20 in flight
+        nodes[0].publish(topics.up(run_id, "n0"), _update(run_id, "n0", 0, w=big))
+        for n in nodes[1:]:
+            n.publish(topics.up(run_id, n.owner), _update(run_id, n.owner, 0, w=np.ones(3)))
+        got = {}
+        for _ in nodes:
+            m = _receive(coord, topics.UP)
+            got[m.node] = m.message.tensors["w"]
+        assert sorted(got) == ["n0", "n1", "n2", "n3"] and np.array_equal(got["n0"], big)
+        bcast = wire.encode({"run": run_id, "round": 1, "sender": "coordinator", "kind": "round"}, {"w": big})
+        coord.publish(topics.bcast(run_id), bcast)
+        receivers = set()
+        deadline = time.monotonic() + 10
+        while len(receivers) < len(nodes) and time.monotonic() < deadline:
+            m = inbox.get(timeout=max(0.0, deadline - time.monotonic()))
+            if m.kind == topics.BCAST and m.payload == bcast:
+                receivers.add(m.receiver)
+        assert receivers == {"n0", "n1", "n2", "n3"}
+    finally:
+        for n in nodes:
+            n.close()
+        loop.close()
+        for fd in filler:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

@@ -9,7 +9,8 @@ What it adds to paho:
 - validation of every received wire message (run, sender = the topic's node, shapes, dtypes,
   finiteness, size, replays): bad ones are logged with the sender id and dropped, never raised
   in the network thread;
-- a thread-safe inbox read with `receive(timeout_s)`.
+- a thread-safe inbox read with `receive(timeout_s)`;
+- optionally one shared network thread for many clients (`NetworkLoop`), for hosts of hundreds.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from testbed import wire
 from testbed.errors import UserError
 from testbed.mqtt import topics
 from testbed.mqtt.broker import BrokerUrl, parse_broker_url
+from testbed.mqtt.network_loop import NetworkLoop
 
 log = logging.getLogger(__name__)
 _paho_log = logging.getLogger("testbed.mqtt.paho")
@@ -98,6 +100,8 @@ class MqttClient:
         inbox: a queue to put received messages in, shared by several clients (an emulated node
             host serves many nodes from one thread); default: a queue of this client's own.
         owner: who this client speaks for (a node id), copied into every Inbound's `receiver`.
+        network: a NetworkLoop shared with other clients to run this one's socket; default: a
+            paho network thread of its own (fine for a few clients per process, not hundreds).
     """
 
     def __init__(self, url: str, *, client_id: str, run: str, subscriptions: Sequence[str] = (),
@@ -106,7 +110,8 @@ class MqttClient:
                  tls_ca: str | Path | None = None, protocol: str = "auto", keepalive_s: int = 30,
                  max_chunk_bytes: int = 256 * 1024, max_message_bytes: int = wire.DEFAULT_MAX_BYTES,
                  reconnect_min_s: float = 0.25, reconnect_max_s: float = 30.0,
-                 session_expiry_s: int = 300, inbox: queue.Queue | None = None, owner: str | None = None):
+                 session_expiry_s: int = 300, inbox: queue.Queue | None = None, owner: str | None = None,
+                 network: NetworkLoop | None = None):
         if protocol not in ("auto", "5", "3.1.1"):
             raise ValueError(f"protocol must be 'auto', '5' or '3.1.1', got {protocol!r}")
         if max_chunk_bytes <= wire.CHUNK_HEADER_BYTES:
@@ -129,6 +134,7 @@ class MqttClient:
 
         self._inbox: queue.Queue[Inbound] = inbox if inbox is not None else queue.Queue()
         self.owner = owner
+        self._network = network
         self._reassembler = wire.Reassembler(max_message_bytes=max_message_bytes)
         self._replay = wire.ReplayGuard()
         self._lock = threading.Condition()
@@ -198,19 +204,22 @@ class MqttClient:
         def on_connect(client: paho.Client, userdata: Any, flags: Any, code: ReasonCode, props: Any) -> None:
             answer.append(code)
             answered.set()
-            if not code.is_failure:  # a refusal ends paho's loop by itself (no reconnect)
-                client.disconnect()
 
         c = self._make_paho("5", probe=True)
         c.on_connect = on_connect
-        c.connect_async(self.url.host, self.url.port, keepalive=10)
-        c.loop_start()
+        if self._network is not None:
+            self._network.add(c, self.url.host, self.url.port, keepalive_s=10)
+        else:
+            c.connect_async(self.url.host, self.url.port, keepalive=10)
+            c.loop_start()
         try:
             answered.wait(max(0.0, deadline - time.monotonic()))
         finally:
-            if not answer:
+            if self._network is not None:
+                self._network.remove(c)
+            else:
                 c.disconnect()
-            c.loop_stop()
+                c.loop_stop()
         return answer[0].value != _UNSUPPORTED_PROTOCOL if answer else None
 
     def _attempt(self, protocol: str, deadline: float) -> ReasonCode | None:
@@ -223,9 +232,15 @@ class MqttClient:
             props = Properties(PacketTypes.CONNECT)
             props.SessionExpiryInterval = self._session_expiry_s
         # clean_start: a fresh session at the first connect, resumed across reconnects.
-        c.connect_async(self.url.host, self.url.port, keepalive=self._keepalive_s, properties=props,
-                        clean_start=paho.MQTT_CLEAN_START_FIRST_ONLY if protocol == "5" else True)
-        c.loop_start()
+        clean_start = paho.MQTT_CLEAN_START_FIRST_ONLY if protocol == "5" else True
+        if self._network is not None:
+            self._network.add(c, self.url.host, self.url.port, keepalive_s=self._keepalive_s,
+                              reconnect_min_s=self._reconnect[0], reconnect_max_s=self._reconnect[1],
+                              properties=props, clean_start=clean_start)
+        else:
+            c.connect_async(self.url.host, self.url.port, keepalive=self._keepalive_s, properties=props,
+                            clean_start=clean_start)
+            c.loop_start()
         with self._lock:
             self._lock.wait_for(lambda: self._connack is not None, max(0.0, deadline - time.monotonic()))
             return self._connack
@@ -233,8 +248,11 @@ class MqttClient:
     def _shutdown_paho(self) -> None:
         self.connected = False  # first, so on_disconnect does not report a lost connection
         if self._paho is not None:
-            self._paho.disconnect()
-            self._paho.loop_stop()
+            if self._network is not None:
+                self._network.remove(self._paho)
+            else:
+                self._paho.disconnect()
+                self._paho.loop_stop()
             self._paho = None
 
     def connect(self, timeout_s: float = 10.0) -> MqttClient:
@@ -406,6 +424,8 @@ class MqttClient:
             if info.rc not in (paho.MQTT_ERR_SUCCESS, paho.MQTT_ERR_NO_CONN):  # NO_CONN: queued
                 raise RuntimeError(f"{self.client_id}: publish to {topic} failed: {paho.error_string(info.rc)}")
             mids.append(info.mid)
+        if self._network is not None:
+            self._network.flush(c)
         if timeout_s is None:
             return
         with self._lock:

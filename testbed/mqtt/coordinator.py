@@ -9,11 +9,13 @@ dropped.
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import secrets
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Sequence
@@ -48,7 +50,7 @@ class MqttNodes:
         self.run = wire.check_id(m.run_id, "mqtt.run_id")
         self.session = secrets.token_hex(8)
         self.round_timeout_s = m.round_timeout_s
-        self._hosts: list[subprocess.Popen] = []
+        self._hosts: list[_Host] = []
         self._broker = EmbeddedBroker().start() if m.broker_url is None else None
         self.url = self._broker.url if self._broker else m.broker_url
         username, password = _credentials(m.credentials, "coordinator")
@@ -69,6 +71,8 @@ class MqttNodes:
 
     def _start_hosts(self, quiet: bool) -> None:
         m = self.config.mqtt
+        if m.credentials:
+            _check_credentials(m.credentials, self.node_ids)
         groups = [g for g in np.array_split(np.array(self.node_ids), max(1, min(m.hosts, len(self.node_ids)))) if len(g)]
         for group in groups:
             cmd = [sys.executable, "-m", "testbed", "nodes", "--broker", self.url, "--run", self.run,
@@ -76,23 +80,29 @@ class MqttNodes:
                    "--protocol", self.client.protocol or "auto", "--max-chunk-bytes", str(m.max_chunk_bytes)]
             if m.credentials:
                 cmd += ["--credentials", m.credentials]
+            if m.tls_ca:
+                cmd += ["--tls-ca", m.tls_ca]
             if self.config.nodes.pacing:
                 cmd.append("--pacing")
-            self._hosts.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL,
-                                                stderr=subprocess.DEVNULL if quiet else None))
+            self._hosts.append(_Host([int(n) for n in group], cmd, quiet))
 
     def _wait_online(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         wanted = set(self.node_ids)
         while not wanted <= self.online:
             remaining = deadline - time.monotonic()
-            dead = [h.args for h in self._hosts if h.poll() is not None]
-            if remaining <= 0 or dead:
+            dead = [h for h in self._hosts if h.proc.poll() is not None]
+            if dead:
+                # The host's own last words say which node and why (refused credentials, a bad
+                # CA, a missing data file...): pass them on instead of a bare "exited".
+                raise UserError("; ".join(f"the emulated host of nodes {_ids(h.node_ids)} exited "
+                                          f"(status {h.proc.returncode}) before its nodes were online: "
+                                          f"{h.last_error()}" for h in dead))
+            if remaining <= 0:
                 missing = sorted(wanted - self.online)
-                why = "an emulated node host exited" if dead else f"not online within {timeout_s:g} s"
                 raise UserError(f"{len(missing)} of {len(wanted)} nodes ({_ids(missing)}) are not connected to "
-                                f"{self.url}: {why}; start them with `testbed node --broker {self.url} "
-                                f"--run {self.run} --node-id ID`")
+                                f"{self.url}: not online within {timeout_s:g} s; start them with "
+                                f"`testbed node --broker {self.url} --run {self.run} --node-id ID`")
             self._handle(self.client.receive(timeout_s=min(remaining, 0.5)), None, {}, {})
 
     def step(self, state: np.ndarray, round_index: int) -> RoundResult:
@@ -166,15 +176,53 @@ class MqttNodes:
         except (TimeoutError, UserError) as exc:
             log.warning("could not broadcast stop: %s", exc)
         for host in self._hosts:
-            try:
-                host.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                host.terminate()
-                host.wait(timeout=5)
+            host.stop(timeout_s=10)
         if client is not None:
             client.close()
         if self._broker is not None:
             self._broker.stop()
+
+
+class _Host:
+    """One `testbed nodes` subprocess serving ``node_ids``. Its stderr goes through a thread that
+    passes it on (unless quiet) and keeps the last lines, to explain an early exit."""
+
+    def __init__(self, node_ids: list[int], cmd: list[str], quiet: bool):
+        self.node_ids = node_ids
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                     stdin=subprocess.DEVNULL, text=True, errors="replace")
+        self._tail: collections.deque[str] = collections.deque(maxlen=20)
+        self._reader = threading.Thread(target=self._read, args=(quiet,), daemon=True,
+                                        name=f"node-host-{self.proc.pid}-stderr")
+        self._reader.start()
+
+    def _read(self, quiet: bool) -> None:
+        assert self.proc.stderr is not None
+        with self.proc.stderr:
+            for line in self.proc.stderr:
+                self._tail.append(line.rstrip("\n"))
+                if not quiet:
+                    try:
+                        sys.stderr.write(line)
+                        sys.stderr.flush()
+                    except (OSError, ValueError):  # our own stderr is gone: keep draining the pipe
+                        pass
+
+    def last_error(self) -> str:
+        """The host's error line (`testbed: ...`, else the last line it wrote) once it exited."""
+        self._reader.join(timeout=2.0)  # the pipe ends with the process: everything is read
+        lines = [line for line in self._tail if line.strip()]
+        errors = [line.removeprefix("testbed: ") for line in lines if line.startswith("testbed: ")]
+        return (errors or lines or ["no output"])[-1]
+
+    def stop(self, timeout_s: float) -> None:
+        """Wait for the host to leave (it was told to stop), terminate it if it does not."""
+        try:
+            self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.terminate()
+            self.proc.wait(timeout=5)
+        self._reader.join(timeout=2.0)
 
 
 def _node_id(name: str | None) -> int | None:
@@ -189,14 +237,31 @@ def _ids(ids: Sequence[int]) -> str:
     return shown + (f" and {len(ids) - 10} more" if len(ids) > 10 else "")
 
 
-def _credentials(path: str | None, user: str) -> tuple[str | None, str | None]:
-    """(username, password) of ``user`` from a `testbed acl` credentials file, or (None, None)."""
-    if path is None:
-        return None, None
+def _check_credentials(path: str, node_ids: Sequence[int]) -> None:
+    """Every emulated node needs its password in the credentials file (checked before any host
+    starts, so the error names the nodes rather than a host that exited)."""
+    passwords = _read_credentials(path)
+    missing = [n for n in node_ids if str(n) not in passwords]
+    if missing:
+        raise ConfigError("mqtt.credentials", f"{path} has no password for node(s) {_ids(missing)} "
+                          f"(`testbed acl --run RUN --nodes N` writes one for each of nodes 0..N-1)")
+
+
+def _read_credentials(path: str) -> dict:
     try:
         passwords = json.loads(Path(path).read_text())
     except (OSError, ValueError) as exc:
         raise ConfigError("mqtt.credentials", f"cannot read {path}: {exc}") from None
+    if not isinstance(passwords, dict):
+        raise ConfigError("mqtt.credentials", f"{path} is not a credentials file of `testbed acl`")
+    return passwords
+
+
+def _credentials(path: str | None, user: str) -> tuple[str | None, str | None]:
+    """(username, password) of ``user`` from a `testbed acl` credentials file, or (None, None)."""
+    if path is None:
+        return None, None
+    passwords = _read_credentials(path)
     if user not in passwords:
         raise ConfigError("mqtt.credentials", f"{path} has no password for {user!r}")
     return user, passwords[user]

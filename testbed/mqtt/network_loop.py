@@ -1,0 +1,253 @@
+"""One network thread for many paho clients: the sockets of every node an emulated host serves,
+watched with the operating system's selector (epoll on Linux).
+
+Why: paho's own ``loop_start`` gives each client a thread, a wake-up socket pair and a
+``select()`` that cannot watch descriptors above 1023, so one process tops out near 340 clients.
+Here each client costs one socket and no thread, and a host of 500 or 1,000 nodes is routine.
+
+Every socket operation (connect, read, write, keepalive, reconnect, disconnect) happens on the
+loop's thread. Other threads only queue packets (paho's ``publish``) and then call :meth:`flush`,
+which asks the loop thread to write them: paho's own "register write" hint can be lost when a
+publish races the loop's write of the previous packet, an explicit flush request cannot.
+
+Example::
+
+    >>> loop = NetworkLoop()
+    >>> client = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id="n1")
+    >>> loop.add(client, "127.0.0.1", 1883, keepalive_s=30)        # doctest: +SKIP
+    >>> client.publish("t", b"x", qos=1); loop.flush(client)          # doctest: +SKIP
+    >>> loop.remove(client); loop.close()                              # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import selectors
+import socket
+import ssl
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import paho.mqtt.client as paho
+
+log = logging.getLogger(__name__)
+
+_MISC_INTERVAL_S = 0.5  # keepalive pings and reconnect attempts are checked this often
+
+
+@dataclasses.dataclass(eq=False)
+class _Served:
+    """A client the loop serves, and where it stands."""
+
+    client: paho.Client
+    reconnect_min_s: float
+    reconnect_max_s: float
+    wanted: bool = True  # False once removed: a dropped socket is not reconnected
+    retry_at: float | None = None  # when to try connecting again; None while connected
+    backoff_s: float = 0.0
+    closed: threading.Event = dataclasses.field(default_factory=threading.Event)
+
+
+class NetworkLoop:
+    """Serves the network side of any number of paho clients from one daemon thread.
+
+    A client handed to :meth:`add` must not use paho's own loop (``loop_start``,
+    ``loop_forever``); the loop connects it, keeps it alive, and reconnects it with exponential
+    backoff whenever its connection drops, until :meth:`remove`.
+    """
+
+    def __init__(self, name: str = "mqtt-network") -> None:
+        self._selector = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
+        self._lock = threading.Lock()
+        self._requests: deque[Callable[[], None]] = deque()
+        self._served: dict[paho.Client, _Served] = {}
+        self._running = True
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    # ---- called from any thread --------------------------------------------------------------
+
+    def add(self, client: paho.Client, host: str, port: int, *, keepalive_s: int,
+            reconnect_min_s: float = 0.25, reconnect_max_s: float = 30.0, **connect_kwargs: Any) -> None:
+        """Start serving ``client``: connect it to ``host:port`` (retrying with backoff while the
+        broker is unreachable), then keep it connected. ``connect_kwargs`` go to paho's
+        ``connect_async`` (``clean_start``, ``properties``)."""
+        client.on_socket_open = self._on_socket_open
+        client.on_socket_close = self._on_socket_close
+        client.on_socket_register_write = lambda c, userdata, sock: self.flush(c)
+        client.on_socket_unregister_write = None
+        client.connect_async(host, port, keepalive=keepalive_s, **connect_kwargs)
+        served = _Served(client, reconnect_min_s, reconnect_max_s, backoff_s=reconnect_min_s)
+        with self._lock:
+            self._served[client] = served
+        self._call_soon(lambda: self._connect(served, time.monotonic()))
+
+    def flush(self, client: paho.Client) -> None:
+        """Have the loop thread write what ``client`` has queued (call after ``publish``)."""
+        self._call_soon(lambda: self._write(client))
+
+    def remove(self, client: paho.Client, timeout_s: float = 2.0) -> None:
+        """Disconnect ``client`` cleanly (its DISCONNECT written, so the broker sends no will) and
+        stop serving it; waits up to ``timeout_s`` for the socket to close."""
+        with self._lock:
+            served = self._served.get(client)
+        self._call_soon(lambda: self._disconnect(client))
+        if served is not None and threading.current_thread() is not self._thread:
+            served.closed.wait(timeout_s)
+
+    def close(self) -> None:
+        """Stop the thread; sockets of clients still served are closed without a DISCONNECT."""
+        if not self._running:
+            return
+        self._running = False
+        self._wake()
+        self._thread.join(timeout=5.0)
+        with self._lock:
+            still_served = list(self._served.values())
+        for served in still_served:
+            sock = served.client.socket()
+            if sock is not None:
+                sock.close()
+        self._selector.close()
+        self._wake_r.close()
+        self._wake_w.close()
+
+    def _call_soon(self, request: Callable[[], None]) -> None:
+        # Queued even from the loop thread: paho asks for writes from inside loop_read, which
+        # must not re-enter paho.
+        with self._lock:
+            self._requests.append(request)
+        self._wake()
+
+    def _wake(self) -> None:
+        try:
+            self._wake_w.send(b"\0")
+        except (BlockingIOError, OSError):
+            pass  # the pipe is full of wake-ups already, or closing
+
+    # ---- paho socket callbacks (loop thread) --------------------------------------------------
+
+    def _on_socket_open(self, client: paho.Client, userdata: Any, sock: Any) -> None:
+        self._selector.register(sock, selectors.EVENT_READ, client)
+
+    def _on_socket_close(self, client: paho.Client, userdata: Any, sock: Any) -> None:
+        try:
+            self._selector.unregister(sock)
+        except (KeyError, ValueError):
+            pass
+        with self._lock:
+            served = self._served.get(client)
+        if served is None:
+            return
+        if served.wanted:
+            served.retry_at = time.monotonic() + served.backoff_s
+            served.backoff_s = min(2 * served.backoff_s, served.reconnect_max_s)
+        else:
+            self._forget(served)
+
+    # ---- the loop thread ----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        next_misc = time.monotonic()
+        while self._running:
+            now = time.monotonic()
+            if now >= next_misc:
+                self._misc(now)
+                next_misc = now + _MISC_INTERVAL_S
+            for key, events in self._selector.select(timeout=max(0.0, next_misc - time.monotonic())):
+                client = key.data
+                if client is None:
+                    self._drain_requests()
+                    continue
+                if events & selectors.EVENT_READ:
+                    self._read(client)
+                if events & selectors.EVENT_WRITE:
+                    self._write(client)
+
+    def _drain_requests(self) -> None:
+        try:
+            while self._wake_r.recv(4096):
+                pass
+        except BlockingIOError:
+            pass
+        while True:
+            with self._lock:
+                if not self._requests:
+                    return
+                request = self._requests.popleft()
+            try:
+                request()
+            except Exception:
+                log.exception("network loop request failed")
+
+    def _read(self, client: paho.Client) -> None:
+        client.loop_read()
+        sock = client.socket()
+        # TLS may hold decrypted bytes the selector cannot see.
+        while isinstance(sock, ssl.SSLSocket) and sock.pending() and client.socket() is sock:
+            client.loop_read()
+        self._watch_writes(client)
+
+    def _write(self, client: paho.Client) -> None:
+        if client.socket() is not None and client.want_write():
+            client.loop_write()
+        self._watch_writes(client)
+
+    def _watch_writes(self, client: paho.Client) -> None:
+        sock = client.socket()
+        if sock is None:
+            return
+        events = selectors.EVENT_READ | (selectors.EVENT_WRITE if client.want_write() else 0)
+        try:
+            if self._selector.get_key(sock).events != events:
+                self._selector.modify(sock, events, client)
+        except (KeyError, ValueError):
+            pass  # closed meanwhile
+
+    def _forget(self, served: _Served) -> None:
+        with self._lock:
+            self._served.pop(served.client, None)
+        served.closed.set()
+
+    def _misc(self, now: float) -> None:
+        with self._lock:
+            served_now = list(self._served.items())
+        for client, served in served_now:
+            if client.socket() is not None:
+                client.loop_misc()  # keepalive: PINGREQ due, or the broker silent too long
+                self._watch_writes(client)
+                if client.is_connected():
+                    served.backoff_s = served.reconnect_min_s
+            elif served.wanted and served.retry_at is not None and now >= served.retry_at:
+                self._connect(served, now)
+
+    def _connect(self, served: _Served, now: float) -> None:
+        served.retry_at = None
+        try:
+            served.client.reconnect()  # the first connect too: connect_async only stored the address
+        except (OSError, ssl.SSLError) as exc:
+            log.debug("%s: connect failed: %s", served.client._client_id, exc)
+            served.retry_at = now + served.backoff_s
+            served.backoff_s = min(2 * served.backoff_s, served.reconnect_max_s)
+            return
+        self._watch_writes(served.client)
+
+    def _disconnect(self, client: paho.Client) -> None:
+        with self._lock:
+            served = self._served.get(client)
+        if served is None:
+            return
+        served.wanted = False
+        if client.socket() is None:
+            self._forget(served)
+            return
+        client.disconnect()  # queues DISCONNECT; paho closes the socket once it is written
+        self._write(client)
