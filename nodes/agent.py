@@ -4,8 +4,10 @@ It holds the node's own data (a board loads or generates only its own samples), 
 (privacy is accounted where the data lives) and runs the algorithm's node step for one node — the
 same function the simulator runs for all nodes at once, so both give the same numbers.
 
-A round arrives as a wire message (testbed.protocol); :meth:`NodeAgent.handle` returns the reply.
-The transports (the MQTT node process, the emulated node host) only move bytes.
+A round arrives as a wire message (testbed.protocol); :meth:`NodeAgent.handle` returns the reply
+and whom it is for. The transports (the MQTT node process, the emulated node host) only move bytes.
+For an over-the-air algorithm (DWFL) a round takes two messages: the round, answered with the
+node's transmit signal for the channel; then what the node received, answered with its new model.
 
 Example::
 
@@ -15,9 +17,10 @@ Example::
     ...                        "[dp_pasgd]\\nsteps = 4\\ntau = 2\\nbatch = 4\\nsigma = 1.0\\n")
     >>> agent = NodeAgent(node=1)
     >>> ask = wire.decode(protocol.round_("r", "s", 0, to_toml(cfg), {"state": np.zeros(8)}))
-    >>> reply = wire.decode(agent.handle(ask))
-    >>> reply.kind, reply.tensors["params"].shape
-    ('update', (8,))
+    >>> to, payload = agent.handle(ask)
+    >>> reply = wire.decode(payload)
+    >>> to, reply.kind, reply.tensors["params"].shape
+    ('coordinator', 'update', (8,))
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from testbed.assemble import load_data, model_for
 from testbed.budgets import Budgets, budgets_from_config
 from testbed.config import Config, load_config_text
 from testbed.data.federated import FederatedData
-from testbed.ledger import LedgerWriter, NodeLedger, read_ledger
+from testbed.ledger import Event, LedgerWriter, NodeLedger, read_ledger
 
 from nodes.costs import NodeCosts
 
@@ -50,6 +53,17 @@ class _Experiment:
     data: FederatedData
     algorithm: Algorithm
     budgets: Budgets
+
+
+@dataclass(frozen=True)
+class _Transmitted:
+    """An over-the-air round between the node's signal and what it receives."""
+
+    run: str
+    session: str
+    round_index: int
+    experiment: _Experiment
+    events: list[Event]
 
 
 class NodeAgent:
@@ -72,11 +86,22 @@ class NodeAgent:
         self.costs = costs or NodeCosts()
         self._experiments: dict[str, _Experiment] = {}
         self._ledgers: dict[str, tuple[NodeLedger, LedgerWriter | None]] = {}
+        self._transmitted: _Transmitted | None = None
 
-    def handle(self, msg: wire.Message) -> bytes | None:
-        """The reply to a coordinator message: an update or a refusal for a round, None otherwise."""
-        if msg.kind != protocol.ROUND:
-            return None
+    def handle(self, msg: wire.Message) -> protocol.Reply | None:
+        """The reply to a message: to a round, an update or a refusal for the coordinator (or the
+        transmit signal for the channel); to a received signal, the update; None otherwise.
+
+        Raises:
+            WireError: a malformed round, or a received signal the node did not wait for.
+        """
+        if msg.kind == protocol.ROUND:
+            return self._round(msg)
+        if msg.kind == protocol.RECEIVED:
+            return self._received(msg)
+        return None
+
+    def _round(self, msg: wire.Message) -> protocol.Reply:
         session = protocol.session_of(msg)
         config_text = msg.meta.get("config")
         if session is None or not isinstance(config_text, str) or "state" not in msg.tensors:
@@ -88,8 +113,8 @@ class NodeAgent:
         exceeded = None if ledger.has_round(r) else exp.budgets.would_exceed(ledger, planned)
         if exceeded is not None:
             log.info("node %d refuses round %d: %s", self.node, r, exceeded)
-            return protocol.refused(msg.run, session, r, self.node, exceeded.budget, exceeded.would_be,
-                                    exceeded.limit)
+            return protocol.Reply(protocol.COORDINATOR, protocol.refused(
+                msg.run, session, r, self.node, exceeded.budget, exceeded.would_be, exceeded.limit))
         with self.costs.measure() as measured:
             out = exp.algorithm.node_step(np.array(msg.tensors["state"]), exp.data.train, [self.node], r,
                                           exp.config.run.seed)
@@ -99,7 +124,25 @@ class NodeAgent:
             ledger.extend(events)
             if writer is not None:
                 writer.write(events)
-        return protocol.update(msg.run, session, r, self.node, {"params": out.params[0]}, events)
+        if exp.algorithm.over_the_air:
+            self._transmitted = _Transmitted(msg.run, session, r, exp, events)
+            return protocol.Reply(protocol.CHANNEL, protocol.signal(msg.run, session, r, self.node, out.params[0]))
+        return protocol.Reply(protocol.COORDINATOR,
+                              protocol.update(msg.run, session, r, self.node, {"params": out.params[0]}, events))
+
+    def _received(self, msg: wire.Message) -> protocol.Reply:
+        sent = self._transmitted
+        session = protocol.session_of(msg)
+        if sent is None or (sent.run, sent.session, sent.round_index) != (msg.run, session, msg.round):
+            raise wire.WireError("wrong_round", f"received signal of round {msg.round} while waiting for "
+                                                f"{'nothing' if sent is None else f'round {sent.round_index}'}")
+        senders = protocol.senders_of(msg)
+        if self.node not in senders or "received" not in msg.tensors:
+            raise wire.WireError("bad_header", "a received signal needs this node among its senders and a tensor")
+        self._transmitted = None
+        model = sent.experiment.algorithm.finish(np.array(msg.tensors["received"])[None], len(senders))
+        return protocol.Reply(protocol.COORDINATOR, protocol.update(msg.run, sent.session, msg.round, self.node,
+                                                                    {"params": model[0]}, sent.events))
 
     def _experiment(self, config_text: str) -> _Experiment:
         key = hashlib.sha256(config_text.encode()).hexdigest()

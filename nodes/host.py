@@ -131,8 +131,9 @@ def _loop(inbox: queue.Queue[Inbound], agents: dict[str, NodeAgent], clients: di
             log.error("node %s cannot run round %d: %s", name, msg.round, exc)
             continue
         if reply is not None:
-            clients[name].publish(topics.up(run, name), reply)
-            answered += 1
+            to_channel = reply.to == protocol.CHANNEL
+            clients[name].publish((topics.tx if to_channel else topics.up)(run, name), reply.payload)
+            answered += not to_channel
     return answered
 
 

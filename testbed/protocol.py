@@ -5,6 +5,12 @@ Each is a wire message (testbed.wire: JSON header plus tensors). The coordinator
 so a node that joins or comes back mid-run needs nothing else; a node answers with an ``update``
 (its tensors and the ledger events of the round) or a ``refused`` (a budget it would break).
 
+Over-the-air algorithms (DWFL) put the channel emulator in the middle of a round: the coordinator
+tells it which nodes will transmit (``transmit``, on ``chan``) and sends each node its own model
+(``round`` on the node's downlink); each node answers the channel with its transmit ``signal``;
+the channel sends each sender only what it received (``received``); the node finishes its update
+and answers the coordinator with an ``update`` carrying its new model.
+
 ``session`` is a random id of one coordinator run: replies carrying another session (a stale
 node, a resumed run's predecessor) are ignored.
 
@@ -19,7 +25,7 @@ Example::
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -27,7 +33,16 @@ from testbed import wire
 from testbed.ledger import Event, event_from_dict, event_to_dict
 
 ROUND, UPDATE, REFUSED, STOP = "round", "update", "refused", "stop"
+TRANSMIT, SIGNAL, RECEIVED = "transmit", "signal", "received"
 COORDINATOR = "coordinator"
+CHANNEL = "channel"
+
+
+class Reply(NamedTuple):
+    """A node's answer: ``to`` is COORDINATOR (update, refused) or CHANNEL (signal)."""
+
+    to: str
+    payload: bytes
 
 
 def round_(run: str, session: str, round_index: int, config_toml: str,
@@ -55,6 +70,37 @@ def stop(run: str, session: str, status: str) -> bytes:
     """Coordinator → nodes: the run is over (``status`` as in summary.json)."""
     return wire.encode({"run": run, "round": 0, "sender": COORDINATOR, "kind": STOP,
                         "meta": {"session": session, "status": status}})
+
+
+def transmit(run: str, session: str, round_index: int, config_toml: str, senders: Sequence[int],
+             signal_timeout_s: float) -> bytes:
+    """Coordinator → channel: round ``round_index`` of ``config_toml`` is on; expect the signals
+    of ``senders`` for at most ``signal_timeout_s`` seconds."""
+    return wire.encode({"run": run, "round": round_index, "sender": COORDINATOR, "kind": TRANSMIT,
+                        "meta": {"session": session, "config": config_toml, "senders": [int(n) for n in senders],
+                                 "signal_timeout_s": signal_timeout_s}})
+
+
+def signal(run: str, session: str, round_index: int, node: int, signal_row: np.ndarray) -> bytes:
+    """Node → channel: the node's transmit signal of the round, (P,) real, sqrt(W)."""
+    return wire.encode({"run": run, "round": round_index, "sender": str(node), "kind": SIGNAL,
+                        "meta": {"session": session}}, {"signal": signal_row})
+
+
+def received(run: str, session: str, round_index: int, senders: Sequence[int], received_row: np.ndarray) -> bytes:
+    """Channel → one node: what it received in the round, and which nodes transmitted."""
+    return wire.encode({"run": run, "round": round_index, "sender": CHANNEL, "kind": RECEIVED,
+                        "meta": {"session": session, "senders": [int(n) for n in senders]}},
+                       {"received": received_row})
+
+
+def senders_of(msg: wire.Message) -> list[int]:
+    """The ``senders`` list of a transmit or received message; raises WireError unless it is a
+    list of node ids."""
+    raw: Any = msg.meta.get("senders")
+    if not isinstance(raw, list) or not all(isinstance(n, int) and not isinstance(n, bool) for n in raw):
+        raise wire.WireError("bad_header", f"{msg.kind} without a list of sender ids")
+    return raw
 
 
 def session_of(msg: wire.Message) -> str | None:

@@ -114,7 +114,7 @@ def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = Fa
         if config.run.mode == "mqtt":
             from testbed.mqtt.coordinator import MqttNodes
 
-            nodes = MqttNodes(config, to_toml(config), data.node_ids, quiet=quiet)
+            nodes = MqttNodes(config, to_toml(config), data.node_ids, quiet=quiet, over_the_air=alg.over_the_air)
         else:
             nodes = SimNodes(alg, data, config.run.seed, NodeCosts(config.nodes.profile, "model"))
         for r in range(rounds_done, alg.rounds):
@@ -131,7 +131,9 @@ def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = Fa
                 if not ledgers[node].has_round(r):
                     ledgers[node].extend(events)
                     ledger_file.write(events)
-            if result.output.node_ids:  # nobody answered: the model stays as it was
+            if result.state is not None:  # the nodes finished the round themselves
+                state = result.state
+            elif result.output.node_ids:  # nobody answered: the model stays as it was
                 state = alg.combine(result.output, state)
             rounds_done = r + 1
             run.save_checkpoint(rounds_done, state)

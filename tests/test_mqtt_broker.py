@@ -94,16 +94,21 @@ def test_parse_broker_url():
 
 def test_generate_acl():
     text, passwords = acl.generate_acl("r1", ["a", "b", "a"])
-    assert set(passwords) == {"coordinator", "a", "b"} and len(set(passwords.values())) == 3
+    assert set(passwords) == {"coordinator", "channel", "a", "b"} and len(set(passwords.values())) == 4
     blocks = {b.splitlines()[0]: b.splitlines()[1:] for b in text.split("\n\n")[1:]}
-    assert blocks["user a"] == ["topic write tb/v1/r1/up/a", "topic write tb/v1/r1/status/a",
-                                "topic read tb/v1/r1/down/a", "topic read tb/v1/r1/bcast",
+    assert blocks["user a"] == ["topic write tb/v1/r1/up/a", "topic write tb/v1/r1/tx/a",
+                                "topic write tb/v1/r1/status/a", "topic read tb/v1/r1/down/a",
+                                "topic read tb/v1/r1/rx/a", "topic read tb/v1/r1/bcast",
                                 "topic read tb/v1/r1/coord"]
     assert blocks["user coordinator"] == ["topic read tb/v1/r1/up/+", "topic read tb/v1/r1/status/+",
                                           "topic write tb/v1/r1/down/+", "topic write tb/v1/r1/bcast",
-                                          "topic write tb/v1/r1/coord"]
-    with pytest.raises(ValueError):
-        acl.generate_acl("r1", ["coordinator"])
+                                          "topic write tb/v1/r1/chan", "topic write tb/v1/r1/coord"]
+    assert blocks["user channel"] == ["topic read tb/v1/r1/chan", "topic read tb/v1/r1/tx/+",
+                                      "topic read tb/v1/r1/status/+", "topic read tb/v1/r1/coord",
+                                      "topic write tb/v1/r1/rx/+", "topic write tb/v1/r1/status/channel"]
+    for reserved in ("coordinator", "channel"):
+        with pytest.raises(ValueError):
+            acl.generate_acl("r1", [reserved])
 
 
 def test_password_hash_format(tmp_path):

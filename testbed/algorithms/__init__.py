@@ -46,11 +46,15 @@ class RoundResult:
         output: the answered nodes' tensors and events, in node order.
         stragglers: nodes expected but silent by the round's deadline (or gone offline).
         refused: (node, budget, would_be, limit) of nodes that refused to act.
+        state: the new state when the nodes finished the round themselves (over-the-air
+            algorithms over MQTT: the channel emulator ran between them, and ``output.params`` are
+            their new models); None when the runner is to ``combine`` the output.
     """
 
     output: NodeOutput
     stragglers: tuple[int, ...] = ()
     refused: tuple[tuple[int, str, float, float], ...] = ()
+    state: Any = None
 
 
 class Algorithm(Protocol):
@@ -58,9 +62,14 @@ class Algorithm(Protocol):
 
     ``state`` is the algorithm's own (DP-PASGD: the global model, shape (P,)); ``node_step`` runs for
     the nodes ``node_ids`` at once (all of them in sim, one on a board) on their training data.
+
+    ``over_the_air`` algorithms (DWFL) have a state of one row per node, (N, P); over MQTT each
+    node gets its own row, transmits through the channel emulator, and finishes the round itself
+    with ``finish(received_rows, num_senders)`` after its ``node_step``.
     """
 
     model: "Model"
+    over_the_air: bool
 
     @property
     def rounds(self) -> int: ...

@@ -53,6 +53,9 @@ class DpPasgd:
         train_sizes: training samples of each node, by global node id, for the sampling rate.
     """
 
+    #: Nodes send their models to the coordinator (no channel emulator between them).
+    over_the_air = False
+
     def __init__(
         self,
         model: Model,

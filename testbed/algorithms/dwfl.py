@@ -138,6 +138,9 @@ def _min_over_others(values: np.ndarray) -> np.ndarray:
 class Dwfl:
     """DWFL and its baselines with resolved radio and privacy settings.
 
+    Over the air: over MQTT each node keeps its own model and the channel emulator sits between
+    the nodes (testbed.protocol); ``over_the_air`` tells the coordinator so.
+
     Args:
         model: the model (testbed.models).
         radio: the run's radio (:class:`testbed.algorithms.dwfl_channel.Radio`; N = ``radio.num_nodes``).
@@ -159,6 +162,9 @@ class Dwfl:
         init_std: std of the independent initialisation.
         seed: the run's seed (keys the channel, known to every node).
     """
+
+    #: Over MQTT the channel emulator sits between the nodes, each keeping its own model.
+    over_the_air = True
 
     def __init__(
         self,
@@ -373,18 +379,23 @@ class Dwfl:
         return NodeOutput(node_ids=ids, params=signals, events=events)
 
     def receive(self, pending: np.ndarray, received: np.ndarray, node_ids: Sequence[int], round_index: int,
-                seed: int) -> np.ndarray:
+                seed: int, num_senders: int | None = None) -> np.ndarray:
         """(c): each node's new model from its own received signal (eq. 7).
 
         Args:
             pending: (M, P) from :meth:`transmit`; consumed (updated in place and returned).
             received: (M, P) each node's row of :func:`~testbed.algorithms.dwfl_channel.propagate`.
             node_ids, round_index, seed: variant A redraws each receiver's channel noise.
+            num_senders: S, how many nodes transmitted (None: all N). Over MQTT a node that misses
+                the round is silent, and each receiver averages over the S − 1 others it heard
+                (beyond the paper, which has every node transmit).
         Returns:
             (M, P) the nodes' models x_i^(t+1/2).
         """
         plan = self.plan(round_index)
-        n, c = self.num_nodes, plan.channel.alignment.c
+        n, c = self.num_nodes if num_senders is None else num_senders, plan.channel.alignment.c
+        if n < 2:
+            raise ValueError(f"an exchange needs at least 2 senders, got {n}")
         scale = {"ota_d2d": self.eta / (c * (n - 1)), "orthogonal_d2d": self.eta / (n - 1),
                  "ota_central": -1.0 / (c * n)}[self.scheme]  # central: x − y/(cN)
         buf = np.empty(pending.shape[1])
@@ -412,9 +423,24 @@ class Dwfl:
         kept = self._kept
         if kept is None or tuple(output.node_ids) != kept.node_ids:
             raise ValueError("combine needs the output of this algorithm's last node_step for all nodes")
-        self._kept = None
         received = self.propagate(output.params, kept.round_index, kept.seed, out=output.params)
-        return self.receive(kept.pending, received, kept.node_ids, kept.round_index, kept.seed)
+        return self.finish(received)
+
+    def finish(self, received: np.ndarray, num_senders: int | None = None) -> np.ndarray:
+        """(c) for the nodes of the last :meth:`node_step` (on a board: the node itself), from
+        their (M, P) received rows; returns their (M, P) new models. ``num_senders``: see
+        :meth:`receive`."""
+        kept = self._kept
+        if kept is None:
+            raise ValueError("finish needs a node_step first")
+        if received.shape != kept.pending.shape:
+            raise ValueError(f"received signals of shape {received.shape}, expected {kept.pending.shape}")
+        self._kept = None
+        return self.receive(kept.pending, received, kept.node_ids, kept.round_index, kept.seed, num_senders)
+
+    def round_pending(self) -> int | None:
+        """The round whose :meth:`finish` is due (its node step ran), None if none is."""
+        return None if self._kept is None else self._kept.round_index
 
     # ----------------------------------------------------------------------------- report
 
@@ -482,9 +508,10 @@ def from_config(config: "Config", model: Model, data: FederatedData) -> Dwfl:
     if a.batch > smallest:
         node = int(data.train.sizes.argmin())
         raise ConfigError("dwfl.batch", f"{a.batch} is larger than node {node}'s {smallest} training samples")
-    if data.num_nodes < 2:
+    # N of the whole run: a board's data holds only its own node, the radio holds every node.
+    if config.data.num_nodes < 2:
         raise ConfigError("data.num_nodes", "DWFL needs at least 2 nodes")
-    alg = Dwfl(model, radio_from_config(config, data.num_nodes), rounds=a.rounds, batch=a.batch, lr=a.lr,
+    alg = Dwfl(model, radio_from_config(config, config.data.num_nodes), rounds=a.rounds, batch=a.batch, lr=a.lr,
                averaging_rate=a.averaging_rate, gmax=a.gmax, delta=config.privacy.delta, epsilon=a.epsilon, sigma2=a.sigma2, calibration=a.calibration,
                scheme=a.scheme, variant=a.variant, init=a.init, init_std=a.init_std, seed=config.run.seed)
     alg.plan(0)  # fail now, naming the key, if the target ε cannot be met

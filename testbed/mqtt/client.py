@@ -58,7 +58,7 @@ class Inbound:
 
     Attributes:
         topic: the MQTT topic it arrived on.
-        kind: topics.UP / DOWN / BCAST (wire messages) or STATUS / COORD (status strings).
+        kind: topics.DATA_KINDS (wire messages) or STATUS / COORD (status strings).
         node: node id from the topic (None for bcast and coord).
         payload: the (reassembled) payload bytes.
         message: the decoded, validated wire message for up/down/bcast; None for status kinds.
@@ -156,6 +156,14 @@ class MqttClient:
         kwargs.setdefault("subscriptions", topics.node_subscriptions(run, node))
         kwargs.setdefault("client_id", f"tb-{run}-{node}")
         return cls(url, run=run, status_topic=topics.status(run, node), owner=node, **kwargs)
+
+    @classmethod
+    def for_channel(cls, url: str, run: str, **kwargs: Any) -> MqttClient:
+        """The channel emulator's client: id `tb-{run}-channel`, subscribed to the coordinator's
+        round notices, every transmit signal and every status; status topic `status/channel`."""
+        kwargs.setdefault("client_id", f"tb-{run}-{topics.CHANNEL}")
+        return cls(url, run=run, subscriptions=topics.channel_subscriptions(run),
+                   status_topic=topics.status(run, topics.CHANNEL), owner=topics.CHANNEL, **kwargs)
 
     @classmethod
     def for_coordinator(cls, url: str, run: str, coordinator_id: str = "coordinator",
@@ -369,7 +377,7 @@ class MqttClient:
         try:
             topic = msg.topic
             t = topics.parse(topic)
-            sender = t.node or self.coordinator_id
+            sender = topics.writer(t.kind, t.node, self.coordinator_id)
             if t.run != self.run:
                 raise wire.WireError("wrong_run", f"topic is for run {t.run!r}, this client serves {self.run!r}")
             payload = msg.payload
@@ -380,8 +388,7 @@ class MqttClient:
                 payload = self._reassembler.add(payload, source=topic)
                 if payload is None:
                     return
-            expected_sender = t.node if t.kind == topics.UP else self.coordinator_id
-            message = wire.decode(payload, expect_run=self.run, expect_sender=expected_sender,
+            message = wire.decode(payload, expect_run=self.run, expect_sender=sender,
                                   max_bytes=self._max_message_bytes)
             self._replay.check(message)
             self._inbox.put(Inbound(topic, t.kind, t.node, payload, message, self.owner))

@@ -5,6 +5,10 @@ A node that misses the deadline, or goes offline (its last will) during the roun
 for that round; it rejoins with the next round's broadcast, which carries everything it needs.
 Replies from another session, another round, or a second copy of one node's reply are logged and
 dropped.
+
+Over-the-air algorithms (DWFL) keep one model per node: each node gets its own row on its
+downlink, and a channel emulator (testbed.mqtt.channel_emulator, a client of its own started
+here) carries the transmit signals between the nodes; the nodes answer with their new models.
 """
 
 from __future__ import annotations
@@ -28,9 +32,12 @@ from testbed.config import Config
 from testbed.errors import ConfigError, UserError
 from testbed.mqtt import topics
 from testbed.mqtt.broker import EmbeddedBroker
+from testbed.mqtt.channel_emulator import ChannelEmulator
 from testbed.mqtt.client import MqttClient
 
 log = logging.getLogger(__name__)
+
+_SIGNAL_SHARE = 0.8  # of an over-the-air round's deadline, for the channel to collect the signals
 
 
 class MqttNodes:
@@ -41,9 +48,11 @@ class MqttNodes:
         config_toml: the resolved experiment file every round carries.
         node_ids: the run's nodes.
         quiet: no broker/host chatter on stderr.
+        over_the_air: the algorithm's nodes talk through the channel emulator (one state row each).
     """
 
-    def __init__(self, config: Config, config_toml: str, node_ids: Sequence[int], quiet: bool = False):
+    def __init__(self, config: Config, config_toml: str, node_ids: Sequence[int], quiet: bool = False,
+                 over_the_air: bool = False):
         m = config.mqtt
         self.config, self.config_toml = config, config_toml
         self.node_ids = list(node_ids)
@@ -51,6 +60,8 @@ class MqttNodes:
         self.session = secrets.token_hex(8)
         self.round_timeout_s = m.round_timeout_s
         self._hosts: list[_Host] = []
+        self.over_the_air = over_the_air
+        self._channel: ChannelEmulator | None = None
         self._broker = EmbeddedBroker().start() if m.broker_url is None else None
         self.url = self._broker.url if self._broker else m.broker_url
         username, password = _credentials(m.credentials, "coordinator")
@@ -61,6 +72,11 @@ class MqttNodes:
                                                      tls_ca=m.tls_ca, max_chunk_bytes=m.max_chunk_bytes,
                                                      protocol=version)
             self.client.connect(timeout_s=m.connect_timeout_s)
+            if over_the_air:
+                user, secret = _credentials(m.credentials, topics.CHANNEL)
+                self._channel = ChannelEmulator(self.url, self.run, connect_timeout_s=m.connect_timeout_s,
+                                                username=user, password=secret, tls_ca=m.tls_ca,
+                                                max_chunk_bytes=m.max_chunk_bytes, protocol=version)
             self.online: set[int] = set()
             if m.emulated:
                 self._start_hosts(quiet)
@@ -113,9 +129,12 @@ class MqttNodes:
         while len(self.online & set(self.node_ids)) < quorum and (remaining := deadline - time.monotonic()) > 0:
             self._handle(self.client.receive(timeout_s=min(remaining, 0.5)), None, {}, {})
         expected = set(self.online) & set(self.node_ids)
-        self.client.publish(topics.bcast(self.run),
-                            protocol.round_(self.run, self.session, round_index, self.config_toml,
-                                            {"state": np.asarray(state)}))
+        if self.over_the_air:
+            self._start_on_air(state, round_index, expected)
+        else:
+            self.client.publish(topics.bcast(self.run),
+                                protocol.round_(self.run, self.session, round_index, self.config_toml,
+                                                {"state": np.asarray(state)}))
         answers: dict[int, wire.Message] = {}
         refusals: dict[int, wire.Message] = {}
         deadline = time.monotonic() + self.round_timeout_s
@@ -131,22 +150,38 @@ class MqttNodes:
         ids = tuple(sorted(answers))
         output = NodeOutput(
             node_ids=ids,
-            params=np.stack([answers[n].tensors["params"] for n in ids]) if ids else np.zeros((0, len(state))),
+            params=np.stack([answers[n].tensors["params"] for n in ids]) if ids else np.zeros((0, np.shape(state)[-1])),
             events=[protocol.parse_events(answers[n], n) for n in ids],
         )
         refused = tuple((n, m.meta["budget"], float(m.meta["would_be"]), float(m.meta["limit"]))
                         for n, m in sorted(refusals.items()))
-        return RoundResult(output, stragglers, refused)
+        new_state = None
+        if self.over_the_air:  # the answers are the nodes' new models; the silent keep theirs
+            new_state = np.array(state, copy=True)
+            new_state[list(ids)] = output.params
+        return RoundResult(output, stragglers, refused, new_state)
+
+    def _start_on_air(self, state: np.ndarray, round_index: int, expected: set[int]) -> None:
+        """Announce the round to the channel emulator, then send each node its own model row.
+        The channel collects signals for most of the round's time (a node's first round includes
+        building its experiment); finishing an update after that takes milliseconds."""
+        self.client.publish(topics.chan(self.run),
+                            protocol.transmit(self.run, self.session, round_index, self.config_toml,
+                                              sorted(expected), _SIGNAL_SHARE * self.round_timeout_s))
+        for node in sorted(expected):
+            self.client.publish(topics.down(self.run, str(node)),
+                                protocol.round_(self.run, self.session, round_index, self.config_toml,
+                                                {"state": np.asarray(state[[node]])}))
 
     def _handle(self, item, round_index: int | None, answers: dict, refusals: dict) -> None:
         if item is None:
             return
         if item.kind == topics.STATUS:
-            node = _node_id(item.node)
+            node = topics.node_index(item.node)
             if node is not None:
                 (self.online.add if item.payload == topics.STATUS_ONLINE else self.online.discard)(node)
             return
-        msg, node = item.message, _node_id(item.node)
+        msg, node = item.message, topics.node_index(item.node)
         if msg is None or node is None or round_index is None:
             return
         if protocol.session_of(msg) != self.session or msg.round != round_index:
@@ -177,6 +212,8 @@ class MqttNodes:
             log.warning("could not broadcast stop: %s", exc)
         for host in self._hosts:
             host.stop(timeout_s=10)
+        if self._channel is not None:
+            self._channel.close()
         if client is not None:
             client.close()
         if self._broker is not None:
@@ -223,13 +260,6 @@ class _Host:
             self.proc.terminate()
             self.proc.wait(timeout=5)
         self._reader.join(timeout=2.0)
-
-
-def _node_id(name: str | None) -> int | None:
-    try:
-        return int(name) if name is not None else None
-    except ValueError:
-        return None
 
 
 def _ids(ids: Sequence[int]) -> str:

@@ -5,6 +5,12 @@
     tb/v1/{run}/bcast           coordinator -> all    wire messages      writer: coordinator
     tb/v1/{run}/status/{node}   b"online"/b"offline", retained, the node's last will
     tb/v1/{run}/coord           coordinator status, retained, the coordinator's last will
+    tb/v1/{run}/chan            coordinator -> channel emulator   wire messages   writer: coordinator
+    tb/v1/{run}/tx/{node}       node -> channel emulator          transmit signal writer: that node
+    tb/v1/{run}/rx/{node}       channel emulator -> node          received signal writer: channel
+
+The last three exist for over-the-air algorithms (DWFL): the radio between the nodes is emulated
+by a client of its own, `channel` (status topic `status/channel`).
 
 Run and node ids match `testbed.wire.ID_PATTERN`, so they never contain '/', '+' or '#'. The
 protocol version `v1` changes only when the topic layout does (the payload schema has its own
@@ -21,8 +27,11 @@ PREFIX = "tb"
 VERSION = "v1"
 
 UP, DOWN, BCAST, STATUS, COORD = "up", "down", "bcast", "status", "coord"
+CHAN, TX, RX = "chan", "tx", "rx"
 #: Kinds that carry wire messages (the others carry status strings).
-DATA_KINDS = frozenset({UP, DOWN, BCAST})
+DATA_KINDS = frozenset({UP, DOWN, BCAST, CHAN, TX, RX})
+#: The channel emulator's id (its status topic, its username, the sender of rx messages).
+CHANNEL = "channel"
 
 STATUS_ONLINE = b"online"
 STATUS_OFFLINE = b"offline"
@@ -34,7 +43,7 @@ class TopicError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Topic:
-    """A parsed topic: `node` is None for the run-wide kinds (bcast, coord)."""
+    """A parsed topic: `node` is None for the run-wide kinds (bcast, coord, chan)."""
 
     run: str
     kind: str
@@ -81,6 +90,31 @@ def coord(run: str) -> str:
     return f"{_base(run)}/{COORD}"
 
 
+def chan(run: str) -> str:
+    """Topic the coordinator tells the channel emulator about each round on."""
+    return f"{_base(run)}/{CHAN}"
+
+
+def tx(run: str, node: str) -> str:
+    """Topic a node publishes its transmit signal on (read by the channel emulator)."""
+    return f"{_base(run)}/{TX}/{_node(node)}"
+
+
+def rx(run: str, node: str) -> str:
+    """Topic the channel emulator publishes one node's received signal on."""
+    return f"{_base(run)}/{RX}/{_node(node)}"
+
+
+def all_tx(run: str) -> str:
+    """Filter matching every node's transmit signal."""
+    return f"{_base(run)}/{TX}/+"
+
+
+def all_rx(run: str) -> str:
+    """Filter matching every node's received signal (for the channel's ACL)."""
+    return f"{_base(run)}/{RX}/+"
+
+
 def all_up(run: str) -> str:
     """Filter matching every node's uplink."""
     return f"{_base(run)}/{UP}/+"
@@ -97,13 +131,37 @@ def all_status(run: str) -> str:
 
 
 def node_subscriptions(run: str, node: str) -> list[str]:
-    """What a node subscribes to: its downlink, the broadcast and the coordinator's status."""
-    return [down(run, node), bcast(run), coord(run)]
+    """What a node subscribes to: its downlink, its received signal, the broadcast and the
+    coordinator's status."""
+    return [down(run, node), rx(run, node), bcast(run), coord(run)]
+
+
+def channel_subscriptions(run: str) -> list[str]:
+    """What the channel emulator subscribes to: the coordinator's round notices, every transmit
+    signal, every node status (to stop waiting for a node gone offline) and the coordinator's."""
+    return [chan(run), all_tx(run), all_status(run), coord(run)]
+
+
+def writer(kind: str, node: str | None, coordinator_id: str) -> str:
+    """Who may publish on a topic of ``kind``: the node itself on up, tx and status, the channel
+    emulator on rx, the coordinator on down, bcast, chan and coord."""
+    if kind in (UP, TX, STATUS):
+        assert node is not None
+        return node
+    return CHANNEL if kind == RX else coordinator_id
 
 
 def coordinator_subscriptions(run: str) -> list[str]:
     """What the coordinator subscribes to: every uplink and every node status."""
     return [all_up(run), all_status(run)]
+
+
+def node_index(name: str | None) -> int | None:
+    """The integer id of a node named on a topic; None for other writers (the channel, bad ids)."""
+    try:
+        return int(name) if name is not None else None
+    except ValueError:
+        return None
 
 
 def parse(topic: str) -> Topic:
@@ -113,8 +171,8 @@ def parse(topic: str) -> Topic:
         raise TopicError(f"not a {PREFIX}/{VERSION} topic: {topic!r}")
     run, kind, rest = parts[2], parts[3], parts[4:]
     _base(run)
-    if kind in (UP, DOWN, STATUS) and len(rest) == 1:
+    if kind in (UP, DOWN, STATUS, TX, RX) and len(rest) == 1:
         return Topic(run, kind, _node(rest[0]))
-    if kind in (BCAST, COORD) and not rest:
+    if kind in (BCAST, COORD, CHAN) and not rest:
         return Topic(run, kind, None)
     raise TopicError(f"unknown topic layout: {topic!r}")
