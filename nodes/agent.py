@@ -109,6 +109,11 @@ class NodeAgent:
         exp = self._experiment(config_text)
         ledger, writer = self._ledger(msg.run, session)
         r = msg.round
+        if exp.algorithm.over_the_air:
+            try:
+                exp.algorithm.accept_shared(r, msg.tensors)
+            except ValueError as exc:
+                raise wire.WireError("bad_header", str(exc)) from None
         planned = exp.algorithm.planned_events(self.node, r)
         exceeded = None if ledger.has_round(r) else exp.budgets.would_exceed(ledger, planned)
         if exceeded is not None:

@@ -73,12 +73,13 @@ def stop(run: str, session: str, status: str) -> bytes:
 
 
 def transmit(run: str, session: str, round_index: int, config_toml: str, senders: Sequence[int],
-             signal_timeout_s: float) -> bytes:
-    """Coordinator → channel: round ``round_index`` of ``config_toml`` is on; expect the signals
-    of ``senders`` for at most ``signal_timeout_s`` seconds."""
+             signal_timeout_s: float, tensors: Mapping[str, np.ndarray]) -> bytes:
+    """Coordinator → channel: round ``round_index`` of ``config_toml`` is on, on the channel in
+    ``tensors`` (what the algorithm shares with every node, e.g. DWFL's ``channel_h``); expect the
+    signals of ``senders`` for at most ``signal_timeout_s`` seconds."""
     return wire.encode({"run": run, "round": round_index, "sender": COORDINATOR, "kind": TRANSMIT,
                         "meta": {"session": session, "config": config_toml, "senders": [int(n) for n in senders],
-                                 "signal_timeout_s": signal_timeout_s}})
+                                 "signal_timeout_s": signal_timeout_s}}, tensors)
 
 
 def signal(run: str, session: str, round_index: int, node: int, signal_row: np.ndarray) -> bytes:

@@ -114,7 +114,7 @@ def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = Fa
         if config.run.mode == "mqtt":
             from testbed.mqtt.coordinator import MqttNodes
 
-            nodes = MqttNodes(config, to_toml(config), data.node_ids, quiet=quiet, over_the_air=alg.over_the_air)
+            nodes = MqttNodes(config, to_toml(config), data.node_ids, quiet=quiet, algorithm=alg)
         else:
             nodes = SimNodes(alg, data, config.run.seed, NodeCosts(config.nodes.profile, "model"))
         for r in range(rounds_done, alg.rounds):

@@ -131,8 +131,8 @@ def test_infeasible_target_names_the_key():
     from testbed.algorithms.dwfl import from_config
     from testbed.errors import ConfigError
 
-    cfg = load_config_text('[run]\nalgorithm = "dwfl"\n[dwfl]\nepsilon = 0.5\nfading = "none"\nbatch = 8\n'
-                           'noise_power_w = 1e-6\n')
+    cfg = load_config_text(f'[run]\nalgorithm = "dwfl"\n[data]\nnum_nodes = {DATA.num_nodes}\n[dwfl]\n'
+                           'epsilon = 0.5\nfading = "none"\nbatch = 8\nnoise_power_w = 1e-6\n')
     with pytest.raises(ConfigError, match="dwfl.epsilon"):
         from_config(cfg, MODEL, DATA)
 

@@ -102,3 +102,29 @@ def test_node_killed_mid_round_is_a_silent_sender(mosquitto_broker, tmp_path):
     assert {e.round for e in events if e.node == 0} == {0, 1, 2, 3, 4}
     assert np.isfinite(_node_models(r.run_dir)).all()
 
+
+
+BOARD = """
+import sys
+import numpy as np
+from testbed import protocol, wire
+from testbed.config import load_config_text, to_toml
+from nodes.agent import NodeAgent
+
+config = load_config_text(sys.stdin.read())
+h = np.array([0.9 + 0.2j, 1.1 - 0.4j, 0.5 + 0.5j, 1.3 + 0.1j])
+ask = wire.decode(protocol.round_("r", "s", 0, to_toml(config), {"state": np.zeros((1, 14)), "channel_h": h}))
+to, payload = NodeAgent(node=2).handle(ask)
+signal = wire.decode(payload)
+print(to, signal.kind, signal.tensors["signal"].shape, "sionna" in sys.modules, "torch" in sys.modules)
+"""
+
+
+def test_a_board_runs_dwfl_without_sionna():
+    """A board gets each round's channel from the coordinator: Rayleigh fading and 3GPP path loss
+    need Sionna (and torch) only where the channel is drawn."""
+    done = subprocess.run([sys.executable, "-c", BOARD], input=EXPERIMENT.replace('fading = "rayleigh"',
+                          'fading = "rayleigh"\npathloss = "umi"'), capture_output=True, text=True, cwd=REPO,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["channel", "signal", "(14,)", "False", "False"]

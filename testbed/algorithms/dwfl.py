@@ -72,6 +72,7 @@ from testbed.algorithms.batches import uniform_batches
 from testbed.algorithms.dwfl_channel import (
     SCHEMES,
     Radio,
+    aligned_channel,
     RoundChannel,
     channel_noise_row,
     large_scale_amplitude,
@@ -200,7 +201,8 @@ class Dwfl:
         self.rounds_planned, self.batch, self.lr, self.eta, self.gmax = rounds, batch, lr, averaging_rate, gmax
         self.delta, self.epsilon, self.sigma2_fixed, self.calibration = delta, epsilon, sigma2, calibration
         self.scheme, self.variant, self.init, self.init_std, self.seed = scheme, variant, init, init_std, seed
-        self._amplitude = large_scale_amplitude(radio, seed)
+        self._amplitude: np.ndarray | None = None  # drawn at the first plan that needs it
+        self._given_h: dict[int, np.ndarray] = {}  # block → channel received from the coordinator
         self._plans: dict[int, RoundPlan] = {}
         self._kept: _Kept | None = None
 
@@ -226,9 +228,35 @@ class Dwfl:
             self._plans[block] = self._make_plan(round_index)
         return self._plans[block]
 
+    def shared_tensors(self, round_index: int) -> dict[str, np.ndarray]:
+        """What every node needs for the round besides its model: the block's channel h, (N,)
+        complex128. Over MQTT the coordinator sends it, so a board needs no Sionna to draw it
+        (a real radio would estimate it from pilots)."""
+        return {"channel_h": self.plan(round_index).channel.h}
+
+    def accept_shared(self, round_index: int, tensors: dict[str, np.ndarray]) -> None:
+        """Use the channel the coordinator sent (:meth:`shared_tensors`) for the round's block."""
+        h = tensors.get("channel_h")
+        if h is None or h.shape != (self.num_nodes,) or not np.iscomplexobj(h):
+            raise ValueError(f"a DWFL round needs channel_h of shape ({self.num_nodes},), complex")
+        block = self.radio.schedule.block_index(round_index)
+        known = self._plans.get(block)
+        if known is None or not np.array_equal(known.channel.h, h):
+            self._plans.pop(block, None)
+            self._given_h[block] = np.array(h)
+
+    def _round_channel(self, round_index: int) -> RoundChannel:
+        block = self.radio.schedule.block_index(round_index)
+        r = self.radio
+        if block in self._given_h:
+            return aligned_channel(r, block, self._given_h.pop(block))
+        if self._amplitude is None:
+            self._amplitude = large_scale_amplitude(r, self.seed)
+        return round_channel(r, self.seed, round_index, self._amplitude)
+
     def _make_plan(self, round_index: int) -> RoundPlan:
         n, r = self.num_nodes, self.radio
-        rc = round_channel(r, self.seed, round_index, self._amplitude)
+        rc = self._round_channel(round_index)
         al, g = rc.alignment, rc.gains
         p, sm = al.power_w, r.noise_power_w
         args = (self.lr, self.gmax, self.delta)
@@ -514,5 +542,8 @@ def from_config(config: "Config", model: Model, data: FederatedData) -> Dwfl:
     alg = Dwfl(model, radio_from_config(config, config.data.num_nodes), rounds=a.rounds, batch=a.batch, lr=a.lr,
                averaging_rate=a.averaging_rate, gmax=a.gmax, delta=config.privacy.delta, epsilon=a.epsilon, sigma2=a.sigma2, calibration=a.calibration,
                scheme=a.scheme, variant=a.variant, init=a.init, init_std=a.init_std, seed=config.run.seed)
-    alg.plan(0)  # fail now, naming the key, if the target ε cannot be met
+    if data.num_nodes == config.data.num_nodes:
+        # Fail now, naming the key, if the target ε cannot be met. (A board holds one node's data
+        # and gets each round's channel from the coordinator, which has checked this already.)
+        alg.plan(0)
     return alg

@@ -60,7 +60,7 @@ PATHLOSS_KINDS = ("none", "free_space", "umi", "uma")
 _REFERENCE_HEIGHT_M = {"free_space": 1.5, "umi": 10.0, "uma": 25.0}
 _DEVICE_HEIGHT_M = 1.5
 
-__all__ = ["SCHEMES", "PATHLOSS_KINDS", "Radio", "RoundChannel", "round_channel", "propagate",
+__all__ = ["SCHEMES", "PATHLOSS_KINDS", "Radio", "RoundChannel", "round_channel", "aligned_channel", "propagate",
            "receiver_noise_power_w", "channel_noise_row", "large_scale_amplitude"]
 
 
@@ -163,8 +163,13 @@ def round_channel(radio: Radio, seed: int, round_index: int, amplitude: np.ndarr
     fading = draw_fading(radio.fading, (radio.num_nodes,), stream(seed, GLOBAL, block, Purpose.CHANNEL),
                          k_factor=radio.k_factor)
     amp = large_scale_amplitude(radio, seed) if amplitude is None else amplitude
-    h = fading * amp
-    al = align_power(h, radio.power_w, beta=radio.beta, c_scale=radio.c_scale)  # eqs. (3)–(4)
+    return aligned_channel(radio, block, fading * amp)
+
+
+def aligned_channel(radio: Radio, block: int, h: np.ndarray) -> RoundChannel:
+    """The :class:`RoundChannel` of a block whose channel ``h`` ((N,) complex) is known: the
+    alignment of eqs. (3)–(4) on it."""
+    al = align_power(h, radio.power_w, beta=radio.beta, c_scale=radio.c_scale)
     return RoundChannel(block=block, h=h, alignment=al, gains=al.effective_gain())
 
 

@@ -4,8 +4,8 @@ The channel emulator is an MQTT client of its own (id and username ``channel``).
 coordinator tells it which nodes will transmit (``transmit`` on ``chan``); it collects their
 transmit signals (``tx/{node}``) until all arrived, a sender went offline, or the signal deadline
 passed; then it runs the same :func:`testbed.algorithms.dwfl_channel.propagate` a sim run runs
-(fading, alignment and noise from the run's seed, so it needs nothing but the experiment file)
-and sends each sender only its own received signal (``rx/{node}``). A node that stayed silent
+(on the round's channel h, which the coordinator sends with the notice; receiver noise from the
+run's seed) and sends each sender only its own received signal (``rx/{node}``). A node that stayed silent
 contributes nothing to the superposition; the others learn who transmitted and average over them.
 
 Example (against a running broker)::
@@ -28,7 +28,7 @@ import numpy as np
 
 from testbed import protocol, wire
 from testbed.algorithms.dwfl import radio_from_config
-from testbed.algorithms.dwfl_channel import Radio, large_scale_amplitude, propagate, round_channel
+from testbed.algorithms.dwfl_channel import Radio, RoundChannel, aligned_channel, propagate
 from testbed.config import Config, load_config_text
 from testbed.mqtt import topics
 from testbed.mqtt.client import Inbound, MqttClient
@@ -43,7 +43,7 @@ class _Round:
     session: str
     index: int
     radio: Radio
-    amplitude: np.ndarray  # (N,) large-scale amplitude of every sender
+    channel: RoundChannel  # as the coordinator and the nodes have it
     config: Config
     expected: set[int]
     deadline: float
@@ -68,7 +68,7 @@ class ChannelEmulator:
         self._online: set[int] = set()
         self._round: _Round | None = None
         self._early: dict[tuple[str, int], dict[int, np.ndarray]] = {}  # signals ahead of their notice
-        self._radios: dict[str, tuple[Config, Radio, np.ndarray]] = {}
+        self._radios: dict[str, tuple[Config, Radio]] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name=f"channel-{run}", daemon=True)
         self._thread.start()
@@ -132,21 +132,24 @@ class ChannelEmulator:
         timeout_s = msg.meta.get("signal_timeout_s")
         if session is None or not isinstance(config_text, str) or not isinstance(timeout_s, (int, float)):
             raise wire.WireError("bad_header", "a transmit notice needs a session, a config and a signal timeout")
-        config, radio, amplitude = self._radio(config_text)
+        config, radio = self._radio(config_text)
+        h = msg.tensors.get("channel_h")
+        if h is None or h.shape != (radio.num_nodes,):
+            raise wire.WireError("bad_header", f"a transmit notice needs channel_h of shape ({radio.num_nodes},)")
         if self._round is not None:
             log.warning("channel: round %d superseded by round %d before it completed", self._round.index, msg.round)
-        self._round = _Round(session, msg.round, radio, amplitude, config, set(protocol.senders_of(msg)),
-                             time.monotonic() + float(timeout_s))
+        block = radio.schedule.block_index(msg.round)
+        self._round = _Round(session, msg.round, radio, aligned_channel(radio, block, np.array(h)), config,
+                             set(protocol.senders_of(msg)), time.monotonic() + float(timeout_s))
         early = self._early.pop((session, msg.round), {})
         self._round.signals.update({n: s for n, s in early.items() if n in self._round.expected})
         self._early = {k: v for k, v in self._early.items() if k[0] == session and k[1] > msg.round}
 
-    def _radio(self, config_text: str) -> tuple[Config, Radio, np.ndarray]:
+    def _radio(self, config_text: str) -> tuple[Config, Radio]:
         key = hashlib.sha256(config_text.encode()).hexdigest()
         if key not in self._radios:
             config = load_config_text(config_text, source="the coordinator's experiment")
-            radio = radio_from_config(config, config.data.num_nodes)
-            self._radios = {key: (config, radio, large_scale_amplitude(radio, config.run.seed))}
+            self._radios = {key: (config, radio_from_config(config, config.data.num_nodes))}
         return self._radios[key]
 
     def _ready(self, current: _Round) -> bool:
@@ -168,8 +171,7 @@ class ChannelEmulator:
         signals = np.zeros((radio.num_nodes, size))
         for node, row in current.signals.items():
             signals[node] = row
-        rc = round_channel(radio, seed, current.index, current.amplitude)
-        received = propagate(scheme, signals, rc, radio, seed, current.index, out=signals)
+        received = propagate(scheme, signals, current.channel, radio, seed, current.index, out=signals)
         for node in senders:
             self.client.publish(topics.rx(self.run, str(node)),
                                 protocol.received(self.run, current.session, current.index, senders,

@@ -27,7 +27,7 @@ from typing import Sequence
 import numpy as np
 
 from testbed import protocol, wire
-from testbed.algorithms import NodeOutput, RoundResult
+from testbed.algorithms import Algorithm, NodeOutput, RoundResult
 from testbed.config import Config
 from testbed.errors import ConfigError, UserError
 from testbed.mqtt import topics
@@ -48,11 +48,12 @@ class MqttNodes:
         config_toml: the resolved experiment file every round carries.
         node_ids: the run's nodes.
         quiet: no broker/host chatter on stderr.
-        over_the_air: the algorithm's nodes talk through the channel emulator (one state row each).
+        algorithm: the run's algorithm; an ``over_the_air`` one puts the channel emulator between
+            the nodes, and its ``shared_tensors`` go with every round.
     """
 
     def __init__(self, config: Config, config_toml: str, node_ids: Sequence[int], quiet: bool = False,
-                 over_the_air: bool = False):
+                 algorithm: Algorithm | None = None):
         m = config.mqtt
         self.config, self.config_toml = config, config_toml
         self.node_ids = list(node_ids)
@@ -60,7 +61,8 @@ class MqttNodes:
         self.session = secrets.token_hex(8)
         self.round_timeout_s = m.round_timeout_s
         self._hosts: list[_Host] = []
-        self.over_the_air = over_the_air
+        self.algorithm = algorithm
+        self.over_the_air = algorithm is not None and algorithm.over_the_air
         self._channel: ChannelEmulator | None = None
         self._broker = EmbeddedBroker().start() if m.broker_url is None else None
         self.url = self._broker.url if self._broker else m.broker_url
@@ -72,7 +74,7 @@ class MqttNodes:
                                                      tls_ca=m.tls_ca, max_chunk_bytes=m.max_chunk_bytes,
                                                      protocol=version)
             self.client.connect(timeout_s=m.connect_timeout_s)
-            if over_the_air:
+            if self.over_the_air:
                 user, secret = _credentials(m.credentials, topics.CHANNEL)
                 self._channel = ChannelEmulator(self.url, self.run, connect_timeout_s=m.connect_timeout_s,
                                                 username=user, password=secret, tls_ca=m.tls_ca,
@@ -165,13 +167,14 @@ class MqttNodes:
         """Announce the round to the channel emulator, then send each node its own model row.
         The channel collects signals for most of the round's time (a node's first round includes
         building its experiment); finishing an update after that takes milliseconds."""
+        shared = self.algorithm.shared_tensors(round_index)  # type: ignore[union-attr]
         self.client.publish(topics.chan(self.run),
                             protocol.transmit(self.run, self.session, round_index, self.config_toml,
-                                              sorted(expected), _SIGNAL_SHARE * self.round_timeout_s))
+                                              sorted(expected), _SIGNAL_SHARE * self.round_timeout_s, shared))
         for node in sorted(expected):
             self.client.publish(topics.down(self.run, str(node)),
                                 protocol.round_(self.run, self.session, round_index, self.config_toml,
-                                                {"state": np.asarray(state[[node]])}))
+                                                {"state": np.asarray(state[[node]]), **shared}))
 
     def _handle(self, item, round_index: int | None, answers: dict, refusals: dict) -> None:
         if item is None:
