@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import threading
 
 import numpy as np
 import pytest
@@ -15,7 +14,7 @@ from testbed.ledger import read_ledger
 from testbed.runner import run_experiment
 
 from conftest import REPO
-from test_mqtt_runtime import _comparable, _metrics
+from test_mqtt_runtime import _comparable, _metrics, run_with_node_crash
 
 EXPERIMENT = """
 [run]
@@ -75,25 +74,7 @@ def test_node_killed_mid_round_is_a_silent_sender(mosquitto_broker, tmp_path):
     url = mosquitto_broker.url
     config = _config(mqtt={"broker_url": url, "emulated": False, "round_timeout_s": 15.0, "quorum": 3},
                      dwfl={"rounds": 5})
-
-    def node(n, *extra):
-        return subprocess.Popen([sys.executable, "-m", "testbed", "node", "--broker", url, "--node-id", str(n),
-                                 *extra], cwd=REPO, stderr=subprocess.DEVNULL)
-
-    procs = [node(n) for n in range(3)] + [node(3, "--crash-at-round", "2")]
-    result = {}
-    coordinator = threading.Thread(target=lambda: result.update(
-        r=run_experiment(config, out_dir=tmp_path / "r", quiet=True)))
-    coordinator.start()
-    try:
-        assert procs[3].wait(timeout=60) != 0  # gone when round 2 arrived
-        coordinator.join(timeout=120)
-        assert not coordinator.is_alive()
-    finally:
-        for p in procs:
-            p.kill()
-            p.wait()
-    r = result["r"]
+    r = run_with_node_crash(config, url, tmp_path, rejoin=False)
     assert r.summary["status"] == "completed" and r.summary["rounds"] == 5
     rows = _metrics(r.run_dir)
     assert [int(row["stragglers"]) for row in rows] == [0, 0, 1, 1, 1]

@@ -94,31 +94,39 @@ def test_embedded_broker_and_emulated_hosts_over_two_processes(tmp_path):
     assert _comparable(result.run_dir) == _comparable(_sim_twin(_config(), tmp_path).run_dir)
 
 
-def test_node_killed_mid_round_is_a_straggler_and_rejoins(mosquitto_broker, tmp_path):
-    url = mosquitto_broker.url
-    # quorum 4: after the crash round, the next round waits until node 3 is back
-    config = _config(mqtt={"broker_url": url, "emulated": False, "round_timeout_s": 30.0, "quorum": 4},
-                     dp_pasgd={"steps": 40, "tau": 5})
+def run_with_node_crash(config, url: str, tmp_path: Path, *, rejoin: bool, crash_round: int = 2):
+    """Run ``config`` with 4 real `testbed node` processes on ``url``; node 3 loses power when round
+    ``crash_round`` arrives and, with ``rejoin``, comes back (same id and state directory)."""
     state = tmp_path / "node-state"
 
     def node(n, *extra):
         return _testbed("node", "--broker", url, "--node-id", str(n), "--state-dir", str(state), *extra,
                         stderr=subprocess.DEVNULL)
 
-    procs = [node(n) for n in range(3)] + [node(3, "--crash-at-round", "2")]
+    procs = [node(n) for n in range(3)] + [node(3, "--crash-at-round", str(crash_round))]
     result = {}
     coordinator = threading.Thread(target=lambda: result.update(
         r=run_experiment(config, out_dir=tmp_path / "r", quiet=True)))
     coordinator.start()
     try:
-        assert procs[3].wait(timeout=60) != 0  # it crashed when round 2 arrived
-        procs[3] = node(3)  # back on, same id and state directory
+        assert procs[3].wait(timeout=60) != 0  # it crashed when the round arrived
+        if rejoin:
+            procs[3] = node(3)
         coordinator.join(timeout=120)
         assert not coordinator.is_alive()
     finally:
         for p in procs:
             p.kill()
             p.wait()
+    return result["r"]
+
+
+def test_node_killed_mid_round_is_a_straggler_and_rejoins(mosquitto_broker, tmp_path):
+    url = mosquitto_broker.url
+    # quorum 4: after the crash round, the next round waits until node 3 is back
+    config = _config(mqtt={"broker_url": url, "emulated": False, "round_timeout_s": 30.0, "quorum": 4},
+                     dp_pasgd={"steps": 40, "tau": 5})
+    result = {"r": run_with_node_crash(config, url, tmp_path, rejoin=True)}
     assert result["r"].summary["status"] == "completed"
     rows = _metrics(result["r"].run_dir)
     assert len(rows) == 8 and int(rows[2]["stragglers"]) == 1
