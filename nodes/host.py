@@ -67,11 +67,17 @@ def serve(broker_url: str, run: str, node_ids: Sequence[int], *, data_path: str 
         names = list(agents)
         # The first connect learns the broker's protocol; the rest connect concurrently, since a
         # connect is mostly waiting for the broker's acks and hundreds in a row add up to seconds.
-        clients[names[0]] = client_of(names[0], protocol_version).connect(timeout_s=connect_timeout_s)
+        def connect(name: str, version: str) -> None:
+            clients[name] = client_of(name, version)
+            try:
+                clients[name].connect(timeout_s=connect_timeout_s)
+            except UserError as exc:  # refused credentials, an untrusted certificate...
+                raise UserError(f"node {name}: {exc}") from None
+
+        connect(names[0], protocol_version)
         version = clients[names[0]].protocol or protocol_version
-        clients.update({name: client_of(name, version) for name in names[1:]})
         with ThreadPoolExecutor(max_workers=32) as pool:
-            list(pool.map(lambda name: clients[name].connect(timeout_s=connect_timeout_s), names[1:]))
+            list(pool.map(lambda name: connect(name, version), names[1:]))
         log.info("serving %d node(s) of run %s on %s", len(clients), run, broker_url)
         return _loop(inbox, agents, clients, run, coordinator_grace_s, crash_at_round)
     finally:

@@ -346,6 +346,15 @@ def test_mosquitto_tls(start_mosquitto, tls_files, run_id):
         assert _receive(coord, topics.UP).node == "n1"
 
 
+def test_mosquitto_tls_untrusted_certificate_is_said_at_once(start_mosquitto, tls_files, run_id):
+    """Without the CA the broker's certificate fails verification: a clear error, not a timeout."""
+    broker = start_mosquitto(tls=tls_files)
+    start = time.monotonic()
+    with pytest.raises(UserError, match="TLS certificate not trusted.*tls_ca"):
+        MqttClient.for_node(broker.url, run_id, "n1").connect(timeout_s=20)
+    assert time.monotonic() - start < 5
+
+
 def test_network_loop_serves_clients_beyond_select_limit(broker, run_id, connect):
     """A shared NetworkLoop (epoll) serves sockets numbered above 1023, where paho's own select()
     loop cannot go, and carries chunked messages larger than paho's in-flight window both ways."""

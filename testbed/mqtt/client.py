@@ -20,6 +20,7 @@ import dataclasses
 import logging
 import queue
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Sequence
@@ -46,6 +47,27 @@ _paho_log.addFilter(lambda record: not record.getMessage().startswith("Client is
 QOS = 1
 _UNSUPPORTED_PROTOCOL = 0x84  # CONNACK reason code a v3-only broker's refusal maps to in paho
 _MAX_FRAMES = 16384  # per publish, and acks remembered
+
+
+_trusted: set[tuple[str, int, str | None]] = set()  # TLS brokers whose certificate verified
+
+
+def _check_certificate(url: BrokerUrl, tls_ca: str | None, timeout_s: float) -> None:
+    """One TLS handshake to tell an untrusted certificate apart from an unreachable broker (paho
+    would retry either until the timeout); once per broker and CA in a process."""
+    key = (url.host, url.port, tls_ca)
+    if key in _trusted:
+        return
+    context = ssl.create_default_context(cafile=tls_ca)
+    try:
+        with socket.create_connection((url.host, url.port), timeout=min(timeout_s, 5.0)) as raw, \
+                context.wrap_socket(raw, server_hostname=url.host):
+            _trusted.add(key)
+    except ssl.SSLCertVerificationError as exc:
+        raise UserError(f"broker {url}: TLS certificate not trusted ({exc.verify_message}); give the CA that "
+                        "signed it with mqtt.tls_ca / --tls-ca") from None
+    except OSError:
+        pass  # unreachable for now: connect() keeps trying and says so at its deadline
 
 
 class BrokerRefused(UserError):
@@ -276,6 +298,8 @@ class MqttClient:
         if self._paho is not None:
             return self
         deadline = time.monotonic() + timeout_s
+        if self.url.tls:
+            _check_certificate(self.url, self._tls_ca, timeout_s)
         unreachable = UserError(f"broker {self.url} not reachable within {timeout_s:g} s")
         protocol = self._protocol_choice
         if protocol == "auto":
