@@ -466,10 +466,6 @@ class Dwfl:
         self._kept = None
         return self.receive(kept.pending, received, kept.node_ids, kept.round_index, kept.seed, num_senders)
 
-    def round_pending(self) -> int | None:
-        """The round whose :meth:`finish` is due (its node step ran), None if none is."""
-        return None if self._kept is None else self._kept.round_index
-
     # ----------------------------------------------------------------------------- report
 
     def describe(self) -> dict[str, Any]:

@@ -48,6 +48,7 @@ class _Round:
     expected: set[int]
     deadline: float
     signals: dict[int, np.ndarray] = field(default_factory=dict)
+    size: int = 0  # entries of every signal, set by the first to arrive
 
 
 class ChannelEmulator:
@@ -64,7 +65,6 @@ class ChannelEmulator:
     def __init__(self, url: str, run: str, *, connect_timeout_s: float = 30.0, **client_options: Any):
         self.client = MqttClient.for_channel(url, run, **client_options).connect(timeout_s=connect_timeout_s)
         self.run = run
-        self.rounds_served = 0
         self._online: set[int] = set()
         self._round: _Round | None = None
         self._early: dict[tuple[str, int], dict[int, np.ndarray]] = {}  # signals ahead of their notice
@@ -112,14 +112,7 @@ class ChannelEmulator:
                 return
             current = self._round
             if current is not None and (current.session, current.index) == (session, msg.round):
-                sizes = {len(s) for s in current.signals.values()}
-                if node not in current.expected:
-                    log.warning("channel: node %d transmitted in round %d unannounced; ignored", node, msg.round)
-                elif sizes and len(signal) not in sizes:
-                    log.warning("channel: node %d's signal has %d entries, the others %d; ignored",
-                                node, len(signal), sizes.pop())
-                else:
-                    current.signals.setdefault(node, signal)
+                _accept(current, node, signal)
             elif current is None or msg.round > current.index:
                 early = self._early.setdefault((session, msg.round), {})
                 early.setdefault(node, signal)
@@ -142,7 +135,8 @@ class ChannelEmulator:
         self._round = _Round(session, msg.round, radio, aligned_channel(radio, block, np.array(h)), config,
                              set(protocol.senders_of(msg)), time.monotonic() + float(timeout_s))
         early = self._early.pop((session, msg.round), {})
-        self._round.signals.update({n: s for n, s in early.items() if n in self._round.expected})
+        for node, signal in early.items():
+            _accept(self._round, node, signal)
         self._early = {k: v for k, v in self._early.items() if k[0] == session and k[1] > msg.round}
 
     def _radio(self, config_text: str) -> tuple[Config, Radio]:
@@ -167,8 +161,7 @@ class ChannelEmulator:
             return
         config, radio = current.config, current.radio
         seed, scheme = config.run.seed, config.dwfl.scheme
-        size = len(next(iter(current.signals.values())))
-        signals = np.zeros((radio.num_nodes, size))
+        signals = np.zeros((radio.num_nodes, current.size))
         for node, row in current.signals.items():
             signals[node] = row
         received = propagate(scheme, signals, current.channel, radio, seed, current.index, out=signals)
@@ -176,4 +169,15 @@ class ChannelEmulator:
             self.client.publish(topics.rx(self.run, str(node)),
                                 protocol.received(self.run, current.session, current.index, senders,
                                                   np.ascontiguousarray(received[node])))
-        self.rounds_served += 1
+
+
+def _accept(current: _Round, node: int, signal: np.ndarray) -> None:
+    """Keep ``node``'s signal for the round if it was announced and matches the others' size."""
+    if node not in current.expected:
+        log.warning("channel: node %d transmitted in round %d unannounced; ignored", node, current.index)
+    elif current.signals and len(signal) != current.size:
+        log.warning("channel: node %d's signal has %d entries, the others %d; ignored",
+                    node, len(signal), current.size)
+    else:
+        current.size = len(signal)
+        current.signals.setdefault(node, signal)
