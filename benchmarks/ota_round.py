@@ -8,7 +8,7 @@ models x_i' (the gradient step is not timed: it depends on the model, not on the
    receiver, ledger σ and link cost;
 2. ``Dwfl.transmit``: every node's artificial noise G_i ~ N(0, σ² I_d) from its own stream, signal
    sqrt(α_i P_i) x_i' + sqrt(β_i P_i) G_i (eq. 2) and what it keeps, x_i' − η(x_i' + a_i G_i);
-3. ``Dwfl.propagate``: full-duplex D2D superposition v_i = Σ_{k≠i} |h_k| s_k + m_i, O(N·d)
+3. ``DwflChannel.superpose``: full-duplex D2D superposition v_i = Σ_{k≠i} |h_k| s_k + m_i, O(N·d)
    (channel.d2d_superpose);
 4. ``Dwfl.receive``: x_i'' = pending_i + η v_i / (c(N−1)).
 
@@ -32,6 +32,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from channel import dbm_to_w, rayleigh_block_fading  # noqa: E402
+from testbed.algorithms.contract import RoundContext  # noqa: E402
 from testbed.algorithms.dwfl import Dwfl  # noqa: E402
 from testbed.algorithms.dwfl_channel import Radio, channel_noise_row  # noqa: E402
 from testbed.models import LogisticRegression  # noqa: E402
@@ -55,12 +56,13 @@ def build(n: int, d: int, seed: int) -> Dwfl:
 
 def one_round(alg: Dwfl, x: np.ndarray, seed: int, t: int) -> tuple[np.ndarray, dict]:
     ids = range(alg.num_nodes)
+    ctx = RoundContext(t, seed, alg.num_nodes, tuple(ids)).closed(ids)
     t0 = time.perf_counter()
     alg.plan(t)
     t1 = time.perf_counter()
     signals, pending = alg.transmit(x, x, ids, t, seed)  # x becomes pending (in place)
     t2 = time.perf_counter()
-    received = alg.propagate(signals, t, seed, out=signals)  # as Dwfl.combine does
+    received = alg.channel.superpose(signals, alg.channel_tensors(ctx), ctx, out=signals)  # as sim does
     t3 = time.perf_counter()
     new = alg.receive(pending, received, ids, t, seed)
     t4 = time.perf_counter()

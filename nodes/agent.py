@@ -2,12 +2,14 @@
 
 It holds the node's own data (a board loads or generates only its own samples), its own ledger
 (privacy is accounted where the data lives) and runs the algorithm's node step for one node — the
-same function the simulator runs for all nodes at once, so both give the same numbers.
+same function the simulator runs for all nodes at once, so both give the same numbers. It never
+names an algorithm: what it receives and sends are the tensors the algorithm declares, and every
+received tensor is checked against that declaration before it is used.
 
 A round arrives as a wire message (testbed.protocol); :meth:`NodeAgent.handle` returns the reply
 and whom it is for. The transports (the MQTT node process, the emulated node host) only move bytes.
-For an over-the-air algorithm (DWFL) a round takes two messages: the round, answered with the
-node's transmit signal for the channel; then what the node received, answered with its new model.
+For an over-the-air algorithm a round takes two messages: the round, answered with the node's
+transmit signal for the channel; then what the node received, answered with its update.
 
 Example::
 
@@ -16,10 +18,10 @@ Example::
     >>> cfg = load_config_text("[data]\\nnum_nodes = 2\\nsamples_per_node = 40\\ndim = 3\\n"
     ...                        "[dp_pasgd]\\nsteps = 4\\ntau = 2\\nbatch = 4\\nsigma = 1.0\\n")
     >>> agent = NodeAgent(node=1)
-    >>> ask = wire.decode(protocol.round_("r", "s", 0, to_toml(cfg), {"state": np.zeros(8)}))
+    >>> ask = wire.decode(protocol.round_("r", "s", 0, to_toml(cfg), [0, 1], {"model": np.zeros(8)}))
     >>> to, payload = agent.handle(ask)
     >>> reply = wire.decode(payload)
-    >>> to, reply.kind, reply.tensors["params"].shape
+    >>> to, reply.kind, reply.tensors["update"].shape
     ('coordinator', 'update', (8,))
 """
 
@@ -29,20 +31,31 @@ import hashlib
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
+from nodes.costs import NodeCosts
 from testbed import protocol, wire
-from testbed.algorithms import Algorithm, from_config
+from testbed.algorithms import registry
+from testbed.algorithms.contract import SETUP_ROUND, Algorithm, OverTheAir, RoundContext, WithSetup, check_tensors
 from testbed.assemble import load_data, model_for
 from testbed.budgets import Budgets, budgets_from_config
 from testbed.config import Config, load_config_text
 from testbed.data.federated import FederatedData
 from testbed.ledger import Event, LedgerWriter, NodeLedger, read_ledger
 
-from nodes.costs import NodeCosts
-
 log = logging.getLogger(__name__)
+
+
+class NodeProtocol(Protocol):
+    """What a node host drives: one node of some kind (a Python agent, a bridged board)."""
+
+    node: int
+
+    def handle(self, msg: wire.Message) -> protocol.Reply | None: ...
+
+    def close(self) -> None: ...
 
 
 @dataclass
@@ -61,9 +74,11 @@ class _Transmitted:
 
     run: str
     session: str
-    round_index: int
+    ctx: RoundContext
     experiment: _Experiment
+    carry: dict
     events: list[Event]
+    metrics: dict[str, float]
 
 
 class NodeAgent:
@@ -90,75 +105,123 @@ class NodeAgent:
 
     def handle(self, msg: wire.Message) -> protocol.Reply | None:
         """The reply to a message: to a round, an update or a refusal for the coordinator (or the
-        transmit signal for the channel); to a received signal, the update; None otherwise.
+        transmit signal for the channel); to a received signal, the update; to a setup, the setup
+        update; None otherwise (and to a round the node is not expected in).
 
         Raises:
-            WireError: a malformed round, or a received signal the node did not wait for.
+            WireError: a malformed message, or a received signal the node did not wait for.
         """
         if msg.kind == protocol.ROUND:
             return self._round(msg)
         if msg.kind == protocol.RECEIVED:
             return self._received(msg)
+        if msg.kind == protocol.SETUP:
+            return self._setup(msg)
         return None
 
-    def _round(self, msg: wire.Message) -> protocol.Reply:
+    def _context(self, msg: wire.Message, exp: _Experiment, round_index: int) -> RoundContext | None:
+        expected = protocol.expected_of(msg)
+        if self.node not in expected:
+            return None  # an emulated straggler this round: it does nothing, costs nothing
+        return RoundContext(round_index, exp.config.run.seed, exp.config.data.num_nodes, tuple(sorted(expected)))
+
+    def _round(self, msg: wire.Message) -> protocol.Reply | None:
         session = protocol.session_of(msg)
-        config_text = msg.meta.get("config")
-        if session is None or not isinstance(config_text, str) or "state" not in msg.tensors:
-            raise wire.WireError("bad_header", "a round needs a session, a config and a state tensor")
-        exp = self._experiment(config_text)
+        exp = self._experiment(protocol.config_of(msg))
         ledger, writer = self._ledger(msg.run, session)
+        self._take_charges(msg, ledger, writer)
         r = msg.round
-        if exp.algorithm.over_the_air:
-            try:
-                exp.algorithm.accept_shared(r, msg.tensors)
-            except ValueError as exc:
-                raise wire.WireError("bad_header", str(exc)) from None
-        planned = exp.algorithm.planned_events(self.node, r)
-        exceeded = None if ledger.has_round(r) else exp.budgets.would_exceed(ledger, planned)
+        ctx = self._context(msg, exp, r)
+        if ctx is None:
+            return None
+        alg = exp.algorithm
+        problem = check_tensors({k: s for k, s in alg.downlink_spec().items()}, msg.tensors)
+        if problem is not None:
+            raise wire.WireError("bad_header", f"round {r} downlink: {problem}")
+        received = {name: value[None] for name, value in msg.tensors.items()}
+        exceeded = None if ledger.has_round(r) else exp.budgets.would_exceed(ledger, alg.planned_events(self.node, ctx))
         if exceeded is not None:
             log.info("node %d refuses round %d: %s", self.node, r, exceeded)
             return protocol.Reply(protocol.COORDINATOR, protocol.refused(
                 msg.run, session, r, self.node, exceeded.budget, exceeded.would_be, exceeded.limit))
         with self.costs.measure() as measured:
-            out = exp.algorithm.node_step(np.array(msg.tensors["state"]), exp.data.train, [self.node], r,
-                                          exp.config.run.seed)
-        events = self.costs.charge(out.events[0], measured[0])
-        if not ledger.has_round(r):
-            # Logged before it is sent: a node killed in between over-counts, never under-counts.
-            ledger.extend(events)
-            if writer is not None:
-                writer.write(events)
-        if exp.algorithm.over_the_air:
-            self._transmitted = _Transmitted(msg.run, session, r, exp, events)
-            return protocol.Reply(protocol.CHANNEL, protocol.signal(msg.run, session, r, self.node, out.params[0]))
-        return protocol.Reply(protocol.COORDINATOR,
-                              protocol.update(msg.run, session, r, self.node, {"params": out.params[0]}, events))
+            out = alg.node_step(received, exp.data.train, [self.node], ctx)
+        events = self._log(ledger, writer, r, self.costs.charge(out.events[0], measured[0]))
+        metrics = {name: float(value[0]) for name, value in out.metrics.items()}
+        if isinstance(alg, OverTheAir):
+            self._transmitted = _Transmitted(msg.run, session, ctx, exp, out.carry, events, metrics)
+            return protocol.Reply(protocol.CHANNEL, protocol.signal(msg.run, session, r, self.node,
+                                                                    out.tensors["signal"][0]))
+        return protocol.Reply(protocol.COORDINATOR, protocol.update(msg.run, session, r, self.node, out.rows(self.node),
+                                                                    events, metrics))
 
     def _received(self, msg: wire.Message) -> protocol.Reply:
         sent = self._transmitted
         session = protocol.session_of(msg)
-        if sent is None or (sent.run, sent.session, sent.round_index) != (msg.run, session, msg.round):
+        if sent is None or (sent.run, sent.session, sent.ctx.round_index) != (msg.run, session, msg.round):
             raise wire.WireError("wrong_round", f"received signal of round {msg.round} while waiting for "
-                                                f"{'nothing' if sent is None else f'round {sent.round_index}'}")
+                                                f"{'nothing' if sent is None else f'round {sent.ctx.round_index}'}")
         senders = protocol.senders_of(msg)
-        if self.node not in senders or "received" not in msg.tensors:
-            raise wire.WireError("bad_header", "a received signal needs this node among its senders and a tensor")
+        if self.node not in senders or not set(senders) <= set(sent.ctx.expected):
+            raise wire.WireError("bad_header", "a received signal needs this node among its senders, all expected")
+        alg = sent.experiment.algorithm
+        assert isinstance(alg, OverTheAir)
+        spec = {"received": alg.channel.signal_spec()}
+        problem = check_tensors(spec, msg.tensors)
+        if problem is not None:
+            raise wire.WireError("bad_header", f"received signal: {problem}")
         self._transmitted = None
-        model = sent.experiment.algorithm.finish(np.array(msg.tensors["received"])[None], len(senders))
+        ctx = sent.ctx.closed(senders)
+        out = alg.node_finish(sent.carry, msg.tensors["received"][None].copy(), [self.node], ctx)
         return protocol.Reply(protocol.COORDINATOR, protocol.update(msg.run, sent.session, msg.round, self.node,
-                                                                    {"params": model[0]}, sent.events))
+                                                                    out.rows(self.node), sent.events, sent.metrics))
+
+    def _setup(self, msg: wire.Message) -> protocol.Reply | None:
+        session = protocol.session_of(msg)
+        exp = self._experiment(protocol.config_of(msg))
+        alg = exp.algorithm
+        if not isinstance(alg, WithSetup) or not alg.has_setup:
+            raise wire.WireError("bad_header", "a setup for an algorithm without one")
+        ledger, writer = self._ledger(msg.run, session)
+        ctx = self._context(msg, exp, SETUP_ROUND)
+        if ctx is None:
+            return None
+        with self.costs.measure() as measured:
+            out = alg.setup_step(exp.data.train, [self.node], ctx)
+        events = self._log(ledger, writer, SETUP_ROUND, self.costs.charge(out.events[0], measured[0]))
+        metrics = {name: float(value[0]) for name, value in out.metrics.items()}
+        return protocol.Reply(protocol.COORDINATOR, protocol.update(msg.run, session, SETUP_ROUND, self.node,
+                                                                    out.rows(self.node), events, metrics,
+                                                                    kind=protocol.SETUP_UPDATE))
+
+    def _log(self, ledger: NodeLedger, writer: LedgerWriter | None, round_index: int, events: list[Event]) -> list[Event]:
+        """Log the step's events before anything is sent: a node killed in between over-counts,
+        never under-counts; a re-run round (a restart) releases the same values, charged once."""
+        if not ledger.has_round(round_index):
+            ledger.extend(events)
+            if writer is not None:
+                writer.write(events)
+        return events
+
+    def _take_charges(self, msg: wire.Message, ledger: NodeLedger, writer: LedgerWriter | None) -> None:
+        """Events the server issued on this node's behalf since its last round, logged once."""
+        fresh = [e for e in protocol.charges_of(msg, self.node) if not ledger.has_server_events(e.round)]
+        if fresh:
+            ledger.extend(fresh)
+            if writer is not None:
+                writer.write(fresh)
 
     def _experiment(self, config_text: str) -> _Experiment:
         key = hashlib.sha256(config_text.encode()).hexdigest()
         if key not in self._experiments:
             config = load_config_text(config_text, source="the coordinator's experiment")
-            data = load_data(config, nodes=[self.node], path=self.data_path)
-            algorithm = from_config(config, model_for(config, data), data)
-            self._experiments = {key: _Experiment(config, data, algorithm, budgets_from_config(config))}
+            data = load_data(config.data, config.run.seed, nodes=[self.node], path=self.data_path)
+            algorithm = registry.build(config, model_for(config.model, data), data)
+            budgets = budgets_from_config(config.budget, config.privacy)
+            self._experiments = {key: _Experiment(config, data, algorithm, budgets)}
         return self._experiments[key]
 
-    def _ledger(self, run: str, session: str) -> tuple[NodeLedger, LedgerWriter | None]:
+    def _ledger(self, run: str, session: str | None) -> tuple[NodeLedger, LedgerWriter | None]:
         key = f"{run}-{session}"
         if key not in self._ledgers:
             ledger, writer = NodeLedger(self.node), None

@@ -18,7 +18,7 @@ import secrets
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from testbed import protocol, wire
 from testbed.errors import UserError
@@ -26,7 +26,7 @@ from testbed.mqtt import topics
 from testbed.mqtt.client import Inbound, MqttClient
 from testbed.mqtt.network_loop import NetworkLoop
 
-from nodes.agent import NodeAgent
+from nodes.agent import NodeAgent, NodeProtocol
 from nodes.costs import NodeCosts
 
 log = logging.getLogger(__name__)
@@ -36,7 +36,8 @@ def serve(broker_url: str, run: str, node_ids: Sequence[int], *, data_path: str 
           state_dir: Path | None = None, costs: NodeCosts | None = None, protocol_version: str = "auto",
           coordinator_grace_s: float = 30.0, connect_timeout_s: float = 30.0,
           max_chunk_bytes: int = 256 * 1024, credentials: dict[str, str] | None = None,
-          tls_ca: str | None = None, crash_at_round: int | None = None) -> int:
+          tls_ca: str | None = None, crash_at_round: int | None = None,
+          agent_factory: Callable[[int], NodeProtocol] | None = None) -> int:
     """Serve ``node_ids`` of run ``run`` until the coordinator says stop; returns the number of
     rounds answered.
 
@@ -45,13 +46,18 @@ def serve(broker_url: str, run: str, node_ids: Sequence[int], *, data_path: str 
     stays offline and its nodes should not linger. ``credentials`` (node id → password, from
     `testbed acl`) log each node in under its own name, which the broker's ACL checks.
     ``crash_at_round`` emulates a board that loses power mid-round: the process exits at once,
-    without a reply or a clean disconnect, when that round arrives.
+    without a reply or a clean disconnect, when that round arrives. ``agent_factory`` builds the
+    node for an id (default: a :class:`NodeAgent` with ``data_path``, ``state_dir`` and ``costs``);
+    another kind of board (a bridged microcontroller) plugs in here.
     """
     inbox: queue.Queue[Inbound] = queue.Queue()
     network = NetworkLoop()
     _allow_open_files(len(node_ids) + 64)
     costs = costs or NodeCosts()
-    agents = {str(n): NodeAgent(n, data_path=data_path, state_dir=state_dir, costs=costs) for n in node_ids}
+    if agent_factory is None:
+        def agent_factory(node: int) -> NodeProtocol:
+            return NodeAgent(node, data_path=data_path, state_dir=state_dir, costs=costs)
+    agents = {str(n): agent_factory(n) for n in node_ids}
     instance = secrets.token_hex(3)  # a restarted host must not take over its predecessor's sessions
     clients: dict[str, MqttClient] = {}
 
@@ -97,7 +103,7 @@ def _allow_open_files(count: int) -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
 
 
-def _loop(inbox: queue.Queue[Inbound], agents: dict[str, NodeAgent], clients: dict[str, MqttClient],
+def _loop(inbox: queue.Queue[Inbound], agents: dict[str, NodeProtocol], clients: dict[str, MqttClient],
           run: str, grace_s: float, crash_at_round: int | None) -> int:
     answered, stopped = 0, set()
     coordinator_offline_since: float | None = None
@@ -135,6 +141,10 @@ def _loop(inbox: queue.Queue[Inbound], agents: dict[str, NodeAgent], clients: di
             continue
         except UserError as exc:  # e.g. the node lacks the data file: say so, keep serving
             log.error("node %s cannot run round %d: %s", name, msg.round, exc)
+            continue
+        except Exception:  # anything a message made a node's step fail on: that node straggles,
+            # the host and its other nodes keep serving
+            log.exception("node %s failed on %s of round %d", name, msg.kind, msg.round)
             continue
         if reply is not None:
             to_channel = reply.to == protocol.CHANNEL

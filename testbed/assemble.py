@@ -8,17 +8,17 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from testbed.config import Config
+from testbed.config import DataSection, ModelSection
 from testbed.data.federated import FederatedData
 from testbed.models import Model, build_model
 
 
-def load_data(config: Config, nodes: Sequence[int] | None = None, path: str | None = None) -> FederatedData:
-    """The experiment's federated data set (see testbed.data.load_dataset), or only ``nodes`` of it
-    (a board's own), read from ``path`` when given instead of data.path."""
+def load_data(d: DataSection, seed: int, nodes: Sequence[int] | None = None, path: str | None = None) -> FederatedData:
+    """The ``[data]`` section's federated data set for the run's ``seed`` (see
+    testbed.data.load_dataset), or only ``nodes`` of it (a board's own), read from ``path`` when
+    given instead of data.path."""
     from testbed.data import load_dataset
 
-    d = config.data
     options: dict[str, Any]
     if d.dataset == "synthetic":
         options = dict(num_nodes=d.num_nodes, samples_per_node=d.samples_per_node, dim=d.dim,
@@ -31,13 +31,12 @@ def load_data(config: Config, nodes: Sequence[int] | None = None, path: str | No
         options = {}
     if nodes is not None and d.dataset == "synthetic":
         options["nodes"] = list(nodes)  # a board generates only its own samples
-    data = load_dataset(d.dataset, seed=config.run.seed, path=path or d.path, **options)
+    data = load_dataset(d.dataset, seed=seed, path=path or d.path, **options)
     if nodes is not None and d.dataset != "synthetic":
         data = data.select(list(nodes))
     return data
 
 
-def model_for(config: Config, data: FederatedData) -> Model:
-    """The ``[model]`` of ``config`` for the features and classes of ``data``."""
-    m = config.model
+def model_for(m: ModelSection, data: FederatedData) -> Model:
+    """The ``[model]`` section's model for the features and classes of ``data``."""
     return build_model(m.kind, data.dim, data.n_classes, bias=m.bias, hidden=m.hidden)

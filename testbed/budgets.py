@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable
 
 from testbed.ledger import Event, NodeLedger
-from testbed.privacy.accountants import epsilon
+from testbed.privacy.accountants import worst_epsilon
 
 if TYPE_CHECKING:
-    from testbed.config import Config
+    from testbed.config import BudgetSection, PrivacySection
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,8 @@ class Budgets:
     """Per-node limits; None means unlimited.
 
     Attributes:
-        epsilon: privacy budget ε at ``delta``, per ``accountant`` (the paper's zcdp by default).
+        epsilon: privacy budget ε at ``delta``, per ``accountant`` (the paper's zcdp by default),
+            against every observer (the worst of them counts).
         cost_units: DP-PASGD's abstract resource budget C_th (c1 per round + c2 per step, eq. 10c).
         bytes: payload bytes up plus down.
         energy_j: compute plus radio energy.
@@ -62,7 +63,7 @@ class Budgets:
         what the node's costliest round so far cost (nothing is known before its first round).
         """
         events = list(events)
-        totals, tally = ledger.projected(events)
+        totals, tallies = ledger.projected(events)
         planned_energy_j = sum(getattr(e, "energy_j", 0.0) for e in events)
         energy_j = totals.energy_j + max(0.0, ledger.max_round_energy_j - planned_energy_j)
         checks = (
@@ -74,14 +75,13 @@ class Budgets:
             if limit is not None and value > limit * (1 + self._slack):
                 return Exceeded(ledger.node, name, value, limit)
         if self.epsilon is not None:
-            spent = epsilon(self.accountant, tally, self.delta)
+            spent = worst_epsilon(self.accountant, tallies, self.delta)
             if spent > self.epsilon * (1 + self._slack):
                 return Exceeded(ledger.node, "epsilon", spent, self.epsilon)
         return None
 
 
-def budgets_from_config(config: "Config") -> Budgets:
+def budgets_from_config(budget: "BudgetSection", privacy: "PrivacySection") -> Budgets:
     """The per-node budgets of an experiment's ``[budget]`` and ``[privacy]`` sections."""
-    b = config.budget
-    return Budgets(epsilon=b.epsilon, delta=config.privacy.delta, accountant=config.privacy.accountant,
-                   cost_units=b.cost_units, bytes=b.bytes, energy_j=b.energy_j)
+    return Budgets(epsilon=budget.epsilon, delta=privacy.delta, accountant=privacy.accountant,
+                   cost_units=budget.cost_units, bytes=budget.bytes, energy_j=budget.energy_j)

@@ -1,25 +1,32 @@
 """Experiment files: TOML, one table per section, validated before anything runs.
 
-Every section is a frozen dataclass; its fields are the only keys the section accepts, with their
-types and defaults. Loading checks unknown keys, types and ranges and raises :class:`ConfigError`
-naming the key; nothing runs on a config that did not validate.
+The experiment is assembled from sections declared where they are used: the run-wide ones below
+(run, data, model, privacy, budget, stragglers, nodes, mqtt, output) and each algorithm's own
+(declared in its module, found through testbed.algorithms.registry). Every section is a strict,
+frozen pydantic model (testbed.sections.Section); loading checks unknown keys, types and ranges and
+raises :class:`ConfigError` naming the key. ``testbed schema`` writes the JSON Schema of the whole
+file, so editors can complete and check it.
+
+Relative paths (``data.path``, ``mqtt.credentials``, ``mqtt.tls_ca``) are resolved against the
+experiment file's folder when it is read from a file, so a run resumed from elsewhere finds them.
 
 Example::
 
     >>> cfg = load_config_text('[dp_pasgd]\\nsteps = 20\\ntau = 5\\nsigma = 1.0\\n')
     >>> cfg.dp_pasgd.steps // cfg.dp_pasgd.tau
     4
+    >>> "[dwfl]" in to_toml(cfg), "[dp_pasgd]" in to_toml(cfg)
+    (False, True)
 """
 
 from __future__ import annotations
 
-import dataclasses
-import math
-import types
-import typing
-from dataclasses import dataclass, field
+import functools
+import json
 from pathlib import Path
-from typing import Any, Union
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, create_model
 
 try:
     import tomllib
@@ -27,323 +34,192 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 from testbed.errors import ConfigError
+from testbed.sections import NonNegative, Positive, Section
+from testbed.stragglers import StragglersSection
 
 
-@dataclass(frozen=True)
-class RunSection:
+class RunSection(Section):
     name: str = "run"
+    """Names the run's directory."""
     algorithm: str = "dp_pasgd"
-    seed: int = 0
-    mode: str = "sim"
+    """The algorithm (testbed.algorithms: one module each)."""
+    seed: NonNegative[int] = 0
+    """Keys every random stream: the same seed gives the same numbers in sim and over MQTT."""
+    mode: Literal["sim", "mqtt"] = "sim"
+    """sim: every node in this process; mqtt: every node its own MQTT client."""
 
 
-@dataclass(frozen=True)
-class DataSection:
-    """``dataset``: synthetic, adult-1, adult-2, vehicle-1, vehicle-2. ``path``: the data file or
-    its directory (else $TESTBED_DATA, the cache, or a download)."""
-
-    dataset: str = "synthetic"
+class DataSection(Section):
+    dataset: Literal["synthetic", "adult-1", "adult-2", "vehicle-1", "vehicle-2"] = "synthetic"
     path: str | None = None
-    num_nodes: int = 16
-    samples_per_node: int = 500
-    dim: int = 100
-    n_classes: int = 2
-    heterogeneity: float = 0.0
+    """The data file or its folder (else $TESTBED_DATA, the cache, or a download)."""
+    num_nodes: Positive[int] = 16
+    samples_per_node: Positive[int] = 500
+    dim: Positive[int] = 100
+    n_classes: int = Field(2, ge=2)
+    heterogeneity: NonNegative[float] = 0.0
     include_education: bool = False
     numeric: bool = False
 
 
-@dataclass(frozen=True)
-class ModelSection:
-    kind: str = "logistic"
+class ModelSection(Section):
+    kind: Literal["logistic", "svm", "mlp"] = "logistic"
     bias: bool = True
-    hidden: int = 32
+    hidden: Positive[int] = 32
 
 
-@dataclass(frozen=True)
-class DpPasgdSection:
-    """DP-PASGD (eqs. 7a–7b). Give ``sigma`` (noise std; 0 is plain PASGD) or ``epsilon`` (σ
-    calibrated for ``steps`` by ``calibration``), not both. ``lipschitz``: the G of the
-    sensitivity 2G/X; default: the model's own bound, or the clip norm when ``clip`` is on.
-    ``tau = "plan"``: τ, ``steps`` K and σ come from the optimal design of §7 of the paper for
-    ``budget.cost_units`` and the ε target (``epsilon`` or ``budget.epsilon``), with the bound
-    constants of ``[plan]`` (see testbed.planning.resolve)."""
-
-    steps: int = 100
-    tau: int | str = 10
-    batch: int = 32
-    lr: float = 0.1
-    sigma: float | None = None
-    epsilon: float | None = None
-    calibration: str = "corrected"
-    clip: bool = False
-    lipschitz: float | None = None
-    sampling: str = "uniform"
-    c1: float = 100.0
-    c2: float = 1.0
+def _open_unit_interval(value: float) -> float:
+    if not 0 < value < 1:
+        raise ValueError("must be in (0, 1)")
+    return value
 
 
-@dataclass(frozen=True)
-class DwflSection:
-    """DWFL (Algorithm 1, eq. 7) and its baselines; see testbed.algorithms.dwfl. Give ``epsilon``
-    (per-round target at the worst receiver, σ² calibrated every fading block) or ``sigma2``, not
-    both (neither: no artificial noise). Powers in dBm here, W inside. Channel noise σ_m² per real
-    entry: ``noise_power_w`` (default 1, the paper's) or thermal k·T·B·NF/2 from
-    ``noise_figure_db`` and ``bandwidth_hz``. ``coherence_rounds`` absent: time-invariant fading."""
-
-    scheme: str = "ota_d2d"
-    variant: str = "B"
-    rounds: int = 100
-    batch: int = 32
-    lr: float = 0.1
-    averaging_rate: float = 0.5
-    gmax: float = 1.0
-    epsilon: float | None = None
-    sigma2: float | None = None
-    calibration: str = "with_channel_noise"
-    power_dbm: float = 60.0
-    noise_power_w: float | None = None
-    noise_figure_db: float | None = None
-    bandwidth_hz: float = 1e6
-    beta: float = 1.0
-    c_scale: float = 1.0
-    fading: str = "rayleigh"
-    k_factor: float = 3.0
-    coherence_rounds: int | None = None
-    pathloss: str = "none"
-    area_m: float = 100.0
-    carrier_hz: float = 2.4e9
-    orthogonal_link: str = "analog"
-    init: str = "common"
-    init_std: float = 0.1
+class PrivacySection(Section):
+    delta: Annotated[float, AfterValidator(_open_unit_interval)] = 1e-4
+    accountant: Literal["zcdp", "rdp", "pld"] = "zcdp"
+    """Enforces the ε budget (the paper's zcdp by default)."""
+    tight_accountant: Literal["rdp", "pld", "none"] = "rdp"
+    """Reported beside it (through dp-accounting); "none" to skip."""
 
 
-@dataclass(frozen=True)
-class PrivacySection:
-    """``accountant`` enforces the ε budget (the paper's zcdp by default); ``tight_accountant`` is
-    reported beside it (rdp or pld through dp-accounting; "none" to skip)."""
-
-    delta: float = 1e-4
-    accountant: str = "zcdp"
-    tight_accountant: str = "rdp"
-
-
-@dataclass(frozen=True)
-class BudgetSection:
+class BudgetSection(Section):
     """Per-node budgets; a missing key is no limit."""
 
-    epsilon: float | None = None
-    cost_units: float | None = None
-    bytes: float | None = None
-    energy_j: float | None = None
+    epsilon: Positive[float] | None = None
+    cost_units: Positive[float] | None = None
+    bytes: Positive[float] | None = None
+    energy_j: Positive[float] | None = None
+    """Forecast from the node's costliest round."""
 
 
-@dataclass(frozen=True)
-class NodesSection:
-    """The boards the nodes run on: ``profile`` (nodes/profiles.toml: pi-zero-2w, pi-3b-plus,
-    pi-4b, pi-5, jetson-nano; "host" is this machine as it is) sets the seconds and joules an
-    emulated node charges; ``pacing`` makes an emulated board take its board's wall time."""
-
-    profile: str = "host"
+class NodesSection(Section):
+    profile: Literal["host", "pi-zero-2w", "pi-3b-plus", "pi-4b", "pi-5", "jetson-nano"] = "host"
+    """The device profile (nodes/profiles.toml) an emulated node charges seconds and joules by."""
     pacing: bool = False
+    """An emulated board takes its board's wall time."""
 
 
-@dataclass(frozen=True)
-class MqttSection:
-    """How ``run.mode = "mqtt"`` runs. ``broker_url``: a broker to use (mqtt://host:port, or
-    mqtts:// with ``tls_ca``); none starts an embedded one on loopback. ``emulated``: start emulated
-    boards for every node (over ``hosts`` processes, with device ``profile``); false waits for real
-    boards running `testbed node`. ``run_id``: the MQTT scope the nodes serve (`testbed node --run`).
-    Emulated boards take their device profile from ``[nodes]``.
-    ``quorum``: a round starts once this many nodes are online (or its timeout passed).
-    ``credentials``: the JSON file of `testbed acl` (per-node passwords)."""
-
+class MqttSection(Section):
     broker_url: str | None = None
+    """mqtt://host:port or mqtts:// with tls_ca; none starts an embedded broker on loopback."""
     run_id: str = "testbed"
+    """The MQTT scope the nodes serve (`testbed node --run`)."""
     emulated: bool = True
-    hosts: int = 1
-    round_timeout_s: float = 60.0
-    connect_timeout_s: float = 60.0
-    quorum: int = 1
-    max_chunk_bytes: int = 262144
+    """Start emulated boards for every node; false waits for real boards running `testbed node`."""
+    hosts: Positive[int] = 1
+    round_timeout_s: Positive[float] = 60.0
+    connect_timeout_s: Positive[float] = 60.0
+    quorum: Positive[int] = 1
+    """A round starts once this many nodes are online (or its timeout passed)."""
+    max_chunk_bytes: Positive[int] = 262144
     credentials: str | None = None
+    """The JSON file of `testbed acl` (per-node passwords)."""
     tls_ca: str | None = None
 
 
-@dataclass(frozen=True)
-class PlanSection:
-    """Constants of the DP-PASGD bound (12)–(13) for ``dp_pasgd.tau = "plan"`` and `testbed plan`;
-    a missing one is estimated from the data at θ⁰ (testbed.planning.estimate): ``smoothness`` L,
-    ``strong_convexity`` λ, ``grad_variance`` ξ², ``initial_gap`` α = L(θ⁰) − L*."""
-
-    smoothness: float | None = None
-    strong_convexity: float | None = None
-    grad_variance: float | None = None
-    initial_gap: float | None = None
-
-
-@dataclass(frozen=True)
-class OutputSection:
+class OutputSection(Section):
     dir: str = "runs"
     figures: bool = True
 
 
-@dataclass(frozen=True)
-class Config:
-    run: RunSection = field(default_factory=RunSection)
-    data: DataSection = field(default_factory=DataSection)
-    model: ModelSection = field(default_factory=ModelSection)
-    dp_pasgd: DpPasgdSection = field(default_factory=DpPasgdSection)
-    dwfl: DwflSection = field(default_factory=DwflSection)
-    privacy: PrivacySection = field(default_factory=PrivacySection)
-    budget: BudgetSection = field(default_factory=BudgetSection)
-    plan: PlanSection = field(default_factory=PlanSection)
-    nodes: NodesSection = field(default_factory=NodesSection)
-    mqtt: MqttSection = field(default_factory=MqttSection)
-    output: OutputSection = field(default_factory=OutputSection)
-
-
-CHOICES = {
-    "run.algorithm": ("dp_pasgd", "dwfl"),
-    "run.mode": ("sim", "mqtt"),
-    "data.dataset": ("synthetic", "adult-1", "adult-2", "vehicle-1", "vehicle-2"),
-    "model.kind": ("logistic", "svm", "mlp"),
-    "dp_pasgd.calibration": ("corrected", "paper_literal"),
-    "dp_pasgd.sampling": ("uniform", "poisson"),
-    "dwfl.scheme": ("ota_d2d", "orthogonal_d2d", "ota_central"),
-    "dwfl.variant": ("A", "B"),
-    "dwfl.calibration": ("with_channel_noise", "artificial_only"),
-    "dwfl.fading": ("rayleigh", "rician", "none"),
-    "dwfl.pathloss": ("none", "free_space", "umi", "uma"),
-    "dwfl.orthogonal_link": ("analog", "digital"),
-    "dwfl.init": ("common", "zeros", "independent"),
-    "privacy.accountant": ("zcdp", "rdp", "pld"),
-    "privacy.tight_accountant": ("rdp", "pld", "none"),
+#: The run-wide sections, in file order; the algorithms' own come after ``budget``.
+CORE_SECTIONS: dict[str, type[Section]] = {
+    "run": RunSection, "data": DataSection, "model": ModelSection, "privacy": PrivacySection,
+    "budget": BudgetSection, "stragglers": StragglersSection, "nodes": NodesSection, "mqtt": MqttSection,
+    "output": OutputSection,
 }
-
-POSITIVE = {
-    "data.num_nodes", "data.samples_per_node", "data.dim", "model.hidden", "dp_pasgd.steps",
-    "dp_pasgd.tau", "dp_pasgd.batch", "dp_pasgd.lr", "dp_pasgd.epsilon", "dp_pasgd.lipschitz",
-    "budget.epsilon", "budget.cost_units", "budget.bytes", "budget.energy_j",
-    "mqtt.hosts", "mqtt.round_timeout_s", "mqtt.connect_timeout_s", "mqtt.max_chunk_bytes", "mqtt.quorum",
-    "dwfl.rounds", "dwfl.batch", "dwfl.lr", "dwfl.averaging_rate", "dwfl.gmax", "dwfl.epsilon",
-    "dwfl.noise_power_w", "dwfl.bandwidth_hz", "dwfl.c_scale", "dwfl.coherence_rounds", "dwfl.area_m",
-    "dwfl.carrier_hz", "dwfl.init_std", "plan.smoothness", "plan.strong_convexity",
-}
-NON_NEGATIVE = {"run.seed", "data.heterogeneity", "dp_pasgd.sigma", "dp_pasgd.c1", "dp_pasgd.c2",
-                "dwfl.sigma2", "dwfl.k_factor", "dwfl.beta", "plan.grad_variance", "plan.initial_gap"}
-#: Keys that must also be <= 1 (fractions).
-AT_MOST_ONE = {"dwfl.averaging_rate", "dwfl.beta", "dwfl.c_scale"}
+#: Keys holding paths, resolved against the experiment file's folder.
+PATH_KEYS = (("data", "path"), ("mqtt", "credentials"), ("mqtt", "tls_ca"))
 
 
-def _sections() -> dict[str, type]:
-    return {f.name: f.type if isinstance(f.type, type) else _resolve(f.type) for f in dataclasses.fields(Config)}
+@functools.cache
+def _config_model() -> type[BaseModel]:
+    from testbed.algorithms import registry
+
+    fields: dict[str, Any] = {}
+    for name, cls in CORE_SECTIONS.items():
+        fields[name] = (cls, Field(default_factory=cls))
+    for reg in registry.registrations().values():
+        for name, cls in reg.sections.items():
+            if name in fields and fields[name][0] is not cls:
+                raise RuntimeError(f"config section [{name}] declared twice")
+            fields[name] = (cls, Field(default_factory=cls))
+    return create_model("Experiment", __config__=ConfigDict(frozen=True, extra="forbid"), **fields)
 
 
-def _resolve(name: str) -> type:
-    return globals()[name]
-
-
-def _allowed_types(annotation: Any) -> tuple[type, ...]:
-    hint = eval(annotation, globals()) if isinstance(annotation, str) else annotation
-    if typing.get_origin(hint) in (Union, types.UnionType):
-        return typing.get_args(hint)
-    return (hint,)
-
-
-def _check_type(key: str, value: Any, allowed: tuple[type, ...]) -> Any:
-    if isinstance(value, bool):
-        if bool in allowed:
-            return value
-    elif isinstance(value, int) and (int in allowed or float in allowed):
-        return value if int in allowed else float(value)
-    elif isinstance(value, float) and float in allowed:
-        if not math.isfinite(value):
-            raise ConfigError(key, f"must be a finite number, got {value}")
-        return value
-    elif isinstance(value, str) and str in allowed:
-        return value
-    names = " or ".join("a number" if t is float else {int: "an integer", bool: "true/false", str: "a string"}.get(t, t.__name__)
-                        for t in allowed if t is not type(None))
-    raise ConfigError(key, f"must be {names}, got {type(value).__name__} {value!r}")
+#: The validated experiment: one attribute per section (``config.run.seed``, ``config.dwfl.lr``).
+Config = BaseModel
 
 
 def build_config(raw: dict[str, Any]) -> Config:
-    """A validated Config from the nested dict of a TOML file (missing keys take their defaults)."""
-    sections = _sections()
-    built = {}
-    for section_name, section_values in raw.items():
-        if section_name not in sections:
-            raise ConfigError(section_name, f"unknown section; known: {', '.join(sections)}")
-        if not isinstance(section_values, dict):
-            raise ConfigError(section_name, "must be a table ([" + section_name + "])")
-    for section_name, cls in sections.items():
-        values = raw.get(section_name, {})
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        kwargs = {}
-        for key, value in values.items():
-            full = f"{section_name}.{key}"
-            if key not in fields:
-                raise ConfigError(full, f"unknown key; {section_name} takes {', '.join(fields)}")
-            kwargs[key] = _check_type(full, value, _allowed_types(fields[key].type))
-            _check_range(full, kwargs[key])
-        built[section_name] = cls(**kwargs)
-    config = Config(**built)
-    _check_consistency(config)
+    """A validated experiment from the nested dict of a TOML file (missing keys take defaults)."""
+    from testbed.algorithms import registry
+
+    model = _config_model()
+    for section, values in raw.items():
+        if section not in model.model_fields:
+            raise ConfigError(section, f"unknown section; known: {', '.join(model.model_fields)}")
+        if not isinstance(values, dict):
+            raise ConfigError(section, f"must be a table ([{section}])")
+    try:
+        config = model.model_validate(raw)
+    except ValidationError as exc:
+        raise _config_error(exc) from None
+    if config.run.algorithm not in registry.names():
+        raise ConfigError("run.algorithm", f"must be one of {', '.join(registry.names())}, got "
+                                           f"{config.run.algorithm!r}")
+    reg = registry.get(config.run.algorithm)
+    if reg.check is not None:
+        reg.check(config)
     return config
 
 
-def _check_range(key: str, value: Any) -> None:
-    if key == "dp_pasgd.tau" and isinstance(value, str):
-        if value != "plan":
-            raise ConfigError(key, f'must be a positive integer or "plan", got {value!r}')
-        return
-    if key in CHOICES and value not in CHOICES[key]:
-        raise ConfigError(key, f"must be one of {', '.join(CHOICES[key])}, got {value!r}")
-    if key in POSITIVE and not value > 0:
-        raise ConfigError(key, f"must be > 0, got {value}")
-    if key in NON_NEGATIVE and value < 0:
-        raise ConfigError(key, f"must be >= 0, got {value}")
-    if key == "privacy.delta" and not 0 < value < 1:
-        raise ConfigError(key, f"must be in (0, 1), got {value}")
-    if key in AT_MOST_ONE and value > 1:
-        raise ConfigError(key, f"must be <= 1, got {value}")
+def _config_error(exc: ValidationError) -> ConfigError:
+    """One line naming the key, from pydantic's first error (alternatives of a union merged)."""
+    errors = exc.errors()
+    first = errors[0]
+    key = ".".join(str(part) for part in first["loc"][:2])
+    same = [e for e in errors if ".".join(str(p) for p in e["loc"][:2]) == key]
+    if first["type"] == "extra_forbidden":
+        section = str(first["loc"][0])
+        known = ", ".join(_config_model().model_fields[section].annotation.model_fields) if section in \
+            _config_model().model_fields else ""
+        return ConfigError(key, f"unknown key; {section} takes {known}")
+    if first["type"] in ("value_error", "assertion_error") and len(first["loc"]) < 2:
+        key = str(first["loc"][0]) if first["loc"] else "config"
+        message = str(first["msg"]).removeprefix("Value error, ")
+        if ": " in message and message.split(": ", 1)[0].count(".") == 1 and " " not in message.split(": ", 1)[0]:
+            key, message = message.split(": ", 1)
+        return ConfigError(key, message)
+    messages = list(dict.fromkeys(_plain(e) for e in same))
+    got = first.get("input")
+    return ConfigError(key, f"{' or '.join(messages)}, got {type(got).__name__} {got!r}")
 
 
-def _check_consistency(config: Config) -> None:
-    alg = config.dp_pasgd
-    if alg.tau == "plan":
-        _check_plan(config)
-    elif alg.steps % alg.tau:
-        raise ConfigError("dp_pasgd.steps", f"K = {alg.steps} is not a multiple of tau = {alg.tau}")
-    if alg.sigma is not None and alg.epsilon is not None:
-        raise ConfigError("dp_pasgd.sigma", "give sigma or epsilon, not both")
-    if config.model.kind == "svm" and config.data.n_classes != 2 and config.data.dataset == "synthetic":
-        raise ConfigError("model.kind", "the linear SVM is binary; set data.n_classes = 2")
-    private = alg.epsilon is not None or (alg.sigma or 0) > 0
-    if config.model.kind == "mlp" and private and not alg.clip:
-        raise ConfigError("dp_pasgd.clip", "the MLP has no per-sample gradient bound; a private run must clip")
-    if alg.clip and alg.lipschitz is None:
-        raise ConfigError("dp_pasgd.lipschitz", "clipping needs the clip norm G (dp_pasgd.lipschitz)")
-    if config.data.n_classes < 2:
-        raise ConfigError("data.n_classes", f"must be >= 2, got {config.data.n_classes}")
-    dwfl = config.dwfl
-    if dwfl.sigma2 is not None and dwfl.epsilon is not None:
-        raise ConfigError("dwfl.sigma2", "give sigma2 or epsilon, not both")
-    if dwfl.noise_power_w is not None and dwfl.noise_figure_db is not None:
-        raise ConfigError("dwfl.noise_figure_db", "give noise_power_w or noise_figure_db (thermal noise), not both")
-    if dwfl.scheme == "ota_central" and dwfl.init == "independent":
-        raise ConfigError("dwfl.init", "ota_central keeps one model at the server; use common or zeros")
+_TYPE_WORDS = {"float_type": "a number", "float_parsing": "a number", "int_type": "an integer",
+               "int_parsing": "an integer", "int_from_float": "an integer", "bool_type": "true/false",
+               "bool_parsing": "true/false", "string_type": "a string", "model_type": "a table",
+               "dict_type": "a table"}
+_BOUND_WORDS = {"greater_than": ("gt", ">"), "greater_than_equal": ("ge", ">="), "less_than": ("lt", "<"),
+                "less_than_equal": ("le", "<=")}
 
 
-def _check_plan(config: Config) -> None:
-    """What ``dp_pasgd.tau = "plan"`` needs: a cost budget, an ε target, and no fixed σ."""
-    if config.budget.cost_units is None:
-        raise ConfigError("budget.cost_units", 'tau = "plan" needs the resource budget C_th')
-    if config.dp_pasgd.epsilon is None and config.budget.epsilon is None:
-        raise ConfigError("dp_pasgd.epsilon", 'tau = "plan" needs a privacy target (dp_pasgd.epsilon or budget.epsilon)')
-    if config.dp_pasgd.sigma is not None:
-        raise ConfigError("dp_pasgd.sigma", 'tau = "plan" chooses sigma; remove it')
+def _plain(error: dict) -> str:
+    """pydantic's message in the words of our errors: "must be a number", "must be > 0"..."""
+    kind, ctx = error["type"], error.get("ctx", {})
+    if kind in _TYPE_WORDS:
+        return "must be " + _TYPE_WORDS[kind]
+    if kind in _BOUND_WORDS:
+        name, sign = _BOUND_WORDS[kind]
+        return f"must be {sign} {ctx.get(name)}"
+    if kind == "literal_error":
+        return "must be one of " + str(ctx.get("expected", "")).replace("'", "")
+    if kind == "finite_number":
+        return "must be a finite number"
+    text = str(error["msg"])
+    for prefix in ("Input should be ", "Value error, "):
+        text = text.removeprefix(prefix)
+    return text if text.startswith("must") else "must be " + text
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -362,16 +238,24 @@ def parse_override(text: str) -> tuple[list[str], Any]:
 
 
 def load_config(path: str | Path, overrides: list[str] = ()) -> Config:
-    """Read, override (``--set section.key=value``) and validate an experiment file."""
+    """Read, override (``--set section.key=value``) and validate an experiment file; its relative
+    paths are resolved against its folder."""
     path = Path(path)
     try:
         text = path.read_text()
     except FileNotFoundError:
         raise ConfigError(str(path), "experiment file not found") from None
-    return load_config_text(text, overrides, source=str(path))
+    except IsADirectoryError:
+        raise ConfigError(str(path), "is a folder, not an experiment file") from None
+    except UnicodeDecodeError:
+        raise ConfigError(str(path), "is not a text file (an experiment file is TOML)") from None
+    except OSError as exc:
+        raise ConfigError(str(path), f"cannot be read: {exc.strerror}") from None
+    return load_config_text(text, overrides, source=str(path), base_dir=path.resolve().parent)
 
 
-def load_config_text(text: str, overrides: list[str] = (), source: str = "<text>") -> Config:
+def load_config_text(text: str, overrides: list[str] = (), source: str = "<text>",
+                     base_dir: Path | None = None) -> Config:
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -382,27 +266,42 @@ def load_config_text(text: str, overrides: list[str] = (), source: str = "<text>
         if not isinstance(table, dict):
             raise ConfigError(section, "must be a table")
         table[key] = value
+    if base_dir is not None:
+        for section, key in PATH_KEYS:
+            table = raw.get(section)
+            if isinstance(table, dict) and isinstance(table.get(key), str) and not Path(table[key]).is_absolute():
+                table[key] = str(base_dir / table[key])
     return build_config(raw)
 
 
 def replace(config: Config, **sections: dict[str, Any]) -> Config:
     """A copy of ``config`` with some keys changed, e.g. ``replace(c, run={"seed": 3})``; validated."""
-    raw = to_dict(config)
+    raw = to_dict(config, used_only=False)
     for name, values in sections.items():
-        raw[name].update(values)
+        raw.setdefault(name, {}).update(values)
     return build_config(raw)
 
 
-def to_dict(config: Config) -> dict[str, dict[str, Any]]:
-    """The config as nested dicts, None values left out (TOML has no null)."""
-    return {
-        name: {k: v for k, v in dataclasses.asdict(getattr(config, name)).items() if v is not None}
-        for name in _sections()
-    }
+def used_sections(config: Config) -> list[str]:
+    """The sections a run of ``config`` reads: the run-wide ones and its algorithm's own."""
+    from testbed.algorithms import registry
+
+    own = list(registry.get(config.run.algorithm).sections)
+    core = list(CORE_SECTIONS)
+    at = core.index("budget")
+    return core[:at] + own + core[at:]
+
+
+def to_dict(config: Config, used_only: bool = True) -> dict[str, dict[str, Any]]:
+    """The config as nested dicts, None values left out (TOML has no null); by default only the
+    sections the run uses."""
+    names = used_sections(config) if used_only else list(type(config).model_fields)
+    return {name: getattr(config, name).model_dump(exclude_none=True) for name in names}
 
 
 def to_toml(config: Config) -> str:
-    """The resolved config as a TOML file that :func:`load_config` reads back to an equal Config."""
+    """The resolved config as a TOML file that :func:`load_config` reads back to an equal Config
+    (only the sections the run uses)."""
     lines = []
     for name, values in to_dict(config).items():
         lines.append(f"[{name}]")
@@ -411,9 +310,21 @@ def to_toml(config: Config) -> str:
     return "\n".join(lines)
 
 
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of an experiment file (every section of every algorithm)."""
+    schema = _config_model().model_json_schema()
+    schema["title"] = "testbed experiment file"
+    schema["$schema"] = "http://json-schema.org/draft-07/schema#"
+    return schema
+
+
+def json_schema_text() -> str:
+    return json.dumps(json_schema(), indent=2) + "\n"
+
+
 def _toml_value(v: Any) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, str):
-        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        return json.dumps(v)  # a TOML basic string is a JSON string
     return repr(v)

@@ -71,6 +71,11 @@ class GaussianEvent:
         sampling: how the records entering each composition were chosen: "none" (all of them, or
             no amplification claimed), "without_replacement" (a fixed-size uniform batch), "poisson".
         sampling_rate: batch size over dataset size (expected size for Poisson); 1 for "none".
+        observer: whom the noise protects the node's data against, the first party to see the
+            release: "server" (an upload), "peers" (a D2D or over-the-air exchange) or "public"
+            (a broadcast anyone may hear). What an observer passes on is post-processing.
+        issuer: "node" (the node's own step) or "server" (issued on the node's behalf: server-side
+            noise, or a correction when what happened was less private than planned).
     """
 
     node: int
@@ -81,6 +86,8 @@ class GaussianEvent:
     adjacency: str = "replace_one"
     sampling: str = "none"
     sampling_rate: float = 1.0
+    observer: str = "server"
+    issuer: str = "node"
 
     kind = "privacy"
 
@@ -90,8 +97,25 @@ class GaussianEvent:
         return (self.sigma, self.sensitivity, self.adjacency, self.sampling, self.sampling_rate)
 
 
-Event = Union[ComputeEvent, CommunicationEvent, GaussianEvent]
-EVENT_TYPES = {cls.kind: cls for cls in (ComputeEvent, CommunicationEvent, GaussianEvent)}
+#: Whom a privacy event protects against (GaussianEvent.observer).
+OBSERVERS = ("server", "peers", "public")
+
+
+@dataclass(frozen=True)
+class StraggleEvent:
+    """The node missed the round: ``reason`` is "emulated" (the straggler model), "deadline" (no
+    answer in time), "offline", "refused_update" (its answer failed validation) or "no_exchange"
+    (too few peers transmitted). It costs nothing; what the node did release is charged apart."""
+
+    node: int
+    round: int
+    reason: str
+
+    kind = "straggle"
+
+
+Event = Union[ComputeEvent, CommunicationEvent, GaussianEvent, StraggleEvent]
+EVENT_TYPES = {cls.kind: cls for cls in (ComputeEvent, CommunicationEvent, GaussianEvent, StraggleEvent)}
 
 
 @dataclass
@@ -106,6 +130,7 @@ class Totals:
     compute_s: float = 0.0
     airtime_s: float = 0.0
     energy_j: float = 0.0
+    rounds_straggled: int = 0
 
     def add(self, event: Event) -> None:
         if isinstance(event, ComputeEvent):
@@ -120,6 +145,8 @@ class Totals:
             self.bytes_down += event.bytes_down
             self.airtime_s += event.airtime_s
             self.energy_j += event.energy_j
+        elif isinstance(event, StraggleEvent):
+            self.rounds_straggled += 1
 
     @property
     def bytes_total(self) -> int:
@@ -128,13 +155,16 @@ class Totals:
 
 @dataclass
 class NodeLedger:
-    """The events of one node, with running totals and the privacy compositions tallied by signature."""
+    """The events of one node, with running totals and the privacy compositions tallied by
+    signature: all of them (``privacy``) and per observer (``by_observer``)."""
 
     node: int
     events: list[Event] = field(default_factory=list)
     totals: Totals = field(default_factory=Totals)
     privacy: Counter = field(default_factory=Counter)
+    by_observer: dict[str, Counter] = field(default_factory=dict)
     rounds_logged: set = field(default_factory=set)
+    server_rounds: set = field(default_factory=set)
     round_energy_j: dict = field(default_factory=dict)
 
     def extend(self, events: Iterable[Event]) -> None:
@@ -142,32 +172,42 @@ class NodeLedger:
             if event.node != self.node:
                 raise ValueError(f"event of node {event.node} offered to the ledger of node {self.node}")
             self.events.append(event)
-            self.rounds_logged.add(event.round)
+            if getattr(event, "issuer", "node") == "server":
+                self.server_rounds.add(event.round)
+            elif not isinstance(event, StraggleEvent):
+                self.rounds_logged.add(event.round)
             if isinstance(event, (ComputeEvent, CommunicationEvent)):
                 self.round_energy_j[event.round] = self.round_energy_j.get(event.round, 0.0) + event.energy_j
             self.totals.add(event)
             if isinstance(event, GaussianEvent):
                 self.privacy[event.signature] += event.count
+                self.by_observer.setdefault(event.observer, Counter())[event.signature] += event.count
 
     def has_round(self, round_index: int) -> bool:
-        """Whether events of ``round_index`` are already logged (a node that re-runs a round after a
-        restart releases the same values again, from the same random streams: nothing new to charge)."""
+        """Whether the node's own events of ``round_index`` are already logged (a node that re-runs
+        a round after a restart releases the same values again, from the same random streams:
+        nothing new to charge)."""
         return round_index in self.rounds_logged
+
+    def has_server_events(self, round_index: int) -> bool:
+        """Whether events the server issued on this node's behalf for ``round_index`` are logged."""
+        return round_index in self.server_rounds
 
     @property
     def max_round_energy_j(self) -> float:
         """Joules of the costliest round logged (0 before any): the forecast of the next round's."""
         return max(self.round_energy_j.values(), default=0.0)
 
-    def projected(self, events: Iterable[Event]) -> tuple[Totals, Counter]:
-        """Totals and privacy tally as they would be after ``events``, without appending them."""
+    def projected(self, events: Iterable[Event]) -> tuple[Totals, dict[str, Counter]]:
+        """Totals and the per-observer privacy tallies as they would be after ``events``, without
+        appending them."""
         totals = dataclasses.replace(self.totals)
-        privacy = Counter(self.privacy)
+        tallies = {observer: Counter(tally) for observer, tally in self.by_observer.items()}
         for event in events:
             totals.add(event)
             if isinstance(event, GaussianEvent):
-                privacy[event.signature] += event.count
-        return totals, privacy
+                tallies.setdefault(event.observer, Counter())[event.signature] += event.count
+        return totals, tallies
 
 
 LEDGER_COLUMNS = ["kind"] + list(

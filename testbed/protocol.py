@@ -1,38 +1,45 @@
-"""The messages of a federated round over a transport: what the coordinator and a node say.
+"""The messages of a federated round over a transport: what the coordinator, a node and the
+channel say. Nothing here names an algorithm: tensors are the ones the algorithm declares.
 
-Each is a wire message (testbed.wire: JSON header plus tensors). The coordinator broadcasts a
-``round`` carrying the whole experiment (its resolved TOML) and the state every node starts from,
-so a node that joins or comes back mid-run needs nothing else; a node answers with an ``update``
-(its tensors and the ledger events of the round) or a ``refused`` (a budget it would break).
+Each is a wire message (testbed.wire: JSON header plus tensors). The coordinator sends a
+``round`` carrying the whole experiment (its resolved TOML), the nodes expected to take part, the
+events the server issued on a node's behalf since its last round (``charges``) and the node's
+downlink tensors: once on the broadcast topic when every node gets the same, else on each node's
+own downlink with its own rows. A node answers with an ``update`` (its uplink tensors, per-node
+metrics and the ledger events of the round) or a ``refused`` (a budget it would break). A node not
+among ``expected`` (an emulated straggler) does nothing. ``setup`` asks every node for the
+algorithm's one-time upload, answered by a ``setup_update``.
 
-Over-the-air algorithms (DWFL) put the channel emulator in the middle of a round: the coordinator
-tells it which nodes will transmit (``transmit``, on ``chan``) and sends each node its own model
-(``round`` on the node's downlink); each node answers the channel with its transmit ``signal``;
-the channel sends each sender only what it received (``received``); the node finishes its update
-and answers the coordinator with an ``update`` carrying its new model.
+Over-the-air algorithms put the channel emulator in the middle of a round: the coordinator tells it
+which nodes will transmit, the signal's shape and the channel (``transmit``, on ``chan``); each node
+answers the round with its transmit ``signal`` to the channel; the channel sends each sender only
+what it received (``received``); the node finishes its update and answers the coordinator.
 
-``session`` is a random id of one coordinator run: replies carrying another session (a stale
-node, a resumed run's predecessor) are ignored.
+``session`` is a random id of one coordinator run: replies carrying another session (a stale node,
+a resumed run's predecessor) are ignored.
 
 Example::
 
     >>> import numpy as np
-    >>> raw = update(run="r1", session="s", round_index=3, node=7, tensors={"params": np.zeros(2)}, events=[])
+    >>> raw = update(run="r1", session="s", round_index=3, node=7, tensors={"update": np.zeros(2)}, events=[])
     >>> msg = wire.decode(raw)
-    >>> msg.kind, msg.round, msg.sender, parse_events(msg, node=7)
-    ('update', 3, '7', [])
+    >>> msg.kind, msg.round, msg.sender, parse_events(msg, node=7), metrics_of(msg)
+    ('update', 3, '7', [], {})
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
 from testbed import wire
+from testbed.algorithms.contract import SETUP_ROUND, TensorSpec
 from testbed.ledger import Event, event_from_dict, event_to_dict
 
 ROUND, UPDATE, REFUSED, STOP = "round", "update", "refused", "stop"
+SETUP, SETUP_UPDATE = "setup", "setup_update"
 TRANSMIT, SIGNAL, RECEIVED = "transmit", "signal", "received"
 COORDINATOR = "coordinator"
 CHANNEL = "channel"
@@ -45,63 +52,84 @@ class Reply(NamedTuple):
     payload: bytes
 
 
-def round_(run: str, session: str, round_index: int, config_toml: str,
-           tensors: Mapping[str, np.ndarray]) -> bytes:
-    """Coordinator → nodes: run round ``round_index`` of the experiment ``config_toml`` from ``tensors``."""
+def _meta(session: str, **items: Any) -> dict[str, Any]:
+    return {"session": session, **items}
+
+
+def round_(run: str, session: str, round_index: int, config_toml: str, expected: Sequence[int],
+           tensors: Mapping[str, np.ndarray], charges: Sequence[Event] = ()) -> bytes:
+    """Coordinator → nodes: run round ``round_index`` of ``config_toml`` if you are ``expected``."""
     return wire.encode({"run": run, "round": round_index, "sender": COORDINATOR, "kind": ROUND,
-                        "meta": {"session": session, "config": config_toml}}, tensors)
+                        "meta": _meta(session, config=config_toml, expected=[int(n) for n in expected],
+                                      charges=[event_to_dict(e) for e in charges])}, tensors)
+
+
+def setup(run: str, session: str, config_toml: str, expected: Sequence[int]) -> bytes:
+    """Coordinator → nodes: run the algorithm's one-time setup step."""
+    return wire.encode({"run": run, "round": 0, "sender": COORDINATOR, "kind": SETUP,
+                        "meta": _meta(session, config=config_toml, expected=[int(n) for n in expected])})
 
 
 def update(run: str, session: str, round_index: int, node: int, tensors: Mapping[str, np.ndarray],
-           events: Sequence[Event]) -> bytes:
-    """Node → coordinator: what the node sends after its step, and the events it caused."""
-    return wire.encode({"run": run, "round": round_index, "sender": str(node), "kind": UPDATE,
-                        "meta": {"session": session, "events": [event_to_dict(e) for e in events]}}, tensors)
+           events: Sequence[Event], metrics: Mapping[str, float] | None = None, kind: str = UPDATE) -> bytes:
+    """Node → coordinator: what the node sends after its step, its metrics and the events it caused
+    (``kind`` SETUP_UPDATE for the setup step, whose wire round is 0)."""
+    return wire.encode({"run": run, "round": max(round_index, 0), "sender": str(node), "kind": kind,
+                        "meta": _meta(session, events=[event_to_dict(e) for e in events],
+                                      metrics={k: float(v) for k, v in (metrics or {}).items()})}, tensors)
 
 
 def refused(run: str, session: str, round_index: int, node: int, budget: str, would_be: float,
             limit: float) -> bytes:
     """Node → coordinator: the node will not run this round, it would break ``budget``."""
-    return wire.encode({"run": run, "round": round_index, "sender": str(node), "kind": REFUSED,
-                        "meta": {"session": session, "budget": budget, "would_be": would_be, "limit": limit}})
+    return wire.encode({"run": run, "round": max(round_index, 0), "sender": str(node), "kind": REFUSED,
+                        "meta": _meta(session, budget=budget, would_be=would_be, limit=limit)})
 
 
 def stop(run: str, session: str, status: str) -> bytes:
     """Coordinator → nodes: the run is over (``status`` as in summary.json)."""
     return wire.encode({"run": run, "round": 0, "sender": COORDINATOR, "kind": STOP,
-                        "meta": {"session": session, "status": status}})
+                        "meta": _meta(session, status=status)})
 
 
 def transmit(run: str, session: str, round_index: int, config_toml: str, senders: Sequence[int],
-             signal_timeout_s: float, tensors: Mapping[str, np.ndarray]) -> bytes:
+             signal_timeout_s: float, signal_spec: TensorSpec, tensors: Mapping[str, np.ndarray]) -> bytes:
     """Coordinator → channel: round ``round_index`` of ``config_toml`` is on, on the channel in
-    ``tensors`` (what the algorithm shares with every node, e.g. DWFL's ``channel_h``); expect the
-    signals of ``senders`` for at most ``signal_timeout_s`` seconds."""
+    ``tensors`` (e.g. DWFL's ``channel_h``); expect a signal of ``signal_spec`` from each of
+    ``senders`` for at most ``signal_timeout_s`` seconds."""
     return wire.encode({"run": run, "round": round_index, "sender": COORDINATOR, "kind": TRANSMIT,
-                        "meta": {"session": session, "config": config_toml, "senders": [int(n) for n in senders],
-                                 "signal_timeout_s": signal_timeout_s}}, tensors)
+                        "meta": _meta(session, config=config_toml, senders=[int(n) for n in senders],
+                                      signal_timeout_s=signal_timeout_s, signal_shape=list(signal_spec.shape),
+                                      signal_dtype=signal_spec.dtype)}, tensors)
 
 
 def signal(run: str, session: str, round_index: int, node: int, signal_row: np.ndarray) -> bytes:
-    """Node → channel: the node's transmit signal of the round, (P,) real, sqrt(W)."""
+    """Node → channel: the node's transmit signal of the round."""
     return wire.encode({"run": run, "round": round_index, "sender": str(node), "kind": SIGNAL,
-                        "meta": {"session": session}}, {"signal": signal_row})
+                        "meta": _meta(session)}, {"signal": signal_row})
 
 
 def received(run: str, session: str, round_index: int, senders: Sequence[int], received_row: np.ndarray) -> bytes:
     """Channel → one node: what it received in the round, and which nodes transmitted."""
     return wire.encode({"run": run, "round": round_index, "sender": CHANNEL, "kind": RECEIVED,
-                        "meta": {"session": session, "senders": [int(n) for n in senders]}},
-                       {"received": received_row})
+                        "meta": _meta(session, senders=[int(n) for n in senders])}, {"received": received_row})
+
+
+def _ids(msg: wire.Message, key: str) -> list[int]:
+    raw: Any = msg.meta.get(key)
+    if not isinstance(raw, list) or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in raw):
+        raise wire.WireError("bad_header", f"{msg.kind} without a list of node ids in {key!r}")
+    return raw
 
 
 def senders_of(msg: wire.Message) -> list[int]:
-    """The ``senders`` list of a transmit or received message; raises WireError unless it is a
-    list of node ids."""
-    raw: Any = msg.meta.get("senders")
-    if not isinstance(raw, list) or not all(isinstance(n, int) and not isinstance(n, bool) for n in raw):
-        raise wire.WireError("bad_header", f"{msg.kind} without a list of sender ids")
-    return raw
+    """The ``senders`` of a transmit or received message; WireError unless a list of node ids."""
+    return _ids(msg, "senders")
+
+
+def expected_of(msg: wire.Message) -> list[int]:
+    """The ``expected`` nodes of a round or setup; WireError unless a list of node ids."""
+    return _ids(msg, "expected")
 
 
 def session_of(msg: wire.Message) -> str | None:
@@ -109,18 +137,60 @@ def session_of(msg: wire.Message) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def parse_events(msg: wire.Message, node: int) -> list[Event]:
-    """The ledger events of an ``update``; raises WireError unless they are well formed, all of
-    ``node`` and all of the message's round (a node cannot charge another node or round)."""
-    raw: Any = msg.meta.get("events")
+def config_of(msg: wire.Message) -> str:
+    value = msg.meta.get("config")
+    if not isinstance(value, str) or session_of(msg) is None:
+        raise wire.WireError("bad_header", f"a {msg.kind} needs a session and a config")
+    return value
+
+
+def signal_spec_of(msg: wire.Message) -> TensorSpec:
+    """The signal shape and dtype a transmit notice declares."""
+    shape, dtype = msg.meta.get("signal_shape"), msg.meta.get("signal_dtype")
+    if not isinstance(shape, list) or not all(isinstance(d, int) and d > 0 for d in shape) or dtype not in (
+            "float64", "float32", "complex128"):
+        raise wire.WireError("bad_header", "a transmit notice needs signal_shape and signal_dtype")
+    return TensorSpec(tuple(shape), dtype)
+
+
+def metrics_of(msg: wire.Message) -> dict[str, float]:
+    """An update's per-node metrics (name → finite number)."""
+    raw: Any = msg.meta.get("metrics", {})
+    if not isinstance(raw, dict) or not all(
+            isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            for k, v in raw.items()):
+        raise wire.WireError("bad_header", "metrics must map names to finite numbers")
+    return {k: float(v) for k, v in raw.items()}
+
+
+def _events(raw: Any, what: str) -> list[Event]:
     if not isinstance(raw, list):
-        raise wire.WireError("bad_header", "update without an events list")
+        raise wire.WireError("bad_header", f"{what} without an events list")
     try:
-        events = [event_from_dict(item) for item in raw]
+        return [event_from_dict(item) for item in raw]
     except (TypeError, ValueError) as exc:
         raise wire.WireError("bad_header", f"malformed ledger event: {exc}") from None
+
+
+def parse_events(msg: wire.Message, node: int, round_index: int | None = None) -> list[Event]:
+    """The ledger events of an update; WireError unless they are well formed, all of ``node`` and all
+    of the round (``round_index``, default the message's: a node cannot charge another node or round)."""
+    events = _events(msg.meta.get("events"), "an update")
+    want = msg.round if round_index is None else round_index
     for event in events:
-        if event.node != node or event.round != msg.round:
+        if event.node != node or event.round != want:
             raise wire.WireError("wrong_sender", f"event of node {event.node} round {event.round} "
-                                                 f"in an update of node {node} round {msg.round}")
+                                                 f"in an update of node {node} round {want}")
     return events
+
+
+def charges_of(msg: wire.Message, node: int) -> list[Event]:
+    """The events the server issued on ``node``'s behalf that a round carries (only the node's own,
+    only server-issued, only of earlier rounds)."""
+    events = _events(msg.meta.get("charges", []), "a round's charges")
+    mine = [e for e in events if e.node == node]
+    for event in mine:
+        if getattr(event, "issuer", None) != "server" or not SETUP_ROUND <= event.round < msg.round:
+            raise wire.WireError("bad_header", f"a charge of round {event.round} that the server did not issue "
+                                               f"before round {msg.round}")
+    return mine

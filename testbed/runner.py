@@ -1,29 +1,38 @@
-"""Runs an experiment: the rounds loop, budgets before every round, metrics and ledger after it.
+"""Runs an experiment as a short pipeline of named stages:
 
-The loop is the same whatever moves the messages; in ``sim`` every node's step runs at once on
-stacked arrays in this process.
+1. :func:`load` — the data this run holds and the model;
+2. :func:`plan` — the algorithm's planning stage, if it has one (DP-PASGD's ``tau = "plan"``);
+3. :func:`open_run` — the run directory (new, or a killed run's to resume);
+4. :func:`build_nodes` — the nodes: in this process (``sim``) or over MQTT;
+5. :func:`run_rounds` — setup, then each round: budgets first, emulated stragglers, the nodes'
+   step, the server step, ledger, checkpoint and metrics;
+6. :func:`finish` — summary.json (also when a stage failed), figures, the tight accountant.
+
+The rounds loop is the same whatever moves the messages: a :class:`testbed.nodes_api.Nodes`
+answers each round with a :class:`~testbed.nodes_api.RoundOutcome`.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from nodes.costs import NodeCosts
-from testbed.algorithms import Algorithm, NodeOutput, RoundResult, from_config
+from testbed.algorithms import registry
+from testbed.algorithms.contract import SETUP_ROUND, Algorithm, RoundContext, State, WithSetup
 from testbed.assemble import load_data, model_for
 from testbed.budgets import Budgets, Exceeded, budgets_from_config
 from testbed.config import Config, to_toml
 from testbed.data.federated import FederatedData, Split
-from testbed.ledger import LedgerWriter, NodeLedger, read_ledger
+from testbed.errors import ConfigError
+from testbed.ledger import Event, LedgerWriter, NodeLedger, StraggleEvent, read_ledger
 from testbed.models import Model
-from testbed.planning.resolve import resolve_plan
-from testbed.privacy.accountants import BackgroundEpsilons, epsilon as account
+from testbed.nodes_api import Nodes, RoundOutcome
+from testbed.privacy.accountants import BackgroundEpsilons, epsilon_by_observer, worst_epsilon
 from testbed.progress import Progress
 from testbed.results import RunDirectory
 from testbed.rng import GLOBAL, Purpose, stream
@@ -60,23 +69,78 @@ def default_run_dir(config: Config) -> Path:
     return Path(config.output.dir) / f"{config.run.name}-{stamp}-s{config.run.seed}"
 
 
-class SimNodes:
-    """Every node in this process, stepped at once on stacked arrays (``run.mode = "sim"``); each
-    node is charged an equal share of the step's CPU time, through its device profile's model."""
+@dataclass
+class Run:
+    """What the stages share: the pieces built so far and the run's progress."""
 
-    def __init__(self, alg: Algorithm, data: FederatedData, seed: int, costs: NodeCosts):
-        self.alg, self.data, self.seed, self.costs = alg, data, seed, costs
-        self.node_ids = list(data.node_ids)
+    config: Config
+    data: FederatedData
+    model: Model
+    algorithm: Algorithm
+    budgets: Budgets
+    ledgers: list[NodeLedger]
+    directory: RunDirectory
+    state: State
+    plan: dict | None = None
+    rounds_done: int = 0
+    status: str = "completed"
+    stopped: Exceeded | None = None
+    failure: str | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+    wall_start: float = field(default_factory=time.monotonic)
 
-    def step(self, state: Any, round_index: int) -> RoundResult:
-        start = time.process_time()
-        out = self.alg.node_step(state, self.data.train, self.node_ids, round_index, self.seed)
-        share = (time.process_time() - start) / len(self.node_ids)
-        events = [self.costs.charge_modelled(e, share) for e in out.events]
-        return RoundResult(NodeOutput(out.node_ids, out.params, events))
 
-    def close(self, status: str) -> None:
-        self.costs.close()
+def load(config: Config) -> tuple[FederatedData, Model]:
+    """Stage 1: every node's data (sim and the coordinator evaluate on all of it) and the model."""
+    data = load_data(config.data, config.run.seed)
+    return data, model_for(config.model, data)
+
+
+def plan(config: Config, model: Model, data: FederatedData) -> tuple[Config, dict | None]:
+    """Stage 2: the algorithm's planning stage (values the config left to it), if any."""
+    reg = registry.get(config.run.algorithm)
+    return reg.plan(config, model, data) if reg.plan is not None else (config, None)
+
+
+def check_accountants(config: Config, algorithm: Algorithm, node_ids: list[int]) -> None:
+    """Refuse before round 1, naming the key, an accountant that cannot account the algorithm's
+    releases (asked of the accountant, as dp-accounting's ``supports()`` does)."""
+    from testbed.privacy import accountants
+    unsupported_reason = getattr(accountants, "unsupported_reason", lambda name, events: None)  # MERGE-TODO
+
+    ctx = RoundContext(0, config.run.seed, config.data.num_nodes, tuple(node_ids))
+    events = [e for e in algorithm.planned_events(node_ids[0], ctx) if e.kind == "privacy"]
+    for key, name in (("privacy.accountant", config.privacy.accountant),
+                      ("privacy.tight_accountant", config.privacy.tight_accountant)):
+        if name != "none" and events and (reason := unsupported_reason(name, events)) is not None:
+            raise ConfigError(key, reason)
+
+
+def open_run(config: Config, out_dir: Path | None, resume: bool, algorithm: Algorithm, model: Model,
+             ledgers: list[NodeLedger]) -> tuple[RunDirectory, int, State]:
+    """Stage 3: a new run directory, or a killed run's, checked, with its ledger read back."""
+    if resume:
+        directory = RunDirectory.reopen(out_dir)
+        for event in read_ledger(directory.ledger_path):
+            ledgers[event.node].extend([event])
+        rounds_done, state = directory.load_checkpoint()
+        return directory, rounds_done, state
+    directory = RunDirectory(out_dir or default_run_dir(config))
+    directory.write_config(to_toml(config))
+    params0 = model.init(stream(config.run.seed, GLOBAL, -1, Purpose.INIT))
+    return directory, 0, algorithm.init_state(params0)
+
+
+def build_nodes(config: Config, algorithm: Algorithm, data: FederatedData, quiet: bool) -> Nodes:
+    """Stage 4: the run's nodes, however they are reached."""
+    if config.run.mode == "mqtt":
+        from testbed.coordinator import MqttNodes
+
+        return MqttNodes(config.mqtt, config.nodes, to_toml(config), list(data.node_ids), algorithm,
+                         seed=config.run.seed, quiet=quiet)
+    from testbed.sim_nodes import SimNodes
+
+    return SimNodes(algorithm, data, config.run.seed, config.nodes.profile)
 
 
 def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = False,
@@ -88,137 +152,213 @@ def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = Fa
     (same seed, same streams, the same values released again) is not charged twice.
     """
     wall_start = time.monotonic()
-    data = load_data(config)
-    model = model_for(config, data)
-    config, plan = resolve_plan(config, model, data)  # dp_pasgd.tau = "plan" → the planned τ, K, σ
-    alg = from_config(config, model, data)
-    budgets = budgets_from_config(config)
+    data, model = load(config)
+    config, planned = plan(config, model, data)
+    algorithm = registry.build(config, model, data)
+    check_accountants(config, algorithm, list(data.node_ids))
     ledgers = [NodeLedger(node) for node in data.node_ids]
-
-    if resume:
-        run = RunDirectory.reopen(out_dir)
-        for event in read_ledger(run.ledger_path):
-            ledgers[event.node].extend([event])
-        rounds_done, state = run.load_checkpoint()
-    else:
-        run = RunDirectory(out_dir or default_run_dir(config))
-        run.write_config(to_toml(config))
-        rounds_done, state = 0, alg.init_state(model.init(stream(config.run.seed, GLOBAL, -1, Purpose.INIT)))
-    ledger_file = LedgerWriter(run.ledger_path)
-    progress = Progress(alg.rounds, enabled=not quiet)
-    status, stopped, metrics = "completed", None, evaluate(model, alg.eval_params(state), data)
-    nodes = None
+    directory, rounds_done, state = open_run(config, out_dir, resume, algorithm, model, ledgers)
+    run = Run(config, data, model, algorithm, budgets_from_config(config.budget, config.privacy), ledgers,
+              directory, state, planned, rounds_done, wall_start=wall_start)
+    run.metrics = evaluate(model, algorithm.eval_params(state), data)
     tight = config.privacy.tight_accountant
     tight_job = None if tight == "none" else BackgroundEpsilons(tight)
+    nodes = None
     try:
-        if config.run.mode == "mqtt":
-            from testbed.mqtt.coordinator import MqttNodes
-
-            nodes = MqttNodes(config, to_toml(config), data.node_ids, quiet=quiet, algorithm=alg)
-        else:
-            nodes = SimNodes(alg, data, config.run.seed, NodeCosts(config.nodes.profile, "model"))
-        for r in range(rounds_done, alg.rounds):
-            stopped = _first_exceeded(budgets, ledgers, alg, r)
-            if stopped is not None:
-                status = "stopped_budget"
-                break
-            result = nodes.step(state, r)
-            if result.refused:
-                node, budget, would_be, limit = result.refused[0]
-                stopped, status = Exceeded(node, budget, would_be, limit), "stopped_budget"
-                break
-            for node, events in zip(result.output.node_ids, result.output.events):
-                if not ledgers[node].has_round(r):
-                    ledgers[node].extend(events)
-                    ledger_file.write(events)
-            if result.state is not None:  # the nodes finished the round themselves
-                state = result.state
-            elif result.output.node_ids:  # nobody answered: the model stays as it was
-                state = alg.combine(result.output, state)
-            rounds_done = r + 1
-            run.save_checkpoint(rounds_done, state)
-            metrics = evaluate(model, alg.eval_params(state), data)
-            eps = max(account(budgets.accountant, led.privacy, budgets.delta) for led in ledgers)
-            run.append_metrics({
-                "round": rounds_done, "local_steps": max(led.totals.local_steps for led in ledgers), **metrics,
-                "cost_units": max(led.totals.cost_units for led in ledgers), "epsilon": eps,
-                "bytes_total": max(led.totals.bytes_total for led in ledgers),
-                "stragglers": len(result.stragglers), "wall_s": round(time.monotonic() - wall_start, 4),
-            })
-            progress.update(rounds_done, metrics["train_loss"], eps)
-    except BaseException:
-        status = "failed"
+        nodes = build_nodes(config, algorithm, data, quiet)
+        run_rounds(run, nodes, quiet)
+    except BaseException as exc:
+        run.status, run.failure = "failed", f"{type(exc).__name__}: {exc}"
         if tight_job is not None:
             tight_job.close()
             tight_job = None
         raise
     finally:
         if nodes is not None:
-            nodes.close(status)
+            try:
+                nodes.close(run.status)
+            except Exception as exc:  # the summary must still be written
+                run.status, run.failure = "failed", f"closing the nodes: {type(exc).__name__}: {exc}"
+        summary = finish(run, tight_job)
+    return RunResult(directory.path, summary)
+
+
+def run_rounds(run: Run, nodes: Nodes, quiet: bool) -> None:
+    """Stage 5: setup (once), then the rounds, until done or a budget would break."""
+    alg, config = run.algorithm, run.config
+    ledger_file = LedgerWriter(run.directory.ledger_path)
+    progress = Progress(alg.rounds, enabled=not quiet)
+    try:
+        if alg.has_setup and run.rounds_done == 0 and not any(led.has_round(SETUP_ROUND) for led in run.ledgers):
+            assert isinstance(alg, WithSetup)
+            outcome = nodes.setup(run.state)
+            _charge(run, outcome, ledger_file)
+            server = alg.server_setup(run.state, outcome.result, outcome.ctx)
+            run.state = server.state
+            _charge_server(run, server.events, nodes, ledger_file)
+            run.directory.save_checkpoint(0, run.state)
+        for r in range(run.rounds_done, alg.rounds):
+            excluded = emulated_stragglers(config, alg, r, [led.node for led in run.ledgers])
+            expected = tuple(led.node for led in run.ledgers if led.node not in excluded)
+            probe = RoundContext(r, config.run.seed, config.data.num_nodes, expected)
+            run.stopped = _first_exceeded(run.budgets, run.ledgers, alg, probe)
+            if run.stopped is not None:
+                run.status = "stopped_budget"
+                break
+            outcome = nodes.round(run.state, r, excluded)
+            if outcome.refused:
+                node, budget, would_be, limit = outcome.refused[0]
+                run.stopped, run.status = Exceeded(node, budget, would_be, limit), "stopped_budget"
+                _charge(run, outcome, ledger_file)
+                break
+            _charge(run, outcome, ledger_file)
+            server = alg.server_step(run.state, outcome.result, outcome.ctx)
+            run.state = server.state
+            _charge_server(run, server.events, nodes, ledger_file)
+            run.rounds_done = r + 1
+            run.directory.save_checkpoint(run.rounds_done, run.state)
+            run.metrics = evaluate(run.model, alg.eval_params(run.state), run.data)
+            eps = max(worst_epsilon(run.budgets.accountant, led.by_observer, run.budgets.delta) for led in run.ledgers)
+            run.directory.append_metrics({
+                "round": run.rounds_done, "local_steps": max(led.totals.local_steps for led in run.ledgers),
+                **run.metrics, "cost_units": max(led.totals.cost_units for led in run.ledgers), "epsilon": eps,
+                "bytes_total": max(led.totals.bytes_total for led in run.ledgers),
+                "stragglers": len(outcome.ctx.stragglers), "wall_s": round(time.monotonic() - run.wall_start, 4),
+            })
+            progress.update(run.rounds_done, run.metrics["train_loss"], eps)
+    finally:
         progress.close()
         ledger_file.close()
-        if tight_job is not None:
-            tight_job.submit([led.privacy for led in ledgers], budgets.delta)
-        summary = _summary(config, alg, budgets, ledgers, status, stopped, rounds_done, metrics,
-                           time.monotonic() - wall_start, run.path)
-        if plan is not None:
-            summary["plan"] = plan
-        run.write_summary(summary)  # at once: a run killed from here on still has its summary
-        run.close()
-    np.save(run.path / "final_params.npy", alg.eval_params(state))
-    if config.output.figures:
-        from testbed.plots import draw_epsilon, draw_progress
-
-        draw_progress(run.path)  # while the tight accountant runs in its own process
-    if tight_job is not None:
-        for led, eps in zip(ledgers, tight_job.result()):
-            summary["nodes"][str(led.node)]["epsilon_tight"] = eps
-        run.write_summary(summary)
-    if config.output.figures:
-        draw_epsilon(run.path)
-    return RunResult(run.path, summary)
 
 
-def _first_exceeded(budgets: Budgets, ledgers: list[NodeLedger], alg: Algorithm, r: int) -> Exceeded | None:
+def emulated_stragglers(config: Config, algorithm: Algorithm, round_index: int, node_ids: list[int]) -> frozenset[int]:
+    """The nodes the ``[stragglers]`` model takes out of the round (from each node's own stream)."""
+    section = config.stragglers
+    if section.model == "none":
+        return frozenset()
+    from testbed.stragglers import draw_stragglers
+
+    round_time_s = None
+    if section.model == "deadline":
+        from nodes.stragglers import round_times_s
+
+        ctx = RoundContext(round_index, config.run.seed, config.data.num_nodes, tuple(node_ids))
+        round_time_s = round_times_s(config.nodes.profile, algorithm, ctx)
+    return draw_stragglers(section, seed=config.run.seed, round_index=round_index, node_ids=node_ids,
+                           round_time_s=round_time_s)
+
+
+def _charge(run: Run, outcome: RoundOutcome, ledger_file: LedgerWriter) -> None:
+    """Log what each node released (its own events; a round re-run after a kill is not charged
+    twice) and who straggled."""
+    r = outcome.ctx.round_index
+    for (node, round_index), events in sorted(outcome.charged.items()):
+        led = run.ledgers[node]
+        if not led.has_round(round_index):
+            led.extend(events)
+            ledger_file.write(events)
+    straggles = [StraggleEvent(node, r, reason) for node, reason in sorted(outcome.straggled.items())]
+    for event in straggles:
+        run.ledgers[event.node].extend([event])
+    ledger_file.write(straggles)
+
+
+def _charge_server(run: Run, events: list[Event], nodes: Nodes, ledger_file: LedgerWriter) -> None:
+    """Events the server issued on nodes' behalf: into their ledgers here and, with their next
+    round, to the nodes themselves."""
+    fresh = [e for e in events if not run.ledgers[e.node].has_server_events(e.round)]
+    for event in fresh:
+        run.ledgers[event.node].extend([event])
+    ledger_file.write(fresh)
+    if events:
+        nodes.deliver(events)
+
+
+def _first_exceeded(budgets: Budgets, ledgers: list[NodeLedger], alg: Algorithm, ctx: RoundContext) -> Exceeded | None:
     for ledger in ledgers:
-        exceeded = budgets.would_exceed(ledger, alg.planned_events(ledger.node, r))
+        if ledger.node not in ctx.expected:
+            continue
+        exceeded = budgets.would_exceed(ledger, alg.planned_events(ledger.node, ctx))
         if exceeded is not None:
             return exceeded
     return None
 
 
-def _summary(config: Config, alg: Algorithm, budgets: Budgets, ledgers: list[NodeLedger], status: str,
-             stopped: Exceeded | None, rounds_done: int, metrics: dict[str, float], wall_s: float,
-             run_dir: Path) -> dict[str, Any]:
+def finish(run: Run, tight_job: BackgroundEpsilons | None) -> dict[str, Any]:
+    """Stage 6: summary.json at once (a run killed from here on still has it), the final model,
+    figures, then the tight accountant's ε."""
+    summary = _summary(run)
+    run.directory.write_summary(summary)
+    run.directory.close()
+    if run.status == "failed":
+        return summary
+    np.save(run.directory.path / "final_params.npy", run.algorithm.eval_params(run.state))
+    if run.config.output.figures:
+        from testbed.plots import draw_progress
+
+        draw_progress(run.directory.path)  # while the tight accountant runs in its own process
+    if tight_job is not None:
+        keys = [(led.node, observer) for led in run.ledgers for observer in sorted(led.by_observer)]
+        tight_job.submit([run.ledgers[node].by_observer[observer] for node, observer in keys], run.budgets.delta)
+        tight: dict[str, dict[str, float]] = {}
+        for (node, observer), eps in zip(keys, tight_job.result()):
+            tight.setdefault(str(node), {})[observer] = eps
+        for node, entry in summary["nodes"].items():
+            by = tight.get(node, {})
+            entry["epsilon_tight"] = max(by.values(), default=0.0)
+            entry["epsilon_tight_by_observer"] = by
+        run.directory.write_summary(summary)
+    if run.config.output.figures:
+        from testbed.plots import draw_epsilon
+
+        draw_epsilon(run.directory.path)
+    return summary
+
+
+def _summary(run: Run) -> dict[str, Any]:
+    config, budgets = run.config, run.budgets
     nodes = {}
-    for led in ledgers:
+    for led in run.ledgers:
         t = led.totals
+        by_observer = epsilon_by_observer(budgets.accountant, led.by_observer, budgets.delta)
         nodes[str(led.node)] = {
-            "epsilon": account(budgets.accountant, led.privacy, budgets.delta),
+            "epsilon": max(by_observer.values(), default=0.0),
+            "epsilon_by_observer": by_observer,
             "epsilon_tight": None,  # filled in by the tight accountant's background job
             "delta": budgets.delta, "cost_units": t.cost_units, "local_steps": t.local_steps,
-            "rounds": t.rounds, "bytes_up": t.bytes_up, "bytes_down": t.bytes_down,
-            "energy_j": t.energy_j, "compute_s": t.compute_s,
+            "rounds": t.rounds, "rounds_straggled": t.rounds_straggled, "bytes_up": t.bytes_up,
+            "bytes_down": t.bytes_down, "energy_j": t.energy_j, "compute_s": t.compute_s,
         }
-    return {
+    reg = registry.get(config.run.algorithm)
+    stopped = run.stopped
+    summary = {
         "algorithm": config.run.algorithm,
         "mode": config.run.mode,
         "seed": config.run.seed,
-        "status": status,
-        "rounds": rounds_done,
-        "final": {k: metrics[k] for k in ("test_accuracy", "train_loss", "test_accuracy_pooled", "validation_accuracy")},
+        "status": run.status,
+        "rounds": run.rounds_done,
+        "final": {k: run.metrics[k] for k in ("test_accuracy", "train_loss", "test_accuracy_pooled",
+                                               "validation_accuracy")},
         "nodes": nodes,
         "budgets": {"epsilon": budgets.epsilon, "delta": budgets.delta, "accountant": budgets.accountant,
                     "cost_units": budgets.cost_units, "bytes": budgets.bytes, "energy_j": budgets.energy_j},
         "stopped": None if stopped is None else {"node": stopped.node, "budget": stopped.budget,
                                                   "would_be": stopped.would_be, "limit": stopped.limit},
         "privacy": {"accountant": budgets.accountant, "tight_accountant": config.privacy.tight_accountant,
-                    "epsilon_target": getattr(config, config.run.algorithm).epsilon},
-        "algorithm_settings": alg.describe(),
+                    "epsilon_target": reg.epsilon_target(registry.sections_of(config, reg)),
+                    "epsilon_headline": max((n["epsilon"] for n in nodes.values()), default=0.0)},
+        "stragglers": {"model": config.stragglers.model,
+                       "rounds_straggled": sum(led.totals.rounds_straggled for led in run.ledgers)},
+        "algorithm_settings": run.algorithm.describe(),
         "profile": config.nodes.profile,
         "name": config.run.name,
         "dataset": config.data.dataset,
         "model": config.model.kind,
-        "wall_s": wall_s,
-        "run_dir": str(run_dir),
+        "wall_s": time.monotonic() - run.wall_start,
+        "run_dir": str(run.directory.path),
     }
+    if run.failure is not None:
+        summary["failure"] = run.failure
+    if run.plan is not None:
+        summary["plan"] = run.plan
+    return summary

@@ -84,10 +84,10 @@ def setup(name: str) -> Dataset | str:
     """The dataset ready to plan and run, or why it is skipped (its file is missing)."""
     config = replace(load_config(HERE / "base.toml"), **DATASETS[name])
     try:
-        data = load_data(config)
+        data = load_data(config.data, config.run.seed)
     except DataError as exc:
         return str(exc)
-    model = model_for(config, data)
+    model = model_for(config.model, data)
     given: dict[str, Any] = {}
     if config.model.kind == "svm":
         # The hinge loss is not smooth (dp-pasgd.md §5.1): the logistic bound on the same features stands in.

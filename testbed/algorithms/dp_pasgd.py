@@ -1,38 +1,99 @@
 """DP-PASGD (Hu et al.): τ noisy local SGD steps per node, then equal-weight averaging.
 
 The node step runs eq. (7a) τ times on a stack of nodes (leading node axis; one node on a board,
-all of them in sim); the combine step is eq. (7b). DP-SGD is τ = 1; PASGD is σ = 0.
+all of them in sim); the server step is eq. (7b) over the nodes that answered. DP-SGD is τ = 1;
+PASGD is σ = 0. The state is ``{"model": θ}``, (P,), broadcast to every node each round.
 
 Example::
 
     >>> from testbed.models import LogisticRegression
     >>> from testbed.data.synthetic import make_logistic
+    >>> from testbed.algorithms.contract import RoundContext
     >>> data = make_logistic(num_nodes=4, samples_per_node=100, dim=5, seed=0)
     >>> alg = DpPasgd(LogisticRegression(5, 2), steps=20, tau=5, batch=8, lr=0.5, sigma=1.0,
     ...               delta=1e-4, train_sizes=data.train.sizes)
     >>> state = alg.init_state(alg.model.init(None))
-    >>> out = alg.node_step(state, data.train, node_ids=[0, 1, 2, 3], round_index=0, seed=1)
-    >>> out.params.shape, alg.combine(out, state).shape
+    >>> ctx = RoundContext(round_index=0, seed=1, num_nodes=4, expected=(0, 1, 2, 3))
+    >>> out = alg.node_step(alg.downlink(state, ctx, ctx.expected), data.train, ctx.expected, ctx)
+    >>> out.tensors["update"].shape, alg.server_step(state, out, ctx.closed(out.node_ids)).state["model"].shape
     ((4, 12), (12,))
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
 
 import numpy as np
+from pydantic import model_validator
 
-from testbed.algorithms import NodeOutput
 from testbed.algorithms.batches import node_keys, uniform_batches
-from testbed.data.federated import FederatedData, Split
+from testbed.algorithms.contract import NodeResult, RoundContext, ServerResult, State, TensorSpec
+from testbed.algorithms.registry import BuildContext, Registration
+from testbed.data.federated import Split
 from testbed.errors import ConfigError
 from testbed.ledger import CommunicationEvent, ComputeEvent, Event, GaussianEvent
 from testbed.models import Model
 from testbed.privacy import zcdp
 from testbed.rng import Purpose, stream
+from testbed.sections import NonNegative, Positive, Section
 
 if TYPE_CHECKING:
     from testbed.config import Config
+
+
+class DpPasgdSection(Section):
+    """DP-PASGD (eqs. 7a–7b). Give ``sigma`` (noise std; 0 is plain PASGD) or ``epsilon`` (σ
+    calibrated for ``steps`` by ``calibration``), not both. ``tau = "plan"``: τ, ``steps`` K and σ
+    come from the optimal design of §7 of the paper for ``budget.cost_units`` and the ε target
+    (``epsilon`` or ``budget.epsilon``), with the bound constants of ``[plan]``."""
+
+    steps: Positive[int] = 100
+    """K, local steps per node in the whole run; a multiple of tau."""
+    tau: Positive[int] | Literal["plan"] = 10
+    """Local steps between averagings (1: DP-SGD), or "plan"."""
+    batch: Positive[int] = 32
+    """Mini-batch size X."""
+    lr: Positive[float] = 0.1
+    """Learning rate η."""
+    sigma: NonNegative[float] | None = None
+    """Noise std σ per coordinate."""
+    epsilon: Positive[float] | None = None
+    """Target ε at privacy.delta after K steps (σ calibrated)."""
+    calibration: Literal["corrected", "paper_literal"] = "corrected"
+    """corrected: eq. (9) solved exactly; paper_literal: eq. (23) as printed (not private at the target)."""
+    clip: bool = False
+    """Clip per-sample gradients at lipschitz (not in the paper)."""
+    lipschitz: Positive[float] | None = None
+    """G of the sensitivity 2G/X; default: the model's own bound, or the clip norm."""
+    sampling: Literal["uniform", "poisson"] = "uniform"
+    c1: NonNegative[float] = 100.0
+    """Cost units per round (eq. 8)."""
+    c2: NonNegative[float] = 1.0
+    """Cost units per local step (eq. 8)."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "DpPasgdSection":
+        if self.tau != "plan" and self.steps % self.tau:
+            raise ValueError(f"dp_pasgd.steps: K = {self.steps} is not a multiple of tau = {self.tau}")
+        if self.sigma is not None and self.epsilon is not None:
+            raise ValueError("dp_pasgd.sigma: give sigma or epsilon, not both")
+        if self.clip and self.lipschitz is None:
+            raise ValueError("dp_pasgd.lipschitz: clipping needs the clip norm G (dp_pasgd.lipschitz)")
+        return self
+
+
+class PlanSection(Section):
+    """Constants of the DP-PASGD bound (12)–(13) for ``dp_pasgd.tau = "plan"`` and `testbed plan`;
+    a missing one is estimated from the data at θ⁰ (testbed.planning.estimate)."""
+
+    smoothness: Positive[float] | None = None
+    """L."""
+    strong_convexity: Positive[float] | None = None
+    """λ."""
+    grad_variance: NonNegative[float] | None = None
+    """ξ²."""
+    initial_gap: NonNegative[float] | None = None
+    """α = L(θ⁰) − L*."""
 
 
 class DpPasgd:
@@ -53,8 +114,7 @@ class DpPasgd:
         train_sizes: training samples of each node, by global node id, for the sampling rate.
     """
 
-    #: Nodes send their models to the coordinator (no channel emulator between them).
-    over_the_air = False
+    has_setup = False
 
     def __init__(
         self,
@@ -100,16 +160,32 @@ class DpPasgd:
         """2G/X under replace-one adjacency (dp-pasgd.md §2.2)."""
         return zcdp.dp_pasgd_sensitivity(self.lipschitz, self.batch)
 
-    def planned_events(self, node: int, round_index: int) -> list[Event]:
+    @property
+    def flops_per_step(self) -> float:
+        return 6.0 * self.batch * self.model.num_params
+
+    def state_spec(self) -> dict[str, TensorSpec]:
+        return {"model": TensorSpec((self.model.num_params,))}
+
+    def downlink_spec(self) -> dict[str, TensorSpec]:
+        """Every node gets the global model θ."""
+        return {"model": TensorSpec((self.model.num_params,), per_node=False)}
+
+    def uplink_spec(self) -> dict[str, TensorSpec]:
+        """Each node sends its local model after τ steps."""
+        return {"update": TensorSpec((self.model.num_params,))}
+
+    def planned_events(self, node: int, ctx: RoundContext) -> list[Event]:
         """The events one round causes on ``node``: τ steps (c2 each), τ Gaussian releases, one
         upload and one download of the model (c1). ``would_exceed`` checks these before the round;
         whoever runs the step charges its seconds and joules (nodes.costs)."""
+        round_index = ctx.round_index
         size = self.model.num_params * 8
         events: list[Event] = [
             ComputeEvent(node, round_index, self.tau, self.c2 * self.tau),
             CommunicationEvent(node, round_index, bytes_up=size, bytes_down=size, cost_units=self.c1),
         ]
-        if self.sigma > 0:
+        if self.sigma > 0:  # released to the server; what it broadcasts is post-processing
             events.append(self._privacy_event(node, round_index))
         return events
 
@@ -118,16 +194,21 @@ class DpPasgd:
         if self.sampling == "poisson":
             # Normalised by the expected batch X: one record moves the mean by at most G/X.
             return GaussianEvent(node, round_index, self.sigma, self.lipschitz / self.batch, self.tau,
-                                 adjacency="add_remove", sampling="poisson", sampling_rate=rate)
+                                 adjacency="add_remove", sampling="poisson", sampling_rate=rate, observer="server")
         return GaussianEvent(node, round_index, self.sigma, self.sensitivity, self.tau,
-                             adjacency="replace_one", sampling="without_replacement", sampling_rate=rate)
+                             adjacency="replace_one", sampling="without_replacement", sampling_rate=rate,
+                             observer="server")
 
-    def init_state(self, params0: np.ndarray) -> np.ndarray:
+    def init_state(self, params0: np.ndarray) -> State:
         """The state is the global model θ, shape (P,); every node starts from θ⁰."""
-        return params0
+        return {"model": np.asarray(params0, dtype=np.float64)}
 
-    def eval_params(self, state: np.ndarray) -> np.ndarray:
-        return state
+    def eval_params(self, state: State) -> np.ndarray:
+        return state["model"]
+
+    def downlink(self, state: State, ctx: RoundContext, node_ids: Sequence[int]) -> dict[str, np.ndarray]:
+        """θ for every node of ``node_ids``: (M, P), a read-only broadcast view (no copies)."""
+        return {"model": np.broadcast_to(state["model"], (len(node_ids), state["model"].shape[0]))}
 
     def describe(self) -> dict[str, Any]:
         """What the summary reports of this algorithm's privacy set-up."""
@@ -135,39 +216,34 @@ class DpPasgd:
                 "calibration": self.calibration, "sampling": self.sampling, "steps_planned": self.steps,
                 "tau": self.tau, "batch": self.batch, "lr": self.lr}
 
-    def node_step(
-        self,
-        global_params: np.ndarray,
-        train: Split,
-        node_ids: Sequence[int],
-        round_index: int,
-        seed: int,
-    ) -> NodeOutput:
+    def node_step(self, received: Mapping[str, np.ndarray], train: Split, node_ids: Sequence[int],
+                  ctx: RoundContext) -> NodeResult:
         """τ steps of eq. (7a) on every node of ``train`` from the common model θ.
 
         Args:
-            global_params: (P,) the model every node downloaded.
+            received: ``{"model": (M, P)}`` the model every node downloaded.
             train: the nodes' training data (node i of ``train`` is node ``node_ids[i]``).
             node_ids: (M,) global node ids, which key the random streams.
-            round_index: the communication round r (steps rτ+1 .. (r+1)τ).
-            seed: the run's seed.
+            ctx: the round (r: steps rτ+1 .. (r+1)τ; the seed).
         Returns:
-            NodeOutput with the (M, P) local models and each node's events.
+            ``update`` (M, P) the local models; metrics ``samples`` (M,) training samples; events.
         """
-        m_nodes, tau = len(node_ids), self.tau
+        m_nodes, tau, round_index, seed = len(node_ids), self.tau, ctx.round_index, ctx.seed
         batch_idx, batch_w = self._draw_batches(train, node_ids, round_index, seed)
         noise = np.empty((m_nodes, tau, self.model.num_params))
         for i, node in enumerate(node_ids):
             stream(seed, node, round_index, Purpose.NOISE).standard_normal(out=noise[i])
         noise *= self.sigma
-        params = np.repeat(global_params[None, :], m_nodes, axis=0)
+        params = np.array(received["model"], dtype=np.float64)  # (M, P), writable
         for step in range(tau):
             idx = batch_idx[:, step]
             _, grad = self.model.loss_and_grad(params, train.x[idx], train.y[idx], batch_w[:, step], self.clip_norm)
             grad += noise[:, step]
             params -= self.lr * grad  # eq. (7a): w = θ − η(g + b)
-        events = [self.planned_events(node, round_index) for node in node_ids]
-        return NodeOutput(node_ids=tuple(int(n) for n in node_ids), params=params, events=events)
+        ids = tuple(int(n) for n in node_ids)
+        return NodeResult(node_ids=ids, tensors={"update": params},
+                          metrics={"samples": np.diff(train.offsets).astype(np.float64)},
+                          events=[self.planned_events(node, ctx) for node in ids])
 
     def _draw_batches(self, train: Split, node_ids: Sequence[int], round_index: int, seed: int):
         """Global row indices (M, τ, B) and weights (M, τ, B) of every node's τ mini-batches.
@@ -191,25 +267,60 @@ class DpPasgd:
                 weights[i, step, : len(rows)] = 1.0 / batch
         return idx + train.offsets[:-1, None, None], weights
 
-    @staticmethod
-    def combine(output: NodeOutput, state: np.ndarray | None = None) -> np.ndarray:
+    def server_step(self, state: State, result: NodeResult, ctx: RoundContext) -> ServerResult:
         """Eq. (7b): θ = (1/M) Σ_m w_m over the nodes that answered, equal weights whatever N_m
-        (eq. 4). (M, P) → (P,)."""
-        return output.params.mean(axis=0)
+        (eq. 4); nobody answered: θ stays."""
+        if not result.node_ids:
+            return ServerResult(state)
+        return ServerResult({"model": result.tensors["update"].mean(axis=0)})
 
 
-def from_config(config: "Config", model: Model, data: FederatedData) -> DpPasgd:
-    """DP-PASGD as the ``[dp_pasgd]`` and ``[privacy]`` sections of ``config`` say."""
-    a = config.dp_pasgd
+def build(sections: dict[str, Any], ctx: BuildContext) -> DpPasgd:
+    """DP-PASGD as its ``[dp_pasgd]`` section says, for the data this process holds."""
+    a: DpPasgdSection = sections["dp_pasgd"]
+    data = ctx.data
     smallest = int(data.train.sizes.min())
     if a.batch > smallest:
         node = int(data.train.sizes.argmin())
         raise ConfigError("dp_pasgd.batch",
                           f"{a.batch} is larger than node {data.node_ids[node]}'s {smallest} training samples")
     return DpPasgd(
-        model, steps=a.steps, tau=a.tau, batch=a.batch, lr=a.lr, delta=config.privacy.delta,
+        ctx.model, steps=a.steps, tau=a.tau, batch=a.batch, lr=a.lr, delta=ctx.delta,
         train_sizes=dict(zip(data.node_ids, data.train.sizes.tolist())), sigma=a.sigma, epsilon=a.epsilon,
         calibration=a.calibration,
         lipschitz=a.lipschitz, clip_norm=a.lipschitz if a.clip else None, sampling=a.sampling,
         c1=a.c1, c2=a.c2,
     )
+
+
+def check(config: "Config") -> None:
+    """Constraints across sections: planning needs budgets; the model's gradient bound."""
+    a = config.dp_pasgd
+    if a.tau == "plan":
+        if config.budget.cost_units is None:
+            raise ConfigError("budget.cost_units", 'tau = "plan" needs the resource budget C_th')
+        if a.epsilon is None and config.budget.epsilon is None:
+            raise ConfigError("dp_pasgd.epsilon", 'tau = "plan" needs a privacy target (dp_pasgd.epsilon or budget.epsilon)')
+        if a.sigma is not None:
+            raise ConfigError("dp_pasgd.sigma", 'tau = "plan" chooses sigma; remove it')
+    if config.model.kind == "svm" and config.data.n_classes != 2 and config.data.dataset == "synthetic":
+        raise ConfigError("model.kind", "the linear SVM is binary; set data.n_classes = 2")
+    private = a.epsilon is not None or (a.sigma or 0) > 0
+    if config.model.kind == "mlp" and private and not a.clip:
+        raise ConfigError("dp_pasgd.clip", "the MLP has no per-sample gradient bound; a private run must clip")
+
+
+def _plan(config: "Config", model: Model, data: Any) -> tuple["Config", dict | None]:
+    from testbed.planning.resolve import resolve_plan
+
+    return resolve_plan(config, model, data)
+
+
+REGISTRATION = Registration(
+    name="dp_pasgd",
+    sections={"dp_pasgd": DpPasgdSection, "plan": PlanSection},
+    build=build,
+    check=check,
+    plan=_plan,
+    epsilon_target=lambda sections: sections["dp_pasgd"].epsilon,
+)

@@ -5,8 +5,8 @@ One round (Algorithm 1, eq. 7; dwfl.md §3.4), split so that the channel can run
 (a) node side, :meth:`Dwfl.node_step`: clipped stochastic gradient g_i (||g_i|| <= g_max), local step
     x_i' = x_i − γ g_i, artificial noise G_i ~ N(0, σ² I) from the node's own stream, transmit signal
     s_i = sqrt(α_i P_i) x_i' + sqrt(β_i P_i) G_i (eq. 2, after phase pre-compensation);
-    ``NodeOutput.params`` are the signals (M, P); what the node keeps for (c) stays in the
-    algorithm object (on a board: in the node's own process), never in the output;
+    ``NodeResult.tensors["signal"]`` are the signals (M, P); what the node keeps for (c) is its
+    ``carry`` (on a board: in the node's own process), never sent;
 (b) channel side, :func:`testbed.algorithms.dwfl_channel.propagate`: signals → each receiver's signal;
 (c) node side, :meth:`Dwfl.receive`: x_i'' = x_i' + η (v_i / (c(N−1)) − self_i), where
     ``variant="A"`` (the literal eq. 7) takes self_i = x_i' + a_i G_i + m_i/(c(N−1)), subtracting the
@@ -15,8 +15,10 @@ One round (Algorithm 1, eq. 7; dwfl.md §3.4), split so that the channel can run
     Everything but v_i is known before the node listens, so the node step already forms
     pending_i = x_i' − η self_i (B) and the update is pending_i + η/(c(N−1)) (v_i − [A: m_i]).
 
-In sim :meth:`Dwfl.combine` is (b) then (c) for all nodes. The state is the (N, P) stack of the
-nodes' models (no global model); :meth:`Dwfl.eval_params` is their average x̄.
+(b) is the algorithm's :class:`DwflChannel` (``Dwfl.channel``: in sim in the runner, over MQTT in the
+channel emulator), (c) is :meth:`Dwfl.node_finish`. The state is ``{"models": (N, P)}``, the stack of
+the nodes' models (no global model); each node gets only its own row; :meth:`Dwfl.eval_params` is
+their average x̄.
 
 Schemes (``scheme``), all calibrated by the same rule (the σ² that meets the per-round ε at the
 worst receiver or link; dwfl.md §4.4):
@@ -38,7 +40,11 @@ most 2γ g_max, Theorem IV.1) and σ = the std of the noise at the node's worst 
 (ota_d2d: min_{i≠j} σ_s,i/c of eq. 10; orthogonal: sqrt(σ² + σ_m²/(|h_j|² P_j)); central:
 σ_s/c at the server). That is the paper's per-round guarantee, ε = Δ sqrt(2 ln(1.25/δ))/σ; the run's
 accountant composes it over the rounds as a Gaussian mechanism (zCDP or dp-accounting). As in the
-paper, x_j^(t−1/2) is treated as data-independent and colluding receivers are not covered.
+paper, x_j^(t−1/2) is treated as data-independent and colluding receivers are not covered. The
+observer is "peers". The plan assumes every expected node transmits; when fewer did (a silent
+sender), the receivers heard less artificial noise, and the server step charges each sender the
+difference (:meth:`Dwfl.server_step`): exact for Gaussian mechanisms under zCDP, RDP and PLD alike,
+since 1/σ² adds up under composition.
 
 Example::
 
@@ -49,9 +55,13 @@ Example::
     >>> radio = Radio(num_nodes=4, power_w=1000.0, noise_power_w=1.0, fading="none", c_scale=0.5)
     >>> alg = Dwfl(LogisticRegression(5, 2), radio, rounds=3, batch=8, lr=0.1, averaging_rate=0.5,
     ...            gmax=1.0, delta=1e-5, epsilon=0.5)
+    >>> from testbed.algorithms.contract import RoundContext
     >>> state = alg.init_state(alg.model.init(None))
-    >>> out = alg.node_step(state, data.train, [0, 1, 2, 3], round_index=0, seed=0)
-    >>> out.params.shape, alg.combine(out, state).shape, alg.eval_params(state).shape
+    >>> ctx = RoundContext(round_index=0, seed=0, num_nodes=4, expected=(0, 1, 2, 3))
+    >>> out = alg.node_step(alg.downlink(state, ctx, ctx.expected), data.train, ctx.expected, ctx)
+    >>> heard = alg.channel.superpose(out.tensors["signal"], alg.channel_tensors(ctx), ctx.closed(out.node_ids))
+    >>> new = alg.node_finish(out.carry, heard, out.node_ids, ctx.closed(out.node_ids)).tensors["model"]
+    >>> out.tensors["signal"].shape, new.shape, alg.eval_params(state).shape
     ((4, 12), (4, 12), (12,))
     >>> round(float(alg.plan(0).epsilon.max()), 6)
     0.5
@@ -62,12 +72,15 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
 
 import numpy as np
 
 from channel import Alignment, analog_link, digital_link, fill_gaussian_rows, orthogonal_round_airtime_s, transmit_real
-from testbed.algorithms import NodeOutput
+from pydantic import Field, model_validator
+
+from testbed.algorithms.contract import NodeResult, RoundContext, ServerResult, State, TensorSpec
+from testbed.algorithms.registry import BuildContext, Registration
 from testbed.algorithms.batches import uniform_batches
 from testbed.algorithms.dwfl_channel import (
     SCHEMES,
@@ -79,12 +92,13 @@ from testbed.algorithms.dwfl_channel import (
     propagate,
     round_channel,
 )
-from testbed.data.federated import FederatedData, Split
+from testbed.data.federated import Split
 from testbed.errors import ConfigError
 from testbed.ledger import CommunicationEvent, ComputeEvent, Event, GaussianEvent
 from testbed.models import Model
 from testbed.privacy import dwfl as dp
 from testbed.rng import Purpose, stream
+from testbed.sections import NonNegative, Positive, Section
 
 if TYPE_CHECKING:
     from testbed.config import Config
@@ -93,16 +107,6 @@ VARIANTS = ("A", "B")
 CALIBRATIONS = ("with_channel_noise", "artificial_only")
 INITS = ("common", "zeros", "independent")
 _BYTES_PER_REAL = 8  # float64 payloads on the wire (MQTT carries the transmit and received signals)
-
-
-@dataclass(frozen=True)
-class _Kept:
-    """What the nodes of the last node step keep for their update (never transmitted)."""
-
-    round_index: int
-    seed: int
-    node_ids: tuple[int, ...]
-    pending: np.ndarray  # (M, P): x_i' − η self_i (D2D), or the model before the round (ota_central)
 
 
 @dataclass(frozen=True)
@@ -136,11 +140,63 @@ def _min_over_others(values: np.ndarray) -> np.ndarray:
     return out
 
 
+class DwflSection(Section):
+    """DWFL (Algorithm 1, eq. 7) and its baselines. Give ``epsilon`` (per-round target at the worst
+    receiver, σ² calibrated every fading block) or ``sigma2``, not both (neither: no artificial
+    noise). Powers in dBm here, W inside. Channel noise σ_m² per real entry: ``noise_power_w``
+    (default 1, the paper's) or thermal k·T·B·NF/2 from ``noise_figure_db`` and ``bandwidth_hz``."""
+
+    scheme: Literal["ota_d2d", "orthogonal_d2d", "ota_central"] = "ota_d2d"
+    variant: Literal["A", "B"] = "B"
+    """B: realisable; A: the literal eq. (7), subtracting the receiver's own channel noise (an oracle)."""
+    rounds: Positive[int] = 100
+    batch: Positive[int] = 32
+    lr: Positive[float] = 0.1
+    """γ."""
+    averaging_rate: float = Field(0.5, gt=0, le=1)
+    """η."""
+    gmax: Positive[float] = 1.0
+    """Clipping norm of each node's stochastic gradient."""
+    epsilon: Positive[float] | None = None
+    """Per-round ε at the worst receiver."""
+    sigma2: NonNegative[float] | None = None
+    """σ² of the artificial noise, fixed."""
+    calibration: Literal["with_channel_noise", "artificial_only"] = "with_channel_noise"
+    power_dbm: float = 60.0
+    noise_power_w: Positive[float] | None = None
+    noise_figure_db: float | None = None
+    bandwidth_hz: Positive[float] = 1e6
+    """Bandwidth and analog symbol rate."""
+    beta: float = Field(1.0, ge=0, le=1)
+    """β = 1 − α, the share of power spent on artificial noise."""
+    c_scale: float = Field(1.0, gt=0, le=1)
+    fading: Literal["rayleigh", "rician", "none"] = "rayleigh"
+    k_factor: NonNegative[float] = 3.0
+    coherence_rounds: Positive[int] | None = None
+    """Absent: time-invariant fading; B: redrawn every B rounds."""
+    pathloss: Literal["none", "free_space", "umi", "uma"] = "none"
+    area_m: Positive[float] = 100.0
+    carrier_hz: Positive[float] = 2.4e9
+    orthogonal_link: Literal["analog", "digital"] = "analog"
+    init: Literal["common", "zeros", "independent"] = "common"
+    init_std: Positive[float] = 0.1
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "DwflSection":
+        if self.sigma2 is not None and self.epsilon is not None:
+            raise ValueError("dwfl.sigma2: give sigma2 or epsilon, not both")
+        if self.noise_power_w is not None and self.noise_figure_db is not None:
+            raise ValueError("dwfl.noise_figure_db: give noise_power_w or noise_figure_db (thermal noise), not both")
+        if self.scheme == "ota_central" and self.init == "independent":
+            raise ValueError("dwfl.init: ota_central keeps one model at the server; use common or zeros")
+        return self
+
+
 class Dwfl:
     """DWFL and its baselines with resolved radio and privacy settings.
 
-    Over the air: over MQTT each node keeps its own model and the channel emulator sits between
-    the nodes (testbed.protocol); ``over_the_air`` tells the coordinator so.
+    Over the air (testbed.algorithms.contract.OverTheAir): each node keeps its own model and the
+    channel (``channel``) sits between the nodes.
 
     Args:
         model: the model (testbed.models).
@@ -164,8 +220,7 @@ class Dwfl:
         seed: the run's seed (keys the channel, known to every node).
     """
 
-    #: Over MQTT the channel emulator sits between the nodes, each keeping its own model.
-    over_the_air = True
+    has_setup = False
 
     def __init__(
         self,
@@ -204,7 +259,7 @@ class Dwfl:
         self._amplitude: np.ndarray | None = None  # drawn at the first plan that needs it
         self._given_h: dict[int, np.ndarray] = {}  # block → channel received from the coordinator
         self._plans: dict[int, RoundPlan] = {}
-        self._kept: _Kept | None = None
+        self._channel = DwflChannel(self)
 
     # ----------------------------------------------------------------------------- set-up
 
@@ -228,17 +283,14 @@ class Dwfl:
             self._plans[block] = self._make_plan(round_index)
         return self._plans[block]
 
-    def shared_tensors(self, round_index: int) -> dict[str, np.ndarray]:
-        """What every node needs for the round besides its model: the block's channel h, (N,)
-        complex128. Over MQTT the coordinator sends it, so a board needs no Sionna to draw it
+    def channel_tensors(self, ctx: RoundContext) -> dict[str, np.ndarray]:
+        """What every node and the channel need for the round besides the signals: the block's
+        channel h, (N,) complex128. The coordinator sends it, so a board needs no Sionna to draw it
         (a real radio would estimate it from pilots)."""
-        return {"channel_h": self.plan(round_index).channel.h}
+        return {"channel_h": self.plan(ctx.round_index).channel.h}
 
-    def accept_shared(self, round_index: int, tensors: dict[str, np.ndarray]) -> None:
-        """Use the channel the coordinator sent (:meth:`shared_tensors`) for the round's block."""
-        h = tensors.get("channel_h")
-        if h is None or h.shape != (self.num_nodes,) or not np.iscomplexobj(h):
-            raise ValueError(f"a DWFL round needs channel_h of shape ({self.num_nodes},), complex")
+    def accept_channel(self, round_index: int, h: np.ndarray) -> None:
+        """Use the channel the coordinator sent (:meth:`channel_tensors`) for the round's block."""
         block = self.radio.schedule.block_index(round_index)
         known = self._plans.get(block)
         if known is None or not np.array_equal(known.channel.h, h):
@@ -306,31 +358,83 @@ class Dwfl:
         slots_per_round = {"ota_d2d": 1, "ota_central": 2, "orthogonal_d2d": n}[self.scheme]
         return slots_per_round * slot, np.array([c.energy_j for c in costs])
 
-    def planned_events(self, node: int, round_index: int) -> list[Event]:
-        """One local step, one exchange (airtime and energy from channel.link), one Gaussian release.
-        Whoever runs the step charges its seconds and joules (nodes.costs)."""
+    def privacy_sigma(self, round_index: int, senders: Sequence[int]) -> np.ndarray:
+        """(N,) each node's normalised noise std at its worst receiver when ``senders`` transmit
+        (the ledger σ; eq. 10 with the sum over the senders only: a silent node adds no noise).
+        Orthogonal slots do not depend on who else transmitted."""
+        plan = self.plan(round_index)
+        if self.scheme == "orthogonal_d2d" or len(senders) == self.num_nodes:
+            return plan.privacy_sigma
+        al, g = plan.channel.alignment, plan.channel.gains
+        heard = np.zeros(self.num_nodes)
+        heard[np.asarray(senders, dtype=np.int64)] = 1.0
+        beta = al.beta * heard  # a silent sender's artificial noise reaches nobody
+        sm = self.radio.noise_power_w
+        if self.scheme == "ota_d2d":
+            var = _min_over_others(dp.receiver_noise_variance(g, al.power_w, beta, plan.sigma2, sm) / al.c**2)
+        else:
+            var = np.full(self.num_nodes, (float(dp.artificial_noise_powers(g, al.power_w, beta).sum())
+                                           * plan.sigma2 + sm) / al.c**2)
+        return np.sqrt(var)
+
+    def _privacy_event(self, node: int, round_index: int, sigma: float, issuer: str = "node") -> GaussianEvent:
+        # Replace-one of the node's whole data set (user level); no amplification claimed.
+        return GaussianEvent(node, round_index, sigma, self.sensitivity, 1, observer="peers", issuer=issuer)
+
+    def planned_events(self, node: int, ctx: RoundContext) -> list[Event]:
+        """One local step, one exchange (airtime and energy from channel.link), one Gaussian release
+        heard by the peers, with the noise of the expected senders. Whoever runs the step charges
+        its seconds and joules (nodes.costs)."""
+        round_index = ctx.round_index
         plan = self.plan(round_index)
         size = self.model.num_params * _BYTES_PER_REAL
         return [
             ComputeEvent(node, round_index, 1),
             CommunicationEvent(node, round_index, bytes_up=size, bytes_down=size,
                                airtime_s=float(plan.airtime_s[node]), energy_j=float(plan.energy_j[node])),
-            # Replace-one of the node's whole data set (user level); no amplification claimed.
-            GaussianEvent(node, round_index, float(plan.privacy_sigma[node]), self.sensitivity, 1),
+            self._privacy_event(node, round_index, float(self.privacy_sigma(round_index, ctx.expected)[node])),
         ]
 
-    def init_state(self, params0: np.ndarray) -> np.ndarray:
-        """(N, P) every node's model (the paper's x = 0 with ``init="zeros"``, dwfl.md §7 item 6)."""
+    @property
+    def flops_per_step(self) -> float:
+        return 6.0 * self.batch * self.model.num_params
+
+    def state_spec(self) -> dict[str, TensorSpec]:
+        return {"models": TensorSpec((self.num_nodes, self.model.num_params))}
+
+    def downlink_spec(self) -> dict[str, TensorSpec]:
+        """Each node gets its own model row and the round's channel h."""
+        return {"model": TensorSpec((self.model.num_params,)),
+                "channel_h": TensorSpec((self.num_nodes,), dtype="complex128", per_node=False)}
+
+    def uplink_spec(self) -> dict[str, TensorSpec]:
+        """After the exchange each node reports its new model."""
+        return {"model": TensorSpec((self.model.num_params,))}
+
+    @property
+    def channel(self) -> "DwflChannel":
+        return self._channel
+
+    def init_state(self, params0: np.ndarray) -> State:
+        """``models`` (N, P): every node's model (the paper's x = 0 with ``init="zeros"``, dwfl.md §7 item 6)."""
         base = np.zeros_like(params0) if self.init == "zeros" else params0
-        state = np.repeat(base[None, :], self.num_nodes, axis=0)
+        state = np.repeat(np.asarray(base, dtype=np.float64)[None, :], self.num_nodes, axis=0)
         if self.init == "independent":
             for i in range(self.num_nodes):
                 state[i] += self.init_std * stream(self.seed, i, -1, Purpose.INIT).standard_normal(base.shape[0])
-        return state
+        return {"models": state}
 
-    def eval_params(self, state: np.ndarray) -> np.ndarray:
+    def eval_params(self, state: State) -> np.ndarray:
         """x̄ = (1/N) Σ_i x_i, shape (P,)."""
-        return state.mean(axis=0)
+        return state["models"].mean(axis=0)
+
+    def downlink(self, state: State, ctx: RoundContext, node_ids: Sequence[int]) -> dict[str, np.ndarray]:
+        """Each node's own row (M, P) (all rows: the state itself, no copy) and h, (M, N)."""
+        models = state["models"]
+        ids = np.asarray(node_ids, dtype=np.int64)
+        own = models if len(ids) == self.num_nodes and (ids == np.arange(self.num_nodes)).all() else models[ids]
+        h = self.channel_tensors(ctx)["channel_h"]
+        return {"model": own, "channel_h": np.broadcast_to(h, (len(ids), h.shape[0]))}
 
     # ----------------------------------------------------------------------------- node side
 
@@ -386,25 +490,39 @@ class Dwfl:
             payload[i] += buf
         return signals, payload
 
-    def node_step(self, state: np.ndarray, train: Split, node_ids: Sequence[int], round_index: int,
-                  seed: int) -> NodeOutput:
+    def node_step(self, received: Mapping[str, np.ndarray], train: Split, node_ids: Sequence[int],
+                  ctx: RoundContext) -> NodeResult:
         """(a): gradient, local step, transmit signal of every node in ``node_ids``.
 
         Args:
-            state: (M, P) the nodes' models (all N in sim, a board's own row over MQTT).
-            train, node_ids, round_index, seed: as :meth:`local_step`.
+            received: ``model`` (M, P) the nodes' models; ``channel_h`` (M, N) the round's channel.
+            train, node_ids: the nodes' data and global ids.
+            ctx: the round (its index and seed key the streams).
         Returns:
-            NodeOutput with the (M, P) transmit signals and the nodes' events; what the nodes keep
-            for :meth:`receive` stays here until :meth:`combine`.
+            ``signal`` (M, P) the transmit signals, sqrt(W); ``carry["pending"]`` (M, P) what each
+            node keeps for :meth:`node_finish`; metrics ``samples``; the planned events.
         """
-        if seed != self.seed:
-            raise ValueError(f"the algorithm was built for seed {self.seed}, not {seed} (the channel depends on it)")
+        if ctx.seed != self.seed:
+            raise ValueError(f"the algorithm was built for seed {self.seed}, not {ctx.seed} (the channel depends on it)")
+        self.accept_channel(ctx.round_index, np.asarray(received["channel_h"][0]))
         ids = tuple(int(i) for i in node_ids)
-        payload = self.local_step(state, train, ids, round_index, seed)
-        signals, pending = self.transmit(payload, state, ids, round_index, seed)
-        self._kept = _Kept(round_index, seed, ids, pending)
-        events = [self.planned_events(node, round_index) for node in ids]
-        return NodeOutput(node_ids=ids, params=signals, events=events)
+        models = received["model"]
+        payload = self.local_step(models, train, ids, ctx.round_index, ctx.seed)
+        signals, pending = self.transmit(payload, models, ids, ctx.round_index, ctx.seed)
+        return NodeResult(node_ids=ids, tensors={"signal": signals}, carry={"pending": pending},
+                          metrics={"samples": np.diff(train.offsets).astype(np.float64)},
+                          events=[self.planned_events(node, ctx) for node in ids])
+
+    def node_finish(self, carry: Mapping[str, np.ndarray], received: np.ndarray, node_ids: Sequence[int],
+                    ctx: RoundContext) -> NodeResult:
+        """(c) for the nodes of a :meth:`node_step`: (M, P) received rows → (M, P) new models.
+        Each averages over the S − 1 others that transmitted (``ctx.answered``; beyond the paper,
+        which has every node transmit). ``carry["pending"]`` is consumed (updated in place)."""
+        pending = carry["pending"]
+        if received.shape != pending.shape:
+            raise ValueError(f"received signals of shape {received.shape}, expected {pending.shape}")
+        models = self.receive(pending, received, node_ids, ctx.round_index, ctx.seed, len(ctx.answered))
+        return NodeResult(node_ids=tuple(int(n) for n in node_ids), tensors={"model": models})
 
     def receive(self, pending: np.ndarray, received: np.ndarray, node_ids: Sequence[int], round_index: int,
                 seed: int, num_senders: int | None = None) -> np.ndarray:
@@ -437,34 +555,28 @@ class Dwfl:
 
     # ----------------------------------------------------------------------------- channel side
 
-    def propagate(self, signals: np.ndarray, round_index: int, seed: int, out: np.ndarray | None = None) -> np.ndarray:
-        """(b): every node's received signal, (N, P) → (N, P) (the channel emulator's job).
-
-        ``out`` may be ``signals`` itself (overwritten) when the signals are not needed afterwards."""
-        return propagate(self.scheme, signals, self.plan(round_index).channel, self.radio, seed, round_index, out)
-
-    def combine(self, output: NodeOutput, state: np.ndarray | None = None) -> np.ndarray:
-        """Sim: (b) then (c) for all nodes of the last :meth:`node_step`. (N, P) signals → (N, P) models.
-
-        Consumes ``output``: the received signals overwrite the transmitted ones, and the pending
-        updates become the new models (one round holds no more than three (N, P) arrays)."""
-        kept = self._kept
-        if kept is None or tuple(output.node_ids) != kept.node_ids:
-            raise ValueError("combine needs the output of this algorithm's last node_step for all nodes")
-        received = self.propagate(output.params, kept.round_index, kept.seed, out=output.params)
-        return self.finish(received)
-
-    def finish(self, received: np.ndarray, num_senders: int | None = None) -> np.ndarray:
-        """(c) for the nodes of the last :meth:`node_step` (on a board: the node itself), from
-        their (M, P) received rows; returns their (M, P) new models. ``num_senders``: see
-        :meth:`receive`."""
-        kept = self._kept
-        if kept is None:
-            raise ValueError("finish needs a node_step first")
-        if received.shape != kept.pending.shape:
-            raise ValueError(f"received signals of shape {received.shape}, expected {kept.pending.shape}")
-        self._kept = None
-        return self.receive(kept.pending, received, kept.node_ids, kept.round_index, kept.seed, num_senders)
+    def server_step(self, state: State, result: NodeResult, ctx: RoundContext) -> ServerResult:
+        """The nodes that finished the round replace their rows; the others keep theirs. Every
+        sender (``ctx.answered``) whose receivers heard less artificial noise than planned (fewer
+        senders than expected) is charged the difference: a Gaussian event of σ_t with
+        1/σ_t² = 1/σ_heard² − 1/σ_planned², so planned plus correction compose to what happened."""
+        models = result.tensors.get("model")
+        n = self.num_nodes
+        if models is not None and result.node_ids == tuple(range(n)):
+            new = models  # every node finished: the stack is the new state, no copy
+        else:
+            new = np.array(state["models"], copy=True)
+            if result.node_ids:
+                new[list(result.node_ids)] = models
+        events: list[Event] = []
+        if ctx.answered and tuple(ctx.answered) != tuple(ctx.expected):
+            planned = self.privacy_sigma(ctx.round_index, ctx.expected)
+            heard = self.privacy_sigma(ctx.round_index, ctx.answered)
+            for node in ctx.answered:
+                extra = 1.0 / heard[node] ** 2 - 1.0 / planned[node] ** 2
+                if extra > 1e-12 / planned[node] ** 2:
+                    events.append(self._privacy_event(node, ctx.round_index, float(1.0 / math.sqrt(extra)), "server"))
+        return ServerResult({"models": new}, events)
 
     # ----------------------------------------------------------------------------- report
 
@@ -509,11 +621,51 @@ def _rows(al: Alignment, ids: np.ndarray) -> Alignment:
                                phase_rad=al.phase_rad[ids], active=al.active[ids], csi=al.csi[ids])
 
 
+class DwflChannel:
+    """The channel half of DWFL and its baselines (:class:`testbed.algorithms.contract.ChannelHalf`):
+    what every receiver hears, (N, P) signals → (N, P) received, by
+    :func:`testbed.algorithms.dwfl_channel.propagate` on the round's channel h.
+
+    Built from the radio alone (no data, no model): the channel emulator makes one with
+    :func:`channel_from_sections`.
+    """
+
+    #: An exchange needs two senders: with fewer, nobody hears a peer and the round has no exchange.
+    min_senders = 2
+
+    def __init__(self, owner: "Dwfl | None" = None, *, radio: Radio | None = None, scheme: str | None = None):
+        self._owner = owner
+        self.radio = radio if radio is not None else owner.radio  # type: ignore[union-attr]
+        self.scheme = scheme if scheme is not None else owner.scheme  # type: ignore[union-attr]
+
+    def signal_spec(self) -> TensorSpec:
+        """One node's transmit signal, (P,) real, sqrt(W) (known to the full algorithm; the channel
+        emulator gets it with each round's notice)."""
+        if self._owner is None:
+            raise ValueError("the signal size is the model's: build the channel from the algorithm")
+        return TensorSpec((self._owner.model.num_params,))
+
+    def superpose(self, signals: np.ndarray, channel: Mapping[str, np.ndarray], ctx: RoundContext,
+                  out: np.ndarray | None = None) -> np.ndarray:
+        """(b) eq. (1): (N, P) signals (silent rows zero) on the channel ``channel["channel_h"]``
+        (N,) → (N, P) each receiver's signal; ``out`` may be ``signals``."""
+        block = self.radio.schedule.block_index(ctx.round_index)
+        if self._owner is not None and block in self._owner._plans:
+            rc = self._owner.plan(ctx.round_index).channel  # sim: the same channel, already aligned
+        else:
+            rc = aligned_channel(self.radio, block, np.asarray(channel["channel_h"]))
+        return propagate(self.scheme, signals, rc, self.radio, ctx.seed, ctx.round_index, out)
+
+
 def radio_from_config(config: "Config", num_nodes: int) -> Radio:
-    """The :class:`Radio` of the ``[dwfl]`` section: dBm to W, σ_m² fixed or thermal (k·T·B·NF/2)."""
+    """The :class:`Radio` of the ``[dwfl]`` section of an experiment."""
+    return radio_from_section(config.dwfl, num_nodes)
+
+
+def radio_from_section(a: "DwflSection", num_nodes: int) -> Radio:
+    """The :class:`Radio` of a ``[dwfl]`` section: dBm to W, σ_m² fixed or thermal (k·T·B·NF/2)."""
     from channel import dbm_to_w, real_noise_variance_w, thermal_noise_power_w
 
-    a = config.dwfl
     if a.noise_figure_db is not None:
         noise = float(real_noise_variance_w(thermal_noise_power_w(a.bandwidth_hz, a.noise_figure_db)))
     else:
@@ -525,21 +677,38 @@ def radio_from_config(config: "Config", num_nodes: int) -> Radio:
                  digital_orthogonal=a.orthogonal_link == "digital")
 
 
-def from_config(config: "Config", model: Model, data: FederatedData) -> Dwfl:
-    """DWFL as the ``[dwfl]`` and ``[privacy]`` sections of ``config`` say."""
-    a = config.dwfl
+def build(sections: dict[str, Any], ctx: BuildContext) -> Dwfl:
+    """DWFL as its ``[dwfl]`` section says, for the data this process holds."""
+    a: DwflSection = sections["dwfl"]
+    data = ctx.data
     smallest = int(data.train.sizes.min())
     if a.batch > smallest:
         node = int(data.train.sizes.argmin())
         raise ConfigError("dwfl.batch", f"{a.batch} is larger than node {node}'s {smallest} training samples")
     # N of the whole run: a board's data holds only its own node, the radio holds every node.
-    if config.data.num_nodes < 2:
+    if ctx.num_nodes < 2:
         raise ConfigError("data.num_nodes", "DWFL needs at least 2 nodes")
-    alg = Dwfl(model, radio_from_config(config, config.data.num_nodes), rounds=a.rounds, batch=a.batch, lr=a.lr,
-               averaging_rate=a.averaging_rate, gmax=a.gmax, delta=config.privacy.delta, epsilon=a.epsilon, sigma2=a.sigma2, calibration=a.calibration,
-               scheme=a.scheme, variant=a.variant, init=a.init, init_std=a.init_std, seed=config.run.seed)
-    if data.num_nodes == config.data.num_nodes:
+    alg = Dwfl(ctx.model, radio_from_section(a, ctx.num_nodes), rounds=a.rounds, batch=a.batch, lr=a.lr,
+               averaging_rate=a.averaging_rate, gmax=a.gmax, delta=ctx.delta, epsilon=a.epsilon, sigma2=a.sigma2,
+               calibration=a.calibration, scheme=a.scheme, variant=a.variant, init=a.init, init_std=a.init_std,
+               seed=ctx.seed)
+    if data.num_nodes == ctx.num_nodes:
         # Fail now, naming the key, if the target ε cannot be met. (A board holds one node's data
         # and gets each round's channel from the coordinator, which has checked this already.)
         alg.plan(0)
     return alg
+
+
+def channel_from_sections(sections: dict[str, Any], num_nodes: int, seed: int) -> DwflChannel:
+    """The channel half alone (the channel emulator's), from the ``[dwfl]`` section."""
+    a: DwflSection = sections["dwfl"]
+    return DwflChannel(radio=radio_from_section(a, num_nodes), scheme=a.scheme)
+
+
+REGISTRATION = Registration(
+    name="dwfl",
+    sections={"dwfl": DwflSection},
+    build=build,
+    channel=channel_from_sections,
+    epsilon_target=lambda sections: sections["dwfl"].epsilon,
+)

@@ -116,6 +116,7 @@ def calibrate(profile_name: str = "host", model_size: int = 100, *, broker_url: 
 
 def _step_cost(meter: Any, model_size: int, repeats: int) -> tuple[Cost, Any]:
     """c2 and the model's initial parameters."""
+    from testbed.algorithms.contract import RoundContext
     from testbed.algorithms.dp_pasgd import DpPasgd
     from testbed.data.synthetic import make_logistic
     from testbed.models import LogisticRegression
@@ -125,10 +126,12 @@ def _step_cost(meter: Any, model_size: int, repeats: int) -> tuple[Cost, Any]:
     alg = DpPasgd(model, steps=1, tau=1, batch=BATCH, lr=0.1, delta=1e-4, sigma=1.0,
                   train_sizes=dict(zip(data.node_ids, data.train.sizes.tolist())))
     params = model.init(None)
+    ids = tuple(data.node_ids)
 
     def steps(n: int) -> None:
         for i in range(n):
-            alg.node_step(params, data.train, node_ids=data.node_ids, round_index=i, seed=0)
+            ctx = RoundContext(i, 0, len(ids), ids)
+            alg.node_step(alg.downlink({"model": params}, ctx, ids), data.train, ids, ctx)
 
     steps(3)  # warm-up: first-call allocations and imports are not a step's cost
     start = time.process_time()

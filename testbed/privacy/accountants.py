@@ -89,6 +89,16 @@ def _dp_accounting_epsilon(kind: str, items: tuple, delta: float) -> float:
     return float(acc.get_epsilon(delta))
 
 
+def epsilon_by_observer(accountant: str, tallies: Mapping[str, Mapping[tuple, int]], delta: float) -> dict[str, float]:
+    """ε spent at δ against each observer (testbed.ledger.OBSERVERS) that saw a release."""
+    return {observer: epsilon(accountant, tally, delta) for observer, tally in sorted(tallies.items())}
+
+
+def worst_epsilon(accountant: str, tallies: Mapping[str, Mapping[tuple, int]], delta: float) -> float:
+    """The headline ε: the worst over the observers (0 before any release)."""
+    return max(epsilon_by_observer(accountant, tallies, delta).values(), default=0.0)
+
+
 def tally_of(events) -> Counter:
     """Tally (signature → count) of an iterable of GaussianEvent."""
     tally: Counter = Counter()

@@ -1,0 +1,282 @@
+"""The contract between an algorithm and whatever runs it (the sim runner, the MQTT coordinator,
+a node agent on a board, the channel emulator).
+
+An algorithm is pure steps on named arrays plus explicit random streams. One round:
+
+1. ``downlink(state, ctx, node_ids)``: what the coordinator sends each node, declared by
+   ``downlink_spec()``: a tensor either the same for every node (``per_node=False``: broadcast
+   once) or one row per node (``per_node=True``: DWFL's own model). The runner never indexes the
+   state; it asks the algorithm.
+2. ``node_step(received, train, node_ids, ctx)``: on a stack of nodes (all of them in sim, one on a
+   board): named tensors out (``uplink_spec()`` declares them), per-node metrics (sample count,
+   weight...) and the ledger events the step caused.
+3. over the air only (:class:`OverTheAir`): the node's transmit signals go through the channel's
+   ``superpose``; each node finishes its update with ``node_finish`` from what it received.
+4. ``server_step(state, result, ctx)``: the new state, plus events the server issues on behalf of
+   nodes (server-side noise that protects a node's data; a correction of what a node was charged
+   when fewer peers transmitted than planned). Over MQTT these reach each node with its next round.
+
+An optional ``setup`` phase runs once before round 1 (``has_setup``): nodes upload something once
+(their data size, a coded data set) through ``setup_step``, and ``server_setup`` folds it into the
+state; it is charged to the ledger like a round, under round index :data:`SETUP_ROUND`.
+
+Shapes: every tensor that crosses a step boundary has a leading node axis M (the nodes of
+``node_ids``, in that order); a :class:`TensorSpec` gives the shape of one node's row.
+
+Example::
+
+    >>> spec = TensorSpec((3,))
+    >>> spec.problem(np.zeros(3)) is None, spec.problem(np.zeros(2))
+    (True, 'shape (2,), expected (3,)')
+    >>> ctx = RoundContext(round_index=0, seed=1, num_nodes=4, expected=(0, 1, 3))
+    >>> ctx.absent
+    (2,)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from testbed.data.federated import Split
+    from testbed.ledger import Event
+    from testbed.models import Model
+
+#: Round index of the one-time setup phase in the ledger and on the wire.
+SETUP_ROUND = -1
+
+#: The state of an algorithm: named arrays, all of it checkpointed, only what ``downlink`` says sent.
+State = dict[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One named tensor an algorithm sends or receives, per node.
+
+    Attributes:
+        shape: one node's row (no node axis).
+        dtype: numpy dtype name ("float64", "complex128", "int64").
+        per_node: for a downlink tensor, whether each node gets its own row (True) or all get the
+            same (False: sent once to everybody).
+        max_norm: an L2 bound no honest node's row exceeds (None: no bound is known).
+    """
+
+    shape: tuple[int, ...]
+    dtype: str = "float64"
+    per_node: bool = True
+    max_norm: float | None = None
+
+    def problem(self, row: Any) -> str | None:
+        """Why ``row`` (one node's tensor, as received) is not what this spec declares; None if it is.
+        Checks type, dtype, shape, finiteness and the norm bound, cheapest first."""
+        if not isinstance(row, np.ndarray):
+            return f"not an array ({type(row).__name__})"
+        if row.dtype != np.dtype(self.dtype):
+            return f"dtype {row.dtype}, expected {self.dtype}"
+        if row.shape != self.shape:
+            return f"shape {row.shape}, expected {self.shape}"
+        if not np.isfinite(row).all():
+            return "non-finite values"
+        if self.max_norm is not None:
+            norm = float(np.linalg.norm(row))
+            if norm > self.max_norm * (1 + 1e-9):
+                return f"norm {norm:.6g} above the bound {self.max_norm:.6g} no honest node exceeds"
+        return None
+
+
+def check_tensors(specs: Mapping[str, TensorSpec], tensors: Mapping[str, Any]) -> str | None:
+    """Why ``tensors`` (one node's, by name) do not match ``specs`` exactly; None if they do."""
+    missing = sorted(set(specs) - set(tensors))
+    extra = sorted(set(tensors) - set(specs))
+    if missing or extra:
+        return f"tensors {sorted(tensors)}, expected {sorted(specs)}"
+    for name, spec in specs.items():
+        problem = spec.problem(tensors[name])
+        if problem is not None:
+            return f"{name}: {problem}"
+    return None
+
+
+@dataclass(frozen=True)
+class RoundContext:
+    """What every step knows of the round.
+
+    Attributes:
+        round_index: r (0-based), or SETUP_ROUND.
+        seed: the run's seed (keys every random stream).
+        num_nodes: N, all nodes of the run.
+        expected: the nodes asked to take part, ascending (live nodes, less emulated stragglers).
+        answered: the nodes whose release reached the server or the channel (filled in for
+            ``node_finish`` and ``server_step``).
+        stragglers: expected nodes that did not answer, and nodes that were not asked
+            (emulated stragglers, offline nodes).
+    """
+
+    round_index: int
+    seed: int
+    num_nodes: int
+    expected: tuple[int, ...]
+    answered: tuple[int, ...] = ()
+    stragglers: tuple[int, ...] = ()
+
+    @property
+    def absent(self) -> tuple[int, ...]:
+        """Nodes of the run not asked to take part (emulated stragglers, offline nodes)."""
+        asked = set(self.expected)
+        return tuple(n for n in range(self.num_nodes) if n not in asked)
+
+    def closed(self, answered: Sequence[int]) -> "RoundContext":
+        """The context once the round closed with ``answered`` (everyone else straggled)."""
+        heard = tuple(sorted(int(n) for n in answered))
+        silent = tuple(sorted(set(range(self.num_nodes)) - set(heard)))
+        return replace(self, answered=heard, stragglers=silent)
+
+
+@dataclass(frozen=True)
+class NodeResult:
+    """What a stack of nodes produced in one step.
+
+    Attributes:
+        node_ids: (M,) the nodes, in row order.
+        tensors: name → (M, ...) what each node sends (``uplink_spec``, or the transmit signal).
+        metrics: name → (M,) per-node numbers the server may use or report ("samples": training
+            samples, "weight": its aggregation weight, a quality score...).
+        events: per node, the ledger events of the step (compute, communication, privacy).
+        carry: name → (M, ...) what a node keeps for ``node_finish`` (never sent).
+    """
+
+    node_ids: tuple[int, ...]
+    tensors: dict[str, np.ndarray]
+    metrics: dict[str, np.ndarray] = field(default_factory=dict)
+    events: list[list["Event"]] = field(default_factory=list)
+    carry: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def rows(self, node: int) -> dict[str, np.ndarray]:
+        """One node's tensors (its rows, without the node axis)."""
+        i = self.node_ids.index(node)
+        return {name: value[i] for name, value in self.tensors.items()}
+
+    @classmethod
+    def stack(cls, parts: Sequence["NodeResult"], tensors: Sequence[str] | None = None) -> "NodeResult":
+        """One result from per-node results (the coordinator's view of the answers), ordered by node."""
+        parts = sorted(parts, key=lambda p: p.node_ids)
+        names = list(tensors) if tensors is not None else (list(parts[0].tensors) if parts else [])
+        ids = tuple(n for p in parts for n in p.node_ids)
+
+        def cat(get) -> dict[str, np.ndarray]:
+            keys = list(get(parts[0])) if parts else []
+            return {k: np.concatenate([get(p)[k] for p in parts]) for k in keys}
+
+        return cls(node_ids=ids,
+                   tensors={k: np.concatenate([p.tensors[k] for p in parts]) for k in names} if parts else {},
+                   metrics=cat(lambda p: p.metrics), events=[e for p in parts for e in p.events])
+
+
+@dataclass(frozen=True)
+class ServerResult:
+    """The server step's output: the new state and the events it issued on behalf of nodes
+    (each event's ``node`` says whose ledger it belongs to)."""
+
+    state: State
+    events: list["Event"] = field(default_factory=list)
+
+
+@runtime_checkable
+class Algorithm(Protocol):
+    """What every registered algorithm provides (see the module docstring for the round)."""
+
+    model: "Model"
+    #: whether ``setup_step``/``server_setup`` run once before round 1.
+    has_setup: bool
+
+    @property
+    def rounds(self) -> int: ...
+
+    @property
+    def flops_per_step(self) -> float:
+        """Floating-point operations of one node's local step (the deadline straggler model's
+        compute time), a model: ~6 × batch × parameters for a gradient step."""
+        ...
+
+    def init_state(self, params0: np.ndarray) -> State: ...
+
+    def state_spec(self) -> dict[str, TensorSpec]:
+        """Names, shapes (whole arrays, not rows) and dtypes of the state, for checkpoint checks."""
+        ...
+
+    def downlink_spec(self) -> dict[str, TensorSpec]: ...
+
+    def uplink_spec(self) -> dict[str, TensorSpec]: ...
+
+    def planned_events(self, node: int, ctx: RoundContext) -> list["Event"]:
+        """The events the round will cause on ``node`` if it takes part (budgets check them before)."""
+        ...
+
+    def downlink(self, state: State, ctx: RoundContext, node_ids: Sequence[int]) -> dict[str, np.ndarray]: ...
+
+    def node_step(self, received: Mapping[str, np.ndarray], train: "Split", node_ids: Sequence[int],
+                  ctx: RoundContext) -> NodeResult: ...
+
+    def server_step(self, state: State, result: NodeResult, ctx: RoundContext) -> ServerResult: ...
+
+    def eval_params(self, state: State) -> np.ndarray:
+        """(P,) the model to evaluate (the global model, or the nodes' average)."""
+        ...
+
+    def describe(self) -> dict[str, Any]:
+        """What the summary reports of the algorithm's settings and privacy."""
+        ...
+
+
+@runtime_checkable
+class WithSetup(Protocol):
+    """The optional one-time phase before round 1 (``has_setup = True``)."""
+
+    def setup_spec(self) -> dict[str, TensorSpec]: ...
+
+    def setup_events(self, node: int) -> list["Event"]: ...
+
+    def setup_step(self, train: "Split", node_ids: Sequence[int], ctx: RoundContext) -> NodeResult: ...
+
+    def server_setup(self, state: State, result: NodeResult, ctx: RoundContext) -> ServerResult: ...
+
+
+@runtime_checkable
+class ChannelHalf(Protocol):
+    """The channel's side of an over-the-air round: what every receiver hears. The channel
+    emulator is built from this (``Registration.channel``), never from an algorithm's name."""
+
+    def signal_spec(self) -> TensorSpec:
+        """One node's transmit signal."""
+        ...
+
+    def superpose(self, signals: np.ndarray, channel: Mapping[str, np.ndarray], ctx: RoundContext,
+                  out: np.ndarray | None = None) -> np.ndarray:
+        """(N, ...) transmit signals (zero rows for silent nodes; ``ctx.answered`` are the senders)
+        → (N, ...) what each node receives. ``out`` may be ``signals`` (overwritten)."""
+        ...
+
+
+@runtime_checkable
+class OverTheAir(Protocol):
+    """An algorithm whose nodes exchange analog signals through the channel between the node step
+    and the server step. ``node_step`` returns the transmit signal as ``tensors["signal"]`` and
+    what the node keeps in ``carry``; ``node_finish`` turns what it received into its update."""
+
+    @property
+    def channel(self) -> ChannelHalf: ...
+
+    def channel_tensors(self, ctx: RoundContext) -> dict[str, np.ndarray]:
+        """What the channel needs for the round besides the signals (DWFL: the channel h), the
+        same tensors every node receives with its downlink."""
+        ...
+
+    def node_finish(self, carry: Mapping[str, np.ndarray], received: np.ndarray, node_ids: Sequence[int],
+                    ctx: RoundContext) -> NodeResult: ...
+
+
+def is_over_the_air(algorithm: Any) -> bool:
+    return isinstance(algorithm, OverTheAir)

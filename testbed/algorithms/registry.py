@@ -1,0 +1,125 @@
+"""The algorithm registry: every module of this package that defines ``REGISTRATION`` is an
+algorithm; adding one is adding a module, nothing else.
+
+A :class:`Registration` says the algorithm's name (``run.algorithm``), its config sections (typed
+models declared in its module), how to build it from them, and optionally its channel half (an
+over-the-air algorithm) and a planning stage. Config validation, ``to_toml``, the runner, the
+transports and the CLI read this registry and never name an algorithm.
+
+Example::
+
+    >>> sorted(names())[:2]
+    ['dp_pasgd', 'dwfl']
+    >>> get("dp_pasgd").primary
+    'dp_pasgd'
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import pkgutil
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from testbed.algorithms.contract import Algorithm, ChannelHalf
+    from testbed.config import Config
+    from testbed.data.federated import FederatedData
+    from testbed.models import Model
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    """What every algorithm is built with besides its own sections.
+
+    Attributes:
+        model: the model.
+        data: the data this process holds (all nodes in sim, one node on a board).
+        num_nodes: N of the whole run (a board's data holds only its own node).
+        seed: the run's seed.
+        delta: the privacy δ of ``[privacy]``.
+    """
+
+    model: "Model"
+    data: "FederatedData"
+    num_nodes: int
+    seed: int
+    delta: float
+
+
+@dataclass(frozen=True)
+class Registration:
+    """One algorithm.
+
+    Attributes:
+        name: its ``run.algorithm``.
+        sections: config section name → pydantic model, the first one its own (``[name]``).
+        build: (its sections by name, BuildContext) → the algorithm.
+        channel: (its sections, N, seed) → its ChannelHalf, for over-the-air algorithms.
+        check: (the whole config) → raises ConfigError for cross-section constraints.
+        plan: (config, model, data) → (config with planned values, the plan for the summary or
+            None): a stage run once before the algorithm is built (DP-PASGD's ``tau = "plan"``).
+        epsilon_target: (its sections) → the ε target it was configured with, or None.
+    """
+
+    name: str
+    sections: dict[str, type["BaseModel"]]
+    build: Callable[[dict[str, Any], BuildContext], "Algorithm"]
+    channel: Callable[[dict[str, Any], int, int], "ChannelHalf"] | None = None
+    check: Callable[["Config"], None] | None = None
+    plan: Callable[["Config", "Model", "FederatedData"], tuple["Config", dict | None]] | None = None
+    epsilon_target: Callable[[dict[str, Any]], float | None] = field(default=lambda sections: None)
+
+    @property
+    def primary(self) -> str:
+        return next(iter(self.sections))
+
+
+@functools.cache
+def registrations() -> dict[str, Registration]:
+    """Every algorithm of this package, by name (modules imported once, on first use)."""
+    import testbed.algorithms as package
+
+    found: dict[str, Registration] = {}
+    for info in pkgutil.iter_modules(package.__path__):
+        module = importlib.import_module(f"{package.__name__}.{info.name}")
+        reg = getattr(module, "REGISTRATION", None)
+        if isinstance(reg, Registration):
+            if reg.name in found:
+                raise RuntimeError(f"two algorithms named {reg.name!r}")
+            found[reg.name] = reg
+    return dict(sorted(found.items()))
+
+
+def names() -> list[str]:
+    return list(registrations())
+
+
+def get(name: str) -> Registration:
+    try:
+        return registrations()[name]
+    except KeyError:
+        raise KeyError(f"no algorithm {name!r}; known: {', '.join(names())}") from None
+
+
+def sections_of(config: "Config", reg: Registration) -> dict[str, Any]:
+    return {name: getattr(config, name) for name in reg.sections}
+
+
+def build(config: "Config", model: "Model", data: "FederatedData") -> "Algorithm":
+    """The algorithm ``config.run.algorithm`` names, built for ``model`` and ``data``."""
+    reg = get(config.run.algorithm)
+    ctx = BuildContext(model=model, data=data, num_nodes=config.data.num_nodes, seed=config.run.seed,
+                       delta=config.privacy.delta)
+    return reg.build(sections_of(config, reg), ctx)
+
+
+def build_channel(config: "Config") -> "ChannelHalf":
+    """The channel half of the over-the-air algorithm ``config.run.algorithm`` names."""
+    reg = get(config.run.algorithm)
+    if reg.channel is None:
+        raise ValueError(f"{reg.name} is not an over-the-air algorithm")
+    return reg.channel(sections_of(config, reg), config.data.num_nodes, config.run.seed)

@@ -1,0 +1,459 @@
+"""The coordinator's side of an MQTT run: starts (or finds) the broker and the nodes, sends each
+round, collects the replies until every expected node answered or the round's deadline passed.
+
+What each node receives is what the algorithm's ``downlink`` declares: once on the broadcast topic
+when every node gets the same tensors, else on each node's own downlink with its own rows; the
+coordinator never indexes the algorithm's state. Every reply is checked against what the algorithm
+declares before it is used: the uplink tensors (names, shapes, dtypes, finiteness, a norm bound
+where the algorithm knows one) and the events (those the round's plan says, nothing less); a reply
+that fails is that node's straggle for the round, logged with its reason.
+
+A node that misses the deadline, goes offline (its last will), or sends what fails the checks is a
+straggler for that round; it rejoins with the next round, which carries everything it needs. An
+emulated straggler (the ``[stragglers]`` model) is not asked, so it costs no wall time. Replies
+from another session or a second copy of one node's reply are logged and dropped; a reply of an
+earlier round that arrives late is still charged (released is spent), at warning level.
+
+Over-the-air algorithms put a channel emulator (testbed.channel_emulator, a client of its own
+started here and built from the algorithm's channel half) between the nodes; it tells the
+coordinator which nodes really transmitted, and each of them is charged for its release.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+import secrets
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from testbed import protocol, wire
+from testbed.algorithms.contract import (
+    SETUP_ROUND,
+    Algorithm,
+    NodeResult,
+    OverTheAir,
+    RoundContext,
+    State,
+    WithSetup,
+    check_tensors,
+)
+from testbed.channel_emulator import ChannelEmulator
+from testbed.config import MqttSection, NodesSection
+from testbed.errors import ConfigError, UserError
+from testbed.ledger import Event, GaussianEvent
+from testbed.mqtt import topics
+from testbed.mqtt.broker import EmbeddedBroker
+from testbed.mqtt.client import MqttClient
+from testbed.nodes_api import RoundOutcome
+
+log = logging.getLogger(__name__)
+
+_SIGNAL_SHARE = 0.8  # of an over-the-air round's deadline, for the channel to collect the signals
+_LATE_ROUNDS = 8  # how many past rounds a late reply may still be charged for
+
+
+class MqttNodes:
+    """The nodes of a run, reached over MQTT.
+
+    Args:
+        mqtt: the ``[mqtt]`` section (how to reach the broker and the nodes).
+        nodes: the ``[nodes]`` section (the emulated boards' profile and pacing).
+        config_toml: the resolved experiment file every round carries.
+        node_ids: the run's nodes.
+        algorithm: the run's algorithm (what to send, what to expect back).
+        seed: the run's seed.
+        quiet: no broker/host chatter on stderr.
+    """
+
+    def __init__(self, mqtt: MqttSection, nodes: NodesSection, config_toml: str, node_ids: Sequence[int],
+                 algorithm: Algorithm, *, seed: int, quiet: bool = False):
+        m = self.mqtt = mqtt
+        self.nodes_section = nodes
+        self.config_toml = config_toml
+        self.node_ids = list(node_ids)
+        self.alg, self.seed = algorithm, seed
+        self.run = wire.check_id(m.run_id, "mqtt.run_id")
+        self.session = secrets.token_hex(8)
+        self.round_timeout_s = m.round_timeout_s
+        self._hosts: list[_Host] = []
+        self._channel: ChannelEmulator | None = None
+        self._charges: dict[int, list[Event]] = {}  # issued by the server, not yet seen by the node
+        self._past: collections.OrderedDict[int, RoundContext] = collections.OrderedDict()
+        self._late: dict[tuple[int, int], list[Event]] = {}
+        self._broker = EmbeddedBroker().start() if m.broker_url is None else None
+        self.url = self._broker.url if self._broker else m.broker_url
+        username, password = _credentials(m.credentials, "coordinator")
+        try:
+            # amqtt speaks 3.1.1 only: skip the v5 probe it would log a warning about.
+            version = "3.1.1" if self._broker else "auto"
+            self.client = MqttClient.for_coordinator(self.url, self.run, username=username, password=password,
+                                                     tls_ca=m.tls_ca, max_chunk_bytes=m.max_chunk_bytes,
+                                                     protocol=version)
+            self.client.connect(timeout_s=m.connect_timeout_s)
+            if isinstance(algorithm, OverTheAir):
+                user, secret = _credentials(m.credentials, topics.CHANNEL)
+                self._channel = ChannelEmulator(self.url, self.run, connect_timeout_s=m.connect_timeout_s,
+                                                username=user, password=secret, tls_ca=m.tls_ca,
+                                                max_chunk_bytes=m.max_chunk_bytes, protocol=version)
+            self.online: set[int] = set()
+            if m.emulated:
+                self._start_hosts(quiet)
+            self._wait_online(m.connect_timeout_s)
+        except BaseException:
+            self.close("failed")
+            raise
+
+    def _start_hosts(self, quiet: bool) -> None:
+        m = self.mqtt
+        if m.credentials:
+            _check_credentials(m.credentials, self.node_ids)
+        groups = [g for g in np.array_split(np.array(self.node_ids), max(1, min(m.hosts, len(self.node_ids)))) if len(g)]
+        for group in groups:
+            cmd = [sys.executable, "-m", "testbed", "nodes", "--broker", self.url, "--run", self.run,
+                   "--ids", ",".join(str(int(n)) for n in group), "--profile", self.nodes_section.profile,
+                   "--protocol", self.client.protocol or "auto", "--max-chunk-bytes", str(m.max_chunk_bytes)]
+            if m.credentials:
+                cmd += ["--credentials", m.credentials]
+            if m.tls_ca:
+                cmd += ["--tls-ca", m.tls_ca]
+            if self.nodes_section.pacing:
+                cmd.append("--pacing")
+            self._hosts.append(_Host([int(n) for n in group], cmd, quiet))
+
+    def _wait_online(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        wanted = set(self.node_ids)
+        while not wanted <= self.online:
+            remaining = deadline - time.monotonic()
+            dead = [h for h in self._hosts if h.proc.poll() is not None]
+            if dead:
+                # The host's own last words say which node and why (refused credentials, a bad
+                # CA, a missing data file...): pass them on instead of a bare "exited".
+                raise UserError("; ".join(f"the emulated host of nodes {_ids(h.node_ids)} exited "
+                                          f"(status {h.proc.returncode}) before its nodes were online: "
+                                          f"{h.last_error()}" for h in dead))
+            if remaining <= 0:
+                missing = sorted(wanted - self.online)
+                raise UserError(f"{len(missing)} of {len(wanted)} nodes ({_ids(missing)}) are not connected to "
+                                f"{self.url}: not online within {timeout_s:g} s; start them with "
+                                f"`testbed node --broker {self.url} --run {self.run} --node-id ID`")
+            self._handle(self.client.receive(timeout_s=min(remaining, 0.5)), None)
+
+    # ------------------------------------------------------------------------------------- rounds
+
+    def _live(self, excluded: frozenset[int]) -> tuple[int, ...]:
+        """Wait for a quorum of nodes online (at most a round's timeout); the online nodes less
+        ``excluded``."""
+        quorum = min(self.mqtt.quorum, len(self.node_ids))
+        deadline = time.monotonic() + self.round_timeout_s
+        while len(self.online & set(self.node_ids)) < quorum and (remaining := deadline - time.monotonic()) > 0:
+            self._handle(self.client.receive(timeout_s=min(remaining, 0.5)), None)
+        self._reap_hosts()
+        if self._hosts and all(h.reaped for h in self._hosts):
+            raise UserError(f"every emulated host exited; the last said: {self._hosts[-1].last_error()}")
+        return tuple(sorted((self.online & set(self.node_ids)) - excluded))
+
+    def setup(self, state: State) -> RoundOutcome:
+        """The algorithm's one-time setup on every online node."""
+        alg = self.alg
+        assert isinstance(alg, WithSetup)
+        expected = self._live(frozenset())
+        ctx = RoundContext(SETUP_ROUND, self.seed, len(self.node_ids), expected)
+        self.client.publish(topics.bcast(self.run), protocol.setup(self.run, self.session, self.config_toml, expected))
+        answers, refusals, reasons = self._collect(ctx, alg.setup_spec(), protocol.SETUP_UPDATE)
+        return self._outcome(ctx, alg.setup_spec(), answers, refusals, reasons, frozenset(), heard=None)
+
+    def round(self, state: State, round_index: int, excluded: frozenset[int]) -> RoundOutcome:
+        """Send round ``round_index`` from ``state`` to the online nodes less ``excluded`` (emulated
+        stragglers); their replies, checked."""
+        alg = self.alg
+        expected = self._live(excluded)
+        ctx = RoundContext(round_index, self.seed, len(self.node_ids), expected)
+        self._remember(ctx)
+        if expected:
+            self._send(state, ctx)
+        answers, refusals, reasons = self._collect(ctx, alg.uplink_spec(), protocol.UPDATE)
+        heard = None
+        if self._channel is not None:
+            heard = self._channel.close_round(self.session, round_index)
+        return self._outcome(ctx, alg.uplink_spec(), answers, refusals, reasons, excluded, heard)
+
+    def _send(self, state: State, ctx: RoundContext) -> None:
+        alg = self.alg
+        spec = alg.downlink_spec()
+        down = alg.downlink(state, ctx, ctx.expected)
+        shared = {k: np.ascontiguousarray(down[k][0]) for k, s in spec.items() if not s.per_node}
+        own = [k for k, s in spec.items() if s.per_node]
+        if isinstance(alg, OverTheAir):
+            assert self._channel is not None
+            self.client.publish(topics.chan(self.run), protocol.transmit(
+                self.run, self.session, ctx.round_index, self.config_toml, ctx.expected,
+                _SIGNAL_SHARE * self.round_timeout_s, alg.channel.signal_spec(), alg.channel_tensors(ctx)))
+        if not own:
+            charges = [e for n in ctx.expected for e in self._charges.get(n, [])]
+            self.client.publish(topics.bcast(self.run), protocol.round_(
+                self.run, self.session, ctx.round_index, self.config_toml, ctx.expected, shared, charges))
+            return
+        for i, node in enumerate(ctx.expected):
+            tensors = {**shared, **{k: np.ascontiguousarray(down[k][i]) for k in own}}
+            self.client.publish(topics.down(self.run, str(node)), protocol.round_(
+                self.run, self.session, ctx.round_index, self.config_toml, ctx.expected, tensors,
+                self._charges.get(node, [])))
+
+    def _collect(self, ctx: RoundContext, spec, kind: str):
+        """Replies until every expected node answered, refused, failed the checks or left."""
+        answers: dict[int, tuple[dict, list[Event], dict]] = {}
+        refusals: dict[int, wire.Message] = {}
+        reasons: dict[int, str] = {}
+        expected = set(ctx.expected)
+        deadline = time.monotonic() + self.round_timeout_s
+        while not expected <= set(answers) | set(refusals) | set(reasons):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            self._handle(self.client.receive(timeout_s=min(remaining, 0.5)), (ctx, spec, kind, answers, refusals, reasons))
+            gone = expected - self.online - set(answers) - set(refusals) - set(reasons)
+            for node in gone:
+                reasons[node] = "offline"
+            self._reap_hosts()
+        return answers, refusals, reasons
+
+    def _outcome(self, ctx: RoundContext, spec, answers, refusals, reasons, excluded, heard) -> RoundOutcome:
+        ids = tuple(sorted(answers))
+        released = set(ids) if heard is None else set(heard)
+        closed = ctx.closed(sorted(released))
+        straggled = {n: "emulated" for n in excluded}
+        for node in ctx.expected:
+            if node not in answers and node not in refusals:
+                straggled[node] = reasons.get(node, "deadline")
+        if straggled:
+            silent = [n for n, why in straggled.items() if why != "emulated"]
+            if silent:
+                log.warning("round %d: %d straggler(s): %s", ctx.round_index, len(silent), _ids(sorted(silent)))
+        charged: dict[tuple[int, int], list[Event]] = {}
+        for node in sorted(released):
+            # An answer's events were checked against the plan; a release heard without an answer
+            # (a node that died after transmitting) is charged the plan: it was made.
+            charged[(node, ctx.round_index)] = answers[node][1] if node in answers else \
+                self.alg.planned_events(node, ctx) if ctx.round_index != SETUP_ROUND else self.alg.setup_events(node)
+        for key, events in self._late.items():
+            charged.setdefault(key, events)
+        self._late = {}
+        for node in ids:  # the node saw its round message: it has the charges it carried
+            self._charges.pop(node, None)
+        result = NodeResult(
+            node_ids=ids,
+            tensors={name: np.stack([answers[n][0][name] for n in ids]) if ids else np.zeros((0,) + s.shape)
+                     for name, s in spec.items()},
+            metrics={name: np.array([answers[n][2][name] for n in ids])
+                     for name in (answers[ids[0]][2] if ids else {})},
+            events=[answers[n][1] for n in ids])
+        refused = tuple((n, m.meta["budget"], float(m.meta["would_be"]), float(m.meta["limit"]))
+                        for n, m in sorted(refusals.items()))
+        return RoundOutcome(result, closed, charged, straggled, refused)
+
+    def deliver(self, events: list[Event]) -> None:
+        """Events the server issued on nodes' behalf go to each node with its next round."""
+        for event in events:
+            self._charges.setdefault(event.node, []).append(event)
+
+    def _remember(self, ctx: RoundContext) -> None:
+        self._past[ctx.round_index] = ctx
+        while len(self._past) > _LATE_ROUNDS:
+            self._past.popitem(last=False)
+
+    def _planned(self, node: int, ctx: RoundContext) -> list[Event]:
+        if ctx.round_index == SETUP_ROUND:
+            return self.alg.setup_events(node)  # type: ignore[attr-defined]
+        return self.alg.planned_events(node, ctx)
+
+    def _check_events(self, node: int, ctx: RoundContext, msg: wire.Message) -> list[Event]:
+        """The update's events, refused unless they are the round's plan: the same privacy events
+        exactly, the same compute and communication (steps, bytes, cost units), with finite
+        non-negative seconds and joules the node measured or modelled."""
+        events = protocol.parse_events(msg, node, ctx.round_index)
+        planned = self._planned(node, ctx)
+        if [e.kind for e in events] != [e.kind for e in planned]:
+            raise wire.WireError("bad_header", f"events {[e.kind for e in events]}, the plan says "
+                                               f"{[e.kind for e in planned]}")
+        for got, want in zip(events, planned):
+            if isinstance(want, GaussianEvent):
+                if got != want:
+                    raise wire.WireError("bad_header", f"privacy event {got} differs from the plan {want}")
+                continue
+            for name in ("local_steps", "bytes_up", "bytes_down", "cost_units"):
+                if getattr(got, name, None) != getattr(want, name, None):
+                    raise wire.WireError("bad_header", f"{got.kind} event with {name} = {getattr(got, name, None)}, "
+                                                       f"the plan says {getattr(want, name, None)}")
+        return events
+
+    def _handle(self, item, collecting) -> None:
+        if item is None:
+            return
+        if item.kind == topics.STATUS:
+            node = topics.node_index(item.node)
+            if node is not None:
+                (self.online.add if item.payload == topics.STATUS_ONLINE else self.online.discard)(node)
+            return
+        msg, node = item.message, topics.node_index(item.node)
+        if msg is None or node is None or node not in self.node_ids:
+            return
+        if protocol.session_of(msg) != self.session:
+            log.info("dropped %s of node %s (session %s): not this run", msg.kind, node, protocol.session_of(msg))
+            return
+        if collecting is None:
+            self._maybe_late(node, msg)
+            return
+        ctx, spec, kind, answers, refusals, reasons = collecting
+        wire_round = max(ctx.round_index, 0)
+        if msg.round != wire_round or msg.kind not in (kind, protocol.REFUSED):
+            self._maybe_late(node, msg)
+            return
+        if node not in ctx.expected:
+            log.warning("dropped %s of node %d for round %d: it was not asked", msg.kind, node, wire_round)
+            return
+        if node in answers or node in refusals or node in reasons:
+            log.warning("dropped a second %s of node %d for round %d", msg.kind, node, wire_round)
+            return
+        try:
+            if msg.kind == protocol.REFUSED:
+                if not isinstance(msg.meta.get("budget"), str) or not all(
+                        isinstance(msg.meta.get(k), (int, float)) for k in ("would_be", "limit")):
+                    raise wire.WireError("bad_header", "a refusal needs budget, would_be and limit")
+                refusals[node] = msg
+                return
+            problem = check_tensors(spec, msg.tensors)
+            if problem is not None:
+                raise wire.WireError("bad_header", problem)
+            events = self._check_events(node, ctx, msg)
+            answers[node] = ({k: msg.tensors[k] for k in spec}, events, protocol.metrics_of(msg))
+        except wire.WireError as exc:
+            reasons[node] = "refused_update"
+            log.warning("rejected %s of node %d for round %d: %s", msg.kind, node, wire_round, exc)
+
+    def _maybe_late(self, node: int, msg: wire.Message) -> None:
+        """A reply of an earlier round of this session: charged if it carries the plan (released is
+        spent), never used."""
+        ctx = self._past.get(msg.round)
+        if msg.kind != protocol.UPDATE or ctx is None or node not in ctx.expected:
+            log.info("dropped %s of node %d for round %d: not this round", msg.kind, node, msg.round)
+            return
+        try:
+            events = self._check_events(node, ctx, msg)
+        except wire.WireError as exc:
+            log.warning("rejected a late update of node %d for round %d: %s", node, msg.round, exc)
+            return
+        log.warning("late update of node %d for round %d: not used, charged", node, msg.round)
+        self._late.setdefault((node, msg.round), events)
+
+    def _reap_hosts(self) -> None:
+        """An emulated host that died takes its nodes offline (their rounds straggle)."""
+        for host in self._hosts:
+            if host.proc.poll() is not None and not host.reaped:
+                host.reaped = True
+                log.error("the emulated host of nodes %s exited (status %s): %s", _ids(host.node_ids),
+                          host.proc.returncode, host.last_error())
+                self.online -= set(host.node_ids)
+
+    def close(self, status: str) -> None:
+        """Tell the nodes the run is over, wait for the emulated hosts, stop the embedded broker."""
+        client = getattr(self, "client", None)
+        try:
+            if client is not None and client.connected:
+                client.publish(topics.bcast(self.run), protocol.stop(self.run, self.session, status), timeout_s=5)
+        except (TimeoutError, UserError) as exc:
+            log.warning("could not broadcast stop: %s", exc)
+        for host in self._hosts:
+            host.stop(timeout_s=10)
+        if self._channel is not None:
+            self._channel.close()
+        if client is not None:
+            client.close()
+        if self._broker is not None:
+            self._broker.stop()
+
+
+class _Host:
+    """One `testbed nodes` subprocess serving ``node_ids``. Its stderr goes through a thread that
+    passes it on (unless quiet) and keeps the last lines, to explain an early exit."""
+
+    def __init__(self, node_ids: list[int], cmd: list[str], quiet: bool):
+        self.node_ids = node_ids
+        self.reaped = False
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                     stdin=subprocess.DEVNULL, text=True, errors="replace")
+        self._tail: collections.deque[str] = collections.deque(maxlen=20)
+        self._reader = threading.Thread(target=self._read, args=(quiet,), daemon=True,
+                                        name=f"node-host-{self.proc.pid}-stderr")
+        self._reader.start()
+
+    def _read(self, quiet: bool) -> None:
+        assert self.proc.stderr is not None
+        with self.proc.stderr:
+            for line in self.proc.stderr:
+                self._tail.append(line.rstrip("\n"))
+                if not quiet:
+                    try:
+                        sys.stderr.write(line)
+                        sys.stderr.flush()
+                    except (OSError, ValueError):  # our own stderr is gone: keep draining the pipe
+                        pass
+
+    def last_error(self) -> str:
+        """The host's error line (`testbed: ...`, else the last line it wrote) once it exited."""
+        self._reader.join(timeout=2.0)  # the pipe ends with the process: everything is read
+        lines = [line for line in self._tail if line.strip()]
+        errors = [line.removeprefix("testbed: ") for line in lines if line.startswith("testbed: ")]
+        return (errors or lines or ["no output"])[-1]
+
+    def stop(self, timeout_s: float) -> None:
+        """Wait for the host to leave (it was told to stop), terminate it if it does not."""
+        try:
+            self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.terminate()
+            self.proc.wait(timeout=5)
+        self._reader.join(timeout=2.0)
+
+
+def _ids(ids: Sequence[int]) -> str:
+    shown = ", ".join(str(n) for n in list(ids)[:10])
+    return shown + (f" and {len(ids) - 10} more" if len(ids) > 10 else "")
+
+
+def _check_credentials(path: str, node_ids: Sequence[int]) -> None:
+    """Every emulated node needs its password in the credentials file (checked before any host
+    starts, so the error names the nodes rather than a host that exited)."""
+    passwords = _read_credentials(path)
+    missing = [n for n in node_ids if str(n) not in passwords]
+    if missing:
+        raise ConfigError("mqtt.credentials", f"{path} has no password for node(s) {_ids(missing)} "
+                          f"(`testbed acl --run RUN --nodes N` writes one for each of nodes 0..N-1)")
+
+
+def _read_credentials(path: str) -> dict:
+    try:
+        passwords = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError("mqtt.credentials", f"cannot read {path}: {exc}") from None
+    if not isinstance(passwords, dict):
+        raise ConfigError("mqtt.credentials", f"{path} is not a credentials file of `testbed acl`")
+    return passwords
+
+
+def _credentials(path: str | None, user: str) -> tuple[str | None, str | None]:
+    """(username, password) of ``user`` from a `testbed acl` credentials file, or (None, None)."""
+    if path is None:
+        return None, None
+    passwords = _read_credentials(path)
+    if user not in passwords:
+        raise ConfigError("mqtt.credentials", f"{path} has no password for {user!r}")
+    return user, passwords[user]

@@ -1,0 +1,55 @@
+"""What the runner asks of the nodes, however they are reached (in this process, over MQTT).
+
+Example::
+
+    >>> outcome = RoundOutcome(NodeResult((), {}), RoundContext(0, 0, 2, (0, 1)).closed([]))
+    >>> outcome.ctx.stragglers
+    (0, 1)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from testbed.algorithms.contract import NodeResult, RoundContext, State
+from testbed.ledger import Event
+
+
+@dataclass(frozen=True)
+class RoundOutcome:
+    """One round (or the setup), as the nodes played it.
+
+    Attributes:
+        result: the answers the server step uses (the algorithm's uplink tensors), by node.
+        ctx: the round closed: ``answered`` released something that reached the server or the
+            channel, ``stragglers`` did not.
+        charged: (node, round) → the events the node's release caused (the answered; a release
+            that arrived late; a transmission heard although its update never came).
+        straggled: node → why it missed the round (testbed.ledger.StraggleEvent reasons).
+        refused: (node, budget, would_be, limit) of nodes that refused to act.
+    """
+
+    result: NodeResult
+    ctx: RoundContext
+    charged: dict[tuple[int, int], list[Event]] = field(default_factory=dict)
+    straggled: dict[int, str] = field(default_factory=dict)
+    refused: tuple[tuple[int, str, float, float], ...] = ()
+
+
+class Nodes(Protocol):
+    """The run's nodes."""
+
+    def setup(self, state: State) -> RoundOutcome:
+        """The algorithm's one-time setup phase on every node."""
+        ...
+
+    def round(self, state: State, round_index: int, excluded: frozenset[int]) -> RoundOutcome:
+        """Round ``round_index`` from ``state``; ``excluded`` are emulated stragglers (asked nothing)."""
+        ...
+
+    def deliver(self, events: list[Event]) -> None:
+        """Events the server issued on nodes' behalf, for the nodes' own ledgers."""
+        ...
+
+    def close(self, status: str) -> None: ...

@@ -1,0 +1,118 @@
+"""Every node in this process (``run.mode = "sim"``), stepped at once on stacked arrays.
+
+Each node is charged an equal share of the step's CPU time, through its device profile's model.
+An over-the-air round runs the algorithm's channel half here, between the node step and
+``node_finish``, exactly as the channel emulator does over MQTT.
+
+Example::
+
+    >>> from testbed.config import load_config_text
+    >>> from testbed.algorithms import registry
+    >>> from testbed.runner import load
+    >>> cfg = load_config_text("[data]\\nnum_nodes = 3\\nsamples_per_node = 40\\ndim = 3\\n"
+    ...                        "[dp_pasgd]\\nsteps = 4\\ntau = 2\\nbatch = 4\\nsigma = 1.0\\n")
+    >>> data, model = load(cfg)
+    >>> alg = registry.build(cfg, model, data)
+    >>> nodes = SimNodes(alg, data, seed=0, profile="host")
+    >>> outcome = nodes.round(alg.init_state(model.init(None)), 0, frozenset({1}))
+    >>> outcome.result.node_ids, outcome.ctx.stragglers, outcome.straggled
+    ((0, 2), (1,), {1: 'emulated'})
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Sequence
+
+import numpy as np
+
+from nodes.costs import NodeCosts
+from testbed.algorithms.contract import (
+    SETUP_ROUND,
+    Algorithm,
+    NodeResult,
+    OverTheAir,
+    RoundContext,
+    State,
+    WithSetup,
+)
+from testbed.data.federated import FederatedData
+from testbed.ledger import Event
+from testbed.nodes_api import RoundOutcome
+
+
+class SimNodes:
+    """The run's nodes, all in this process.
+
+    Args:
+        algorithm: the run's algorithm.
+        data: every node's data.
+        seed: the run's seed.
+        profile: the device profile whose model charges seconds and joules.
+    """
+
+    def __init__(self, algorithm: Algorithm, data: FederatedData, seed: int, profile: str):
+        self.alg, self.data, self.seed = algorithm, data, seed
+        self.costs = NodeCosts(profile, "model")
+        self.node_ids = list(data.node_ids)
+        self._position = {node: i for i, node in enumerate(self.node_ids)}
+
+    def setup(self, state: State) -> RoundOutcome:
+        alg = self.alg
+        assert isinstance(alg, WithSetup)
+        ctx = RoundContext(SETUP_ROUND, self.seed, len(self.node_ids), tuple(self.node_ids))
+        start = time.process_time()
+        result = alg.setup_step(self.data.train, self.node_ids, ctx)
+        return self._outcome(result, ctx.closed(result.node_ids), start, {})
+
+    def round(self, state: State, round_index: int, excluded: frozenset[int]) -> RoundOutcome:
+        alg = self.alg
+        expected = tuple(n for n in self.node_ids if n not in excluded)
+        ctx = RoundContext(round_index, self.seed, len(self.node_ids), expected)
+        straggled = {n: "emulated" for n in sorted(excluded)}
+        if not expected:
+            return RoundOutcome(NodeResult((), {}), ctx.closed(()), straggled=straggled)
+        train = self.data.train if len(expected) == len(self.node_ids) else \
+            self.data.train.select([self._position[n] for n in expected])
+        start = time.process_time()
+        result = alg.node_step(alg.downlink(state, ctx, expected), train, expected, ctx)
+        closed = ctx.closed(expected)
+        if isinstance(alg, OverTheAir):
+            released = result
+            result = self._exchange(result, closed)
+            if not result.node_ids:
+                straggled.update({n: "no_exchange" for n in expected})
+            result = NodeResult(result.node_ids, result.tensors, released.metrics, released.events)
+        return self._outcome(result, closed, start, straggled)
+
+    def _exchange(self, sent: NodeResult, ctx: RoundContext) -> NodeResult:
+        """The channel between the nodes: superpose the transmit signals, each node finishes."""
+        alg = self.alg
+        assert isinstance(alg, OverTheAir)
+        channel = alg.channel
+        if len(ctx.answered) < channel.min_senders:
+            return NodeResult((), {})
+        signals = sent.tensors["signal"]
+        n = len(self.node_ids)
+        every = len(sent.node_ids) == n
+        if not every:  # silent senders: zero rows
+            full = np.zeros((n,) + signals.shape[1:])
+            full[list(sent.node_ids)] = signals
+            signals = full
+        heard = channel.superpose(signals, alg.channel_tensors(ctx), ctx, out=signals)
+        rows = heard if every else heard[list(sent.node_ids)]
+        return alg.node_finish(sent.carry, rows, sent.node_ids, ctx)
+
+    def _outcome(self, result: NodeResult, ctx: RoundContext, start: float, straggled: dict[int, str]) -> RoundOutcome:
+        released = result.events
+        share = (time.process_time() - start) / max(1, len(ctx.answered))
+        charged: dict[tuple[int, int], list[Event]] = {}
+        for node, events in zip(ctx.answered, released):
+            charged[(node, ctx.round_index)] = self.costs.charge_modelled(events, share)
+        return RoundOutcome(result, ctx, charged, straggled)
+
+    def deliver(self, events: Sequence[Event]) -> None:
+        """Nothing to carry: in sim the runner's ledgers are the nodes' own."""
+
+    def close(self, status: str) -> None:
+        self.costs.close()
