@@ -78,12 +78,13 @@ class StragglersSection(BaseModel):
 
 
 def modelled_round_time_s(profile: DeviceProfile, *, local_steps: int, flops_per_step: float, bytes_up: int,
-                          bytes_down: int) -> float:
+                          bytes_down: int, airtime_s: float | None = None) -> float:
     """The board's modelled time for one round: local compute plus link airtime, in seconds.
 
     compute_s = local_steps · flops_per_step / REFERENCE_HOST_FLOPS_PER_S · profile.compute_time_factor;
-    airtime_s = nodes.clock.comm_cost(bytes_up, bytes_down, profile)[0] (Wi-Fi up, then down).
-    Deterministic (no measured CPU time), so sim and MQTT draw the same stragglers.
+    airtime_s = nodes.clock.comm_cost(bytes_up, bytes_down, profile)[0] (Wi-Fi up, then down),
+    unless the channel model already gives the link's airtime (``airtime_s``; DWFL's events carry
+    it): each cost has one owner, as in nodes.costs. Deterministic (no measured CPU time), so sim and MQTT draw the same stragglers.
 
     Input
     -----
@@ -96,6 +97,9 @@ def modelled_round_time_s(profile: DeviceProfile, *, local_steps: int, flops_per
         linear model's forward and backward pass.
     bytes_up, bytes_down : int
         Payload bytes sent and received in the round.
+    airtime_s : float, optional
+        The round's link airtime from the channel model, seconds (>= 0); replaces the profile's
+        Wi-Fi airtime when given (pass a CommunicationEvent's airtime_s when it is nonzero).
 
     Output
     ------
@@ -110,9 +114,11 @@ def modelled_round_time_s(profile: DeviceProfile, *, local_steps: int, flops_per
     """
     if local_steps < 0 or flops_per_step < 0 or bytes_up < 0 or bytes_down < 0:
         raise ValueError("local_steps, flops_per_step, bytes_up and bytes_down must be >= 0")
+    if airtime_s is not None and not airtime_s >= 0:
+        raise ValueError(f"airtime_s must be >= 0 seconds, got {airtime_s}")
     compute_s = local_steps * flops_per_step / REFERENCE_HOST_FLOPS_PER_S * profile.compute_time_factor
-    airtime_s, _ = comm_cost(bytes_up, bytes_down, profile)
-    return compute_s + airtime_s
+    link_s = comm_cost(bytes_up, bytes_down, profile)[0] if airtime_s is None else float(airtime_s)
+    return compute_s + link_s
 
 
 def draw_stragglers(section: StragglersSection, *, seed: int, round_index: int, node_ids: Sequence[int],

@@ -89,6 +89,10 @@ def test_modelled_round_time_is_compute_plus_airtime():
     host = modelled_round_time_s(load_profile("host"), local_steps=5, flops_per_step=2e6, bytes_up=1616,
                                  bytes_down=1616)
     assert t > host > 0
+    # A link whose airtime the channel model gives (DWFL) keeps it: one owner per cost.
+    channel = modelled_round_time_s(pi, local_steps=5, flops_per_step=2e6, bytes_up=1616, bytes_down=1616,
+                                    airtime_s=0.25)
+    assert channel == pytest.approx(compute_s + 0.25, rel=1e-12)
 
 
 @pytest.mark.parametrize("fields,field", [
