@@ -24,6 +24,17 @@ from nodes.profiles import load_profile
 from testbed.ledger import CommunicationEvent, ComputeEvent, Event
 
 
+def has_radio_figures(event: CommunicationEvent) -> bool:
+    """Whether ``event`` already carries airtime or radio energy (from the channel model).
+
+    >>> has_radio_figures(CommunicationEvent(0, 0, bytes_up=8, bytes_down=8, airtime_s=1e-3, energy_j=2e-3))
+    True
+    >>> has_radio_figures(CommunicationEvent(0, 0, bytes_up=8, bytes_down=8))
+    False
+    """
+    return event.airtime_s != 0.0 or event.energy_j != 0.0
+
+
 class NodeCosts:
     """Seconds and joules of one node (or of every node of a sim run, which share one profile).
 
@@ -50,12 +61,18 @@ class NodeCosts:
         self.pacer.wait(span.result.seconds, time.monotonic() - start)
 
     def charge(self, events: Sequence[Event], compute: Measurement) -> list[Event]:
-        """``events`` with the step's compute measurement and the link's modelled airtime/energy."""
+        """``events`` with the step's compute measurement and, where needed, the link's airtime/energy.
+
+        Each cost has one owner: a CommunicationEvent that already carries airtime or energy (from
+        the channel model, e.g. DWFL's planned events) keeps them as they are, so the ledger holds
+        the joules the budget check forecast. Only an event without radio figures (DP-PASGD's) gets
+        the device profile's Wi-Fi model (nodes.clock.comm_cost), marked ``measured=False``.
+        """
         charged = []
         for e in events:
             if isinstance(e, ComputeEvent):
                 e = replace(e, compute_s=compute.seconds, energy_j=compute.energy_j, measured=compute.measured)
-            elif isinstance(e, CommunicationEvent) and self.profile.emulated:
+            elif isinstance(e, CommunicationEvent) and self.profile.emulated and not has_radio_figures(e):
                 airtime_s, energy_j = comm_cost(e.bytes_up, e.bytes_down, self.profile)
                 e = replace(e, airtime_s=airtime_s, energy_j=energy_j, measured=False)
             charged.append(e)

@@ -54,3 +54,80 @@ def test_pld_refuses_sampling_without_replacement():
 def test_empty_tally_spends_nothing_and_zero_noise_is_infinite():
     assert epsilon("zcdp", Counter(), 1e-4) == 0.0
     assert epsilon("zcdp", _ledger(1, 1, 0.0).privacy, 1e-4) == float("inf")
+
+
+# ----------------------------------------------------------------------------- static support table
+
+import itertools
+import math
+
+from testbed.privacy.accountants import ACCOUNTANTS, ADJACENCIES, SAMPLINGS, supports, unsupported_reason
+
+COMBINATIONS = list(itertools.product(ACCOUNTANTS, SAMPLINGS, ADJACENCIES))
+
+
+def _event(sampling, adjacency, sigma=2.0):
+    rate = 1.0 if sampling == "none" else 0.05
+    return GaussianEvent(0, 0, sigma, 1 / 32, 3, adjacency, sampling, rate)
+
+
+def _dp_accounting_supports(accountant, sampling, adjacency):
+    """dp-accounting's own answer, under the neighbouring relation the event's sensitivity is for."""
+    import dp_accounting
+    from dp_accounting import dp_event
+
+    if accountant == "zcdp":
+        return True  # ours: no amplification claimed, every Gaussian composes
+    relation = {"replace_one": dp_accounting.NeighboringRelation.REPLACE_ONE,
+                "add_remove": dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE}[adjacency]
+    cls = dp_accounting.rdp.RdpAccountant if accountant == "rdp" else dp_accounting.pld.PLDAccountant
+    gaussian = dp_event.GaussianDpEvent(2.0)
+    event = {"none": gaussian, "poisson": dp_event.PoissonSampledDpEvent(0.05, gaussian),
+             "without_replacement": dp_event.SampledWithoutReplacementDpEvent(1000, 50, gaussian)}[sampling]
+    # The testbed's one restriction beyond dp-accounting's: a Poisson tally is accounted under
+    # add/remove, so a replace-one sensitivity is refused (dp-accounting's PLD would take it).
+    return cls(neighboring_relation=relation).supports(event) and not (sampling == "poisson" and adjacency == "replace_one")
+
+
+@pytest.mark.parametrize("accountant,sampling,adjacency", COMBINATIONS)
+def test_static_support_table_agrees_with_dp_accounting(accountant, sampling, adjacency):
+    assert supports(accountant, _event(sampling, adjacency)) == _dp_accounting_supports(accountant, sampling, adjacency)
+
+
+@pytest.mark.parametrize("accountant,sampling,adjacency", COMBINATIONS)
+def test_supported_means_a_finite_epsilon_unsupported_means_refused(accountant, sampling, adjacency):
+    tally = Counter({_event(sampling, adjacency).signature: 3})
+    reason = unsupported_reason(accountant, [_event(sampling, adjacency)])
+    if reason is None:
+        assert 0 < epsilon(accountant, tally, 1e-5) < math.inf
+    else:
+        assert accountant in reason and "\n" not in reason
+        with pytest.raises(ValueError) as err:
+            epsilon(accountant, tally, 1e-5)
+        assert str(err.value) == reason
+
+
+def test_mixed_tallies():
+    wor, poisson = _event("without_replacement", "replace_one"), _event("poisson", "add_remove")
+    none_ar = _event("none", "add_remove")
+    assert unsupported_reason("zcdp", [wor, poisson]) is None
+    assert "one neighbouring relation" in unsupported_reason("rdp", [wor, poisson])
+    assert "pld" in unsupported_reason("pld", [wor, poisson])
+    assert unsupported_reason("rdp", [wor, none_ar]) is None
+    assert unsupported_reason("pld", [poisson, none_ar]) is None
+    assert unsupported_reason("rdp", []) is None
+    with pytest.raises(ValueError, match="one neighbouring relation"):
+        epsilon("rdp", Counter({wor.signature: 1, poisson.signature: 1}), 1e-5)
+    with pytest.raises(ValueError, match="unknown accountant"):
+        supports("moments", wor)
+
+
+def test_static_check_imports_nothing_slow():
+    import subprocess
+    import sys
+
+    code = ("import sys; from testbed.privacy.accountants import unsupported_reason; "
+            "unsupported_reason('pld', [(1.0, 0.1, 'replace_one', 'without_replacement', 0.1)]); "
+            "print('dp_accounting' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -203,3 +203,81 @@ def test_load_dataset_dispatch():
         load_dataset("adult", seed=0)
     with pytest.raises(DataError, match="unknown option.*numerics.*valid: include_education, numeric, num_nodes"):
         load_dataset("adult-1", seed=0, path=str(ADULT_FILE), numerics=True)
+
+
+# ----------------------------------------------------------------------------- scaling
+
+
+def all_splits(data):
+    return (data.train, data.test, data.validation)
+
+
+@pytest.mark.parametrize("partition", ["adult-1", "adult-2"])
+def test_one_hot_features_are_the_same_under_every_scaling(partition):
+    """Every one-hot row has norm sqrt(F): pooled, per-node and public bounds are all sqrt(F)."""
+    pooled = load_adult(partition, path=str(ADULT_FILE), seed=3, scaling="pooled")
+    for scaling in ("per_node", "public_bound"):
+        other = load_adult(partition, path=str(ADULT_FILE), seed=3, scaling=scaling)
+        for a, b in zip(all_splits(pooled), all_splits(other)):
+            np.testing.assert_array_equal(a.x, b.x)
+            np.testing.assert_array_equal(a.y, b.y)
+
+
+def test_pooled_is_the_papers_scaling():
+    """Numeric columns standardised over the whole file, rows divided by the file's largest norm."""
+    from testbed.data.adult import NUMERIC, _encode, _read_columns
+
+    cols = _read_columns(ADULT_FILE)
+    one_hot = []
+    for c in ("workclass", "marital-status", "occupation", "relationship", "race", "sex", "native-country"):
+        names, codes = _encode(cols[c])
+        one_hot.append(np.eye(len(names))[codes])
+    num = [np.asarray(cols[c], dtype=float) for c in NUMERIC]
+    x = np.concatenate(one_hot + [((v - v.mean()) / v.std())[:, None] for v in num], axis=1)
+    x /= np.linalg.norm(x, axis=1).max()
+    data = load_adult("adult-1", path=str(ADULT_FILE), numeric=True, scaling="pooled")
+    got = np.concatenate([s.x for s in all_splits(data)])
+    key = lambda a: a[np.lexsort(np.round(a, 9).T)]  # noqa: E731  (same rows, another order)
+    np.testing.assert_allclose(key(got), key(x), atol=1e-12)
+
+
+@pytest.mark.parametrize("scaling", ["per_node", "public_bound"])
+@pytest.mark.parametrize("partition", ["adult-1", "adult-2"])
+def test_a_board_holding_one_node_gets_the_simulators_rows(partition, scaling):
+    full = load_adult(partition, path=str(ADULT_FILE), seed=1, numeric=True, include_education=True, scaling=scaling)
+    for m in (0, 15):
+        board = load_adult(partition, path=str(ADULT_FILE), seed=1, numeric=True, include_education=True,
+                           scaling=scaling, nodes=[m])
+        assert board.node_ids == (m,) and board.node_names == (full.node_names[m],)
+        for a, b in zip(all_splits(board), all_splits(full.select([m]))):
+            np.testing.assert_array_equal(a.x, b.x)
+            np.testing.assert_array_equal(a.y, b.y)
+
+
+def test_per_node_numeric_columns_use_the_nodes_own_statistics():
+    data = load_adult("adult-2", path=str(ADULT_FILE), seed=0, numeric=True, scaling="per_node")
+    for m in range(data.num_nodes):
+        x = np.concatenate([s.node_slice(m)[0] for s in all_splits(data)])
+        norms = np.linalg.norm(x, axis=1)
+        assert norms.max() == pytest.approx(1.0)  # the node's own largest row
+        numeric = x[:, -5:] * norms.max()
+        np.testing.assert_allclose(numeric.mean(axis=0), 0.0, atol=1e-9)
+        # Standardised, then divided by one common factor: equal spread in every numeric column.
+        np.testing.assert_allclose(numeric.std(axis=0), numeric.std(axis=0)[0], rtol=1e-9)
+
+
+def test_public_bound_uses_no_statistic_of_the_data():
+    """Every row divided by sqrt(F + k), the numeric part a fixed map into [0, 1]."""
+    data = load_adult("adult-1", path=str(ADULT_FILE), seed=0, numeric=True, scaling="public_bound")
+    x = np.concatenate([s.x for s in all_splits(data)])
+    assert np.linalg.norm(x, axis=1).max() <= 1 + 1e-12
+    np.testing.assert_allclose(np.linalg.norm(x[:, :-5], axis=1), np.sqrt(7 / 12), rtol=1e-12)
+    assert (x[:, -5:] >= 0).all() and (x[:, -5:] <= 1 / np.sqrt(12) + 1e-15).all()
+
+
+def test_load_dataset_passes_scaling_and_refuses_an_unknown_one():
+    a = load_dataset("adult-2", seed=0, path=str(ADULT_FILE), numeric=True, scaling="public_bound")
+    b = load_adult("adult-2", path=str(ADULT_FILE), seed=0, numeric=True, scaling="public_bound")
+    np.testing.assert_array_equal(a.train.x, b.train.x)
+    with pytest.raises(DataError, match="unknown scaling"):
+        load_dataset("adult-2", seed=0, path=str(ADULT_FILE), scaling="global")

@@ -144,3 +144,31 @@ def test_scale_to_unit_ball_keeps_geometry():
     one_hot[np.arange(4), [0, 1, 0, 2]] = 1.0
     one_hot[np.arange(4), [3, 3, 4, 5]] = 1.0
     np.testing.assert_allclose(np.linalg.norm(scale_to_unit_ball(one_hot), axis=1), 1.0)
+
+
+def test_synthetic_rows_are_the_same_under_every_scaling():
+    from testbed.data import load_dataset
+
+    base = make_logistic(5, 30, 4, seed=1)
+    for scaling in ("per_node", "public_bound", "pooled"):
+        other = load_dataset("synthetic", seed=1, num_nodes=5, samples_per_node=30, dim=4, scaling=scaling)
+        np.testing.assert_array_equal(base.train.x, other.train.x)
+    with pytest.raises(DataError, match="unknown scaling"):
+        make_logistic(5, 30, 4, seed=1, scaling="global")
+
+
+def test_per_node_helpers_match_a_loop_over_nodes_and_skip_empty_nodes():
+    from testbed.data.split import scale_to_unit_ball_per_node, standardise_per_node
+
+    rng = np.random.default_rng(0)
+    offsets = np.array([0, 0, 7, 7, 20, 21, 21])  # empty first, middle and last nodes; a one-row node
+    x = rng.normal(3.0, 2.0, (21, 4))
+    want = x.copy()
+    for lo, hi in zip(offsets[:-1], offsets[1:]):
+        if hi > lo:
+            block = want[lo:hi, 1:]
+            std = block.std(axis=0)
+            want[lo:hi, 1:] = (block - block.mean(axis=0)) / np.where(std > 0, std, 1.0)
+            want[lo:hi] /= np.linalg.norm(want[lo:hi], axis=1).max()
+    got = scale_to_unit_ball_per_node(standardise_per_node(x, offsets, slice(1, None)), offsets)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15)

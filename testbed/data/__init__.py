@@ -17,12 +17,13 @@ import inspect
 from typing import Any, Callable
 
 from testbed.data.federated import FederatedData, Split
+from testbed.data.split import SCALINGS, check_scaling
 from testbed.errors import DataError
 
 #: Valid dataset names.
 DATASETS = ("synthetic", "adult-1", "adult-2", "vehicle-1", "vehicle-2")
 
-__all__ = ["DATASETS", "FederatedData", "Split", "load_dataset"]
+__all__ = ["DATASETS", "SCALINGS", "FederatedData", "Split", "load_dataset"]
 
 
 def _loader(name: str) -> Callable[..., FederatedData]:
@@ -40,8 +41,10 @@ def _loader(name: str) -> Callable[..., FederatedData]:
     return functools.partial(load_vehicle, name)
 
 
-def load_dataset(name: str, *, seed: int, path: str | None = None, **options: Any) -> FederatedData:
-    """Load or generate a dataset, partitioned over nodes and split 80/10/10 on every node.
+def load_dataset(name: str, *, seed: int, path: str | None = None, scaling: str = "per_node",
+                 **options: Any) -> FederatedData:
+    """Load or generate a dataset, partitioned over nodes, scaled into the unit ball and split
+    80/10/10 on every node.
 
     Input
     -----
@@ -51,11 +54,19 @@ def load_dataset(name: str, *, seed: int, path: str | None = None, **options: An
         The run's seed; it drives every random choice (synthetic draws, i.i.d. partitions, splits).
     path : str, optional
         The data file or its directory (config ``data.path``); not allowed for ``"synthetic"``.
+    scaling : str
+        How rows are put into the unit ball (config ``data.scaling``), one of
+        :data:`testbed.data.split.SCALINGS`: ``"per_node"`` (default: each node's own statistics),
+        ``"public_bound"`` (no statistic of the data) or ``"pooled"`` (statistics of the whole
+        data set, as the papers do; a privacy leak between nodes). Each loader documents what it
+        does for each.
     **options :
         The loader's own options: :func:`testbed.data.synthetic.make_logistic` (num_nodes,
         samples_per_node, dim, n_classes, heterogeneity, nodes, bayes_accuracy),
-        :func:`testbed.data.adult.load_adult` (include_education, numeric, num_nodes) or
-        :func:`testbed.data.vehicle.load_vehicle` (num_nodes).
+        :func:`testbed.data.adult.load_adult` (include_education, numeric, num_nodes, nodes) or
+        :func:`testbed.data.vehicle.load_vehicle` (num_nodes, nodes). ``nodes``: only these node
+        ids, e.g. a board's own (identical to selecting them from the whole federation under
+        "per_node" and "public_bound").
 
     Output
     ------
@@ -66,6 +77,7 @@ def load_dataset(name: str, *, seed: int, path: str | None = None, **options: An
     """
     if name not in DATASETS:
         raise DataError(f"unknown dataset {name!r}; valid: {', '.join(DATASETS)}")
+    check_scaling(scaling)
     loader = _loader(name)
     if name == "synthetic":
         if path is not None:
@@ -73,11 +85,11 @@ def load_dataset(name: str, *, seed: int, path: str | None = None, **options: An
     else:
         options["path"] = path
     params = inspect.signature(loader).parameters
-    valid = [p for p in params if p not in ("seed", "path")]
+    valid = [p for p in params if p not in ("seed", "path", "scaling")]
     unknown = sorted(set(options) - set(params))
     if unknown:
         raise DataError(f"{name}: unknown option(s) {', '.join(unknown)}; valid: {', '.join(valid)}")
     missing = [p for p, spec in params.items() if spec.default is spec.empty and p not in options and p != "seed"]
     if missing:
         raise DataError(f"{name}: missing option(s) {', '.join(missing)}")
-    return loader(seed=seed, **options)
+    return loader(seed=seed, scaling=scaling, **options)

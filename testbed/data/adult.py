@@ -13,12 +13,25 @@ Features (the paper trains "with just the categorical features"; the encoding is
   keeps the partition key out of the model, as in domain-split benchmarks. The paper is ambiguous
   (dp-pasgd.md §5.1), hence the option;
 - with ``numeric=True`` also age, fnlwgt, capital-gain, capital-loss, hours-per-week (and
-  education-num when education is included, since it is education coded as a number), each
-  standardised to zero mean and unit variance over the whole file.
+  education-num when education is included, since it is education coded as a number).
 
-Scaling into the unit ball (the DP sensitivity needs ||x|| <= 1): every row is divided by the
-largest row norm of the data set (:func:`testbed.data.split.scale_to_unit_ball`). With the default
-one-hot features every row has norm sqrt(F) for F fields, so every row ends with norm exactly 1.
+Scaling into the unit ball (the DP sensitivity needs ||x|| <= 1), by ``scaling``
+(:data:`testbed.data.split.SCALINGS`):
+
+- ``"per_node"`` (default): numeric columns standardised to zero mean and unit variance over the
+  node's own rows, then the node's rows divided by the node's own largest row norm;
+- ``"public_bound"``: no statistic of the data. Each numeric column goes through a fixed map into
+  [0, 1] built from public knowledge of the census fields, not from the file (:data:`PUBLIC_MAPS`:
+  age / 100, hours-per-week / 168 hours in a week, education-num / 16 codebook levels, and
+  log1p(v) / log1p(cap) for the dollar amounts and the sampling weight with a fixed cap), clipped
+  to [0, 1]; the one-hot part of a row has norm exactly sqrt(F) for F fields and the k numeric
+  entries add at most k to its squared norm, so every row is divided by the public bound
+  sqrt(F + k) (sqrt(F) without numeric columns);
+- ``"pooled"`` (the papers'): numeric columns standardised over the whole file, then every row
+  divided by the largest row norm of the file (:func:`testbed.data.split.scale_to_unit_ball`).
+
+With the default one-hot features every row has norm sqrt(F), so the three give identical
+features: every row ends with norm exactly 1.
 
 Labels: 1 for ``>50K``, 0 for ``<=50K``.
 
@@ -45,12 +58,19 @@ from __future__ import annotations
 import functools
 import os
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 
 from testbed.data.cache import DataFile, resolve
 from testbed.data.federated import FederatedData
-from testbed.data.split import scale_to_unit_ball, split_flat
+from testbed.data.split import (
+    check_scaling,
+    scale_to_unit_ball,
+    scale_to_unit_ball_per_node,
+    split_flat,
+    standardise_per_node,
+)
 from testbed.errors import DataError
 from testbed.rng import GLOBAL, Purpose, stream
 
@@ -70,6 +90,17 @@ COLUMNS = (
 CATEGORICAL = ("workclass", "marital-status", "occupation", "relationship", "race", "sex", "native-country")
 NUMERIC = ("age", "fnlwgt", "capital-gain", "capital-loss", "hours-per-week")
 PARTITIONS = ("adult-1", "adult-2")
+
+#: scaling = "public_bound": a fixed map of each numeric column into [0, 1] (then clipped to it),
+#: from what is publicly known about the census field, never from the file's values.
+PUBLIC_MAPS = {
+    "age": lambda v: v / 100.0,  # years; a human-lifespan bound
+    "fnlwgt": lambda v: np.log1p(v) / np.log1p(1e7),  # persons a record stands for; fixed cap 1e7
+    "education-num": lambda v: v / 16.0,  # the codebook's 16 education levels, coded 1..16
+    "capital-gain": lambda v: np.log1p(v) / np.log1p(1e5),  # US dollars, a five-digit field
+    "capital-loss": lambda v: np.log1p(v) / np.log1p(1e5),  # US dollars, a five-digit field
+    "hours-per-week": lambda v: v / 168.0,  # hours in a week
+}
 
 
 def _encode(values: tuple[str, ...]) -> tuple[list[str], np.ndarray]:
@@ -91,37 +122,73 @@ def _read_columns(path: os.PathLike) -> dict[str, tuple[str, ...]]:
     return dict(zip(COLUMNS, zip(*rows)))
 
 
-def _features(cols: dict[str, tuple[str, ...]], include_education: bool, numeric: bool) -> np.ndarray:
-    """One-hot (and standardised numeric) features [N, d], float64, scaled into the unit ball."""
+def _features(cols: dict[str, tuple[str, ...]], include_education: bool, numeric: bool
+              ) -> tuple[np.ndarray, np.ndarray, int]:
+    """Unscaled features: the one-hot part [N, d_cat] (0/1), the raw numeric columns [k, N] (each
+    contiguous) and the number F of one-hot fields."""
     categorical = CATEGORICAL + (("education",) if include_education else ())
     encoded = [_encode(cols[c]) for c in categorical]
-    numeric_cols: tuple[str, ...] = ()
-    if numeric:
-        numeric_cols = NUMERIC + (("education-num",) if include_education else ())
+    numeric_cols = _numeric_columns(include_education, numeric)
     n = len(cols["income"])
-    width = sum(len(names) for names, _ in encoded) + len(numeric_cols)
-    x = np.zeros((n, width), dtype=np.float64)
+    x = np.zeros((n, sum(len(names) for names, _ in encoded)), dtype=np.float64)
     start = 0
     for names, codes in encoded:
         x[np.arange(n), start + codes] = 1.0
         start += len(names)
-    for c in numeric_cols:
-        v = np.asarray(cols[c], dtype=np.float64)
-        x[:, start] = (v - v.mean()) / v.std()
-        start += 1
+    raw = np.array([np.asarray(cols[c], dtype=np.float64) for c in numeric_cols]).reshape(len(numeric_cols), n)
+    return x, raw, len(categorical)
+
+
+def _numeric_columns(include_education: bool, numeric: bool) -> tuple[str, ...]:
+    return (NUMERIC + (("education-num",) if include_education else ())) if numeric else ()
+
+
+def _pooled(one_hot: np.ndarray, raw: np.ndarray) -> np.ndarray:
+    """scaling = "pooled": numeric columns standardised over the whole file, then every row divided
+    by the file's largest row norm (the papers' scaling), rows in file order."""
+    x = np.concatenate([one_hot, np.zeros((one_hot.shape[0], raw.shape[0]))], axis=1)
+    for j, v in enumerate(raw):
+        x[:, one_hot.shape[1] + j] = (v - v.mean()) / v.std()
     return scale_to_unit_ball(x)
 
 
+def _scaled(one_hot: np.ndarray, raw: np.ndarray, fields: int, numeric_cols: tuple[str, ...], offsets: np.ndarray,
+            scaling: str) -> np.ndarray:
+    """Features of rows already in node order (node m in offsets[m]:offsets[m+1]), [N, d], scaled
+    "per_node" or "public_bound"."""
+    d_cat, k = one_hot.shape[1], raw.shape[0]
+    x = np.empty((one_hot.shape[0], d_cat + k), dtype=np.float64)
+    x[:, :d_cat] = one_hot
+    x[:, d_cat:] = raw.T
+    if scaling == "per_node":
+        standardise_per_node(x, offsets, slice(d_cat, None))
+        return scale_to_unit_ball_per_node(x, offsets)
+    for j, c in enumerate(numeric_cols):
+        x[:, d_cat + j] = np.clip(PUBLIC_MAPS[c](raw[j]), 0.0, 1.0)
+    x /= np.sqrt(float(fields + k))  # one-hot norm² = F exactly, numeric part adds <= k
+    return x
+
+
 @functools.lru_cache(maxsize=4)
-def _parsed(file: Path, include_education: bool, numeric: bool) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
-    """Features, labels and the education column of a checked file, parsed once per process (a
-    sweep runs many experiments on one file in the same worker). Read-only: callers index copies."""
+def _parsed(file: Path, include_education: bool, numeric: bool
+            ) -> tuple[np.ndarray, np.ndarray, int, np.ndarray, tuple[str, ...]]:
+    """One-hot features, raw numeric columns, F, labels and the education column of a checked file,
+    parsed once per process (a sweep runs many experiments on one file in the same worker).
+    Read-only: callers index copies."""
     cols = _read_columns(file)
-    x = _features(cols, include_education, numeric)
+    one_hot, raw, fields = _features(cols, include_education, numeric)
     y = (np.asarray(cols["income"]) == ">50K").astype(np.int64)
+    for a in (one_hot, raw, y):
+        a.flags.writeable = False
+    return one_hot, raw, fields, y, cols["education"]
+
+
+@functools.lru_cache(maxsize=4)
+def _pooled_cached(file: Path, include_education: bool, numeric: bool) -> np.ndarray:
+    one_hot, raw, _, _, _ = _parsed(file, include_education, numeric)
+    x = _pooled(one_hot, raw)
     x.flags.writeable = False
-    y.flags.writeable = False
-    return x, y, cols["education"]
+    return x
 
 
 def load_adult(
@@ -131,8 +198,10 @@ def load_adult(
     include_education: bool = False,
     numeric: bool = False,
     num_nodes: int = 16,
+    scaling: str = "per_node",
+    nodes: Sequence[int] | None = None,
 ) -> FederatedData:
-    """Load UCI Adult, partition it over nodes and split every node 80/10/10.
+    """Load UCI Adult, partition it over nodes, scale it into the unit ball and split every node 80/10/10.
 
     Input
     -----
@@ -148,6 +217,11 @@ def load_adult(
         Add the standardised numeric columns.
     num_nodes : int
         Number of adult-2 nodes; adult-1 has one node per education level, so it must be 16 there.
+    scaling : str
+        ``"per_node"`` (default), ``"public_bound"`` or ``"pooled"``: see the module docstring.
+    nodes : sequence of int, optional
+        Only these node ids (in this order), e.g. a board's own; under "per_node" and
+        "public_bound" their arrays are exactly those of the whole federation's nodes.
 
     Output
     ------
@@ -163,8 +237,9 @@ def load_adult(
     """
     if partition not in PARTITIONS:
         raise DataError(f"unknown Adult partition {partition!r}; valid: {', '.join(PARTITIONS)}")
+    check_scaling(scaling)
     file = resolve(ADULT, path)
-    x, y, education = _parsed(file, include_education, numeric)
+    one_hot, raw, fields, y, education = _parsed(file, include_education, numeric)
     n = len(y)
 
     if partition == "adult-1":
@@ -191,4 +266,16 @@ def load_adult(
         node_names = tuple(f"iid-{m}" for m in range(num_nodes))
 
     offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-    return split_flat(x[rows], y[rows], offsets, seed=seed, n_classes=2, name=partition, node_names=node_names)
+    node_ids = list(range(len(sizes))) if nodes is None else [int(m) for m in nodes]
+    outside = [m for m in node_ids if not 0 <= m < len(sizes)]
+    if outside:
+        raise DataError(f"{partition}: nodes {outside} are not in 0..{len(sizes) - 1}")
+    rows = np.concatenate([rows[offsets[m]:offsets[m + 1]] for m in node_ids] or [rows[:0]])
+    sub_offsets = np.concatenate([[0], np.cumsum(sizes[node_ids])]).astype(np.int64)
+    if scaling == "pooled":
+        x = _pooled_cached(file, include_education, numeric)[rows]
+    else:
+        x = _scaled(one_hot[rows], raw[:, rows], fields, _numeric_columns(include_education, numeric),
+                    sub_offsets, scaling)
+    return split_flat(x, y[rows], sub_offsets, seed=seed, n_classes=2, name=partition,
+                      node_names=tuple(node_names[m] for m in node_ids), node_ids=node_ids)

@@ -1,5 +1,20 @@
 """Per-node train/test/validation split (80/10/10 on every device, dp-pasgd.md §5.2) and unit-ball scaling.
 
+Scaling (the DP sensitivity needs every row in the unit ball) comes in three kinds, named by
+:data:`SCALINGS`; the loaders take one as their ``scaling`` keyword:
+
+- ``"per_node"`` (default): each node uses statistics of its own rows only (its column means and
+  standard deviations where a loader standardises, its own largest row norm):
+  :func:`standardise_per_node`, :func:`scale_to_unit_ball_per_node`;
+- ``"public_bound"``: no data-dependent statistic at all: a fixed transformation and a public bound
+  (each loader documents its own), or :func:`clip_to_unit_ball`;
+- ``"pooled"``: statistics over the whole data set (:func:`scale_to_unit_ball`), as the papers
+  do. It leaks every node's data into every other node's features (a privacy cost no accountant
+  charges), so it is kept only to reproduce the papers.
+
+Per-node statistics are over the node's whole local data set (all its rows, before its 80/10/10
+split), just as pooled ones are over the whole file.
+
 Each node's samples are shuffled with its own stream ``stream(seed, node, -1, Purpose.SPLIT)``, so a
 board that holds only node m reproduces exactly the split that the simulator makes for node m.
 
@@ -24,7 +39,22 @@ from typing import Sequence
 import numpy as np
 
 from testbed.data.federated import FederatedData, Split
+from testbed.errors import DataError
 from testbed.rng import Purpose, stream
+
+#: How features are put into the unit ball: see the module docstring.
+SCALINGS = ("per_node", "public_bound", "pooled")
+
+
+def check_scaling(scaling: str) -> str:
+    """``scaling`` if it is one of :data:`SCALINGS`, else DataError naming the valid ones.
+
+    >>> check_scaling("per_node")
+    'per_node'
+    """
+    if scaling not in SCALINGS:
+        raise DataError(f"unknown scaling {scaling!r}; valid: {', '.join(SCALINGS)}")
+    return scaling
 
 def split_sizes(n: int) -> tuple[int, int, int]:
     """(n_train, n_test, n_validation) of a node with n samples: floor(0.8 n), floor(0.1 n), the rest."""
@@ -110,6 +140,7 @@ def split_flat(
     n_classes: int,
     name: str,
     node_names: Sequence[str] | None = None,
+    node_ids: Sequence[int] | None = None,
 ) -> FederatedData:
     """Split flat per-node data 80/10/10 on every node.
 
@@ -125,6 +156,9 @@ def split_flat(
         The run's seed (node m is shuffled with ``stream(seed, m, -1, SPLIT)``).
     n_classes, name, node_names :
         Copied into the result.
+    node_ids : sequence of int, length M, optional
+        Global id of each node (keys its split stream); default 0..M-1. A board holding a subset
+        of the federation passes the global ids, so its split matches the full one.
 
     Output
     ------
@@ -132,7 +166,7 @@ def split_flat(
         M nodes; node m has split_sizes(offsets[m+1] - offsets[m]) train/test/validation samples.
     """
     offsets = np.asarray(offsets, dtype=np.int64)
-    writer = SplitWriter(np.diff(offsets), dim=x.shape[1], seed=seed)
+    writer = SplitWriter(np.diff(offsets), dim=x.shape[1], seed=seed, node_ids=node_ids)
     for m in range(len(offsets) - 1):
         writer.write(m, x[offsets[m] : offsets[m + 1]], y[offsets[m] : offsets[m + 1]])
     return writer.finish(n_classes=n_classes, name=name, node_names=node_names)
@@ -194,4 +228,99 @@ def scale_to_unit_ball(x: np.ndarray) -> np.ndarray:
         max_norm = float(np.sqrt(np.einsum("ij,ij->i", x, x).max()))
         if max_norm > 0:
             x /= max_norm
+    return x
+
+
+def _segment_reduce(ufunc: np.ufunc, values: np.ndarray, offsets: np.ndarray, empty: float) -> np.ndarray:
+    """``ufunc.reduce`` of each node's rows: (N, ...) values, (M + 1,) offsets → (M, ...).
+
+    Empty nodes get ``empty`` (np.add.reduceat alone would give them the next node's first row)."""
+    sizes = np.diff(offsets)
+    out = np.full((len(sizes),) + values.shape[1:], empty, dtype=np.float64)
+    nonempty = sizes > 0
+    if nonempty.any():
+        # Starts of non-empty nodes only: each then runs to the next non-empty start, its own end.
+        out[nonempty] = ufunc.reduceat(values, offsets[:-1][nonempty], axis=0)
+    return out
+
+
+def standardise_per_node(x: np.ndarray, offsets: np.ndarray, columns: slice | np.ndarray = slice(None)) -> np.ndarray:
+    """Zero mean and unit variance per column over each node's own rows, in place.
+
+    Input
+    -----
+    x : [N, d], float64
+        Node m in rows offsets[m]:offsets[m+1]; modified in place.
+    offsets : [M + 1], int
+    columns : slice or int array
+        The columns to standardise (default all). A column constant on a node becomes 0 there
+        (so a node with one row gets zeros in them).
+
+    Output
+    ------
+    x : the same array.
+
+    Example
+    -------
+    >>> standardise_per_node(np.array([[1.0], [3.0], [10.0], [20.0]]), np.array([0, 2, 4]))
+    array([[-1.],
+           [ 1.],
+           [-1.],
+           [ 1.]])
+    """
+    offsets = np.asarray(offsets, dtype=np.int64)
+    sizes = np.maximum(np.diff(offsets), 1)[:, None]
+    rows_of = np.diff(offsets)
+    block = x[:, columns]
+    mean = _segment_reduce(np.add, block, offsets, 0.0) / sizes  # (M, k)
+    block -= np.repeat(mean, rows_of, axis=0)
+    std = np.sqrt(_segment_reduce(np.add, block * block, offsets, 0.0) / sizes)
+    block /= np.repeat(np.where(std > 0, std, 1.0), rows_of, axis=0)
+    x[:, columns] = block
+    return x
+
+
+def scale_to_unit_ball_per_node(x: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Divide each node's rows by that node's own largest row norm, in place (max norm 1 per node).
+
+    As :func:`scale_to_unit_ball`, node by node: no node's scale depends on another node's rows,
+    so a board holding one node computes exactly what the simulator computes for it. A node whose
+    rows are all zero is left unchanged.
+
+    Input
+    -----
+    x : [N, d], float64, modified in place; offsets : [M + 1], int.
+
+    Output
+    ------
+    x : the same array.
+
+    Example
+    -------
+    >>> scale_to_unit_ball_per_node(np.array([[3.0, 4.0], [0.0, 1.0], [0.0, 2.0]]), np.array([0, 2, 3]))
+    array([[0.6, 0.8],
+           [0. , 0.2],
+           [0. , 1. ]])
+    """
+    offsets = np.asarray(offsets, dtype=np.int64)
+    if x.size:
+        max_norm = np.sqrt(_segment_reduce(np.maximum, np.einsum("ij,ij->i", x, x), offsets, 0.0))
+        x /= np.repeat(np.where(max_norm > 0, max_norm, 1.0), np.diff(offsets))[:, None]
+    return x
+
+
+def clip_to_unit_ball(x: np.ndarray) -> np.ndarray:
+    """Clip every row to norm <= 1, in place: x / max(1, ||x||). Uses no other row's values.
+
+    Rows already in the unit ball are unchanged; longer rows are projected onto the unit sphere
+    (their direction is kept, their length is lost), as DP-SGD clips per-example gradients.
+
+    Example
+    -------
+    >>> clip_to_unit_ball(np.array([[3.0, 4.0], [0.0, 0.5]]))
+    array([[0.6, 0.8],
+           [0. , 0.5]])
+    """
+    if x.size:
+        x /= np.maximum(1.0, np.sqrt(np.einsum("ij,ij->i", x, x)))[:, None]
     return x

@@ -11,7 +11,10 @@ The generative model, for node m with samples n = 1..N_m:
 - labels ``y ~ softmax(s * x W*)`` with one inverse temperature s for all nodes.
 
 Every row lies on the unit sphere, so the DP sensitivity bound ||x|| <= 1 holds with equality,
-which gives the most signal per unit of privacy noise.
+which gives the most signal per unit of privacy noise. Each row is divided by its own norm, a
+statistic of that row alone: no statistic is pooled over rows or nodes, so the three ``scaling``
+choices of the file-based loaders (:data:`testbed.data.split.SCALINGS`) give identical arrays here
+(the largest row norm of every node, of the whole set and the public bound are all 1).
 
 s is calibrated so that the Bayes classifier argmax_k (x W*)_k has expected accuracy
 ``bayes_accuracy`` (default 0.875) on the i.i.d. (h = 0) feature distribution, whatever d and K:
@@ -35,7 +38,7 @@ from typing import Sequence
 import numpy as np
 
 from testbed.data.federated import FederatedData
-from testbed.data.split import SplitWriter
+from testbed.data.split import SplitWriter, check_scaling
 from testbed.errors import DataError
 from testbed.rng import GLOBAL, Purpose, stream
 
@@ -142,6 +145,7 @@ def make_logistic(
     heterogeneity: float = 0.0,
     nodes: Sequence[int] | None = None,
     bayes_accuracy: float = DEFAULT_BAYES_ACCURACY,
+    scaling: str = "per_node",
 ) -> FederatedData:
     """Generate the synthetic logistic-regression task and split every node 80/10/10.
 
@@ -164,6 +168,9 @@ def make_logistic(
         are identical to generating all M nodes and selecting these.
     bayes_accuracy : float
         Target accuracy of the Bayes classifier at h = 0, in (1/K, 1).
+    scaling : str
+        One of :data:`testbed.data.split.SCALINGS`; checked, and the same arrays whichever it is
+        (every row is already on the unit sphere, from its own norm alone).
 
     Output
     ------
@@ -179,6 +186,7 @@ def make_logistic(
     >>> bool((part.train.x == full.select([5]).train.x).all())
     True
     """
+    check_scaling(scaling)
     if num_nodes < 1 or samples_per_node < 1 or dim < 1 or n_classes < 2 or heterogeneity < 0:
         raise DataError(
             "synthetic: need num_nodes >= 1, samples_per_node >= 1, dim >= 1, n_classes >= 2 and "

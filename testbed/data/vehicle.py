@@ -10,11 +10,21 @@ Any cell shape with one cell per sensor is accepted (cells are taken in MATLAB's
 Labels {-1, +1} (or {0, 1}) map to {0, 1}. No checksum or download source is known, so the file
 must be provided (config ``data.path`` or ``$TESTBED_DATA/vehicle/vehicle.mat``).
 
-Features are standardised per column over all samples of the file (so Vehicle-1 and Vehicle-2
-hold the same feature vectors and differ only in who holds them; constant columns become 0), then
-every row is divided by the largest row norm of the data set
-(:func:`testbed.data.split.scale_to_unit_ball`), which keeps the geometry and puts every row in the
-unit ball, as the DP sensitivity needs.
+Scaling into the unit ball (the DP sensitivity needs ||x|| <= 1), by ``scaling``
+(:data:`testbed.data.split.SCALINGS`):
+
+- ``"per_node"`` (default): each node standardises every column over its own rows (a column
+  constant on the node becomes 0 there; a one-row node gets all zeros), then divides its rows by
+  its own largest row norm;
+- ``"public_bound"``: the features (acoustic and seismic spectral measurements of unknown units)
+  have no public bound, so no row can be divided by one. Instead a fixed map that uses no
+  statistic: the signed logarithm sign(x) log1p(|x|) per entry (it compresses spectral energies
+  spanning orders of magnitude and is close to the identity for |x| << 1), then every row is
+  clipped to norm <= 1 (:func:`testbed.data.split.clip_to_unit_ball`: longer rows are projected
+  onto the unit sphere, keeping their direction). No row's features depend on any other row;
+- ``"pooled"`` (the papers'): standardised per column over all samples of the file (so Vehicle-1
+  and Vehicle-2 hold the same feature vectors), then every row divided by the largest row norm of
+  the file (:func:`testbed.data.split.scale_to_unit_ball`).
 
 Partitions:
 
@@ -43,7 +53,14 @@ import scipy.io
 
 from testbed.data.cache import DataFile, resolve
 from testbed.data.federated import FederatedData
-from testbed.data.split import scale_to_unit_ball, split_flat
+from testbed.data.split import (
+    check_scaling,
+    clip_to_unit_ball,
+    scale_to_unit_ball,
+    scale_to_unit_ball_per_node,
+    split_flat,
+    standardise_per_node,
+)
 from testbed.errors import DataError
 from testbed.rng import GLOBAL, Purpose, stream
 
@@ -107,10 +124,22 @@ def _standardise(x: np.ndarray) -> np.ndarray:
     return x
 
 
+def _public_bound(x: np.ndarray) -> np.ndarray:
+    """scaling = "public_bound": signed log1p per entry, then rows clipped to norm <= 1, in place."""
+    np.copysign(np.log1p(np.abs(x)), x, out=x)
+    return clip_to_unit_ball(x)
+
+
 def load_vehicle(
-    partition: str, path: str | None = None, seed: int = 0, num_nodes: int | None = None
+    partition: str,
+    path: str | None = None,
+    seed: int = 0,
+    num_nodes: int | None = None,
+    scaling: str = "per_node",
+    nodes: Sequence[int] | None = None,
 ) -> FederatedData:
-    """Load the Vehicle sensor set, partition it over nodes and split every node 80/10/10.
+    """Load the Vehicle sensor set, partition it over nodes, scale it into the unit ball and split
+    every node 80/10/10.
 
     Input
     -----
@@ -123,6 +152,11 @@ def load_vehicle(
     num_nodes : int, optional
         Number of vehicle-2 nodes; default the number of sensors (23). Vehicle-1 has one node per
         sensor, so any other value is an error there.
+    scaling : str
+        ``"per_node"`` (default), ``"public_bound"`` or ``"pooled"``: see the module docstring.
+    nodes : sequence of int, optional
+        Only these node ids (in this order), e.g. a board's own; under "per_node" and
+        "public_bound" their arrays are exactly those of the whole federation's nodes.
 
     Output
     ------
@@ -137,9 +171,12 @@ def load_vehicle(
     """
     if partition not in PARTITIONS:
         raise DataError(f"unknown Vehicle partition {partition!r}; valid: {', '.join(PARTITIONS)}")
+    check_scaling(scaling)
     file = resolve(VEHICLE, path)
     xs, ys = _read(file)
-    x = scale_to_unit_ball(_standardise(np.concatenate(xs)))
+    x = np.concatenate(xs)
+    if scaling == "pooled":  # before the partition, in file order: the papers' numbers exactly
+        x = scale_to_unit_ball(_standardise(x))
     y = np.concatenate(ys)
     n = len(y)
 
@@ -161,7 +198,19 @@ def load_vehicle(
         node_names = tuple(f"iid-{k}" for k in range(m))
 
     offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-    return split_flat(x[rows], y[rows], offsets, seed=seed, n_classes=2, name=partition, node_names=node_names)
+    node_ids = list(range(len(sizes))) if nodes is None else [int(m) for m in nodes]
+    outside = [m for m in node_ids if not 0 <= m < len(sizes)]
+    if outside:
+        raise DataError(f"{partition}: nodes {outside} are not in 0..{len(sizes) - 1}")
+    rows = np.concatenate([rows[offsets[m]:offsets[m + 1]] for m in node_ids] or [rows[:0]])
+    sub_offsets = np.concatenate([[0], np.cumsum(sizes[node_ids])]).astype(np.int64)
+    x = x[rows]
+    if scaling == "per_node":
+        scale_to_unit_ball_per_node(standardise_per_node(x, sub_offsets), sub_offsets)
+    elif scaling == "public_bound":
+        _public_bound(x)
+    return split_flat(x, y[rows], sub_offsets, seed=seed, n_classes=2, name=partition,
+                      node_names=tuple(node_names[m] for m in node_ids), node_ids=node_ids)
 
 
 def write_vehicle_mat(path: str | os.PathLike, sizes: Sequence[int], dim: int = 100, seed: int = 0) -> None:

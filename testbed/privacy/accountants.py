@@ -10,6 +10,10 @@ Each takes the tally of :class:`testbed.ledger.NodeLedger` (signature → count)
 the same after 10 rounds as after 10,000; results are memoised because every node of a run usually
 shares one tally.
 
+Not every accountant can account for every event: :func:`supports` and :func:`unsupported_reason`
+say so statically (no dp-accounting import, so a config can be checked at start-up in
+microseconds), by the same rules :func:`epsilon` enforces.
+
 Example::
 
     >>> from collections import Counter
@@ -23,11 +27,92 @@ from __future__ import annotations
 import functools
 import math
 from collections import Counter
-from typing import Mapping
+from typing import Iterable, Mapping
 
 from testbed.privacy.zcdp import gaussian_rho, rho_to_epsilon
 
 ACCOUNTANTS = ("zcdp", "rdp", "pld")
+SAMPLINGS = ("none", "without_replacement", "poisson")
+ADJACENCIES = ("replace_one", "add_remove")
+
+
+def _signature(event) -> tuple:
+    """(sigma, sensitivity, adjacency, sampling, rate) of a GaussianEvent or of a tally key."""
+    return event if isinstance(event, tuple) else event.signature
+
+
+def unsupported_reason(accountant: str, events: Iterable) -> str | None:
+    """Why ``accountant`` cannot account for ``events`` together, in one line; None when it can.
+
+    Decided statically from each event's sampling and adjacency (nothing is imported), by the rules
+    :func:`epsilon` enforces, which mirror what dp-accounting can do:
+
+    - ``zcdp`` accounts for every event (it claims no amplification by sampling);
+    - ``rdp`` and ``pld`` amplify sampling without replacement only for a sensitivity under
+      replace-one adjacency, and Poisson sampling only under add/remove;
+    - ``pld`` cannot amplify sampling without replacement at all (dp-accounting's PLDAccountant has
+      no bound for SampledWithoutReplacementDpEvent);
+    - ``rdp`` cannot compose sampling without replacement with Poisson sampling: they need two
+      neighbouring relations, and a dp-accounting accountant composes under one.
+
+    Input
+    -----
+    accountant : str
+        One of ACCOUNTANTS.
+    events : iterable of GaussianEvent (or of their ``signature`` tuples, e.g. a tally's keys)
+        Everything the accountant will compose, e.g. a node's planned events of the first round.
+
+    Output
+    ------
+    reason : str or None
+        No configuration key is named: the caller knows which key chose the sampling.
+
+    Raises ValueError for an unknown accountant.
+
+    Example
+    -------
+    >>> from testbed.ledger import GaussianEvent
+    >>> e = GaussianEvent(0, 0, 1.0, 0.1, 1, adjacency="replace_one", sampling="without_replacement", sampling_rate=0.1)
+    >>> unsupported_reason("rdp", [e]) is None
+    True
+    >>> unsupported_reason("pld", [e])
+    'the pld accountant cannot amplify sampling without replacement (dp-accounting has no privacy loss distribution for it); use the rdp or zcdp accountant, or Poisson sampling'
+    """
+    if accountant not in ACCOUNTANTS:
+        raise ValueError(f"unknown accountant {accountant!r}; choose one of {', '.join(ACCOUNTANTS)}")
+    pairs = {(sig[3], sig[2]) for sig in map(_signature, events)}  # {(sampling, adjacency)}
+    for sampling, adjacency in sorted(pairs):
+        if sampling not in SAMPLINGS:
+            return f"unknown sampling {sampling!r} (known: {', '.join(SAMPLINGS)})"
+        if adjacency not in ADJACENCIES:
+            return f"unknown adjacency {adjacency!r} (known: {', '.join(ADJACENCIES)})"
+    if accountant == "zcdp":
+        return None
+    samplings = {sampling for sampling, _ in pairs}
+    if accountant == "pld" and "without_replacement" in samplings:
+        return ("the pld accountant cannot amplify sampling without replacement (dp-accounting has no privacy "
+                "loss distribution for it); use the rdp or zcdp accountant, or Poisson sampling")
+    if ("without_replacement", "add_remove") in pairs:
+        return (f"the {accountant} accountant amplifies sampling without replacement only for a sensitivity "
+                "under replace-one adjacency, not add/remove")
+    if ("poisson", "replace_one") in pairs:
+        return (f"the {accountant} accountant amplifies Poisson sampling only for a sensitivity under add/remove "
+                "adjacency, not replace-one")
+    if {"without_replacement", "poisson"} <= samplings:
+        return (f"the {accountant} accountant cannot compose sampling without replacement (replace-one) with "
+                "Poisson sampling (add/remove): dp-accounting composes under one neighbouring relation; "
+                "use one sampling or the zcdp accountant")
+    return None
+
+
+def supports(accountant: str, event) -> bool:
+    """Whether ``accountant`` can account for ``event`` (a GaussianEvent or its signature) alone.
+
+    >>> from testbed.ledger import GaussianEvent
+    >>> supports("rdp", GaussianEvent(0, 0, 1.0, 0.1, 1, adjacency="add_remove", sampling="poisson", sampling_rate=0.1))
+    True
+    """
+    return unsupported_reason(accountant, [event]) is None
 
 
 def _replace_one_sensitivity(sensitivity: float, adjacency: str) -> float:
@@ -56,6 +141,9 @@ def epsilon(accountant: str, tally: Mapping[tuple, int], delta: float) -> float:
 
 @functools.lru_cache(maxsize=4096)
 def _dp_accounting_epsilon(kind: str, items: tuple, delta: float) -> float:
+    reason = unsupported_reason(kind, (sig for sig, _ in items))
+    if reason is not None:
+        raise ValueError(reason)
     import dp_accounting
     from dp_accounting import dp_event
 
@@ -70,7 +158,7 @@ def _dp_accounting_epsilon(kind: str, items: tuple, delta: float) -> float:
         acc = dp_accounting.rdp.RdpAccountant(neighboring_relation=relation)
     else:
         acc = dp_accounting.pld.PLDAccountant(neighboring_relation=relation)
-    for (sigma, sens, adjacency, sampling, rate), count in items:
+    for (sigma, sens, _adjacency, sampling, rate), count in items:
         if sigma <= 0:
             return math.inf
         gaussian = dp_event.GaussianDpEvent(noise_multiplier=sigma / sens)
@@ -82,9 +170,8 @@ def _dp_accounting_epsilon(kind: str, items: tuple, delta: float) -> float:
             event = dp_event.SampledWithoutReplacementDpEvent(size, round(rate * size), gaussian)
         else:
             event = gaussian
-        if not acc.supports(event) or (sampling == "poisson" and adjacency != "add_remove"):
-            raise ValueError(f"the {kind} accountant cannot amplify {sampling} sampling under {adjacency}"
-                             " adjacency (mixed with the node's other events)")
+        if not acc.supports(event):  # unsupported_reason should have said so: a bug, not a user error
+            raise AssertionError(f"dp-accounting's {kind} accountant refuses {event}; update unsupported_reason")
         acc.compose(event, count)
     return float(acc.get_epsilon(delta))
 

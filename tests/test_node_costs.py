@@ -1,0 +1,82 @@
+"""Radio cost has one owner: the channel model's figures are kept, the device profile fills the rest."""
+
+import pytest
+
+from nodes.clock import comm_cost
+from nodes.costs import NodeCosts
+from nodes.profiles import load_profile
+from testbed.budgets import Budgets
+from testbed.config import load_config_text
+from testbed.data.synthetic import make_logistic
+from testbed.ledger import CommunicationEvent, NodeLedger
+from testbed.models import LogisticRegression
+
+DIM = 6
+DATA = make_logistic(num_nodes=5, samples_per_node=60, dim=DIM, seed=4)
+MODEL = LogisticRegression(DIM, 2)
+DWFL = """
+[run]
+algorithm = "dwfl"
+seed = 4
+[data]
+num_nodes = 5
+samples_per_node = 60
+dim = 6
+[dwfl]
+rounds = 3
+batch = 8
+epsilon = 0.5
+fading = "none"
+c_scale = 0.7
+"""
+DP_PASGD = """
+[run]
+algorithm = "dp_pasgd"
+seed = 4
+[data]
+num_nodes = 5
+samples_per_node = 60
+dim = 6
+[dp_pasgd]
+steps = 4
+tau = 2
+batch = 8
+sigma = 1.0
+"""
+
+
+def _comm(events):
+    return [e for e in events if isinstance(e, CommunicationEvent)]
+
+
+def test_dwfl_keeps_the_channel_models_airtime_and_energy():
+    from testbed.algorithms.dwfl import from_config
+
+    alg = from_config(load_config_text(DWFL), MODEL, DATA)
+    costs = NodeCosts("pi-4b", meter="model")
+    for node in range(DATA.num_nodes):
+        ledger, budgets = NodeLedger(node), Budgets(energy_j=1e-30)
+        planned = alg.planned_events(node, 0)
+        (want,) = _comm(planned)
+        assert want.airtime_s > 0 and want.energy_j > 0
+        charged = costs.charge_modelled(planned, host_cpu_s=1e-3)
+        (got,) = _comm(charged)
+        assert (got.airtime_s, got.energy_j, got.measured) == (want.airtime_s, want.energy_j, False)
+        # The budget check forecasts the planned joules; the ledger then holds exactly those for the link.
+        forecast = budgets.would_exceed(ledger, planned)
+        assert forecast.budget == "energy_j"
+        ledger.extend(charged)
+        assert forecast.would_be == pytest.approx(sum(e.energy_j for e in _comm(ledger.events)), rel=1e-15)
+
+
+def test_dp_pasgd_events_get_the_profiles_wifi_model():
+    from testbed.algorithms.dp_pasgd import from_config
+
+    alg = from_config(load_config_text(DP_PASGD), MODEL, DATA)
+    planned = alg.planned_events(0, 0)
+    (want,) = _comm(planned)
+    assert want.airtime_s == want.energy_j == 0.0
+    (got,) = _comm(NodeCosts("pi-4b", meter="model").charge_modelled(planned, host_cpu_s=1e-3))
+    airtime_s, energy_j = comm_cost(want.bytes_up, want.bytes_down, load_profile("pi-4b"))
+    assert (got.airtime_s, got.energy_j, got.measured) == (airtime_s, energy_j, False)
+    assert got.airtime_s > 0
