@@ -29,12 +29,9 @@ def load_data(d: DataSection, seed: int, nodes: Sequence[int] | None = None, pat
             options["num_nodes"] = d.num_nodes
     else:
         options = {}
-    if nodes is not None and d.dataset == "synthetic":
-        options["nodes"] = list(nodes)  # a board generates only its own samples
-    data = load_dataset(d.dataset, seed=seed, path=path or d.path, **options)
-    if nodes is not None and d.dataset != "synthetic":
-        data = data.select(list(nodes))
-    return data
+    if nodes is not None:
+        options["nodes"] = list(nodes)  # a board loads (or generates) only its own samples
+    return load_dataset(d.dataset, seed=seed, path=path or d.path, scaling=d.scaling, **options)
 
 
 def model_for(m: ModelSection, data: FederatedData) -> Model:

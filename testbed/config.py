@@ -60,6 +60,9 @@ class DataSection(Section):
     heterogeneity: NonNegative[float] = 0.0
     include_education: bool = False
     numeric: bool = False
+    scaling: Literal["per_node", "public_bound", "pooled"] = "per_node"
+    """How rows are put into the unit ball: each node's own statistics, a public bound, or
+    statistics pooled over all nodes (the papers'; a leak between nodes, kept to reproduce them)."""
 
 
 class ModelSection(Section):

@@ -105,8 +105,7 @@ def plan(config: Config, model: Model, data: FederatedData) -> tuple[Config, dic
 def check_accountants(config: Config, algorithm: Algorithm, node_ids: list[int]) -> None:
     """Refuse before round 1, naming the key, an accountant that cannot account the algorithm's
     releases (asked of the accountant, as dp-accounting's ``supports()`` does)."""
-    from testbed.privacy import accountants
-    unsupported_reason = getattr(accountants, "unsupported_reason", lambda name, events: None)  # MERGE-TODO
+    from testbed.privacy.accountants import unsupported_reason
 
     ctx = RoundContext(0, config.run.seed, config.data.num_nodes, tuple(node_ids))
     events = [e for e in algorithm.planned_events(node_ids[0], ctx) if e.kind == "privacy"]

@@ -1,11 +1,14 @@
-"""DP-PASGD's node and combine steps: dp-pasgd.md §8 checks 7 (reductions) and 8 (sync, noise)."""
+"""DP-PASGD's node and server steps: dp-pasgd.md §8 checks 7 (reductions) and 8 (sync, noise)."""
 
 import numpy as np
 import pytest
 
+from testbed.algorithms import RoundContext
 from testbed.algorithms.dp_pasgd import DpPasgd
 from testbed.data.synthetic import make_logistic
 from testbed.models import LogisticRegression, MLP
+
+from algo_steps import node_step, run_round
 
 M, DIM = 4, 6
 
@@ -21,10 +24,14 @@ def _alg(data, tau, sigma, steps=None, **kw):
 
 
 def _run(alg, data, seed=5):
-    theta = alg.init_state(alg.model.init(None))
+    state = alg.init_state(alg.model.init(None))
     for r in range(alg.rounds):
-        theta = alg.combine(alg.node_step(theta, data.train, list(range(M)), r, seed), theta)
-    return theta
+        state = run_round(alg, state, data, r, seed)
+    return state["model"]
+
+
+def _step(alg, theta, train, ids, r, seed):
+    return node_step(alg, {"model": theta}, train, ids, r, seed, num_nodes=M).tensors["update"]
 
 
 def test_check7_sigma0_tau1_is_distributed_minibatch_sgd(data):
@@ -63,9 +70,9 @@ def test_one_node_at_a_time_equals_all_nodes_stacked(data):
     """The identity the mqtt mode relies on: a node's step alone gives its row of the stacked step."""
     alg = _alg(data, tau=3, sigma=0.7)
     theta = np.linspace(-0.1, 0.1, alg.model.num_params)
-    stacked = alg.node_step(theta, data.train, list(range(M)), 2, 9).params
+    stacked = _step(alg, theta, data.train, list(range(M)), 2, 9)
     for m in range(M):
-        alone = alg.node_step(theta, data.train.select([m]), [m], 2, 9).params
+        alone = _step(alg, theta, data.train.select([m]), [m], 2, 9)
         np.testing.assert_allclose(alone[0], stacked[m], atol=1e-12)
 
 
@@ -78,8 +85,8 @@ def test_check8_noise_variance_of_the_average(data):
     theta = np.zeros(noisy.model.num_params)
     diffs, per_node = [], []
     for r in range(20):
-        a = noisy.node_step(theta, wide.train, list(range(M)), r, 1).params
-        b = clean.node_step(theta, wide.train, list(range(M)), r, 1).params
+        a = _step(noisy, theta, wide.train, list(range(M)), r, 1)
+        b = _step(clean, theta, wide.train, list(range(M)), r, 1)
         diffs.append(a.mean(axis=0) - b.mean(axis=0))
         per_node.append(a - b)
     var = np.var(np.concatenate(diffs))
@@ -92,7 +99,7 @@ def test_check8_noise_variance_of_the_average(data):
 
 def test_check8_rounds_and_noisy_steps_per_device(data):
     alg = _alg(data, tau=5, sigma=1.0, steps=20)
-    events = [e for r in range(alg.rounds) for e in alg.planned_events(0, r)]
+    events = [e for r in range(alg.rounds) for e in alg.planned_events(0, RoundContext.everyone(r, 5, M))]
     assert sum(e.local_steps for e in events if e.kind == "compute") == 20
     assert sum(1 for e in events if e.kind == "communication") == 20 // 5
     assert sum(e.count for e in events if e.kind == "privacy") == 20
@@ -116,7 +123,7 @@ def test_poisson_sampling_runs_and_declares_its_sampling(data):
     idx, w = alg._draw_batches(data.train, list(range(M)), 0, 1)
     # expected batch 8 of 48 rows: the weights sum to |batch|/8 per step, about 1 on average
     assert 0.5 < w.sum(axis=2).mean() < 1.5
-    event = [e for e in alg.planned_events(0, 0) if e.kind == "privacy"][0]
+    event = [e for e in alg.planned_events(0, RoundContext.everyone(0, 1, M)) if e.kind == "privacy"][0]
     assert (event.sampling, event.adjacency) == ("poisson", "add_remove")
     assert np.isfinite(_run(alg, data)).all()
 
@@ -126,5 +133,4 @@ def test_clipped_mlp_step(data):
                   train_sizes=data.train.sizes, epsilon=5.0, clip_norm=0.5)
     assert alg.lipschitz == 0.5
     params = alg.model.init(np.random.default_rng(0))
-    out = alg.node_step(params, data.train, list(range(M)), 0, 1)
-    assert np.isfinite(out.params).all()
+    assert np.isfinite(_step(alg, params, data.train, list(range(M)), 0, 1)).all()

@@ -5,6 +5,7 @@ import json
 import numpy as np
 import pytest
 
+from testbed.algorithms import RoundContext, registry
 from testbed.algorithms.dwfl import Dwfl
 from testbed.algorithms.dwfl_channel import Radio, channel_noise_row
 from testbed.cli import main
@@ -14,6 +15,8 @@ from testbed.models import LogisticRegression
 from testbed.privacy import dwfl as dp
 from testbed.rng import Purpose, stream
 from testbed.runner import run_experiment
+
+from algo_steps import run_round
 
 N, DIM, SEED, ROUND = 6, 5, 3, 2
 DATA = make_logistic(num_nodes=N, samples_per_node=60, dim=DIM, seed=0)
@@ -32,11 +35,9 @@ def _alg(noise_power_w=1.0, sigma2=None, epsilon=0.5, eta=0.5, variant="A", sche
 
 def _round(alg):
     """One round from an independent initialisation: (X', X'') with X' the local steps."""
-    x = alg.init_state(MODEL.init(None))
-    ids = list(range(N))
-    payload = alg.local_step(x, DATA.train, ids, ROUND, SEED)
-    out = alg.node_step(x, DATA.train, ids, ROUND, SEED)
-    return payload, alg.combine(out, x)
+    state = alg.init_state(MODEL.init(None))
+    payload = alg.local_step(state["models"], DATA.train, list(range(N)), ROUND, SEED)
+    return payload, run_round(alg, state, DATA, ROUND, SEED)["models"]
 
 
 def _psi(eta):
@@ -95,7 +96,7 @@ def test_ota_calibration_round_trip(calibration, count):
     assert plan.sigma2 == pytest.approx(expect)
     assert plan.epsilon.max() == pytest.approx(0.5) if count else plan.epsilon.max() < 0.5
     # the ledger's σ is the worst receiver's: its ε is the largest over the other receivers
-    ev = alg.planned_events(0, 0)[2]
+    ev = alg.planned_events(0, RoundContext.everyone(0, SEED, N))[2]
     assert alg.sensitivity * dp.gaussian_factor(1e-5) / ev.sigma == pytest.approx(plan.epsilon[1:].max())
 
 
@@ -105,7 +106,7 @@ def test_baselines_respect_their_calibration(scheme):
     plan = alg.plan(0)
     assert plan.sigma2 > 0
     assert plan.epsilon.max() == pytest.approx(0.5)
-    ev = alg.planned_events(0, 0)[2]
+    ev = alg.planned_events(0, RoundContext.everyone(0, SEED, N))[2]
     assert alg.sensitivity * dp.gaussian_factor(1e-5) / ev.sigma == pytest.approx(0.5)
     payload, new = _round(alg)
     assert np.all(np.isfinite(new))
@@ -128,13 +129,12 @@ def test_orthogonal_noise_is_larger_than_over_the_air():
 
 def test_infeasible_target_names_the_key():
     """Equal gains and c_scale = 1 leave every β_k = 0: no artificial noise can meet ε."""
-    from testbed.algorithms.dwfl import from_config
     from testbed.errors import ConfigError
 
     cfg = load_config_text(f'[run]\nalgorithm = "dwfl"\n[data]\nnum_nodes = {DATA.num_nodes}\n[dwfl]\n'
                            'epsilon = 0.5\nfading = "none"\nbatch = 8\nnoise_power_w = 1e-6\n')
     with pytest.raises(ConfigError, match="dwfl.epsilon"):
-        from_config(cfg, MODEL, DATA)
+        registry.build(cfg, MODEL, DATA)
 
 
 SMALL = """

@@ -2,6 +2,8 @@
 
 import pytest
 
+from testbed.algorithms import RoundContext, registry
+
 from nodes.clock import comm_cost
 from nodes.costs import NodeCosts
 from nodes.profiles import load_profile
@@ -50,13 +52,11 @@ def _comm(events):
 
 
 def test_dwfl_keeps_the_channel_models_airtime_and_energy():
-    from testbed.algorithms.dwfl import from_config
-
-    alg = from_config(load_config_text(DWFL), MODEL, DATA)
+    alg = registry.build(load_config_text(DWFL), MODEL, DATA)
     costs = NodeCosts("pi-4b", meter="model")
     for node in range(DATA.num_nodes):
         ledger, budgets = NodeLedger(node), Budgets(energy_j=1e-30)
-        planned = alg.planned_events(node, 0)
+        planned = alg.planned_events(node, RoundContext.everyone(0, 0, DATA.num_nodes))
         (want,) = _comm(planned)
         assert want.airtime_s > 0 and want.energy_j > 0
         charged = costs.charge_modelled(planned, host_cpu_s=1e-3)
@@ -70,10 +70,8 @@ def test_dwfl_keeps_the_channel_models_airtime_and_energy():
 
 
 def test_dp_pasgd_events_get_the_profiles_wifi_model():
-    from testbed.algorithms.dp_pasgd import from_config
-
-    alg = from_config(load_config_text(DP_PASGD), MODEL, DATA)
-    planned = alg.planned_events(0, 0)
+    alg = registry.build(load_config_text(DP_PASGD), MODEL, DATA)
+    planned = alg.planned_events(0, RoundContext.everyone(0, 0, DATA.num_nodes))
     (want,) = _comm(planned)
     assert want.airtime_s == want.energy_j == 0.0
     (got,) = _comm(NodeCosts("pi-4b", meter="model").charge_modelled(planned, host_cpu_s=1e-3))

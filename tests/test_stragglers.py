@@ -8,12 +8,8 @@ from pydantic import ValidationError
 
 from nodes.clock import comm_cost
 from nodes.profiles import load_profile
-from nodes.stragglers import (
-    REFERENCE_HOST_FLOPS_PER_S,
-    StragglersSection,
-    draw_stragglers,
-    modelled_round_time_s,
-)
+from nodes.stragglers import REFERENCE_HOST_FLOPS_PER_S, modelled_round_time_s
+from testbed.stragglers import StragglersSection, draw_stragglers
 
 BERNOULLI = StragglersSection(model="bernoulli", p=0.2)
 

@@ -57,8 +57,8 @@ SEEDS = range(5)
 DATASETS: dict[str, dict[str, dict[str, Any]]] = {
     "adult-1": {"data": {"dataset": "adult-1"}, "dp_pasgd": {"batch": 32}},
     "adult-2": {"data": {"dataset": "adult-2"}, "dp_pasgd": {"batch": 512}},
-    "vehicle-1": {"data": {"dataset": "vehicle-1"}, "model": {"kind": "svm"}, "dp_pasgd": {"batch": 512}},
-    "vehicle-2": {"data": {"dataset": "vehicle-2"}, "model": {"kind": "svm"}, "dp_pasgd": {"batch": 512}},
+    "vehicle-1": {"data": {"dataset": "vehicle-1", "scaling": "pooled"}, "model": {"kind": "svm"}, "dp_pasgd": {"batch": 512}},
+    "vehicle-2": {"data": {"dataset": "vehicle-2", "scaling": "pooled"}, "model": {"kind": "svm"}, "dp_pasgd": {"batch": 512}},
 }
 E2_BUDGETS = (500.0, 1000.0)
 E2_TAUS = range(1, 21)

@@ -122,6 +122,11 @@ class RoundContext:
     answered: tuple[int, ...] = ()
     stragglers: tuple[int, ...] = ()
 
+    @classmethod
+    def everyone(cls, round_index: int, seed: int, num_nodes: int) -> "RoundContext":
+        """The context of a round every node of the run is asked to take part in."""
+        return cls(round_index, seed, num_nodes, tuple(range(num_nodes)))
+
     @property
     def absent(self) -> tuple[int, ...]:
         """Nodes of the run not asked to take part (emulated stragglers, offline nodes)."""
