@@ -28,6 +28,7 @@ from typing import Mapping
 from testbed.privacy.zcdp import gaussian_rho, rho_to_epsilon
 
 ACCOUNTANTS = ("zcdp", "rdp", "pld")
+_MAX_NOISE_MULTIPLIER = 1e12
 
 
 def _replace_one_sensitivity(sensitivity: float, adjacency: str) -> float:
@@ -71,9 +72,11 @@ def _dp_accounting_epsilon(kind: str, items: tuple, delta: float) -> float:
     else:
         acc = dp_accounting.pld.PLDAccountant(neighboring_relation=relation)
     for (sigma, sens, adjacency, sampling, rate), count in items:
-        if sigma <= 0:
+        if not sigma > 0 or not sens < math.inf:
             return math.inf
-        gaussian = dp_event.GaussianDpEvent(noise_multiplier=sigma / sens)
+        # Past ~1e6 both accountants already report ε = 0; from ~1e300 they overflow. Clamping the
+        # multiplier down can only raise ε: never an under-count, never an exception.
+        gaussian = dp_event.GaussianDpEvent(noise_multiplier=min(sigma / sens, _MAX_NOISE_MULTIPLIER))
         if sampling == "poisson":
             event = dp_event.PoissonSampledDpEvent(rate, gaussian)
         elif sampling == "without_replacement":
