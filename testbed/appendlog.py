@@ -27,7 +27,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, BinaryIO, Callable, Mapping
 
 _CHUNK = 1 << 20
 _HEX64 = re.compile(r"[0-9a-f]{64}")
@@ -149,13 +149,17 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Replace ``path`` by ``data`` so a reader or a crash sees the old file or the new, never half:
-    a temporary file beside it, fsync, os.replace, fsync of the directory (the rename's record)."""
+def write_atomic(path: Path, data: bytes | Callable[[BinaryIO], None]) -> None:
+    """Replace ``path`` by ``data`` (bytes, or a function writing to a binary file) so a reader or a
+    crash sees the old file or the new, never half: a temporary file beside it, fsync, os.replace,
+    fsync of the directory (the rename's record)."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
     with open(tmp, "wb") as f:
-        f.write(data)
+        if callable(data):
+            data(f)
+        else:
+            f.write(data)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)

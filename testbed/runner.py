@@ -20,12 +20,12 @@ from testbed.assemble import load_data, model_for
 from testbed.budgets import Budgets, Exceeded, budgets_from_config
 from testbed.config import Config, to_toml
 from testbed.data.federated import FederatedData, Split
-from testbed.ledger import LedgerWriter, NodeLedger, read_ledger
+from testbed.ledger import LedgerWriter, NodeLedger
 from testbed.models import Model
 from testbed.planning.resolve import resolve_plan
 from testbed.privacy.accountants import BackgroundEpsilons, epsilon as account
 from testbed.progress import Progress
-from testbed.results import RunDirectory
+from testbed.results import RunDirectory, state_spec
 from testbed.rng import GLOBAL, Purpose, stream
 
 
@@ -96,10 +96,13 @@ def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = Fa
     ledgers = [NodeLedger(node) for node in data.node_ids]
 
     if resume:
-        run = RunDirectory.reopen(out_dir)
-        for event in read_ledger(run.ledger_path):
+        # Checked against what the algorithm's state looks like; refused in one line if damaged.
+        init = alg.init_state(model.init(stream(config.run.seed, GLOBAL, -1, Purpose.INIT)))
+        run = RunDirectory.reopen(out_dir, expected=state_spec({"state": init}), max_rounds=alg.rounds,
+                                  nodes=set(data.node_ids))
+        for event in run.ledger_events():
             ledgers[event.node].extend([event])
-        rounds_done, state = run.load_checkpoint()
+        rounds_done, state = run.resumed.rounds_done, run.resumed.state["state"]
     else:
         run = RunDirectory(out_dir or default_run_dir(config))
         run.write_config(to_toml(config))
@@ -136,7 +139,6 @@ def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = Fa
             elif result.output.node_ids:  # nobody answered: the model stays as it was
                 state = alg.combine(result.output, state)
             rounds_done = r + 1
-            run.save_checkpoint(rounds_done, state)
             metrics = evaluate(model, alg.eval_params(state), data)
             eps = max(account(budgets.accountant, led.privacy, budgets.delta) for led in ledgers)
             run.append_metrics({
@@ -145,6 +147,8 @@ def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = Fa
                 "bytes_total": max(led.totals.bytes_total for led in ledgers),
                 "stragglers": len(result.stragglers), "wall_s": round(time.monotonic() - wall_start, 4),
             })
+            # After the round's metrics row: the checkpoint marks both files (see save_checkpoint).
+            run.save_checkpoint(rounds_done, {"state": state}, ledger_file.mark())
             progress.update(rounds_done, metrics["train_loss"], eps)
     except BaseException:
         status = "failed"
