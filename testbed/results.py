@@ -199,6 +199,12 @@ class RunDirectory:
         self._metrics.close()
 
 
+def read_checkpoint(run_dir: Path, expected: StateSpec | None = None, max_rounds: int | None = None) -> Checkpoint:
+    """A run's last checkpoint, checked as :meth:`RunDirectory.reopen` checks it (for tools and
+    tests); UserError naming checkpoint.npz if it is missing or fails a check."""
+    return _load_checkpoint(Path(run_dir), expected, max_rounds)
+
+
 def read_metrics(run_dir: Path) -> list[dict[str, float]]:
     """The rows of a run's metrics.csv as floats (a partial file of a killed run reads fine: a cut
     last line is skipped). UserError naming the file if it is missing or a row is not numbers."""

@@ -22,7 +22,7 @@ import pytest
 from testbed.cli import main
 from testbed.config import load_config_text
 from testbed.ledger import read_ledger
-from testbed.results import Checkpoint, RunDirectory, _load_checkpoint, read_summary, write_checkpoint
+from testbed.results import Checkpoint, RunDirectory, read_checkpoint, read_summary, write_checkpoint
 from testbed.runner import run_experiment
 
 CONFIG = """
@@ -81,7 +81,7 @@ def runs(tmp_path_factory) -> dict[str, Path]:
         with pytest.raises(KeyboardInterrupt):
             run_experiment(config, out_dir=base / "killed", quiet=True)
     killed = base / "killed"
-    assert _load_checkpoint(killed, None, None).rounds_done == KILLED_AT - 1
+    assert read_checkpoint(killed).rounds_done == KILLED_AT - 1
     assert max(e.round for e in read_ledger(killed / "ledger.csv")) == KILLED_AT - 1  # past the mark
     assert len(_metric_rows(killed)) == KILLED_AT
     return {"full": base / "full", "killed": killed}
@@ -116,7 +116,7 @@ def _append(name: str, text: str) -> Callable[[Path], None]:
 
 
 def _marked_bytes(d: Path, name: str) -> int:
-    ckpt = _load_checkpoint(d, None, None)
+    ckpt = read_checkpoint(d)
     return (ckpt.ledger_mark if name == "ledger.csv" else ckpt.metrics_mark).size_bytes
 
 
@@ -169,7 +169,7 @@ def _insert_garbage_row(d: Path) -> None:
 def _forge(**changes) -> Callable[[Path], None]:
     """A checkpoint with a valid digest but changed content (a bug or a hand-made file)."""
     def damage(d: Path) -> None:
-        ckpt = _load_checkpoint(d, None, None)
+        ckpt = read_checkpoint(d)
         fields = {"rounds_done": ckpt.rounds_done, "state": ckpt.state, "ledger_mark": ckpt.ledger_mark,
                   "metrics_mark": ckpt.metrics_mark, "config_sha256": ckpt.config_sha256}
         fields.update({k: (v(ckpt) if callable(v) else v) for k, v in changes.items()})
@@ -178,7 +178,7 @@ def _forge(**changes) -> Callable[[Path], None]:
 
 
 def _old_format(d: Path) -> None:
-    state = _load_checkpoint(d, None, None).state["state"]
+    state = read_checkpoint(d).state["state"]
     np.savez(d / "checkpoint.npz", rounds_done=KILLED_AT - 1, state=state)
 
 
