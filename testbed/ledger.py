@@ -14,12 +14,21 @@ Example::
 
 from __future__ import annotations
 
+import bisect
 import csv
 import dataclasses
+import io
+import math
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator, Union
+from typing import Iterable, Iterator, Mapping, Union
+
+import numpy as np
+
+from testbed.appendlog import AppendLog, Mark as LedgerMark
+from testbed.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -97,8 +106,11 @@ class GaussianEvent:
         return (self.sigma, self.sensitivity, self.adjacency, self.sampling, self.sampling_rate)
 
 
-#: Whom a privacy event protects against (GaussianEvent.observer).
+#: Whom a privacy event protects against (GaussianEvent.observer), and who issued it.
 OBSERVERS = ("server", "peers", "public")
+ISSUERS = ("node", "server")
+#: Why a node missed a round (StraggleEvent.reason).
+STRAGGLE_REASONS = ("emulated", "deadline", "offline", "refused_update", "no_exchange")
 
 
 @dataclass(frozen=True)
@@ -120,7 +132,7 @@ EVENT_TYPES = {cls.kind: cls for cls in (ComputeEvent, CommunicationEvent, Gauss
 
 @dataclass
 class Totals:
-    """Running sums over a node's events (derived; the events stay the record)."""
+    """Running sums over a node's events (derived; the events on disk stay the record)."""
 
     local_steps: int = 0
     rounds: int = 0
@@ -153,35 +165,107 @@ class Totals:
         return self.bytes_up + self.bytes_down
 
 
+class RoundSet:
+    """The round indices a node logged, as sorted disjoint half-open intervals [start, stop).
+
+    A node logs rounds mostly in order, so a run of R rounds costs one interval, not R set entries
+    (a set of ints per node grew by ~30 bytes per round for the whole run, for every node).
+
+    Example::
+
+        >>> rs = RoundSet()
+        >>> for r in (0, 1, 2, 5): rs.add(r)
+        >>> (2 in rs, 3 in rs, len(rs), rs.intervals)
+        (True, False, 4, [[0, 3], [5, 6]])
+    """
+
+    __slots__ = ("intervals",)
+
+    def __init__(self) -> None:
+        self.intervals: list[list[int]] = []
+
+    def add(self, r: int) -> None:
+        iv = self.intervals
+        if iv and iv[-1][0] <= r <= iv[-1][1]:  # the common case: this round or the next one
+            iv[-1][1] = max(iv[-1][1], r + 1)
+            return
+        i = bisect.bisect_right(iv, [r, float("inf")])  # first interval starting after r
+        if i and iv[i - 1][1] >= r:  # r inside or just after the interval before
+            iv[i - 1][1] = max(iv[i - 1][1], r + 1)
+            i -= 1
+        else:
+            iv.insert(i, [r, r + 1])
+        if i + 1 < len(iv) and iv[i + 1][0] <= iv[i][1]:  # now touches the next one: merge
+            iv[i][1] = max(iv[i][1], iv.pop(i + 1)[1])
+
+    def __contains__(self, r: object) -> bool:
+        iv = self.intervals
+        if not isinstance(r, int) or not iv:
+            return False
+        i = bisect.bisect_right(iv, [r, float("inf")])
+        return i > 0 and iv[i - 1][0] <= r < iv[i - 1][1]
+
+    def __len__(self) -> int:
+        return sum(stop - start for start, stop in self.intervals)
+
+
+# Rounds whose joules are still summed apart; older rounds are folded into one running maximum.
+_ENERGY_WINDOW = 4
+
+
 @dataclass
 class NodeLedger:
-    """The events of one node, with running totals and the privacy compositions tallied by
-    signature: all of them (``privacy``) and per observer (``by_observer``)."""
+    """What one node spent: running totals and the privacy compositions tallied by signature:
+    all of them (``privacy``) and per observer (``by_observer``).
+
+    The events themselves live on disk (``ledger.csv``, read back with :func:`read_ledger`): keeping
+    them here too grew by about a kilobyte per round per node for the whole run.
+
+    Example::
+
+        >>> led = NodeLedger(node=0)
+        >>> led.extend([GaussianEvent(node=0, round=0, sigma=1.0, sensitivity=0.1, count=5)])
+        >>> (led.has_round(0), led.has_round(1), sum(led.privacy.values()))
+        (True, False, 5)
+    """
 
     node: int
-    events: list[Event] = field(default_factory=list)
     totals: Totals = field(default_factory=Totals)
     privacy: Counter = field(default_factory=Counter)
     by_observer: dict[str, Counter] = field(default_factory=dict)
-    rounds_logged: set = field(default_factory=set)
-    server_rounds: set = field(default_factory=set)
+    rounds_logged: RoundSet = field(default_factory=RoundSet)
+    server_rounds: RoundSet = field(default_factory=RoundSet)
+    # Joules per round of the last _ENERGY_WINDOW rounds seen; older ones only count through their max.
     round_energy_j: dict = field(default_factory=dict)
+    _folded_energy_j: float = 0.0
+    _folded_below: int = 0  # rounds < this were folded into _folded_energy_j
 
     def extend(self, events: Iterable[Event]) -> None:
         for event in events:
             if event.node != self.node:
                 raise ValueError(f"event of node {event.node} offered to the ledger of node {self.node}")
-            self.events.append(event)
             if getattr(event, "issuer", "node") == "server":
                 self.server_rounds.add(event.round)
             elif not isinstance(event, StraggleEvent):
                 self.rounds_logged.add(event.round)
             if isinstance(event, (ComputeEvent, CommunicationEvent)):
-                self.round_energy_j[event.round] = self.round_energy_j.get(event.round, 0.0) + event.energy_j
+                self._add_energy(event.round, event.energy_j)
             self.totals.add(event)
             if isinstance(event, GaussianEvent):
                 self.privacy[event.signature] += event.count
                 self.by_observer.setdefault(event.observer, Counter())[event.signature] += event.count
+
+    def _add_energy(self, r: int, energy_j: float) -> None:
+        if r < self._folded_below:
+            # A late event of a round already folded: its round's sum is gone, so add it to the max
+            # (the forecast may only err towards more spend).
+            self._folded_energy_j += energy_j
+            return
+        self.round_energy_j[r] = self.round_energy_j.get(r, 0.0) + energy_j
+        if len(self.round_energy_j) > _ENERGY_WINDOW:
+            oldest = min(self.round_energy_j)
+            self._folded_energy_j = max(self._folded_energy_j, self.round_energy_j.pop(oldest))
+            self._folded_below = oldest + 1
 
     def has_round(self, round_index: int) -> bool:
         """Whether the node's own events of ``round_index`` are already logged (a node that re-runs
@@ -196,7 +280,7 @@ class NodeLedger:
     @property
     def max_round_energy_j(self) -> float:
         """Joules of the costliest round logged (0 before any): the forecast of the next round's."""
-        return max(self.round_energy_j.values(), default=0.0)
+        return max(self._folded_energy_j, max(self.round_energy_j.values(), default=0.0))
 
     def projected(self, events: Iterable[Event]) -> tuple[Totals, dict[str, Counter]]:
         """Totals and the per-observer privacy tallies as they would be after ``events``, without
@@ -217,22 +301,43 @@ LEDGER_COLUMNS = ["kind"] + list(
 
 class LedgerWriter:
     """Appends events to ``ledger.csv`` (one row per event, a ``kind`` column, a ``node`` column),
-    flushed after every round so a killed run leaves a readable ledger."""
+    flushed after every round so a killed run leaves a readable ledger.
+
+    It keeps a running sha256 and row count, so :meth:`mark` tells a checkpoint what the ledger
+    held, at the cost of hashing the bytes written (the file is hashed once when reopened).
+    Each :meth:`write` is one write to the file: a killed process leaves whole calls or none.
+
+    Example::
+
+        >>> import tempfile, pathlib
+        >>> w = LedgerWriter(pathlib.Path(tempfile.mkdtemp()) / "ledger.csv")
+        >>> w.write([ComputeEvent(node=0, round=0, local_steps=5)])
+        >>> w.mark().rows
+        1
+    """
 
     def __init__(self, path: Path):
-        new = not path.exists() or path.stat().st_size == 0
-        self._file = open(path, "a", newline="")
-        self._writer = csv.writer(self._file)
-        if new:
-            self._writer.writerow(LEDGER_COLUMNS)
+        buf = io.StringIO()
+        csv.writer(buf).writerow(LEDGER_COLUMNS)
+        try:
+            self._log = AppendLog(Path(path), header=buf.getvalue())
+        except ValueError as exc:
+            raise UserError(f"{path}: {exc}") from None
 
     def write(self, events: Iterable[Event]) -> None:
         # getattr, not dataclasses.asdict: asdict deep-copies and dominated a 100-node run's time.
-        self._writer.writerows([getattr(event, col, "") for col in LEDGER_COLUMNS] for event in events)
-        self._file.flush()
+        rows = [[getattr(event, col, "") for col in LEDGER_COLUMNS] for event in events]
+        if rows:
+            buf = io.StringIO()
+            csv.writer(buf).writerows(rows)
+            self._log.append(buf.getvalue(), len(rows))
+
+    def mark(self) -> LedgerMark:
+        """What the ledger holds now (rows, bytes, sha256), synced to disk: for the checkpoint."""
+        return self._log.mark()
 
     def close(self) -> None:
-        self._file.close()
+        self._log.close()
 
 
 def event_to_dict(event: Event) -> dict:
@@ -240,41 +345,194 @@ def event_to_dict(event: Event) -> dict:
     return {"kind": event.kind, **{f.name: getattr(event, f.name) for f in dataclasses.fields(event)}}
 
 
-def event_from_dict(values: dict) -> Event:
+ADJACENCIES = ("replace_one", "add_remove")
+SAMPLINGS = ("none", "without_replacement", "poisson")
+# Beyond any physical scale of a noise std or a sensitivity; keeps their squares finite in float64.
+ABSURD = 1e30
+_INT_LIMIT = 2**63  # ints must fit an int64 (numpy, the wire, the C firmware)
+
+
+@dataclass(frozen=True)
+class FieldRule:
+    """The values one event field may take: its type, then a range (closed unless ``*_open``) or
+    a set of choices. Floats must be finite; bools are not ints.
+
+    Example::
+
+        >>> FieldRule(float, low=0.0, low_open=True, high=1.0).check("sampling_rate", "0.25")
+        0.25
+    """
+
+    type: type
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    choices: tuple[str, ...] = ()
+
+    def check(self, name: str, raw: object) -> object:
+        """``raw`` (a JSON value or a CSV string) as a value of this field; ValueError naming it."""
+        value = _coerce(raw, self.type, name)
+        if self.choices and value not in self.choices:
+            raise ValueError(f"{name} must be one of {', '.join(self.choices)}, got {_short(raw)}")
+        if self.low is not None and (value < self.low or (self.low_open and value == self.low)):
+            raise ValueError(f"{name} must be {'>' if self.low_open else '>='} {self.low:g}, got {_short(raw)}")
+        if self.high is not None and value > self.high:
+            raise ValueError(f"{name} must be <= {self.high:g}, got {_short(raw)}")
+        return value
+
+
+# One rule per field name, whatever the event kind: a new field or event kind is one line here.
+FIELD_RULES: dict[str, FieldRule] = {
+    "node": FieldRule(int, low=0),
+    "round": FieldRule(int, low=-1),  # -1: the algorithm's setup phase (contract.SETUP_ROUND)
+    "local_steps": FieldRule(int, low=0),
+    "cost_units": FieldRule(float, low=0.0),
+    "compute_s": FieldRule(float, low=0.0),
+    "airtime_s": FieldRule(float, low=0.0),
+    "energy_j": FieldRule(float, low=0.0),
+    "bytes_up": FieldRule(int, low=0),
+    "bytes_down": FieldRule(int, low=0),
+    "measured": FieldRule(bool),
+    "sigma": FieldRule(float, low=0.0, high=ABSURD),  # 0: no noise, an infinite privacy loss
+    "sensitivity": FieldRule(float, low=0.0, low_open=True, high=ABSURD),
+    "count": FieldRule(int, low=1),
+    "adjacency": FieldRule(str, choices=ADJACENCIES),
+    "sampling": FieldRule(str, choices=SAMPLINGS),
+    "sampling_rate": FieldRule(float, low=0.0, low_open=True, high=1.0),
+    "observer": FieldRule(str, choices=OBSERVERS),
+    "issuer": FieldRule(str, choices=ISSUERS),
+    "reason": FieldRule(str, choices=STRAGGLE_REASONS),
+}
+_FIELDS = {kind: tuple(f.name for f in dataclasses.fields(cls)) for kind, cls in EVENT_TYPES.items()}
+_COLUMNS = frozenset(LEDGER_COLUMNS)
+
+
+def event_from_dict(values: Mapping) -> Event:
     """The event a dict of :func:`event_to_dict` (or a ledger.csv row of strings) describes.
 
-    Raises ValueError on an unknown kind, a missing field or a value of the wrong type.
+    Every field is checked against :data:`FIELD_RULES` (type, range, choices). Fields of other event
+    kinds are allowed only empty (a ledger.csv row has every kind's columns).
+
+    Raises:
+        ValueError: one line naming the kind and the field: an unknown kind, a missing, unexpected,
+            mistyped or out-of-range field.
+
+    Example::
+
+        >>> event_from_dict({"kind": "compute", "node": 0, "round": 2, "local_steps": 5,
+        ...                  "cost_units": 5.0, "compute_s": 0.1, "energy_j": 0.2, "measured": False})
+        ComputeEvent(node=0, round=2, local_steps=5, cost_units=5.0, compute_s=0.1, energy_j=0.2, measured=False)
     """
-    try:
-        cls = EVENT_TYPES[values["kind"]]
-    except KeyError:
-        raise ValueError(f"unknown event kind {values.get('kind')!r}") from None
+    if not isinstance(values, Mapping):
+        raise ValueError(f"an event must be a mapping, got {type(values).__name__}")
+    kind = values.get("kind")
+    if not isinstance(kind, str) or kind not in EVENT_TYPES:
+        raise ValueError(f"unknown event kind {_short(kind)}")
+    own = _FIELDS[kind]
+    for key, raw in values.items():
+        if key == "kind" or key in own:
+            continue
+        if key is None:  # csv.DictReader: the row has more cells than the header
+            raise ValueError(f"{kind} event row has more columns than the header")
+        if key in _COLUMNS and (raw is None or raw == ""):
+            continue
+        raise ValueError(f"{kind} event has an unexpected field {_short(key)}")
     kwargs = {}
-    for fld in dataclasses.fields(cls):
-        if fld.name not in values:
-            raise ValueError(f"{cls.kind} event lacks {fld.name!r}")
-        kwargs[fld.name] = _coerce(values[fld.name], fld.type, fld.name)
-    return cls(**kwargs)
+    for name in own:
+        raw = values.get(name)
+        if raw is None or raw == "":
+            raise ValueError(f"{kind} event lacks {name!r}")
+        try:
+            kwargs[name] = FIELD_RULES[name].check(name, raw)
+        except ValueError as exc:
+            raise ValueError(f"{kind} event: {exc}") from None
+    return EVENT_TYPES[kind](**kwargs)
 
 
-def _coerce(raw: object, type_name: object, name: str) -> object:
-    kind = type_name if isinstance(type_name, str) else type_name.__name__
-    if kind == "bool":
-        if isinstance(raw, bool):
-            return raw
+def _short(raw: object) -> str:
+    text = repr(raw)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _coerce(raw: object, kind: type, name: str) -> object:
+    if kind is bool:
+        if isinstance(raw, (bool, np.bool_)):
+            return bool(raw)
         if raw in ("True", "False"):
             return raw == "True"
-        raise ValueError(f"{name} must be a boolean, got {raw!r}")
-    if isinstance(raw, bool) or (kind != "str" and not isinstance(raw, (int, float, str))):
-        raise ValueError(f"{name} must be a number, got {raw!r}")
-    value = {"int": int, "float": float, "str": str}[kind](raw)
-    if kind == "float" and value != value:
-        raise ValueError(f"{name} is NaN")
-    return value
+        raise ValueError(f"{name} must be a boolean, got {_short(raw)}")
+    if kind is str:
+        if not isinstance(raw, str):
+            raise ValueError(f"{name} must be a string, got {_short(raw)}")
+        return raw
+    if isinstance(raw, (bool, np.bool_)):
+        raise ValueError(f"{name} must be a number, not a boolean ({_short(raw)})")
+    if kind is int:
+        if isinstance(raw, (int, np.integer)):
+            value = int(raw)
+        elif isinstance(raw, str) and re.fullmatch(r"[+-]?[0-9]{1,19}", raw.strip()):
+            value = int(raw)
+        else:
+            raise ValueError(f"{name} must be an integer, got {_short(raw)}")
+        if not -_INT_LIMIT <= value < _INT_LIMIT:
+            raise ValueError(f"{name} does not fit 64 bits: {_short(raw)}")
+        return value
+    if isinstance(raw, (int, float, np.integer, np.floating)) or (isinstance(raw, str) and len(raw) <= 64):
+        try:
+            value = float(raw)
+        except (ValueError, OverflowError):
+            raise ValueError(f"{name} must be a number, got {_short(raw)}") from None
+        if not math.isfinite(value):
+            raise ValueError(f"{name} must be finite, got {_short(raw)}")
+        return value
+    raise ValueError(f"{name} must be a number, got {_short(raw)}")
 
 
 def read_ledger(path: Path) -> Iterator[Event]:
-    """The events of a ``ledger.csv``, in the order written."""
-    with open(path, newline="") as f:
-        for row in csv.DictReader(f):
-            yield event_from_dict(row)
+    """The events of a ``ledger.csv``, in the order written.
+
+    Raises:
+        ValueError: a header that is not :data:`LEDGER_COLUMNS` or a bad row (naming its number, the
+            header being line 1); a cut last line is a bad row too.
+    """
+    with open(path, "rb") as raw:
+        if raw.seek(0, 2) and (raw.seek(-1, 2), raw.read(1))[1] != b"\n":
+            # A cut number still parses ("0.125" cut to "0.1"): a last line without its end is refused.
+            raise ValueError("its last line is cut (no line end)")
+    with open(path, newline="", encoding="utf-8") as f:
+        reader = csv.reader(f)
+        try:
+            header = next(reader, None)
+            if header != LEDGER_COLUMNS:
+                raise ValueError("its header is not the ledger's columns")
+            for row in reader:
+                if len(row) != len(LEDGER_COLUMNS):
+                    raise ValueError(f"line {reader.line_num}: {len(row)} cells, the header has {len(LEDGER_COLUMNS)}")
+                try:
+                    yield event_from_dict(dict(zip(LEDGER_COLUMNS, row)))
+                except ValueError as exc:
+                    raise ValueError(f"line {reader.line_num}: {exc}") from None
+        except csv.Error as exc:
+            raise ValueError(f"line {reader.line_num}: not CSV ({exc})") from None
+
+
+def parse_rows(text: str, first_line: int = 2) -> list[Event]:
+    """The events of whole ledger.csv rows without their header (a tail past a checkpoint's mark).
+
+    Raises:
+        ValueError: a bad row, naming its line number counted from ``first_line``.
+    """
+    events = []
+    reader = csv.reader(io.StringIO(text, newline=""))
+    try:
+        for row in reader:
+            line = first_line + reader.line_num - 1
+            if len(row) != len(LEDGER_COLUMNS):
+                raise ValueError(f"line {line}: {len(row)} cells, the header has {len(LEDGER_COLUMNS)}")
+            try:
+                events.append(event_from_dict(dict(zip(LEDGER_COLUMNS, row))))
+            except ValueError as exc:
+                raise ValueError(f"line {line}: {exc}") from None
+    except csv.Error as exc:
+        raise ValueError(f"line {first_line + reader.line_num - 1}: not CSV ({exc})") from None
+    return events

@@ -5,22 +5,38 @@ Layout::
     RUN_DIR/config.toml     the resolved experiment (reads back with `testbed run`)
     RUN_DIR/metrics.csv     one row per round, flushed every round
     RUN_DIR/ledger.csv      every node's events, one row per event (columns: kind, node, round, ...)
-    RUN_DIR/summary.json    the contract other tools read (see SUMMARY_KEYS)
+    RUN_DIR/summary.json    the contract other tools read (see SUMMARY_KEYS), with its own sha256
     RUN_DIR/checkpoint.npz  the algorithm's state after the last completed round (for --resume)
     RUN_DIR/figures/*.png   accuracy and loss against round and cost, ε per node
+
+The checkpoint and the summary are replaced atomically (temporary file, fsync, rename) and carry a
+sha256 of their content. The checkpoint also records what it covers: the sha256 of config.toml and a
+:class:`~testbed.appendlog.Mark` (rows, bytes, sha256) of ledger.csv and metrics.csv. ``--resume``
+(:meth:`RunDirectory.reopen`) trusts the directory only after checking all of it, and touches
+nothing before every check passed.
 """
 
 from __future__ import annotations
 
 import csv
+import hashlib
+import io
 import json
+import logging
 import os
+import re
+import zipfile
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Collection, Iterator, Mapping
 
 import numpy as np
 
+from testbed.appendlog import AppendLog, Mark, sha256_file, tail_after, write_atomic
 from testbed.errors import UserError
+from testbed.ledger import LedgerMark, parse_rows, read_ledger
+
+log = logging.getLogger(__name__)
 
 METRIC_COLUMNS = [
     "round", "local_steps", "train_loss", "test_accuracy", "test_accuracy_pooled",
@@ -28,84 +44,363 @@ METRIC_COLUMNS = [
 ]
 SUMMARY_KEYS = ("algorithm", "mode", "seed", "status", "rounds", "final", "nodes", "budgets")
 STATUSES = ("completed", "stopped_budget", "failed")
+CHECKPOINT_FORMAT = 2  # 1: one "state" array, no digest (such runs cannot be resumed)
+_ARRAY_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+_STATE_PREFIX = "state."
+
+# What an algorithm's state must look like: array name → (shape, dtype).
+StateSpec = Mapping[str, "tuple[tuple[int, ...], np.dtype | str | type]"]
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A checked checkpoint.
+
+    Attributes:
+        rounds_done: rounds completed when it was written, 0 <= rounds_done <= the planned rounds.
+        state: the algorithm's state, array name → array (finite, the shapes and dtypes expected).
+        ledger_mark: what ledger.csv held then. metrics_mark: what metrics.csv held then.
+        config_sha256: sha256 of config.toml then.
+    """
+
+    rounds_done: int
+    state: dict[str, np.ndarray]
+    ledger_mark: LedgerMark
+    metrics_mark: Mark
+    config_sha256: str
+
+
+def state_spec(state: Mapping[str, np.ndarray]) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """The spec (name → (shape, dtype)) a state has, e.g. of the algorithm's initial state.
+
+    Example::
+
+        >>> state_spec({"model": np.zeros(3)})
+        {'model': ((3,), dtype('float64'))}
+    """
+    return {name: (tuple(a.shape), a.dtype) for name, a in state.items()}
 
 
 class RunDirectory:
-    """Creates and writes one run's directory; refuses to overwrite a finished or partial run."""
+    """Creates and writes one run's directory; refuses to overwrite a finished or partial run.
 
-    def __init__(self, path: Path, *, reopen: bool = False):
+    Example::
+
+        >>> import tempfile, pathlib
+        >>> from testbed.ledger import LedgerWriter
+        >>> run = RunDirectory(pathlib.Path(tempfile.mkdtemp()) / "run")
+        >>> run.write_config("[run]\\n")
+        >>> run.save_checkpoint(1, {"model": np.zeros(3)}, LedgerWriter(run.ledger_path).mark())
+        >>> run.load_checkpoint({"model": ((3,), np.float64)}, max_rounds=5).rounds_done
+        1
+    """
+
+    def __init__(self, path: Path, *, _resumed: "Checkpoint | None" = None):
         self.path = Path(path)
         metrics = self.path / "metrics.csv"
-        if reopen:
-            if not (self.path / "config.toml").exists():
-                raise UserError(f"{self.path} holds no run to resume (no config.toml)")
-            self._truncate_metrics_to_checkpoint()
-        elif metrics.exists():
+        if _resumed is None and metrics.exists():
             raise UserError(f"{self.path} already holds a run; choose another --out, or --resume it")
+        self.resumed = _resumed
+        self._config_sha256 = _resumed.config_sha256 if _resumed else None
         self.path.mkdir(parents=True, exist_ok=True)
-        self._metrics_file = open(metrics, "a" if reopen else "w", newline="")
-        self._metrics = csv.DictWriter(self._metrics_file, METRIC_COLUMNS)
-        if not reopen:
-            self._metrics.writeheader()
-        self._metrics_file.flush()
+        header = io.StringIO()
+        csv.writer(header).writerow(METRIC_COLUMNS)
+        self._metrics = AppendLog(metrics, header=header.getvalue())
 
     @classmethod
-    def reopen(cls, path: Path) -> "RunDirectory":
-        """An existing run's directory, to append to (``testbed run --resume``)."""
-        return cls(path, reopen=True)
+    def reopen(cls, path: Path, expected: StateSpec | None = None, max_rounds: int | None = None,
+               nodes: Collection[int] | None = None) -> "RunDirectory":
+        """An existing run's directory, checked, to append to (``testbed run --resume``).
 
-    def save_checkpoint(self, rounds_done: int, state: np.ndarray) -> None:
-        """The state after ``rounds_done`` rounds, replaced atomically (a kill leaves the old one)."""
-        tmp = self.path / "checkpoint.tmp.npz"
-        np.savez(tmp, rounds_done=rounds_done, state=state)
-        os.replace(tmp, self.path / "checkpoint.npz")
+        Checks the checkpoint (digest, array names, shapes and dtypes against ``expected``, all
+        finite, 0 <= rounds_done <= ``max_rounds``), that config.toml is the one it was written
+        under, that ledger.csv and metrics.csv still hold what it marked, and that the ledger rows
+        past the mark are well-formed events of ``nodes`` no later than the round being re-run.
+        Only then repairs what a kill leaves: metric rows past the mark are dropped (their round
+        runs again); a ledger whose last line was cut past the mark loses the rows past the mark
+        (said on stderr: that round runs again and is charged again, whole).
 
-    def load_checkpoint(self) -> tuple[int, np.ndarray]:
-        """(rounds done, state) of the last checkpoint; UserError if the run never finished a round."""
-        path = self.path / "checkpoint.npz"
-        if not path.exists():
-            raise UserError(f"{self.path} has no checkpoint: the run finished no round; start it afresh")
-        with np.load(path) as saved:
-            return int(saved["rounds_done"]), saved["state"]
+        The checked checkpoint is ``run.resumed``; the ledger's events are ``run.ledger_events()``.
 
-    def _truncate_metrics_to_checkpoint(self) -> None:
-        """Drop metric rows past the checkpoint (a kill between the two writes leaves one extra)."""
-        rounds_done, _ = self.load_checkpoint()
-        path = self.path / "metrics.csv"
-        with open(path, newline="") as f:
-            rows = list(csv.reader(f))
-        kept = [rows[0]] + [row for row in rows[1:] if row and int(float(row[0])) <= rounds_done]
-        with open(path, "w", newline="") as f:
-            csv.writer(f).writerows(kept)
+        Raises:
+            UserError: one line naming the damaged file and how; nothing was changed.
+        """
+        path = Path(path)
+        config = path / "config.toml"
+        if not config.exists():
+            raise UserError(f"{path} holds no run to resume (no config.toml)")
+        ckpt = _load_checkpoint(path, expected, max_rounds)
+        if sha256_file(config) != ckpt.config_sha256:
+            raise UserError(f"{config}: differs from the config.toml the checkpoint was written under "
+                            "(sha256 mismatch); refusing to resume")
+        ledger_cut = _check_ledger(path / "ledger.csv", ckpt, nodes)
+        metrics_cut = _check_metrics(path / "metrics.csv", ckpt.metrics_mark)
+        # Every check passed: only now is anything in the directory changed.
+        if ledger_cut:
+            os.truncate(path / "ledger.csv", ckpt.ledger_mark.size_bytes)
+            log.warning("%s: %s", path / "ledger.csv", ledger_cut)
+        if metrics_cut:
+            os.truncate(path / "metrics.csv", ckpt.metrics_mark.size_bytes)
+            log.info("%s: dropped %s past the checkpoint", path / "metrics.csv", metrics_cut)
+        return cls(path, _resumed=ckpt)
+
+    def save_checkpoint(self, rounds_done: int, state: Mapping[str, np.ndarray], ledger_mark: LedgerMark) -> None:
+        """The state after ``rounds_done`` rounds, replaced atomically (a kill leaves the old one).
+
+        Args:
+            state: name → numeric array, e.g. {"model": (P,)} or {"models": (N, P)}; names are
+                identifiers.
+            ledger_mark: what ledger.csv holds now (:meth:`LedgerWriter.mark`): rows written after
+                it stay charged on resume; rows missing from it make the resume refuse.
+
+        Write the round's metrics row before its checkpoint: metrics rows past the mark are dropped
+        on resume (their round runs again).
+        """
+        if self._config_sha256 is None:
+            self._config_sha256 = sha256_file(self.path / "config.toml")
+        write_checkpoint(self.path / "checkpoint.npz", Checkpoint(
+            rounds_done, dict(state), ledger_mark, self._metrics.mark(), self._config_sha256))
+
+    def load_checkpoint(self, expected: StateSpec | None = None, max_rounds: int | None = None) -> Checkpoint:
+        """The checked last checkpoint (see :meth:`reopen` for the checks); UserError naming
+        checkpoint.npz if it is missing or fails one."""
+        return _load_checkpoint(self.path, expected, max_rounds)
+
+    def ledger_events(self) -> Iterator:
+        """The events of ledger.csv, in order (after :meth:`reopen` checked and repaired it)."""
+        try:
+            yield from read_ledger(self.ledger_path)
+        except (OSError, ValueError) as exc:
+            raise UserError(f"{self.ledger_path}: {_one_line(exc)}; refusing to resume") from None
 
     @property
     def ledger_path(self) -> Path:
         return self.path / "ledger.csv"
 
     def write_config(self, toml_text: str) -> None:
-        (self.path / "config.toml").write_text(toml_text)
+        write_atomic(self.path / "config.toml", toml_text.encode())
+        self._config_sha256 = hashlib.sha256(toml_text.encode()).hexdigest()
 
     def append_metrics(self, row: dict[str, Any]) -> None:
-        self._metrics.writerow(row)
-        self._metrics_file.flush()
+        buf = io.StringIO()
+        csv.DictWriter(buf, METRIC_COLUMNS).writerow(row)
+        self._metrics.append(buf.getvalue(), rows=1)
 
     def write_summary(self, summary: dict[str, Any]) -> None:
+        """Replace summary.json atomically, with a "sha256" key over the rest (see :func:`read_summary`)."""
         missing = [k for k in SUMMARY_KEYS if k not in summary]
         if missing or summary["status"] not in STATUSES:
             raise ValueError(f"summary lacks {missing} or has a bad status")
-        tmp = self.path / "summary.json.tmp"
-        tmp.write_text(json.dumps(summary, indent=2, sort_keys=False) + "\n")
-        os.replace(tmp, self.path / "summary.json")  # atomic: a reader never sees half a summary
+        body = {k: v for k, v in summary.items() if k != "sha256"}
+        body["sha256"] = _summary_digest(body)
+        write_atomic(self.path / "summary.json", (json.dumps(body, indent=2) + "\n").encode())
 
     def close(self) -> None:
-        self._metrics_file.close()
+        self._metrics.close()
+
+
+def read_checkpoint(run_dir: Path, expected: StateSpec | None = None, max_rounds: int | None = None) -> Checkpoint:
+    """A run's last checkpoint, checked as :meth:`RunDirectory.reopen` checks it (for tools and
+    tests); UserError naming checkpoint.npz if it is missing or fails a check."""
+    return _load_checkpoint(Path(run_dir), expected, max_rounds)
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, float]]:
-    """The rows of a run's metrics.csv as floats (a partial file of a killed run reads fine)."""
-    with open(Path(run_dir) / "metrics.csv", newline="") as f:
-        return [{k: float(v) for k, v in row.items() if v != ""} for row in csv.DictReader(f)]
+    """The rows of a run's metrics.csv as floats (a partial file of a killed run reads fine: a cut
+    last line is skipped). UserError naming the file if it is missing or a row is not numbers."""
+    path = Path(run_dir) / "metrics.csv"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"{path}: unreadable ({_one_line(exc)})") from None
+    if text and not text.endswith("\n"):
+        text = text[: text.rfind("\n") + 1]  # a killed run's last row may be cut
+    rows = []
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    try:
+        if reader.fieldnames is not None and list(reader.fieldnames) != METRIC_COLUMNS:
+            raise ValueError("its header is not the metrics columns")
+        for row in reader:
+            if None in row or None in row.values():
+                raise ValueError(f"line {reader.line_num}: wrong number of cells")
+            rows.append({k: float(v) for k, v in row.items() if v != ""})  # "nan": a diverged loss
+    except (ValueError, csv.Error) as exc:
+        raise UserError(f"{path}: damaged: {_one_line(exc)}") from None
+    return rows
 
 
 def read_summary(run_dir: Path) -> dict[str, Any]:
-    return json.loads((Path(run_dir) / "summary.json").read_text())
+    """A run's summary.json, checked: JSON, the SUMMARY_KEYS, and its sha256 when it has one (a
+    summary written before digests has none). UserError naming the file otherwise."""
+    path = Path(run_dir) / "summary.json"
+    if not path.exists():
+        raise UserError(f"{Path(run_dir)} has no summary.json; not a run directory")
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"{path}: unreadable ({_one_line(exc)})") from None
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{path}: damaged: not JSON ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(summary, dict):
+        raise UserError(f"{path}: damaged: not a JSON object")
+    digest = summary.get("sha256")
+    if digest is not None and digest != _summary_digest({k: v for k, v in summary.items() if k != "sha256"}):
+        raise UserError(f"{path}: damaged: its content does not match its sha256")
+    missing = [k for k in SUMMARY_KEYS if k not in summary]
+    if missing:
+        raise UserError(f"{path}: damaged: lacks {', '.join(missing)}")
+    return summary
+
+
+def _summary_digest(body: dict[str, Any]) -> str:
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def write_checkpoint(path: Path, ckpt: Checkpoint) -> None:
+    """Write ``ckpt`` to ``path`` atomically: an npz of the arrays ("state.NAME") and a "meta" JSON
+    (format, rounds_done, arrays' shapes and dtypes, file marks, config digest, and a sha256 over
+    all of it and the arrays' bytes)."""
+    arrays = {}
+    for name, value in ckpt.state.items():
+        arr = np.ascontiguousarray(value)
+        if not isinstance(name, str) or not _ARRAY_NAME.fullmatch(name):
+            raise ValueError(f"state array name {name!r} is not an identifier")
+        if arr.dtype.kind not in "biufc":
+            raise ValueError(f"state array {name!r} has dtype {arr.dtype}; only numbers are checkpointed")
+        arrays[name] = arr
+    meta = {
+        "format": CHECKPOINT_FORMAT,
+        "rounds_done": int(ckpt.rounds_done),
+        "arrays": {n: {"shape": list(a.shape), "dtype": a.dtype.str} for n, a in arrays.items()},
+        "ledger": ckpt.ledger_mark.to_dict(),
+        "metrics": ckpt.metrics_mark.to_dict(),
+        "config_sha256": ckpt.config_sha256,
+    }
+    meta["sha256"] = _checkpoint_digest(meta, arrays)
+    members = {_STATE_PREFIX + n: a for n, a in arrays.items()}
+    members["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+    write_atomic(path, lambda f: np.savez(f, **members))
+
+
+def _checkpoint_digest(meta: dict[str, Any], arrays: Mapping[str, np.ndarray]) -> str:
+    """sha256 over the metadata (without its digest) and every array's bytes, in name order."""
+    h = hashlib.sha256(json.dumps({k: v for k, v in meta.items() if k != "sha256"}, sort_keys=True).encode())
+    for name in sorted(arrays):
+        h.update(b"\0" + name.encode() + b"\0")
+        h.update(memoryview(np.ascontiguousarray(arrays[name])).cast("B"))
+    return h.hexdigest()
+
+
+def _one_line(exc: BaseException | str) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def _load_checkpoint(run_dir: Path, expected: StateSpec | None, max_rounds: int | None) -> Checkpoint:
+    path = run_dir / "checkpoint.npz"
+    if not path.exists():
+        raise UserError(f"{run_dir} has no checkpoint: the run finished no round; start it afresh")
+
+    def damaged(how: str) -> UserError:
+        return UserError(f"{path}: damaged: {how}; refusing to resume")
+
+    try:
+        with np.load(path, allow_pickle=False) as saved:
+            members = {name: saved[name] for name in saved.files}
+    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, RuntimeError) as exc:
+        raise damaged(f"not a readable npz ({_one_line(exc) or type(exc).__name__})") from None
+    except Exception as exc:  # zlib.error and other codec errors of a mangled member
+        raise damaged(f"not a readable npz ({type(exc).__name__}: {_one_line(exc)})") from None
+    raw_meta = members.pop("meta", None)
+    if raw_meta is None or raw_meta.dtype != np.uint8 or raw_meta.ndim != 1:
+        raise damaged("no metadata (a checkpoint of an older testbed, or not one of ours)")
+    try:
+        meta = json.loads(raw_meta.tobytes().decode())
+        if not isinstance(meta, dict):
+            raise ValueError("not an object")
+        ledger_mark = LedgerMark.from_dict(meta.get("ledger"))
+        metrics_mark = Mark.from_dict(meta.get("metrics"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise damaged(f"unreadable metadata ({_one_line(exc)})") from None
+    if meta.get("format") != CHECKPOINT_FORMAT:
+        raise damaged(f"format {meta.get('format')!r}, this testbed reads {CHECKPOINT_FORMAT}")
+    state = {}
+    for key, arr in members.items():
+        if not key.startswith(_STATE_PREFIX):
+            raise damaged(f"an unexpected member {key!r}")
+        state[key[len(_STATE_PREFIX):]] = arr
+    listed = meta.get("arrays")
+    if not isinstance(listed, dict) or set(listed) != set(state):
+        raise damaged("its arrays are not the ones its metadata lists")
+    if meta.get("sha256") != _checkpoint_digest(meta, state):
+        raise damaged("its content does not match its sha256")
+    # The digest matched: the file is what save_checkpoint wrote. What follows checks that it fits.
+    rounds_done = meta.get("rounds_done")
+    if not isinstance(rounds_done, int) or isinstance(rounds_done, bool) or rounds_done < 0 or (
+            max_rounds is not None and rounds_done > max_rounds):
+        raise UserError(f"{path}: rounds_done = {rounds_done!r} is outside 0..{max_rounds} of the planned "
+                        "rounds; refusing to resume")
+    config_sha = meta.get("config_sha256")
+    if not isinstance(config_sha, str):
+        raise damaged("no config.toml digest")
+    if expected is not None:
+        if set(expected) != set(state):
+            raise UserError(f"{path}: holds arrays {sorted(state)}, the algorithm's state is {sorted(expected)}; "
+                            "refusing to resume")
+        for name, (shape, dtype) in expected.items():
+            arr = state[name]
+            if tuple(arr.shape) != tuple(shape) or arr.dtype != np.dtype(dtype):
+                raise UserError(f"{path}: array {name!r} is {arr.dtype}{list(arr.shape)}, the algorithm expects "
+                                f"{np.dtype(dtype)}{list(shape)}; refusing to resume")
+    for name, arr in state.items():
+        if arr.dtype.kind in "fc" and not np.isfinite(arr).all():
+            raise UserError(f"{path}: array {name!r} holds {int((~np.isfinite(arr)).sum())} non-finite values "
+                            "(a diverged run cannot be resumed); refusing to resume")
+    return Checkpoint(rounds_done, state, ledger_mark, metrics_mark, config_sha)
+
+
+def _check_ledger(path: Path, ckpt: Checkpoint, nodes: Collection[int] | None) -> str | None:
+    """Check ledger.csv against the checkpoint's mark; the repair to make (a sentence) or None."""
+    mark = ckpt.ledger_mark
+    try:
+        tail = tail_after(path, mark)
+    except FileNotFoundError:
+        raise UserError(f"{path}: missing; it held {mark.rows} rows at the checkpoint; refusing to resume") from None
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{path}: {_one_line(exc)}; refusing to resume (it is never rewritten)") from None
+    if not tail:
+        return None
+    if not tail.endswith(b"\n"):
+        # A run killed while writing the round after the checkpoint. Keeping that round's whole rows
+        # but not the cut one would let has_round() skip charging the cut event when the round runs
+        # again; dropping the round whole charges it again, whole, from the same random streams.
+        rows = tail.count(b"\n") + 1
+        return (f"its last line was cut mid-row; dropped the {rows} row(s) written after the last checkpoint "
+                f"(round {ckpt.rounds_done}, which runs again and is charged again)")
+    try:
+        events = parse_rows(tail.decode("utf-8"), first_line=mark.rows + 2)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise UserError(f"{path}: past the checkpoint: {_one_line(exc)}; refusing to resume") from None
+    for i, event in enumerate(events):
+        line = mark.rows + 2 + i
+        if nodes is not None and event.node not in nodes:
+            raise UserError(f"{path}: line {line}: node {event.node} is not a node of this run; refusing to resume")
+        if event.round > ckpt.rounds_done:
+            raise UserError(f"{path}: line {line}: round {event.round} is past the round after the checkpoint "
+                            f"({ckpt.rounds_done}); refusing to resume")
+    return None
+
+
+def _check_metrics(path: Path, mark: Mark) -> str | None:
+    """Check metrics.csv against the checkpoint's mark; what lies past it (to drop) or None."""
+    try:
+        tail = tail_after(path, mark)
+    except FileNotFoundError:
+        raise UserError(f"{path}: missing; it held {mark.rows} rows at the checkpoint; refusing to resume") from None
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{path}: {_one_line(exc)}; refusing to resume") from None
+    if not tail:
+        return None
+    rows = tail.count(b"\n") + (not tail.endswith(b"\n"))
+    return f"{rows} row(s)"

@@ -29,12 +29,12 @@ from testbed.budgets import Budgets, Exceeded, budgets_from_config
 from testbed.config import Config, to_toml
 from testbed.data.federated import FederatedData, Split
 from testbed.errors import ConfigError
-from testbed.ledger import Event, LedgerWriter, NodeLedger, StraggleEvent, read_ledger
+from testbed.ledger import Event, LedgerWriter, NodeLedger, StraggleEvent
 from testbed.models import Model
 from testbed.nodes_api import Nodes, RoundOutcome
 from testbed.privacy.accountants import BackgroundEpsilons, epsilon_by_observer, worst_epsilon
 from testbed.progress import Progress
-from testbed.results import RunDirectory
+from testbed.results import RunDirectory, state_spec
 from testbed.rng import GLOBAL, Purpose, stream
 
 
@@ -117,17 +117,24 @@ def check_accountants(config: Config, algorithm: Algorithm, node_ids: list[int])
 
 def open_run(config: Config, out_dir: Path | None, resume: bool, algorithm: Algorithm, model: Model,
              ledgers: list[NodeLedger]) -> tuple[RunDirectory, int, State]:
-    """Stage 3: a new run directory, or a killed run's, checked, with its ledger read back."""
+    """Stage 3: a new run directory, or a killed run's, trusted only after it is checked (its
+    checkpoint against the algorithm's state, its files against the checkpoint's marks), with its
+    ledger read back."""
     if resume:
-        directory = RunDirectory.reopen(out_dir)
-        for event in read_ledger(directory.ledger_path):
+        directory = RunDirectory.reopen(out_dir, expected=algorithm_state_spec(algorithm), max_rounds=algorithm.rounds,
+                                        nodes={led.node for led in ledgers})
+        for event in directory.ledger_events():
             ledgers[event.node].extend([event])
-        rounds_done, state = directory.load_checkpoint()
-        return directory, rounds_done, state
+        return directory, directory.resumed.rounds_done, directory.resumed.state
     directory = RunDirectory(out_dir or default_run_dir(config))
     directory.write_config(to_toml(config))
     params0 = model.init(stream(config.run.seed, GLOBAL, -1, Purpose.INIT))
     return directory, 0, algorithm.init_state(params0)
+
+
+def algorithm_state_spec(algorithm: Algorithm) -> dict:
+    """name → (shape, dtype) of the algorithm's whole state, as a checkpoint must hold it."""
+    return {name: (spec.shape, np.dtype(spec.dtype)) for name, spec in algorithm.state_spec().items()}
 
 
 def build_nodes(config: Config, algorithm: Algorithm, data: FederatedData, quiet: bool) -> Nodes:
@@ -195,7 +202,7 @@ def run_rounds(run: Run, nodes: Nodes, quiet: bool) -> None:
             server = alg.server_setup(run.state, outcome.result, outcome.ctx)
             run.state = server.state
             _charge_server(run, server.events, nodes, ledger_file)
-            run.directory.save_checkpoint(0, run.state)
+            run.directory.save_checkpoint(0, run.state, ledger_file.mark())
         for r in range(run.rounds_done, alg.rounds):
             excluded = emulated_stragglers(config, alg, r, [led.node for led in run.ledgers])
             expected = tuple(led.node for led in run.ledgers if led.node not in excluded)
@@ -215,7 +222,6 @@ def run_rounds(run: Run, nodes: Nodes, quiet: bool) -> None:
             run.state = server.state
             _charge_server(run, server.events, nodes, ledger_file)
             run.rounds_done = r + 1
-            run.directory.save_checkpoint(run.rounds_done, run.state)
             run.metrics = evaluate(run.model, alg.eval_params(run.state), run.data)
             eps = max(worst_epsilon(run.budgets.accountant, led.by_observer, run.budgets.delta) for led in run.ledgers)
             run.directory.append_metrics({
@@ -224,6 +230,8 @@ def run_rounds(run: Run, nodes: Nodes, quiet: bool) -> None:
                 "bytes_total": max(led.totals.bytes_total for led in run.ledgers),
                 "stragglers": len(outcome.ctx.stragglers), "wall_s": round(time.monotonic() - run.wall_start, 4),
             })
+            # After the round's metrics row: the checkpoint marks both files (see save_checkpoint).
+            run.directory.save_checkpoint(run.rounds_done, run.state, ledger_file.mark())
             progress.update(run.rounds_done, run.metrics["train_loss"], eps)
     finally:
         progress.close()

@@ -11,6 +11,7 @@ import pytest
 
 from testbed.config import load_config_text, replace
 from testbed.ledger import read_ledger
+from testbed.results import read_checkpoint
 from testbed.runner import run_experiment
 
 from conftest import REPO
@@ -51,8 +52,7 @@ def _config(**sections):
 
 def _node_models(run_dir) -> np.ndarray:
     """(N, P) every node's own model after the last round (the checkpointed state)."""
-    with np.load(run_dir / "checkpoint.npz") as saved:
-        return saved["state"]
+    return read_checkpoint(run_dir).state["models"]
 
 
 @pytest.mark.parametrize("dwfl", [{"variant": "A"}, {"variant": "B", "scheme": "orthogonal_d2d"},

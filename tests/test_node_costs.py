@@ -66,7 +66,7 @@ def test_dwfl_keeps_the_channel_models_airtime_and_energy():
         forecast = budgets.would_exceed(ledger, planned)
         assert forecast.budget == "energy_j"
         ledger.extend(charged)
-        assert forecast.would_be == pytest.approx(sum(e.energy_j for e in _comm(ledger.events)), rel=1e-15)
+        assert forecast.would_be == pytest.approx(sum(e.energy_j for e in _comm(charged)), rel=1e-15)
 
 
 def test_dp_pasgd_events_get_the_profiles_wifi_model():

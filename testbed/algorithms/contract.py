@@ -164,21 +164,6 @@ class NodeResult:
         i = self.node_ids.index(node)
         return {name: value[i] for name, value in self.tensors.items()}
 
-    @classmethod
-    def stack(cls, parts: Sequence["NodeResult"], tensors: Sequence[str] | None = None) -> "NodeResult":
-        """One result from per-node results (the coordinator's view of the answers), ordered by node."""
-        parts = sorted(parts, key=lambda p: p.node_ids)
-        names = list(tensors) if tensors is not None else (list(parts[0].tensors) if parts else [])
-        ids = tuple(n for p in parts for n in p.node_ids)
-
-        def cat(get) -> dict[str, np.ndarray]:
-            keys = list(get(parts[0])) if parts else []
-            return {k: np.concatenate([get(p)[k] for p in parts]) for k in keys}
-
-        return cls(node_ids=ids,
-                   tensors={k: np.concatenate([p.tensors[k] for p in parts]) for k in names} if parts else {},
-                   metrics=cat(lambda p: p.metrics), events=[e for p in parts for e in p.events])
-
 
 @dataclass(frozen=True)
 class ServerResult:

@@ -29,11 +29,10 @@ import math
 from collections import Counter
 from typing import Iterable, Mapping
 
+from testbed.ledger import ADJACENCIES, SAMPLINGS
 from testbed.privacy.zcdp import gaussian_rho, rho_to_epsilon
 
 ACCOUNTANTS = ("zcdp", "rdp", "pld")
-SAMPLINGS = ("none", "without_replacement", "poisson")
-ADJACENCIES = ("replace_one", "add_remove")
 
 
 def _signature(event) -> tuple:
@@ -114,6 +113,8 @@ def supports(accountant: str, event) -> bool:
     """
     return unsupported_reason(accountant, [event]) is None
 
+_MAX_NOISE_MULTIPLIER = 1e12
+
 
 def _replace_one_sensitivity(sensitivity: float, adjacency: str) -> float:
     # Replacing a record = removing one and adding one: at most twice the add/remove sensitivity.
@@ -159,9 +160,11 @@ def _dp_accounting_epsilon(kind: str, items: tuple, delta: float) -> float:
     else:
         acc = dp_accounting.pld.PLDAccountant(neighboring_relation=relation)
     for (sigma, sens, _adjacency, sampling, rate), count in items:
-        if sigma <= 0:
+        if not sigma > 0 or not sens < math.inf:
             return math.inf
-        gaussian = dp_event.GaussianDpEvent(noise_multiplier=sigma / sens)
+        # Past ~1e6 both accountants already report ε = 0; from ~1e300 they overflow. Clamping the
+        # multiplier down can only raise ε: never an under-count, never an exception.
+        gaussian = dp_event.GaussianDpEvent(noise_multiplier=min(sigma / sens, _MAX_NOISE_MULTIPLIER))
         if sampling == "poisson":
             event = dp_event.PoissonSampledDpEvent(rate, gaussian)
         elif sampling == "without_replacement":
