@@ -139,6 +139,8 @@ class NodeAgent:
         if problem is not None:
             raise wire.WireError("bad_header", f"round {r} downlink: {problem}")
         received = {name: value[None] for name, value in msg.tensors.items()}
+        if isinstance(alg, OverTheAir):
+            alg.use_channel(msg.tensors, r)
         exceeded = None if ledger.has_round(r) else exp.budgets.would_exceed(ledger, alg.planned_events(self.node, ctx))
         if exceeded is not None:
             log.info("node %d refuses round %d: %s", self.node, r, exceeded)

@@ -209,19 +209,20 @@ class MqttNodes:
                 self._charges.get(node, [])))
 
     def _collect(self, ctx: RoundContext, spec, kind: str):
-        """Replies until every expected node answered, refused, failed the checks or left."""
+        """Replies until every expected node answered, refused or left, or the deadline. A reply that
+        fails the checks is logged and does not end the node's round (without the broker's ACL
+        anyone could forge it); with no good reply by the deadline it is the node's straggle reason."""
         answers: dict[int, tuple[dict, list[Event], dict]] = {}
         refusals: dict[int, wire.Message] = {}
         reasons: dict[int, str] = {}
         expected = set(ctx.expected)
         deadline = time.monotonic() + self.round_timeout_s
-        while not expected <= set(answers) | set(refusals) | set(reasons):
+        while not expected <= set(answers) | set(refusals) | {n for n, why in reasons.items() if why == "offline"}:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
             self._handle(self.client.receive(timeout_s=min(remaining, 0.5)), (ctx, spec, kind, answers, refusals, reasons))
-            gone = expected - self.online - set(answers) - set(refusals) - set(reasons)
-            for node in gone:
+            for node in expected - self.online - set(answers) - set(refusals):
                 reasons[node] = "offline"
             self._reap_hosts()
         return answers, refusals, reasons
@@ -320,7 +321,7 @@ class MqttNodes:
         if node not in ctx.expected:
             log.warning("dropped %s of node %d for round %d: it was not asked", msg.kind, node, wire_round)
             return
-        if node in answers or node in refusals or node in reasons:
+        if node in answers or node in refusals:
             log.warning("dropped a second %s of node %d for round %d", msg.kind, node, wire_round)
             return
         try:

@@ -128,6 +128,7 @@ def open_run(config: Config, out_dir: Path | None, resume: bool, algorithm: Algo
         return directory, directory.resumed.rounds_done, directory.resumed.state
     directory = RunDirectory(out_dir or default_run_dir(config))
     directory.write_config(to_toml(config))
+    LedgerWriter(directory.ledger_path).close()  # a run that fails before round 1 has an empty ledger
     params0 = model.init(stream(config.run.seed, GLOBAL, -1, Purpose.INIT))
     return directory, 0, algorithm.init_state(params0)
 

@@ -264,6 +264,11 @@ class OverTheAir(Protocol):
         same tensors every node receives with its downlink."""
         ...
 
+    def use_channel(self, downlink: Mapping[str, np.ndarray], round_index: int) -> None:
+        """A node learns the round's channel from its downlink (one node's rows), before it plans
+        the round's events (a board does not draw the channel itself)."""
+        ...
+
     def node_finish(self, carry: Mapping[str, np.ndarray], received: np.ndarray, node_ids: Sequence[int],
                     ctx: RoundContext) -> NodeResult: ...
 

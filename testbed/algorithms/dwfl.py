@@ -289,6 +289,10 @@ class Dwfl:
         (a real radio would estimate it from pilots)."""
         return {"channel_h": self.plan(ctx.round_index).channel.h}
 
+    def use_channel(self, downlink: Mapping[str, np.ndarray], round_index: int) -> None:
+        """Use the channel h the coordinator sent with a node's downlink (:meth:`channel_tensors`)."""
+        self.accept_channel(round_index, np.asarray(downlink["channel_h"]))
+
     def accept_channel(self, round_index: int, h: np.ndarray) -> None:
         """Use the channel the coordinator sent (:meth:`channel_tensors`) for the round's block."""
         block = self.radio.schedule.block_index(round_index)
