@@ -189,11 +189,13 @@ def _config_error(exc: ValidationError) -> ConfigError:
             _config_model().model_fields else ""
         return ConfigError(key, f"unknown key; {section} takes {known}")
     if first["type"] in ("value_error", "assertion_error") and len(first["loc"]) < 2:
-        key = str(first["loc"][0]) if first["loc"] else "config"
+        # A section's own check says "field: why" (or "section.field: why").
+        section = str(first["loc"][0]) if first["loc"] else "config"
         message = str(first["msg"]).removeprefix("Value error, ")
-        if ": " in message and message.split(": ", 1)[0].count(".") == 1 and " " not in message.split(": ", 1)[0]:
-            key, message = message.split(": ", 1)
-        return ConfigError(key, message)
+        head, _, rest = message.partition(": ")
+        if rest and " " not in head:
+            return ConfigError(head if "." in head else f"{section}.{head}", rest)
+        return ConfigError(section, message)
     messages = list(dict.fromkeys(_plain(e) for e in same))
     got = first.get("input")
     return ConfigError(key, f"{' or '.join(messages)}, got {type(got).__name__} {got!r}")
@@ -286,11 +288,12 @@ def replace(config: Config, **sections: dict[str, Any]) -> Config:
 
 
 def used_sections(config: Config) -> list[str]:
-    """The sections a run of ``config`` reads: the run-wide ones and its algorithm's own."""
+    """The sections a run of ``config`` reads: the run-wide ones (``[mqtt]`` only in mqtt mode) and
+    its algorithm's own."""
     from testbed.algorithms import registry
 
     own = list(registry.get(config.run.algorithm).sections)
-    core = list(CORE_SECTIONS)
+    core = [name for name in CORE_SECTIONS if name != "mqtt" or config.run.mode == "mqtt"]
     at = core.index("budget")
     return core[:at] + own + core[at:]
 
@@ -315,8 +318,11 @@ def to_toml(config: Config) -> str:
 
 def json_schema() -> dict[str, Any]:
     """The JSON Schema of an experiment file (every section of every algorithm)."""
+    from testbed.algorithms import registry
+
     schema = _config_model().model_json_schema()
     schema["title"] = "testbed experiment file"
+    schema["$defs"]["RunSection"]["properties"]["algorithm"]["enum"] = registry.names()
     schema["$schema"] = "http://json-schema.org/draft-07/schema#"
     return schema
 

@@ -62,7 +62,7 @@ class StragglersSection(Section):
     @model_validator(mode="after")
     def _deadline_needs_deadline_s(self) -> "StragglersSection":
         if self.model == "deadline" and self.deadline_s is None:
-            raise ValueError('deadline_s is required when model = "deadline" (the round deadline in seconds, > 0)')
+            raise ValueError('deadline_s: is required when model = "deadline" (the round deadline in seconds, > 0)')
         return self
 
 

@@ -1,0 +1,160 @@
+"""FedAvg (McMahan et al., AISTATS 2017, Algorithm 1): local SGD, then the average of the nodes'
+models weighted by their training-set sizes; a non-private baseline.
+
+Once, before round 1 (the contract's setup phase), every node uploads its training-set size n_k;
+the server keeps the weights n_k / n (never broadcast). Each round every node runs
+``local_steps`` mini-batch SGD steps from the global model (Algorithm 1's ClientUpdate with
+E·n_k/B replaced by a fixed step count, the same on every node) and the server sets
+w ← Σ_k (n_k / n_S) w_k over the nodes S that answered.
+
+Example::
+
+    >>> from testbed.models import LogisticRegression
+    >>> from testbed.data.synthetic import make_logistic
+    >>> from testbed.algorithms.contract import RoundContext, SETUP_ROUND
+    >>> data = make_logistic(num_nodes=3, samples_per_node=50, dim=4, seed=0)
+    >>> alg = FedAvg(LogisticRegression(4, 2), rounds=2, local_steps=3, batch=5, lr=0.5, num_nodes=3)
+    >>> state = alg.init_state(alg.model.init(None))
+    >>> ctx = RoundContext(SETUP_ROUND, 0, 3, (0, 1, 2))
+    >>> sizes = alg.setup_step(data.train, [0, 1, 2], ctx)
+    >>> state = alg.server_setup(state, sizes, ctx.closed([0, 1, 2])).state
+    >>> state["weights"].tolist()
+    [0.3333333333333333, 0.3333333333333333, 0.3333333333333333]
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from testbed.algorithms.batches import uniform_batches
+from testbed.algorithms.contract import NodeResult, RoundContext, ServerResult, State, TensorSpec
+from testbed.algorithms.registry import BuildContext, Registration
+from testbed.data.federated import Split
+from testbed.errors import ConfigError
+from testbed.ledger import CommunicationEvent, ComputeEvent, Event
+from testbed.models import Model
+from testbed.sections import Positive, Section
+
+_BYTES_PER_REAL = 8
+
+
+class FedAvgSection(Section):
+    """FedAvg: ``rounds`` rounds of ``local_steps`` SGD steps of ``batch`` samples at ``lr``."""
+
+    rounds: Positive[int] = 20
+    local_steps: Positive[int] = 5
+    """Local SGD steps per node and round."""
+    batch: Positive[int] = 32
+    lr: Positive[float] = 0.1
+
+
+class FedAvg:
+    """FedAvg with size-weighted averaging.
+
+    Args:
+        model: the model.
+        rounds: communication rounds.
+        local_steps: SGD steps per node per round.
+        batch: mini-batch size.
+        lr: learning rate.
+        num_nodes: N of the run (the server's weight vector).
+    """
+
+    has_setup = True
+
+    def __init__(self, model: Model, *, rounds: int, local_steps: int, batch: int, lr: float, num_nodes: int):
+        self.model, self.rounds_planned, self.local_steps = model, rounds, local_steps
+        self.batch, self.lr, self.num_nodes = batch, lr, num_nodes
+
+    @property
+    def rounds(self) -> int:
+        return self.rounds_planned
+
+    @property
+    def flops_per_step(self) -> float:
+        return 6.0 * self.batch * self.model.num_params
+
+    def state_spec(self) -> dict[str, TensorSpec]:
+        return {"model": TensorSpec((self.model.num_params,)), "weights": TensorSpec((self.num_nodes,))}
+
+    def downlink_spec(self) -> dict[str, TensorSpec]:
+        return {"model": TensorSpec((self.model.num_params,), per_node=False)}
+
+    def uplink_spec(self) -> dict[str, TensorSpec]:
+        return {"update": TensorSpec((self.model.num_params,))}
+
+    def setup_spec(self) -> dict[str, TensorSpec]:
+        """Each node's training-set size, once."""
+        return {"samples": TensorSpec((1,))}
+
+    def setup_events(self, node: int) -> list[Event]:
+        return [CommunicationEvent(node, -1, bytes_up=_BYTES_PER_REAL, bytes_down=0)]
+
+    def planned_events(self, node: int, ctx: RoundContext) -> list[Event]:
+        size = self.model.num_params * _BYTES_PER_REAL
+        return [ComputeEvent(node, ctx.round_index, self.local_steps),
+                CommunicationEvent(node, ctx.round_index, bytes_up=size, bytes_down=size)]
+
+    def init_state(self, params0: np.ndarray) -> State:
+        """The global model and the weights (equal until the setup brings the sizes)."""
+        return {"model": np.asarray(params0, dtype=np.float64),
+                "weights": np.full(self.num_nodes, 1.0 / self.num_nodes)}
+
+    def eval_params(self, state: State) -> np.ndarray:
+        return state["model"]
+
+    def setup_step(self, train: Split, node_ids: Sequence[int], ctx: RoundContext) -> NodeResult:
+        ids = tuple(int(n) for n in node_ids)
+        sizes = np.diff(train.offsets).astype(np.float64)
+        return NodeResult(ids, {"samples": sizes[:, None]}, events=[self.setup_events(n) for n in ids])
+
+    def server_setup(self, state: State, result: NodeResult, ctx: RoundContext) -> ServerResult:
+        """n_k of every node that answered; a silent node keeps the mean of the others' sizes."""
+        sizes = np.full(self.num_nodes, np.nan)
+        if result.node_ids:
+            sizes[list(result.node_ids)] = result.tensors["samples"][:, 0]
+        sizes = np.where(np.isnan(sizes), np.nanmean(sizes) if result.node_ids else 1.0, sizes)
+        return ServerResult({"model": state["model"], "weights": sizes / sizes.sum()})
+
+    def downlink(self, state: State, ctx: RoundContext, node_ids: Sequence[int]) -> dict[str, np.ndarray]:
+        return {"model": np.broadcast_to(state["model"], (len(node_ids), state["model"].shape[0]))}
+
+    def node_step(self, received: Mapping[str, np.ndarray], train: Split, node_ids: Sequence[int],
+                  ctx: RoundContext) -> NodeResult:
+        """ClientUpdate: ``local_steps`` SGD steps from the global model on every node at once."""
+        ids = tuple(int(n) for n in node_ids)
+        idx = uniform_batches(train, ids, ctx.round_index, ctx.seed, self.local_steps, self.batch)
+        weights = np.full(idx.shape[:1] + idx.shape[2:], 1.0 / self.batch)
+        params = np.array(received["model"], dtype=np.float64)
+        for step in range(self.local_steps):
+            rows = idx[:, step]
+            _, grad = self.model.loss_and_grad(params, train.x[rows], train.y[rows], weights)
+            params -= self.lr * grad
+        return NodeResult(ids, {"update": params}, {"samples": np.diff(train.offsets).astype(np.float64)},
+                          [self.planned_events(n, ctx) for n in ids])
+
+    def server_step(self, state: State, result: NodeResult, ctx: RoundContext) -> ServerResult:
+        """w ← Σ_{k∈S} (n_k / n_S) w_k over the nodes S that answered (Algorithm 1)."""
+        if not result.node_ids:
+            return ServerResult(state)
+        w = state["weights"][list(result.node_ids)]
+        model = (w / w.sum()) @ result.tensors["update"]
+        return ServerResult({"model": model, "weights": state["weights"]})
+
+    def describe(self) -> dict[str, Any]:
+        return {"rounds": self.rounds_planned, "local_steps": self.local_steps, "batch": self.batch, "lr": self.lr,
+                "private": False}
+
+
+def build(sections: dict[str, Any], ctx: BuildContext) -> FedAvg:
+    a: FedAvgSection = sections["fedavg"]
+    smallest = int(ctx.data.train.sizes.min())
+    if a.batch > smallest:
+        raise ConfigError("fedavg.batch", f"{a.batch} is larger than the smallest node's {smallest} training samples")
+    return FedAvg(ctx.model, rounds=a.rounds, local_steps=a.local_steps, batch=a.batch, lr=a.lr,
+                  num_nodes=ctx.num_nodes)
+
+
+REGISTRATION = Registration(name="fedavg", sections={"fedavg": FedAvgSection}, build=build)

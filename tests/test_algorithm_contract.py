@@ -1,0 +1,186 @@
+"""The algorithm contract, held to every registered algorithm (testbed.algorithms.registry).
+
+For each: all nodes stacked equals one node at a time; the events a step emits are the events
+planned for it; a budget refuses at the boundary; a checkpoint then ``--resume`` equals an
+uninterrupted run; sim equals MQTT on the embedded broker, with and without Bernoulli stragglers.
+
+A new algorithm adds its small experiment to EXPERIMENTS, nothing else.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from testbed.algorithms import OverTheAir, RoundContext, WithSetup, registry
+from testbed.algorithms.contract import SETUP_ROUND, check_tensors
+from testbed.budgets import Budgets
+from testbed.config import load_config_text, replace, to_toml
+from testbed.ledger import NodeLedger, read_ledger
+from testbed.results import read_checkpoint, read_metrics
+from testbed.runner import load, run_experiment
+
+COMMON = """
+[run]
+name = "contract"
+seed = 4
+[data]
+dataset = "synthetic"
+num_nodes = 5
+samples_per_node = 60
+dim = 6
+[output]
+figures = false
+[privacy]
+tight_accountant = "none"
+[mqtt]
+round_timeout_s = 20.0
+connect_timeout_s = 30.0
+"""
+
+#: A few rounds of every registered algorithm.
+EXPERIMENTS = {
+    "dp_pasgd": '[dp_pasgd]\nsteps = 12\ntau = 2\nbatch = 8\nlr = 0.5\nsigma = 0.8\n',
+    "dwfl": '[dwfl]\nrounds = 6\nbatch = 8\nlr = 0.2\nepsilon = 1.0\nfading = "none"\nc_scale = 0.6\n',
+    "fedavg": '[fedavg]\nrounds = 6\nlocal_steps = 3\nbatch = 8\nlr = 0.5\n',
+}
+ALGORITHMS = registry.names()
+
+
+def _config(name: str, **sections):
+    config = load_config_text(_text(name))
+    return replace(config, **sections) if sections else config
+
+
+def _text(name: str) -> str:
+    return COMMON.replace('name = "contract"', f'name = "contract"\nalgorithm = "{name}"') + EXPERIMENTS[name]
+
+
+def _built(name: str):
+    config = _config(name)
+    data, model = load(config)
+    return config, data, model, registry.build(config, model, data)
+
+
+def test_every_registered_algorithm_has_an_experiment_here():
+    assert set(ALGORITHMS) == set(EXPERIMENTS), "add the new algorithm's small experiment to EXPERIMENTS"
+
+
+@pytest.mark.parametrize("name", ALGORITHMS)
+def test_all_nodes_stacked_equal_one_node_at_a_time(name):
+    config, data, model, alg = _built(name)
+    state = alg.init_state(model.init(np.random.default_rng(1)))
+    n = data.num_nodes
+    ctx = RoundContext.everyone(1, config.run.seed, n)
+    ids = tuple(range(n))
+    stacked = alg.node_step(alg.downlink(state, ctx, ids), data.train, ids, ctx)
+    for m in ids:
+        alone = alg.node_step(alg.downlink(state, ctx, [m]), data.train.select([m]), [m], ctx)
+        for key, value in stacked.tensors.items():
+            np.testing.assert_allclose(alone.tensors[key][0], value[m], rtol=0, atol=1e-12)
+        for key, value in stacked.carry.items():
+            np.testing.assert_allclose(alone.carry[key][0], value[m], rtol=0, atol=1e-12)
+        assert alone.events[0] == stacked.events[m]
+    if isinstance(alg, OverTheAir):  # the finish, too: node by node from the same received rows
+        closed = ctx.closed(ids)
+        heard = alg.channel.superpose(stacked.tensors["signal"].copy(), alg.channel_tensors(ctx), closed)
+        together = alg.node_finish({k: v.copy() for k, v in stacked.carry.items()}, heard, ids, closed)
+        for m in ids:
+            alone = alg.node_finish({k: v[[m]].copy() for k, v in stacked.carry.items()}, heard[[m]], [m], closed)
+            np.testing.assert_allclose(alone.tensors["model"][0], together.tensors["model"][m], rtol=0, atol=1e-12)
+            assert check_tensors(alg.uplink_spec(), alone.rows(m)) is None
+
+
+@pytest.mark.parametrize("name", ALGORITHMS)
+def test_planned_events_are_the_emitted_events(name):
+    config, data, model, alg = _built(name)
+    state = alg.init_state(model.init(None))
+    n = data.num_nodes
+    if isinstance(alg, WithSetup) and alg.has_setup:
+        ctx = RoundContext(SETUP_ROUND, config.run.seed, n, tuple(range(n)))
+        out = alg.setup_step(data.train, list(range(n)), ctx)
+        assert out.events == [alg.setup_events(m) for m in range(n)]
+        assert all(check_tensors(alg.setup_spec(), out.rows(m)) is None for m in range(n))
+    for expected in [tuple(range(n)), (0, 2, 3)]:
+        ctx = RoundContext(0, config.run.seed, n, expected)
+        out = alg.node_step(alg.downlink(state, ctx, expected), data.train.select(list(expected)), expected, ctx)
+        assert out.events == [alg.planned_events(m, ctx) for m in expected]
+        if not isinstance(alg, OverTheAir):
+            assert all(check_tensors(alg.uplink_spec(), out.rows(m)) is None for m in expected)
+
+
+@pytest.mark.parametrize("name", ALGORITHMS)
+def test_a_budget_refuses_at_the_boundary(name, tmp_path):
+    """A byte budget of exactly three rounds: three rounds run, the fourth is refused, nobody spends
+    past it."""
+    config, data, model, alg = _built(name)
+    ctx = RoundContext.everyone(0, config.run.seed, data.num_nodes)
+    per_round = max(sum(getattr(e, "bytes_up", 0) + getattr(e, "bytes_down", 0) for e in alg.planned_events(m, ctx))
+                    for m in range(data.num_nodes))
+    setup = max((sum(getattr(e, "bytes_up", 0) + getattr(e, "bytes_down", 0) for e in alg.setup_events(m))
+                 for m in range(data.num_nodes)), default=0) if alg.has_setup else 0
+    limit = 3 * per_round + setup
+    ledger = NodeLedger(0)
+    assert Budgets(bytes=limit).would_exceed(ledger, [e for _ in range(4) for e in alg.planned_events(0, ctx)]) is not None
+    result = run_experiment(replace(config, budget={"bytes": float(limit)}), out_dir=tmp_path / "r", quiet=True)
+    s = result.summary
+    assert (s["status"], s["rounds"], s["stopped"]["budget"]) == ("stopped_budget", 3, "bytes")
+    assert max(node["bytes_up"] + node["bytes_down"] for node in s["nodes"].values()) == limit
+
+
+@pytest.mark.parametrize("name", ALGORITHMS)
+def test_checkpoint_then_resume_equals_an_uninterrupted_run(name, tmp_path, monkeypatch):
+    import testbed.runner as runner
+
+    config = _config(name)
+    whole = run_experiment(config, out_dir=tmp_path / "whole", quiet=True)
+    evaluate, calls = runner.evaluate, {"n": 0}
+
+    def killed_in_round_4(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 5:  # the first call is before round 1
+            raise KeyboardInterrupt
+        return evaluate(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "evaluate", killed_in_round_4)
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(config, out_dir=tmp_path / "killed", quiet=True)
+    monkeypatch.setattr(runner, "evaluate", evaluate)
+    assert read_checkpoint(tmp_path / "killed").rounds_done == 3
+    resumed = run_experiment(load_config_text((tmp_path / "killed" / "config.toml").read_text()),
+                             out_dir=tmp_path / "killed", quiet=True, resume=True)
+    assert resumed.summary["status"] == "completed"
+    a, b = read_checkpoint(tmp_path / "whole").state, read_checkpoint(tmp_path / "killed").state
+    assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+    for key in ("epsilon", "bytes_up", "local_steps", "rounds"):
+        assert [n[key] for n in resumed.summary["nodes"].values()] == [n[key] for n in whole.summary["nodes"].values()]
+    assert len(read_metrics(tmp_path / "killed")) == len(read_metrics(tmp_path / "whole"))
+
+
+def _ledger_without_seconds(run_dir):
+    """The ledger as comparable across modes: measured seconds and joules of compute left out."""
+    rows = []
+    for e in read_ledger(run_dir / "ledger.csv"):
+        if e.kind == "compute":
+            rows.append((e.kind, e.node, e.round, e.local_steps, e.cost_units))
+        else:
+            rows.append(e)
+    return sorted(rows, key=repr)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stragglers", [None, {"model": "bernoulli", "p": 0.3}], ids=["all", "bernoulli"])
+@pytest.mark.parametrize("name", ALGORITHMS)
+def test_sim_equals_mqtt_on_the_embedded_broker(name, stragglers, tmp_path):
+    config = _config(name, **({"stragglers": stragglers} if stragglers else {}))
+    sim = run_experiment(config, out_dir=tmp_path / "sim", quiet=True)
+    mqtt = run_experiment(replace(config, run={"mode": "mqtt"}, mqtt={"hosts": 2}), out_dir=tmp_path / "mqtt",
+                          quiet=True)
+    assert sim.summary["status"] == mqtt.summary["status"] == "completed"
+    a, b = read_checkpoint(tmp_path / "sim").state, read_checkpoint(tmp_path / "mqtt").state
+    for key in a:
+        np.testing.assert_allclose(b[key], a[key], rtol=0, atol=1e-9)
+    assert _ledger_without_seconds(tmp_path / "sim") == _ledger_without_seconds(tmp_path / "mqtt")
+    straggled = [int(row["stragglers"]) for row in read_metrics(tmp_path / "sim")]
+    assert straggled == [int(row["stragglers"]) for row in read_metrics(tmp_path / "mqtt")]
+    assert (sum(straggled) > 0) == (stragglers is not None)
