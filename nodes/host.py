@@ -36,7 +36,7 @@ def serve(broker_url: str, run: str, node_ids: Sequence[int], *, data_path: str 
           state_dir: Path | None = None, costs: NodeCosts | None = None, protocol_version: str = "auto",
           coordinator_grace_s: float = 30.0, connect_timeout_s: float = 30.0,
           max_chunk_bytes: int = 256 * 1024, credentials: dict[str, str] | None = None,
-          tls_ca: str | None = None, crash_at_round: int | None = None,
+          tls_ca: str | None = None, crash_at_round: int | None = None, crash_after_reply: bool = False,
           agent_factory: Callable[[int], NodeProtocol] | None = None) -> int:
     """Serve ``node_ids`` of run ``run`` until the coordinator says stop; returns the number of
     rounds answered.
@@ -46,7 +46,8 @@ def serve(broker_url: str, run: str, node_ids: Sequence[int], *, data_path: str 
     stays offline and its nodes should not linger. ``credentials`` (node id → password, from
     `testbed acl`) log each node in under its own name, which the broker's ACL checks.
     ``crash_at_round`` emulates a board that loses power mid-round: the process exits at once,
-    without a reply or a clean disconnect, when that round arrives. ``agent_factory`` builds the
+    without a reply or a clean disconnect, when that round arrives (with ``crash_after_reply``: just
+    after its first reply of that round went out, e.g. its transmit signal). ``agent_factory`` builds the
     node for an id (default: a :class:`NodeAgent` with ``data_path``, ``state_dir`` and ``costs``);
     another kind of board (a bridged microcontroller) plugs in here.
     """
@@ -85,7 +86,8 @@ def serve(broker_url: str, run: str, node_ids: Sequence[int], *, data_path: str 
         with ThreadPoolExecutor(max_workers=32) as pool:
             list(pool.map(lambda name: connect(name, version), names[1:]))
         log.info("serving %d node(s) of run %s on %s", len(clients), run, broker_url)
-        return _loop(inbox, agents, clients, run, coordinator_grace_s, crash_at_round)
+        crash = None if crash_at_round is None else (crash_at_round, crash_after_reply)
+        return _loop(inbox, agents, clients, run, coordinator_grace_s, crash)
     finally:
         for client in clients.values():
             client.close()
@@ -104,7 +106,7 @@ def _allow_open_files(count: int) -> None:
 
 
 def _loop(inbox: queue.Queue[Inbound], agents: dict[str, NodeProtocol], clients: dict[str, MqttClient],
-          run: str, grace_s: float, crash_at_round: int | None) -> int:
+          run: str, grace_s: float, crash: tuple[int, bool] | None) -> int:
     answered, stopped = 0, set()
     coordinator_offline_since: float | None = None
     broker_lost_since: float | None = None
@@ -131,7 +133,8 @@ def _loop(inbox: queue.Queue[Inbound], agents: dict[str, NodeProtocol], clients:
         if msg.kind == protocol.STOP:
             stopped.add(name)
             continue
-        if crash_at_round is not None and msg.kind == protocol.ROUND and msg.round == crash_at_round:
+        crash_now = crash is not None and msg.kind == protocol.ROUND and msg.round == crash[0]
+        if crash_now and not crash[1]:
             log.warning("node %s: emulated crash at round %d", name, msg.round)
             os._exit(1)
         try:
@@ -150,6 +153,9 @@ def _loop(inbox: queue.Queue[Inbound], agents: dict[str, NodeProtocol], clients:
             to_channel = reply.to == protocol.CHANNEL
             clients[name].publish((topics.tx if to_channel else topics.up)(run, name), reply.payload)
             answered += not to_channel
+            if crash_now:
+                log.warning("node %s: emulated crash after its reply of round %d", name, msg.round)
+                os._exit(1)
     return answered
 
 

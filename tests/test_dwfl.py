@@ -1,5 +1,6 @@
 """DWFL and its baselines: dwfl.md §8 checks 2–4 and 6–7, variants A/B, calibration, runs, config, CLI."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -221,3 +222,42 @@ def test_cli_worked_example(capsys):
     assert max(out["epsilon"]) == pytest.approx(0.5)
     assert main(base[:-1] + ["--sigma2", "1"]) == 0
     assert "0.193792" in capsys.readouterr().out
+
+
+def _naive_sigma(alg, senders, node):
+    """σ of ``node``'s release at its worst receiver when only ``senders`` transmit (eq. 10 by
+    hand: every receiver other than the node hears the senders other than itself)."""
+    plan = alg.plan(ROUND)
+    al, g = plan.channel.alignment, plan.channel.gains
+    b = g**2 * al.beta * al.power_w * plan.sigma2
+    if alg.scheme == "ota_central":
+        return np.sqrt((sum(b[k] for k in senders) + alg.radio.noise_power_w) / al.c**2)
+    noise = [sum(b[k] for k in senders if k != i) + alg.radio.noise_power_w for i in range(N) if i != node]
+    return np.sqrt(min(noise) / al.c**2)
+
+
+@pytest.mark.parametrize("scheme", ["ota_d2d", "ota_central", "orthogonal_d2d"])
+def test_silent_senders_are_charged_what_the_receivers_really_heard(scheme):
+    """The plan assumes every expected node transmits; the server step charges each real sender
+    the difference, so planned plus correction compose to eq. (10) over the senders heard (never
+    less). Orthogonal slots do not depend on the others: nothing to correct."""
+    from testbed.algorithms.contract import NodeResult
+    from testbed.privacy.accountants import epsilon, tally_of
+
+    alg = _alg(scheme=scheme, variant="B", init="common")
+    state = alg.init_state(MODEL.init(None))
+    ctx = RoundContext.everyone(ROUND, SEED, N).closed([0, 2, 3, 5])  # 1 and 4 fell silent
+    events = alg.server_step(state, NodeResult((), {}), ctx).events
+    if scheme == "orthogonal_d2d":
+        assert events == []
+        return
+    assert sorted(e.node for e in events) == [0, 2, 3, 5]
+    for e in events:
+        assert (e.issuer, e.observer, e.round, e.sensitivity) == ("server", "peers", ROUND, alg.sensitivity)
+        planned = [p for p in alg.planned_events(e.node, RoundContext.everyone(ROUND, SEED, N)) if p.kind == "privacy"]
+        heard = _naive_sigma(alg, [0, 2, 3, 5], e.node)
+        assert planned[0].sigma > heard  # fewer senders, less noise
+        combined = epsilon("zcdp", tally_of(planned + [e]), 1e-5)
+        truth = epsilon("zcdp", tally_of([dataclasses.replace(planned[0], sigma=heard)]), 1e-5)
+        assert combined == pytest.approx(truth, rel=1e-9)
+        assert combined >= truth * (1 - 1e-12)

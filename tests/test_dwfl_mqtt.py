@@ -3,6 +3,7 @@ both brokers, and a node that dies mid-round is a silent sender the others avera
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 
@@ -82,6 +83,41 @@ def test_node_killed_mid_round_is_a_silent_sender(mosquitto_broker, tmp_path):
     assert {e.round for e in events if e.node == 3 and e.kind != "straggle"} == {0, 1}
     assert {e.round for e in events if e.node == 0} == {0, 1, 2, 3, 4}
     assert np.isfinite(_node_models(r.run_dir)).all()
+    # Round 2 planned four senders and heard three: each survivor is charged what it really
+    # released (eq. 10 over the three), never the plan's less.
+    _assert_charged_as_heard(config, events, r, round_index=2, senders=[0, 1, 2])
+
+
+def test_node_killed_after_transmitting_is_charged_for_its_release(mosquitto_broker, tmp_path):
+    """Node 3 transmits in round 2, then loses power before its update: the others heard it, so its
+    release is charged (the plan: every node did transmit) though its update never came."""
+    url = mosquitto_broker.url
+    config = _config(mqtt={"broker_url": url, "emulated": False, "round_timeout_s": 15.0, "quorum": 3},
+                     dwfl={"rounds": 4})
+    r = run_with_node_crash(config, url, tmp_path, rejoin=False, after_reply=True)
+    assert r.summary["status"] == "completed"
+    events = list(read_ledger(r.run_dir / "ledger.csv"))
+    of_3 = [e for e in events if e.node == 3]
+    assert {e.round for e in of_3 if e.kind == "privacy"} == {0, 1, 2}
+    assert [(e.round, e.reason) for e in of_3 if e.kind == "straggle"][0][0] == 2
+    _assert_charged_as_heard(config, events, r, round_index=2, senders=[0, 1, 2, 3])
+    assert r.summary["nodes"]["3"]["epsilon"] > 0
+
+
+def _assert_charged_as_heard(config, events, result, round_index, senders):
+    from testbed.algorithms import registry
+    from testbed.privacy.accountants import epsilon, tally_of
+    from testbed.runner import load
+
+    cfg = replace(config, run={"mode": "sim"})
+    data, model = load(cfg)
+    alg = registry.build(cfg, model, data)
+    heard = alg.privacy_sigma(round_index, senders)
+    for node in senders:
+        charged = [e for e in events if e.node == node and e.round == round_index and e.kind == "privacy"]
+        truth = [dataclasses.replace(charged[0], sigma=float(heard[node]), issuer="node")]
+        got, want = epsilon("zcdp", tally_of(charged), 1e-5), epsilon("zcdp", tally_of(truth), 1e-5)
+        assert got == pytest.approx(want, rel=1e-9) and got >= want * (1 - 1e-12), (node, charged)
 
 
 

@@ -94,16 +94,19 @@ def test_embedded_broker_and_emulated_hosts_over_two_processes(tmp_path):
     assert _comparable(result.run_dir) == _comparable(_sim_twin(_config(), tmp_path).run_dir)
 
 
-def run_with_node_crash(config, url: str, tmp_path: Path, *, rejoin: bool, crash_round: int = 2):
+def run_with_node_crash(config, url: str, tmp_path: Path, *, rejoin: bool, crash_round: int = 2,
+                        after_reply: bool = False):
     """Run ``config`` with 4 real `testbed node` processes on ``url``; node 3 loses power when round
-    ``crash_round`` arrives and, with ``rejoin``, comes back (same id and state directory)."""
+    ``crash_round`` arrives (``after_reply``: just after its first reply of it) and, with ``rejoin``,
+    comes back (same id and state directory)."""
     state = tmp_path / "node-state"
 
     def node(n, *extra):
         return _testbed("node", "--broker", url, "--node-id", str(n), "--state-dir", str(state), *extra,
                         stderr=subprocess.DEVNULL)
 
-    procs = [node(n) for n in range(3)] + [node(3, "--crash-at-round", str(crash_round))]
+    crash = ["--crash-at-round", str(crash_round)] + (["--crash-after-reply"] if after_reply else [])
+    procs = [node(n) for n in range(3)] + [node(3, *crash)]
     result = {}
     coordinator = threading.Thread(target=lambda: result.update(
         r=run_experiment(config, out_dir=tmp_path / "r", quiet=True)))

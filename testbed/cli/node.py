@@ -20,6 +20,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                       help="where the node keeps its ledger across restarts")
     node.add_argument("--crash-at-round", type=int, metavar="R",
                       help="fault emulation: exit abruptly (no reply, no disconnect) when round R arrives")
+    node.add_argument("--crash-after-reply", action="store_true",
+                      help="with --crash-at-round: exit just after the round's first reply (e.g. a transmit signal)")
     _common(node)
     node.set_defaults(handler=_node)
 
@@ -30,7 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     nodes.add_argument("--first-id", type=int, default=0)
     nodes.add_argument("--data", help="the data file of these nodes (overrides data.path)")
     _common(nodes)
-    nodes.set_defaults(handler=_nodes, meter="model", state_dir=None, crash_at_round=None)
+    nodes.set_defaults(handler=_nodes, meter="model", state_dir=None, crash_at_round=None, crash_after_reply=False)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -72,7 +74,8 @@ def _serve(args: argparse.Namespace, ids: list[int]) -> int:
     credentials = _load_credentials(args.credentials) if args.credentials else None
     serve(args.broker, args.run, ids, data_path=args.data, state_dir=args.state_dir, costs=costs,
           protocol_version=args.protocol, max_chunk_bytes=args.max_chunk_bytes, credentials=credentials,
-          tls_ca=args.tls_ca, crash_at_round=args.crash_at_round)
+          tls_ca=args.tls_ca, crash_at_round=args.crash_at_round,
+          crash_after_reply=args.crash_after_reply)
     return 0
 
 
