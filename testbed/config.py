@@ -288,12 +288,12 @@ def replace(config: Config, **sections: dict[str, Any]) -> Config:
 
 
 def used_sections(config: Config) -> list[str]:
-    """The sections a run of ``config`` reads: the run-wide ones (``[mqtt]`` only in mqtt mode) and
-    its algorithm's own."""
+    """The sections a run of ``config`` reads: the run-wide ones and its algorithm's own. (``[mqtt]``
+    stays in sim mode too: ``--mode mqtt`` on a saved config.toml needs it.)"""
     from testbed.algorithms import registry
 
     own = list(registry.get(config.run.algorithm).sections)
-    core = [name for name in CORE_SECTIONS if name != "mqtt" or config.run.mode == "mqtt"]
+    core = list(CORE_SECTIONS)
     at = core.index("budget")
     return core[:at] + own + core[at:]
 

@@ -22,10 +22,7 @@ def test_config_toml_holds_only_the_sections_the_run_uses():
         assert set(reg.sections) <= sections
         others = {s for other in registry.registrations().values() if other is not reg for s in other.sections}
         assert not sections & others, f"{name} writes another algorithm's section"
-        assert "mqtt" not in sections  # sim mode
         assert load_config_text(text) == load_config_text(f'[run]\nalgorithm = "{name}"\n')
-    mqtt = to_toml(load_config_text('[run]\nmode = "mqtt"\n'))
-    assert "[mqtt]" in mqtt
 
 
 def test_schema_describes_every_section_and_checks_the_shipped_experiments(capsys):
