@@ -258,17 +258,18 @@ def emulated_stragglers(config: Config, algorithm: Algorithm, round_index: int, 
 
 def _charge(run: Run, outcome: RoundOutcome, ledger_file: LedgerWriter) -> None:
     """Log what each node released (its own events; a round re-run after a kill is not charged
-    twice) and who straggled."""
+    twice) and who straggled, in one write."""
     r = outcome.ctx.round_index
+    fresh: list[Event] = []
     for (node, round_index), events in sorted(outcome.charged.items()):
-        led = run.ledgers[node]
-        if not led.has_round(round_index):
-            led.extend(events)
-            ledger_file.write(events)
-    straggles = [StraggleEvent(node, r, reason) for node, reason in sorted(outcome.straggled.items())]
-    for event in straggles:
-        run.ledgers[event.node].extend([event])
-    ledger_file.write(straggles)
+        if not run.ledgers[node].has_round(round_index):
+            run.ledgers[node].extend(events)
+            fresh.extend(events)
+    for node, reason in sorted(outcome.straggled.items()):
+        event = StraggleEvent(node, r, reason)
+        run.ledgers[node].extend([event])
+        fresh.append(event)
+    ledger_file.write(fresh)
 
 
 def _charge_server(run: Run, events: list[Event], nodes: Nodes, ledger_file: LedgerWriter) -> None:
