@@ -42,8 +42,11 @@ class RunDirectory:
             self._truncate_metrics_to_checkpoint()
         elif metrics.exists():
             raise UserError(f"{self.path} already holds a run; choose another --out, or --resume it")
-        self.path.mkdir(parents=True, exist_ok=True)
-        self._metrics_file = open(metrics, "a" if reopen else "w", newline="")
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            self._metrics_file = open(metrics, "a" if reopen else "w", newline="")
+        except OSError as exc:  # under /proc, under a regular file, read-only: one line, no traceback
+            raise UserError(f"cannot write the run directory {self.path}: {exc.strerror or exc}") from None
         self._metrics = csv.DictWriter(self._metrics_file, METRIC_COLUMNS)
         if not reopen:
             self._metrics.writeheader()

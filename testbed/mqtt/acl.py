@@ -88,7 +88,8 @@ def password_file_text(passwords: Mapping[str, str]) -> str:
     return "".join(f"{user}:{hash_password(pw)}\n" for user, pw in passwords.items())
 
 
-def _write_private(path: str | Path, text: str) -> Path:
+def write_private(path: str | Path, text: str) -> Path:
+    """Write `text` to a file created with mode 0600 (truncated if it exists)."""
     path = Path(path)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
@@ -98,9 +99,9 @@ def _write_private(path: str | Path, text: str) -> Path:
 
 def write_password_file(path: str | Path, passwords: Mapping[str, str]) -> Path:
     """Write a Mosquitto password file (mode 0600) for {username: plaintext password}."""
-    return _write_private(path, password_file_text(passwords))
+    return write_private(path, password_file_text(passwords))
 
 
 def write_acl_file(path: str | Path, acl_text: str) -> Path:
     """Write an ACL produced by `generate_acl` (mode 0600)."""
-    return _write_private(path, acl_text)
+    return write_private(path, acl_text)

@@ -109,14 +109,18 @@ def wait_for_broker(url: str, timeout_s: float = 10.0) -> None:
         time.sleep(0.05)
 
 
+def is_loopback(host: str) -> bool:
+    """True for a loopback address (127.0.0.0/8, ::1); names, even "localhost", are not."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def _loopback(host: str) -> str:
     # These brokers serve tests and emulated runs on this machine (the embedded one without any
-    # authentication); a broker for boards on a network is deployed outside the testbed.
-    try:
-        ok = ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        ok = False
-    if not ok:
+    # authentication); serving boards on a network takes an explicit allow_remote.
+    if not is_loopback(host):
         raise UserError(f"broker host {host!r}: only loopback addresses (127.0.0.0/8, ::1) are allowed")
     return host
 
@@ -125,8 +129,10 @@ class EmbeddedBroker:
     """An amqtt broker in a background thread.
 
     Args:
-        host: loopback address to listen on.
+        host: address to listen on: loopback unless `allow_remote`.
         port: TCP port; 0 picks a free one at the first `start()` and keeps it for restarts.
+        allow_remote: allow a non-loopback `host` (`testbed broker --host`, boards on a LAN); the
+            broker stays anonymous, so anyone who reaches it can use every topic.
 
     amqtt 0.12 speaks MQTT 3.1.1 only, has no message size limit beyond MQTT's 256 MB packet cap,
     and runs anonymous here (use `MosquittoBroker` for per-node credentials and ACLs).
@@ -136,8 +142,9 @@ class EmbeddedBroker:
     aborts every connection itself (clients see the drop at once) and bounds amqtt's shutdown.
     """
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, start_timeout_s: float = 10.0):
-        self.host = _loopback(host)
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, start_timeout_s: float = 10.0,
+                 allow_remote: bool = False):
+        self.host = host if allow_remote else _loopback(host)
         self.port = port
         self._start_timeout_s = start_timeout_s
         self._loop: asyncio.AbstractEventLoop | None = None
