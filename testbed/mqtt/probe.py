@@ -31,6 +31,9 @@ log = logging.getLogger(__name__)
 #: CONNECT with) and v5's 0x84.
 _WRONG_VERSION = (0x01, 0x84)
 _ATTEMPT_TIMEOUT_S = 5.0
+#: The first TLS handshake waits this long only: a TLS server answers a ClientHello at once, while a
+#: plain MQTT broker may sit on it (amqtt does) and is then recognised by a plain CONNECT.
+_FIRST_HANDSHAKE_S = 1.0
 #: OpenSSL verify codes of an issuer the client does not know (the only case where giving the CA
 #: helps): unable to get issuer (2, 20), self-signed leaf or chain (18, 19), leaf not verifiable (21).
 _UNKNOWN_ISSUER = frozenset({2, 18, 19, 20, 21})
@@ -113,17 +116,17 @@ def negotiate(url: BrokerUrl | str, *, tls_ca: str | None, protocol: str, client
         check_tls_ca_use(str(url), tls_ca)
     context = tls_context(tls_ca) if url.tls else None
     first = "3.1.1" if protocol == "3.1.1" else "5"
-    backoff_s, last = 0.1, "no attempt"
+    backoff_s, handshake_s = 0.1, _FIRST_HANDSHAKE_S
     while True:
-        answer = _ask(url, context, first, client_id, username, password, deadline)
+        answer = _ask(url, context, first, client_id, username, password, deadline, handshake_s)
         chosen = _decide(url, context, protocol, first, answer, client_id, username, password, deadline)
         if chosen is not None:
             return chosen
-        last = _describe(answer)
-        if time.monotonic() + backoff_s >= deadline:
-            raise UserError(f"broker {url} not reachable within {timeout_s:g} s ({last})")
-        time.sleep(backoff_s)
-        backoff_s = min(backoff_s * 2, 1.0)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise UserError(f"broker {url} not reachable within {timeout_s:g} s ({_describe(answer)})")
+        time.sleep(min(backoff_s, left))
+        backoff_s, handshake_s = min(backoff_s * 2, 1.0), _ATTEMPT_TIMEOUT_S
 
 
 def _decide(url: BrokerUrl, context: ssl.SSLContext | None, protocol: str, first: str, answer: _Answer,
@@ -142,11 +145,12 @@ def _decide(url: BrokerUrl, context: ssl.SSLContext | None, protocol: str, first
     if answer.seen.startswith("bytes"):
         raise UserError(f"broker {url}: the server answered an MQTT CONNECT with {answer.seen[6:]}: not an "
                         "MQTT broker on this port")
-    if answer.seen == "tls-closed":  # mqtts:// to a server that dropped our ClientHello
+    if answer.seen in ("tls-closed", "tls-silent"):  # mqtts:// to a server that dropped or sat on a ClientHello
         plain = _ask(dataclasses.replace(url, tls=False), None, "3.1.1", client_id, username, password, deadline)
         if plain.connack is not None:
-            raise UserError(f"broker {url}: the server closed the connection on a TLS ClientHello and answers "
-                            "plain MQTT: it is not a TLS port; use mqtt://")
+            what = "closed the connection on" if answer.seen == "tls-closed" else "did not answer"
+            raise UserError(f"broker {url}: the server {what} a TLS ClientHello and answers plain MQTT: it is "
+                            "not a TLS port; use mqtt://")
         return None
     if answer.seen == "closed":
         if first == "5":
@@ -168,13 +172,16 @@ def _decide(url: BrokerUrl, context: ssl.SSLContext | None, protocol: str, first
 def _describe(answer: _Answer) -> str:
     return {"closed": "the server closed the connection without a CONNACK",
             "tls-closed": "the server closed the connection during the TLS handshake",
+            "tls-silent": "the server did not answer a TLS ClientHello",
             "silent": "the server accepted the connection but did not answer an MQTT CONNECT",
             "refused": "connection refused"}.get(answer.seen, answer.seen)
 
 
 def _ask(url: BrokerUrl, context: ssl.SSLContext | None, version: str, client_id: str,
-         username: str | None, password: str | None, deadline: float) -> _Answer:
-    """One raw connection: TLS handshake if mqtts://, a bare CONNECT, the answer."""
+         username: str | None, password: str | None, deadline: float,
+         handshake_s: float = _ATTEMPT_TIMEOUT_S) -> _Answer:
+    """One raw connection: TLS handshake if mqtts:// (waiting `handshake_s` at most), a bare
+    CONNECT, the answer."""
     timeout = max(0.05, min(_ATTEMPT_TIMEOUT_S, deadline - time.monotonic()))
     try:
         raw = socket.create_connection((url.host, url.port), timeout=timeout)
@@ -186,6 +193,7 @@ def _ask(url: BrokerUrl, context: ssl.SSLContext | None, version: str, client_id
     try:
         if url.tls:
             assert context is not None
+            raw.settimeout(min(timeout, handshake_s))
             try:
                 sock = context.wrap_socket(raw, server_hostname=url.host)
             except ssl.SSLCertVerificationError as exc:
@@ -199,7 +207,8 @@ def _ask(url: BrokerUrl, context: ssl.SSLContext | None, version: str, client_id
                                     f"({exc.reason}): it is not a TLS port; use mqtt://") from None
                 raise UserError(f"broker {url}: TLS handshake failed ({exc.reason or exc})") from None
             except TimeoutError:
-                return _Answer(seen="silent")
+                return _Answer(seen="tls-silent")
+            sock.settimeout(timeout)
         sock.sendall(_connect_packet(version, client_id, username, password))
         answer = _read_connack(sock)
         if answer.connack is not None:
@@ -261,7 +270,7 @@ def _speaks_tls(url: BrokerUrl, deadline: float) -> bool:
 
 def _certificate_error(url: BrokerUrl, exc: ssl.SSLCertVerificationError) -> str:
     """One line for a certificate that failed verification; the CA hint only where a CA helps."""
-    why = exc.verify_message
+    why = (exc.verify_message or str(exc)).rstrip(".")
     if exc.verify_code in _UNKNOWN_ISSUER:
         return (f"broker {url}: TLS certificate not trusted ({why}); give the CA that signed it with "
                 "mqtt.tls_ca / --tls-ca")
