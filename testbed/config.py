@@ -156,7 +156,8 @@ class MqttSection:
     boards running `testbed node`. ``run_id``: the MQTT scope the nodes serve (`testbed node --run`).
     Emulated boards take their device profile from ``[nodes]``.
     ``quorum``: a round starts once this many nodes are online (or its timeout passed).
-    ``credentials``: the JSON file of `testbed acl` (per-node passwords)."""
+    ``credentials``: the JSON file of `testbed acl` (per-node passwords).
+    ``protocol``: MQTT version, "auto" (v5 if the broker speaks it, else 3.1.1), "5" or "3.1.1"."""
 
     broker_url: str | None = None
     run_id: str = "testbed"
@@ -168,6 +169,7 @@ class MqttSection:
     max_chunk_bytes: int = 262144
     credentials: str | None = None
     tls_ca: str | None = None
+    protocol: str = "auto"
 
 
 @dataclass(frozen=True)

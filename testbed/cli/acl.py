@@ -2,7 +2,8 @@
 
 Writes into DIR: ``acl`` (Mosquitto's acl_file), ``passwords`` (its password_file, hashed) and
 ``credentials.json`` (the plaintext passwords, mode 0600: give each board its own entry, and the
-coordinator the file through ``mqtt.credentials``).
+coordinator the file through ``mqtt.credentials``), and prints the mosquitto.conf lines that use
+them, with ``use_username_as_clientid`` on the listener.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _acl(args: argparse.Namespace) -> int:
     from testbed import wire
     from testbed.cli import checks
-    from testbed.mqtt.acl import generate_acl, write_acl_file, write_password_file, write_private
+    from testbed.mqtt.acl import (generate_acl, mosquitto_conf, write_acl_file, write_password_file,
+                                  write_private)
 
     if args.nodes is not None and args.nodes < 1:
         raise UserError(f"--nodes must be >= 1, got {args.nodes}")
@@ -52,6 +54,7 @@ def _acl(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise UserError(f"--out {args.out}: cannot write {exc.filename or 'there'} ({exc.strerror or exc})") from None
     print(f"wrote {args.out / 'acl'}, {args.out / 'passwords'} and {creds} for {len(ids)} nodes of run {args.run}")
-    print("mosquitto.conf:\n  allow_anonymous false\n"
-          f"  password_file {(args.out / 'passwords').resolve()}\n  acl_file {(args.out / 'acl').resolve()}")
+    conf = mosquitto_conf(args.out / "passwords", args.out / "acl")
+    print("mosquitto.conf (client ids bound to usernames: no credential can take over another's session):")
+    print("".join(f"  {line}\n" for line in conf.splitlines()), end="")
     return 0

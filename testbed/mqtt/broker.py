@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.errors import UserError
+from testbed.mqtt.acl import BIND_CLIENT_IDS
 
 _DEFAULT_PORTS = {"mqtt": 1883, "mqtts": 8883}
 
@@ -335,18 +336,23 @@ class MosquittoBroker:
         port: TCP port; 0 picks a free one at the first `start()` and keeps it for restarts.
         acl_file: Mosquitto ACL file (see `testbed.mqtt.acl`), or None for no topic restrictions.
         password_file: Mosquitto password file; when given, anonymous clients are refused.
+        bind_client_ids: replace each client's id by its username (`use_username_as_clientid`), so
+            no credential can take over another client's session; default: on with a password
+            file, as `testbed acl` configures it.
         tls: serve TLS (URL scheme mqtts://) with these files instead of plain TCP.
         binary: the executable to run.
     """
 
     def __init__(self, port: int = 0, *, acl_file: str | Path | None = None,
                  password_file: str | Path | None = None, tls: TlsFiles | None = None,
-                 host: str = "127.0.0.1", binary: str = "mosquitto", start_timeout_s: float = 10.0):
+                 host: str = "127.0.0.1", binary: str = "mosquitto", start_timeout_s: float = 10.0,
+                 bind_client_ids: bool | None = None):
         self.host = _loopback(host)
         self.port = port
         self.acl_file = Path(acl_file).resolve() if acl_file else None
         self.password_file = Path(password_file).resolve() if password_file else None
         self.tls = tls
+        self.bind_client_ids = bool(password_file) if bind_client_ids is None else bind_client_ids
         self.binary = binary
         self._start_timeout_s = start_timeout_s
         self._proc: subprocess.Popen[bytes] | None = None
@@ -384,6 +390,8 @@ class MosquittoBroker:
         if self.acl_file:
             lines.append(f"acl_file {self.acl_file}")
         lines.append(f"listener {self.port} {self.host}")
+        if self.bind_client_ids:
+            lines.append(BIND_CLIENT_IDS)  # a listener setting: after its `listener` line
         if self.tls:
             lines += [f"cafile {Path(self.tls.cafile).resolve()}",
                       f"certfile {Path(self.tls.certfile).resolve()}",
