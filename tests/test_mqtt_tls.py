@@ -207,3 +207,13 @@ def test_cli_missing_tls_ca(capsys, small_config_file, start_mosquitto, pki, tmp
     err = _fails(capsys, ["run", str(small_config_file), "--mode", "mqtt", "--quiet", "--out", str(tmp_path / "r"),
                           "--set", f"mqtt.broker_url='{broker.url}'", "--set", f"mqtt.tls_ca='{tmp_path / 'nope.pem'}'"])
     assert "nope.pem: cannot read the CA file" in err
+
+
+def test_mismatch_diagnosis_sends_no_password_in_cleartext(secured_mosquitto, pki, run_id):
+    """mqtts:// to a plain port: the plain CONNECT that recognises the broker is anonymous (its
+    refusal is answer enough), so the password meant for TLS never crosses in cleartext."""
+    broker, pw = secured_mosquitto
+    tls_url = broker.url.replace("mqtt://", "mqtts://")
+    message, took = _connect_error(tls_url, run_id, tls_ca=pki.ca, username="a", password=pw["a"])
+    assert "not a TLS port; use mqtt://" in message and took < FAST_S
+    assert "u'a'" not in broker.log_text()

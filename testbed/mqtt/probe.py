@@ -146,7 +146,9 @@ def _decide(url: BrokerUrl, context: ssl.SSLContext | None, protocol: str, first
         raise UserError(f"broker {url}: the server answered an MQTT CONNECT with {answer.seen[6:]}: not an "
                         "MQTT broker on this port")
     if answer.seen in ("tls-closed", "tls-silent"):  # mqtts:// to a server that dropped or sat on a ClientHello
-        plain = _ask(dataclasses.replace(url, tls=False), None, "3.1.1", client_id, username, password, deadline)
+        # Anonymous: the user asked for TLS, so no password goes out in cleartext; any CONNACK,
+        # "not authorised" included, shows a plain MQTT broker.
+        plain = _ask(dataclasses.replace(url, tls=False), None, "3.1.1", client_id, None, None, deadline)
         if plain.connack is not None:
             what = "closed the connection on" if answer.seen == "tls-closed" else "did not answer"
             raise UserError(f"broker {url}: the server {what} a TLS ClientHello and answers plain MQTT: it is "
