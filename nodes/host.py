@@ -14,7 +14,6 @@ import logging
 import os
 import queue
 import resource
-import secrets
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -59,14 +58,13 @@ def serve(broker_url: str, run: str, node_ids: Sequence[int], *, data_path: str 
         def agent_factory(node: int) -> NodeProtocol:
             return NodeAgent(node, data_path=data_path, state_dir=state_dir, costs=costs)
     agents = {str(n): agent_factory(n) for n in node_ids}
-    instance = secrets.token_hex(3)  # a restarted host must not take over its predecessor's sessions
     clients: dict[str, MqttClient] = {}
 
     def client_of(name: str, version: str) -> MqttClient:
         if credentials is not None and name not in credentials:
             raise UserError(f"the credentials file has no password for node {name}")
         return MqttClient.for_node(
-            broker_url, run, name, inbox=inbox, network=network, protocol=version, client_id=f"tb-{run}-{name}-{instance}",
+            broker_url, run, name, inbox=inbox, network=network, protocol=version,
             max_chunk_bytes=max_chunk_bytes, username=name if credentials is not None else None,
             password=credentials[name] if credentials is not None else None, tls_ca=tls_ca)
 

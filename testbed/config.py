@@ -26,7 +26,7 @@ import json
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, create_model, model_validator
 
 try:
     import tomllib
@@ -102,11 +102,16 @@ class NodesSection(Section):
     """An emulated board takes its board's wall time."""
 
 
+def _version_text(value: Any) -> Any:
+    # `--set mqtt.protocol=5` reads as the integer 5 (TOML), `3.1.1` as a string.
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
 class MqttSection(Section):
     broker_url: str | None = None
     """mqtt://host:port or mqtts:// with tls_ca; none starts an embedded broker on loopback."""
-    run_id: str = "testbed"
-    """The MQTT scope the nodes serve (`testbed node --run`)."""
+    run_id: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")] = "testbed"
+    """The MQTT scope the nodes serve (`testbed node --run`): letters, digits, _ . - (no /)."""
     emulated: bool = True
     """Start emulated boards for every node; false waits for real boards running `testbed node`."""
     hosts: Positive[int] = 1
@@ -118,6 +123,16 @@ class MqttSection(Section):
     credentials: str | None = None
     """The JSON file of `testbed acl` (per-node passwords)."""
     tls_ca: str | None = None
+    """The CA certificate (PEM) that signed the broker's; only with mqtts://."""
+    protocol: Annotated[Literal["auto", "5", "3.1.1"], BeforeValidator(_version_text)] = "auto"
+    """MQTT version: auto (v5 if the broker speaks it, else 3.1.1), 5 or 3.1.1."""
+
+    @model_validator(mode="after")
+    def _tls_needs_mqtts(self) -> "MqttSection":
+        if self.tls_ca is not None and not (self.broker_url or "").startswith("mqtts://"):
+            raise ValueError("tls_ca: is set but the broker is not mqtts:// (TLS): the run would go in cleartext; "
+                             "use an mqtts:// broker_url or remove tls_ca")
+        return self
 
 
 class OutputSection(Section):
@@ -221,6 +236,8 @@ def _plain(error: dict) -> str:
         return "must be one of " + str(ctx.get("expected", "")).replace("'", "")
     if kind == "finite_number":
         return "must be a finite number"
+    if kind == "string_pattern_mismatch":
+        return f"must match {ctx.get('pattern')}"
     text = str(error["msg"])
     for prefix in ("Input should be ", "Value error, "):
         text = text.removeprefix(prefix)

@@ -93,7 +93,7 @@ class MqttNodes:
         username, password = _credentials(m.credentials, "coordinator")
         try:
             # amqtt speaks 3.1.1 only: skip the v5 probe it would log a warning about.
-            version = "3.1.1" if self._broker else "auto"
+            version = "3.1.1" if self._broker and m.protocol == "auto" else m.protocol
             self.client = MqttClient.for_coordinator(self.url, self.run, username=username, password=password,
                                                      tls_ca=m.tls_ca, max_chunk_bytes=m.max_chunk_bytes,
                                                      protocol=version)

@@ -102,10 +102,13 @@ class RunDirectory:
             raise UserError(f"{self.path} already holds a run; choose another --out, or --resume it")
         self.resumed = _resumed
         self._config_sha256 = _resumed.config_sha256 if _resumed else None
-        self.path.mkdir(parents=True, exist_ok=True)
         header = io.StringIO()
         csv.writer(header).writerow(METRIC_COLUMNS)
-        self._metrics = AppendLog(metrics, header=header.getvalue())
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            self._metrics = AppendLog(metrics, header=header.getvalue())
+        except OSError as exc:  # under /proc, under a regular file, read-only: one line, no traceback
+            raise UserError(f"cannot write the run directory {self.path}: {exc.strerror or exc}") from None
 
     @classmethod
     def reopen(cls, path: Path, expected: StateSpec | None = None, max_rounds: int | None = None,

@@ -200,17 +200,65 @@ def test_rejects_oversized():
 # ---- replay ---------------------------------------------------------------------------------
 
 
+def _msg(sender="n1", rnd=0, kind="update", msg_id=None):
+    return wire.decode(_encode(sender=sender, round=rnd, kind=kind, msg_id=msg_id))
+
+
 def test_replay_guard_rejects_duplicates_only():
-    guard = wire.ReplayGuard(max_entries=2)
-    first = wire.decode(_encode())
+    guard = wire.ReplayGuard()
+    first = _msg()
     guard.check(first)
     with pytest.raises(wire.WireError) as info:
-        guard.check(wire.decode(_encode(msg_id=first.msg_id)))  # same message sent again
+        guard.check(_msg(msg_id=first.msg_id))  # same message sent again
     assert info.value.code == "replay"
-    guard.check(wire.decode(_encode(round=4, msg_id=first.msg_id)))  # other round: a new key
-    guard.check(wire.decode(_encode()))
-    assert len(guard) == 2  # bounded: the oldest key was forgotten
-    guard.check(first)
+    guard.check(_msg(rnd=4, msg_id=first.msg_id))  # other round: a new key
+    guard.check(_msg(kind="signal", msg_id=first.msg_id))  # other kind: a new key
+    guard.check(_msg(sender="n2", msg_id=first.msg_id))  # other sender: a new key
+    guard.check(_msg())
+    assert len(guard) == 5
+
+
+def test_replay_guard_memory_plateaus_over_rounds():
+    """Keys of a sender's rounds before its window are forgotten: memory stays flat however long
+    the run, and within the window every replay is still caught."""
+    guard = wire.ReplayGuard(window_rounds=4)
+    sent = []
+    for rnd in range(200):
+        for sender in ("coordinator", "n1", "n2"):
+            msg = _msg(sender=sender, rnd=rnd)
+            guard.check(msg)
+            sent.append(msg)
+        assert len(guard) <= 3 * 4
+    for msg in sent[-3 * 4:]:  # the window: every key still held
+        with pytest.raises(wire.WireError, match="duplicate"):
+            guard.check(msg)
+    for msg in sent[:-3 * 4]:  # before the window: refused as stale, not forgotten and admitted
+        with pytest.raises(wire.WireError, match="before the replay window") as info:
+            guard.check(msg)
+        assert info.value.code == "replay"
+
+
+def test_replay_guard_windows_are_per_sender():
+    """A sender that jumps far ahead moves only its own window."""
+    guard = wire.ReplayGuard(window_rounds=2)
+    guard.check(_msg(sender="n1", rnd=10**6))
+    guard.check(_msg(sender="n2", rnd=0))
+    guard.check(_msg(sender="coordinator", rnd=1))
+    late = _msg(sender="n1", rnd=10**6 - 1)  # out of order but inside n1's window
+    guard.check(late)
+    with pytest.raises(wire.WireError, match="duplicate"):
+        guard.check(late)
+
+
+def test_replay_guard_bounds_a_flood():
+    guard = wire.ReplayGuard(max_per_round=3, max_entries=5)
+    for _ in range(3):
+        guard.check(_msg())
+    with pytest.raises(wire.WireError, match="over 3 messages"):
+        guard.check(_msg())  # a fourth distinct message of one sender's round: refused
+    for sender in ("a", "b", "c"):
+        guard.check(_msg(sender=sender))
+    assert len(guard) <= 5  # past max_entries the oldest round of keys goes
 
 
 # ---- chunking -------------------------------------------------------------------------------

@@ -2,14 +2,14 @@
 
 Writes into DIR: ``acl`` (Mosquitto's acl_file), ``passwords`` (its password_file, hashed) and
 ``credentials.json`` (the plaintext passwords, mode 0600: give each board its own entry, and the
-coordinator the file through ``mqtt.credentials``).
+coordinator the file through ``mqtt.credentials``), and prints the mosquitto.conf lines that use
+them, with ``use_username_as_clientid`` on the listener.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 from pathlib import Path
 
 from testbed.errors import UserError
@@ -27,8 +27,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _acl(args: argparse.Namespace) -> int:
     from testbed import wire
-    from testbed.mqtt.acl import generate_acl, write_acl_file, write_password_file
+    from testbed.cli import checks
+    from testbed.mqtt.acl import (generate_acl, mosquitto_conf, write_acl_file, write_password_file,
+                                  write_private)
 
+    if args.nodes is not None and args.nodes < 1:
+        raise UserError(f"--nodes must be >= 1, got {args.nodes}")
     ids = [x.strip() for x in args.ids.split(",")] if args.ids else [str(n) for n in range(args.nodes)]
     try:
         wire.check_id(args.run, "--run")
@@ -36,14 +40,21 @@ def _acl(args: argparse.Namespace) -> int:
             wire.check_id(node, "node id")
     except wire.WireError as exc:
         raise UserError(exc.reason) from None
-    acl_text, passwords = generate_acl(args.run, ids)
-    args.out.mkdir(parents=True, exist_ok=True)
-    write_acl_file(args.out / "acl", acl_text)
-    write_password_file(args.out / "passwords", passwords)
+    try:
+        acl_text, passwords = generate_acl(args.run, ids)
+    except ValueError as exc:  # a node id that is a reserved user name (coordinator, channel)
+        raise UserError(f"--ids: {exc}") from None
+    checks.output_dir(args.out, "--out")
     creds = args.out / "credentials.json"
-    creds.write_text(json.dumps(passwords, indent=2) + "\n")
-    os.chmod(creds, 0o600)
+    try:
+        write_acl_file(args.out / "acl", acl_text)
+        write_password_file(args.out / "passwords", passwords)
+        # Created 0600 before the secrets go in: no moment where other users could read them.
+        write_private(creds, json.dumps(passwords, indent=2) + "\n")
+    except OSError as exc:
+        raise UserError(f"--out {args.out}: cannot write {exc.filename or 'there'} ({exc.strerror or exc})") from None
     print(f"wrote {args.out / 'acl'}, {args.out / 'passwords'} and {creds} for {len(ids)} nodes of run {args.run}")
-    print("mosquitto.conf:\n  allow_anonymous false\n"
-          f"  password_file {(args.out / 'passwords').resolve()}\n  acl_file {(args.out / 'acl').resolve()}")
+    conf = mosquitto_conf(args.out / "passwords", args.out / "acl")
+    print("mosquitto.conf (client ids bound to usernames: no credential can take over another's session):")
+    print("".join(f"  {line}\n" for line in conf.splitlines()), end="")
     return 0

@@ -1,21 +1,38 @@
-"""`testbed broker`: an embedded MQTT broker on loopback, in the foreground, until Ctrl-C."""
+"""`testbed broker`: an embedded MQTT broker in the foreground, until Ctrl-C.
+
+It listens on loopback unless told otherwise: ``--host 0.0.0.0`` (or a LAN address) serves boards
+on a network, but the embedded broker has no credentials or ACL, so anyone who can reach it can
+read and write every topic; a deployment with per-node credentials uses Mosquitto (`testbed acl`).
+"""
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+
+from testbed.errors import UserError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    broker = sub.add_parser("broker", help="run an embedded MQTT broker (amqtt) on loopback")
+    broker = sub.add_parser("broker", help="run an embedded MQTT broker (amqtt), on loopback by default")
+    broker.add_argument("--host", default="127.0.0.1",
+                        help="address to listen on (default 127.0.0.1; 0.0.0.0 serves boards on a LAN, "
+                             "with no authentication)")
     broker.add_argument("--port", type=int, default=1883)
     broker.set_defaults(handler=_broker)
 
 
 def _broker(args: argparse.Namespace) -> int:
-    from testbed.mqtt.broker import EmbeddedBroker
+    from testbed.mqtt.broker import EmbeddedBroker, is_loopback
 
-    with EmbeddedBroker(port=args.port) as broker:
+    if not 0 <= args.port <= 65535:
+        raise UserError(f"--port must be in 0..65535, got {args.port}")
+    remote = not is_loopback(args.host)
+    with EmbeddedBroker(host=args.host, port=args.port, allow_remote=remote) as broker:
+        if remote:
+            print(f"testbed: warning: the embedded broker on {args.host} takes anonymous clients; anyone who "
+                  "reaches it can read and write every topic", file=sys.stderr)
         print(f"broker listening on {broker.url} (Ctrl-C stops it)", flush=True)
         try:
             while broker.running:

@@ -68,6 +68,9 @@ def _serve(args: argparse.Namespace, ids: list[int]) -> int:
     from nodes.costs import NodeCosts
     from nodes.host import serve
 
+    negative = [n for n in ids if n < 0]
+    if negative:  # node ids index the data partition and name MQTT topics: 0, 1, 2, ...
+        raise UserError(f"node ids must be >= 0, got {negative[0]}")
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     costs = NodeCosts(args.profile, args.meter, pacing=args.pacing)

@@ -23,6 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from testbed.cli import checks
     from testbed.config import load_config
     from testbed.runner import run_experiment
 
@@ -32,14 +33,22 @@ def _run(args: argparse.Namespace) -> int:
     if args.resume is not None:
         if args.file is not None or args.out is not None or args.seed is not None or args.overrides:
             raise UserError("--resume takes the run's own config.toml: give no FILE, --out, --seed or --set")
-        config = load_config(args.resume / "config.toml", overrides)
+        config = load_config(checks.experiment_file(args.resume / "config.toml"), overrides)
+        checks.run_id(config.mqtt.run_id)
         result = run_experiment(config, out_dir=args.resume, quiet=args.quiet, resume=True)
     else:
         if args.file is None:
             raise UserError("give an experiment FILE, or --resume RUN_DIR")
         if args.seed is not None:
             overrides.append(f"run.seed={args.seed}")
-        config = load_config(args.file, overrides)
+        config = load_config(checks.experiment_file(args.file), overrides)
+        # The run id goes into MQTT topics; refused in sim too, so a file that runs in sim runs
+        # over MQTT (the integrator may move this into the config's validation of mqtt.run_id).
+        checks.run_id(config.mqtt.run_id)
+        if args.out is not None:
+            checks.output_dir(args.out, "--out")
+        else:
+            checks.output_dir(Path(config.output.dir), "output.dir")
         result = run_experiment(config, out_dir=args.out, quiet=args.quiet)
     if not args.quiet:
         print(format_summary(result.summary))

@@ -24,13 +24,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _sweep(args: argparse.Namespace) -> int:
+    from testbed.cli import checks
     from testbed.config import load_config
     from testbed.errors import UserError
     from testbed.sweep import format_table, grid_points, parse_grid, run_sweep
 
     if args.workers is not None and args.workers < 1:
         raise UserError(f"--workers must be >= 1, got {args.workers}")
-    base = load_config(args.file, args.overrides)
+    base = load_config(checks.experiment_file(args.file), args.overrides)
+    checks.run_id(base.mqtt.run_id)
     points = grid_points(parse_grid(args.grid), args.repeats, base.run.seed)
     out = args.out or Path(base.output.dir) / f"{base.run.name}-sweep"
     rows = run_sweep(base, points, out, engine=args.engine, workers=args.workers, quiet=args.quiet)

@@ -7,7 +7,9 @@ Rules (for one run; topics as in `testbed.mqtt.topics`):
     channel       write  rx/+, status/channel          read  chan, tx/+, status/+, coord
 
 Each node logs in with username = its node id and a random password, so a node's credentials let
-it publish only under its own id and read only its own downlink. Password files use Mosquitto's
+it publish only under its own id and read only its own downlink; with `use_username_as_clientid`
+on the listener (`mosquitto_conf`) its client id is its username too, so its credentials cannot
+take over another client's session. Password files use Mosquitto's
 PBKDF2-SHA512 format (`$7$`), generated here so the host needs no `mosquitto_passwd`.
 """
 
@@ -72,6 +74,25 @@ def generate_acl(run_id: str, node_ids: Iterable[str], coordinator_user: str = "
     return "\n".join(lines) + "\n", passwords
 
 
+#: Per-listener Mosquitto setting that binds a client id to its username: the broker replaces
+#: whatever client id a client sends by its username, so one credential can never connect under
+#: another client's id and take its session over (Mosquitto >= 1.x; listener-scoped in 2.x, so
+#: it goes after the `listener` line; a client without a username is refused).
+BIND_CLIENT_IDS = "use_username_as_clientid true"
+
+
+def mosquitto_conf(password_file: str | Path, acl_file: str | Path, listener: str = "listener 1883") -> str:
+    """The mosquitto.conf lines for a run secured by `generate_acl`: no anonymous clients, the
+    password and ACL files (absolute paths), and on the listener, client ids bound to usernames.
+
+    Args:
+        password_file, acl_file: the files `testbed acl` wrote.
+        listener: the listener line the binding applies to (add TLS lines after it).
+    """
+    return "\n".join(["allow_anonymous false", f"password_file {Path(password_file).resolve()}",
+                      f"acl_file {Path(acl_file).resolve()}", listener, BIND_CLIENT_IDS]) + "\n"
+
+
 def hash_password(password: str, *, salt: bytes | None = None, iterations: int = PBKDF2_ITERATIONS) -> str:
     """Mosquitto's `$7$` hash: `$7$<iterations>$<base64 salt>$<base64 PBKDF2-HMAC-SHA512>`,
     with a 12-byte random salt and a 64-byte digest, as `mosquitto_passwd` writes it."""
@@ -88,7 +109,8 @@ def password_file_text(passwords: Mapping[str, str]) -> str:
     return "".join(f"{user}:{hash_password(pw)}\n" for user, pw in passwords.items())
 
 
-def _write_private(path: str | Path, text: str) -> Path:
+def write_private(path: str | Path, text: str) -> Path:
+    """Write `text` to a file created with mode 0600 (truncated if it exists)."""
     path = Path(path)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
@@ -98,9 +120,9 @@ def _write_private(path: str | Path, text: str) -> Path:
 
 def write_password_file(path: str | Path, passwords: Mapping[str, str]) -> Path:
     """Write a Mosquitto password file (mode 0600) for {username: plaintext password}."""
-    return _write_private(path, password_file_text(passwords))
+    return write_private(path, password_file_text(passwords))
 
 
 def write_acl_file(path: str | Path, acl_text: str) -> Path:
     """Write an ACL produced by `generate_acl` (mode 0600)."""
-    return _write_private(path, acl_text)
+    return write_private(path, acl_text)

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.errors import UserError
+from testbed.mqtt.acl import BIND_CLIENT_IDS
 
 _DEFAULT_PORTS = {"mqtt": 1883, "mqtts": 8883}
 
@@ -109,14 +110,18 @@ def wait_for_broker(url: str, timeout_s: float = 10.0) -> None:
         time.sleep(0.05)
 
 
+def is_loopback(host: str) -> bool:
+    """True for a loopback address (127.0.0.0/8, ::1); names, even "localhost", are not."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def _loopback(host: str) -> str:
     # These brokers serve tests and emulated runs on this machine (the embedded one without any
-    # authentication); a broker for boards on a network is deployed outside the testbed.
-    try:
-        ok = ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        ok = False
-    if not ok:
+    # authentication); serving boards on a network takes an explicit allow_remote.
+    if not is_loopback(host):
         raise UserError(f"broker host {host!r}: only loopback addresses (127.0.0.0/8, ::1) are allowed")
     return host
 
@@ -125,8 +130,10 @@ class EmbeddedBroker:
     """An amqtt broker in a background thread.
 
     Args:
-        host: loopback address to listen on.
+        host: address to listen on: loopback unless `allow_remote`.
         port: TCP port; 0 picks a free one at the first `start()` and keeps it for restarts.
+        allow_remote: allow a non-loopback `host` (`testbed broker --host`, boards on a LAN); the
+            broker stays anonymous, so anyone who reaches it can use every topic.
 
     amqtt 0.12 speaks MQTT 3.1.1 only, has no message size limit beyond MQTT's 256 MB packet cap,
     and runs anonymous here (use `MosquittoBroker` for per-node credentials and ACLs).
@@ -136,8 +143,9 @@ class EmbeddedBroker:
     aborts every connection itself (clients see the drop at once) and bounds amqtt's shutdown.
     """
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, start_timeout_s: float = 10.0):
-        self.host = _loopback(host)
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, start_timeout_s: float = 10.0,
+                 allow_remote: bool = False):
+        self.host = host if allow_remote else _loopback(host)
         self.port = port
         self._start_timeout_s = start_timeout_s
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -328,18 +336,23 @@ class MosquittoBroker:
         port: TCP port; 0 picks a free one at the first `start()` and keeps it for restarts.
         acl_file: Mosquitto ACL file (see `testbed.mqtt.acl`), or None for no topic restrictions.
         password_file: Mosquitto password file; when given, anonymous clients are refused.
+        bind_client_ids: replace each client's id by its username (`use_username_as_clientid`), so
+            no credential can take over another client's session; default: on with a password
+            file, as `testbed acl` configures it.
         tls: serve TLS (URL scheme mqtts://) with these files instead of plain TCP.
         binary: the executable to run.
     """
 
     def __init__(self, port: int = 0, *, acl_file: str | Path | None = None,
                  password_file: str | Path | None = None, tls: TlsFiles | None = None,
-                 host: str = "127.0.0.1", binary: str = "mosquitto", start_timeout_s: float = 10.0):
+                 host: str = "127.0.0.1", binary: str = "mosquitto", start_timeout_s: float = 10.0,
+                 bind_client_ids: bool | None = None):
         self.host = _loopback(host)
         self.port = port
         self.acl_file = Path(acl_file).resolve() if acl_file else None
         self.password_file = Path(password_file).resolve() if password_file else None
         self.tls = tls
+        self.bind_client_ids = bool(password_file) if bind_client_ids is None else bind_client_ids
         self.binary = binary
         self._start_timeout_s = start_timeout_s
         self._proc: subprocess.Popen[bytes] | None = None
@@ -377,6 +390,8 @@ class MosquittoBroker:
         if self.acl_file:
             lines.append(f"acl_file {self.acl_file}")
         lines.append(f"listener {self.port} {self.host}")
+        if self.bind_client_ids:
+            lines.append(BIND_CLIENT_IDS)  # a listener setting: after its `listener` line
         if self.tls:
             lines += [f"cafile {Path(self.tls.cafile).resolve()}",
                       f"certfile {Path(self.tls.certfile).resolve()}",

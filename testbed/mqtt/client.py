@@ -1,7 +1,13 @@
 """A thin synchronous MQTT client for nodes and the coordinator, over paho-mqtt 2.x.
 
 What it adds to paho:
-- MQTT v5, or 3.1.1 when a probe shows the broker refuses v5 (amqtt 0.12 does);
+- a raw probe connection first (testbed.mqtt.probe), so that an untrusted, expired or wrong-name
+  certificate, mqtt:// to a TLS port or mqtts:// to a plain one is one line at once, not a timeout;
+- MQTT v5, or 3.1.1 when the probe shows the broker refuses v5 (amqtt 0.12) or closes a v5 CONNECT
+  without a CONNACK (RabbitMQ's MQTT plugin);
+- client ids with 64 random bits, so no other client can guess one and take the session over on a
+  broker that does not bind client ids to usernames (Mosquitto with `use_username_as_clientid`,
+  as `testbed acl` configures it, replaces them by the username anyway);
 - QoS 1 everywhere; `publish` blocks until the broker acknowledged every frame;
 - a retained `online` on the status topic at each (re)connect and a retained `offline` last will;
 - automatic reconnect with exponential backoff, resubscribing at each reconnect;
@@ -19,8 +25,8 @@ import collections
 import dataclasses
 import logging
 import queue
+import secrets
 import socket
-import ssl
 import threading
 import time
 from collections.abc import Sequence
@@ -33,8 +39,8 @@ from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 
 from testbed import wire
-from testbed.errors import UserError
-from testbed.mqtt import topics
+from testbed.errors import ConfigError, UserError
+from testbed.mqtt import probe, topics
 from testbed.mqtt.broker import BrokerUrl, parse_broker_url
 from testbed.mqtt.network_loop import NetworkLoop
 
@@ -45,29 +51,15 @@ _paho_log = logging.getLogger("testbed.mqtt.paho")
 _paho_log.addFilter(lambda record: not record.getMessage().startswith("Client is not connected"))
 
 QOS = 1
-_UNSUPPORTED_PROTOCOL = 0x84  # CONNACK reason code a v3-only broker's refusal maps to in paho
 _MAX_FRAMES = 16384  # per publish, and acks remembered
+PROTOCOLS = ("auto", "5", "3.1.1")
 
 
-_trusted: set[tuple[str, int, str | None]] = set()  # TLS brokers whose certificate verified
-
-
-def _check_certificate(url: BrokerUrl, tls_ca: str | None, timeout_s: float) -> None:
-    """One TLS handshake to tell an untrusted certificate apart from an unreachable broker (paho
-    would retry either until the timeout); once per broker and CA in a process."""
-    key = (url.host, url.port, tls_ca)
-    if key in _trusted:
-        return
-    context = ssl.create_default_context(cafile=tls_ca)
-    try:
-        with socket.create_connection((url.host, url.port), timeout=min(timeout_s, 5.0)) as raw, \
-                context.wrap_socket(raw, server_hostname=url.host):
-            _trusted.add(key)
-    except ssl.SSLCertVerificationError as exc:
-        raise UserError(f"broker {url}: TLS certificate not trusted ({exc.verify_message}); give the CA that "
-                        "signed it with mqtt.tls_ca / --tls-ca") from None
-    except OSError:
-        pass  # unreachable for now: connect() keeps trying and says so at its deadline
+def new_client_id(run: str, who: str) -> str:
+    """`tb-{run}-{who}-{16 hex}`: readable in a broker's log, and 64 random bits that nobody can
+    guess (a client connecting with another's id takes its session over where the broker does not
+    bind ids to usernames)."""
+    return f"tb-{run}-{who}-{secrets.token_hex(8)}"
 
 
 class BrokerRefused(UserError):
@@ -102,14 +94,16 @@ class MqttClient:
     Args:
         url: broker URL (`mqtt[s]://[user:pass@]host:port`).
         client_id: MQTT client id, unique per broker (a second connection with the same id takes
-            the first one over).
+            the first one over); the constructors draw one with `new_client_id`. A broker with
+            `use_username_as_clientid` replaces it by the username.
         run: run id; received messages of other runs are rejected.
         subscriptions: topic filters, (re)subscribed at every connect.
         status_topic: where `online` is published (retained) on connect and `offline` is the last
             will; None for neither.
         coordinator_id: sender id expected on down and bcast topics.
         username, password: credentials (override those in the URL).
-        tls_ca: CA file for mqtts:// (None: system CAs).
+        tls_ca: CA file for mqtts:// (None: system CAs); refused with mqtt://, which would run in
+            cleartext.
         protocol: "auto" (v5 if the broker speaks it, else 3.1.1), "5" or "3.1.1".
         keepalive_s: MQTT keepalive in seconds; the broker declares a silent client dead after
             1.5 times this and publishes its will.
@@ -134,11 +128,12 @@ class MqttClient:
                  reconnect_min_s: float = 0.25, reconnect_max_s: float = 30.0,
                  session_expiry_s: int = 300, inbox: queue.Queue | None = None, owner: str | None = None,
                  network: NetworkLoop | None = None):
-        if protocol not in ("auto", "5", "3.1.1"):
-            raise ValueError(f"protocol must be 'auto', '5' or '3.1.1', got {protocol!r}")
+        if protocol not in PROTOCOLS:
+            raise ConfigError("mqtt.protocol", f"must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
         if max_chunk_bytes <= wire.CHUNK_HEADER_BYTES:
             raise ValueError(f"max_chunk_bytes must exceed {wire.CHUNK_HEADER_BYTES}")
         self.url: BrokerUrl = parse_broker_url(url)
+        probe.check_tls_ca_use(url, None if tls_ca is None else str(tls_ca))
         self.client_id = client_id
         self.run = wire.check_id(run, "run id")
         self.subscriptions = list(subscriptions)
@@ -173,46 +168,43 @@ class MqttClient:
 
     @classmethod
     def for_node(cls, url: str, run: str, node: str, **kwargs: Any) -> MqttClient:
-        """A node's client: id `tb-{run}-{node}`, subscribed to its downlink, the broadcast and the
-        coordinator status; status topic `status/{node}`."""
+        """A node's client: id `tb-{run}-{node}-{random}`, subscribed to its downlink, the broadcast
+        and the coordinator status; status topic `status/{node}`."""
         kwargs.setdefault("subscriptions", topics.node_subscriptions(run, node))
-        kwargs.setdefault("client_id", f"tb-{run}-{node}")
+        kwargs.setdefault("client_id", new_client_id(run, node))
         return cls(url, run=run, status_topic=topics.status(run, node), owner=node, **kwargs)
 
     @classmethod
     def for_channel(cls, url: str, run: str, **kwargs: Any) -> MqttClient:
-        """The channel emulator's client: id `tb-{run}-channel`, subscribed to the coordinator's
-        round notices, every transmit signal and every status; status topic `status/channel`."""
-        kwargs.setdefault("client_id", f"tb-{run}-{topics.CHANNEL}")
+        """The channel emulator's client: id `tb-{run}-channel-{random}`, subscribed to the
+        coordinator's round notices, every transmit signal and every status; status topic
+        `status/channel`."""
+        kwargs.setdefault("client_id", new_client_id(run, topics.CHANNEL))
         return cls(url, run=run, subscriptions=topics.channel_subscriptions(run),
                    status_topic=topics.status(run, topics.CHANNEL), owner=topics.CHANNEL, **kwargs)
 
     @classmethod
     def for_coordinator(cls, url: str, run: str, coordinator_id: str = "coordinator",
                         **kwargs: Any) -> MqttClient:
-        """The coordinator's client: subscribed to every uplink and node status; status topic
-        `coord`."""
+        """The coordinator's client: id `tb-{run}-{coordinator_id}-{random}`, subscribed to every
+        uplink and node status; status topic `coord`."""
         kwargs.setdefault("subscriptions", topics.coordinator_subscriptions(run))
-        return cls(url, client_id=f"tb-{run}-{coordinator_id}", run=run, status_topic=topics.coord(run),
-                   coordinator_id=coordinator_id, **kwargs)
+        kwargs.setdefault("client_id", new_client_id(run, coordinator_id))
+        return cls(url, run=run, status_topic=topics.coord(run), coordinator_id=coordinator_id, **kwargs)
 
     # ---- connection -----------------------------------------------------------------------
 
-    def _make_paho(self, protocol: str, *, probe: bool = False) -> paho.Client:
+    def _make_paho(self, protocol: str) -> paho.Client:
         v5 = protocol == "5"
-        c = paho.Client(paho.CallbackAPIVersion.VERSION2,
-                        client_id=f"{self.client_id}-probe" if probe else self.client_id,
+        c = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id=self.client_id,
                         protocol=paho.MQTTv5 if v5 else paho.MQTTv311,
-                        clean_session=None if v5 else self._session_expiry_s == 0,
-                        reconnect_on_failure=not probe)
+                        clean_session=None if v5 else self._session_expiry_s == 0)
         c.enable_logger(_paho_log)
         if self._username is not None:
             c.username_pw_set(self._username, self._password)
         if self.url.tls:
-            c.tls_set(ca_certs=self._tls_ca)
+            c.tls_set_context(probe.tls_context(self._tls_ca))  # loaded and checked by the probe
         c.reconnect_delay_set(*self._reconnect)  # type: ignore[arg-type]  # floats work
-        if probe:
-            return c
         if self.status_topic:
             c.will_set(self.status_topic, topics.STATUS_OFFLINE, qos=QOS, retain=True)
         c.on_connect = self._on_connect
@@ -221,36 +213,6 @@ class MqttClient:
         c.on_publish = self._on_publish
         c.on_message = self._on_message
         return c
-
-    def _probe_v5(self, deadline: float) -> bool | None:
-        """Whether the broker speaks MQTT v5; None if it did not answer by `deadline`.
-
-        Asks with a bare CONNECT on a separate connection: amqtt 0.12 refuses a bare v5 CONNECT
-        cleanly but misparses one that carries a will and never answers it.
-        """
-        answer: list[ReasonCode] = []
-        answered = threading.Event()
-
-        def on_connect(client: paho.Client, userdata: Any, flags: Any, code: ReasonCode, props: Any) -> None:
-            answer.append(code)
-            answered.set()
-
-        c = self._make_paho("5", probe=True)
-        c.on_connect = on_connect
-        if self._network is not None:
-            self._network.add(c, self.url.host, self.url.port, keepalive_s=10)
-        else:
-            c.connect_async(self.url.host, self.url.port, keepalive=10)
-            c.loop_start()
-        try:
-            answered.wait(max(0.0, deadline - time.monotonic()))
-        finally:
-            if self._network is not None:
-                self._network.remove(c)
-            else:
-                c.disconnect()
-                c.loop_stop()
-        return answer[0].value != _UNSUPPORTED_PROTOCOL if answer else None
 
     def _attempt(self, protocol: str, deadline: float) -> ReasonCode | None:
         """Start the paho client with `protocol`; return its first CONNACK code, None on timeout."""
@@ -292,21 +254,17 @@ class MqttClient:
         itself whenever the connection drops.
 
         Raises:
-            UserError: broker not reachable in time.
+            UserError: broker not reachable in time (saying what the last attempt saw); at once, a
+                certificate that does not verify, a TLS/plain mismatch, an unreadable tls_ca.
             BrokerRefused: bad credentials, or a subscription refused by the ACL.
         """
         if self._paho is not None:
             return self
         deadline = time.monotonic() + timeout_s
-        if self.url.tls:
-            _check_certificate(self.url, self._tls_ca, timeout_s)
         unreachable = UserError(f"broker {self.url} not reachable within {timeout_s:g} s")
-        protocol = self._protocol_choice
-        if protocol == "auto":
-            v5 = self._probe_v5(deadline)
-            if v5 is None:
-                raise unreachable
-            protocol = "5" if v5 else "3.1.1"
+        protocol = probe.negotiate(self.url, tls_ca=self._tls_ca, protocol=self._protocol_choice,
+                                   client_id=f"{self.client_id}-probe", username=self._username,
+                                   password=self._password, deadline=deadline, timeout_s=timeout_s)
         code = self._attempt(protocol, deadline)
         if code is None or code.is_failure:
             self._shutdown_paho()
