@@ -57,7 +57,7 @@ def test_relative_paths_resolve_against_the_experiment_file(tmp_path):
     folder = tmp_path / "exp"
     folder.mkdir()
     (folder / "e.toml").write_text('[data]\npath = "data/adult.data"\n[mqtt]\ncredentials = "secrets/c.json"\n'
-                                   'tls_ca = "/abs/ca.pem"\n')
+                                   'tls_ca = "/abs/ca.pem"\nbroker_url = "mqtts://127.0.0.1:8883"\n')
     config = load_config(folder / "e.toml")
     assert config.data.path == str(folder / "data/adult.data")
     assert config.mqtt.credentials == str(folder / "secrets/c.json")
@@ -83,4 +83,4 @@ def test_an_accountant_that_cannot_account_is_a_config_error_before_round_1(smal
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1
     assert err[0].startswith("testbed: config error: privacy.tight_accountant: the pld accountant cannot amplify")
-    assert not (tmp_path / "r").exists()
+    assert not (tmp_path / "r" / "config.toml").exists()
