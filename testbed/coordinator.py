@@ -88,6 +88,7 @@ class MqttNodes:
         self._charges: dict[int, list[Event]] = {}  # issued by the server, not yet seen by the node
         self._past: collections.OrderedDict[int, RoundContext] = collections.OrderedDict()
         self._late: dict[tuple[int, int], list[Event]] = {}
+        self._sent: dict[int, dict[str, np.ndarray]] = {}  # this round's downlink rows, by node
         self._broker = EmbeddedBroker().start() if m.broker_url is None else None
         self.url = self._broker.url if self._broker else m.broker_url
         username, password = _credentials(m.credentials, "coordinator")
@@ -197,6 +198,7 @@ class MqttNodes:
             self.client.publish(topics.chan(self.run), protocol.transmit(
                 self.run, self.session, ctx.round_index, self.config_toml, ctx.expected,
                 _SIGNAL_SHARE * self.round_timeout_s, alg.channel.signal_spec(), alg.channel_tensors(ctx)))
+        self._sent = {node: shared for node in ctx.expected}  # what each node got, for norm bounds
         if not own:
             charges = [e for n in ctx.expected for e in self._charges.get(n, [])]
             self.client.publish(topics.bcast(self.run), protocol.round_(
@@ -204,6 +206,7 @@ class MqttNodes:
             return
         for i, node in enumerate(ctx.expected):
             tensors = {**shared, **{k: np.ascontiguousarray(down[k][i]) for k in own}}
+            self._sent[node] = tensors
             self.client.publish(topics.down(self.run, str(node)), protocol.round_(
                 self.run, self.session, ctx.round_index, self.config_toml, ctx.expected, tensors,
                 self._charges.get(node, [])))
@@ -331,7 +334,7 @@ class MqttNodes:
                     raise wire.WireError("bad_header", "a refusal needs budget, would_be and limit")
                 refusals[node] = msg
                 return
-            problem = check_tensors(spec, msg.tensors)
+            problem = check_tensors(spec, msg.tensors, self._sent.get(node))
             if problem is not None:
                 raise wire.WireError("bad_header", problem)
             events = self._check_events(node, ctx, msg)

@@ -134,3 +134,36 @@ def test_clipped_mlp_step(data):
     assert alg.lipschitz == 0.5
     params = alg.model.init(np.random.default_rng(0))
     assert np.isfinite(_step(alg, params, data.train, list(range(M)), 0, 1)).all()
+
+
+def test_update_norm_bound_holds_for_honest_nodes_and_refuses_a_poisoned_one(data):
+    """Over many rounds no honest update leaves the bound; a scaled one does (TensorSpec check)."""
+    from testbed.algorithms.contract import check_tensors
+
+    alg = _alg(data, tau=3, sigma=2.0, steps=60)
+    spec = alg.uplink_spec()
+    assert spec["update"].max_norm == pytest.approx(
+        0.3 * 3 * alg.model.lipschitz_bound + 0.3 * 2.0 * np.sqrt(3) * (np.sqrt(alg.model.num_params) + 10))
+    theta = np.linspace(-0.2, 0.2, alg.model.num_params)
+    worst = 0.0
+    for r in range(20):
+        updates = _step(alg, theta, data.train, list(range(M)), r, 1)
+        for row in updates:
+            assert check_tensors(spec, {"update": row}, {"model": theta}) is None
+            worst = max(worst, float(np.linalg.norm(row - theta)))
+    assert worst < spec["update"].max_norm
+    poisoned = theta + 1e6 * np.ones_like(theta)
+    assert "above the bound" in check_tensors(spec, {"update": poisoned}, {"model": theta})
+    assert _alg(data, tau=3, sigma=2.0, steps=60, bound_updates=False).uplink_spec()["update"].max_norm is None
+
+
+@pytest.mark.parametrize("rule", ["trimmed_mean", "median"])
+def test_robust_aggregation_resists_one_poisoned_node(data, rule):
+    from testbed.algorithms.contract import NodeResult, RoundContext as Ctx
+
+    alg = _alg(data, tau=1, sigma=0.0, aggregation=rule, trim_fraction=0.25)
+    updates = np.tile(np.arange(alg.model.num_params, dtype=float), (M, 1))
+    updates[2] = 1e6
+    out = alg.server_step({"model": np.zeros(alg.model.num_params)}, NodeResult(tuple(range(M)), {"update": updates}),
+                          Ctx.everyone(0, 0, M)).state["model"]
+    np.testing.assert_allclose(out, np.arange(alg.model.num_params))

@@ -211,21 +211,35 @@ def test_bad_messages_are_rejected_and_logged(mosquitto_broker, tmp_path, caplog
     rogue.subscribe(topics.bcast(run), qos=1)
     stop = threading.Event()
 
+    from testbed.algorithms import RoundContext, registry
+    from testbed.runner import load
+
+    data, model = load(config)
+    alg = registry.build(config, model, data)
+    size = alg.model.num_params
+
     def attack():
         while not stop.is_set():
             up0 = topics.up(run, "0")
-            non_finite = bytearray(protocol.update(run, "s", 0, 0, {"params": np.zeros(18)}, []))
-            non_finite[-18 * 8:] = np.full(18, np.nan).tobytes()  # the encoder itself refuses NaN
+            non_finite = bytearray(protocol.update(run, "s", 0, 0, {"update": np.zeros(size)}, []))
+            non_finite[-size * 8:] = np.full(size, np.nan).tobytes()  # the encoder itself refuses NaN
             bad = [b"garbage", wire.encode({"run": "other", "round": 0, "sender": "0", "kind": "update"}),
-                   protocol.update(run, "stale-session", 0, 0, {"params": np.zeros(18)}, []),
+                   protocol.update(run, "stale-session", 0, 0, {"update": np.zeros(size)}, []),
                    bytes(non_finite)]
             if seen_round:
                 msg = wire.decode(seen_round[-1])
                 session = protocol.session_of(msg)
-                bad.append(protocol.update(run, session, msg.round + 7, 0, {"params": np.zeros(18)}, []))
+                ctx = RoundContext(msg.round, config.run.seed, data.num_nodes, tuple(protocol.expected_of(msg)))
+                planned = alg.planned_events(0, ctx)
+                bad.append(protocol.update(run, session, msg.round + 7, 0, {"update": np.zeros(size)}, planned))
                 # node 0 charging node 1's ledger: refused whatever its tensors
-                bad.append(protocol.update(run, session, msg.round, 0, {"params": np.full(18, 1e6)},
+                bad.append(protocol.update(run, session, msg.round, 0, {"update": np.zeros(size)},
                                            [ComputeEvent(node=1, round=msg.round, local_steps=5)]))
+                # the plan's events, but a model no honest node can produce (the norm bound)
+                bad.append(protocol.update(run, session, msg.round, 0, {"update": msg.tensors["model"] + 1e6},
+                                           planned))
+                # no events at all: refused, never averaged in uncharged
+                bad.append(protocol.update(run, session, msg.round, 0, {"update": msg.tensors["model"]}, []))
             for payload in bad:
                 rogue.publish(up0, payload, qos=1)
             time.sleep(0.05)
@@ -246,3 +260,4 @@ def test_bad_messages_are_rejected_and_logged(mosquitto_broker, tmp_path, caplog
                                np.load(sim.run_dir / "final_params.npy"), atol=1e-6)
     logged = caplog.text
     assert "rejected" in logged and "from 0" in logged
+    assert "no honest node exceeds" in logged and "the plan says" in logged

@@ -61,17 +61,22 @@ class TensorSpec:
         dtype: numpy dtype name ("float64", "complex128", "int64").
         per_node: for a downlink tensor, whether each node gets its own row (True) or all get the
             same (False: sent once to everybody).
-        max_norm: an L2 bound no honest node's row exceeds (None: no bound is known).
+        max_norm: an L2 bound no honest node's row exceeds (None: no bound is known), measured from
+            ``relative_to``.
+        relative_to: the downlink tensor the norm is measured from (an update's distance from the
+            model the node received), or None: the row's own norm.
     """
 
     shape: tuple[int, ...]
     dtype: str = "float64"
     per_node: bool = True
     max_norm: float | None = None
+    relative_to: str | None = None
 
-    def problem(self, row: Any) -> str | None:
+    def problem(self, row: Any, reference: np.ndarray | None = None) -> str | None:
         """Why ``row`` (one node's tensor, as received) is not what this spec declares; None if it is.
-        Checks type, dtype, shape, finiteness and the norm bound, cheapest first."""
+        Checks type, dtype, shape, finiteness and the norm bound (from ``reference``, the node's
+        ``relative_to`` downlink row, when the spec has one), cheapest first."""
         if not isinstance(row, np.ndarray):
             return f"not an array ({type(row).__name__})"
         if row.dtype != np.dtype(self.dtype):
@@ -80,21 +85,24 @@ class TensorSpec:
             return f"shape {row.shape}, expected {self.shape}"
         if not np.isfinite(row).all():
             return "non-finite values"
-        if self.max_norm is not None:
-            norm = float(np.linalg.norm(row))
+        if self.max_norm is not None and (self.relative_to is None or reference is not None):
+            norm = float(np.linalg.norm(row if self.relative_to is None else row - reference))
             if norm > self.max_norm * (1 + 1e-9):
                 return f"norm {norm:.6g} above the bound {self.max_norm:.6g} no honest node exceeds"
         return None
 
 
-def check_tensors(specs: Mapping[str, TensorSpec], tensors: Mapping[str, Any]) -> str | None:
-    """Why ``tensors`` (one node's, by name) do not match ``specs`` exactly; None if they do."""
+def check_tensors(specs: Mapping[str, TensorSpec], tensors: Mapping[str, Any],
+                  reference: Mapping[str, np.ndarray] | None = None) -> str | None:
+    """Why ``tensors`` (one node's, by name) do not match ``specs`` exactly; None if they do.
+    ``reference``: the node's downlink rows, for norm bounds measured from one of them."""
     missing = sorted(set(specs) - set(tensors))
     extra = sorted(set(tensors) - set(specs))
     if missing or extra:
         return f"tensors {sorted(tensors)}, expected {sorted(specs)}"
     for name, spec in specs.items():
-        problem = spec.problem(tensors[name])
+        ref = reference.get(spec.relative_to) if reference is not None and spec.relative_to else None
+        problem = spec.problem(tensors[name], ref)
         if problem is not None:
             return f"{name}: {problem}"
     return None

@@ -21,11 +21,13 @@ Example::
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
 
 import numpy as np
 from pydantic import model_validator
 
+from testbed.algorithms.aggregate import AggregationOptions, aggregate
 from testbed.algorithms.batches import node_keys, uniform_batches
 from testbed.algorithms.contract import NodeResult, RoundContext, ServerResult, State, TensorSpec
 from testbed.algorithms.registry import BuildContext, Registration
@@ -41,7 +43,7 @@ if TYPE_CHECKING:
     from testbed.config import Config
 
 
-class DpPasgdSection(Section):
+class DpPasgdSection(AggregationOptions):
     """DP-PASGD (eqs. 7a–7b). Give ``sigma`` (noise std; 0 is plain PASGD) or ``epsilon`` (σ
     calibrated for ``steps`` by ``calibration``), not both. ``tau = "plan"``: τ, ``steps`` K and σ
     come from the optimal design of §7 of the paper for ``budget.cost_units`` and the ε target
@@ -70,6 +72,9 @@ class DpPasgdSection(Section):
     """Cost units per round (eq. 8)."""
     c2: NonNegative[float] = 1.0
     """Cost units per local step (eq. 8)."""
+    bound_updates: bool = True
+    """Refuse (over MQTT) an update farther from the model than an honest node can move it:
+    η τ G + η σ sqrt(τ) (sqrt(P) + 10) (exceeded by honest noise with probability < e^-50)."""
 
     @model_validator(mode="after")
     def _consistent(self) -> "DpPasgdSection":
@@ -134,6 +139,9 @@ class DpPasgd:
         sampling: str = "uniform",
         c1: float = 100.0,
         c2: float = 1.0,
+        aggregation: str = "mean",
+        trim_fraction: float = 0.1,
+        bound_updates: bool = True,
     ):
         if steps % tau:
             raise ValueError(f"steps K = {steps} must be a multiple of tau = {tau}")
@@ -149,6 +157,7 @@ class DpPasgd:
             sigma = zcdp.dp_pasgd_sigma(steps, self.lipschitz, batch, epsilon, delta, calibration)
         self.sigma = float(sigma)
         self.calibration = calibration
+        self.aggregation, self.trim_fraction, self.bound_updates = aggregation, trim_fraction, bound_updates
 
     @property
     def rounds(self) -> int:
@@ -172,8 +181,21 @@ class DpPasgd:
         return {"model": TensorSpec((self.model.num_params,), per_node=False)}
 
     def uplink_spec(self) -> dict[str, TensorSpec]:
-        """Each node sends its local model after τ steps."""
-        return {"update": TensorSpec((self.model.num_params,))}
+        """Each node sends its local model after τ steps, within :attr:`update_norm_bound` of θ."""
+        return {"update": TensorSpec((self.model.num_params,), max_norm=self.update_norm_bound, relative_to="model")}
+
+    @property
+    def update_norm_bound(self) -> float | None:
+        """How far from θ an honest node's update can be: τ steps of eq. (7a), each moving it by
+        at most η G (G: the clip norm, or the model's per-sample gradient bound on unit-ball data)
+        plus η times Gaussian noise; Σ of τ noise vectors is N(0, τσ² I_P), whose norm exceeds
+        σ sqrt(τ) (sqrt(P) + t) with probability at most exp(−t²/2): t = 10. None without a
+        gradient bound or with ``bound_updates`` off."""
+        g = self.clip_norm if self.clip_norm is not None else self.model.lipschitz_bound
+        if not self.bound_updates or g is None:
+            return None
+        p = self.model.num_params
+        return self.lr * self.tau * g + self.lr * self.sigma * math.sqrt(self.tau) * (math.sqrt(p) + 10.0)
 
     def planned_events(self, node: int, ctx: RoundContext) -> list[Event]:
         """The events one round causes on ``node``: τ steps (c2 each), τ Gaussian releases, one
@@ -269,10 +291,11 @@ class DpPasgd:
 
     def server_step(self, state: State, result: NodeResult, ctx: RoundContext) -> ServerResult:
         """Eq. (7b): θ = (1/M) Σ_m w_m over the nodes that answered, equal weights whatever N_m
-        (eq. 4); nobody answered: θ stays."""
+        (eq. 4), or the configured robust rule; nobody answered: θ stays."""
         if not result.node_ids:
             return ServerResult(state)
-        return ServerResult({"model": result.tensors["update"].mean(axis=0)})
+        return ServerResult({"model": aggregate(result.tensors["update"], self.aggregation,
+                                                trim_fraction=self.trim_fraction)})
 
 
 def build(sections: dict[str, Any], ctx: BuildContext) -> DpPasgd:
@@ -289,7 +312,7 @@ def build(sections: dict[str, Any], ctx: BuildContext) -> DpPasgd:
         train_sizes=dict(zip(data.node_ids, data.train.sizes.tolist())), sigma=a.sigma, epsilon=a.epsilon,
         calibration=a.calibration,
         lipschitz=a.lipschitz, clip_norm=a.lipschitz if a.clip else None, sampling=a.sampling,
-        c1=a.c1, c2=a.c2,
+        c1=a.c1, c2=a.c2, aggregation=a.aggregation, trim_fraction=a.trim_fraction, bound_updates=a.bound_updates,
     )
 
 

@@ -28,6 +28,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from testbed.algorithms.aggregate import AggregationOptions, aggregate
 from testbed.algorithms.batches import uniform_batches
 from testbed.algorithms.contract import NodeResult, RoundContext, ServerResult, State, TensorSpec
 from testbed.algorithms.registry import BuildContext, Registration
@@ -35,12 +36,12 @@ from testbed.data.federated import Split
 from testbed.errors import ConfigError
 from testbed.ledger import CommunicationEvent, ComputeEvent, Event
 from testbed.models import Model
-from testbed.sections import Positive, Section
+from testbed.sections import Positive
 
 _BYTES_PER_REAL = 8
 
 
-class FedAvgSection(Section):
+class FedAvgSection(AggregationOptions):
     """FedAvg: ``rounds`` rounds of ``local_steps`` SGD steps of ``batch`` samples at ``lr``."""
 
     rounds: Positive[int] = 20
@@ -64,9 +65,11 @@ class FedAvg:
 
     has_setup = True
 
-    def __init__(self, model: Model, *, rounds: int, local_steps: int, batch: int, lr: float, num_nodes: int):
+    def __init__(self, model: Model, *, rounds: int, local_steps: int, batch: int, lr: float, num_nodes: int,
+                 aggregation: str = "mean", trim_fraction: float = 0.1):
         self.model, self.rounds_planned, self.local_steps = model, rounds, local_steps
         self.batch, self.lr, self.num_nodes = batch, lr, num_nodes
+        self.aggregation, self.trim_fraction = aggregation, trim_fraction
 
     @property
     def rounds(self) -> int:
@@ -136,11 +139,12 @@ class FedAvg:
                           [self.planned_events(n, ctx) for n in ids])
 
     def server_step(self, state: State, result: NodeResult, ctx: RoundContext) -> ServerResult:
-        """w ← Σ_{k∈S} (n_k / n_S) w_k over the nodes S that answered (Algorithm 1)."""
+        """w ← Σ_{k∈S} (n_k / n_S) w_k over the nodes S that answered (Algorithm 1), or the
+        configured robust rule (unweighted)."""
         if not result.node_ids:
             return ServerResult(state)
         w = state["weights"][list(result.node_ids)]
-        model = (w / w.sum()) @ result.tensors["update"]
+        model = aggregate(result.tensors["update"], self.aggregation, w / w.sum(), self.trim_fraction)
         return ServerResult({"model": model, "weights": state["weights"]})
 
     def describe(self) -> dict[str, Any]:
@@ -154,7 +158,7 @@ def build(sections: dict[str, Any], ctx: BuildContext) -> FedAvg:
     if a.batch > smallest:
         raise ConfigError("fedavg.batch", f"{a.batch} is larger than the smallest node's {smallest} training samples")
     return FedAvg(ctx.model, rounds=a.rounds, local_steps=a.local_steps, batch=a.batch, lr=a.lr,
-                  num_nodes=ctx.num_nodes)
+                  num_nodes=ctx.num_nodes, aggregation=a.aggregation, trim_fraction=a.trim_fraction)
 
 
 REGISTRATION = Registration(name="fedavg", sections={"fedavg": FedAvgSection}, build=build)
