@@ -138,3 +138,26 @@ def test_energy_budget_stops_before_the_round_that_would_break_it(small_config_t
     assert s["stopped"]["would_be"] == pytest.approx(spent + max(per_round_j.values()), rel=1e-6)
     assert s["stopped"]["would_be"] > budget
     assert all(n["energy_j"] <= budget for n in s["nodes"].values())
+
+
+@pytest.mark.parametrize("factor,straggle", [(0.99, True), (1.01, False)])
+def test_deadline_stragglers_follow_the_modelled_round_time(small_config_text, tmp_path, factor, straggle):
+    """Without jitter a node straggles exactly when its modelled round time (profile compute + link)
+    exceeds the deadline; a straggler releases nothing and is logged as one."""
+    from nodes.stragglers import round_times_s
+    from testbed.algorithms import RoundContext, registry
+    from testbed.runner import load
+
+    config = replace(load_config_text(small_config_text), nodes={"profile": "pi-zero-2w"})
+    data, model = load(config)
+    alg = registry.build(config, model, data)
+    t = round_times_s("pi-zero-2w", alg, RoundContext.everyone(0, 1, data.num_nodes))
+    assert np.allclose(t, t[0]) and t[0] > 0
+    result = run_experiment(replace(config, stragglers={"model": "deadline", "deadline_s": float(t[0] * factor),
+                                                        "jitter_sigma": 0.0}), out_dir=tmp_path / "r", quiet=True)
+    s = result.summary
+    events = list(read_ledger(result.run_dir / "ledger.csv"))
+    rounds = alg.rounds
+    assert s["stragglers"]["rounds_straggled"] == (data.num_nodes * rounds if straggle else 0)
+    assert sum(e.kind == "straggle" and e.reason == "emulated" for e in events) == s["stragglers"]["rounds_straggled"]
+    assert all(n["epsilon"] == 0.0 for n in s["nodes"].values()) == straggle

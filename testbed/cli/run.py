@@ -77,6 +77,16 @@ def format_summary(summary: dict) -> str:
         f"energy       {max(n['energy_j'] for n in nodes):.4g} J, compute {max(n['compute_s'] for n in nodes):.4g} s "
         f"per node (most spent; {summary.get('profile', 'host')} profile)",
     ]
+    straggled = summary.get("stragglers", {}).get("rounds_straggled", 0)
+    if straggled:
+        lines.append(f"stragglers   {straggled} node-rounds missed ({summary['stragglers']['model']} model, "
+                     "plus deadlines and crashes)")
+    observers = {o for n in nodes for o in n.get("epsilon_by_observer", {})}
+    if len(observers) > 1:
+        lines.append("epsilon by   " + ", ".join(
+            f"{o} {max(n['epsilon_by_observer'].get(o, 0.0) for n in nodes):.4g}" for o in sorted(observers)))
+    if summary.get("failure"):
+        lines.append(f"failure      {summary['failure']}")
     target = summary.get("privacy", {}).get("epsilon_target")
     settings = summary.get("algorithm_settings", {})
     if "epsilon_round_max" in settings:  # a per-round target (DWFL eq. 11), not one over the run
