@@ -66,6 +66,7 @@ from testbed.data.cache import DataFile, resolve
 from testbed.data.federated import FederatedData
 from testbed.data.split import (
     check_scaling,
+    node_rows,
     scale_to_unit_ball,
     scale_to_unit_ball_per_node,
     split_flat,
@@ -265,13 +266,7 @@ def load_adult(
         sizes[: n % num_nodes] += 1
         node_names = tuple(f"iid-{m}" for m in range(num_nodes))
 
-    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-    node_ids = list(range(len(sizes))) if nodes is None else [int(m) for m in nodes]
-    outside = [m for m in node_ids if not 0 <= m < len(sizes)]
-    if outside:
-        raise DataError(f"{partition}: nodes {outside} are not in 0..{len(sizes) - 1}")
-    rows = np.concatenate([rows[offsets[m]:offsets[m + 1]] for m in node_ids] or [rows[:0]])
-    sub_offsets = np.concatenate([[0], np.cumsum(sizes[node_ids])]).astype(np.int64)
+    node_ids, rows, sub_offsets = node_rows(rows, sizes, nodes, partition)
     if scaling == "pooled":
         x = _pooled_cached(file, include_education, numeric)[rows]
     else:

@@ -324,3 +324,25 @@ def clip_to_unit_ball(x: np.ndarray) -> np.ndarray:
     if x.size:
         x /= np.maximum(1.0, np.sqrt(np.einsum("ij,ij->i", x, x)))[:, None]
     return x
+
+
+def node_rows(rows: np.ndarray, sizes: np.ndarray, nodes: Sequence[int] | None,
+              partition: str) -> tuple[list[int], np.ndarray, np.ndarray]:
+    """The rows of ``nodes`` (all when None) of a partition: ``rows`` ordered node by node, node m
+    holding ``sizes[m]`` of them. Returns (node ids, their rows, (M+1,) offsets of each node's rows).
+
+    Raises DataError naming ``partition`` for a node outside it.
+
+    Example::
+
+        >>> ids, rows, offsets = node_rows(np.arange(5), np.array([2, 3]), [1], "toy")
+        >>> ids, rows.tolist(), offsets.tolist()
+        ([1], [2, 3, 4], [0, 3])
+    """
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    node_ids = list(range(len(sizes))) if nodes is None else [int(m) for m in nodes]
+    outside = [m for m in node_ids if not 0 <= m < len(sizes)]
+    if outside:
+        raise DataError(f"{partition}: nodes {outside} are not in 0..{len(sizes) - 1}")
+    picked = np.concatenate([rows[offsets[m]:offsets[m + 1]] for m in node_ids] or [rows[:0]])
+    return node_ids, picked, np.concatenate([[0], np.cumsum(sizes[node_ids])]).astype(np.int64)
