@@ -261,3 +261,36 @@ def test_bad_messages_are_rejected_and_logged(mosquitto_broker, tmp_path, caplog
     logged = caplog.text
     assert "rejected" in logged and "from 0" in logged
     assert "no honest node exceeds" in logged and "the plan says" in logged
+
+
+def test_a_host_serves_any_node_kind_through_its_agent_factory(mosquitto_broker, tmp_path):
+    """Another kind of board plugs into the host as a NodeProtocol (here a wrapper counting what it
+    handles): the run completes through it, equal to sim."""
+    from nodes.agent import NodeAgent
+    from nodes.host import serve
+
+    handled: list[tuple[int, str]] = []
+
+    class Counting:
+        def __init__(self, node: int):
+            self.node, self.inner = node, NodeAgent(node)
+
+        def handle(self, msg):
+            handled.append((self.node, msg.kind))
+            return self.inner.handle(msg)
+
+        def close(self):
+            self.inner.close()
+
+    url = mosquitto_broker.url
+    config = _config(mqtt={"broker_url": url, "emulated": False})
+    host = threading.Thread(target=serve, args=(url, config.mqtt.run_id, range(4)),
+                            kwargs={"agent_factory": Counting}, daemon=True)
+    host.start()
+    result = run_experiment(config, out_dir=tmp_path / "r", quiet=True)
+    host.join(timeout=30)
+    assert result.summary["status"] == "completed" and not host.is_alive()
+    assert {n for n, kind in handled if kind == "round"} == {0, 1, 2, 3}
+    sim = _sim_twin(config, tmp_path)
+    np.testing.assert_allclose(np.load(result.run_dir / "final_params.npy"), np.load(sim.run_dir / "final_params.npy"),
+                               atol=1e-6)
