@@ -13,6 +13,7 @@ transmit signal for the channel; then what the node received, answered with its 
 
 Example::
 
+    >>> import numpy as np
     >>> from testbed import protocol, wire
     >>> from testbed.config import load_config_text, to_toml
     >>> cfg = load_config_text("[data]\\nnum_nodes = 2\\nsamples_per_node = 40\\ndim = 3\\n"
@@ -32,8 +33,6 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
-
-import numpy as np
 
 from nodes.costs import NodeCosts
 from testbed import protocol, wire

@@ -34,7 +34,7 @@ from testbed.models import Model
 from testbed.nodes_api import Nodes, RoundOutcome
 from testbed.privacy.accountants import BackgroundEpsilons, epsilon_by_observer, worst_epsilon
 from testbed.progress import Progress
-from testbed.results import RunDirectory, state_spec
+from testbed.results import RunDirectory
 from testbed.rng import GLOBAL, Purpose, stream
 
 

@@ -15,7 +15,7 @@ import pytest
 from testbed.algorithms import OverTheAir, RoundContext, WithSetup, registry
 from testbed.algorithms.contract import SETUP_ROUND, check_tensors
 from testbed.budgets import Budgets
-from testbed.config import load_config_text, replace, to_toml
+from testbed.config import load_config_text, replace
 from testbed.ledger import NodeLedger, read_ledger
 from testbed.results import read_checkpoint, read_metrics
 from testbed.runner import load, run_experiment
