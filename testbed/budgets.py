@@ -56,6 +56,11 @@ class Budgets:
     # A budget met exactly is not exceeded; the tolerance absorbs float sums like 9 × 110.0.
     _slack = 1e-9
 
+    @property
+    def any(self) -> bool:
+        """Whether any budget is set (none: nothing to check before a round)."""
+        return any(v is not None for v in (self.epsilon, self.cost_units, self.bytes, self.energy_j))
+
     def would_exceed(self, ledger: NodeLedger, events: Iterable[Event]) -> Exceeded | None:
         """The first budget that ``events`` would break if appended to ``ledger``, else None.
 

@@ -284,6 +284,8 @@ def _charge_server(run: Run, events: list[Event], nodes: Nodes, ledger_file: Led
 
 
 def _first_exceeded(budgets: Budgets, ledgers: list[NodeLedger], alg: Algorithm, ctx: RoundContext) -> Exceeded | None:
+    if not budgets.any:
+        return None
     for ledger in ledgers:
         if ledger.node not in ctx.expected:
             continue

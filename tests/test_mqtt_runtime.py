@@ -226,8 +226,8 @@ def test_bad_messages_are_rejected_and_logged(mosquitto_broker, tmp_path, caplog
             bad = [b"garbage", wire.encode({"run": "other", "round": 0, "sender": "0", "kind": "update"}),
                    protocol.update(run, "stale-session", 0, 0, {"update": np.zeros(size)}, []),
                    bytes(non_finite)]
-            if seen_round:
-                msg = wire.decode(seen_round[-1])
+            msg = wire.decode(seen_round[-1]) if seen_round else None
+            if msg is not None and msg.kind == protocol.ROUND:
                 session = protocol.session_of(msg)
                 ctx = RoundContext(msg.round, config.run.seed, data.num_nodes, tuple(protocol.expected_of(msg)))
                 planned = alg.planned_events(0, ctx)
