@@ -100,7 +100,9 @@ class MqttNodes:
             self.client.connect(timeout_s=m.connect_timeout_s)
             if isinstance(algorithm, OverTheAir):
                 user, secret = _credentials(m.credentials, topics.CHANNEL)
-                self._channel = ChannelEmulator(self.url, self.run, connect_timeout_s=m.connect_timeout_s,
+                self._channel = ChannelEmulator(self.url, self.run, session=self.session, nodes=self.node_ids,
+                                                signal_spec=algorithm.channel.signal_spec(),
+                                                connect_timeout_s=m.connect_timeout_s,
                                                 username=user, password=secret, tls_ca=m.tls_ca,
                                                 max_chunk_bytes=m.max_chunk_bytes, protocol=version)
             self.online: set[int] = set()
