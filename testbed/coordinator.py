@@ -161,7 +161,11 @@ class MqttNodes:
         self._reap_hosts()
         if self._hosts and all(h.reaped for h in self._hosts):
             raise UserError(f"every emulated host exited; the last said: {self._hosts[-1].last_error()}")
-        return tuple(sorted((self.online & set(self.node_ids)) - excluded))
+        live = self.online & set(self.node_ids)
+        if not live:  # a run whose nodes all died is not completed by rounds nobody plays
+            raise UserError(f"none of the {len(self.node_ids)} nodes is online on {self.url} "
+                            f"(waited {self.round_timeout_s:g} s for them)")
+        return tuple(sorted(live - excluded))
 
     def setup(self, state: State) -> RoundOutcome:
         """The algorithm's one-time setup on every online node."""
@@ -234,6 +238,8 @@ class MqttNodes:
         released = set(ids) if heard is None else set(heard)
         closed = ctx.closed(sorted(released))
         straggled = {n: "emulated" for n in excluded}
+        for node in ctx.absent:  # not asked: offline when the round began (a dead host's nodes)
+            straggled.setdefault(node, "offline")
         for node in ctx.expected:
             if node not in answers and node not in refusals:
                 straggled[node] = reasons.get(node, "deadline")

@@ -450,3 +450,64 @@ def test_early_signal_flood_does_not_grow_the_coordinator(mosquitto_broker, tmp_
     # Without bounds the channel kept every early signal: ~600 MiB. A clean run grows ~30 MiB (its
     # rounds' work); allowed beyond that: a few signals in flight.
     assert grown_mib < 80, f"the coordinator grew by {grown_mib:.0f} MiB under a {flood_mib:.0f} MiB flood"
+
+
+def _children_serving(parent: int) -> dict[str, int]:
+    """The `testbed nodes` processes whose parent is ``parent``: their --ids → pid."""
+    found = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            argv = (stat.parent / "cmdline").read_bytes().split(b"\0")
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == parent and b"nodes" in argv and b"--ids" in argv:
+            found[argv[argv.index(b"--ids") + 1].decode()] = int(stat.parent.name)
+    return found
+
+
+@pytest.mark.parametrize("hosts", ["emulated", "own"])
+def test_node_hosts_that_die_straggle_and_fail_the_run(mosquitto_broker, tmp_path, hosts):
+    """Two node hosts serve nodes 0,1 and 2,3 (started by the coordinator, or by hand). The host of
+    2,3 is killed after round 2: from then on every round has those two as stragglers (the run goes
+    on, two senders still exchange). Then the other host is killed: the run ends "failed", with a
+    summary.json that says why, not "completed"."""
+    url = mosquitto_broker.url
+    config = _dwfl(url, hosts=2, round_timeout_s=3.0, emulated=hosts == "emulated")
+    config = replace(config, dwfl={"rounds": 12})
+    run, run_dir = config.mqtt.run_id, tmp_path / "r"
+    own = [] if hosts == "emulated" else [
+        _testbed("nodes", "--broker", url, "--run", run, "--ids", ids, stderr=subprocess.DEVNULL)
+        for ids in ("0,1", "2,3")]
+    pids = {"0,1": own[0].pid, "2,3": own[1].pid} if own else {}
+    outcome: dict = {}
+
+    def coordinate() -> None:
+        try:
+            outcome["result"] = run_experiment(config, out_dir=run_dir, quiet=True)
+        except Exception as exc:  # noqa: BLE001 - the run may end in an error; its summary says which
+            outcome["error"] = exc
+
+    coordinator = threading.Thread(target=coordinate, daemon=True)
+    with _processes(*own):
+        coordinator.start()
+        _wait_for(lambda: len(_metrics(run_dir)) >= 2, 60, "round 2")
+        pids = pids or _children_serving(os.getpid())
+        assert set(pids) == {"0,1", "2,3"}, pids
+        os.kill(pids["2,3"], signal.SIGKILL)
+        killed_after = len(_metrics(run_dir))
+        _wait_for(lambda: len(_metrics(run_dir)) >= killed_after + 3, 60, "three rounds without nodes 2 and 3")
+        os.kill(pids["0,1"], signal.SIGKILL)
+        coordinator.join(timeout=60)
+        assert not coordinator.is_alive()
+    import json
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["rounds"] < 12, summary
+    assert "failure" in summary, summary
+    rows = _metrics(run_dir)
+    after = [int(row["stragglers"]) for row in rows[killed_after + 1:]]
+    assert len(after) >= 2 and all(n >= 2 for n in after), rows
+    events = list(read_ledger(run_dir / "ledger.csv"))
+    for node in (2, 3):  # every round after the kill is a straggle of the dead host's nodes
+        straggled = {e.round for e in events if e.node == node and e.kind == "straggle"}
+        assert set(range(killed_after + 1, summary["rounds"])) <= straggled, (node, straggled)
