@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import json
 import logging
 import os
 import signal
@@ -26,6 +27,8 @@ import paho.mqtt.client as paho
 import pytest
 
 from testbed import protocol, wire
+from testbed.algorithms.contract import TensorSpec
+from testbed.channel_emulator import EARLY_ROUNDS, ChannelEmulator
 from testbed.config import load_config_text, replace, to_toml
 from testbed.ledger import NodeLedger, read_ledger
 from testbed.mqtt import topics
@@ -452,6 +455,31 @@ def test_early_signal_flood_does_not_grow_the_coordinator(mosquitto_broker, tmp_
     assert grown_mib < 80, f"the coordinator grew by {grown_mib:.0f} MiB under a {flood_mib:.0f} MiB flood"
 
 
+
+def test_channel_keeps_early_signals_within_a_bound_per_node(mosquitto_broker, run_id):
+    """What the flood test measures, counted: before any notice the channel keeps only the run's
+    nodes' signals of its session and the algorithm's size, at most EARLY_ROUNDS + 1 per node."""
+    channel = ChannelEmulator(mosquitto_broker.url, run_id, session="s", nodes=[0, 1], signal_spec=TensorSpec((4,)))
+    try:
+        def send(node: int, session: str, round_index: int, entries: int = 4) -> None:
+            msg = wire.decode(protocol.signal(run_id, session, round_index, node, np.ones(entries)))
+            with channel._lock:
+                channel._signal(node, session, msg)
+
+        for r in range(50):
+            send(0, "s", r)  # a node of the run flooding future rounds: its own slots only
+        send(1, "s", 0)
+        send(1, "s", 0)  # a second one for the same round
+        send(1, "s", 1, entries=3)  # short
+        send(1, "other", 2)
+        send(7, "s", 0)  # not a node of the run
+        with channel._lock:
+            held = {(r, node) for (_, r), early in channel._early.items() for node in early}
+    finally:
+        channel.close()
+    assert held == {(r, 0) for r in range(EARLY_ROUNDS + 1)} | {(0, 1)}
+
+
 def _children_serving(parent: int) -> dict[str, int]:
     """The `testbed nodes` processes whose parent is ``parent``: their --ids → pid."""
     found = {}
@@ -500,7 +528,6 @@ def test_node_hosts_that_die_straggle_and_fail_the_run(mosquitto_broker, tmp_pat
         os.kill(pids["0,1"], signal.SIGKILL)
         coordinator.join(timeout=60)
         assert not coordinator.is_alive()
-    import json
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "failed" and summary["rounds"] < 12, summary
     assert "failure" in summary, summary
