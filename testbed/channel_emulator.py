@@ -10,13 +10,16 @@ A node that stayed silent contributes nothing; the others learn who transmitted.
 asks :meth:`ChannelEmulator.close_round` who really transmitted, to charge each of them.
 
 Nothing from a node is trusted: a signal must have the shape and dtype the round's notice declares
-(the algorithm's, never the first signal's) and finite values; signals that arrive before their
-notice are kept at most one per node and round, for at most :data:`EARLY_ROUNDS` rounds ahead, and
-only up to the last declared size.
+(the algorithm's, never the first signal's) and finite values. Signals that arrive before their
+notice are kept only from the run's own nodes in the coordinator's session, of the algorithm's size,
+at most one per node and round and at most :data:`EARLY_ROUNDS` + 1 per node, for at most
+:data:`EARLY_ROUNDS` rounds ahead of the current one: whatever arrives, they hold at most
+(EARLY_ROUNDS + 1) x nodes signals.
 
 Example (against a running broker)::
 
-    >>> emulator = ChannelEmulator("mqtt://127.0.0.1:1883", run="testbed")   # doctest: +SKIP
+    >>> emulator = ChannelEmulator("mqtt://127.0.0.1:1883", run="testbed", session="5f0c...",
+    ...                            nodes=[0, 1, 2, 3], signal_spec=TensorSpec((14,)))  # doctest: +SKIP
     >>> ...                                                                  # doctest: +SKIP
     >>> emulator.close()                                                     # doctest: +SKIP
 """
@@ -28,7 +31,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -67,19 +70,28 @@ class ChannelEmulator:
     Args:
         url: broker URL.
         run: run id.
+        session: the coordinator's session: signals of any other are not this run's.
+        nodes: the run's nodes: nobody else transmits.
+        signal_spec: the algorithm's transmit signal (what an early signal must be before the
+            first notice declares it).
         client_options: passed to :meth:`MqttClient.for_channel` (credentials, TLS, protocol,
             chunk size).
         connect_timeout_s: how long to wait for the broker.
     """
 
-    def __init__(self, url: str, run: str, *, connect_timeout_s: float = 30.0, **client_options: Any):
-        self.client = MqttClient.for_channel(url, run, **client_options).connect(timeout_s=connect_timeout_s)
+    def __init__(self, url: str, run: str, *, session: str, nodes: Sequence[int], signal_spec: TensorSpec,
+                 connect_timeout_s: float = 30.0, **client_options: Any):
         self.run = run
+        self.session = session
+        self.nodes = frozenset(int(n) for n in nodes)
         self._online: set[int] = set()
         self._round: _Round | None = None
         self._early: dict[tuple[str, int], dict[int, np.ndarray]] = {}  # signals ahead of their notice
-        self._last_size: int | None = None  # entries of the last declared signal
+        # Entries of the last declared signal; from the algorithm until the first notice, never
+        # from a signal (a short one sent first would else fix the round's size).
+        self._last_size = int(np.prod(signal_spec.shape))
         self._halves: dict[str, tuple[Config, ChannelHalf]] = {}
+        self.client = MqttClient.for_channel(url, run, **client_options).connect(timeout_s=connect_timeout_s)
         self._heard: dict[tuple[str, int], tuple[int, ...]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -132,6 +144,9 @@ class ChannelEmulator:
             return
         session = protocol.session_of(msg)
         if msg.kind == protocol.TRANSMIT and item.kind == topics.CHAN:
+            if session != self.session:  # without an ACL anyone can publish a notice
+                log.warning("channel: dropped a round notice of session %s: not this run's", session)
+                return
             self._begin(msg, session)
         elif msg.kind == protocol.SIGNAL and item.kind == topics.TX:
             self._signal(topics.node_index(item.node), session, msg)
@@ -141,24 +156,34 @@ class ChannelEmulator:
         if node is None or session is None or signal is None or set(msg.tensors) != {"signal"}:
             log.warning("channel: rejected a malformed signal from node %s", node)
             return
+        if session != self.session or node not in self.nodes:
+            log.info("channel: dropped a signal of node %d (session %s): not of this run", node, session)
+            return
         current = self._round
-        if current is not None and (current.session, current.index) == (session, msg.round):
+        if current is not None and current.index == msg.round:
             self._accept(current, node, signal)
-        elif current is None or (session == current.session and current.index < msg.round <= current.index + EARLY_ROUNDS):
-            if self._last_size is not None and signal.size != self._last_size:
-                log.warning("channel: dropped node %d's early signal of %d entries (rounds carry %d)",
-                            node, signal.size, self._last_size)
-                return
-            early = self._early.setdefault((session, msg.round), {})
-            if node in early:
-                log.warning("channel: dropped a second early signal of node %d for round %d", node, msg.round)
-                return
-            early[node] = signal
-            if len(self._early) > EARLY_ROUNDS + 1:  # keep the nearest rounds only
-                del self._early[min(self._early, key=lambda k: k[1])]
+        elif current is None or current.index < msg.round <= current.index + EARLY_ROUNDS:
+            self._keep_early(node, msg.round, signal)
         else:
-            log.info("channel: dropped node %d's signal of round %d (session %s): not this round",
-                     node, msg.round, session)
+            log.info("channel: dropped node %d's signal of round %d: not this round", node, msg.round)
+
+    def _keep_early(self, node: int, round_index: int, signal: np.ndarray) -> None:
+        """Keep a signal that came before its round's notice, within the per-node bound."""
+        if self._last_size is not None and signal.size != self._last_size:
+            log.warning("channel: dropped node %d's early signal of %d entries (rounds carry %d)",
+                        node, signal.size, self._last_size)
+            return
+        held = sorted(r for (_, r), early in self._early.items() if node in early)
+        if round_index in held:
+            log.warning("channel: dropped a second early signal of node %d for round %d", node, round_index)
+            return
+        if len(held) > EARLY_ROUNDS:
+            # Before the first notice any round may come: the bound is per sender, so a node
+            # flooding future rounds only ever spends its own slots.
+            log.warning("channel: dropped node %d's early signal of round %d: it already has %d waiting (rounds %s)",
+                        node, round_index, len(held), ", ".join(map(str, held)))
+            return
+        self._early.setdefault((self.session, round_index), {})[node] = signal
 
     def _begin(self, msg: wire.Message, session: str | None) -> None:
         timeout_s = msg.meta.get("signal_timeout_s")

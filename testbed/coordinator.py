@@ -101,7 +101,9 @@ class MqttNodes:
             self.client.connect(timeout_s=m.connect_timeout_s)
             if isinstance(algorithm, OverTheAir):
                 user, secret = _credentials(m.credentials, topics.CHANNEL)
-                self._channel = ChannelEmulator(self.url, self.run, connect_timeout_s=m.connect_timeout_s,
+                self._channel = ChannelEmulator(self.url, self.run, session=self.session, nodes=self.node_ids,
+                                                signal_spec=algorithm.channel.signal_spec(),
+                                                connect_timeout_s=m.connect_timeout_s,
                                                 username=user, password=secret, tls_ca=m.tls_ca,
                                                 max_chunk_bytes=m.max_chunk_bytes, protocol=version)
             self.online: set[int] = set()
@@ -160,7 +162,11 @@ class MqttNodes:
         self._reap_hosts()
         if self._hosts and all(h.reaped for h in self._hosts):
             raise UserError(f"every emulated host exited; the last said: {self._hosts[-1].last_error()}")
-        return tuple(sorted((self.online & set(self.node_ids)) - excluded))
+        live = self.online & set(self.node_ids)
+        if not live:  # a run whose nodes all died is not completed by rounds nobody plays
+            raise UserError(f"none of the {len(self.node_ids)} nodes is online on {self.url} "
+                            f"(waited {self.round_timeout_s:g} s for them)")
+        return tuple(sorted(live - excluded))
 
     def setup(self, state: State) -> RoundOutcome:
         """The algorithm's one-time setup on every online node."""
@@ -235,6 +241,8 @@ class MqttNodes:
         released = set(ids) if heard is None else set(heard)
         closed = ctx.closed(sorted(released))
         straggled = {n: "emulated" for n in excluded}
+        for node in ctx.absent:  # not asked: offline when the round began (a dead host's nodes)
+            straggled.setdefault(node, "offline")
         for node in ctx.expected:
             if node not in answers and node not in refusals:
                 straggled[node] = reasons.get(node, "deadline")
