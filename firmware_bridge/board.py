@@ -9,7 +9,7 @@ Example (with a virtual board, see firmware_bridge.virtual)::
 
     board = Board(Link(open_port(url)))
     hello = board.hello()
-    board.provision(x, y)                    # (n, d) features, (n,) labels
+    board.provision(x, y, classes=2)         # (n, d) features, (n,) labels
     result = board.run(task, theta)          # McuTask, (P,) model → BoardResult
 """
 
@@ -84,7 +84,14 @@ class Board:
             nonce = secrets.randbits(32) | 1
             self.link.write_frame(m.HELLO, m.hello_request(nonce))
             deadline = time.monotonic() + self.link.ack_timeout_s
-            while (frame := self.link.receive(max(0.0, deadline - time.monotonic()))) is not None:
+            while True:
+                try:
+                    frame = self.link.receive(max(0.0, deadline - time.monotonic()))
+                except BoardReset:  # it booted just now (QEMU starts on connect): ours is next
+                    self.dataset = 0
+                    continue
+                if frame is None:
+                    break
                 if frame.type != m.HELLO:
                     continue
                 try:
@@ -106,18 +113,20 @@ class Board:
         self.link.configure(info)
         return info
 
-    def provision(self, x: np.ndarray, y: np.ndarray) -> int:
+    def provision(self, x: np.ndarray, y: np.ndarray, classes: int) -> int:
         """Load the node's rows into the board (skipped when it holds them already); returns the
         bytes sent on the line (0 when skipped).
 
         Args:
-            x: (n, d) features (rounded to float32). y: (n,) labels in [0, C), C = max label + 1 or 2.
+            x: (n, d) features (rounded to float32). y: (n,) labels in [0, classes).
+            classes: C, the model's classes.
         """
         info = self._info()
         x32 = np.ascontiguousarray(x, dtype="<f4")
         labels = np.asarray(y)
         n, d = x32.shape
-        classes = max(2, int(labels.max()) + 1) if n else 2
+        if n == 0 or labels.min() < 0 or labels.max() >= classes:
+            raise BoardMismatch(f"the node's labels are not in [0, {classes})")
         if n > info.max_rows or d > info.max_features or classes > info.max_classes:
             raise BoardMismatch(f"the board holds {info.max_rows} rows of {info.max_features} features and "
                                 f"{info.max_classes} classes; the node has {n} × {d}, {classes} classes")

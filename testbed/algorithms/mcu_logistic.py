@@ -25,11 +25,15 @@ Example::
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 
 from testbed.counter_rng import Purpose, WordStream, floyd_sample, gaussians
+
+if TYPE_CHECKING:
+    from testbed.algorithms.contract import NodeResult, RoundContext
+    from testbed.data.federated import Split
 
 
 @dataclass(frozen=True)
@@ -56,8 +60,12 @@ class McuTask:
 class RunsOnMcu(Protocol):
     """An algorithm whose node step a microcontroller board can run (the bridge asks it)."""
 
-    def mcu_task(self, node: int, ctx) -> McuTask:
+    def mcu_task(self, node: int, ctx: "RoundContext") -> McuTask:
         """The board's task for ``node`` in round ``ctx``; ValueError if the board cannot run it."""
+        ...
+
+    def mcu_result(self, update: np.ndarray, train: "Split", node: int, ctx: "RoundContext") -> "NodeResult":
+        """The node step's result from the board's (P,) update."""
         ...
 
 
