@@ -30,6 +30,7 @@ from firmware_bridge.board import Board, BoardResult
 from firmware_bridge.costs import BoardCosts
 from firmware_bridge.link import BoardGone, BoardRefused, BoardReset, Link
 from firmware_bridge.port import open_port
+from firmware_bridge.profiles import load_mcu_profile
 from nodes.agent import NodeAgent
 from testbed import protocol, wire
 from testbed.algorithms.contract import SETUP_ROUND, NodeResult, RoundContext
@@ -95,8 +96,8 @@ class BridgeAgent(NodeAgent):
             log.info("node %d: board %s, firmware %s, profile %s, %d credits, %d-byte payloads", self.node,
                      info.board_id, ".".join(map(str, info.firmware)), info.profile, info.rx_credits,
                      info.max_payload)
-            if self.profile is None:
-                self.costs = BoardCosts(info.profile, self.costs.flops_per_step)  # type: ignore[attr-defined]
+            if self.profile is None:  # the same costs object: a step in progress reports to it
+                self.costs.profile = load_mcu_profile(info.profile)  # type: ignore[attr-defined]
             self.board = board
         return self.board
 

@@ -153,30 +153,34 @@ class Link:
         """
         frames = [Frame(kind, (self._seq + i) & 0xFF, p) for i, p in enumerate(payloads)]
         self._seq = (self._seq + len(frames)) & 0xFF
-        acked, sent, attempts = 0, 0, 0
+        acked, sent, timeouts, damaged = 0, 0, 0, 0
         while acked < len(frames):
             while sent < len(frames) and sent - acked < self.credits:
                 self._write(encode_frame(frames[sent]))
                 sent += 1
             wire_s = sum(len(f.payload) + 16 for f in frames[acked:sent]) * self._byte_s()
             outcome = self._await_ack(frames[acked].seq, time.monotonic() + self.ack_timeout_s + wire_s)
-            if outcome is None:  # lost or damaged: go back to the first unacknowledged frame
-                attempts += 1
-                self.stats["retries"] += 1
-                if attempts >= self.retries:
-                    raise BoardGone(f"no ack from the board for {what} after {attempts} tries")
-                sent = acked
+            if isinstance(outcome, m.Ack):
+                if outcome.status != 0:
+                    raise BoardRefused(outcome.status, what)
+                acked, timeouts = acked + 1, 0
                 continue
-            if outcome.status != 0:
-                raise BoardRefused(outcome.status, what)
-            acked, attempts = acked + 1, 0
+            # lost (a timeout) or reported damaged (an error report, which may also concern earlier
+            # garbage on the line): go back to the first unacknowledged frame
+            self.stats["retries"] += 1
+            timeouts += outcome == "timeout"
+            damaged += outcome == "damaged"
+            if timeouts >= self.retries or damaged >= 4 * self.retries:
+                raise BoardGone(f"no ack from the board for {what} after {timeouts + damaged + 1} tries")
+            sent = acked
 
-    def _await_ack(self, seq: int, deadline: float) -> m.Ack | None:
+    def _await_ack(self, seq: int, deadline: float) -> m.Ack | str:
+        """The ack of frame ``seq``, or "damaged" (the board reported a damaged frame), or "timeout"."""
         while time.monotonic() < deadline:
             for i, frame in enumerate(self._inbox):
                 if frame.type == m.ERROR:  # the board saw a damaged frame: resend now
                     del self._inbox[i]
-                    return None
+                    return "damaged"
                 if frame.type != m.ACK:
                     continue
                 del self._inbox[i]
@@ -191,7 +195,7 @@ class Link:
                 break  # an ack of an earlier, repeated frame: stale
             else:
                 self._read()
-        return None
+        return "timeout"
 
     def close(self) -> None:
         try:
