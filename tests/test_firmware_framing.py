@@ -70,3 +70,13 @@ def test_board_payloads_are_checked_before_use():
         m.parse_update(b"\x00\x00\x00\x00\x00\x00\x00\x05\x00" + bytes(8))  # says 5 values, carries 2
     with pytest.raises(m.BadPayload):
         m.parse_update(b"\x09")
+
+
+def test_config_knows_every_board_profile():
+    from typing import get_args
+
+    from firmware_bridge.profiles import MCU_PROFILE_NAMES, load_mcu_profile
+    from testbed.config import NodesSection
+
+    assert set(get_args(NodesSection.model_fields["mcu_profile"].annotation)) == set(MCU_PROFILE_NAMES)
+    assert all(load_mcu_profile(name).sources for name in MCU_PROFILE_NAMES)
