@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PIP_INSTALL := $(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt
 
-.PHONY: demo test bench clean
+.PHONY: demo test bench firmware clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -28,5 +28,9 @@ test: $(VENV)/.test-installed
 bench: $(VENV)/.core-installed
 	$(BIN)/python benchmarks/j1.py
 
+# The microcontroller firmware: the virtual board (cc) and the QEMU Cortex-M3 image (arm-none-eabi-gcc).
+firmware:
+	$(MAKE) -C firmware_bridge/firmware BUILD=$(CURDIR)/build/firmware host mps2-an385
+
 clean:
-	rm -rf $(VENV) runs
+	rm -rf $(VENV) runs build

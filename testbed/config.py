@@ -100,6 +100,14 @@ class NodesSection(Section):
     """The device profile (nodes/profiles.toml) an emulated node charges seconds and joules by."""
     pacing: bool = False
     """An emulated board takes its board's wall time."""
+    mcu: list[NonNegative[int]] = []
+    """Nodes that are microcontroller boards behind a serial bridge (`testbed bridge`): their node
+    step runs in the firmware's float32 arithmetic, emulated in sim (docs/serial-protocol.md)."""
+    mcu_profile: Literal["esp32-s3", "rp2040", "nrf52840", "stm32l4"] = "rp2040"
+    """The boards' profile (firmware_bridge/boards.toml): their seconds and joules."""
+    mcu_board: Literal["host", "mps2-an385"] = "host"
+    """The virtual board an emulated run (mqtt.emulated) starts for each: the firmware as a host
+    process behind a pseudo-terminal, or the Cortex-M3 build under qemu-system-arm."""
 
 
 def _version_text(value: Any) -> Any:

@@ -118,7 +118,17 @@ class MqttNodes:
         m = self.mqtt
         if m.credentials:
             _check_credentials(m.credentials, self.node_ids)
-        groups = [g for g in np.array_split(np.array(self.node_ids), max(1, min(m.hosts, len(self.node_ids)))) if len(g)]
+        boards = [n for n in self.node_ids if n in set(self.nodes_section.mcu)]
+        for node in boards:  # a microcontroller board: a virtual one behind its own bridge
+            cmd = [sys.executable, "-m", "testbed", "bridge", "--virtual", self.nodes_section.mcu_board,
+                   "--broker", self.url, "--run", self.run, "--node-id", str(node),
+                   "--profile", self.nodes_section.mcu_profile, "--protocol", self.client.protocol or "auto",
+                   "--max-chunk-bytes", str(m.max_chunk_bytes)]
+            cmd += ["--credentials", m.credentials] if m.credentials else []
+            cmd += ["--tls-ca", m.tls_ca] if m.tls_ca else []
+            self._hosts.append(_Host([node], cmd, quiet))
+        others = [n for n in self.node_ids if n not in set(boards)]
+        groups = [g for g in np.array_split(np.array(others), max(1, min(m.hosts, len(others)))) if len(g)]
         for group in groups:
             cmd = [sys.executable, "-m", "testbed", "nodes", "--broker", self.url, "--run", self.run,
                    "--ids", ",".join(str(int(n)) for n in group), "--profile", self.nodes_section.profile,

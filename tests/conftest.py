@@ -1,4 +1,4 @@
-pytest_plugins = ["conftest_mqtt"]
+pytest_plugins = ["conftest_mqtt", "conftest_firmware"]
 
 from pathlib import Path
 

@@ -29,12 +29,13 @@ from pydantic import model_validator
 
 from testbed.algorithms.aggregate import AggregationOptions, aggregate
 from testbed.algorithms.batches import node_keys, uniform_batches
+from testbed.algorithms import mcu_logistic
 from testbed.algorithms.contract import NodeResult, RoundContext, ServerResult, State, TensorSpec
 from testbed.algorithms.registry import BuildContext, Registration
 from testbed.data.federated import Split
 from testbed.errors import ConfigError
 from testbed.ledger import CommunicationEvent, ComputeEvent, Event, GaussianEvent
-from testbed.models import Model
+from testbed.models import LogisticRegression, Model
 from testbed.privacy import zcdp
 from testbed.rng import Purpose, stream
 from testbed.sections import NonNegative, Positive, Section
@@ -117,6 +118,8 @@ class DpPasgd:
         sampling: "uniform" (X distinct samples per step) or "poisson" (rate X/N_m each sample).
         c1, c2: abstract cost per round and per step (eq. 8).
         train_sizes: training samples of each node, by global node id, for the sampling rate.
+        mcu_nodes: nodes that are microcontroller boards: their step is the firmware's float32 one
+            (testbed.algorithms.mcu_logistic), the same numbers a bridged board sends.
     """
 
     has_setup = False
@@ -142,6 +145,7 @@ class DpPasgd:
         aggregation: str = "mean",
         trim_fraction: float = 0.1,
         bound_updates: bool = True,
+        mcu_nodes: frozenset[int] = frozenset(),
     ):
         if steps % tau:
             raise ValueError(f"steps K = {steps} must be a multiple of tau = {tau}")
@@ -158,6 +162,7 @@ class DpPasgd:
         self.sigma = float(sigma)
         self.calibration = calibration
         self.aggregation, self.trim_fraction, self.bound_updates = aggregation, trim_fraction, bound_updates
+        self.mcu_nodes = frozenset(int(n) for n in mcu_nodes)
 
     @property
     def rounds(self) -> int:
@@ -262,10 +267,34 @@ class DpPasgd:
             _, grad = self.model.loss_and_grad(params, train.x[idx], train.y[idx], batch_w[:, step], self.clip_norm)
             grad += noise[:, step]
             params -= self.lr * grad  # eq. (7a): w = θ − η(g + b)
+        for i, node in enumerate(node_ids):  # microcontroller boards: the firmware's arithmetic
+            if int(node) in self.mcu_nodes:
+                lo, hi = train.offsets[i], train.offsets[i + 1]
+                params[i] = mcu_logistic.node_step(self.mcu_task(int(node), ctx), received["model"][i],
+                                                   train.x[lo:hi], train.y[lo:hi])
         ids = tuple(int(n) for n in node_ids)
         return NodeResult(node_ids=ids, tensors={"update": params},
                           metrics={"samples": np.diff(train.offsets).astype(np.float64)},
                           events=[self.planned_events(node, ctx) for node in ids])
+
+    def mcu_task(self, node: int, ctx: RoundContext) -> mcu_logistic.McuTask:
+        """What a microcontroller board runs for ``node`` this round (testbed.algorithms.mcu_logistic).
+
+        Raises:
+            ValueError: the firmware runs logistic regression, uniform batches, no clipping.
+        """
+        if not isinstance(self.model, LogisticRegression) or not self.model.bias:
+            raise ValueError("a microcontroller board runs logistic regression with a bias (model.kind = \"logistic\")")
+        if self.clip_norm is not None or self.sampling != "uniform":
+            raise ValueError("a microcontroller board runs uniform batches without clipping")
+        return mcu_logistic.McuTask(ctx.seed, node, ctx.round_index, self.tau, self.batch, self.lr, self.sigma,
+                                    self.model.n_classes)
+
+    def mcu_result(self, update: np.ndarray, train: Split, node: int, ctx: RoundContext) -> NodeResult:
+        """The node step's result from a board's (P,) update, as :meth:`node_step` gives it."""
+        return NodeResult(node_ids=(node,), tensors={"update": np.asarray(update, dtype=np.float64)[None]},
+                          metrics={"samples": np.diff(train.offsets).astype(np.float64)},
+                          events=[self.planned_events(node, ctx)])
 
     def _draw_batches(self, train: Split, node_ids: Sequence[int], round_index: int, seed: int):
         """Global row indices (M, τ, B) and weights (M, τ, B) of every node's τ mini-batches.
@@ -313,6 +342,7 @@ def build(sections: dict[str, Any], ctx: BuildContext) -> DpPasgd:
         calibration=a.calibration,
         lipschitz=a.lipschitz, clip_norm=a.lipschitz if a.clip else None, sampling=a.sampling,
         c1=a.c1, c2=a.c2, aggregation=a.aggregation, trim_fraction=a.trim_fraction, bound_updates=a.bound_updates,
+        mcu_nodes=ctx.mcu_nodes,
     )
 
 
@@ -328,6 +358,14 @@ def check(config: "Config") -> None:
             raise ConfigError("dp_pasgd.sigma", 'tau = "plan" chooses sigma; remove it')
     if config.model.kind == "svm" and config.data.n_classes != 2 and config.data.dataset == "synthetic":
         raise ConfigError("model.kind", "the linear SVM is binary; set data.n_classes = 2")
+    mcu = config.nodes.mcu
+    if mcu:
+        if max(mcu) >= config.data.num_nodes:
+            raise ConfigError("nodes.mcu", f"node {max(mcu)} is not a node of the run (data.num_nodes = {config.data.num_nodes})")
+        if config.model.kind != "logistic" or not config.model.bias:
+            raise ConfigError("nodes.mcu", "a microcontroller board runs logistic regression with a bias")
+        if a.clip or a.sampling != "uniform":
+            raise ConfigError("nodes.mcu", "a microcontroller board runs uniform batches without clipping")
     private = a.epsilon is not None or (a.sigma or 0) > 0
     if config.model.kind == "mlp" and private and not a.clip:
         raise ConfigError("dp_pasgd.clip", "the MLP has no per-sample gradient bound; a private run must clip")

@@ -41,6 +41,8 @@ class BuildContext:
         num_nodes: N of the whole run (a board's data holds only its own node).
         seed: the run's seed.
         delta: the privacy δ of ``[privacy]``.
+        mcu_nodes: the nodes that are microcontroller boards (``[nodes] mcu``): an algorithm that
+            can run on one emulates its arithmetic for them, so sim gives the boards' numbers.
     """
 
     model: "Model"
@@ -48,6 +50,7 @@ class BuildContext:
     num_nodes: int
     seed: int
     delta: float
+    mcu_nodes: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -113,7 +116,7 @@ def build(config: "Config", model: "Model", data: "FederatedData") -> "Algorithm
     """The algorithm ``config.run.algorithm`` names, built for ``model`` and ``data``."""
     reg = get(config.run.algorithm)
     ctx = BuildContext(model=model, data=data, num_nodes=config.data.num_nodes, seed=config.run.seed,
-                       delta=config.privacy.delta)
+                       delta=config.privacy.delta, mcu_nodes=frozenset(config.nodes.mcu))
     return reg.build(sections_of(config, reg), ctx)
 
 

@@ -1,0 +1,200 @@
+"""The protocol a board offers: who it is, its data, and a round's node step.
+
+:class:`Board` runs the exchanges of docs/serial-protocol.md over a :class:`~firmware_bridge.link.Link`:
+a hello (the version handshake), provisioning (the node's training rows, once per boot), and a round
+(the task and the model in, the update and the cycles it took out). Everything the board sends is
+checked before it is used: shapes, the CRC over the update, finiteness.
+
+Example (with a virtual board, see firmware_bridge.virtual)::
+
+    board = Board(Link(open_port(url)))
+    hello = board.hello()
+    board.provision(x, y, classes=2)         # (n, d) features, (n,) labels
+    result = board.run(task, theta)          # McuTask, (P,) model → BoardResult
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import struct
+import time
+import zlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from firmware_bridge import messages as m
+from firmware_bridge.framing import VERSION
+from firmware_bridge.link import BoardGone, BoardRefused, BoardReset, Link
+from testbed.algorithms.mcu_logistic import McuTask
+
+log = logging.getLogger(__name__)
+
+
+class BoardMismatch(BoardGone):
+    """The board speaks another protocol version or number format, or cannot hold the task."""
+
+
+@dataclass(frozen=True)
+class BoardResult:
+    """One round on the board.
+
+    Attributes:
+        update: (P,) float32, the node's new model.
+        steps: local steps it ran. cycles: counts of its counter over them.
+        counter_hz, counter_kind: as its hello said.
+        wall_s: the round's wall time seen by the bridge (sending the model to the last update byte).
+    """
+
+    update: np.ndarray
+    steps: int
+    cycles: int
+    counter_hz: int
+    counter_kind: str
+    wall_s: float
+
+
+def _crc_f32(values: np.ndarray) -> int:
+    return zlib.crc32(np.asarray(values, "<f4").tobytes())
+
+
+class Board:
+    """One board on one link.
+
+    Args:
+        link: the driver.
+        update_timeout_s: how long a round's update may take after its go is acknowledged.
+    """
+
+    def __init__(self, link: Link, update_timeout_s: float = 30.0):
+        self.link = link
+        self.update_timeout_s = update_timeout_s
+        self.info: m.Hello | None = None
+        self.dataset = 0  # the data the board holds (0: none)
+
+    def hello(self, attempts: int = 3) -> m.Hello:
+        """Ask who the board is; check it speaks our protocol and numbers; take its window.
+
+        Raises:
+            BoardMismatch: another protocol version or number format.
+            BoardGone: no answer.
+        """
+        for _ in range(attempts):
+            nonce = secrets.randbits(32) | 1
+            self.link.write_frame(m.HELLO, m.hello_request(nonce))
+            deadline = time.monotonic() + self.link.ack_timeout_s
+            while True:
+                try:
+                    frame = self.link.receive(max(0.0, deadline - time.monotonic()))
+                except BoardReset:  # it booted just now (QEMU starts on connect): ours is next
+                    self.dataset = 0
+                    continue
+                if frame is None:
+                    break
+                if frame.type != m.HELLO:
+                    continue
+                try:
+                    info = m.parse_hello(frame.payload)
+                except m.BadPayload as exc:
+                    self.link.errors["bad_payload"] += 1
+                    log.warning("board: %s", exc)
+                    continue
+                if info.nonce == nonce:
+                    return self._accept(info)
+        raise BoardGone(f"no hello from the board after {attempts} tries")
+
+    def _accept(self, info: m.Hello) -> m.Hello:
+        if info.protocol != VERSION:
+            raise BoardMismatch(f"the board speaks protocol {info.protocol}, this bridge {VERSION}")
+        if info.number_format != m.FORMAT_F32LE:
+            raise BoardMismatch(f"the board's number format {info.number_format} is not IEEE binary32 LE")
+        self.info, self.dataset = info, info.dataset
+        self.link.configure(info)
+        return info
+
+    def provision(self, x: np.ndarray, y: np.ndarray, classes: int) -> int:
+        """Load the node's rows into the board (skipped when it holds them already); returns the
+        bytes sent on the line (0 when skipped).
+
+        Args:
+            x: (n, d) features (rounded to float32). y: (n,) labels in [0, classes).
+            classes: C, the model's classes.
+        """
+        info = self._info()
+        x32 = np.ascontiguousarray(x, dtype="<f4")
+        labels = np.asarray(y)
+        n, d = x32.shape
+        if n == 0 or labels.min() < 0 or labels.max() >= classes:
+            raise BoardMismatch(f"the node's labels are not in [0, {classes})")
+        if n > info.max_rows or d > info.max_features or classes > info.max_classes:
+            raise BoardMismatch(f"the board holds {info.max_rows} rows of {info.max_features} features and "
+                                f"{info.max_classes} classes; the node has {n} × {d}, {classes} classes")
+        rows = m.rows_bytes(x32, labels.astype(np.uint8))
+        dataset = (zlib.crc32(struct.pack("<HBB", n, d, classes) + rows) & 0x7FFFFFFF) | 1
+        if self.dataset == dataset:
+            return 0
+        before = self.link.stats["bytes_out"]
+        per = (info.max_payload - 5) // (4 * d + 1)
+        self.link.send(m.PROVISION, [m.provision_begin(dataset, n, d, classes)], "provisioning")
+        self.link.send(m.PROVISION, [m.provision_rows(i, x32[i : i + per], labels[i : i + per].astype(np.uint8))
+                                     for i in range(0, n, per)], "provisioning")
+        self.link.send(m.PROVISION, [m.provision_commit(zlib.crc32(rows))], "provisioning")
+        self.dataset = dataset
+        return self.link.stats["bytes_out"] - before
+
+    def run(self, task: McuTask, params: np.ndarray) -> BoardResult:
+        """One round: the task and the model in, the update out.
+
+        Raises:
+            BoardRefused: the board refused the task (e.g. status no_data after a reset).
+            BoardReset: the board booted during the round.
+            BoardGone: the line failed, or no complete update came within ``update_timeout_s``.
+        """
+        info = self._info()
+        theta = np.asarray(params, dtype="<f4")
+        p = len(theta)
+        start = time.monotonic()
+        per = (info.max_payload - 5) // 4
+        self.link.send(m.ROUND, [m.round_begin(task.round_index, task.seed, task.node, self.dataset, task.tau,
+                                               task.batch, task.lr, task.sigma, p)], "the round")
+        self.link.send(m.ROUND, [m.round_model(i, theta[i : i + per]) for i in range(0, p, per)], "the model")
+        self.link.send(m.ROUND, [m.round_go(_crc_f32(theta))], "the round's go")
+        update = np.full(p, np.nan, dtype=np.float32)
+        seen = np.zeros(p, dtype=bool)
+        deadline = time.monotonic() + self.update_timeout_s
+        while (frame := self.link.receive(max(0.0, deadline - time.monotonic()))) is not None:
+            if frame.type == m.ERROR:
+                code, text = m.parse_text(frame.payload)
+                raise BoardRefused(code, f"round {task.round_index} ({text})")
+            if frame.type != m.UPDATE:
+                continue
+            try:
+                part = m.parse_update(frame.payload)
+            except m.BadPayload as exc:
+                self.link.errors["bad_payload"] += 1
+                log.warning("board: %s", exc)
+                continue
+            if part.round_index != task.round_index:
+                continue  # a repeat of an earlier round's update
+            if isinstance(part, m.UpdateValues):
+                end = part.first + len(part.values)
+                if end > p:
+                    self.link.errors["bad_payload"] += 1
+                    continue
+                update[part.first : end], seen[part.first : end] = part.values, True
+                continue
+            if part.params != p or not seen.all() or part.crc != _crc_f32(update) or part.steps != task.tau:
+                self.link.errors["bad_update"] += 1
+                raise BoardGone(f"round {task.round_index}: the update does not match its summary")
+            return BoardResult(update, part.steps, part.cycles, info.counter_hz, info.counter_kind,
+                               time.monotonic() - start)
+        raise BoardGone(f"no complete update of round {task.round_index} within {self.update_timeout_s:g} s")
+
+    def _info(self) -> m.Hello:
+        if self.info is None:
+            raise BoardGone("the board has not said hello")
+        return self.info
+
+
+__all__ = ["Board", "BoardResult", "BoardGone", "BoardMismatch", "BoardRefused", "BoardReset"]

@@ -1,0 +1,63 @@
+"""`testbed bridge`: a microcontroller board behind a serial line, served as an MQTT node."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+from pathlib import Path
+
+from testbed.errors import UserError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("bridge", help="serve a microcontroller board on a serial line as an MQTT node")
+    line = p.add_mutually_exclusive_group(required=True)
+    line.add_argument("--serial", metavar="URL",
+                      help="the board's line: a device path, socket://HOST:PORT, rfc2217://HOST:PORT, loop://")
+    line.add_argument("--virtual", choices=["host", "mps2-an385"],
+                      help="start a virtual board: the firmware behind a pseudo-terminal, or under QEMU")
+    p.add_argument("--baud", type=int, default=115200, help="the line's rate (a device path only)")
+    p.add_argument("--broker", required=True, help="broker URL, mqtt://host:port (mqtts:// for TLS)")
+    p.add_argument("--run", default="testbed", help="the run scope (the experiment's mqtt.run_id)")
+    p.add_argument("--node-id", type=int, required=True)
+    p.add_argument("--profile", help="the board's profile (firmware_bridge/boards.toml); default: its hello's")
+    p.add_argument("--state-dir", type=Path, default=Path.home() / ".cache" / "testbed" / "bridge",
+                   help="where the board's ledger is kept across restarts")
+    p.add_argument("--credentials", type=Path, help="the credentials JSON of `testbed acl`")
+    p.add_argument("--tls-ca", help="CA file for mqtts://")
+    p.add_argument("--protocol", default="auto", choices=["auto", "5", "3.1.1"], help="MQTT version")
+    p.add_argument("--max-chunk-bytes", type=int, default=256 * 1024)
+    p.add_argument("--verbose", action="store_true")
+    p.set_defaults(handler=_bridge)
+
+
+def _bridge(args: argparse.Namespace) -> int:
+    from firmware_bridge.agent import BridgeAgent
+    from firmware_bridge.profiles import load_mcu_profile
+    from firmware_bridge.virtual import HostBoard, QemuBoard
+    from nodes.host import serve
+    from testbed.cli.node import _load_credentials
+
+    if args.node_id < 0:
+        raise UserError(f"node ids must be >= 0, got {args.node_id}")
+    if args.profile is not None:
+        load_mcu_profile(args.profile)  # an unknown name fails now, in one line
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    credentials = _load_credentials(args.credentials) if args.credentials else None
+    with contextlib.ExitStack() as stack:
+        url = args.serial
+        if args.virtual == "host":
+            url = stack.enter_context(HostBoard(f"virtual-{args.node_id}", args.profile or "rp2040")).url
+        elif args.virtual == "mps2-an385":
+            url = stack.enter_context(QemuBoard()).url
+        state_dir = args.state_dir
+
+        def factory(node: int) -> BridgeAgent:
+            return BridgeAgent(node, url, state_dir=state_dir, profile=args.profile, baudrate=args.baud)
+
+        serve(args.broker, args.run, [args.node_id], state_dir=state_dir, protocol_version=args.protocol,
+              max_chunk_bytes=args.max_chunk_bytes, credentials=credentials, tls_ca=args.tls_ca,
+              agent_factory=factory)
+    return 0
