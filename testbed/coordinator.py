@@ -24,6 +24,7 @@ from __future__ import annotations
 import collections
 import json
 import logging
+import os
 import secrets
 import subprocess
 import sys
@@ -119,7 +120,10 @@ class MqttNodes:
         for group in groups:
             cmd = [sys.executable, "-m", "testbed", "nodes", "--broker", self.url, "--run", self.run,
                    "--ids", ",".join(str(int(n)) for n in group), "--profile", self.nodes_section.profile,
-                   "--protocol", self.client.protocol or "auto", "--max-chunk-bytes", str(m.max_chunk_bytes)]
+                   "--protocol", self.client.protocol or "auto", "--max-chunk-bytes", str(m.max_chunk_bytes),
+                   # This session only, and only while this process lives: a killed coordinator's
+                   # hosts must not answer (nor be charged for) its resumed successor's rounds.
+                   "--session", self.session, "--coordinator-pid", str(os.getpid())]
             if m.credentials:
                 cmd += ["--credentials", m.credentials]
             if m.tls_ca:
