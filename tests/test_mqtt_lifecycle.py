@@ -189,3 +189,60 @@ def _kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+
+
+# ------------------------------------------------------------------------------ broker outages
+
+def _stop_broker_after(broker, run_dir: Path, rounds: int, outage_s: float | None, done: threading.Event) -> None:
+    """Stop ``broker`` once ``rounds`` rounds are in metrics.csv; restart it on the same port after
+    ``outage_s`` (None: leave it stopped)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and _rounds_done(run_dir) < rounds:
+        time.sleep(0.02)
+    broker.stop()
+    done.set()
+    if outage_s is not None:
+        time.sleep(outage_s)
+        broker.start()
+
+
+def _outage_config(url: str, limit_s: float):
+    return _config(mqtt={"broker_url": url, "round_timeout_s": 1.0, "outage_limit_s": limit_s})
+
+
+def test_an_outage_shorter_than_the_limit_is_waited_out_with_stragglers(mosquitto_broker, tmp_path):
+    run_dir = tmp_path / "r"
+    stopped = threading.Event()
+    threading.Thread(target=_stop_broker_after, args=(mosquitto_broker, run_dir, 3, 4.0, stopped),
+                     daemon=True).start()
+    started = time.monotonic()
+    result = run_experiment(_outage_config(mosquitto_broker.url, 30.0), out_dir=run_dir, quiet=True)
+    assert stopped.is_set() and time.monotonic() - started < 45
+    assert result.summary["status"] == "completed" and result.summary["rounds"] == 20
+    stragglers = [int(row["stragglers"]) for row in _metrics(run_dir)]
+    assert stragglers[:3] == [0, 0, 0] and 4 in stragglers[3:]  # the outage rounds: every node straggled
+    assert stragglers[-1] == 0  # and the nodes were back afterwards
+    _charged_once(run_dir)
+
+
+def test_an_outage_past_the_limit_fails_in_one_line_and_resumes(mosquitto_broker, tmp_path):
+    run_dir = tmp_path / "r"
+    stopped = threading.Event()
+    threading.Thread(target=_stop_broker_after, args=(mosquitto_broker, run_dir, 3, None, stopped),
+                     daemon=True).start()
+    config = _outage_config(mosquitto_broker.url, 3.0)
+    started = time.monotonic()
+    with pytest.raises(UserError) as failure:
+        run_experiment(config, out_dir=run_dir, quiet=True)
+    assert time.monotonic() - started < 30
+    message = str(failure.value)
+    assert "\n" not in message and mosquitto_broker.url in message and "outage_limit_s = 3 s" in message
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "failed" and "outage_limit_s" in summary["failure"]
+    assert 3 <= summary["rounds"] < 20
+
+    mosquitto_broker.start()  # the broker is back: the run continues where it stopped
+    resumed = run_experiment(config, out_dir=run_dir, quiet=True, resume=True)
+    assert resumed.summary["status"] == "completed" and resumed.summary["rounds"] == 20
+    assert [int(r["round"]) for r in _metrics(run_dir)] == list(range(1, 21))
+    _charged_once(run_dir)
