@@ -6,11 +6,26 @@ sockets and no threads) and put what they receive in one inbox, read by one thre
 arrives once per node (the copy's ``receiver`` says which node it is for), that node's agent runs
 its step, and the reply goes out on that node's own connection, so the broker (and its ACL) sees
 every node publish only under its own id.
+
+Which coordinator a host serves (:class:`SessionFence`): a host that a coordinator started (`testbed
+nodes --session S --coordinator-pid P`) serves that coordinator's session only and leaves as soon as
+that process is gone; a board (`testbed node`) serves whatever session comes, since a resumed run
+must reach it, but never goes back to a session once a newer one was seen. Either way a killed
+coordinator's nodes do not answer its successor's rounds a second time (twice the compute and the
+energy on a real board).
+
+Watching the coordinator: the host polls ``os.getppid()`` (it is the coordinator's direct child, so
+its parent id changes when the coordinator dies, whatever the signal), between messages and at
+least every :data:`_TICK_S`. Not ``prctl(PR_SET_PDEATHSIG)``: Linux sends that signal when the
+*thread* that forked the child exits, and a coordinator may start its hosts from a worker thread
+(tests, benchmarks) that ends long before the process; and it is Linux-only.
 """
 
 from __future__ import annotations
 
+import collections
 import logging
+import math
 import os
 import queue
 import resource
@@ -30,13 +45,94 @@ from nodes.costs import NodeCosts
 
 log = logging.getLogger(__name__)
 
+_TICK_S = 0.5  # the host's loop wakes at least this often (coordinator watch, graces)
+_RETIRED_SESSIONS = 64  # sessions a board remembers as superseded
+
+
+class SessionFence:
+    """Which coordinator sessions a host answers.
+
+    Args:
+        only: the one session to serve (a host its coordinator started), or None: any session,
+            but a session superseded by a newer one is never served again (a board).
+
+    Each refused session is logged once, not once per message (a broadcast round reaches every node
+    of a host).
+    """
+
+    def __init__(self, only: str | None = None):
+        self.only = only
+        self.current: str | None = only
+        self._retired: collections.OrderedDict[str, None] = collections.OrderedDict()
+        self._logged: collections.OrderedDict[str, None] = collections.OrderedDict()
+
+    def admits(self, session: str | None) -> bool:
+        """Whether a message of ``session`` is served; a new session (boards only) supersedes the
+        current one."""
+        if session is not None and session == self.current:
+            return True
+        if self.only is not None:
+            self._refused(session, f"this host serves session {self.only} only")
+            return False
+        if session is None or session in self._retired:
+            self._refused(session, f"superseded by session {self.current}")
+            return False
+        if self.current is not None:
+            log.warning("session %s supersedes session %s: the older one's rounds are ignored from now on",
+                        session, self.current)
+            _remember(self._retired, self.current, _RETIRED_SESSIONS)
+        self.current = session
+        return True
+
+    def _refused(self, session: str | None, why: str) -> None:
+        key = str(session)
+        if key not in self._logged:
+            log.warning("ignoring messages of coordinator session %s: %s", session, why)
+            _remember(self._logged, key, _RETIRED_SESSIONS)
+
+
+def _remember(seen: collections.OrderedDict[str, None], key: str, limit: int) -> None:
+    seen[key] = None
+    while len(seen) > limit:
+        seen.popitem(last=False)
+
+
+class CoordinatorWatch:
+    """Whether the process that started this host is still alive.
+
+    Args:
+        pid: the coordinator's process id, or None (nothing to watch: a board).
+
+    When this process is ``pid``'s child (the usual case), the parent id changing means the
+    coordinator died (even by SIGKILL) and the host was re-parented; otherwise (started through a
+    wrapper) the pid is probed with signal 0, which a recycled pid could fool.
+    """
+
+    def __init__(self, pid: int | None):
+        self.pid = pid
+        self._direct = pid is not None and os.getppid() == pid
+
+    def alive(self) -> bool:
+        if self.pid is None:
+            return True
+        if self._direct:
+            return os.getppid() == self.pid
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:  # exists, owned by someone else
+            return True
+        return True
+
 
 def serve(broker_url: str, run: str, node_ids: Sequence[int], *, data_path: str | None = None,
           state_dir: Path | None = None, costs: NodeCosts | None = None, protocol_version: str = "auto",
           coordinator_grace_s: float = 30.0, connect_timeout_s: float = 30.0,
           max_chunk_bytes: int = 256 * 1024, credentials: dict[str, str] | None = None,
           tls_ca: str | None = None, crash_at_round: int | None = None, crash_after_reply: bool = False,
-          agent_factory: Callable[[int], NodeProtocol] | None = None) -> int:
+          agent_factory: Callable[[int], NodeProtocol] | None = None, session: str | None = None,
+          coordinator_pid: int | None = None) -> int:
     """Serve ``node_ids`` of run ``run`` until the coordinator says stop; returns the number of
     rounds answered.
 
@@ -49,6 +145,11 @@ def serve(broker_url: str, run: str, node_ids: Sequence[int], *, data_path: str 
     after its first reply of that round went out, e.g. its transmit signal). ``agent_factory`` builds the
     node for an id (default: a :class:`NodeAgent` with ``data_path``, ``state_dir`` and ``costs``);
     another kind of board (a bridged microcontroller) plugs in here.
+
+    ``session`` and ``coordinator_pid`` (a host its coordinator started): serve that session only,
+    and leave at once when that process is gone, without a clean disconnect, so the broker
+    publishes every node's last will (offline). Their lifetimes being tied, such a host outlives
+    any broker outage or coordinator blink its coordinator waits out (no grace applies).
     """
     inbox: queue.Queue[Inbound] = queue.Queue()
     network = NetworkLoop()
@@ -59,6 +160,7 @@ def serve(broker_url: str, run: str, node_ids: Sequence[int], *, data_path: str 
             return NodeAgent(node, data_path=data_path, state_dir=state_dir, costs=costs)
     agents = {str(n): agent_factory(n) for n in node_ids}
     clients: dict[str, MqttClient] = {}
+    watch = CoordinatorWatch(coordinator_pid)
 
     def client_of(name: str, version: str) -> MqttClient:
         if credentials is not None and name not in credentials:
@@ -85,10 +187,13 @@ def serve(broker_url: str, run: str, node_ids: Sequence[int], *, data_path: str 
             list(pool.map(lambda name: connect(name, version), names[1:]))
         log.info("serving %d node(s) of run %s on %s", len(clients), run, broker_url)
         crash = None if crash_at_round is None else (crash_at_round, crash_after_reply)
-        return _loop(inbox, agents, clients, run, coordinator_grace_s, crash)
+        if coordinator_pid is not None:
+            coordinator_grace_s = math.inf
+        return _loop(inbox, agents, clients, run, coordinator_grace_s, crash, SessionFence(session), watch)
     finally:
-        for client in clients.values():
-            client.close()
+        if watch.alive():  # else no clean disconnect: the broker publishes each node's will at once
+            for client in clients.values():
+                client.close()
         network.close()
         for agent in agents.values():
             agent.close()
@@ -104,12 +209,18 @@ def _allow_open_files(count: int) -> None:
 
 
 def _loop(inbox: queue.Queue[Inbound], agents: dict[str, NodeProtocol], clients: dict[str, MqttClient],
-          run: str, grace_s: float, crash: tuple[int, bool] | None) -> int:
+          run: str, grace_s: float, crash: tuple[int, bool] | None, fence: SessionFence | None = None,
+          watch: CoordinatorWatch | None = None) -> int:
+    fence = fence or SessionFence()
+    watch = watch or CoordinatorWatch(None)
     answered, stopped = 0, set()
     coordinator_offline_since: float | None = None
     broker_lost_since: float | None = None
     while len(stopped) < len(agents):
-        item = _next(inbox, 0.5)
+        if not watch.alive():
+            log.warning("coordinator (pid %s) of run %s is gone; leaving", watch.pid, run)
+            break
+        item = _next(inbox, _TICK_S)
         now = time.monotonic()
         if coordinator_offline_since is not None and now - coordinator_offline_since > grace_s:
             log.warning("coordinator of run %s offline for %.0f s; leaving", run, grace_s)
@@ -126,7 +237,7 @@ def _loop(inbox: queue.Queue[Inbound], agents: dict[str, NodeProtocol], clients:
             coordinator_offline_since = None if online else (coordinator_offline_since or time.monotonic())
             continue
         msg, name = item.message, item.receiver
-        if msg is None or name not in agents:
+        if msg is None or name not in agents or not fence.admits(protocol.session_of(msg)):
             continue
         if msg.kind == protocol.STOP:
             stopped.add(name)

@@ -127,6 +127,9 @@ class MqttSection(Section):
     connect_timeout_s: Positive[float] = 60.0
     quorum: Positive[int] = 1
     """A round starts once this many nodes are online (or its timeout passed)."""
+    outage_limit_s: Positive[float] = 300.0
+    """How long the coordinator waits out a broker outage (its rounds close with stragglers
+    meanwhile) before the run stops, failed and resumable; in seconds."""
     max_chunk_bytes: Positive[int] = 262144
     credentials: str | None = None
     """The JSON file of `testbed acl` (per-node passwords)."""

@@ -14,6 +14,13 @@ emulated straggler (the ``[stragglers]`` model) is not asked, so it costs no wal
 from another session or a second copy of one node's reply are logged and dropped; a reply of an
 earlier round that arrives late is still charged (released is spent), at warning level.
 
+A broker outage does not end the run at once: while no publish is acknowledged, each round waits
+up to its timeout for the broker, then closes with every expected node straggling ("offline"); no
+publish waits longer than a round's timeout. Past ``mqtt.outage_limit_s`` without the broker the
+run stops with one line (failed; ``testbed run --resume`` continues it). A round whose publish was
+not acknowledged may still reach the nodes when the broker is back (the client resends it): its
+replies are charged as late ones, however many rounds later.
+
 Over-the-air algorithms put a channel emulator (testbed.channel_emulator, a client of its own
 started here and built from the algorithm's channel half) between the nodes; it tells the
 coordinator which nodes really transmitted, and each of them is charged for its release.
@@ -24,6 +31,7 @@ from __future__ import annotations
 import collections
 import json
 import logging
+import os
 import secrets
 import subprocess
 import sys
@@ -58,6 +66,8 @@ log = logging.getLogger(__name__)
 
 _SIGNAL_SHARE = 0.8  # of an over-the-air round's deadline, for the channel to collect the signals
 _LATE_ROUNDS = 8  # how many past rounds a late reply may still be charged for
+_UNSENT_ROUNDS = 256  # rounds whose publish was not acknowledged, kept for their late replies
+_RECONNECT_MAX_S = 5.0  # the coordinator retries a lost broker at least this often (one client)
 
 
 class MqttNodes:
@@ -89,6 +99,8 @@ class MqttNodes:
         self._past: collections.OrderedDict[int, RoundContext] = collections.OrderedDict()
         self._late: dict[tuple[int, int], list[Event]] = {}
         self._sent: dict[int, dict[str, np.ndarray]] = {}  # this round's downlink rows, by node
+        self._unsent: collections.OrderedDict[int, RoundContext] = collections.OrderedDict()
+        self._outage_since: float | None = None  # monotonic s of the first unacknowledged publish
         self._broker = EmbeddedBroker().start() if m.broker_url is None else None
         self.url = self._broker.url if self._broker else m.broker_url
         username, password = _credentials(m.credentials, "coordinator")
@@ -97,7 +109,7 @@ class MqttNodes:
             version = "3.1.1" if self._broker and m.protocol == "auto" else m.protocol
             self.client = MqttClient.for_coordinator(self.url, self.run, username=username, password=password,
                                                      tls_ca=m.tls_ca, max_chunk_bytes=m.max_chunk_bytes,
-                                                     protocol=version)
+                                                     protocol=version, reconnect_max_s=_RECONNECT_MAX_S)
             self.client.connect(timeout_s=m.connect_timeout_s)
             if isinstance(algorithm, OverTheAir):
                 user, secret = _credentials(m.credentials, topics.CHANNEL)
@@ -132,7 +144,10 @@ class MqttNodes:
         for group in groups:
             cmd = [sys.executable, "-m", "testbed", "nodes", "--broker", self.url, "--run", self.run,
                    "--ids", ",".join(str(int(n)) for n in group), "--profile", self.nodes_section.profile,
-                   "--protocol", self.client.protocol or "auto", "--max-chunk-bytes", str(m.max_chunk_bytes)]
+                   "--protocol", self.client.protocol or "auto", "--max-chunk-bytes", str(m.max_chunk_bytes),
+                   # This session only, and only while this process lives: a killed coordinator's
+                   # hosts must not answer (nor be charged for) its resumed successor's rounds.
+                   "--session", self.session, "--coordinator-pid", str(os.getpid())]
             if m.credentials:
                 cmd += ["--credentials", m.credentials]
             if m.tls_ca:
@@ -165,6 +180,7 @@ class MqttNodes:
     def _live(self, excluded: frozenset[int]) -> tuple[int, ...]:
         """Wait for a quorum of nodes online (at most a round's timeout); the online nodes less
         ``excluded``."""
+        self._await_broker()
         quorum = min(self.mqtt.quorum, len(self.node_ids))
         deadline = time.monotonic() + self.round_timeout_s
         while len(self.online & set(self.node_ids)) < quorum and (remaining := deadline - time.monotonic()) > 0:
@@ -184,8 +200,10 @@ class MqttNodes:
         assert isinstance(alg, WithSetup)
         expected = self._live(frozenset())
         ctx = RoundContext(SETUP_ROUND, self.seed, len(self.node_ids), expected)
-        self.client.publish(topics.bcast(self.run), protocol.setup(self.run, self.session, self.config_toml, expected))
-        answers, refusals, reasons = self._collect(ctx, alg.setup_spec(), protocol.SETUP_UPDATE)
+        if self._publish(topics.bcast(self.run), protocol.setup(self.run, self.session, self.config_toml, expected), ctx):
+            answers, refusals, reasons = self._collect(ctx, alg.setup_spec(), protocol.SETUP_UPDATE)
+        else:
+            answers, refusals, reasons = self._unreached(ctx)
         return self._outcome(ctx, alg.setup_spec(), answers, refusals, reasons, frozenset(), heard=None)
 
     def round(self, state: State, round_index: int, excluded: frozenset[int]) -> RoundOutcome:
@@ -195,15 +213,17 @@ class MqttNodes:
         expected = self._live(excluded)
         ctx = RoundContext(round_index, self.seed, len(self.node_ids), expected)
         self._remember(ctx)
-        if expected:
-            self._send(state, ctx)
-        answers, refusals, reasons = self._collect(ctx, alg.uplink_spec(), protocol.UPDATE)
+        if not expected or self._send(state, ctx):
+            answers, refusals, reasons = self._collect(ctx, alg.uplink_spec(), protocol.UPDATE)
+        else:
+            answers, refusals, reasons = self._unreached(ctx)
         heard = None
         if self._channel is not None:
             heard = self._channel.close_round(self.session, round_index)
         return self._outcome(ctx, alg.uplink_spec(), answers, refusals, reasons, excluded, heard)
 
-    def _send(self, state: State, ctx: RoundContext) -> None:
+    def _send(self, state: State, ctx: RoundContext) -> bool:
+        """Publish the round; False when the broker did not acknowledge it (an outage)."""
         alg = self.alg
         spec = alg.downlink_spec()
         down = alg.downlink(state, ctx, ctx.expected)
@@ -211,21 +231,78 @@ class MqttNodes:
         own = [k for k, s in spec.items() if s.per_node]
         if isinstance(alg, OverTheAir):
             assert self._channel is not None
-            self.client.publish(topics.chan(self.run), protocol.transmit(
-                self.run, self.session, ctx.round_index, self.config_toml, ctx.expected,
-                _SIGNAL_SHARE * self.round_timeout_s, alg.channel.signal_spec(), alg.channel_tensors(ctx)))
+            if not self._publish(topics.chan(self.run), protocol.transmit(
+                    self.run, self.session, ctx.round_index, self.config_toml, ctx.expected,
+                    _SIGNAL_SHARE * self.round_timeout_s, alg.channel.signal_spec(), alg.channel_tensors(ctx)), ctx):
+                return False
         self._sent = {node: shared for node in ctx.expected}  # what each node got, for norm bounds
         if not own:
             charges = [e for n in ctx.expected for e in self._charges.get(n, [])]
-            self.client.publish(topics.bcast(self.run), protocol.round_(
-                self.run, self.session, ctx.round_index, self.config_toml, ctx.expected, shared, charges))
-            return
+            return self._publish(topics.bcast(self.run), protocol.round_(
+                self.run, self.session, ctx.round_index, self.config_toml, ctx.expected, shared, charges), ctx)
         for i, node in enumerate(ctx.expected):
             tensors = {**shared, **{k: np.ascontiguousarray(down[k][i]) for k in own}}
             self._sent[node] = tensors
-            self.client.publish(topics.down(self.run, str(node)), protocol.round_(
-                self.run, self.session, ctx.round_index, self.config_toml, ctx.expected, tensors,
-                self._charges.get(node, [])))
+            if not self._publish(topics.down(self.run, str(node)), protocol.round_(
+                    self.run, self.session, ctx.round_index, self.config_toml, ctx.expected, tensors,
+                    self._charges.get(node, [])), ctx):
+                return False
+        return True
+
+    # ------------------------------------------------------------------------------ outages
+
+    def _publish(self, topic: str, payload: bytes, ctx: RoundContext) -> bool:
+        """Publish for round ``ctx``, waiting at most a round's timeout for the broker's ack; False
+        (an outage, counted against mqtt.outage_limit_s) when it is unreachable or did not ack."""
+        if self.client.connected:
+            try:
+                self.client.publish(topic, payload, timeout_s=self.round_timeout_s)
+            except TimeoutError as exc:
+                log.warning("round %d not sent: %s", ctx.round_index, exc)
+                # paho keeps the frames and resends them after a reconnect: the nodes may still
+                # run this round, so their replies must find it, however late.
+                self._unsent[ctx.round_index] = ctx
+                while len(self._unsent) > _UNSENT_ROUNDS:
+                    self._unsent.popitem(last=False)
+            else:
+                self._broker_back()
+                return True
+        self._broker_lost()
+        return False
+
+    def _await_broker(self) -> None:
+        """Before a round: if the broker is gone, wait for it up to a round's timeout (the client
+        reconnects with backoff); raises past mqtt.outage_limit_s."""
+        if self.client.connected:
+            return
+        self._broker_lost()
+        deadline = time.monotonic() + self.round_timeout_s
+        while not self.client.connected and (remaining := deadline - time.monotonic()) > 0:
+            self._handle(self.client.receive(timeout_s=min(remaining, 0.5)), None)
+        if not self.client.connected:
+            self._broker_lost()
+
+    def _broker_lost(self) -> None:
+        """Note an outage; past the limit, stop the run (resumable) with one line."""
+        now, limit = time.monotonic(), self.mqtt.outage_limit_s
+        if self._outage_since is None:
+            self._outage_since = now
+            log.warning("broker %s unreachable: rounds close with stragglers until it is back, for at most "
+                        "%g s (mqtt.outage_limit_s)", self.url, limit)
+        elif now - self._outage_since > limit:
+            raise UserError(f"broker {self.url} unreachable for {now - self._outage_since:.0f} s, past "
+                            f"mqtt.outage_limit_s = {limit:g} s; once it is back, `testbed run --resume RUN_DIR` "
+                            f"continues the run")
+
+    def _broker_back(self) -> None:
+        if self._outage_since is not None:
+            log.warning("broker %s back after %.1f s", self.url, time.monotonic() - self._outage_since)
+            self._outage_since = None
+
+    @staticmethod
+    def _unreached(ctx: RoundContext) -> tuple[dict, dict, dict[int, str]]:
+        """The answers of a round the broker did not take: none, every expected node offline."""
+        return {}, {}, {node: "offline" for node in ctx.expected}
 
     def _collect(self, ctx: RoundContext, spec, kind: str):
         """Replies until every expected node answered, refused or left, or the deadline. A reply that
@@ -364,7 +441,7 @@ class MqttNodes:
     def _maybe_late(self, node: int, msg: wire.Message) -> None:
         """A reply of an earlier round of this session: charged if it carries the plan (released is
         spent), never used."""
-        ctx = self._past.get(msg.round)
+        ctx = self._past.get(msg.round) or self._unsent.get(msg.round)
         if msg.kind != protocol.UPDATE or ctx is None or node not in ctx.expected:
             log.info("dropped %s of node %d for round %d: not this round", msg.kind, node, msg.round)
             return
@@ -388,13 +465,15 @@ class MqttNodes:
     def close(self, status: str) -> None:
         """Tell the nodes the run is over, wait for the emulated hosts, stop the embedded broker."""
         client = getattr(self, "client", None)
+        told = False
         try:
             if client is not None and client.connected:
                 client.publish(topics.bcast(self.run), protocol.stop(self.run, self.session, status), timeout_s=5)
+                told = True
         except (TimeoutError, UserError) as exc:
             log.warning("could not broadcast stop: %s", exc)
         for host in self._hosts:
-            host.stop(timeout_s=10)
+            host.stop(timeout_s=10 if told else 0)  # a host that cannot hear the stop is not waited for
         if self._channel is not None:
             self._channel.close()
         if client is not None:

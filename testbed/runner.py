@@ -1,6 +1,7 @@
 """Runs an experiment as a short pipeline of named stages:
 
-1. :func:`load` — the data this run holds and the model;
+1. :func:`load` — the data this run holds and the model, once the run is known to fit this machine
+   (testbed.resources: memory, sockets), so an impossible one is refused before any allocation;
 2. :func:`plan` — the algorithm's planning stage, if it has one (DP-PASGD's ``tau = "plan"``);
 3. :func:`open_run` — the run directory (new, or a killed run's to resume);
 4. :func:`build_nodes` — the nodes: in this process (``sim``) or over MQTT;
@@ -34,6 +35,7 @@ from testbed.models import Model
 from testbed.nodes_api import Nodes, RoundOutcome
 from testbed.privacy.accountants import BackgroundEpsilons, epsilon_by_observer, worst_epsilon
 from testbed.progress import Progress
+from testbed.resources import check_fits
 from testbed.results import RunDirectory
 from testbed.rng import GLOBAL, Purpose, stream
 
@@ -91,7 +93,9 @@ class Run:
 
 
 def load(config: Config) -> tuple[FederatedData, Model]:
-    """Stage 1: every node's data (sim and the coordinator evaluate on all of it) and the model."""
+    """Stage 1: every node's data (sim and the coordinator evaluate on all of it) and the model;
+    first, refuse a run this machine cannot hold (one line, before anything is allocated)."""
+    check_fits(config)
     data = load_data(config.data, config.run.seed)
     return data, model_for(config.model, data)
 

@@ -159,7 +159,12 @@ class MqttClient:
         self._connack: ReasonCode | None = None
         self._sub_mid: int | None = None
         self._sub_failures: list[str] | None = None
-        self._acked: collections.OrderedDict[int, ReasonCode] = collections.OrderedDict()
+        # mid -> None (acknowledged) or the broker's refusal, until the publish waiting for it takes
+        # it; mids nobody waits for (fire-and-forget, timed out) are dropped when acknowledged.
+        # Never the ReasonCode itself: each carries a ~1 KB dict of its own, and keeping the last
+        # acks of every node's client grew a host by a kilobyte per node per round.
+        self._acked: dict[int, str | None] = {}
+        self._unwatched: collections.OrderedDict[int, None] = collections.OrderedDict()
         self.protocol: str | None = None  # "5" or "3.1.1" once connected
         self.connected = False
         self.rejected = 0  # received messages dropped by validation
@@ -317,9 +322,12 @@ class MqttClient:
             mid = None
             if self.subscriptions:
                 _, mid = client.subscribe([(t, QOS) for t in self.subscriptions])
+            status = None
             if self.status_topic:
-                client.publish(self.status_topic, topics.STATUS_ONLINE, qos=QOS, retain=True)
+                status = client.publish(self.status_topic, topics.STATUS_ONLINE, qos=QOS, retain=True).mid
             with self._lock:
+                if status is not None:
+                    self._unwatch([status])
                 self._sub_mid = mid
                 if mid is None:
                     self._sub_failures = []
@@ -348,11 +356,20 @@ class MqttClient:
         if code.is_failure:
             log.error("%s: broker refused publish (mid %d): %s", self.client_id, mid, code)
         with self._lock:
-            self._acked[mid] = code
-            # Bounded below the 65535 message ids, so a reused id never meets a stale ack.
-            while len(self._acked) > _MAX_FRAMES:
-                self._acked.popitem(last=False)
+            if self._unwatched.pop(mid, False) is None:
+                return  # nobody waits for it: keeping it would only grow
+            self._acked[mid] = str(code) if code.is_failure else None
             self._lock.notify_all()
+
+    def _unwatch(self, mids: Sequence[int]) -> None:
+        """Nobody will wait for these publishes' acks (call with the lock held): drop any that came,
+        and those still to come. Bounded below the 65535 message ids (an ack lost with a broker
+        restart never comes), so a reused id never meets a stale mark."""
+        for mid in mids:
+            if self._acked.pop(mid, False) is False:
+                self._unwatched[mid] = None
+        while len(self._unwatched) > _MAX_FRAMES:
+            self._unwatched.popitem(last=False)
 
     def _on_message(self, client: paho.Client, userdata: Any, msg: paho.MQTTMessage) -> None:
         sender, topic = "?", "<not UTF-8>"
@@ -415,12 +432,14 @@ class MqttClient:
             mids.append(info.mid)
         if self._network is not None:
             self._network.flush(c)
-        if timeout_s is None:
-            return
         with self._lock:
+            if timeout_s is None:
+                self._unwatch(mids)
+                return
             if not self._lock.wait_for(lambda: all(m in self._acked for m in mids), timeout_s):
+                self._unwatch(mids)
                 raise TimeoutError(f"{self.client_id}: publish to {topic} not acknowledged within {timeout_s:g} s")
-            refused = [self._acked[m] for m in mids if self._acked[m].is_failure]
+            refused = [code for code in (self._acked.pop(m) for m in mids) if code is not None]
         if refused:
             raise BrokerRefused(f"broker {self.url} refused publish by {self.client_id!r} to {topic}: {refused[0]}")
 

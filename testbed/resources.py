@@ -1,0 +1,123 @@
+"""Whether a run fits this machine, checked before anything is allocated (the runner's first stage).
+
+``data.num_nodes = 10_000_000`` used to fail after 17 s with a 596 GiB numpy allocation error (or,
+with tiny nodes, run on for minutes); now it is one line before any data exist. The estimate is
+deliberately rough and errs high: it counts
+
+- the data: nodes × samples × (dim + 1 label) × 8 bytes, twice (generation and scaling hold a
+  second copy), for the synthetic set (the file-based sets are as large as their file);
+- the state and the round's stacks: nodes × parameters × 8 bytes × :data:`_STATE_COPIES` (per-node
+  state rows, the stacked downlink, uplink, noise and aggregate);
+- every node's Python objects in the coordinator (ledger, split, streams): :data:`_NODE_BYTES` each,
+  measured at ~6.7 KB for tiny synthetic nodes in sim;
+- over MQTT with emulated boards, the node hosts on this machine: :data:`_HOST_BYTES` each and
+  :data:`_HOST_NODE_BYTES` per node (its client, socket buffers, agent and data).
+
+Besides memory, an emulated node is a socket: more nodes per host than the open-file limit allows,
+or more nodes than this machine has ephemeral ports to reach the broker, cannot run at all.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+from pathlib import Path
+
+from testbed.config import Config
+from testbed.errors import ConfigError
+
+_STATE_COPIES = 6
+_DATA_COPIES = 2
+_NODE_BYTES = 8 * 1024
+_HOST_BYTES = 80 * 2**20
+_HOST_NODE_BYTES = 256 * 1024
+_FILE_SET_DIM = 128  # at least the feature count of the file-based sets (Adult, Vehicle), before one-hot
+_HOST_SPARE_FILES = 64  # a host's own files besides its nodes' sockets (as nodes.host reserves)
+
+
+def estimate_bytes(config: Config) -> dict[str, float]:
+    """What a run of ``config`` would hold in memory on this machine, in bytes, by part."""
+    from testbed.models import build_model
+
+    d = config.data
+    n = d.num_nodes
+    dim = d.dim if d.dataset == "synthetic" else _FILE_SET_DIM
+    params = build_model(config.model.kind, dim, d.n_classes, bias=config.model.bias,
+                         hidden=config.model.hidden).num_params
+    parts = {
+        "data": float(_DATA_COPIES * n * d.samples_per_node * (dim + 1) * 8) if d.dataset == "synthetic" else 0.0,
+        "state": float(_STATE_COPIES * n * params * 8),
+        "nodes": float(n * _NODE_BYTES),
+    }
+    if config.run.mode == "mqtt" and config.mqtt.emulated:
+        parts["hosts"] = float(min(config.mqtt.hosts, n) * _HOST_BYTES + n * _HOST_NODE_BYTES)
+    return parts
+
+
+def available_bytes() -> int | None:
+    """Memory available to a new allocation on this machine (MemAvailable of /proc/meminfo, else
+    the free physical pages), in bytes; None if neither can be read."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def check_fits(config: Config) -> None:
+    """Refuse, in one line naming the key, a run this machine cannot hold or serve.
+
+    Raises:
+        ConfigError: the estimate is over the available memory; an emulated host would need more
+            sockets than the open-file limit allows; more emulated nodes than ephemeral ports.
+    """
+    _check_memory(config)
+    if config.run.mode == "mqtt" and config.mqtt.emulated:
+        _check_sockets(config)
+
+
+def _check_memory(config: Config) -> None:
+    parts = estimate_bytes(config)
+    need, have = sum(parts.values()), available_bytes()
+    if have is None or need <= have:
+        return
+    shown = ", ".join(f"{name} {_size(b)}" for name, b in parts.items() if b >= 0.01 * need)
+    raise ConfigError("data.num_nodes", f"{config.data.num_nodes:,} nodes need about {_size(need)} of memory "
+                                        f"({shown}), this machine has {_size(have)} available; use fewer nodes, "
+                                        f"samples or features")
+
+
+def _check_sockets(config: Config) -> None:
+    n, hosts = config.data.num_nodes, min(config.mqtt.hosts, config.data.num_nodes)
+    per_host = -(-n // hosts)
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    room = hard - _HOST_SPARE_FILES
+    if hard != resource.RLIM_INFINITY and per_host > room:
+        raise ConfigError("mqtt.hosts", f"{per_host:,} emulated nodes per host need {per_host + _HOST_SPARE_FILES:,} "
+                                        f"open files, over this machine's hard limit of {hard:,}; use mqtt.hosts "
+                                        f">= {-(-n // room):,}")
+    ports = _ephemeral_ports()
+    if ports is not None and n > ports:
+        raise ConfigError("data.num_nodes", f"{n:,} emulated nodes need as many connections to the broker, over the "
+                                            f"{ports:,} ephemeral ports of this machine "
+                                            f"(/proc/sys/net/ipv4/ip_local_port_range)")
+
+
+def _ephemeral_ports() -> int | None:
+    try:
+        low, high = (int(x) for x in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        return None
+    return high - low + 1
+
+
+def _size(n: float) -> str:
+    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n / 1024:.0f} KiB"
