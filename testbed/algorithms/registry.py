@@ -41,6 +41,8 @@ class BuildContext:
         num_nodes: N of the whole run (a board's data holds only its own node).
         seed: the run's seed.
         delta: the privacy δ of ``[privacy]``.
+        straggler_p: the ``[stragglers]`` Bernoulli p (0 for the other straggler models), for
+            algorithms that correct for stragglers (ACFL's 1/(1−p)).
     """
 
     model: "Model"
@@ -48,6 +50,7 @@ class BuildContext:
     num_nodes: int
     seed: int
     delta: float
+    straggler_p: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -113,7 +116,8 @@ def build(config: "Config", model: "Model", data: "FederatedData") -> "Algorithm
     """The algorithm ``config.run.algorithm`` names, built for ``model`` and ``data``."""
     reg = get(config.run.algorithm)
     ctx = BuildContext(model=model, data=data, num_nodes=config.data.num_nodes, seed=config.run.seed,
-                       delta=config.privacy.delta)
+                       delta=config.privacy.delta,
+                       straggler_p=config.stragglers.p if config.stragglers.model == "bernoulli" else 0.0)
     return reg.build(sections_of(config, reg), ctx)
 
 
