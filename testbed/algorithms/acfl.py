@@ -174,7 +174,10 @@ class Acfl:
         self.encoding, self.weights, self.alpha = encoding, weights, alpha
         self.beta, self.model_bound, self.all_straggle = beta, model_bound, all_straggle
         self.features, self.outputs = model.features, model.outputs
-        self._grams: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        # The nodes' XᵀX and XᵀY, row self._row[node] (only the nodes this process holds).
+        self._row: dict[int, int] = {}
+        self._gram_x = np.zeros((0, self.features, self.features))
+        self._gram_y = np.zeros((0, self.features, self.outputs))
 
     # --- what the contract asks -------------------------------------------------------------
 
@@ -242,15 +245,17 @@ class Acfl:
     def grams(self, train: Split, node_ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
         """(XᵀX (M, D, D), XᵀY (M, D, o)) of each node, computed once per node (a node's data is
         fixed for the run) and kept: each gradient is then (XᵀX) W − XᵀY, eq. (7) regrouped."""
-        missing = [i for i, n in enumerate(node_ids) if int(n) not in self._grams]
+        missing = [i for i, n in enumerate(node_ids) if int(n) not in self._row]
         if missing:
             x, y = padded(train.select(missing) if len(missing) < len(node_ids) else train, self._targets)
             x = self.model.design(x)
             xt = x.transpose(0, 2, 1)
-            for i, a, b in zip(missing, xt @ x, xt @ y):
-                self._grams[int(node_ids[i])] = (a, b)
-        pairs = [self._grams[int(n)] for n in node_ids]
-        return np.stack([a for a, _ in pairs]), np.stack([b for _, b in pairs])
+            for i in missing:
+                self._row[int(node_ids[i])] = len(self._row)
+            self._gram_x = np.concatenate([self._gram_x, xt @ x])
+            self._gram_y = np.concatenate([self._gram_y, xt @ y])
+        rows = [self._row[int(n)] for n in node_ids]
+        return self._gram_x[rows], self._gram_y[rows]
 
     def _targets(self, y: np.ndarray) -> np.ndarray:
         return self.model.targets(y)
@@ -413,3 +418,62 @@ def plan(config: Any, model: LinearRegression, data: Any) -> tuple[Any, dict]:
 
 
 REGISTRATION = Registration(name="acfl", sections={"acfl": AcflSection}, build=build, check=check, plan=plan)
+
+
+def bernoulli_answered(seed: int, p: float, num_nodes: int, iterations: int) -> np.ndarray:
+    """(T, N) bool: who answers each iteration under ``[stragglers] model = "bernoulli"``, the very
+    draws of :func:`testbed.stragglers.draw_stragglers` (node i's uniform from
+    ``stream(seed, i, r, STRAGGLER)``), so an in-memory run sees the stragglers `testbed run` sees."""
+    u = np.array([[stream(seed, i, r, Purpose.STRAGGLER).random() for i in range(num_nodes)]
+                  for r in range(iterations)])
+    return u >= p
+
+
+def trajectory(alg: Acfl, data: Any, *, seed: int, answered: np.ndarray, params0: np.ndarray) -> dict[str, np.ndarray]:
+    """Setup, then one iteration per row of ``answered``, in memory: the algorithm's own steps as
+    the sim runner calls them, without ledger, budgets or files (for experiments and benchmarks;
+    the same seed gives the same W as ``testbed run``).
+
+    Args:
+        alg: the algorithm. data: every node's data (FederatedData). seed: the run's seed.
+        answered: (T, N) bool, the non-stragglers of each iteration. params0: (P,) W₀.
+    Returns:
+        "loss" (T + 1,): f(W_t) of eq. (1), the sum over every node's training rows, t = 0..T;
+        "alpha" (T,): α_t; "W" (D, o): W_T.
+
+    Example::
+
+        >>> from testbed.models import LinearRegression
+        >>> from testbed.data.regression import make_regression
+        >>> data = make_regression(num_nodes=3, samples_per_node=20, dim=2, outputs=2, seed=0)
+        >>> alg = Acfl(LinearRegression(2, 2), num_nodes=3, iterations=4, lr=1e-2, sigma1_sq=1.0,
+        ...            sigma2_sq=1.0, straggler_p=0.2)
+        >>> out = trajectory(alg, data, seed=0, answered=np.ones((4, 3), bool), params0=np.zeros(4))
+        >>> out["loss"].shape, bool(out["loss"][-1] < out["loss"][0])
+        ((5,), True)
+    """
+    ids = tuple(data.node_ids)
+    n = len(ids)
+    setup_ctx = RoundContext(SETUP_ROUND, seed, n, ids).closed(ids)
+    state = alg.init_state(params0)
+    state = alg.server_setup(state, alg.setup_step(data.train, ids, setup_ctx), setup_ctx).state
+    a, b = alg.grams(data.train, ids)
+    a_sum, b_sum = a.sum(axis=0), b.sum(axis=0)
+    y = alg.model.targets(data.train.y)
+    yy = float(np.einsum("no,no->", y, y))
+
+    def loss(w: np.ndarray) -> float:  # eq. (1): ½ Σ_i ‖X_i W − Y_i‖², from the Grams
+        return 0.5 * float(np.einsum("do,do->", w, a_sum @ w)) - float(np.einsum("do,do->", w, b_sum)) + 0.5 * yy
+
+    losses, alphas = [loss(state["W"])], []
+    every = np.arange(n)
+    for r, mask in enumerate(np.asarray(answered, dtype=bool)):
+        heard = tuple(int(ids[i]) for i in every[mask])
+        ctx = RoundContext(r, seed, n, heard).closed(heard)
+        train = data.train if len(heard) == n else data.train.select(list(every[mask]))
+        result = alg.node_step(alg.downlink(state, ctx, heard), train, heard, ctx) if heard \
+            else NodeResult((), {})
+        state = alg.server_step(state, result, ctx).state
+        losses.append(loss(state["W"]))
+        alphas.append(float(state["alpha"][0]))
+    return {"loss": np.array(losses), "alpha": np.array(alphas), "W": state["W"]}
