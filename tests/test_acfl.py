@@ -365,10 +365,11 @@ def test_config_errors_name_the_key(extra, key):
 
 
 def test_linear_model_required_and_mi_budget_refused_before_round_1(tmp_path):
-    with pytest.raises(ConfigError) as info:
-        load_config_text(BASE.replace('kind = "linear"', 'kind = "logistic"'))
-    assert info.value.key == "model.kind"
     from testbed.runner import run_experiment
+
+    with pytest.raises(ConfigError) as info:
+        run_experiment(load_config_text(BASE.replace('kind = "linear"', 'kind = "logistic"')), out_dir=tmp_path / "l")
+    assert info.value.key == "model.kind"
 
     config = load_config_text(BASE + "[acfl]\niterations = 2\n[budget]\nmi_epsilon = 1.0\n")
     with pytest.raises(ConfigError) as info:

@@ -378,11 +378,18 @@ class Acfl:
                                  "sent each iteration are not covered (the paper's scope)"}
 
 
+def _linear(model: Any) -> LinearRegression:
+    """The model, if it is the linear regression ACFL trains (checked when the run is built, so a
+    bare ``[run] algorithm = "acfl"`` still loads and writes its config)."""
+    if not isinstance(model, LinearRegression):
+        raise ConfigError("model.kind", f'ACFL trains a linear regression: set model.kind = "linear", not '
+                                        f'"{model.name}"')
+    return model
+
+
 def build(sections: dict[str, Any], ctx: BuildContext) -> Acfl:
     a: AcflSection = sections["acfl"]
-    model = ctx.model
-    if not isinstance(model, LinearRegression):
-        raise ConfigError("model.kind", f'ACFL trains a linear regression: set model.kind = "linear", not {model.name!r}')
+    model = _linear(ctx.model)
     s1, s2 = a.noise(model.features, model.outputs)
     return Acfl(model, num_nodes=ctx.num_nodes, iterations=a.iterations, lr=a.lr, lr_schedule=a.lr_schedule,
                 strong_convexity=a.strong_convexity, sigma1_sq=s1, sigma2_sq=s2,
@@ -392,10 +399,7 @@ def build(sections: dict[str, Any], ctx: BuildContext) -> Acfl:
 
 
 def check(config: Any) -> None:
-    """Cross-section constraints: the linear model and a straggler p to rescale with."""
-    if config.model.kind != "linear":
-        raise ConfigError("model.kind", f'ACFL trains a linear regression: set model.kind = "linear", not '
-                                        f'"{config.model.kind}"')
+    """Cross-section constraints: a straggler p to rescale with."""
     a: AcflSection = config.acfl
     if a.straggler_p is None and a.rescale == "configured" and config.stragglers.model == "deadline":
         raise ConfigError("acfl.straggler_p", 'give the p to rescale deadline stragglers with, or set '
@@ -407,6 +411,7 @@ def plan(config: Any, model: LinearRegression, data: Any) -> tuple[Any, dict]:
     (the setup spends it before round 1, so a budget it breaks stops the run here), for the
     summary's ``plan``."""
     a: AcflSection = config.acfl
+    model = _linear(model)
     s1, s2 = a.noise(model.features, model.outputs)
     eps = theory.scfl_epsilon(s1) if a.encoding == "projection" else theory.mi_epsilon(model.features, model.outputs,
                                                                                        s1, s2)
