@@ -391,3 +391,33 @@ def test_a_run_records_the_upload_and_its_mi_epsilon_per_node(tmp_path):
     setup = [e for e in read_ledger(tmp_path / "r" / "ledger.csv") if e.round == SETUP_ROUND]
     assert sorted(e.kind for e in setup if e.node == 0) == ["communication", "mutual_info"]
     assert [e.bytes_up for e in setup if e.kind == "communication"] == [8 * (9 + 6)] * 4  # Remark 1
+
+
+# CLI ---------------------------------------------------------------------------------------------
+
+def _cli_json(capsys, argv):
+    import json
+
+    from testbed.cli import main
+
+    assert main(argv + ["--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_cli_privacy_acfl_both_ways(capsys):
+    out = _cli_json(capsys, ["privacy", "acfl", "--dim", "10", "--outputs", "10", "--sigma1-sq", "1", "--sigma2-sq", "1"])
+    assert out["epsilon"] == pytest.approx(14.5 * math.log(2), rel=1e-12) and out["sigma1_sq"] == out["sigma2_sq"] == 1
+    out = _cli_json(capsys, ["privacy", "acfl", "--dim", "10", "--outputs", "10", "--epsilon", "5", "--ratio", "2"])
+    assert out["epsilon"] == pytest.approx(5.0, rel=1e-9) and out["sigma2_sq"] == pytest.approx(2 * out["sigma1_sq"])
+    from testbed.cli import main
+
+    assert main(["privacy", "acfl", "--dim", "10", "--outputs", "10", "--sigma1-sq", "1"]) == 2
+    assert "--sigma2-sq" in capsys.readouterr().err
+
+
+def test_cli_plan_acfl_reproduces_fig1(capsys):
+    out = _cli_json(capsys, ["plan", "acfl", "--dim", "100", "--outputs", "10", "--sigma1-sq", "0.01", "--sigma2-sq",
+                             "0.01", "--nodes", "5", "--straggler-p", "0.1", "--beta", "10", "--model-bound", "1",
+                             "--strong-convexity", "1", "--iterations", "1000"])
+    assert abs(out["alpha"] - 0.5025) <= 5e-5 and abs(out["bound"] - 10.1106) <= 5e-5
+    assert abs(out["epsilon"] - 482.28) <= 5e-3
