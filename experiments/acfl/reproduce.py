@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -300,7 +301,8 @@ def main() -> None:
     args = parser.parse_args()
     if "TESTBED_DATA" not in os.environ and SHARED_ADULT.exists():
         os.environ["TESTBED_DATA"] = str(SHARED_ADULT)
-    OUT.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(OUT, ignore_errors=True)  # this script's own runs, redone
+    OUT.mkdir(parents=True)
     f1 = fig1()
     f3 = fig3(args.seeds, args.iterations)
     plot_runs(HERE / "fig3.png", [(f"(a) p = {p}", {f"{name} σ² = {s:g}": (f3[p, s, name], ("-" if name == "ACFL" else "--"))
