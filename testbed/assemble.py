@@ -23,6 +23,8 @@ def load_data(d: DataSection, seed: int, nodes: Sequence[int] | None = None, pat
     if d.dataset == "synthetic":
         options = dict(num_nodes=d.num_nodes, samples_per_node=d.samples_per_node, dim=d.dim,
                        n_classes=d.n_classes, heterogeneity=d.heterogeneity)
+    elif d.dataset == "regression":
+        options = dict(num_nodes=d.num_nodes, samples_per_node=d.samples_per_node, dim=d.dim, outputs=d.outputs)
     elif d.dataset.startswith("adult"):
         options = dict(include_education=d.include_education, numeric=d.numeric)
         if d.dataset == "adult-2":

@@ -44,6 +44,8 @@ class Budgets:
         cost_units: DP-PASGD's abstract resource budget C_th (c1 per round + c2 per step, eq. 10c).
         bytes: payload bytes up plus down.
         energy_j: compute plus radio energy.
+        mi_epsilon: ε-MI-DP in nats (MutualInfoEvent, e.g. ACFL's coded data set), summed over the
+            node's MI events; apart from ``epsilon``, never composed with (ε, δ).
     """
 
     epsilon: float | None = None
@@ -52,6 +54,7 @@ class Budgets:
     cost_units: float | None = None
     bytes: float | None = None
     energy_j: float | None = None
+    mi_epsilon: float | None = None
 
     # A budget met exactly is not exceeded; the tolerance absorbs float sums like 9 × 110.0.
     _slack = 1e-9
@@ -59,7 +62,8 @@ class Budgets:
     @property
     def any(self) -> bool:
         """Whether any budget is set (none: nothing to check before a round)."""
-        return any(v is not None for v in (self.epsilon, self.cost_units, self.bytes, self.energy_j))
+        return any(v is not None for v in (self.epsilon, self.cost_units, self.bytes, self.energy_j,
+                                                  self.mi_epsilon))
 
     def would_exceed(self, ledger: NodeLedger, events: Iterable[Event]) -> Exceeded | None:
         """The first budget that ``events`` would break if appended to ``ledger``, else None.
@@ -75,6 +79,7 @@ class Budgets:
             ("cost_units", totals.cost_units, self.cost_units),
             ("bytes", totals.bytes_total, self.bytes),
             ("energy_j", energy_j, self.energy_j),
+            ("mi_epsilon", totals.mi_epsilon_nats, self.mi_epsilon),
         )
         for name, value, limit in checks:
             if limit is not None and value > limit * (1 + self._slack):
@@ -89,4 +94,5 @@ class Budgets:
 def budgets_from_config(budget: "BudgetSection", privacy: "PrivacySection") -> Budgets:
     """The per-node budgets of an experiment's ``[budget]`` and ``[privacy]`` sections."""
     return Budgets(epsilon=budget.epsilon, delta=privacy.delta, accountant=privacy.accountant,
-                   cost_units=budget.cost_units, bytes=budget.bytes, energy_j=budget.energy_j)
+                   cost_units=budget.cost_units, bytes=budget.bytes, energy_j=budget.energy_j,
+                   mi_epsilon=budget.mi_epsilon)

@@ -50,7 +50,7 @@ class RunSection(Section):
 
 
 class DataSection(Section):
-    dataset: Literal["synthetic", "adult-1", "adult-2", "vehicle-1", "vehicle-2"] = "synthetic"
+    dataset: Literal["synthetic", "adult-1", "adult-2", "vehicle-1", "vehicle-2", "regression"] = "synthetic"
     path: str | None = None
     """The data file or its folder (else $TESTBED_DATA, the cache, or a download)."""
     num_nodes: Positive[int] = 16
@@ -58,6 +58,8 @@ class DataSection(Section):
     dim: Positive[int] = 100
     n_classes: int = Field(2, ge=2)
     heterogeneity: NonNegative[float] = 0.0
+    outputs: Positive[int] = 10
+    """regression: o, the target columns (the ACFL paper's multi-output linear regression)."""
     include_education: bool = False
     numeric: bool = False
     scaling: Literal["per_node", "public_bound", "pooled"] = "per_node"
@@ -66,7 +68,8 @@ class DataSection(Section):
 
 
 class ModelSection(Section):
-    kind: Literal["logistic", "svm", "mlp"] = "logistic"
+    kind: Literal["logistic", "svm", "mlp", "linear"] = "logistic"
+    """"linear": multi-output least squares (ACFL), on one-hot labels for a classification set."""
     bias: bool = True
     hidden: Positive[int] = 32
 
@@ -93,6 +96,8 @@ class BudgetSection(Section):
     bytes: Positive[float] | None = None
     energy_j: Positive[float] | None = None
     """Forecast from the node's costliest round."""
+    mi_epsilon: Positive[float] | None = None
+    """ε-MI-DP in nats (ACFL's coded data set, Theorem 1); never composed with epsilon."""
 
 
 class NodesSection(Section):

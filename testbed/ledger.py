@@ -126,8 +126,23 @@ class StraggleEvent:
     kind = "straggle"
 
 
-Event = Union[ComputeEvent, CommunicationEvent, GaussianEvent, StraggleEvent]
-EVENT_TYPES = {cls.kind: cls for cls in (ComputeEvent, CommunicationEvent, GaussianEvent, StraggleEvent)}
+@dataclass(frozen=True)
+class MutualInfoEvent:
+    """A release whose privacy is ε-MI-DP (Cuff and Yu): sup I(Z_jk; release | Z^-jk) <= ``epsilon_nats``,
+    in nats, per entry of the node's data (ACFL's one-time coded data set, Theorem 1). Its own kind
+    with its own budget (``budget.mi_epsilon``): never composed with (ε, δ) events; several add up
+    (the chain rule of mutual information, conservative)."""
+
+    node: int
+    round: int
+    epsilon_nats: float
+
+    kind = "mutual_info"
+
+
+Event = Union[ComputeEvent, CommunicationEvent, GaussianEvent, StraggleEvent, MutualInfoEvent]
+EVENT_TYPES = {cls.kind: cls for cls in (ComputeEvent, CommunicationEvent, GaussianEvent, StraggleEvent,
+                                         MutualInfoEvent)}
 
 
 @dataclass
@@ -143,6 +158,7 @@ class Totals:
     airtime_s: float = 0.0
     energy_j: float = 0.0
     rounds_straggled: int = 0
+    mi_epsilon_nats: float = 0.0
 
     def add(self, event: Event) -> None:
         if isinstance(event, ComputeEvent):
@@ -159,6 +175,8 @@ class Totals:
             self.energy_j += event.energy_j
         elif isinstance(event, StraggleEvent):
             self.rounds_straggled += 1
+        elif isinstance(event, MutualInfoEvent):
+            self.mi_epsilon_nats += event.epsilon_nats
 
     @property
     def bytes_total(self) -> int:
@@ -402,6 +420,7 @@ FIELD_RULES: dict[str, FieldRule] = {
     "observer": FieldRule(str, choices=OBSERVERS),
     "issuer": FieldRule(str, choices=ISSUERS),
     "reason": FieldRule(str, choices=STRAGGLE_REASONS),
+    "epsilon_nats": FieldRule(float, low=0.0, high=ABSURD),
 }
 _FIELDS = {kind: tuple(f.name for f in dataclasses.fields(cls)) for kind, cls in EVENT_TYPES.items()}
 _COLUMNS = frozenset(LEDGER_COLUMNS)

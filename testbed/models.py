@@ -284,9 +284,101 @@ class MLP:
         return _cross_entropy(logits, y), logits.argmax(axis=-1) == y
 
 
-Model = LogisticRegression | LinearSVM | MLP
+@dataclass(frozen=True)
+class LinearRegression:
+    """Multi-output linear regression (ACFL's model, acfl.md §1.2): predictions x W, W (D × o), the
+    sum-form squared loss ½‖x W − y‖² per sample (eq. 1 of the ACFL paper is its sum over samples
+    and devices). Classification runs as least squares on one-hot labels.
 
-MODEL_KINDS = ("logistic", "svm", "mlp")
+    Features: x itself, then a constant 1 if ``bias`` (D = d + 1), so |entries| ≤ 1 still holds
+    (ACFL's Assumption 1). Targets (:meth:`targets`): float y (N, o) as given, integer class
+    labels y (N,) as one-hot rows of o = ``outputs`` columns.
+
+    ``correct`` (what the runner reports as accuracy): for class labels, argmax of the prediction
+    is the label; for real targets, ‖x W − y‖₂ ≤ ``tolerance`` · ‖y‖₂ (10 % relative error by default).
+
+    The gradient is unbounded (it grows with ‖W‖): ``lipschitz_bound`` is inf.
+
+    Example::
+
+        >>> m = LinearRegression(dim=2, outputs=3, bias=False)
+        >>> params = np.zeros((1, m.num_params))
+        >>> x = np.ones((1, 4, 2)); y = np.ones((1, 4, 3)); w = np.ones((1, 4))
+        >>> loss, grad = m.loss_and_grad(params, x, y, w)
+        >>> float(loss[0]), grad.reshape(2, 3).tolist()[0]
+        (6.0, [-4.0, -4.0, -4.0])
+    """
+
+    dim: int
+    outputs: int
+    bias: bool = False
+    init_high: float = 1.0 / 30.0
+    tolerance: float = 0.1
+
+    name = "linear"
+
+    @property
+    def features(self) -> int:
+        """D, the width of the design matrix."""
+        return self.dim + (1 if self.bias else 0)
+
+    @property
+    def num_params(self) -> int:
+        return self.features * self.outputs
+
+    @property
+    def lipschitz_bound(self) -> float:
+        return math.inf
+
+    def init(self, rng: np.random.Generator | None) -> np.ndarray:
+        """W₀ with entries U[0, ``init_high``] (the ACFL paper's Sec. V: U[0, 1/30]); zeros without a
+        generator. Shape (P,), W row-major."""
+        return np.zeros(self.num_params) if rng is None else rng.uniform(0.0, self.init_high, self.num_params)
+
+    def design(self, x: np.ndarray) -> np.ndarray:
+        """(..., d) → (..., D): the features, with a trailing 1 if ``bias``."""
+        if not self.bias:
+            return x
+        return np.concatenate([x, np.ones(x.shape[:-1] + (1,))], axis=-1)
+
+    def targets(self, y: np.ndarray) -> np.ndarray:
+        """(..., o) float targets as they are; (...) integer class labels → (..., o) one-hot."""
+        if np.issubdtype(y.dtype, np.integer):
+            return (y[..., None] == np.arange(self.outputs)).astype(np.float64)
+        return y
+
+    def matrix(self, params: np.ndarray) -> np.ndarray:
+        """(..., P) → (..., D, o)."""
+        return params.reshape(params.shape[:-1] + (self.features, self.outputs))
+
+    def loss_and_grad(self, params: np.ndarray, x: np.ndarray, y: np.ndarray, weights: np.ndarray,
+                      clip_norm: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """params (M, P), x (M, B, d), y (M, B, o) or (M, B) int, weights (M, B) → loss (M,) =
+        Σ_n w_n ½‖x_n W − y_n‖², grad (M, P) = Xᵀ diag(w) (X W − Y). No clipping (``clip_norm``
+        must be None: ACFL does not clip)."""
+        if clip_norm is not None:
+            raise ValueError("the linear regression model does not clip")
+        xd = self.design(x)
+        resid = xd @ self.matrix(params) - self.targets(y)
+        loss = 0.5 * np.einsum("mbo,mbo,mb->m", resid, resid, weights)
+        grad = xd.transpose(0, 2, 1) @ (resid * weights[..., None])
+        return loss, grad.reshape(params.shape)
+
+    def loss_and_correct(self, params: np.ndarray, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """One model on many samples: params (P,), x (N, d), y (N, o) or (N,) int → loss (N,) =
+        ½‖x W − y‖², correct (N,) bool (see the class docstring)."""
+        pred = self.design(x) @ self.matrix(params)
+        target = self.targets(y)
+        resid = pred - target
+        sq = np.einsum("no,no->n", resid, resid)
+        if np.issubdtype(y.dtype, np.integer):
+            return 0.5 * sq, pred.argmax(axis=-1) == y
+        return 0.5 * sq, sq <= self.tolerance**2 * np.einsum("no,no->n", target, target)
+
+
+Model = LogisticRegression | LinearSVM | MLP | LinearRegression
+
+MODEL_KINDS = ("logistic", "svm", "mlp", "linear")
 
 
 def build_model(kind: str, dim: int, n_classes: int, *, bias: bool = True, hidden: int = 32) -> Model:
@@ -297,4 +389,6 @@ def build_model(kind: str, dim: int, n_classes: int, *, bias: bool = True, hidde
         return LinearSVM(dim, n_classes, bias)
     if kind == "mlp":
         return MLP(dim, n_classes, hidden)
+    if kind == "linear":  # n_classes: the outputs o (a regression set's target columns, or the classes)
+        return LinearRegression(dim, n_classes, bias)
     raise ValueError(f"unknown model {kind!r}; choose one of {', '.join(MODEL_KINDS)}")

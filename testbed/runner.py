@@ -343,6 +343,7 @@ def _summary(run: Run) -> dict[str, Any]:
             "delta": budgets.delta, "cost_units": t.cost_units, "local_steps": t.local_steps,
             "rounds": t.rounds, "rounds_straggled": t.rounds_straggled, "bytes_up": t.bytes_up,
             "bytes_down": t.bytes_down, "energy_j": t.energy_j, "compute_s": t.compute_s,
+            "mi_epsilon_nats": t.mi_epsilon_nats,
         }
     reg = registry.get(config.run.algorithm)
     stopped = run.stopped
@@ -356,7 +357,8 @@ def _summary(run: Run) -> dict[str, Any]:
                                                "validation_accuracy")},
         "nodes": nodes,
         "budgets": {"epsilon": budgets.epsilon, "delta": budgets.delta, "accountant": budgets.accountant,
-                    "cost_units": budgets.cost_units, "bytes": budgets.bytes, "energy_j": budgets.energy_j},
+                    "cost_units": budgets.cost_units, "bytes": budgets.bytes, "energy_j": budgets.energy_j,
+                    "mi_epsilon": budgets.mi_epsilon},
         "stopped": None if stopped is None else {"node": stopped.node, "budget": stopped.budget,
                                                   "would_be": stopped.would_be, "limit": stopped.limit},
         "privacy": {"accountant": budgets.accountant, "tight_accountant": config.privacy.tight_accountant,

@@ -43,6 +43,8 @@ class BuildContext:
         delta: the privacy δ of ``[privacy]``.
         mcu_nodes: the nodes that are microcontroller boards (``[nodes] mcu``): an algorithm that
             can run on one emulates its arithmetic for them, so sim gives the boards' numbers.
+        straggler_p: the ``[stragglers]`` Bernoulli p (0 for the other straggler models), for
+            algorithms that correct for stragglers (ACFL's 1/(1−p)).
     """
 
     model: "Model"
@@ -51,6 +53,7 @@ class BuildContext:
     seed: int
     delta: float
     mcu_nodes: frozenset[int] = frozenset()
+    straggler_p: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -116,7 +119,8 @@ def build(config: "Config", model: "Model", data: "FederatedData") -> "Algorithm
     """The algorithm ``config.run.algorithm`` names, built for ``model`` and ``data``."""
     reg = get(config.run.algorithm)
     ctx = BuildContext(model=model, data=data, num_nodes=config.data.num_nodes, seed=config.run.seed,
-                       delta=config.privacy.delta, mcu_nodes=frozenset(config.nodes.mcu))
+                       delta=config.privacy.delta, mcu_nodes=frozenset(config.nodes.mcu),
+                       straggler_p=config.stragglers.p if config.stragglers.model == "bernoulli" else 0.0)
     return reg.build(sections_of(config, reg), ctx)
 
 

@@ -64,6 +64,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         dp.add_argument("--" + key.replace("_", "-"), type=float, help=f"{symbol} (default: [plan], else estimated)")
     dp.add_argument("--json", action="store_true", help="print the plan as JSON")
     dp.set_defaults(handler=_plan_dp_pasgd)
+    from testbed.cli.acfl import register_plan
+
+    register_plan(psub)
 
 
 def _overrides(args: argparse.Namespace, raw: dict) -> list[str]:

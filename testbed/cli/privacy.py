@@ -13,6 +13,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     psub = privacy.add_subparsers(dest="algorithm", required=True)
     _register_dp_pasgd(psub)
     _register_dwfl(psub)
+    from testbed.cli.acfl import register_privacy
+
+    register_privacy(psub)
 
 
 def _register_dp_pasgd(psub: argparse._SubParsersAction) -> None:

@@ -21,7 +21,7 @@ from testbed.data.split import SCALINGS, check_scaling
 from testbed.errors import DataError
 
 #: Valid dataset names.
-DATASETS = ("synthetic", "adult-1", "adult-2", "vehicle-1", "vehicle-2")
+DATASETS = ("synthetic", "adult-1", "adult-2", "vehicle-1", "vehicle-2", "regression")
 
 __all__ = ["DATASETS", "SCALINGS", "FederatedData", "Split", "load_dataset"]
 
@@ -32,6 +32,10 @@ def _loader(name: str) -> Callable[..., FederatedData]:
         from testbed.data.synthetic import make_logistic
 
         return make_logistic
+    if name == "regression":
+        from testbed.data.regression import make_regression
+
+        return make_regression
     if name.startswith("adult-"):
         from testbed.data.adult import load_adult
 
@@ -64,7 +68,8 @@ def load_dataset(name: str, *, seed: int, path: str | None = None, scaling: str 
         The loader's own options: :func:`testbed.data.synthetic.make_logistic` (num_nodes,
         samples_per_node, dim, n_classes, heterogeneity, nodes, bayes_accuracy),
         :func:`testbed.data.adult.load_adult` (include_education, numeric, num_nodes, nodes) or
-        :func:`testbed.data.vehicle.load_vehicle` (num_nodes, nodes). ``nodes``: only these node
+        :func:`testbed.data.vehicle.load_vehicle` (num_nodes, nodes) or
+        :func:`testbed.data.regression.make_regression` (num_nodes, samples_per_node, dim, outputs, nodes). ``nodes``: only these node
         ids, e.g. a board's own (identical to selecting them from the whole federation under
         "per_node" and "public_bound").
 
@@ -79,9 +84,9 @@ def load_dataset(name: str, *, seed: int, path: str | None = None, scaling: str 
         raise DataError(f"unknown dataset {name!r}; valid: {', '.join(DATASETS)}")
     check_scaling(scaling)
     loader = _loader(name)
-    if name == "synthetic":
+    if name in ("synthetic", "regression"):
         if path is not None:
-            raise DataError(f"the synthetic dataset is generated and reads no file, but data.path={path} is set")
+            raise DataError(f"the {name} dataset is generated and reads no file, but data.path={path} is set")
     else:
         options["path"] = path
     params = inspect.signature(loader).parameters
