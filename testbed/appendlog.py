@@ -70,8 +70,9 @@ class AppendLog:
     Opening an existing file hashes what it holds (once); the file must end with a whole line.
     """
 
-    def __init__(self, path: Path, header: str):
+    def __init__(self, path: Path, header: str, sync: bool = True):
         self.path = Path(path)
+        self.sync = sync
         self._hash = hashlib.sha256()
         self.rows = 0
         self.size_bytes = 0
@@ -101,10 +102,11 @@ class AppendLog:
         self.size_bytes += len(data)
 
     def mark(self) -> Mark:
-        """What the file holds now, synced to disk first: a checkpoint that marks it may be relied on
-        to find at least that much after a power cut."""
+        """What the file holds now, flushed (and, with ``sync``, on disk: a checkpoint that marks it
+        may then be relied on to find at least that much after a power cut, not only after a kill)."""
         self._file.flush()
-        os.fsync(self._file.fileno())
+        if self.sync:
+            os.fsync(self._file.fileno())
         return Mark(self.rows, self.size_bytes, self._hash.hexdigest())
 
     def close(self) -> None:
@@ -149,10 +151,11 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def write_atomic(path: Path, data: bytes | Callable[[BinaryIO], None]) -> None:
+def write_atomic(path: Path, data: bytes | Callable[[BinaryIO], None], sync: bool = True) -> None:
     """Replace ``path`` by ``data`` (bytes, or a function writing to a binary file) so a reader or a
-    crash sees the old file or the new, never half: a temporary file beside it, fsync, os.replace,
-    fsync of the directory (the rename's record)."""
+    killed process sees the old file or the new, never half: a temporary file beside it, then
+    os.replace. With ``sync`` the file and the directory (the rename's record) are fsynced too, so
+    a power cut cannot leave half either."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
     with open(tmp, "wb") as f:
@@ -161,8 +164,11 @@ def write_atomic(path: Path, data: bytes | Callable[[BinaryIO], None]) -> None:
         else:
             f.write(data)
         f.flush()
-        os.fsync(f.fileno())
+        if sync:
+            os.fsync(f.fileno())
     os.replace(tmp, path)
+    if not sync:
+        return
     try:
         fd = os.open(path.parent, os.O_RDONLY)
     except OSError:  # a platform without directory fds: the rename is still atomic

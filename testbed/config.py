@@ -154,6 +154,9 @@ class MqttSection(Section):
 class OutputSection(Section):
     dir: str = "runs"
     figures: bool = True
+    sync: bool = False
+    """fsync the checkpoint, ledger and metrics every round, so a power cut (not only a killed
+    process, which atomic writes already cover) leaves a resumable run; costs milliseconds a round."""
 
 
 #: The run-wide sections, in file order; the algorithms' own come after ``budget``.

@@ -334,11 +334,11 @@ class LedgerWriter:
         1
     """
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, sync: bool = True):
         buf = io.StringIO()
         csv.writer(buf).writerow(LEDGER_COLUMNS)
         try:
-            self._log = AppendLog(Path(path), header=buf.getvalue())
+            self._log = AppendLog(Path(path), header=buf.getvalue(), sync=sync)
         except ValueError as exc:
             raise UserError(f"{path}: {exc}") from None
 

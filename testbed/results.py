@@ -95,8 +95,9 @@ class RunDirectory:
         1
     """
 
-    def __init__(self, path: Path, *, _resumed: "Checkpoint | None" = None):
+    def __init__(self, path: Path, *, sync: bool = True, _resumed: "Checkpoint | None" = None):
         self.path = Path(path)
+        self.sync = sync
         metrics = self.path / "metrics.csv"
         if _resumed is None and metrics.exists():
             raise UserError(f"{self.path} already holds a run; choose another --out, or --resume it")
@@ -106,13 +107,13 @@ class RunDirectory:
         csv.writer(header).writerow(METRIC_COLUMNS)
         try:
             self.path.mkdir(parents=True, exist_ok=True)
-            self._metrics = AppendLog(metrics, header=header.getvalue())
+            self._metrics = AppendLog(metrics, header=header.getvalue(), sync=sync)
         except OSError as exc:  # under /proc, under a regular file, read-only: one line, no traceback
             raise UserError(f"cannot write the run directory {self.path}: {exc.strerror or exc}") from None
 
     @classmethod
     def reopen(cls, path: Path, expected: StateSpec | None = None, max_rounds: int | None = None,
-               nodes: Collection[int] | None = None) -> "RunDirectory":
+               nodes: Collection[int] | None = None, sync: bool = True) -> "RunDirectory":
         """An existing run's directory, checked, to append to (``testbed run --resume``).
 
         Checks the checkpoint (digest, array names, shapes and dtypes against ``expected``, all
@@ -145,7 +146,7 @@ class RunDirectory:
         if metrics_cut:
             os.truncate(path / "metrics.csv", ckpt.metrics_mark.size_bytes)
             log.info("%s: dropped %s past the checkpoint", path / "metrics.csv", metrics_cut)
-        return cls(path, _resumed=ckpt)
+        return cls(path, sync=sync, _resumed=ckpt)
 
     def save_checkpoint(self, rounds_done: int, state: Mapping[str, np.ndarray], ledger_mark: LedgerMark) -> None:
         """The state after ``rounds_done`` rounds, replaced atomically (a kill leaves the old one).
@@ -162,7 +163,7 @@ class RunDirectory:
         if self._config_sha256 is None:
             self._config_sha256 = sha256_file(self.path / "config.toml")
         write_checkpoint(self.path / "checkpoint.npz", Checkpoint(
-            rounds_done, dict(state), ledger_mark, self._metrics.mark(), self._config_sha256))
+            rounds_done, dict(state), ledger_mark, self._metrics.mark(), self._config_sha256), sync=self.sync)
 
     def load_checkpoint(self, expected: StateSpec | None = None, max_rounds: int | None = None) -> Checkpoint:
         """The checked last checkpoint (see :meth:`reopen` for the checks); UserError naming
@@ -181,7 +182,7 @@ class RunDirectory:
         return self.path / "ledger.csv"
 
     def write_config(self, toml_text: str) -> None:
-        write_atomic(self.path / "config.toml", toml_text.encode())
+        write_atomic(self.path / "config.toml", toml_text.encode(), sync=self.sync)
         self._config_sha256 = hashlib.sha256(toml_text.encode()).hexdigest()
 
     def append_metrics(self, row: dict[str, Any]) -> None:
@@ -196,7 +197,7 @@ class RunDirectory:
             raise ValueError(f"summary lacks {missing} or has a bad status")
         body = {k: v for k, v in summary.items() if k != "sha256"}
         body["sha256"] = _summary_digest(body)
-        write_atomic(self.path / "summary.json", (json.dumps(body, indent=2) + "\n").encode())
+        write_atomic(self.path / "summary.json", (json.dumps(body, indent=2) + "\n").encode(), sync=self.sync)
 
     def close(self) -> None:
         self._metrics.close()
@@ -260,7 +261,7 @@ def _summary_digest(body: dict[str, Any]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def write_checkpoint(path: Path, ckpt: Checkpoint) -> None:
+def write_checkpoint(path: Path, ckpt: Checkpoint, sync: bool = True) -> None:
     """Write ``ckpt`` to ``path`` atomically: an npz of the arrays ("state.NAME") and a "meta" JSON
     (format, rounds_done, arrays' shapes and dtypes, file marks, config digest, and a sha256 over
     all of it and the arrays' bytes)."""
@@ -283,7 +284,7 @@ def write_checkpoint(path: Path, ckpt: Checkpoint) -> None:
     meta["sha256"] = _checkpoint_digest(meta, arrays)
     members = {_STATE_PREFIX + n: a for n, a in arrays.items()}
     members["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
-    write_atomic(path, lambda f: np.savez(f, **members))
+    write_atomic(path, lambda f: np.savez(f, **members), sync=sync)
 
 
 def _checkpoint_digest(meta: dict[str, Any], arrays: Mapping[str, np.ndarray]) -> str:

