@@ -43,6 +43,8 @@ EXPERIMENTS = {
     "dp_pasgd": '[dp_pasgd]\nsteps = 12\ntau = 2\nbatch = 8\nlr = 0.5\nsigma = 0.8\n',
     "dwfl": '[dwfl]\nrounds = 6\nbatch = 8\nlr = 0.2\nepsilon = 1.0\nfading = "none"\nc_scale = 0.6\n',
     "fedavg": '[fedavg]\nrounds = 6\nlocal_steps = 3\nbatch = 8\nlr = 0.5\n',
+    "padpfl": '[padpfl]\nrounds = 6\nuploads = 2\nlocal_steps = 3\nbatch = 8\nlr = 0.5\nclip = 2.0\nepsilon = 20.0\n'
+              'impact = "given"\nweights = [0.1, 0.2, 0.3, 0.2, 0.2]\n',
 }
 ALGORITHMS = registry.names()
 
