@@ -342,3 +342,36 @@ def test_a_min_samples_above_the_smallest_node_is_refused(tmp_path):
     with pytest.raises(ConfigError, match="under-noise") as info:
         run_experiment(config, out_dir=tmp_path / "r", quiet=True)
     assert info.value.key == "padpfl.min_samples"
+
+
+# ----------------------------------------------------------------------------- `testbed privacy padpfl`
+
+def test_privacy_cli_with_parts_gives_the_table_numbers(capsys):
+    import json
+
+    from testbed.cli import main
+
+    args = ["privacy", "padpfl", "--parts", "20:0,20:1,20:2", "--min-samples", "150", "--clip", "1", "--rounds", "30",
+            "--uploads", "5", "--epsilon", "5", "--delta", "0.01"]
+    assert main(args + ["--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    kappa = 2 * C / (150 * 5)
+    assert out["sigma_client"] == pytest.approx(5 * kappa, rel=1e-12)
+    assert out["sigma_server"] / kappa == pytest.approx(0.55277, abs=5e-6)
+    assert out["sigma_total"] == pytest.approx(kappa, rel=1e-12)  # σ_A = κ T max p = κ
+    assert out["c"] == pytest.approx(3.10751, abs=5e-6) and out["condition"] is True
+    assert main(args) == 0
+    assert "WARNING" in capsys.readouterr().out  # ε = 5 >= 1: warned, not refused
+
+
+def test_privacy_cli_equal_weights_zero_branch_and_bad_input(capsys):
+    import json
+
+    from testbed.cli import main
+
+    common = ["--min-samples", "150", "--clip", "1", "--rounds", "30", "--epsilon", "0.5", "--delta", "0.01", "--json"]
+    assert main(["privacy", "padpfl", "--weights", ",".join(["0.1"] * 10), "--uploads", "10"] + common) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["condition"], out["sigma_server"]) == (False, 0.0)  # T = 30 <= R sqrt(N) = 31.6
+    assert main(["privacy", "padpfl", "--weights", "0.5,0.4", "--uploads", "1"] + common) == 2
+    assert "sum to 0.9" in capsys.readouterr().err
