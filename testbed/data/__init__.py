@@ -21,7 +21,7 @@ from testbed.data.split import SCALINGS, check_scaling
 from testbed.errors import DataError
 
 #: Valid dataset names.
-DATASETS = ("synthetic", "adult-1", "adult-2", "vehicle-1", "vehicle-2")
+DATASETS = ("synthetic", "adult-1", "adult-2", "vehicle-1", "vehicle-2", "mnist", "digits")
 
 __all__ = ["DATASETS", "SCALINGS", "FederatedData", "Split", "load_dataset"]
 
@@ -36,6 +36,10 @@ def _loader(name: str) -> Callable[..., FederatedData]:
         from testbed.data.adult import load_adult
 
         return functools.partial(load_adult, name)
+    if name in ("mnist", "digits"):
+        from testbed.data.images import load_images
+
+        return functools.partial(load_images, name)
     from testbed.data.vehicle import load_vehicle
 
     return functools.partial(load_vehicle, name)
@@ -64,7 +68,9 @@ def load_dataset(name: str, *, seed: int, path: str | None = None, scaling: str 
         The loader's own options: :func:`testbed.data.synthetic.make_logistic` (num_nodes,
         samples_per_node, dim, n_classes, heterogeneity, nodes, bayes_accuracy),
         :func:`testbed.data.adult.load_adult` (include_education, numeric, num_nodes, nodes) or
-        :func:`testbed.data.vehicle.load_vehicle` (num_nodes, nodes). ``nodes``: only these node
+        :func:`testbed.data.vehicle.load_vehicle` (num_nodes, nodes) or
+        :func:`testbed.data.images.load_images` (num_nodes, samples_per_node, parts, part_samples,
+        part_noise, nodes). ``nodes``: only these node
         ids, e.g. a board's own (identical to selecting them from the whole federation under
         "per_node" and "public_bound").
 
@@ -82,6 +88,9 @@ def load_dataset(name: str, *, seed: int, path: str | None = None, scaling: str 
     if name == "synthetic":
         if path is not None:
             raise DataError(f"the synthetic dataset is generated and reads no file, but data.path={path} is set")
+    elif name == "digits":
+        if path is not None:
+            raise DataError(f"the digits data set comes with scikit-learn and reads no file, but data.path={path} is set")
     else:
         options["path"] = path
     params = inspect.signature(loader).parameters
