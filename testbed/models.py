@@ -268,10 +268,13 @@ class MLP:
         hid, logits = self._forward(params, x)
         loss, resid = _softmax_residual(logits, y)
         back = (resid @ w2.transpose(0, 2, 1)) * ((1.0 - hid**2) if self.activation == "tanh" else (hid > 0))
-        # ||per-sample grad||² = ||r||²·(||h||² + 1) + ||back||²·(||x||² + 1): outer products per layer.
-        sq = np.einsum("mbc,mbc->mb", resid, resid) * (np.einsum("mbh,mbh->mb", hid, hid) + 1.0)
-        sq += np.einsum("mbh,mbh->mb", back, back) * (np.einsum("mbd,mbd->mb", x, x) + 1.0)
-        factor = (weights * _clip_scale(sq, clip_norm))[..., None]
+        scale = 1.0
+        if clip_norm is not None:
+            # ||per-sample grad||² = ||r||²·(||h||² + 1) + ||back||²·(||x||² + 1): outer products per layer.
+            sq = np.einsum("mbc,mbc->mb", resid, resid) * (np.einsum("mbh,mbh->mb", hid, hid) + 1.0)
+            sq += np.einsum("mbh,mbh->mb", back, back) * (np.einsum("mbd,mbd->mb", x, x) + 1.0)
+            scale = _clip_scale(sq, clip_norm)
+        factor = (weights * scale)[..., None]
         resid *= factor
         back *= factor
         grad = np.empty_like(params)
