@@ -375,3 +375,19 @@ def test_privacy_cli_equal_weights_zero_branch_and_bad_input(capsys):
     assert (out["condition"], out["sigma_server"]) == (False, 0.0)  # T = 30 <= R sqrt(N) = 31.6
     assert main(["privacy", "padpfl", "--weights", "0.5,0.4", "--uploads", "1"] + common) == 2
     assert "sum to 0.9" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- item 8: the scenario files
+
+@pytest.mark.parametrize("name, parts, ratios", [("s1", [20, 20, 20], "0-1-2"), ("s2", [20, 35, 5], "0-2-1"),
+                                                 ("s3", [20, 20, 20], "1-3-5"), ("s4", [20, 20, 20], "0-1-2")])
+def test_the_scenario_files_hold_the_papers_constants(name, parts, ratios):
+    from pathlib import Path
+
+    from testbed.config import load_config
+
+    c = load_config(Path(__file__).parent.parent / "experiments" / "padpfl" / f"{name}.toml")
+    assert (c.data.num_nodes, c.padpfl.rounds, c.privacy.delta, c.padpfl.epsilon) == (60, 30, 0.01, 20.0)
+    assert (c.model.kind, c.model.activation, c.data.parts, c.padpfl.parts, c.padpfl.ratios) == \
+        ("mlp", "relu", parts, parts, ratios)
+    assert c.data.part_samples == ([8, 20, 45] if name == "s3" else None)  # 50/120/271 scaled down by 6
