@@ -29,6 +29,9 @@ def load_data(d: DataSection, seed: int, nodes: Sequence[int] | None = None, pat
         options = dict(include_education=d.include_education, numeric=d.numeric)
         if d.dataset == "adult-2":
             options["num_nodes"] = d.num_nodes
+    elif d.dataset in ("mnist", "digits"):
+        options = dict(num_nodes=d.num_nodes, samples_per_node=d.samples_per_node, parts=d.parts,
+                       part_samples=d.part_samples, part_noise=d.part_noise)
     else:
         options = {}
     if nodes is not None:
@@ -38,4 +41,4 @@ def load_data(d: DataSection, seed: int, nodes: Sequence[int] | None = None, pat
 
 def model_for(m: ModelSection, data: FederatedData) -> Model:
     """The ``[model]`` section's model for the features and classes of ``data``."""
-    return build_model(m.kind, data.dim, data.n_classes, bias=m.bias, hidden=m.hidden)
+    return build_model(m.kind, data.dim, data.n_classes, bias=m.bias, hidden=m.hidden, activation=m.activation)

@@ -50,7 +50,7 @@ class RunSection(Section):
 
 
 class DataSection(Section):
-    dataset: Literal["synthetic", "adult-1", "adult-2", "vehicle-1", "vehicle-2", "regression"] = "synthetic"
+    dataset: Literal["synthetic", "adult-1", "adult-2", "vehicle-1", "vehicle-2", "regression", "mnist", "digits"] = "synthetic"
     path: str | None = None
     """The data file or its folder (else $TESTBED_DATA, the cache, or a download)."""
     num_nodes: Positive[int] = 16
@@ -65,6 +65,13 @@ class DataSection(Section):
     scaling: Literal["per_node", "public_bound", "pooled"] = "per_node"
     """How rows are put into the unit ball: each node's own statistics, a public bound, or
     statistics pooled over all nodes (the papers'; a leak between nodes, kept to reproduce them)."""
+    parts: list[Positive[int]] | None = None
+    """mnist, digits: clients per part (consecutive node ids; sum num_nodes)."""
+    part_samples: list[Positive[int]] | None = None
+    """mnist, digits: samples of each client of a part, before the 80/10/10 split."""
+    part_noise: list[Literal["severe", "moderate", "slight", "none"] | Annotated[float, Field(ge=0, le=1)]] | None = None
+    """mnist, digits: salt-and-pepper density of each part's training rows (severe 0.5, moderate
+    0.3, slight 0.1, none 0; or a number)."""
 
 
 class ModelSection(Section):
@@ -72,6 +79,8 @@ class ModelSection(Section):
     """"linear": multi-output least squares (ACFL), on one-hot labels for a classification set."""
     bias: bool = True
     hidden: Positive[int] = 32
+    activation: Literal["tanh", "relu"] = "tanh"
+    """The MLP's hidden layer (PADPFL's paper: relu)."""
 
 
 def _open_unit_interval(value: float) -> float:

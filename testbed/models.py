@@ -204,7 +204,8 @@ class LinearSVM:
 
 @dataclass(frozen=True)
 class MLP:
-    """One hidden tanh layer of ``hidden`` units, softmax cross-entropy output.
+    """One hidden layer of ``hidden`` units (``activation`` "tanh", or "relu" as PADPFL's paper),
+    softmax cross-entropy output.
 
     Parameters: W1 (d × H), b1 (H), W2 (H × C), b2 (C). The gradient w.r.t. W1 grows with ||W2||,
     so no per-sample bound holds on unit-ball inputs: ``lipschitz_bound`` is inf and a private run
@@ -215,6 +216,7 @@ class MLP:
     n_classes: int
     hidden: int = 32
     init_scale: float = 1.0
+    activation: str = "tanh"
 
     name = "mlp"
 
@@ -249,7 +251,8 @@ class MLP:
     def _forward(self, params: np.ndarray, x: np.ndarray):
         w1, b1, w2, b2 = self._split(params)
         lead_b = (lambda b: b[..., None, :]) if params.ndim > 1 else (lambda b: b)
-        hid = np.tanh(x @ w1 + lead_b(b1))
+        pre = x @ w1 + lead_b(b1)
+        hid = np.tanh(pre) if self.activation == "tanh" else np.maximum(pre, 0.0)
         return hid, hid @ w2 + lead_b(b2)
 
     def loss_and_grad(
@@ -264,11 +267,14 @@ class MLP:
         w1, _, w2, _ = self._split(params)
         hid, logits = self._forward(params, x)
         loss, resid = _softmax_residual(logits, y)
-        back = (resid @ w2.transpose(0, 2, 1)) * (1.0 - hid**2)
-        # ||per-sample grad||² = ||r||²·(||h||² + 1) + ||back||²·(||x||² + 1): outer products per layer.
-        sq = np.einsum("mbc,mbc->mb", resid, resid) * (np.einsum("mbh,mbh->mb", hid, hid) + 1.0)
-        sq += np.einsum("mbh,mbh->mb", back, back) * (np.einsum("mbd,mbd->mb", x, x) + 1.0)
-        factor = (weights * _clip_scale(sq, clip_norm))[..., None]
+        back = (resid @ w2.transpose(0, 2, 1)) * ((1.0 - hid**2) if self.activation == "tanh" else (hid > 0))
+        scale = 1.0
+        if clip_norm is not None:
+            # ||per-sample grad||² = ||r||²·(||h||² + 1) + ||back||²·(||x||² + 1): outer products per layer.
+            sq = np.einsum("mbc,mbc->mb", resid, resid) * (np.einsum("mbh,mbh->mb", hid, hid) + 1.0)
+            sq += np.einsum("mbh,mbh->mb", back, back) * (np.einsum("mbd,mbd->mb", x, x) + 1.0)
+            scale = _clip_scale(sq, clip_norm)
+        factor = (weights * scale)[..., None]
         resid *= factor
         back *= factor
         grad = np.empty_like(params)
@@ -381,14 +387,18 @@ Model = LogisticRegression | LinearSVM | MLP | LinearRegression
 MODEL_KINDS = ("logistic", "svm", "mlp", "linear")
 
 
-def build_model(kind: str, dim: int, n_classes: int, *, bias: bool = True, hidden: int = 32) -> Model:
-    """The model named ``kind`` (one of MODEL_KINDS) for inputs of ``dim`` features."""
+def build_model(kind: str, dim: int, n_classes: int, *, bias: bool = True, hidden: int = 32,
+                activation: str = "tanh") -> Model:
+    """The model named ``kind`` (one of MODEL_KINDS) for inputs of ``dim`` features; ``activation``
+    is the MLP's hidden layer ("tanh" or "relu")."""
     if kind == "logistic":
         return LogisticRegression(dim, n_classes, bias)
     if kind == "svm":
         return LinearSVM(dim, n_classes, bias)
     if kind == "mlp":
-        return MLP(dim, n_classes, hidden)
+        if activation not in ("tanh", "relu"):
+            raise ValueError(f"unknown activation {activation!r}; choose tanh or relu")
+        return MLP(dim, n_classes, hidden, activation=activation)
     if kind == "linear":  # n_classes: the outputs o (a regression set's target columns, or the classes)
         return LinearRegression(dim, n_classes, bias)
     raise ValueError(f"unknown model {kind!r}; choose one of {', '.join(MODEL_KINDS)}")

@@ -44,6 +44,8 @@ EXPERIMENTS = {
     "dwfl": '[dwfl]\nrounds = 6\nbatch = 8\nlr = 0.2\nepsilon = 1.0\nfading = "none"\nc_scale = 0.6\n',
     "fedavg": '[fedavg]\nrounds = 6\nlocal_steps = 3\nbatch = 8\nlr = 0.5\n',
     "acfl": '[model]\nkind = "linear"\n[acfl]\niterations = 6\nlr = 0.01\nsigma1_sq = 0.5\nsigma2_sq = 0.5\n',
+    "padpfl": '[padpfl]\nrounds = 6\nuploads = 2\nlocal_steps = 3\nbatch = 8\nlr = 0.5\nclip = 2.0\nepsilon = 20.0\n'
+              'impact = "given"\nweights = [0.1, 0.2, 0.3, 0.2, 0.2]\n',
 }
 ALGORITHMS = registry.names()
 

@@ -16,6 +16,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     from testbed.cli.acfl import register_privacy
 
     register_privacy(psub)
+    _register_padpfl(psub)
 
 
 def _register_dp_pasgd(psub: argparse._SubParsersAction) -> None:
@@ -48,6 +49,71 @@ def _register_dwfl(psub: argparse._SubParsersAction) -> None:
     dw.add_argument("--delta", type=float, required=True)
     dw.add_argument("--json", action="store_true")
     dw.set_defaults(handler=_dwfl)
+
+
+def _register_padpfl(psub: argparse._SubParsersAction) -> None:
+    pa = psub.add_parser("padpfl", help="client noise (eq. 8), server noise (eq. 13) and the condition of Theorem 1")
+    group = pa.add_mutually_exclusive_group(required=True)
+    group.add_argument("--weights", help="p of every client, comma separated (sum 1)")
+    group.add_argument("--parts", help="N1:r1,N2:r2,...: clients per part and their per-client ratio (the paper's "
+                                       '"0-1-2" over parts of N1, N2, N3), normalised')
+    pa.add_argument("--min-samples", type=int, required=True, help="min_i m_i")
+    pa.add_argument("--clip", type=float, required=True, help="B, the clipping bound on the weights")
+    pa.add_argument("--rounds", type=int, required=True, help="T, aggregations")
+    pa.add_argument("--uploads", type=int, required=True, help="R, the most uploads of one client (R <= T)")
+    pa.add_argument("--epsilon", type=float, required=True)
+    pa.add_argument("--delta", type=float, required=True)
+    pa.add_argument("--json", action="store_true")
+    pa.set_defaults(handler=_padpfl)
+
+
+def _padpfl(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from testbed.algorithms.impact import check_weights, ratio_weights
+    from testbed.privacy import padpfl as dp
+
+    if args.weights is not None:
+        p = np.array(_floats("weights", args.weights))
+        problem = check_weights(p, p.size)
+        if problem is not None:
+            raise UserError(f"--weights: {problem}")
+    else:
+        try:
+            pairs = [item.split(":") for item in args.parts.split(",")]
+            counts, ratios = [int(n) for n, _ in pairs], [float(r) for _, r in pairs]
+        except ValueError:
+            raise UserError(f"--parts is N1:r1,N2:r2,... (clients:ratio), got {args.parts!r}") from None
+        if min(counts) < 1 or min(ratios) < 0 or sum(n * r for n, r in zip(counts, ratios)) <= 0:
+            raise UserError("--parts needs clients >= 1, ratios >= 0 and some weight")
+        p = ratio_weights(counts, np.array(ratios))
+    for name in ("min_samples", "clip", "rounds", "uploads", "epsilon"):
+        positive(name.replace("_", "-"), getattr(args, name))
+    probability("delta", args.delta)
+    if args.uploads > args.rounds:
+        raise UserError(f"--uploads: R = {args.uploads} exceeds --rounds T = {args.rounds}")
+    common = (args.clip, args.rounds, args.uploads, args.min_samples, args.epsilon, args.delta)
+    sigma_c = dp.client_sigma(args.clip, args.uploads, args.min_samples, args.epsilon, args.delta)  # eq. (8)
+    sigma_s = dp.server_sigma(p, *common)  # eq. (13)
+    result = {"sigma_client": sigma_c, "sigma_server": sigma_s, "sigma_total": dp.broadcast_sigma(p, sigma_c, sigma_s),
+              "sigma_target": dp.target_sigma(p, args.clip, args.rounds, args.min_samples, args.epsilon, args.delta),
+              "c": dp.gaussian_c(args.delta), "condition": dp.server_noise_needed(p, args.rounds, args.uploads),
+              "threshold": dp.condition_threshold(p), "max_p": float(p.max()), "sum_p2": float(p @ p),
+              "gaussian_condition": dp.gaussian_condition_holds(args.epsilon)}
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    print(f"sigma_client  {sigma_c:.6g}  (eq. 8, every client)")
+    print(f"sigma_server  {sigma_s:.6g}  (eq. 13)")
+    print(f"sigma_total   {result['sigma_total']:.6g}  (sqrt(sum p^2 sigma_C^2 + sigma_S^2) in the broadcast; "
+          f"Theorem 1 needs {result['sigma_target']:.6g})")
+    print(f"c             {result['c']:.6g}")
+    print(f"condition     T = {args.rounds} {'>' if result['condition'] else '<='} R sqrt(sum p^2)/max p = "
+          f"{args.uploads * result['threshold']:.6g}" + ("" if result["condition"] else ": no server noise"))
+    if not result["gaussian_condition"]:
+        print(f"WARNING       epsilon = {args.epsilon:g} >= 1: the Gaussian mechanism of eqs. (8), (13) is proven for "
+              "epsilon < 1 only")
+    return 0
 
 
 def _floats(name: str, text: str) -> list[float]:

@@ -21,7 +21,7 @@ from testbed.data.split import SCALINGS, check_scaling
 from testbed.errors import DataError
 
 #: Valid dataset names.
-DATASETS = ("synthetic", "adult-1", "adult-2", "vehicle-1", "vehicle-2", "regression")
+DATASETS = ("synthetic", "adult-1", "adult-2", "vehicle-1", "vehicle-2", "regression", "mnist", "digits")
 
 __all__ = ["DATASETS", "SCALINGS", "FederatedData", "Split", "load_dataset"]
 
@@ -40,6 +40,10 @@ def _loader(name: str) -> Callable[..., FederatedData]:
         from testbed.data.adult import load_adult
 
         return functools.partial(load_adult, name)
+    if name in ("mnist", "digits"):
+        from testbed.data.images import load_images
+
+        return functools.partial(load_images, name)
     from testbed.data.vehicle import load_vehicle
 
     return functools.partial(load_vehicle, name)
@@ -69,7 +73,9 @@ def load_dataset(name: str, *, seed: int, path: str | None = None, scaling: str 
         samples_per_node, dim, n_classes, heterogeneity, nodes, bayes_accuracy),
         :func:`testbed.data.adult.load_adult` (include_education, numeric, num_nodes, nodes) or
         :func:`testbed.data.vehicle.load_vehicle` (num_nodes, nodes) or
-        :func:`testbed.data.regression.make_regression` (num_nodes, samples_per_node, dim, outputs, nodes). ``nodes``: only these node
+        :func:`testbed.data.regression.make_regression` (num_nodes, samples_per_node, dim, outputs, nodes) or
+        :func:`testbed.data.images.load_images` (num_nodes, samples_per_node, parts, part_samples,
+        part_noise, nodes). ``nodes``: only these node
         ids, e.g. a board's own (identical to selecting them from the whole federation under
         "per_node" and "public_bound").
 
@@ -87,6 +93,9 @@ def load_dataset(name: str, *, seed: int, path: str | None = None, scaling: str 
     if name in ("synthetic", "regression"):
         if path is not None:
             raise DataError(f"the {name} dataset is generated and reads no file, but data.path={path} is set")
+    elif name == "digits":
+        if path is not None:
+            raise DataError(f"the digits data set comes with scikit-learn and reads no file, but data.path={path} is set")
     else:
         options["path"] = path
     params = inspect.signature(loader).parameters

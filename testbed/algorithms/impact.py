@@ -1,0 +1,138 @@
+"""Impact factors of priority-based aggregation (PADPFL, adaptive-dp.md §1.2, §5.3, §4.5): given
+per node or per part in the paper's ratio notation, switched by a schedule (eq. 51), redistributed
+when clients straggle, and spread participation when a client may upload at most R of T rounds.
+
+All weight vectors are (N,) float64 over the run's nodes, p_i >= 0 and Σ p_i = 1 (eq. 2).
+
+Example (scenario 2 of Table I: parts of 20, 35 and 5 clients, ratio "0-2-1")::
+
+    >>> p = ratio_weights([20, 35, 5], parse_ratios("0-2-1"))
+    >>> [round(float(v) * 75, 9) for v in (p[0], p[20], p[59])], round(float(p.sum()), 12)
+    ([0.0, 2.0, 1.0], 1.0)
+    >>> redistribute(np.array([0.5, 0.25, 0.25]), np.array([True, False, True])).tolist()
+    [0.6666666666666666, 0.0, 0.3333333333333333]
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+#: How far Σ p may be from 1 (adaptive-dp.md §7 item 1).
+SUM_TOLERANCE = 1e-12
+
+
+def parse_ratios(ratios: str | Sequence[float]) -> np.ndarray:
+    """The paper's ratio notation, "0-1-2" (or a list of numbers): one per-client ratio per part.
+
+    Returns:
+        (K,) float64 ratios, all >= 0, not all 0. Raises ValueError otherwise.
+    """
+    if isinstance(ratios, str):
+        try:
+            values = [float(v) for v in ratios.split("-")]
+        except ValueError:
+            raise ValueError(f'ratios are numbers joined by "-" like "0-1-2", got {ratios!r}') from None
+    else:
+        values = [float(v) for v in ratios]
+    r = np.asarray(values, dtype=np.float64)
+    if r.size == 0 or np.any(r < 0) or not np.all(np.isfinite(r)) or r.sum() <= 0:
+        raise ValueError(f"ratios must be >= 0 and not all 0, got {ratios!r}")
+    return r
+
+
+def ratio_weights(parts: Sequence[int], ratios: np.ndarray) -> np.ndarray:
+    """Per-client impact factors from per-part ratios (adaptive-dp.md §5.3): a client of part k gets
+    p = r_k / Σ_j n_j r_j, n_j the clients of part j; parts are consecutive node ids.
+
+    Args:
+        parts: (K,) clients per part. ratios: (K,) per-client ratio of each part.
+    Returns:
+        (Σ n_k,) the impact factors, summing to 1.
+    """
+    n = np.asarray(parts, dtype=np.int64)
+    r = np.asarray(ratios, dtype=np.float64)
+    if n.shape != r.shape:
+        raise ValueError(f"{len(r)} ratios for {len(n)} parts")
+    total = float(n @ r)
+    if total <= 0:
+        raise ValueError("every part with a non-zero ratio is empty")
+    return np.repeat(r / total, n)
+
+
+def check_weights(p: np.ndarray, num_nodes: int) -> str | None:
+    """Why ``p`` is not a valid impact-factor vector for ``num_nodes`` clients (eq. 2); None if it is."""
+    if p.shape != (num_nodes,):
+        return f"{p.size} impact factors for {num_nodes} nodes"
+    if not np.all(np.isfinite(p)) or np.any(p < 0):
+        return "impact factors must be finite and >= 0"
+    if abs(float(p.sum()) - 1.0) > SUM_TOLERANCE:
+        return f"impact factors sum to {float(p.sum()):.15g}, not 1 (eq. 2)"
+    return None
+
+
+class ImpactSchedule:
+    """Impact factors that change after given rounds (eq. 51: p^(t+1) = p^(t) + α^(t), Σ α = 0).
+
+    Args:
+        phases: (first round index, p) pairs, the first at round 0, ascending; each p valid.
+    Example::
+
+        >>> s = ImpactSchedule([(0, np.array([0.0, 1.0])), (10, np.array([1.0, 0.0]))])
+        >>> s.at(9).tolist(), s.at(10).tolist(), s.alpha(9).tolist()
+        ([0.0, 1.0], [1.0, 0.0], [1.0, -1.0])
+    """
+
+    def __init__(self, phases: Sequence[tuple[int, np.ndarray]]):
+        starts = [int(s) for s, _ in phases]
+        if not starts or starts[0] != 0 or any(b <= a for a, b in zip(starts, starts[1:])):
+            raise ValueError(f"phases must start at round 0 and ascend, got starts {starts}")
+        self.starts = np.asarray(starts)
+        self.weights = np.stack([np.asarray(p, dtype=np.float64) for _, p in phases])  # (phases, N)
+        for p in self.weights:
+            problem = check_weights(p, self.weights.shape[1])
+            if problem is not None:
+                raise ValueError(problem)
+
+    def at(self, round_index: int) -> np.ndarray:
+        """(N,) p of the aggregation of round ``round_index`` (0-based); checked again (eq. 2)."""
+        p = self.weights[int(np.searchsorted(self.starts, round_index, side="right")) - 1]
+        problem = check_weights(p, p.shape[0])
+        if problem is not None:
+            raise ValueError(f"round {round_index}: {problem}")
+        return p
+
+    def alpha(self, round_index: int) -> np.ndarray:
+        """(N,) α^(t) = p of the next round − p of this one (eq. 51); Σ α = 0, |α_i| <= 1."""
+        return self.at(round_index + 1) - self.at(round_index)
+
+
+def redistribute(p: np.ndarray, contributing: np.ndarray) -> np.ndarray:
+    """The straggler rule (adaptive-dp.md §0 item 1: the server "can distribute p_k among counterpart
+    clients for that iteration"), proportionally: p'_i = p_i / Σ_{j∈S} p_j on the contributing
+    clients S, 0 elsewhere. All zeros when Σ_{j∈S} p_j = 0 (nobody with weight contributed).
+
+    Args:
+        p: (N,) the round's impact factors. contributing: (N,) bool.
+    Returns:
+        (N,) p' with Σ = 1 (or all zeros).
+    """
+    kept = np.where(contributing, p, 0.0)
+    total = kept.sum()
+    return kept / total if total > 0 else kept
+
+
+def spread_uploads(node_ids: np.ndarray, num_nodes: int, round_index: int, rounds: int, uploads: int) -> np.ndarray:
+    """Whether each node uploads in ``round_index`` when it may upload R of T rounds: node i uploads
+    in round r iff ⌊(r+1)R/T + i/N⌋ > ⌊rR/T + i/N⌋, so exactly R times, evenly spread and staggered
+    across nodes (about NR/T uploads per round, NbAFL's K of N).
+
+    Args:
+        node_ids: (M,) ids. num_nodes: N. round_index: r in [0, T). rounds: T. uploads: R <= T.
+    Returns:
+        (M,) bool.
+    """
+    i = np.asarray(node_ids, dtype=np.int64)
+    whole = rounds * num_nodes  # in integers: ⌊(rRN + iT)/(TN)⌋, no rounding at the boundaries
+    return ((round_index + 1) * uploads * num_nodes + i * rounds) // whole > (round_index * uploads * num_nodes + i * rounds) // whole

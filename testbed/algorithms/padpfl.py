@@ -1,0 +1,415 @@
+"""PADPFL (Talaei and Izadi, arXiv 2406.18491; extraction adaptive-dp.md): FedProx local training,
+clipped and noised uploads (eq. 8), aggregation with personal impact factors p (eq. 11) and server
+noise before the broadcast (eq. 13, Theorem 1). With p_i = 1/N it is NbAFL (Wei et al.).
+
+One round r (0-based; the paper's aggregation t = r + 1):
+
+1. every node starts from the broadcast x~ and runs ``local_steps`` mini-batch SGD steps on the
+   FedProx objective l_i(x) + (μ/2)||x − x~||² (eqs. 4, 30, 31), all nodes at once (node axis);
+2. clips its whole weight vector, x ← x / max(1, ||x||/B) (adaptive-dp.md §2.2, NbAFL's), and adds
+   N(0, σ_C² I), σ_C of eq. (8), fresh each round from its own stream; uploads x~_i;
+3. the server takes p^(r) (given, per part, or a schedule, eq. 51), redistributes the weight of
+   clients that did not contribute (stragglers; with ``participation = "spread"``, clients not due)
+   over the others in proportion, aggregates x = Σ p'_i x~_i (eq. 11), and adds N(0, σ_S² I) with
+   σ_S of eq. (13) recomputed from p' (its zero branch included), drawn from
+   ``stream(seed, GLOBAL, r, NOISE)`` so sim and MQTT agree.
+
+Ledger (per node and round): the upload, a :class:`GaussianEvent` of σ_C and sensitivity 2B/m_i
+(eq. 7; ``sensitivity = "worst_case"``: 2B) seen by the server; and, issued by the server, the
+broadcast, a Gaussian event of the noise that really reached it, sqrt(Σ p'_j² σ_C² + σ_S²), and
+sensitivity p'_i·2B/m_i, seen by the public. Both are composed by the configured accountant; the
+paper's own linear accounting (adaptive-dp.md §2.4) is reported by :meth:`Padpfl.describe`.
+
+Example::
+
+    >>> from testbed.models import LogisticRegression
+    >>> from testbed.data.synthetic import make_logistic
+    >>> from testbed.algorithms.contract import RoundContext
+    >>> data = make_logistic(num_nodes=4, samples_per_node=60, dim=5, seed=0)
+    >>> alg = Padpfl(LogisticRegression(5, 2), schedule=ImpactSchedule([(0, np.full(4, 0.25))]), rounds=3,
+    ...              local_steps=2, batch=8, lr=0.1, mu=0.1, clip=1.0, epsilon=20.0, delta=0.01,
+    ...              min_samples=48, train_sizes=data.train.sizes, num_nodes=4)
+    >>> state = alg.init_state(alg.model.init(None))
+    >>> ctx = RoundContext.everyone(0, 1, 4)
+    >>> out = alg.node_step(alg.downlink(state, ctx, ctx.expected), data.train, ctx.expected, ctx)
+    >>> new = alg.server_step(state, out, ctx.closed(out.node_ids))
+    >>> out.tensors["update"].shape, new.state["model"].shape, [e.observer for e in new.events][:2]
+    ((4, 12), (12,), ['public', 'public'])
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
+
+import numpy as np
+from pydantic import Field, model_validator
+
+from testbed.algorithms.batches import uniform_batches
+from testbed.algorithms.contract import NodeResult, RoundContext, ServerResult, State, TensorSpec
+from testbed.algorithms.impact import ImpactSchedule, parse_ratios, ratio_weights, redistribute, spread_uploads
+from testbed.algorithms.registry import BuildContext, Registration
+from testbed.data.federated import Split
+from testbed.errors import ConfigError
+from testbed.ledger import CommunicationEvent, ComputeEvent, Event, GaussianEvent
+from testbed.models import Model
+from testbed.privacy import padpfl as dp
+from testbed.rng import GLOBAL, Purpose, stream
+from testbed.sections import NonNegative, Positive, Section
+
+if TYPE_CHECKING:
+    from testbed.config import Config
+
+_BYTES_PER_REAL = 8
+
+
+class ImpactChange(Section):
+    """One change of the impact factors (eq. 51): from round index ``after_round`` on (after that
+    many aggregations; Table I's scenario 4 switches after the 10th: ``after_round = 10``)."""
+
+    after_round: Positive[int]
+    ratios: str | list[NonNegative[float]] | None = None
+    """Per-part ratios of the new factors ("1-1-0"), over ``padpfl.parts``."""
+    weights: list[NonNegative[float]] | None = None
+    """Or the new factor of every node."""
+
+    @model_validator(mode="after")
+    def _one(self) -> "ImpactChange":
+        if (self.ratios is None) == (self.weights is None):
+            raise ValueError("schedule: each change gives ratios or weights, exactly one")
+        return self
+
+
+class PadpflSection(Section):
+    """PADPFL (adaptive-dp.md): FedProx, clipped noisy uploads (eq. 8), impact-factor aggregation
+    (eq. 11) and server noise (eq. 13). ``epsilon`` absent: the non-private runs (no noise)."""
+
+    rounds: Positive[int] = 30
+    """T, aggregations (broadcasts)."""
+    uploads: Positive[int] | None = None
+    """R, the most uploads of one client (R <= T); absent: T."""
+    participation: Literal["every_round", "spread"] = "every_round"
+    """every_round: all clients upload every round (the paper's experiments; with R < T the ledger
+    shows T uploads, more than eq. 8 paid for); spread: each client uploads in exactly R rounds."""
+    local_steps: Positive[int] = 10
+    """Local SGD steps of FedProx per round."""
+    batch: Positive[int] = 32
+    lr: Positive[float] = 0.02
+    """The paper's SGD learning rate."""
+    mu: NonNegative[float] = 0.01
+    """FedProx proximal coefficient μ (not given by the paper)."""
+    clip: Positive[float] | None = None
+    """B: clip every uploaded weight vector to this L2 norm; needed by a private run."""
+    epsilon: Positive[float] | None = None
+    """The paper's ε at privacy.delta for the uplink (eq. 8) and the downlink (eq. 13)."""
+    min_samples: Positive[int] | None = None
+    """min_i m_i of eqs. (8), (13); absent: the smallest node's training set (resolved before the
+    run and written to config.toml, so boards get it)."""
+    sensitivity: Literal["paper", "worst_case"] = "paper"
+    """What the ledger charges an upload: 2B/m_i (eq. 7, from eq. 6's assumption that a local model
+    is the mean of per-sample minimisers) or 2B (any two clipped models: true of SGD)."""
+    impact: Literal["equal", "given"] = "equal"
+    """equal: p_i = 1/N (NbAFL); given: ``weights`` or ``parts`` with ``ratios``."""
+    parts: list[Positive[int]] | None = None
+    """Clients per part, consecutive node ids (Table I: [20, 20, 20])."""
+    ratios: str | list[NonNegative[float]] | None = None
+    """Per-client ratio of each part in the paper's notation, "0-1-2" (normalised, §5.3)."""
+    weights: list[NonNegative[float]] | None = None
+    """The impact factor of every node (Σ = 1)."""
+    schedule: list[ImpactChange] = Field(default_factory=list)
+    """Changes of the factors after given rounds (eq. 51; scenario 4)."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "PadpflSection":
+        if self.uploads is not None and self.uploads > self.rounds:
+            raise ValueError(f"padpfl.uploads: R = {self.uploads} exceeds rounds T = {self.rounds}")
+        if self.epsilon is not None and self.clip is None:
+            raise ValueError("padpfl.clip: a private run (epsilon) needs the clipping bound B")
+        if self.impact == "given" and (self.weights is None) == (self.ratios is None):
+            raise ValueError('padpfl.impact: "given" needs weights or ratios (with parts), exactly one')
+        if self.impact != "given" and (self.weights is not None or self.ratios is not None or self.schedule):
+            raise ValueError('padpfl.impact: weights, ratios and schedule need impact = "given"')
+        needs_parts = self.ratios is not None or any(c.ratios is not None for c in self.schedule)
+        if needs_parts and self.parts is None:
+            raise ValueError("padpfl.parts: ratios are per part; give the clients of each part")
+        rounds = [c.after_round for c in self.schedule]
+        if rounds != sorted(set(rounds)) or any(r >= self.rounds for r in rounds):
+            raise ValueError(f"padpfl.schedule: after_round must ascend and stay below rounds = {self.rounds}")
+        return self
+
+
+def schedule_from_section(a: PadpflSection, num_nodes: int) -> ImpactSchedule:
+    """The impact factors of every round from a ``[padpfl]`` section; ConfigError naming the key."""
+    def vector(ratios: Any, weights: Any, key: str) -> np.ndarray:
+        try:
+            if weights is not None:
+                return np.asarray(weights, dtype=np.float64)
+            if sum(a.parts) != num_nodes:
+                raise ConfigError("padpfl.parts", f"{sum(a.parts)} clients in the parts, {num_nodes} nodes in the run")
+            return ratio_weights(a.parts, parse_ratios(ratios))
+        except ValueError as exc:
+            raise ConfigError(key, str(exc)) from None
+
+    if a.impact == "equal":
+        return ImpactSchedule([(0, np.full(num_nodes, 1.0 / num_nodes))])
+    phases = [(0, vector(a.ratios, a.weights, "padpfl.ratios" if a.weights is None else "padpfl.weights"))]
+    phases += [(c.after_round, vector(c.ratios, c.weights, "padpfl.schedule")) for c in a.schedule]
+    try:
+        return ImpactSchedule(phases)
+    except ValueError as exc:
+        raise ConfigError("padpfl.weights" if a.weights is not None else "padpfl.schedule", str(exc)) from None
+
+
+class Padpfl:
+    """PADPFL with resolved impact factors and noise.
+
+    Args:
+        model: the model (testbed.models); its flat weight vector is what is clipped and noised.
+        schedule: the impact factors of every round.
+        rounds: T. uploads: R (None: T). participation: "every_round" or "spread".
+        local_steps, batch, lr, mu: FedProx by local SGD (steps per round, batch, η, μ).
+        clip: B (None: no clipping; only without ε). epsilon: the paper's ε (None: no noise).
+        delta: δ. min_samples: min_i m_i of eqs. (8), (13).
+        train_sizes: m_i of each node held here, by global id (the server's: every node's).
+        num_nodes: N of the run. sensitivity: "paper" (2B/m_i) or "worst_case" (2B).
+    """
+
+    has_setup = False
+
+    def __init__(self, model: Model, *, schedule: ImpactSchedule, rounds: int, local_steps: int, batch: int,
+                 lr: float, mu: float, clip: float | None, epsilon: float | None, delta: float, min_samples: int,
+                 train_sizes: Mapping[int, int] | Sequence[int], num_nodes: int, uploads: int | None = None,
+                 participation: str = "every_round", sensitivity: str = "paper"):
+        if epsilon is not None and clip is None:
+            raise ValueError("a private PADPFL needs the clipping bound B")
+        self.model, self.schedule, self.rounds_planned = model, schedule, rounds
+        self.uploads = rounds if uploads is None else uploads
+        self.participation, self.sensitivity = participation, sensitivity
+        self.local_steps, self.batch, self.lr, self.mu = local_steps, batch, lr, mu
+        self.clip, self.epsilon, self.delta, self.min_samples = clip, epsilon, delta, min_samples
+        self.train_sizes = dict(train_sizes) if isinstance(train_sizes, Mapping) else dict(enumerate(train_sizes))
+        self.num_nodes = num_nodes
+        # Eq. (8): one σ_C for every client, whatever its p_i or its own m_i.
+        self.sigma_client = 0.0 if epsilon is None else dp.client_sigma(clip, self.uploads, min_samples, epsilon, delta)
+
+    @property
+    def private(self) -> bool:
+        return self.epsilon is not None
+
+    @property
+    def rounds(self) -> int:
+        return self.rounds_planned
+
+    @property
+    def flops_per_step(self) -> float:
+        return 6.0 * self.batch * self.model.num_params
+
+    def upload_sensitivity(self, node: int) -> float:
+        """Δf_i of one upload: 2B/m_i (eq. 7) or 2B (``sensitivity = "worst_case"``)."""
+        return 2.0 * self.clip / (self.train_sizes[node] if self.sensitivity == "paper" else 1)
+
+    def uploads_in(self, node_ids: Sequence[int], round_index: int) -> np.ndarray:
+        """(M,) whether each node uploads its model this round (always, or R of T when spread)."""
+        if self.participation == "spread":
+            return spread_uploads(np.asarray(node_ids), self.num_nodes, round_index, self.rounds_planned, self.uploads)
+        return np.ones(len(node_ids), dtype=bool)
+
+    # ----------------------------------------------------------------------------- specs and events
+
+    def state_spec(self) -> dict[str, TensorSpec]:
+        return {"model": TensorSpec((self.model.num_params,))}
+
+    def downlink_spec(self) -> dict[str, TensorSpec]:
+        """Every node gets the noisy broadcast x~."""
+        return {"model": TensorSpec((self.model.num_params,), per_node=False)}
+
+    def uplink_spec(self) -> dict[str, TensorSpec]:
+        """The noisy clipped model x~_i; an honest one has norm <= B + σ_C (sqrt(P) + 10) (the
+        noise norm exceeds σ_C (sqrt(P) + t) with probability <= exp(−t²/2)); no bound unclipped."""
+        bound = None if self.clip is None else self.clip + self.sigma_client * (math.sqrt(self.model.num_params) + 10.0)
+        return {"update": TensorSpec((self.model.num_params,), max_norm=bound)}
+
+    def planned_events(self, node: int, ctx: RoundContext) -> list[Event]:
+        """One round on ``node``: its local steps (none when not due), the download and the upload
+        (zeros when not due), and its upload's Gaussian release seen by the server (eq. 8)."""
+        size = self.model.num_params * _BYTES_PER_REAL
+        due = bool(self.uploads_in([node], ctx.round_index)[0])
+        events: list[Event] = [ComputeEvent(node, ctx.round_index, self.local_steps if due else 0),
+                               CommunicationEvent(node, ctx.round_index, bytes_up=size, bytes_down=size)]
+        if due and self.private:
+            events.append(GaussianEvent(node, ctx.round_index, self.sigma_client, self.upload_sensitivity(node), 1,
+                                        observer="server"))
+        return events
+
+    # ----------------------------------------------------------------------------- steps
+
+    def init_state(self, params0: np.ndarray) -> State:
+        """x~^(0): the common initial model (no data in it, no noise), (P,)."""
+        return {"model": np.asarray(params0, dtype=np.float64)}
+
+    def eval_params(self, state: State) -> np.ndarray:
+        """The noisy broadcast x~, what the clients receive (adaptive-dp.md §3 notes)."""
+        return state["model"]
+
+    def downlink(self, state: State, ctx: RoundContext, node_ids: Sequence[int]) -> dict[str, np.ndarray]:
+        return {"model": np.broadcast_to(state["model"], (len(node_ids), state["model"].shape[0]))}
+
+    def node_step(self, received: Mapping[str, np.ndarray], train: Split, node_ids: Sequence[int],
+                  ctx: RoundContext) -> NodeResult:
+        """FedProx, clipping and client noise on every node at once.
+
+        Args:
+            received: ``{"model": (M, P)}`` the broadcast x~ each node got.
+            train: the nodes' training data (row block i is node ``node_ids[i]``).
+            node_ids: (M,) global ids (key the batch and noise streams).
+            ctx: the round.
+        Returns:
+            tensors ``update`` (M, P): x~_i = clip_B(x_i) + n_i (zeros for a node not due);
+            metrics ``samples`` (M,) m_i; the planned events.
+        """
+        ids = tuple(int(n) for n in node_ids)
+        r = ctx.round_index
+        start = np.asarray(received["model"], dtype=np.float64)
+        idx = uniform_batches(train, ids, r, ctx.seed, self.local_steps, self.batch)
+        weights = np.full(idx.shape[:1] + idx.shape[2:], 1.0 / self.batch)
+        params = start.copy()
+        for step in range(self.local_steps):
+            rows = idx[:, step]
+            _, grad = self.model.loss_and_grad(params, train.x[rows], train.y[rows], weights)
+            grad += self.mu * (params - start)  # eq. (31): ∇h = ∇l_i + μ(x − x~)
+            params -= self.lr * grad
+        if self.clip is not None:  # x / max(1, ||x||/B), the whole vector (§2.2)
+            params /= np.maximum(1.0, np.linalg.norm(params, axis=1) / self.clip)[:, None]
+        if self.private:
+            noise = np.empty_like(params)
+            for i, node in enumerate(ids):  # each node's own stream; the arithmetic is stacked
+                stream(ctx.seed, node, r, Purpose.NOISE).standard_normal(out=noise[i])
+            params += self.sigma_client * noise  # eq. (8)
+        params[~self.uploads_in(ids, r)] = 0.0
+        return NodeResult(ids, {"update": params}, {"samples": np.diff(train.offsets).astype(np.float64)},
+                          [self.planned_events(n, ctx) for n in ids])
+
+    def round_weights(self, ctx: RoundContext) -> np.ndarray:
+        """(N,) p' of round ``ctx.round_index``: p^(r) of the schedule, redistributed over the nodes
+        that answered and were due (all zeros if none of them has weight)."""
+        contributing = np.zeros(self.num_nodes, dtype=bool)
+        answered = np.asarray(ctx.answered, dtype=np.int64)
+        contributing[answered] = self.uploads_in(answered, ctx.round_index)
+        return redistribute(self.schedule.at(ctx.round_index), contributing)
+
+    def server_sigma(self, weights: np.ndarray) -> float:
+        """σ_S of eq. (13) for the round's p' (0 when not private, or on the zero branch)."""
+        if not self.private:
+            return 0.0
+        return dp.server_sigma(weights, self.clip, self.rounds_planned, self.uploads, self.min_samples,
+                               self.epsilon, self.delta)
+
+    def server_step(self, state: State, result: NodeResult, ctx: RoundContext) -> ServerResult:
+        """Eq. (11) with p' then the server noise of eq. (13); the broadcast charged to every
+        contributing node with p'_i > 0 as a public Gaussian release of the noise that reached it.
+        Nobody with weight contributed: x~ stays and nothing is released."""
+        p = self.round_weights(ctx)
+        if not p.any():
+            return ServerResult(state)
+        rows = [result.node_ids.index(n) for n in np.flatnonzero(p)]
+        heard = np.flatnonzero(p)
+        model = p[heard] @ result.tensors["update"][rows]  # eq. (11): Σ p'_i x~_i
+        events: list[Event] = []
+        if self.private:
+            sigma_s = self.server_sigma(p)
+            model += sigma_s * stream(ctx.seed, GLOBAL, ctx.round_index, Purpose.NOISE).standard_normal(model.shape[0])
+            sigma_b = dp.broadcast_sigma(p, self.sigma_client, sigma_s)
+            events = [GaussianEvent(int(n), ctx.round_index, sigma_b, float(p[n]) * self.upload_sensitivity(int(n)), 1,
+                                    observer="public", issuer="server") for n in heard]
+        return ServerResult({"model": model}, events)
+
+    # ----------------------------------------------------------------------------- report
+
+    def describe(self) -> dict[str, Any]:
+        """Settings and the paper's numbers with every client taking part: σ_C (eq. 8), σ_S (eq. 13)
+        and σ_A per phase of the schedule, c, the condition T > R sqrt(Σp²)/max p, and the paper's
+        linear accounting (ε of the uplink over R uploads, of the downlink over T broadcasts, at the
+        noise of eq. 13) beside the ε the ledger's accountants give (the summary's nodes)."""
+        out: dict[str, Any] = {
+            "rounds": self.rounds_planned, "uploads": self.uploads, "participation": self.participation,
+            "local_steps": self.local_steps, "batch": self.batch, "lr": self.lr, "mu": self.mu, "clip": self.clip,
+            "private": self.private, "min_samples": self.min_samples, "sensitivity": self.sensitivity,
+            "impact_phases": [{"from_round": int(s), "max_p": float(p.max()), "sum_p2": float(p @ p),
+                               "distinct_p": sorted({round(float(v), 15) for v in p})}
+                              for s, p in zip(self.schedule.starts, self.schedule.weights)],
+        }
+        if not self.private:
+            return out
+        phases = []
+        for p in self.schedule.weights:
+            sigma_s = self.server_sigma(p)
+            total = dp.broadcast_sigma(p, self.sigma_client, sigma_s)
+            phases.append({"sigma_server": sigma_s, "sigma_total": total,
+                           "sigma_target": dp.target_sigma(p, self.clip, self.rounds_planned, self.min_samples,
+                                                           self.epsilon, self.delta),
+                           "condition": dp.server_noise_needed(p, self.rounds_planned, self.uploads),
+                           "epsilon_paper_downlink": dp.paper_epsilon_downlink(
+                               float(p.max()), total, self.clip, self.min_samples, self.rounds_planned, self.delta)})
+        uploads_made = self.uploads if self.participation == "spread" else self.rounds_planned
+        out.update({
+            "epsilon": self.epsilon, "delta": self.delta, "c": dp.gaussian_c(self.delta),
+            "sigma_client": self.sigma_client, "phases": phases,
+            "epsilon_paper_uplink": dp.paper_epsilon_uplink(self.sigma_client, self.clip, self.min_samples,
+                                                            uploads_made, self.delta),
+            "epsilon_paper_downlink": max(ph["epsilon_paper_downlink"] for ph in phases),
+            "gaussian_condition": dp.gaussian_condition_holds(self.epsilon),
+        })
+        return out
+
+
+def build(sections: dict[str, Any], ctx: BuildContext) -> Padpfl:
+    """PADPFL as its ``[padpfl]`` section says, for the data this process holds."""
+    a: PadpflSection = sections["padpfl"]
+    data = ctx.data
+    smallest = int(data.train.sizes.min())
+    if a.batch > smallest:
+        node = data.node_ids[int(data.train.sizes.argmin())]
+        raise ConfigError("padpfl.batch", f"{a.batch} is larger than node {node}'s {smallest} training samples")
+    min_samples = a.min_samples
+    if min_samples is None:
+        if data.num_nodes != ctx.num_nodes:
+            raise ConfigError("padpfl.min_samples", "a node holding only its own data needs min_i m_i in the config")
+        min_samples = smallest
+    if a.epsilon is not None and not dp.gaussian_condition_holds(a.epsilon):
+        warnings.warn(f"padpfl.epsilon = {a.epsilon:g}: the Gaussian mechanism the paper calibrates by (eqs. 8, 13) "
+                      "is proven for epsilon < 1 only; the ledger's accountants give the epsilon really spent",
+                      stacklevel=2)
+    return Padpfl(ctx.model, schedule=schedule_from_section(a, ctx.num_nodes), rounds=a.rounds,
+                  local_steps=a.local_steps, batch=a.batch, lr=a.lr, mu=a.mu, clip=a.clip, epsilon=a.epsilon,
+                  delta=ctx.delta, min_samples=min_samples,
+                  train_sizes=dict(zip(data.node_ids, data.train.sizes.tolist())), num_nodes=ctx.num_nodes,
+                  uploads=a.uploads, participation=a.participation, sensitivity=a.sensitivity)
+
+
+def check(config: "Config") -> None:
+    """Constraints across sections: the impact factors fit the run's nodes."""
+    a: PadpflSection = config.padpfl
+    schedule_from_section(a, config.data.num_nodes)
+
+
+def _plan(config: "Config", model: Model, data: Any) -> tuple["Config", dict | None]:
+    """Resolve ``min_samples`` from the whole federation's data, so every board gets it."""
+    from testbed.config import replace
+
+    smallest = int(data.train.sizes.min())
+    given = config.padpfl.min_samples
+    if given is not None and given > smallest:
+        raise ConfigError("padpfl.min_samples", f"{given} is above the smallest node's {smallest} training samples: "
+                                                "eq. (8) would under-noise it")
+    return (config if given is not None else replace(config, padpfl={"min_samples": smallest})), None
+
+
+REGISTRATION = Registration(
+    name="padpfl",
+    sections={"padpfl": PadpflSection},
+    build=build,
+    check=check,
+    plan=_plan,
+    epsilon_target=lambda sections: sections["padpfl"].epsilon,
+)

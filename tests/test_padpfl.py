@@ -1,0 +1,393 @@
+"""PADPFL (adaptive-dp.md): the faithfulness checks of §7 (items 1-8 and 10; item 9 is the
+experiments' REPORT.md), the straggler rule, spread participation, the ledger's observers and the
+config errors. The paper's worked numbers (§2.5) are printed to 5 decimals: they are asserted to
+half a unit of their last printed digit; exact fractions and identities to 1e-12."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+from testbed.algorithms.contract import RoundContext
+from testbed.algorithms.impact import ImpactSchedule, spread_uploads
+from testbed.algorithms.padpfl import Padpfl, PadpflSection, schedule_from_section
+from testbed.config import load_config_text
+from testbed.data.synthetic import make_logistic
+from testbed.errors import ConfigError
+from testbed.models import LogisticRegression
+from testbed.privacy import padpfl as dp
+from testbed.rng import GLOBAL, Purpose, stream
+
+C = math.sqrt(2 * math.log(125))  # δ = 0.01
+S1 = dict(impact="given", parts=[20, 20, 20], ratios="0-1-2")
+S2 = dict(impact="given", parts=[20, 35, 5], ratios="0-2-1")
+S3 = dict(impact="given", parts=[20, 20, 20], ratios="1-3-5")
+S4 = dict(impact="given", parts=[20, 20, 20], ratios="0-1-2", schedule=[{"after_round": 10, "ratios": "2-1-0"}])
+
+
+def weights_of(**keys) -> ImpactSchedule:
+    return schedule_from_section(PadpflSection(**keys), 60)
+
+
+def per_part(p, parts):
+    ends = np.cumsum(parts)
+    return [float(p[e - 1]) for e in ends]
+
+
+# ----------------------------------------------------------------------------- item 1
+
+def test_the_papers_impact_factors_come_out_exactly_and_sum_to_one():
+    assert per_part(weights_of(**S1).at(0), [20, 20, 20]) == pytest.approx([0, 1 / 60, 1 / 30], abs=1e-15)
+    assert per_part(weights_of(**S2).at(0), [20, 35, 5]) == pytest.approx([0, 2 / 75, 1 / 75], abs=1e-15)
+    assert per_part(weights_of(**S3).at(0), [20, 20, 20]) == pytest.approx([1 / 180, 1 / 60, 1 / 36], abs=1e-15)
+    s4 = weights_of(**S4)
+    for r in range(30):
+        assert abs(s4.at(r).sum() - 1) <= 1e-12 and s4.at(r).min() >= 0
+    for case in (S1, S2, S3):
+        assert abs(weights_of(**case).at(0).sum() - 1) <= 1e-12
+    assert per_part(weights_of().at(0), [20, 20, 20]) == pytest.approx([1 / 60] * 3, abs=1e-15)
+
+
+# ----------------------------------------------------------------------------- item 7
+
+def test_scenario_4_switches_after_round_10_with_alpha_summing_to_zero_and_the_same_server_noise():
+    s4 = weights_of(**S4)
+    assert per_part(s4.at(9), [20] * 3) == pytest.approx([0, 1 / 60, 1 / 30], abs=1e-15)  # t = 10
+    assert per_part(s4.at(10), [20] * 3) == pytest.approx([1 / 30, 1 / 60, 0], abs=1e-15)  # t = 11
+    alpha = s4.alpha(9)
+    assert abs(alpha.sum()) <= 1e-12 and np.abs(alpha).max() <= 1
+    assert per_part(alpha, [20] * 3) == pytest.approx([1 / 30, 0, -1 / 30], abs=1e-15)
+    assert not s4.alpha(3).any()
+    args = (1.0, 30, 5, 150, 5.0, 0.01)
+    assert dp.server_sigma(s4.at(9), *args) == dp.server_sigma(s4.at(10), *args) > 0
+
+
+# ----------------------------------------------------------------------------- items 2 and 3: the numbers of §2.5
+
+def test_c_and_kappa_as_printed():
+    assert dp.gaussian_c(0.01) == pytest.approx(3.10751, abs=5e-6)
+    for m, eps, kappa in ((150, 5, 0.0082867), (150, 20, 0.0020717), (50, 5, 0.0248601), (50, 20, 0.0062150)):
+        assert dp.client_sigma(1.0, 1, m, eps, 0.01) == pytest.approx(kappa, abs=5e-8)
+
+
+@pytest.mark.parametrize("case, threshold, largest_r, target, r1, r5", [
+    (dict(), 7.7460, 3.873, 0.5, 0.48305, 0.0),
+    (S1, 5.0000, 6, 1.0, 0.98601, 0.55277),
+    (S2, 6.0208, 4.983, 0.8, 0.78372, 0.0),
+    (S3, 5.2915, 5.669, 0.83333, 0.82027, 0.39284),
+    (S4, 5.0000, 6, 1.0, 0.98601, 0.55277),
+])
+def test_the_table_of_section_2_5(case, threshold, largest_r, target, r1, r5):
+    p = weights_of(**case).at(0)
+    kappa = dp.client_sigma(1.0, 1, 150, 5.0, 0.01)
+    assert dp.condition_threshold(p) == pytest.approx(threshold, abs=5e-5)
+    assert 30 / dp.condition_threshold(p) == pytest.approx(largest_r, abs=5e-4)
+    assert dp.target_sigma(p, 1.0, 30, 150, 5.0, 0.01) / kappa == pytest.approx(target, abs=5e-6)
+    assert dp.server_sigma(p, 1.0, 30, 1, 150, 5.0, 0.01) / kappa == pytest.approx(r1, abs=5e-6)
+    assert dp.server_sigma(p, 1.0, 30, 5, 150, 5.0, 0.01) / kappa == pytest.approx(r5, abs=5e-6)
+    assert dp.client_sigma(1.0, 5, 150, 5.0, 0.01) == pytest.approx(5 * kappa, rel=1e-12)
+
+
+@pytest.mark.parametrize("n, t, r", [(60, 30, 1), (60, 30, 3), (60, 30, 4), (10, 7, 2), (10, 6, 2), (4, 5, 2)])
+def test_equal_weights_reduce_to_nbafl(n, t, r):
+    b, m, eps = 1.7, 40, 3.0
+    got = dp.server_sigma(np.full(n, 1 / n), b, t, r, m, eps, 0.01)
+    nbafl = 2 * b * C * math.sqrt(t**2 - r**2 * n) / (n * m * eps) if t > r * math.sqrt(n) else 0.0
+    assert got == pytest.approx(nbafl, rel=1e-12, abs=1e-15)
+    assert (got == 0) == (t <= r * math.sqrt(n))
+
+
+def test_client_noise_is_one_value_whatever_p_and_the_nodes_own_size():
+    sizes = [40, 90, 200, 55]
+    p = np.array([0.0, 0.1, 0.2, 0.7])
+    alg = Padpfl(LogisticRegression(3, 2), schedule=ImpactSchedule([(0, p)]), rounds=30, local_steps=1, batch=4,
+                 lr=0.02, mu=0.0, clip=2.0, epsilon=5.0, delta=0.01, min_samples=40, train_sizes=sizes,
+                 num_nodes=4, uploads=5)
+    ctx = RoundContext.everyone(0, 0, 4)
+    sigmas = {e.sigma for n in range(4) for e in alg.planned_events(n, ctx) if e.kind == "privacy"}
+    assert sigmas == {2 * 2.0 * 5 * C / (40 * 5.0)}  # eq. (8) with min m = 40
+    assert [e.sensitivity for n in range(4) for e in alg.planned_events(n, ctx) if e.kind == "privacy"] == \
+        pytest.approx([2 * 2.0 / m for m in sizes], rel=1e-12)  # eq. (7), the node's own m_i
+
+
+def test_the_variance_identity_holds_when_the_condition_does():
+    for case in (dict(), S1, S2, S3):
+        p = weights_of(**case).at(0)
+        for r in (1, 2, 3):
+            if not dp.server_noise_needed(p, 30, r):
+                continue
+            sc = dp.client_sigma(1.0, r, 150, 5.0, 0.01)
+            total = dp.server_sigma(p, 1.0, 30, r, 150, 5.0, 0.01) ** 2 + float(p @ p) * sc**2
+            assert total == pytest.approx(dp.target_sigma(p, 1.0, 30, 150, 5.0, 0.01) ** 2, rel=1e-12)
+
+
+# ----------------------------------------------------------------------------- items 4, 5, 6 on the algorithm
+
+def _pair(p, epsilon=5.0, clip=0.5, uploads=2, dim=100, **kw):
+    """A private PADPFL and its noiseless twin on the same data (the same batches)."""
+    data = make_logistic(num_nodes=len(p), samples_per_node=50, dim=dim, n_classes=10, seed=3)
+    common = dict(schedule=ImpactSchedule([(0, np.asarray(p))]), rounds=30, local_steps=2, batch=8, lr=0.5, mu=0.1,
+                  clip=clip, delta=0.01, min_samples=40, train_sizes=data.train.sizes, num_nodes=len(p),
+                  uploads=uploads, **kw)
+    model = LogisticRegression(dim, 10)
+    return data, Padpfl(model, epsilon=epsilon, **common), Padpfl(model, epsilon=None, **common)
+
+
+def _round(alg, data, r, seed=0, answered=None, state=None):
+    n = data.num_nodes
+    state = state or alg.init_state(np.full(alg.model.num_params, 0.05))
+    ctx = RoundContext.everyone(r, seed, n)
+    out = alg.node_step(alg.downlink(state, ctx, ctx.expected), data.train, ctx.expected, ctx)
+    closed = ctx.closed(range(n) if answered is None else answered)
+    keep = [out.node_ids.index(m) for m in closed.answered]
+    from testbed.algorithms.contract import NodeResult
+
+    heard = NodeResult(closed.answered, {"update": out.tensors["update"][keep]})
+    return out, alg.server_step(state, heard, closed)
+
+
+def test_clipping_comes_before_the_noise_fresh_every_round():
+    p = [0.1, 0.2, 0.3, 0.4]
+    data, private, plain = _pair(p)
+    clean, _ = _round(plain, data, 0)
+    assert np.linalg.norm(clean.tensors["update"], axis=1).max() <= 0.5 + 1e-12
+    assert np.linalg.norm(clean.tensors["update"], axis=1).min() == pytest.approx(0.5)  # the clip was active
+    noisy, _ = _round(private, data, 0)
+    for i in range(4):
+        noise = stream(0, i, 0, Purpose.NOISE).standard_normal(private.model.num_params)
+        np.testing.assert_allclose(noisy.tensors["update"][i], clean.tensors["update"][i] + private.sigma_client * noise,
+                                   rtol=0, atol=1e-12)
+    later, _ = _round(private, data, 1)
+    clean1, _ = _round(plain, data, 1)
+    assert not np.allclose(later.tensors["update"] - clean1.tensors["update"],
+                           noisy.tensors["update"] - clean.tensors["update"])
+
+
+def test_the_server_adds_its_noise_to_the_weighted_sum_of_the_noisy_uploads():
+    p = np.array([0.1, 0.2, 0.3, 0.4])
+    data, private, _ = _pair(p)
+    out, server = _round(private, data, 2, seed=5)
+    sigma_s = private.server_sigma(p)
+    assert sigma_s > 0
+    expected = p @ out.tensors["update"] + sigma_s * stream(5, GLOBAL, 2, Purpose.NOISE).standard_normal(
+        private.model.num_params)
+    np.testing.assert_allclose(server.state["model"], expected, rtol=0, atol=1e-12)
+
+
+def test_zero_weight_clients_do_not_move_the_global_model():
+    data, _, plain = _pair([0.0, 0.5, 0.0, 0.5])
+    state = plain.init_state(np.zeros(plain.model.num_params))
+    ctx = RoundContext.everyone(0, 0, 4)
+    out = plain.node_step(plain.downlink(state, ctx, ctx.expected), data.train, ctx.expected, ctx)
+    tampered = out.tensors["update"].copy()
+    tampered[[0, 2]] = 1e6
+    from testbed.algorithms.contract import NodeResult
+
+    a = plain.server_step(state, out, ctx.closed(range(4))).state["model"]
+    b = plain.server_step(state, NodeResult(out.node_ids, {"update": tampered}), ctx.closed(range(4))).state["model"]
+    np.testing.assert_array_equal(a, b)
+    np.testing.assert_allclose(a, 0.5 * (out.tensors["update"][1] + out.tensors["update"][3]), rtol=0, atol=1e-15)
+
+
+def test_monte_carlo_variance_of_the_broadcast_noise_is_sigma_a_squared():
+    """Per coordinate, (broadcast − noiseless aggregate) has variance σ_A² (item 4)."""
+    p = np.array([0.1, 0.2, 0.3, 0.4])
+    data, private, plain = _pair(p, dim=300)
+    diffs = []
+    for seed in range(8):
+        _, noisy = _round(private, data, 0, seed)
+        _, clean = _round(plain, data, 0, seed)
+        diffs.append(noisy.state["model"] - clean.state["model"])
+    sample = np.concatenate(diffs)  # 8 × 3,010 coordinates
+    target = dp.target_sigma(p, 0.5, 30, 40, 5.0, 0.01) ** 2
+    assert dp.server_noise_needed(p, 30, 2)
+    assert sample.var() == pytest.approx(target, rel=4 * math.sqrt(2 / sample.size))
+
+
+# ----------------------------------------------------------------------------- stragglers, participation, ledger
+
+def test_a_stragglers_weight_is_redistributed_and_the_broadcast_charged_as_it_happened():
+    p = np.array([0.1, 0.2, 0.3, 0.4])
+    data, private, _ = _pair(p)
+    out, server = _round(private, data, 0, answered=(0, 1, 3))
+    p_round = np.array([0.1, 0.2, 0.0, 0.4]) / 0.7
+    rows = out.tensors["update"][[0, 1, 3]]
+    sigma_s = dp.server_sigma(p_round, 0.5, 30, 2, 40, 5.0, 0.01)
+    expected = p_round[[0, 1, 3]] @ rows + sigma_s * stream(0, GLOBAL, 0, Purpose.NOISE).standard_normal(rows.shape[1])
+    np.testing.assert_allclose(server.state["model"], expected, rtol=0, atol=1e-12)
+    sigma_b = math.sqrt(float(p_round @ p_round) * private.sigma_client**2 + sigma_s**2)
+    assert [(e.node, e.observer, e.issuer) for e in server.events] == [(n, "public", "server") for n in (0, 1, 3)]
+    for e in server.events:
+        assert e.sigma == pytest.approx(sigma_b, rel=1e-12)
+        assert e.sensitivity == pytest.approx(p_round[e.node] * 2 * 0.5 / 40, rel=1e-12)
+
+
+def test_nobody_with_weight_answered_keeps_the_model_and_releases_nothing():
+    data, private, _ = _pair([0.0, 0.0, 0.5, 0.5])
+    state = {"model": np.full(private.model.num_params, 0.3)}
+    _, server = _round(private, data, 0, answered=(0, 1), state=state)
+    assert server.events == [] and server.state["model"] is state["model"]
+
+
+def test_spread_participation_uploads_exactly_r_times_and_zeros_otherwise():
+    ids = np.arange(60)
+    due = np.stack([spread_uploads(ids, 60, r, 30, 5) for r in range(30)])
+    assert (due.sum(axis=0) == 5).all() and set(due.sum(axis=1)) == {10}
+    data, private, _ = _pair([0.25] * 4, participation="spread", uploads=3)
+    r = next(r for r in range(30) if 0 < private.uploads_in(range(4), r).sum() < 4)
+    out, server = _round(private, data, r)
+    mask = private.uploads_in(range(4), r)
+    assert not out.tensors["update"][~mask].any() and out.tensors["update"][mask].any()
+    assert sorted(e.node for e in server.events) == np.flatnonzero(mask).tolist()
+    privacy = [[e for e in ev if e.kind == "privacy"] for ev in out.events]
+    assert [bool(x) for x in privacy] == mask.tolist()
+
+
+def test_worst_case_sensitivity_charges_2b():
+    data, private, _ = _pair([0.25] * 4, sensitivity="worst_case")
+    ctx = RoundContext.everyone(0, 0, 4)
+    assert {e.sensitivity for e in private.planned_events(1, ctx) if e.kind == "privacy"} == {1.0}
+
+
+RUN = """
+[run]
+algorithm = "padpfl"
+seed = 1
+[data]
+num_nodes = 6
+samples_per_node = 50
+dim = 5
+[privacy]
+delta = 0.01
+tight_accountant = "pld"
+[output]
+figures = false
+[padpfl]
+rounds = 4
+uploads = 1
+local_steps = 2
+batch = 8
+clip = 1.0
+epsilon = 5.0
+impact = "given"
+parts = [2, 2, 2]
+ratios = "0-1-2"
+"""
+
+
+def test_a_run_reports_both_observers_the_papers_accounting_and_the_resolved_min_samples(tmp_path):
+    from testbed.runner import run_experiment
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = run_experiment(load_config_text(RUN), out_dir=tmp_path / "r", quiet=True)
+    assert any("epsilon < 1" in str(w.message) for w in caught)  # warned, not refused
+    s = result.summary
+    assert s["status"] == "completed"
+    zero, heavy = s["nodes"]["0"], s["nodes"]["5"]
+    assert set(heavy["epsilon_by_observer"]) == {"server", "public"}
+    assert set(zero["epsilon_by_observer"]) == {"server"}  # p = 0: its data never reaches the broadcast
+    assert heavy["epsilon_tight_by_observer"]["public"] < heavy["epsilon_by_observer"]["public"]
+    info = s["algorithm_settings"]
+    assert "min_samples = 40" in (tmp_path / "r" / "config.toml").read_text()
+    assert info["epsilon_paper_uplink"] == pytest.approx(4 * 5.0, rel=1e-12)  # T = 4 uploads, R = 1 paid for
+    assert info["epsilon_paper_downlink"] == pytest.approx(5.0, rel=1e-12)
+
+
+# ----------------------------------------------------------------------------- item 10
+
+def test_the_bound_falls_with_epsilon_and_grows_with_max_p():
+    args = dict(mu=2.0, rho=1.0, rho_minus=0.5, gamma=0.1, dissimilarity=1.2, beta=1.0, clip=1.0, delta=0.01,
+                max_samples=150, num_clients=60)
+    k = dp.bound_constants(pmax=1 / 30, **args)
+    assert [k.bound(1.0, 30, e) for e in (1, 5, 20)] == sorted([k.bound(1.0, 30, e) for e in (1, 5, 20)], reverse=True)
+    assert dp.bound_constants(pmax=1 / 60, **args).bound(1.0, 30, 5) < k.bound(1.0, 30, 5)
+    mu_bar = 1.5
+    lam2 = -1 / 2 + (1.2 / 2) * (0.1 + 1.1 / mu_bar) + 1.2**2 * 1.1**2 / (2 * mu_bar**2)
+    assert (k.lambda2, k.lambda1, k.lambda0) == pytest.approx((lam2, 1 + 1.2 * 1.1 / mu_bar, 0.5), rel=1e-12)
+    assert k.k0 == pytest.approx(4 * 0.5 * C**2 / 30**2 / 150**2, rel=1e-12)
+    assert k.k1 == pytest.approx(2 * k.lambda1 * C / 30 / 150 * math.sqrt(120 / math.pi), rel=1e-12)
+    adaptive = dp.bound_constants(pmax=1 / 30, max_local_loss=2.0, **args)
+    assert adaptive.k2 == pytest.approx(k.k2 + 1.0, rel=1e-12)
+    with pytest.raises(ValueError):
+        dp.bound_constants(pmax=0.1, **{**args, "rho_minus": 3.0})
+
+
+# ----------------------------------------------------------------------------- config errors
+
+@pytest.mark.parametrize("extra, key", [
+    ('impact = "given"\nratios = "0-1-2"\n', "padpfl.parts"),
+    ('impact = "given"\nparts = [2, 2, 1]\nratios = "0-1-2"\n', "padpfl.parts"),
+    ('impact = "given"\nweights = [0.5, 0.5, 0.5, 0, 0, 0]\n', "padpfl.weights"),
+    ('impact = "given"\nparts = [2, 2, 2]\nratios = "0-x-2"\n', "padpfl.ratios"),
+    ('uploads = 9\nrounds = 4\n', "padpfl.uploads"),
+    ('epsilon = 1.0\n', "padpfl.clip"),
+    ('impact = "given"\nparts = [2, 2, 2]\nratios = "1-1-1"\nschedule = [{after_round = 30, ratios = "0-1-1"}]\n',
+     "padpfl.schedule"),
+])
+def test_config_errors_name_the_key(extra, key):
+    text = '[run]\nalgorithm = "padpfl"\n[data]\nnum_nodes = 6\n[padpfl]\n' + extra
+    with pytest.raises(ConfigError) as info:
+        load_config_text(text)
+    assert info.value.key == key and "\n" not in str(info.value)
+
+
+def test_a_min_samples_above_the_smallest_node_is_refused(tmp_path):
+    from testbed.runner import run_experiment
+
+    config = load_config_text(RUN.replace("uploads = 1", "uploads = 1\nmin_samples = 41"))
+    with pytest.raises(ConfigError, match="under-noise") as info:
+        run_experiment(config, out_dir=tmp_path / "r", quiet=True)
+    assert info.value.key == "padpfl.min_samples"
+
+
+# ----------------------------------------------------------------------------- `testbed privacy padpfl`
+
+def test_privacy_cli_with_parts_gives_the_table_numbers(capsys):
+    import json
+
+    from testbed.cli import main
+
+    args = ["privacy", "padpfl", "--parts", "20:0,20:1,20:2", "--min-samples", "150", "--clip", "1", "--rounds", "30",
+            "--uploads", "5", "--epsilon", "5", "--delta", "0.01"]
+    assert main(args + ["--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    kappa = 2 * C / (150 * 5)
+    assert out["sigma_client"] == pytest.approx(5 * kappa, rel=1e-12)
+    assert out["sigma_server"] / kappa == pytest.approx(0.55277, abs=5e-6)
+    assert out["sigma_total"] == pytest.approx(kappa, rel=1e-12)  # σ_A = κ T max p = κ
+    assert out["c"] == pytest.approx(3.10751, abs=5e-6) and out["condition"] is True
+    assert main(args) == 0
+    assert "WARNING" in capsys.readouterr().out  # ε = 5 >= 1: warned, not refused
+
+
+def test_privacy_cli_equal_weights_zero_branch_and_bad_input(capsys):
+    import json
+
+    from testbed.cli import main
+
+    common = ["--min-samples", "150", "--clip", "1", "--rounds", "30", "--epsilon", "0.5", "--delta", "0.01", "--json"]
+    assert main(["privacy", "padpfl", "--weights", ",".join(["0.1"] * 10), "--uploads", "10"] + common) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["condition"], out["sigma_server"]) == (False, 0.0)  # T = 30 <= R sqrt(N) = 31.6
+    assert main(["privacy", "padpfl", "--weights", "0.5,0.4", "--uploads", "1"] + common) == 2
+    assert "sum to 0.9" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- item 8: the scenario files
+
+@pytest.mark.parametrize("name, parts, ratios", [("s1", [20, 20, 20], "0-1-2"), ("s2", [20, 35, 5], "0-2-1"),
+                                                 ("s3", [20, 20, 20], "1-3-5"), ("s4", [20, 20, 20], "0-1-2")])
+def test_the_scenario_files_hold_the_papers_constants(name, parts, ratios):
+    from pathlib import Path
+
+    from testbed.config import load_config
+
+    c = load_config(Path(__file__).parent.parent / "experiments" / "padpfl" / f"{name}.toml")
+    assert (c.data.num_nodes, c.padpfl.rounds, c.privacy.delta, c.padpfl.epsilon) == (60, 30, 0.01, 20.0)
+    assert (c.model.kind, c.model.activation, c.data.parts, c.padpfl.parts, c.padpfl.ratios) == \
+        ("mlp", "relu", parts, parts, ratios)
+    assert c.data.part_samples == ([8, 20, 45] if name == "s3" else None)  # 50/120/271 scaled down by 6
