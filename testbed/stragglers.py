@@ -10,7 +10,8 @@ Two models (the ``[stragglers]`` section, :class:`StragglersSection`):
   lognormal factor has MEAN 1 (its median is exp(−σ²/2) < 1): the modelled time is the expected
   round time, and σ spreads it.
 
-Every draw comes from ``testbed.rng.stream(seed, node, round, Purpose.STRAGGLER)``, so a node's
+Every draw comes from the node's own Philox counter (seed, node, round, STRAGGLER) of
+testbed.counter_rng (vectorised over nodes), so a node's
 fate depends only on (seed, its id, the round) and its own modelled time: sim and the MQTT
 coordinator draw the same stragglers. Real deadline misses over MQTT come on top of these.
 
@@ -18,7 +19,7 @@ Example::
 
     >>> section = StragglersSection(model="bernoulli", p=0.5)
     >>> sorted(draw_stragglers(section, seed=0, round_index=3, node_ids=range(6)))
-    [2, 3]
+    [2, 5]
     >>> draw_stragglers(StragglersSection(), seed=0, round_index=3, node_ids=range(6))
     frozenset()
 """
@@ -30,7 +31,8 @@ from typing import Literal, Sequence
 import numpy as np
 from pydantic import Field, model_validator
 
-from testbed.rng import Purpose, stream
+from testbed.counter_rng import philox4x32
+from testbed.rng import Purpose
 from testbed.sections import Section
 
 MODELS = ("none", "bernoulli", "deadline")
@@ -66,11 +68,25 @@ class StragglersSection(Section):
         return self
 
 
+def _uniforms(seed: int, node_ids: Sequence[int], round_index: int) -> tuple[np.ndarray, np.ndarray]:
+    """Two uniforms per node, u ∈ (0, 1] and v ∈ [0, 1) with 53 bits each, from the first Philox
+    block of the node's (seed, node, round, STRAGGLER) counter: all nodes in one vectorised call,
+    and a board (or its C firmware) computes its own from the same counter."""
+    counters = np.zeros((len(node_ids), 4), np.uint32)
+    counters[:, 1] = np.asarray(node_ids, dtype=np.int64) & 0xFFFFFFFF
+    counters[:, 2], counters[:, 3] = round_index & 0xFFFFFFFF, int(Purpose.STRAGGLER)
+    w = philox4x32(counters, (int(seed) & 0xFFFFFFFF, (int(seed) >> 32) & 0xFFFFFFFF)).astype(np.uint64)
+    scale = 2.0 ** -53
+    u = (((w[:, 0] >> np.uint64(5)) << np.uint64(26)) + (w[:, 1] >> np.uint64(6)) + np.uint64(1)) * scale
+    v = (((w[:, 2] >> np.uint64(5)) << np.uint64(26)) + (w[:, 3] >> np.uint64(6))) * scale
+    return u.astype(np.float64), v.astype(np.float64)
+
+
 def draw_stragglers(section: StragglersSection, *, seed: int, round_index: int, node_ids: Sequence[int],
                     round_time_s: np.ndarray | None = None) -> frozenset[int]:
     """Which of ``node_ids`` are emulated stragglers of round ``round_index``.
 
-    Node i's draw comes from ``stream(seed, i, round_index, Purpose.STRAGGLER)`` only, so it does
+    Node i's draw comes from its own (seed, i, round_index, STRAGGLER) Philox counter only, so it does
     not depend on which other nodes are asked about (a board asks about itself alone).
 
     Input
@@ -100,9 +116,8 @@ def draw_stragglers(section: StragglersSection, *, seed: int, round_index: int, 
     ids = [int(i) for i in node_ids]
     if section.model == "none" or not ids:
         return frozenset()
-    gens = [stream(seed, i, round_index, Purpose.STRAGGLER) for i in ids]
+    u, v = _uniforms(seed, ids, round_index)
     if section.model == "bernoulli":
-        u = np.array([g.random() for g in gens])
         return frozenset(np.asarray(ids)[u < section.p].tolist())
     if round_time_s is None:
         raise ValueError('the "deadline" straggler model needs each node\'s round_time_s')
@@ -110,7 +125,7 @@ def draw_stragglers(section: StragglersSection, *, seed: int, round_index: int, 
     if t.shape != (len(ids),) or not np.isfinite(t).all() or (t < 0).any():
         raise ValueError(f"round_time_s must be {len(ids)} finite seconds >= 0, got shape {t.shape}")
     sigma = section.jitter_sigma
-    z = np.array([g.standard_normal() for g in gens])
+    z = np.sqrt(-2.0 * np.log(u)) * np.cos(2.0 * np.pi * v)  # Box–Muller: one normal per node
     jittered_s = t * np.exp(sigma * z - 0.5 * sigma * sigma)  # lognormal factor of mean 1
     deadline_s = float(section.deadline_s)  # type: ignore[arg-type]  (set: the section's validator)
     return frozenset(np.asarray(ids)[jittered_s > deadline_s].tolist())
