@@ -151,7 +151,8 @@ def build_nodes(config: Config, algorithm: Algorithm, data: FederatedData, quiet
                          seed=config.run.seed, quiet=quiet)
     from testbed.sim_nodes import SimNodes
 
-    return SimNodes(algorithm, data, config.run.seed, config.nodes.profile)
+    return SimNodes(algorithm, data, config.run.seed, config.nodes.profile, mcu_nodes=config.nodes.mcu,
+                    mcu_profile=config.nodes.mcu_profile)
 
 
 def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = False,

@@ -49,11 +49,21 @@ class SimNodes:
         data: every node's data.
         seed: the run's seed.
         profile: the device profile whose model charges seconds and joules.
+        mcu_nodes: nodes that are microcontroller boards (``[nodes] mcu``): charged as their bridge
+            charges a virtual board (steps × FLOPs through the board profile ``mcu_profile``), so
+            sim and a bridged run keep the same ledger.
     """
 
-    def __init__(self, algorithm: Algorithm, data: FederatedData, seed: int, profile: str):
+    def __init__(self, algorithm: Algorithm, data: FederatedData, seed: int, profile: str,
+                 mcu_nodes: Sequence[int] = (), mcu_profile: str | None = None):
         self.alg, self.data, self.seed = algorithm, data, seed
         self.costs = NodeCosts(profile, "model")
+        self.mcu_nodes = frozenset(int(n) for n in mcu_nodes)
+        self._board_costs = None
+        if self.mcu_nodes:
+            from firmware_bridge.costs import BoardCosts
+
+            self._board_costs = BoardCosts(mcu_profile or "rp2040", algorithm.flops_per_step)
         self.node_ids = list(data.node_ids)
         self._position = {node: i for i, node in enumerate(self.node_ids)}
 
@@ -108,8 +118,18 @@ class SimNodes:
         share = (time.process_time() - start) / max(1, len(ctx.answered))
         charged: dict[tuple[int, int], list[Event]] = {}
         for node, events in zip(ctx.answered, released):
-            charged[(node, ctx.round_index)] = self.costs.charge_modelled(events, share)
+            if node in self.mcu_nodes:
+                charged[(node, ctx.round_index)] = self._board_charge(events)
+            else:
+                charged[(node, ctx.round_index)] = self.costs.charge_modelled(events, share)
         return RoundOutcome(result, ctx, charged, straggled)
+
+    def _board_charge(self, events: list[Event]) -> list[Event]:
+        """A microcontroller node's events as its bridge charges a virtual board's."""
+        costs = self._board_costs
+        steps = sum(getattr(e, "local_steps", 0) for e in events)
+        costs.record(steps=steps, cycles=0, counter_hz=1, kind="emulated")
+        return costs.charge(events, costs.last)
 
     def deliver(self, events: Sequence[Event]) -> None:
         """Nothing to carry: in sim the runner's ledgers are the nodes' own."""
