@@ -8,7 +8,8 @@ One round r (0-based; the paper's aggregation t = r + 1):
    FedProx objective l_i(x) + (μ/2)||x − x~||² (eqs. 4, 30, 31), all nodes at once (node axis);
 2. clips its whole weight vector, x ← x / max(1, ||x||/B) (adaptive-dp.md §2.2, NbAFL's), and adds
    N(0, σ_C² I), σ_C of eq. (8), fresh each round from its own stream; uploads x~_i;
-3. the server takes p^(r) (given, per part, or a schedule, eq. 51), redistributes the weight of
+3. the server takes p^(r) (given, per part, or a schedule, eq. 51; or an automatic rule, see
+   :class:`Padpfl`), redistributes the weight of
    clients that did not contribute (stragglers; with ``participation = "spread"``, clients not due)
    over the others in proportion, aggregates x = Σ p'_i x~_i (eq. 11), and adds N(0, σ_S² I) with
    σ_S of eq. (13) recomputed from p' (its zero branch included), drawn from
