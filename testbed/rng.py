@@ -31,6 +31,7 @@ class Purpose(enum.IntEnum):
     CHANNEL = 5  # fading, channel noise
     SPLIT = 6  # train/test/validation split
     STRAGGLER = 7  # emulated failures and delays
+    SCORE = 8  # noise on a node-reported quality score (PADPFL's quality_score impact rule)
 
 
 def stream(seed: int, node: int, round_index: int, purpose: Purpose) -> np.random.Generator:

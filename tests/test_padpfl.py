@@ -391,3 +391,134 @@ def test_the_scenario_files_hold_the_papers_constants(name, parts, ratios):
     assert (c.model.kind, c.model.activation, c.data.parts, c.padpfl.parts, c.padpfl.ratios) == \
         ("mlp", "relu", parts, parts, ratios)
     assert c.data.part_samples == ([8, 20, 45] if name == "s3" else None)  # 50/120/271 scaled down by 6
+
+
+# ----------------------------------------------------------------------------- automatic impact factors (beyond the paper)
+
+def _auto(impact, sizes=(10, 30, 60), epsilon=5.0, **kw):
+    """A PADPFL with an automatic rule on 3 logistic nodes of the given training sizes."""
+    from testbed.data.federated import Split
+
+    rng = np.random.default_rng(0)
+    n = sum(sizes)
+    x = rng.normal(size=(n, 4))
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    train = Split(x=x, y=rng.integers(0, 2, n), offsets=np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64))
+    alg = Padpfl(LogisticRegression(4, 2), schedule=ImpactSchedule([(0, np.full(3, 1 / 3))]), rounds=30,
+                 local_steps=1, batch=4, lr=0.5, mu=0.0, clip=1.0, epsilon=epsilon, delta=0.01, min_samples=10,
+                 train_sizes=list(sizes), num_nodes=3, uploads=5, impact=impact, **kw)
+    return alg, train
+
+
+def _step(alg, train, state, r, answered=(0, 1, 2), seed=0):
+    from testbed.algorithms.contract import NodeResult
+
+    ctx = RoundContext.everyone(r, seed, 3)
+    out = alg.node_step(alg.downlink(state, ctx, ctx.expected), train, ctx.expected, ctx)
+    keep = [out.node_ids.index(m) for m in answered]
+    heard = NodeResult(tuple(answered), {k: v[keep] for k, v in out.tensors.items()})
+    return out, heard, ctx.closed(answered), alg.server_step(state, heard, ctx.closed(answered))
+
+
+def test_data_size_rule_takes_the_sizes_uploaded_once_in_the_setup_and_keeps_them_private():
+    from testbed.algorithms.contract import SETUP_ROUND
+
+    alg, train = _auto("data_size")
+    assert alg.has_setup and not _auto("reliability")[0].has_setup and not Padpfl.has_setup
+    state = alg.init_state(np.zeros(alg.model.num_params))
+    ctx = RoundContext(SETUP_ROUND, 0, 3, (0, 1, 2))
+    up = alg.setup_step(train, [0, 1, 2], ctx)
+    assert [(e.kind, e.round, e.bytes_up) for ev in up.events for e in ev] == [("communication", -1, 8)] * 3
+    state = alg.server_setup(state, up, ctx.closed([0, 1, 2])).state
+    assert state["sizes"].tolist() == [10, 30, 60] and set(alg.downlink_spec()) == {"model"}
+    r0 = RoundContext.everyone(0, 0, 3)
+    assert alg.round_weights(r0.closed([0, 1, 2]), state).tolist() == pytest.approx([0.1, 0.3, 0.6], abs=1e-15)
+    assert alg.round_weights(r0.closed([0, 2]), state).tolist() == pytest.approx([1 / 7, 0, 6 / 7], abs=1e-15)
+    # a node silent in the setup gets the mean of the others' sizes, not zero
+    silent = alg.server_setup(alg.init_state(np.zeros(alg.model.num_params)),
+                              type(up)((0, 2), {"samples": up.tensors["samples"][[0, 2]]}), ctx.closed([0, 2])).state
+    assert silent["sizes"].tolist() == [10, 35, 60]
+    # σ_S from the p used: the broadcast's noise is that of p = (0.1, 0.3, 0.6)
+    _, heard, closed, server = _step(alg, train, state, 0)
+    p = np.array([0.1, 0.3, 0.6])
+    expected = p @ heard.tensors["update"] + alg.server_sigma(p) * stream(0, GLOBAL, 0, Purpose.NOISE).standard_normal(
+        alg.model.num_params)
+    np.testing.assert_allclose(server.state["model"], expected, rtol=0, atol=1e-12)
+    assert server.state["sizes"].tolist() == [10, 30, 60]
+
+
+def test_reliability_rule_is_the_smoothed_share_of_rounds_answered_so_far():
+    alg, train = _auto("reliability", epsilon=None)
+    state = alg.init_state(np.zeros(alg.model.num_params))
+    r0 = RoundContext.everyone(0, 0, 3).closed([0, 1, 2])
+    assert alg.round_weights(r0, state).tolist() == pytest.approx([1 / 3] * 3, abs=1e-15)  # no history: not zero
+    state = _step(alg, train, state, 0)[3].state  # everyone answers
+    state = _step(alg, train, state, 1, answered=(0, 1))[3].state  # node 2 straggles
+    assert state["answered"].tolist() == [2, 2, 1] and state["due"].tolist() == [2, 2, 2]
+    # shares (a+1)/(d+2) = 3/4, 3/4, 2/4 → p = 3/8, 3/8, 2/8
+    r2 = RoundContext.everyone(2, 0, 3).closed([0, 1, 2])
+    assert alg.round_weights(r2, state).tolist() == pytest.approx([3 / 8, 3 / 8, 1 / 4], abs=1e-15)
+    assert alg.round_weights(RoundContext.everyone(2, 0, 3).closed([1, 2]), state).tolist() == \
+        pytest.approx([0, 3 / 5, 2 / 5], abs=1e-15)
+
+
+def test_quality_score_is_clipped_noised_charged_and_turned_into_a_softmax():
+    alg, train = _auto("quality_score", score_sigma=0.05, score_temperature=0.1)
+    assert alg.uplink_spec()["score"].shape == (1,)
+    state = alg.init_state(np.full(alg.model.num_params, 0.2))
+    out, heard, closed, server = _step(alg, train, state, 3, seed=7)
+    for i, m in enumerate((10, 30, 60)):
+        x, y = train.node_slice(i)
+        acc = float(alg.model.loss_and_correct(state["model"], x, y)[1].mean())
+        z = stream(7, i, 3, Purpose.SCORE).standard_normal()
+        assert out.tensors["score"][i, 0] == pytest.approx(acc + 0.05 * z, abs=1e-15)
+        charged = [e for e in out.events[i] if e.kind == "privacy" and e.sigma == 0.05]
+        assert [(e.observer, e.sensitivity) for e in charged] == [("server", pytest.approx(1 / m, rel=1e-15))]
+        assert out.events[i] == alg.planned_events(i, RoundContext.everyone(3, 7, 3))
+    s = out.tensors["score"][:, 0]
+    z = np.exp(s / 0.1)
+    np.testing.assert_allclose(alg.round_weights(closed, state, heard), z / z.sum(), rtol=1e-12, atol=0)
+    # hand-computed: scores 0.5, 0.7, 0.9 at τ = 0.1 → p ∝ e^-4, e^-2, 1
+    from testbed.algorithms.contract import NodeResult
+
+    fake = NodeResult((0, 1, 2), {"score": np.array([[0.5], [0.7], [0.9]])})
+    q = np.array([math.exp(-4), math.exp(-2), 1.0])
+    np.testing.assert_allclose(alg.round_weights(closed, state, fake), q / q.sum(), rtol=1e-12, atol=0)
+    assert alg.round_weights(closed, state, fake).sum() == pytest.approx(1, abs=1e-12)
+    # a clipped score: an accuracy of 1 is reported as 1 + noise, never more than the spec's bound
+    assert alg.uplink_spec()["score"].problem(np.array([1.0 + 0.05 * 3])) is None
+    assert alg.uplink_spec()["score"].problem(np.array([2.0])) is not None
+
+
+def test_quality_score_needs_its_noise_and_only_with_that_rule():
+    base = '[run]\nalgorithm = "padpfl"\n[data]\nnum_nodes = 6\n[padpfl]\n'
+    for extra in ('impact = "quality_score"\n', 'score_sigma = 0.1\n'):
+        with pytest.raises(ConfigError) as info:
+            load_config_text(base + extra)
+        assert info.value.key == "padpfl.score_sigma"
+    assert load_config_text(base + 'impact = "quality_score"\nscore_sigma = 0.1\n').padpfl.score_sigma == 0.1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("impact", ["data_size", "reliability", "quality_score"])
+def test_sim_equals_mqtt_for_the_automatic_rules(impact, tmp_path):
+    """The contract suite's sim = MQTT check (tests/test_algorithm_contract.py) with Bernoulli
+    stragglers, for each automatic rule: same final state (model, sizes, counts), same ledger."""
+    from test_algorithm_contract import _config, _ledger_without_seconds
+
+    from testbed.config import replace
+    from testbed.results import read_checkpoint
+    from testbed.runner import run_experiment
+
+    keys = {"impact": impact, "weights": None} | ({"score_sigma": 0.05} if impact == "quality_score" else {})
+    config = _config("padpfl", padpfl=keys, stragglers={"model": "bernoulli", "p": 0.3})
+    sim = run_experiment(config, out_dir=tmp_path / "sim", quiet=True)
+    mqtt = run_experiment(replace(config, run={"mode": "mqtt"}, mqtt={"hosts": 2}), out_dir=tmp_path / "mqtt",
+                          quiet=True)
+    assert sim.summary["status"] == mqtt.summary["status"] == "completed"
+    a, b = read_checkpoint(tmp_path / "sim").state, read_checkpoint(tmp_path / "mqtt").state
+    kept = {"data_size": {"sizes"}, "reliability": {"answered", "due"}, "quality_score": set()}[impact]
+    assert set(a) == set(b) == {"model"} | kept
+    for key in a:
+        np.testing.assert_allclose(b[key], a[key], rtol=0, atol=1e-9)
+    assert _ledger_without_seconds(tmp_path / "sim") == _ledger_without_seconds(tmp_path / "mqtt")

@@ -8,7 +8,8 @@ One round r (0-based; the paper's aggregation t = r + 1):
    FedProx objective l_i(x) + (μ/2)||x − x~||² (eqs. 4, 30, 31), all nodes at once (node axis);
 2. clips its whole weight vector, x ← x / max(1, ||x||/B) (adaptive-dp.md §2.2, NbAFL's), and adds
    N(0, σ_C² I), σ_C of eq. (8), fresh each round from its own stream; uploads x~_i;
-3. the server takes p^(r) (given, per part, or a schedule, eq. 51), redistributes the weight of
+3. the server takes p^(r) (given, per part, or a schedule, eq. 51; or an automatic rule, see
+   :class:`Padpfl`), redistributes the weight of
    clients that did not contribute (stragglers; with ``participation = "spread"``, clients not due)
    over the others in proportion, aggregates x = Σ p'_i x~_i (eq. 11), and adds N(0, σ_S² I) with
    σ_S of eq. (13) recomputed from p' (its zero branch included), drawn from
@@ -47,8 +48,9 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from testbed.algorithms.batches import uniform_batches
-from testbed.algorithms.contract import NodeResult, RoundContext, ServerResult, State, TensorSpec
-from testbed.algorithms.impact import ImpactSchedule, parse_ratios, ratio_weights, redistribute, spread_uploads
+from testbed.algorithms.contract import SETUP_ROUND, NodeResult, RoundContext, ServerResult, State, TensorSpec
+from testbed.algorithms.impact import (ImpactSchedule, check_weights, parse_ratios, ratio_weights, redistribute,
+                                       spread_uploads)
 from testbed.algorithms.registry import BuildContext, Registration
 from testbed.data.federated import Split
 from testbed.errors import ConfigError
@@ -109,8 +111,18 @@ class PadpflSection(Section):
     sensitivity: Literal["paper", "worst_case"] = "paper"
     """What the ledger charges an upload: 2B/m_i (eq. 7, from eq. 6's assumption that a local model
     is the mean of per-sample minimisers) or 2B (any two clipped models: true of SGD)."""
-    impact: Literal["equal", "given"] = "equal"
-    """equal: p_i = 1/N (NbAFL); given: ``weights`` or ``parts`` with ``ratios``."""
+    impact: Literal["equal", "given", "data_size", "reliability", "quality_score"] = "equal"
+    """equal: p_i = 1/N (NbAFL); given: ``weights`` or ``parts`` with ``ratios`` (the paper's, set by
+    hand). Automatic rules (beyond the paper; :class:`Padpfl` says what each reveals):
+    data_size: p_i ∝ n_i, the training-set sizes uploaded once in the setup phase;
+    reliability: p_i ∝ (a_i + 1)/(d_i + 2), the node's smoothed share of the rounds it was due in
+    that it answered so far; quality_score: p = softmax(s/τ) of node-reported scores (the broadcast
+    model's accuracy on the node's own data), clipped to [0, 1] and noised with ``score_sigma``
+    before they leave the node, each charged to the node's ledger."""
+    score_sigma: Positive[float] | None = None
+    """quality_score: σ of the Gaussian noise on each reported score (required by that rule)."""
+    score_temperature: Positive[float] = 0.1
+    """quality_score: τ of the softmax p_i ∝ exp(s_i/τ)."""
     parts: list[Positive[int]] | None = None
     """Clients per part, consecutive node ids (Table I: [20, 20, 20])."""
     ratios: str | list[NonNegative[float]] | None = None
@@ -130,6 +142,9 @@ class PadpflSection(Section):
             raise ValueError('padpfl.impact: "given" needs weights or ratios (with parts), exactly one')
         if self.impact != "given" and (self.weights is not None or self.ratios is not None or self.schedule):
             raise ValueError('padpfl.impact: weights, ratios and schedule need impact = "given"')
+        if (self.impact == "quality_score") != (self.score_sigma is not None):
+            raise ValueError('padpfl.score_sigma: the noise of the reported score, given with impact = "quality_score" '
+                             "and only then")
         needs_parts = self.ratios is not None or any(c.ratios is not None for c in self.schedule)
         if needs_parts and self.parts is None:
             raise ValueError("padpfl.parts: ratios are per part; give the clients of each part")
@@ -151,7 +166,7 @@ def schedule_from_section(a: PadpflSection, num_nodes: int) -> ImpactSchedule:
         except ValueError as exc:
             raise ConfigError(key, str(exc)) from None
 
-    if a.impact == "equal":
+    if a.impact not in ("given",):  # equal, and the placeholder of the automatic rules (set each round)
         return ImpactSchedule([(0, np.full(num_nodes, 1.0 / num_nodes))])
     phases = [(0, vector(a.ratios, a.weights, "padpfl.ratios" if a.weights is None else "padpfl.weights"))]
     phases += [(c.after_round, vector(c.ratios, c.weights, "padpfl.schedule")) for c in a.schedule]
@@ -173,6 +188,32 @@ class Padpfl:
         delta: δ. min_samples: min_i m_i of eqs. (8), (13).
         train_sizes: m_i of each node held here, by global id (the server's: every node's).
         num_nodes: N of the run. sensitivity: "paper" (2B/m_i) or "worst_case" (2B).
+        impact: where p comes from each round: "equal" or "given" (``schedule``), or an automatic
+            rule, "data_size", "reliability" or "quality_score" (``schedule`` unused).
+        score_sigma, score_temperature: σ of the score's noise and τ of its softmax (quality_score).
+
+    The automatic rules use only what the server may hold without a new leak, or pay for it:
+
+    - ``data_size``: p_i = n_i / Σ n_j. Each node uploads n_i once in the setup phase (as FedAvg
+      does); the server keeps the sizes in its state and never broadcasts them. A size is metadata:
+      it tells the server how much data a node holds (and with the parts of Table I which part it
+      is in), not what the data are; it is not charged to the ledger as a DP release (nothing
+      noisy, one exact number). The noise does not depend on it either: σ_C of eq. (8) and σ_S of
+      eq. (13) use min_i m_i whatever the sizes, so only p (and so σ_S through Σp², max p) moves.
+    - ``reliability``: p_i ∝ (a_i + 1)/(d_i + 2), a_i the rounds the node answered out of the d_i
+      it was due in so far (the server sees who answered: public to it by construction), smoothed
+      (Laplace) so a node with no history gets 1/2 rather than 0. Updated in ``server_step`` after
+      the round's aggregation, so p of round r uses rounds 0..r−1.
+    - ``quality_score``: every node due reports s_i = clip(acc_i, 0, 1) + N(0, σ_q²), acc_i the
+      accuracy of the broadcast x~ it received on its own m_i training rows, with noise from its
+      own stream (seed, node, r, SCORE); the server sets p = softmax(s/τ) over the nodes that
+      answered. The score is an uplink tensor ("score"), so the coordinator checks it, and a
+      Gaussian release of σ_q seen by the server, charged to the node's ledger with sensitivity
+      1/m_i: one row replaced changes an accuracy over m_i rows by at most 1/m_i (the clip range 1
+      over the rows it is computed on). The score of round r sets the aggregation of round r.
+
+    Whatever the rule, p of every round is checked (p >= 0, Σ = 1), a straggler's weight is
+    redistributed, and σ_S of eq. (13) is recomputed from the p' used.
     """
 
     has_setup = False
@@ -180,7 +221,8 @@ class Padpfl:
     def __init__(self, model: Model, *, schedule: ImpactSchedule, rounds: int, local_steps: int, batch: int,
                  lr: float, mu: float, clip: float | None, epsilon: float | None, delta: float, min_samples: int,
                  train_sizes: Mapping[int, int] | Sequence[int], num_nodes: int, uploads: int | None = None,
-                 participation: str = "every_round", sensitivity: str = "paper"):
+                 participation: str = "every_round", sensitivity: str = "paper", impact: str = "given",
+                 score_sigma: float | None = None, score_temperature: float = 0.1):
         if epsilon is not None and clip is None:
             raise ValueError("a private PADPFL needs the clipping bound B")
         self.model, self.schedule, self.rounds_planned = model, schedule, rounds
@@ -190,6 +232,10 @@ class Padpfl:
         self.clip, self.epsilon, self.delta, self.min_samples = clip, epsilon, delta, min_samples
         self.train_sizes = dict(train_sizes) if isinstance(train_sizes, Mapping) else dict(enumerate(train_sizes))
         self.num_nodes = num_nodes
+        if impact == "quality_score" and not score_sigma:
+            raise ValueError("the quality_score rule needs the noise of the reported score (score_sigma > 0)")
+        self.impact, self.score_sigma, self.score_temperature = impact, score_sigma, score_temperature
+        self.has_setup = impact == "data_size"  # the sizes, uploaded once
         # Eq. (8): one σ_C for every client, whatever its p_i or its own m_i.
         self.sigma_client = 0.0 if epsilon is None else dp.client_sigma(clip, self.uploads, min_samples, epsilon, delta)
 
@@ -218,7 +264,14 @@ class Padpfl:
     # ----------------------------------------------------------------------------- specs and events
 
     def state_spec(self) -> dict[str, TensorSpec]:
-        return {"model": TensorSpec((self.model.num_params,))}
+        """The model; the sizes (data_size) or the answer and due counts (reliability)."""
+        spec = {"model": TensorSpec((self.model.num_params,))}
+        if self.impact == "data_size":
+            spec["sizes"] = TensorSpec((self.num_nodes,))
+        if self.impact == "reliability":
+            spec["answered"] = TensorSpec((self.num_nodes,))
+            spec["due"] = TensorSpec((self.num_nodes,))
+        return spec
 
     def downlink_spec(self) -> dict[str, TensorSpec]:
         """Every node gets the noisy broadcast x~."""
@@ -228,7 +281,37 @@ class Padpfl:
         """The noisy clipped model x~_i; an honest one has norm <= B + σ_C (sqrt(P) + 10) (the
         noise norm exceeds σ_C (sqrt(P) + t) with probability <= exp(−t²/2)); no bound unclipped."""
         bound = None if self.clip is None else self.clip + self.sigma_client * (math.sqrt(self.model.num_params) + 10.0)
-        return {"update": TensorSpec((self.model.num_params,), max_norm=bound)}
+        spec = {"update": TensorSpec((self.model.num_params,), max_norm=bound)}
+        if self.impact == "quality_score":  # the noisy clipped score: |s| <= 1 + σ_q (1 + 10) but w.p. <= exp(-50)
+            spec["score"] = TensorSpec((1,), max_norm=1.0 + self.score_sigma * 11.0)
+        return spec
+
+    def score_sensitivity(self, node: int) -> float:
+        """Δ of the reported score: an accuracy in [0, 1] over m_i rows moves by <= 1/m_i."""
+        return 1.0 / self.train_sizes[node]
+
+    # The setup phase (data_size only): every node uploads its training-set size once (FedAvg's).
+
+    def setup_spec(self) -> dict[str, TensorSpec]:
+        """Each node's training-set size, once."""
+        return {"samples": TensorSpec((1,))}
+
+    def setup_events(self, node: int) -> list[Event]:
+        return [CommunicationEvent(node, SETUP_ROUND, bytes_up=_BYTES_PER_REAL, bytes_down=0)]
+
+    def setup_step(self, train: Split, node_ids: Sequence[int], ctx: RoundContext) -> NodeResult:
+        ids = tuple(int(n) for n in node_ids)
+        sizes = np.diff(train.offsets).astype(np.float64)
+        return NodeResult(ids, {"samples": sizes[:, None]}, events=[self.setup_events(n) for n in ids])
+
+    def server_setup(self, state: State, result: NodeResult, ctx: RoundContext) -> ServerResult:
+        """n_i of every node that answered, kept in the state (never broadcast); a silent node gets
+        the mean of the others' sizes (all 1, equal factors, if nobody answered)."""
+        sizes = np.full(self.num_nodes, np.nan)
+        if result.node_ids:
+            sizes[list(result.node_ids)] = result.tensors["samples"][:, 0]
+        sizes = np.where(np.isnan(sizes), np.nanmean(sizes) if result.node_ids else 1.0, sizes)
+        return ServerResult({**state, "sizes": sizes})
 
     def planned_events(self, node: int, ctx: RoundContext) -> list[Event]:
         """One round on ``node``: its local steps (none when not due), the download and the upload
@@ -240,13 +323,23 @@ class Padpfl:
         if due and self.private:
             events.append(GaussianEvent(node, ctx.round_index, self.sigma_client, self.upload_sensitivity(node), 1,
                                         observer="server"))
+        if due and self.impact == "quality_score":
+            events.append(GaussianEvent(node, ctx.round_index, self.score_sigma, self.score_sensitivity(node), 1,
+                                        observer="server"))
         return events
 
     # ----------------------------------------------------------------------------- steps
 
     def init_state(self, params0: np.ndarray) -> State:
-        """x~^(0): the common initial model (no data in it, no noise), (P,)."""
-        return {"model": np.asarray(params0, dtype=np.float64)}
+        """x~^(0): the common initial model (no data in it, no noise), (P,); equal sizes until the
+        setup brings them (data_size); no history (reliability)."""
+        state = {"model": np.asarray(params0, dtype=np.float64)}
+        if self.impact == "data_size":
+            state["sizes"] = np.ones(self.num_nodes)
+        if self.impact == "reliability":
+            state["answered"] = np.zeros(self.num_nodes)
+            state["due"] = np.zeros(self.num_nodes)
+        return state
 
     def eval_params(self, state: State) -> np.ndarray:
         """The noisy broadcast x~, what the clients receive (adaptive-dp.md §3 notes)."""
@@ -265,7 +358,8 @@ class Padpfl:
             node_ids: (M,) global ids (key the batch and noise streams).
             ctx: the round.
         Returns:
-            tensors ``update`` (M, P): x~_i = clip_B(x_i) + n_i (zeros for a node not due);
+            tensors ``update`` (M, P): x~_i = clip_B(x_i) + n_i (zeros for a node not due), and with
+            quality_score ``score`` (M, 1): clip(accuracy of x~ on the node's rows, 0, 1) + N(0, σ_q²);
             metrics ``samples`` (M,) m_i; the planned events.
         """
         ids = tuple(int(n) for n in node_ids)
@@ -286,17 +380,66 @@ class Padpfl:
             for i, node in enumerate(ids):  # each node's own stream; the arithmetic is stacked
                 stream(ctx.seed, node, r, Purpose.NOISE).standard_normal(out=noise[i])
             params += self.sigma_client * noise  # eq. (8)
-        params[~self.uploads_in(ids, r)] = 0.0
-        return NodeResult(ids, {"update": params}, {"samples": np.diff(train.offsets).astype(np.float64)},
+        due = self.uploads_in(ids, r)
+        params[~due] = 0.0
+        tensors = {"update": params}
+        if self.impact == "quality_score":
+            tensors["score"] = self.scores(start, train, ids, r, ctx.seed) * due[:, None]
+        return NodeResult(ids, tensors, {"samples": np.diff(train.offsets).astype(np.float64)},
                           [self.planned_events(n, ctx) for n in ids])
 
-    def round_weights(self, ctx: RoundContext) -> np.ndarray:
-        """(N,) p' of round ``ctx.round_index``: p^(r) of the schedule, redistributed over the nodes
-        that answered and were due (all zeros if none of them has weight)."""
+    def scores(self, received: np.ndarray, train: Split, ids: Sequence[int], round_index: int, seed: int) -> np.ndarray:
+        """(M, 1) each node's noisy clipped score: the accuracy of the model it received on its own
+        training rows, clipped to [0, 1], plus σ_q times one normal from (seed, node, r, SCORE)."""
+        out = np.empty((len(ids), 1))
+        for i, node in enumerate(ids):
+            x, y = train.node_slice(i)
+            _, correct = self.model.loss_and_correct(received[i], x, y)
+            noise = stream(seed, node, round_index, Purpose.SCORE).standard_normal()
+            out[i, 0] = min(max(float(correct.mean()), 0.0), 1.0) + self.score_sigma * noise
+        return out
+
+    def impact_factors(self, ctx: RoundContext, state: State | None = None,
+                       result: NodeResult | None = None) -> np.ndarray:
+        """(N,) p^(r) before redistribution: the schedule's, or the automatic rule's from the state
+        (sizes, answer counts) or the round's reported scores; checked (p >= 0, Σ = 1)."""
+        if self.impact in ("equal", "given"):
+            return self.schedule.at(ctx.round_index)
+        if state is None:
+            raise ValueError(f"the {self.impact} rule needs the server's state")
+        if self.impact == "data_size":
+            p = state["sizes"] / state["sizes"].sum()
+        elif self.impact == "reliability":
+            share = (state["answered"] + 1.0) / (state["due"] + 2.0)
+            p = share / share.sum()
+        else:  # quality_score: softmax over the nodes that reported (the others redistributed anyway)
+            s = np.zeros(self.num_nodes)
+            if result is not None and result.node_ids:
+                s[list(result.node_ids)] = result.tensors["score"][:, 0]
+            z = np.exp((s - s.max()) / self.score_temperature)
+            p = z / z.sum()
+        problem = check_weights(p, self.num_nodes)
+        if problem is not None:
+            raise ValueError(f"round {ctx.round_index}: {problem}")
+        return p
+
+    def round_weights(self, ctx: RoundContext, state: State | None = None, result: NodeResult | None = None) -> np.ndarray:
+        """(N,) p' of round ``ctx.round_index``: p^(r) (:meth:`impact_factors`), redistributed over
+        the nodes that answered and were due (all zeros if none of them has weight)."""
         contributing = np.zeros(self.num_nodes, dtype=bool)
         answered = np.asarray(ctx.answered, dtype=np.int64)
         contributing[answered] = self.uploads_in(answered, ctx.round_index)
-        return redistribute(self.schedule.at(ctx.round_index), contributing)
+        return redistribute(self.impact_factors(ctx, state, result), contributing)
+
+    def _history(self, state: State, ctx: RoundContext) -> State:
+        """The state's non-model part after the round: reliability adds who was due and answered."""
+        kept = {k: v for k, v in state.items() if k != "model"}
+        if self.impact == "reliability":
+            due = self.uploads_in(np.arange(self.num_nodes), ctx.round_index)
+            heard = np.zeros(self.num_nodes, dtype=bool)
+            heard[list(ctx.answered)] = True
+            kept = {"answered": state["answered"] + (due & heard), "due": state["due"] + due}
+        return kept
 
     def server_sigma(self, weights: np.ndarray) -> float:
         """σ_S of eq. (13) for the round's p' (0 when not private, or on the zero branch)."""
@@ -309,9 +452,10 @@ class Padpfl:
         """Eq. (11) with p' then the server noise of eq. (13); the broadcast charged to every
         contributing node with p'_i > 0 as a public Gaussian release of the noise that reached it.
         Nobody with weight contributed: x~ stays and nothing is released."""
-        p = self.round_weights(ctx)
+        p = self.round_weights(ctx, state, result)
+        history = self._history(state, ctx)
         if not p.any():
-            return ServerResult(state)
+            return ServerResult({"model": state["model"], **history})
         rows = [result.node_ids.index(n) for n in np.flatnonzero(p)]
         heard = np.flatnonzero(p)
         model = p[heard] @ result.tensors["update"][rows]  # eq. (11): Σ p'_i x~_i
@@ -322,7 +466,7 @@ class Padpfl:
             sigma_b = dp.broadcast_sigma(p, self.sigma_client, sigma_s)
             events = [GaussianEvent(int(n), ctx.round_index, sigma_b, float(p[n]) * self.upload_sensitivity(int(n)), 1,
                                     observer="public", issuer="server") for n in heard]
-        return ServerResult({"model": model}, events)
+        return ServerResult({"model": model, **history}, events)
 
     # ----------------------------------------------------------------------------- report
 
@@ -335,6 +479,21 @@ class Padpfl:
             "rounds": self.rounds_planned, "uploads": self.uploads, "participation": self.participation,
             "local_steps": self.local_steps, "batch": self.batch, "lr": self.lr, "mu": self.mu, "clip": self.clip,
             "private": self.private, "min_samples": self.min_samples, "sensitivity": self.sensitivity,
+            "impact": self.impact,
+        }
+        if self.impact not in ("equal", "given"):
+            # p is set each round by the rule: no phases to report; σ_S is recomputed from each round's p'.
+            if self.impact == "quality_score":
+                out.update({"score_sigma": self.score_sigma, "score_temperature": self.score_temperature})
+            if self.private:
+                uploads_made = self.uploads if self.participation == "spread" else self.rounds_planned
+                out.update({"epsilon": self.epsilon, "delta": self.delta, "c": dp.gaussian_c(self.delta),
+                            "sigma_client": self.sigma_client,
+                            "epsilon_paper_uplink": dp.paper_epsilon_uplink(self.sigma_client, self.clip,
+                                                                            self.min_samples, uploads_made, self.delta),
+                            "gaussian_condition": dp.gaussian_condition_holds(self.epsilon)})
+            return out
+        out |= {
             "impact_phases": [{"from_round": int(s), "max_p": float(p.max()), "sum_p2": float(p @ p),
                                "distinct_p": sorted({round(float(v), 15) for v in p})}
                               for s, p in zip(self.schedule.starts, self.schedule.weights)],
@@ -384,7 +543,8 @@ def build(sections: dict[str, Any], ctx: BuildContext) -> Padpfl:
                   local_steps=a.local_steps, batch=a.batch, lr=a.lr, mu=a.mu, clip=a.clip, epsilon=a.epsilon,
                   delta=ctx.delta, min_samples=min_samples,
                   train_sizes=dict(zip(data.node_ids, data.train.sizes.tolist())), num_nodes=ctx.num_nodes,
-                  uploads=a.uploads, participation=a.participation, sensitivity=a.sensitivity)
+                  uploads=a.uploads, participation=a.participation, sensitivity=a.sensitivity, impact=a.impact,
+                  score_sigma=a.score_sigma, score_temperature=a.score_temperature)
 
 
 def check(config: "Config") -> None:
