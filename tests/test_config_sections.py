@@ -84,3 +84,10 @@ def test_an_accountant_that_cannot_account_is_a_config_error_before_round_1(smal
     assert code == 2 and len(err) == 1
     assert err[0].startswith("testbed: config error: privacy.tight_accountant: the pld accountant cannot amplify")
     assert not (tmp_path / "r" / "config.toml").exists()
+
+
+def test_microcontroller_nodes_need_an_algorithm_the_firmware_runs(small_config_file, capsys, tmp_path):
+    code = main(["run", str(small_config_file), "--set", 'run.algorithm="fedavg"', "--set", "nodes.mcu=[1]",
+                 "--out", str(tmp_path / "r")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("testbed: config error: nodes.mcu: fedavg has no")

@@ -121,7 +121,13 @@ def build(config: "Config", model: "Model", data: "FederatedData") -> "Algorithm
     ctx = BuildContext(model=model, data=data, num_nodes=config.data.num_nodes, seed=config.run.seed,
                        delta=config.privacy.delta, mcu_nodes=frozenset(config.nodes.mcu),
                        straggler_p=config.stragglers.p if config.stragglers.model == "bernoulli" else 0.0)
-    return reg.build(sections_of(config, reg), ctx)
+    algorithm = reg.build(sections_of(config, reg), ctx)
+    if ctx.mcu_nodes and not hasattr(algorithm, "mcu_task"):
+        from testbed.errors import ConfigError
+
+        raise ConfigError("nodes.mcu", f"{reg.name} has no microcontroller node step (the firmware runs "
+                                       "DP-PASGD); leave nodes.mcu empty")
+    return algorithm
 
 
 def build_channel(config: "Config") -> "ChannelHalf":
