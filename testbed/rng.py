@@ -31,6 +31,7 @@ class Purpose(enum.IntEnum):
     CHANNEL = 5  # fading, channel noise
     SPLIT = 6  # train/test/validation split
     STRAGGLER = 7  # emulated failures and delays
+    FEATURES = 8  # a model's fixed random feature map (the linear model's random Fourier features)
 
 
 def stream(seed: int, node: int, round_index: int, purpose: Purpose) -> np.random.Generator:
