@@ -217,7 +217,7 @@ class NodeAgent:
         if key not in self._experiments:
             config = load_config_text(config_text, source="the coordinator's experiment")
             data = load_data(config.data, config.run.seed, nodes=[self.node], path=self.data_path)
-            algorithm = registry.build(config, model_for(config.model, data), data)
+            algorithm = registry.build(config, model_for(config.model, data, config.run.seed), data)
             budgets = budgets_from_config(config.budget, config.privacy)
             self._experiments = {key: _Experiment(config, data, algorithm, budgets)}
         return self._experiments[key]

@@ -39,6 +39,8 @@ def load_data(d: DataSection, seed: int, nodes: Sequence[int] | None = None, pat
     return load_dataset(d.dataset, seed=seed, path=path or d.path, scaling=d.scaling, **options)
 
 
-def model_for(m: ModelSection, data: FederatedData) -> Model:
-    """The ``[model]`` section's model for the features and classes of ``data``."""
-    return build_model(m.kind, data.dim, data.n_classes, bias=m.bias, hidden=m.hidden, activation=m.activation)
+def model_for(m: ModelSection, data: FederatedData, seed: int | None = None) -> Model:
+    """The ``[model]`` section's model for the features and classes of ``data``; ``seed`` (the
+    run's) keys a random-feature embedding and is required with one."""
+    return build_model(m.kind, data.dim, data.n_classes, bias=m.bias, hidden=m.hidden, activation=m.activation,
+                       random_features=m.random_features, rf_gamma=m.rf_gamma, seed=seed)

@@ -81,6 +81,12 @@ class ModelSection(Section):
     hidden: Positive[int] = 32
     activation: Literal["tanh", "relu"] = "tanh"
     """The MLP's hidden layer (PADPFL's paper: relu)."""
+    random_features: NonNegative[int] = 0
+    """"linear" only: 0 (off), or D_rf random Fourier features cos(ωᵀx + b) in place of x (an RBF
+    kernel's embedding, ACFL's remark on kernels), ω ~ N(0, 2 rf_gamma I), b ~ U[0, 2π) from the
+    run's seed (:class:`testbed.models.RandomFeatures`)."""
+    rf_gamma: Positive[float] = 1.0
+    """γ of the approximated kernel exp(−γ‖x − x′‖²)."""
 
 
 def _open_unit_interval(value: float) -> float:

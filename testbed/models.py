@@ -22,10 +22,13 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
 import numpy as np
+
+from testbed.rng import GLOBAL, Purpose, stream
 
 
 def _cross_entropy(logits: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -291,13 +294,52 @@ class MLP:
 
 
 @dataclass(frozen=True)
+class RandomFeatures:
+    """Random Fourier features of the RBF kernel exp(−γ‖x − x′‖²) (Rahimi and Recht 2007; ACFL's
+    remark on kernels): φ(x) = cos(xᵀΩ + b), Ω (d × D_rf) with entries N(0, 2γ), b (D_rf,) U[0, 2π),
+    so E[φ(x)ᵀφ(x′)] · 2/D_rf = the kernel.
+
+    Bounded variant: the usual sqrt(2/D_rf) factor is left out, so every entry is in [−1, 1], the
+    whole range ACFL's Assumption 1 (|x| ≤ 1) allows, whatever the inputs. The factor would only
+    rescale W (a linear model absorbs it), but it would shrink XᵀX by 2/D_rf against the coded set's
+    noise N₁ of fixed variance σ₁² (eq. 2): the same ε with a worse signal-to-noise ratio.
+
+    Ω then b are drawn once from ``stream(seed, GLOBAL, −1, FEATURES)``: a function of the run's
+    seed alone, so every node, board and the simulation compute the same map, each from the seed.
+
+    Example::
+
+        >>> phi = RandomFeatures(dim=2, count=3, gamma=1.0, seed=0)
+        >>> phi(np.zeros((4, 2))).shape, bool(np.abs(phi(np.ones((5, 2)))).max() <= 1)
+        ((4, 3), True)
+    """
+
+    dim: int
+    count: int
+    gamma: float = 1.0
+    seed: int = 0
+
+    @functools.cached_property
+    def _draws(self) -> tuple[np.ndarray, np.ndarray]:
+        rng = stream(self.seed, GLOBAL, -1, Purpose.FEATURES)
+        omega = rng.normal(0.0, math.sqrt(2.0 * self.gamma), (self.dim, self.count))
+        return omega, rng.uniform(0.0, 2.0 * math.pi, self.count)
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        """(..., d) → (..., D_rf), entries in [−1, 1]."""
+        omega, b = self._draws
+        return np.cos(x @ omega + b)
+
+
+@dataclass(frozen=True)
 class LinearRegression:
     """Multi-output linear regression (ACFL's model, acfl.md §1.2): predictions x W, W (D × o), the
     sum-form squared loss ½‖x W − y‖² per sample (eq. 1 of the ACFL paper is its sum over samples
     and devices). Classification runs as least squares on one-hot labels.
 
-    Features: x itself, then a constant 1 if ``bias`` (D = d + 1), so |entries| ≤ 1 still holds
-    (ACFL's Assumption 1). Targets (:meth:`targets`): float y (N, o) as given, integer class
+    Features: x itself, or its random features φ(x) if ``embedding`` (:class:`RandomFeatures`, D_rf
+    columns in [−1, 1]), then a constant 1 if ``bias`` (D = d + 1 or D_rf + 1), so |entries| ≤ 1
+    still holds (ACFL's Assumption 1). Targets (:meth:`targets`): float y (N, o) as given, integer class
     labels y (N,) as one-hot rows of o = ``outputs`` columns.
 
     ``correct`` (what the runner reports as accuracy): for class labels, argmax of the prediction
@@ -320,13 +362,18 @@ class LinearRegression:
     bias: bool = False
     init_high: float = 1.0 / 30.0
     tolerance: float = 0.1
+    embedding: RandomFeatures | None = None
 
     name = "linear"
+
+    def __post_init__(self):
+        if self.embedding is not None and self.embedding.dim != self.dim:
+            raise ValueError(f"the embedding takes {self.embedding.dim} inputs, the model {self.dim}")
 
     @property
     def features(self) -> int:
         """D, the width of the design matrix."""
-        return self.dim + (1 if self.bias else 0)
+        return (self.dim if self.embedding is None else self.embedding.count) + (1 if self.bias else 0)
 
     @property
     def num_params(self) -> int:
@@ -342,7 +389,9 @@ class LinearRegression:
         return np.zeros(self.num_params) if rng is None else rng.uniform(0.0, self.init_high, self.num_params)
 
     def design(self, x: np.ndarray) -> np.ndarray:
-        """(..., d) → (..., D): the features, with a trailing 1 if ``bias``."""
+        """(..., d) → (..., D): the features (x, or φ(x) with an embedding), with a trailing 1 if ``bias``."""
+        if self.embedding is not None:
+            x = self.embedding(x)
         if not self.bias:
             return x
         return np.concatenate([x, np.ones(x.shape[:-1] + (1,))], axis=-1)
@@ -388,9 +437,18 @@ MODEL_KINDS = ("logistic", "svm", "mlp", "linear")
 
 
 def build_model(kind: str, dim: int, n_classes: int, *, bias: bool = True, hidden: int = 32,
-                activation: str = "tanh") -> Model:
+                activation: str = "tanh", random_features: int = 0, rf_gamma: float = 1.0,
+                seed: int | None = None) -> Model:
     """The model named ``kind`` (one of MODEL_KINDS) for inputs of ``dim`` features; ``activation``
-    is the MLP's hidden layer ("tanh" or "relu")."""
+    is the MLP's hidden layer ("tanh" or "relu"); ``random_features`` > 0 ("linear" only): that many
+    random Fourier features of γ = ``rf_gamma``, drawn from the run's ``seed`` (required then)."""
+    if random_features:
+        if kind != "linear":
+            raise ValueError(f'random_features: only the "linear" model takes an embedding, not {kind!r}')
+        if seed is None:
+            raise ValueError("random_features: the embedding is drawn from the run's seed; give it")
+        return LinearRegression(dim, n_classes, bias,
+                                embedding=RandomFeatures(dim, random_features, rf_gamma, seed))
     if kind == "logistic":
         return LogisticRegression(dim, n_classes, bias)
     if kind == "svm":

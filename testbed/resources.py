@@ -43,7 +43,8 @@ def estimate_bytes(config: Config) -> dict[str, float]:
     n = d.num_nodes
     dim = d.dim if d.dataset == "synthetic" else _FILE_SET_DIM
     params = build_model(config.model.kind, dim, d.n_classes, bias=config.model.bias,
-                         hidden=config.model.hidden).num_params
+                         hidden=config.model.hidden, random_features=config.model.random_features,
+                         seed=config.run.seed).num_params
     parts = {
         "data": float(_DATA_COPIES * n * d.samples_per_node * (dim + 1) * 8) if d.dataset == "synthetic" else 0.0,
         "state": float(_STATE_COPIES * n * params * 8),

@@ -32,6 +32,7 @@ class Purpose(enum.IntEnum):
     SPLIT = 6  # train/test/validation split
     STRAGGLER = 7  # emulated failures and delays
     SCORE = 8  # noise on a node-reported quality score (PADPFL's quality_score impact rule)
+    FEATURES = 9  # a model's fixed random feature map (the linear model's random Fourier features)
 
 
 def stream(seed: int, node: int, round_index: int, purpose: Purpose) -> np.random.Generator:

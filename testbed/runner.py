@@ -97,7 +97,7 @@ def load(config: Config) -> tuple[FederatedData, Model]:
     first, refuse a run this machine cannot hold (one line, before anything is allocated)."""
     check_fits(config)
     data = load_data(config.data, config.run.seed)
-    return data, model_for(config.model, data)
+    return data, model_for(config.model, data, config.run.seed)
 
 
 def plan(config: Config, model: Model, data: FederatedData) -> tuple[Config, dict | None]:

@@ -421,3 +421,97 @@ def test_cli_plan_acfl_reproduces_fig1(capsys):
                              "--strong-convexity", "1", "--iterations", "1000"])
     assert abs(out["alpha"] - 0.5025) <= 5e-5 and abs(out["bound"] - 10.1106) <= 5e-5
     assert abs(out["epsilon"] - 482.28) <= 5e-3
+
+
+# Real data: the random-feature embedding and the constant step (beyond the paper) ----------------
+
+def _ragged(d=3, o=2, sizes=(2, 5, 3), seed=0):
+    from testbed.data.federated import Split
+
+    rng = np.random.default_rng(seed)
+    n = sum(sizes)
+    return Split(x=rng.uniform(-1, 1, (n, d)), y=rng.integers(0, o, n), offsets=np.cumsum((0,) + sizes))
+
+
+def test_random_features_are_bounded_deterministic_per_seed_and_approximate_the_kernel():
+    from testbed.models import RandomFeatures, build_model
+
+    x = np.random.default_rng(1).uniform(-3, 3, (200, 4))  # even outside the unit ball
+    phi = RandomFeatures(4, 64, gamma=0.5, seed=7)
+    assert phi(x).shape == (200, 64) and np.abs(phi(x)).max() <= 1.0
+    assert np.array_equal(phi(x), RandomFeatures(4, 64, gamma=0.5, seed=7)(x))  # a fresh draw, same seed
+    assert not np.allclose(phi(x), RandomFeatures(4, 64, gamma=0.5, seed=8)(x))
+    assert np.array_equal(phi(x[None])[0], phi(x))  # any leading axes
+    wide = RandomFeatures(2, 20000, gamma=1.0, seed=0)
+    a, b = np.array([[0.3, -0.2]]), np.array([[-0.1, 0.4]])
+    k = 2.0 / 20000 * float((wide(a) @ wide(b).T)[0, 0])
+    assert k == pytest.approx(math.exp(-np.sum((a - b) ** 2)), abs=0.02)
+    m = build_model("linear", 4, 3, bias=True, random_features=64, rf_gamma=0.5, seed=7)
+    assert m.features == 65 and np.array_equal(m.design(x)[:, :64], phi(x)) and np.all(m.design(x)[:, 64] == 1)
+    with pytest.raises(ValueError, match="seed"):
+        build_model("linear", 4, 3, random_features=64)
+    with pytest.raises(ValueError, match="linear"):
+        build_model("logistic", 4, 3, random_features=64, seed=0)
+
+
+@pytest.mark.parametrize("embedding", [False, True])
+def test_coded_set_one_node_at_a_time_equals_all_at_once_on_ragged_nodes(embedding):
+    """The Grams are over the model's features (bias, embedding) of each node's own rows: padding
+    rows of ragged nodes add nothing (they did, through the bias column, before the features were
+    computed ahead of the padding), and a node alone (a board) uploads what it does in sim."""
+    from testbed.models import RandomFeatures
+
+    train = _ragged()
+    model = LinearRegression(3, 2, bias=True, embedding=RandomFeatures(3, 6, seed=4) if embedding else None)
+    everyone = _alg(model, 3)
+    ids = (0, 1, 2)
+    ctx = RoundContext(SETUP_ROUND, 5, 3, ids).closed(ids)
+    up = everyone.setup_step(train, ids, ctx).tensors["HX"]
+    a, b = everyone.grams(train, ids)
+    for i in ids:
+        rows = slice(train.offsets[i], train.offsets[i + 1])
+        x, y = model.design(train.x[rows]), model.targets(train.y[rows])
+        np.testing.assert_allclose(a[i], x.T @ x, atol=1e-12)
+        np.testing.assert_allclose(b[i], x.T @ y, atol=1e-12)
+        alone = _alg(model, 3).setup_step(train.select([i]), (i,), ctx).tensors["HX"][0]
+        np.testing.assert_array_equal(alone, up[i])
+
+
+def test_a_run_with_random_features_draws_them_from_the_run_seed(tmp_path):
+    from testbed.models import RandomFeatures
+    from testbed.results import read_checkpoint
+    from testbed.runner import run_experiment
+
+    text = BASE.replace("bias = false\n", "bias = false\nrandom_features = 5\nrf_gamma = 2.0\n").replace(
+        "[run]\n", "[run]\nseed = 3\n") + ('[acfl]\niterations = 3\nlr = 0.01\nsigma1_sq = 1.0\nsigma2_sq = 1.0\n'
+                                         '[stragglers]\nmodel = "bernoulli"\np = 0.3\n')
+    result = run_experiment(load_config_text(text), out_dir=tmp_path / "r", quiet=True)
+    assert result.summary["plan"]["features"] == 5
+    model = LinearRegression(3, 2, embedding=RandomFeatures(3, 5, 2.0, seed=3))
+    data = make_regression(num_nodes=4, samples_per_node=20, dim=3, outputs=2, seed=3)
+    from testbed.algorithms.acfl import bernoulli_answered
+    from testbed.rng import GLOBAL, Purpose, stream
+
+    alg = Acfl(model, num_nodes=4, iterations=3, lr=0.01, sigma1_sq=1.0, sigma2_sq=1.0, straggler_p=0.3)
+    mine = trajectory(alg, data, seed=3, answered=bernoulli_answered(3, 0.3, 4, 3),
+                      params0=model.init(stream(3, GLOBAL, -1, Purpose.INIT)))["W"]
+    np.testing.assert_array_equal(read_checkpoint(tmp_path / "r").state["W"], mine)
+
+
+def test_constant_step_is_eta0_throughout_and_moves_the_weakly_curved_directions():
+    assert AcflSection(lr_schedule="constant").lr_schedule == "constant"
+    from testbed.data.federated import FederatedData, Split
+
+    alg = _alg(LinearRegression(2, 1), 1, lr=0.5, lr_schedule="constant", sigma1_sq=0.0, sigma2_sq=0.0,
+               weights="fixed", alpha=0.0, straggler_p=0.0)
+    assert [alg.learning_rate(r) for r in (0, 1, 99)] == [0.5, 0.5, 0.5]
+    x = np.array([[1.0, 0.0], [0.0, 0.05]])  # curvatures 1 and 0.0025
+    split = Split(x=x, y=np.array([[1.0], [0.05]]), offsets=np.array([0, 2]))
+    data = FederatedData(train=split, test=split, validation=split, n_classes=1, name="toy", node_names=("a",),
+                         node_ids=(0,))
+    losses = {}
+    for schedule in ("constant", "eta0_over_t"):
+        alg = _alg(LinearRegression(2, 1), 1, lr=1.0, lr_schedule=schedule, sigma1_sq=0.0, sigma2_sq=0.0,
+                   weights="fixed", alpha=0.0, straggler_p=0.0)
+        losses[schedule] = trajectory(alg, data, seed=0, answered=np.ones((400, 1), bool), params0=np.zeros(2))["loss"]
+    assert losses["constant"][-1] < 0.2 * losses["eta0_over_t"][-1]  # Σ η_t: 400 against ≈ 6.6

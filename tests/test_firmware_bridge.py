@@ -46,7 +46,7 @@ def _round(cfg, r, theta):
 def _emulated(cfg, r, theta):
     """What sim computes for node 1 in round r from theta."""
     data = load_data(cfg.data, cfg.run.seed)
-    alg = registry.build(cfg, model_for(cfg.model, data), data)
+    alg = registry.build(cfg, model_for(cfg.model, data, cfg.run.seed), data)
     ctx = RoundContext(r, cfg.run.seed, 3, (0, 1, 2))
     return alg.node_step({"model": np.tile(theta, (3, 1))}, data.train, [0, 1, 2], ctx).tensors["update"][1]
 

@@ -87,7 +87,7 @@ def setup(name: str) -> Dataset | str:
         data = load_data(config.data, config.run.seed)
     except DataError as exc:
         return str(exc)
-    model = model_for(config.model, data)
+    model = model_for(config.model, data, config.run.seed)
     given: dict[str, Any] = {}
     if config.model.kind == "svm":
         # The hinge loss is not smooth (dp-pasgd.md §5.1): the logistic bound on the same features stands in.

@@ -71,7 +71,7 @@ _BYTES_PER_REAL = 8  # φ = 64 bits (Remark 1)
 
 ENCODINGS = ("gram", "projection")
 WEIGHTS = ("adaptive", "theoretical", "fixed")
-LR_SCHEDULES = ("eta0_over_t", "eta0_over_t_plus_1", "inverse_lambda_t")
+LR_SCHEDULES = ("eta0_over_t", "eta0_over_t_plus_1", "inverse_lambda_t", "constant")
 
 
 class AcflSection(Section):
@@ -82,9 +82,10 @@ class AcflSection(Section):
     """T, the second stage's iterations (rounds)."""
     lr: Positive[float] = 1e-4
     """η₀ of η_t = η₀/t (the paper's Sec. V: 1e-4)."""
-    lr_schedule: Literal["eta0_over_t", "eta0_over_t_plus_1", "inverse_lambda_t"] = "eta0_over_t"
+    lr_schedule: Literal["eta0_over_t", "eta0_over_t_plus_1", "inverse_lambda_t", "constant"] = "eta0_over_t"
     """η_t = η₀/t with t counted from 1 (the paper's, which leaves η at its t = 0 undefined), η₀/(t+1),
-    or 1/(λt) of Theorem 2 (needs strong_convexity)."""
+    1/(λt) of Theorem 2 (needs strong_convexity), or η₀ throughout ("constant", beyond the paper: see
+    :meth:`Acfl.learning_rate`)."""
     strong_convexity: Positive[float] | None = None
     """λ of Theorem 2 (Σ XᵀX ≥ λI), for lr_schedule = "inverse_lambda_t"."""
     sigma1_sq: Positive[float] | None = None
@@ -135,15 +136,18 @@ class AcflSection(Section):
         return theory.sigma_sq_for_epsilon(features, outputs, self.mi_epsilon, self.noise_ratio)
 
 
-def padded(train: Split, outputs_of) -> tuple[np.ndarray, np.ndarray]:
-    """Every node's rows in one zero-padded stack: x (M, m_max, d), y (M, m_max, o). Zero rows add
-    nothing to XᵀX, XᵀY or Xᵀ(XW − Y), so ragged nodes (Adult-1) share one batched product."""
+def padded(train: Split, outputs_of, design=None) -> tuple[np.ndarray, np.ndarray]:
+    """Every node's rows in one zero-padded stack: x (M, m_max, D), y (M, m_max, o), x through
+    ``design`` (the model's features: bias column, embedding) *before* padding, so the padding rows
+    stay zero: they add nothing to XᵀX, XᵀY or Xᵀ(XW − Y), and ragged nodes (Adult-1) share one
+    batched product."""
     sizes = train.sizes
     m_max = int(sizes.max()) if len(sizes) else 0
     rows = np.arange(m_max)
     mask = rows[None, :] < sizes[:, None]
     index = np.where(mask, train.offsets[:-1, None] + rows[None, :], 0)
-    x = np.where(mask[..., None], train.x[index], 0.0)
+    features = train.x if design is None else design(train.x)
+    x = np.where(mask[..., None], features[index], 0.0)
     y = np.where(mask[..., None], outputs_of(train.y[index]), 0.0)
     return x, y
 
@@ -247,8 +251,8 @@ class Acfl:
         fixed for the run) and kept: each gradient is then (XᵀX) W − XᵀY, eq. (7) regrouped."""
         missing = [i for i, n in enumerate(node_ids) if int(n) not in self._row]
         if missing:
-            x, y = padded(train.select(missing) if len(missing) < len(node_ids) else train, self._targets)
-            x = self.model.design(x)
+            x, y = padded(train.select(missing) if len(missing) < len(node_ids) else train, self._targets,
+                          self.model.design)
             xt = x.transpose(0, 2, 1)
             for i in missing:
                 self._row[int(node_ids[i])] = len(self._row)
@@ -270,8 +274,7 @@ class Acfl:
         if self.encoding == "gram":
             a, b = self.grams(train, ids)
         else:
-            x, y = padded(train, self._targets)
-            x = self.model.design(x)
+            x, y = padded(train, self._targets, self.model.design)
         for i, node in enumerate(ids):
             rng = stream(ctx.seed, node, SETUP_ROUND, Purpose.NOISE)
             if self.encoding == "gram":
@@ -344,9 +347,22 @@ class Acfl:
         return (num / den if den > 0 else 1.0), beta_sq
 
     def learning_rate(self, round_index: int) -> float:
-        """η_t of round r (0-based), t = r + 1 counted from 1: η₀/t (Sec. V), η₀/(t + 1), or
-        1/(λt) (Theorem 2)."""
+        """η_t of round r (0-based), t = r + 1 counted from 1: η₀/t (Sec. V), η₀/(t + 1), 1/(λt)
+        (Theorem 2), or η₀ ("constant").
+
+        "constant" is ours, beyond the paper, for real data: a stable η₀ must stay below about
+        2/λ_max(H̃_X), and the one-hot least squares of Adult is ill-conditioned (λ_max ≈ 4e4, rank
+        deficient), so η₀/t, whose Σ_t η_t grows only like η₀ ln T, leaves the weakly curved
+        directions where W₀ put them (test accuracy stuck at the majority share). A constant step
+        moves every direction of eigenvalue above ≈ λ_max/T. It gives up the 1/T rate of
+        Theorem 2 (the coded set's noise is fixed, not fresh, so the iterates settle at the noisy
+        objective's minimiser rather than wander). A public bound for choosing η₀ without looking
+        at the data: entries |x| ≤ 1 give λ_max(Σ XᵀX) ≤ tr = Σ‖x‖² ≤ n D (n rows in all), and
+        rows in the unit ball (the loaders' scaling) ≤ n, plus one per row for a bias column;
+        η₀ = 1/that bound is always stable for the noiseless part."""
         t = round_index + 1
+        if self.lr_schedule == "constant":
+            return self.lr
         if self.lr_schedule == "eta0_over_t":
             return self.lr / t
         if self.lr_schedule == "eta0_over_t_plus_1":
@@ -427,11 +443,12 @@ REGISTRATION = Registration(name="acfl", sections={"acfl": AcflSection}, build=b
 
 def bernoulli_answered(seed: int, p: float, num_nodes: int, iterations: int) -> np.ndarray:
     """(T, N) bool: who answers each iteration under ``[stragglers] model = "bernoulli"``, the very
-    draws of :func:`testbed.stragglers.draw_stragglers` (node i's uniform from
-    ``stream(seed, i, r, STRAGGLER)``), so an in-memory run sees the stragglers `testbed run` sees."""
-    u = np.array([[stream(seed, i, r, Purpose.STRAGGLER).random() for i in range(num_nodes)]
-                  for r in range(iterations)])
-    return u >= p
+    draws of :func:`testbed.stragglers.draw_stragglers` (node i's uniform from its
+    (seed, i, r, STRAGGLER) Philox counter), so an in-memory run sees the stragglers `testbed run` sees."""
+    from testbed.stragglers import _uniforms
+
+    ids = list(range(num_nodes))
+    return np.array([_uniforms(seed, ids, r)[0] >= p for r in range(iterations)]).reshape(iterations, num_nodes)
 
 
 def trajectory(alg: Acfl, data: Any, *, seed: int, answered: np.ndarray, params0: np.ndarray) -> dict[str, np.ndarray]:

@@ -117,7 +117,7 @@ def _plan_dp_pasgd(args: argparse.Namespace) -> int:
         raise ConfigError(source, f"not valid TOML: {exc}") from None
     config = load_config_text(text, _overrides(args, raw), source=source)
     data = load_data(config.data, config.run.seed)
-    model = model_for(config.model, data)
+    model = model_for(config.model, data, config.run.seed)
     inputs = plan_inputs(config, model, data)
     chosen = SigmaCalibration(config.dp_pasgd.calibration)
     records = {v.value: plan_record(make_plan(inputs, v), inputs) for v in SigmaCalibration}
