@@ -37,6 +37,7 @@ from testbed.privacy.accountants import worst_epsilon
 from testbed.runner import run_experiment
 
 from conftest import REPO
+from test_dwfl_mqtt import EXPERIMENT as DWFL_EXPERIMENT
 from test_mqtt_runtime import _comparable
 
 DP_PASGD = """
@@ -63,33 +64,7 @@ connect_timeout_s = 30.0
 figures = false
 """
 
-DWFL = """
-[run]
-name = "faults-ota"
-algorithm = "dwfl"
-seed = 5
-mode = "mqtt"
-[data]
-dataset = "synthetic"
-num_nodes = 4
-samples_per_node = 60
-dim = 6
-[dwfl]
-rounds = 4
-batch = 8
-lr = 0.3
-epsilon = 0.5
-fading = "rayleigh"
-coherence_rounds = 1
-c_scale = 0.7
-[privacy]
-delta = 1e-5
-[mqtt]
-round_timeout_s = 20.0
-connect_timeout_s = 30.0
-[output]
-figures = false
-"""
+DWFL = DWFL_EXPERIMENT.replace('name = "dwfl-mqtt"', 'name = "faults-ota"')
 
 
 # ----------------------------------------------------------------------------------------- helpers
