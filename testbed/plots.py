@@ -82,3 +82,59 @@ def draw_epsilon(run_dir: Path) -> list[Path]:
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return [path]
+
+
+class BackgroundFigures:
+    """Draws a run's figures in a child process started with the run.
+
+    Importing matplotlib takes about half a second: the child does it on the other core while the
+    rounds run, then draws what it is asked (``progress`` once the summary is written, ``epsilon``
+    once the tight accountant's ε is in it) while this process finishes.
+
+    Example::
+
+        >>> job = BackgroundFigures()                 # doctest: +SKIP
+        >>> job.draw("progress", run_dir)             # doctest: +SKIP
+        >>> job.wait()                                # doctest: +SKIP
+    """
+
+    def __init__(self) -> None:
+        import subprocess
+        import sys
+
+        self._proc = subprocess.Popen([sys.executable, "-m", "testbed.plots"], stdin=subprocess.PIPE,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+    def draw(self, which: str, run_dir: Path) -> None:
+        """Ask for ``which`` ("progress" or "epsilon") figures of ``run_dir``."""
+        self._proc.stdin.write(f"{which}\t{Path(run_dir).resolve()}\n")
+        self._proc.stdin.flush()
+
+    def wait(self) -> str | None:
+        """Wait for the figures; None when all were drawn, else the child's last error line."""
+        self._proc.stdin.close()
+        err = self._proc.stderr.read()
+        if self._proc.wait() != 0:
+            return (err.strip().splitlines() or ["the figure process failed"])[-1]
+        return None
+
+    def close(self) -> None:
+        """Stop the child without waiting for figures (a failed run)."""
+        if self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait()
+
+
+def _serve() -> None:
+    """``python -m testbed.plots``: import pyplot at once, then draw each requested figure set."""
+    import sys
+
+    _pyplot()
+    drawers = {"progress": draw_progress, "epsilon": draw_epsilon}
+    for line in sys.stdin:
+        which, _, run_dir = line.rstrip("\n").partition("\t")
+        drawers[which](Path(run_dir))
+
+
+if __name__ == "__main__":
+    _serve()

@@ -15,11 +15,12 @@ answers each round with a :class:`~testbed.nodes_api.RoundOutcome`.
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -38,6 +39,11 @@ from testbed.progress import Progress
 from testbed.resources import check_fits
 from testbed.results import RunDirectory
 from testbed.rng import GLOBAL, Purpose, stream
+
+if TYPE_CHECKING:
+    from testbed.plots import BackgroundFigures
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -175,15 +181,21 @@ def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = Fa
     run.metrics = evaluate(model, algorithm.eval_params(state), data)
     tight = config.privacy.tight_accountant
     tight_job = None if tight == "none" else BackgroundEpsilons(tight)
+    figures_job = None
+    if config.output.figures:
+        from testbed.plots import BackgroundFigures
+
+        figures_job = BackgroundFigures()
     nodes = None
     try:
         nodes = build_nodes(config, algorithm, data, quiet)
         run_rounds(run, nodes, quiet)
     except BaseException as exc:
         run.status, run.failure = "failed", f"{type(exc).__name__}: {exc}"
-        if tight_job is not None:
-            tight_job.close()
-            tight_job = None
+        for job in (tight_job, figures_job):
+            if job is not None:
+                job.close()
+        tight_job = figures_job = None
         raise
     finally:
         if nodes is not None:
@@ -191,7 +203,7 @@ def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = Fa
                 nodes.close(run.status)
             except Exception as exc:  # the summary must still be written
                 run.status, run.failure = "failed", f"closing the nodes: {type(exc).__name__}: {exc}"
-        summary = finish(run, tight_job)
+        summary = finish(run, tight_job, figures_job)
     return RunResult(directory.path, summary)
 
 
@@ -300,19 +312,21 @@ def _first_exceeded(budgets: Budgets, ledgers: list[NodeLedger], alg: Algorithm,
     return None
 
 
-def finish(run: Run, tight_job: BackgroundEpsilons | None) -> dict[str, Any]:
+def finish(run: Run, tight_job: BackgroundEpsilons | None, figures_job: "BackgroundFigures | None" = None) -> dict[str, Any]:
     """Stage 6: summary.json at once (a run killed from here on still has it), the final model,
-    figures, then the tight accountant's ε."""
+    figures (drawn by a child process, while the tight accountant runs in another), then the tight
+    accountant's ε."""
     summary = _summary(run)
     run.directory.write_summary(summary)
     run.directory.close()
     if run.status == "failed":
+        for job in (tight_job, figures_job):
+            if job is not None:
+                job.close()
         return summary
     np.save(run.directory.path / "final_params.npy", run.algorithm.eval_params(run.state))
-    if run.config.output.figures:
-        from testbed.plots import draw_progress
-
-        draw_progress(run.directory.path)  # while the tight accountant runs in its own process
+    if figures_job is not None:
+        figures_job.draw("progress", run.directory.path)
     if tight_job is not None:
         keys = [(led.node, observer) for led in run.ledgers for observer in sorted(led.by_observer)]
         tight_job.submit([run.ledgers[node].by_observer[observer] for node, observer in keys], run.budgets.delta)
@@ -324,10 +338,11 @@ def finish(run: Run, tight_job: BackgroundEpsilons | None) -> dict[str, Any]:
             entry["epsilon_tight"] = max(by.values(), default=0.0)
             entry["epsilon_tight_by_observer"] = by
         run.directory.write_summary(summary)
-    if run.config.output.figures:
-        from testbed.plots import draw_epsilon
-
-        draw_epsilon(run.directory.path)
+    if figures_job is not None:
+        figures_job.draw("epsilon", run.directory.path)
+        problem = figures_job.wait()
+        if problem is not None:
+            log.warning("%s: figures not drawn: %s (testbed report redraws them)", run.directory.path, problem)
     return summary
 
 
