@@ -67,7 +67,7 @@ def main() -> None:
                for i in range(args.repeats)]
         mqtt = [timed(TESTBED + ["run", CONFIG, "--quiet", "--mode", "mqtt", "--out", f"{tmp}/mqtt-{i}",
                                  "--set", f"mqtt.hosts={args.hosts}"] + short) for i in range(args.repeats)]
-        (w_sim, c_sim), (w_mqtt, c_mqtt) = median_pair(sim), median_pair(mqtt)
+        (w_sim, _), (w_mqtt, c_mqtt) = median_pair(sim), median_pair(mqtt)
         print(f"ACFL 100 iterations: sim {w_sim:.2f} s wall; MQTT (embedded broker, 100 emulated nodes on "
               f"{args.hosts} hosts) {w_mqtt:.2f} s wall, {c_mqtt:.2f} s CPU")
         print(f"ACFL ratio MQTT/sim: {w_mqtt / w_sim:.2f} wall  (target <= 5)")

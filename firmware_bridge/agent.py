@@ -28,7 +28,7 @@ import numpy as np
 from firmware_bridge import messages as m
 from firmware_bridge.board import Board, BoardResult
 from firmware_bridge.costs import BoardCosts
-from firmware_bridge.link import BoardGone, BoardRefused, BoardReset, Link
+from firmware_bridge.link import BoardRefused, BoardReset, Link
 from firmware_bridge.port import open_port
 from firmware_bridge.profiles import load_mcu_profile
 from nodes.agent import NodeAgent

@@ -226,7 +226,6 @@ def _m(runs: list[dict]) -> float:
 
 def real_section(adult: dict, iterations: int) -> list[str]:
     """The real-data section of REPORT.md from :func:`real_data`'s summaries."""
-    some = next(v for k, v in adult.items() if isinstance(k, tuple))
     lines = ["## Real data: Adult-2, one-hot least squares (the issue's request; the paper has no real-data run)", "",
              f"{ADULT_NODES} i.i.d. devices, {adult['rows']:,} training rows in all; one-hot features with the numeric "
              "columns through fixed public maps, every row divided by a public bound (norm ≤ 1, entries ≤ 1: "

@@ -65,7 +65,7 @@ from testbed.ledger import CommunicationEvent, ComputeEvent, Event, MutualInfoEv
 from testbed.models import LinearRegression
 from testbed.privacy import acfl as theory
 from testbed.rng import Purpose, stream
-from testbed.sections import Fraction, NonNegative, Positive, Section
+from testbed.sections import Fraction, Positive, Section
 
 _BYTES_PER_REAL = 8  # φ = 64 bits (Remark 1)
 
