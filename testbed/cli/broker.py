@@ -8,6 +8,7 @@ read and write every topic; a deployment with per-node credentials uses Mosquitt
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import time
 
@@ -29,6 +30,10 @@ def _broker(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         raise UserError(f"--port must be in 0..65535, got {args.port}")
     remote = not is_loopback(args.host)
+    # Ctrl-C and a service manager's SIGTERM stop it cleanly, even when started by a parent that
+    # ignores SIGINT (the child inherits that, and Python then installs no handler of its own).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     with EmbeddedBroker(host=args.host, port=args.port, allow_remote=remote) as broker:
         if remote:
             print(f"testbed: warning: the embedded broker on {args.host} takes anonymous clients; anyone who "
