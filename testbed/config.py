@@ -185,17 +185,27 @@ PATH_KEYS = (("data", "path"), ("mqtt", "credentials"), ("mqtt", "tls_ca"))
 
 
 @functools.cache
-def _config_model() -> type[BaseModel]:
+def _section_classes() -> dict[str, type[BaseModel]]:
+    """Every section an experiment file may hold: the run-wide ones and every algorithm's."""
     from testbed.algorithms import registry
 
-    fields: dict[str, Any] = {}
-    for name, cls in CORE_SECTIONS.items():
-        fields[name] = (cls, Field(default_factory=cls))
+    classes: dict[str, type[BaseModel]] = dict(CORE_SECTIONS)
     for reg in registry.registrations().values():
         for name, cls in reg.sections.items():
-            if name in fields and fields[name][0] is not cls:
+            if name in classes and classes[name] is not cls:
                 raise RuntimeError(f"config section [{name}] declared twice")
-            fields[name] = (cls, Field(default_factory=cls))
+            classes[name] = cls
+    return classes
+
+
+@functools.cache
+def _config_model(names: frozenset[str] | None = None) -> type[BaseModel]:
+    """The experiment model with the sections ``names`` (None: all of them). A run's model holds
+    only the sections it reads or its file has, so validators of the other algorithms' sections
+    are never built (pydantic builds a model's validator on first use: see Section)."""
+    classes = _section_classes()
+    chosen = [n for n in classes if names is None or n in names]
+    fields = {name: (classes[name], Field(default_factory=classes[name])) for name in chosen}
     return create_model("Experiment", __config__=ConfigDict(frozen=True, extra="forbid"), **fields)
 
 
@@ -207,12 +217,16 @@ def build_config(raw: dict[str, Any]) -> Config:
     """A validated experiment from the nested dict of a TOML file (missing keys take defaults)."""
     from testbed.algorithms import registry
 
-    model = _config_model()
+    classes = _section_classes()
     for section, values in raw.items():
-        if section not in model.model_fields:
-            raise ConfigError(section, f"unknown section; known: {', '.join(model.model_fields)}")
+        if section not in classes:
+            raise ConfigError(section, f"unknown section; known: {', '.join(classes)}")
         if not isinstance(values, dict):
             raise ConfigError(section, f"must be a table ([{section}])")
+    run = raw.get("run", {})
+    algorithm = run.get("algorithm", RunSection().algorithm) if isinstance(run, dict) else None
+    own = registry.registrations()[algorithm].sections if algorithm in registry.names() else {}
+    model = _config_model(frozenset(CORE_SECTIONS) | frozenset(own) | frozenset(raw))
     try:
         config = model.model_validate(raw)
     except ValidationError as exc:
@@ -234,8 +248,8 @@ def _config_error(exc: ValidationError) -> ConfigError:
     same = [e for e in errors if ".".join(str(p) for p in e["loc"][:2]) == key]
     if first["type"] == "extra_forbidden":
         section = str(first["loc"][0])
-        known = ", ".join(_config_model().model_fields[section].annotation.model_fields) if section in \
-            _config_model().model_fields else ""
+        classes = _section_classes()
+        known = ", ".join(classes[section].model_fields) if section in classes else ""
         return ConfigError(key, f"unknown key; {section} takes {known}")
     if first["type"] in ("value_error", "assertion_error") and len(first["loc"]) < 2:
         # A section's own check says "field: why" (or "section.field: why").

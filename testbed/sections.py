@@ -32,5 +32,7 @@ class Section(BaseModel):
     string is not a number, a bool is not an integer; an integer is a fine float. Non-finite
     floats are refused."""
 
+    # defer_build: a section's validator is built when first used, so loading an experiment costs
+    # only the sections it has, however many algorithms are registered.
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False,
-                              use_attribute_docstrings=True)
+                              use_attribute_docstrings=True, defer_build=True)
