@@ -189,6 +189,11 @@ class MqttNodes:
         if self._hosts and all(h.reaped for h in self._hosts):
             raise UserError(f"every emulated host exited; the last said: {self._hosts[-1].last_error()}")
         live = self.online & set(self.node_ids)
+        if not live and (not self.client.connected or self._outage_since is not None):
+            # The broker sends the nodes' wills as it goes down, before our own connection drops:
+            # an outage, not dead nodes; the round closes with every node offline.
+            self._broker_lost()
+            return ()
         if not live:  # a run whose nodes all died is not completed by rounds nobody plays
             raise UserError(f"none of the {len(self.node_ids)} nodes is online on {self.url} "
                             f"(waited {self.round_timeout_s:g} s for them)")
@@ -199,6 +204,9 @@ class MqttNodes:
         alg = self.alg
         assert isinstance(alg, WithSetup)
         expected = self._live(frozenset())
+        if not expected:
+            raise UserError(f"broker {self.url} unreachable during the setup phase; once it is back, "
+                            f"`testbed run --resume RUN_DIR` starts the run again")
         ctx = RoundContext(SETUP_ROUND, self.seed, len(self.node_ids), expected)
         if self._publish(topics.bcast(self.run), protocol.setup(self.run, self.session, self.config_toml, expected), ctx):
             answers, refusals, reasons = self._collect(ctx, alg.setup_spec(), protocol.SETUP_UPDATE)
