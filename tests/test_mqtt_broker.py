@@ -94,7 +94,7 @@ def test_parse_broker_url():
 
 def test_generate_acl():
     text, passwords = acl.generate_acl("r1", ["a", "b", "a"])
-    assert set(passwords) == {"coordinator", "channel", "a", "b"} and len(set(passwords.values())) == 4
+    assert set(passwords) == {"coordinator", "channel", "watch", "a", "b"} and len(set(passwords.values())) == 5
     blocks = {b.splitlines()[0]: b.splitlines()[1:] for b in text.split("\n\n")[1:]}
     assert blocks["user a"] == ["topic write tb/v1/r1/up/a", "topic write tb/v1/r1/tx/a",
                                 "topic write tb/v1/r1/status/a", "topic read tb/v1/r1/down/a",
@@ -106,7 +106,8 @@ def test_generate_acl():
     assert blocks["user channel"] == ["topic read tb/v1/r1/chan", "topic read tb/v1/r1/tx/+",
                                       "topic read tb/v1/r1/status/+", "topic read tb/v1/r1/coord",
                                       "topic write tb/v1/r1/rx/+", "topic write tb/v1/r1/status/channel"]
-    for reserved in ("coordinator", "channel"):
+    assert blocks["user watch"] == ["topic read tb/v1/r1/status/+", "topic read tb/v1/r1/coord"]
+    for reserved in ("coordinator", "channel", "watch"):
         with pytest.raises(ValueError):
             acl.generate_acl("r1", [reserved])
 

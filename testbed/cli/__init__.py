@@ -12,7 +12,7 @@ import sys
 
 from testbed.errors import UserError
 
-COMMANDS = ("run", "report", "privacy", "node", "bridge", "broker", "acl", "plan", "sweep", "calibrate", "schema")
+COMMANDS = ("run", "watch", "report", "privacy", "node", "bridge", "broker", "acl", "plan", "sweep", "calibrate", "schema")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,54 @@
+"""`testbed watch RUN_DIR`: a live web page of a run (running, finished or killed); read-only."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import sys
+from pathlib import Path
+
+from testbed.errors import UserError
+
+DEFAULT_PORT = 8765
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    watch = sub.add_parser("watch", help="a live web page of a run: progress, curves, every node's budgets")
+    watch.add_argument("run_dir", type=Path, help="the run's directory (it may not exist yet)")
+    add_server_options(watch)
+    watch.set_defaults(handler=_watch)
+
+
+def add_server_options(parser: argparse.ArgumentParser, prefix: str = "") -> None:
+    """--port and --host (shared with `testbed run --watch`)."""
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"the page's port (default {DEFAULT_PORT})")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="the address to listen on (default 127.0.0.1: this machine only)")
+
+
+def check_server_options(args: argparse.Namespace) -> None:
+    """One line naming the option if --port or --host is not usable."""
+    if not 1 <= args.port <= 65535:
+        raise UserError(f"--port must be 1..65535, got {args.port}")
+    try:
+        ipaddress.ip_address(args.host)
+    except ValueError:
+        if args.host != "localhost":
+            raise UserError(f"--host must be an IP address or localhost, got {args.host!r}") from None
+
+
+def _watch(args: argparse.Namespace) -> int:
+    check_server_options(args)
+    if args.run_dir.exists() and not args.run_dir.is_dir():
+        raise UserError(f"{args.run_dir} is not a directory")
+    try:
+        from testbed.watch.server import serve
+    except ImportError as exc:  # the server's libraries are an extra
+        raise UserError(f"testbed watch needs the 'watch' extra (pip install 'testbed[watch]'): {exc}") from None
+    try:
+        serve(args.run_dir, host=args.host, port=args.port,
+              print_url=lambda url: print(f"watching {args.run_dir} at {url} (Ctrl-C to stop)", flush=True))
+    except OSError as exc:  # the port is taken, or the address is not this machine's
+        raise UserError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
+    print("", file=sys.stderr)
+    return 0

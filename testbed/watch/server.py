@@ -1,0 +1,154 @@
+"""`testbed watch`'s web server: aiohttp, the page and its scripts from the package, server-sent events.
+
+Routes:
+
+    GET /                 the page (static/index.html)
+    GET /static/NAME      its script, style and the bundled uPlot (no CDN: labs are often offline)
+    GET /api/snapshot     everything the page shows, as JSON (:meth:`RunFeed.snapshot`)
+    GET /api/events       server-sent events: ``snapshot`` once, then a ``delta`` per change
+
+One task polls the run directory every ``poll_s`` (in a worker thread: reading the files and
+accounting ε must not hold up the page) and sends each delta to every open page. A page that falls
+behind is dropped; its EventSource reconnects and starts again from a snapshot. There are no control
+actions: nothing here writes to the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from pathlib import Path
+from typing import Any, Callable
+
+from aiohttp import web
+from aiohttp_sse import sse_response
+
+from testbed.watch.feed import RunFeed
+
+log = logging.getLogger(__name__)
+
+STATIC = Path(__file__).with_name("static")
+#: Deltas a page may have unsent before it is dropped (it reconnects and takes a snapshot).
+BACKLOG = 32
+
+
+def _json(data: Any) -> str:
+    return json.dumps(data, separators=(",", ":"), allow_nan=False)
+
+
+class WatchApp:
+    """The watch page of one run directory.
+
+    Args:
+        feed: the run's :class:`RunFeed`.
+        poll_s: seconds between reads of the run's files.
+        on_config: called once with the run's config as soon as config.toml has been read (in a
+            worker thread), e.g. to follow the MQTT status topics.
+        on_stop: called (no arguments) when the server stops.
+    """
+
+    def __init__(self, feed: RunFeed, poll_s: float = 0.5, on_config: Callable[[Any], None] | None = None,
+                 on_stop: Callable[[], None] | None = None):
+        self.feed = feed
+        self.poll_s = poll_s
+        self._pages: set[asyncio.Queue] = set()
+        self._lock = asyncio.Lock()
+        self._on_config, self._on_stop = on_config, on_stop
+        self.app = web.Application()
+        self.app.add_routes([
+            web.get("/", self._index),
+            web.get("/api/snapshot", self._snapshot),
+            web.get("/api/events", self._events),
+            web.static("/static", STATIC),
+        ])
+        self.app.on_startup.append(self._startup)
+        self.app.on_shutdown.append(self._shutdown)
+
+    async def _feed(self, method: Callable[[], Any]) -> Any:
+        async with self._lock:  # one reader of the feed at a time: poll and snapshot share its state
+            return await asyncio.to_thread(method)
+
+    async def _startup(self, app: web.Application) -> None:
+        self._poller = asyncio.create_task(self._poll_forever())
+
+    async def _shutdown(self, app: web.Application) -> None:
+        self._poller.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._poller
+        for page in list(self._pages):
+            page.put_nowait(None)
+        if self._on_stop is not None:
+            await asyncio.to_thread(self._on_stop)
+
+    async def _poll_forever(self) -> None:
+        while True:
+            try:
+                delta = await self._feed(self.feed.poll)
+            except Exception:  # a damaged file must not stop the page: it shows the error instead
+                log.exception("reading %s", self.feed.run_dir)
+                delta = None
+            if self._on_config is not None and self.feed.config is not None:
+                on_config, self._on_config = self._on_config, None
+                await asyncio.to_thread(on_config, self.feed.config)
+            if delta is not None:
+                text = _json(delta)
+                for page in list(self._pages):
+                    try:
+                        page.put_nowait(text)
+                    except asyncio.QueueFull:
+                        self._pages.discard(page)
+                        page.get_nowait()
+                        page.put_nowait(None)  # tells the page's handler to close it
+            await asyncio.sleep(self.poll_s)
+
+    async def _index(self, request: web.Request) -> web.StreamResponse:
+        return web.FileResponse(STATIC / "index.html")
+
+    async def _snapshot(self, request: web.Request) -> web.Response:
+        return web.Response(text=_json(await self._feed(self.feed.snapshot)), content_type="application/json")
+
+    async def _events(self, request: web.Request) -> web.StreamResponse:
+        page: asyncio.Queue = asyncio.Queue(maxsize=BACKLOG)
+        self._pages.add(page)  # before the snapshot: a delta after it is queued, older ones are skipped by version
+        try:
+            async with sse_response(request) as resp:
+                await resp.send(_json(await self._feed(self.feed.snapshot)), event="snapshot")
+                while resp.is_connected():
+                    text = await page.get()
+                    if text is None:
+                        break
+                    await resp.send(text, event="delta")
+            return resp
+        finally:
+            self._pages.discard(page)
+
+
+def serve(run_dir: Path, host: str = "127.0.0.1", port: int = 8765, poll_s: float = 0.5,
+          follow_mqtt: bool = True, print_url: Callable[[str], None] = print) -> None:
+    """Serve the watch page of ``run_dir`` until interrupted (Ctrl-C, SIGTERM).
+
+    Over MQTT (``run.mode = "mqtt"`` with a ``mqtt.broker_url``; an embedded broker lives and dies
+    inside the run) it also follows the nodes' status topics, once config.toml is there.
+    """
+    feed = RunFeed(run_dir)
+    listener: list = []
+
+    def follow(config: Any) -> None:
+        if not follow_mqtt or config.run.mode != "mqtt" or config.mqtt.broker_url is None:
+            return
+        from testbed.watch.status import StatusListener
+
+        try:
+            listener.append(StatusListener(config.mqtt, feed.node_status, feed.coordinator_status).start())
+        except Exception as exc:  # the files still show the run: say why the status topics do not
+            log.warning("not following the status topics of %s: %s", config.mqtt.broker_url, exc)
+
+    def unfollow() -> None:
+        for item in listener:
+            item.close()
+
+    app = WatchApp(feed, poll_s=poll_s, on_config=follow, on_stop=unfollow)
+    web.run_app(app.app, host=host, port=port, print=lambda _: print_url(f"http://{host}:{port}/"),
+                handle_signals=True, shutdown_timeout=1.0)
