@@ -211,7 +211,7 @@ def run_rounds(run: Run, nodes: Nodes, quiet: bool) -> None:
     """Stage 5: setup (once), then the rounds, until done or a budget would break."""
     alg, config = run.algorithm, run.config
     ledger_file = LedgerWriter(run.directory.ledger_path, sync=run.config.output.sync)
-    progress = Progress(alg.rounds, enabled=not quiet)
+    progress = Progress(alg.rounds, enabled=not quiet, budgets=run.budgets)
     try:
         if alg.has_setup and run.rounds_done == 0 and not any(led.has_round(SETUP_ROUND) for led in run.ledgers):
             assert isinstance(alg, WithSetup)
@@ -242,15 +242,16 @@ def run_rounds(run: Run, nodes: Nodes, quiet: bool) -> None:
             run.rounds_done = r + 1
             run.metrics = evaluate(run.model, alg.eval_params(run.state), run.data)
             eps = max(worst_epsilon(run.budgets.accountant, led.by_observer, run.budgets.delta) for led in run.ledgers)
-            run.directory.append_metrics({
+            row = {
                 "round": run.rounds_done, "local_steps": max(led.totals.local_steps for led in run.ledgers),
                 **run.metrics, "cost_units": max(led.totals.cost_units for led in run.ledgers), "epsilon": eps,
                 "bytes_total": max(led.totals.bytes_total for led in run.ledgers),
                 "stragglers": len(outcome.ctx.stragglers), "wall_s": round(time.monotonic() - run.wall_start, 4),
-            })
+            }
+            run.directory.append_metrics(row)
             # After the round's metrics row: the checkpoint marks both files (see save_checkpoint).
             run.directory.save_checkpoint(run.rounds_done, run.state, ledger_file.mark())
-            progress.update(run.rounds_done, run.metrics["train_loss"], eps)
+            progress.update(run.rounds_done, run.metrics["train_loss"], eps, row, run.ledgers)
     finally:
         progress.close()
         ledger_file.close()

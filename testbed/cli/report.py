@@ -1,4 +1,5 @@
-"""`testbed report RUN_DIR`: redraw a run's figures from its files and print its summary."""
+"""`testbed report RUN_DIR`: redraw a run's figures from its files and print its summary;
+``--html``: write one self-contained report.html of the run, or of a sweep folder."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from testbed.errors import UserError
 
 def register(sub: argparse._SubParsersAction) -> None:
     report = sub.add_parser("report", help="redraw a run's figures and print its summary")
-    report.add_argument("run_dir", type=Path)
+    report.add_argument("run_dir", type=Path, help="a run directory (or, with --html, a sweep folder)")
+    report.add_argument("--html", action="store_true",
+                        help="write RUN_DIR/report.html: summary, figures, nodes, config in one file")
     report.set_defaults(handler=_report)
 
 
@@ -19,6 +22,11 @@ def _report(args: argparse.Namespace) -> int:
     from testbed.plots import draw_figures
     from testbed.results import read_summary
 
+    if args.html:
+        from testbed.report_html import write_report
+
+        print(write_report(args.run_dir))
+        return 0
     if not (args.run_dir / "summary.json").exists():
         raise UserError(f"{args.run_dir} has no summary.json; not a run directory")
     for path in draw_figures(args.run_dir):

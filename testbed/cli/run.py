@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 from pathlib import Path
 
+from testbed.cli.watch import add_server_options, check_server_options
 from testbed.errors import UserError
 
 
@@ -19,6 +22,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--seed", type=int, help="the run's seed (run.seed)")
     run.add_argument("--out", type=Path, help="the run directory (default: output.dir/NAME-TIME-sSEED)")
     run.add_argument("--quiet", action="store_true", help="no progress bar, no summary table")
+    run.add_argument("--watch", action="store_true", help="serve the live web page of the run (testbed watch)")
+    add_server_options(run)
     run.set_defaults(handler=_run)
 
 
@@ -27,6 +32,8 @@ def _run(args: argparse.Namespace) -> int:
     from testbed.config import load_config
     from testbed.runner import run_experiment
 
+    if args.watch:
+        check_server_options(args)
     overrides = list(args.overrides)
     if args.mode:
         overrides.append(f"run.mode={args.mode!r}")
@@ -35,7 +42,7 @@ def _run(args: argparse.Namespace) -> int:
             raise UserError("--resume takes the run's own config.toml: give no FILE, --out, --seed or --set")
         config = load_config(checks.experiment_file(args.resume / "config.toml"), overrides)
         checks.run_id(config.mqtt.run_id)
-        result = run_experiment(config, out_dir=args.resume, quiet=args.quiet, resume=True)
+        out = args.resume
     else:
         if args.file is None:
             raise UserError("give an experiment FILE, or --resume RUN_DIR")
@@ -49,10 +56,53 @@ def _run(args: argparse.Namespace) -> int:
             checks.output_dir(args.out, "--out")
         else:
             checks.output_dir(Path(config.output.dir), "output.dir")
-        result = run_experiment(config, out_dir=args.out, quiet=args.quiet)
-    if not args.quiet:
-        print(format_summary(result.summary))
+        out = args.out
+        if args.watch and out is None:  # the page must know the directory before the run names it
+            from testbed.runner import default_run_dir
+
+            out = default_run_dir(config)
+    page = WatchPage(out, args.host, args.port) if args.watch else None
+    try:
+        result = run_experiment(config, out_dir=out, quiet=args.quiet, resume=args.resume is not None)
+        if not args.quiet:
+            print(format_summary(result.summary))
+        if page is not None:
+            page.linger()
+    finally:
+        if page is not None:
+            page.stop()
     return 0
+
+
+class WatchPage:
+    """`testbed watch RUN_DIR` in a child process, started with the run (``testbed run --watch``).
+
+    It reads only the run's files, so the run never waits for it.
+    """
+
+    def __init__(self, run_dir: Path, host: str, port: int):
+        self.url = f"http://{host}:{port}/"
+        self._proc = subprocess.Popen([sys.executable, "-m", "testbed", "watch", str(run_dir), "--port", str(port),
+                                       "--host", host], stdout=subprocess.DEVNULL)
+        print(f"watch: {self.url}", file=sys.stderr, flush=True)
+
+    def linger(self) -> None:
+        """On a terminal, keep the page of the finished run up until Ctrl-C."""
+        if self._proc.poll() is None and sys.stdin.isatty() and sys.stdout.isatty():
+            print(f"the run is over; its page stays up at {self.url} until Ctrl-C", file=sys.stderr, flush=True)
+            try:
+                self._proc.wait()
+            except KeyboardInterrupt:
+                pass
+
+    def stop(self) -> None:
+        if self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
 
 
 def format_summary(summary: dict) -> str:

@@ -1,0 +1,209 @@
+"""`testbed report RUN_DIR --html`: one self-contained ``report.html`` of a run or of a sweep folder.
+
+Everything is inside the file: figures as PNG data URIs (drawn by matplotlib, as `testbed report`
+draws them), the style inline, no script, no remote resource. It is what one attaches to an e-mail
+or puts in a paper's artefact.
+
+A run's report: the summary, the per-node table (ε per observer against the budget, the tight
+accountant's ε, joules, cost units, bytes, rounds), the figures and the configuration (config.toml).
+A sweep folder's (it holds ``sweep.csv``): the sweep table, one row per run, and its figures (final
+test accuracy against ε spent; every run's accuracy against round).
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import html
+import io
+import math
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from testbed.errors import UserError
+from testbed.plots import _pyplot, draw_figures
+from testbed.results import read_metrics, read_summary
+
+_STYLE = """
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; max-width: 1200px; margin: 0 auto;
+       padding: 16px 24px; color: #111; }
+h1 { font-size: 24px; margin-bottom: 2px; } h2 { font-size: 18px; margin-top: 28px; border-bottom: 1px solid #ddd; }
+.meta { color: #666; }
+table { border-collapse: collapse; font-variant-numeric: tabular-nums; margin: 8px 0; }
+th, td { border-bottom: 1px solid #e3e3e3; padding: 3px 10px; text-align: right; white-space: nowrap; }
+th { background: #f3f3f3; } td.left, th.left { text-align: left; }
+.over { color: #c62828; font-weight: 600; }
+img { max-width: 100%; border: 1px solid #e3e3e3; border-radius: 6px; margin: 6px 0; }
+pre { background: #f6f6f6; padding: 10px; border-radius: 6px; overflow-x: auto; font-size: 12px; }
+.wide { overflow-x: auto; }
+.status { display: inline-block; padding: 1px 10px; border-radius: 10px; background: #eee; font-size: 14px; }
+"""
+
+
+def write_report(path: Path) -> Path:
+    """Write ``path``/report.html for a run directory (summary.json) or a sweep folder (sweep.csv);
+    returns its path. UserError naming the folder if it is neither."""
+    path = Path(path)
+    if (path / "summary.json").exists():
+        body, title = _run_body(path)
+    elif (path / "sweep.csv").exists():
+        body, title = _sweep_body(path)
+    else:
+        raise UserError(f"{path} has neither summary.json (a run) nor sweep.csv (a sweep folder)")
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    page = (f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><title>{_e(title)}</title>'
+            f"<style>{_STYLE}</style></head><body>{body}"
+            f'<p class="meta">written by testbed report --html on {stamp}</p></body></html>\n')
+    out = path / "report.html"
+    out.write_text(page, encoding="utf-8")
+    return out
+
+
+# ---------------------------------------------------------------------------------------- pieces
+
+
+def _e(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _num(value: Any) -> str:
+    if value is None or value == "":
+        return "–"
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, (int, float)):
+        if isinstance(value, float) and not math.isfinite(value):
+            return str(value)
+        return f"{value:.4g}" if isinstance(value, float) else str(value)
+    return _e(value)
+
+
+def _table(headers: Sequence[str], rows: Iterable[Sequence[str]], left: int = 1) -> str:
+    """An HTML table; cells are HTML already (escaped by the caller); the first ``left`` columns
+    align left."""
+    align = lambda i: ' class="left"' if i < left else ""  # noqa: E731
+    head = "".join(f"<th{align(i)}>{_e(h)}</th>" for i, h in enumerate(headers))
+    body = "".join("<tr>" + "".join(f"<td{align(i)}>{c}</td>" for i, c in enumerate(r)) + "</tr>" for r in rows)
+    return f'<div class="wide"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
+
+
+def _image(png: bytes, alt: str) -> str:
+    return f'<img alt="{_e(alt)}" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
+
+
+def _figure_png(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    _pyplot().close(fig)
+    return buf.getvalue()
+
+
+def _spent(value: float | None, limit: float | None) -> str:
+    """A spent amount, red past its budget."""
+    text = _num(value)
+    return f'<span class="over">{text}</span>' if limit and value is not None and value > limit else text
+
+
+# ------------------------------------------------------------------------------------------- run
+
+
+def _run_body(run_dir: Path) -> tuple[str, str]:
+    s = read_summary(run_dir)
+    b = s["budgets"]
+    title = f"{s.get('name', run_dir.name)}: {s['algorithm']} · {s['mode']} · seed {s['seed']}"
+    stopped = s.get("stopped")
+    status = s["status"] + (f" (node {stopped['node']} would spend {stopped['budget']} {stopped['would_be']:.6g} "
+                            f"> {stopped['limit']:.6g})" if stopped else "")
+    nodes = s["nodes"]
+    eps = [n["epsilon"] for n in nodes.values()]
+    facts = [
+        ("status", _e(status)), ("run directory", _e(s.get("run_dir", run_dir))),
+        ("algorithm", _e(s["algorithm"])), ("mode", _e(s["mode"])), ("seed", _num(s["seed"])),
+        ("dataset, model", _e(f"{s.get('dataset', '?')}, {s.get('model', '?')}")),
+        ("nodes", _num(len(nodes))), ("rounds", _num(s["rounds"])),
+        ("test accuracy", _num(s["final"]["test_accuracy"])), ("training loss", _num(s["final"]["train_loss"])),
+        ("ε spent (max over nodes)", _e(f"{max(eps, default=0):.4g} at δ = {b['delta']:g} ({b['accountant']})")),
+        ("budgets", _e(", ".join(f"{k} {v:g}" for k, v in b.items()
+                                 if k not in ("delta", "accountant") and v is not None) or "none")),
+        ("device profile", _e(s.get("profile", "host"))), ("wall time", _e(f"{s.get('wall_s', 0):.3g} s")),
+    ]
+    if s.get("failure"):
+        facts.append(("failure", _e(s["failure"])))
+    observers = sorted({o for n in nodes.values() for o in n.get("epsilon_by_observer", {})})
+    headers = ["node", *[f"ε {o}" for o in observers], "ε tight", "energy (J)", "cost units", "bytes",
+               "rounds", "straggled", "compute (s)"]
+    rows = []
+    for node, n in sorted(nodes.items(), key=lambda kv: int(kv[0]) if kv[0].isdigit() else kv[0]):
+        by = n.get("epsilon_by_observer", {})
+        rows.append([_e(node), *[_spent(by.get(o), b["epsilon"]) for o in observers], _num(n.get("epsilon_tight")),
+                     _spent(n["energy_j"], b.get("energy_j")), _spent(n["cost_units"], b.get("cost_units")),
+                     _spent(n["bytes_up"] + n["bytes_down"], b.get("bytes")), _num(n["rounds"]),
+                     _num(n.get("rounds_straggled", 0)), _num(n.get("compute_s"))])
+    figures = "".join(_image(p.read_bytes(), p.stem) for p in draw_figures(run_dir))
+    config = (run_dir / "config.toml").read_text(encoding="utf-8") if (run_dir / "config.toml").exists() else ""
+    body = (f"<h1>{_e(title)}</h1><p><span class=\"status\">{_e(s['status'])}</span></p>"
+            f"<h2>Summary</h2>{_table(['', ''], facts)}"
+            f"<h2>Figures</h2>{figures}"
+            f"<h2>Nodes</h2>{_table(headers, rows)}"
+            f"<h2>Configuration</h2><pre>{_e(config)}</pre>")
+    return body, title
+
+
+# ----------------------------------------------------------------------------------------- sweep
+
+
+def _sweep_body(folder: Path) -> tuple[str, str]:
+    with open(folder / "sweep.csv", newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    if not rows:
+        raise UserError(f"{folder / 'sweep.csv'} holds no runs")
+    columns = list(rows[0])
+    title = f"sweep {folder.name}: {len(rows)} runs"
+    table = _table(columns, ([_num(_parse(r.get(c))) for c in columns] for r in rows), left=0)
+    body = (f"<h1>{_e(title)}</h1><h2>Runs</h2>{table}<h2>Figures</h2>"
+            + "".join(_image(png, alt) for png, alt in _sweep_figures(folder, rows)))
+    return body, title
+
+
+def _parse(cell: str | None) -> Any:
+    if cell is None or cell == "":
+        return None
+    try:
+        return int(cell)
+    except ValueError:
+        try:
+            return float(cell)
+        except ValueError:
+            return cell
+
+
+def _sweep_figures(folder: Path, rows: list[dict[str, str]]) -> list[tuple[bytes, str]]:
+    plt = _pyplot()
+    figures = []
+    fig, ax = plt.subplots(figsize=(7, 4))
+    fig.subplots_adjust(left=0.11, right=0.97, bottom=0.13, top=0.9)
+    eps = [_parse(r.get("epsilon_max")) for r in rows]
+    acc = [_parse(r.get("test_accuracy")) for r in rows]
+    ax.scatter(eps, acc)
+    for e, a, r in zip(eps, acc, rows):
+        ax.annotate(r.get("run", ""), (e, a), fontsize=7, xytext=(3, 3), textcoords="offset points")
+    ax.margins(0.15)  # room for the labels of the outermost runs
+    ax.set(xlabel="ε spent (max over nodes)", ylabel="final test accuracy", title="accuracy against privacy spent")
+    ax.grid(alpha=0.3)
+    figures.append((_figure_png(fig), "accuracy against epsilon"))
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    fig.subplots_adjust(left=0.11, right=0.78, bottom=0.13, top=0.9)
+    for r in rows:
+        run_dir = folder / r.get("run", "")
+        if not (run_dir / "metrics.csv").exists():
+            continue
+        metrics = read_metrics(run_dir)
+        ax.plot([m["round"] for m in metrics], [m["test_accuracy"] for m in metrics], marker=".", label=r["run"])
+    ax.set(xlabel="communication round", ylabel="test accuracy", title="every run's accuracy against round")
+    ax.grid(alpha=0.3)
+    if len(rows) <= 12:
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    figures.append((_figure_png(fig), "accuracy against round"))
+    return figures
