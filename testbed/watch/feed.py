@@ -226,13 +226,13 @@ class RunFeed:
         except (UserError, ValueError, OSError) as exc:
             self.config_error = f"{path}: {exc}"
             return
+        self.version += 1
         for node in range(self.config.data.num_nodes):
-            self._view(node)
+            self._view(node).version = self.version
         if self.config.run.algorithm == "dwfl":
             from testbed.algorithms.dwfl import radio_from_config
 
             self._channel = _Channel(radio_from_config(self.config, self.config.data.num_nodes), self.config.run.seed)
-        self.version += 1
 
     def _add_metrics(self, text: str) -> None:
         if not text:

@@ -1,0 +1,198 @@
+"""What `testbed watch`'s page is fed (testbed.watch.feed), the terminal's progress line, and
+report.html: each checked against what the run itself wrote (summary.json, metrics.csv, ledger.csv)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import re
+
+import numpy as np
+import pytest
+
+from testbed.budgets import Budgets
+from testbed.config import load_config_text, replace
+from testbed.ledger import read_ledger
+from testbed.progress import Progress, worst_budget
+from testbed.report_html import write_report
+from testbed.runner import run_experiment
+from testbed.watch.feed import RunFeed
+
+
+@pytest.fixture
+def finished_run(tmp_path, small_config_text):
+    config = load_config_text(small_config_text + '\n[budget]\nepsilon = 50.0\ncost_units = 1000.0\n'
+                                                  '[stragglers]\nmodel = "bernoulli"\np = 0.3\n')
+    config = replace(config, dp_pasgd={"steps": 40})
+    return run_experiment(config, out_dir=tmp_path / "run", quiet=True)
+
+
+def test_snapshot_of_a_finished_run_is_what_the_run_wrote(finished_run):
+    run_dir, summary = finished_run.run_dir, finished_run.summary
+    feed = RunFeed(run_dir)
+    assert feed.poll() is not None and feed.poll() is None  # nothing new: no delta
+    snap = json.loads(json.dumps(feed.snapshot(), allow_nan=False))  # JSON as the page gets it
+    assert snap["run"]["status"] == "completed" and snap["run"]["rounds_done"] == summary["rounds"]
+    settings = summary["algorithm_settings"]
+    assert snap["run"]["rounds_planned"] == settings["steps_planned"] // settings["tau"] == 8
+    assert snap["budgets"]["epsilon"] == 50.0 and snap["budgets"]["cost_units"] == 1000.0
+    with open(run_dir / "metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [m["round"] for m in snap["metrics"]] == [float(r["round"]) for r in rows]
+    assert [m["test_accuracy"] for m in snap["metrics"]] == [float(r["test_accuracy"]) for r in rows]
+    assert [m["stragglers"] for m in snap["metrics"]] == [float(r["stragglers"]) for r in rows]
+    assert len(snap["nodes"]) == len(summary["nodes"])
+    for row in snap["nodes"]:
+        node = summary["nodes"][str(row["id"])]
+        assert row["epsilon"] == pytest.approx(node["epsilon"], rel=1e-12)
+        assert row["epsilon_by"] == pytest.approx(node["epsilon_by_observer"], rel=1e-12)
+        assert row["energy_j"] == pytest.approx(node["energy_j"], rel=1e-12)
+        assert row["cost_units"] == pytest.approx(node["cost_units"], rel=1e-12)
+        assert row["bytes"] == node["bytes_up"] + node["bytes_down"]
+        assert (row["rounds"], row["straggled"]) == (node["rounds"], node["rounds_straggled"])
+        assert row["board"] == "host" and row["measured"] is False
+
+
+def test_node_state_follows_the_last_round(finished_run):
+    run_dir = finished_run.run_dir
+    events = list(read_ledger(run_dir / "ledger.csv"))
+    last = max(e.round for e in events)
+    straggled = {e.node for e in events if e.kind == "straggle" and e.round == last}
+    feed = RunFeed(run_dir)
+    feed.poll()
+    states = {row["id"]: row["state"] for row in feed.snapshot()["nodes"]}
+    assert states == {n: "straggling" if n in straggled else "online" for n in states}
+    assert sum(r["stragglers"] for r in feed.metrics) == sum(e.kind == "straggle" for e in events) > 0
+    feed.node_status(0, online=False)  # its will on the status topic: offline now, whatever the ledger says
+    delta = feed.poll()
+    assert [(n["id"], n["state"]) for n in delta["nodes"]] == [(0, "offline")]
+
+
+def test_deltas_carry_only_what_changed_and_never_a_cut_line(finished_run, tmp_path):
+    """The run's files copied over in pieces, cut mid-line, as a live run leaves them."""
+    src, live = finished_run.run_dir, tmp_path / "live"
+    live.mkdir()
+    (live / "config.toml").write_bytes((src / "config.toml").read_bytes())
+    feed = RunFeed(live)
+    first = feed.poll()
+    assert first["run"]["status"] == "running" and first["metrics"] == [] and len(first["nodes"]) == 4
+    ledger = (src / "ledger.csv").read_bytes().splitlines(keepends=True)
+    metrics = (src / "metrics.csv").read_bytes().splitlines(keepends=True)
+    round0 = [line for line in ledger[1:] if line.split(b",")[2] == b"0"]
+    only_node1 = [line for line in round0 if line.split(b",")[1] == b"1"]
+    with open(live / "ledger.csv", "wb") as f:
+        f.write(ledger[0] + only_node1[0][:7])  # the header and a row cut short
+    assert feed.poll() is None
+    with open(live / "ledger.csv", "ab") as f:
+        f.write(only_node1[0][7:])
+    delta = feed.poll()
+    assert [n["id"] for n in delta["nodes"]] == [1] and delta["nodes"][0]["cost_units"] > 0
+    with open(live / "metrics.csv", "wb") as f:
+        f.write(metrics[0] + metrics[1])
+    delta = feed.poll()
+    assert len(delta["metrics"]) == 1 and delta["nodes"] == [] and delta["run"]["rounds_done"] == 1
+    assert delta["version"] > first["version"]
+    (live / "metrics.csv").write_bytes(metrics[0])  # --resume dropped a row: the page starts again
+    assert feed.poll() == {"reset": True, "version": feed.version}
+    assert feed.snapshot()["metrics"] == []
+
+
+def test_a_run_that_stops_growing_is_stalled_and_a_dead_coordinator_killed(finished_run, tmp_path):
+    live = tmp_path / "live"
+    live.mkdir()
+    (live / "config.toml").write_bytes((finished_run.run_dir / "config.toml").read_bytes())
+    now = [1000.0]
+    feed = RunFeed(live, clock=lambda: now[0])
+    assert feed.poll()["run"]["status"] == "running"
+    now[0] += 31.0
+    assert feed.poll()["run"]["status"] == "stalled"
+    feed.coordinator_status(online=False)
+    assert feed.poll()["run"]["status"] == "killed"
+
+
+def test_a_budget_stop_names_the_node_and_the_budget(tmp_path, small_config_text):
+    config = load_config_text(small_config_text + "\n[budget]\nepsilon = 1.0\n")
+    result = run_experiment(config, out_dir=tmp_path / "run", quiet=True)
+    assert result.summary["status"] == "stopped_budget"
+    feed = RunFeed(result.run_dir)
+    feed.poll()
+    run = feed.snapshot()["run"]
+    assert run["status"] == "stopped_budget" and run["stopped"] == result.summary["stopped"]
+    assert run["stopped"]["budget"] == "epsilon"
+
+
+DWFL = """
+[run]
+name = "w"
+algorithm = "dwfl"
+seed = 3
+[data]
+dataset = "synthetic"
+num_nodes = 5
+samples_per_node = 40
+dim = 4
+[dwfl]
+rounds = 3
+batch = 8
+lr = 0.3
+epsilon = 0.5
+fading = "rayleigh"
+c_scale = 0.7
+[output]
+figures = false
+"""
+
+
+def test_dwfl_gain_and_snr_are_the_runs_channel(tmp_path):
+    result = run_experiment(load_config_text(DWFL), out_dir=tmp_path / "run", quiet=True)
+    settings = result.summary["algorithm_settings"]  # time-invariant channel: round 0's is every round's
+    feed = RunFeed(result.run_dir)
+    feed.poll()
+    nodes = feed.snapshot()["nodes"]
+    gains = np.array(settings["gains"])
+    assert [n["gain"] for n in nodes] == pytest.approx(gains.tolist(), rel=1e-12)
+    snr = 10 * np.log10(gains**2 * settings["power_w"] / settings["noise_power_w"])
+    assert [n["snr_db"] for n in nodes] == pytest.approx(snr.tolist(), rel=1e-12)
+
+
+def test_worst_budget_is_the_largest_fraction():
+    b = Budgets(epsilon=4.0, cost_units=1000.0, bytes=10_000)
+    assert worst_budget(b, {"epsilon": 1.0, "cost_units": 100.0, "bytes_total": 9_000}) == ("bytes", 0.9)
+    assert worst_budget(Budgets(), {"epsilon": 1.0, "cost_units": 1.0, "bytes_total": 1}) is None
+
+
+def test_progress_lines_off_a_terminal():
+    out = io.StringIO()
+    p = Progress(20, stream=out, budgets=Budgets(epsilon=4.0))
+    for r in range(1, 21):
+        p.update(r, 0.5, 0.1 * r, {"epsilon": 0.1 * r, "cost_units": 0, "bytes_total": 0})
+    p.close()
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 11  # the first round, then a line per tenth of the run
+    assert re.fullmatch(r"round 20/20  \S+ rounds/s  \S+s, 0\.0s left  loss 0\.5000  ε 2  budget ε 50%", lines[-1])
+
+
+def test_report_html_is_self_contained(finished_run):
+    path = write_report(finished_run.run_dir)
+    text = path.read_text()
+    assert not re.search(r"""(src|href)=["']?(https?:)?//""", text)  # no remote resource
+    assert not re.search(r"<script|<link", text)
+    assert text.count('src="data:image/png;base64,') == 3  # progress, cost, epsilon
+    assert text.count("<tr>") >= 4 + 1  # every node's row
+    for node, n in finished_run.summary["nodes"].items():
+        assert f"<td>{n['cost_units']:.4g}</td>" in text
+
+
+def test_report_html_of_a_sweep(tmp_path, small_config_text):
+    from testbed.sweep import grid_points, run_sweep
+
+    base = load_config_text(small_config_text)
+    rows = run_sweep(base, grid_points({"dp_pasgd.tau": [2, 5]}, repeats=1, base_seed=0), tmp_path / "sw",
+                     workers=1, quiet=True)
+    text = write_report(tmp_path / "sw").read_text()
+    assert text.count('src="data:image/png;base64,') == 2
+    for row in rows:
+        assert f"<td>{row['test_accuracy']:.4g}</td>" in text
+    assert not math.isnan(rows[0]["test_accuracy"])
