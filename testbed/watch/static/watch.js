@@ -138,7 +138,7 @@ function chartWidth(id) { return Math.max(300, document.getElementById(id).clien
 
 function makeCharts() {
   const accLoss = (id, xLabel) => new uPlot({
-    width: chartWidth(id), height: 240, scales: { x: { time: false }, acc: { range: [0, 1] }, loss: {} },
+    width: chartWidth(id), height: 240, legend: { live: false }, scales: { x: { time: false }, acc: { range: [0, 1] }, loss: {} },
     series: [{ label: xLabel }, { label: "test accuracy", scale: "acc", stroke: "#2f6fdb", width: 2, points: { size: 4 } },
              { label: "training loss", scale: "loss", stroke: "#c62828", width: 2, points: { size: 4 } }],
     axes: [{ label: xLabel }, { scale: "acc", label: "test accuracy" },
@@ -148,10 +148,10 @@ function makeCharts() {
   charts = [
     accLoss("chart-round", "round"),
     accLoss("chart-cost", "cost units"),
-    new uPlot({ width: chartWidth("chart-stragglers"), height: 200, scales: { x: { time: false }, y: { range: (u, lo, hi) => [0, Math.max(1, hi)] } },
+    new uPlot({ width: chartWidth("chart-stragglers"), height: 200, legend: { live: false }, scales: { x: { time: false }, y: { range: (u, lo, hi) => [0, Math.max(1, hi)] } },
                 series: [{ label: "round" }, { label: "stragglers", stroke: "#b35900", fill: "#b3590055", paths: bars, points: { show: false } }],
                 axes: [{ label: "round" }, { label: "nodes" }] }, [[], []], document.getElementById("chart-stragglers")),
-    new uPlot({ width: chartWidth("chart-epsilon"), height: 200, scales: { x: { time: false }, y: { range: (u, lo, hi) => [0, Math.max(hi, state.budgets.epsilon || 0) * 1.05 || 1] } },
+    new uPlot({ width: chartWidth("chart-epsilon"), height: 200, legend: { live: false }, scales: { x: { time: false }, y: { range: (u, lo, hi) => [0, Math.max(hi, state.budgets.epsilon || 0) * 1.05 || 1] } },
                 series: [{ label: "round" }, { label: "ε spent", stroke: "#6a1b9a", width: 2, points: { size: 4 } },
                          { label: "ε budget", stroke: "#c62828", dash: [6, 4], points: { show: false } }],
                 axes: [{ label: "round" }, { label: "ε" }] }, [[], [], []], document.getElementById("chart-epsilon")),
@@ -204,7 +204,7 @@ function columns() {
     { key: "rounds", label: "rounds done", cell: n => esc(n.rounds) },
     { key: "straggled", label: "straggled", cell: n => esc(n.straggled) },
     { key: "last_round", label: "last seen", cell: n => n.last_round
-        ? `round ${esc(n.last_round)}${n.last_seen_s !== null ? ` · ${esc(duration(n.last_seen_s))}` : ""}` : "–" },
+        ? `round ${esc(n.last_round)}${n.last_seen_s !== null ? ` (at ${esc(duration(n.last_seen_s))})` : ""}` : "–" },
     { key: "board", label: "board", left: true, cell: n => esc(n.board ?? "–") },
     { key: "measured", label: "costs", left: true, cell: n => n.measured === null ? "–" : n.measured ? "measured" : "modelled" },
   ];

@@ -1,0 +1,168 @@
+"""A real browser on the watch page and on report.html: Debian's Chromium, headless, driven by
+selenium through chromium-driver (no network: the machine's is closed, and the page must not need it).
+
+Locally the tests skip, saying what is missing, when Chromium, its driver or selenium is absent; in CI
+(``CI=true``, where .ci/run installs them) they fail instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from testbed.config import load_config_text
+from testbed.report_html import write_report
+from testbed.runner import run_experiment
+
+from conftest import REPO
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+
+
+def _require(what: str, present: bool) -> None:
+    if present:
+        return
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{what} is missing; .ci/run installs it")
+    pytest.skip(f"{what} is not installed (apt-get install chromium chromium-driver; pip install selenium)")
+
+
+@pytest.fixture
+def browser(tmp_path):
+    """Headless Chromium under selenium, with a fresh profile and nothing that calls home."""
+    _require("chromium", CHROMIUM is not None)
+    _require("chromedriver", CHROMEDRIVER is not None)
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+    except ImportError:
+        _require("selenium", False)
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic",
+                 "--no-first-run", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--window-size=1400,1400", f"--user-data-dir={tmp_path / 'chromium'}"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait(condition, timeout_s: float, what: str):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with contextlib.suppress(Exception):  # the page may be re-rendering the element
+            value = condition()
+            if value:
+                return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def _states(driver) -> dict[str, str]:
+    """node id → its state in the page's node table."""
+    return driver.execute_script(
+        "return Object.fromEntries([...document.querySelectorAll('#nodes-body tr')]"
+        ".map(tr => [tr.dataset.node, tr.dataset.state]))")
+
+
+@pytest.mark.slow
+def test_live_page_fills_and_shows_a_killed_node_offline(browser, mosquitto_broker, tmp_path):
+    """`testbed run --watch` over MQTT (a real broker, two node hosts of two nodes each): the page's
+    node table fills with the four nodes online; the host of nodes 2 and 3 is killed and the page
+    shows them offline while the run goes on."""
+    url, run_id, port = mosquitto_broker.url, f"watch-{uuid.uuid4().hex[:8]}", _free_port()
+    experiment = tmp_path / "exp.toml"
+    experiment.write_text(f"""
+[run]
+name = "watched"
+seed = 2
+mode = "mqtt"
+[data]
+dataset = "synthetic"
+num_nodes = 4
+samples_per_node = 80
+dim = 8
+[dp_pasgd]
+steps = 20000
+tau = 5
+batch = 8
+lr = 0.5
+sigma = 1.0
+lipschitz = 1.0
+[mqtt]
+broker_url = "{url}"
+run_id = "{run_id}"
+emulated = false
+round_timeout_s = 2.0
+connect_timeout_s = 30.0
+[output]
+figures = false
+""")
+    testbed = [sys.executable, "-m", "testbed"]
+    hosts = {ids: subprocess.Popen([*testbed, "nodes", "--broker", url, "--run", run_id, "--ids", ids],
+                                   cwd=REPO, stderr=subprocess.DEVNULL) for ids in ("0,1", "2,3")}
+    run = subprocess.Popen([*testbed, "run", str(experiment), "--out", str(tmp_path / "run"), "--quiet",
+                            "--watch", "--port", str(port)], cwd=REPO, start_new_session=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        _wait(lambda: _get(browser, f"http://127.0.0.1:{port}/"), 30, "the watch page")
+        _wait(lambda: _states(browser) == dict.fromkeys("0123", "online"), 60, "four nodes online")
+        assert "running" in browser.find_element("id", "run-status").text
+        hosts["2,3"].kill()
+        hosts["2,3"].wait()
+        states = _wait(lambda: (s := _states(browser))["2"] == "offline" and s["3"] == "offline" and s, 30,
+                       "nodes 2 and 3 offline")
+        assert states["0"] in ("online", "straggling")
+        browser.save_screenshot(str(tmp_path / "watch.png"))
+        assert run.poll() is None, run.stderr.read().decode()  # the run went on
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(run.pid, signal.SIGINT)  # the run stops its page as it exits
+        try:
+            run.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.wait()
+        for host in hosts.values():
+            if host.poll() is None:
+                host.kill()
+            host.wait()
+
+
+def _get(driver, url: str) -> bool:
+    driver.get(url)
+    return driver.find_element("id", "nodes-body") is not None
+
+
+def test_report_shows_every_figure_with_the_network_off(browser, tmp_path, small_config_text):
+    result = run_experiment(load_config_text(small_config_text), out_dir=tmp_path / "run", quiet=True)
+    report = write_report(result.run_dir)
+    browser.execute_cdp_cmd("Network.enable", {})
+    browser.execute_cdp_cmd("Network.emulateNetworkConditions", {
+        "offline": True, "latency": 0, "downloadThroughput": 0, "uploadThroughput": 0})
+    browser.get(Path(report).resolve().as_uri())
+    sizes = browser.execute_script(
+        "return [...document.images].map(i => [i.complete, i.naturalWidth, i.naturalHeight])")
+    assert len(sizes) == 3 and all(done and w > 300 and h > 200 for done, w, h in sizes), sizes
+    rows = browser.execute_script("return document.querySelectorAll('tbody tr').length")
+    assert rows >= len(result.summary["nodes"])
