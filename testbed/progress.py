@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from testbed.budgets import Budgets
     from testbed.ledger import NodeLedger
 
-REFRESH_S = 0.1
+REFRESH_S = 0.5  # a redraw costs ~1.4 ms (benchmarks/watch.py): 0.3 % of the time at this rate
 #: Budget name in the line → (metrics row key or None, Budgets attribute, ledger totals attribute).
 _BUDGETS = {"ε": ("epsilon", "epsilon", None), "cost": ("cost_units", "cost_units", None),
             "bytes": ("bytes_total", "bytes", None), "energy": (None, "energy_j", "energy_j"),

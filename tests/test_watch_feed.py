@@ -196,3 +196,30 @@ def test_report_html_of_a_sweep(tmp_path, small_config_text):
     for row in rows:
         assert f"<td>{row['test_accuracy']:.4g}</td>" in text
     assert not math.isnan(rows[0]["test_accuracy"])
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["watch", "RUN", "--port", "0"], "--port must be 1..65535"),
+    (["watch", "RUN", "--host", "example.org"], "--host must be an IP address"),
+    (["run", "FILE", "--watch", "--port", "70000"], "--port must be 1..65535"),
+    (["report", "RUN", "--html"], "neither summary.json"),
+])
+def test_watch_and_report_refuse_bad_input_in_one_line(capsys, tmp_path, small_config_file, argv, words):
+    from testbed.cli import main
+
+    argv = [str(tmp_path) if a == "RUN" else str(small_config_file) if a == "FILE" else a for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("testbed: ") and words in err and "\n" not in err
+
+
+def test_watch_refuses_a_port_in_use(capsys, tmp_path):
+    import socket
+
+    from testbed.cli import main
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        assert main(["watch", str(tmp_path), "--port", str(s.getsockname()[1])]) == 2
+    assert "cannot listen on 127.0.0.1:" in capsys.readouterr().err
