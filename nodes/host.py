@@ -39,6 +39,7 @@ from testbed.errors import UserError
 from testbed.mqtt import topics
 from testbed.mqtt.client import Inbound, MqttClient
 from testbed.mqtt.network_loop import NetworkLoop
+from testbed.threads import limit_blas_threads
 
 from nodes.agent import NodeAgent, NodeProtocol
 from nodes.costs import NodeCosts
@@ -151,6 +152,7 @@ def serve(broker_url: str, run: str, node_ids: Sequence[int], *, data_path: str 
     publishes every node's last will (offline). Their lifetimes being tied, such a host outlives
     any broker outage or coordinator blink its coordinator waits out (no grace applies).
     """
+    limit_blas_threads(1)  # the hosts on a machine share its cores
     inbox: queue.Queue[Inbound] = queue.Queue()
     network = NetworkLoop()
     _allow_open_files(len(node_ids) + 64)

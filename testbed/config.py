@@ -47,6 +47,9 @@ class RunSection(Section):
     """Keys every random stream: the same seed gives the same numbers in sim and over MQTT."""
     mode: Literal["sim", "mqtt"] = "sim"
     """sim: every node in this process; mqtt: every node its own MQTT client."""
+    blas_threads: Positive[int] = 1
+    """Threads numpy's BLAS may use in the run's process (testbed.threads: one is fastest for the
+    many small per-node products; raise it for a large model on an idle machine)."""
 
 
 class DataSection(Section):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -39,6 +40,7 @@ from testbed.progress import Progress
 from testbed.resources import check_fits
 from testbed.results import RunDirectory
 from testbed.rng import GLOBAL, Purpose, stream
+from testbed.threads import limit_blas_threads
 
 if TYPE_CHECKING:
     from testbed.plots import BackgroundFigures
@@ -170,6 +172,7 @@ def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = Fa
     (same seed, same streams, the same values released again) is not charged twice.
     """
     wall_start = time.monotonic()
+    limit_blas_threads(config.run.blas_threads)
     data, model = load(config)
     config, planned = plan(config, model, data)
     algorithm = registry.build(config, model, data)
@@ -180,7 +183,10 @@ def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = Fa
               directory, state, planned, rounds_done, wall_start=wall_start)
     run.metrics = evaluate(model, algorithm.eval_params(state), data)
     tight = config.privacy.tight_accountant
-    tight_job = None if tight == "none" else BackgroundEpsilons(tight)
+    tight_job = None
+    if tight != "none":
+        tight_job = BackgroundEpsilons(tight, run.budgets.delta)
+        tight_job.guess(_planned_tallies(run))
     figures_job = None
     if config.output.figures:
         from testbed.plots import BackgroundFigures
@@ -329,9 +335,9 @@ def finish(run: Run, tight_job: BackgroundEpsilons | None, figures_job: "Backgro
         figures_job.draw("progress", run.directory.path)
     if tight_job is not None:
         keys = [(led.node, observer) for led in run.ledgers for observer in sorted(led.by_observer)]
-        tight_job.submit([run.ledgers[node].by_observer[observer] for node, observer in keys], run.budgets.delta)
+        epsilons = tight_job.result([run.ledgers[node].by_observer[observer] for node, observer in keys])
         tight: dict[str, dict[str, float]] = {}
-        for (node, observer), eps in zip(keys, tight_job.result()):
+        for (node, observer), eps in zip(keys, epsilons):
             tight.setdefault(str(node), {})[observer] = eps
         for node, entry in summary["nodes"].items():
             by = tight.get(node, {})
@@ -344,6 +350,24 @@ def finish(run: Run, tight_job: BackgroundEpsilons | None, figures_job: "Backgro
         if problem is not None:
             log.warning("%s: figures not drawn: %s (testbed report redraws them)", run.directory.path, problem)
     return summary
+
+
+def _planned_tallies(run: Run) -> list[Counter]:
+    """Each node's per-observer privacy tallies at the end of the run if every remaining round
+    charges what the next one plans (and a pending setup its events): the tight accountant's guess."""
+    alg, first = run.algorithm, run.rounds_done
+    remaining = alg.rounds - first
+    ctx = RoundContext(first, run.config.run.seed, len(run.ledgers), tuple(led.node for led in run.ledgers))
+    guessed = []
+    for led in run.ledgers:
+        setup = alg.has_setup and not led.has_round(SETUP_ROUND)
+        _, tallies = led.projected(alg.setup_events(led.node) if setup else ())
+        if remaining > 0:
+            _, one_round = NodeLedger(led.node).projected(alg.planned_events(led.node, ctx))
+            for observer, tally in one_round.items():
+                tallies.setdefault(observer, Counter()).update({sig: n * remaining for sig, n in tally.items()})
+        guessed += tallies.values()
+    return guessed
 
 
 def _summary(run: Run) -> dict[str, Any]:

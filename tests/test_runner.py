@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from testbed.config import load_config_text, replace
-from testbed.ledger import read_ledger
+from testbed.ledger import NodeLedger, read_ledger
 from testbed.privacy.zcdp import dp_pasgd_epsilon
 from testbed.results import SUMMARY_KEYS
 from testbed.runner import run_experiment
@@ -171,3 +171,23 @@ def test_deadline_stragglers_follow_the_modelled_round_time(small_config_text, t
     assert s["stragglers"]["rounds_straggled"] == (data.num_nodes * rounds if straggle else 0)
     assert sum(e.kind == "straggle" and e.reason == "emulated" for e in events) == s["stragglers"]["rounds_straggled"]
     assert all(n["epsilon"] == 0.0 for n in s["nodes"].values()) == straggle
+
+
+def test_the_tight_accountant_guesses_a_planned_run_right(small_config_text, tmp_path, monkeypatch):
+    from testbed.privacy import accountants
+
+    requests = []
+    result_of = accountants.BackgroundEpsilons.result
+
+    def recorded(job, tallies):
+        out = result_of(job, tallies)
+        requests.append(job.requests)
+        return out
+
+    monkeypatch.setattr(accountants.BackgroundEpsilons, "result", recorded)
+    result = _run(small_config_text, tmp_path)
+    node = result.summary["nodes"]["0"]
+    assert requests == [1]  # the planned tallies were the final ones: computed while the rounds ran
+    assert node["epsilon_tight"] == pytest.approx(
+        accountants.epsilon("rdp", NodeLedger(0).projected(
+            [e for e in read_ledger(result.run_dir / "ledger.csv") if e.node == 0])[1]["server"], 1e-4))
