@@ -57,7 +57,7 @@ from testbed.errors import ConfigError
 from testbed.ledger import CommunicationEvent, ComputeEvent, Event, GaussianEvent
 from testbed.models import Model
 from testbed.privacy import padpfl as dp
-from testbed.rng import GLOBAL, Purpose, stream
+from testbed.rng import GLOBAL, Purpose, node_streams, stream
 from testbed.sections import NonNegative, Positive, Section
 
 if TYPE_CHECKING:
@@ -377,8 +377,8 @@ class Padpfl:
             params /= np.maximum(1.0, np.linalg.norm(params, axis=1) / self.clip)[:, None]
         if self.private:
             noise = np.empty_like(params)
-            for i, node in enumerate(ids):  # each node's own stream; the arithmetic is stacked
-                stream(ctx.seed, node, r, Purpose.NOISE).standard_normal(out=noise[i])
+            for i, rng in enumerate(node_streams(ctx.seed, ids, r, Purpose.NOISE)):  # each node's own stream
+                rng.standard_normal(out=noise[i])
             params += self.sigma_client * noise  # eq. (8)
         due = self.uploads_in(ids, r)
         params[~due] = 0.0
