@@ -33,6 +33,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
+from testbed.client_sampling import ClientSamplingSection
 from testbed.errors import ConfigError
 from testbed.sections import NonNegative, Positive, Section
 from testbed.stragglers import StragglersSection
@@ -180,7 +181,8 @@ class OutputSection(Section):
 #: The run-wide sections, in file order; the algorithms' own come after ``budget``.
 CORE_SECTIONS: dict[str, type[Section]] = {
     "run": RunSection, "data": DataSection, "model": ModelSection, "privacy": PrivacySection,
-    "budget": BudgetSection, "stragglers": StragglersSection, "nodes": NodesSection, "mqtt": MqttSection,
+    "budget": BudgetSection, "stragglers": StragglersSection, "client_sampling": ClientSamplingSection,
+    "nodes": NodesSection, "mqtt": MqttSection,
     "output": OutputSection,
 }
 #: Keys holding paths, resolved against the experiment file's folder.
@@ -238,6 +240,9 @@ def build_config(raw: dict[str, Any]) -> Config:
         raise ConfigError("run.algorithm", f"must be one of {', '.join(registry.names())}, got "
                                            f"{config.run.algorithm!r}")
     reg = registry.get(config.run.algorithm)
+    if config.client_sampling.method != "all" and not reg.client_sampling:
+        raise ConfigError("client_sampling.method", f"{reg.name} needs every node every round; client sampling "
+                                                    "is for dp_pasgd and fedavg")
     if reg.check is not None:
         reg.check(config)
     return config

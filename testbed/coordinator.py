@@ -214,12 +214,16 @@ class MqttNodes:
             answers, refusals, reasons = self._unreached(ctx)
         return self._outcome(ctx, alg.setup_spec(), answers, refusals, reasons, frozenset(), heard=None)
 
-    def round(self, state: State, round_index: int, excluded: frozenset[int]) -> RoundOutcome:
-        """Send round ``round_index`` from ``state`` to the online nodes less ``excluded`` (emulated
-        stragglers); their replies, checked."""
+    def round(self, state: State, round_index: int, excluded: frozenset[int],
+              sampled: tuple[int, ...] | None = None) -> RoundOutcome:
+        """Send round ``round_index`` from ``state`` to the online ``sampled`` nodes (None: all)
+        less ``excluded`` (emulated stragglers); their replies, checked."""
         alg = self.alg
         expected = self._live(excluded)
-        ctx = RoundContext(round_index, self.seed, len(self.node_ids), expected)
+        if sampled is not None:
+            chosen = set(sampled)
+            expected = tuple(n for n in expected if n in chosen)
+        ctx = RoundContext(round_index, self.seed, len(self.node_ids), expected, sampled=sampled)
         self._remember(ctx)
         if not expected or self._send(state, ctx):
             answers, refusals, reasons = self._collect(ctx, alg.uplink_spec(), protocol.UPDATE)

@@ -37,6 +37,7 @@ class Purpose(enum.IntEnum):
     STRAGGLER = 7  # emulated failures and delays
     SCORE = 8  # noise on a node-reported quality score (PADPFL's quality_score impact rule)
     FEATURES = 9  # a model's fixed random feature map (the linear model's random Fourier features)
+    CLIENTS = 10  # which nodes a round samples (testbed.client_sampling)
 
 
 def stream(seed: int, node: int, round_index: int, purpose: Purpose) -> np.random.Generator:

@@ -29,6 +29,7 @@ from testbed.algorithms import registry
 from testbed.algorithms.contract import SETUP_ROUND, Algorithm, RoundContext, State, WithSetup
 from testbed.assemble import load_data, model_for
 from testbed.budgets import Budgets, Exceeded, budgets_from_config
+from testbed.client_sampling import sample_clients
 from testbed.config import Config, to_toml
 from testbed.data.federated import FederatedData, Split
 from testbed.errors import ConfigError
@@ -227,15 +228,18 @@ def run_rounds(run: Run, nodes: Nodes, quiet: bool) -> None:
             run.state = server.state
             _charge_server(run, server.events, nodes, ledger_file)
             run.directory.save_checkpoint(0, run.state, ledger_file.mark())
+        every = [led.node for led in run.ledgers]
         for r in range(run.rounds_done, alg.rounds):
-            excluded = emulated_stragglers(config, alg, r, [led.node for led in run.ledgers])
-            expected = tuple(led.node for led in run.ledgers if led.node not in excluded)
-            probe = RoundContext(r, config.run.seed, config.data.num_nodes, expected)
+            sampled = sample_clients(config.client_sampling, seed=config.run.seed, round_index=r, node_ids=every)
+            participants = every if sampled is None else list(sampled)
+            excluded = emulated_stragglers(config, alg, r, participants)
+            expected = tuple(n for n in participants if n not in excluded)
+            probe = RoundContext(r, config.run.seed, config.data.num_nodes, expected, sampled=sampled)
             run.stopped = _first_exceeded(run.budgets, run.ledgers, alg, probe)
             if run.stopped is not None:
                 run.status = "stopped_budget"
                 break
-            outcome = nodes.round(run.state, r, excluded)
+            outcome = nodes.round(run.state, r, excluded, sampled)
             if outcome.refused:
                 node, budget, would_be, limit = outcome.refused[0]
                 run.stopped, run.status = Exceeded(node, budget, would_be, limit), "stopped_budget"
@@ -406,6 +410,7 @@ def _summary(run: Run) -> dict[str, Any]:
                     "epsilon_headline": max((n["epsilon"] for n in nodes.values()), default=0.0)},
         "stragglers": {"model": config.stragglers.model,
                        "rounds_straggled": sum(led.totals.rounds_straggled for led in run.ledgers)},
+        "client_sampling": config.client_sampling.describe(config.data.num_nodes),
         "algorithm_settings": run.algorithm.describe(),
         "profile": config.nodes.profile,
         "name": config.run.name,

@@ -384,4 +384,5 @@ REGISTRATION = Registration(
     check=check,
     plan=_plan,
     epsilon_target=lambda sections: sections["dp_pasgd"].epsilon,
+    client_sampling=True,
 )
