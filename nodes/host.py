@@ -262,7 +262,12 @@ def _loop(inbox: queue.Queue[Inbound], agents: dict[str, NodeProtocol], clients:
             continue
         if reply is not None:
             to_channel = reply.to == protocol.CHANNEL
-            clients[name].publish((topics.tx if to_channel else topics.up)(run, name), reply.payload)
+            # Not waiting for the broker's ack: a host answers for many nodes, and an ack awaited
+            # per reply made them wait on each other (a broker round trip each, 0.3 s a round
+            # for 50 nodes on a loaded host). paho resends unacked frames after a reconnect and
+            # logs a broker's refusal; an emulated crash waits, so its reply is surely out.
+            clients[name].publish((topics.tx if to_channel else topics.up)(run, name), reply.payload,
+                                  timeout_s=30.0 if crash_now else None)
             answered += not to_channel
             if crash_now:
                 log.warning("node %s: emulated crash after its reply of round %d", name, msg.round)

@@ -480,7 +480,9 @@ class MqttNodes:
         told = False
         try:
             if client is not None and client.connected:
-                client.publish(topics.bcast(self.run), protocol.stop(self.run, self.session, status), timeout_s=5)
+                last_round = max(self._past, default=0)
+                client.publish(topics.bcast(self.run), protocol.stop(self.run, self.session, status, last_round),
+                               timeout_s=5)
                 told = True
         except (TimeoutError, UserError) as exc:
             log.warning("could not broadcast stop: %s", exc)
@@ -532,6 +534,9 @@ class _Host:
         try:
             self.proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
+            if timeout_s > 0:
+                log.warning("the emulated host of nodes %s did not leave within %g s of the stop; terminated",
+                            _ids(self.node_ids), timeout_s)
             self.proc.terminate()
             self.proc.wait(timeout=5)
         self._reader.join(timeout=2.0)
