@@ -173,6 +173,9 @@ class MqttSection(Section):
 class OutputSection(Section):
     dir: str = "runs"
     figures: bool = True
+    eval_every: Positive[int] = 1
+    """Evaluate the model (training loss and accuracies: a pass over every node's data) every this
+    many rounds and after the last; the other rounds' metrics rows leave those cells empty."""
     sync: bool = False
     """fsync the checkpoint, ledger and metrics every round, so a power cut (not only a killed
     process, which atomic writes already cover) leaves a resumable run; costs milliseconds a round."""

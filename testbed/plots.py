@@ -41,10 +41,11 @@ def draw_progress(run_dir: Path) -> list[Path]:
         # Fixed margins, not tight_layout: it re-draws the figure to measure it, doubling the cost.
         fig, (ax_acc, ax_loss) = plt.subplots(1, 2, figsize=(10, 4))
         fig.subplots_adjust(left=0.08, right=0.98, bottom=0.13, top=0.88, wspace=0.25)
-        xs = [r[x_key] for r in rows]
-        ax_acc.plot(xs, [r["test_accuracy"] for r in rows], marker=".")
+        evaluated = [r for r in rows if "test_accuracy" in r]  # output.eval_every leaves the others blank
+        xs = [r[x_key] for r in evaluated]
+        ax_acc.plot(xs, [r["test_accuracy"] for r in evaluated], marker=".")
         ax_acc.set(xlabel=x_label, ylabel="test accuracy (mean over nodes)")
-        ax_loss.plot(xs, [r["train_loss"] for r in rows], marker=".", color="tab:red")
+        ax_loss.plot(xs, [r["train_loss"] for r in evaluated], marker=".", color="tab:red")
         ax_loss.set(xlabel=x_label, ylabel="training loss (eq. 4)")
         for ax in (ax_acc, ax_loss):
             ax.grid(alpha=0.3)

@@ -75,6 +75,11 @@ def evaluate(model: Model, params: np.ndarray, data: FederatedData) -> dict[str,
     }
 
 
+def _evaluate(run: "Run") -> None:
+    run.metrics = evaluate(run.model, run.algorithm.eval_params(run.state), run.data)
+    run.evaluated_at = run.rounds_done
+
+
 def default_run_dir(config: Config) -> Path:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-%f")
     return Path(config.output.dir) / f"{config.run.name}-{stamp}-s{config.run.seed}"
@@ -98,6 +103,7 @@ class Run:
     stopped: Exceeded | None = None
     failure: str | None = None
     metrics: dict[str, float] = field(default_factory=dict)
+    evaluated_at: int = -1  # rounds done when ``metrics`` were measured
     wall_start: float = field(default_factory=time.monotonic)
 
 
@@ -182,7 +188,7 @@ def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = Fa
     directory, rounds_done, state = open_run(config, out_dir, resume, algorithm, model, ledgers)
     run = Run(config, data, model, algorithm, budgets_from_config(config.budget, config.privacy), ledgers,
               directory, state, planned, rounds_done, wall_start=wall_start)
-    run.metrics = evaluate(model, algorithm.eval_params(state), data)
+    _evaluate(run)
     tight = config.privacy.tight_accountant
     tight_job = None
     if tight != "none":
@@ -250,11 +256,13 @@ def run_rounds(run: Run, nodes: Nodes, quiet: bool) -> None:
             run.state = server.state
             _charge_server(run, server.events, nodes, ledger_file)
             run.rounds_done = r + 1
-            run.metrics = evaluate(run.model, alg.eval_params(run.state), run.data)
+            evaluated = run.rounds_done % config.output.eval_every == 0 or run.rounds_done == alg.rounds
+            if evaluated:
+                _evaluate(run)
             eps = max(worst_epsilon(run.budgets.accountant, led.by_observer, run.budgets.delta) for led in run.ledgers)
             run.directory.append_metrics({
                 "round": run.rounds_done, "local_steps": max(led.totals.local_steps for led in run.ledgers),
-                **run.metrics, "cost_units": max(led.totals.cost_units for led in run.ledgers), "epsilon": eps,
+                **(run.metrics if evaluated else dict.fromkeys(run.metrics, "")), "cost_units": max(led.totals.cost_units for led in run.ledgers), "epsilon": eps,
                 "bytes_total": max(led.totals.bytes_total for led in run.ledgers),
                 "stragglers": len(outcome.ctx.stragglers), "wall_s": round(time.monotonic() - run.wall_start, 4),
             })
@@ -326,6 +334,8 @@ def finish(run: Run, tight_job: BackgroundEpsilons | None, figures_job: "Backgro
     """Stage 6: summary.json at once (a run killed from here on still has it), the final model,
     figures (drawn by a child process, while the tight accountant runs in another), then the tight
     accountant's ε."""
+    if run.evaluated_at != run.rounds_done and run.status != "failed":  # a budget stop between evaluations
+        _evaluate(run)
     summary = _summary(run)
     run.directory.write_summary(summary)
     run.directory.close()

@@ -191,3 +191,25 @@ def test_the_tight_accountant_guesses_a_planned_run_right(small_config_text, tmp
     assert node["epsilon_tight"] == pytest.approx(
         accountants.epsilon("rdp", NodeLedger(0).projected(
             [e for e in read_ledger(result.run_dir / "ledger.csv") if e.node == 0])[1]["server"], 1e-4))
+
+
+def test_eval_every_leaves_the_other_rounds_blank_and_the_final_evaluated(small_config_text, tmp_path):
+    text = small_config_text.replace("steps = 20", "steps = 50")  # 10 rounds of tau = 5
+    every = _run(text, tmp_path, "every")
+    sparse = _run(text, tmp_path, "sparse", output={"figures": True, "eval_every": 4})
+    rows = list(csv.DictReader(open(sparse.run_dir / "metrics.csv")))
+    assert [r["round"] for r in rows if r["test_accuracy"] != ""] == ["4", "8", "10"]
+    assert all(r["epsilon"] != "" and r["train_loss"] == "" for r in rows if r["round"] in ("1", "5", "9"))
+    full = {r["round"]: r for r in csv.DictReader(open(every.run_dir / "metrics.csv"))}
+    assert all(full[r["round"]]["train_loss"] == r["train_loss"] for r in rows if r["train_loss"] != "")
+    assert sparse.summary["final"] == every.summary["final"]
+    assert (sparse.run_dir / "figures" / "progress.png").exists()
+
+
+def test_a_budget_stop_between_evaluations_reports_the_final_model(small_config_text, tmp_path):
+    text = small_config_text.replace("steps = 20", "steps = 50") + "[budget]\ncost_units = 1000\n"
+    every = _run(text, tmp_path, "every")
+    sparse = _run(text, tmp_path, "sparse", output={"figures": False, "eval_every": 4})
+    assert every.summary["status"] == sparse.summary["status"] == "stopped_budget"
+    assert sparse.summary["rounds"] % 4 != 0  # stopped between evaluations
+    assert sparse.summary["final"] == every.summary["final"]
