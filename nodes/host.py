@@ -139,7 +139,9 @@ def serve(broker_url: str, run: str, node_ids: Sequence[int], *, data_path: str 
 
     The host leaves on its own when the coordinator has been offline (its last will) for
     ``coordinator_grace_s`` seconds: a broker restart makes it blink offline, a killed coordinator
-    stays offline and its nodes should not linger. ``credentials`` (node id → password, from
+    stays offline and its nodes should not linger. A broker outage alone never ends it: the
+    clients reconnect with backoff for as long as it lasts (whether the run survives it is the
+    coordinator's call, ``mqtt.outage_limit_s``); a board used to leave after 30 s of it. ``credentials`` (node id → password, from
     `testbed acl`) log each node in under its own name, which the broker's ACL checks.
     ``crash_at_round`` emulates a board that loses power mid-round: the process exits at once,
     without a reply or a clean disconnect, when that round arrives (with ``crash_after_reply``: just
@@ -217,7 +219,6 @@ def _loop(inbox: queue.Queue[Inbound], agents: dict[str, NodeProtocol], clients:
     watch = watch or CoordinatorWatch(None)
     answered, stopped = 0, set()
     coordinator_offline_since: float | None = None
-    broker_lost_since: float | None = None
     while len(stopped) < len(agents):
         if not watch.alive():
             log.warning("coordinator (pid %s) of run %s is gone; leaving", watch.pid, run)
@@ -226,11 +227,6 @@ def _loop(inbox: queue.Queue[Inbound], agents: dict[str, NodeProtocol], clients:
         now = time.monotonic()
         if coordinator_offline_since is not None and now - coordinator_offline_since > grace_s:
             log.warning("coordinator of run %s offline for %.0f s; leaving", run, grace_s)
-            break
-        connected = any(c.connected for c in clients.values())
-        broker_lost_since = None if connected else (broker_lost_since or now)
-        if broker_lost_since is not None and now - broker_lost_since > grace_s:
-            log.warning("broker unreachable for %.0f s; leaving", grace_s)
             break
         if item is None:
             continue

@@ -152,6 +152,23 @@ def test_the_hosts_hear_the_stop_of_a_run_longer_than_the_replay_window(tmp_path
     assert "did not leave" not in caplog.text and "replay window" not in caplog.text
 
 
+def test_a_board_outlives_a_broker_outage_longer_than_its_grace():
+    """With every client disconnected past the grace, the host keeps serving: the round and the
+    stop that arrive once the broker is back are handled."""
+    inbox: queue.Queue[Inbound] = queue.Queue()
+    agent, client = _Agent(0), _Client()
+    client.connected = False
+
+    def broker_back():
+        time.sleep(0.5)  # five times the grace below
+        client.connected = True
+        inbox.put(_inbound(protocol.ROUND, "s", 0))
+        inbox.put(_inbound(protocol.STOP, "s", 0))
+
+    threading.Thread(target=broker_back, daemon=True).start()
+    assert _loop(inbox, {"0": agent}, {"0": client}, "r", 0.1, None) == 1 and agent.rounds == [("s", 0)]
+
+
 # ---------------------------------------------------------------- the coordinator is killed
 
 def test_hosts_leave_with_their_killed_coordinator_and_the_resume_counts_nothing_twice(mosquitto_broker, tmp_path):
