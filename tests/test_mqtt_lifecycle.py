@@ -160,7 +160,7 @@ def test_a_board_outlives_a_broker_outage_longer_than_its_grace():
     client.connected = False
 
     def broker_back():
-        time.sleep(0.5)  # five times the grace below
+        time.sleep(1.6)  # three of the loop's ticks, sixteen times the grace below
         client.connected = True
         inbox.put(_inbound(protocol.ROUND, "s", 0))
         inbox.put(_inbound(protocol.STOP, "s", 0))
