@@ -11,6 +11,7 @@ import importlib
 import sys
 
 from testbed.errors import UserError
+from testbed.extras import missing_package_message
 
 COMMANDS = ("run", "report", "privacy", "node", "bridge", "broker", "acl", "plan", "sweep", "calibrate", "schema")
 
@@ -25,6 +26,12 @@ def main(argv: list[str] | None = None) -> int:
         return args.handler(args)
     except UserError as exc:
         print(f"testbed: {exc}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as exc:  # a board has only testbed[node]; say what to install
+        message = missing_package_message(exc)
+        if message is None:
+            raise
+        print(f"testbed {args.command}: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("testbed: interrupted", file=sys.stderr)
