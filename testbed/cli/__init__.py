@@ -13,7 +13,7 @@ import sys
 from testbed.errors import UserError
 from testbed.extras import missing_package_message
 
-COMMANDS = ("run", "report", "privacy", "node", "bridge", "broker", "acl", "plan", "sweep", "calibrate", "schema")
+COMMANDS = ("run", "report", "privacy", "node", "bridge", "broker", "acl", "provision", "plan", "sweep", "calibrate", "schema")
 
 
 def main(argv: list[str] | None = None) -> int:
