@@ -24,8 +24,8 @@ Inventory (TOML)::
     testbed = "/opt/testbed/bin/testbed"   # the command on the boards (default)
 
     [defaults]                             # any board key but host and node_id
-    profile = "pi-zero-2w"
-    meter = "ina260"
+    profile = "host"                       # the board as it is (default); its costs measured by
+    meter = "ina260"                       # its meter (auto: an INA260, an INA219, RAPL, the model)
 
     [[boards]]
     host = "pi-01"
@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from nodes import board_config
+from nodes.meters import check_meter_fits_profile
 from testbed.errors import ConfigError, UserError
 from testbed.mqtt import acl
 
@@ -75,7 +76,9 @@ class Board:
     Attributes:
         host: its host name (names its bundle).
         node_id: its node id (and MQTT username).
-        profile: its device profile (nodes/profiles.toml).
+        profile: its device profile (nodes/profiles.toml): "host" for the board as it is (a real
+            board's costs, measured by its meter); another board's name only to emulate that
+            board (meter "model").
         meter: how it measures joules (nodes.meters.METER_KINDS).
         data: a data file on this machine, copied into the bundle, or None.
         data_path: a data file already on the board, or None.
@@ -175,10 +178,14 @@ def load_inventory(path: Path) -> Inventory:
         ids.add(node_id)
         if "data" in values and "data_path" in values:
             raise fail(f"{where}.data", "give data (a file here, copied) or data_path (a file on the board), not both")
+        profile = check(f"{where}.profile", "profile", values.get("profile", "host"))
+        meter = check(f"{where}.meter", "meter", values.get("meter", "auto"))
+        try:
+            check_meter_fits_profile(meter, profile)
+        except UserError as exc:
+            raise fail(f"{where}.meter", str(exc)) from None
         boards.append(Board(
-            host=host, node_id=node_id,
-            profile=check(f"{where}.profile", "profile", values.get("profile", "host")),
-            meter=check(f"{where}.meter", "meter", values.get("meter", "auto")),
+            host=host, node_id=node_id, profile=profile, meter=meter,
             data=local_file(f"{where}.data", values["data"]) if "data" in values else None,
             data_path=check(f"{where}.data_path", "data", values["data_path"]) if "data_path" in values else None))
     return Inventory(run_id=run_id, broker=broker, ca=ca, command=command, boards=tuple(boards))

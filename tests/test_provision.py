@@ -64,7 +64,7 @@ def _inventory(tmp_path: Path, broker: str, *, command: str | None = None, extra
                     + (f'testbed = "{command}"\n' if command else "")
                     + '[defaults]\nprofile = "pi-zero-2w"\nmeter = "model"\n'
                     '[[boards]]\nhost = "pi-a"\nnode_id = 0\n'
-                    '[[boards]]\nhost = "pi-b.lan"\nnode_id = 1\nmeter = "ina260"\n'
+                    '[[boards]]\nhost = "pi-b.lan"\nnode_id = 1\nprofile = "host"\nmeter = "ina260"\n'
                     + ('data = "shard-b.csv"\n' if data else "")
                     + '[[boards]]\nhost = "pi-c"\nnode_id = 2\nprofile = "pi-4b"\n'
                     + ('data_path = "/srv/adult.data"\n' if data else "")
@@ -98,7 +98,7 @@ def test_each_bundle_holds_exactly_its_boards_secret_mode_0600(tmp_path):
     for file in (out / "broker").iterdir():
         assert stat.S_IMODE(file.stat().st_mode) == 0o600
     b = load_board_config(out / "boards" / "pi-b.lan" / "node.toml")
-    assert (b["node_id"], b["run"], b["meter"], b["profile"]) == (1, "lab", "ina260", "pi-zero-2w")
+    assert (b["node_id"], b["run"], b["meter"], b["profile"]) == (1, "lab", "ina260", "host")
     assert Path(b["data"]).read_text() == "1,2,3\n" and Path(b["data"]).parent.name == "data"
     assert Path(b["credentials"]) == out / "boards" / "pi-b.lan" / "credentials.json"
     c = load_board_config(out / "boards" / "pi-c" / "node.toml")
@@ -124,6 +124,8 @@ def test_provision_refuses_a_non_empty_out_and_a_second_run_gets_new_passwords(t
     ('[[boards]]\nhost = "pi-d"\nnode_id = 2\n', "boards[3].node_id", "given twice"),
     ('[[boards]]\nhost = "pi-d"\nnode_id = 3\nmeter = "ina999"\n', "boards[3].meter", "must be one of"),
     ('[[boards]]\nhost = "pi-d"\nnode_id = 3\nprofile = "pi-9"\n', "boards[3].profile", "must be one of"),
+    ('[[boards]]\nhost = "pi-d"\nnode_id = 3\nmeter = "ina219"\n', "boards[3].meter",
+     "measures this machine, but profile 'pi-zero-2w' is an emulated board"),
     ('[[boards]]\nhost = "../etc"\nnode_id = 3\n', "boards[3].host", "must be a host name"),
     ('[[boards]]\nnode_id = 3\n', "boards[3].host", "missing"),
     ('[[boards]]\nhost = "pi-d"\nnode_id = true\n', "boards[3].node_id", "must be an integer"),
