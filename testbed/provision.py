@@ -209,7 +209,9 @@ def node_unit(command: str, meter: str) -> str:
     return f"""[Unit]
 Description=testbed node agent (config {BOARD_DIR}/node.toml)
 Wants=network-online.target
-After=network-online.target
+# time-sync.target: with systemd-time-wait-sync enabled, a board without an RTC waits for NTP
+# before it checks the broker's TLS certificate (else "not yet valid" at boot)
+After=network-online.target time-sync.target
 StartLimitIntervalSec=0
 
 [Service]
