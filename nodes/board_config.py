@@ -26,7 +26,9 @@ from typing import Any, Callable
 
 from nodes.meters import METER_KINDS
 from nodes.profiles import PROFILE_NAMES
-from testbed.errors import ConfigError
+from testbed import wire
+from testbed.errors import ConfigError, UserError
+from testbed.mqtt.broker import parse_broker_url
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -75,9 +77,6 @@ def _flag(value: Any) -> bool:
 
 
 def _broker(value: Any) -> str:
-    from testbed.errors import UserError
-    from testbed.mqtt.broker import parse_broker_url
-
     try:
         parse_broker_url(_text(value))
     except UserError as exc:
@@ -86,8 +85,6 @@ def _broker(value: Any) -> str:
 
 
 def _run(value: Any) -> str:
-    from testbed import wire
-
     try:
         return wire.check_id(value, "the run id")
     except wire.WireError as exc:

@@ -146,7 +146,10 @@ def load_inventory(path: Path) -> Inventory:
     ca = local_file("ca", raw["ca"]) if "ca" in raw else None
     if ca is not None and not broker.startswith("mqtts://"):
         raise fail("ca", "is set but the broker is not mqtts:// (TLS): the boards would talk in cleartext")
-    command = check("testbed", "data", raw.get("testbed", DEFAULT_COMMAND))
+    command = raw.get("testbed", DEFAULT_COMMAND)
+    if not isinstance(command, str) or not Path(command).is_absolute() or any(c.isspace() for c in command):
+        raise fail("testbed", f"must be the absolute path of `testbed` on the boards (systemd's ExecStart), "
+                              f"got {command!r}")
     defaults = raw.get("defaults", {})
     if not isinstance(defaults, dict):
         raise fail("defaults", "must be a table ([defaults])")

@@ -152,6 +152,12 @@ def test_a_ca_needs_an_mqtts_broker_and_goes_into_every_bundle(tmp_path):
     assert "listener 8883" in (tmp_path / "out" / "broker" / "mosquitto.conf").read_text()
 
 
+def test_the_command_on_the_boards_is_an_absolute_path(tmp_path):
+    with pytest.raises(ConfigError, match=r"inventory.toml: testbed: must be the absolute path of `testbed`"):
+        load_inventory(_write(tmp_path, 'broker = "mqtt://b:1883"\ntestbed = "bin/testbed"\n'
+                                        '[[boards]]\nhost = "a"\nnode_id = 0\n'))
+
+
 def _write(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "inventory.toml"
     path.write_text(text)
