@@ -188,10 +188,12 @@ def test_command_line_options_take_precedence_over_the_node_file(tmp_path):
     assert merged["run"] == DEFAULTS["run"] and merged["profile"] == "host"
 
 
-def test_node_without_a_node_id_anywhere_is_one_line(tmp_path, capsys):
-    (tmp_path / "node.toml").write_text('broker = "mqtt://127.0.0.1:1"\n')
+def test_node_without_a_node_id_anywhere_or_with_a_missing_data_file_is_one_line(tmp_path, capsys):
+    (tmp_path / "node.toml").write_text('broker = "mqtt://127.0.0.1:1"\ndata = "shard.csv"\n')
     assert main(["node", "--config", str(tmp_path / "node.toml")]) == 2
     assert capsys.readouterr().err.strip() == "testbed: node: give --node-id or node_id in a --config node file"
+    assert main(["node", "--config", str(tmp_path / "node.toml"), "--node-id", "2"]) == 2
+    assert capsys.readouterr().err.strip() == f"testbed: node: data {tmp_path / 'shard.csv'}: no such file or folder"
 
 
 @pytest.mark.slow

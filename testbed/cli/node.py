@@ -85,6 +85,8 @@ def _settings(args: argparse.Namespace) -> argparse.Namespace:
     for key in ("broker", "node_id") if args.command == "node" else ("broker",):
         if merged[key] is None:
             raise UserError(f"{args.command}: give --{key.replace('_', '-')} or {key} in a --config node file")
+    if merged["data"] is not None and not Path(merged["data"]).exists():  # else every round fails on it
+        raise UserError(f"{args.command}: data {merged['data']}: no such file or folder")
     # Emulated boards (`testbed nodes`) keep their ledgers in memory.
     state_dir = Path(merged["state_dir"]) if args.command == "node" else None
     return argparse.Namespace(**{**vars(args), **merged, "state_dir": state_dir})
