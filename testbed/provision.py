@@ -119,79 +119,90 @@ def load_inventory(path: Path) -> Inventory:
         raise ConfigError(str(path), f"cannot be read: {getattr(exc, 'strerror', None) or exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(str(path), f"not valid TOML: {exc}") from None
-    base = path.resolve().parent
+    reader = _Reader(path)
+    for key in raw:
+        if key not in _TOP_KEYS:
+            raise reader.fail(key, f"unknown key; an inventory takes {', '.join(_TOP_KEYS)}")
+    if "broker" not in raw:
+        raise reader.fail("broker", "missing: the URL the boards reach the broker at (mqtt:// or mqtts://)")
+    broker = reader.check("broker", "broker", raw["broker"])
+    run_id = reader.check("run_id", "run", raw.get("run_id", "testbed"))
+    ca = reader.local_file("ca", raw["ca"]) if "ca" in raw else None
+    if ca is not None and not broker.startswith("mqtts://"):
+        raise reader.fail("ca", "is set but the broker is not mqtts:// (TLS): the boards would talk in cleartext")
+    command = raw.get("testbed", DEFAULT_COMMAND)
+    if not isinstance(command, str) or not Path(command).is_absolute() or any(c.isspace() for c in command):
+        raise reader.fail("testbed", f"must be the absolute path of `testbed` on the boards (systemd's "
+                                     f"ExecStart), got {command!r}")
+    defaults = raw.get("defaults", {})
+    if not isinstance(defaults, dict):
+        raise reader.fail("defaults", "must be a table ([defaults])")
+    for key in defaults:
+        if key not in _BOARD_KEYS or key in ("host", "node_id"):
+            raise reader.fail(f"defaults.{key}", f"unknown key; defaults take {', '.join(_BOARD_KEYS[2:])}")
+    entries = raw.get("boards")
+    if not isinstance(entries, list) or not entries or not all(isinstance(b, dict) for b in entries):
+        raise reader.fail("boards", "must be one or more [[boards]] tables")
+    boards: list[Board] = []
+    for i, entry in enumerate(entries):
+        board = reader.board(f"boards[{i}]", entry, defaults)
+        if any(b.host == board.host for b in boards):
+            raise reader.fail(f"boards[{i}].host", f"{board.host!r} is given twice")
+        if any(b.node_id == board.node_id for b in boards):
+            raise reader.fail(f"boards[{i}].node_id", f"{board.node_id} is given twice")
+        boards.append(board)
+    return Inventory(run_id=run_id, broker=broker, ca=ca, command=command, boards=tuple(boards))
 
-    def fail(key: str, problem: str) -> ConfigError:
-        return ConfigError(f"{path}: {key}", problem)
 
-    def check(key: str, name: str, value: Any) -> Any:
+class _Reader:
+    """Checks the values of one inventory file; every error names the file and the key."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.base = path.resolve().parent
+
+    def fail(self, key: str, problem: str) -> ConfigError:
+        return ConfigError(f"{self.path}: {key}", problem)
+
+    def check(self, key: str, name: str, value: Any) -> Any:
+        """``value`` checked as the node file's key ``name`` is (nodes.board_config.CHECKS)."""
         try:
             return board_config.CHECKS[name](value)
         except ValueError as exc:
-            raise fail(key, str(exc)) from None
+            raise self.fail(key, str(exc)) from None
 
-    def local_file(key: str, value: Any) -> Path:
-        file = base / check(key, "data", value)
+    def local_file(self, key: str, value: Any) -> Path:
+        """A file on this machine, relative to the inventory's folder."""
+        file = self.base / self.check(key, "data", value)
         if not file.is_file():
-            raise fail(key, f"{file} is not a file")
+            raise self.fail(key, f"{file} is not a file")
         return file
 
-    for key in raw:
-        if key not in _TOP_KEYS:
-            raise fail(key, f"unknown key; an inventory takes {', '.join(_TOP_KEYS)}")
-    if "broker" not in raw:
-        raise fail("broker", "missing: the URL the boards reach the broker at (mqtt:// or mqtts://)")
-    broker = check("broker", "broker", raw["broker"])
-    run_id = check("run_id", "run", raw.get("run_id", "testbed"))
-    ca = local_file("ca", raw["ca"]) if "ca" in raw else None
-    if ca is not None and not broker.startswith("mqtts://"):
-        raise fail("ca", "is set but the broker is not mqtts:// (TLS): the boards would talk in cleartext")
-    command = raw.get("testbed", DEFAULT_COMMAND)
-    if not isinstance(command, str) or not Path(command).is_absolute() or any(c.isspace() for c in command):
-        raise fail("testbed", f"must be the absolute path of `testbed` on the boards (systemd's ExecStart), "
-                              f"got {command!r}")
-    defaults = raw.get("defaults", {})
-    if not isinstance(defaults, dict):
-        raise fail("defaults", "must be a table ([defaults])")
-    boards_raw = raw.get("boards")
-    if not isinstance(boards_raw, list) or not boards_raw or not all(isinstance(b, dict) for b in boards_raw):
-        raise fail("boards", "must be one or more [[boards]] tables")
-    for key in defaults:
-        if key not in _BOARD_KEYS or key in ("host", "node_id"):
-            raise fail(f"defaults.{key}", f"unknown key; defaults take {', '.join(_BOARD_KEYS[2:])}")
-    boards, hosts, ids = [], set(), set()
-    for i, entry in enumerate(boards_raw):
-        where = f"boards[{i}]"
+    def board(self, where: str, entry: dict[str, Any], defaults: dict[str, Any]) -> Board:
+        """One ``[[boards]]`` table (``where``: how to name it), over the ``[defaults]``."""
         for key in entry:
             if key not in _BOARD_KEYS:
-                raise fail(f"{where}.{key}", f"unknown key; a board takes {', '.join(_BOARD_KEYS)}")
+                raise self.fail(f"{where}.{key}", f"unknown key; a board takes {', '.join(_BOARD_KEYS)}")
         values = {**defaults, **entry}
         for key in ("host", "node_id"):
             if key not in values:
-                raise fail(f"{where}.{key}", "missing")
+                raise self.fail(f"{where}.{key}", "missing")
         host = values["host"]
         if not isinstance(host, str) or not _HOST.fullmatch(host):
-            raise fail(f"{where}.host", f"must be a host name (letters, digits, '-', '.'), got {host!r}")
-        node_id = check(f"{where}.node_id", "node_id", values["node_id"])
-        if host in hosts:
-            raise fail(f"{where}.host", f"{host!r} is given twice")
-        if node_id in ids:
-            raise fail(f"{where}.node_id", f"{node_id} is given twice")
-        hosts.add(host)
-        ids.add(node_id)
+            raise self.fail(f"{where}.host", f"must be a host name (letters, digits, '-', '.'), got {host!r}")
         if "data" in values and "data_path" in values:
-            raise fail(f"{where}.data", "give data (a file here, copied) or data_path (a file on the board), not both")
-        profile = check(f"{where}.profile", "profile", values.get("profile", "host"))
-        meter = check(f"{where}.meter", "meter", values.get("meter", "auto"))
+            raise self.fail(f"{where}.data", "give data (a file here, copied) or data_path (a file on the board), "
+                                             "not both")
+        profile = self.check(f"{where}.profile", "profile", values.get("profile", "host"))
+        meter = self.check(f"{where}.meter", "meter", values.get("meter", "auto"))
         try:
             check_meter_fits_profile(meter, profile)
         except UserError as exc:
-            raise fail(f"{where}.meter", str(exc)) from None
-        boards.append(Board(
-            host=host, node_id=node_id, profile=profile, meter=meter,
-            data=local_file(f"{where}.data", values["data"]) if "data" in values else None,
-            data_path=check(f"{where}.data_path", "data", values["data_path"]) if "data_path" in values else None))
-    return Inventory(run_id=run_id, broker=broker, ca=ca, command=command, boards=tuple(boards))
+            raise self.fail(f"{where}.meter", str(exc)) from None
+        return Board(
+            host=host, node_id=self.check(f"{where}.node_id", "node_id", values["node_id"]), profile=profile,
+            meter=meter, data=self.local_file(f"{where}.data", values["data"]) if "data" in values else None,
+            data_path=self.check(f"{where}.data_path", "data", values["data_path"]) if "data_path" in values else None)
 
 
 def node_unit(command: str, meter: str) -> str:
