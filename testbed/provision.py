@@ -47,8 +47,10 @@ from typing import Any
 
 from nodes import board_config
 from nodes.meters import check_meter_fits_profile
+from testbed.cli import checks
 from testbed.errors import ConfigError, UserError
 from testbed.mqtt import acl
+from testbed.mqtt.broker import parse_broker_url
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -261,9 +263,6 @@ def provision(inventory: Inventory, out: Path) -> dict[str, Path]:
     Raises:
         UserError: ``out`` is not empty or cannot be written.
     """
-    from testbed.cli import checks
-    from testbed.mqtt.broker import parse_broker_url
-
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UserError(f"--out {out}: not an empty folder (an earlier provisioning's passwords would mix with "
                         "new ones); choose another or remove it")
