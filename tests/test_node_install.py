@@ -142,3 +142,19 @@ def test_the_extras_checked_before_a_command_are_those_of_pyproject():
     for module, (package, extra) in EXTRA_OF_MODULE.items():
         assert package in names(project["optional-dependencies"][extra]), module
     assert not base & {"scipy", "matplotlib", "dp-accounting", "amqtt", "paho-mqtt", "pyserial"}
+
+
+def test_a_missing_package_is_named_with_the_extra_that_installs_it(monkeypatch):
+    import importlib.util
+
+    from testbed.errors import UserError
+    from testbed.extras import check_installed, missing_package_message
+
+    assert missing_package_message(ModuleNotFoundError("x", name="dp_accounting.pld")) == (
+        "needs dp-accounting, which is not installed: pip install 'testbed[coordinator]'")
+    assert missing_package_message(ModuleNotFoundError("x", name="not_ours")) is None
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "serial" else real(name, *a))
+    check_installed("node", "node")
+    with pytest.raises(UserError, match=r"^bridge needs pyserial, which is not installed: pip install 'testbed\[bridge\]'$"):
+        check_installed("bridge", "bridge")
