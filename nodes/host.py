@@ -36,6 +36,7 @@ from typing import Callable, Sequence
 
 from testbed import protocol, wire
 from testbed.errors import UserError
+from testbed.extras import missing_package_message
 from testbed.mqtt import topics
 from testbed.mqtt.client import Inbound, MqttClient
 from testbed.mqtt.network_loop import NetworkLoop
@@ -251,6 +252,9 @@ def _loop(inbox: queue.Queue[Inbound], agents: dict[str, NodeProtocol], clients:
             continue
         except UserError as exc:  # e.g. the node lacks the data file: say so, keep serving
             log.error("node %s cannot run round %d: %s", name, msg.round, exc)
+            continue
+        except ModuleNotFoundError as exc:  # e.g. an "rdp" budget on a board without dp-accounting
+            log.error("node %s cannot run round %d: %s", name, msg.round, missing_package_message(exc) or exc)
             continue
         except Exception:  # anything a message made a node's step fail on: that node straggles,
             # the host and its other nodes keep serving

@@ -387,7 +387,7 @@ def to_toml(config: Config) -> str:
     lines = []
     for name, values in to_dict(config).items():
         lines.append(f"[{name}]")
-        lines.extend(f"{k} = {_toml_value(v)}" for k, v in values.items())
+        lines.extend(f"{k} = {toml_value(v)}" for k, v in values.items())
         lines.append("")
     return "\n".join(lines)
 
@@ -407,7 +407,8 @@ def json_schema_text() -> str:
     return json.dumps(json_schema(), indent=2) + "\n"
 
 
-def _toml_value(v: Any) -> str:
+def toml_value(v: Any) -> str:
+    """A TOML value's text: booleans, strings (as JSON strings), numbers, lists of them."""
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, str):
