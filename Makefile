@@ -12,11 +12,11 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 $(VENV)/.core-installed: pyproject.toml constraints.txt | $(BIN)/python
-	$(PIP_INSTALL) -e '.[mqtt,watch]'
+	$(PIP_INSTALL) -e '.[coordinator,node,watch]'
 	touch $@
 
 $(VENV)/.test-installed: $(VENV)/.core-installed
-	$(PIP_INSTALL) -e '.[mqtt,watch,channel,test]'
+	$(PIP_INSTALL) -e '.[coordinator,node,watch,channel,test]'
 	touch $@
 
 demo: $(VENV)/.core-installed

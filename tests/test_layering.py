@@ -8,8 +8,7 @@ REPO = Path(__file__).resolve().parents[1]
 #: Orchestration modules of testbed/ (everything else in testbed/ outside testbed/mqtt is core).
 ORCHESTRATION = {"testbed.runner", "testbed.coordinator", "testbed.channel_emulator", "testbed.sim_nodes",
                  "testbed.sweep", "testbed.plots", "testbed.cli", "testbed.progress", "testbed.nodes_api",
-                 "testbed.watch", "testbed.report_html",
-                 "testbed.__main__"}
+                 "testbed.__main__", "testbed.provision", "testbed.watch", "testbed.report_html"}
 
 
 def _layer(module: str) -> int:

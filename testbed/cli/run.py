@@ -9,6 +9,7 @@ from pathlib import Path
 
 from testbed.cli.watch import add_server_options, check_server_options
 from testbed.errors import UserError
+from testbed.extras import check_installed
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -34,6 +35,7 @@ def _run(args: argparse.Namespace) -> int:
 
     if args.watch:
         check_server_options(args)
+        check_installed("watch", "run --watch")
     overrides = list(args.overrides)
     if args.mode:
         overrides.append(f"run.mode={args.mode!r}")

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from testbed.errors import UserError
+from testbed.extras import check_installed
 
 DEFAULT_PORT = 8765
 
@@ -41,10 +42,9 @@ def _watch(args: argparse.Namespace) -> int:
     check_server_options(args)
     if args.run_dir.exists() and not args.run_dir.is_dir():
         raise UserError(f"{args.run_dir} is not a directory")
-    try:
-        from testbed.watch.server import serve
-    except ImportError as exc:  # the server's libraries are an extra
-        raise UserError(f"testbed watch needs the 'watch' extra (pip install 'testbed[watch]'): {exc}") from None
+    check_installed("coordinator", "watch")  # the watch extra itself is checked by testbed.cli.main
+    from testbed.watch.server import serve
+
     try:
         serve(args.run_dir, host=args.host, port=args.port,
               print_url=lambda url: print(f"watching {args.run_dir} at {url} (Ctrl-C to stop)", flush=True))
