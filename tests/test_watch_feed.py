@@ -52,7 +52,7 @@ def test_snapshot_of_a_finished_run_is_what_the_run_wrote(finished_run):
         assert row["cost_units"] == pytest.approx(node["cost_units"], rel=1e-12)
         assert row["bytes"] == node["bytes_up"] + node["bytes_down"]
         assert (row["rounds"], row["straggled"]) == (node["rounds"], node["rounds_straggled"])
-        assert row["board"] == "host" and row["measured"] is False
+        assert row["board"] == "sim · host" and row["measured"] is False
 
 
 def test_node_state_follows_the_last_round(finished_run):

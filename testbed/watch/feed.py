@@ -408,6 +408,18 @@ class RunFeed:
             return "online", "status topic"
         return ("waiting", None) if r < 0 else ("missing", "no events this round")
 
+    def _board(self, node: int) -> str | None:
+        """What the node runs on, as the config says: its kind (sim, emulated board, real board,
+        microcontroller) and profile; a real board's profile is its own (`testbed node --profile`)."""
+        c = self.config
+        if c is None:
+            return None
+        if node in c.nodes.mcu:
+            return f"mcu · {c.nodes.mcu_profile}"
+        if c.run.mode == "sim":
+            return f"sim · {c.nodes.profile}"
+        return f"emulated · {c.nodes.profile}" if c.mqtt.emulated else "board"
+
     def _row(self, node: int, view: NodeView) -> dict[str, Any]:
         t = view.ledger.totals
         raw = {o: self._epsilon(tally) for o, tally in sorted(view.ledger.by_observer.items())} \
@@ -416,10 +428,7 @@ class RunFeed:
         last_seen = None
         if 0 <= view.last_round < len(self.metrics):
             last_seen = self.metrics[view.last_round]["wall_s"]
-        c = self.config
-        board = None
-        if c is not None:
-            board = f"mcu {c.nodes.mcu_profile}" if node in c.nodes.mcu else c.nodes.profile
+        board = self._board(node)
         ch = self._channel
         return {
             "id": node, "state": state, "why": why,
