@@ -32,6 +32,8 @@ log = logging.getLogger(__name__)
 STATIC = Path(__file__).with_name("static")
 #: Deltas a page may have unsent before it is dropped (it reconnects and takes a snapshot).
 BACKLOG = 32
+#: Seconds between checks that an idle page is still connected (aiohttp-sse pings it every 15 s).
+IDLE_CHECK_S = 5.0
 
 
 def _json(data: Any) -> str:
@@ -115,8 +117,11 @@ class WatchApp:
         try:
             async with sse_response(request) as resp:
                 await resp.send(_json(await self._feed(self.feed.snapshot)), event="snapshot")
-                while resp.is_connected():
-                    text = await page.get()
+                while resp.is_connected():  # false once a ping failed: the page is gone
+                    try:
+                        text = await asyncio.wait_for(page.get(), timeout=IDLE_CHECK_S)
+                    except asyncio.TimeoutError:
+                        continue  # a finished run sends nothing: look again whether the page is there
                     if text is None:
                         break
                     await resp.send(text, event="delta")
