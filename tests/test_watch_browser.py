@@ -166,3 +166,29 @@ def test_report_shows_every_figure_with_the_network_off(browser, tmp_path, small
     assert len(sizes) == 3 and all(done and w > 300 and h > 200 for done, w, h in sizes), sizes
     rows = browser.execute_script("return document.querySelectorAll('tbody tr').length")
     assert rows >= len(result.summary["nodes"])
+
+
+def test_node_table_pages_sorts_and_filters(browser, tmp_path, small_config_text):
+    """200 nodes: the table shows a page of 50; sorting by ε puts the most spent first; the filter
+    keeps the straggling ones."""
+    config = load_config_text(small_config_text.replace("num_nodes = 4", "num_nodes = 200")
+                              + '\n[stragglers]\nmodel = "bernoulli"\np = 0.3\n')
+    result = run_experiment(config, out_dir=tmp_path / "run", quiet=True)
+    port = _free_port()
+    page = subprocess.Popen([sys.executable, "-m", "testbed", "watch", str(result.run_dir), "--port", str(port)],
+                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait(lambda: _get(browser, f"http://127.0.0.1:{port}/"), 30, "the watch page")
+        _wait(lambda: len(_states(browser)) == 50, 30, "a page of 50 rows")
+        assert browser.find_element("id", "page-text").text == "page 1 of 4"
+        browser.find_element("css selector", 'th[data-key="epsilon"]').click()
+        first = browser.find_element("css selector", "#nodes-body tr").get_attribute("data-node")
+        most = max(result.summary["nodes"].items(), key=lambda kv: (kv[1]["epsilon"], -int(kv[0])))[0]
+        assert result.summary["nodes"][first]["epsilon"] == result.summary["nodes"][most]["epsilon"]
+        browser.find_element("id", "filter").send_keys("straggling")
+        _wait(lambda: set(_states(browser).values()) == {"straggling"}, 10, "the filter")
+        shown, total = browser.find_element("id", "node-count").text.split(" of ")
+        assert 0 < int(shown) < int(total) == 200
+    finally:
+        page.terminate()
+        page.wait()
