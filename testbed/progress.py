@@ -62,6 +62,7 @@ def _rich_bar(stream) -> "RichProgress":
     """rich's bar: round M/N, bar, rate, time left, then the ``stats`` field. Imported
     here, on a terminal only: a log or --quiet does not pay rich's import."""
     from rich.console import Console
+    from rich.table import Column
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress as RichProgress, ProgressColumn, Task,
                                TextColumn, TimeRemainingColumn)
     from rich.text import Text
@@ -73,12 +74,16 @@ def _rich_bar(stream) -> "RichProgress":
             speed = task.speed
             if not speed:
                 return Text("", style="progress.data.speed")
-            text = f"{speed:.3g} rounds/s" if speed >= 1 else f"{1 / speed:.3g} s/round"
+            if speed >= 1:
+                text = f"{speed:.0f} rounds/s" if speed >= 100 else f"{speed:.3g} rounds/s"
+            else:
+                text = f"{1 / speed:.3g} s/round"
             return Text(text, style="progress.data.speed")
 
-    # About 78 characters: one line of an 80-column terminal.
-    return RichProgress(TextColumn("round"), MofNCompleteColumn(), BarColumn(bar_width=12), RateColumn(),
-                        TimeRemainingColumn(compact=True), TextColumn("left {task.fields[stats]}"),
+    # One line of an 80-column terminal: on a narrower one the stats are cut, never wrapped.
+    return RichProgress(TextColumn("round"), MofNCompleteColumn(), BarColumn(bar_width=10),
+                        RateColumn(table_column=Column(no_wrap=True)), TimeRemainingColumn(compact=True),
+                        TextColumn("left {task.fields[stats]}", table_column=Column(no_wrap=True, overflow="ellipsis")),
                         console=Console(file=stream), auto_refresh=False)
 
 
@@ -120,10 +125,10 @@ class Progress:
             return
         if self._bar is None and int(10 * round_done / self.total) <= self._last_decile:
             return
-        stats = f"loss {loss:.4f}  ε {epsilon:.4g}"
+        stats = f"loss {loss:.4f} ε {epsilon:.4g}"
         worst = worst_budget(self.budgets, row, ledgers) if row is not None else None
         if worst is not None:
-            stats += f"  budget {worst[0]} {100 * worst[1]:.0f}%"
+            stats += f" budget {worst[0]} {100 * worst[1]:.0f}%"
         if self._bar is not None:
             self._last_refresh = now
             self._bar.update(self._task, completed=round_done, stats=stats)

@@ -171,7 +171,7 @@ def test_progress_lines_off_a_terminal():
     p.close()
     lines = out.getvalue().splitlines()
     assert len(lines) == 11  # the first round, then a line per tenth of the run
-    assert re.fullmatch(r"round 20/20  \S+ rounds/s  \S+s, 0\.0s left  loss 0\.5000  ε 2  budget ε 50%", lines[-1])
+    assert re.fullmatch(r"round 20/20  \S+ rounds/s  \S+s, 0\.0s left  loss 0\.5000 ε 2 budget ε 50%", lines[-1])
 
 
 def test_report_html_is_self_contained(finished_run):
@@ -223,3 +223,37 @@ def test_watch_refuses_a_port_in_use(capsys, tmp_path):
         s.listen()
         assert main(["watch", str(tmp_path), "--port", str(s.getsockname()[1])]) == 2
     assert "cannot listen on 127.0.0.1:" in capsys.readouterr().err
+
+
+def test_progress_bar_on_a_terminal_is_richs():
+    """On a pseudo-terminal: rich's bar, redrawn in place, with the rate, time left and worst budget."""
+    import os
+    import threading
+
+    import fcntl
+    import struct
+    import termios
+
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))  # an 80-column terminal
+    written = bytearray()
+
+    def drain() -> None:
+        try:
+            while chunk := os.read(master, 65536):
+                written.extend(chunk)
+        except OSError:
+            pass
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    with os.fdopen(slave, "w") as tty:
+        p = Progress(3, stream=tty, budgets=Budgets(cost_units=100.0))
+        for r in range(1, 4):
+            p.update(r, 0.25, 0.5, {"epsilon": 0.5, "cost_units": 30.0 * r, "bytes_total": 0})
+        p.close()
+    reader.join(timeout=5)
+    os.close(master)
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", written.decode())
+    last = text.replace("\r", "\n").strip().splitlines()[-1]
+    assert re.search(r"round 3/3 .* rounds/s .*left loss 0\.2500 ε 0\.5 budget cost 90%", last), last
