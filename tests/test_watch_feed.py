@@ -257,3 +257,14 @@ def test_progress_bar_on_a_terminal_is_richs():
     text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", written.decode())
     last = text.replace("\r", "\n").strip().splitlines()[-1]
     assert re.search(r"round 3/3 .* rounds/s .*left loss 0\.2500 ε 0\.5 budget cost 90%", last), last
+
+
+def test_rounds_without_evaluation_have_no_accuracy(tmp_path, small_config_text):
+    """output.eval_every = 2: the rounds between evaluations reach the page as nulls (gaps), not 0."""
+    config = replace(load_config_text(small_config_text), output={"eval_every": 2}, dp_pasgd={"steps": 25})
+    result = run_experiment(config, out_dir=tmp_path / "run", quiet=True)
+    feed = RunFeed(result.run_dir)
+    feed.poll()
+    metrics = json.loads(json.dumps(feed.snapshot()["metrics"], allow_nan=False))
+    assert [m["test_accuracy"] is None for m in metrics] == [True, False, True, False, False]
+    assert metrics[-1]["test_accuracy"] == pytest.approx(result.summary["final"]["test_accuracy"], rel=1e-12)

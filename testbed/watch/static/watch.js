@@ -139,8 +139,9 @@ function chartWidth(id) { return Math.max(300, document.getElementById(id).clien
 function makeCharts() {
   const accLoss = (id, xLabel) => new uPlot({
     width: chartWidth(id), height: 240, legend: { live: false }, scales: { x: { time: false }, acc: { range: [0, 1] }, loss: {} },
-    series: [{ label: xLabel }, { label: "test accuracy", scale: "acc", stroke: "#2f6fdb", width: 2, points: { size: 4 } },
-             { label: "training loss", scale: "loss", stroke: "#c62828", width: 2, points: { size: 4 } }],
+    // spanGaps: with output.eval_every > 1 the rounds between evaluations have no accuracy or loss.
+    series: [{ label: xLabel }, { label: "test accuracy", scale: "acc", stroke: "#2f6fdb", width: 2, points: { size: 4 }, spanGaps: true },
+             { label: "training loss", scale: "loss", stroke: "#c62828", width: 2, points: { size: 4 }, spanGaps: true }],
     axes: [{ label: xLabel }, { scale: "acc", label: "test accuracy" },
            { scale: "loss", side: 1, label: "training loss", grid: { show: false } }],
   }, [[], [], []], document.getElementById(id));
