@@ -444,10 +444,11 @@ def bernoulli_answered(seed: int, p: float, num_nodes: int, iterations: int) -> 
     """(T, N) bool: who answers each iteration under ``[stragglers] model = "bernoulli"``, the very
     draws of :func:`testbed.stragglers.draw_stragglers` (node i's uniform from its
     (seed, i, r, STRAGGLER) Philox counter), so an in-memory run sees the stragglers `testbed run` sees."""
-    from testbed.stragglers import _uniforms
+    from testbed.counter_rng import uniform_pairs
 
     ids = list(range(num_nodes))
-    return np.array([_uniforms(seed, ids, r)[0] >= p for r in range(iterations)]).reshape(iterations, num_nodes)
+    return np.array([uniform_pairs(seed, ids, r, Purpose.STRAGGLER)[0] >= p
+                     for r in range(iterations)]).reshape(iterations, num_nodes)
 
 
 def trajectory(alg: Acfl, data: Any, *, seed: int, answered: np.ndarray, params0: np.ndarray) -> dict[str, np.ndarray]:
