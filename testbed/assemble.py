@@ -43,4 +43,4 @@ def model_for(m: ModelSection, data: FederatedData, seed: int | None = None) -> 
     """The ``[model]`` section's model for the features and classes of ``data``; ``seed`` (the
     run's) keys a random-feature embedding and is required with one."""
     return build_model(m.kind, data.dim, data.n_classes, bias=m.bias, hidden=m.hidden, activation=m.activation,
-                       random_features=m.random_features, rf_gamma=m.rf_gamma, seed=seed)
+                       random_features=m.random_features, rf_gamma=m.rf_gamma, seed=seed, network=m.network)

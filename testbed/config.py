@@ -75,8 +75,12 @@ class DataSection(Section):
 
 
 class ModelSection(Section):
-    kind: Literal["logistic", "svm", "mlp", "linear"] = "logistic"
-    """"linear": multi-output least squares (ACFL), on one-hot labels for a classification set."""
+    kind: Literal["logistic", "svm", "mlp", "linear", "torch"] = "logistic"
+    """"linear": multi-output least squares (ACFL), on one-hot labels for a classification set;
+    "torch": the PyTorch network ``network`` (float32, vectorised across nodes with torch.func)."""
+    network: Literal["cnn", "mlp", "cifar10_cnn"] = "cnn"
+    """"torch" only: "cnn" (8x8 digits, 28x28 MNIST), "mlp" (one ReLU layer of ``hidden``),
+    "cifar10_cnn" (the small CNN of PyTorch's CIFAR-10 tutorial) (testbed.torch_models)."""
     bias: bool = True
     hidden: Positive[int] = 32
     activation: Literal["tanh", "relu"] = "tanh"

@@ -1,0 +1,136 @@
+"""The PyTorch backend (testbed.torch_models): the vmapped step equals a loop over nodes, clipped
+per-sample gradients equal a loop over samples, the clip bound holds for adversarial inputs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from testbed.models import build_model  # noqa: E402
+from testbed.torch_models import TorchModel, build_network  # noqa: E402
+
+CASES = [("cnn", 64), ("cnn", 784), ("mlp", 20), ("cifar10_cnn", 3072)]
+F32 = dict(rtol=1e-4, atol=1e-6)  # float32 arithmetic, summed in different orders
+
+
+def _batch(model: TorchModel, nodes: int, batch: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    params = np.stack([model.init(np.random.default_rng(seed + 1 + m)) for m in range(nodes)])
+    x = rng.random((nodes, batch, model.dim)) / np.sqrt(model.dim)
+    y = rng.integers(0, model.n_classes, (nodes, batch))
+    w = rng.random((nodes, batch))
+    return params, x, y, w / w.sum(axis=1, keepdims=True)
+
+
+def _module_with(model: TorchModel, flat: np.ndarray) -> "torch.nn.Module":
+    """A plain torch module holding the flat parameter vector, ordered as named_parameters."""
+    module = build_network(model.network, model.dim, model.n_classes, model.hidden)
+    offset = 0
+    with torch.no_grad():
+        for p in module.parameters():
+            p.copy_(torch.from_numpy(flat[offset: offset + p.numel()].astype(np.float32)).view_as(p))
+            offset += p.numel()
+    assert offset == model.num_params
+    return module
+
+
+def _flat_grad(module) -> np.ndarray:
+    return np.concatenate([p.grad.detach().numpy().ravel() for p in module.parameters()]).astype(np.float64)
+
+
+@pytest.mark.parametrize("network,dim", CASES)
+def test_vmapped_step_equals_a_loop_over_nodes_of_plain_modules(network, dim):
+    model = TorchModel(network, dim, 10)
+    params, x, y, w = _batch(model, nodes=3, batch=5)
+    loss, grad = model.loss_and_grad(params, x, y, w)
+    for m in range(3):
+        module = _module_with(model, params[m])
+        per_sample = torch.nn.functional.cross_entropy(module(torch.from_numpy(x[m].astype(np.float32))),
+                                                       torch.from_numpy(y[m]), reduction="none")
+        total = (per_sample * torch.from_numpy(w[m].astype(np.float32))).sum()
+        total.backward()
+        np.testing.assert_allclose(loss[m], float(total.detach()), **F32)
+        np.testing.assert_allclose(grad[m], _flat_grad(module), **F32)
+
+
+@pytest.mark.parametrize("network,dim", CASES[:3])
+def test_clipped_per_sample_gradients_equal_a_loop_over_samples(network, dim):
+    model = TorchModel(network, dim, 10)
+    params, x, y, w = _batch(model, nodes=2, batch=6, seed=3)
+    params *= 4.0  # large weights: large per-sample gradients, so the clip bites on most samples
+    clip = 0.05
+    loss, grad = model.loss_and_grad(params, x, y, w, clip_norm=clip)
+    clipped_some = False
+    for m in range(2):
+        module = _module_with(model, params[m])
+        want, want_loss = np.zeros(model.num_params), 0.0
+        for n in range(6):
+            module.zero_grad()
+            sample_loss = torch.nn.functional.cross_entropy(module(torch.from_numpy(x[m, n:n + 1].astype(np.float32))),
+                                                            torch.from_numpy(y[m, n:n + 1]))
+            sample_loss.backward()
+            g = _flat_grad(module)
+            clipped_some |= np.linalg.norm(g) > clip
+            want += w[m, n] * g * min(1.0, clip / np.linalg.norm(g))
+            want_loss += w[m, n] * float(sample_loss)
+        np.testing.assert_allclose(grad[m], want, **F32)
+        np.testing.assert_allclose(loss[m], want_loss, **F32)
+    assert clipped_some
+
+
+@pytest.mark.parametrize("scale", [1.0, 1e3, 1e8, 1e30])
+def test_the_clip_bound_holds_for_adversarial_inputs(scale):
+    """Whatever one record is (huge pixels, overflowing activations), its weighted contribution to
+    the step is at most w·C: a batch of one record with weight 1 moves the gradient by <= C."""
+    model = TorchModel("cnn", 64, 10)
+    params, x, y, _ = _batch(model, nodes=4, batch=3, seed=5)
+    params *= 50.0
+    x = x * scale
+    x[1] = -x[1]
+    x[2, 0] = np.inf if scale == 1e30 else x[2, 0]
+    clip = 0.3
+    for n in range(3):
+        w = np.zeros((4, 3))
+        w[:, n] = 1.0
+        _, grad = model.loss_and_grad(params, x, y, w, clip_norm=clip)
+        assert np.isfinite(grad).all()
+        assert np.linalg.norm(grad, axis=1).max() <= clip
+
+
+def test_one_node_alone_equals_its_row_of_a_stack_to_float32_rounding():
+    model = TorchModel("cnn", 64, 10)
+    params, x, y, w = _batch(model, nodes=5, batch=8)
+    for clip in (None, 0.5):
+        _, together = model.loss_and_grad(params, x, y, w, clip)
+        for m in range(5):
+            _, alone = model.loss_and_grad(params[[m]], x[[m]], y[[m]], w[[m]], clip)
+            np.testing.assert_allclose(alone[0], together[m], **F32)
+
+
+def test_init_is_pytorchs_default_from_the_given_generator():
+    model = TorchModel("cnn", 64, 10)
+    a, b = model.init(np.random.default_rng(7)), model.init(np.random.default_rng(7))
+    assert np.array_equal(a, b) and a.shape == (model.num_params,)
+    conv = a[:72]  # conv 1→8, 3×3: fan-in 9, bound 1/3
+    assert np.abs(conv).max() <= 1 / 3 and np.abs(conv).max() > 0.3
+    with pytest.raises(ValueError, match="Generator"):
+        model.init(None)
+
+
+def test_loss_and_correct_agrees_with_the_training_loss():
+    model = TorchModel("mlp", 20, 3)
+    params, x, y, _ = _batch(model, nodes=1, batch=9)
+    loss, correct = model.loss_and_correct(params[0], x[0], y[0])
+    train_loss, _ = model.loss_and_grad(params, x, y, np.full((1, 9), 1 / 9))
+    np.testing.assert_allclose(loss.mean(), train_loss[0], **F32)
+    assert correct.dtype == bool and correct.shape == (9,)
+
+
+def test_build_model_names_the_network_and_refuses_a_non_image():
+    assert build_model("torch", 64, 10, network="cnn").num_params == 1370
+    with pytest.raises(ValueError, match="cnn network takes images"):
+        build_model("torch", 65, 10, network="cnn")
+    with pytest.raises(ValueError, match="unknown network"):
+        build_model("torch", 64, 10, network="resnet")
