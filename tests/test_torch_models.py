@@ -134,3 +134,65 @@ def test_build_model_names_the_network_and_refuses_a_non_image():
         build_model("torch", 65, 10, network="cnn")
     with pytest.raises(ValueError, match="unknown network"):
         build_model("torch", 64, 10, network="resnet")
+
+
+def test_an_emulated_hosts_thread_share_is_what_torch_uses():
+    """The coordinator gives each emulated host TESTBED_TORCH_THREADS; torch is set to it on import."""
+    import os
+    import subprocess
+    import sys
+
+    code = "from testbed.torch_models import torch_module; print(torch_module().get_num_threads())"
+    env = dict(os.environ, TESTBED_TORCH_THREADS="1")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "1"
+
+
+def test_importing_the_models_does_not_import_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys, testbed.models, testbed.assemble, testbed.algorithms.dp_pasgd; "
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+CNN_RUN = """
+[run]
+name = "cnn"
+algorithm = "dp_pasgd"
+seed = 2
+[data]
+dataset = "digits"
+num_nodes = 4
+samples_per_node = 60
+[model]
+kind = "torch"
+network = "cnn"
+[dp_pasgd]
+steps = 4
+tau = 2
+batch = 8
+lr = 0.2
+sigma = 0.5
+"""
+
+
+def test_a_private_torch_run_must_clip_and_its_ledger_records_the_clip_norm():
+    from testbed.algorithms import RoundContext, registry
+    from testbed.config import load_config_text
+    from testbed.errors import ConfigError
+    from testbed.runner import load
+
+    with pytest.raises(ConfigError, match="dp_pasgd.clip"):
+        registry.get("dp_pasgd").check(load_config_text(CNN_RUN))
+    config = load_config_text(CNN_RUN + "clip = true\nlipschitz = 0.7\n")
+    data, model = load(config)
+    alg = registry.build(config, model, data)
+    (privacy,) = [e for e in alg.planned_events(1, RoundContext.everyone(0, 2, 4)) if e.kind == "privacy"]
+    assert privacy.clip_norm == 0.7 and privacy.sensitivity == pytest.approx(2 * 0.7 / 8)  # 2C/X
+    ctx = RoundContext.everyone(0, 2, 4)
+    state = alg.init_state(model.init(np.random.default_rng(0)))
+    out = alg.node_step(alg.downlink(state, ctx, ctx.expected), data.train, ctx.expected, ctx)
+    assert out.tensors["update"].shape == (4, model.num_params) and np.isfinite(out.tensors["update"]).all()

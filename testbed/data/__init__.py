@@ -23,7 +23,10 @@ from testbed.errors import DataError
 #: Valid dataset names.
 DATASETS = ("synthetic", "adult-1", "adult-2", "vehicle-1", "vehicle-2", "regression", "mnist", "digits")
 
-__all__ = ["DATASETS", "SCALINGS", "FederatedData", "Split", "load_dataset"]
+#: Features of a flat row of the image sets (channels × height × width), known before loading.
+IMAGE_FEATURES = {"mnist": 784, "digits": 64}
+
+__all__ = ["DATASETS", "IMAGE_FEATURES", "SCALINGS", "FederatedData", "Split", "load_dataset"]
 
 
 def _loader(name: str) -> Callable[..., FederatedData]:
