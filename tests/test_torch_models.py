@@ -74,7 +74,7 @@ def test_clipped_per_sample_gradients_equal_a_loop_over_samples(network, dim):
             g = _flat_grad(module)
             clipped_some |= np.linalg.norm(g) > clip
             want += w[m, n] * g * min(1.0, clip / np.linalg.norm(g))
-            want_loss += w[m, n] * float(sample_loss)
+            want_loss += w[m, n] * float(sample_loss.detach())
         np.testing.assert_allclose(grad[m], want, **F32)
         np.testing.assert_allclose(loss[m], want_loss, **F32)
     assert clipped_some
