@@ -15,9 +15,10 @@ torch is imported only when a torch model is configured (every other run, and a 
 small board, never pays for it). The number of threads torch uses is ``$TESTBED_TORCH_THREADS``
 when set: the coordinator sets it for each emulated host so that hosts do not fight over cores.
 
-Images arrive as flat rows (the loaders' format: channels × height × width, scaled into the unit
-ball); a convolutional network reshapes them, from the row length: 64 → 1×8×8 (digits),
-784 → 1×28×28 (MNIST), 3072 → 3×32×32 (CIFAR-10).
+Images arrive as flat rows (the loaders' format: channels × height × width, divided by sqrt(d) into
+the unit ball); a convolutional network multiplies them back to pixels in [0, 1] (a fixed first
+layer: tiny inputs would make tiny gradients) and reshapes them, from the row length: 64 → 1×8×8
+(digits), 784 → 1×28×28 (MNIST), 3072 → 3×32×32 (CIFAR-10).
 
 Example::
 
@@ -84,13 +85,20 @@ def build_network(network: str, dim: int, n_classes: int, hidden: int = 64) -> "
       120 → 84 → C, ReLU between; 62,006 parameters.
     """
     nn = torch_module().nn
+
+    class PixelScale(nn.Module):
+        """Undoes the loaders' public bound (rows divided by sqrt(d)): the layers see pixels in [0, 1]."""
+
+        def forward(self, x):
+            return x * math.sqrt(dim)
+
     if network == "mlp":
         return nn.Sequential(nn.Linear(dim, hidden), nn.ReLU(), nn.Linear(hidden, n_classes))
     if network not in NETWORKS:
         raise ValueError(f"unknown network {network!r}; choose one of {', '.join(NETWORKS)}")
     channels, side, _ = image_shape(dim, network)
     if network == "cnn":
-        layers: list = [nn.Unflatten(1, (channels, side, side)), nn.Conv2d(channels, 8, 3, padding=1), nn.ReLU(),
+        layers: list = [PixelScale(), nn.Unflatten(1, (channels, side, side)), nn.Conv2d(channels, 8, 3, padding=1), nn.ReLU(),
                         nn.MaxPool2d(2)]
         width, side = 8, side // 2
         if side >= 8:
@@ -99,7 +107,7 @@ def build_network(network: str, dim: int, n_classes: int, hidden: int = 64) -> "
         return nn.Sequential(*layers, nn.Flatten(), nn.Linear(width * side * side, n_classes))
     if (channels, side) != (3, 32):
         raise ValueError(f"the cifar10_cnn network takes 3x32x32 images, not {channels}x{side}x{side}")
-    return nn.Sequential(nn.Unflatten(1, (3, 32, 32)), nn.Conv2d(3, 6, 5), nn.ReLU(), nn.MaxPool2d(2),
+    return nn.Sequential(PixelScale(), nn.Unflatten(1, (3, 32, 32)), nn.Conv2d(3, 6, 5), nn.ReLU(), nn.MaxPool2d(2),
                          nn.Conv2d(6, 16, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
                          nn.Linear(16 * 5 * 5, 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU(), nn.Linear(84, n_classes))
 

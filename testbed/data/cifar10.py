@@ -111,6 +111,19 @@ def batch_bytes(path: str | os.PathLike | None) -> list[bytes]:
     return _from_archive(resolve(_ARCHIVE))
 
 
+def present(path: str | os.PathLike | None = None) -> bool:
+    """Whether the batches or the archive are on this machine (``path``, $TESTBED_DATA, the cache),
+    without downloading anything."""
+    roots = [Path(path).expanduser()] if path is not None else []
+    roots += [Path(os.environ[DATA_ENV]).expanduser()] if os.environ.get(DATA_ENV) else []
+    roots.append(cache_dir() / "cifar10")
+    for root in roots:
+        if root.is_file() or (root.is_dir() and (_batch_folder(root) is not None or (root / _ARCHIVE.filename).is_file()
+                                                 or (root / "cifar10" / _ARCHIVE.filename).is_file())):
+            return True
+    return False
+
+
 def read_pool(path: str | os.PathLike | None = None) -> tuple[np.ndarray, np.ndarray]:
     """All 60,000 images (train batches then the test batch) as (x (n, 3072) uint8, y (n,) int64)."""
     parts = [read_batch(raw, name) for raw, name in zip(batch_bytes(path), BATCHES)]
