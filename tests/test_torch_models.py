@@ -196,3 +196,24 @@ def test_a_private_torch_run_must_clip_and_its_ledger_records_the_clip_norm():
     state = alg.init_state(model.init(np.random.default_rng(0)))
     out = alg.node_step(alg.downlink(state, ctx, ctx.expected), data.train, ctx.expected, ctx)
     assert out.tensors["update"].shape == (4, model.num_params) and np.isfinite(out.tensors["update"]).all()
+
+
+def test_dwfl_clips_each_samples_gradient_of_a_network_at_gmax():
+    from testbed.algorithms import registry
+    from testbed.algorithms.batches import uniform_batches
+    from testbed.config import load_config_text
+    from testbed.runner import load
+
+    text = CNN_RUN.replace('algorithm = "dp_pasgd"', 'algorithm = "dwfl"').split("[dp_pasgd]")[0]
+    config = load_config_text(text + '[dwfl]\nrounds = 2\nbatch = 8\nlr = 0.2\ngmax = 0.05\nepsilon = 1.0\n'
+                                     'fading = "none"\nc_scale = 0.6\n')
+    data, model = load(config)
+    alg = registry.build(config, model, data)
+    models = np.stack([model.init(np.random.default_rng(m)) for m in range(4)]) * 3.0
+    payload = alg.local_step(models.copy(), data.train, [0, 1, 2, 3], 0, 2)
+    idx = uniform_batches(data.train, [0, 1, 2, 3], 0, 2, steps=1, batch=8)[:, 0]
+    weights = np.full(idx.shape, 1 / 8)
+    _, clipped = model.loss_and_grad(models, data.train.x[idx], data.train.y[idx], weights, clip_norm=0.05)
+    _, plain = model.loss_and_grad(models, data.train.x[idx], data.train.y[idx], weights)
+    np.testing.assert_allclose(payload, models - 0.2 * clipped, rtol=0, atol=1e-12)
+    assert np.linalg.norm(plain, axis=1).min() > 0.05  # the batch clip alone would have given another step
