@@ -7,7 +7,8 @@ CIFAR-10 files are on this machine; the paper's defaults either way: P = 60 dBm,
 over-the-air decentralised) with the overrides of one figure's curve, run through the testbed's sim
 runner for several seeds. The script writes one PNG per figure and ``REPORT.md`` (``REPORT-cnn.md``,
 ``figN-cnn.png`` for the CNN; each claim of the paper quoted, and whether these runs show it, with
-numbers) into this folder; the runs themselves go to ``runs/dwfl-reproduce[-cnn]/`` (not committed).
+numbers) into this folder; the runs themselves go to ``runs/dwfl-reproduce[-cnn]/`` (not committed); a finished run found there is kept, so a rerun
+after an interruption (or after a change to the report) only runs what is missing.
 
 The paper gives no numbers (dwfl.md §6): a claim is "shown" when the final training loss (mean of
 the last 10 rounds, mean over seeds) moves the claimed way by more than 2 %.
@@ -20,6 +21,7 @@ $TESTBED_DATA or the cache, never downloaded by this script).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -56,8 +58,8 @@ READINGS = {
 }
 
 
-def sweeps() -> dict[str, list[tuple[str, str, list[str]]]]:
-    """figure → [(panel, curve, overrides)]."""
+def sweeps(eps_scale: float = 1.0) -> dict[str, list[tuple[str, str, list[str]]]]:
+    """figure → [(panel, curve, overrides)]; every ε run is the paper's (the curve's name) × ``eps_scale``."""
     figs: dict[str, list] = {"fig2": [], "fig3": [], "fig4": [], "fig5": [], "fig6": []}
     for reading, ov in READINGS.items():
         for n in (10, 30):
@@ -65,14 +67,14 @@ def sweeps() -> dict[str, list[tuple[str, str, list[str]]]]:
                 figs["fig2"].append((f"{reading}, N={n}", f"P={p} dBm", ov + [f"data.num_nodes={n}", f"dwfl.power_dbm={p}"]))
     for eps in (0.1, 0.5):
         for n in (15, 20, 25, 30):
-            figs["fig3"].append((f"eps={eps}", f"N={n}", [f"data.num_nodes={n}", f"dwfl.epsilon={eps}"]))
+            figs["fig3"].append((f"eps={eps}", f"N={n}", [f"data.num_nodes={n}", f"dwfl.epsilon={eps * eps_scale}"]))
     for n in (10, 30):
         for eps in (0.1, 0.25, 0.5, 1.0):
-            figs["fig4"].append((f"N={n}", f"eps={eps}", [f"data.num_nodes={n}", f"dwfl.epsilon={eps}"]))
+            figs["fig4"].append((f"N={n}", f"eps={eps}", [f"data.num_nodes={n}", f"dwfl.epsilon={eps * eps_scale}"]))
         for eps in (0.1, 0.5):
             for scheme in ("ota_d2d", "orthogonal_d2d"):
                 figs["fig5"].append((f"N={n}", f"{scheme}, eps={eps}",
-                                     [f"data.num_nodes={n}", f"dwfl.epsilon={eps}", f"dwfl.scheme='{scheme}'"]))
+                                     [f"data.num_nodes={n}", f"dwfl.epsilon={eps * eps_scale}", f"dwfl.scheme='{scheme}'"]))
         for scheme in ("ota_d2d", "ota_central"):
             figs["fig6"].append((f"N={n}", scheme, [f"data.num_nodes={n}", f"dwfl.scheme='{scheme}'"]))
     return figs
@@ -83,18 +85,22 @@ def run_one(job: tuple[str, str, str, list[str], int, int, str, str]) -> dict:
     from testbed.config import load_config
     from testbed.results import read_metrics
     from testbed.runner import run_experiment
+    from testbed.sweep import is_finished
 
     fig, panel, curve, overrides, seed, rounds, base, out_root = job
     slug = "".join(ch if ch.isalnum() else "-" for ch in f"{panel}-{curve}").strip("-")
     cfg = load_config(base, overrides + [f"run.seed={seed}", f"dwfl.rounds={rounds}"])
     out = Path(out_root) / fig / f"{slug}-s{seed}"
-    if out.exists():
-        import shutil
+    if is_finished(out):  # kept from an earlier invocation: a rerun only redraws and rewrites
+        summary = json.loads((out / "summary.json").read_text())
+    else:
+        if out.exists():
+            import shutil
 
-        shutil.rmtree(out)
-    result = run_experiment(cfg, out_dir=out, quiet=True)
-    rows = read_metrics(result.run_dir)
-    st = result.summary["algorithm_settings"]
+            shutil.rmtree(out)
+        summary = run_experiment(cfg, out_dir=out, quiet=True).summary
+    rows = read_metrics(out)
+    st = summary["algorithm_settings"]
     return {"fig": fig, "panel": panel, "curve": curve, "seed": seed,
             "loss": [r["train_loss"] for r in rows], "acc": [r["test_accuracy"] for r in rows],
             "sigma2": st["sigma2"], "eps_round": st["epsilon_round_max"], "eps_T": st["epsilon_composed_rdp"],
@@ -167,9 +173,9 @@ def _table(agg: dict, fig: str, panel: str, curves: list[str]) -> list[str]:
     return lines
 
 
-def report(agg: dict, seeds: int, rounds: int, wall_s: float, task: str, trains_on: str) -> str:
+def report(agg: dict, seeds: int, rounds: int, wall_s: float, task: str, trains_on: str, suffix: str) -> str:
     L = lambda fig, panel, curve: agg[(fig, panel, curve)]["final"]  # noqa: E731
-    base, suffix, _ = TASKS[task]
+    base = TASKS[task][0]
     other = ("The same figures with a CNN on images: `REPORT-cnn.md`." if task == "adult" else
              "The same figures with logistic regression on Adult-2: `REPORT.md`. Test accuracy of the "
              "untrained CNN, and of a constant guess on the digits' 10 balanced classes, is about 0.1.")
@@ -189,6 +195,7 @@ def report(agg: dict, seeds: int, rounds: int, wall_s: float, task: str, trains_
         f"Whole set: {wall_s / 60:.1f} min on this machine. {other}",
         "",
     ]
+    header = len(md)
     # Fig. 2
     md += ["## Fig. 2: transmit power P", "",
            "> \"stronger transmitting power leads to more rapid convergence, it is reasonable since greater power",
@@ -262,7 +269,18 @@ def report(agg: dict, seeds: int, rounds: int, wall_s: float, task: str, trains_
            "eq. 9), so x̄ only sees channel noise. The paper's explanation (more frequent exchanges) is not",
            "what drives it in our runs: both schemes exchange once per round.", "",
            "## Figures", "", *[f"- `{f}{suffix}.png`" for f in ("fig2", "fig3", "fig4", "fig5", "fig6")], ""]
-    return "\n".join(md)
+    return "\n".join(md[:header] + _summary(md[header:]) + md[header:])
+
+
+def _summary(body: list[str]) -> list[str]:
+    """Every verdict line of the report's body under its figure, as a list to read first."""
+    lines, figure = ["## Summary of the verdicts", ""], ""
+    for line in body:
+        if line.startswith("## "):
+            figure = line[3:].split(":")[0]
+        elif line.startswith("**") and "? **" in line:
+            lines.append(f"- {figure}, {line}")
+    return lines + [""]
 
 
 def main(argv=None) -> int:
@@ -271,6 +289,8 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=100)
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--task", choices=sorted(TASKS), default="adult")
+    ap.add_argument("--epsilon-scale", type=float, default=1.0,
+                    help="run every ε of the paper times this (outputs get the suffix -epsNx)")
     args = ap.parse_args(argv)
     base, suffix, trains_on = TASKS[args.task]
     extra: list[str] = []
@@ -280,14 +300,19 @@ def main(argv=None) -> int:
         from testbed.data.cifar10 import present
 
         if present():
-            extra, trains_on = CIFAR
+            extra, trains_on = list(CIFAR[0]), CIFAR[1]
         print(f"training {trains_on}", flush=True)
         # two worker processes on two cores: torch's own threads would oversubscribe them
         os.environ.setdefault("TESTBED_TORCH_THREADS", str(max(1, (os.cpu_count() or 1) // args.jobs)))
-    out_root = str(REPO / "runs" / f"dwfl-reproduce{suffix}")
+    if args.epsilon_scale != 1.0:
+        suffix += f"-eps{args.epsilon_scale:g}x"
+        trains_on += f"; every ε is the paper's × {args.epsilon_scale:g} (curve names give the paper's)"
+        extra.append(f"dwfl.epsilon={0.5 * args.epsilon_scale}")  # base.toml's ε = 0.5, scaled
+    # the CIFAR-10 runs apart from the digits' (a finished run found in the folder is kept)
+    out_root = str(REPO / "runs" / f"dwfl-reproduce{suffix}{'-cifar10' if extra[:1] == CIFAR[0][:1] else ''}")
     start = time.monotonic()
     jobs = [(fig, panel, curve, extra + ov, seed, args.rounds, str(base), out_root)
-            for fig, items in sweeps().items() for panel, curve, ov in items for seed in range(args.seeds)]
+            for fig, items in sweeps(args.epsilon_scale).items() for panel, curve, ov in items for seed in range(args.seeds)]
     print(f"{len(jobs)} runs on {args.jobs} processes", flush=True)
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         results = []
@@ -302,8 +327,10 @@ def main(argv=None) -> int:
     for fig, title in titles.items():
         path = plot(fig, title, agg, suffix)
         print(f"wrote {path.relative_to(REPO)} ({path.stat().st_size // 1024} KB)")
-    wall = time.monotonic() - start
-    (HERE / f"REPORT{suffix}.md").write_text(report(agg, args.seeds, args.rounds, wall, args.task, trains_on))
+    spent = Path(out_root) / "wall_s.txt"  # summed over the invocations that ran into the runs' folder
+    wall = time.monotonic() - start + (float(spent.read_text()) if spent.exists() else 0.0)
+    spent.write_text(f"{wall:.1f}")
+    (HERE / f"REPORT{suffix}.md").write_text(report(agg, args.seeds, args.rounds, wall, args.task, trains_on, suffix))
     print(f"wrote experiments/dwfl/REPORT{suffix}.md; {len(jobs)} runs in {wall:.0f} s")
     return 0
 
