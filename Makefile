@@ -12,11 +12,11 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 $(VENV)/.core-installed: pyproject.toml constraints.txt | $(BIN)/python
-	$(PIP_INSTALL) -e '.[mqtt]'
+	$(PIP_INSTALL) -e '.[coordinator,node]'
 	touch $@
 
 $(VENV)/.test-installed: $(VENV)/.core-installed
-	$(PIP_INSTALL) -e '.[mqtt,channel,test]'
+	$(PIP_INSTALL) -e '.[coordinator,node,channel,test]'
 	touch $@
 
 demo: $(VENV)/.core-installed

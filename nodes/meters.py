@@ -361,6 +361,23 @@ class _Sampler:
         return sum(0.5 * (p0 + p1) * (t1 - t0) for (t0, p0), (t1, p1) in zip(self._samples, self._samples[1:]))
 
 
+def check_meter_fits_profile(kind: str, profile: str | DeviceProfile) -> None:
+    """Raise UserError when meter ``kind`` is a hardware meter and ``profile`` an emulated board:
+    the meter would measure this machine, not the board the profile describes.
+
+    >>> check_meter_fits_profile("ina260", "host"); check_meter_fits_profile("model", "pi-4b")
+    >>> check_meter_fits_profile("ina260", "pi-4b")
+    Traceback (most recent call last):
+    ...
+    testbed.errors.UserError: meter 'ina260' measures this machine, but profile 'pi-4b' is an emulated board: use meter 'model', or profile 'host' on the board itself
+    """
+    if isinstance(profile, str):
+        profile = load_profile(profile)
+    if kind in ("ina219", "ina260", "rapl") and profile.emulated:
+        raise UserError(f"meter {kind!r} measures this machine, but profile {profile.name!r} is an emulated "
+                        f"board: use meter 'model', or profile 'host' on the board itself")
+
+
 def make_meter(kind: str = "auto", profile: str | DeviceProfile = "host", *,
                address: int = DEFAULT_I2C_ADDRESS, bus: Any = DEFAULT_I2C_BUS, interval_s: float = 0.002,
                shunt_ohm: float = 0.1, max_current_a: float = 3.2,
@@ -390,9 +407,7 @@ def make_meter(kind: str = "auto", profile: str | DeviceProfile = "host", *,
     if kind == "model":
         return ModelMeter(profile)
     if kind in builders:
-        if profile.emulated:
-            raise UserError(f"meter {kind!r} measures this machine, but profile {profile.name!r} is an emulated "
-                            f"board: use meter 'model', or profile 'host' on the board itself")
+        check_meter_fits_profile(kind, profile)
         try:
             return builders[kind]()
         except MeterUnavailable as exc:

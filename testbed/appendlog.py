@@ -157,7 +157,43 @@ def write_atomic(path: Path, data: bytes | Callable[[BinaryIO], None], sync: boo
     os.replace. With ``sync`` the file and the directory (the rename's record) are fsynced too, so
     a power cut cannot leave half either."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
+    tmp = _write_beside(path, data, sync)
+    os.replace(tmp, path)
+    if sync:
+        _sync_directory(path)
+
+
+def write_swapping(path: Path, data: bytes | Callable[[BinaryIO], None], sync: bool = True) -> None:
+    """:func:`write_atomic` for a file rewritten every round, whose reader takes :func:`swap_file`
+    when ``path`` is missing: without ``sync``, the temporary file is complete, then the old file
+    unlinked and the new renamed in. A rename over an existing file makes ext4 (auto_da_alloc)
+    write the new file's data out at once, 0.4 to 2 ms a round here; renaming onto a free name does
+    not. A kill between the unlink and the rename leaves the complete temporary file."""
+    if sync:
+        write_atomic(path, data, sync=True)
+        return
+    path = Path(path)
+    if not path.exists() and _tmp_beside(path).exists():
+        os.rename(_tmp_beside(path), path)  # the last kill's complete file, before it is overwritten
+    tmp = _write_beside(path, data, sync=False)
+    path.unlink(missing_ok=True)
+    os.rename(tmp, path)
+
+
+def swap_file(path: Path) -> Path:
+    """The file a reader of :func:`write_swapping`'s ``path`` reads: ``path``, or when a kill came
+    between the unlink and the rename, the complete temporary file beside it."""
+    path = Path(path)
+    tmp = _tmp_beside(path)
+    return tmp if not path.exists() and tmp.exists() else path
+
+
+def _tmp_beside(path: Path) -> Path:
+    return path.with_name(f".{path.name}.tmp")
+
+
+def _write_beside(path: Path, data: bytes | Callable[[BinaryIO], None], sync: bool) -> Path:
+    tmp = _tmp_beside(path)
     with open(tmp, "wb") as f:
         if callable(data):
             data(f)
@@ -166,9 +202,10 @@ def write_atomic(path: Path, data: bytes | Callable[[BinaryIO], None], sync: boo
         f.flush()
         if sync:
             os.fsync(f.fileno())
-    os.replace(tmp, path)
-    if not sync:
-        return
+    return tmp
+
+
+def _sync_directory(path: Path) -> None:
     try:
         fd = os.open(path.parent, os.O_RDONLY)
     except OSError:  # a platform without directory fds: the rename is still atomic

@@ -33,6 +33,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
+from testbed.client_sampling import ClientSamplingSection
 from testbed.errors import ConfigError
 from testbed.sections import NonNegative, Positive, Section
 from testbed.stragglers import StragglersSection
@@ -47,6 +48,9 @@ class RunSection(Section):
     """Keys every random stream: the same seed gives the same numbers in sim and over MQTT."""
     mode: Literal["sim", "mqtt"] = "sim"
     """sim: every node in this process; mqtt: every node its own MQTT client."""
+    blas_threads: Positive[int] = 1
+    """Threads numpy's BLAS may use in the run's process (testbed.threads: one is fastest for the
+    many small per-node products; raise it for a large model on an idle machine)."""
 
 
 class DataSection(Section):
@@ -179,6 +183,9 @@ class MqttSection(Section):
 class OutputSection(Section):
     dir: str = "runs"
     figures: bool = True
+    eval_every: Positive[int] = 1
+    """Evaluate the model (training loss and accuracies: a pass over every node's data) every this
+    many rounds and after the last; the other rounds' metrics rows leave those cells empty."""
     sync: bool = False
     """fsync the checkpoint, ledger and metrics every round, so a power cut (not only a killed
     process, which atomic writes already cover) leaves a resumable run; costs milliseconds a round."""
@@ -187,7 +194,8 @@ class OutputSection(Section):
 #: The run-wide sections, in file order; the algorithms' own come after ``budget``.
 CORE_SECTIONS: dict[str, type[Section]] = {
     "run": RunSection, "data": DataSection, "model": ModelSection, "privacy": PrivacySection,
-    "budget": BudgetSection, "stragglers": StragglersSection, "nodes": NodesSection, "mqtt": MqttSection,
+    "budget": BudgetSection, "stragglers": StragglersSection, "client_sampling": ClientSamplingSection,
+    "nodes": NodesSection, "mqtt": MqttSection,
     "output": OutputSection,
 }
 #: Keys holding paths, resolved against the experiment file's folder.
@@ -245,6 +253,9 @@ def build_config(raw: dict[str, Any]) -> Config:
         raise ConfigError("run.algorithm", f"must be one of {', '.join(registry.names())}, got "
                                            f"{config.run.algorithm!r}")
     reg = registry.get(config.run.algorithm)
+    if config.client_sampling.method != "all" and not reg.client_sampling:
+        raise ConfigError("client_sampling.method", f"{reg.name} needs every node every round; client sampling "
+                                                    "is for dp_pasgd and fedavg")
     if reg.check is not None:
         reg.check(config)
     return config
@@ -386,7 +397,7 @@ def to_toml(config: Config) -> str:
     lines = []
     for name, values in to_dict(config).items():
         lines.append(f"[{name}]")
-        lines.extend(f"{k} = {_toml_value(v)}" for k, v in values.items())
+        lines.extend(f"{k} = {toml_value(v)}" for k, v in values.items())
         lines.append("")
     return "\n".join(lines)
 
@@ -406,7 +417,8 @@ def json_schema_text() -> str:
     return json.dumps(json_schema(), indent=2) + "\n"
 
 
-def _toml_value(v: Any) -> str:
+def toml_value(v: Any) -> str:
+    """A TOML value's text: booleans, strings (as JSON strings), numbers, lists of them."""
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, str):

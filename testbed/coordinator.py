@@ -218,12 +218,16 @@ class MqttNodes:
             answers, refusals, reasons = self._unreached(ctx)
         return self._outcome(ctx, alg.setup_spec(), answers, refusals, reasons, frozenset(), heard=None)
 
-    def round(self, state: State, round_index: int, excluded: frozenset[int]) -> RoundOutcome:
-        """Send round ``round_index`` from ``state`` to the online nodes less ``excluded`` (emulated
-        stragglers); their replies, checked."""
+    def round(self, state: State, round_index: int, excluded: frozenset[int],
+              sampled: tuple[int, ...] | None = None) -> RoundOutcome:
+        """Send round ``round_index`` from ``state`` to the online ``sampled`` nodes (None: all)
+        less ``excluded`` (emulated stragglers); their replies, checked."""
         alg = self.alg
         expected = self._live(excluded)
-        ctx = RoundContext(round_index, self.seed, len(self.node_ids), expected)
+        if sampled is not None:
+            chosen = set(sampled)
+            expected = tuple(n for n in expected if n in chosen)
+        ctx = RoundContext(round_index, self.seed, len(self.node_ids), expected, sampled=sampled)
         self._remember(ctx)
         if not expected or self._send(state, ctx):
             answers, refusals, reasons = self._collect(ctx, alg.uplink_spec(), protocol.UPDATE)
@@ -480,7 +484,9 @@ class MqttNodes:
         told = False
         try:
             if client is not None and client.connected:
-                client.publish(topics.bcast(self.run), protocol.stop(self.run, self.session, status), timeout_s=5)
+                last_round = max(self._past, default=0)
+                client.publish(topics.bcast(self.run), protocol.stop(self.run, self.session, status, last_round),
+                               timeout_s=5)
                 told = True
         except (TimeoutError, UserError) as exc:
             log.warning("could not broadcast stop: %s", exc)
@@ -532,6 +538,9 @@ class _Host:
         try:
             self.proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
+            if timeout_s > 0:
+                log.warning("the emulated host of nodes %s did not leave within %g s of the stop; terminated",
+                            _ids(self.node_ids), timeout_s)
             self.proc.terminate()
             self.proc.wait(timeout=5)
         self._reader.join(timeout=2.0)

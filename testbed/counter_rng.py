@@ -18,13 +18,13 @@ Example::
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import numpy as np
 
 from testbed.rng import Purpose
 
-__all__ = ["Purpose", "philox4x32", "words", "gaussians", "WordStream", "uniform_below", "floyd_sample"]
+__all__ = ["Purpose", "philox4x32", "words", "gaussians", "WordStream", "uniform_below", "floyd_sample", "uniform_pairs"]
 
 _M0, _M1 = np.uint64(0xD2511F53), np.uint64(0xCD9E8D57)
 _W0, _W1 = 0x9E3779B9, 0xBB67AE85
@@ -117,3 +117,20 @@ def floyd_sample(stream: WordStream, n: int, b: int) -> list[int]:
         chosen.append(pick)
         seen.add(pick)
     return chosen
+
+
+def uniform_pairs(seed: int, node_ids: Sequence[int], round_index: int, purpose: Purpose) -> tuple[np.ndarray, np.ndarray]:
+    """Two float64 uniforms per node, u ∈ (0, 1] and v ∈ [0, 1) with 53 bits each, from the first
+    Philox block of the node's (seed, node, round, purpose) counter: all nodes in one vectorised
+    call, and a board (or its C firmware) computes its own from the same counter.
+
+    Input: node_ids (M,). Output: u (M,), v (M,).
+    """
+    counters = np.zeros((len(node_ids), 4), np.uint32)
+    counters[:, 1] = np.asarray(node_ids, dtype=np.int64) & 0xFFFFFFFF
+    counters[:, 2], counters[:, 3] = round_index & 0xFFFFFFFF, int(purpose)
+    w = philox4x32(counters, (int(seed) & 0xFFFFFFFF, (int(seed) >> 32) & 0xFFFFFFFF)).astype(np.uint64)
+    scale = 2.0 ** -53
+    u = (((w[:, 0] >> np.uint64(5)) << np.uint64(26)) + (w[:, 1] >> np.uint64(6)) + np.uint64(1)) * scale
+    v = (((w[:, 2] >> np.uint64(5)) << np.uint64(26)) + (w[:, 3] >> np.uint64(6))) * scale
+    return u.astype(np.float64), v.astype(np.float64)

@@ -35,11 +35,20 @@ if TYPE_CHECKING:
     from testbed.torch_models import TorchModel
 
 
-def _cross_entropy(logits: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Cross-entropy per sample, log Σ exp(l) − l_y: logits (..., C), y (...) int → (...)."""
-    top = logits.max(axis=-1)
-    total = np.exp(logits - top[..., None]).sum(axis=-1)
-    return np.log(total) + top - np.take_along_axis(logits, y[..., None], axis=-1)[..., 0]
+def _loss_and_correct(logits_t: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Cross-entropy log Σ exp(l) − l_y and whether argmax l = y, per sample.
+
+    Args:
+        logits_t: (C, N) class-major logits: reducing over a short leading axis is a few passes
+            over contiguous rows, twice as fast for J1's (2, 40000) as over a trailing axis of 2.
+        y: (N,) int labels.
+    Returns:
+        loss (N,), correct (N,) bool.
+    """
+    top = logits_t.max(axis=0)
+    total = np.exp(logits_t - top).sum(axis=0)
+    logit_y = np.take_along_axis(logits_t, y[None], axis=0)[0]
+    return np.log(total) + top - logit_y, logits_t.argmax(axis=0) == y
 
 
 def _softmax_residual(logits: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -140,8 +149,11 @@ class LogisticRegression:
 
     def loss_and_correct(self, params: np.ndarray, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """One model on many samples: params (P,), x (N, d), y (N,) → loss (N,), correct (N,) bool."""
-        logits = self.logits(params, x)
-        return _cross_entropy(logits, y), logits.argmax(axis=-1) == y
+        w, b = self._split(params)
+        logits_t = w.T @ x.T  # (C, N)
+        if b is not None:
+            logits_t += b[:, None]
+        return _loss_and_correct(logits_t, y)
 
 
 @dataclass(frozen=True)
@@ -294,7 +306,7 @@ class MLP:
 
     def loss_and_correct(self, params: np.ndarray, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         _, logits = self._forward(params, x)
-        return _cross_entropy(logits, y), logits.argmax(axis=-1) == y
+        return _loss_and_correct(logits.T, y)
 
 
 @dataclass(frozen=True)

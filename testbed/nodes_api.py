@@ -44,8 +44,10 @@ class Nodes(Protocol):
         """The algorithm's one-time setup phase on every node."""
         ...
 
-    def round(self, state: State, round_index: int, excluded: frozenset[int]) -> RoundOutcome:
-        """Round ``round_index`` from ``state``; ``excluded`` are emulated stragglers (asked nothing)."""
+    def round(self, state: State, round_index: int, excluded: frozenset[int],
+              sampled: tuple[int, ...] | None = None) -> RoundOutcome:
+        """Round ``round_index`` from ``state`` for the ``sampled`` nodes (None: all of them);
+        ``excluded`` are emulated stragglers among them (asked nothing)."""
         ...
 
     def deliver(self, events: list[Event]) -> None:

@@ -41,10 +41,11 @@ def draw_progress(run_dir: Path) -> list[Path]:
         # Fixed margins, not tight_layout: it re-draws the figure to measure it, doubling the cost.
         fig, (ax_acc, ax_loss) = plt.subplots(1, 2, figsize=(10, 4))
         fig.subplots_adjust(left=0.08, right=0.98, bottom=0.13, top=0.88, wspace=0.25)
-        xs = [r[x_key] for r in rows]
-        ax_acc.plot(xs, [r["test_accuracy"] for r in rows], marker=".")
+        evaluated = [r for r in rows if "test_accuracy" in r]  # output.eval_every leaves the others blank
+        xs = [r[x_key] for r in evaluated]
+        ax_acc.plot(xs, [r["test_accuracy"] for r in evaluated], marker=".")
         ax_acc.set(xlabel=x_label, ylabel="test accuracy (mean over nodes)")
-        ax_loss.plot(xs, [r["train_loss"] for r in rows], marker=".", color="tab:red")
+        ax_loss.plot(xs, [r["train_loss"] for r in evaluated], marker=".", color="tab:red")
         ax_loss.set(xlabel=x_label, ylabel="training loss (eq. 4)")
         for ax in (ax_acc, ax_loss):
             ax.grid(alpha=0.3)
@@ -65,23 +66,45 @@ def draw_epsilon(run_dir: Path) -> list[Path]:
     out.mkdir(exist_ok=True)
     nodes = summary["nodes"]
     ids = list(nodes)
-    fig, ax = plt.subplots(figsize=(max(5, min(16, 0.25 * len(ids) + 3)), 4))
+    many = len(ids) > MAX_NODE_BARS
+    fig, ax = plt.subplots(figsize=(6, 4) if many else (max(5, min(16, 0.25 * len(ids) + 3)), 4))
     fig.subplots_adjust(left=0.1, right=0.98, bottom=0.13, top=0.9)
-    ax.bar(range(len(ids)), [nodes[i]["epsilon"] for i in ids], label="paper's accountant (zCDP)")
-    tight = [nodes[i].get("epsilon_tight") for i in ids]
-    if all(t is not None for t in tight):
-        ax.plot(range(len(ids)), tight, "k_", markersize=12, label="tight accountant")
-    budget = summary["budgets"].get("epsilon")
-    if budget is not None:
-        ax.axhline(budget, color="tab:red", linestyle="--", label=f"budget ε = {budget:g}")
-    ax.set(xlabel="node", ylabel=f"ε spent at δ = {summary['budgets']['delta']:g}", title=title)
-    if len(ids) <= 32:
-        ax.set_xticks(range(len(ids)), ids)
-    ax.legend()
+    plot_epsilon(ax, ids, [nodes[i]["epsilon"] for i in ids], [nodes[i].get("epsilon_tight") for i in ids],
+                 summary["budgets"].get("epsilon"), summary["budgets"]["delta"])
+    ax.set_title(title)
     path = out / "epsilon.png"
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return [path]
+
+
+#: Past this many nodes the ε figure is a histogram over the nodes, not a bar per node.
+MAX_NODE_BARS = 200
+
+
+def plot_epsilon(ax, ids: list[str], epsilon: list[float], tight: list[float | None], budget: float | None,
+                 delta: float) -> None:
+    """ε spent per node on ``ax``: a bar per node (the tight accountant's as ticks), or past
+    :data:`MAX_NODE_BARS` nodes the distribution over the nodes (a histogram of each accountant)."""
+    has_tight = all(t is not None for t in tight)
+    label = f"ε spent at δ = {delta:g}"
+    if len(ids) > MAX_NODE_BARS:
+        ax.hist(epsilon, bins=40, alpha=0.7, label="paper's accountant (zCDP)")
+        if has_tight:
+            ax.hist(tight, bins=40, histtype="step", color="k", label="tight accountant")
+        if budget is not None:
+            ax.axvline(budget, color="tab:red", linestyle="--", label=f"budget ε = {budget:g}")
+        ax.set(xlabel=label, ylabel=f"nodes (of {len(ids)})")
+    else:
+        ax.bar(range(len(ids)), epsilon, label="paper's accountant (zCDP)")
+        if has_tight:
+            ax.plot(range(len(ids)), tight, "k_", markersize=12, label="tight accountant")
+        if budget is not None:
+            ax.axhline(budget, color="tab:red", linestyle="--", label=f"budget ε = {budget:g}")
+        ax.set(xlabel="node", ylabel=label)
+        if len(ids) <= 32:
+            ax.set_xticks(range(len(ids)), ids)
+    ax.legend()
 
 
 class BackgroundFigures:

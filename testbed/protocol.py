@@ -86,9 +86,11 @@ def refused(run: str, session: str, round_index: int, node: int, budget: str, wo
                         "meta": _meta(session, budget=budget, would_be=would_be, limit=limit)})
 
 
-def stop(run: str, session: str, status: str) -> bytes:
-    """Coordinator → nodes: the run is over (``status`` as in summary.json)."""
-    return wire.encode({"run": run, "round": 0, "sender": COORDINATOR, "kind": STOP,
+def stop(run: str, session: str, status: str, round_index: int) -> bytes:
+    """Coordinator → nodes: the run is over (``status`` as in summary.json) after round
+    ``round_index``, the last the coordinator sent: a node's replay guard rejects a message of a
+    round before its window, and a stop of round 0 never reached a run's nodes past round 16."""
+    return wire.encode({"run": run, "round": round_index, "sender": COORDINATOR, "kind": STOP,
                         "meta": _meta(session, status=status)})
 
 

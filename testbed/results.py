@@ -32,7 +32,7 @@ from typing import Any, Collection, Iterator, Mapping
 
 import numpy as np
 
-from testbed.appendlog import AppendLog, Mark, sha256_file, tail_after, write_atomic
+from testbed.appendlog import AppendLog, Mark, sha256_file, swap_file, tail_after, write_atomic, write_swapping
 from testbed.errors import UserError
 from testbed.ledger import LedgerMark, parse_rows, read_ledger
 
@@ -284,7 +284,7 @@ def write_checkpoint(path: Path, ckpt: Checkpoint, sync: bool = True) -> None:
     meta["sha256"] = _checkpoint_digest(meta, arrays)
     members = {_STATE_PREFIX + n: a for n, a in arrays.items()}
     members["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
-    write_atomic(path, lambda f: np.savez(f, **members), sync=sync)
+    write_swapping(path, lambda f: np.savez(f, **members), sync=sync)
 
 
 def _checkpoint_digest(meta: dict[str, Any], arrays: Mapping[str, np.ndarray]) -> str:
@@ -302,7 +302,7 @@ def _one_line(exc: BaseException | str) -> str:
 
 
 def _load_checkpoint(run_dir: Path, expected: StateSpec | None, max_rounds: int | None) -> Checkpoint:
-    path = run_dir / "checkpoint.npz"
+    path = swap_file(run_dir / "checkpoint.npz")
     if not path.exists():
         raise UserError(f"{run_dir} has no checkpoint: the run finished no round; start it afresh")
 

@@ -9,11 +9,15 @@ Example::
     >>> g = stream(seed=7, node=3, round_index=0, purpose=Purpose.NOISE)
     >>> g.normal(size=2).shape
     (2,)
+    >>> fast = [g.random() for g in node_streams(7, [3, 4], 0, Purpose.NOISE)]
+    >>> fast == [stream(7, n, 0, Purpose.NOISE).random() for n in (3, 4)]
+    True
 """
 
 from __future__ import annotations
 
 import enum
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -33,6 +37,7 @@ class Purpose(enum.IntEnum):
     STRAGGLER = 7  # emulated failures and delays
     SCORE = 8  # noise on a node-reported quality score (PADPFL's quality_score impact rule)
     FEATURES = 9  # a model's fixed random feature map (the linear model's random Fourier features)
+    CLIENTS = 10  # which nodes a round samples (testbed.client_sampling)
 
 
 def stream(seed: int, node: int, round_index: int, purpose: Purpose) -> np.random.Generator:
@@ -47,3 +52,69 @@ def stream(seed: int, node: int, round_index: int, purpose: Purpose) -> np.rando
     # SeedSequence needs non-negative words: shift the -1 sentinels up by one.
     key = [int(seed), int(node) + 1, int(round_index) + 1, int(purpose)]
     return np.random.Generator(np.random.PCG64(np.random.SeedSequence(key)))
+
+
+def node_streams(seed: int, nodes: Sequence[int], round_index: int, purpose: Purpose) -> Iterator[np.random.Generator]:
+    """``stream(seed, node, round_index, purpose)`` for each of ``nodes`` in turn, three times
+    faster: the SeedSequences of all nodes are hashed at once in numpy, and one generator is
+    re-seeded for each node. A yielded generator is valid only until the next one is yielded.
+
+    Per stream, numpy's SeedSequence + PCG64 + Generator take ~11 µs; at J1's 20,000 streams per
+    run that was 0.2 s of a 4.5 s run.
+    """
+    words = [[int(seed), int(n) + 1, int(round_index) + 1, int(purpose)] for n in nodes]
+    if not words:
+        return
+    if any(w < 0 or w >= 1 << 32 for key in words for w in key):  # several words per value: numpy's path
+        for n in nodes:
+            yield stream(seed, n, round_index, purpose)
+        return
+    states = _pcg64_seeds(np.array(words, dtype=np.uint32))
+    bits = np.random.PCG64(0)
+    generator = np.random.Generator(bits)
+    for state0, state1, inc0, inc1 in states.tolist():
+        # PCG64's seeding (pcg64_set_seed): inc = 2·initseq + 1; state = (initstate + inc)·A + inc.
+        inc = (((inc0 << 64) | inc1) << 1 | 1) & _MASK128
+        state = (((((state0 << 64) | state1) + inc) & _MASK128) * _PCG_MULT + inc) & _MASK128
+        bits.state = {"bit_generator": "PCG64", "state": {"state": state, "inc": inc}, "has_uint32": 0, "uinteger": 0}
+        yield generator
+
+
+# numpy's SeedSequence (bit_generator.pyx) constants, and PCG64's 128-bit LCG multiplier.
+_INIT_A, _MULT_A = np.uint32(0x43B0D7E5), np.uint32(0x931E8875)
+_INIT_B, _MULT_B = np.uint32(0x8B51F9DD), np.uint32(0x58F38DED)
+_MIX_MULT_L, _MIX_MULT_R, _XSHIFT = np.uint32(0xCA01F9DD), np.uint32(0x4973F715), np.uint32(16)
+_PCG_MULT = (2549297995355413924 << 64) + 4865540595714422341
+_MASK128 = (1 << 128) - 1
+
+
+def _pcg64_seeds(keys: np.ndarray) -> np.ndarray:
+    """``SeedSequence(key).generate_state(4, uint64)`` of each row of ``keys`` (M, 4) uint32, the
+    four-word entropy filling the pool exactly: (M, 4) uint64."""
+
+    def hashmix(value: np.ndarray, hash_const: np.uint32) -> tuple[np.ndarray, np.uint32]:
+        value = value ^ hash_const
+        hash_const = hash_const * _MULT_A
+        value = value * hash_const
+        return value ^ (value >> _XSHIFT), hash_const
+
+    with np.errstate(over="ignore"):
+        hash_const = _INIT_A
+        pool = []
+        for i in range(4):
+            mixed, hash_const = hashmix(keys[:, i], hash_const)
+            pool.append(mixed)
+        for src in range(4):
+            for dst in range(4):
+                if src != dst:
+                    mixed, hash_const = hashmix(pool[src], hash_const)
+                    result = _MIX_MULT_L * pool[dst] - _MIX_MULT_R * mixed
+                    pool[dst] = result ^ (result >> _XSHIFT)
+        out = np.empty((keys.shape[0], 8), dtype=np.uint32)
+        hash_const = _INIT_B
+        for i in range(8):
+            value = pool[i % 4] ^ hash_const
+            hash_const = hash_const * _MULT_B
+            value = value * hash_const
+            out[:, i] = value ^ (value >> _XSHIFT)
+    return out.view(np.uint64)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -28,6 +29,7 @@ from testbed.algorithms import registry
 from testbed.algorithms.contract import SETUP_ROUND, Algorithm, RoundContext, State, WithSetup
 from testbed.assemble import load_data, model_for
 from testbed.budgets import Budgets, Exceeded, budgets_from_config
+from testbed.client_sampling import sample_clients
 from testbed.config import Config, to_toml
 from testbed.data.federated import FederatedData, Split
 from testbed.errors import ConfigError
@@ -39,6 +41,7 @@ from testbed.progress import Progress
 from testbed.resources import check_fits
 from testbed.results import RunDirectory
 from testbed.rng import GLOBAL, Purpose, stream
+from testbed.threads import limit_blas_threads
 
 if TYPE_CHECKING:
     from testbed.plots import BackgroundFigures
@@ -72,6 +75,11 @@ def evaluate(model: Model, params: np.ndarray, data: FederatedData) -> dict[str,
     }
 
 
+def _evaluate(run: "Run") -> None:
+    run.metrics = evaluate(run.model, run.algorithm.eval_params(run.state), run.data)
+    run.evaluated_at = run.rounds_done
+
+
 def default_run_dir(config: Config) -> Path:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-%f")
     return Path(config.output.dir) / f"{config.run.name}-{stamp}-s{config.run.seed}"
@@ -95,6 +103,7 @@ class Run:
     stopped: Exceeded | None = None
     failure: str | None = None
     metrics: dict[str, float] = field(default_factory=dict)
+    evaluated_at: int = -1  # rounds done when ``metrics`` were measured
     wall_start: float = field(default_factory=time.monotonic)
 
 
@@ -170,6 +179,7 @@ def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = Fa
     (same seed, same streams, the same values released again) is not charged twice.
     """
     wall_start = time.monotonic()
+    limit_blas_threads(config.run.blas_threads)
     data, model = load(config)
     config, planned = plan(config, model, data)
     algorithm = registry.build(config, model, data)
@@ -178,9 +188,12 @@ def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = Fa
     directory, rounds_done, state = open_run(config, out_dir, resume, algorithm, model, ledgers)
     run = Run(config, data, model, algorithm, budgets_from_config(config.budget, config.privacy), ledgers,
               directory, state, planned, rounds_done, wall_start=wall_start)
-    run.metrics = evaluate(model, algorithm.eval_params(state), data)
+    _evaluate(run)
     tight = config.privacy.tight_accountant
-    tight_job = None if tight == "none" else BackgroundEpsilons(tight)
+    tight_job = None
+    if tight != "none":
+        tight_job = BackgroundEpsilons(tight, run.budgets.delta)
+        tight_job.guess(_planned_tallies(run))
     figures_job = None
     if config.output.figures:
         from testbed.plots import BackgroundFigures
@@ -221,15 +234,18 @@ def run_rounds(run: Run, nodes: Nodes, quiet: bool) -> None:
             run.state = server.state
             _charge_server(run, server.events, nodes, ledger_file)
             run.directory.save_checkpoint(0, run.state, ledger_file.mark())
+        every = [led.node for led in run.ledgers]
         for r in range(run.rounds_done, alg.rounds):
-            excluded = emulated_stragglers(config, alg, r, [led.node for led in run.ledgers])
-            expected = tuple(led.node for led in run.ledgers if led.node not in excluded)
-            probe = RoundContext(r, config.run.seed, config.data.num_nodes, expected)
+            sampled = sample_clients(config.client_sampling, seed=config.run.seed, round_index=r, node_ids=every)
+            participants = every if sampled is None else list(sampled)
+            excluded = emulated_stragglers(config, alg, r, participants)
+            expected = tuple(n for n in participants if n not in excluded)
+            probe = RoundContext(r, config.run.seed, config.data.num_nodes, expected, sampled=sampled)
             run.stopped = _first_exceeded(run.budgets, run.ledgers, alg, probe)
             if run.stopped is not None:
                 run.status = "stopped_budget"
                 break
-            outcome = nodes.round(run.state, r, excluded)
+            outcome = nodes.round(run.state, r, excluded, sampled)
             if outcome.refused:
                 node, budget, would_be, limit = outcome.refused[0]
                 run.stopped, run.status = Exceeded(node, budget, would_be, limit), "stopped_budget"
@@ -240,11 +256,13 @@ def run_rounds(run: Run, nodes: Nodes, quiet: bool) -> None:
             run.state = server.state
             _charge_server(run, server.events, nodes, ledger_file)
             run.rounds_done = r + 1
-            run.metrics = evaluate(run.model, alg.eval_params(run.state), run.data)
+            evaluated = run.rounds_done % config.output.eval_every == 0 or run.rounds_done == alg.rounds
+            if evaluated:
+                _evaluate(run)
             eps = max(worst_epsilon(run.budgets.accountant, led.by_observer, run.budgets.delta) for led in run.ledgers)
             run.directory.append_metrics({
                 "round": run.rounds_done, "local_steps": max(led.totals.local_steps for led in run.ledgers),
-                **run.metrics, "cost_units": max(led.totals.cost_units for led in run.ledgers), "epsilon": eps,
+                **(run.metrics if evaluated else dict.fromkeys(run.metrics, "")), "cost_units": max(led.totals.cost_units for led in run.ledgers), "epsilon": eps,
                 "bytes_total": max(led.totals.bytes_total for led in run.ledgers),
                 "stragglers": len(outcome.ctx.stragglers), "wall_s": round(time.monotonic() - run.wall_start, 4),
             })
@@ -316,6 +334,8 @@ def finish(run: Run, tight_job: BackgroundEpsilons | None, figures_job: "Backgro
     """Stage 6: summary.json at once (a run killed from here on still has it), the final model,
     figures (drawn by a child process, while the tight accountant runs in another), then the tight
     accountant's ε."""
+    if run.evaluated_at != run.rounds_done and run.status != "failed":  # a budget stop between evaluations
+        _evaluate(run)
     summary = _summary(run)
     run.directory.write_summary(summary)
     run.directory.close()
@@ -329,9 +349,9 @@ def finish(run: Run, tight_job: BackgroundEpsilons | None, figures_job: "Backgro
         figures_job.draw("progress", run.directory.path)
     if tight_job is not None:
         keys = [(led.node, observer) for led in run.ledgers for observer in sorted(led.by_observer)]
-        tight_job.submit([run.ledgers[node].by_observer[observer] for node, observer in keys], run.budgets.delta)
+        epsilons = tight_job.result([run.ledgers[node].by_observer[observer] for node, observer in keys])
         tight: dict[str, dict[str, float]] = {}
-        for (node, observer), eps in zip(keys, tight_job.result()):
+        for (node, observer), eps in zip(keys, epsilons):
             tight.setdefault(str(node), {})[observer] = eps
         for node, entry in summary["nodes"].items():
             by = tight.get(node, {})
@@ -344,6 +364,24 @@ def finish(run: Run, tight_job: BackgroundEpsilons | None, figures_job: "Backgro
         if problem is not None:
             log.warning("%s: figures not drawn: %s (testbed report redraws them)", run.directory.path, problem)
     return summary
+
+
+def _planned_tallies(run: Run) -> list[Counter]:
+    """Each node's per-observer privacy tallies at the end of the run if every remaining round
+    charges what the next one plans (and a pending setup its events): the tight accountant's guess."""
+    alg, first = run.algorithm, run.rounds_done
+    remaining = alg.rounds - first
+    ctx = RoundContext(first, run.config.run.seed, len(run.ledgers), tuple(led.node for led in run.ledgers))
+    guessed = []
+    for led in run.ledgers:
+        setup = alg.has_setup and not led.has_round(SETUP_ROUND)
+        _, tallies = led.projected(alg.setup_events(led.node) if setup else ())
+        if remaining > 0:
+            _, one_round = NodeLedger(led.node).projected(alg.planned_events(led.node, ctx))
+            for observer, tally in one_round.items():
+                tallies.setdefault(observer, Counter()).update({sig: n * remaining for sig, n in tally.items()})
+        guessed += tallies.values()
+    return guessed
 
 
 def _summary(run: Run) -> dict[str, Any]:
@@ -382,6 +420,7 @@ def _summary(run: Run) -> dict[str, Any]:
                     "epsilon_headline": max((n["epsilon"] for n in nodes.values()), default=0.0)},
         "stragglers": {"model": config.stragglers.model,
                        "rounds_straggled": sum(led.totals.rounds_straggled for led in run.ledgers)},
+        "client_sampling": config.client_sampling.describe(config.data.num_nodes),
         "algorithm_settings": run.algorithm.describe(),
         "profile": config.nodes.profile,
         "name": config.run.name,

@@ -75,10 +75,11 @@ class SimNodes:
         result = alg.setup_step(self.data.train, self.node_ids, ctx)
         return self._outcome(result, ctx.closed(result.node_ids), start, {})
 
-    def round(self, state: State, round_index: int, excluded: frozenset[int]) -> RoundOutcome:
+    def round(self, state: State, round_index: int, excluded: frozenset[int],
+              sampled: tuple[int, ...] | None = None) -> RoundOutcome:
         alg = self.alg
-        expected = tuple(n for n in self.node_ids if n not in excluded)
-        ctx = RoundContext(round_index, self.seed, len(self.node_ids), expected)
+        expected = tuple(n for n in (self.node_ids if sampled is None else sampled) if n not in excluded)
+        ctx = RoundContext(round_index, self.seed, len(self.node_ids), expected, sampled=sampled)
         straggled = {n: "emulated" for n in sorted(excluded)}
         if not expected:
             return RoundOutcome(NodeResult((), {}), ctx.closed(()), straggled=straggled)

@@ -31,7 +31,7 @@ from typing import Literal, Sequence
 import numpy as np
 from pydantic import Field, model_validator
 
-from testbed.counter_rng import philox4x32
+from testbed.counter_rng import uniform_pairs
 from testbed.rng import Purpose
 from testbed.sections import Section
 
@@ -68,20 +68,6 @@ class StragglersSection(Section):
         return self
 
 
-def _uniforms(seed: int, node_ids: Sequence[int], round_index: int) -> tuple[np.ndarray, np.ndarray]:
-    """Two uniforms per node, u ∈ (0, 1] and v ∈ [0, 1) with 53 bits each, from the first Philox
-    block of the node's (seed, node, round, STRAGGLER) counter: all nodes in one vectorised call,
-    and a board (or its C firmware) computes its own from the same counter."""
-    counters = np.zeros((len(node_ids), 4), np.uint32)
-    counters[:, 1] = np.asarray(node_ids, dtype=np.int64) & 0xFFFFFFFF
-    counters[:, 2], counters[:, 3] = round_index & 0xFFFFFFFF, int(Purpose.STRAGGLER)
-    w = philox4x32(counters, (int(seed) & 0xFFFFFFFF, (int(seed) >> 32) & 0xFFFFFFFF)).astype(np.uint64)
-    scale = 2.0 ** -53
-    u = (((w[:, 0] >> np.uint64(5)) << np.uint64(26)) + (w[:, 1] >> np.uint64(6)) + np.uint64(1)) * scale
-    v = (((w[:, 2] >> np.uint64(5)) << np.uint64(26)) + (w[:, 3] >> np.uint64(6))) * scale
-    return u.astype(np.float64), v.astype(np.float64)
-
-
 def draw_stragglers(section: StragglersSection, *, seed: int, round_index: int, node_ids: Sequence[int],
                     round_time_s: np.ndarray | None = None) -> frozenset[int]:
     """Which of ``node_ids`` are emulated stragglers of round ``round_index``.
@@ -116,7 +102,7 @@ def draw_stragglers(section: StragglersSection, *, seed: int, round_index: int, 
     ids = [int(i) for i in node_ids]
     if section.model == "none" or not ids:
         return frozenset()
-    u, v = _uniforms(seed, ids, round_index)
+    u, v = uniform_pairs(seed, ids, round_index, Purpose.STRAGGLER)
     if section.model == "bernoulli":
         return frozenset(np.asarray(ids)[u < section.p].tolist())
     if round_time_s is None:

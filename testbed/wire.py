@@ -357,6 +357,11 @@ class ReplayGuard:
         self._latest: dict[str, int] = {}  # sender -> highest round seen
         self._count = 0
 
+    @property
+    def window_rounds(self) -> int:
+        """How many of a sender's latest rounds are remembered; older rounds are rejected."""
+        return self._window
+
     def check(self, msg: Message) -> None:
         """Remember `msg`; raise WireError("replay") if it was already seen, or is of a round
         before its sender's replay window."""

@@ -131,3 +131,17 @@ def test_static_check_imports_nothing_slow():
             "print('dp_accounting' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_the_background_accountant_answers_from_its_guess_and_computes_only_what_it_missed():
+    from testbed.privacy.accountants import BackgroundEpsilons
+
+    planned, other = _ledger(10, 10, 1.0).privacy, _ledger(7, 10, 1.0).privacy
+    job = BackgroundEpsilons("rdp", delta=1e-5)
+    job.guess([planned])
+    assert job.result([planned, planned]) == [epsilon("rdp", planned, 1e-5)] * 2
+    assert job.requests == 1  # the guess held: nothing computed at the end
+    missed = BackgroundEpsilons("rdp", delta=1e-5)
+    missed.guess([planned])
+    assert missed.result([other, planned]) == [epsilon("rdp", other, 1e-5), epsilon("rdp", planned, 1e-5)]
+    assert missed.requests == 2

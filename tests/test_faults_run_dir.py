@@ -192,12 +192,19 @@ def _leftover_temp(d: Path) -> None:
     (d / ".checkpoint.npz.tmp").write_bytes(b"PK\x03\x04 half a checkpoint")
 
 
+def _killed_between_unlink_and_rename(d: Path) -> None:
+    """The checkpoint writer's window (appendlog.write_swapping): the old file gone, the new one
+    complete beside it."""
+    (d / "checkpoint.npz").rename(d / ".checkpoint.npz.tmp")
+
+
 RESUMES = "resumes"
 EITHER = "resumes, or is refused naming "  # a flipped bit the file format does not read (zip padding)
 CASES: dict[str, tuple[Callable[[Path], None], str]] = {
     # The run as the kill left it, and what a kill legitimately leaves.
     "as_killed": (lambda d: None, RESUMES),
     "leftover_checkpoint_temp": (_leftover_temp, RESUMES),
+    "killed_between_unlink_and_rename": (_killed_between_unlink_and_rename, RESUMES),
     "ledger_cut_mid_line_past_mark": (_cut_ledger_past_mark, RESUMES),
     "ledger_cut_at_mark": (_cut_ledger_at_mark, RESUMES),
     "metrics_cut_mid_line_past_mark": (_cut_metrics_past_mark, RESUMES),
@@ -205,6 +212,8 @@ CASES: dict[str, tuple[Callable[[Path], None], str]] = {
     "checkpoint_truncated": (_truncate("checkpoint.npz", 0.5), "checkpoint.npz"),
     "checkpoint_empty": (_truncate("checkpoint.npz", 0), "checkpoint.npz"),
     "checkpoint_missing": (_delete("checkpoint.npz"), "no checkpoint"),
+    "checkpoint_missing_temp_half": (lambda d: (_delete("checkpoint.npz")(d), _leftover_temp(d)),
+                                     ".checkpoint.npz.tmp: damaged"),
     "checkpoint_bit_flip_head": (_flip("checkpoint.npz", 0.0), "checkpoint.npz"),
     "checkpoint_bit_flip_arrays": (_flip("checkpoint.npz", 0.3), "checkpoint.npz"),
     "checkpoint_bit_flip_meta": (_flip("checkpoint.npz", 0.75), "checkpoint.npz"),

@@ -121,13 +121,13 @@ class _Client:
     def __init__(self):
         self.published = []
 
-    def publish(self, topic: str, payload: bytes) -> None:
+    def publish(self, topic: str, payload: bytes, timeout_s: float | None = 30.0) -> None:
         self.published.append(topic)
 
 
 def _inbound(kind: str, session: str, round_index: int = 0) -> Inbound:
     if kind == protocol.STOP:
-        raw = protocol.stop("r", session, "completed")
+        raw = protocol.stop("r", session, "completed", round_index)
     else:
         raw = protocol.round_("r", session, round_index, "", [0], {})
     return Inbound(topics.bcast("r"), "bcast", None, raw, wire.decode(raw), "0")
@@ -142,6 +142,31 @@ def test_the_host_loop_ignores_other_sessions_and_their_stop():
     agent, client = _Agent(0), _Client()
     answered = _loop(inbox, {"0": agent}, {"0": client}, "r", 30.0, None, SessionFence("mine"))
     assert answered == 2 and agent.rounds == [("mine", 0), ("mine", 1)]
+
+
+def test_the_hosts_hear_the_stop_of_a_run_longer_than_the_replay_window(tmp_path, caplog):
+    """The stop carries the last round: a stop of round 0 was a replay to nodes past round 16, so
+    each host was waited for 10 s and terminated."""
+    result = run_experiment(_config(mqtt={"hosts": 2}), out_dir=tmp_path / "r", quiet=True)
+    assert result.summary["rounds"] == 20 > wire.ReplayGuard().window_rounds
+    assert "did not leave" not in caplog.text and "replay window" not in caplog.text
+
+
+def test_a_board_outlives_a_broker_outage_longer_than_its_grace():
+    """With every client disconnected past the grace, the host keeps serving: the round and the
+    stop that arrive once the broker is back are handled."""
+    inbox: queue.Queue[Inbound] = queue.Queue()
+    agent, client = _Agent(0), _Client()
+    client.connected = False
+
+    def broker_back():
+        time.sleep(1.6)  # three of the loop's ticks, sixteen times the grace below
+        client.connected = True
+        inbox.put(_inbound(protocol.ROUND, "s", 0))
+        inbox.put(_inbound(protocol.STOP, "s", 0))
+
+    threading.Thread(target=broker_back, daemon=True).start()
+    assert _loop(inbox, {"0": agent}, {"0": client}, "r", 0.1, None) == 1 and agent.rounds == [("s", 0)]
 
 
 # ---------------------------------------------------------------- the coordinator is killed

@@ -11,6 +11,7 @@ import warnings
 import numpy as np
 import pytest
 
+from testbed.algorithms import registry
 from testbed.algorithms.contract import RoundContext
 from testbed.algorithms.impact import ImpactSchedule, spread_uploads
 from testbed.algorithms.padpfl import Padpfl, PadpflSection, schedule_from_section
@@ -29,7 +30,7 @@ S4 = dict(impact="given", parts=[20, 20, 20], ratios="0-1-2", schedule=[{"after_
 
 
 def weights_of(**keys) -> ImpactSchedule:
-    return schedule_from_section(PadpflSection(**keys), 60)
+    return schedule_from_section(PadpflSection(**keys), 60, seed=0)
 
 
 def per_part(p, parts):
@@ -500,7 +501,7 @@ def test_quality_score_needs_its_noise_and_only_with_that_rule():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("impact", ["data_size", "reliability", "quality_score"])
+@pytest.mark.parametrize("impact", ["data_size", "reliability", "quality_score", "link_quality"])
 def test_sim_equals_mqtt_for_the_automatic_rules(impact, tmp_path):
     """The contract suite's sim = MQTT check (tests/test_algorithm_contract.py) with Bernoulli
     stragglers, for each automatic rule: same final state (model, sizes, counts), same ledger."""
@@ -517,8 +518,45 @@ def test_sim_equals_mqtt_for_the_automatic_rules(impact, tmp_path):
                           quiet=True)
     assert sim.summary["status"] == mqtt.summary["status"] == "completed"
     a, b = read_checkpoint(tmp_path / "sim").state, read_checkpoint(tmp_path / "mqtt").state
-    kept = {"data_size": {"sizes"}, "reliability": {"answered", "due"}, "quality_score": set()}[impact]
+    kept = {"data_size": {"sizes"}, "reliability": {"answered", "due"}, "quality_score": set(),
+            "link_quality": set()}[impact]
     assert set(a) == set(b) == {"model"} | kept
     for key in a:
         np.testing.assert_allclose(b[key], a[key], rtol=0, atol=1e-9)
     assert _ledger_without_seconds(tmp_path / "sim") == _ledger_without_seconds(tmp_path / "mqtt")
+
+
+def test_link_quality_weights_are_the_shannon_rates_of_the_uplinks():
+    from testbed.algorithms.dwfl_channel import Radio, large_scale_amplitude
+    from testbed.algorithms.impact import link_quality_weights
+
+    p = link_quality_weights(40, 3, pathloss="free_space", area_m=500.0, carrier_hz=2.4e9, power_dbm=10.0,
+                             noise_dbm=-80.0)
+    radio = Radio(num_nodes=40, power_w=0.01, noise_power_w=1e-11, pathloss="free_space", area_m=500.0)
+    beta2 = large_scale_amplitude(radio, 3) ** 2
+    rate = np.log2(1.0 + 0.01 * beta2 / 1e-11)
+    np.testing.assert_allclose(p, rate / rate.sum(), rtol=1e-12)
+    assert abs(p.sum() - 1) < 1e-12 and p.max() > 1.2 * p.min()  # a nearer client weighs more
+    assert (np.argsort(p) == np.argsort(beta2)).all()
+
+
+def test_a_link_quality_run_aggregates_with_the_link_weights(tmp_path):
+    from test_algorithm_contract import _config
+
+    from testbed.algorithms.impact import link_quality_weights
+    from testbed.runner import load, run_experiment
+
+    config = _config("padpfl", padpfl={"impact": "link_quality", "weights": None, "link_pathloss": "free_space"})
+    result = run_experiment(config, out_dir=tmp_path / "r", quiet=True)
+    assert result.summary["status"] == "completed"
+    algorithm = registry.build(config, *reversed(load(config)))
+    expected = link_quality_weights(config.data.num_nodes, config.run.seed, pathloss="free_space", area_m=200.0,
+                                    carrier_hz=3.5e9, power_dbm=20.0, noise_dbm=-90.0)
+    np.testing.assert_array_equal(algorithm.impact_factors(RoundContext.everyone(0, 0, config.data.num_nodes)),
+                                  expected)
+
+
+def test_link_keys_need_the_link_quality_rule():
+    with pytest.raises(ConfigError) as info:
+        load_config_text('[run]\nalgorithm = "padpfl"\n[data]\nnum_nodes = 6\n[padpfl]\nlink_area_m = 50.0\n')
+    assert info.value.key == "padpfl.link_area_m"

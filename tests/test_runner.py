@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from testbed.config import load_config_text, replace
-from testbed.ledger import read_ledger
+from testbed.ledger import NodeLedger, read_ledger
 from testbed.privacy.zcdp import dp_pasgd_epsilon
 from testbed.results import SUMMARY_KEYS
 from testbed.runner import run_experiment
@@ -171,3 +171,45 @@ def test_deadline_stragglers_follow_the_modelled_round_time(small_config_text, t
     assert s["stragglers"]["rounds_straggled"] == (data.num_nodes * rounds if straggle else 0)
     assert sum(e.kind == "straggle" and e.reason == "emulated" for e in events) == s["stragglers"]["rounds_straggled"]
     assert all(n["epsilon"] == 0.0 for n in s["nodes"].values()) == straggle
+
+
+def test_the_tight_accountant_guesses_a_planned_run_right(small_config_text, tmp_path, monkeypatch):
+    from testbed.privacy import accountants
+
+    requests = []
+    result_of = accountants.BackgroundEpsilons.result
+
+    def recorded(job, tallies):
+        out = result_of(job, tallies)
+        requests.append(job.requests)
+        return out
+
+    monkeypatch.setattr(accountants.BackgroundEpsilons, "result", recorded)
+    result = _run(small_config_text, tmp_path)
+    node = result.summary["nodes"]["0"]
+    assert requests == [1]  # the planned tallies were the final ones: computed while the rounds ran
+    assert node["epsilon_tight"] == pytest.approx(
+        accountants.epsilon("rdp", NodeLedger(0).projected(
+            [e for e in read_ledger(result.run_dir / "ledger.csv") if e.node == 0])[1]["server"], 1e-4))
+
+
+def test_eval_every_leaves_the_other_rounds_blank_and_the_final_evaluated(small_config_text, tmp_path):
+    text = small_config_text.replace("steps = 20", "steps = 50")  # 10 rounds of tau = 5
+    every = _run(text, tmp_path, "every")
+    sparse = _run(text, tmp_path, "sparse", output={"figures": True, "eval_every": 4})
+    rows = list(csv.DictReader(open(sparse.run_dir / "metrics.csv")))
+    assert [r["round"] for r in rows if r["test_accuracy"] != ""] == ["4", "8", "10"]
+    assert all(r["epsilon"] != "" and r["train_loss"] == "" for r in rows if r["round"] in ("1", "5", "9"))
+    full = {r["round"]: r for r in csv.DictReader(open(every.run_dir / "metrics.csv"))}
+    assert all(full[r["round"]]["train_loss"] == r["train_loss"] for r in rows if r["train_loss"] != "")
+    assert sparse.summary["final"] == every.summary["final"]
+    assert (sparse.run_dir / "figures" / "progress.png").exists()
+
+
+def test_a_budget_stop_between_evaluations_reports_the_final_model(small_config_text, tmp_path):
+    text = small_config_text.replace("steps = 20", "steps = 50") + "[budget]\ncost_units = 1000\n"
+    every = _run(text, tmp_path, "every")
+    sparse = _run(text, tmp_path, "sparse", output={"figures": False, "eval_every": 4})
+    assert every.summary["status"] == sparse.summary["status"] == "stopped_budget"
+    assert sparse.summary["rounds"] % 4 != 0  # stopped between evaluations
+    assert sparse.summary["final"] == every.summary["final"]

@@ -64,7 +64,7 @@ from testbed.errors import ConfigError
 from testbed.ledger import CommunicationEvent, ComputeEvent, Event, MutualInfoEvent
 from testbed.models import LinearRegression
 from testbed.privacy import acfl as theory
-from testbed.rng import Purpose, stream
+from testbed.rng import Purpose, node_streams
 from testbed.sections import Fraction, Positive, Section
 
 _BYTES_PER_REAL = 8  # φ = 64 bits (Remark 1)
@@ -275,8 +275,7 @@ class Acfl:
             a, b = self.grams(train, ids)
         else:
             x, y = padded(train, self._targets, self.model.design)
-        for i, node in enumerate(ids):
-            rng = stream(ctx.seed, node, SETUP_ROUND, Purpose.NOISE)
+        for i, rng in enumerate(node_streams(ctx.seed, ids, SETUP_ROUND, Purpose.NOISE)):
             if self.encoding == "gram":
                 hx[i] = a[i] + s1 * rng.standard_normal((d, d))  # eq. (2)
                 hy[i] = b[i] + s2 * rng.standard_normal((d, o))  # eq. (3)

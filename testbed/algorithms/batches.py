@@ -16,15 +16,15 @@ from typing import Sequence
 import numpy as np
 
 from testbed.data.federated import Split
-from testbed.rng import Purpose, stream
+from testbed.rng import Purpose, node_streams
 
 
 def node_keys(train: Split, node_ids: Sequence[int], round_index: int, seed: int, steps: int) -> list[np.ndarray]:
     """Per node i, a (steps, N_i) array of uniform keys from ``stream(seed, node, r, BATCH)``: one
     key per sample and step, so any sampling rule is a function of a node's own keys only."""
     sizes = np.diff(train.offsets)
-    return [stream(seed, node, round_index, Purpose.BATCH).random((steps, int(sizes[i])))
-            for i, node in enumerate(node_ids)]
+    return [rng.random((steps, int(sizes[i])))
+            for i, rng in enumerate(node_streams(seed, node_ids, round_index, Purpose.BATCH))]
 
 
 def uniform_batches(train: Split, node_ids: Sequence[int], round_index: int, seed: int, steps: int,
@@ -44,8 +44,8 @@ def uniform_batches(train: Split, node_ids: Sequence[int], round_index: int, see
             idx[members] = np.arange(n)
             continue
         keys = np.empty((len(members), steps, n))
-        for j, i in enumerate(members):
-            stream(seed, node_ids[i], round_index, Purpose.BATCH).random(out=keys[j])
+        for j, rng in enumerate(node_streams(seed, [node_ids[i] for i in members], round_index, Purpose.BATCH)):
+            rng.random(out=keys[j])
         idx[members] = np.argpartition(keys, batch - 1, axis=-1)[..., :batch]
     idx += train.offsets[:-1, None, None]
     return idx

@@ -116,11 +116,14 @@ class RoundContext:
         round_index: r (0-based), or SETUP_ROUND.
         seed: the run's seed (keys every random stream).
         num_nodes: N, all nodes of the run.
-        expected: the nodes asked to take part, ascending (live nodes, less emulated stragglers).
+        expected: the nodes asked to take part, ascending (live sampled nodes, less emulated
+            stragglers).
         answered: the nodes whose release reached the server or the channel (filled in for
             ``node_finish`` and ``server_step``).
-        stragglers: expected nodes that did not answer, and nodes that were not asked
-            (emulated stragglers, offline nodes).
+        stragglers: sampled nodes that did not answer or were not asked (emulated stragglers,
+            offline nodes).
+        sampled: the nodes this round samples (testbed.client_sampling), ascending; None: all N.
+            A node not sampled is neither expected nor a straggler.
     """
 
     round_index: int
@@ -129,6 +132,7 @@ class RoundContext:
     expected: tuple[int, ...]
     answered: tuple[int, ...] = ()
     stragglers: tuple[int, ...] = ()
+    sampled: tuple[int, ...] | None = None
 
     @classmethod
     def everyone(cls, round_index: int, seed: int, num_nodes: int) -> "RoundContext":
@@ -136,15 +140,20 @@ class RoundContext:
         return cls(round_index, seed, num_nodes, tuple(range(num_nodes)))
 
     @property
+    def participants(self) -> tuple[int, ...]:
+        """The nodes the round is for: the sampled ones, or all N."""
+        return tuple(range(self.num_nodes)) if self.sampled is None else self.sampled
+
+    @property
     def absent(self) -> tuple[int, ...]:
-        """Nodes of the run not asked to take part (emulated stragglers, offline nodes)."""
+        """Sampled nodes not asked to take part (emulated stragglers, offline nodes)."""
         asked = set(self.expected)
-        return tuple(n for n in range(self.num_nodes) if n not in asked)
+        return tuple(n for n in self.participants if n not in asked)
 
     def closed(self, answered: Sequence[int]) -> "RoundContext":
-        """The context once the round closed with ``answered`` (everyone else straggled)."""
+        """The context once the round closed with ``answered`` (every other participant straggled)."""
         heard = tuple(sorted(int(n) for n in answered))
-        silent = tuple(sorted(set(range(self.num_nodes)) - set(heard)))
+        silent = tuple(sorted(set(self.participants) - set(heard)))
         return replace(self, answered=heard, stragglers=silent)
 
 

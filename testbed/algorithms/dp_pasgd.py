@@ -37,7 +37,7 @@ from testbed.errors import ConfigError
 from testbed.ledger import CommunicationEvent, ComputeEvent, Event, GaussianEvent
 from testbed.models import LogisticRegression, Model
 from testbed.privacy import zcdp
-from testbed.rng import Purpose, stream
+from testbed.rng import Purpose, node_streams
 from testbed.sections import NonNegative, Positive, Section
 
 if TYPE_CHECKING:
@@ -259,8 +259,8 @@ class DpPasgd:
         m_nodes, tau, round_index, seed = len(node_ids), self.tau, ctx.round_index, ctx.seed
         batch_idx, batch_w = self._draw_batches(train, node_ids, round_index, seed)
         noise = np.empty((m_nodes, tau, self.model.num_params))
-        for i, node in enumerate(node_ids):
-            stream(seed, node, round_index, Purpose.NOISE).standard_normal(out=noise[i])
+        for i, rng in enumerate(node_streams(seed, node_ids, round_index, Purpose.NOISE)):
+            rng.standard_normal(out=noise[i])
         noise *= self.sigma
         params = np.array(received["model"], dtype=np.float64)  # (M, P), writable
         for step in range(tau):
@@ -386,4 +386,5 @@ REGISTRATION = Registration(
     check=check,
     plan=_plan,
     epsilon_target=lambda sections: sections["dp_pasgd"].epsilon,
+    client_sampling=True,
 )

@@ -161,4 +161,4 @@ def build(sections: dict[str, Any], ctx: BuildContext) -> FedAvg:
                   num_nodes=ctx.num_nodes, aggregation=a.aggregation, trim_fraction=a.trim_fraction)
 
 
-REGISTRATION = Registration(name="fedavg", sections={"fedavg": FedAvgSection}, build=build)
+REGISTRATION = Registration(name="fedavg", sections={"fedavg": FedAvgSection}, build=build, client_sampling=True)

@@ -61,6 +61,42 @@ def ratio_weights(parts: Sequence[int], ratios: np.ndarray) -> np.ndarray:
     return np.repeat(r / total, n)
 
 
+def link_quality_weights(num_nodes: int, seed: int, *, pathloss: str, area_m: float, carrier_hz: float,
+                         power_dbm: float, noise_dbm: float) -> np.ndarray:
+    """Impact factors from each client's uplink (beyond the paper): p_i ∝ log2(1 + SNR_i), the
+    Shannon rate per hertz of client i's link to the server at its mean channel power gain.
+
+    SNR_i = P β_i² / σ², β_i the large-scale amplitude of :func:`large_scale_amplitude` (clients
+    dropped uniformly in an ``area_m`` square, once, from the run's seed; path loss toward the
+    server at its centre: Friis, or TR 38.901 UMi/UMa with shadowing), P and σ² from ``power_dbm``
+    and ``noise_dbm``. A server measures these gains from its clients' pilots: they say where a
+    client is, nothing about its data, and are not charged.
+
+    Returns:
+        (num_nodes,) p, summing to 1.
+
+    Example::
+
+        >>> p = link_quality_weights(3, 0, pathloss="free_space", area_m=100.0, carrier_hz=2.4e9,
+        ...                          power_dbm=20.0, noise_dbm=-90.0)
+        >>> p.shape, round(float(p.sum()), 12)
+        ((3,), 1.0)
+    """
+    from testbed.algorithms.dwfl_channel import Radio, large_scale_amplitude
+
+    radio = Radio(num_nodes=num_nodes, power_w=_watts(power_dbm), noise_power_w=_watts(noise_dbm),
+                  pathloss=pathloss, area_m=area_m, carrier_hz=carrier_hz)
+    snr = radio.power_w * large_scale_amplitude(radio, seed) ** 2 / radio.noise_power_w
+    rate = np.log2(1.0 + snr)
+    if not rate.sum() > 0:
+        raise ValueError("every client's link carries nothing at this power and noise")
+    return rate / rate.sum()
+
+
+def _watts(dbm: float) -> float:
+    return 10.0 ** ((dbm - 30.0) / 10.0)
+
+
 def check_weights(p: np.ndarray, num_nodes: int) -> str | None:
     """Why ``p`` is not a valid impact-factor vector for ``num_nodes`` clients (eq. 2); None if it is."""
     if p.shape != (num_nodes,):

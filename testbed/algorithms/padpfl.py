@@ -49,15 +49,15 @@ from pydantic import Field, model_validator
 
 from testbed.algorithms.batches import uniform_batches
 from testbed.algorithms.contract import SETUP_ROUND, NodeResult, RoundContext, ServerResult, State, TensorSpec
-from testbed.algorithms.impact import (ImpactSchedule, check_weights, parse_ratios, ratio_weights, redistribute,
-                                       spread_uploads)
+from testbed.algorithms.impact import (ImpactSchedule, check_weights, link_quality_weights, parse_ratios,
+                                      ratio_weights, redistribute, spread_uploads)
 from testbed.algorithms.registry import BuildContext, Registration
 from testbed.data.federated import Split
 from testbed.errors import ConfigError
 from testbed.ledger import CommunicationEvent, ComputeEvent, Event, GaussianEvent
 from testbed.models import Model
 from testbed.privacy import padpfl as dp
-from testbed.rng import GLOBAL, Purpose, stream
+from testbed.rng import GLOBAL, Purpose, node_streams, stream
 from testbed.sections import NonNegative, Positive, Section
 
 if TYPE_CHECKING:
@@ -111,14 +111,24 @@ class PadpflSection(Section):
     sensitivity: Literal["paper", "worst_case"] = "paper"
     """What the ledger charges an upload: 2B/m_i (eq. 7, from eq. 6's assumption that a local model
     is the mean of per-sample minimisers) or 2B (any two clipped models: true of SGD)."""
-    impact: Literal["equal", "given", "data_size", "reliability", "quality_score"] = "equal"
+    impact: Literal["equal", "given", "data_size", "reliability", "quality_score", "link_quality"] = "equal"
     """equal: p_i = 1/N (NbAFL); given: ``weights`` or ``parts`` with ``ratios`` (the paper's, set by
     hand). Automatic rules (beyond the paper; :class:`Padpfl` says what each reveals):
     data_size: p_i ∝ n_i, the training-set sizes uploaded once in the setup phase;
     reliability: p_i ∝ (a_i + 1)/(d_i + 2), the node's smoothed share of the rounds it was due in
     that it answered so far; quality_score: p = softmax(s/τ) of node-reported scores (the broadcast
     model's accuracy on the node's own data), clipped to [0, 1] and noised with ``score_sigma``
-    before they leave the node, each charged to the node's ledger."""
+    before they leave the node, each charged to the node's ledger; link_quality: p_i ∝ log2(1 + SNR_i)
+    of the client's uplink at its mean channel gain (the ``link_*`` keys; fixed for the run)."""
+    link_pathloss: Literal["free_space", "umi", "uma"] = "umi"
+    """link_quality: the uplink's large-scale model (Friis, or TR 38.901 UMi/UMa with shadowing)."""
+    link_area_m: Positive[float] = 200.0
+    """link_quality: side of the square the clients are dropped in (the server at its centre), m."""
+    link_carrier_hz: Positive[float] = 3.5e9
+    link_power_dbm: float = 20.0
+    """link_quality: every client's transmit power, dBm."""
+    link_noise_dbm: float = -90.0
+    """link_quality: the server's receiver noise power, dBm."""
     score_sigma: Positive[float] | None = None
     """quality_score: σ of the Gaussian noise on each reported score (required by that rule)."""
     score_temperature: Positive[float] = 0.1
@@ -142,6 +152,10 @@ class PadpflSection(Section):
             raise ValueError('padpfl.impact: "given" needs weights or ratios (with parts), exactly one')
         if self.impact != "given" and (self.weights is not None or self.ratios is not None or self.schedule):
             raise ValueError('padpfl.impact: weights, ratios and schedule need impact = "given"')
+        link_keys = [k for k in ("link_pathloss", "link_area_m", "link_carrier_hz", "link_power_dbm", "link_noise_dbm")
+                     if getattr(self, k) != type(self).model_fields[k].default]
+        if link_keys and self.impact != "link_quality":
+            raise ValueError(f'padpfl.{link_keys[0]}: the link keys are for impact = "link_quality"')
         if (self.impact == "quality_score") != (self.score_sigma is not None):
             raise ValueError('padpfl.score_sigma: the noise of the reported score, given with impact = "quality_score" '
                              "and only then")
@@ -154,8 +168,9 @@ class PadpflSection(Section):
         return self
 
 
-def schedule_from_section(a: PadpflSection, num_nodes: int) -> ImpactSchedule:
-    """The impact factors of every round from a ``[padpfl]`` section; ConfigError naming the key."""
+def schedule_from_section(a: PadpflSection, num_nodes: int, seed: int) -> ImpactSchedule:
+    """The impact factors of every round from a ``[padpfl]`` section (``link_quality``: from the
+    channel of the run's ``seed``); ConfigError naming the key."""
     def vector(ratios: Any, weights: Any, key: str) -> np.ndarray:
         try:
             if weights is not None:
@@ -166,6 +181,13 @@ def schedule_from_section(a: PadpflSection, num_nodes: int) -> ImpactSchedule:
         except ValueError as exc:
             raise ConfigError(key, str(exc)) from None
 
+    if a.impact == "link_quality":
+        try:
+            return ImpactSchedule([(0, link_quality_weights(
+                num_nodes, seed, pathloss=a.link_pathloss, area_m=a.link_area_m, carrier_hz=a.link_carrier_hz,
+                power_dbm=a.link_power_dbm, noise_dbm=a.link_noise_dbm))])
+        except ValueError as exc:
+            raise ConfigError("padpfl.link_power_dbm", str(exc)) from None
     if a.impact not in ("given",):  # equal, and the placeholder of the automatic rules (set each round)
         return ImpactSchedule([(0, np.full(num_nodes, 1.0 / num_nodes))])
     phases = [(0, vector(a.ratios, a.weights, "padpfl.ratios" if a.weights is None else "padpfl.weights"))]
@@ -188,8 +210,8 @@ class Padpfl:
         delta: δ. min_samples: min_i m_i of eqs. (8), (13).
         train_sizes: m_i of each node held here, by global id (the server's: every node's).
         num_nodes: N of the run. sensitivity: "paper" (2B/m_i) or "worst_case" (2B).
-        impact: where p comes from each round: "equal" or "given" (``schedule``), or an automatic
-            rule, "data_size", "reliability" or "quality_score" (``schedule`` unused).
+        impact: where p comes from each round: "equal", "given" or "link_quality" (``schedule``), or
+            an automatic rule, "data_size", "reliability" or "quality_score" (``schedule`` unused).
         score_sigma, score_temperature: σ of the score's noise and τ of its softmax (quality_score).
 
     The automatic rules use only what the server may hold without a new leak, or pay for it:
@@ -211,6 +233,10 @@ class Padpfl:
       Gaussian release of σ_q seen by the server, charged to the node's ledger with sensitivity
       1/m_i: one row replaced changes an accuracy over m_i rows by at most 1/m_i (the clip range 1
       over the rows it is computed on). The score of round r sets the aggregation of round r.
+
+    - ``link_quality``: p_i ∝ log2(1 + SNR_i) of the client's uplink at its mean channel gain
+      (:func:`testbed.algorithms.impact.link_quality_weights`): what the server measures from pilots,
+      computed once from the run's seed; it says where a client is, not what its data are.
 
     Whatever the rule, p of every round is checked (p >= 0, Σ = 1), a straggler's weight is
     redistributed, and σ_S of eq. (13) is recomputed from the p' used.
@@ -377,8 +403,8 @@ class Padpfl:
             params /= np.maximum(1.0, np.linalg.norm(params, axis=1) / self.clip)[:, None]
         if self.private:
             noise = np.empty_like(params)
-            for i, node in enumerate(ids):  # each node's own stream; the arithmetic is stacked
-                stream(ctx.seed, node, r, Purpose.NOISE).standard_normal(out=noise[i])
+            for i, rng in enumerate(node_streams(ctx.seed, ids, r, Purpose.NOISE)):  # each node's own stream
+                rng.standard_normal(out=noise[i])
             params += self.sigma_client * noise  # eq. (8)
         due = self.uploads_in(ids, r)
         params[~due] = 0.0
@@ -403,7 +429,7 @@ class Padpfl:
                        result: NodeResult | None = None) -> np.ndarray:
         """(N,) p^(r) before redistribution: the schedule's, or the automatic rule's from the state
         (sizes, answer counts) or the round's reported scores; checked (p >= 0, Σ = 1)."""
-        if self.impact in ("equal", "given"):
+        if self.impact in ("equal", "given", "link_quality"):
             return self.schedule.at(ctx.round_index)
         if state is None:
             raise ValueError(f"the {self.impact} rule needs the server's state")
@@ -539,7 +565,7 @@ def build(sections: dict[str, Any], ctx: BuildContext) -> Padpfl:
         warnings.warn(f"padpfl.epsilon = {a.epsilon:g}: the Gaussian mechanism the paper calibrates by (eqs. 8, 13) "
                       "is proven for epsilon < 1 only; the ledger's accountants give the epsilon really spent",
                       stacklevel=2)
-    return Padpfl(ctx.model, schedule=schedule_from_section(a, ctx.num_nodes), rounds=a.rounds,
+    return Padpfl(ctx.model, schedule=schedule_from_section(a, ctx.num_nodes, ctx.seed), rounds=a.rounds,
                   local_steps=a.local_steps, batch=a.batch, lr=a.lr, mu=a.mu, clip=a.clip, epsilon=a.epsilon,
                   delta=ctx.delta, min_samples=min_samples,
                   train_sizes=dict(zip(data.node_ids, data.train.sizes.tolist())), num_nodes=ctx.num_nodes,
@@ -550,7 +576,7 @@ def build(sections: dict[str, Any], ctx: BuildContext) -> Padpfl:
 def check(config: "Config") -> None:
     """Constraints across sections: the impact factors fit the run's nodes."""
     a: PadpflSection = config.padpfl
-    schedule_from_section(a, config.data.num_nodes)
+    schedule_from_section(a, config.data.num_nodes, config.run.seed)
 
 
 def _plan(config: "Config", model: Model, data: Any) -> tuple["Config", dict | None]:

@@ -69,6 +69,9 @@ class Registration:
         plan: (config, model, data) → (config with planned values, the plan for the summary or
             None): a stage run once before the algorithm is built (DP-PASGD's ``tau = "plan"``).
         epsilon_target: (its sections) → the ε target it was configured with, or None.
+        client_sampling: whether it runs on a sample of the nodes each round
+            (``[client_sampling]``): its server step uses whoever answered, and nothing it plans
+            assumes every node takes part.
     """
 
     name: str
@@ -78,6 +81,7 @@ class Registration:
     check: Callable[["Config"], None] | None = None
     plan: Callable[["Config", "Model", "FederatedData"], tuple["Config", dict | None]] | None = None
     epsilon_target: Callable[[dict[str, Any]], float | None] = field(default=lambda sections: None)
+    client_sampling: bool = False
 
     @property
     def primary(self) -> str:

@@ -11,8 +11,12 @@ import importlib
 import sys
 
 from testbed.errors import UserError
+from testbed.extras import check_installed, missing_package_message
 
-COMMANDS = ("run", "report", "privacy", "node", "bridge", "broker", "acl", "plan", "sweep", "calibrate", "schema")
+#: The install extra (pyproject.toml) a command needs whatever the experiment; checked before it runs.
+EXTRA_OF_COMMAND = {"run": "coordinator", "sweep": "coordinator", "report": "coordinator", "plan": "coordinator",
+                    "broker": "coordinator", "node": "node", "nodes": "node", "bridge": "bridge"}
+COMMANDS = ("run", "report", "privacy", "node", "bridge", "broker", "acl", "provision", "plan", "sweep", "calibrate", "schema")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,9 +26,17 @@ def main(argv: list[str] | None = None) -> int:
         importlib.import_module(f"testbed.cli.{name}").register(sub)
     args = parser.parse_args(argv)
     try:
+        if args.command in EXTRA_OF_COMMAND:
+            check_installed(EXTRA_OF_COMMAND[args.command], args.command)
         return args.handler(args)
     except UserError as exc:
         print(f"testbed: {exc}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as exc:  # a board has only testbed[node]; say what to install
+        message = missing_package_message(exc)
+        if message is None:
+            raise
+        print(f"testbed: {args.command} {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("testbed: interrupted", file=sys.stderr)

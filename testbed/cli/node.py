@@ -11,13 +11,18 @@ from testbed.errors import UserError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    # Options default to None here so that a node file (--config) fills what the command line did
+    # not give; nodes.board_config.DEFAULTS holds the defaults of both.
     node = sub.add_parser("node", help="serve one node of a run over MQTT (what runs on a board)")
-    node.add_argument("--node-id", type=int, required=True)
+    node.add_argument("--config", type=Path, metavar="NODE_TOML",
+                      help="this board's node file (e.g. /etc/testbed/node.toml of `testbed provision`); "
+                           "options given here take precedence")
+    node.add_argument("--node-id", type=int)
     node.add_argument("--data", help="this board's data file (overrides the experiment's data.path)")
-    node.add_argument("--meter", default="auto", choices=["auto", "rapl", "ina219", "ina260", "model"],
-                      help="how joules are measured (model: from the device profile)")
-    node.add_argument("--state-dir", type=Path, default=Path.home() / ".cache" / "testbed" / "node",
-                      help="where the node keeps its ledger across restarts")
+    node.add_argument("--meter", choices=["auto", "rapl", "ina219", "ina260", "model"],
+                      help="how joules are measured (model: from the device profile; default auto)")
+    node.add_argument("--state-dir", help="where the node keeps its ledger across restarts "
+                                          "(default ~/.cache/testbed/node)")
     node.add_argument("--crash-at-round", type=int, metavar="R",
                       help="fault emulation: exit abruptly (no reply, no disconnect) when round R arrives")
     node.add_argument("--crash-after-reply", action="store_true",
@@ -36,24 +41,25 @@ def register(sub: argparse._SubParsersAction) -> None:
     nodes.add_argument("--coordinator-pid", type=int, metavar="PID",
                        help="leave at once when this process (the coordinator that started the host) is gone")
     _common(nodes)
-    nodes.set_defaults(handler=_nodes, meter="model", state_dir=None, crash_at_round=None, crash_after_reply=False)
+    nodes.set_defaults(handler=_nodes, meter="model", state_dir=None, crash_at_round=None, crash_after_reply=False,
+                       config=None, node_id=None)
     node.set_defaults(session=None, coordinator_pid=None)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--broker", required=True, help="broker URL, mqtt://host:port (mqtts:// for TLS)")
-    p.add_argument("--run", default="testbed", help="the run scope to serve (the experiment's mqtt.run_id)")
-    p.add_argument("--profile", default="host", help="device profile: seconds and joules of the board")
-    p.add_argument("--pacing", action="store_true", help="take the wall time the profiled board would")
-    p.add_argument("--credentials", type=Path, help="the credentials JSON of `testbed acl`")
+    p.add_argument("--broker", help="broker URL, mqtt://host:port (mqtts:// for TLS)")
+    p.add_argument("--run", help="the run scope to serve (the experiment's mqtt.run_id; default testbed)")
+    p.add_argument("--profile", help="device profile: seconds and joules of the board (default host)")
+    p.add_argument("--pacing", action="store_true", default=None, help="take the wall time the profiled board would")
+    p.add_argument("--credentials", help="the credentials JSON of `testbed acl` or `testbed provision`")
     p.add_argument("--tls-ca", help="CA file for mqtts://")
-    p.add_argument("--protocol", default="auto", choices=["auto", "5", "3.1.1"], help="MQTT version")
-    p.add_argument("--max-chunk-bytes", type=int, default=256 * 1024)
-    p.add_argument("--verbose", action="store_true")
+    p.add_argument("--protocol", choices=["auto", "5", "3.1.1"], help="MQTT version (default auto)")
+    p.add_argument("--max-chunk-bytes", type=int)
+    p.add_argument("--verbose", action="store_true", default=None)
 
 
 def _node(args: argparse.Namespace) -> int:
-    return _serve(args, [args.node_id])
+    return _serve(args, None)
 
 
 def _nodes(args: argparse.Namespace) -> int:
@@ -69,17 +75,36 @@ def _nodes(args: argparse.Namespace) -> int:
     return _serve(args, ids)
 
 
-def _serve(args: argparse.Namespace, ids: list[int]) -> int:
+def _settings(args: argparse.Namespace) -> argparse.Namespace:
+    """``args`` completed from the node file (``--config``) and the defaults; the command line wins."""
+    from nodes import board_config
+
+    file_values = board_config.load_board_config(args.config) if args.config is not None else {}
+    given = {key: getattr(args, key, None) for key in board_config.DEFAULTS}
+    merged = board_config.resolve(given, file_values)
+    for key in ("broker", "node_id") if args.command == "node" else ("broker",):
+        if merged[key] is None:
+            raise UserError(f"{args.command}: give --{key.replace('_', '-')} or {key} in a --config node file")
+    if merged["data"] is not None and not Path(merged["data"]).exists():  # else every round fails on it
+        raise UserError(f"{args.command}: data {merged['data']}: no such file or folder")
+    # Emulated boards (`testbed nodes`) keep their ledgers in memory.
+    state_dir = Path(merged["state_dir"]) if args.command == "node" else None
+    return argparse.Namespace(**{**vars(args), **merged, "state_dir": state_dir})
+
+
+def _serve(args: argparse.Namespace, ids: list[int] | None) -> int:
     from nodes.costs import NodeCosts
     from nodes.host import serve
 
+    args = _settings(args)
+    ids = [args.node_id] if ids is None else ids
     negative = [n for n in ids if n < 0]
     if negative:  # node ids index the data partition and name MQTT topics: 0, 1, 2, ...
         raise UserError(f"node ids must be >= 0, got {negative[0]}")
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     costs = NodeCosts(args.profile, args.meter, pacing=args.pacing)
-    credentials = _load_credentials(args.credentials) if args.credentials else None
+    credentials = _load_credentials(Path(args.credentials)) if args.credentials else None
     serve(args.broker, args.run, ids, data_path=args.data, state_dir=args.state_dir, costs=costs,
           protocol_version=args.protocol, max_chunk_bytes=args.max_chunk_bytes, credentials=credentials,
           tls_ca=args.tls_ca, crash_at_round=args.crash_at_round,

@@ -113,8 +113,8 @@ class SplitWriter:
         for k in range(3):
             lo, hi = self._offsets[k][index], self._offsets[k][index + 1]
             rows = perm[start : start + (hi - lo)]
-            self._x[k][lo:hi] = x[rows]
-            self._y[k][lo:hi] = y[rows]
+            np.take(x, rows, axis=0, out=self._x[k][lo:hi])  # straight into place, no temporary
+            np.take(y, rows, out=self._y[k][lo:hi])
             start += hi - lo
         self._written[index] = True
 

@@ -202,48 +202,64 @@ class BackgroundEpsilons:
 
     dp-accounting (with scipy.stats) takes about half a second to import and a sampled-without-
     replacement bound a fifth of a second to compute. A run starts this job with its first round,
-    so the child imports on the other core while the rounds run, and asks for the ε of its final
-    tallies while it draws its figures.
+    so the child imports on the other core while the rounds run, and :meth:`guess` hands it the
+    tallies the run will end with if every round goes as planned: their ε is ready when the run
+    ends, and only the tallies that came out otherwise (a budget stop, stragglers) are computed then.
 
     Example::
 
-        >>> job = BackgroundEpsilons("rdp")
-        >>> job.submit([Counter({(1.0, 0.0625, "replace_one", "none", 1.0): 10})], delta=1e-5)
-        >>> round(job.result()[0], 4) > 0
+        >>> job = BackgroundEpsilons("rdp", delta=1e-5)
+        >>> tally = Counter({(1.0, 0.0625, "replace_one", "none", 1.0): 10})
+        >>> job.guess([tally])
+        >>> round(job.result([tally])[0], 4) > 0
         True
     """
 
-    def __init__(self, kind: str):
+    def __init__(self, kind: str, delta: float):
         import subprocess
         import sys
 
         if kind not in ("rdp", "pld"):
             raise ValueError(f"background accounting is for dp-accounting's rdp or pld, not {kind!r}")
-        self.kind = kind
+        self.kind, self.delta = kind, delta
         self._proc = subprocess.Popen([sys.executable, "-m", "testbed.privacy.accountants"],
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        self._tallies: list[tuple] = []
+        self._asked: list[list[tuple]] = []  # the unique tallies of each request sent, in order
 
-    def submit(self, tallies: list[Counter], delta: float) -> None:
-        """Ask for the ε at ``delta`` of each tally (identical tallies are computed once)."""
+    def guess(self, tallies: list[Counter]) -> None:
+        """Start computing the ε of ``tallies`` (the final ones, as planned) without waiting."""
+        self._ask({_key(t) for t in tallies})
+
+    def result(self, tallies: list[Counter]) -> list[float]:
+        """ε of each of ``tallies``, in order: guessed ones from the guess, the rest computed now."""
         import json
 
-        self._tallies = [tuple(sorted(t.items())) for t in tallies]
-        self._unique = sorted(set(self._tallies))
-        request = {"kind": self.kind, "delta": delta,
-                   "tallies": [[[list(sig), n] for sig, n in t] for t in self._unique]}
-        self._proc.stdin.write(json.dumps(request).encode())
+        keys = [_key(t) for t in tallies]
+        self._ask(set(keys) - {k for asked in self._asked for k in asked})
         self._proc.stdin.close()
-
-    def result(self) -> list[float]:
-        """ε of each submitted tally, in order (waits for the child)."""
-        import json
-
         out, err = self._proc.stdout.read(), self._proc.stderr.read()
         if self._proc.wait() != 0:
             raise RuntimeError(f"the accountant process failed: {err.decode(errors='replace').strip()[-500:]}")
-        by_tally = dict(zip(self._unique, json.loads(out)))
-        return [by_tally[t] for t in self._tallies]
+        found: dict[tuple, float] = {}
+        for asked, line in zip(self._asked, out.splitlines()):
+            found.update(zip(asked, json.loads(line)))
+        return [found[k] for k in keys]
+
+    @property
+    def requests(self) -> int:
+        """Requests sent to the child so far: a guess that held needs no second."""
+        return len(self._asked)
+
+    def _ask(self, keys: set[tuple]) -> None:
+        import json
+
+        if not keys:
+            return
+        unique = sorted(keys)
+        request = {"kind": self.kind, "delta": self.delta, "tallies": [[[list(sig), n] for sig, n in t] for t in unique]}
+        self._proc.stdin.write(json.dumps(request).encode() + b"\n")
+        self._proc.stdin.flush()
+        self._asked.append(unique)
 
     def close(self) -> None:
         """Stop the child if no result was asked for (a failed run)."""
@@ -252,18 +268,23 @@ class BackgroundEpsilons:
             self._proc.wait()
 
 
-def _serve_request() -> None:
-    """``python -m testbed.privacy.accountants``: imports dp-accounting at once, then answers one
-    JSON request on stdin with the list of ε on stdout."""
+def _key(tally: Mapping[tuple, int]) -> tuple:
+    return tuple(sorted(tally.items()))
+
+
+def _serve_requests() -> None:
+    """``python -m testbed.privacy.accountants``: imports dp-accounting at once, then answers each
+    JSON request line on stdin with a line of the list of ε on stdout, until stdin closes."""
     import json
     import sys
 
-    import dp_accounting  # noqa: F401  (the slow import, done before the request arrives)
+    import dp_accounting  # noqa: F401  (the slow import, done before the first request arrives)
 
-    request = json.load(sys.stdin)
-    tallies = [Counter({tuple(sig): n for sig, n in items}) for items in request["tallies"]]
-    json.dump([epsilon(request["kind"], t, request["delta"]) for t in tallies], sys.stdout)
+    for line in sys.stdin:
+        request = json.loads(line)
+        tallies = [Counter({tuple(sig): n for sig, n in items}) for items in request["tallies"]]
+        print(json.dumps([epsilon(request["kind"], t, request["delta"]) for t in tallies]), flush=True)
 
 
 if __name__ == "__main__":
-    _serve_request()
+    _serve_requests()

@@ -1,0 +1,316 @@
+"""Provisioning a lab of boards from one inventory (`testbed provision INVENTORY.toml --out DIR`).
+
+The inventory names the run, its broker and every board (host name, node id, device profile,
+meter, data); provisioning writes, under DIR:
+
+    broker/acl, broker/passwords    Mosquitto's acl_file and password_file (testbed.mqtt.acl), 0600
+    broker/mosquitto.conf           the lines that use them (paths under BROKER_DIR on the broker)
+    coordinator/credentials.json    the passwords of the run's service users (coordinator, channel
+                                    emulator...), never a board's; `mqtt.credentials`, 0600
+    boards/HOST/node.toml           the board's node file (`testbed node --config`)
+    boards/HOST/credentials.json    that board's own password only, 0600
+    boards/HOST/ca.pem              the CA of an mqtts:// broker, when the inventory gives one
+    boards/HOST/data/FILE           the board's data file, when the inventory gives a local one
+    boards/HOST/testbed-node.service  the systemd unit that keeps the node agent running
+
+A bundle is unpacked into BOARD_DIR (/etc/testbed) on its board; node.toml's paths are relative
+to it, so the same bundle also runs in place (`testbed node --config boards/HOST/node.toml`).
+
+Inventory (TOML)::
+
+    run_id = "lab1"                        # mqtt.run_id of the experiment (default "testbed")
+    broker = "mqtts://broker.lan:8883"     # how the boards reach the broker
+    ca = "tls/cert.pem"                    # with mqtts://: the CA that signed the broker's certificate
+    testbed = "/opt/testbed/bin/testbed"   # the command on the boards (default)
+
+    [defaults]                             # any board key but host and node_id
+    profile = "host"                       # the board as it is (default); its costs measured by
+    meter = "ina260"                       # its meter (auto: an INA260, an INA219, RAPL, the model)
+
+    [[boards]]
+    host = "pi-01"
+    node_id = 0
+    data = "shards/adult.data"             # a file here, copied into the bundle
+    # or data_path = "/srv/adult.data"     # a file already on the board
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nodes import board_config
+from nodes.meters import check_meter_fits_profile
+from testbed.cli import checks
+from testbed.errors import ConfigError, UserError
+from testbed.mqtt import acl
+from testbed.mqtt.broker import parse_broker_url
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+#: Where a bundle is unpacked on its board, where the node agent keeps its ledgers, and where the
+#: broker's files go on the broker's host.
+BOARD_DIR = "/etc/testbed"
+STATE_DIR = "/var/lib/testbed"
+BROKER_DIR = "/etc/mosquitto/testbed"
+UNIT_NAME = "testbed-node.service"
+DEFAULT_COMMAND = "/opt/testbed/bin/testbed"
+
+_TOP_KEYS = ("run_id", "broker", "ca", "testbed", "defaults", "boards")
+_BOARD_KEYS = ("host", "node_id", "profile", "meter", "data", "data_path")
+#: A host name as a bundle's folder name: DNS labels (RFC 1123), no path separators.
+_HOST = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,62})(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}))*")
+
+
+@dataclass(frozen=True)
+class Board:
+    """One board of the inventory.
+
+    Attributes:
+        host: its host name (names its bundle).
+        node_id: its node id (and MQTT username).
+        profile: its device profile (nodes/profiles.toml): "host" for the board as it is (a real
+            board's costs, measured by its meter); another board's name only to emulate that
+            board (meter "model").
+        meter: how it measures joules (nodes.meters.METER_KINDS).
+        data: a data file on this machine, copied into the bundle, or None.
+        data_path: a data file already on the board, or None.
+    """
+
+    host: str
+    node_id: int
+    profile: str = "host"
+    meter: str = "auto"
+    data: Path | None = None
+    data_path: str | None = None
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """A checked inventory: the run, its broker, the CA (or None) and the boards in file order."""
+
+    run_id: str
+    broker: str
+    ca: Path | None
+    command: str
+    boards: tuple[Board, ...]
+
+
+def load_inventory(path: Path) -> Inventory:
+    """Read and check an inventory; relative paths are resolved against its folder.
+
+    Raises:
+        ConfigError: a missing or unreadable file, not TOML, an unknown key, a bad or missing
+            value, a host or node id given twice, a missing file (naming the inventory and the key).
+    """
+    path = Path(path)
+    try:
+        raw = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(str(path), "inventory not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(str(path), f"cannot be read: {getattr(exc, 'strerror', None) or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(str(path), f"not valid TOML: {exc}") from None
+    reader = _Reader(path)
+    for key in raw:
+        if key not in _TOP_KEYS:
+            raise reader.fail(key, f"unknown key; an inventory takes {', '.join(_TOP_KEYS)}")
+    if "broker" not in raw:
+        raise reader.fail("broker", "missing: the URL the boards reach the broker at (mqtt:// or mqtts://)")
+    broker = reader.check("broker", "broker", raw["broker"])
+    run_id = reader.check("run_id", "run", raw.get("run_id", "testbed"))
+    ca = reader.local_file("ca", raw["ca"]) if "ca" in raw else None
+    if ca is not None and not broker.startswith("mqtts://"):
+        raise reader.fail("ca", "is set but the broker is not mqtts:// (TLS): the boards would talk in cleartext")
+    command = raw.get("testbed", DEFAULT_COMMAND)
+    if not isinstance(command, str) or not Path(command).is_absolute() or any(c.isspace() for c in command):
+        raise reader.fail("testbed", f"must be the absolute path of `testbed` on the boards (systemd's "
+                                     f"ExecStart), got {command!r}")
+    defaults = raw.get("defaults", {})
+    if not isinstance(defaults, dict):
+        raise reader.fail("defaults", "must be a table ([defaults])")
+    for key in defaults:
+        if key not in _BOARD_KEYS or key in ("host", "node_id"):
+            raise reader.fail(f"defaults.{key}", f"unknown key; defaults take {', '.join(_BOARD_KEYS[2:])}")
+    entries = raw.get("boards")
+    if not isinstance(entries, list) or not entries or not all(isinstance(b, dict) for b in entries):
+        raise reader.fail("boards", "must be one or more [[boards]] tables")
+    boards: list[Board] = []
+    for i, entry in enumerate(entries):
+        board = reader.board(f"boards[{i}]", entry, defaults)
+        if any(b.host == board.host for b in boards):
+            raise reader.fail(f"boards[{i}].host", f"{board.host!r} is given twice")
+        if any(b.node_id == board.node_id for b in boards):
+            raise reader.fail(f"boards[{i}].node_id", f"{board.node_id} is given twice")
+        boards.append(board)
+    return Inventory(run_id=run_id, broker=broker, ca=ca, command=command, boards=tuple(boards))
+
+
+class _Reader:
+    """Checks the values of one inventory file; every error names the file and the key."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.base = path.resolve().parent
+
+    def fail(self, key: str, problem: str) -> ConfigError:
+        return ConfigError(f"{self.path}: {key}", problem)
+
+    def check(self, key: str, name: str, value: Any) -> Any:
+        """``value`` checked as the node file's key ``name`` is (nodes.board_config.CHECKS)."""
+        try:
+            return board_config.CHECKS[name](value)
+        except ValueError as exc:
+            raise self.fail(key, str(exc)) from None
+
+    def local_file(self, key: str, value: Any) -> Path:
+        """A file on this machine, relative to the inventory's folder."""
+        file = self.base / self.check(key, "data", value)
+        if not file.is_file():
+            raise self.fail(key, f"{file} is not a file")
+        return file
+
+    def board(self, where: str, entry: dict[str, Any], defaults: dict[str, Any]) -> Board:
+        """One ``[[boards]]`` table (``where``: how to name it), over the ``[defaults]``."""
+        for key in entry:
+            if key not in _BOARD_KEYS:
+                raise self.fail(f"{where}.{key}", f"unknown key; a board takes {', '.join(_BOARD_KEYS)}")
+        values = {**defaults, **entry}
+        for key in ("host", "node_id"):
+            if key not in values:
+                raise self.fail(f"{where}.{key}", "missing")
+        host = values["host"]
+        if not isinstance(host, str) or not _HOST.fullmatch(host):
+            raise self.fail(f"{where}.host", f"must be a host name (letters, digits, '-', '.'), got {host!r}")
+        if "data" in values and "data_path" in values:
+            raise self.fail(f"{where}.data", "give data (a file here, copied) or data_path (a file on the board), "
+                                             "not both")
+        profile = self.check(f"{where}.profile", "profile", values.get("profile", "host"))
+        meter = self.check(f"{where}.meter", "meter", values.get("meter", "auto"))
+        try:
+            check_meter_fits_profile(meter, profile)
+        except UserError as exc:
+            raise self.fail(f"{where}.meter", str(exc)) from None
+        return Board(
+            host=host, node_id=self.check(f"{where}.node_id", "node_id", values["node_id"]), profile=profile,
+            meter=meter, data=self.local_file(f"{where}.data", values["data"]) if "data" in values else None,
+            data_path=self.check(f"{where}.data_path", "data", values["data_path"]) if "data_path" in values else None)
+
+
+def node_unit(command: str, meter: str) -> str:
+    """The systemd unit of a board's node agent.
+
+    It starts after the network is online and is restarted whatever way it ends: the agent also
+    exits (status 0) when a run is over and when the broker has been gone for 30 s, and a lab's
+    board should be back for the next run. A dynamic user runs it, reading the board's password
+    through systemd's credentials (the file itself stays root's, 0600) and keeping its ledgers in
+    its state directory; an INA219/INA260 meter adds the ``i2c`` group (Raspberry Pi OS's owner
+    of /dev/i2c-*; ``meter = "auto"`` finds an INA only where the unit is given that group).
+
+    Args:
+        command: the path of `testbed` on the board.
+        meter: the board's meter kind.
+    """
+    groups = "SupplementaryGroups=i2c\n" if meter in ("ina219", "ina260") else ""
+    return f"""[Unit]
+Description=testbed node agent (config {BOARD_DIR}/node.toml)
+Wants=network-online.target
+# time-sync.target: with systemd-time-wait-sync enabled, a board without an RTC waits for NTP
+# before it checks the broker's TLS certificate (else "not yet valid" at boot)
+After=network-online.target time-sync.target
+StartLimitIntervalSec=0
+
+[Service]
+Type=exec
+ExecStart={command} node --config {BOARD_DIR}/node.toml --credentials ${{CREDENTIALS_DIRECTORY}}/credentials.json --state-dir ${{STATE_DIRECTORY}}
+LoadCredential=credentials.json:{BOARD_DIR}/credentials.json
+DynamicUser=yes
+{groups}StateDirectory=testbed
+# a data set the board downloads (Adult...) is cached in the state directory
+Environment=TESTBED_CACHE=%S/testbed/cache
+Restart=always
+RestartSec=5
+NoNewPrivileges=yes
+ProtectSystem=strict
+ProtectHome=yes
+PrivateTmp=yes
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def provision(inventory: Inventory, out: Path) -> dict[str, Path]:
+    """Write the broker's files, the coordinator's credentials and one bundle per board under ``out``.
+
+    Args:
+        inventory: a checked inventory (:func:`load_inventory`).
+        out: an empty or missing folder.
+
+    Returns:
+        {board host: its bundle folder}.
+
+    Raises:
+        UserError: ``out`` is not empty or cannot be written.
+    """
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UserError(f"--out {out}: not an empty folder (an earlier provisioning's passwords would mix with "
+                        "new ones); choose another or remove it")
+    checks.output_dir(out, "--out")
+    nodes = [str(b.node_id) for b in inventory.boards]
+    acl_text, passwords = acl.generate_acl(inventory.run_id, nodes)
+    try:
+        broker_dir = _private_dir(out / "broker")
+        acl.write_acl_file(broker_dir / "acl", acl_text)
+        acl.write_password_file(broker_dir / "passwords", passwords)
+        url = parse_broker_url(inventory.broker)
+        conf = acl.mosquitto_conf(f"{BROKER_DIR}/passwords", f"{BROKER_DIR}/acl", listener=f"listener {url.port}")
+        if url.tls:
+            conf += (f"# TLS: the broker's certificate and key, signed by the boards' ca.pem\n"
+                     f"cafile {BROKER_DIR}/ca.pem\ncertfile {BROKER_DIR}/cert.pem\nkeyfile {BROKER_DIR}/key.pem\n")
+        acl.write_private(broker_dir / "mosquitto.conf", conf)
+        services = {user: pw for user, pw in passwords.items() if user not in nodes}
+        acl.write_private(_private_dir(out / "coordinator") / "credentials.json", json.dumps(services, indent=2) + "\n")
+        bundles = {b.host: _bundle(inventory, b, passwords[str(b.node_id)], out / "boards" / b.host)
+                   for b in inventory.boards}
+    except OSError as exc:
+        raise UserError(f"--out {out}: cannot write {exc.filename or 'there'} ({exc.strerror or exc})") from None
+    return bundles
+
+
+def _bundle(inventory: Inventory, board: Board, password: str, folder: Path) -> Path:
+    """One board's bundle: its node file, its own password, the CA, its data and the unit."""
+    _private_dir(folder)
+    acl.write_private(folder / "credentials.json", json.dumps({str(board.node_id): password}, indent=2) + "\n")
+    data = board.data_path
+    if board.data is not None:
+        (folder / "data").mkdir()
+        shutil.copyfile(board.data, folder / "data" / board.data.name)
+        data = f"data/{board.data.name}"
+    if inventory.ca is not None:
+        shutil.copyfile(inventory.ca, folder / "ca.pem")
+    values = {"broker": inventory.broker, "run": inventory.run_id, "node_id": board.node_id,
+              "credentials": "credentials.json", "tls_ca": "ca.pem" if inventory.ca is not None else None,
+              "data": data, "meter": board.meter, "profile": board.profile, "state_dir": STATE_DIR}
+    header = (f"Node file of board {board.host} (node {board.node_id}) in run {inventory.run_id}, by `testbed provision`.\n"
+              f"Unpack this folder into {BOARD_DIR}; paths are relative to this file's folder.")
+    (folder / "node.toml").write_text(board_config.board_config_text(values, header))
+    (folder / UNIT_NAME).write_text(node_unit(inventory.command, board.meter))
+    return folder
+
+
+def _private_dir(path: Path) -> Path:
+    """A folder only its owner can enter (it holds passwords)."""
+    path.mkdir(parents=True, exist_ok=True)
+    os.chmod(path, 0o700)
+    return path

@@ -1,0 +1,25 @@
+"""The ε figure: a bar per node for a few hundred nodes, the distribution over the nodes beyond."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from testbed.plots import MAX_NODE_BARS, plot_epsilon  # noqa: E402
+
+
+@pytest.mark.parametrize("nodes", [8, MAX_NODE_BARS, MAX_NODE_BARS + 1, 100_000])
+def test_the_epsilon_figure_draws_a_bar_per_node_up_to_the_limit_then_a_histogram(nodes):
+    eps = np.random.default_rng(0).uniform(1, 2, nodes).tolist()
+    fig, ax = plt.subplots()
+    plot_epsilon(ax, [str(i) for i in range(nodes)], eps, [e * 0.8 for e in eps], 2.5, 1e-5)
+    bars = [p for p in ax.patches if isinstance(p, matplotlib.patches.Rectangle)]
+    if nodes <= MAX_NODE_BARS:
+        assert len(bars) == nodes and ax.get_xlabel() == "node"
+    else:
+        assert len(bars) == 40 and ax.get_ylabel() == f"nodes (of {nodes})"
+        assert sum(b.get_height() for b in bars) == nodes  # every node counted once
+    plt.close(fig)

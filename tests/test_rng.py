@@ -1,0 +1,27 @@
+"""Random streams: node_streams draws exactly what stream draws, key by key."""
+
+import pytest
+
+from testbed.rng import GLOBAL, Purpose, node_streams, stream
+
+
+@pytest.mark.parametrize("seed,round_index,purpose", [
+    (0, 0, Purpose.NOISE), (7, -1, Purpose.DATA), (2**32 - 1, 12345, Purpose.BATCH), (123456789, 99, Purpose.SPLIT),
+])
+def test_node_streams_draw_what_stream_draws(seed, round_index, purpose):
+    nodes = [GLOBAL, 0, 1, 2, 17, 1000, 2**31, 2**32 - 2]
+    fast = [g.standard_normal(3).tolist() + [g.random(), int(g.integers(1 << 62))]
+            for g in node_streams(seed, nodes, round_index, purpose)]
+    slow = [g.standard_normal(3).tolist() + [g.random(), int(g.integers(1 << 62))]
+            for g in (stream(seed, n, round_index, purpose) for n in nodes)]
+    assert fast == slow
+
+
+def test_keys_of_several_words_take_numpys_own_path():
+    big = 2**40 + 3  # a seed past 32 bits is two SeedSequence words
+    assert [g.random() for g in node_streams(big, [0, 5], 3, Purpose.NOISE)] == \
+        [stream(big, n, 3, Purpose.NOISE).random() for n in (0, 5)]
+
+
+def test_no_nodes_no_streams():
+    assert list(node_streams(0, [], 0, Purpose.NOISE)) == []
