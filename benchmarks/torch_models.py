@@ -33,9 +33,9 @@ def _digits(nodes: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """(nodes, ROUNDS·STEPS, BATCH, 64) images scaled into the unit ball, and their labels."""
     from testbed.data.images import _pool
 
-    x_pool, y_pool = _pool("digits", None)
+    x_pool, y_pool, top = _pool("digits", None)
     idx = np.random.default_rng(seed).integers(0, len(y_pool), (nodes, ROUNDS * STEPS, BATCH))
-    return x_pool[idx] / 8.0, y_pool[idx]
+    return x_pool[idx] / (top * 8.0), y_pool[idx]  # pixels in [0, 1], rows divided by sqrt(64)
 
 
 def vmapped_job(x: np.ndarray, y: np.ndarray, clip: float | None) -> float:

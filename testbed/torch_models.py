@@ -133,22 +133,32 @@ class _Compiled:
         cross_entropy = torch.nn.functional.cross_entropy
         module = self.module
 
-        def batch_loss(flat, x, y, w):
-            """One node: flat (P,), x (B, d), y (B,), w (B,) → Σ_n w_n l_n."""
-            logits = functional_call(module, self.unflatten(flat), (x,))
+        def batch_loss(named, x, y, w):
+            """One node: its tensors by name, x (B, d), y (B,), w (B,) → Σ_n w_n l_n."""
+            logits = functional_call(module, named, (x,))
             return (w * cross_entropy(logits, y, reduction="none")).sum()
 
-        def sample_loss(flat, x, y):
+        def sample_loss(named, x, y):
             """One sample: x (d,), y () → l."""
-            return cross_entropy(functional_call(module, self.unflatten(flat), (x[None],)), y[None])
+            return cross_entropy(functional_call(module, named, (x[None],)), y[None])
 
+        # Gradients by tensor (not of one flat vector: the backward of slicing a flat vector would
+        # write every tensor's gradient into a zero (M, B, P) array).
         self.node_grads: Callable = vmap(grad_and_value(batch_loss))
         self.sample_grads: Callable = vmap(vmap(grad_and_value(sample_loss), in_dims=(None, 0, 0)))
 
     def unflatten(self, flat: "torch.Tensor") -> dict[str, "torch.Tensor"]:
-        """flat (P,) → {name: the tensor of that shape}, views of ``flat``."""
-        return {name: flat[lo:hi].view(shape) for name, shape, lo, hi in
+        """flat (..., P) → {name: (..., *shape)}, the tensors of each row."""
+        lead = flat.shape[:-1]
+        return {name: flat[..., lo:hi].reshape(*lead, *shape) for name, shape, lo, hi in
                 zip(self.names, self.shapes, self.offsets[:-1], self.offsets[1:])}
+
+
+def _sample_norms(grads: list["torch.Tensor"]) -> "torch.Tensor":
+    """(M, B) L2 norms of per-sample gradients given as (M, B, k_t) pieces, one per tensor t
+    (vector norms of the pieces' norms: no (M, B, P) concatenation)."""
+    torch = torch_module()
+    return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g, dim=-1) for g in grads]), dim=0)
 
 
 @functools.lru_cache(maxsize=8)
@@ -218,17 +228,21 @@ class TorchModel:
         xs = torch.from_numpy(np.asarray(x, dtype=np.float32))
         ys = torch.from_numpy(np.asarray(y, dtype=np.int64))
         ws = torch.from_numpy(np.asarray(weights, dtype=np.float32))
+        m_nodes, batch = ys.shape
+        named = net.unflatten(p)
         if clip_norm is None:
-            grad, loss = net.node_grads(p, xs, ys, ws)
+            grads, loss = net.node_grads(named, xs, ys, ws)
+            grad = torch.cat([g.reshape(m_nodes, -1) for g in grads.values()], dim=1)
             return loss.double().numpy(), grad.double().numpy()
-        grads, losses = net.sample_grads(p, xs, ys)  # (M, B, P), (M, B)
-        norms = torch.linalg.vector_norm(grads, dim=-1)
+        by_tensor, losses = net.sample_grads(named, xs, ys)  # name → (M, B, *shape); (M, B)
+        grads = [g.reshape(m_nodes, batch, -1) for g in by_tensor.values()]
+        norms = _sample_norms(grads)
         if not torch.isfinite(norms).all():  # an overflowing sample contributes nothing, not NaN
-            grads = torch.nan_to_num(grads, nan=0.0, posinf=0.0, neginf=0.0)
-            norms = torch.linalg.vector_norm(grads, dim=-1)
+            grads = [torch.nan_to_num(g, nan=0.0, posinf=0.0, neginf=0.0) for g in grads]
+            norms = _sample_norms(grads)
         scale = torch.clamp(clip_norm * _CLIP_MARGIN / torch.clamp(norms, min=1e-30), max=1.0)
-        scale = torch.where(torch.isfinite(norms), scale, torch.zeros_like(scale))
-        grad = torch.einsum("mb,mbp->mp", ws * scale, grads)
+        coef = ws * torch.where(torch.isfinite(norms), scale, torch.zeros_like(scale))
+        grad = torch.cat([torch.einsum("mb,mbk->mk", coef, g) for g in grads], dim=1)
         return (ws * losses).sum(dim=1).double().numpy(), grad.double().numpy()
 
     def loss_and_correct(self, params: np.ndarray, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
