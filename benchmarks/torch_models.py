@@ -11,10 +11,11 @@ each round) on testbed.torch_models' vectorised step, against its floor.
 
 Images: the 8×8 digits scikit-learn ships (1,797 of them; 100 nodes × 32 need drawing with
 replacement, which changes nothing of the arithmetic), scaled as the loaders scale them. Each figure
-is the median of --repeats runs of the whole job. Flower's simulation of the same job is not
-measured here (Flower is not installed; see REPORT in experiments/dwfl for the accuracy side).
+is the median of --repeats runs of the whole job, the three interleaved so that a busy machine
+slows them alike (the loop, Python-bound, suffers most from a loaded machine). Flower's simulation
+of the same job is not measured (Flower is not installed here; an optional comparison left to do).
 
-Usage: python benchmarks/torch_models.py [--repeats 5] [--nodes 100]
+Usage: python benchmarks/torch_models.py [--repeats 5] [--nodes 100] [--threads N]
 """
 
 from __future__ import annotations
@@ -90,8 +91,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--nodes", type=int, default=100)
+    parser.add_argument("--threads", type=int, help="torch threads (default: torch's, one per core)")
     args = parser.parse_args()
     import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     x, y = _digits(args.nodes)
     vmapped_job(x[:10], y[:10], CLIP)  # warm-up: torch's first calls build their kernels' caches
