@@ -17,7 +17,7 @@ def load_data(d: DataSection, seed: int, nodes: Sequence[int] | None = None, pat
     """The ``[data]`` section's federated data set for the run's ``seed`` (see
     testbed.data.load_dataset), or only ``nodes`` of it (a board's own), read from ``path`` when
     given instead of data.path."""
-    from testbed.data import load_dataset
+    from testbed.data import IMAGE_FEATURES, load_dataset
 
     options: dict[str, Any]
     if d.dataset == "synthetic":
@@ -29,9 +29,9 @@ def load_data(d: DataSection, seed: int, nodes: Sequence[int] | None = None, pat
         options = dict(include_education=d.include_education, numeric=d.numeric)
         if d.dataset == "adult-2":
             options["num_nodes"] = d.num_nodes
-    elif d.dataset in ("mnist", "digits"):
+    elif d.dataset in IMAGE_FEATURES:
         options = dict(num_nodes=d.num_nodes, samples_per_node=d.samples_per_node, parts=d.parts,
-                       part_samples=d.part_samples, part_noise=d.part_noise)
+                       part_samples=d.part_samples, part_noise=d.part_noise, partition=d.partition, alpha=d.alpha)
     else:
         options = {}
     if nodes is not None:
@@ -43,4 +43,4 @@ def model_for(m: ModelSection, data: FederatedData, seed: int | None = None) -> 
     """The ``[model]`` section's model for the features and classes of ``data``; ``seed`` (the
     run's) keys a random-feature embedding and is required with one."""
     return build_model(m.kind, data.dim, data.n_classes, bias=m.bias, hidden=m.hidden, activation=m.activation,
-                       random_features=m.random_features, rf_gamma=m.rf_gamma, seed=seed)
+                       random_features=m.random_features, rf_gamma=m.rf_gamma, seed=seed, network=m.network)

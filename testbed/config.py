@@ -54,7 +54,8 @@ class RunSection(Section):
 
 
 class DataSection(Section):
-    dataset: Literal["synthetic", "adult-1", "adult-2", "vehicle-1", "vehicle-2", "regression", "mnist", "digits"] = "synthetic"
+    dataset: Literal["synthetic", "adult-1", "adult-2", "vehicle-1", "vehicle-2", "regression", "mnist", "digits",
+                     "cifar10"] = "synthetic"
     path: str | None = None
     """The data file or its folder (else $TESTBED_DATA, the cache, or a download)."""
     num_nodes: Positive[int] = 16
@@ -70,17 +71,26 @@ class DataSection(Section):
     """How rows are put into the unit ball: each node's own statistics, a public bound, or
     statistics pooled over all nodes (the papers'; a leak between nodes, kept to reproduce them)."""
     parts: list[Positive[int]] | None = None
-    """mnist, digits: clients per part (consecutive node ids; sum num_nodes)."""
+    """mnist, digits, cifar10: clients per part (consecutive node ids; sum num_nodes)."""
     part_samples: list[Positive[int]] | None = None
-    """mnist, digits: samples of each client of a part, before the 80/10/10 split."""
+    """mnist, digits, cifar10: samples of each client of a part, before the 80/10/10 split."""
     part_noise: list[Literal["severe", "moderate", "slight", "none"] | Annotated[float, Field(ge=0, le=1)]] | None = None
-    """mnist, digits: salt-and-pepper density of each part's training rows (severe 0.5, moderate
-    0.3, slight 0.1, none 0; or a number)."""
+    """mnist, digits, cifar10: salt-and-pepper density of each part's training rows (severe 0.5,
+    moderate 0.3, slight 0.1, none 0; or a number)."""
+    partition: Literal["iid", "dirichlet"] = "iid"
+    """mnist, digits, cifar10: which images each client holds: i.i.d., or label-skewed with class
+    proportions ~ Dirichlet(alpha) per client (testbed.data.partition)."""
+    alpha: Positive[float] = 0.5
+    """The Dirichlet concentration of partition = "dirichlet" (small: few classes per client)."""
 
 
 class ModelSection(Section):
-    kind: Literal["logistic", "svm", "mlp", "linear"] = "logistic"
-    """"linear": multi-output least squares (ACFL), on one-hot labels for a classification set."""
+    kind: Literal["logistic", "svm", "mlp", "linear", "torch"] = "logistic"
+    """"linear": multi-output least squares (ACFL), on one-hot labels for a classification set;
+    "torch": the PyTorch network ``network`` (float32, vectorised across nodes with torch.func)."""
+    network: Literal["cnn", "mlp", "cifar10_cnn"] = "cnn"
+    """"torch" only: "cnn" (8x8 digits, 28x28 MNIST, 32x32 CIFAR-10), "mlp" (one ReLU layer of ``hidden``),
+    "cifar10_cnn" (the small CNN of PyTorch's CIFAR-10 tutorial) (testbed.torch_models)."""
     bias: bool = True
     hidden: Positive[int] = 32
     activation: Literal["tanh", "relu"] = "tanh"

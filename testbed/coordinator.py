@@ -141,6 +141,10 @@ class MqttNodes:
             self._hosts.append(_Host([node], cmd, quiet))
         others = [n for n in self.node_ids if n not in set(boards)]
         groups = [g for g in np.array_split(np.array(others), max(1, min(m.hosts, len(others)))) if len(g)]
+        # Each emulated host gets its share of this machine's cores for torch (a torch model's step),
+        # so that hosts do not oversubscribe them (testbed.torch_models reads the variable).
+        env = dict(os.environ)
+        env.setdefault("TESTBED_TORCH_THREADS", str(max(1, (os.cpu_count() or 1) // max(1, len(groups)))))
         for group in groups:
             cmd = [sys.executable, "-m", "testbed", "nodes", "--broker", self.url, "--run", self.run,
                    "--ids", ",".join(str(int(n)) for n in group), "--profile", self.nodes_section.profile,
@@ -154,7 +158,7 @@ class MqttNodes:
                 cmd += ["--tls-ca", m.tls_ca]
             if self.nodes_section.pacing:
                 cmd.append("--pacing")
-            self._hosts.append(_Host([int(n) for n in group], cmd, quiet))
+            self._hosts.append(_Host([int(n) for n in group], cmd, quiet, env))
 
     def _wait_online(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
@@ -500,11 +504,11 @@ class _Host:
     """One `testbed nodes` subprocess serving ``node_ids``. Its stderr goes through a thread that
     passes it on (unless quiet) and keeps the last lines, to explain an early exit."""
 
-    def __init__(self, node_ids: list[int], cmd: list[str], quiet: bool):
+    def __init__(self, node_ids: list[int], cmd: list[str], quiet: bool, env: dict[str, str] | None = None):
         self.node_ids = node_ids
         self.reaped = False
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                     stdin=subprocess.DEVNULL, text=True, errors="replace")
+                                     stdin=subprocess.DEVNULL, text=True, errors="replace", env=env)
         self._tail: collections.deque[str] = collections.deque(maxlen=20)
         self._reader = threading.Thread(target=self._read, args=(quiet,), daemon=True,
                                         name=f"node-host-{self.proc.pid}-stderr")

@@ -85,6 +85,9 @@ class GaussianEvent:
             (a broadcast anyone may hear). What an observer passes on is post-processing.
         issuer: "node" (the node's own step) or "server" (issued on the node's behalf: server-side
             noise, or a correction when what happened was less private than planned).
+        clip_norm: the clipping bound the sensitivity derives from (DP-PASGD's per-sample gradient
+            clip C, DWFL's g_max, PADPFL's weight bound B); 0 when it is the model's own gradient
+            bound (no clipping). A record, not part of the accounting (the sensitivity is).
     """
 
     node: int
@@ -97,6 +100,7 @@ class GaussianEvent:
     sampling_rate: float = 1.0
     observer: str = "server"
     issuer: str = "node"
+    clip_norm: float = 0.0
 
     kind = "privacy"
 
@@ -436,6 +440,7 @@ FIELD_RULES: dict[str, FieldRule] = {
     "issuer": FieldRule(str, choices=ISSUERS),
     "reason": FieldRule(str, choices=STRAGGLE_REASONS),
     "epsilon_nats": FieldRule(float, low=0.0, high=ABSURD),
+    "clip_norm": FieldRule(float, low=0.0, high=ABSURD),
 }
 _FIELDS = {kind: tuple(f.name for f in dataclasses.fields(cls)) for kind, cls in EVENT_TYPES.items()}
 _COLUMNS = frozenset(LEDGER_COLUMNS)

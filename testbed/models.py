@@ -25,10 +25,14 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Union
 
 import numpy as np
 
 from testbed.rng import GLOBAL, Purpose, stream
+
+if TYPE_CHECKING:
+    from testbed.torch_models import TorchModel
 
 
 def _loss_and_correct(logits_t: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -443,17 +447,19 @@ class LinearRegression:
         return 0.5 * sq, sq <= self.tolerance**2 * np.einsum("no,no->n", target, target)
 
 
-Model = LogisticRegression | LinearSVM | MLP | LinearRegression
+Model = Union[LogisticRegression, LinearSVM, MLP, LinearRegression, "TorchModel"]
 
-MODEL_KINDS = ("logistic", "svm", "mlp", "linear")
+MODEL_KINDS = ("logistic", "svm", "mlp", "linear", "torch")
 
 
 def build_model(kind: str, dim: int, n_classes: int, *, bias: bool = True, hidden: int = 32,
                 activation: str = "tanh", random_features: int = 0, rf_gamma: float = 1.0,
-                seed: int | None = None) -> Model:
+                seed: int | None = None, network: str = "cnn") -> Model:
     """The model named ``kind`` (one of MODEL_KINDS) for inputs of ``dim`` features; ``activation``
     is the MLP's hidden layer ("tanh" or "relu"); ``random_features`` > 0 ("linear" only): that many
-    random Fourier features of γ = ``rf_gamma``, drawn from the run's ``seed`` (required then)."""
+    random Fourier features of γ = ``rf_gamma``, drawn from the run's ``seed`` (required then);
+    ``network`` ("torch" only): the PyTorch network of :data:`testbed.torch_models.NETWORKS`
+    (torch is imported only for this kind)."""
     if random_features:
         if kind != "linear":
             raise ValueError(f'random_features: only the "linear" model takes an embedding, not {kind!r}')
@@ -469,6 +475,10 @@ def build_model(kind: str, dim: int, n_classes: int, *, bias: bool = True, hidde
         if activation not in ("tanh", "relu"):
             raise ValueError(f"unknown activation {activation!r}; choose tanh or relu")
         return MLP(dim, n_classes, hidden, activation=activation)
+    if kind == "torch":
+        from testbed.torch_models import TorchModel
+
+        return TorchModel(network, dim, n_classes, hidden)
     if kind == "linear":  # n_classes: the outputs o (a regression set's target columns, or the classes)
         return LinearRegression(dim, n_classes, bias)
     raise ValueError(f"unknown model {kind!r}; choose one of {', '.join(MODEL_KINDS)}")

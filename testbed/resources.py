@@ -37,14 +37,15 @@ _HOST_SPARE_FILES = 64  # a host's own files besides its nodes' sockets (as node
 
 def estimate_bytes(config: Config) -> dict[str, float]:
     """What a run of ``config`` would hold in memory on this machine, in bytes, by part."""
+    from testbed.data import IMAGE_FEATURES
     from testbed.models import build_model
 
     d = config.data
     n = d.num_nodes
-    dim = d.dim if d.dataset == "synthetic" else _FILE_SET_DIM
+    dim = d.dim if d.dataset == "synthetic" else IMAGE_FEATURES.get(d.dataset, _FILE_SET_DIM)
     params = build_model(config.model.kind, dim, d.n_classes, bias=config.model.bias,
                          hidden=config.model.hidden, random_features=config.model.random_features,
-                         seed=config.run.seed).num_params
+                         seed=config.run.seed, network=config.model.network).num_params
     parts = {
         "data": float(_DATA_COPIES * n * d.samples_per_node * (dim + 1) * 8) if d.dataset == "synthetic" else 0.0,
         "state": float(_STATE_COPIES * n * params * 8),

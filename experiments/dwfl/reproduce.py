@@ -1,21 +1,27 @@
-"""Reproduce the experiments of DWFL (Chen et al., arXiv 2109.09142, Figs. 2–6) on Adult-2.
+"""Reproduce the experiments of DWFL (Chen et al., arXiv 2109.09142, Figs. 2–6) on Adult-2, or with a
+CNN on images (``--task cnn``).
 
-Every run is ``experiments/dwfl/base.toml`` (the paper's defaults: P = 60 dBm, ε = 0.5 per round,
+Every run is the task's base file (``base.toml``: logistic regression on Adult-2; ``base-cnn.toml``:
+the small CNN of testbed.torch_models on the 8×8 digits, or on CIFAR-10 with its CNN where the
+CIFAR-10 files are on this machine; the paper's defaults either way: P = 60 dBm, ε = 0.5 per round,
 over-the-air decentralised) with the overrides of one figure's curve, run through the testbed's sim
-runner for several seeds. The script writes one PNG per figure and ``REPORT.md`` (each claim of the
-paper quoted, and whether these runs show it, with numbers) into this folder; the runs themselves go
-to ``runs/dwfl-reproduce/`` (not committed).
+runner for several seeds. The script writes one PNG per figure and ``REPORT.md`` (``REPORT-cnn.md``,
+``figN-cnn.png`` for the CNN; each claim of the paper quoted, and whether these runs show it, with
+numbers) into this folder; the runs themselves go to ``runs/dwfl-reproduce[-cnn]/`` (not committed); a finished run found there is kept, so a rerun
+after an interruption (or after a change to the report) only runs what is missing.
 
 The paper gives no numbers (dwfl.md §6): a claim is "shown" when the final training loss (mean of
 the last 10 rounds, mean over seeds) moves the claimed way by more than 2 %.
 
-Run: ``.venv/bin/python experiments/dwfl/reproduce.py [--seeds 3] [--rounds 100] [--jobs 2]``
-(Adult from data.path, $TESTBED_DATA, or /work/shared/datasets/adult when present).
+Run: ``.venv/bin/python experiments/dwfl/reproduce.py [--task adult|cnn] [--seeds 3] [--rounds 100] [--jobs 2]``
+(Adult from data.path, $TESTBED_DATA, or /work/shared/datasets/adult when present; CIFAR-10 from
+$TESTBED_DATA or the cache, never downloaded by this script).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -28,8 +34,16 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO))
 
-BASE = HERE / "base.toml"
-OUT = REPO / "runs" / "dwfl-reproduce"
+#: task → (base file, suffix of the outputs, what the runs train on, for the report)
+TASKS = {
+    "adult": (HERE / "base.toml", "", "logistic regression on Adult-2 (i.i.d. split over N nodes)"),
+    "cnn": (HERE / "base-cnn.toml", "-cnn", "the small CNN of `testbed.torch_models` (1,370 parameters) on the "
+            "8×8 digits scikit-learn ships (i.i.d. split, 59 images per node)"),
+}
+#: The CIFAR-10 variant of the CNN task: its data and network, the paper's own set-up.
+CIFAR = (["data.dataset='cifar10'", "data.samples_per_node=1000", "model.network='cifar10_cnn'"],
+         "the small CNN of PyTorch's CIFAR-10 tutorial (62,006 parameters) on CIFAR-10 (i.i.d. split, "
+         "1,000 images per node), as the paper")
 SHARED_ADULT = REPO.parent / "shared" / "datasets" / "adult"
 TOL = 0.02  # relative change in final loss that counts as a difference
 P_DBM = (20, 40, 60, 80)
@@ -44,8 +58,8 @@ READINGS = {
 }
 
 
-def sweeps() -> dict[str, list[tuple[str, str, list[str]]]]:
-    """figure → [(panel, curve, overrides)]."""
+def sweeps(eps_scale: float = 1.0) -> dict[str, list[tuple[str, str, list[str]]]]:
+    """figure → [(panel, curve, overrides)]; every ε run is the paper's (the curve's name) × ``eps_scale``."""
     figs: dict[str, list] = {"fig2": [], "fig3": [], "fig4": [], "fig5": [], "fig6": []}
     for reading, ov in READINGS.items():
         for n in (10, 30):
@@ -53,36 +67,40 @@ def sweeps() -> dict[str, list[tuple[str, str, list[str]]]]:
                 figs["fig2"].append((f"{reading}, N={n}", f"P={p} dBm", ov + [f"data.num_nodes={n}", f"dwfl.power_dbm={p}"]))
     for eps in (0.1, 0.5):
         for n in (15, 20, 25, 30):
-            figs["fig3"].append((f"eps={eps}", f"N={n}", [f"data.num_nodes={n}", f"dwfl.epsilon={eps}"]))
+            figs["fig3"].append((f"eps={eps}", f"N={n}", [f"data.num_nodes={n}", f"dwfl.epsilon={eps * eps_scale}"]))
     for n in (10, 30):
         for eps in (0.1, 0.25, 0.5, 1.0):
-            figs["fig4"].append((f"N={n}", f"eps={eps}", [f"data.num_nodes={n}", f"dwfl.epsilon={eps}"]))
+            figs["fig4"].append((f"N={n}", f"eps={eps}", [f"data.num_nodes={n}", f"dwfl.epsilon={eps * eps_scale}"]))
         for eps in (0.1, 0.5):
             for scheme in ("ota_d2d", "orthogonal_d2d"):
                 figs["fig5"].append((f"N={n}", f"{scheme}, eps={eps}",
-                                     [f"data.num_nodes={n}", f"dwfl.epsilon={eps}", f"dwfl.scheme='{scheme}'"]))
+                                     [f"data.num_nodes={n}", f"dwfl.epsilon={eps * eps_scale}", f"dwfl.scheme='{scheme}'"]))
         for scheme in ("ota_d2d", "ota_central"):
             figs["fig6"].append((f"N={n}", scheme, [f"data.num_nodes={n}", f"dwfl.scheme='{scheme}'"]))
     return figs
 
 
-def run_one(job: tuple[str, str, str, list[str], int, int]) -> dict:
+def run_one(job: tuple[str, str, str, list[str], int, int, str, str]) -> dict:
     """One run (in a worker process): its loss curve, accuracy and privacy settings."""
     from testbed.config import load_config
     from testbed.results import read_metrics
     from testbed.runner import run_experiment
+    from testbed.sweep import is_finished
 
-    fig, panel, curve, overrides, seed, rounds = job
+    fig, panel, curve, overrides, seed, rounds, base, out_root = job
     slug = "".join(ch if ch.isalnum() else "-" for ch in f"{panel}-{curve}").strip("-")
-    cfg = load_config(BASE, overrides + [f"run.seed={seed}", f"dwfl.rounds={rounds}"])
-    out = OUT / fig / f"{slug}-s{seed}"
-    if out.exists():
-        import shutil
+    cfg = load_config(base, overrides + [f"run.seed={seed}", f"dwfl.rounds={rounds}"])
+    out = Path(out_root) / fig / f"{slug}-s{seed}"
+    if is_finished(out):  # kept from an earlier invocation: a rerun only redraws and rewrites
+        summary = json.loads((out / "summary.json").read_text())
+    else:
+        if out.exists():
+            import shutil
 
-        shutil.rmtree(out)
-    result = run_experiment(cfg, out_dir=out, quiet=True)
-    rows = read_metrics(result.run_dir)
-    st = result.summary["algorithm_settings"]
+            shutil.rmtree(out)
+        summary = run_experiment(cfg, out_dir=out, quiet=True).summary
+    rows = read_metrics(out)
+    st = summary["algorithm_settings"]
     return {"fig": fig, "panel": panel, "curve": curve, "seed": seed,
             "loss": [r["train_loss"] for r in rows], "acc": [r["test_accuracy"] for r in rows],
             "sigma2": st["sigma2"], "eps_round": st["epsilon_round_max"], "eps_T": st["epsilon_composed_rdp"],
@@ -105,7 +123,7 @@ def collect(results: list[dict]) -> dict:
     return out
 
 
-def plot(fig: str, title: str, agg: dict) -> Path:
+def plot(fig: str, title: str, agg: dict, suffix: str) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -129,7 +147,7 @@ def plot(fig: str, title: str, agg: dict) -> Path:
         ax.axis("off")
     figure.suptitle(title, fontsize=10)
     figure.tight_layout()
-    path = HERE / f"{fig}.png"
+    path = HERE / f"{fig}{suffix}.png"
     figure.savefig(path, dpi=72)
     plt.close(figure)
     return path
@@ -155,23 +173,31 @@ def _table(agg: dict, fig: str, panel: str, curves: list[str]) -> list[str]:
     return lines
 
 
-def report(agg: dict, seeds: int, rounds: int, wall_s: float) -> str:
+def report(agg: dict, seeds: int, rounds: int, wall_s: float, task: str, trains_on: str, suffix: str,
+           eps_scale: float = 1.0) -> str:
     L = lambda fig, panel, curve: agg[(fig, panel, curve)]["final"]  # noqa: E731
+    base = TASKS[task][0]
+    other = ("The same figures with a CNN on images: `REPORT-cnn.md`." if task == "adult" else
+             "The same figures with logistic regression on Adult-2: `REPORT.md`; with every ε × 10: "
+             "`REPORT-cnn-eps10x.md`. Test accuracy of the untrained CNN, and of a constant guess on the digits' "
+             "10 balanced classes, is about 0.1.")
     md = [
-        "# DWFL reproduction on Adult-2 (generated by `experiments/dwfl/reproduce.py`)",
+        f"# DWFL reproduction, {trains_on.split(' (')[0]} (generated by `experiments/dwfl/reproduce.py"
+        f"{' --task cnn' if task == 'cnn' else ''}{f' --epsilon-scale {eps_scale:g}' if eps_scale != 1 else ''}`)",
         "",
         "Paper: Chen, Yu, Zou, Yu, Cheng, *Decentralized Wireless Federated Learning with Differential Privacy*,",
         "arXiv 2109.09142 (extraction: `shared/papers/dwfl.md`). The paper trains a CNN on CIFAR-10 and prints",
-        "no numbers, only curves (dwfl.md §6); here: logistic regression on Adult-2 (i.i.d. split over N nodes),",
+        f"no numbers, only curves (dwfl.md §6); here: {trains_on},",
         f"{rounds} rounds, {seeds} seeds per curve, Rayleigh fading drawn once, σ_m² = 1 W, δ = 1e-5, γ = 0.5,",
-        "η = 0.5, g_max = 1, batch 32 (`base.toml`). The metric is the training loss of the average model x̄",
+        f"η = 0.5, g_max = 1, batch 32 (`{base.name}`). The metric is the training loss of the average model x̄",
         "(mean of the last 10 rounds, mean over seeds): \"convergence rate\" in the paper. A claim is **yes**",
         f"when the claimed-better curve ends more than {TOL:.0%} lower, **opposite** when more than {TOL:.0%} higher.",
         "ε is the paper's per-round ε (eq. 11) at the worst receiver; \"ε over T\" composes the rounds with",
         "dp-accounting (RDP), which the paper does not do. c²/σ_m² is the received model SNR (eq. 4).",
-        f"Whole set: {wall_s / 60:.1f} min on this machine.",
+        f"Whole set: {wall_s / 60:.1f} min on this machine. {other}",
         "",
     ]
+    header = len(md)
     # Fig. 2
     md += ["## Fig. 2: transmit power P", "",
            "> \"stronger transmitting power leads to more rapid convergence, it is reasonable since greater power",
@@ -226,7 +252,8 @@ def report(agg: dict, seeds: int, rounds: int, wall_s: float) -> str:
     start = agg[("fig5", "N=10", "orthogonal_d2d, eps=0.1")]["loss"][0]
     end = L("fig5", "N=10", "orthogonal_d2d, eps=0.1")
     md += [f"Orthogonal, ε = 0.1, N = 10: loss {start:.3f} after round 1, {end:.3f} at the end "
-           f"({'does not converge' if end >= start else 'decreases'}; ln 2 = 0.693 is the untrained model's loss).", "",
+           f"({'does not converge' if end >= start else 'decreases'}; "
+           f"{'ln 2 = 0.693' if task == 'adult' else 'ln 10 = 2.303'} is the untrained model's loss).", "",
            "Mechanism (dwfl.md §6.3): each orthogonal link must carry the whole ε-calibrated noise, which",
            "over the air is shared by the N−1 superposed senders; for the same ε the disagreement noise is",
            "about (N−1)× larger.", ""]
@@ -243,8 +270,19 @@ def report(agg: dict, seeds: int, rounds: int, wall_s: float) -> str:
            "while in DWFL the artificial noise sums to zero over the nodes (the zero-sum structure behind",
            "eq. 9), so x̄ only sees channel noise. The paper's explanation (more frequent exchanges) is not",
            "what drives it in our runs: both schemes exchange once per round.", "",
-           "## Figures", "", *[f"- `{f}.png`" for f in ("fig2", "fig3", "fig4", "fig5", "fig6")], ""]
-    return "\n".join(md)
+           "## Figures", "", *[f"- `{f}{suffix}.png`" for f in ("fig2", "fig3", "fig4", "fig5", "fig6")], ""]
+    return "\n".join(md[:header] + _summary(md[header:]) + md[header:])
+
+
+def _summary(body: list[str]) -> list[str]:
+    """Every verdict line of the report's body under its figure, as a list to read first."""
+    lines, figure = ["## Summary of the verdicts", ""], ""
+    for line in body:
+        if line.startswith("## "):
+            figure = line[3:].split(":")[0]
+        elif line.startswith("**") and "? **" in line:
+            lines.append(f"- {figure}, {line}")
+    return lines + [""]
 
 
 def main(argv=None) -> int:
@@ -252,12 +290,31 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=100)
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--task", choices=sorted(TASKS), default="adult")
+    ap.add_argument("--epsilon-scale", type=float, default=1.0,
+                    help="run every ε of the paper times this (outputs get the suffix -epsNx)")
     args = ap.parse_args(argv)
-    if "TESTBED_DATA" not in os.environ and SHARED_ADULT.exists():
+    base, suffix, trains_on = TASKS[args.task]
+    extra: list[str] = []
+    if args.task == "adult" and "TESTBED_DATA" not in os.environ and SHARED_ADULT.exists():
         os.environ["TESTBED_DATA"] = str(SHARED_ADULT)
+    if args.task == "cnn":
+        from testbed.data.cifar10 import present
+
+        if present():
+            extra, trains_on = list(CIFAR[0]), CIFAR[1]
+        print(f"training {trains_on}", flush=True)
+        # two worker processes on two cores: torch's own threads would oversubscribe them
+        os.environ.setdefault("TESTBED_TORCH_THREADS", str(max(1, (os.cpu_count() or 1) // args.jobs)))
+    if args.epsilon_scale != 1.0:
+        suffix += f"-eps{args.epsilon_scale:g}x"
+        trains_on += f"; every ε is the paper's × {args.epsilon_scale:g} (curve names give the paper's)"
+        extra.append(f"dwfl.epsilon={0.5 * args.epsilon_scale}")  # base.toml's ε = 0.5, scaled
+    # the CIFAR-10 runs apart from the digits' (a finished run found in the folder is kept)
+    out_root = str(REPO / "runs" / f"dwfl-reproduce{suffix}{'-cifar10' if extra[:1] == CIFAR[0][:1] else ''}")
     start = time.monotonic()
-    jobs = [(fig, panel, curve, ov, seed, args.rounds)
-            for fig, items in sweeps().items() for panel, curve, ov in items for seed in range(args.seeds)]
+    jobs = [(fig, panel, curve, extra + ov, seed, args.rounds, str(base), out_root)
+            for fig, items in sweeps(args.epsilon_scale).items() for panel, curve, ov in items for seed in range(args.seeds)]
     print(f"{len(jobs)} runs on {args.jobs} processes", flush=True)
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         results = []
@@ -270,11 +327,14 @@ def main(argv=None) -> int:
               "fig4": "Fig. 4: privacy budget ε per round", "fig5": "Fig. 5: over the air vs orthogonal",
               "fig6": "Fig. 6: centralised (PS) vs decentralised"}
     for fig, title in titles.items():
-        path = plot(fig, title, agg)
+        path = plot(fig, title, agg, suffix)
         print(f"wrote {path.relative_to(REPO)} ({path.stat().st_size // 1024} KB)")
-    wall = time.monotonic() - start
-    (HERE / "REPORT.md").write_text(report(agg, args.seeds, args.rounds, wall))
-    print(f"wrote experiments/dwfl/REPORT.md; {len(jobs)} runs in {wall:.0f} s")
+    spent = Path(out_root) / "wall_s.txt"  # summed over the invocations that ran into the runs' folder
+    wall = time.monotonic() - start + (float(spent.read_text()) if spent.exists() else 0.0)
+    spent.write_text(f"{wall:.1f}")
+    (HERE / f"REPORT{suffix}.md").write_text(report(agg, args.seeds, args.rounds, wall, args.task, trains_on, suffix,
+                                                             args.epsilon_scale))
+    print(f"wrote experiments/dwfl/REPORT{suffix}.md; {len(jobs)} runs in {wall:.0f} s")
     return 0
 
 

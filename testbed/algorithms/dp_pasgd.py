@@ -221,10 +221,11 @@ class DpPasgd:
         if self.sampling == "poisson":
             # Normalised by the expected batch X: one record moves the mean by at most G/X.
             return GaussianEvent(node, round_index, self.sigma, self.lipschitz / self.batch, self.tau,
-                                 adjacency="add_remove", sampling="poisson", sampling_rate=rate, observer="server")
+                                 adjacency="add_remove", sampling="poisson", sampling_rate=rate, observer="server",
+                                 clip_norm=self.clip_norm or 0.0)
         return GaussianEvent(node, round_index, self.sigma, self.sensitivity, self.tau,
                              adjacency="replace_one", sampling="without_replacement", sampling_rate=rate,
-                             observer="server")
+                             observer="server", clip_norm=self.clip_norm or 0.0)
 
     def init_state(self, params0: np.ndarray) -> State:
         """The state is the global model θ, shape (P,); every node starts from θ⁰."""
@@ -367,8 +368,9 @@ def check(config: "Config") -> None:
         if a.clip or a.sampling != "uniform":
             raise ConfigError("nodes.mcu", "a microcontroller board runs uniform batches without clipping")
     private = a.epsilon is not None or (a.sigma or 0) > 0
-    if config.model.kind == "mlp" and private and not a.clip:
-        raise ConfigError("dp_pasgd.clip", "the MLP has no per-sample gradient bound; a private run must clip")
+    if config.model.kind in ("mlp", "torch") and private and not a.clip:
+        raise ConfigError("dp_pasgd.clip", f"the {config.model.kind} model has no per-sample gradient bound; "
+                                           "a private run must clip (dp_pasgd.clip = true, dp_pasgd.lipschitz = C)")
 
 
 def _plan(config: "Config", model: Model, data: Any) -> tuple["Config", dict | None]:

@@ -348,7 +348,7 @@ class Padpfl:
                                CommunicationEvent(node, ctx.round_index, bytes_up=size, bytes_down=size)]
         if due and self.private:
             events.append(GaussianEvent(node, ctx.round_index, self.sigma_client, self.upload_sensitivity(node), 1,
-                                        observer="server"))
+                                        observer="server", clip_norm=self.clip))
         if due and self.impact == "quality_score":
             events.append(GaussianEvent(node, ctx.round_index, self.score_sigma, self.score_sensitivity(node), 1,
                                         observer="server"))
@@ -491,7 +491,7 @@ class Padpfl:
             model += sigma_s * stream(ctx.seed, GLOBAL, ctx.round_index, Purpose.NOISE).standard_normal(model.shape[0])
             sigma_b = dp.broadcast_sigma(p, self.sigma_client, sigma_s)
             events = [GaussianEvent(int(n), ctx.round_index, sigma_b, float(p[n]) * self.upload_sensitivity(int(n)), 1,
-                                    observer="public", issuer="server") for n in heard]
+                                    observer="public", issuer="server", clip_norm=self.clip) for n in heard]
         return ServerResult({"model": model, **history}, events)
 
     # ----------------------------------------------------------------------------- report

@@ -21,9 +21,12 @@ from testbed.data.split import SCALINGS, check_scaling
 from testbed.errors import DataError
 
 #: Valid dataset names.
-DATASETS = ("synthetic", "adult-1", "adult-2", "vehicle-1", "vehicle-2", "regression", "mnist", "digits")
+DATASETS = ("synthetic", "adult-1", "adult-2", "vehicle-1", "vehicle-2", "regression", "mnist", "digits", "cifar10")
 
-__all__ = ["DATASETS", "SCALINGS", "FederatedData", "Split", "load_dataset"]
+#: Features of a flat row of the image sets (channels × height × width), known before loading.
+IMAGE_FEATURES = {"mnist": 784, "digits": 64, "cifar10": 3072}
+
+__all__ = ["DATASETS", "IMAGE_FEATURES", "SCALINGS", "FederatedData", "Split", "load_dataset"]
 
 
 def _loader(name: str) -> Callable[..., FederatedData]:
@@ -40,7 +43,7 @@ def _loader(name: str) -> Callable[..., FederatedData]:
         from testbed.data.adult import load_adult
 
         return functools.partial(load_adult, name)
-    if name in ("mnist", "digits"):
+    if name in IMAGE_FEATURES:
         from testbed.data.images import load_images
 
         return functools.partial(load_images, name)
@@ -75,7 +78,7 @@ def load_dataset(name: str, *, seed: int, path: str | None = None, scaling: str 
         :func:`testbed.data.vehicle.load_vehicle` (num_nodes, nodes) or
         :func:`testbed.data.regression.make_regression` (num_nodes, samples_per_node, dim, outputs, nodes) or
         :func:`testbed.data.images.load_images` (num_nodes, samples_per_node, parts, part_samples,
-        part_noise, nodes). ``nodes``: only these node
+        part_noise, partition, alpha, nodes). ``nodes``: only these node
         ids, e.g. a board's own (identical to selecting them from the whole federation under
         "per_node" and "public_bound").
 

@@ -1,6 +1,7 @@
-"""Digit images for PADPFL's scenarios (adaptive-dp.md §5): MNIST from its IDX files, or the 8×8
-digits scikit-learn ships (1,797 images) where MNIST is not on the machine; partitioned into parts
-of clients with per-part sample counts and salt-and-pepper noise (Table I).
+"""Image sets: digits for PADPFL's scenarios (adaptive-dp.md §5), MNIST from its IDX files, or the
+8×8 digits scikit-learn ships (1,797 images) where MNIST is not on the machine, and CIFAR-10
+(testbed.data.cifar10) for the deep models; partitioned into parts of clients with per-part sample
+counts and salt-and-pepper noise (Table I), i.i.d. or label-skewed (testbed.data.partition).
 
 - MNIST (``"mnist"``): ``train-images-idx3-ubyte[.gz]``, ``train-labels-idx1-ubyte[.gz]``,
   ``t10k-images-idx3-ubyte[.gz]``, ``t10k-labels-idx1-ubyte[.gz]`` from ``data.path``,
@@ -10,9 +11,9 @@ of clients with per-part sample counts and salt-and-pepper noise (Table I).
 - digits (``"digits"``): ``sklearn/datasets/data/digits.csv.gz`` of an installed scikit-learn
   (``pip install 'testbed[digits]'``), read without importing scikit-learn, sha256 checked.
 
-Pixels are scaled to [0, 1], rows flattened (784 or 64 features). Every client draws its samples
-without replacement from one shuffle of the pool (``stream(seed, GLOBAL, -1, DATA)``; clients never
-share an image) and splits them 80/10/10. Salt-and-pepper noise of density d replaces each pixel of
+Pixels are scaled to [0, 1], rows flattened (784, 64 or 3,072 features, channel-major). Every
+client draws its samples without replacement from the pool (testbed.data.partition: i.i.d. from one
+shuffle, or Dirichlet label skew; clients never share an image) and splits them 80/10/10. Salt-and-pepper noise of density d replaces each pixel of
 a client's *training* rows, with probability d, by 0 or 1 (even odds), from the client's own
 stream, so a board corrupts its rows as the simulation does; test and validation rows stay clean.
 Named densities: ``severe`` 0.5, ``moderate`` 0.3, ``slight`` 0.1, ``none`` 0 (the paper gives
@@ -41,9 +42,10 @@ import numpy as np
 
 from testbed.data.cache import DataFile, resolve
 from testbed.data.federated import FederatedData
+from testbed.data.partition import partition_rows
 from testbed.data.split import SplitWriter, check_scaling
 from testbed.errors import DataError
-from testbed.rng import GLOBAL, Purpose, stream
+from testbed.rng import Purpose, stream
 
 #: Salt-and-pepper densities of Table I's words (not given by the paper: our choice).
 NOISE_DENSITIES = {"severe": 0.5, "moderate": 0.3, "slight": 0.1, "none": 0.0}
@@ -110,8 +112,12 @@ def _mnist_file(stem: str, path: str | None) -> bytes:
 
 
 @functools.lru_cache(maxsize=2)
-def _pool(name: str, path: str | None) -> tuple[np.ndarray, np.ndarray]:
-    """(images (n, d) float64 in [0, 1], labels (n,) int64) of the whole pool."""
+def _pool(name: str, path: str | None) -> tuple[np.ndarray, np.ndarray, float]:
+    """(images (n, d) uint8, labels (n,) int64, the largest pixel value) of the whole pool."""
+    if name == "cifar10":
+        from testbed.data.cifar10 import read_pool
+
+        return (*read_pool(path), 255.0)
     if name == "digits":
         spec = importlib.util.find_spec("sklearn")
         if spec is None or not spec.submodule_search_locations:
@@ -122,40 +128,41 @@ def _pool(name: str, path: str | None) -> tuple[np.ndarray, np.ndarray]:
         if hashlib.sha256(text).hexdigest() != _DIGITS_SHA256:
             raise DataError(f"{file}: not the digits data set scikit-learn ships (sha256 differs)")
         table = np.loadtxt(io.BytesIO(text), delimiter=",")
-        return table[:, :-1] / 16.0, table[:, -1].astype(np.int64)
+        return table[:, :-1].astype(np.uint8), table[:, -1].astype(np.int64), 16.0
     images = [read_idx(_mnist_file(f"{s}-images-idx3-ubyte", path), n, (28, 28), s) for s, n in
               (("train", 60000), ("t10k", 10000))]
     labels = [read_idx(_mnist_file(f"{s}-labels-idx1-ubyte", path), n, None, s) for s, n in
               (("train", 60000), ("t10k", 10000))]
-    x = np.concatenate([i.reshape(len(i), -1) for i in images]).astype(np.float64) / 255.0
-    return x, np.concatenate(labels).astype(np.int64)
+    x = np.concatenate([i.reshape(len(i), -1) for i in images])
+    return x, np.concatenate(labels).astype(np.int64), 255.0
 
 
 def load_images(name: str, *, seed: int, path: str | None = None, scaling: str = "public_bound",
                 num_nodes: int = 60, samples_per_node: int = 188, parts: Sequence[int] | None = None,
                 part_samples: Sequence[int] | None = None, part_noise: Sequence[str | float] | None = None,
-                nodes: Sequence[int] | None = None) -> FederatedData:
+                partition: str = "iid", alpha: float = 0.5, nodes: Sequence[int] | None = None) -> FederatedData:
     """Digit images over ``num_nodes`` clients, in parts (consecutive node ids).
 
     Input
     -----
-    name : "mnist" or "digits".
+    name : "mnist", "digits" or "cifar10".
     seed : the run's seed (the pool's shuffle, each client's split and noise).
-    path : MNIST's folder or file (data.path); unused for digits.
+    path : MNIST's or CIFAR-10's folder or file (data.path); unused for digits.
     scaling : checked; rows are divided by sqrt(d) whichever it is (module docstring).
     num_nodes : N. samples_per_node : samples of a client before its 80/10/10 split (188: 150
         training samples, the paper's m_i of scenario 1), when ``part_samples`` is not given.
     parts : (K,) clients per part, Σ = N; default one part of N.
     part_samples : (K,) samples of each client of part k (before the split).
     part_noise : (K,) salt-and-pepper density of part k's training rows (a name or a number).
+    partition : "iid" or "dirichlet" (label skew, concentration ``alpha``): testbed.data.partition.
     nodes : only these node ids (a board's own); the same rows as the whole federation's.
 
     Output
     ------
-    data : FederatedData, d = 784 (MNIST) or 64 (digits), 10 classes, node names "part-k".
+    data : FederatedData, d = 784 (MNIST), 64 (digits) or 3072 (CIFAR-10), 10 classes, node names "part-k".
     """
     check_scaling(scaling)
-    if name not in ("mnist", "digits"):
+    if name not in ("mnist", "digits", "cifar10"):
         raise DataError(f"unknown image set {name!r}")
     parts = [num_nodes] if parts is None else [int(n) for n in parts]
     if sum(parts) != num_nodes or min(parts) < 1:
@@ -164,13 +171,12 @@ def load_images(name: str, *, seed: int, path: str | None = None, scaling: str =
     noise = [0.0] * len(parts) if part_noise is None else [density(v) for v in part_noise]
     if len(per_part) != len(parts) or len(noise) != len(parts):
         raise DataError(f"{name}: {len(parts)} parts, {len(per_part)} sample counts, {len(noise)} noise levels")
-    x_pool, y_pool = _pool(name, None if path is None else str(path))
+    x_pool, y_pool, top = _pool(name, None if path is None else str(path))
     sizes = np.repeat(per_part, parts)
     if sizes.sum() > len(y_pool):
         raise DataError(f"{name}: the clients need {int(sizes.sum())} images, the data set has {len(y_pool)}; "
                         "give fewer samples per client (part_samples or samples_per_node)")
-    order = stream(seed, GLOBAL, -1, Purpose.DATA).permutation(len(y_pool))[: int(sizes.sum())]
-    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    rows_of = partition_rows(y_pool, sizes, partition, alpha=alpha, seed=seed)
     node_ids = list(range(num_nodes)) if nodes is None else [int(m) for m in nodes]
     outside = [m for m in node_ids if not 0 <= m < num_nodes]
     if outside:
@@ -178,8 +184,8 @@ def load_images(name: str, *, seed: int, path: str | None = None, scaling: str =
     part_of = np.repeat(np.arange(len(parts)), parts)
     writer = SplitWriter(sizes[node_ids], dim=x_pool.shape[1], seed=seed, node_ids=node_ids)
     for i, m in enumerate(node_ids):
-        rows = order[offsets[m]: offsets[m + 1]]
-        writer.write(i, x_pool[rows], y_pool[rows])
+        rows = rows_of[m]
+        writer.write(i, x_pool[rows] / top, y_pool[rows])
     data = writer.finish(n_classes=10, name=name, node_names=[f"part-{part_of[m] + 1}" for m in node_ids])
     train = data.train
     for i, m in enumerate(node_ids):  # each client corrupts its own training rows, from its own stream
