@@ -13,6 +13,7 @@ each round, as the testbed evaluates it. The nodes' data goes once into Ray's ob
 
 from __future__ import annotations
 
+import logging
 import os
 import statistics
 import sys
@@ -27,22 +28,29 @@ from j1 import TESTBED, timed  # noqa: E402
 
 def run_flower(make_client: Callable[[int, dict[str, np.ndarray]], Any], num_nodes: int, rounds: int,
                initial: list[np.ndarray], evaluate: Callable[[int, list[np.ndarray]], tuple[float, dict]],
-               shared: dict[str, np.ndarray]) -> None:
+               shared: dict[str, np.ndarray]) -> tuple[float, dict]:
     """Run ``rounds`` rounds of FedAvg over ``num_nodes`` Flower clients in Flower's simulation.
 
     make_client(node, shared) -> flwr NumPyClient: node in [0, num_nodes), shared the arrays of
     ``shared`` (read-only views of Ray's object store). initial: the global model's arrays. evaluate:
     Flower's centralised ``evaluate_fn`` (round, arrays) -> (loss, metrics), on the server each round.
+    Returns the last round's evaluation.
     """
     import ray
     from flwr.client import ClientApp
     from flwr.common import Context, ndarrays_to_parameters
     from flwr.server import ServerApp, ServerAppComponents, ServerConfig
     from flwr.server.strategy import FedAvg
+    from flwr.common.logger import FLOWER_LOGGER
     from flwr.simulation import run_simulation
 
-    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    FLOWER_LOGGER.setLevel(logging.WARNING)  # not a line per round on the benchmark's terminal
+
+    # As Flower's own ray.init: the actors import the benchmarks' modules from the driver's sys.path.
+    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False, logging_level="ERROR",
+             runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(sys.path)}})
     refs = {name: ray.put(array) for name, array in shared.items()}
+    evaluated: list[tuple[float, dict]] = []  # the ServerApp runs in this process
 
     def client_fn(context: Context) -> Any:
         arrays = {name: ray.get(ref) for name, ref in refs.items()}
@@ -52,11 +60,14 @@ def run_flower(make_client: Callable[[int, dict[str, np.ndarray]], Any], num_nod
         strategy = FedAvg(fraction_fit=1.0, fraction_evaluate=0.0, min_fit_clients=num_nodes,
                           min_available_clients=num_nodes, initial_parameters=ndarrays_to_parameters(initial),
                           on_fit_config_fn=lambda r: {"round": r},
-                          evaluate_fn=lambda r, arrays, _config: evaluate(r, arrays))
+                          evaluate_fn=lambda r, arrays, _config: evaluated.append(evaluate(r, arrays)) or evaluated[-1])
         return ServerAppComponents(strategy=strategy, config=ServerConfig(num_rounds=rounds))
 
     run_simulation(server_app=ServerApp(server_fn=server_fn), client_app=ClientApp(client_fn=client_fn),
                    num_supernodes=num_nodes, backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0}})
+    if len(evaluated) != rounds + 1:  # round 0 (the initial model) and every round
+        raise SystemExit(f"Flower's simulation evaluated {len(evaluated)} times, not {rounds + 1}")
+    return evaluated[-1]
 
 
 def testbed_run(job: Path, out: str, *sets: str, mode: str | None = None) -> list[str]:
@@ -67,12 +78,13 @@ def testbed_run(job: Path, out: str, *sets: str, mode: str | None = None) -> lis
     return cmd
 
 
-def median_wall(cmds: dict[str, list[str]], repeats: int) -> dict[str, list[float]]:
-    """Wall seconds of each command, ``repeats`` times, interleaved so a busy machine slows all alike."""
+def median_wall(cmds: dict[str, Callable[[int], list[str]]], repeats: int) -> dict[str, list[float]]:
+    """Wall seconds of each command (cmds: name → the command of repeat i), ``repeats`` times,
+    interleaved so that a busy machine slows all alike."""
     runs: dict[str, list[float]] = {name: [] for name in cmds}
-    for _ in range(repeats):
+    for i in range(repeats):
         for name, cmd in cmds.items():
-            runs[name].append(timed(cmd)[0])
+            runs[name].append(timed(cmd(i))[0])
     return runs
 
 

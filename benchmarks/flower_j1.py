@@ -63,8 +63,9 @@ def flower_job(nodes: int, rounds: int) -> None:
         loss, acc = evaluate(arrays[0], x_train, y_train, x_test, y_test)
         return loss, {"accuracy": acc}
 
-    run_flower(dp_pasgd_client, nodes, rounds, [np.zeros((DIM + 1, 2))], server_evaluate,
-               {"x_train": x_train, "y_train": y_train})
+    loss, metrics = run_flower(dp_pasgd_client, nodes, rounds, [np.zeros((DIM + 1, 2))], server_evaluate,
+                   {"x_train": x_train, "y_train": y_train})
+    print(f"flower: final train loss {loss:.4f}, test accuracy {metrics['accuracy']:.4f}")
 
 
 def main() -> None:
@@ -84,9 +85,10 @@ def main() -> None:
             sets = [f"data.num_nodes={nodes}", f"dp_pasgd.steps={TAU * rounds}"]
             hosts = [f"mqtt.hosts={1 if nodes <= 100 else 2}", "mqtt.connect_timeout_s=300"]
             runs = median_wall({
-                "testbed sim": testbed_run(HERE / "j1.toml", f"{tmp}/sim", *sets, mode="sim"),
-                "testbed mqtt": testbed_run(HERE / "j1.toml", f"{tmp}/mqtt", *sets, *hosts, mode="mqtt"),
-                "flower": [sys.executable, __file__, "--flower", str(nodes), str(rounds)],
+                "testbed sim": lambda i: testbed_run(HERE / "j1.toml", f"{tmp}/sim-{nodes}-{i}", *sets, mode="sim"),
+                "testbed mqtt": lambda i: testbed_run(HERE / "j1.toml", f"{tmp}/mqtt-{nodes}-{i}", *sets, *hosts,
+                                                      mode="mqtt"),
+                "flower": lambda i: [sys.executable, __file__, "--flower", str(nodes), str(rounds)],
             }, args.repeats)
             print_ratios(f"J1 {nodes} nodes x {rounds} rounds:", runs, "flower", targets)
 
