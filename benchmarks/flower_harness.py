@@ -40,8 +40,8 @@ def run_flower(make_client: Callable[[int, dict[str, np.ndarray]], Any], num_nod
     from flwr.client import ClientApp
     from flwr.common import Context, ndarrays_to_parameters
     from flwr.server import ServerApp, ServerAppComponents, ServerConfig
-    from flwr.server.strategy import FedAvg
     from flwr.common.logger import FLOWER_LOGGER
+    from flwr.server.strategy import FedAvg
     from flwr.simulation import run_simulation
 
     FLOWER_LOGGER.setLevel(logging.WARNING)  # not a line per round on the benchmark's terminal
@@ -56,11 +56,15 @@ def run_flower(make_client: Callable[[int, dict[str, np.ndarray]], Any], num_nod
         arrays = {name: ray.get(ref) for name, ref in refs.items()}
         return make_client(int(context.node_config["partition-id"]), arrays).to_client()
 
+    def server_evaluate(round_index: int, arrays: list[np.ndarray], _config: dict) -> tuple[float, dict]:
+        evaluated.append(evaluate(round_index, arrays))
+        return evaluated[-1]
+
     def server_fn(context: Context) -> ServerAppComponents:
         strategy = FedAvg(fraction_fit=1.0, fraction_evaluate=0.0, min_fit_clients=num_nodes,
                           min_available_clients=num_nodes, initial_parameters=ndarrays_to_parameters(initial),
                           on_fit_config_fn=lambda r: {"round": r},
-                          evaluate_fn=lambda r, arrays, _config: evaluated.append(evaluate(r, arrays)) or evaluated[-1])
+                          evaluate_fn=server_evaluate)
         return ServerAppComponents(strategy=strategy, config=ServerConfig(num_rounds=rounds))
 
     run_simulation(server_app=ServerApp(server_fn=server_fn), client_app=ClientApp(client_fn=client_fn),
