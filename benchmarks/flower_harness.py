@@ -49,7 +49,9 @@ def run_flower(make_client: Callable[[int, dict[str, np.ndarray]], Any], num_nod
     # As Flower's own ray.init: the actors import the benchmarks' modules from the driver's sys.path.
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False, logging_level="ERROR",
              runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(sys.path)}})
-    refs = {name: ray.put(array) for name, array in shared.items()}
+    # Contiguous: Ray hands a C-contiguous array to the actors zero-copy; a strided one (a slice of
+    # the nodes' samples) it would copy into every client (0.2 s at 1,000 nodes).
+    refs = {name: ray.put(np.ascontiguousarray(array)) for name, array in shared.items()}
     evaluated: list[tuple[float, dict]] = []  # the ServerApp runs in this process
 
     def client_fn(context: Context) -> Any:
