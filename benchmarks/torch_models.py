@@ -13,7 +13,7 @@ Images: the 8×8 digits scikit-learn ships (1,797 of them; 100 nodes × 32 need 
 replacement, which changes nothing of the arithmetic), scaled as the loaders scale them. Each figure
 is the median of --repeats runs of the whole job, the three interleaved so that a busy machine
 slows them alike (the loop, Python-bound, suffers most from a loaded machine). Flower's simulation
-of the same job is not measured (Flower is not installed here; an optional comparison left to do).
+of the job, against `testbed run`: benchmarks/flower_cnn.py (the optional extra flower-bench).
 
 Usage: python benchmarks/torch_models.py [--repeats 5] [--nodes 100] [--threads N]
 """
