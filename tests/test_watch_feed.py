@@ -268,3 +268,30 @@ def test_rounds_without_evaluation_have_no_accuracy(tmp_path, small_config_text)
     metrics = json.loads(json.dumps(feed.snapshot()["metrics"], allow_nan=False))
     assert [m["test_accuracy"] is None for m in metrics] == [True, False, True, False, False]
     assert metrics[-1]["test_accuracy"] == pytest.approx(result.summary["final"]["test_accuracy"], rel=1e-12)
+
+
+def test_garbage_in_the_run_files_is_one_line_on_the_page_and_used_for_nothing(finished_run, tmp_path):
+    """A damaged summary is not shown as the run's, a garbage ledger row charges no node, a metrics
+    row that is not numbers plots nothing: each is the page's one-line error."""
+    import shutil
+
+    run_dir = tmp_path / "damaged"
+    shutil.copytree(finished_run.run_dir, run_dir)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    summary["nodes"]["0"]["epsilon"] = 0.0  # under-reported, its sha256 no longer matches
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    feed = RunFeed(run_dir)
+    feed.poll()
+    error = feed.snapshot()["run"]["error"]
+    assert "summary.json: damaged" in error and "\n" not in error
+    assert feed.summary is None
+    before = feed.snapshot()
+    with open(run_dir / "ledger.csv", "a") as f:
+        f.write("privacy,0,3,garbage\r\n")
+    with open(run_dir / "metrics.csv", "a") as f:
+        f.write(",".join(["x"] * len(list(csv.reader(open(run_dir / "metrics.csv")))[0])) + "\r\n")
+    feed.poll()
+    after = feed.snapshot()
+    assert "\n" not in after["run"]["error"] and after["run"]["error"] != error
+    assert after["metrics"] == before["metrics"]
+    assert [n["epsilon"] for n in after["nodes"]] == [n["epsilon"] for n in before["nodes"]]

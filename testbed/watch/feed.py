@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 import os
 import queue
@@ -40,7 +39,7 @@ from testbed.ledger import (
     StraggleEvent,
     parse_rows,
 )
-from testbed.results import METRIC_COLUMNS
+from testbed.results import METRIC_COLUMNS, read_summary
 
 #: Metric columns the page plots.
 PLOTTED = ("round", "train_loss", "test_accuracy", "cost_units", "epsilon", "stragglers", "wall_s")
@@ -280,11 +279,11 @@ class RunFeed:
             return
         if mtime == self._summary_mtime:
             return
-        try:
-            summary = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return  # replaced atomically: a failed read is a file replaced while read; next poll
-        self._summary_mtime, self.summary = mtime, summary
+        self._summary_mtime = mtime
+        try:  # checked as every reader of a run checks it (JSON, its keys, its sha256)
+            self.summary = read_summary(self.run_dir)
+        except UserError as exc:
+            self.error = str(exc)
 
     def _apply_statuses(self) -> None:
         while True:
