@@ -94,11 +94,8 @@ class Board:
                     break
                 if frame.type != m.HELLO:
                     continue
-                try:
-                    info = m.parse_hello(frame.payload)
-                except m.BadPayload as exc:
-                    self.link.errors["bad_payload"] += 1
-                    log.warning("board: %s", exc)
+                info = self._parsed(m.parse_hello, frame.payload)
+                if info is None:
                     continue
                 if info.nonce == nonce:
                     return self._accept(info)
@@ -169,11 +166,8 @@ class Board:
                 raise BoardRefused(code, f"round {task.round_index} ({text})")
             if frame.type != m.UPDATE:
                 continue
-            try:
-                part = m.parse_update(frame.payload)
-            except m.BadPayload as exc:
-                self.link.errors["bad_payload"] += 1
-                log.warning("board: %s", exc)
+            part = self._parsed(m.parse_update, frame.payload)
+            if part is None:
                 continue
             if part.round_index != task.round_index:
                 continue  # a repeat of an earlier round's update
@@ -190,6 +184,16 @@ class Board:
             return BoardResult(update, part.steps, part.cycles, info.counter_hz, info.counter_kind,
                                time.monotonic() - start)
         raise BoardGone(f"no complete update of round {task.round_index} within {self.update_timeout_s:g} s")
+
+    def _parsed(self, parse, payload: bytes):
+        """``parse(payload)``, or None for a payload it refuses (counted and logged: a board's
+        garbage never ends the exchange, it is skipped like a frame of another type)."""
+        try:
+            return parse(payload)
+        except m.BadPayload as exc:
+            self.link.errors["bad_payload"] += 1
+            log.warning("board: %s", exc)
+            return None
 
     def _info(self) -> m.Hello:
         if self.info is None:

@@ -173,8 +173,9 @@ def write_swapping(path: Path, data: bytes | Callable[[BinaryIO], None], sync: b
         write_atomic(path, data, sync=True)
         return
     path = Path(path)
-    if not path.exists() and _tmp_beside(path).exists():
-        os.rename(_tmp_beside(path), path)  # the last kill's complete file, before it is overwritten
+    complete = swap_file(path)
+    if complete != path:  # the last kill's complete file, kept before it is overwritten
+        os.rename(complete, path)
     tmp = _write_beside(path, data, sync=False)
     path.unlink(missing_ok=True)
     os.rename(tmp, path)

@@ -260,9 +260,10 @@ def run_rounds(run: Run, nodes: Nodes, quiet: bool) -> None:
             if evaluated:
                 _evaluate(run)
             eps = max(worst_epsilon(run.budgets.accountant, led.by_observer, run.budgets.delta) for led in run.ledgers)
+            measured = run.metrics if evaluated else dict.fromkeys(run.metrics, "")  # output.eval_every: blanks
             row = {
                 "round": run.rounds_done, "local_steps": max(led.totals.local_steps for led in run.ledgers),
-                **(run.metrics if evaluated else dict.fromkeys(run.metrics, "")), "cost_units": max(led.totals.cost_units for led in run.ledgers), "epsilon": eps,
+                **measured, "cost_units": max(led.totals.cost_units for led in run.ledgers), "epsilon": eps,
                 "bytes_total": max(led.totals.bytes_total for led in run.ledgers),
                 "stragglers": len(outcome.ctx.stragglers), "wall_s": round(time.monotonic() - run.wall_start, 4),
             }
