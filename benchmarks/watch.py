@@ -28,7 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from testbed.budgets import Budgets  # noqa: E402
 from testbed.config import load_config_text  # noqa: E402
-from testbed.ledger import NodeLedger, read_ledger  # noqa: E402
+from testbed.ledger import read_ledger  # noqa: E402
+from testbed.ledger_book import LedgerBook  # noqa: E402
 from testbed.progress import REFRESH_S, Progress  # noqa: E402
 from testbed.results import read_metrics  # noqa: E402
 from testbed.runner import run_experiment  # noqa: E402
@@ -59,8 +60,8 @@ figures = false
 """
 
 
-def progress_cost_s(ledgers: list[NodeLedger], tty: bool, rounds: int = 2000, redraw: bool = False) -> float:
-    """Seconds per Progress.update with every budget set (energy reads all ledgers); with
+def progress_cost_s(book: LedgerBook, tty: bool, rounds: int = 2000, redraw: bool = False) -> float:
+    """Seconds per Progress.update with every budget set (energy reads the book's column); with
     ``redraw``, every update redraws the bar (what the throttle allows at most every REFRESH_S)."""
     if tty:
         master, slave = os.openpty()
@@ -76,7 +77,7 @@ def progress_cost_s(ledgers: list[NodeLedger], tty: bool, rounds: int = 2000, re
     for r in range(1, rounds + 1):
         if redraw:
             progress._last_refresh = 0.0
-        progress.update(r, 0.5, 1.0, row, ledgers)
+        progress.update(r, 0.5, 1.0, row, book)
     elapsed = time.perf_counter() - start
     progress.close()
     stream.close()
@@ -131,13 +132,11 @@ def main() -> None:
         run_experiment(load_config_text(EXPERIMENT.format(nodes=args.nodes)), out_dir=run_dir, quiet=True)
         walls = [m["wall_s"] for m in read_metrics(run_dir)]
         round_s = statistics.median(b - a for a, b in zip(walls, walls[1:]))
-        ledgers = {}
-        for event in read_ledger(run_dir / "ledger.csv"):
-            ledgers.setdefault(event.node, NodeLedger(event.node)).extend([event])
-        ledgers = list(ledgers.values())
-        tty = statistics.median(progress_cost_s(ledgers, tty=True) for _ in range(args.reps))
-        plain = statistics.median(progress_cost_s(ledgers, tty=False) for _ in range(args.reps))
-        redraw = statistics.median(progress_cost_s(ledgers, tty=True, rounds=200, redraw=True) for _ in range(args.reps))
+        book = LedgerBook(range(args.nodes))
+        book.extend(read_ledger(run_dir / "ledger.csv"))
+        tty = statistics.median(progress_cost_s(book, tty=True) for _ in range(args.reps))
+        plain = statistics.median(progress_cost_s(book, tty=False) for _ in range(args.reps))
+        redraw = statistics.median(progress_cost_s(book, tty=True, rounds=200, redraw=True) for _ in range(args.reps))
         print(f"{args.nodes} nodes, floor: median round of the sim run {1e3 * round_s:.2f} ms")
         print(f"progress update on a terminal (rich)  {1e6 * tty:8.1f} us/round  = {100 * tty / round_s:.3f} % of a round")
         print(f"one redraw of the bar (rich; <= {1 / REFRESH_S:.0f}/s)   {1e6 * redraw:8.1f} us        "

@@ -12,13 +12,17 @@ Example::
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Iterable, Sequence
 
-from testbed.ledger import Event, NodeLedger
+import numpy as np
+
+from testbed.ledger import TOTALS_OF, Event, NodeLedger
 from testbed.privacy.accountants import worst_epsilon
 
 if TYPE_CHECKING:
     from testbed.config import BudgetSection, PrivacySection
+    from testbed.ledger import NodeEvents
+    from testbed.ledger_book import BookNodeView, LedgerBook
 
 
 @dataclass(frozen=True)
@@ -65,7 +69,7 @@ class Budgets:
         return any(v is not None for v in (self.epsilon, self.cost_units, self.bytes, self.energy_j,
                                                   self.mi_epsilon))
 
-    def would_exceed(self, ledger: NodeLedger, events: Iterable[Event]) -> Exceeded | None:
+    def would_exceed(self, ledger: "NodeLedger | BookNodeView", events: Iterable[Event]) -> Exceeded | None:
         """The first budget that ``events`` would break if appended to ``ledger``, else None.
 
         Joules are known only once a step ran; planned events without them are forecast to cost
@@ -88,6 +92,48 @@ class Budgets:
             spent = worst_epsilon(self.accountant, tallies, self.delta)
             if spent > self.epsilon * (1 + self._slack):
                 return Exceeded(ledger.node, "epsilon", spent, self.epsilon)
+        return None
+
+
+    def first_exceeded(self, book: "LedgerBook", node_ids: Sequence[int], planned: "NodeEvents | list[list[Event]]"
+                       ) -> Exceeded | None:
+        """:meth:`would_exceed` of each of ``node_ids`` (in order) with its ``planned`` events,
+        the first that breaks a budget, else None: screened for every node at once with the same
+        arithmetic, then said by :meth:`would_exceed` for the first node the screen flags."""
+        if not self.any or not len(node_ids):
+            return None
+        from testbed.ledger import NodeEvents, batches_of
+
+        ids = np.asarray(node_ids, dtype=np.int64)
+        rows = book.rows(ids)
+        batches = planned.batches if isinstance(planned, NodeEvents) else batches_of(e for es in planned for e in es)
+        position = {n: i for i, n in enumerate(ids.tolist())}
+        totals = {name: col[rows].astype(np.float64) for name, col in book.totals.items()}
+        planned_energy_j = np.zeros(len(ids))
+        privacy: list[list[tuple[str, tuple, int]]] = [[] for _ in ids]
+        for batch in batches:
+            at = np.array([position[n] for n in batch.nodes.tolist()], dtype=np.int64)
+            for total, source in TOTALS_OF.get(batch.kind, ()):
+                totals[total][at] += 1 if source is None else batch.value(source)
+            if batch.kind in ("compute", "communication"):
+                planned_energy_j[at] += batch.value("energy_j")
+            if batch.kind == "privacy":
+                for event, positions in batch.groups():
+                    for p in at[positions].tolist():
+                        privacy[p].append((event.observer, event.signature, event.count))
+        energy_j = totals["energy_j"] + np.maximum(0.0, book.max_round_energies_j()[rows] - planned_energy_j)
+        flagged = np.zeros(len(ids), dtype=bool)
+        for value, limit in ((totals["cost_units"], self.cost_units), (totals["bytes_up"] + totals["bytes_down"], self.bytes),
+                             (energy_j, self.energy_j), (totals["mi_epsilon_nats"], self.mi_epsilon)):
+            if limit is not None:
+                flagged |= value > limit * (1 + self._slack)
+        if self.epsilon is not None:
+            flagged |= book.projected_epsilons(self.accountant, self.delta, rows, privacy) > self.epsilon * (1 + self._slack)
+        for i in np.flatnonzero(flagged).tolist():
+            node = int(ids[i])
+            exceeded = self.would_exceed(book.view(node), planned[i])
+            if exceeded is not None:
+                return exceeded
         return None
 
 

@@ -23,7 +23,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator, Mapping, Union
+from typing import Callable, Iterable, Iterator, Mapping, Sequence, Union
 
 import numpy as np
 
@@ -149,6 +149,179 @@ EVENT_TYPES = {cls.kind: cls for cls in (ComputeEvent, CommunicationEvent, Gauss
                                          MutualInfoEvent)}
 
 
+@dataclass(frozen=True)
+class EventBatch:
+    """One event per node for M nodes that differ only in some fields, as columns: what a round's
+    nodes released, charged and logged without M event objects.
+
+    Attributes:
+        template: the event every row is built from (its ``node`` is replaced by each node's).
+        nodes: (M,) int64 node ids, each at most once.
+        columns: field name → (M,) values of the fields that differ by node (e.g. DP-PASGD's
+            sampling rate when the nodes hold different amounts of data).
+
+    Example::
+
+        >>> b = EventBatch(ComputeEvent(0, 3, local_steps=10), np.array([4, 7]),
+        ...                {"cost_units": np.array([1.0, 2.0])})
+        >>> [(e.node, e.cost_units) for e in b.events()]
+        [(4, 1.0), (7, 2.0)]
+    """
+
+    template: Event
+    nodes: np.ndarray
+    columns: Mapping[str, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def kind(self) -> str:
+        return self.template.kind
+
+    @property
+    def round(self) -> int:
+        return self.template.round
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def value(self, name: str) -> object:
+        """The field ``name``: its (M,) column, or the template's value every row shares."""
+        return self.columns[name] if name in self.columns else getattr(self.template, name)
+
+    def events(self) -> list[Event]:
+        names = list(self.columns)
+        cols = [np.asarray(self.columns[n]).tolist() for n in names]
+        return [dataclasses.replace(self.template, node=node, **dict(zip(names, values)))
+                for node, *values in zip(np.asarray(self.nodes).tolist(), *cols)]
+
+    def take(self, positions: np.ndarray) -> "EventBatch":
+        """The rows at ``positions`` (indices or a boolean mask)."""
+        return EventBatch(self.template, self.nodes[positions], {k: v[positions] for k, v in self.columns.items()})
+
+    def map(self, fn: Callable[[Event], Event]) -> "EventBatch":
+        """``fn`` applied to each distinct row (the node aside): e.g. charging a cost model once per
+        distinct event, not once per node. ``fn`` must keep the event's kind."""
+        groups = list(self.groups())
+        if len(groups) == 1:
+            return EventBatch(fn(groups[0][0]), self.nodes)
+        outs = [fn(event) for event, _ in groups]
+        names = [f.name for f in dataclasses.fields(outs[0])
+                 if f.name != "node" and len({getattr(o, f.name) for o in outs}) > 1]
+        columns = {}
+        for name in names:
+            col = np.empty(len(self.nodes), dtype=np.asarray(getattr(outs[0], name)).dtype)
+            for out, (_, positions) in zip(outs, groups):
+                col[positions] = getattr(out, name)
+            columns[name] = col
+        return EventBatch(outs[0], self.nodes, columns)
+
+    def groups(self) -> Iterator[tuple[Event, np.ndarray]]:
+        """(the event of one distinct combination of the columns' values, the positions of its rows),
+        its ``node`` left as the template's."""
+        if not self.columns:
+            yield self.template, np.arange(len(self.nodes))
+            return
+        code = np.zeros(len(self.nodes), dtype=np.int64)
+        uniques = []
+        for col in self.columns.values():
+            u, inv = np.unique(col, return_inverse=True)
+            code = code * len(u) + inv
+            uniques.append(u)
+        distinct, first, inv = np.unique(code, return_index=True, return_inverse=True)
+        order = np.argsort(inv, kind="stable")
+        bounds = np.searchsorted(inv[order], np.arange(len(distinct) + 1))
+        for g, row in enumerate(first.tolist()):
+            values = {name: col[row].item() for name, col in self.columns.items()}
+            yield dataclasses.replace(self.template, **values), order[bounds[g]:bounds[g + 1]]
+
+
+def batches_of(events: Iterable[Event]) -> list[EventBatch]:
+    """``events`` (of any nodes, kinds and rounds) as few batches as they allow: one per kind, round
+    and occurrence (a node's second event of a kind in a round opens a second batch), with the
+    fields that differ as columns. Each event is in exactly one batch.
+
+    Example::
+
+        >>> bs = batches_of([ComputeEvent(1, 0, 5), ComputeEvent(2, 0, 6), StraggleEvent(3, 0, "deadline")])
+        >>> [(b.kind, b.nodes.tolist(), list(b.columns)) for b in bs]
+        [('compute', [1, 2], ['local_steps']), ('straggle', [3], [])]
+    """
+    groups: dict[tuple, list[Event]] = {}
+    seen: Counter = Counter()
+    for event in events:
+        key = (type(event), event.round)
+        nth = seen[key, event.node]
+        seen[key, event.node] += 1
+        groups.setdefault((key, nth), []).append(event)
+    batches = []
+    for group in groups.values():
+        first = group[0]
+        names = [n for n in _FIELDS[first.kind] if n != "node" and any(getattr(e, n) != getattr(first, n) for e in group)]
+        batches.append(EventBatch(first, np.array([e.node for e in group], dtype=np.int64),
+                                  {n: np.array([getattr(e, n) for e in group]) for n in names}))
+    return batches
+
+
+class NodeEvents(Sequence):
+    """What each of M nodes released in one step, as batches over the same M nodes: it reads as the
+    contract's per-node lists (``events[i]`` is node ``nodes[i]``'s), and is charged and logged as
+    columns.
+
+    Example::
+
+        >>> ev = NodeEvents.uniform([ComputeEvent(0, 2, local_steps=5)], [3, 8])
+        >>> len(ev), ev[1]
+        (2, [ComputeEvent(node=8, round=2, local_steps=5, cost_units=0.0, compute_s=0.0, energy_j=0.0, measured=False)])
+    """
+
+    def __init__(self, batches: Sequence[EventBatch], nodes: Sequence[int] | np.ndarray):
+        self.nodes = np.asarray(nodes, dtype=np.int64)
+        self.batches = list(batches)
+        if any(len(b.nodes) != len(self.nodes) for b in self.batches):
+            raise ValueError("every batch of a NodeEvents holds one row per node")
+
+    @classmethod
+    def uniform(cls, templates: Sequence[Event], nodes: Sequence[int] | np.ndarray) -> "NodeEvents":
+        """Every node releases ``templates`` but for the node field."""
+        ids = np.asarray(nodes, dtype=np.int64)
+        return cls([EventBatch(t, ids) for t in templates], ids)
+
+    @classmethod
+    def from_lists(cls, lists: Sequence[Sequence[Event]], nodes: Sequence[int] | np.ndarray) -> "NodeEvents | None":
+        """The per-node lists of the contract as batches, when every node released the same kinds
+        of events in the same order (else None): the fields that differ become columns."""
+        ids = np.asarray(nodes, dtype=np.int64)
+        if not len(lists) or len({tuple(type(e) for e in events) for events in lists}) != 1:
+            return None
+        batches = []
+        for k, first in enumerate(lists[0]):
+            names = [f.name for f in dataclasses.fields(first)
+                     if f.name != "node" and any(getattr(events[k], f.name) != getattr(first, f.name) for events in lists)]
+            columns = {n: np.array([getattr(events[k], n) for events in lists]) for n in names}
+            batches.append(EventBatch(first, ids, columns))
+        return cls(batches, ids)
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        node = int(self.nodes[i])
+        return [dataclasses.replace(b.template, node=node, **{k: v[i].item() for k, v in b.columns.items()})
+                for b in self.batches]
+
+
+#: What one event of each kind adds to a node's totals: (total, the event field it adds; None: one).
+TOTALS_OF: dict[str, tuple[tuple[str, str | None], ...]] = {
+    "compute": (("local_steps", "local_steps"), ("cost_units", "cost_units"), ("compute_s", "compute_s"),
+                ("energy_j", "energy_j")),
+    "communication": (("rounds", None), ("cost_units", "cost_units"), ("bytes_up", "bytes_up"),
+                      ("bytes_down", "bytes_down"), ("airtime_s", "airtime_s"), ("energy_j", "energy_j")),
+    "straggle": (("rounds_straggled", None),),
+    "mutual_info": (("mi_epsilon_nats", "epsilon_nats"),),
+}
+
+
 @dataclass
 class Totals:
     """Running sums over a node's events (derived; the events on disk stay the record)."""
@@ -165,22 +338,8 @@ class Totals:
     mi_epsilon_nats: float = 0.0
 
     def add(self, event: Event) -> None:
-        if isinstance(event, ComputeEvent):
-            self.local_steps += event.local_steps
-            self.cost_units += event.cost_units
-            self.compute_s += event.compute_s
-            self.energy_j += event.energy_j
-        elif isinstance(event, CommunicationEvent):
-            self.rounds += 1
-            self.cost_units += event.cost_units
-            self.bytes_up += event.bytes_up
-            self.bytes_down += event.bytes_down
-            self.airtime_s += event.airtime_s
-            self.energy_j += event.energy_j
-        elif isinstance(event, StraggleEvent):
-            self.rounds_straggled += 1
-        elif isinstance(event, MutualInfoEvent):
-            self.mi_epsilon_nats += event.epsilon_nats
+        for total, source in TOTALS_OF.get(event.kind, ()):
+            setattr(self, total, getattr(self, total) + (1 if source is None else getattr(event, source)))
 
     @property
     def bytes_total(self) -> int:
@@ -337,6 +496,38 @@ def _row(event: Event) -> list:
     return row
 
 
+_SLOT = "\x00"  # marks a column's place in a batch's row; never in a formatted value
+
+
+def _batch_text(batch: EventBatch) -> str:
+    """The ledger.csv rows of ``batch``: the template's row through csv once, with a slot for each
+    column that differs by node, then the columns' values (Python's str, as csv writes them)."""
+    template, fields = _ROW_TEMPLATES[type(batch.template)]
+    row = template.copy()
+    for column, name in fields:
+        row[column] = getattr(batch.template, name)
+    varying = ["node", *batch.columns]
+    for column, name in fields:
+        if name in varying:
+            row[column] = f"{_SLOT}{varying.index(name)}{_SLOT}"
+    buf = io.StringIO()
+    csv.writer(buf).writerow(row)
+    pieces = buf.getvalue().split(_SLOT)  # text, slot index, text, slot index, ..., text
+    texts, slots = pieces[0::2], [int(k) for k in pieces[1::2]]
+    values = [batch.nodes, *batch.columns.values()]
+    cols = [list(map(str, np.asarray(values[k]).tolist())) for k in slots]
+    if len(cols) == 1:
+        head, tail = texts
+        return "".join([head + v + tail for v in cols[0]])
+    out = []
+    for vals in zip(*cols):
+        out.append(texts[0])
+        for v, text in zip(vals, texts[1:]):
+            out.append(v)
+            out.append(text)
+    return "".join(out)
+
+
 class LedgerWriter:
     """Appends events to ``ledger.csv`` (one row per event, a ``kind`` column, a ``node`` column),
     flushed after every round so a killed run leaves a readable ledger.
@@ -368,6 +559,17 @@ class LedgerWriter:
             buf = io.StringIO()
             csv.writer(buf).writerows(rows)
             self._log.append(buf.getvalue(), len(rows))
+
+    def write_batches(self, batches: Iterable[EventBatch]) -> None:
+        """The rows of ``batches``, in one write: the rows :meth:`write` makes of each batch's
+        events, formatted a column at a time."""
+        parts, rows = [], 0
+        for batch in batches:
+            if len(batch):
+                parts.append(_batch_text(batch))
+                rows += len(batch)
+        if rows:
+            self._log.append("".join(parts), rows)
 
     def mark(self) -> LedgerMark:
         """What the ledger holds now (rows, bytes, sha256), synced to disk: for the checkpoint."""

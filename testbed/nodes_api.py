@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from testbed.algorithms.contract import NodeResult, RoundContext, State
-from testbed.ledger import Event
+from testbed.ledger import Event, EventBatch
 
 
 @dataclass(frozen=True)
@@ -28,6 +28,8 @@ class RoundOutcome:
             that arrived late; a transmission heard although its update never came).
         straggled: node → why it missed the round (testbed.ledger.StraggleEvent reasons).
         refused: (node, budget, would_be, limit) of nodes that refused to act.
+        batches: the answered nodes' events of this round as columns (sim), charged as they are;
+            ``charged`` then holds only the rest.
     """
 
     result: NodeResult
@@ -35,6 +37,7 @@ class RoundOutcome:
     charged: dict[tuple[int, int], list[Event]] = field(default_factory=dict)
     straggled: dict[int, str] = field(default_factory=dict)
     refused: tuple[tuple[int, str, float, float], ...] = ()
+    batches: tuple[EventBatch, ...] = ()
 
 
 class Nodes(Protocol):

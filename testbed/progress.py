@@ -12,29 +12,29 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping
 
 if TYPE_CHECKING:
     from rich.progress import Progress as RichProgress
 
     from testbed.budgets import Budgets
-    from testbed.ledger import NodeLedger
+    from testbed.ledger_book import LedgerBook
 
 REFRESH_S = 0.5  # a redraw costs ~1.4 ms (benchmarks/watch.py): 0.3 % of the time at this rate
-#: Budget name in the line → (metrics row key or None, Budgets attribute, ledger totals attribute).
+#: Budget name in the line → (metrics row key or None, Budgets attribute, ledger book column).
 _BUDGETS = {"ε": ("epsilon", "epsilon", None), "cost": ("cost_units", "cost_units", None),
             "bytes": ("bytes_total", "bytes", None), "energy": (None, "energy_j", "energy_j"),
             "MI-ε": (None, "mi_epsilon", "mi_epsilon_nats")}
 
 
 def worst_budget(budgets: "Budgets | None", row: Mapping[str, Any],
-                 ledgers: "Sequence[NodeLedger]" = ()) -> tuple[str, float] | None:
+                 book: "LedgerBook | None" = None) -> tuple[str, float] | None:
     """(name, fraction spent) of the budget closest to its limit, or None without budgets.
 
     Args:
         budgets: the run's per-node budgets.
         row: the round's metrics row (ε, cost units and bytes: the most any node spent).
-        ledgers: the nodes' ledgers, read only for a budget the row has no column of (energy, MI-ε).
+        book: the nodes' ledgers, read only for a budget the row has no column of (energy, MI-ε).
 
     Example::
 
@@ -52,7 +52,7 @@ def worst_budget(budgets: "Budgets | None", row: Mapping[str, Any],
         if column is not None:
             spent = row[column]
         else:
-            spent = max((getattr(led.totals, total_key) for led in ledgers), default=0.0)
+            spent = 0.0 if book is None else float(book.column(total_key).max(initial=0.0))
         if worst is None or spent / limit > worst[1]:
             worst = (name, spent / limit)
     return worst
@@ -113,9 +113,9 @@ class Progress:
             self._bar.start()
 
     def update(self, round_done: int, loss: float, epsilon: float, row: Mapping[str, Any] | None = None,
-               ledgers: "Sequence[NodeLedger]" = ()) -> None:
+               book: "LedgerBook | None" = None) -> None:
         """After round ``round_done`` (1-based): its training loss, ε spent, and its metrics row and
-        the ledgers for the worst budget."""
+        the ledger book for the worst budget."""
         if not self.enabled:
             return
         now = time.monotonic()
@@ -126,7 +126,7 @@ class Progress:
         if self._bar is None and int(10 * round_done / self.total) <= self._last_decile:
             return
         stats = f"loss {loss:.4f} ε {epsilon:.4g}"
-        worst = worst_budget(self.budgets, row, ledgers) if row is not None else None
+        worst = worst_budget(self.budgets, row, book) if row is not None else None
         if worst is not None:
             stats += f" budget {worst[0]} {100 * worst[1]:.0f}%"
         if self._bar is not None:

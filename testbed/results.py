@@ -44,7 +44,8 @@ METRIC_COLUMNS = [
 ]
 SUMMARY_KEYS = ("algorithm", "mode", "seed", "status", "rounds", "final", "nodes", "budgets")
 STATUSES = ("completed", "stopped_budget", "failed")
-CHECKPOINT_FORMAT = 2  # 1: one "state" array, no digest (such runs cannot be resumed)
+CHECKPOINT_FORMAT = 3  # 1: one "state" array, no digest; 2: no rounds_ahead (neither can be resumed)
+_MAX_ROUNDS_AHEAD = 10_000
 _ARRAY_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 _STATE_PREFIX = "state."
 
@@ -61,6 +62,8 @@ class Checkpoint:
         state: the algorithm's state, array name → array (finite, the shapes and dtypes expected).
         ledger_mark: what ledger.csv held then. metrics_mark: what metrics.csv held then.
         config_sha256: sha256 of config.toml then.
+        rounds_ahead: how many rounds may run before the next checkpoint: ledger rows past the mark
+            may be of rounds ``rounds_done .. rounds_done + rounds_ahead - 1``.
     """
 
     rounds_done: int
@@ -68,6 +71,7 @@ class Checkpoint:
     ledger_mark: LedgerMark
     metrics_mark: Mark
     config_sha256: str
+    rounds_ahead: int = 1
 
 
 def state_spec(state: Mapping[str, np.ndarray]) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
@@ -148,7 +152,8 @@ class RunDirectory:
             log.info("%s: dropped %s past the checkpoint", path / "metrics.csv", metrics_cut)
         return cls(path, sync=sync, _resumed=ckpt)
 
-    def save_checkpoint(self, rounds_done: int, state: Mapping[str, np.ndarray], ledger_mark: LedgerMark) -> None:
+    def save_checkpoint(self, rounds_done: int, state: Mapping[str, np.ndarray], ledger_mark: LedgerMark,
+                        rounds_ahead: int = 1) -> None:
         """The state after ``rounds_done`` rounds, replaced atomically (a kill leaves the old one).
 
         Args:
@@ -156,6 +161,7 @@ class RunDirectory:
                 identifiers.
             ledger_mark: what ledger.csv holds now (:meth:`LedgerWriter.mark`): rows written after
                 it stay charged on resume; rows missing from it make the resume refuse.
+            rounds_ahead: rounds that may run before the next checkpoint (output.checkpoint_every).
 
         Write the round's metrics row before its checkpoint: metrics rows past the mark are dropped
         on resume (their round runs again).
@@ -163,7 +169,8 @@ class RunDirectory:
         if self._config_sha256 is None:
             self._config_sha256 = sha256_file(self.path / "config.toml")
         write_checkpoint(self.path / "checkpoint.npz", Checkpoint(
-            rounds_done, dict(state), ledger_mark, self._metrics.mark(), self._config_sha256), sync=self.sync)
+            rounds_done, dict(state), ledger_mark, self._metrics.mark(), self._config_sha256, rounds_ahead),
+            sync=self.sync)
 
     def load_checkpoint(self, expected: StateSpec | None = None, max_rounds: int | None = None) -> Checkpoint:
         """The checked last checkpoint (see :meth:`reopen` for the checks); UserError naming
@@ -280,6 +287,7 @@ def write_checkpoint(path: Path, ckpt: Checkpoint, sync: bool = True) -> None:
         "ledger": ckpt.ledger_mark.to_dict(),
         "metrics": ckpt.metrics_mark.to_dict(),
         "config_sha256": ckpt.config_sha256,
+        "rounds_ahead": int(ckpt.rounds_ahead),
     }
     meta["sha256"] = _checkpoint_digest(meta, arrays)
     members = {_STATE_PREFIX + n: a for n, a in arrays.items()}
@@ -348,6 +356,9 @@ def _load_checkpoint(run_dir: Path, expected: StateSpec | None, max_rounds: int 
     config_sha = meta.get("config_sha256")
     if not isinstance(config_sha, str):
         raise damaged("no config.toml digest")
+    rounds_ahead = meta.get("rounds_ahead")
+    if not isinstance(rounds_ahead, int) or isinstance(rounds_ahead, bool) or not 1 <= rounds_ahead <= _MAX_ROUNDS_AHEAD:
+        raise damaged(f"rounds_ahead = {rounds_ahead!r} is outside 1..{_MAX_ROUNDS_AHEAD}")
     if expected is not None:
         if set(expected) != set(state):
             raise UserError(f"{path}: holds arrays {sorted(state)}, the algorithm's state is {sorted(expected)}; "
@@ -361,7 +372,7 @@ def _load_checkpoint(run_dir: Path, expected: StateSpec | None, max_rounds: int 
         if arr.dtype.kind in "fc" and not np.isfinite(arr).all():
             raise UserError(f"{path}: array {name!r} holds {int((~np.isfinite(arr)).sum())} non-finite values "
                             "(a diverged run cannot be resumed); refusing to resume")
-    return Checkpoint(rounds_done, state, ledger_mark, metrics_mark, config_sha)
+    return Checkpoint(rounds_done, state, ledger_mark, metrics_mark, config_sha, rounds_ahead)
 
 
 def _check_ledger(path: Path, ckpt: Checkpoint, nodes: Collection[int] | None) -> str | None:
@@ -390,9 +401,10 @@ def _check_ledger(path: Path, ckpt: Checkpoint, nodes: Collection[int] | None) -
         line = mark.rows + 2 + i
         if nodes is not None and event.node not in nodes:
             raise UserError(f"{path}: line {line}: node {event.node} is not a node of this run; refusing to resume")
-        if event.round > ckpt.rounds_done:
-            raise UserError(f"{path}: line {line}: round {event.round} is past the round after the checkpoint "
-                            f"({ckpt.rounds_done}); refusing to resume")
+        last = ckpt.rounds_done + ckpt.rounds_ahead - 1  # the last round that may have run since
+        if event.round > last:
+            raise UserError(f"{path}: line {line}: round {event.round} is past the rounds run after the checkpoint "
+                            f"({ckpt.rounds_done} to {last}); refusing to resume")
     return None
 
 

@@ -16,27 +16,29 @@ answers each round with a :class:`~testbed.nodes_api.RoundOutcome`.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
 from testbed.algorithms import registry
-from testbed.algorithms.contract import SETUP_ROUND, Algorithm, RoundContext, State, WithSetup
+from testbed.algorithms.contract import SETUP_ROUND, Algorithm, RoundContext, State, WithSetup, planned_batch
 from testbed.assemble import load_data, model_for
 from testbed.budgets import Budgets, Exceeded, budgets_from_config
 from testbed.client_sampling import sample_clients
 from testbed.config import Config, to_toml
 from testbed.data.federated import FederatedData, Split
 from testbed.errors import ConfigError
-from testbed.ledger import Event, LedgerWriter, NodeLedger, StraggleEvent
+from testbed.ledger import Event, EventBatch, LedgerWriter, NodeEvents, StraggleEvent, batches_of
+from testbed.ledger_book import LedgerBook
 from testbed.models import Model
 from testbed.nodes_api import Nodes, RoundOutcome
-from testbed.privacy.accountants import BackgroundEpsilons, epsilon_by_observer, worst_epsilon
+from testbed.privacy.accountants import BackgroundEpsilons, epsilon_by_observer
 from testbed.progress import Progress
 from testbed.resources import check_fits
 from testbed.results import RunDirectory
@@ -47,6 +49,9 @@ if TYPE_CHECKING:
     from testbed.plots import BackgroundFigures
 
 log = logging.getLogger(__name__)
+# Rounds before the last checkpoint's for which the ledger still knows who logged them: a late
+# reply is charged up to coordinator._LATE_ROUNDS rounds late, never double.
+_ROUNDS_KEPT = 16
 
 
 @dataclass(frozen=True)
@@ -94,7 +99,7 @@ class Run:
     model: Model
     algorithm: Algorithm
     budgets: Budgets
-    ledgers: list[NodeLedger]
+    book: LedgerBook
     directory: RunDirectory
     state: State
     plan: dict | None = None
@@ -104,6 +109,9 @@ class Run:
     failure: str | None = None
     metrics: dict[str, float] = field(default_factory=dict)
     evaluated_at: int = -1  # rounds done when ``metrics`` were measured
+    # A resumed run's ledger rows written after its checkpoint, by round: already charged, taken
+    # into the book when their round runs again (so each round's metrics row counts what it did).
+    past_mark: dict[int, list[Event]] = field(default_factory=dict)
     wall_start: float = field(default_factory=time.monotonic)
 
 
@@ -135,15 +143,20 @@ def check_accountants(config: Config, algorithm: Algorithm, node_ids: list[int])
 
 
 def open_run(config: Config, out_dir: Path | None, resume: bool, algorithm: Algorithm, model: Model,
-             ledgers: list[NodeLedger]) -> tuple[RunDirectory, int, State]:
+             book: LedgerBook, past_mark: dict[int, list[Event]]) -> tuple[RunDirectory, int, State]:
     """Stage 3: a new run directory, or a killed run's, trusted only after it is checked (its
     checkpoint against the algorithm's state, its files against the checkpoint's marks), with its
-    ledger read back."""
+    ledger read back: into ``book`` up to the checkpoint's mark, the rows after it (of the rounds
+    that run again) into ``past_mark`` by round, for :func:`_charge` to take when their round runs."""
     if resume:
         directory = RunDirectory.reopen(out_dir, expected=algorithm_state_spec(algorithm), max_rounds=algorithm.rounds,
-                                        nodes={led.node for led in ledgers}, sync=config.output.sync)
-        for event in directory.ledger_events():
-            ledgers[event.node].extend([event])
+                                        nodes=set(book.node_ids.tolist()), sync=config.output.sync)
+        events = list(directory.ledger_events())
+        marked = directory.resumed.ledger_mark.rows
+        book.extend(events[:marked])
+        for event in events[marked:]:
+            past_mark.setdefault(event.round, []).append(event)
+        book.forget_rounds_before(directory.resumed.rounds_done - _ROUNDS_KEPT)
         return directory, directory.resumed.rounds_done, directory.resumed.state
     directory = RunDirectory(out_dir or default_run_dir(config), sync=config.output.sync)
     directory.write_config(to_toml(config))
@@ -184,10 +197,11 @@ def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = Fa
     config, planned = plan(config, model, data)
     algorithm = registry.build(config, model, data)
     check_accountants(config, algorithm, list(data.node_ids))
-    ledgers = [NodeLedger(node) for node in data.node_ids]
-    directory, rounds_done, state = open_run(config, out_dir, resume, algorithm, model, ledgers)
-    run = Run(config, data, model, algorithm, budgets_from_config(config.budget, config.privacy), ledgers,
-              directory, state, planned, rounds_done, wall_start=wall_start)
+    book = LedgerBook(data.node_ids)
+    past_mark: dict[int, list[Event]] = {}
+    directory, rounds_done, state = open_run(config, out_dir, resume, algorithm, model, book, past_mark)
+    run = Run(config, data, model, algorithm, budgets_from_config(config.budget, config.privacy), book,
+              directory, state, planned, rounds_done, wall_start=wall_start, past_mark=past_mark)
     _evaluate(run)
     tight = config.privacy.tight_accountant
     tight_job = None
@@ -225,23 +239,28 @@ def run_rounds(run: Run, nodes: Nodes, quiet: bool) -> None:
     alg, config = run.algorithm, run.config
     ledger_file = LedgerWriter(run.directory.ledger_path, sync=run.config.output.sync)
     progress = Progress(alg.rounds, enabled=not quiet, budgets=run.budgets)
+    cadence = CheckpointCadence(config.output.checkpoint_every, run.rounds_done)
+
+    def save(ahead: int) -> None:
+        run.directory.save_checkpoint(run.rounds_done, run.state, ledger_file.mark(), ahead)
+
     try:
-        if alg.has_setup and run.rounds_done == 0 and not any(led.has_round(SETUP_ROUND) for led in run.ledgers):
+        if alg.has_setup and run.rounds_done == 0 and not run.book.logged(run.book.node_ids, SETUP_ROUND).any():
             assert isinstance(alg, WithSetup)
             outcome = nodes.setup(run.state)
             _charge(run, outcome, ledger_file)
             server = alg.server_setup(run.state, outcome.result, outcome.ctx)
             run.state = server.state
             _charge_server(run, server.events, nodes, ledger_file)
-            run.directory.save_checkpoint(0, run.state, ledger_file.mark())
-        every = [led.node for led in run.ledgers]
+            cadence.save(0, save)
+        every = run.book.node_ids.tolist()
         for r in range(run.rounds_done, alg.rounds):
             sampled = sample_clients(config.client_sampling, seed=config.run.seed, round_index=r, node_ids=every)
             participants = every if sampled is None else list(sampled)
             excluded = emulated_stragglers(config, alg, r, participants)
             expected = tuple(n for n in participants if n not in excluded)
             probe = RoundContext(r, config.run.seed, config.data.num_nodes, expected, sampled=sampled)
-            run.stopped = _first_exceeded(run.budgets, run.ledgers, alg, probe)
+            run.stopped = _first_exceeded(run.budgets, run.book, alg, probe)
             if run.stopped is not None:
                 run.status = "stopped_budget"
                 break
@@ -259,21 +278,64 @@ def run_rounds(run: Run, nodes: Nodes, quiet: bool) -> None:
             evaluated = run.rounds_done % config.output.eval_every == 0 or run.rounds_done == alg.rounds
             if evaluated:
                 _evaluate(run)
-            eps = max(worst_epsilon(run.budgets.accountant, led.by_observer, run.budgets.delta) for led in run.ledgers)
+            book = run.book
+            eps = float(book.worst_epsilons(run.budgets.accountant, run.budgets.delta).max(initial=0.0))
             measured = run.metrics if evaluated else dict.fromkeys(run.metrics, "")  # output.eval_every: blanks
             row = {
-                "round": run.rounds_done, "local_steps": max(led.totals.local_steps for led in run.ledgers),
-                **measured, "cost_units": max(led.totals.cost_units for led in run.ledgers), "epsilon": eps,
-                "bytes_total": max(led.totals.bytes_total for led in run.ledgers),
+                "round": run.rounds_done, "local_steps": int(book.column("local_steps").max(initial=0)),
+                **measured, "cost_units": float(book.column("cost_units").max(initial=0.0)), "epsilon": eps,
+                "bytes_total": int(book.column("bytes_total").max(initial=0)),
                 "stragglers": len(outcome.ctx.stragglers), "wall_s": round(time.monotonic() - run.wall_start, 4),
             }
             run.directory.append_metrics(row)
             # After the round's metrics row: the checkpoint marks both files (see save_checkpoint).
-            run.directory.save_checkpoint(run.rounds_done, run.state, ledger_file.mark())
-            progress.update(run.rounds_done, run.metrics["train_loss"], eps, row, run.ledgers)
+            if cadence.due(run.rounds_done) or run.rounds_done == alg.rounds:
+                cadence.save(run.rounds_done, save)
+                book.forget_rounds_before(run.rounds_done - _ROUNDS_KEPT)
+            progress.update(run.rounds_done, run.metrics["train_loss"], eps, row, run.book)
+        if cadence.saved_at != run.rounds_done:  # a budget stop between checkpoints
+            cadence.save(run.rounds_done, save)
     finally:
         progress.close()
         ledger_file.close()
+
+
+class CheckpointCadence:
+    """When the rounds loop writes the checkpoint (``output.checkpoint_every``): every ``every``
+    rounds, or ("auto") every round while writing it costs under :attr:`SHARE` of a round, else as
+    rarely as keeps it there (at most every :attr:`MAX_EVERY` rounds). Each checkpoint records how
+    many rounds may run before the next, which bounds what a resume accepts past its mark.
+
+    Example::
+
+        >>> c = CheckpointCadence(3, rounds_done=0)
+        >>> [r for r in range(1, 8) if c.due(r) and c.save(r, lambda ahead: None) is None]
+        [3, 6]
+    """
+
+    SHARE = 0.02
+    MAX_EVERY = 50
+
+    def __init__(self, every: int | str, rounds_done: int):
+        self.auto = every == "auto"
+        self.every = 1 if self.auto else int(every)
+        self.saved_at = rounds_done
+        self._since = time.monotonic()
+        self._write_s = 0.0
+
+    def due(self, rounds_done: int) -> bool:
+        return rounds_done - self.saved_at >= self.every
+
+    def save(self, rounds_done: int, write: Callable[[int], None]) -> None:
+        """``write(rounds_ahead)`` the checkpoint after ``rounds_done`` rounds."""
+        start = time.monotonic()
+        if self.auto and rounds_done > self.saved_at and self._write_s > 0:
+            round_s = (start - self._since) / (rounds_done - self.saved_at)
+            self.every = min(self.MAX_EVERY, max(1, math.ceil(self._write_s / (self.SHARE * max(round_s, 1e-9)))))
+        write(self.every)
+        self._since = time.monotonic()
+        self._write_s = self._since - start
+        self.saved_at = rounds_done
 
 
 def emulated_stragglers(config: Config, algorithm: Algorithm, round_index: int, node_ids: list[int]) -> frozenset[int]:
@@ -296,46 +358,55 @@ def emulated_stragglers(config: Config, algorithm: Algorithm, round_index: int, 
 def _charge(run: Run, outcome: RoundOutcome, ledger_file: LedgerWriter) -> None:
     """Log what each node released (its own events; a round re-run after a kill is not charged
     twice) and who straggled, in one write."""
-    r = outcome.ctx.round_index
-    fresh: list[Event] = []
-    for (node, round_index), events in sorted(outcome.charged.items()):
-        if not run.ledgers[node].has_round(round_index):
-            run.ledgers[node].extend(events)
-            fresh.extend(events)
+    book = run.book
+    book.extend(run.past_mark.pop(outcome.ctx.round_index, []))  # logged before the kill: not again
+    batches = []
+    for batch in outcome.batches:
+        fresh = ~book.logged(batch.nodes, batch.round)
+        batches.append(batch if fresh.all() else batch.take(fresh))
+    by_round: dict[int, list[int]] = {}
+    for node, round_index in sorted(outcome.charged):
+        by_round.setdefault(round_index, []).append(node)
+    fresh_events = []
+    for round_index, answered in by_round.items():
+        for node, done in zip(answered, book.logged(answered, round_index).tolist()):
+            if not done:
+                fresh_events.extend(outcome.charged[node, round_index])
+    batches += batches_of(fresh_events)
+    by_reason: dict[str, list[int]] = {}
     for node, reason in sorted(outcome.straggled.items()):
-        event = StraggleEvent(node, r, reason)
-        run.ledgers[node].extend([event])
-        fresh.append(event)
-    ledger_file.write(fresh)
+        by_reason.setdefault(reason, []).append(node)
+    r = outcome.ctx.round_index
+    batches += [EventBatch(StraggleEvent(0, r, reason), np.array(nodes, dtype=np.int64))
+                for reason, nodes in by_reason.items()]
+    for batch in batches:
+        book.extend_batch(batch)
+    ledger_file.write_batches(batches)
 
 
 def _charge_server(run: Run, events: list[Event], nodes: Nodes, ledger_file: LedgerWriter) -> None:
     """Events the server issued on nodes' behalf: into their ledgers here and, with their next
     round, to the nodes themselves."""
-    fresh = [e for e in events if not run.ledgers[e.node].has_server_events(e.round)]
-    for event in fresh:
-        run.ledgers[event.node].extend([event])
+    fresh = [e for e in events if not run.book.has_server_events(e.node, e.round)]
+    run.book.extend(fresh)
     ledger_file.write(fresh)
     if events:
         nodes.deliver(events)
 
 
-def _first_exceeded(budgets: Budgets, ledgers: list[NodeLedger], alg: Algorithm, ctx: RoundContext) -> Exceeded | None:
+def _first_exceeded(budgets: Budgets, book: LedgerBook, alg: Algorithm, ctx: RoundContext) -> Exceeded | None:
     if not budgets.any:
         return None
-    for ledger in ledgers:
-        if ledger.node not in ctx.expected:
-            continue
-        exceeded = budgets.would_exceed(ledger, alg.planned_events(ledger.node, ctx))
-        if exceeded is not None:
-            return exceeded
-    return None
+    return budgets.first_exceeded(book, ctx.expected, planned_batch(alg, ctx.expected, ctx))
 
 
 def finish(run: Run, tight_job: BackgroundEpsilons | None, figures_job: "BackgroundFigures | None" = None) -> dict[str, Any]:
     """Stage 6: summary.json at once (a run killed from here on still has it), the final model,
     figures (drawn by a child process, while the tight accountant runs in another), then the tight
     accountant's ε."""
+    for events in run.past_mark.values():  # rounds not run again (a budget stop): charged all the same
+        run.book.extend(events)
+    run.past_mark.clear()
     if run.evaluated_at != run.rounds_done and run.status != "failed":  # a budget stop between evaluations
         _evaluate(run)
     summary = _summary(run)
@@ -350,15 +421,15 @@ def finish(run: Run, tight_job: BackgroundEpsilons | None, figures_job: "Backgro
     if figures_job is not None:
         figures_job.draw("progress", run.directory.path)
     if tight_job is not None:
-        keys = [(led.node, observer) for led in run.ledgers for observer in sorted(led.by_observer)]
-        epsilons = tight_job.result([run.ledgers[node].by_observer[observer] for node, observer in keys])
-        tight: dict[str, dict[str, float]] = {}
-        for (node, observer), eps in zip(keys, epsilons):
-            tight.setdefault(str(node), {})[observer] = eps
-        for node, entry in summary["nodes"].items():
-            by = tight.get(node, {})
-            entry["epsilon_tight"] = max(by.values(), default=0.0)
-            entry["epsilon_tight_by_observer"] = by
+        tallies, index = run.book.distinct_tallies()
+        keys = [(i, observer) for i, tally in enumerate(tallies) for observer in sorted(tally)]
+        epsilons = tight_job.result([tallies[i][observer] for i, observer in keys])
+        tight: list[dict[str, float]] = [{} for _ in tallies]
+        for (i, observer), eps in zip(keys, epsilons):
+            tight[i][observer] = eps
+        for entry, i in zip(summary["nodes"].values(), index.tolist()):
+            entry["epsilon_tight"] = max(tight[i].values(), default=0.0)
+            entry["epsilon_tight_by_observer"] = tight[i]
         run.directory.write_summary(summary)
     if figures_job is not None:
         figures_job.draw("epsilon", run.directory.path)
@@ -369,37 +440,59 @@ def finish(run: Run, tight_job: BackgroundEpsilons | None, figures_job: "Backgro
 
 
 def _planned_tallies(run: Run) -> list[Counter]:
-    """Each node's per-observer privacy tallies at the end of the run if every remaining round
-    charges what the next one plans (and a pending setup its events): the tight accountant's guess."""
-    alg, first = run.algorithm, run.rounds_done
-    remaining = alg.rounds - first
-    ctx = RoundContext(first, run.config.run.seed, len(run.ledgers), tuple(led.node for led in run.ledgers))
-    guessed = []
-    for led in run.ledgers:
-        setup = alg.has_setup and not led.has_round(SETUP_ROUND)
-        _, tallies = led.projected(alg.setup_events(led.node) if setup else ())
-        if remaining > 0:
-            _, one_round = NodeLedger(led.node).projected(alg.planned_events(led.node, ctx))
-            for observer, tally in one_round.items():
-                tallies.setdefault(observer, Counter()).update({sig: n * remaining for sig, n in tally.items()})
-        guessed += tallies.values()
-    return guessed
+    """The per-observer privacy tallies the nodes end the run with if every remaining round charges
+    what the next one plans (and a pending setup its events): the tight accountant's guess, one per
+    distinct outcome."""
+    alg, book = run.algorithm, run.book
+    remaining = alg.rounds - run.rounds_done
+    ids = book.node_ids
+    ctx = RoundContext(run.rounds_done, run.config.run.seed, len(ids), tuple(ids.tolist()))
+    tallies, index = book.distinct_tallies()
+    # Per node: its tally now, and the (observer, signature, count) it will add once and each round.
+    once: list[tuple] = [()] * len(ids)
+    if alg.has_setup:
+        pending = (~book.logged(ids, SETUP_ROUND)).tolist()
+        once = [tuple((e.observer, e.signature, e.count) for e in alg.setup_events(n) if e.kind == "privacy")
+                if p else ()
+                for n, p in zip(ids.tolist(), pending)]
+    each: list[tuple] = [()] * len(ids)
+    planned = planned_batch(alg, ids, ctx) if remaining > 0 else []
+    if isinstance(planned, NodeEvents):
+        for batch in planned.batches:
+            if batch.kind == "privacy":
+                for event, positions in batch.groups():
+                    for p in positions.tolist():
+                        each[p] += ((event.observer, event.signature, event.count),)
+    else:
+        each = [tuple((e.observer, e.signature, e.count) for e in events if e.kind == "privacy") for events in planned]
+    guessed = {}
+    for key in set(zip(index.tolist(), once, each)):
+        i, setup, per_round = key
+        tally = {obs: Counter(c) for obs, c in tallies[i].items()}
+        for events, times in ((setup, 1), (per_round, remaining)):
+            for observer, signature, count in events:
+                tally.setdefault(observer, Counter())[signature] += count * times
+        guessed[key] = tally
+    return [c for tally in guessed.values() for c in tally.values()]
+
+
+_SUMMARY_TOTALS = ("cost_units", "local_steps", "rounds", "rounds_straggled", "bytes_up", "bytes_down", "energy_j",
+                   "compute_s", "mi_epsilon_nats")
 
 
 def _summary(run: Run) -> dict[str, Any]:
     config, budgets = run.config, run.budgets
+    book = run.book
+    tallies, index = book.distinct_tallies()
+    by_observer = [epsilon_by_observer(budgets.accountant, tally, budgets.delta) for tally in tallies]
+    columns = {name: book.column(name).tolist() for name in _SUMMARY_TOTALS}
     nodes = {}
-    for led in run.ledgers:
-        t = led.totals
-        by_observer = epsilon_by_observer(budgets.accountant, led.by_observer, budgets.delta)
-        nodes[str(led.node)] = {
-            "epsilon": max(by_observer.values(), default=0.0),
-            "epsilon_by_observer": by_observer,
+    for row, (node, i) in enumerate(zip(book.node_ids.tolist(), index.tolist())):
+        nodes[str(node)] = {
+            "epsilon": max(by_observer[i].values(), default=0.0),
+            "epsilon_by_observer": dict(by_observer[i]),
             "epsilon_tight": None,  # filled in by the tight accountant's background job
-            "delta": budgets.delta, "cost_units": t.cost_units, "local_steps": t.local_steps,
-            "rounds": t.rounds, "rounds_straggled": t.rounds_straggled, "bytes_up": t.bytes_up,
-            "bytes_down": t.bytes_down, "energy_j": t.energy_j, "compute_s": t.compute_s,
-            "mi_epsilon_nats": t.mi_epsilon_nats,
+            "delta": budgets.delta, **{name: col[row] for name, col in columns.items()},
         }
     reg = registry.get(config.run.algorithm)
     stopped = run.stopped
@@ -421,7 +514,7 @@ def _summary(run: Run) -> dict[str, Any]:
                     "epsilon_target": reg.epsilon_target(registry.sections_of(config, reg)),
                     "epsilon_headline": max((n["epsilon"] for n in nodes.values()), default=0.0)},
         "stragglers": {"model": config.stragglers.model,
-                       "rounds_straggled": sum(led.totals.rounds_straggled for led in run.ledgers)},
+                       "rounds_straggled": int(book.column("rounds_straggled").sum())},
         "client_sampling": config.client_sampling.describe(config.data.num_nodes),
         "algorithm_settings": run.algorithm.describe(),
         "profile": config.nodes.profile,

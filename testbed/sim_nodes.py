@@ -37,7 +37,7 @@ from testbed.algorithms.contract import (
     WithSetup,
 )
 from testbed.data.federated import FederatedData
-from testbed.ledger import Event
+from testbed.ledger import Event, EventBatch, NodeEvents
 from testbed.nodes_api import RoundOutcome
 
 
@@ -118,12 +118,24 @@ class SimNodes:
         released = result.events
         share = (time.process_time() - start) / max(1, len(ctx.answered))
         charged: dict[tuple[int, int], list[Event]] = {}
-        for node, events in zip(ctx.answered, released):
+        batches: list[EventBatch] = []
+        if isinstance(released, NodeEvents) and tuple(released.nodes.tolist()) == ctx.answered:
+            # One charge per distinct event, not per node: every node's share of the step is the same.
+            boards = np.isin(released.nodes, list(self.mcu_nodes)) if self.mcu_nodes else None
+            for batch in released.batches:
+                rest = batch if boards is None else batch.take(~boards)
+                batches.append(rest.map(lambda e: self.costs.charge_modelled([e], share)[0]))
+            board_rows = [] if boards is None else np.flatnonzero(boards).tolist()
+            released = {i: released[i] for i in board_rows}
+        else:
+            released = dict(enumerate(released))
+        for i, events in released.items():
+            node = ctx.answered[i]
             if node in self.mcu_nodes:
                 charged[(node, ctx.round_index)] = self._board_charge(events)
             else:
                 charged[(node, ctx.round_index)] = self.costs.charge_modelled(events, share)
-        return RoundOutcome(result, ctx, charged, straggled)
+        return RoundOutcome(result, ctx, charged, straggled, batches=tuple(batches))
 
     def _board_charge(self, events: list[Event]) -> list[Event]:
         """A microcontroller node's events as its bridge charges a virtual board's."""

@@ -119,12 +119,12 @@ def test_planned_events_are_the_emitted_events(name):
     if isinstance(alg, WithSetup) and alg.has_setup:
         ctx = RoundContext(SETUP_ROUND, config.run.seed, n, tuple(range(n)))
         out = alg.setup_step(data.train, list(range(n)), ctx)
-        assert out.events == [alg.setup_events(m) for m in range(n)]
+        assert list(out.events) == [alg.setup_events(m) for m in range(n)]
         assert all(check_tensors(alg.setup_spec(), out.rows(m)) is None for m in range(n))
     for expected in [tuple(range(n)), (0, 2, 3)]:
         ctx = RoundContext(0, config.run.seed, n, expected)
         out = alg.node_step(alg.downlink(state, ctx, expected), data.train.select(list(expected)), expected, ctx)
-        assert out.events == [alg.planned_events(m, ctx) for m in expected]
+        assert list(out.events) == [alg.planned_events(m, ctx) for m in expected]
         if not isinstance(alg, OverTheAir):
             assert all(check_tensors(alg.uplink_spec(), out.rows(m)) is None for m in expected)
 
@@ -168,7 +168,7 @@ def test_checkpoint_then_resume_equals_an_uninterrupted_run(name, tmp_path, monk
     with pytest.raises(KeyboardInterrupt):
         run_experiment(config, out_dir=tmp_path / "killed", quiet=True)
     monkeypatch.setattr(runner, "evaluate", evaluate)
-    assert read_checkpoint(tmp_path / "killed").rounds_done == 3
+    assert 1 <= read_checkpoint(tmp_path / "killed").rounds_done <= 3  # output.checkpoint_every = "auto"
     resumed = run_experiment(load_config_text((tmp_path / "killed" / "config.toml").read_text()),
                              out_dir=tmp_path / "killed", quiet=True, resume=True)
     assert resumed.summary["status"] == "completed"

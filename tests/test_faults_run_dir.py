@@ -21,7 +21,7 @@ import pytest
 
 from testbed.cli import main
 from testbed.config import load_config_text
-from testbed.ledger import read_ledger
+from testbed.ledger import LEDGER_COLUMNS, read_ledger
 from testbed.results import Checkpoint, RunDirectory, read_checkpoint, read_summary, write_checkpoint
 from testbed.runner import run_experiment
 
@@ -45,6 +45,7 @@ lipschitz = 1.0
 tight_accountant = "none"
 [output]
 figures = false
+checkpoint_every = 1
 """
 ROUNDS, KILLED_AT = 12, 7  # killed while checkpointing round 7: the checkpoint says 6 rounds
 # Ledger fields that do not depend on measured CPU time.
@@ -141,10 +142,8 @@ def _cut_metrics_past_mark(d: Path) -> None:
 
 
 def _ledger_row(**fields) -> str:
-    cols = ["kind", "node", "round", "local_steps", "cost_units", "compute_s", "energy_j", "measured",
-            "bytes_up", "bytes_down", "airtime_s", "sigma", "sensitivity", "count", "adjacency", "sampling",
-            "sampling_rate"]
-    return ",".join(str(fields.get(c, "")) for c in cols) + "\r\n"
+    """A well-formed ledger.csv row (every column of the header), so only its values are wrong."""
+    return ",".join(str(fields.get(c, "")) for c in LEDGER_COLUMNS) + "\r\n"
 
 
 _COMPUTE = dict(kind="compute", node=1, round=KILLED_AT - 1, local_steps=2, cost_units=2.0, compute_s=0.0,
@@ -286,6 +285,61 @@ def test_damaged_run_resumes_exactly_or_is_refused_in_one_line(case, runs, tmp_p
         assert "\n" not in err and err.startswith("testbed: ") and expected in err, err
         assert "Traceback" not in err
         assert _snapshot(d) == before  # nothing touched before the checks passed
+
+
+@pytest.mark.parametrize("forged_round", [None, 7, 8], ids=["as_killed", "row_within_span", "row_past_span"])
+def test_a_run_checkpointed_every_few_rounds_resumes_exactly(runs, tmp_path, forged_round, capsys):
+    """output.checkpoint_every = 4, killed while saving the checkpoint of round 8: the checkpoint
+    says 4 rounds and that 4 more may follow; ledger.csv holds rounds 4..7 past its mark. The
+    resume runs them again, charges nothing twice and ends equal to the uninterrupted run; a row
+    of a round the checkpoint did not allow (8) is refused."""
+    config = load_config_text(CONFIG.replace("checkpoint_every = 1", "checkpoint_every = 4"))
+    real, calls = RunDirectory.save_checkpoint, {"n": 0}
+
+    def dying(self, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt("killed while saving the checkpoint")
+        return real(self, *args, **kwargs)
+
+    d = tmp_path / "run"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(RunDirectory, "save_checkpoint", dying)
+        with pytest.raises(KeyboardInterrupt):
+            run_experiment(config, out_dir=d, quiet=True)
+    ckpt = read_checkpoint(d)
+    assert (ckpt.rounds_done, ckpt.rounds_ahead) == (4, 4)
+    assert max(e.round for e in read_ledger(d / "ledger.csv")) == 7
+    if forged_round == 8:
+        _append("ledger.csv", _ledger_row(**{**_COMPUTE, "round": forged_round}))(d)
+        assert main(["run", "--resume", str(d), "--quiet"]) == 2
+        assert "round 8 is past the rounds run after the checkpoint (4 to 7)" in capsys.readouterr().err
+        return
+    assert main(["run", "--resume", str(d), "--quiet"]) == 0
+    full = runs["full"]
+    np.testing.assert_array_equal(np.load(d / "final_params.npy"), np.load(full / "final_params.npy"), strict=True)
+    assert _ledger_rows(d) == _ledger_rows(full)
+    assert _metric_rows(d) == _metric_rows(full)
+
+
+def test_auto_cadence_checkpoints_every_round_when_it_is_cheap_and_rarely_when_not():
+    from testbed.runner import CheckpointCadence
+
+    def rounds_between(round_s: float, write_s: float) -> int:
+        cadence, clock = CheckpointCadence("auto", 0), {"t": 0.0}
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr("testbed.runner.time.monotonic", lambda: clock["t"])
+            cadence._since = 0.0
+            ahead = []
+            for r in range(1, 4):
+                clock["t"] += round_s
+                if cadence.due(r):
+                    cadence.save(r, lambda a: (ahead.append(a), clock.__setitem__("t", clock["t"] + write_s)))
+        return ahead[-1]
+
+    assert rounds_between(round_s=0.1, write_s=0.001) == 1  # 1 % of a round
+    assert rounds_between(round_s=0.001, write_s=0.0005) == 25  # 50 % of a round: 2 % every 25
+    assert rounds_between(round_s=1e-5, write_s=0.001) == CheckpointCadence.MAX_EVERY
 
 
 def test_at_least_twenty_damages_are_covered():

@@ -57,11 +57,13 @@ from typing import Any, Literal, Mapping, Sequence
 import numpy as np
 from pydantic import Field, model_validator
 
-from testbed.algorithms.contract import SETUP_ROUND, NodeResult, RoundContext, ServerResult, State, TensorSpec
+from testbed.algorithms.contract import (
+    SETUP_ROUND, NodeResult, RoundContext, ServerResult, State, TensorSpec, planned_batch,
+)
 from testbed.algorithms.registry import BuildContext, Registration
 from testbed.data.federated import Split
 from testbed.errors import ConfigError
-from testbed.ledger import CommunicationEvent, ComputeEvent, Event, MutualInfoEvent
+from testbed.ledger import CommunicationEvent, ComputeEvent, Event, MutualInfoEvent, NodeEvents
 from testbed.models import LinearRegression
 from testbed.privacy import acfl as theory
 from testbed.rng import Purpose, node_streams
@@ -233,6 +235,10 @@ class Acfl:
         return [ComputeEvent(node, ctx.round_index, 1),
                 CommunicationEvent(node, ctx.round_index, bytes_up=size, bytes_down=size)]
 
+    def planned_batch(self, node_ids: Sequence[int], ctx: RoundContext) -> NodeEvents:
+        """:meth:`planned_events` of every node at once (the same for all)."""
+        return NodeEvents.uniform(self.planned_events(0, ctx), node_ids)
+
     def init_state(self, params0: np.ndarray) -> State:
         d, o = self.features, self.outputs
         return {"W": np.asarray(params0, dtype=np.float64).reshape(d, o).copy(), "HX": np.zeros((d, d)),
@@ -310,7 +316,7 @@ class Acfl:
         a, b = self.grams(train, ids)
         grad = a @ received["W"] - b  # eq. (7)
         return NodeResult(ids, {"gradient": grad}, {"samples": train.sizes.astype(np.float64)},
-                          [self.planned_events(n, ctx) for n in ids])
+                          planned_batch(self, ids, ctx))
 
     def coded_gradient(self, state: State) -> np.ndarray:
         """G_S = H̃_X W_t − H̃_Y (eq. 8); SCFL: the noise bias n D σ₁² W_t taken off."""

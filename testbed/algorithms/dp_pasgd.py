@@ -30,11 +30,11 @@ from pydantic import model_validator
 from testbed.algorithms.aggregate import AggregationOptions, aggregate
 from testbed.algorithms.batches import node_keys, uniform_batches
 from testbed.algorithms import mcu_logistic
-from testbed.algorithms.contract import NodeResult, RoundContext, ServerResult, State, TensorSpec
+from testbed.algorithms.contract import NodeResult, RoundContext, ServerResult, State, TensorSpec, planned_batch
 from testbed.algorithms.registry import BuildContext, Registration
 from testbed.data.federated import Split
 from testbed.errors import ConfigError
-from testbed.ledger import CommunicationEvent, ComputeEvent, Event, GaussianEvent
+from testbed.ledger import CommunicationEvent, ComputeEvent, Event, EventBatch, GaussianEvent, NodeEvents
 from testbed.models import LogisticRegression, Model
 from testbed.privacy import zcdp
 from testbed.rng import Purpose, node_streams
@@ -216,6 +216,19 @@ class DpPasgd:
             events.append(self._privacy_event(node, round_index))
         return events
 
+    def planned_batch(self, node_ids: Sequence[int], ctx: RoundContext) -> NodeEvents:
+        """:meth:`planned_events` of every node at once: the same but for the sampling rate, a
+        column when the nodes hold different amounts of data."""
+        ids = np.asarray(node_ids, dtype=np.int64)
+        if not len(ids):
+            return NodeEvents([], ids)
+        events = NodeEvents.uniform(self.planned_events(int(ids[0]), ctx), ids)
+        if self.sigma > 0:
+            rates = np.minimum(1.0, self.batch / np.array([self.train_sizes[n] for n in ids.tolist()], dtype=np.float64))
+            if (rates != rates[0]).any():
+                events.batches[-1] = EventBatch(events.batches[-1].template, ids, {"sampling_rate": rates})
+        return events
+
     def _privacy_event(self, node: int, round_index: int) -> GaussianEvent:
         rate = min(1.0, self.batch / self.train_sizes[node])
         if self.sampling == "poisson":
@@ -276,7 +289,7 @@ class DpPasgd:
         ids = tuple(int(n) for n in node_ids)
         return NodeResult(node_ids=ids, tensors={"update": params},
                           metrics={"samples": np.diff(train.offsets).astype(np.float64)},
-                          events=[self.planned_events(node, ctx) for node in ids])
+                          events=planned_batch(self, ids, ctx))
 
     def mcu_task(self, node: int, ctx: RoundContext) -> mcu_logistic.McuTask:
         """What a microcontroller board runs for ``node`` this round (testbed.algorithms.mcu_logistic).

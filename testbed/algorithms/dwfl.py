@@ -79,7 +79,7 @@ import numpy as np
 from channel import Alignment, analog_link, digital_link, fill_gaussian_rows, orthogonal_round_airtime_s, transmit_real
 from pydantic import Field, model_validator
 
-from testbed.algorithms.contract import NodeResult, RoundContext, ServerResult, State, TensorSpec
+from testbed.algorithms.contract import NodeResult, RoundContext, ServerResult, State, TensorSpec, planned_batch
 from testbed.algorithms.registry import BuildContext, Registration
 from testbed.algorithms.batches import uniform_batches
 from testbed.algorithms.dwfl_channel import (
@@ -519,7 +519,7 @@ class Dwfl:
         signals, pending = self.transmit(payload, models, ids, ctx.round_index, ctx.seed)
         return NodeResult(node_ids=ids, tensors={"signal": signals}, carry={"pending": pending},
                           metrics={"samples": np.diff(train.offsets).astype(np.float64)},
-                          events=[self.planned_events(node, ctx) for node in ids])
+                          events=planned_batch(self, ids, ctx))
 
     def node_finish(self, carry: Mapping[str, np.ndarray], received: np.ndarray, node_ids: Sequence[int],
                     ctx: RoundContext) -> NodeResult:

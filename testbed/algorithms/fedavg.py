@@ -30,11 +30,11 @@ import numpy as np
 
 from testbed.algorithms.aggregate import AggregationOptions, aggregate
 from testbed.algorithms.batches import uniform_batches
-from testbed.algorithms.contract import NodeResult, RoundContext, ServerResult, State, TensorSpec
+from testbed.algorithms.contract import NodeResult, RoundContext, ServerResult, State, TensorSpec, planned_batch
 from testbed.algorithms.registry import BuildContext, Registration
 from testbed.data.federated import Split
 from testbed.errors import ConfigError
-from testbed.ledger import CommunicationEvent, ComputeEvent, Event
+from testbed.ledger import CommunicationEvent, ComputeEvent, Event, NodeEvents
 from testbed.models import Model
 from testbed.sections import Positive
 
@@ -100,6 +100,10 @@ class FedAvg:
         return [ComputeEvent(node, ctx.round_index, self.local_steps),
                 CommunicationEvent(node, ctx.round_index, bytes_up=size, bytes_down=size)]
 
+    def planned_batch(self, node_ids: Sequence[int], ctx: RoundContext) -> NodeEvents:
+        """:meth:`planned_events` of every node at once (the same for all)."""
+        return NodeEvents.uniform(self.planned_events(0, ctx), node_ids)
+
     def init_state(self, params0: np.ndarray) -> State:
         """The global model and the weights (equal until the setup brings the sizes)."""
         return {"model": np.asarray(params0, dtype=np.float64),
@@ -136,7 +140,7 @@ class FedAvg:
             _, grad = self.model.loss_and_grad(params, train.x[rows], train.y[rows], weights)
             params -= self.lr * grad
         return NodeResult(ids, {"update": params}, {"samples": np.diff(train.offsets).astype(np.float64)},
-                          [self.planned_events(n, ctx) for n in ids])
+                          planned_batch(self, ids, ctx))
 
     def server_step(self, state: State, result: NodeResult, ctx: RoundContext) -> ServerResult:
         """w ← Σ_{k∈S} (n_k / n_S) w_k over the nodes S that answered (Algorithm 1), or the

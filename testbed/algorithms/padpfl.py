@@ -48,7 +48,9 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from testbed.algorithms.batches import uniform_batches
-from testbed.algorithms.contract import SETUP_ROUND, NodeResult, RoundContext, ServerResult, State, TensorSpec
+from testbed.algorithms.contract import (
+    SETUP_ROUND, NodeResult, RoundContext, ServerResult, State, TensorSpec, planned_batch,
+)
 from testbed.algorithms.impact import (ImpactSchedule, check_weights, link_quality_weights, parse_ratios,
                                       ratio_weights, redistribute, spread_uploads)
 from testbed.algorithms.registry import BuildContext, Registration
@@ -412,7 +414,7 @@ class Padpfl:
         if self.impact == "quality_score":
             tensors["score"] = self.scores(start, train, ids, r, ctx.seed) * due[:, None]
         return NodeResult(ids, tensors, {"samples": np.diff(train.offsets).astype(np.float64)},
-                          [self.planned_events(n, ctx) for n in ids])
+                          planned_batch(self, ids, ctx))
 
     def scores(self, received: np.ndarray, train: Split, ids: Sequence[int], round_index: int, seed: int) -> np.ndarray:
         """(M, 1) each node's noisy clipped score: the accuracy of the model it received on its own
