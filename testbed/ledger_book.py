@@ -74,6 +74,7 @@ class LedgerBook:
         self._tallies: list[Tally] = [{}]  # interned; entry 0 is the empty tally
         self._tally_index: dict[tuple, int] = {(): 0}
         self._tally_ids = np.zeros(n, dtype=np.int64)
+        self._population = [n]  # nodes holding each interned tally
         self._plus: dict[tuple, int] = {}  # (tally id, observer, signature, count) → tally id
         self._epsilons: dict[tuple[str, float], dict[int, float]] = {}  # (accountant, δ) → tally id → ε
         self._logged: dict[int, np.ndarray] = {}  # round → sorted rows that logged their own events
@@ -150,10 +151,13 @@ class LedgerBook:
 
     def _add_privacy(self, rows: np.ndarray, observer: str, signature: tuple, count: int) -> None:
         old = self._tally_ids[rows]
-        distinct, inverse = np.unique(old, return_inverse=True)
+        distinct, inverse, moved = np.unique(old, return_inverse=True, return_counts=True)
         new = np.array([self._plus_one(int(t), observer, signature, count) for t in distinct], dtype=np.int64)
         self._tally_ids[rows] = new[inverse]
-        if len(self._tallies) > 4 * len(distinct) + 1024:
+        for t, to, k in zip(distinct.tolist(), new.tolist(), moved.tolist()):
+            self._population[t] -= k
+            self._population[to] += k
+        if len(self._tallies) > 1024 and len(self._tallies) > 4 * sum(1 for k in self._population if k):
             self._compact()
 
     def _plus_one(self, tally_id: int, observer: str, signature: tuple, count: int) -> int:
@@ -171,6 +175,7 @@ class LedgerBook:
         if found is None:
             found = self._tally_index[key] = len(self._tallies)
             self._tallies.append(tally)
+            self._population.append(0)
         return found
 
     def _compact(self) -> None:
@@ -181,6 +186,7 @@ class LedgerBook:
             live.insert(0, 0)
             inverse += 1
         self._tallies = [self._tallies[t] for t in live]
+        self._population = [self._population[t] for t in live]
         self._tally_index = {_tally_key(t): i for i, t in enumerate(self._tallies)}
         self._tally_ids = inverse.astype(np.int64).reshape(self._tally_ids.shape)
         self._plus.clear()
@@ -235,6 +241,25 @@ class LedgerBook:
                 cache[t] = worst_epsilon(accountant, self._tallies[t], delta)
             values[i] = cache[t]
         return values[inverse.reshape(-1)]
+
+    def max_epsilon(self, accountant: str, delta: float) -> float:
+        """The largest headline ε of any node (0 before any release): once per tally some node
+        holds, however many nodes."""
+        cache = self._epsilons.setdefault((accountant, float(delta)), {})
+        worst = 0.0
+        for t, held in enumerate(self._population):
+            if held:
+                if t not in cache:
+                    cache[t] = worst_epsilon(accountant, self._tallies[t], delta)
+                worst = max(worst, cache[t])
+        return worst
+
+    def active(self) -> np.ndarray:
+        """(N,) bool: the nodes that logged anything (a run with client sampling leaves some idle)."""
+        active = self._tally_ids != 0
+        for column in self.totals.values():
+            active |= column != 0
+        return active
 
     def max_round_energy_j(self, node: int) -> float:
         """Joules of the node's costliest round logged (0 before any)."""

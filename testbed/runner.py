@@ -279,7 +279,7 @@ def run_rounds(run: Run, nodes: Nodes, quiet: bool) -> None:
             if evaluated:
                 _evaluate(run)
             book = run.book
-            eps = float(book.worst_epsilons(run.budgets.accountant, run.budgets.delta).max(initial=0.0))
+            eps = book.max_epsilon(run.budgets.accountant, run.budgets.delta)
             measured = run.metrics if evaluated else dict.fromkeys(run.metrics, "")  # output.eval_every: blanks
             row = {
                 "round": run.rounds_done, "local_steps": int(book.column("local_steps").max(initial=0)),
@@ -427,7 +427,7 @@ def finish(run: Run, tight_job: BackgroundEpsilons | None, figures_job: "Backgro
         tight: list[dict[str, float]] = [{} for _ in tallies]
         for (i, observer), eps in zip(keys, epsilons):
             tight[i][observer] = eps
-        for entry, i in zip(summary["nodes"].values(), index.tolist()):
+        for entry, i in zip(summary["nodes"].values(), index[_summary_rows(run.book)].tolist()):
             entry["epsilon_tight"] = max(tight[i].values(), default=0.0)
             entry["epsilon_tight_by_observer"] = tight[i]
         run.directory.write_summary(summary)
@@ -444,6 +444,8 @@ def _planned_tallies(run: Run) -> list[Counter]:
     what the next one plans (and a pending setup its events): the tight accountant's guess, one per
     distinct outcome."""
     alg, book = run.algorithm, run.book
+    if run.config.client_sampling.method != "all":
+        return []  # which nodes a round samples is drawn as it comes: no plan to guess the end from
     remaining = alg.rounds - run.rounds_done
     ids = book.node_ids
     ctx = RoundContext(run.rounds_done, run.config.run.seed, len(ids), tuple(ids.tolist()))
@@ -476,6 +478,13 @@ def _planned_tallies(run: Run) -> list[Counter]:
     return [c for tally in guessed.values() for c in tally.values()]
 
 
+def _summary_rows(book: LedgerBook) -> np.ndarray:
+    """The rows of the nodes the summary lists one by one: every node, or with client sampling the
+    nodes that logged anything (the others, never sampled, are counted as ``idle_nodes``)."""
+    active = book.active()
+    return np.arange(len(book)) if active.all() else np.flatnonzero(active)
+
+
 _SUMMARY_TOTALS = ("cost_units", "local_steps", "rounds", "rounds_straggled", "bytes_up", "bytes_down", "energy_j",
                    "compute_s", "mi_epsilon_nats")
 
@@ -485,9 +494,10 @@ def _summary(run: Run) -> dict[str, Any]:
     book = run.book
     tallies, index = book.distinct_tallies()
     by_observer = [epsilon_by_observer(budgets.accountant, tally, budgets.delta) for tally in tallies]
-    columns = {name: book.column(name).tolist() for name in _SUMMARY_TOTALS}
+    rows = _summary_rows(book)
+    columns = {name: book.column(name)[rows].tolist() for name in _SUMMARY_TOTALS}
     nodes = {}
-    for row, (node, i) in enumerate(zip(book.node_ids.tolist(), index.tolist())):
+    for row, (node, i) in enumerate(zip(book.node_ids[rows].tolist(), index[rows].tolist())):
         nodes[str(node)] = {
             "epsilon": max(by_observer[i].values(), default=0.0),
             "epsilon_by_observer": dict(by_observer[i]),
@@ -505,6 +515,7 @@ def _summary(run: Run) -> dict[str, Any]:
         "final": {k: run.metrics[k] for k in ("test_accuracy", "train_loss", "test_accuracy_pooled",
                                                "validation_accuracy")},
         "nodes": nodes,
+        "idle_nodes": len(book) - len(rows),
         "budgets": {"epsilon": budgets.epsilon, "delta": budgets.delta, "accountant": budgets.accountant,
                     "cost_units": budgets.cost_units, "bytes": budgets.bytes, "energy_j": budgets.energy_j,
                     "mi_epsilon": budgets.mi_epsilon},

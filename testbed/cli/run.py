@@ -120,7 +120,8 @@ def format_summary(summary: dict) -> str:
             f" ({stopped['budget']} budget of node {stopped['node']}: "
             f"{stopped['would_be']:.6g} > {stopped['limit']:.6g})" if stopped else ""),
         f"algorithm    {summary['algorithm']} ({summary['mode']}, seed {summary['seed']}, "
-        f"{summary['rounds']} rounds, {len(eps)} nodes)",
+        f"{summary['rounds']} rounds, {len(eps)} nodes"
+        + (f" and {summary['idle_nodes']} never sampled)" if summary.get("idle_nodes") else ")"),
         f"test acc     {summary['final']['test_accuracy']:.4f}   train loss {summary['final']['train_loss']:.4f}",
         f"epsilon      {min(eps):.4g} .. {max(eps):.4g} at delta {summary['budgets']['delta']:g} "
         f"({summary['budgets']['accountant']})" + (f"; tight {max(tight):.4g}" if tight else ""),
