@@ -206,8 +206,7 @@ def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = Fa
     tight = config.privacy.tight_accountant
     tight_job = None
     if tight != "none":
-        tight_job = BackgroundEpsilons(tight, run.budgets.delta)
-        tight_job.guess(_planned_tallies(run))
+        tight_job = BackgroundEpsilons(tight, run.budgets.delta)  # imports dp-accounting meanwhile
     figures_job = None
     if config.output.figures:
         from testbed.plots import BackgroundFigures
@@ -216,7 +215,7 @@ def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = Fa
     nodes = None
     try:
         nodes = build_nodes(config, algorithm, data, quiet)
-        run_rounds(run, nodes, quiet)
+        run_rounds(run, nodes, quiet, tight_job)
     except BaseException as exc:
         run.status, run.failure = "failed", f"{type(exc).__name__}: {exc}"
         for job in (tight_job, figures_job):
@@ -234,8 +233,9 @@ def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = Fa
     return RunResult(directory.path, summary)
 
 
-def run_rounds(run: Run, nodes: Nodes, quiet: bool) -> None:
-    """Stage 5: setup (once), then the rounds, until done or a budget would break."""
+def run_rounds(run: Run, nodes: Nodes, quiet: bool, tight_job: BackgroundEpsilons | None = None) -> None:
+    """Stage 5: setup (once), then the rounds, until done or a budget would break. Once the setup is
+    done (what it brings may set a release's sensitivity), ``tight_job`` gets the planned tallies."""
     alg, config = run.algorithm, run.config
     ledger_file = LedgerWriter(run.directory.ledger_path, sync=run.config.output.sync)
     progress = Progress(alg.rounds, enabled=not quiet, budgets=run.budgets)
@@ -253,6 +253,8 @@ def run_rounds(run: Run, nodes: Nodes, quiet: bool) -> None:
             run.state = server.state
             _charge_server(run, server.events, nodes, ledger_file)
             cadence.save(0, save)
+        if tight_job is not None:
+            tight_job.guess(_planned_tallies(run))
         every = run.book.node_ids.tolist()
         for r in range(run.rounds_done, alg.rounds):
             sampled = sample_clients(config.client_sampling, seed=config.run.seed, round_index=r, node_ids=every)
@@ -441,39 +443,48 @@ def finish(run: Run, tight_job: BackgroundEpsilons | None, figures_job: "Backgro
 
 def _planned_tallies(run: Run) -> list[Counter]:
     """The per-observer privacy tallies the nodes end the run with if every remaining round charges
-    what the next one plans (and a pending setup its events): the tight accountant's guess, one per
-    distinct outcome."""
+    what it plans (and a pending setup its events; the server's, for an algorithm that can say them
+    ahead: ``planned_server_events(state, ctx)``): the tight accountant's guess, one per distinct
+    outcome."""
     alg, book = run.algorithm, run.book
     if run.config.client_sampling.method != "all":
         return []  # which nodes a round samples is drawn as it comes: no plan to guess the end from
-    remaining = alg.rounds - run.rounds_done
     ids = book.node_ids
-    ctx = RoundContext(run.rounds_done, run.config.run.seed, len(ids), tuple(ids.tolist()))
     tallies, index = book.distinct_tallies()
-    # Per node: its tally now, and the (observer, signature, count) it will add once and each round.
-    once: list[tuple] = [()] * len(ids)
+    # Per node: what it will add, (observer, signature) → count, over a pending setup and the
+    # remaining rounds, each round's own plan (PADPFL's uploads are due in some rounds only).
+    adds = [Counter() for _ in ids]
     if alg.has_setup:
-        pending = (~book.logged(ids, SETUP_ROUND)).tolist()
-        once = [tuple((e.observer, e.signature, e.count) for e in alg.setup_events(n) if e.kind == "privacy")
-                if p else ()
-                for n, p in zip(ids.tolist(), pending)]
-    each: list[tuple] = [()] * len(ids)
-    planned = planned_batch(alg, ids, ctx) if remaining > 0 else []
-    if isinstance(planned, NodeEvents):
-        for batch in planned.batches:
-            if batch.kind == "privacy":
-                for event, positions in batch.groups():
-                    for p in positions.tolist():
-                        each[p] += ((event.observer, event.signature, event.count),)
-    else:
-        each = [tuple((e.observer, e.signature, e.count) for e in events if e.kind == "privacy") for events in planned]
+        for add, node, pending in zip(adds, ids.tolist(), (~book.logged(ids, SETUP_ROUND)).tolist()):
+            for e in alg.setup_events(node) if pending else ():
+                if e.kind == "privacy":
+                    add[e.observer, e.signature] += e.count
+    every = tuple(ids.tolist())
+    server_plan = getattr(alg, "planned_server_events", None)
+    position = {n: i for i, n in enumerate(every)}
+    for r in range(run.rounds_done, alg.rounds):
+        ctx = RoundContext(r, run.config.run.seed, len(ids), every)
+        for e in (server_plan(run.state, ctx) or []) if server_plan is not None else ():
+            if e.kind == "privacy":
+                adds[position[e.node]][e.observer, e.signature] += e.count
+        planned = planned_batch(alg, ids, ctx)
+        if isinstance(planned, NodeEvents):
+            for batch in planned.batches:
+                if batch.kind == "privacy":
+                    for e, positions in batch.groups():
+                        for p in positions.tolist():
+                            adds[p][e.observer, e.signature] += e.count
+        else:
+            for add, events in zip(adds, planned):
+                for e in events:
+                    if e.kind == "privacy":
+                        add[e.observer, e.signature] += e.count
     guessed = {}
-    for key in set(zip(index.tolist(), once, each)):
-        i, setup, per_round = key
+    for key in {(i, tuple(sorted(add.items()))) for i, add in zip(index.tolist(), adds)}:
+        i, added = key
         tally = {obs: Counter(c) for obs, c in tallies[i].items()}
-        for events, times in ((setup, 1), (per_round, remaining)):
-            for observer, signature, count in events:
-                tally.setdefault(observer, Counter())[signature] += count * times
+        for (observer, signature), count in added:
+            tally.setdefault(observer, Counter())[signature] += count
         guessed[key] = tally
     return [c for tally in guessed.values() for c in tally.values()]
 

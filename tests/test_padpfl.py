@@ -560,3 +560,24 @@ def test_link_keys_need_the_link_quality_rule():
     with pytest.raises(ConfigError) as info:
         load_config_text('[run]\nalgorithm = "padpfl"\n[data]\nnum_nodes = 6\n[padpfl]\nlink_area_m = 50.0\n')
     assert info.value.key == "padpfl.link_area_m"
+
+
+def test_the_tight_accountant_guesses_uploads_due_in_some_rounds_only(tmp_path, monkeypatch):
+    """Uploads spread over the rounds (1 of 4 per node here): the guess sums each round's own plan,
+    so the run ends with the tallies the tight accountant computed while it ran (one request)."""
+    from testbed.privacy import accountants
+    from testbed.runner import run_experiment
+
+    requests, result_of = [], accountants.BackgroundEpsilons.result
+
+    def recorded(job, tallies):
+        out = result_of(job, tallies)
+        requests.append(job.requests)
+        return out
+
+    monkeypatch.setattr(accountants.BackgroundEpsilons, "result", recorded)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = run_experiment(load_config_text(RUN), out_dir=tmp_path / "r", quiet=True)
+    assert requests == [1]
+    assert all(node["epsilon_tight"] > 0 for node in result.summary["nodes"].values())

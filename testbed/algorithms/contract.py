@@ -15,6 +15,8 @@ An algorithm is pure steps on named arrays plus explicit random streams. One rou
 4. ``server_step(state, result, ctx)``: the new state, plus events the server issues on behalf of
    nodes (server-side noise that protects a node's data; a correction of what a node was charged
    when fewer peers transmitted than planned). Over MQTT these reach each node with its next round.
+   An algorithm whose server events are known ahead may say them, ``planned_server_events(state,
+   ctx)`` (None when not): the tight accountant then computes the run's end while it runs.
 
 An optional ``setup`` phase runs once before round 1 (``has_setup``): nodes upload something once
 (their data size, a coded data set) through ``setup_step``, and ``server_setup`` folds it into the

@@ -487,14 +487,28 @@ class Padpfl:
         rows = [result.node_ids.index(n) for n in np.flatnonzero(p)]
         heard = np.flatnonzero(p)
         model = p[heard] @ result.tensors["update"][rows]  # eq. (11): Σ p'_i x~_i
-        events: list[Event] = []
         if self.private:
-            sigma_s = self.server_sigma(p)
-            model += sigma_s * stream(ctx.seed, GLOBAL, ctx.round_index, Purpose.NOISE).standard_normal(model.shape[0])
-            sigma_b = dp.broadcast_sigma(p, self.sigma_client, sigma_s)
-            events = [GaussianEvent(int(n), ctx.round_index, sigma_b, float(p[n]) * self.upload_sensitivity(int(n)), 1,
-                                    observer="public", issuer="server", clip_norm=self.clip) for n in heard]
-        return ServerResult({"model": model, **history}, events)
+            model += self.server_sigma(p) * stream(ctx.seed, GLOBAL, ctx.round_index, Purpose.NOISE).standard_normal(model.shape[0])
+        return ServerResult({"model": model, **history}, self._broadcast_events(p, ctx.round_index))
+
+    def _broadcast_events(self, p: np.ndarray, round_index: int) -> list[Event]:
+        """The broadcast's public Gaussian release, charged to each node with p'_i > 0."""
+        if not self.private or not p.any():
+            return []
+        sigma_b = dp.broadcast_sigma(p, self.sigma_client, self.server_sigma(p))
+        return [GaussianEvent(int(n), round_index, sigma_b, float(p[n]) * self.upload_sensitivity(int(n)), 1,
+                              observer="public", issuer="server", clip_norm=self.clip) for n in np.flatnonzero(p)]
+
+    def planned_server_events(self, state: State, ctx: RoundContext) -> list[Event] | None:
+        """What :meth:`server_step` issues in round ``ctx`` if every expected node answers, for rules
+        whose factors are known ahead (equal, given, link_quality, data_size); None for those that
+        depend on what the rounds bring (reliability, quality_score)."""
+        if self.impact in ("reliability", "quality_score"):
+            return None
+        contributing = np.zeros(self.num_nodes, dtype=bool)
+        expected = np.asarray(ctx.expected, dtype=np.int64)
+        contributing[expected] = self.uploads_in(expected, ctx.round_index)
+        return self._broadcast_events(redistribute(self.impact_factors(ctx, state), contributing), ctx.round_index)
 
     # ----------------------------------------------------------------------------- report
 
