@@ -119,16 +119,18 @@ def floyd_sample(stream: WordStream, n: int, b: int) -> list[int]:
     return chosen
 
 
-def uniform_pairs(seed: int, node_ids: Sequence[int], round_index: int, purpose: Purpose) -> tuple[np.ndarray, np.ndarray]:
+def uniform_pairs(seed: int, node_ids: Sequence[int], round_index: int | np.ndarray,
+                  purpose: Purpose) -> tuple[np.ndarray, np.ndarray]:
     """Two float64 uniforms per node, u ∈ (0, 1] and v ∈ [0, 1) with 53 bits each, from the first
     Philox block of the node's (seed, node, round, purpose) counter: all nodes in one vectorised
     call, and a board (or its C firmware) computes its own from the same counter.
 
-    Input: node_ids (M,). Output: u (M,), v (M,).
+    Input: node_ids (M,); round_index, or (M,) one round per entry (many rounds in one call).
+    Output: u (M,), v (M,).
     """
     counters = np.zeros((len(node_ids), 4), np.uint32)
     counters[:, 1] = np.asarray(node_ids, dtype=np.int64) & 0xFFFFFFFF
-    counters[:, 2], counters[:, 3] = round_index & 0xFFFFFFFF, int(purpose)
+    counters[:, 2], counters[:, 3] = np.asarray(round_index, dtype=np.int64) & 0xFFFFFFFF, int(purpose)
     w = philox4x32(counters, (int(seed) & 0xFFFFFFFF, (int(seed) >> 32) & 0xFFFFFFFF)).astype(np.uint64)
     scale = 2.0 ** -53
     u = (((w[:, 0] >> np.uint64(5)) << np.uint64(26)) + (w[:, 1] >> np.uint64(6)) + np.uint64(1)) * scale

@@ -77,8 +77,8 @@ class LedgerBook:
         self._population = [n]  # nodes holding each interned tally
         self._plus: dict[tuple, int] = {}  # (tally id, observer, signature, count) → tally id
         self._epsilons: dict[tuple[str, float], dict[int, float]] = {}  # (accountant, δ) → tally id → ε
-        self._logged: dict[int, np.ndarray] = {}  # round → sorted rows that logged their own events
-        self._server: dict[int, np.ndarray] = {}  # round → sorted rows with server-issued events
+        self._logged: dict[int, np.ndarray] = {}  # round → (N,) bool: the rows that logged their own events
+        self._server: dict[int, np.ndarray] = {}  # round → (N,) bool: the rows with server-issued events
         self._forgotten_below = -1  # rounds in [0, this) are no longer tracked
         self._round_energy: dict[int, np.ndarray] = {}
         self._folded_energy = np.zeros(n)
@@ -132,8 +132,9 @@ class LedgerBook:
     def _mark(self, where: dict[int, np.ndarray], r: int, rows: np.ndarray) -> None:
         if 0 <= r < self._forgotten_below:
             return
-        old = where.get(r)
-        where[r] = np.unique(rows) if old is None else np.union1d(old, rows)
+        if r not in where:
+            where[r] = np.zeros(len(self.node_ids), dtype=bool)
+        where[r][rows] = True
 
     def _add_energy(self, r: int, rows: np.ndarray, energy_j) -> None:
         if r < self._folded_below:
@@ -215,11 +216,11 @@ class LedgerBook:
         after a restart releases the same values again: nothing new to charge)."""
         rows = self.rows(nodes)
         done = self._logged.get(round_index)
-        return np.zeros(len(rows), dtype=bool) if done is None else np.isin(rows, done, assume_unique=False)
+        return np.zeros(len(rows), dtype=bool) if done is None else done[rows]
 
     def has_server_events(self, node: int, round_index: int) -> bool:
         done = self._server.get(round_index)
-        return done is not None and bool(np.isin(self.rows([node]), done)[0])
+        return done is not None and bool(done[self.rows([node])[0]])
 
     def tally(self, node: int) -> Tally:
         """The node's per-observer privacy tally (observer → Counter(signature → count)); a copy."""

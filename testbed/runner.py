@@ -42,6 +42,7 @@ from testbed.privacy.accountants import BackgroundEpsilons, epsilon_by_observer
 from testbed.progress import Progress
 from testbed.resources import check_fits
 from testbed.results import RunDirectory
+from testbed.stragglers import StragglerDraws
 from testbed.rng import GLOBAL, Purpose, stream
 from testbed.threads import limit_blas_threads
 
@@ -256,10 +257,11 @@ def run_rounds(run: Run, nodes: Nodes, quiet: bool, tight_job: BackgroundEpsilon
         if tight_job is not None:
             tight_job.guess(_planned_tallies(run))
         every = run.book.node_ids.tolist()
+        straggler_draws = StragglerDraws(config.stragglers, config.run.seed)
         for r in range(run.rounds_done, alg.rounds):
             sampled = sample_clients(config.client_sampling, seed=config.run.seed, round_index=r, node_ids=every)
             participants = every if sampled is None else list(sampled)
-            excluded = emulated_stragglers(config, alg, r, participants)
+            excluded = emulated_stragglers(config, alg, r, participants, straggler_draws)
             expected = tuple(n for n in participants if n not in excluded)
             probe = RoundContext(r, config.run.seed, config.data.num_nodes, expected, sampled=sampled)
             run.stopped = _first_exceeded(run.budgets, run.book, alg, probe)
@@ -340,21 +342,21 @@ class CheckpointCadence:
         self.saved_at = rounds_done
 
 
-def emulated_stragglers(config: Config, algorithm: Algorithm, round_index: int, node_ids: list[int]) -> frozenset[int]:
-    """The nodes the ``[stragglers]`` model takes out of the round (from each node's own stream)."""
+def emulated_stragglers(config: Config, algorithm: Algorithm, round_index: int, node_ids: list[int],
+                        draws: StragglerDraws | None = None) -> frozenset[int]:
+    """The nodes the ``[stragglers]`` model takes out of the round (from each node's own stream);
+    ``draws``: the run's, which draws blocks of rounds at once."""
     section = config.stragglers
     if section.model == "none":
         return frozenset()
-    from testbed.stragglers import draw_stragglers
-
     round_time_s = None
     if section.model == "deadline":
         from nodes.stragglers import round_times_s
 
         ctx = RoundContext(round_index, config.run.seed, config.data.num_nodes, tuple(node_ids))
         round_time_s = round_times_s(config.nodes.profile, algorithm, ctx)
-    return draw_stragglers(section, seed=config.run.seed, round_index=round_index, node_ids=node_ids,
-                           round_time_s=round_time_s)
+    draws = draws or StragglerDraws(section, config.run.seed)
+    return draws.draw(round_index, node_ids, round_time_s)
 
 
 def _charge(run: Run, outcome: RoundOutcome, ledger_file: LedgerWriter) -> None:

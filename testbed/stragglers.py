@@ -115,3 +115,39 @@ def draw_stragglers(section: StragglersSection, *, seed: int, round_index: int, 
     jittered_s = t * np.exp(sigma * z - 0.5 * sigma * sigma)  # lognormal factor of mean 1
     deadline_s = float(section.deadline_s)  # type: ignore[arg-type]  (set: the section's validator)
     return frozenset(np.asarray(ids)[jittered_s > deadline_s].tolist())
+
+
+class StragglerDraws:
+    """:func:`draw_stragglers` round after round, for a run. The bernoulli model's draws for the
+    same node list (the same object: every node, no client sampling) are made for a block of rounds
+    in one vectorised Philox call, not one call a round: the same values (each node's own counter).
+
+    Example::
+
+        >>> s = StragglersSection(model="bernoulli", p=0.5)
+        >>> ids, draws = [0, 1, 2, 3], StragglerDraws(s, seed=7)
+        >>> all(draws.draw(r, ids) == draw_stragglers(s, seed=7, round_index=r, node_ids=ids) for r in range(100))
+        True
+    """
+
+    MAX_DRAWS = 1 << 20  # per block: rounds × nodes
+
+    def __init__(self, section: StragglersSection, seed: int):
+        self.section, self.seed = section, seed
+        self._ids: Sequence[int] | None = None
+        self._first, self._straggles = 0, np.zeros((0, 0), dtype=bool)
+        self._id_array = np.zeros(0, dtype=np.int64)
+
+    def draw(self, round_index: int, node_ids: Sequence[int], round_time_s: np.ndarray | None = None) -> frozenset[int]:
+        """The stragglers among ``node_ids`` in round ``round_index`` (see :func:`draw_stragglers`)."""
+        if self.section.model != "bernoulli" or not len(node_ids):
+            return draw_stragglers(self.section, seed=self.seed, round_index=round_index, node_ids=node_ids,
+                                   round_time_s=round_time_s)
+        if node_ids is not self._ids or not 0 <= round_index - self._first < len(self._straggles):
+            rounds = max(1, min(64, self.MAX_DRAWS // len(node_ids)))
+            ids = np.asarray(node_ids, dtype=np.int64)
+            u, _ = uniform_pairs(self.seed, np.tile(ids, rounds), np.repeat(np.arange(round_index, round_index + rounds),
+                                                                             len(ids)), Purpose.STRAGGLER)
+            self._ids, self._first, self._straggles = node_ids, round_index, (u < self.section.p).reshape(rounds, len(ids))
+            self._id_array = ids
+        return frozenset(self._id_array[self._straggles[round_index - self._first]].tolist())

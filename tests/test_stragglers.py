@@ -112,3 +112,17 @@ def test_section_is_frozen_and_has_a_documented_schema():
     assert all(prop.get("description") for prop in schema["properties"].values())
     with pytest.raises(ValidationError):
         BERNOULLI.p = 0.5
+
+
+def test_draws_in_blocks_of_rounds_are_the_per_round_draws():
+    from testbed.stragglers import StragglerDraws
+
+    section = StragglersSection(model="bernoulli", p=0.3)
+    every = list(range(40))
+    draws = StragglerDraws(section, seed=5)
+    for r in range(150):  # past two block boundaries; a sampled list (another object) in between
+        ids = every if r % 7 else [3, 9, 27]
+        assert draws.draw(r, ids) == draw_stragglers(section, seed=5, round_index=r, node_ids=ids)
+    many = list(range(StragglerDraws.MAX_DRAWS // 2 + 1))  # a block of a single round
+    assert draws.draw(3, many) == draw_stragglers(section, seed=5, round_index=3, node_ids=many)
+    assert draws._straggles.shape == (1, len(many))
