@@ -440,10 +440,12 @@ class LinearRegression:
         ½‖x W − y‖², correct (N,) bool (see the class docstring)."""
         pred = self.design(x) @ self.matrix(params)
         target = self.targets(y)
-        resid = pred - target
-        sq = np.einsum("no,no->n", resid, resid)
         if np.issubdtype(y.dtype, np.integer):
-            return 0.5 * sq, pred.argmax(axis=-1) == y
+            correct = pred.argmax(axis=-1) == y
+            pred -= target  # the residual, in place: one array less per evaluation
+            return 0.5 * np.einsum("no,no->n", pred, pred), correct
+        pred -= target
+        sq = np.einsum("no,no->n", pred, pred)
         return 0.5 * sq, sq <= self.tolerance**2 * np.einsum("no,no->n", target, target)
 
 
