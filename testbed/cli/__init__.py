@@ -16,13 +16,20 @@ from testbed.extras import check_installed, missing_package_message
 #: The install extra (pyproject.toml) a command needs whatever the experiment; checked before it runs.
 EXTRA_OF_COMMAND = {"run": "coordinator", "sweep": "coordinator", "report": "coordinator", "plan": "coordinator",
                     "broker": "coordinator", "watch": "watch", "node": "node", "nodes": "node", "bridge": "bridge"}
+#: Commands registered by another command's module.
+_MODULE_OF = {"nodes": "node"}
 COMMANDS = ("run", "watch", "report", "privacy", "node", "bridge", "broker", "acl", "provision", "plan", "sweep", "calibrate", "schema")
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(prog="testbed", description="Private federated learning on wireless IoT, hardware in the loop.")
     sub = parser.add_subparsers(dest="command", required=True)
-    for name in COMMANDS:
+    # Only the command asked for is imported (a board's `testbed node` or a short run does not pay
+    # for every command's imports); `testbed`, `testbed --help` or an unknown command list them all.
+    chosen = next((a for a in argv if not a.startswith("-")), None)
+    chosen = _MODULE_OF.get(chosen, chosen)
+    for name in (chosen,) if chosen in COMMANDS else COMMANDS:
         importlib.import_module(f"testbed.cli.{name}").register(sub)
     args = parser.parse_args(argv)
     try:
