@@ -35,7 +35,7 @@ except ModuleNotFoundError:  # Python 3.10
 
 from testbed.client_sampling import ClientSamplingSection
 from testbed.errors import ConfigError
-from testbed.sections import NonNegative, Positive, Section
+from testbed.sections import NonNegative, Positive, Section, attribute_docstrings
 from testbed.stragglers import StragglersSection
 
 
@@ -407,11 +407,27 @@ def to_toml(config: Config) -> str:
     return "\n".join(lines)
 
 
+def _section_subclasses() -> list[type[Section]]:
+    found: list[type[Section]] = []
+    todo: list[type[Section]] = [Section]
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            if sub not in found:
+                found.append(sub)
+                todo.append(sub)
+    return found
+
+
 def json_schema() -> dict[str, Any]:
     """The JSON Schema of an experiment file (every section of every algorithm)."""
     from testbed.algorithms import registry
 
     schema = _config_model().model_json_schema()
+    for cls in _section_subclasses():  # the nested ones too (padpfl.change's ImpactChange)
+        properties = schema["$defs"].get(cls.__name__, {}).get("properties", {})
+        for name, doc in attribute_docstrings(cls).items():
+            if name in properties:
+                properties[name].setdefault("description", doc)
     schema["title"] = "testbed experiment file"
     schema["$defs"]["RunSection"]["properties"]["algorithm"]["enum"] = registry.names()
     schema["$schema"] = "http://json-schema.org/draft-07/schema#"
