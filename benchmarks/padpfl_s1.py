@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from timing import compile_project, timed
 
 HERE = Path(__file__).resolve().parent
 
@@ -86,14 +85,9 @@ def floor(nodes: int = 60, rounds: int = 30, steps: int = 10, batch: int = 32, d
     print(f"floor: final train loss {loss:.4f}, test accuracy {acc:.4f}")
 
 
-def timed(cmd: list[str]) -> tuple[float, float]:
-    """(wall seconds, CPU seconds user + sys) of one child process."""
-    start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, cwd=HERE.parent)
-    _, status, usage = os.wait4(proc.pid, 0)
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"failed: {' '.join(cmd)}")
-    return time.perf_counter() - start, usage.ru_utime + usage.ru_stime
+def _wall_cpu(cmd: list[str]) -> tuple[float, float]:
+    t = timed(cmd)
+    return t.wall_s, t.cpu_s
 
 
 def main() -> None:
@@ -106,12 +100,13 @@ def main() -> None:
         return
     lean = ["--set", "output.figures=false", "--set", 'privacy.tight_accountant="none"']
     rows: dict[str, list[tuple[float, float]]] = {"testbed run": [], "testbed run, lean": [], "numpy floor": []}
+    compile_project()
     with tempfile.TemporaryDirectory() as tmp:
         run = [sys.executable, "-W", "ignore", "-m", "testbed", "run", str(HERE / "padpfl_s1.toml"), "--quiet"]
         for i in range(args.repeats):  # interleaved, so a busy machine slows all alike
-            rows["testbed run"].append(timed(run + ["--out", f"{tmp}/run{i}"]))
-            rows["testbed run, lean"].append(timed(run + ["--out", f"{tmp}/lean{i}"] + lean))
-            rows["numpy floor"].append(timed([sys.executable, str(Path(__file__)), "--floor"]))
+            rows["testbed run"].append(_wall_cpu(run + ["--out", f"{tmp}/run{i}"]))
+            rows["testbed run, lean"].append(_wall_cpu(run + ["--out", f"{tmp}/lean{i}"] + lean))
+            rows["numpy floor"].append(_wall_cpu([sys.executable, str(Path(__file__)), "--floor"]))
     med = {k: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v)) for k, v in rows.items()}
     floor_wall, floor_cpu = med["numpy floor"]
     print(f"PADPFL scenario 1, 60 clients x 30 rounds, sim; whole process, median of {args.repeats}")
