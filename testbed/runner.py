@@ -194,25 +194,31 @@ def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = Fa
     """
     wall_start = time.monotonic()
     limit_blas_threads(config.run.blas_threads)
-    data, model = load(config)
-    config, planned = plan(config, model, data)
-    algorithm = registry.build(config, model, data)
-    check_accountants(config, algorithm, list(data.node_ids))
-    book = LedgerBook(data.node_ids)
-    past_mark: dict[int, list[Event]] = {}
-    directory, rounds_done, state = open_run(config, out_dir, resume, algorithm, model, book, past_mark)
-    run = Run(config, data, model, algorithm, budgets_from_config(config.budget, config.privacy), book,
-              directory, state, planned, rounds_done, wall_start=wall_start, past_mark=past_mark)
-    _evaluate(run)
-    tight = config.privacy.tight_accountant
-    tight_job = None
-    if tight != "none":
-        tight_job = BackgroundEpsilons(tight, run.budgets.delta)  # imports dp-accounting meanwhile
-    figures_job = None
+    # The helper processes start first: they import dp-accounting and matplotlib (a second each)
+    # on the other core while the data are built and the rounds run.
+    tight_job = figures_job = None
+    if config.privacy.tight_accountant != "none":
+        tight_job = BackgroundEpsilons(config.privacy.tight_accountant, config.privacy.delta)
     if config.output.figures:
         from testbed.plots import BackgroundFigures
 
         figures_job = BackgroundFigures()
+    try:
+        data, model = load(config)
+        config, planned = plan(config, model, data)
+        algorithm = registry.build(config, model, data)
+        check_accountants(config, algorithm, list(data.node_ids))
+        book = LedgerBook(data.node_ids)
+        past_mark: dict[int, list[Event]] = {}
+        directory, rounds_done, state = open_run(config, out_dir, resume, algorithm, model, book, past_mark)
+        run = Run(config, data, model, algorithm, budgets_from_config(config.budget, config.privacy), book,
+                  directory, state, planned, rounds_done, wall_start=wall_start, past_mark=past_mark)
+        _evaluate(run)
+    except BaseException:
+        for job in (tight_job, figures_job):
+            if job is not None:
+                job.close()
+        raise
     nodes = None
     try:
         nodes = build_nodes(config, algorithm, data, quiet)
