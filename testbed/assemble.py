@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from testbed.config import DataSection, ModelSection
+from testbed.config import Config, DataSection, ModelSection
 from testbed.data.federated import FederatedData
+from testbed.data.lazy import LazyFederatedData
 from testbed.models import Model, build_model
 
 
@@ -22,7 +23,7 @@ def load_data(d: DataSection, seed: int, nodes: Sequence[int] | None = None, pat
     options: dict[str, Any]
     if d.dataset == "synthetic":
         options = dict(num_nodes=d.num_nodes, samples_per_node=d.samples_per_node, dim=d.dim,
-                       n_classes=d.n_classes, heterogeneity=d.heterogeneity)
+                       n_classes=d.n_classes, heterogeneity=d.heterogeneity, dtype=d.dtype)
     elif d.dataset == "regression":
         options = dict(num_nodes=d.num_nodes, samples_per_node=d.samples_per_node, dim=d.dim, outputs=d.outputs)
     elif d.dataset.startswith("adult"):
@@ -36,10 +37,29 @@ def load_data(d: DataSection, seed: int, nodes: Sequence[int] | None = None, pat
         options = {}
     if nodes is not None:
         options["nodes"] = list(nodes)  # a board loads (or generates) only its own samples
-    return load_dataset(d.dataset, seed=seed, path=path or d.path, scaling=d.scaling, **options)
+    data = load_dataset(d.dataset, seed=seed, path=path or d.path, scaling=d.scaling, **options)
+    return data.astype(d.dtype)  # the generator writes its dtype itself; a loaded set is rounded here
 
 
-def model_for(m: ModelSection, data: FederatedData, seed: int | None = None) -> Model:
+def holds_lazily(config: Config) -> bool:
+    """Whether a run's nodes are lazy (testbed.data.lazy): in sim, with client sampling, on the
+    synthetic set, whose rows a node regenerates from its own stream. The file-based sets are
+    loaded whole: their size is their file's."""
+    return config.run.mode == "sim" and config.client_sampling.method != "all" and config.data.dataset == "synthetic"
+
+
+def load_run_data(config: Config) -> FederatedData | LazyFederatedData:
+    """What the run's own process holds: every node's rows, or only their layout when the nodes
+    are lazy (:func:`holds_lazily`)."""
+    d = config.data
+    if holds_lazily(config):
+        return LazyFederatedData.synthetic(num_nodes=d.num_nodes, samples_per_node=d.samples_per_node, dim=d.dim,
+                                           n_classes=d.n_classes, seed=config.run.seed,
+                                           heterogeneity=d.heterogeneity, scaling=d.scaling, dtype=d.dtype)
+    return load_data(d, config.run.seed)
+
+
+def model_for(m: ModelSection, data: FederatedData | LazyFederatedData, seed: int | None = None) -> Model:
     """The ``[model]`` section's model for the features and classes of ``data``; ``seed`` (the
     run's) keys a random-feature embedding and is required with one."""
     return build_model(m.kind, data.dim, data.n_classes, bias=m.bias, hidden=m.hidden, activation=m.activation,

@@ -27,12 +27,14 @@ import numpy as np
 
 from testbed.algorithms import registry
 from testbed.algorithms.contract import SETUP_ROUND, Algorithm, RoundContext, State, WithSetup
-from testbed.assemble import load_data, model_for
+from testbed.assemble import load_run_data, model_for
 from testbed.budgets import Budgets, Exceeded, budgets_from_config
 from testbed.client_sampling import sample_clients
 from testbed.config import Config, to_toml
 from testbed.data.federated import FederatedData, Split
+from testbed.data.lazy import LazyFederatedData
 from testbed.errors import ConfigError
+from testbed.evaluation import evaluation_data
 from testbed.ledger import Event, LedgerWriter, NodeLedger, StraggleEvent
 from testbed.models import Model
 from testbed.nodes_api import Nodes, RoundOutcome
@@ -76,7 +78,7 @@ def evaluate(model: Model, params: np.ndarray, data: FederatedData) -> dict[str,
 
 
 def _evaluate(run: "Run") -> None:
-    run.metrics = evaluate(run.model, run.algorithm.eval_params(run.state), run.data)
+    run.metrics = evaluate(run.model, run.algorithm.eval_params(run.state), run.eval_data)
     run.evaluated_at = run.rounds_done
 
 
@@ -90,7 +92,7 @@ class Run:
     """What the stages share: the pieces built so far and the run's progress."""
 
     config: Config
-    data: FederatedData
+    data: FederatedData | LazyFederatedData
     model: Model
     algorithm: Algorithm
     budgets: Budgets
@@ -104,14 +106,16 @@ class Run:
     failure: str | None = None
     metrics: dict[str, float] = field(default_factory=dict)
     evaluated_at: int = -1  # rounds done when ``metrics`` were measured
+    eval_data: FederatedData | None = None  # the evaluated nodes' rows (output.eval_nodes); set by run_experiment
     wall_start: float = field(default_factory=time.monotonic)
 
 
-def load(config: Config) -> tuple[FederatedData, Model]:
-    """Stage 1: every node's data (sim and the coordinator evaluate on all of it) and the model;
-    first, refuse a run this machine cannot hold (one line, before anything is allocated)."""
+def load(config: Config) -> tuple[FederatedData | LazyFederatedData, Model]:
+    """Stage 1: every node's data, or only its layout when the nodes are lazy (client sampling in
+    sim, testbed.assemble.holds_lazily), and the model; first, refuse a run this machine cannot hold
+    (one line, before anything is allocated)."""
     check_fits(config)
-    data = load_data(config.data, config.run.seed)
+    data = load_run_data(config)
     return data, model_for(config.model, data, config.run.seed)
 
 
@@ -157,7 +161,7 @@ def algorithm_state_spec(algorithm: Algorithm) -> dict:
     return {name: (spec.shape, np.dtype(spec.dtype)) for name, spec in algorithm.state_spec().items()}
 
 
-def build_nodes(config: Config, algorithm: Algorithm, data: FederatedData, quiet: bool) -> Nodes:
+def build_nodes(config: Config, algorithm: Algorithm, data: FederatedData | LazyFederatedData, quiet: bool) -> Nodes:
     """Stage 4: the run's nodes, however they are reached."""
     if config.run.mode == "mqtt":
         from testbed.coordinator import MqttNodes
@@ -181,13 +185,15 @@ def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = Fa
     wall_start = time.monotonic()
     limit_blas_threads(config.run.blas_threads)
     data, model = load(config)
-    config, planned = plan(config, model, data)
+    eval_data = evaluation_data(data, config.output.eval_nodes, config.run.seed)
+    # Planning estimates constants from rows: the evaluated nodes' when the nodes are lazy.
+    config, planned = plan(config, model, eval_data if isinstance(data, LazyFederatedData) else data)
     algorithm = registry.build(config, model, data)
     check_accountants(config, algorithm, list(data.node_ids))
     ledgers = [NodeLedger(node) for node in data.node_ids]
     directory, rounds_done, state = open_run(config, out_dir, resume, algorithm, model, ledgers)
     run = Run(config, data, model, algorithm, budgets_from_config(config.budget, config.privacy), ledgers,
-              directory, state, planned, rounds_done, wall_start=wall_start)
+              directory, state, planned, rounds_done, wall_start=wall_start, eval_data=eval_data)
     _evaluate(run)
     tight = config.privacy.tight_accountant
     tight_job = None

@@ -258,11 +258,17 @@ class DpPasgd:
         """
         m_nodes, tau, round_index, seed = len(node_ids), self.tau, ctx.round_index, ctx.seed
         batch_idx, batch_w = self._draw_batches(train, node_ids, round_index, seed)
-        noise = np.empty((m_nodes, tau, self.model.num_params))
+        # The steps run in the features' type (data.dtype): float32 halves the memory traffic; the
+        # noise is the float64 stream's, rounded, so both types release the same draws.
+        dtype = np.float32 if train.x.dtype == np.float32 else np.float64
+        noise = np.empty((m_nodes, tau, self.model.num_params), dtype=dtype)
         for i, rng in enumerate(node_streams(seed, node_ids, round_index, Purpose.NOISE)):
-            rng.standard_normal(out=noise[i])
+            if dtype == np.float64:
+                rng.standard_normal(out=noise[i])
+            else:
+                noise[i] = rng.standard_normal(noise.shape[1:])
         noise *= self.sigma
-        params = np.array(received["model"], dtype=np.float64)  # (M, P), writable
+        params = np.array(received["model"], dtype=dtype)  # (M, P), writable
         for step in range(tau):
             idx = batch_idx[:, step]
             _, grad = self.model.loss_and_grad(params, train.x[idx], train.y[idx], batch_w[:, step], self.clip_norm)
@@ -274,7 +280,7 @@ class DpPasgd:
                 params[i] = mcu_logistic.node_step(self.mcu_task(int(node), ctx), received["model"][i],
                                                    train.x[lo:hi], train.y[lo:hi])
         ids = tuple(int(n) for n in node_ids)
-        return NodeResult(node_ids=ids, tensors={"update": params},
+        return NodeResult(node_ids=ids, tensors={"update": params.astype(np.float64, copy=False)},
                           metrics={"samples": np.diff(train.offsets).astype(np.float64)},
                           events=[self.planned_events(node, ctx) for node in ids])
 

@@ -34,13 +34,13 @@ Example::
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
 from testbed.data.federated import FederatedData, Split
 from testbed.errors import DataError
-from testbed.rng import Purpose, stream
+from testbed.rng import Purpose, node_streams, stream
 
 #: How features are put into the unit ball: see the module docstring.
 SCALINGS = ("per_node", "public_bound", "pooled")
@@ -82,6 +82,9 @@ class SplitWriter:
     node_ids : sequence of int, length M, optional
         Stream key of each position; defaults to 0..M-1. A subset of a larger federation passes the
         global ids, so its split matches the full one.
+    dtype : numpy float dtype
+        Of the features (float64 by default; float32 halves them, ``data.dtype``): rows are
+        rounded once, when written.
 
     Example
     -------
@@ -91,7 +94,8 @@ class SplitWriter:
     (8, 2)
     """
 
-    def __init__(self, sizes: Sequence[int], dim: int, seed: int, node_ids: Sequence[int] | None = None):
+    def __init__(self, sizes: Sequence[int], dim: int, seed: int, node_ids: Sequence[int] | None = None,
+                 dtype: np.dtype | str = np.float64):
         self._sizes = [int(n) for n in sizes]
         self._node_ids = list(range(len(self._sizes))) if node_ids is None else [int(m) for m in node_ids]
         if len(self._node_ids) != len(self._sizes):
@@ -99,9 +103,11 @@ class SplitWriter:
         self._seed = int(seed)
         per_node = np.array([split_sizes(n) for n in self._sizes], dtype=np.int64).reshape(-1, 3)
         self._offsets = [np.concatenate([[0], np.cumsum(per_node[:, k])]).astype(np.int64) for k in range(3)]
-        self._x = [np.empty((int(o[-1]), dim), dtype=np.float64) for o in self._offsets]
+        self._x = [np.empty((int(o[-1]), dim), dtype=dtype) for o in self._offsets]
         self._y = [np.empty(int(o[-1]), dtype=np.int64) for o in self._offsets]
         self._written = np.zeros(len(self._sizes), dtype=bool)
+        self._split_streams: Iterator[np.random.Generator] = iter(())
+        self._next_streamed = -1  # the node whose split stream ``_split_streams`` yields next
 
     def write(self, index: int, x: np.ndarray, y: np.ndarray) -> None:
         """Shuffle node ``index``'s samples, x of shape (n, d) and y of shape (n,), into the three splits."""
@@ -117,6 +123,30 @@ class SplitWriter:
             self._y[k][lo:hi] = y[rows]
             start += hi - lo
         self._written[index] = True
+
+    def write_many(self, first: int, x: np.ndarray, y: np.ndarray) -> None:
+        """Shuffle the samples of C consecutive nodes ``first .. first+C-1``, all of the same size n,
+        into the three splits at once: x of shape (C, n, d), y of shape (C, n). The same rows as
+        :meth:`write` node by node (each node's permutation is drawn from its own stream)."""
+        count, n = y.shape
+        if any(self._sizes[first + c] != n for c in range(count)) or x.shape[:2] != (count, n):
+            raise ValueError(f"nodes {first}..{first + count - 1}: expected {n} samples each, got x {x.shape}")
+        if first != self._next_streamed:  # streams are seeded in one batch for consecutive chunks
+            self._split_streams = node_streams(self._seed, self._node_ids[first:], -1, Purpose.SPLIT)
+        perm = np.empty((count, n), dtype=np.int64)
+        for c in range(count):
+            perm[c] = next(self._split_streams).permutation(n)
+        self._next_streamed = first + count
+        chunk = np.arange(count)[:, None]
+        start = 0
+        for k, part in enumerate(split_sizes(n)):
+            # Consecutive nodes of equal size own consecutive, equal blocks of every split.
+            lo, hi = self._offsets[k][first], self._offsets[k][first + count]
+            rows = perm[:, start:start + part]
+            self._x[k][lo:hi] = x[chunk, rows].reshape(-1, x.shape[2])
+            self._y[k][lo:hi] = y[chunk, rows].reshape(-1)
+            start += part
+        self._written[first:first + count] = True
 
     def finish(self, n_classes: int, name: str, node_names: Sequence[str] | None = None) -> FederatedData:
         """The FederatedData once every node has been written; node names default to ``"node-<id>"``."""
