@@ -33,8 +33,22 @@ _TWO_PI = np.float32(6.2831855)  # 2π rounded to float32, the constant the firm
 _U24 = np.float32(2.0 ** -24)
 
 
+#: Counters per pass of :func:`philox4x32`: its ~60 temporaries of a block stay in cache (three
+#: times faster than one pass over a million counters, as client sampling makes every round).
+_PHILOX_BLOCK = 16384
+
+
 def philox4x32(counters: np.ndarray, key: tuple[int, int]) -> np.ndarray:
     """Philox4x32-10 (Salmon et al., SC'11) of each counter: (n, 4) uint32 → (n, 4) uint32."""
+    if len(counters) <= _PHILOX_BLOCK:
+        return _philox4x32_block(counters, key)
+    out = np.empty((len(counters), 4), np.uint32)
+    for start in range(0, len(counters), _PHILOX_BLOCK):
+        out[start:start + _PHILOX_BLOCK] = _philox4x32_block(counters[start:start + _PHILOX_BLOCK], key)
+    return out
+
+
+def _philox4x32_block(counters: np.ndarray, key: tuple[int, int]) -> np.ndarray:
     c = [counters[:, i].astype(np.uint64) for i in range(4)]
     k0, k1 = key[0] & 0xFFFFFFFF, key[1] & 0xFFFFFFFF
     for r in range(10):

@@ -241,8 +241,9 @@ def run_rounds(run: Run, nodes: Nodes, quiet: bool) -> None:
             _charge_server(run, server.events, nodes, ledger_file)
             run.directory.save_checkpoint(0, run.state, ledger_file.mark())
         every = [led.node for led in run.ledgers]
+        every_ids = np.asarray(every, dtype=np.int64)  # converted once, not every round
         for r in range(run.rounds_done, alg.rounds):
-            sampled = sample_clients(config.client_sampling, seed=config.run.seed, round_index=r, node_ids=every)
+            sampled = sample_clients(config.client_sampling, seed=config.run.seed, round_index=r, node_ids=every_ids)
             participants = every if sampled is None else list(sampled)
             excluded = emulated_stragglers(config, alg, r, participants)
             expected = tuple(n for n in participants if n not in excluded)
