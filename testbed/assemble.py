@@ -11,19 +11,23 @@ from typing import Any, Sequence
 from testbed.config import Config, DataSection, ModelSection
 from testbed.data.federated import FederatedData
 from testbed.data.lazy import LazyFederatedData
+from testbed.evaluation import evaluated_node_ids
 from testbed.models import Model, build_model
 
 
-def load_data(d: DataSection, seed: int, nodes: Sequence[int] | None = None, path: str | None = None) -> FederatedData:
+def load_data(d: DataSection, seed: int, nodes: Sequence[int] | None = None, path: str | None = None,
+              train_only: bool = False) -> FederatedData:
     """The ``[data]`` section's federated data set for the run's ``seed`` (see
     testbed.data.load_dataset), or only ``nodes`` of it (a board's own), read from ``path`` when
-    given instead of data.path."""
+    given instead of data.path; ``train_only``: the synthetic set without test and validation rows."""
     from testbed.data import IMAGE_FEATURES, load_dataset
 
     options: dict[str, Any]
     if d.dataset == "synthetic":
         options = dict(num_nodes=d.num_nodes, samples_per_node=d.samples_per_node, dim=d.dim,
                        n_classes=d.n_classes, heterogeneity=d.heterogeneity, dtype=d.dtype)
+        if train_only:
+            options["splits"] = ("train",)
     elif d.dataset == "regression":
         options = dict(num_nodes=d.num_nodes, samples_per_node=d.samples_per_node, dim=d.dim, outputs=d.outputs)
     elif d.dataset.startswith("adult"):
@@ -49,14 +53,31 @@ def holds_lazily(config: Config) -> bool:
 
 
 def load_run_data(config: Config) -> FederatedData | LazyFederatedData:
-    """What the run's own process holds: every node's rows, or only their layout when the nodes
-    are lazy (:func:`holds_lazily`)."""
+    """What the run's own process holds for its nodes: every node's rows, or only their layout when
+    the nodes are lazy (:func:`holds_lazily`). A synthetic set evaluated on a subset of nodes
+    (``output.eval_nodes``) holds only its training rows: :func:`load_evaluation_data` makes the
+    evaluated nodes' own."""
     d = config.data
     if holds_lazily(config):
         return LazyFederatedData.synthetic(num_nodes=d.num_nodes, samples_per_node=d.samples_per_node, dim=d.dim,
                                            n_classes=d.n_classes, seed=config.run.seed,
                                            heterogeneity=d.heterogeneity, scaling=d.scaling, dtype=d.dtype)
-    return load_data(d, config.run.seed)
+    subset = evaluated_node_ids(d.num_nodes, config.output.eval_nodes, config.run.seed) is not None
+    return load_data(d, config.run.seed, train_only=subset and d.dataset == "synthetic")
+
+
+def load_evaluation_data(config: Config, data: FederatedData | LazyFederatedData) -> FederatedData:
+    """The rows the model is evaluated on (testbed.evaluation): every node's, or the evaluated
+    nodes' (``output.eval_nodes``): generated again for the synthetic set (the same rows, from
+    their own streams), else selected from ``data``, the whole federation's."""
+    d = config.data
+    ids = evaluated_node_ids(d.num_nodes, config.output.eval_nodes, config.run.seed)
+    if ids is None:
+        return load_data(d, config.run.seed) if isinstance(data, LazyFederatedData) else data
+    if d.dataset == "synthetic":
+        return load_data(d, config.run.seed, nodes=ids.tolist())
+    position = {node: i for i, node in enumerate(data.node_ids)}
+    return data.select([position[int(node)] for node in ids])
 
 
 def model_for(m: ModelSection, data: FederatedData | LazyFederatedData, seed: int | None = None) -> Model:

@@ -4,9 +4,11 @@ Evaluation is a pass over the evaluated nodes' train, test and validation rows (
 ``evaluate``). By default that is every node. ``output.eval_nodes = k`` evaluates on k nodes only:
 a fixed subset, k distinct node ids drawn uniformly once per run from
 ``stream(seed, GLOBAL, -1, EVAL)``, the same every round and in sim and over MQTT, so the metrics of
-a run follow one population. Their data is made once and held for the whole run; with lazy nodes
-(client sampling, testbed.data.lazy) it is the only data held besides the round's sampled nodes',
-so a federation of a million nodes is evaluated on k of them (the accuracies are then a sample
+a run follow one population. Their rows are made once and held for the whole run
+(testbed.assemble.load_evaluation_data); the other nodes' test and validation rows are then not
+held at all for the synthetic set, and with lazy nodes (client sampling, testbed.data.lazy) the
+evaluated rows are the only ones held besides the round's sampled nodes', so a federation of a
+million nodes is evaluated on k of them (the accuracies are then a sample
 mean over k nodes, with its sampling error: ~0.5/sqrt(k) at most).
 
 Example::
@@ -21,8 +23,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from testbed.data.federated import FederatedData
-from testbed.data.lazy import LazyFederatedData
 from testbed.rng import GLOBAL, Purpose, stream
 
 
@@ -32,18 +32,3 @@ def evaluated_node_ids(num_nodes: int, eval_nodes: int | None, seed: int) -> np.
         return None
     picked = stream(seed, GLOBAL, -1, Purpose.EVAL).choice(num_nodes, size=eval_nodes, replace=False)
     return np.sort(picked)
-
-
-def evaluation_data(data: FederatedData | LazyFederatedData, eval_nodes: int | None, seed: int) -> FederatedData:
-    """The rows the model is evaluated on: the evaluated nodes' (all of ``data`` when every node is).
-
-    ``data`` holds node ids ``data.node_ids`` (a whole federation: 0..N-1); the lazy one makes the
-    evaluated nodes' rows now.
-    """
-    ids = evaluated_node_ids(data.num_nodes, eval_nodes, seed)
-    if isinstance(data, LazyFederatedData):
-        return data.nodes(data.node_ids if ids is None else ids.tolist())
-    if ids is None:
-        return data
-    position = {node: i for i, node in enumerate(data.node_ids)}
-    return data.select([position[int(node)] for node in ids])

@@ -8,9 +8,8 @@ deliberately rough and errs high: it counts
   synthetic set, whose generator writes straight into the final arrays (the file-based sets are as
   large as their file). With lazy nodes (client sampling in sim, testbed.assemble.holds_lazily)
   only the nodes a round samples hold rows, so "nodes" here is the sampled count, not N;
-- the evaluated nodes' rows (``output.eval_nodes``; every node when unset): a second copy of
-  theirs when the data are held whole and a subset is evaluated, the only other rows when the
-  nodes are lazy;
+- the evaluated nodes' rows (``output.eval_nodes``; every node when unset), held besides the
+  training rows when a subset is evaluated, the only other rows when the nodes are lazy;
 - the round's stacks: sampled nodes × parameters × 8 bytes × :data:`_STATE_COPIES` (per-node
   state rows, the stacked downlink, uplink, noise and aggregate);
 - every node's Python objects in the coordinator (ledger, split, streams): :data:`_NODE_BYTES` each,

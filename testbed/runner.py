@@ -27,14 +27,13 @@ import numpy as np
 
 from testbed.algorithms import registry
 from testbed.algorithms.contract import SETUP_ROUND, Algorithm, RoundContext, State, WithSetup
-from testbed.assemble import load_run_data, model_for
+from testbed.assemble import load_evaluation_data, load_run_data, model_for
 from testbed.budgets import Budgets, Exceeded, budgets_from_config
 from testbed.client_sampling import sample_clients
 from testbed.config import Config, to_toml
 from testbed.data.federated import FederatedData, Split
 from testbed.data.lazy import LazyFederatedData
 from testbed.errors import ConfigError
-from testbed.evaluation import evaluation_data
 from testbed.ledger import Event, LedgerWriter, NodeLedger, StraggleEvent
 from testbed.models import Model
 from testbed.nodes_api import Nodes, RoundOutcome
@@ -185,7 +184,7 @@ def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = Fa
     wall_start = time.monotonic()
     limit_blas_threads(config.run.blas_threads)
     data, model = load(config)
-    eval_data = evaluation_data(data, config.output.eval_nodes, config.run.seed)
+    eval_data = load_evaluation_data(config, data)
     # Planning estimates constants from rows: the evaluated nodes' when the nodes are lazy.
     config, planned = plan(config, model, eval_data if isinstance(data, LazyFederatedData) else data)
     algorithm = registry.build(config, model, data)

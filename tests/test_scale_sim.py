@@ -9,14 +9,15 @@ import pytest
 from testbed import resources
 from testbed.algorithms import registry
 from testbed.algorithms.contract import RoundContext
-from testbed.assemble import holds_lazily, load_run_data
+from testbed.algorithms import batches
+from testbed.assemble import holds_lazily, load_evaluation_data, load_run_data
 from testbed.config import load_config_text
 from testbed.data import synthetic
 from testbed.data.lazy import LazyFederatedData
 from testbed.data.split import SplitWriter, split_sizes
 from testbed.data.synthetic import make_logistic, true_model
 from testbed.errors import ConfigError
-from testbed.evaluation import evaluated_node_ids, evaluation_data
+from testbed.evaluation import evaluated_node_ids
 from testbed.results import read_metrics
 from testbed.rng import Purpose, stream
 from testbed.runner import evaluate, load, run_experiment
@@ -131,8 +132,31 @@ def test_a_run_with_eval_nodes_reports_the_metrics_of_those_nodes(small_config_t
     expected = evaluate(model, params, data.select(ids))
     assert result.summary["final"] == pytest.approx(expected, rel=1e-12)
     assert evaluate(model, params, data) != expected  # not every node's
-    assert evaluation_data(data, 4, 1).node_ids == tuple(ids)
     assert len(read_metrics(tmp_path / "r")) == 4
+
+
+@pytest.mark.parametrize("sampled", [False, True])
+def test_only_the_evaluated_nodes_hold_test_rows(small_config_text, sampled):
+    config = load_config_text(small_config_text + (SAMPLED if sampled else ""),
+                              ["data.num_nodes=12", "output.eval_nodes=4"])
+    held, _ = load(config)
+    assert held.test.sizes.tolist() == ([8] * 12 if sampled else [0] * 12)  # lazy: a layout, no rows
+    if not sampled:
+        np.testing.assert_array_equal(held.train.x, make_logistic(12, 80, 8, seed=1).train.x)
+    evaluated = load_evaluation_data(config, held)
+    chosen = make_logistic(12, 80, 8, seed=1).select(evaluated_node_ids(12, 4, seed=1).tolist())
+    for split in ("train", "test", "validation"):
+        np.testing.assert_array_equal(getattr(evaluated, split).x, getattr(chosen, split).x)
+
+
+def test_batches_drawn_in_blocks_of_nodes_are_each_nodes_own(monkeypatch):
+    train = make_logistic(7, 30, 2, seed=0).train
+    monkeypatch.setattr(batches, "_KEY_BLOCK_BYTES", 8 * 5 * 24 * 3)  # blocks of 3 nodes
+    idx = batches.uniform_batches(train, [3, 9, 4, 0, 1, 2, 8], round_index=2, seed=1, steps=5, batch=6)
+    for i, node in enumerate([3, 9, 4, 0, 1, 2, 8]):
+        keys = stream(1, node, 2, Purpose.BATCH).random((5, 24))
+        mine = np.sort(idx[i] - train.offsets[i], axis=1)
+        np.testing.assert_array_equal(mine, np.sort(np.argsort(keys, axis=1)[:, :6], axis=1))
 
 
 def test_float32_and_float64_runs_agree_to_float32_rounding(small_config_text, tmp_path):

@@ -38,7 +38,7 @@ from typing import Sequence
 import numpy as np
 
 from testbed.data.federated import FederatedData
-from testbed.data.split import SplitWriter, check_scaling
+from testbed.data.split import SPLITS, SplitWriter, check_scaling
 from testbed.errors import DataError
 from testbed.rng import GLOBAL, Purpose, node_streams, stream
 
@@ -173,6 +173,7 @@ def make_logistic(
     bayes_accuracy: float = DEFAULT_BAYES_ACCURACY,
     scaling: str = "per_node",
     dtype: str = "float64",
+    splits: Sequence[str] = SPLITS,
 ) -> FederatedData:
     """Generate the synthetic logistic-regression task and split every node 80/10/10.
 
@@ -201,6 +202,8 @@ def make_logistic(
     dtype : str
         ``"float64"`` or ``"float32"`` (``data.dtype``): the features are generated in float64 and
         rounded once to this type, so a float32 set is the float64 one rounded.
+    splits : sequence of str
+        The splits to hold (default all three); the others have no rows, every node 0 samples.
 
     Output
     ------
@@ -231,6 +234,7 @@ def make_logistic(
         raise DataError(f"synthetic: nodes {outside} are not in 0..{num_nodes - 1}")
 
     w = true_model(dim, n_classes, seed, bayes_accuracy)
-    writer = SplitWriter([samples_per_node] * len(node_ids), dim=dim, seed=seed, node_ids=node_ids, dtype=dtype)
+    writer = SplitWriter([samples_per_node] * len(node_ids), dim=dim, seed=seed, node_ids=node_ids, dtype=dtype,
+                         keep=splits)
     _write_nodes(writer, seed, node_ids, samples_per_node, w, heterogeneity)
     return writer.finish(n_classes=n_classes, name="synthetic")
