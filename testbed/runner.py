@@ -64,7 +64,10 @@ def per_node_mean(values: np.ndarray, split: Split) -> np.ndarray:
 
 def evaluate(model: Model, params: np.ndarray, data: FederatedData) -> dict[str, float]:
     """Training loss of eq. (4) (mean over nodes of each node's mean loss) and accuracies (mean over
-    nodes of each node's accuracy, as the paper reports; pooled over all test samples beside it)."""
+    nodes of each node's accuracy, as the paper reports; pooled over all test samples beside it).
+    On float32 features (data.dtype) in float32: a float64 model would copy them all to float64."""
+    if data.train.x.dtype == np.float32:
+        params = np.asarray(params, dtype=np.float32)
     train_loss, _ = model.loss_and_correct(params, data.train.x, data.train.y)
     _, test_correct = model.loss_and_correct(params, data.test.x, data.test.y)
     _, val_correct = model.loss_and_correct(params, data.validation.x, data.validation.y)

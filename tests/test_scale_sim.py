@@ -159,6 +159,24 @@ def test_batches_drawn_in_blocks_of_nodes_are_each_nodes_own(monkeypatch):
         np.testing.assert_array_equal(mine, np.sort(np.argsort(keys, axis=1)[:, :6], axis=1))
 
 
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_dp_pasgd_steps_a_block_of_nodes_at_a_time_with_each_nodes_own_result(small_config_text, monkeypatch, dtype):
+    from testbed.algorithms import dp_pasgd
+
+    config = load_config_text(small_config_text, ["data.num_nodes=9", f"data.dtype='{dtype}'", "dp_pasgd.clip=true"])
+    data, model = load(config)
+    alg = registry.build(config, model, data)
+    ctx = RoundContext(1, 1, 9, tuple(range(9)))
+    state = {"model": alg.init_state(model.init(None))["model"] + 0.1}
+    updates = []
+    for block_bytes in (dp_pasgd._BLOCK_BYTES, 1, 3000):  # all nodes, one node, a few per block
+        monkeypatch.setattr(dp_pasgd, "_BLOCK_BYTES", block_bytes)
+        updates.append(alg.node_step(alg.downlink(state, ctx, ctx.expected), data.train, ctx.expected, ctx)
+                       .tensors["update"])
+    np.testing.assert_array_equal(updates[0], updates[1])
+    np.testing.assert_array_equal(updates[0], updates[2])
+
+
 def test_float32_and_float64_runs_agree_to_float32_rounding(small_config_text, tmp_path):
     params = {}
     for dtype in ("float64", "float32"):
