@@ -140,11 +140,16 @@ def uniform_pairs(seed: int, node_ids: Sequence[int], round_index: int, purpose:
 
     Input: node_ids (M,). Output: u (M,), v (M,).
     """
-    counters = np.zeros((len(node_ids), 4), np.uint32)
-    counters[:, 1] = np.asarray(node_ids, dtype=np.int64) & 0xFFFFFFFF
-    counters[:, 2], counters[:, 3] = round_index & 0xFFFFFFFF, int(purpose)
-    w = philox4x32(counters, (int(seed) & 0xFFFFFFFF, (int(seed) >> 32) & 0xFFFFFFFF)).astype(np.uint64)
+    ids = np.asarray(node_ids, dtype=np.int64)
+    u, v = np.empty(len(ids)), np.empty(len(ids))
     scale = 2.0 ** -53
-    u = (((w[:, 0] >> np.uint64(5)) << np.uint64(26)) + (w[:, 1] >> np.uint64(6)) + np.uint64(1)) * scale
-    v = (((w[:, 2] >> np.uint64(5)) << np.uint64(26)) + (w[:, 3] >> np.uint64(6))) * scale
-    return u.astype(np.float64), v.astype(np.float64)
+    for start in range(0, len(ids), _PHILOX_BLOCK):  # a block at a time, in cache, as philox4x32
+        part = ids[start:start + _PHILOX_BLOCK]
+        counters = np.zeros((len(part), 4), np.uint32)
+        counters[:, 1] = part & 0xFFFFFFFF
+        counters[:, 2], counters[:, 3] = round_index & 0xFFFFFFFF, int(purpose)
+        w = _philox4x32_block(counters, (int(seed) & 0xFFFFFFFF, (int(seed) >> 32) & 0xFFFFFFFF)).astype(np.uint64)
+        u[start:start + len(part)] = (((w[:, 0] >> np.uint64(5)) << np.uint64(26)) + (w[:, 1] >> np.uint64(6))
+                                      + np.uint64(1)) * scale
+        v[start:start + len(part)] = (((w[:, 2] >> np.uint64(5)) << np.uint64(26)) + (w[:, 3] >> np.uint64(6))) * scale
+    return u, v
