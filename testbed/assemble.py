@@ -8,21 +8,26 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from testbed.config import DataSection, ModelSection
+from testbed.config import Config, DataSection, ModelSection
 from testbed.data.federated import FederatedData
+from testbed.data.lazy import LazyFederatedData
+from testbed.evaluation import evaluated_node_ids
 from testbed.models import Model, build_model
 
 
-def load_data(d: DataSection, seed: int, nodes: Sequence[int] | None = None, path: str | None = None) -> FederatedData:
+def load_data(d: DataSection, seed: int, nodes: Sequence[int] | None = None, path: str | None = None,
+              train_only: bool = False) -> FederatedData:
     """The ``[data]`` section's federated data set for the run's ``seed`` (see
     testbed.data.load_dataset), or only ``nodes`` of it (a board's own), read from ``path`` when
-    given instead of data.path."""
+    given instead of data.path; ``train_only``: the synthetic set without test and validation rows."""
     from testbed.data import IMAGE_FEATURES, load_dataset
 
     options: dict[str, Any]
     if d.dataset == "synthetic":
         options = dict(num_nodes=d.num_nodes, samples_per_node=d.samples_per_node, dim=d.dim,
-                       n_classes=d.n_classes, heterogeneity=d.heterogeneity)
+                       n_classes=d.n_classes, heterogeneity=d.heterogeneity, dtype=d.dtype)
+        if train_only:
+            options["splits"] = ("train",)
     elif d.dataset == "regression":
         options = dict(num_nodes=d.num_nodes, samples_per_node=d.samples_per_node, dim=d.dim, outputs=d.outputs)
     elif d.dataset.startswith("adult"):
@@ -36,10 +41,46 @@ def load_data(d: DataSection, seed: int, nodes: Sequence[int] | None = None, pat
         options = {}
     if nodes is not None:
         options["nodes"] = list(nodes)  # a board loads (or generates) only its own samples
-    return load_dataset(d.dataset, seed=seed, path=path or d.path, scaling=d.scaling, **options)
+    data = load_dataset(d.dataset, seed=seed, path=path or d.path, scaling=d.scaling, **options)
+    return data.astype(d.dtype)  # the generator writes its dtype itself; a loaded set is rounded here
 
 
-def model_for(m: ModelSection, data: FederatedData, seed: int | None = None) -> Model:
+def holds_lazily(config: Config) -> bool:
+    """Whether a run's nodes are lazy (testbed.data.lazy): in sim, with client sampling, on the
+    synthetic set, whose rows a node regenerates from its own stream. The file-based sets are
+    loaded whole: their size is their file's."""
+    return config.run.mode == "sim" and config.client_sampling.method != "all" and config.data.dataset == "synthetic"
+
+
+def load_run_data(config: Config) -> FederatedData | LazyFederatedData:
+    """What the run's own process holds for its nodes: every node's rows, or only their layout when
+    the nodes are lazy (:func:`holds_lazily`). A synthetic set evaluated on a subset of nodes
+    (``output.eval_nodes``) holds only its training rows: :func:`load_evaluation_data` makes the
+    evaluated nodes' own."""
+    d = config.data
+    if holds_lazily(config):
+        return LazyFederatedData.synthetic(num_nodes=d.num_nodes, samples_per_node=d.samples_per_node, dim=d.dim,
+                                           n_classes=d.n_classes, seed=config.run.seed,
+                                           heterogeneity=d.heterogeneity, scaling=d.scaling, dtype=d.dtype)
+    subset = evaluated_node_ids(d.num_nodes, config.output.eval_nodes, config.run.seed) is not None
+    return load_data(d, config.run.seed, train_only=subset and d.dataset == "synthetic")
+
+
+def load_evaluation_data(config: Config, data: FederatedData | LazyFederatedData) -> FederatedData:
+    """The rows the model is evaluated on (testbed.evaluation): every node's, or the evaluated
+    nodes' (``output.eval_nodes``): generated again for the synthetic set (the same rows, from
+    their own streams), else selected from ``data``, the whole federation's."""
+    d = config.data
+    ids = evaluated_node_ids(d.num_nodes, config.output.eval_nodes, config.run.seed)
+    if ids is None:
+        return load_data(d, config.run.seed) if isinstance(data, LazyFederatedData) else data
+    if d.dataset == "synthetic":
+        return load_data(d, config.run.seed, nodes=ids.tolist())
+    position = {node: i for i, node in enumerate(data.node_ids)}
+    return data.select([position[int(node)] for node in ids])
+
+
+def model_for(m: ModelSection, data: FederatedData | LazyFederatedData, seed: int | None = None) -> Model:
     """The ``[model]`` section's model for the features and classes of ``data``; ``seed`` (the
     run's) keys a random-feature embedding and is required with one."""
     return build_model(m.kind, data.dim, data.n_classes, bias=m.bias, hidden=m.hidden, activation=m.activation,

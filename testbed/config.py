@@ -82,6 +82,9 @@ class DataSection(Section):
     proportions ~ Dirichlet(alpha) per client (testbed.data.partition)."""
     alpha: Positive[float] = 0.5
     """The Dirichlet concentration of partition = "dirichlet" (small: few classes per client)."""
+    dtype: Literal["float64", "float32"] = "float64"
+    """The features' type: "float32" halves the data's memory, and DP-PASGD then steps in float32
+    (its results agree with float64 to float32 rounding); the server's model stays float64."""
 
 
 class ModelSection(Section):
@@ -191,6 +194,10 @@ class OutputSection(Section):
     "auto": every round while writing it costs under 2 % of a round, else as rarely as keeps it
     there (at most every 50 rounds). A killed run resumes from its last checkpoint: the rounds after
     it run again from the same streams, and what they released is charged once."""
+    eval_nodes: Positive[int] | None = None
+    """Evaluate on this many nodes only, a fixed subset drawn once from the run's seed
+    (testbed.evaluation); unset: every node. With client sampling over many nodes the data of the
+    others is never generated, so a large federation needs it (the memory check says so)."""
     sync: bool = False
     """fsync the checkpoint, ledger and metrics every round, so a power cut (not only a killed
     process, which atomic writes already cover) leaves a resumable run; costs milliseconds a round."""

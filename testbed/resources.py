@@ -4,9 +4,13 @@
 with tiny nodes, run on for minutes); now it is one line before any data exist. The estimate is
 deliberately rough and errs high: it counts
 
-- the data: nodes × samples × (dim + 1 label) × 8 bytes, twice (generation and scaling hold a
-  second copy), for the synthetic set (the file-based sets are as large as their file);
-- the state and the round's stacks: nodes × parameters × 8 bytes × :data:`_STATE_COPIES` (per-node
+- the data: nodes × samples × (dim × 8 or 4 bytes by ``data.dtype`` + 8 for the label), for the
+  synthetic set, whose generator writes straight into the final arrays (the file-based sets are as
+  large as their file). With lazy nodes (client sampling in sim, testbed.assemble.holds_lazily)
+  only the nodes a round samples hold rows, so "nodes" here is the sampled count, not N;
+- the evaluated nodes' rows (``output.eval_nodes``; every node when unset), held besides the
+  training rows when a subset is evaluated, the only other rows when the nodes are lazy;
+- the round's stacks: sampled nodes × parameters × 8 bytes × :data:`_STATE_COPIES` (per-node
   state rows, the stacked downlink, uplink, noise and aggregate);
 - every node's Python objects in the coordinator (ledger, split, streams): :data:`_NODE_BYTES` each,
   measured at ~6.7 KB for tiny synthetic nodes in sim;
@@ -19,15 +23,17 @@ or more nodes than this machine has ephemeral ports to reach the broker, cannot 
 
 from __future__ import annotations
 
+import math
 import os
 import resource
 from pathlib import Path
+
+import numpy as np
 
 from testbed.config import Config
 from testbed.errors import ConfigError
 
 _STATE_COPIES = 6
-_DATA_COPIES = 2
 _NODE_BYTES = 8 * 1024
 _HOST_BYTES = 80 * 2**20
 _HOST_NODE_BYTES = 256 * 1024
@@ -37,18 +43,26 @@ _HOST_SPARE_FILES = 64  # a host's own files besides its nodes' sockets (as node
 
 def estimate_bytes(config: Config) -> dict[str, float]:
     """What a run of ``config`` would hold in memory on this machine, in bytes, by part."""
+    from testbed.assemble import holds_lazily
     from testbed.data import IMAGE_FEATURES
     from testbed.models import build_model
 
     d = config.data
     n = d.num_nodes
+    sampled = min(n, math.ceil(config.client_sampling.per_round(n)))
+    evaluated = n if config.output.eval_nodes is None else min(n, config.output.eval_nodes)
+    lazy = holds_lazily(config)
     dim = d.dim if d.dataset == "synthetic" else IMAGE_FEATURES.get(d.dataset, _FILE_SET_DIM)
     params = build_model(config.model.kind, dim, d.n_classes, bias=config.model.bias,
                          hidden=config.model.hidden, random_features=config.model.random_features,
                          seed=config.run.seed, network=config.model.network).num_params
+    node_bytes = d.samples_per_node * (dim * np.dtype(d.dtype).itemsize + 8)
+    synthetic = d.dataset == "synthetic"
+    held = sampled if lazy else n
     parts = {
-        "data": float(_DATA_COPIES * n * d.samples_per_node * (dim + 1) * 8) if d.dataset == "synthetic" else 0.0,
-        "state": float(_STATE_COPIES * n * params * 8),
+        "data": float(held * node_bytes) if synthetic else 0.0,
+        "evaluation": float(evaluated * node_bytes) if synthetic and (lazy or evaluated < n) else 0.0,
+        "state": float(_STATE_COPIES * (sampled if lazy else n) * params * 8),
         "nodes": float(n * _NODE_BYTES),
     }
     if config.run.mode == "mqtt" and config.mqtt.emulated:
@@ -89,6 +103,10 @@ def _check_memory(config: Config) -> None:
     if have is None or need <= have:
         return
     shown = ", ".join(f"{name} {_size(b)}" for name, b in parts.items() if b >= 0.01 * need)
+    if parts["evaluation"] == max(parts.values()):
+        raise ConfigError("output.eval_nodes", f"evaluating {config.output.eval_nodes or config.data.num_nodes:,} "
+                                               f"nodes needs about {_size(need)} of memory ({shown}), this machine "
+                                               f"has {_size(have)} available; evaluate on fewer nodes")
     raise ConfigError("data.num_nodes", f"{config.data.num_nodes:,} nodes need about {_size(need)} of memory "
                                         f"({shown}), this machine has {_size(have)} available; use fewer nodes, "
                                         f"samples or features")

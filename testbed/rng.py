@@ -38,6 +38,7 @@ class Purpose(enum.IntEnum):
     SCORE = 8  # noise on a node-reported quality score (PADPFL's quality_score impact rule)
     FEATURES = 9  # a model's fixed random feature map (the linear model's random Fourier features)
     CLIENTS = 10  # which nodes a round samples (testbed.client_sampling)
+    EVAL = 11  # which nodes the model is evaluated on (output.eval_nodes, testbed.evaluation)
 
 
 def stream(seed: int, node: int, round_index: int, purpose: Purpose) -> np.random.Generator:

@@ -28,11 +28,12 @@ import numpy as np
 
 from testbed.algorithms import registry
 from testbed.algorithms.contract import SETUP_ROUND, Algorithm, RoundContext, State, WithSetup, planned_batch
-from testbed.assemble import load_data, model_for
+from testbed.assemble import load_evaluation_data, load_run_data, model_for
 from testbed.budgets import Budgets, Exceeded, budgets_from_config
 from testbed.client_sampling import sample_clients
 from testbed.config import Config, to_toml
 from testbed.data.federated import FederatedData, Split
+from testbed.data.lazy import LazyFederatedData
 from testbed.errors import ConfigError
 from testbed.ledger import Event, EventBatch, LedgerWriter, NodeEvents, StraggleEvent, batches_of
 from testbed.ledger_book import LedgerBook
@@ -69,7 +70,10 @@ def per_node_mean(values: np.ndarray, split: Split) -> np.ndarray:
 
 def evaluate(model: Model, params: np.ndarray, data: FederatedData) -> dict[str, float]:
     """Training loss of eq. (4) (mean over nodes of each node's mean loss) and accuracies (mean over
-    nodes of each node's accuracy, as the paper reports; pooled over all test samples beside it)."""
+    nodes of each node's accuracy, as the paper reports; pooled over all test samples beside it).
+    On float32 features (data.dtype) in float32: a float64 model would copy them all to float64."""
+    if data.train.x.dtype == np.float32:
+        params = np.asarray(params, dtype=np.float32)
     train_loss, _ = model.loss_and_correct(params, data.train.x, data.train.y)
     _, test_correct = model.loss_and_correct(params, data.test.x, data.test.y)
     _, val_correct = model.loss_and_correct(params, data.validation.x, data.validation.y)
@@ -82,7 +86,7 @@ def evaluate(model: Model, params: np.ndarray, data: FederatedData) -> dict[str,
 
 
 def _evaluate(run: "Run") -> None:
-    run.metrics = evaluate(run.model, run.algorithm.eval_params(run.state), run.data)
+    run.metrics = evaluate(run.model, run.algorithm.eval_params(run.state), run.eval_data)
     run.evaluated_at = run.rounds_done
 
 
@@ -96,7 +100,7 @@ class Run:
     """What the stages share: the pieces built so far and the run's progress."""
 
     config: Config
-    data: FederatedData
+    data: FederatedData | LazyFederatedData
     model: Model
     algorithm: Algorithm
     budgets: Budgets
@@ -113,14 +117,16 @@ class Run:
     # A resumed run's ledger rows written after its checkpoint, by round: already charged, taken
     # into the book when their round runs again (so each round's metrics row counts what it did).
     past_mark: dict[int, list[Event]] = field(default_factory=dict)
+    eval_data: FederatedData | None = None  # the evaluated nodes' rows (output.eval_nodes); set by run_experiment
     wall_start: float = field(default_factory=time.monotonic)
 
 
-def load(config: Config) -> tuple[FederatedData, Model]:
-    """Stage 1: every node's data (sim and the coordinator evaluate on all of it) and the model;
-    first, refuse a run this machine cannot hold (one line, before anything is allocated)."""
+def load(config: Config) -> tuple[FederatedData | LazyFederatedData, Model]:
+    """Stage 1: every node's data, or only its layout when the nodes are lazy (client sampling in
+    sim, testbed.assemble.holds_lazily), and the model; first, refuse a run this machine cannot hold
+    (one line, before anything is allocated)."""
     check_fits(config)
-    data = load_data(config.data, config.run.seed)
+    data = load_run_data(config)
     return data, model_for(config.model, data, config.run.seed)
 
 
@@ -171,7 +177,7 @@ def algorithm_state_spec(algorithm: Algorithm) -> dict:
     return {name: (spec.shape, np.dtype(spec.dtype)) for name, spec in algorithm.state_spec().items()}
 
 
-def build_nodes(config: Config, algorithm: Algorithm, data: FederatedData, quiet: bool) -> Nodes:
+def build_nodes(config: Config, algorithm: Algorithm, data: FederatedData | LazyFederatedData, quiet: bool) -> Nodes:
     """Stage 4: the run's nodes, however they are reached."""
     if config.run.mode == "mqtt":
         from testbed.coordinator import MqttNodes
@@ -205,14 +211,17 @@ def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = Fa
         figures_job = BackgroundFigures()
     try:
         data, model = load(config)
-        config, planned = plan(config, model, data)
+        eval_data = load_evaluation_data(config, data)
+        # Planning estimates constants from rows: the evaluated nodes' when the nodes are lazy.
+        config, planned = plan(config, model, eval_data if isinstance(data, LazyFederatedData) else data)
         algorithm = registry.build(config, model, data)
         check_accountants(config, algorithm, list(data.node_ids))
         book = LedgerBook(data.node_ids)
         past_mark: dict[int, list[Event]] = {}
         directory, rounds_done, state = open_run(config, out_dir, resume, algorithm, model, book, past_mark)
         run = Run(config, data, model, algorithm, budgets_from_config(config.budget, config.privacy), book,
-                  directory, state, planned, rounds_done, wall_start=wall_start, past_mark=past_mark)
+                  directory, state, planned, rounds_done, wall_start=wall_start, past_mark=past_mark,
+                  eval_data=eval_data)
         _evaluate(run)
     except BaseException:
         for job in (tight_job, figures_job):
@@ -263,9 +272,10 @@ def run_rounds(run: Run, nodes: Nodes, quiet: bool, tight_job: BackgroundEpsilon
         if tight_job is not None:
             tight_job.guess(_planned_tallies(run))
         every = run.book.node_ids.tolist()
+        every_ids = run.book.node_ids  # as an array once, not every round
         straggler_draws = StragglerDraws(config.stragglers, config.run.seed)
         for r in range(run.rounds_done, alg.rounds):
-            sampled = sample_clients(config.client_sampling, seed=config.run.seed, round_index=r, node_ids=every)
+            sampled = sample_clients(config.client_sampling, seed=config.run.seed, round_index=r, node_ids=every_ids)
             participants = every if sampled is None else list(sampled)
             excluded = emulated_stragglers(config, alg, r, participants, straggler_draws)
             expected = tuple(n for n in participants if n not in excluded)

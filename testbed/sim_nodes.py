@@ -36,7 +36,8 @@ from testbed.algorithms.contract import (
     State,
     WithSetup,
 )
-from testbed.data.federated import FederatedData
+from testbed.data.federated import FederatedData, Split
+from testbed.data.lazy import LazyFederatedData
 from testbed.ledger import Event, EventBatch, NodeEvents
 from testbed.nodes_api import RoundOutcome
 
@@ -46,7 +47,7 @@ class SimNodes:
 
     Args:
         algorithm: the run's algorithm.
-        data: every node's data.
+        data: every node's data, or the lazy federation whose sampled nodes' rows each round makes.
         seed: the run's seed.
         profile: the device profile whose model charges seconds and joules.
         mcu_nodes: nodes that are microcontroller boards (``[nodes] mcu``): charged as their bridge
@@ -54,7 +55,7 @@ class SimNodes:
             sim and a bridged run keep the same ledger.
     """
 
-    def __init__(self, algorithm: Algorithm, data: FederatedData, seed: int, profile: str,
+    def __init__(self, algorithm: Algorithm, data: FederatedData | LazyFederatedData, seed: int, profile: str,
                  mcu_nodes: Sequence[int] = (), mcu_profile: str | None = None):
         self.alg, self.data, self.seed = algorithm, data, seed
         self.costs = NodeCosts(profile, "model")
@@ -65,14 +66,15 @@ class SimNodes:
 
             self._board_costs = BoardCosts(mcu_profile or "rp2040", algorithm.flops_per_step)
         self.node_ids = list(data.node_ids)
-        self._position = {node: i for i, node in enumerate(self.node_ids)}
+        self._lazy = isinstance(data, LazyFederatedData)
+        self._position = {} if self._lazy else {node: i for i, node in enumerate(self.node_ids)}
 
     def setup(self, state: State) -> RoundOutcome:
         alg = self.alg
         assert isinstance(alg, WithSetup)
         ctx = RoundContext(SETUP_ROUND, self.seed, len(self.node_ids), tuple(self.node_ids))
         start = time.process_time()
-        result = alg.setup_step(self.data.train, self.node_ids, ctx)
+        result = alg.setup_step(self._train(tuple(self.node_ids)), self.node_ids, ctx)
         return self._outcome(result, ctx.closed(result.node_ids), start, {})
 
     def round(self, state: State, round_index: int, excluded: frozenset[int],
@@ -83,8 +85,7 @@ class SimNodes:
         straggled = {n: "emulated" for n in sorted(excluded)}
         if not expected:
             return RoundOutcome(NodeResult((), {}), ctx.closed(()), straggled=straggled)
-        train = self.data.train if len(expected) == len(self.node_ids) else \
-            self.data.train.select([self._position[n] for n in expected])
+        train = self._train(expected)
         start = time.process_time()
         result = alg.node_step(alg.downlink(state, ctx, expected), train, expected, ctx)
         closed = ctx.closed(expected)
@@ -95,6 +96,15 @@ class SimNodes:
                 straggled.update({n: "no_exchange" for n in expected})
             result = NodeResult(result.node_ids, result.tensors, released.metrics, released.events)
         return self._outcome(result, closed, start, straggled)
+
+    def _train(self, expected: tuple[int, ...]) -> Split:
+        """The training rows of ``expected`` (node ids, in order): lazy nodes' are made now, from
+        their own streams, and dropped with the round (testbed.data.lazy)."""
+        if self._lazy:
+            return self.data.nodes(expected).train
+        if len(expected) == len(self.node_ids):
+            return self.data.train
+        return self.data.train.select([self._position[n] for n in expected])
 
     def _exchange(self, sent: NodeResult, ctx: RoundContext) -> NodeResult:
         """The channel between the nodes: superpose the transmit signals, each node finishes."""

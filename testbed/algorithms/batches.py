@@ -19,6 +19,10 @@ from testbed.data.federated import Split
 from testbed.rng import Purpose, node_streams
 
 
+#: Bytes of batch keys drawn at once (see :func:`uniform_batches`).
+_KEY_BLOCK_BYTES = 8 << 20
+
+
 def node_keys(train: Split, node_ids: Sequence[int], round_index: int, seed: int, steps: int) -> list[np.ndarray]:
     """Per node i, a (steps, N_i) array of uniform keys from ``stream(seed, node, r, BATCH)``: one
     key per sample and step, so any sampling rule is a function of a node's own keys only."""
@@ -43,9 +47,15 @@ def uniform_batches(train: Split, node_ids: Sequence[int], round_index: int, see
         if batch == n:
             idx[members] = np.arange(n)
             continue
-        keys = np.empty((len(members), steps, n))
-        for j, rng in enumerate(node_streams(seed, [node_ids[i] for i in members], round_index, Purpose.BATCH)):
-            rng.random(out=keys[j])
-        idx[members] = np.argpartition(keys, batch - 1, axis=-1)[..., :batch]
+        # Keys and their argpartition for a block of nodes at a time: (nodes, steps, n) of them for
+        # 10,000 nodes would be 640 MB, of which only the (nodes, steps, B) indices are kept.
+        block = max(1, _KEY_BLOCK_BYTES // (8 * steps * n))
+        keys = np.empty((min(block, len(members)), steps, n))
+        streams = node_streams(seed, [node_ids[i] for i in members], round_index, Purpose.BATCH)
+        for first in range(0, len(members), block):
+            part = members[first:first + block]
+            for j in range(len(part)):
+                next(streams).random(out=keys[j])
+            idx[part] = np.argpartition(keys[:len(part)], batch - 1, axis=-1)[..., :batch]
     idx += train.offsets[:-1, None, None]
     return idx

@@ -73,7 +73,7 @@ def load_dataset(name: str, *, seed: int, path: str | None = None, scaling: str 
         does for each.
     **options :
         The loader's own options: :func:`testbed.data.synthetic.make_logistic` (num_nodes,
-        samples_per_node, dim, n_classes, heterogeneity, nodes, bayes_accuracy),
+        samples_per_node, dim, n_classes, heterogeneity, nodes, bayes_accuracy, dtype, splits),
         :func:`testbed.data.adult.load_adult` (include_education, numeric, num_nodes, nodes) or
         :func:`testbed.data.vehicle.load_vehicle` (num_nodes, nodes) or
         :func:`testbed.data.regression.make_regression` (num_nodes, samples_per_node, dim, outputs, nodes) or

@@ -7,6 +7,7 @@ one fancy-indexing gather: ``x[offsets[m] + local_index]``.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -47,6 +48,10 @@ class Split:
         rows = np.arange(offsets[-1]) + np.repeat(lo - offsets[:-1], sizes)
         return Split(x=self.x[rows], y=self.y[rows], offsets=offsets)
 
+    def astype(self, dtype: np.dtype | str) -> "Split":
+        """The split with features of ``dtype`` (itself if they already are)."""
+        return self if self.x.dtype == dtype else Split(x=self.x.astype(dtype), y=self.y, offsets=self.offsets)
+
 
 @dataclass(frozen=True)
 class FederatedData:
@@ -81,6 +86,11 @@ class FederatedData:
     def dim(self) -> int:
         """Feature dimension d."""
         return int(self.train.x.shape[1])
+
+    def astype(self, dtype: np.dtype | str) -> "FederatedData":
+        """The same nodes with features of ``dtype`` (``data.dtype``), rounded once."""
+        return dataclasses.replace(self, train=self.train.astype(dtype), test=self.test.astype(dtype),
+                                   validation=self.validation.astype(dtype))
 
     def select(self, nodes: Sequence[int]) -> "FederatedData":
         """Only the given nodes' data (positions in this set), e.g. what one board holds in mqtt mode."""

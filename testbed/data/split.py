@@ -34,14 +34,16 @@ Example::
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
 from testbed.data.federated import FederatedData, Split
 from testbed.errors import DataError
-from testbed.rng import Purpose, stream
+from testbed.rng import Purpose, node_streams, stream
 
+#: The three splits, in the order a node's permutation fills them.
+SPLITS = ("train", "test", "validation")
 #: How features are put into the unit ball: see the module docstring.
 SCALINGS = ("per_node", "public_bound", "pooled")
 
@@ -82,6 +84,12 @@ class SplitWriter:
     node_ids : sequence of int, length M, optional
         Stream key of each position; defaults to 0..M-1. A subset of a larger federation passes the
         global ids, so its split matches the full one.
+    keep : sequence of str
+        The splits to hold (of :data:`SPLITS`, default all); the others get no rows (every node 0
+        samples), e.g. the training rows alone of a run that evaluates on other nodes' copies.
+    dtype : numpy float dtype
+        Of the features (float64 by default; float32 halves them, ``data.dtype``): rows are
+        rounded once, when written.
 
     Example
     -------
@@ -91,17 +99,24 @@ class SplitWriter:
     (8, 2)
     """
 
-    def __init__(self, sizes: Sequence[int], dim: int, seed: int, node_ids: Sequence[int] | None = None):
+    def __init__(self, sizes: Sequence[int], dim: int, seed: int, node_ids: Sequence[int] | None = None,
+                 dtype: np.dtype | str = np.float64, keep: Sequence[str] = SPLITS):
         self._sizes = [int(n) for n in sizes]
         self._node_ids = list(range(len(self._sizes))) if node_ids is None else [int(m) for m in node_ids]
         if len(self._node_ids) != len(self._sizes):
             raise ValueError(f"{len(self._node_ids)} node ids for {len(self._sizes)} nodes")
         self._seed = int(seed)
+        unknown = sorted(set(keep) - set(SPLITS))
+        if unknown:
+            raise ValueError(f"unknown splits {unknown}; valid: {', '.join(SPLITS)}")
         per_node = np.array([split_sizes(n) for n in self._sizes], dtype=np.int64).reshape(-1, 3)
+        per_node[:, [k for k, name in enumerate(SPLITS) if name not in keep]] = 0  # a dropped split: no rows
         self._offsets = [np.concatenate([[0], np.cumsum(per_node[:, k])]).astype(np.int64) for k in range(3)]
-        self._x = [np.empty((int(o[-1]), dim), dtype=np.float64) for o in self._offsets]
+        self._x = [np.empty((int(o[-1]), dim), dtype=dtype) for o in self._offsets]
         self._y = [np.empty(int(o[-1]), dtype=np.int64) for o in self._offsets]
         self._written = np.zeros(len(self._sizes), dtype=bool)
+        self._split_streams: Iterator[np.random.Generator] = iter(())
+        self._next_streamed = -1  # the node whose split stream ``_split_streams`` yields next
 
     def write(self, index: int, x: np.ndarray, y: np.ndarray) -> None:
         """Shuffle node ``index``'s samples, x of shape (n, d) and y of shape (n,), into the three splits."""
@@ -110,13 +125,37 @@ class SplitWriter:
             raise ValueError(f"node {index}: expected {n} samples, got x {x.shape}, y {y.shape}")
         perm = stream(self._seed, self._node_ids[index], -1, Purpose.SPLIT).permutation(n)
         start = 0
-        for k in range(3):
+        for k, part in enumerate(split_sizes(n)):
             lo, hi = self._offsets[k][index], self._offsets[k][index + 1]
-            rows = perm[start : start + (hi - lo)]
+            rows = perm[start : start + (hi - lo)]  # hi - lo is part, or 0 for a dropped split
             self._x[k][lo:hi] = x[rows]
             self._y[k][lo:hi] = y[rows]
-            start += hi - lo
+            start += part
         self._written[index] = True
+
+    def write_many(self, first: int, x: np.ndarray, y: np.ndarray) -> None:
+        """Shuffle the samples of C consecutive nodes ``first .. first+C-1``, all of the same size n,
+        into the three splits at once: x of shape (C, n, d), y of shape (C, n). The same rows as
+        :meth:`write` node by node (each node's permutation is drawn from its own stream)."""
+        count, n = y.shape
+        if any(self._sizes[first + c] != n for c in range(count)) or x.shape[:2] != (count, n):
+            raise ValueError(f"nodes {first}..{first + count - 1}: expected {n} samples each, got x {x.shape}")
+        if first != self._next_streamed:  # streams are seeded in one batch for consecutive chunks
+            self._split_streams = node_streams(self._seed, self._node_ids[first:], -1, Purpose.SPLIT)
+        perm = np.empty((count, n), dtype=np.int64)
+        for c in range(count):
+            perm[c] = next(self._split_streams).permutation(n)
+        self._next_streamed = first + count
+        chunk = np.arange(count)[:, None]
+        start = 0
+        for k, part in enumerate(split_sizes(n)):
+            # Consecutive nodes of equal size own consecutive, equal blocks of every split.
+            lo, hi = self._offsets[k][first], self._offsets[k][first + count]
+            rows = perm[:, start:start + (hi - lo) // count]  # part rows each, or none for a dropped split
+            self._x[k][lo:hi] = x[chunk, rows].reshape(-1, x.shape[2])
+            self._y[k][lo:hi] = y[chunk, rows].reshape(-1)
+            start += part
+        self._written[first:first + count] = True
 
     def finish(self, n_classes: int, name: str, node_names: Sequence[str] | None = None) -> FederatedData:
         """The FederatedData once every node has been written; node names default to ``"node-<id>"``."""

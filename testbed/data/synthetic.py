@@ -38,11 +38,13 @@ from typing import Sequence
 import numpy as np
 
 from testbed.data.federated import FederatedData
-from testbed.data.split import SplitWriter, check_scaling
+from testbed.data.split import SPLITS, SplitWriter, check_scaling
 from testbed.errors import DataError
-from testbed.rng import GLOBAL, Purpose, stream
+from testbed.rng import GLOBAL, Purpose, node_streams, stream
 
 DEFAULT_BAYES_ACCURACY = 0.875
+#: Feature types the generator writes (``data.dtype``).
+DTYPES = ("float64", "float32")
 #: Monte Carlo samples behind the calibration of s (standard error of the accuracy ~0.001).
 _CALIBRATION_SAMPLES = 8192
 
@@ -116,24 +118,48 @@ def true_model(
     return w
 
 
-def _node_samples(
-    seed: int, node: int, n: int, w: np.ndarray, heterogeneity: float
-) -> tuple[np.ndarray, np.ndarray]:
-    """Node ``node``'s n samples: x [n, d] float64 on the unit sphere and y [n] int64."""
+#: Bytes of raw features generated per chunk of nodes: small enough to stay in cache and to keep
+#: the peak near the final arrays, large enough that numpy's per-call overhead is negligible.
+_CHUNK_BYTES = 1 << 20
+
+
+def _write_nodes(writer: SplitWriter, seed: int, node_ids: Sequence[int], n: int, w: np.ndarray,
+                 heterogeneity: float) -> None:
+    """Generate the n samples of every node of ``node_ids`` and write them, a chunk of nodes at a time.
+
+    Per node, its own stream ``stream(seed, node, -1, DATA)`` draws u_m (d), then g (n x d), then
+    the n label uniforms, in that order (so a board generating one node gets the same rows); the
+    draws are per node (each node is its own stream), everything else is vectorised over the chunk:
+    x = g / sqrt(d) + h u_m scaled to norm 1, labels by inverse CDF of softmax(x W) (x [n, d]
+    float64 before the writer rounds it to its dtype, y [n] int64).
+    """
     dim, n_classes = w.shape
-    rng = stream(seed, node, -1, Purpose.DATA)
-    # u_m is drawn even when h = 0, so changing h never shifts the later draws.
-    u = rng.standard_normal(dim)
-    u /= np.linalg.norm(u)
-    x = rng.standard_normal((n, dim))
-    x *= 1.0 / np.sqrt(dim)
-    if heterogeneity:
-        x += heterogeneity * u
-    x /= np.sqrt(np.einsum("ij,ij->i", x, x))[:, None]
-    cdf = np.cumsum(_softmax(x @ w), axis=1)
-    # Inverse-CDF sampling; min() guards against cdf[-1] rounding just below the uniform.
-    y = np.minimum((rng.random(n)[:, None] >= cdf).sum(axis=1), n_classes - 1).astype(np.int64)
-    return x, y
+    chunk = max(1, min(len(node_ids), _CHUNK_BYTES // (8 * n * dim)))
+    x = np.empty((chunk, n, dim))
+    logits = np.empty((chunk, n, n_classes))
+    uniforms = np.empty((chunk, n))
+    shift = np.empty((chunk, 1, dim))
+    streams = node_streams(seed, node_ids, -1, Purpose.DATA)  # seeded in one batch, yielded in order
+    for first in range(0, len(node_ids), chunk):
+        c = min(chunk, len(node_ids) - first)
+        for i in range(c):
+            rng = next(streams)
+            # u_m is drawn even when h = 0, so changing h never shifts the later draws.
+            u = rng.standard_normal(dim)
+            shift[i, 0] = u / np.linalg.norm(u)
+            rng.standard_normal(out=x[i])
+            rng.random(out=uniforms[i])
+        xc, flat = x[:c], x[:c].reshape(c * n, dim)
+        xc *= 1.0 / np.sqrt(dim)
+        if heterogeneity:
+            xc += heterogeneity * shift[:c]
+        flat /= np.sqrt(np.einsum("ij,ij->i", flat, flat))[:, None]
+        for i in range(c):  # one small product per node: BLAS sums each row as it does for that node alone
+            np.matmul(x[i], w, out=logits[i])
+        cdf = np.cumsum(_softmax(logits[:c].reshape(c * n, n_classes)), axis=1)
+        # Inverse-CDF sampling; min() guards against cdf[-1] rounding just below the uniform.
+        y = np.minimum((uniforms[:c].reshape(-1, 1) >= cdf).sum(axis=1), n_classes - 1).astype(np.int64)
+        writer.write_many(first, xc, y.reshape(c, n))
 
 
 def make_logistic(
@@ -146,6 +172,8 @@ def make_logistic(
     nodes: Sequence[int] | None = None,
     bayes_accuracy: float = DEFAULT_BAYES_ACCURACY,
     scaling: str = "per_node",
+    dtype: str = "float64",
+    splits: Sequence[str] = SPLITS,
 ) -> FederatedData:
     """Generate the synthetic logistic-regression task and split every node 80/10/10.
 
@@ -171,13 +199,19 @@ def make_logistic(
     scaling : str
         One of :data:`testbed.data.split.SCALINGS`; checked, and the same arrays whichever it is
         (every row is already on the unit sphere, from its own norm alone).
+    dtype : str
+        ``"float64"`` or ``"float32"`` (``data.dtype``): the features are generated in float64 and
+        rounded once to this type, so a float32 set is the float64 one rounded.
+    splits : sequence of str
+        The splits to hold (default all three); the others have no rows, every node 0 samples.
 
     Output
     ------
     data : FederatedData
-        ``name="synthetic"``, one node per id, node names ``"node-<id>"``; x float64 with every
+        ``name="synthetic"``, one node per id, node names ``"node-<id>"``; x of ``dtype`` with every
         row norm 1, y int64 in [0, K). The three splits together hold
-        8 * len(nodes) * samples_per_node * d bytes of features: 400 MB for 1,000 x 500 x 100.
+        8 * len(nodes) * samples_per_node * d bytes of float64 features: 400 MB for 1,000 x 500 x 100
+        (half in float32).
 
     Example
     -------
@@ -187,6 +221,8 @@ def make_logistic(
     True
     """
     check_scaling(scaling)
+    if dtype not in DTYPES:
+        raise DataError(f"synthetic: dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     if num_nodes < 1 or samples_per_node < 1 or dim < 1 or n_classes < 2 or heterogeneity < 0:
         raise DataError(
             "synthetic: need num_nodes >= 1, samples_per_node >= 1, dim >= 1, n_classes >= 2 and "
@@ -198,7 +234,7 @@ def make_logistic(
         raise DataError(f"synthetic: nodes {outside} are not in 0..{num_nodes - 1}")
 
     w = true_model(dim, n_classes, seed, bayes_accuracy)
-    writer = SplitWriter([samples_per_node] * len(node_ids), dim=dim, seed=seed, node_ids=node_ids)
-    for i, m in enumerate(node_ids):
-        writer.write(i, *_node_samples(seed, m, samples_per_node, w, heterogeneity))
+    writer = SplitWriter([samples_per_node] * len(node_ids), dim=dim, seed=seed, node_ids=node_ids, dtype=dtype,
+                         keep=splits)
+    _write_nodes(writer, seed, node_ids, samples_per_node, w, heterogeneity)
     return writer.finish(n_classes=n_classes, name="synthetic")
