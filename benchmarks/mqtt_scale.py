@@ -8,7 +8,7 @@ wall time, and the peak resident memory (VmHWM) of the coordinator, its accounta
 host and Mosquitto; then what bounds the node count on this machine (open files, ephemeral ports,
 memory per node). Target: the 3 rounds complete with every node connected.
 
-Usage: python benchmarks/mqtt_scale.py [--nodes 10000] [--hosts 10] [--fraction F]
+Usage: python benchmarks/mqtt_scale.py [--nodes 10000] [--hosts 10] [--fraction F] [--set KEY=VALUE]
 (--fraction: client sampling, that share of the nodes asked each round; all nodes stay connected)
 """
 
@@ -101,6 +101,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--fraction", type=float, default=None, help="client sampling: share asked per round")
     parser.add_argument("--round-timeout", type=float, default=600.0)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="more overrides of the job, e.g. data.samples_per_node=10 to see the non-data memory")
     args = parser.parse_args()
     if shutil.which("mosquitto") is None:
         print("mosquitto not on PATH (apt-get install mosquitto)")
@@ -109,6 +111,7 @@ def main() -> int:
             "mqtt.connect_timeout_s=1200", f"mqtt.round_timeout_s={args.round_timeout}", "output.figures=false"]
     if args.fraction is not None:
         sets += ["client_sampling.method='uniform'", f"client_sampling.fraction={args.fraction}"]
+    sets += args.set
     with tempfile.TemporaryDirectory() as tmp, MosquittoBroker(nodes=args.nodes) as broker:
         run_dir = Path(tmp) / "run"
         cmd = [sys.executable, "-m", "testbed", "run", str(JOB), "--quiet", "--out", str(run_dir),
@@ -116,12 +119,20 @@ def main() -> int:
         for s in sets:
             cmd += ["--set", s]
         started = time.monotonic()
-        proc = subprocess.Popen(cmd, cwd=HERE.parent, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        # stderr to a file, not a pipe nobody reads during the run: 10,000 nodes' warnings fill a
+        # pipe's 64 KB and the coordinator would block in its logging (and miss its keepalives).
+        log_path = Path(tmp) / "stderr.log"
+        with open(log_path, "w") as log:
+            proc = subprocess.Popen(cmd, cwd=HERE.parent, stdout=subprocess.DEVNULL, stderr=log)
         broker_pid = broker._proc.pid  # type: ignore[union-attr]
         peaks: dict[int, tuple[str, int]] = {}
-        all_connected_at, most_connected, rounds_at = None, 0, []
+        hosts_at, all_connected_at, most_connected, rounds_at = None, None, 0, []
         while proc.poll() is None:
-            for pid, kind in [(proc.pid, "coordinator"), (broker_pid, "mosquitto"), *children(proc.pid).items()]:
+            kids = children(proc.pid)
+            if hosts_at is None and "host" in kids.values():
+                hosts_at = time.monotonic() - started
+                print(f"hosts started at {hosts_at:.1f} s (the coordinator's data and set-up before)", flush=True)
+            for pid, kind in [(proc.pid, "coordinator"), (broker_pid, "mosquitto"), *kids.items()]:
                 hwm = status_kb(pid, "VmHWM")
                 if hwm is not None:
                     peaks[pid] = (kind, max(hwm, peaks.get(pid, (kind, 0))[1]))
@@ -129,15 +140,17 @@ def main() -> int:
             most_connected = max(most_connected, connected)
             if all_connected_at is None and connected >= args.nodes + 1:  # the nodes and the coordinator
                 all_connected_at = time.monotonic() - started
-                print(f"all {args.nodes:,} nodes connected after {all_connected_at:.1f} s", flush=True)
+                print(f"all {args.nodes:,} nodes connected at {all_connected_at:.1f} s "
+                      f"({all_connected_at - (hosts_at or 0):.1f} s after the hosts started)", flush=True)
             for row in rounds_done(run_dir)[len(rounds_at):]:
                 rounds_at.append(time.monotonic() - started)
                 print(f"round {row['round']} done at {rounds_at[-1]:.1f} s ({row['stragglers']} stragglers)",
                       flush=True)
             time.sleep(0.5)
-        _, err = proc.communicate()
         wall = time.monotonic() - started
         rows = rounds_done(run_dir)
+        err = log_path.read_text(errors="replace")
+        warnings = sum(" WARNING " in line or " ERROR " in line for line in err.splitlines())
     ok = proc.returncode == 0 and len(rows) == args.rounds and all_connected_at is not None
     sampled = f", {args.fraction:g} of them sampled per round" if args.fraction else ""
     print(f"mqtt scale: {args.nodes:,} nodes on {args.hosts} hosts over Mosquitto{sampled}: {len(rows)} of "
@@ -145,6 +158,7 @@ def main() -> int:
           f"{most_connected:,}")
     if proc.returncode != 0:
         print("the run failed: " + (err.strip().splitlines() or ["no output"])[-1])
+    print(f"  {warnings:,} warning or error lines logged (stragglers, lost connections, duplicates)")
     hosts = sorted((kb for kind, kb in peaks.values() if kind == "host"))
     for pid, (kind, kb) in sorted(peaks.items(), key=lambda p: p[1][0]):
         print(f"  peak RSS {kind:12s} pid {pid:>7}: {kb / 1024:8.1f} MB")

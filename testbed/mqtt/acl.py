@@ -99,7 +99,8 @@ def queued_messages_for(nodes: int) -> int:
     """The ``max_queued_messages`` a run of ``nodes`` nodes needs: the coordinator's client receives
     one status per node when the nodes connect (all at once) and one update per node each round,
     faster than one Python client drains them; over Mosquitto's default of 1,000 the rest are
-    dropped, so nodes past the 1,000th never count as online (measured: a 10,000-node run saw 1,020)
+    dropped, so nodes past the 1,000th never count as online (measured: a 10,000-node run waited out
+    its connect timeout; a client subscribing afterwards got 1,020 of the 10,000 retained statuses)
     and their updates straggle. Twice the nodes: a round's updates may meet the statuses of a
     reconnect storm."""
     return max(MOSQUITTO_QUEUE_DEFAULT, 2 * nodes)
