@@ -11,14 +11,16 @@ import threading
 import time
 from pathlib import Path
 
+import random
+
 import numpy as np
 import paho.mqtt.client as paho
-import pytest
 
 from testbed.config import load_config_text
 from testbed.ledger import read_ledger
 from testbed.mqtt import topics
-from testbed.mqtt.broker import parse_broker_url
+from testbed.mqtt.broker import free_port, parse_broker_url
+from testbed.mqtt.network_loop import NetworkLoop
 from testbed.runner import run_experiment
 
 from conftest import REPO
@@ -108,6 +110,37 @@ class StatusWatch:
     def close(self) -> None:
         self._client.loop_stop()
         self._client.disconnect()
+
+
+class _CountedClient(paho.Client):
+    """A paho client that notes when the loop tries to connect it."""
+
+    def __init__(self) -> None:
+        super().__init__(paho.CallbackAPIVersion.VERSION2, client_id="attempts")
+        self.attempts: list[float] = []
+
+    def reconnect(self):
+        self.attempts.append(time.monotonic())
+        return super().reconnect()
+
+
+def test_reconnect_waits_are_jittered_under_a_doubling_bound():
+    """Against a port nobody listens on, attempt k + 1 follows attempt k after a wait drawn in
+    [0, b_k], b_k = min(0.1 * 2**k, 0.4): never longer than the bound, and not the bound itself
+    (without jitter every client of a host would wait exactly b_k and arrive together)."""
+    loop = NetworkLoop(rng=random.Random(7))
+    client = _CountedClient()
+    try:
+        loop.add(client, "127.0.0.1", free_port("127.0.0.1"), keepalive_s=30, reconnect_min_s=0.1, reconnect_max_s=0.4)
+        time.sleep(2.5)
+    finally:
+        loop.remove(client)
+        loop.close()
+    waits = np.diff(client.attempts)
+    bounds = np.minimum(0.1 * 2.0 ** np.arange(len(waits)), 0.4)
+    assert len(waits) >= 6
+    assert np.all(waits <= bounds + 0.05), (waits, bounds)  # 50 ms for the loop's own scheduling
+    assert np.mean(waits / bounds) < 0.8, (waits, bounds)  # drawn below the bound (mean 0.5), not the bound
 
 
 def test_hosts_sharing_only_the_broker_url_serve_one_run(mosquitto_broker, run_id, tmp_path):
