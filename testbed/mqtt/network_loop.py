@@ -250,7 +250,10 @@ class NetworkLoop:
         for client, served in served_now:
             if client.socket() is not None:
                 client.loop_misc()  # keepalive: PINGREQ due, or the broker silent too long
-                self._watch_writes(client)
+                # Written now, not when the selector next reports the socket writable: inside a
+                # long batch of reads that is only after the batch, when the broker may have
+                # given up on the client already.
+                self._write(client)
                 if client.is_connected():
                     served.backoff_s = served.reconnect_min_s
 
