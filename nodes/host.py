@@ -194,8 +194,8 @@ def serve(broker_url: str, run: str, node_ids: Sequence[int], *, data_path: str 
         version = clients[names[0]].protocol or protocol_version
         with ThreadPoolExecutor(max_workers=_CONNECTS_IN_FLIGHT) as pool:
             list(pool.map(lambda name: connect(name, version, False), names[1:]))
-        log.info("%d node(s) connected in %.1f s", len(clients), time.monotonic() - started)
-        log.info("serving %d node(s) of run %s on %s", len(clients), run, broker_url)
+        log.info("serving %d node(s) of run %s on %s (connected in %.1f s)", len(clients), run, broker_url,
+                 time.monotonic() - started)
         crash = None if crash_at_round is None else (crash_at_round, crash_after_reply)
         if coordinator_pid is not None:
             coordinator_grace_s = math.inf
