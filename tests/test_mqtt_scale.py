@@ -5,7 +5,9 @@ one run, and a broker restart under a few hundred nodes is survived with spread-
 from __future__ import annotations
 
 import csv
+import json
 import random
+import re
 import subprocess
 import sys
 import threading
@@ -15,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import paho.mqtt.client as paho
 
+from testbed import cli
 from testbed.config import load_config_text
 from testbed.ledger import read_ledger
 from testbed.mqtt import topics
@@ -53,14 +56,26 @@ figures = false
 """
 
 
-def _hosts(url: str, run_id: str, nodes: int, hosts: int) -> list[subprocess.Popen]:
+def _hosts(url: str, run_id: str, nodes: int, hosts: int, *, credentials: Path | None = None,
+           tls_ca: Path | None = None, tmp_path: Path | None = None) -> list[subprocess.Popen]:
     """``hosts`` `testbed nodes` processes serving ``nodes`` nodes between them; they know only
-    the broker URL and the run id, as on separate machines."""
+    the broker URL and the run id, as on separate machines, and with ``credentials`` (the file of
+    `testbed acl`) each gets a file with its own nodes' passwords only, as docs/multi-host.md says."""
     share = nodes // hosts
-    return [subprocess.Popen([sys.executable, "-m", "testbed", "nodes", "--broker", url, "--run", run_id,
-                              "--first-id", str(h * share), "--count", str(share)],
-                             cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-            for h in range(hosts)]
+    procs = []
+    for h in range(hosts):
+        ids = range(h * share, (h + 1) * share)
+        cmd = [sys.executable, "-m", "testbed", "nodes", "--broker", url, "--run", run_id,
+               "--first-id", str(ids[0]), "--count", str(share)]
+        if credentials is not None and tmp_path is not None:
+            every = json.loads(credentials.read_text())
+            own = tmp_path / f"host-{h}.json"
+            own.write_text(json.dumps({str(n): every[str(n)] for n in ids}))
+            cmd += ["--credentials", str(own)]
+        if tls_ca is not None:
+            cmd += ["--tls-ca", str(tls_ca)]
+        procs.append(subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+    return procs
 
 
 def _stop(procs: list[subprocess.Popen]) -> None:
@@ -141,11 +156,18 @@ def test_reconnect_waits_are_jittered_under_a_doubling_bound():
     assert np.mean(waits / bounds) < 0.8, (waits, bounds)  # drawn below the bound (mean 0.5), not the bound
 
 
-def test_hosts_sharing_only_the_broker_url_serve_one_run(mosquitto_broker, run_id, tmp_path):
+def test_hosts_sharing_only_the_broker_url_serve_one_run(start_mosquitto, tls_files, run_id, tmp_path):
+    """docs/multi-host.md on loopback: `testbed acl` credentials and ACL, TLS, three hosts that
+    each hold their own nodes' passwords and the CA, a coordinator with mqtt.emulated = false."""
     nodes, hosts = 90, 3
-    config = load_config_text(EXPERIMENT.format(nodes=nodes, steps=6, url=mosquitto_broker.url, run_id=run_id,
-                                                round_timeout_s=30.0))
-    procs = _hosts(mosquitto_broker.url, run_id, nodes, hosts)
+    secrets = tmp_path / "secrets"
+    assert cli.main(["acl", "--run", run_id, "--nodes", str(nodes), "--out", str(secrets)]) == 0
+    broker = start_mosquitto(acl_file=secrets / "acl", password_file=secrets / "passwords", tls=tls_files)
+    credentials = secrets / "credentials.json"
+    text = EXPERIMENT.format(nodes=nodes, steps=6, url=broker.url, run_id=run_id, round_timeout_s=30.0)
+    config = load_config_text(text, [f"mqtt.credentials='{credentials}'", f"mqtt.tls_ca='{tls_files.cafile}'"])
+    procs = _hosts(broker.url, run_id, nodes, hosts, credentials=credentials, tls_ca=tls_files.cafile,
+                   tmp_path=tmp_path)
     try:
         result = run_experiment(config, out_dir=tmp_path / "r", quiet=True)
         for p in procs:  # the coordinator's stop reaches every host, and each leaves cleanly
@@ -156,10 +178,10 @@ def test_hosts_sharing_only_the_broker_url_serve_one_run(mosquitto_broker, run_i
     assert [int(row["stragglers"]) for row in _metrics(result.run_dir)] == [0, 0, 0]
     computed = {(e.node, e.round) for e in read_ledger(result.run_dir / "ledger.csv") if e.kind == "compute"}
     assert computed == {(n, r) for n in range(nodes) for r in range(3)}  # every node of every host, every round
-    sim = run_experiment(load_config_text(EXPERIMENT.format(nodes=nodes, steps=6, url=mosquitto_broker.url,
-                                                            run_id=run_id, round_timeout_s=30.0)
-                                          .replace('mode = "mqtt"', 'mode = "sim"')),
-                         out_dir=tmp_path / "sim", quiet=True)
+    logins = set(re.findall(r"New client connected from .* u'([^']*)'\)", broker.log_text()))
+    assert {"coordinator", *map(str, range(nodes))} <= logins  # each under its own name, over TLS
+    sim = run_experiment(load_config_text(text.replace('mode = "mqtt"', 'mode = "sim"')), out_dir=tmp_path / "sim",
+                         quiet=True)
     np.testing.assert_allclose(np.load(result.run_dir / "final_params.npy"), np.load(sim.run_dir / "final_params.npy"),
                                atol=1e-6)
 
