@@ -49,6 +49,7 @@ log = logging.getLogger(__name__)
 
 _TICK_S = 0.5  # the host's loop wakes at least this often (coordinator watch, graces)
 _RETIRED_SESSIONS = 64  # sessions a board remembers as superseded
+_CONNECTS_IN_FLIGHT = 32  # a host's nodes awaiting their CONNACK at once
 
 
 class SessionFence:
@@ -177,20 +178,24 @@ def serve(broker_url: str, run: str, node_ids: Sequence[int], *, data_path: str 
 
     try:
         names = list(agents)
-        # The first connect learns the broker's protocol; the rest connect concurrently, since a
-        # connect is mostly waiting for the broker's acks and hundreds in a row add up to seconds.
-        def connect(name: str, version: str) -> None:
+        # The first connect probes the broker and learns its protocol; the rest skip the probe (one
+        # connection per node, not two) and connect concurrently, since a connect is mostly
+        # waiting for the broker's acks and hundreds in a row add up to seconds. At most
+        # _CONNECTS_IN_FLIGHT at a time per host: all nodes of all hosts at once would be a storm.
+        def connect(name: str, version: str, probe_first: bool) -> None:
             clients[name] = client_of(name, version)
             try:
-                clients[name].connect(timeout_s=connect_timeout_s)
+                clients[name].connect(timeout_s=connect_timeout_s, probe_first=probe_first)
             except UserError as exc:  # refused credentials, an untrusted certificate...
                 raise UserError(f"node {name}: {exc}") from None
 
-        connect(names[0], protocol_version)
+        started = time.monotonic()
+        connect(names[0], protocol_version, True)
         version = clients[names[0]].protocol or protocol_version
-        with ThreadPoolExecutor(max_workers=32) as pool:
-            list(pool.map(lambda name: connect(name, version), names[1:]))
-        log.info("serving %d node(s) of run %s on %s", len(clients), run, broker_url)
+        with ThreadPoolExecutor(max_workers=_CONNECTS_IN_FLIGHT) as pool:
+            list(pool.map(lambda name: connect(name, version, False), names[1:]))
+        log.info("serving %d node(s) of run %s on %s (connected in %.1f s)", len(clients), run, broker_url,
+                 time.monotonic() - started)
         crash = None if crash_at_round is None else (crash_at_round, crash_after_reply)
         if coordinator_pid is not None:
             coordinator_grace_s = math.inf

@@ -274,7 +274,8 @@ def provision(inventory: Inventory, out: Path) -> dict[str, Path]:
         acl.write_acl_file(broker_dir / "acl", acl_text)
         acl.write_password_file(broker_dir / "passwords", passwords)
         url = parse_broker_url(inventory.broker)
-        conf = acl.mosquitto_conf(f"{BROKER_DIR}/passwords", f"{BROKER_DIR}/acl", listener=f"listener {url.port}")
+        conf = acl.mosquitto_conf(f"{BROKER_DIR}/passwords", f"{BROKER_DIR}/acl", listener=f"listener {url.port}",
+                                  nodes=len(nodes))
         if url.tls:
             conf += (f"# TLS: the broker's certificate and key, signed by the boards' ca.pem\n"
                      f"cafile {BROKER_DIR}/ca.pem\ncertfile {BROKER_DIR}/cert.pem\nkeyfile {BROKER_DIR}/key.pem\n")

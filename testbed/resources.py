@@ -15,10 +15,15 @@ deliberately rough and errs high: it counts
 - every node's Python objects in the coordinator (ledger, split, streams): :data:`_NODE_BYTES` each,
   measured at ~6.7 KB for tiny synthetic nodes in sim;
 - over MQTT with emulated boards, the node hosts on this machine: :data:`_HOST_BYTES` each and
-  :data:`_HOST_NODE_BYTES` per node (its client, socket buffers, agent and data).
+  per node :data:`_HOST_NODE_BYTES` (its client, socket buffers, agent) plus its own copy of its
+  data (a synthetic node generates its samples where it runs).
 
 Besides memory, an emulated node is a socket: more nodes per host than the open-file limit allows,
-or more nodes than this machine has ephemeral ports to reach the broker, cannot run at all.
+more connections than this machine has ephemeral ports to reach the broker, or (embedded broker,
+a thread of the coordinator) more nodes than the coordinator may open files, cannot run at all.
+Measured with benchmarks/mqtt_scale.py (10,000 J1 nodes on 10 hosts over Mosquitto): what this
+does not see is a broker's own limits (Mosquitto's open files and ``max_queued_messages``, see
+:func:`testbed.mqtt.acl.queued_messages_for`), which are the broker's configuration.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from testbed.errors import ConfigError
 _STATE_COPIES = 6
 _NODE_BYTES = 8 * 1024
 _HOST_BYTES = 80 * 2**20
-_HOST_NODE_BYTES = 256 * 1024
+_HOST_NODE_BYTES = 256 * 1024  # besides its data; measured ~60 KB for a J1 node, kept generous
 _FILE_SET_DIM = 128  # at least the feature count of the file-based sets (Adult, Vehicle), before one-hot
 _HOST_SPARE_FILES = 64  # a host's own files besides its nodes' sockets (as nodes.host reserves)
 
@@ -66,7 +71,8 @@ def estimate_bytes(config: Config) -> dict[str, float]:
         "nodes": float(n * _NODE_BYTES),
     }
     if config.run.mode == "mqtt" and config.mqtt.emulated:
-        parts["hosts"] = float(min(config.mqtt.hosts, n) * _HOST_BYTES + n * _HOST_NODE_BYTES)
+        node_data = parts["data"] / (_DATA_COPIES * max(n, 1))
+        parts["hosts"] = float(min(config.mqtt.hosts, n) * _HOST_BYTES + n * (_HOST_NODE_BYTES + node_data))
     return parts
 
 
@@ -121,10 +127,17 @@ def _check_sockets(config: Config) -> None:
         raise ConfigError("mqtt.hosts", f"{per_host:,} emulated nodes per host need {per_host + _HOST_SPARE_FILES:,} "
                                         f"open files, over this machine's hard limit of {hard:,}; use mqtt.hosts "
                                         f">= {-(-n // room):,}")
+    if config.mqtt.broker_url is None and hard != resource.RLIM_INFINITY and n + _HOST_SPARE_FILES > hard:
+        raise ConfigError("mqtt.broker_url", f"the embedded broker runs in the coordinator and holds a socket per "
+                                             f"node: {n:,} nodes need {n + _HOST_SPARE_FILES:,} open files, over this "
+                                             f"machine's hard limit of {hard:,}; use a Mosquitto broker_url")
+    # One connection per node (a host's first node also probes the broker first) and the
+    # coordinator's, each holding an ephemeral port of this machine towards the broker's address.
+    connections = n + hosts + 1
     ports = _ephemeral_ports()
-    if ports is not None and n > ports:
-        raise ConfigError("data.num_nodes", f"{n:,} emulated nodes need as many connections to the broker, over the "
-                                            f"{ports:,} ephemeral ports of this machine "
+    if ports is not None and connections > ports:
+        raise ConfigError("data.num_nodes", f"{n:,} emulated nodes need {connections:,} connections to the broker, "
+                                            f"over the {ports:,} ephemeral ports of this machine "
                                             f"(/proc/sys/net/ipv4/ip_local_port_range)")
 
 

@@ -49,11 +49,24 @@ def test_an_emulated_host_needs_a_socket_per_node(small_config_text, monkeypatch
                                           r"use mqtt.hosts >= 3"):
         resources.check_fits(config)
     resources.check_fits(load_config_text(small_config_text, ["run.mode='mqtt'", "data.num_nodes=500",
-                                                               "mqtt.hosts=3"]))
+                                                               "mqtt.hosts=3", "mqtt.broker_url='mqtt://b:1883'"]))
+
+
+def test_the_embedded_broker_needs_a_socket_per_node_in_the_coordinator(small_config_text, monkeypatch):
+    monkeypatch.setattr(resources.resource, "getrlimit", lambda which: (1024, 1024))
+    sets = ["run.mode='mqtt'", "data.num_nodes=2000", "mqtt.hosts=4"]
+    with pytest.raises(ConfigError, match=r"mqtt.broker_url: the embedded broker .* 2,000 nodes need 2,064 open "
+                                          r"files, over this machine's hard limit of 1,024"):
+        resources.check_fits(load_config_text(small_config_text, sets))
+    resources.check_fits(load_config_text(small_config_text, [*sets, "mqtt.broker_url='mqtt://b:1883'"]))
 
 
 def test_more_emulated_nodes_than_ephemeral_ports_are_refused(small_config_text, monkeypatch):
     monkeypatch.setattr(resources, "_ephemeral_ports", lambda: 100)
-    with pytest.raises(ConfigError, match="data.num_nodes: 101 emulated nodes need as many connections"):
-        resources.check_fits(load_config_text(small_config_text, ["run.mode='mqtt'", "data.num_nodes=101"]))
+    with pytest.raises(ConfigError, match="data.num_nodes: 98 emulated nodes need 101 connections to the broker, "
+                                          "over the 100 ephemeral ports"):
+        resources.check_fits(load_config_text(small_config_text, ["run.mode='mqtt'", "data.num_nodes=98",
+                                                                   "mqtt.hosts=2"]))
+    resources.check_fits(load_config_text(small_config_text, ["run.mode='mqtt'", "data.num_nodes=97",
+                                                               "mqtt.hosts=2"]))
     resources.check_fits(load_config_text(small_config_text, ["data.num_nodes=101"]))  # sim: no sockets

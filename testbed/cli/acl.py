@@ -54,7 +54,7 @@ def _acl(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise UserError(f"--out {args.out}: cannot write {exc.filename or 'there'} ({exc.strerror or exc})") from None
     print(f"wrote {args.out / 'acl'}, {args.out / 'passwords'} and {creds} for {len(ids)} nodes of run {args.run}")
-    conf = mosquitto_conf(args.out / "passwords", args.out / "acl")
+    conf = mosquitto_conf(args.out / "passwords", args.out / "acl", nodes=len(ids))
     print("mosquitto.conf (client ids bound to usernames: no credential can take over another's session):")
     print("".join(f"  {line}\n" for line in conf.splitlines()), end="")
     return 0

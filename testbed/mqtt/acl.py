@@ -90,16 +90,36 @@ def generate_acl(run_id: str, node_ids: Iterable[str], coordinator_user: str = "
 BIND_CLIENT_IDS = "use_username_as_clientid true"
 
 
-def mosquitto_conf(password_file: str | Path, acl_file: str | Path, listener: str = "listener 1883") -> str:
+#: Mosquitto's own default of ``max_queued_messages``: QoS 1 messages it holds for one client
+#: beyond those in flight, dropping (and only logging) the rest.
+MOSQUITTO_QUEUE_DEFAULT = 1000
+
+
+def queued_messages_for(nodes: int) -> int:
+    """The ``max_queued_messages`` a run of ``nodes`` nodes needs: the coordinator's client receives
+    one status per node when the nodes connect (all at once) and one update per node each round,
+    faster than one Python client drains them; over Mosquitto's default of 1,000 the rest are
+    dropped, so nodes past the 1,000th never count as online (measured: a 10,000-node run waited out
+    its connect timeout; a client subscribing afterwards got 1,020 of the 10,000 retained statuses)
+    and their updates straggle. Twice the nodes: a round's updates may meet the statuses of a
+    reconnect storm."""
+    return max(MOSQUITTO_QUEUE_DEFAULT, 2 * nodes)
+
+
+def mosquitto_conf(password_file: str | Path, acl_file: str | Path, listener: str = "listener 1883",
+                   nodes: int = 0) -> str:
     """The mosquitto.conf lines for a run secured by `generate_acl`: no anonymous clients, the
-    password and ACL files (absolute paths), and on the listener, client ids bound to usernames.
+    password and ACL files (absolute paths), a client queue deep enough for ``nodes`` nodes
+    (:func:`queued_messages_for`), and on the listener, client ids bound to usernames.
 
     Args:
         password_file, acl_file: the files `testbed acl` wrote.
         listener: the listener line the binding applies to (add TLS lines after it).
+        nodes: how many nodes the run has.
     """
     return "\n".join(["allow_anonymous false", f"password_file {Path(password_file).resolve()}",
-                      f"acl_file {Path(acl_file).resolve()}", listener, BIND_CLIENT_IDS]) + "\n"
+                      f"acl_file {Path(acl_file).resolve()}", f"max_queued_messages {queued_messages_for(nodes)}",
+                      listener, BIND_CLIENT_IDS]) + "\n"
 
 
 def hash_password(password: str, *, salt: bytes | None = None, iterations: int = PBKDF2_ITERATIONS) -> str:

@@ -18,6 +18,7 @@ import dataclasses
 import ipaddress
 import os
 import pwd
+import resource
 import shutil
 import socket
 import subprocess
@@ -29,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.errors import UserError
-from testbed.mqtt.acl import BIND_CLIENT_IDS
+from testbed.mqtt.acl import BIND_CLIENT_IDS, queued_messages_for
 
 _DEFAULT_PORTS = {"mqtt": 1883, "mqtts": 8883}
 
@@ -329,6 +330,13 @@ class TlsFiles:
     keyfile: Path
 
 
+def _open_files_to_hard_limit() -> None:
+    """In the broker's child process, before exec: soft limit on open files = the hard limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 class MosquittoBroker:
     """A `mosquitto` subprocess listening on loopback, configured from a generated file.
 
@@ -341,13 +349,21 @@ class MosquittoBroker:
             file, as `testbed acl` configures it.
         tls: serve TLS (URL scheme mqtts://) with these files instead of plain TCP.
         binary: the executable to run.
+        nodes: the most nodes a run on it will have: sizes ``max_queued_messages``
+            (:func:`testbed.mqtt.acl.queued_messages_for`; Mosquitto's default of 1,000 drops the
+            statuses and updates of the nodes past the 1,000th).
+
+    Mosquitto inherits this process's hard limit on open files as its soft limit (it does not
+    raise it itself, and every client is a socket): a soft limit of 1,024 would cap it near 1,000
+    clients.
     """
 
     def __init__(self, port: int = 0, *, acl_file: str | Path | None = None,
                  password_file: str | Path | None = None, tls: TlsFiles | None = None,
                  host: str = "127.0.0.1", binary: str = "mosquitto", start_timeout_s: float = 10.0,
-                 bind_client_ids: bool | None = None):
+                 bind_client_ids: bool | None = None, nodes: int = 50_000):
         self.host = _loopback(host)
+        self.nodes = nodes
         self.port = port
         self.acl_file = Path(acl_file).resolve() if acl_file else None
         self.password_file = Path(password_file).resolve() if password_file else None
@@ -384,6 +400,7 @@ class MosquittoBroker:
             "log_dest stderr",
             *(f"log_type {t}" for t in ("error", "warning", "notice", "information")),
             f"allow_anonymous {'false' if self.password_file else 'true'}",
+            f"max_queued_messages {queued_messages_for(self.nodes)}",
         ]
         if self.password_file:
             lines.append(f"password_file {self.password_file}")
@@ -422,7 +439,7 @@ class MosquittoBroker:
             conf.write_text(self._config())
             with open(self._dir / "mosquitto.log", "wb") as log:
                 self._proc = subprocess.Popen([exe, "-c", str(conf)], stdout=log, stderr=subprocess.STDOUT,
-                                              stdin=subprocess.DEVNULL)
+                                              stdin=subprocess.DEVNULL, preexec_fn=_open_files_to_hard_limit)
             deadline = time.monotonic() + self._start_timeout_s
             while self._proc.poll() is None and time.monotonic() < deadline:
                 # "running" is logged once every listener is bound; the connect check alone could

@@ -252,11 +252,18 @@ class MqttClient:
                 self._paho.loop_stop()
             self._paho = None
 
-    def connect(self, timeout_s: float = 10.0) -> MqttClient:
+    def connect(self, timeout_s: float = 10.0, *, probe_first: bool = True) -> MqttClient:
         """Connect, subscribe, publish `online`; block until all of it is acknowledged.
 
         Keeps retrying an unreachable broker until `timeout_s`. Afterwards paho reconnects by
         itself whenever the connection drops.
+
+        Args:
+            timeout_s: how long to wait for the broker, in seconds.
+            probe_first: open the raw probe connection first (clear TLS and version errors). A
+                host whose first node's client probed the same broker passes False with the
+                version it learnt (``protocol`` "5" or "3.1.1"): each further node then costs one
+                connection, not two (a probe left in TIME_WAIT holds an ephemeral port for 60 s).
 
         Raises:
             UserError: broker not reachable in time (saying what the last attempt saw); at once, a
@@ -267,9 +274,12 @@ class MqttClient:
             return self
         deadline = time.monotonic() + timeout_s
         unreachable = UserError(f"broker {self.url} not reachable within {timeout_s:g} s")
-        protocol = probe.negotiate(self.url, tls_ca=self._tls_ca, protocol=self._protocol_choice,
-                                   client_id=f"{self.client_id}-probe", username=self._username,
-                                   password=self._password, deadline=deadline, timeout_s=timeout_s)
+        if probe_first or self._protocol_choice == "auto":
+            protocol = probe.negotiate(self.url, tls_ca=self._tls_ca, protocol=self._protocol_choice,
+                                       client_id=f"{self.client_id}-probe", username=self._username,
+                                       password=self._password, deadline=deadline, timeout_s=timeout_s)
+        else:
+            protocol = self._protocol_choice
         code = self._attempt(protocol, deadline)
         if code is None or code.is_failure:
             self._shutdown_paho()

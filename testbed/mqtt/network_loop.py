@@ -5,6 +5,14 @@ Why: paho's own ``loop_start`` gives each client a thread, a wake-up socket pair
 ``select()`` that cannot watch descriptors above 1023, so one process tops out near 340 clients.
 Here each client costs one socket and no thread, and a host of 500 or 1,000 nodes is routine.
 
+Reconnects are spread out ("full jitter"): after a drop, each client waits a uniformly random
+time in [0, b] before its next attempt, b doubling from ``reconnect_min_s`` up to
+``reconnect_max_s`` while attempts fail. When a broker restart drops every node of a machine at
+once, their attempts do not arrive together (a storm of thousands of CONNECTs in the same
+millisecond overflows the broker's listen backlog, and refused SYNs wait out the kernel's 1 s, 3 s,
+7 s retransmits); the longer the outage, the wider they spread. Each attempt runs at its own time,
+not on the keepalive tick.
+
 Every socket operation (connect, read, write, keepalive, reconnect, disconnect) happens on the
 loop's thread. Other threads only queue packets (paho's ``publish``) and then call :meth:`flush`,
 which asks the loop thread to write them: paho's own "register write" hint can be lost when a
@@ -22,7 +30,9 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import logging
+import random
 import selectors
 import socket
 import ssl
@@ -36,7 +46,7 @@ import paho.mqtt.client as paho
 
 log = logging.getLogger(__name__)
 
-_MISC_INTERVAL_S = 0.5  # keepalive pings and reconnect attempts are checked this often
+_MISC_INTERVAL_S = 0.5  # keepalive pings are checked this often
 
 
 @dataclasses.dataclass(eq=False)
@@ -48,7 +58,7 @@ class _Served:
     reconnect_max_s: float
     wanted: bool = True  # False once removed: a dropped socket is not reconnected
     retry_at: float | None = None  # when to try connecting again; None while connected
-    backoff_s: float = 0.0
+    backoff_s: float = 0.0  # the bound b of the next jittered wait
     closed: threading.Event = dataclasses.field(default_factory=threading.Event)
 
 
@@ -57,10 +67,15 @@ class NetworkLoop:
 
     A client handed to :meth:`add` must not use paho's own loop (``loop_start``,
     ``loop_forever``); the loop connects it, keeps it alive, and reconnects it with exponential
-    backoff whenever its connection drops, until :meth:`remove`.
+    backoff and jitter whenever its connection drops, until :meth:`remove`.
+
+    Args:
+        name: the thread's name.
+        rng: draws the reconnect jitter (default: seeded from the OS, so the hosts of a machine
+            do not draw the same waits).
     """
 
-    def __init__(self, name: str = "mqtt-network") -> None:
+    def __init__(self, name: str = "mqtt-network", rng: random.Random | None = None) -> None:
         self._selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
@@ -69,6 +84,11 @@ class NetworkLoop:
         self._lock = threading.Lock()
         self._requests: deque[Callable[[], None]] = deque()
         self._served: dict[paho.Client, _Served] = {}
+        self._rng = rng or random.Random()
+        # (monotonic s, tie-breaker, client): reconnect attempts due; an entry whose client was
+        # removed or rescheduled meanwhile is skipped when it comes up.
+        self._retries: list[tuple[float, int, _Served]] = []
+        self._retry_count = 0
         self._running = True
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
@@ -148,8 +168,7 @@ class NetworkLoop:
         if served is None:
             return
         if served.wanted:
-            served.retry_at = time.monotonic() + served.backoff_s
-            served.backoff_s = min(2 * served.backoff_s, served.reconnect_max_s)
+            self._retry_later(served, time.monotonic())
         else:
             self._forget(served)
 
@@ -162,7 +181,15 @@ class NetworkLoop:
             if now >= next_misc:
                 self._misc(now)
                 next_misc = now + _MISC_INTERVAL_S
-            for key, events in self._selector.select(timeout=max(0.0, next_misc - time.monotonic())):
+            self._retry_due(now)
+            wake_at = min(next_misc, self._retries[0][0]) if self._retries else next_misc
+            for key, events in self._selector.select(timeout=max(0.0, wake_at - time.monotonic())):
+                # A broadcast makes every socket of a host readable at once, and reading them all
+                # can take longer than the broker waits for a keepalive (measured: 1,682 of 10,000
+                # nodes dropped): the pings due go out in between.
+                if (now := time.monotonic()) >= next_misc:
+                    self._misc(now)
+                    next_misc = now + _MISC_INTERVAL_S
                 client = key.data
                 if client is None:
                     self._drain_requests()
@@ -223,10 +250,24 @@ class NetworkLoop:
         for client, served in served_now:
             if client.socket() is not None:
                 client.loop_misc()  # keepalive: PINGREQ due, or the broker silent too long
-                self._watch_writes(client)
+                # Written now, not when the selector next reports the socket writable: inside a
+                # long batch of reads that is only after the batch, when the broker may have
+                # given up on the client already.
+                self._write(client)
                 if client.is_connected():
                     served.backoff_s = served.reconnect_min_s
-            elif served.wanted and served.retry_at is not None and now >= served.retry_at:
+
+    def _retry_later(self, served: _Served, now: float) -> None:
+        """Schedule ``served``'s next connect attempt after a jittered wait in [0, b]; b doubles."""
+        served.retry_at = now + self._rng.uniform(0.0, served.backoff_s)
+        served.backoff_s = min(2 * served.backoff_s, served.reconnect_max_s)
+        self._retry_count += 1
+        heapq.heappush(self._retries, (served.retry_at, self._retry_count, served))
+
+    def _retry_due(self, now: float) -> None:
+        while self._retries and self._retries[0][0] <= now:
+            at, _, served = heapq.heappop(self._retries)
+            if served.wanted and served.retry_at == at and served.client.socket() is None:
                 self._connect(served, now)
 
     def _connect(self, served: _Served, now: float) -> None:
@@ -235,8 +276,7 @@ class NetworkLoop:
             served.client.reconnect()  # the first connect too: connect_async only stored the address
         except (OSError, ssl.SSLError) as exc:
             log.debug("%s: connect failed: %s", served.client._client_id, exc)
-            served.retry_at = now + served.backoff_s
-            served.backoff_s = min(2 * served.backoff_s, served.reconnect_max_s)
+            self._retry_later(served, now)
             return
         self._watch_writes(served.client)
 

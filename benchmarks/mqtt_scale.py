@@ -1,0 +1,188 @@
+"""10,000 emulated boards over Mosquitto on this machine (scale issue): J1's DP-PASGD job
+(benchmarks/j1_mqtt.toml: d = 100, tau = 10, batch 32, 500 samples per node) for 3 rounds, every
+node its own MQTT connection, the nodes spread over --hosts `testbed nodes` processes that the run
+starts.
+
+Prints when all nodes were connected (counted on the broker's port), each round's end, the whole
+wall time, and the peak resident memory (VmHWM) of the coordinator, its accountant process, each
+host and Mosquitto; then what bounds the node count on this machine (open files, ephemeral ports,
+memory per node). Target: the 3 rounds complete with every node connected.
+
+Usage: python benchmarks/mqtt_scale.py [--nodes 10000] [--hosts 10] [--fraction 0.1] [--set KEY=VALUE]
+(--fraction: client sampling, that share of the nodes asked each round, uniformly without
+replacement; every node stays connected and hears every round's broadcast; 1: every node asked)
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from testbed.mqtt.broker import MosquittoBroker  # noqa: E402
+
+JOB = HERE / "j1_mqtt.toml"
+
+
+def status_kb(pid: int, key: str) -> int | None:
+    """A /proc/PID/status field in KB (VmHWM: peak resident set, VmRSS: now); None once gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def children(pid: int) -> dict[int, str]:
+    """The direct children of ``pid``: {pid: "host" | "accountant" | other command}."""
+    found = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) != pid:
+                continue
+            cmd = (stat.parent / "cmdline").read_bytes().split(b"\0")
+        except (OSError, ValueError, IndexError):
+            continue
+        found[int(stat.parent.name)] = ("host" if b"nodes" in cmd else
+                                        "accountant" if any(b"accountant" in c for c in cmd) else
+                                        (cmd[0] or b"?").decode(errors="replace"))
+    return found
+
+
+def established(port: int) -> int:
+    """TCP connections in state ESTABLISHED whose local port is ``port`` (the broker's side)."""
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                next(f)
+                for line in f:
+                    fields = line.split(None, 4)
+                    if fields[3] == "01" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                        count += 1
+        except OSError:
+            continue
+    return count
+
+
+def rounds_done(run_dir: Path) -> list[dict]:
+    try:
+        with open(run_dir / "metrics.csv", newline="") as f:
+            return list(csv.DictReader(f))
+    except OSError:
+        return []
+
+
+def machine_limits(nodes: int, hosts: int) -> list[str]:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    low, high = (int(x) for x in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    file_max = int(Path("/proc/sys/fs/file-max").read_text())
+    return [f"open files per process: soft {soft:,}, hard {hard:,} (a host holds one socket per node: "
+            f"{-(-nodes // hosts):,} here; Mosquitto holds one per node: {nodes:,})",
+            f"ephemeral ports to one broker address: {high - low + 1:,} (one per node; "
+            f"/proc/sys/net/ipv4/ip_local_port_range {low}-{high})",
+            f"open files system-wide: {file_max:,} (two per node on loopback: both ends)"]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=10_000)
+    parser.add_argument("--hosts", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--fraction", type=float, default=0.1,
+                        help="client sampling: share of the nodes asked per round (1: every node, no sampling)")
+    parser.add_argument("--round-timeout", type=float, default=600.0)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="more overrides of the job, e.g. data.samples_per_node=10 to see the non-data memory")
+    args = parser.parse_args()
+    if shutil.which("mosquitto") is None:
+        print("mosquitto not on PATH (apt-get install mosquitto)")
+        return 2
+    sets = [f"data.num_nodes={args.nodes}", f"dp_pasgd.steps={10 * args.rounds}", f"mqtt.hosts={args.hosts}",
+            "mqtt.connect_timeout_s=1200", f"mqtt.round_timeout_s={args.round_timeout}", "output.figures=false"]
+    if args.fraction < 1:
+        sets += ["client_sampling.method='uniform'", f"client_sampling.fraction={args.fraction}"]
+    sets += args.set
+    with tempfile.TemporaryDirectory() as tmp, MosquittoBroker(nodes=args.nodes) as broker:
+        run_dir = Path(tmp) / "run"
+        cmd = [sys.executable, "-m", "testbed", "run", str(JOB), "--out", str(run_dir),
+               "--set", f"mqtt.broker_url='{broker.url}'"]
+        for s in sets:
+            cmd += ["--set", s]
+        started = time.monotonic()
+        # stderr to a file, not a pipe nobody reads during the run: 10,000 nodes' warnings fill a
+        # pipe's 64 KB and the coordinator would block in its logging (and miss its keepalives).
+        log_path = Path(tmp) / "stderr.log"
+        with open(log_path, "w") as log:
+            proc = subprocess.Popen(cmd, cwd=HERE.parent, stdout=subprocess.DEVNULL, stderr=log)
+        broker_pid = broker._proc.pid  # type: ignore[union-attr]
+        peaks: dict[int, tuple[str, int]] = {}
+        hosts_at, all_connected_at, most_connected, rounds_at = None, None, 0, []
+        while proc.poll() is None:
+            kids = children(proc.pid)
+            if hosts_at is None and "host" in kids.values():
+                hosts_at = time.monotonic() - started
+                print(f"hosts started at {hosts_at:.1f} s (the coordinator's data and set-up before)", flush=True)
+            for pid, kind in [(proc.pid, "coordinator"), (broker_pid, "mosquitto"), *kids.items()]:
+                hwm = status_kb(pid, "VmHWM")
+                if hwm is not None:
+                    peaks[pid] = (kind, max(hwm, peaks.get(pid, (kind, 0))[1]))
+            connected = established(broker.port)
+            most_connected = max(most_connected, connected)
+            if all_connected_at is None and connected >= args.nodes + 1:  # the nodes and the coordinator
+                all_connected_at = time.monotonic() - started
+                print(f"all {args.nodes:,} nodes connected at {all_connected_at:.1f} s "
+                      f"({all_connected_at - (hosts_at or 0):.1f} s after the hosts started)", flush=True)
+            for row in rounds_done(run_dir)[len(rounds_at):]:
+                rounds_at.append(time.monotonic() - started)
+                print(f"round {row['round']} done at {rounds_at[-1]:.1f} s ({row['stragglers']} stragglers)",
+                      flush=True)
+            time.sleep(0.5)
+        wall = time.monotonic() - started
+        rows = rounds_done(run_dir)
+        err = log_path.read_text(errors="replace")
+        lost = sum("lost connection" in line for line in err.splitlines())
+        broker_log = broker.log_text()
+        expired = broker_log.count("has exceeded timeout")
+        dropped = broker_log.count("Outgoing messages are being dropped")
+    ok = proc.returncode == 0 and len(rows) == args.rounds and all_connected_at is not None
+    sampled = f", {args.fraction:g} of them sampled per round" if args.fraction < 1 else ", every node every round"
+    print(f"mqtt scale: {args.nodes:,} nodes on {args.hosts} hosts over Mosquitto{sampled}: {len(rows)} of "
+          f"{args.rounds} rounds in {wall:.1f} s (exit {proc.returncode}); most connections at once "
+          f"{most_connected:,}")
+    if proc.returncode != 0:
+        print("the run failed: " + (err.strip().splitlines() or ["no output"])[-1])
+    stragglers = [int(row["stragglers"]) for row in rows]
+    ok = ok and not any(stragglers)
+    print(f"  stragglers per round: {stragglers}; connections lost (clients' logs): {lost:,}; Mosquitto: "
+          f"{expired:,} keepalives expired, {dropped:,} client queues overflowed")
+    hosts = sorted((kb for kind, kb in peaks.values() if kind == "host"))
+    for pid, (kind, kb) in sorted(peaks.items(), key=lambda p: p[1][0]):
+        print(f"  peak RSS {kind:12s} pid {pid:>7}: {kb / 1024:8.1f} MB")
+    if hosts:
+        per_host = -(-args.nodes // args.hosts)
+        print(f"  hosts: median peak {hosts[len(hosts) // 2] / 1024:.0f} MB for {per_host:,} nodes = "
+              f"{hosts[len(hosts) // 2] / per_host:.0f} KB per node; total {sum(hosts) / 2**20:.2f} GB")
+    coordinator = next((kb for kind, kb in peaks.values() if kind == "coordinator"), 0)
+    print(f"  coordinator: {coordinator / args.nodes:.0f} KB per node")
+    print("limits of this machine:")
+    for line in machine_limits(args.nodes, args.hosts):
+        print("  " + line)
+    print("overall: " + ("PASS" if ok else "FAIL") + f" ({args.rounds} rounds complete, every node connected, "
+                                                     "every node asked answered)")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
