@@ -71,8 +71,8 @@ def estimate_bytes(config: Config) -> dict[str, float]:
         "nodes": float(n * _NODE_BYTES),
     }
     if config.run.mode == "mqtt" and config.mqtt.emulated:
-        node_data = parts["data"] / (_DATA_COPIES * max(n, 1))
-        parts["hosts"] = float(min(config.mqtt.hosts, n) * _HOST_BYTES + n * (_HOST_NODE_BYTES + node_data))
+        # Each host holds its own nodes' rows besides the coordinator's copy.
+        parts["hosts"] = float(min(config.mqtt.hosts, n) * _HOST_BYTES + n * (_HOST_NODE_BYTES + node_bytes))
     return parts
 
 
