@@ -16,6 +16,7 @@ from typing import Sequence
 import numpy as np
 
 from testbed.data.federated import Split
+from testbed.parallel import split_work
 from testbed.rng import Purpose, node_streams
 
 
@@ -51,11 +52,15 @@ def uniform_batches(train: Split, node_ids: Sequence[int], round_index: int, see
         # 10,000 nodes would be 640 MB, of which only the (nodes, steps, B) indices are kept.
         block = max(1, _KEY_BLOCK_BYTES // (8 * steps * n))
         keys = np.empty((min(block, len(members)), steps, n))
-        streams = node_streams(seed, [node_ids[i] for i in members], round_index, Purpose.BATCH)
         for first in range(0, len(members), block):
             part = members[first:first + block]
-            for j in range(len(part)):
-                next(streams).random(out=keys[j])
-            idx[part] = np.argpartition(keys[:len(part)], batch - 1, axis=-1)[..., :batch]
+
+            def draw(a: int, b: int) -> None:  # nodes part[a:b], each from its own stream, then their batches
+                for j, rng in enumerate(node_streams(seed, [node_ids[i] for i in part[a:b]], round_index,
+                                                     Purpose.BATCH), a):
+                    rng.random(out=keys[j])
+                idx[part[a:b]] = np.argpartition(keys[a:b], batch - 1, axis=-1)[..., :batch]
+
+            split_work(len(part), draw, numbers=len(part) * steps * n)
     idx += train.offsets[:-1, None, None]
     return idx

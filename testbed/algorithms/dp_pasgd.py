@@ -37,6 +37,7 @@ from testbed.errors import ConfigError
 from testbed.ledger import CommunicationEvent, ComputeEvent, Event, EventBatch, GaussianEvent, NodeEvents
 from testbed.models import LogisticRegression, Model
 from testbed.privacy import zcdp
+from testbed.parallel import split_work
 from testbed.rng import Purpose, node_streams
 from testbed.sections import NonNegative, Positive, Section
 
@@ -283,16 +284,19 @@ class DpPasgd:
         # rows stay small and in cache, where all 10,000 nodes' would be 100s of MB per step.
         per_node = tau * self.model.num_params + self.batch * train.x.shape[1]
         block = max(1, _BLOCK_BYTES // (per_node * np.dtype(dtype).itemsize))
-        streams = node_streams(seed, node_ids, round_index, Purpose.NOISE)
         noise = np.empty((min(block, m_nodes), tau, self.model.num_params), dtype=dtype)
         for lo in range(0, m_nodes, block):
             hi = min(m_nodes, lo + block)
-            for i in range(hi - lo):
-                if dtype == np.float64:
-                    next(streams).standard_normal(out=noise[i])
-                else:
-                    noise[i] = next(streams).standard_normal(noise.shape[1:])
-            noise[:hi - lo] *= self.sigma
+
+            def draw(a: int, b: int) -> None:  # rows a..b of the block, each node from its own stream
+                for i, rng in enumerate(node_streams(seed, node_ids[lo + a:lo + b], round_index, Purpose.NOISE), a):
+                    if dtype == np.float64:
+                        rng.standard_normal(out=noise[i])
+                    else:
+                        noise[i] = rng.standard_normal(noise.shape[1:])
+                noise[a:b] *= self.sigma
+
+            split_work(hi - lo, draw, numbers=noise[:hi - lo].size)
             mine = params[lo:hi]  # a view: the steps update params in place
             for step in range(tau):
                 idx = batch_idx[lo:hi, step]

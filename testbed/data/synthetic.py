@@ -40,6 +40,7 @@ import numpy as np
 from testbed.data.federated import FederatedData
 from testbed.data.split import SPLITS, SplitWriter, check_scaling
 from testbed.errors import DataError
+from testbed.parallel import split_work
 from testbed.rng import GLOBAL, Purpose, node_streams, stream
 
 DEFAULT_BAYES_ACCURACY = 0.875
@@ -139,16 +140,18 @@ def _write_nodes(writer: SplitWriter, seed: int, node_ids: Sequence[int], n: int
     logits = np.empty((chunk, n, n_classes))
     uniforms = np.empty((chunk, n))
     shift = np.empty((chunk, 1, dim))
-    streams = node_streams(seed, node_ids, -1, Purpose.DATA)  # seeded in one batch, yielded in order
     for first in range(0, len(node_ids), chunk):
         c = min(chunk, len(node_ids) - first)
-        for i in range(c):
-            rng = next(streams)
-            # u_m is drawn even when h = 0, so changing h never shifts the later draws.
-            u = rng.standard_normal(dim)
-            shift[i, 0] = u / np.linalg.norm(u)
-            rng.standard_normal(out=x[i])
-            rng.random(out=uniforms[i])
+
+        def draw(lo: int, hi: int) -> None:  # nodes first+lo .. first+hi of the chunk, each from its own stream
+            for i, rng in enumerate(node_streams(seed, node_ids[first + lo:first + hi], -1, Purpose.DATA), lo):
+                # u_m is drawn even when h = 0, so changing h never shifts the later draws.
+                u = rng.standard_normal(dim)
+                shift[i, 0] = u / np.linalg.norm(u)
+                rng.standard_normal(out=x[i])
+                rng.random(out=uniforms[i])
+
+        split_work(c, draw, numbers=c * n * (dim + 1))
         xc, flat = x[:c], x[:c].reshape(c * n, dim)
         xc *= 1.0 / np.sqrt(dim)
         if heterogeneity:
