@@ -12,8 +12,8 @@ deliberately rough and errs high: it counts
   training rows when a subset is evaluated, the only other rows when the nodes are lazy;
 - the round's stacks: sampled nodes × parameters × 8 bytes × :data:`_STATE_COPIES` (per-node
   state rows, the stacked downlink, uplink, noise and aggregate);
-- every node's Python objects in the coordinator (ledger, split, streams): :data:`_NODE_BYTES` each,
-  measured at ~6.7 KB for tiny synthetic nodes in sim;
+- every node's share of the coordinator's bookkeeping (the ledger book's columns, ids, offsets):
+  :data:`_NODE_BYTES` each, ~0.7 KB measured at a million nodes in sim (840 MB peak RSS in all);
 - over MQTT with emulated boards, the node hosts on this machine: :data:`_HOST_BYTES` each and
   per node :data:`_HOST_NODE_BYTES` (its client, socket buffers, agent) plus its own copy of its
   data (a synthetic node generates its samples where it runs).
@@ -39,7 +39,7 @@ from testbed.config import Config
 from testbed.errors import ConfigError
 
 _STATE_COPIES = 6
-_NODE_BYTES = 8 * 1024
+_NODE_BYTES = 1024
 _HOST_BYTES = 80 * 2**20
 _HOST_NODE_BYTES = 256 * 1024  # besides its data; measured ~60 KB for a J1 node, kept generous
 _FILE_SET_DIM = 128  # at least the feature count of the file-based sets (Adult, Vehicle), before one-hot
