@@ -328,8 +328,8 @@ def step_rounds(agents: Sequence[NodeAgent], msgs: Sequence[wire.Message]) -> li
     the nodes stepped together.
 
     Nodes are stepped together when they share the experiments and the costs and the round
-    (an emulated host's); an over-the-air round, or paced boards (each waits its own board time),
-    step one node at a time.
+    (an emulated host's); an over-the-air round, paced boards (each waits its own board time) and
+    nodes with experiments of their own (a board, a bridged microcontroller) step one at a time.
 
     Returns:
         Per message: the reply, None (no reply: a node not expected), or the exception its
@@ -346,7 +346,8 @@ def step_rounds(agents: Sequence[NodeAgent], msgs: Sequence[wire.Message]) -> li
         if not isinstance(admitted, _Admitted):
             outcomes[i] = admitted
             continue
-        alone = isinstance(admitted.experiment.algorithm, OverTheAir) or agent.costs.pacer.enabled
+        paced = isinstance(agent.costs, NodeCosts) and agent.costs.pacer.enabled
+        alone = isinstance(admitted.experiment.algorithm, OverTheAir) or paced
         ctx = admitted.ctx
         key = (i,) if alone else (id(admitted.experiment), id(agent.costs), admitted.session, ctx.round_index,
                                   ctx.expected, tuple(admitted.msg.tensors))
@@ -370,8 +371,9 @@ def _step_together(agents: list[NodeAgent], admitted: list[_Admitted]) -> list[p
     costs = agents[0].costs
     with costs.measure() as measured:
         out = exp.algorithm.node_step(received, exp.train_of(ids), ids, ctx)
-    whole = measured[0]
-    share = dataclasses.replace(whole, seconds=whole.seconds / len(ids), energy_j=whole.energy_j / len(ids))
+    share = whole = measured[0]
+    if len(ids) > 1:
+        share = dataclasses.replace(whole, seconds=whole.seconds / len(ids), energy_j=whole.energy_j / len(ids))
     replies: list[protocol.Reply | Exception] = []
     for agent, a in zip(agents, admitted):
         try:
