@@ -71,50 +71,13 @@ class NodeProtocol(Protocol):
 
 @dataclass
 class _Experiment:
-    """What the nodes of a process build once per experiment file: their data, the algorithm,
-    the budgets."""
+    """What a node builds once per experiment file: its data, the algorithm, its budgets."""
 
+    key: str  # the experiment file's sha256
     config: Config
     data: FederatedData
     algorithm: Algorithm
     budgets: Budgets
-
-    def __post_init__(self) -> None:
-        self._position = {node: i for i, node in enumerate(self.data.node_ids)}
-
-    def train_of(self, nodes: Sequence[int]) -> Split:
-        """The training rows of ``nodes`` (global ids, all held here), in that order."""
-        if tuple(nodes) == self.data.node_ids:
-            return self.data.train
-        return self.data.train.select([self._position[n] for n in nodes])
-
-
-class Experiments:
-    """The experiment of the nodes one process serves, built once per experiment file for all of
-    them (their data loaded together, one algorithm, the budgets): the nodes of an emulated host
-    share it, so that :func:`step_rounds` can run their steps stacked, as sim does.
-
-    Args:
-        nodes: the global ids of the nodes served (each loads or generates only these samples).
-        data_path: where the data file is (overrides the experiment's data.path).
-    """
-
-    def __init__(self, nodes: Sequence[int], data_path: str | None = None):
-        self.nodes = [int(n) for n in nodes]
-        self.data_path = data_path
-        self._built: dict[str, _Experiment] = {}
-
-    def get(self, config_text: str) -> _Experiment:
-        """The experiment of ``config_text`` (only the latest one is kept: a new one means the old
-        run is over)."""
-        key = hashlib.sha256(config_text.encode()).hexdigest()
-        if key not in self._built:
-            config = load_config_text(config_text, source="the coordinator's experiment")
-            data = load_data(config.data, config.run.seed, nodes=self.nodes, path=self.data_path)
-            algorithm = registry.build(config, model_for(config.model, data, config.run.seed), data)
-            budgets = budgets_from_config(config.budget, config.privacy)
-            self._built = {key: _Experiment(config, data, algorithm, budgets)}
-        return self._built[key]
 
 
 @dataclass(frozen=True)
@@ -152,18 +115,15 @@ class NodeAgent:
             None keeps it in memory only.
         costs: how the node's seconds and joules are charged (meter, device profile, pacing);
             default: this machine's own profile.
-        experiments: the experiments it shares with the other nodes of its process (an emulated
-            host's); default: its own, holding its data only.
     """
 
     def __init__(self, node: int, *, data_path: str | None = None, state_dir: Path | None = None,
-                 costs: NodeCosts | None = None, experiments: Experiments | None = None):
+                 costs: NodeCosts | None = None):
         self.node = int(node)
+        self.data_path = data_path
         self.state_dir = Path(state_dir) if state_dir else None
         self.costs = costs or NodeCosts()
-        self.experiments = experiments or Experiments([self.node], data_path)
-        if self.node not in self.experiments.nodes:
-            raise ValueError(f"node {self.node} is not among the nodes of its experiments")
+        self._experiments: dict[str, _Experiment] = {}
         self._ledgers: dict[str, tuple[NodeLedger, LedgerWriter | None]] = {}
         self._transmitted: _Transmitted | None = None
 
@@ -268,7 +228,7 @@ class NodeAgent:
         if ctx is None:
             return None
         with self.costs.measure() as measured:
-            out = alg.setup_step(exp.train_of([self.node]), [self.node], ctx)
+            out = alg.setup_step(exp.data.train, [self.node], ctx)
         events = self._log(ledger, writer, SETUP_ROUND, self.costs.charge(out.events[0], measured[0]))
         metrics = {name: float(value[0]) for name, value in out.metrics.items()}
         return protocol.Reply(protocol.COORDINATOR, protocol.update(msg.run, session, SETUP_ROUND, self.node,
@@ -293,7 +253,14 @@ class NodeAgent:
                 writer.write(fresh)
 
     def _experiment(self, config_text: str) -> _Experiment:
-        return self.experiments.get(config_text)
+        key = hashlib.sha256(config_text.encode()).hexdigest()
+        if key not in self._experiments:
+            config = load_config_text(config_text, source="the coordinator's experiment")
+            data = load_data(config.data, config.run.seed, nodes=[self.node], path=self.data_path)
+            algorithm = registry.build(config, model_for(config.model, data, config.run.seed), data)
+            budgets = budgets_from_config(config.budget, config.privacy)
+            self._experiments = {key: _Experiment(key, config, data, algorithm, budgets)}
+        return self._experiments[key]
 
     def _ledger(self, run: str, session: str | None) -> tuple[NodeLedger, LedgerWriter | None]:
         key = f"{run}-{session}"
@@ -327,9 +294,9 @@ def step_rounds(agents: Sequence[NodeAgent], msgs: Sequence[wire.Message]) -> li
     logs its own events and answers on its own; the step's measured cost is shared equally among
     the nodes stepped together.
 
-    Nodes are stepped together when they share the experiments and the costs and the round
-    (an emulated host's); an over-the-air round, paced boards (each waits its own board time) and
-    nodes with experiments of their own (a board, a bridged microcontroller) step one at a time.
+    Nodes are stepped together when they have the same experiment file, costs and round (an
+    emulated host's); an over-the-air round, a torch network, paced boards (each waits its own
+    board time) and other kinds of node (a bridged microcontroller) step one at a time.
 
     Returns:
         Per message: the reply, None (no reply: a node not expected), or the exception its
@@ -346,11 +313,15 @@ def step_rounds(agents: Sequence[NodeAgent], msgs: Sequence[wire.Message]) -> li
         if not isinstance(admitted, _Admitted):
             outcomes[i] = admitted
             continue
+        exp, ctx = admitted.experiment, admitted.ctx
         paced = isinstance(agent.costs, NodeCosts) and agent.costs.pacer.enabled
-        alone = isinstance(admitted.experiment.algorithm, OverTheAir) or paced
-        ctx = admitted.ctx
-        key = (i,) if alone else (id(admitted.experiment), id(agent.costs), admitted.session, ctx.round_index,
-                                  ctx.expected, tuple(admitted.msg.tensors))
+        # A torch network computes in float32, whose vmapped step over M nodes rounds differently
+        # from M = 1 (sim and MQTT would drift apart); an over-the-air node's algorithm holds the
+        # round's channel it was told.
+        alone = isinstance(exp.algorithm, OverTheAir) or exp.config.model.kind == "torch" or paced \
+            or type(agent) is not NodeAgent
+        key = (i,) if alone else (exp.key, id(agent.costs), admitted.session, ctx.round_index, ctx.expected,
+                                  tuple(admitted.msg.tensors))
         groups.setdefault(key, []).append((i, agent, admitted))
     for group in groups.values():
         try:
@@ -370,7 +341,10 @@ def _step_together(agents: list[NodeAgent], admitted: list[_Admitted]) -> list[p
     received = {name: _stacked([a.msg.tensors[name] for a in admitted]) for name in first.msg.tensors}
     costs = agents[0].costs
     with costs.measure() as measured:
-        out = exp.algorithm.node_step(received, exp.train_of(ids), ids, ctx)
+        # The first node's algorithm steps them all: an algorithm keeps no node's state between
+        # rounds (the contract's state is the coordinator's), only caches keyed by node id.
+        train = exp.data.train if len(admitted) == 1 else _joined([a.experiment.data.train for a in admitted])
+        out = exp.algorithm.node_step(received, train, ids, ctx)
     share = whole = measured[0]
     if len(ids) > 1:
         share = dataclasses.replace(whole, seconds=whole.seconds / len(ids), energy_j=whole.energy_j / len(ids))
@@ -381,6 +355,13 @@ def _step_together(agents: list[NodeAgent], admitted: list[_Admitted]) -> list[p
         except Exception as exc:  # noqa: BLE001  that node's reply only (e.g. a non-finite row)
             replies.append(exc)
     return replies
+
+
+def _joined(splits: list[Split]) -> Split:
+    """One split holding the nodes of ``splits`` (each node's own), in that order."""
+    sizes = np.concatenate([split.sizes for split in splits])
+    return Split(x=np.concatenate([split.x for split in splits]), y=np.concatenate([split.y for split in splits]),
+                 offsets=np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64))
 
 
 def _stacked(rows: list[np.ndarray]) -> np.ndarray:
