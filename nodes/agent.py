@@ -53,7 +53,7 @@ from testbed.algorithms.contract import (
 from testbed.assemble import load_data, model_for
 from testbed.budgets import Budgets, budgets_from_config
 from testbed.config import Config, load_config_text
-from testbed.data.federated import FederatedData, Split
+from testbed.data.federated import FederatedData
 from testbed.ledger import Event, LedgerWriter, NodeLedger, read_ledger
 
 log = logging.getLogger(__name__)
@@ -78,6 +78,34 @@ class _Experiment:
     data: FederatedData
     algorithm: Algorithm
     budgets: Budgets
+
+
+class SharedExperiment:
+    """The experiment of all the nodes one emulated host serves, built once per experiment file
+    (their data loaded together, one algorithm) for their stacked steps (:func:`step_rounds`),
+    as sim builds it for all nodes; each node keeps its own experiment for everything else.
+
+    Args:
+        nodes: the global ids of the host's nodes.
+        data_path: where the data file is (overrides the experiment's data.path).
+    """
+
+    def __init__(self, nodes: Sequence[int], data_path: str | None = None):
+        self.nodes = [int(n) for n in nodes]
+        self.data_path = data_path
+        self._built: dict[str, tuple[FederatedData, Algorithm, dict[int, int]]] = {}
+
+    def step(self, key: str, config: Config, received: dict[str, np.ndarray], node_ids: list[int],
+             ctx: RoundContext) -> NodeResult:
+        """The algorithm's node_step for ``node_ids`` (some of the host's nodes) of the experiment
+        file whose sha256 is ``key`` (``config``, built from it)."""
+        if key not in self._built:  # only the latest is kept: a new one means the old run is over
+            data = load_data(config.data, config.run.seed, nodes=self.nodes, path=self.data_path)
+            algorithm = registry.build(config, model_for(config.model, data, config.run.seed), data)
+            self._built = {key: (data, algorithm, {node: i for i, node in enumerate(data.node_ids)})}
+        data, algorithm, position = self._built[key]
+        train = data.train if node_ids == self.nodes else data.train.select([position[n] for n in node_ids])
+        return algorithm.node_step(received, train, node_ids, ctx)
 
 
 @dataclass(frozen=True)
@@ -115,14 +143,17 @@ class NodeAgent:
             None keeps it in memory only.
         costs: how the node's seconds and joules are charged (meter, device profile, pacing);
             default: this machine's own profile.
+        shared: the experiment of all the nodes of its emulated host, for their stacked steps;
+            None: the node steps on its own.
     """
 
     def __init__(self, node: int, *, data_path: str | None = None, state_dir: Path | None = None,
-                 costs: NodeCosts | None = None):
+                 costs: NodeCosts | None = None, shared: SharedExperiment | None = None):
         self.node = int(node)
         self.data_path = data_path
         self.state_dir = Path(state_dir) if state_dir else None
         self.costs = costs or NodeCosts()
+        self.shared = shared
         self._experiments: dict[str, _Experiment] = {}
         self._ledgers: dict[str, tuple[NodeLedger, LedgerWriter | None]] = {}
         self._transmitted: _Transmitted | None = None
@@ -294,9 +325,11 @@ def step_rounds(agents: Sequence[NodeAgent], msgs: Sequence[wire.Message]) -> li
     logs its own events and answers on its own; the step's measured cost is shared equally among
     the nodes stepped together.
 
-    Nodes are stepped together when they have the same experiment file, costs and round (an
-    emulated host's); an over-the-air round, a torch network, paced boards (each waits its own
-    board time) and other kinds of node (a bridged microcontroller) step one at a time.
+    Nodes are stepped together when they share a :class:`SharedExperiment` (an emulated host's)
+    and have the same experiment file, costs and round; an over-the-air round (each node's
+    algorithm holds the channel it was told), a torch network (float32: its vmapped step over M
+    nodes rounds differently from M = 1, and sim and MQTT would drift apart), paced boards (each
+    waits its own board time) and nodes without a shared experiment step one at a time.
 
     Returns:
         Per message: the reply, None (no reply: a node not expected), or the exception its
@@ -315,13 +348,10 @@ def step_rounds(agents: Sequence[NodeAgent], msgs: Sequence[wire.Message]) -> li
             continue
         exp, ctx = admitted.experiment, admitted.ctx
         paced = isinstance(agent.costs, NodeCosts) and agent.costs.pacer.enabled
-        # A torch network computes in float32, whose vmapped step over M nodes rounds differently
-        # from M = 1 (sim and MQTT would drift apart); an over-the-air node's algorithm holds the
-        # round's channel it was told.
         alone = isinstance(exp.algorithm, OverTheAir) or exp.config.model.kind == "torch" or paced \
-            or type(agent) is not NodeAgent
-        key = (i,) if alone else (exp.key, id(agent.costs), admitted.session, ctx.round_index, ctx.expected,
-                                  tuple(admitted.msg.tensors))
+            or agent.shared is None
+        key = (i,) if alone else (exp.key, id(agent.shared), id(agent.costs), admitted.session, ctx.round_index,
+                                  ctx.expected, tuple(admitted.msg.tensors))
         groups.setdefault(key, []).append((i, agent, admitted))
     for group in groups.values():
         try:
@@ -341,10 +371,10 @@ def _step_together(agents: list[NodeAgent], admitted: list[_Admitted]) -> list[p
     received = {name: _stacked([a.msg.tensors[name] for a in admitted]) for name in first.msg.tensors}
     costs = agents[0].costs
     with costs.measure() as measured:
-        # The first node's algorithm steps them all: an algorithm keeps no node's state between
-        # rounds (the contract's state is the coordinator's), only caches keyed by node id.
-        train = exp.data.train if len(admitted) == 1 else _joined([a.experiment.data.train for a in admitted])
-        out = exp.algorithm.node_step(received, train, ids, ctx)
+        if len(admitted) == 1:
+            out = exp.algorithm.node_step(received, exp.data.train, ids, ctx)
+        else:
+            out = agents[0].shared.step(exp.key, exp.config, received, ids, ctx)  # type: ignore[union-attr]
     share = whole = measured[0]
     if len(ids) > 1:
         share = dataclasses.replace(whole, seconds=whole.seconds / len(ids), energy_j=whole.energy_j / len(ids))
@@ -355,13 +385,6 @@ def _step_together(agents: list[NodeAgent], admitted: list[_Admitted]) -> list[p
         except Exception as exc:  # noqa: BLE001  that node's reply only (e.g. a non-finite row)
             replies.append(exc)
     return replies
-
-
-def _joined(splits: list[Split]) -> Split:
-    """One split holding the nodes of ``splits`` (each node's own), in that order."""
-    sizes = np.concatenate([split.sizes for split in splits])
-    return Split(x=np.concatenate([split.x for split in splits]), y=np.concatenate([split.y for split in splits]),
-                 offsets=np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64))
 
 
 def _stacked(rows: list[np.ndarray]) -> np.ndarray:

@@ -42,7 +42,7 @@ from testbed.mqtt.client import Inbound, MqttClient
 from testbed.mqtt.network_loop import NetworkLoop
 from testbed.threads import limit_blas_threads
 
-from nodes.agent import NodeAgent, NodeProtocol, step_rounds
+from nodes.agent import NodeAgent, NodeProtocol, SharedExperiment, step_rounds
 from nodes.costs import NodeCosts
 
 log = logging.getLogger(__name__)
@@ -162,8 +162,10 @@ def serve(broker_url: str, run: str, node_ids: Sequence[int], *, data_path: str 
     _allow_open_files(len(node_ids) + 64)
     costs = costs or NodeCosts()
     if agent_factory is None:
+        shared = SharedExperiment(node_ids, data_path)  # the nodes' stacked steps
+
         def agent_factory(node: int) -> NodeProtocol:
-            return NodeAgent(node, data_path=data_path, state_dir=state_dir, costs=costs)
+            return NodeAgent(node, data_path=data_path, state_dir=state_dir, costs=costs, shared=shared)
     agents = {str(n): agent_factory(n) for n in node_ids}
     clients: dict[str, MqttClient] = {}
     watch = CoordinatorWatch(coordinator_pid)
