@@ -3,9 +3,10 @@ process (`testbed nodes`), each with its own MQTT connection and identity.
 
 All clients of a host share one network thread (an epoll loop: a host of 1,000 nodes needs 1,000
 sockets and no threads) and put what they receive in one inbox, read by one thread: a broadcast round
-arrives once per node (the copy's ``receiver`` says which node it is for), that node's agent runs
-its step, and the reply goes out on that node's own connection, so the broker (and its ACL) sees
-every node publish only under its own id.
+arrives once per node (the copy's ``receiver`` says which node it is for), each node checks its own
+copy, the nodes that take part step together (one stacked node_step, as in sim:
+:func:`nodes.agent.step_rounds`), and each reply goes out on that node's own connection, so the
+broker (and its ACL) sees every node publish only under its own id.
 
 Which coordinator a host serves (:class:`SessionFence`): a host that a coordinator started (`testbed
 nodes --session S --coordinator-pid P`) serves that coordinator's session only and leaves as soon as
