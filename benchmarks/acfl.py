@@ -7,10 +7,12 @@
    iterations, against sim for the same 100 iterations. Target ≤ 5×.
 
 Wall seconds and CPU seconds (user + system of the process and its children) are both printed:
-on a loaded host wall time is noisy, CPU time is not. ``--out-root`` puts the run directories
-there (e.g. /dev/shm: no fsync cost for the per-round checkpoint).
+on a loaded host wall time is noisy, CPU time is not; the runs of each comparison alternate (sim,
+MQTT, sim, MQTT...) so that both see the same load, and the load average is printed with them.
+``--out-root`` puts the run directories there (e.g. /dev/shm: no fsync cost for the per-round
+checkpoint).
 
-Usage: python benchmarks/acfl.py [--repeats 3] [--hosts 2] [--out-root DIR] [--skip-mqtt]
+Usage: python benchmarks/acfl.py [--repeats 3] [--hosts 2] [--out-root DIR] [--skip-mqtt | --only-mqtt]
 """
 
 from __future__ import annotations
@@ -50,27 +52,40 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--hosts", type=int, default=2, help="emulated host processes over MQTT")
     parser.add_argument("--out-root", help="where run directories go (default: a temporary directory)")
-    parser.add_argument("--skip-mqtt", action="store_true")
+    parts = parser.add_mutually_exclusive_group()
+    parts.add_argument("--skip-mqtt", action="store_true", help="part 1 only")
+    parts.add_argument("--only-mqtt", action="store_true", help="part 2 only")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(dir=args.out_root) as tmp:
-        ours = [timed(TESTBED + ["run", CONFIG, "--quiet", "--out", f"{tmp}/sim-{i}"]) for i in range(args.repeats)]
-        floor = [timed([sys.executable, str(HERE / "acfl_floor.py")]) for _ in range(args.repeats)]
-        (w_ours, c_ours), (w_floor, c_floor) = median_pair(ours), median_pair(floor)
-        print(f"ACFL sim, Sec. V, 100 nodes x 1000 iterations: testbed run {w_ours:.2f} s wall, {c_ours:.2f} s CPU "
-              f"(median of {args.repeats})")
-        print(f"ACFL floor (plain numpy loop):                        {w_floor:.2f} s wall, {c_floor:.2f} s CPU")
-        print(f"ACFL ratio testbed/floor: {w_ours / w_floor:.2f} wall, {c_ours / c_floor:.2f} CPU  (target <= 1.5)")
+        if not args.only_mqtt:
+            ours, floor = [], []
+            for i in range(args.repeats):
+                ours.append(timed(TESTBED + ["run", CONFIG, "--quiet", "--out", f"{tmp}/sim-{i}"]))
+                floor.append(timed([sys.executable, str(HERE / "acfl_floor.py")]))
+            (w_ours, c_ours), (w_floor, c_floor) = median_pair(ours), median_pair(floor)
+            print(f"ACFL sim, Sec. V, 100 nodes x 1000 iterations: testbed run {w_ours:.2f} s wall, {c_ours:.2f} s CPU "
+                  f"(median of {args.repeats}; {load()})")
+            print(f"ACFL floor (plain numpy loop):                        {w_floor:.2f} s wall, {c_floor:.2f} s CPU")
+            print(f"ACFL ratio testbed/floor: {w_ours / w_floor:.2f} wall, {c_ours / c_floor:.2f} CPU  (target <= 1.5)")
         if args.skip_mqtt:
             return
         short = ["--set", "acfl.iterations=100"]
-        sim = [timed(TESTBED + ["run", CONFIG, "--quiet", "--out", f"{tmp}/sim100-{i}"] + short)
-               for i in range(args.repeats)]
-        mqtt = [timed(TESTBED + ["run", CONFIG, "--quiet", "--mode", "mqtt", "--out", f"{tmp}/mqtt-{i}",
-                                 "--set", f"mqtt.hosts={args.hosts}"] + short) for i in range(args.repeats)]
-        (w_sim, _), (w_mqtt, c_mqtt) = median_pair(sim), median_pair(mqtt)
-        print(f"ACFL 100 iterations: sim {w_sim:.2f} s wall; MQTT (embedded broker, 100 emulated nodes on "
-              f"{args.hosts} hosts) {w_mqtt:.2f} s wall, {c_mqtt:.2f} s CPU")
-        print(f"ACFL ratio MQTT/sim: {w_mqtt / w_sim:.2f} wall  (target <= 5)")
+        sim, mqtt = [], []
+        for i in range(args.repeats):
+            sim.append(timed(TESTBED + ["run", CONFIG, "--quiet", "--out", f"{tmp}/sim100-{i}"] + short))
+            mqtt.append(timed(TESTBED + ["run", CONFIG, "--quiet", "--mode", "mqtt", "--out", f"{tmp}/mqtt-{i}",
+                                         "--set", f"mqtt.hosts={args.hosts}"] + short))
+        (w_sim, c_sim), (w_mqtt, c_mqtt) = median_pair(sim), median_pair(mqtt)
+        print(f"ACFL 100 iterations (median of {args.repeats}; {load()}): sim {w_sim:.2f} s wall, {c_sim:.2f} s CPU; "
+              f"MQTT (embedded broker, 100 emulated nodes on {args.hosts} hosts) {w_mqtt:.2f} s wall, {c_mqtt:.2f} s CPU")
+        print(f"  runs, wall s: sim {', '.join(f'{w:.2f}' for w, _ in sim)}; MQTT {', '.join(f'{w:.2f}' for w, _ in mqtt)}")
+        print(f"ACFL ratio MQTT/sim: {w_mqtt / w_sim:.2f} wall, {c_mqtt / c_sim:.2f} CPU  (target <= 5, wall)")
+
+
+def load() -> str:
+    """This machine's load average over the last 1, 5 and 15 minutes, and its cores."""
+    one, five, fifteen = os.getloadavg()
+    return f"load {one:.1f} {five:.1f} {fifteen:.1f} on {os.cpu_count()} cores"
 
 
 if __name__ == "__main__":

@@ -28,16 +28,28 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, Sequence
+
+import numpy as np
 
 from nodes.costs import NodeCosts
+from nodes.meters import Measurement
 from testbed import protocol, wire
 from testbed.algorithms import registry
-from testbed.algorithms.contract import SETUP_ROUND, Algorithm, OverTheAir, RoundContext, WithSetup, check_tensors
+from testbed.algorithms.contract import (
+    SETUP_ROUND,
+    Algorithm,
+    NodeResult,
+    OverTheAir,
+    RoundContext,
+    WithSetup,
+    check_tensors,
+)
 from testbed.assemble import load_data, model_for
 from testbed.budgets import Budgets, budgets_from_config
 from testbed.config import Config, load_config_text
@@ -61,10 +73,51 @@ class NodeProtocol(Protocol):
 class _Experiment:
     """What a node builds once per experiment file: its data, the algorithm, its budgets."""
 
+    key: str  # the experiment file's sha256
     config: Config
     data: FederatedData
     algorithm: Algorithm
     budgets: Budgets
+
+
+class SharedExperiment:
+    """The experiment of all the nodes one emulated host serves, built once per experiment file
+    (their data loaded together, one algorithm) for their stacked steps (:func:`step_rounds`),
+    as sim builds it for all nodes; each node keeps its own experiment for everything else.
+
+    Args:
+        nodes: the global ids of the host's nodes.
+        data_path: where the data file is (overrides the experiment's data.path).
+    """
+
+    def __init__(self, nodes: Sequence[int], data_path: str | None = None):
+        self.nodes = [int(n) for n in nodes]
+        self.data_path = data_path
+        self._built: dict[str, tuple[FederatedData, Algorithm, dict[int, int]]] = {}
+
+    def step(self, key: str, config: Config, received: dict[str, np.ndarray], node_ids: list[int],
+             ctx: RoundContext) -> NodeResult:
+        """The algorithm's node_step for ``node_ids`` (some of the host's nodes) of the experiment
+        file whose sha256 is ``key`` (``config``, built from it)."""
+        if key not in self._built:  # only the latest is kept: a new one means the old run is over
+            data = load_data(config.data, config.run.seed, nodes=self.nodes, path=self.data_path)
+            algorithm = registry.build(config, model_for(config.model, data, config.run.seed), data)
+            self._built = {key: (data, algorithm, {node: i for i, node in enumerate(data.node_ids)})}
+        data, algorithm, position = self._built[key]
+        train = data.train if node_ids == self.nodes else data.train.select([position[n] for n in node_ids])
+        return algorithm.node_step(received, train, node_ids, ctx)
+
+
+@dataclass(frozen=True)
+class _Admitted:
+    """A round a node takes part in, its downlink checked and within its budgets."""
+
+    msg: wire.Message
+    session: str | None
+    experiment: _Experiment
+    ledger: NodeLedger
+    writer: LedgerWriter | None
+    ctx: RoundContext
 
 
 @dataclass(frozen=True)
@@ -90,14 +143,17 @@ class NodeAgent:
             None keeps it in memory only.
         costs: how the node's seconds and joules are charged (meter, device profile, pacing);
             default: this machine's own profile.
+        shared: the experiment of all the nodes of its emulated host, for their stacked steps;
+            None: the node steps on its own.
     """
 
     def __init__(self, node: int, *, data_path: str | None = None, state_dir: Path | None = None,
-                 costs: NodeCosts | None = None):
+                 costs: NodeCosts | None = None, shared: SharedExperiment | None = None):
         self.node = int(node)
         self.data_path = data_path
         self.state_dir = Path(state_dir) if state_dir else None
         self.costs = costs or NodeCosts()
+        self.shared = shared
         self._experiments: dict[str, _Experiment] = {}
         self._ledgers: dict[str, tuple[NodeLedger, LedgerWriter | None]] = {}
         self._transmitted: _Transmitted | None = None
@@ -125,6 +181,14 @@ class NodeAgent:
         return RoundContext(round_index, exp.config.run.seed, exp.config.data.num_nodes, tuple(sorted(expected)))
 
     def _round(self, msg: wire.Message) -> protocol.Reply | None:
+        outcome = step_rounds([self], [msg])[0]
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    def _admit(self, msg: wire.Message) -> _Admitted | protocol.Reply | None:
+        """A round checked before the step: the node's part in it (None: not expected), its
+        downlink against the declaration, its budgets (a refusal)."""
         session = protocol.session_of(msg)
         exp = self._experiment(protocol.config_of(msg))
         ledger, writer = self._ledger(msg.run, session)
@@ -134,25 +198,32 @@ class NodeAgent:
         if ctx is None:
             return None
         alg = exp.algorithm
-        problem = check_tensors({k: s for k, s in alg.downlink_spec().items()}, msg.tensors)
+        problem = check_tensors(alg.downlink_spec(), msg.tensors)
         if problem is not None:
             raise wire.WireError("bad_header", f"round {r} downlink: {problem}")
-        received = {name: value[None] for name, value in msg.tensors.items()}
         if isinstance(alg, OverTheAir):
             alg.use_channel(msg.tensors, r)
-        exceeded = None if ledger.has_round(r) else exp.budgets.would_exceed(ledger, alg.planned_events(self.node, ctx))
+        exceeded = None if ledger.has_round(r) or not exp.budgets.any else \
+            exp.budgets.would_exceed(ledger, alg.planned_events(self.node, ctx))
         if exceeded is not None:
             log.info("node %d refuses round %d: %s", self.node, r, exceeded)
             return protocol.Reply(protocol.COORDINATOR, protocol.refused(
                 msg.run, session, r, self.node, exceeded.budget, exceeded.would_be, exceeded.limit))
-        with self.costs.measure() as measured:
-            out = alg.node_step(received, exp.data.train, [self.node], ctx)
-        events = self._log(ledger, writer, r, self.costs.charge(out.events[0], measured[0]))
-        metrics = {name: float(value[0]) for name, value in out.metrics.items()}
-        if isinstance(alg, OverTheAir):
-            self._transmitted = _Transmitted(msg.run, session, ctx, exp, out.carry, events, metrics)
+        return _Admitted(msg, session, exp, ledger, writer, ctx)
+
+    def _answer(self, admitted: _Admitted, out: NodeResult, compute: Measurement) -> protocol.Reply:
+        """The reply to an admitted round from the step's output (this node's row of ``out``),
+        its events charged with ``compute`` and logged before anything is sent."""
+        msg, session, r = admitted.msg, admitted.session, admitted.ctx.round_index
+        i = out.node_ids.index(self.node)
+        events = self._log(admitted.ledger, admitted.writer, r, self.costs.charge(out.events[i], compute))
+        metrics = {name: float(value[i]) for name, value in out.metrics.items()}
+        if isinstance(admitted.experiment.algorithm, OverTheAir):
+            carry = {name: value[i:i + 1] for name, value in out.carry.items()}
+            self._transmitted = _Transmitted(msg.run, session, admitted.ctx, admitted.experiment, carry, events,
+                                             metrics)
             return protocol.Reply(protocol.CHANNEL, protocol.signal(msg.run, session, r, self.node,
-                                                                    out.tensors["signal"][0]))
+                                                                    out.tensors["signal"][i]))
         return protocol.Reply(protocol.COORDINATOR, protocol.update(msg.run, session, r, self.node, out.rows(self.node),
                                                                     events, metrics))
 
@@ -219,7 +290,7 @@ class NodeAgent:
             data = load_data(config.data, config.run.seed, nodes=[self.node], path=self.data_path)
             algorithm = registry.build(config, model_for(config.model, data, config.run.seed), data)
             budgets = budgets_from_config(config.budget, config.privacy)
-            self._experiments = {key: _Experiment(config, data, algorithm, budgets)}
+            self._experiments = {key: _Experiment(key, config, data, algorithm, budgets)}
         return self._experiments[key]
 
     def _ledger(self, run: str, session: str | None) -> tuple[NodeLedger, LedgerWriter | None]:
@@ -245,3 +316,80 @@ class NodeAgent:
     def ledger(self, run: str, session: str) -> NodeLedger:
         """This node's ledger for a run session (for reports and tests)."""
         return self._ledger(run, session)[0]
+
+
+def step_rounds(agents: Sequence[NodeAgent], msgs: Sequence[wire.Message]) -> list[protocol.Reply | None | Exception]:
+    """Round messages (``msgs[i]`` received by ``agents[i]``), the steps of the nodes that take
+    part run at once: one algorithm ``node_step`` over their stacked rows, as in sim (the contract
+    makes that equal to one node at a time). Each node still checks its own message and budgets,
+    logs its own events and answers on its own; the step's measured cost is shared equally among
+    the nodes stepped together.
+
+    Nodes are stepped together when they share a :class:`SharedExperiment` (an emulated host's)
+    and have the same experiment file, costs and round; an over-the-air round (each node's
+    algorithm holds the channel it was told), a torch network (float32: its vmapped step over M
+    nodes rounds differently from M = 1, and sim and MQTT would drift apart), paced boards (each
+    waits its own board time) and nodes without a shared experiment step one at a time.
+
+    Returns:
+        Per message: the reply, None (no reply: a node not expected), or the exception its
+        node's check or step raised (the caller logs it; that node straggles, the others answer).
+    """
+    outcomes: list[protocol.Reply | None | Exception] = [None] * len(msgs)
+    groups: dict[tuple, list[tuple[int, NodeAgent, _Admitted]]] = {}
+    for i, (agent, msg) in enumerate(zip(agents, msgs)):
+        try:
+            admitted = agent._admit(msg)
+        except Exception as exc:  # noqa: BLE001  handed to the caller, which logs it per node
+            outcomes[i] = exc
+            continue
+        if not isinstance(admitted, _Admitted):
+            outcomes[i] = admitted
+            continue
+        exp, ctx = admitted.experiment, admitted.ctx
+        paced = isinstance(agent.costs, NodeCosts) and agent.costs.pacer.enabled
+        alone = isinstance(exp.algorithm, OverTheAir) or exp.config.model.kind == "torch" or paced \
+            or agent.shared is None
+        key = (i,) if alone else (exp.key, id(agent.shared), id(agent.costs), admitted.session, ctx.round_index,
+                                  ctx.expected, tuple(admitted.msg.tensors))
+        groups.setdefault(key, []).append((i, agent, admitted))
+    for group in groups.values():
+        try:
+            replies = _step_together([agent for _, agent, _ in group], [admitted for _, _, admitted in group])
+        except Exception as exc:  # noqa: BLE001  every node of the group failed on it
+            replies = [exc] * len(group)
+        for (i, _, _), reply in zip(group, replies):
+            outcomes[i] = reply
+    return outcomes
+
+
+def _step_together(agents: list[NodeAgent], admitted: list[_Admitted]) -> list[protocol.Reply | Exception]:
+    """One node_step for every admitted round of ``agents`` (one experiment, one costs, one round)."""
+    first = admitted[0]
+    exp, ctx = first.experiment, first.ctx
+    ids = [agent.node for agent in agents]
+    received = {name: _stacked([a.msg.tensors[name] for a in admitted]) for name in first.msg.tensors}
+    costs = agents[0].costs
+    with costs.measure() as measured:
+        if len(admitted) == 1:
+            out = exp.algorithm.node_step(received, exp.data.train, ids, ctx)
+        else:
+            out = agents[0].shared.step(exp.key, exp.config, received, ids, ctx)  # type: ignore[union-attr]
+    share = whole = measured[0]
+    if len(ids) > 1:
+        share = dataclasses.replace(whole, seconds=whole.seconds / len(ids), energy_j=whole.energy_j / len(ids))
+    replies: list[protocol.Reply | Exception] = []
+    for agent, a in zip(agents, admitted):
+        try:
+            replies.append(agent._answer(a, out, share))
+        except Exception as exc:  # noqa: BLE001  that node's reply only (e.g. a non-finite row)
+            replies.append(exc)
+    return replies
+
+
+def _stacked(rows: list[np.ndarray]) -> np.ndarray:
+    """(M, ...) of M nodes' received rows: a read-only broadcast view when every node received the
+    same array (a broadcast round), as sim's downlink gives."""
+    if all(row is rows[0] for row in rows):
+        return np.broadcast_to(rows[0], (len(rows),) + rows[0].shape)
+    return np.stack(rows)

@@ -3,9 +3,10 @@ process (`testbed nodes`), each with its own MQTT connection and identity.
 
 All clients of a host share one network thread (an epoll loop: a host of 1,000 nodes needs 1,000
 sockets and no threads) and put what they receive in one inbox, read by one thread: a broadcast round
-arrives once per node (the copy's ``receiver`` says which node it is for), that node's agent runs
-its step, and the reply goes out on that node's own connection, so the broker (and its ACL) sees
-every node publish only under its own id.
+arrives once per node (the copy's ``receiver`` says which node it is for), each node checks its own
+copy, the nodes that take part step together (one stacked node_step, as in sim:
+:func:`nodes.agent.step_rounds`), and each reply goes out on that node's own connection, so the
+broker (and its ACL) sees every node publish only under its own id.
 
 Which coordinator a host serves (:class:`SessionFence`): a host that a coordinator started (`testbed
 nodes --session S --coordinator-pid P`) serves that coordinator's session only and leaves as soon as
@@ -42,12 +43,13 @@ from testbed.mqtt.client import Inbound, MqttClient
 from testbed.mqtt.network_loop import NetworkLoop
 from testbed.threads import limit_blas_threads
 
-from nodes.agent import NodeAgent, NodeProtocol
+from nodes.agent import NodeAgent, NodeProtocol, SharedExperiment, step_rounds
 from nodes.costs import NodeCosts
 
 log = logging.getLogger(__name__)
 
 _TICK_S = 0.5  # the host's loop wakes at least this often (coordinator watch, graces)
+_GATHER_S = 0.02  # how long a round's first copy waits for the copies of the host's other nodes
 _RETIRED_SESSIONS = 64  # sessions a board remembers as superseded
 _CONNECTS_IN_FLIGHT = 32  # a host's nodes awaiting their CONNACK at once
 
@@ -162,8 +164,10 @@ def serve(broker_url: str, run: str, node_ids: Sequence[int], *, data_path: str 
     _allow_open_files(len(node_ids) + 64)
     costs = costs or NodeCosts()
     if agent_factory is None:
+        shared = SharedExperiment(node_ids, data_path)  # the nodes' stacked steps
+
         def agent_factory(node: int) -> NodeProtocol:
-            return NodeAgent(node, data_path=data_path, state_dir=state_dir, costs=costs)
+            return NodeAgent(node, data_path=data_path, state_dir=state_dir, costs=costs, shared=shared)
     agents = {str(n): agent_factory(n) for n in node_ids}
     clients: dict[str, MqttClient] = {}
     watch = CoordinatorWatch(coordinator_pid)
@@ -221,6 +225,11 @@ def _allow_open_files(count: int) -> None:
 def _loop(inbox: queue.Queue[Inbound], agents: dict[str, NodeProtocol], clients: dict[str, MqttClient],
           run: str, grace_s: float, crash: tuple[int, bool] | None, fence: SessionFence | None = None,
           watch: CoordinatorWatch | None = None) -> int:
+    """Serve until every node was told to stop (or the coordinator is gone); the rounds answered.
+
+    What arrived together is served together: the round messages of :class:`NodeAgent` nodes
+    step at once (:func:`nodes.agent.step_rounds`), everything else one message at a time, in the
+    order it came."""
     fence = fence or SessionFence()
     watch = watch or CoordinatorWatch(None)
     answered, stopped = 0, set()
@@ -229,55 +238,115 @@ def _loop(inbox: queue.Queue[Inbound], agents: dict[str, NodeProtocol], clients:
         if not watch.alive():
             log.warning("coordinator (pid %s) of run %s is gone; leaving", watch.pid, run)
             break
-        item = _next(inbox, _TICK_S)
+        items = _gather(inbox, _TICK_S, agents)
         now = time.monotonic()
         if coordinator_offline_since is not None and now - coordinator_offline_since > grace_s:
             log.warning("coordinator of run %s offline for %.0f s; leaving", run, grace_s)
             break
-        if item is None:
-            continue
-        if item.kind == topics.COORD:
-            online = item.payload == topics.STATUS_ONLINE
-            coordinator_offline_since = None if online else (coordinator_offline_since or time.monotonic())
-            continue
-        msg, name = item.message, item.receiver
-        if msg is None or name not in agents or not fence.admits(protocol.session_of(msg)):
-            continue
-        if msg.kind == protocol.STOP:
-            stopped.add(name)
-            continue
-        crash_now = crash is not None and msg.kind == protocol.ROUND and msg.round == crash[0]
-        if crash_now and not crash[1]:
-            log.warning("node %s: emulated crash at round %d", name, msg.round)
-            os._exit(1)
-        try:
-            reply = agents[name].handle(msg)
-        except wire.WireError as exc:
-            log.warning("node %s rejected %s of round %d: %s", name, msg.kind, msg.round, exc)
-            continue
-        except UserError as exc:  # e.g. the node lacks the data file: say so, keep serving
-            log.error("node %s cannot run round %d: %s", name, msg.round, exc)
-            continue
-        except ModuleNotFoundError as exc:  # e.g. an "rdp" budget on a board without dp-accounting
-            log.error("node %s cannot run round %d: %s", name, msg.round, missing_package_message(exc) or exc)
-            continue
-        except Exception:  # anything a message made a node's step fail on: that node straggles,
-            # the host and its other nodes keep serving
-            log.exception("node %s failed on %s of round %d", name, msg.kind, msg.round)
-            continue
-        if reply is not None:
-            to_channel = reply.to == protocol.CHANNEL
-            # Not waiting for the broker's ack: a host answers for many nodes, and an ack awaited
-            # per reply made them wait on each other (a broker round trip each, 0.3 s a round
-            # for 50 nodes on a loaded host). paho resends unacked frames after a reconnect and
-            # logs a broker's refusal; an emulated crash waits, so its reply is surely out.
-            clients[name].publish((topics.tx if to_channel else topics.up)(run, name), reply.payload,
-                                  timeout_s=30.0 if crash_now else None)
-            answered += not to_channel
-            if crash_now:
-                log.warning("node %s: emulated crash after its reply of round %d", name, msg.round)
+        rounds: list[tuple[str, wire.Message]] = []
+        for item in items:
+            if item.kind == topics.COORD:
+                online = item.payload == topics.STATUS_ONLINE
+                coordinator_offline_since = None if online else (coordinator_offline_since or time.monotonic())
+                continue
+            msg, name = item.message, item.receiver
+            if msg is None or name not in agents or not fence.admits(protocol.session_of(msg)):
+                continue
+            if msg.kind == protocol.STOP:
+                stopped.add(name)
+                continue
+            crash_now = crash is not None and msg.kind == protocol.ROUND and msg.round == crash[0]
+            if msg.kind == protocol.ROUND and not crash_now and type(agents[name]) is NodeAgent:
+                rounds.append((name, msg))
+                continue
+            answered += _answer_rounds(rounds, agents, clients, run)
+            rounds = []
+            if crash_now and not crash[1]:
+                log.warning("node %s: emulated crash at round %d", name, msg.round)
                 os._exit(1)
+            try:
+                outcome = agents[name].handle(msg)
+            except Exception as exc:  # noqa: BLE001  logged by _send as that node's failure
+                outcome = exc
+            answered += _send(name, msg, outcome, clients, run, crash_now)
+        answered += _answer_rounds(rounds, agents, clients, run)
     return answered
+
+
+def _answer_rounds(rounds: list[tuple[str, wire.Message]], agents: dict[str, NodeProtocol],
+                   clients: dict[str, MqttClient], run: str) -> int:
+    """Step the nodes of ``rounds`` together and send each its reply; the updates sent."""
+    if not rounds:
+        return 0
+    outcomes = step_rounds([agents[name] for name, _ in rounds], [msg for _, msg in rounds])  # type: ignore[misc]
+    return sum(_send(name, msg, outcome, clients, run, False) for (name, msg), outcome in zip(rounds, outcomes))
+
+
+def _send(name: str, msg: wire.Message, outcome: protocol.Reply | None | Exception,
+          clients: dict[str, MqttClient], run: str, crash_now: bool) -> int:
+    """Publish node ``name``'s reply to ``msg`` on its own connection, or log why there is none;
+    1 if an update went to the coordinator."""
+    if isinstance(outcome, wire.WireError):
+        log.warning("node %s rejected %s of round %d: %s", name, msg.kind, msg.round, outcome)
+        return 0
+    if isinstance(outcome, UserError):  # e.g. the node lacks the data file: say so, keep serving
+        log.error("node %s cannot run round %d: %s", name, msg.round, outcome)
+        return 0
+    if isinstance(outcome, ModuleNotFoundError):  # e.g. an "rdp" budget on a board without dp-accounting
+        log.error("node %s cannot run round %d: %s", name, msg.round, missing_package_message(outcome) or outcome)
+        return 0
+    if isinstance(outcome, Exception):  # anything a message made a node's step fail on: that node
+        # straggles, the host and its other nodes keep serving
+        log.error("node %s failed on %s of round %d", name, msg.kind, msg.round, exc_info=outcome)
+        return 0
+    if outcome is None:
+        return 0
+    to_channel = outcome.to == protocol.CHANNEL
+    # Not waiting for the broker's ack: a host answers for many nodes, and an ack awaited
+    # per reply made them wait on each other (a broker round trip each, 0.3 s a round
+    # for 50 nodes on a loaded host). paho resends unacked frames after a reconnect and
+    # logs a broker's refusal; an emulated crash waits, so its reply is surely out.
+    clients[name].publish((topics.tx if to_channel else topics.up)(run, name), outcome.payload,
+                          timeout_s=30.0 if crash_now else None)
+    if crash_now:
+        log.warning("node %s: emulated crash after its reply of round %d", name, msg.round)
+        os._exit(1)
+    return 0 if to_channel else 1
+
+
+def _gather(inbox: queue.Queue[Inbound], timeout_s: float, agents: dict[str, NodeProtocol]) -> list[Inbound]:
+    """What the inbox holds: the first item waited for up to ``timeout_s``, then whatever else is
+    there; while a round's copies for this host's expected nodes are still coming (each node's own
+    connection delivers its own), up to :data:`_GATHER_S` more for them, so they step together."""
+    first = _next(inbox, timeout_s)
+    if first is None:
+        return []
+    items = [first]
+    expected: dict[tuple, frozenset[str]] = {}  # (session, round) -> this host's expected nodes
+    waiting: dict[tuple, int] = {}  # (session, round) -> their copies still to come
+    deadline = time.monotonic() + _GATHER_S
+    item: Inbound | None = first
+    while True:
+        msg = item.message if item is not None else None
+        if msg is not None and msg.kind == protocol.ROUND:
+            key = (protocol.session_of(msg), msg.round)
+            if key not in expected:
+                try:
+                    expected[key] = frozenset(str(n) for n in protocol.expected_of(msg)) & agents.keys()
+                except wire.WireError:  # the node's own check says so; nothing to wait for
+                    expected[key] = frozenset()
+                waiting[key] = len(expected[key])
+            waiting[key] -= item.receiver in expected[key]
+        try:
+            item = inbox.get_nowait()
+        except queue.Empty:
+            remaining = deadline - time.monotonic()
+            if not any(left > 0 for left in waiting.values()) or remaining <= 0:
+                return items
+            item = _next(inbox, remaining)
+            if item is None:
+                return items
+        items.append(item)
 
 
 def _next(inbox: queue.Queue[Inbound], timeout_s: float) -> Inbound | None:

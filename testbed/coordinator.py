@@ -67,6 +67,7 @@ log = logging.getLogger(__name__)
 _SIGNAL_SHARE = 0.8  # of an over-the-air round's deadline, for the channel to collect the signals
 _LATE_ROUNDS = 8  # how many past rounds a late reply may still be charged for
 _UNSENT_ROUNDS = 256  # rounds whose publish was not acknowledged, kept for their late replies
+_REAP_INTERVAL_S = 0.1  # how often a round's collection looks for emulated hosts that died
 _RECONNECT_MAX_S = 5.0  # the coordinator retries a lost broker at least this often (one client)
 
 
@@ -329,6 +330,7 @@ class MqttNodes:
         reasons: dict[int, str] = {}
         expected = set(ctx.expected)
         deadline = time.monotonic() + self.round_timeout_s
+        next_reap = time.monotonic() + _REAP_INTERVAL_S
         while not expected <= set(answers) | set(refusals) | {n for n, why in reasons.items() if why == "offline"}:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -336,7 +338,9 @@ class MqttNodes:
             self._handle(self.client.receive(timeout_s=min(remaining, 0.5)), (ctx, spec, kind, answers, refusals, reasons))
             for node in expected - self.online - set(answers) - set(refusals):
                 reasons[node] = "offline"
-            self._reap_hosts()
+            if time.monotonic() >= next_reap:  # a wait per host: not once per reply
+                self._reap_hosts()
+                next_reap = time.monotonic() + _REAP_INTERVAL_S
         return answers, refusals, reasons
 
     def _outcome(self, ctx: RoundContext, spec, answers, refusals, reasons, excluded, heard) -> RoundOutcome:

@@ -65,6 +65,8 @@ DEFAULT_ALLOWED_DTYPES: tuple[str, ...] = (
     "int8", "int16", "int32", "int64", "uint8",
 )
 
+_DEFAULT_DTYPE_NAMES = frozenset(np.dtype(d).name for d in DEFAULT_ALLOWED_DTYPES)
+
 #: Run, node and kind ids: safe in MQTT topics, ACL files and file names (no '/', '+', '#', spaces).
 ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
@@ -138,6 +140,8 @@ def _pad(n: int) -> int:
 
 
 def _dtype_names(allowed: Iterable[str | np.dtype | type]) -> frozenset[str]:
+    if allowed is DEFAULT_ALLOWED_DTYPES:  # every message but a few tests': named once
+        return _DEFAULT_DTYPE_NAMES
     return frozenset(np.dtype(d).name for d in allowed)
 
 

@@ -62,6 +62,25 @@ def new_client_id(run: str, who: str) -> str:
     return f"tb-{run}-{who}-{secrets.token_hex(8)}"
 
 
+# The last payload decoded in this process and its message: a broadcast reaches every client of
+# a host, each on its own connection, with the same bytes; the first copy is decoded and
+# validated, the others (equal bytes, equal expectations) get the same read-only message.
+_last_decoded: tuple[bytes, str, str, int, wire.Message] | None = None
+
+
+def _decode(payload: bytes, run: str, sender: str, max_bytes: int) -> wire.Message:
+    """``wire.decode(payload)`` expecting ``run`` and ``sender`` (WireError if it fails), reusing the
+    previous result for a copy of the same payload."""
+    global _last_decoded
+    last = _last_decoded  # one read: other network threads may replace it meanwhile
+    if last is not None and last[1] == run and last[2] == sender and last[3] == max_bytes and last[0] == payload:
+        return last[4]
+    message = wire.decode(payload, expect_run=run, expect_sender=sender, max_bytes=max_bytes)
+    if isinstance(payload, bytes):
+        _last_decoded = (payload, run, sender, max_bytes, message)
+    return message
+
+
 class BrokerRefused(UserError):
     """The broker refused a connection, subscription or publish (credentials or ACL)."""
 
@@ -397,8 +416,7 @@ class MqttClient:
                 payload = self._reassembler.add(payload, source=topic)
                 if payload is None:
                     return
-            message = wire.decode(payload, expect_run=self.run, expect_sender=sender,
-                                  max_bytes=self._max_message_bytes)
+            message = _decode(payload, self.run, sender, self._max_message_bytes)
             self._replay.check(message)
             self._inbox.put(Inbound(topic, t.kind, t.node, payload, message, self.owner))
         except (wire.WireError, topics.TopicError, UnicodeDecodeError) as exc:

@@ -83,6 +83,7 @@ class NetworkLoop:
         self._selector.register(self._wake_r, selectors.EVENT_READ, None)
         self._lock = threading.Lock()
         self._requests: deque[Callable[[], None]] = deque()
+        self._wake_pending = False  # a wake-up byte is on its way and the requests not yet drained
         self._served: dict[paho.Client, _Served] = {}
         self._rng = rng or random.Random()
         # (monotonic s, tie-breaker, client): reconnect attempts due; an entry whose client was
@@ -142,10 +143,13 @@ class NetworkLoop:
 
     def _call_soon(self, request: Callable[[], None]) -> None:
         # Queued even from the loop thread: paho asks for writes from inside loop_read, which
-        # must not re-enter paho.
+        # must not re-enter paho. One wake-up byte for any number of requests queued before the
+        # loop drains them (a host flushes the replies of all its nodes at once).
         with self._lock:
             self._requests.append(request)
-        self._wake()
+            wake, self._wake_pending = not self._wake_pending, True
+        if wake:
+            self._wake()
 
     def _wake(self) -> None:
         try:
@@ -205,11 +209,11 @@ class NetworkLoop:
                 pass
         except BlockingIOError:
             pass
-        while True:
-            with self._lock:
-                if not self._requests:
-                    return
-                request = self._requests.popleft()
+        with self._lock:
+            self._wake_pending = False  # requests queued from here on wake the loop again
+            requests = list(self._requests)
+            self._requests.clear()
+        for request in requests:
             try:
                 request()
             except Exception:

@@ -1,0 +1,50 @@
+"""An emulated host's stacked step (nodes.agent.step_rounds): the nodes whose round arrived step
+at once, each still checking its own message, logging its own events and answering on its own."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nodes.agent import NodeAgent, SharedExperiment, step_rounds
+from testbed import protocol, wire
+from testbed.config import load_config_text, to_toml
+
+CONFIG = to_toml(load_config_text(
+    '[run]\nalgorithm = "acfl"\nseed = 3\n[data]\ndataset = "regression"\nnum_nodes = 4\nsamples_per_node = 20\n'
+    'dim = 3\noutputs = 2\n[model]\nkind = "linear"\nbias = false\n[acfl]\niterations = 5\n'))
+W = np.arange(6, dtype=np.float64).reshape(3, 2) / 10
+
+
+def _host(nodes: list[int]) -> list[NodeAgent]:
+    shared = SharedExperiment(nodes)
+    return [NodeAgent(n, shared=shared) for n in nodes]
+
+
+def _round(expected: list[int], w: np.ndarray = W) -> wire.Message:
+    return wire.decode(protocol.round_("r", "s", 2, CONFIG, expected, {"W": w}))
+
+
+def _gradient(reply: protocol.Reply) -> np.ndarray:
+    return wire.decode(reply.payload).tensors["gradient"]
+
+
+def test_stacked_replies_equal_one_node_at_a_time_and_each_node_logs_its_own():
+    msg = _round([0, 1, 3])  # node 2 is an emulated straggler this round: no reply, nothing logged
+    together = step_rounds(_host([0, 1, 2, 3]), [msg] * 4)
+    assert together[2] is None
+    for node in (0, 1, 3):
+        alone = NodeAgent(node).handle(msg)
+        assert alone is not None
+        reply = together[node]
+        assert isinstance(reply, protocol.Reply) and reply.to == protocol.COORDINATOR
+        np.testing.assert_array_equal(_gradient(reply), _gradient(alone))
+        assert wire.decode(reply.payload).sender == str(node)
+
+
+def test_a_node_whose_copy_fails_its_check_straggles_alone():
+    agents = _host([0, 1, 2])
+    bad = _round([0, 1, 2], np.zeros((3, 3)))  # not the declared (3, 2)
+    outcomes = step_rounds(agents, [_round([0, 1, 2]), bad, _round([0, 1, 2])])
+    assert isinstance(outcomes[1], wire.WireError) and "downlink" in str(outcomes[1])
+    assert all(isinstance(outcomes[i], protocol.Reply) for i in (0, 2))
+    assert not agents[1].ledger("r", "s").has_round(2) and agents[0].ledger("r", "s").has_round(2)
