@@ -20,31 +20,20 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from timing import compile_project, timed
 
 HERE = Path(__file__).resolve().parent
 TESTBED = [sys.executable, "-m", "testbed"]
 CONFIG = str(HERE / "acfl.toml")
 
 
-def timed(cmd: list[str]) -> tuple[float, float]:
-    """(wall seconds, CPU seconds of the child and its descendants) of one child process."""
-    before = os.times()
-    start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, cwd=HERE.parent)
-    if proc.wait() != 0:
-        raise SystemExit(f"failed: {' '.join(cmd)}")
-    wall = time.perf_counter() - start
-    after = os.times()
-    return wall, (after.children_user - before.children_user) + (after.children_system - before.children_system)
-
-
-def median_pair(runs: list[tuple[float, float]]) -> tuple[float, float]:
-    return statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)
+def median_pair(runs: list) -> tuple[float, float]:
+    """(median wall s, median CPU s) of timing.Timing runs."""
+    return statistics.median(r.wall_s for r in runs), statistics.median(r.cpu_s for r in runs)
 
 
 def main() -> None:
@@ -56,6 +45,7 @@ def main() -> None:
     parts.add_argument("--skip-mqtt", action="store_true", help="part 1 only")
     parts.add_argument("--only-mqtt", action="store_true", help="part 2 only")
     args = parser.parse_args()
+    compile_project()
     with tempfile.TemporaryDirectory(dir=args.out_root) as tmp:
         if not args.only_mqtt:
             ours, floor = [], []
@@ -78,7 +68,7 @@ def main() -> None:
         (w_sim, c_sim), (w_mqtt, c_mqtt) = median_pair(sim), median_pair(mqtt)
         print(f"ACFL 100 iterations (median of {args.repeats}; {load()}): sim {w_sim:.2f} s wall, {c_sim:.2f} s CPU; "
               f"MQTT (embedded broker, 100 emulated nodes on {args.hosts} hosts) {w_mqtt:.2f} s wall, {c_mqtt:.2f} s CPU")
-        print(f"  runs, wall s: sim {', '.join(f'{w:.2f}' for w, _ in sim)}; MQTT {', '.join(f'{w:.2f}' for w, _ in mqtt)}")
+        print(f"  runs, wall s: sim {', '.join(f'{t.wall_s:.2f}' for t in sim)}; MQTT {', '.join(f'{t.wall_s:.2f}' for t in mqtt)}")
         print(f"ACFL ratio MQTT/sim: {w_mqtt / w_sim:.2f} wall, {c_mqtt / c_sim:.2f} CPU  (target <= 5, wall)")
 
 
