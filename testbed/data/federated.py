@@ -8,6 +8,7 @@ one fancy-indexing gather: ``x[offsets[m] + local_index]``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -39,18 +40,36 @@ class Split:
         return self.x[lo:hi], self.y[lo:hi]
 
     def select(self, nodes: Sequence[int]) -> "Split":
-        """The split restricted to ``nodes`` (in that order): one gather of their rows."""
+        """The split restricted to ``nodes`` (in that order): one gather of their rows, made when
+        ``x`` or ``y`` is first read (ACFL, which keeps each node's Gram matrices, never reads them)."""
         nodes = np.asarray(nodes, dtype=np.int64)
         lo = self.offsets[nodes]
         sizes = self.offsets[nodes + 1] - lo
         offsets = np.zeros(len(nodes) + 1, dtype=np.int64)
         np.cumsum(sizes, out=offsets[1:])
         rows = np.arange(offsets[-1]) + np.repeat(lo - offsets[:-1], sizes)
-        return Split(x=self.x[rows], y=self.y[rows], offsets=offsets)
+        return _Selection(self, rows, offsets)
 
     def astype(self, dtype: np.dtype | str) -> "Split":
         """The split with features of ``dtype`` (itself if they already are)."""
         return self if self.x.dtype == dtype else Split(x=self.x.astype(dtype), y=self.y, offsets=self.offsets)
+
+
+class _Selection(Split):
+    """The rows ``rows`` of ``parent`` (:meth:`Split.select`), gathered on first read."""
+
+    def __init__(self, parent: Split, rows: np.ndarray, offsets: np.ndarray):
+        object.__setattr__(self, "_parent", parent)
+        object.__setattr__(self, "_rows", rows)
+        object.__setattr__(self, "offsets", offsets)
+
+    @functools.cached_property
+    def x(self) -> np.ndarray:  # type: ignore[override]
+        return self._parent.x[self._rows]
+
+    @functools.cached_property
+    def y(self) -> np.ndarray:  # type: ignore[override]
+        return self._parent.y[self._rows]
 
 
 @dataclass(frozen=True)
