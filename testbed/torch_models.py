@@ -36,7 +36,7 @@ import functools
 import math
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -160,6 +160,30 @@ class _NodeFolded:
         # named_parameters order is each layer's weight then bias, layer by layer: the flat layout
         assert [p for layer in self.with_params for p in (layer.weight, layer.bias)] == list(module.parameters())
 
+    def loss_and_grad(self, p: "torch.Tensor", x: "torch.Tensor", y: "torch.Tensor", w: "torch.Tensor",
+                      clip_norm: float | None) -> tuple["torch.Tensor", "torch.Tensor"]:
+        """:meth:`TorchModel.loss_and_grad` on float32 tensors: p (M, P), x (M, B, d), y (M, B),
+        w (M, B) → Σ_n w_n l_n (M,) and Σ_n w_n ∇l_n (M, P), each ∇l_n clipped at ``clip_norm``."""
+        torch = torch_module()
+        if clip_norm is None:
+            tensors = [t.detach().requires_grad_() for t in self.fold(p)]
+            loss = (w * _sample_losses(self.forward(tensors, x)[0], y)).sum(dim=1)
+            grads = torch.autograd.grad(loss.sum(), tensors)
+            return loss.detach(), torch.cat([g.reshape(len(y), -1) for g in grads], dim=1)
+        logits, records = self.forward(self.fold(p), x, record=True)
+        losses = _sample_losses(logits, y)
+        # the gradient of Σ_n l_n at a layer's output is, sample by sample, that sample's own
+        out_grads = torch.autograd.grad(losses.sum(), [record.out for record in records])
+        layers = [self.sample_grads(record, g) for record, g in zip(records, out_grads)]
+        norms = sum(sq for sq, _ in layers).sqrt()  # (M, B)
+        scale = torch.clamp(clip_norm * _CLIP_MARGIN / torch.clamp(norms, min=1e-30), max=1.0)
+        # a sample whose gradient overflows (norm inf or NaN) contributes nothing, not NaN
+        finite = torch.isfinite(norms)
+        coef = torch.where(finite, w * scale, 0.0)
+        if not finite.all():
+            layers = [self.sample_grads(record, g, finite) for record, g in zip(records, out_grads)]
+        return (w * losses.detach()).sum(dim=1), torch.cat([g for _, combine in layers for g in combine(coef)], dim=1)
+
     def fold(self, flat: "torch.Tensor") -> list["torch.Tensor"]:
         """flat (M, P) → each weight and bias as the folded layers take them: conv weight
         (M·out, in, kh, kw), conv bias (M·out,), linear weight (M, out, in), linear bias (M, 1, out)."""
@@ -176,14 +200,17 @@ class _NodeFolded:
                 tensors += [weight.reshape(m_nodes, *layer.weight.shape), bias.reshape(m_nodes, 1, -1)]
         return tensors
 
-    def forward(self, tensors: list["torch.Tensor"], x: "torch.Tensor", record: bool = False):
-        """Logits (M, B, C) of x (M, B, d) under the folded ``tensors``; with ``record``, also each
-        weighted layer's (layer, input, output), the first output made a leaf that requires grad."""
+    def forward(self, tensors: list["torch.Tensor"], x: "torch.Tensor",
+                record: bool = False) -> tuple["torch.Tensor", list[_Record]]:
+        """Logits (M, B, C) of x (M, B, d) under the folded ``tensors``; with ``record``, also a
+        :class:`_Record` of each weighted layer, the first one's output made a leaf that requires grad."""
         torch = torch_module()
         nn, F = torch.nn, torch.nn.functional
         m_nodes, batch = x.shape[:2]
-        h, records, params = x, [], iter(tensors)
-        for layer in self.layers:
+        h, records, params, i = x, [], iter(tensors), 0
+        while i < len(self.layers):
+            layer = self.layers[i]
+            i += 1
             if isinstance(layer, nn.Conv2d):
                 z = F.conv2d(h, next(params), next(params), layer.stride, layer.padding, layer.dilation, m_nodes)
             elif isinstance(layer, nn.Linear):
@@ -192,7 +219,7 @@ class _NodeFolded:
             elif isinstance(layer, nn.ReLU):
                 h = F.relu(h)
             elif isinstance(layer, nn.MaxPool2d):
-                h = F.max_pool2d(h, layer.kernel_size, layer.stride, layer.padding, layer.dilation, layer.ceil_mode)
+                h = _max_pool(layer, h)
             elif isinstance(layer, nn.Unflatten):  # rows (M, B, c·h·w) → maps (B, M·c, h, w)
                 h = (h.reshape(m_nodes, batch, *layer.unflattened_size).transpose(0, 1)
                      .reshape(batch, -1, *layer.unflattened_size[1:]).contiguous(memory_format=torch.channels_last))
@@ -201,19 +228,31 @@ class _NodeFolded:
             else:
                 h = layer(h)  # the pixel scale
             if isinstance(layer, (nn.Conv2d, nn.Linear)):
+                pooled = None
+                if record and isinstance(layer, nn.Conv2d) and i < len(self.layers) \
+                        and isinstance(self.layers[i], nn.MaxPool2d):
+                    # the max-pool's indices, to route its output's gradient to the convolution's
+                    # output in NCHW memory, where the per-sample gradients want it (module docstring)
+                    pooled, indices = _max_pool(self.layers[i], z, return_indices=True)
+                    i += 1
+                out = z if pooled is None else pooled
                 if record:
-                    if not z.requires_grad:
-                        z = z.detach().requires_grad_()
-                    records.append((layer, h, z))
-                h = z
+                    if not out.requires_grad:
+                        out = out.detach().requires_grad_()
+                    records.append(_Record(layer, h, out, None if pooled is None else (indices, tuple(z.shape))))
+                h = out
         return h, records
 
-    def sample_grads(self, layer: "torch.nn.Module", inputs: "torch.Tensor", out_grad: "torch.Tensor"):
+    def sample_grads(self, record: _Record, out_grad: "torch.Tensor", finite: "torch.Tensor | None" = None):
         """One layer's per-sample gradients: (their squared norms (M, B), and a function of
         coefficients c (M, B) → the layer's [weight, bias] gradients Σ_n c_n ∇_n, each (M, k)).
 
-        inputs, out_grad: the layer's input and the gradient of Σ_n l_n at its output, folded."""
+        out_grad: the gradient of Σ_n l_n at ``record.out``. finite (M, B) bool: samples to keep (the
+        others' gradients are set to 0, so that an overflowing sample cannot turn the sums into NaN)."""
         torch = torch_module()
+        layer, inputs = record.layer, record.inputs.detach()
+        if finite is not None:
+            inputs, out_grad = (torch.where(_rows(finite, t), t, 0.0) for t in (inputs, out_grad))
         if isinstance(layer, torch.nn.Linear):  # rows (M, B, in), (M, B, out)
             sq = out_grad.square().sum(-1) * (inputs.square().sum(-1) + 1.0)
 
@@ -223,12 +262,18 @@ class _NodeFolded:
 
             return sq, combine
         # A convolution's per-sample kernel gradients: the weight gradient of a convolution whose
-        # groups are the B·M samples (torch's own kernel; maps copied to NCHW, where batch and
-        # channels fold into one axis), its bias gradients the gradient summed over positions.
+        # groups are the B·M samples (torch's own kernel, in NCHW memory, where batch and channels
+        # fold into one axis); its bias gradients: the gradient at its output summed over positions.
         batch, m_nodes = inputs.shape[0], out_grad.shape[1] // layer.out_channels
         samples = batch * m_nodes
+        if record.pool is None:
+            grads = out_grad.contiguous()
+        else:  # the max-pool's backward, written in NCHW memory
+            indices, shape = record.pool
+            grads = out_grad.new_zeros(shape[0], shape[1], shape[2] * shape[3]).scatter_add_(
+                2, indices.reshape(shape[0], shape[1], -1), out_grad.reshape(shape[0], shape[1], -1)).reshape(shape)
+        grads = grads.reshape(1, samples * layer.out_channels, *grads.shape[2:])
         maps = inputs.contiguous().reshape(1, samples * layer.in_channels, *inputs.shape[2:])
-        grads = out_grad.contiguous().reshape(1, samples * layer.out_channels, *out_grad.shape[2:])
         kernel = torch.nn.grad.conv2d_weight(maps, (samples * layer.out_channels, *layer.weight.shape[1:]), grads,
                                              layer.stride, layer.padding, layer.dilation, samples)
         kernel = kernel.reshape(batch, m_nodes, -1)  # (B, M, out·in·kh·kw)
@@ -239,6 +284,29 @@ class _NodeFolded:
             return [torch.einsum("mb,bmk->mk", coef, kernel), torch.einsum("mb,bmk->mk", coef, bias)]
 
         return sq, combine
+
+
+def _sample_losses(logits: "torch.Tensor", y: "torch.Tensor") -> "torch.Tensor":
+    """logits (M, B, C), y (M, B) → the cross-entropy of each sample, (M, B)."""
+    cross_entropy = torch_module().nn.functional.cross_entropy
+    return cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), reduction="none").reshape(y.shape)
+
+
+def _max_pool(pool: "torch.nn.Module", maps: "torch.Tensor", return_indices: bool = False):
+    """``pool`` (a MaxPool2d) applied to maps (B, M·c, H, W)."""
+    return torch_module().nn.functional.max_pool2d(maps, pool.kernel_size, pool.stride, pool.padding, pool.dilation,
+                                                   pool.ceil_mode, return_indices)
+
+
+class _Record(NamedTuple):
+    """A weighted layer as the clipped step saw it: its input, the tensor whose gradient gives the
+    per-sample gradients (the layer's output, or the following max-pool's output), and then the
+    pool's (indices, the layer's output shape)."""
+
+    layer: Any
+    inputs: Any
+    out: Any
+    pool: Any
 
 
 class _Compiled:
@@ -334,46 +402,11 @@ class TorchModel:
             loss (M,) = Σ_n w_n l_n, grad (M, P) = Σ_n w_n clip(∇l_n), float64 (computed in float32).
         """
         torch = torch_module()
-        folded = self._net.folded
-        p = torch.from_numpy(np.asarray(params, dtype=np.float32))
-        xs = torch.from_numpy(np.asarray(x, dtype=np.float32))
-        ys = torch.from_numpy(np.asarray(y, dtype=np.int64))
-        ws = torch.from_numpy(np.asarray(weights, dtype=np.float32))
-        if clip_norm is None:
-            tensors = [t.detach().requires_grad_() for t in folded.fold(p)]
-            loss = (ws * self._sample_losses(folded.forward(tensors, xs)[0], ys)).sum(dim=1)
-            grads = torch.autograd.grad(loss.sum(), tensors)
-            grad = torch.cat([g.reshape(len(ys), -1) for g in grads], dim=1)
-            return loss.detach().double().numpy(), grad.double().numpy()
-        return self._clipped(p, xs, ys, ws, clip_norm)
-
-    @staticmethod
-    def _sample_losses(logits: "torch.Tensor", y: "torch.Tensor") -> "torch.Tensor":
-        """logits (M, B, C), y (M, B) → cross-entropy of each sample, (M, B)."""
-        cross_entropy = torch_module().nn.functional.cross_entropy
-        return cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), reduction="none").reshape(y.shape)
-
-    def _clipped(self, p: "torch.Tensor", x: "torch.Tensor", y: "torch.Tensor", w: "torch.Tensor",
-                 clip_norm: float) -> tuple[np.ndarray, np.ndarray]:
-        """loss_and_grad with clipping, on torch tensors: Σ_n w_n l_n (M,) and Σ_n w_n clip(∇l_n) (M, P)."""
-        torch = torch_module()
-        folded = self._net.folded
-        logits, records = folded.forward(folded.fold(p), x, record=True)
-        losses = self._sample_losses(logits, y)
-        # the gradient of Σ_n l_n at a layer's output is, sample by sample, that sample's own
-        out_grads = torch.autograd.grad(losses.sum(), [z for _, _, z in records])
-        layers = [folded.sample_grads(layer, inputs.detach(), g) for (layer, inputs, _), g in zip(records, out_grads)]
-        norms = sum(sq for sq, _ in layers).sqrt()  # (M, B)
-        scale = torch.clamp(clip_norm * _CLIP_MARGIN / torch.clamp(norms, min=1e-30), max=1.0)
-        # a sample whose gradient overflows (norm inf or NaN) contributes nothing, not NaN
-        finite = torch.isfinite(norms)
-        coef = torch.where(finite, w * scale, 0.0)
-        if not finite.all():
-            layers = [folded.sample_grads(layer, torch.where(_rows(finite, inputs), inputs.detach(), 0.0),
-                                          torch.where(_rows(finite, g), g, 0.0))
-                      for (layer, inputs, _), g in zip(records, out_grads)]
-        grad = torch.cat([g for _, combine in layers for g in combine(coef)], dim=1)
-        return (w * losses.detach()).sum(dim=1).double().numpy(), grad.double().numpy()
+        loss, grad = self._net.folded.loss_and_grad(
+            torch.from_numpy(np.asarray(params, dtype=np.float32)), torch.from_numpy(np.asarray(x, dtype=np.float32)),
+            torch.from_numpy(np.asarray(y, dtype=np.int64)), torch.from_numpy(np.asarray(weights, dtype=np.float32)),
+            clip_norm)
+        return loss.double().numpy(), grad.double().numpy()
 
     def loss_and_correct(self, params: np.ndarray, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """One network on many samples: params (P,), x (N, d), y (N,) → loss (N,), correct (N,) bool."""
