@@ -3,13 +3,16 @@
 A :class:`TorchModel` keeps the contract every algorithm relies on: its parameters are one flat
 vector of length P per node, stacked as an (M, P) float64 array, and ``loss_and_grad`` takes and
 returns numpy arrays with a leading node axis. Inside, the network (a ``torch.nn.Module`` from
-:data:`NETWORKS`) runs in float32 for all M nodes at once: ``torch.func.functional_call`` on the
-node's own parameters, ``vmap`` over the node axis (never a Python loop over nodes or samples).
+:data:`NETWORKS`) runs in float32 for all M nodes at once, the node axis folded into its layers
+(:class:`_NodeFolded`: a convolution of M nodes is one grouped convolution, a linear layer one
+batched matrix product; autograd on the sum of the nodes' losses gives each node its own gradient).
+Never a Python loop over nodes or samples. (This replaced ``torch.func``'s ``vmap`` over the node
+axis: under vmap, the max-pool's batching rules made the digits CNN step about twice as long.)
 
 DP for networks with no closed-form gradient bound (``lipschitz_bound`` is inf): with ``clip_norm``
-C, ``loss_and_grad`` computes per-sample gradients with ``vmap(grad)`` over the samples (as Opacus
-and the torch.func tutorials compute them), clips each to norm C, then takes their weighted sum, so
-a record's influence on the step is at most w·C by construction: the sensitivity the accountants use.
+C, ``loss_and_grad`` computes every sample's gradient from each layer's input and the gradient at
+its output (as Opacus computes them), clips each to norm C, then takes their weighted sum, so a
+record's influence on the step is at most w·C by construction: the sensitivity the accountants use.
 
 torch is imported only when a torch model is configured (every other run, and a node agent on a
 small board, never pays for it). The number of threads torch uses is ``$TESTBED_TORCH_THREADS``
@@ -148,9 +151,11 @@ class _NodeFolded:
             if isinstance(layers[i], nn.ReLU) and isinstance(layers[i + 1], nn.MaxPool2d):
                 layers[i], layers[i + 1] = layers[i + 1], layers[i]
         for layer in layers:
-            plain = (isinstance(layer, (nn.ReLU, nn.MaxPool2d, nn.Linear, _pixel_scale()))
+            plain = (isinstance(layer, (nn.ReLU, _pixel_scale()))
+                     or (isinstance(layer, nn.MaxPool2d) and not layer.return_indices)
+                     or (isinstance(layer, nn.Linear) and layer.bias is not None)
                      or (isinstance(layer, nn.Conv2d) and layer.groups == 1 and layer.padding_mode == "zeros"
-                         and not isinstance(layer.padding, str))
+                         and not isinstance(layer.padding, str) and layer.bias is not None)
                      or (isinstance(layer, nn.Flatten) and (layer.start_dim, layer.end_dim) == (1, -1))
                      or (isinstance(layer, nn.Unflatten) and layer.dim == 1))
             if not plain:
