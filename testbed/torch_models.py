@@ -7,7 +7,7 @@ returns numpy arrays with a leading node axis. Inside, the network (a ``torch.nn
 (:class:`_NodeFolded`: a convolution of M nodes is one grouped convolution, a linear layer one
 batched matrix product; autograd on the sum of the nodes' losses gives each node its own gradient).
 Never a Python loop over nodes or samples. (This replaced ``torch.func``'s ``vmap`` over the node
-axis: under vmap, the max-pool's batching rules made the digits CNN step about twice as long.)
+axis, under which the max-pool's batching rules were most of the digits CNN step.)
 
 DP for networks with no closed-form gradient bound (``lipschitz_bound`` is inf): with ``clip_norm``
 C, ``loss_and_grad`` computes every sample's gradient from each layer's input and the gradient at
