@@ -12,7 +12,9 @@ Images: the 8×8 digits scikit-learn ships (1,797 of them; 100 nodes × 32 need 
 replacement, which changes nothing of the arithmetic), scaled as the loaders scale them. Each figure
 is the median of --repeats runs of the whole job, the three interleaved so that a busy machine
 slows them alike (the loop, Python-bound, suffers most from a loaded machine). --threads sets
-torch's threads for all three (torch's default is one per core). Flower's simulation
+torch's threads for all three (torch's default is one per core); on a loaded machine give 1: with
+more threads than free cores every parallel kernel waits for a descheduled OpenMP thread, and the
+wall times scatter by 10x. The CPU seconds printed beside them are steadier there. Flower's simulation
 of the job, against `testbed run`: benchmarks/flower_cnn.py (the optional extra flower-bench).
 
 Usage: python benchmarks/torch_models.py [--repeats 5] [--nodes 100] [--threads N]
