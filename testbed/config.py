@@ -90,7 +90,7 @@ class DataSection(Section):
 class ModelSection(Section):
     kind: Literal["logistic", "svm", "mlp", "linear", "torch"] = "logistic"
     """"linear": multi-output least squares (ACFL), on one-hot labels for a classification set;
-    "torch": the PyTorch network ``network`` (float32, vectorised across nodes with torch.func)."""
+    "torch": the PyTorch network ``network`` (float32, all nodes stepped at once: testbed.torch_models)."""
     network: Literal["cnn", "mlp", "cifar10_cnn"] = "cnn"
     """"torch" only: "cnn" (8x8 digits, 28x28 MNIST, 32x32 CIFAR-10), "mlp" (one ReLU layer of ``hidden``),
     "cifar10_cnn" (the small CNN of PyTorch's CIFAR-10 tutorial) (testbed.torch_models)."""

@@ -33,7 +33,7 @@ round_timeout_s = 20.0
 connect_timeout_s = 30.0
 """
 SYNTHETIC = '[data]\ndataset = "synthetic"\nnum_nodes = 5\nsamples_per_node = 60\ndim = 6\n'
-#: The 8x8 digits and the small CNN of testbed.torch_models (float32, vmapped across nodes).
+#: The 8x8 digits and the small CNN of testbed.torch_models (float32, all nodes stepped at once).
 DIGITS_CNN = ('[data]\ndataset = "digits"\nnum_nodes = 5\nsamples_per_node = 60\n'
               '[model]\nkind = "torch"\nnetwork = "cnn"\n')
 
@@ -54,7 +54,7 @@ EXPERIMENTS = {
 }
 CASES = list(EXPERIMENTS)
 #: How far two runs of one case may differ: float64 models are bit-for-bit up to summation order;
-#: a float32 network's vmapped step over M nodes rounds differently from M = 1.
+#: a float32 network stepped for M nodes at once rounds differently from M = 1.
 ATOL_STACKED = {"float64": 1e-12, "float32": 1e-5}
 ATOL_MODES = {"float64": 1e-9, "float32": 1e-6}
 ALGORITHMS = registry.names()

@@ -1,4 +1,4 @@
-"""The PyTorch backend (testbed.torch_models): the vmapped step equals a loop over nodes, clipped
+"""The PyTorch backend (testbed.torch_models): the node-folded step equals a loop over nodes, clipped
 per-sample gradients equal a loop over samples, the clip bound holds for adversarial inputs."""
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def _flat_grad(module) -> np.ndarray:
 
 
 @pytest.mark.parametrize("network,dim", CASES)
-def test_vmapped_step_equals_a_loop_over_nodes_of_plain_modules(network, dim):
+def test_the_step_equals_a_loop_over_nodes_of_plain_modules(network, dim):
     model = TorchModel(network, dim, 10)
     params, x, y, w = _batch(model, nodes=3, batch=5)
     loss, grad = model.loss_and_grad(params, x, y, w)
@@ -55,7 +55,7 @@ def test_vmapped_step_equals_a_loop_over_nodes_of_plain_modules(network, dim):
         np.testing.assert_allclose(grad[m], _flat_grad(module), **F32)
 
 
-@pytest.mark.parametrize("network,dim", CASES[:3])
+@pytest.mark.parametrize("network,dim", CASES)
 def test_clipped_per_sample_gradients_equal_a_loop_over_samples(network, dim):
     model = TorchModel(network, dim, 10)
     params, x, y, w = _batch(model, nodes=2, batch=6, seed=3)
@@ -78,6 +78,53 @@ def test_clipped_per_sample_gradients_equal_a_loop_over_samples(network, dim):
         np.testing.assert_allclose(grad[m], want, **F32)
         np.testing.assert_allclose(loss[m], want_loss, **F32)
     assert clipped_some
+
+
+def _other_network() -> "torch.nn.Module":
+    """Layers the registry's networks do not combine: a strided, dilated convolution followed by no
+    pool, overlapping max-pool windows (3, stride 2), a ReLU after a pool, two convolutions in a row."""
+    from testbed.torch_models import _pixel_scale
+
+    nn = torch.nn
+    return nn.Sequential(_pixel_scale()(8.0), nn.Unflatten(1, (1, 8, 8)), nn.Conv2d(1, 4, 3, stride=2, padding=2, dilation=2),
+                         nn.ReLU(), nn.Conv2d(4, 5, 2, padding=1), nn.MaxPool2d(3, stride=2), nn.ReLU(), nn.Flatten(),
+                         nn.Linear(20, 6), nn.ReLU(), nn.Linear(6, 3))
+
+
+@pytest.mark.parametrize("clip", [None, 0.05])
+def test_the_node_folded_step_holds_for_other_layer_settings(clip):
+    from testbed.torch_models import _NodeFolded
+
+    module = _other_network()
+    folded = _NodeFolded(module)
+    nodes, batch = 3, 5
+    rng = np.random.default_rng(11)
+    flat = [torch.nn.utils.parameters_to_vector(_other_network().parameters()).detach() * 3 for _ in range(nodes)]
+    x = torch.from_numpy(rng.random((nodes, batch, 64)).astype(np.float32) / 8)
+    y = torch.from_numpy(rng.integers(0, 3, (nodes, batch)))
+    w = torch.from_numpy(rng.random((nodes, batch)).astype(np.float32))
+    loss, grad = folded.loss_and_grad(torch.stack(flat), x, y, w, clip)
+    clipped_some = False
+    for m in range(nodes):
+        torch.nn.utils.vector_to_parameters(flat[m], module.parameters())
+        want = torch.zeros_like(flat[m])
+        for n in range(batch):  # one sample at a time: its own gradient, clipped
+            module.zero_grad()
+            sample_loss = torch.nn.functional.cross_entropy(module(x[m, n:n + 1]), y[m, n:n + 1])
+            sample_loss.backward()
+            g = torch.nn.utils.parameters_to_vector(p.grad for p in module.parameters())
+            factor = 1.0 if clip is None else min(1.0, clip / float(g.norm()))
+            clipped_some |= factor < 1.0
+            want += w[m, n] * factor * g
+        np.testing.assert_allclose(grad[m].numpy(), want.numpy(), **F32)
+    assert clipped_some == (clip is not None)
+
+
+def test_a_layer_the_node_folded_step_has_no_rule_for_is_refused():
+    from testbed.torch_models import _NodeFolded
+
+    with pytest.raises(ValueError, match="no rule for the layer BatchNorm"):
+        _NodeFolded(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4)))
 
 
 @pytest.mark.parametrize("scale", [1.0, 1e3, 1e8, 1e30])
