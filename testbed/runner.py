@@ -40,6 +40,7 @@ from testbed.ledger_book import LedgerBook
 from testbed.models import Model
 from testbed.nodes_api import Nodes, RoundOutcome
 from testbed.privacy.accountants import BackgroundEpsilons, epsilon_by_observer
+from testbed.parallel import split_work
 from testbed.progress import Progress
 from testbed.resources import check_fits
 from testbed.results import RunDirectory
@@ -68,15 +69,28 @@ def per_node_mean(values: np.ndarray, split: Split) -> np.ndarray:
     return sums / np.maximum(split.sizes, 1)
 
 
+def per_sample(model: Model, params: np.ndarray, split: Split) -> tuple[np.ndarray, np.ndarray]:
+    """(loss (N,), correct (N,) bool) of one model on every sample of ``split``: two halves of the
+    rows at once (testbed.parallel; each row's numbers are its own)."""
+    n = len(split.y)
+    loss, correct = np.empty(n), np.empty(n, dtype=bool)
+
+    def work(lo: int, hi: int) -> None:
+        loss[lo:hi], correct[lo:hi] = model.loss_and_correct(params, split.x[lo:hi], split.y[lo:hi])
+
+    split_work(n, work, numbers=split.x.size)
+    return loss, correct
+
+
 def evaluate(model: Model, params: np.ndarray, data: FederatedData) -> dict[str, float]:
     """Training loss of eq. (4) (mean over nodes of each node's mean loss) and accuracies (mean over
     nodes of each node's accuracy, as the paper reports; pooled over all test samples beside it).
     On float32 features (data.dtype) in float32: a float64 model would copy them all to float64."""
     if data.train.x.dtype == np.float32:
         params = np.asarray(params, dtype=np.float32)
-    train_loss, _ = model.loss_and_correct(params, data.train.x, data.train.y)
-    _, test_correct = model.loss_and_correct(params, data.test.x, data.test.y)
-    _, val_correct = model.loss_and_correct(params, data.validation.x, data.validation.y)
+    train_loss, _ = per_sample(model, params, data.train)
+    _, test_correct = per_sample(model, params, data.test)
+    _, val_correct = per_sample(model, params, data.validation)
     return {
         "train_loss": float(per_node_mean(train_loss, data.train).mean()),
         "test_accuracy": float(per_node_mean(test_correct, data.test).mean()),
