@@ -29,8 +29,8 @@ def _title(summary: dict) -> str:
 
 
 def draw_progress(run_dir: Path) -> list[Path]:
-    """Test accuracy and training loss against round and against cost spent:
-    RUN_DIR/figures/{progress,cost}.png."""
+    """Test accuracy and training loss against round and, for an algorithm with a cost model
+    (DP-PASGD's c1/c2 units), against cost spent: RUN_DIR/figures/{progress,cost}.png."""
     plt = _pyplot()
     run_dir = Path(run_dir)
     rows = read_metrics(run_dir)
@@ -39,8 +39,10 @@ def draw_progress(run_dir: Path) -> list[Path]:
     out.mkdir(exist_ok=True)
     paths = []
 
-    for x_key, x_label, name in (("round", "communication round", "progress"),
-                                 ("cost_units", "resource cost spent per node (c1/c2 units)", "cost")):
+    against = [("round", "communication round", "progress")]
+    if any(r["cost_units"] for r in rows):  # an algorithm without a cost model: no cost axis
+        against.append(("cost_units", "resource cost spent per node (c1/c2 units)", "cost"))
+    for x_key, x_label, name in against:
         # Fixed margins, not tight_layout: it re-draws the figure to measure it, doubling the cost.
         fig, (ax_acc, ax_loss) = plt.subplots(1, 2, figsize=(10, 4))
         fig.subplots_adjust(left=0.08, right=0.98, bottom=0.13, top=0.88, wspace=0.25)

@@ -23,3 +23,13 @@ def test_the_epsilon_figure_draws_a_bar_per_node_up_to_the_limit_then_a_histogra
         assert len(bars) == 40 and ax.get_ylabel() == f"nodes (of {nodes})"
         assert sum(b.get_height() for b in bars) == nodes  # every node counted once
     plt.close(fig)
+
+
+def test_an_algorithm_without_a_cost_model_gets_no_cost_figure(tmp_path):
+    from testbed.config import load_config_text
+    from testbed.runner import run_experiment
+
+    text = ("[run]\nalgorithm = \"fedavg\"\n[data]\nnum_nodes = 3\nsamples_per_node = 40\ndim = 3\n"
+            "[fedavg]\nrounds = 2\n[privacy]\ntight_accountant = \"none\"\n")
+    result = run_experiment(load_config_text(text), out_dir=tmp_path / "r", quiet=True)
+    assert {p.name for p in (result.run_dir / "figures").iterdir()} == {"progress.png", "epsilon.png"}
