@@ -288,22 +288,23 @@ class DpPasgd:
         for lo in range(0, m_nodes, block):
             hi = min(m_nodes, lo + block)
 
-            def draw(a: int, b: int) -> None:  # rows a..b of the block, each node from its own stream
+            def steps(a: int, b: int) -> None:  # the block's nodes a..b: their noise, then their τ steps
                 for i, rng in enumerate(node_streams(seed, node_ids[lo + a:lo + b], round_index, Purpose.NOISE), a):
                     if dtype == np.float64:
                         rng.standard_normal(out=noise[i])
                     else:
                         noise[i] = rng.standard_normal(noise.shape[1:])
                 noise[a:b] *= self.sigma
+                mine = params[lo + a:lo + b]  # a view: the steps update params in place
+                for step in range(tau):
+                    idx = batch_idx[lo + a:lo + b, step]
+                    _, grad = self.model.loss_and_grad(mine, train.x[idx], train.y[idx], batch_w[lo + a:lo + b, step],
+                                                       self.clip_norm)
+                    grad += noise[a:b, step]
+                    mine -= self.lr * grad  # eq. (7a): w = θ − η(g + b)
 
-            split_work(hi - lo, draw, numbers=noise[:hi - lo].size)
-            mine = params[lo:hi]  # a view: the steps update params in place
-            for step in range(tau):
-                idx = batch_idx[lo:hi, step]
-                _, grad = self.model.loss_and_grad(mine, train.x[idx], train.y[idx], batch_w[lo:hi, step],
-                                                   self.clip_norm)
-                grad += noise[:hi - lo, step]
-                mine -= self.lr * grad  # eq. (7a): w = θ − η(g + b)
+            # A torch network runs its stack on torch's own threads: one Python thread feeds it.
+            split_work(hi - lo, steps, numbers=0 if self.model.name == "torch" else noise[:hi - lo].size)
         for i, node in enumerate(node_ids):  # microcontroller boards: the firmware's arithmetic
             if int(node) in self.mcu_nodes:
                 lo, hi = train.offsets[i], train.offsets[i + 1]

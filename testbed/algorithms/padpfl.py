@@ -59,6 +59,7 @@ from testbed.errors import ConfigError
 from testbed.ledger import CommunicationEvent, ComputeEvent, Event, GaussianEvent
 from testbed.models import Model
 from testbed.privacy import padpfl as dp
+from testbed.parallel import split_work
 from testbed.rng import GLOBAL, Purpose, node_streams, stream
 from testbed.sections import NonNegative, Positive, Section
 
@@ -396,18 +397,28 @@ class Padpfl:
         idx = uniform_batches(train, ids, r, ctx.seed, self.local_steps, self.batch)
         weights = np.full(idx.shape[:1] + idx.shape[2:], 1.0 / self.batch)
         params = start.copy()
-        for step in range(self.local_steps):
-            rows = idx[:, step]
-            _, grad = self.model.loss_and_grad(params, train.x[rows], train.y[rows], weights)
-            grad += self.mu * (params - start)  # eq. (31): ∇h = ∇l_i + μ(x − x~)
-            params -= self.lr * grad
+
+        def local_steps(lo: int, hi: int) -> None:  # nodes lo..hi (each node's steps are its own)
+            mine, theirs = params[lo:hi], start[lo:hi]
+            for step in range(self.local_steps):
+                rows = idx[lo:hi, step]
+                _, grad = self.model.loss_and_grad(mine, train.x[rows], train.y[rows], weights[lo:hi])
+                grad += self.mu * (mine - theirs)  # eq. (31): ∇h = ∇l_i + μ(x − x~)
+                mine -= self.lr * grad
+
+        # A torch network runs its stack on torch's own threads: one Python thread feeds it.
+        split_work(len(ids), local_steps, numbers=0 if self.model.name == "torch" else params.size * self.local_steps)
         if self.clip is not None:  # x / max(1, ||x||/B), the whole vector (§2.2)
             params /= np.maximum(1.0, np.linalg.norm(params, axis=1) / self.clip)[:, None]
         if self.private:
             noise = np.empty_like(params)
-            for i, rng in enumerate(node_streams(ctx.seed, ids, r, Purpose.NOISE)):  # each node's own stream
-                rng.standard_normal(out=noise[i])
-            params += self.sigma_client * noise  # eq. (8)
+
+            def draw(lo: int, hi: int) -> None:  # nodes lo..hi, each from its own stream
+                for i, rng in enumerate(node_streams(ctx.seed, ids[lo:hi], r, Purpose.NOISE), lo):
+                    rng.standard_normal(out=noise[i])
+                params[lo:hi] += self.sigma_client * noise[lo:hi]  # eq. (8)
+
+            split_work(len(ids), draw, numbers=noise.size)
         due = self.uploads_in(ids, r)
         params[~due] = 0.0
         tensors = {"update": params}
