@@ -47,6 +47,8 @@ from testbed.privacy.accountants import worst_epsilon
 _INT_TOTALS = {f.name for f in dataclasses.fields(Totals) if f.type in ("int", int)}
 # Rounds whose joules are kept apart; older rounds are folded into one running maximum per node.
 _ENERGY_WINDOW = 4
+# Dead tallies tolerated beyond twice the live ones before the table is compacted.
+_SPARE_TALLIES = 64
 
 Tally = dict  # observer → Counter(signature → count), as NodeLedger.by_observer
 
@@ -75,6 +77,7 @@ class LedgerBook:
         self._tally_index: dict[tuple, int] = {(): 0}
         self._tally_ids = np.zeros(n, dtype=np.int64)
         self._population = [n]  # nodes holding each interned tally
+        self._live = 1  # tallies some node holds
         self._plus: dict[tuple, int] = {}  # (tally id, observer, signature, count) → tally id
         self._epsilons: dict[tuple[str, float], dict[int, float]] = {}  # (accountant, δ) → tally id → ε
         self._logged: dict[int, np.ndarray] = {}  # round → (N,) bool: the rows that logged their own events
@@ -156,9 +159,10 @@ class LedgerBook:
         new = np.array([self._plus_one(int(t), observer, signature, count) for t in distinct], dtype=np.int64)
         self._tally_ids[rows] = new[inverse]
         for t, to, k in zip(distinct.tolist(), new.tolist(), moved.tolist()):
+            self._live += (self._population[to] == 0) - (self._population[t] == k)
             self._population[t] -= k
             self._population[to] += k
-        if len(self._tallies) > 1024 and len(self._tallies) > 4 * sum(1 for k in self._population if k):
+        if len(self._tallies) > 2 * self._live + _SPARE_TALLIES:
             self._compact()
 
     def _plus_one(self, tally_id: int, observer: str, signature: tuple, count: int) -> int:
@@ -180,18 +184,19 @@ class LedgerBook:
         return found
 
     def _compact(self) -> None:
-        """Drop the tallies no node holds any more (a long run leaves one per round behind)."""
-        live, inverse = np.unique(self._tally_ids, return_inverse=True)
-        live = live.tolist()
-        if live[0] != 0:  # keep the empty tally at 0
-            live.insert(0, 0)
-            inverse += 1
+        """Drop the tallies no node holds any more: a run leaves one or a few behind every round,
+        so the table (and the memory of a long run) would grow by ~1 KB a round."""
+        live = [t for t, held in enumerate(self._population) if held or t == 0]  # the empty one stays 0
+        remap = np.full(len(self._tallies), -1, dtype=np.int64)
+        remap[live] = np.arange(len(live))
+        self._tally_ids = remap[self._tally_ids]
         self._tallies = [self._tallies[t] for t in live]
         self._population = [self._population[t] for t in live]
+        self._live = sum(1 for held in self._population if held)
         self._tally_index = {_tally_key(t): i for i, t in enumerate(self._tallies)}
-        self._tally_ids = inverse.astype(np.int64).reshape(self._tally_ids.shape)
         self._plus.clear()
-        self._epsilons.clear()
+        self._epsilons = {key: {int(remap[t]): eps for t, eps in cache.items() if remap[t] >= 0}
+                          for key, cache in self._epsilons.items()}
 
     def forget_rounds_before(self, round_index: int) -> None:
         """Stop tracking which nodes logged rounds ``0 .. round_index - 1``: they will not be run

@@ -97,7 +97,7 @@ def test_tallies_are_shared_and_compacted_over_a_long_run():
     event = GaussianEvent(0, 0, sigma=1.0, sensitivity=0.1, count=1)
     for r in range(3000):
         book.extend_batch(EventBatch(GaussianEvent(0, r, 1.0, 0.1, 1), np.arange(3)))
-    assert len(book._tallies) < 1100  # one live tally; the dead ones dropped as they pile up
+    assert len(book._tallies) <= 2 + 64 + 1  # one live tally; the dead ones dropped as they pile up
     tallies, index = book.distinct_tallies()
     assert len(tallies) == 1 and index.tolist() == [0, 0, 0]
     assert tallies[0]["server"][event.signature] == 3000
@@ -174,3 +174,18 @@ def test_budgets_screened_at_once_name_the_node_the_per_node_check_names(limit):
         expected = next((e for n, p in zip(nodes, planned) if (e := budgets.would_exceed(ledgers[n], p))), None)
         assert budgets.first_exceeded(book, nodes, planned) == expected
         assert budgets.first_exceeded(book, nodes, NodeEvents.from_lists(planned, nodes)) == expected
+
+
+def test_live_tallies_are_counted_through_merges_and_compactions():
+    book, ledgers = LedgerBook(range(50)), [NodeLedger(n) for n in range(50)]
+    rng = random.Random(4)
+    for r in range(400):
+        nodes = sorted(rng.sample(range(50), 20))
+        event = GaussianEvent(0, r, rng.choice([1.0, 2.0]), 0.1, 1)
+        book.extend_batch(EventBatch(event, np.array(nodes)))
+        for n in nodes:
+            ledgers[n].extend([GaussianEvent(n, r, event.sigma, 0.1, 1)])
+        tallies, _ = book.distinct_tallies()
+        assert book._live == len(tallies)
+        assert len(book._tallies) <= 2 * book._live + 64 + 1  # compacted as the dead ones pile up
+    assert [book.tally(n) for n in range(50)] == [led.by_observer for led in ledgers]
