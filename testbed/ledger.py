@@ -466,13 +466,20 @@ class NodeLedger:
     def projected(self, events: Iterable[Event]) -> tuple[Totals, dict[str, Counter]]:
         """Totals and the per-observer privacy tallies as they would be after ``events``, without
         appending them."""
-        totals = dataclasses.replace(self.totals)
-        tallies = {observer: Counter(tally) for observer, tally in self.by_observer.items()}
-        for event in events:
-            totals.add(event)
-            if isinstance(event, GaussianEvent):
-                tallies.setdefault(event.observer, Counter())[event.signature] += event.count
-        return totals, tallies
+        return projected(self.totals, self.by_observer, events)
+
+
+def projected(totals: Totals, by_observer: Mapping[str, Counter], events: Iterable[Event]
+              ) -> tuple[Totals, dict[str, Counter]]:
+    """Copies of a node's ``totals`` and per-observer tallies with ``events`` added (the budget
+    check's forecast); the originals are left as they are."""
+    totals = dataclasses.replace(totals)
+    tallies = {observer: Counter(tally) for observer, tally in by_observer.items()}
+    for event in events:
+        totals.add(event)
+        if isinstance(event, GaussianEvent):
+            tallies.setdefault(event.observer, Counter())[event.signature] += event.count
+    return totals, tallies
 
 
 LEDGER_COLUMNS = ["kind"] + list(

@@ -41,7 +41,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from testbed.ledger import TOTALS_OF, Event, EventBatch, GaussianEvent, StraggleEvent, Totals, batches_of
+from testbed.ledger import TOTALS_OF, Event, EventBatch, GaussianEvent, StraggleEvent, Totals, batches_of, projected
 from testbed.privacy.accountants import worst_epsilon
 
 _INT_TOTALS = {f.name for f in dataclasses.fields(Totals) if f.type in ("int", int)}
@@ -239,26 +239,21 @@ class LedgerBook:
 
     def worst_epsilons(self, accountant: str, delta: float) -> np.ndarray:
         """(N,) each node's headline ε (the worst over observers), once per distinct tally."""
-        cache = self._epsilons.setdefault((accountant, float(delta)), {})
         live, inverse = np.unique(self._tally_ids, return_inverse=True)
-        values = np.empty(len(live))
-        for i, t in enumerate(live.tolist()):
-            if t not in cache:
-                cache[t] = worst_epsilon(accountant, self._tallies[t], delta)
-            values[i] = cache[t]
+        values = np.array([self._tally_epsilon(accountant, delta, t) for t in live.tolist()])
         return values[inverse.reshape(-1)]
 
     def max_epsilon(self, accountant: str, delta: float) -> float:
         """The largest headline ε of any node (0 before any release): once per tally some node
         holds, however many nodes."""
+        return max((self._tally_epsilon(accountant, delta, t) for t, held in enumerate(self._population) if held),
+                   default=0.0)
+
+    def _tally_epsilon(self, accountant: str, delta: float, tally_id: int) -> float:
         cache = self._epsilons.setdefault((accountant, float(delta)), {})
-        worst = 0.0
-        for t, held in enumerate(self._population):
-            if held:
-                if t not in cache:
-                    cache[t] = worst_epsilon(accountant, self._tallies[t], delta)
-                worst = max(worst, cache[t])
-        return worst
+        if tally_id not in cache:
+            cache[tally_id] = worst_epsilon(accountant, self._tallies[tally_id], delta)
+        return cache[tally_id]
 
     def active(self) -> np.ndarray:
         """(N,) bool: the nodes that logged anything (a run with client sampling leaves some idle)."""
@@ -276,14 +271,12 @@ class LedgerBook:
         return np.maximum.reduce([self._folded_energy, *self._round_energy.values()])
 
     def projected_epsilons(self, accountant: str, delta: float, rows: np.ndarray,
-                           additions: list[tuple[str, tuple, int]] | list[list[tuple[str, tuple, int]]]) -> np.ndarray:
-        """(M,) the headline ε of the nodes at ``rows`` as it would be after adding ``additions``:
-        one list of (observer, signature, count) for all of them, or one list per row; computed
-        once per distinct outcome."""
-        per_row = additions if additions and isinstance(additions[0], list) else [additions] * len(rows)
+                           additions: list[list[tuple[str, tuple, int]]]) -> np.ndarray:
+        """(M,) the headline ε of the nodes at ``rows`` as it would be after adding, to row i's,
+        the (observer, signature, count) of ``additions[i]``; computed once per distinct outcome."""
         cache: dict[tuple, float] = {}
         out = np.empty(len(rows))
-        for i, (t, added) in enumerate(zip(self._tally_ids[rows].tolist(), per_row)):
+        for i, (t, added) in enumerate(zip(self._tally_ids[rows].tolist(), additions)):
             key = (t, tuple(added))
             if key not in cache:
                 tally = {obs: Counter(c) for obs, c in self._tallies[t].items()}
@@ -325,9 +318,4 @@ class BookNodeView:
 
     def projected(self, events: Iterable[Event]) -> tuple[Totals, Tally]:
         """Totals and per-observer tallies as they would be after ``events``, without appending."""
-        totals, tallies = self.totals, self.by_observer
-        for event in events:
-            totals.add(event)
-            if isinstance(event, GaussianEvent):
-                tallies.setdefault(event.observer, Counter())[event.signature] += event.count
-        return totals, tallies
+        return projected(self.totals, self.by_observer, events)

@@ -4,7 +4,6 @@ one run, and a broker restart under a few hundred nodes is survived with spread-
 
 from __future__ import annotations
 
-import csv
 import json
 import random
 import re
@@ -26,6 +25,7 @@ from testbed.mqtt.network_loop import NetworkLoop
 from testbed.runner import run_experiment
 
 from conftest import REPO
+from test_faults_mqtt import _metrics  # metrics.csv's rows so far
 
 EXPERIMENT = """
 [run]
@@ -83,14 +83,6 @@ def _stop(procs: list[subprocess.Popen]) -> None:
         if p.poll() is None:
             p.kill()
         p.wait()
-
-
-def _metrics(run_dir: Path) -> list[dict]:
-    try:
-        with open(run_dir / "metrics.csv", newline="") as f:
-            return list(csv.DictReader(f))
-    except FileNotFoundError:
-        return []
 
 
 class StatusWatch:
