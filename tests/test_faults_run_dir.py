@@ -227,6 +227,8 @@ CASES: dict[str, tuple[Callable[[Path], None], str]] = {
                            "checkpoint.npz"),
     "checkpoint_rounds_999": (_forge(rounds_done=999), "checkpoint.npz"),
     "checkpoint_rounds_negative": (_forge(rounds_done=-1), "checkpoint.npz"),
+    "checkpoint_rounds_ahead_zero": (_forge(rounds_ahead=0), "checkpoint.npz"),
+    "checkpoint_rounds_ahead_absurd": (_forge(rounds_ahead=10**9), "checkpoint.npz"),
     # ledger.csv
     "ledger_missing": (_delete("ledger.csv"), "ledger.csv"),
     "ledger_empty": (_truncate("ledger.csv", 0), "ledger.csv"),
