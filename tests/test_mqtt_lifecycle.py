@@ -246,7 +246,9 @@ def test_an_outage_shorter_than_the_limit_is_waited_out_with_stragglers(mosquitt
     assert result.summary["status"] == "completed" and result.summary["rounds"] == 20
     stragglers = [int(row["stragglers"]) for row in _metrics(run_dir)]
     assert stragglers[:3] == [0, 0, 0] and 4 in stragglers[3:]  # the outage rounds: every node straggled
-    assert stragglers[-1] == 0  # and the nodes were back afterwards
+    # And the nodes were back afterwards, each on its own jittered reconnect schedule (after a 4 s
+    # outage a node may wait a few seconds more; tests/test_mqtt_scale.py checks the spread).
+    assert stragglers[-1] < 4
     _charged_once(run_dir)
 
 
