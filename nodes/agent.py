@@ -29,6 +29,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import logging
 from dataclasses import dataclass
@@ -78,6 +79,12 @@ class _Experiment:
     data: FederatedData
     algorithm: Algorithm
     budgets: Budgets
+
+    @functools.cached_property
+    def over_the_air(self) -> bool:
+        """Whether the algorithm exchanges over the air (asked once: a check against a runtime
+        Protocol walks its members, and a host asks for each node every round)."""
+        return isinstance(self.algorithm, OverTheAir)
 
 
 class SharedExperiment:
@@ -201,8 +208,8 @@ class NodeAgent:
         problem = check_tensors(alg.downlink_spec(), msg.tensors)
         if problem is not None:
             raise wire.WireError("bad_header", f"round {r} downlink: {problem}")
-        if isinstance(alg, OverTheAir):
-            alg.use_channel(msg.tensors, r)
+        if exp.over_the_air:
+            alg.use_channel(msg.tensors, r)  # type: ignore[attr-defined]
         exceeded = None if ledger.has_round(r) or not exp.budgets.any else \
             exp.budgets.would_exceed(ledger, alg.planned_events(self.node, ctx))
         if exceeded is not None:
@@ -218,7 +225,7 @@ class NodeAgent:
         i = out.node_ids.index(self.node)
         events = self._log(admitted.ledger, admitted.writer, r, self.costs.charge(out.events[i], compute))
         metrics = {name: float(value[i]) for name, value in out.metrics.items()}
-        if isinstance(admitted.experiment.algorithm, OverTheAir):
+        if admitted.experiment.over_the_air:
             carry = {name: value[i:i + 1] for name, value in out.carry.items()}
             self._transmitted = _Transmitted(msg.run, session, admitted.ctx, admitted.experiment, carry, events,
                                              metrics)
@@ -348,7 +355,7 @@ def step_rounds(agents: Sequence[NodeAgent], msgs: Sequence[wire.Message]) -> li
             continue
         exp, ctx = admitted.experiment, admitted.ctx
         paced = isinstance(agent.costs, NodeCosts) and agent.costs.pacer.enabled
-        alone = isinstance(exp.algorithm, OverTheAir) or exp.config.model.kind == "torch" or paced \
+        alone = exp.over_the_air or exp.config.model.kind == "torch" or paced \
             or agent.shared is None
         key = (i,) if alone else (exp.key, id(agent.shared), id(agent.costs), admitted.session, ctx.round_index,
                                   ctx.expected, tuple(admitted.msg.tensors))

@@ -3,8 +3,9 @@ process (`testbed nodes`), each with its own MQTT connection and identity.
 
 All clients of a host share one network thread (an epoll loop: a host of 1,000 nodes needs 1,000
 sockets and no threads) and put what they receive in one inbox, read by one thread: a broadcast round
-arrives once per node (the copy's ``receiver`` says which node it is for), each node checks its own
-copy, the nodes that take part step together (one stacked node_step, as in sim:
+arrives once per host, through a shared subscription of its nodes' connections (the broker hands it
+to one of them), and becomes one copy per node whose connection is up (the copy's ``receiver`` says
+which node it is for); each node checks its own copy, the nodes that take part step together (one stacked node_step, as in sim:
 :func:`nodes.agent.step_rounds`), and each reply goes out on that node's own connection, so the
 broker (and its ACL) sees every node publish only under its own id.
 
@@ -25,11 +26,14 @@ least every :data:`_TICK_S`. Not ``prctl(PR_SET_PDEATHSIG)``: Linux sends that s
 from __future__ import annotations
 
 import collections
+import contextlib
+import dataclasses
 import logging
 import math
 import os
 import queue
 import resource
+import secrets
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -38,8 +42,8 @@ from typing import Callable, Sequence
 from testbed import protocol, wire
 from testbed.errors import UserError
 from testbed.extras import missing_package_message
-from testbed.mqtt import topics
-from testbed.mqtt.client import Inbound, MqttClient
+from testbed.mqtt import probe, topics
+from testbed.mqtt.client import Inbound, MqttClient, new_client_id
 from testbed.mqtt.network_loop import NetworkLoop
 from testbed.threads import limit_blas_threads
 
@@ -137,7 +141,7 @@ def serve(broker_url: str, run: str, node_ids: Sequence[int], *, data_path: str 
           max_chunk_bytes: int = 256 * 1024, credentials: dict[str, str] | None = None,
           tls_ca: str | None = None, crash_at_round: int | None = None, crash_after_reply: bool = False,
           agent_factory: Callable[[int], NodeProtocol] | None = None, session: str | None = None,
-          coordinator_pid: int | None = None) -> int:
+          coordinator_pid: int | None = None, broadcast: str = "auto") -> int:
     """Serve ``node_ids`` of run ``run`` until the coordinator says stop; returns the number of
     rounds answered.
 
@@ -157,6 +161,10 @@ def serve(broker_url: str, run: str, node_ids: Sequence[int], *, data_path: str 
     and leave at once when that process is gone, without a clean disconnect, so the broker
     publishes every node's last will (offline). Their lifetimes being tied, such a host outlives
     any broker outage or coordinator blink its coordinator waits out (no grace applies).
+
+    ``broadcast``: how a host of several nodes reads the broadcast: "shared" once, through a
+    shared subscription of its own (testbed.mqtt.topics); "per-node" once per node; "auto" shared
+    when the broker says it serves shared subscriptions (:func:`_broadcast_group`).
     """
     limit_blas_threads(1)  # the hosts on a machine share its cores
     inbox: queue.Queue[Inbound] = queue.Queue()
@@ -172,11 +180,11 @@ def serve(broker_url: str, run: str, node_ids: Sequence[int], *, data_path: str 
     clients: dict[str, MqttClient] = {}
     watch = CoordinatorWatch(coordinator_pid)
 
-    def client_of(name: str, version: str) -> MqttClient:
+    def client_of(name: str, version: str, subscriptions: list[str]) -> MqttClient:
         if credentials is not None and name not in credentials:
             raise UserError(f"the credentials file has no password for node {name}")
         return MqttClient.for_node(
-            broker_url, run, name, inbox=inbox, network=network, protocol=version,
+            broker_url, run, name, inbox=inbox, network=network, protocol=version, subscriptions=subscriptions,
             max_chunk_bytes=max_chunk_bytes, username=name if credentials is not None else None,
             password=credentials[name] if credentials is not None else None, tls_ca=tls_ca)
 
@@ -186,24 +194,36 @@ def serve(broker_url: str, run: str, node_ids: Sequence[int], *, data_path: str 
         # connection per node, not two) and connect concurrently, since a connect is mostly
         # waiting for the broker's acks and hundreds in a row add up to seconds. At most
         # _CONNECTS_IN_FLIGHT at a time per host: all nodes of all hosts at once would be a storm.
-        def connect(name: str, version: str, probe_first: bool) -> None:
-            clients[name] = client_of(name, version)
+        def connect(name: str, version: str, probe_first: bool, subscriptions: list[str]) -> None:
+            clients[name] = client_of(name, version, subscriptions)
             try:
                 clients[name].connect(timeout_s=connect_timeout_s, probe_first=probe_first)
             except UserError as exc:  # refused credentials, an untrusted certificate...
                 raise UserError(f"node {name}: {exc}") from None
 
         started = time.monotonic()
-        connect(names[0], protocol_version, True)
-        version = clients[names[0]].protocol or protocol_version
+        # One raw probe for the host (as the first node) learns the protocol and whether the broker
+        # serves shared subscriptions, and says at once what paho would only time out on.
+        try:
+            broker = probe.negotiate(broker_url, tls_ca=tls_ca, protocol=protocol_version,
+                                     client_id=new_client_id(run, f"{names[0]}-probe"),
+                                     username=names[0] if credentials is not None else None,
+                                     password=credentials.get(names[0]) if credentials is not None else None,
+                                     deadline=started + connect_timeout_s, timeout_s=connect_timeout_s)
+        except UserError as exc:  # an untrusted certificate, a TLS/plain mismatch, no broker...
+            raise UserError(f"node {names[0]}: {exc}") from None
+        group = _broadcast_group(broadcast, broker, len(names))
         with ThreadPoolExecutor(max_workers=_CONNECTS_IN_FLIGHT) as pool:
-            list(pool.map(lambda name: connect(name, version, False), names[1:]))
+            list(pool.map(lambda name: connect(name, broker.protocol, False, topics.node_subscriptions(run, name, group)),
+                          names))
         log.info("serving %d node(s) of run %s on %s (connected in %.1f s)", len(clients), run, broker_url,
                  time.monotonic() - started)
         crash = None if crash_at_round is None else (crash_at_round, crash_after_reply)
         if coordinator_pid is not None:
             coordinator_grace_s = math.inf
-        return _loop(inbox, agents, clients, run, coordinator_grace_s, crash, SessionFence(session), watch)
+        members = None if group is None else (lambda: [name for name, c in clients.items() if c.connected])
+        return _loop(inbox, agents, clients, run, coordinator_grace_s, crash, SessionFence(session), watch, members,
+                     network)
     finally:
         if watch.alive():  # else no clean disconnect: the broker publishes each node's will at once
             for client in clients.values():
@@ -211,6 +231,18 @@ def serve(broker_url: str, run: str, node_ids: Sequence[int], *, data_path: str 
         network.close()
         for agent in agents.values():
             agent.close()
+
+
+def _broadcast_group(mode: str, broker: probe.Negotiated, nodes: int) -> str | None:
+    """The shared subscription group a host's ``nodes`` read the broadcast through, or None (each
+    node reads its own copy). "shared": always (more than one node); "per-node": never; "auto":
+    when the ``broker`` said so to the probe (an MQTT 5 CONNACK); a 3.1.1 broker cannot say,
+    and one without shared subscriptions (RabbitMQ 3.x) takes ``$share/...`` for a filter nobody
+    publishes on: its nodes would never hear a round. A group is this host's alone (48 random
+    bits): another host's nodes are not its members."""
+    if nodes < 2 or mode == "per-node" or (mode == "auto" and not broker.shared_subscriptions):
+        return None
+    return f"host-{secrets.token_hex(6)}"
 
 
 def _allow_open_files(count: int) -> None:
@@ -224,7 +256,8 @@ def _allow_open_files(count: int) -> None:
 
 def _loop(inbox: queue.Queue[Inbound], agents: dict[str, NodeProtocol], clients: dict[str, MqttClient],
           run: str, grace_s: float, crash: tuple[int, bool] | None, fence: SessionFence | None = None,
-          watch: CoordinatorWatch | None = None) -> int:
+          watch: CoordinatorWatch | None = None, broadcast_members: Callable[[], list[str]] | None = None,
+          network: NetworkLoop | None = None) -> int:
     """Serve until every node was told to stop (or the coordinator is gone); the rounds answered.
 
     What arrived together is served together: the round messages of :class:`NodeAgent` nodes
@@ -238,7 +271,7 @@ def _loop(inbox: queue.Queue[Inbound], agents: dict[str, NodeProtocol], clients:
         if not watch.alive():
             log.warning("coordinator (pid %s) of run %s is gone; leaving", watch.pid, run)
             break
-        items = _gather(inbox, _TICK_S, agents)
+        items = _gather(inbox, _TICK_S, agents, broadcast_members)
         now = time.monotonic()
         if coordinator_offline_since is not None and now - coordinator_offline_since > grace_s:
             log.warning("coordinator of run %s offline for %.0f s; leaving", run, grace_s)
@@ -259,7 +292,7 @@ def _loop(inbox: queue.Queue[Inbound], agents: dict[str, NodeProtocol], clients:
             if msg.kind == protocol.ROUND and not crash_now and type(agents[name]) is NodeAgent:
                 rounds.append((name, msg))
                 continue
-            answered += _answer_rounds(rounds, agents, clients, run)
+            answered += _answer_rounds(rounds, agents, clients, run, network)
             rounds = []
             if crash_now and not crash[1]:
                 log.warning("node %s: emulated crash at round %d", name, msg.round)
@@ -269,17 +302,19 @@ def _loop(inbox: queue.Queue[Inbound], agents: dict[str, NodeProtocol], clients:
             except Exception as exc:  # noqa: BLE001  logged by _send as that node's failure
                 outcome = exc
             answered += _send(name, msg, outcome, clients, run, crash_now)
-        answered += _answer_rounds(rounds, agents, clients, run)
+        answered += _answer_rounds(rounds, agents, clients, run, network)
     return answered
 
 
 def _answer_rounds(rounds: list[tuple[str, wire.Message]], agents: dict[str, NodeProtocol],
-                   clients: dict[str, MqttClient], run: str) -> int:
-    """Step the nodes of ``rounds`` together and send each its reply; the updates sent."""
+                   clients: dict[str, MqttClient], run: str, network: NetworkLoop | None = None) -> int:
+    """Step the nodes of ``rounds`` together and send each its reply (written together, when the
+    clients share ``network``); the updates sent."""
     if not rounds:
         return 0
     outcomes = step_rounds([agents[name] for name, _ in rounds], [msg for _, msg in rounds])  # type: ignore[misc]
-    return sum(_send(name, msg, outcome, clients, run, False) for (name, msg), outcome in zip(rounds, outcomes))
+    with network.batch() if network is not None else contextlib.nullcontext():
+        return sum(_send(name, msg, outcome, clients, run, False) for (name, msg), outcome in zip(rounds, outcomes))
 
 
 def _send(name: str, msg: wire.Message, outcome: protocol.Reply | None | Exception,
@@ -314,29 +349,36 @@ def _send(name: str, msg: wire.Message, outcome: protocol.Reply | None | Excepti
     return 0 if to_channel else 1
 
 
-def _gather(inbox: queue.Queue[Inbound], timeout_s: float, agents: dict[str, NodeProtocol]) -> list[Inbound]:
+def _gather(inbox: queue.Queue[Inbound], timeout_s: float, agents: dict[str, NodeProtocol],
+            broadcast_members: Callable[[], list[str]] | None = None) -> list[Inbound]:
     """What the inbox holds: the first item waited for up to ``timeout_s``, then whatever else is
     there; while a round's copies for this host's expected nodes are still coming (each node's own
-    connection delivers its own), up to :data:`_GATHER_S` more for them, so they step together."""
+    connection delivers its own), up to :data:`_GATHER_S` more for them, so they step together.
+
+    With ``broadcast_members`` (the host's nodes read the broadcast through one shared
+    subscription), a broadcast arrives once and becomes one copy for each node it names whose
+    connection is up: a node cut off from the broker would not have heard it either."""
     first = _next(inbox, timeout_s)
     if first is None:
         return []
-    items = [first]
+    items: list[Inbound] = []
     expected: dict[tuple, frozenset[str]] = {}  # (session, round) -> this host's expected nodes
     waiting: dict[tuple, int] = {}  # (session, round) -> their copies still to come
     deadline = time.monotonic() + _GATHER_S
     item: Inbound | None = first
     while True:
-        msg = item.message if item is not None else None
-        if msg is not None and msg.kind == protocol.ROUND:
-            key = (protocol.session_of(msg), msg.round)
-            if key not in expected:
-                try:
-                    expected[key] = frozenset(str(n) for n in protocol.expected_of(msg)) & agents.keys()
-                except wire.WireError:  # the node's own check says so; nothing to wait for
-                    expected[key] = frozenset()
-                waiting[key] = len(expected[key])
-            waiting[key] -= item.receiver in expected[key]
+        for copy in _copies(item, broadcast_members):
+            items.append(copy)
+            msg = copy.message
+            if msg is not None and msg.kind == protocol.ROUND:
+                key = (protocol.session_of(msg), msg.round)
+                if key not in expected:
+                    try:
+                        expected[key] = frozenset(str(n) for n in protocol.expected_of(msg)) & agents.keys()
+                    except wire.WireError:  # the node's own check says so; nothing to wait for
+                        expected[key] = frozenset()
+                    waiting[key] = len(expected[key])
+                waiting[key] -= copy.receiver in expected[key]
         try:
             item = inbox.get_nowait()
         except queue.Empty:
@@ -346,7 +388,14 @@ def _gather(inbox: queue.Queue[Inbound], timeout_s: float, agents: dict[str, Nod
             item = _next(inbox, remaining)
             if item is None:
                 return items
-        items.append(item)
+
+
+def _copies(item: Inbound, broadcast_members: Callable[[], list[str]] | None) -> list[Inbound]:
+    """``item`` for each node it is for: a broadcast read through the host's shared subscription is
+    for every member; anything else, for the node whose connection it came on."""
+    if broadcast_members is None or item.kind != topics.BCAST:
+        return [item]
+    return [dataclasses.replace(item, receiver=name) for name in broadcast_members()]
 
 
 def _next(inbox: queue.Queue[Inbound], timeout_s: float) -> Inbound | None:

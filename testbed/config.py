@@ -174,6 +174,10 @@ class MqttSection(Section):
     """The CA certificate (PEM) that signed the broker's; only with mqtts://."""
     protocol: Annotated[Literal["auto", "5", "3.1.1"], BeforeValidator(_version_text)] = "auto"
     """MQTT version: auto (v5 if the broker speaks it, else 3.1.1), 5 or 3.1.1."""
+    broadcast: Literal["auto", "shared", "per-node"] = "auto"
+    """How an emulated host reads the broadcast: once for all its nodes (shared: an MQTT shared
+    subscription, which Mosquitto and the embedded broker serve), once per node, or auto: shared on
+    the embedded broker and where the broker says it serves them (an MQTT 5 CONNACK)."""
 
     @model_validator(mode="after")
     def _tls_needs_mqtts(self) -> "MqttSection":

@@ -29,6 +29,7 @@ coordinator which nodes really transmitted, and each of them is charged for its 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 import logging
 import os
@@ -59,7 +60,7 @@ from testbed.errors import ConfigError, UserError
 from testbed.ledger import Event, GaussianEvent
 from testbed.mqtt import topics
 from testbed.mqtt.broker import EmbeddedBroker
-from testbed.mqtt.client import MqttClient
+from testbed.mqtt.client import Inbound, MqttClient
 from testbed.nodes_api import RoundOutcome
 
 log = logging.getLogger(__name__)
@@ -102,6 +103,13 @@ class MqttNodes:
         self._sent: dict[int, dict[str, np.ndarray]] = {}  # this round's downlink rows, by node
         self._unsent: collections.OrderedDict[int, RoundContext] = collections.OrderedDict()
         self._outage_since: float | None = None  # monotonic s of the first unacknowledged publish
+        # The client's network thread hands every message over under this lock (_on_inbound): a
+        # node's status and a reply to the round being collected are taken there and then, without
+        # waking this thread per message; anything else waits in _pending for this thread.
+        self._lock = threading.Condition()
+        self._collecting: _Collection | None = None
+        self._pending: list[Inbound] = []
+        self.online: set[int] = set()
         self._broker = EmbeddedBroker().start() if m.broker_url is None else None
         self.url = self._broker.url if self._broker else m.broker_url
         username, password = _credentials(m.credentials, "coordinator")
@@ -110,7 +118,8 @@ class MqttNodes:
             version = "3.1.1" if self._broker and m.protocol == "auto" else m.protocol
             self.client = MqttClient.for_coordinator(self.url, self.run, username=username, password=password,
                                                      tls_ca=m.tls_ca, max_chunk_bytes=m.max_chunk_bytes,
-                                                     protocol=version, reconnect_max_s=_RECONNECT_MAX_S)
+                                                     protocol=version, reconnect_max_s=_RECONNECT_MAX_S,
+                                                     on_inbound=self._on_inbound)
             self.client.connect(timeout_s=m.connect_timeout_s)
             if isinstance(algorithm, OverTheAir):
                 user, secret = _credentials(m.credentials, topics.CHANNEL)
@@ -119,7 +128,6 @@ class MqttNodes:
                                                 connect_timeout_s=m.connect_timeout_s,
                                                 username=user, password=secret, tls_ca=m.tls_ca,
                                                 max_chunk_bytes=m.max_chunk_bytes, protocol=version)
-            self.online: set[int] = set()
             if m.emulated:
                 self._start_hosts(quiet)
             self._wait_online(m.connect_timeout_s)
@@ -150,6 +158,8 @@ class MqttNodes:
             cmd = [sys.executable, "-m", "testbed", "nodes", "--broker", self.url, "--run", self.run,
                    "--ids", ",".join(str(int(n)) for n in group), "--profile", self.nodes_section.profile,
                    "--protocol", self.client.protocol or "auto", "--max-chunk-bytes", str(m.max_chunk_bytes),
+                   # The embedded broker speaks 3.1.1, which cannot say it serves shared subscriptions.
+                   "--broadcast", "shared" if self._broker and m.broadcast == "auto" else m.broadcast,
                    # This session only, and only while this process lives: a killed coordinator's
                    # hosts must not answer (nor be charged for) its resumed successor's rounds.
                    "--session", self.session, "--coordinator-pid", str(os.getpid())]
@@ -178,7 +188,7 @@ class MqttNodes:
                 raise UserError(f"{len(missing)} of {len(wanted)} nodes ({_ids(missing)}) are not connected to "
                                 f"{self.url}: not online within {timeout_s:g} s; start them with "
                                 f"`testbed node --broker {self.url} --run {self.run} --node-id ID`")
-            self._handle(self.client.receive(timeout_s=min(remaining, 0.5)), None)
+            self._wait(min(remaining, 0.5))
 
     # ------------------------------------------------------------------------------------- rounds
 
@@ -189,7 +199,7 @@ class MqttNodes:
         quorum = min(self.mqtt.quorum, len(self.node_ids))
         deadline = time.monotonic() + self.round_timeout_s
         while len(self.online & set(self.node_ids)) < quorum and (remaining := deadline - time.monotonic()) > 0:
-            self._handle(self.client.receive(timeout_s=min(remaining, 0.5)), None)
+            self._wait(min(remaining, 0.5))
         self._reap_hosts()
         if self._hosts and all(h.reaped for h in self._hosts):
             raise UserError(f"every emulated host exited; the last said: {self._hosts[-1].last_error()}")
@@ -295,7 +305,7 @@ class MqttNodes:
         self._broker_lost()
         deadline = time.monotonic() + self.round_timeout_s
         while not self.client.connected and (remaining := deadline - time.monotonic()) > 0:
-            self._handle(self.client.receive(timeout_s=min(remaining, 0.5)), None)
+            self._wait(min(remaining, 0.5))
         if not self.client.connected:
             self._broker_lost()
 
@@ -324,24 +334,69 @@ class MqttNodes:
     def _collect(self, ctx: RoundContext, spec, kind: str):
         """Replies until every expected node answered, refused or left, or the deadline. A reply that
         fails the checks is logged and does not end the node's round (without the broker's ACL
-        anyone could forge it); with no good reply by the deadline it is the node's straggle reason."""
-        answers: dict[int, tuple[dict, list[Event], dict]] = {}
-        refusals: dict[int, wire.Message] = {}
-        reasons: dict[int, str] = {}
-        expected = set(ctx.expected)
+        anyone could forge it); with no good reply by the deadline it is the node's straggle reason.
+        The network thread takes the replies (_on_inbound); this one waits for the last, and looks
+        for emulated hosts that died every _REAP_INTERVAL_S."""
         deadline = time.monotonic() + self.round_timeout_s
-        next_reap = time.monotonic() + _REAP_INTERVAL_S
-        while not expected <= set(answers) | set(refusals) | {n for n, why in reasons.items() if why == "offline"}:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            self._handle(self.client.receive(timeout_s=min(remaining, 0.5)), (ctx, spec, kind, answers, refusals, reasons))
-            for node in expected - self.online - set(answers) - set(refusals):
-                reasons[node] = "offline"
-            if time.monotonic() >= next_reap:  # a wait per host: not once per reply
+        with self._lock:
+            collection = self._collecting = _Collection(ctx, spec, kind, outstanding=set(ctx.expected))
+            self._offline(set(ctx.expected) - self.online)
+            # Replies can come between the round's publish and this line: they answer it.
+            self._drain_pending()
+        try:
+            while True:
+                with self._lock:
+                    remaining = deadline - time.monotonic()
+                    if not collection.outstanding or remaining <= 0:
+                        break
+                    self._lock.wait(min(remaining, _REAP_INTERVAL_S))
                 self._reap_hosts()
-                next_reap = time.monotonic() + _REAP_INTERVAL_S
-        return answers, refusals, reasons
+        finally:
+            with self._lock:
+                self._collecting = None
+        return collection.answers, collection.refusals, collection.reasons
+
+    def _on_inbound(self, item: Inbound) -> None:
+        """The network thread's hand-over of one message (see ``_lock``)."""
+        with self._lock:
+            if item.kind == topics.STATUS:
+                node = topics.node_index(item.node)
+                if node is not None:
+                    if item.payload == topics.STATUS_ONLINE:
+                        self.online.add(node)
+                    else:
+                        self._offline({node})
+                self._lock.notify_all()
+            elif self._collecting is not None:
+                self._handle(item, self._collecting)
+                if not self._collecting.outstanding:
+                    self._lock.notify_all()
+            else:
+                self._pending.append(item)
+
+    def _wait(self, timeout_s: float) -> None:
+        """Up to ``timeout_s`` for a node's status to change; late messages handled meanwhile."""
+        with self._lock:
+            self._drain_pending()
+            self._lock.wait(timeout_s)
+            self._drain_pending()
+
+    def _drain_pending(self) -> None:
+        """The messages that came while no round was being collected (late replies, and the first
+        replies to a round just sent), handled (lock held)."""
+        pending, self._pending = self._pending, []
+        for item in pending:
+            self._handle(item, self._collecting)
+
+    def _offline(self, nodes: set[int]) -> None:
+        """``nodes`` left (their will, or their host died): a round being collected stops waiting
+        for them (lock held)."""
+        self.online -= nodes
+        collection = self._collecting
+        if collection is not None:
+            for node in nodes & collection.outstanding:
+                collection.reasons[node] = "offline"
+                collection.outstanding.discard(node)
 
     def _outcome(self, ctx: RoundContext, spec, answers, refusals, reasons, excluded, heard) -> RoundOutcome:
         ids = tuple(sorted(answers))
@@ -414,26 +469,21 @@ class MqttNodes:
                                                        f"the plan says {getattr(want, name, None)}")
         return events
 
-    def _handle(self, item, collecting) -> None:
-        if item is None:
-            return
-        if item.kind == topics.STATUS:
-            node = topics.node_index(item.node)
-            if node is not None:
-                (self.online.add if item.payload == topics.STATUS_ONLINE else self.online.discard)(node)
-            return
+    def _handle(self, item: Inbound, collection: _Collection | None) -> None:
+        """A node's reply (lock held): taken if it answers ``collection``, the round being
+        collected, and passes the checks; a late one charged; anything else dropped."""
         msg, node = item.message, topics.node_index(item.node)
         if msg is None or node is None or node not in self.node_ids:
             return
         if protocol.session_of(msg) != self.session:
             log.info("dropped %s of node %s (session %s): not this run", msg.kind, node, protocol.session_of(msg))
             return
-        if collecting is None:
+        if collection is None:
             self._maybe_late(node, msg)
             return
-        ctx, spec, kind, answers, refusals, reasons = collecting
+        ctx, answers, refusals = collection.ctx, collection.answers, collection.refusals
         wire_round = max(ctx.round_index, 0)
-        if msg.round != wire_round or msg.kind not in (kind, protocol.REFUSED):
+        if msg.round != wire_round or msg.kind not in (collection.kind, protocol.REFUSED):
             self._maybe_late(node, msg)
             return
         if node not in ctx.expected:
@@ -448,14 +498,16 @@ class MqttNodes:
                         isinstance(msg.meta.get(k), (int, float)) for k in ("would_be", "limit")):
                     raise wire.WireError("bad_header", "a refusal needs budget, would_be and limit")
                 refusals[node] = msg
+                collection.outstanding.discard(node)
                 return
-            problem = check_tensors(spec, msg.tensors, self._sent.get(node))
+            problem = check_tensors(collection.spec, msg.tensors, self._sent.get(node))
             if problem is not None:
                 raise wire.WireError("bad_header", problem)
             events = self._check_events(node, ctx, msg)
-            answers[node] = ({k: msg.tensors[k] for k in spec}, events, protocol.metrics_of(msg))
+            answers[node] = ({k: msg.tensors[k] for k in collection.spec}, events, protocol.metrics_of(msg))
+            collection.outstanding.discard(node)
         except wire.WireError as exc:
-            reasons[node] = "refused_update"
+            collection.reasons[node] = "refused_update"
             log.warning("rejected %s of node %d for round %d: %s", msg.kind, node, wire_round, exc)
 
     def _maybe_late(self, node: int, msg: wire.Message) -> None:
@@ -480,7 +532,8 @@ class MqttNodes:
                 host.reaped = True
                 log.error("the emulated host of nodes %s exited (status %s): %s", _ids(host.node_ids),
                           host.proc.returncode, host.last_error())
-                self.online -= set(host.node_ids)
+                with self._lock:
+                    self._offline(set(host.node_ids))
 
     def close(self, status: str) -> None:
         """Tell the nodes the run is over, wait for the emulated hosts, stop the embedded broker."""
@@ -502,6 +555,20 @@ class MqttNodes:
             client.close()
         if self._broker is not None:
             self._broker.stop()
+
+
+@dataclasses.dataclass
+class _Collection:
+    """A round's replies as they come: ``outstanding`` the expected nodes that neither answered, nor
+    refused, nor left yet (the round is complete when it is empty)."""
+
+    ctx: RoundContext
+    spec: dict
+    kind: str
+    outstanding: set[int]
+    answers: dict[int, tuple[dict, list[Event], dict]] = dataclasses.field(default_factory=dict)
+    refusals: dict[int, wire.Message] = dataclasses.field(default_factory=dict)
+    reasons: dict[int, str] = dataclasses.field(default_factory=dict)
 
 
 class _Host:

@@ -38,12 +38,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     nodes.add_argument("--data", help="the data file of these nodes (overrides data.path)")
     nodes.add_argument("--session", help="serve this coordinator session only (the coordinator that starts "
                                           "the host passes its own)")
+    nodes.add_argument("--broadcast", choices=["auto", "shared", "per-node"], default="auto",
+                       help="how the host reads the broadcast: once for all its nodes (shared: an MQTT shared "
+                            "subscription), once per node, or auto: shared when the broker says it serves "
+                            "shared subscriptions (MQTT 5)")
     nodes.add_argument("--coordinator-pid", type=int, metavar="PID",
                        help="leave at once when this process (the coordinator that started the host) is gone")
     _common(nodes)
     nodes.set_defaults(handler=_nodes, meter="model", state_dir=None, crash_at_round=None, crash_after_reply=False,
                        config=None, node_id=None)
-    node.set_defaults(session=None, coordinator_pid=None)
+    node.set_defaults(session=None, coordinator_pid=None, broadcast="per-node")
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -108,7 +112,8 @@ def _serve(args: argparse.Namespace, ids: list[int] | None) -> int:
     serve(args.broker, args.run, ids, data_path=args.data, state_dir=args.state_dir, costs=costs,
           protocol_version=args.protocol, max_chunk_bytes=args.max_chunk_bytes, credentials=credentials,
           tls_ca=args.tls_ca, crash_at_round=args.crash_at_round,
-          crash_after_reply=args.crash_after_reply, session=args.session, coordinator_pid=args.coordinator_pid)
+          crash_after_reply=args.crash_after_reply, session=args.session, coordinator_pid=args.coordinator_pid,
+          broadcast=args.broadcast)
     return 0
 
 

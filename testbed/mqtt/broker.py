@@ -31,6 +31,7 @@ from typing import Any
 
 from testbed.errors import UserError
 from testbed.mqtt.acl import BIND_CLIENT_IDS, queued_messages_for
+from testbed.mqtt.topics import SHARE_PREFIX
 
 _DEFAULT_PORTS = {"mqtt": 1883, "mqtts": 8883}
 
@@ -294,6 +295,11 @@ def _amqtt_broker_class() -> type:
       whole message with its payload, and one line per subscription it did not match (every other
       node's downlink), a fifth of the broker's time in a run. The same routing, formatted only
       when debug logging is on.
+    - Shared subscriptions (``$share/{group}/{filter}``, MQTT 5 §4.8.2; amqtt 0.12 has none, and
+      took the filter literally): a message matching the filter goes to one member of the group
+      (:mod:`testbed.mqtt.topics`: an emulated host's nodes read the broadcast so). Retained
+      messages are not sent to a shared subscription, as the standard says (the filter never
+      equals a retained topic).
     """
     import logging
 
@@ -312,10 +318,13 @@ def _amqtt_broker_class() -> type:
             topic = broadcast["topic"]
             debug = self.logger.isEnabledFor(logging.DEBUG)
             for k_filter, subscriptions in self._subscriptions.items():
+                shared = k_filter.startswith(SHARE_PREFIX)
+                if shared:  # "$share/{group}/{filter}": one member of the group gets it
+                    k_filter = k_filter.split("/", 2)[2]
                 # amqtt's _matches is the topic's equality for a filter without wildcards
                 if k_filter != topic and not (("+" in k_filter or "#" in k_filter) and self._matches(topic, k_filter)):
                     continue
-                for target_session, sub_qos in subscriptions:
+                for target_session, sub_qos in _share_member(subscriptions) if shared else subscriptions:
                     qos = broadcast.get("qos", sub_qos)
                     if not await self._topic_filtering(target_session, topic=topic, action=Action.RECEIVE):
                         self.logger.info("%s not allowed to receive messages from TOPIC %s.",
@@ -336,6 +345,14 @@ def _amqtt_broker_class() -> type:
                     if handler:
                         running_tasks.append(asyncio.ensure_future(
                             handler.mqtt_publish(topic, broadcast["data"], qos, retain=False)))
+
+    def _share_member(subscriptions: list) -> list:
+        """The member of a shared subscription a message goes to: the first connected one, else
+        (nobody connected) the first, whose persistent session may keep it."""
+        for subscription in subscriptions:
+            if subscription[0].transitions.state == "connected":
+                return [subscription]
+        return subscriptions[:1]
 
     return OwnSubscriptionsBroker
 

@@ -15,7 +15,7 @@ What it adds to paho:
 - validation of every received wire message (run, sender = the topic's node, shapes, dtypes,
   finiteness, size, replays): bad ones are logged with the sender id and dropped, never raised
   in the network thread;
-- a thread-safe inbox read with `receive(timeout_s)`;
+- a thread-safe inbox read with `receive(timeout_s)`, or a handler called as messages come;
 - optionally one shared network thread for many clients (`NetworkLoop`), for hosts of hundreds.
 """
 
@@ -29,7 +29,7 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -137,6 +137,9 @@ class MqttClient:
         owner: who this client speaks for (a node id), copied into every Inbound's `receiver`.
         network: a NetworkLoop shared with other clients to run this one's socket; default: a
             paho network thread of its own (fine for a few clients per process, not hundreds).
+        on_inbound: called on the network thread with each received message, instead of putting it
+            in the inbox (then `receive` has nothing): a receiver that handles messages as they come
+            saves a hand-over between threads per message. It must not block.
     """
 
     def __init__(self, url: str, *, client_id: str, run: str, subscriptions: Sequence[str] = (),
@@ -146,7 +149,7 @@ class MqttClient:
                  max_chunk_bytes: int = 256 * 1024, max_message_bytes: int = wire.DEFAULT_MAX_BYTES,
                  reconnect_min_s: float = 0.25, reconnect_max_s: float = 30.0,
                  session_expiry_s: int = 300, inbox: queue.Queue | None = None, owner: str | None = None,
-                 network: NetworkLoop | None = None):
+                 network: NetworkLoop | None = None, on_inbound: Callable[[Inbound], None] | None = None):
         if protocol not in PROTOCOLS:
             raise ConfigError("mqtt.protocol", f"must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
         if max_chunk_bytes <= wire.CHUNK_HEADER_BYTES:
@@ -169,6 +172,7 @@ class MqttClient:
         self._session_expiry_s = session_expiry_s
 
         self._inbox: queue.Queue[Inbound] = inbox if inbox is not None else queue.Queue()
+        self._deliver: Callable[[Inbound], None] = on_inbound if on_inbound is not None else self._inbox.put
         self.owner = owner
         self._network = network
         self._reassembler = wire.Reassembler(max_message_bytes=max_message_bytes)
@@ -193,7 +197,8 @@ class MqttClient:
     @classmethod
     def for_node(cls, url: str, run: str, node: str, **kwargs: Any) -> MqttClient:
         """A node's client: id `tb-{run}-{node}-{random}`, subscribed to its downlink, the broadcast
-        and the coordinator status; status topic `status/{node}`."""
+        and the coordinator status (unless ``subscriptions`` says otherwise); status topic
+        `status/{node}`."""
         kwargs.setdefault("subscriptions", topics.node_subscriptions(run, node))
         kwargs.setdefault("client_id", new_client_id(run, node))
         return cls(url, run=run, status_topic=topics.status(run, node), owner=node, **kwargs)
@@ -296,7 +301,7 @@ class MqttClient:
         if probe_first or self._protocol_choice == "auto":
             protocol = probe.negotiate(self.url, tls_ca=self._tls_ca, protocol=self._protocol_choice,
                                        client_id=f"{self.client_id}-probe", username=self._username,
-                                       password=self._password, deadline=deadline, timeout_s=timeout_s)
+                                       password=self._password, deadline=deadline, timeout_s=timeout_s).protocol
         else:
             protocol = self._protocol_choice
         code = self._attempt(protocol, deadline)
@@ -410,7 +415,7 @@ class MqttClient:
                 raise wire.WireError("wrong_run", f"topic is for run {t.run!r}, this client serves {self.run!r}")
             payload = msg.payload
             if t.kind not in topics.DATA_KINDS:
-                self._inbox.put(Inbound(topic, t.kind, t.node, payload, None, self.owner))
+                self._deliver(Inbound(topic, t.kind, t.node, payload, None, self.owner))
                 return
             if wire.is_chunk(payload):
                 payload = self._reassembler.add(payload, source=topic)
@@ -418,7 +423,7 @@ class MqttClient:
                     return
             message = _decode(payload, self.run, sender, self._max_message_bytes)
             self._replay.check(message)
-            self._inbox.put(Inbound(topic, t.kind, t.node, payload, message, self.owner))
+            self._deliver(Inbound(topic, t.kind, t.node, payload, message, self.owner))
         except (wire.WireError, topics.TopicError, UnicodeDecodeError) as exc:
             self.rejected += 1
             log.warning("%s: rejected message from %s on %r: %s", self.client_id, sender, topic, exc)

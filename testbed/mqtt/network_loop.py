@@ -29,6 +29,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import heapq
 import logging
@@ -39,7 +40,7 @@ import ssl
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import paho.mqtt.client as paho
@@ -82,6 +83,7 @@ class NetworkLoop:
         self._wake_w.setblocking(False)
         self._selector.register(self._wake_r, selectors.EVENT_READ, None)
         self._lock = threading.Lock()
+        self._local = threading.local()  # a thread's flushes held by batch()
         self._requests: deque[Callable[[], None]] = deque()
         self._wake_pending = False  # a wake-up byte is on its way and the requests not yet drained
         self._served: dict[paho.Client, _Served] = {}
@@ -112,8 +114,27 @@ class NetworkLoop:
         self._call_soon(lambda: self._connect(served, time.monotonic()))
 
     def flush(self, client: paho.Client) -> None:
-        """Have the loop thread write what ``client`` has queued (call after ``publish``)."""
+        """Have the loop thread write what ``client`` has queued (call after ``publish``); within
+        :meth:`batch`, at the end of the block."""
+        held = getattr(self._local, "held", None)
+        if held is not None:
+            held[client] = None
+            return
         self._call_soon(lambda: self._write(client))
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """Within the block, this thread's flushes are held and handed to the loop thread as one
+        request at its end: a host's replies to a round go out on one wake-up of the loop instead
+        of one each (each wake-up hands the GIL back and forth between the two threads)."""
+        self._local.held = held = {}
+        try:
+            yield
+        finally:
+            self._local.held = None
+            if held:
+                clients = list(held)
+                self._call_soon(lambda: [self._write(client) for client in clients])
 
     def remove(self, client: paho.Client, timeout_s: float = 2.0) -> None:
         """Disconnect ``client`` cleanly (its DISCONNECT written, so the broker sends no will) and

@@ -22,6 +22,9 @@ import socket
 import ssl
 import time
 
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+
 from testbed.errors import ConfigError, UserError
 from testbed.mqtt.broker import BrokerUrl, parse_broker_url
 
@@ -91,12 +94,28 @@ class _Answer:
 
     connack: int | None = None
     seen: str = ""  # for no CONNACK: "closed", "tls", "silent", "refused", or "bytes <hex>"
+    shared_subscriptions: bool | None = None  # what a v5 CONNACK says (absent: yes, MQTT 5 §3.2.2.3.15)
+
+
+@dataclasses.dataclass(frozen=True)
+class Negotiated:
+    """What the probe learnt of a broker.
+
+    Attributes:
+        protocol: the MQTT version to connect with, "5" or "3.1.1".
+        shared_subscriptions: whether it serves shared subscriptions (``$share/...``), as its MQTT 5
+            CONNACK says; None on 3.1.1, which cannot say.
+    """
+
+    protocol: str
+    shared_subscriptions: bool | None
 
 
 def negotiate(url: BrokerUrl | str, *, tls_ca: str | None, protocol: str, client_id: str,
-              username: str | None, password: str | None, deadline: float, timeout_s: float) -> str:
-    """The MQTT version to connect with ("5" or "3.1.1"), after one raw connection that shows the
-    broker is there, speaks TLS if and only if the URL says so, trusts our CA and answers CONNECTs.
+              username: str | None, password: str | None, deadline: float, timeout_s: float) -> Negotiated:
+    """The MQTT version to connect with ("5" or "3.1.1") and what the broker serves, after one raw
+    connection that shows the broker is there, speaks TLS if and only if the URL says so, trusts
+    our CA and answers CONNECTs.
 
     Args:
         url: the broker.
@@ -121,7 +140,7 @@ def negotiate(url: BrokerUrl | str, *, tls_ca: str | None, protocol: str, client
         answer = _ask(url, context, first, client_id, username, password, deadline, handshake_s)
         chosen = _decide(url, context, protocol, first, answer, client_id, username, password, deadline)
         if chosen is not None:
-            return chosen
+            return Negotiated(chosen, answer.shared_subscriptions if chosen == first == "5" else None)
         left = deadline - time.monotonic()
         if left <= 0:
             raise UserError(f"broker {url} not reachable within {timeout_s:g} s ({_describe(answer)})")
@@ -212,7 +231,7 @@ def _ask(url: BrokerUrl, context: ssl.SSLContext | None, version: str, client_id
                 return _Answer(seen="tls-silent")
             sock.settimeout(timeout)
         sock.sendall(_connect_packet(version, client_id, username, password))
-        answer = _read_connack(sock)
+        answer = _read_connack(sock, v5=version == "5")
         if answer.connack is not None:
             try:
                 sock.sendall(b"\xe0\x00")  # DISCONNECT, normal: no will, no noise in the broker's log
@@ -227,8 +246,9 @@ def _ask(url: BrokerUrl, context: ssl.SSLContext | None, version: str, client_id
         sock.close()
 
 
-def _read_connack(sock: socket.socket) -> _Answer:
-    """Read a CONNACK (fixed header 0x20) and return its code; else what came instead."""
+def _read_connack(sock: socket.socket, *, v5: bool) -> _Answer:
+    """Read a CONNACK (fixed header 0x20) and return its code (and with ``v5``, whether its
+    properties say the broker serves shared subscriptions); else what came instead."""
     data = b""
     while len(data) < 4:
         chunk = sock.recv(4 - len(data))
@@ -240,12 +260,19 @@ def _read_connack(sock: socket.socket) -> _Answer:
     # CONNACK: 0x20, remaining length (2 in 3.1.1; 2 + properties in v5), flags, code. Read the
     # rest (v5 properties), so that closing does not reset the connection under the DISCONNECT.
     rest = data[1] - 2 if data[1] < 128 else 0
+    properties = b""
     try:
-        while rest > 0 and (chunk := sock.recv(rest)):
-            rest -= len(chunk)
+        while len(properties) < rest and (chunk := sock.recv(rest - len(properties))):
+            properties += chunk
     except OSError:
         pass
-    return _Answer(connack=data[3])
+    shared = None
+    if v5 and properties and len(properties) == rest:
+        try:
+            shared = getattr(Properties(PacketTypes.CONNACK).unpack(properties)[0], "SharedSubscriptionAvailable", 1) != 0
+        except Exception:  # noqa: BLE001  paho raises bare Exceptions on malformed properties
+            log.info("unreadable CONNACK properties %s: shared subscriptions unknown", properties.hex(" "))
+    return _Answer(connack=data[3], shared_subscriptions=shared)
 
 
 def _odd(data: bytes) -> _Answer:

@@ -12,6 +12,14 @@
 The last three exist for over-the-air algorithms (DWFL): the radio between the nodes is emulated
 by a client of its own, `channel` (status topic `status/channel`).
 
+The nodes of one emulated host read the broadcast through a shared subscription
+(``$share/{group}/tb/v1/{run}/bcast``, MQTT 5 §4.8.2, which Mosquitto also serves to 3.1.1 clients
+and the embedded broker serves too): the broker hands each broadcast to one connection of the
+group, and the host passes it to all of its nodes; without it a host of N nodes reads and decodes
+each broadcast N times. The embedded broker hands it to a connected member; Mosquitto to each
+member in turn, a disconnected one with a persistent session included (queued for it until it is
+back): while one node of a host is cut off, some rounds reach that host late.
+
 Run and node ids match `testbed.wire.ID_PATTERN`, so they never contain '/', '+' or '#'. The
 protocol version `v1` changes only when the topic layout does (the payload schema has its own
 version in the wire header).
@@ -130,10 +138,29 @@ def all_status(run: str) -> str:
     return f"{_base(run)}/{STATUS}/+"
 
 
-def node_subscriptions(run: str, node: str) -> list[str]:
-    """What a node subscribes to: its downlink, its received signal, the broadcast and the
-    coordinator's status."""
-    return [down(run, node), rx(run, node), bcast(run), coord(run)]
+SHARE_PREFIX = "$share/"
+
+
+def shared(group: str, topic_filter: str) -> str:
+    """``topic_filter`` as a shared subscription of ``group``: the broker delivers each matching
+    message to one member of the group."""
+    try:
+        check_id(group, "share group")
+    except WireError as exc:
+        raise TopicError(exc.reason) from None
+    return f"{SHARE_PREFIX}{group}/{topic_filter}"
+
+
+def broadcast_subscription(run: str, group: str | None = None) -> str:
+    """The filter a node reads the broadcast through: the topic itself, or shared with the other
+    members of ``group`` (its host's nodes)."""
+    return bcast(run) if group is None else shared(group, bcast(run))
+
+
+def node_subscriptions(run: str, node: str, broadcast_group: str | None = None) -> list[str]:
+    """What a node subscribes to: its downlink, its received signal, the broadcast (shared with
+    ``broadcast_group``, if given) and the coordinator's status."""
+    return [down(run, node), rx(run, node), broadcast_subscription(run, broadcast_group), coord(run)]
 
 
 def channel_subscriptions(run: str) -> list[str]:

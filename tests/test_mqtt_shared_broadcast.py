@@ -1,0 +1,174 @@
+"""An emulated host reads the broadcast once, through a shared subscription of its nodes
+(testbed.mqtt.topics): both brokers serve it (the embedded one through our routing), the ACL allows
+it, the probe learns whether a broker serves it, and the host hands each node its copy.
+Network: 127.0.0.1 only."""
+
+from __future__ import annotations
+
+import queue
+import socket
+import time
+
+import pytest
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+
+from nodes.host import _broadcast_group, _copies, _gather
+from testbed import protocol, wire
+from testbed.mqtt import probe, topics
+from testbed.mqtt.client import Inbound, MqttClient
+from testbed.mqtt.network_loop import NetworkLoop
+
+
+def _stops(client: MqttClient, timeout_s: float) -> list[int]:
+    """The rounds of the stop messages ``client`` receives within ``timeout_s``."""
+    rounds, deadline = [], time.monotonic() + timeout_s
+    while (left := deadline - time.monotonic()) > 0:
+        item = client.receive(left)
+        if item is not None and item.message is not None and item.message.kind == protocol.STOP:
+            rounds.append(item.message.round)
+    return rounds
+
+
+def test_a_shared_broadcast_reaches_one_member_of_the_group_and_every_plain_subscriber(broker, run_id, connect):
+    group = "host-0123456789ab"
+    members = [connect(MqttClient.for_node(broker.url, run_id, n, subscriptions=topics.node_subscriptions(run_id, n, group)))
+               for n in ("0", "1")]
+    plain = connect(MqttClient.for_node(broker.url, run_id, "2"))
+    coordinator = connect(MqttClient.for_coordinator(broker.url, run_id))
+    for r in range(1, 7):
+        coordinator.publish(topics.bcast(run_id), protocol.stop(run_id, "s", "completed", r))
+    assert _stops(plain, 1.5) == list(range(1, 7))
+    got = [_stops(member, 0.2) for member in members]
+    assert sorted(got[0] + got[1]) == list(range(1, 7))  # each message once, to one member
+
+
+def test_the_embedded_broker_hands_a_shared_broadcast_to_a_connected_member(embedded_broker, run_id, connect):
+    url, group = embedded_broker.url, "host-0123456789ab"
+    members = [connect(MqttClient.for_node(url, run_id, n, subscriptions=topics.node_subscriptions(run_id, n, group)))
+               for n in ("0", "1")]
+    coordinator = connect(MqttClient.for_coordinator(url, run_id))
+    coordinator.publish(topics.bcast(run_id), protocol.stop(run_id, "s", "completed", 1))
+    taker = 0 if _stops(members[0], 1.0) else 1
+    members[taker].close()  # its persistent session stays: it is no longer the one served
+    coordinator.publish(topics.bcast(run_id), protocol.stop(run_id, "s", "completed", 2))
+    assert _stops(members[1 - taker], 1.5) == [2]
+
+
+def test_the_acl_lets_a_node_read_the_broadcast_through_a_shared_subscription(secured_mosquitto, run_id, connect):
+    broker, pw = secured_mosquitto
+    node = connect(MqttClient.for_node(broker.url, run_id, "a", username="a", password=pw["a"],
+                                       subscriptions=topics.node_subscriptions(run_id, "a", "host-1")))
+    coordinator = connect(MqttClient.for_coordinator(broker.url, run_id, username="coordinator",
+                                                     password=pw["coordinator"]))
+    coordinator.publish(topics.bcast(run_id), protocol.stop(run_id, "s", "completed", 3))
+    assert _stops(node, 1.5) == [3]
+
+
+def test_the_probe_learns_whether_the_broker_serves_shared_subscriptions(embedded_broker, mosquitto_broker):
+    def ask(url: str, version: str) -> probe.Negotiated:
+        return probe.negotiate(url, tls_ca=None, protocol=version, client_id="probe-test", username=None,
+                               password=None, deadline=time.monotonic() + 10, timeout_s=10)
+
+    assert ask(mosquitto_broker.url, "auto") == probe.Negotiated("5", True)
+    assert ask(mosquitto_broker.url, "3.1.1") == probe.Negotiated("3.1.1", None)  # 3.1.1 cannot say
+    assert ask(embedded_broker.url, "auto") == probe.Negotiated("3.1.1", None)
+
+
+@pytest.mark.parametrize("available, expected", [(0, False), (1, True), (None, True)])
+def test_a_v5_connack_says_whether_shared_subscriptions_are_served(available, expected):
+    props = Properties(PacketTypes.CONNACK)
+    props.ReceiveMaximum = 20
+    if available is not None:
+        props.SharedSubscriptionAvailable = available
+    body = b"\x00\x00" + props.pack()  # flags, reason code (success), properties
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        theirs.sendall(bytes([0x20, len(body)]) + body)
+        answer = probe._read_connack(ours, v5=True)
+    assert answer.connack == 0 and answer.shared_subscriptions is expected
+
+
+def test_broadcast_mode_of_a_host():
+    says_yes, cannot_say = probe.Negotiated("5", True), probe.Negotiated("3.1.1", None)
+    assert _broadcast_group("auto", says_yes, 50).startswith("host-")
+    assert _broadcast_group("auto", cannot_say, 50) is None  # e.g. RabbitMQ 3.x: per node, which works
+    assert _broadcast_group("shared", cannot_say, 50).startswith("host-")
+    assert _broadcast_group("per-node", says_yes, 50) is None
+    assert _broadcast_group("shared", says_yes, 1) is None  # a board: a group of one is its own copy
+    assert _broadcast_group("auto", says_yes, 2) != _broadcast_group("auto", says_yes, 2)  # one per host
+
+
+def _round_inbound(run: str, receiver: str, expected: list[int]) -> Inbound:
+    payload = protocol.round_(run, "s", 4, "[run]\n", expected, {}, [])
+    return Inbound(topics.bcast(run), topics.BCAST, None, payload, wire.decode(payload), receiver)
+
+
+def test_a_shared_broadcast_becomes_one_copy_for_each_connected_member():
+    item = _round_inbound("r", "1", [0, 1, 2])
+    copies = _copies(item, lambda: ["0", "2"])  # node 1's connection is down: it did not hear it
+    assert [c.receiver for c in copies] == ["0", "2"] and all(c.message is item.message for c in copies)
+    assert _copies(item, None) == [item]  # per-node copies: each its own
+    status = Inbound(topics.coord("r"), topics.COORD, None, topics.STATUS_ONLINE, None, "1")
+    assert _copies(status, lambda: ["0", "2"]) == [status]
+
+
+def test_a_host_does_not_wait_for_more_copies_of_a_shared_broadcast():
+    inbox: queue.Queue[Inbound] = queue.Queue()
+    inbox.put(_round_inbound("r", "1", [0, 1, 2]))
+    agents = {"0": object(), "1": object(), "2": object()}
+    started = time.monotonic()
+    items = _gather(inbox, 1.0, agents, lambda: ["0", "1", "2"])  # type: ignore[arg-type]
+    assert sorted(i.receiver for i in items) == ["0", "1", "2"]
+    assert time.monotonic() - started < 0.015  # not the 20 ms a round's per-node copies get
+
+
+def test_a_batch_writes_the_held_flushes_in_one_request():
+    loop = NetworkLoop()
+    written: list[object] = []
+    loop._write = written.append  # type: ignore[method-assign]  # the loop thread's write, observed
+    try:
+        clients = [object(), object()]
+        with loop.batch():
+            for c in clients + clients:
+                loop.flush(c)  # type: ignore[arg-type]
+            time.sleep(0.05)
+            assert written == [] and len(loop._requests) == 0  # held, not yet handed over
+        deadline = time.monotonic() + 2
+        while len(written) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert written == clients  # once each, in order
+    finally:
+        loop.close()
+
+
+def test_a_reply_that_comes_before_the_collection_begins_answers_the_round():
+    """The coordinator's network thread takes replies as they come; one that comes between the
+    round's publish and the start of its collection waits and then answers it (not a late reply)."""
+    import threading
+
+    import numpy as np
+
+    from testbed.algorithms import registry
+    from testbed.algorithms.contract import RoundContext
+    from testbed.assemble import load_data, model_for
+    from testbed.config import load_config
+    from testbed.coordinator import MqttNodes
+
+    config = load_config("benchmarks/acfl.toml")
+    data = load_data(config.data, 0)
+    alg = registry.build(config, model_for(config.model, data, 0), data)
+    nodes = MqttNodes.__new__(MqttNodes)  # its round bookkeeping only: no broker, no hosts
+    nodes.alg, nodes.session, nodes.node_ids, nodes.round_timeout_s = alg, "s", list(range(100)), 5.0
+    nodes._lock, nodes._collecting, nodes._pending = threading.Condition(), None, []
+    nodes.online, nodes._hosts, nodes._sent, nodes._late, nodes._unsent = {3, 4}, [], {}, {}, {}
+    nodes._past = {}
+    ctx = RoundContext(7, 0, 100, (3, 4))
+    nodes._remember(ctx)
+    for node in (3, 4):
+        payload = protocol.update("r", "s", 7, node, {"gradient": np.ones((10, 10))}, alg.planned_events(node, ctx))
+        nodes._on_inbound(Inbound(topics.up("r", str(node)), topics.UP, str(node), payload, wire.decode(payload)))
+    started = time.monotonic()
+    answers, refusals, reasons = nodes._collect(ctx, alg.uplink_spec(), protocol.UPDATE)
+    assert sorted(answers) == [3, 4] and not refusals and not reasons and not nodes._late
+    assert time.monotonic() - started < 1.0  # complete at once, not at the deadline
