@@ -109,7 +109,7 @@ def test_a_changed_file_is_a_new_cache_with_its_own_rows(cache, vehicle):
                                                                  after.nodes([0]).train.x)
 
 
-@pytest.mark.parametrize("damage", ["truncate", "no_meta", "bad_offsets"])
+@pytest.mark.parametrize("damage", ["truncate", "no_meta", "offsets", "names", "dtype"])
 def test_a_broken_cache_is_written_again(cache, vehicle, damage):
     config = vehicle_config(vehicle)
     load_run_data(config)
@@ -119,8 +119,15 @@ def test_a_broken_cache_is_written_again(cache, vehicle, damage):
         file.write_bytes(file.read_bytes()[:-100])
     elif damage == "no_meta":
         (directory / "meta.json").unlink()
-    else:
-        np.save(directory / "test.offsets.npy", np.arange(5) * 2)
+    elif damage == "offsets":  # the same shape, other boundaries
+        offsets = np.load(directory / "test.offsets.npy")
+        offsets[1] += 1
+        np.save(directory / "test.offsets.npy", offsets)
+    elif damage == "names":
+        (directory / "meta.json").write_text((directory / "meta.json").read_text().replace("iid-1", "iid-9"))
+    else:  # float64 bytes read as int64: the same bytes, other numbers
+        x = np.load(directory / "train.x.npy")
+        np.save(directory / "train.x.npy", x.view(np.int64))
     assert_same_nodes(load_run_data(config).nodes(range(4)), load_data(config.data, config.run.seed))
 
 

@@ -16,8 +16,9 @@ A cache directory holds, for each split of train, test and validation, ``<split>
 ``<split>.y.npy`` (R,) int64 and ``<split>.offsets.npy`` (M + 1,) int64; ``digests.npy`` (3, M)
 uint64, a blake2b-64 of each node's x and y bytes per split, checked whenever a node's rows are
 read (a corrupt file is an error that removes the cache, never rows silently wrong); and
-``meta.json`` (n_classes, name, node_names). It is written into a temporary directory and renamed
-when complete; one that is incomplete or does not fit together is written again.
+``meta.json`` (n_classes, name, node_names, the features' dtype, and a sha256 over them, the offsets
+and the digests). It is written into a temporary directory and renamed when complete; one that is
+incomplete, altered outside the rows, or does not fit together is written again.
 
 Example::
 
@@ -62,21 +63,33 @@ def _digest(x: np.ndarray, y: np.ndarray) -> int:
     return int.from_bytes(h.digest(), "little")
 
 
+def _sealed(meta: dict[str, Any], offsets: Sequence[np.ndarray], digests: np.ndarray) -> str:
+    """sha256 over the description, every split's offsets and the digests: what the per-node
+    digests do not cover."""
+    h = hashlib.sha256(json.dumps(meta, sort_keys=True).encode())
+    for a in (*offsets, digests):
+        h.update(np.ascontiguousarray(a).data)
+    return h.hexdigest()
+
+
 def write(directory: Path, data: FederatedData) -> None:
     """Write ``data`` (a whole federation, nodes 0..M-1) as the cache ``directory``, atomically."""
     directory.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
     try:
         digests = np.empty((len(SPLITS), data.num_nodes), dtype=np.uint64)
+        offsets = []
         for k, name in enumerate(SPLITS):
             split: Split = getattr(data, name)
+            offsets.append(np.asarray(split.offsets, dtype=np.int64))
             np.save(tmp / f"{name}.x.npy", np.ascontiguousarray(split.x))
             np.save(tmp / f"{name}.y.npy", np.ascontiguousarray(split.y, dtype=np.int64))
-            np.save(tmp / f"{name}.offsets.npy", np.asarray(split.offsets, dtype=np.int64))
+            np.save(tmp / f"{name}.offsets.npy", offsets[-1])
             digests[k] = [_digest(*split.node_slice(m)) for m in range(data.num_nodes)]
         np.save(tmp / "digests.npy", digests)
-        meta = {"n_classes": data.n_classes, "name": data.name, "node_names": list(data.node_names)}
-        (tmp / "meta.json").write_text(json.dumps(meta))
+        meta = {"n_classes": data.n_classes, "name": data.name, "node_names": list(data.node_names),
+                "dtype": str(data.train.x.dtype)}
+        (tmp / "meta.json").write_text(json.dumps(dict(meta, sha256=_sealed(meta, offsets, digests))))
         try:
             tmp.rename(directory)
         except OSError:  # another run wrote it first: the same rows, keep theirs
@@ -96,17 +109,21 @@ class MappedFederation:
     def __init__(self, directory: Path):
         self.directory = directory
         meta = json.loads((directory / "meta.json").read_text())
+        sealed = meta.pop("sha256")
+        self.offsets = [np.load(directory / f"{name}.offsets.npy") for name in SPLITS]
+        self.digests = np.load(directory / "digests.npy")
+        if sealed != _sealed(meta, self.offsets, self.digests):
+            raise ValueError(f"{directory}: meta.json, the offsets or the digests were altered")
         self.n_classes: int = int(meta["n_classes"])
         self.name: str = str(meta["name"])
         self.node_names: list[str] = list(meta["node_names"])
-        self.offsets = [np.load(directory / f"{name}.offsets.npy") for name in SPLITS]
-        self.digests = np.load(directory / "digests.npy")
         m = len(self.node_names)
         dims = set()
         for name, offsets in zip(SPLITS, self.offsets):
             x, y = self.arrays(name)  # np.load checks each header against the file's length
-            if (offsets.shape != (m + 1,) or offsets[0] != 0 or np.any(np.diff(offsets) < 0)
-                    or x.ndim != 2 or x.shape[0] != offsets[-1] or y.shape != (offsets[-1],)):
+            if (offsets.shape != (m + 1,) or offsets[0] != 0 or np.any(np.diff(offsets) < 0) or x.ndim != 2
+                    or x.shape[0] != offsets[-1] or y.shape != (offsets[-1],) or x.dtype != meta["dtype"]
+                    or y.dtype != np.int64):
                 raise ValueError(f"{directory}: {name}'s arrays do not fit its offsets")
             dims.add(x.shape[1])
         if len(dims) != 1 or self.digests.shape != (len(SPLITS), m) or self.digests.dtype != np.uint64:
