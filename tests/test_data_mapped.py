@@ -87,8 +87,12 @@ def test_the_rows_are_read_through_memory_maps(cache, vehicle, monkeypatch):
     lazy = load_run_data(vehicle_config(vehicle))
     opened = []
     arrays = mapped.MappedFederation.arrays
-    monkeypatch.setattr(mapped.MappedFederation, "arrays", lambda self, split: opened.append(arrays(self, split))
-                        or opened[-1])
+
+    def recorded(self, split):
+        opened.append(arrays(self, split))
+        return opened[-1]
+
+    monkeypatch.setattr(mapped.MappedFederation, "arrays", recorded)
     part = lazy.nodes([3, 1])
     assert len(opened) == 3 and all(isinstance(a, np.memmap) and a.mode == "r" for pair in opened for a in pair)
     assert type(part.train.x) is np.ndarray  # the gathered rows are the round's own copy, not a view of the map
@@ -104,9 +108,21 @@ def test_a_changed_file_is_a_new_cache_with_its_own_rows(cache, vehicle):
     assert len(list(cache.iterdir())) == 2
     assert_same_nodes(after.nodes(range(4)), load_data(config.data, config.run.seed))
     assert not np.array_equal(after.nodes([0]).train.x, before.select([0]).train.x)
-    other_seed = load_run_data(vehicle_config(vehicle, "run.seed=3"))
-    assert len(list(cache.iterdir())) == 3 and not np.array_equal(other_seed.nodes([0]).train.x,
-                                                                 after.nodes([0]).train.x)
+    for k, other in enumerate(("run.seed=3", "data.scaling='pooled'", "data.dtype='float32'")):
+        load_run_data(vehicle_config(vehicle, other))
+        assert len(list(cache.iterdir())) == 3 + k  # each its own rows
+    assert not np.array_equal(load_run_data(vehicle_config(vehicle, "run.seed=3")).nodes([0]).train.x,
+                              after.nodes([0]).train.x)
+
+
+def test_a_cache_another_run_wrote_first_is_kept(cache, vehicle):
+    config = vehicle_config(vehicle)
+    lazy = load_run_data(config)
+    directory = next(cache.iterdir())
+    before = (directory / "train.x.npy").stat().st_mtime_ns
+    mapped.write(directory, load_data(config.data, config.run.seed))  # the loser of a race
+    assert [p.name for p in cache.iterdir()] == [directory.name] and (directory / "train.x.npy").stat().st_mtime_ns == before
+    assert_same_nodes(lazy.nodes(range(4)), load_data(config.data, config.run.seed))
 
 
 @pytest.mark.parametrize("damage", ["truncate", "no_meta", "offsets", "names", "dtype"])
