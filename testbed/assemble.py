@@ -15,12 +15,9 @@ from testbed.evaluation import evaluated_node_ids
 from testbed.models import Model, build_model
 
 
-def load_data(d: DataSection, seed: int, nodes: Sequence[int] | None = None, path: str | None = None,
-              train_only: bool = False) -> FederatedData:
-    """The ``[data]`` section's federated data set for the run's ``seed`` (see
-    testbed.data.load_dataset), or only ``nodes`` of it (a board's own), read from ``path`` when
-    given instead of data.path; ``train_only``: the synthetic set without test and validation rows."""
-    from testbed.data import IMAGE_FEATURES, load_dataset
+def _loader_options(d: DataSection, train_only: bool = False) -> dict[str, Any]:
+    """The options of the ``[data]`` section that the dataset's loader takes (testbed.data.load_dataset)."""
+    from testbed.data import IMAGE_FEATURES
 
     options: dict[str, Any]
     if d.dataset == "synthetic":
@@ -39,6 +36,17 @@ def load_data(d: DataSection, seed: int, nodes: Sequence[int] | None = None, pat
                        part_samples=d.part_samples, part_noise=d.part_noise, partition=d.partition, alpha=d.alpha)
     else:
         options = {}
+    return options
+
+
+def load_data(d: DataSection, seed: int, nodes: Sequence[int] | None = None, path: str | None = None,
+              train_only: bool = False) -> FederatedData:
+    """The ``[data]`` section's federated data set for the run's ``seed`` (see
+    testbed.data.load_dataset), or only ``nodes`` of it (a board's own), read from ``path`` when
+    given instead of data.path; ``train_only``: the synthetic set without test and validation rows."""
+    from testbed.data import load_dataset
+
+    options = _loader_options(d, train_only)
     if nodes is not None:
         options["nodes"] = list(nodes)  # a board loads (or generates) only its own samples
     data = load_dataset(d.dataset, seed=seed, path=path or d.path, scaling=d.scaling, **options)
@@ -47,9 +55,11 @@ def load_data(d: DataSection, seed: int, nodes: Sequence[int] | None = None, pat
 
 def holds_lazily(config: Config) -> bool:
     """Whether a run's nodes are lazy (testbed.data.lazy): in sim, with client sampling, on the
-    synthetic set, whose rows a node regenerates from its own stream. The file-based sets are
-    loaded whole: their size is their file's."""
-    return config.run.mode == "sim" and config.client_sampling.method != "all" and config.data.dataset == "synthetic"
+    synthetic set (a node's rows regenerated from its own stream) or a file-based one (its
+    federation written once to the cache and memory-mapped, a node's rows gathered from it). The
+    generated regression set is held whole."""
+    return (config.run.mode == "sim" and config.client_sampling.method != "all"
+            and config.data.dataset != "regression")
 
 
 def load_run_data(config: Config) -> FederatedData | LazyFederatedData:
@@ -58,10 +68,17 @@ def load_run_data(config: Config) -> FederatedData | LazyFederatedData:
     (``output.eval_nodes``) holds only its training rows: :func:`load_evaluation_data` makes the
     evaluated nodes' own."""
     d = config.data
-    if holds_lazily(config):
+    if holds_lazily(config) and d.dataset == "synthetic":
         return LazyFederatedData.synthetic(num_nodes=d.num_nodes, samples_per_node=d.samples_per_node, dim=d.dim,
                                            n_classes=d.n_classes, seed=config.run.seed,
                                            heterogeneity=d.heterogeneity, scaling=d.scaling, dtype=d.dtype)
+    if holds_lazily(config):
+        from testbed.data import source_files
+        from testbed.data.mapped import federation_dir
+
+        params = dict(_loader_options(d), dataset=d.dataset, seed=config.run.seed, scaling=d.scaling, dtype=d.dtype)
+        directory = federation_dir(params, source_files(d.dataset, d.path))
+        return LazyFederatedData.memory_mapped(directory, lambda: load_data(d, config.run.seed))
     subset = evaluated_node_ids(d.num_nodes, config.output.eval_nodes, config.run.seed) is not None
     return load_data(d, config.run.seed, train_only=subset and d.dataset == "synthetic")
 
@@ -69,9 +86,12 @@ def load_run_data(config: Config) -> FederatedData | LazyFederatedData:
 def load_evaluation_data(config: Config, data: FederatedData | LazyFederatedData) -> FederatedData:
     """The rows the model is evaluated on (testbed.evaluation): every node's, or the evaluated
     nodes' (``output.eval_nodes``): generated again for the synthetic set (the same rows, from
-    their own streams), else selected from ``data``, the whole federation's."""
+    their own streams), made by the lazy federation of a file-based set, else selected from
+    ``data``, the whole federation's."""
     d = config.data
     ids = evaluated_node_ids(d.num_nodes, config.output.eval_nodes, config.run.seed)
+    if isinstance(data, LazyFederatedData) and d.dataset != "synthetic":
+        return data.nodes(data.node_ids if ids is None else ids.tolist())
     if ids is None:
         return load_data(d, config.run.seed) if isinstance(data, LazyFederatedData) else data
     if d.dataset == "synthetic":

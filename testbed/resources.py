@@ -6,8 +6,9 @@ deliberately rough and errs high: it counts
 
 - the data: nodes × samples × (dim × 8 or 4 bytes by ``data.dtype`` + 8 for the label), for the
   synthetic set, whose generator writes straight into the final arrays (the file-based sets are as
-  large as their file). With lazy nodes (client sampling in sim, testbed.assemble.holds_lazily)
-  only the nodes a round samples hold rows, so "nodes" here is the sampled count, not N;
+  large as their file, not counted). With lazy nodes (client sampling in sim,
+  testbed.assemble.holds_lazily) only the nodes a round samples hold rows, so "nodes" here is the
+  sampled count, not N (a file-based set's rows are then memory-mapped, testbed.data.mapped);
 - the evaluated nodes' rows (``output.eval_nodes``; every node when unset), held besides the
   training rows when a subset is evaluated, the only other rows when the nodes are lazy;
 - the round's stacks: sampled nodes × parameters × 8 bytes × :data:`_STATE_COPIES` (per-node

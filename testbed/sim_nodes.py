@@ -98,8 +98,9 @@ class SimNodes:
         return self._outcome(result, closed, start, straggled)
 
     def _train(self, expected: tuple[int, ...]) -> Split:
-        """The training rows of ``expected`` (node ids, in order): lazy nodes' are made now, from
-        their own streams, and dropped with the round (testbed.data.lazy)."""
+        """The training rows of ``expected`` (node ids, in order): lazy nodes' are made now (from
+        their own streams, or gathered from the memory-mapped file set) and dropped with the round
+        (testbed.data.lazy)."""
         if self._lazy:
             return self.data.nodes(expected).train
         if len(expected) == len(self.node_ids):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+from pathlib import Path
 from typing import Any, Callable
 
 from testbed.data.federated import FederatedData, Split
@@ -26,7 +27,7 @@ DATASETS = ("synthetic", "adult-1", "adult-2", "vehicle-1", "vehicle-2", "regres
 #: Features of a flat row of the image sets (channels × height × width), known before loading.
 IMAGE_FEATURES = {"mnist": 784, "digits": 64, "cifar10": 3072}
 
-__all__ = ["DATASETS", "IMAGE_FEATURES", "SCALINGS", "FederatedData", "Split", "load_dataset"]
+__all__ = ["DATASETS", "IMAGE_FEATURES", "SCALINGS", "FederatedData", "Split", "load_dataset", "source_files"]
 
 
 def _loader(name: str) -> Callable[..., FederatedData]:
@@ -50,6 +51,26 @@ def _loader(name: str) -> Callable[..., FederatedData]:
     from testbed.data.vehicle import load_vehicle
 
     return functools.partial(load_vehicle, name)
+
+
+def source_files(name: str, path: str | None = None) -> list[Path]:
+    """The files the loader of the file-based set ``name`` reads, found (or downloaded) as it finds
+    them (``path``: config ``data.path``); what a cache of its federation is keyed by."""
+    from testbed.data.cache import resolve
+
+    if name.startswith("adult-"):
+        from testbed.data.adult import ADULT
+
+        return [resolve(ADULT, path)]
+    if name.startswith("vehicle-"):
+        from testbed.data.vehicle import VEHICLE
+
+        return [resolve(VEHICLE, path)]
+    if name in IMAGE_FEATURES:
+        from testbed.data.images import source_files as image_files
+
+        return image_files(name, path)
+    raise DataError(f"{name} reads no file")
 
 
 def load_dataset(name: str, *, seed: int, path: str | None = None, scaling: str = "per_node",

@@ -86,10 +86,6 @@ def _batch_folder(directory: Path) -> Path | None:
     return None
 
 
-def _from_folder(folder: Path) -> list[bytes]:
-    return [(folder / b).read_bytes() for b in BATCHES]
-
-
 def _from_archive(archive: Path) -> list[bytes]:
     with tarfile.open(archive, "r:gz") as tar:
         try:
@@ -98,17 +94,24 @@ def _from_archive(archive: Path) -> list[bytes]:
             raise DataError(f"{archive}: no {FOLDER}/ batches in the archive") from None
 
 
-def batch_bytes(path: str | os.PathLike | None) -> list[bytes]:
-    """The six batches' bytes, from the first source of the module docstring that has them."""
+def batch_files(path: str | os.PathLike | None) -> list[Path]:
+    """The six batch files, or the archive alone, from the first source of the module docstring
+    that has them."""
     if path is not None:
         given = Path(path).expanduser()
         folder = _batch_folder(given) if given.is_dir() else None
-        return _from_folder(folder) if folder is not None else _from_archive(resolve(_ARCHIVE, given))
+        return [folder / b for b in BATCHES] if folder is not None else [resolve(_ARCHIVE, given)]
     for root in ([Path(os.environ[DATA_ENV]).expanduser()] if os.environ.get(DATA_ENV) else []) + [cache_dir() / "cifar10"]:
         folder = _batch_folder(root) if root.is_dir() else None
         if folder is not None:
-            return _from_folder(folder)
-    return _from_archive(resolve(_ARCHIVE))
+            return [folder / b for b in BATCHES]
+    return [resolve(_ARCHIVE)]
+
+
+def batch_bytes(path: str | os.PathLike | None) -> list[bytes]:
+    """The six batches' bytes (:func:`batch_files`, read in memory from the archive)."""
+    files = batch_files(path)
+    return [f.read_bytes() for f in files] if len(files) == len(BATCHES) else _from_archive(files[0])
 
 
 def present(path: str | os.PathLike | None = None) -> bool:

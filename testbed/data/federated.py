@@ -15,6 +15,18 @@ from typing import Sequence
 import numpy as np
 
 
+def rows_of(offsets: np.ndarray, nodes: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Where the rows of ``nodes`` (positions, in this order) are in a split with ``offsets``
+    (M + 1,): their row indices (R,), node by node, and their own offsets (K + 1,) int64: the
+    index of one gather of every node's rows at once."""
+    nodes = np.asarray(nodes, dtype=np.int64)
+    lo = offsets[nodes]
+    sizes = offsets[nodes + 1] - lo
+    own = np.zeros(len(nodes) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=own[1:])
+    return np.arange(own[-1]) + np.repeat(lo - own[:-1], sizes), own
+
+
 @dataclass(frozen=True)
 class Split:
     """One split (train, test or validation) of every node.
@@ -42,13 +54,7 @@ class Split:
     def select(self, nodes: Sequence[int]) -> "Split":
         """The split restricted to ``nodes`` (in that order): one gather of their rows, made when
         ``x`` or ``y`` is first read (ACFL, which keeps each node's Gram matrices, never reads them)."""
-        nodes = np.asarray(nodes, dtype=np.int64)
-        lo = self.offsets[nodes]
-        sizes = self.offsets[nodes + 1] - lo
-        offsets = np.zeros(len(nodes) + 1, dtype=np.int64)
-        np.cumsum(sizes, out=offsets[1:])
-        rows = np.arange(offsets[-1]) + np.repeat(lo - offsets[:-1], sizes)
-        return _Selection(self, rows, offsets)
+        return _Selection(self, *rows_of(self.offsets, nodes))
 
     def astype(self, dtype: np.dtype | str) -> "Split":
         """The split with features of ``dtype`` (itself if they already are)."""

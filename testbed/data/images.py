@@ -98,17 +98,45 @@ def read_idx(raw: bytes, count: int, shape: tuple[int, int] | None, name: str) -
     return np.frombuffer(raw, dtype=np.uint8, offset=header).reshape(want)
 
 
+def _mnist_path(stem: str, path: str | None) -> tuple[Path, bool]:
+    """Where one MNIST file is: an uncompressed copy (False), else the .gz (True, sha256 checked)."""
+    sha, _, _ = _MNIST_FILES[stem]
+    try:
+        return resolve(DataFile("mnist", stem, url=None, sha256=None, how_to_get=_HOW), path), False
+    except DataError:
+        gz = DataFile("mnist", stem + ".gz", url=_MNIST_URL + stem + ".gz", sha256=sha, how_to_get=_HOW)
+        return resolve(gz, path), True
+
+
 def _mnist_file(stem: str, path: str | None) -> bytes:
     """One MNIST file's bytes: an uncompressed copy (checked by its header), else the .gz (sha256)."""
-    sha, count, shape = _MNIST_FILES[stem]
-    plain = DataFile("mnist", stem, url=None, sha256=None, how_to_get=_HOW)
-    gz = DataFile("mnist", stem + ".gz", url=_MNIST_URL + stem + ".gz", sha256=sha, how_to_get=_HOW)
-    try:
-        raw = resolve(plain, path).read_bytes()
-    except DataError:
-        return gzip.decompress(resolve(gz, path).read_bytes())
+    file, compressed = _mnist_path(stem, path)
+    if compressed:
+        return gzip.decompress(file.read_bytes())
+    raw = file.read_bytes()
+    _, count, shape = _MNIST_FILES[stem]
     read_idx(raw, count, shape, stem)
     return raw
+
+
+def _digits_file() -> Path:
+    """digits.csv.gz of the installed scikit-learn; DataError when it is not installed."""
+    spec = importlib.util.find_spec("sklearn")
+    if spec is None or not spec.submodule_search_locations:
+        raise DataError("digits: scikit-learn is not installed (it ships the 8x8 digits); "
+                        "pip install 'testbed[digits]', or use dataset = \"mnist\" with its files")
+    return Path(spec.submodule_search_locations[0]) / "datasets" / "data" / "digits.csv.gz"
+
+
+def source_files(name: str, path: str | None = None) -> list[Path]:
+    """The files the pool of ``name`` is read from (found as :func:`load_images` finds them)."""
+    if name == "cifar10":
+        from testbed.data.cifar10 import batch_files
+
+        return batch_files(path)
+    if name == "digits":
+        return [_digits_file()]
+    return [_mnist_path(stem, path)[0] for stem in _MNIST_FILES]
 
 
 @functools.lru_cache(maxsize=2)
@@ -119,11 +147,7 @@ def _pool(name: str, path: str | None) -> tuple[np.ndarray, np.ndarray, float]:
 
         return (*read_pool(path), 255.0)
     if name == "digits":
-        spec = importlib.util.find_spec("sklearn")
-        if spec is None or not spec.submodule_search_locations:
-            raise DataError("digits: scikit-learn is not installed (it ships the 8x8 digits); "
-                            "pip install 'testbed[digits]', or use dataset = \"mnist\" with its files")
-        file = Path(spec.submodule_search_locations[0]) / "datasets" / "data" / "digits.csv.gz"
+        file = _digits_file()
         text = gzip.decompress(file.read_bytes())
         if hashlib.sha256(text).hexdigest() != _DIGITS_SHA256:
             raise DataError(f"{file}: not the digits data set scikit-learn ships (sha256 differs)")

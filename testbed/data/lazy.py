@@ -1,10 +1,15 @@
 """A federation whose rows exist only while they are asked for (lazy nodes, for client sampling).
 
-With client sampling a round needs only the sampled nodes' data, so a sim run over a million
-synthetic nodes holds the layout of every node (how many rows each has in each split) and
-regenerates the rows of the nodes a round samples from their own streams when it samples them:
-the same rows as generating the whole federation (testbed.data.synthetic draws node m from
-``stream(seed, m, -1, DATA)`` alone). Memory follows the sampled count, not N.
+With client sampling a round needs only the sampled nodes' data, so a sim run holds the layout of
+every node (how many rows each has in each split) and makes the rows of the nodes a round samples
+when it samples them. Memory follows the sampled count, not N:
+
+- the synthetic set (:meth:`LazyFederatedData.synthetic`): over a million nodes, the sampled nodes'
+  rows are regenerated from their own streams, the same rows as generating the whole federation
+  (testbed.data.synthetic draws node m from ``stream(seed, m, -1, DATA)`` alone);
+- a file-based set (:meth:`LazyFederatedData.memory_mapped`): its federation, written once to the
+  cache by its eager loader, is memory-mapped and the sampled nodes' rows are gathered from it
+  (testbed.data.mapped): the eager loader's rows, bit for bit.
 
 :class:`LazyFederatedData` has the attributes of :class:`~testbed.data.federated.FederatedData`
 that describe the federation (``num_nodes``, ``dim``, ``n_classes``, ``name``, ``node_ids`` and
@@ -25,11 +30,13 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
 
 from testbed.data.federated import FederatedData
+from testbed.data.mapped import open_or_build
 from testbed.data.split import split_sizes
 
 
@@ -81,6 +88,15 @@ class LazyFederatedData:
         make = functools.partial(make_logistic, num_nodes, samples_per_node, dim, n_classes, seed, **options)
         return cls(*layouts, n_classes=n_classes, name="synthetic", dim=dim, node_ids=range(num_nodes),
                    make=lambda nodes: make(nodes=nodes))
+
+    @classmethod
+    def memory_mapped(cls, directory: Path, build: Callable[[], FederatedData]) -> "LazyFederatedData":
+        """A file-based set's federation from its cache ``directory`` (testbed.data.mapped:
+        written first from ``build()``, the eager loader, when missing): a round's nodes' rows are
+        gathered from the memory-mapped arrays."""
+        fed = open_or_build(directory, build)
+        return cls(*(SplitLayout(offsets) for offsets in fed.offsets), n_classes=fed.n_classes, name=fed.name,
+                   dim=fed.dim, node_ids=range(fed.num_nodes), make=fed.nodes)
 
     @property
     def num_nodes(self) -> int:
