@@ -295,6 +295,8 @@ def _amqtt_broker_class() -> type:
       whole message with its payload, and one line per subscription it did not match (every other
       node's downlink), a fifth of the broker's time in a run. The same routing, formatted only
       when debug logging is on.
+    - Routing compared the topic with every filter on the broker (a few per node); a filter without
+      wildcards is now looked up, and only the wildcard and shared ones are matched.
     - Shared subscriptions (``$share/{group}/{filter}``, MQTT 5 §4.8.2; amqtt 0.12 has none, and
       took the filter literally): a message matching the filter goes to one member of the group
       (:mod:`testbed.mqtt.topics`: an emulated host's nodes read the broadcast so). Retained
@@ -313,12 +315,33 @@ def _amqtt_broker_class() -> type:
             if any(s is session for s, _ in subscribers):
                 await super()._publish_retained_messages_for_subscription(subscription, session)
 
+        _patterns: list[str] | None = None  # the filters a topic is matched against; None: to list again
+
+        # Listed again once the filters changed (after: routing may run while they change).
+        async def add_subscription(self, subscription, session) -> int:
+            granted = await super().add_subscription(subscription, session)
+            self._patterns = None
+            return granted
+
+        async def _del_all_subscriptions(self, session) -> None:
+            await super()._del_all_subscriptions(session)
+            self._patterns = None
+
         async def _run_broadcast(self, running_tasks) -> None:
             broadcast = await self._broadcast_queue.get()
             topic = broadcast["topic"]
             debug = self.logger.isEnabledFor(logging.DEBUG)
-            for k_filter, subscriptions in self._subscriptions.items():
-                shared = k_filter.startswith(SHARE_PREFIX)
+            filtering = self.plugins_manager.is_topic_filtering_enabled()
+            subscribed = self._subscriptions
+            if self._patterns is None:
+                self._patterns = [f for f in subscribed if f.startswith(SHARE_PREFIX) or "+" in f or "#" in f]
+            # A filter without wildcards matches its own topic only: looked up, not compared with
+            # each (a run has a few filters per node).
+            for key in ([topic] if topic in subscribed else []) + self._patterns:
+                subscriptions = subscribed.get(key)
+                if not subscriptions:
+                    continue
+                k_filter, shared = key, key.startswith(SHARE_PREFIX)
                 if shared:  # "$share/{group}/{filter}": one member of the group gets it
                     k_filter = k_filter.split("/", 2)[2]
                 # amqtt's _matches is the topic's equality for a filter without wildcards
@@ -326,7 +349,8 @@ def _amqtt_broker_class() -> type:
                     continue
                 for target_session, sub_qos in _share_member(subscriptions) if shared else subscriptions:
                     qos = broadcast.get("qos", sub_qos)
-                    if not await self._topic_filtering(target_session, topic=topic, action=Action.RECEIVE):
+                    if filtering and not await self._topic_filtering(target_session, topic=topic,
+                                                                     action=Action.RECEIVE):
                         self.logger.info("%s not allowed to receive messages from TOPIC %s.",
                                          target_session.client_id, topic)
                         continue
