@@ -101,6 +101,14 @@ class SharedExperiment:
         self.nodes = [int(n) for n in nodes]
         self.data_path = data_path
         self._built: dict[str, tuple[FederatedData, Algorithm, dict[int, int]]] = {}
+        self._configs: dict[str, Config] = {}
+
+    def config(self, key: str, config_text: str) -> Config:
+        """The experiment file whose sha256 is ``key``, read once for all the host's nodes (a
+        Config is frozen; reading it is ~2 ms, once per node of a host before)."""
+        if key not in self._configs:  # only the latest is kept, as for the steps
+            self._configs = {key: load_config_text(config_text, source="the coordinator's experiment")}
+        return self._configs[key]
 
     def step(self, key: str, config: Config, received: dict[str, np.ndarray], node_ids: list[int],
              ctx: RoundContext) -> NodeResult:
@@ -293,7 +301,8 @@ class NodeAgent:
     def _experiment(self, config_text: str) -> _Experiment:
         key = hashlib.sha256(config_text.encode()).hexdigest()
         if key not in self._experiments:
-            config = load_config_text(config_text, source="the coordinator's experiment")
+            config = self.shared.config(key, config_text) if self.shared is not None else \
+                load_config_text(config_text, source="the coordinator's experiment")
             data = load_data(config.data, config.run.seed, nodes=[self.node], path=self.data_path)
             algorithm = registry.build(config, model_for(config.model, data, config.run.seed), data)
             budgets = budgets_from_config(config.budget, config.privacy)
