@@ -90,7 +90,7 @@ def median_wall(cmds: dict[str, Callable[[int], list[str]]], repeats: int) -> di
     runs: dict[str, list[float]] = {name: [] for name in cmds}
     for i in range(repeats):
         for name, cmd in cmds.items():
-            runs[name].append(timed(cmd(i))[0])
+            runs[name].append(timed(cmd(i)).wall_s)
     return runs
 
 
