@@ -114,13 +114,21 @@ class SharedExperiment:
              ctx: RoundContext) -> NodeResult:
         """The algorithm's node_step for ``node_ids`` (some of the host's nodes) of the experiment
         file whose sha256 is ``key`` (``config``, built from it)."""
+        data, algorithm, position = self._built_for(key, config)
+        train = data.train if node_ids == self.nodes else data.train.select([position[n] for n in node_ids])
+        return algorithm.node_step(received, train, node_ids, ctx)
+
+    def data_of(self, key: str, config: Config, node: int) -> FederatedData:
+        """``node``'s rows of the host's data, read-only views: a host holds its nodes' data once."""
+        data, _, position = self._built_for(key, config)
+        return data.select([position[node]])
+
+    def _built_for(self, key: str, config: Config) -> tuple[FederatedData, Algorithm, dict[int, int]]:
         if key not in self._built:  # only the latest is kept: a new one means the old run is over
             data = load_data(config.data, config.run.seed, nodes=self.nodes, path=self.data_path)
             algorithm = registry.build(config, model_for(config.model, data, config.run.seed), data)
             self._built = {key: (data, algorithm, {node: i for i, node in enumerate(data.node_ids)})}
-        data, algorithm, position = self._built[key]
-        train = data.train if node_ids == self.nodes else data.train.select([position[n] for n in node_ids])
-        return algorithm.node_step(received, train, node_ids, ctx)
+        return self._built[key]
 
 
 @dataclass(frozen=True)
@@ -301,9 +309,12 @@ class NodeAgent:
     def _experiment(self, config_text: str) -> _Experiment:
         key = hashlib.sha256(config_text.encode()).hexdigest()
         if key not in self._experiments:
-            config = self.shared.config(key, config_text) if self.shared is not None else \
-                load_config_text(config_text, source="the coordinator's experiment")
-            data = load_data(config.data, config.run.seed, nodes=[self.node], path=self.data_path)
+            if self.shared is not None:
+                config = self.shared.config(key, config_text)
+                data = self.shared.data_of(key, config, self.node)
+            else:
+                config = load_config_text(config_text, source="the coordinator's experiment")
+                data = load_data(config.data, config.run.seed, nodes=[self.node], path=self.data_path)
             algorithm = registry.build(config, model_for(config.model, data, config.run.seed), data)
             budgets = budgets_from_config(config.budget, config.privacy)
             self._experiments = {key: _Experiment(key, config, data, algorithm, budgets)}

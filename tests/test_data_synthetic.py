@@ -172,3 +172,17 @@ def test_per_node_helpers_match_a_loop_over_nodes_and_skip_empty_nodes():
             want[lo:hi] /= np.linalg.norm(want[lo:hi], axis=1).max()
     got = scale_to_unit_ball_per_node(standardise_per_node(x, offsets, slice(1, None)), offsets)
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15)
+
+
+def test_one_nodes_rows_are_a_read_only_view_and_scattered_rows_a_copy():
+    data = load_dataset("synthetic", seed=0, num_nodes=4, samples_per_node=30, dim=3, n_classes=2)
+    one = data.train.select([2])
+    assert np.shares_memory(one.x, data.train.x) and not one.x.flags.writeable
+    assert np.array_equal(one.x, data.train.node_slice(2)[0]) and np.array_equal(one.y, data.train.node_slice(2)[1])
+    with pytest.raises(ValueError):
+        one.x[0, 0] = 1.0  # the parent's rows: every holder would see it
+    consecutive = data.train.select([1, 2])
+    assert np.shares_memory(consecutive.x, data.train.x)
+    scattered = data.train.select([3, 0])
+    assert not np.shares_memory(scattered.x, data.train.x) and scattered.x.flags.writeable
+    assert np.array_equal(scattered.x, np.concatenate([data.train.node_slice(3)[0], data.train.node_slice(0)[0]]))

@@ -62,7 +62,9 @@ class Split:
 
 
 class _Selection(Split):
-    """The rows ``rows`` of ``parent`` (:meth:`Split.select`), gathered on first read."""
+    """The rows ``rows`` of ``parent`` (:meth:`Split.select`), gathered on first read; rows that
+    follow each other (one node's, or consecutive nodes' in order) are a read-only view instead
+    (an emulated host's nodes each hold their own rows of the host's data so, not a copy)."""
 
     def __init__(self, parent: Split, rows: np.ndarray, offsets: np.ndarray):
         object.__setattr__(self, "_parent", parent)
@@ -71,11 +73,19 @@ class _Selection(Split):
 
     @functools.cached_property
     def x(self) -> np.ndarray:  # type: ignore[override]
-        return self._parent.x[self._rows]
+        return self._read(self._parent.x)
 
     @functools.cached_property
     def y(self) -> np.ndarray:  # type: ignore[override]
-        return self._parent.y[self._rows]
+        return self._read(self._parent.y)
+
+    def _read(self, whole: np.ndarray) -> np.ndarray:
+        rows = self._rows
+        if len(rows) and np.all(np.diff(rows) == 1):
+            view = whole[rows[0]:rows[-1] + 1]
+            view.flags.writeable = False  # the parent's rows: writing them would change every holder's
+            return view
+        return whole[rows]
 
 
 @dataclass(frozen=True)
