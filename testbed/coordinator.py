@@ -59,7 +59,7 @@ from testbed.config import MqttSection, NodesSection
 from testbed.errors import ConfigError, UserError
 from testbed.ledger import Event, GaussianEvent
 from testbed.mqtt import topics
-from testbed.mqtt.broker import EmbeddedBroker
+from testbed.mqtt.broker import BrokerProcess
 from testbed.mqtt.client import Inbound, MqttClient
 from testbed.nodes_api import RoundOutcome
 
@@ -110,7 +110,7 @@ class MqttNodes:
         self._collecting: _Collection | None = None
         self._pending: list[Inbound] = []
         self.online: set[int] = set()
-        self._broker = EmbeddedBroker().start() if m.broker_url is None else None
+        self._broker = BrokerProcess().start() if m.broker_url is None else None
         self.url = self._broker.url if self._broker else m.broker_url
         username, password = _credentials(m.credentials, "coordinator")
         try:

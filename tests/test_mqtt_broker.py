@@ -21,7 +21,7 @@ import pytest
 from testbed import wire
 from testbed.errors import UserError
 from testbed.mqtt import acl, topics
-from testbed.mqtt.broker import EmbeddedBroker, MosquittoBroker, free_port, parse_broker_url, wait_for_broker
+from testbed.mqtt.broker import BrokerProcess, EmbeddedBroker, MosquittoBroker, free_port, parse_broker_url, wait_for_broker
 from testbed.mqtt.client import BrokerRefused, Inbound, MqttClient
 from testbed.mqtt.network_loop import NetworkLoop
 
@@ -397,3 +397,50 @@ def test_network_loop_serves_clients_beyond_select_limit(broker, run_id, connect
         for fd in filler:
             os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_broker_process_serves_and_stops(run_id, connect):
+    with BrokerProcess() as broker:
+        client = connect(MqttClient.for_node(broker.url, run_id, "n1", **FAST))
+        client.publish(topics.up(run_id, "n1"), wire.encode({"run": run_id, "round": 0, "sender": "n1", "kind": "k"}))
+        client.close()
+        url = parse_broker_url(broker.url)
+    deadline = time.monotonic() + 5
+    while _accepts_tcp(url.host, url.port) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _accepts_tcp(url.host, url.port)
+
+
+def test_broker_process_leaves_with_its_parent():
+    """A coordinator killed outright leaves no broker behind: the child watches its parent."""
+    port = free_port()
+    parent = subprocess.run([sys.executable, "-c", f"""
+import os
+from testbed.mqtt.broker import BrokerProcess
+b = BrokerProcess()
+b.port = {port}
+b.start()
+os._exit(0)  # no stop(): as a SIGKILL would leave it
+"""], capture_output=True, text=True, timeout=60)
+    assert parent.returncode == 0, parent.stderr
+    deadline = time.monotonic() + 5
+    while _accepts_tcp("127.0.0.1", port) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _accepts_tcp("127.0.0.1", port)
+
+
+def test_broker_process_that_cannot_start_says_why():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))  # bound, not listening: the child's bind fails, nothing accepts
+        broker = BrokerProcess(start_timeout_s=20)
+        broker.port = taken.getsockname()[1]
+        with pytest.raises(UserError, match="did not start: .*(in use|Errno 98)"):
+            broker.start()
+
+
+def _accepts_tcp(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False

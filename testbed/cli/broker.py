@@ -8,6 +8,7 @@ read and write every topic; a deployment with per-node credentials uses Mosquitt
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import time
@@ -21,6 +22,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="address to listen on (default 127.0.0.1; 0.0.0.0 serves boards on a LAN, "
                              "with no authentication)")
     broker.add_argument("--port", type=int, default=1883)
+    broker.add_argument("--parent-pid", type=int, metavar="PID",
+                        help="leave when this process is gone (a run's coordinator starts its broker so)")
     broker.set_defaults(handler=_broker)
 
 
@@ -40,8 +43,9 @@ def _broker(args: argparse.Namespace) -> int:
                   "reaches it can read and write every topic", file=sys.stderr)
         print(f"broker listening on {broker.url} (Ctrl-C stops it)", flush=True)
         try:
-            while broker.running:
-                time.sleep(0.5)
+            # Its parent's death re-parents it: polled, as the emulated hosts do (nodes.host).
+            while broker.running and (args.parent_pid is None or os.getppid() == args.parent_pid):
+                time.sleep(0.2)
         except KeyboardInterrupt:
             pass
     return 0
