@@ -180,30 +180,14 @@ def serve(broker_url: str, run: str, node_ids: Sequence[int], *, data_path: str 
     clients: dict[str, MqttClient] = {}
     watch = CoordinatorWatch(coordinator_pid)
 
-    def client_of(name: str, version: str, subscriptions: list[str]) -> MqttClient:
-        if credentials is not None and name not in credentials:
-            raise UserError(f"the credentials file has no password for node {name}")
-        return MqttClient.for_node(
-            broker_url, run, name, inbox=inbox, network=network, protocol=version, subscriptions=subscriptions,
-            max_chunk_bytes=max_chunk_bytes, username=name if credentials is not None else None,
-            password=credentials[name] if credentials is not None else None, tls_ca=tls_ca)
-
     try:
         names = list(agents)
-        # The first connect probes the broker and learns its protocol; the rest skip the probe (one
-        # connection per node, not two) and connect concurrently, since a connect is mostly
-        # waiting for the broker's acks and hundreds in a row add up to seconds. At most
-        # _CONNECTS_IN_FLIGHT at a time per host: all nodes of all hosts at once would be a storm.
-        def connect(name: str, version: str, probe_first: bool, subscriptions: list[str]) -> None:
-            clients[name] = client_of(name, version, subscriptions)
-            try:
-                clients[name].connect(timeout_s=connect_timeout_s, probe_first=probe_first)
-            except UserError as exc:  # refused credentials, an untrusted certificate...
-                raise UserError(f"node {name}: {exc}") from None
-
         started = time.monotonic()
         # One raw probe for the host (as the first node) learns the protocol and whether the broker
-        # serves shared subscriptions, and says at once what paho would only time out on.
+        # serves shared subscriptions, and says at once what paho would only time out on; the nodes
+        # then skip it (one connection per node, not two) and connect concurrently, since a connect
+        # is mostly waiting for the broker's acks and hundreds in a row add up to seconds. At most
+        # _CONNECTS_IN_FLIGHT at a time per host: all nodes of all hosts at once would be a storm.
         try:
             broker = probe.negotiate(broker_url, tls_ca=tls_ca, protocol=protocol_version,
                                      client_id=new_client_id(run, f"{names[0]}-probe"),
@@ -213,9 +197,22 @@ def serve(broker_url: str, run: str, node_ids: Sequence[int], *, data_path: str 
         except UserError as exc:  # an untrusted certificate, a TLS/plain mismatch, no broker...
             raise UserError(f"node {names[0]}: {exc}") from None
         group = _broadcast_group(broadcast, broker, len(names))
+
+        def connect(name: str) -> None:
+            if credentials is not None and name not in credentials:
+                raise UserError(f"the credentials file has no password for node {name}")
+            clients[name] = MqttClient.for_node(
+                broker_url, run, name, inbox=inbox, network=network, protocol=broker.protocol,
+                subscriptions=topics.node_subscriptions(run, name, group), max_chunk_bytes=max_chunk_bytes,
+                username=name if credentials is not None else None,
+                password=credentials[name] if credentials is not None else None, tls_ca=tls_ca)
+            try:
+                clients[name].connect(timeout_s=connect_timeout_s, probe_first=False)
+            except UserError as exc:  # refused credentials...
+                raise UserError(f"node {name}: {exc}") from None
+
         with ThreadPoolExecutor(max_workers=_CONNECTS_IN_FLIGHT) as pool:
-            list(pool.map(lambda name: connect(name, broker.protocol, False, topics.node_subscriptions(run, name, group)),
-                          names))
+            list(pool.map(connect, names))
         log.info("serving %d node(s) of run %s on %s (connected in %.1f s)", len(clients), run, broker_url,
                  time.monotonic() - started)
         crash = None if crash_at_round is None else (crash_at_round, crash_after_reply)

@@ -21,7 +21,8 @@ import pytest
 from testbed import wire
 from testbed.errors import UserError
 from testbed.mqtt import acl, topics
-from testbed.mqtt.broker import BrokerProcess, EmbeddedBroker, MosquittoBroker, free_port, parse_broker_url, wait_for_broker
+from testbed.mqtt.broker import (BrokerProcess, EmbeddedBroker, MosquittoBroker, _accepts, free_port, parse_broker_url,
+                                 wait_for_broker)
 from testbed.mqtt.client import BrokerRefused, Inbound, MqttClient
 from testbed.mqtt.network_loop import NetworkLoop
 
@@ -406,9 +407,9 @@ def test_broker_process_serves_and_stops(run_id, connect):
         client.close()
         url = parse_broker_url(broker.url)
     deadline = time.monotonic() + 5
-    while _accepts_tcp(url.host, url.port) and time.monotonic() < deadline:
+    while _accepts(url.host, url.port) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _accepts_tcp(url.host, url.port)
+    assert not _accepts(url.host, url.port)
 
 
 def test_broker_process_leaves_with_its_parent():
@@ -424,9 +425,9 @@ os._exit(0)  # no stop(): as a SIGKILL would leave it
 """], capture_output=True, text=True, timeout=60)
     assert parent.returncode == 0, parent.stderr
     deadline = time.monotonic() + 5
-    while _accepts_tcp("127.0.0.1", port) and time.monotonic() < deadline:
+    while _accepts("127.0.0.1", port) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _accepts_tcp("127.0.0.1", port)
+    assert not _accepts("127.0.0.1", port)
 
 
 def test_broker_process_that_cannot_start_says_why():
@@ -437,10 +438,3 @@ def test_broker_process_that_cannot_start_says_why():
         with pytest.raises(UserError, match="did not start: .*(in use|Errno 98)"):
             broker.start()
 
-
-def _accepts_tcp(host: str, port: int) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=0.5):
-            return True
-    except OSError:
-        return False

@@ -89,6 +89,18 @@ def test_a_v5_connack_says_whether_shared_subscriptions_are_served(available, ex
     assert answer.connack == 0 and answer.shared_subscriptions is expected
 
 
+@pytest.mark.parametrize("garbage", [b"\x05\xff\x00\x00\x00\x00", b"\x09\x2a", b"\x03\x1f\x00\x09"])
+def test_garbled_connack_properties_leave_shared_subscriptions_unknown(garbage, caplog):
+    """Unknown property ids, a length past the end, a truncated string: no traceback, no claim."""
+    body = b"\x00\x00" + garbage
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        theirs.sendall(bytes([0x20, len(body)]) + body)
+        answer = probe._read_connack(ours, v5=True)
+    assert answer.connack == 0 and answer.shared_subscriptions is None
+    assert _broadcast_group("auto", probe.Negotiated("5", answer.shared_subscriptions), 50) is None
+
+
 def test_broadcast_mode_of_a_host():
     says_yes, cannot_say = probe.Negotiated("5", True), probe.Negotiated("3.1.1", None)
     assert _broadcast_group("auto", says_yes, 50).startswith("host-")

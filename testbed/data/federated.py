@@ -79,13 +79,18 @@ class _Selection(Split):
     def y(self) -> np.ndarray:  # type: ignore[override]
         return self._read(self._parent.y)
 
-    def _read(self, whole: np.ndarray) -> np.ndarray:
+    @functools.cached_property
+    def _span(self) -> slice | None:
+        """The rows as one slice, when they follow each other."""
         rows = self._rows
-        if len(rows) and np.all(np.diff(rows) == 1):
-            view = whole[rows[0]:rows[-1] + 1]
-            view.flags.writeable = False  # the parent's rows: writing them would change every holder's
-            return view
-        return whole[rows]
+        return slice(rows[0], rows[-1] + 1) if len(rows) and np.all(np.diff(rows) == 1) else None
+
+    def _read(self, whole: np.ndarray) -> np.ndarray:
+        if self._span is None:
+            return whole[self._rows]
+        view = whole[self._span]
+        view.flags.writeable = False  # the parent's rows: writing them would change every holder's
+        return view
 
 
 @dataclass(frozen=True)

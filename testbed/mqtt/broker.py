@@ -305,20 +305,21 @@ class BrokerProcess:
         if self._proc is not None:
             return self
         self.port = self.port or free_port(self.host)
-        errors = tempfile.TemporaryFile(mode="w+")  # not a pipe: a broker that logs a lot never blocks on it
-        self._proc = subprocess.Popen(
-            [sys.executable, "-m", "testbed", "broker", "--host", self.host, "--port", str(self.port),
-             "--parent-pid", str(os.getpid())],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=errors)
-        deadline = time.monotonic() + self._start_timeout_s
-        while not _accepts(self.host, self.port):
-            if self._proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                errors.seek(0)
-                last = [line for line in errors.read().splitlines() if line.strip()][-1:] or ["no output"]
-                raise UserError(f"embedded broker on {self.url} did not start: {last[0].removeprefix('testbed: ')}")
-            time.sleep(0.02)
-        errors.close()  # the child keeps its own descriptor
+        # Not a pipe: a broker that logs a lot never blocks on it; the child keeps its own descriptor.
+        with tempfile.TemporaryFile(mode="w+") as errors:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "testbed", "broker", "--host", self.host, "--port", str(self.port),
+                 "--parent-pid", str(os.getpid())],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=errors)
+            deadline = time.monotonic() + self._start_timeout_s
+            while not _accepts(self.host, self.port):
+                if self._proc.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
+                    errors.seek(0)
+                    last = [line for line in errors.read().splitlines() if line.strip()][-1:] or ["no output"]
+                    raise UserError(f"embedded broker on {self.url} did not start: "
+                                    f"{last[0].removeprefix('testbed: ')}")
+                time.sleep(0.02)
         return self
 
     def stop(self, timeout_s: float = 5.0) -> None:
