@@ -201,7 +201,7 @@ class NodeAgent:
         expected = protocol.expected_of(msg)
         if self.node not in expected:
             return None  # an emulated straggler this round: it does nothing, costs nothing
-        return RoundContext(round_index, exp.config.run.seed, exp.config.data.num_nodes, tuple(sorted(expected)))
+        return RoundContext(round_index, exp.config.run.seed, exp.config.data.num_nodes, expected)
 
     def _round(self, msg: wire.Message) -> protocol.Reply | None:
         outcome = step_rounds([self], [msg])[0]

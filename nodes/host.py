@@ -223,8 +223,10 @@ def serve(broker_url: str, run: str, node_ids: Sequence[int], *, data_path: str 
                      network)
     finally:
         if watch.alive():  # else no clean disconnect: the broker publishes each node's will at once
-            for client in clients.values():
-                client.close()
+            # Together, as they connected: each close waits for the broker's ack of its offline
+            # status and for its socket to close, 50 of them in a row were a tenth of a second.
+            with ThreadPoolExecutor(max_workers=_CONNECTS_IN_FLIGHT) as pool:
+                list(pool.map(MqttClient.close, clients.values()))
         network.close()
         for agent in agents.values():
             agent.close()

@@ -588,7 +588,7 @@ class LedgerWriter:
 
 def event_to_dict(event: Event) -> dict:
     """A plain dict of an event (``kind`` plus its fields), for JSON on the wire."""
-    return {"kind": event.kind, **{f.name: getattr(event, f.name) for f in dataclasses.fields(event)}}
+    return {"kind": event.kind, **{name: getattr(event, name) for name in _FIELDS[event.kind]}}
 
 
 ADJACENCIES = ("replace_one", "add_remove")
@@ -652,6 +652,7 @@ FIELD_RULES: dict[str, FieldRule] = {
     "clip_norm": FieldRule(float, low=0.0, high=ABSURD),
 }
 _FIELDS = {kind: tuple(f.name for f in dataclasses.fields(cls)) for kind, cls in EVENT_TYPES.items()}
+_KEYS = {kind: frozenset(("kind", *names)) for kind, names in _FIELDS.items()}  # of event_to_dict's dict
 _COLUMNS = frozenset(LEDGER_COLUMNS)
 
 
@@ -671,13 +672,13 @@ def event_from_dict(values: Mapping) -> Event:
         ...                  "cost_units": 5.0, "compute_s": 0.1, "energy_j": 0.2, "measured": False})
         ComputeEvent(node=0, round=2, local_steps=5, cost_units=5.0, compute_s=0.1, energy_j=0.2, measured=False)
     """
-    if not isinstance(values, Mapping):
+    if not isinstance(values, (dict, Mapping)):  # dict first: an ABC check costs a microsecond
         raise ValueError(f"an event must be a mapping, got {type(values).__name__}")
     kind = values.get("kind")
     if not isinstance(kind, str) or kind not in EVENT_TYPES:
         raise ValueError(f"unknown event kind {_short(kind)}")
     own = _FIELDS[kind]
-    for key, raw in values.items():
+    for key, raw in () if values.keys() == _KEYS[kind] else values.items():  # a dict of event_to_dict: none
         if key == "kind" or key in own:
             continue
         if key is None:  # csv.DictReader: the row has more cells than the header
@@ -703,6 +704,11 @@ def _short(raw: object) -> str:
 
 
 def _coerce(raw: object, kind: type, name: str) -> object:
+    # A JSON value of the field's own type (every field of every reply a coordinator checks):
+    # nothing to convert; anything else takes the general path, which also words the errors.
+    if type(raw) is kind and (kind is not float or math.isfinite(raw)) and (  # type: ignore[arg-type]
+            kind is not int or -_INT_LIMIT <= raw < _INT_LIMIT):  # type: ignore[operator]
+        return raw
     if kind is bool:
         if isinstance(raw, (bool, np.bool_)):
             return bool(raw)

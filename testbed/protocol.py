@@ -129,9 +129,21 @@ def senders_of(msg: wire.Message) -> list[int]:
     return _ids(msg, "senders")
 
 
-def expected_of(msg: wire.Message) -> list[int]:
-    """The ``expected`` nodes of a round or setup; WireError unless a list of node ids."""
-    return _ids(msg, "expected")
+# The last message whose expected nodes were read, and them: every node of an emulated host reads
+# them from the same message (one broadcast, fanned out), checked once instead of once per node.
+_last_expected: tuple[wire.Message, tuple[int, ...]] | None = None
+
+
+def expected_of(msg: wire.Message) -> tuple[int, ...]:
+    """The ``expected`` nodes of a round or setup, in ascending order; WireError unless a list of
+    node ids."""
+    global _last_expected
+    last = _last_expected  # one read: another thread may replace it meanwhile
+    if last is not None and last[0] is msg:
+        return last[1]
+    expected = tuple(sorted(_ids(msg, "expected")))
+    _last_expected = (msg, expected)
+    return expected
 
 
 def session_of(msg: wire.Message) -> str | None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
+import sys
 from pathlib import Path
 
 from testbed.errors import UserError
@@ -114,6 +116,14 @@ def _serve(args: argparse.Namespace, ids: list[int] | None) -> int:
           tls_ca=args.tls_ca, crash_at_round=args.crash_at_round,
           crash_after_reply=args.crash_after_reply, session=args.session, coordinator_pid=args.coordinator_pid,
           broadcast=args.broadcast)
+    if args.coordinator_pid is not None:
+        # A host its coordinator started, which waits for it to leave before its run ends: with
+        # everything written, it leaves without the interpreter's teardown (freeing numpy's and
+        # pydantic's modules took 80 ms).
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     return 0
 
 

@@ -40,7 +40,7 @@ from paho.mqtt.reasoncodes import ReasonCode
 
 from testbed import wire
 from testbed.errors import ConfigError, UserError
-from testbed.mqtt import probe, topics
+from testbed.mqtt import paho_speedups, probe, topics
 from testbed.mqtt.broker import BrokerUrl, parse_broker_url
 from testbed.mqtt.network_loop import NetworkLoop
 
@@ -49,6 +49,7 @@ _paho_log = logging.getLogger("testbed.mqtt.paho")
 # paho 2.2 logs "Client is not connected" at ERROR on every pass of its loop between a dropped
 # socket and the reconnect, including after a clean disconnect; we log connection losses ourselves.
 _paho_log.addFilter(lambda record: not record.getMessage().startswith("Client is not connected"))
+paho_speedups.install()  # MQTT v5 packets decoded without rebuilding paho's constant tables
 
 QOS = 1
 _MAX_FRAMES = 16384  # per publish, and acks remembered
