@@ -57,6 +57,7 @@ from testbed.algorithms.contract import (
 from testbed.channel_emulator import ChannelEmulator
 from testbed.config import MqttSection, NodesSection
 from testbed.errors import ConfigError, UserError
+from testbed.forked import ForkedCommand, can_fork
 from testbed.ledger import Event, GaussianEvent
 from testbed.mqtt import topics
 from testbed.mqtt.broker import BrokerProcess
@@ -116,6 +117,8 @@ class MqttNodes:
         try:
             # amqtt speaks 3.1.1 only: skip the v5 probe it would log a warning about.
             version = "3.1.1" if self._broker and m.protocol == "auto" else m.protocol
+            if m.emulated:  # first: a host forked from this process inherits none of its connections
+                self._start_hosts(version, quiet)
             self.client = MqttClient.for_coordinator(self.url, self.run, username=username, password=password,
                                                      tls_ca=m.tls_ca, max_chunk_bytes=m.max_chunk_bytes,
                                                      protocol=version, reconnect_max_s=_RECONNECT_MAX_S,
@@ -128,22 +131,22 @@ class MqttNodes:
                                                 connect_timeout_s=m.connect_timeout_s,
                                                 username=user, password=secret, tls_ca=m.tls_ca,
                                                 max_chunk_bytes=m.max_chunk_bytes, protocol=version)
-            if m.emulated:
-                self._start_hosts(quiet)
             self._wait_online(m.connect_timeout_s)
         except BaseException:
             self.close("failed")
             raise
 
-    def _start_hosts(self, quiet: bool) -> None:
+    def _start_hosts(self, protocol_version: str, quiet: bool) -> None:
+        """The emulated boards: a `testbed bridge --virtual` per microcontroller, and the other nodes
+        split over ``mqtt.hosts`` `testbed nodes` processes (forked from this one where it can)."""
         m = self.mqtt
         if m.credentials:
             _check_credentials(m.credentials, self.node_ids)
         boards = [n for n in self.node_ids if n in set(self.nodes_section.mcu)]
         for node in boards:  # a microcontroller board: a virtual one behind its own bridge
-            cmd = [sys.executable, "-m", "testbed", "bridge", "--virtual", self.nodes_section.mcu_board,
+            cmd = ["bridge", "--virtual", self.nodes_section.mcu_board,
                    "--broker", self.url, "--run", self.run, "--node-id", str(node),
-                   "--profile", self.nodes_section.mcu_profile, "--protocol", self.client.protocol or "auto",
+                   "--profile", self.nodes_section.mcu_profile, "--protocol", protocol_version,
                    "--max-chunk-bytes", str(m.max_chunk_bytes)]
             cmd += ["--credentials", m.credentials] if m.credentials else []
             cmd += ["--tls-ca", m.tls_ca] if m.tls_ca else []
@@ -152,12 +155,12 @@ class MqttNodes:
         groups = [g for g in np.array_split(np.array(others), max(1, min(m.hosts, len(others)))) if len(g)]
         # Each emulated host gets its share of this machine's cores for torch (a torch model's step),
         # so that hosts do not oversubscribe them (testbed.torch_models reads the variable).
-        env = dict(os.environ)
-        env.setdefault("TESTBED_TORCH_THREADS", str(max(1, (os.cpu_count() or 1) // max(1, len(groups)))))
+        env = {"TESTBED_TORCH_THREADS": os.environ.get("TESTBED_TORCH_THREADS",
+                                                       str(max(1, (os.cpu_count() or 1) // max(1, len(groups)))))}
         for group in groups:
-            cmd = [sys.executable, "-m", "testbed", "nodes", "--broker", self.url, "--run", self.run,
+            cmd = ["nodes", "--broker", self.url, "--run", self.run,
                    "--ids", ",".join(str(int(n)) for n in group), "--profile", self.nodes_section.profile,
-                   "--protocol", self.client.protocol or "auto", "--max-chunk-bytes", str(m.max_chunk_bytes),
+                   "--protocol", protocol_version, "--max-chunk-bytes", str(m.max_chunk_bytes),
                    # The embedded broker speaks 3.1.1, which cannot say it serves shared subscriptions.
                    "--broadcast", "shared" if self._broker and m.broadcast == "auto" else m.broadcast,
                    # This session only, and only while this process lives: a killed coordinator's
@@ -169,7 +172,7 @@ class MqttNodes:
                 cmd += ["--tls-ca", m.tls_ca]
             if self.nodes_section.pacing:
                 cmd.append("--pacing")
-            self._hosts.append(_Host([int(n) for n in group], cmd, quiet, env))
+            self._hosts.append(_Host([int(n) for n in group], cmd, quiet, env, fork=can_fork()))
 
     def _wait_online(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
@@ -572,14 +575,22 @@ class _Collection:
 
 
 class _Host:
-    """One `testbed nodes` subprocess serving ``node_ids``. Its stderr goes through a thread that
-    passes it on (unless quiet) and keeps the last lines, to explain an early exit."""
+    """One `testbed ARGS` process (`nodes`, `bridge --virtual`) serving ``node_ids``, with ``env``
+    added to this process's environment; a fork of this process with ``fork``
+    (testbed.forked), else a new interpreter. Its stderr goes through a thread that passes it on
+    (unless quiet) and keeps the last lines, to explain an early exit."""
 
-    def __init__(self, node_ids: list[int], cmd: list[str], quiet: bool, env: dict[str, str] | None = None):
+    def __init__(self, node_ids: list[int], args: list[str], quiet: bool, env: dict[str, str] | None = None,
+                 fork: bool = False):
         self.node_ids = node_ids
         self.reaped = False
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                     stdin=subprocess.DEVNULL, text=True, errors="replace", env=env)
+        self.proc: subprocess.Popen | ForkedCommand
+        if fork:
+            self.proc = ForkedCommand(args, env, name=f"nodes {_span(node_ids)}")
+        else:
+            self.proc = subprocess.Popen([sys.executable, "-m", "testbed", *args], stdout=subprocess.DEVNULL,
+                                         stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+                                         errors="replace", env={**os.environ, **(env or {})})
         self._tail: collections.deque[str] = collections.deque(maxlen=20)
         self._reader = threading.Thread(target=self._read, args=(quiet,), daemon=True,
                                         name=f"node-host-{self.proc.pid}-stderr")
@@ -615,6 +626,11 @@ class _Host:
             self.proc.terminate()
             self.proc.wait(timeout=5)
         self._reader.join(timeout=2.0)
+
+
+def _span(ids: Sequence[int]) -> str:
+    """``first-last`` of consecutive ids, else the ids with commas: a host's name in ps."""
+    return f"{ids[0]}-{ids[-1]}" if list(ids) == list(range(ids[0], ids[-1] + 1)) else ",".join(map(str, ids))
 
 
 def _ids(ids: Sequence[int]) -> str:

@@ -26,6 +26,15 @@ MIN_NUMBERS = 200_000
 _pool: ThreadPoolExecutor | None = None
 
 
+def _forget_pool() -> None:
+    global _pool
+    _pool = None  # a forked child (testbed.forked) has no pool thread: it starts its own
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_forget_pool)
+
+
 def split_work(count: int, work: Callable[[int, int], None], numbers: int) -> None:
     """``work(lo, hi)`` over ``[0, count)``: the first half on a pool thread and the second here
     when the machine has two cores or more and ``numbers`` (what the whole work draws or touches)

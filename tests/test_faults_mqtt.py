@@ -456,15 +456,23 @@ def test_channel_keeps_early_signals_within_a_bound_per_node(mosquitto_broker, r
 
 
 def _children_serving(parent: int) -> dict[str, int]:
-    """The `testbed nodes` processes whose parent is ``parent``: their --ids → pid."""
+    """The `testbed nodes` processes whose parent is ``parent``: their ids ("0,1", "2,3") → pid. A
+    host the coordinator forked is named "nodes FIRST-LAST" (its command line is its parent's)."""
     found = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            text = stat.read_text()
+            ppid = int(text.rsplit(")", 1)[1].split()[1])
+            name = text[text.index("(") + 1:text.rindex(")")]
             argv = (stat.parent / "cmdline").read_bytes().split(b"\0")
         except (OSError, IndexError, ValueError):
             continue
-        if ppid == parent and b"nodes" in argv and b"--ids" in argv:
+        if ppid != parent:
+            continue
+        if name.startswith("nodes "):
+            first, last = map(int, name.removeprefix("nodes ").split("-"))
+            found[",".join(map(str, range(first, last + 1)))] = int(stat.parent.name)
+        elif b"nodes" in argv and b"--ids" in argv:
             found[argv[argv.index(b"--ids") + 1].decode()] = int(stat.parent.name)
     return found
 

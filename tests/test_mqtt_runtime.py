@@ -205,41 +205,46 @@ def test_bad_messages_are_rejected_and_logged(mosquitto_broker, tmp_path, caplog
     u = parse_broker_url(url)
     rogue = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id="rogue", protocol=paho.MQTTv311)
     rogue.connect(u.host, u.port)
-    rogue.loop_start()
-    seen_round: list[bytes] = []
-    rogue.on_message = lambda c, ud, m: seen_round.append(m.payload)
-    rogue.subscribe(topics.bcast(run), qos=1)
-    stop = threading.Event()
-
     from testbed.algorithms import RoundContext, registry
     from testbed.runner import load
 
     data, model = load(config)
     alg = registry.build(config, model, data)
     size = alg.model.num_params
+    up0 = topics.up(run, "0")
+
+    def forge(client, userdata, message) -> None:
+        """Forgeries of the round just broadcast, sent at once: they reach the coordinator while it
+        collects that round, before node 0's own reply (its host steps first)."""
+        msg = wire.decode(message.payload)
+        if msg.kind != protocol.ROUND:
+            return
+        session = protocol.session_of(msg)
+        ctx = RoundContext(msg.round, config.run.seed, data.num_nodes, tuple(protocol.expected_of(msg)))
+        planned = alg.planned_events(0, ctx)
+        for payload in (
+                protocol.update(run, session, msg.round + 7, 0, {"update": np.zeros(size)}, planned),
+                # node 0 charging node 1's ledger: refused whatever its tensors
+                protocol.update(run, session, msg.round, 0, {"update": np.zeros(size)},
+                                [ComputeEvent(node=1, round=msg.round, local_steps=5)]),
+                # the plan's events, but a model no honest node can produce (the norm bound)
+                protocol.update(run, session, msg.round, 0, {"update": msg.tensors["model"] + 1e6}, planned),
+                # no events at all: refused, never averaged in uncharged
+                protocol.update(run, session, msg.round, 0, {"update": msg.tensors["model"]}, [])):
+            client.publish(up0, payload, qos=1)
+
+    rogue.on_message = forge
+    rogue.subscribe(topics.bcast(run), qos=1)
+    rogue.loop_start()
+    stop = threading.Event()
 
     def attack():
         while not stop.is_set():
-            up0 = topics.up(run, "0")
             non_finite = bytearray(protocol.update(run, "s", 0, 0, {"update": np.zeros(size)}, []))
             non_finite[-size * 8:] = np.full(size, np.nan).tobytes()  # the encoder itself refuses NaN
             bad = [b"garbage", wire.encode({"run": "other", "round": 0, "sender": "0", "kind": "update"}),
                    protocol.update(run, "stale-session", 0, 0, {"update": np.zeros(size)}, []),
                    bytes(non_finite)]
-            msg = wire.decode(seen_round[-1]) if seen_round else None
-            if msg is not None and msg.kind == protocol.ROUND:
-                session = protocol.session_of(msg)
-                ctx = RoundContext(msg.round, config.run.seed, data.num_nodes, tuple(protocol.expected_of(msg)))
-                planned = alg.planned_events(0, ctx)
-                bad.append(protocol.update(run, session, msg.round + 7, 0, {"update": np.zeros(size)}, planned))
-                # node 0 charging node 1's ledger: refused whatever its tensors
-                bad.append(protocol.update(run, session, msg.round, 0, {"update": np.zeros(size)},
-                                           [ComputeEvent(node=1, round=msg.round, local_steps=5)]))
-                # the plan's events, but a model no honest node can produce (the norm bound)
-                bad.append(protocol.update(run, session, msg.round, 0, {"update": msg.tensors["model"] + 1e6},
-                                           planned))
-                # no events at all: refused, never averaged in uncharged
-                bad.append(protocol.update(run, session, msg.round, 0, {"update": msg.tensors["model"]}, []))
             for payload in bad:
                 rogue.publish(up0, payload, qos=1)
             time.sleep(0.05)

@@ -1,0 +1,86 @@
+"""testbed.forked: a `testbed` command in a fork of this process, as the coordinator starts its
+emulated hosts: exit code, stderr, environment, name, termination, and a fresh worker pool."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from testbed import parallel
+from testbed.forked import ForkedCommand, can_fork
+
+pytestmark = pytest.mark.skipif(not can_fork(), reason="no fork here (or torch is loaded)")
+
+
+def test_a_user_error_is_the_commands_exit_code_and_stderr_line():
+    child = ForkedCommand(["nodes", "--broker", "mqtt://127.0.0.1:1", "--run", "r", "--ids", "x"])
+    assert child.wait(timeout=30) == 2
+    assert "--ids takes comma-separated integers" in child.stderr.read()
+
+
+def test_the_child_has_its_name_and_environment(tmp_path, monkeypatch):
+    out = tmp_path / "env.txt"
+    monkeypatch.setattr("testbed.cli.main", lambda argv: _write_env_and_name(out))
+    child = ForkedCommand(["nodes"], {"TESTBED_TORCH_THREADS": "3"}, name="nodes 0-49")
+    assert child.wait(timeout=30) == 0
+    assert out.read_text().split("\n") == ["3", "nodes 0-49"]
+
+
+def _write_env_and_name(out: Path) -> int:
+    import os
+
+    name = Path("/proc/self/comm").read_text().strip() if Path("/proc/self/comm").exists() else "nodes 0-49"
+    out.write_text(f"{os.environ['TESTBED_TORCH_THREADS']}\n{name}")
+    return 0
+
+
+def test_terminate_ends_a_child_that_does_not_leave(monkeypatch):
+    monkeypatch.setattr("testbed.cli.main", lambda argv: time.sleep(60))
+    child = ForkedCommand(["nodes"])
+    assert child.poll() is None
+    with pytest.raises(subprocess.TimeoutExpired):
+        child.wait(timeout=0.05)
+    child.terminate()
+    assert child.wait(timeout=10) == -signal.SIGTERM
+    child.terminate()  # exited: nothing to do
+
+
+def test_an_exception_is_printed_and_exits_1(monkeypatch):
+    def boom(argv):
+        raise RuntimeError("the step failed")
+
+    monkeypatch.setattr("testbed.cli.main", boom)
+    child = ForkedCommand(["nodes"])
+    assert child.wait(timeout=30) == 1
+    assert "RuntimeError: the step failed" in child.stderr.read()
+
+
+def test_the_child_starts_its_own_worker_pool(monkeypatch):
+    """The parent's pool thread does not exist in the child: work split there must still run."""
+    import numpy as np
+
+    out = np.zeros(4)
+    parallel.split_work(4, lambda lo, hi: out.__setitem__(slice(lo, hi), 1), numbers=parallel.MIN_NUMBERS)
+    assert parallel._pool is not None or (__import__("os").cpu_count() or 1) < 2
+
+    def split(argv):
+        done = np.zeros(4)
+        parallel.split_work(4, lambda lo, hi: done.__setitem__(slice(lo, hi), 1), numbers=parallel.MIN_NUMBERS)
+        return 0 if done.all() else 3
+
+    monkeypatch.setattr("testbed.cli.main", split)
+    child = ForkedCommand(["nodes"])
+    assert child.wait(timeout=30) == 0
+
+
+def test_what_the_parent_buffered_is_not_written_twice(capfd):
+    sys.stdout.write("parent line")  # unflushed
+    child = ForkedCommand(["nodes", "--ids", "x"])
+    child.wait(timeout=30)
+    sys.stdout.flush()
+    assert capfd.readouterr().out.count("parent line") == 1
