@@ -275,33 +275,36 @@ def _loop(inbox: queue.Queue[Inbound], agents: dict[str, NodeProtocol], clients:
         if coordinator_offline_since is not None and now - coordinator_offline_since > grace_s:
             log.warning("coordinator of run %s offline for %.0f s; leaving", run, grace_s)
             break
-        rounds: list[tuple[str, wire.Message]] = []
-        for item in items:
-            if item.kind == topics.COORD:
-                online = item.payload == topics.STATUS_ONLINE
-                coordinator_offline_since = None if online else (coordinator_offline_since or time.monotonic())
-                continue
-            msg, name = item.message, item.receiver
-            if msg is None or name not in agents or not fence.admits(protocol.session_of(msg)):
-                continue
-            if msg.kind == protocol.STOP:
-                stopped.add(name)
-                continue
-            crash_now = crash is not None and msg.kind == protocol.ROUND and msg.round == crash[0]
-            if msg.kind == protocol.ROUND and not crash_now and type(agents[name]) is NodeAgent:
-                rounds.append((name, msg))
-                continue
+        # What the items bring goes out together (a setup's replies: one wake-up of the network
+        # thread, not one per node); not with an emulated crash, which waits for its reply's ack.
+        with network.batch() if network is not None and crash is None else contextlib.nullcontext():
+            rounds: list[tuple[str, wire.Message]] = []
+            for item in items:
+                if item.kind == topics.COORD:
+                    online = item.payload == topics.STATUS_ONLINE
+                    coordinator_offline_since = None if online else (coordinator_offline_since or time.monotonic())
+                    continue
+                msg, name = item.message, item.receiver
+                if msg is None or name not in agents or not fence.admits(protocol.session_of(msg)):
+                    continue
+                if msg.kind == protocol.STOP:
+                    stopped.add(name)
+                    continue
+                crash_now = crash is not None and msg.kind == protocol.ROUND and msg.round == crash[0]
+                if msg.kind == protocol.ROUND and not crash_now and type(agents[name]) is NodeAgent:
+                    rounds.append((name, msg))
+                    continue
+                answered += _answer_rounds(rounds, agents, clients, run, network)
+                rounds = []
+                if crash_now and not crash[1]:
+                    log.warning("node %s: emulated crash at round %d", name, msg.round)
+                    os._exit(1)
+                try:
+                    outcome = agents[name].handle(msg)
+                except Exception as exc:  # noqa: BLE001  logged by _send as that node's failure
+                    outcome = exc
+                answered += _send(name, msg, outcome, clients, run, crash_now)
             answered += _answer_rounds(rounds, agents, clients, run, network)
-            rounds = []
-            if crash_now and not crash[1]:
-                log.warning("node %s: emulated crash at round %d", name, msg.round)
-                os._exit(1)
-            try:
-                outcome = agents[name].handle(msg)
-            except Exception as exc:  # noqa: BLE001  logged by _send as that node's failure
-                outcome = exc
-            answered += _send(name, msg, outcome, clients, run, crash_now)
-        answered += _answer_rounds(rounds, agents, clients, run, network)
     return answered
 
 

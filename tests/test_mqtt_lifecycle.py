@@ -273,3 +273,39 @@ def test_an_outage_past_the_limit_fails_in_one_line_and_resumes(mosquitto_broker
     assert resumed.summary["status"] == "completed" and resumed.summary["rounds"] == 20
     assert [int(r["round"]) for r in _metrics(run_dir)] == list(range(1, 21))
     _charged_once(run_dir)
+
+
+# ------------------------------------------------------------------------------ sessions
+
+@pytest.mark.parametrize("shared_loop", [False, True], ids=["own-thread", "network-loop"])
+def test_a_closed_v5_client_leaves_no_session_on_the_broker(mosquitto_broker, shared_loop):
+    """A broker keeps a session for its expiry interval after a disconnect, and queues what its
+    subscriptions match: runs on the same run id piled up queued broadcasts for every node of every
+    run before. A client that closes ends its session (MQTT 5: expiry 0 on DISCONNECT)."""
+    import paho.mqtt.client as paho
+
+    from testbed.mqtt.broker import parse_broker_url
+    from testbed.mqtt.client import MqttClient
+    from testbed.mqtt.network_loop import NetworkLoop
+
+    network = NetworkLoop() if shared_loop else None
+    client = MqttClient(mosquitto_broker.url, client_id="closing", run="r", subscriptions=[topics.bcast("r")],
+                        network=network).connect(timeout_s=10)
+    assert client.protocol == "5"
+    client.close()
+    if network is not None:
+        network.close()
+    u = parse_broker_url(mosquitto_broker.url)
+    present: list[bool] = []
+    again = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id="closing", protocol=paho.MQTTv5)
+    again.on_connect = lambda c, userdata, flags, code, props: present.append(flags.session_present)
+    again.connect(u.host, u.port, clean_start=False)
+    again.loop_start()
+    try:
+        deadline = time.monotonic() + 10
+        while not present and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        again.disconnect()
+        again.loop_stop()
+    assert present == [False]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import struct
 
 import pytest
+import paho.mqtt.client as paho
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
@@ -65,3 +66,33 @@ def test_install_leaves_an_unknown_decoder_alone(monkeypatch):
     monkeypatch.setattr(_packet, "Properties", Other)
     assert not paho_speedups.install()
     assert _packet.Properties is Other
+
+
+def _publish_packet(topic: str, payload: bytes) -> bytes:
+    """A whole 3.1.1 PUBLISH at QoS 0 (fixed header included; remaining length < 128)."""
+    body = struct.pack("!H", len(topic)) + topic.encode() + payload
+    return bytes([0x30, len(body)]) + body
+
+
+@pytest.mark.parametrize("client_class, per_read", [(paho_speedups.Client, 3), (paho.Client, 1)],
+                         ids=["ours", "pahos"])
+def test_one_read_takes_every_whole_packet_the_socket_holds(client_class, per_read):
+    import socket
+
+    ours, broker = socket.socketpair()
+    ours.setblocking(False)
+    client = client_class(paho.CallbackAPIVersion.VERSION2, protocol=paho.MQTTv311)
+    got: list[bytes] = []
+    client.on_message = lambda c, userdata, message: got.append(message.payload)
+    client._sock = ours  # as after a connect
+    packets = b"".join(_publish_packet("t", f"m{i}".encode()) for i in range(3))
+    broker.sendall(packets + _publish_packet("t", b"m3")[:4])  # and the start of a fourth
+    assert client.loop_read() == paho.MQTT_ERR_SUCCESS
+    assert got == [b"m0", b"m1", b"m2"][:per_read]
+    while len(got) < 3:
+        client.loop_read()
+    broker.sendall(_publish_packet("t", b"m3")[4:])  # the rest of the fourth: read whole
+    client.loop_read()
+    assert got == [b"m0", b"m1", b"m2", b"m3"]
+    ours.close()
+    broker.close()

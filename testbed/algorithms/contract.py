@@ -37,6 +37,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence, runtime_checkable
 
@@ -75,13 +76,17 @@ class TensorSpec:
     max_norm: float | None = None
     relative_to: str | None = None
 
+    @functools.cached_property
+    def _dtype(self) -> np.dtype:
+        return np.dtype(self.dtype)  # parsed once: every reply of every node is checked against it
+
     def problem(self, row: Any, reference: np.ndarray | None = None) -> str | None:
         """Why ``row`` (one node's tensor, as received) is not what this spec declares; None if it is.
         Checks type, dtype, shape, finiteness and the norm bound (from ``reference``, the node's
         ``relative_to`` downlink row, when the spec has one), cheapest first."""
         if not isinstance(row, np.ndarray):
             return f"not an array ({type(row).__name__})"
-        if row.dtype != np.dtype(self.dtype):
+        if row.dtype != self._dtype:
             return f"dtype {row.dtype}, expected {self.dtype}"
         if row.shape != self.shape:
             return f"shape {row.shape}, expected {self.shape}"
@@ -98,9 +103,7 @@ def check_tensors(specs: Mapping[str, TensorSpec], tensors: Mapping[str, Any],
                   reference: Mapping[str, np.ndarray] | None = None) -> str | None:
     """Why ``tensors`` (one node's, by name) do not match ``specs`` exactly; None if they do.
     ``reference``: the node's downlink rows, for norm bounds measured from one of them."""
-    missing = sorted(set(specs) - set(tensors))
-    extra = sorted(set(tensors) - set(specs))
-    if missing or extra:
+    if tensors.keys() != specs.keys():
         return f"tensors {sorted(tensors)}, expected {sorted(specs)}"
     for name, spec in specs.items():
         ref = reference.get(spec.relative_to) if reference is not None and spec.relative_to else None

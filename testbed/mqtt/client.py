@@ -226,7 +226,7 @@ class MqttClient:
 
     def _make_paho(self, protocol: str) -> paho.Client:
         v5 = protocol == "5"
-        c = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id=self.client_id,
+        c = paho_speedups.Client(paho.CallbackAPIVersion.VERSION2, client_id=self.client_id,
                         protocol=paho.MQTTv5 if v5 else paho.MQTTv311,
                         clean_session=None if v5 else self._session_expiry_s == 0)
         c.enable_logger(_paho_log)
@@ -270,10 +270,18 @@ class MqttClient:
     def _shutdown_paho(self) -> None:
         self.connected = False  # first, so on_disconnect does not report a lost connection
         if self._paho is not None:
+            # The session ends with the client (MQTT 5): a broker would otherwise keep it for
+            # session_expiry_s, queueing whatever its subscriptions match (the next run on the same
+            # run id: one copy of every broadcast per node of each run before). A new client
+            # starts a fresh session anyway (clean start at its first connect).
+            props = None
+            if self.protocol == "5":
+                props = Properties(PacketTypes.DISCONNECT)
+                props.SessionExpiryInterval = 0
             if self._network is not None:
-                self._network.remove(self._paho)
+                self._network.remove(self._paho, properties=props)
             else:
-                self._paho.disconnect()
+                self._paho.disconnect(properties=props)
                 self._paho.loop_stop()
             self._paho = None
 

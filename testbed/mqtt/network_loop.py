@@ -126,7 +126,11 @@ class NetworkLoop:
     def batch(self) -> Iterator[None]:
         """Within the block, this thread's flushes are held and handed to the loop thread as one
         request at its end: a host's replies to a round go out on one wake-up of the loop instead
-        of one each (each wake-up hands the GIL back and forth between the two threads)."""
+        of one each (each wake-up hands the GIL back and forth between the two threads). Within
+        another batch, part of it."""
+        if getattr(self._local, "held", None) is not None:
+            yield
+            return
         self._local.held = held = {}
         try:
             yield
@@ -136,12 +140,13 @@ class NetworkLoop:
                 clients = list(held)
                 self._call_soon(lambda: [self._write(client) for client in clients])
 
-    def remove(self, client: paho.Client, timeout_s: float = 2.0) -> None:
-        """Disconnect ``client`` cleanly (its DISCONNECT written, so the broker sends no will) and
-        stop serving it; waits up to ``timeout_s`` for the socket to close."""
+    def remove(self, client: paho.Client, timeout_s: float = 2.0, properties: Any = None) -> None:
+        """Disconnect ``client`` cleanly (its DISCONNECT written, with MQTT 5 ``properties`` if
+        given, so the broker sends no will) and stop serving it; waits up to ``timeout_s`` for the
+        socket to close."""
         with self._lock:
             served = self._served.get(client)
-        self._call_soon(lambda: self._disconnect(client))
+        self._call_soon(lambda: self._disconnect(client, properties))
         if served is not None and threading.current_thread() is not self._thread:
             served.closed.wait(timeout_s)
 
@@ -305,7 +310,7 @@ class NetworkLoop:
             return
         self._watch_writes(served.client)
 
-    def _disconnect(self, client: paho.Client) -> None:
+    def _disconnect(self, client: paho.Client, properties: Any = None) -> None:
         with self._lock:
             served = self._served.get(client)
         if served is None:
@@ -314,5 +319,5 @@ class NetworkLoop:
         if client.socket() is None:
             self._forget(served)
             return
-        client.disconnect()  # queues DISCONNECT; paho closes the socket once it is written
+        client.disconnect(properties=properties)  # queues DISCONNECT; paho closes the socket once written
         self._write(client)
