@@ -39,7 +39,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -233,9 +233,10 @@ class MqttNodes:
         return self._outcome(ctx, alg.setup_spec(), answers, refusals, reasons, frozenset(), heard=None)
 
     def round(self, state: State, round_index: int, excluded: frozenset[int],
-              sampled: tuple[int, ...] | None = None) -> RoundOutcome:
+              sampled: tuple[int, ...] | None = None, meanwhile: Callable[[], None] | None = None) -> RoundOutcome:
         """Send round ``round_index`` from ``state`` to the online ``sampled`` nodes (None: all)
-        less ``excluded`` (emulated stragglers); their replies, checked."""
+        less ``excluded`` (emulated stragglers); ``meanwhile()`` while they step; their replies,
+        checked (those that come meanwhile wait in the network thread's hand-over)."""
         alg = self.alg
         expected = self._live(excluded)
         if sampled is not None:
@@ -243,7 +244,10 @@ class MqttNodes:
             expected = tuple(n for n in expected if n in chosen)
         ctx = RoundContext(round_index, self.seed, len(self.node_ids), expected, sampled=sampled)
         self._remember(ctx)
-        if not expected or self._send(state, ctx):
+        sent = not expected or self._send(state, ctx)
+        if meanwhile is not None:
+            meanwhile()
+        if sent:
             answers, refusals, reasons = self._collect(ctx, alg.uplink_spec(), protocol.UPDATE)
         else:
             answers, refusals, reasons = self._unreached(ctx)

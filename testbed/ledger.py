@@ -19,6 +19,7 @@ import csv
 import dataclasses
 import io
 import math
+import operator
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -255,9 +256,13 @@ def batches_of(events: Iterable[Event]) -> list[EventBatch]:
     batches = []
     for group in groups.values():
         first = group[0]
-        names = [n for n in _FIELDS[first.kind] if n != "node" and any(getattr(e, n) != getattr(first, n) for e in group)]
-        batches.append(EventBatch(first, np.array([e.node for e in group], dtype=np.int64),
-                                  {n: np.array([getattr(e, n) for e in group]) for n in names}))
+        fields = _FIELDS[first.kind]
+        # Each field's values over the group, read and compared in C (a coordinator charges a
+        # batch of 80 nodes' replies every round).
+        columns = dict(zip(fields, zip(*map(operator.attrgetter(*fields), group))))  # every kind has node, round
+        nodes = np.array(columns.pop("node"), dtype=np.int64)
+        batches.append(EventBatch(first, nodes, {n: np.array(values) for n, values in columns.items()
+                                                 if values.count(values[0]) != len(values)}))
     return batches
 
 

@@ -10,7 +10,7 @@ Example::
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Callable, Protocol
 
 from testbed.algorithms.contract import NodeResult, RoundContext, State
 from testbed.ledger import Event, EventBatch
@@ -48,9 +48,11 @@ class Nodes(Protocol):
         ...
 
     def round(self, state: State, round_index: int, excluded: frozenset[int],
-              sampled: tuple[int, ...] | None = None) -> RoundOutcome:
+              sampled: tuple[int, ...] | None = None, meanwhile: Callable[[], None] | None = None) -> RoundOutcome:
         """Round ``round_index`` from ``state`` for the ``sampled`` nodes (None: all of them);
-        ``excluded`` are emulated stragglers among them (asked nothing)."""
+        ``excluded`` are emulated stragglers among them (asked nothing). ``meanwhile`` (the report
+        of the round before: its evaluation, metrics and checkpoint) is called once, after the
+        round is sent and before its replies are awaited: the server's work overlaps the nodes'."""
         ...
 
     def deliver(self, events: list[Event]) -> None:

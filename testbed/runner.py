@@ -274,6 +274,34 @@ def run_rounds(run: Run, nodes: Nodes, quiet: bool, tight_job: BackgroundEpsilon
     def save(ahead: int) -> None:
         run.directory.save_checkpoint(run.rounds_done, run.state, ledger_file.mark(), ahead)
 
+    def report(outcome: RoundOutcome) -> None:
+        """The round just done, from the state and the book as it left them: its evaluation,
+        metrics row, checkpoint (when due) and progress. Done while the nodes compute the
+        next round (``Nodes.round``'s ``meanwhile``), else after the last."""
+        nonlocal reported
+        reported = True
+        done = run.rounds_done
+        evaluated = done % config.output.eval_every == 0 or done == alg.rounds
+        if evaluated:
+            _evaluate(run)
+        book = run.book
+        eps = book.max_epsilon(run.budgets.accountant, run.budgets.delta)
+        measured = run.metrics if evaluated else dict.fromkeys(run.metrics, "")  # output.eval_every: blanks
+        row = {
+            "round": done, "local_steps": int(book.column("local_steps").max(initial=0)),
+            **measured, "cost_units": float(book.column("cost_units").max(initial=0.0)), "epsilon": eps,
+            "bytes_total": int(book.column("bytes_total").max(initial=0)),
+            "stragglers": len(outcome.ctx.stragglers), "wall_s": round(time.monotonic() - run.wall_start, 4),
+        }
+        run.directory.append_metrics(row)
+        # After the round's metrics row: the checkpoint marks both files (see save_checkpoint).
+        if cadence.due(done) or done == alg.rounds:
+            cadence.save(done, save)
+            book.forget_rounds_before(done - _ROUNDS_KEPT)
+        progress.update(done, run.metrics["train_loss"], eps, row, run.book)
+
+    reported, last = True, None  # the rounds done are all reported; the outcome of the last
+
     try:
         if alg.has_setup and run.rounds_done == 0 and not run.book.logged(run.book.node_ids, SETUP_ROUND).any():
             assert isinstance(alg, WithSetup)
@@ -298,7 +326,9 @@ def run_rounds(run: Run, nodes: Nodes, quiet: bool, tight_job: BackgroundEpsilon
             if run.stopped is not None:
                 run.status = "stopped_budget"
                 break
-            outcome = nodes.round(run.state, r, excluded, sampled)
+            before = last
+            outcome = nodes.round(run.state, r, excluded, sampled,
+                                  meanwhile=None if reported else lambda: report(before))
             if outcome.refused:
                 node, budget, would_be, limit = outcome.refused[0]
                 run.stopped, run.status = Exceeded(node, budget, would_be, limit), "stopped_budget"
@@ -309,27 +339,17 @@ def run_rounds(run: Run, nodes: Nodes, quiet: bool, tight_job: BackgroundEpsilon
             run.state = server.state
             _charge_server(run, server.events, nodes, ledger_file)
             run.rounds_done = r + 1
-            evaluated = run.rounds_done % config.output.eval_every == 0 or run.rounds_done == alg.rounds
-            if evaluated:
-                _evaluate(run)
-            book = run.book
-            eps = book.max_epsilon(run.budgets.accountant, run.budgets.delta)
-            measured = run.metrics if evaluated else dict.fromkeys(run.metrics, "")  # output.eval_every: blanks
-            row = {
-                "round": run.rounds_done, "local_steps": int(book.column("local_steps").max(initial=0)),
-                **measured, "cost_units": float(book.column("cost_units").max(initial=0.0)), "epsilon": eps,
-                "bytes_total": int(book.column("bytes_total").max(initial=0)),
-                "stragglers": len(outcome.ctx.stragglers), "wall_s": round(time.monotonic() - run.wall_start, 4),
-            }
-            run.directory.append_metrics(row)
-            # After the round's metrics row: the checkpoint marks both files (see save_checkpoint).
-            if cadence.due(run.rounds_done) or run.rounds_done == alg.rounds:
-                cadence.save(run.rounds_done, save)
-                book.forget_rounds_before(run.rounds_done - _ROUNDS_KEPT)
-            progress.update(run.rounds_done, run.metrics["train_loss"], eps, row, run.book)
+            reported, last = False, outcome
+        if not reported:
+            report(last)
         if cadence.saved_at != run.rounds_done:  # a budget stop between checkpoints
             cadence.save(run.rounds_done, save)
     finally:
+        if not reported:  # a failure in the round after it: the round done is still reported
+            try:
+                report(last)
+            except Exception:  # noqa: BLE001  the failure on its way out is the one to tell
+                log.exception("could not report round %d", run.rounds_done)
         progress.close()
         ledger_file.close()
 

@@ -22,7 +22,7 @@ Example::
 from __future__ import annotations
 
 import time
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -78,7 +78,9 @@ class SimNodes:
         return self._outcome(result, ctx.closed(result.node_ids), start, {})
 
     def round(self, state: State, round_index: int, excluded: frozenset[int],
-              sampled: tuple[int, ...] | None = None) -> RoundOutcome:
+              sampled: tuple[int, ...] | None = None, meanwhile: Callable[[], None] | None = None) -> RoundOutcome:
+        if meanwhile is not None:  # nothing runs in parallel here: first
+            meanwhile()
         alg = self.alg
         expected = tuple(n for n in (self.node_ids if sampled is None else sampled) if n not in excluded)
         ctx = RoundContext(round_index, self.seed, len(self.node_ids), expected, sampled=sampled)

@@ -213,3 +213,30 @@ def test_a_budget_stop_between_evaluations_reports_the_final_model(small_config_
     assert every.summary["status"] == sparse.summary["status"] == "stopped_budget"
     assert sparse.summary["rounds"] % 4 != 0  # stopped between evaluations
     assert sparse.summary["final"] == every.summary["final"]
+
+
+def test_a_rounds_report_is_made_while_the_next_round_is_out(small_config_text, tmp_path, monkeypatch):
+    """The report of round r (evaluation, metrics row, checkpoint) is the ``meanwhile`` of round
+    r + 1 (over MQTT: after it is sent, while the nodes step); the last round's comes after it.
+    Every round is reported once, in order, with the numbers of a report made right after it."""
+    from testbed.sim_nodes import SimNodes
+
+    rows_seen = []
+    real = SimNodes.round
+
+    def round_(self, state, round_index, excluded, sampled=None, meanwhile=None):
+        def counted():
+            meanwhile()
+            rows_seen.append((round_index, len(list(csv.DictReader(open(tmp_path / "run" / "metrics.csv"))))))
+        return real(self, state, round_index, excluded, sampled, None if meanwhile is None else counted)
+
+    monkeypatch.setattr(SimNodes, "round", round_)
+    result = _run(small_config_text, tmp_path)
+    rounds = result.summary["rounds"]
+    assert rows_seen == [(r, r) for r in range(1, rounds)]  # round r's row is written during round r + 1
+    metrics = list(csv.DictReader(open(tmp_path / "run" / "metrics.csv")))
+    assert [int(row["round"]) for row in metrics] == list(range(1, rounds + 1))
+    monkeypatch.setattr(SimNodes, "round", real)
+    again = _run(small_config_text, tmp_path, name="again")
+    assert [row["train_loss"] for row in csv.DictReader(open(again.run_dir / "metrics.csv"))] == \
+        [row["train_loss"] for row in metrics]
