@@ -96,3 +96,29 @@ def test_one_read_takes_every_whole_packet_the_socket_holds(client_class, per_re
     assert got == [b"m0", b"m1", b"m2", b"m3"]
     ours.close()
     broker.close()
+
+
+def test_the_loop_thread_queues_without_waking_itself_and_others_wake_it():
+    import socket
+    import threading
+
+    client = paho_speedups.Client(paho.CallbackAPIVersion.VERSION2, protocol=paho.MQTTv311)
+    wake_r, wake_w = socket.socketpair()
+    wake_r.setblocking(False)
+    client._sockpairR, client._sockpairW = wake_r, wake_w
+    client._thread = threading.current_thread()  # as if this were its loop thread
+
+    def woken() -> bool:
+        try:
+            return bool(wake_r.recv(16))
+        except BlockingIOError:
+            return False
+
+    client._packet_queue(paho.PUBACK, b"\x40\x02\x00\x01", 1, 0)
+    assert not woken() and client._sockpairW is wake_w and client.want_write()
+    other = threading.Thread(target=client._packet_queue, args=(paho.PUBACK, b"\x40\x02\x00\x02", 2, 0))
+    other.start()
+    other.join()
+    assert woken() and len(client._out_packet) == 2
+    wake_r.close()
+    wake_w.close()
