@@ -131,9 +131,18 @@ def new_msg_id() -> str:
 
 def check_id(value: object, what: str) -> str:
     """Return `value` if it is a valid run/node/kind id (see ID_PATTERN), else raise WireError."""
+    if type(value) is str and value in _VALID_IDS:  # every message names a run, sender and kind seen before
+        return value
     if not isinstance(value, str) or not ID_PATTERN.fullmatch(value):
         raise WireError("bad_header", f"{what} must match {ID_PATTERN.pattern}, got {value!r}")
+    if len(_VALID_IDS) < _VALID_IDS_KEPT:
+        _VALID_IDS.add(value)
     return value
+
+
+#: Ids that matched ID_PATTERN, up to _VALID_IDS_KEPT of them (a run's nodes, kinds and run ids).
+_VALID_IDS: set[str] = set()
+_VALID_IDS_KEPT = 1 << 16
 
 
 def _pad(n: int) -> int:
@@ -144,6 +153,12 @@ def _dtype_names(allowed: Iterable[str | np.dtype | type]) -> frozenset[str]:
     if allowed is DEFAULT_ALLOWED_DTYPES:  # every message but a few tests': named once
         return _DEFAULT_DTYPE_NAMES
     return frozenset(np.dtype(d).name for d in allowed)
+
+
+@functools.lru_cache(maxsize=64)
+def _little_endian(name: str) -> np.dtype:
+    """The little-endian dtype of an allowed dtype name (parsed once per name)."""
+    return np.dtype(name).newbyteorder("<")
 
 
 @functools.lru_cache(maxsize=64)
@@ -323,7 +338,7 @@ def decode(payload: bytes | bytearray | memoryview, *, expect_run: str | None = 
     for spec in h["tensors"]:
         if spec["dtype"] not in allowed:
             raise WireError("dtype", f"tensor {spec['name']!r} has dtype {spec['dtype']!r}, allowed {sorted(allowed)}")
-        dtype = np.dtype(spec["dtype"]).newbyteorder("<")
+        dtype = _little_endian(spec["dtype"])
         count = 1
         for d in spec["shape"]:
             count *= d  # Python ints: no overflow from a hostile shape

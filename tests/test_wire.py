@@ -363,3 +363,11 @@ def test_rejects_inconsistent_chunks():
 def test_chunk_rejects_tiny_limit():
     with pytest.raises(ValueError):
         wire.chunk(b"abc", wire.CHUNK_HEADER_BYTES)
+
+
+@pytest.mark.parametrize("bad", [["a"], {"a": 1}, 7, None, "a/b", ""])
+def test_an_id_of_another_type_or_shape_is_refused_after_valid_ones_were_seen(bad):
+    assert wire.check_id("node-7", "sender") == "node-7"
+    assert wire.check_id("node-7", "sender") == "node-7"  # remembered
+    with pytest.raises(wire.WireError, match="sender must match"):
+        wire.check_id(bad, "sender")

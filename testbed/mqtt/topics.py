@@ -28,6 +28,7 @@ version in the wire header).
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 from testbed.wire import WireError, check_id
 
@@ -191,6 +192,7 @@ def node_index(name: str | None) -> int | None:
         return None
 
 
+@functools.lru_cache(maxsize=4096)  # a run's topics recur every round (a Topic is frozen)
 def parse(topic: str) -> Topic:
     """Split a concrete topic (no wildcards) into (run, kind, node); raise TopicError otherwise."""
     parts = topic.split("/")
