@@ -5,8 +5,10 @@ starts.
 
 Prints when all nodes were connected (counted on the broker's port), each round's end, the whole
 wall time, and the peak resident memory (VmHWM) of the coordinator, its accountant process, each
-host and Mosquitto; then what bounds the node count on this machine (open files, ephemeral ports,
-memory per node). Target: the 3 rounds complete with every node connected.
+host and Mosquitto, each host's own (private) memory at most (a host forked from the coordinator
+shares its pages; VmHWM counts them) and the machine's memory in use at most; then what bounds the
+node count on this machine (open files, ephemeral ports, memory per node). Target: the 3 rounds
+complete with every node connected.
 
 Usage: python benchmarks/mqtt_scale.py [--nodes 10000] [--hosts 10] [--fraction 0.1] [--set KEY=VALUE]
 (--fraction: client sampling, that share of the nodes asked each round, uniformly without
@@ -44,17 +46,36 @@ def status_kb(pid: int, key: str) -> int | None:
     return None
 
 
+def private_kb(pid: int) -> int | None:
+    """The memory ``pid`` holds alone now (Private_Clean + Private_Dirty of smaps_rollup), in KB: a
+    host forked from the coordinator shares the pages it did not write with it (its VmHWM counts
+    them); None once gone."""
+    try:
+        return sum(int(line.split()[1]) for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()
+                   if line.startswith(("Private_Clean:", "Private_Dirty:")))
+    except (OSError, ValueError):
+        return None
+
+
+def memory_in_use_kb() -> int:
+    """This machine's memory in use now (MemTotal - MemAvailable), in KB."""
+    info = {line.split(":")[0]: int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines()}
+    return info["MemTotal"] - info["MemAvailable"]
+
+
 def children(pid: int) -> dict[int, str]:
     """The direct children of ``pid``: {pid: "host" | "accountant" | other command}."""
     found = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) != pid:
+            text = stat.read_text()
+            if int(text.rsplit(")", 1)[1].split()[1]) != pid:
                 continue
+            name = text[text.index("(") + 1:text.rindex(")")]  # a forked host: "nodes FIRST-LAST"
             cmd = (stat.parent / "cmdline").read_bytes().split(b"\0")
         except (OSError, ValueError, IndexError):
             continue
-        found[int(stat.parent.name)] = ("host" if b"nodes" in cmd else
+        found[int(stat.parent.name)] = ("host" if b"nodes" in cmd or name.startswith("nodes ") else
                                         "accountant" if any(b"accountant" in c for c in cmd) else
                                         (cmd[0] or b"?").decode(errors="replace"))
     return found
@@ -128,6 +149,8 @@ def main() -> int:
             proc = subprocess.Popen(cmd, cwd=HERE.parent, stdout=subprocess.DEVNULL, stderr=log)
         broker_pid = broker._proc.pid  # type: ignore[union-attr]
         peaks: dict[int, tuple[str, int]] = {}
+        private: dict[int, int] = {}  # host pid -> its largest private memory seen, KB
+        in_use_before = most_in_use = memory_in_use_kb()
         hosts_at, all_connected_at, most_connected, rounds_at = None, None, 0, []
         while proc.poll() is None:
             kids = children(proc.pid)
@@ -138,6 +161,10 @@ def main() -> int:
                 hwm = status_kb(pid, "VmHWM")
                 if hwm is not None:
                     peaks[pid] = (kind, max(hwm, peaks.get(pid, (kind, 0))[1]))
+                own = private_kb(pid) if kind == "host" else None
+                if own is not None:
+                    private[pid] = max(own, private.get(pid, 0))
+            most_in_use = max(most_in_use, memory_in_use_kb())
             connected = established(broker.port)
             most_connected = max(most_connected, connected)
             if all_connected_at is None and connected >= args.nodes + 1:  # the nodes and the coordinator
@@ -167,13 +194,17 @@ def main() -> int:
     ok = ok and not any(stragglers)
     print(f"  stragglers per round: {stragglers}; connections lost (clients' logs): {lost:,}; Mosquitto: "
           f"{expired:,} keepalives expired, {dropped:,} client queues overflowed")
-    hosts = sorted((kb for kind, kb in peaks.values() if kind == "host"))
+    hosts = sorted(private.values())
     for pid, (kind, kb) in sorted(peaks.items(), key=lambda p: p[1][0]):
-        print(f"  peak RSS {kind:12s} pid {pid:>7}: {kb / 1024:8.1f} MB")
+        own = f"; its own (private) at most {private[pid] / 1024:8.1f} MB" if pid in private else ""
+        print(f"  peak RSS {kind:12s} pid {pid:>7}: {kb / 1024:8.1f} MB{own}")
     if hosts:
         per_host = -(-args.nodes // args.hosts)
-        print(f"  hosts: median peak {hosts[len(hosts) // 2] / 1024:.0f} MB for {per_host:,} nodes = "
-              f"{hosts[len(hosts) // 2] / per_host:.0f} KB per node; total {sum(hosts) / 2**20:.2f} GB")
+        print(f"  hosts (forked from the coordinator, sharing its pages): median private peak "
+              f"{hosts[len(hosts) // 2] / 1024:.0f} MB for {per_host:,} nodes = {hosts[len(hosts) // 2] / per_host:.0f} "
+              f"KB per node; total {sum(hosts) / 2**20:.2f} GB")
+    print(f"  this machine: {(most_in_use - in_use_before) / 2**20:.2f} GB more memory in use at most during the run "
+          f"(sampled every 0.5 s)")
     coordinator = next((kb for kind, kb in peaks.values() if kind == "coordinator"), 0)
     print(f"  coordinator: {coordinator / args.nodes:.0f} KB per node")
     print("limits of this machine:")
