@@ -30,6 +30,7 @@ import subprocess
 import sys
 import time
 import traceback
+import warnings
 from collections.abc import Mapping, Sequence
 
 _POLL_S = 0.005  # how often wait() looks whether the child has exited
@@ -56,7 +57,11 @@ class ForkedCommand:
         sys.stdout.flush()  # else the child's copy of what is buffered would be written twice
         sys.stderr.flush()
         read_end, write_end = os.pipe()
-        pid = os.fork()
+        with warnings.catch_warnings():
+            # Python 3.12+ warns when a process with threads forks: the child runs only the
+            # command, on its own objects (the modules that keep threads forget them there).
+            warnings.filterwarnings("ignore", category=DeprecationWarning, message=".*fork.*")
+            pid = os.fork()
         if pid == 0:  # pragma: no cover  (the child; it never returns)
             os.close(read_end)
             _run_child(self.args, dict(env or {}), write_end, name or f"testbed {self.args[0]}")

@@ -22,7 +22,8 @@ pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
 def test_a_user_error_is_the_commands_exit_code_and_stderr_line():
     child = ForkedCommand(["nodes", "--broker", "mqtt://127.0.0.1:1", "--run", "r", "--ids", "x"])
     assert child.wait(timeout=30) == 2
-    assert "--ids takes comma-separated integers" in child.stderr.read()
+    with child.stderr as err:
+        assert "--ids takes comma-separated integers" in err.read()
 
 
 def test_the_child_has_its_name_and_environment(tmp_path, monkeypatch):
@@ -30,6 +31,7 @@ def test_the_child_has_its_name_and_environment(tmp_path, monkeypatch):
     monkeypatch.setattr("testbed.cli.main", lambda argv: _write_env_and_name(out))
     child = ForkedCommand(["nodes"], {"TESTBED_TORCH_THREADS": "3"}, name="nodes 0-49")
     assert child.wait(timeout=30) == 0
+    child.stderr.close()
     assert out.read_text().split("\n") == ["3", "nodes 0-49"]
 
 
@@ -48,6 +50,7 @@ def test_terminate_ends_a_child_that_does_not_leave(monkeypatch):
     child.terminate()
     assert child.wait(timeout=10) == -signal.SIGTERM
     child.terminate()  # exited: nothing to do
+    child.stderr.close()
 
 
 def test_an_exception_is_printed_and_exits_1(monkeypatch):
@@ -57,7 +60,8 @@ def test_an_exception_is_printed_and_exits_1(monkeypatch):
     monkeypatch.setattr("testbed.cli.main", boom)
     child = ForkedCommand(["nodes"])
     assert child.wait(timeout=30) == 1
-    assert "RuntimeError: the step failed" in child.stderr.read()
+    with child.stderr as err:
+        assert "RuntimeError: the step failed" in err.read()
 
 
 def test_the_child_starts_its_own_worker_pool(monkeypatch):
@@ -76,12 +80,14 @@ def test_the_child_starts_its_own_worker_pool(monkeypatch):
     monkeypatch.setattr("testbed.cli.main", split)
     child = ForkedCommand(["nodes"])
     assert child.wait(timeout=30) == 0
+    child.stderr.close()
 
 
 def test_what_the_parent_buffered_is_not_written_twice(capfd):
     sys.stdout.write("parent line")  # unflushed
     child = ForkedCommand(["nodes", "--ids", "x"])
     child.wait(timeout=30)
+    child.stderr.close()
     sys.stdout.flush()
     assert capfd.readouterr().out.count("parent line") == 1
 
