@@ -117,8 +117,6 @@ class MqttNodes:
         try:
             # amqtt speaks 3.1.1 only: skip the v5 probe it would log a warning about.
             version = "3.1.1" if self._broker and m.protocol == "auto" else m.protocol
-            if m.emulated:  # first: a host forked from this process inherits none of its connections
-                self._start_hosts(version, quiet)
             self.client = MqttClient.for_coordinator(self.url, self.run, username=username, password=password,
                                                      tls_ca=m.tls_ca, max_chunk_bytes=m.max_chunk_bytes,
                                                      protocol=version, reconnect_max_s=_RECONNECT_MAX_S,
@@ -131,6 +129,8 @@ class MqttNodes:
                                                 connect_timeout_s=m.connect_timeout_s,
                                                 username=user, password=secret, tls_ca=m.tls_ca,
                                                 max_chunk_bytes=m.max_chunk_bytes, protocol=version)
+            if m.emulated:  # after subscribing: RabbitMQ may miss a retained status sent just before
+                self._start_hosts(self.client.protocol or version, quiet)
             self._wait_online(m.connect_timeout_s)
         except BaseException:
             self.close("failed")

@@ -11,8 +11,9 @@ The child is a clean `testbed` command, named in ps and top (Linux): stdin and s
 /dev/null, stderr on its own pipe,
 the coordinator's log handlers dropped and its signal handlers back to Python's defaults, what the
 command asks of the environment set, and it leaves with ``os._exit`` (none of the coordinator's
-exit handlers, no flush of its buffers). The coordinator's objects it inherits (open files, the
-run's sockets) are never finalised in it (``gc.freeze``): their file descriptors are the parent's.
+exit handlers, no flush of its buffers). The descriptors it inherits (the coordinator's MQTT
+connection, the run's files) are closed in it, and the objects that held them never finalised
+(``gc.freeze``): a descriptor number the child reuses is never closed under it.
 Modules that keep threads (``testbed.parallel``'s pool) forget them in the child
 (``os.register_at_fork``), since only the forking thread exists there.
 
@@ -95,6 +96,13 @@ class ForkedCommand:
                 pass
 
 
+def _fd_limit() -> int:
+    try:
+        return min(os.sysconf("SC_OPEN_MAX"), 1 << 20)
+    except (ValueError, OSError):
+        return 1 << 16
+
+
 def _name_process(name: str) -> None:  # pragma: no cover  (the child)
     """What ps and top show as this process's name: Linux only."""
     try:
@@ -115,10 +123,14 @@ def _run_child(argv: list[str], env: dict[str, str], stderr_fd: int, name: str) 
         os.dup2(stderr_fd, 2)
         os.close(devnull)
         os.close(stderr_fd)
+        # The parent's descriptors (its MQTT connection, the run's files): the child must not hold
+        # them open, or the broker would not see the coordinator's connection end with it.
+        os.closerange(3, _fd_limit())
         # The parent's streams may be anything (pytest's captures): the child's are its fds.
         sys.stdout = sys.__stdout__ = open(1, "w", closefd=False)  # noqa: SIM115
         sys.stderr = sys.__stderr__ = open(2, "w", buffering=1, closefd=False, errors="backslashreplace")  # noqa: SIM115
         _name_process(name)
+        signal.set_wakeup_fd(-1)  # an asyncio loop's, among the descriptors closed above
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         root = logging.getLogger()

@@ -99,3 +99,25 @@ def test_no_fork_once_torch_is_loaded(monkeypatch):
     assert can_fork()
     monkeypatch.setitem(sys.modules, "torch", object())
     assert not can_fork()
+
+
+def test_the_child_holds_none_of_the_parents_descriptors(tmp_path, monkeypatch):
+    """A coordinator's MQTT connection must end with it, not live on in its hosts."""
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    held = listener.fileno()
+
+    def check(argv):
+        try:
+            os.fstat(held)
+        except OSError:
+            return 0
+        return 3
+
+    monkeypatch.setattr("testbed.cli.main", check)
+    child = ForkedCommand(["nodes"])
+    assert child.wait(timeout=30) == 0
+    child.stderr.close()
+    listener.close()
