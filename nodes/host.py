@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import logging
 import math
 import os
@@ -274,8 +275,9 @@ def _loop(inbox: queue.Queue[Inbound], agents: dict[str, NodeProtocol], clients:
         if coordinator_offline_since is not None and now - coordinator_offline_since > grace_s:
             log.warning("coordinator of run %s offline for %.0f s; leaving", run, grace_s)
             break
-        # What the items bring goes out together (a setup's replies: one wake-up of the network
-        # thread, not one per node); not with an emulated crash, which waits for its reply's ack.
+        # What the items bring goes out together (a round's or a setup's replies: one wake-up of
+        # the network thread, not one per node); not with an emulated crash, which waits for its
+        # reply's ack.
         with network.batch() if network is not None and crash is None else contextlib.nullcontext():
             rounds: list[tuple[str, wire.Message]] = []
             for item in items:
@@ -293,7 +295,7 @@ def _loop(inbox: queue.Queue[Inbound], agents: dict[str, NodeProtocol], clients:
                 if msg.kind == protocol.ROUND and not crash_now and type(agents[name]) is NodeAgent:
                     rounds.append((name, msg))
                     continue
-                answered += _answer_rounds(rounds, agents, clients, run, network)
+                answered += _answer_rounds(rounds, agents, clients, run)
                 rounds = []
                 if crash_now and not crash[1]:
                     log.warning("node %s: emulated crash at round %d", name, msg.round)
@@ -303,19 +305,18 @@ def _loop(inbox: queue.Queue[Inbound], agents: dict[str, NodeProtocol], clients:
                 except Exception as exc:  # noqa: BLE001  logged by _send as that node's failure
                     outcome = exc
                 answered += _send(name, msg, outcome, clients, run, crash_now)
-            answered += _answer_rounds(rounds, agents, clients, run, network)
+            answered += _answer_rounds(rounds, agents, clients, run)
     return answered
 
 
 def _answer_rounds(rounds: list[tuple[str, wire.Message]], agents: dict[str, NodeProtocol],
-                   clients: dict[str, MqttClient], run: str, network: NetworkLoop | None = None) -> int:
-    """Step the nodes of ``rounds`` together and send each its reply (written together, when the
-    clients share ``network``); the updates sent."""
+                   clients: dict[str, MqttClient], run: str) -> int:
+    """Step the nodes of ``rounds`` together and send each its reply (written together with the
+    rest of what the host gathered, see :func:`_loop`); the updates sent."""
     if not rounds:
         return 0
     outcomes = step_rounds([agents[name] for name, _ in rounds], [msg for _, msg in rounds])  # type: ignore[misc]
-    with network.batch() if network is not None else contextlib.nullcontext():
-        return sum(_send(name, msg, outcome, clients, run, False) for (name, msg), outcome in zip(rounds, outcomes))
+    return sum(_send(name, msg, outcome, clients, run, False) for (name, msg), outcome in zip(rounds, outcomes))
 
 
 def _send(name: str, msg: wire.Message, outcome: protocol.Reply | None | Exception,
@@ -396,8 +397,7 @@ def _copies(item: Inbound, broadcast_members: Callable[[], list[str]] | None) ->
     for every member; anything else, for the node whose connection it came on."""
     if broadcast_members is None or item.kind != topics.BCAST:
         return [item]
-    # Built directly: dataclasses.replace walks the fields each time, fifty copies a round.
-    return [Inbound(item.topic, item.kind, item.node, item.payload, item.message, name) for name in broadcast_members()]
+    return [dataclasses.replace(item, receiver=name) for name in broadcast_members()]
 
 
 def _next(inbox: queue.Queue[Inbound], timeout_s: float) -> Inbound | None:

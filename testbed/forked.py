@@ -8,10 +8,9 @@ has imported nearly all of it, starts at once. :class:`ForkedCommand` is the
 text stream), ``poll``, ``wait``, ``terminate`` and ``returncode``.
 
 The child is a clean `testbed` command, named in ps and top (Linux): stdin and stdout on
-/dev/null, stderr on its own pipe,
-the coordinator's log handlers dropped and its signal handlers back to Python's defaults, what the
-command asks of the environment set, and it leaves with ``os._exit`` (none of the coordinator's
-exit handlers, no flush of its buffers). The descriptors it inherits (the coordinator's MQTT
+/dev/null, stderr on its own pipe, the coordinator's log handlers dropped and its signal handlers
+back to Python's defaults, what the command asks of the environment set, and it leaves with
+``os._exit`` (none of the coordinator's exit handlers, no flush of its buffers). The descriptors it inherits (the coordinator's MQTT
 connection, the run's files) are closed in it, and the objects that held them never finalised
 (``gc.freeze``): a descriptor number the child reuses is never closed under it.
 Modules that keep threads (``testbed.parallel``'s pool) forget them in the child

@@ -126,11 +126,7 @@ class NetworkLoop:
     def batch(self) -> Iterator[None]:
         """Within the block, this thread's flushes are held and handed to the loop thread as one
         request at its end: a host's replies to a round go out on one wake-up of the loop instead
-        of one each (each wake-up hands the GIL back and forth between the two threads). Within
-        another batch, part of it."""
-        if getattr(self._local, "held", None) is not None:
-            yield
-            return
+        of one each (each wake-up hands the GIL back and forth between the two threads)."""
         self._local.held = held = {}
         try:
             yield

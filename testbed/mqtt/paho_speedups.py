@@ -10,10 +10,9 @@ writes a byte to wake that (awake) thread: a system call per message, 2.07 -> 1.
 
 The other is MQTT v5's. paho's ``Properties.__init__`` rebuilds two constant tables (27 property
 names; 27 ids with their types, found by 27 list searches) for every packet, and
-``Properties.unpack`` deletes 27 absent
-attributes and copies the rest of the packet before it reads an empty property list: 12 µs of
-the 14 µs paho takes to decode a v5 PUBLISH (2 µs in 3.1.1), measured on this project's 2-core
-machine. A coordinator decodes one PUBLISH per node and round, an emulated host one PUBACK per
+``Properties.unpack`` deletes 27 absent attributes and copies the rest of the packet before it
+reads an empty property list: 12 µs of the 14 µs paho takes to decode a v5 PUBLISH (2 µs in
+3.1.1), measured on this project's 2-core machine. A coordinator decodes one PUBLISH per node and round, an emulated host one PUBACK per
 reply.
 
 :func:`install` makes the ``Properties`` that paho's packet decoder (``paho.mqtt._packet``)
