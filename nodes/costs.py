@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
-from dataclasses import replace
 from typing import Iterator, Sequence
 
 from nodes.clock import Pacer, comm_cost, compute_cost
 from nodes.meters import Measurement, make_meter
 from nodes.profiles import load_profile
-from testbed.ledger import CommunicationEvent, ComputeEvent, Event
+from testbed.ledger import CommunicationEvent, ComputeEvent, Event, with_fields
 
 
 def has_radio_figures(event: CommunicationEvent) -> bool:
@@ -71,10 +70,10 @@ class NodeCosts:
         charged = []
         for e in events:
             if isinstance(e, ComputeEvent):
-                e = replace(e, compute_s=compute.seconds, energy_j=compute.energy_j, measured=compute.measured)
+                e = with_fields(e, compute_s=compute.seconds, energy_j=compute.energy_j, measured=compute.measured)
             elif isinstance(e, CommunicationEvent) and self.profile.emulated and not has_radio_figures(e):
                 airtime_s, energy_j = comm_cost(e.bytes_up, e.bytes_down, self.profile)
-                e = replace(e, airtime_s=airtime_s, energy_j=energy_j, measured=False)
+                e = with_fields(e, airtime_s=airtime_s, energy_j=energy_j, measured=False)
             charged.append(e)
         return charged
 

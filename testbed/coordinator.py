@@ -58,7 +58,7 @@ from testbed.channel_emulator import ChannelEmulator
 from testbed.config import MqttSection, NodesSection
 from testbed.errors import ConfigError, UserError
 from testbed.forked import ForkedCommand, can_fork
-from testbed.ledger import Event, GaussianEvent
+from testbed.ledger import Event, event_as_planned
 from testbed.mqtt import topics
 from testbed.mqtt.broker import BrokerProcess
 from testbed.mqtt.client import Inbound, MqttClient
@@ -457,24 +457,18 @@ class MqttNodes:
         return self.alg.planned_events(node, ctx)
 
     def _check_events(self, node: int, ctx: RoundContext, msg: wire.Message) -> list[Event]:
-        """The update's events, refused unless they are the round's plan: the same privacy events
-        exactly, the same compute and communication (steps, bytes, cost units), with finite
-        non-negative seconds and joules the node measured or modelled."""
-        events = protocol.parse_events(msg, node, ctx.round_index)
+        """The update's events, refused unless they are the round's plan in every field (node, round,
+        privacy, steps, bytes, cost units...) but the finite non-negative seconds and joules the node
+        measured or modelled (ledger.MEASURED_FIELDS)."""
+        raw = msg.meta.get("events")
         planned = self._planned(node, ctx)
-        if [e.kind for e in events] != [e.kind for e in planned]:
-            raise wire.WireError("bad_header", f"events {[e.kind for e in events]}, the plan says "
-                                               f"{[e.kind for e in planned]}")
-        for got, want in zip(events, planned):
-            if isinstance(want, GaussianEvent):
-                if got != want:
-                    raise wire.WireError("bad_header", f"privacy event {got} differs from the plan {want}")
-                continue
-            for name in ("local_steps", "bytes_up", "bytes_down", "cost_units"):
-                if getattr(got, name, None) != getattr(want, name, None):
-                    raise wire.WireError("bad_header", f"{got.kind} event with {name} = {getattr(got, name, None)}, "
-                                                       f"the plan says {getattr(want, name, None)}")
-        return events
+        if not isinstance(raw, list) or len(raw) != len(planned):
+            kinds = [e.get("kind") if isinstance(e, dict) else e for e in raw] if isinstance(raw, list) else raw
+            raise wire.WireError("bad_header", f"events {kinds!r:.200}, the plan says {[e.kind for e in planned]}")
+        try:
+            return [event_as_planned(values, want) for values, want in zip(raw, planned)]
+        except ValueError as exc:
+            raise wire.WireError("bad_header", str(exc)) from None
 
     def _handle(self, item: Inbound, collection: _Collection | None) -> None:
         """A node's reply (lock held): taken if it answers ``collection``, the round being

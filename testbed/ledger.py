@@ -148,6 +148,27 @@ class MutualInfoEvent:
 Event = Union[ComputeEvent, CommunicationEvent, GaussianEvent, StraggleEvent, MutualInfoEvent]
 EVENT_TYPES = {cls.kind: cls for cls in (ComputeEvent, CommunicationEvent, GaussianEvent, StraggleEvent,
                                          MutualInfoEvent)}
+_FIELD_NAMES = {cls: frozenset(f.name for f in dataclasses.fields(cls)) for cls in EVENT_TYPES.values()}
+
+
+def with_fields(event: Event, **changes: object) -> Event:
+    """``dataclasses.replace(event, **changes)`` in a fifth of its time (a node makes three a round,
+    a coordinator two a reply): an event is a frozen dataclass whose ``__init__`` only stores its
+    fields, so a copy of its fields with ``changes`` over them is the event it would build.
+
+    Example::
+
+        >>> with_fields(ComputeEvent(0, 3, local_steps=10), node=4, compute_s=0.5)
+        ComputeEvent(node=4, round=3, local_steps=10, cost_units=0.0, compute_s=0.5, energy_j=0.0, measured=False)
+    """
+    cls = type(event)
+    if not changes.keys() <= _FIELD_NAMES[cls]:
+        raise TypeError(f"{cls.__name__} has no field {sorted(changes.keys() - _FIELD_NAMES[cls])[0]!r}")
+    new = object.__new__(cls)
+    fields = new.__dict__  # frozen: object.__setattr__ refused; the instance dict is what __init__ fills
+    fields.update(event.__dict__)
+    fields.update(changes)
+    return new
 
 
 @dataclass(frozen=True)
@@ -191,7 +212,7 @@ class EventBatch:
     def events(self) -> list[Event]:
         names = list(self.columns)
         cols = [np.asarray(self.columns[n]).tolist() for n in names]
-        return [dataclasses.replace(self.template, node=node, **dict(zip(names, values)))
+        return [with_fields(self.template, node=node, **dict(zip(names, values)))
                 for node, *values in zip(np.asarray(self.nodes).tolist(), *cols)]
 
     def take(self, positions: np.ndarray) -> "EventBatch":
@@ -312,7 +333,7 @@ class NodeEvents(Sequence):
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
         node = int(self.nodes[i])
-        return [dataclasses.replace(b.template, node=node, **{k: v[i].item() for k, v in b.columns.items()})
+        return [with_fields(b.template, node=node, **{k: v[i].item() for k, v in b.columns.items()})
                 for b in self.batches]
 
 
@@ -701,6 +722,46 @@ def event_from_dict(values: Mapping) -> Event:
         except ValueError as exc:
             raise ValueError(f"{kind} event: {exc}") from None
     return EVENT_TYPES[kind](**kwargs)
+
+
+#: The fields of a node's event it measures or models itself (seconds, joules, and whether a meter
+#: gave them); every other field is what the round's plan says.
+MEASURED_FIELDS = frozenset({"compute_s", "airtime_s", "energy_j", "measured"})
+
+
+def event_as_planned(values: object, planned: Event) -> Event:
+    """The event a dict of :func:`event_to_dict` describes, which must be ``planned`` in every field
+    but :data:`MEASURED_FIELDS` (those checked against :data:`FIELD_RULES`).
+
+    Raises:
+        ValueError: one line naming the kind and the field: another kind, a missing or unexpected
+            field, a field that differs from the plan, a measured one out of its rule.
+
+    Example::
+
+        >>> planned = ComputeEvent(node=0, round=2, local_steps=5, cost_units=5.0)
+        >>> event_as_planned({"kind": "compute", "node": 0, "round": 2, "local_steps": 5, "cost_units": 5.0,
+        ...                   "compute_s": 0.1, "energy_j": 0.2, "measured": True}, planned)
+        ComputeEvent(node=0, round=2, local_steps=5, cost_units=5.0, compute_s=0.1, energy_j=0.2, measured=True)
+    """
+    kind = planned.kind
+    if type(values) is not dict or values.get("kind") != kind:
+        got = values.get("kind") if isinstance(values, dict) else type(values).__name__
+        raise ValueError(f"a {_short(got)} event where the plan says {kind}")
+    if values.keys() != _KEYS[kind]:
+        raise ValueError(f"{kind} event with fields {_short(sorted(map(str, values)))}, "
+                         f"not {', '.join(_FIELDS[kind])}")
+    measured = {}
+    for name in _FIELDS[kind]:
+        raw = values[name]
+        if name in MEASURED_FIELDS:
+            try:
+                measured[name] = FIELD_RULES[name].check(name, raw)
+            except ValueError as exc:
+                raise ValueError(f"{kind} event: {exc}") from None
+        elif raw != getattr(planned, name) or isinstance(raw, bool) is not isinstance(getattr(planned, name), bool):
+            raise ValueError(f"{kind} event with {name} = {_short(raw)}, the plan says {getattr(planned, name)!r}")
+    return with_fields(planned, **measured) if measured else planned
 
 
 def _short(raw: object) -> str:

@@ -23,7 +23,7 @@ Example::
     >>> import numpy as np
     >>> raw = update(run="r1", session="s", round_index=3, node=7, tensors={"update": np.zeros(2)}, events=[])
     >>> msg = wire.decode(raw)
-    >>> msg.kind, msg.round, msg.sender, parse_events(msg, node=7), metrics_of(msg)
+    >>> msg.kind, msg.round, msg.sender, msg.meta["events"], metrics_of(msg)
     ('update', 3, '7', [], {})
 """
 
@@ -184,18 +184,6 @@ def _events(raw: Any, what: str) -> list[Event]:
         return [event_from_dict(item) for item in raw]
     except (TypeError, ValueError) as exc:
         raise wire.WireError("bad_header", f"malformed ledger event: {exc}") from None
-
-
-def parse_events(msg: wire.Message, node: int, round_index: int | None = None) -> list[Event]:
-    """The ledger events of an update; WireError unless they are well formed, all of ``node`` and all
-    of the round (``round_index``, default the message's: a node cannot charge another node or round)."""
-    events = _events(msg.meta.get("events"), "an update")
-    want = msg.round if round_index is None else round_index
-    for event in events:
-        if event.node != node or event.round != want:
-            raise wire.WireError("wrong_sender", f"event of node {event.node} round {event.round} "
-                                                 f"in an update of node {node} round {want}")
-    return events
 
 
 def charges_of(msg: wire.Message, node: int) -> list[Event]:

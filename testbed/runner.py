@@ -15,6 +15,7 @@ answers each round with a :class:`~testbed.nodes_api.RoundOutcome`.
 
 from __future__ import annotations
 
+import gc
 import logging
 import math
 import time
@@ -245,6 +246,9 @@ def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = Fa
     nodes = None
     try:
         nodes = build_nodes(config, algorithm, data, quiet)
+        # What the run was built from lives to its end: the collector's full passes, each round's
+        # for the messages' garbage, skip it (unfrozen below: cyclic garbage frozen is never freed).
+        gc.freeze()
         run_rounds(run, nodes, quiet, tight_job)
     except BaseException as exc:
         run.status, run.failure = "failed", f"{type(exc).__name__}: {exc}"
@@ -254,6 +258,7 @@ def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = Fa
         tight_job = figures_job = None
         raise
     finally:
+        gc.unfreeze()
         if nodes is not None:
             try:
                 nodes.close(run.status)

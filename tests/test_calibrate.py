@@ -33,8 +33,14 @@ def test_emulated_board_through_the_embedded_broker(capsys, tmp_path):
     _check_file(cal, "pi-zero-2w", 202)
     assert cal["calibration"]["measured"] is False  # an emulated board's joules are always modelled
     assert "model:pi-zero-2w (modelled)" in printed and "c1 round" in printed and "c2 step" in printed
-    # A round (codec, MQTT client, radio airtime of ~1.8 kB each way) costs more than one step.
-    assert cal["c1"]["seconds"] > cal["c2"]["seconds"]
+    # A round costs the radio airtime of its messages (1.8 kB each way here) and the board time of
+    # its codec and MQTT client on top. (Not necessarily more than a step: with orjson the codec
+    # of a 202-parameter message costs about what one step does.)
+    from nodes.clock import comm_cost
+    from nodes.profiles import load_profile
+
+    airtime_s, radio_j = comm_cost(1800, 1800, load_profile("pi-zero-2w"))
+    assert cal["c1"]["seconds"] > airtime_s and cal["c1"]["joules"] > radio_j
 
 
 @pytest.mark.slow

@@ -15,7 +15,7 @@ from testbed.algorithms import registry
 from testbed.algorithms.contract import RoundContext
 from testbed.assemble import load_data, model_for
 from testbed.config import load_config_text, to_toml
-from testbed.ledger import read_ledger
+from testbed.ledger import event_from_dict, read_ledger
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler (cc)")
 
@@ -66,8 +66,8 @@ def test_a_round_on_the_board_equals_sim_and_is_charged(tmp_path):
         try:
             msg = _update(agent.handle(_round(cfg, 0, theta)))
             np.testing.assert_allclose(msg.tensors["update"], _emulated(cfg, 0, theta), rtol=1e-5, atol=1e-6)
-            events = protocol.parse_events(msg, 1, 0)
-            compute = [e for e in events if e.kind == "compute"][0]
+            compute = [event_from_dict(e) for e in msg.meta["events"] if e["kind"] == "compute"][0]
+            assert (compute.node, compute.round) == (1, 0)
             assert compute.compute_s > 0 and compute.energy_j > 0 and not compute.measured
             _update(agent.handle(_round(cfg, 1, theta)))  # the data stays on the board: no second provision
         finally:

@@ -12,9 +12,9 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from testbed.ledger import (EVENT_TYPES, FIELD_RULES, LEDGER_COLUMNS, ComputeEvent, CommunicationEvent,
-                            GaussianEvent, LedgerWriter, NodeLedger, RoundSet, event_from_dict, event_to_dict,
-                            read_ledger)
+from testbed.ledger import (EVENT_TYPES, FIELD_RULES, LEDGER_COLUMNS, MEASURED_FIELDS, ComputeEvent,
+                            CommunicationEvent, GaussianEvent, LedgerWriter, MutualInfoEvent, NodeLedger, RoundSet,
+                            event_as_planned, event_from_dict, event_to_dict, read_ledger, with_fields)
 from testbed.privacy.accountants import epsilon
 from testbed.privacy.zcdp import gaussian_rho, rho_to_epsilon
 
@@ -66,6 +66,67 @@ def test_hostile_field_is_refused_naming_it(field, value):
 def test_hostile_event_dict_is_refused(hostile):
     with pytest.raises(ValueError):
         event_from_dict(hostile)
+
+
+PLANS = [event_from_dict(good) for good in GOOD.values()] + [MutualInfoEvent(node=1, round=-1, epsilon_nats=10.05)]
+
+
+@pytest.mark.parametrize("planned", PLANS, ids=[e.kind for e in PLANS])
+def test_a_node_event_is_its_plan_but_for_what_the_node_measures(planned):
+    measured = {name: (True if name == "measured" else 0.75) for name in MEASURED_FIELDS
+                if hasattr(planned, name)}
+    event = event_as_planned(dict(event_to_dict(planned), **measured), planned)
+    assert event == dataclasses.replace(planned, **measured)
+    for name in (f.name for f in dataclasses.fields(planned)):
+        if name in MEASURED_FIELDS:
+            with pytest.raises(ValueError, match=name):  # the rules still hold: finite, >= 0, a bool
+                event_as_planned(dict(event_to_dict(planned), **{name: -1.0 if name != "measured" else 1}), planned)
+            continue
+        value = getattr(planned, name)
+        other = (value + 1 if isinstance(value, (int, float)) and not isinstance(value, bool)
+                 else "add_remove" if value != "add_remove" else "replace_one")
+        with pytest.raises(ValueError, match=f"{name} = .*the plan says"):
+            event_as_planned(dict(event_to_dict(planned), **{name: other}), planned)
+
+
+@pytest.mark.parametrize("event", PLANS, ids=[e.kind for e in PLANS])
+def test_with_fields_is_dataclasses_replace(event):
+    cls = type(event)
+    assert not hasattr(cls, "__post_init__") and not hasattr(cls, "__slots__")  # what with_fields relies on
+    for name in (f.name for f in dataclasses.fields(cls)):
+        value = getattr(event, name)
+        other = not value if isinstance(value, bool) else value * 2 + 1 if isinstance(value, (int, float)) else value
+        changes = {"node": 7, name: other}
+        changed = with_fields(event, **changes)
+        assert changed == dataclasses.replace(event, **changes) and type(changed) is cls
+        assert hash(changed) == hash(dataclasses.replace(event, **changes))
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            changed.node = 8
+    assert with_fields(event) == event and with_fields(event) is not event
+    with pytest.raises(TypeError, match="no field 'colour'"):
+        with_fields(event, colour="red")
+
+
+def test_a_bool_is_not_the_int_the_plan_says():
+    planned = dataclasses.replace(event_from_dict(GOOD["privacy"]), count=1)
+    with pytest.raises(ValueError, match="count = True"):
+        event_as_planned(dict(event_to_dict(planned), count=True), planned)  # True == 1 in Python
+
+
+def test_a_lower_mutual_information_than_planned_is_refused():
+    planned = MutualInfoEvent(node=3, round=-1, epsilon_nats=10.05)
+    with pytest.raises(ValueError, match="epsilon_nats = 0.1, the plan says 10.05"):
+        event_as_planned(dict(event_to_dict(planned), epsilon_nats=0.1), planned)
+
+
+@pytest.mark.parametrize("hostile", [
+    None, [], {"kind": "compute"}, dict(GOOD["privacy"], kind="compute"),
+    dict(GOOD["privacy"], extra_field=1), {k: v for k, v in GOOD["privacy"].items() if k != "sigma"},
+])
+def test_a_node_event_of_another_shape_than_its_plan_is_refused(hostile):
+    with pytest.raises(ValueError) as info:
+        event_as_planned(hostile, event_from_dict(GOOD["privacy"]))
+    assert "\n" not in str(info.value) and len(str(info.value)) < 300
 
 
 def test_good_events_round_trip_through_dicts_and_csv_strings():

@@ -18,11 +18,12 @@ from testbed.runner import run_experiment
 
 from conftest import REPO
 
-#: What `testbed[node]` may install: the package, numpy, paho-mqtt, pydantic (the node checks the
-#: coordinator's experiment) with its own requirements, threadpoolctl (one BLAS thread per host),
-#: smbus2 (an INA meter's I2C bus), and the venv's own pip/setuptools.
-ALLOWED = {"testbed", "numpy", "paho-mqtt", "pydantic", "pydantic-core", "annotated-types", "typing-extensions",
-           "typing-inspection", "threadpoolctl", "smbus2", "pip", "setuptools", "tomli"}
+#: What `testbed[node]` may install: the package, numpy, paho-mqtt and orjson (the messages' JSON
+#: headers), pydantic (the node checks the coordinator's experiment) with its own requirements,
+#: threadpoolctl (one BLAS thread per host), smbus2 (an INA meter's I2C bus), and the venv's own
+#: pip/setuptools.
+ALLOWED = {"testbed", "numpy", "paho-mqtt", "orjson", "pydantic", "pydantic-core", "annotated-types",
+           "typing-extensions", "typing-inspection", "threadpoolctl", "smbus2", "pip", "setuptools", "tomli"}
 #: The coordinator's packages: none may be installed, or imported by the node.
 COORDINATOR = ("scipy", "matplotlib", "dp_accounting", "amqtt", "serial", "torch", "sionna")
 
