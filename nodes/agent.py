@@ -221,7 +221,7 @@ class NodeAgent:
         if ctx is None:
             return None
         alg = exp.algorithm
-        problem = check_tensors(alg.downlink_spec(), msg.tensors)
+        problem = _downlink_problem(exp, msg)
         if problem is not None:
             raise wire.WireError("bad_header", f"round {r} downlink: {problem}")
         if exp.over_the_air:
@@ -307,7 +307,7 @@ class NodeAgent:
                 writer.write(fresh)
 
     def _experiment(self, config_text: str) -> _Experiment:
-        key = hashlib.sha256(config_text.encode()).hexdigest()
+        key = _config_key(config_text)
         if key not in self._experiments:
             if self.shared is not None:
                 config = self.shared.config(key, config_text)
@@ -412,6 +412,35 @@ def _step_together(agents: list[NodeAgent], admitted: list[_Admitted]) -> list[p
         except Exception as exc:  # noqa: BLE001  that node's reply only (e.g. a non-finite row)
             replies.append(exc)
     return replies
+
+
+# A host's nodes read one broadcast (one message, one config text): what depends on it alone is
+# worked out once for all of them, by identity (one entry: the round being answered).
+_last_config_key: tuple[str, str] | None = None
+_last_downlink: tuple[wire.Message, str, str | None] | None = None
+
+
+def _config_key(config_text: str) -> str:
+    """The SHA-256 of an experiment file: the key of its :class:`_Experiment`."""
+    global _last_config_key
+    last = _last_config_key  # one read: another thread may replace it meanwhile
+    if last is not None and last[0] is config_text:
+        return last[1]
+    key = hashlib.sha256(config_text.encode()).hexdigest()
+    _last_config_key = (config_text, key)
+    return key
+
+
+def _downlink_problem(exp: _Experiment, msg: wire.Message) -> str | None:
+    """Why ``msg``'s tensors are not the downlink ``exp``'s algorithm declares (the same for every
+    node of one experiment file); None if they are."""
+    global _last_downlink
+    last = _last_downlink
+    if last is not None and last[0] is msg and last[1] == exp.key:
+        return last[2]
+    problem = check_tensors(exp.algorithm.downlink_spec(), msg.tensors)
+    _last_downlink = (msg, exp.key, problem)
+    return problem
 
 
 def _stacked(rows: list[np.ndarray]) -> np.ndarray:

@@ -48,3 +48,20 @@ def test_a_node_whose_copy_fails_its_check_straggles_alone():
     assert isinstance(outcomes[1], wire.WireError) and "downlink" in str(outcomes[1])
     assert all(isinstance(outcomes[i], protocol.Reply) for i in (0, 2))
     assert not agents[1].ledger("r", "s").has_round(2) and agents[0].ledger("r", "s").has_round(2)
+
+
+def test_one_broadcast_is_checked_once_for_a_hosts_nodes_and_refused_for_each(monkeypatch):
+    import nodes.agent as agent_module
+
+    checked = []
+    check = agent_module.check_tensors
+    monkeypatch.setattr(agent_module, "check_tensors", lambda *a: checked.append(a) or check(*a))
+    agents = _host([0, 1, 2])
+    msg = _round([0, 1, 2])
+    assert all(isinstance(o, protocol.Reply) for o in step_rounds(agents, [msg] * 3))
+    assert len(checked) == 1  # the same message object: one check, whatever the number of nodes
+    bad = _round([0, 1, 2], np.zeros((3, 3)))
+    assert all(isinstance(o, wire.WireError) and "downlink" in str(o) for o in step_rounds(agents, [bad] * 3))
+    assert len(checked) == 2
+    step_rounds(agents, [_round([0, 1, 2])] * 3)  # another message, equal or not: checked again
+    assert len(checked) == 3
