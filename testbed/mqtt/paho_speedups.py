@@ -6,7 +6,11 @@ the number of messages in flight, none for a client that only receives): a selec
 its loop per packet. A coordinator receives one update per node and round, all at once: ACFL's
 100 emulated nodes x 100 iterations over Mosquitto took 2.36 s with paho's reads, 2.09 s with
 these. And the acknowledgement of each message, queued by the loop thread itself, no longer
-writes a byte to wake that (awake) thread: a system call per message, 2.07 -> 1.99 s.
+writes a byte to wake that (awake) thread: a system call per message, 2.07 -> 1.99 s. paho reads a
+packet in three or more system calls (its first byte, each byte of its length, the rest) and
+writes each queued packet in one: here a read takes what the socket holds (up to 64 KiB) and the
+small packets queued together go out in one write. In that run the coordinator made 34,000 reads
+and 8,500 writes; now 1,100 and 350.
 
 The other is MQTT v5's. paho's ``Properties.__init__`` rebuilds two constant tables (27 property
 names; 27 ids with their types, found by 27 list searches) for every packet, and
