@@ -751,7 +751,7 @@ def event_as_planned(values: object, planned: Event) -> Event:
     if values.keys() != _KEYS[kind]:
         raise ValueError(f"{kind} event with fields {_short(sorted(map(str, values)))}, "
                          f"not {', '.join(_FIELDS[kind])}")
-    measured = {}
+    plan, measured = planned.__dict__, {}  # the fields of a frozen dataclass (see with_fields)
     for name in _FIELDS[kind]:
         raw = values[name]
         if name in MEASURED_FIELDS:
@@ -759,8 +759,8 @@ def event_as_planned(values: object, planned: Event) -> Event:
                 measured[name] = FIELD_RULES[name].check(name, raw)
             except ValueError as exc:
                 raise ValueError(f"{kind} event: {exc}") from None
-        elif raw != getattr(planned, name) or isinstance(raw, bool) is not isinstance(getattr(planned, name), bool):
-            raise ValueError(f"{kind} event with {name} = {_short(raw)}, the plan says {getattr(planned, name)!r}")
+        elif raw != plan[name] or (raw.__class__ is bool) is not (plan[name].__class__ is bool):  # True == 1
+            raise ValueError(f"{kind} event with {name} = {_short(raw)}, the plan says {plan[name]!r}")
     return with_fields(planned, **measured) if measured else planned
 
 

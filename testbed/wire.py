@@ -84,6 +84,7 @@ CHUNK_HEADER_BYTES = _CHUNK.size
 _MSG_ID = re.compile(r"[0-9a-f]{32}")
 _HEADER_KEYS = frozenset({"v", "run", "round", "sender", "kind", "id", "tensors", "meta"})
 _ENCODE_KEYS = frozenset({"run", "round", "sender", "kind", "msg_id", "meta"})
+_SPEC_KEYS = frozenset({"name", "dtype", "shape"})
 
 
 class WireError(ValueError):
@@ -295,7 +296,7 @@ def _check_header_fields(h: Mapping[str, Any]) -> None:
         raise WireError("bad_header", f"tensors must be a list of at most {MAX_TENSORS} specs")
     names = set()
     for spec in specs:
-        if not isinstance(spec, dict) or set(spec) != {"name", "dtype", "shape"}:
+        if not isinstance(spec, dict) or spec.keys() != _SPEC_KEYS:
             raise WireError("bad_header", f"tensor spec must have exactly name, dtype, shape: {spec!r}")
         name, shape = spec["name"], spec["shape"]
         if not isinstance(name, str) or not 0 < len(name) <= 128 or name in names:
@@ -371,7 +372,7 @@ def decode(payload: bytes | bytearray | memoryview, *, expect_run: str | None = 
     if type(h.get("v")) is not int or h["v"] not in SUPPORTED_SCHEMAS:  # True == 1.0 == 1 in a set
         raise WireError("schema", f"schema version {h.get('v')!r} not supported "
                                   f"(supported {sorted(SUPPORTED_SCHEMAS)})")
-    if set(h) != _HEADER_KEYS:
+    if h.keys() != _HEADER_KEYS:
         raise WireError("bad_header", f"header keys {sorted(h)} differ from {sorted(_HEADER_KEYS)}")
     _check_header_fields(h)
     _expect(h["run"], h["round"], h["sender"], run=expect_run, round=expect_round, sender=expect_sender)
