@@ -56,8 +56,8 @@ class Client(paho.Client):
     #: What the last read of the socket brought beyond what paho asked for: (the socket, the
     #: bytes, where the next read starts), or None.
     _ahead: tuple[Any, bytes, int] | None = None
-    #: Bytes a read of the socket asks for, at least (0 outside loop_read's first
-    #: MAX_PACKETS_PER_READ packets).
+    #: Bytes a read of the socket asks for, at least: set by loop_read, _READ_AHEAD_BYTES for its
+    #: first MAX_PACKETS_PER_READ packets, 0 past them (only what was read ahead is taken then).
     _read_ahead_bytes = 0
 
     def _packet_queue(self, command: int, packet: bytes | bytearray, mid: int, qos: int,
