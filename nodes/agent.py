@@ -48,6 +48,7 @@ from testbed.algorithms.contract import (
     NodeResult,
     OverTheAir,
     RoundContext,
+    TensorSpec,
     WithSetup,
     check_tensors,
 )
@@ -56,6 +57,7 @@ from testbed.budgets import Budgets, budgets_from_config
 from testbed.config import Config, load_config_text
 from testbed.data.federated import FederatedData
 from testbed.ledger import Event, LedgerWriter, NodeLedger, read_ledger
+from testbed.memo import remember_last
 
 log = logging.getLogger(__name__)
 
@@ -221,7 +223,7 @@ class NodeAgent:
         if ctx is None:
             return None
         alg = exp.algorithm
-        problem = _downlink_problem(exp, msg)
+        problem = _downlink_problem(msg, alg.downlink_spec())
         if problem is not None:
             raise wire.WireError("bad_header", f"round {r} downlink: {problem}")
         if exp.over_the_air:
@@ -414,33 +416,17 @@ def _step_together(agents: list[NodeAgent], admitted: list[_Admitted]) -> list[p
     return replies
 
 
-# A host's nodes read one broadcast (one message, one config text): what depends on it alone is
-# worked out once for all of them, by identity (one entry: the round being answered).
-_last_config_key: tuple[str, str] | None = None
-_last_downlink: tuple[wire.Message, str, str | None] | None = None
-
-
+@remember_last  # a host's nodes read one broadcast, one config text: hashed once
 def _config_key(config_text: str) -> str:
     """The SHA-256 of an experiment file: the key of its :class:`_Experiment`."""
-    global _last_config_key
-    last = _last_config_key  # one read: another thread may replace it meanwhile
-    if last is not None and last[0] is config_text:
-        return last[1]
-    key = hashlib.sha256(config_text.encode()).hexdigest()
-    _last_config_key = (config_text, key)
-    return key
+    return hashlib.sha256(config_text.encode()).hexdigest()
 
 
-def _downlink_problem(exp: _Experiment, msg: wire.Message) -> str | None:
-    """Why ``msg``'s tensors are not the downlink ``exp``'s algorithm declares (the same for every
-    node of one experiment file); None if they are."""
-    global _last_downlink
-    last = _last_downlink
-    if last is not None and last[0] is msg and last[1] == exp.key:
-        return last[2]
-    problem = check_tensors(exp.algorithm.downlink_spec(), msg.tensors)
-    _last_downlink = (msg, exp.key, problem)
-    return problem
+@remember_last  # a host's nodes read one broadcast: checked once
+def _downlink_problem(msg: wire.Message, spec: dict[str, TensorSpec]) -> str | None:
+    """Why ``msg``'s tensors are not the downlink ``spec`` (an algorithm's declaration); None if
+    they are."""
+    return check_tensors(spec, msg.tensors)
 
 
 def _stacked(rows: list[np.ndarray]) -> np.ndarray:

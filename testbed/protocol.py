@@ -37,6 +37,7 @@ import numpy as np
 from testbed import wire
 from testbed.algorithms.contract import SETUP_ROUND, TensorSpec
 from testbed.ledger import Event, event_from_dict, event_to_dict
+from testbed.memo import remember_last
 
 ROUND, UPDATE, REFUSED, STOP = "round", "update", "refused", "stop"
 SETUP, SETUP_UPDATE = "setup", "setup_update"
@@ -129,21 +130,11 @@ def senders_of(msg: wire.Message) -> list[int]:
     return _ids(msg, "senders")
 
 
-# The last message whose expected nodes were read, and them: every node of an emulated host reads
-# them from the same message (one broadcast, fanned out), checked once instead of once per node.
-_last_expected: tuple[wire.Message, tuple[int, ...]] | None = None
-
-
+@remember_last  # every node of an emulated host reads them from one broadcast: checked once
 def expected_of(msg: wire.Message) -> tuple[int, ...]:
     """The ``expected`` nodes of a round or setup, in ascending order; WireError unless a list of
     node ids."""
-    global _last_expected
-    last = _last_expected  # one read: another thread may replace it meanwhile
-    if last is not None and last[0] is msg:
-        return last[1]
-    expected = tuple(sorted(_ids(msg, "expected")))
-    _last_expected = (msg, expected)
-    return expected
+    return tuple(sorted(_ids(msg, "expected")))
 
 
 def session_of(msg: wire.Message) -> str | None:

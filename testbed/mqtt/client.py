@@ -65,7 +65,8 @@ def new_client_id(run: str, who: str) -> str:
 
 # The last payload decoded in this process and its message: a broadcast reaches every client of
 # a host, each on its own connection, with the same bytes; the first copy is decoded and
-# validated, the others (equal bytes, equal expectations) get the same read-only message.
+# validated, the others (equal bytes, equal expectations) get the same read-only message. Keyed on
+# equal bytes, not on one object as testbed.memo is: each connection reads its own copy.
 _last_decoded: tuple[bytes, str, str, int, wire.Message] | None = None
 
 
