@@ -341,7 +341,9 @@ def test_forged_channel_traffic_changes_nothing(mosquitto_broker, tmp_path, kind
     node 1's own tx ahead of the round: the node host serving all four nodes keeps serving, every
     honest signal is used, and the run equals sim (models and ledger)."""
     url = mosquitto_broker.url
-    config = _dwfl(url, emulated=False, round_timeout_s=10.0)
+    # A host started as a new interpreter builds its experiment in round 0; on a loaded CI machine
+    # that once took longer than the channel's window of 0.8 x 10 s, and every node straggled.
+    config = _dwfl(url, emulated=False, round_timeout_s=30.0)
     log_path = tmp_path / "host.log"
     caplog.set_level(logging.INFO, logger="testbed.channel_emulator")
     with open(log_path, "w") as log_file, _rogue(url) as rogue:
