@@ -37,6 +37,7 @@ from paho.mqtt.client import DISCONNECT, PUBLISH
 from paho.mqtt.enums import MQTTErrorCode
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
+from paho.mqtt.reasoncodes import ReasonCode
 
 #: Most packets one read takes, so that a flood cannot keep the loop from its keepalive and writes.
 MAX_PACKETS_PER_READ = 256
@@ -59,6 +60,8 @@ class Client(paho.Client):
     #: Bytes a read of the socket asks for, at least: set by loop_read, _READ_AHEAD_BYTES for its
     #: first MAX_PACKETS_PER_READ packets, 0 past them (only what was read ahead is taken then).
     _read_ahead_bytes = 0
+    #: The last read of the socket got less than it asked for: the socket held no more then.
+    _drained = False
 
     def _packet_queue(self, command: int, packet: bytes | bytearray, mid: int, qos: int,
                       info: Any = None) -> MQTTErrorCode:
@@ -103,12 +106,31 @@ class Client(paho.Client):
             rc = self._read_packet()
             if rc is not None:
                 return rc
+            # All that was read is handled and the socket held no more: the next read would only
+            # fail with EAGAIN (a system call and an exception a wake-up: an emulated host's
+            # sockets each wake it for one acknowledgement). What comes meanwhile wakes the loop.
+            if self._drained and self._ahead is None:
+                return MQTTErrorCode.MQTT_ERR_SUCCESS
         # Past the cap, only what was read ahead: the socket would not wake the loop for it.
         self._read_ahead_bytes = 0
         while self._ahead is not None and self._ahead[0] is self._sock:
             rc = self._read_packet()
             if rc is not None:
                 return rc
+        return MQTTErrorCode.MQTT_ERR_SUCCESS
+
+    def _handle_pubackcomp(self, cmd: str) -> MQTTErrorCode:
+        # A PUBACK of two bytes (its message id: success, no properties) is nearly every one a
+        # client gets; paho builds a reason code (a copy of its 60-entry name table) and a property
+        # list for each. Here it is told with shared ones, as paho's own decoder would make them.
+        packet = self._in_packet["packet"]
+        if cmd != "PUBACK" or len(packet) != 2:
+            return super()._handle_pubackcomp(cmd)  # type: ignore[arg-type]
+        mid = packet[0] << 8 | packet[1]
+        self._easy_log(paho.MQTT_LOG_DEBUG, "Received %s (Mid: %d)", cmd, mid)
+        with self._out_message_mutex:
+            if mid in self._out_messages:
+                return self._do_on_publish(mid, PUBACK_SUCCESS, NO_PUBACK_PROPERTIES)
         return MQTTErrorCode.MQTT_ERR_SUCCESS
 
     def _read_packet(self) -> MQTTErrorCode | None:
@@ -131,12 +153,19 @@ class Client(paho.Client):
             end = start + bufsize
             self._ahead = None if end >= len(data) else (self._sock, data, end)
             return data[start:end]
-        data = super()._sock_recv(max(bufsize, self._read_ahead_bytes))
+        asked = max(bufsize, self._read_ahead_bytes)
+        data = super()._sock_recv(asked)
+        self._drained = len(data) < asked
         if len(data) <= bufsize:
             return data
         self._ahead = (self._sock, data, bufsize)
         return data[:bufsize]
 
+
+#: What :meth:`Client._handle_pubackcomp` hands ``on_publish`` for every two-byte PUBACK: shared,
+#: to be read, not changed (equal to what paho decodes from one).
+PUBACK_SUCCESS = ReasonCode(PacketTypes.PUBACK)
+NO_PUBACK_PROPERTIES = Properties(PacketTypes.PUBACK)
 
 #: The attributes of a Properties paho built (its constant tables and its packet type), shared.
 _TABLES: dict[str, Any] = dict(vars(Properties(PacketTypes.PUBLISH)))
