@@ -55,11 +55,14 @@ from testbed.algorithms.contract import (
 from testbed.assemble import load_data, model_for
 from testbed.budgets import Budgets, budgets_from_config
 from testbed.config import Config, load_config_text
-from testbed.data.federated import FederatedData
+from testbed.data.federated import FederatedData, Split
 from testbed.ledger import Event, LedgerWriter, NodeLedger, read_ledger
 from testbed.memo import remember_last
 
 log = logging.getLogger(__name__)
+
+#: The messages a node answers with a step of the algorithm (stepped together on a host).
+STEPPED = frozenset({protocol.ROUND, protocol.SETUP})
 
 
 class NodeProtocol(Protocol):
@@ -116,9 +119,17 @@ class SharedExperiment:
              ctx: RoundContext) -> NodeResult:
         """The algorithm's node_step for ``node_ids`` (some of the host's nodes) of the experiment
         file whose sha256 is ``key`` (``config``, built from it)."""
-        data, algorithm, position = self._built_for(key, config)
-        train = data.train if node_ids == self.nodes else data.train.select([position[n] for n in node_ids])
+        train, algorithm = self._rows(key, config, node_ids)
         return algorithm.node_step(received, train, node_ids, ctx)
+
+    def setup_step(self, key: str, config: Config, node_ids: list[int], ctx: RoundContext) -> NodeResult:
+        """The algorithm's setup_step for ``node_ids``, as :meth:`step`."""
+        train, algorithm = self._rows(key, config, node_ids)
+        return algorithm.setup_step(train, node_ids, ctx)  # type: ignore[attr-defined]  # WithSetup, admitted
+
+    def _rows(self, key: str, config: Config, node_ids: list[int]) -> tuple[Split, Algorithm]:
+        data, algorithm, position = self._built_for(key, config)
+        return (data.train if node_ids == self.nodes else data.train.select([position[n] for n in node_ids])), algorithm
 
     def data_of(self, key: str, config: Config, node: int) -> FederatedData:
         """``node``'s rows of the host's data, read-only views: a host holds its nodes' data once."""
@@ -191,12 +202,10 @@ class NodeAgent:
         Raises:
             WireError: a malformed message, or a received signal the node did not wait for.
         """
-        if msg.kind == protocol.ROUND:
-            return self._round(msg)
+        if msg.kind in STEPPED:
+            return self._step(msg)
         if msg.kind == protocol.RECEIVED:
             return self._received(msg)
-        if msg.kind == protocol.SETUP:
-            return self._setup(msg)
         return None
 
     def _context(self, msg: wire.Message, exp: _Experiment, round_index: int) -> RoundContext | None:
@@ -205,24 +214,30 @@ class NodeAgent:
             return None  # an emulated straggler this round: it does nothing, costs nothing
         return RoundContext(round_index, exp.config.run.seed, exp.config.data.num_nodes, expected)
 
-    def _round(self, msg: wire.Message) -> protocol.Reply | None:
+    def _step(self, msg: wire.Message) -> protocol.Reply | None:
         outcome = step_rounds([self], [msg])[0]
         if isinstance(outcome, Exception):
             raise outcome
         return outcome
 
     def _admit(self, msg: wire.Message) -> _Admitted | protocol.Reply | None:
-        """A round checked before the step: the node's part in it (None: not expected), its
-        downlink against the declaration, its budgets (a refusal)."""
+        """A round or setup checked before the step: the node's part in it (None: not expected);
+        of a round, its downlink against the declaration and its budgets (a refusal)."""
         session = protocol.session_of(msg)
         exp = self._experiment(protocol.config_of(msg))
+        alg = exp.algorithm
+        if msg.kind == protocol.SETUP:
+            if not isinstance(alg, WithSetup) or not alg.has_setup:
+                raise wire.WireError("bad_header", "a setup for an algorithm without one")
+            ledger, writer = self._ledger(msg.run, session)
+            ctx = self._context(msg, exp, SETUP_ROUND)
+            return None if ctx is None else _Admitted(msg, session, exp, ledger, writer, ctx)
         ledger, writer = self._ledger(msg.run, session)
         self._take_charges(msg, ledger, writer)
         r = msg.round
         ctx = self._context(msg, exp, r)
         if ctx is None:
             return None
-        alg = exp.algorithm
         problem = _downlink_problem(msg, alg.downlink_spec())
         if problem is not None:
             raise wire.WireError("bad_header", f"round {r} downlink: {problem}")
@@ -249,8 +264,9 @@ class NodeAgent:
                                              metrics)
             return protocol.Reply(protocol.CHANNEL, protocol.signal(msg.run, session, r, self.node,
                                                                     out.tensors["signal"][i]))
+        kind = protocol.SETUP_UPDATE if msg.kind == protocol.SETUP else protocol.UPDATE
         return protocol.Reply(protocol.COORDINATOR, protocol.update(msg.run, session, r, self.node, out.rows(self.node),
-                                                                    events, metrics))
+                                                                    events, metrics, kind=kind))
 
     def _received(self, msg: wire.Message) -> protocol.Reply:
         sent = self._transmitted
@@ -272,24 +288,6 @@ class NodeAgent:
         out = alg.node_finish(sent.carry, msg.tensors["received"][None].copy(), [self.node], ctx)
         return protocol.Reply(protocol.COORDINATOR, protocol.update(msg.run, sent.session, msg.round, self.node,
                                                                     out.rows(self.node), sent.events, sent.metrics))
-
-    def _setup(self, msg: wire.Message) -> protocol.Reply | None:
-        session = protocol.session_of(msg)
-        exp = self._experiment(protocol.config_of(msg))
-        alg = exp.algorithm
-        if not isinstance(alg, WithSetup) or not alg.has_setup:
-            raise wire.WireError("bad_header", "a setup for an algorithm without one")
-        ledger, writer = self._ledger(msg.run, session)
-        ctx = self._context(msg, exp, SETUP_ROUND)
-        if ctx is None:
-            return None
-        with self.costs.measure() as measured:
-            out = alg.setup_step(exp.data.train, [self.node], ctx)
-        events = self._log(ledger, writer, SETUP_ROUND, self.costs.charge(out.events[0], measured[0]))
-        metrics = {name: float(value[0]) for name, value in out.metrics.items()}
-        return protocol.Reply(protocol.COORDINATOR, protocol.update(msg.run, session, SETUP_ROUND, self.node,
-                                                                    out.rows(self.node), events, metrics,
-                                                                    kind=protocol.SETUP_UPDATE))
 
     def _log(self, ledger: NodeLedger, writer: LedgerWriter | None, round_index: int, events: list[Event]) -> list[Event]:
         """Log the step's events before anything is sent: a node killed in between over-counts,
@@ -348,14 +346,14 @@ class NodeAgent:
 
 
 def step_rounds(agents: Sequence[NodeAgent], msgs: Sequence[wire.Message]) -> list[protocol.Reply | None | Exception]:
-    """Round messages (``msgs[i]`` received by ``agents[i]``), the steps of the nodes that take
-    part run at once: one algorithm ``node_step`` over their stacked rows, as in sim (the contract
-    makes that equal to one node at a time). Each node still checks its own message and budgets,
-    logs its own events and answers on its own; the step's measured cost is shared equally among
-    the nodes stepped together.
+    """Round and setup messages (``msgs[i]`` received by ``agents[i]``, kinds in :data:`STEPPED`),
+    the steps of the nodes that take part run at once: one algorithm ``node_step`` (``setup_step``)
+    over their stacked rows, as in sim (the contract makes that equal to one node at a time). Each
+    node still checks its own message and budgets, logs its own events and answers on its own; the
+    step's measured cost is shared equally among the nodes stepped together.
 
     Nodes are stepped together when they share a :class:`SharedExperiment` (an emulated host's)
-    and have the same experiment file, costs and round; an over-the-air round (each node's
+    and have the same experiment file, costs and round (or setup); an over-the-air round (each node's
     algorithm holds the channel it was told), a torch network (float32: its vmapped step over M
     nodes rounds differently from M = 1, and sim and MQTT would drift apart), paced boards (each
     waits its own board time) and nodes without a shared experiment step one at a time.
@@ -393,17 +391,20 @@ def step_rounds(agents: Sequence[NodeAgent], msgs: Sequence[wire.Message]) -> li
 
 
 def _step_together(agents: list[NodeAgent], admitted: list[_Admitted]) -> list[protocol.Reply | Exception]:
-    """One node_step for every admitted round of ``agents`` (one experiment, one costs, one round)."""
+    """One node_step (setup_step) for every admitted round (setup) of ``agents`` (one experiment,
+    one costs, one round)."""
     first = admitted[0]
-    exp, ctx = first.experiment, first.ctx
+    exp, ctx, shared = first.experiment, first.ctx, agents[0].shared
     ids = [agent.node for agent in agents]
-    received = {name: _stacked([a.msg.tensors[name] for a in admitted]) for name in first.msg.tensors}
     costs = agents[0].costs
     with costs.measure() as measured:
-        if len(admitted) == 1:
-            out = exp.algorithm.node_step(received, exp.data.train, ids, ctx)
+        if first.msg.kind == protocol.SETUP:
+            out = exp.algorithm.setup_step(exp.data.train, ids, ctx) if len(ids) == 1 else \
+                shared.setup_step(exp.key, exp.config, ids, ctx)  # type: ignore[union-attr,attr-defined]
         else:
-            out = agents[0].shared.step(exp.key, exp.config, received, ids, ctx)  # type: ignore[union-attr]
+            received = {name: _stacked([a.msg.tensors[name] for a in admitted]) for name in first.msg.tensors}
+            out = exp.algorithm.node_step(received, exp.data.train, ids, ctx) if len(ids) == 1 else \
+                shared.step(exp.key, exp.config, received, ids, ctx)  # type: ignore[union-attr]
     share = whole = measured[0]
     if len(ids) > 1:
         share = dataclasses.replace(whole, seconds=whole.seconds / len(ids), energy_j=whole.energy_j / len(ids))

@@ -47,7 +47,7 @@ from testbed.mqtt.client import Inbound, MqttClient, new_client_id
 from testbed.mqtt.network_loop import NetworkLoop
 from testbed.threads import limit_blas_threads
 
-from nodes.agent import NodeAgent, NodeProtocol, SharedExperiment, step_rounds
+from nodes.agent import STEPPED, NodeAgent, NodeProtocol, SharedExperiment, step_rounds
 from nodes.costs import NodeCosts
 
 log = logging.getLogger(__name__)
@@ -259,8 +259,8 @@ def _loop(inbox: queue.Queue[Inbound], agents: dict[str, NodeProtocol], clients:
           network: NetworkLoop | None = None) -> int:
     """Serve until every node was told to stop (or the coordinator is gone); the rounds answered.
 
-    What arrived together is served together: the round messages of :class:`NodeAgent` nodes
-    step at once (:func:`nodes.agent.step_rounds`), everything else one message at a time, in the
+    What arrived together is served together: the round (and setup) messages of :class:`NodeAgent`
+    nodes step at once (:func:`nodes.agent.step_rounds`), everything else one message at a time, in the
     order it came."""
     fence = fence or SessionFence()
     watch = watch or CoordinatorWatch(None)
@@ -292,7 +292,7 @@ def _loop(inbox: queue.Queue[Inbound], agents: dict[str, NodeProtocol], clients:
                     stopped.add(name)
                     continue
                 crash_now = crash is not None and msg.kind == protocol.ROUND and msg.round == crash[0]
-                if msg.kind == protocol.ROUND and not crash_now and type(agents[name]) is NodeAgent:
+                if msg.kind in STEPPED and not crash_now and type(agents[name]) is NodeAgent:
                     rounds.append((name, msg))
                     continue
                 answered += _answer_rounds(rounds, agents, clients, run)
@@ -354,7 +354,7 @@ def _send(name: str, msg: wire.Message, outcome: protocol.Reply | None | Excepti
 def _gather(inbox: queue.Queue[Inbound], timeout_s: float, agents: dict[str, NodeProtocol],
             broadcast_members: Callable[[], list[str]] | None = None) -> list[Inbound]:
     """What the inbox holds: the first item waited for up to ``timeout_s``, then whatever else is
-    there; while a round's copies for this host's expected nodes are still coming (each node's own
+    there; while a round's (or setup's) copies for this host's expected nodes are still coming (each node's own
     connection delivers its own), up to :data:`_GATHER_S` more for them, so they step together.
 
     With ``broadcast_members`` (the host's nodes read the broadcast through one shared
@@ -372,7 +372,7 @@ def _gather(inbox: queue.Queue[Inbound], timeout_s: float, agents: dict[str, Nod
         for copy in _copies(item, broadcast_members):
             items.append(copy)
             msg = copy.message
-            if msg is not None and msg.kind == protocol.ROUND:
+            if msg is not None and msg.kind in STEPPED:
                 key = (protocol.session_of(msg), msg.round)
                 if key not in expected:
                     try:

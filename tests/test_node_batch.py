@@ -6,8 +6,10 @@ from __future__ import annotations
 import numpy as np
 
 from nodes.agent import NodeAgent, SharedExperiment, step_rounds
+from nodes.costs import NodeCosts
 from testbed import protocol, wire
 from testbed.config import load_config_text, to_toml
+from testbed.ledger import MEASURED_FIELDS
 
 CONFIG = to_toml(load_config_text(
     '[run]\nalgorithm = "acfl"\nseed = 3\n[data]\ndataset = "regression"\nnum_nodes = 4\nsamples_per_node = 20\n'
@@ -16,8 +18,9 @@ W = np.arange(6, dtype=np.float64).reshape(3, 2) / 10
 
 
 def _host(nodes: list[int]) -> list[NodeAgent]:
-    shared = SharedExperiment(nodes)
-    return [NodeAgent(n, shared=shared) for n in nodes]
+    """The nodes of one emulated host: one shared experiment, one costs (nodes.host.serve)."""
+    shared, costs = SharedExperiment(nodes), NodeCosts()
+    return [NodeAgent(n, shared=shared, costs=costs) for n in nodes]
 
 
 def _round(expected: list[int], w: np.ndarray = W) -> wire.Message:
@@ -28,9 +31,24 @@ def _gradient(reply: protocol.Reply) -> np.ndarray:
     return wire.decode(reply.payload).tensors["gradient"]
 
 
-def test_stacked_replies_equal_one_node_at_a_time_and_each_node_logs_its_own():
+def _counting(monkeypatch, method: str) -> list[list[int]]:
+    """The node ids of each call of SharedExperiment.``method`` (a stacked step)."""
+    calls: list[list[int]] = []
+    original = getattr(SharedExperiment, method)
+
+    def counted(self, *args):
+        calls.append(list(args[-2]))
+        return original(self, *args)
+
+    monkeypatch.setattr(SharedExperiment, method, counted)
+    return calls
+
+
+def test_stacked_replies_equal_one_node_at_a_time_and_each_node_logs_its_own(monkeypatch):
     msg = _round([0, 1, 3])  # node 2 is an emulated straggler this round: no reply, nothing logged
+    steps = _counting(monkeypatch, "step")
     together = step_rounds(_host([0, 1, 2, 3]), [msg] * 4)
+    assert steps == [[0, 1, 3]]  # one step for the three
     assert together[2] is None
     for node in (0, 1, 3):
         alone = NodeAgent(node).handle(msg)
@@ -65,3 +83,24 @@ def test_one_broadcast_is_checked_once_for_a_hosts_nodes_and_refused_for_each(mo
     assert len(checked) == 2
     step_rounds(agents, [_round([0, 1, 2])] * 3)  # another message, equal or not: checked again
     assert len(checked) == 3
+
+
+def test_setups_step_together_equal_one_node_at_a_time_and_each_node_logs_its_own(monkeypatch):
+    setup = wire.decode(protocol.setup("r", "s", CONFIG, [0, 1, 3]))  # node 2 not asked
+    steps = _counting(monkeypatch, "setup_step")
+    agents = _host([0, 1, 2, 3])
+    together = step_rounds(agents, [setup] * 4)
+    assert steps == [[0, 1, 3]] and together[2] is None
+    for node in (0, 1, 3):
+        alone = NodeAgent(node).handle(setup)  # its own experiment: not a stacked step
+        reply = together[node]
+        assert isinstance(reply, protocol.Reply) and isinstance(alone, protocol.Reply)
+        ours, theirs = wire.decode(reply.payload), wire.decode(alone.payload)
+        assert ours.kind == theirs.kind == protocol.SETUP_UPDATE and ours.tensors.keys() == theirs.tensors.keys()
+        for name in ours.tensors:
+            np.testing.assert_array_equal(ours.tensors[name], theirs.tensors[name])
+        planned = [{k: v for k, v in e.items() if k not in MEASURED_FIELDS} for e in ours.meta["events"]]
+        assert planned == [{k: v for k, v in e.items() if k not in MEASURED_FIELDS} for e in theirs.meta["events"]]
+        assert "mutual_info" in [e["kind"] for e in ours.meta["events"]]
+        assert agents[node].ledger("r", "s").has_round(-1)
+    assert len(steps) == 1 and not agents[2].ledger("r", "s").has_round(-1)
