@@ -65,9 +65,9 @@ class BridgeAgent(NodeAgent):
         self.board: Board | None = None
         self._session: tuple[str, str | None] | None = None
 
-    def _round(self, msg: wire.Message) -> protocol.Reply | None:
+    def _step(self, msg: wire.Message) -> protocol.Reply | None:
         self._session = (msg.run, protocol.session_of(msg))
-        return super()._round(msg)
+        return super()._step(msg)
 
     def _experiment(self, config_text: str):
         exp = super()._experiment(config_text)
