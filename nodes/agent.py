@@ -226,18 +226,18 @@ class NodeAgent:
         session = protocol.session_of(msg)
         exp = self._experiment(protocol.config_of(msg))
         alg = exp.algorithm
-        if msg.kind == protocol.SETUP:
-            if not isinstance(alg, WithSetup) or not alg.has_setup:
-                raise wire.WireError("bad_header", "a setup for an algorithm without one")
-            ledger, writer = self._ledger(msg.run, session)
-            ctx = self._context(msg, exp, SETUP_ROUND)
-            return None if ctx is None else _Admitted(msg, session, exp, ledger, writer, ctx)
+        setup = msg.kind == protocol.SETUP
+        if setup and not (isinstance(alg, WithSetup) and alg.has_setup):
+            raise wire.WireError("bad_header", "a setup for an algorithm without one")
         ledger, writer = self._ledger(msg.run, session)
-        self._take_charges(msg, ledger, writer)
-        r = msg.round
+        if not setup:  # a setup carries no server charges
+            self._take_charges(msg, ledger, writer)
+        r = SETUP_ROUND if setup else msg.round
         ctx = self._context(msg, exp, r)
         if ctx is None:
             return None
+        if setup:  # no downlink to check
+            return _Admitted(msg, session, exp, ledger, writer, ctx)
         problem = _downlink_problem(msg, alg.downlink_spec())
         if problem is not None:
             raise wire.WireError("bad_header", f"round {r} downlink: {problem}")
