@@ -1,14 +1,16 @@
-"""A `testbed` command run in a fork of this process, for the emulated node hosts of a run.
+"""A `testbed` command run in a fork of this process, for the emulated node hosts of a run and its
+embedded broker.
 
 A new interpreter pays for its imports before it does anything (numpy, pydantic, paho and the
 testbed's own modules: ~0.25 s of CPU for `testbed nodes` on this project's 2-core machine), and a
-run's hosts start while the coordinator waits for their nodes; a fork of the coordinator, which
+run's hosts and broker start while the coordinator waits for them; a fork of the coordinator, which
 has imported nearly all of it, starts at once. :class:`ForkedCommand` is the
 ``subprocess.Popen`` of such a child, as far as the coordinator uses one: ``pid``, ``stderr`` (a
-text stream), ``poll``, ``wait``, ``terminate`` and ``returncode``.
+text stream, or None when it goes to a file), ``poll``, ``wait``, ``terminate``, ``kill`` and
+``returncode``.
 
 The child is a clean `testbed` command, named in ps and top (Linux): stdin and stdout on
-/dev/null, stderr on its own pipe, the coordinator's log handlers dropped and its signal handlers
+/dev/null, stderr on its own pipe (or the file it is given), the coordinator's log handlers dropped and its signal handlers
 back to Python's defaults, what the command asks of the environment set, and it leaves with
 ``os._exit`` (none of the coordinator's exit handlers, no flush of its buffers). The descriptors it inherits (the coordinator's MQTT
 connection, the run's files) are closed in it, and the objects that held them never finalised
@@ -49,25 +51,31 @@ class ForkedCommand:
         env: environment variables the child sets before it runs the command.
         name: what ps and top show for the child (Linux, at most 15 characters; default
             ``testbed ARGV[0]``): its command line is this process's.
+        stderr_fd: a file the child's stderr goes to instead of the ``stderr`` pipe (None then):
+            for a child that may log more than anyone reads.
     """
 
-    def __init__(self, argv: Sequence[str], env: Mapping[str, str] | None = None, name: str | None = None):
+    def __init__(self, argv: Sequence[str], env: Mapping[str, str] | None = None, name: str | None = None,
+                 stderr_fd: int | None = None):
         self.args = list(argv)
         self.returncode: int | None = None
         sys.stdout.flush()  # else the child's copy of what is buffered would be written twice
         sys.stderr.flush()
-        read_end, write_end = os.pipe()
+        read_end, write_end = os.pipe() if stderr_fd is None else (None, stderr_fd)
         with warnings.catch_warnings():
             # Python 3.12+ warns when a process with threads forks: the child runs only the
             # command, on its own objects (the modules that keep threads forget them there).
             warnings.filterwarnings("ignore", category=DeprecationWarning, message=".*fork.*")
             pid = os.fork()
         if pid == 0:  # pragma: no cover  (the child; it never returns)
-            os.close(read_end)
+            if read_end is not None:
+                os.close(read_end)
             _run_child(self.args, dict(env or {}), write_end, name or f"testbed {self.args[0]}")
-        os.close(write_end)
         self.pid = pid
-        self.stderr = os.fdopen(read_end, "r", errors="replace")
+        self.stderr = None
+        if read_end is not None:
+            os.close(write_end)
+            self.stderr = os.fdopen(read_end, "r", errors="replace")
 
     def poll(self) -> int | None:
         """The exit code once the child has exited (negative: the signal that ended it), else None."""
@@ -88,9 +96,16 @@ class ForkedCommand:
 
     def terminate(self) -> None:
         """SIGTERM to the child, unless it has exited."""
+        self._signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        """SIGKILL to the child, unless it has exited."""
+        self._signal(signal.SIGKILL)
+
+    def _signal(self, number: int) -> None:
         if self.poll() is None:
             try:
-                os.kill(self.pid, signal.SIGTERM)
+                os.kill(self.pid, number)
             except ProcessLookupError:
                 pass
 

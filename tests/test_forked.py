@@ -121,3 +121,24 @@ def test_the_child_holds_none_of_the_parents_descriptors(tmp_path, monkeypatch):
     assert child.wait(timeout=30) == 0
     child.stderr.close()
     listener.close()
+
+
+def test_stderr_to_a_file_and_kill_ends_a_child_that_ignores_terminate(tmp_path, monkeypatch):
+    def stubborn(argv):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        print("serving", file=sys.stderr, flush=True)
+        time.sleep(60)
+
+    monkeypatch.setattr("testbed.cli.main", stubborn)
+    with open(tmp_path / "stderr.txt", "w+") as errors:
+        child = ForkedCommand(["broker"], stderr_fd=errors.fileno())
+        assert child.stderr is None
+        deadline = time.monotonic() + 30
+        while "serving" not in (tmp_path / "stderr.txt").read_text() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        child.terminate()
+        with pytest.raises(subprocess.TimeoutExpired):
+            child.wait(timeout=0.3)
+        child.kill()
+        assert child.wait(timeout=10) == -signal.SIGKILL
+    assert (tmp_path / "stderr.txt").read_text() == "serving\n"

@@ -400,8 +400,20 @@ def test_network_loop_serves_clients_beyond_select_limit(broker, run_id, connect
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
-def test_broker_process_serves_and_stops(run_id, connect):
+@pytest.fixture(params=[True, False], ids=["forked", "new-interpreter"])
+def broker_start(request, monkeypatch):
+    """Whether BrokerProcess forks this process (the default where it can: torch not loaded) or
+    starts a new interpreter; the type of child it must then hold."""
+    import testbed.mqtt.broker as broker_module
+    from testbed.forked import ForkedCommand
+
+    monkeypatch.setattr(broker_module, "can_fork", lambda: request.param)
+    return ForkedCommand if request.param else subprocess.Popen
+
+
+def test_broker_process_serves_and_stops(run_id, connect, broker_start):
     with BrokerProcess() as broker:
+        assert isinstance(broker._proc, broker_start)
         client = connect(MqttClient.for_node(broker.url, run_id, "n1", **FAST))
         client.publish(topics.up(run_id, "n1"), wire.encode({"run": run_id, "round": 0, "sender": "n1", "kind": "k"}))
         client.close()
@@ -430,7 +442,7 @@ os._exit(0)  # no stop(): as a SIGKILL would leave it
     assert not _accepts("127.0.0.1", port)
 
 
-def test_broker_process_that_cannot_start_says_why():
+def test_broker_process_that_cannot_start_says_why(broker_start):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))  # bound, not listening: the child's bind fails, nothing accepts
         broker = BrokerProcess(start_timeout_s=20)
