@@ -400,20 +400,20 @@ def test_network_loop_serves_clients_beyond_select_limit(broker, run_id, connect
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
-@pytest.fixture(params=[True, False], ids=["forked", "new-interpreter"])
-def broker_start(request, monkeypatch):
-    """Whether BrokerProcess forks this process (the default where it can: torch not loaded) or
-    starts a new interpreter; the type of child it must then hold."""
-    import testbed.mqtt.broker as broker_module
+@pytest.fixture(params=["forked", "new-interpreter"])
+def broker_launch(request):
+    """How BrokerProcess starts its child: a fork of this process, as a run's coordinator does
+    where it can, or its default, a new interpreter; and the type of child it then holds."""
+    from testbed.coordinator import _fork_broker
     from testbed.forked import ForkedCommand
 
-    monkeypatch.setattr(broker_module, "can_fork", lambda: request.param)
-    return ForkedCommand if request.param else subprocess.Popen
+    return (_fork_broker, ForkedCommand) if request.param == "forked" else (None, subprocess.Popen)
 
 
-def test_broker_process_serves_and_stops(run_id, connect, broker_start):
-    with BrokerProcess() as broker:
-        assert isinstance(broker._proc, broker_start)
+def test_broker_process_serves_and_stops(run_id, connect, broker_launch):
+    launch, child_type = broker_launch
+    with BrokerProcess(launch=launch) as broker:
+        assert isinstance(broker._proc, child_type)
         client = connect(MqttClient.for_node(broker.url, run_id, "n1", **FAST))
         client.publish(topics.up(run_id, "n1"), wire.encode({"run": run_id, "round": 0, "sender": "n1", "kind": "k"}))
         client.close()
@@ -424,13 +424,15 @@ def test_broker_process_serves_and_stops(run_id, connect, broker_start):
     assert not _accepts(url.host, url.port)
 
 
-def test_broker_process_leaves_with_its_parent():
+@pytest.mark.parametrize("launch", ["_fork_broker", "None"], ids=["forked", "new-interpreter"])
+def test_broker_process_leaves_with_its_parent(launch):
     """A coordinator killed outright leaves no broker behind: the child watches its parent."""
     port = free_port()
     parent = subprocess.run([sys.executable, "-c", f"""
 import os
+from testbed.coordinator import _fork_broker
 from testbed.mqtt.broker import BrokerProcess
-b = BrokerProcess()
+b = BrokerProcess(launch={launch})
 b.port = {port}
 b.start()
 os._exit(0)  # no stop(): as a SIGKILL would leave it
@@ -442,10 +444,10 @@ os._exit(0)  # no stop(): as a SIGKILL would leave it
     assert not _accepts("127.0.0.1", port)
 
 
-def test_broker_process_that_cannot_start_says_why(broker_start):
+def test_broker_process_that_cannot_start_says_why(broker_launch):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))  # bound, not listening: the child's bind fails, nothing accepts
-        broker = BrokerProcess(start_timeout_s=20)
+        broker = BrokerProcess(start_timeout_s=20, launch=broker_launch[0])
         broker.port = taken.getsockname()[1]
         with pytest.raises(UserError, match="did not start: .*(in use|Errno 98)"):
             broker.start()

@@ -3,9 +3,9 @@ subprocess, plus broker URLs and a reachability wait.
 
 - `EmbeddedBroker`: amqtt in a background thread with its own asyncio loop. Anonymous, MQTT 3.1.1
   only (amqtt 0.12 refuses v5 CONNECTs).
-- `BrokerProcess`: the same in a child process of its own (`testbed broker`, forked from this
-  process where it can: `testbed.forked`); the default when a run configures no broker, so that
-  its routing runs beside the coordinator, not under its GIL.
+- `BrokerProcess`: the same in a child process of its own (`testbed broker`; a run's coordinator
+  forks it where it can); the default when a run configures no broker, so that its routing runs
+  beside the coordinator, not under its GIL.
 - `MosquittoBroker`: the `mosquitto` binary with a generated config (optional password file, ACL
   file and TLS) in a temporary directory: per-node credentials and ACLs, as in a deployment.
 
@@ -31,10 +31,9 @@ import threading
 import time
 import urllib.parse
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from testbed.errors import UserError
-from testbed.forked import ForkedCommand, can_fork
 from testbed.mqtt.acl import BIND_CLIENT_IDS, queued_messages_for
 from testbed.mqtt.topics import SHARE_PREFIX
 
@@ -278,12 +277,16 @@ class EmbeddedBroker:
 
 
 class BrokerProcess:
-    """The embedded broker in a child process (`testbed broker --parent-pid`, a fork of this one
-    unless torch is loaded or there is no fork), which leaves when this process does, even killed.
+    """The embedded broker in a child process (`testbed broker --parent-pid`), which leaves when
+    this process does, even killed.
 
     Args:
         host: loopback address to listen on.
         start_timeout_s: how long `start()` waits for it to accept connections.
+        launch: starts the child: ``launch(argv, stderr_fd)`` runs ``testbed ARGV`` with its stderr
+            on that file and returns its ``subprocess.Popen`` (or the like: ``poll``, ``wait``,
+            ``terminate``, ``kill``); default a new interpreter. A run's coordinator forks it
+            instead (``testbed.forked``): serving in 0.1 s, not 0.35 s.
 
     A run's coordinator starts it when no broker is configured: amqtt routes every message in
     Python, and in the coordinator's own process (`EmbeddedBroker`) that competed for one GIL with
@@ -291,11 +294,13 @@ class BrokerProcess:
     process spent 4.4 s of CPU, 2.7 s of it the broker's).
     """
 
-    def __init__(self, host: str = "127.0.0.1", *, start_timeout_s: float = 10.0):
+    def __init__(self, host: str = "127.0.0.1", *, start_timeout_s: float = 10.0,
+                 launch: Callable[[list[str], int], Any] | None = None):
         self.host = _loopback(host)
         self.port = 0
         self._start_timeout_s = start_timeout_s
-        self._proc: subprocess.Popen | ForkedCommand | None = None
+        self._launch = launch or _new_interpreter
+        self._proc: Any = None
 
     @property
     def url(self) -> str:
@@ -310,11 +315,7 @@ class BrokerProcess:
         # Not a pipe: a broker that logs a lot never blocks on it; the child keeps its own descriptor.
         args = ["broker", "--host", self.host, "--port", str(self.port), "--parent-pid", str(os.getpid())]
         with tempfile.TemporaryFile(mode="w+") as errors:
-            # A fork starts serving in about 0.1 s (it imports amqtt only); a new interpreter
-            # imports the testbed first (0.35 s before a run's clients could connect).
-            self._proc = ForkedCommand(args, name="testbed broker", stderr_fd=errors.fileno()) if can_fork() else \
-                subprocess.Popen([sys.executable, "-m", "testbed", *args], stdin=subprocess.DEVNULL,
-                                 stdout=subprocess.DEVNULL, stderr=errors)
+            self._proc = self._launch(args, errors.fileno())
             deadline = time.monotonic() + self._start_timeout_s
             while not _accepts(self.host, self.port):
                 if self._proc.poll() is not None or time.monotonic() > deadline:
@@ -343,6 +344,12 @@ class BrokerProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _new_interpreter(argv: list[str], stderr_fd: int) -> subprocess.Popen:
+    """``testbed ARGV`` in a new interpreter, its stderr on ``stderr_fd`` (BrokerProcess's default)."""
+    return subprocess.Popen([sys.executable, "-m", "testbed", *argv], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=stderr_fd)
 
 
 def _new_event_loop() -> asyncio.AbstractEventLoop:
