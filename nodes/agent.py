@@ -91,10 +91,15 @@ class _Experiment:
         Protocol walks its members, and a host asks for each node every round)."""
         return isinstance(self.algorithm, OverTheAir)
 
+    @functools.cached_property
+    def downlink_spec(self) -> dict[str, TensorSpec]:
+        """The algorithm's declared downlink (built once, not once per node and round)."""
+        return self.algorithm.downlink_spec()
+
 
 class SharedExperiment:
     """The experiment of all the nodes one emulated host serves, built once per experiment file
-    (their data loaded together, one algorithm) for their stacked steps (:func:`step_rounds`),
+    (their data loaded together, one algorithm) for their stacked steps (:func:`step_nodes`),
     as sim builds it for all nodes; each node keeps its own experiment for everything else.
 
     Args:
@@ -215,7 +220,7 @@ class NodeAgent:
         return RoundContext(round_index, exp.config.run.seed, exp.config.data.num_nodes, expected)
 
     def _step(self, msg: wire.Message) -> protocol.Reply | None:
-        outcome = step_rounds([self], [msg])[0]
+        outcome = step_nodes([self], [msg])[0]
         if isinstance(outcome, Exception):
             raise outcome
         return outcome
@@ -238,7 +243,7 @@ class NodeAgent:
             return None
         if setup:  # no downlink to check
             return _Admitted(msg, session, exp, ledger, writer, ctx)
-        problem = _downlink_problem(msg, alg.downlink_spec())
+        problem = _downlink_problem(msg, exp.downlink_spec)
         if problem is not None:
             raise wire.WireError("bad_header", f"round {r} downlink: {problem}")
         if exp.over_the_air:
@@ -345,7 +350,7 @@ class NodeAgent:
         return self._ledger(run, session)[0]
 
 
-def step_rounds(agents: Sequence[NodeAgent], msgs: Sequence[wire.Message]) -> list[protocol.Reply | None | Exception]:
+def step_nodes(agents: Sequence[NodeAgent], msgs: Sequence[wire.Message]) -> list[protocol.Reply | None | Exception]:
     """Round and setup messages (``msgs[i]`` received by ``agents[i]``, kinds in :data:`STEPPED`),
     the steps of the nodes that take part run at once: one algorithm ``node_step`` (``setup_step``)
     over their stacked rows, as in sim (the contract makes that equal to one node at a time). Each

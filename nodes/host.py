@@ -6,7 +6,7 @@ sockets and no threads) and put what they receive in one inbox, read by one thre
 arrives once per host, through a shared subscription of its nodes' connections (the broker hands it
 to one of them), and becomes one copy per node whose connection is up (the copy's ``receiver`` says
 which node it is for); each node checks its own copy, the nodes that take part step together (one stacked node_step, as in sim:
-:func:`nodes.agent.step_rounds`), and each reply goes out on that node's own connection, so the
+:func:`nodes.agent.step_nodes`), and each reply goes out on that node's own connection, so the
 broker (and its ACL) sees every node publish only under its own id.
 
 Which coordinator a host serves (:class:`SessionFence`): a host that a coordinator started (`testbed
@@ -47,7 +47,7 @@ from testbed.mqtt.client import Inbound, MqttClient, new_client_id
 from testbed.mqtt.network_loop import NetworkLoop
 from testbed.threads import limit_blas_threads
 
-from nodes.agent import STEPPED, NodeAgent, NodeProtocol, SharedExperiment, step_rounds
+from nodes.agent import STEPPED, NodeAgent, NodeProtocol, SharedExperiment, step_nodes
 from nodes.costs import NodeCosts
 
 log = logging.getLogger(__name__)
@@ -260,7 +260,7 @@ def _loop(inbox: queue.Queue[Inbound], agents: dict[str, NodeProtocol], clients:
     """Serve until every node was told to stop (or the coordinator is gone); the rounds answered.
 
     What arrived together is served together: the round (and setup) messages of :class:`NodeAgent`
-    nodes step at once (:func:`nodes.agent.step_rounds`), everything else one message at a time, in the
+    nodes step at once (:func:`nodes.agent.step_nodes`), everything else one message at a time, in the
     order it came."""
     fence = fence or SessionFence()
     watch = watch or CoordinatorWatch(None)
@@ -279,7 +279,7 @@ def _loop(inbox: queue.Queue[Inbound], agents: dict[str, NodeProtocol], clients:
         # the network thread, not one per node); not with an emulated crash, which waits for its
         # reply's ack.
         with network.batch() if network is not None and crash is None else contextlib.nullcontext():
-            rounds: list[tuple[str, wire.Message]] = []
+            stepped: list[tuple[str, wire.Message]] = []
             for item in items:
                 if item.kind == topics.COORD:
                     online = item.payload == topics.STATUS_ONLINE
@@ -293,10 +293,10 @@ def _loop(inbox: queue.Queue[Inbound], agents: dict[str, NodeProtocol], clients:
                     continue
                 crash_now = crash is not None and msg.kind == protocol.ROUND and msg.round == crash[0]
                 if msg.kind in STEPPED and not crash_now and type(agents[name]) is NodeAgent:
-                    rounds.append((name, msg))
+                    stepped.append((name, msg))
                     continue
-                answered += _answer_rounds(rounds, agents, clients, run)
-                rounds = []
+                answered += _answer_steps(stepped, agents, clients, run)
+                stepped = []
                 if crash_now and not crash[1]:
                     log.warning("node %s: emulated crash at round %d", name, msg.round)
                     os._exit(1)
@@ -305,18 +305,18 @@ def _loop(inbox: queue.Queue[Inbound], agents: dict[str, NodeProtocol], clients:
                 except Exception as exc:  # noqa: BLE001  logged by _send as that node's failure
                     outcome = exc
                 answered += _send(name, msg, outcome, clients, run, crash_now)
-            answered += _answer_rounds(rounds, agents, clients, run)
+            answered += _answer_steps(stepped, agents, clients, run)
     return answered
 
 
-def _answer_rounds(rounds: list[tuple[str, wire.Message]], agents: dict[str, NodeProtocol],
-                   clients: dict[str, MqttClient], run: str) -> int:
-    """Step the nodes of ``rounds`` together and send each its reply (written together with the
+def _answer_steps(stepped: list[tuple[str, wire.Message]], agents: dict[str, NodeProtocol],
+                  clients: dict[str, MqttClient], run: str) -> int:
+    """Step the nodes of ``stepped`` together and send each its reply (written together with the
     rest of what the host gathered, see :func:`_loop`); the updates sent."""
-    if not rounds:
+    if not stepped:
         return 0
-    outcomes = step_rounds([agents[name] for name, _ in rounds], [msg for _, msg in rounds])  # type: ignore[misc]
-    return sum(_send(name, msg, outcome, clients, run, False) for (name, msg), outcome in zip(rounds, outcomes))
+    outcomes = step_nodes([agents[name] for name, _ in stepped], [msg for _, msg in stepped])  # type: ignore[misc]
+    return sum(_send(name, msg, outcome, clients, run, False) for (name, msg), outcome in zip(stepped, outcomes))
 
 
 def _send(name: str, msg: wire.Message, outcome: protocol.Reply | None | Exception,

@@ -10,11 +10,12 @@ text stream, or None when it goes to a file), ``poll``, ``wait``, ``terminate``,
 ``returncode``.
 
 The child is a clean `testbed` command, named in ps and top (Linux): stdin and stdout on
-/dev/null, stderr on its own pipe (or the file it is given), the coordinator's log handlers dropped and its signal handlers
-back to Python's defaults, what the command asks of the environment set, and it leaves with
-``os._exit`` (none of the coordinator's exit handlers, no flush of its buffers). The descriptors it inherits (the coordinator's MQTT
-connection, the run's files) are closed in it, and the objects that held them never finalised
-(``gc.freeze``): a descriptor number the child reuses is never closed under it.
+/dev/null, stderr on its own pipe (or the file it is given), the coordinator's log handlers dropped
+and its signal handlers back to Python's defaults, what the command asks of the environment set,
+and it leaves with ``os._exit`` (none of the coordinator's exit handlers, no flush of its buffers).
+The descriptors it inherits (the coordinator's MQTT connection, the run's files) are closed in it,
+and the objects that held them never finalised (``gc.freeze``): a descriptor number the child
+reuses is never closed under it.
 Modules that keep threads (``testbed.parallel``'s pool) forget them in the child
 (``os.register_at_fork``), since only the forking thread exists there.
 

@@ -1,11 +1,11 @@
-"""An emulated host's stacked step (nodes.agent.step_rounds): the nodes whose round arrived step
+"""An emulated host's stacked step (nodes.agent.step_nodes): the nodes whose round arrived step
 at once, each still checking its own message, logging its own events and answering on its own."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from nodes.agent import NodeAgent, SharedExperiment, step_rounds
+from nodes.agent import NodeAgent, SharedExperiment, step_nodes
 from nodes.costs import NodeCosts
 from testbed import protocol, wire
 from testbed.config import load_config_text, to_toml
@@ -47,7 +47,7 @@ def _counting(monkeypatch, method: str) -> list[list[int]]:
 def test_stacked_replies_equal_one_node_at_a_time_and_each_node_logs_its_own(monkeypatch):
     msg = _round([0, 1, 3])  # node 2 is an emulated straggler this round: no reply, nothing logged
     steps = _counting(monkeypatch, "step")
-    together = step_rounds(_host([0, 1, 2, 3]), [msg] * 4)
+    together = step_nodes(_host([0, 1, 2, 3]), [msg] * 4)
     assert steps == [[0, 1, 3]]  # one step for the three
     assert together[2] is None
     for node in (0, 1, 3):
@@ -62,7 +62,7 @@ def test_stacked_replies_equal_one_node_at_a_time_and_each_node_logs_its_own(mon
 def test_a_node_whose_copy_fails_its_check_straggles_alone():
     agents = _host([0, 1, 2])
     bad = _round([0, 1, 2], np.zeros((3, 3)))  # not the declared (3, 2)
-    outcomes = step_rounds(agents, [_round([0, 1, 2]), bad, _round([0, 1, 2])])
+    outcomes = step_nodes(agents, [_round([0, 1, 2]), bad, _round([0, 1, 2])])
     assert isinstance(outcomes[1], wire.WireError) and "downlink" in str(outcomes[1])
     assert all(isinstance(outcomes[i], protocol.Reply) for i in (0, 2))
     assert not agents[1].ledger("r", "s").has_round(2) and agents[0].ledger("r", "s").has_round(2)
@@ -76,12 +76,12 @@ def test_one_broadcast_is_checked_once_for_a_hosts_nodes_and_refused_for_each(mo
     monkeypatch.setattr(agent_module, "check_tensors", lambda *a: checked.append(a) or check(*a))
     agents = _host([0, 1, 2])
     msg = _round([0, 1, 2])
-    assert all(isinstance(o, protocol.Reply) for o in step_rounds(agents, [msg] * 3))
+    assert all(isinstance(o, protocol.Reply) for o in step_nodes(agents, [msg] * 3))
     assert len(checked) == 1  # the same message object: one check, whatever the number of nodes
     bad = _round([0, 1, 2], np.zeros((3, 3)))
-    assert all(isinstance(o, wire.WireError) and "downlink" in str(o) for o in step_rounds(agents, [bad] * 3))
+    assert all(isinstance(o, wire.WireError) and "downlink" in str(o) for o in step_nodes(agents, [bad] * 3))
     assert len(checked) == 2
-    step_rounds(agents, [_round([0, 1, 2])] * 3)  # another message, equal or not: checked again
+    step_nodes(agents, [_round([0, 1, 2])] * 3)  # another message, equal or not: checked again
     assert len(checked) == 3
 
 
@@ -89,7 +89,7 @@ def test_setups_step_together_equal_one_node_at_a_time_and_each_node_logs_its_ow
     setup = wire.decode(protocol.setup("r", "s", CONFIG, [0, 1, 3]))  # node 2 not asked
     steps = _counting(monkeypatch, "setup_step")
     agents = _host([0, 1, 2, 3])
-    together = step_rounds(agents, [setup] * 4)
+    together = step_nodes(agents, [setup] * 4)
     assert steps == [[0, 1, 3]] and together[2] is None
     for node in (0, 1, 3):
         alone = NodeAgent(node).handle(setup)  # its own experiment: not a stacked step
