@@ -246,3 +246,95 @@ def test_a_puback_completes_its_publish_as_pahos_own_does(protocol, ack):
 
     assert told(paho_speedups.Client) == told(paho.Client)
     assert len(told(paho_speedups.Client)) == 1
+
+
+def _fixed_header(first: int, body: bytes) -> bytes:
+    """``body`` behind a fixed header: its first byte and its remaining length (1 to 4 bytes)."""
+    length, n = bytearray(), len(body)
+    while True:
+        length.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
+        n >>= 7
+        if not n:
+            return bytes([first]) + bytes(length) + body
+
+
+def _publishes(protocol: int) -> bytes:
+    """PUBLISH packets of every kind a client takes: QoS 1 (short and past 127 bytes, a resent
+    one), QoS 0, retained, and in v5 one with properties."""
+    def publish(first: int, topic: bytes, payload: bytes, mid: int | None = None, props: bytes = b"\x00") -> bytes:
+        body = struct.pack("!H", len(topic)) + topic + (b"" if mid is None else struct.pack("!H", mid))
+        return _fixed_header(first, body + (props if protocol == paho.MQTTv5 else b"") + payload)
+
+    packets = [publish(0x32, b"tb/v1/run/up/1", b"update", 1), publish(0x32, b"tb/v1/run/up/2", b"u" * 300, 2),
+               publish(0x3A, b"tb/v1/run/up/1", b"again", 1), publish(0x30, b"tb/v1/run/bcast", b"qos 0"),
+               publish(0x33, b"tb/v1/run/status/4", b"online", 3)]
+    if protocol == paho.MQTTv5:
+        packets.append(publish(0x32, b"tb/v1/run/up/5", b"with properties", 4, _with_properties()))
+    return b"".join(packets)
+
+
+@pytest.mark.parametrize("protocol", [paho.MQTTv311, paho.MQTTv5], ids=["3.1.1", "v5"])
+@pytest.mark.parametrize("debug", [False, True], ids=["quiet", "debug-log"])
+def test_publishes_are_told_and_acknowledged_as_pahos_own_do(protocol, debug):
+    import logging
+    import socket
+
+    def told(client_class) -> tuple[list[tuple], bytes, list[str]]:
+        ours, broker = socket.socketpair()
+        ours.setblocking(False)
+        client = client_class(paho.CallbackAPIVersion.VERSION2, protocol=protocol)
+        client._sock = ours
+        lines: list[str] = []
+        if debug:
+            client.on_log = lambda c, userdata, level, line: lines.append(line)
+        got: list[tuple] = []
+        client.on_message = lambda c, userdata, m: got.append(
+            (m.topic, m.payload, m.qos, m.dup, m.retain, m.mid, m.properties and m.properties.json()))
+        broker.sendall(_publishes(protocol))
+        for _ in range(8):  # paho's reads a packet at each
+            assert client.loop_read() == paho.MQTT_ERR_SUCCESS
+        client.loop_write()
+        broker.setblocking(False)
+        acks = broker.recv(1 << 16)  # what it acknowledged, in order
+        ours.close()
+        broker.close()
+        return got, acks, lines
+
+    logging.getLogger("paho-test").setLevel(logging.DEBUG)
+    got, acks, lines = told(paho_speedups.Client)
+    assert (got, acks, lines) == told(paho.Client)
+    assert len(got) == 5 + (protocol == paho.MQTTv5) and len(acks) == 4 * (4 + (protocol == paho.MQTTv5))
+    assert bool(lines) == debug
+
+
+def test_a_malformed_publish_is_a_protocol_error_as_in_paho():
+    import socket
+
+    for client_class in (paho_speedups.Client, paho.Client):
+        ours, broker = socket.socketpair()
+        ours.setblocking(False)
+        client = client_class(paho.CallbackAPIVersion.VERSION2, protocol=paho.MQTTv311)
+        client._sock = ours
+        client.on_message = lambda c, userdata, m: pytest.fail("a malformed PUBLISH was told")
+        broker.sendall(_fixed_header(0x32, b"\x00\x00\x00\x01payload"))  # QoS 1 with no topic
+        assert client.loop_read() == paho.MQTT_ERR_PROTOCOL, client_class
+        ours.close()
+        broker.close()
+
+
+def test_a_remaining_length_of_several_bytes_split_across_reads_is_read_whole():
+    client, sock, broker, got = _reading_client()
+    big = _publish_packet_long("t", b"y" * 20000)
+    broker.sendall(big[:2])  # the first byte and one of the length's three
+    client.loop_read()
+    broker.sendall(big[2:] + _publish_packet("t", b"after"))
+    while len(got) < 2:
+        client.loop_read()
+    assert got == [b"y" * 20000, b"after"]
+    broker.close()
+    sock.close()
+
+
+def _publish_packet_long(topic: str, payload: bytes) -> bytes:
+    """A whole 3.1.1 PUBLISH at QoS 0 of any length."""
+    return _fixed_header(0x30, struct.pack("!H", len(topic)) + topic.encode() + payload)
