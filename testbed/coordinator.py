@@ -369,12 +369,16 @@ class MqttNodes:
         with self._lock:
             if item.kind == topics.STATUS:
                 node = topics.node_index(item.node)
-                if node is not None:
-                    if item.payload == topics.STATUS_ONLINE:
+                online = item.payload == topics.STATUS_ONLINE
+                # Only a change wakes the waiters: a broker replays every node's retained status
+                # to a new subscriber, and a wake-up per message hands the interpreter back and
+                # forth between the threads (50 ms before a run of 100 nodes could start).
+                if node is not None and online is not (node in self.online):
+                    if online:
                         self.online.add(node)
                     else:
                         self._offline({node})
-                self._lock.notify_all()
+                    self._lock.notify_all()
             elif self._collecting is not None:
                 self._handle(item, self._collecting)
                 if not self._collecting.outstanding:

@@ -184,3 +184,37 @@ def test_a_reply_that_comes_before_the_collection_begins_answers_the_round():
     answers, refusals, reasons = nodes._collect(ctx, alg.uplink_spec(), protocol.UPDATE)
     assert sorted(answers) == [3, 4] and not refusals and not reasons and not nodes._late
     assert time.monotonic() - started < 1.0  # complete at once, not at the deadline
+
+
+def test_a_status_wakes_the_coordinator_only_when_it_changes_who_is_online():
+    """A broker replays every node's retained status to a new subscriber: statuses that change
+    nothing (a node already online, or offline and not online) wake no waiter; a change does, and a
+    node going offline stops the round being collected from waiting for it."""
+    import threading
+
+    from testbed.algorithms.contract import RoundContext
+    from testbed.coordinator import MqttNodes, _Collection
+
+    class CountingCondition(threading.Condition):
+        wakes = 0
+
+        def notify_all(self) -> None:
+            CountingCondition.wakes += 1
+            super().notify_all()
+
+    nodes = MqttNodes.__new__(MqttNodes)  # its status bookkeeping only: no broker, no hosts
+    nodes._lock, nodes._collecting, nodes._pending, nodes.online = CountingCondition(), None, [], {1}
+
+    def status(node: int, payload: bytes) -> None:
+        nodes._on_inbound(Inbound(topics.status("r", str(node)), topics.STATUS, str(node), payload, None))
+
+    for node in (2, 3):
+        status(node, topics.STATUS_OFFLINE)  # retained, of a run before: nothing changes
+    status(1, topics.STATUS_ONLINE)
+    assert CountingCondition.wakes == 0 and nodes.online == {1}
+    status(2, topics.STATUS_ONLINE)
+    assert CountingCondition.wakes == 1 and nodes.online == {1, 2}
+    nodes._collecting = _Collection(RoundContext(0, 0, 3, (1, 2)), {}, protocol.UPDATE, outstanding={1, 2})
+    status(2, topics.STATUS_OFFLINE)
+    assert CountingCondition.wakes == 2 and nodes.online == {1}
+    assert nodes._collecting.outstanding == {1} and nodes._collecting.reasons == {2: "offline"}
