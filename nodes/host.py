@@ -43,7 +43,7 @@ from testbed import protocol, wire
 from testbed.errors import UserError
 from testbed.extras import missing_package_message
 from testbed.mqtt import probe, topics
-from testbed.mqtt.client import Inbound, MqttClient, new_client_id
+from testbed.mqtt.client import Inbound, MqttClient, close_all, new_client_id
 from testbed.mqtt.network_loop import NetworkLoop
 from testbed.threads import limit_blas_threads
 
@@ -223,10 +223,9 @@ def serve(broker_url: str, run: str, node_ids: Sequence[int], *, data_path: str 
                      network)
     finally:
         if watch.alive():  # else no clean disconnect: the broker publishes each node's will at once
-            # Together, as they connected: each close waits for the broker's ack of its offline
-            # status and for its socket to close, 50 of them in a row were a tenth of a second.
-            with ThreadPoolExecutor(max_workers=_CONNECTS_IN_FLIGHT) as pool:
-                list(pool.map(MqttClient.close, clients.values()))
+            # Together: each close waits for the broker's ack of its offline status and for its
+            # socket to close, 50 of them in a row were a tenth of a second.
+            close_all(clients.values())
         network.close()
         for agent in agents.values():
             agent.close()

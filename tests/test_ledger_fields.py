@@ -89,6 +89,21 @@ def test_a_node_event_is_its_plan_but_for_what_the_node_measures(planned):
             event_as_planned(dict(event_to_dict(planned), **{name: other}), planned)
 
 
+@pytest.mark.parametrize("value, taken", [(0.0, 0.0), (2.5e-3, 2.5e-3), (3, 3.0), (-0.0, 0.0), (float("nan"), None),
+                                          (float("inf"), None), (-1e-300, None), (True, None), ("0.5", 0.5)])
+def test_a_measured_seconds_or_joules_value_is_taken_as_its_rule_takes_it(value, taken):
+    """The inline check of a measured value (a float from zero up) takes what the field's rule takes,
+    converted as the rule converts it, and refuses what it refuses."""
+    planned = ComputeEvent(node=0, round=2, local_steps=1)
+    raw = dict(event_to_dict(planned), compute_s=value)
+    if taken is None:
+        with pytest.raises(ValueError, match="compute_s"):
+            event_as_planned(raw, planned)
+        return
+    got = event_as_planned(raw, planned).compute_s
+    assert got == taken and type(got) is float
+
+
 @pytest.mark.parametrize("event", PLANS, ids=[e.kind for e in PLANS])
 def test_with_fields_is_dataclasses_replace(event):
     cls = type(event)

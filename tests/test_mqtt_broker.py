@@ -23,7 +23,7 @@ from testbed.errors import UserError
 from testbed.mqtt import acl, topics
 from testbed.mqtt.broker import (BrokerProcess, EmbeddedBroker, MosquittoBroker, _accepts, free_port, parse_broker_url,
                                  wait_for_broker)
-from testbed.mqtt.client import BrokerRefused, Inbound, MqttClient
+from testbed.mqtt.client import BrokerRefused, Inbound, MqttClient, close_all
 from testbed.mqtt.network_loop import NetworkLoop
 
 FAST = {"reconnect_min_s": 0.1, "reconnect_max_s": 0.5}
@@ -205,6 +205,27 @@ def test_status_online_and_clean_close(broker, run_id, connect):
     # retained: a coordinator that starts later still sees the node's last status
     late = connect(MqttClient(broker.url, client_id="late", run=run_id, subscriptions=[topics.all_status(run_id)]))
     assert _receive(late, topics.STATUS).payload == topics.STATUS_OFFLINE
+
+
+def test_clients_closed_together_each_leave_cleanly(broker, run_id, connect):
+    """close_all: the clients of one network loop (an emulated host's nodes) and one with its own
+    thread each publish `offline` (retained, so no will follows) and disconnect; the loop serves
+    none of them after."""
+    coord = connect(MqttClient.for_coordinator(broker.url, run_id))
+    loop = NetworkLoop()
+    try:
+        nodes = [MqttClient.for_node(broker.url, run_id, f"n{i}", network=loop, inbox=queue.Queue()).connect()
+                 for i in range(4)]
+        nodes.append(MqttClient.for_node(broker.url, run_id, "n4").connect())
+        online = {_receive(coord, topics.STATUS, payload=topics.STATUS_ONLINE).node for _ in nodes}
+        assert online == {f"n{i}" for i in range(5)}
+        close_all(nodes)
+        offline = [_receive(coord, topics.STATUS, payload=topics.STATUS_OFFLINE) for _ in nodes]
+        assert sorted(m.node for m in offline) == [f"n{i}" for i in range(5)]
+        assert all(n._paho is None and not n.connected for n in nodes) and not loop._served
+        assert _receive(coord, topics.STATUS, timeout_s=0.5) is None  # and no will after the statuses
+    finally:
+        loop.close()
 
 
 _VICTIM = """

@@ -29,7 +29,7 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -269,22 +269,18 @@ class MqttClient:
             return self._connack
 
     def _shutdown_paho(self) -> None:
-        self.connected = False  # first, so on_disconnect does not report a lost connection
-        if self._paho is not None:
-            # The session ends with the client (MQTT 5): a broker would otherwise keep it for
-            # session_expiry_s, queueing whatever its subscriptions match (the next run on the same
-            # run id: one copy of every broadcast per node of each run before). A new client
-            # starts a fresh session anyway (clean start at its first connect).
-            props = None
-            if self.protocol == "5":
-                props = Properties(PacketTypes.DISCONNECT)
-                props.SessionExpiryInterval = 0
-            if self._network is not None:
-                self._network.remove(self._paho, properties=props)
-            else:
-                self._paho.disconnect(properties=props)
-                self._paho.loop_stop()
-            self._paho = None
+        _shut_down([self])
+
+    def _disconnect_properties(self) -> Properties | None:
+        """What the DISCONNECT carries. The session ends with the client (MQTT 5): a broker would
+        otherwise keep it for session_expiry_s, queueing whatever its subscriptions match (the next
+        run on the same run id: one copy of every broadcast per node of each run before). A new
+        client starts a fresh session anyway (clean start at its first connect)."""
+        if self.protocol != "5":
+            return None
+        props = Properties(PacketTypes.DISCONNECT)
+        props.SessionExpiryInterval = 0
+        return props
 
     def connect(self, timeout_s: float = 10.0, *, probe_first: bool = True) -> MqttClient:
         """Connect, subscribe, publish `online`; block until all of it is acknowledged.
@@ -335,14 +331,7 @@ class MqttClient:
 
     def close(self, timeout_s: float = 5.0) -> None:
         """Publish `offline` (a clean disconnect sends no will), disconnect, stop the thread."""
-        if self._paho is None:
-            return
-        if self.status_topic and self.connected:
-            try:
-                self.publish(self.status_topic, topics.STATUS_OFFLINE, retain=True, timeout_s=timeout_s)
-            except (TimeoutError, BrokerRefused) as exc:
-                log.warning("%s: could not publish offline status: %s", self.client_id, exc)
-        self._shutdown_paho()
+        close_all([self], timeout_s)
 
     def __enter__(self) -> MqttClient:
         return self.connect()
@@ -459,6 +448,10 @@ class MqttClient:
             BrokerRefused: an MQTT v5 broker refused the publish (ACL). A 3.1.1 broker cannot say
                 so: it acknowledges and drops the message.
         """
+        self._await_acks(topic, self._send(topic, payload, retain), timeout_s)
+
+    def _send(self, topic: str, payload: bytes, retain: bool) -> list[int]:
+        """The first half of :meth:`publish`: the frames handed to paho; their message ids."""
         c = self._paho
         if c is None:
             raise RuntimeError(f"{self.client_id}: publish before connect()")
@@ -475,6 +468,10 @@ class MqttClient:
             mids.append(info.mid)
         if self._network is not None:
             self._network.flush(c)
+        return mids
+
+    def _await_acks(self, topic: str, mids: list[int], timeout_s: float | None) -> None:
+        """The second half of :meth:`publish`: its acknowledgements, awaited (or not, with None)."""
         with self._lock:
             if timeout_s is None:
                 self._unwatch(mids)
@@ -493,3 +490,44 @@ class MqttClient:
             return self._inbox.get(timeout=timeout_s)
         except queue.Empty:
             return None
+
+
+def close_all(clients: Iterable[MqttClient], timeout_s: float = 5.0) -> None:
+    """:meth:`MqttClient.close` of each of ``clients``, together: every `offline` status is
+    published before any acknowledgement is awaited, and the clients of one network loop are
+    disconnected on one wake-up of it, before any socket's close is awaited. An emulated host's 50
+    nodes, closed each on its own thread, took 80 ms; ``timeout_s`` bounds the acks in all."""
+    clients = [client for client in clients if client._paho is not None]
+    deadline = time.monotonic() + timeout_s
+    sent = []
+    for client in clients:
+        if client.status_topic and client.connected:
+            sent.append((client, client._send(client.status_topic, topics.STATUS_OFFLINE, retain=True)))
+    for client, mids in sent:
+        try:
+            client._await_acks(client.status_topic, mids, max(0.0, deadline - time.monotonic()))
+        except (TimeoutError, BrokerRefused) as exc:
+            log.warning("%s: could not publish offline status: %s", client.client_id, exc)
+    _shut_down(clients)
+
+
+def _shut_down(clients: list[MqttClient]) -> None:
+    """Disconnect ``clients`` (a clean DISCONNECT: no will) and forget their paho clients; those of
+    one network loop (and protocol) at once, each other one with its own thread stopped."""
+    together: dict[tuple[int, str | None], list[MqttClient]] = {}
+    for client in clients:
+        client.connected = False  # first, so on_disconnect does not report a lost connection
+        if client._paho is None:
+            continue
+        if client._network is None:
+            client._paho.disconnect(properties=client._disconnect_properties())
+            client._paho.loop_stop()
+            client._paho = None
+        else:
+            together.setdefault((id(client._network), client.protocol), []).append(client)
+    for group in together.values():
+        network = group[0]._network
+        assert network is not None
+        network.remove_all([client._paho for client in group], properties=group[0]._disconnect_properties())
+        for client in group:
+            client._paho = None

@@ -40,7 +40,7 @@ import ssl
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import paho.mqtt.client as paho
@@ -140,11 +140,20 @@ class NetworkLoop:
         """Disconnect ``client`` cleanly (its DISCONNECT written, with MQTT 5 ``properties`` if
         given, so the broker sends no will) and stop serving it; waits up to ``timeout_s`` for the
         socket to close."""
+        self.remove_all([client], timeout_s, properties)
+
+    def remove_all(self, clients: Sequence[paho.Client], timeout_s: float = 2.0, properties: Any = None) -> None:
+        """:meth:`remove` of each of ``clients``, together: every DISCONNECT is written on one
+        wake-up of the loop before any socket's close is awaited (at most ``timeout_s`` in all)."""
         with self._lock:
-            served = self._served.get(client)
-        self._call_soon(lambda: self._disconnect(client, properties))
-        if served is not None and threading.current_thread() is not self._thread:
-            served.closed.wait(timeout_s)
+            served = [self._served.get(client) for client in clients]
+        self._call_soon(lambda: [self._disconnect(client, properties) for client in clients])
+        if threading.current_thread() is self._thread:
+            return
+        deadline = time.monotonic() + timeout_s
+        for one in served:
+            if one is not None:
+                one.closed.wait(max(0.0, deadline - time.monotonic()))
 
     def close(self) -> None:
         """Stop the thread; sockets of clients still served are closed without a DISCONNECT."""
