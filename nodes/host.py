@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import dataclasses
 import logging
 import math
 import os
@@ -396,7 +395,8 @@ def _copies(item: Inbound, broadcast_members: Callable[[], list[str]] | None) ->
     for every member; anything else, for the node whose connection it came on."""
     if broadcast_members is None or item.kind != topics.BCAST:
         return [item]
-    return [dataclasses.replace(item, receiver=name) for name in broadcast_members()]
+    # Built directly: dataclasses.replace introspects the fields for each of 50 copies (0.2 ms).
+    return [Inbound(item.topic, item.kind, item.node, item.payload, item.message, name) for name in broadcast_members()]
 
 
 def _next(inbox: queue.Queue[Inbound], timeout_s: float) -> Inbound | None:

@@ -5,6 +5,8 @@ Network: 127.0.0.1 only."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import queue
 import socket
 import time
@@ -120,6 +122,7 @@ def test_a_shared_broadcast_becomes_one_copy_for_each_connected_member():
     item = _round_inbound("r", "1", [0, 1, 2])
     copies = _copies(item, lambda: ["0", "2"])  # node 1's connection is down: it did not hear it
     assert [c.receiver for c in copies] == ["0", "2"] and all(c.message is item.message for c in copies)
+    assert copies == [dataclasses.replace(item, receiver=name) for name in ("0", "2")]  # every other field kept
     assert _copies(item, None) == [item]  # per-node copies: each its own
     status = Inbound(topics.coord("r"), topics.COORD, None, topics.STATUS_ONLINE, None, "1")
     assert _copies(status, lambda: ["0", "2"]) == [status]
