@@ -202,12 +202,16 @@ def encode(header: Mapping[str, Any], tensors: Mapping[str, np.ndarray] | None =
     if unknown:
         raise WireError("bad_header", f"unknown header fields {sorted(unknown)}")
     tensors = tensors or {}
+    if len(tensors) > MAX_TENSORS:
+        raise WireError("bad_header", f"{len(tensors)} tensors, at most {MAX_TENSORS}")
     allowed = _dtype_names(allowed_dtypes)
     specs, parts = [], []
     for name, value in tensors.items():
         if not isinstance(name, str) or not 0 < len(name) <= 128:
             raise WireError("bad_header", f"tensor name must be a str of 1..128 chars, got {name!r}")
         arr = np.asarray(value)
+        if arr.ndim > MAX_NDIM:
+            raise WireError("bad_header", f"tensor {name!r} has {arr.ndim} dimensions, at most {MAX_NDIM}")
         dtype_name = _name_of(arr.dtype)
         if dtype_name not in allowed:
             raise WireError("dtype", f"tensor {name!r} has dtype {dtype_name}, allowed {sorted(allowed)}")
@@ -227,7 +231,7 @@ def encode(header: Mapping[str, Any], tensors: Mapping[str, np.ndarray] | None =
         "tensors": specs,
         "meta": dict(header.get("meta") or {}),
     }
-    _check_header_fields(fields)
+    _check_envelope(fields)  # the tensor specs were built above from arrays: valid as they are
     try:
         head = _header_json(fields)
     except (TypeError, ValueError) as exc:
@@ -281,6 +285,12 @@ def _finite_float(text: str) -> float:
 
 def _check_header_fields(h: Mapping[str, Any]) -> None:
     """Validate the JSON header's types and ids (not the expectations of the receiver)."""
+    _check_envelope(h)
+    _check_tensor_specs(h["tensors"])
+
+
+def _check_envelope(h: Mapping[str, Any]) -> None:
+    """Validate the header's fields but its tensor specs: ids, round, message id, meta."""
     check_id(h["run"], "run")
     check_id(h["sender"], "sender")
     check_id(h["kind"], "kind")
@@ -291,7 +301,10 @@ def _check_header_fields(h: Mapping[str, Any]) -> None:
         raise WireError("bad_header", f"id must be 32 lowercase hex characters, got {h['id']!r}")
     if not isinstance(h["meta"], dict):
         raise WireError("bad_header", "meta must be a JSON object")
-    specs = h["tensors"]
+
+
+def _check_tensor_specs(specs: Any) -> None:
+    """Validate the header's tensor specs: a list of at most MAX_TENSORS {name, dtype, shape}."""
     if not isinstance(specs, list) or len(specs) > MAX_TENSORS:
         raise WireError("bad_header", f"tensors must be a list of at most {MAX_TENSORS} specs")
     names = set()

@@ -117,6 +117,10 @@ def test_check_expected_after_decode():
     ({}, {"a": np.array([np.inf], dtype=np.complex128)}, "non_finite"),
     ({}, {"a": np.array(["x"])}, "dtype"),
     ({}, {"a": np.array([True])}, "dtype"),
+    ({"msg_id": "ABC"}, None, "bad_header"),
+    ({}, {"a": np.zeros((1,) * (wire.MAX_NDIM + 1))}, "bad_header"),
+    ({}, {f"t{i}": np.zeros(1) for i in range(wire.MAX_TENSORS + 1)}, "bad_header"),
+    ({}, {"": np.zeros(1)}, "bad_header"),
 ])
 def test_encode_rejects(codec, fields, tensors, code):
     with pytest.raises(wire.WireError) as info:
