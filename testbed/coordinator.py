@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -137,6 +138,11 @@ class MqttNodes:
             self.close("failed")
             raise
 
+    @functools.cached_property
+    def _node_set(self) -> frozenset[int]:
+        """The run's nodes, to look a reply's sender up in."""
+        return frozenset(self.node_ids)
+
     def _start_hosts(self, protocol_version: str, quiet: bool) -> None:
         """The emulated boards: a `testbed bridge --virtual` per microcontroller, and the other nodes
         split over ``mqtt.hosts`` `testbed nodes` processes (forked from this one where it can)."""
@@ -202,12 +208,12 @@ class MqttNodes:
         self._await_broker()
         quorum = min(self.mqtt.quorum, len(self.node_ids))
         deadline = time.monotonic() + self.round_timeout_s
-        while len(self.online & set(self.node_ids)) < quorum and (remaining := deadline - time.monotonic()) > 0:
+        while len(self.online & self._node_set) < quorum and (remaining := deadline - time.monotonic()) > 0:
             self._wait(min(remaining, 0.5))
         self._reap_hosts()
         if self._hosts and all(h.reaped for h in self._hosts):
             raise UserError(f"every emulated host exited; the last said: {self._hosts[-1].last_error()}")
-        live = self.online & set(self.node_ids)
+        live = self.online & self._node_set
         if not live and (not self.client.connected or self._outage_since is not None):
             # The broker sends the nodes' wills as it goes down, before our own connection drops:
             # an outage, not dead nodes; the round closes with every node offline.
@@ -479,7 +485,7 @@ class MqttNodes:
         """A node's reply (lock held): taken if it answers ``collection``, the round being
         collected, and passes the checks; a late one charged; anything else dropped."""
         msg, node = item.message, topics.node_index(item.node)
-        if msg is None or node is None or node not in self.node_ids:
+        if msg is None or node is None or node not in self._node_set:
             return
         if protocol.session_of(msg) != self.session:
             log.info("dropped %s of node %s (session %s): not this run", msg.kind, node, protocol.session_of(msg))
@@ -492,7 +498,7 @@ class MqttNodes:
         if msg.round != wire_round or msg.kind not in (collection.kind, protocol.REFUSED):
             self._maybe_late(node, msg)
             return
-        if node not in ctx.expected:
+        if node not in collection.expected:
             log.warning("dropped %s of node %d for round %d: it was not asked", msg.kind, node, wire_round)
             return
         if node in answers or node in refusals:
@@ -506,7 +512,7 @@ class MqttNodes:
                 refusals[node] = msg
                 collection.outstanding.discard(node)
                 return
-            problem = check_tensors(collection.spec, msg.tensors, self._sent.get(node))
+            problem = check_tensors(collection.spec, msg.tensors, self._sent.get(node), finite_known=True)
             if problem is not None:
                 raise wire.WireError("bad_header", problem)
             events = self._check_events(node, ctx, msg)
@@ -575,6 +581,11 @@ class _Collection:
     answers: dict[int, tuple[dict, list[Event], dict]] = dataclasses.field(default_factory=dict)
     refusals: dict[int, wire.Message] = dataclasses.field(default_factory=dict)
     reasons: dict[int, str] = dataclasses.field(default_factory=dict)
+
+    @functools.cached_property
+    def expected(self) -> frozenset[int]:
+        """The nodes asked (``ctx.expected``), to look a reply's sender up in."""
+        return frozenset(self.ctx.expected)
 
 
 class _Host:

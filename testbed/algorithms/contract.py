@@ -80,17 +80,18 @@ class TensorSpec:
     def _dtype(self) -> np.dtype:
         return np.dtype(self.dtype)  # parsed once: every reply of every node is checked against it
 
-    def problem(self, row: Any, reference: np.ndarray | None = None) -> str | None:
+    def problem(self, row: Any, reference: np.ndarray | None = None, *, finite_known: bool = False) -> str | None:
         """Why ``row`` (one node's tensor, as received) is not what this spec declares; None if it is.
-        Checks type, dtype, shape, finiteness and the norm bound (from ``reference``, the node's
-        ``relative_to`` downlink row, when the spec has one), cheapest first."""
+        Checks type, dtype, shape, finiteness (unless ``finite_known``: a tensor of a message
+        testbed.wire decoded, which refuses non-finite values) and the norm bound (from
+        ``reference``, the node's ``relative_to`` downlink row, when the spec has one), cheapest first."""
         if not isinstance(row, np.ndarray):
             return f"not an array ({type(row).__name__})"
         if row.dtype != self._dtype:
             return f"dtype {row.dtype}, expected {self.dtype}"
         if row.shape != self.shape:
             return f"shape {row.shape}, expected {self.shape}"
-        if not np.isfinite(row).all():
+        if not finite_known and not np.isfinite(row).all():
             return "non-finite values"
         if self.max_norm is not None and (self.relative_to is None or reference is not None):
             norm = float(np.linalg.norm(row if self.relative_to is None else row - reference))
@@ -100,14 +101,15 @@ class TensorSpec:
 
 
 def check_tensors(specs: Mapping[str, TensorSpec], tensors: Mapping[str, Any],
-                  reference: Mapping[str, np.ndarray] | None = None) -> str | None:
+                  reference: Mapping[str, np.ndarray] | None = None, *, finite_known: bool = False) -> str | None:
     """Why ``tensors`` (one node's, by name) do not match ``specs`` exactly; None if they do.
-    ``reference``: the node's downlink rows, for norm bounds measured from one of them."""
+    ``reference``: the node's downlink rows, for norm bounds measured from one of them;
+    ``finite_known``: see :meth:`TensorSpec.problem`."""
     if tensors.keys() != specs.keys():
         return f"tensors {sorted(tensors)}, expected {sorted(specs)}"
     for name, spec in specs.items():
         ref = reference.get(spec.relative_to) if reference is not None and spec.relative_to else None
-        problem = spec.problem(tensors[name], ref)
+        problem = spec.problem(tensors[name], ref, finite_known=finite_known)
         if problem is not None:
             return f"{name}: {problem}"
     return None
