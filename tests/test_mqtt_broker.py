@@ -228,6 +228,30 @@ def test_clients_closed_together_each_leave_cleanly(broker, run_id, connect):
         loop.close()
 
 
+def test_a_client_whose_status_paho_refuses_is_left_to_its_will(broker, run_id, connect, monkeypatch):
+    """close_all: when paho does not take a client's offline status, the others still leave
+    cleanly, that client is not disconnected cleanly (its will says offline once its socket
+    closes) and the error is raised, as MqttClient.close raises it."""
+    coord = connect(MqttClient.for_coordinator(broker.url, run_id))
+    loop = NetworkLoop()
+    try:
+        nodes = [MqttClient.for_node(broker.url, run_id, f"n{i}", network=loop, inbox=queue.Queue()).connect()
+                 for i in range(3)]
+        assert {_receive(coord, topics.STATUS, payload=topics.STATUS_ONLINE).node for _ in nodes} == {"n0", "n1", "n2"}
+
+        def refused(*args, **kwargs):
+            raise RuntimeError("publish failed: out of memory")
+
+        monkeypatch.setattr(nodes[1], "_send", refused)
+        with pytest.raises(RuntimeError, match="out of memory"):
+            close_all(nodes)
+        assert nodes[0]._paho is None and nodes[2]._paho is None and nodes[1]._paho is not None
+        assert sorted(_receive(coord, topics.STATUS, payload=topics.STATUS_OFFLINE).node for _ in range(2)) == ["n0", "n2"]
+    finally:
+        loop.close()  # n1's socket closes without a DISCONNECT
+    assert _receive(coord, topics.STATUS, payload=topics.STATUS_OFFLINE).node == "n1"
+
+
 _VICTIM = """
 import sys, time
 from testbed.mqtt.client import MqttClient

@@ -499,16 +499,22 @@ def close_all(clients: Iterable[MqttClient], timeout_s: float = 5.0) -> None:
     nodes, closed each on its own thread, took 80 ms; ``timeout_s`` bounds the acks in all."""
     clients = [client for client in clients if client._paho is not None]
     deadline = time.monotonic() + timeout_s
-    sent = []
+    sent, refused = [], []
     for client in clients:
         if client.status_topic and client.connected:
-            sent.append((client, client._send(client.status_topic, topics.STATUS_OFFLINE, retain=True)))
+            try:
+                sent.append((client, client._send(client.status_topic, topics.STATUS_OFFLINE, retain=True)))
+            except RuntimeError as exc:  # paho did not take it: raised below, as close() does
+                refused.append((client, exc))
     for client, mids in sent:
         try:
             client._await_acks(client.status_topic, mids, max(0.0, deadline - time.monotonic()))
         except (TimeoutError, BrokerRefused) as exc:
             log.warning("%s: could not publish offline status: %s", client.client_id, exc)
-    _shut_down(clients)
+    # A client whose status paho did not take is not disconnected cleanly: its will says offline.
+    _shut_down([client for client in clients if all(client is not other for other, _ in refused)])
+    if refused:
+        raise refused[0][1]
 
 
 def _shut_down(clients: list[MqttClient]) -> None:
