@@ -338,3 +338,88 @@ def test_a_remaining_length_of_several_bytes_split_across_reads_is_read_whole():
 def _publish_packet_long(topic: str, payload: bytes) -> bytes:
     """A whole 3.1.1 PUBLISH at QoS 0 of any length."""
     return _fixed_header(0x30, struct.pack("!H", len(topic)) + topic.encode() + payload)
+
+
+@pytest.mark.parametrize("protocol", [paho.MQTTv311, paho.MQTTv5], ids=["3.1.1", "v5"])
+def test_on_publish_received_is_told_what_on_message_would_be_and_the_rest_goes_to_on_message(protocol):
+    """With ``on_publish_received`` set, each plain QoS 1 PUBLISH is told as (topic, payload) bytes
+    and acknowledged as before; the others (QoS 0, retained, v5 properties) still reach
+    ``on_message``; a per-topic callback turns the hook off (paho's routing decides)."""
+    import socket
+
+    def read(with_filter: bool) -> tuple[list, list, bytes]:
+        ours, broker = socket.socketpair()
+        ours.setblocking(False)
+        client = paho_speedups.Client(paho.CallbackAPIVersion.VERSION2, protocol=protocol)
+        client._sock = ours
+        raw: list[tuple] = []
+        messages: list[tuple] = []
+        client.on_publish_received = lambda topic, payload: raw.append((topic, payload))
+        client.on_message = lambda c, userdata, m: messages.append((m.topic, m.payload, m.qos, m.retain))
+        if with_filter:
+            client.message_callback_add("tb/v1/run/up/9", lambda c, userdata, m: None)
+        broker.sendall(_publishes(protocol))
+        client.loop_read()
+        client.loop_write()
+        broker.setblocking(False)
+        acks = broker.recv(1 << 16)
+        ours.close()
+        broker.close()
+        return raw, messages, acks
+
+    raw, messages, acks = read(with_filter=False)
+    assert raw == [(b"tb/v1/run/up/1", b"update"), (b"tb/v1/run/up/2", b"u" * 300), (b"tb/v1/run/up/1", b"again")]
+    expected = [("tb/v1/run/bcast", b"qos 0", 0, False), ("tb/v1/run/status/4", b"online", 1, True)]
+    if protocol == paho.MQTTv5:
+        expected.append(("tb/v1/run/up/5", b"with properties", 1, False))
+    assert messages == expected
+    assert len(acks) == 4 * (4 + (protocol == paho.MQTTv5))  # every QoS 1 message acknowledged
+    raw, messages, filtered_acks = read(with_filter=True)
+    assert not raw and len(messages) == 5 + (protocol == paho.MQTTv5) and filtered_acks == acks
+
+
+def test_an_exception_of_on_publish_received_is_raised_as_pahos_on_message_one_is():
+    import socket
+
+    ours, broker = socket.socketpair()
+    ours.setblocking(False)
+    client = paho_speedups.Client(paho.CallbackAPIVersion.VERSION2, protocol=paho.MQTTv311)
+    client._sock = ours
+
+    def broken(topic: bytes, payload: bytes) -> None:
+        raise KeyError("bug")
+
+    client.on_publish_received = broken
+    broker.sendall(_fixed_header(0x32, struct.pack("!H", 1) + b"t" + struct.pack("!H", 1) + b"x"))
+    with pytest.raises(KeyError):
+        client.loop_read()
+    client.suppress_exceptions = True
+    broker.sendall(_fixed_header(0x32, struct.pack("!H", 1) + b"t" + struct.pack("!H", 2) + b"x"))
+    assert client.loop_read() == paho.MQTT_ERR_SUCCESS
+    ours.close()
+    broker.close()
+
+
+def test_a_client_takes_a_message_from_the_hook_as_from_on_message():
+    """MqttClient reads a message told by paho_speedups' hook as one paho hands on_message: the
+    same inbound for a good one, rejected (counted, not raised) for a topic not in UTF-8."""
+    import queue
+
+    from testbed import wire
+    from testbed.mqtt import topics
+    from testbed.mqtt.client import MqttClient
+
+    got: queue.Queue = queue.Queue()
+    client = MqttClient.for_coordinator("mqtt://127.0.0.1:1", "run", on_inbound=got.put)
+    payload = wire.encode({"run": "run", "round": 1, "sender": "3", "kind": "update"})
+    client._on_publish_received(topics.up("run", "3").encode(), payload)
+    message = paho.MQTTMessage(mid=1, topic=topics.up("run", "4").encode())
+    message.payload = wire.encode({"run": "run", "round": 1, "sender": "4", "kind": "update"})
+    client._on_message(None, None, message)
+    hooked, told = got.get_nowait(), got.get_nowait()
+    assert (hooked.topic, hooked.kind, hooked.node, hooked.payload, hooked.message.sender) == (
+        topics.up("run", "3"), topics.UP, "3", payload, "3")
+    assert (told.kind, told.node, told.message.sender) == (topics.UP, "4", "4") and client.rejected == 0
+    client._on_publish_received(topics.up("run", "3").encode(), payload)  # the same message again
+    client._on_publish_received(b"tb/v1/run/up/\xff", payload)
+    assert client.rejected == 2 and got.empty()

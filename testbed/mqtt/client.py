@@ -243,6 +243,7 @@ class MqttClient:
         c.on_subscribe = self._on_subscribe
         c.on_publish = self._on_publish
         c.on_message = self._on_message
+        c.on_publish_received = self._on_publish_received
         return c
 
     def _attempt(self, protocol: str, deadline: float) -> ReasonCode | None:
@@ -405,14 +406,31 @@ class MqttClient:
             self._unwatched.popitem(last=False)
 
     def _on_message(self, client: paho.Client, userdata: Any, msg: paho.MQTTMessage) -> None:
-        sender, topic = "?", "<not UTF-8>"
         try:
             topic = msg.topic
+        except UnicodeDecodeError as exc:
+            self._reject("?", "<not UTF-8>", exc)
+            return
+        self._take(topic, msg.payload)
+
+    def _on_publish_received(self, topic: bytes, payload: bytes) -> None:
+        """paho_speedups' ``on_publish_received``: a QoS 1 message, told without paho's MQTTMessage."""
+        try:
+            text = topic.decode()
+        except UnicodeDecodeError as exc:
+            self._reject("?", "<not UTF-8>", exc)
+            return
+        self._take(text, payload)
+
+    def _take(self, topic: str, payload: bytes) -> None:
+        """A received message: checked (topic, run, and a wire message's decoding and replay) and
+        handed over, else counted and logged as rejected."""
+        sender = "?"
+        try:
             t = topics.parse(topic)
             sender = topics.writer(t.kind, t.node, self.coordinator_id)
             if t.run != self.run:
                 raise wire.WireError("wrong_run", f"topic is for run {t.run!r}, this client serves {self.run!r}")
-            payload = msg.payload
             if t.kind not in topics.DATA_KINDS:
                 self._deliver(Inbound(topic, t.kind, t.node, payload, None, self.owner))
                 return
@@ -423,12 +441,15 @@ class MqttClient:
             message = _decode(payload, self.run, sender, self._max_message_bytes)
             self._replay.check(message)
             self._deliver(Inbound(topic, t.kind, t.node, payload, message, self.owner))
-        except (wire.WireError, topics.TopicError, UnicodeDecodeError) as exc:
-            self.rejected += 1
-            log.warning("%s: rejected message from %s on %r: %s", self.client_id, sender, topic, exc)
+        except (wire.WireError, topics.TopicError) as exc:
+            self._reject(sender, topic, exc)
         except Exception:
             self.rejected += 1
             log.exception("%s: failed to handle message from %s on %r", self.client_id, sender, topic)
+
+    def _reject(self, sender: str, topic: str, exc: Exception) -> None:
+        self.rejected += 1
+        log.warning("%s: rejected message from %s on %r: %s", self.client_id, sender, topic, exc)
 
     # ---- data -----------------------------------------------------------------------------
 

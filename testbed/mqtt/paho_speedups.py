@@ -35,6 +35,7 @@ from __future__ import annotations
 import logging
 import struct
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import paho.mqtt.client as paho
@@ -68,6 +69,10 @@ class Client(paho.Client):
     _read_ahead_bytes = 0
     #: The last read of the socket got less than it asked for: the socket held no more then.
     _drained = False
+    #: Told ``(topic, payload)`` (bytes) of each QoS 1 PUBLISH the fast path takes, instead of
+    #: ``on_message`` with paho's MQTTMessage, when no per-topic callback is set
+    #: (``message_callback_add``); None: ``on_message``. Called as paho calls ``on_message``.
+    on_publish_received: Callable[[bytes, bytes], None] | None = None
 
     def _packet_queue(self, command: int, packet: bytes | bytearray, mid: int, qos: int,
                       info: Any = None) -> MQTTErrorCode:
@@ -197,15 +202,31 @@ class Client(paho.Client):
         if topic_end <= 2 or len(packet) < at + v5 or (v5 and packet[at] != 0):
             return super()._handle_publish()  # no topic, too short, or v5 properties: paho's decoder
         mid = packet[topic_end] << 8 | packet[topic_end + 1]
-        message = paho.MQTTMessage(mid=mid, topic=packet[2:topic_end])
-        message.dup = bool(command & 0x08)
-        message.qos = 1
-        if v5:
-            message.properties = SharedTableProperties(PacketTypes.PUBLISH)
-        message.payload = packet[at + v5:]
-        message.timestamp = paho.time_func()
-        self._handle_on_message(message)
+        told = self.on_publish_received
+        if told is not None and not self._filters_callbacks():
+            with self._in_callback_mutex:
+                try:
+                    told(packet[2:topic_end], packet[at + v5:])
+                except Exception as err:  # as paho does for on_message
+                    self._easy_log(paho.MQTT_LOG_ERR, "Caught exception in on_publish_received: %s", err)
+                    if not self.suppress_exceptions:
+                        raise
+        else:
+            message = paho.MQTTMessage(mid=mid, topic=packet[2:topic_end])
+            message.dup = bool(command & 0x08)
+            message.qos = 1
+            if v5:
+                message.properties = SharedTableProperties(PacketTypes.PUBLISH)
+            message.payload = packet[at + v5:]
+            message.timestamp = paho.time_func()
+            self._handle_on_message(message)
         return self._packet_queue(PUBACK, _PUBACK.pack(PUBACK, 2, mid), mid, 1)
+
+    def _filters_callbacks(self) -> bool:
+        """Whether a per-topic callback may be set (``message_callback_add``): True unless paho's
+        filter tree is there and empty."""
+        root = getattr(self._on_message_filtered, "_root", None)
+        return not isinstance(getattr(root, "_children", None), dict) or bool(root._children)
 
     def _logs_debug(self) -> bool:
         """Whether paho's debug lines go anywhere (its ``on_log``, or a logger that takes DEBUG)."""
