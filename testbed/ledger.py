@@ -30,6 +30,7 @@ import numpy as np
 
 from testbed.appendlog import AppendLog, Mark as LedgerMark
 from testbed.errors import UserError
+from testbed.frozen import frozen
 
 
 @dataclass(frozen=True)
@@ -164,11 +165,7 @@ def with_fields(event: Event, **changes: object) -> Event:
     cls = type(event)
     if not changes.keys() <= _FIELD_NAMES[cls]:
         raise TypeError(f"{cls.__name__} has no field {sorted(changes.keys() - _FIELD_NAMES[cls])[0]!r}")
-    new = object.__new__(cls)
-    fields = new.__dict__  # frozen: object.__setattr__ refused; the instance dict is what __init__ fills
-    fields.update(event.__dict__)
-    fields.update(changes)
-    return new
+    return frozen(cls, {**event.__dict__, **changes})
 
 
 @dataclass(frozen=True)

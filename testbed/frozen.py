@@ -1,0 +1,33 @@
+"""Instances of frozen dataclasses built without their generated ``__init__``.
+
+A frozen dataclass's ``__init__`` stores each field through ``object.__setattr__`` (its own
+``__setattr__`` refuses): 3.4 µs for a 9-field wire message, against 0.75 µs for filling the
+instance's dict at once. The MQTT path builds two such objects per message received (the decoded
+message and its hand-over), a coordinator 80 a round; events are copied with a field changed
+several times a round per node (testbed.ledger.with_fields).
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def frozen(cls: type[T], fields: dict[str, Any]) -> T:
+    """An instance of ``cls``, a frozen dataclass whose ``__init__`` only stores its fields (no
+    ``__post_init__``, no ``__slots__``), holding ``fields``: every field of ``cls``, by name.
+
+    Example::
+
+        >>> import dataclasses
+        >>> @dataclasses.dataclass(frozen=True)
+        ... class Point:
+        ...     x: int
+        ...     y: int
+        >>> frozen(Point, {"x": 1, "y": 2}) == Point(1, 2)
+        True
+    """
+    instance = object.__new__(cls)
+    instance.__dict__.update(fields)  # the instance dict is what __init__ fills
+    return instance
