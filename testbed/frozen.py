@@ -14,9 +14,10 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 
-def frozen(cls: type[T], fields: dict[str, Any]) -> T:
+def frozen(cls: type[T], fields: dict[str, Any], changes: dict[str, Any] | None = None) -> T:
     """An instance of ``cls``, a frozen dataclass whose ``__init__`` only stores its fields (no
-    ``__post_init__``, no ``__slots__``), holding ``fields``: every field of ``cls``, by name.
+    ``__post_init__``, no ``__slots__``), holding ``fields`` (every field of ``cls``, by name)
+    with ``changes`` over them.
 
     Example::
 
@@ -29,5 +30,8 @@ def frozen(cls: type[T], fields: dict[str, Any]) -> T:
         True
     """
     instance = object.__new__(cls)
-    instance.__dict__.update(fields)  # the instance dict is what __init__ fills
+    own = instance.__dict__  # what __init__ fills
+    own.update(fields)
+    if changes:
+        own.update(changes)
     return instance

@@ -165,7 +165,7 @@ def with_fields(event: Event, **changes: object) -> Event:
     cls = type(event)
     if not changes.keys() <= _FIELD_NAMES[cls]:
         raise TypeError(f"{cls.__name__} has no field {sorted(changes.keys() - _FIELD_NAMES[cls])[0]!r}")
-    return frozen(cls, {**event.__dict__, **changes})
+    return frozen(cls, event.__dict__, changes)
 
 
 @dataclass(frozen=True)
