@@ -183,7 +183,7 @@ class MqttNodes:
 
     def _wait_online(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
-        wanted = set(self.node_ids)
+        wanted = self._node_set
         while not wanted <= self.online:
             remaining = deadline - time.monotonic()
             dead = [h for h in self._hosts if h.proc.poll() is not None]

@@ -277,9 +277,6 @@ class MqttClient:
             self._lock.wait_for(lambda: self._connack is not None, max(0.0, deadline - time.monotonic()))
             return self._connack
 
-    def _shutdown_paho(self) -> None:
-        _shut_down([self])
-
     def _disconnect_properties(self) -> Properties | None:
         """What the DISCONNECT carries. The session ends with the client (MQTT 5): a broker would
         otherwise keep it for session_expiry_s, queueing whatever its subscriptions match (the next
@@ -321,7 +318,7 @@ class MqttClient:
             protocol = self._protocol_choice
         code = self._attempt(protocol, deadline)
         if code is None or code.is_failure:
-            self._shutdown_paho()
+            _shut_down([self])
             if code is None:
                 raise unreachable
             raise BrokerRefused(f"broker {self.url} refused client {self.client_id!r} (MQTT {protocol}): {code}")
@@ -528,28 +525,28 @@ def close_all(clients: Iterable[MqttClient], timeout_s: float = 5.0) -> None:
     nodes, closed each on its own thread, took 80 ms; ``timeout_s`` bounds the acks in all."""
     clients = [client for client in clients if client._paho is not None]
     deadline = time.monotonic() + timeout_s
-    sent, refused = [], []
+    sent, refused = [], {}
     for client in clients:
         if client.status_topic and client.connected:
             try:
                 sent.append((client, client._send(client.status_topic, topics.STATUS_OFFLINE, retain=True)))
             except RuntimeError as exc:  # paho did not take it: raised below, as close() does
-                refused.append((client, exc))
+                refused[client] = exc
     for client, mids in sent:
         try:
             client._await_acks(client.status_topic, mids, max(0.0, deadline - time.monotonic()))
         except (TimeoutError, BrokerRefused) as exc:
             log.warning("%s: could not publish offline status: %s", client.client_id, exc)
     # A client whose status paho did not take is not disconnected cleanly: its will says offline.
-    _shut_down([client for client in clients if all(client is not other for other, _ in refused)])
+    _shut_down([client for client in clients if client not in refused])
     if refused:
-        raise refused[0][1]
+        raise next(iter(refused.values()))
 
 
 def _shut_down(clients: list[MqttClient]) -> None:
     """Disconnect ``clients`` (a clean DISCONNECT: no will) and forget their paho clients; those of
     one network loop (and protocol) at once, each other one with its own thread stopped."""
-    together: dict[tuple[int, str | None], list[MqttClient]] = {}
+    together: dict[tuple[NetworkLoop, str | None], list[MqttClient]] = {}
     for client in clients:
         client.connected = False  # first, so on_disconnect does not report a lost connection
         if client._paho is None:
@@ -559,10 +556,8 @@ def _shut_down(clients: list[MqttClient]) -> None:
             client._paho.loop_stop()
             client._paho = None
         else:
-            together.setdefault((id(client._network), client.protocol), []).append(client)
-    for group in together.values():
-        network = group[0]._network
-        assert network is not None
+            together.setdefault((client._network, client.protocol), []).append(client)
+    for (network, _), group in together.items():
         network.remove_all([client._paho for client in group], properties=group[0]._disconnect_properties())
         for client in group:
             client._paho = None
