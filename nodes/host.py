@@ -34,7 +34,6 @@ import queue
 import resource
 import secrets
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -42,7 +41,7 @@ from testbed import protocol, wire
 from testbed.errors import UserError
 from testbed.extras import missing_package_message
 from testbed.mqtt import probe, topics
-from testbed.mqtt.client import Inbound, MqttClient, close_all, new_client_id
+from testbed.mqtt.client import Inbound, MqttClient, close_all, connect_all, new_client_id
 from testbed.mqtt.network_loop import NetworkLoop
 from testbed.threads import limit_blas_threads
 
@@ -184,9 +183,10 @@ def serve(broker_url: str, run: str, node_ids: Sequence[int], *, data_path: str 
         started = time.monotonic()
         # One raw probe for the host (as the first node) learns the protocol and whether the broker
         # serves shared subscriptions, and says at once what paho would only time out on; the nodes
-        # then skip it (one connection per node, not two) and connect concurrently, since a connect
-        # is mostly waiting for the broker's acks and hundreds in a row add up to seconds. At most
-        # _CONNECTS_IN_FLIGHT at a time per host: all nodes of all hosts at once would be a storm.
+        # then skip it (one connection per node, not two) and connect concurrently (connect_all),
+        # since a connect is mostly waiting for the broker's acks and hundreds in a row add up to
+        # seconds. At most _CONNECTS_IN_FLIGHT at a time per host: all nodes of all hosts at once
+        # would be a storm.
         try:
             broker = probe.negotiate(broker_url, tls_ca=tls_ca, protocol=protocol_version,
                                      client_id=new_client_id(run, f"{names[0]}-probe"),
@@ -197,7 +197,7 @@ def serve(broker_url: str, run: str, node_ids: Sequence[int], *, data_path: str 
             raise UserError(f"node {names[0]}: {exc}") from None
         group = _broadcast_group(broadcast, broker, len(names))
 
-        def connect(name: str) -> None:
+        for name in names:
             if credentials is not None and name not in credentials:
                 raise UserError(f"the credentials file has no password for node {name}")
             clients[name] = MqttClient.for_node(
@@ -205,13 +205,8 @@ def serve(broker_url: str, run: str, node_ids: Sequence[int], *, data_path: str 
                 subscriptions=topics.node_subscriptions(run, name, group), max_chunk_bytes=max_chunk_bytes,
                 username=name if credentials is not None else None,
                 password=credentials[name] if credentials is not None else None, tls_ca=tls_ca)
-            try:
-                clients[name].connect(timeout_s=connect_timeout_s, probe_first=False)
-            except UserError as exc:  # refused credentials...
-                raise UserError(f"node {name}: {exc}") from None
-
-        with ThreadPoolExecutor(max_workers=_CONNECTS_IN_FLIGHT) as pool:
-            list(pool.map(connect, names))
+        connect_all({f"node {name}": client for name, client in clients.items()}, connect_timeout_s,
+                    probe_first=False, in_flight=_CONNECTS_IN_FLIGHT)
         log.info("serving %d node(s) of run %s on %s (connected in %.1f s)", len(clients), run, broker_url,
                  time.monotonic() - started)
         crash = None if crash_at_round is None else (crash_at_round, crash_after_reply)

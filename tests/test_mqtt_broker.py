@@ -23,7 +23,7 @@ from testbed.errors import UserError
 from testbed.mqtt import acl, topics
 from testbed.mqtt.broker import (BrokerProcess, EmbeddedBroker, MosquittoBroker, _accepts, free_port, parse_broker_url,
                                  wait_for_broker)
-from testbed.mqtt.client import BrokerRefused, Inbound, MqttClient, close_all
+from testbed.mqtt.client import BrokerRefused, Inbound, MqttClient, close_all, connect_all
 from testbed.mqtt.network_loop import NetworkLoop
 
 FAST = {"reconnect_min_s": 0.1, "reconnect_max_s": 0.5}
@@ -225,6 +225,67 @@ def test_clients_closed_together_each_leave_cleanly(broker, run_id, connect):
         assert all(n._paho is None and not n.connected for n in nodes) and not loop._served
         assert _receive(coord, topics.STATUS, timeout_s=0.5) is None  # and no will after the statuses
     finally:
+        loop.close()
+
+
+def test_clients_connected_together_are_each_online(broker, run_id, connect):
+    """connect_all: the clients of one network loop (an emulated host's nodes), at most two of them
+    awaiting the broker at once, each connect, subscribe and say online, as connect() does."""
+    coord = connect(MqttClient.for_coordinator(broker.url, run_id))
+    loop, inbox = NetworkLoop(), queue.Queue()
+    nodes = {f"node n{i}": MqttClient.for_node(broker.url, run_id, f"n{i}", network=loop, inbox=inbox) for i in range(5)}
+    try:
+        connect_all(nodes, 10.0, in_flight=2)
+        assert all(n.connected and n.protocol in ("5", "3.1.1") for n in nodes.values())
+        assert {_receive(coord, topics.STATUS, payload=topics.STATUS_ONLINE).node for _ in nodes} == {f"n{i}" for i in range(5)}
+        coord.publish(topics.down(run_id, "n3"), wire.encode({"run": run_id, "round": 0, "sender": "coordinator",
+                                                             "kind": "lr"}, {"lr": np.array(0.1)}))
+        got = [inbox.get(timeout=5) for _ in range(len(nodes) + 1)]  # each sees the coordinator's status
+        assert [(m.receiver, m.message.kind) for m in got if m.kind == topics.DOWN] == [("n3", "lr")]  # subscribed
+        close_all(nodes.values())
+    finally:
+        loop.close()
+
+
+def test_connect_all_keeps_at_most_in_flight_clients_awaiting_the_broker():
+    """The next client starts once the oldest is connected; a client already started is skipped."""
+    events, awaiting = [], set()
+
+    class Fake:
+        def __init__(self, name, started=False):
+            self.name, self._paho = name, object() if started else None
+
+        def _start_connect(self, timeout_s, probe_first):
+            awaiting.add(self.name)
+            events.append(("start", self.name, len(awaiting)))
+            return self.name
+
+        def _finish_connect(self, connecting):
+            assert connecting == self.name
+            awaiting.discard(self.name)
+            events.append(("finish", self.name, len(awaiting)))
+
+    clients = {f"c{i}": Fake(f"c{i}", started=i == 2) for i in range(6)}
+    connect_all(clients, in_flight=2)  # type: ignore[arg-type]
+    assert max(n for kind, _, n in events if kind == "start") == 2
+    assert [e[:2] for e in events] == [("start", "c0"), ("start", "c1"), ("finish", "c0"), ("start", "c3"),
+                                       ("finish", "c1"), ("start", "c4"), ("finish", "c3"), ("start", "c5"),
+                                       ("finish", "c4"), ("finish", "c5")]
+    with pytest.raises(ValueError, match="in_flight must be >= 1"):
+        connect_all(clients, in_flight=0)  # type: ignore[arg-type]
+
+
+def test_connect_all_names_the_client_that_failed():
+    """A client the broker never answers fails as connect() fails, its name first."""
+    loop = NetworkLoop()
+    port = free_port()  # nobody listens: paho retries until the deadline
+    nodes = {f"node {i}": MqttClient.for_node(f"mqtt://127.0.0.1:{port}", "r", str(i), network=loop,
+                                               inbox=queue.Queue(), protocol="3.1.1") for i in range(2)}
+    try:
+        with pytest.raises(UserError, match=rf"^node 0: broker mqtt://127.0.0.1:{port} not reachable within 0.3 s$"):
+            connect_all(nodes, 0.3, probe_first=False)
+    finally:
+        close_all(nodes.values())
         loop.close()
 
 

@@ -29,9 +29,9 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import paho.mqtt.client as paho
 from paho.mqtt.packettypes import PacketTypes
@@ -254,8 +254,8 @@ class MqttClient:
         c.on_publish_received = self._on_publish_received
         return c
 
-    def _attempt(self, protocol: str, deadline: float) -> ReasonCode | None:
-        """Start the paho client with `protocol`; return its first CONNACK code, None on timeout."""
+    def _start_attempt(self, protocol: str) -> None:
+        """Start the paho client with `protocol` (its CONNACK is awaited by :meth:`_finish_connect`)."""
         with self._lock:
             self._connack, self._sub_mid, self._sub_failures = None, None, None
         c = self._paho = self._make_paho(protocol)
@@ -273,9 +273,6 @@ class MqttClient:
             c.connect_async(self.url.host, self.url.port, keepalive=self._keepalive_s, properties=props,
                             clean_start=clean_start)
             c.loop_start()
-        with self._lock:
-            self._lock.wait_for(lambda: self._connack is not None, max(0.0, deadline - time.monotonic()))
-            return self._connack
 
     def _disconnect_properties(self) -> Properties | None:
         """What the DISCONNECT carries. The session ends with the client (MQTT 5): a broker would
@@ -306,21 +303,32 @@ class MqttClient:
                 certificate that does not verify, a TLS/plain mismatch, an unreadable tls_ca.
             BrokerRefused: bad credentials, or a subscription refused by the ACL.
         """
-        if self._paho is not None:
-            return self
+        if self._paho is None:
+            self._finish_connect(self._start_connect(timeout_s, probe_first))
+        return self
+
+    def _start_connect(self, timeout_s: float, probe_first: bool) -> _Connecting:
+        """The first half of :meth:`connect`: the probe (if asked for) and the paho client started."""
         deadline = time.monotonic() + timeout_s
-        unreachable = UserError(f"broker {self.url} not reachable within {timeout_s:g} s")
         if probe_first or self._protocol_choice == "auto":
             protocol = probe.negotiate(self.url, tls_ca=self._tls_ca, protocol=self._protocol_choice,
                                        client_id=f"{self.client_id}-probe", username=self._username,
                                        password=self._password, deadline=deadline, timeout_s=timeout_s).protocol
         else:
             protocol = self._protocol_choice
-        code = self._attempt(protocol, deadline)
+        self._start_attempt(protocol)
+        return _Connecting(protocol, deadline, timeout_s)
+
+    def _finish_connect(self, started: _Connecting) -> None:
+        """The second half of :meth:`connect`: the CONNACK and the subscriptions' SUBACK, awaited."""
+        protocol, deadline, timeout_s = started
+        with self._lock:
+            self._lock.wait_for(lambda: self._connack is not None, max(0.0, deadline - time.monotonic()))
+            code = self._connack
         if code is None or code.is_failure:
             _shut_down([self])
             if code is None:
-                raise unreachable
+                raise UserError(f"broker {self.url} not reachable within {timeout_s:g} s")
             raise BrokerRefused(f"broker {self.url} refused client {self.client_id!r} (MQTT {protocol}): {code}")
         self.protocol = protocol
         with self._lock:
@@ -333,7 +341,6 @@ class MqttClient:
         if failures:
             self.close()
             raise BrokerRefused(f"broker {self.url} refused subscriptions of {self.client_id!r}: {'; '.join(failures)}")
-        return self
 
     def close(self, timeout_s: float = 5.0) -> None:
         """Publish `offline` (a clean disconnect sends no will), disconnect, stop the thread."""
@@ -516,6 +523,53 @@ class MqttClient:
             return self._inbox.get(timeout=timeout_s)
         except queue.Empty:
             return None
+
+
+class _Connecting(NamedTuple):
+    """A connect started (:meth:`MqttClient._start_connect`): its protocol and its deadline."""
+
+    protocol: str
+    deadline: float  # time.monotonic()
+    timeout_s: float
+
+
+def connect_all(clients: Mapping[str, MqttClient], timeout_s: float = 10.0, *, probe_first: bool = True,
+                in_flight: int = 32) -> None:
+    """:meth:`MqttClient.connect` of each of ``clients`` (each within ``timeout_s`` from its own
+    start), at most ``in_flight`` of them awaiting the broker at once: the next starts when the
+    oldest is connected. No thread per connect: an emulated host's 50 nodes connected by a pool of
+    32 threads spent 100 ms just starting them (each start waits for the new thread to get the
+    interpreter from the busy ones), and each acknowledgement handed the interpreter to a thread.
+
+    Args:
+        clients: name -> client; the name leads the message of its client's failure.
+
+    Raises:
+        what :meth:`MqttClient.connect` raises, of the first client that fails, its message after
+        the client's name (the clients started with it are left connecting: the caller closes
+        them, as after a failed ``connect``).
+    """
+    if in_flight < 1:
+        raise ValueError(f"in_flight must be >= 1, got {in_flight}")
+    started: collections.deque[tuple[str, MqttClient, _Connecting]] = collections.deque()
+
+    def finish(name: str, client: MqttClient, connecting: _Connecting) -> None:
+        try:
+            client._finish_connect(connecting)
+        except UserError as exc:  # BrokerRefused too, as itself
+            raise type(exc)(f"{name}: {exc}") from None
+
+    for name, client in clients.items():
+        if client._paho is not None:  # connected (or connecting) already
+            continue
+        if len(started) >= in_flight:
+            finish(*started.popleft())
+        try:
+            started.append((name, client, client._start_connect(timeout_s, probe_first)))
+        except UserError as exc:
+            raise type(exc)(f"{name}: {exc}") from None
+    for one in started:
+        finish(*one)
 
 
 def close_all(clients: Iterable[MqttClient], timeout_s: float = 5.0) -> None:
