@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from testbed.mqtt import acl
-from testbed.mqtt.broker import EmbeddedBroker, MosquittoBroker, TlsFiles
+from testbed.mqtt.broker import MosquittoBroker, TlsFiles
+from testbed.mqtt.embedded_broker import EmbeddedBroker
 from testbed.mqtt.client import MqttClient
 
 MOSQUITTO_SKIP_REASON = "mosquitto binary not on PATH (apt-get install mosquitto)"

@@ -167,7 +167,7 @@ def test_broker_bad_port_is_one_line(capsys):
 
 def test_embedded_broker_stays_loopback_unless_told(tmp_path):
     from testbed.errors import UserError
-    from testbed.mqtt.broker import EmbeddedBroker
+    from testbed.mqtt.embedded_broker import EmbeddedBroker
 
     with pytest.raises(UserError, match="only loopback"):
         EmbeddedBroker(host="0.0.0.0")

@@ -21,8 +21,8 @@ import pytest
 from testbed import wire
 from testbed.errors import UserError
 from testbed.mqtt import acl, topics
-from testbed.mqtt.broker import (BrokerProcess, EmbeddedBroker, MosquittoBroker, _accepts, free_port, parse_broker_url,
-                                 wait_for_broker)
+from testbed.mqtt.broker import BrokerProcess, MosquittoBroker, _accepts, free_port, parse_broker_url, wait_for_broker
+from testbed.mqtt.embedded_broker import EmbeddedBroker
 from testbed.mqtt.client import BrokerRefused, Inbound, MqttClient, close_all, connect_all
 from testbed.mqtt.network_loop import NetworkLoop
 

@@ -25,7 +25,9 @@ from conftest import REPO
 ALLOWED = {"testbed", "numpy", "paho-mqtt", "orjson", "pydantic", "pydantic-core", "annotated-types",
            "typing-extensions", "typing-inspection", "threadpoolctl", "smbus2", "pip", "setuptools", "tomli"}
 #: The coordinator's packages: none may be installed, or imported by the node.
-COORDINATOR = ("scipy", "matplotlib", "dp_accounting", "amqtt", "serial", "torch", "sionna")
+#: What a board's node never imports: the coordinator's packages, and asyncio (only the embedded
+#: broker runs an event loop).
+COORDINATOR = ("scipy", "matplotlib", "dp_accounting", "amqtt", "asyncio", "serial", "torch", "sionna")
 
 EXPERIMENT = """
 [run]

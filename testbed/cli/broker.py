@@ -28,7 +28,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _broker(args: argparse.Namespace) -> int:
-    from testbed.mqtt.broker import EmbeddedBroker, is_loopback
+    from testbed.mqtt.broker import is_loopback
+    from testbed.mqtt.embedded_broker import EmbeddedBroker
 
     if not 0 <= args.port <= 65535:
         raise UserError(f"--port must be in 0..65535, got {args.port}")

@@ -224,7 +224,7 @@ def _echo_main(broker_url: str | None, run: str, conn: Any, stop: Any) -> None:
     """Child process: answer every uplink message with a downlink message of the same tensors."""
     from testbed import wire
     from testbed.mqtt import topics
-    from testbed.mqtt.broker import EmbeddedBroker
+    from testbed.mqtt.embedded_broker import EmbeddedBroker
     from testbed.mqtt.client import MqttClient
 
     broker = EmbeddedBroker().start() if broker_url is None else None
