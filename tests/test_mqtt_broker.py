@@ -275,6 +275,22 @@ def test_connect_all_keeps_at_most_in_flight_clients_awaiting_the_broker():
         connect_all(clients, in_flight=0)  # type: ignore[arg-type]
 
 
+def test_connect_all_names_the_client_the_broker_refused(secured_mosquitto, run_id):
+    """A refusal (a wrong password) stays a BrokerRefused, its client's name first."""
+    broker, pw = secured_mosquitto
+    loop = NetworkLoop()
+    nodes = {f"node {n}": MqttClient.for_node(broker.url, run_id, n, network=loop, inbox=queue.Queue(), username=n,
+                                              password=pw[n] if n == "a" else "wrong")
+             for n in ("a", "b")}
+    try:
+        with pytest.raises(BrokerRefused, match=r"^node b: broker .* refused client"):
+            connect_all(nodes, 5.0)
+        assert nodes["node a"].connected
+    finally:
+        close_all(nodes.values())
+        loop.close()
+
+
 def test_connect_all_names_the_client_that_failed():
     """A client the broker never answers fails as connect() fails, its name first."""
     loop = NetworkLoop()

@@ -556,8 +556,8 @@ def connect_all(clients: Mapping[str, MqttClient], timeout_s: float = 10.0, *, p
     def finish(name: str, client: MqttClient, connecting: _Connecting) -> None:
         try:
             client._finish_connect(connecting)
-        except UserError as exc:  # BrokerRefused too, as itself
-            raise type(exc)(f"{name}: {exc}") from None
+        except UserError as exc:
+            raise _named(name, exc) from None
 
     for name, client in clients.items():
         if client._paho is not None:  # connected (or connecting) already
@@ -567,9 +567,14 @@ def connect_all(clients: Mapping[str, MqttClient], timeout_s: float = 10.0, *, p
         try:
             started.append((name, client, client._start_connect(timeout_s, probe_first)))
         except UserError as exc:
-            raise type(exc)(f"{name}: {exc}") from None
+            raise _named(name, exc) from None
     for one in started:
         finish(*one)
+
+
+def _named(name: str, exc: UserError) -> UserError:
+    """``exc``'s message after ``name``: a BrokerRefused stays one, any other error a UserError."""
+    return (BrokerRefused if isinstance(exc, BrokerRefused) else UserError)(f"{name}: {exc}")
 
 
 def close_all(clients: Iterable[MqttClient], timeout_s: float = 5.0) -> None:
