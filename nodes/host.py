@@ -53,7 +53,6 @@ log = logging.getLogger(__name__)
 _TICK_S = 0.5  # the host's loop wakes at least this often (coordinator watch, graces)
 _GATHER_S = 0.02  # how long a round's first copy waits for the copies of the host's other nodes
 _RETIRED_SESSIONS = 64  # sessions a board remembers as superseded
-_CONNECTS_IN_FLIGHT = 32  # a host's nodes awaiting their CONNACK at once
 
 
 class SessionFence:
@@ -185,8 +184,7 @@ def serve(broker_url: str, run: str, node_ids: Sequence[int], *, data_path: str 
         # serves shared subscriptions, and says at once what paho would only time out on; the nodes
         # then skip it (one connection per node, not two) and connect concurrently (connect_all),
         # since a connect is mostly waiting for the broker's acks and hundreds in a row add up to
-        # seconds. At most _CONNECTS_IN_FLIGHT at a time per host: all nodes of all hosts at once
-        # would be a storm.
+        # seconds; at most CONNECTS_IN_FLIGHT of a host's at a time.
         try:
             broker = probe.negotiate(broker_url, tls_ca=tls_ca, protocol=protocol_version,
                                      client_id=new_client_id(run, f"{names[0]}-probe"),
@@ -206,7 +204,7 @@ def serve(broker_url: str, run: str, node_ids: Sequence[int], *, data_path: str 
                 username=name if credentials is not None else None,
                 password=credentials[name] if credentials is not None else None, tls_ca=tls_ca)
         connect_all({f"node {name}": client for name, client in clients.items()}, connect_timeout_s,
-                    probe_first=False, in_flight=_CONNECTS_IN_FLIGHT)
+                    probe_first=False)
         log.info("serving %d node(s) of run %s on %s (connected in %.1f s)", len(clients), run, broker_url,
                  time.monotonic() - started)
         crash = None if crash_at_round is None else (crash_at_round, crash_after_reply)

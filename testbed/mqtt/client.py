@@ -533,8 +533,13 @@ class _Connecting(NamedTuple):
     timeout_s: float
 
 
+#: Clients :func:`connect_all` has awaiting the broker at once, by default: all the nodes of all the
+#: hosts of a machine at once would be a storm of CONNECTs.
+CONNECTS_IN_FLIGHT = 32
+
+
 def connect_all(clients: Mapping[str, MqttClient], timeout_s: float = 10.0, *, probe_first: bool = True,
-                in_flight: int = 32) -> None:
+                in_flight: int = CONNECTS_IN_FLIGHT) -> None:
     """:meth:`MqttClient.connect` of each of ``clients`` (each within ``timeout_s`` from its own
     start), at most ``in_flight`` of them awaiting the broker at once: the next starts when the
     oldest is connected. No thread per connect: an emulated host's 50 nodes connected by a pool of

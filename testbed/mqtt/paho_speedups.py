@@ -149,10 +149,9 @@ class Client(paho.Client):
             if not self._read_ahead_bytes or self._sock is None:
                 return None
             try:
-                data = paho.Client._sock_recv(self, self._read_ahead_bytes)
+                data = self._recv(self._read_ahead_bytes)
             except OSError:  # paho's read meets it again and says what it was
                 return None
-            self._drained = len(data) < self._read_ahead_bytes
             if not data:
                 return None
             ahead = self._ahead = (self._sock, data, 0)
@@ -266,13 +265,17 @@ class Client(paho.Client):
             end = start + bufsize
             self._ahead = None if end >= len(data) else (self._sock, data, end)
             return data[start:end]
-        asked = max(bufsize, self._read_ahead_bytes)
-        data = super()._sock_recv(asked)
-        self._drained = len(data) < asked
+        data = self._recv(max(bufsize, self._read_ahead_bytes))
         if len(data) <= bufsize:
             return data
         self._ahead = (self._sock, data, bufsize)
         return data[:bufsize]
+
+    def _recv(self, asked: int) -> bytes:
+        """Up to ``asked`` bytes from the socket (paho's read), noting whether it held no more."""
+        data = paho.Client._sock_recv(self, asked)
+        self._drained = len(data) < asked
+        return data
 
 
 #: A PUBACK packet: its first byte, its remaining length (2) and the message id.
