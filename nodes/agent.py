@@ -24,6 +24,9 @@ Example::
     >>> reply = wire.decode(payload)
     >>> to, reply.kind, reply.tensors["update"].shape
     ('coordinator', 'update', (8,))
+    >>> to, payload = agent.handle(wire.decode(protocol.stop("r", "s", "completed", 0)))
+    >>> protocol.report_of(wire.decode(payload)).rounds
+    ((0, 1),)
 """
 
 from __future__ import annotations
@@ -211,6 +214,8 @@ class NodeAgent:
             return self._step(msg)
         if msg.kind == protocol.RECEIVED:
             return self._received(msg)
+        if msg.kind == protocol.STOP:
+            return self._report(msg)
         return None
 
     def _context(self, msg: wire.Message, exp: _Experiment, round_index: int) -> RoundContext | None:
@@ -293,6 +298,16 @@ class NodeAgent:
         out = alg.node_finish(sent.carry, msg.tensors["received"][None].copy(), [self.node], ctx)
         return protocol.Reply(protocol.COORDINATOR, protocol.update(msg.run, sent.session, msg.round, self.node,
                                                                     out.rows(self.node), sent.events, sent.metrics))
+
+    def _report(self, msg: wire.Message) -> protocol.Reply:
+        """The answer to a stop: this node's own ledger of the session, for the coordinator to charge
+        what it released but the coordinator never received (an empty one if it took no part)."""
+        session = protocol.session_of(msg)
+        if session is None:
+            raise wire.WireError("bad_header", "a stop needs a session")
+        ledger = self._ledgers.get(f"{msg.run}-{session}", (NodeLedger(self.node), None))[0]
+        return protocol.Reply(protocol.COORDINATOR,
+                              protocol.ledger_report(msg.run, session, msg.round, self.node, ledger))
 
     def _log(self, ledger: NodeLedger, writer: LedgerWriter | None, round_index: int, events: list[Event]) -> list[Event]:
         """Log the step's events before anything is sent: a node killed in between over-counts,

@@ -279,8 +279,13 @@ def _loop(inbox: queue.Queue[Inbound], agents: dict[str, NodeProtocol], clients:
                 msg, name = item.message, item.receiver
                 if msg is None or name not in agents or not fence.admits(protocol.session_of(msg)):
                     continue
-                if msg.kind == protocol.STOP:
+                if msg.kind == protocol.STOP:  # answered with the node's own ledger of the session
                     stopped.add(name)
+                    try:
+                        report = agents[name].handle(msg)
+                    except Exception as exc:  # noqa: BLE001  logged by _send as that node's failure
+                        report = exc
+                    _send(name, msg, report, clients, run, False)
                     continue
                 crash_now = crash is not None and msg.kind == protocol.ROUND and msg.round == crash[0]
                 if msg.kind in STEPPED and not crash_now and type(agents[name]) is NodeAgent:

@@ -53,23 +53,27 @@ from testbed.algorithms.contract import (
     RoundContext,
     State,
     WithSetup,
+    check_metrics,
     check_tensors,
+    metric_specs,
 )
 from testbed.channel_emulator import ChannelEmulator
 from testbed.config import MqttSection, NodesSection
 from testbed.errors import ConfigError, UserError
 from testbed.forked import ForkedCommand, can_fork
-from testbed.ledger import Event, event_as_planned
+from testbed.ledger import Event, RoundSet, event_as_planned
 from testbed.mqtt import topics
 from testbed.mqtt.broker import BrokerProcess
 from testbed.mqtt.client import Inbound, MqttClient
-from testbed.nodes_api import RoundOutcome
+from testbed.nodes_api import Closing, RoundOutcome
 
 log = logging.getLogger(__name__)
 
 _SIGNAL_SHARE = 0.8  # of an over-the-air round's deadline, for the channel to collect the signals
-_LATE_ROUNDS = 8  # how many past rounds a late reply may still be charged for
-_UNSENT_ROUNDS = 256  # rounds whose publish was not acknowledged, kept for their late replies
+#: What a node may send the coordinator; anything else on its uplink is refused before it moves any state.
+_FROM_NODES = frozenset({protocol.UPDATE, protocol.SETUP_UPDATE, protocol.REFUSED, protocol.LEDGER})
+_REPORT_WAIT_S = 10.0  # at most, after the stop, for the nodes' ledger reports (and a round's timeout)
+_REFUSAL_BUDGET_CHARS = 64  # a refusal names its budget ("epsilon", "energy_j"...): a short name
 _REAP_INTERVAL_S = 0.1  # how often a round's collection looks for emulated hosts that died
 _RECONNECT_MAX_S = 5.0  # the coordinator retries a lost broker at least this often (one client)
 
@@ -100,10 +104,16 @@ class MqttNodes:
         self._hosts: list[_Host] = []
         self._channel: ChannelEmulator | None = None
         self._charges: dict[int, list[Event]] = {}  # issued by the server, not yet seen by the node
-        self._past: collections.OrderedDict[int, RoundContext] = collections.OrderedDict()
-        self._late: dict[tuple[int, int], list[Event]] = {}
+        # Every round of this session (the setup under SETUP_ROUND), for its late replies and the
+        # nodes' ledger reports however late they come; the highest wire round sent so far: a node's
+        # message of a later round is refused before it moves any state (_admit).
+        self._rounds: dict[int, RoundContext] = {}
+        self._open_round = -1
+        self._late: dict[tuple[int, int], list[Event]] = {}  # charged, not yet handed to the runner
+        self._released: dict[int, RoundSet] = {}  # node -> rounds of this session already charged
+        self._reports: dict[int, protocol.LedgerReport] = {}  # node -> its own ledger, at the stop
         self._sent: dict[int, dict[str, np.ndarray]] = {}  # this round's downlink rows, by node
-        self._unsent: collections.OrderedDict[int, RoundContext] = collections.OrderedDict()
+        self._metric_spec = metric_specs(algorithm)
         self._outage_since: float | None = None  # monotonic s of the first unacknowledged publish
         # The client's network thread hands every message over under this lock (_on_inbound): a
         # node's status and a reply to the round being collected are taken there and then, without
@@ -122,7 +132,7 @@ class MqttNodes:
             self.client = MqttClient.for_coordinator(self.url, self.run, username=username, password=password,
                                                      tls_ca=m.tls_ca, max_chunk_bytes=m.max_chunk_bytes,
                                                      protocol=version, reconnect_max_s=_RECONNECT_MAX_S,
-                                                     on_inbound=self._on_inbound)
+                                                     on_inbound=self._on_inbound, admit=self._admit)
             self.client.connect(timeout_s=m.connect_timeout_s)
             if isinstance(algorithm, OverTheAir):
                 user, secret = _credentials(m.credentials, topics.CHANNEL)
@@ -233,11 +243,12 @@ class MqttNodes:
             raise UserError(f"broker {self.url} unreachable during the setup phase; once it is back, "
                             f"`testbed run --resume RUN_DIR` starts the run again")
         ctx = RoundContext(SETUP_ROUND, self.seed, len(self.node_ids), expected)
+        self._remember(ctx)
         if self._publish(topics.bcast(self.run), protocol.setup(self.run, self.session, self.config_toml, expected), ctx):
-            answers, refusals, reasons = self._collect(ctx, alg.setup_spec(), protocol.SETUP_UPDATE)
+            answers, refusals, reasons, refused = self._collect(ctx, alg.setup_spec(), protocol.SETUP_UPDATE)
         else:
-            answers, refusals, reasons = self._unreached(ctx)
-        return self._outcome(ctx, alg.setup_spec(), answers, refusals, reasons, frozenset(), heard=None)
+            answers, refusals, reasons, refused = self._unreached(ctx)
+        return self._outcome(ctx, alg.setup_spec(), answers, refusals, reasons, frozenset(), None, refused)
 
     def round(self, state: State, round_index: int, excluded: frozenset[int],
               sampled: tuple[int, ...] | None = None, meanwhile: Callable[[], None] | None = None) -> RoundOutcome:
@@ -255,13 +266,13 @@ class MqttNodes:
         if meanwhile is not None:
             meanwhile()
         if sent:
-            answers, refusals, reasons = self._collect(ctx, alg.uplink_spec(), protocol.UPDATE)
+            answers, refusals, reasons, refused = self._collect(ctx, alg.uplink_spec(), protocol.UPDATE)
         else:
-            answers, refusals, reasons = self._unreached(ctx)
+            answers, refusals, reasons, refused = self._unreached(ctx)
         heard = None
         if self._channel is not None:
             heard = self._channel.close_round(self.session, round_index)
-        return self._outcome(ctx, alg.uplink_spec(), answers, refusals, reasons, excluded, heard)
+        return self._outcome(ctx, alg.uplink_spec(), answers, refusals, reasons, excluded, heard, refused)
 
     def _send(self, state: State, ctx: RoundContext) -> bool:
         """Publish the round; False when the broker did not acknowledge it (an outage)."""
@@ -299,12 +310,9 @@ class MqttNodes:
             try:
                 self.client.publish(topic, payload, timeout_s=self.round_timeout_s)
             except TimeoutError as exc:
-                log.warning("round %d not sent: %s", ctx.round_index, exc)
                 # paho keeps the frames and resends them after a reconnect: the nodes may still
-                # run this round, so their replies must find it, however late.
-                self._unsent[ctx.round_index] = ctx
-                while len(self._unsent) > _UNSENT_ROUNDS:
-                    self._unsent.popitem(last=False)
+                # run this round; their replies find it (_rounds), however late.
+                log.warning("round %d not sent: %s", ctx.round_index, exc)
             else:
                 self._broker_back()
                 return True
@@ -341,9 +349,9 @@ class MqttNodes:
             self._outage_since = None
 
     @staticmethod
-    def _unreached(ctx: RoundContext) -> tuple[dict, dict, dict[int, str]]:
+    def _unreached(ctx: RoundContext) -> tuple[dict, dict, dict[int, str], frozenset[int]]:
         """The answers of a round the broker did not take: none, every expected node offline."""
-        return {}, {}, {node: "offline" for node in ctx.expected}
+        return {}, {}, {node: "offline" for node in ctx.expected}, frozenset()
 
     def _collect(self, ctx: RoundContext, spec, kind: str):
         """Replies until every expected node answered, refused or left, or the deadline. A reply that
@@ -353,7 +361,8 @@ class MqttNodes:
         for emulated hosts that died every _REAP_INTERVAL_S."""
         deadline = time.monotonic() + self.round_timeout_s
         with self._lock:
-            collection = self._collecting = _Collection(ctx, spec, kind, outstanding=set(ctx.expected))
+            metric_spec = self._metric_spec if kind == protocol.UPDATE else {}  # a setup upload reports none
+            collection = self._collecting = _Collection(ctx, spec, metric_spec, kind, outstanding=set(ctx.expected))
             self._offline(set(ctx.expected) - self.online)
             # Replies can come between the round's publish and this line: they answer it.
             self._drain_pending()
@@ -368,7 +377,7 @@ class MqttNodes:
         finally:
             with self._lock:
                 self._collecting = None
-        return collection.answers, collection.refusals, collection.reasons
+        return collection.answers, collection.refusals, collection.reasons, frozenset(collection.content_refused)
 
     def _on_inbound(self, item: Inbound) -> None:
         """The network thread's hand-over of one message (see ``_lock``)."""
@@ -416,7 +425,8 @@ class MqttNodes:
                 collection.reasons[node] = "offline"
                 collection.outstanding.discard(node)
 
-    def _outcome(self, ctx: RoundContext, spec, answers, refusals, reasons, excluded, heard) -> RoundOutcome:
+    def _outcome(self, ctx: RoundContext, spec, answers, refusals, reasons, excluded, heard,
+                 content_refused=frozenset()) -> RoundOutcome:
         ids = tuple(sorted(answers))
         released = set(ids) if heard is None else set(heard)
         closed = ctx.closed(sorted(released))
@@ -431,26 +441,39 @@ class MqttNodes:
             if silent:
                 log.warning("round %d: %d straggler(s): %s", ctx.round_index, len(silent), _ids(sorted(silent)))
         charged: dict[tuple[int, int], list[Event]] = {}
-        for node in sorted(released):
-            # An answer's events were checked against the plan; a release heard without an answer
-            # (a node that died after transmitting) is charged the plan: it was made.
-            charged[(node, ctx.round_index)] = answers[node][1] if node in answers else \
-                self.alg.planned_events(node, ctx) if ctx.round_index != SETUP_ROUND else self.alg.setup_events(node)
-        for key, events in self._late.items():
-            charged.setdefault(key, events)
-        self._late = {}
+        # An answer's events were checked against the plan. A release without a usable answer is
+        # charged the plan: a transmission heard although its update never came (the node died
+        # after transmitting), or an update refused for its content (a noisy tensor was released
+        # all the same, whatever its events said).
+        for node in sorted(released | (set(content_refused) - set(answers))):
+            charged[(node, ctx.round_index)] = answers[node][1] if node in answers else self._planned(node, ctx)
+        with self._lock:  # the network thread adds late replies and reads what was charged
+            late, self._late = self._late, {}
+            for key, events in late.items():
+                charged.setdefault(key, events)
+            self._mark_released(charged)
         for node in ids:  # the node saw its round message: it has the charges it carried
             self._charges.pop(node, None)
         result = NodeResult(
             node_ids=ids,
             tensors={name: np.stack([answers[n][0][name] for n in ids]) if ids else np.zeros((0,) + s.shape)
                      for name, s in spec.items()},
-            metrics={name: np.array([answers[n][2][name] for n in ids])
+            # Every answer carries exactly the declared metrics (_handle): stacked by name.
+            metrics={name: np.array([answers[n][2][name] for n in ids], dtype=np.float64)
                      for name in (answers[ids[0]][2] if ids else {})},
             events=[answers[n][1] for n in ids])
         refused = tuple((n, m.meta["budget"], float(m.meta["would_be"]), float(m.meta["limit"]))
                         for n, m in sorted(refusals.items()))
         return RoundOutcome(result, closed, charged, straggled, refused)
+
+    def _mark_released(self, charged: dict[tuple[int, int], list[Event]]) -> None:
+        """Note what is handed to the runner as charged: a second copy of it (a redelivery, a late
+        duplicate, a node's report of the same round) is never charged again."""
+        for node, round_index in charged:
+            self._released.setdefault(node, RoundSet()).add(round_index)
+
+    def _already_charged(self, node: int, round_index: int) -> bool:
+        return round_index in self._released.get(node, ()) or (node, round_index) in self._late
 
     def deliver(self, events: list[Event]) -> None:
         """Events the server issued on nodes' behalf go to each node with its next round."""
@@ -458,9 +481,9 @@ class MqttNodes:
             self._charges.setdefault(event.node, []).append(event)
 
     def _remember(self, ctx: RoundContext) -> None:
-        self._past[ctx.round_index] = ctx
-        while len(self._past) > _LATE_ROUNDS:
-            self._past.popitem(last=False)
+        """A round (or the setup) is about to be sent: its replies may come from now on, however late."""
+        self._rounds[ctx.round_index] = ctx
+        self._open_round = max(self._open_round, ctx.round_index, 0)
 
     def _planned(self, node: int, ctx: RoundContext) -> list[Event]:
         if ctx.round_index == SETUP_ROUND:
@@ -470,25 +493,39 @@ class MqttNodes:
     def _check_events(self, node: int, ctx: RoundContext, msg: wire.Message) -> list[Event]:
         """The update's events, refused unless they are the round's plan in every field (node, round,
         privacy, steps, bytes, cost units...) but the finite non-negative seconds and joules the node
-        measured or modelled (ledger.MEASURED_FIELDS)."""
+        measured or modelled (ledger.MEASURED_FIELDS), each within its physical bound."""
         raw = msg.meta.get("events")
         planned = self._planned(node, ctx)
         if not isinstance(raw, list) or len(raw) != len(planned):
-            kinds = [e.get("kind") if isinstance(e, dict) else e for e in raw] if isinstance(raw, list) else raw
+            kinds = [e.get("kind") if isinstance(e, dict) else e for e in raw[:10]] if isinstance(raw, list) else raw
             raise wire.WireError("bad_header", f"events {kinds!r:.200}, the plan says {[e.kind for e in planned]}")
         try:
             return [event_as_planned(values, want) for values, want in zip(raw, planned)]
         except ValueError as exc:
             raise wire.WireError("bad_header", str(exc)) from None
 
+    def _admit(self, msg: wire.Message) -> str | None:
+        """What the coordinator may take from a node, checked on the network thread before the
+        client moves any per-sender state (its replay window): this session's, a kind a node sends
+        the coordinator, of a round already sent. Why not, or None."""
+        session = protocol.session_of(msg)
+        if session != self.session:
+            return f"session {session!r:.24}, not this run's"
+        if msg.kind not in _FROM_NODES:
+            return f"a {msg.kind!r:.24} is not what a node sends the coordinator"
+        if msg.round > self._open_round:
+            return f"round {msg.round}, not sent yet (the last sent is {self._open_round})"
+        return None
+
     def _handle(self, item: Inbound, collection: _Collection | None) -> None:
-        """A node's reply (lock held): taken if it answers ``collection``, the round being
-        collected, and passes the checks; a late one charged; anything else dropped."""
+        """A node's message (lock held; its session, kind and round admitted by ``_admit``): a reply
+        taken if it answers ``collection``, the round being collected, and passes the checks; a
+        late one charged; a ledger report kept; anything else dropped."""
         msg, node = item.message, topics.node_index(item.node)
         if msg is None or node is None or node not in self._node_set:
             return
-        if protocol.session_of(msg) != self.session:
-            log.info("dropped %s of node %s (session %s): not this run", msg.kind, node, protocol.session_of(msg))
+        if msg.kind == protocol.LEDGER:
+            self._take_report(node, msg)
             return
         if collection is None:
             self._maybe_late(node, msg)
@@ -506,9 +543,7 @@ class MqttNodes:
             return
         try:
             if msg.kind == protocol.REFUSED:
-                if not isinstance(msg.meta.get("budget"), str) or not all(
-                        isinstance(msg.meta.get(k), (int, float)) for k in ("would_be", "limit")):
-                    raise wire.WireError("bad_header", "a refusal needs budget, would_be and limit")
+                _check_refusal(msg)
                 refusals[node] = msg
                 collection.outstanding.discard(node)
                 return
@@ -516,26 +551,47 @@ class MqttNodes:
             if problem is not None:
                 raise wire.WireError("bad_header", problem)
             events = self._check_events(node, ctx, msg)
-            answers[node] = ({k: msg.tensors[k] for k in collection.spec}, events, protocol.metrics_of(msg))
+            problem = check_metrics(collection.metric_spec, msg.meta.get("metrics", {}))
+            if problem is not None:
+                raise wire.WireError("bad_header", problem)
+            answers[node] = ({k: msg.tensors[k] for k in collection.spec}, events, msg.meta.get("metrics", {}))
             collection.outstanding.discard(node)
         except wire.WireError as exc:
             collection.reasons[node] = "refused_update"
+            if msg.kind != protocol.REFUSED:  # released all the same: charged the plan unless a good one comes
+                collection.content_refused.add(node)
             log.warning("rejected %s of node %d for round %d: %s", msg.kind, node, wire_round, exc)
 
     def _maybe_late(self, node: int, msg: wire.Message) -> None:
-        """A reply of an earlier round of this session: charged if it carries the plan (released is
-        spent), never used."""
-        ctx = self._past.get(msg.round) or self._unsent.get(msg.round)
-        if msg.kind != protocol.UPDATE or ctx is None or node not in ctx.expected:
+        """A reply of an earlier round (or the setup) of this session, however late: charged once
+        (released is spent), never used; its events as the node says when they are the plan, else
+        the plan."""
+        round_index = SETUP_ROUND if msg.kind == protocol.SETUP_UPDATE else msg.round
+        ctx = self._rounds.get(round_index)
+        if msg.kind not in (protocol.UPDATE, protocol.SETUP_UPDATE) or ctx is None or node not in ctx.expected:
             log.info("dropped %s of node %d for round %d: not this round", msg.kind, node, msg.round)
+            return
+        if self._already_charged(node, round_index):
+            log.info("dropped a late copy of node %d's %s for round %d: already charged", node, msg.kind, msg.round)
             return
         try:
             events = self._check_events(node, ctx, msg)
         except wire.WireError as exc:
-            log.warning("rejected a late update of node %d for round %d: %s", node, msg.round, exc)
+            log.warning("late %s of node %d for round %d refused (%s): not used, charged as planned",
+                        msg.kind, node, msg.round, exc)
+            events = self._planned(node, ctx)
+        else:
+            log.warning("late %s of node %d for round %d: not used, charged", msg.kind, node, msg.round)
+        self._late[(node, round_index)] = events
+
+    def _take_report(self, node: int, msg: wire.Message) -> None:
+        """A node's own ledger of this session (its answer to the stop), kept for :meth:`close`."""
+        try:
+            self._reports[node] = protocol.report_of(msg)
+        except wire.WireError as exc:
+            log.warning("rejected the ledger report of node %d: %s", node, exc)
             return
-        log.warning("late update of node %d for round %d: not used, charged", node, msg.round)
-        self._late.setdefault((node, msg.round), events)
+        self._lock.notify_all()
 
     def _reap_hosts(self) -> None:
         """An emulated host that died takes its nodes offline (their rounds straggle)."""
@@ -547,18 +603,22 @@ class MqttNodes:
                 with self._lock:
                     self._offline(set(host.node_ids))
 
-    def close(self, status: str) -> None:
-        """Tell the nodes the run is over, wait for the emulated hosts, stop the embedded broker."""
+    def close(self, status: str) -> Closing:
+        """Tell the nodes the run is over and wait (at most a round's timeout) for every online
+        node's own ledger of the session, late replies taken meanwhile; then wait for the emulated
+        hosts and stop the embedded broker. What the nodes released but never delivered, charged."""
         client = getattr(self, "client", None)
         told = False
         try:
             if client is not None and client.connected:
-                last_round = max(self._past, default=0)
-                client.publish(topics.bcast(self.run), protocol.stop(self.run, self.session, status, last_round),
-                               timeout_s=5)
+                client.publish(topics.bcast(self.run), protocol.stop(self.run, self.session, status,
+                                                                     max(self._open_round, 0)), timeout_s=5)
                 told = True
         except (TimeoutError, UserError) as exc:
             log.warning("could not broadcast stop: %s", exc)
+        if told:
+            self._await_reports(min(self.round_timeout_s, _REPORT_WAIT_S))
+        closing = self._closing()
         for host in self._hosts:
             host.stop(timeout_s=10 if told else 0)  # a host that cannot hear the stop is not waited for
         if self._channel is not None:
@@ -567,6 +627,43 @@ class MqttNodes:
             client.close()
         if self._broker is not None:
             self._broker.stop()
+        return closing
+
+    def _await_reports(self, timeout_s: float) -> None:
+        """Up to ``timeout_s`` for the ledger report of every node online (a node gone does not
+        answer; what it delivered before is charged, what it did not is beyond anyone's reach)."""
+        deadline = time.monotonic() + timeout_s
+        with self._lock:
+            while (missing := (self.online & self._node_set) - self._reports.keys()) \
+                    and (remaining := deadline - time.monotonic()) > 0:
+                self._drain_pending()
+                self._lock.wait(min(remaining, _REAP_INTERVAL_S))
+            self._drain_pending()
+        if missing:
+            log.warning("%d node(s) did not report their ledger within %g s of the stop: %s", len(missing),
+                        timeout_s, _ids(sorted(missing)))
+
+    def _closing(self) -> Closing:
+        """What the run's end charges: late replies not yet handed over, and every round a node's own
+        ledger logged that the coordinator never charged (a reply lost, refused by a replay window,
+        or sent after the last round), at the plan of that round (the node's events are the plan in
+        every field that is not measured; a report's totals cover the measured ones)."""
+        with self._lock:
+            charged, self._late = self._late, {}
+            reports = dict(self._reports)
+        for node, report in sorted(reports.items()):
+            for round_index in report.round_indices():
+                if round_index in self._released.get(node, ()) or (node, round_index) in charged:
+                    continue
+                # A round the coordinator did not ask the node (none should exist): charged as if
+                # the node had taken part alone, the plan with the least noise from others.
+                ctx = self._rounds.get(round_index) or RoundContext(round_index, self.seed, len(self.node_ids), (node,))
+                log.warning("node %d's ledger logged round %d, which never reached the coordinator: charged as planned",
+                            node, round_index)
+                charged[(node, round_index)] = self._planned(node, ctx)
+        with self._lock:
+            self._mark_released(charged)
+        return Closing(charged, {node: report.totals for node, report in reports.items()})
 
 
 @dataclasses.dataclass
@@ -576,11 +673,13 @@ class _Collection:
 
     ctx: RoundContext
     spec: dict
+    metric_spec: dict
     kind: str
     outstanding: set[int]
     answers: dict[int, tuple[dict, list[Event], dict]] = dataclasses.field(default_factory=dict)
     refusals: dict[int, wire.Message] = dataclasses.field(default_factory=dict)
     reasons: dict[int, str] = dataclasses.field(default_factory=dict)
+    content_refused: set[int] = dataclasses.field(default_factory=set)  # sent an update that failed the checks
 
     @functools.cached_property
     def expected(self) -> frozenset[int]:
@@ -640,6 +739,14 @@ class _Host:
             self.proc.terminate()
             self.proc.wait(timeout=5)
         self._reader.join(timeout=2.0)
+
+
+def _check_refusal(msg: wire.Message) -> None:
+    """A refusal names the budget a node would break and two finite figures; WireError if not."""
+    budget, figures = msg.meta.get("budget"), [msg.meta.get(k) for k in ("would_be", "limit")]
+    if not isinstance(budget, str) or not 0 < len(budget) <= _REFUSAL_BUDGET_CHARS \
+            or not all(v.__class__ in (int, float) and np.isfinite(v) for v in figures):
+        raise wire.WireError("bad_header", "a refusal needs a budget name and finite would_be and limit")
 
 
 def _fork_broker(argv: list[str], stderr_fd: int) -> ForkedCommand:

@@ -618,6 +618,13 @@ ADJACENCIES = ("replace_one", "add_remove")
 SAMPLINGS = ("none", "without_replacement", "poisson")
 # Beyond any physical scale of a noise std or a sensitivity; keeps their squares finite in float64.
 ABSURD = 1e30
+#: The physical bounds of what a node measures or models itself in one event (MEASURED_FIELDS), so
+#: that a reported 1.7e308 is refused, not summed into an infinite total. A day of compute or airtime
+#: is longer than any round a node takes part in (a node that stalls longer straggles); a kilowatt is
+#: two orders of magnitude above any board's draw (profiles.toml: at most ~10 W).
+MAX_EVENT_S = 86_400.0
+MAX_POWER_W = 1_000.0
+MAX_EVENT_J = MAX_EVENT_S * MAX_POWER_W
 _INT_LIMIT = 2**63  # ints must fit an int64 (numpy, the wire, the C firmware)
 
 
@@ -656,9 +663,9 @@ FIELD_RULES: dict[str, FieldRule] = {
     "round": FieldRule(int, low=-1),  # -1: the algorithm's setup phase (contract.SETUP_ROUND)
     "local_steps": FieldRule(int, low=0),
     "cost_units": FieldRule(float, low=0.0),
-    "compute_s": FieldRule(float, low=0.0),
-    "airtime_s": FieldRule(float, low=0.0),
-    "energy_j": FieldRule(float, low=0.0),
+    "compute_s": FieldRule(float, low=0.0, high=MAX_EVENT_S),
+    "airtime_s": FieldRule(float, low=0.0, high=MAX_EVENT_S),
+    "energy_j": FieldRule(float, low=0.0, high=MAX_EVENT_J),
     "bytes_up": FieldRule(int, low=0),
     "bytes_down": FieldRule(int, low=0),
     "measured": FieldRule(bool),

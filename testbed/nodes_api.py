@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
 from testbed.algorithms.contract import NodeResult, RoundContext, State
-from testbed.ledger import Event, EventBatch
+from testbed.ledger import Event, EventBatch, Totals
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,22 @@ class RoundOutcome:
     batches: tuple[EventBatch, ...] = ()
 
 
+@dataclass(frozen=True)
+class Closing:
+    """What the end of a run adds to its ledger, once the nodes were told it is over.
+
+    Attributes:
+        charged: (node, round) → events of releases the rounds did not charge: replies that came
+            after their round closed (the last one included), and rounds a node's own ledger logged
+            that never reached the coordinator (charged at the round's plan).
+        reports: node → the totals of its own ledger, for the nodes that reported one; None where
+            the nodes' ledgers are the runner's own (sim).
+    """
+
+    charged: dict[tuple[int, int], list[Event]] = field(default_factory=dict)
+    reports: dict[int, Totals] | None = None
+
+
 class Nodes(Protocol):
     """The run's nodes."""
 
@@ -59,4 +75,6 @@ class Nodes(Protocol):
         """Events the server issued on nodes' behalf, for the nodes' own ledgers."""
         ...
 
-    def close(self, status: str) -> None: ...
+    def close(self, status: str) -> Closing:
+        """Tell the nodes the run ended with ``status``; what the end adds to the ledger."""
+        ...

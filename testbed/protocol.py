@@ -15,6 +15,10 @@ which nodes will transmit, the signal's shape and the channel (``transmit``, on 
 answers the round with its transmit ``signal`` to the channel; the channel sends each sender only
 what it received (``received``); the node finishes its update and answers the coordinator.
 
+A ``stop`` ends the run; each node answers it with a ``ledger`` report of its own ledger for the
+session (the rounds it logged, its totals), so that the coordinator charges whatever a node released
+but the coordinator never received, and can say which figures the node confirmed.
+
 ``session`` is a random id of one coordinator run: replies carrying another session (a stale node,
 a resumed run's predecessor) are ignored.
 
@@ -29,17 +33,20 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Any, Mapping, NamedTuple, Sequence
+from dataclasses import dataclass
+from typing import Any, Iterator, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
 from testbed import wire
 from testbed.algorithms.contract import SETUP_ROUND, TensorSpec
-from testbed.ledger import Event, event_from_dict, event_to_dict
+from testbed.ledger import ABSURD, Event, NodeLedger, Totals, event_from_dict, event_to_dict
 from testbed.memo import remember_last
 
 ROUND, UPDATE, REFUSED, STOP = "round", "update", "refused", "stop"
+LEDGER = "ledger"  # node → coordinator, answering a stop: what its own ledger logged this session
 SETUP, SETUP_UPDATE = "setup", "setup_update"
 TRANSMIT, SIGNAL, RECEIVED = "transmit", "signal", "received"
 COORDINATOR = "coordinator"
@@ -93,6 +100,69 @@ def stop(run: str, session: str, status: str, round_index: int) -> bytes:
     round before its window, and a stop of round 0 never reached a run's nodes past round 16."""
     return wire.encode({"run": run, "round": round_index, "sender": COORDINATOR, "kind": STOP,
                         "meta": _meta(session, status=status)})
+
+
+@dataclass(frozen=True)
+class LedgerReport:
+    """A node's own ledger of one session, as it reports it when the run stops.
+
+    Attributes:
+        rounds: the rounds whose events the node logged itself, as sorted disjoint half-open
+            intervals ``(start, stop)`` (testbed.ledger.RoundSet); the setup is round SETUP_ROUND.
+        totals: its running totals (testbed.ledger.Totals' fields).
+    """
+
+    rounds: tuple[tuple[int, int], ...]
+    totals: Totals
+
+    def round_indices(self) -> Iterator[int]:
+        """Every round the node logged, in order."""
+        for start, stop_ in self.rounds:
+            yield from range(start, stop_)
+
+
+#: At most this many intervals of logged rounds in a report (a node that answered every other round
+#: of a 20,000-round run); a longer list is refused before anything is built from it.
+MAX_REPORT_INTERVALS = 10_000
+_TOTAL_TYPES = {f.name: (int if f.type in ("int", int) else float) for f in dataclasses.fields(Totals)}
+
+
+def ledger_report(run: str, session: str, round_index: int, node: int, ledger: NodeLedger) -> bytes:
+    """Node → coordinator, answering the stop of round ``round_index``: ``ledger``'s rounds and totals."""
+    totals = {name: getattr(ledger.totals, name) for name in _TOTAL_TYPES}
+    return wire.encode({"run": run, "round": max(round_index, 0), "sender": str(node), "kind": LEDGER,
+                        "meta": _meta(session, rounds=[list(iv) for iv in ledger.rounds_logged.intervals],
+                                      totals=totals)})
+
+
+def report_of(msg: wire.Message) -> LedgerReport:
+    """The ledger report a ``ledger`` message carries; WireError unless its rounds are sorted,
+    disjoint intervals of round indices (at most :data:`MAX_REPORT_INTERVALS`, none past the
+    message's round) and every total is a finite non-negative number of its field's type."""
+    raw_rounds, raw_totals = msg.meta.get("rounds"), msg.meta.get("totals")
+    if not isinstance(raw_rounds, list) or len(raw_rounds) > MAX_REPORT_INTERVALS:
+        raise wire.WireError("bad_header", f"a ledger report needs at most {MAX_REPORT_INTERVALS} round intervals")
+    rounds, last = [], SETUP_ROUND - 1
+    for iv in raw_rounds:
+        if not (isinstance(iv, list) and len(iv) == 2 and all(_whole(v) for v in iv)
+                and last <= iv[0] < iv[1] <= msg.round + 1):
+            raise wire.WireError("bad_header", f"ledger report interval {iv!r:.60}: not sorted, disjoint "
+                                               f"[start, stop) within rounds {SETUP_ROUND}..{msg.round}")
+        rounds.append((iv[0], iv[1]))
+        last = iv[1]
+    if not isinstance(raw_totals, dict) or raw_totals.keys() != _TOTAL_TYPES.keys():
+        raise wire.WireError("bad_header", f"a ledger report needs the totals {sorted(_TOTAL_TYPES)}")
+    for name, kind in _TOTAL_TYPES.items():
+        value = raw_totals[name]
+        if not (_whole(value) if kind is int else value.__class__ in (int, float)) \
+                or not 0 <= value <= ABSURD:
+            raise wire.WireError("bad_header", f"ledger report total {name} = {value!r:.40}: not a "
+                                               f"{kind.__name__} in [0, {ABSURD:g}]")
+    return LedgerReport(tuple(rounds), Totals(**{k: kind(raw_totals[k]) for k, kind in _TOTAL_TYPES.items()}))
+
+
+def _whole(value: Any) -> bool:
+    return value.__class__ is int and -2**62 < value < 2**62
 
 
 def transmit(run: str, session: str, round_index: int, config_toml: str, senders: Sequence[int],

@@ -36,10 +36,10 @@ from testbed.config import Config, to_toml
 from testbed.data.federated import FederatedData, Split
 from testbed.data.lazy import LazyFederatedData
 from testbed.errors import ConfigError
-from testbed.ledger import Event, EventBatch, LedgerWriter, NodeEvents, StraggleEvent, batches_of
+from testbed.ledger import Event, EventBatch, LedgerWriter, NodeEvents, StraggleEvent, Totals, batches_of
 from testbed.ledger_book import LedgerBook
 from testbed.models import Model
-from testbed.nodes_api import Nodes, RoundOutcome
+from testbed.nodes_api import Closing, Nodes, RoundOutcome
 from testbed.privacy.accountants import BackgroundEpsilons, epsilon_by_observer
 from testbed.parallel import split_work
 from testbed.progress import Progress
@@ -53,8 +53,9 @@ if TYPE_CHECKING:
     from testbed.plots import BackgroundFigures
 
 log = logging.getLogger(__name__)
-# Rounds before the last checkpoint's for which the ledger still knows who logged them: a late
-# reply is charged up to coordinator._LATE_ROUNDS rounds late, never double.
+# Rounds before the last checkpoint's for which the book still knows who logged them (a round re-run
+# after a resume is not charged twice). Late replies of older rounds are charged once all the same:
+# the coordinator remembers which rounds of its session it handed over as charged.
 _ROUNDS_KEPT = 16
 
 
@@ -133,6 +134,9 @@ class Run:
     # into the book when their round runs again (so each round's metrics row counts what it did).
     past_mark: dict[int, list[Event]] = field(default_factory=dict)
     eval_data: FederatedData | None = None  # the evaluated nodes' rows (output.eval_nodes); set by run_experiment
+    # node → the totals of its own ledger, as it reported them when the run closed (None: sim, whose
+    # nodes' ledgers are the book itself); see _ledger_check.
+    node_reports: dict[int, Totals] | None = None
     wall_start: float = field(default_factory=time.monotonic)
 
 
@@ -263,7 +267,7 @@ def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = Fa
         gc.unfreeze()
         if nodes is not None:
             try:
-                nodes.close(run.status)
+                _charge_closing(run, nodes.close(run.status))
             except Exception as exc:  # the summary must still be written
                 run.status, run.failure = "failed", f"closing the nodes: {type(exc).__name__}: {exc}"
         summary = finish(run, tight_job, figures_job)
@@ -445,6 +449,24 @@ def _charge(run: Run, outcome: RoundOutcome, ledger_file: LedgerWriter) -> None:
     ledger_file.write_batches(batches)
 
 
+def _charge_closing(run: Run, closing: Closing) -> None:
+    """What the run's end adds (late replies, rounds only the nodes' own ledgers logged): into the
+    book and ledger.csv, and the checkpoint again so that it covers them; the nodes' reports kept
+    for the summary."""
+    run.node_reports = closing.reports
+    fresh = [event for (node, round_index), events in sorted(closing.charged.items())
+             if not run.book.logged([node], round_index)[0] for event in events]
+    if not fresh:
+        return
+    run.book.extend(fresh)
+    ledger_file = LedgerWriter(run.directory.ledger_path, sync=run.config.output.sync)
+    try:
+        ledger_file.write(fresh)
+        run.directory.save_checkpoint(run.rounds_done, run.state, ledger_file.mark(), 1)
+    finally:
+        ledger_file.close()
+
+
 def _charge_server(run: Run, events: list[Event], nodes: Nodes, ledger_file: LedgerWriter) -> None:
     """Events the server issued on nodes' behalf: into their ledgers here and, with their next
     round, to the nodes themselves."""
@@ -559,6 +581,29 @@ _SUMMARY_TOTALS = ("cost_units", "local_steps", "rounds", "rounds_straggled", "b
                    "compute_s", "mi_epsilon_nats")
 
 
+#: The summary's figures a node's own report can confirm or raise (its ledger has no straggles).
+_REPORTED_TOTALS = tuple(name for name in _SUMMARY_TOTALS if name != "rounds_straggled")
+
+
+def _ledger_check(entry: dict[str, Any], reports: dict[int, Totals] | None, node: int) -> dict[str, Any]:
+    """How a node's summary figures stand against its own ledger: ``ledger_check`` "local" (sim:
+    the book is the nodes' ledger), "confirmed" (its report is at most every figure), "raised" (its
+    report was higher in the figures of ``raised_by_node``, which the summary then shows: a ledger
+    never under-counts), or "unconfirmed" (no report came: the node left before the run's end)."""
+    if reports is None:
+        return {"ledger_check": "local"}
+    report = reports.get(node)
+    if report is None:
+        return {"ledger_check": "unconfirmed"}
+    raised = {}
+    for name in _REPORTED_TOTALS:
+        mine = getattr(report, name)
+        if mine > entry[name] * (1 + 1e-9) + 1e-12:  # sums of the same floats in another order
+            raised[name] = mine
+    return {"ledger_check": "raised" if raised else "confirmed", **raised,
+            **({"raised_by_node": sorted(raised)} if raised else {})}
+
+
 def _summary(run: Run) -> dict[str, Any]:
     config, budgets = run.config, run.budgets
     book = run.book
@@ -574,6 +619,7 @@ def _summary(run: Run) -> dict[str, Any]:
             "epsilon_tight": None,  # filled in by the tight accountant's background job
             "delta": budgets.delta, **{name: col[row] for name, col in columns.items()},
         }
+        nodes[str(node)].update(_ledger_check(nodes[str(node)], run.node_reports, node))
     reg = registry.get(config.run.algorithm)
     stopped = run.stopped
     summary = {

@@ -39,7 +39,7 @@ from testbed.algorithms.contract import (
 from testbed.data.federated import FederatedData, Split
 from testbed.data.lazy import LazyFederatedData
 from testbed.ledger import Event, EventBatch, NodeEvents
-from testbed.nodes_api import RoundOutcome
+from testbed.nodes_api import Closing, RoundOutcome
 
 
 class SimNodes:
@@ -160,5 +160,7 @@ class SimNodes:
     def deliver(self, events: Sequence[Event]) -> None:
         """Nothing to carry: in sim the runner's ledgers are the nodes' own."""
 
-    def close(self, status: str) -> None:
+    def close(self, status: str) -> Closing:
+        """Nothing is in flight in one process: the nodes' ledgers are the runner's own."""
         self.costs.close()
+        return Closing()

@@ -95,7 +95,9 @@ class WireError(ValueError):
     Attributes:
         code: short stable name of the failure, one of: oversized, truncated, bad_magic, bad_json,
             bad_header, schema, wrong_run, wrong_round, wrong_sender, dtype, size_mismatch,
-            non_finite, replay, bad_chunk.
+            non_finite, replay, bad_chunk, bad_status (a status payload other than online/offline),
+            not_admitted (refused by the receiver's own declaration: another session, a round it
+            has not opened).
         reason: human-readable detail.
     """
 
@@ -532,14 +534,17 @@ class Reassembler:
     (the oldest is evicted to make room), each with at most `max_chunks` chunks, and an incomplete
     payload is evicted `timeout_s` seconds after its first chunk. Chunk sets are keyed by
     (source, chunk-set id), where the source is the transport's name for the sender (the topic), so
-    one sender cannot inject chunks into another's payload.
+    one sender cannot inject chunks into another's payload; and one source holds at most
+    `max_pending_per_source` incomplete payloads (its own oldest is evicted to make room), so a
+    sender that floods incomplete chunk sets evicts only its own, never another sender's.
     """
 
     def __init__(self, *, max_message_bytes: int = DEFAULT_MAX_BYTES, max_pending: int = 64,
-                 max_chunks: int = 65536, timeout_s: float = 60.0,
+                 max_pending_per_source: int = 4, max_chunks: int = 65536, timeout_s: float = 60.0,
                  clock: Callable[[], float] = time.monotonic):
         self._max_bytes = max_message_bytes
         self._max_pending = max_pending
+        self._per_source = max_pending_per_source
         self._max_chunks = max_chunks
         self._timeout_s = timeout_s
         self._clock = clock
@@ -575,6 +580,10 @@ class Reassembler:
             raise WireError("bad_chunk", f"chunk index {index} of count {count} (max {self._max_chunks})")
         part = self._pending.get(key)
         if part is None:
+            own = [k for k in self._pending if k[0] == source]
+            for old_key in own[:max(0, len(own) - self._per_source + 1)]:  # oldest first
+                del self._pending[old_key]
+                self._evict(old_key, f"over {self._per_source} incomplete payloads from one source")
             part = self._pending[key] = _Partial(count, total, now, {})
             while len(self._pending) > self._max_pending:
                 old_key, _ = self._pending.popitem(last=False)

@@ -116,6 +116,52 @@ def check_tensors(specs: Mapping[str, TensorSpec], tensors: Mapping[str, Any],
 
 
 @dataclass(frozen=True)
+class MetricSpec:
+    """One per-node metric an algorithm's node step reports (``NodeResult.metrics``), as a reply
+    from outside must carry it: a finite number in ``[low, high]``, a whole one if ``integer``.
+
+    Example::
+
+        >>> MetricSpec(low=1, high=600, integer=True).problem(600.0), MetricSpec(high=1.0).problem(2.5)
+        (None, 'value 2.5 outside [0, 1]')
+    """
+
+    low: float = 0.0
+    high: float = float("inf")
+    integer: bool = False
+
+    def problem(self, value: Any) -> str | None:
+        """Why ``value`` (as received) is not this metric; None if it is."""
+        if value.__class__ not in (int, float) or not np.isfinite(value):
+            return f"value {value!r:.40} is not a finite number"
+        if not self.low <= value <= self.high:
+            return f"value {value!r:.40} outside [{self.low:g}, {self.high:g}]"
+        if self.integer and value != int(value):
+            return f"value {value!r:.40} is not a whole number"
+        return None
+
+
+def metric_specs(algorithm: Any) -> dict[str, MetricSpec]:
+    """The metrics ``algorithm`` declares (its optional ``metric_spec()``; none without one): a
+    reply must carry exactly these names, each within its spec."""
+    declare = getattr(algorithm, "metric_spec", None)
+    return declare() if declare is not None else {}
+
+
+def check_metrics(specs: Mapping[str, MetricSpec], metrics: Any) -> str | None:
+    """Why ``metrics`` (one node's, name → number, as received) are not exactly ``specs``; None
+    if they are."""
+    if not isinstance(metrics, dict) or metrics.keys() != specs.keys():
+        names = sorted(map(str, metrics))[:10] if isinstance(metrics, dict) else type(metrics).__name__
+        return f"metrics {names}, declared {sorted(specs)}"
+    for name, spec in specs.items():
+        problem = spec.problem(metrics[name])
+        if problem is not None:
+            return f"metric {name}: {problem}"
+    return None
+
+
+@dataclass(frozen=True)
 class RoundContext:
     """What every step knows of the round.
 
@@ -225,6 +271,9 @@ class Algorithm(Protocol):
     def downlink_spec(self) -> dict[str, TensorSpec]: ...
 
     def uplink_spec(self) -> dict[str, TensorSpec]: ...
+
+    # Optional: ``metric_spec() -> dict[str, MetricSpec]``, the per-node metrics the node step
+    # reports (read through :func:`metric_specs`; an algorithm without it reports none).
 
     def planned_events(self, node: int, ctx: RoundContext) -> list["Event"]:
         """The events the round will cause on ``node`` if it takes part (budgets check them before)."""

@@ -30,7 +30,15 @@ from pydantic import model_validator
 from testbed.algorithms.aggregate import AggregationOptions, aggregate
 from testbed.algorithms.batches import node_keys, uniform_batches
 from testbed.algorithms import mcu_logistic
-from testbed.algorithms.contract import NodeResult, RoundContext, ServerResult, State, TensorSpec, planned_batch
+from testbed.algorithms.contract import (
+    MetricSpec,
+    NodeResult,
+    RoundContext,
+    ServerResult,
+    State,
+    TensorSpec,
+    planned_batch,
+)
 from testbed.algorithms.registry import BuildContext, Registration
 from testbed.data.federated import Split
 from testbed.errors import ConfigError
@@ -193,6 +201,10 @@ class DpPasgd:
     def uplink_spec(self) -> dict[str, TensorSpec]:
         """Each node sends its local model after τ steps, within :attr:`update_norm_bound` of θ."""
         return {"update": TensorSpec((self.model.num_params,), max_norm=self.update_norm_bound, relative_to="model")}
+
+    def metric_spec(self) -> dict[str, MetricSpec]:
+        """Each node reports its training samples, at most the largest node's."""
+        return {"samples": MetricSpec(low=1, high=max(self.train_sizes.values(), default=1), integer=True)}
 
     @property
     def update_norm_bound(self) -> float | None:

@@ -79,7 +79,15 @@ import numpy as np
 from channel import Alignment, analog_link, digital_link, fill_gaussian_rows, orthogonal_round_airtime_s, transmit_real
 from pydantic import Field, model_validator
 
-from testbed.algorithms.contract import NodeResult, RoundContext, ServerResult, State, TensorSpec, planned_batch
+from testbed.algorithms.contract import (
+    MetricSpec,
+    NodeResult,
+    RoundContext,
+    ServerResult,
+    State,
+    TensorSpec,
+    planned_batch,
+)
 from testbed.algorithms.registry import BuildContext, Registration
 from testbed.algorithms.batches import uniform_batches
 from testbed.algorithms.dwfl_channel import (
@@ -415,6 +423,10 @@ class Dwfl:
     def uplink_spec(self) -> dict[str, TensorSpec]:
         """After the exchange each node reports its new model."""
         return {"model": TensorSpec((self.model.num_params,))}
+
+    def metric_spec(self) -> dict[str, MetricSpec]:
+        """Each node reports its training samples (a count; for the report, no server step reads it)."""
+        return {"samples": MetricSpec(low=1, high=2**31 - 1, integer=True)}
 
     @property
     def channel(self) -> "DwflChannel":

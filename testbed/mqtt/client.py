@@ -150,6 +150,11 @@ class MqttClient:
         on_inbound: called on the network thread with each received message, instead of putting it
             in the inbox (then `receive` has nothing): a receiver that handles messages as they come
             saves a hand-over between threads per message. It must not block.
+        admit: called on the network thread with each decoded wire message before any per-sender
+            state (the replay window) moves: the receiver's own declaration of what it may take
+            (its session, the rounds it has open); a reason (str) refuses the message, counted
+            and logged like any other rejection, and it changes nothing. None admits everything
+            that decodes.
     """
 
     def __init__(self, url: str, *, client_id: str, run: str, subscriptions: Sequence[str] = (),
@@ -159,7 +164,8 @@ class MqttClient:
                  max_chunk_bytes: int = 256 * 1024, max_message_bytes: int = wire.DEFAULT_MAX_BYTES,
                  reconnect_min_s: float = 0.25, reconnect_max_s: float = 30.0,
                  session_expiry_s: int = 300, inbox: queue.Queue | None = None, owner: str | None = None,
-                 network: NetworkLoop | None = None, on_inbound: Callable[[Inbound], None] | None = None):
+                 network: NetworkLoop | None = None, on_inbound: Callable[[Inbound], None] | None = None,
+                 admit: Callable[[wire.Message], str | None] | None = None):
         if protocol not in PROTOCOLS:
             raise ConfigError("mqtt.protocol", f"must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
         if max_chunk_bytes <= wire.CHUNK_HEADER_BYTES:
@@ -187,6 +193,7 @@ class MqttClient:
         self._network = network
         self._reassembler = wire.Reassembler(max_message_bytes=max_message_bytes)
         self._replay = wire.ReplayGuard()
+        self._admit = admit
         self._lock = threading.Condition()
         self._paho: paho.Client | None = None
         self._connack: ReasonCode | None = None
@@ -444,6 +451,11 @@ class MqttClient:
             if t.run != self.run:
                 raise wire.WireError("wrong_run", f"topic is for run {t.run!r}, this client serves {self.run!r}")
             if t.kind not in topics.DATA_KINDS:
+                # A status carries one of two declared values; anything else (garbage, an empty
+                # retained message clearing the topic) says nothing about the node: never "offline".
+                if payload not in topics.STATUS_VALUES:
+                    raise wire.WireError("bad_status", f"status payload {payload[:32]!r} is not one of "
+                                                       f"{sorted(topics.STATUS_VALUES)}")
                 self._deliver(Inbound.of(topic, t.kind, t.node, payload, None, self.owner))
                 return
             if wire.is_chunk(payload):
@@ -451,7 +463,10 @@ class MqttClient:
                 if payload is None:
                     return
             message = _decode(payload, self.run, sender, self._max_message_bytes)
-            self._replay.check(message)
+            refusal = self._admit(message) if self._admit is not None else None
+            if refusal is not None:
+                raise wire.WireError("not_admitted", refusal)
+            self._replay.check(message)  # only now: a message refused above moved no window
             self._deliver(Inbound.of(topic, t.kind, t.node, payload, message, self.owner))
         except (wire.WireError, topics.TopicError) as exc:
             self._reject(sender, topic, exc)

@@ -44,6 +44,8 @@ CHANNEL = "channel"
 
 STATUS_ONLINE = b"online"
 STATUS_OFFLINE = b"offline"
+#: The only payloads a status topic (STATUS, COORD) may carry; anything else is malformed.
+STATUS_VALUES = frozenset({STATUS_ONLINE, STATUS_OFFLINE})
 
 
 class TopicError(ValueError):
