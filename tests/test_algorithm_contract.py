@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from testbed.algorithms import OverTheAir, RoundContext, WithSetup, registry
-from testbed.algorithms.contract import SETUP_ROUND, check_tensors
+from testbed.algorithms.contract import SETUP_ROUND, check_metrics, check_tensors, metric_specs
 from testbed.budgets import Budgets
 from testbed.config import load_config_text, replace
 from testbed.ledger import NodeLedger, read_ledger
@@ -109,6 +109,21 @@ def test_all_nodes_stacked_equal_one_node_at_a_time(name):
             alone = alg.node_finish({k: v[[m]].copy() for k, v in stacked.carry.items()}, heard[[m]], [m], closed)
             np.testing.assert_allclose(alone.tensors["model"][0], together.tensors["model"][m], rtol=0, atol=atol)
             assert check_tensors(alg.uplink_spec(), alone.rows(m)) is None
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_the_metrics_a_step_reports_are_the_declared_ones(name):
+    """A reply must carry exactly the declared metrics within their bounds (the coordinator refuses
+    anything else): every node step reports what its algorithm declares, and a setup none."""
+    config, data, model, alg = _built(name)
+    state = alg.init_state(model.init(np.random.default_rng(0)))
+    ids = tuple(range(data.num_nodes))
+    if isinstance(alg, WithSetup) and alg.has_setup:
+        assert alg.setup_step(data.train, list(ids), RoundContext(SETUP_ROUND, config.run.seed, len(ids), ids)).metrics == {}
+    ctx = RoundContext.everyone(0, config.run.seed, len(ids))
+    out = alg.node_step(alg.downlink(state, ctx, ids), data.train, ids, ctx)
+    for i in range(len(ids)):
+        assert check_metrics(metric_specs(alg), {k: float(v[i]) for k, v in out.metrics.items()}) is None
 
 
 @pytest.mark.parametrize("name", CASES)

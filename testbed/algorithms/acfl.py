@@ -58,7 +58,8 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from testbed.algorithms.contract import (
-    SETUP_ROUND, NodeResult, RoundContext, ServerResult, State, TensorSpec, planned_batch,
+    SAMPLES_METRIC, SETUP_ROUND, MetricSpec, NodeResult, RoundContext, ServerResult, State, TensorSpec,
+    planned_batch,
 )
 from testbed.algorithms.registry import BuildContext, Registration
 from testbed.data.federated import Split
@@ -215,6 +216,9 @@ class Acfl:
 
     def downlink_spec(self) -> dict[str, TensorSpec]:
         return {"W": TensorSpec((self.features, self.outputs), per_node=False)}
+
+    def metric_spec(self) -> dict[str, MetricSpec]:
+        return {"samples": SAMPLES_METRIC}
 
     def uplink_spec(self) -> dict[str, TensorSpec]:
         return {"gradient": TensorSpec((self.features, self.outputs))}

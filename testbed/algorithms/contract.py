@@ -141,6 +141,10 @@ class MetricSpec:
         return None
 
 
+#: A node's count of training samples, the metric most node steps report (no server step reads it).
+SAMPLES_METRIC = MetricSpec(low=1, high=2**31 - 1, integer=True)
+
+
 def metric_specs(algorithm: Any) -> dict[str, MetricSpec]:
     """The metrics ``algorithm`` declares (its optional ``metric_spec()``; none without one): a
     reply must carry exactly these names, each within its spec."""

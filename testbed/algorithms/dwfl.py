@@ -80,6 +80,7 @@ from channel import Alignment, analog_link, digital_link, fill_gaussian_rows, or
 from pydantic import Field, model_validator
 
 from testbed.algorithms.contract import (
+    SAMPLES_METRIC,
     MetricSpec,
     NodeResult,
     RoundContext,
@@ -426,7 +427,7 @@ class Dwfl:
 
     def metric_spec(self) -> dict[str, MetricSpec]:
         """Each node reports its training samples (a count; for the report, no server step reads it)."""
-        return {"samples": MetricSpec(low=1, high=2**31 - 1, integer=True)}
+        return {"samples": SAMPLES_METRIC}
 
     @property
     def channel(self) -> "DwflChannel":

@@ -30,7 +30,16 @@ import numpy as np
 
 from testbed.algorithms.aggregate import AggregationOptions, aggregate
 from testbed.algorithms.batches import uniform_batches
-from testbed.algorithms.contract import NodeResult, RoundContext, ServerResult, State, TensorSpec, planned_batch
+from testbed.algorithms.contract import (
+    SAMPLES_METRIC,
+    MetricSpec,
+    NodeResult,
+    RoundContext,
+    ServerResult,
+    State,
+    TensorSpec,
+    planned_batch,
+)
 from testbed.algorithms.registry import BuildContext, Registration
 from testbed.data.federated import Split
 from testbed.errors import ConfigError
@@ -87,6 +96,9 @@ class FedAvg:
 
     def uplink_spec(self) -> dict[str, TensorSpec]:
         return {"update": TensorSpec((self.model.num_params,))}
+
+    def metric_spec(self) -> dict[str, MetricSpec]:
+        return {"samples": SAMPLES_METRIC}
 
     def setup_spec(self) -> dict[str, TensorSpec]:
         """Each node's training-set size, once."""

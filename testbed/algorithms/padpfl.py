@@ -49,7 +49,8 @@ from pydantic import Field, model_validator
 
 from testbed.algorithms.batches import uniform_batches
 from testbed.algorithms.contract import (
-    SETUP_ROUND, NodeResult, RoundContext, ServerResult, State, TensorSpec, planned_batch,
+    SAMPLES_METRIC, SETUP_ROUND, MetricSpec, NodeResult, RoundContext, ServerResult, State, TensorSpec,
+    planned_batch,
 )
 from testbed.algorithms.impact import (ImpactSchedule, check_weights, link_quality_weights, parse_ratios,
                                       ratio_weights, redistribute, spread_uploads)
@@ -305,6 +306,9 @@ class Padpfl:
     def downlink_spec(self) -> dict[str, TensorSpec]:
         """Every node gets the noisy broadcast x~."""
         return {"model": TensorSpec((self.model.num_params,), per_node=False)}
+
+    def metric_spec(self) -> dict[str, MetricSpec]:
+        return {"samples": SAMPLES_METRIC}
 
     def uplink_spec(self) -> dict[str, TensorSpec]:
         """The noisy clipped model x~_i; an honest one has norm <= B + σ_C (sqrt(P) + 10) (the
