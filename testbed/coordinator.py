@@ -61,7 +61,7 @@ from testbed.channel_emulator import ChannelEmulator
 from testbed.config import MqttSection, NodesSection
 from testbed.errors import ConfigError, UserError
 from testbed.forked import ForkedCommand, can_fork
-from testbed.ledger import Event, RoundSet, event_as_planned
+from testbed.ledger import EVENT_TYPES, FIELD_RULES, MEASURED_FIELDS, Event, RoundSet, event_as_planned, with_fields
 from testbed.mqtt import topics
 from testbed.mqtt.broker import BrokerProcess
 from testbed.mqtt.client import Inbound, MqttClient
@@ -72,6 +72,14 @@ log = logging.getLogger(__name__)
 _SIGNAL_SHARE = 0.8  # of an over-the-air round's deadline, for the channel to collect the signals
 #: What a node may send the coordinator; anything else on its uplink is refused before it moves any state.
 _FROM_NODES = frozenset({protocol.UPDATE, protocol.SETUP_UPDATE, protocol.REFUSED, protocol.LEDGER})
+# The replay window of the coordinator's client: a reply is charged however late (the coordinator
+# itself charges a node's round once), so no round is too old for it; memory stays bounded by the
+# guard's total of keys.
+_WHOLE_RUN_ROUNDS = 2**62
+#: Per event kind, its measured or modelled numbers (seconds, joules).
+_MEASURED_NUMBERS = {kind: tuple(f.name for f in dataclasses.fields(cls)
+                                 if f.name in MEASURED_FIELDS and FIELD_RULES[f.name].type is float)
+                     for kind, cls in EVENT_TYPES.items()}
 _REPORT_WAIT_S = 10.0  # at most, after the stop, for the nodes' ledger reports (and a round's timeout)
 _REFUSAL_BUDGET_CHARS = 64  # a refusal names its budget ("epsilon", "energy_j"...): a short name
 _REAP_INTERVAL_S = 0.1  # how often a round's collection looks for emulated hosts that died
@@ -114,6 +122,9 @@ class MqttNodes:
         self._reports: dict[int, protocol.LedgerReport] = {}  # node -> its own ledger, at the stop
         self._sent: dict[int, dict[str, np.ndarray]] = {}  # this round's downlink rows, by node
         self._metric_spec = metric_specs(algorithm)
+        # (node, event kind) → the most seconds and joules the node reported in one such event: what
+        # a release whose own events never came is charged for them (towards more spend).
+        self._costliest: dict[tuple[int, str], dict[str, float]] = {}
         self._outage_since: float | None = None  # monotonic s of the first unacknowledged publish
         # The client's network thread hands every message over under this lock (_on_inbound): a
         # node's status and a reply to the round being collected are taken there and then, without
@@ -132,7 +143,8 @@ class MqttNodes:
             self.client = MqttClient.for_coordinator(self.url, self.run, username=username, password=password,
                                                      tls_ca=m.tls_ca, max_chunk_bytes=m.max_chunk_bytes,
                                                      protocol=version, reconnect_max_s=_RECONNECT_MAX_S,
-                                                     on_inbound=self._on_inbound, admit=self._admit)
+                                                     on_inbound=self._on_inbound, admit=self._admit,
+                                                     replay_window_rounds=_WHOLE_RUN_ROUNDS)
             self.client.connect(timeout_s=m.connect_timeout_s)
             if isinstance(algorithm, OverTheAir):
                 user, secret = _credentials(m.credentials, topics.CHANNEL)
@@ -349,9 +361,9 @@ class MqttNodes:
             self._outage_since = None
 
     @staticmethod
-    def _unreached(ctx: RoundContext) -> tuple[dict, dict, dict[int, str], frozenset[int]]:
+    def _unreached(ctx: RoundContext) -> tuple[dict, dict, dict[int, str], dict]:
         """The answers of a round the broker did not take: none, every expected node offline."""
-        return {}, {}, {node: "offline" for node in ctx.expected}, frozenset()
+        return {}, {}, {node: "offline" for node in ctx.expected}, {}
 
     def _collect(self, ctx: RoundContext, spec, kind: str):
         """Replies until every expected node answered, refused or left, or the deadline. A reply that
@@ -377,7 +389,7 @@ class MqttNodes:
         finally:
             with self._lock:
                 self._collecting = None
-        return collection.answers, collection.refusals, collection.reasons, frozenset(collection.content_refused)
+        return collection.answers, collection.refusals, collection.reasons, collection.content_refused
 
     def _on_inbound(self, item: Inbound) -> None:
         """The network thread's hand-over of one message (see ``_lock``)."""
@@ -426,7 +438,7 @@ class MqttNodes:
                 collection.outstanding.discard(node)
 
     def _outcome(self, ctx: RoundContext, spec, answers, refusals, reasons, excluded, heard,
-                 content_refused=frozenset()) -> RoundOutcome:
+                 content_refused: dict[int, list[Event] | None]) -> RoundOutcome:
         ids = tuple(sorted(answers))
         released = set(ids) if heard is None else set(heard)
         closed = ctx.closed(sorted(released))
@@ -446,7 +458,8 @@ class MqttNodes:
         # after transmitting), or an update refused for its content (a noisy tensor was released
         # all the same, whatever its events said).
         for node in sorted(released | (set(content_refused) - set(answers))):
-            charged[(node, ctx.round_index)] = answers[node][1] if node in answers else self._planned(node, ctx)
+            charged[(node, ctx.round_index)] = answers[node][1] if node in answers else \
+                content_refused.get(node) or self._planned_release(node, ctx)
         with self._lock:  # the network thread adds late replies and reads what was charged
             late, self._late = self._late, {}
             for key, events in late.items():
@@ -490,6 +503,24 @@ class MqttNodes:
             return self.alg.setup_events(node)  # type: ignore[attr-defined]
         return self.alg.planned_events(node, ctx)
 
+    def _planned_release(self, node: int, ctx: RoundContext) -> list[Event]:
+        """What a release whose own events never came (or came malformed) is charged: the plan, its
+        seconds and joules the most the node reported in one such event so far (nothing known of
+        them: the plan's, as a node without a meter or profile would log them)."""
+        return [with_fields(e, **self._costliest[node, e.kind]) if (node, e.kind) in self._costliest else e
+                for e in self._planned(node, ctx)]
+
+    def _note_costs(self, node: int, events: list[Event]) -> None:
+        """Keep the most seconds and joules ``node`` reported per event kind (lock held)."""
+        for event in events:
+            fields = _MEASURED_NUMBERS.get(event.kind)
+            if fields:
+                seen = self._costliest.setdefault((node, event.kind), dict.fromkeys(fields, 0.0))
+                for name in fields:
+                    value = getattr(event, name)
+                    if value > seen[name]:
+                        seen[name] = value
+
     def _check_events(self, node: int, ctx: RoundContext, msg: wire.Message) -> list[Event]:
         """The update's events, refused unless they are the round's plan in every field (node, round,
         privacy, steps, bytes, cost units...) but the finite non-negative seconds and joules the node
@@ -503,6 +534,15 @@ class MqttNodes:
             return [event_as_planned(values, want) for values, want in zip(raw, planned)]
         except ValueError as exc:
             raise wire.WireError("bad_header", str(exc)) from None
+
+    def _events_or_none(self, node: int, ctx: RoundContext, msg: wire.Message) -> list[Event] | None:
+        """A reply's events if they are the plan (what a refused or late reply released); else None."""
+        try:
+            events = self._check_events(node, ctx, msg)
+        except wire.WireError:
+            return None
+        self._note_costs(node, events)
+        return events
 
     def _admit(self, msg: wire.Message) -> str | None:
         """What the coordinator may take from a node, checked on the network thread before the
@@ -556,10 +596,11 @@ class MqttNodes:
                 raise wire.WireError("bad_header", problem)
             answers[node] = ({k: msg.tensors[k] for k in collection.spec}, events, msg.meta.get("metrics", {}))
             collection.outstanding.discard(node)
+            self._note_costs(node, events)
         except wire.WireError as exc:
             collection.reasons[node] = "refused_update"
-            if msg.kind != protocol.REFUSED:  # released all the same: charged the plan unless a good one comes
-                collection.content_refused.add(node)
+            if msg.kind != protocol.REFUSED:  # released all the same: charged unless a good one comes
+                collection.content_refused[node] = self._events_or_none(node, ctx, msg)
             log.warning("rejected %s of node %d for round %d: %s", msg.kind, node, wire_round, exc)
 
     def _maybe_late(self, node: int, msg: wire.Message) -> None:
@@ -574,15 +615,10 @@ class MqttNodes:
         if self._already_charged(node, round_index):
             log.info("dropped a late copy of node %d's %s for round %d: already charged", node, msg.kind, msg.round)
             return
-        try:
-            events = self._check_events(node, ctx, msg)
-        except wire.WireError as exc:
-            log.warning("late %s of node %d for round %d refused (%s): not used, charged as planned",
-                        msg.kind, node, msg.round, exc)
-            events = self._planned(node, ctx)
-        else:
-            log.warning("late %s of node %d for round %d: not used, charged", msg.kind, node, msg.round)
-        self._late[(node, round_index)] = events
+        events = self._events_or_none(node, ctx, msg)
+        log.warning("late %s of node %d for round %d: not used, charged%s", msg.kind, node, msg.round,
+                    "" if events is not None else " as planned (its events are not the plan)")
+        self._late[(node, round_index)] = events if events is not None else self._planned_release(node, ctx)
 
     def _take_report(self, node: int, msg: wire.Message) -> None:
         """A node's own ledger of this session (its answer to the stop), kept for :meth:`close`."""
@@ -660,7 +696,7 @@ class MqttNodes:
                 ctx = self._rounds.get(round_index) or RoundContext(round_index, self.seed, len(self.node_ids), (node,))
                 log.warning("node %d's ledger logged round %d, which never reached the coordinator: charged as planned",
                             node, round_index)
-                charged[(node, round_index)] = self._planned(node, ctx)
+                charged[(node, round_index)] = self._planned_release(node, ctx)
         with self._lock:
             self._mark_released(charged)
         return Closing(charged, {node: report.totals for node, report in reports.items()})
@@ -679,7 +715,8 @@ class _Collection:
     answers: dict[int, tuple[dict, list[Event], dict]] = dataclasses.field(default_factory=dict)
     refusals: dict[int, wire.Message] = dataclasses.field(default_factory=dict)
     reasons: dict[int, str] = dataclasses.field(default_factory=dict)
-    content_refused: set[int] = dataclasses.field(default_factory=set)  # sent an update that failed the checks
+    # node → the events of an update that failed the checks (None: they were not the plan either)
+    content_refused: dict[int, list[Event] | None] = dataclasses.field(default_factory=dict)
 
     @functools.cached_property
     def expected(self) -> frozenset[int]:

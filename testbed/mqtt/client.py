@@ -150,6 +150,10 @@ class MqttClient:
         on_inbound: called on the network thread with each received message, instead of putting it
             in the inbox (then `receive` has nothing): a receiver that handles messages as they come
             saves a hand-over between threads per message. It must not block.
+        replay_window_rounds: how many of a sender's latest rounds the replay guard remembers; a
+            message of an older round is refused as a replay (wire.ReplayGuard). A receiver that
+            dedupes by meaning itself (the coordinator charges a node's round once, however late)
+            passes a window as long as a run, so that no late reply is lost to it.
         admit: called on the network thread with each decoded wire message before any per-sender
             state (the replay window) moves: the receiver's own declaration of what it may take
             (its session, the rounds it has open); a reason (str) refuses the message, counted
@@ -165,7 +169,7 @@ class MqttClient:
                  reconnect_min_s: float = 0.25, reconnect_max_s: float = 30.0,
                  session_expiry_s: int = 300, inbox: queue.Queue | None = None, owner: str | None = None,
                  network: NetworkLoop | None = None, on_inbound: Callable[[Inbound], None] | None = None,
-                 admit: Callable[[wire.Message], str | None] | None = None):
+                 admit: Callable[[wire.Message], str | None] | None = None, replay_window_rounds: int = 16):
         if protocol not in PROTOCOLS:
             raise ConfigError("mqtt.protocol", f"must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
         if max_chunk_bytes <= wire.CHUNK_HEADER_BYTES:
@@ -192,7 +196,7 @@ class MqttClient:
         self.owner = owner
         self._network = network
         self._reassembler = wire.Reassembler(max_message_bytes=max_message_bytes)
-        self._replay = wire.ReplayGuard()
+        self._replay = wire.ReplayGuard(window_rounds=replay_window_rounds)
         self._admit = admit
         self._lock = threading.Condition()
         self._paho: paho.Client | None = None
