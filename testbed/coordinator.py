@@ -699,7 +699,7 @@ class MqttNodes:
                 charged[(node, round_index)] = self._planned_release(node, ctx)
         with self._lock:
             self._mark_released(charged)
-        return Closing(charged, {node: report.totals for node, report in reports.items()})
+        return Closing(charged, {node: report.totals for node, report in reports.items()}, self.session)
 
 
 @dataclasses.dataclass

@@ -50,10 +50,13 @@ class Closing:
             that never reached the coordinator (charged at the round's plan).
         reports: node → the totals of its own ledger, for the nodes that reported one; None where
             the nodes' ledgers are the runner's own (sim).
+        session: the coordinator's session id (a node keeps its ledger of the run per session), or
+            None in sim.
     """
 
     charged: dict[tuple[int, int], list[Event]] = field(default_factory=dict)
     reports: dict[int, Totals] | None = None
+    session: str | None = None
 
 
 class Nodes(Protocol):

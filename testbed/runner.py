@@ -137,6 +137,7 @@ class Run:
     # node → the totals of its own ledger, as it reported them when the run closed (None: sim, whose
     # nodes' ledgers are the book itself); see _ledger_check.
     node_reports: dict[int, Totals] | None = None
+    session: str | None = None  # the coordinator's session (over MQTT): the nodes' ledgers are kept under it
     wall_start: float = field(default_factory=time.monotonic)
 
 
@@ -453,7 +454,7 @@ def _charge_closing(run: Run, closing: Closing) -> None:
     """What the run's end adds (late replies, rounds only the nodes' own ledgers logged): into the
     book and ledger.csv, and the checkpoint again so that it covers them; the nodes' reports kept
     for the summary."""
-    run.node_reports = closing.reports
+    run.node_reports, run.session = closing.reports, closing.session
     fresh = [event for (node, round_index), events in sorted(closing.charged.items())
              if not run.book.logged([node], round_index)[0] for event in events]
     if not fresh:
@@ -648,6 +649,7 @@ def _summary(run: Run) -> dict[str, Any]:
         "name": config.run.name,
         "dataset": config.data.dataset,
         "model": config.model.kind,
+        "session": run.session,
         "wall_s": time.monotonic() - run.wall_start,
         "run_dir": str(run.directory.path),
     }

@@ -3,6 +3,8 @@ closed). Registered from tests/conftest.py with `pytest_plugins = ["conftest_mqt
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 import subprocess
 import uuid
@@ -11,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from ledger_invariant import under_counts
+from testbed.ledger import NodeLedger, parse_rows
 from testbed.mqtt import acl
 from testbed.mqtt.broker import MosquittoBroker, TlsFiles
 from testbed.mqtt.embedded_broker import EmbeddedBroker
@@ -105,3 +109,45 @@ def connect() -> Iterator[Callable[..., MqttClient]]:
     yield _connect
     for client in reversed(made):
         client.close(timeout_s=1.0)
+
+
+_NODE_LEDGER = re.compile(r"ledger-.+-(?P<session>[0-9a-f]{16})-node(?P<node>\d+)\.csv")
+
+
+@pytest.fixture(autouse=True)
+def _no_node_ledger_above_the_summary(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Invariant 1 after every test whose run had nodes with state directories under its tmp_path:
+    no node's own ledger of a session (``ledger-RUN-SESSION-nodeN.csv``) shows more ε, energy, bytes,
+    steps or rounds than the summary.json of the run with that session says of it. New MQTT tests
+    get the check for free by keeping their run and state directories under tmp_path."""
+    yield
+    tmp = request.node.funcargs.get("tmp_path")
+    if tmp is None or not tmp.exists():
+        return
+    ledgers = [(m["session"], p) for p in tmp.rglob("ledger-*-node*.csv") if (m := _NODE_LEDGER.fullmatch(p.name))]
+    if not ledgers:
+        return
+    summaries = {}
+    for path in tmp.rglob("summary.json"):
+        try:
+            summary = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(summary, dict) and summary.get("session"):
+            summaries[summary["session"]] = summary
+    problems = [f"{path.name}: {line}" for session, path in ledgers if session in summaries
+                for line in under_counts(summaries[session], [_node_ledger(path)])]
+    assert problems == [], "a node's own ledger shows more than the run's summary:\n" + "\n".join(problems)
+
+
+def _node_ledger(path: Path) -> NodeLedger:
+    """A node's ledger file as its node keeps it; a last line cut by a kill is left out (the node
+    logs before it sends: what was cut was never released)."""
+    text = path.read_text()
+    if not text.endswith("\n"):
+        text = text[: text.rfind("\n") + 1]
+    body = text.split("\n", 1)[1] if "\n" in text else ""
+    events = parse_rows(body)
+    ledger = NodeLedger(events[0].node if events else int(_NODE_LEDGER.fullmatch(path.name)["node"]))
+    ledger.extend(events)
+    return ledger
