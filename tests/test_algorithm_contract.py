@@ -222,3 +222,18 @@ def test_sim_equals_mqtt_on_the_embedded_broker(name, stragglers, tmp_path):
     straggled = [int(row["stragglers"]) for row in read_metrics(tmp_path / "sim")]
     assert straggled == [int(row["stragglers"]) for row in read_metrics(tmp_path / "mqtt")]
     assert (sum(straggled) > 0) == (stragglers is not None)
+    # Invariant 1: every node's own ledger reported at the stop, and none above the summary.
+    assert {n["ledger_check"] for n in sim.summary["nodes"].values()} == {"local"}
+    assert {n["ledger_check"] for n in mqtt.summary["nodes"].values()} <= {"confirmed", "raised"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ALGORITHMS)
+def test_every_node_confirms_its_ledger_over_mosquitto(name, mosquitto_broker, tmp_path):
+    """Over Mosquitto too (the contract's MQTT runs above use the embedded broker): each node's
+    own ledger, reported at the stop, is at most what the summary says of it."""
+    config = replace(_config(name), run={"mode": "mqtt"}, mqtt={"hosts": 2, "broker_url": mosquitto_broker.url},
+                     stragglers={"model": "bernoulli", "p": 0.3})
+    result = run_experiment(config, out_dir=tmp_path / "mqtt", quiet=True)
+    assert result.summary["status"] == "completed"
+    assert {n["ledger_check"] for n in result.summary["nodes"].values()} <= {"confirmed", "raised"}

@@ -141,7 +141,7 @@ def test_each_undeclared_or_out_of_range_metric_is_refused_not_a_crash(metrics, 
 
 
 @pytest.mark.parametrize("value", [1.7e308, 1e300, 86_401.0])
-@pytest.mark.parametrize("field", ["compute_s", "energy_j"])
+@pytest.mark.parametrize("field", ["compute_s", "airtime_s", "energy_j"])
 def test_a_measured_field_beyond_its_physical_bound_is_refused(field, value, tmp_path, monkeypatch):
     def tamper(sender, msg, reply):
         if sender == 1 and msg.kind == protocol.ROUND and msg.round == 4:

@@ -108,7 +108,9 @@ class _Agent:
         self.node, self.rounds = node, []
 
     def handle(self, msg: wire.Message) -> protocol.Reply:
-        self.rounds.append((protocol.session_of(msg), msg.round))
+        # A stop is answered too (the node's ledger report), but is not a round it ran.
+        if msg.kind != protocol.STOP:
+            self.rounds.append((protocol.session_of(msg), msg.round))
         return protocol.Reply(protocol.COORDINATOR, b"reply")
 
     def close(self) -> None:
