@@ -26,6 +26,8 @@ from testbed.mqtt.embedded_broker import EmbeddedBroker
 from testbed.mqtt.client import BrokerRefused, Inbound, MqttClient, close_all, connect_all
 from testbed.mqtt.network_loop import NetworkLoop
 
+from conftest import require_command
+
 FAST = {"reconnect_min_s": 0.1, "reconnect_max_s": 0.5}
 
 
@@ -130,8 +132,8 @@ def test_brokers_refuse_non_loopback_hosts():
 
 @pytest.mark.parametrize("kind", [EmbeddedBroker, MosquittoBroker])
 def test_port_in_use_is_a_user_error(kind):
-    if kind is MosquittoBroker and shutil.which("mosquitto") is None:
-        pytest.skip("mosquitto binary not on PATH")
+    if kind is MosquittoBroker:
+        require_command("mosquitto", "apt-get install mosquitto")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen()
