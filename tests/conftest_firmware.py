@@ -11,9 +11,16 @@ from conftest import needs_command, require_command
 
 CC_INSTALL = "apt-get install gcc libc6-dev"  # the host build of the firmware (a virtual board)
 needs_cc = needs_command("cc", CC_INSTALL)
-# The QEMU board (mps2-an385): the firmware's cross build and the machine that runs it.
-needs_qemu_board = [needs_command("arm-none-eabi-gcc", "apt-get install gcc-arm-none-eabi libnewlib-arm-none-eabi"),
-                    needs_command("qemu-system-arm", "apt-get install qemu-system-arm")]
+
+
+def require_qemu_board() -> None:
+    """The QEMU board (mps2-an385): the firmware's cross build and the machine that runs it."""
+    __tracebackhide__ = True
+    require_command("arm-none-eabi-gcc", "apt-get install gcc-arm-none-eabi libnewlib-arm-none-eabi")
+    require_command("qemu-system-arm", "apt-get install qemu-system-arm")
+
+
+needs_qemu_board = pytest.mark.requires.with_args(require_qemu_board)  # with_args: a lone callable is not decorated
 
 
 @pytest.fixture

@@ -46,8 +46,7 @@ def test_mcu_quickstart_virtual_boards_equal_sim(tmp_path):
 
 
 @pytest.mark.slow
-@needs_qemu_board[0]
-@needs_qemu_board[1]
+@needs_qemu_board
 def test_mcu_quickstart_qemu_board_equals_sim(tmp_path):
     # one Cortex-M3 board under QEMU, fewer rounds: QEMU's soft-float step is the slow part
     common = ("nodes.mcu=[5]", "dp_pasgd.steps=15")
