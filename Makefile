@@ -22,8 +22,9 @@ $(VENV)/.test-installed: $(VENV)/.core-installed
 demo: $(VENV)/.core-installed
 	$(BIN)/testbed run experiments/quickstart.toml
 
+# -rs: each skip and its reason at the end (under CI=true a missing tool fails instead: tests/conftest.py)
 test: $(VENV)/.test-installed
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -rs
 
 bench: $(VENV)/.core-installed
 	$(BIN)/python benchmarks/j1.py

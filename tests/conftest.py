@@ -1,7 +1,13 @@
 pytest_plugins = ["conftest_mqtt", "conftest_firmware"]
 
+import importlib
 import os
+import shutil
+import time
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
+from typing import TypeVar
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -18,6 +24,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 REPO = Path(__file__).resolve().parents[1]
 ADULT = REPO.parent / "shared" / "datasets" / "adult" / "adult.data"
+T = TypeVar("T")
 
 
 @pytest.fixture
@@ -49,3 +56,81 @@ def small_config_file(tmp_path, small_config_text):
     path = tmp_path / "exp.toml"
     path.write_text(small_config_text)
     return path
+
+
+# ---- the test signal: a missing tool skips here, fails in CI ------------------------------------
+
+IN_CI = os.environ.get("CI") == "true"  # what CI services set; .ci/run sets it too
+
+
+def require_tool(name: str, available: bool, why: str) -> None:
+    """Go on if ``available``; else end the test (or the module, at import) with the one line
+    ``"<name>: <why>"``: a skip on a machine that lacks the tool, a failure under ``CI=true``, where
+    .ci/run installs every tool the suite needs, so that CI's green means the suite ran."""
+    __tracebackhide__ = True  # a skip is reported at the test's line that asked, not here
+    if available:
+        return
+    reason = f"{name}: {why}"
+    if IN_CI:
+        pytest.fail(f"{reason} (CI=true, where .ci/run installs it: a skip would hide it)", pytrace=False)
+    pytest.skip(reason, allow_module_level=True)
+
+
+def require_command(command: str, install: str) -> str:
+    """The path of ``command`` on PATH, or :func:`require_tool`'s skip/failure saying ``install``."""
+    __tracebackhide__ = True
+    path = shutil.which(command)
+    require_tool(command, path is not None, f"not on PATH ({install})")
+    return path
+
+
+def require_module(module: str, extra: str) -> ModuleType:
+    """``module`` imported, or :func:`require_tool`'s skip/failure naming the package ``extra`` that
+    brings it (a pytest ``importorskip`` that fails in CI, where `make test` installs the extras)."""
+    __tracebackhide__ = True
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        error = exc
+    require_tool(module, False, f"cannot be imported ({error}; pip install -e '.[{extra}]')")
+    raise error  # not reached: require_tool skipped or failed
+
+
+def needs_command(command: str, install: str) -> pytest.MarkDecorator:
+    """:func:`require_command` as a mark, for a test or a module's ``pytestmark``: checked when
+    each test is set up (:func:`pytest_runtest_setup`), so collection itself never fails."""
+    return pytest.mark.requires(require_command, command, install)
+
+
+def needs_module(module: str, extra: str) -> pytest.MarkDecorator:
+    """:func:`require_module` as a mark (see :func:`needs_command`)."""
+    return pytest.mark.requires(require_module, module, extra)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "requires(check, *args): check(*args) before the test (needs_command, needs_module)")
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    __tracebackhide__ = True
+    for mark in item.iter_markers("requires"):
+        check, *args = mark.args
+        try:
+            check(*args)
+        except pytest.skip.Exception as skip:
+            skip._use_item_location = True  # reported at the test, as pytest's own skipif marks are
+            raise
+
+
+# ---- waiting for events, not for the clock -------------------------------------------------------
+
+def wait_until(predicate: Callable[[], T], timeout_s: float, what: str, *, poll_s: float = 0.01) -> T:
+    """Poll ``predicate`` until it returns something true and return that; fail the test naming
+    ``what`` after ``timeout_s``. The timeout is a bound for a hung product, not a measurement:
+    give it ample room (a loaded 2-core machine delays threads by hundreds of milliseconds)."""
+    deadline = time.monotonic() + timeout_s
+    while not (value := predicate()):
+        if time.monotonic() >= deadline:
+            pytest.fail(f"timed out after {timeout_s:g} s waiting for {what}", pytrace=False)
+        time.sleep(poll_s)
+    return value

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import uuid
 from collections.abc import Callable, Iterator
@@ -20,8 +19,7 @@ from testbed.mqtt.broker import MosquittoBroker, TlsFiles
 from testbed.mqtt.embedded_broker import EmbeddedBroker
 from testbed.mqtt.client import MqttClient
 
-MOSQUITTO_SKIP_REASON = "mosquitto binary not on PATH (apt-get install mosquitto)"
-OPENSSL_SKIP_REASON = "openssl binary not on PATH (apt-get install openssl)"
+from conftest import require_command
 
 
 @pytest.fixture
@@ -38,9 +36,8 @@ def embedded_broker() -> Iterator[EmbeddedBroker]:
 @pytest.fixture
 def start_mosquitto() -> Iterator[Callable[..., MosquittoBroker]]:
     """`start_mosquitto(**kwargs)` starts a `MosquittoBroker(**kwargs)` on 127.0.0.1 (password file,
-    ACL, TLS...) and stops it at teardown; skips if mosquitto is absent."""
-    if shutil.which("mosquitto") is None:
-        pytest.skip(MOSQUITTO_SKIP_REASON)
+    ACL, TLS...) and stops it at teardown; where mosquitto is absent, skips (fails under CI=true)."""
+    require_command("mosquitto", "apt-get install mosquitto")
     started: list[MosquittoBroker] = []
 
     def _start(**kwargs) -> MosquittoBroker:
@@ -55,16 +52,15 @@ def start_mosquitto() -> Iterator[Callable[..., MosquittoBroker]]:
 
 @pytest.fixture
 def mosquitto_broker(start_mosquitto: Callable[..., MosquittoBroker]) -> MosquittoBroker:
-    """A running anonymous mosquitto on 127.0.0.1 and a free port (skips if mosquitto is absent)."""
+    """A running anonymous mosquitto on 127.0.0.1 and a free port (see start_mosquitto)."""
     return start_mosquitto()
 
 
 @pytest.fixture
 def tls_files(tmp_path: Path) -> TlsFiles:
     """A self-signed EC certificate for 127.0.0.1 (its own CA) and its key, for a TLS listener
-    (`MosquittoBroker(tls=...)`) and clients' `tls_ca`; skips if openssl is absent."""
-    if shutil.which("openssl") is None:
-        pytest.skip(OPENSSL_SKIP_REASON)
+    (`MosquittoBroker(tls=...)`) and clients' `tls_ca`; where openssl is absent, skips (fails under CI=true)."""
+    require_command("openssl", "apt-get install openssl")
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
                     "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",

@@ -6,7 +6,9 @@ import sys
 import numpy as np
 import pytest
 
-pytest.importorskip("sionna.phy.channel")  # imported once for the module
+from conftest import require_module
+
+require_module("sionna.phy.channel", "channel")  # imported once for the module
 
 from channel.fading import FadingSchedule, draw_fading, rayleigh_block_fading, rician_fading  # noqa: E402
 

@@ -27,6 +27,8 @@ from channel.noise import (
 )
 from channel.units import w_to_dbm
 
+from conftest import require_module
+
 
 def test_thermal_noise():
     assert float(w_to_dbm(thermal_noise_power_w(1.0))) == pytest.approx(-173.98, abs=0.01)
@@ -37,7 +39,7 @@ def test_thermal_noise():
 
 
 def test_boltzmann_matches_sionna():
-    sionna_phy = pytest.importorskip("sionna.phy")
+    sionna_phy = require_module("sionna.phy", "channel")
     assert BOLTZMANN_J_PER_K == pytest.approx(sionna_phy.BOLTZMANN_CONSTANT, rel=1e-12)
 
 
@@ -64,7 +66,7 @@ def test_add_awgn_chunked_equals_whole():
 
 
 def test_awgn_complex_via_sionna():
-    pytest.importorskip("sionna.phy.channel")
+    require_module("sionna.phy.channel", "channel")
     y = awgn_complex(np.zeros(100_000, complex), 3.0, np.random.default_rng(1))
     assert np.mean(np.abs(y) ** 2) == pytest.approx(3.0, rel=0.03)
     assert np.var(y.real) == pytest.approx(1.5, rel=0.03)

@@ -5,7 +5,9 @@ import math
 import numpy as np
 import pytest
 
-pytest.importorskip("sionna.phy.channel.tr38901")
+from conftest import require_module
+
+require_module("sionna.phy.channel.tr38901", "channel")
 
 from channel.pathloss import (  # noqa: E402
     SPEED_OF_LIGHT_M_PER_S,

@@ -5,6 +5,8 @@ import pytest
 
 from channel.units import db_to_linear, dbm_to_w, linear_to_db, w_to_dbm
 
+from conftest import require_module
+
 DBM = [20.0, 40.0, 60.0, 80.0]
 WATTS = [0.1, 10.0, 1000.0, 1e5]
 
@@ -29,8 +31,8 @@ def test_db_linear():
 
 
 def test_agrees_with_sionna():
-    torch = pytest.importorskip("torch")
-    utils = pytest.importorskip("sionna.phy.utils")
+    torch = require_module("torch", "channel")
+    utils = require_module("sionna.phy.utils", "channel")
     x = torch.tensor(DBM, dtype=torch.float64)
     np.testing.assert_allclose(utils.dbm_to_watt(x, precision="double").numpy(), dbm_to_w(DBM), rtol=1e-12)
     w = torch.tensor(WATTS, dtype=torch.float64)

@@ -4,7 +4,6 @@ per-part sizes and noise, a board's rows, and the ReLU MLP of the paper."""
 from __future__ import annotations
 
 import gzip
-import importlib.util
 
 import numpy as np
 import pytest
@@ -13,8 +12,9 @@ from testbed.data.images import NOISE_DENSITIES, _mnist_file, density, read_idx,
 from testbed.errors import DataError
 from testbed.models import build_model
 
-needs_sklearn = pytest.mark.skipif(importlib.util.find_spec("sklearn") is None,
-                                   reason="the digits data set ships with scikit-learn (pip install 'testbed[digits]')")
+from conftest import needs_module
+
+needs_sklearn = needs_module("sklearn", "digits")  # the digits data set ships with scikit-learn
 
 
 def _idx(images: np.ndarray) -> bytes:

@@ -5,12 +5,11 @@ ledger unchanged, the cache keyed by the files' content and never read back sile
 from __future__ import annotations
 
 import csv
-import importlib.util
 
 import numpy as np
 import pytest
 
-from conftest import ADULT
+from conftest import ADULT, needs_module
 from testbed import assemble
 from testbed.assemble import holds_lazily, load_data, load_evaluation_data, load_run_data
 from testbed.config import load_config_text
@@ -196,7 +195,7 @@ def test_a_sampled_adult_run_is_the_same_lazily_and_eagerly(tmp_path, cache, mon
     assert_same_runs(*lazy_and_eager_runs(text, tmp_path, monkeypatch, *evaluated))
 
 
-@pytest.mark.skipif(importlib.util.find_spec("sklearn") is None, reason="the digits ship with scikit-learn")
+@needs_module("sklearn", "digits")  # the digits ship with scikit-learn
 def test_a_sampled_digits_run_is_the_same_lazily_and_eagerly(tmp_path, cache, monkeypatch):
     text = RUN + '[data]\ndataset = "digits"\nnum_nodes = 12\nsamples_per_node = 40\nparts = [6, 6]\n' \
                  'part_noise = ["slight", "none"]\npartition = "dirichlet"\n[model]\nkind = "logistic"\n'

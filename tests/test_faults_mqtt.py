@@ -36,7 +36,7 @@ from testbed.mqtt.broker import parse_broker_url
 from testbed.privacy.accountants import worst_epsilon
 from testbed.runner import run_experiment
 
-from conftest import REPO
+from conftest import REPO, wait_until
 from test_dwfl_mqtt import EXPERIMENT as DWFL_EXPERIMENT
 from test_mqtt_runtime import _comparable
 
@@ -82,14 +82,6 @@ def _metrics(run_dir: Path) -> list[dict]:
             return list(csv.DictReader(f))
     except FileNotFoundError:
         return []
-
-
-def _wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    """Poll ``condition`` until it holds; fail the test naming ``what`` after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
 
 
 @contextlib.contextmanager
@@ -156,10 +148,10 @@ def test_frozen_node_publishes_late_and_is_charged(mosquitto_broker, tmp_path, c
     caplog.set_level(logging.WARNING, logger="testbed.coordinator")
     with _processes(*nodes):
         def freeze_then_thaw() -> None:
-            _wait_for(lambda: len(_metrics(run_dir)) >= 2, 60, "round 2")
+            wait_until(lambda: len(_metrics(run_dir)) >= 2, 60, "round 2")
             os.kill(nodes[3].pid, signal.SIGSTOP)
             try:
-                _wait_for(lambda: any(int(row["stragglers"]) for row in _metrics(run_dir)), 60, "a straggled round")
+                wait_until(lambda: any(int(row["stragglers"]) for row in _metrics(run_dir)), 60, "a straggled round")
             finally:
                 os.kill(nodes[3].pid, signal.SIGCONT)
 
@@ -504,14 +496,14 @@ def test_node_hosts_that_die_straggle_and_fail_the_run(mosquitto_broker, tmp_pat
     coordinator = threading.Thread(target=coordinate, daemon=True)
     with _processes(*own):
         coordinator.start()
-        _wait_for(lambda: len(_metrics(run_dir)) >= 2, 60, "round 2")
+        wait_until(lambda: len(_metrics(run_dir)) >= 2, 60, "round 2")
         pids = pids or _children_serving(os.getpid())
         assert set(pids) == {"0,1", "2,3"}, pids
         os.kill(pids["2,3"], signal.SIGKILL)
         # A round's metrics row is written while the next round is out: the two rounds after the
         # last row may have been answered before the kill.
         killed_after = len(_metrics(run_dir)) + 1
-        _wait_for(lambda: len(_metrics(run_dir)) >= killed_after + 3, 60, "three rounds without nodes 2 and 3")
+        wait_until(lambda: len(_metrics(run_dir)) >= killed_after + 3, 60, "three rounds without nodes 2 and 3")
         os.kill(pids["0,1"], signal.SIGKILL)
         coordinator.join(timeout=60)
         assert not coordinator.is_alive()

@@ -1,8 +1,6 @@
 """The bridge against a virtual board: a round equals the emulation; garbage on the line, a board
 reset mid-round, a serial disconnect and non-finite numbers make a straggler, never a crash."""
 
-import shutil
-
 import numpy as np
 import pytest
 
@@ -17,7 +15,9 @@ from testbed.assemble import load_data, model_for
 from testbed.config import load_config_text, to_toml
 from testbed.ledger import event_from_dict, read_ledger
 
-pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler (cc)")
+from conftest_firmware import needs_cc
+
+pytestmark = needs_cc
 
 CONFIG = """
 [data]

@@ -1,15 +1,13 @@
 """Golden vectors: the generator against Random123's known answers, and the firmware's node step
 (built for this machine, run as a virtual board) against the numpy emulation sim uses."""
 
-import shutil
-
 import numpy as np
 import pytest
 
 from testbed.algorithms.mcu_logistic import McuTask, batches, node_step
 from testbed.counter_rng import Purpose, WordStream, floyd_sample, gaussians, philox4x32
 
-needs_cc = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler (cc)")
+from conftest_firmware import needs_cc
 
 
 @pytest.mark.parametrize("ctr, key, out", [

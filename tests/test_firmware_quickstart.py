@@ -2,7 +2,6 @@
 with the QEMU Cortex-M3 board) gives sim's final model within float32 rounding."""
 
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -10,6 +9,8 @@ import pytest
 
 from testbed.config import load_config
 from testbed.runner import run_experiment
+
+from conftest_firmware import needs_cc, needs_qemu_board
 
 REPO = Path(__file__).resolve().parents[1]
 QUICKSTART = REPO / "experiments" / "mcu_quickstart.toml"
@@ -29,7 +30,7 @@ def _same_model(mq, sim):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler (cc)")
+@needs_cc
 def test_mcu_quickstart_virtual_boards_equal_sim(tmp_path):
     mq = _run(tmp_path, "mqtt")
     sim = _run(tmp_path, "sim", 'run.mode="sim"')
@@ -45,8 +46,7 @@ def test_mcu_quickstart_virtual_boards_equal_sim(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(shutil.which("qemu-system-arm") is None or shutil.which("arm-none-eabi-gcc") is None,
-                    reason="needs qemu-system-arm and gcc-arm-none-eabi")
+@needs_qemu_board
 def test_mcu_quickstart_qemu_board_equals_sim(tmp_path):
     # one Cortex-M3 board under QEMU, fewer rounds: QEMU's soft-float step is the slow part
     common = ("nodes.mcu=[5]", "dp_pasgd.steps=15")

@@ -18,6 +18,8 @@ from testbed.ledger import (EVENT_TYPES, FIELD_RULES, LEDGER_COLUMNS, MEASURED_F
 from testbed.privacy.accountants import epsilon
 from testbed.privacy.zcdp import gaussian_rho, rho_to_epsilon
 
+from conftest import require_module
+
 GOOD = {
     "compute": event_to_dict(ComputeEvent(node=1, round=2, local_steps=5, cost_units=5.0, compute_s=0.1,
                                           energy_j=0.2)),
@@ -185,7 +187,7 @@ def test_accountants_never_raise_on_an_absurd_sigma(sigma, expected):
 
 @pytest.mark.parametrize("kind", ["rdp", "pld"])
 def test_tight_accountants_take_a_huge_sigma_as_no_loss(kind):
-    pytest.importorskip("dp_accounting")
+    require_module("dp_accounting", "accounting")
     tally = Counter({(1e300, 0.0625, "replace_one", "none", 1.0): 10})
     assert epsilon(kind, tally, 1e-5) == pytest.approx(0.0, abs=1e-6)
 

@@ -26,7 +26,12 @@ from testbed.mqtt.embedded_broker import EmbeddedBroker
 from testbed.mqtt.client import BrokerRefused, Inbound, MqttClient, close_all, connect_all
 from testbed.mqtt.network_loop import NetworkLoop
 
+from conftest import require_command
+
 FAST = {"reconnect_min_s": 0.1, "reconnect_max_s": 0.5}
+# How long a test waits to see that no will follows a clean leave; the control shows a will comes
+# within it once a socket closes without a DISCONNECT (test_a_client_whose_status_paho_refuses_...)
+NO_WILL_WINDOW_S = 0.5
 
 
 def _receive(client: MqttClient, kind: str, timeout_s: float = 5.0, payload: bytes | None = None) -> Inbound | None:
@@ -130,8 +135,8 @@ def test_brokers_refuse_non_loopback_hosts():
 
 @pytest.mark.parametrize("kind", [EmbeddedBroker, MosquittoBroker])
 def test_port_in_use_is_a_user_error(kind):
-    if kind is MosquittoBroker and shutil.which("mosquitto") is None:
-        pytest.skip("mosquitto binary not on PATH")
+    if kind is MosquittoBroker:
+        require_command("mosquitto", "apt-get install mosquitto")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen()
@@ -223,7 +228,7 @@ def test_clients_closed_together_each_leave_cleanly(broker, run_id, connect):
         offline = [_receive(coord, topics.STATUS, payload=topics.STATUS_OFFLINE) for _ in nodes]
         assert sorted(m.node for m in offline) == [f"n{i}" for i in range(5)]
         assert all(n._paho is None and not n.connected for n in nodes) and not loop._served
-        assert _receive(coord, topics.STATUS, timeout_s=0.5) is None  # and no will after the statuses
+        assert _receive(coord, topics.STATUS, timeout_s=NO_WILL_WINDOW_S) is None  # and no will after the statuses
     finally:
         loop.close()
 
@@ -325,8 +330,11 @@ def test_a_client_whose_status_paho_refuses_is_left_to_its_will(broker, run_id, 
         assert nodes[0]._paho is None and nodes[2]._paho is None and nodes[1]._paho is not None
         assert sorted(_receive(coord, topics.STATUS, payload=topics.STATUS_OFFLINE).node for _ in range(2)) == ["n0", "n2"]
     finally:
+        closed = time.monotonic()
         loop.close()  # n1's socket closes without a DISCONNECT
     assert _receive(coord, topics.STATUS, payload=topics.STATUS_OFFLINE).node == "n1"
+    took_s = time.monotonic() - closed
+    assert took_s < NO_WILL_WINDOW_S, took_s  # the control: the no-will windows would have seen a will
 
 
 _VICTIM = """

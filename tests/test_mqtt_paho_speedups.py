@@ -14,7 +14,9 @@ from paho.mqtt.properties import Properties
 
 from testbed.mqtt import paho_speedups
 
-_packet = pytest.importorskip("paho.mqtt._packet")
+from conftest import require_module
+
+_packet = require_module("paho.mqtt._packet", "node")  # paho-mqtt 2
 
 
 def _publish(properties: bytes) -> bytes:

@@ -5,7 +5,6 @@ not PEM. Network: 127.0.0.1 only."""
 
 from __future__ import annotations
 
-import shutil
 import socket
 import subprocess
 import threading
@@ -20,6 +19,7 @@ from testbed.mqtt.broker import TlsFiles, free_port
 from testbed.mqtt.client import MqttClient
 from testbed.mqtt.probe import check_tls_ca_use
 
+from conftest import require_command
 from test_faults_cli import _fails
 
 FAST_S = 3.0  # "at once": far below the connect timeout the tests give (30 s)
@@ -57,8 +57,7 @@ def _server(d: Path, name: str, san: str, ca: tuple[Path, Path], dates: tuple[st
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory) -> Pki:
-    if shutil.which("openssl") is None:
-        pytest.skip("openssl binary not on PATH (apt-get install openssl)")
+    require_command("openssl", "apt-get install openssl")
     d = tmp_path_factory.mktemp("pki")
     (d / "ca.cnf").write_text("[ca]\ndefault_ca = d\n[d]\ndatabase = index.txt\nnew_certs_dir = .\nserial = serial\n"
                               "policy = p\ndefault_md = sha256\ncopy_extensions = copy\nunique_subject = no\n"

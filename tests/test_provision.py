@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import json
-import shutil
 import stat
 import subprocess
 import sys
@@ -27,7 +26,7 @@ from testbed.mqtt.client import BrokerRefused, MqttClient
 from testbed.provision import UNIT_NAME, load_inventory, provision
 from testbed.runner import run_experiment
 
-from conftest import REPO
+from conftest import REPO, needs_command, require_tool
 
 EXPERIMENT = """
 [run]
@@ -244,11 +243,10 @@ def test_nodes_started_from_their_bundles_join_a_run_over_mosquitto_with_the_gen
                                np.load(sim.run_dir / "final_params.npy"), atol=1e-6)
 
 
-@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not on PATH (no systemd)")
+@needs_command("systemd-analyze", "apt-get install systemd")
 def test_the_unit_file_passes_systemd_analyze_verify(tmp_path):
     command = Path(sys.executable).with_name("testbed")
-    if not command.exists():
-        pytest.skip(f"{command} (the testbed command of this environment) is not installed")
+    require_tool(str(command), command.exists(), "the testbed command of this environment is not installed (pip install -e .)")
     out = tmp_path / "out"
     provision(load_inventory(_inventory(tmp_path, "mqtt://broker.lan:1883", command=str(command))), out)
     for host in ("pi-a", "pi-b.lan"):

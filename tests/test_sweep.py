@@ -10,6 +10,8 @@ from testbed.config import load_config_text
 from testbed.errors import UserError
 from testbed.sweep import Point, grid_points, parse_grid, run_sweep
 
+from conftest import require_module
+
 
 def _rows(path):
     with open(path, newline="") as f:
@@ -65,7 +67,7 @@ def test_half_written_run_is_cleared(small_config_text, tmp_path):
 
 
 def test_ray_engine_tiny_grid(small_config_text, tmp_path):
-    ray = pytest.importorskip("ray")
+    ray = require_module("ray", "ray")
     ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False)
     try:
         base = load_config_text(small_config_text)

@@ -6,7 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+from conftest import require_module
+
+torch = require_module("torch", "channel")
 
 from testbed.models import build_model  # noqa: E402
 from testbed.torch_models import TorchModel, build_network  # noqa: E402

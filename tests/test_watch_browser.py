@@ -24,18 +24,14 @@ from testbed.config import load_config_text
 from testbed.report_html import write_report
 from testbed.runner import run_experiment
 
-from conftest import REPO
+from conftest import REPO, require_tool
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")
 
 
 def _require(what: str, present: bool) -> None:
-    if present:
-        return
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"{what} is missing; .ci/run installs it")
-    pytest.skip(f"{what} is not installed (apt-get install chromium chromium-driver; pip install selenium)")
+    require_tool(what, present, "not installed (apt-get install chromium chromium-driver; pip install selenium)")
 
 
 @pytest.fixture

@@ -9,7 +9,9 @@ import re
 
 import pytest
 
-pytest.importorskip("aiohttp", reason="the 'watch' extra (aiohttp, aiohttp-sse) is not installed")
+from conftest import require_module
+
+require_module("aiohttp", "watch")
 
 from aiohttp.test_utils import TestClient, TestServer  # noqa: E402
 

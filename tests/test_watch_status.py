@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from types import SimpleNamespace
 
 import paho.mqtt.client as paho
@@ -16,12 +15,16 @@ from testbed.mqtt.broker import parse_broker_url
 from testbed.mqtt.client import MqttClient
 from testbed.watch.status import StatusListener, watch_credentials
 
+from conftest import wait_until
 
-def _wait(condition, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
+
+def _subscribed(client: paho.Client, topic: str) -> None:
+    """Subscribe ``client`` to ``topic``; return on the broker's answer. The broker sends a client's
+    packets in order: what it sent the client before that answer has been taken in by then."""
+    answered = threading.Event()
+    client.on_subscribe = lambda *args: answered.set()
+    client.subscribe(topic, qos=1)
+    assert answered.wait(30), f"the broker never answered the subscription to {topic}"
 
 
 @pytest.mark.slow
@@ -50,24 +53,36 @@ def test_watch_user_follows_status_and_reads_nothing_else(tmp_path, run_id, star
     snoop.on_message = lambda c, userdata, msg: snooped.append(msg.topic)
     snoop.connect(u.host, u.port)
     snoop.loop_start()
+    # The control: the coordinator's credentials read the same update; it reaches them, so it would
+    # have reached the watch user had the ACL let it.
+    reader = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id="coordinator", protocol=paho.MQTTv311)
+    reader.username_pw_set("coordinator", passwords["coordinator"])
+    read: list[str] = []
+    reader.on_message = lambda c, userdata, msg: read.append(msg.topic)
+    reader.connect(u.host, u.port)
+    reader.loop_start()
     listener = None
     try:
-        snoop.subscribe(topics.all_up(run_id), qos=1)
+        _subscribed(snoop, topics.all_up(run_id))
+        _subscribed(reader, topics.all_up(run_id))
         node.connect()
         node.publish(topics.up(run_id, "0"), b"an update", timeout_s=5)  # not for the watch user's eyes
+        wait_until(lambda: read, 30, "the update at the control reader")
         snoop.publish(topics.status(run_id, "1"), topics.STATUS_ONLINE, qos=1, retain=True).wait_for_publish(5)
-        time.sleep(0.3)
+        _subscribed(snoop, topics.all_up(run_id))  # whatever the broker sent the snoop before has come
         snoop.disconnect()
         snoop.loop_stop()
-        assert snooped == []
+        assert snooped == [] and read == [topics.up(run_id, "0")]
         listener = StatusListener(mqtt, on_node, coordinator.append).start()
-        _wait(lambda: (0, True) in seen, 10, "node 0 online (its retained status)")
+        wait_until(lambda: (0, True) in seen, 10, "node 0 online (its retained status)")
         node.close()
-        _wait(lambda: (0, False) in seen, 10, "node 0 offline")
-        time.sleep(0.3)
+        wait_until(lambda: (0, False) in seen, 10, "node 0 offline")
+        # A retained status "1" would have come on subscribing, before node 0's live `offline`
         assert all(n == 0 for n, _ in seen), seen  # the watch user's own status publish was refused
     finally:
         snoop.loop_stop()
+        reader.disconnect()
+        reader.loop_stop()
         node.close()
         if listener is not None:
             listener.close()

@@ -12,6 +12,8 @@ import pytest
 
 from testbed import wire
 
+from conftest import require_module
+
 HEADER = {"run": "run1", "round": 3, "sender": "node-7", "kind": "update"}
 
 
@@ -30,7 +32,7 @@ def _forge(header: dict, body: bytes = b"") -> bytes:
 def codec(request, monkeypatch):
     """The header codec: orjson (the MQTT extras') or the standard library's (a core install)."""
     if request.param == "orjson":
-        pytest.importorskip("orjson")
+        require_module("orjson", "node")
     else:
         monkeypatch.setattr(wire, "orjson", None)
     return request.param
@@ -170,7 +172,7 @@ def test_encode_refuses_what_json_cannot_hold_with_either_codec(codec, meta):
 
 
 def test_both_codecs_write_headers_the_other_reads(monkeypatch):
-    pytest.importorskip("orjson")
+    require_module("orjson", "node")
     meta = {"events": [{"kind": "compute", "compute_s": 5.764135135135133e-05, "measured": False}],
             "note": "naïve ∑ \u2028", "none": None, "nested": {"a": [1, -2, 3.5e300]}, "1": 1}
     fast = _encode({"a": np.arange(3.0)}, meta=meta, msg_id="a" * 32)
