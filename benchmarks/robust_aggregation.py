@@ -9,6 +9,8 @@ each rule costs.
    are hostile and all send the same update inside B, by two attacks:
 
    - ``bound``: −B m/||m||, the honest mean m reversed, at the bound;
+   - ``far``: the same at 10 B, what a node can send to an algorithm that declares no bound
+     (FedAvg's update) or where the bound is loose;
    - ``alie``: "a little is enough" (Baruch et al., NeurIPS 2019): the honest mean minus z times
      the honest per-coordinate standard deviation, z = Φ⁻¹((N − s)/N), s = floor(N/2 + 1) − f (inside
      B here), which hides among the honest updates coordinate by coordinate.
@@ -39,7 +41,10 @@ from testbed.threads import limit_blas_threads
 SHARES = (0.1, 0.3)
 #: (attack, hostile share, the share the defender configures for) of each column; the first, no
 #: hostile node, is each rule's own error, the baseline of the others.
-CASES = [("none", 0.0, SHARES[0])] + [(attack, share, share) for attack in ("bound", "alie") for share in SHARES]
+CASES = [("none", 0.0, SHARES[0])] + [(attack, share, share) for attack in ("bound", "far", "alie")
+                                      for share in SHARES]
+#: How far beyond the bound the "far" attack sends its update.
+FAR = 10.0
 
 
 def honest_updates(n: int, p: int, noise_ratio: float, rng: np.random.Generator) -> tuple[np.ndarray, float]:
@@ -52,10 +57,10 @@ def honest_updates(n: int, p: int, noise_ratio: float, rng: np.random.Generator)
 
 
 def hostile_update(honest: np.ndarray, bound: float, attack: str, n: int, f: int) -> np.ndarray:
-    """The (p,) update every hostile node sends, inside the bound B."""
-    if attack in ("none", "bound"):  # none: no row of it is sent
+    """The (p,) update every hostile node sends (inside the bound B but for "far")."""
+    if attack in ("none", "bound", "far"):  # none: no row of it is sent
         mean = honest.mean(axis=0)
-        return -bound * mean / np.linalg.norm(mean)
+        return -(FAR if attack == "far" else 1.0) * bound * mean / np.linalg.norm(mean)
     s = n // 2 + 1 - f
     z = statistics.NormalDist().inv_cdf((n - s) / n)
     row = honest.mean(axis=0) - z * honest.std(axis=0)

@@ -129,7 +129,7 @@ def _norm_clip(updates, weights, reference, params):
     changes = updates if reference is None else updates - reference
     norms = row_norms(changes)
     bound = params.clip_multiple * float(np.median(norms))
-    scale = np.minimum(1.0, bound / np.maximum(norms, np.finfo(np.float64).tiny))
+    scale = np.divide(bound, norms, out=np.ones_like(norms), where=norms > bound)
     out = _weighted_mean(changes * scale[:, None], weights)
     return out if reference is None else reference + out
 
