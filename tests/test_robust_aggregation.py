@@ -16,13 +16,14 @@ from hypothesis.extra.numpy import arrays
 
 from testbed.algorithms import registry
 from testbed.algorithms.aggregate import AGGREGATIONS, RULES, Aggregation, krum_scores
+from testbed.config import replace
 from testbed.errors import ConfigError
 from testbed.results import read_checkpoint
 from testbed.runner import load, run_experiment
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import robust_aggregation as bench  # noqa: E402
-from test_algorithm_contract import _config  # noqa: E402  (the contract suite's small experiments)
+from test_algorithm_contract import _config, _ledger_without_seconds  # noqa: E402  (the contract suite's)
 
 #: The averaging algorithms (ACFL sums coded gradients into an unbiased estimate and DWFL has no
 #: server average: docs/robust-aggregation.md says why neither takes a rule).
@@ -264,3 +265,18 @@ def test_a_sim_run_with_a_robust_rule(tmp_path, name, rule):
             assert by["public"] == pytest.approx(by["server"], rel=1e-12)
         plain_by = next(iter(plain.summary["nodes"].values()))["epsilon_by_observer"]
         assert plain_by["public"] < plain_by["server"]  # eq. (11)'s mean, with the server's noise
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,rule", [("dp_pasgd", "median"), ("fedavg", "krum"), ("padpfl", "multi_krum")])
+def test_sim_equals_mqtt_with_a_robust_rule_and_stragglers(name, rule, tmp_path):
+    # Over MQTT the rows arrive in any order and stragglers leave fewer of them: the same model.
+    config = _config(name, stragglers={"model": "bernoulli", "p": 0.3}, **{name: {"aggregation": rule}})
+    sim = run_experiment(config, out_dir=tmp_path / "sim", quiet=True)
+    mqtt = run_experiment(replace(config, run={"mode": "mqtt"}, mqtt={"hosts": 2}), out_dir=tmp_path / "mqtt",
+                          quiet=True)
+    assert sim.summary["status"] == mqtt.summary["status"] == "completed"
+    a, b = read_checkpoint(tmp_path / "sim").state, read_checkpoint(tmp_path / "mqtt").state
+    for key in a:
+        np.testing.assert_allclose(b[key], a[key], rtol=0, atol=1e-9)
+    assert _ledger_without_seconds(tmp_path / "sim") == _ledger_without_seconds(tmp_path / "mqtt")
