@@ -280,3 +280,34 @@ def test_sim_equals_mqtt_with_a_robust_rule_and_stragglers(name, rule, tmp_path)
     for key in a:
         np.testing.assert_allclose(b[key], a[key], rtol=0, atol=1e-9)
     assert _ledger_without_seconds(tmp_path / "sim") == _ledger_without_seconds(tmp_path / "mqtt")
+
+
+@pytest.mark.parametrize("rule", ["median", "multi_krum"])
+@pytest.mark.parametrize("round_index,hostile", [(0, 0), (2, 4), (5, 0)], ids=["first", "middle", "last"])
+def test_one_node_at_the_norm_bound_moves_a_robust_run_less_than_the_mean(rule, round_index, hostile, tmp_path,
+                                                                          monkeypatch):
+    # DP-PASGD declares how far an honest update lies from θ; node `hostile` sends, in one round,
+    # the honest mean's change reversed at just inside that bound. The damage is the distance of
+    # the final model from the same run without the attack.
+    from testbed.algorithms.dp_pasgd import DpPasgd
+
+    honest_step = DpPasgd.node_step
+
+    def poisoned(self, received, train, node_ids, ctx):
+        out = honest_step(self, received, train, node_ids, ctx)
+        if ctx.round_index == round_index and hostile in out.node_ids:
+            theta, rows = received["model"][0], out.tensors["update"]
+            change = rows.mean(axis=0) - theta
+            rows[out.node_ids.index(hostile)] = theta - 0.999 * self.update_norm_bound * change / np.linalg.norm(change)
+        return out
+
+    def final(name: str, aggregation: str, attacked: bool) -> np.ndarray:
+        with monkeypatch.context() as patch:
+            if attacked:
+                patch.setattr(DpPasgd, "node_step", poisoned)
+            run_experiment(_config("dp_pasgd", dp_pasgd={"aggregation": aggregation}), tmp_path / name, quiet=True)
+        return read_checkpoint(tmp_path / name).state["model"]
+
+    damage = {agg: np.linalg.norm(final(f"{agg}-attacked", agg, True) - final(f"{agg}-clean", agg, False))
+              for agg in ("mean", rule)}
+    assert damage[rule] < damage["mean"], damage
