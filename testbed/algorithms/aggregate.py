@@ -71,8 +71,9 @@ class Aggregation:
         Args:
             updates: one row per node that answered, M >= 1.
             weights: (M,) weights summing to 1, used by the weighted rules (None: equal).
-            reference: (P,) the model the nodes started from, which norm_clip measures distances
-                from (None: the origin, the rows are themselves the changes).
+            reference: (P,) the model the nodes started from, which norm_clip measures changes
+                from and Krum centres its distances on (None: the origin for norm_clip, the rows
+                being the changes; the rows' coordinate-wise median for Krum).
         """
         return RULES[self.rule].combine(updates, weights, reference, self)
 
@@ -108,13 +109,9 @@ def rule(name: str, *, uses_weights: bool = False) -> Callable[[Combine], Combin
     return register
 
 
-def _weighted_mean(rows: np.ndarray, weights: np.ndarray | None) -> np.ndarray:
-    return rows.mean(axis=0) if weights is None else weights @ rows
-
-
 @rule("mean", uses_weights=True)
 def _mean(updates, weights, reference, params):
-    return _weighted_mean(updates, weights)
+    return updates.mean(axis=0) if weights is None else weights @ updates
 
 
 @rule("norm_clip", uses_weights=True)
