@@ -159,9 +159,10 @@ def test_update_norm_bound_holds_for_honest_nodes_and_refuses_a_poisoned_one(dat
 
 @pytest.mark.parametrize("rule", ["trimmed_mean", "median"])
 def test_robust_aggregation_resists_one_poisoned_node(data, rule):
+    from testbed.algorithms.aggregate import Aggregation
     from testbed.algorithms.contract import NodeResult, RoundContext as Ctx
 
-    alg = _alg(data, tau=1, sigma=0.0, aggregation=rule, trim_fraction=0.25)
+    alg = _alg(data, tau=1, sigma=0.0, aggregation=Aggregation(rule, trim_fraction=0.25))
     updates = np.tile(np.arange(alg.model.num_params, dtype=float), (M, 1))
     updates[2] = 1e6
     out = alg.server_step({"model": np.zeros(alg.model.num_params)}, NodeResult(tuple(range(M)), {"update": updates}),

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
 import numpy as np
 from pydantic import model_validator
 
-from testbed.algorithms.aggregate import AggregationOptions, aggregate
+from testbed.algorithms.aggregate import Aggregation, AggregationOptions
 from testbed.algorithms.batches import node_keys, uniform_batches
 from testbed.algorithms import mcu_logistic
 from testbed.algorithms.contract import (
@@ -130,6 +130,7 @@ class DpPasgd:
         clip_norm: clip per-sample gradients at this norm (not in the paper; off by default).
         sampling: "uniform" (X distinct samples per step) or "poisson" (rate X/N_m each sample).
         c1, c2: abstract cost per round and per step (eq. 8).
+        aggregation: the server's rule (testbed.algorithms.aggregate; default the mean of eq. 7b).
         train_sizes: training samples of each node, by global node id, for the sampling rate.
         mcu_nodes: nodes that are microcontroller boards: their step is the firmware's float32 one
             (testbed.algorithms.mcu_logistic), the same numbers a bridged board sends.
@@ -155,8 +156,7 @@ class DpPasgd:
         sampling: str = "uniform",
         c1: float = 100.0,
         c2: float = 1.0,
-        aggregation: str = "mean",
-        trim_fraction: float = 0.1,
+        aggregation: Aggregation = Aggregation(),
         bound_updates: bool = True,
         mcu_nodes: frozenset[int] = frozenset(),
     ):
@@ -174,7 +174,7 @@ class DpPasgd:
             sigma = zcdp.dp_pasgd_sigma(steps, self.lipschitz, batch, epsilon, delta, calibration)
         self.sigma = float(sigma)
         self.calibration = calibration
-        self.aggregation, self.trim_fraction, self.bound_updates = aggregation, trim_fraction, bound_updates
+        self.aggregation, self.bound_updates = aggregation, bound_updates
         self.mcu_nodes = frozenset(int(n) for n in mcu_nodes)
 
     @property
@@ -370,11 +370,11 @@ class DpPasgd:
 
     def server_step(self, state: State, result: NodeResult, ctx: RoundContext) -> ServerResult:
         """Eq. (7b): θ = (1/M) Σ_m w_m over the nodes that answered, equal weights whatever N_m
-        (eq. 4), or the configured robust rule; nobody answered: θ stays."""
+        (eq. 4), or the configured robust rule (norm_clip measures each update from θ); nobody
+        answered: θ stays."""
         if not result.node_ids:
             return ServerResult(state)
-        return ServerResult({"model": aggregate(result.tensors["update"], self.aggregation,
-                                                trim_fraction=self.trim_fraction)})
+        return ServerResult({"model": self.aggregation.combine(result.tensors["update"], reference=state["model"])})
 
 
 def build(sections: dict[str, Any], ctx: BuildContext) -> DpPasgd:
@@ -391,7 +391,7 @@ def build(sections: dict[str, Any], ctx: BuildContext) -> DpPasgd:
         train_sizes=dict(zip(data.node_ids, data.train.sizes.tolist())), sigma=a.sigma, epsilon=a.epsilon,
         calibration=a.calibration,
         lipschitz=a.lipschitz, clip_norm=a.lipschitz if a.clip else None, sampling=a.sampling,
-        c1=a.c1, c2=a.c2, aggregation=a.aggregation, trim_fraction=a.trim_fraction, bound_updates=a.bound_updates,
+        c1=a.c1, c2=a.c2, aggregation=a.aggregation_rule(ctx.num_nodes, "dp_pasgd"), bound_updates=a.bound_updates,
         mcu_nodes=ctx.mcu_nodes,
     )
 

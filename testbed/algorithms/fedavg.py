@@ -28,7 +28,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from testbed.algorithms.aggregate import AggregationOptions, aggregate
+from testbed.algorithms.aggregate import Aggregation, AggregationOptions
 from testbed.algorithms.batches import uniform_batches
 from testbed.algorithms.contract import (
     SAMPLES_METRIC,
@@ -70,15 +70,16 @@ class FedAvg:
         batch: mini-batch size.
         lr: learning rate.
         num_nodes: N of the run (the server's weight vector).
+        aggregation: the server's rule (testbed.algorithms.aggregate; default the weighted mean).
     """
 
     has_setup = True
 
     def __init__(self, model: Model, *, rounds: int, local_steps: int, batch: int, lr: float, num_nodes: int,
-                 aggregation: str = "mean", trim_fraction: float = 0.1):
+                 aggregation: Aggregation = Aggregation()):
         self.model, self.rounds_planned, self.local_steps = model, rounds, local_steps
         self.batch, self.lr, self.num_nodes = batch, lr, num_nodes
-        self.aggregation, self.trim_fraction = aggregation, trim_fraction
+        self.aggregation = aggregation
 
     @property
     def rounds(self) -> int:
@@ -156,11 +157,11 @@ class FedAvg:
 
     def server_step(self, state: State, result: NodeResult, ctx: RoundContext) -> ServerResult:
         """w ← Σ_{k∈S} (n_k / n_S) w_k over the nodes S that answered (Algorithm 1), or the
-        configured robust rule (unweighted)."""
+        configured robust rule (docs/robust-aggregation.md: which rules use the weights)."""
         if not result.node_ids:
             return ServerResult(state)
         w = state["weights"][list(result.node_ids)]
-        model = aggregate(result.tensors["update"], self.aggregation, w / w.sum(), self.trim_fraction)
+        model = self.aggregation.combine(result.tensors["update"], w / w.sum(), reference=state["model"])
         return ServerResult({"model": model, "weights": state["weights"]})
 
     def describe(self) -> dict[str, Any]:
@@ -174,7 +175,7 @@ def build(sections: dict[str, Any], ctx: BuildContext) -> FedAvg:
     if a.batch > smallest:
         raise ConfigError("fedavg.batch", f"{a.batch} is larger than the smallest node's {smallest} training samples")
     return FedAvg(ctx.model, rounds=a.rounds, local_steps=a.local_steps, batch=a.batch, lr=a.lr,
-                  num_nodes=ctx.num_nodes, aggregation=a.aggregation, trim_fraction=a.trim_fraction)
+                  num_nodes=ctx.num_nodes, aggregation=a.aggregation_rule(ctx.num_nodes, "fedavg"))
 
 
 REGISTRATION = Registration(name="fedavg", sections={"fedavg": FedAvgSection}, build=build, client_sampling=True)

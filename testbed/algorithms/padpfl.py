@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
 import numpy as np
 from pydantic import Field, model_validator
 
+from testbed.algorithms.aggregate import Aggregation, AggregationOptions
 from testbed.algorithms.batches import uniform_batches
 from testbed.algorithms.contract import (
     SAMPLES_METRIC, SETUP_ROUND, MetricSpec, NodeResult, RoundContext, ServerResult, State, TensorSpec,
@@ -87,9 +88,10 @@ class ImpactChange(Section):
         return self
 
 
-class PadpflSection(Section):
+class PadpflSection(AggregationOptions):
     """PADPFL (adaptive-dp.md): FedProx, clipped noisy uploads (eq. 8), impact-factor aggregation
-    (eq. 11) and server noise (eq. 13). ``epsilon`` absent: the non-private runs (no noise)."""
+    (eq. 11, or a robust rule: ``aggregation``) and server noise (eq. 13). ``epsilon`` absent: the
+    non-private runs (no noise)."""
 
     rounds: Positive[int] = 30
     """T, aggregations (broadcasts)."""
@@ -217,6 +219,8 @@ class Padpfl:
         impact: where p comes from each round: "equal", "given" or "link_quality" (``schedule``), or
             an automatic rule, "data_size", "reliability" or "quality_score" (``schedule`` unused).
         score_sigma, score_temperature: σ of the score's noise and τ of its softmax (quality_score).
+        aggregation: the server's rule over the uploads with p'_i > 0 (default eq. 11's weighted
+            mean; a robust rule changes what the broadcast is charged, see :meth:`_broadcast_events`).
 
     The automatic rules use only what the server may hold without a new leak, or pay for it:
 
@@ -252,7 +256,8 @@ class Padpfl:
                  lr: float, mu: float, clip: float | None, epsilon: float | None, delta: float, min_samples: int,
                  train_sizes: Mapping[int, int] | Sequence[int], num_nodes: int, uploads: int | None = None,
                  participation: str = "every_round", sensitivity: str = "paper", impact: str = "given",
-                 score_sigma: float | None = None, score_temperature: float = 0.1):
+                 score_sigma: float | None = None, score_temperature: float = 0.1,
+                 aggregation: Aggregation = Aggregation()):
         if epsilon is not None and clip is None:
             raise ValueError("a private PADPFL needs the clipping bound B")
         self.model, self.schedule, self.rounds_planned = model, schedule, rounds
@@ -265,6 +270,7 @@ class Padpfl:
         if impact == "quality_score" and not score_sigma:
             raise ValueError("the quality_score rule needs the noise of the reported score (score_sigma > 0)")
         self.impact, self.score_sigma, self.score_temperature = impact, score_sigma, score_temperature
+        self.aggregation = aggregation
         self.has_setup = impact == "data_size"  # the sizes, uploaded once
         # Eq. (8): one σ_C for every client, whatever its p_i or its own m_i.
         self.sigma_client = 0.0 if epsilon is None else dp.client_sigma(clip, self.uploads, min_samples, epsilon, delta)
@@ -492,24 +498,31 @@ class Padpfl:
                                self.epsilon, self.delta)
 
     def server_step(self, state: State, result: NodeResult, ctx: RoundContext) -> ServerResult:
-        """Eq. (11) with p' then the server noise of eq. (13); the broadcast charged to every
-        contributing node with p'_i > 0 as a public Gaussian release of the noise that reached it.
-        Nobody with weight contributed: x~ stays and nothing is released."""
+        """Eq. (11) with p' (or the configured robust rule over the uploads with p'_i > 0, norm_clip
+        measuring each from the broadcast x~) then the server noise of eq. (13); the broadcast
+        charged to every contributing node with p'_i > 0 as a public Gaussian release. Nobody with
+        weight contributed: x~ stays and nothing is released."""
         p = self.round_weights(ctx, state, result)
         history = self._history(state, ctx)
         if not p.any():
             return ServerResult({"model": state["model"], **history})
         rows = [result.node_ids.index(n) for n in np.flatnonzero(p)]
         heard = np.flatnonzero(p)
-        model = p[heard] @ result.tensors["update"][rows]  # eq. (11): Σ p'_i x~_i
+        model = self.aggregation.combine(result.tensors["update"][rows], p[heard], state["model"])  # eq. (11): Σ p'_i x~_i
         if self.private:
             model += self.server_sigma(p) * stream(ctx.seed, GLOBAL, ctx.round_index, Purpose.NOISE).standard_normal(model.shape[0])
         return ServerResult({"model": model, **history}, self._broadcast_events(p, ctx.round_index))
 
     def _broadcast_events(self, p: np.ndarray, round_index: int) -> list[Event]:
-        """The broadcast's public Gaussian release, charged to each node with p'_i > 0."""
+        """The broadcast's public Gaussian release, charged to each node with p'_i > 0: of the
+        noise that reached it, sqrt(Σ p'_j² σ_C² + σ_S²), and sensitivity p'_i Δf_i under eq. (11)'s
+        mean. A robust rule is not that linear sum (Krum may broadcast one node's upload whole), so
+        the public is charged what post-processing guarantees: the upload's own σ_C and Δf_i."""
         if not self.private or not p.any():
             return []
+        if not self.aggregation.is_mean:
+            return [GaussianEvent(int(n), round_index, self.sigma_client, self.upload_sensitivity(int(n)), 1,
+                                  observer="public", issuer="server", clip_norm=self.clip) for n in np.flatnonzero(p)]
         sigma_b = dp.broadcast_sigma(p, self.sigma_client, self.server_sigma(p))
         return [GaussianEvent(int(n), round_index, sigma_b, float(p[n]) * self.upload_sensitivity(int(n)), 1,
                               observer="public", issuer="server", clip_norm=self.clip) for n in np.flatnonzero(p)]
@@ -601,7 +614,8 @@ def build(sections: dict[str, Any], ctx: BuildContext) -> Padpfl:
                   delta=ctx.delta, min_samples=min_samples,
                   train_sizes=dict(zip(data.node_ids, data.train.sizes.tolist())), num_nodes=ctx.num_nodes,
                   uploads=a.uploads, participation=a.participation, sensitivity=a.sensitivity, impact=a.impact,
-                  score_sigma=a.score_sigma, score_temperature=a.score_temperature)
+                  score_sigma=a.score_sigma, score_temperature=a.score_temperature,
+                  aggregation=a.aggregation_rule(ctx.num_nodes, "padpfl"))
 
 
 def check(config: "Config") -> None:
