@@ -35,7 +35,7 @@ except ModuleNotFoundError:  # Python 3.10
 
 from testbed.client_sampling import ClientSamplingSection
 from testbed.errors import ConfigError
-from testbed.limits import MAX_CHUNK_BYTES, MAX_SEED, MAX_WAIT_S, MIN_CHUNK_BYTES
+from testbed.limits import MAX_CHUNK_BYTES, MAX_SEED, MAX_WAIT_S, MIN_CHUNK_BYTES, MIN_POSITIVE
 from testbed.sections import NonNegative, Positive, Section, attribute_docstrings
 from testbed.stragglers import StragglersSection
 
@@ -336,6 +336,8 @@ def _plain(error: dict) -> str:
     if kind in _BOUND_WORDS:
         name, sign = _BOUND_WORDS[kind]
         bound = ctx.get(name)
+        if bound == MIN_POSITIVE and name == "ge":  # a positive float (testbed.sections)
+            return f"must be > 0 (at least {MIN_POSITIVE:g})"
         return f"must be {sign} {bound:g}" if isinstance(bound, float) else f"must be {sign} {bound}"
     if kind == "literal_error":
         return "must be one of " + str(ctx.get("expected", "")).replace("'", "")

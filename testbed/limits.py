@@ -12,6 +12,9 @@ MAX_INT = 2**31 - 1
 #: frequency or duration in use, and small enough that squares and products of a few such values
 #: stay finite in float64.
 MAX_FLOAT = 1e15
+#: The smallest value of a float that must be positive (> 0): far below any rate, noise power or
+#: bound in use, and large enough that its inverse square stays finite in float64 (1e-308 is not).
+MIN_POSITIVE = 1e-30
 #: The largest seed: its two 32-bit halves key the Philox streams (testbed.counter_rng, the
 #: firmware's uint64 seed), and a sweep's repeats add to it within int64.
 MAX_SEED = 2**63 - 1

@@ -5,7 +5,8 @@ algorithm's in its own module) and assembled into the experiment by testbed.conf
 Every number a user types is finite and bounded, whoever declared the field: a field's own bounds
 (``Positive``, ``Field(le=...)``) are kept, and a side it leaves open is closed at the base
 (:data:`MAX_INT` for integers, :data:`MAX_FLOAT` in magnitude for floats, in lists and optional
-fields too), so ``2**70`` never reaches numpy's int64 nor ``1e308`` an overflow. The bounds are part
+fields too), so ``2**70`` never reaches numpy's int64 nor ``1e308`` an overflow; a float that must
+be positive is at least :data:`MIN_POSITIVE`, so ``1e-308`` is never inverted. The bounds are part
 of the validator, hence of the JSON Schema (``minimum``/``maximum``), and `testbed schema` writes
 each field's range into its description.
 
@@ -25,7 +26,7 @@ from typing import Annotated, Any, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler
 from pydantic_core import CoreSchema
 
-from testbed.limits import MAX_FLOAT, MAX_INT
+from testbed.limits import MAX_FLOAT, MAX_INT, MIN_POSITIVE
 
 T = TypeVar("T")
 
@@ -57,12 +58,16 @@ class Section(BaseModel):
 
 def close_bounds(schema: Any) -> Any:
     """``schema`` (a pydantic core schema) with every integer and float in it bounded on both sides:
-    a side a field left open gets ±:data:`MAX_INT` or ±:data:`MAX_FLOAT`. Changes ``schema`` in place."""
+    a side a field left open gets ±:data:`MAX_INT` or ±:data:`MAX_FLOAT`, and a float's ``> 0``
+    becomes ``>= MIN_POSITIVE``. Changes ``schema`` in place."""
     if isinstance(schema, list):
         for item in schema:
             close_bounds(item)
     elif isinstance(schema, dict):
         limit = {"int": MAX_INT, "float": MAX_FLOAT}.get(schema.get("type"))
+        if schema.get("type") == "float" and schema.get("gt") == 0:
+            del schema["gt"]
+            schema["ge"] = MIN_POSITIVE
         if limit is not None:
             if "le" not in schema and "lt" not in schema:
                 schema["le"] = limit

@@ -12,7 +12,7 @@ Example::
     >>> Number(int, ge=1)("16")
     16
     >>> Number(float, gt=0).describe()
-    '0 < x <= 1e+15'
+    '1e-30 <= x <= 1e+15'
     >>> NumberList(int, ge=0, unique=True)("3, 5,7")
     [3, 5, 7]
 """
@@ -24,7 +24,7 @@ import math
 from typing import Callable, Hashable, Iterable
 
 from testbed.errors import UserError
-from testbed.limits import MAX_CHUNK_BYTES, MAX_FLOAT, MAX_INT, MAX_PID, MIN_CHUNK_BYTES
+from testbed.limits import MAX_CHUNK_BYTES, MAX_FLOAT, MAX_INT, MAX_PID, MIN_CHUNK_BYTES, MIN_POSITIVE
 
 #: How a range's bounds read in help texts and refusals.
 _SIGNS = {"gt": "<", "ge": "<="}
@@ -33,7 +33,8 @@ _SIGNS = {"gt": "<", "ge": "<="}
 class Number:
     """An argparse ``type``: the text of an int or a float, finite, within [ge or gt, le or lt].
 
-    A side left open is closed at ±MAX_INT or ±MAX_FLOAT. A float argument takes integers too
+    A side left open is closed at ±MAX_INT or ±MAX_FLOAT; a float's ``gt=0`` is ``ge=MIN_POSITIVE``
+    (as in experiment files: 1e-308 is never inverted). A float argument takes integers too
     ("3"); an int argument takes only integers ("3", not "3.0" nor "1e3").
     """
 
@@ -42,6 +43,8 @@ class Number:
         if kind not in (int, float):
             raise TypeError(f"Number takes int or float, not {kind!r}")
         limit = MAX_INT if kind is int else MAX_FLOAT
+        if kind is float and gt == 0:
+            gt, ge = None, MIN_POSITIVE
         self.kind = kind
         self.low, self.low_open = (gt, True) if gt is not None else (-limit if ge is None else ge, False)
         self.high, self.high_open = (lt, True) if lt is not None else (limit if le is None else le, False)

@@ -26,7 +26,7 @@ def _register_dp_pasgd(psub: argparse._SubParsersAction) -> None:
     dp.add_argument("--steps", type=COUNT, required=True, help="K, local steps per device")
     dp.add_argument("--lipschitz", type=POSITIVE, required=True, help="G, per-sample gradient bound")
     dp.add_argument("--batch", type=COUNT, required=True, help="X, mini-batch size")
-    dp.add_argument("--delta", type=PROBABILITY, required=True)
+    dp.add_argument("--delta", type=PROBABILITY, required=True, help="δ")
     group = dp.add_mutually_exclusive_group(required=True)
     group.add_argument("--sigma", type=POSITIVE, help="noise std per coordinate")
     group.add_argument("--epsilon", type=POSITIVE, help="target ε: prints the calibrated σ")
@@ -48,7 +48,7 @@ def _register_dwfl(psub: argparse._SubParsersAction) -> None:
     dw.add_argument("--noise-var", type=Number(float, ge=0), required=True, help="σ_m², channel noise per entry, W")
     dw.add_argument("--lr", type=POSITIVE, required=True, help="γ, learning rate")
     dw.add_argument("--gmax", type=POSITIVE, required=True, help="gradient clipping norm")
-    dw.add_argument("--delta", type=PROBABILITY, required=True)
+    dw.add_argument("--delta", type=PROBABILITY, required=True, help="δ")
     dw.add_argument("--json", action="store_true")
     dw.set_defaults(handler=_dwfl)
 
@@ -63,8 +63,8 @@ def _register_padpfl(psub: argparse._SubParsersAction) -> None:
     pa.add_argument("--clip", type=POSITIVE, required=True, help="B, the clipping bound on the weights")
     pa.add_argument("--rounds", type=COUNT, required=True, help="T, aggregations")
     pa.add_argument("--uploads", type=COUNT, required=True, help="R, the most uploads of one client (R <= T)")
-    pa.add_argument("--epsilon", type=POSITIVE, required=True)
-    pa.add_argument("--delta", type=PROBABILITY, required=True)
+    pa.add_argument("--epsilon", type=POSITIVE, required=True, help="ε, the target of Theorem 1")
+    pa.add_argument("--delta", type=PROBABILITY, required=True, help="δ")
     pa.add_argument("--json", action="store_true")
     pa.set_defaults(handler=_padpfl)
 
