@@ -257,3 +257,47 @@ def test_every_number_field_is_bounded_on_both_sides_in_the_schema_and_says_so()
                 assert {"minimum", "exclusiveMinimum"} & set(kind), (section, name)
                 assert {"maximum", "exclusiveMaximum"} & set(kind), (section, name)
                 assert "Range: " in prop["description"], (section, name)
+
+
+# ---- accepted at the extremes: the run runs, or is refused in one line before anything exists --
+
+
+def _run(capsys, config_file, out, *overrides: str) -> tuple[int, str]:
+    argv = ["run", str(config_file), "--out", str(out), "--quiet"]
+    for item in overrides:
+        argv += ["--set", item]
+    code = main(argv)
+    err = capsys.readouterr().err.strip()
+    assert code in (0, 2) and "Traceback" not in err, err
+    if code == 2:
+        assert len(err.splitlines()) == 1, err
+        assert not (out / "config.toml").exists()  # refused before the run directory held anything
+    return code, err
+
+
+@pytest.mark.parametrize("overrides", [
+    ['client_sampling.method="uniform"', f"client_sampling.count={MAX_INT}"],  # more than the run's 4 nodes
+    [f"output.eval_nodes={MAX_INT}"],
+])
+def test_counts_above_the_nodes_run_with_every_node(capsys, small_config_file, tmp_path, overrides):
+    code, err = _run(capsys, small_config_file, tmp_path / "r", *overrides, 'privacy.tight_accountant="none"')
+    assert code == 0, err
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert summary["status"] == "completed" and len(summary["nodes"]) == 4
+
+
+@pytest.mark.parametrize("overrides,key", [
+    ([f"data.num_nodes={MAX_INT}"], "data.num_nodes"),
+    ([f"data.num_nodes={MAX_INT}", 'client_sampling.method="uniform"', "client_sampling.count=2",
+      "output.eval_nodes=2"], "data.num_nodes"),  # lazy nodes: still a ledger row per node
+    ([f"data.num_nodes={2**70}"], "data.num_nodes"),
+    ([f"data.samples_per_node={MAX_INT}"], "data.num_nodes"),
+    (["nodes.mcu=[1, 2, 1]"], "nodes.mcu"),
+    (["nodes.mcu=[0, 0]"], "nodes.mcu"),
+    ([f"client_sampling.count={2**70}", 'client_sampling.method="uniform"'], "client_sampling.count"),
+    (["output.eval_nodes=0"], "output.eval_nodes"),
+])
+def test_extreme_counts_are_refused_in_one_line_naming_the_key_before_anything_is_allocated(
+        capsys, small_config_file, tmp_path, overrides, key):
+    code, err = _run(capsys, small_config_file, tmp_path / "r", *overrides)
+    assert code == 2 and err.startswith(f"testbed: config error: {key}:"), err
