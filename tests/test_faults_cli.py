@@ -105,7 +105,7 @@ def test_acl_unwritable_out(capsys, tmp_path, where):
 @pytest.mark.parametrize("count", ["0", "-1"])
 def test_acl_needs_at_least_one_node(capsys, tmp_path, count):
     err = _fails(capsys, ["acl", "--nodes", count, "--out", str(tmp_path / "s")])
-    assert "--nodes: must be 1 <= x <= 2147483647" in err
+    assert "--nodes: must be >= 1, got " + count in err
     assert not (tmp_path / "s").exists()
 
 
@@ -117,7 +117,7 @@ def test_acl_refuses_a_reserved_node_id(capsys, tmp_path):
 def test_node_id_must_not_be_negative(capsys):
     # refused before any connection is attempted (the port is not even listened on)
     err = _fails(capsys, ["node", "--node-id", "-1", "--broker", f"mqtt://127.0.0.1:{free_port()}"])
-    assert "--node-id: must be 0 <= x" in err and "got -1" in err
+    assert "--node-id: must be >= 0, got -1" in err
 
 
 def test_nodes_ids_must_not_be_negative(capsys):

@@ -53,8 +53,14 @@ class Number:
     def __call__(self, text: str) -> int | float:
         value = self.parse(text)
         if not self.contains(value):
-            raise argparse.ArgumentTypeError(f"must be {self.describe()}, got {text.strip()}")
+            raise argparse.ArgumentTypeError(f"must be {self._violated(value)}, got {text.strip()}")
         return value
+
+    def _violated(self, value: float) -> str:
+        """The bound ``value`` is on the wrong side of, e.g. ``>= 1``."""
+        if value < self.low or (self.low_open and value == self.low):
+            return f"{'>' if self.low_open else '>='} {_show(self.low)}"
+        return f"{'<' if self.high_open else '<='} {_show(self.high)}"
 
     def parse(self, text: str) -> int | float:
         """``text`` as this kind of number, finite; ArgumentTypeError otherwise."""
