@@ -27,3 +27,6 @@ MIN_CHUNK_BYTES = 8192
 MAX_CHUNK_BYTES = 2**27
 #: The largest process id Linux hands out (/proc/sys/kernel/pid_max at most 2**22).
 MAX_PID = 2**22
+#: The largest ε in nats a calibration takes: past ~709, exp(ε) overflows float64 (and the noise it
+#: calibrates is below float64's resolution long before).
+MAX_EPSILON_NATS = 700.0

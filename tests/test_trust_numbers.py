@@ -138,25 +138,36 @@ def test_every_numeric_argument_refuses_generated_values_in_one_line_or_takes_th
         assert (parsed is not None) == in_range, (path, action.option_strings, value)
 
 
-#: The calculators: each runs in milliseconds with --json, so every numeric option is run through.
-CALCULATORS = {
-    ("privacy", "dp-pasgd"): ["--steps", "100", "--lipschitz", "1", "--batch", "32", "--delta", "1e-4",
-                              "--sigma", "1"],
-    ("privacy", "dwfl"): ["--gains", "1,0.5,0.8", "--power-w", "1", "--sigma2", "0.1", "--noise-var", "0.01",
-                          "--lr", "0.1", "--gmax", "1", "--delta", "1e-4"],
-    ("privacy", "padpfl"): ["--weights", "0.5,0.25,0.25", "--min-samples", "100", "--clip", "1", "--rounds", "10",
-                            "--uploads", "5", "--epsilon", "0.5", "--delta", "1e-4"],
-    ("privacy", "acfl"): ["--dim", "10", "--outputs", "10", "--sigma1-sq", "1", "--sigma2-sq", "1"],
-    ("plan", "acfl"): ["--dim", "10", "--outputs", "10", "--sigma1-sq", "1", "--sigma2-sq", "1", "--nodes", "10",
-                       "--straggler-p", "0.1", "--beta", "1", "--model-bound", "1", "--strong-convexity", "1",
-                       "--iterations", "100"],
-}
-CALCULATOR_OPTIONS = [(path, option) for path, base in CALCULATORS.items() for option in base if option.startswith("--")]
+#: The calculators, each with a base command line per way of using it (σ or ε, weights or parts):
+#: each runs in milliseconds with --json, so every numeric option is run through to its answer.
+CALCULATORS = [
+    ("privacy", "dp-pasgd", "--steps", "100", "--lipschitz", "1", "--batch", "32", "--delta", "1e-4", "--sigma", "1"),
+    ("privacy", "dp-pasgd", "--steps", "100", "--lipschitz", "1", "--batch", "32", "--delta", "1e-4", "--epsilon", "1"),
+    ("privacy", "dwfl", "--gains", "1,0.5,0.8", "--power-w", "1", "--sigma2", "0.1", "--noise-var", "0.01",
+     "--lr", "0.1", "--gmax", "1", "--delta", "1e-4", "--beta", "0.5"),
+    ("privacy", "dwfl", "--gains", "1,0.5,0.8", "--power-w", "1", "--epsilon", "1", "--noise-var", "0.01",
+     "--lr", "0.1", "--gmax", "1", "--delta", "1e-4"),
+    ("privacy", "padpfl", "--weights", "0.5,0.25,0.25", "--min-samples", "100", "--clip", "1", "--rounds", "10",
+     "--uploads", "5", "--epsilon", "0.5", "--delta", "1e-4"),
+    ("privacy", "padpfl", "--parts", "2:1,3:2", "--min-samples", "100", "--clip", "1", "--rounds", "10",
+     "--uploads", "5", "--epsilon", "0.5", "--delta", "1e-4"),
+    ("privacy", "acfl", "--dim", "10", "--outputs", "10", "--sigma1-sq", "1", "--sigma2-sq", "1"),
+    ("privacy", "acfl", "--dim", "10", "--outputs", "10", "--epsilon", "5", "--ratio", "2"),
+    ("plan", "acfl", "--dim", "10", "--outputs", "10", "--sigma1-sq", "1", "--sigma2-sq", "1", "--nodes", "10",
+     "--straggler-p", "0.1", "--beta", "1", "--model-bound", "1", "--strong-convexity", "1", "--iterations", "100"),
+]
+CALCULATOR_OPTIONS = [(base, option) for base in CALCULATORS for option in base if option.startswith("--")]
 
 
-def _calculate(capsys, path, option, text) -> None:
-    base = CALCULATORS[path]
-    argv = list(path) + base + ["--json"]
+def test_the_calculators_bases_reach_every_numeric_option():
+    reached = {(base[:2], option) for base, option in CALCULATOR_OPTIONS}
+    for path, _, action in NUMERIC:
+        if path in {base[:2] for base in CALCULATORS}:
+            assert (path, action.option_strings[0]) in reached, (path, action.option_strings)
+
+
+def _calculate(capsys, base, option, text) -> None:
+    argv = list(base) + ["--json"]
     argv[argv.index(option) + 1] = text
     code = main(argv)
     out = capsys.readouterr()
@@ -164,7 +175,7 @@ def _calculate(capsys, path, option, text) -> None:
         assert len(out.err.strip().splitlines()) == 1 and out.err.startswith("testbed: "), out.err
         return
     assert code == 0, out.err
-    result = json.loads(out.out, parse_constant=lambda word: pytest.fail(f"{word} in {path} {option}={text}"))
+    result = json.loads(out.out, parse_constant=lambda word: pytest.fail(f"{word} in {base} {option}={text}"))
     assert all(math.isfinite(v) for v in _numbers(result)), result
 
 
@@ -176,16 +187,17 @@ def _numbers(value):
             yield from _numbers(v)
 
 
-@pytest.mark.parametrize("path,option", CALCULATOR_OPTIONS, ids=lambda x: " ".join(x) if isinstance(x, tuple) else x)
-def test_calculators_give_a_finite_answer_or_a_one_line_refusal_at_the_edges(capsys, path, option):
+@pytest.mark.parametrize("base,option", CALCULATOR_OPTIONS,
+                         ids=[f"{' '.join(base[:2])} {option}" for base, option in CALCULATOR_OPTIONS])
+def test_calculators_give_a_finite_answer_or_a_one_line_refusal_at_the_edges(capsys, base, option):
     for value in EDGES + [MAX_INT, MAX_FLOAT, 1e-30]:
-        _calculate(capsys, path, option, typed(value))
+        _calculate(capsys, base, option, typed(value))
 
 
 @given(index=st.integers(0, len(CALCULATOR_OPTIONS) - 1), value=VALUES)
 def test_calculators_give_a_finite_answer_or_a_one_line_refusal(capsys, index, value):
-    path, option = CALCULATOR_OPTIONS[index]
-    _calculate(capsys, path, option, typed(value))
+    base, option = CALCULATOR_OPTIONS[index]
+    _calculate(capsys, base, option, typed(value))
 
 
 # ---- experiment files -------------------------------------------------------------------------

@@ -12,8 +12,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from testbed.cli.numbers import COUNT, POSITIVE, Number, finite_result
+from testbed.cli.numbers import COUNT, POSITIVE, Number, calculator, finite_result
 from testbed.errors import UserError
+from testbed.limits import MAX_EPSILON_NATS
 
 
 def register_privacy(psub: argparse._SubParsersAction) -> None:
@@ -21,7 +22,8 @@ def register_privacy(psub: argparse._SubParsersAction) -> None:
     _dims(p)
     group = p.add_mutually_exclusive_group(required=True)
     group.add_argument("--sigma1-sq", type=POSITIVE, help="σ₁², variance of H_X's noise (with --sigma2-sq)")
-    group.add_argument("--epsilon", type=POSITIVE, help="target ε: prints σ₁² and σ₂² = ratio · σ₁²")
+    group.add_argument("--epsilon", type=Number(float, gt=0, le=MAX_EPSILON_NATS),
+                       help="target ε (in --unit): prints σ₁² and σ₂² = ratio · σ₁²")
     p.add_argument("--sigma2-sq", type=POSITIVE, help="σ₂², variance of H_Y's noise")
     p.add_argument("--ratio", type=POSITIVE, default=1.0, help="σ₂²/σ₁² for --epsilon (default 1)")
     p.add_argument("--unit", choices=["nats", "bits"], default="nats", help="ε in nats (natural log, default) or bits")
@@ -50,6 +52,7 @@ def _dims(p: argparse.ArgumentParser) -> None:
     p.add_argument("--outputs", type=COUNT, required=True, help="o, outputs (columns of Y)")
 
 
+@calculator
 def _privacy(args: argparse.Namespace) -> int:
     from testbed.privacy import acfl
 
@@ -73,6 +76,7 @@ def _privacy(args: argparse.Namespace) -> int:
     return 0
 
 
+@calculator
 def _plan(args: argparse.Namespace) -> int:
     from testbed.privacy import acfl
 

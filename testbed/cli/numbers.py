@@ -20,6 +20,7 @@ Example::
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 from typing import Callable, Hashable, Iterable
 
@@ -124,6 +125,21 @@ NODE_ID = Number(int, ge=0)
 PID = Number(int, ge=1, le=MAX_PID)
 PORT = Number(int, ge=1, le=65535)
 CHUNK_BYTES = Number(int, ge=MIN_CHUNK_BYTES, le=MAX_CHUNK_BYTES)
+
+
+def calculator(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """A calculator's handler, whose arithmetic beyond float64 on inputs within their ranges (an
+    overflow, a division by a product that underflowed to 0) is a one-line refusal, not a traceback."""
+
+    @functools.wraps(handler)
+    def checked(args: argparse.Namespace) -> int:
+        try:
+            return handler(args)
+        except ArithmeticError as exc:
+            raise UserError(f"these inputs take the calculation beyond float64 ({exc}): use less extreme "
+                            "values") from None
+
+    return checked
 
 
 def finite_result(result: dict) -> dict:

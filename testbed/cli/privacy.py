@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from testbed.cli.numbers import COUNT, POSITIVE, PROBABILITY, Number, NumberList, finite_result
+from testbed.cli.numbers import COUNT, POSITIVE, PROBABILITY, Number, NumberList, calculator, finite_result
 from testbed.errors import UserError
 
 
@@ -69,6 +69,7 @@ def _register_padpfl(psub: argparse._SubParsersAction) -> None:
     pa.set_defaults(handler=_padpfl)
 
 
+@calculator
 def _padpfl(args: argparse.Namespace) -> int:
     import numpy as np
 
@@ -112,6 +113,7 @@ def _padpfl(args: argparse.Namespace) -> int:
     return 0
 
 
+@calculator
 def _dwfl(args: argparse.Namespace) -> int:
     import numpy as np
 
@@ -148,6 +150,7 @@ def _dwfl(args: argparse.Namespace) -> int:
     return 0
 
 
+@calculator
 def _dp_pasgd(args: argparse.Namespace) -> int:
     from testbed.privacy import zcdp
 
