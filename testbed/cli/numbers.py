@@ -60,6 +60,8 @@ class Number:
     def _violated(self, value: float) -> str:
         """The bound ``value`` is on the wrong side of, e.g. ``>= 1``."""
         if value < self.low or (self.low_open and value == self.low):
+            if self.low == MIN_POSITIVE and not self.low_open:  # a positive float, as config errors say it
+                return f"> 0 (at least {MIN_POSITIVE:g})"
             return f"{'>' if self.low_open else '>='} {_show(self.low)}"
         return f"{'<' if self.high_open else '<='} {_show(self.high)}"
 
