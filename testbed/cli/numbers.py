@@ -27,10 +27,6 @@ from typing import Callable, Hashable, Iterable
 from testbed.errors import UserError
 from testbed.limits import MAX_CHUNK_BYTES, MAX_FLOAT, MAX_INT, MAX_PID, MIN_CHUNK_BYTES, MIN_POSITIVE
 
-#: How a range's bounds read in help texts and refusals.
-_SIGNS = {"gt": "<", "ge": "<="}
-
-
 class Number:
     """An argparse ``type``: the text of an int or a float, finite, within [ge or gt, le or lt].
 
@@ -90,20 +86,14 @@ class Number:
 
 class NumberList:
     """An argparse ``type``: comma-separated numbers, each a :class:`Number` of the same range;
-    ``min_len`` items at least, at most ``max_len`` (nothing is allocated for more), none twice if
-    ``unique`` (node ids)."""
+    ``min_len`` items at least, none twice if ``unique`` (node ids)."""
 
-    def __init__(self, kind: type = int, *, min_len: int = 1, max_len: int = MAX_INT, unique: bool = False,
-                 **bounds: float):
+    def __init__(self, kind: type = int, *, min_len: int = 1, unique: bool = False, **bounds: float):
         self.item = Number(kind, **bounds)
-        self.min_len, self.max_len, self.unique = min_len, max_len, unique
+        self.min_len, self.unique = min_len, unique
         self.__name__ = f"list of {kind.__name__}"
 
     def __call__(self, text: str) -> list[int | float]:
-        # Counted before split: a list longer than allowed is refused without building it.
-        count = text.count(",") + 1
-        if count > self.max_len:
-            raise argparse.ArgumentTypeError(f"takes at most {self.max_len:,} values, got {count:,}")
         values = [self.item(part) for part in text.split(",") if part.strip()]
         if len(values) < self.min_len:
             raise argparse.ArgumentTypeError(f"takes at least {self.min_len} comma-separated values, got {text!r}")
@@ -114,8 +104,8 @@ class NumberList:
 
     def describe(self) -> str:
         """The range of each item and the list's length, for help texts."""
-        length = f"at least {self.min_len}" + ("" if self.max_len == MAX_INT else f", at most {self.max_len:,}")
-        return f"comma separated, {length}, each {self.item.describe()}" + (", no repeats" if self.unique else "")
+        return (f"comma separated, at least {self.min_len}, each {self.item.describe()}"
+                + (", no repeats" if self.unique else ""))
 
 
 #: The common ranges: a count (1, 2, ...), a positive quantity, a probability in (0, 1), a node id,
