@@ -35,6 +35,7 @@ except ModuleNotFoundError:  # Python 3.10
 
 from testbed.client_sampling import ClientSamplingSection
 from testbed.errors import ConfigError
+from testbed.limits import MAX_CHUNK_BYTES, MAX_SEED, MAX_WAIT_S, MIN_CHUNK_BYTES, MIN_POSITIVE
 from testbed.sections import NonNegative, Positive, Section, attribute_docstrings
 from testbed.stragglers import StragglersSection
 
@@ -44,7 +45,7 @@ class RunSection(Section):
     """Names the run's directory."""
     algorithm: str = "dp_pasgd"
     """The algorithm (testbed.algorithms: one module each)."""
-    seed: NonNegative[int] = 0
+    seed: int = Field(0, ge=0, le=MAX_SEED)
     """Keys every random stream: the same seed gives the same numbers in sim and over MQTT."""
     mode: Literal["sim", "mqtt"] = "sim"
     """sim: every node in this process; mqtt: every node its own MQTT client."""
@@ -105,6 +106,12 @@ class ModelSection(Section):
     rf_gamma: Positive[float] = 1.0
     """γ of the approximated kernel exp(−γ‖x − x′‖²)."""
 
+    @model_validator(mode="after")
+    def _features_need_linear(self) -> "ModelSection":
+        if self.random_features and self.kind != "linear":
+            raise ValueError(f'random_features: only the "linear" model takes an embedding, not {self.kind!r}')
+        return self
+
 
 def _open_unit_interval(value: float) -> float:
     if not 0 < value < 1:
@@ -139,12 +146,22 @@ class NodesSection(Section):
     """An emulated board takes its board's wall time."""
     mcu: list[NonNegative[int]] = []
     """Nodes that are microcontroller boards behind a serial bridge (`testbed bridge`): their node
-    step runs in the firmware's float32 arithmetic, emulated in sim (docs/serial-protocol.md)."""
+    step runs in the firmware's float32 arithmetic, emulated in sim (docs/serial-protocol.md); each
+    node once."""
     mcu_profile: Literal["esp32-s3", "rp2040", "nrf52840", "stm32l4"] = "rp2040"
     """The boards' profile (firmware_bridge/boards.toml): their seconds and joules."""
     mcu_board: Literal["host", "mps2-an385"] = "host"
     """The virtual board an emulated run (mqtt.emulated) starts for each: the firmware as a host
     process behind a pseudo-terminal, or the Cortex-M3 build under qemu-system-arm."""
+
+    @model_validator(mode="after")
+    def _mcu_once(self) -> "NodesSection":
+        seen: set[int] = set()
+        for node in self.mcu:
+            if node in seen:  # a node has one board: a repeat would start two bridges for it
+                raise ValueError(f"mcu: names node {node} twice")
+            seen.add(node)
+        return self
 
 
 def _version_text(value: Any) -> Any:
@@ -160,14 +177,16 @@ class MqttSection(Section):
     emulated: bool = True
     """Start emulated boards for every node; false waits for real boards running `testbed node`."""
     hosts: Positive[int] = 1
-    round_timeout_s: Positive[float] = 60.0
-    connect_timeout_s: Positive[float] = 60.0
+    round_timeout_s: float = Field(60.0, gt=0, le=MAX_WAIT_S)
+    connect_timeout_s: float = Field(60.0, gt=0, le=MAX_WAIT_S)
     quorum: Positive[int] = 1
     """A round starts once this many nodes are online (or its timeout passed)."""
-    outage_limit_s: Positive[float] = 300.0
+    outage_limit_s: float = Field(300.0, gt=0, le=MAX_WAIT_S)
     """How long the coordinator waits out a broker outage (its rounds close with stragglers
     meanwhile) before the run stops, failed and resumable; in seconds."""
-    max_chunk_bytes: Positive[int] = 262144
+    max_chunk_bytes: int = Field(262144, ge=MIN_CHUNK_BYTES, le=MAX_CHUNK_BYTES)
+    """MQTT payloads longer than this travel in chunks of at most this many bytes: at least enough
+    that a 64 MiB message fits in a publish's 16,384 chunks, under MQTT's 256 MiB packet."""
     credentials: str | None = None
     """The JSON file of `testbed acl` (per-node passwords)."""
     tls_ca: str | None = None
@@ -316,7 +335,10 @@ def _plain(error: dict) -> str:
         return "must be " + _TYPE_WORDS[kind]
     if kind in _BOUND_WORDS:
         name, sign = _BOUND_WORDS[kind]
-        return f"must be {sign} {ctx.get(name)}"
+        bound = ctx.get(name)
+        if bound == MIN_POSITIVE and name == "ge":  # a positive float (testbed.sections)
+            return f"must be > 0 (at least {MIN_POSITIVE:g})"
+        return f"must be {sign} {bound:g}" if isinstance(bound, float) else f"must be {sign} {bound}"
     if kind == "literal_error":
         return "must be one of " + str(ctx.get("expected", "")).replace("'", "")
     if kind == "finite_number":
@@ -439,10 +461,34 @@ def json_schema() -> dict[str, Any]:
         for name, doc in attribute_docstrings(cls).items():
             if name in properties:
                 properties[name].setdefault("description", doc)
+        for prop in properties.values():
+            ranges = _ranges(prop)
+            if ranges:  # the range the validator holds the field to (testbed.sections), in words
+                prop["description"] = f"{prop.get('description', '')} Range: {'; '.join(ranges)}.".strip()
     schema["title"] = "testbed experiment file"
     schema["$defs"]["RunSection"]["properties"]["algorithm"]["enum"] = registry.names()
     schema["$schema"] = "http://json-schema.org/draft-07/schema#"
     return schema
+
+
+def _ranges(prop: dict[str, Any], each: str = "") -> list[str]:
+    """The numeric ranges of a JSON Schema property, e.g. ``["0 < x <= 2147483647"]``: its own, its
+    alternatives' (``anyOf``) and its items' (``each ...``)."""
+    found = []
+    if prop.get("type") in ("integer", "number"):
+        def shown(v: float) -> str:
+            return f"{v:g}" if isinstance(v, float) else str(v)
+
+        low = (f"{shown(prop['minimum'])} <= " if "minimum" in prop else
+               f"{shown(prop['exclusiveMinimum'])} < " if "exclusiveMinimum" in prop else "")
+        high = (f" <= {shown(prop['maximum'])}" if "maximum" in prop else
+                f" < {shown(prop['exclusiveMaximum'])}" if "exclusiveMaximum" in prop else "")
+        found.append(f"{each}{low}x{high}")
+    for alternative in prop.get("anyOf", []):
+        found += _ranges(alternative, each)
+    if isinstance(prop.get("items"), dict):
+        found += _ranges(prop["items"], "each ")
+    return found
 
 
 def json_schema_text() -> str:

@@ -25,6 +25,10 @@ a thread of the coordinator) more nodes than the coordinator may open files, can
 Measured with benchmarks/mqtt_scale.py (10,000 J1 nodes on 10 hosts over Mosquitto): what this
 does not see is a broker's own limits (Mosquitto's open files and ``max_queued_messages``, see
 :func:`testbed.mqtt.acl.queued_messages_for`), which are the broker's configuration.
+
+Counts typed on the command line are checked the same way before anything is made
+(:func:`check_count`, :func:`check_host`): `testbed nodes --count`, `testbed acl --nodes`, a sweep's
+grid and repeats.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from testbed.config import Config
-from testbed.errors import ConfigError
+from testbed.errors import ConfigError, UserError
 
 _STATE_COPIES = 6
 _NODE_BYTES = 1024
@@ -117,6 +121,34 @@ def _check_memory(config: Config) -> None:
     raise ConfigError("data.num_nodes", f"{config.data.num_nodes:,} nodes need about {_size(need)} of memory "
                                         f"({shown}), this machine has {_size(have)} available; use fewer nodes, "
                                         f"samples or features")
+
+
+def check_count(count: int, bytes_each: float, what: str) -> None:
+    """Refuse, in one line naming ``what`` (the option the user typed), ``count`` things of about
+    ``bytes_each`` bytes each that this machine's available memory cannot hold; call it before
+    making any of them.
+
+    Raises:
+        UserError: ``count × bytes_each`` is over the available memory.
+    """
+    need, have = count * bytes_each, available_bytes()
+    if have is not None and need > have:
+        raise UserError(f"{what} {count:,} needs about {_size(need)} of memory, this machine has {_size(have)} "
+                        f"available")
+
+
+def check_host(nodes: int, what: str) -> None:
+    """Refuse, in one line naming ``what``, an emulated host (`testbed nodes`) of ``nodes`` nodes
+    that this machine cannot serve: their clients' memory, or a socket each over the open-file limit.
+
+    Raises:
+        UserError: too little memory, or more sockets than the hard open-file limit allows.
+    """
+    check_count(nodes, _HOST_NODE_BYTES, what)
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and nodes + _HOST_SPARE_FILES > hard:
+        raise UserError(f"{what} {nodes:,}: one host of {nodes:,} nodes needs {nodes + _HOST_SPARE_FILES:,} open "
+                        f"files, over this machine's hard limit of {hard:,}; serve them from several hosts")
 
 
 def _check_sockets(config: Config) -> None:

@@ -1,6 +1,14 @@
 """The base of every experiment-file section: a frozen, strict pydantic model that refuses unknown
-keys. Each section is declared by the module that uses it (an algorithm's in its own module) and
-assembled into the experiment by testbed.config.
+keys and every number outside a range. Each section is declared by the module that uses it (an
+algorithm's in its own module) and assembled into the experiment by testbed.config.
+
+Every number a user types is finite and bounded, whoever declared the field: a field's own bounds
+(``Positive``, ``Field(le=...)``) are kept, and a side it leaves open is closed at the base
+(:data:`MAX_INT` for integers, :data:`MAX_FLOAT` in magnitude for floats, in lists and optional
+fields too), so ``2**70`` never reaches numpy's int64 nor ``1e308`` an overflow; a float that must
+be positive is at least :data:`MIN_POSITIVE`, so ``1e-308`` is never inverted. The bounds are part
+of the validator, hence of the JSON Schema (``minimum``/``maximum``), and `testbed schema` writes
+each field's range into its description.
 
 Example::
 
@@ -13,9 +21,12 @@ Example::
 
 from __future__ import annotations
 
-from typing import Annotated, TypeVar
+from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler
+from pydantic_core import CoreSchema
+
+from testbed.limits import MAX_FLOAT, MAX_INT, MIN_POSITIVE
 
 T = TypeVar("T")
 
@@ -38,6 +49,34 @@ class Section(BaseModel):
     # parses every section's source at import, ~60 ms of every run.
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False,
                               defer_build=True)
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+        # The bounds go into the validator itself (not a check after it), so the JSON Schema has them.
+        return close_bounds(handler(source))
+
+
+def close_bounds(schema: Any) -> Any:
+    """``schema`` (a pydantic core schema) with every integer and float in it bounded on both sides:
+    a side a field left open gets ±:data:`MAX_INT` or ±:data:`MAX_FLOAT`, and a float's ``> 0``
+    becomes ``>= MIN_POSITIVE``. Changes ``schema`` in place."""
+    if isinstance(schema, list):
+        for item in schema:
+            close_bounds(item)
+    elif isinstance(schema, dict):
+        limit = {"int": MAX_INT, "float": MAX_FLOAT}.get(schema.get("type"))
+        if schema.get("type") == "float" and schema.get("gt") == 0:
+            del schema["gt"]
+            schema["ge"] = MIN_POSITIVE
+        if limit is not None:
+            if "le" not in schema and "lt" not in schema:
+                schema["le"] = limit
+            if "ge" not in schema and "gt" not in schema:
+                schema["ge"] = -limit
+        for key, value in schema.items():
+            if key not in ("metadata", "serialization"):
+                close_bounds(value)
+    return schema
 
 
 def attribute_docstrings(cls: type) -> dict[str, str]:

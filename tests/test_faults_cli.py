@@ -105,7 +105,7 @@ def test_acl_unwritable_out(capsys, tmp_path, where):
 @pytest.mark.parametrize("count", ["0", "-1"])
 def test_acl_needs_at_least_one_node(capsys, tmp_path, count):
     err = _fails(capsys, ["acl", "--nodes", count, "--out", str(tmp_path / "s")])
-    assert "--nodes must be >= 1" in err
+    assert "--nodes: must be >= 1, got " + count in err
     assert not (tmp_path / "s").exists()
 
 
@@ -117,12 +117,61 @@ def test_acl_refuses_a_reserved_node_id(capsys, tmp_path):
 def test_node_id_must_not_be_negative(capsys):
     # refused before any connection is attempted (the port is not even listened on)
     err = _fails(capsys, ["node", "--node-id", "-1", "--broker", f"mqtt://127.0.0.1:{free_port()}"])
-    assert "node ids must be >= 0, got -1" in err
+    assert "--node-id: must be >= 0, got -1" in err
 
 
 def test_nodes_ids_must_not_be_negative(capsys):
     err = _fails(capsys, ["nodes", "--ids", "0,-2", "--broker", f"mqtt://127.0.0.1:{free_port()}"])
     assert "got -2" in err
+
+
+@pytest.mark.parametrize("ids", ["3,5,3", "0,0"])
+def test_nodes_ids_must_not_repeat(capsys, ids):
+    err = _fails(capsys, ["nodes", "--ids", ids, "--broker", f"mqtt://127.0.0.1:{free_port()}"])
+    assert "--ids: names" in err and "twice" in err
+
+
+@pytest.mark.parametrize("ids", ["1,2,1", "a,a"])
+def test_acl_ids_must_not_repeat(capsys, tmp_path, ids):
+    err = _fails(capsys, ["acl", "--ids", ids, "--out", str(tmp_path / "s")])
+    assert f"--ids names {ids.split(',')[0]} twice" in err
+    assert not (tmp_path / "s").exists()
+
+
+def test_nodes_count_over_the_open_file_limit_is_refused_before_a_node_starts(capsys, monkeypatch):
+    import resource
+
+    monkeypatch.setattr(resource, "getrlimit", lambda _: (1024, 1024))
+    err = _fails(capsys, ["nodes", "--count", "5000", "--broker", f"mqtt://127.0.0.1:{free_port()}"])
+    assert "--count 5,000" in err and "open files" in err and "1,024" in err
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["nodes", "--count", "2000000000"], "--count 2,000,000,000 needs about"),
+    (["acl", "--nodes", "2000000000"], "--nodes 2,000,000,000 needs about"),
+    (["calibrate", "--model-size", "2000000000"], "--model-size 2,000,000,000 needs about"),
+])
+def test_counts_beyond_memory_are_refused_before_anything_is_made(capsys, tmp_path, argv, words):
+    extra = ["--broker", f"mqtt://127.0.0.1:{free_port()}"] if argv[0] == "nodes" else \
+        ["--out", str(tmp_path / "s")] if argv[0] == "acl" else ["--out", str(tmp_path / "c.toml")]
+    err = _fails(capsys, argv + extra)
+    assert words in err and "available" in err
+    assert not (tmp_path / "s").exists() and not (tmp_path / "c.toml").exists()
+
+
+def test_first_id_and_count_beyond_the_largest_id(capsys):
+    err = _fails(capsys, ["nodes", "--first-id", "2147483000", "--count", "1000",
+                          "--broker", f"mqtt://127.0.0.1:{free_port()}"])
+    assert "node ids go up to 2147483647" in err
+
+
+@pytest.mark.parametrize("grid,repeats", [("dp_pasgd.tau=1,2", "2000000000"), ("dp_pasgd.lr=0.1,0.2,0.3", "900000000")])
+def test_sweep_of_more_runs_than_memory_holds_is_refused_before_its_points_are_made(capsys, small_config_file, tmp_path,
+                                                                                     grid, repeats):
+    err = _fails(capsys, ["sweep", str(small_config_file), "--grid", grid, "--repeats", repeats,
+                          "--out", str(tmp_path / "s")])
+    assert "--grid and --repeats: a sweep of" in err and "needs about" in err
+    assert not (tmp_path / "s").exists()
 
 
 @pytest.mark.parametrize("mode", ["sim", "mqtt"])

@@ -65,6 +65,7 @@ from testbed.algorithms.registry import BuildContext, Registration
 from testbed.data.federated import Split
 from testbed.errors import ConfigError
 from testbed.ledger import CommunicationEvent, ComputeEvent, Event, MutualInfoEvent, NodeEvents
+from testbed.limits import MAX_EPSILON_NATS
 from testbed.models import LinearRegression
 from testbed.privacy import acfl as theory
 from testbed.rng import Purpose, node_streams
@@ -95,9 +96,9 @@ class AcflSection(Section):
     """σ₁², the variance of H_X's noise (with sigma2_sq; default 1 when neither they nor mi_epsilon is given)."""
     sigma2_sq: Positive[float] | None = None
     """σ₂², the variance of H_Y's noise."""
-    mi_epsilon: Positive[float] | None = None
+    mi_epsilon: float | None = Field(None, gt=0, le=MAX_EPSILON_NATS)
     """Target ε-MI-DP of the coded upload, in nats: σ₁², σ₂² from the inverse of Theorem 1 (or of
-    the derived SCFL bound), σ₂² = noise_ratio · σ₁²."""
+    the derived SCFL bound), σ₂² = noise_ratio · σ₁²; at most 700 (exp(ε) stays finite)."""
     noise_ratio: Positive[float] = 1.0
     """σ₂²/σ₁² when calibrating from mi_epsilon (the paper's Fig. 1 uses equal variances)."""
     encoding: Literal["gram", "projection"] = "gram"

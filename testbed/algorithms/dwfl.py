@@ -171,9 +171,9 @@ class DwflSection(Section):
     sigma2: NonNegative[float] | None = None
     """σ² of the artificial noise, fixed."""
     calibration: Literal["with_channel_noise", "artificial_only"] = "with_channel_noise"
-    power_dbm: float = 60.0
+    power_dbm: float = Field(60.0, ge=-50, le=100)
     noise_power_w: Positive[float] | None = None
-    noise_figure_db: float | None = None
+    noise_figure_db: float | None = Field(None, ge=0, le=50)
     bandwidth_hz: Positive[float] = 1e6
     """Bandwidth and analog symbol rate."""
     beta: float = Field(1.0, ge=0, le=1)

@@ -131,9 +131,9 @@ class PadpflSection(AggregationOptions):
     link_area_m: Positive[float] = 200.0
     """link_quality: side of the square the clients are dropped in (the server at its centre), m."""
     link_carrier_hz: Positive[float] = 3.5e9
-    link_power_dbm: float = 20.0
+    link_power_dbm: float = Field(20.0, ge=-50, le=100)
     """link_quality: every client's transmit power, dBm."""
-    link_noise_dbm: float = -90.0
+    link_noise_dbm: float = Field(-90.0, ge=-200, le=0)
     """link_quality: the server's receiver noise power, dBm."""
     score_sigma: Positive[float] | None = None
     """quality_score: σ of the Gaussian noise on each reported score (required by that rule)."""

@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from typing import NoReturn
 
+from testbed.cli.numbers import HelpFormatter
 from testbed.errors import UserError
 from testbed.extras import check_installed, missing_package_message
 
@@ -21,18 +23,38 @@ _MODULE_OF = {"nodes": "node"}
 COMMANDS = ("run", "watch", "report", "privacy", "node", "bridge", "broker", "acl", "provision", "plan", "sweep", "calibrate", "schema")
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(prog="testbed", description="Private federated learning on wireless IoT, hardware in the loop.")
+class Parser(argparse.ArgumentParser):
+    """argparse whose errors are UserErrors: `main` prints them as its one line and exits 2, no
+    usage block (``--help`` shows it). Sub-commands' parsers are of this class too, and state
+    numeric arguments' ranges (testbed.cli.numbers.HelpFormatter)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        command = self.prog.partition(" ")[2]  # "testbed privacy dp-pasgd" → "privacy dp-pasgd"
+        raise UserError(f"{command + ': ' if command else ''}{' '.join(message.split())} (see {self.prog} --help)")
+
+
+def build_parser(command: str | None = None) -> Parser:
+    """The command line's parser with the command ``command`` (a word of argv) registered, or every
+    command when it names none."""
+    parser = Parser(prog="testbed", description="Private federated learning on wireless IoT, hardware in the loop.")
     sub = parser.add_subparsers(dest="command", required=True)
     # Only the command asked for is imported (a board's `testbed node` or a short run does not pay
     # for every command's imports); `testbed`, `testbed --help` or an unknown command list them all.
-    chosen = next((a for a in argv if not a.startswith("-")), None)
-    chosen = _MODULE_OF.get(chosen, chosen)
+    chosen = _MODULE_OF.get(command, command)
     for name in (chosen,) if chosen in COMMANDS else COMMANDS:
         importlib.import_module(f"testbed.cli.{name}").register(sub)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(next((a for a in argv if not a.startswith("-")), None))
     try:
+        args = parser.parse_args(argv)
         if args.command in EXTRA_OF_COMMAND:
             check_installed(EXTRA_OF_COMMAND[args.command], args.command)
         return args.handler(args)

@@ -12,17 +12,20 @@ from __future__ import annotations
 import argparse
 import json
 
+from testbed.cli.numbers import COUNT, POSITIVE, Number, calculator, finite_result
 from testbed.errors import UserError
+from testbed.limits import MAX_EPSILON_NATS
 
 
 def register_privacy(psub: argparse._SubParsersAction) -> None:
     p = psub.add_parser("acfl", help="ε-MI-DP of ACFL's coded data set (Theorem 1), or σ₁², σ₂² for a target ε")
     _dims(p)
     group = p.add_mutually_exclusive_group(required=True)
-    group.add_argument("--sigma1-sq", type=float, help="σ₁², variance of H_X's noise (with --sigma2-sq)")
-    group.add_argument("--epsilon", type=float, help="target ε: prints σ₁² and σ₂² = ratio · σ₁²")
-    p.add_argument("--sigma2-sq", type=float, help="σ₂², variance of H_Y's noise")
-    p.add_argument("--ratio", type=float, default=1.0, help="σ₂²/σ₁² for --epsilon (default 1)")
+    group.add_argument("--sigma1-sq", type=POSITIVE, help="σ₁², variance of H_X's noise (with --sigma2-sq)")
+    group.add_argument("--epsilon", type=Number(float, gt=0, le=MAX_EPSILON_NATS),
+                       help="target ε (in --unit): prints σ₁² and σ₂² = ratio · σ₁²")
+    p.add_argument("--sigma2-sq", type=POSITIVE, help="σ₂², variance of H_Y's noise")
+    p.add_argument("--ratio", type=POSITIVE, default=1.0, help="σ₂²/σ₁² for --epsilon (default 1)")
     p.add_argument("--unit", choices=["nats", "bits"], default="nats", help="ε in nats (natural log, default) or bits")
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=_privacy)
@@ -31,50 +34,38 @@ def register_privacy(psub: argparse._SubParsersAction) -> None:
 def register_plan(psub: argparse._SubParsersAction) -> None:
     p = psub.add_parser("acfl", help="α* (eq. 36), the bound 4ũ/(λ²T) (eqs. 37–38) and ε (eq. 17)")
     _dims(p)
-    p.add_argument("--sigma1-sq", type=float, required=True, help="σ₁²")
-    p.add_argument("--sigma2-sq", type=float, required=True, help="σ₂²")
-    p.add_argument("--nodes", type=int, required=True, help="N, devices")
-    p.add_argument("--straggler-p", type=float, required=True, help="p, per device and iteration, in [0, 1)")
-    p.add_argument("--beta", type=float, required=True, help="β, the bound on a device's gradient norm (Assumption 2)")
-    p.add_argument("--model-bound", type=float, required=True, help="C, the bound on ‖W_t‖_F (Assumption 3)")
-    p.add_argument("--strong-convexity", type=float, required=True, help="λ, Σ XᵀX ≥ λI")
-    p.add_argument("--iterations", type=int, required=True, help="T")
+    p.add_argument("--sigma1-sq", type=POSITIVE, required=True, help="σ₁²")
+    p.add_argument("--sigma2-sq", type=POSITIVE, required=True, help="σ₂²")
+    p.add_argument("--nodes", type=COUNT, required=True, help="N, devices")
+    p.add_argument("--straggler-p", type=Number(float, ge=0, lt=1), required=True, help="p, per device and iteration")
+    p.add_argument("--beta", type=POSITIVE, required=True, help="β, the bound on a device's gradient norm (Assumption 2)")
+    p.add_argument("--model-bound", type=POSITIVE, required=True, help="C, the bound on ‖W_t‖_F (Assumption 3)")
+    p.add_argument("--strong-convexity", type=POSITIVE, required=True, help="λ, Σ XᵀX ≥ λI")
+    p.add_argument("--iterations", type=COUNT, required=True, help="T")
     p.add_argument("--unit", choices=["nats", "bits"], default="nats", help="unit of epsilon (default nats)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=_plan)
 
 
 def _dims(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--dim", type=int, required=True, help="d, features (columns of X)")
-    p.add_argument("--outputs", type=int, required=True, help="o, outputs (columns of Y)")
+    p.add_argument("--dim", type=COUNT, required=True, help="d, features (columns of X)")
+    p.add_argument("--outputs", type=COUNT, required=True, help="o, outputs (columns of Y)")
 
 
-def _positive(name: str, value: float | None) -> float:
-    if value is None or not value > 0:
-        raise UserError(f"--{name} must be > 0, got {value}")
-    return value
-
-
-def _check_dims(args: argparse.Namespace) -> None:
-    _positive("dim", args.dim)
-    _positive("outputs", args.outputs)
-
-
+@calculator
 def _privacy(args: argparse.Namespace) -> int:
     from testbed.privacy import acfl
 
-    _check_dims(args)
     if args.epsilon is not None:
         if args.sigma2_sq is not None:
             raise UserError("--sigma2-sq goes with --sigma1-sq, not with --epsilon (use --ratio)")
-        s1, s2 = acfl.sigma_sq_for_epsilon(args.dim, args.outputs, _positive("epsilon", args.epsilon),
-                                           _positive("ratio", args.ratio), unit=args.unit)
+        s1, s2 = acfl.sigma_sq_for_epsilon(args.dim, args.outputs, args.epsilon, args.ratio, unit=args.unit)
     else:
         if args.sigma2_sq is None:
             raise UserError("--sigma1-sq needs --sigma2-sq")
-        s1, s2 = _positive("sigma1-sq", args.sigma1_sq), _positive("sigma2-sq", args.sigma2_sq)
+        s1, s2 = args.sigma1_sq, args.sigma2_sq
     eps = acfl.mi_epsilon(args.dim, args.outputs, s1, s2, unit=args.unit)  # eq. (17)
-    result = {"epsilon": eps, "sigma1_sq": s1, "sigma2_sq": s2, "unit": args.unit}
+    result = finite_result({"epsilon": eps, "sigma1_sq": s1, "sigma2_sq": s2, "unit": args.unit})
     if args.json:
         print(json.dumps(result))
         return 0
@@ -85,21 +76,17 @@ def _privacy(args: argparse.Namespace) -> int:
     return 0
 
 
+@calculator
 def _plan(args: argparse.Namespace) -> int:
     from testbed.privacy import acfl
 
-    _check_dims(args)
-    for name in ("sigma1_sq", "sigma2_sq", "nodes", "beta", "model_bound", "strong_convexity", "iterations"):
-        _positive(name.replace("_", "-"), getattr(args, name))
-    if not 0 <= args.straggler_p < 1:
-        raise UserError(f"--straggler-p must be in [0, 1), got {args.straggler_p}")
     kw = dict(nodes=args.nodes, p=args.straggler_p, beta_sq=args.beta**2, model_bound_sq=args.model_bound**2,
               dim=args.dim, outputs=args.outputs, sigma1_sq=args.sigma1_sq, sigma2_sq=args.sigma2_sq)
     alpha = acfl.optimal_alpha(**kw)  # eq. (36)
     u_tilde = acfl.u_tilde(**kw)  # eq. (38)
     bound = acfl.convergence_bound(u_tilde, args.strong_convexity, args.iterations)  # eq. (37)
     eps = acfl.mi_epsilon(args.dim, args.outputs, args.sigma1_sq, args.sigma2_sq, unit=args.unit)  # eq. (17)
-    result = {"alpha": alpha, "bound": bound, "epsilon": eps, "u_tilde": u_tilde, "unit": args.unit}
+    result = finite_result({"alpha": alpha, "bound": bound, "epsilon": eps, "u_tilde": u_tilde, "unit": args.unit})
     if args.json:
         print(json.dumps(result))
         return 0

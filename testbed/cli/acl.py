@@ -12,15 +12,19 @@ import argparse
 import json
 from pathlib import Path
 
+from testbed.cli.numbers import COUNT, first_repeat
 from testbed.errors import UserError
+
+#: Bytes `testbed acl` holds per node before writing (its ACL lines, password, hash, JSON entry).
+NODE_BYTES = 4096
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     acl = sub.add_parser("acl", help="generate per-node credentials and a Mosquitto ACL")
     acl.add_argument("--run", default="testbed", help="the run scope (mqtt.run_id)")
     group = acl.add_mutually_exclusive_group(required=True)
-    group.add_argument("--nodes", type=int, help="nodes 0..N-1")
-    group.add_argument("--ids", help="these node ids (comma separated)")
+    group.add_argument("--nodes", type=COUNT, help="nodes 0..N-1")
+    group.add_argument("--ids", help="these node ids (comma separated, none twice)")
     acl.add_argument("--out", type=Path, required=True, help="directory for acl, passwords, credentials.json")
     acl.set_defaults(handler=_acl)
 
@@ -30,10 +34,16 @@ def _acl(args: argparse.Namespace) -> int:
     from testbed.cli import checks
     from testbed.mqtt.acl import (generate_acl, mosquitto_conf, write_acl_file, write_password_file,
                                   write_private)
+    from testbed.resources import check_count
 
-    if args.nodes is not None and args.nodes < 1:
-        raise UserError(f"--nodes must be >= 1, got {args.nodes}")
-    ids = [x.strip() for x in args.ids.split(",")] if args.ids else [str(n) for n in range(args.nodes)]
+    if args.ids is None:
+        check_count(args.nodes, NODE_BYTES, "--nodes")  # before a node's id or password is made
+        ids = [str(n) for n in range(args.nodes)]
+    else:
+        ids = [x.strip() for x in args.ids.split(",")]
+        twice = first_repeat(ids)
+        if twice is not None:  # one credential per node: a repeat would silently collapse into one
+            raise UserError(f"--ids names {twice} twice")
     try:
         wire.check_id(args.run, "--run")
         for node in ids:

@@ -7,7 +7,7 @@ import contextlib
 import logging
 from pathlib import Path
 
-from testbed.errors import UserError
+from testbed.cli.numbers import CHUNK_BYTES, NODE_ID, Number
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -17,17 +17,19 @@ def register(sub: argparse._SubParsersAction) -> None:
                       help="the board's line: a device path, socket://HOST:PORT, rfc2217://HOST:PORT, loop://")
     line.add_argument("--virtual", choices=["host", "mps2-an385"],
                       help="start a virtual board: the firmware behind a pseudo-terminal, or under QEMU")
-    p.add_argument("--baud", type=int, default=115200, help="the line's rate (a device path only)")
+    p.add_argument("--baud", type=Number(int, ge=50, le=20_000_000), default=115200,
+                   help="the line's rate in bit/s (a device path only)")
     p.add_argument("--broker", required=True, help="broker URL, mqtt://host:port (mqtts:// for TLS)")
     p.add_argument("--run", default="testbed", help="the run scope (the experiment's mqtt.run_id)")
-    p.add_argument("--node-id", type=int, required=True)
+    p.add_argument("--node-id", type=NODE_ID, required=True, help="the board's node id")
     p.add_argument("--profile", help="the board's profile (firmware_bridge/boards.toml); default: its hello's")
     p.add_argument("--state-dir", type=Path, default=Path.home() / ".cache" / "testbed" / "bridge",
                    help="where the board's ledger is kept across restarts")
     p.add_argument("--credentials", type=Path, help="the credentials JSON of `testbed acl`")
     p.add_argument("--tls-ca", help="CA file for mqtts://")
     p.add_argument("--protocol", default="auto", choices=["auto", "5", "3.1.1"], help="MQTT version")
-    p.add_argument("--max-chunk-bytes", type=int, default=256 * 1024)
+    p.add_argument("--max-chunk-bytes", type=CHUNK_BYTES, default=256 * 1024,
+                   help="MQTT payloads longer than this travel in chunks")
     p.add_argument("--verbose", action="store_true")
     p.set_defaults(handler=_bridge)
 
@@ -39,8 +41,6 @@ def _bridge(args: argparse.Namespace) -> int:
     from nodes.host import serve
     from testbed.cli.node import _load_credentials
 
-    if args.node_id < 0:
-        raise UserError(f"node ids must be >= 0, got {args.node_id}")
     if args.profile is not None:
         load_mcu_profile(args.profile)  # an unknown name fails now, in one line
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,

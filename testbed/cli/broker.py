@@ -13,7 +13,7 @@ import signal
 import sys
 import time
 
-from testbed.errors import UserError
+from testbed.cli.numbers import PID, Number
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -21,8 +21,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     broker.add_argument("--host", default="127.0.0.1",
                         help="address to listen on (default 127.0.0.1; 0.0.0.0 serves boards on a LAN, "
                              "with no authentication)")
-    broker.add_argument("--port", type=int, default=1883)
-    broker.add_argument("--parent-pid", type=int, metavar="PID",
+    broker.add_argument("--port", type=Number(int, ge=0, le=65535), default=1883,
+                        help="the port to listen on (0: any free one)")
+    broker.add_argument("--parent-pid", type=PID, metavar="PID",
                         help="leave when this process is gone (a run's coordinator starts its broker so)")
     broker.set_defaults(handler=_broker)
 
@@ -31,8 +32,6 @@ def _broker(args: argparse.Namespace) -> int:
     from testbed.mqtt.broker import is_loopback
     from testbed.mqtt.embedded_broker import EmbeddedBroker
 
-    if not 0 <= args.port <= 65535:
-        raise UserError(f"--port must be in 0..65535, got {args.port}")
     remote = not is_loopback(args.host)
     # Ctrl-C and a service manager's SIGTERM stop it cleanly, even when started by a parent that
     # ignores SIGINT (the child inherits that, and Python then installs no handler of its own).

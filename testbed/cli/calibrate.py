@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
+from testbed.cli.numbers import COUNT, Number
 from testbed.errors import UserError
 
 #: Batch of a local step (the paper's X = 32) and the node id used for the round trip.
@@ -44,18 +45,23 @@ NODE = "calibrate"
 #: A block of steps lasts at least this many host CPU seconds, so one measurement resolves it.
 MIN_BLOCK_CPU_S = 0.05
 REPLY_TIMEOUT_S = 10.0
+#: The most measurements per cost: each is a block of steps and a round trip, seconds apiece.
+MAX_REPEATS = 10_000
+#: Bytes a local step holds per feature of the model: 200 samples of float64 and their copies.
+_STEP_BYTES_PER_FEATURE = 200 * 8 * 4
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     cal = sub.add_parser("calibrate", help="measure the joules and seconds of a local step (c2) and a round (c1)")
     cal.add_argument("--profile", default="host",
                      help="device profile: 'host' (this device, measured) or an emulated board (default: host)")
-    cal.add_argument("--model-size", type=int, default=100, metavar="D",
+    cal.add_argument("--model-size", type=COUNT, default=100, metavar="D",
                      help="features d of the logistic model, 2d + 2 parameters (default: 100)")
     cal.add_argument("--broker", metavar="URL", help="broker for the round trip (default: an embedded one on loopback)")
     cal.add_argument("--meter", default="auto", help="auto, rapl, ina219, ina260 or model (default: auto)")
     cal.add_argument("--out", type=Path, default=Path("calibration.toml"), help="the TOML file to write")
-    cal.add_argument("--repeats", type=int, default=20, help="measurements per cost; the median is kept")
+    cal.add_argument("--repeats", type=Number(int, ge=1, le=MAX_REPEATS), default=20,
+                     help="measurements per cost; the median is kept")
     cal.set_defaults(handler=_calibrate)
 
 
@@ -101,8 +107,11 @@ def calibrate(profile_name: str = "host", model_size: int = 100, *, broker_url: 
     from nodes.meters import make_meter
     from nodes.profiles import load_profile
 
+    from testbed.resources import check_count
+
     if repeats < 1 or model_size < 1:
         raise UserError(f"--repeats and --model-size must be >= 1, got {repeats} and {model_size}")
+    check_count(model_size, _STEP_BYTES_PER_FEATURE, "--model-size")  # before the data are made
     profile = load_profile(profile_name)
     meter = make_meter(meter_kind, profile)
     try:

@@ -9,7 +9,9 @@ import os
 import sys
 from pathlib import Path
 
+from testbed.cli.numbers import CHUNK_BYTES, COUNT, NODE_ID, PID, Number, NumberList
 from testbed.errors import UserError
+from testbed.limits import MAX_INT
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -19,13 +21,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     node.add_argument("--config", type=Path, metavar="NODE_TOML",
                       help="this board's node file (e.g. /etc/testbed/node.toml of `testbed provision`); "
                            "options given here take precedence")
-    node.add_argument("--node-id", type=int)
+    node.add_argument("--node-id", type=NODE_ID, help="this board's node id")
     node.add_argument("--data", help="this board's data file (overrides the experiment's data.path)")
     node.add_argument("--meter", choices=["auto", "rapl", "ina219", "ina260", "model"],
                       help="how joules are measured (model: from the device profile; default auto)")
     node.add_argument("--state-dir", help="where the node keeps its ledger across restarts "
                                           "(default ~/.cache/testbed/node)")
-    node.add_argument("--crash-at-round", type=int, metavar="R",
+    node.add_argument("--crash-at-round", type=Number(int, ge=0), metavar="R",
                       help="fault emulation: exit abruptly (no reply, no disconnect) when round R arrives")
     node.add_argument("--crash-after-reply", action="store_true",
                       help="with --crash-at-round: exit just after the round's first reply (e.g. a transmit signal)")
@@ -34,9 +36,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     nodes = sub.add_parser("nodes", help="serve many emulated nodes from one process, each its own MQTT client")
     which = nodes.add_mutually_exclusive_group(required=True)
-    which.add_argument("--count", type=int, help="serve nodes FIRST_ID .. FIRST_ID+COUNT-1")
-    which.add_argument("--ids", help="serve these node ids (comma separated)")
-    nodes.add_argument("--first-id", type=int, default=0)
+    which.add_argument("--count", type=COUNT, help="serve nodes FIRST_ID .. FIRST_ID+COUNT-1")
+    which.add_argument("--ids", type=NumberList(int, ge=0, unique=True), help="serve these node ids")
+    nodes.add_argument("--first-id", type=NODE_ID, default=0, help="the first node id of --count (default 0)")
     nodes.add_argument("--data", help="the data file of these nodes (overrides data.path)")
     nodes.add_argument("--session", help="serve this coordinator session only (the coordinator that starts "
                                           "the host passes its own)")
@@ -44,7 +46,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        help="how the host reads the broadcast: once for all its nodes (shared: an MQTT shared "
                             "subscription), once per node, or auto: shared when the broker says it serves "
                             "shared subscriptions (MQTT 5)")
-    nodes.add_argument("--coordinator-pid", type=int, metavar="PID",
+    nodes.add_argument("--coordinator-pid", type=PID, metavar="PID",
                        help="leave at once when this process (the coordinator that started the host) is gone")
     _common(nodes)
     nodes.set_defaults(handler=_nodes, meter="model", state_dir=None, crash_at_round=None, crash_after_reply=False,
@@ -60,7 +62,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--credentials", help="the credentials JSON of `testbed acl` or `testbed provision`")
     p.add_argument("--tls-ca", help="CA file for mqtts://")
     p.add_argument("--protocol", choices=["auto", "5", "3.1.1"], help="MQTT version (default auto)")
-    p.add_argument("--max-chunk-bytes", type=int)
+    p.add_argument("--max-chunk-bytes", type=CHUNK_BYTES,
+                   help="MQTT payloads longer than this travel in chunks (default 262144)")
     p.add_argument("--verbose", action="store_true", default=None)
 
 
@@ -69,16 +72,15 @@ def _node(args: argparse.Namespace) -> int:
 
 
 def _nodes(args: argparse.Namespace) -> int:
-    if args.ids:
-        try:
-            ids = [int(x) for x in args.ids.split(",") if x.strip()]
-        except ValueError:
-            raise UserError(f"--ids takes comma-separated integers, got {args.ids!r}") from None
-    else:
-        if args.count < 1:
-            raise UserError(f"--count must be >= 1, got {args.count}")
-        ids = list(range(args.first_id, args.first_id + args.count))
-    return _serve(args, ids)
+    from testbed.resources import check_host
+
+    if args.ids is not None:
+        check_host(len(args.ids), "--ids of")
+        return _serve(args, args.ids)
+    if args.first_id + args.count - 1 > MAX_INT:
+        raise UserError(f"--first-id {args.first_id} + --count {args.count}: node ids go up to {MAX_INT} only")
+    check_host(args.count, "--count")  # before a node (or the list of ids) is made
+    return _serve(args, list(range(args.first_id, args.first_id + args.count)))
 
 
 def _settings(args: argparse.Namespace) -> argparse.Namespace:
@@ -104,9 +106,6 @@ def _serve(args: argparse.Namespace, ids: list[int] | None) -> int:
 
     args = _settings(args)
     ids = [args.node_id] if ids is None else ids
-    negative = [n for n in ids if n < 0]
-    if negative:  # node ids index the data partition and name MQTT topics: 0, 1, 2, ...
-        raise UserError(f"node ids must be >= 0, got {negative[0]}")
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     costs = NodeCosts(args.profile, args.meter, pacing=args.pacing)

@@ -18,6 +18,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
+from testbed.cli.numbers import POSITIVE, PROBABILITY, Number
 from testbed.errors import ConfigError, UserError
 
 #: The experiment planned when no FILE is given.
@@ -37,9 +38,10 @@ delta = 1e-4
 """
 DEFAULT_COST_BUDGET = 1000.0
 DEFAULT_EPSILON = 10.0
-#: Flags that set a [plan] constant, by config key.
-CONSTANT_FLAGS = {"smoothness": "L", "strong_convexity": "λ (PL constant)", "grad_variance": "ξ²",
-                  "initial_gap": "α = L(θ⁰) − L*"}
+#: Flags that set a [plan] constant, by config key: its symbol and its range (those of [plan]).
+NON_NEGATIVE = Number(float, ge=0)
+CONSTANT_FLAGS = {"smoothness": ("L", POSITIVE), "strong_convexity": ("λ (PL constant)", POSITIVE),
+                  "grad_variance": ("ξ²", NON_NEGATIVE), "initial_gap": ("α = L(θ⁰) − L*", NON_NEGATIVE)}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -49,19 +51,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     dp.add_argument("file", type=Path, nargs="?", help="experiment file (default: Adult-2 logistic regression)")
     dp.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                     help="override any key of the experiment, e.g. --set dp_pasgd.lr=0.2 (repeatable)")
-    dp.add_argument("--cost-budget", type=float, help=f"C_th per device (default: budget.cost_units, else "
+    dp.add_argument("--cost-budget", type=POSITIVE, help=f"C_th per device (default: budget.cost_units, else "
                                                       f"{DEFAULT_COST_BUDGET:g}); in --cost-unit with --calibration")
-    dp.add_argument("--epsilon", type=float, help=f"ε_th per device (default: the file's target, else {DEFAULT_EPSILON:g})")
-    dp.add_argument("--delta", type=float, help="δ (default: privacy.delta, 1e-4)")
-    dp.add_argument("--c1", type=float, help="cost of one round per device (default: dp_pasgd.c1, 100)")
-    dp.add_argument("--c2", type=float, help="cost of one local step per device (default: dp_pasgd.c2, 1)")
+    dp.add_argument("--epsilon", type=POSITIVE, help=f"ε_th per device (default: the file's target, else {DEFAULT_EPSILON:g})")
+    dp.add_argument("--delta", type=PROBABILITY, help="δ (default: privacy.delta, 1e-4)")
+    dp.add_argument("--c1", type=NON_NEGATIVE, help="cost of one round per device (default: dp_pasgd.c1, 100)")
+    dp.add_argument("--c2", type=NON_NEGATIVE, help="cost of one local step per device (default: dp_pasgd.c2, 1)")
     dp.add_argument("--calibration", type=Path, help="c1 and c2 from a `testbed calibrate` file")
     dp.add_argument("--cost-unit", choices=["joules", "seconds"], default="joules",
                     help="which costs of the calibration file to plan with (default joules)")
     dp.add_argument("--variant", choices=["corrected", "paper_literal"],
                     help="σ calibration of the plan (default: dp_pasgd.calibration, corrected)")
-    for key, symbol in CONSTANT_FLAGS.items():
-        dp.add_argument("--" + key.replace("_", "-"), type=float, help=f"{symbol} (default: [plan], else estimated)")
+    for key, (symbol, kind) in CONSTANT_FLAGS.items():
+        dp.add_argument("--" + key.replace("_", "-"), type=kind, help=f"{symbol} (default: [plan], else estimated)")
     dp.add_argument("--json", action="store_true", help="print the plan as JSON")
     dp.set_defaults(handler=_plan_dp_pasgd)
     from testbed.cli.acfl import register_plan

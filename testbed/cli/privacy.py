@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 
+from testbed.cli.numbers import COUNT, POSITIVE, PROBABILITY, Number, NumberList, calculator, finite_result
 from testbed.errors import UserError
+
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -21,13 +23,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _register_dp_pasgd(psub: argparse._SubParsersAction) -> None:
     dp = psub.add_parser("dp-pasgd", help="ε of eq. (9) for σ, or σ for a target ε")
-    dp.add_argument("--steps", type=int, required=True, help="K, local steps per device")
-    dp.add_argument("--lipschitz", type=float, required=True, help="G, per-sample gradient bound")
-    dp.add_argument("--batch", type=int, required=True, help="X, mini-batch size")
-    dp.add_argument("--delta", type=float, required=True)
+    dp.add_argument("--steps", type=COUNT, required=True, help="K, local steps per device")
+    dp.add_argument("--lipschitz", type=POSITIVE, required=True, help="G, per-sample gradient bound")
+    dp.add_argument("--batch", type=COUNT, required=True, help="X, mini-batch size")
+    dp.add_argument("--delta", type=PROBABILITY, required=True, help="δ")
     group = dp.add_mutually_exclusive_group(required=True)
-    group.add_argument("--sigma", type=float, help="noise std per coordinate")
-    group.add_argument("--epsilon", type=float, help="target ε: prints the calibrated σ")
+    group.add_argument("--sigma", type=POSITIVE, help="noise std per coordinate")
+    group.add_argument("--epsilon", type=POSITIVE, help="target ε: prints the calibrated σ")
     dp.add_argument("--calibration", choices=["corrected", "paper_literal"], default="corrected",
                     help="σ from ε: the correct root of eq. (9), or eq. (23) as printed (not private)")
     dp.add_argument("--json", action="store_true")
@@ -36,17 +38,17 @@ def _register_dp_pasgd(psub: argparse._SubParsersAction) -> None:
 
 def _register_dwfl(psub: argparse._SubParsersAction) -> None:
     dw = psub.add_parser("dwfl", help="per-receiver ε of eq. (11) and the orthogonal ε, or σ² for a target ε")
-    dw.add_argument("--gains", required=True, help="|h_k| of every node, comma separated (N >= 2)")
-    dw.add_argument("--power-w", type=float, required=True, help="P_k of every node, W")
-    dw.add_argument("--beta", help="one value: fraction of 1 − α_k given to artificial noise (default 1); "
+    dw.add_argument("--gains", type=NumberList(float, min_len=2, gt=0), required=True, help="|h_k| of every node")
+    dw.add_argument("--power-w", type=POSITIVE, required=True, help="P_k of every node, W")
+    dw.add_argument("--beta", type=NumberList(float, ge=0, le=1), help="one value: fraction of 1 − α_k given to artificial noise (default 1); "
                                    "N comma-separated values: β_k")
     group = dw.add_mutually_exclusive_group(required=True)
-    group.add_argument("--sigma2", type=float, help="σ², variance of the artificial noise per entry")
-    group.add_argument("--epsilon", type=float, help="per-round target ε at the worst receiver: prints σ²")
-    dw.add_argument("--noise-var", type=float, required=True, help="σ_m², channel noise per entry, W")
-    dw.add_argument("--lr", type=float, required=True, help="γ, learning rate")
-    dw.add_argument("--gmax", type=float, required=True, help="gradient clipping norm")
-    dw.add_argument("--delta", type=float, required=True)
+    group.add_argument("--sigma2", type=Number(float, ge=0), help="σ², variance of the artificial noise per entry")
+    group.add_argument("--epsilon", type=POSITIVE, help="per-round target ε at the worst receiver: prints σ²")
+    dw.add_argument("--noise-var", type=Number(float, ge=0), required=True, help="σ_m², channel noise per entry, W")
+    dw.add_argument("--lr", type=POSITIVE, required=True, help="γ, learning rate")
+    dw.add_argument("--gmax", type=POSITIVE, required=True, help="gradient clipping norm")
+    dw.add_argument("--delta", type=PROBABILITY, required=True, help="δ")
     dw.add_argument("--json", action="store_true")
     dw.set_defaults(handler=_dwfl)
 
@@ -54,19 +56,20 @@ def _register_dwfl(psub: argparse._SubParsersAction) -> None:
 def _register_padpfl(psub: argparse._SubParsersAction) -> None:
     pa = psub.add_parser("padpfl", help="client noise (eq. 8), server noise (eq. 13) and the condition of Theorem 1")
     group = pa.add_mutually_exclusive_group(required=True)
-    group.add_argument("--weights", help="p of every client, comma separated (sum 1)")
-    group.add_argument("--parts", help="N1:r1,N2:r2,...: clients per part and their per-client ratio (the paper's "
+    group.add_argument("--weights", type=NumberList(float, ge=0, le=1), help="p of every client (sum 1)")
+    group.add_argument("--parts", type=Parts(), help="N1:r1,N2:r2,...: clients per part and their per-client ratio (the paper's "
                                        '"0-1-2" over parts of N1, N2, N3), normalised')
-    pa.add_argument("--min-samples", type=int, required=True, help="min_i m_i")
-    pa.add_argument("--clip", type=float, required=True, help="B, the clipping bound on the weights")
-    pa.add_argument("--rounds", type=int, required=True, help="T, aggregations")
-    pa.add_argument("--uploads", type=int, required=True, help="R, the most uploads of one client (R <= T)")
-    pa.add_argument("--epsilon", type=float, required=True)
-    pa.add_argument("--delta", type=float, required=True)
+    pa.add_argument("--min-samples", type=COUNT, required=True, help="min_i m_i")
+    pa.add_argument("--clip", type=POSITIVE, required=True, help="B, the clipping bound on the weights")
+    pa.add_argument("--rounds", type=COUNT, required=True, help="T, aggregations")
+    pa.add_argument("--uploads", type=COUNT, required=True, help="R, the most uploads of one client (R <= T)")
+    pa.add_argument("--epsilon", type=POSITIVE, required=True, help="ε, the target of Theorem 1")
+    pa.add_argument("--delta", type=PROBABILITY, required=True, help="δ")
     pa.add_argument("--json", action="store_true")
     pa.set_defaults(handler=_padpfl)
 
 
+@calculator
 def _padpfl(args: argparse.Namespace) -> int:
     import numpy as np
 
@@ -74,22 +77,15 @@ def _padpfl(args: argparse.Namespace) -> int:
     from testbed.privacy import padpfl as dp
 
     if args.weights is not None:
-        p = np.array(_floats("weights", args.weights))
+        p = np.array(args.weights)
         problem = check_weights(p, p.size)
         if problem is not None:
             raise UserError(f"--weights: {problem}")
     else:
-        try:
-            pairs = [item.split(":") for item in args.parts.split(",")]
-            counts, ratios = [int(n) for n, _ in pairs], [float(r) for _, r in pairs]
-        except ValueError:
-            raise UserError(f"--parts is N1:r1,N2:r2,... (clients:ratio), got {args.parts!r}") from None
-        if min(counts) < 1 or min(ratios) < 0 or sum(n * r for n, r in zip(counts, ratios)) <= 0:
-            raise UserError("--parts needs clients >= 1, ratios >= 0 and some weight")
+        counts, ratios = args.parts
+        if sum(n * r for n, r in zip(counts, ratios)) <= 0:
+            raise UserError("--parts needs some weight: a ratio > 0")
         p = ratio_weights(counts, np.array(ratios))
-    for name in ("min_samples", "clip", "rounds", "uploads", "epsilon"):
-        positive(name.replace("_", "-"), getattr(args, name))
-    probability("delta", args.delta)
     if args.uploads > args.rounds:
         raise UserError(f"--uploads: R = {args.uploads} exceeds --rounds T = {args.rounds}")
     common = (args.clip, args.rounds, args.uploads, args.min_samples, args.epsilon, args.delta)
@@ -100,6 +96,7 @@ def _padpfl(args: argparse.Namespace) -> int:
               "c": dp.gaussian_c(args.delta), "condition": dp.server_noise_needed(p, args.rounds, args.uploads),
               "threshold": dp.condition_threshold(p), "max_p": float(p.max()), "sum_p2": float(p @ p),
               "gaussian_condition": dp.gaussian_condition_holds(args.epsilon)}
+    finite_result(result)
     if args.json:
         print(json.dumps(result))
         return 0
@@ -116,45 +113,30 @@ def _padpfl(args: argparse.Namespace) -> int:
     return 0
 
 
-def _floats(name: str, text: str) -> list[float]:
-    try:
-        return [float(v) for v in text.split(",")]
-    except ValueError:
-        raise UserError(f"--{name} must be comma-separated numbers, got {text!r}") from None
-
-
+@calculator
 def _dwfl(args: argparse.Namespace) -> int:
     import numpy as np
 
     from channel import align_power
     from testbed.privacy import dwfl as dp
 
-    gains = np.array(_floats("gains", args.gains))
-    if len(gains) < 2 or np.any(gains <= 0):
-        raise UserError("--gains needs at least 2 values, all > 0")
-    for name in ("power_w", "lr", "gmax"):
-        positive(name.replace("_", "-"), getattr(args, name))
-    probability("delta", args.delta)
-    if args.noise_var < 0:
-        raise UserError(f"--noise-var must be >= 0, got {args.noise_var}")
-    beta = None if args.beta is None else _floats("beta", args.beta)
+    gains = np.array(args.gains)
+    beta = args.beta
     try:
         al = align_power(gains, args.power_w, beta=beta if beta is None or len(beta) > 1 else beta[0])  # eqs. (3)-(4)
     except ValueError as exc:
         raise UserError(f"--beta: {exc}") from None
     common = (args.lr, args.gmax, args.delta)
     if args.epsilon is not None:
-        positive("epsilon", args.epsilon)
         sigma2 = dp.calibrate_sigma2(args.epsilon, gains, args.power_w, al.beta, args.noise_var, *common)
     else:
-        if args.sigma2 < 0:
-            raise UserError(f"--sigma2 must be >= 0, got {args.sigma2}")
         sigma2 = args.sigma2
     eps = dp.epsilon_per_receiver(gains, args.power_w, al.beta, sigma2, args.noise_var, *common)  # eq. (11)
     orth = dp.orthogonal_epsilon(gains, args.power_w, al.beta, sigma2, args.noise_var, *common)  # Remark IV.1
     result = {"epsilon": eps.tolist(), "epsilon_orthogonal": orth.tolist(), "sigma2": sigma2, "c": al.c,
               "alpha": al.alpha.tolist(), "beta": al.beta.tolist(),
               "sigma_z2": dp.sigma_z2(gains, args.power_w, al.beta, sigma2, args.noise_var)}
+    finite_result(result)
     if args.json:
         print(json.dumps(result))
         return 0
@@ -168,31 +150,17 @@ def _dwfl(args: argparse.Namespace) -> int:
     return 0
 
 
-def positive(name: str, value: float) -> None:
-    if not value > 0:
-        raise UserError(f"--{name} must be > 0, got {value}")
-
-
-def probability(name: str, value: float) -> None:
-    if not 0 < value < 1:
-        raise UserError(f"--{name} must be in (0, 1), got {value}")
-
-
+@calculator
 def _dp_pasgd(args: argparse.Namespace) -> int:
     from testbed.privacy import zcdp
 
-    positive("steps", args.steps)
-    positive("batch", args.batch)
-    positive("lipschitz", args.lipschitz)
-    probability("delta", args.delta)
     if args.epsilon is not None:
-        positive("epsilon", args.epsilon)
         sigma = zcdp.dp_pasgd_sigma(args.steps, args.lipschitz, args.batch, args.epsilon, args.delta, args.calibration)
     else:
-        positive("sigma", args.sigma)
         sigma = args.sigma
     rho = zcdp.dp_pasgd_rho(args.steps, args.lipschitz, args.batch, sigma)
     eps = zcdp.rho_to_epsilon(rho, args.delta)
+    finite_result({"epsilon": eps, "rho": rho, "sigma": sigma})
     if args.json:
         print(json.dumps({"epsilon": eps, "rho": rho, "sigma": sigma, "calibration": args.calibration}))
         return 0
@@ -203,3 +171,20 @@ def _dp_pasgd(args: argparse.Namespace) -> int:
     if args.epsilon is not None and eps > args.epsilon * (1 + 1e-9):
         print(f"WARNING  {args.calibration} calibration spends epsilon {eps:.4g}, not {args.epsilon:g}")
     return 0
+
+
+class Parts:
+    """``--parts N1:r1,N2:r2,...``: clients per part (an integer >= 1) and their per-client ratio
+    (>= 0), as (counts, ratios)."""
+
+    count, ratio = COUNT, Number(float, ge=0)
+    __name__ = "parts"
+
+    def __call__(self, text: str) -> tuple[list[int], list[float]]:
+        pairs = [item.split(":") for item in text.split(",") if item.strip()]
+        if not pairs or any(len(pair) != 2 for pair in pairs):
+            raise argparse.ArgumentTypeError(f"is N1:r1,N2:r2,... (clients:ratio), got {text!r}")
+        return [self.count(n) for n, _ in pairs], [self.ratio(r) for _, r in pairs]
+
+    def describe(self) -> str:
+        return f"N:r pairs, comma separated, N {self.count.describe()}, r {self.ratio.describe()}"

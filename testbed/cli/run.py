@@ -7,9 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from testbed.cli.numbers import Number
 from testbed.cli.watch import add_server_options, check_server_options
 from testbed.errors import UserError
 from testbed.extras import check_installed
+from testbed.limits import MAX_SEED
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -20,7 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                      help="continue a killed run from its last completed round (its own config.toml)")
     run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                      help="override any key, e.g. --set dp_pasgd.tau=5 (repeatable)")
-    run.add_argument("--seed", type=int, help="the run's seed (run.seed)")
+    run.add_argument("--seed", type=Number(int, ge=0, le=MAX_SEED), help="the run's seed (run.seed)")
     run.add_argument("--out", type=Path, help="the run directory (default: output.dir/NAME-TIME-sSEED)")
     run.add_argument("--quiet", action="store_true", help="no progress bar, no summary table")
     run.add_argument("--watch", action="store_true", help="serve the live web page of the run (testbed watch)")

@@ -7,6 +7,7 @@ import ipaddress
 import sys
 from pathlib import Path
 
+from testbed.cli.numbers import PORT
 from testbed.errors import UserError
 from testbed.extras import check_installed
 
@@ -22,15 +23,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def add_server_options(parser: argparse.ArgumentParser, prefix: str = "") -> None:
     """--port and --host (shared with `testbed run --watch`)."""
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"the page's port (default {DEFAULT_PORT})")
+    parser.add_argument("--port", type=PORT, default=DEFAULT_PORT, help=f"the page's port (default {DEFAULT_PORT})")
     parser.add_argument("--host", default="127.0.0.1",
                         help="the address to listen on (default 127.0.0.1: this machine only)")
 
 
 def check_server_options(args: argparse.Namespace) -> None:
-    """One line naming the option if --port or --host is not usable."""
-    if not 1 <= args.port <= 65535:
-        raise UserError(f"--port must be 1..65535, got {args.port}")
+    """One line naming the option if --host is not usable (--port's type checked its range)."""
     try:
         ipaddress.ip_address(args.host)
     except ValueError:
