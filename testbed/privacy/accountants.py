@@ -115,7 +115,10 @@ def supports(accountant: str, event) -> bool:
     """
     return unsupported_reason(accountant, [event]) is None
 
-_MAX_NOISE_MULTIPLIER = 1e12
+# Past ~1e6 both accountants report ε = 0; dp-accounting's sampled-without-replacement path fails with
+# "math domain error" from ~1e12 (a noise std of 1e15 with unit sensitivity). Clamping it there only
+# raises ε (never an under-count), and keeps every multiplier inside what both accountants compute.
+_MAX_NOISE_MULTIPLIER = 1e6
 
 
 def _replace_one_sensitivity(sensitivity: float, adjacency: str) -> float:
