@@ -28,6 +28,7 @@ from nodes.meters import METER_KINDS
 from nodes.profiles import PROFILE_NAMES
 from testbed import wire
 from testbed.errors import ConfigError, UserError
+from testbed.limits import MAX_CHUNK_BYTES, MAX_INT, MIN_CHUNK_BYTES
 from testbed.mqtt.broker import parse_broker_url
 
 if sys.version_info >= (3, 11):
@@ -62,10 +63,13 @@ def _one_of(choices: tuple[str, ...]) -> Callable[[Any], str]:
     return check
 
 
-def _int_at_least(low: int) -> Callable[[Any], int]:
+def _int_in(low: int, high: int) -> Callable[[Any], int]:
+    """An integer in [low, high] (the ranges of testbed.limits, as on the command line)."""
     def check(value: Any) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"must be an integer >= {low}, got {value!r}")
+            raise ValueError(f"must be an integer >= {low}, got {value!r:.40}")
+        if value > high:
+            raise ValueError(f"must be an integer <= {high}, got {value!r:.40}")
         return value
     return check
 
@@ -92,9 +96,9 @@ def _run(value: Any) -> str:
 
 
 CHECKS: dict[str, Callable[[Any], Any]] = {
-    "broker": _broker, "run": _run, "node_id": _int_at_least(0), "credentials": _text, "tls_ca": _text,
+    "broker": _broker, "run": _run, "node_id": _int_in(0, MAX_INT), "credentials": _text, "tls_ca": _text,
     "data": _text, "meter": _one_of(METER_KINDS), "profile": _one_of(PROFILE_NAMES), "state_dir": _text,
-    "protocol": _one_of(PROTOCOLS), "pacing": _flag, "max_chunk_bytes": _int_at_least(1), "verbose": _flag,
+    "protocol": _one_of(PROTOCOLS), "pacing": _flag, "max_chunk_bytes": _int_in(MIN_CHUNK_BYTES, MAX_CHUNK_BYTES), "verbose": _flag,
 }
 assert set(CHECKS) == set(DEFAULTS)
 

@@ -313,3 +313,13 @@ def test_extreme_counts_are_refused_in_one_line_naming_the_key_before_anything_i
         capsys, small_config_file, tmp_path, overrides, key):
     code, err = _run(capsys, small_config_file, tmp_path / "r", *overrides)
     assert code == 2 and err.startswith(f"testbed: config error: {key}:"), err
+
+
+@pytest.mark.parametrize("key,value", [("node_id", 2**70), ("node_id", -1), ("node_id", 2**31), ("max_chunk_bytes", 1),
+                                       ("max_chunk_bytes", 2**40), ("node_id", 1.5), ("node_id", True)])
+def test_a_node_files_numbers_are_refused_in_one_line_out_of_range(key, value):
+    """A board's node file (testbed node --config) is held to the command line's ranges."""
+    from nodes.board_config import parse_board_config
+
+    with pytest.raises(ConfigError, match=key):
+        parse_board_config(f"{key} = {str(value).lower()}\n", "node.toml")
