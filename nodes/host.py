@@ -47,6 +47,7 @@ from testbed.threads import limit_blas_threads
 
 from nodes.agent import STEPPED, NodeAgent, NodeProtocol, SharedExperiment, step_nodes
 from nodes.costs import NodeCosts
+from nodes.round_fence import RoundFence
 
 log = logging.getLogger(__name__)
 
@@ -247,13 +248,15 @@ def _allow_open_files(count: int) -> None:
 def _loop(inbox: queue.Queue[Inbound], agents: dict[str, NodeProtocol], clients: dict[str, MqttClient],
           run: str, grace_s: float, crash: tuple[int, bool] | None, fence: SessionFence | None = None,
           watch: CoordinatorWatch | None = None, broadcast_members: Callable[[], list[str]] | None = None,
-          network: NetworkLoop | None = None) -> int:
+          network: NetworkLoop | None = None, rounds: RoundFence | None = None) -> int:
     """Serve until every node was told to stop (or the coordinator is gone); the rounds answered.
 
     What arrived together is served together: the round (and setup) messages of :class:`NodeAgent`
     nodes step at once (:func:`nodes.agent.step_nodes`), everything else one message at a time, in the
-    order it came."""
+    order it came. A round that has closed is never served (``rounds``: after a stall, the inbox
+    holds several rounds of a node; only the newest is current)."""
     fence = fence or SessionFence()
+    rounds = rounds or RoundFence(len(agents))
     watch = watch or CoordinatorWatch(None)
     answered, stopped = 0, set()
     coordinator_offline_since: float | None = None
@@ -261,7 +264,7 @@ def _loop(inbox: queue.Queue[Inbound], agents: dict[str, NodeProtocol], clients:
         if not watch.alive():
             log.warning("coordinator (pid %s) of run %s is gone; leaving", watch.pid, run)
             break
-        items = _gather(inbox, _TICK_S, agents, broadcast_members)
+        items = rounds.current(_gather(inbox, _TICK_S, agents, broadcast_members))
         now = time.monotonic()
         if coordinator_offline_since is not None and now - coordinator_offline_since > grace_s:
             log.warning("coordinator of run %s offline for %.0f s; leaving", run, grace_s)
