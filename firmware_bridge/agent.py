@@ -11,10 +11,13 @@ A board that resets, goes silent or is unplugged during a round, refuses the rou
 non-finite or malformed update makes this node a straggler for that round (one error line, nothing
 sent); at the next round the bridge reopens the line, says hello, provisions the data again if the
 board lost it, and the node is back. What the board ran is charged whether or not it is used: a
-board stalled past the bridge's wait that answers its round later (the bridge sees the update when
-it next talks to it), or one whose update is refused for its content, has the round's planned
-events charged in its ledger (with the cycles it reported); the update is not sent, its round has
-closed. The host (nodes.round_fence) never hands the board a round that has closed meanwhile.
+round whose go the board acknowledged and that the bridge gave up (a board stalled past the
+bridge's wait, a damaged update asked for in vain), an update refused for its content, and the
+update of any round the bridge gave it that comes late, each has the round's planned events
+charged in the board's ledger, once (with the cycles the board reported when its summary came;
+modelled otherwise); the update is not sent, its round has closed. A board that announces a reset
+before its update lost the round: nothing charged. The host (nodes.round_fence) never hands the
+board a round that has closed meanwhile.
 
 Example (``nodes.host.serve`` builds one per node id)::
 
@@ -133,7 +136,8 @@ class BridgeAgent(NodeAgent):
         """One round on the board: line, hello, data, task; BoardUnavailable if it cannot be.
         ``planned``: the round's events, charged if the board releases the round unused."""
         self._give(task, planned)
-        board, answered = None, False
+        board: Board | None = None
+        answered = False
         try:
             board = self._connect()
             try:  # a boot the board announced between rounds: it lost its data, not this round
@@ -151,9 +155,10 @@ class BridgeAgent(NodeAgent):
             if exc.status == m.NO_DATA and self.board is not None:
                 self.board.dataset = 0
             raise BoardUnavailable(f"board on {self.url}: {exc}; a straggler this round") from None
-        except BoardReset:
+        except BoardReset:  # it lost the round: nothing run, unless its update came (charged below)
             if self.board is not None:
                 self.board.dataset = 0
+                self.board.running = None
             raise BoardUnavailable(f"board on {self.url} reset mid-round; a straggler this round") from None
         except UserError as exc:  # the line is gone, or the board went silent: reopen next round
             self._drop()
@@ -161,6 +166,8 @@ class BridgeAgent(NodeAgent):
         finally:
             if board is not None:
                 self._charge_released(board, answered=task.round_index if answered else None)
+                if board.running == task.round_index:  # given up while the board runs it: spent
+                    self.charge_unused(task.round_index, cycles=0, counter_hz=1, kind="model")
 
     def _give(self, task: McuTask, planned: list[Event]) -> None:
         assert self._session is not None

@@ -79,6 +79,8 @@ class Board:
         released: round → its ``update done`` (None if only values came) for every round whose
             update frames the board sent on this line, the last few; the bridge takes them
             (:meth:`take_released`) and charges those it did not use.
+        running: the round whose go the board acknowledged (it runs the round) and whose update
+            :meth:`run` did not return; None otherwise.
     """
 
     def __init__(self, link: Link, update_timeout_s: float = 30.0):
@@ -87,6 +89,7 @@ class Board:
         self.info: m.Hello | None = None
         self.dataset = 0  # the data the board holds (0: none)
         self.released: collections.OrderedDict[int, m.UpdateDone | None] = collections.OrderedDict()
+        self.running: int | None = None
 
     def aside(self, frame: Frame | None) -> None:
         """Note a frame that came outside the exchange it belongs to: an update is evidence that
@@ -198,7 +201,9 @@ class Board:
         self.link.send(m.ROUND, [m.round_begin(task.round_index, task.seed, task.node, self.dataset, task.tau,
                                                task.batch, task.lr, task.sigma, p)], "the round")
         self.link.send(m.ROUND, [m.round_model(i, theta[i : i + per]) for i in range(0, p, per)], "the model")
+        self.running = None
         self.link.send(m.ROUND, [go], "the round's go")
+        self.running = task.round_index
         update = np.full(p, np.nan, dtype=np.float32)
         seen = np.zeros(p, dtype=bool)
         deadline = time.monotonic() + self.update_timeout_s
@@ -248,6 +253,7 @@ class Board:
                                     f"after {asked} asks again")
                 asked, dropped = self._ask_again(task, go, asked)
                 continue
+            self.running = None
             return BoardResult(update, part.steps, part.cycles, info.counter_hz, info.counter_kind,
                                time.monotonic() - start)
 

@@ -8,9 +8,10 @@ keeps, per node and session, the newest round seen (in the batch the host gather
 round it served before) and drops the older ones with one log line per batch.
 
 A round's messages share its index: the round itself, an over-the-air round's received signal,
-and the setup (wire round 0, which comes before round 0). A repeat of the newest round is not
-dropped here: the node's ledger charges a round once, and an over-the-air round's second message
-has the same index.
+and the setup (wire round 0, which comes before round 0). The stop carries the last round the
+coordinator sent: it closes that round too (a node stalled through the end of a run runs nothing
+more); the stop itself is never dropped. A repeat of the newest round is not dropped here: the
+node's ledger charges a round once, and an over-the-air round's second message has the same index.
 
 Example::
 
@@ -38,7 +39,7 @@ from testbed.mqtt.client import Inbound
 
 log = logging.getLogger(__name__)
 
-#: The messages that belong to one round of a node (a stop ends the session, it is never dropped).
+#: The messages that belong to one round of a node (dropped once it closed).
 ROUND_KINDS = frozenset({protocol.ROUND, protocol.SETUP, protocol.RECEIVED})
 #: Sessions remembered per node (a board follows resumed runs): older entries are forgotten, and
 #: the host's session fence refuses their rounds anyway.
@@ -46,8 +47,11 @@ _SESSIONS_PER_NODE = 4
 
 
 def round_order(msg: wire.Message) -> int:
-    """Where ``msg`` stands among a session's rounds: its round, the setup before round 0."""
-    return -1 if msg.kind == protocol.SETUP else msg.round
+    """Where ``msg`` stands among a session's messages: the setup, then each round's messages,
+    each followed by a stop of that round (which closes it)."""
+    if msg.kind == protocol.SETUP:
+        return -1
+    return 2 * msg.round + (msg.kind == protocol.STOP)
 
 
 class RoundFence:
@@ -73,7 +77,7 @@ class RoundFence:
         newest: dict[tuple[str | None, str | None], int] = {}
         for item in items:
             msg = item.message
-            if msg is not None and msg.kind in ROUND_KINDS:
+            if msg is not None and (msg.kind in ROUND_KINDS or msg.kind == protocol.STOP):
                 key = (item.receiver, protocol.session_of(msg))
                 newest[key] = max(newest.get(key, self._newest.get(key, -2)), round_order(msg))
         kept: list[Inbound] = []
@@ -82,7 +86,7 @@ class RoundFence:
             msg = item.message
             if msg is not None and msg.kind in ROUND_KINDS and \
                     round_order(msg) < newest[(item.receiver, protocol.session_of(msg))]:
-                dropped[msg.round] += 1
+                dropped[msg.round] += 1  # the setup counts as round 0, as on the wire
                 continue
             kept.append(item)
         for key, order in newest.items():

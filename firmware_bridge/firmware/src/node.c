@@ -34,7 +34,7 @@ enum { AFTER_NOTHING, AFTER_GO, AFTER_RESEND };
 
 static uint8_t enc[MAX_ENCODED], body[MAX_ENCODED], out_body[MAX_BODY], out_enc[MAX_ENCODED + 1];
 static uint8_t tx_seq;
-static int damage_next; /* fault emulation: damage the next update frame on the line */
+static int damage_next; /* fault emulation: TB_FAULT_DAMAGE_*, the update frame to damage on the line */
 
 static uint16_t get16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
 static uint32_t get32(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
@@ -61,7 +61,9 @@ static void send(uint8_t type, const uint8_t *payload, uint16_t len) {
     if (len) memcpy(out_body + TB_HEADER, payload, len);
     put32(out_body + TB_HEADER + len, tb_crc32(0, out_body, TB_HEADER + len));
     size_t n = tb_cobs_encode(out_body, TB_HEADER + len + TB_CRC, out_enc);
-    if (damage_next && type == T_UPDATE) { /* one bit flipped on the line, never into a delimiter */
+    if (type == T_UPDATE && ((damage_next == TB_FAULT_DAMAGE_VALUES && payload[0] == 0) ||
+                             (damage_next == TB_FAULT_DAMAGE_SUMMARY && payload[0] == 1))) {
+        /* one bit flipped on the line, never into a delimiter */
         out_enc[n / 2] ^= out_enc[n / 2] == 0x01 ? 0x02 : 0x01;
         damage_next = 0;
     }
@@ -300,7 +302,7 @@ static void handle(size_t n) {
             boot();
             return;
         }
-        damage_next = fault == TB_FAULT_DAMAGE;
+        damage_next = fault;
         run_round();
     }
 }

@@ -5,7 +5,8 @@
  * lives (killing the process is unplugging the board). Environment: TB_BOARD_ID, TB_BOARD_PROFILE;
  * fault emulation for tests, each once, at the go of round R: TB_RESET_AT_ROUND=R resets the board
  * (RAM lost, boot HELLO); TB_STALL_AT_ROUND=R blocks it TB_STALL_S seconds (it neither reads nor
- * writes, then runs the round); TB_DAMAGE_AT_ROUND=R damages the first frame of its update. */
+ * writes, then runs the round); TB_DAMAGE_AT_ROUND=R damages the first frame of its update
+ * (with TB_DAMAGE_SUMMARY=1: its summary, the last). */
 #define _XOPEN_SOURCE 600
 #define _DEFAULT_SOURCE
 #include <errno.h>
@@ -23,6 +24,7 @@
 static int master = -1;
 static long reset_at = -1, stall_at = -1, damage_at = -1;
 static double stall_s = 0.0;
+static int damage_summary;
 
 static long env_round(const char *name) {
     const char *v = getenv(name);
@@ -49,6 +51,7 @@ void bsp_init(void) {
     damage_at = env_round("TB_DAMAGE_AT_ROUND");
     const char *s = getenv("TB_STALL_S");
     if (s) stall_s = strtod(s, NULL);
+    damage_summary = getenv("TB_DAMAGE_SUMMARY") != NULL;
     printf("%s\n", path);
     fflush(stdout);
 }
@@ -115,7 +118,7 @@ int bsp_fault_at_go(uint32_t round) {
         }
     }
     if (fires(&reset_at, round)) return TB_FAULT_RESET;
-    if (fires(&damage_at, round)) return TB_FAULT_DAMAGE;
+    if (fires(&damage_at, round)) return damage_summary ? TB_FAULT_DAMAGE_SUMMARY : TB_FAULT_DAMAGE_VALUES;
     return TB_FAULT_NONE;
 }
 
