@@ -14,7 +14,9 @@ nodes --session S --coordinator-pid P`) serves that coordinator's session only a
 that process is gone; a board (`testbed node`) serves whatever session comes, since a resumed run
 must reach it, but never goes back to a session once a newer one was seen. Either way a killed
 coordinator's nodes do not answer its successor's rounds a second time (twice the compute and the
-energy on a real board).
+energy on a real board). Which rounds (:class:`nodes.round_fence.RoundFence`): only the newest of a
+session for each node; a host back from a stall finds the rounds that closed meanwhile in its inbox
+and runs none of them.
 
 Watching the coordinator: the host polls ``os.getppid()`` (it is the coordinator's direct child, so
 its parent id changes when the coordinator dies, whatever the signal), between messages and at
