@@ -165,7 +165,7 @@ def _faulty_line(draw):
             elif op == "swap":
                 j = (pick // 7) % len(frames)
                 frames[i], frames[j] = frames[j], frames[i]
-            elif op == "flip":
+            elif op == "flip" and len(frames[i]) > 1:
                 raw = bytearray(frames[i])
                 k = (pick // 3) % (len(raw) - 1)
                 raw[k] = raw[k] ^ 0x01 if raw[k] != 0x01 else 0x03
