@@ -24,6 +24,9 @@ from nodes.agent import NodeAgent, SharedExperiment
 from nodes.host import _loop
 from nodes.round_fence import RoundFence
 from testbed import protocol, wire
+from testbed.algorithms import registry
+from testbed.algorithms.contract import RoundContext
+from testbed.assemble import load_data, model_for
 from testbed.config import load_config_text, to_toml
 from testbed.ledger import event_from_dict, read_ledger
 from testbed.mqtt import topics
@@ -218,6 +221,14 @@ def test_each_message_of_a_closed_round_is_dropped_alone_after_a_newer_one_serve
 
 # ------------------------------------------------------------------------------------------ a bridge
 
+def _sim_update(cfg, r: int) -> np.ndarray:
+    """What sim computes for the board's node 2 in round r from THETA."""
+    data = load_data(cfg.data, cfg.run.seed)
+    alg = registry.build(cfg, model_for(cfg.model, data, cfg.run.seed), data)
+    ctx = RoundContext(r, cfg.run.seed, 3, (0, 1, 2))
+    return alg.node_step({"model": np.tile(THETA, (3, 1))}, data.train, [0, 1, 2], ctx).tensors["update"][2]
+
+
 needs_cc = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler (cc)")
 WAIT_S = 0.8  # the bridge's wait for a round's update
 
@@ -281,6 +292,9 @@ def test_a_damaged_update_frame_is_asked_for_again(tmp_path, at_round, summary):
                 reply = agent.handle(wire.decode(protocol.round_(RUN, SESSION, r, to_toml(cfg), [0, 1, 2],
                                                                  {"model": THETA})))
                 assert reply is not None and wire.decode(reply.payload).kind == protocol.UPDATE
+            # the update the board sent again is the round's own (sim's emulation of the board)
+            np.testing.assert_allclose(wire.decode(reply.payload).tensors["update"], _sim_update(cfg, at_round),
+                                       rtol=1e-5, atol=1e-6)
             link = agent.board.link
             assert link.stats["update_asked_again"] == 1 and link.errors["bad_crc"] + link.errors["bad_cobs"] >= 1
         finally:

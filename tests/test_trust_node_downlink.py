@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import json
 import re
 
 import numpy as np
@@ -298,4 +297,3 @@ def test_the_honest_message_of_each_base_is_answered(base):
     if base == "dp_pasgd-round":
         ledger = agent.ledger(RUN, SESSION)
         assert ledger.has_server_events(1) and ledger.has_round(ROUND)  # the charge taken, the round charged
-    json.dumps(msg.meta)  # the honest header is plain JSON

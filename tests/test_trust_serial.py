@@ -17,7 +17,6 @@ import time
 import zlib
 
 import numpy as np
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -204,7 +203,6 @@ def _faulty_line(draw):
                 frames[:0] = [encode_frame(Frame(m.UPDATE, 6, p)) for p in _update_frames(r - 1, board.theta, tau)]
         return b"".join(extra) + b"".join(frames)
 
-    line.ops = ops  # type: ignore[attr-defined]
     return line
 
 
@@ -320,6 +318,3 @@ def test_the_bridges_ledger_charges_every_round_the_board_released(monkeypatch, 
     assert charged <= set(fake.ran)  # nothing the board did not run
     assert ledger.totals.local_steps == 3 * len(charged)  # each charged once
     agent.close()
-
-
-pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
