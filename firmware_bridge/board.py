@@ -202,12 +202,12 @@ class Board:
                                                task.batch, task.lr, task.sigma, p)], "the round")
         self.link.send(m.ROUND, [m.round_model(i, theta[i : i + per]) for i in range(0, p, per)], "the model")
         self.running = None
+        asked, dropped, coming = 0, self.link.dropped, False  # frames dropped since the go: maybe the update's
         self.link.send(m.ROUND, [go], "the round's go")
         self.running = task.round_index
         update = np.full(p, np.nan, dtype=np.float32)
         seen = np.zeros(p, dtype=bool)
         deadline = time.monotonic() + self.update_timeout_s
-        asked, dropped, coming = 0, self.link.dropped, False
         while True:
             # Once the update is coming (a part of it came, or a frame was dropped since the go),
             # a quiet line means the rest was lost: waited for an ack's time, not the whole step's.
@@ -262,7 +262,10 @@ class Board:
         holds, not recomputed); the asks so far and the link's dropped frames now."""
         log.warning("round %d: the board's update came incomplete or damaged; asking for it again", task.round_index)
         self.link.stats["update_asked_again"] += 1
-        self.link.send(m.ROUND, [go], "the round's go (again)")
+        try:
+            self.link.send(m.ROUND, [go], "the round's go (again)")
+        except BoardGone:  # no ack: the board may still be running the step (garbage on the line
+            pass  # looked like a lost update); the update's deadline decides, a lost line fails the next read
         return asked + 1, self.link.dropped
 
     def _parsed(self, parse, payload: bytes):

@@ -76,10 +76,13 @@ class FakeBoard:
 
     baudrate = 1_000_000
 
-    def __init__(self, line):
-        self.line = line
+    def __init__(self, line, step_s: float = 0.0):
+        self.line, self.step_s = line, step_s
         self.decoder = FrameDecoder()
         self.out = bytearray()
+        self.busy_until = 0.0  # running a step: it reads nothing (what comes waits) and sends nothing
+        self.held, self.after_step = bytearray(), bytearray()
+        self.noise_at_go = b""  # bytes on the line as the step starts (after the go's ack)
         self.seq = 0
         self.task: tuple[int, int, int] | None = None  # round, tau, params
         self.theta = np.zeros(0, np.float32)
@@ -92,6 +95,12 @@ class FakeBoard:
         return len(self.out)
 
     def read(self, size: int = 1) -> bytes:
+        if self.busy_until and time.monotonic() >= self.busy_until:  # the step is over
+            self.busy_until = 0.0
+            self.out += self.after_step
+            self.after_step.clear()
+            held, self.held = bytes(self.held), bytearray()
+            self.write(held)
         chunk = bytes(self.out[:size])
         del self.out[:size]
         if not chunk:
@@ -99,6 +108,9 @@ class FakeBoard:
         return chunk
 
     def write(self, data: bytes) -> int:
+        if self.busy_until:
+            self.held += data
+            return len(data)
         for frame in self.decoder.feed(data):
             self._handle(frame)
         return len(data)
@@ -135,6 +147,10 @@ class FakeBoard:
             if repeat:  # asked again: the same update, honestly
                 for payload in payloads:
                     self._send(m.UPDATE, payload)
+            elif self.step_s:
+                self.out += self.noise_at_go
+                self.busy_until = time.monotonic() + self.step_s
+                self.after_step += self.line(r, payloads, tau, self)
             else:
                 self.out += self.line(r, payloads, tau, self)
 
@@ -246,9 +262,9 @@ TASK = McuTask(seed=1, node=1, round_index=4, tau=3, batch=4, lr=0.5, sigma=1.0,
 THETA = np.linspace(-0.2, 0.2, 10)
 
 
-def _board(line) -> tuple[Board, FakeBoard]:
-    fake = FakeBoard(line)
-    board = Board(Link(fake, ack_timeout_s=ACK_TIMEOUT_S), update_timeout_s=UPDATE_TIMEOUT_S)  # type: ignore[arg-type]
+def _board(line, step_s: float = 0.0, update_timeout_s: float = UPDATE_TIMEOUT_S) -> tuple[Board, FakeBoard]:
+    fake = FakeBoard(line, step_s)
+    board = Board(Link(fake, ack_timeout_s=ACK_TIMEOUT_S), update_timeout_s=update_timeout_s)  # type: ignore[arg-type]
     board.hello()
     return board, fake
 
@@ -278,6 +294,20 @@ def test_a_line_that_drops_the_summary_asks_again_and_gets_the_update():
     result = board.run(TASK, THETA)
     np.testing.assert_array_equal(result.update, _honest_update(THETA))
     assert board.link.stats["update_asked_again"] == 1 and fake.ran == [TASK.round_index] * 2
+
+
+def test_garbage_while_a_slow_board_runs_its_step_does_not_lose_the_round():
+    """A damaged frame before the update looks like a lost update: the bridge asks again, the board
+    (busy with its step, longer than the link's retries) does not acknowledge; its update still
+    counts when it comes within the round's wait."""
+    def line(r, payloads, tau, board):
+        return b"".join(encode_frame(Frame(m.UPDATE, i, p)) for i, p in enumerate(payloads))
+
+    board, fake = _board(line, step_s=0.4, update_timeout_s=2.0)
+    fake.noise_at_go = b"\x05\x01garbage\x00"  # damaged on the line just after the go's ack
+    result = board.run(TASK, THETA)
+    np.testing.assert_array_equal(result.update, _honest_update(THETA))
+    assert board.link.stats["update_asked_again"] >= 1 and board.link.stats["retries"] >= 1
 
 
 # --------------------------------------------------------------------------- the bridge's ledger
