@@ -55,8 +55,8 @@ from testbed.algorithms.contract import (
 from testbed.assemble import load_data, model_for
 from testbed.budgets import Budgets, budgets_from_config
 from testbed.config import Config, load_config_text
-from testbed.errors import ConfigError
 from testbed.data.federated import FederatedData, Split
+from testbed.errors import ConfigError
 from testbed.ledger import Event, LedgerWriter, NodeLedger, read_ledger
 from testbed.memo import remember_last
 
