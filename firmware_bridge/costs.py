@@ -44,12 +44,17 @@ class BoardCosts:
 
     def record(self, *, steps: int, cycles: int, counter_hz: int, kind: str) -> None:
         """Turn a round's report into the step's measurement (seconds, modelled joules)."""
+        self.last = self.measurement(steps=steps, cycles=cycles, counter_hz=counter_hz, kind=kind)
+
+    def measurement(self, *, steps: int, cycles: int, counter_hz: int, kind: str) -> Measurement:
+        """A round's seconds and modelled joules from what the board reported (``kind`` "model":
+        no report, the steps' modelled time)."""
         if kind in ("cycles", "timer"):
             seconds, source = cycles / counter_hz, f"board:{kind}"
         else:
             seconds = steps * self.flops_per_step * self.profile.cycles_per_flop / self.profile.cpu_hz
             source = f"model:{self.profile.name}"
-        self.last = Measurement(seconds, seconds * self.profile.active_power_w, False, source)
+        return Measurement(seconds, seconds * self.profile.active_power_w, False, source)
 
     @contextmanager
     def measure(self) -> Iterator[list[Measurement]]:

@@ -76,6 +76,12 @@ class Link:
         """Frames dropped by reason: the decoder's (bad_crc, oversize...) and bad_payload, unknown_type."""
         return self.decoder.errors
 
+    @property
+    def dropped(self) -> int:
+        """Frames from the board dropped so far, whatever the reason (damaged on the line, or not
+        parsing): a rise while an update is coming means a part of it may be lost."""
+        return sum(self.decoder.errors.values())
+
     def configure(self, hello: m.Hello) -> None:
         """Take the window and payload limit a board announced."""
         self.credits, self.max_payload = hello.rx_credits, hello.max_payload

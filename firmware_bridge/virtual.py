@@ -82,14 +82,23 @@ class HostBoard(_Process):
         board_id, profile: what its hello says.
         link: a path made a symlink to the pseudo-terminal (like /dev/serial/by-id/...): a board
             started again behind the same link is the same board plugged in again.
-        reset_at_round: fault emulation: the board resets itself at that round's go, once.
+        reset_at_round, stall_at_round, damage_at_round: fault emulation, each once at that
+            round's go: the board resets itself; blocks ``stall_s`` seconds (reads and writes
+            nothing) before it runs the round; flips a bit of the first frame of its update (with
+            ``damage_summary``: of its summary, the last).
     """
 
     def __init__(self, board_id: str = "host", profile: str = "rp2040", link: Path | None = None,
-                 reset_at_round: int | None = None):
+                 reset_at_round: int | None = None, stall_at_round: int | None = None, stall_s: float = 0.0,
+                 damage_at_round: int | None = None, damage_summary: bool = False):
         env = {**os.environ, "TB_BOARD_ID": board_id, "TB_BOARD_PROFILE": profile}
-        if reset_at_round is not None:
-            env["TB_RESET_AT_ROUND"] = str(reset_at_round)
+        faults = {"TB_RESET_AT_ROUND": reset_at_round, "TB_STALL_AT_ROUND": stall_at_round,
+                  "TB_DAMAGE_AT_ROUND": damage_at_round}
+        env.update({name: str(r) for name, r in faults.items() if r is not None})
+        if stall_at_round is not None:
+            env["TB_STALL_S"] = repr(float(stall_s))
+        if damage_summary:
+            env["TB_DAMAGE_SUMMARY"] = "1"
         self.proc = subprocess.Popen([str(build("host"))], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
                                      env=env, text=True)
         assert self.proc.stdout is not None

@@ -59,6 +59,7 @@ from testbed.assemble import load_data, model_for
 from testbed.budgets import Budgets, budgets_from_config
 from testbed.config import Config, load_config_text
 from testbed.data.federated import FederatedData, Split
+from testbed.errors import ConfigError
 from testbed.ledger import Event, LedgerWriter, NodeLedger, read_ledger
 from testbed.memo import remember_last
 
@@ -232,25 +233,27 @@ class NodeAgent:
 
     def _admit(self, msg: wire.Message) -> _Admitted | protocol.Reply | None:
         """A round or setup checked before the step: the node's part in it (None: not expected);
-        of a round, its downlink against the declaration and its budgets (a refusal)."""
+        of a round, its charges and downlink against the declaration and its budgets (a refusal).
+        Every check comes before the ledger is touched: a refused message charges nothing."""
         session = protocol.session_of(msg)
         exp = self._experiment(protocol.config_of(msg))
         alg = exp.algorithm
         setup = msg.kind == protocol.SETUP
         if setup and not (isinstance(alg, WithSetup) and alg.has_setup):
             raise wire.WireError("bad_header", "a setup for an algorithm without one")
-        ledger, writer = self._ledger(msg.run, session)
-        if not setup:  # a setup carries no server charges
-            self._take_charges(msg, ledger, writer)
+        charges = [] if setup else protocol.charges_of(msg, self.node)  # a setup carries none
         r = SETUP_ROUND if setup else msg.round
         ctx = self._context(msg, exp, r)
+        if ctx is not None and not setup:  # a setup has no downlink to check
+            problem = _downlink_problem(msg, exp.downlink_spec)
+            if problem is not None:
+                raise wire.WireError("bad_header", f"round {r} downlink: {problem}")
+        ledger, writer = self._ledger(msg.run, session)
+        self._take_charges(charges, ledger, writer)
         if ctx is None:
             return None
-        if setup:  # no downlink to check
+        if setup:
             return _Admitted(msg, session, exp, ledger, writer, ctx)
-        problem = _downlink_problem(msg, exp.downlink_spec)
-        if problem is not None:
-            raise wire.WireError("bad_header", f"round {r} downlink: {problem}")
         if exp.over_the_air:
             alg.use_channel(msg.tensors, r)  # type: ignore[attr-defined]
         exceeded = None if ledger.has_round(r) or not exp.budgets.any else \
@@ -293,9 +296,13 @@ class NodeAgent:
         problem = check_tensors(spec, msg.tensors)
         if problem is not None:
             raise wire.WireError("bad_header", f"received signal: {problem}")
-        self._transmitted = None
         ctx = sent.ctx.closed(senders)
-        out = alg.node_finish(sent.carry, msg.tensors["received"][None].copy(), [self.node], ctx)
+        try:  # on a copy of what it carries: a refused signal leaves the node waiting for the right one
+            out = alg.node_finish({k: v.copy() for k, v in sent.carry.items()}, msg.tensors["received"][None].copy(),
+                                  [self.node], ctx)
+        except ValueError as exc:  # e.g. fewer senders than an exchange needs
+            raise wire.WireError("bad_header", f"received signal: {exc}") from None
+        self._transmitted = None
         return protocol.Reply(protocol.COORDINATOR, protocol.update(msg.run, sent.session, msg.round, self.node,
                                                                     out.rows(self.node), sent.events, sent.metrics))
 
@@ -318,27 +325,36 @@ class NodeAgent:
                 writer.write(events)
         return events
 
-    def _take_charges(self, msg: wire.Message, ledger: NodeLedger, writer: LedgerWriter | None) -> None:
-        """Events the server issued on this node's behalf since its last round, logged once."""
-        fresh = [e for e in protocol.charges_of(msg, self.node) if not ledger.has_server_events(e.round)]
+    def _take_charges(self, charges: list[Event], ledger: NodeLedger, writer: LedgerWriter | None) -> None:
+        """Events the server issued on this node's behalf since its last round (a round's checked
+        ``charges``), logged once."""
+        fresh = [e for e in charges if not ledger.has_server_events(e.round)]
         if fresh:
             ledger.extend(fresh)
             if writer is not None:
                 writer.write(fresh)
 
     def _experiment(self, config_text: str) -> _Experiment:
+        """The experiment a round's text describes, built once. The text is part of the message:
+        one that does not make an experiment (not TOML, a key out of range, a batch larger than the
+        node's data) is a bad message (WireError); a missing data file stays the node's error."""
         key = _config_key(config_text)
         if key not in self._experiments:
-            if self.shared is not None:
-                config = self.shared.config(key, config_text)
-                data = self.shared.data_of(key, config, self.node)
-            else:
-                config = load_config_text(config_text, source="the coordinator's experiment")
-                data = load_data(config.data, config.run.seed, nodes=[self.node], path=self.data_path)
-            algorithm = registry.build(config, model_for(config.model, data, config.run.seed), data)
-            budgets = budgets_from_config(config.budget, config.privacy)
-            self._experiments = {key: _Experiment(key, config, data, algorithm, budgets)}
+            try:
+                self._experiments = {key: self._build(key, config_text)}
+            except ConfigError as exc:
+                raise wire.WireError("bad_header", str(exc)) from None
         return self._experiments[key]
+
+    def _build(self, key: str, config_text: str) -> _Experiment:
+        if self.shared is not None:
+            config = self.shared.config(key, config_text)
+            data = self.shared.data_of(key, config, self.node)
+        else:
+            config = load_config_text(config_text, source="the coordinator's experiment")
+            data = load_data(config.data, config.run.seed, nodes=[self.node], path=self.data_path)
+        algorithm = registry.build(config, model_for(config.model, data, config.run.seed), data)
+        return _Experiment(key, config, data, algorithm, budgets_from_config(config.budget, config.privacy))
 
     def _ledger(self, run: str, session: str | None) -> tuple[NodeLedger, LedgerWriter | None]:
         key = f"{run}-{session}"

@@ -14,7 +14,9 @@ nodes --session S --coordinator-pid P`) serves that coordinator's session only a
 that process is gone; a board (`testbed node`) serves whatever session comes, since a resumed run
 must reach it, but never goes back to a session once a newer one was seen. Either way a killed
 coordinator's nodes do not answer its successor's rounds a second time (twice the compute and the
-energy on a real board).
+energy on a real board). Which rounds (:class:`nodes.round_fence.RoundFence`): only the newest of a
+session for each node; a host back from a stall finds the rounds that closed meanwhile in its inbox
+and runs none of them.
 
 Watching the coordinator: the host polls ``os.getppid()`` (it is the coordinator's direct child, so
 its parent id changes when the coordinator dies, whatever the signal), between messages and at
@@ -47,6 +49,7 @@ from testbed.threads import limit_blas_threads
 
 from nodes.agent import STEPPED, NodeAgent, NodeProtocol, SharedExperiment, step_nodes
 from nodes.costs import NodeCosts
+from nodes.round_fence import RoundFence
 
 log = logging.getLogger(__name__)
 
@@ -247,13 +250,15 @@ def _allow_open_files(count: int) -> None:
 def _loop(inbox: queue.Queue[Inbound], agents: dict[str, NodeProtocol], clients: dict[str, MqttClient],
           run: str, grace_s: float, crash: tuple[int, bool] | None, fence: SessionFence | None = None,
           watch: CoordinatorWatch | None = None, broadcast_members: Callable[[], list[str]] | None = None,
-          network: NetworkLoop | None = None) -> int:
+          network: NetworkLoop | None = None, rounds: RoundFence | None = None) -> int:
     """Serve until every node was told to stop (or the coordinator is gone); the rounds answered.
 
     What arrived together is served together: the round (and setup) messages of :class:`NodeAgent`
     nodes step at once (:func:`nodes.agent.step_nodes`), everything else one message at a time, in the
-    order it came."""
+    order it came. A round that has closed is never served (``rounds``: after a stall, the inbox
+    holds several rounds of a node; only the newest is current)."""
     fence = fence or SessionFence()
+    rounds = rounds or RoundFence(len(agents))
     watch = watch or CoordinatorWatch(None)
     answered, stopped = 0, set()
     coordinator_offline_since: float | None = None
@@ -261,7 +266,7 @@ def _loop(inbox: queue.Queue[Inbound], agents: dict[str, NodeProtocol], clients:
         if not watch.alive():
             log.warning("coordinator (pid %s) of run %s is gone; leaving", watch.pid, run)
             break
-        items = _gather(inbox, _TICK_S, agents, broadcast_members)
+        items = rounds.current(_gather(inbox, _TICK_S, agents, broadcast_members))
         now = time.monotonic()
         if coordinator_offline_since is not None and now - coordinator_offline_since > grace_s:
             log.warning("coordinator of run %s offline for %.0f s; leaving", run, grace_s)

@@ -142,15 +142,17 @@ def test_serial_disconnect_is_a_straggler_and_the_board_rejoins_when_plugged_bac
         board.stop()
 
 
-def test_non_finite_numbers_from_the_board_are_refused():
+def test_non_finite_numbers_from_the_board_are_refused_and_the_round_it_ran_charged(tmp_path):
     cfg = _config(lr=3e38, sigma=10.0)  # the board's float32 step overflows
     with HostBoard() as board:
-        agent = BridgeAgent(1, board.url)
+        agent = BridgeAgent(1, board.url, state_dir=tmp_path)
         try:
             with pytest.raises(BoardUnavailable, match="non-finite"):
                 agent.handle(_round(cfg, 0, np.ones(10)))
         finally:
             agent.close()
+    ledger = list(read_ledger(next(tmp_path.glob("ledger-*.csv"))))
+    assert sorted(e.kind for e in ledger if e.round == 0) == ["communication", "compute", "privacy"]
 
 
 def test_an_unknown_line_is_one_line_error():

@@ -33,8 +33,15 @@ const char *bsp_profile(void);
  * provisioned by its bridge returns 0. */
 int bsp_own_data(float *x, uint8_t *y, uint16_t max_rows, uint8_t max_features, uint16_t *rows,
                  uint8_t *features, uint8_t *classes);
-/* Fault emulation (virtual boards only; real boards return 0): nonzero when the board should reset
- * itself now, at the "go" of round `round`. */
-int bsp_reset_requested(uint32_t round);
+/* Fault emulation (virtual boards only; real boards return TB_FAULT_NONE at once), asked at the
+ * "go" of round `round`: TB_FAULT_RESET, the board resets itself now; TB_FAULT_DAMAGE_VALUES
+ * (TB_FAULT_DAMAGE_SUMMARY), the first values frame (the summary frame) of the round's update is
+ * damaged on the line. A virtual board may also block here for a while (a stall: the board
+ * neither reads nor writes). */
+#define TB_FAULT_NONE 0
+#define TB_FAULT_RESET 1
+#define TB_FAULT_DAMAGE_VALUES 2
+#define TB_FAULT_DAMAGE_SUMMARY 3
+int bsp_fault_at_go(uint32_t round);
 
 #endif

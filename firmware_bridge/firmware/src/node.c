@@ -21,14 +21,20 @@ static struct {
 } data;
 
 static struct {
-    int begun;
+    int begun, done; /* done: theta holds the round's update, which a repeated go sends again */
     tb_task task;
     uint32_t dataset;
     uint16_t params;
+    uint64_t cycles;
+    uint32_t go_crc; /* the model's CRC its go carried: a repeated go of a done round resends */
 } round_;
+
+/* What a round frame asks for once it is acknowledged. */
+enum { AFTER_NOTHING, AFTER_GO, AFTER_RESEND };
 
 static uint8_t enc[MAX_ENCODED], body[MAX_ENCODED], out_body[MAX_BODY], out_enc[MAX_ENCODED + 1];
 static uint8_t tx_seq;
+static int damage_next; /* fault emulation: TB_FAULT_DAMAGE_*, the update frame to damage on the line */
 
 static uint16_t get16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
 static uint32_t get32(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
@@ -55,6 +61,12 @@ static void send(uint8_t type, const uint8_t *payload, uint16_t len) {
     if (len) memcpy(out_body + TB_HEADER, payload, len);
     put32(out_body + TB_HEADER + len, tb_crc32(0, out_body, TB_HEADER + len));
     size_t n = tb_cobs_encode(out_body, TB_HEADER + len + TB_CRC, out_enc);
+    if (type == T_UPDATE && ((damage_next == TB_FAULT_DAMAGE_VALUES && payload[0] == 0) ||
+                             (damage_next == TB_FAULT_DAMAGE_SUMMARY && payload[0] == 1))) {
+        /* one bit flipped on the line, never into a delimiter */
+        out_enc[n / 2] ^= out_enc[n / 2] == 0x01 ? 0x02 : 0x01;
+        damage_next = 0;
+    }
     out_enc[n++] = 0;
     bsp_write(out_enc, n);
 }
@@ -118,7 +130,7 @@ static uint8_t provision(const uint8_t *p, uint16_t len) {
         if (rows == 0 || rows > TB_MAX_ROWS || p[7] == 0 || p[7] > TB_MAX_FEATURES || p[8] < 2 || p[8] > TB_MAX_CLASSES)
             return E_TOO_LARGE;
         data.id = 0, data.pending_id = get32(p + 1), data.rows = rows, data.features = p[7], data.classes = p[8];
-        round_.begun = 0;
+        round_.begun = 0, round_.done = 0;
         return E_OK;
     }
     if (data.pending_id == 0) return E_NO_DATA;
@@ -147,14 +159,9 @@ static uint8_t provision(const uint8_t *p, uint16_t len) {
     return E_BAD_PAYLOAD;
 }
 
-static void run_round(void) {
-    uint64_t cycles = 0;
+/* The round's update (theta after the step): its values, then its summary. */
+static void send_update(void) {
     uint8_t p[TB_MAX_PAYLOAD];
-    int status = tb_node_step(&round_.task, theta, xs, ys, data.rows, data.features, data.classes, &cycles);
-    if (status != E_OK) {
-        error((uint8_t)status, "node step refused");
-        return;
-    }
     const uint16_t per = (TB_MAX_PAYLOAD - 9) / 4;
     for (uint16_t first = 0; first < round_.params; first += per) { /* values: round, first, count, floats */
         uint16_t count = round_.params - first < per ? round_.params - first : per;
@@ -168,8 +175,8 @@ static void run_round(void) {
     p[0] = 1; /* done: round, steps, cycles (64 bit), params, CRC of the values */
     put32(p + 1, round_.task.round);
     put16(p + 5, round_.task.tau);
-    put32(p + 7, (uint32_t)cycles);
-    put32(p + 11, (uint32_t)(cycles >> 32));
+    put32(p + 7, (uint32_t)round_.cycles);
+    put32(p + 11, (uint32_t)(round_.cycles >> 32));
     put16(p + 15, round_.params);
     uint32_t crc = 0;
     for (uint16_t i = 0; i < round_.params; i++) {
@@ -181,7 +188,18 @@ static void run_round(void) {
     send(T_UPDATE, p, 21);
 }
 
-static uint8_t round_frame(const uint8_t *p, uint16_t len, int *go) {
+static void run_round(void) {
+    uint64_t cycles = 0;
+    int status = tb_node_step(&round_.task, theta, xs, ys, data.rows, data.features, data.classes, &cycles);
+    if (status != E_OK) {
+        error((uint8_t)status, "node step refused");
+        return;
+    }
+    round_.done = 1, round_.cycles = cycles;
+    send_update();
+}
+
+static uint8_t round_frame(const uint8_t *p, uint16_t len, int *after) {
     if (len < 1) return E_BAD_PAYLOAD;
     if (p[0] == 0) { /* begin: round, seed, node, dataset, tau, batch, lr, sigma, params */
         if (len != 35) return E_BAD_PAYLOAD;
@@ -194,7 +212,7 @@ static uint8_t round_frame(const uint8_t *p, uint16_t len, int *go) {
             t.batch == 0 || t.batch > data.rows || t.batch > TB_MAX_BATCH || !isfinite(t.lr) ||
             !isfinite(t.sigma) || t.sigma < 0.0f)
             return E_BAD_PAYLOAD;
-        round_.task = t, round_.dataset = dataset, round_.params = params, round_.begun = 1;
+        round_.task = t, round_.dataset = dataset, round_.params = params, round_.begun = 1, round_.done = 0;
         return E_OK;
     }
     if (!round_.begun) return E_NO_ROUND;
@@ -202,11 +220,16 @@ static uint8_t round_frame(const uint8_t *p, uint16_t len, int *go) {
         if (len < 5) return E_BAD_PAYLOAD;
         uint16_t first = get16(p + 1), count = get16(p + 3);
         if (len != 5u + 4u * count || (uint32_t)first + count > round_.params) return E_BAD_PAYLOAD;
+        round_.done = 0;
         for (uint16_t i = 0; i < count; i++) theta[first + i] = getf(p + 5 + 4 * i);
         return E_OK;
     }
     if (p[0] == 2) { /* go: the CRC of the model as sent */
         if (len != 5) return E_BAD_PAYLOAD;
+        if (round_.done && round_.go_crc == get32(p + 1)) { /* a repeat: the same update, not recomputed */
+            *after = AFTER_RESEND;
+            return E_OK;
+        }
         uint32_t crc = 0;
         for (uint16_t i = 0; i < round_.params; i++) {
             uint8_t v[4];
@@ -216,7 +239,8 @@ static uint8_t round_frame(const uint8_t *p, uint16_t len, int *go) {
         if (crc != get32(p + 1)) return E_BAD_MODEL;
         for (uint16_t i = 0; i < round_.params; i++)
             if (!isfinite(theta[i])) return E_BAD_MODEL;
-        *go = 1;
+        round_.go_crc = crc;
+        *after = AFTER_GO;
         return E_OK;
     }
     return E_BAD_PAYLOAD;
@@ -257,7 +281,7 @@ static void handle(size_t n) {
     }
     uint8_t seq = body[2], status;
     const uint8_t *p = body + TB_HEADER;
-    int go = 0;
+    int after = AFTER_NOTHING;
     switch (body[1]) {
         case T_HELLO:
             if (len != 5) {
@@ -267,15 +291,18 @@ static void handle(size_t n) {
             hello(get32(p + 1));
             return;
         case T_PROVISION: status = provision(p, len); break;
-        case T_ROUND: status = round_frame(p, len, &go); break;
+        case T_ROUND: status = round_frame(p, len, &after); break;
         default: status = E_UNKNOWN_TYPE; break;
     }
     ack(seq, status);
-    if (go) {
-        if (bsp_reset_requested(round_.task.round)) {
+    if (after == AFTER_RESEND) send_update();
+    if (after == AFTER_GO) {
+        int fault = bsp_fault_at_go(round_.task.round);
+        if (fault == TB_FAULT_RESET) {
             boot();
             return;
         }
+        damage_next = fault;
         run_round();
     }
 }

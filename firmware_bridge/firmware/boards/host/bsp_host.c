@@ -3,8 +3,10 @@
  * At start it prints the pseudo-terminal's device path on stdout (one line), then serves it like a
  * board serves its UART. The slave side stays open here, so the line exists while the process
  * lives (killing the process is unplugging the board). Environment: TB_BOARD_ID, TB_BOARD_PROFILE;
- * TB_RESET_AT_ROUND=R resets the board (RAM lost, boot HELLO) at the go of round R, once: a fault
- * emulation for tests. */
+ * fault emulation for tests, each once, at the go of round R: TB_RESET_AT_ROUND=R resets the board
+ * (RAM lost, boot HELLO); TB_STALL_AT_ROUND=R blocks it TB_STALL_S seconds (it neither reads nor
+ * writes, then runs the round); TB_DAMAGE_AT_ROUND=R damages the first frame of its update
+ * (with TB_DAMAGE_SUMMARY=1: its summary, the last). */
 #define _XOPEN_SOURCE 600
 #define _DEFAULT_SOURCE
 #include <errno.h>
@@ -20,7 +22,14 @@
 #include "fw.h"
 
 static int master = -1;
-static long reset_at = -1;
+static long reset_at = -1, stall_at = -1, damage_at = -1;
+static double stall_s = 0.0;
+static int damage_summary;
+
+static long env_round(const char *name) {
+    const char *v = getenv(name);
+    return v ? strtol(v, NULL, 10) : -1;
+}
 
 void bsp_init(void) {
     master = posix_openpt(O_RDWR | O_NOCTTY);
@@ -37,8 +46,12 @@ void bsp_init(void) {
     }
     cfmakeraw(&t); /* no echo, no line editing: a UART carries bytes */
     tcsetattr(slave, TCSANOW, &t);
-    const char *r = getenv("TB_RESET_AT_ROUND");
-    if (r) reset_at = strtol(r, NULL, 10);
+    reset_at = env_round("TB_RESET_AT_ROUND");
+    stall_at = env_round("TB_STALL_AT_ROUND");
+    damage_at = env_round("TB_DAMAGE_AT_ROUND");
+    const char *s = getenv("TB_STALL_S");
+    if (s) stall_s = strtod(s, NULL);
+    damage_summary = getenv("TB_DAMAGE_SUMMARY") != NULL;
     printf("%s\n", path);
     fflush(stdout);
 }
@@ -91,12 +104,22 @@ int bsp_own_data(float *x, uint8_t *y, uint16_t max_rows, uint8_t max_features, 
     return 0; /* provisioned by the bridge */
 }
 
-int bsp_reset_requested(uint32_t round) {
-    if (reset_at >= 0 && (uint32_t)reset_at == round) {
-        reset_at = -1;
-        return 1;
+/* Whether a fault emulation at `*at` fires for `round` (once). */
+static int fires(long *at, uint32_t round) {
+    if (*at < 0 || (uint32_t)*at != round) return 0;
+    *at = -1;
+    return 1;
+}
+
+int bsp_fault_at_go(uint32_t round) {
+    if (fires(&stall_at, round)) {
+        struct timespec t = {(time_t)stall_s, (long)((stall_s - (double)(time_t)stall_s) * 1e9)};
+        while (nanosleep(&t, &t) != 0 && errno == EINTR) {
+        }
     }
-    return 0;
+    if (fires(&reset_at, round)) return TB_FAULT_RESET;
+    if (fires(&damage_at, round)) return damage_summary ? TB_FAULT_DAMAGE_SUMMARY : TB_FAULT_DAMAGE_VALUES;
+    return TB_FAULT_NONE;
 }
 
 int main(void) {

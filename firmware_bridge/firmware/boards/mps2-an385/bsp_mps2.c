@@ -65,7 +65,7 @@ int bsp_own_data(float *x, uint8_t *y, uint16_t max_rows, uint8_t max_features, 
     return 0; /* provisioned by the bridge */
 }
 
-int bsp_reset_requested(uint32_t round) {
+int bsp_fault_at_go(uint32_t round) {
     (void)round;
-    return 0;
+    return TB_FAULT_NONE;
 }
