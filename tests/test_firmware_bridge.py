@@ -143,12 +143,13 @@ def test_serial_disconnect_is_a_straggler_and_the_board_rejoins_when_plugged_bac
 
 
 def test_non_finite_numbers_from_the_board_are_refused_and_the_round_it_ran_charged(tmp_path):
-    cfg = _config(lr=3e38, sigma=10.0)  # the board's float32 step overflows
+    cfg = _config(sigma=10.0)
     with HostBoard() as board:
         agent = BridgeAgent(1, board.url, state_dir=tmp_path)
         try:
             with pytest.raises(BoardUnavailable, match="non-finite"):
-                agent.handle(_round(cfg, 0, np.ones(10)))
+                # a model at float32's edge: the board's float32 step overflows (its input is finite)
+                agent.handle(_round(cfg, 0, np.full(10, 3e38)))
         finally:
             agent.close()
     ledger = list(read_ledger(next(tmp_path.glob("ledger-*.csv"))))
