@@ -3,6 +3,10 @@
 It logs in as the ``watch`` user of `testbed acl` (read access to ``status/+`` and ``coord`` only)
 when the run's ``mqtt.credentials`` file has one, subscribes to those topics and hands every status
 message to the feed. It publishes nothing: no status of its own, no will.
+
+Only the declared payloads (``online``/``offline``, :mod:`testbed.mqtt.topics`) change what the page
+shows; anything else (a retained message cleared with an empty payload, garbage, another writer's
+topic) is dropped and counted, never read as "offline".
 """
 
 from __future__ import annotations
@@ -16,6 +20,9 @@ from typing import Any, Callable
 from testbed.mqtt import topics
 
 log = logging.getLogger(__name__)
+
+#: The declared status payloads and the state each one means.
+STATUS_VALUES = {topics.STATUS_ONLINE: True, topics.STATUS_OFFLINE: False}
 
 
 def watch_credentials(path: str | None) -> tuple[str | None, str | None]:
@@ -41,9 +48,11 @@ class StatusListener:
         mqtt: the run's ``[mqtt]`` section (broker_url, run_id, credentials, tls_ca, protocol).
         on_node: called (node id, online) for each node status message, from the listener's thread.
         on_coordinator: called (online) for each coordinator status message.
+        on_malformed: called (one line saying what) for each message dropped as not the run's.
     """
 
-    def __init__(self, mqtt: Any, on_node: Callable[[int, bool], None], on_coordinator: Callable[[bool], None]):
+    def __init__(self, mqtt: Any, on_node: Callable[[int, bool], None], on_coordinator: Callable[[bool], None],
+                 on_malformed: Callable[[str], None] | None = None):
         from testbed.mqtt.client import MqttClient, new_client_id
 
         user, password = watch_credentials(mqtt.credentials)
@@ -53,6 +62,8 @@ class StatusListener:
                                   username=user, password=password, tls_ca=mqtt.tls_ca, protocol=mqtt.protocol,
                                   session_expiry_s=0)
         self._on_node, self._on_coordinator = on_node, on_coordinator
+        self._on_malformed = on_malformed
+        self.dropped = 0  # messages that were not a declared status of one of the run's writers
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="watch-status", daemon=True)
 
@@ -65,13 +76,30 @@ class StatusListener:
     def _serve(self) -> None:
         while not self._stop.is_set():
             msg = self._client.receive(0.25)
-            if msg is None:
-                continue
-            online = msg.payload == topics.STATUS_ONLINE
-            if msg.kind == topics.COORD:
-                self._on_coordinator(online)
-            elif (node := topics.node_index(msg.node)) is not None:  # not the channel emulator
-                self._on_node(node, online)
+            if msg is not None:
+                self.handle(msg.kind, msg.node, msg.payload)
+
+    def handle(self, kind: str, node: str | None, payload: bytes) -> None:
+        """One message of a status topic: a declared payload goes to the feed, anything else is
+        dropped, counted and said (once in the log, every time to ``on_malformed``)."""
+        online = STATUS_VALUES.get(bytes(payload)) if isinstance(payload, (bytes, bytearray)) else None
+        if online is None:
+            writer = "the coordinator" if kind == topics.COORD else f"node {str(node)[:40]}"
+            shown = bytes(payload[:40]) if isinstance(payload, (bytes, bytearray)) else type(payload).__name__
+            self._drop(f"status of {writer}: {shown!r} is neither online nor offline")
+        elif kind == topics.COORD:
+            self._on_coordinator(online)
+        elif (index := topics.node_index(node)) is not None and index >= 0:
+            self._on_node(index, online)
+        elif node != topics.CHANNEL:  # the channel emulator's status is not a node's
+            self._drop(f"status of {str(node)[:40]!r}: not a node id")
+
+    def _drop(self, what: str) -> None:
+        self.dropped += 1
+        if self.dropped == 1:  # one line, not one per message of a flood
+            log.warning("dropped a status message (and count any more on the page): %s", what)
+        if self._on_malformed is not None:
+            self._on_malformed(what)
 
     def close(self) -> None:
         self._stop.set()
