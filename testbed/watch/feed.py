@@ -292,7 +292,13 @@ class RunFeed:
 
         try:
             config = load_config_text(text.decode("utf-8"), source=name, base_dir=self.run_dir)
-        except (UserError, ValueError, RecursionError) as exc:  # RecursionError: TOML nested too deep
+        except UnicodeDecodeError as exc:
+            self._problem(name, f"not UTF-8 text (byte {exc.start})")
+            return False
+        except RecursionError:
+            self._problem(name, "not valid TOML: nested too deep")
+            return False
+        except (UserError, ValueError) as exc:
             self._problem(name, _one_line(exc))
             return False
         if config.data.num_nodes > MAX_NODES:
@@ -364,7 +370,9 @@ class RunFeed:
             self.summary = summary_view(read_summary(self.run_dir))
         except UserError as exc:
             self._problem(name, str(exc).removeprefix(f"{self.run_dir / name}: "))
-        except (ValueError, RecursionError) as exc:  # RecursionError: JSON nested too deep
+        except RecursionError:
+            self._problem(name, "damaged: not JSON (nested too deep)")
+        except ValueError as exc:
             self._problem(name, f"damaged: {_one_line(exc)}")
 
     def _apply_statuses(self) -> None:

@@ -25,10 +25,12 @@ import asyncio
 import contextlib
 import json
 import logging
+import sys
 from pathlib import Path
 from typing import Any, Callable
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp_sse import sse_response
 
 from testbed.watch.feed import RunFeed
@@ -66,7 +68,7 @@ class WatchApp:
         self._pages: set[asyncio.Queue] = set()
         self._lock = asyncio.Lock()
         self._on_config, self._on_stop = on_config, on_stop
-        self.app = web.Application(middlewares=[_checked])
+        self.app = web.Application(middlewares=[_checked], handler_args={"logger": _OneLineLog(log)})
         self.app.add_routes([
             web.get("/", self._index),
             web.get("/api/snapshot", self._snapshot),
@@ -144,6 +146,23 @@ class WatchApp:
             return web.Response()  # never sent: the connection is gone
         finally:
             self._pages.discard(page)
+
+
+class _OneLineLog(logging.LoggerAdapter):
+    """aiohttp's request-handling log: what it logs with a traceback (a request line or header too
+    long, a malformed request, a failure past the middleware) is one line without it; a malformed
+    request is the client's doing (its 400 says why), so a debug line."""
+
+    def exception(self, msg: object, *args: Any, exc_info: Any = True, **kwargs: Any) -> None:
+        exc = exc_info if isinstance(exc_info, BaseException) else sys.exc_info()[1]
+        level = logging.DEBUG if isinstance(exc, HttpProcessingError) else logging.WARNING
+        text = " ".join(str(exc).split())[:200] if exc is not None else ""
+        self.log(level, "%s: %s%s", str(msg) % args if args else msg, type(exc).__name__ if exc else "",
+                 f": {text}" if text else "")
+
+    def debug(self, msg: object, *args: Any, **kwargs: Any) -> None:
+        kwargs.pop("exc_info", None)
+        self.log(logging.DEBUG, msg, *args, **kwargs)
 
 
 @web.middleware
