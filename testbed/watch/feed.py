@@ -24,6 +24,7 @@ import csv
 import math
 import threading
 import time
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -94,6 +95,20 @@ def _num(x: float | None) -> float | None:
 def _one_line(exc: BaseException) -> str:
     text = " ".join(str(exc).split()) or type(exc).__name__
     return text if len(text) <= 300 else text[:297] + "..."
+
+
+#: Keys the page relies on, which a run writes explicitly (its config.toml has every key resolved):
+#: a file without them is not a run's, though the defaults would fill them in.
+_RUN_KEYS = (("run", "algorithm"), ("run", "seed"), ("data", "num_nodes"))
+
+
+def _run_written(text: str) -> str:
+    """``text`` if it names every key of :data:`_RUN_KEYS`; ValueError naming the first it lacks."""
+    raw = tomllib.loads(text)
+    for section, key in _RUN_KEYS:
+        if not isinstance(raw.get(section), dict) or key not in raw[section]:
+            raise ValueError(f"lacks {section}.{key}: not the config.toml a run writes")
+    return text
 
 
 def _cells(line: str) -> list[str]:
@@ -291,7 +306,7 @@ class RunFeed:
         from testbed.config import load_config_text
 
         try:
-            config = load_config_text(text.decode("utf-8"), source=name, base_dir=self.run_dir)
+            config = load_config_text(_run_written(text.decode("utf-8")), source=name, base_dir=self.run_dir)
         except UnicodeDecodeError as exc:
             self._problem(name, f"not UTF-8 text (byte {exc.start})")
             return False

@@ -142,23 +142,28 @@ class LineTail:
             return
         if len(self._rest) + len(tail) > self.max_line_bytes:
             self._skipping, self._rest = True, b""
-            piece.problems.append(f"line {self._line + 1}: longer than {self.max_line_bytes} bytes, skipped")
+            self._refuse(self._line + 1, f"longer than {self.max_line_bytes} bytes, skipped", piece)
         else:
             self._rest += tail
 
     def _take(self, raw: bytes, piece: Piece) -> None:
         if len(raw) > self.max_line_bytes:  # ended in this piece, but too long all the same
-            piece.problems.append(f"line {self._line}: longer than {self.max_line_bytes} bytes, skipped")
+            self._refuse(self._line, f"longer than {self.max_line_bytes} bytes, skipped", piece)
             return
         try:
             text = raw.decode("utf-8").removesuffix("\r")
         except UnicodeDecodeError:
-            piece.problems.append(f"line {self._line}: not UTF-8 text, skipped")
+            self._refuse(self._line, "not UTF-8 text, skipped", piece)
             return
         if self._line == 1:
             if text != self.header:
-                self._bad_header = True
-                piece.problems.append("line 1: not the header the run writes; nothing in the file is used")
+                self._refuse(1, "not the header the run writes", piece)
             return
         if not self._bad_header:
             piece.lines.append((self._line, text))
+
+    def _refuse(self, line: int, why: str, piece: Piece) -> None:
+        if line == 1:  # without the run's header, no row of the file can be read as the run's
+            self._bad_header = True
+            why += "; nothing in the file is used"
+        piece.problems.append(f"line {line}: {why}")

@@ -89,8 +89,8 @@ class StatusListener:
             self._drop(f"status of {writer}: {shown!r} is neither online nor offline")
         elif kind == topics.COORD:
             self._on_coordinator(online)
-        elif (index := topics.node_index(node)) is not None and index >= 0:
-            self._on_node(index, online)
+        elif isinstance(node, str) and node.isascii() and node.isdigit() and len(node) <= 9:
+            self._on_node(int(node), online)  # the feed drops an id that is not one of the run's nodes
         elif node != topics.CHANNEL:  # the channel emulator's status is not a node's
             self._drop(f"status of {str(node)[:40]!r}: not a node id")
 
