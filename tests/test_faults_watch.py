@@ -304,7 +304,8 @@ def test_a_damaged_summary_is_named_and_not_shown_as_the_runs(real_run, tmp_path
     (b"[run]\nname = ", "not valid TOML"),
     (b"a = " + b"[" * 50_000 + b"]" * 50_000, "nested too deep"),
     (b"# " + b"x" * (2 * 1024 * 1024), "more than an experiment file holds"),
-    (b"[data]\nnum_nodes = 1000000000\n", "more than the page follows"),
+    (b'[run]\nalgorithm = "fedavg"\nseed = 1\n[data]\nnum_nodes = 1000000000\n', "more than the page follows"),
+    (b"[data]\nnum_nodes = 4\n", "lacks run.algorithm: not the config.toml a run writes"),
 ])
 def test_a_damaged_config_is_named_and_nothing_read_against_it(real_run, tmp_path, caplog, text, words):
     run = copy_run(real_run, tmp_path / "run", files=("metrics.csv", "ledger.csv"))
@@ -476,3 +477,58 @@ def test_too_many_open_pages_get_a_503(real_run, caplog):
             for s in streams:
                 s.close()
     no_traceback(caplog)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("abuse", ["requests and closed tabs", "files damaged while watched"])
+def test_testbed_watch_logs_no_traceback(real_run, tmp_path, abuse):
+    """The real command, as a user runs it: whatever the pages and the files do, its stderr holds
+    no traceback, and it goes on serving."""
+    import subprocess
+    import sys
+    import time
+
+    from conftest import REPO
+
+    run = copy_run(real_run, tmp_path / "run")
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "testbed", "watch", str(run), "--port", str(port)], cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            with contextlib.suppress(OSError):
+                if get(port, "/api/snapshot")[0] == 200:
+                    break
+            assert time.monotonic() < deadline and proc.poll() is None, "the page did not come up"
+            time.sleep(0.1)
+        if abuse == "requests and closed tabs":
+            for _ in range(5):
+                _open_stream(port).close()
+            for request in (b"GARBAGE\r\n\r\n", b"GET /" + b"a" * 20_000 + b" HTTP/1.1\r\n\r\n",
+                            b"GET / HTTP/1.1\r\nX: " + b"b" * 20_000 + b"\r\n\r\n",
+                            b"POST /api/snapshot HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc",
+                            b"GET /api/snapshot?page=nan HTTP/1.1\r\nConnection: close\r\n\r\n"):
+                assert 400 <= http(port, request)[0] < 500
+        else:
+            stream = _open_stream(port)
+            with open(run / "ledger.csv", "ab") as f:
+                f.write(b"\xff" * (3 * lines.MAX_LINE_BYTES) + b"\n" + b"compute,9,9\r\n")
+            (run / "summary.json").write_text('{"status": 1}')
+            time.sleep(1.5)  # a few polls of the page
+            (run / "metrics.csv").unlink()
+            time.sleep(1.5)
+            stream.close()
+            errors = json.loads(get(port, "/api/snapshot")[1])["run"]["errors"]
+            assert set(errors) == {"ledger.csv", "summary.json", "metrics.csv"}
+        time.sleep(1.0)
+        assert get(port, "/api/snapshot")[0] == 200 and proc.poll() is None
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=20)
+    assert b"Traceback" not in err and b"Error handling request" not in err, err.decode()

@@ -7,7 +7,6 @@ used for nothing, memory stays bounded, and the log holds no error or traceback.
 from __future__ import annotations
 
 import json
-import logging
 import math
 import tempfile
 import tracemalloc
@@ -56,7 +55,8 @@ def declared(snap: dict) -> None:
         for key in ("epsilon", "energy_j", "cost_units", "bytes", "mi_epsilon"):
             assert n[key] is None or (math.isfinite(n[key]) and n[key] >= 0), (key, n[key])
     error = snap["run"]["error"]
-    assert error is None or ("\n" not in error and error == " · ".join(f"{k}: {v}" for k, v in snap["run"]["errors"].items()))
+    errors = snap["run"]["errors"]
+    assert error is None or ("\n" not in error and error == " · ".join(f"{k}: {v}" for k, v in errors.items()))
 
 
 # ---------------------------------------------------------------- run files mutated in any way
@@ -102,7 +102,7 @@ def test_any_mutation_of_a_run_file_is_shown_safely(real_run, caplog, data):
     with tempfile.TemporaryDirectory() as tmp:
         run = copy_run(real_run, Path(tmp))
         feed = RunFeed(run)
-        before = shown(feed)
+        shown(feed)
         (run / name).write_bytes(mutated)
         snap = shown(feed)  # read live: the file changed under the page
         declared(snap)
@@ -113,8 +113,6 @@ def test_any_mutation_of_a_run_file_is_shown_safely(real_run, caplog, data):
             # page shows what a fresh reader shows. (A rewrite of the same size that leaves the last
             # bytes read alike is not noticed: a run only appends or truncates its logs.)
             assert same_data(snap, fresh) and snap["run"]["errors"].keys() == fresh["run"]["errors"].keys()
-        else:
-            assert before["version"] <= snap["version"]
     no_traceback(caplog)
 
 
@@ -274,10 +272,11 @@ def test_any_http_request_gets_an_answer_and_no_traceback(watch_server, caplog, 
     known = {"/": b"<!doctype html>", "/api/snapshot": b'"version"'}
     if method == "GET" and path in known and status == 200:
         assert known[path] in text
-    if path.startswith("/api/") and query and status == 400 and method == "GET":
-        assert b"takes no query parameters" in text and text.count(b"\n") <= 1
-    if method == "GET" and path.startswith("/api/") and query and path in ("/api/snapshot", "/api/events"):
+    parsed = all(size < 8000 for _, size in headers)  # else aiohttp refuses the request before routing it
+    if method == "GET" and path in ("/api/snapshot", "/api/events") and query:
         assert status in (400, 431)  # a query is refused, never read
+        if parsed:
+            assert b"takes no query parameters" in text and text.count(b"\n") <= 1
     if method not in ("GET", "HEAD") and path in known and not query:
         assert status in (400, 404, 405, 413, 431, 501) and known[path] not in text
     assert get(watch_server, "/api/snapshot")[0] == 200  # the server goes on

@@ -8,6 +8,12 @@ where it last stopped (whole lines only: a row being written is read next time),
 rows and only the node rows that changed. Over MQTT the nodes' online/offline status messages come in
 through :meth:`~RunFeed.node_status` (any thread).
 
+Nothing in the files is trusted (:mod:`testbed.watch.lines` reads the logs in bounded pieces,
+:mod:`testbed.watch.checks` checks each row and field against the run's config): what fails is used
+for nothing and shown as the page's error, one line per file naming the line and why; a file
+deleted while watched is said, one shrunk or replaced (a new run in the folder, ``--resume``) makes
+the page start again from a snapshot.
+
 Everything here is JSON-ready: numbers, strings, None (NaN and ±inf become None).
 
 Example::
@@ -40,10 +46,8 @@ from testbed.ledger import (
     event_from_dict,
 )
 from testbed.results import METRIC_COLUMNS, read_summary
-from testbed.watch.checks import PLOTTED, check_event, metric_row, summary_view
+from testbed.watch.checks import check_event, metric_row, summary_view
 from testbed.watch.lines import LineTail
-
-__all__ = ["PLOTTED", "RunFeed", "planned_rounds"]
 #: A run with no summary whose files stopped growing for longer than this many mean rounds (and at
 #: least STALL_MIN_S) is shown as stalled: killed, or waiting for nodes.
 STALL_ROUNDS = 5
@@ -104,7 +108,10 @@ _RUN_KEYS = (("run", "algorithm"), ("run", "seed"), ("data", "num_nodes"))
 
 def _run_written(text: str) -> str:
     """``text`` if it names every key of :data:`_RUN_KEYS`; ValueError naming the first it lacks."""
-    raw = tomllib.loads(text)
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"not valid TOML: {exc}") from None
     for section, key in _RUN_KEYS:
         if not isinstance(raw.get(section), dict) or key not in raw[section]:
             raise ValueError(f"lacks {section}.{key}: not the config.toml a run writes")
@@ -234,8 +241,10 @@ class RunFeed:
     # ------------------------------------------------------------------ reading
 
     def _problem(self, name: str, message: str) -> None:
-        count = self.problems.get(name, ("", 0))[1]
-        self.problems[name] = (message, count + 1)
+        """Note what is wrong with a file; the same thing said again (an unreadable file, every
+        poll) is not another problem."""
+        last, count = self.problems.get(name, ("", 0))
+        self.problems[name] = (message, count + (message != last))
 
     def _read_files(self) -> bool:
         """Read what is new in every file; True if one is not the file read so far."""
@@ -497,7 +506,7 @@ class RunFeed:
     def errors(self) -> dict[str, str]:
         """File name → what is wrong with it, one line (with how many problems it had), and a line
         cut short at the end of a log once the run is over or stalled."""
-        errors = {name: text if count == 1 else f"{text} ({count} problems, this the last)"
+        errors = {name: text if count == 1 else f"{text} (the last of {count} problems)"
                   for name, (text, count) in self.problems.items()}
         for tail in (self._metrics_tail, self._ledger_tail):
             if tail.pending_bytes and tail.path.name not in errors and self._stopped_growing():

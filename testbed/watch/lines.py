@@ -27,8 +27,9 @@ from pathlib import Path
 MAX_LINE_BYTES = 64 * 1024
 #: Bytes read per call: a huge file is read over several calls, never whole.
 PIECE_BYTES = 1024 * 1024
-#: Bytes before the read offset compared on every call: a rewrite in place is a new file.
-_MARK_BYTES = 64
+#: Bytes before the read offset compared on every call: a file rewritten or with lines inserted is
+#: a new file. More than a round of rows, so that rows repeated with another round's numbers differ.
+_MARK_BYTES = 4096
 
 
 @dataclass

@@ -151,11 +151,11 @@ class WatchApp:
 class _OneLineLog(logging.LoggerAdapter):
     """aiohttp's request-handling log: what it logs with a traceback (a request line or header too
     long, a malformed request, a failure past the middleware) is one line without it; a malformed
-    request is the client's doing (its 400 says why), so a debug line."""
+    request (its 400 says why) or a client gone mid-answer is the client's doing, so a debug line."""
 
     def exception(self, msg: object, *args: Any, exc_info: Any = True, **kwargs: Any) -> None:
         exc = exc_info if isinstance(exc_info, BaseException) else sys.exc_info()[1]
-        level = logging.DEBUG if isinstance(exc, HttpProcessingError) else logging.WARNING
+        level = logging.DEBUG if isinstance(exc, (HttpProcessingError, ConnectionResetError)) else logging.WARNING
         text = " ".join(str(exc).split())[:200] if exc is not None else ""
         self.log(level, "%s: %s%s", str(msg) % args if args else msg, type(exc).__name__ if exc else "",
                  f": {text}" if text else "")
