@@ -29,7 +29,7 @@ from testbed.runner import run_experiment  # noqa: E402
 from testbed.watch import lines  # noqa: E402
 from testbed.watch.feed import RunFeed  # noqa: E402
 from testbed.watch.server import MAX_PAGES, WatchApp  # noqa: E402
-from testbed.watch.status import StatusListener  # noqa: E402
+from testbed.watch.status import StatusRouter  # noqa: E402
 
 RUN_FILES = ("config.toml", "metrics.csv", "ledger.csv", "summary.json")
 _REAL: dict[str, Path] = {}
@@ -319,14 +319,12 @@ def test_a_damaged_config_is_named_and_nothing_read_against_it(real_run, tmp_pat
 # ---------------------------------------------------------------- MQTT status payloads
 
 class _Recorder:
-    """The feed side of a StatusListener: the feed itself, and a StatusListener's handle()."""
+    """A feed and the router of a StatusListener's messages into it, as `testbed watch` wires them
+    (no broker: the messages are handed to the router)."""
 
     def __init__(self, feed: RunFeed):
         self.feed = feed
-        listener = StatusListener.__new__(StatusListener)  # no broker: only its message handling
-        listener._on_node, listener._on_coordinator = feed.node_status, feed.coordinator_status
-        listener._on_malformed, listener.dropped = feed.status_malformed, 0
-        self.listener = listener
+        self.listener = StatusRouter(feed.node_status, feed.coordinator_status, feed.status_malformed)
 
 
 @pytest.mark.parametrize("payload", [b"", b"garbage", b"OFFLINE", b"offline\x00", b"online " * 10_000])
@@ -532,3 +530,35 @@ def test_testbed_watch_logs_no_traceback(real_run, tmp_path, abuse):
         proc.terminate()
         _, err = proc.communicate(timeout=20)
     assert b"Traceback" not in err and b"Error handling request" not in err, err.decode()
+
+
+# ---------------------------------------------------------------- what the page keeps is capped
+
+def _more_sigmas(run: Path) -> None:
+    """Privacy rows of node 0 with noise levels the run never used."""
+    with open(run / "ledger.csv", "ab") as f:
+        for sigma in (2.0, 3.0):
+            f.write(f"privacy,0,3,,,,,,,,,{sigma},0.25,5,replace_one,none,1.0,server,node,0.0,,\r\n".encode())
+
+
+@pytest.mark.parametrize("module,cap,value,damage,name,words", [
+    ("feed", "MAX_METRIC_ROWS", 2, None, "metrics.csv", "more than 2 rounds: the page shows the first 2"),
+    ("feed", "MAX_METRIC_ROWS", 3, None, "metrics.csv", "more than 3 rounds: the page shows the first 3"),
+    ("feed", "MAX_NODES", 3, None, "config.toml", "data.num_nodes = 4: more than the page follows (3)"),
+    ("checks", "MAX_SIGNATURES", 1, _more_sigmas, "ledger.csv", "node 0 has more than 1 distinct noise settings"),
+    ("checks", "MAX_SIGNATURES", 2, _more_sigmas, "ledger.csv", "node 0 has more than 2 distinct noise settings"),
+])
+def test_what_the_page_keeps_is_capped_and_said(real_run, tmp_path, monkeypatch, module, cap, value, damage, name,
+                                                words):
+    import importlib
+
+    monkeypatch.setattr(importlib.import_module(f"testbed.watch.{module}"), cap, value)
+    run = copy_run(real_run, tmp_path / "run")
+    if damage is not None:
+        damage(run)
+    snap = shown(RunFeed(run))
+    assert words in snap["run"]["errors"][name]
+    if cap == "MAX_METRIC_ROWS":
+        assert len(snap["metrics"]) == value
+    if cap == "MAX_NODES":
+        assert snap["nodes"] == []

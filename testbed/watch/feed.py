@@ -527,7 +527,7 @@ class RunFeed:
         p = self.config.privacy
         try:
             eps = epsilon(p.accountant, tally, p.delta)
-        except ValueError as exc:
+        except (ValueError, ArithmeticError) as exc:
             eps = None
             self._problem("ledger.csv", f"node {node}: its privacy events cannot be accounted: {_one_line(exc)}")
         if len(self._eps_cache) >= EPS_CACHE_SIZE:

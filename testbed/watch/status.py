@@ -42,7 +42,8 @@ def watch_credentials(path: str | None) -> tuple[str | None, str | None]:
 
 
 class StatusListener:
-    """Follows a run's status topics on its broker until :meth:`close`.
+    """Follows a run's status topics on its broker until :meth:`close`, each message through a
+    :class:`StatusRouter` (its ``router``).
 
     Args:
         mqtt: the run's ``[mqtt]`` section (broker_url, run_id, credentials, tls_ca, protocol).
@@ -61,9 +62,7 @@ class StatusListener:
                                   subscriptions=[topics.all_status(run), topics.coord(run)], status_topic=None,
                                   username=user, password=password, tls_ca=mqtt.tls_ca, protocol=mqtt.protocol,
                                   session_expiry_s=0)
-        self._on_node, self._on_coordinator = on_node, on_coordinator
-        self._on_malformed = on_malformed
-        self.dropped = 0  # messages that were not a declared status of one of the run's writers
+        self.router = StatusRouter(on_node, on_coordinator, on_malformed)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="watch-status", daemon=True)
 
@@ -77,11 +76,36 @@ class StatusListener:
         while not self._stop.is_set():
             msg = self._client.receive(0.25)
             if msg is not None:
-                self.handle(msg.kind, msg.node, msg.payload)
+                self.router.handle(msg.kind, msg.node, msg.payload)
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=2.0)
+        self._client.close()
+
+
+class StatusRouter:
+    """Turns the messages of the status topics into node and coordinator states: only a declared
+    payload (:data:`STATUS_VALUES`) of a node id or of the coordinator; anything else is dropped,
+    counted (:attr:`dropped`) and said (once in the log, every time to ``on_malformed``).
+
+    Example::
+
+        >>> seen = []
+        >>> router = StatusRouter(lambda n, online: seen.append((n, online)), seen.append)
+        >>> router.handle("status", "3", b"offline"); router.handle("status", "3", b"")
+        >>> (seen, router.dropped)
+        ([(3, False)], 1)
+    """
+
+    def __init__(self, on_node: Callable[[int, bool], None], on_coordinator: Callable[[bool], None],
+                 on_malformed: Callable[[str], None] | None = None):
+        self._on_node, self._on_coordinator, self._on_malformed = on_node, on_coordinator, on_malformed
+        self.dropped = 0
 
     def handle(self, kind: str, node: str | None, payload: bytes) -> None:
-        """One message of a status topic: a declared payload goes to the feed, anything else is
-        dropped, counted and said (once in the log, every time to ``on_malformed``)."""
+        """One message of a status topic (``kind``: topics.STATUS or topics.COORD)."""
         online = STATUS_VALUES.get(bytes(payload)) if isinstance(payload, (bytes, bytearray)) else None
         if online is None:
             writer = "the coordinator" if kind == topics.COORD else f"node {str(node)[:40]}"
@@ -100,9 +124,3 @@ class StatusListener:
             log.warning("dropped a status message (and count any more on the page): %s", what)
         if self._on_malformed is not None:
             self._on_malformed(what)
-
-    def close(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=2.0)
-        self._client.close()
