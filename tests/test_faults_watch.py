@@ -338,6 +338,7 @@ def test_a_status_payload_other_than_online_or_offline_is_dropped_and_counted(re
     after = shown(rec.feed)
     assert same_data(after, before) and after["run"]["coordinator"] is None
     assert after["run"]["status_dropped"] == rec.listener.dropped == 2
+    assert "is neither online nor offline" in after["run"]["status_dropped_last"]
     assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 1  # one line, not a flood
     rec.listener.handle(kind, "1" if kind == "status" else None, b"offline")  # the declared value counts
     after = shown(rec.feed)
@@ -562,3 +563,21 @@ def test_what_the_page_keeps_is_capped_and_said(real_run, tmp_path, monkeypatch,
         assert len(snap["metrics"]) == value
     if cap == "MAX_NODES":
         assert snap["nodes"] == []
+
+
+# ---------------------------------------------------------------- no honest row refused
+
+@pytest.mark.parametrize("name", ["dp_pasgd", "dwfl", "fedavg", "acfl", "padpfl"])
+def test_every_algorithms_honest_run_is_shown_without_an_error(tmp_path, name):
+    """The checks refuse nothing a run of any registered algorithm writes: each node's figures are
+    its summary's."""
+    from test_algorithm_contract import _text
+
+    result = run_experiment(load_config_text(_text(name)), out_dir=tmp_path / "run", quiet=True)
+    snap = shown(RunFeed(result.run_dir))
+    assert snap["run"]["errors"] == {} and snap["run"]["status"] == result.summary["status"]
+    assert len(snap["metrics"]) == result.summary["rounds"]
+    for row in snap["nodes"]:
+        node = result.summary["nodes"][str(row["id"])]
+        assert row["epsilon"] == pytest.approx(node["epsilon"], rel=1e-9)
+        assert row["cost_units"] == pytest.approx(node["cost_units"], rel=1e-9)

@@ -475,6 +475,7 @@ class RunFeed:
             "run_dir": str(self.run_dir), "rounds_done": done, "rounds_planned": planned, "wall_s": wall,
             "error": " · ".join(f"{name}: {text}" for name, text in errors.items()) or None, "errors": errors,
             "coordinator": self.coordinator, "status_dropped": self.status_dropped,
+            "status_dropped_last": self.status_dropped_last,
         }
         if c is not None:
             info.update(name=c.run.name, algorithm=c.run.algorithm, mode=c.run.mode, seed=c.run.seed,

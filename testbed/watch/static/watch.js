@@ -98,7 +98,7 @@ function renderHeader() {
     stopped.textContent = `Failed: ${r.failure}`;
     stopped.hidden = false;
   } else stopped.hidden = true;
-  if (r.status_dropped) parts.push(`${r.status_dropped} malformed status messages dropped`);
+  if (r.status_dropped) parts.push(`${r.status_dropped} malformed status messages dropped (last: ${r.status_dropped_last})`);
   document.getElementById("progress-text").textContent = parts.join(" · ");
   // One line per damaged file: what was refused is not shown, what is shown may be incomplete.
   const error = document.getElementById("error");
