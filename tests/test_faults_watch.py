@@ -581,3 +581,38 @@ def test_every_algorithms_honest_run_is_shown_without_an_error(tmp_path, name):
         node = result.summary["nodes"][str(row["id"])]
         assert row["epsilon"] == pytest.approx(node["epsilon"], rel=1e-9)
         assert row["cost_units"] == pytest.approx(node["cost_units"], rel=1e-9)
+
+
+@pytest.mark.parametrize("error", [RuntimeError("a bug"), OSError(5, "Input/output error")])
+def test_a_failure_of_the_reader_is_one_warning_and_on_the_page(real_run, tmp_path, caplog, error):
+    run = copy_run(real_run, tmp_path / "run")
+    with serving(run) as (port, app):
+        stream = _open_stream(port)  # an open page is told too, not only a new one
+        poll, calls = app.feed.poll, []
+
+        def failing_once():
+            calls.append(1)
+            if len(calls) == 2:
+                raise error
+            return poll()
+
+        app.feed.poll = failing_once
+        for _ in range(100):
+            errors = json.loads(get(port, "/api/snapshot")[1])["run"]["errors"]
+            if "watch" in errors:
+                break
+            threading.Event().wait(0.05)
+        assert errors["watch"].startswith(f"reading the run failed: {type(error).__name__}")
+        told = b""
+        while b'"watch":"reading the run failed' not in told:
+            told += stream.recv(65536)  # times out (a failure) if the page is never told
+        stream.close()
+        for _ in range(100):  # the next poll succeeds: the page is current again, and says so
+            errors = json.loads(get(port, "/api/snapshot")[1])["run"]["errors"]
+            if "watch" not in errors:
+                break
+            threading.Event().wait(0.05)
+        assert errors == {}
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and not warnings[0].exc_info
+    no_traceback(caplog)

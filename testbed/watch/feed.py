@@ -180,6 +180,7 @@ class RunFeed:
         self._last_growth = self.clock()
         self._sent_run: dict | None = None
         self.problems: dict[str, tuple[str, int]] = {}  # file name → (its last problem, how many)
+        self._reading_failed: str | None = None
         self.coordinator: str | None = None  # its status topic over MQTT, when followed
 
     # ------------------------------------------------------------------ inputs
@@ -215,6 +216,7 @@ class RunFeed:
         and the page must take the snapshot again), or None when nothing changed."""
         start_version = self.version
         first_metric = len(self.metrics)
+        self._reading_failed = None  # said again by the server if this poll fails too
         if self._read_files():  # a new run in the folder, or --resume dropped rows: read it all again
             self._reset()
             self._read_files()
@@ -239,6 +241,15 @@ class RunFeed:
                 "metrics": list(self.metrics), "nodes": [self._row(n, v) for n, v in sorted(self.nodes.items())]}
 
     # ------------------------------------------------------------------ reading
+
+    def reading_failed(self, message: str) -> dict:
+        """Show that :meth:`poll` failed (the server's word for it): on the page as ``watch``'s
+        error until a poll succeeds, so what is shown is not taken for current. Returns the delta
+        that says so."""
+        self._reading_failed = message
+        self.version += 1
+        self._sent_run = run = self.run_info()
+        return {"version": self.version, "run": run, "budgets": self.budgets(), "metrics": [], "nodes": []}
 
     def _problem(self, name: str, message: str) -> None:
         """Note what is wrong with a file; the same thing said again (an unreadable file, every
@@ -509,6 +520,8 @@ class RunFeed:
         cut short at the end of a log once the run is over or stalled."""
         errors = {name: text if count == 1 else f"{text} (the last of {count} problems)"
                   for name, (text, count) in self.problems.items()}
+        if self._reading_failed is not None:
+            errors["watch"] = self._reading_failed
         for tail in (self._metrics_tail, self._ledger_tail):
             if tail.pending_bytes and tail.path.name not in errors and self._stopped_growing():
                 errors[tail.path.name] = f"its last line is cut short ({tail.pending_bytes} bytes), not used"

@@ -99,7 +99,10 @@ class WatchApp:
             try:
                 await self._poll_once()
             except Exception as exc:  # the feed checks what it reads; this is a bug, not a file
-                log.warning("reading %s: %s: %s", self.feed.run_dir, type(exc).__name__, exc)
+                what = f"reading the run failed: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+                log.warning("%s: %s", self.feed.run_dir, what)
+                with contextlib.suppress(Exception):  # on the pages too, not only here, if it can be
+                    self._send(await self._feed(lambda: self.feed.reading_failed(what)))
             await asyncio.sleep(self.poll_s)
 
     async def _poll_once(self) -> None:
@@ -107,8 +110,11 @@ class WatchApp:
         if self._on_config is not None and self.feed.config is not None:
             on_config, self._on_config = self._on_config, None
             await asyncio.to_thread(on_config, self.feed.config)
-        if delta is None:
-            return
+        if delta is not None:
+            self._send(delta)
+
+    def _send(self, delta: dict) -> None:
+        """Queue a delta for every open page; a page too far behind is closed (it reconnects)."""
         text = _json(delta)
         for page in list(self._pages):
             try:
