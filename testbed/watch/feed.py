@@ -47,7 +47,7 @@ from testbed.ledger import (
 )
 from testbed.results import METRIC_COLUMNS, read_summary
 from testbed.watch.checks import check_event, metric_row, summary_view
-from testbed.watch.lines import LineTail
+from testbed.watch.lines import DELETED, LineTail
 #: A run with no summary whose files stopped growing for longer than this many mean rounds (and at
 #: least STALL_MIN_S) is shown as stalled: killed, or waiting for nodes.
 STALL_ROUNDS = 5
@@ -87,9 +87,6 @@ class _Channel:
     block: int = -1
     gain: list = field(default_factory=list)
     snr_db: list = field(default_factory=list)
-
-
-_DELETED = "deleted while watched; what it held is still shown"
 
 
 def _num(x: float | None) -> float | None:
@@ -305,8 +302,8 @@ class RunFeed:
         name = "config.toml"
         ident = self._file_id(name)
         if ident is None:
-            if self._config_id is not None and self.problems.get(name, ("",))[0] != _DELETED:
-                self._problem(name, _DELETED)
+            if self._config_id is not None:  # said once: the same problem again is not counted
+                self._problem(name, DELETED)
             return False
         if ident == self._config_id:
             return False
@@ -390,7 +387,7 @@ class RunFeed:
         if ident is None:
             if self._summary_id is not None:
                 self._summary_id, self.summary = None, None
-                self._problem(name, _DELETED.replace("what it held is still shown", "the run is shown without it"))
+                self._problem(name, "deleted while watched; the run is shown without it")
             return
         if ident == self._summary_id:
             return

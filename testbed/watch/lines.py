@@ -27,6 +27,8 @@ from pathlib import Path
 MAX_LINE_BYTES = 64 * 1024
 #: Bytes read per call: a huge file is read over several calls, never whole.
 PIECE_BYTES = 1024 * 1024
+#: What a file deleted after it was read is (its rows stay shown).
+DELETED = "deleted while watched; what it held is still shown"
 #: Bytes before the read offset compared on every call: a file rewritten or with lines inserted is
 #: a new file. More than a round of rows, so that rows repeated with another round's numbers differ.
 _MARK_BYTES = 4096
@@ -106,7 +108,7 @@ class LineTail:
         except FileNotFoundError:
             if self.started and not self._gone_said:  # was there: what it held is shown, said so
                 self._gone_said = True
-                piece.problems.append("deleted while watched; what it held is still shown")
+                piece.problems.append(DELETED)
             return piece
         except OSError as exc:  # a directory now, no permission: the same file may come back
             piece.problems.append(f"unreadable ({exc.strerror or type(exc).__name__})")
