@@ -117,6 +117,7 @@ def test_a_garbage_line_is_named_and_used_for_nothing(real_run, tmp_path, caplog
     ("metrics.csv", "stragglers", str(2**70), "stragglers must be a whole number in 0..4"),
     ("metrics.csv", "test_accuracy", "1.5", "test_accuracy must be in 0..1"),
     ("metrics.csv", "cost_units", "-1", "cost_units must be in"),
+    ("metrics.csv", "round", "5", "round 5 is past the run's 4 rounds"),
     ("ledger.csv", "energy_j", "1e308", "energy_j 1e+308 is above 1e+30"),
     ("ledger.csv", "node", str(2**70), "node"),
     ("ledger.csv", "node", "7", "node 7 is not one of the run's 4 nodes"),
@@ -616,3 +617,25 @@ def test_a_failure_of_the_reader_is_one_warning_and_on_the_page(real_run, tmp_pa
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and not warnings[0].exc_info
     no_traceback(caplog)
+
+
+@pytest.mark.parametrize("pieces_per_poll", [1, 2])
+def test_a_huge_log_is_read_over_several_polls(real_run, tmp_path, monkeypatch, pieces_per_poll):
+    """Each poll reads a bounded number of pieces: a log of 40,000 rounds (3 MB) shows up over
+    several polls, whole in the end."""
+    from testbed.watch import feed as feed_module
+
+    monkeypatch.setattr(feed_module, "MAX_PIECES_PER_POLL", pieces_per_poll)
+    run = copy_run(real_run, tmp_path / "run", files=("config.toml",))
+    config = (run / "config.toml").read_text()
+    (run / "config.toml").write_text(config.replace("\nsteps = 20\n", "\nsteps = 200000\n"))  # 40,000 rounds
+    rows = data_rows(real_run / "metrics.csv")
+    rest = rows[1].split(b",", 1)[1]
+    (run / "metrics.csv").write_bytes(rows[0] + b"".join(b"%d," % r + rest for r in range(1, 40_001)))
+    feed = RunFeed(run)
+    seen = []
+    while not seen or seen[-1] < 40_000:
+        feed.poll()
+        seen.append(len(feed.metrics))
+    assert len(seen) >= 3 // pieces_per_poll + 1 and seen == sorted(seen)
+    assert feed.snapshot()["run"]["errors"] == {}

@@ -50,9 +50,10 @@ def _finite_or_none(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def metric_row(cells: list[str], last_round: int, num_nodes: int | None) -> dict[str, float | None]:
+def metric_row(cells: list[str], last_round: int, num_nodes: int | None,
+               rounds_planned: int | None = None) -> dict[str, float | None]:
     """The plotted values of one metrics.csv row, checked: every cell a number or empty; ``round``
-    a whole number after ``last_round``; ``stragglers`` a count of at most ``num_nodes``; costs,
+    a whole number after ``last_round`` and at most ``rounds_planned``; ``stragglers`` a count of at most ``num_nodes``; costs,
     bytes and seconds in 0..1e30; accuracies in [0, 1]; ε not negative. A diverged loss, an
     infinite ε (no noise) or a round without evaluation is None."""
     if len(cells) != len(METRIC_COLUMNS):
@@ -70,6 +71,8 @@ def metric_row(cells: list[str], last_round: int, num_nodes: int | None) -> dict
     round_ = _count("round", values["round"], _INT_LIMIT - 1)
     if round_ <= last_round:
         raise ValueError(f"round {round_:g} does not follow round {last_round}")
+    if rounds_planned is not None and round_ > rounds_planned:
+        raise ValueError(f"round {round_:g} is past the run's {rounds_planned} rounds")
     _count("stragglers", values["stragglers"], num_nodes if num_nodes is not None else _INT_LIMIT - 1)
     return {c: None if values[c] is None else _finite_or_none(values[c]) for c in PLOTTED}
 

@@ -56,6 +56,9 @@ STALL_MIN_S = 30.0
 MAX_NODES = 100_000
 #: Metric rows kept (one per round): a file with more shows the first ones and says so.
 MAX_METRIC_ROWS = 200_000
+#: Pieces of a log read per poll (of testbed.watch.lines.PIECE_BYTES each): a poll's time is
+#: bounded too, a huge file is read over several polls.
+MAX_PIECES_PER_POLL = 64
 #: config.toml and summary.json larger than these are not read (a run's are a few kB, and its
 #: summary about 1 kB a node).
 MAX_CONFIG_BYTES = 1024 * 1024
@@ -267,9 +270,10 @@ class RunFeed:
         return False
 
     def _read_log(self, tail: LineTail, take) -> bool:
-        """Every whole line new in ``tail``, a piece at a time, each given to ``take`` (ValueError:
-        the line is used for nothing and named); True if the file is not the one read so far."""
-        while True:
+        """Every whole line new in ``tail`` (up to :data:`MAX_PIECES_PER_POLL` pieces; the rest at
+        the next poll), each given to ``take`` (ValueError: the line is used for nothing and
+        named); True if the file is not the one read so far."""
+        for _ in range(MAX_PIECES_PER_POLL):
             piece = tail.read()
             for problem in piece.problems:
                 self._problem(tail.path.name, problem)
@@ -283,7 +287,8 @@ class RunFeed:
                 except ValueError as exc:
                     self._problem(tail.path.name, f"line {line}: {exc}")
             if not piece.more:
-                return False
+                break
+        return False
 
     def _file_id(self, name: str) -> tuple | None:
         """(device, inode, size, mtime) of a run file; None if it is absent or unreadable (said)."""
@@ -354,7 +359,7 @@ class RunFeed:
             raise ValueError(f"more than {MAX_METRIC_ROWS} rounds: the page shows the first {MAX_METRIC_ROWS}")
         last_round = int(self.metrics[-1]["round"]) if self.metrics else 0
         num_nodes = self.config.data.num_nodes if self.config is not None else None
-        self.metrics.append(metric_row(_cells(text), last_round, num_nodes))
+        self.metrics.append(metric_row(_cells(text), last_round, num_nodes, self._planned))
 
     def _take_event(self, text: str) -> None:
         cells = _cells(text)
