@@ -251,7 +251,7 @@ def test_a_file_of_another_run_resets_the_page(real_run, tmp_path, small_config_
     oracle = copy_run(real_run, tmp_path / "oracle")
     (oracle / name).write_bytes(new)
     assert same_data(snap, shown(RunFeed(oracle)))
-    if name == "config.toml" and how != "shrunk":  # the other run's 3 nodes; node 3's rows are not its
+    if name == "config.toml" and how != "shrunk":  # the other run's 3 nodes: node 3's rows are not its
         assert len(snap["nodes"]) == 3
         assert "node 3 is not one of the run's 3 nodes" in snap["run"]["errors"]["ledger.csv"]
     elif name != "config.toml":

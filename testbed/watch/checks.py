@@ -53,9 +53,9 @@ def _finite_or_none(value: float) -> float | None:
 def metric_row(cells: list[str], last_round: int, num_nodes: int | None,
                rounds_planned: int | None = None) -> dict[str, float | None]:
     """The plotted values of one metrics.csv row, checked: every cell a number or empty; ``round``
-    a whole number after ``last_round`` and at most ``rounds_planned``; ``stragglers`` a count of at most ``num_nodes``; costs,
-    bytes and seconds in 0..1e30; accuracies in [0, 1]; ε not negative. A diverged loss, an
-    infinite ε (no noise) or a round without evaluation is None."""
+    a whole number after ``last_round`` and at most ``rounds_planned``; ``stragglers`` a count of
+    at most ``num_nodes``; costs, bytes and seconds in 0..1e30; accuracies in [0, 1]; ε not
+    negative. A diverged loss, an infinite ε (no noise) or a round without evaluation is None."""
     if len(cells) != len(METRIC_COLUMNS):
         raise ValueError(f"{len(cells)} cells, the header has {len(METRIC_COLUMNS)}")
     values = {c: (None if cell == "" else _number(c, cell)) for c, cell in zip(METRIC_COLUMNS, cells)}
