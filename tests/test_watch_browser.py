@@ -192,3 +192,28 @@ def test_node_table_pages_sorts_and_filters(browser, tmp_path, small_config_text
     finally:
         page.terminate()
         page.wait()
+
+
+def test_damaged_run_files_are_named_on_the_page(browser, tmp_path, small_config_text):
+    """A garbage ledger row and a summary that is not the run's: the page's error banner has a line
+    per file naming it and what is wrong, and the run is not shown as completed."""
+    result = run_experiment(load_config_text(small_config_text), out_dir=tmp_path / "run", quiet=True)
+    with open(result.run_dir / "ledger.csv", "ab") as f:
+        f.write(b"privacy,0,3,garbage\r\n")
+    (result.run_dir / "summary.json").write_text("[1, 2, 3]")
+    port = _free_port()
+    page = subprocess.Popen([sys.executable, "-m", "testbed", "watch", str(result.run_dir), "--port", str(port)],
+                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        _wait(lambda: _get(browser, f"http://127.0.0.1:{port}/"), 30, "the watch page")
+        lines = _wait(lambda: len(found := browser.execute_script(
+            "return [...document.querySelectorAll('#error div')].map(d => [d.dataset.file, d.textContent])")) == 2
+            and found, 30, "two error lines")
+        assert dict(lines)["ledger.csv"].startswith("ledger.csv: line ")
+        assert dict(lines)["summary.json"] == "summary.json: damaged: not a JSON object"
+        assert browser.find_element("id", "error").is_displayed()
+        assert "completed" not in browser.find_element("id", "run-status").text
+    finally:
+        page.terminate()
+        _, err = page.communicate(timeout=20)
+    assert b"Traceback" not in err, err.decode()

@@ -199,9 +199,9 @@ def test_report_html_of_a_sweep(tmp_path, small_config_text):
 
 
 @pytest.mark.parametrize("argv,words", [
-    (["watch", "RUN", "--port", "0"], "--port must be 1..65535"),
+    (["watch", "RUN", "--port", "0"], "--port: must be >= 1, got 0"),
     (["watch", "RUN", "--host", "example.org"], "--host must be an IP address"),
-    (["run", "FILE", "--watch", "--port", "70000"], "--port must be 1..65535"),
+    (["run", "FILE", "--watch", "--port", "70000"], "--port: must be <= 65535, got 70000"),
     (["report", "RUN", "--html"], "neither summary.json"),
 ])
 def test_watch_and_report_refuse_bad_input_in_one_line(capsys, tmp_path, small_config_file, argv, words):

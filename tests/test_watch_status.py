@@ -75,6 +75,9 @@ def test_watch_user_follows_status_and_reads_nothing_else(tmp_path, run_id, star
         assert snooped == [] and read == [topics.up(run_id, "0")]
         listener = StatusListener(mqtt, on_node, coordinator.append).start()
         wait_until(lambda: (0, True) in seen, 10, "node 0 online (its retained status)")
+        node.publish(topics.status(run_id, "0"), b"garbage", timeout_s=5)  # not a declared status
+        wait_until(lambda: listener.router.dropped == 1, 10, "the garbage status dropped")
+        assert (0, False) not in seen  # never read as offline
         node.close()
         wait_until(lambda: (0, False) in seen, 10, "node 0 offline")
         # A retained status "1" would have come on subscribing, before node 0's live `offline`

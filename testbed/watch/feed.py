@@ -8,6 +8,12 @@ where it last stopped (whole lines only: a row being written is read next time),
 rows and only the node rows that changed. Over MQTT the nodes' online/offline status messages come in
 through :meth:`~RunFeed.node_status` (any thread).
 
+Nothing in the files is trusted (:mod:`testbed.watch.lines` reads the logs in bounded pieces,
+:mod:`testbed.watch.checks` checks each row and field against the run's config): what fails is used
+for nothing and shown as the page's error, one line per file naming the line and why; a file
+deleted while watched is said, one shrunk or replaced (a new run in the folder, ``--resume``) makes
+the page start again from a snapshot.
+
 Everything here is JSON-ready: numbers, strings, None (NaN and ±inf become None).
 
 Example::
@@ -21,66 +27,44 @@ Example::
 from __future__ import annotations
 
 import csv
-import io
 import math
-import os
-import queue
+import threading
 import time
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from testbed.errors import UserError
 from testbed.ledger import (
+    LEDGER_COLUMNS,
     CommunicationEvent,
     ComputeEvent,
     Event,
     NodeLedger,
     StraggleEvent,
-    parse_rows,
+    event_from_dict,
 )
 from testbed.results import METRIC_COLUMNS, read_summary
-
-#: Metric columns the page plots.
-PLOTTED = ("round", "train_loss", "test_accuracy", "cost_units", "epsilon", "stragglers", "wall_s")
+from testbed.watch.checks import check_event, metric_row, summary_view
+from testbed.watch.lines import DELETED, LineTail
 #: A run with no summary whose files stopped growing for longer than this many mean rounds (and at
 #: least STALL_MIN_S) is shown as stalled: killed, or waiting for nodes.
 STALL_ROUNDS = 5
 STALL_MIN_S = 30.0
-
-
-class TailReader:
-    """Whole new lines of an append-only text file since the last call (its header skipped)."""
-
-    def __init__(self, path: Path):
-        self.path = Path(path)
-        self._offset = 0
-        self._rest = b""
-        self._header = True
-
-    def read(self) -> tuple[str, bool]:
-        """(the whole lines appended since the last call, whether the file shrank). A file that
-        shrank (``--resume`` drops rows past its checkpoint) is read again from its start."""
-        try:
-            size = os.stat(self.path).st_size
-        except FileNotFoundError:
-            return "", False
-        if size < self._offset:
-            self._offset, self._rest, self._header = 0, b"", True
-            return "", True
-        if size == self._offset:
-            return "", False
-        with open(self.path, "rb") as f:
-            f.seek(self._offset)
-            data = f.read(size - self._offset)
-        self._offset += len(data)
-        data = self._rest + data
-        cut = data.rfind(b"\n") + 1
-        self._rest, data = data[cut:], data[:cut]
-        if self._header and data:
-            data = data[data.find(b"\n") + 1:]
-            self._header = False
-        return data.decode("utf-8"), False
+#: Nodes the page follows: a config with more is refused (each node's view costs a few kB).
+MAX_NODES = 100_000
+#: Metric rows kept (one per round): a file with more shows the first ones and says so.
+MAX_METRIC_ROWS = 200_000
+#: Pieces of a log read per poll (of testbed.watch.lines.PIECE_BYTES each): a poll's time is
+#: bounded too, a huge file is read over several polls.
+MAX_PIECES_PER_POLL = 64
+#: config.toml and summary.json larger than these are not read (a run's are a few kB, and its
+#: summary about 1 kB a node).
+MAX_CONFIG_BYTES = 1024 * 1024
+MAX_SUMMARY_BYTES_PER_NODE = 16 * 1024
+#: ε figures kept for tallies seen (most nodes of a run share a few; a bound, not a leak per round).
+EPS_CACHE_SIZE = 4096
 
 
 @dataclass
@@ -112,6 +96,36 @@ def _num(x: float | None) -> float | None:
     return None if x is None or not math.isfinite(x) else float(x)
 
 
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+#: Keys the page relies on, which a run writes explicitly (its config.toml has every key resolved):
+#: a file without them is not a run's, though the defaults would fill them in.
+_RUN_KEYS = (("run", "algorithm"), ("run", "seed"), ("data", "num_nodes"))
+
+
+def _run_written(text: str) -> str:
+    """``text`` if it names every key of :data:`_RUN_KEYS`; ValueError naming the first it lacks."""
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"not valid TOML: {exc}") from None
+    for section, key in _RUN_KEYS:
+        if not isinstance(raw.get(section), dict) or key not in raw[section]:
+            raise ValueError(f"lacks {section}.{key}: not the config.toml a run writes")
+    return text
+
+
+def _cells(line: str) -> list[str]:
+    """The cells of one CSV line on its own (a quote left open does not swallow the next line)."""
+    try:
+        return next(csv.reader([line]), [])
+    except csv.Error as exc:
+        raise ValueError(f"not CSV ({exc})") from None
+
+
 def planned_rounds(config: Any) -> int | None:
     """The rounds the run's algorithm plans, from its own section of the (planned) config.toml:
     ``rounds``, ``iterations`` (ACFL) or ``steps // tau`` (DP-PASGD); None if it says none."""
@@ -129,6 +143,11 @@ def planned_rounds(config: Any) -> int | None:
 class RunFeed:
     """The state of one run directory, read incrementally.
 
+    Every row and field is checked before it is used (:mod:`testbed.watch.checks`); what fails is
+    used for nothing and named in ``run["error"]`` (the file, the line and why, with a count), while
+    the rest keeps being shown. Memory is bounded whatever the files hold: logs are read in pieces,
+    long lines skipped, nodes, metric rows and privacy signatures capped.
+
     Args:
         run_dir: the run's directory (it may not exist yet: `testbed run --watch` starts the page
             before the run writes anything).
@@ -138,60 +157,71 @@ class RunFeed:
     def __init__(self, run_dir: Path, clock=time.time):
         self.run_dir = Path(run_dir)
         self.clock = clock
-        self._statuses: queue.SimpleQueue = queue.SimpleQueue()
+        self._status_lock = threading.Lock()
+        self._pending_status: dict[int | None, tuple[str, float]] = {}
+        self.status_dropped = 0  # status payloads or node ids that were not the run's (see status.py)
+        self.status_dropped_last: str | None = None
         self._reset()
 
     def _reset(self) -> None:
         self.version = 0
         self.config = None
-        self.config_error: str | None = None
-        self.summary: dict | None = None
-        self._summary_mtime = None
+        self._config_id: tuple | None = None     # (device, inode, size, mtime) of config.toml as read
+        self._config_text: bytes | None = None
+        self.summary: dict | None = None         # what the page shows of summary.json, checked
+        self._summary_id: tuple | None = None
         self.metrics: list[dict[str, float | None]] = []
         self.nodes: dict[int, NodeView] = {}
-        self._metrics_tail = TailReader(self.run_dir / "metrics.csv")
-        self._ledger_tail = TailReader(self.run_dir / "ledger.csv")
-        self._ledger_line = 2
-        self._eps_cache: dict[tuple, float] = {}
+        self._planned: int | None = None
+        self._metrics_tail = LineTail(self.run_dir / "metrics.csv", ",".join(METRIC_COLUMNS))
+        self._ledger_tail = LineTail(self.run_dir / "ledger.csv", ",".join(LEDGER_COLUMNS))
+        self._eps_cache: dict[tuple, float | None] = {}
         self._channel: _Channel | None = None
         self._last_growth = self.clock()
         self._sent_run: dict | None = None
-        self.error: str | None = None
+        self.problems: dict[str, tuple[str, int]] = {}  # file name → (its last problem, how many)
+        self._reading_failed: str | None = None
         self.coordinator: str | None = None  # its status topic over MQTT, when followed
 
     # ------------------------------------------------------------------ inputs
 
     def node_status(self, node: int, online: bool, at: float | None = None) -> None:
-        """A node's status message (thread-safe; applied at the next :meth:`poll`)."""
-        self._statuses.put((int(node), "online" if online else "offline", self.clock() if at is None else at))
+        """A node's status message (thread-safe; applied at the next :meth:`poll`). Only the last
+        one of each node counts, so a flood between two polls holds at most one per node."""
+        entry = ("online" if online else "offline", self.clock() if at is None else at)
+        with self._status_lock:
+            if node not in self._pending_status and len(self._pending_status) > MAX_NODES:
+                self._count_dropped(f"node {node}: more nodes than the page follows")
+                return
+            self._pending_status[int(node)] = entry
 
     def coordinator_status(self, online: bool) -> None:
         """The coordinator's status message (thread-safe): offline without a summary is a killed run."""
-        self._statuses.put((None, "online" if online else "offline", self.clock()))
+        with self._status_lock:
+            self._pending_status[None] = ("online" if online else "offline", self.clock())
+
+    def status_malformed(self, what: str) -> None:
+        """A status message that is not the run's (a payload other than online/offline; thread-safe):
+        dropped, counted and shown, never read as a state."""
+        with self._status_lock:
+            self._count_dropped(what)
+
+    def _count_dropped(self, what: str) -> None:
+        self.status_dropped += 1
+        self.status_dropped_last = what[:200]
 
     def poll(self) -> dict | None:
         """Read what the run wrote since the last call. Returns a delta (``run``, ``budgets``, new ``metrics``
-        rows, changed ``nodes`` rows, ``version``; ``reset: True`` when a file shrank and the page
-        must take the snapshot again), or None when nothing changed."""
+        rows, changed ``nodes`` rows, ``version``; ``reset: True`` when a file shrank or was replaced
+        and the page must take the snapshot again), or None when nothing changed."""
         start_version = self.version
         first_metric = len(self.metrics)
-        reset = False
-        self._read_config()
-        text, shrank = self._metrics_tail.read()
-        if shrank:
-            reset = True
-        else:
-            self._add_metrics(text)
-        text, shrank = self._ledger_tail.read()
-        if shrank:
-            reset = True
-        elif text:
-            self._add_events(text)
-        if reset:  # --resume dropped rows past its checkpoint: read the files again from the start
+        self._reading_failed = None  # said again by the server if this poll fails too
+        if self._read_files():  # a new run in the folder, or --resume dropped rows: read it all again
             self._reset()
-            self.poll()
+            self._read_files()
+            self.version += 1
             return {"reset": True, "version": self.version}
-        self._read_summary()
         self._apply_statuses()
         if len(self.metrics) > first_metric or self.version != start_version:
             self._last_growth = self.clock()
@@ -212,51 +242,133 @@ class RunFeed:
 
     # ------------------------------------------------------------------ reading
 
-    def _read_config(self) -> None:
-        if self.config is not None or self.config_error is not None:
-            return
-        path = self.run_dir / "config.toml"
-        if not path.exists():
-            return
-        from testbed.config import load_config
+    def reading_failed(self, message: str) -> dict:
+        """Show that :meth:`poll` failed (the server's word for it): on the page as ``watch``'s
+        error until a poll succeeds, so what is shown is not taken for current. Returns the delta
+        that says so."""
+        self._reading_failed = message
+        self.version += 1
+        self._sent_run = run = self.run_info()
+        return {"version": self.version, "run": run, "budgets": self.budgets(), "metrics": [], "nodes": []}
+
+    def _problem(self, name: str, message: str) -> None:
+        """Note what is wrong with a file; the same thing said again (an unreadable file, every
+        poll) is not another problem."""
+        last, count = self.problems.get(name, ("", 0))
+        self.problems[name] = (message, count + (message != last))
+
+    def _read_files(self) -> bool:
+        """Read what is new in every file; True if one is not the file read so far."""
+        if self._read_config():
+            return True
+        if self._read_log(self._metrics_tail, self._take_metric):
+            return True
+        # Events are checked against the run's nodes and rounds: without its config they wait.
+        if self.config is not None and self._read_log(self._ledger_tail, self._take_event):
+            return True
+        self._read_summary()
+        return False
+
+    def _read_log(self, tail: LineTail, take) -> bool:
+        """Every whole line new in ``tail`` (up to :data:`MAX_PIECES_PER_POLL` pieces; the rest at
+        the next poll), each given to ``take`` (ValueError: the line is used for nothing and
+        named); True if the file is not the one read so far."""
+        for _ in range(MAX_PIECES_PER_POLL):
+            piece = tail.read()
+            for problem in piece.problems:
+                self._problem(tail.path.name, problem)
+            if piece.restarted:
+                return True
+            if piece.lines:
+                self.version += 1
+            for line, text in piece.lines:
+                try:
+                    take(text)
+                except ValueError as exc:
+                    self._problem(tail.path.name, f"line {line}: {exc}")
+            if not piece.more:
+                break
+        return False
+
+    def _file_id(self, name: str) -> tuple | None:
+        """(device, inode, size, mtime) of a run file; None if it is absent or unreadable (said)."""
+        try:
+            st = (self.run_dir / name).stat()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            self._problem(name, f"unreadable ({exc.strerror or type(exc).__name__})")
+            return None
+        return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+    def _read_config(self) -> bool:
+        """Read config.toml once it is there, and again when it changes; True if it changed after
+        being read (another run in the folder)."""
+        name = "config.toml"
+        ident = self._file_id(name)
+        if ident is None:
+            if self._config_id is not None:  # said once: the same problem again is not counted
+                self._problem(name, DELETED)
+            return False
+        if ident == self._config_id:
+            return False
+        self._config_id = ident
+        if ident[2] > MAX_CONFIG_BYTES:
+            self._problem(name, f"{ident[2]} bytes, more than an experiment file holds ({MAX_CONFIG_BYTES}); not read")
+            return self._config_text is not None
+        try:
+            with open(self.run_dir / name, "rb") as f:
+                text = f.read(MAX_CONFIG_BYTES)
+        except OSError as exc:
+            self._problem(name, f"unreadable ({exc.strerror or type(exc).__name__})")
+            return False
+        if self._config_text is not None:
+            return text != self._config_text
+        self._config_text = text
+        from testbed.config import load_config_text
 
         try:
-            self.config = load_config(path)
-        except (UserError, ValueError, OSError) as exc:
-            self.config_error = f"{path}: {exc}"
-            return
+            config = load_config_text(_run_written(text.decode("utf-8")), source=name, base_dir=self.run_dir)
+        except UnicodeDecodeError as exc:
+            self._problem(name, f"not UTF-8 text (byte {exc.start})")
+            return False
+        except RecursionError:
+            self._problem(name, "not valid TOML: nested too deep")
+            return False
+        except (UserError, ValueError) as exc:
+            self._problem(name, _one_line(exc))
+            return False
+        if config.data.num_nodes > MAX_NODES:
+            self._problem(name, f"data.num_nodes = {config.data.num_nodes}: more than the page follows ({MAX_NODES})")
+            return False
+        self.config, self._planned = config, planned_rounds(config)
         self.version += 1
-        for node in range(self.config.data.num_nodes):
+        for node in range(config.data.num_nodes):
             self._view(node).version = self.version
-        if self.config.run.algorithm == "dwfl":
+        if config.run.algorithm == "dwfl":
             from testbed.algorithms.dwfl import radio_from_config
 
-            self._channel = _Channel(radio_from_config(self.config, self.config.data.num_nodes), self.config.run.seed)
-
-    def _add_metrics(self, text: str) -> None:
-        if not text:
-            return
-        for cells in csv.reader(io.StringIO(text, newline="")):
-            if len(cells) != len(METRIC_COLUMNS):
-                self.error = f"{self.run_dir / 'metrics.csv'}: a row of {len(cells)} cells"
-                continue
-            row = dict(zip(METRIC_COLUMNS, cells))
             try:
-                self.metrics.append({k: _num(float(row[k])) if row[k] != "" else None for k in PLOTTED})
-            except ValueError:
-                self.error = f"{self.run_dir / 'metrics.csv'}: a row that is not numbers"
+                self._channel = _Channel(radio_from_config(config, config.data.num_nodes), config.run.seed)
+            except ValueError as exc:  # the page shows the rest of the run without its channel
+                self._problem(name, f"the radio: {_one_line(exc)}")
+        return False
 
-    def _add_events(self, text: str) -> None:
-        try:
-            events = parse_rows(text, first_line=self._ledger_line)
-        except ValueError as exc:
-            self.error = f"{self.run_dir / 'ledger.csv'}: {exc}"
-            return
-        finally:
-            self._ledger_line += text.count("\n")
-        self.version += 1
-        for event in events:
-            self._add_event(event)
+    def _take_metric(self, text: str) -> None:
+        if len(self.metrics) >= MAX_METRIC_ROWS:
+            raise ValueError(f"more than {MAX_METRIC_ROWS} rounds: the page shows the first {MAX_METRIC_ROWS}")
+        last_round = int(self.metrics[-1]["round"]) if self.metrics else 0
+        num_nodes = self.config.data.num_nodes if self.config is not None else None
+        self.metrics.append(metric_row(_cells(text), last_round, num_nodes, self._planned))
+
+    def _take_event(self, text: str) -> None:
+        cells = _cells(text)
+        if len(cells) != len(LEDGER_COLUMNS):
+            raise ValueError(f"{len(cells)} cells, the header has {len(LEDGER_COLUMNS)}")
+        event = event_from_dict(dict(zip(LEDGER_COLUMNS, cells)))
+        view = self.nodes.get(event.node)
+        check_event(event, self.config.data.num_nodes, self._planned, view.ledger if view else None)
+        self._add_event(event)
 
     def _add_event(self, event: Event) -> None:
         view = self._view(event.node)
@@ -272,29 +384,48 @@ class RunFeed:
             view.measured = bool(view.measured) or event.measured
 
     def _read_summary(self) -> None:
-        path = self.run_dir / "summary.json"
+        """summary.json, checked as every reader of a run checks it (JSON, its keys, its sha256),
+        then each field the page uses for its type; read again whenever it changes. Until a
+        summary passes, none is shown: an old one is not presented as the run's."""
+        name = "summary.json"
+        ident = self._file_id(name)
+        if ident is None:
+            if self._summary_id is not None:
+                self._summary_id, self.summary = None, None
+                self._problem(name, "deleted while watched; the run is shown without it")
+            return
+        if ident == self._summary_id:
+            return
+        self._summary_id, self.summary = ident, None
+        self.problems.pop(name, None)  # another summary: the last one's problem is not this one's
+        num_nodes = self.config.data.num_nodes if self.config is not None else 1
+        limit = 64 * 1024 + MAX_SUMMARY_BYTES_PER_NODE * num_nodes
+        if ident[2] > limit:
+            self._problem(name, f"{ident[2]} bytes, more than a summary of {num_nodes} nodes holds ({limit}); not read")
+            return
         try:
-            mtime = path.stat().st_mtime_ns
-        except FileNotFoundError:
-            return
-        if mtime == self._summary_mtime:
-            return
-        self._summary_mtime = mtime
-        try:  # checked as every reader of a run checks it (JSON, its keys, its sha256)
-            self.summary = read_summary(self.run_dir)
+            self.summary = summary_view(read_summary(self.run_dir))
         except UserError as exc:
-            self.error = str(exc)
+            self._problem(name, str(exc).removeprefix(f"{self.run_dir / name}: "))
+        except RecursionError:
+            self._problem(name, "damaged: not JSON (nested too deep)")
+        except ValueError as exc:
+            self._problem(name, f"damaged: {_one_line(exc)}")
 
     def _apply_statuses(self) -> None:
-        while True:
-            try:
-                node, status, at = self._statuses.get_nowait()
-            except queue.Empty:
-                return
+        with self._status_lock:
+            pending, self._pending_status = self._pending_status, {}
+        for node, (status, at) in pending.items():
             if node is None:
                 self.coordinator = status
                 continue
-            if self.config is not None and not 0 <= node < self.config.data.num_nodes:
+            if self.config is None:  # not known yet whether it is one of the run's nodes
+                with self._status_lock:
+                    self._pending_status.setdefault(node, (status, at))
+                continue
+            if not 0 <= node < self.config.data.num_nodes:
+                with self._status_lock:
+                    self._count_dropped(f"node {node}: not one of the run's {self.config.data.num_nodes} nodes")
                 continue
             view = self._view(node)
             if (view.mqtt, view.mqtt_at) != (status, at):
@@ -350,18 +481,21 @@ class RunFeed:
         ``completed``/``stopped_budget``/``failed``)."""
         c, s = self.config, self.summary
         done = len(self.metrics)
-        planned = planned_rounds(c) if c is not None else None
+        planned = self._planned
         wall = self.metrics[-1]["wall_s"] if self.metrics else None
+        errors = self.errors()
         info: dict[str, Any] = {
             "run_dir": str(self.run_dir), "rounds_done": done, "rounds_planned": planned, "wall_s": wall,
-            "error": self.config_error or self.error, "coordinator": self.coordinator,
+            "error": " · ".join(f"{name}: {text}" for name, text in errors.items()) or None, "errors": errors,
+            "coordinator": self.coordinator, "status_dropped": self.status_dropped,
+            "status_dropped_last": self.status_dropped_last,
         }
         if c is not None:
             info.update(name=c.run.name, algorithm=c.run.algorithm, mode=c.run.mode, seed=c.run.seed,
                         num_nodes=c.data.num_nodes, profile=c.nodes.profile, dataset=c.data.dataset)
         if s is not None:
-            info.update(status=s.get("status"), stopped=s.get("stopped"), failure=s.get("failure"),
-                        rounds_done=s.get("rounds", done), wall_s=_num(s.get("wall_s")), eta_s=0.0)
+            info.update(status=s["status"], stopped=s["stopped"], failure=s["failure"], rounds_done=s["rounds"],
+                        wall_s=s["wall_s"], eta_s=0.0)
             return info
         recent = self.metrics[-10:]
         round_s = None
@@ -369,7 +503,7 @@ class RunFeed:
             round_s = (recent[-1]["wall_s"] - recent[0]["wall_s"]) / (len(recent) - 1)
         elif recent and recent[0]["wall_s"] is not None:
             round_s = recent[0]["wall_s"]
-        info["eta_s"] = None if round_s is None or planned is None else max(planned - done, 0) * round_s
+        info["eta_s"] = None if round_s is None or planned is None else _num(max(planned - done, 0) * max(round_s, 0.0))
         idle_s = self.clock() - self._last_growth
         stall_s = max(STALL_MIN_S, STALL_ROUNDS * (round_s or 0.0))
         if c is None:
@@ -383,14 +517,38 @@ class RunFeed:
         info["idle_s"] = round(idle_s, 1)
         return info
 
-    def _epsilon(self, tally) -> float:
-        key = tuple(sorted(tally.items()))
-        eps = self._eps_cache.get(key)
-        if eps is None:
-            from testbed.privacy.accountants import epsilon
+    def errors(self) -> dict[str, str]:
+        """File name → what is wrong with it, one line (with how many problems it had), and a line
+        cut short at the end of a log once the run is over or stalled."""
+        errors = {name: text if count == 1 else f"{text} (the last of {count} problems)"
+                  for name, (text, count) in self.problems.items()}
+        if self._reading_failed is not None:
+            errors["watch"] = self._reading_failed
+        for tail in (self._metrics_tail, self._ledger_tail):
+            if tail.pending_bytes and tail.path.name not in errors and self._stopped_growing():
+                errors[tail.path.name] = f"its last line is cut short ({tail.pending_bytes} bytes), not used"
+        return errors
 
-            p = self.config.privacy
-            eps = self._eps_cache[key] = epsilon(p.accountant, tally, p.delta)
+    def _stopped_growing(self) -> bool:
+        return self.summary is not None or self.clock() - self._last_growth > STALL_MIN_S
+
+    def _epsilon(self, node: int, tally) -> float | None:
+        """ε of a tally at the run's δ; None (and the ledger's problem) if its accountant cannot
+        account it (a signature the run's algorithm never makes)."""
+        key = tuple(sorted(tally.items()))
+        if key in self._eps_cache:
+            return self._eps_cache[key]
+        from testbed.privacy.accountants import epsilon
+
+        p = self.config.privacy
+        try:
+            eps = epsilon(p.accountant, tally, p.delta)
+        except (ValueError, ArithmeticError) as exc:
+            eps = None
+            self._problem("ledger.csv", f"node {node}: its privacy events cannot be accounted: {_one_line(exc)}")
+        if len(self._eps_cache) >= EPS_CACHE_SIZE:
+            self._eps_cache.clear()
+        self._eps_cache[key] = eps
         return eps
 
     def node_state(self, view: NodeView) -> tuple[str, str | None]:
@@ -421,8 +579,9 @@ class RunFeed:
 
     def _row(self, node: int, view: NodeView) -> dict[str, Any]:
         t = view.ledger.totals
-        raw = {o: self._epsilon(tally) for o, tally in sorted(view.ledger.by_observer.items())} \
+        raw = {o: self._epsilon(node, tally) for o, tally in sorted(view.ledger.by_observer.items())} \
             if self.config is not None else {}
+        known = [e for e in raw.values() if e is not None]
         state, why = self.node_state(view)
         last_seen = None
         if 0 <= view.last_round < len(self.metrics):
@@ -433,9 +592,11 @@ class RunFeed:
             "id": node, "state": state, "why": why,
             "rounds": t.rounds, "straggled": t.rounds_straggled, "last_round": view.last_round + 1,
             "last_seen_s": last_seen, "status_at": view.mqtt_at,
-            "epsilon": _num(max(raw.values(), default=0.0)), "epsilon_by": {o: _num(e) for o, e in raw.items()},
-            "energy_j": t.energy_j, "cost_units": t.cost_units, "bytes": t.bytes_total,
-            "mi_epsilon": t.mi_epsilon_nats, "board": board, "measured": view.measured,
+            # An observer's ε that cannot be accounted leaves the headline unknown, not understated.
+            "epsilon": _num(max(known, default=0.0)) if len(known) == len(raw) else None,
+            "epsilon_by": {o: _num(e) for o, e in raw.items()},
+            "energy_j": _num(t.energy_j), "cost_units": _num(t.cost_units), "bytes": t.bytes_total,
+            "mi_epsilon": _num(t.mi_epsilon_nats), "board": board, "measured": view.measured,
             "gain": ch.gain[node] if ch is not None and node < len(ch.gain) else None,
             "snr_db": ch.snr_db[node] if ch is not None and node < len(ch.snr_db) else None,
         }

@@ -11,6 +11,12 @@ One task polls the run directory every ``poll_s`` (in a worker thread: reading t
 accounting ε must not hold up the page) and sends each delta to every open page. A page that falls
 behind is dropped; its EventSource reconnects and starts again from a snapshot. There are no control
 actions: nothing here writes to the run.
+
+Every request is checked before it is served: the API takes no query parameters (any is a 400
+naming it), other methods than GET and HEAD are a 405, unknown paths a 404, and at most
+:data:`MAX_PAGES` event streams are open at once (a 503 past that). A page closed mid-stream is
+normal (a debug line); anything that fails while serving is one warning line and a 500, never a
+traceback in the log.
 """
 
 from __future__ import annotations
@@ -19,10 +25,12 @@ import asyncio
 import contextlib
 import json
 import logging
+import sys
 from pathlib import Path
 from typing import Any, Callable
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp_sse import sse_response
 
 from testbed.watch.feed import RunFeed
@@ -34,6 +42,8 @@ STATIC = Path(__file__).with_name("static")
 BACKLOG = 32
 #: Seconds between checks that an idle page is still connected (aiohttp-sse pings it every 15 s).
 IDLE_CHECK_S = 5.0
+#: Event streams open at once: each holds up to BACKLOG deltas.
+MAX_PAGES = 64
 
 
 def _json(data: Any) -> str:
@@ -58,7 +68,7 @@ class WatchApp:
         self._pages: set[asyncio.Queue] = set()
         self._lock = asyncio.Lock()
         self._on_config, self._on_stop = on_config, on_stop
-        self.app = web.Application()
+        self.app = web.Application(middlewares=[_checked], handler_args={"logger": _OneLineLog(log)})
         self.app.add_routes([
             web.get("/", self._index),
             web.get("/api/snapshot", self._snapshot),
@@ -87,23 +97,32 @@ class WatchApp:
     async def _poll_forever(self) -> None:
         while True:
             try:
-                delta = await self._feed(self.feed.poll)
-            except Exception:  # a damaged file must not stop the page: it shows the error instead
-                log.exception("reading %s", self.feed.run_dir)
-                delta = None
-            if self._on_config is not None and self.feed.config is not None:
-                on_config, self._on_config = self._on_config, None
-                await asyncio.to_thread(on_config, self.feed.config)
-            if delta is not None:
-                text = _json(delta)
-                for page in list(self._pages):
-                    try:
-                        page.put_nowait(text)
-                    except asyncio.QueueFull:
-                        self._pages.discard(page)
-                        page.get_nowait()
-                        page.put_nowait(None)  # tells the page's handler to close it
+                await self._poll_once()
+            except Exception as exc:  # the feed checks what it reads; this is a bug, not a file
+                what = f"reading the run failed: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+                log.warning("%s: %s", self.feed.run_dir, what)
+                with contextlib.suppress(Exception):  # on the pages too, not only here, if it can be
+                    self._send(await self._feed(lambda: self.feed.reading_failed(what)))
             await asyncio.sleep(self.poll_s)
+
+    async def _poll_once(self) -> None:
+        delta = await self._feed(self.feed.poll)
+        if self._on_config is not None and self.feed.config is not None:
+            on_config, self._on_config = self._on_config, None
+            await asyncio.to_thread(on_config, self.feed.config)
+        if delta is not None:
+            self._send(delta)
+
+    def _send(self, delta: dict) -> None:
+        """Queue a delta for every open page; a page too far behind is closed (it reconnects)."""
+        text = _json(delta)
+        for page in list(self._pages):
+            try:
+                page.put_nowait(text)
+            except asyncio.QueueFull:
+                self._pages.discard(page)
+                page.get_nowait()
+                page.put_nowait(None)  # tells the page's handler to close it
 
     async def _index(self, request: web.Request) -> web.StreamResponse:
         return web.FileResponse(STATIC / "index.html")
@@ -112,6 +131,8 @@ class WatchApp:
         return web.Response(text=_json(await self._feed(self.feed.snapshot)), content_type="application/json")
 
     async def _events(self, request: web.Request) -> web.StreamResponse:
+        if len(self._pages) >= MAX_PAGES:
+            raise web.HTTPServiceUnavailable(text=f"{MAX_PAGES} pages already follow this run; close one\n")
         page: asyncio.Queue = asyncio.Queue(maxsize=BACKLOG)
         self._pages.add(page)  # before the snapshot: a delta after it is queued, older ones are skipped by version
         try:
@@ -126,8 +147,47 @@ class WatchApp:
                         break
                     await resp.send(text, event="delta")
             return resp
+        except ConnectionResetError:  # the page was closed: its stream ends, nothing went wrong
+            log.debug("a page of %s closed its event stream", self.feed.run_dir)
+            return web.Response()  # never sent: the connection is gone
         finally:
             self._pages.discard(page)
+
+
+class _OneLineLog(logging.LoggerAdapter):
+    """aiohttp's request-handling log: what it logs with a traceback (a request line or header too
+    long, a malformed request, a failure past the middleware) is one line without it; a malformed
+    request (its 400 says why) or a client gone mid-answer is the client's doing, so a debug line."""
+
+    def exception(self, msg: object, *args: Any, exc_info: Any = True, **kwargs: Any) -> None:
+        exc = exc_info if isinstance(exc_info, BaseException) else sys.exc_info()[1]
+        level = logging.DEBUG if isinstance(exc, (HttpProcessingError, ConnectionResetError)) else logging.WARNING
+        text = " ".join(str(exc).split())[:200] if exc is not None else ""
+        self.log(level, "%s: %s%s", str(msg) % args if args else msg, type(exc).__name__ if exc else "",
+                 f": {text}" if text else "")
+
+    def debug(self, msg: object, *args: Any, **kwargs: Any) -> None:
+        kwargs.pop("exc_info", None)
+        self.log(logging.DEBUG, msg, *args, **kwargs)
+
+
+@web.middleware
+async def _checked(request: web.Request, handler: Callable) -> web.StreamResponse:
+    """Refuses a query string on the API (it declares no parameters) in one line, and turns any
+    failure while serving into one warning line and a 500 (a closed connection into a debug line)."""
+    if request.path.startswith("/api/") and request.query_string:
+        names = ", ".join(sorted({repr(k[:40]) for k in request.query}))[:200] or repr(request.query_string[:40])
+        raise web.HTTPBadRequest(text=f"{request.path} takes no query parameters, got {names}\n")
+    try:
+        return await handler(request)
+    except web.HTTPException:
+        raise
+    except ConnectionResetError:
+        log.debug("%s %s: the client went away", request.method, request.path)
+        raise
+    except Exception as exc:
+        log.warning("%s %s: %s: %s", request.method, request.path, type(exc).__name__, exc)
+        raise web.HTTPInternalServerError(text=f"{type(exc).__name__}: {exc}"[:300] + "\n") from None
 
 
 def serve(run_dir: Path, host: str = "127.0.0.1", port: int = 8765, poll_s: float = 0.5,
@@ -146,7 +206,8 @@ def serve(run_dir: Path, host: str = "127.0.0.1", port: int = 8765, poll_s: floa
         from testbed.watch.status import StatusListener
 
         try:
-            listener.append(StatusListener(config.mqtt, feed.node_status, feed.coordinator_status).start())
+            listener.append(StatusListener(config.mqtt, feed.node_status, feed.coordinator_status,
+                                           feed.status_malformed).start())
         except Exception as exc:  # the files still show the run: say why the status topics do not
             log.warning("not following the status topics of %s: %s", config.mqtt.broker_url, exc)
 

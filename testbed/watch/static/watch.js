@@ -89,7 +89,6 @@ function renderHeader() {
   if (r.status === "running" && r.eta_s !== null && r.eta_s !== undefined) parts.push(`about ${duration(r.eta_s)} left`);
   if (r.wall_s !== null && r.wall_s !== undefined) parts.push(`elapsed ${duration(r.wall_s)}`);
   if (r.coordinator) parts.push(`coordinator ${r.coordinator} (MQTT status)`);
-  document.getElementById("progress-text").textContent = parts.join(" · ");
   const stopped = document.getElementById("stopped");
   if (r.stopped) {
     const s = r.stopped;
@@ -99,9 +98,18 @@ function renderHeader() {
     stopped.textContent = `Failed: ${r.failure}`;
     stopped.hidden = false;
   } else stopped.hidden = true;
+  if (r.status_dropped) parts.push(`${r.status_dropped} malformed status messages dropped (last: ${r.status_dropped_last})`);
+  document.getElementById("progress-text").textContent = parts.join(" · ");
+  // One line per damaged file: what was refused is not shown, what is shown may be incomplete.
   const error = document.getElementById("error");
-  error.textContent = r.error || "";
-  error.hidden = !r.error;
+  const errors = Object.entries(r.errors || {});
+  error.replaceChildren(...errors.map(([file, text]) => {
+    const line = document.createElement("div");
+    line.dataset.file = file;
+    line.textContent = `${file}: ${text}`;
+    return line;
+  }));
+  error.hidden = !errors.length;
 }
 
 // The per-node quantities with a budget: [row key, budget key, label, formatter].
