@@ -79,6 +79,7 @@ import numpy as np
 from channel import Alignment, analog_link, digital_link, fill_gaussian_rows, orthogonal_round_airtime_s, transmit_real
 from pydantic import Field, model_validator
 
+from testbed.algorithms.bounds import gaussian_norm_bound
 from testbed.algorithms.contract import NodeResult, RoundContext, ServerResult, State, TensorSpec, planned_batch
 from testbed.algorithms.registry import BuildContext, Registration
 from testbed.algorithms.batches import uniform_batches
@@ -420,6 +421,25 @@ class Dwfl:
     def channel(self) -> "DwflChannel":
         return self._channel
 
+    def signal_norm_bound(self, state: State, ctx: RoundContext) -> float:
+        """The largest norm an honest transmit signal of round ``ctx`` can have: eq. (2) under the
+        power constraint, s_i = sqrt(α_i P_i) u_i + sqrt(β_i P_i) G_i with α_i + β_i <= 1 and
+        P_i <= P, so ‖s_i‖ <= sqrt(α_i P_i) ‖u_i‖ + sqrt(β_i P_i) ‖G_i‖, where the payload u_i is
+        x_i − γ g_i (‖·‖ <= ‖x_i‖ + γ g_max, x_i the model the node was sent) or, for ota_central,
+        γ g_i (<= γ g_max), and ‖G_i‖ <= σ (sqrt(P) + t) but with probability HONEST_FAILURE
+        (testbed.algorithms.bounds). The maximum over the round's expected senders."""
+        plan = self.plan(ctx.round_index)
+        ids = np.asarray(ctx.expected if ctx.expected else range(self.num_nodes), dtype=np.int64)
+        step = self.lr * self.gmax
+        if self.scheme == "ota_central":
+            payload = np.full(len(ids), step)
+        else:
+            payload = np.linalg.norm(state["models"][ids], axis=1) + step
+        noise = gaussian_norm_bound(math.sqrt(plan.sigma2), self.model.num_params)
+        power = plan.tx.power_w[ids]
+        bound = np.sqrt(plan.tx.alpha[ids] * power) * payload + np.sqrt(plan.tx.beta[ids] * power) * noise
+        return float(bound.max())
+
     def init_state(self, params0: np.ndarray) -> State:
         """``models`` (N, P): every node's model (the paper's x = 0 with ``init="zeros"``, dwfl.md §7 item 6)."""
         base = np.zeros_like(params0) if self.init == "zeros" else params0
@@ -646,12 +666,17 @@ class DwflChannel:
         self.radio = radio if radio is not None else owner.radio  # type: ignore[union-attr]
         self.scheme = scheme if scheme is not None else owner.scheme  # type: ignore[union-attr]
 
-    def signal_spec(self) -> TensorSpec:
+    def signal_spec(self, state: State | None = None, ctx: RoundContext | None = None) -> TensorSpec:
         """One node's transmit signal, (P,) real, sqrt(W) (known to the full algorithm; the channel
-        emulator gets it with each round's notice)."""
+        emulator gets it with each round's notice). With the round's ``state`` and ``ctx`` (the
+        coordinator's), the power bound no honest signal of the round exceeds as well
+        (:meth:`Dwfl.signal_norm_bound`)."""
         if self._owner is None:
             raise ValueError("the signal size is the model's: build the channel from the algorithm")
-        return TensorSpec((self._owner.model.num_params,))
+        shape = (self._owner.model.num_params,)
+        if state is None or ctx is None:
+            return TensorSpec(shape)
+        return TensorSpec(shape, max_norm=self._owner.signal_norm_bound(state, ctx))
 
     def superpose(self, signals: np.ndarray, channel: Mapping[str, np.ndarray], ctx: RoundContext,
                   out: np.ndarray | None = None) -> np.ndarray:
