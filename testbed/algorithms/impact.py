@@ -161,9 +161,9 @@ def redistribute(p: np.ndarray, contributing: np.ndarray) -> np.ndarray:
 
 
 def cap_shares(p: np.ndarray, cap: float | None) -> np.ndarray:
-    """Weights summing to 1 with no entry above ``cap``: every share above it is cut to the cap
-    and the excess goes to the others in proportion to their shares (repeated until none is above:
-    at most one pass per node). A cap below 1/k, k the nodes with weight, cannot be met: those k
+    """``p`` ((N,) weights >= 0 summing to 1, or all zeros) with no share above ``cap``: every share
+    above it is cut to the cap and the excess goes to the others in proportion to their shares
+    (repeated until none is above: at most one pass per node). A cap below 1/k, k the nodes with weight, cannot be met: those k
     get 1/k each. All zeros stay all zeros; ``cap`` None (or >= 1) returns ``p``.
 
     This bounds what any one node can take of an aggregate whatever it reports (a size, a score, a
@@ -193,7 +193,7 @@ def cap_shares(p: np.ndarray, cap: float | None) -> np.ndarray:
         share = out[free].sum()
         if share <= 0:  # only capped nodes carry weight (k * limit = 1)
             return out
-        out[free] *= rest / share
+        out[free] = out[free] / share * rest  # in this order: tiny shares never overflow
 
 
 def intake_sizes(node_ids: Sequence[int], claimed: np.ndarray, num_nodes: int,
