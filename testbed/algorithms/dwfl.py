@@ -91,6 +91,7 @@ from testbed.algorithms.dwfl_channel import (
     channel_noise_row,
     large_scale_amplitude,
     propagate,
+    receiver_noise_power_w,
     round_channel,
 )
 from testbed.data.federated import Split
@@ -413,9 +414,48 @@ class Dwfl:
         return {"model": TensorSpec((self.model.num_params,)),
                 "channel_h": TensorSpec((self.num_nodes,), dtype="complex128", per_node=False)}
 
-    def uplink_spec(self) -> dict[str, TensorSpec]:
-        """After the exchange each node reports its new model."""
-        return {"model": TensorSpec((self.model.num_params,))}
+    def uplink_spec(self, state: State | None = None, ctx: RoundContext | None = None) -> dict[str, TensorSpec]:
+        """After the exchange each node reports its new model; with the round's ``state`` and ``ctx``
+        (the coordinator's), within :meth:`model_step_bound` of the model the node was sent."""
+        shape = (self.model.num_params,)
+        if state is None or ctx is None:
+            return {"model": TensorSpec(shape)}
+        return {"model": TensorSpec(shape, max_norm=self.model_step_bound(state, ctx), relative_to="model")}
+
+    def model_step_bound(self, state: State, ctx: RoundContext) -> float:
+        """How far an honest node's new model can be from the one it was sent in round ``ctx``.
+
+        With x_k' = x_k − γ g_k (‖γ g_k‖ <= γ g_max) and S >= 2 senders, eq. (7) gives (variant B;
+        variant A takes the channel noise off, which only shrinks it)
+
+        - ota_d2d: x_i'' − x_i = −γ g_i + η (mean_{k≠i} x_k' − x_i') + η (−a_i G_i
+          + Σ_{k≠i} a_k G_k / (S − 1) + m_i / (c (S − 1))), a_k = |h_k| sqrt(β_k P_k)/c;
+        - orthogonal_d2d: the same with a_k = 1 and the per-link noise n_i for m_i/c;
+        - ota_central: x_i'' − x_i = −Σ_k (γ g_k + a_k G_k)/S − m/(c S) (one model: no consensus term).
+
+        The consensus term is at most η (max_{i,k} ‖x_k − x_i‖ + 2γ g_max) <= η (2 max_k ‖x_k − x̄‖
+        + 2γ g_max) over the round's expected nodes (the coordinator holds their models); the noise is
+        Gaussian with per-entry variance at most η² (2σ² max_k a_k² + σ_m²/c²) (central: without
+        η², orthogonal: 2σ² + the largest receiver's link noise), bounded at its norm tail."""
+        plan = self.plan(ctx.round_index)
+        rc, al = plan.channel, plan.channel.alignment
+        ids = np.asarray(ctx.expected if ctx.expected else range(self.num_nodes), dtype=np.int64)
+        step = self.lr * self.gmax
+        if self.scheme == "ota_central":
+            consensus = 0.0
+        else:
+            models = state["models"][ids]
+            spread = 2.0 * float(np.linalg.norm(models - models.mean(axis=0), axis=1).max())
+            consensus = self.eta * (spread + 2.0 * step)
+        if self.scheme == "orthogonal_d2d":
+            link = float(receiver_noise_power_w(self.scheme, rc, self.radio, range(self.num_nodes)).max())
+            variance = self.eta**2 * (2.0 * plan.sigma2 + link)
+        else:
+            a_max_sq = float((rc.gains**2 * al.beta * al.power_w).max()) / al.c**2
+            variance = 2.0 * plan.sigma2 * a_max_sq + self.radio.noise_power_w / al.c**2
+            if self.scheme == "ota_d2d":
+                variance *= self.eta**2
+        return step + consensus + gaussian_norm_bound(math.sqrt(variance), self.model.num_params)
 
     @property
     def channel(self) -> "DwflChannel":
