@@ -146,7 +146,8 @@ class FedAvg:
         """n_k of every node that answered, each checked against its partition; a silent node, or
         one whose claim is refused, gets the mean of the accepted sizes (:func:`intake_sizes`)."""
         claimed = result.tensors["samples"] if result.node_ids else np.zeros(0)
-        declared = self.train_sizes if self.train_sizes is not None and len(self.train_sizes) == self.num_nodes else None
+        known = self.train_sizes is not None and len(self.train_sizes) == self.num_nodes  # the server's
+        declared = self.train_sizes if known else None
         sizes = intake_sizes(result.node_ids, claimed, self.num_nodes, declared)
         return ServerResult({"model": state["model"], "weights": sizes / sizes.sum()})
 

@@ -163,15 +163,16 @@ def redistribute(p: np.ndarray, contributing: np.ndarray) -> np.ndarray:
 def cap_shares(p: np.ndarray, cap: float | None) -> np.ndarray:
     """``p`` ((N,) weights >= 0 summing to 1, or all zeros) with no share above ``cap``: every share
     above it is cut to the cap and the excess goes to the others in proportion to their shares
-    (repeated until none is above: at most one pass per node). A cap below 1/k, k the nodes with weight, cannot be met: those k
-    get 1/k each. All zeros stay all zeros; ``cap`` None (or >= 1) returns ``p``.
+    (repeated until none is above: at most one pass per node). A cap below 1/k, k the nodes with
+    weight, cannot be met: those k get 1/k each. All zeros stay all zeros; ``cap`` None (or >= 1)
+    returns ``p``.
 
     This bounds what any one node can take of an aggregate whatever it reports (a size, a score, a
     link): its share is at most ``max(cap, 1/k)``.
 
     Example::
 
-        >>> cap_shares(np.array([0.9, 0.06, 0.04]), 0.5).tolist()
+        >>> cap_shares(np.array([0.9, 0.06, 0.04]), 0.5).round(12).tolist()
         [0.5, 0.3, 0.2]
         >>> cap_shares(np.array([0.7, 0.3, 0.0]), 0.4).tolist()
         [0.5, 0.5, 0.0]
