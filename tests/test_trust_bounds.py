@@ -20,7 +20,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from testbed.algorithms import OverTheAir, RoundContext
-from testbed.algorithms.contract import SETUP_ROUND, TensorSpec, check_tensors
+from testbed.algorithms.contract import SETUP_ROUND, TensorSpec, check_tensors, round_signal_spec, round_uplink_spec
 from testbed.algorithms.impact import cap_shares
 from testbed.config import load_config_text, replace
 from testbed.algorithms import registry
@@ -74,13 +74,13 @@ def uploads(case: str, seed: int, round_index: int, setup: bool):
     out = alg.node_step(down, data.train, ids, ctx)
     sent = [{k: v[m] for k, v in down.items()} for m in ids]
     if isinstance(alg, OverTheAir):
-        signal = {"signal": alg.channel.signal_spec(state, ctx)}
+        signal = {"signal": round_signal_spec(alg.channel, state, ctx)}
         closed = ctx.closed(ids)
         heard = alg.channel.superpose(out.tensors["signal"].copy(), alg.channel_tensors(ctx), closed)
         done = alg.node_finish({k: v.copy() for k, v in out.carry.items()}, heard, ids, closed)
         return ([(signal, m, {"signal": out.tensors["signal"][m]}, None) for m in ids]
-                + [(alg.uplink_spec(state, ctx), m, done.rows(m), sent[m]) for m in ids])
-    return [(alg.uplink_spec(), m, out.rows(m), sent[m]) for m in ids]
+                + [(round_uplink_spec(alg, state, ctx), m, done.rows(m), sent[m]) for m in ids])
+    return [(round_uplink_spec(alg, state, ctx), m, out.rows(m), sent[m]) for m in ids]
 
 
 def _has_setup(case: str) -> bool:
@@ -112,13 +112,12 @@ def refused_by_bounds(spec: TensorSpec, row: np.ndarray, reference: dict | None)
 def test_every_upload_of_every_algorithm_declares_a_bound():
     for case in CASES:
         alg = built(case)[3]
-        specs = dict(alg.uplink_spec())
+        state, ctx = alg.init_state(built(case)[2].init(None)), RoundContext.everyone(0, 4, 5)
+        specs = dict(round_uplink_spec(alg, state, ctx))  # the round's bounds, from its state
         if alg.has_setup:
             specs |= alg.setup_spec()
-        if isinstance(alg, OverTheAir):  # the round's bounds: from the state and the round
-            state, ctx = alg.init_state(built(case)[2].init(None)), RoundContext.everyone(0, 4, 5)
-            specs |= alg.uplink_spec(state, ctx)
-            specs["signal"] = alg.channel.signal_spec(state, ctx)
+        if isinstance(alg, OverTheAir):
+            specs["signal"] = round_signal_spec(alg.channel, state, ctx)
         base = case.split("/")[0]
         for name, spec in specs.items():
             assert _bounded(case, name, spec) or (base, name) in UNBOUNDED, (case, name)

@@ -144,6 +144,21 @@ def check_tensors(specs: Mapping[str, TensorSpec], tensors: Mapping[str, Any],
     return None
 
 
+def round_uplink_spec(algorithm: Any, state: "State", ctx: "RoundContext") -> dict[str, TensorSpec]:
+    """The uplink spec of round ``ctx``: the algorithm's ``round_uplink_spec(state, ctx)`` when its
+    bounds depend on the round's state (DWFL: how far a node's new model can be from the one it was
+    sent depends on how far apart the models are), else its ``uplink_spec()``."""
+    own = getattr(algorithm, "round_uplink_spec", None)
+    return own(state, ctx) if own is not None else algorithm.uplink_spec()
+
+
+def round_signal_spec(channel: Any, state: "State", ctx: "RoundContext") -> TensorSpec:
+    """A channel half's transmit signal of round ``ctx``, with the round's power bound when the half
+    offers ``round_signal_spec(state, ctx)``, else its ``signal_spec()``."""
+    own = getattr(channel, "round_signal_spec", None)
+    return own(state, ctx) if own is not None else channel.signal_spec()
+
+
 @dataclass(frozen=True)
 class RoundContext:
     """What every step knows of the round.

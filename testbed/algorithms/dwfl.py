@@ -414,13 +414,16 @@ class Dwfl:
         return {"model": TensorSpec((self.model.num_params,)),
                 "channel_h": TensorSpec((self.num_nodes,), dtype="complex128", per_node=False)}
 
-    def uplink_spec(self, state: State | None = None, ctx: RoundContext | None = None) -> dict[str, TensorSpec]:
-        """After the exchange each node reports its new model; with the round's ``state`` and ``ctx``
-        (the coordinator's), within :meth:`model_step_bound` of the model the node was sent."""
-        shape = (self.model.num_params,)
-        if state is None or ctx is None:
-            return {"model": TensorSpec(shape)}
-        return {"model": TensorSpec(shape, max_norm=self.model_step_bound(state, ctx), relative_to="model")}
+    def uplink_spec(self) -> dict[str, TensorSpec]:
+        """After the exchange each node reports its new model (its bound: :meth:`round_uplink_spec`)."""
+        return {"model": TensorSpec((self.model.num_params,))}
+
+    def round_uplink_spec(self, state: State, ctx: RoundContext) -> dict[str, TensorSpec]:
+        """:meth:`uplink_spec` with the bound of round ``ctx`` from ``state`` (the coordinator's): the
+        new model within :meth:`model_step_bound` of the one the node was sent
+        (testbed.algorithms.contract.round_uplink_spec)."""
+        return {"model": TensorSpec((self.model.num_params,), max_norm=self.model_step_bound(state, ctx),
+                                    relative_to="model")}
 
     def model_step_bound(self, state: State, ctx: RoundContext) -> float:
         """How far an honest node's new model can be from the one it was sent in round ``ctx``.
@@ -706,17 +709,19 @@ class DwflChannel:
         self.radio = radio if radio is not None else owner.radio  # type: ignore[union-attr]
         self.scheme = scheme if scheme is not None else owner.scheme  # type: ignore[union-attr]
 
-    def signal_spec(self, state: State | None = None, ctx: RoundContext | None = None) -> TensorSpec:
+    def signal_spec(self) -> TensorSpec:
         """One node's transmit signal, (P,) real, sqrt(W) (known to the full algorithm; the channel
-        emulator gets it with each round's notice). With the round's ``state`` and ``ctx`` (the
-        coordinator's), the power bound no honest signal of the round exceeds as well
-        (:meth:`Dwfl.signal_norm_bound`)."""
+        emulator gets it with each round's notice)."""
         if self._owner is None:
             raise ValueError("the signal size is the model's: build the channel from the algorithm")
-        shape = (self._owner.model.num_params,)
-        if state is None or ctx is None:
-            return TensorSpec(shape)
-        return TensorSpec(shape, max_norm=self._owner.signal_norm_bound(state, ctx))
+        return TensorSpec((self._owner.model.num_params,))
+
+    def round_signal_spec(self, state: State, ctx: RoundContext) -> TensorSpec:
+        """:meth:`signal_spec` with the power bound no honest signal of round ``ctx`` exceeds, from
+        ``state`` (the coordinator's): :meth:`Dwfl.signal_norm_bound`
+        (testbed.algorithms.contract.round_signal_spec)."""
+        assert self._owner is not None  # signal_spec's own check
+        return dataclasses.replace(self.signal_spec(), max_norm=self._owner.signal_norm_bound(state, ctx))
 
     def superpose(self, signals: np.ndarray, channel: Mapping[str, np.ndarray], ctx: RoundContext,
                   out: np.ndarray | None = None) -> np.ndarray:
