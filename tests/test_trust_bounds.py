@@ -36,6 +36,7 @@ CASES = {
     "dwfl/orthogonal": {"dwfl": {"scheme": "orthogonal_d2d", "fading": "rayleigh"}},
     "dwfl/central": {"dwfl": {"scheme": "ota_central", "fading": "rayleigh"}},
     "padpfl/data_size": {"padpfl": {"impact": "data_size", "weights": None}},
+    "padpfl/unclipped": {"padpfl": {"clip": None, "epsilon": None, "uploads": None}},
     "padpfl/quality_score": {"padpfl": {"impact": "quality_score", "weights": None, "score_sigma": 0.05}},
 }
 #: Uploads no public quantity bounds.

@@ -40,6 +40,7 @@ Example::
 
 from __future__ import annotations
 
+import math
 import warnings
 from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
 
@@ -333,11 +334,17 @@ class Padpfl:
 
     def uplink_spec(self) -> dict[str, TensorSpec]:
         """The noisy clipped model x~_i: norm <= B + the noise's norm tail bound, every entry within
-        B + its entry tail bound (testbed.algorithms.bounds); no bound unclipped. With quality_score,
-        the noisy clipped score s_i in [−t, 1 + t], t the tail bound of σ_q."""
+        B + its entry tail bound (testbed.algorithms.bounds). Unclipped (no noise either), every node
+        uploading every round: within ``local_steps`` η G of the model it received (each FedProx step
+        moves it by η (∇l + μ (x − x~)), and with η μ <= 2 the proximal part never takes it farther
+        from x~), G the model's gradient bound; else no bound. With quality_score, the noisy clipped
+        score s_i in [−t, 1 + t], t the tail bound of σ_q."""
         p = self.model.num_params
         if self.clip is None:
-            spec = {"update": TensorSpec((p,))}
+            g = self.model.lipschitz_bound
+            steps_bounded = math.isfinite(g) and self.lr * self.mu <= 2.0 and self.participation == "every_round"
+            spec = {"update": TensorSpec((p,), max_norm=self.local_steps * self.lr * g, relative_to="model")
+                    if steps_bounded else TensorSpec((p,))}
         else:
             largest = self.clip + gaussian_entry_bound(self.sigma_client, p)
             spec = {"update": TensorSpec((p,), max_norm=self.clip + gaussian_norm_bound(self.sigma_client, p),
