@@ -173,7 +173,7 @@ class ChannelEmulator:
 
     def _keep_early(self, node: int, round_index: int, signal: np.ndarray) -> None:
         """Keep a signal that came before its round's notice, within the per-node bound."""
-        problem = self._early_spec.problem(signal)
+        problem = self._early_spec.problem(signal, finite_known=True)  # testbed.wire refused non-finite ones
         if problem is not None:
             log.warning("channel: dropped node %d's early signal of round %d: %s", node, round_index, problem)
             return

@@ -32,6 +32,7 @@ import math
 from typing import Any, Mapping, Sequence
 
 import numpy as np
+from pydantic import Field
 
 from testbed.algorithms.aggregate import AggregationOptions, aggregate
 from testbed.algorithms.batches import uniform_batches
@@ -42,8 +43,6 @@ from testbed.data.federated import Split
 from testbed.errors import ConfigError
 from testbed.ledger import CommunicationEvent, ComputeEvent, Event, NodeEvents
 from testbed.models import Model
-from pydantic import Field
-
 from testbed.sections import Positive
 
 _BYTES_PER_REAL = 8
