@@ -9,12 +9,15 @@ until all arrived, a sender went offline, or the signal deadline passed; then it
 A node that stayed silent contributes nothing; the others learn who transmitted. The coordinator
 asks :meth:`ChannelEmulator.close_round` who really transmitted, to charge each of them.
 
-Nothing from a node is trusted: a signal must have the shape and dtype the round's notice declares
-(the algorithm's, never the first signal's) and finite values. Signals that arrive before their
-notice are kept only from the run's own nodes in the coordinator's session, of the algorithm's size,
-at most one per node and round and at most :data:`EARLY_ROUNDS` + 1 per node, for at most
-:data:`EARLY_ROUNDS` rounds ahead of the current one: whatever arrives, they hold at most
-(EARLY_ROUNDS + 1) x nodes signals.
+Nothing from a node is trusted: a signal must be what the round's notice declares (the
+algorithm's spec, never the first signal's): its shape and dtype, finite values, and the power
+bound when the notice carries one (:meth:`testbed.algorithms.dwfl.Dwfl.signal_norm_bound`: eq. (2)
+under the power constraint). Signals that arrive before their notice are kept only from the run's
+own nodes in the coordinator's session, of the last declared shape and dtype, at most one per node
+and round and at most :data:`EARLY_ROUNDS` + 1 per node, for at most :data:`EARLY_ROUNDS` rounds
+ahead of the current one: whatever arrives, they hold at most (EARLY_ROUNDS + 1) x nodes signals.
+An early signal is checked against its own round's notice (the bound included: it depends on the
+round's channel and the senders' models) when that comes, before it goes on the air.
 
 Example (against a running broker)::
 
@@ -87,9 +90,10 @@ class ChannelEmulator:
         self._online: set[int] = set()
         self._round: _Round | None = None
         self._early: dict[tuple[str, int], dict[int, np.ndarray]] = {}  # signals ahead of their notice
-        # Entries of the last declared signal; from the algorithm until the first notice, never
-        # from a signal (a short one sent first would else fix the round's size).
-        self._last_size = int(np.prod(signal_spec.shape))
+        # The shape and dtype of the last declared signal, what an early signal must have; from the
+        # algorithm until the first notice, never from a signal (a short one sent first would else
+        # fix the round's size). The power bound is each round's own (checked at its notice).
+        self._early_spec = TensorSpec(tuple(signal_spec.shape), signal_spec.dtype)
         self._halves: dict[str, tuple[Config, ChannelHalf]] = {}
         self.client = MqttClient.for_channel(url, run, **client_options).connect(timeout_s=connect_timeout_s)
         self._heard: dict[tuple[str, int], tuple[int, ...]] = {}
@@ -169,9 +173,9 @@ class ChannelEmulator:
 
     def _keep_early(self, node: int, round_index: int, signal: np.ndarray) -> None:
         """Keep a signal that came before its round's notice, within the per-node bound."""
-        if self._last_size is not None and signal.size != self._last_size:
-            log.warning("channel: dropped node %d's early signal of %d entries (rounds carry %d)",
-                        node, signal.size, self._last_size)
+        problem = self._early_spec.problem(signal, finite_known=True)  # testbed.wire refused non-finite ones
+        if problem is not None:
+            log.warning("channel: dropped node %d's early signal of round %d: %s", node, round_index, problem)
             return
         held = sorted(r for (_, r), early in self._early.items() if node in early)
         if round_index in held:
@@ -198,7 +202,7 @@ class ChannelEmulator:
         senders = protocol.senders_of(msg)
         self._round = _Round(session, msg.round, half, dict(msg.tensors), config, spec,
                              set(senders), time.monotonic() + float(timeout_s))
-        self._last_size = int(np.prod(spec.shape))
+        self._early_spec = TensorSpec(spec.shape, spec.dtype)
         early = self._early.pop((session, msg.round), {})
         for node, signal in early.items():
             self._accept(self._round, node, signal)

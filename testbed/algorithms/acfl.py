@@ -32,6 +32,15 @@ Privacy: the coded upload is ε-MI-DP (Theorem 1, eq. 17; SCFL: a derived bound)
 :class:`~testbed.ledger.MutualInfoEvent` per node at round −1 under its own budget
 (``budget.mi_epsilon``). The gradients sent during training are **not** covered (the paper's scope).
 
+Bounds (what the coordinator refuses; :mod:`testbed.algorithms.bounds`): Assumption 1 (every entry
+of X and Y in [−1, 1]: the loaders' public scaling, and what Theorem 1's privacy needs) and m, the
+largest node's training rows of the run's partition, bound every honest upload. With x_n, y_n the
+rows: ‖XᵀX‖_F ≤ Σ‖x_n‖² ≤ m D and |(XᵀX)_jk| ≤ m; ‖XᵀY‖_F ≤ Σ‖x_n‖‖y_n‖ ≤ m sqrt(D o); SCFL's
+G X = Σ g_n x_nᵀ (unit columns g_n) has ‖·‖_F ≤ m sqrt(D), entries ≤ m, and G Y ‖·‖_F ≤ m sqrt(o);
+plus the noise N₁, N₂ at its tail bound. A gradient (XᵀX) W − XᵀY has ‖·‖_F ≤ m D ‖W‖_F + m sqrt(D o),
+W the model the node received. An upload scaled far past them (1e6 ×) is refused; one inside them
+moves the model no more than a node holding m rows at the bound could.
+
 Bytes (Remark 1, eqs. 11–13, φ = 64 bits): the setup uploads 8 (D² + D o) bytes; each iteration a
 non-straggler uploads 8 D o bytes (its gradient) and receives 8 D o (W_t).
 
@@ -52,11 +61,13 @@ Example::
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal, Mapping, Sequence
 
 import numpy as np
 from pydantic import Field, model_validator
 
+from testbed.algorithms.bounds import gaussian_entry_bound, gaussian_norm_bound
 from testbed.algorithms.contract import (
     SAMPLES_METRIC, SETUP_ROUND, MetricSpec, NodeResult, RoundContext, ServerResult, State, TensorSpec,
     planned_batch,
@@ -167,6 +178,8 @@ class Acfl:
         sigma1_sq, sigma2_sq: σ₁², σ₂² (0 allowed here: no noise, ε infinite; the config needs > 0).
         straggler_p: p of the rescaling. rescale: "configured" or "observed".
         encoding, weights, alpha, beta, model_bound, all_straggle: as in :class:`AcflSection`.
+        max_rows: m, the most training rows any node of the run holds (the run's partition): it
+            bounds the honest uploads (module docstring); None: no bound declared.
     """
 
     has_setup = True
@@ -175,13 +188,14 @@ class Acfl:
                  sigma2_sq: float, straggler_p: float, lr_schedule: str = "eta0_over_t",
                  strong_convexity: float | None = None, encoding: str = "gram", weights: str = "adaptive",
                  alpha: float = 0.5, beta: float | None = None, model_bound: float | None = None,
-                 all_straggle: str = "coded", rescale: str = "configured"):
+                 all_straggle: str = "coded", rescale: str = "configured", max_rows: int | None = None):
         self.model, self.num_nodes, self.iterations, self.lr = model, num_nodes, iterations, lr
         self.lr_schedule, self.strong_convexity = lr_schedule, strong_convexity
         self.sigma1_sq, self.sigma2_sq, self.straggler_p, self.rescale = sigma1_sq, sigma2_sq, straggler_p, rescale
         self.encoding, self.weights, self.alpha = encoding, weights, alpha
         self.beta, self.model_bound, self.all_straggle = beta, model_bound, all_straggle
         self.features, self.outputs = model.features, model.outputs
+        self.max_rows = max_rows
         # The nodes' XᵀX and XᵀY, row self._row[node] (only the nodes this process holds).
         self._row: dict[int, int] = {}
         self._gram_x = np.zeros((0, self.features, self.features))
@@ -222,11 +236,30 @@ class Acfl:
         return {"samples": SAMPLES_METRIC}
 
     def uplink_spec(self) -> dict[str, TensorSpec]:
-        return {"gradient": TensorSpec((self.features, self.outputs))}
+        """G_t⁽ⁱ⁾ (D × o): ‖·‖_F ≤ m D ‖W_t‖_F + m sqrt(D o) (module docstring), W_t as received."""
+        d, o, m = self.features, self.outputs, self.max_rows
+        if m is None:
+            return {"gradient": TensorSpec((d, o))}
+        return {"gradient": TensorSpec((d, o), max_norm=m * math.sqrt(d * o), relative_to="W", norm_growth=m * d,
+                                       centred=False)}
 
     def setup_spec(self) -> dict[str, TensorSpec]:
-        """The coded data set: H_X (D × D) and H_Y (D × o) (SCFL: X̃ and Ỹ, the same sizes)."""
-        return {"HX": TensorSpec((self.features, self.features)), "HY": TensorSpec((self.features, self.outputs))}
+        """The coded data set: H_X (D × D) and H_Y (D × o) (SCFL: X̃ and Ỹ, the same sizes), within
+        the bounds of the module docstring: Assumption 1 and m rows, plus the noise's tail."""
+        d, o, m = self.features, self.outputs, self.max_rows
+        if m is None:
+            return {"HX": TensorSpec((d, d)), "HY": TensorSpec((d, o))}
+        s1, s2 = math.sqrt(self.sigma1_sq), math.sqrt(self.sigma2_sq)
+        data_x = m * d if self.encoding == "gram" else m * math.sqrt(d)  # ‖XᵀX‖_F, or ‖G X‖_F
+        data_y = m * math.sqrt(d * o) if self.encoding == "gram" else m * math.sqrt(o)  # ‖XᵀY‖_F, or ‖G Y‖_F
+
+        def spec(shape: tuple[int, int], data_norm: float, sigma: float) -> TensorSpec:
+            entries = shape[0] * shape[1]
+            largest = m + gaussian_entry_bound(sigma, entries)  # every data entry is a sum of m terms in [−1, 1]
+            return TensorSpec(shape, max_norm=data_norm + gaussian_norm_bound(sigma, entries),
+                              value_range=(-largest, largest))
+
+        return {"HX": spec((d, d), data_x, s1), "HY": spec((d, o), data_y, s2)}
 
     def setup_events(self, node: int) -> list[Event]:
         """The one-time upload, 8 (D² + D o) bytes (Remark 1, eq. 12), and its ε-MI-DP."""
@@ -421,7 +454,7 @@ def build(sections: dict[str, Any], ctx: BuildContext) -> Acfl:
                 strong_convexity=a.strong_convexity, sigma1_sq=s1, sigma2_sq=s2,
                 straggler_p=ctx.straggler_p if a.straggler_p is None else a.straggler_p, rescale=a.rescale,
                 encoding=a.encoding, weights=a.weights, alpha=a.alpha, beta=a.beta, model_bound=a.model_bound,
-                all_straggle=a.all_straggle)
+                all_straggle=a.all_straggle, max_rows=int(ctx.data.train.sizes.max()))
 
 
 def check(config: Any) -> None:

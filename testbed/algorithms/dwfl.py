@@ -79,6 +79,7 @@ import numpy as np
 from channel import Alignment, analog_link, digital_link, fill_gaussian_rows, orthogonal_round_airtime_s, transmit_real
 from pydantic import Field, model_validator
 
+from testbed.algorithms.bounds import gaussian_norm_bound
 from testbed.algorithms.contract import (
     SAMPLES_METRIC,
     MetricSpec,
@@ -99,6 +100,7 @@ from testbed.algorithms.dwfl_channel import (
     channel_noise_row,
     large_scale_amplitude,
     propagate,
+    receiver_noise_power_w,
     round_channel,
 )
 from testbed.data.federated import Split
@@ -422,16 +424,77 @@ class Dwfl:
                 "channel_h": TensorSpec((self.num_nodes,), dtype="complex128", per_node=False)}
 
     def uplink_spec(self) -> dict[str, TensorSpec]:
-        """After the exchange each node reports its new model."""
+        """After the exchange each node reports its new model (its bound: :meth:`round_uplink_spec`)."""
         return {"model": TensorSpec((self.model.num_params,))}
 
     def metric_spec(self) -> dict[str, MetricSpec]:
         """Each node reports its training samples (a count; for the report, no server step reads it)."""
         return {"samples": SAMPLES_METRIC}
 
+    def round_uplink_spec(self, state: State, ctx: RoundContext) -> dict[str, TensorSpec]:
+        """:meth:`uplink_spec` with the bound of round ``ctx`` from ``state`` (the coordinator's): the
+        new model within :meth:`model_step_bound` of the one the node was sent
+        (testbed.algorithms.contract.round_uplink_spec)."""
+        return {"model": TensorSpec((self.model.num_params,), max_norm=self.model_step_bound(state, ctx),
+                                    relative_to="model")}
+
+    def model_step_bound(self, state: State, ctx: RoundContext) -> float:
+        """How far an honest node's new model can be from the one it was sent in round ``ctx``.
+
+        With x_k' = x_k − γ g_k (‖γ g_k‖ <= γ g_max) and S >= 2 senders, eq. (7) gives (variant B;
+        variant A takes the channel noise off, which only shrinks it)
+
+        - ota_d2d: x_i'' − x_i = −γ g_i + η (mean_{k≠i} x_k' − x_i') + η (−a_i G_i
+          + Σ_{k≠i} a_k G_k / (S − 1) + m_i / (c (S − 1))), a_k = |h_k| sqrt(β_k P_k)/c;
+        - orthogonal_d2d: the same with a_k = 1 and the per-link noise n_i for m_i/c;
+        - ota_central: x_i'' − x_i = −Σ_k (γ g_k + a_k G_k)/S − m/(c S) (one model: no consensus term).
+
+        The consensus term is at most η (max_{i,k} ‖x_k − x_i‖ + 2γ g_max) <= η (2 max_k ‖x_k − x̄‖
+        + 2γ g_max) over the round's expected nodes (the coordinator holds their models); the noise is
+        Gaussian with per-entry variance at most η² (2σ² max_k a_k² + σ_m²/c²) (central: without
+        η², orthogonal: 2σ² + the largest receiver's link noise), bounded at its norm tail."""
+        plan = self.plan(ctx.round_index)
+        rc, al = plan.channel, plan.channel.alignment
+        ids = np.asarray(ctx.expected if ctx.expected else range(self.num_nodes), dtype=np.int64)
+        step = self.lr * self.gmax
+        if self.scheme == "ota_central":
+            consensus = 0.0
+        else:
+            models = state["models"][ids]
+            spread = 2.0 * float(np.linalg.norm(models - models.mean(axis=0), axis=1).max())
+            consensus = self.eta * (spread + 2.0 * step)
+        if self.scheme == "orthogonal_d2d":
+            link = float(receiver_noise_power_w(self.scheme, rc, self.radio, range(self.num_nodes)).max())
+            variance = self.eta**2 * (2.0 * plan.sigma2 + link)
+        else:
+            a_max_sq = float((rc.gains**2 * al.beta * al.power_w).max()) / al.c**2
+            variance = 2.0 * plan.sigma2 * a_max_sq + self.radio.noise_power_w / al.c**2
+            if self.scheme == "ota_d2d":
+                variance *= self.eta**2
+        return step + consensus + gaussian_norm_bound(math.sqrt(variance), self.model.num_params)
+
     @property
     def channel(self) -> "DwflChannel":
         return self._channel
+
+    def signal_norm_bound(self, state: State, ctx: RoundContext) -> float:
+        """The largest norm an honest transmit signal of round ``ctx`` can have: eq. (2) under the
+        power constraint, s_i = sqrt(α_i P_i) u_i + sqrt(β_i P_i) G_i with α_i + β_i <= 1 and
+        P_i <= P, so ‖s_i‖ <= sqrt(α_i P_i) ‖u_i‖ + sqrt(β_i P_i) ‖G_i‖, where the payload u_i is
+        x_i − γ g_i (‖·‖ <= ‖x_i‖ + γ g_max, x_i the model the node was sent) or, for ota_central,
+        γ g_i (<= γ g_max), and ‖G_i‖ <= σ (sqrt(P) + t) but with probability HONEST_FAILURE
+        (testbed.algorithms.bounds). The maximum over the round's expected senders."""
+        plan = self.plan(ctx.round_index)
+        ids = np.asarray(ctx.expected if ctx.expected else range(self.num_nodes), dtype=np.int64)
+        step = self.lr * self.gmax
+        if self.scheme == "ota_central":
+            payload = np.full(len(ids), step)
+        else:
+            payload = np.linalg.norm(state["models"][ids], axis=1) + step
+        noise = gaussian_norm_bound(math.sqrt(plan.sigma2), self.model.num_params)
+        power = plan.tx.power_w[ids]
+        bound = np.sqrt(plan.tx.alpha[ids] * power) * payload + np.sqrt(plan.tx.beta[ids] * power) * noise
+        return float(bound.max())
 
     def init_state(self, params0: np.ndarray) -> State:
         """``models`` (N, P): every node's model (the paper's x = 0 with ``init="zeros"``, dwfl.md §7 item 6)."""
@@ -665,6 +728,13 @@ class DwflChannel:
         if self._owner is None:
             raise ValueError("the signal size is the model's: build the channel from the algorithm")
         return TensorSpec((self._owner.model.num_params,))
+
+    def round_signal_spec(self, state: State, ctx: RoundContext) -> TensorSpec:
+        """:meth:`signal_spec` with the power bound no honest signal of round ``ctx`` exceeds, from
+        ``state`` (the coordinator's): :meth:`Dwfl.signal_norm_bound`
+        (testbed.algorithms.contract.round_signal_spec)."""
+        assert self._owner is not None  # signal_spec's own check
+        return dataclasses.replace(self.signal_spec(), max_norm=self._owner.signal_norm_bound(state, ctx))
 
     def superpose(self, signals: np.ndarray, channel: Mapping[str, np.ndarray], ctx: RoundContext,
                   out: np.ndarray | None = None) -> np.ndarray:

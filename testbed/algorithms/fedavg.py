@@ -2,7 +2,11 @@
 models weighted by their training-set sizes; a non-private baseline.
 
 Once, before round 1 (the contract's setup phase), every node uploads its training-set size n_k;
-the server keeps the weights n_k / n (never broadcast). Each round every node runs
+the server keeps the weights n_k / n (never broadcast). A size is self-reported: the server takes a
+claim only if it is >= 1 and at most the node's rows in the run's partition (the setup spec refuses
+one outside [1, the largest partition]; :func:`~testbed.algorithms.impact.intake_sizes`), and no
+node's share of an aggregation exceeds ``max_weight_share`` (the excess goes to the others in
+proportion; :func:`~testbed.algorithms.impact.cap_shares`). Each round every node runs
 ``local_steps`` mini-batch SGD steps from the global model (Algorithm 1's ClientUpdate with
 E·n_k/B replaced by a fixed step count, the same on every node) and the server sets
 w ← Σ_k (n_k / n_S) w_k over the nodes S that answered.
@@ -24,9 +28,11 @@ Example::
 
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping, Sequence
 
 import numpy as np
+from pydantic import Field
 
 from testbed.algorithms.aggregate import Aggregation, AggregationOptions
 from testbed.algorithms.batches import uniform_batches
@@ -40,6 +46,7 @@ from testbed.algorithms.contract import (
     TensorSpec,
     planned_batch,
 )
+from testbed.algorithms.impact import cap_shares, intake_sizes
 from testbed.algorithms.registry import BuildContext, Registration
 from testbed.data.federated import Split
 from testbed.errors import ConfigError
@@ -58,6 +65,9 @@ class FedAvgSection(AggregationOptions):
     """Local SGD steps per node and round."""
     batch: Positive[int] = 32
     lr: Positive[float] = 0.1
+    max_weight_share: float = Field(0.5, gt=0.0, le=1.0)
+    """The largest share of an aggregation one node may take, whatever size it reports; the excess
+    goes to the others in proportion (1: no cap)."""
 
 
 class FedAvg:
@@ -71,14 +81,20 @@ class FedAvg:
         lr: learning rate.
         num_nodes: N of the run (the server's weight vector).
         aggregation: the server's rule (testbed.algorithms.aggregate; default the weighted mean).
+        train_sizes: each node's training rows in the run's partition, by id: a claimed size above
+            its node's is refused (None: only finite and >= 1 is checked).
+        max_weight_share: the cap on one node's share of an aggregation (None: no cap).
     """
 
     has_setup = True
 
     def __init__(self, model: Model, *, rounds: int, local_steps: int, batch: int, lr: float, num_nodes: int,
-                 aggregation: Aggregation = Aggregation()):
+                 aggregation: Aggregation = Aggregation(), train_sizes: Mapping[int, int] | None = None,
+                 max_weight_share: float | None = None):
         self.model, self.rounds_planned, self.local_steps = model, rounds, local_steps
         self.batch, self.lr, self.num_nodes = batch, lr, num_nodes
+        self.train_sizes = None if train_sizes is None else {int(k): int(v) for k, v in train_sizes.items()}
+        self.max_weight_share = max_weight_share
         self.aggregation = aggregation
 
     @property
@@ -96,14 +112,22 @@ class FedAvg:
         return {"model": TensorSpec((self.model.num_params,), per_node=False)}
 
     def uplink_spec(self) -> dict[str, TensorSpec]:
-        return {"update": TensorSpec((self.model.num_params,))}
+        """The local model after ``local_steps`` SGD steps from the global one: each step moves it by
+        η times a mean of per-sample gradients, so by at most η G (G the model's gradient bound on
+        unit-ball data), all of them by at most ``local_steps`` η G (no bound for a model without one)."""
+        g = self.model.lipschitz_bound
+        if not math.isfinite(g):
+            return {"update": TensorSpec((self.model.num_params,))}
+        return {"update": TensorSpec((self.model.num_params,), max_norm=self.local_steps * self.lr * g,
+                                     relative_to="model")}
 
     def metric_spec(self) -> dict[str, MetricSpec]:
         return {"samples": SAMPLES_METRIC}
 
     def setup_spec(self) -> dict[str, TensorSpec]:
-        """Each node's training-set size, once."""
-        return {"samples": TensorSpec((1,))}
+        """Each node's training-set size, once: >= 1, at most the largest node's rows of the partition."""
+        largest = float(max(self.train_sizes.values())) if self.train_sizes else float(np.finfo(np.float64).max)
+        return {"samples": TensorSpec((1,), value_range=(1.0, largest))}
 
     def setup_events(self, node: int) -> list[Event]:
         return [CommunicationEvent(node, -1, bytes_up=_BYTES_PER_REAL, bytes_down=0)]
@@ -131,12 +155,19 @@ class FedAvg:
         return NodeResult(ids, {"samples": sizes[:, None]}, events=[self.setup_events(n) for n in ids])
 
     def server_setup(self, state: State, result: NodeResult, ctx: RoundContext) -> ServerResult:
-        """n_k of every node that answered; a silent node keeps the mean of the others' sizes."""
-        sizes = np.full(self.num_nodes, np.nan)
-        if result.node_ids:
-            sizes[list(result.node_ids)] = result.tensors["samples"][:, 0]
-        sizes = np.where(np.isnan(sizes), np.nanmean(sizes) if result.node_ids else 1.0, sizes)
+        """n_k of every node that answered, each checked against its partition; a silent node, or
+        one whose claim is refused, gets the mean of the accepted sizes (:func:`intake_sizes`)."""
+        claimed = result.tensors["samples"] if result.node_ids else np.zeros(0)
+        known = self.train_sizes is not None and len(self.train_sizes) == self.num_nodes  # the server's
+        declared = self.train_sizes if known else None
+        sizes = intake_sizes(result.node_ids, claimed, self.num_nodes, declared)
         return ServerResult({"model": state["model"], "weights": sizes / sizes.sum()})
+
+    def shares(self, state: State, node_ids: Sequence[int]) -> np.ndarray:
+        """(M,) the aggregation weights of the nodes that answered: n_k / n_S, capped at
+        ``max_weight_share`` per node (:func:`cap_shares`)."""
+        w = state["weights"][list(node_ids)]
+        return cap_shares(w / w.sum(), self.max_weight_share)
 
     def downlink(self, state: State, ctx: RoundContext, node_ids: Sequence[int]) -> dict[str, np.ndarray]:
         return {"model": np.broadcast_to(state["model"], (len(node_ids), state["model"].shape[0]))}
@@ -160,7 +191,7 @@ class FedAvg:
         configured robust rule (docs/robust-aggregation.md: which rules use the weights)."""
         if not result.node_ids:
             return ServerResult(state)
-        w = state["weights"][list(result.node_ids)]
+        w = self.shares(state, result.node_ids)
         model = self.aggregation.combine(result.tensors["update"], w / w.sum(), reference=state["model"])
         return ServerResult({"model": model, "weights": state["weights"]})
 
@@ -175,7 +206,9 @@ def build(sections: dict[str, Any], ctx: BuildContext) -> FedAvg:
     if a.batch > smallest:
         raise ConfigError("fedavg.batch", f"{a.batch} is larger than the smallest node's {smallest} training samples")
     return FedAvg(ctx.model, rounds=a.rounds, local_steps=a.local_steps, batch=a.batch, lr=a.lr,
-                  num_nodes=ctx.num_nodes, aggregation=a.aggregation_rule(ctx.num_nodes, "fedavg"))
+                  num_nodes=ctx.num_nodes, aggregation=a.aggregation_rule(ctx.num_nodes, "fedavg"),
+                  train_sizes=dict(zip(ctx.data.node_ids, ctx.data.train.sizes.tolist())),
+                  max_weight_share=a.max_weight_share)
 
 
 REGISTRATION = Registration(name="fedavg", sections={"fedavg": FedAvgSection}, build=build, client_sampling=True)

@@ -1,6 +1,7 @@
 """Impact factors of priority-based aggregation (PADPFL, adaptive-dp.md §1.2, §5.3, §4.5): given
 per node or per part in the paper's ratio notation, switched by a schedule (eq. 51), redistributed
-when clients straggle, and spread participation when a client may upload at most R of T rounds.
+when clients straggle, and spread participation when a client may upload at most R of T rounds;
+and what bounds the numbers nodes report for them (:func:`intake_sizes`, :func:`cap_shares`).
 
 All weight vectors are (N,) float64 over the run's nodes, p_i >= 0 and Σ p_i = 1 (eq. 2).
 
@@ -15,7 +16,7 @@ Example (scenario 2 of Table I: parts of 20, 35 and 5 clients, ratio "0-2-1")::
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -157,6 +158,69 @@ def redistribute(p: np.ndarray, contributing: np.ndarray) -> np.ndarray:
     kept = np.where(contributing, p, 0.0)
     total = kept.sum()
     return kept / total if total > 0 else kept
+
+
+def cap_shares(p: np.ndarray, cap: float | None) -> np.ndarray:
+    """``p`` ((N,) weights >= 0 summing to 1, or all zeros) with no share above ``cap``: every share
+    above it is cut to the cap and the excess goes to the others in proportion to their shares
+    (repeated until none is above: at most one pass per node). A cap below 1/k, k the nodes with
+    weight, cannot be met: those k get 1/k each. All zeros stay all zeros; ``cap`` None (or >= 1)
+    returns ``p``.
+
+    This bounds what any one node can take of an aggregate whatever it reports (a size, a score, a
+    link): its share is at most ``max(cap, 1/k)``.
+
+    Example::
+
+        >>> cap_shares(np.array([0.9, 0.06, 0.04]), 0.5).round(12).tolist()
+        [0.5, 0.3, 0.2]
+        >>> cap_shares(np.array([0.7, 0.3, 0.0]), 0.4).tolist()
+        [0.5, 0.5, 0.0]
+    """
+    if cap is None or cap >= 1.0 or not p.any():
+        return p
+    out = np.asarray(p, dtype=np.float64) / p.sum()
+    positive = out > 0
+    limit = max(cap, 1.0 / int(positive.sum()))
+    capped = np.zeros(out.shape, dtype=bool)
+    while True:
+        over = (out > limit * (1 + 1e-12)) & ~capped
+        if not over.any():
+            return out
+        capped |= over
+        free = positive & ~capped
+        out[capped] = limit
+        rest = 1.0 - limit * int(capped.sum())
+        share = out[free].sum()
+        if share <= 0:  # only capped nodes carry weight (k * limit = 1)
+            return out
+        out[free] = out[free] / share * rest  # in this order: tiny shares never overflow
+
+
+def intake_sizes(node_ids: Sequence[int], claimed: np.ndarray, num_nodes: int,
+                 declared: Mapping[int, int] | None = None) -> np.ndarray:
+    """(N,) every node's training-set size from what the nodes that answered claimed (``claimed``
+    (M,), row i node ``node_ids[i]``), each checked against what is declared: a claim is taken
+    only if it is a finite number >= 1 and at most the node's size in the run's partition
+    (``declared``, node → rows; None: no upper bound known). A node that did not answer, or whose
+    claim is refused, gets the mean of the accepted claims (all 1, equal weights, if none was).
+
+    A node can then under-report (and lose weight) but never claim more data than it holds.
+
+    Example::
+
+        >>> intake_sizes((0, 1, 2), np.array([10.0, 1e9, -150.0]), 4, {0: 10, 1: 30, 2: 60, 3: 5}).tolist()
+        [10.0, 10.0, 10.0, 10.0]
+    """
+    sizes = np.full(num_nodes, np.nan)
+    if len(node_ids):
+        ids = np.asarray(node_ids, dtype=np.int64)
+        claims = np.asarray(claimed, dtype=np.float64).reshape(len(ids))
+        upper = np.full(len(ids), np.inf) if declared is None else np.array([declared[int(n)] for n in ids], float)
+        ok = np.isfinite(claims) & (claims >= 1.0) & (claims <= upper)
+        sizes[ids[ok]] = claims[ok]
+    accepted = ~np.isnan(sizes)
+    return np.where(accepted, sizes, sizes[accepted].mean() if accepted.any() else 1.0)
 
 
 def spread_uploads(node_ids: np.ndarray, num_nodes: int, round_index: int, rounds: int, uploads: int) -> np.ndarray:

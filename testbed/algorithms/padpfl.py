@@ -53,8 +53,9 @@ from testbed.algorithms.contract import (
     SAMPLES_METRIC, SETUP_ROUND, MetricSpec, NodeResult, RoundContext, ServerResult, State, TensorSpec,
     planned_batch,
 )
-from testbed.algorithms.impact import (ImpactSchedule, check_weights, link_quality_weights, parse_ratios,
-                                      ratio_weights, redistribute, spread_uploads)
+from testbed.algorithms.bounds import gaussian_entry_bound, gaussian_norm_bound
+from testbed.algorithms.impact import (ImpactSchedule, cap_shares, check_weights, intake_sizes, link_quality_weights,
+                                      parse_ratios, ratio_weights, redistribute, spread_uploads)
 from testbed.algorithms.registry import BuildContext, Registration
 from testbed.data.federated import Split
 from testbed.errors import ConfigError
@@ -139,6 +140,10 @@ class PadpflSection(AggregationOptions):
     """quality_score: σ of the Gaussian noise on each reported score (required by that rule)."""
     score_temperature: Positive[float] = 0.1
     """quality_score: τ of the softmax p_i ∝ exp(s_i/τ)."""
+    max_weight_share: float = Field(0.5, gt=0.0, le=1.0)
+    """The automatic rules (data_size, reliability, quality_score, link_quality): the largest share
+    of an aggregation one node may take, whatever it reports; the excess goes to the others in
+    proportion (1: no cap). Given and equal factors are the operator's and are not capped."""
     parts: list[Positive[int]] | None = None
     """Clients per part, consecutive node ids (Table I: [20, 20, 20])."""
     ratios: str | list[NonNegative[float]] | None = None
@@ -248,6 +253,24 @@ class Padpfl:
 
     Whatever the rule, p of every round is checked (p >= 0, Σ = 1), a straggler's weight is
     redistributed, and σ_S of eq. (13) is recomputed from the p' used.
+
+    Threat model of the automatic rules (a node may lie about anything it reports; an authenticated
+    node is not a trusted one). After redistribution, no node's share exceeds ``max_weight_share``
+    (:func:`~testbed.algorithms.impact.cap_shares`; at least 1/k with k nodes of weight), so whatever
+    the lie, one node moves the aggregate by at most that share of its (norm-bounded) upload:
+
+    - ``data_size``: a node could claim any size. A claim is taken only if finite, >= 1 and at most
+      the node's rows in the run's partition (the server builds the same layout; the setup spec
+      refuses one outside [1, the largest partition] already): a liar can only under-report and
+      lose weight (:func:`~testbed.algorithms.impact.intake_sizes`).
+    - ``reliability``: observed by the server (who answered), never reported: a node gains weight
+      only by answering, which is what the rule rewards.
+    - ``quality_score``: a node could report the top of the score's range every round. The spec
+      refuses a score outside [−t, 1 + t] (t: the honest noise's tail bound), the server clips the
+      scores to [0, 1] before the softmax (post-processing of the noisy release: no privacy cost),
+      so a liar gains at most a factor exp((1 − s)/τ) over an honest score s, and the cap bounds it.
+    - ``link_quality``: measured by the server (here from the run's seed); a real node could fake a
+      stronger link by sending its pilots louder: the cap bounds that too.
     """
 
     has_setup = False
@@ -257,7 +280,7 @@ class Padpfl:
                  train_sizes: Mapping[int, int] | Sequence[int], num_nodes: int, uploads: int | None = None,
                  participation: str = "every_round", sensitivity: str = "paper", impact: str = "given",
                  score_sigma: float | None = None, score_temperature: float = 0.1,
-                 aggregation: Aggregation = Aggregation()):
+                 aggregation: Aggregation = Aggregation(), max_weight_share: float | None = None):
         if epsilon is not None and clip is None:
             raise ValueError("a private PADPFL needs the clipping bound B")
         self.model, self.schedule, self.rounds_planned = model, schedule, rounds
@@ -271,6 +294,8 @@ class Padpfl:
             raise ValueError("the quality_score rule needs the noise of the reported score (score_sigma > 0)")
         self.impact, self.score_sigma, self.score_temperature = impact, score_sigma, score_temperature
         self.aggregation = aggregation
+        # The cap applies to the rules nodes can sway (None: the paper's uncapped factors).
+        self.max_weight_share = max_weight_share if impact not in ("equal", "given") else None
         self.has_setup = impact == "data_size"  # the sizes, uploaded once
         # Eq. (8): one σ_C for every client, whatever its p_i or its own m_i.
         self.sigma_client = 0.0 if epsilon is None else dp.client_sigma(clip, self.uploads, min_samples, epsilon, delta)
@@ -317,12 +342,25 @@ class Padpfl:
         return {"samples": SAMPLES_METRIC}
 
     def uplink_spec(self) -> dict[str, TensorSpec]:
-        """The noisy clipped model x~_i; an honest one has norm <= B + σ_C (sqrt(P) + 10) (the
-        noise norm exceeds σ_C (sqrt(P) + t) with probability <= exp(−t²/2)); no bound unclipped."""
-        bound = None if self.clip is None else self.clip + self.sigma_client * (math.sqrt(self.model.num_params) + 10.0)
-        spec = {"update": TensorSpec((self.model.num_params,), max_norm=bound)}
-        if self.impact == "quality_score":  # the noisy clipped score: |s| <= 1 + σ_q (1 + 10) but w.p. <= exp(-50)
-            spec["score"] = TensorSpec((1,), max_norm=1.0 + self.score_sigma * 11.0)
+        """The noisy clipped model x~_i: norm <= B + the noise's norm tail bound, every entry within
+        B + its entry tail bound (testbed.algorithms.bounds). Unclipped (no noise either), every node
+        uploading every round: within ``local_steps`` η G of the model it received (each FedProx step
+        moves it by η (∇l + μ (x − x~)), and with η μ <= 2 the proximal part never takes it farther
+        from x~), G the model's gradient bound; else no bound. With quality_score, the noisy clipped
+        score s_i in [−t, 1 + t], t the tail bound of σ_q."""
+        p = self.model.num_params
+        if self.clip is None:
+            g = self.model.lipschitz_bound
+            steps_bounded = math.isfinite(g) and self.lr * self.mu <= 2.0 and self.participation == "every_round"
+            spec = {"update": TensorSpec((p,), max_norm=self.local_steps * self.lr * g, relative_to="model")
+                    if steps_bounded else TensorSpec((p,))}
+        else:
+            largest = self.clip + gaussian_entry_bound(self.sigma_client, p)
+            spec = {"update": TensorSpec((p,), max_norm=self.clip + gaussian_norm_bound(self.sigma_client, p),
+                                         value_range=(-largest, largest))}
+        if self.impact == "quality_score":
+            t = gaussian_entry_bound(self.score_sigma, 1)
+            spec["score"] = TensorSpec((1,), value_range=(-t, 1.0 + t))
         return spec
 
     def score_sensitivity(self, node: int) -> float:
@@ -332,8 +370,8 @@ class Padpfl:
     # The setup phase (data_size only): every node uploads its training-set size once (FedAvg's).
 
     def setup_spec(self) -> dict[str, TensorSpec]:
-        """Each node's training-set size, once."""
-        return {"samples": TensorSpec((1,))}
+        """Each node's training-set size, once: in [1, the largest node's rows of the partition]."""
+        return {"samples": TensorSpec((1,), value_range=(1.0, float(max(self.train_sizes.values()))))}
 
     def setup_events(self, node: int) -> list[Event]:
         return [CommunicationEvent(node, SETUP_ROUND, bytes_up=_BYTES_PER_REAL, bytes_down=0)]
@@ -344,13 +382,12 @@ class Padpfl:
         return NodeResult(ids, {"samples": sizes[:, None]}, events=[self.setup_events(n) for n in ids])
 
     def server_setup(self, state: State, result: NodeResult, ctx: RoundContext) -> ServerResult:
-        """n_i of every node that answered, kept in the state (never broadcast); a silent node gets
-        the mean of the others' sizes (all 1, equal factors, if nobody answered)."""
-        sizes = np.full(self.num_nodes, np.nan)
-        if result.node_ids:
-            sizes[list(result.node_ids)] = result.tensors["samples"][:, 0]
-        sizes = np.where(np.isnan(sizes), np.nanmean(sizes) if result.node_ids else 1.0, sizes)
-        return ServerResult({**state, "sizes": sizes})
+        """n_i of every node that answered, kept in the state (never broadcast), each checked against
+        the node's rows in the partition; a silent node, or one whose claim is refused, gets the mean
+        of the accepted sizes (all 1, equal factors, if none was): :func:`intake_sizes`."""
+        claimed = result.tensors["samples"] if result.node_ids else np.zeros(0)
+        declared = self.train_sizes if len(self.train_sizes) == self.num_nodes else None
+        return ServerResult({**state, "sizes": intake_sizes(result.node_ids, claimed, self.num_nodes, declared)})
 
     def planned_events(self, node: int, ctx: RoundContext) -> list[Event]:
         """One round on ``node``: its local steps (none when not due), the download and the upload
@@ -464,7 +501,9 @@ class Padpfl:
         else:  # quality_score: softmax over the nodes that reported (the others redistributed anyway)
             s = np.zeros(self.num_nodes)
             if result is not None and result.node_ids:
-                s[list(result.node_ids)] = result.tensors["score"][:, 0]
+                # Clipped to the accuracy's range (post-processing): a lie at the top of the
+                # spec's range gains no more than an honest perfect score.
+                s[list(result.node_ids)] = np.clip(result.tensors["score"][:, 0], 0.0, 1.0)
             z = np.exp((s - s.max()) / self.score_temperature)
             p = z / z.sum()
         problem = check_weights(p, self.num_nodes)
@@ -474,11 +513,12 @@ class Padpfl:
 
     def round_weights(self, ctx: RoundContext, state: State | None = None, result: NodeResult | None = None) -> np.ndarray:
         """(N,) p' of round ``ctx.round_index``: p^(r) (:meth:`impact_factors`), redistributed over
-        the nodes that answered and were due (all zeros if none of them has weight)."""
+        the nodes that answered and were due (all zeros if none of them has weight), then capped at
+        ``max_weight_share`` per node for the automatic rules (:func:`cap_shares`)."""
         contributing = np.zeros(self.num_nodes, dtype=bool)
         answered = np.asarray(ctx.answered, dtype=np.int64)
         contributing[answered] = self.uploads_in(answered, ctx.round_index)
-        return redistribute(self.impact_factors(ctx, state, result), contributing)
+        return cap_shares(redistribute(self.impact_factors(ctx, state, result), contributing), self.max_weight_share)
 
     def _history(self, state: State, ctx: RoundContext) -> State:
         """The state's non-model part after the round: reliability adds who was due and answered."""
@@ -536,7 +576,8 @@ class Padpfl:
         contributing = np.zeros(self.num_nodes, dtype=bool)
         expected = np.asarray(ctx.expected, dtype=np.int64)
         contributing[expected] = self.uploads_in(expected, ctx.round_index)
-        return self._broadcast_events(redistribute(self.impact_factors(ctx, state), contributing), ctx.round_index)
+        return self._broadcast_events(cap_shares(redistribute(self.impact_factors(ctx, state), contributing),
+                                                 self.max_weight_share), ctx.round_index)
 
     # ----------------------------------------------------------------------------- report
 
@@ -553,6 +594,7 @@ class Padpfl:
         }
         if self.impact not in ("equal", "given"):
             # p is set each round by the rule: no phases to report; σ_S is recomputed from each round's p'.
+            out["max_weight_share"] = self.max_weight_share
             if self.impact == "quality_score":
                 out.update({"score_sigma": self.score_sigma, "score_temperature": self.score_temperature})
             if self.private:
@@ -615,7 +657,7 @@ def build(sections: dict[str, Any], ctx: BuildContext) -> Padpfl:
                   train_sizes=dict(zip(data.node_ids, data.train.sizes.tolist())), num_nodes=ctx.num_nodes,
                   uploads=a.uploads, participation=a.participation, sensitivity=a.sensitivity, impact=a.impact,
                   score_sigma=a.score_sigma, score_temperature=a.score_temperature,
-                  aggregation=a.aggregation_rule(ctx.num_nodes, "padpfl"))
+                  aggregation=a.aggregation_rule(ctx.num_nodes, "padpfl"), max_weight_share=a.max_weight_share)
 
 
 def check(config: "Config") -> None:
