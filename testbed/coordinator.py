@@ -56,6 +56,8 @@ from testbed.algorithms.contract import (
     check_metrics,
     check_tensors,
     metric_specs,
+    round_signal_spec,
+    round_uplink_spec,
 )
 from testbed.channel_emulator import ChannelEmulator
 from testbed.config import MqttSection, NodesSection
@@ -277,14 +279,15 @@ class MqttNodes:
         sent = not expected or self._send(state, ctx)
         if meanwhile is not None:
             meanwhile()
+        spec = round_uplink_spec(alg, state, ctx)  # with the round's own bounds where they depend on it
         if sent:
-            answers, refusals, reasons, refused = self._collect(ctx, alg.uplink_spec(), protocol.UPDATE)
+            answers, refusals, reasons, refused = self._collect(ctx, spec, protocol.UPDATE)
         else:
             answers, refusals, reasons, refused = self._unreached(ctx)
         heard = None
         if self._channel is not None:
             heard = self._channel.close_round(self.session, round_index)
-        return self._outcome(ctx, alg.uplink_spec(), answers, refusals, reasons, excluded, heard, refused)
+        return self._outcome(ctx, spec, answers, refusals, reasons, excluded, heard, refused)
 
     def _send(self, state: State, ctx: RoundContext) -> bool:
         """Publish the round; False when the broker did not acknowledge it (an outage)."""
@@ -297,7 +300,8 @@ class MqttNodes:
             assert self._channel is not None
             if not self._publish(topics.chan(self.run), protocol.transmit(
                     self.run, self.session, ctx.round_index, self.config_toml, ctx.expected,
-                    _SIGNAL_SHARE * self.round_timeout_s, alg.channel.signal_spec(), alg.channel_tensors(ctx)), ctx):
+                    _SIGNAL_SHARE * self.round_timeout_s, round_signal_spec(alg.channel, state, ctx),
+                    alg.channel_tensors(ctx)), ctx):
                 return False
         self._sent = {node: shared for node in ctx.expected}  # what each node got, for norm bounds
         if not own:

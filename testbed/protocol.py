@@ -170,10 +170,11 @@ def transmit(run: str, session: str, round_index: int, config_toml: str, senders
     """Coordinator → channel: round ``round_index`` of ``config_toml`` is on, on the channel in
     ``tensors`` (e.g. DWFL's ``channel_h``); expect a signal of ``signal_spec`` from each of
     ``senders`` for at most ``signal_timeout_s`` seconds."""
+    bound = {} if signal_spec.max_norm is None else {"signal_max_norm": float(signal_spec.max_norm)}
     return wire.encode({"run": run, "round": round_index, "sender": COORDINATOR, "kind": TRANSMIT,
                         "meta": _meta(session, config=config_toml, senders=[int(n) for n in senders],
                                       signal_timeout_s=signal_timeout_s, signal_shape=list(signal_spec.shape),
-                                      signal_dtype=signal_spec.dtype)}, tensors)
+                                      signal_dtype=signal_spec.dtype, **bound)}, tensors)
 
 
 def signal(run: str, session: str, round_index: int, node: int, signal_row: np.ndarray) -> bytes:
@@ -220,12 +221,15 @@ def config_of(msg: wire.Message) -> str:
 
 
 def signal_spec_of(msg: wire.Message) -> TensorSpec:
-    """The signal shape and dtype a transmit notice declares."""
+    """The signal shape, dtype and (optional) norm bound of the round a transmit notice declares."""
     shape, dtype = msg.meta.get("signal_shape"), msg.meta.get("signal_dtype")
     if not isinstance(shape, list) or not all(isinstance(d, int) and d > 0 for d in shape) or dtype not in (
             "float64", "float32", "complex128"):
         raise wire.WireError("bad_header", "a transmit notice needs signal_shape and signal_dtype")
-    return TensorSpec(tuple(shape), dtype)
+    bound = msg.meta.get("signal_max_norm")
+    if bound is not None and not (bound.__class__ in (int, float) and 0 < bound < math.inf):
+        raise wire.WireError("bad_header", f"a transmit notice's signal_max_norm {bound!r:.40} is not a positive number")
+    return TensorSpec(tuple(shape), dtype, max_norm=None if bound is None else float(bound))
 
 
 def metrics_of(msg: wire.Message) -> dict[str, float]:

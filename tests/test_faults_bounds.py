@@ -256,8 +256,6 @@ def test_a_liar_node_over_mqtt_is_refused_and_the_run_completes(mosquitto_broker
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="needs the coordinator to declare each round's own bounds: "
-                   "round_uplink_spec/round_signal_spec in coordinator.round/_send, signal_max_norm in the notice")
 @pytest.mark.parametrize("node, kind, round_index, name, logger, refusal", [
     (0, protocol.ROUND, 0, "signal", "testbed.channel_emulator", ("node 0's signal of round 0 refused: norm",)),
     (3, protocol.RECEIVED, 3, "model", "testbed.coordinator", ("rejected update of node 3 for round 3", "model: norm")),
