@@ -95,7 +95,8 @@ class ChannelEmulator:
         # fix the round's size). The power bound is each round's own (checked at its notice).
         self._early_spec = TensorSpec(tuple(signal_spec.shape), signal_spec.dtype)
         self._halves: dict[str, tuple[Config, ChannelHalf]] = {}
-        self.client = MqttClient.for_channel(url, run, **client_options).connect(timeout_s=connect_timeout_s)
+        self.client = MqttClient.for_channel(url, run, admit=self._admit, **client_options) \
+            .connect(timeout_s=connect_timeout_s)
         self._heard: dict[tuple[str, int], tuple[int, ...]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -107,6 +108,22 @@ class ChannelEmulator:
         self._stop.set()
         self._thread.join(timeout=10.0)
         self.client.close()
+
+    def _admit(self, msg: wire.Message) -> str | None:
+        """What the channel may take, checked on the network thread before the client moves any
+        per-sender state (its replay window): this session's round notices, and signals of rounds
+        it keeps (up to EARLY_ROUNDS past the current one; before the first notice, which may be of
+        a resumed run's later round, any). Why not, or None."""
+        session = protocol.session_of(msg)
+        if session != self.session:
+            return f"session {session!r:.24}, not this run's"
+        if msg.kind == protocol.SIGNAL:
+            current = self._round  # one read: the serving thread may replace it meanwhile
+            if current is not None and msg.round > current.index + EARLY_ROUNDS:
+                return f"a signal of round {msg.round}, past the rounds the channel keeps"
+        elif msg.kind != protocol.TRANSMIT:
+            return f"a {msg.kind!r:.24} is not what the channel takes"
+        return None
 
     def close_round(self, session: str, round_index: int) -> tuple[int, ...]:
         """The nodes whose signal of the round reached the channel (ascending). A round still

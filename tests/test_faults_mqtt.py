@@ -307,7 +307,8 @@ def _forge_channel_traffic(rogue: paho.Client, run: str, kind: str) -> list[str]
     ``rx_wrong_length``: as soon as node 0 transmitted, a received signal one entry short to node 0
     (forged as the channel), ahead of the channel's genuine one. ``short_early_signal``: as soon as
     node 0 transmitted in round r, a signal of 3 entries on node 1's own tx for rounds r (if node 1
-    has not sent yet), r + 1 and r + 2.
+    has not sent yet), r + 1 and r + 2. ``far_future_signal``: a signal of node 1 for round r + 2**20
+    (before, it moved node 1's replay window past every real round: its signals were refused).
     """
     sent: list[str] = []
 
@@ -320,6 +321,10 @@ def _forge_channel_traffic(rogue: paho.Client, run: str, kind: str) -> list[str]
             rogue.publish(topics.rx(run, "0"), payload, qos=1)
             sent.append(f"rx {r}")
             return
+        if kind == "far_future_signal":  # honest in shape, of a round 2**20 ahead: moves no window
+            rogue.publish(topics.tx(run, "1"), protocol.signal(run, session, r + 2**20, 1, row), qos=1)
+            sent.append(f"tx {r + 2**20}")
+            return
         for ahead in (r, r + 1, r + 2):
             rogue.publish(topics.tx(run, "1"), protocol.signal(run, session, ahead, 1, row[:3]), qos=1)
             sent.append(f"tx {ahead}")
@@ -329,7 +334,7 @@ def _forge_channel_traffic(rogue: paho.Client, run: str, kind: str) -> list[str]
     return sent
 
 
-@pytest.mark.parametrize("kind", ["rx_wrong_length", "short_early_signal"])
+@pytest.mark.parametrize("kind", ["rx_wrong_length", "short_early_signal", "far_future_signal"])
 def test_forged_channel_traffic_changes_nothing(mosquitto_broker, tmp_path, kind, caplog):
     """A wrong-length received signal sent to node 0 (forged as the channel), or short signals on
     node 1's own tx ahead of the round: the node host serving all four nodes keeps serving, every
@@ -356,6 +361,8 @@ def test_forged_channel_traffic_changes_nothing(mosquitto_broker, tmp_path, kind
     if kind == "rx_wrong_length":
         host_log = log_path.read_text()
         assert "node 0 rejected received" in host_log and "received: shape" in host_log, host_log
+    elif kind == "far_future_signal":
+        assert "past the rounds the channel keeps" in caplog.text
     else:  # each short signal was refused (this round's) or dropped (ahead of its round)
         refused = [r.getMessage() for r in caplog.records if "node 1's" in r.getMessage()]
         assert refused and all("(3,)" in line or "3 entries" in line for line in refused), caplog.text
