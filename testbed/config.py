@@ -389,6 +389,8 @@ def load_config_text(text: str, overrides: list[str] = (), source: str = "<text>
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(source, f"not valid TOML: {exc}") from None
+    except RecursionError:  # arrays nested thousands deep: tomllib recurses per level
+        raise ConfigError(source, "not a usable TOML file: nested too deeply") from None
     for item in overrides:
         (section, key), value = parse_override(item)
         table = raw.setdefault(section, {})

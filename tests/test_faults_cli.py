@@ -221,3 +221,13 @@ def test_embedded_broker_stays_loopback_unless_told(tmp_path):
     with pytest.raises(UserError, match="only loopback"):
         EmbeddedBroker(host="0.0.0.0")
     assert EmbeddedBroker(host="0.0.0.0", allow_remote=True).host == "0.0.0.0"  # not started: binds nothing
+
+
+@pytest.mark.parametrize("depth", [5_000, 50_000])
+def test_an_experiment_nested_too_deeply_is_one_line(depth, tmp_path, capsys):
+    """tomllib recurses per nesting level: a file of arrays 50,000 deep was a RecursionError traceback."""
+    path = tmp_path / "deep.toml"
+    path.write_text("a = " + "[" * depth + "]" * depth + "\n")
+    assert main(["run", str(path)]) != 0
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("testbed: ") and "\n" not in err and "nested too deeply" in err

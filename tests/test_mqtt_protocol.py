@@ -228,3 +228,11 @@ def test_quickstart_over_rabbitmq_matches_sim(rabbitmq, tmp_path):
     assert runs["rabbitmq"]["mode"] == "mqtt" and runs["rabbitmq"]["status"] == "completed"
     assert runs["rabbitmq"]["final"] == pytest.approx(runs["sim"]["final"], abs=1e-6)
     assert runs["rabbitmq"]["rounds"] == runs["sim"]["rounds"]
+
+
+@pytest.mark.parametrize("name,index", [("0", 0), ("17", 17), ("03", None), (" 3", None), ("1_0", None), ("-1", None),
+                                        ("\u0663", None), ("channel", None), ("", None), (None, None)])
+def test_a_node_is_named_on_a_topic_by_its_decimal_digits_only(name, index):
+    """int() reads " 3", "1_0", "03" and Arabic-Indic digits as node ids: a topic of another spelling
+    would speak for that node."""
+    assert topics.node_index(name) == index

@@ -187,11 +187,12 @@ def coordinator_subscriptions(run: str) -> list[str]:
 
 
 def node_index(name: str | None) -> int | None:
-    """The integer id of a node named on a topic; None for other writers (the channel, bad ids)."""
-    try:
-        return int(name) if name is not None else None
-    except ValueError:
+    """The integer id of a node named on a topic: its decimal digits, as a node's client names it
+    (``str(node)``); None for other writers (the channel) and for any other spelling (" 3", "1_0",
+    "03", "-1", other scripts' digits), which int() would read as some node's id."""
+    if name is None or not (name.isascii() and name.isdigit()) or (name[0] == "0" and name != "0"):
         return None
+    return int(name)
 
 
 @functools.lru_cache(maxsize=4096)  # a run's topics recur every round (a Topic is frozen)
