@@ -8,12 +8,17 @@ Layout::
     RUN_DIR/summary.json    the contract other tools read (see SUMMARY_KEYS), with its own sha256
     RUN_DIR/checkpoint.npz  the algorithm's state after the last completed round (for --resume)
     RUN_DIR/figures/*.png   accuracy and loss against round and cost, ε per node
+    RUN_DIR/.lock           the writer's lock (testbed.dirlock): one process writes a run directory
 
 The checkpoint and the summary are replaced atomically (temporary file, fsync, rename) and carry a
 sha256 of their content. The checkpoint also records what it covers: the sha256 of config.toml and a
 :class:`~testbed.appendlog.Mark` (rows, bytes, sha256) of ledger.csv and metrics.csv. ``--resume``
 (:meth:`RunDirectory.reopen`) trusts the directory only after checking all of it, and touches
 nothing before every check passed.
+
+A :class:`RunDirectory` holds the directory's lock from the moment it is created or reopened until
+:meth:`RunDirectory.close`: a second writer (a second ``--resume``, a run into the same ``--out``,
+`testbed report`) is refused in one line naming the holder's pid.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from typing import Any, Collection, Iterator, Mapping
 import numpy as np
 
 from testbed.appendlog import AppendLog, Mark, sha256_file, swap_file, tail_after, write_atomic, write_swapping
+from testbed.dirlock import DirectoryLock
 from testbed.errors import UserError
 from testbed.ledger import LedgerMark, parse_rows, read_ledger
 
@@ -99,21 +105,30 @@ class RunDirectory:
         1
     """
 
-    def __init__(self, path: Path, *, sync: bool = True, _resumed: "Checkpoint | None" = None):
+    def __init__(self, path: Path, *, sync: bool = True, _resumed: "Checkpoint | None" = None,
+                 _lock: DirectoryLock | None = None):
         self.path = Path(path)
         self.sync = sync
         metrics = self.path / "metrics.csv"
-        if _resumed is None and metrics.exists():
-            raise UserError(f"{self.path} already holds a run; choose another --out, or --resume it")
         self.resumed = _resumed
         self._config_sha256 = _resumed.config_sha256 if _resumed else None
         header = io.StringIO()
         csv.writer(header).writerow(METRIC_COLUMNS)
         try:
             self.path.mkdir(parents=True, exist_ok=True)
-            self._metrics = AppendLog(metrics, header=header.getvalue(), sync=sync)
         except OSError as exc:  # under /proc, under a regular file, read-only: one line, no traceback
             raise UserError(f"cannot write the run directory {self.path}: {exc.strerror or exc}") from None
+        self._lock = _lock or DirectoryLock(self.path)
+        try:
+            if _resumed is None and metrics.exists():  # checked under the lock: two runs into one --out
+                raise UserError(f"{self.path} already holds a run; choose another --out, or --resume it")
+            self._metrics = AppendLog(metrics, header=header.getvalue(), sync=sync)
+        except OSError as exc:
+            self._lock.release()
+            raise UserError(f"cannot write the run directory {self.path}: {exc.strerror or exc}") from None
+        except BaseException:
+            self._lock.release()
+            raise
 
     @classmethod
     def reopen(cls, path: Path, expected: StateSpec | None = None, max_rounds: int | None = None,
@@ -129,28 +144,35 @@ class RunDirectory:
         (said on stderr: that round runs again and is charged again, whole).
 
         The checked checkpoint is ``run.resumed``; the ledger's events are ``run.ledger_events()``.
+        The directory's lock is taken before the checks and held until :meth:`close`.
 
         Raises:
-            UserError: one line naming the damaged file and how; nothing was changed.
+            UserError: one line naming the damaged file and how, or the pid of the process that
+                writes the directory now; nothing was changed.
         """
         path = Path(path)
         config = path / "config.toml"
         if not config.exists():
             raise UserError(f"{path} holds no run to resume (no config.toml)")
-        ckpt = _load_checkpoint(path, expected, max_rounds)
-        if sha256_file(config) != ckpt.config_sha256:
-            raise UserError(f"{config}: differs from the config.toml the checkpoint was written under "
-                            "(sha256 mismatch); refusing to resume")
-        ledger_cut = _check_ledger(path / "ledger.csv", ckpt, nodes)
-        metrics_cut = _check_metrics(path / "metrics.csv", ckpt.metrics_mark)
-        # Every check passed: only now is anything in the directory changed.
-        if ledger_cut:
-            os.truncate(path / "ledger.csv", ckpt.ledger_mark.size_bytes)
-            log.warning("%s: %s", path / "ledger.csv", ledger_cut)
-        if metrics_cut:
-            os.truncate(path / "metrics.csv", ckpt.metrics_mark.size_bytes)
-            log.info("%s: dropped %s past the checkpoint", path / "metrics.csv", metrics_cut)
-        return cls(path, sync=sync, _resumed=ckpt)
+        lock = DirectoryLock(path)  # before the checks: a writer holding it may be appending now
+        try:
+            ckpt = _load_checkpoint(path, expected, max_rounds)
+            if sha256_file(config) != ckpt.config_sha256:
+                raise UserError(f"{config}: differs from the config.toml the checkpoint was written under "
+                                "(sha256 mismatch); refusing to resume")
+            ledger_cut = _check_ledger(path / "ledger.csv", ckpt, nodes)
+            metrics_cut = _check_metrics(path / "metrics.csv", ckpt.metrics_mark)
+            # Every check passed: only now is anything in the directory changed.
+            if ledger_cut:
+                os.truncate(path / "ledger.csv", ckpt.ledger_mark.size_bytes)
+                log.warning("%s: %s", path / "ledger.csv", ledger_cut)
+            if metrics_cut:
+                os.truncate(path / "metrics.csv", ckpt.metrics_mark.size_bytes)
+                log.info("%s: dropped %s past the checkpoint", path / "metrics.csv", metrics_cut)
+            return cls(path, sync=sync, _resumed=ckpt, _lock=lock)
+        except BaseException:
+            lock.release()
+            raise
 
     def save_checkpoint(self, rounds_done: int, state: Mapping[str, np.ndarray], ledger_mark: LedgerMark,
                         rounds_ahead: int = 1) -> None:
@@ -207,7 +229,10 @@ class RunDirectory:
         write_atomic(self.path / "summary.json", (json.dumps(body, indent=2) + "\n").encode(), sync=self.sync)
 
     def close(self) -> None:
+        """Close metrics.csv and release the directory's lock: call it when nothing more is
+        written (the summary, the final model, the figures); again is a no-op."""
         self._metrics.close()
+        self._lock.release()
 
 
 def read_checkpoint(run_dir: Path, expected: StateSpec | None = None, max_rounds: int | None = None) -> Checkpoint:

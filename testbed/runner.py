@@ -224,6 +224,7 @@ def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = Fa
         from testbed.plots import BackgroundFigures
 
         figures_job = BackgroundFigures()
+    directory = None
     try:
         data, model = load(config)
         eval_data = load_evaluation_data(config, data)
@@ -242,6 +243,8 @@ def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = Fa
         for job in (tight_job, figures_job):
             if job is not None:
                 job.close()
+        if directory is not None:
+            directory.close()  # its lock
         raise
     nodes = None
     try:
@@ -266,7 +269,10 @@ def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = Fa
                 nodes.close(run.status)
             except Exception as exc:  # the summary must still be written
                 run.status, run.failure = "failed", f"closing the nodes: {type(exc).__name__}: {exc}"
-        summary = finish(run, tight_job, figures_job)
+        try:
+            summary = finish(run, tight_job, figures_job)
+        finally:
+            directory.close()  # the directory's lock is held until the last file is written
     return RunResult(directory.path, summary)
 
 
@@ -472,7 +478,6 @@ def finish(run: Run, tight_job: BackgroundEpsilons | None, figures_job: "Backgro
         _evaluate(run)
     summary = _summary(run)
     run.directory.write_summary(summary)
-    run.directory.close()
     if run.status == "failed":
         for job in (tight_job, figures_job):
             if job is not None:
