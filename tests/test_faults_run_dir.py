@@ -10,8 +10,6 @@ refused one must print one line naming the file and leave every file as it was.
 
 from __future__ import annotations
 
-import csv
-import hashlib
 import shutil
 from pathlib import Path
 from typing import Callable
@@ -22,8 +20,10 @@ import pytest
 from testbed.cli import main
 from testbed.config import load_config_text
 from testbed.ledger import LEDGER_COLUMNS, read_ledger
-from testbed.results import Checkpoint, RunDirectory, read_checkpoint, read_summary, write_checkpoint
+from testbed.results import Checkpoint, read_checkpoint, read_summary, write_checkpoint
 from testbed.runner import run_experiment
+
+from run_dir_cases import ledger_rows, metric_rows, run_killed, snapshot
 
 CONFIG = """
 [run]
@@ -48,18 +48,6 @@ figures = false
 checkpoint_every = 1
 """
 ROUNDS, KILLED_AT = 12, 7  # killed while checkpointing round 7: the checkpoint says 6 rounds
-# Ledger fields that do not depend on measured CPU time.
-DETERMINISTIC = ("kind", "node", "round", "local_steps", "cost_units", "bytes_up", "bytes_down",
-                 "sigma", "sensitivity", "count", "adjacency", "sampling", "sampling_rate")
-
-
-def _ledger_rows(run_dir: Path) -> list[tuple]:
-    return [tuple(getattr(e, f, None) for f in DETERMINISTIC) for e in read_ledger(run_dir / "ledger.csv")]
-
-
-def _metric_rows(run_dir: Path) -> list[dict]:
-    with open(run_dir / "metrics.csv", newline="") as f:
-        return [{k: v for k, v in row.items() if k != "wall_s"} for row in csv.DictReader(f)]
 
 
 @pytest.fixture(scope="module")
@@ -68,23 +56,11 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     base = tmp_path_factory.mktemp("runs")
     config = load_config_text(CONFIG)
     run_experiment(config, out_dir=base / "full", quiet=True)
-    real = RunDirectory.save_checkpoint
-    calls = {"n": 0}
-
-    def dying(self, *args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == KILLED_AT:
-            raise KeyboardInterrupt("killed while saving the checkpoint")
-        return real(self, *args, **kwargs)
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(RunDirectory, "save_checkpoint", dying)
-        with pytest.raises(KeyboardInterrupt):
-            run_experiment(config, out_dir=base / "killed", quiet=True)
     killed = base / "killed"
+    run_killed(config, killed, KILLED_AT)
     assert read_checkpoint(killed).rounds_done == KILLED_AT - 1
     assert max(e.round for e in read_ledger(killed / "ledger.csv")) == KILLED_AT - 1  # past the mark
-    assert len(_metric_rows(killed)) == KILLED_AT
+    assert len(metric_rows(killed)) == KILLED_AT
     return {"full": base / "full", "killed": killed}
 
 
@@ -252,17 +228,13 @@ CASES: dict[str, tuple[Callable[[Path], None], str]] = {
 }
 
 
-def _snapshot(d: Path) -> dict[str, str]:
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(d.iterdir()) if p.is_file()}
-
-
 @pytest.mark.parametrize("case", list(CASES))
 def test_damaged_run_resumes_exactly_or_is_refused_in_one_line(case, runs, tmp_path, capsys, caplog):
     damage, expected = CASES[case]
     d = tmp_path / "run"
     shutil.copytree(runs["killed"], d)
     damage(d)
-    before = _snapshot(d)
+    before = snapshot(d)
     capsys.readouterr()
     rc = main(["run", "--resume", str(d), "--quiet"])
     err = capsys.readouterr().err.strip()
@@ -273,8 +245,8 @@ def test_damaged_run_resumes_exactly_or_is_refused_in_one_line(case, runs, tmp_p
         full = runs["full"]
         np.testing.assert_array_equal(np.load(d / "final_params.npy"), np.load(full / "final_params.npy"),
                                       strict=True)
-        assert _ledger_rows(d) == _ledger_rows(full)  # nothing forgotten, nothing charged twice
-        assert _metric_rows(d) == _metric_rows(full)
+        assert ledger_rows(d) == ledger_rows(full)  # nothing forgotten, nothing charged twice
+        assert metric_rows(d) == metric_rows(full)
         s, f = read_summary(d), read_summary(full)
         assert (s["status"], s["rounds"]) == ("completed", ROUNDS)
         assert s["nodes"]["0"]["epsilon"] == f["nodes"]["0"]["epsilon"]
@@ -286,7 +258,7 @@ def test_damaged_run_resumes_exactly_or_is_refused_in_one_line(case, runs, tmp_p
         assert rc == 2
         assert "\n" not in err and err.startswith("testbed: ") and expected in err, err
         assert "Traceback" not in err
-        assert _snapshot(d) == before  # nothing touched before the checks passed
+        assert snapshot(d) == before  # nothing touched before the checks passed
 
 
 @pytest.mark.parametrize("forged_round", [None, 7, 8], ids=["as_killed", "row_within_span", "row_past_span"])
@@ -296,19 +268,8 @@ def test_a_run_checkpointed_every_few_rounds_resumes_exactly(runs, tmp_path, for
     resume runs them again, charges nothing twice and ends equal to the uninterrupted run; a row
     of a round the checkpoint did not allow (8) is refused."""
     config = load_config_text(CONFIG.replace("checkpoint_every = 1", "checkpoint_every = 4"))
-    real, calls = RunDirectory.save_checkpoint, {"n": 0}
-
-    def dying(self, *args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == 2:
-            raise KeyboardInterrupt("killed while saving the checkpoint")
-        return real(self, *args, **kwargs)
-
     d = tmp_path / "run"
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(RunDirectory, "save_checkpoint", dying)
-        with pytest.raises(KeyboardInterrupt):
-            run_experiment(config, out_dir=d, quiet=True)
+    run_killed(config, d, killed_at=2)
     ckpt = read_checkpoint(d)
     assert (ckpt.rounds_done, ckpt.rounds_ahead) == (4, 4)
     assert max(e.round for e in read_ledger(d / "ledger.csv")) == 7
@@ -320,8 +281,8 @@ def test_a_run_checkpointed_every_few_rounds_resumes_exactly(runs, tmp_path, for
     assert main(["run", "--resume", str(d), "--quiet"]) == 0
     full = runs["full"]
     np.testing.assert_array_equal(np.load(d / "final_params.npy"), np.load(full / "final_params.npy"), strict=True)
-    assert _ledger_rows(d) == _ledger_rows(full)
-    assert _metric_rows(d) == _metric_rows(full)
+    assert ledger_rows(d) == ledger_rows(full)
+    assert metric_rows(d) == metric_rows(full)
 
 
 def test_auto_cadence_checkpoints_every_round_when_it_is_cheap_and_rarely_when_not():
@@ -353,7 +314,7 @@ def test_resume_of_a_finished_run_runs_no_round(runs, tmp_path):
     shutil.copytree(runs["full"], d)
     assert main(["run", "--resume", str(d), "--quiet"]) == 0
     np.testing.assert_array_equal(np.load(d / "final_params.npy"), np.load(runs["full"] / "final_params.npy"))
-    assert _ledger_rows(d) == _ledger_rows(runs["full"])
+    assert ledger_rows(d) == ledger_rows(runs["full"])
 
 
 def test_resumed_directory_resumes_again(runs, tmp_path):
@@ -362,7 +323,7 @@ def test_resumed_directory_resumes_again(runs, tmp_path):
     shutil.copytree(runs["killed"], d)
     assert main(["run", "--resume", str(d), "--quiet"]) == 0
     assert main(["run", "--resume", str(d), "--quiet"]) == 0
-    assert _ledger_rows(d) == _ledger_rows(runs["full"])
+    assert ledger_rows(d) == ledger_rows(runs["full"])
 
 
 @pytest.mark.parametrize("damage", [_truncate("summary.json", 0.5), _flip("summary.json", 0.5),
