@@ -31,16 +31,17 @@ import logging
 import os
 import re
 import zipfile
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Collection, Iterator, Mapping
+from typing import Any, Collection, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from testbed.appendlog import AppendLog, Mark, sha256_file, swap_file, tail_after, write_atomic, write_swapping
 from testbed.dirlock import DirectoryLock
 from testbed.errors import UserError
-from testbed.ledger import LedgerMark, parse_rows, read_ledger
+from testbed.ledger import MEASURED_FIELDS, Event, EventBatch, LedgerMark, parse_rows, read_ledger
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +142,8 @@ class RunDirectory:
         past the mark are well-formed events of ``nodes`` no later than the round being re-run.
         Only then repairs what a kill leaves: metric rows past the mark are dropped (their round
         runs again); a ledger whose last line was cut past the mark loses the rows past the mark
-        (said on stderr: that round runs again and is charged again, whole).
+        (said on stderr: that round runs again and is charged again, whole). Whole rows past the
+        mark stay charged, and the round run again charges what they lack (:func:`not_yet_charged`).
 
         The checked checkpoint is ``run.resumed``; the ledger's events are ``run.ledger_events()``.
         The directory's lock is taken before the checks and held until :meth:`close`.
@@ -151,15 +153,12 @@ class RunDirectory:
                 writes the directory now; nothing was changed.
         """
         path = Path(path)
-        config = path / "config.toml"
-        if not config.exists():
+        if not (path / "config.toml").exists():
             raise UserError(f"{path} holds no run to resume (no config.toml)")
         lock = DirectoryLock(path)  # before the checks: a writer holding it may be appending now
         try:
             ckpt = _load_checkpoint(path, expected, max_rounds)
-            if sha256_file(config) != ckpt.config_sha256:
-                raise UserError(f"{config}: differs from the config.toml the checkpoint was written under "
-                                "(sha256 mismatch); refusing to resume")
+            _check_config(path / "config.toml", ckpt)
             ledger_cut = _check_ledger(path / "ledger.csv", ckpt, nodes)
             metrics_cut = _check_metrics(path / "metrics.csv", ckpt.metrics_mark)
             # Every check passed: only now is anything in the directory changed.
@@ -233,6 +232,70 @@ class RunDirectory:
         written (the summary, the final model, the figures); again is a no-op."""
         self._metrics.close()
         self._lock.release()
+
+
+def not_yet_charged(batches: Sequence[EventBatch], before_kill: Sequence[Event]) -> list[EventBatch]:
+    """The events of ``batches`` (what a round run again after a resume releases) that
+    ``before_kill`` (that round's ledger rows past the checkpoint's mark: charged before the kill)
+    does not already hold, matched one for one on every field but the measured ones (a node
+    measures its seconds and joules anew).
+
+    Rows past the mark are covered by no digest: a kill may have cut the round's rows short at a
+    line end, and anything may have altered them since. A row missing or altered leaves the event
+    it stood for to be charged again: the ledger may then over-count, never under-count.
+
+    Example::
+
+        >>> from testbed.ledger import ComputeEvent
+        >>> batch = EventBatch(ComputeEvent(0, 3, local_steps=2), np.array([0, 1]))
+        >>> [b.nodes.tolist() for b in not_yet_charged([batch], [ComputeEvent(1, 3, local_steps=2)])]
+        [[0]]
+    """
+    left = Counter(_planned_fields(e) for e in before_kill)
+    fresh = []
+    for batch in batches:
+        keep = []
+        for i, event in enumerate(batch.events()):
+            key = _planned_fields(event)
+            if left[key] > 0:
+                left[key] -= 1
+            else:
+                keep.append(i)
+        if len(keep) == len(batch):
+            fresh.append(batch)
+        elif keep:
+            fresh.append(batch.take(np.array(keep, dtype=np.int64)))
+    return fresh
+
+
+def _planned_fields(event: Event) -> tuple:
+    return (event.kind, *((name, value) for name, value in event.__dict__.items() if name not in MEASURED_FIELDS))
+
+
+def checked_config(run_dir: Path) -> Path:
+    """The config.toml of a run to resume, once it is known to be the one its checkpoint was
+    written under (nothing should parse it before: a damaged or edited file would be read as
+    another experiment). :meth:`RunDirectory.reopen` checks it again, under the lock.
+
+    Raises:
+        UserError: one line naming config.toml (missing, or not the one of the checkpoint) or
+            checkpoint.npz (missing or damaged).
+    """
+    run_dir = Path(run_dir)
+    if not (run_dir / "config.toml").exists():
+        raise UserError(f"{run_dir} holds no run to resume (no config.toml)")
+    _check_config(run_dir / "config.toml", _load_checkpoint(run_dir, None, None))
+    return run_dir / "config.toml"
+
+
+def _check_config(path: Path, ckpt: Checkpoint) -> None:
+    try:
+        digest = sha256_file(path)
+    except OSError as exc:
+        raise UserError(f"{path}: unreadable ({exc.strerror or exc}); refusing to resume") from None
+    if digest != ckpt.config_sha256:
+        raise UserError(f"{path}: differs from the config.toml the checkpoint was written under "
+                        "(sha256 mismatch); refusing to resume")
 
 
 def read_checkpoint(run_dir: Path, expected: StateSpec | None = None, max_rounds: int | None = None) -> Checkpoint:
@@ -337,7 +400,8 @@ def _one_line(exc: BaseException | str) -> str:
 def _load_checkpoint(run_dir: Path, expected: StateSpec | None, max_rounds: int | None) -> Checkpoint:
     path = swap_file(run_dir / "checkpoint.npz")
     if not path.exists():
-        raise UserError(f"{run_dir} has no checkpoint: the run finished no round; start it afresh")
+        raise UserError(f"{path}: missing: no checkpoint (the run finished no round, or it was deleted); "
+                        "refusing to resume (start the run afresh)")
 
     def damaged(how: str) -> UserError:
         return UserError(f"{path}: damaged: {how}; refusing to resume")

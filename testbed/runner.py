@@ -44,7 +44,7 @@ from testbed.privacy.accountants import BackgroundEpsilons, epsilon_by_observer
 from testbed.parallel import split_work
 from testbed.progress import Progress
 from testbed.resources import check_fits
-from testbed.results import RunDirectory
+from testbed.results import RunDirectory, not_yet_charged
 from testbed.stragglers import StragglerDraws
 from testbed.rng import GLOBAL, Purpose, stream
 from testbed.threads import limit_blas_threads
@@ -426,7 +426,7 @@ def _charge(run: Run, outcome: RoundOutcome, ledger_file: LedgerWriter) -> None:
     """Log what each node released (its own events; a round re-run after a kill is not charged
     twice) and who straggled, in one write."""
     book = run.book
-    book.extend(run.past_mark.pop(outcome.ctx.round_index, []))  # logged before the kill: not again
+    before_kill = run.past_mark.pop(outcome.ctx.round_index, [])  # charged: only what they lack is charged again
     batches = []
     for batch in outcome.batches:
         fresh = ~book.logged(batch.nodes, batch.round)
@@ -446,6 +446,9 @@ def _charge(run: Run, outcome: RoundOutcome, ledger_file: LedgerWriter) -> None:
     r = outcome.ctx.round_index
     batches += [EventBatch(StraggleEvent(0, r, reason), np.array(nodes, dtype=np.int64))
                 for reason, nodes in by_reason.items()]
+    if before_kill:
+        batches = not_yet_charged(batches, before_kill)
+        book.extend(before_kill)
     for batch in batches:
         book.extend_batch(batch)
     ledger_file.write_batches(batches)

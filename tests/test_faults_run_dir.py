@@ -11,6 +11,7 @@ refused one must print one line naming the file and leave every file as it was.
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
@@ -23,7 +24,7 @@ from testbed.ledger import LEDGER_COLUMNS, read_ledger
 from testbed.results import Checkpoint, read_checkpoint, read_summary, write_checkpoint
 from testbed.runner import run_experiment
 
-from run_dir_cases import ledger_rows, metric_rows, run_killed, snapshot
+from run_dir_cases import ledger_rows, metric_rows, run_killed, snapshot, under_counted
 
 CONFIG = """
 [run]
@@ -113,6 +114,18 @@ def _cut_ledger_before_mark(d: Path) -> None:
     _truncate("ledger.csv", _marked_bytes(d, "ledger.csv") - 25)(d)
 
 
+def _cut_ledger_at_line_end_past_mark(rows_kept: int) -> Callable[[Path], None]:
+    """Killed between two rows of the round after the checkpoint (a write cut at a line end): the
+    round's first ``rows_kept`` rows (negative: all but so many) stay, whole."""
+    def damage(d: Path) -> None:
+        mark = _marked_bytes(d, "ledger.csv")
+        data = (d / "ledger.csv").read_bytes()
+        tail = data[mark:].splitlines(keepends=True)
+        assert len(tail) > abs(rows_kept)
+        (d / "ledger.csv").write_bytes(data[:mark] + b"".join(tail[:rows_kept]))
+    return damage
+
+
 def _cut_metrics_past_mark(d: Path) -> None:
     _truncate("metrics.csv", _marked_bytes(d, "metrics.csv") + 10)(d)
 
@@ -182,6 +195,9 @@ CASES: dict[str, tuple[Callable[[Path], None], str]] = {
     "killed_between_unlink_and_rename": (_killed_between_unlink_and_rename, RESUMES),
     "ledger_cut_mid_line_past_mark": (_cut_ledger_past_mark, RESUMES),
     "ledger_cut_at_mark": (_cut_ledger_at_mark, RESUMES),
+    # ... between two rows: the rows missing are charged when the round runs again, once each
+    "ledger_cut_after_the_first_row_past_mark": (_cut_ledger_at_line_end_past_mark(1), RESUMES),
+    "ledger_cut_before_the_last_row_past_mark": (_cut_ledger_at_line_end_past_mark(-1), RESUMES),
     "metrics_cut_mid_line_past_mark": (_cut_metrics_past_mark, RESUMES),
     # checkpoint.npz
     "checkpoint_truncated": (_truncate("checkpoint.npz", 0.5), "checkpoint.npz"),
@@ -205,6 +221,12 @@ CASES: dict[str, tuple[Callable[[Path], None], str]] = {
     "checkpoint_rounds_negative": (_forge(rounds_done=-1), "checkpoint.npz"),
     "checkpoint_rounds_ahead_zero": (_forge(rounds_ahead=0), "checkpoint.npz"),
     "checkpoint_rounds_ahead_absurd": (_forge(rounds_ahead=10**9), "checkpoint.npz"),
+    # a mark whose row count is not what its bytes hold (the resume splits the ledger by it)
+    "checkpoint_ledger_mark_rows_more": (_forge(ledger_mark=lambda c: replace(c.ledger_mark, rows=c.ledger_mark.rows + 5)),
+                                         "ledger.csv"),
+    "checkpoint_ledger_mark_rows_zero": (_forge(ledger_mark=lambda c: replace(c.ledger_mark, rows=0)), "ledger.csv"),
+    "checkpoint_metrics_mark_rows_more": (_forge(metrics_mark=lambda c: replace(c.metrics_mark, rows=c.metrics_mark.rows + 1)),
+                                          "metrics.csv"),
     # ledger.csv
     "ledger_missing": (_delete("ledger.csv"), "ledger.csv"),
     "ledger_empty": (_truncate("ledger.csv", 0), "ledger.csv"),
@@ -259,6 +281,29 @@ def test_damaged_run_resumes_exactly_or_is_refused_in_one_line(case, runs, tmp_p
         assert "\n" not in err and err.startswith("testbed: ") and expected in err, err
         assert "Traceback" not in err
         assert snapshot(d) == before  # nothing touched before the checks passed
+
+
+@pytest.mark.parametrize("field, value", [("sigma", "1e+30"), ("count", "1"), ("local_steps", "0")])
+def test_a_row_past_the_mark_altered_to_charge_less_is_charged_again_in_full(runs, tmp_path, field, value, capsys):
+    """Rows past the checkpoint's mark are covered by no digest. One altered to charge less (a
+    noise σ of 1e30, one step where it took two) is kept (it was charged) and the event it stood
+    for is charged again as the round runs again: the ledger over-counts, never under-counts."""
+    d = tmp_path / "run"
+    shutil.copytree(runs["killed"], d)
+    mark = _marked_bytes(d, "ledger.csv")
+    data = (d / "ledger.csv").read_bytes()
+    head, tail = data[:mark], data[mark:].decode().splitlines(keepends=True)  # CRLF kept
+    column = LEDGER_COLUMNS.index(field)
+    i = next(i for i, line in enumerate(tail) if line.split(",")[column] not in ("", value))
+    cells = tail[i].split(",")
+    cells[column] = value
+    altered = ",".join(cells)
+    tail[i] = altered
+    (d / "ledger.csv").write_bytes(head + "".join(tail).encode())
+    assert main(["run", "--resume", str(d), "--quiet"]) == 0, capsys.readouterr().err
+    assert not under_counted(d, ledger_rows(runs["full"]))
+    assert (d / "ledger.csv").read_bytes().count(altered.encode()) == 1  # kept: it was charged
+    assert len(ledger_rows(d)) == len(ledger_rows(runs["full"])) + 1  # and the real event too
 
 
 @pytest.mark.parametrize("forged_round", [None, 7, 8], ids=["as_killed", "row_within_span", "row_past_span"])
