@@ -407,6 +407,11 @@ def _load_checkpoint(run_dir: Path, expected: StateSpec | None, max_rounds: int 
         return UserError(f"{path}: damaged: {how}; refusing to resume")
 
     try:
+        with zipfile.ZipFile(path) as archive:
+            unpacked_bytes = sum(info.file_size for info in archive.infolist())
+        if unpacked_bytes > path.stat().st_size:  # what save_checkpoint writes is stored, not compressed
+            raise ValueError(f"its members unpack to {unpacked_bytes} bytes, more than the file's "
+                             f"{path.stat().st_size} (a compressed or forged archive)")
         with np.load(path, allow_pickle=False) as saved:
             members = {name: saved[name] for name in saved.files}
     except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, RuntimeError) as exc:

@@ -170,6 +170,17 @@ def _old_format(d: Path) -> None:
     np.savez(d / "checkpoint.npz", rounds_done=KILLED_AT - 1, state=state)
 
 
+def _zip_bomb(d: Path) -> None:
+    """A checkpoint whose state member unpacks to 64 MiB of zeros from a few kilobytes: refused
+    before anything is unpacked."""
+    import zipfile
+
+    with zipfile.ZipFile(d / "checkpoint.npz", "w", zipfile.ZIP_DEFLATED) as archive:
+        with archive.open("state.model.npy", "w", force_zip64=True) as member:
+            for _ in range(64):
+                member.write(bytes(1 << 20))
+
+
 def _change_config(d: Path) -> None:
     text = (d / "config.toml").read_text()
     assert "seed = 3" in text
@@ -210,6 +221,7 @@ CASES: dict[str, tuple[Callable[[Path], None], str]] = {
     "checkpoint_bit_flip_meta": (_flip("checkpoint.npz", 0.75), "checkpoint.npz"),
     "checkpoint_bit_flip_tail": (_flip("checkpoint.npz", 0.999), EITHER + "checkpoint.npz"),
     "checkpoint_old_format": (_old_format, "checkpoint.npz"),
+    "checkpoint_zip_bomb": (_zip_bomb, "checkpoint.npz: damaged: not a readable npz (its members unpack to"),
     "checkpoint_wrong_shape": (_forge(state=lambda c: {"model": np.zeros(c.state["model"].size + 1)}),
                                "checkpoint.npz"),
     "checkpoint_wrong_dtype": (_forge(state=lambda c: {"model": c.state["model"].astype(np.float32)}),
