@@ -278,13 +278,14 @@ def checked_config(run_dir: Path) -> Path:
     another experiment). :meth:`RunDirectory.reopen` checks it again, under the lock.
 
     Raises:
-        UserError: one line naming config.toml (missing, or not the one of the checkpoint) or
-            checkpoint.npz (missing or damaged).
+        UserError: one line naming config.toml (missing, or not the one of the checkpoint),
+            checkpoint.npz (missing or damaged), or the pid of a process writing the directory.
     """
     run_dir = Path(run_dir)
     if not (run_dir / "config.toml").exists():
         raise UserError(f"{run_dir} holds no run to resume (no config.toml)")
-    _check_config(run_dir / "config.toml", _load_checkpoint(run_dir, None, None))
+    with DirectoryLock(run_dir):  # a run writing it now is named, before its files are read
+        _check_config(run_dir / "config.toml", _load_checkpoint(run_dir, None, None))
     return run_dir / "config.toml"
 
 

@@ -141,9 +141,14 @@ BYTE_DAMAGES: dict[str, Callable[[st.DataObject, bytes], bytes | None]] = {
 }
 
 
-def _forge_checkpoint(data: st.DataObject, d: Path) -> None:
+# A checkpoint forged with a valid digest is the checkpoint as written, as far as a resume can tell:
+# a mark or a config digest that does not fit its file is refused naming that file.
+_FILE_OF_FIELD = {"ledger": "ledger.csv", "metrics": "metrics.csv", "config_sha256": "config.toml"}
+
+
+def _forge_checkpoint(data: st.DataObject, d: Path) -> tuple[str, ...]:
     """checkpoint.npz with one metadata field (or a state value) changed, and, when drawn, its
-    digest recomputed: a hand-made file the digest does not catch."""
+    digest recomputed: a hand-made file the digest does not catch. The files a refusal may name."""
     with np.load(d / "checkpoint.npz") as saved:
         members = {name: saved[name] for name in saved.files}
     meta = json.loads(members["meta"].tobytes())
@@ -162,21 +167,24 @@ def _forge_checkpoint(data: st.DataObject, d: Path) -> None:
         for key in target[:-1]:
             holder = holder[key]
         holder[target[-1]] = data.draw(st.sampled_from(EXTREME_JSON), label="value")
+    names = ("checkpoint.npz",)
     if data.draw(st.booleans(), label="digest recomputed"):
         meta["sha256"] = _checkpoint_digest(meta, state)
+        names += tuple(n for field, n in _FILE_OF_FIELD.items() if target[0] == field)
     members = {f"state.{k}": v for k, v in state.items()}
     members["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
     with open(d / "checkpoint.npz", "wb") as f:
         np.savez(f, **members)
+    return names
 
 
-def _damage(data: st.DataObject, d: Path, name: str) -> str:
-    """Damage ``name`` in ``d`` as drawn; what was done, for the failure message."""
+def _damage(data: st.DataObject, d: Path, name: str) -> tuple[str, tuple[str, ...]]:
+    """Damage ``name`` in ``d`` as drawn; what was done (for the failure message) and the files a
+    refusal may name."""
     kinds = list(BYTE_DAMAGES) + (["forge"] if name == "checkpoint.npz" else [])
     kind = data.draw(st.sampled_from(kinds), label="damage")
     if kind == "forge":
-        _forge_checkpoint(data, d)
-        return kind
+        return kind, _forge_checkpoint(data, d)
     path = d / name
     raw = path.read_bytes()
     damaged = BYTE_DAMAGES[kind](data, raw)
@@ -184,7 +192,7 @@ def _damage(data: st.DataObject, d: Path, name: str) -> str:
         path.unlink()
     else:
         path.write_bytes(damaged)
-    return kind
+    return kind, (name,)
 
 
 def _rows_held(ledger: Path) -> list[tuple] | None:
@@ -219,7 +227,7 @@ def test_a_damaged_file_is_refused_naming_it_and_nothing_changes_or_the_resume_i
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp) / "run"
         shutil.copytree(runs["killed"], d)
-        what = _damage(data, d, name)
+        what, named = _damage(data, d, name)
         before = snapshot(d)
         held = _rows_held(d / "ledger.csv")
         rc, err = _resume(d)
@@ -228,7 +236,7 @@ def test_a_damaged_file_is_refused_naming_it_and_nothing_changes_or_the_resume_i
             assert name not in NOT_READ, f"{what} of {name}: refused: {err}"
             assert rc == 2, err
             assert "\n" not in err and err.startswith("testbed: "), err
-            assert name in err, f"{what} of {name}: the refusal does not name it: {err}"
+            assert any(n in err for n in named), f"{what} of {name}: the refusal names none of {named}: {err}"
             assert snapshot(d) == before, f"{what} of {name}: refused, yet files changed"
             return
         summary = read_summary(d)
