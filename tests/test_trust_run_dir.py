@@ -5,7 +5,7 @@ run charged nor what the damaged ledger held.
 
 One tiny sim run (3 synthetic nodes, 4 rounds) is killed while saving the checkpoint of round 3, so
 ledger.csv and metrics.csv hold a round past the checkpoint's mark; it is built once per module and
-copied for every example. Damages are drawn per file: truncation at any byte, random bytes
+copied for every example. Damages are drawn per file: truncation at any byte or line end, random bytes
 spliced in, a field set to an extreme (1e308, 2**70, NaN, inf, a wrong type), a line duplicated
 or two swapped, the file deleted or emptied; a checkpoint's metadata and state are also forged with
 a valid digest, so the checks after the digest see them.
@@ -85,6 +85,12 @@ def _truncate(data: st.DataObject, raw: bytes) -> bytes:
     return raw[: data.draw(st.integers(0, len(raw)), label="keep bytes")]
 
 
+def _truncate_at_line_end(data: st.DataObject, raw: bytes) -> bytes:
+    """A write cut between two lines: what a kill leaves as often as a cut mid-line."""
+    lines = _lines(raw)
+    return b"".join(lines[: data.draw(st.integers(0, len(lines)), label="keep lines")])
+
+
 def _splice(data: st.DataObject, raw: bytes) -> bytes:
     at = data.draw(st.integers(0, len(raw)), label="at")
     cut = data.draw(st.integers(0, 8), label="bytes replaced")
@@ -136,7 +142,7 @@ def _deleted(data: st.DataObject, raw: bytes) -> None:
 
 
 BYTE_DAMAGES: dict[str, Callable[[st.DataObject, bytes], bytes | None]] = {
-    "truncate": _truncate, "splice": _splice, "extreme_field": _extreme_cell, "duplicate_line": _duplicate_line,
+    "truncate": _truncate, "truncate_at_line_end": _truncate_at_line_end, "splice": _splice, "extreme_field": _extreme_cell, "duplicate_line": _duplicate_line,
     "swap_lines": _swap_lines, "empty": _emptied, "delete": _deleted,
 }
 
