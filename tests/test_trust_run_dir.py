@@ -3,9 +3,9 @@
 resumes correctly: the run completes, and its ledger under-counts neither what the uninterrupted
 run charged nor what the damaged ledger held.
 
-One tiny sim run (3 synthetic nodes, 4 rounds) is killed while saving the checkpoint of round 3, so
-ledger.csv and metrics.csv hold a round past the checkpoint's mark; it is built once per module and
-copied for every example. Damages are drawn per file: truncation at any byte or line end, random bytes
+One tiny sim run per algorithm (3 synthetic nodes, 4 rounds) is killed while saving its third
+checkpoint, so ledger.csv and metrics.csv hold a round past the checkpoint's mark; it is built once
+per module and copied for every example. Damages are drawn per file: truncation at any byte or line end, random bytes
 spliced in, a field set to an extreme (1e308, 2**70, NaN, inf, a wrong type), a line duplicated
 or two swapped, the file deleted or emptied; a checkpoint's metadata and state are also forged with
 a valid digest, so the checks after the digest see them.
@@ -36,7 +36,7 @@ from testbed.runner import run_experiment
 
 from run_dir_cases import DETERMINISTIC, ledger_rows, run_killed, snapshot, under_counted
 
-CONFIG = """
+COMMON = """
 [run]
 name = "trust"
 seed = 7
@@ -45,20 +45,23 @@ dataset = "synthetic"
 num_nodes = 3
 samples_per_node = 20
 dim = 4
-[dp_pasgd]
-steps = 8
-tau = 2
-batch = 4
-lr = 0.5
-sigma = 1.0
-lipschitz = 1.0
 [privacy]
 tight_accountant = "none"
 [output]
 figures = false
 checkpoint_every = 1
 """
-ROUNDS, KILLED_AT = 4, 3
+#: Each algorithm's section, for 4 rounds. Every file is fuzzed with DP-PASGD; the ledger and the
+#: checkpoint with every algorithm too (setup uploads, mutual-information events, server events).
+SECTIONS = {
+    "dp_pasgd": "[dp_pasgd]\nsteps = 8\ntau = 2\nbatch = 4\nlr = 0.5\nsigma = 1.0\nlipschitz = 1.0\n",
+    "fedavg": "[fedavg]\nrounds = 4\nlocal_steps = 2\nbatch = 4\nlr = 0.5\n",
+    "dwfl": '[dwfl]\nrounds = 4\nbatch = 4\nlr = 0.2\nepsilon = 1.0\nfading = "none"\nc_scale = 0.6\n',
+    "acfl": '[model]\nkind = "linear"\n[acfl]\niterations = 4\nlr = 0.01\nsigma1_sq = 0.5\nsigma2_sq = 0.5\n',
+    "padpfl": '[padpfl]\nrounds = 4\nuploads = 2\nlocal_steps = 2\nbatch = 4\nlr = 0.5\nclip = 2.0\n'
+              'epsilon = 20.0\nimpact = "given"\nweights = [0.2, 0.3, 0.5]\n',
+}
+KILLED_AT = 3  # killed while saving its third checkpoint: a round's rows lie past the mark
 FILES = ("checkpoint.npz", "config.toml", "ledger.csv", "metrics.csv", "summary.json", ".lock")
 # Files a resume does not trust or need (it rewrites the summary; the lock holds no data): any
 # damage to them must resume.
@@ -70,13 +73,21 @@ EXTREME_JSON = (1e308, -1e308, 2**70, -2**70, float("nan"), float("inf"), float(
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> dict[str, Path]:
-    base = tmp_path_factory.mktemp("runs")
-    config = load_config_text(CONFIG)
-    run_experiment(config, out_dir=base / "full", quiet=True)
-    run_killed(config, base / "killed", KILLED_AT)
-    assert read_checkpoint(base / "killed").rounds_done == KILLED_AT - 1
-    return {"full": base / "full", "killed": base / "killed"}
+def runs_of(tmp_path_factory) -> Callable[[str], dict[str, Path]]:
+    """algorithm → its uninterrupted run ("full") and its killed one ("killed"), each built once."""
+    built: dict[str, dict[str, Path]] = {}
+
+    def runs(algorithm: str) -> dict[str, Path]:
+        if algorithm not in built:
+            base = tmp_path_factory.mktemp(algorithm)
+            config = load_config_text(COMMON.replace("[run]\n", f'[run]\nalgorithm = "{algorithm}"\n') + SECTIONS[algorithm])
+            run_experiment(config, out_dir=base / "full", quiet=True)
+            run_killed(config, base / "killed", KILLED_AT)
+            assert read_checkpoint(base / "killed").rounds_done < read_summary(base / "full")["rounds"]
+            built[algorithm] = {"full": base / "full", "killed": base / "killed"}
+        return built[algorithm]
+
+    return runs
 
 
 # --- damages: each draws what it does from ``data`` and returns the file's new bytes (None: deleted)
@@ -227,9 +238,12 @@ def _resume(d: Path) -> tuple[int, str]:
     return rc, err.getvalue().strip()
 
 
-@pytest.mark.parametrize("name", FILES)
+@pytest.mark.parametrize("algorithm, name", [("dp_pasgd", name) for name in FILES]
+                         + [(a, name) for a in SECTIONS if a != "dp_pasgd" for name in ("ledger.csv", "checkpoint.npz")])
 @given(data=st.data())
-def test_a_damaged_file_is_refused_naming_it_and_nothing_changes_or_the_resume_is_correct(runs, name, data):
+def test_a_damaged_file_is_refused_naming_it_and_nothing_changes_or_the_resume_is_correct(runs_of, algorithm, name,
+                                                                                          data):
+    runs = runs_of(algorithm)
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp) / "run"
         shutil.copytree(runs["killed"], d)
@@ -245,8 +259,8 @@ def test_a_damaged_file_is_refused_naming_it_and_nothing_changes_or_the_resume_i
             assert any(n in err for n in named), f"{what} of {name}: the refusal names none of {named}: {err}"
             assert snapshot(d) == before, f"{what} of {name}: refused, yet files changed"
             return
-        summary = read_summary(d)
-        assert (summary["status"], summary["rounds"]) == ("completed", ROUNDS), f"{what} of {name}"
+        summary, full = read_summary(d), read_summary(runs["full"])
+        assert (summary["status"], summary["rounds"]) == ("completed", full["rounds"]), f"{what} of {name}"
         missing = under_counted(d, ledger_rows(runs["full"]))
         assert not missing, f"{what} of {name}: charged by the run, missing after the resume: {missing}"
         if held is not None:
@@ -254,10 +268,10 @@ def test_a_damaged_file_is_refused_naming_it_and_nothing_changes_or_the_resume_i
             assert not lost, f"{what} of {name}: in the ledger before the resume, gone after: {lost}"
 
 
-def test_the_cli_says_a_refusal_in_one_line(runs, tmp_path):
+def test_the_cli_says_a_refusal_in_one_line(runs_of, tmp_path):
     """The command itself (a new interpreter): exit code 2 and one line on stderr naming the file."""
     d = tmp_path / "run"
-    shutil.copytree(runs["killed"], d)
+    shutil.copytree(runs_of("dp_pasgd")["killed"], d)
     raw = (d / "ledger.csv").read_bytes()
     (d / "ledger.csv").write_bytes(raw[:40] + b"1e308" + raw[45:])  # inside the header, before the mark
     before = snapshot(d)
