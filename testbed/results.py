@@ -268,6 +268,12 @@ def not_yet_charged(batches: Sequence[EventBatch], before_kill: Sequence[Event])
     return fresh
 
 
+def split_by_issuer(events: Sequence[Event]) -> tuple[list[Event], list[Event]]:
+    """(the events a node issued, those the server issued on a node's behalf), in order."""
+    by_server = [getattr(e, "issuer", "node") == "server" for e in events]
+    return [e for e, s in zip(events, by_server) if not s], [e for e, s in zip(events, by_server) if s]
+
+
 def _planned_fields(event: Event) -> tuple:
     return (event.kind, *((name, value) for name, value in event.__dict__.items() if name not in MEASURED_FIELDS))
 

@@ -44,7 +44,7 @@ from testbed.privacy.accountants import BackgroundEpsilons, epsilon_by_observer
 from testbed.parallel import split_work
 from testbed.progress import Progress
 from testbed.resources import check_fits
-from testbed.results import RunDirectory, not_yet_charged
+from testbed.results import RunDirectory, not_yet_charged, split_by_issuer
 from testbed.stragglers import StragglerDraws
 from testbed.rng import GLOBAL, Purpose, stream
 from testbed.threads import limit_blas_threads
@@ -426,7 +426,11 @@ def _charge(run: Run, outcome: RoundOutcome, ledger_file: LedgerWriter) -> None:
     """Log what each node released (its own events; a round re-run after a kill is not charged
     twice) and who straggled, in one write."""
     book = run.book
-    before_kill = run.past_mark.pop(outcome.ctx.round_index, [])  # charged: only what they lack is charged again
+    # This round's rows logged before a kill: charged; the round charges only what they lack. Those
+    # the server issued wait for its step (_charge_server).
+    before_kill, by_server = split_by_issuer(run.past_mark.pop(outcome.ctx.round_index, []))
+    if by_server:
+        run.past_mark[outcome.ctx.round_index] = by_server
     batches = []
     for batch in outcome.batches:
         fresh = ~book.logged(batch.nodes, batch.round)
@@ -458,6 +462,10 @@ def _charge_server(run: Run, events: list[Event], nodes: Nodes, ledger_file: Led
     """Events the server issued on nodes' behalf: into their ledgers here and, with their next
     round, to the nodes themselves."""
     fresh = [e for e in events if not run.book.has_server_events(e.node, e.round)]
+    before_kill = [e for r in sorted({e.round for e in events}) for e in run.past_mark.pop(r, [])]
+    if before_kill:  # logged before a kill (see _charge)
+        fresh = [e for batch in not_yet_charged(batches_of(fresh), before_kill) for e in batch.events()]
+        run.book.extend(before_kill)
     run.book.extend(fresh)
     ledger_file.write(fresh)
     if events:

@@ -30,7 +30,7 @@ from hypothesis import given, strategies as st
 
 from testbed.cli import main
 from testbed.config import load_config_text
-from testbed.ledger import parse_rows
+from testbed.ledger import LEDGER_COLUMNS, parse_rows
 from testbed.results import _checkpoint_digest, read_checkpoint, read_summary
 from testbed.runner import run_experiment
 
@@ -266,6 +266,32 @@ def test_a_damaged_file_is_refused_naming_it_and_nothing_changes_or_the_resume_i
         if held is not None:
             lost = under_counted(d, held)
             assert not lost, f"{what} of {name}: in the ledger before the resume, gone after: {lost}"
+
+
+@pytest.mark.parametrize("damage", ["sensitivity_lowered", "last_server_row_cut"])
+def test_a_server_issued_row_past_the_mark_altered_or_cut_is_charged_again(runs_of, tmp_path, damage):
+    """PADPFL's broadcast is charged by the server on each node's behalf. A row of it past the mark
+    that a kill cut away, or that was altered to charge less, leaves the real release to be charged
+    when the round runs again."""
+    runs = runs_of("padpfl")
+    d = tmp_path / "run"
+    shutil.copytree(runs["killed"], d)
+    mark = read_checkpoint(d).ledger_mark.size_bytes
+    raw = (d / "ledger.csv").read_bytes()
+    tail = _lines(raw[mark:])
+    server = [i for i, line in enumerate(tail) if b",public,server," in line]
+    assert len(server) == 3
+    if damage == "sensitivity_lowered":
+        cells = tail[server[0]].split(b",")
+        cells[LEDGER_COLUMNS.index("sensitivity")] = b"1e-300"
+        tail[server[0]] = b",".join(cells)
+    else:
+        tail = tail[: server[-1]]
+    (d / "ledger.csv").write_bytes(raw[:mark] + b"".join(tail))
+    rc, err = _resume(d)
+    assert rc == 0, err
+    assert not under_counted(d, ledger_rows(runs["full"]))
+    assert len(ledger_rows(d)) == len(ledger_rows(runs["full"])) + (damage == "sensitivity_lowered")
 
 
 def test_the_cli_says_a_refusal_in_one_line(runs_of, tmp_path):
