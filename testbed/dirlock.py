@@ -123,7 +123,10 @@ class DirectoryLock:
 
     def __del__(self) -> None:  # an abandoned lock (a failure between taking and handing it on)
         if getattr(self, "_fd", None) is not None:
-            self.release()
+            try:
+                self.release()
+            except Exception:  # noqa: BLE001  at interpreter exit os may be gone: the kernel drops it
+                pass
 
 
 def holder_pid(directory: Path) -> int | None:

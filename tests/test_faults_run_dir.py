@@ -165,6 +165,10 @@ def _forge(**changes) -> Callable[[Path], None]:
     return damage
 
 
+def _more_rows(mark, rows: int):
+    return replace(mark, rows=mark.rows + rows)
+
+
 def _old_format(d: Path) -> None:
     state = read_checkpoint(d).state["model"]
     np.savez(d / "checkpoint.npz", rounds_done=KILLED_AT - 1, state=state)
@@ -234,11 +238,9 @@ CASES: dict[str, tuple[Callable[[Path], None], str]] = {
     "checkpoint_rounds_ahead_zero": (_forge(rounds_ahead=0), "checkpoint.npz"),
     "checkpoint_rounds_ahead_absurd": (_forge(rounds_ahead=10**9), "checkpoint.npz"),
     # a mark whose row count is not what its bytes hold (the resume splits the ledger by it)
-    "checkpoint_ledger_mark_rows_more": (_forge(ledger_mark=lambda c: replace(c.ledger_mark, rows=c.ledger_mark.rows + 5)),
-                                         "ledger.csv"),
+    "checkpoint_ledger_mark_rows_more": (_forge(ledger_mark=lambda c: _more_rows(c.ledger_mark, 5)), "ledger.csv"),
     "checkpoint_ledger_mark_rows_zero": (_forge(ledger_mark=lambda c: replace(c.ledger_mark, rows=0)), "ledger.csv"),
-    "checkpoint_metrics_mark_rows_more": (_forge(metrics_mark=lambda c: replace(c.metrics_mark, rows=c.metrics_mark.rows + 1)),
-                                          "metrics.csv"),
+    "checkpoint_metrics_mark_rows_more": (_forge(metrics_mark=lambda c: _more_rows(c.metrics_mark, 1)), "metrics.csv"),
     # ledger.csv
     "ledger_missing": (_delete("ledger.csv"), "ledger.csv"),
     "ledger_empty": (_truncate("ledger.csv", 0), "ledger.csv"),

@@ -22,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 import pytest
@@ -80,7 +80,8 @@ def runs_of(tmp_path_factory) -> Callable[[str], dict[str, Path]]:
     def runs(algorithm: str) -> dict[str, Path]:
         if algorithm not in built:
             base = tmp_path_factory.mktemp(algorithm)
-            config = load_config_text(COMMON.replace("[run]\n", f'[run]\nalgorithm = "{algorithm}"\n') + SECTIONS[algorithm])
+            text = COMMON.replace("[run]\n", f'[run]\nalgorithm = "{algorithm}"\n') + SECTIONS[algorithm]
+            config = load_config_text(text)
             run_experiment(config, out_dir=base / "full", quiet=True)
             run_killed(config, base / "killed", KILLED_AT)
             assert read_checkpoint(base / "killed").rounds_done < read_summary(base / "full")["rounds"]
@@ -153,7 +154,8 @@ def _deleted(data: st.DataObject, raw: bytes) -> None:
 
 
 BYTE_DAMAGES: dict[str, Callable[[st.DataObject, bytes], bytes | None]] = {
-    "truncate": _truncate, "truncate_at_line_end": _truncate_at_line_end, "splice": _splice, "extreme_field": _extreme_cell, "duplicate_line": _duplicate_line,
+    "truncate": _truncate, "truncate_at_line_end": _truncate_at_line_end, "splice": _splice,
+    "extreme_field": _extreme_cell, "duplicate_line": _duplicate_line,
     "swap_lines": _swap_lines, "empty": _emptied, "delete": _deleted,
 }
 
@@ -238,8 +240,11 @@ def _resume(d: Path) -> tuple[int, str]:
     return rc, err.getvalue().strip()
 
 
-@pytest.mark.parametrize("algorithm, name", [("dp_pasgd", name) for name in FILES]
-                         + [(a, name) for a in SECTIONS if a != "dp_pasgd" for name in ("ledger.csv", "checkpoint.npz")])
+CASES = [("dp_pasgd", name) for name in FILES] + [
+    (a, name) for a in SECTIONS if a != "dp_pasgd" for name in ("ledger.csv", "checkpoint.npz")]
+
+
+@pytest.mark.parametrize("algorithm, name", CASES)
 @given(data=st.data())
 def test_a_damaged_file_is_refused_naming_it_and_nothing_changes_or_the_resume_is_correct(runs_of, algorithm, name,
                                                                                           data):
