@@ -88,19 +88,17 @@ class DirectoryLock:
                 raise UserError(f"{self.directory} is being written by another process "
                                 f"(pid {pid if pid is not None else 'unknown'}): one writer per {what}; "
                                 "wait until it ends, or stop it") from None
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            try:
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            except OSError:  # a full disk: the lock holds all the same, a refused writer says "pid unknown"
+                pass
         except BaseException:
             os.close(fd)
             raise
         self._fd: int | None = fd
         self._owner_pid = os.getpid()
         _held.add(fd)
-
-    @property
-    def held(self) -> bool:
-        """Whether this process still holds the lock."""
-        return self._fd is not None and self._owner_pid == os.getpid()
 
     def release(self) -> None:
         """Empty the lock file and drop the lock (once; a no-op in a forked child, whose copy of
