@@ -118,8 +118,9 @@ def tail_after(path: Path, mark: Mark) -> bytes:
 
     Raises:
         FileNotFoundError: no such file.
-        ValueError: the file is shorter than the mark, or its marked bytes hash differently (one
-            line saying which, without the file's name).
+        ValueError: the file is shorter than the mark, its marked bytes hash differently, or they
+            hold another number of rows than the mark says (one line saying which, without the
+            file's name).
     """
     digest = hashlib.sha256()
     with open(path, "rb") as f:
@@ -139,6 +140,10 @@ def tail_after(path: Path, mark: Mark) -> bytes:
         if digest.hexdigest() != mark.sha256:
             raise ValueError(f"its first {mark.rows} rows differ from what the checkpoint recorded "
                              "(sha256 mismatch): it was altered or damaged")
+        held = lines - 1 if mark.size_bytes else 0  # the header line aside
+        if held != mark.rows:  # a mark forged with its checkpoint's digest: rows are what a resume counts
+            raise ValueError(f"the checkpoint recorded {mark.rows} rows in its first {mark.size_bytes} bytes, "
+                             f"which hold {held}")
         return f.read()
 
 

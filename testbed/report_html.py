@@ -21,6 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from testbed.dirlock import DirectoryLock
 from testbed.errors import UserError
 from testbed.plots import _pyplot, draw_figures
 from testbed.results import read_metrics, read_summary
@@ -46,17 +47,19 @@ def write_report(path: Path) -> Path:
     returns its path. UserError naming the folder if it is neither."""
     path = Path(path)
     if (path / "summary.json").exists():
-        body, title = _run_body(path)
+        what, body_of = "run directory", _run_body
     elif (path / "sweep.csv").exists():
-        body, title = _sweep_body(path)
+        what, body_of = "sweep folder", _sweep_body
     else:
         raise UserError(f"{path} has neither summary.json (a run) nor sweep.csv (a sweep folder)")
-    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    page = (f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><title>{_e(title)}</title>'
-            f"<style>{_STYLE}</style></head><body>{body}"
-            f'<p class="meta">written by testbed report --html on {stamp}</p></body></html>\n')
-    out = path / "report.html"
-    out.write_text(page, encoding="utf-8")
+    with DirectoryLock(path, what):  # refused while a run or a sweep writes the folder: one writer
+        body, title = body_of(path)
+        stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        page = (f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><title>{_e(title)}</title>'
+                f"<style>{_STYLE}</style></head><body>{body}"
+                f'<p class="meta">written by testbed report --html on {stamp}</p></body></html>\n')
+        out = path / "report.html"
+        out.write_text(page, encoding="utf-8")
     return out
 
 

@@ -8,12 +8,17 @@ Layout::
     RUN_DIR/summary.json    the contract other tools read (see SUMMARY_KEYS), with its own sha256
     RUN_DIR/checkpoint.npz  the algorithm's state after the last completed round (for --resume)
     RUN_DIR/figures/*.png   accuracy and loss against round and cost, ε per node
+    RUN_DIR/.lock           the writer's lock (testbed.dirlock): one process writes a run directory
 
 The checkpoint and the summary are replaced atomically (temporary file, fsync, rename) and carry a
 sha256 of their content. The checkpoint also records what it covers: the sha256 of config.toml and a
 :class:`~testbed.appendlog.Mark` (rows, bytes, sha256) of ledger.csv and metrics.csv. ``--resume``
 (:meth:`RunDirectory.reopen`) trusts the directory only after checking all of it, and touches
 nothing before every check passed.
+
+A :class:`RunDirectory` holds the directory's lock from the moment it is created or reopened until
+:meth:`RunDirectory.close`: a second writer (a second ``--resume``, a run into the same ``--out``,
+`testbed report`) is refused in one line naming the holder's pid.
 """
 
 from __future__ import annotations
@@ -26,15 +31,17 @@ import logging
 import os
 import re
 import zipfile
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Collection, Iterator, Mapping
+from typing import Any, Collection, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from testbed.appendlog import AppendLog, Mark, sha256_file, swap_file, tail_after, write_atomic, write_swapping
+from testbed.dirlock import DirectoryLock
 from testbed.errors import UserError
-from testbed.ledger import LedgerMark, parse_rows, read_ledger
+from testbed.ledger import MEASURED_FIELDS, Event, EventBatch, LedgerMark, parse_rows, read_ledger
 
 log = logging.getLogger(__name__)
 
@@ -99,21 +106,30 @@ class RunDirectory:
         1
     """
 
-    def __init__(self, path: Path, *, sync: bool = True, _resumed: "Checkpoint | None" = None):
+    def __init__(self, path: Path, *, sync: bool = True, _resumed: "Checkpoint | None" = None,
+                 _lock: DirectoryLock | None = None):
         self.path = Path(path)
         self.sync = sync
         metrics = self.path / "metrics.csv"
-        if _resumed is None and metrics.exists():
-            raise UserError(f"{self.path} already holds a run; choose another --out, or --resume it")
         self.resumed = _resumed
         self._config_sha256 = _resumed.config_sha256 if _resumed else None
         header = io.StringIO()
         csv.writer(header).writerow(METRIC_COLUMNS)
         try:
             self.path.mkdir(parents=True, exist_ok=True)
-            self._metrics = AppendLog(metrics, header=header.getvalue(), sync=sync)
         except OSError as exc:  # under /proc, under a regular file, read-only: one line, no traceback
             raise UserError(f"cannot write the run directory {self.path}: {exc.strerror or exc}") from None
+        self._lock = _lock or DirectoryLock(self.path)
+        try:
+            if _resumed is None and metrics.exists():  # checked under the lock: two runs into one --out
+                raise UserError(f"{self.path} already holds a run; choose another --out, or --resume it")
+            self._metrics = AppendLog(metrics, header=header.getvalue(), sync=sync)
+        except OSError as exc:
+            self._lock.release()
+            raise UserError(f"cannot write the run directory {self.path}: {exc.strerror or exc}") from None
+        except BaseException:
+            self._lock.release()
+            raise
 
     @classmethod
     def reopen(cls, path: Path, expected: StateSpec | None = None, max_rounds: int | None = None,
@@ -126,31 +142,36 @@ class RunDirectory:
         past the mark are well-formed events of ``nodes`` no later than the round being re-run.
         Only then repairs what a kill leaves: metric rows past the mark are dropped (their round
         runs again); a ledger whose last line was cut past the mark loses the rows past the mark
-        (said on stderr: that round runs again and is charged again, whole).
+        (said on stderr: that round runs again and is charged again, whole). Whole rows past the
+        mark stay charged, and the round run again charges what they lack (:func:`not_yet_charged`).
 
         The checked checkpoint is ``run.resumed``; the ledger's events are ``run.ledger_events()``.
+        The directory's lock is taken before the checks and held until :meth:`close`.
 
         Raises:
-            UserError: one line naming the damaged file and how; nothing was changed.
+            UserError: one line naming the damaged file and how, or the pid of the process that
+                writes the directory now; nothing was changed.
         """
         path = Path(path)
-        config = path / "config.toml"
-        if not config.exists():
+        if not (path / "config.toml").exists():
             raise UserError(f"{path} holds no run to resume (no config.toml)")
-        ckpt = _load_checkpoint(path, expected, max_rounds)
-        if sha256_file(config) != ckpt.config_sha256:
-            raise UserError(f"{config}: differs from the config.toml the checkpoint was written under "
-                            "(sha256 mismatch); refusing to resume")
-        ledger_cut = _check_ledger(path / "ledger.csv", ckpt, nodes)
-        metrics_cut = _check_metrics(path / "metrics.csv", ckpt.metrics_mark)
-        # Every check passed: only now is anything in the directory changed.
-        if ledger_cut:
-            os.truncate(path / "ledger.csv", ckpt.ledger_mark.size_bytes)
-            log.warning("%s: %s", path / "ledger.csv", ledger_cut)
-        if metrics_cut:
-            os.truncate(path / "metrics.csv", ckpt.metrics_mark.size_bytes)
-            log.info("%s: dropped %s past the checkpoint", path / "metrics.csv", metrics_cut)
-        return cls(path, sync=sync, _resumed=ckpt)
+        lock = DirectoryLock(path)  # before the checks: a writer holding it may be appending now
+        try:
+            ckpt = _load_checkpoint(path, expected, max_rounds)
+            _check_config(path / "config.toml", ckpt)
+            ledger_cut = _check_ledger(path / "ledger.csv", ckpt, nodes)
+            metrics_cut = _check_metrics(path / "metrics.csv", ckpt.metrics_mark)
+            # Every check passed: only now is anything in the directory changed.
+            if ledger_cut:
+                os.truncate(path / "ledger.csv", ckpt.ledger_mark.size_bytes)
+                log.warning("%s: %s", path / "ledger.csv", ledger_cut)
+            if metrics_cut:
+                os.truncate(path / "metrics.csv", ckpt.metrics_mark.size_bytes)
+                log.info("%s: dropped %s past the checkpoint", path / "metrics.csv", metrics_cut)
+            return cls(path, sync=sync, _resumed=ckpt, _lock=lock)
+        except BaseException:
+            lock.release()
+            raise
 
     def save_checkpoint(self, rounds_done: int, state: Mapping[str, np.ndarray], ledger_mark: LedgerMark,
                         rounds_ahead: int = 1) -> None:
@@ -207,7 +228,81 @@ class RunDirectory:
         write_atomic(self.path / "summary.json", (json.dumps(body, indent=2) + "\n").encode(), sync=self.sync)
 
     def close(self) -> None:
+        """Close metrics.csv and release the directory's lock: call it when nothing more is
+        written (the summary, the final model, the figures); again is a no-op."""
         self._metrics.close()
+        self._lock.release()
+
+
+def not_yet_charged(batches: Sequence[EventBatch], before_kill: Sequence[Event]) -> list[EventBatch]:
+    """The events of ``batches`` (what a round run again after a resume releases) that
+    ``before_kill`` (that round's ledger rows past the checkpoint's mark: charged before the kill)
+    does not already hold, matched one for one on every field but the measured ones (a node
+    measures its seconds and joules anew).
+
+    Rows past the mark are covered by no digest: a kill may have cut the round's rows short at a
+    line end, and anything may have altered them since. A row missing or altered leaves the event
+    it stood for to be charged again: the ledger may then over-count, never under-count.
+
+    Example::
+
+        >>> from testbed.ledger import ComputeEvent
+        >>> batch = EventBatch(ComputeEvent(0, 3, local_steps=2), np.array([0, 1]))
+        >>> [b.nodes.tolist() for b in not_yet_charged([batch], [ComputeEvent(1, 3, local_steps=2)])]
+        [[0]]
+    """
+    left = Counter(_planned_fields(e) for e in before_kill)
+    fresh = []
+    for batch in batches:
+        keep = []
+        for i, event in enumerate(batch.events()):
+            key = _planned_fields(event)
+            if left[key] > 0:
+                left[key] -= 1
+            else:
+                keep.append(i)
+        if len(keep) == len(batch):
+            fresh.append(batch)
+        elif keep:
+            fresh.append(batch.take(np.array(keep, dtype=np.int64)))
+    return fresh
+
+
+def split_by_issuer(events: Sequence[Event]) -> tuple[list[Event], list[Event]]:
+    """(the events a node issued, those the server issued on a node's behalf), in order."""
+    by_server = [getattr(e, "issuer", "node") == "server" for e in events]
+    return [e for e, s in zip(events, by_server) if not s], [e for e, s in zip(events, by_server) if s]
+
+
+def _planned_fields(event: Event) -> tuple:
+    return (event.kind, *((name, value) for name, value in event.__dict__.items() if name not in MEASURED_FIELDS))
+
+
+def checked_config(run_dir: Path) -> Path:
+    """The config.toml of a run to resume, once it is known to be the one its checkpoint was
+    written under (nothing should parse it before: a damaged or edited file would be read as
+    another experiment). :meth:`RunDirectory.reopen` checks it again, under the lock.
+
+    Raises:
+        UserError: one line naming config.toml (missing, or not the one of the checkpoint),
+            checkpoint.npz (missing or damaged), or the pid of a process writing the directory.
+    """
+    run_dir = Path(run_dir)
+    if not (run_dir / "config.toml").exists():
+        raise UserError(f"{run_dir} holds no run to resume (no config.toml)")
+    with DirectoryLock(run_dir):  # a run writing it now is named, before its files are read
+        _check_config(run_dir / "config.toml", _load_checkpoint(run_dir, None, None))
+    return run_dir / "config.toml"
+
+
+def _check_config(path: Path, ckpt: Checkpoint) -> None:
+    try:
+        digest = sha256_file(path)
+    except OSError as exc:
+        raise UserError(f"{path}: unreadable ({exc.strerror or exc}); refusing to resume") from None
+    if digest != ckpt.config_sha256:
+        raise UserError(f"{path}: differs from the config.toml the checkpoint was written under "
+                        "(sha256 mismatch); refusing to resume")
 
 
 def read_checkpoint(run_dir: Path, expected: StateSpec | None = None, max_rounds: int | None = None) -> Checkpoint:
@@ -312,12 +407,18 @@ def _one_line(exc: BaseException | str) -> str:
 def _load_checkpoint(run_dir: Path, expected: StateSpec | None, max_rounds: int | None) -> Checkpoint:
     path = swap_file(run_dir / "checkpoint.npz")
     if not path.exists():
-        raise UserError(f"{run_dir} has no checkpoint: the run finished no round; start it afresh")
+        raise UserError(f"{path}: missing: no checkpoint (the run finished no round, or it was deleted); "
+                        "refusing to resume (start the run afresh)")
 
     def damaged(how: str) -> UserError:
         return UserError(f"{path}: damaged: {how}; refusing to resume")
 
     try:
+        with zipfile.ZipFile(path) as archive:
+            unpacked_bytes = sum(info.file_size for info in archive.infolist())
+        if unpacked_bytes > path.stat().st_size:  # what save_checkpoint writes is stored, not compressed
+            raise ValueError(f"its members unpack to {unpacked_bytes} bytes, more than the file's "
+                             f"{path.stat().st_size} (a compressed or forged archive)")
         with np.load(path, allow_pickle=False) as saved:
             members = {name: saved[name] for name in saved.files}
     except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, RuntimeError) as exc:

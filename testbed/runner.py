@@ -44,7 +44,7 @@ from testbed.privacy.accountants import BackgroundEpsilons, epsilon_by_observer
 from testbed.parallel import split_work
 from testbed.progress import Progress
 from testbed.resources import check_fits
-from testbed.results import RunDirectory
+from testbed.results import RunDirectory, not_yet_charged, split_by_issuer
 from testbed.stragglers import StragglerDraws
 from testbed.rng import GLOBAL, Purpose, stream
 from testbed.threads import limit_blas_threads
@@ -229,6 +229,7 @@ def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = Fa
         from testbed.plots import BackgroundFigures
 
         figures_job = BackgroundFigures()
+    directory = None
     try:
         data, model = load(config)
         eval_data = load_evaluation_data(config, data)
@@ -247,6 +248,8 @@ def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = Fa
         for job in (tight_job, figures_job):
             if job is not None:
                 job.close()
+        if directory is not None:
+            directory.close()  # its lock
         raise
     nodes = None
     try:
@@ -271,7 +274,10 @@ def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = Fa
                 _charge_closing(run, nodes.close(run.status))
             except Exception as exc:  # the summary must still be written
                 run.status, run.failure = "failed", f"closing the nodes: {type(exc).__name__}: {exc}"
-        summary = finish(run, tight_job, figures_job)
+        try:
+            summary = finish(run, tight_job, figures_job)
+        finally:
+            directory.close()  # the directory's lock is held until the last file is written
     return RunResult(directory.path, summary)
 
 
@@ -425,7 +431,11 @@ def _charge(run: Run, outcome: RoundOutcome, ledger_file: LedgerWriter) -> None:
     """Log what each node released (its own events; a round re-run after a kill is not charged
     twice) and who straggled, in one write."""
     book = run.book
-    book.extend(run.past_mark.pop(outcome.ctx.round_index, []))  # logged before the kill: not again
+    # This round's rows logged before a kill: charged; the round charges only what they lack. Those
+    # the server issued wait for its step (_charge_server).
+    before_kill, by_server = split_by_issuer(run.past_mark.pop(outcome.ctx.round_index, []))
+    if by_server:
+        run.past_mark[outcome.ctx.round_index] = by_server
     batches = []
     for batch in outcome.batches:
         fresh = ~book.logged(batch.nodes, batch.round)
@@ -445,6 +455,9 @@ def _charge(run: Run, outcome: RoundOutcome, ledger_file: LedgerWriter) -> None:
     r = outcome.ctx.round_index
     batches += [EventBatch(StraggleEvent(0, r, reason), np.array(nodes, dtype=np.int64))
                 for reason, nodes in by_reason.items()]
+    if before_kill:
+        batches = not_yet_charged(batches, before_kill)
+        book.extend(before_kill)
     for batch in batches:
         book.extend_batch(batch)
     ledger_file.write_batches(batches)
@@ -472,6 +485,10 @@ def _charge_server(run: Run, events: list[Event], nodes: Nodes, ledger_file: Led
     """Events the server issued on nodes' behalf: into their ledgers here and, with their next
     round, to the nodes themselves."""
     fresh = [e for e in events if not run.book.has_server_events(e.node, e.round)]
+    before_kill = [e for r in sorted({e.round for e in events}) for e in run.past_mark.pop(r, [])]
+    if before_kill:  # logged before a kill (see _charge)
+        fresh = [e for batch in not_yet_charged(batches_of(fresh), before_kill) for e in batch.events()]
+        run.book.extend(before_kill)
     run.book.extend(fresh)
     ledger_file.write(fresh)
     if events:
@@ -495,7 +512,6 @@ def finish(run: Run, tight_job: BackgroundEpsilons | None, figures_job: "Backgro
         _evaluate(run)
     summary = _summary(run)
     run.directory.write_summary(summary)
-    run.directory.close()
     if run.status == "failed":
         for job in (tight_job, figures_job):
             if job is not None:

@@ -7,7 +7,8 @@ sweep's folder, named from its values. ``sweep.csv`` joins the runs' summaries, 
 
 Restart: a point whose folder holds a summary.json with status ``completed`` or ``stopped_budget``
 is finished and is skipped; a folder left half-written by a kill (no summary, or ``failed``) is
-cleared and run again.
+cleared and run again. One sweep writes a sweep folder at a time (its lock, testbed.dirlock), and
+each point's run holds its own folder's.
 
 Example::
 
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.config import Config, load_config_text, parse_override, replace, to_toml
+from testbed.dirlock import DirectoryLock
 from testbed.errors import UserError
 from testbed.runner import run_experiment  # imported here so forked workers share the parent's modules
 
@@ -110,11 +112,13 @@ def is_finished(run_dir: Path) -> bool:
 def run_point(config_toml: str, run_dir: str) -> dict[str, Any]:
     """Worker: run one point (its resolved config as TOML) into ``run_dir``; returns the summary.
 
-    A folder that exists but is not finished was left by a kill: it is cleared first.
+    A folder that exists but is not finished was left by a kill: it is cleared first, under its
+    lock (a run resumed in it by hand is not cleared under it: the point is refused instead).
     """
     path = Path(run_dir)
     if path.exists():
-        shutil.rmtree(path)
+        with DirectoryLock(path):
+            shutil.rmtree(path)
     return run_experiment(load_config_text(config_toml, source=run_dir), out_dir=path, quiet=True).summary
 
 
@@ -140,7 +144,16 @@ def run_sweep(base: Config, points: Sequence[Point], out_dir: Path, engine: str 
     if len(set(names)) != len(names):
         raise UserError("sweep: two points have the same folder name; make the grid values distinct")
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"cannot write the sweep folder {out_dir}: {exc.strerror or exc}") from None
+    with DirectoryLock(out_dir, "sweep folder"):  # a second sweep into it would clear this one's runs
+        return _run_points(base, points, out_dir, engine, workers, quiet)
+
+
+def _run_points(base: Config, points: Sequence[Point], out_dir: Path, engine: str, workers: int | None,
+                quiet: bool) -> list[dict[str, Any]]:
     (out_dir / "base.toml").write_text(to_toml(base))
     configs = {p.name: to_toml(point_config(base, p)) for p in points}  # validates every point first
     todo = [p for p in points if not is_finished(out_dir / p.name)]

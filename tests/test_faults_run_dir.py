@@ -10,9 +10,8 @@ refused one must print one line naming the file and leave every file as it was.
 
 from __future__ import annotations
 
-import csv
-import hashlib
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
@@ -22,8 +21,10 @@ import pytest
 from testbed.cli import main
 from testbed.config import load_config_text
 from testbed.ledger import LEDGER_COLUMNS, read_ledger
-from testbed.results import Checkpoint, RunDirectory, read_checkpoint, read_summary, write_checkpoint
+from testbed.results import Checkpoint, read_checkpoint, read_summary, write_checkpoint
 from testbed.runner import run_experiment
+
+from run_dir_cases import ledger_rows, metric_rows, run_killed, snapshot, under_counted
 
 CONFIG = """
 [run]
@@ -48,18 +49,6 @@ figures = false
 checkpoint_every = 1
 """
 ROUNDS, KILLED_AT = 12, 7  # killed while checkpointing round 7: the checkpoint says 6 rounds
-# Ledger fields that do not depend on measured CPU time.
-DETERMINISTIC = ("kind", "node", "round", "local_steps", "cost_units", "bytes_up", "bytes_down",
-                 "sigma", "sensitivity", "count", "adjacency", "sampling", "sampling_rate")
-
-
-def _ledger_rows(run_dir: Path) -> list[tuple]:
-    return [tuple(getattr(e, f, None) for f in DETERMINISTIC) for e in read_ledger(run_dir / "ledger.csv")]
-
-
-def _metric_rows(run_dir: Path) -> list[dict]:
-    with open(run_dir / "metrics.csv", newline="") as f:
-        return [{k: v for k, v in row.items() if k != "wall_s"} for row in csv.DictReader(f)]
 
 
 @pytest.fixture(scope="module")
@@ -68,23 +57,11 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     base = tmp_path_factory.mktemp("runs")
     config = load_config_text(CONFIG)
     run_experiment(config, out_dir=base / "full", quiet=True)
-    real = RunDirectory.save_checkpoint
-    calls = {"n": 0}
-
-    def dying(self, *args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == KILLED_AT:
-            raise KeyboardInterrupt("killed while saving the checkpoint")
-        return real(self, *args, **kwargs)
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(RunDirectory, "save_checkpoint", dying)
-        with pytest.raises(KeyboardInterrupt):
-            run_experiment(config, out_dir=base / "killed", quiet=True)
     killed = base / "killed"
+    run_killed(config, killed, KILLED_AT)
     assert read_checkpoint(killed).rounds_done == KILLED_AT - 1
     assert max(e.round for e in read_ledger(killed / "ledger.csv")) == KILLED_AT - 1  # past the mark
-    assert len(_metric_rows(killed)) == KILLED_AT
+    assert len(metric_rows(killed)) == KILLED_AT
     return {"full": base / "full", "killed": killed}
 
 
@@ -137,6 +114,18 @@ def _cut_ledger_before_mark(d: Path) -> None:
     _truncate("ledger.csv", _marked_bytes(d, "ledger.csv") - 25)(d)
 
 
+def _cut_ledger_at_line_end_past_mark(rows_kept: int) -> Callable[[Path], None]:
+    """Killed between two rows of the round after the checkpoint (a write cut at a line end): the
+    round's first ``rows_kept`` rows (negative: all but so many) stay, whole."""
+    def damage(d: Path) -> None:
+        mark = _marked_bytes(d, "ledger.csv")
+        data = (d / "ledger.csv").read_bytes()
+        tail = data[mark:].splitlines(keepends=True)
+        assert len(tail) > abs(rows_kept)
+        (d / "ledger.csv").write_bytes(data[:mark] + b"".join(tail[:rows_kept]))
+    return damage
+
+
 def _cut_metrics_past_mark(d: Path) -> None:
     _truncate("metrics.csv", _marked_bytes(d, "metrics.csv") + 10)(d)
 
@@ -176,9 +165,24 @@ def _forge(**changes) -> Callable[[Path], None]:
     return damage
 
 
+def _more_rows(mark, rows: int):
+    return replace(mark, rows=mark.rows + rows)
+
+
 def _old_format(d: Path) -> None:
     state = read_checkpoint(d).state["model"]
     np.savez(d / "checkpoint.npz", rounds_done=KILLED_AT - 1, state=state)
+
+
+def _zip_bomb(d: Path) -> None:
+    """A checkpoint whose state member unpacks to 64 MiB of zeros from a few kilobytes: refused
+    before anything is unpacked."""
+    import zipfile
+
+    with zipfile.ZipFile(d / "checkpoint.npz", "w", zipfile.ZIP_DEFLATED) as archive:
+        with archive.open("state.model.npy", "w", force_zip64=True) as member:
+            for _ in range(64):
+                member.write(bytes(1 << 20))
 
 
 def _change_config(d: Path) -> None:
@@ -206,6 +210,9 @@ CASES: dict[str, tuple[Callable[[Path], None], str]] = {
     "killed_between_unlink_and_rename": (_killed_between_unlink_and_rename, RESUMES),
     "ledger_cut_mid_line_past_mark": (_cut_ledger_past_mark, RESUMES),
     "ledger_cut_at_mark": (_cut_ledger_at_mark, RESUMES),
+    # ... between two rows: the rows missing are charged when the round runs again, once each
+    "ledger_cut_after_the_first_row_past_mark": (_cut_ledger_at_line_end_past_mark(1), RESUMES),
+    "ledger_cut_before_the_last_row_past_mark": (_cut_ledger_at_line_end_past_mark(-1), RESUMES),
     "metrics_cut_mid_line_past_mark": (_cut_metrics_past_mark, RESUMES),
     # checkpoint.npz
     "checkpoint_truncated": (_truncate("checkpoint.npz", 0.5), "checkpoint.npz"),
@@ -218,6 +225,7 @@ CASES: dict[str, tuple[Callable[[Path], None], str]] = {
     "checkpoint_bit_flip_meta": (_flip("checkpoint.npz", 0.75), "checkpoint.npz"),
     "checkpoint_bit_flip_tail": (_flip("checkpoint.npz", 0.999), EITHER + "checkpoint.npz"),
     "checkpoint_old_format": (_old_format, "checkpoint.npz"),
+    "checkpoint_zip_bomb": (_zip_bomb, "checkpoint.npz: damaged: not a readable npz (its members unpack to"),
     "checkpoint_wrong_shape": (_forge(state=lambda c: {"model": np.zeros(c.state["model"].size + 1)}),
                                "checkpoint.npz"),
     "checkpoint_wrong_dtype": (_forge(state=lambda c: {"model": c.state["model"].astype(np.float32)}),
@@ -229,6 +237,10 @@ CASES: dict[str, tuple[Callable[[Path], None], str]] = {
     "checkpoint_rounds_negative": (_forge(rounds_done=-1), "checkpoint.npz"),
     "checkpoint_rounds_ahead_zero": (_forge(rounds_ahead=0), "checkpoint.npz"),
     "checkpoint_rounds_ahead_absurd": (_forge(rounds_ahead=10**9), "checkpoint.npz"),
+    # a mark whose row count is not what its bytes hold (the resume splits the ledger by it)
+    "checkpoint_ledger_mark_rows_more": (_forge(ledger_mark=lambda c: _more_rows(c.ledger_mark, 5)), "ledger.csv"),
+    "checkpoint_ledger_mark_rows_zero": (_forge(ledger_mark=lambda c: replace(c.ledger_mark, rows=0)), "ledger.csv"),
+    "checkpoint_metrics_mark_rows_more": (_forge(metrics_mark=lambda c: _more_rows(c.metrics_mark, 1)), "metrics.csv"),
     # ledger.csv
     "ledger_missing": (_delete("ledger.csv"), "ledger.csv"),
     "ledger_empty": (_truncate("ledger.csv", 0), "ledger.csv"),
@@ -252,17 +264,13 @@ CASES: dict[str, tuple[Callable[[Path], None], str]] = {
 }
 
 
-def _snapshot(d: Path) -> dict[str, str]:
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(d.iterdir()) if p.is_file()}
-
-
 @pytest.mark.parametrize("case", list(CASES))
 def test_damaged_run_resumes_exactly_or_is_refused_in_one_line(case, runs, tmp_path, capsys, caplog):
     damage, expected = CASES[case]
     d = tmp_path / "run"
     shutil.copytree(runs["killed"], d)
     damage(d)
-    before = _snapshot(d)
+    before = snapshot(d)
     capsys.readouterr()
     rc = main(["run", "--resume", str(d), "--quiet"])
     err = capsys.readouterr().err.strip()
@@ -273,8 +281,8 @@ def test_damaged_run_resumes_exactly_or_is_refused_in_one_line(case, runs, tmp_p
         full = runs["full"]
         np.testing.assert_array_equal(np.load(d / "final_params.npy"), np.load(full / "final_params.npy"),
                                       strict=True)
-        assert _ledger_rows(d) == _ledger_rows(full)  # nothing forgotten, nothing charged twice
-        assert _metric_rows(d) == _metric_rows(full)
+        assert ledger_rows(d) == ledger_rows(full)  # nothing forgotten, nothing charged twice
+        assert metric_rows(d) == metric_rows(full)
         s, f = read_summary(d), read_summary(full)
         assert (s["status"], s["rounds"]) == ("completed", ROUNDS)
         assert s["nodes"]["0"]["epsilon"] == f["nodes"]["0"]["epsilon"]
@@ -286,7 +294,30 @@ def test_damaged_run_resumes_exactly_or_is_refused_in_one_line(case, runs, tmp_p
         assert rc == 2
         assert "\n" not in err and err.startswith("testbed: ") and expected in err, err
         assert "Traceback" not in err
-        assert _snapshot(d) == before  # nothing touched before the checks passed
+        assert snapshot(d) == before  # nothing touched before the checks passed
+
+
+@pytest.mark.parametrize("field, value", [("sigma", "1e+30"), ("count", "1"), ("local_steps", "0")])
+def test_a_row_past_the_mark_altered_to_charge_less_is_charged_again_in_full(runs, tmp_path, field, value, capsys):
+    """Rows past the checkpoint's mark are covered by no digest. One altered to charge less (a
+    noise σ of 1e30, one step where it took two) is kept (it was charged) and the event it stood
+    for is charged again as the round runs again: the ledger over-counts, never under-counts."""
+    d = tmp_path / "run"
+    shutil.copytree(runs["killed"], d)
+    mark = _marked_bytes(d, "ledger.csv")
+    data = (d / "ledger.csv").read_bytes()
+    head, tail = data[:mark], data[mark:].decode().splitlines(keepends=True)  # CRLF kept
+    column = LEDGER_COLUMNS.index(field)
+    i = next(i for i, line in enumerate(tail) if line.split(",")[column] not in ("", value))
+    cells = tail[i].split(",")
+    cells[column] = value
+    altered = ",".join(cells)
+    tail[i] = altered
+    (d / "ledger.csv").write_bytes(head + "".join(tail).encode())
+    assert main(["run", "--resume", str(d), "--quiet"]) == 0, capsys.readouterr().err
+    assert not under_counted(d, ledger_rows(runs["full"]))
+    assert (d / "ledger.csv").read_bytes().count(altered.encode()) == 1  # kept: it was charged
+    assert len(ledger_rows(d)) == len(ledger_rows(runs["full"])) + 1  # and the real event too
 
 
 @pytest.mark.parametrize("forged_round", [None, 7, 8], ids=["as_killed", "row_within_span", "row_past_span"])
@@ -296,19 +327,8 @@ def test_a_run_checkpointed_every_few_rounds_resumes_exactly(runs, tmp_path, for
     resume runs them again, charges nothing twice and ends equal to the uninterrupted run; a row
     of a round the checkpoint did not allow (8) is refused."""
     config = load_config_text(CONFIG.replace("checkpoint_every = 1", "checkpoint_every = 4"))
-    real, calls = RunDirectory.save_checkpoint, {"n": 0}
-
-    def dying(self, *args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == 2:
-            raise KeyboardInterrupt("killed while saving the checkpoint")
-        return real(self, *args, **kwargs)
-
     d = tmp_path / "run"
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(RunDirectory, "save_checkpoint", dying)
-        with pytest.raises(KeyboardInterrupt):
-            run_experiment(config, out_dir=d, quiet=True)
+    run_killed(config, d, killed_at=2)
     ckpt = read_checkpoint(d)
     assert (ckpt.rounds_done, ckpt.rounds_ahead) == (4, 4)
     assert max(e.round for e in read_ledger(d / "ledger.csv")) == 7
@@ -320,8 +340,8 @@ def test_a_run_checkpointed_every_few_rounds_resumes_exactly(runs, tmp_path, for
     assert main(["run", "--resume", str(d), "--quiet"]) == 0
     full = runs["full"]
     np.testing.assert_array_equal(np.load(d / "final_params.npy"), np.load(full / "final_params.npy"), strict=True)
-    assert _ledger_rows(d) == _ledger_rows(full)
-    assert _metric_rows(d) == _metric_rows(full)
+    assert ledger_rows(d) == ledger_rows(full)
+    assert metric_rows(d) == metric_rows(full)
 
 
 def test_auto_cadence_checkpoints_every_round_when_it_is_cheap_and_rarely_when_not():
@@ -353,7 +373,7 @@ def test_resume_of_a_finished_run_runs_no_round(runs, tmp_path):
     shutil.copytree(runs["full"], d)
     assert main(["run", "--resume", str(d), "--quiet"]) == 0
     np.testing.assert_array_equal(np.load(d / "final_params.npy"), np.load(runs["full"] / "final_params.npy"))
-    assert _ledger_rows(d) == _ledger_rows(runs["full"])
+    assert ledger_rows(d) == ledger_rows(runs["full"])
 
 
 def test_resumed_directory_resumes_again(runs, tmp_path):
@@ -362,7 +382,7 @@ def test_resumed_directory_resumes_again(runs, tmp_path):
     shutil.copytree(runs["killed"], d)
     assert main(["run", "--resume", str(d), "--quiet"]) == 0
     assert main(["run", "--resume", str(d), "--quiet"]) == 0
-    assert _ledger_rows(d) == _ledger_rows(runs["full"])
+    assert ledger_rows(d) == ledger_rows(runs["full"])
 
 
 @pytest.mark.parametrize("damage", [_truncate("summary.json", 0.5), _flip("summary.json", 0.5),

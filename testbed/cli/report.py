@@ -19,6 +19,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _report(args: argparse.Namespace) -> int:
     from testbed.cli.run import format_summary
+    from testbed.dirlock import DirectoryLock
     from testbed.plots import draw_figures
     from testbed.results import read_summary
 
@@ -29,7 +30,8 @@ def _report(args: argparse.Namespace) -> int:
         return 0
     if not (args.run_dir / "summary.json").exists():
         raise UserError(f"{args.run_dir} has no summary.json; not a run directory")
-    for path in draw_figures(args.run_dir):
-        print(path)
+    with DirectoryLock(args.run_dir):  # refused while a run writes it
+        for path in draw_figures(args.run_dir):
+            print(path)
     print(format_summary(read_summary(args.run_dir)))
     return 0

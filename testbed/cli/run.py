@@ -33,6 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _run(args: argparse.Namespace) -> int:
     from testbed.cli import checks
     from testbed.config import load_config
+    from testbed.results import checked_config
     from testbed.runner import run_experiment
 
     if args.watch:
@@ -44,7 +45,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.resume is not None:
         if args.file is not None or args.out is not None or args.seed is not None or args.overrides:
             raise UserError("--resume takes the run's own config.toml: give no FILE, --out, --seed or --set")
-        config = load_config(checks.experiment_file(args.resume / "config.toml"), overrides)
+        config = load_config(checks.experiment_file(checked_config(args.resume)), overrides)
         checks.run_id(config.mqtt.run_id)
         out = args.resume
     else:

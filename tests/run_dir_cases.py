@@ -1,0 +1,61 @@
+"""What the run-directory tests share: a run killed while it saves a checkpoint, and views of a run
+directory's files to compare (test_faults_run_dir, test_trust_run_dir, test_run_dir_lock)."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from testbed.config import Config
+from testbed.ledger import read_ledger
+from testbed.results import RunDirectory
+from testbed.runner import run_experiment
+
+# Ledger fields that do not depend on measured CPU time.
+DETERMINISTIC = ("kind", "node", "round", "local_steps", "cost_units", "bytes_up", "bytes_down",
+                 "sigma", "sensitivity", "count", "adjacency", "sampling", "sampling_rate")
+
+
+def run_killed(config: Config, out_dir: Path, killed_at: int) -> None:
+    """Run ``config`` into ``out_dir``, killed (KeyboardInterrupt) while it saves its
+    ``killed_at``-th checkpoint: ledger.csv then holds that round's rows past the checkpoint's
+    mark and metrics.csv its row, as a kill leaves them."""
+    real = RunDirectory.save_checkpoint
+    calls = {"n": 0}
+
+    def dying(self, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == killed_at:
+            raise KeyboardInterrupt("killed while saving the checkpoint")
+        return real(self, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(RunDirectory, "save_checkpoint", dying)
+        with pytest.raises(KeyboardInterrupt):
+            run_experiment(config, out_dir=out_dir, quiet=True)
+
+
+def ledger_rows(run_dir: Path) -> list[tuple]:
+    """The deterministic fields of every ledger.csv row, in order."""
+    return [tuple(getattr(e, f, None) for f in DETERMINISTIC) for e in read_ledger(run_dir / "ledger.csv")]
+
+
+def under_counted(run_dir: Path, reference: list[tuple]) -> Counter:
+    """The rows of ``reference`` (:func:`ledger_rows`) that ``run_dir``'s ledger lacks (a multiset:
+    a row charged once where the reference has it twice counts once)."""
+    return Counter(reference) - Counter(ledger_rows(run_dir))
+
+
+def metric_rows(run_dir: Path) -> list[dict]:
+    """metrics.csv's rows without the wall time."""
+    with open(run_dir / "metrics.csv", newline="") as f:
+        return [{k: v for k, v in row.items() if k != "wall_s"} for row in csv.DictReader(f)]
+
+
+def snapshot(run_dir: Path) -> dict[str, str]:
+    """sha256 of every file of ``run_dir`` (the lock file included: released, it is empty)."""
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(run_dir.iterdir()) if p.is_file()}
