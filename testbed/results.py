@@ -347,6 +347,8 @@ def read_summary(run_dir: Path) -> dict[str, Any]:
         raise UserError(f"{path}: unreadable ({_one_line(exc)})") from None
     except json.JSONDecodeError as exc:
         raise UserError(f"{path}: damaged: not JSON ({exc.msg} at line {exc.lineno})") from None
+    except RecursionError:  # arrays nested thousands deep: the JSON parser recurses per level
+        raise UserError(f"{path}: damaged: nested too deeply") from None
     if not isinstance(summary, dict):
         raise UserError(f"{path}: damaged: not a JSON object")
     digest = summary.get("sha256")

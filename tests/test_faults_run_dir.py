@@ -414,3 +414,14 @@ def test_summary_and_checkpoint_carry_their_digest(runs):
     summary = json.loads((runs["full"] / "summary.json").read_text())
     assert len(summary["sha256"]) == 64
     assert not list(runs["full"].glob(".*.tmp"))  # atomic writes leave no temporary file
+
+
+@pytest.mark.parametrize("depth", [5_000, 100_000])
+def test_a_summary_nested_too_deeply_is_one_line(depth, tmp_path):
+    """json recurses per nesting level: `testbed report` on such a summary.json was a RecursionError traceback."""
+    from testbed.errors import UserError
+    from testbed.results import read_summary
+
+    (tmp_path / "summary.json").write_text('{"a": ' + "[" * depth + "]" * depth + "}")
+    with pytest.raises(UserError, match="nested too deeply"):
+        read_summary(tmp_path)
