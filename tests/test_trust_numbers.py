@@ -323,3 +323,18 @@ def test_a_node_files_numbers_are_refused_in_one_line_out_of_range(key, value):
 
     with pytest.raises(ConfigError, match=key):
         parse_board_config(f"{key} = {str(value).lower()}\n", "node.toml")
+
+
+@pytest.mark.parametrize("section,key", [("dp_pasgd", "tau"), ("fedavg", "local_steps"), ("padpfl", "local_steps")])
+def test_local_steps_beyond_memory_are_refused_naming_the_key_before_a_round(section, key):
+    """A round's mini-batches of 2**31 - 1 steps were a numpy MemoryError traceback in round 0."""
+    from test_algorithm_contract import _text
+
+    from testbed.algorithms import registry
+    from testbed.runner import load
+
+    config = load_config_text(_text(section), [f"{section}.{key}={2**31 - 1}"]
+                              + (["dp_pasgd.steps=2147483647"] if section == "dp_pasgd" else []))
+    data, model = load(config)
+    with pytest.raises(ConfigError, match=f"{section}.{key}"):
+        registry.build(config, model, data)

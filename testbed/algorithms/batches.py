@@ -24,6 +24,31 @@ from testbed.rng import Purpose, node_streams
 _KEY_BLOCK_BYTES = 8 << 20
 
 
+def check_batches(section: str, train: Split, node_ids: Sequence[int], steps: int, batch: int,
+                  steps_key: str) -> None:
+    """Refuse, in one line naming the key, a round's mini-batches that cannot be drawn: a batch
+    larger than a node's training set (``{section}.batch``), or more memory than this machine has
+    for the round's batch indices, (nodes, steps, batch), and one node's keys, (steps, its samples)
+    (``{section}.{steps_key}``). Called by an algorithm's build, before anything is drawn.
+
+    Raises:
+        ConfigError: naming ``{section}.batch`` or ``{section}.{steps_key}``.
+    """
+    from testbed.errors import ConfigError  # noqa: PLC0415  (errors imports nothing of ours)
+    from testbed.resources import available_bytes
+
+    sizes = np.diff(train.offsets)
+    if len(sizes) and batch > sizes.min():
+        smallest = int(sizes.argmin())
+        raise ConfigError(f"{section}.batch", f"{batch} is larger than node {node_ids[smallest]}'s {int(sizes[smallest])} "
+                                              f"training samples")
+    need = 8.0 * steps * (len(sizes) * batch + int(sizes.max(initial=0)))
+    have = available_bytes()
+    if have is not None and need > have:
+        raise ConfigError(f"{section}.{steps_key}", f"{steps:,} steps a round need about {need / 2**30:,.1f} GiB for "
+                                                    f"the round's mini-batches, this machine has {have / 2**30:,.1f} GiB")
+
+
 def node_keys(train: Split, node_ids: Sequence[int], round_index: int, seed: int, steps: int) -> list[np.ndarray]:
     """Per node i, a (steps, N_i) array of uniform keys from ``stream(seed, node, r, BATCH)``: one
     key per sample and step, so any sampling rule is a function of a node's own keys only."""

@@ -28,7 +28,7 @@ import numpy as np
 from pydantic import model_validator
 
 from testbed.algorithms.aggregate import Aggregation, AggregationOptions
-from testbed.algorithms.batches import node_keys, uniform_batches
+from testbed.algorithms.batches import check_batches, node_keys, uniform_batches
 from testbed.algorithms import mcu_logistic
 from testbed.algorithms.contract import (
     MetricSpec,
@@ -381,11 +381,7 @@ def build(sections: dict[str, Any], ctx: BuildContext) -> DpPasgd:
     """DP-PASGD as its ``[dp_pasgd]`` section says, for the data this process holds."""
     a: DpPasgdSection = sections["dp_pasgd"]
     data = ctx.data
-    smallest = int(data.train.sizes.min())
-    if a.batch > smallest:
-        node = int(data.train.sizes.argmin())
-        raise ConfigError("dp_pasgd.batch",
-                          f"{a.batch} is larger than node {data.node_ids[node]}'s {smallest} training samples")
+    check_batches("dp_pasgd", data.train, data.node_ids, a.tau, a.batch, "tau")
     return DpPasgd(
         ctx.model, steps=a.steps, tau=a.tau, batch=a.batch, lr=a.lr, delta=ctx.delta,
         train_sizes=dict(zip(data.node_ids, data.train.sizes.tolist())), sigma=a.sigma, epsilon=a.epsilon,

@@ -35,7 +35,7 @@ import numpy as np
 from pydantic import Field
 
 from testbed.algorithms.aggregate import Aggregation, AggregationOptions
-from testbed.algorithms.batches import uniform_batches
+from testbed.algorithms.batches import check_batches, uniform_batches
 from testbed.algorithms.contract import (
     SAMPLES_METRIC,
     MetricSpec,
@@ -49,7 +49,6 @@ from testbed.algorithms.contract import (
 from testbed.algorithms.impact import cap_shares, intake_sizes
 from testbed.algorithms.registry import BuildContext, Registration
 from testbed.data.federated import Split
-from testbed.errors import ConfigError
 from testbed.ledger import CommunicationEvent, ComputeEvent, Event, NodeEvents
 from testbed.models import Model
 from testbed.sections import Positive
@@ -202,9 +201,7 @@ class FedAvg:
 
 def build(sections: dict[str, Any], ctx: BuildContext) -> FedAvg:
     a: FedAvgSection = sections["fedavg"]
-    smallest = int(ctx.data.train.sizes.min())
-    if a.batch > smallest:
-        raise ConfigError("fedavg.batch", f"{a.batch} is larger than the smallest node's {smallest} training samples")
+    check_batches("fedavg", ctx.data.train, ctx.data.node_ids, a.local_steps, a.batch, "local_steps")
     return FedAvg(ctx.model, rounds=a.rounds, local_steps=a.local_steps, batch=a.batch, lr=a.lr,
                   num_nodes=ctx.num_nodes, aggregation=a.aggregation_rule(ctx.num_nodes, "fedavg"),
                   train_sizes=dict(zip(ctx.data.node_ids, ctx.data.train.sizes.tolist())),

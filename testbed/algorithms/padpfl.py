@@ -48,7 +48,7 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from testbed.algorithms.aggregate import Aggregation, AggregationOptions
-from testbed.algorithms.batches import uniform_batches
+from testbed.algorithms.batches import check_batches, uniform_batches
 from testbed.algorithms.contract import (
     SAMPLES_METRIC, SETUP_ROUND, MetricSpec, NodeResult, RoundContext, ServerResult, State, TensorSpec,
     planned_batch,
@@ -638,15 +638,12 @@ def build(sections: dict[str, Any], ctx: BuildContext) -> Padpfl:
     """PADPFL as its ``[padpfl]`` section says, for the data this process holds."""
     a: PadpflSection = sections["padpfl"]
     data = ctx.data
-    smallest = int(data.train.sizes.min())
-    if a.batch > smallest:
-        node = data.node_ids[int(data.train.sizes.argmin())]
-        raise ConfigError("padpfl.batch", f"{a.batch} is larger than node {node}'s {smallest} training samples")
+    check_batches("padpfl", data.train, data.node_ids, a.local_steps, a.batch, "local_steps")
     min_samples = a.min_samples
     if min_samples is None:
         if data.num_nodes != ctx.num_nodes:
             raise ConfigError("padpfl.min_samples", "a node holding only its own data needs min_i m_i in the config")
-        min_samples = smallest
+        min_samples = int(data.train.sizes.min())
     if a.epsilon is not None and not dp.gaussian_condition_holds(a.epsilon):
         warnings.warn(f"padpfl.epsilon = {a.epsilon:g}: the Gaussian mechanism the paper calibrates by (eqs. 8, 13) "
                       "is proven for epsilon < 1 only; the ledger's accountants give the epsilon really spent",
