@@ -691,10 +691,13 @@ class MqttNodes:
         with self._lock:
             charged, self._late = self._late, {}
             reports = dict(self._reports)
+        has_setup = isinstance(self.alg, WithSetup) and self.alg.has_setup
         for node, report in sorted(reports.items()):
             for round_index in report.round_indices():
                 if round_index in self._released.get(node, ()) or (node, round_index) in charged:
                     continue
+                if round_index == SETUP_ROUND and not has_setup:  # the node's own costs (a bridge
+                    continue  # provisioning its board): nothing released; its totals carry them
                 # A round the coordinator did not ask the node (none should exist): charged as if
                 # the node had taken part alone, the plan with the least noise from others.
                 ctx = self._rounds.get(round_index) or RoundContext(round_index, self.seed, len(self.node_ids), (node,))

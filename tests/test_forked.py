@@ -23,7 +23,7 @@ def test_a_user_error_is_the_commands_exit_code_and_stderr_line():
     child = ForkedCommand(["nodes", "--broker", "mqtt://127.0.0.1:1", "--run", "r", "--ids", "x"])
     assert child.wait(timeout=30) == 2
     with child.stderr as err:
-        assert "--ids takes comma-separated integers" in err.read()
+        assert "argument --ids: must be an integer" in err.read()
 
 
 def test_the_child_has_its_name_and_environment(tmp_path, monkeypatch):

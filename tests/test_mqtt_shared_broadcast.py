@@ -203,16 +203,16 @@ def test_a_reply_that_comes_before_the_collection_begins_answers_the_round():
     nodes = MqttNodes.__new__(MqttNodes)  # its round bookkeeping only: no broker, no hosts
     nodes.alg, nodes.session, nodes.node_ids, nodes.round_timeout_s = alg, "s", list(range(100)), 5.0
     nodes._lock, nodes._collecting, nodes._pending = threading.Condition(), None, []
-    nodes.online, nodes._hosts, nodes._sent, nodes._late, nodes._unsent = {3, 4}, [], {}, {}, {}
-    nodes._past = {}
+    nodes.online, nodes._hosts, nodes._sent, nodes._late = {3, 4}, [], {}, {}
+    nodes._rounds, nodes._open_round, nodes._released, nodes._metric_spec, nodes._costliest = {}, -1, {}, {}, {}
     ctx = RoundContext(7, 0, 100, (3, 4))
     nodes._remember(ctx)
     for node in (3, 4):
         payload = protocol.update("r", "s", 7, node, {"gradient": np.ones((10, 10))}, alg.planned_events(node, ctx))
         nodes._on_inbound(Inbound(topics.up("r", str(node)), topics.UP, str(node), payload, wire.decode(payload)))
     started = time.monotonic()
-    answers, refusals, reasons = nodes._collect(ctx, alg.uplink_spec(), protocol.UPDATE)
-    assert sorted(answers) == [3, 4] and not refusals and not reasons and not nodes._late
+    answers, refusals, reasons, refused = nodes._collect(ctx, alg.uplink_spec(), protocol.UPDATE)
+    assert sorted(answers) == [3, 4] and not refusals and not reasons and not refused and not nodes._late
     assert time.monotonic() - started < 1.0  # complete at once, not at the deadline
 
 
@@ -244,7 +244,7 @@ def test_a_status_wakes_the_coordinator_only_when_it_changes_who_is_online():
     assert CountingCondition.wakes == 0 and nodes.online == {1}
     status(2, topics.STATUS_ONLINE)
     assert CountingCondition.wakes == 1 and nodes.online == {1, 2}
-    nodes._collecting = _Collection(RoundContext(0, 0, 3, (1, 2)), {}, protocol.UPDATE, outstanding={1, 2})
+    nodes._collecting = _Collection(RoundContext(0, 0, 3, (1, 2)), {}, {}, protocol.UPDATE, outstanding={1, 2})
     status(2, topics.STATUS_OFFLINE)
     assert CountingCondition.wakes == 2 and nodes.online == {1}
     assert nodes._collecting.outstanding == {1} and nodes._collecting.reasons == {2: "offline"}
