@@ -700,10 +700,17 @@ class MqttNodes:
                     continue  # provisioning its board): nothing released; its totals carry them
                 # A round the coordinator did not ask the node (none should exist): charged as if
                 # the node had taken part alone, the plan with the least noise from others.
-                ctx = self._rounds.get(round_index) or RoundContext(round_index, self.seed, len(self.node_ids), (node,))
+                ctx = self._rounds.get(round_index)
+                if ctx is None or node not in ctx.expected:
+                    ctx = RoundContext(round_index, self.seed, len(self.node_ids), (node,))
+                try:
+                    charged[(node, round_index)] = self._planned_release(node, ctx)
+                except Exception as exc:  # noqa: BLE001  a report must not cost the run its end
+                    log.warning("node %d's ledger logged round %d, which has no plan here (%s): its totals "
+                                "carry it", node, round_index, exc)
+                    continue
                 log.warning("node %d's ledger logged round %d, which never reached the coordinator: charged as planned",
                             node, round_index)
-                charged[(node, round_index)] = self._planned_release(node, ctx)
         with self._lock:
             self._mark_released(charged)
         return Closing(charged, {node: report.totals for node, report in reports.items()}, self.session)
