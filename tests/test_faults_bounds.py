@@ -250,7 +250,7 @@ def test_a_liar_node_over_mqtt_is_refused_and_the_run_completes(mosquitto_broker
     assert result.summary["status"] == "completed", result.summary.get("failure")
     rejected = [r.getMessage() for r in caplog.records if r.getMessage().startswith("rejected ")]
     assert len(rejected) == 1 and f"of node {node} " in rejected[0] and f"{name}: " in rejected[0], rejected
-    clean = run_experiment(replace(config, run={"mode": "sim"}), out_dir=tmp_path / "sim", quiet=True)
+    run_experiment(replace(config, run={"mode": "sim"}), out_dir=tmp_path / "sim", quiet=True)
     lied, honest = read_metrics(tmp_path / "mqtt")[-1], read_metrics(tmp_path / "sim")[-1]
     assert np.isfinite(lied["train_loss"]) and lied["train_loss"] <= 2 * honest["train_loss"]
 

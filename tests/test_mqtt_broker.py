@@ -7,7 +7,6 @@ import logging
 import os
 import queue
 import resource
-import shutil
 import signal
 import socket
 import subprocess

@@ -26,7 +26,7 @@ from testbed.config import load_config_text, replace
 from testbed.algorithms import registry
 from testbed.runner import load
 
-from test_algorithm_contract import EXPERIMENTS, _text
+from test_algorithm_contract import _text
 
 #: The conformance suite's float64 experiments, and PADPFL with each rule nodes can sway.
 CASES = {

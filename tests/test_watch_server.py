@@ -7,7 +7,6 @@ import asyncio
 import json
 import re
 
-import pytest
 
 from conftest import require_module
 
