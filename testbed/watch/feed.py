@@ -405,10 +405,8 @@ class RunFeed:
             return
         try:
             self.summary = summary_view(read_summary(self.run_dir))
-        except UserError as exc:
+        except UserError as exc:  # read_summary's one line (a summary nested too deeply included)
             self._problem(name, str(exc).removeprefix(f"{self.run_dir / name}: "))
-        except RecursionError:
-            self._problem(name, "damaged: not JSON (nested too deep)")
         except ValueError as exc:
             self._problem(name, f"damaged: {_one_line(exc)}")
 
