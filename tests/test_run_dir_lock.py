@@ -100,15 +100,24 @@ FORKING_HOLDER = textwrap.dedent("""
     lock = dirlock.DirectoryLock(run_dir)
     if how == "leaky":
         dirlock._held.discard(lock._fd)
+    # The child says it runs (its fork hooks, which close the lock's descriptor, ran before) only
+    # then is the holder ready: else a kill right after the fork could race the child's hooks.
+    started_r, started_w = os.pipe()
+
+    def child_body():
+        os.write(started_w, b"x")
+        time.sleep(600)
+
     if how == "multiprocessing":
-        child = multiprocessing.get_context("fork").Process(target=time.sleep, args=(600,))
+        child = multiprocessing.get_context("fork").Process(target=child_body)
         child.start()
         child_pid = child.pid
     else:
         child_pid = os.fork()
         if child_pid == 0:
-            time.sleep(600)
+            child_body()
             os._exit(0)
+    os.read(started_r, 1)
     print("locked", os.getpid(), child_pid, flush=True)
     time.sleep(600)
 """)
