@@ -27,7 +27,7 @@ Example::
     >>> import numpy as np
     >>> raw = update(run="r1", session="s", round_index=3, node=7, tensors={"update": np.zeros(2)}, events=[])
     >>> msg = wire.decode(raw)
-    >>> msg.kind, msg.round, msg.sender, msg.meta["events"], metrics_of(msg)
+    >>> msg.kind, msg.round, msg.sender, msg.meta["events"], msg.meta["metrics"]
     ('update', 3, '7', [], {})
 """
 
@@ -230,16 +230,6 @@ def signal_spec_of(msg: wire.Message) -> TensorSpec:
     if bound is not None and not (bound.__class__ in (int, float) and 0 < bound < math.inf):
         raise wire.WireError("bad_header", f"a transmit notice's signal_max_norm {bound!r:.40} is not a positive number")
     return TensorSpec(tuple(shape), dtype, max_norm=None if bound is None else float(bound))
-
-
-def metrics_of(msg: wire.Message) -> dict[str, float]:
-    """An update's per-node metrics (name → finite number)."""
-    raw: Any = msg.meta.get("metrics", {})
-    if not isinstance(raw, dict) or not all(
-            isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-            for k, v in raw.items()):
-        raise wire.WireError("bad_header", "metrics must map names to finite numbers")
-    return {k: float(v) for k, v in raw.items()}
 
 
 def _events(raw: Any, what: str) -> list[Event]:
