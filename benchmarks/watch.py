@@ -28,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from testbed.budgets import Budgets  # noqa: E402
 from testbed.config import load_config_text  # noqa: E402
-from testbed.ledger import read_ledger  # noqa: E402
-from testbed.ledger_book import LedgerBook  # noqa: E402
+from testbed.ledger.files import read_ledger  # noqa: E402
+from testbed.ledger.book import LedgerBook  # noqa: E402
 from testbed.progress import REFRESH_S, Progress  # noqa: E402
 from testbed.results import read_metrics  # noqa: E402
 from testbed.runner import run_experiment  # noqa: E402

@@ -46,7 +46,7 @@ from testbed.algorithms.contract import SETUP_ROUND, NodeResult, RoundContext
 from testbed.algorithms.mcu_logistic import McuTask, RunsOnMcu
 from testbed.data.federated import Split
 from testbed.errors import UserError
-from testbed.ledger import CommunicationEvent, Event
+from testbed.ledger.events import CommunicationEvent, Event
 
 log = logging.getLogger(__name__)
 

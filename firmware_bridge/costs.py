@@ -9,7 +9,7 @@ charged by the profile's radio (nodes.clock.comm_cost).
 
 Example::
 
-    >>> from testbed.ledger import ComputeEvent
+    >>> from testbed.ledger.events import ComputeEvent
     >>> costs = BoardCosts("nrf52840", flops_per_step=6 * 16 * 18)
     >>> costs.record(steps=5, cycles=64_000, counter_hz=64_000_000, kind="cycles")
     >>> costs.last.seconds, costs.last.source
@@ -25,7 +25,7 @@ from typing import Iterator, Sequence
 from firmware_bridge.profiles import load_mcu_profile
 from nodes.clock import comm_cost
 from nodes.meters import Measurement
-from testbed.ledger import CommunicationEvent, ComputeEvent, Event
+from testbed.ledger.events import CommunicationEvent, ComputeEvent, Event
 
 
 class BoardCosts:

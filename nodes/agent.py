@@ -60,7 +60,9 @@ from testbed.budgets import Budgets, budgets_from_config
 from testbed.config import Config, load_config_text
 from testbed.data.federated import FederatedData, Split
 from testbed.errors import ConfigError
-from testbed.ledger import Event, LedgerWriter, NodeLedger, read_ledger
+from testbed.ledger.events import Event
+from testbed.ledger.files import LedgerWriter, read_ledger
+from testbed.ledger.node import NodeLedger
 from testbed.memo import remember_last
 
 log = logging.getLogger(__name__)

@@ -3,7 +3,7 @@ one, the device profile's model where it does not; every event says which.
 
 Example::
 
-    >>> from testbed.ledger import ComputeEvent, CommunicationEvent
+    >>> from testbed.ledger.events import ComputeEvent, CommunicationEvent
     >>> costs = NodeCosts("pi-4b", meter="model")
     >>> events = [ComputeEvent(0, 0, local_steps=10), CommunicationEvent(0, 0, bytes_up=800, bytes_down=800)]
     >>> charged = costs.charge_modelled(events, host_cpu_s=0.01)
@@ -20,7 +20,7 @@ from typing import Iterator, Sequence
 from nodes.clock import Pacer, comm_cost, compute_cost
 from nodes.meters import Measurement, make_meter
 from nodes.profiles import load_profile
-from testbed.ledger import CommunicationEvent, ComputeEvent, Event, with_fields
+from testbed.ledger.events import CommunicationEvent, ComputeEvent, Event, with_fields
 
 
 def has_radio_figures(event: CommunicationEvent) -> bool:

@@ -80,7 +80,7 @@ def modelled_round_time_s(profile: DeviceProfile, *, local_steps: int, flops_per
 def round_times_s(profile_name: str, algorithm: "Algorithm", ctx: "RoundContext") -> np.ndarray:
     """(len(ctx.expected),) each expected node's modelled round time, s, from the round's planned
     events (steps, bytes, the channel model's airtime where the events carry it)."""
-    from testbed.ledger import CommunicationEvent, ComputeEvent
+    from testbed.ledger.events import CommunicationEvent, ComputeEvent
 
     profile = load_profile(profile_name)
     times = np.empty(len(ctx.expected))

@@ -2,7 +2,8 @@
 
 Example::
 
-    >>> from testbed.ledger import NodeLedger, ComputeEvent
+    >>> from testbed.ledger.node import NodeLedger
+    >>> from testbed.ledger.events import ComputeEvent
     >>> b = Budgets(cost_units=100.0)
     >>> led = NodeLedger(node=0)
     >>> b.would_exceed(led, [ComputeEvent(node=0, round=0, local_steps=5, cost_units=120.0)]).budget
@@ -16,13 +17,14 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 
 import numpy as np
 
-from testbed.ledger import TOTALS_OF, Event, NodeLedger
+from testbed.ledger.node import TOTALS_OF, NodeLedger
+from testbed.ledger.events import Event
 from testbed.privacy.accountants import worst_epsilon
 
 if TYPE_CHECKING:
     from testbed.config import BudgetSection, PrivacySection
-    from testbed.ledger import NodeEvents
-    from testbed.ledger_book import BookNodeView, LedgerBook
+    from testbed.ledger.events import NodeEvents
+    from testbed.ledger.book import BookNodeView, LedgerBook
 
 
 @dataclass(frozen=True)
@@ -102,7 +104,7 @@ class Budgets:
         arithmetic, then said by :meth:`would_exceed` for the first node the screen flags."""
         if not self.any or not len(node_ids):
             return None
-        from testbed.ledger import NodeEvents, batches_of
+        from testbed.ledger.events import NodeEvents, batches_of
 
         ids = np.asarray(node_ids, dtype=np.int64)
         rows = book.rows(ids)

@@ -63,7 +63,9 @@ from testbed.channel_emulator import ChannelEmulator
 from testbed.config import MqttSection, NodesSection
 from testbed.errors import ConfigError, UserError
 from testbed.forked import ForkedCommand, can_fork
-from testbed.ledger import EVENT_TYPES, FIELD_RULES, MEASURED_FIELDS, Event, RoundSet, event_as_planned, with_fields
+from testbed.ledger.events import EVENT_TYPES, Event, with_fields
+from testbed.ledger.fields import FIELD_RULES, MEASURED_FIELDS, event_as_planned
+from testbed.ledger.node import RoundSet
 from testbed.mqtt import topics
 from testbed.mqtt.broker import BrokerProcess
 from testbed.mqtt.client import Inbound, MqttClient
@@ -528,7 +530,7 @@ class MqttNodes:
     def _check_events(self, node: int, ctx: RoundContext, msg: wire.Message) -> list[Event]:
         """The update's events, refused unless they are the round's plan in every field (node, round,
         privacy, steps, bytes, cost units...) but the finite non-negative seconds and joules the node
-        measured or modelled (ledger.MEASURED_FIELDS), each within its physical bound."""
+        measured or modelled (testbed.ledger.fields.MEASURED_FIELDS), each within its physical bound."""
         raw = msg.meta.get("events")
         planned = self._planned(node, ctx)
         if not isinstance(raw, list) or len(raw) != len(planned):

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
 from testbed.algorithms.contract import NodeResult, RoundContext, State
-from testbed.ledger import Event, EventBatch, Totals
+from testbed.ledger.events import Event, EventBatch
+from testbed.ledger.node import Totals
 
 
 @dataclass(frozen=True)
@@ -26,7 +27,7 @@ class RoundOutcome:
             channel, ``stragglers`` did not.
         charged: (node, round) → the events the node's release caused (the answered; a release
             that arrived late; a transmission heard although its update never came).
-        straggled: node → why it missed the round (testbed.ledger.StraggleEvent reasons).
+        straggled: node → why it missed the round (testbed.ledger.events.StraggleEvent reasons).
         refused: (node, budget, would_be, limit) of nodes that refused to act.
         batches: the answered nodes' events of this round as columns (sim), charged as they are;
             ``charged`` then holds only the rest.

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from rich.progress import Progress as RichProgress
 
     from testbed.budgets import Budgets
-    from testbed.ledger_book import LedgerBook
+    from testbed.ledger.book import LedgerBook
 
 REFRESH_S = 0.5  # a redraw costs ~1.4 ms (benchmarks/watch.py): 0.3 % of the time at this rate
 #: Budget name in the line → (metrics row key or None, Budgets attribute, ledger book column).

@@ -42,7 +42,9 @@ import numpy as np
 
 from testbed import wire
 from testbed.algorithms.contract import SETUP_ROUND, TensorSpec
-from testbed.ledger import ABSURD, Event, NodeLedger, Totals, event_from_dict, event_to_dict
+from testbed.ledger.fields import ABSURD, event_from_dict, event_to_dict
+from testbed.ledger.events import Event
+from testbed.ledger.node import NodeLedger, Totals
 from testbed.memo import remember_last
 
 ROUND, UPDATE, REFUSED, STOP = "round", "update", "refused", "stop"
@@ -108,8 +110,8 @@ class LedgerReport:
 
     Attributes:
         rounds: the rounds whose events the node logged itself, as sorted disjoint half-open
-            intervals ``(start, stop)`` (testbed.ledger.RoundSet); the setup is round SETUP_ROUND.
-        totals: its running totals (testbed.ledger.Totals' fields).
+            intervals ``(start, stop)`` (testbed.ledger.node.RoundSet); the setup is round SETUP_ROUND.
+        totals: its running totals (testbed.ledger.node.Totals' fields).
     """
 
     rounds: tuple[tuple[int, int], ...]

@@ -41,7 +41,9 @@ import numpy as np
 from testbed.appendlog import AppendLog, Mark, sha256_file, swap_file, tail_after, write_atomic, write_swapping
 from testbed.dirlock import DirectoryLock
 from testbed.errors import UserError
-from testbed.ledger import MEASURED_FIELDS, Event, EventBatch, LedgerMark, parse_rows, read_ledger
+from testbed.ledger.fields import MEASURED_FIELDS
+from testbed.ledger.events import Event, EventBatch
+from testbed.ledger.files import LedgerMark, parse_rows, read_ledger
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +100,7 @@ class RunDirectory:
     Example::
 
         >>> import tempfile, pathlib
-        >>> from testbed.ledger import LedgerWriter
+        >>> from testbed.ledger.files import LedgerWriter
         >>> run = RunDirectory(pathlib.Path(tempfile.mkdtemp()) / "run")
         >>> run.write_config("[run]\\n")
         >>> run.save_checkpoint(1, {"model": np.zeros(3)}, LedgerWriter(run.ledger_path).mark())
@@ -246,7 +248,7 @@ def not_yet_charged(batches: Sequence[EventBatch], before_kill: Sequence[Event])
 
     Example::
 
-        >>> from testbed.ledger import ComputeEvent
+        >>> from testbed.ledger.events import ComputeEvent
         >>> batch = EventBatch(ComputeEvent(0, 3, local_steps=2), np.array([0, 1]))
         >>> [b.nodes.tolist() for b in not_yet_charged([batch], [ComputeEvent(1, 3, local_steps=2)])]
         [[0]]

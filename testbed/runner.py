@@ -36,8 +36,10 @@ from testbed.config import Config, to_toml
 from testbed.data.federated import FederatedData, Split
 from testbed.data.lazy import LazyFederatedData
 from testbed.errors import ConfigError
-from testbed.ledger import Event, EventBatch, LedgerWriter, NodeEvents, StraggleEvent, Totals, batches_of
-from testbed.ledger_book import LedgerBook
+from testbed.ledger.events import Event, EventBatch, NodeEvents, StraggleEvent, batches_of
+from testbed.ledger.files import LedgerWriter
+from testbed.ledger.node import Totals
+from testbed.ledger.book import LedgerBook
 from testbed.models import Model
 from testbed.nodes_api import Closing, Nodes, RoundOutcome
 from testbed.privacy.accountants import BackgroundEpsilons, epsilon_by_observer

@@ -38,7 +38,7 @@ from testbed.algorithms.contract import (
 )
 from testbed.data.federated import FederatedData, Split
 from testbed.data.lazy import LazyFederatedData
-from testbed.ledger import Event, EventBatch, NodeEvents
+from testbed.ledger.events import Event, EventBatch, NodeEvents
 from testbed.nodes_api import Closing, RoundOutcome
 
 

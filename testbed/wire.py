@@ -14,33 +14,22 @@ Tensor offsets are implied by the header (each starts 8-byte aligned), so `decod
 zero-copy, aligned, read-only `np.frombuffer` views into the payload. The payload must end exactly
 after the last tensor's padding.
 
-Large payloads travel as chunks (`chunk` / `Reassembler`); a chunk is its own frame::
-
-    0   4 bytes   magic b"TBWC"
-    4   16 bytes  chunk-set id (random; names the payload being chunked)
-    20  uint32    index (0-based)
-    24  uint32    count (>= 1)
-    28  uint64    total payload length in bytes
-    36  ...       this chunk's slice of the payload
-
 Every validation failure raises `WireError` with a short machine-readable `code` and a readable
-reason; receivers log and drop the message, they never crash on it. docs/wire-protocol.md is the
-normative description.
+reason; receivers log and drop the message, they never crash on it. Chunking of large payloads and the
+replay guard belong to the MQTT transport (testbed.mqtt.chunks, testbed.mqtt.replay).
+docs/wire-protocol.md is the normative description.
 """
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import functools
 import json
-import logging
 import math
 import os
 import re
 import struct
-import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -52,14 +41,11 @@ try:  # the JSON codec of the MQTT extras: a header in 3 µs where the standard 
 except ImportError:  # a core install (sim) or a board without its wheel: the standard library's
     orjson = None
 
-log = logging.getLogger(__name__)
-
 #: Header schema version written by `encode`; `decode` accepts only versions in SUPPORTED_SCHEMAS.
 SCHEMA_VERSION = 1
 SUPPORTED_SCHEMAS = frozenset({1})
 
 MESSAGE_MAGIC = b"TBWM"
-CHUNK_MAGIC = b"TBWC"
 
 #: Default cap on a whole message (header and tensors), in bytes: 64 MiB, i.e. 8e6 float64 values.
 DEFAULT_MAX_BYTES = 64 * 2**20
@@ -81,8 +67,6 @@ ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 _ALIGN = 8
 _PREFIX = struct.Struct("<4sI")  # magic, header length
-_CHUNK = struct.Struct("<4s16sIIQ")  # magic, chunk-set id, index, count, total length
-CHUNK_HEADER_BYTES = _CHUNK.size
 _MSG_ID = re.compile(r"[0-9a-f]{32}")
 _HEADER_KEYS = frozenset({"v", "run", "round", "sender", "kind", "id", "tensors", "meta"})
 _ENCODE_KEYS = frozenset({"run", "round", "sender", "kind", "msg_id", "meta"})
@@ -419,211 +403,3 @@ def decode(payload: bytes | bytearray | memoryview, *, expect_run: str | None = 
     return frozen(Message, {"schema": h["v"], "run": h["run"], "round": h["round"], "sender": h["sender"],
                             "kind": h["kind"], "msg_id": h["id"], "meta": h["meta"], "tensors": tensors,
                             "size_bytes": size})
-
-
-class ReplayGuard:
-    """Rejects a message whose (sender, round, kind, msg_id) was seen before, in bounded memory.
-
-    QoS 1 may deliver a message twice and an attacker may resend a captured one; both are dropped.
-    Keys are kept per sender for that sender's latest `window_rounds` rounds only (rounds only
-    grow within a run, so older keys are dead weight: an unbounded set grew ~KB per round), and a
-    message of a round before that window is rejected as a replay too: it cannot be told apart
-    from one, and accepting it would let an old round be replayed once its keys are forgotten.
-    Windows are per sender, so one sender's jump ahead cannot push others' messages out.
-
-    Memory: at most `max_per_round` keys per sender and round (more is a flood, not a protocol:
-    the extra messages are rejected, never admitted unchecked) and `max_entries` keys overall (past
-    it the oldest round of keys is forgotten; only a flood of distinct senders gets there).
-    """
-
-    def __init__(self, max_entries: int = 65536, window_rounds: int = 16, max_per_round: int = 1024):
-        if window_rounds < 1 or max_per_round < 1 or max_entries < 1:
-            raise ValueError("window_rounds, max_per_round and max_entries must be >= 1")
-        self._max = max_entries
-        self._window = window_rounds
-        self._per_round = max_per_round
-        self._rounds: dict[str, dict[int, set[tuple[str, str]]]] = {}  # sender -> round -> keys
-        self._order: collections.OrderedDict[tuple[str, int], None] = collections.OrderedDict()  # oldest first
-        self._latest: dict[str, int] = {}  # sender -> highest round seen
-        self._count = 0
-
-    @property
-    def window_rounds(self) -> int:
-        """How many of a sender's latest rounds are remembered; older rounds are rejected."""
-        return self._window
-
-    def check(self, msg: Message) -> None:
-        """Remember `msg`; raise WireError("replay") if it was already seen, or is of a round
-        before its sender's replay window."""
-        latest = self._latest.get(msg.sender)
-        if latest is not None and msg.round <= latest - self._window:
-            raise WireError("replay", f"message {msg.msg_id} from {msg.sender!r} is of round {msg.round}, before "
-                                      f"the replay window (rounds {latest - self._window + 1}..{latest})")
-        rounds = self._rounds.setdefault(msg.sender, {})
-        keys = rounds.get(msg.round)
-        if keys is None:
-            keys = rounds[msg.round] = set()
-            self._order[(msg.sender, msg.round)] = None
-        key = (msg.kind, msg.msg_id)
-        if key in keys:
-            raise WireError("replay", f"duplicate message {msg.msg_id} from {msg.sender!r} "
-                                      f"(round {msg.round}, {msg.kind})")
-        if len(keys) >= self._per_round:
-            raise WireError("replay", f"over {self._per_round} messages from {msg.sender!r} in round {msg.round}")
-        keys.add(key)
-        self._count += 1
-        if latest is None or msg.round > latest:
-            self._latest[msg.sender] = msg.round
-            first = msg.round - self._window + 1
-            for old in [r for r in rounds if r < first]:  # at most window_rounds + a few late ones
-                self._drop(msg.sender, old)
-        while self._count > self._max:
-            self._drop(*next(iter(self._order)))
-
-    def _drop(self, sender: str, round_index: int) -> None:
-        self._count -= len(self._rounds[sender].pop(round_index))
-        del self._order[(sender, round_index)]
-
-    def __len__(self) -> int:
-        """Keys held (bounded; see the class docstring)."""
-        return self._count
-
-
-def is_chunk(payload: bytes) -> bool:
-    """True if `payload` is a chunk frame (starts with CHUNK_MAGIC) rather than a whole message."""
-    return payload[:4] == CHUNK_MAGIC
-
-
-def chunk(payload: bytes, max_chunk_bytes: int, *, chunk_set_id: bytes | None = None) -> list[bytes]:
-    """Split `payload` into chunk frames of at most `max_chunk_bytes` bytes each (header included).
-
-    Args:
-        payload: any bytes (normally an encoded message).
-        max_chunk_bytes: cap on each frame, > CHUNK_HEADER_BYTES (36).
-        chunk_set_id: 16 bytes naming this payload's chunks; random by default.
-
-    Returns:
-        ceil(len / (max_chunk_bytes - 36)) frames (one frame for an empty payload).
-    """
-    room = max_chunk_bytes - CHUNK_HEADER_BYTES
-    if room <= 0:
-        raise ValueError(f"max_chunk_bytes must exceed the {CHUNK_HEADER_BYTES}-byte chunk header")
-    cid = chunk_set_id if chunk_set_id is not None else os.urandom(16)
-    if len(cid) != 16:
-        raise ValueError("chunk_set_id must be 16 bytes")
-    total = len(payload)
-    count = max(1, -(-total // room))
-    view = memoryview(payload)
-    return [_CHUNK.pack(CHUNK_MAGIC, cid, i, count, total) + view[i * room:(i + 1) * room]
-            for i in range(count)]
-
-
-@dataclasses.dataclass
-class _Partial:
-    count: int
-    total: int
-    started: float
-    parts: dict[int, memoryview]
-    received: int = 0
-
-
-class Reassembler:
-    """Collects chunk frames (any order, duplicates ignored) and returns each payload once complete.
-
-    Memory is bounded: at most `max_pending` incomplete payloads of at most `max_message_bytes` each
-    (the oldest is evicted to make room), each with at most `max_chunks` chunks, and an incomplete
-    payload is evicted `timeout_s` seconds after its first chunk. Chunk sets are keyed by
-    (source, chunk-set id), where the source is the transport's name for the sender (the topic), so
-    one sender cannot inject chunks into another's payload; and one source holds at most
-    `max_pending_per_source` incomplete payloads (its own oldest is evicted to make room), so a
-    sender that floods incomplete chunk sets evicts only its own, never another sender's.
-    """
-
-    def __init__(self, *, max_message_bytes: int = DEFAULT_MAX_BYTES, max_pending: int = 64,
-                 max_pending_per_source: int = 4, max_chunks: int = 65536, timeout_s: float = 60.0,
-                 clock: Callable[[], float] = time.monotonic):
-        self._max_bytes = max_message_bytes
-        self._max_pending = max_pending
-        self._per_source = max_pending_per_source
-        self._max_chunks = max_chunks
-        self._timeout_s = timeout_s
-        self._clock = clock
-        self._pending: collections.OrderedDict[tuple[str, bytes], _Partial] = collections.OrderedDict()
-        # Recently completed sets, so a late duplicate chunk (QoS 1 redelivery) does not open a new
-        # partial that would linger until its timeout.
-        self._done: collections.OrderedDict[tuple[str, bytes], None] = collections.OrderedDict()
-        self.evicted = 0  # incomplete payloads dropped (timeout or room), for diagnostics
-
-    def add(self, frame: bytes, source: str = "") -> bytes | None:
-        """Add one chunk frame from `source`.
-
-        Returns:
-            The whole payload when this frame completes it, else None (also for duplicates).
-
-        Raises:
-            WireError("bad_chunk" / "oversized"): malformed frame, or inconsistent with earlier
-                frames of the same set; the set is then dropped.
-        """
-        now = self._clock()
-        self._expire(now)
-        if len(frame) < CHUNK_HEADER_BYTES:
-            raise WireError("bad_chunk", f"chunk is {len(frame)} bytes, shorter than its header")
-        magic, cid, index, count, total = _CHUNK.unpack_from(frame)
-        if magic != CHUNK_MAGIC:
-            raise WireError("bad_chunk", f"chunk starts with {magic!r}, expected {CHUNK_MAGIC!r}")
-        key = (source, cid)
-        if key in self._done:
-            return None
-        if total > self._max_bytes:
-            raise WireError("oversized", f"chunked payload is {total} bytes, limit {self._max_bytes}")
-        if not 0 < count <= self._max_chunks or index >= count:
-            raise WireError("bad_chunk", f"chunk index {index} of count {count} (max {self._max_chunks})")
-        part = self._pending.get(key)
-        if part is None:
-            own = [k for k in self._pending if k[0] == source]
-            for old_key in own[:max(0, len(own) - self._per_source + 1)]:  # oldest first
-                del self._pending[old_key]
-                self._evict(old_key, f"over {self._per_source} incomplete payloads from one source")
-            part = self._pending[key] = _Partial(count, total, now, {})
-            while len(self._pending) > self._max_pending:
-                old_key, _ = self._pending.popitem(last=False)
-                self._evict(old_key, "too many incomplete payloads")
-        elif (part.count, part.total) != (count, total):
-            del self._pending[key]
-            raise WireError("bad_chunk", f"chunk says count={count} total={total}, earlier chunks said "
-                                         f"count={part.count} total={part.total}")
-        if index in part.parts:
-            return None
-        data = memoryview(frame)[CHUNK_HEADER_BYTES:]  # no copy until the final join
-        part.received += len(data)
-        if part.received > total:
-            del self._pending[key]
-            raise WireError("bad_chunk", f"chunks carry more than the announced {total} bytes")
-        part.parts[index] = data
-        if len(part.parts) < count:
-            return None
-        del self._pending[key]
-        if part.received != total:
-            raise WireError("bad_chunk", f"chunks carry {part.received} bytes, announced {total}")
-        self._done[key] = None
-        if len(self._done) > 1024:
-            self._done.popitem(last=False)
-        return b"".join(part.parts[i] for i in range(count))
-
-    def _expire(self, now: float) -> None:
-        # Insertion order is start order, so expired sets are at the front.
-        while self._pending:
-            key, part = next(iter(self._pending.items()))
-            if now - part.started < self._timeout_s:
-                break
-            del self._pending[key]
-            self._evict(key, f"incomplete after {self._timeout_s:g} s")
-
-    def _evict(self, key: tuple[str, bytes], why: str) -> None:
-        self.evicted += 1
-        log.warning("dropped chunked payload %s from %s: %s", key[1].hex(), key[0] or "?", why)
-
-    @property
-    def pending(self) -> int:
-        """Number of incomplete payloads held."""
-        return len(self._pending)

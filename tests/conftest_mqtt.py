@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from ledger_invariant import FIGURES, PLANNED, under_counts
-from testbed.ledger import NodeLedger, parse_rows
+from testbed.ledger.node import NodeLedger
+from testbed.ledger.files import parse_rows
 from testbed.mqtt import acl
 from testbed.mqtt.broker import MosquittoBroker, TlsFiles
 from testbed.mqtt.embedded_broker import EmbeddedBroker

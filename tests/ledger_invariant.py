@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from testbed.ledger import NodeLedger
+from testbed.ledger.node import NodeLedger
 from testbed.privacy.accountants import epsilon_by_observer
 
 #: The summary's per-node figures a node's own ledger must not exceed.

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from testbed.config import Config
-from testbed.ledger import read_ledger
+from testbed.ledger.files import read_ledger
 from testbed.results import RunDirectory
 from testbed.runner import run_experiment
 

@@ -4,7 +4,8 @@ from collections import Counter
 
 import pytest
 
-from testbed.ledger import GaussianEvent, NodeLedger
+from testbed.ledger.events import GaussianEvent
+from testbed.ledger.node import NodeLedger
 from testbed.privacy.accountants import epsilon
 from testbed.privacy.zcdp import dp_pasgd_epsilon
 

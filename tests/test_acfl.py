@@ -15,7 +15,9 @@ from testbed.budgets import Budgets
 from testbed.config import load_config_text
 from testbed.data.regression import WEIGHT_HIGH, make_regression, true_weights
 from testbed.errors import ConfigError
-from testbed.ledger import MutualInfoEvent, NodeLedger, event_from_dict, event_to_dict
+from testbed.ledger.events import MutualInfoEvent
+from testbed.ledger.node import NodeLedger
+from testbed.ledger.fields import event_from_dict, event_to_dict
 from testbed.models import LinearRegression
 from testbed.privacy import acfl as theory
 
@@ -378,7 +380,7 @@ def test_linear_model_required_and_mi_budget_refused_before_round_1(tmp_path):
 
 
 def test_a_run_records_the_upload_and_its_mi_epsilon_per_node(tmp_path):
-    from testbed.ledger import read_ledger
+    from testbed.ledger.files import read_ledger
     from testbed.runner import run_experiment
 
     config = load_config_text(BASE + '[acfl]\niterations = 3\nlr = 0.01\nsigma1_sq = 1.0\nsigma2_sq = 1.0\n'

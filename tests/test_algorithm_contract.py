@@ -16,7 +16,8 @@ from testbed.algorithms import OverTheAir, RoundContext, WithSetup, registry
 from testbed.algorithms.contract import SETUP_ROUND, check_metrics, check_tensors, metric_specs
 from testbed.budgets import Budgets
 from testbed.config import load_config_text, replace
-from testbed.ledger import NodeLedger, read_ledger
+from testbed.ledger.node import NodeLedger
+from testbed.ledger.files import read_ledger
 from testbed.results import read_checkpoint, read_metrics
 from testbed.runner import load, run_experiment
 

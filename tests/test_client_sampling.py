@@ -8,7 +8,7 @@ import pytest
 from testbed.client_sampling import ClientSamplingSection, sample_clients
 from testbed.config import load_config_text, replace
 from testbed.errors import ConfigError
-from testbed.ledger import read_ledger
+from testbed.ledger.files import read_ledger
 from testbed.results import read_checkpoint, read_metrics
 from testbed.runner import run_experiment
 

@@ -17,7 +17,7 @@ from testbed.data import mapped
 from testbed.data.lazy import LazyFederatedData
 from testbed.data.vehicle import write_vehicle_mat
 from testbed.errors import DataError
-from testbed.ledger import read_ledger
+from testbed.ledger.files import read_ledger
 from testbed.runner import run_experiment
 
 SPLITS = ("train", "test", "validation")

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from testbed.config import load_config_text, replace
-from testbed.ledger import read_ledger
+from testbed.ledger.files import read_ledger
 from testbed.results import read_checkpoint
 from testbed.runner import run_experiment
 

@@ -16,7 +16,8 @@ from ledger_invariant import FIGURES, PLANNED, under_counts
 from loopback_coordinator import loopback
 from testbed import protocol, wire
 from testbed.config import load_config_text
-from testbed.ledger import GaussianEvent, MutualInfoEvent, read_ledger
+from testbed.ledger.events import GaussianEvent, MutualInfoEvent
+from testbed.ledger.files import read_ledger
 from testbed.mqtt import topics
 from testbed.runner import run_experiment
 

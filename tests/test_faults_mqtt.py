@@ -30,7 +30,8 @@ from testbed import protocol, wire
 from testbed.algorithms.contract import TensorSpec
 from testbed.channel_emulator import EARLY_ROUNDS, ChannelEmulator
 from testbed.config import load_config_text, replace, to_toml
-from testbed.ledger import NodeLedger, read_ledger
+from testbed.ledger.node import NodeLedger
+from testbed.ledger.files import read_ledger
 from testbed.mqtt import topics
 from testbed.mqtt.broker import parse_broker_url
 from testbed.privacy.accountants import worst_epsilon
@@ -191,7 +192,7 @@ import paho.mqtt.client as paho
 from nodes.agent import NodeAgent
 from nodes.host import serve
 from testbed import protocol, wire
-from testbed.ledger import event_to_dict
+from testbed.ledger.fields import event_to_dict
 from testbed.mqtt import topics
 from testbed.mqtt.broker import parse_broker_url
 

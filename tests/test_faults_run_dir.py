@@ -20,7 +20,7 @@ import pytest
 
 from testbed.cli import main
 from testbed.config import load_config_text
-from testbed.ledger import LEDGER_COLUMNS, read_ledger
+from testbed.ledger.files import LEDGER_COLUMNS, read_ledger
 from testbed.results import Checkpoint, read_checkpoint, read_summary, write_checkpoint
 from testbed.runner import run_experiment
 

@@ -28,7 +28,8 @@ from testbed.algorithms import registry
 from testbed.algorithms.contract import RoundContext
 from testbed.assemble import load_data, model_for
 from testbed.config import load_config_text, to_toml
-from testbed.ledger import event_from_dict, read_ledger
+from testbed.ledger.fields import event_from_dict
+from testbed.ledger.files import read_ledger
 from testbed.mqtt import topics
 from testbed.mqtt.client import Inbound
 

@@ -10,7 +10,7 @@ import pytest
 
 from testbed import wire
 from testbed.frozen import frozen
-from testbed.ledger import ComputeEvent, with_fields
+from testbed.ledger.events import ComputeEvent, with_fields
 from testbed.mqtt.client import Inbound
 
 

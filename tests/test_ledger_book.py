@@ -1,4 +1,4 @@
-"""The columnar ledger (testbed.ledger_book) against the per-node NodeLedger it replaces in the
+"""The columnar ledger (testbed.ledger.book) against the per-node NodeLedger it replaces in the
 runner: the same totals, tallies, ε, energy forecast and round bookkeeping for the same events,
 whether they arrive as batches or one at a time; and batches written as the same CSV rows."""
 
@@ -12,21 +12,11 @@ import numpy as np
 import pytest
 
 from testbed.budgets import Budgets
-from testbed.ledger import (
-    CommunicationEvent,
-    ComputeEvent,
-    EventBatch,
-    GaussianEvent,
-    LedgerWriter,
-    MutualInfoEvent,
-    NodeEvents,
-    NodeLedger,
-    StraggleEvent,
-    _row,
-    batches_of,
-    read_ledger,
-)
-from testbed.ledger_book import LedgerBook
+from testbed.ledger.events import (CommunicationEvent, ComputeEvent, EventBatch, GaussianEvent, MutualInfoEvent,
+                                   NodeEvents, StraggleEvent, batches_of)
+from testbed.ledger.files import LedgerWriter, _row, read_ledger
+from testbed.ledger.node import NodeLedger
+from testbed.ledger.book import LedgerBook
 from testbed.privacy.accountants import worst_epsilon
 
 NODES = 7

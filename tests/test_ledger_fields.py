@@ -12,9 +12,11 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from testbed.ledger import (EVENT_TYPES, FIELD_RULES, LEDGER_COLUMNS, MEASURED_FIELDS, ComputeEvent,
-                            CommunicationEvent, GaussianEvent, LedgerWriter, MutualInfoEvent, NodeLedger, RoundSet,
-                            event_as_planned, event_from_dict, event_to_dict, read_ledger, with_fields)
+from testbed.ledger.events import (EVENT_TYPES, ComputeEvent, CommunicationEvent, GaussianEvent, MutualInfoEvent,
+                                   with_fields)
+from testbed.ledger.fields import FIELD_RULES, MEASURED_FIELDS, event_as_planned, event_from_dict, event_to_dict
+from testbed.ledger.files import LEDGER_COLUMNS, LedgerWriter, read_ledger
+from testbed.ledger.node import NodeLedger, RoundSet
 from testbed.privacy.accountants import epsilon
 from testbed.privacy.zcdp import gaussian_rho, rho_to_epsilon
 

@@ -19,7 +19,7 @@ import pytest
 
 from testbed import wire
 from testbed.errors import UserError
-from testbed.mqtt import acl, topics
+from testbed.mqtt import acl, chunks, topics
 from testbed.mqtt.broker import BrokerProcess, MosquittoBroker, _accepts, free_port, parse_broker_url, wait_for_broker
 from testbed.mqtt.embedded_broker import EmbeddedBroker
 from testbed.mqtt.client import BrokerRefused, Inbound, MqttClient, close_all, connect_all
@@ -390,7 +390,7 @@ def test_bad_messages_are_rejected_and_logged_not_raised(broker, run_id, connect
             (topics.up(run_id, "n1"), _update(run_id, "n2")),  # n1 publishing as n2
             (topics.up(run_id, "n1"), _update("otherrun", "n1")),
             (topics.up(run_id, "n1"), bytes(nan)),
-            (topics.up(run_id, "n1"), wire.chunk(good, 100)[0][:20]),  # torn chunk header
+            (topics.up(run_id, "n1"), chunks.chunk(good, 100)[0][:20]),  # torn chunk header
             (topics.up(run_id, "n1"), good[:-3]),
         ]
         with caplog.at_level(logging.WARNING, logger="testbed.mqtt.client"):

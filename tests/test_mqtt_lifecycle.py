@@ -22,8 +22,8 @@ import pytest
 from testbed import protocol, wire
 from testbed.config import load_config_text, replace, to_toml
 from testbed.errors import UserError
-from testbed.ledger import read_ledger
-from testbed.mqtt import topics
+from testbed.ledger.files import read_ledger
+from testbed.mqtt import replay, topics
 from testbed.mqtt.client import Inbound
 from testbed.runner import run_experiment
 
@@ -151,7 +151,7 @@ def test_the_hosts_hear_the_stop_of_a_run_longer_than_the_replay_window(tmp_path
     """The stop carries the last round: a stop of round 0 was a replay to nodes past round 16, so
     each host was waited for 10 s and terminated."""
     result = run_experiment(_config(mqtt={"hosts": 2}), out_dir=tmp_path / "r", quiet=True)
-    assert result.summary["rounds"] == 20 > wire.ReplayGuard().window_rounds
+    assert result.summary["rounds"] == 20 > replay.ReplayGuard().window_rounds
     assert "did not leave" not in caplog.text and "replay window" not in caplog.text
 
 

@@ -22,7 +22,8 @@ import pytest
 
 from testbed import protocol, wire
 from testbed.config import load_config_text, replace, to_toml
-from testbed.ledger import ComputeEvent, read_ledger
+from testbed.ledger.events import ComputeEvent
+from testbed.ledger.files import read_ledger
 from testbed.mqtt import topics
 from testbed.mqtt.broker import parse_broker_url
 from testbed.runner import run_experiment

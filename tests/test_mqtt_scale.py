@@ -18,7 +18,7 @@ import paho.mqtt.client as paho
 
 from testbed import cli
 from testbed.config import load_config_text
-from testbed.ledger import read_ledger
+from testbed.ledger.files import read_ledger
 from testbed.mqtt import topics
 from testbed.mqtt.broker import free_port, parse_broker_url
 from testbed.mqtt.network_loop import NetworkLoop

@@ -16,7 +16,7 @@ import pytest
 
 from testbed import cli
 from testbed.config import replace, to_toml
-from testbed.ledger import read_ledger
+from testbed.ledger.files import read_ledger
 from testbed.mqtt.client import BrokerRefused, MqttClient
 
 from test_mqtt_runtime import _config, _metrics, _testbed

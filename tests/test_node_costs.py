@@ -10,7 +10,8 @@ from nodes.profiles import load_profile
 from testbed.budgets import Budgets
 from testbed.config import load_config_text
 from testbed.data.synthetic import make_logistic
-from testbed.ledger import CommunicationEvent, NodeLedger
+from testbed.ledger.events import CommunicationEvent
+from testbed.ledger.node import NodeLedger
 from testbed.models import LogisticRegression
 
 DIM = 6

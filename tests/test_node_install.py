@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from testbed.config import load_config_text
-from testbed.ledger import read_ledger
+from testbed.ledger.files import read_ledger
 from testbed.runner import run_experiment
 
 from conftest import REPO

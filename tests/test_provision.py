@@ -19,7 +19,7 @@ from nodes.board_config import DEFAULTS, load_board_config, parse_board_config, 
 from testbed.cli import main
 from testbed.config import load_config_text
 from testbed.errors import ConfigError
-from testbed.ledger import read_ledger
+from testbed.ledger.files import read_ledger
 from testbed.mqtt import acl, topics
 from testbed.mqtt.broker import free_port
 from testbed.mqtt.client import BrokerRefused, MqttClient

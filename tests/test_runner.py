@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from testbed.config import load_config_text, replace
-from testbed.ledger import NodeLedger, read_ledger
+from testbed.ledger.node import NodeLedger
+from testbed.ledger.files import read_ledger
 from testbed.privacy.zcdp import dp_pasgd_epsilon
 from testbed.results import SUMMARY_KEYS
 from testbed.runner import run_experiment

@@ -21,7 +21,7 @@ from testbed import protocol, wire
 from testbed.algorithms import registry
 from testbed.assemble import load_data, model_for
 from testbed.config import load_config_text, to_toml
-from testbed.ledger import GaussianEvent
+from testbed.ledger.events import GaussianEvent
 
 RUN, SESSION, NODE = "trust", "s1", 1
 EXPECTED = [0, 1, 2]

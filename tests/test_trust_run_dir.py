@@ -30,7 +30,7 @@ from hypothesis import given, strategies as st
 
 from testbed.cli import main
 from testbed.config import load_config_text
-from testbed.ledger import LEDGER_COLUMNS, parse_rows
+from testbed.ledger.files import LEDGER_COLUMNS, parse_rows
 from testbed.results import _checkpoint_digest, read_checkpoint, read_summary
 from testbed.runner import run_experiment
 

@@ -14,7 +14,7 @@ import pytest
 
 from testbed.budgets import Budgets
 from testbed.config import load_config_text, replace
-from testbed.ledger import read_ledger
+from testbed.ledger.files import read_ledger
 from testbed.progress import Progress, worst_budget
 from testbed.report_html import write_report
 from testbed.runner import run_experiment

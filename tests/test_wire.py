@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from testbed import wire
+from testbed.mqtt import chunks, replay
 
 from conftest import require_module
 
@@ -254,7 +255,7 @@ def _msg(sender="n1", rnd=0, kind="update", msg_id=None):
 
 
 def test_replay_guard_rejects_duplicates_only():
-    guard = wire.ReplayGuard()
+    guard = replay.ReplayGuard()
     first = _msg()
     guard.check(first)
     with pytest.raises(wire.WireError) as info:
@@ -270,7 +271,7 @@ def test_replay_guard_rejects_duplicates_only():
 def test_replay_guard_memory_plateaus_over_rounds():
     """Keys of a sender's rounds before its window are forgotten: memory stays flat however long
     the run, and within the window every replay is still caught."""
-    guard = wire.ReplayGuard(window_rounds=4)
+    guard = replay.ReplayGuard(window_rounds=4)
     sent = []
     for rnd in range(200):
         for sender in ("coordinator", "n1", "n2"):
@@ -289,7 +290,7 @@ def test_replay_guard_memory_plateaus_over_rounds():
 
 def test_replay_guard_windows_are_per_sender():
     """A sender that jumps far ahead moves only its own window."""
-    guard = wire.ReplayGuard(window_rounds=2)
+    guard = replay.ReplayGuard(window_rounds=2)
     guard.check(_msg(sender="n1", rnd=10**6))
     guard.check(_msg(sender="n2", rnd=0))
     guard.check(_msg(sender="coordinator", rnd=1))
@@ -300,7 +301,7 @@ def test_replay_guard_windows_are_per_sender():
 
 
 def test_replay_guard_bounds_a_flood():
-    guard = wire.ReplayGuard(max_per_round=3, max_entries=5)
+    guard = replay.ReplayGuard(max_per_round=3, max_entries=5)
     for _ in range(3):
         guard.check(_msg())
     with pytest.raises(wire.WireError, match="over 3 messages"):
@@ -314,7 +315,7 @@ def test_replay_guard_bounds_a_flood():
 
 
 def _reassemble(frames, reassembler=None, source="t"):
-    r = reassembler or wire.Reassembler()
+    r = reassembler or chunks.Reassembler()
     done = [out for f in frames if (out := r.add(f, source)) is not None]
     return done, r
 
@@ -322,16 +323,16 @@ def _reassemble(frames, reassembler=None, source="t"):
 @pytest.mark.parametrize("size, max_chunk", [(0, 64), (1, 64), (1000, 64), (1000, 1036), (1000, 1037), (10**6, 2**16)])
 def test_chunk_round_trip(size, max_chunk):
     payload = random.Random(size).randbytes(size)
-    frames = wire.chunk(payload, max_chunk)
-    assert all(len(f) <= max_chunk for f in frames) and all(wire.is_chunk(f) for f in frames)
-    assert len(frames) == max(1, -(-size // (max_chunk - wire.CHUNK_HEADER_BYTES)))
+    frames = chunks.chunk(payload, max_chunk)
+    assert all(len(f) <= max_chunk for f in frames) and all(chunks.is_chunk(f) for f in frames)
+    assert len(frames) == max(1, -(-size // (max_chunk - chunks.CHUNK_HEADER_BYTES)))
     done, r = _reassemble(frames)
     assert done == [payload] and r.pending == 0
 
 
 def test_chunks_out_of_order_with_duplicates():
     payload = random.Random(0).randbytes(5000)
-    frames = wire.chunk(payload, 500)
+    frames = chunks.chunk(payload, 500)
     shuffled = frames + frames[::2] + frames[:3]
     random.Random(1).shuffle(shuffled)
     done, r = _reassemble(shuffled)
@@ -340,9 +341,9 @@ def test_chunks_out_of_order_with_duplicates():
 
 def test_interleaved_chunk_sets_and_sources():
     p1, p2 = b"a" * 3000, b"b" * 3000
-    f1, f2 = wire.chunk(p1, 200), wire.chunk(p2, 200, chunk_set_id=b"x" * 16)
-    f3 = wire.chunk(p1, 200, chunk_set_id=b"x" * 16)  # same id as f2, from another source
-    r = wire.Reassembler()
+    f1, f2 = chunks.chunk(p1, 200), chunks.chunk(p2, 200, chunk_set_id=b"x" * 16)
+    f3 = chunks.chunk(p1, 200, chunk_set_id=b"x" * 16)  # same id as f2, from another source
+    r = chunks.Reassembler()
     out = []
     for a, b, c in zip(f1, f2, f3):
         out += [r.add(a, "s1"), r.add(b, "s1"), r.add(c, "s2")]
@@ -351,37 +352,37 @@ def test_interleaved_chunk_sets_and_sources():
 
 def test_whole_message_survives_chunking():
     payload = _encode({"w": np.random.default_rng(0).normal(size=10_000)})
-    done, _ = _reassemble(reversed(wire.chunk(payload, 4096)))
+    done, _ = _reassemble(reversed(chunks.chunk(payload, 4096)))
     np.testing.assert_array_equal(wire.decode(done[0]).tensors["w"], wire.decode(payload).tensors["w"])
 
 
 def test_incomplete_payloads_time_out():
     now = [0.0]
-    r = wire.Reassembler(timeout_s=10.0, clock=lambda: now[0])
-    frames = wire.chunk(b"z" * 1000, 200)
+    r = chunks.Reassembler(timeout_s=10.0, clock=lambda: now[0])
+    frames = chunks.chunk(b"z" * 1000, 200)
     r.add(frames[0])
     assert r.pending == 1
     now[0] = 11.0
-    assert r.add(wire.chunk(b"q", 200)[0]) == b"q"  # any add evicts what has expired
+    assert r.add(chunks.chunk(b"q", 200)[0]) == b"q"  # any add evicts what has expired
     assert r.pending == 0 and r.evicted == 1
     assert r.add(frames[1]) is None  # a late chunk starts over, it does not complete
     assert r.pending == 1
 
 
 def test_pending_payloads_are_bounded():
-    r = wire.Reassembler(max_pending=3)
+    r = chunks.Reassembler(max_pending=3)
     for i in range(5):
-        r.add(wire.chunk(bytes(1000), 200)[0], source=f"s{i}")
+        r.add(chunks.chunk(bytes(1000), 200)[0], source=f"s{i}")
     assert r.pending == 3 and r.evicted == 2
 
 
 def test_late_duplicate_after_completion_is_ignored():
-    frames = wire.chunk(b"y" * 1000, 200)
+    frames = chunks.chunk(b"y" * 1000, 200)
     done, r = _reassemble(frames)
     assert r.add(frames[2], "t") is None and r.pending == 0
 
 
-def _frame(index, count, total, data=b"", cid=b"c" * 16, magic=wire.CHUNK_MAGIC):
+def _frame(index, count, total, data=b"", cid=b"c" * 16, magic=chunks.CHUNK_MAGIC):
     return struct.pack("<4s16sIIQ", magic, cid, index, count, total) + data
 
 
@@ -397,12 +398,12 @@ def _frame(index, count, total, data=b"", cid=b"c" * 16, magic=wire.CHUNK_MAGIC)
 ])
 def test_rejects_bad_chunks(frame, code):
     with pytest.raises(wire.WireError) as info:
-        wire.Reassembler(max_chunks=2**16).add(frame)
+        chunks.Reassembler(max_chunks=2**16).add(frame)
     assert info.value.code == code
 
 
 def test_rejects_inconsistent_chunks():
-    r = wire.Reassembler()
+    r = chunks.Reassembler()
     assert r.add(_frame(0, 2, 10, b"12345")) is None
     with pytest.raises(wire.WireError, match="bad_chunk"):
         r.add(_frame(1, 3, 10, b"67890"))
@@ -411,7 +412,7 @@ def test_rejects_inconsistent_chunks():
 
 def test_chunk_rejects_tiny_limit():
     with pytest.raises(ValueError):
-        wire.chunk(b"abc", wire.CHUNK_HEADER_BYTES)
+        chunks.chunk(b"abc", chunks.CHUNK_HEADER_BYTES)
 
 
 @pytest.mark.parametrize("bad", [["a"], {"a": 1}, 7, None, "a/b", ""])

@@ -29,7 +29,7 @@ and over MQTT, and real deadline misses over MQTT. The rescaling p (``rescale``)
 (``straggler_p``, default the ``[stragglers]`` Bernoulli p) or "observed" (1 − answered/N).
 
 Privacy: the coded upload is ε-MI-DP (Theorem 1, eq. 17; SCFL: a derived bound), one
-:class:`~testbed.ledger.MutualInfoEvent` per node at round −1 under its own budget
+:class:`~testbed.ledger.events.MutualInfoEvent` per node at round −1 under its own budget
 (``budget.mi_epsilon``). The gradients sent during training are **not** covered (the paper's scope).
 
 Bounds (what the coordinator refuses; :mod:`testbed.algorithms.bounds`): Assumption 1 (every entry
@@ -75,7 +75,7 @@ from testbed.algorithms.contract import (
 from testbed.algorithms.registry import BuildContext, Registration
 from testbed.data.federated import Split
 from testbed.errors import ConfigError
-from testbed.ledger import CommunicationEvent, ComputeEvent, Event, MutualInfoEvent, NodeEvents
+from testbed.ledger.events import CommunicationEvent, ComputeEvent, Event, MutualInfoEvent, NodeEvents
 from testbed.limits import MAX_EPSILON_NATS
 from testbed.models import LinearRegression
 from testbed.privacy import acfl as theory

@@ -46,7 +46,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from testbed.data.federated import Split
-    from testbed.ledger import Event, NodeEvents
+    from testbed.ledger.events import Event, NodeEvents
     from testbed.models import Model
 
 #: Round index of the one-time setup phase in the ledger and on the wire.
@@ -268,7 +268,7 @@ class NodeResult:
         metrics: name → (M,) per-node numbers the server may use or report ("samples": training
             samples, "weight": its aggregation weight, a quality score...).
         events: per node, the ledger events of the step (compute, communication, privacy); a
-            :class:`~testbed.ledger.NodeEvents` reads the same and is charged as columns.
+            :class:`~testbed.ledger.events.NodeEvents` reads the same and is charged as columns.
         carry: name → (M, ...) what a node keeps for ``node_finish`` (never sent).
     """
 
@@ -397,13 +397,13 @@ class OverTheAir(Protocol):
 
 def planned_batch(algorithm: Algorithm, node_ids: Sequence[int], ctx: RoundContext) -> "NodeEvents | list[list[Event]]":
     """What ``planned_events`` plans for each of ``node_ids``, as the contract's per-node lists,
-    and as columns where it can be (a :class:`~testbed.ledger.NodeEvents`, charged and logged
+    and as columns where it can be (a :class:`~testbed.ledger.events.NodeEvents`, charged and logged
     without an object per node): the algorithm's own ``planned_batch(node_ids, ctx)`` if it has
     one, else its per-node plans gathered (plain lists when the nodes' plans differ in kind)."""
     own = getattr(algorithm, "planned_batch", None)
     if own is not None:
         return own(node_ids, ctx)
-    from testbed.ledger import NodeEvents
+    from testbed.ledger.events import NodeEvents
 
     lists = [algorithm.planned_events(int(n), ctx) for n in node_ids]
     return NodeEvents.from_lists(lists, node_ids) or lists

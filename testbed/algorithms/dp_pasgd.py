@@ -42,7 +42,7 @@ from testbed.algorithms.contract import (
 from testbed.algorithms.registry import BuildContext, Registration
 from testbed.data.federated import Split
 from testbed.errors import ConfigError
-from testbed.ledger import CommunicationEvent, ComputeEvent, Event, EventBatch, GaussianEvent, NodeEvents
+from testbed.ledger.events import CommunicationEvent, ComputeEvent, Event, EventBatch, GaussianEvent, NodeEvents
 from testbed.models import LogisticRegression, Model
 from testbed.privacy import zcdp
 from testbed.parallel import split_work

@@ -105,7 +105,7 @@ from testbed.algorithms.dwfl_channel import (
 )
 from testbed.data.federated import Split
 from testbed.errors import ConfigError
-from testbed.ledger import CommunicationEvent, ComputeEvent, Event, GaussianEvent
+from testbed.ledger.events import CommunicationEvent, ComputeEvent, Event, GaussianEvent
 from testbed.models import Model
 from testbed.privacy import dwfl as dp
 from testbed.rng import Purpose, stream

@@ -49,7 +49,7 @@ from testbed.algorithms.contract import (
 from testbed.algorithms.impact import cap_shares, intake_sizes
 from testbed.algorithms.registry import BuildContext, Registration
 from testbed.data.federated import Split
-from testbed.ledger import CommunicationEvent, ComputeEvent, Event, NodeEvents
+from testbed.ledger.events import CommunicationEvent, ComputeEvent, Event, NodeEvents
 from testbed.models import Model
 from testbed.sections import Positive
 

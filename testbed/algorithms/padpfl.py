@@ -59,7 +59,7 @@ from testbed.algorithms.impact import (ImpactSchedule, cap_shares, check_weights
 from testbed.algorithms.registry import BuildContext, Registration
 from testbed.data.federated import Split
 from testbed.errors import ConfigError
-from testbed.ledger import CommunicationEvent, ComputeEvent, Event, GaussianEvent
+from testbed.ledger.events import CommunicationEvent, ComputeEvent, Event, GaussianEvent
 from testbed.models import Model
 from testbed.privacy import padpfl as dp
 from testbed.parallel import split_work

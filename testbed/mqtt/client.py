@@ -41,7 +41,7 @@ from paho.mqtt.reasoncodes import ReasonCode
 from testbed import wire
 from testbed.errors import ConfigError, UserError
 from testbed.frozen import frozen
-from testbed.mqtt import paho_speedups, probe, topics
+from testbed.mqtt import chunks, paho_speedups, probe, replay, topics
 from testbed.mqtt.broker import BrokerUrl, parse_broker_url
 from testbed.mqtt.network_loop import NetworkLoop
 
@@ -151,7 +151,7 @@ class MqttClient:
             in the inbox (then `receive` has nothing): a receiver that handles messages as they come
             saves a hand-over between threads per message. It must not block.
         replay_window_rounds: how many of a sender's latest rounds the replay guard remembers; a
-            message of an older round is refused as a replay (wire.ReplayGuard). A receiver that
+            message of an older round is refused as a replay (replay.ReplayGuard). A receiver that
             dedupes by meaning itself (the coordinator charges a node's round once, however late)
             passes a window as long as a run, so that no late reply is lost to it.
         admit: called on the network thread with each decoded wire message before any per-sender
@@ -172,8 +172,8 @@ class MqttClient:
                  admit: Callable[[wire.Message], str | None] | None = None, replay_window_rounds: int = 16):
         if protocol not in PROTOCOLS:
             raise ConfigError("mqtt.protocol", f"must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
-        if max_chunk_bytes <= wire.CHUNK_HEADER_BYTES:
-            raise ValueError(f"max_chunk_bytes must exceed {wire.CHUNK_HEADER_BYTES}")
+        if max_chunk_bytes <= chunks.CHUNK_HEADER_BYTES:
+            raise ValueError(f"max_chunk_bytes must exceed {chunks.CHUNK_HEADER_BYTES}")
         self.url: BrokerUrl = parse_broker_url(url)
         probe.check_tls_ca_use(url, None if tls_ca is None else str(tls_ca))
         self.client_id = client_id
@@ -195,8 +195,8 @@ class MqttClient:
         self._deliver: Callable[[Inbound], None] = on_inbound if on_inbound is not None else self._inbox.put
         self.owner = owner
         self._network = network
-        self._reassembler = wire.Reassembler(max_message_bytes=max_message_bytes)
-        self._replay = wire.ReplayGuard(window_rounds=replay_window_rounds)
+        self._reassembler = chunks.Reassembler(max_message_bytes=max_message_bytes)
+        self._replay = replay.ReplayGuard(window_rounds=replay_window_rounds)
         self._admit = admit
         self._lock = threading.Condition()
         self._paho: paho.Client | None = None
@@ -462,7 +462,7 @@ class MqttClient:
                                                        f"{sorted(topics.STATUS_VALUES)}")
                 self._deliver(Inbound.of(topic, t.kind, t.node, payload, None, self.owner))
                 return
-            if wire.is_chunk(payload):
+            if chunks.is_chunk(payload):
                 payload = self._reassembler.add(payload, source=topic)
                 if payload is None:
                     return
@@ -507,7 +507,7 @@ class MqttClient:
         c = self._paho
         if c is None:
             raise RuntimeError(f"{self.client_id}: publish before connect()")
-        frames = [payload] if len(payload) <= self.max_chunk_bytes else wire.chunk(payload, self.max_chunk_bytes)
+        frames = [payload] if len(payload) <= self.max_chunk_bytes else chunks.chunk(payload, self.max_chunk_bytes)
         if len(frames) > _MAX_FRAMES:
             raise ValueError(f"{len(payload)} bytes in chunks of {self.max_chunk_bytes} is over {_MAX_FRAMES} frames")
         if retain and len(frames) > 1:

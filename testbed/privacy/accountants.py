@@ -6,7 +6,7 @@
   sampling each event declares (fixed-size batches without replacement under replace-one; Poisson
   under add/remove). dp-accounting is imported only when one of them is used.
 
-Each takes the tally of :class:`testbed.ledger.NodeLedger` (signature → count), so a check costs
+Each takes the tally of :class:`testbed.ledger.node.NodeLedger` (signature → count), so a check costs
 the same after 10 rounds as after 10,000; results are memoised because every node of a run usually
 shares one tally.
 
@@ -31,7 +31,7 @@ import sys
 from collections import Counter
 from typing import Iterable, Mapping
 
-from testbed.ledger import ADJACENCIES, SAMPLINGS
+from testbed.ledger.events import ADJACENCIES, SAMPLINGS
 from testbed.privacy.zcdp import gaussian_rho, rho_to_epsilon
 
 ACCOUNTANTS = ("zcdp", "rdp", "pld")
@@ -72,7 +72,7 @@ def unsupported_reason(accountant: str, events: Iterable) -> str | None:
 
     Example
     -------
-    >>> from testbed.ledger import GaussianEvent
+    >>> from testbed.ledger.events import GaussianEvent
     >>> e = GaussianEvent(0, 0, 1.0, 0.1, 1, adjacency="replace_one", sampling="without_replacement", sampling_rate=0.1)
     >>> unsupported_reason("rdp", [e]) is None
     True
@@ -109,7 +109,7 @@ def unsupported_reason(accountant: str, events: Iterable) -> str | None:
 def supports(accountant: str, event) -> bool:
     """Whether ``accountant`` can account for ``event`` (a GaussianEvent or its signature) alone.
 
-    >>> from testbed.ledger import GaussianEvent
+    >>> from testbed.ledger.events import GaussianEvent
     >>> supports("rdp", GaussianEvent(0, 0, 1.0, 0.1, 1, adjacency="add_remove", sampling="poisson", sampling_rate=0.1))
     True
     """
@@ -188,7 +188,7 @@ def _dp_accounting_epsilon(kind: str, items: tuple, delta: float) -> float:
 
 
 def epsilon_by_observer(accountant: str, tallies: Mapping[str, Mapping[tuple, int]], delta: float) -> dict[str, float]:
-    """ε spent at δ against each observer (testbed.ledger.OBSERVERS) that saw a release."""
+    """ε spent at δ against each observer (testbed.ledger.events.OBSERVERS) that saw a release."""
     return {observer: epsilon(accountant, tally, delta) for observer, tally in sorted(tallies.items())}
 
 

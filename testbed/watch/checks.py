@@ -13,7 +13,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from testbed.ledger import ABSURD, Event, GaussianEvent, NodeLedger
+from testbed.ledger.fields import ABSURD
+from testbed.ledger.events import Event, GaussianEvent
+from testbed.ledger.node import NodeLedger
 from testbed.results import METRIC_COLUMNS, STATUSES
 
 #: Metric columns the page plots.

@@ -3,7 +3,7 @@
 A run appends ``metrics.csv`` (a row per round) and ``ledger.csv`` (every node's events) and flushes
 both every round; it writes ``summary.json`` when it ends. :class:`RunFeed` tails the two logs from
 where it last stopped (whole lines only: a row being written is read next time), keeps a
-:class:`~testbed.ledger.NodeLedger` per node as the run does, and hands out a full
+:class:`~testbed.ledger.node.NodeLedger` per node as the run does, and hands out a full
 :meth:`~RunFeed.snapshot` once and then :meth:`~RunFeed.poll` deltas: the run's state, the new metric
 rows and only the node rows that changed. Over MQTT the nodes' online/offline status messages come in
 through :meth:`~RunFeed.node_status` (any thread).
@@ -36,15 +36,10 @@ from pathlib import Path
 from typing import Any
 
 from testbed.errors import UserError
-from testbed.ledger import (
-    LEDGER_COLUMNS,
-    CommunicationEvent,
-    ComputeEvent,
-    Event,
-    NodeLedger,
-    StraggleEvent,
-    event_from_dict,
-)
+from testbed.ledger.files import LEDGER_COLUMNS
+from testbed.ledger.events import CommunicationEvent, ComputeEvent, Event, StraggleEvent
+from testbed.ledger.node import NodeLedger
+from testbed.ledger.fields import event_from_dict
 from testbed.results import METRIC_COLUMNS, read_summary
 from testbed.watch.checks import check_event, metric_row, summary_view
 from testbed.watch.lines import DELETED, LineTail

@@ -1,13 +1,13 @@
 """Every node's ledger of a run as columns: one row per node, numpy totals, interned privacy tallies.
 
-The runner charges a round's releases as :class:`~testbed.ledger.EventBatch` es (one per kind of
+The runner charges a round's releases as :class:`~testbed.ledger.events.EventBatch` es (one per kind of
 event, a row per node), so a round costs a few numpy operations whatever the number of nodes,
-where a :class:`~testbed.ledger.NodeLedger` per node cost a few microseconds per node and event.
+where a :class:`~testbed.ledger.node.NodeLedger` per node cost a few microseconds per node and event.
 Events one at a time (a resume's ledger, MQTT's late replies, server events) go in too.
 
 What is kept:
 
-- ``totals``: one column per :class:`~testbed.ledger.Totals` field, (N,) each;
+- ``totals``: one column per :class:`~testbed.ledger.node.Totals` field, (N,) each;
 - privacy: each node's per-observer tally (signature → count, as NodeLedger.by_observer) is
   *interned*: nodes with equal tallies share one entry, so the ε of every node is computed once
   per distinct tally (usually one per round, a few with stragglers), not once per node;
@@ -22,7 +22,7 @@ by_observer, has_round, projected, max_round_energy_j), for budgets and reports.
 Example::
 
     >>> import numpy as np
-    >>> from testbed.ledger import EventBatch, GaussianEvent, ComputeEvent
+    >>> from testbed.ledger.events import EventBatch, GaussianEvent, ComputeEvent
     >>> book = LedgerBook([0, 1, 2])
     >>> book.extend_batch(EventBatch(ComputeEvent(0, 0, local_steps=10), np.array([0, 2])))
     >>> book.extend_batch(EventBatch(GaussianEvent(0, 0, sigma=1.0, sensitivity=0.1, count=10), np.array([0, 2])))
@@ -41,7 +41,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from testbed.ledger import TOTALS_OF, Event, EventBatch, GaussianEvent, StraggleEvent, Totals, batches_of, projected
+from testbed.ledger.events import Event, EventBatch, GaussianEvent, StraggleEvent, batches_of
+from testbed.ledger.node import TOTALS_OF, Totals, projected
 from testbed.privacy.accountants import worst_epsilon
 
 _INT_TOTALS = {f.name for f in dataclasses.fields(Totals) if f.type in ("int", int)}
@@ -211,7 +212,7 @@ class LedgerBook:
     # --- reading ---------------------------------------------------------------------------
 
     def column(self, total: str) -> np.ndarray:
-        """(N,) the total ``total`` (a :class:`~testbed.ledger.Totals` field or ``bytes_total``)."""
+        """(N,) the total ``total`` (a :class:`~testbed.ledger.node.Totals` field or ``bytes_total``)."""
         if total == "bytes_total":
             return self.totals["bytes_up"] + self.totals["bytes_down"]
         return self.totals[total]
@@ -291,7 +292,7 @@ class LedgerBook:
 
 
 class BookNodeView:
-    """One node of a :class:`LedgerBook`, read as a :class:`~testbed.ledger.NodeLedger` is read
+    """One node of a :class:`LedgerBook`, read as a :class:`~testbed.ledger.node.NodeLedger` is read
     (budgets, progress, reports); appending goes through the book."""
 
     def __init__(self, book: LedgerBook, node: int):

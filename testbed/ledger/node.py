@@ -1,0 +1,192 @@
+"""One node's ledger: running totals, the privacy compositions tallied by signature (all, and
+per observer), and the rounds it logged.
+
+Example::
+
+    >>> from testbed.ledger.events import ComputeEvent
+    >>> led = NodeLedger(node=0)
+    >>> led.extend([ComputeEvent(node=0, round=0, local_steps=10, cost_units=10.0)])
+    >>> led.totals.local_steps
+    10
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping
+
+from testbed.ledger.events import CommunicationEvent, ComputeEvent, Event, GaussianEvent, StraggleEvent
+
+
+#: What one event of each kind adds to a node's totals: (total, the event field it adds; None: one).
+TOTALS_OF: dict[str, tuple[tuple[str, str | None], ...]] = {
+    "compute": (("local_steps", "local_steps"), ("cost_units", "cost_units"), ("compute_s", "compute_s"),
+                ("energy_j", "energy_j")),
+    "communication": (("rounds", None), ("cost_units", "cost_units"), ("bytes_up", "bytes_up"),
+                      ("bytes_down", "bytes_down"), ("airtime_s", "airtime_s"), ("energy_j", "energy_j")),
+    "straggle": (("rounds_straggled", None),),
+    "mutual_info": (("mi_epsilon_nats", "epsilon_nats"),),
+}
+
+
+@dataclass
+class Totals:
+    """Running sums over a node's events (derived; the events on disk stay the record)."""
+
+    local_steps: int = 0
+    rounds: int = 0
+    cost_units: float = 0.0
+    bytes_up: int = 0
+    bytes_down: int = 0
+    compute_s: float = 0.0
+    airtime_s: float = 0.0
+    energy_j: float = 0.0
+    rounds_straggled: int = 0
+    mi_epsilon_nats: float = 0.0
+
+    def add(self, event: Event) -> None:
+        for total, source in TOTALS_OF.get(event.kind, ()):
+            setattr(self, total, getattr(self, total) + (1 if source is None else getattr(event, source)))
+
+    @property
+    def bytes_total(self) -> int:
+        return self.bytes_up + self.bytes_down
+
+
+class RoundSet:
+    """The round indices a node logged, as sorted disjoint half-open intervals [start, stop).
+
+    A node logs rounds mostly in order, so a run of R rounds costs one interval, not R set entries
+    (a set of ints per node grew by ~30 bytes per round for the whole run, for every node).
+
+    Example::
+
+        >>> rs = RoundSet()
+        >>> for r in (0, 1, 2, 5): rs.add(r)
+        >>> (2 in rs, 3 in rs, len(rs), rs.intervals)
+        (True, False, 4, [[0, 3], [5, 6]])
+    """
+
+    __slots__ = ("intervals",)
+
+    def __init__(self) -> None:
+        self.intervals: list[list[int]] = []
+
+    def add(self, r: int) -> None:
+        iv = self.intervals
+        if iv and iv[-1][0] <= r <= iv[-1][1]:  # the common case: this round or the next one
+            iv[-1][1] = max(iv[-1][1], r + 1)
+            return
+        i = bisect.bisect_right(iv, [r, float("inf")])  # first interval starting after r
+        if i and iv[i - 1][1] >= r:  # r inside or just after the interval before
+            iv[i - 1][1] = max(iv[i - 1][1], r + 1)
+            i -= 1
+        else:
+            iv.insert(i, [r, r + 1])
+        if i + 1 < len(iv) and iv[i + 1][0] <= iv[i][1]:  # now touches the next one: merge
+            iv[i][1] = max(iv[i][1], iv.pop(i + 1)[1])
+
+    def __contains__(self, r: object) -> bool:
+        iv = self.intervals
+        if not isinstance(r, int) or not iv:
+            return False
+        i = bisect.bisect_right(iv, [r, float("inf")])
+        return i > 0 and iv[i - 1][0] <= r < iv[i - 1][1]
+
+    def __len__(self) -> int:
+        return sum(stop - start for start, stop in self.intervals)
+
+
+# Rounds whose joules are still summed apart; older rounds are folded into one running maximum.
+_ENERGY_WINDOW = 4
+
+
+@dataclass
+class NodeLedger:
+    """What one node spent: running totals and the privacy compositions tallied by signature:
+    all of them (``privacy``) and per observer (``by_observer``).
+
+    The events themselves live on disk (``ledger.csv``, read back with :func:`read_ledger`): keeping
+    them here too grew by about a kilobyte per round per node for the whole run.
+
+    Example::
+
+        >>> led = NodeLedger(node=0)
+        >>> led.extend([GaussianEvent(node=0, round=0, sigma=1.0, sensitivity=0.1, count=5)])
+        >>> (led.has_round(0), led.has_round(1), sum(led.privacy.values()))
+        (True, False, 5)
+    """
+
+    node: int
+    totals: Totals = field(default_factory=Totals)
+    privacy: Counter = field(default_factory=Counter)
+    by_observer: dict[str, Counter] = field(default_factory=dict)
+    rounds_logged: RoundSet = field(default_factory=RoundSet)
+    server_rounds: RoundSet = field(default_factory=RoundSet)
+    # Joules per round of the last _ENERGY_WINDOW rounds seen; older ones only count through their max.
+    round_energy_j: dict = field(default_factory=dict)
+    _folded_energy_j: float = 0.0
+    _folded_below: int = 0  # rounds < this were folded into _folded_energy_j
+
+    def extend(self, events: Iterable[Event]) -> None:
+        for event in events:
+            if event.node != self.node:
+                raise ValueError(f"event of node {event.node} offered to the ledger of node {self.node}")
+            if getattr(event, "issuer", "node") == "server":
+                self.server_rounds.add(event.round)
+            elif not isinstance(event, StraggleEvent):
+                self.rounds_logged.add(event.round)
+            if isinstance(event, (ComputeEvent, CommunicationEvent)):
+                self._add_energy(event.round, event.energy_j)
+            self.totals.add(event)
+            if isinstance(event, GaussianEvent):
+                self.privacy[event.signature] += event.count
+                self.by_observer.setdefault(event.observer, Counter())[event.signature] += event.count
+
+    def _add_energy(self, r: int, energy_j: float) -> None:
+        if r < self._folded_below:
+            # A late event of a round already folded: its round's sum is gone, so add it to the max
+            # (the forecast may only err towards more spend).
+            self._folded_energy_j += energy_j
+            return
+        self.round_energy_j[r] = self.round_energy_j.get(r, 0.0) + energy_j
+        if len(self.round_energy_j) > _ENERGY_WINDOW:
+            oldest = min(self.round_energy_j)
+            self._folded_energy_j = max(self._folded_energy_j, self.round_energy_j.pop(oldest))
+            self._folded_below = oldest + 1
+
+    def has_round(self, round_index: int) -> bool:
+        """Whether the node's own events of ``round_index`` are already logged (a node that re-runs
+        a round after a restart releases the same values again, from the same random streams:
+        nothing new to charge)."""
+        return round_index in self.rounds_logged
+
+    def has_server_events(self, round_index: int) -> bool:
+        """Whether events the server issued on this node's behalf for ``round_index`` are logged."""
+        return round_index in self.server_rounds
+
+    @property
+    def max_round_energy_j(self) -> float:
+        """Joules of the costliest round logged (0 before any): the forecast of the next round's."""
+        return max(self._folded_energy_j, max(self.round_energy_j.values(), default=0.0))
+
+    def projected(self, events: Iterable[Event]) -> tuple[Totals, dict[str, Counter]]:
+        """Totals and the per-observer privacy tallies as they would be after ``events``, without
+        appending them."""
+        return projected(self.totals, self.by_observer, events)
+
+
+def projected(totals: Totals, by_observer: Mapping[str, Counter], events: Iterable[Event]
+              ) -> tuple[Totals, dict[str, Counter]]:
+    """Copies of a node's ``totals`` and per-observer tallies with ``events`` added (the budget
+    check's forecast); the originals are left as they are."""
+    totals = dataclasses.replace(totals)
+    tallies = {observer: Counter(tally) for observer, tally in by_observer.items()}
+    for event in events:
+        totals.add(event)
+        if isinstance(event, GaussianEvent):
+            tallies.setdefault(event.observer, Counter())[event.signature] += event.count
+    return totals, tallies
