@@ -26,6 +26,7 @@ not survive a fork); otherwise the coordinator starts a new interpreter.
 from __future__ import annotations
 
 import gc
+import importlib
 import logging
 import os
 import signal
@@ -37,6 +38,9 @@ import warnings
 from collections.abc import Mapping, Sequence
 
 _POLL_S = 0.005  # how often wait() looks whether the child has exited
+#: The `testbed` command the child runs, named as pyproject.toml's console script names it: a command
+#: is started by name, as `python -m testbed` starts it, so this utility imports nothing above it.
+COMMAND_ENTRY_POINT = "testbed.cli:main"
 
 
 def can_fork() -> bool:
@@ -152,9 +156,8 @@ def _run_child(argv: list[str], env: dict[str, str], stderr_fd: int, name: str) 
         for handler in list(root.handlers):
             root.removeHandler(handler)
         os.environ.update(env)
-        from testbed.cli import main
-
-        code = main(argv)
+        module, function = COMMAND_ENTRY_POINT.split(":")
+        code = getattr(importlib.import_module(module), function)(argv)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
     except BaseException:  # noqa: BLE001  said on stderr, the coordinator passes it on

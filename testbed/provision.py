@@ -47,7 +47,7 @@ from typing import Any
 
 from nodes import board_config
 from nodes.meters import check_meter_fits_profile
-from testbed.cli import checks
+from testbed import inputs
 from testbed.errors import ConfigError, UserError
 from testbed.mqtt import acl
 from testbed.mqtt.broker import parse_broker_url
@@ -266,7 +266,7 @@ def provision(inventory: Inventory, out: Path) -> dict[str, Path]:
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UserError(f"--out {out}: not an empty folder (an earlier provisioning's passwords would mix with "
                         "new ones); choose another or remove it")
-    checks.output_dir(out, "--out")
+    inputs.output_dir(out, "--out")
     nodes = [str(b.node_id) for b in inventory.boards]
     acl_text, passwords = acl.generate_acl(inventory.run_id, nodes)
     try:

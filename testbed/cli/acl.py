@@ -31,7 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _acl(args: argparse.Namespace) -> int:
     from testbed import wire
-    from testbed.cli import checks
+    from testbed import inputs
     from testbed.mqtt.acl import (generate_acl, mosquitto_conf, write_acl_file, write_password_file,
                                   write_private)
     from testbed.resources import check_count
@@ -54,7 +54,7 @@ def _acl(args: argparse.Namespace) -> int:
         acl_text, passwords = generate_acl(args.run, ids)
     except ValueError as exc:  # a node id that is a reserved user name (coordinator, channel)
         raise UserError(f"--ids: {exc}") from None
-    checks.output_dir(args.out, "--out")
+    inputs.output_dir(args.out, "--out")
     creds = args.out / "credentials.json"
     try:
         write_acl_file(args.out / "acl", acl_text)

@@ -31,7 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from testbed.cli import checks
+    from testbed import inputs
     from testbed.config import load_config
     from testbed.results import checked_config
     from testbed.runner import run_experiment
@@ -45,22 +45,22 @@ def _run(args: argparse.Namespace) -> int:
     if args.resume is not None:
         if args.file is not None or args.out is not None or args.seed is not None or args.overrides:
             raise UserError("--resume takes the run's own config.toml: give no FILE, --out, --seed or --set")
-        config = load_config(checks.experiment_file(checked_config(args.resume)), overrides)
-        checks.run_id(config.mqtt.run_id)
+        config = load_config(inputs.experiment_file(checked_config(args.resume)), overrides)
+        inputs.run_id(config.mqtt.run_id)
         out = args.resume
     else:
         if args.file is None:
             raise UserError("give an experiment FILE, or --resume RUN_DIR")
         if args.seed is not None:
             overrides.append(f"run.seed={args.seed}")
-        config = load_config(checks.experiment_file(args.file), overrides)
+        config = load_config(inputs.experiment_file(args.file), overrides)
         # The run id goes into MQTT topics; refused in sim too, so a file that runs in sim runs
         # over MQTT (the integrator may move this into the config's validation of mqtt.run_id).
-        checks.run_id(config.mqtt.run_id)
+        inputs.run_id(config.mqtt.run_id)
         if args.out is not None:
-            checks.output_dir(args.out, "--out")
+            inputs.output_dir(args.out, "--out")
         else:
-            checks.output_dir(Path(config.output.dir), "output.dir")
+            inputs.output_dir(Path(config.output.dir), "output.dir")
         out = args.out
         if args.watch and out is None:  # the page must know the directory before the run names it
             from testbed.runner import default_run_dir

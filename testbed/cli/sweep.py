@@ -32,15 +32,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from testbed.cli import checks
+    from testbed import inputs
     from testbed.config import load_config
     from testbed.errors import UserError
     from testbed.limits import MAX_SEED
     from testbed.resources import check_count, estimate_bytes
     from testbed.sweep import format_table, grid_points, parse_grid, run_sweep
 
-    base = load_config(checks.experiment_file(args.file), args.overrides)
-    checks.run_id(base.mqtt.run_id)
+    base = load_config(inputs.experiment_file(args.file), args.overrides)
+    inputs.run_id(base.mqtt.run_id)
     grid = parse_grid(args.grid)
     if base.run.seed + args.repeats - 1 > MAX_SEED:
         raise UserError(f"--repeats {args.repeats}: seeds from run.seed {base.run.seed} would pass {MAX_SEED}")

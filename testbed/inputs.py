@@ -1,5 +1,5 @@
-"""Checks of command-line input that would otherwise surface as a traceback deep inside a command:
-an experiment path that is a directory or a binary file, an output directory that cannot be made,
+"""Checks of what a user names on the command line or in an experiment file that would otherwise
+surface as a traceback deep inside a command: an experiment path that is a directory or a binary file, an output directory that cannot be made,
 a run id that cannot go into an MQTT topic. Each raises UserError (or ConfigError naming the key)
 with one line, so `testbed` exits 2."""
 
