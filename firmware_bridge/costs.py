@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import Iterator, Sequence
 
-from firmware_bridge.profiles import load_mcu_profile
+from testbed.devices.profiles import load_mcu_profile
 from nodes.clock import comm_cost
 from nodes.meters import Measurement
 from testbed.ledger import CommunicationEvent, ComputeEvent, Event

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from nodes.meters import METER_KINDS
-from nodes.profiles import PROFILE_NAMES
+from testbed.devices.profiles import PROFILE_NAMES
 from testbed import wire
 from testbed.errors import ConfigError, UserError
 from testbed.limits import MAX_CHUNK_BYTES, MAX_INT, MIN_CHUNK_BYTES

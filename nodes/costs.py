@@ -19,7 +19,7 @@ from typing import Iterator, Sequence
 
 from nodes.clock import Pacer, comm_cost, compute_cost
 from nodes.meters import Measurement, make_meter
-from nodes.profiles import load_profile
+from testbed.devices.profiles import load_profile
 from testbed.ledger import CommunicationEvent, ComputeEvent, Event, with_fields
 
 

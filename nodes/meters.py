@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from nodes.clock import compute_cost
-from nodes.profiles import DeviceProfile, load_profile
+from testbed.devices.profiles import DeviceProfile, load_profile
 from testbed.errors import UserError
 
 log = logging.getLogger(__name__)

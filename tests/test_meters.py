@@ -11,7 +11,7 @@ import pytest
 from nodes import meters
 from nodes.meters import (Ina219Meter, Ina260Meter, Measurement, MeterUnavailable, ModelMeter, RaplMeter,
                           calibration_ina219, make_meter)
-from nodes.profiles import load_profile
+from testbed.devices.profiles import load_profile
 from testbed.errors import UserError
 
 

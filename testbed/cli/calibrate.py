@@ -105,7 +105,7 @@ def calibrate(profile_name: str = "host", model_size: int = 100, *, broker_url: 
         UserError: bad arguments, an unavailable meter, an unreachable broker, no reply.
     """
     from nodes.meters import make_meter
-    from nodes.profiles import load_profile
+    from testbed.devices.profiles import load_profile
 
     from testbed.resources import check_count
 
