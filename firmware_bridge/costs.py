@@ -24,7 +24,7 @@ from typing import Iterator, Sequence
 
 from testbed.devices.profiles import load_mcu_profile
 from nodes.clock import comm_cost
-from nodes.meters import Measurement
+from nodes.meters.base import Measurement
 from testbed.ledger import CommunicationEvent, ComputeEvent, Event
 
 
