@@ -22,9 +22,9 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import Iterator, Sequence
 
-from testbed.devices.profiles import load_mcu_profile
 from nodes.clock import comm_cost
 from nodes.meters.base import Measurement
+from testbed.devices.profiles import load_mcu_profile
 from testbed.ledger import CommunicationEvent, ComputeEvent, Event
 
 

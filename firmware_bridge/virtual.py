@@ -57,13 +57,13 @@ def build(target: str) -> Path:
     return out / target / board.artifact
 
 
-class _Process:
+class BoardProcess:
     """A board process: started on enter, killed on exit."""
 
     proc: subprocess.Popen
     url: str
 
-    def __enter__(self) -> "_Process":
+    def __enter__(self) -> "BoardProcess":
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -76,7 +76,7 @@ class _Process:
         self.proc.wait(timeout=10)
 
 
-class HostBoard(_Process):
+class HostBoard(BoardProcess):
     """The virtual board: the firmware as a host process, its UART a pseudo-terminal.
 
     Args:
@@ -122,7 +122,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-class QemuBoard(_Process):
+class QemuBoard(BoardProcess):
     """A Cortex-M firmware under ``qemu-system-arm -M <its machine>``, UART0 on a loopback TCP
     port the bridge opens as ``socket://127.0.0.1:PORT``. QEMU waits for that connection before
     the board runs, so nothing it says at boot is lost.
@@ -169,13 +169,13 @@ def _listening(port: int) -> bool:
 
 #: How a registration's ``runner`` starts its board: (registration, board id, profile) → the board
 #: process (a context manager with ``url``). A board whose firmware runs another way adds a runner.
-RUNNERS: dict[str, Callable[[VirtualBoard, str, str], _Process]] = {
+RUNNERS: dict[str, Callable[[VirtualBoard, str, str], BoardProcess]] = {
     "pty": lambda board, board_id, profile: HostBoard(board_id, profile, board=board.name),
     "qemu": lambda board, board_id, profile: QemuBoard(board=board.name),
 }
 
 
-def start(name: str, board_id: str, profile: str) -> _Process:
+def start(name: str, board_id: str, profile: str) -> BoardProcess:
     """Start the virtual board ``name`` (its hello says ``board_id`` and, where its firmware takes
     one at start, ``profile``); a context manager with the ``url`` the bridge opens.
 

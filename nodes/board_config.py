@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from nodes.meters import registry as meters
-from testbed.devices.profiles import PROFILE_NAMES
 from testbed import wire
+from testbed.devices.profiles import PROFILE_NAMES
 from testbed.errors import ConfigError, UserError
 from testbed.limits import MAX_CHUNK_BYTES, MAX_INT, MIN_CHUNK_BYTES
 from testbed.mqtt.broker import parse_broker_url
