@@ -8,6 +8,7 @@ choices; a bad registration is refused in one line naming its file.
 """
 
 import json
+import subprocess
 import sys
 from typing import get_args
 
@@ -246,14 +247,31 @@ def _subparsers(parser) -> dict:
 
 # ---- the config is generated from them -----------------------------------------------------------
 
-GENERATED_CONFIG = '''
+#: A device profile's table, added to profiles.toml by the tests.
+PI_9 = '''
+[pi-9]
+description = "a board of the test"
+compute_time_factor = 3.0
+idle_power_w = 1.0
+active_power_w = 2.0
+wifi_up_bps = 1.0e7
+wifi_down_bps = 1.0e7
+radio_tx_power_w = 0.5
+radio_rx_power_w = 0.2
+sources = ["the test"]
+'''
+
+#: A process's start that reads nodes/ data files (profiles.toml) from the folder of its argument.
+NODES_DATA_IN_ARGV = '''
 import json, sys
 from pathlib import Path
 import testbed.devices.datafiles as datafiles
 tmp = Path(sys.argv[1])
 real = datafiles.package_dir
 datafiles.package_dir = lambda package: tmp if package == "nodes" else real(package)
-from testbed.devices import virtual_boards
+'''
+
+GENERATED_CONFIG = NODES_DATA_IN_ARGV + '''from testbed.devices import virtual_boards
 virtual_boards.BOARDS_DIR = tmp / "boards"
 from testbed.config import NodesSection, json_schema
 nodes = json_schema()["$defs"]["NodesSection"]["properties"]
@@ -265,20 +283,7 @@ print(json.dumps([nodes["profile"]["enum"], nodes["mcu_board"]["enum"], section.
 def test_a_profile_and_a_board_added_are_config_choices(boards_dir, tmp_path):
     """In a fresh process (the config's choices are made when it is imported): a table added to
     profiles.toml and a board folder added are choices of the config and its JSON Schema."""
-    import subprocess
-
-    (tmp_path / "profiles.toml").write_text(profiles.PROFILES_FILE.read_text() + '''
-[pi-9]
-description = "a board of the test"
-compute_time_factor = 3.0
-idle_power_w = 1.0
-active_power_w = 2.0
-wifi_up_bps = 1.0e7
-wifi_down_bps = 1.0e7
-radio_tx_power_w = 0.5
-radio_rx_power_w = 0.2
-sources = ["the test"]
-''')
+    (tmp_path / "profiles.toml").write_text(profiles.PROFILES_FILE.read_text() + PI_9)
     (boards_dir / "toy-m0").mkdir()
     (boards_dir / "toy-m0" / "board.toml").write_text(TOY_BOARD.format(runner="pty"))
     done = subprocess.run([sys.executable, "-c", GENERATED_CONFIG, str(tmp_path)], capture_output=True, text=True,
@@ -287,3 +292,17 @@ sources = ["the test"]
     profile_enum, board_enum, profile, board = json.loads(done.stdout)
     assert profile_enum == [*profiles.PROFILE_NAMES, "pi-9"] and board_enum == ["host", "mps2-an385", "toy-m0"]
     assert (profile, board) == ("pi-9", "toy-m0")
+
+
+BAD_PROFILE = NODES_DATA_IN_ARGV + 'import testbed.devices.profiles\n'
+
+
+@pytest.mark.parametrize("change, complaint", [
+    (("wifi_up_bps = 1.0e7", "wifi_up_bps = -1.0e7"), "profile 'pi-9': wifi_up_bps out of range"),
+    (("radio_rx_power_w = 0.2\n", ""), "profile 'pi-9' must have exactly the keys"),
+])
+def test_a_bad_profile_table_is_refused_naming_it(tmp_path, change, complaint):
+    (tmp_path / "profiles.toml").write_text(profiles.PROFILES_FILE.read_text() + PI_9.replace(*change))
+    done = subprocess.run([sys.executable, "-c", BAD_PROFILE, str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    assert f"{tmp_path / 'profiles.toml'}: {complaint}" in done.stderr.strip().splitlines()[-1]
