@@ -39,12 +39,12 @@ from firmware_bridge.board import Board, BoardResult
 from firmware_bridge.costs import BoardCosts
 from firmware_bridge.link import BoardRefused, BoardReset, Link
 from firmware_bridge.port import open_port
-from firmware_bridge.profiles import load_mcu_profile
 from nodes.agent import NodeAgent
 from testbed import protocol, wire
 from testbed.algorithms.contract import SETUP_ROUND, NodeResult, RoundContext
 from testbed.algorithms.mcu_logistic import McuTask, RunsOnMcu
 from testbed.data.federated import Split
+from testbed.devices.profiles import load_mcu_profile
 from testbed.errors import UserError
 from testbed.ledger.events import CommunicationEvent, Event
 

@@ -22,9 +22,9 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import Iterator, Sequence
 
-from firmware_bridge.profiles import load_mcu_profile
 from nodes.clock import comm_cost
-from nodes.meters import Measurement
+from nodes.meters.base import Measurement
+from testbed.devices.profiles import load_mcu_profile
 from testbed.ledger.events import CommunicationEvent, ComputeEvent, Event
 
 

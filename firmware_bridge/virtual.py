@@ -1,14 +1,16 @@
 """Boards without hardware: the firmware built for the host and run behind a pseudo-terminal, or
 built for the Cortex-M3 of Arm's MPS2 AN385 and run under ``qemu-system-arm`` with its UART on a
-TCP socket. Either gives a pyserial URL the bridge opens like a real board's.
+TCP socket. Either gives a pyserial URL the bridge opens like a real board's. Which boards exist is
+the virtual-board registry's (:mod:`testbed.devices.virtual_boards`: one folder each); this module
+builds a board's firmware and runs it by its registration's ``runner`` (:data:`RUNNERS`).
 
 Builds go to ``$TESTBED_FIRMWARE_BUILD`` or ``build/firmware`` of the source tree (git-ignored), by
 the firmware's Makefile, one build at a time (a file lock: two bridges may start together).
 
 Example::
 
-    with HostBoard(profile="rp2040") as board:     # builds once, then starts the process
-        bridge_url = board.url                     # /dev/pts/N
+    with start("host", "virtual-3", "rp2040") as board:   # builds once, then starts the process
+        bridge_url = board.url                            # /dev/pts/N
 """
 
 from __future__ import annotations
@@ -20,12 +22,13 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import Callable
 
+from testbed.devices import virtual_boards
+from testbed.devices.virtual_boards import VirtualBoard
 from testbed.errors import UserError
 
 FIRMWARE_DIR = Path(__file__).with_name("firmware")
-TARGETS = ("host", "mps2-an385")
-_ARTIFACT = {"host": "host/board", "mps2-an385": "mps2-an385/board.elf"}
 
 
 def build_dir() -> Path:
@@ -33,17 +36,15 @@ def build_dir() -> Path:
 
 
 def build(target: str) -> Path:
-    """The firmware image for ``target`` ("host" or "mps2-an385"), built if it is out of date.
+    """The firmware image of virtual board ``target`` (a registry name), built if it is out of date.
 
     Raises:
         UserError: an unknown target, a missing compiler, or a failed build (its last lines).
     """
-    if target not in TARGETS:
-        raise UserError(f"unknown firmware target {target!r}; choose one of {', '.join(TARGETS)}")
-    compiler = "arm-none-eabi-gcc" if target == "mps2-an385" else os.environ.get("CC", "cc")
+    board = virtual_boards.get(target)
+    compiler = os.environ.get(board.compiler_env, board.compiler)
     if shutil.which(compiler) is None:
-        raise UserError(f"building the {target} firmware needs {compiler} (Debian: apt-get install "
-                        f"{'gcc-arm-none-eabi libnewlib-arm-none-eabi' if target == 'mps2-an385' else 'gcc'})")
+        raise UserError(f"building the {target} firmware needs {compiler} (Debian: apt-get install {board.install})")
     out = build_dir()
     out.mkdir(parents=True, exist_ok=True)
     with open(out / ".lock", "w") as lock:
@@ -53,16 +54,16 @@ def build(target: str) -> Path:
     if done.returncode != 0:
         tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
         raise UserError(f"building the {target} firmware failed: {' / '.join(tail)}")
-    return out / _ARTIFACT[target]
+    return out / target / board.artifact
 
 
-class _Process:
+class BoardProcess:
     """A board process: started on enter, killed on exit."""
 
     proc: subprocess.Popen
     url: str
 
-    def __enter__(self) -> "_Process":
+    def __enter__(self) -> "BoardProcess":
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -75,7 +76,7 @@ class _Process:
         self.proc.wait(timeout=10)
 
 
-class HostBoard(_Process):
+class HostBoard(BoardProcess):
     """The virtual board: the firmware as a host process, its UART a pseudo-terminal.
 
     Args:
@@ -90,7 +91,7 @@ class HostBoard(_Process):
 
     def __init__(self, board_id: str = "host", profile: str = "rp2040", link: Path | None = None,
                  reset_at_round: int | None = None, stall_at_round: int | None = None, stall_s: float = 0.0,
-                 damage_at_round: int | None = None, damage_summary: bool = False):
+                 damage_at_round: int | None = None, damage_summary: bool = False, *, board: str = "host"):
         env = {**os.environ, "TB_BOARD_ID": board_id, "TB_BOARD_PROFILE": profile}
         faults = {"TB_RESET_AT_ROUND": reset_at_round, "TB_STALL_AT_ROUND": stall_at_round,
                   "TB_DAMAGE_AT_ROUND": damage_at_round}
@@ -99,7 +100,7 @@ class HostBoard(_Process):
             env["TB_STALL_S"] = repr(float(stall_s))
         if damage_summary:
             env["TB_DAMAGE_SUMMARY"] = "1"
-        self.proc = subprocess.Popen([str(build("host"))], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
+        self.proc = subprocess.Popen([str(build(board))], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
                                      env=env, text=True)
         assert self.proc.stdout is not None
         path = self.proc.stdout.readline().strip()
@@ -121,18 +122,26 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-class QemuBoard(_Process):
-    """The Cortex-M3 firmware under ``qemu-system-arm -M mps2-an385``, UART0 on a loopback TCP
+class QemuBoard(BoardProcess):
+    """A Cortex-M firmware under ``qemu-system-arm -M <its machine>``, UART0 on a loopback TCP
     port the bridge opens as ``socket://127.0.0.1:PORT``. QEMU waits for that connection before
-    the board runs, so nothing it says at boot is lost."""
+    the board runs, so nothing it says at boot is lost.
 
-    def __init__(self, port: int | None = None):
+    Args:
+        port: the loopback port (default: a free one).
+        board: the virtual board (registry name) whose image runs: one of runner "qemu".
+    """
+
+    def __init__(self, port: int | None = None, *, board: str = "mps2-an385"):
         if shutil.which("qemu-system-arm") is None:
             raise UserError("the QEMU board needs qemu-system-arm (Debian: apt-get install qemu-system-arm)")
-        image = build("mps2-an385")
+        machine = virtual_boards.get(board).qemu_machine
+        if machine is None:
+            raise UserError(f"the virtual board {board!r} names no qemu_machine in its board.toml")
+        image = build(board)
         self.port = port or _free_port()
         self.proc = subprocess.Popen(
-            ["qemu-system-arm", "-M", "mps2-an385", "-kernel", str(image), "-nographic", "-monitor", "none",
+            ["qemu-system-arm", "-M", machine, "-kernel", str(image), "-nographic", "-monitor", "none",
              "-serial", f"tcp:127.0.0.1:{self.port},server=on,wait=on"],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         self.url = f"socket://127.0.0.1:{self.port}"
@@ -156,3 +165,27 @@ def _listening(port: int) -> bool:
     except OSError:
         return True  # cannot tell: let the connect try
     return any(f.split()[1] == want and f.split()[3] == "0A" for f in lines)
+
+
+#: How a registration's ``runner`` starts its board: (registration, board id, profile) → the board
+#: process (a context manager with ``url``). A board whose firmware runs another way adds a runner.
+RUNNERS: dict[str, Callable[[VirtualBoard, str, str], BoardProcess]] = {
+    "pty": lambda board, board_id, profile: HostBoard(board_id, profile, board=board.name),
+    "qemu": lambda board, board_id, profile: QemuBoard(board=board.name),
+}
+
+
+def start(name: str, board_id: str, profile: str) -> BoardProcess:
+    """Start the virtual board ``name`` (its hello says ``board_id`` and, where its firmware takes
+    one at start, ``profile``); a context manager with the ``url`` the bridge opens.
+
+    Raises:
+        UserError: an unknown board or runner, or the board did not start (why).
+    """
+    board = virtual_boards.get(name)
+    try:
+        runner = RUNNERS[board.runner]
+    except KeyError:
+        raise UserError(f"the virtual board {name!r} names the runner {board.runner!r}; "
+                        f"known: {', '.join(RUNNERS)}") from None
+    return runner(board, board_id, profile)

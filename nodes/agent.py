@@ -42,7 +42,7 @@ from typing import Protocol, Sequence
 import numpy as np
 
 from nodes.costs import NodeCosts
-from nodes.meters import Measurement
+from nodes.meters.base import Measurement
 from testbed import protocol, wire
 from testbed.algorithms import registry
 from testbed.algorithms.contract import (

@@ -24,9 +24,9 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from nodes.meters import METER_KINDS
-from nodes.profiles import PROFILE_NAMES
+from nodes.meters import registry as meters
 from testbed import wire
+from testbed.devices.profiles import PROFILE_NAMES
 from testbed.errors import ConfigError, UserError
 from testbed.limits import MAX_CHUNK_BYTES, MAX_INT, MIN_CHUNK_BYTES
 from testbed.mqtt.broker import parse_broker_url
@@ -55,10 +55,13 @@ def _text(value: Any) -> str:
     return value
 
 
-def _one_of(choices: tuple[str, ...]) -> Callable[[Any], str]:
+def _one_of(choices: tuple[str, ...] | Callable[[], tuple[str, ...]]) -> Callable[[Any], str]:
+    """A check that the value is one of ``choices`` (or of what the callable gives when the check
+    runs: a registry's names, which a registration may add to)."""
     def check(value: Any) -> str:
-        if value not in choices:
-            raise ValueError(f"must be one of {', '.join(choices)}, got {value!r}")
+        known = choices() if callable(choices) else choices
+        if value not in known:
+            raise ValueError(f"must be one of {', '.join(known)}, got {value!r}")
         return value
     return check
 
@@ -97,7 +100,7 @@ def _run(value: Any) -> str:
 
 CHECKS: dict[str, Callable[[Any], Any]] = {
     "broker": _broker, "run": _run, "node_id": _int_in(0, MAX_INT), "credentials": _text, "tls_ca": _text,
-    "data": _text, "meter": _one_of(METER_KINDS), "profile": _one_of(PROFILE_NAMES), "state_dir": _text,
+    "data": _text, "meter": _one_of(meters.kinds), "profile": _one_of(PROFILE_NAMES), "state_dir": _text,
     "protocol": _one_of(PROTOCOLS), "pacing": _flag, "max_chunk_bytes": _int_in(MIN_CHUNK_BYTES, MAX_CHUNK_BYTES), "verbose": _flag,
 }
 assert set(CHECKS) == set(DEFAULTS)

@@ -15,7 +15,7 @@ charged to no event (no event covers it).
 
 Example::
 
-    >>> from nodes.profiles import load_profile
+    >>> from testbed.devices.profiles import load_profile
     >>> p = load_profile("pi-4b")
     >>> board_s, energy_j = compute_cost(0.001, p)       # 1 ms of host CPU
     >>> round(board_s, 4), round(energy_j, 6)
@@ -28,7 +28,7 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from nodes.profiles import DeviceProfile
+from testbed.devices.profiles import DeviceProfile
 
 
 def compute_cost(host_cpu_s: float, profile: DeviceProfile) -> tuple[float, float]:

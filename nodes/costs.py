@@ -18,8 +18,9 @@ from contextlib import contextmanager
 from typing import Iterator, Sequence
 
 from nodes.clock import Pacer, comm_cost, compute_cost
-from nodes.meters import Measurement, make_meter
-from nodes.profiles import load_profile
+from nodes.meters.base import Measurement
+from nodes.meters.registry import make_meter
+from testbed.devices.profiles import load_profile
 from testbed.ledger.events import CommunicationEvent, ComputeEvent, Event, with_fields
 
 
@@ -39,7 +40,7 @@ class NodeCosts:
 
     Args:
         profile: device profile name (nodes/profiles.toml); "host" is this machine as it is.
-        meter: "auto", "rapl", "ina219", "ina260" or "model" (see nodes.meters.make_meter).
+        meter: "auto" or a registered meter (see nodes.meters.registry.make_meter).
         pacing: an emulated board sleeps so that each step takes the wall time the board would.
     """
 

@@ -8,7 +8,7 @@ see the same stragglers.
 
 Example::
 
-    >>> from nodes.profiles import load_profile
+    >>> from testbed.devices.profiles import load_profile
     >>> round(modelled_round_time_s(load_profile("host"), local_steps=10, flops_per_step=1e6,
     ...                             bytes_up=0, bytes_down=0), 6)
     0.01
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from nodes.clock import comm_cost
-from nodes.profiles import DeviceProfile, load_profile
+from testbed.devices.profiles import DeviceProfile, load_profile
 
 if TYPE_CHECKING:
     from testbed.algorithms.contract import Algorithm, RoundContext
@@ -63,7 +63,7 @@ def modelled_round_time_s(profile: DeviceProfile, *, local_steps: int, flops_per
 
     Example
     -------
-    >>> from nodes.profiles import load_profile
+    >>> from testbed.devices.profiles import load_profile
     >>> host = load_profile("host")
     >>> round(modelled_round_time_s(host, local_steps=10, flops_per_step=1e6, bytes_up=0, bytes_down=0), 6)
     0.01

@@ -34,6 +34,8 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 from testbed.client_sampling import ClientSamplingSection
+from testbed.devices import virtual_boards
+from testbed.devices.profiles import MCU_PROFILE_NAMES, PROFILE_NAMES
 from testbed.errors import ConfigError
 from testbed.limits import MAX_CHUNK_BYTES, MAX_SEED, MAX_WAIT_S, MIN_CHUNK_BYTES, MIN_POSITIVE
 from testbed.sections import NonNegative, Positive, Section, attribute_docstrings
@@ -140,7 +142,8 @@ class BudgetSection(Section):
 
 
 class NodesSection(Section):
-    profile: Literal["host", "pi-zero-2w", "pi-3b-plus", "pi-4b", "pi-5", "jetson-nano"] = "host"
+    # The choices are the registries' (testbed.devices): a profile or virtual board added there is one here.
+    profile: Literal[PROFILE_NAMES] = "host"
     """The device profile (nodes/profiles.toml) an emulated node charges seconds and joules by."""
     pacing: bool = False
     """An emulated board takes its board's wall time."""
@@ -148,9 +151,9 @@ class NodesSection(Section):
     """Nodes that are microcontroller boards behind a serial bridge (`testbed bridge`): their node
     step runs in the firmware's float32 arithmetic, emulated in sim (docs/serial-protocol.md); each
     node once."""
-    mcu_profile: Literal["esp32-s3", "rp2040", "nrf52840", "stm32l4"] = "rp2040"
+    mcu_profile: Literal[MCU_PROFILE_NAMES] = "rp2040"
     """The boards' profile (firmware_bridge/boards.toml): their seconds and joules."""
-    mcu_board: Literal["host", "mps2-an385"] = "host"
+    mcu_board: Literal[virtual_boards.names()] = "host"
     """The virtual board an emulated run (mqtt.emulated) starts for each: the firmware as a host
     process behind a pseudo-terminal, or the Cortex-M3 build under qemu-system-arm."""
 

@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from nodes import board_config
-from nodes.meters import check_meter_fits_profile
+from nodes.meters import registry as meters
 from testbed import inputs
 from testbed.errors import ConfigError, UserError
 from testbed.mqtt import acl
@@ -81,7 +81,7 @@ class Board:
         profile: its device profile (nodes/profiles.toml): "host" for the board as it is (a real
             board's costs, measured by its meter); another board's name only to emulate that
             board (meter "model").
-        meter: how it measures joules (nodes.meters.METER_KINDS).
+        meter: how it measures joules (nodes.meters.registry.kinds()).
         data: a data file on this machine, copied into the bundle, or None.
         data_path: a data file already on the board, or None.
     """
@@ -198,7 +198,7 @@ class _Reader:
         profile = self.check(f"{where}.profile", "profile", values.get("profile", "host"))
         meter = self.check(f"{where}.meter", "meter", values.get("meter", "auto"))
         try:
-            check_meter_fits_profile(meter, profile)
+            meters.check_meter_fits_profile(meter, profile)
         except UserError as exc:
             raise self.fail(f"{where}.meter", str(exc)) from None
         return Board(
@@ -214,14 +214,16 @@ def node_unit(command: str, meter: str) -> str:
     exits (status 0) when a run is over and when the broker has been gone for 30 s, and a lab's
     board should be back for the next run. A dynamic user runs it, reading the board's password
     through systemd's credentials (the file itself stays root's, 0600) and keeping its ledgers in
-    its state directory; an INA219/INA260 meter adds the ``i2c`` group (Raspberry Pi OS's owner
-    of /dev/i2c-*; ``meter = "auto"`` finds an INA only where the unit is given that group).
+    its state directory; a meter adds the groups its registration names (an INA219/INA260: the
+    ``i2c`` group, Raspberry Pi OS's owner of /dev/i2c-*; ``meter = "auto"`` finds an INA only
+    where the unit is given that group).
 
     Args:
         command: the path of `testbed` on the board.
         meter: the board's meter kind.
     """
-    groups = "SupplementaryGroups=i2c\n" if meter in ("ina219", "ina260") else ""
+    names = () if meter == meters.AUTO else meters.get(meter).unix_groups
+    groups = f"SupplementaryGroups={' '.join(names)}\n" if names else ""
     return f"""[Unit]
 Description=testbed node agent (config {BOARD_DIR}/node.toml)
 Wants=network-online.target

@@ -37,7 +37,7 @@ def test_emulated_board_through_the_embedded_broker(capsys, tmp_path):
     # its codec and MQTT client on top. (Not necessarily more than a step: with orjson the codec
     # of a 202-parameter message costs about what one step does.)
     from nodes.clock import comm_cost
-    from nodes.profiles import load_profile
+    from testbed.devices.profiles import load_profile
 
     airtime_s, radio_j = comm_cost(1800, 1800, load_profile("pi-zero-2w"))
     assert cal["c1"]["seconds"] > airtime_s and cal["c1"]["joules"] > radio_j

@@ -1,4 +1,4 @@
-"""Meters (nodes/meters.py): RAPL on a fake powercap tree, INA219/INA260 on a fake I²C bus whose
+"""Meters (nodes/meters/): RAPL on a fake powercap tree, INA219/INA260 on a fake I²C bus whose
 registers follow the TI datasheets, the CPU-time model meter, and make_meter's choices."""
 
 import pathlib
@@ -8,10 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from nodes import meters
-from nodes.meters import (Ina219Meter, Ina260Meter, Measurement, MeterUnavailable, ModelMeter, RaplMeter,
-                          calibration_ina219, make_meter)
-from nodes.profiles import load_profile
+from nodes.meters import base, rapl
+from nodes.meters.base import Measurement, MeterUnavailable
+from nodes.meters.ina219 import Ina219Meter, calibration_ina219
+from nodes.meters.ina260 import Ina260Meter
+from nodes.meters.model import ModelMeter
+from nodes.meters.rapl import RaplMeter
+from nodes.meters.registry import make_meter
+from testbed.devices.profiles import load_profile
 from testbed.errors import UserError
 
 
@@ -92,7 +96,7 @@ def test_rapl_without_zones_is_unavailable(tmp_path):
 
 def test_rapl_default_root_is_the_module_constant(powercap, monkeypatch):
     root, _ = powercap
-    monkeypatch.setattr(meters, "POWERCAP_ROOT", root)
+    monkeypatch.setattr(rapl, "POWERCAP_ROOT", root)
     assert isinstance(make_meter("rapl", "host"), RaplMeter)
 
 
@@ -233,7 +237,7 @@ def test_model_meter_measures_cpu_time_of_a_busy_loop():
 
 def test_model_meter_scales_to_board_seconds(monkeypatch):
     clock = iter([10.0, 10.5])
-    monkeypatch.setattr(meters.time, "process_time", lambda: next(clock))
+    monkeypatch.setattr(base.time, "process_time", lambda: next(clock))
     zero = load_profile("pi-zero-2w")
     with ModelMeter(zero).measure() as span:
         pass
@@ -268,6 +272,6 @@ def test_unknown_meter_kind():
 
 def test_auto_falls_back_to_the_model_on_a_machine_without_a_hardware_meter(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "smbus2", None)  # no INA meter can be opened
-    monkeypatch.setattr(meters, "POWERCAP_ROOT", tmp_path)  # no RAPL counters
+    monkeypatch.setattr(rapl, "POWERCAP_ROOT", tmp_path)  # no RAPL counters
     meter = make_meter()  # every default, as a node calls it
     assert isinstance(meter, ModelMeter) and not meter.measured

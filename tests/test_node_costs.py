@@ -6,10 +6,10 @@ from testbed.algorithms import RoundContext, registry
 
 from nodes.clock import comm_cost
 from nodes.costs import NodeCosts
-from nodes.profiles import load_profile
 from testbed.budgets import Budgets
 from testbed.config import load_config_text
 from testbed.data.synthetic import make_logistic
+from testbed.devices.profiles import load_profile
 from testbed.ledger.events import CommunicationEvent
 from testbed.ledger.node import NodeLedger
 from testbed.models import LogisticRegression

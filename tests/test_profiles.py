@@ -5,7 +5,7 @@ import time
 import pytest
 
 from nodes.clock import Pacer, comm_cost, compute_cost
-from nodes.profiles import HOST, PROFILE_NAMES, DeviceProfile, load_profile
+from testbed.devices.profiles import HOST, PROFILE_NAMES, DeviceProfile, load_profile
 from testbed.errors import UserError
 
 BOARDS = ("pi-zero-2w", "pi-3b-plus", "pi-4b", "pi-5", "jetson-nano")

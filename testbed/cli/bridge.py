@@ -8,6 +8,7 @@ import logging
 from pathlib import Path
 
 from testbed.cli.numbers import CHUNK_BYTES, NODE_ID, Number
+from testbed.devices import virtual_boards
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -15,8 +16,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     line = p.add_mutually_exclusive_group(required=True)
     line.add_argument("--serial", metavar="URL",
                       help="the board's line: a device path, socket://HOST:PORT, rfc2217://HOST:PORT, loop://")
-    line.add_argument("--virtual", choices=["host", "mps2-an385"],
-                      help="start a virtual board: the firmware behind a pseudo-terminal, or under QEMU")
+    boards = "; ".join(f"{b.name}: {b.description}" for b in virtual_boards.registrations().values())
+    line.add_argument("--virtual", choices=virtual_boards.names(), help=f"start a virtual board ({boards})")
     p.add_argument("--baud", type=Number(int, ge=50, le=20_000_000), default=115200,
                    help="the line's rate in bit/s (a device path only)")
     p.add_argument("--broker", required=True, help="broker URL, mqtt://host:port (mqtts:// for TLS)")
@@ -36,10 +37,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _bridge(args: argparse.Namespace) -> int:
     from firmware_bridge.agent import BridgeAgent
-    from firmware_bridge.profiles import load_mcu_profile
-    from firmware_bridge.virtual import HostBoard, QemuBoard
+    from firmware_bridge import virtual
     from nodes.host import serve
     from testbed.cli.node import _load_credentials
+    from testbed.devices.profiles import load_mcu_profile
 
     if args.profile is not None:
         load_mcu_profile(args.profile)  # an unknown name fails now, in one line
@@ -48,10 +49,8 @@ def _bridge(args: argparse.Namespace) -> int:
     credentials = _load_credentials(args.credentials) if args.credentials else None
     with contextlib.ExitStack() as stack:
         url = args.serial
-        if args.virtual == "host":
-            url = stack.enter_context(HostBoard(f"virtual-{args.node_id}", args.profile or "rp2040")).url
-        elif args.virtual == "mps2-an385":
-            url = stack.enter_context(QemuBoard()).url
+        if args.virtual is not None:
+            url = stack.enter_context(virtual.start(args.virtual, f"virtual-{args.node_id}", args.profile or "rp2040")).url
         state_dir = args.state_dir
 
         def factory(node: int) -> BridgeAgent:

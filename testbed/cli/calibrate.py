@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
+from nodes.meters import registry as meters
 from testbed.cli.numbers import COUNT, Number
 from testbed.errors import UserError
 
@@ -58,7 +59,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     cal.add_argument("--model-size", type=COUNT, default=100, metavar="D",
                      help="features d of the logistic model, 2d + 2 parameters (default: 100)")
     cal.add_argument("--broker", metavar="URL", help="broker for the round trip (default: an embedded one on loopback)")
-    cal.add_argument("--meter", default="auto", help="auto, rapl, ina219, ina260 or model (default: auto)")
+    *others, last = meters.kinds()
+    cal.add_argument("--meter", default="auto", help=f"{', '.join(others)} or {last} (default: auto)")
     cal.add_argument("--out", type=Path, default=Path("calibration.toml"), help="the TOML file to write")
     cal.add_argument("--repeats", type=Number(int, ge=1, le=MAX_REPEATS), default=20,
                      help="measurements per cost; the median is kept")
@@ -98,22 +100,20 @@ def calibrate(profile_name: str = "host", model_size: int = 100, *, broker_url: 
         model_size: d, features of the logistic model (2d + 2 parameters).
         broker_url: broker of the round trip; None starts an embedded one on loopback.
         repeats: measurements per cost (>= 1); medians are reported.
-        meter_kind: see nodes.meters.make_meter.
+        meter_kind: see nodes.meters.registry.make_meter.
     Returns:
         The Calibration (seconds in s, joules in J, per step and per round).
     Raises:
         UserError: bad arguments, an unavailable meter, an unreachable broker, no reply.
     """
-    from nodes.meters import make_meter
-    from nodes.profiles import load_profile
-
+    from testbed.devices.profiles import load_profile
     from testbed.resources import check_count
 
     if repeats < 1 or model_size < 1:
         raise UserError(f"--repeats and --model-size must be >= 1, got {repeats} and {model_size}")
     check_count(model_size, _STEP_BYTES_PER_FEATURE, "--model-size")  # before the data are made
     profile = load_profile(profile_name)
-    meter = make_meter(meter_kind, profile)
+    meter = meters.make_meter(meter_kind, profile)
     try:
         step, params = _step_cost(meter, model_size, repeats)
         c1, broker, message_bytes, round_trip_s = _round_cost(meter, profile, params, broker_url, repeats)

@@ -9,6 +9,7 @@ import os
 import sys
 from pathlib import Path
 
+from nodes.meters import registry as meters
 from testbed.cli.numbers import CHUNK_BYTES, COUNT, NODE_ID, PID, Number, NumberList
 from testbed.errors import UserError
 from testbed.limits import MAX_INT
@@ -23,7 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                            "options given here take precedence")
     node.add_argument("--node-id", type=NODE_ID, help="this board's node id")
     node.add_argument("--data", help="this board's data file (overrides the experiment's data.path)")
-    node.add_argument("--meter", choices=["auto", "rapl", "ina219", "ina260", "model"],
+    node.add_argument("--meter", choices=meters.kinds(),
                       help="how joules are measured (model: from the device profile; default auto)")
     node.add_argument("--state-dir", help="where the node keeps its ledger across restarts "
                                           "(default ~/.cache/testbed/node)")
