@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from testbed.cli.numbers import COUNT, POSITIVE, Number, calculator, finite_result
+from testbed.arguments import COUNT, POSITIVE, Number, calculator, finite_result
 from testbed.errors import UserError
 from testbed.limits import MAX_EPSILON_NATS
 

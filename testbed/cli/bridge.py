@@ -7,7 +7,7 @@ import contextlib
 import logging
 from pathlib import Path
 
-from testbed.cli.numbers import CHUNK_BYTES, NODE_ID, Number
+from testbed.arguments import CHUNK_BYTES, NODE_ID, Number
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from testbed.cli.numbers import COUNT, Number
+from testbed.arguments import COUNT, Number
 from testbed.errors import UserError
 
 #: Batch of a local step (the paper's X = 32) and the node id used for the round trip.

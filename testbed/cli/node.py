@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from testbed.cli.numbers import CHUNK_BYTES, COUNT, NODE_ID, PID, Number, NumberList
+from testbed.arguments import CHUNK_BYTES, COUNT, NODE_ID, PID, Number, NumberList
 from testbed.errors import UserError
 from testbed.limits import MAX_INT
 

@@ -18,7 +18,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-from testbed.cli.numbers import POSITIVE, PROBABILITY, Number
+from testbed.arguments import POSITIVE, PROBABILITY, Number
 from testbed.errors import ConfigError, UserError
 
 #: The experiment planned when no FILE is given.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from testbed.cli.numbers import COUNT, POSITIVE, PROBABILITY, Number, NumberList, calculator, finite_result
+from testbed.arguments import COUNT, POSITIVE, PROBABILITY, Number, NumberList, calculator, finite_result
 from testbed.errors import UserError
 
 
