@@ -29,7 +29,7 @@ from pydantic import model_validator
 
 from testbed.algorithms.aggregate import Aggregation, AggregationOptions
 from testbed.algorithms.batches import check_batches, node_keys, uniform_batches
-from testbed.algorithms import mcu_logistic
+from testbed.algorithms import dp_pasgd_cli, mcu_logistic
 from testbed.algorithms.contract import (
     McuTask,
     MetricSpec,
@@ -433,4 +433,7 @@ REGISTRATION = Registration(
     plan=_plan,
     epsilon_target=lambda sections: sections["dp_pasgd"].epsilon,
     client_sampling=True,
+    privacy_cli=dp_pasgd_cli.PRIVACY,
+    plan_cli=dp_pasgd_cli.PLAN,
+    calibration_step=dp_pasgd_cli.calibration_step,
 )
