@@ -21,7 +21,7 @@ from firmware_bridge.board import Board
 from firmware_bridge.link import Link
 from firmware_bridge.port import open_port
 from firmware_bridge.virtual import HostBoard, QemuBoard
-from testbed.algorithms.mcu_logistic import McuTask
+from testbed.algorithms.contract import McuTask
 
 ROUNDS = 30
 

@@ -41,8 +41,7 @@ from firmware_bridge.link import BoardRefused, BoardReset, Link
 from firmware_bridge.port import open_port
 from nodes.agent import NodeAgent
 from testbed import protocol, wire
-from testbed.algorithms.contract import SETUP_ROUND, NodeResult, RoundContext
-from testbed.algorithms.mcu_logistic import McuTask, RunsOnMcu
+from testbed.algorithms.contract import SETUP_ROUND, McuTask, NodeResult, RoundContext, RunsOnMcu
 from testbed.data.federated import Split
 from testbed.devices.profiles import load_mcu_profile
 from testbed.errors import UserError

@@ -32,7 +32,7 @@ import numpy as np
 from firmware_bridge import messages as m
 from firmware_bridge.framing import VERSION, Frame
 from firmware_bridge.link import BoardGone, BoardRefused, BoardReset, Link
-from testbed.algorithms.mcu_logistic import McuTask
+from testbed.algorithms.contract import McuTask
 
 log = logging.getLogger(__name__)
 

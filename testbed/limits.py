@@ -1,5 +1,5 @@
 """The ranges every number a user types is held to, in experiment files (testbed.sections) and on
-the command line (testbed.cli.numbers) alike: a number outside them is refused in one line.
+the command line (testbed.arguments) alike: a number outside them is refused in one line.
 
 Kept free of imports, so the command line reads them without loading pydantic or numpy.
 """

@@ -4,7 +4,8 @@
 import numpy as np
 import pytest
 
-from testbed.algorithms.mcu_logistic import McuTask, batches, node_step
+from testbed.algorithms.contract import McuTask
+from testbed.algorithms.mcu_logistic import batches, node_step
 from testbed.counter_rng import Purpose, WordStream, floyd_sample, gaussians, philox4x32
 
 from conftest_firmware import needs_cc

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from testbed.cli import build_parser, main
-from testbed.cli.numbers import Number, NumberList
+from testbed.arguments import Number, NumberList
 from testbed.config import _section_classes, json_schema, load_config_text
 from testbed.errors import ConfigError, UserError
 from testbed.limits import MAX_FLOAT, MAX_INT
@@ -59,7 +59,7 @@ NUMERIC = [(path, parser, action) for path, parser in LEAVES for action in parse
 def test_every_numeric_argument_has_a_checked_type_and_states_its_range():
     plain = [f"{' '.join(path)} {action.option_strings}" for path, parser in LEAVES for action in parser._actions
              if action.type in (int, float)]
-    assert not plain, f"numeric arguments without a checked type (testbed.cli.numbers): {plain}"
+    assert not plain, f"numeric arguments without a checked type (testbed.arguments): {plain}"
     assert len(NUMERIC) > 50  # the walk found them: run, nodes, privacy, plan, sweep...
     for path, parser, action in NUMERIC:  # argparse shows no help line for an option without help
         assert action.help, (path, action.option_strings)

@@ -27,7 +27,7 @@ from firmware_bridge.board import Board, BoardResult
 from firmware_bridge.framing import HEADER, MAX_PAYLOAD, VERSION, Frame, FrameDecoder, cobs_encode, encode_frame, max_encoded
 from firmware_bridge.link import Link
 from testbed import protocol, wire
-from testbed.algorithms.mcu_logistic import McuTask
+from testbed.algorithms.contract import McuTask
 from testbed.config import load_config_text, to_toml
 from testbed.errors import UserError
 

@@ -67,6 +67,7 @@ from typing import Any, Literal, Mapping, Sequence
 import numpy as np
 from pydantic import Field, model_validator
 
+from testbed.algorithms import acfl_cli
 from testbed.algorithms.bounds import gaussian_entry_bound, gaussian_norm_bound
 from testbed.algorithms.contract import (
     SAMPLES_METRIC, SETUP_ROUND, MetricSpec, NodeResult, RoundContext, ServerResult, State, TensorSpec,
@@ -481,7 +482,8 @@ def plan(config: Any, model: LinearRegression, data: Any) -> tuple[Any, dict]:
                     "outputs": model.outputs}
 
 
-REGISTRATION = Registration(name="acfl", sections={"acfl": AcflSection}, build=build, check=check, plan=plan)
+REGISTRATION = Registration(name="acfl", sections={"acfl": AcflSection}, build=build, check=check, plan=plan,
+                            privacy_cli=acfl_cli.PRIVACY, plan_cli=acfl_cli.PLAN)
 
 
 def bernoulli_answered(seed: int, p: float, num_nodes: int, iterations: int) -> np.ndarray:

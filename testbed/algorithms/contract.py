@@ -395,6 +395,54 @@ class OverTheAir(Protocol):
                     ctx: RoundContext) -> NodeResult: ...
 
 
+class ChannelView(Protocol):
+    """What the live view draws of an over-the-air algorithm's channel (``Registration.channel_view``):
+    each node's link, round by round, drawn as the run draws it."""
+
+    def block_of(self, round_index: int) -> int:
+        """The fading block of round ``round_index`` (r >= 0): the links change only between blocks."""
+        ...
+
+    def links(self, round_index: int) -> tuple[np.ndarray, np.ndarray]:
+        """(N,) each node's channel gain and (N,) its received SNR at full power (linear, not dB) in
+        round ``round_index`` (r >= 0)."""
+        ...
+
+
+@dataclass(frozen=True)
+class McuTask:
+    """One round of one node, as a microcontroller board receives it (the firmware's node step,
+    docs/serial-protocol.md § "The node step").
+
+    Attributes:
+        seed: the run's seed (the generator's key). node, round_index: the stream's counter words.
+        tau: local steps τ. batch: mini-batch size B. lr: η. sigma: noise std σ (0: no noise).
+        n_classes: C (the model has P = dC + C parameters, d the data's features).
+    """
+
+    seed: int
+    node: int
+    round_index: int
+    tau: int
+    batch: int
+    lr: float
+    sigma: float
+    n_classes: int
+
+
+@runtime_checkable
+class RunsOnMcu(Protocol):
+    """An algorithm whose node step a microcontroller board can run (the bridge asks it)."""
+
+    def mcu_task(self, node: int, ctx: RoundContext) -> McuTask:
+        """The board's task for ``node`` in round ``ctx``; ValueError if the board cannot run it."""
+        ...
+
+    def mcu_result(self, update: np.ndarray, train: "Split", node: int, ctx: RoundContext) -> NodeResult:
+        """The node step's result from the board's (P,) update."""
+        ...
+
+
 def planned_batch(algorithm: Algorithm, node_ids: Sequence[int], ctx: RoundContext) -> "NodeEvents | list[list[Event]]":
     """What ``planned_events`` plans for each of ``node_ids``, as the contract's per-node lists,
     and as columns where it can be (a :class:`~testbed.ledger.events.NodeEvents`, charged and logged

@@ -29,8 +29,9 @@ from pydantic import model_validator
 
 from testbed.algorithms.aggregate import Aggregation, AggregationOptions
 from testbed.algorithms.batches import check_batches, node_keys, uniform_batches
-from testbed.algorithms import mcu_logistic
+from testbed.algorithms import dp_pasgd_cli, mcu_logistic
 from testbed.algorithms.contract import (
+    McuTask,
     MetricSpec,
     NodeResult,
     RoundContext,
@@ -327,7 +328,7 @@ class DpPasgd:
                           metrics={"samples": np.diff(train.offsets).astype(np.float64)},
                           events=planned_batch(self, ids, ctx))
 
-    def mcu_task(self, node: int, ctx: RoundContext) -> mcu_logistic.McuTask:
+    def mcu_task(self, node: int, ctx: RoundContext) -> McuTask:
         """What a microcontroller board runs for ``node`` this round (testbed.algorithms.mcu_logistic).
 
         Raises:
@@ -337,7 +338,7 @@ class DpPasgd:
             raise ValueError("a microcontroller board runs logistic regression with a bias (model.kind = \"logistic\")")
         if self.clip_norm is not None or self.sampling != "uniform":
             raise ValueError("a microcontroller board runs uniform batches without clipping")
-        return mcu_logistic.McuTask(ctx.seed, node, ctx.round_index, self.tau, self.batch, self.lr, self.sigma,
+        return McuTask(ctx.seed, node, ctx.round_index, self.tau, self.batch, self.lr, self.sigma,
                                     self.model.n_classes)
 
     def mcu_result(self, update: np.ndarray, train: Split, node: int, ctx: RoundContext) -> NodeResult:
@@ -432,4 +433,7 @@ REGISTRATION = Registration(
     plan=_plan,
     epsilon_target=lambda sections: sections["dp_pasgd"].epsilon,
     client_sampling=True,
+    privacy_cli=dp_pasgd_cli.PRIVACY,
+    plan_cli=dp_pasgd_cli.PLAN,
+    calibration_step=dp_pasgd_cli.calibration_step,
 )

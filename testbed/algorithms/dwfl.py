@@ -72,13 +72,14 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
+from typing import Any, Literal, Mapping, Sequence
 
 import numpy as np
 
 from channel import Alignment, analog_link, digital_link, fill_gaussian_rows, orthogonal_round_airtime_s, transmit_real
 from pydantic import Field, model_validator
 
+from testbed.algorithms import dwfl_cli
 from testbed.algorithms.bounds import gaussian_norm_bound
 from testbed.algorithms.contract import (
     SAMPLES_METRIC,
@@ -95,6 +96,7 @@ from testbed.algorithms.batches import uniform_batches
 from testbed.algorithms.dwfl_channel import (
     SCHEMES,
     Radio,
+    RadioView,
     aligned_channel,
     RoundChannel,
     channel_noise_row,
@@ -110,9 +112,6 @@ from testbed.models import Model
 from testbed.privacy import dwfl as dp
 from testbed.rng import Purpose, stream
 from testbed.sections import NonNegative, Positive, Section
-
-if TYPE_CHECKING:
-    from testbed.config import Config
 
 VARIANTS = ("A", "B")
 CALIBRATIONS = ("with_channel_noise", "artificial_only")
@@ -748,11 +747,6 @@ class DwflChannel:
         return propagate(self.scheme, signals, rc, self.radio, ctx.seed, ctx.round_index, out)
 
 
-def radio_from_config(config: "Config", num_nodes: int) -> Radio:
-    """The :class:`Radio` of the ``[dwfl]`` section of an experiment."""
-    return radio_from_section(config.dwfl, num_nodes)
-
-
 def radio_from_section(a: "DwflSection", num_nodes: int) -> Radio:
     """The :class:`Radio` of a ``[dwfl]`` section: dBm to W, σ_m² fixed or thermal (k·T·B·NF/2)."""
     from channel import dbm_to_w, real_noise_variance_w, thermal_noise_power_w
@@ -796,10 +790,17 @@ def channel_from_sections(sections: dict[str, Any], num_nodes: int, seed: int) -
     return DwflChannel(radio=radio_from_section(a, num_nodes), scheme=a.scheme)
 
 
+def view_from_sections(sections: dict[str, Any], num_nodes: int, seed: int) -> RadioView:
+    """What the watch page draws of the channel of the ``[dwfl]`` section."""
+    return RadioView(radio_from_section(sections["dwfl"], num_nodes), seed)
+
+
 REGISTRATION = Registration(
     name="dwfl",
     sections={"dwfl": DwflSection},
     build=build,
     channel=channel_from_sections,
     epsilon_target=lambda sections: sections["dwfl"].epsilon,
+    privacy_cli=dwfl_cli.PRIVACY,
+    channel_view=view_from_sections,
 )

@@ -166,6 +166,24 @@ def round_channel(radio: Radio, seed: int, round_index: int, amplitude: np.ndarr
     return aligned_channel(radio, block, fading * amp)
 
 
+@dataclass(frozen=True)
+class RadioView:
+    """What the watch page draws of the channel (a testbed.algorithms.contract.ChannelView): each
+    node's effective gain and received SNR, drawn as the run draws them (from its seed; the
+    coordinator sends the same h)."""
+
+    radio: Radio
+    seed: int
+
+    def block_of(self, round_index: int) -> int:
+        return self.radio.schedule.block_index(round_index)
+
+    def links(self, round_index: int) -> tuple[np.ndarray, np.ndarray]:
+        rc = round_channel(self.radio, self.seed, round_index)
+        # Received SNR of sender k at full power: g_k² P_k / σ_m² (σ_m² per real entry).
+        return rc.gains, rc.gains**2 * rc.alignment.power_w / self.radio.noise_power_w
+
+
 def aligned_channel(radio: Radio, block: int, h: np.ndarray) -> RoundChannel:
     """The :class:`RoundChannel` of a block whose channel ``h`` ((N,) complex) is known: the
     alignment of eqs. (3)–(4) on it."""

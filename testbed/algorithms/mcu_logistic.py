@@ -24,49 +24,10 @@ Example::
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
-
 import numpy as np
 
+from testbed.algorithms.contract import McuTask
 from testbed.counter_rng import Purpose, WordStream, floyd_sample, gaussians
-
-if TYPE_CHECKING:
-    from testbed.algorithms.contract import NodeResult, RoundContext
-    from testbed.data.federated import Split
-
-
-@dataclass(frozen=True)
-class McuTask:
-    """One round of one node, as a board receives it.
-
-    Attributes:
-        seed: the run's seed (the generator's key). node, round_index: the stream's counter words.
-        tau: local steps τ. batch: mini-batch size B. lr: η. sigma: noise std σ (0: no noise).
-        n_classes: C (the model has P = dC + C parameters, d the data's features).
-    """
-
-    seed: int
-    node: int
-    round_index: int
-    tau: int
-    batch: int
-    lr: float
-    sigma: float
-    n_classes: int
-
-
-@runtime_checkable
-class RunsOnMcu(Protocol):
-    """An algorithm whose node step a microcontroller board can run (the bridge asks it)."""
-
-    def mcu_task(self, node: int, ctx: "RoundContext") -> McuTask:
-        """The board's task for ``node`` in round ``ctx``; ValueError if the board cannot run it."""
-        ...
-
-    def mcu_result(self, update: np.ndarray, train: "Split", node: int, ctx: "RoundContext") -> "NodeResult":
-        """The node step's result from the board's (P,) update."""
-        ...
 
 
 def batches(task: McuTask, n: int) -> list[list[int]]:

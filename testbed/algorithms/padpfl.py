@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
 import numpy as np
 from pydantic import Field, model_validator
 
+from testbed.algorithms import padpfl_cli
 from testbed.algorithms.aggregate import Aggregation, AggregationOptions
 from testbed.algorithms.batches import check_batches, uniform_batches
 from testbed.algorithms.contract import (
@@ -682,4 +683,5 @@ REGISTRATION = Registration(
     check=check,
     plan=_plan,
     epsilon_target=lambda sections: sections["padpfl"].epsilon,
+    privacy_cli=padpfl_cli.PRIVACY,
 )

@@ -6,6 +6,11 @@ models declared in its module), how to build it from them, and optionally its ch
 over-the-air algorithm) and a planning stage. Config validation, ``to_toml``, the runner, the
 transports and the CLI read this registry and never name an algorithm.
 
+It also carries the hooks the command line and the live view need of an algorithm, so they name
+none either: its privacy calculator (``testbed privacy NAME``) and planner (``testbed plan NAME``)
+as :class:`Command` objects, the local step ``testbed calibrate`` times, and the view of its
+channel the watch page draws.
+
 Example::
 
     >>> {"dp_pasgd", "dwfl"} <= set(names())
@@ -23,9 +28,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
+    import argparse
+
     from pydantic import BaseModel
 
-    from testbed.algorithms.contract import Algorithm, ChannelHalf
+    from testbed.algorithms.contract import Algorithm, ChannelHalf, ChannelView
     from testbed.config import Config
     from testbed.data.federated import FederatedData
     from testbed.models import Model
@@ -57,6 +64,22 @@ class BuildContext:
 
 
 @dataclass(frozen=True)
+class Command:
+    """A sub-command an algorithm adds to the command line, named after it (``testbed privacy
+    dp-pasgd``: the name with ``-`` for ``_``).
+
+    Attributes:
+        help: its line in the parent command's ``--help``.
+        arguments: adds its arguments to its (empty) parser.
+        run: its handler: the parsed arguments → the exit status.
+    """
+
+    help: str
+    arguments: Callable[["argparse.ArgumentParser"], None]
+    run: Callable[["argparse.Namespace"], int]
+
+
+@dataclass(frozen=True)
 class Registration:
     """One algorithm.
 
@@ -72,6 +95,13 @@ class Registration:
         client_sampling: whether it runs on a sample of the nodes each round
             (``[client_sampling]``): its server step uses whoever answered, and nothing it plans
             assumes every node takes part.
+        privacy_cli: its privacy calculator, ``testbed privacy NAME``.
+        plan_cli: its planner, ``testbed plan NAME``.
+        calibration_step: (a model, the data of one node, the batch size) → a function running n
+            of its local steps from given parameters: the step ``testbed calibrate`` times (c2 of
+            the cost model its planner reads).
+        channel_view: (its sections, N, seed) → the view of its channel the watch page draws
+            (over-the-air algorithms); ValueError if the sections give no channel.
     """
 
     name: str
@@ -82,6 +112,10 @@ class Registration:
     plan: Callable[["Config", "Model", "FederatedData"], tuple["Config", dict | None]] | None = None
     epsilon_target: Callable[[dict[str, Any]], float | None] = field(default=lambda sections: None)
     client_sampling: bool = False
+    privacy_cli: Command | None = None
+    plan_cli: Command | None = None
+    calibration_step: Callable[["Model", "FederatedData", int], Callable[[Any, int], None]] | None = None
+    channel_view: Callable[[dict[str, Any], int, int], "ChannelView"] | None = None
 
     @property
     def primary(self) -> str:
@@ -115,6 +149,11 @@ def get(name: str) -> Registration:
         raise KeyError(f"no algorithm {name!r}; known: {', '.join(names())}") from None
 
 
+def offering(hook: str) -> list[Registration]:
+    """The algorithms whose hook ``hook`` (a field of :class:`Registration`) is set, by name."""
+    return [reg for reg in registrations().values() if getattr(reg, hook) is not None]
+
+
 def sections_of(config: "Config", reg: Registration) -> dict[str, Any]:
     return {name: getattr(config, name) for name in reg.sections}
 
@@ -140,3 +179,12 @@ def build_channel(config: "Config") -> "ChannelHalf":
     if reg.channel is None:
         raise ValueError(f"{reg.name} is not an over-the-air algorithm")
     return reg.channel(sections_of(config, reg), config.data.num_nodes, config.run.seed)
+
+
+def channel_view(config: "Config") -> "ChannelView | None":
+    """The view of the channel of ``config.run.algorithm`` the watch page draws, or None for an
+    algorithm with no channel; ValueError if its sections give no channel."""
+    reg = get(config.run.algorithm)
+    if reg.channel_view is None:
+        return None
+    return reg.channel_view(sections_of(config, reg), config.data.num_nodes, config.run.seed)

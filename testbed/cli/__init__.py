@@ -11,7 +11,7 @@ import importlib
 import sys
 from typing import NoReturn
 
-from testbed.cli.numbers import HelpFormatter
+from testbed.arguments import HelpFormatter
 from testbed.errors import UserError
 from testbed.extras import check_installed, missing_package_message
 
@@ -26,7 +26,7 @@ COMMANDS = ("run", "watch", "report", "privacy", "node", "bridge", "broker", "ac
 class Parser(argparse.ArgumentParser):
     """argparse whose errors are UserErrors: `main` prints them as its one line and exits 2, no
     usage block (``--help`` shows it). Sub-commands' parsers are of this class too, and state
-    numeric arguments' ranges (testbed.cli.numbers.HelpFormatter)."""
+    numeric arguments' ranges (testbed.arguments.HelpFormatter)."""
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("formatter_class", HelpFormatter)

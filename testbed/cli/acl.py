@@ -12,7 +12,7 @@ import argparse
 import json
 from pathlib import Path
 
-from testbed.cli.numbers import COUNT, first_repeat
+from testbed.arguments import COUNT, first_repeat
 from testbed.errors import UserError
 
 #: Bytes `testbed acl` holds per node before writing (its ACL lines, password, hash, JSON entry).

@@ -7,8 +7,8 @@ import contextlib
 import logging
 from pathlib import Path
 
-from testbed.cli.numbers import CHUNK_BYTES, NODE_ID, Number
 from testbed.devices import virtual_boards
+from testbed.arguments import CHUNK_BYTES, NODE_ID, Number
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from nodes.meters import registry as meters
-from testbed.cli.numbers import COUNT, Number
+from testbed.arguments import COUNT, Number
 from testbed.errors import UserError
 
 #: Batch of a local step (the paper's X = 32) and the node id used for the round trip.
@@ -125,35 +125,36 @@ def calibrate(profile_name: str = "host", model_size: int = 100, *, broker_url: 
 
 def _step_cost(meter: Any, model_size: int, repeats: int) -> tuple[Cost, Any]:
     """c2 and the model's initial parameters."""
-    from testbed.algorithms.contract import RoundContext
-    from testbed.algorithms.dp_pasgd import DpPasgd
     from testbed.data.synthetic import make_logistic
     from testbed.models import LogisticRegression
 
     data = make_logistic(num_nodes=1, samples_per_node=200, dim=model_size, seed=0)
     model = LogisticRegression(model_size, 2)
-    alg = DpPasgd(model, steps=1, tau=1, batch=BATCH, lr=0.1, delta=1e-4, sigma=1.0,
-                  train_sizes=dict(zip(data.node_ids, data.train.sizes.tolist())))
+    steps = _calibrated_step()(model, data, BATCH)
     params = model.init(None)
-    ids = tuple(data.node_ids)
-
-    def steps(n: int) -> None:
-        for i in range(n):
-            ctx = RoundContext(i, 0, len(ids), ids)
-            alg.node_step(alg.downlink({"model": params}, ctx, ids), data.train, ids, ctx)
-
-    steps(3)  # warm-up: first-call allocations and imports are not a step's cost
+    steps(params, 3)  # warm-up: first-call allocations and imports are not a step's cost
     start = time.process_time()
-    steps(10)
+    steps(params, 10)
     per_step_s = max((time.process_time() - start) / 10, 1e-7)
     block = max(1, math.ceil(MIN_BLOCK_CPU_S / per_step_s))
     results = []
     for _ in range(repeats):
         with meter.measure() as span:
-            steps(block)
+            steps(params, block)
         results.append(span.result)
     return Cost(statistics.median(r.seconds / block for r in results),
                 statistics.median(r.energy_j / block for r in results)), params
+
+
+def _calibrated_step() -> Any:
+    """The local step whose cost is c2: that of the one algorithm that offers it (its planner reads
+    the calibration file)."""
+    from testbed.algorithms import registry
+
+    offering = registry.offering("calibration_step")
+    if len(offering) != 1:
+        raise RuntimeError(f"one algorithm may offer the calibrated local step, not {[r.name for r in offering]}")
+    return offering[0].calibration_step
 
 
 def _round_cost(meter: Any, profile: Any, params: Any, broker_url: str | None,

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from nodes.meters import registry as meters
-from testbed.cli.numbers import CHUNK_BYTES, COUNT, NODE_ID, PID, Number, NumberList
+from testbed.arguments import CHUNK_BYTES, COUNT, NODE_ID, PID, Number, NumberList
 from testbed.errors import UserError
 from testbed.limits import MAX_INT
 

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from testbed.cli.numbers import Number
+from testbed.arguments import Number
 from testbed.cli.watch import add_server_options, check_server_options
 from testbed.errors import UserError
 from testbed.extras import check_installed

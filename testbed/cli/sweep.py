@@ -6,7 +6,7 @@ import argparse
 import math
 from pathlib import Path
 
-from testbed.cli.numbers import COUNT
+from testbed.arguments import COUNT
 
 #: Bytes a sweep holds per run before any starts (its point, its config's TOML, its table row).
 POINT_BYTES = 16 * 1024

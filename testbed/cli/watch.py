@@ -7,7 +7,7 @@ import ipaddress
 import sys
 from pathlib import Path
 
-from testbed.cli.numbers import PORT
+from testbed.arguments import PORT
 from testbed.errors import UserError
 from testbed.extras import check_installed
 

@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from testbed.algorithms import registry
+from testbed.algorithms.contract import ChannelView
 from testbed.errors import UserError
 from testbed.ledger.files import LEDGER_COLUMNS
 from testbed.ledger.events import CommunicationEvent, ComputeEvent, Event, StraggleEvent
@@ -78,10 +80,10 @@ class NodeView:
 
 @dataclass
 class _Channel:
-    """DWFL: the radio of the run and the channel of the last block computed."""
+    """An over-the-air run: the view of its channel its algorithm registers, and the links of the
+    last block computed."""
 
-    radio: Any
-    seed: int
+    view: ChannelView
     block: int = -1
     gain: list = field(default_factory=list)
     snr_db: list = field(default_factory=list)
@@ -340,13 +342,13 @@ class RunFeed:
         self.version += 1
         for node in range(config.data.num_nodes):
             self._view(node).version = self.version
-        if config.run.algorithm == "dwfl":
-            from testbed.algorithms.dwfl import radio_from_config
-
-            try:
-                self._channel = _Channel(radio_from_config(config, config.data.num_nodes), config.run.seed)
-            except ValueError as exc:  # the page shows the rest of the run without its channel
-                self._problem(name, f"the radio: {_one_line(exc)}")
+        try:
+            view = registry.channel_view(config)
+        except ValueError as exc:  # the page shows the rest of the run without its channel
+            self._problem(name, f"the radio: {_one_line(exc)}")
+        else:
+            if view is not None:
+                self._channel = _Channel(view)
         return False
 
     def _take_metric(self, text: str) -> None:
@@ -432,21 +434,16 @@ class RunFeed:
         return view
 
     def _update_channel(self) -> None:
-        """DWFL: each node's channel gain and received SNR in the current round's fading block,
-        drawn as the run draws them (from its seed; the coordinator sends the same h)."""
+        """An over-the-air run: each node's channel gain and received SNR (in dB) in the current
+        round's fading block, as its algorithm's view of the channel draws them."""
         ch = self._channel
         if ch is None:
             return
-        from testbed.algorithms.dwfl_channel import round_channel
-
-        r = self.current_round()
-        block = ch.radio.schedule.block_index(max(r, 0))
+        r = max(self.current_round(), 0)
+        block = ch.view.block_of(r)
         if block == ch.block:
             return
-        rc = round_channel(ch.radio, ch.seed, max(r, 0))
-        gain = rc.gains
-        # Received SNR of sender k at full power: g_k² P_k / σ_m² (σ_m² per real entry), in dB.
-        snr = gain**2 * rc.alignment.power_w / ch.radio.noise_power_w
+        gain, snr = ch.view.links(r)
         ch.block = block
         ch.gain = [_num(float(g)) for g in gain]
         ch.snr_db = [_num(10 * math.log10(s)) if s > 0 else None for s in snr]

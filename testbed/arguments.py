@@ -7,6 +7,10 @@ its own is held to ±MAX_INT (integers) or ±MAX_FLOAT (floats), so ``2**70`` or
 reaches numpy. Lists (``--gains 1,2,2``, ``--ids 3,5``) hold each item to the same range, and to a
 length and uniqueness where they name nodes.
 
+A core module (it needs only testbed.errors and testbed.limits), not one of testbed.cli: the
+sub-commands an algorithm adds to the command line (testbed.algorithms.registry.Command) live
+next to their algorithm and type their numbers with it too.
+
 Example::
 
     >>> Number(int, ge=1)("16")

@@ -1,5 +1,6 @@
-"""`testbed privacy acfl` and `testbed plan acfl`: Theorem 1's ε-MI-DP of ACFL's coded data set (or
-the noise for a target ε), and Theorem 3's α* with the bound 4ũ/(λ²T) (testbed.privacy.acfl).
+"""ACFL's sub-commands of the command line (its registration's hooks): `testbed privacy acfl` and
+`testbed plan acfl`, Theorem 1's ε-MI-DP of ACFL's coded data set (or the noise for a target ε),
+and Theorem 3's α* with the bound 4ũ/(λ²T) (testbed.privacy.acfl).
 
 Example::
 
@@ -12,13 +13,13 @@ from __future__ import annotations
 import argparse
 import json
 
-from testbed.cli.numbers import COUNT, POSITIVE, Number, calculator, finite_result
+from testbed.algorithms.registry import Command
+from testbed.arguments import COUNT, POSITIVE, Number, calculator, finite_result
 from testbed.errors import UserError
 from testbed.limits import MAX_EPSILON_NATS
 
 
-def register_privacy(psub: argparse._SubParsersAction) -> None:
-    p = psub.add_parser("acfl", help="ε-MI-DP of ACFL's coded data set (Theorem 1), or σ₁², σ₂² for a target ε")
+def _privacy_arguments(p: argparse.ArgumentParser) -> None:
     _dims(p)
     group = p.add_mutually_exclusive_group(required=True)
     group.add_argument("--sigma1-sq", type=POSITIVE, help="σ₁², variance of H_X's noise (with --sigma2-sq)")
@@ -28,11 +29,9 @@ def register_privacy(psub: argparse._SubParsersAction) -> None:
     p.add_argument("--ratio", type=POSITIVE, default=1.0, help="σ₂²/σ₁² for --epsilon (default 1)")
     p.add_argument("--unit", choices=["nats", "bits"], default="nats", help="ε in nats (natural log, default) or bits")
     p.add_argument("--json", action="store_true")
-    p.set_defaults(handler=_privacy)
 
 
-def register_plan(psub: argparse._SubParsersAction) -> None:
-    p = psub.add_parser("acfl", help="α* (eq. 36), the bound 4ũ/(λ²T) (eqs. 37–38) and ε (eq. 17)")
+def _plan_arguments(p: argparse.ArgumentParser) -> None:
     _dims(p)
     p.add_argument("--sigma1-sq", type=POSITIVE, required=True, help="σ₁²")
     p.add_argument("--sigma2-sq", type=POSITIVE, required=True, help="σ₂²")
@@ -44,7 +43,6 @@ def register_plan(psub: argparse._SubParsersAction) -> None:
     p.add_argument("--iterations", type=COUNT, required=True, help="T")
     p.add_argument("--unit", choices=["nats", "bits"], default="nats", help="unit of epsilon (default nats)")
     p.add_argument("--json", action="store_true")
-    p.set_defaults(handler=_plan)
 
 
 def _dims(p: argparse.ArgumentParser) -> None:
@@ -94,3 +92,9 @@ def _plan(args: argparse.Namespace) -> int:
     print(f"bound    {bound:.6g}  (E‖W_T − W*‖²_F ≤ 4ũ/(λ²T), eqs. 37–38; ũ = {u_tilde:.6g})")
     print(f"epsilon  {eps:.6f} {args.unit}  (Theorem 1, eq. 17)")
     return 0
+
+
+PRIVACY = Command(help="ε-MI-DP of ACFL's coded data set (Theorem 1), or σ₁², σ₂² for a target ε",
+                  arguments=_privacy_arguments, run=_privacy)
+PLAN = Command(help="α* (eq. 36), the bound 4ũ/(λ²T) (eqs. 37–38) and ε (eq. 17)", arguments=_plan_arguments,
+               run=_plan)

@@ -1,0 +1,231 @@
+"""What the command line needs of DP-PASGD (its registration's hooks): its privacy calculator
+`testbed privacy dp-pasgd`, its planner `testbed plan dp-pasgd`, and the local step `testbed
+calibrate` times.
+
+`testbed plan dp-pasgd` prints the τ, K and σ of the paper's optimal design (§7; see
+testbed.planning) for an experiment file, or without one for Adult-2 logistic regression with the
+settings of experiments/dp_pasgd (16 i.i.d. nodes, no bias, X = 512, η = 1) and the paper's
+defaults c1 = 100, c2 = 1, δ = 1e-4. Budgets default to the file's ``budget.cost_units`` and ε
+target, else to C_th = 1000 and ε = 10 (the setting of the paper's Fig. 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+from testbed.algorithms.registry import Command
+from testbed.arguments import COUNT, POSITIVE, PROBABILITY, Number, calculator, finite_result
+from testbed.errors import ConfigError, UserError
+
+if TYPE_CHECKING:
+    from testbed.data.federated import FederatedData
+    from testbed.models import Model
+
+#: The experiment planned when no FILE is given.
+DEFAULT_EXPERIMENT = """
+[data]
+dataset = "adult-2"
+[model]
+kind = "logistic"
+bias = false
+[dp_pasgd]
+batch = 512
+lr = 1.0
+c1 = 100.0
+c2 = 1.0
+[privacy]
+delta = 1e-4
+"""
+DEFAULT_COST_BUDGET = 1000.0
+DEFAULT_EPSILON = 10.0
+#: Flags that set a [plan] constant, by config key: its symbol and its range (those of [plan]).
+NON_NEGATIVE = Number(float, ge=0)
+CONSTANT_FLAGS = {"smoothness": ("L", POSITIVE), "strong_convexity": ("λ (PL constant)", POSITIVE),
+                  "grad_variance": ("ξ²", NON_NEGATIVE), "initial_gap": ("α = L(θ⁰) − L*", NON_NEGATIVE)}
+
+
+def _privacy_arguments(dp: argparse.ArgumentParser) -> None:
+    dp.add_argument("--steps", type=COUNT, required=True, help="K, local steps per device")
+    dp.add_argument("--lipschitz", type=POSITIVE, required=True, help="G, per-sample gradient bound")
+    dp.add_argument("--batch", type=COUNT, required=True, help="X, mini-batch size")
+    dp.add_argument("--delta", type=PROBABILITY, required=True, help="δ")
+    group = dp.add_mutually_exclusive_group(required=True)
+    group.add_argument("--sigma", type=POSITIVE, help="noise std per coordinate")
+    group.add_argument("--epsilon", type=POSITIVE, help="target ε: prints the calibrated σ")
+    dp.add_argument("--calibration", choices=["corrected", "paper_literal"], default="corrected",
+                    help="σ from ε: the correct root of eq. (9), or eq. (23) as printed (not private)")
+    dp.add_argument("--json", action="store_true")
+
+
+@calculator
+def _privacy(args: argparse.Namespace) -> int:
+    from testbed.privacy import zcdp
+
+    if args.epsilon is not None:
+        sigma = zcdp.dp_pasgd_sigma(args.steps, args.lipschitz, args.batch, args.epsilon, args.delta, args.calibration)
+    else:
+        sigma = args.sigma
+    rho = zcdp.dp_pasgd_rho(args.steps, args.lipschitz, args.batch, sigma)
+    eps = zcdp.rho_to_epsilon(rho, args.delta)
+    finite_result({"epsilon": eps, "rho": rho, "sigma": sigma})
+    if args.json:
+        print(json.dumps({"epsilon": eps, "rho": rho, "sigma": sigma, "calibration": args.calibration}))
+        return 0
+    print(f"sigma    {sigma:.6f}" + (f"  ({args.calibration} calibration for epsilon {args.epsilon:g})"
+                                      if args.epsilon is not None else ""))
+    print(f"rho      {rho:.6f}  (zCDP, eq. 9)")
+    print(f"epsilon  {eps:.6f}  at delta {args.delta:g}")
+    if args.epsilon is not None and eps > args.epsilon * (1 + 1e-9):
+        print(f"WARNING  {args.calibration} calibration spends epsilon {eps:.4g}, not {args.epsilon:g}")
+    return 0
+
+
+def _plan_arguments(dp: argparse.ArgumentParser) -> None:
+    dp.add_argument("file", type=Path, nargs="?", help="experiment file (default: Adult-2 logistic regression)")
+    dp.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                    help="override any key of the experiment, e.g. --set dp_pasgd.lr=0.2 (repeatable)")
+    dp.add_argument("--cost-budget", type=POSITIVE, help=f"C_th per device (default: budget.cost_units, else "
+                                                      f"{DEFAULT_COST_BUDGET:g}); in --cost-unit with --calibration")
+    dp.add_argument("--epsilon", type=POSITIVE, help=f"ε_th per device (default: the file's target, else {DEFAULT_EPSILON:g})")
+    dp.add_argument("--delta", type=PROBABILITY, help="δ (default: privacy.delta, 1e-4)")
+    dp.add_argument("--c1", type=NON_NEGATIVE, help="cost of one round per device (default: dp_pasgd.c1, 100)")
+    dp.add_argument("--c2", type=NON_NEGATIVE, help="cost of one local step per device (default: dp_pasgd.c2, 1)")
+    dp.add_argument("--calibration", type=Path, help="c1 and c2 from a `testbed calibrate` file")
+    dp.add_argument("--cost-unit", choices=["joules", "seconds"], default="joules",
+                    help="which costs of the calibration file to plan with (default joules)")
+    dp.add_argument("--variant", choices=["corrected", "paper_literal"],
+                    help="σ calibration of the plan (default: dp_pasgd.calibration, corrected)")
+    for key, (symbol, kind) in CONSTANT_FLAGS.items():
+        dp.add_argument("--" + key.replace("_", "-"), type=kind, help=f"{symbol} (default: [plan], else estimated)")
+    dp.add_argument("--json", action="store_true", help="print the plan as JSON")
+
+
+def _overrides(args: argparse.Namespace, raw: dict) -> list[str]:
+    """The flags as config overrides (after the user's --set), budgets defaulted where the file has none."""
+    out = list(args.overrides)
+    cost = args.cost_budget
+    if args.calibration is not None:
+        if args.c1 is not None or args.c2 is not None:
+            raise UserError("--calibration gives c1 and c2; do not also pass --c1/--c2")
+        if cost is None:
+            raise UserError(f"--cost-budget: give the budget in {args.cost_unit} when planning from a calibration file")
+        from testbed.planning.calibration import read_calibration
+
+        c1, c2 = read_calibration(args.calibration).costs(args.cost_unit)
+        out += [f"dp_pasgd.c1={c1!r}", f"dp_pasgd.c2={c2!r}"]
+    if cost is None and "cost_units" not in raw.get("budget", {}):
+        cost = DEFAULT_COST_BUDGET
+    has_target = "epsilon" in raw.get("dp_pasgd", {}) or "epsilon" in raw.get("budget", {})
+    epsilon = args.epsilon if args.epsilon is not None or has_target else DEFAULT_EPSILON
+    for key, value in (("budget.cost_units", cost), ("dp_pasgd.epsilon", epsilon), ("privacy.delta", args.delta),
+                       ("dp_pasgd.c1", args.c1), ("dp_pasgd.c2", args.c2)):
+        if value is not None:
+            out.append(f"{key}={float(value)!r}")
+    if args.variant is not None:
+        out.append(f"dp_pasgd.calibration={args.variant!r}")
+    for key in CONSTANT_FLAGS:
+        if getattr(args, key) is not None:
+            out.append(f"plan.{key}={getattr(args, key)!r}")
+    return out
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from testbed.assemble import load_data, model_for
+    from testbed.config import load_config_text
+    from testbed.planning.resolve import make_plan, plan_inputs, plan_record
+    from testbed.privacy.zcdp import SigmaCalibration
+
+    if args.file is not None:
+        try:
+            text, source = args.file.read_text(), str(args.file)
+        except FileNotFoundError:
+            raise ConfigError(str(args.file), "experiment file not found") from None
+    else:
+        text, source = DEFAULT_EXPERIMENT, "<built-in Adult-2 experiment>"
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(source, f"not valid TOML: {exc}") from None
+    config = load_config_text(text, _overrides(args, raw), source=source)
+    data = load_data(config.data, config.run.seed)
+    model = model_for(config.model, data, config.run.seed)
+    inputs = plan_inputs(config, model, data)
+    chosen = SigmaCalibration(config.dp_pasgd.calibration)
+    records = {v.value: plan_record(make_plan(inputs, v), inputs) for v in SigmaCalibration}
+    result = dict(records[chosen.value])
+    unit = args.cost_unit if args.calibration is not None else "cost units"
+    result.update(cost_unit=unit, dataset=config.data.dataset, model=config.model.kind,
+                  variants={v: {k: r[k] for k in ("tau", "steps", "sigma", "epsilon", "cost")} for v, r in records.items()})
+    if args.calibration is not None:
+        from testbed.planning.calibration import read_calibration
+
+        cal = read_calibration(args.calibration)
+        result["calibration"] = {"file": str(args.calibration), "profile": cal.profile, "model_params": cal.model_params}
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(format_plan(result, model.num_params))
+    return 0
+
+
+def format_plan(result: dict, num_params: int) -> str:
+    """The plan of :func:`_plan` as a short table for the terminal."""
+    c, src = result["constants"], result["sources"]
+    unit = result["cost_unit"]
+    lines = [
+        f"DP-PASGD plan for {result['dataset']}, {result['model']} "
+        f"(d = {c['dimension']}, M = {c['num_devices']}, X = {','.join(map(str, c['batch_sizes']))}, "
+        f"eta = {c['learning_rate']:g}, G = {c['lipschitz']:.4g})",
+        f"budgets    C_th = {result['cost_budget']:g} {unit} (c1 = {result['c1']:g} per round, c2 = {result['c2']:g} "
+        f"per step); epsilon_th = {result['epsilon_target']:g} at delta = {c['delta']:g}",
+        "constants  " + "  ".join(f"{name} = {c[key]:.4g} ({src[key]})" for key, name in (
+            ("smoothness", "L"), ("strong_convexity", "lambda"), ("grad_variance", "xi^2"), ("initial_gap", "alpha"))),
+        f"plan       tau = {result['tau']}, K = {result['steps']} steps, {result['rounds']} rounds, "
+        f"sigma = {result['sigma']:.6g}, cost = {result['cost']:.6g} {unit}, "
+        f"epsilon spent = {result['epsilon']:.6g} ({result['variant']})",
+        f"           relaxed optimum K* = {result['steps_real']:.4g}, tau* = {result['tau_real']:.4g} (eq. 22); "
+        f"bound F = {result['bound']:.4g}",
+    ]
+    for name, v in result["variants"].items():
+        verdict = "meets the target" if v["epsilon"] <= result["epsilon_target"] * (1 + 1e-9) else "NOT private at the target"
+        lines.append(f"{name + ':':<15}tau = {v['tau']}, K = {v['steps']}, sigma = {v['sigma']:.6g} "
+                     f"-> really spends epsilon {v['epsilon']:.4g} ({verdict})")
+    cal = result.get("calibration")
+    if cal is not None:
+        lines.insert(1, f"costs      from {cal['file']} (profile {cal['profile']}, {unit})")
+        if cal["model_params"] != num_params:
+            lines.append(f"NOTE       the calibration was measured for {cal['model_params']} parameters; "
+                         f"this model has {num_params}")
+    return "\n".join(lines)
+
+
+def calibration_step(model: "Model", data: "FederatedData", batch: int) -> Callable[[Any, int], None]:
+    """(params, n) → n DP-PASGD local steps from ``params`` through the real code path
+    (``DpPasgd.node_step`` with τ = 1 on the one node of ``data``: batch ``batch``, Gaussian noise,
+    update): the step whose cost is c2 of the planner's cost model (eq. 8)."""
+    from testbed.algorithms.contract import RoundContext
+    from testbed.algorithms.dp_pasgd import DpPasgd
+
+    alg = DpPasgd(model, steps=1, tau=1, batch=batch, lr=0.1, delta=1e-4, sigma=1.0,
+                  train_sizes=dict(zip(data.node_ids, data.train.sizes.tolist())))
+    ids = tuple(data.node_ids)
+
+    def steps(params: Any, n: int) -> None:
+        for i in range(n):
+            ctx = RoundContext(i, 0, len(ids), ids)
+            alg.node_step(alg.downlink({"model": params}, ctx, ids), data.train, ids, ctx)
+
+    return steps
+
+
+PRIVACY = Command(help="ε of eq. (9) for σ, or σ for a target ε", arguments=_privacy_arguments, run=_privacy)
+PLAN = Command(help="τ, K and σ of DP-PASGD's optimal design (eqs. 22, 24, 9)", arguments=_plan_arguments,
+               run=_plan)

@@ -1,0 +1,122 @@
+"""The hooks an algorithm registers for the command line and the live view (Registration's
+``privacy_cli``, ``plan_cli``, ``calibration_step``, ``channel_view``): `testbed privacy`,
+`testbed plan`, `testbed calibrate` and the watch page take every algorithm from the registry, so a
+new algorithm's hook shows there with no edit outside its own module."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+import numpy as np
+import pytest
+
+from testbed.algorithms import registry
+from testbed.algorithms.registry import Command
+from testbed.cli import build_parser, main
+from testbed.cli.algorithm_commands import command_name
+from testbed.config import load_config_text
+from testbed.runner import run_experiment
+from testbed.watch.feed import RunFeed
+
+
+def _subcommands(command: str) -> list[str]:
+    """The sub-commands of `testbed COMMAND`, in --help's order."""
+    def sub_of(parser: argparse.ArgumentParser) -> argparse._SubParsersAction:
+        return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+
+    return list(sub_of(sub_of(build_parser(command)).choices[command]).choices)
+
+
+def _with(monkeypatch: pytest.MonkeyPatch, name: str, **hooks) -> None:
+    """The registry as it is, with algorithm ``name`` (an existing one's registration, renamed)
+    registering ``hooks``."""
+    found = registry.registrations()
+    reg = dataclasses.replace(found.get(name, found["fedavg"]), name=name, **hooks)
+    monkeypatch.setattr(registry, "registrations", lambda: dict(sorted({**found, name: reg}.items())))
+
+
+def test_the_papers_calculators_and_planners_are_the_registered_ones():
+    assert _subcommands("privacy") == ["acfl", "dp-pasgd", "dwfl", "padpfl"]
+    assert _subcommands("plan") == ["acfl", "dp-pasgd"]
+    for command, hook in (("privacy", "privacy_cli"), ("plan", "plan_cli")):
+        assert _subcommands(command) == [command_name(reg.name) for reg in registry.offering(hook)]
+
+
+@pytest.mark.parametrize("command, hook", [("privacy", "privacy_cli"), ("plan", "plan_cli")])
+@pytest.mark.parametrize("name", ["new_algorithm", "zeta"])
+def test_a_registered_command_is_on_the_command_line(monkeypatch, capsys, command, hook, name):
+    ran = []
+
+    def arguments(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--count", type=int, required=True)
+
+    def run(args: argparse.Namespace) -> int:
+        ran.append((args.algorithm, args.count))
+        return 0
+
+    _with(monkeypatch, name, **{hook: Command(help="a new algorithm's", arguments=arguments, run=run)})
+    assert command_name(name) in _subcommands(command)
+    assert main([command, command_name(name), "--count", "3"]) == 0
+    assert ran == [(command_name(name), 3)]
+    assert main([command, command_name(name)]) == 2  # its arguments are checked as the others' are
+    assert f"testbed: {command} {command_name(name)}: the following arguments are required: --count" in \
+        capsys.readouterr().err
+
+
+def test_an_algorithm_without_the_hook_has_no_sub_command():
+    assert command_name("fedavg") not in _subcommands("privacy") + _subcommands("plan")
+    assert main(["privacy", "fedavg"]) == 2
+
+
+class _View:
+    """A channel that changes every second round: node k's gain is (k + 1)(r + 1), its SNR 100."""
+
+    def block_of(self, round_index: int) -> int:
+        return round_index // 2
+
+    def links(self, round_index: int) -> tuple[np.ndarray, np.ndarray]:
+        return np.arange(1.0, 5.0) * (round_index + 1), np.full(4, 100.0)
+
+
+@pytest.fixture
+def dp_pasgd_run(tmp_path, small_config_text):
+    return run_experiment(load_config_text(small_config_text), out_dir=tmp_path / "run", quiet=True)
+
+
+def _nodes(run_dir) -> tuple[list[dict], RunFeed]:
+    feed = RunFeed(run_dir)
+    feed.poll()
+    return feed.snapshot()["nodes"], feed
+
+
+def test_the_watch_page_draws_the_channel_an_algorithm_registers(dp_pasgd_run, monkeypatch):
+    nodes, _ = _nodes(dp_pasgd_run.run_dir)
+    assert [(n["gain"], n["snr_db"]) for n in nodes] == [(None, None)] * 4  # DP-PASGD has no channel
+    _with(monkeypatch, "dp_pasgd", channel_view=lambda sections, num_nodes, seed: _View())
+    nodes, feed = _nodes(dp_pasgd_run.run_dir)
+    last = feed.current_round()
+    assert last == 3
+    assert [n["gain"] for n in nodes] == [(k + 1.0) * (last + 1) for k in range(4)]
+    assert [n["snr_db"] for n in nodes] == pytest.approx([20.0] * 4)
+
+
+def test_a_channel_view_that_cannot_be_built_is_one_line_and_the_run_is_shown(dp_pasgd_run, monkeypatch):
+    def refuse(sections, num_nodes, seed):
+        raise ValueError("no such\nradio")
+
+    _with(monkeypatch, "dp_pasgd", channel_view=refuse)
+    nodes, feed = _nodes(dp_pasgd_run.run_dir)
+    assert feed.problems["config.toml"][0] == "the radio: no such radio"
+    assert len(nodes) == 4 and all(n["gain"] is None for n in nodes)
+    assert len(feed.metrics) == 4
+
+
+def test_calibrate_times_the_one_registered_local_step(monkeypatch):
+    from testbed.cli.calibrate import _calibrated_step
+
+    assert [reg.name for reg in registry.offering("calibration_step")] == ["dp_pasgd"]
+    assert _calibrated_step() is registry.get("dp_pasgd").calibration_step
+    _with(monkeypatch, "zeta", calibration_step=lambda model, data, batch: None)
+    with pytest.raises(RuntimeError, match="dp_pasgd.*zeta"):
+        _calibrated_step()
