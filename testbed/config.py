@@ -34,8 +34,11 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 from testbed.client_sampling import ClientSamplingSection
+from testbed.data import registry as data_registry
 from testbed.errors import ConfigError
 from testbed.limits import MAX_CHUNK_BYTES, MAX_SEED, MAX_WAIT_S, MIN_CHUNK_BYTES, MIN_POSITIVE
+from testbed.models import embedding_kinds, embedding_phrase
+from testbed.models import kinds as model_kinds
 from testbed.sections import NonNegative, Positive, Section, attribute_docstrings
 from testbed.stragglers import StragglersSection
 
@@ -54,9 +57,14 @@ class RunSection(Section):
     many small per-node products; raise it for a large model on an idle machine)."""
 
 
+#: The data sets ``data.dataset`` may name: one module of testbed/data/ each (testbed.data.registry).
+DatasetName = Literal[tuple(data_registry.names())]
+#: The models ``model.kind`` may name (testbed.models.kinds).
+ModelKindName = Literal[tuple(model_kinds())]
+
+
 class DataSection(Section):
-    dataset: Literal["synthetic", "adult-1", "adult-2", "vehicle-1", "vehicle-2", "regression", "mnist", "digits",
-                     "cifar10"] = "synthetic"
+    dataset: DatasetName = "synthetic"
     path: str | None = None
     """The data file or its folder (else $TESTBED_DATA, the cache, or a download)."""
     num_nodes: Positive[int] = 16
@@ -89,7 +97,7 @@ class DataSection(Section):
 
 
 class ModelSection(Section):
-    kind: Literal["logistic", "svm", "mlp", "linear", "torch"] = "logistic"
+    kind: ModelKindName = "logistic"
     """"linear": multi-output least squares (ACFL), on one-hot labels for a classification set;
     "torch": the PyTorch network ``network`` (float32, all nodes stepped at once: testbed.torch_models)."""
     network: Literal["cnn", "mlp", "cifar10_cnn"] = "cnn"
@@ -107,9 +115,9 @@ class ModelSection(Section):
     """γ of the approximated kernel exp(−γ‖x − x′‖²)."""
 
     @model_validator(mode="after")
-    def _features_need_linear(self) -> "ModelSection":
-        if self.random_features and self.kind != "linear":
-            raise ValueError(f'random_features: only the "linear" model takes an embedding, not {self.kind!r}')
+    def _features_need_an_embedding_kind(self) -> "ModelSection":
+        if self.random_features and self.kind not in embedding_kinds():
+            raise ValueError(f"random_features: {embedding_phrase()}, not {self.kind!r}")
         return self
 
 
