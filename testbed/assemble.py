@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from testbed.config import Config, DataSection, ModelSection
+from testbed.config import Config, ModelSection
 from testbed.data import registry as data_registry
 from testbed.data.federated import FederatedData
 from testbed.data.lazy import LazyFederatedData
+from testbed.data.section import DataSection
 from testbed.evaluation import evaluated_node_ids
 from testbed.models import Model, build_model
 

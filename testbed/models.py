@@ -505,7 +505,8 @@ def _linear(dim: int, n_classes: int, o: ModelOptions) -> LinearRegression:
         return LinearRegression(dim, n_classes, o.bias)
     if o.seed is None:
         raise ValueError("random_features: the embedding is drawn from the run's seed; give it")
-    return LinearRegression(dim, n_classes, o.bias, embedding=RandomFeatures(dim, o.random_features, o.rf_gamma, o.seed))
+    embedding = RandomFeatures(dim, o.random_features, o.rf_gamma, o.seed)
+    return LinearRegression(dim, n_classes, o.bias, embedding=embedding)
 
 
 #: The model kinds, in the order of the config's choices.

@@ -19,10 +19,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from testbed.config import DataSection, ModelSection, build_config, json_schema
+from testbed.config import ModelSection, build_config, json_schema
 from testbed.data import load_dataset, source_files
 from testbed.data import registry as data_registry
-from testbed.data.registry import Dataset, collect
+from testbed.data.section import DataSection
+from testbed.data.registry import Registration, collect
 from testbed.errors import ConfigError, DataError
 from testbed.models import build_model, embedding_kinds, kinds
 
@@ -101,8 +102,8 @@ def test_a_model_kind_is_accepted_exactly_when_registered_and_only_an_embedding_
         assert caught.value.key == "model.kind"
 
 
-def _registration(name: str, order: int) -> Dataset:
-    return Dataset(name, lambda seed, scaling: None, order=order)
+def _registration(name: str, order: int) -> Registration:
+    return Registration(name, lambda seed, scaling: None, order=order)
 
 
 @given(st.lists(st.tuples(st.text(min_size=1, max_size=6), st.integers(-3, 3)), max_size=8),
@@ -183,7 +184,7 @@ from pathlib import Path
 
 import numpy as np
 
-from testbed.data.registry import Dataset
+from testbed.data.registry import Registration
 from testbed.data.split import check_scaling, split_flat
 from testbed.rng import Purpose, stream
 
@@ -206,7 +207,7 @@ def make_blobs(num_nodes, samples_per_node, dim, seed=0, scaling="per_node", nod
                       node_ids=ids)
 
 
-REGISTRATION = Dataset(
+REGISTRATION = Registration(
     "blobs", make_blobs, order=5,
     options=lambda d: dict(num_nodes=d.num_nodes, samples_per_node=d.samples_per_node, dim=d.dim),
     no_path=None if FROM_FILE else "dataset is generated and reads no file",

@@ -64,7 +64,7 @@ import numpy as np
 
 from testbed.data.cache import DataFile, resolve
 from testbed.data.federated import FederatedData
-from testbed.data.registry import Dataset
+from testbed.data.registry import Registration
 from testbed.data.split import (
     check_scaling,
     node_rows,
@@ -77,7 +77,7 @@ from testbed.errors import DataError
 from testbed.rng import GLOBAL, Purpose, stream
 
 if TYPE_CHECKING:
-    from testbed.config import DataSection
+    from testbed.data.section import DataSection
 
 ADULT = DataFile(
     name="adult",
@@ -284,9 +284,12 @@ def _options(d: "DataSection") -> dict[str, Any]:
     return dict(include_education=d.include_education, numeric=d.numeric)
 
 
+def _files(path: str | None) -> list[Path]:
+    return [resolve(ADULT, path)]
+
+
 REGISTRATION = (
-    Dataset("adult-1", functools.partial(load_adult, "adult-1"), _options, order=10,
-            source_files=lambda path: [resolve(ADULT, path)]),
-    Dataset("adult-2", functools.partial(load_adult, "adult-2"), lambda d: dict(_options(d), num_nodes=d.num_nodes),
-            order=11, source_files=lambda path: [resolve(ADULT, path)]),
+    Registration("adult-1", functools.partial(load_adult, "adult-1"), _options, order=10, source_files=_files),
+    Registration("adult-2", functools.partial(load_adult, "adult-2"),
+                 lambda d: dict(_options(d), num_nodes=d.num_nodes), order=11, source_files=_files),
 )

@@ -43,13 +43,13 @@ import numpy as np
 from testbed.data.cache import DataFile, resolve
 from testbed.data.federated import FederatedData
 from testbed.data.partition import partition_rows
-from testbed.data.registry import Dataset
+from testbed.data.registry import Registration
 from testbed.data.split import SplitWriter, check_scaling
 from testbed.errors import DataError
 from testbed.rng import Purpose, stream
 
 if TYPE_CHECKING:
-    from testbed.config import DataSection
+    from testbed.data.section import DataSection
 
 #: Salt-and-pepper densities of Table I's words (not given by the paper: our choice).
 NOISE_DENSITIES = {"severe": 0.5, "moderate": 0.3, "slight": 0.1, "none": 0.0}
@@ -230,10 +230,10 @@ def _options(d: "DataSection") -> dict[str, Any]:
                 part_samples=d.part_samples, part_noise=d.part_noise, partition=d.partition, alpha=d.alpha)
 
 
-def _registration(name: str, order: int, features: int, no_path: str | None = None) -> Dataset:
-    return Dataset(name, functools.partial(load_images, name), _options, order=order,
-                   source_files=functools.partial(source_files, name), no_path=no_path,
-                   features=lambda d: features)
+def _registration(name: str, order: int, features: int, no_path: str | None = None) -> Registration:
+    return Registration(name, functools.partial(load_images, name), _options, order=order,
+                        source_files=functools.partial(source_files, name), no_path=no_path,
+                        features=lambda d: features)
 
 
 REGISTRATION = (

@@ -1,14 +1,14 @@
 """The dataset registry: every module of this package that defines ``REGISTRATION`` adds its data
 sets; adding one is adding a module, nothing else.
 
-A :class:`Dataset` says the set's name (``data.dataset``), its loader, which keys of ``[data]``
+A :class:`Registration` says the set's name (``data.dataset``), its loader, which keys of ``[data]``
 the loader takes, what it reads (files, ``data.path``), and what the run's assembly
 (testbed.assemble) and the memory check (testbed.resources) need to know of it. The config's
 choices of ``data.dataset`` (its JSON Schema's enum), :func:`testbed.data.load_dataset`,
 testbed.assemble and testbed.resources read this registry and never name a data set.
 
-The registry imports every module of this package to find them (once, when testbed.config is
-imported), so a dataset module imports what only its loader needs (scipy, scikit-learn, torch)
+The registry imports every module of this package to find them (once, when the ``[data]``
+section, testbed.data.section, is imported by testbed.config), so a dataset module imports what only its loader needs (scipy, scikit-learn, torch)
 inside the loader: a board that runs the synthetic task never imports them.
 
 Example::
@@ -41,9 +41,9 @@ def _no_options(section: "Section") -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class Dataset:
+class Registration:
     """One data set (``data.dataset``). Its hooks read the experiment's ``[data]`` section
-    (testbed.config.DataSection: the registry, imported by the config, does not import it).
+    (testbed.data.section.DataSection, whose choices are this registry's: so not imported here).
 
     Attributes:
         name: its ``data.dataset``.
@@ -87,19 +87,19 @@ class Dataset:
         return self.no_path is None
 
 
-def collect(modules: Iterable[Any]) -> dict[str, Dataset]:
+def collect(modules: Iterable[Any]) -> dict[str, Registration]:
     """The data sets that ``modules`` register, by name, by (order, name). A module's
-    ``REGISTRATION`` is one Dataset or a tuple of them (a module of several sets, e.g. Adult's
+    ``REGISTRATION`` is one Registration or a tuple of them (a module of several sets, e.g. Adult's
     two partitions); a module without one registers nothing.
 
     Raises:
         RuntimeError: two registrations share a name.
     """
-    found: dict[str, Dataset] = {}
+    found: dict[str, Registration] = {}
     for module in modules:
         reg = getattr(module, "REGISTRATION", None)
         for one in reg if isinstance(reg, tuple) else (reg,):
-            if not isinstance(one, Dataset):
+            if not isinstance(one, Registration):
                 continue
             if one.name in found:
                 raise RuntimeError(f"two data sets named {one.name!r}")
@@ -108,7 +108,7 @@ def collect(modules: Iterable[Any]) -> dict[str, Dataset]:
 
 
 @functools.cache
-def registrations() -> dict[str, Dataset]:
+def registrations() -> dict[str, Registration]:
     """Every data set of this package, by name, in order (modules imported once, on first use)."""
     import testbed.data as package
 
@@ -120,7 +120,7 @@ def names() -> list[str]:
     return list(registrations())
 
 
-def get(name: str) -> Dataset:
+def get(name: str) -> Registration:
     """The data set ``name``; DataError (one line, naming the valid ones) for an unknown one."""
     try:
         return registrations()[name]

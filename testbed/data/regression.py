@@ -25,7 +25,7 @@ from typing import Sequence
 import numpy as np
 
 from testbed.data.federated import FederatedData, Split
-from testbed.data.registry import Dataset
+from testbed.data.registry import Registration
 from testbed.data.split import check_scaling
 from testbed.errors import DataError
 from testbed.rng import GLOBAL, Purpose, stream
@@ -88,6 +88,7 @@ def make_regression(num_nodes: int, samples_per_node: int, dim: int, outputs: in
                          name="regression", node_names=tuple(f"node-{m}" for m in ids), node_ids=tuple(ids))
 
 
-REGISTRATION = Dataset("regression", make_regression, order=30, no_path="dataset is generated and reads no file",
-                       options=lambda d: dict(num_nodes=d.num_nodes, samples_per_node=d.samples_per_node, dim=d.dim,
-                                              outputs=d.outputs))
+REGISTRATION = Registration("regression", make_regression, order=30,
+                            no_path="dataset is generated and reads no file",
+                            options=lambda d: dict(num_nodes=d.num_nodes, samples_per_node=d.samples_per_node,
+                                                   dim=d.dim, outputs=d.outputs))

@@ -38,14 +38,14 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 
 from testbed.data.federated import FederatedData
-from testbed.data.registry import Dataset
+from testbed.data.registry import Registration
 from testbed.data.split import SPLITS, SplitWriter, check_scaling
 from testbed.errors import DataError
 from testbed.parallel import split_work
 from testbed.rng import GLOBAL, Purpose, node_streams, stream
 
 if TYPE_CHECKING:
-    from testbed.config import DataSection
+    from testbed.data.section import DataSection
     from testbed.data.lazy import LazyFederatedData
 
 DEFAULT_BAYES_ACCURACY = 0.875
@@ -261,5 +261,6 @@ def _lazy(d: "DataSection", seed: int) -> "LazyFederatedData":
                                        scaling=d.scaling, dtype=d.dtype)
 
 
-REGISTRATION = Dataset("synthetic", make_logistic, _options, order=0, no_path="dataset is generated and reads no file",
-                       lazy=_lazy, train_only={"splits": ("train",)}, features=lambda d: d.dim, counted=True)
+REGISTRATION = Registration("synthetic", make_logistic, _options, order=0,
+                            no_path="dataset is generated and reads no file", lazy=_lazy,
+                            train_only={"splits": ("train",)}, features=lambda d: d.dim, counted=True)

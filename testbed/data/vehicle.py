@@ -53,7 +53,7 @@ import numpy as np
 
 from testbed.data.cache import DataFile, resolve
 from testbed.data.federated import FederatedData
-from testbed.data.registry import Dataset
+from testbed.data.registry import Registration
 from testbed.data.split import (
     check_scaling,
     clip_to_unit_ball,
@@ -256,6 +256,9 @@ def write_vehicle_mat(path: str | os.PathLike, sizes: Sequence[int], dim: int = 
     scipy.io.savemat(path, {"X": x_cells, "Y": y_cells})
 
 
-REGISTRATION = tuple(Dataset(name, functools.partial(load_vehicle, name), order=20 + i,
-                             source_files=lambda path: [resolve(VEHICLE, path)])
+def _files(path: str | None) -> list[Path]:
+    return [resolve(VEHICLE, path)]
+
+
+REGISTRATION = tuple(Registration(name, functools.partial(load_vehicle, name), order=20 + i, source_files=_files)
                      for i, name in enumerate(PARTITIONS))
