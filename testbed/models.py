@@ -9,6 +9,10 @@ Inputs are assumed in the unit ball (||x||_2 <= 1, the data loaders guarantee it
 states the per-sample gradient bound G it guarantees there (``lipschitz_bound``), the sensitivity
 DP-PASGD's accountant needs (dp-pasgd.md §7 item 6).
 
+The kinds ``[model] kind`` may name are the registry :func:`kinds` (a :class:`ModelKind` each: its
+builder and what the node host needs to know of it); the config's choices and :func:`build_model`
+read it, and nothing else names a kind.
+
 Example::
 
     >>> m = LogisticRegression(dim=3, n_classes=2)
@@ -450,7 +454,6 @@ class LinearRegression:
 
 
 Model = Union[LogisticRegression, LinearSVM, MLP, LinearRegression, "TorchModel"]
-
 
 
 @dataclass(frozen=True)
