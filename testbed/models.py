@@ -10,8 +10,8 @@ states the per-sample gradient bound G it guarantees there (``lipschitz_bound``)
 DP-PASGD's accountant needs (dp-pasgd.md §7 item 6).
 
 The kinds ``[model] kind`` may name are the registry :func:`kinds` (a :class:`ModelKind` each: its
-builder and what the node host needs to know of it); the config's choices and :func:`build_model`
-read it, and nothing else names a kind.
+builder and what the node host needs to know of it); the config's choices, :func:`build_model` and
+the node host read it.
 
 Example::
 
