@@ -64,6 +64,7 @@ from testbed.ledger.events import Event
 from testbed.ledger.files import LedgerWriter, read_ledger
 from testbed.ledger.node import NodeLedger
 from testbed.memo import remember_last
+from testbed.models import kind_of
 
 log = logging.getLogger(__name__)
 
@@ -392,8 +393,9 @@ def step_nodes(agents: Sequence[NodeAgent], msgs: Sequence[wire.Message]) -> lis
 
     Nodes are stepped together when they share a :class:`SharedExperiment` (an emulated host's)
     and have the same experiment file, costs and round (or setup); an over-the-air round (each node's
-    algorithm holds the channel it was told), a torch network (float32: its vmapped step over M
-    nodes rounds differently from M = 1, and sim and MQTT would drift apart), paced boards (each
+    algorithm holds the channel it was told), a model that does not stack exactly (a torch network,
+    float32: its vmapped step over M nodes rounds differently from M = 1, and sim and MQTT would
+    drift apart: testbed.models.ModelKind), paced boards (each
     waits its own board time) and nodes without a shared experiment step one at a time.
 
     Returns:
@@ -413,7 +415,7 @@ def step_nodes(agents: Sequence[NodeAgent], msgs: Sequence[wire.Message]) -> lis
             continue
         exp, ctx = admitted.experiment, admitted.ctx
         paced = isinstance(agent.costs, NodeCosts) and agent.costs.pacer.enabled
-        alone = exp.over_the_air or exp.config.model.kind == "torch" or paced \
+        alone = exp.over_the_air or not kind_of(exp.config.model.kind).stacks_exactly or paced \
             or agent.shared is None
         key = (i,) if alone else (exp.key, id(agent.shared), id(agent.costs), admitted.session, ctx.round_index,
                                   ctx.expected, tuple(admitted.msg.tensors))

@@ -8,35 +8,19 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from testbed.config import Config, DataSection, ModelSection
+from testbed.config import Config, ModelSection
+from testbed.data import registry as data_registry
 from testbed.data.federated import FederatedData
 from testbed.data.lazy import LazyFederatedData
+from testbed.data.section import DataSection
 from testbed.evaluation import evaluated_node_ids
 from testbed.models import Model, build_model
 
 
 def _loader_options(d: DataSection, train_only: bool = False) -> dict[str, Any]:
     """The options of the ``[data]`` section that the dataset's loader takes (testbed.data.load_dataset)."""
-    from testbed.data import IMAGE_FEATURES
-
-    options: dict[str, Any]
-    if d.dataset == "synthetic":
-        options = dict(num_nodes=d.num_nodes, samples_per_node=d.samples_per_node, dim=d.dim,
-                       n_classes=d.n_classes, heterogeneity=d.heterogeneity, dtype=d.dtype)
-        if train_only:
-            options["splits"] = ("train",)
-    elif d.dataset == "regression":
-        options = dict(num_nodes=d.num_nodes, samples_per_node=d.samples_per_node, dim=d.dim, outputs=d.outputs)
-    elif d.dataset.startswith("adult"):
-        options = dict(include_education=d.include_education, numeric=d.numeric)
-        if d.dataset == "adult-2":
-            options["num_nodes"] = d.num_nodes
-    elif d.dataset in IMAGE_FEATURES:
-        options = dict(num_nodes=d.num_nodes, samples_per_node=d.samples_per_node, parts=d.parts,
-                       part_samples=d.part_samples, part_noise=d.part_noise, partition=d.partition, alpha=d.alpha)
-    else:
-        options = {}
-    return options
+    reg = data_registry.get(d.dataset)
+    return dict(reg.options(d), **reg.train_only) if train_only else reg.options(d)
 
 
 def load_data(d: DataSection, seed: int, nodes: Sequence[int] | None = None, path: str | None = None,
@@ -54,12 +38,13 @@ def load_data(d: DataSection, seed: int, nodes: Sequence[int] | None = None, pat
 
 
 def holds_lazily(config: Config) -> bool:
-    """Whether a run's nodes are lazy (testbed.data.lazy): in sim, with client sampling, on the
-    synthetic set (a node's rows regenerated from its own stream) or a file-based one (its
-    federation written once to the cache and memory-mapped, a node's rows gathered from it). The
-    generated regression set is held whole."""
+    """Whether a run's nodes are lazy (testbed.data.lazy): in sim, with client sampling, on a set
+    that makes a node's rows again from its own stream (the synthetic set) or a file-based one (its
+    federation written once to the cache and memory-mapped, a node's rows gathered from it). A
+    generated set that does neither (regression) is held whole."""
+    reg = data_registry.get(config.data.dataset)
     return (config.run.mode == "sim" and config.client_sampling.method != "all"
-            and config.data.dataset != "regression")
+            and (reg.lazy is not None or reg.source_files is not None))
 
 
 def load_run_data(config: Config) -> FederatedData | LazyFederatedData:
@@ -68,10 +53,9 @@ def load_run_data(config: Config) -> FederatedData | LazyFederatedData:
     (``output.eval_nodes``) holds only its training rows: :func:`load_evaluation_data` makes the
     evaluated nodes' own."""
     d = config.data
-    if holds_lazily(config) and d.dataset == "synthetic":
-        return LazyFederatedData.synthetic(num_nodes=d.num_nodes, samples_per_node=d.samples_per_node, dim=d.dim,
-                                           n_classes=d.n_classes, seed=config.run.seed,
-                                           heterogeneity=d.heterogeneity, scaling=d.scaling, dtype=d.dtype)
+    reg = data_registry.get(d.dataset)
+    if holds_lazily(config) and reg.lazy is not None:
+        return reg.lazy(d, config.run.seed)
     if holds_lazily(config):
         from testbed.data import source_files
         from testbed.data.mapped import federation_dir
@@ -80,21 +64,22 @@ def load_run_data(config: Config) -> FederatedData | LazyFederatedData:
         directory = federation_dir(params, source_files(d.dataset, d.path))
         return LazyFederatedData.memory_mapped(directory, lambda: load_data(d, config.run.seed))
     subset = evaluated_node_ids(d.num_nodes, config.output.eval_nodes, config.run.seed) is not None
-    return load_data(d, config.run.seed, train_only=subset and d.dataset == "synthetic")
+    return load_data(d, config.run.seed, train_only=subset and reg.lazy is not None)
 
 
 def load_evaluation_data(config: Config, data: FederatedData | LazyFederatedData) -> FederatedData:
     """The rows the model is evaluated on (testbed.evaluation): every node's, or the evaluated
-    nodes' (``output.eval_nodes``): generated again for the synthetic set (the same rows, from
-    their own streams), made by the lazy federation of a file-based set, else selected from
-    ``data``, the whole federation's."""
+    nodes' (``output.eval_nodes``): generated again for a set that makes a node's rows from its own
+    stream (the synthetic set: the same rows), made by the lazy federation of a file-based set, else
+    selected from ``data``, the whole federation's."""
     d = config.data
+    regenerated = data_registry.get(d.dataset).lazy is not None
     ids = evaluated_node_ids(d.num_nodes, config.output.eval_nodes, config.run.seed)
-    if isinstance(data, LazyFederatedData) and d.dataset != "synthetic":
+    if isinstance(data, LazyFederatedData) and not regenerated:
         return data.nodes(data.node_ids if ids is None else ids.tolist())
     if ids is None:
         return load_data(d, config.run.seed) if isinstance(data, LazyFederatedData) else data
-    if d.dataset == "synthetic":
+    if regenerated:
         return load_data(d, config.run.seed, nodes=ids.tolist())
     position = {node: i for i, node in enumerate(data.node_ids)}
     return data.select([position[int(node)] for node in ids])

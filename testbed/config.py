@@ -34,10 +34,13 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 from testbed.client_sampling import ClientSamplingSection
+from testbed.data.section import DataSection
 from testbed.devices import virtual_boards
 from testbed.devices.profiles import MCU_PROFILE_NAMES, PROFILE_NAMES
 from testbed.errors import ConfigError
 from testbed.limits import MAX_CHUNK_BYTES, MAX_SEED, MAX_WAIT_S, MIN_CHUNK_BYTES, MIN_POSITIVE
+from testbed.models import embedding_kinds, embedding_phrase
+from testbed.models import kinds as model_kinds
 from testbed.sections import NonNegative, Positive, Section, attribute_docstrings
 from testbed.stragglers import StragglersSection
 
@@ -56,42 +59,12 @@ class RunSection(Section):
     many small per-node products; raise it for a large model on an idle machine)."""
 
 
-class DataSection(Section):
-    dataset: Literal["synthetic", "adult-1", "adult-2", "vehicle-1", "vehicle-2", "regression", "mnist", "digits",
-                     "cifar10"] = "synthetic"
-    path: str | None = None
-    """The data file or its folder (else $TESTBED_DATA, the cache, or a download)."""
-    num_nodes: Positive[int] = 16
-    samples_per_node: Positive[int] = 500
-    dim: Positive[int] = 100
-    n_classes: int = Field(2, ge=2)
-    heterogeneity: NonNegative[float] = 0.0
-    outputs: Positive[int] = 10
-    """regression: o, the target columns (the ACFL paper's multi-output linear regression)."""
-    include_education: bool = False
-    numeric: bool = False
-    scaling: Literal["per_node", "public_bound", "pooled"] = "per_node"
-    """How rows are put into the unit ball: each node's own statistics, a public bound, or
-    statistics pooled over all nodes (the papers'; a leak between nodes, kept to reproduce them)."""
-    parts: list[Positive[int]] | None = None
-    """mnist, digits, cifar10: clients per part (consecutive node ids; sum num_nodes)."""
-    part_samples: list[Positive[int]] | None = None
-    """mnist, digits, cifar10: samples of each client of a part, before the 80/10/10 split."""
-    part_noise: list[Literal["severe", "moderate", "slight", "none"] | Annotated[float, Field(ge=0, le=1)]] | None = None
-    """mnist, digits, cifar10: salt-and-pepper density of each part's training rows (severe 0.5,
-    moderate 0.3, slight 0.1, none 0; or a number)."""
-    partition: Literal["iid", "dirichlet"] = "iid"
-    """mnist, digits, cifar10: which images each client holds: i.i.d., or label-skewed with class
-    proportions ~ Dirichlet(alpha) per client (testbed.data.partition)."""
-    alpha: Positive[float] = 0.5
-    """The Dirichlet concentration of partition = "dirichlet" (small: few classes per client)."""
-    dtype: Literal["float64", "float32"] = "float64"
-    """The features' type: "float32" halves the data's memory, and DP-PASGD then steps in float32
-    (its results agree with float64 to float32 rounding); the server's model stays float64."""
+#: The models ``model.kind`` may name (testbed.models.kinds).
+ModelKindName = Literal[tuple(model_kinds())]
 
 
 class ModelSection(Section):
-    kind: Literal["logistic", "svm", "mlp", "linear", "torch"] = "logistic"
+    kind: ModelKindName = "logistic"
     """"linear": multi-output least squares (ACFL), on one-hot labels for a classification set;
     "torch": the PyTorch network ``network`` (float32, all nodes stepped at once: testbed.torch_models)."""
     network: Literal["cnn", "mlp", "cifar10_cnn"] = "cnn"
@@ -109,9 +82,9 @@ class ModelSection(Section):
     """γ of the approximated kernel exp(−γ‖x − x′‖²)."""
 
     @model_validator(mode="after")
-    def _features_need_linear(self) -> "ModelSection":
-        if self.random_features and self.kind != "linear":
-            raise ValueError(f'random_features: only the "linear" model takes an embedding, not {self.kind!r}')
+    def _features_need_an_embedding_kind(self) -> "ModelSection":
+        if self.random_features and self.kind not in embedding_kinds():
+            raise ValueError(f"random_features: {embedding_phrase()}, not {self.kind!r}")
         return self
 
 

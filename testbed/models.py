@@ -9,6 +9,10 @@ Inputs are assumed in the unit ball (||x||_2 <= 1, the data loaders guarantee it
 states the per-sample gradient bound G it guarantees there (``lipschitz_bound``), the sensitivity
 DP-PASGD's accountant needs (dp-pasgd.md §7 item 6).
 
+The kinds ``[model] kind`` may name are the registry :func:`kinds` (a :class:`ModelKind` each: its
+builder and what the node host needs to know of it); the config's choices, :func:`build_model` and
+the node host read it.
+
 Example::
 
     >>> m = LogisticRegression(dim=3, n_classes=2)
@@ -25,7 +29,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING, Callable, Union
 
 import numpy as np
 
@@ -451,36 +455,107 @@ class LinearRegression:
 
 Model = Union[LogisticRegression, LinearSVM, MLP, LinearRegression, "TorchModel"]
 
-MODEL_KINDS = ("logistic", "svm", "mlp", "linear", "torch")
+
+@dataclass(frozen=True)
+class ModelOptions:
+    """The ``[model]`` keys a kind may read (testbed.config.ModelSection), and the run's seed."""
+
+    bias: bool = True
+    hidden: int = 32
+    activation: str = "tanh"
+    random_features: int = 0
+    rf_gamma: float = 1.0
+    seed: int | None = None
+    network: str = "cnn"
+
+
+@dataclass(frozen=True)
+class ModelKind:
+    """One ``[model] kind``: the registry :func:`kinds` lists them, in the order of the config's
+    choices (its JSON Schema's enum); config validation and :func:`build_model` read it and never
+    name a kind.
+
+    Attributes:
+        name: its ``model.kind``.
+        build: (d, C or the outputs o, options) → the model.
+        embeds: it takes a random-feature embedding (``model.random_features``).
+        stacks_exactly: its step over M stacked nodes gives each node the numbers of its step alone
+            (float64 numpy: yes; a float32 torch network's rounding depends on M), so an emulated
+            host may step its nodes together (nodes.agent).
+    """
+
+    name: str
+    build: Callable[[int, int, ModelOptions], Model]
+    embeds: bool = False
+    stacks_exactly: bool = True
+
+
+def _mlp(dim: int, n_classes: int, o: ModelOptions) -> MLP:
+    if o.activation not in ("tanh", "relu"):
+        raise ValueError(f"unknown activation {o.activation!r}; choose tanh or relu")
+    return MLP(dim, n_classes, o.hidden, activation=o.activation)
+
+
+def _torch(dim: int, n_classes: int, o: ModelOptions) -> "TorchModel":
+    from testbed.torch_models import TorchModel  # torch is imported only for this kind
+
+    return TorchModel(o.network, dim, n_classes, o.hidden)
+
+
+def _linear(dim: int, n_classes: int, o: ModelOptions) -> LinearRegression:
+    """n_classes: the outputs o (a regression set's target columns, or the classes)."""
+    if not o.random_features:
+        return LinearRegression(dim, n_classes, o.bias)
+    if o.seed is None:
+        raise ValueError("random_features: the embedding is drawn from the run's seed; give it")
+    embedding = RandomFeatures(dim, o.random_features, o.rf_gamma, o.seed)
+    return LinearRegression(dim, n_classes, o.bias, embedding=embedding)
+
+
+#: The model kinds, in the order of the config's choices.
+_KINDS = (
+    ModelKind("logistic", lambda dim, n_classes, o: LogisticRegression(dim, n_classes, o.bias)),
+    ModelKind("svm", lambda dim, n_classes, o: LinearSVM(dim, n_classes, o.bias)),
+    ModelKind("mlp", _mlp),
+    ModelKind("linear", _linear, embeds=True),
+    ModelKind("torch", _torch, stacks_exactly=False),
+)
+
+
+def kinds() -> dict[str, ModelKind]:
+    """Every model kind, by name, in the order of the config's choices."""
+    return {kind.name: kind for kind in _KINDS}
+
+
+def kind_of(name: str) -> ModelKind:
+    try:
+        return kinds()[name]
+    except KeyError:
+        raise ValueError(f"unknown model {name!r}; choose one of {', '.join(kinds())}") from None
+
+
+def embedding_kinds() -> list[str]:
+    """The kinds that take a random-feature embedding."""
+    return [kind.name for kind in _KINDS if kind.embeds]
+
+
+def embedding_phrase() -> str:
+    """Which kinds take ``model.random_features``: 'only the "linear" model takes an embedding'."""
+    quoted = " or ".join(f'"{name}"' for name in embedding_kinds())
+    return f"only the {quoted} model takes an embedding"
 
 
 def build_model(kind: str, dim: int, n_classes: int, *, bias: bool = True, hidden: int = 32,
                 activation: str = "tanh", random_features: int = 0, rf_gamma: float = 1.0,
                 seed: int | None = None, network: str = "cnn") -> Model:
-    """The model named ``kind`` (one of MODEL_KINDS) for inputs of ``dim`` features; ``activation``
+    """The model named ``kind`` (one of :func:`kinds`) for inputs of ``dim`` features; ``activation``
     is the MLP's hidden layer ("tanh" or "relu"); ``random_features`` > 0 ("linear" only): that many
     random Fourier features of γ = ``rf_gamma``, drawn from the run's ``seed`` (required then);
     ``network`` ("torch" only): the PyTorch network of :data:`testbed.torch_models.NETWORKS`
     (torch is imported only for this kind)."""
-    if random_features:
-        if kind != "linear":
-            raise ValueError(f'random_features: only the "linear" model takes an embedding, not {kind!r}')
-        if seed is None:
-            raise ValueError("random_features: the embedding is drawn from the run's seed; give it")
-        return LinearRegression(dim, n_classes, bias,
-                                embedding=RandomFeatures(dim, random_features, rf_gamma, seed))
-    if kind == "logistic":
-        return LogisticRegression(dim, n_classes, bias)
-    if kind == "svm":
-        return LinearSVM(dim, n_classes, bias)
-    if kind == "mlp":
-        if activation not in ("tanh", "relu"):
-            raise ValueError(f"unknown activation {activation!r}; choose tanh or relu")
-        return MLP(dim, n_classes, hidden, activation=activation)
-    if kind == "torch":
-        from testbed.torch_models import TorchModel
+    if random_features and kind not in embedding_kinds():
+        raise ValueError(f"random_features: {embedding_phrase()}, not {kind!r}")
+    options = ModelOptions(bias=bias, hidden=hidden, activation=activation, random_features=random_features,
+                           rf_gamma=rf_gamma, seed=seed, network=network)
+    return kind_of(kind).build(dim, n_classes, options)
 
-        return TorchModel(network, dim, n_classes, hidden)
-    if kind == "linear":  # n_classes: the outputs o (a regression set's target columns, or the classes)
-        return LinearRegression(dim, n_classes, bias)
-    raise ValueError(f"unknown model {kind!r}; choose one of {', '.join(MODEL_KINDS)}")

@@ -4,9 +4,10 @@
 with tiny nodes, run on for minutes); now it is one line before any data exist. The estimate is
 deliberately rough and errs high: it counts
 
-- the data: nodes × samples × (dim × 8 or 4 bytes by ``data.dtype`` + 8 for the label), for the
-  synthetic set, whose generator writes straight into the final arrays (the file-based sets are as
-  large as their file, not counted). With lazy nodes (client sampling in sim,
+- the data: nodes × samples × (dim × 8 or 4 bytes by ``data.dtype`` + 8 for the label), for a set
+  whose generator writes straight into the final arrays (the synthetic set; its registration says
+  so, ``counted`` in testbed.data.registry: the file-based sets are as large as their file, not
+  counted). With lazy nodes (client sampling in sim,
   testbed.assemble.holds_lazily) only the nodes a round samples hold rows, so "nodes" here is the
   sampled count, not N (a file-based set's rows are then memory-mapped, testbed.data.mapped);
 - the evaluated nodes' rows (``output.eval_nodes``; every node when unset), held besides the
@@ -54,24 +55,24 @@ _HOST_SPARE_FILES = 64  # a host's own files besides its nodes' sockets (as node
 def estimate_bytes(config: Config) -> dict[str, float]:
     """What a run of ``config`` would hold in memory on this machine, in bytes, by part."""
     from testbed.assemble import holds_lazily
-    from testbed.data import IMAGE_FEATURES
+    from testbed.data import registry as data_registry
     from testbed.models import build_model
 
     d = config.data
+    dataset = data_registry.get(d.dataset)
     n = d.num_nodes
     sampled = min(n, math.ceil(config.client_sampling.per_round(n)))
     evaluated = n if config.output.eval_nodes is None else min(n, config.output.eval_nodes)
     lazy = holds_lazily(config)
-    dim = d.dim if d.dataset == "synthetic" else IMAGE_FEATURES.get(d.dataset, _FILE_SET_DIM)
+    dim = _FILE_SET_DIM if dataset.features is None else dataset.features(d)
     params = build_model(config.model.kind, dim, d.n_classes, bias=config.model.bias,
                          hidden=config.model.hidden, random_features=config.model.random_features,
                          seed=config.run.seed, network=config.model.network).num_params
     node_bytes = d.samples_per_node * (dim * np.dtype(d.dtype).itemsize + 8)
-    synthetic = d.dataset == "synthetic"
     held = sampled if lazy else n
     parts = {
-        "data": float(held * node_bytes) if synthetic else 0.0,
-        "evaluation": float(evaluated * node_bytes) if synthetic and (lazy or evaluated < n) else 0.0,
+        "data": float(held * node_bytes) if dataset.counted else 0.0,
+        "evaluation": float(evaluated * node_bytes) if dataset.counted and (lazy or evaluated < n) else 0.0,
         "state": float(_STATE_COPIES * (sampled if lazy else n) * params * 8),
         "nodes": float(n * _NODE_BYTES),
     }

@@ -1,6 +1,7 @@
 """Datasets and their partitions over nodes: one entry point, :func:`load_dataset`.
 
-Loader modules are imported only when their dataset is asked for, so a board running the synthetic
+Each data set is one module of this package that registers it (testbed.data.registry); what only
+its loader needs (scipy, scikit-learn) is imported when it loads, so a board running the synthetic
 task never imports scipy.
 
 Example::
@@ -12,65 +13,25 @@ Example::
 
 from __future__ import annotations
 
-import functools
 import inspect
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
+from testbed.data import registry
 from testbed.data.federated import FederatedData, Split
 from testbed.data.split import SCALINGS, check_scaling
 from testbed.errors import DataError
 
-#: Valid dataset names.
-DATASETS = ("synthetic", "adult-1", "adult-2", "vehicle-1", "vehicle-2", "regression", "mnist", "digits", "cifar10")
-
-#: Features of a flat row of the image sets (channels × height × width), known before loading.
-IMAGE_FEATURES = {"mnist": 784, "digits": 64, "cifar10": 3072}
-
-__all__ = ["DATASETS", "IMAGE_FEATURES", "SCALINGS", "FederatedData", "Split", "load_dataset", "source_files"]
-
-
-def _loader(name: str) -> Callable[..., FederatedData]:
-    """The function behind ``name``, with the partition already bound for the file-based sets."""
-    if name == "synthetic":
-        from testbed.data.synthetic import make_logistic
-
-        return make_logistic
-    if name == "regression":
-        from testbed.data.regression import make_regression
-
-        return make_regression
-    if name.startswith("adult-"):
-        from testbed.data.adult import load_adult
-
-        return functools.partial(load_adult, name)
-    if name in IMAGE_FEATURES:
-        from testbed.data.images import load_images
-
-        return functools.partial(load_images, name)
-    from testbed.data.vehicle import load_vehicle
-
-    return functools.partial(load_vehicle, name)
+__all__ = ["SCALINGS", "FederatedData", "Split", "load_dataset", "source_files"]
 
 
 def source_files(name: str, path: str | None = None) -> list[Path]:
     """The files the loader of the file-based set ``name`` reads, found (or downloaded) as it finds
     them (``path``: config ``data.path``); what a cache of its federation is keyed by."""
-    from testbed.data.cache import resolve
-
-    if name.startswith("adult-"):
-        from testbed.data.adult import ADULT
-
-        return [resolve(ADULT, path)]
-    if name.startswith("vehicle-"):
-        from testbed.data.vehicle import VEHICLE
-
-        return [resolve(VEHICLE, path)]
-    if name in IMAGE_FEATURES:
-        from testbed.data.images import source_files as image_files
-
-        return image_files(name, path)
-    raise DataError(f"{name} reads no file")
+    reg = registry.get(name)
+    if reg.source_files is None:
+        raise DataError(f"{name} reads no file")
+    return reg.source_files(path)
 
 
 def load_dataset(name: str, *, seed: int, path: str | None = None, scaling: str = "per_node",
@@ -81,11 +42,12 @@ def load_dataset(name: str, *, seed: int, path: str | None = None, scaling: str 
     Input
     -----
     name : str
-        One of :data:`DATASETS`.
+        A registered data set (testbed.data.registry).
     seed : int
         The run's seed; it drives every random choice (synthetic draws, i.i.d. partitions, splits).
     path : str, optional
-        The data file or its directory (config ``data.path``); not allowed for ``"synthetic"``.
+        The data file or its directory (config ``data.path``); refused by a set that reads none
+        (``no_path`` of its registration, e.g. ``"synthetic"``).
     scaling : str
         How rows are put into the unit ball (config ``data.scaling``), one of
         :data:`testbed.data.split.SCALINGS`: ``"per_node"`` (default: each node's own statistics),
@@ -93,15 +55,11 @@ def load_dataset(name: str, *, seed: int, path: str | None = None, scaling: str 
         data set, as the papers do; a privacy leak between nodes). Each loader documents what it
         does for each.
     **options :
-        The loader's own options: :func:`testbed.data.synthetic.make_logistic` (num_nodes,
-        samples_per_node, dim, n_classes, heterogeneity, nodes, bayes_accuracy, dtype, splits),
-        :func:`testbed.data.adult.load_adult` (include_education, numeric, num_nodes, nodes) or
-        :func:`testbed.data.vehicle.load_vehicle` (num_nodes, nodes) or
-        :func:`testbed.data.regression.make_regression` (num_nodes, samples_per_node, dim, outputs, nodes) or
-        :func:`testbed.data.images.load_images` (num_nodes, samples_per_node, parts, part_samples,
-        part_noise, partition, alpha, nodes). ``nodes``: only these node
-        ids, e.g. a board's own (identical to selecting them from the whole federation under
-        "per_node" and "public_bound").
+        The loader's own options: the keyword parameters of its registration's ``load``
+        (testbed.data.registry), e.g. :func:`testbed.data.synthetic.make_logistic`'s num_nodes,
+        samples_per_node, dim, n_classes, heterogeneity, nodes, bayes_accuracy, dtype, splits.
+        ``nodes``: only these node ids, e.g. a board's own (identical to selecting them from the
+        whole federation under "per_node" and "public_bound").
 
     Output
     ------
@@ -110,18 +68,13 @@ def load_dataset(name: str, *, seed: int, path: str | None = None, scaling: str 
     Raises DataError for an unknown name or option, a missing required option, or a data file that
     is missing or corrupt.
     """
-    if name not in DATASETS:
-        raise DataError(f"unknown dataset {name!r}; valid: {', '.join(DATASETS)}")
+    reg = registry.get(name)
     check_scaling(scaling)
-    loader = _loader(name)
-    if name in ("synthetic", "regression"):
-        if path is not None:
-            raise DataError(f"the {name} dataset is generated and reads no file, but data.path={path} is set")
-    elif name == "digits":
-        if path is not None:
-            raise DataError(f"the digits data set comes with scikit-learn and reads no file, but data.path={path} is set")
-    else:
+    loader = reg.load
+    if reg.takes_path:
         options["path"] = path
+    elif path is not None:
+        raise DataError(f"the {name} {reg.no_path}, but data.path={path} is set")
     params = inspect.signature(loader).parameters
     valid = [p for p in params if p not in ("seed", "path", "scaling")]
     unknown = sorted(set(options) - set(params))

@@ -58,12 +58,13 @@ from __future__ import annotations
 import functools
 import os
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
 from testbed.data.cache import DataFile, resolve
 from testbed.data.federated import FederatedData
+from testbed.data.registry import Registration
 from testbed.data.split import (
     check_scaling,
     node_rows,
@@ -74,6 +75,9 @@ from testbed.data.split import (
 )
 from testbed.errors import DataError
 from testbed.rng import GLOBAL, Purpose, stream
+
+if TYPE_CHECKING:
+    from testbed.data.section import DataSection
 
 ADULT = DataFile(
     name="adult",
@@ -274,3 +278,18 @@ def load_adult(
                     sub_offsets, scaling)
     return split_flat(x, y[rows], sub_offsets, seed=seed, n_classes=2, name=partition,
                       node_names=tuple(node_names[m] for m in node_ids), node_ids=node_ids)
+
+
+def _options(d: "DataSection") -> dict[str, Any]:
+    return dict(include_education=d.include_education, numeric=d.numeric)
+
+
+def _files(path: str | None) -> list[Path]:
+    return [resolve(ADULT, path)]
+
+
+REGISTRATION = (
+    Registration("adult-1", functools.partial(load_adult, "adult-1"), _options, order=10, source_files=_files),
+    Registration("adult-2", functools.partial(load_adult, "adult-2"),
+                 lambda d: dict(_options(d), num_nodes=d.num_nodes), order=11, source_files=_files),
+)

@@ -36,16 +36,20 @@ import hashlib
 import importlib.util
 import io
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
 from testbed.data.cache import DataFile, resolve
 from testbed.data.federated import FederatedData
 from testbed.data.partition import partition_rows
+from testbed.data.registry import Registration
 from testbed.data.split import SplitWriter, check_scaling
 from testbed.errors import DataError
 from testbed.rng import Purpose, stream
+
+if TYPE_CHECKING:
+    from testbed.data.section import DataSection
 
 #: Salt-and-pepper densities of Table I's words (not given by the paper: our choice).
 NOISE_DENSITIES = {"severe": 0.5, "moderate": 0.3, "slight": 0.1, "none": 0.0}
@@ -219,3 +223,21 @@ def load_images(name: str, *, seed: int, path: str | None = None, scaling: str =
     for split in (data.train, data.test, data.validation):
         np.divide(split.x, bound, out=split.x)
     return data
+
+
+def _options(d: "DataSection") -> dict[str, Any]:
+    return dict(num_nodes=d.num_nodes, samples_per_node=d.samples_per_node, parts=d.parts,
+                part_samples=d.part_samples, part_noise=d.part_noise, partition=d.partition, alpha=d.alpha)
+
+
+def _registration(name: str, order: int, features: int, no_path: str | None = None) -> Registration:
+    return Registration(name, functools.partial(load_images, name), _options, order=order,
+                        source_files=functools.partial(source_files, name), no_path=no_path,
+                        features=lambda d: features)
+
+
+REGISTRATION = (
+    _registration("mnist", 40, 28 * 28),
+    _registration("digits", 41, 8 * 8, no_path="data set comes with scikit-learn and reads no file"),
+    _registration("cifar10", 42, 3 * 32 * 32),
+)

@@ -25,6 +25,7 @@ from typing import Sequence
 import numpy as np
 
 from testbed.data.federated import FederatedData, Split
+from testbed.data.registry import Registration
 from testbed.data.split import check_scaling
 from testbed.errors import DataError
 from testbed.rng import GLOBAL, Purpose, stream
@@ -85,3 +86,9 @@ def make_regression(num_nodes: int, samples_per_node: int, dim: int, outputs: in
         splits.append(Split(x=x, y=x @ w, offsets=np.arange(len(ids) + 1, dtype=np.int64) * n))
     return FederatedData(train=splits[0], test=splits[1], validation=splits[2], n_classes=outputs,
                          name="regression", node_names=tuple(f"node-{m}" for m in ids), node_ids=tuple(ids))
+
+
+REGISTRATION = Registration("regression", make_regression, order=30,
+                            no_path="dataset is generated and reads no file",
+                            options=lambda d: dict(num_nodes=d.num_nodes, samples_per_node=d.samples_per_node,
+                                                   dim=d.dim, outputs=d.outputs))

@@ -33,15 +33,20 @@ Example::
 from __future__ import annotations
 
 import functools
-from typing import Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
 from testbed.data.federated import FederatedData
+from testbed.data.registry import Registration
 from testbed.data.split import SPLITS, SplitWriter, check_scaling
 from testbed.errors import DataError
 from testbed.parallel import split_work
 from testbed.rng import GLOBAL, Purpose, node_streams, stream
+
+if TYPE_CHECKING:
+    from testbed.data.section import DataSection
+    from testbed.data.lazy import LazyFederatedData
 
 DEFAULT_BAYES_ACCURACY = 0.875
 #: Feature types the generator writes (``data.dtype``).
@@ -241,3 +246,21 @@ def make_logistic(
                          keep=splits)
     _write_nodes(writer, seed, node_ids, samples_per_node, w, heterogeneity)
     return writer.finish(n_classes=n_classes, name="synthetic")
+
+
+def _options(d: "DataSection") -> dict[str, Any]:
+    return dict(num_nodes=d.num_nodes, samples_per_node=d.samples_per_node, dim=d.dim, n_classes=d.n_classes,
+                heterogeneity=d.heterogeneity, dtype=d.dtype)
+
+
+def _lazy(d: "DataSection", seed: int) -> "LazyFederatedData":
+    from testbed.data.lazy import LazyFederatedData
+
+    return LazyFederatedData.synthetic(num_nodes=d.num_nodes, samples_per_node=d.samples_per_node, dim=d.dim,
+                                       n_classes=d.n_classes, seed=seed, heterogeneity=d.heterogeneity,
+                                       scaling=d.scaling, dtype=d.dtype)
+
+
+REGISTRATION = Registration("synthetic", make_logistic, _options, order=0,
+                            no_path="dataset is generated and reads no file", lazy=_lazy,
+                            train_only={"splits": ("train",)}, features=lambda d: d.dim, counted=True)

@@ -44,15 +44,16 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
-import scipy.io
 
 from testbed.data.cache import DataFile, resolve
 from testbed.data.federated import FederatedData
+from testbed.data.registry import Registration
 from testbed.data.split import (
     check_scaling,
     clip_to_unit_ball,
@@ -88,6 +89,8 @@ def _cells(file: Path, mat: dict, key: str) -> list[np.ndarray]:
 
 def _read(file: Path) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Per-sensor features [n_i, d] float64 and labels [n_i] int64 in {0, 1}, validated."""
+    import scipy.io  # here, not at import: the registry imports this module on every node
+
     try:
         mat = scipy.io.loadmat(file)
     except NotImplementedError as err:  # scipy's answer to MATLAB v7.3 (HDF5) files
@@ -233,10 +236,13 @@ def write_vehicle_mat(path: str | os.PathLike, sizes: Sequence[int], dim: int = 
 
     Example
     -------
+    >>> import scipy.io
     >>> write_vehicle_mat("/tmp/vehicle.mat", sizes=[5, 7], dim=3)
     >>> scipy.io.loadmat("/tmp/vehicle.mat")["X"][1][0].shape
     (7, 3)
     """
+    import scipy.io
+
     mu = stream(seed, GLOBAL, -1, Purpose.DATA).standard_normal(dim) / np.sqrt(dim)
     x_cells = np.empty((len(sizes), 1), dtype=object)
     y_cells = np.empty((len(sizes), 1), dtype=object)
@@ -248,3 +254,11 @@ def write_vehicle_mat(path: str | os.PathLike, sizes: Sequence[int], dim: int = 
         x_cells[i, 0] = y[:, None] * mu + offset + rng.standard_normal((n, dim))
         y_cells[i, 0] = y[:, None]
     scipy.io.savemat(path, {"X": x_cells, "Y": y_cells})
+
+
+def _files(path: str | None) -> list[Path]:
+    return [resolve(VEHICLE, path)]
+
+
+REGISTRATION = tuple(Registration(name, functools.partial(load_vehicle, name), order=20 + i, source_files=_files)
+                     for i, name in enumerate(PARTITIONS))
