@@ -29,7 +29,8 @@ test: $(VENV)/.test-installed
 # The contract's sim-equals-MQTT tests of every algorithm once more with paho's plain client
 # (TESTBED_MQTT_SPEEDUPS=0, testbed/mqtt/fence.py): the speed layer changes no result. CI runs it.
 test-plain-paho: $(VENV)/.test-installed
-	TESTBED_MQTT_SPEEDUPS=0 $(BIN)/python -m pytest -q -rs tests/test_algorithm_contract.py -k "sim_equals_mqtt and not cnn"
+	TESTBED_MQTT_SPEEDUPS=0 $(BIN)/python -m pytest -q -rs tests/test_algorithm_contract.py \
+		-k "sim_equals_mqtt and not cnn"
 
 bench: $(VENV)/.core-installed
 	$(BIN)/python benchmarks/j1.py

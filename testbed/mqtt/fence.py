@@ -19,7 +19,9 @@ Example::
     >>> differences([parameters("textwrap.indent", "text, prefix, predicate=None")])
     []
     >>> differences([parameters("textwrap.indent", "text, prefix"), uses("textwrap.indent", "nowhere")])
-    ['textwrap.indent: takes (text, prefix, predicate=None), not (text, prefix)', 'textwrap.indent: no longer uses nowhere']
+    ... # doctest: +NORMALIZE_WHITESPACE
+    ['textwrap.indent: takes (text, prefix, predicate=None), not (text, prefix)',
+     'textwrap.indent: no longer uses nowhere']
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ All of this rests on paho's private internals, declared in one table, :data:`PAH
 the installed paho differs (pyproject.toml pins the range it was written for) or
 ``TESTBED_MQTT_SPEEDUPS=0``, answers paho's own client and leaves the decoder be: slower, never
 different. ``tests/test_mqtt_paho_speedups.py`` checks decoded packets against paho's, and what the
-client reads; ``tests/test_mqtt_fence.py`` the fallback. docs/performance.md has the figures.
+client reads; ``tests/test_faults_mqtt_fence.py`` the fallback. docs/performance.md has the figures.
 """
 
 from __future__ import annotations

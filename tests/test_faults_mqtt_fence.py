@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -353,7 +353,7 @@ def _entry(index: int, outcome: str) -> fence.Internal:
 @given(st.lists(OUTCOMES, max_size=12))
 def test_differences_name_each_entry_that_differs_in_order_and_holds_warns_once_iff_any(outcomes):
     table = [_entry(i, o) for i, o in enumerate(outcomes)]
-    expected = [f"pkg.thing{i}: changed {i}" if o == "differs" else f"pkg.thing{i}: cannot be read (AttributeError: gone {i})"
+    expected = [f"pkg.thing{i}: " + (f"changed {i}" if o == "differs" else f"cannot be read (AttributeError: gone {i})")
                 for i, o in enumerate(outcomes) if o != "holds"]
     assert fence.differences(table) == expected
     records: list[logging.LogRecord] = []
