@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PIP_INSTALL := $(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt
 
-.PHONY: demo test bench firmware clean
+.PHONY: demo test test-plain-paho bench firmware clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,12 @@ demo: $(VENV)/.core-installed
 # -rs: each skip and its reason at the end (under CI=true a missing tool fails instead: tests/conftest.py)
 test: $(VENV)/.test-installed
 	$(BIN)/python -m pytest -q -rs
+
+# The contract's sim-equals-MQTT tests of every algorithm once more with paho's plain client
+# (TESTBED_MQTT_SPEEDUPS=0, testbed/mqtt/fence.py): the speed layer changes no result. CI runs it.
+test-plain-paho: $(VENV)/.test-installed
+	TESTBED_MQTT_SPEEDUPS=0 $(BIN)/python -m pytest -q -rs tests/test_algorithm_contract.py \
+		-k "sim_equals_mqtt and not cnn"
 
 bench: $(VENV)/.core-installed
 	$(BIN)/python benchmarks/j1.py

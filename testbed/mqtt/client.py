@@ -50,7 +50,6 @@ _paho_log = logging.getLogger("testbed.mqtt.paho")
 # paho 2.2 logs "Client is not connected" at ERROR on every pass of its loop between a dropped
 # socket and the reconnect, including after a clean disconnect; we log connection losses ourselves.
 _paho_log.addFilter(lambda record: not record.getMessage().startswith("Client is not connected"))
-paho_speedups.install()  # MQTT v5 packets decoded without rebuilding paho's constant tables
 
 QOS = 1
 _MAX_FRAMES = 16384  # per publish, and acks remembered
@@ -246,9 +245,10 @@ class MqttClient:
 
     def _make_paho(self, protocol: str) -> paho.Client:
         v5 = protocol == "5"
-        c = paho_speedups.Client(paho.CallbackAPIVersion.VERSION2, client_id=self.client_id,
-                        protocol=paho.MQTTv5 if v5 else paho.MQTTv311,
-                        clean_session=None if v5 else self._session_expiry_s == 0)
+        # paho's client with the speed layer where the installed paho holds what it relies on
+        c = paho_speedups.client_class()(paho.CallbackAPIVersion.VERSION2, client_id=self.client_id,
+                                         protocol=paho.MQTTv5 if v5 else paho.MQTTv311,
+                                         clean_session=None if v5 else self._session_expiry_s == 0)
         c.enable_logger(_paho_log)
         if self._username is not None:
             c.username_pw_set(self._username, self._password)
@@ -262,7 +262,8 @@ class MqttClient:
         c.on_subscribe = self._on_subscribe
         c.on_publish = self._on_publish
         c.on_message = self._on_message
-        c.on_publish_received = self._on_publish_received
+        if isinstance(c, paho_speedups.Client):
+            c.on_publish_received = self._on_publish_received
         return c
 
     def _start_attempt(self, protocol: str) -> None:

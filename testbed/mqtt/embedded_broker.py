@@ -20,6 +20,7 @@ import threading
 from typing import Any
 
 from testbed.errors import UserError
+from testbed.mqtt import fence
 from testbed.mqtt.broker import _family, _loopback, _url, free_port
 from testbed.mqtt.topics import SHARE_PREFIX
 
@@ -72,7 +73,7 @@ class EmbeddedBroker:
     async def _serve(self) -> None:
         from amqtt.adapters import StreamReaderAdapter, StreamWriterAdapter
 
-        Broker = _amqtt_broker_class()  # lazy: nodes import this module without amqtt installed
+        Broker = _broker_class()  # lazy: nodes import this module without amqtt installed
 
         async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             try:
@@ -178,6 +179,58 @@ def _new_event_loop() -> asyncio.AbstractEventLoop:
     except ImportError:
         return asyncio.new_event_loop()
     return uvloop.new_event_loop()
+
+
+def _session() -> Any:
+    """A session of amqtt's, as a client's (what the table below probes)."""
+    from amqtt.session import Session
+
+    return Session()
+
+
+_BROKER = "amqtt.broker.Broker"
+
+#: Every internal of amqtt that :func:`_amqtt_broker_class`'s mended broker relies on: the methods
+#: it overrides (their parameters, and amqtt's own code still calling them), the ones it calls, the
+#: attributes it reads. One entry that differs and :func:`_broker_class` answers amqtt's stock broker.
+AMQTT_INTERNALS: tuple[fence.Internal, ...] = (
+    fence.parameters(f"{_BROKER}._publish_retained_messages_for_subscription", "self, subscription, session"),
+    fence.uses(f"{_BROKER}._handle_client_session", "_publish_retained_messages_for_subscription", "_subscriptions"),
+    fence.uses(f"{_BROKER}._handle_subscription", "_publish_retained_messages_for_subscription", "add_subscription"),
+    fence.parameters(f"{_BROKER}.add_subscription", "self, subscription, session"),
+    fence.parameters(f"{_BROKER}._del_all_subscriptions", "self, session"),
+    fence.uses(f"{_BROKER}._cleanup_session", "_del_all_subscriptions"),
+    fence.uses(f"{_BROKER}._delete_session", "_del_all_subscriptions"),
+    fence.parameters(f"{_BROKER}._run_broadcast", "self, running_tasks"),
+    fence.uses(f"{_BROKER}._broadcast_loop", "_run_broadcast"),
+    fence.uses(f"{_BROKER}.__init__", "_subscriptions", "_broadcast_queue", "plugins_manager", "logger"),
+    fence.parameters(f"{_BROKER}._matches", "self, topic, a_filter"),
+    fence.parameters(f"{_BROKER}._topic_filtering", "self, session, topic, action"),
+    fence.parameters(f"{_BROKER}._retain_broadcast_message", "self, broadcast, qos, target_session"),
+    fence.parameters(f"{_BROKER}._get_handler", "self, session"),
+    fence.parameters("amqtt.mqtt.protocol.broker_handler.BrokerProtocolHandler.mqtt_publish",
+                     "self, topic, data, qos, retain, ack_timeout=None"),
+    fence.parameters("amqtt.plugins.manager.PluginManager.is_topic_filtering_enabled", "self"),
+    fence.attributes("amqtt.session.Session()", _session, "transitions", "clean_session", "is_anonymous",
+                     "client_id"),
+    fence.present("amqtt.contexts.Action.RECEIVE"),
+)
+
+
+@fence.once
+def _broker_class() -> type:
+    """The broker class this process serves: the mended one (:func:`_amqtt_broker_class`) where the
+    installed amqtt holds :data:`AMQTT_INTERNALS`, else amqtt's stock broker (one warning names
+    what differed). Checked at the first call. ``TESTBED_MQTT_SPEEDUPS=0`` leaves it be: the mends
+    fix amqtt 0.12's own faults (its stock broker drops a client whose CONNECT meets another's
+    SUBSCRIBE: "dictionary changed size during iteration"), they are not only faster."""
+    from amqtt.broker import Broker
+
+    if not fence.holds(__name__, "amqtt", AMQTT_INTERNALS,
+                       fallback="amqtt's stock broker, without the mends above (no shared subscriptions: "
+                                "mqtt.broadcast = \"shared\" needs Mosquitto then)"):
+        return Broker
+    return _amqtt_broker_class()
 
 
 def _amqtt_broker_class() -> type:

@@ -24,10 +24,14 @@ reply.
 
 :func:`install` makes the ``Properties`` that paho's packet decoder (``paho.mqtt._packet``)
 builds a subclass that shares the tables of one instance paho built itself and reads an empty
-property list of a fresh instance in one step; any other property list is paho's own code. Where
-paho's internals differ from this (another version without that module), it changes nothing:
-slower, never different. ``tests/test_mqtt_paho_speedups.py`` checks decoded packets against paho's,
-and what the client reads.
+property list of a fresh instance in one step; any other property list is paho's own code.
+
+All of this rests on paho's private internals, declared in one table, :data:`PAHO_INTERNALS`.
+:func:`client_class` checks it before the first client is made (`testbed.mqtt.fence`) and, where
+the installed paho differs (pyproject.toml pins the range it was written for) or
+``TESTBED_MQTT_SPEEDUPS=0``, answers paho's own client and leaves the decoder be: slower, never
+different. ``tests/test_mqtt_paho_speedups.py`` checks decoded packets against paho's, and what the
+client reads; ``tests/test_faults_mqtt_fence.py`` the fallback. docs/performance.md has the figures.
 """
 
 from __future__ import annotations
@@ -45,6 +49,8 @@ from paho.mqtt.exception import MalformedPacket
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
+
+from testbed.mqtt import fence
 
 #: Most packets one read takes, so that a flood cannot keep the loop from its keepalive and writes.
 MAX_PACKETS_PER_READ = 256
@@ -222,10 +228,9 @@ class Client(paho.Client):
         return self._packet_queue(PUBACK, _PUBACK.pack(PUBACK, 2, mid), mid, 1)
 
     def _filters_callbacks(self) -> bool:
-        """Whether a per-topic callback may be set (``message_callback_add``): True unless paho's
-        filter tree is there and empty."""
-        root = getattr(self._on_message_filtered, "_root", None)
-        return not isinstance(getattr(root, "_children", None), dict) or bool(root._children)
+        """Whether a per-topic callback is set (``message_callback_add``): paho's filter tree is
+        not empty."""
+        return bool(self._on_message_filtered._root._children)
 
     def _logs_debug(self) -> bool:
         """Whether paho's debug lines go anywhere (its ``on_log``, or a logger that takes DEBUG)."""
@@ -306,12 +311,83 @@ class SharedTableProperties(Properties):
 
 
 def install() -> bool:
-    """Make paho's packet decoder build :class:`SharedTableProperties`; True if it now does."""
-    try:
-        from paho.mqtt import _packet
-    except ImportError:  # paho before 2.2 decodes elsewhere: leave it be
+    """Make paho's packet decoder build :class:`SharedTableProperties`; True if it now does (not
+    where another has replaced paho's ``Properties`` there). Call it where :data:`PAHO_INTERNALS`
+    holds (:func:`client_class` does)."""
+    from paho.mqtt import _packet
+
+    if _packet.Properties not in (Properties, SharedTableProperties):
         return False
-    if getattr(_packet, "Properties", None) not in (Properties, SharedTableProperties):
-        return False
-    _packet.Properties = SharedTableProperties  # type: ignore[attr-defined]
+    _packet.Properties = SharedTableProperties
     return True
+
+
+def _client() -> paho.Client:
+    """A client of paho's own, never connected: what the table below probes."""
+    return paho.Client(paho.CallbackAPIVersion.VERSION2)
+
+
+def _queued_packet() -> dict[str, Any]:
+    """What paho queues for a packet to send (a PINGREQ, on a client never connected: not sent)."""
+    client = _client()
+    client._packet_queue(paho.PINGREQ, b"\xc0\x00", 0, 0)
+    return dict(client._out_packet[0])
+
+
+_CLIENT = "paho.mqtt.client.Client"
+
+#: Every internal of paho-mqtt this module relies on: the methods :class:`Client` overrides (their
+#: parameters, and paho's own code still calling them: a read ahead that paho's ``_packet_read``
+#: did not take through ``_sock_recv`` would be lost), the ones it calls, the attributes it reads
+#: and sets, the packet dicts it builds, and what :func:`install` and :class:`SharedTableProperties`
+#: replace and share. One entry that differs and :func:`client_class` answers paho's own client.
+PAHO_INTERNALS: tuple[fence.Internal, ...] = (
+    fence.parameters(f"{_CLIENT}._packet_queue", "self, command, packet, mid, qos, info=None"),
+    fence.parameters(f"{_CLIENT}._packet_write", "self"),
+    fence.uses(f"{_CLIENT}.loop_write", "_packet_write"),
+    fence.parameters(f"{_CLIENT}.loop_read", "self, max_packets=1"),
+    fence.parameters(f"{_CLIENT}._packet_read", "self"),
+    fence.uses(f"{_CLIENT}._packet_read", "_sock_recv", "_packet_handle", "_in_packet", "_msgtime_mutex",
+               "_last_bytes_received"),
+    fence.parameters(f"{_CLIENT}._sock_recv", "self, bufsize"),
+    fence.parameters(f"{_CLIENT}._handle_publish", "self"),
+    fence.parameters(f"{_CLIENT}._handle_pubackcomp", "self, cmd"),
+    fence.uses(f"{_CLIENT}._packet_handle", "_handle_publish", "_handle_pubackcomp"),
+    fence.parameters(f"{_CLIENT}._packet_handle", "self"),
+    fence.parameters(f"{_CLIENT}._loop_rc_handle", "self, rc"),
+    fence.parameters(f"{_CLIENT}._easy_log", "self, level, fmt, *args"),
+    fence.parameters(f"{_CLIENT}._handle_on_message", "self, message"),
+    fence.parameters(f"{_CLIENT}._do_on_publish", "self, mid, reason_code, properties"),
+    fence.present("paho.mqtt.client.time_func"),
+    fence.attributes(f"{_CLIENT}()", _client, "_thread", "_sockpairW", "_sock", "_out_packet", "_in_packet",
+                     "_msgtime_mutex", "_last_bytes_received", "_manual_ack", "_protocol", "_in_callback_mutex",
+                     "_on_message_filtered", "_logger", "_out_message_mutex", "_out_messages",
+                     "suppress_exceptions", "on_log"),
+    fence.attributes(f"{_CLIENT}()._on_message_filtered._root", lambda: _client()._on_message_filtered._root,
+                     "_children"),
+    fence.keys(f"{_CLIENT}()._in_packet", lambda: _client()._in_packet, "command", "have_remaining",
+               "remaining_count", "remaining_mult", "remaining_length", "packet", "to_process", "pos"),
+    fence.keys(f"a packet {_CLIENT}._packet_queue queues", _queued_packet, "command", "mid", "qos", "pos",
+               "to_process", "packet", "info"),
+    fence.attributes("paho.mqtt.client.MQTTMessage()", paho.MQTTMessage, "dup", "qos", "properties", "payload",
+                     "timestamp"),
+    fence.present("paho.mqtt._packet.Properties"),
+    fence.parameters("paho.mqtt.properties.Properties.__init__", "self, packetType"),
+    fence.parameters("paho.mqtt.properties.Properties.unpack", "self, buffer"),
+    fence.keys("paho.mqtt.properties.Properties(PUBLISH).__dict__", lambda: vars(Properties(PacketTypes.PUBLISH)),
+               "names", "packetType", "properties", "types"),
+)
+
+
+@fence.once
+def client_class() -> type[paho.Client]:
+    """The class of every MQTT client of this process: :class:`Client`, with paho's decoder made to
+    build :class:`SharedTableProperties` (:func:`install`), where the installed paho holds
+    :data:`PAHO_INTERNALS` and ``TESTBED_MQTT_SPEEDUPS`` is not 0; else paho's own client (one
+    warning names what differed). Checked at the first call."""
+    fallback = "paho's plain client (slower, the same results)"
+    if not (fence.wanted(__name__, fallback=fallback)
+            and fence.holds(__name__, "paho-mqtt", PAHO_INTERNALS, fallback=fallback)):
+        return paho.Client
+    install()
+    return Client
