@@ -25,7 +25,7 @@ from paho.mqtt.properties import Properties
 from testbed import wire
 from testbed.config import load_config_text, replace
 from testbed.errors import UserError
-from testbed.ledger import read_ledger
+from testbed.ledger.files import read_ledger
 from testbed.mqtt import embedded_broker, fence, paho_speedups, topics
 from testbed.mqtt.client import MqttClient
 from testbed.results import read_checkpoint, read_metrics
