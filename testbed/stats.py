@@ -157,9 +157,11 @@ def paired(a: ArrayLike, b: ArrayLike, confidence: float = CONFIDENCE, power: fl
     (every difference zero) have p = 1; a constant non-zero difference p = 0."""
     from scipy.stats import ttest_1samp, wilcoxon
 
-    d = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
-    if d.ndim != 1 or len(d) < 2:
-        raise ValueError(f"a paired comparison needs two equal-length 1-d samples of n >= 2, got shape {d.shape}")
+    xs, ys = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if xs.ndim != 1 or xs.shape != ys.shape or len(xs) < 2:  # no broadcasting: a pair is a pair
+        raise ValueError(f"a paired comparison needs two equal-length 1-d samples of n >= 2, "
+                         f"got shapes {xs.shape} and {ys.shape}")
+    d = xs - ys
     if not np.all(np.isfinite(d)):
         raise ValueError("a paired comparison needs finite values")
     s = t_interval(d, confidence)
