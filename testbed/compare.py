@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.errors import UserError
+from testbed.limits import MAX_FLOAT
 from testbed.stats import CONFIDENCE, Paired, holm, paired
 from testbed.sweep_stats import grid_keys, number, numeric_fields, read_sweep, value
 
@@ -207,9 +208,12 @@ def _paired_seeds(a_runs: Mapping[int, Any], b_runs: Mapping[int, Any], a: Mappi
 
 
 def _metric(row: Mapping[str, str], metric: str) -> float:
+    """A run's metric, a finite number within ±MAX_FLOAT (differences and squares of it stay finite)."""
     x = number(row[metric])
     if x is None or not math.isfinite(x):
         raise UserError(f"compare: run {row['run']} has no finite {metric} ({row[metric]!r})")
+    if abs(x) > MAX_FLOAT:
+        raise UserError(f"compare: run {row['run']}: {metric} {x:g} is beyond ±{MAX_FLOAT:g}")
     return x
 
 

@@ -2,10 +2,11 @@
 
 ``sweep.csv`` has one row per run: the grid's keys first, then testbed.sweep.COLUMNS from ``seed``
 on. The runs of one grid point differ only in their seed; ``sweep_stats.csv`` (written by the
-sweep from :func:`stats_rows`) has one row per grid point: its grid values, ``n`` (its runs) and, for every numeric field F of the summary, ``F_mean``,
-``F_sd``, ``F_ci_low``, ``F_ci_high`` (Student t, 95 %) and ``F_bca_low``, ``F_bca_high`` (BCa
-bootstrap; empty below testbed.stats.BCA_MIN_N runs). A field that some run of the point lacks
-(an empty cell) has empty statistics at that point; a field no run has gets no columns.
+sweep from :func:`stats_rows`) has one row per grid point: its grid values, ``n`` (its runs) and,
+for every numeric field F of the summary, ``F_mean``, ``F_sd``, ``F_ci_low``, ``F_ci_high``
+(Student t, 95 %) and ``F_bca_low``, ``F_bca_high`` (BCa bootstrap; empty below
+testbed.stats.BCA_MIN_N runs). A field that some run of the point lacks (an empty cell) has empty
+statistics at that point; a field no run has gets no columns.
 
 Nothing in a sweep folder is trusted: :func:`read_sweep` checks the table's header, that every
 row has every cell and an integer seed, and says what is wrong in one line.

@@ -103,3 +103,16 @@ def test_the_function_raises_the_same_user_error(tmp_path):
         compare(folder, {"tau": 1}, [])
     with pytest.raises(UserError, match="no --metric"):
         compare(folder, {"tau": 1}, {"tau": 5}, metrics=[])
+
+
+@pytest.mark.parametrize("cell, match", [("nan", "has no finite test_accuracy ('nan')"), ("-inf", "no finite"),
+                                         ("1e308", "test_accuracy 1e+308 is beyond ±1e+15"),
+                                         ("-2e15", "beyond ±1e+15")])
+def test_a_metric_that_is_not_a_usable_number(tmp_path, capsys, cell, match):
+    folder = write_sweep(tmp_path / "s")
+    rows = (folder / "sweep.csv").read_text().splitlines()
+    # tau=1's run of seed 1: its test_accuracy cell (0.82) replaced.
+    rows = [r.replace(",completed,0.82,", f",completed,{cell},") if r.endswith("tau-1_lr-0.1_seed-1") else r for r in rows]
+    (folder / "sweep.csv").write_text("\n".join(rows) + "\n")
+    _refused(capsys, [str(folder), "--a", "tau=1", "--b", "tau=5"], "run tau-1_lr-0.1_seed-1")
+    _refused(capsys, [str(folder), "--a", "tau=1", "--b", "tau=5"], match)
