@@ -124,6 +124,13 @@ def compare(sweep_dir: Path, a: Mapping[str, Any], b: Mapping[str, Any] | Sequen
             for (metric, a_s, b_s, seeds, result), pt, pw in zip(pairs, p_t, p_w)]
 
 
+def values_by_seed(rows: Sequence[Mapping[str, Any]], setting: Mapping[str, Any], metric: str) -> dict[int, float]:
+    """seed → ``metric`` of the run of each seed that has ``setting``'s values (full grid keys), from
+    sweep rows as testbed.sweep.run_sweep returns them or as sweep.csv holds them: what
+    testbed.verdicts.paired_verdict takes. UserError as :func:`compare`'s."""
+    return {seed: _metric(row, metric) for seed, row in _runs_by_seed(rows, setting, "setting").items()}
+
+
 def format_comparisons(comparisons: Sequence[Comparison], confidence: float = CONFIDENCE) -> str:
     """The comparisons as text, a block each (what `testbed compare` prints)."""
     family = len(comparisons)
@@ -177,15 +184,15 @@ def _resolve(setting: Mapping[str, Any], keys: Sequence[str], option: str) -> di
     return full
 
 
-def _runs_by_seed(rows: Sequence[dict[str, str]], setting: Mapping[str, Any], option: str) -> dict[int, dict[str, str]]:
+def _runs_by_seed(rows: Sequence[Mapping[str, Any]], setting: Mapping[str, Any], option: str) -> dict[int, Mapping[str, Any]]:
     """The run of each seed that has ``setting``'s values. UserError if none has, or if a seed has
     several (the setting leaves a varying grid key open)."""
-    runs: dict[int, dict[str, str]] = {}
+    runs: dict[int, Mapping[str, Any]] = {}
     for row in rows:
-        if all(value(row[k]) == v for k, v in setting.items()):
+        if all(value(row.get(k)) == v for k, v in setting.items()):
             seed = int(row["seed"])
             if seed in runs:
-                open_keys = [k for k in grid_keys(row) if k not in setting and row[k] != runs[seed][k]]
+                open_keys = [k for k in grid_keys(row) if k not in setting and row.get(k) != runs[seed].get(k)]
                 raise UserError(f"compare: {option} {_setting_text(setting)} matches several runs of seed {seed}; "
                                 f"give {', '.join(open_keys) or 'the grid keys'} as well")
             runs[seed] = row
@@ -207,7 +214,7 @@ def _paired_seeds(a_runs: Mapping[int, Any], b_runs: Mapping[int, Any], a: Mappi
     return tuple(sorted(a_runs))
 
 
-def _metric(row: Mapping[str, str], metric: str) -> float:
+def _metric(row: Mapping[str, Any], metric: str) -> float:
     """A run's metric, a finite number within ±MAX_FLOAT (differences and squares of it stay finite)."""
     x = number(row[metric])
     if x is None or not math.isfinite(x):

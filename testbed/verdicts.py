@@ -6,6 +6,9 @@ setting beats another is judged on the paired differences (runs paired by seed: 
 numbers); a trend over several settings on Spearman's rank correlation of the metric with the
 setting, never by counting steps. Every verdict carries n, the effect and its interval.
 
+From a sweep's rows (testbed.sweep.run_sweep's, or sweep.csv's), testbed.compare.values_by_seed
+gives the mappings seed → value that :func:`paired_verdict` pairs.
+
 Example::
 
     >>> v = paired_verdict({0: 0.81, 1: 0.79, 2: 0.84}, {0: 0.75, 1: 0.74, 2: 0.80}, "a>b")

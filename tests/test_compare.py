@@ -120,3 +120,20 @@ def test_cli_text_and_json_are_the_functions(sweep, capsys):
 def test_cli_lower_is_better_for_a_metric_without_a_direction(sweep, capsys):
     assert main(["compare", str(sweep), "--a", "tau=1", "--b", "tau=5", "--metric", "tau", "--lower-is-better"]) == 0
     assert "tau (lower is better), 5 pairs by seed" in capsys.readouterr().out
+
+
+def test_values_by_seed_from_the_sweeps_rows_or_its_table(sweep):
+    from testbed.compare import values_by_seed
+    from testbed.sweep_stats import read_sweep
+    from testbed.verdicts import paired_verdict
+
+    table = read_sweep(sweep)
+    typed = [{"dp_pasgd.tau": int(r["dp_pasgd.tau"]), "dp_pasgd.lr": 0.1, "seed": int(r["seed"]),
+              "test_accuracy": float(r["test_accuracy"]), "run": r["run"]} for r in table]
+    for rows in (table, typed):
+        a = values_by_seed(rows, {"dp_pasgd.tau": 1}, "test_accuracy")
+        b = values_by_seed(rows, {"dp_pasgd.tau": 5}, "test_accuracy")
+        assert a == dict(zip(SEEDS, ACCURACY[1])) and b == dict(zip(SEEDS, ACCURACY[5]))
+        (c,) = compare(sweep, {"tau": 1}, {"tau": 5})
+        v = paired_verdict(a, b, "a>b")
+        assert (v.word, v.n, v.effect, v.ci_low, v.ci_high) == ("shown", 5, c.result.mean, c.result.ci_low, c.result.ci_high)
