@@ -6,14 +6,15 @@ or puts in a paper's artefact.
 
 A run's report: the summary, the per-node table (ε per observer against the budget, the tight
 accountant's ε, joules, cost units, bytes, rounds), the figures and the configuration (config.toml).
-A sweep folder's (it holds ``sweep.csv``): the sweep table, one row per run, and its figures (final
-test accuracy against ε spent; every run's accuracy against round).
+A sweep folder's (it holds ``sweep.csv``): the sweep table, one row per run, each grid point's
+statistics over its repeats (testbed.sweep_stats), and its figures (final test accuracy against ε
+spent; every run's accuracy against round; each point's mean final metrics with interval bars and
+mean curves against round with interval bands: testbed.sweep_figures).
 """
 
 from __future__ import annotations
 
 import base64
-import csv
 import html
 import io
 import math
@@ -25,6 +26,8 @@ from testbed.dirlock import DirectoryLock
 from testbed.errors import UserError
 from testbed.plots import _pyplot, draw_figures
 from testbed.results import read_metrics, read_summary
+from testbed.sweep_figures import interval_figures
+from testbed.sweep_stats import grid_keys, read_sweep, stats_rows
 
 _STYLE = """
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; max-width: 1200px; margin: 0 auto;
@@ -157,16 +160,26 @@ def _run_body(run_dir: Path) -> tuple[str, str]:
 
 
 def _sweep_body(folder: Path) -> tuple[str, str]:
-    with open(folder / "sweep.csv", newline="", encoding="utf-8") as f:
-        rows = list(csv.DictReader(f))
-    if not rows:
-        raise UserError(f"{folder / 'sweep.csv'} holds no runs")
+    rows = read_sweep(folder)
     columns = list(rows[0])
     title = f"sweep {folder.name}: {len(rows)} runs"
     table = _table(columns, ([_num(_parse(r.get(c))) for c in columns] for r in rows), left=0)
-    body = (f"<h1>{_e(title)}</h1><h2>Runs</h2>{table}<h2>Figures</h2>"
+    body = (f"<h1>{_e(title)}</h1><h2>Runs</h2>{table}{_sweep_stats_table(rows)}<h2>Figures</h2>"
             + "".join(_image(png, alt) for png, alt in _sweep_figures(folder, rows)))
     return body, title
+
+
+def _sweep_stats_table(rows: list[dict[str, str]]) -> str:
+    """Each grid point's n and the mean [95 % t interval] of its main metrics (sweep_stats.csv has
+    them all)."""
+    keys = grid_keys(rows[0])
+    fields = [f for f in ("test_accuracy", "train_loss", "epsilon_max") if f in rows[0]]
+    cells = [[_num(s[k]) for k in keys] + [_num(s["n"])]
+             + [_num(s.get(f"{f}_mean")) + (f" [{_num(s[f'{f}_ci_low'])}, {_num(s[f'{f}_ci_high'])}]"
+                                        if s.get(f"{f}_ci_low") is not None else "") for f in fields]
+             for s in stats_rows(rows, keys)]
+    return (f"<h2>Grid points (mean [95% t interval] over repeats)</h2>"
+            f"{_table([*keys, 'n', *fields], cells, left=len(keys))}")
 
 
 def _parse(cell: str | None) -> Any:
@@ -209,4 +222,5 @@ def _sweep_figures(folder: Path, rows: list[dict[str, str]]) -> list[tuple[bytes
     if len(rows) <= 12:
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     figures.append((_figure_png(fig), "accuracy against round"))
+    figures += [(_figure_png(fig), alt) for fig, alt in interval_figures(folder, rows)]
     return figures

@@ -3,7 +3,8 @@
 A sweep is a list of points, each a set of config values plus a seed (``run.seed``); a grid sweep is
 the cartesian product of ``--grid`` values, repeated with seeds base, base+1, ... Every point runs
 :func:`testbed.runner.run_experiment` in a worker (figures off, quiet) into its own folder of the
-sweep's folder, named from its values. ``sweep.csv`` joins the runs' summaries, one row per point.
+sweep's folder, named from its values. ``sweep.csv`` joins the runs' summaries, one row per point;
+``sweep_stats.csv`` summarises each grid point's repeats (mean, sd, intervals: testbed.sweep_stats).
 
 Restart: a point whose folder holds a summary.json with status ``completed`` or ``stopped_budget``
 is finished and is skipped; a folder left half-written by a kill (no summary, or ``failed``) is
@@ -35,13 +36,14 @@ from testbed.config import Config, load_config_text, parse_override, replace, to
 from testbed.dirlock import DirectoryLock
 from testbed.errors import UserError
 from testbed.runner import run_experiment  # imported here so forked workers share the parent's modules
+from testbed.sweep_stats import STATS_FILE, stats_rows
 
 ENGINES = ("local", "ray")
 #: Statuses of a finished run (see testbed.results.STATUSES); anything else is rerun.
 FINISHED = ("completed", "stopped_budget")
 #: sweep.csv columns after the point's own values.
 COLUMNS = ("seed", "status", "test_accuracy", "validation_accuracy", "train_loss", "epsilon_max", "cost_max",
-           "rounds", "tau", "steps", "sigma", "run")
+           "energy_j_max", "rounds", "tau", "steps", "sigma", "run")
 
 
 @dataclass(frozen=True)
@@ -167,6 +169,7 @@ def _run_points(base: Config, points: Sequence[Point], out_dir: Path, engine: st
             f"({time.monotonic() - start:.1f} s)")
     rows = [row(p, json.loads((out_dir / p.name / "summary.json").read_text())) for p in points]
     write_table(rows, out_dir / "sweep.csv")
+    write_table(stats_rows(rows, list(dict.fromkeys(k for p in points for k, _ in p.values))), out_dir / STATS_FILE)
     return rows
 
 
@@ -216,6 +219,7 @@ def row(point: Point, summary: dict[str, Any]) -> dict[str, Any]:
         "validation_accuracy": summary["final"].get("validation_accuracy"),
         "train_loss": summary["final"]["train_loss"],
         "epsilon_max": max(n["epsilon"] for n in nodes), "cost_max": max(n["cost_units"] for n in nodes),
+        "energy_j_max": max(n["energy_j"] for n in nodes),
         "rounds": summary["rounds"], "tau": settings.get("tau"), "steps": settings.get("steps_planned"),
         "sigma": settings.get("sigma"), "run": point.name,
     }

@@ -8,7 +8,8 @@ REPO = Path(__file__).resolve().parents[1]
 #: Orchestration modules of testbed/ (everything else in testbed/ outside testbed/mqtt is core).
 ORCHESTRATION = {"testbed.runner", "testbed.coordinator", "testbed.channel_emulator", "testbed.sim_nodes",
                  "testbed.sweep", "testbed.plots", "testbed.cli", "testbed.progress", "testbed.nodes_api",
-                 "testbed.__main__", "testbed.provision", "testbed.watch", "testbed.report_html", "testbed.forked"}
+                 "testbed.__main__", "testbed.provision", "testbed.watch", "testbed.report_html", "testbed.forked",
+                 "testbed.sweep_figures"}
 
 
 def _layer(module: str) -> int:

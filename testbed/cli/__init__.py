@@ -16,11 +16,11 @@ from testbed.errors import UserError
 from testbed.extras import check_installed, missing_package_message
 
 #: The install extra (pyproject.toml) a command needs whatever the experiment; checked before it runs.
-EXTRA_OF_COMMAND = {"run": "coordinator", "sweep": "coordinator", "report": "coordinator", "plan": "coordinator",
+EXTRA_OF_COMMAND = {"run": "coordinator", "sweep": "coordinator", "compare": "coordinator", "report": "coordinator", "plan": "coordinator",
                     "broker": "coordinator", "watch": "watch", "node": "node", "nodes": "node", "bridge": "bridge"}
 #: Commands registered by another command's module.
 _MODULE_OF = {"nodes": "node"}
-COMMANDS = ("run", "watch", "report", "privacy", "node", "bridge", "broker", "acl", "provision", "plan", "sweep", "calibrate", "schema")
+COMMANDS = ("run", "watch", "report", "privacy", "node", "bridge", "broker", "acl", "provision", "plan", "sweep", "compare", "calibrate", "schema")
 
 
 class Parser(argparse.ArgumentParser):

@@ -54,4 +54,5 @@ def _sweep(args: argparse.Namespace) -> int:
     if not args.quiet:
         print(format_table(rows))
         print(f"table: {out / 'sweep.csv'}")
+        print(f"statistics per grid point: {out / 'sweep_stats.csv'} (testbed compare {out} --a ... --b ...)")
     return 0

@@ -1,0 +1,209 @@
+"""Statistics of repeated runs: intervals, paired tests, multiple-comparison correction, power.
+
+Pure functions on arrays (no files, no config): the sweep's ``sweep_stats.csv``
+(testbed.sweep_stats), `testbed compare` (testbed.compare) and the REPORT verdicts
+(testbed.verdicts) are built on them. Summaries run along the last axis, so one call summarises
+every field (or every round) of a grid point at once. The formulas are in docs/statistics.md.
+
+Example::
+
+    >>> s = t_interval([[1.0, 2.0, 3.0], [2.0, 2.0, 2.0]])
+    >>> s.mean.tolist(), s.sd.tolist()
+    ([2.0, 2.0], [1.0, 0.0])
+    >>> round(float(s.ci_high[0]), 4)  # 2 + t(0.975, 2) · 1/√3
+    4.4841
+    >>> holm([0.01, 0.04, 0.03]).round(2).tolist()
+    [0.03, 0.06, 0.06]
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+#: The intervals' confidence level (two-sided), and the tests' α = 1 − CONFIDENCE.
+CONFIDENCE = 0.95
+#: The power at which :func:`min_detectable_effect` states the smallest detectable effect.
+POWER = 0.8
+#: Fewest values a BCa bootstrap interval is computed from: with two values a resample has only
+#: three distinct means and the jackknife's acceleration is undefined.
+BCA_MIN_N = 3
+#: Bootstrap resamples (scipy's default), drawn from a fixed seed so that a sweep's statistics are
+#: as reproducible as its runs.
+BOOTSTRAP_RESAMPLES = 9999
+BOOTSTRAP_SEED = 0
+#: Fewest pairs of a Spearman interval: its Fisher z standard error divides by n − 3.
+SPEARMAN_MIN_N = 4
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Mean, sample standard deviation (ddof 1) and Student t interval of each row: arrays of the
+    input's shape without its last axis; sd and the interval are NaN where n < 2."""
+
+    n: int
+    mean: np.ndarray
+    sd: np.ndarray
+    ci_low: np.ndarray
+    ci_high: np.ndarray
+
+
+def t_interval(x: ArrayLike, confidence: float = CONFIDENCE) -> Summary:
+    """Mean ± t(1 − α/2, n − 1) · sd/√n along the last axis of ``x`` (n = its length)."""
+    from scipy.stats import t as student_t
+
+    values = np.asarray(x, dtype=float)
+    n = values.shape[-1]
+    # A constant row's mean is its value and its sd 0 exactly (a sum rounds: 3·x/3 may miss x by an ulp).
+    constant = np.all(values == values[..., :1], axis=-1)
+    mean = np.where(constant, values[..., 0], values.mean(axis=-1))
+    if n < 2:
+        nan = np.full_like(mean, np.nan)
+        return Summary(n, mean, nan, nan, nan)
+    sd = np.where(constant, 0.0, values.std(axis=-1, ddof=1))
+    half = student_t.ppf(0.5 + confidence / 2, n - 1) * sd / np.sqrt(n)
+    return Summary(n, mean, sd, mean - half, mean + half)
+
+
+def bca_interval(x: ArrayLike, confidence: float = CONFIDENCE, n_resamples: int = BOOTSTRAP_RESAMPLES,
+                 seed: int = BOOTSTRAP_SEED) -> tuple[np.ndarray, np.ndarray]:
+    """BCa bootstrap interval of the mean along the last axis (scipy.stats.bootstrap, all rows in
+    one vectorised call): (low, high). NaN where n < :data:`BCA_MIN_N` or a row holds a NaN; a
+    constant row's interval is its value (every resample's mean is that value; scipy calls the
+    distribution degenerate and returns NaN)."""
+    from scipy.stats import bootstrap
+
+    values = np.asarray(x, dtype=float)
+    low = np.full(values.shape[:-1], np.nan)
+    high = low.copy()
+    if values.shape[-1] < BCA_MIN_N or values.size == 0:
+        return low, high
+    constant = np.all(values == values[..., :1], axis=-1)
+    low[constant] = high[constant] = values[..., 0][constant]
+    varied = ~constant & np.all(np.isfinite(values), axis=-1)
+    if varied.any():
+        with warnings.catch_warnings():  # a near-degenerate row's NaN is its answer, not a message
+            warnings.simplefilter("ignore")
+            result = bootstrap((values[varied],), np.mean, axis=-1, vectorized=True, method="BCa",
+                               confidence_level=confidence, n_resamples=n_resamples,
+                               rng=np.random.default_rng(seed))
+        low[varied], high[varied] = result.confidence_interval
+    return low, high
+
+
+def holm(p_values: ArrayLike) -> np.ndarray:
+    """Holm's step-down adjusted p-values (same order as given): the i-th smallest of m becomes
+    max over j <= i of min(1, (m − j + 1) · p_(j)). Rejecting where the adjusted p < α keeps the
+    family-wise error rate at α."""
+    p = np.asarray(p_values, dtype=float)
+    order = np.argsort(p, kind="stable")
+    m = len(p)
+    stepped = np.minimum(1.0, (m - np.arange(m)) * p[order])
+    adjusted = np.empty(m)
+    adjusted[order] = np.maximum.accumulate(stepped)
+    return adjusted
+
+
+def min_detectable_effect(n: int, sd: ArrayLike, confidence: float = CONFIDENCE, power: float = POWER) -> np.ndarray:
+    """The smallest mean paired difference a two-sided paired t test of ``n`` pairs detects with
+    probability ``power``: δ·sd/√n, where the noncentrality δ solves
+    P(|T| > t(1 − α/2, n − 1)) = power for T noncentral t with n − 1 degrees of freedom."""
+    from scipy.optimize import brentq
+    from scipy.stats import nct
+    from scipy.stats import t as student_t
+
+    if n < 2:
+        raise ValueError(f"a paired t test needs n >= 2 pairs, got {n}")
+    df = n - 1
+    critical = student_t.ppf(0.5 + confidence / 2, df)
+
+    def shortfall(delta: float) -> float:
+        # The lower tail (a significant result of the wrong sign) is below α/2; scipy's nct returns
+        # NaN for it far from the centre, where it is 0 to double precision.
+        return nct.sf(critical, df, delta) + np.nan_to_num(nct.cdf(-critical, df, delta)) - power
+
+    high = critical + 3.0  # the normal approximation's δ at 80 % power is critical + 0.84: grow until past it
+    while shortfall(high) < 0:
+        high *= 2.0
+    delta = brentq(shortfall, 0.0, high)
+    return delta * np.asarray(sd, dtype=float) / np.sqrt(n)
+
+
+@dataclass(frozen=True)
+class Paired:
+    """A paired comparison of a and b (d = a − b per pair): mean difference, its sd and Student t
+    interval, the two-sided p-values of the paired t and Wilcoxon signed-rank tests, and the
+    smallest effect these n pairs detect at :data:`POWER`."""
+
+    n: int
+    mean: float
+    sd: float
+    ci_low: float
+    ci_high: float
+    p_t: float
+    p_wilcoxon: float
+    min_detectable: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def paired(a: ArrayLike, b: ArrayLike, confidence: float = CONFIDENCE, power: float = POWER) -> Paired:
+    """Compare paired samples ``a`` and ``b`` (equal length n >= 2, finite). Identical pairs
+    (every difference zero) have p = 1; a constant non-zero difference p = 0."""
+    from scipy.stats import ttest_1samp, wilcoxon
+
+    xs, ys = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if xs.ndim != 1 or xs.shape != ys.shape or len(xs) < 2:  # no broadcasting: a pair is a pair
+        raise ValueError(f"a paired comparison needs two equal-length 1-d samples of n >= 2, "
+                         f"got shapes {xs.shape} and {ys.shape}")
+    d = xs - ys
+    if not np.all(np.isfinite(d)):
+        raise ValueError("a paired comparison needs finite values")
+    s = t_interval(d, confidence)
+    mean, sd = float(s.mean), float(s.sd)
+    if sd == 0.0:  # scipy returns NaN (0/0) or warns; the answer is known
+        p_t = p_w = 1.0 if mean == 0.0 else 0.0
+    else:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # scipy's precision-loss warning for nearly equal values
+            p_t = float(ttest_1samp(d, 0.0).pvalue)
+            p_w = 1.0 if not np.any(d) else float(wilcoxon(d).pvalue)
+    return Paired(len(d), mean, sd, float(s.ci_low), float(s.ci_high), p_t, p_w,
+                  float(min_detectable_effect(len(d), sd, confidence, power)))
+
+
+@dataclass(frozen=True)
+class Correlation:
+    """Spearman's rank correlation ρ of n pairs with its Fisher z interval."""
+
+    n: int
+    rho: float
+    ci_low: float
+    ci_high: float
+
+
+def spearman(x: ArrayLike, y: ArrayLike, confidence: float = CONFIDENCE) -> Correlation:
+    """Spearman's ρ of (x, y) (ties get average ranks) and its interval
+    tanh(atanh ρ ± z(1 − α/2) · √((1 + ρ²/2)/(n − 3))), the Bonett–Wright standard error. NaN when
+    x or y is constant (no ranking to correlate)."""
+    from scipy.stats import norm, spearmanr
+
+    xs, ys = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if xs.ndim != 1 or xs.shape != ys.shape or len(xs) < SPEARMAN_MIN_N:
+        raise ValueError(f"a rank correlation needs two equal-length 1-d samples of n >= {SPEARMAN_MIN_N}, "
+                         f"got shapes {xs.shape} and {ys.shape}")
+    if not (np.all(np.isfinite(xs)) and np.all(np.isfinite(ys))):
+        raise ValueError("a rank correlation needs finite values")
+    n = len(xs)
+    if np.all(xs == xs[0]) or np.all(ys == ys[0]):
+        return Correlation(n, np.nan, np.nan, np.nan)
+    rho = float(spearmanr(xs, ys).statistic)
+    # atanh(±1) is infinite: a perfect ranking's interval is taken at the largest finite z.
+    z = np.arctanh(np.clip(rho, -1 + 1e-15, 1 - 1e-15))
+    half = norm.ppf(0.5 + confidence / 2) * np.sqrt((1 + rho**2 / 2) / (n - 3))
+    return Correlation(n, rho, float(np.tanh(z - half)), float(np.tanh(z + half)))
