@@ -36,7 +36,7 @@ import time
 import numpy as np
 
 from testbed.algorithms.aggregate import AGGREGATIONS, Aggregation
-from testbed.threads import limit_blas_threads
+from testbed.util.threads import limit_blas_threads
 
 SHARES = (0.1, 0.3)
 #: (attack, hostile share, the share the defender configures for) of each column; the first, no

@@ -63,7 +63,7 @@ from testbed.errors import ConfigError
 from testbed.ledger.events import Event
 from testbed.ledger.files import LedgerWriter, read_ledger
 from testbed.ledger.node import NodeLedger
-from testbed.memo import remember_last
+from testbed.util.memo import remember_last
 from testbed.models import kind_of
 
 log = logging.getLogger(__name__)

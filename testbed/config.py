@@ -55,7 +55,7 @@ class RunSection(Section):
     mode: Literal["sim", "mqtt"] = "sim"
     """sim: every node in this process; mqtt: every node its own MQTT client."""
     blas_threads: Positive[int] = 1
-    """Threads numpy's BLAS may use in the run's process (testbed.threads: one is fastest for the
+    """Threads numpy's BLAS may use in the run's process (testbed.util.threads: one is fastest for the
     many small per-node products; raise it for a large model on an idle machine)."""
 
 

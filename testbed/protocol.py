@@ -45,7 +45,7 @@ from testbed.algorithms.contract import SETUP_ROUND, TensorSpec
 from testbed.ledger.fields import ABSURD, event_from_dict, event_to_dict
 from testbed.ledger.events import Event
 from testbed.ledger.node import NodeLedger, Totals
-from testbed.memo import remember_last
+from testbed.util.memo import remember_last
 
 ROUND, UPDATE, REFUSED, STOP = "round", "update", "refused", "stop"
 LEDGER = "ledger"  # node → coordinator, answering a stop: what its own ledger logged this session

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from testbed.frozen import frozen
+from testbed.util.frozen import frozen
 
 try:  # the JSON codec of the MQTT extras: a header in 3 µs where the standard library takes 15
     import orjson

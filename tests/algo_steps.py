@@ -6,7 +6,7 @@ from typing import Sequence
 
 from testbed.algorithms.contract import NodeResult, RoundContext, State
 from testbed.data.federated import FederatedData, Split
-from testbed.sim_nodes import SimNodes
+from testbed.orchestration.sim_nodes import SimNodes
 
 
 def node_step(alg, state: State, train: Split, node_ids: Sequence[int], round_index: int, seed: int,

@@ -1,6 +1,6 @@
 """A whole MQTT run in one process, without a broker, for generated faults at the coordinator.
 
-The coordinator (testbed.coordinator.MqttNodes) runs unchanged but for its client: a
+The coordinator (testbed.orchestration.coordinator.MqttNodes) runs unchanged but for its client: a
 :class:`LoopbackClient` is the real :class:`~testbed.mqtt.client.MqttClient` on its receiving side
 (every message goes through ``_take``: decoding, the coordinator's ``admit``, the replay window,
 the coordinator's checks) whose ``publish`` hands what the coordinator sends to honest node agents
@@ -103,7 +103,7 @@ def loopback(monkeypatch, node_ids: list[int], tamper: Tamper) -> Iterator[Loopb
             super().__init__(*args, **kwargs)
             state.client = self
 
-    monkeypatch.setattr("testbed.coordinator.MqttClient", Bound)
+    monkeypatch.setattr("testbed.orchestration.coordinator.MqttClient", Bound)
     yield state
 
 

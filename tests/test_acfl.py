@@ -367,7 +367,7 @@ def test_config_errors_name_the_key(extra, key):
 
 
 def test_linear_model_required_and_mi_budget_refused_before_round_1(tmp_path):
-    from testbed.runner import run_experiment
+    from testbed.orchestration.runner import run_experiment
 
     with pytest.raises(ConfigError) as info:
         run_experiment(load_config_text(BASE.replace('kind = "linear"', 'kind = "logistic"')), out_dir=tmp_path / "l")
@@ -381,7 +381,7 @@ def test_linear_model_required_and_mi_budget_refused_before_round_1(tmp_path):
 
 def test_a_run_records_the_upload_and_its_mi_epsilon_per_node(tmp_path):
     from testbed.ledger.files import read_ledger
-    from testbed.runner import run_experiment
+    from testbed.orchestration.runner import run_experiment
 
     config = load_config_text(BASE + '[acfl]\niterations = 3\nlr = 0.01\nsigma1_sq = 1.0\nsigma2_sq = 1.0\n'
                                      '[stragglers]\nmodel = "bernoulli"\np = 0.3\n')
@@ -481,8 +481,8 @@ def test_coded_set_one_node_at_a_time_equals_all_at_once_on_ragged_nodes(embeddi
 
 def test_a_run_with_random_features_draws_them_from_the_run_seed(tmp_path):
     from testbed.models import RandomFeatures
-    from testbed.results import read_checkpoint
-    from testbed.runner import run_experiment
+    from testbed.reports.results import read_checkpoint
+    from testbed.orchestration.runner import run_experiment
 
     text = BASE.replace("bias = false\n", "bias = false\nrandom_features = 5\nrf_gamma = 2.0\n").replace(
         "[run]\n", "[run]\nseed = 3\n") + ('[acfl]\niterations = 3\nlr = 0.01\nsigma1_sq = 1.0\nsigma2_sq = 1.0\n'

@@ -18,8 +18,8 @@ from testbed.budgets import Budgets
 from testbed.config import load_config_text, replace
 from testbed.ledger.node import NodeLedger
 from testbed.ledger.files import read_ledger
-from testbed.results import read_checkpoint, read_metrics
-from testbed.runner import load, run_experiment
+from testbed.reports.results import read_checkpoint, read_metrics
+from testbed.orchestration.runner import load, run_experiment
 
 COMMON = """
 [run]
@@ -168,7 +168,7 @@ def test_a_budget_refuses_at_the_boundary(name, tmp_path):
 
 @pytest.mark.parametrize("name", CASES)
 def test_checkpoint_then_resume_equals_an_uninterrupted_run(name, tmp_path, monkeypatch):
-    import testbed.runner as runner
+    import testbed.orchestration.runner as runner
 
     config = _config(name)
     whole = run_experiment(config, out_dir=tmp_path / "whole", quiet=True)

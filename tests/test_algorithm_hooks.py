@@ -16,7 +16,7 @@ from testbed.algorithms.registry import Command
 from testbed.cli import build_parser, main
 from testbed.cli.algorithm_commands import command_name
 from testbed.config import load_config_text
-from testbed.runner import run_experiment
+from testbed.orchestration.runner import run_experiment
 from testbed.watch.feed import RunFeed
 
 

@@ -1,4 +1,4 @@
-"""`testbed compare` and testbed.compare.compare on sweep tables: pairing by seed, the statistics
+"""`testbed compare` and testbed.reports.compare.compare on sweep tables: pairing by seed, the statistics
 against scipy, Holm over several comparisons, which way is better per metric, and the CLI (text and
 --json) giving what the function gives."""
 
@@ -10,8 +10,8 @@ import pytest
 import scipy.stats
 
 from testbed.cli import main
-from testbed.compare import compare, format_comparisons, parse_setting
-from testbed.stats import holm
+from testbed.reports.compare import compare, format_comparisons, parse_setting
+from testbed.reports.stats import holm
 
 SEEDS = (0, 1, 2, 3, 4)
 ACCURACY = {1: [0.80, 0.82, 0.79, 0.85, 0.81], 5: [0.75, 0.78, 0.76, 0.80, 0.74], 10: [0.80, 0.83, 0.78, 0.84, 0.82]}
@@ -123,9 +123,9 @@ def test_cli_lower_is_better_for_a_metric_without_a_direction(sweep, capsys):
 
 
 def test_values_by_seed_from_the_sweeps_rows_or_its_table(sweep):
-    from testbed.compare import values_by_seed
-    from testbed.sweep_stats import read_sweep
-    from testbed.verdicts import paired_verdict
+    from testbed.reports.compare import values_by_seed
+    from testbed.reports.sweep_stats import read_sweep
+    from testbed.reports.verdicts import paired_verdict
 
     table = read_sweep(sweep)
     typed = [{"dp_pasgd.tau": int(r["dp_pasgd.tau"]), "dp_pasgd.lr": 0.1, "seed": int(r["seed"]),

@@ -18,7 +18,7 @@ from testbed.data.lazy import LazyFederatedData
 from testbed.data.vehicle import write_vehicle_mat
 from testbed.errors import DataError
 from testbed.ledger.files import read_ledger
-from testbed.runner import run_experiment
+from testbed.orchestration.runner import run_experiment
 
 SPLITS = ("train", "test", "validation")
 RUN = """

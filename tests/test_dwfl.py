@@ -15,7 +15,7 @@ from testbed.data.synthetic import make_logistic
 from testbed.models import LogisticRegression
 from testbed.privacy import dwfl as dp
 from testbed.rng import Purpose, stream
-from testbed.runner import run_experiment
+from testbed.orchestration.runner import run_experiment
 
 from algo_steps import run_round
 

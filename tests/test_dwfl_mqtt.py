@@ -12,8 +12,8 @@ import pytest
 
 from testbed.config import load_config_text, replace
 from testbed.ledger.files import read_ledger
-from testbed.results import read_checkpoint
-from testbed.runner import run_experiment
+from testbed.reports.results import read_checkpoint
+from testbed.orchestration.runner import run_experiment
 
 from conftest import REPO
 from test_mqtt_runtime import _comparable, _metrics, run_with_node_crash
@@ -107,7 +107,7 @@ def test_node_killed_after_transmitting_is_charged_for_its_release(mosquitto_bro
 def _assert_charged_as_heard(config, events, result, round_index, senders):
     from testbed.algorithms import registry
     from testbed.privacy.accountants import epsilon, tally_of
-    from testbed.runner import load
+    from testbed.orchestration.runner import load
 
     cfg = replace(config, run={"mode": "sim"})
     data, model = load(cfg)

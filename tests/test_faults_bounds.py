@@ -30,10 +30,10 @@ import pytest
 from testbed import protocol, wire
 from testbed.algorithms import RoundContext
 from testbed.algorithms.contract import SETUP_ROUND, NodeResult, TensorSpec, check_tensors
-from testbed.channel_emulator import ChannelEmulator, _Round
+from testbed.orchestration.channel_emulator import ChannelEmulator, _Round
 from testbed.config import replace
-from testbed.results import read_metrics
-from testbed.runner import run_experiment
+from testbed.reports.results import read_metrics
+from testbed.orchestration.runner import run_experiment
 
 from conftest import REPO
 from test_faults_mqtt import _processes
@@ -155,7 +155,7 @@ def test_the_channel_drops_an_early_signal_of_the_wrong_shape_or_dtype_and_one_p
     """Before any notice (early): a signal with the algorithm's entry count but another shape, or
     another dtype, is dropped on arrival (only the count was checked). On time: a signal past the
     power bound the round's notice declares is refused before it goes on the air."""
-    caplog.set_level(logging.WARNING, logger="testbed.channel_emulator")
+    caplog.set_level(logging.WARNING, logger="testbed.orchestration.channel_emulator")
     channel = ChannelEmulator(mosquitto_broker.url, run_id, session="s", nodes=[0, 1, 2],
                               signal_spec=TensorSpec((4,)))
     try:
@@ -245,7 +245,7 @@ def _run_with_liar(config, url: str, tmp_path, node: int, kind: str, round_index
 def test_a_liar_node_over_mqtt_is_refused_and_the_run_completes(mosquitto_broker, tmp_path, caplog, case, node, kind,
                                                                round_index, name, value):
     config = built(case)[0]
-    caplog.set_level(logging.WARNING, logger="testbed.coordinator")
+    caplog.set_level(logging.WARNING, logger="testbed.orchestration.coordinator")
     result = _run_with_liar(config, mosquitto_broker.url, tmp_path, node, kind, round_index, name, value)
     assert result.summary["status"] == "completed", result.summary.get("failure")
     rejected = [r.getMessage() for r in caplog.records if r.getMessage().startswith("rejected ")]
@@ -257,8 +257,8 @@ def test_a_liar_node_over_mqtt_is_refused_and_the_run_completes(mosquitto_broker
 
 @pytest.mark.slow
 @pytest.mark.parametrize("node, kind, round_index, name, logger, refusal", [
-    (0, protocol.ROUND, 0, "signal", "testbed.channel_emulator", ("node 0's signal of round 0 refused: norm",)),
-    (3, protocol.RECEIVED, 3, "model", "testbed.coordinator", ("rejected update of node 3 for round 3", "model: norm")),
+    (0, protocol.ROUND, 0, "signal", "testbed.orchestration.channel_emulator", ("node 0's signal of round 0 refused: norm",)),
+    (3, protocol.RECEIVED, 3, "model", "testbed.orchestration.coordinator", ("rejected update of node 3 for round 3", "model: norm")),
 ], ids=["signal-first-node-first-round", "model-last-node-last-round"])
 def test_a_dwfl_liar_over_the_air_is_refused_and_the_run_completes(mosquitto_broker, tmp_path, caplog, node, kind,
                                                                   round_index, name, logger, refusal):

@@ -84,7 +84,7 @@ def test_unwritable_output_dir(capsys, small_config_file, tmp_path):
 def test_unwritable_run_directory_is_one_line_where_it_is_made(tmp_path, small_config_file):
     """The run directory itself refuses a bad path with a UserError (for callers other than the CLI)."""
     from testbed.errors import UserError
-    from testbed.results import RunDirectory
+    from testbed.reports.results import RunDirectory
 
     with pytest.raises(UserError, match="cannot write the run directory"):
         RunDirectory(small_config_file / "run")

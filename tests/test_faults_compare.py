@@ -5,7 +5,7 @@ import pytest
 
 from test_compare import write_sweep
 from testbed.cli import main
-from testbed.compare import compare
+from testbed.reports.compare import compare
 from testbed.errors import UserError
 
 

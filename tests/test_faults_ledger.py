@@ -19,7 +19,7 @@ from testbed.config import load_config_text
 from testbed.ledger.events import GaussianEvent, MutualInfoEvent
 from testbed.ledger.files import read_ledger
 from testbed.mqtt import topics
-from testbed.runner import run_experiment
+from testbed.orchestration.runner import run_experiment
 
 NODES = list(range(4))
 BASE = """

@@ -28,14 +28,14 @@ import pytest
 
 from testbed import protocol, wire
 from testbed.algorithms.contract import TensorSpec
-from testbed.channel_emulator import EARLY_ROUNDS, ChannelEmulator
+from testbed.orchestration.channel_emulator import EARLY_ROUNDS, ChannelEmulator
 from testbed.config import load_config_text, replace, to_toml
 from testbed.ledger.node import NodeLedger
 from testbed.ledger.files import read_ledger
 from testbed.mqtt import topics
 from testbed.mqtt.broker import parse_broker_url
 from testbed.privacy.accountants import worst_epsilon
-from testbed.runner import run_experiment
+from testbed.orchestration.runner import run_experiment
 
 from conftest import REPO, wait_until
 from test_dwfl_mqtt import EXPERIMENT as DWFL_EXPERIMENT
@@ -146,7 +146,7 @@ def test_frozen_node_publishes_late_and_is_charged(mosquitto_broker, tmp_path, c
     state, run_dir = tmp_path / "node-state", tmp_path / "r"
     nodes = [_testbed("node", "--broker", url, "--node-id", str(n), "--state-dir", str(state),
                       stderr=subprocess.DEVNULL) for n in range(4)]
-    caplog.set_level(logging.WARNING, logger="testbed.coordinator")
+    caplog.set_level(logging.WARNING, logger="testbed.orchestration.coordinator")
     with _processes(*nodes):
         def freeze_then_thaw() -> None:
             wait_until(lambda: len(_metrics(run_dir)) >= 2, 60, "round 2")
@@ -261,7 +261,7 @@ def test_forged_updates_are_refused_and_the_genuine_one_used(broker, tmp_path, c
     config = replace(load_config_text(DP_PASGD), mqtt={"broker_url": broker.url, "emulated": False})
     host = subprocess.Popen([sys.executable, "-c", FORGER, broker.url, config.mqtt.run_id, "1"], cwd=REPO,
                             stderr=subprocess.PIPE, text=True)
-    caplog.set_level(logging.WARNING, logger="testbed.coordinator")
+    caplog.set_level(logging.WARNING, logger="testbed.orchestration.coordinator")
     with _processes(host):
         result = run_experiment(config, out_dir=tmp_path / "mqtt", quiet=True)
     assert result.summary["status"] == "completed" and result.summary["rounds"] == 8
@@ -345,7 +345,7 @@ def test_forged_channel_traffic_changes_nothing(mosquitto_broker, tmp_path, kind
     # that once took longer than the channel's window of 0.8 x 10 s, and every node straggled.
     config = _dwfl(url, emulated=False, round_timeout_s=30.0)
     log_path = tmp_path / "host.log"
-    caplog.set_level(logging.INFO, logger="testbed.channel_emulator")
+    caplog.set_level(logging.INFO, logger="testbed.orchestration.channel_emulator")
     with open(log_path, "w") as log_file, _rogue(url) as rogue:
         sent = _forge_channel_traffic(rogue, config.mqtt.run_id, kind)
         host = _testbed("nodes", "--broker", url, "--run", config.mqtt.run_id, "--ids", "0,1,2,3", stderr=log_file)

@@ -21,8 +21,8 @@ import pytest
 from testbed.cli import main
 from testbed.config import load_config_text
 from testbed.ledger.files import LEDGER_COLUMNS, read_ledger
-from testbed.results import Checkpoint, read_checkpoint, read_summary, write_checkpoint
-from testbed.runner import run_experiment
+from testbed.reports.results import Checkpoint, read_checkpoint, read_summary, write_checkpoint
+from testbed.orchestration.runner import run_experiment
 
 from run_dir_cases import ledger_rows, metric_rows, run_killed, snapshot, under_counted
 
@@ -345,12 +345,12 @@ def test_a_run_checkpointed_every_few_rounds_resumes_exactly(runs, tmp_path, for
 
 
 def test_auto_cadence_checkpoints_every_round_when_it_is_cheap_and_rarely_when_not():
-    from testbed.runner import CheckpointCadence
+    from testbed.orchestration.runner import CheckpointCadence
 
     def rounds_between(round_s: float, write_s: float) -> int:
         cadence, clock = CheckpointCadence("auto", 0), {"t": 0.0}
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr("testbed.runner.time.monotonic", lambda: clock["t"])
+            mp.setattr("testbed.orchestration.runner.time.monotonic", lambda: clock["t"])
             cadence._since = 0.0
             ahead = []
             for r in range(1, 4):
@@ -420,7 +420,7 @@ def test_summary_and_checkpoint_carry_their_digest(runs):
 def test_a_summary_nested_too_deeply_is_one_line(depth, tmp_path):
     """json recurses per nesting level: `testbed report` on such a summary.json was a RecursionError traceback."""
     from testbed.errors import UserError
-    from testbed.results import read_summary
+    from testbed.reports.results import read_summary
 
     (tmp_path / "summary.json").write_text('{"a": ' + "[" * depth + "]" * depth + "}")
     with pytest.raises(UserError, match="nested too deeply"):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from testbed.config import load_config
-from testbed.runner import run_experiment
+from testbed.orchestration.runner import run_experiment
 
 from conftest_firmware import needs_cc, needs_qemu_board
 

@@ -1,4 +1,4 @@
-"""testbed.forked: a `testbed` command in a fork of this process, as the coordinator starts its
+"""testbed.util.forked: a `testbed` command in a fork of this process, as the coordinator starts its
 emulated hosts: exit code, stderr, environment, name, termination, and a fresh worker pool."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed import parallel
-from testbed.forked import ForkedCommand
+from testbed.util import parallel
+from testbed.util.forked import ForkedCommand
 
 # Not can_fork(): torch, loaded by other tests in this process, is never used by these children.
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
@@ -93,7 +93,7 @@ def test_what_the_parent_buffered_is_not_written_twice(capfd):
 
 
 def test_no_fork_once_torch_is_loaded(monkeypatch):
-    from testbed.forked import can_fork
+    from testbed.util.forked import can_fork
 
     monkeypatch.delitem(sys.modules, "torch", raising=False)
     assert can_fork()

@@ -1,4 +1,4 @@
-"""testbed.frozen builds what the frozen dataclass's own __init__ builds: equal, as frozen, for
+"""testbed.util.frozen builds what the frozen dataclass's own __init__ builds: equal, as frozen, for
 the classes it is used on (a wire message, a received message's hand-over, an event)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from testbed import wire
-from testbed.frozen import frozen
+from testbed.util.frozen import frozen
 from testbed.ledger.events import ComputeEvent, with_fields
 from testbed.mqtt.client import Inbound
 

@@ -1,8 +1,8 @@
-"""testbed.memo.remember_last: one remembered call, keyed on the first argument's identity."""
+"""testbed.util.memo.remember_last: one remembered call, keyed on the first argument's identity."""
 
 import pytest
 
-from testbed.memo import remember_last
+from testbed.util.memo import remember_last
 
 
 def _counted():

@@ -533,8 +533,8 @@ def test_network_loop_serves_clients_beyond_select_limit(broker, run_id, connect
 def broker_launch(request):
     """How BrokerProcess starts its child: a fork of this process, as a run's coordinator does
     where it can, or its default, a new interpreter; and the type of child it then holds."""
-    from testbed.coordinator import _fork_broker
-    from testbed.forked import ForkedCommand
+    from testbed.orchestration.coordinator import _fork_broker
+    from testbed.util.forked import ForkedCommand
 
     return (_fork_broker, ForkedCommand) if request.param == "forked" else (None, subprocess.Popen)
 
@@ -559,7 +559,7 @@ def test_broker_process_leaves_with_its_parent(launch):
     port = free_port()
     parent = subprocess.run([sys.executable, "-c", f"""
 import os
-from testbed.coordinator import _fork_broker
+from testbed.orchestration.coordinator import _fork_broker
 from testbed.mqtt.broker import BrokerProcess
 b = BrokerProcess(launch={launch})
 b.port = {port}

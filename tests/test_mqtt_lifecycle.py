@@ -25,7 +25,7 @@ from testbed.errors import UserError
 from testbed.ledger.files import read_ledger
 from testbed.mqtt import replay, topics
 from testbed.mqtt.client import Inbound
-from testbed.runner import run_experiment
+from testbed.orchestration.runner import run_experiment
 
 from conftest import REPO
 from nodes.host import SessionFence, _loop

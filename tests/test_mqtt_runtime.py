@@ -26,7 +26,7 @@ from testbed.ledger.events import ComputeEvent
 from testbed.ledger.files import read_ledger
 from testbed.mqtt import topics
 from testbed.mqtt.broker import parse_broker_url
-from testbed.runner import run_experiment
+from testbed.orchestration.runner import run_experiment
 
 from conftest import REPO
 
@@ -207,7 +207,7 @@ def test_bad_messages_are_rejected_and_logged(mosquitto_broker, tmp_path, caplog
     rogue = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id="rogue", protocol=paho.MQTTv311)
     rogue.connect(u.host, u.port)
     from testbed.algorithms import RoundContext, registry
-    from testbed.runner import load
+    from testbed.orchestration.runner import load
 
     data, model = load(config)
     alg = registry.build(config, model, data)

@@ -22,7 +22,7 @@ from testbed.ledger.files import read_ledger
 from testbed.mqtt import topics
 from testbed.mqtt.broker import free_port, parse_broker_url
 from testbed.mqtt.network_loop import NetworkLoop
-from testbed.runner import run_experiment
+from testbed.orchestration.runner import run_experiment
 
 from conftest import REPO, wait_until
 from test_faults_mqtt import _metrics  # metrics.csv's rows so far

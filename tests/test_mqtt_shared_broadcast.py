@@ -195,7 +195,7 @@ def test_a_reply_that_comes_before_the_collection_begins_answers_the_round():
     from testbed.algorithms.contract import RoundContext
     from testbed.assemble import load_data, model_for
     from testbed.config import load_config
-    from testbed.coordinator import MqttNodes
+    from testbed.orchestration.coordinator import MqttNodes
 
     config = load_config("benchmarks/acfl.toml")
     data = load_data(config.data, 0)
@@ -223,7 +223,7 @@ def test_a_status_wakes_the_coordinator_only_when_it_changes_who_is_online():
     import threading
 
     from testbed.algorithms.contract import RoundContext
-    from testbed.coordinator import MqttNodes, _Collection
+    from testbed.orchestration.coordinator import MqttNodes, _Collection
 
     class CountingCondition(threading.Condition):
         wakes = 0

@@ -14,7 +14,7 @@ import pytest
 
 from testbed.config import load_config_text
 from testbed.ledger.files import read_ledger
-from testbed.runner import run_experiment
+from testbed.orchestration.runner import run_experiment
 
 from conftest import REPO
 
@@ -125,12 +125,12 @@ def test_a_node_of_the_node_extra_serves_a_run_over_mosquitto(node_venv, mosquit
 
 
 def test_the_extras_checked_before_a_command_are_those_of_pyproject():
-    """Each module testbed.extras names for an extra is a distribution of that extra (or of the
+    """Each module testbed.util.extras names for an extra is a distribution of that extra (or of the
     base) in pyproject.toml."""
     import re
     import tomllib
 
-    from testbed.extras import EXTRA_OF_MODULE, MODULES_OF_EXTRA
+    from testbed.util.extras import EXTRA_OF_MODULE, MODULES_OF_EXTRA
 
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
 
@@ -150,7 +150,7 @@ def test_a_missing_package_is_named_with_the_extra_that_installs_it(monkeypatch)
     import importlib.util
 
     from testbed.errors import UserError
-    from testbed.extras import check_installed, missing_package_message
+    from testbed.util.extras import check_installed, missing_package_message
 
     assert missing_package_message(ModuleNotFoundError("x", name="dp_accounting.pld")) == (
         "needs dp-accounting, which is not installed: pip install 'testbed[coordinator]'")

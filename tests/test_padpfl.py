@@ -283,7 +283,7 @@ ratios = "0-1-2"
 
 
 def test_a_run_reports_both_observers_the_papers_accounting_and_the_resolved_min_samples(tmp_path):
-    from testbed.runner import run_experiment
+    from testbed.orchestration.runner import run_experiment
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -340,7 +340,7 @@ def test_config_errors_name_the_key(extra, key):
 
 
 def test_a_min_samples_above_the_smallest_node_is_refused(tmp_path):
-    from testbed.runner import run_experiment
+    from testbed.orchestration.runner import run_experiment
 
     config = load_config_text(RUN.replace("uploads = 1", "uploads = 1\nmin_samples = 41"))
     with pytest.raises(ConfigError, match="under-noise") as info:
@@ -511,8 +511,8 @@ def test_sim_equals_mqtt_for_the_automatic_rules(impact, tmp_path):
     from test_algorithm_contract import _config, _ledger_without_seconds
 
     from testbed.config import replace
-    from testbed.results import read_checkpoint
-    from testbed.runner import run_experiment
+    from testbed.reports.results import read_checkpoint
+    from testbed.orchestration.runner import run_experiment
 
     keys = {"impact": impact, "weights": None} | ({"score_sigma": 0.05} if impact == "quality_score" else {})
     config = _config("padpfl", padpfl=keys, stragglers={"model": "bernoulli", "p": 0.3})
@@ -547,7 +547,7 @@ def test_a_link_quality_run_aggregates_with_the_link_weights(tmp_path):
     from test_algorithm_contract import _config
 
     from testbed.algorithms.impact import link_quality_weights
-    from testbed.runner import load, run_experiment
+    from testbed.orchestration.runner import load, run_experiment
 
     config = _config("padpfl", padpfl={"impact": "link_quality", "weights": None, "link_pathloss": "free_space"})
     result = run_experiment(config, out_dir=tmp_path / "r", quiet=True)
@@ -569,7 +569,7 @@ def test_the_tight_accountant_guesses_uploads_due_in_some_rounds_only(tmp_path, 
     """Uploads spread over the rounds (1 of 4 per node here): the guess sums each round's own plan,
     so the run ends with the tallies the tight accountant computed while it ran (one request)."""
     from testbed.privacy import accountants
-    from testbed.runner import run_experiment
+    from testbed.orchestration.runner import run_experiment
 
     requests, result_of = [], accountants.BackgroundEpsilons.result
 

@@ -1,4 +1,4 @@
-"""Per-node work split over two threads (testbed.parallel) gives the values one thread gives:
+"""Per-node work split over two threads (testbed.util.parallel) gives the values one thread gives:
 each node draws from its own stream, whatever thread runs it."""
 
 from __future__ import annotations
@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import testbed.parallel as parallel
+import testbed.util.parallel as parallel
 from testbed.algorithms.batches import uniform_batches
 from testbed.config import load_config_text
 from testbed.data.synthetic import make_logistic
-from testbed.runner import run_experiment
+from testbed.orchestration.runner import run_experiment
 
 SMALL = """
 [data]

@@ -8,7 +8,7 @@ from testbed.cli import main
 from testbed.config import load_config_text
 from testbed.errors import ConfigError, UserError
 from testbed.planning.calibration import read_calibration
-from testbed.runner import run_experiment
+from testbed.orchestration.runner import run_experiment
 
 from conftest import ADULT, REPO
 

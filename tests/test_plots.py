@@ -8,7 +8,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from testbed.plots import MAX_NODE_BARS, plot_epsilon  # noqa: E402
+from testbed.reports.plots import MAX_NODE_BARS, plot_epsilon  # noqa: E402
 
 
 @pytest.mark.parametrize("nodes", [8, MAX_NODE_BARS, MAX_NODE_BARS + 1, 100_000])
@@ -27,7 +27,7 @@ def test_the_epsilon_figure_draws_a_bar_per_node_up_to_the_limit_then_a_histogra
 
 def test_an_algorithm_without_a_cost_model_gets_no_cost_figure(tmp_path):
     from testbed.config import load_config_text
-    from testbed.runner import run_experiment
+    from testbed.orchestration.runner import run_experiment
 
     text = ("[run]\nalgorithm = \"fedavg\"\n[data]\nnum_nodes = 3\nsamples_per_node = 40\ndim = 3\n"
             "[fedavg]\nrounds = 2\n[privacy]\ntight_accountant = \"none\"\n")

@@ -23,8 +23,8 @@ from testbed.ledger.files import read_ledger
 from testbed.mqtt import acl, topics
 from testbed.mqtt.broker import free_port
 from testbed.mqtt.client import BrokerRefused, MqttClient
-from testbed.provision import UNIT_NAME, load_inventory, provision
-from testbed.runner import run_experiment
+from testbed.orchestration.provision import UNIT_NAME, load_inventory, provision
+from testbed.orchestration.runner import run_experiment
 
 from conftest import REPO, needs_command, require_tool
 

@@ -105,7 +105,7 @@ def test_a_meter_that_measures_this_machine_is_refused_exactly_for_an_emulated_b
 
 
 def test_provisioning_gives_a_meter_the_groups_its_registration_names():
-    from testbed.provision import node_unit
+    from testbed.orchestration.provision import node_unit
 
     for kind in meters.kinds():
         groups = () if kind == "auto" else meters.get(kind).unix_groups
@@ -174,7 +174,7 @@ def test_a_meter_module_is_usable_from_a_node_file(add_meter, tmp_path, listed_a
 
 
 def test_a_meter_module_brings_its_groups_to_the_provisioned_unit(add_meter):
-    from testbed.provision import node_unit
+    from testbed.orchestration.provision import node_unit
 
     add_meter("spi-meter", groups=("spi", "gpio"))
     assert "SupplementaryGroups=spi gpio\n" in node_unit("/opt/testbed/bin/testbed", "spi-meter")

@@ -1,4 +1,4 @@
-"""One writer per run directory (testbed.dirlock): a run or a resume holds an OS file lock on its
+"""One writer per run directory (testbed.util.dirlock): a run or a resume holds an OS file lock on its
 directory; a second writer is refused in one line naming the holder's pid and changes nothing; a
 lock left by a killed process, or kept by a child it forked, never blocks the next resume.
 
@@ -26,10 +26,10 @@ from hypothesis import given, strategies as st
 
 from testbed.cli import main
 from testbed.config import load_config_text
-from testbed.dirlock import LOCK_NAME, DirectoryLock, holder_pid
+from testbed.util.dirlock import LOCK_NAME, DirectoryLock, holder_pid
 from testbed.errors import UserError
-from testbed.results import RunDirectory, read_summary
-from testbed.runner import run_experiment
+from testbed.reports.results import RunDirectory, read_summary
+from testbed.orchestration.runner import run_experiment
 
 from run_dir_cases import ledger_rows, run_killed, snapshot
 
@@ -62,9 +62,9 @@ ROUNDS, KILLED_AT = 8, 3
 # first round run, charged and checkpointed).
 HOLDER = textwrap.dedent("""
     import os, sys
-    from testbed import runner
+    from testbed.orchestration import runner
     from testbed.cli import main
-    from testbed.results import RunDirectory
+    from testbed.reports.results import RunDirectory
 
     run_dir, where = sys.argv[1], sys.argv[2]
 
@@ -91,10 +91,10 @@ HOLDER = textwrap.dedent("""
 
 # Holds RUN_DIR's lock (argv: RUN_DIR, how), forks a child that sleeps, says "locked <pid> <child
 # pid>" and sleeps. how: "os.fork", "multiprocessing" (a fork-context Process), or "leaky" (the
-# control: the descriptor hidden from testbed.dirlock's fork hook, so the child keeps the lock).
+# control: the descriptor hidden from testbed.util.dirlock's fork hook, so the child keeps the lock).
 FORKING_HOLDER = textwrap.dedent("""
     import multiprocessing, os, sys, time
-    from testbed import dirlock
+    from testbed.util import dirlock
 
     run_dir, how = sys.argv[1], sys.argv[2]
     lock = dirlock.DirectoryLock(run_dir)
@@ -269,7 +269,7 @@ def test_writers_of_a_held_run_directory_are_refused_naming_the_pid(runs, tmp_pa
 def test_a_failure_after_the_directory_is_opened_releases_its_lock(tmp_path, monkeypatch):
     """In one process (the Python API), a run that fails after it opened its directory leaves it
     free: its resume in the same process is not refused."""
-    import testbed.runner as runner
+    import testbed.orchestration.runner as runner
 
     def broken(run):
         raise RuntimeError("evaluation broke")
@@ -283,7 +283,7 @@ def test_a_failure_after_the_directory_is_opened_releases_its_lock(tmp_path, mon
 
 
 def test_two_sweeps_into_one_folder_one_refused_and_a_sweep_of_two_runs_works(tmp_path, capsys):
-    from testbed.sweep import grid_points, run_sweep
+    from testbed.orchestration.sweep import grid_points, run_sweep
 
     base = load_config_text(CONFIG)
     points = grid_points({"dp_pasgd.tau": [2, 4]}, repeats=1, base_seed=0)
@@ -303,7 +303,7 @@ def test_two_sweeps_into_one_folder_one_refused_and_a_sweep_of_two_runs_works(tm
 
 
 def test_a_sweep_does_not_clear_a_point_that_a_resume_holds(runs, tmp_path):
-    from testbed.sweep import Point, run_sweep
+    from testbed.orchestration.sweep import Point, run_sweep
 
     base = load_config_text(CONFIG)
     point = Point((("dp_pasgd.tau", 2),), 0)

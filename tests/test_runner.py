@@ -11,8 +11,8 @@ from testbed.config import load_config_text, replace
 from testbed.ledger.node import NodeLedger
 from testbed.ledger.files import read_ledger
 from testbed.privacy.zcdp import dp_pasgd_epsilon
-from testbed.results import SUMMARY_KEYS
-from testbed.runner import run_experiment
+from testbed.reports.results import SUMMARY_KEYS
+from testbed.orchestration.runner import run_experiment
 
 
 def _run(text, tmp_path, name="run", **sections):
@@ -99,7 +99,7 @@ def test_paper_literal_calibration_reports_what_it_really_spends(small_config_te
 
 
 def test_killed_run_leaves_readable_files(small_config_text, tmp_path, monkeypatch):
-    from testbed import runner
+    from testbed.orchestration import runner
 
     calls = {"n": 0}
     real = runner.evaluate
@@ -167,7 +167,7 @@ def test_deadline_stragglers_follow_the_modelled_round_time(small_config_text, t
     exceeds the deadline; a straggler releases nothing and is logged as one."""
     from nodes.stragglers import round_times_s
     from testbed.algorithms import RoundContext, registry
-    from testbed.runner import load
+    from testbed.orchestration.runner import load
 
     config = replace(load_config_text(small_config_text), nodes={"profile": "pi-zero-2w"})
     data, model = load(config)
@@ -230,7 +230,7 @@ def test_a_rounds_report_is_made_while_the_next_round_is_out(small_config_text, 
     """The report of round r (evaluation, metrics row, checkpoint) is the ``meanwhile`` of round
     r + 1 (over MQTT: after it is sent, while the nodes step); the last round's comes after it.
     Every round is reported once, in order, with the numbers of a report made right after it."""
-    from testbed.sim_nodes import SimNodes
+    from testbed.orchestration.sim_nodes import SimNodes
 
     rows_seen = []
     real = SimNodes.round

@@ -18,10 +18,10 @@ from testbed.data.split import SplitWriter, split_sizes
 from testbed.data.synthetic import make_logistic, true_model
 from testbed.errors import ConfigError
 from testbed.evaluation import evaluated_node_ids
-from testbed.results import read_metrics
+from testbed.reports.results import read_metrics
 from testbed.rng import Purpose, stream
-from testbed.runner import evaluate, load, run_experiment
-from testbed.sim_nodes import SimNodes
+from testbed.orchestration.runner import evaluate, load, run_experiment
+from testbed.orchestration.sim_nodes import SimNodes
 
 SAMPLED = "[client_sampling]\nmethod = \"uniform\"\ncount = 3\n"
 

@@ -1,4 +1,4 @@
-"""testbed.stats and testbed.verdicts against scipy and numpy recomputations, and their invariants
+"""testbed.reports.stats and testbed.reports.verdicts against scipy and numpy recomputations, and their invariants
 (Hypothesis over sample arrays)."""
 
 import numpy as np
@@ -6,9 +6,8 @@ import pytest
 import scipy.stats
 from hypothesis import assume, given, strategies as st
 
-from testbed.stats import (BCA_MIN_N, bca_interval, holm, min_detectable_effect, paired, spearman,
-                           t_interval)
-from testbed.verdicts import INCONCLUSIVE, OPPOSITE, SHOWN, judge, paired_verdict, trend_verdict
+from testbed.reports.stats import BCA_MIN_N, bca_interval, holm, min_detectable_effect, paired, spearman, t_interval
+from testbed.reports.verdicts import INCONCLUSIVE, OPPOSITE, SHOWN, judge, paired_verdict, trend_verdict
 
 finite = st.floats(-1e3, 1e3, allow_nan=False, allow_infinity=False)
 

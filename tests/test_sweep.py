@@ -1,4 +1,4 @@
-"""Sweeps (testbed.sweep, `testbed sweep`): grid, table, restart after a kill, and the Ray engine."""
+"""Sweeps (testbed.orchestration.sweep, `testbed sweep`): grid, table, restart after a kill, and the Ray engine."""
 
 import csv
 import json
@@ -8,7 +8,7 @@ import pytest
 from testbed.cli import main
 from testbed.config import load_config_text
 from testbed.errors import UserError
-from testbed.sweep import Point, grid_points, parse_grid, run_sweep
+from testbed.orchestration.sweep import Point, grid_points, parse_grid, run_sweep
 
 from conftest import require_module
 

@@ -12,7 +12,7 @@ import pytest
 import scipy.stats
 
 from testbed.cli import main
-from testbed.sweep_stats import stats_rows
+from testbed.reports.sweep_stats import stats_rows
 
 QUICKSTART = Path(__file__).resolve().parents[1] / "experiments" / "quickstart.toml"
 SMALL = ['run.mode="sim"', "data.num_nodes=4", "data.samples_per_node=100", "dp_pasgd.steps=10", "dp_pasgd.tau=5",

@@ -232,7 +232,7 @@ def test_a_private_torch_run_must_clip_and_its_ledger_records_the_clip_norm():
     from testbed.algorithms import RoundContext, registry
     from testbed.config import load_config_text
     from testbed.errors import ConfigError
-    from testbed.runner import load
+    from testbed.orchestration.runner import load
 
     with pytest.raises(ConfigError, match="dp_pasgd.clip"):
         registry.get("dp_pasgd").check(load_config_text(CNN_RUN))
@@ -251,7 +251,7 @@ def test_dwfl_clips_each_samples_gradient_of_a_network_at_gmax():
     from testbed.algorithms import registry
     from testbed.algorithms.batches import uniform_batches
     from testbed.config import load_config_text
-    from testbed.runner import load
+    from testbed.orchestration.runner import load
 
     text = CNN_RUN.replace('algorithm = "dp_pasgd"', 'algorithm = "dwfl"').split("[dp_pasgd]")[0]
     config = load_config_text(text + '[dwfl]\nrounds = 2\nbatch = 8\nlr = 0.2\ngmax = 0.05\nepsilon = 1.0\n'

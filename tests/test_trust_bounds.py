@@ -24,7 +24,7 @@ from testbed.algorithms.contract import SETUP_ROUND, TensorSpec, check_tensors, 
 from testbed.algorithms.impact import cap_shares
 from testbed.config import load_config_text, replace
 from testbed.algorithms import registry
-from testbed.runner import load
+from testbed.orchestration.runner import load
 
 from test_algorithm_contract import _text
 

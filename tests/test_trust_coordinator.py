@@ -32,7 +32,7 @@ from test_algorithm_contract import _text
 from testbed import protocol, wire
 from testbed.config import load_config_text, replace
 from testbed.algorithms import registry
-from testbed.runner import load, run_experiment
+from testbed.orchestration.runner import load, run_experiment
 
 CASES = ["dp_pasgd", "fedavg", "acfl", "padpfl"]
 NODES = list(range(5))  # tests/test_algorithm_contract.py's experiments have 5 nodes

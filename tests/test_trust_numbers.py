@@ -331,7 +331,7 @@ def test_local_steps_beyond_memory_are_refused_naming_the_key_before_a_round(sec
     from test_algorithm_contract import _text
 
     from testbed.algorithms import registry
-    from testbed.runner import load
+    from testbed.orchestration.runner import load
 
     config = load_config_text(_text(section), [f"{section}.{key}={2**31 - 1}"]
                               + (["dp_pasgd.steps=2147483647"] if section == "dp_pasgd" else []))

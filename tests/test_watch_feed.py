@@ -15,9 +15,9 @@ import pytest
 from testbed.budgets import Budgets
 from testbed.config import load_config_text, replace
 from testbed.ledger.files import read_ledger
-from testbed.progress import Progress, worst_budget
-from testbed.report_html import write_report
-from testbed.runner import run_experiment
+from testbed.reports.progress import Progress, worst_budget
+from testbed.reports.html import write_report
+from testbed.orchestration.runner import run_experiment
 from testbed.watch.feed import RunFeed
 
 
@@ -186,7 +186,7 @@ def test_report_html_is_self_contained(finished_run):
 
 
 def test_report_html_of_a_sweep(tmp_path, small_config_text):
-    from testbed.sweep import grid_points, run_sweep
+    from testbed.orchestration.sweep import grid_points, run_sweep
 
     base = load_config_text(small_config_text)
     rows = run_sweep(base, grid_points({"dp_pasgd.tau": [2, 5]}, repeats=1, base_seed=0), tmp_path / "sw",

@@ -159,8 +159,8 @@ def base_config(iterations: int, **sections) -> "object":
 
 def pipeline_check(iterations: int) -> float:
     """max |W| difference between `testbed run` (sim) and the in-memory trajectory, same seed."""
-    from testbed.results import read_checkpoint
-    from testbed.runner import run_experiment
+    from testbed.reports.results import read_checkpoint
+    from testbed.orchestration.runner import run_experiment
 
     run_experiment(base_config(iterations), out_dir=OUT / "pipeline", quiet=True)
     w = read_checkpoint(OUT / "pipeline").state["W"]
@@ -180,7 +180,7 @@ def real_data(iterations: int) -> dict:
     the random-feature embedding, at two ε; the paper's η₀/t once for contrast, else the constant
     step η₀ = :func:`public_lr`. Keys (features, ε, schedule, method) → the run's summary."""
     from testbed.data import load_dataset
-    from testbed.runner import run_experiment
+    from testbed.orchestration.runner import run_experiment
 
     data = load_dataset("adult-2", seed=0, scaling="public_bound", num_nodes=ADULT_NODES)
     rows = len(data.train.x)
@@ -207,8 +207,8 @@ def real_data(iterations: int) -> dict:
 def mqtt_run(iterations: int) -> dict:
     """20 emulated boards over MQTT (embedded broker, 2 host processes) with Bernoulli(0.2)
     stragglers, against sim: the same W and ledger."""
-    from testbed.results import read_checkpoint
-    from testbed.runner import run_experiment
+    from testbed.reports.results import read_checkpoint
+    from testbed.orchestration.runner import run_experiment
 
     config = base_config(iterations, data={"num_nodes": 20})
     sim = run_experiment(config, out_dir=OUT / "mqtt-sim", quiet=True).summary

@@ -2,7 +2,7 @@
 
     .venv/bin/python experiments/dp_pasgd/reproduce.py [--out runs/dp-pasgd-reproduce] [--workers N]
 
-Runs E1–E4 through the sweep engine (testbed.sweep, local processes), 5 repeats (seeds 0..4),
+Runs E1–E4 through the sweep engine (testbed.orchestration.sweep, local processes), 5 repeats (seeds 0..4),
 c1 = 100, c2 = 1, δ = 1e-4, then draws fig_e1..fig_e4.png and writes REPORT.md beside this file.
 Vehicle-1/-2 run too when vehicle.mat is found under $TESTBED_DATA; otherwise they are skipped with
 a note. Settings shared by every run: base.toml (why each was chosen is written there).
@@ -47,8 +47,8 @@ from testbed.models import LogisticRegression  # noqa: E402
 from testbed.planning.dp_pasgd import lr_tau_cap  # noqa: E402
 from testbed.planning.estimate import smoothness  # noqa: E402
 from testbed.planning.resolve import make_plan, plan_inputs  # noqa: E402
-from testbed.results import read_metrics  # noqa: E402
-from testbed.sweep import Point, run_sweep  # noqa: E402
+from testbed.reports.results import read_metrics  # noqa: E402
+from testbed.orchestration.sweep import Point, run_sweep  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]

@@ -16,7 +16,7 @@ from typing import Sequence
 import numpy as np
 
 from testbed.data.federated import Split
-from testbed.parallel import split_work
+from testbed.util.parallel import split_work
 from testbed.rng import Purpose, node_streams
 
 

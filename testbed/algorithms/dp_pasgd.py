@@ -46,7 +46,7 @@ from testbed.errors import ConfigError
 from testbed.ledger.events import CommunicationEvent, ComputeEvent, Event, EventBatch, GaussianEvent, NodeEvents
 from testbed.models import LogisticRegression, Model
 from testbed.privacy import zcdp
-from testbed.parallel import split_work
+from testbed.util.parallel import split_work
 from testbed.rng import Purpose, node_streams
 from testbed.sections import NonNegative, Positive, Section
 

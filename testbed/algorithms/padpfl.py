@@ -63,7 +63,7 @@ from testbed.errors import ConfigError
 from testbed.ledger.events import CommunicationEvent, ComputeEvent, Event, GaussianEvent
 from testbed.models import Model
 from testbed.privacy import padpfl as dp
-from testbed.parallel import split_work
+from testbed.util.parallel import split_work
 from testbed.rng import GLOBAL, Purpose, node_streams, stream
 from testbed.sections import NonNegative, Positive, Section
 

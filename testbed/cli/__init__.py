@@ -13,7 +13,7 @@ from typing import NoReturn
 
 from testbed.arguments import HelpFormatter
 from testbed.errors import UserError
-from testbed.extras import check_installed, missing_package_message
+from testbed.util.extras import check_installed, missing_package_message
 
 #: The install extra (pyproject.toml) a command needs whatever the experiment; checked before it runs.
 EXTRA_OF_COMMAND = {"run": "coordinator", "sweep": "coordinator", "compare": "coordinator", "report": "coordinator", "plan": "coordinator",

@@ -21,7 +21,7 @@ def _provision(args: argparse.Namespace) -> int:
     import dataclasses
 
     from nodes.board_config import CHECKS
-    from testbed.provision import BOARD_DIR, BROKER_DIR, UNIT_NAME, load_inventory, provision
+    from testbed.orchestration.provision import BOARD_DIR, BROKER_DIR, UNIT_NAME, load_inventory, provision
 
     inventory = load_inventory(args.inventory)
     if args.run is not None:

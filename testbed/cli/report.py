@@ -19,12 +19,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _report(args: argparse.Namespace) -> int:
     from testbed.cli.run import format_summary
-    from testbed.dirlock import DirectoryLock
-    from testbed.plots import draw_figures
-    from testbed.results import read_summary
+    from testbed.util.dirlock import DirectoryLock
+    from testbed.reports.plots import draw_figures
+    from testbed.reports.results import read_summary
 
     if args.html:
-        from testbed.report_html import write_report
+        from testbed.reports.html import write_report
 
         print(write_report(args.run_dir))
         return 0

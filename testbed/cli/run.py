@@ -10,7 +10,7 @@ from pathlib import Path
 from testbed.arguments import Number
 from testbed.cli.watch import add_server_options, check_server_options
 from testbed.errors import UserError
-from testbed.extras import check_installed
+from testbed.util.extras import check_installed
 from testbed.limits import MAX_SEED
 
 
@@ -33,8 +33,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _run(args: argparse.Namespace) -> int:
     from testbed import inputs
     from testbed.config import load_config
-    from testbed.results import checked_config
-    from testbed.runner import run_experiment
+    from testbed.reports.results import checked_config
+    from testbed.orchestration.runner import run_experiment
 
     if args.watch:
         check_server_options(args)
@@ -63,7 +63,7 @@ def _run(args: argparse.Namespace) -> int:
             inputs.output_dir(Path(config.output.dir), "output.dir")
         out = args.out
         if args.watch and out is None:  # the page must know the directory before the run names it
-            from testbed.runner import default_run_dir
+            from testbed.orchestration.runner import default_run_dir
 
             out = default_run_dir(config)
     page = WatchPage(out, args.host, args.port) if args.watch else None

@@ -37,7 +37,7 @@ def _sweep(args: argparse.Namespace) -> int:
     from testbed.errors import UserError
     from testbed.limits import MAX_SEED
     from testbed.resources import check_count, estimate_bytes
-    from testbed.sweep import format_table, grid_points, parse_grid, run_sweep
+    from testbed.orchestration.sweep import format_table, grid_points, parse_grid, run_sweep
 
     base = load_config(inputs.experiment_file(args.file), args.overrides)
     inputs.run_id(base.mqtt.run_id)

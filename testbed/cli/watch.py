@@ -9,7 +9,7 @@ from pathlib import Path
 
 from testbed.arguments import PORT
 from testbed.errors import UserError
-from testbed.extras import check_installed
+from testbed.util.extras import check_installed
 
 DEFAULT_PORT = 8765
 

@@ -41,7 +41,7 @@ from testbed.data.federated import FederatedData
 from testbed.data.registry import Registration
 from testbed.data.split import SPLITS, SplitWriter, check_scaling
 from testbed.errors import DataError
-from testbed.parallel import split_work
+from testbed.util.parallel import split_work
 from testbed.rng import GLOBAL, Purpose, node_streams, stream
 
 if TYPE_CHECKING:

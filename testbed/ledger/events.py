@@ -18,7 +18,7 @@ from typing import Callable, Iterable, Iterator, Mapping, Sequence, Union
 
 import numpy as np
 
-from testbed.frozen import frozen
+from testbed.util.frozen import frozen
 
 
 @dataclass(frozen=True)

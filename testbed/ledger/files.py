@@ -12,7 +12,7 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-from testbed.appendlog import AppendLog, Mark as LedgerMark
+from testbed.util.appendlog import AppendLog, Mark as LedgerMark
 from testbed.errors import UserError
 from testbed.ledger.events import ALL_FIELDS, EVENT_TYPES, Event, EventBatch
 from testbed.ledger.fields import event_from_dict

@@ -138,7 +138,7 @@ class BrokerProcess:
         launch: starts the child: ``launch(argv, stderr_fd)`` runs ``testbed ARGV`` with its stderr
             on that file and returns its ``subprocess.Popen`` (or the like: ``poll``, ``wait``,
             ``terminate``, ``kill``); default a new interpreter. A run's coordinator forks it
-            instead (``testbed.forked``): serving in 0.1 s, not 0.35 s.
+            instead (``testbed.util.forked``): serving in 0.1 s, not 0.35 s.
 
     A run's coordinator starts it when no broker is configured: amqtt routes every message in
     Python, and in the coordinator's own process (`EmbeddedBroker`) that competed for one GIL with

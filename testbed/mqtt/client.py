@@ -40,7 +40,7 @@ from paho.mqtt.reasoncodes import ReasonCode
 
 from testbed import wire
 from testbed.errors import ConfigError, UserError
-from testbed.frozen import frozen
+from testbed.util.frozen import frozen
 from testbed.mqtt import chunks, paho_speedups, probe, replay, topics
 from testbed.mqtt.broker import BrokerUrl, parse_broker_url
 from testbed.mqtt.network_loop import NetworkLoop
@@ -66,7 +66,7 @@ def new_client_id(run: str, who: str) -> str:
 # The last payload decoded in this process and its message: a broadcast reaches every client of
 # a host, each on its own connection, with the same bytes; the first copy is decoded and
 # validated, the others (equal bytes, equal expectations) get the same read-only message. Keyed on
-# equal bytes, not on one object as testbed.memo is: each connection reads its own copy.
+# equal bytes, not on one object as testbed.util.memo is: each connection reads its own copy.
 _last_decoded: tuple[bytes, str, str, int, wire.Message] | None = None
 
 
@@ -111,7 +111,7 @@ class Inbound:
     @classmethod
     def of(cls, topic: str, kind: str, node: str | None, payload: bytes, message: wire.Message | None,
            receiver: str | None) -> Inbound:
-        """``Inbound(...)`` in a quarter of its time (testbed.frozen): one per message received."""
+        """``Inbound(...)`` in a quarter of its time (testbed.util.frozen): one per message received."""
         return frozen(cls, {"topic": topic, "kind": kind, "node": node, "payload": payload, "message": message,
                             "receiver": receiver})
 

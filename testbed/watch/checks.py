@@ -16,7 +16,7 @@ from typing import Any
 from testbed.ledger.fields import ABSURD
 from testbed.ledger.events import Event, GaussianEvent
 from testbed.ledger.node import NodeLedger
-from testbed.results import METRIC_COLUMNS, STATUSES
+from testbed.reports.results import METRIC_COLUMNS, STATUSES
 
 #: Metric columns the page plots.
 PLOTTED = ("round", "train_loss", "test_accuracy", "cost_units", "epsilon", "stragglers", "wall_s")

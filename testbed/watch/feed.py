@@ -42,7 +42,7 @@ from testbed.ledger.files import LEDGER_COLUMNS
 from testbed.ledger.events import CommunicationEvent, ComputeEvent, Event, StraggleEvent
 from testbed.ledger.node import NodeLedger
 from testbed.ledger.fields import event_from_dict
-from testbed.results import METRIC_COLUMNS, read_summary
+from testbed.reports.results import METRIC_COLUMNS, read_summary
 from testbed.watch.checks import check_event, metric_row, summary_view
 from testbed.watch.lines import DELETED, LineTail
 #: A run with no summary whose files stopped growing for longer than this many mean rounds (and at

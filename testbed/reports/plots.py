@@ -7,7 +7,7 @@ import sys
 
 from pathlib import Path
 
-from testbed.results import read_metrics, read_summary
+from testbed.reports.results import read_metrics, read_summary
 
 
 def draw_figures(run_dir: Path) -> list[Path]:
@@ -129,7 +129,7 @@ class BackgroundFigures:
     def __init__(self) -> None:
         import subprocess
 
-        self._proc = subprocess.Popen([sys.executable, "-m", "testbed.plots"], stdin=subprocess.PIPE,
+        self._proc = subprocess.Popen([sys.executable, "-m", "testbed.reports.plots"], stdin=subprocess.PIPE,
                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
     def draw(self, which: str, run_dir: Path) -> None:
@@ -165,7 +165,7 @@ def _warm_up(plt) -> None:
 
 
 def _serve() -> None:
-    """``python -m testbed.plots``: import pyplot at once, then draw each requested figure set."""
+    """``python -m testbed.reports.plots``: import pyplot at once, then draw each requested figure set."""
     _warm_up(_pyplot())
     drawers = {"progress": draw_progress, "epsilon": draw_epsilon}
     for line in sys.stdin:

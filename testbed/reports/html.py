@@ -7,9 +7,9 @@ or puts in a paper's artefact.
 A run's report: the summary, the per-node table (ε per observer against the budget, the tight
 accountant's ε, joules, cost units, bytes, rounds), the figures and the configuration (config.toml).
 A sweep folder's (it holds ``sweep.csv``): the sweep table, one row per run, each grid point's
-statistics over its repeats (testbed.sweep_stats), and its figures (final test accuracy against ε
+statistics over its repeats (testbed.reports.sweep_stats), and its figures (final test accuracy against ε
 spent; every run's accuracy against round; each point's mean final metrics with interval bars and
-mean curves against round with interval bands: testbed.sweep_figures).
+mean curves against round with interval bands: testbed.reports.sweep_figures).
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from testbed.dirlock import DirectoryLock
+from testbed.util.dirlock import DirectoryLock
 from testbed.errors import UserError
-from testbed.plots import _pyplot, draw_figures
-from testbed.results import read_metrics, read_summary
-from testbed.sweep_figures import interval_figures
-from testbed.sweep_stats import grid_keys, read_sweep, stats_rows
+from testbed.reports.plots import _pyplot, draw_figures
+from testbed.reports.results import read_metrics, read_summary
+from testbed.reports.sweep_figures import interval_figures
+from testbed.reports.sweep_stats import grid_keys, read_sweep, stats_rows
 
 _STYLE = """
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; max-width: 1200px; margin: 0 auto;

@@ -6,7 +6,7 @@ setting beats another is judged on the paired differences (runs paired by seed: 
 numbers); a trend over several settings on Spearman's rank correlation of the metric with the
 setting, never by counting steps. Every verdict carries n, the effect and its interval.
 
-From a sweep's rows (testbed.sweep.run_sweep's, or sweep.csv's), testbed.compare.values_by_seed
+From a sweep's rows (testbed.orchestration.sweep.run_sweep's, or sweep.csv's), testbed.reports.compare.values_by_seed
 gives the mappings seed → value that :func:`paired_verdict` pairs.
 
 Example::
@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from testbed.stats import CONFIDENCE, paired, spearman
+from testbed.reports.stats import CONFIDENCE, paired, spearman
 
 SHOWN, OPPOSITE, INCONCLUSIVE = "shown", "opposite", "inconclusive"
 #: A paired claim: mean(a) > mean(b) or mean(a) < mean(b).
@@ -90,7 +90,7 @@ def trend_verdict(settings: Sequence[float], values: Sequence[float], claimed: T
                   confidence: float = CONFIDENCE) -> Verdict:
     """The verdict of "the metric rises (falls) with the setting" from every run: ``settings[i]`` is
     run i's setting, ``values[i]`` its metric (repeats of a setting are separate runs). The effect is
-    Spearman's ρ with its Fisher z interval (testbed.stats.spearman); n is the number of runs."""
+    Spearman's ρ with its Fisher z interval (testbed.reports.stats.spearman); n is the number of runs."""
     if claimed not in ("increasing", "decreasing"):
         raise ValueError(f"claimed must be 'increasing' or 'decreasing', got {claimed!r}")
     c = spearman(settings, values, confidence)

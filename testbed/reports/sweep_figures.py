@@ -1,6 +1,6 @@
 """A sweep's figures with intervals, for `testbed report SWEEP_DIR --html`: each grid point's mean
 final metrics with 95 % Student t interval bars, and its mean test accuracy and training loss
-against round with interval bands (testbed.stats.t_interval over the point's repeats).
+against round with interval bands (testbed.reports.stats.t_interval over the point's repeats).
 
 A band covers the rounds every run of the point evaluated (a run a budget stopped early ends its
 point's band there); a point of one run is drawn as a line without bars or band.
@@ -13,10 +13,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from testbed.plots import _pyplot
-from testbed.results import read_metrics
-from testbed.stats import t_interval
-from testbed.sweep_stats import grid_keys, group_by_point, number
+from testbed.reports.plots import _pyplot
+from testbed.reports.results import read_metrics
+from testbed.reports.stats import t_interval
+from testbed.reports.sweep_stats import grid_keys, group_by_point, number
 
 #: The final metrics drawn with interval bars, with their axis labels.
 FINAL_METRICS = (("test_accuracy", "final test accuracy"), ("train_loss", "final training loss"))

@@ -21,7 +21,7 @@ run stops with one line (failed; ``testbed run --resume`` continues it). A round
 not acknowledged may still reach the nodes when the broker is back (the client resends it): its
 replies are charged as late ones, however many rounds later.
 
-Over-the-air algorithms put a channel emulator (testbed.channel_emulator, a client of its own
+Over-the-air algorithms put a channel emulator (testbed.orchestration.channel_emulator, a client of its own
 started here and built from the algorithm's channel half) between the nodes; it tells the
 coordinator which nodes really transmitted, and each of them is charged for its release.
 """
@@ -59,17 +59,17 @@ from testbed.algorithms.contract import (
     round_signal_spec,
     round_uplink_spec,
 )
-from testbed.channel_emulator import ChannelEmulator
+from testbed.orchestration.channel_emulator import ChannelEmulator
 from testbed.config import MqttSection, NodesSection
 from testbed.errors import ConfigError, UserError
-from testbed.forked import ForkedCommand, can_fork
+from testbed.util.forked import ForkedCommand, can_fork
 from testbed.ledger.events import EVENT_TYPES, Event, with_fields
 from testbed.ledger.fields import FIELD_RULES, MEASURED_FIELDS, event_as_planned
 from testbed.ledger.node import RoundSet
 from testbed.mqtt import topics
 from testbed.mqtt.broker import BrokerProcess
 from testbed.mqtt.client import Inbound, MqttClient
-from testbed.nodes_api import Closing, RoundOutcome
+from testbed.orchestration.nodes_api import Closing, RoundOutcome
 
 log = logging.getLogger(__name__)
 
@@ -743,7 +743,7 @@ class _Collection:
 class _Host:
     """One `testbed ARGS` process (`nodes`, `bridge --virtual`) serving ``node_ids``, with ``env``
     added to this process's environment; a fork of this process with ``fork``
-    (testbed.forked), else a new interpreter. Its stderr goes through a thread that passes it on
+    (testbed.util.forked), else a new interpreter. Its stderr goes through a thread that passes it on
     (unless quiet) and keeps the last lines, to explain an early exit."""
 
     def __init__(self, node_ids: list[int], args: list[str], quiet: bool, env: dict[str, str] | None = None,

@@ -28,7 +28,7 @@ _pool: ThreadPoolExecutor | None = None
 
 def _forget_pool() -> None:
     global _pool
-    _pool = None  # a forked child (testbed.forked) has no pool thread: it starts its own
+    _pool = None  # a forked child (testbed.util.forked) has no pool thread: it starts its own
 
 
 if hasattr(os, "register_at_fork"):  # POSIX

@@ -25,8 +25,8 @@ from typing import Any
 
 from testbed.errors import UserError
 from testbed.limits import MAX_FLOAT
-from testbed.stats import CONFIDENCE, Paired, holm, paired
-from testbed.sweep_stats import grid_keys, number, numeric_fields, read_sweep, value
+from testbed.reports.stats import CONFIDENCE, Paired, holm, paired
+from testbed.reports.sweep_stats import grid_keys, number, numeric_fields, read_sweep, value
 
 #: Which way is better, per metric of sweep.csv: True when higher is better. A metric not here
 #: (rounds, tau, sigma...) needs --higher-is-better or --lower-is-better.
@@ -126,8 +126,8 @@ def compare(sweep_dir: Path, a: Mapping[str, Any], b: Mapping[str, Any] | Sequen
 
 def values_by_seed(rows: Sequence[Mapping[str, Any]], setting: Mapping[str, Any], metric: str) -> dict[int, float]:
     """seed → ``metric`` of the run of each seed that has ``setting``'s values (full grid keys), from
-    sweep rows as testbed.sweep.run_sweep returns them or as sweep.csv holds them: what
-    testbed.verdicts.paired_verdict takes. UserError as :func:`compare`'s."""
+    sweep rows as testbed.orchestration.sweep.run_sweep returns them or as sweep.csv holds them: what
+    testbed.reports.verdicts.paired_verdict takes. UserError as :func:`compare`'s."""
     return {seed: _metric(row, metric) for seed, row in _runs_by_seed(rows, setting, "setting").items()}
 
 

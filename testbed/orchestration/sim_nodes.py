@@ -8,7 +8,7 @@ Example::
 
     >>> from testbed.config import load_config_text
     >>> from testbed.algorithms import registry
-    >>> from testbed.runner import load
+    >>> from testbed.orchestration.runner import load
     >>> cfg = load_config_text("[data]\\nnum_nodes = 3\\nsamples_per_node = 40\\ndim = 3\\n"
     ...                        "[dp_pasgd]\\nsteps = 4\\ntau = 2\\nbatch = 4\\nsigma = 1.0\\n")
     >>> data, model = load(cfg)
@@ -39,7 +39,7 @@ from testbed.algorithms.contract import (
 from testbed.data.federated import FederatedData, Split
 from testbed.data.lazy import LazyFederatedData
 from testbed.ledger.events import Event, EventBatch, NodeEvents
-from testbed.nodes_api import Closing, RoundOutcome
+from testbed.orchestration.nodes_api import Closing, RoundOutcome
 
 
 class SimNodes:

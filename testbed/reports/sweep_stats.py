@@ -1,11 +1,11 @@
 """A sweep folder's table read back, and its statistics over repeats: ``sweep_stats.csv``.
 
-``sweep.csv`` has one row per run: the grid's keys first, then testbed.sweep.COLUMNS from ``seed``
+``sweep.csv`` has one row per run: the grid's keys first, then testbed.orchestration.sweep.COLUMNS from ``seed``
 on. The runs of one grid point differ only in their seed; ``sweep_stats.csv`` (written by the
 sweep from :func:`stats_rows`) has one row per grid point: its grid values, ``n`` (its runs) and,
 for every numeric field F of the summary, ``F_mean``, ``F_sd``, ``F_ci_low``, ``F_ci_high``
 (Student t, 95 %) and ``F_bca_low``, ``F_bca_high`` (BCa bootstrap; empty below
-testbed.stats.BCA_MIN_N runs). A field that some run of the point lacks (an empty cell) has empty
+testbed.reports.stats.BCA_MIN_N runs). A field that some run of the point lacks (an empty cell) has empty
 statistics at that point; a field no run has gets no columns.
 
 Nothing in a sweep folder is trusted: :func:`read_sweep` checks the table's header, that every
@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from testbed.errors import UserError
-from testbed.stats import bca_interval, t_interval
+from testbed.reports.stats import bca_interval, t_interval
 
 #: sweep.csv columns that are not numeric fields of a run's summary.
 NOT_FIELDS = ("seed", "status", "run")

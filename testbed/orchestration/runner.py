@@ -9,8 +9,8 @@
    step, the server step, ledger, checkpoint and metrics;
 6. :func:`finish` — summary.json (also when a stage failed), figures, the tight accountant.
 
-The rounds loop is the same whatever moves the messages: a :class:`testbed.nodes_api.Nodes`
-answers each round with a :class:`~testbed.nodes_api.RoundOutcome`.
+The rounds loop is the same whatever moves the messages: a :class:`testbed.orchestration.nodes_api.Nodes`
+answers each round with a :class:`~testbed.orchestration.nodes_api.RoundOutcome`.
 """
 
 from __future__ import annotations
@@ -41,18 +41,18 @@ from testbed.ledger.files import LedgerWriter
 from testbed.ledger.node import Totals
 from testbed.ledger.book import LedgerBook
 from testbed.models import Model
-from testbed.nodes_api import Closing, Nodes, RoundOutcome
+from testbed.orchestration.nodes_api import Closing, Nodes, RoundOutcome
 from testbed.privacy.accountants import BackgroundEpsilons, epsilon_by_observer
-from testbed.parallel import split_work
-from testbed.progress import Progress
+from testbed.util.parallel import split_work
+from testbed.reports.progress import Progress
 from testbed.resources import check_fits
-from testbed.results import RunDirectory, not_yet_charged, split_by_issuer
+from testbed.reports.results import RunDirectory, not_yet_charged, split_by_issuer
 from testbed.stragglers import StragglerDraws
 from testbed.rng import GLOBAL, Purpose, stream
-from testbed.threads import limit_blas_threads
+from testbed.util.threads import limit_blas_threads
 
 if TYPE_CHECKING:
-    from testbed.plots import BackgroundFigures
+    from testbed.reports.plots import BackgroundFigures
 
 log = logging.getLogger(__name__)
 # Rounds before the last checkpoint's for which the book still knows who logged them (a round re-run
@@ -75,7 +75,7 @@ def per_node_mean(values: np.ndarray, split: Split) -> np.ndarray:
 
 def per_sample(model: Model, params: np.ndarray, split: Split) -> tuple[np.ndarray, np.ndarray]:
     """(loss (N,), correct (N,) bool) of one model on every sample of ``split``: two halves of the
-    rows at once (testbed.parallel; each row's numbers are its own)."""
+    rows at once (testbed.util.parallel; each row's numbers are its own)."""
     n = len(split.y)
     loss, correct = np.empty(n), np.empty(n, dtype=bool)
 
@@ -202,11 +202,11 @@ def algorithm_state_spec(algorithm: Algorithm) -> dict:
 def build_nodes(config: Config, algorithm: Algorithm, data: FederatedData | LazyFederatedData, quiet: bool) -> Nodes:
     """Stage 4: the run's nodes, however they are reached."""
     if config.run.mode == "mqtt":
-        from testbed.coordinator import MqttNodes
+        from testbed.orchestration.coordinator import MqttNodes
 
         return MqttNodes(config.mqtt, config.nodes, to_toml(config), list(data.node_ids), algorithm,
                          seed=config.run.seed, quiet=quiet)
-    from testbed.sim_nodes import SimNodes
+    from testbed.orchestration.sim_nodes import SimNodes
 
     return SimNodes(algorithm, data, config.run.seed, config.nodes.profile, mcu_nodes=config.nodes.mcu,
                     mcu_profile=config.nodes.mcu_profile)
@@ -228,7 +228,7 @@ def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = Fa
     if config.privacy.tight_accountant != "none":
         tight_job = BackgroundEpsilons(config.privacy.tight_accountant, config.privacy.delta)
     if config.output.figures:
-        from testbed.plots import BackgroundFigures
+        from testbed.reports.plots import BackgroundFigures
 
         figures_job = BackgroundFigures()
     directory = None

@@ -16,7 +16,7 @@ and it leaves with ``os._exit`` (none of the coordinator's exit handlers, no flu
 The descriptors it inherits (the coordinator's MQTT connection, the run's files) are closed in it,
 and the objects that held them never finalised (``gc.freeze``): a descriptor number the child
 reuses is never closed under it.
-Modules that keep threads (``testbed.parallel``'s pool) forget them in the child
+Modules that keep threads (``testbed.util.parallel``'s pool) forget them in the child
 (``os.register_at_fork``), since only the forking thread exists there.
 
 :func:`can_fork` says when a fork is safe: a POSIX system, and no torch loaded (its thread pools do

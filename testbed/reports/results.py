@@ -8,11 +8,11 @@ Layout::
     RUN_DIR/summary.json    the contract other tools read (see SUMMARY_KEYS), with its own sha256
     RUN_DIR/checkpoint.npz  the algorithm's state after the last completed round (for --resume)
     RUN_DIR/figures/*.png   accuracy and loss against round and cost, ε per node
-    RUN_DIR/.lock           the writer's lock (testbed.dirlock): one process writes a run directory
+    RUN_DIR/.lock           the writer's lock (testbed.util.dirlock): one process writes a run directory
 
 The checkpoint and the summary are replaced atomically (temporary file, fsync, rename) and carry a
 sha256 of their content. The checkpoint also records what it covers: the sha256 of config.toml and a
-:class:`~testbed.appendlog.Mark` (rows, bytes, sha256) of ledger.csv and metrics.csv. ``--resume``
+:class:`~testbed.util.appendlog.Mark` (rows, bytes, sha256) of ledger.csv and metrics.csv. ``--resume``
 (:meth:`RunDirectory.reopen`) trusts the directory only after checking all of it, and touches
 nothing before every check passed.
 
@@ -38,8 +38,8 @@ from typing import Any, Collection, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from testbed.appendlog import AppendLog, Mark, sha256_file, swap_file, tail_after, write_atomic, write_swapping
-from testbed.dirlock import DirectoryLock
+from testbed.util.appendlog import AppendLog, Mark, sha256_file, swap_file, tail_after, write_atomic, write_swapping
+from testbed.util.dirlock import DirectoryLock
 from testbed.errors import UserError
 from testbed.ledger.fields import MEASURED_FIELDS
 from testbed.ledger.events import Event, EventBatch

@@ -1,8 +1,8 @@
 """Statistics of repeated runs: intervals, paired tests, multiple-comparison correction, power.
 
 Pure functions on arrays (no files, no config): the sweep's ``sweep_stats.csv``
-(testbed.sweep_stats), `testbed compare` (testbed.compare) and the REPORT verdicts
-(testbed.verdicts) are built on them. Summaries run along the last axis, so one call summarises
+(testbed.reports.sweep_stats), `testbed compare` (testbed.reports.compare) and the REPORT verdicts
+(testbed.reports.verdicts) are built on them. Summaries run along the last axis, so one call summarises
 every field (or every round) of a grid point at once. The formulas are in docs/statistics.md.
 
 Example::

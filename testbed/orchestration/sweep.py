@@ -2,13 +2,13 @@
 
 A sweep is a list of points, each a set of config values plus a seed (``run.seed``); a grid sweep is
 the cartesian product of ``--grid`` values, repeated with seeds base, base+1, ... Every point runs
-:func:`testbed.runner.run_experiment` in a worker (figures off, quiet) into its own folder of the
+:func:`testbed.orchestration.runner.run_experiment` in a worker (figures off, quiet) into its own folder of the
 sweep's folder, named from its values. ``sweep.csv`` joins the runs' summaries, one row per point;
-``sweep_stats.csv`` summarises each grid point's repeats (mean, sd, intervals: testbed.sweep_stats).
+``sweep_stats.csv`` summarises each grid point's repeats (mean, sd, intervals: testbed.reports.sweep_stats).
 
 Restart: a point whose folder holds a summary.json with status ``completed`` or ``stopped_budget``
 is finished and is skipped; a folder left half-written by a kill (no summary, or ``failed``) is
-cleared and run again. One sweep writes a sweep folder at a time (its lock, testbed.dirlock), and
+cleared and run again. One sweep writes a sweep folder at a time (its lock, testbed.util.dirlock), and
 each point's run holds its own folder's.
 
 Example::
@@ -33,13 +33,13 @@ from pathlib import Path
 from typing import Any
 
 from testbed.config import Config, load_config_text, parse_override, replace, to_toml
-from testbed.dirlock import DirectoryLock
+from testbed.util.dirlock import DirectoryLock
 from testbed.errors import UserError
-from testbed.runner import run_experiment  # imported here so forked workers share the parent's modules
-from testbed.sweep_stats import STATS_FILE, stats_rows
+from testbed.orchestration.runner import run_experiment  # imported here so forked workers share the parent's modules
+from testbed.reports.sweep_stats import STATS_FILE, stats_rows
 
 ENGINES = ("local", "ray")
-#: Statuses of a finished run (see testbed.results.STATUSES); anything else is rerun.
+#: Statuses of a finished run (see testbed.reports.results.STATUSES); anything else is rerun.
 FINISHED = ("completed", "stopped_budget")
 #: sweep.csv columns after the point's own values.
 COLUMNS = ("seed", "status", "test_accuracy", "validation_accuracy", "train_loss", "epsilon_max", "cost_max",
