@@ -44,7 +44,7 @@ import numpy as np
 from nodes.costs import NodeCosts
 from nodes.meters.base import Measurement
 from testbed import protocol, wire
-from testbed.algorithms import registry
+from testbed import assemble
 from testbed.algorithms.contract import (
     SETUP_ROUND,
     Algorithm,
@@ -151,7 +151,7 @@ class SharedExperiment:
     def _built_for(self, key: str, config: Config) -> tuple[FederatedData, Algorithm, dict[int, int]]:
         if key not in self._built:  # only the latest is kept: a new one means the old run is over
             data = load_data(config.data, config.run.seed, nodes=self.nodes, path=self.data_path)
-            algorithm = registry.build(config, model_for(config.model, data, config.run.seed), data)
+            algorithm = assemble.build_algorithm(config, model_for(config.model, data, config.run.seed), data)
             self._built = {key: (data, algorithm, {node: i for i, node in enumerate(data.node_ids)})}
         return self._built[key]
 
@@ -356,7 +356,7 @@ class NodeAgent:
         else:
             config = load_config_text(config_text, source="the coordinator's experiment")
             data = load_data(config.data, config.run.seed, nodes=[self.node], path=self.data_path)
-        algorithm = registry.build(config, model_for(config.model, data, config.run.seed), data)
+        algorithm = assemble.build_algorithm(config, model_for(config.model, data, config.run.seed), data)
         return _Experiment(key, config, data, algorithm, budgets_from_config(config.budget, config.privacy))
 
     def _ledger(self, run: str, session: str | None) -> tuple[NodeLedger, LedgerWriter | None]:

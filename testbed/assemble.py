@@ -1,4 +1,5 @@
-"""Builds an experiment's parts from its config: the data a set of nodes holds and the model.
+"""Builds an experiment's parts from its config: the data a set of nodes holds, the model, and the
+algorithm (with its channel half and the watch page's view of it) from the algorithm registry.
 
 Shared by the sim runner (all nodes in one process) and the node agent (one node on a board), so
 both build exactly the same things from the same experiment file.
@@ -6,15 +7,20 @@ both build exactly the same things from the same experiment file.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from testbed.config import Config, ModelSection
 from testbed.data import registry as data_registry
 from testbed.data.federated import FederatedData
 from testbed.data.lazy import LazyFederatedData
 from testbed.data.section import DataSection
+from testbed.errors import ConfigError
 from testbed.evaluation import evaluated_node_ids
 from testbed.models import Model, build_model
+
+if TYPE_CHECKING:
+    from testbed.algorithms.contract import Algorithm, ChannelHalf, ChannelView
+    from testbed.algorithms.registry import Registration
 
 
 def _loader_options(d: DataSection, train_only: bool = False) -> dict[str, Any]:
@@ -90,3 +96,44 @@ def model_for(m: ModelSection, data: FederatedData | LazyFederatedData, seed: in
     run's) keys a random-feature embedding and is required with one."""
     return build_model(m.kind, data.dim, data.n_classes, bias=m.bias, hidden=m.hidden, activation=m.activation,
                        random_features=m.random_features, rf_gamma=m.rf_gamma, seed=seed, network=m.network)
+
+
+def algorithm_sections(config: Config, reg: "Registration") -> dict[str, Any]:
+    """The config sections the algorithm ``reg`` declared, by name: all it is built from."""
+    return {name: getattr(config, name) for name in reg.sections}
+
+
+def build_algorithm(config: Config, model: Model, data: FederatedData | LazyFederatedData) -> "Algorithm":
+    """The algorithm ``config.run.algorithm`` names, built for ``model`` and ``data``."""
+    from testbed.algorithms import registry
+
+    reg = registry.get(config.run.algorithm)
+    ctx = registry.BuildContext(model=model, data=data, num_nodes=config.data.num_nodes, seed=config.run.seed,
+                                delta=config.privacy.delta, mcu_nodes=frozenset(config.nodes.mcu),
+                                straggler_p=config.stragglers.p if config.stragglers.model == "bernoulli" else 0.0)
+    algorithm = reg.build(algorithm_sections(config, reg), ctx)
+    if ctx.mcu_nodes and not hasattr(algorithm, "mcu_task"):
+        raise ConfigError("nodes.mcu", f"{reg.name} has no microcontroller node step (the firmware runs "
+                                       "DP-PASGD); leave nodes.mcu empty")
+    return algorithm
+
+
+def build_channel(config: Config) -> "ChannelHalf":
+    """The channel half of the over-the-air algorithm ``config.run.algorithm`` names."""
+    from testbed.algorithms import registry
+
+    reg = registry.get(config.run.algorithm)
+    if reg.channel is None:
+        raise ValueError(f"{reg.name} is not an over-the-air algorithm")
+    return reg.channel(algorithm_sections(config, reg), config.data.num_nodes, config.run.seed)
+
+
+def channel_view(config: Config) -> "ChannelView | None":
+    """The view of the channel of ``config.run.algorithm`` the watch page draws, or None for an
+    algorithm with no channel; ValueError if its sections give no channel."""
+    from testbed.algorithms import registry
+
+    reg = registry.get(config.run.algorithm)
+    if reg.channel_view is None:
+        return None
+    return reg.channel_view(algorithm_sections(config, reg), config.data.num_nodes, config.run.seed)

@@ -20,6 +20,7 @@ from testbed.ledger.node import NodeLedger
 from testbed.ledger.files import read_ledger
 from testbed.reports.results import read_checkpoint, read_metrics
 from testbed.orchestration.runner import load, run_experiment
+from testbed import assemble
 
 COMMON = """
 [run]
@@ -78,7 +79,7 @@ def _dtype(model) -> str:
 def _built(name: str):
     config = _config(name)
     data, model = load(config)
-    return config, data, model, registry.build(config, model, data)
+    return config, data, model, assemble.build_algorithm(config, model, data)
 
 
 def test_every_registered_algorithm_has_an_experiment_here():

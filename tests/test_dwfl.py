@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from testbed.algorithms import RoundContext, registry
+from testbed.algorithms import RoundContext
 from testbed.algorithms.dwfl import Dwfl
 from testbed.algorithms.dwfl_channel import Radio, channel_noise_row
 from testbed.cli import main
@@ -16,6 +16,7 @@ from testbed.models import LogisticRegression
 from testbed.privacy import dwfl as dp
 from testbed.rng import Purpose, stream
 from testbed.orchestration.runner import run_experiment
+from testbed import assemble
 
 from algo_steps import run_round
 
@@ -135,7 +136,7 @@ def test_infeasible_target_names_the_key():
     cfg = load_config_text(f'[run]\nalgorithm = "dwfl"\n[data]\nnum_nodes = {DATA.num_nodes}\n[dwfl]\n'
                            'epsilon = 0.5\nfading = "none"\nbatch = 8\nnoise_power_w = 1e-6\n')
     with pytest.raises(ConfigError, match="dwfl.epsilon"):
-        registry.build(cfg, MODEL, DATA)
+        assemble.build_algorithm(cfg, MODEL, DATA)
 
 
 SMALL = """

@@ -105,13 +105,13 @@ def test_node_killed_after_transmitting_is_charged_for_its_release(mosquitto_bro
 
 
 def _assert_charged_as_heard(config, events, result, round_index, senders):
-    from testbed.algorithms import registry
+    from testbed import assemble
     from testbed.privacy.accountants import epsilon, tally_of
     from testbed.orchestration.runner import load
 
     cfg = replace(config, run={"mode": "sim"})
     data, model = load(cfg)
-    alg = registry.build(cfg, model, data)
+    alg = assemble.build_algorithm(cfg, model, data)
     heard = alg.privacy_sigma(round_index, senders)
     for node in senders:
         charged = [e for e in events if e.node == node and e.round == round_index and e.kind == "privacy"]

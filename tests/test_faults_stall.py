@@ -24,7 +24,7 @@ from nodes.agent import NodeAgent, SharedExperiment
 from nodes.host import _loop
 from nodes.round_fence import RoundFence
 from testbed import protocol, wire
-from testbed.algorithms import registry
+from testbed import assemble
 from testbed.algorithms.contract import RoundContext
 from testbed.assemble import load_data, model_for
 from testbed.config import load_config_text, to_toml
@@ -229,7 +229,7 @@ def test_each_message_of_a_closed_round_is_dropped_alone_after_a_newer_one_serve
 def _sim_update(cfg, r: int) -> np.ndarray:
     """What sim computes for the board's node 2 in round r from THETA."""
     data = load_data(cfg.data, cfg.run.seed)
-    alg = registry.build(cfg, model_for(cfg.model, data, cfg.run.seed), data)
+    alg = assemble.build_algorithm(cfg, model_for(cfg.model, data, cfg.run.seed), data)
     ctx = RoundContext(r, cfg.run.seed, 3, (0, 1, 2))
     return alg.node_step({"model": np.tile(THETA, (3, 1))}, data.train, [0, 1, 2], ctx).tensors["update"][2]
 

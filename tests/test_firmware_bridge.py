@@ -9,7 +9,7 @@ from firmware_bridge.agent import BoardUnavailable, BridgeAgent
 from firmware_bridge.framing import Frame, encode_frame
 from firmware_bridge.virtual import HostBoard
 from testbed import protocol, wire
-from testbed.algorithms import registry
+from testbed import assemble
 from testbed.algorithms.contract import RoundContext
 from testbed.assemble import load_data, model_for
 from testbed.config import load_config_text, to_toml
@@ -47,7 +47,7 @@ def _round(cfg, r, theta):
 def _emulated(cfg, r, theta):
     """What sim computes for node 1 in round r from theta."""
     data = load_data(cfg.data, cfg.run.seed)
-    alg = registry.build(cfg, model_for(cfg.model, data, cfg.run.seed), data)
+    alg = assemble.build_algorithm(cfg, model_for(cfg.model, data, cfg.run.seed), data)
     ctx = RoundContext(r, cfg.run.seed, 3, (0, 1, 2))
     return alg.node_step({"model": np.tile(theta, (3, 1))}, data.train, [0, 1, 2], ctx).tensors["update"][1]
 

@@ -27,6 +27,7 @@ from testbed.ledger.files import read_ledger
 from testbed.mqtt import topics
 from testbed.mqtt.broker import parse_broker_url
 from testbed.orchestration.runner import run_experiment
+from testbed import assemble
 
 from conftest import REPO
 
@@ -206,11 +207,11 @@ def test_bad_messages_are_rejected_and_logged(mosquitto_broker, tmp_path, caplog
     u = parse_broker_url(url)
     rogue = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id="rogue", protocol=paho.MQTTv311)
     rogue.connect(u.host, u.port)
-    from testbed.algorithms import RoundContext, registry
+    from testbed.algorithms import RoundContext
     from testbed.orchestration.runner import load
 
     data, model = load(config)
-    alg = registry.build(config, model, data)
+    alg = assemble.build_algorithm(config, model, data)
     size = alg.model.num_params
     up0 = topics.up(run, "0")
 

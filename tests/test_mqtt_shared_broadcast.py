@@ -191,7 +191,8 @@ def test_a_reply_that_comes_before_the_collection_begins_answers_the_round():
 
     import numpy as np
 
-    from testbed.algorithms import registry
+    from testbed import assemble
+
     from testbed.algorithms.contract import RoundContext
     from testbed.assemble import load_data, model_for
     from testbed.config import load_config
@@ -199,7 +200,7 @@ def test_a_reply_that_comes_before_the_collection_begins_answers_the_round():
 
     config = load_config("benchmarks/acfl.toml")
     data = load_data(config.data, 0)
-    alg = registry.build(config, model_for(config.model, data, 0), data)
+    alg = assemble.build_algorithm(config, model_for(config.model, data, 0), data)
     nodes = MqttNodes.__new__(MqttNodes)  # its round bookkeeping only: no broker, no hosts
     nodes.alg, nodes.session, nodes.node_ids, nodes.round_timeout_s = alg, "s", list(range(100)), 5.0
     nodes._lock, nodes._collecting, nodes._pending = threading.Condition(), None, []

@@ -2,7 +2,7 @@
 
 import pytest
 
-from testbed.algorithms import RoundContext, registry
+from testbed.algorithms import RoundContext
 
 from nodes.clock import comm_cost
 from nodes.costs import NodeCosts
@@ -13,6 +13,7 @@ from testbed.devices.profiles import load_profile
 from testbed.ledger.events import CommunicationEvent
 from testbed.ledger.node import NodeLedger
 from testbed.models import LogisticRegression
+from testbed import assemble
 
 DIM = 6
 DATA = make_logistic(num_nodes=5, samples_per_node=60, dim=DIM, seed=4)
@@ -53,7 +54,7 @@ def _comm(events):
 
 
 def test_dwfl_keeps_the_channel_models_airtime_and_energy():
-    alg = registry.build(load_config_text(DWFL), MODEL, DATA)
+    alg = assemble.build_algorithm(load_config_text(DWFL), MODEL, DATA)
     costs = NodeCosts("pi-4b", meter="model")
     for node in range(DATA.num_nodes):
         ledger, budgets = NodeLedger(node), Budgets(energy_j=1e-30)
@@ -71,7 +72,7 @@ def test_dwfl_keeps_the_channel_models_airtime_and_energy():
 
 
 def test_dp_pasgd_events_get_the_profiles_wifi_model():
-    alg = registry.build(load_config_text(DP_PASGD), MODEL, DATA)
+    alg = assemble.build_algorithm(load_config_text(DP_PASGD), MODEL, DATA)
     planned = alg.planned_events(0, RoundContext.everyone(0, 0, DATA.num_nodes))
     (want,) = _comm(planned)
     assert want.airtime_s == want.energy_j == 0.0

@@ -11,7 +11,8 @@ import warnings
 import numpy as np
 import pytest
 
-from testbed.algorithms import registry
+from testbed import assemble
+
 from testbed.algorithms.contract import RoundContext
 from testbed.algorithms.impact import ImpactSchedule, spread_uploads
 from testbed.algorithms.padpfl import Padpfl, PadpflSection, schedule_from_section
@@ -552,7 +553,7 @@ def test_a_link_quality_run_aggregates_with_the_link_weights(tmp_path):
     config = _config("padpfl", padpfl={"impact": "link_quality", "weights": None, "link_pathloss": "free_space"})
     result = run_experiment(config, out_dir=tmp_path / "r", quiet=True)
     assert result.summary["status"] == "completed"
-    algorithm = registry.build(config, *reversed(load(config)))
+    algorithm = assemble.build_algorithm(config, *reversed(load(config)))
     expected = link_quality_weights(config.data.num_nodes, config.run.seed, pathloss="free_space", area_m=200.0,
                                     carrier_hz=3.5e9, power_dbm=20.0, noise_dbm=-90.0)
     np.testing.assert_array_equal(algorithm.impact_factors(RoundContext.everyone(0, 0, config.data.num_nodes)),

@@ -14,7 +14,8 @@ import pytest
 from hypothesis import assume, given, strategies as st
 from hypothesis.extra.numpy import arrays
 
-from testbed.algorithms import registry
+from testbed import assemble
+
 from testbed.algorithms.aggregate import AGGREGATIONS, RULES, Aggregation, krum_scores
 from testbed.config import replace
 from testbed.errors import ConfigError
@@ -219,11 +220,11 @@ def test_krum_with_too_many_hostile_nodes_for_n_is_a_config_error_naming_the_key
     config = _config(name, **{name: {"aggregation": rule, "byzantine_f": 2}})  # N = 5: f < 1.5
     data, model = load(config)
     with pytest.raises(ConfigError, match=rf"^config error: {name}\.byzantine_f: Krum tolerates f < \(N - 2\)/2"):
-        registry.build(config, model, data)
+        assemble.build_algorithm(config, model, data)
     config = _config(name, **{name: {"aggregation": rule, "krum_select": 6}})
     with pytest.raises(ConfigError, match=rf"^config error: {name}\.krum_select: 6 is more than the 5 nodes"):
-        registry.build(config, model, data)
-    assert registry.build(_config(name, **{name: {"aggregation": rule, "byzantine_f": 1}}), model, data)
+        assemble.build_algorithm(config, model, data)
+    assert assemble.build_algorithm(_config(name, **{name: {"aggregation": rule, "byzantine_f": 1}}), model, data)
 
 
 def test_acfl_takes_no_aggregation_key():

@@ -13,6 +13,7 @@ from testbed.ledger.files import read_ledger
 from testbed.privacy.zcdp import dp_pasgd_epsilon
 from testbed.reports.results import SUMMARY_KEYS
 from testbed.orchestration.runner import run_experiment
+from testbed import assemble
 
 
 def _run(text, tmp_path, name="run", **sections):
@@ -166,12 +167,12 @@ def test_deadline_stragglers_follow_the_modelled_round_time(small_config_text, t
     """Without jitter a node straggles exactly when its modelled round time (profile compute + link)
     exceeds the deadline; a straggler releases nothing and is logged as one."""
     from nodes.stragglers import round_times_s
-    from testbed.algorithms import RoundContext, registry
+    from testbed.algorithms import RoundContext
     from testbed.orchestration.runner import load
 
     config = replace(load_config_text(small_config_text), nodes={"profile": "pi-zero-2w"})
     data, model = load(config)
-    alg = registry.build(config, model, data)
+    alg = assemble.build_algorithm(config, model, data)
     t = round_times_s("pi-zero-2w", alg, RoundContext.everyone(0, 1, data.num_nodes))
     assert np.allclose(t, t[0]) and t[0] > 0
     result = run_experiment(replace(config, stragglers={"model": "deadline", "deadline_s": float(t[0] * factor),

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from testbed import resources
-from testbed.algorithms import registry
+from testbed import assemble
 from testbed.algorithms.contract import RoundContext
 from testbed.algorithms import batches
 from testbed.assemble import holds_lazily, load_evaluation_data, load_run_data
@@ -15,7 +15,7 @@ from testbed.config import load_config_text
 from testbed.data import synthetic
 from testbed.data.lazy import LazyFederatedData
 from testbed.data.split import SplitWriter, split_sizes
-from testbed.data.synthetic import make_logistic, true_model
+from testbed.data.synthetic import lazy_logistic, make_logistic, true_model
 from testbed.errors import ConfigError
 from testbed.evaluation import evaluated_node_ids
 from testbed.reports.results import read_metrics
@@ -83,7 +83,7 @@ def test_float32_data_are_the_float64_data_rounded():
 
 
 def test_lazy_nodes_are_the_nodes_of_the_whole_federation():
-    lazy = LazyFederatedData.synthetic(num_nodes=12, samples_per_node=30, dim=4, n_classes=2, seed=5,
+    lazy = lazy_logistic(num_nodes=12, samples_per_node=30, dim=4, n_classes=2, seed=5,
                                        heterogeneity=0.5)
     full = make_logistic(12, 30, 4, seed=5, heterogeneity=0.5)
     for split in ("train", "test", "validation"):
@@ -104,7 +104,7 @@ def test_a_lazy_round_releases_what_the_eager_round_releases(small_config_text):
     config = load_config_text(small_config_text + SAMPLED, ["data.num_nodes=9"])
     lazy, model = load(config)
     eager = make_logistic(9, 80, 8, seed=1)
-    alg = registry.build(config, model, eager)
+    alg = assemble.build_algorithm(config, model, eager)
     state = alg.init_state(model.init(None))
     out = [SimNodes(alg, data, seed=1, profile="host").round(state, 2, frozenset({4}), sampled=(0, 4, 7))
            for data in (lazy, eager)]
@@ -165,7 +165,7 @@ def test_dp_pasgd_steps_a_block_of_nodes_at_a_time_with_each_nodes_own_result(sm
 
     config = load_config_text(small_config_text, ["data.num_nodes=9", f"data.dtype='{dtype}'", "dp_pasgd.clip=true"])
     data, model = load(config)
-    alg = registry.build(config, model, data)
+    alg = assemble.build_algorithm(config, model, data)
     ctx = RoundContext(1, 1, 9, tuple(range(9)))
     state = {"model": alg.init_state(model.init(None))["model"] + 0.1}
     updates = []
@@ -192,7 +192,7 @@ def test_a_float32_node_step_runs_in_float32(small_config_text):
     config = load_config_text(small_config_text, ["data.dtype='float32'"])
     data, model = load(config)
     assert data.train.x.dtype == np.float32
-    alg = registry.build(config, model, data)
+    alg = assemble.build_algorithm(config, model, data)
     ctx = RoundContext(0, 1, 4, (0, 1, 2, 3))
     out = alg.node_step(alg.downlink(alg.init_state(model.init(None)), ctx, ctx.expected), data.train, ctx.expected, ctx)
     update = out.tensors["update"]

@@ -12,6 +12,7 @@ torch = require_module("torch", "channel")
 
 from testbed.models import build_model  # noqa: E402
 from testbed.torch_models import TorchModel, build_network  # noqa: E402
+from testbed import assemble
 
 CASES = [("cnn", 64), ("cnn", 784), ("mlp", 20), ("cifar10_cnn", 3072)]
 F32 = dict(rtol=1e-4, atol=1e-6)  # float32 arithmetic, summed in different orders
@@ -238,7 +239,7 @@ def test_a_private_torch_run_must_clip_and_its_ledger_records_the_clip_norm():
         registry.get("dp_pasgd").check(load_config_text(CNN_RUN))
     config = load_config_text(CNN_RUN + "clip = true\nlipschitz = 0.7\n")
     data, model = load(config)
-    alg = registry.build(config, model, data)
+    alg = assemble.build_algorithm(config, model, data)
     (privacy,) = [e for e in alg.planned_events(1, RoundContext.everyone(0, 2, 4)) if e.kind == "privacy"]
     assert privacy.clip_norm == 0.7 and privacy.sensitivity == pytest.approx(2 * 0.7 / 8)  # 2C/X
     ctx = RoundContext.everyone(0, 2, 4)
@@ -248,7 +249,7 @@ def test_a_private_torch_run_must_clip_and_its_ledger_records_the_clip_norm():
 
 
 def test_dwfl_clips_each_samples_gradient_of_a_network_at_gmax():
-    from testbed.algorithms import registry
+    from testbed import assemble
     from testbed.algorithms.batches import uniform_batches
     from testbed.config import load_config_text
     from testbed.orchestration.runner import load
@@ -257,7 +258,7 @@ def test_dwfl_clips_each_samples_gradient_of_a_network_at_gmax():
     config = load_config_text(text + '[dwfl]\nrounds = 2\nbatch = 8\nlr = 0.2\ngmax = 0.05\nepsilon = 1.0\n'
                                      'fading = "none"\nc_scale = 0.6\n')
     data, model = load(config)
-    alg = registry.build(config, model, data)
+    alg = assemble.build_algorithm(config, model, data)
     models = np.stack([model.init(np.random.default_rng(m)) for m in range(4)]) * 3.0
     payload = alg.local_step(models.copy(), data.train, [0, 1, 2, 3], 0, 2)
     idx = uniform_batches(data.train, [0, 1, 2, 3], 0, 2, steps=1, batch=8)[:, 0]

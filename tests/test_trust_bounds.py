@@ -23,7 +23,7 @@ from testbed.algorithms import OverTheAir, RoundContext
 from testbed.algorithms.contract import SETUP_ROUND, TensorSpec, check_tensors, round_signal_spec, round_uplink_spec
 from testbed.algorithms.impact import cap_shares
 from testbed.config import load_config_text, replace
-from testbed.algorithms import registry
+from testbed import assemble
 from testbed.orchestration.runner import load
 
 from test_algorithm_contract import _text
@@ -51,7 +51,7 @@ def built(case: str):
     if CASES[case]:
         config = replace(config, **CASES[case])
     data, model = load(config)
-    return config, data, model, registry.build(config, model, data)
+    return config, data, model, assemble.build_algorithm(config, model, data)
 
 
 def uploads(case: str, seed: int, round_index: int, setup: bool):

@@ -31,7 +31,7 @@ from loopback_coordinator import loopback
 from test_algorithm_contract import _text
 from testbed import protocol, wire
 from testbed.config import load_config_text, replace
-from testbed.algorithms import registry
+from testbed import assemble
 from testbed.orchestration.runner import load, run_experiment
 
 CASES = ["dp_pasgd", "fedavg", "acfl", "padpfl"]
@@ -60,7 +60,7 @@ def _config(name: str):
 def _rounds(name: str) -> int:
     config = _config(name)
     data, model = load(config)
-    return registry.build(config, model, data).rounds
+    return assemble.build_algorithm(config, model, data).rounds
 
 
 def _mutant(data: st.DataObject, honest: bytes) -> bytes:

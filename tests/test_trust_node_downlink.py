@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from nodes.agent import NodeAgent, step_nodes
 from testbed import protocol, wire
-from testbed.algorithms import registry
+from testbed import assemble
 from testbed.assemble import load_data, model_for
 from testbed.config import load_config_text, to_toml
 from testbed.ledger.events import GaussianEvent
@@ -47,7 +47,7 @@ def _toml(name: str) -> str:
 def _algorithm(name: str):
     cfg = load_config_text(_toml(name))
     data = load_data(cfg.data, cfg.run.seed)
-    return registry.build(cfg, model_for(cfg.model, data, cfg.run.seed), data)
+    return assemble.build_algorithm(cfg, model_for(cfg.model, data, cfg.run.seed), data)
 
 
 def _downlink(name: str, round_index: int = ROUND) -> dict[str, np.ndarray]:

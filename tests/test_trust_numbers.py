@@ -330,11 +330,12 @@ def test_local_steps_beyond_memory_are_refused_naming_the_key_before_a_round(sec
     """A round's mini-batches of 2**31 - 1 steps were a numpy MemoryError traceback in round 0."""
     from test_algorithm_contract import _text
 
-    from testbed.algorithms import registry
+    from testbed import assemble
+
     from testbed.orchestration.runner import load
 
     config = load_config_text(_text(section), [f"{section}.{key}={2**31 - 1}"]
                               + (["dp_pasgd.steps=2147483647"] if section == "dp_pasgd" else []))
     data, model = load(config)
     with pytest.raises(ConfigError, match=f"{section}.{key}"):
-        registry.build(config, model, data)
+        assemble.build_algorithm(config, model, data)

@@ -33,7 +33,6 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from testbed.algorithms.contract import Algorithm, ChannelHalf, ChannelView
-    from testbed.config import Config
     from testbed.data.federated import FederatedData
     from testbed.models import Model
 
@@ -88,7 +87,8 @@ class Registration:
         sections: config section name → pydantic model, the first one its own (``[name]``).
         build: (its sections by name, BuildContext) → the algorithm.
         channel: (its sections, N, seed) → its ChannelHalf, for over-the-air algorithms.
-        check: (the whole config) → raises ConfigError for cross-section constraints.
+        check: (the whole config, a testbed.config.Config: typed by its pydantic base here, as the
+            config imports this registry) → raises ConfigError for cross-section constraints.
         plan: (config, model, data) → (config with planned values, the plan for the summary or
             None): a stage run once before the algorithm is built (DP-PASGD's ``tau = "plan"``).
         epsilon_target: (its sections) → the ε target it was configured with, or None.
@@ -108,8 +108,8 @@ class Registration:
     sections: dict[str, type["BaseModel"]]
     build: Callable[[dict[str, Any], BuildContext], "Algorithm"]
     channel: Callable[[dict[str, Any], int, int], "ChannelHalf"] | None = None
-    check: Callable[["Config"], None] | None = None
-    plan: Callable[["Config", "Model", "FederatedData"], tuple["Config", dict | None]] | None = None
+    check: Callable[["BaseModel"], None] | None = None
+    plan: Callable[["BaseModel", "Model", "FederatedData"], tuple["BaseModel", dict | None]] | None = None
     epsilon_target: Callable[[dict[str, Any]], float | None] = field(default=lambda sections: None)
     client_sampling: bool = False
     privacy_cli: Command | None = None
@@ -152,39 +152,3 @@ def get(name: str) -> Registration:
 def offering(hook: str) -> list[Registration]:
     """The algorithms whose hook ``hook`` (a field of :class:`Registration`) is set, by name."""
     return [reg for reg in registrations().values() if getattr(reg, hook) is not None]
-
-
-def sections_of(config: "Config", reg: Registration) -> dict[str, Any]:
-    return {name: getattr(config, name) for name in reg.sections}
-
-
-def build(config: "Config", model: "Model", data: "FederatedData") -> "Algorithm":
-    """The algorithm ``config.run.algorithm`` names, built for ``model`` and ``data``."""
-    reg = get(config.run.algorithm)
-    ctx = BuildContext(model=model, data=data, num_nodes=config.data.num_nodes, seed=config.run.seed,
-                       delta=config.privacy.delta, mcu_nodes=frozenset(config.nodes.mcu),
-                       straggler_p=config.stragglers.p if config.stragglers.model == "bernoulli" else 0.0)
-    algorithm = reg.build(sections_of(config, reg), ctx)
-    if ctx.mcu_nodes and not hasattr(algorithm, "mcu_task"):
-        from testbed.errors import ConfigError
-
-        raise ConfigError("nodes.mcu", f"{reg.name} has no microcontroller node step (the firmware runs "
-                                       "DP-PASGD); leave nodes.mcu empty")
-    return algorithm
-
-
-def build_channel(config: "Config") -> "ChannelHalf":
-    """The channel half of the over-the-air algorithm ``config.run.algorithm`` names."""
-    reg = get(config.run.algorithm)
-    if reg.channel is None:
-        raise ValueError(f"{reg.name} is not an over-the-air algorithm")
-    return reg.channel(sections_of(config, reg), config.data.num_nodes, config.run.seed)
-
-
-def channel_view(config: "Config") -> "ChannelView | None":
-    """The view of the channel of ``config.run.algorithm`` the watch page draws, or None for an
-    algorithm with no channel; ValueError if its sections give no channel."""
-    reg = get(config.run.algorithm)
-    if reg.channel_view is None:
-        return None
-    return reg.channel_view(sections_of(config, reg), config.data.num_nodes, config.run.seed)

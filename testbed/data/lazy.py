@@ -4,7 +4,7 @@ With client sampling a round needs only the sampled nodes' data, so a sim run ho
 every node (how many rows each has in each split) and makes the rows of the nodes a round samples
 when it samples them. Memory follows the sampled count, not N:
 
-- the synthetic set (:meth:`LazyFederatedData.synthetic`): over a million nodes, the sampled nodes'
+- the synthetic set (:func:`testbed.data.synthetic.lazy_logistic`): over a million nodes, the sampled nodes'
   rows are regenerated from their own streams, the same rows as generating the whole federation
   (testbed.data.synthetic draws node m from ``stream(seed, m, -1, DATA)`` alone);
 - a file-based set (:meth:`LazyFederatedData.memory_mapped`): its federation, written once to the
@@ -18,8 +18,8 @@ FederatedData of the nodes it needs.
 
 Example::
 
-    >>> lazy = LazyFederatedData.synthetic(num_nodes=1_000_000, samples_per_node=50, dim=3,
-    ...                                   n_classes=2, seed=0)
+    >>> from testbed.data.synthetic import lazy_logistic
+    >>> lazy = lazy_logistic(num_nodes=1_000_000, samples_per_node=50, dim=3, n_classes=2, seed=0)
     >>> lazy.num_nodes, lazy.train.sizes[:2].tolist()
     (1000000, [40, 40])
     >>> lazy.nodes([999_999]).train.x.shape
@@ -28,7 +28,6 @@ Example::
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -37,7 +36,6 @@ import numpy as np
 
 from testbed.data.federated import FederatedData
 from testbed.data.mapped import open_or_build
-from testbed.data.split import split_sizes
 
 
 @dataclass(frozen=True)
@@ -75,19 +73,6 @@ class LazyFederatedData:
     dim: int
     node_ids: range
     make: Callable[[Sequence[int]], FederatedData]
-
-    @classmethod
-    def synthetic(cls, *, num_nodes: int, samples_per_node: int, dim: int, n_classes: int, seed: int,
-                  **options) -> "LazyFederatedData":
-        """The synthetic task of :func:`testbed.data.synthetic.make_logistic` (``options``: its
-        other keywords), every node with ``samples_per_node`` samples."""
-        from testbed.data.synthetic import make_logistic
-
-        layouts = [SplitLayout(np.arange(num_nodes + 1, dtype=np.int64) * part)
-                   for part in split_sizes(samples_per_node)]
-        make = functools.partial(make_logistic, num_nodes, samples_per_node, dim, n_classes, seed, **options)
-        return cls(*layouts, n_classes=n_classes, name="synthetic", dim=dim, node_ids=range(num_nodes),
-                   make=lambda nodes: make(nodes=nodes))
 
     @classmethod
     def memory_mapped(cls, directory: Path, build: Callable[[], FederatedData]) -> "LazyFederatedData":

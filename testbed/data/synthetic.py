@@ -39,7 +39,7 @@ import numpy as np
 
 from testbed.data.federated import FederatedData
 from testbed.data.registry import Registration
-from testbed.data.split import SPLITS, SplitWriter, check_scaling
+from testbed.data.split import SPLITS, SplitWriter, check_scaling, split_sizes
 from testbed.errors import DataError
 from testbed.util.parallel import split_work
 from testbed.rng import GLOBAL, Purpose, node_streams, stream
@@ -253,12 +253,23 @@ def _options(d: "DataSection") -> dict[str, Any]:
                 heterogeneity=d.heterogeneity, dtype=d.dtype)
 
 
-def _lazy(d: "DataSection", seed: int) -> "LazyFederatedData":
-    from testbed.data.lazy import LazyFederatedData
+def lazy_logistic(*, num_nodes: int, samples_per_node: int, dim: int, n_classes: int, seed: int,
+                  **options) -> "LazyFederatedData":
+    """The task of :func:`make_logistic` (``options``: its other keywords) as lazy nodes
+    (testbed.data.lazy): every node with ``samples_per_node`` samples, its rows made from its own
+    streams when asked for."""
+    from testbed.data.lazy import LazyFederatedData, SplitLayout
 
-    return LazyFederatedData.synthetic(num_nodes=d.num_nodes, samples_per_node=d.samples_per_node, dim=d.dim,
-                                       n_classes=d.n_classes, seed=seed, heterogeneity=d.heterogeneity,
-                                       scaling=d.scaling, dtype=d.dtype)
+    layouts = [SplitLayout(np.arange(num_nodes + 1, dtype=np.int64) * part) for part in split_sizes(samples_per_node)]
+    make = functools.partial(make_logistic, num_nodes, samples_per_node, dim, n_classes, seed, **options)
+    return LazyFederatedData(*layouts, n_classes=n_classes, name="synthetic", dim=dim, node_ids=range(num_nodes),
+                             make=lambda nodes: make(nodes=nodes))
+
+
+def _lazy(d: "DataSection", seed: int) -> "LazyFederatedData":
+    return lazy_logistic(num_nodes=d.num_nodes, samples_per_node=d.samples_per_node, dim=d.dim,
+                         n_classes=d.n_classes, seed=seed, heterogeneity=d.heterogeneity, scaling=d.scaling,
+                         dtype=d.dtype)
 
 
 REGISTRATION = Registration("synthetic", make_logistic, _options, order=0,

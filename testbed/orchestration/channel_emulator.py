@@ -39,7 +39,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from testbed import protocol, wire
-from testbed.algorithms import registry
+from testbed import assemble
 from testbed.algorithms.contract import ChannelHalf, RoundContext, TensorSpec
 from testbed.config import Config, load_config_text
 from testbed.mqtt import topics
@@ -230,7 +230,7 @@ class ChannelEmulator:
         key = hashlib.sha256(config_text.encode()).hexdigest()
         if key not in self._halves:
             config = load_config_text(config_text, source="the coordinator's experiment")
-            self._halves = {key: (config, registry.build_channel(config))}
+            self._halves = {key: (config, assemble.build_channel(config))}
         return self._halves[key]
 
     def _ready(self, current: _Round) -> bool:

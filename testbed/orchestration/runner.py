@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
+from testbed import assemble
+
 from testbed.algorithms import registry
 from testbed.algorithms.contract import SETUP_ROUND, Algorithm, RoundContext, State, WithSetup, planned_batch
 from testbed.assemble import load_evaluation_data, load_run_data, model_for
@@ -237,7 +239,7 @@ def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = Fa
         eval_data = load_evaluation_data(config, data)
         # Planning estimates constants from rows: the evaluated nodes' when the nodes are lazy.
         config, planned = plan(config, model, eval_data if isinstance(data, LazyFederatedData) else data)
-        algorithm = registry.build(config, model, data)
+        algorithm = assemble.build_algorithm(config, model, data)
         check_accountants(config, algorithm, list(data.node_ids))
         book = LedgerBook(data.node_ids)
         past_mark: dict[int, list[Event]] = {}
@@ -657,7 +659,7 @@ def _summary(run: Run) -> dict[str, Any]:
         "stopped": None if stopped is None else {"node": stopped.node, "budget": stopped.budget,
                                                   "would_be": stopped.would_be, "limit": stopped.limit},
         "privacy": {"accountant": budgets.accountant, "tight_accountant": config.privacy.tight_accountant,
-                    "epsilon_target": reg.epsilon_target(registry.sections_of(config, reg)),
+                    "epsilon_target": reg.epsilon_target(assemble.algorithm_sections(config, reg)),
                     "epsilon_headline": max((n["epsilon"] for n in nodes.values()), default=0.0)},
         "stragglers": {"model": config.stragglers.model,
                        "rounds_straggled": int(book.column("rounds_straggled").sum())},

@@ -7,12 +7,13 @@ An over-the-air round runs the algorithm's channel half here, between the node s
 Example::
 
     >>> from testbed.config import load_config_text
+    >>> from testbed import assemble
     >>> from testbed.algorithms import registry
     >>> from testbed.orchestration.runner import load
     >>> cfg = load_config_text("[data]\\nnum_nodes = 3\\nsamples_per_node = 40\\ndim = 3\\n"
     ...                        "[dp_pasgd]\\nsteps = 4\\ntau = 2\\nbatch = 4\\nsigma = 1.0\\n")
     >>> data, model = load(cfg)
-    >>> alg = registry.build(cfg, model, data)
+    >>> alg = assemble.build_algorithm(cfg, model, data)
     >>> nodes = SimNodes(alg, data, seed=0, profile="host")
     >>> outcome = nodes.round(alg.init_state(model.init(None)), 0, frozenset({1}))
     >>> outcome.result.node_ids, outcome.ctx.stragglers, outcome.straggled

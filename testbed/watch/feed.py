@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from testbed.algorithms import registry
+from testbed import assemble
 from testbed.algorithms.contract import ChannelView
 from testbed.errors import UserError
 from testbed.ledger.files import LEDGER_COLUMNS
@@ -343,7 +343,7 @@ class RunFeed:
         for node in range(config.data.num_nodes):
             self._view(node).version = self.version
         try:
-            view = registry.channel_view(config)
+            view = assemble.channel_view(config)
         except ValueError as exc:  # the page shows the rest of the run without its channel
             self._problem(name, f"the radio: {_one_line(exc)}")
         else:
