@@ -212,7 +212,7 @@ class SizeSetup:
 def gaussian_release(values: np.ndarray, node_ids: Sequence[int], ctx: RoundContext,
                      mechanism: Callable[[int], GaussianEvent], *,
                      purpose: Purpose = Purpose.NOISE) -> tuple[np.ndarray, list[GaussianEvent]]:
-    """Release ``values`` (M, ...), one row per node, through each node's Gaussian mechanism: row i
+    """Release ``values`` (M, ...), real, one row per node, through each node's Gaussian mechanism: row i
     gains σ_i Z_i in place, Z_i standard normals from ``stream(seed, node_ids[i], r, purpose)``
     and σ_i the σ of the node's event ``mechanism(node)``. Returns the noised rows and the events,
     one per node: the noise and its ledger event come together, so neither goes without the other.
@@ -227,11 +227,15 @@ def gaussian_release(values: np.ndarray, node_ids: Sequence[int], ctx: RoundCont
         if (event.node, event.round, event.count, event.issuer) != (node, ctx.round_index, 1, "node"):
             raise ValueError(f"node {node}'s release in round {ctx.round_index} charged as {event}")
     sigma = np.array([e.sigma for e in events], dtype=values.dtype).reshape((len(ids),) + (1,) * (values.ndim - 1))
-    noise = np.empty_like(values)
+    noise = np.empty(values.shape, dtype=values.dtype)
+    rows = noise.reshape(len(ids), -1)  # a view: one flat row per node, a scalar's too
 
     def draw(lo: int, hi: int) -> None:  # nodes lo..hi, each from its own stream
         for i, rng in enumerate(node_streams(ctx.seed, ids[lo:hi], ctx.round_index, purpose), lo):
-            rng.standard_normal(out=noise[i])
+            if rows.dtype == np.float64:
+                rng.standard_normal(out=rows[i])
+            else:  # the float64 stream's draws, rounded: every dtype releases the same normals
+                rows[i] = rng.standard_normal(rows.shape[1])
         values[lo:hi] += sigma[lo:hi] * noise[lo:hi]
 
     split_work(len(ids), draw, numbers=noise.size)

@@ -271,6 +271,8 @@ class Padpfl(SizeSetup, BaseAlgorithm):
       stronger link by sending its pilots louder: the cap bounds that too.
     """
 
+    #: Only the data_size rule has the setup phase (set per instance).
+    has_setup = False
     #: A node's plan depends on whether it is due this round.
     uniform_plans = False
 
