@@ -5,8 +5,8 @@ its registration (the way Flower's FedProx is FedAvg plus a few lines).
 node, and a node step of mini-batch steps has by default: its rounds, its flops, its state,
 downlink and metric specs, its initial state and evaluated model, the broadcast, and its planned
 events from a rule (:class:`RoundCost`, what a round costs a node, plus the node's releases). A
-subclass sets ``model``, ``rounds_planned``, ``local_steps`` and ``batch`` and overrides only what
-differs; :class:`SizeSetup` adds the one-time upload of each node's training-set size.
+subclass sets ``model``, ``rounds_planned``, ``local_steps``, ``batch`` and ``lr`` and overrides
+only what differs; :class:`SizeSetup` adds the one-time upload of each node's training-set size.
 
 :func:`gaussian_release` is the one way a node adds Gaussian noise to what it releases: it returns
 the noised tensor and the ledger event of the noise together, the noise drawn at the event's σ, so
@@ -16,7 +16,7 @@ Example::
 
     >>> from testbed.models import LogisticRegression
     >>> class Plain(BaseAlgorithm):
-    ...     def __init__(self, model): self.model, self.rounds_planned, self.local_steps, self.batch = model, 3, 2, 4
+    ...     def __init__(self, model): self.model, self.rounds_planned, self.local_steps, self.batch, self.lr = model, 3, 2, 4, 0.1
     >>> alg = Plain(LogisticRegression(3, 2))
     >>> alg.rounds, alg.flops_per_step, [e.kind for e in alg.planned_events(0, RoundContext.everyone(0, 1, 2))]
     (3, 192.0, ['compute', 'communication'])
@@ -24,6 +24,7 @@ Example::
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
@@ -84,11 +85,11 @@ class RoundCost:
 class BaseAlgorithm:
     """Defaults of an algorithm on the contract (testbed.algorithms.contract.Algorithm).
 
-    A subclass sets ``model``, ``rounds_planned``, ``local_steps`` (steps per round) and ``batch``,
-    and writes its math: ``uplink_spec``, ``node_step`` (ending in :meth:`result`), ``server_step``
-    and ``describe``. The defaults assume one global model in the state under :attr:`global_name`,
-    broadcast to every node, uploads of one model's size each way and no releases; override
-    :meth:`round_cost` and :meth:`releases` to say otherwise.
+    A subclass sets ``model``, ``rounds_planned``, ``local_steps`` (steps per round), ``batch`` and
+    ``lr``, and writes its math: ``node_step`` (ending in :meth:`result`), ``server_step`` and
+    ``describe``. The defaults assume one global model in the state under :attr:`global_name`,
+    broadcast to every node, an upload ``update`` of local SGD, one model's size each way and no
+    releases; override :meth:`uplink_spec`, :meth:`round_cost` and :meth:`releases` to say otherwise.
 
     :attr:`uniform_plans`: every node's plan is the same but for its node field (planned once and
     charged as columns); False when they differ (a per-node airtime, a node not due): gathered.
@@ -103,6 +104,7 @@ class BaseAlgorithm:
     rounds_planned: int
     local_steps: int
     batch: int
+    lr: float
 
     @property
     def rounds(self) -> int:
@@ -119,6 +121,21 @@ class BaseAlgorithm:
     def downlink_spec(self) -> dict[str, TensorSpec]:
         """Every node gets the global model."""
         return {self.global_name: TensorSpec(self.state_spec()[self.global_name].shape, per_node=False)}
+
+    def sgd_update_spec(self) -> TensorSpec:
+        """The local model after ``local_steps`` SGD steps at ``lr`` from the global one: each step
+        moves it by η times a mean of per-sample gradients, so by at most η G (G the model's
+        gradient bound on unit-ball data), all of them by at most ``local_steps`` η G (no bound for
+        a model without one)."""
+        g = self.model.lipschitz_bound
+        if not math.isfinite(g):
+            return TensorSpec((self.model.num_params,))
+        return TensorSpec((self.model.num_params,), max_norm=self.local_steps * self.lr * g,
+                          relative_to=self.global_name)
+
+    def uplink_spec(self) -> dict[str, TensorSpec]:
+        """Each node's local model after its SGD steps (:meth:`sgd_update_spec`)."""
+        return {"update": self.sgd_update_spec()}
 
     def metric_spec(self) -> dict[str, MetricSpec]:
         """Each node reports its training samples."""

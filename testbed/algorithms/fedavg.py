@@ -28,7 +28,6 @@ Example::
 
 from __future__ import annotations
 
-import math
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -59,7 +58,8 @@ class FedAvgSection(AggregationOptions):
 
 
 class FedAvg(SizeSetup, BaseAlgorithm):
-    """FedAvg with size-weighted averaging (the base's global model, broadcast; the sizes' setup).
+    """FedAvg with size-weighted averaging (the base's global model, broadcast, and local SGD
+    update; the sizes' setup).
 
     Args:
         model: the model.
@@ -85,16 +85,6 @@ class FedAvg(SizeSetup, BaseAlgorithm):
 
     def state_spec(self) -> dict[str, TensorSpec]:
         return {**super().state_spec(), "weights": TensorSpec((self.num_nodes,))}
-
-    def uplink_spec(self) -> dict[str, TensorSpec]:
-        """The local model after ``local_steps`` SGD steps from the global one: each step moves it by
-        η times a mean of per-sample gradients, so by at most η G (G the model's gradient bound on
-        unit-ball data), all of them by at most ``local_steps`` η G (no bound for a model without one)."""
-        g = self.model.lipschitz_bound
-        if not math.isfinite(g):
-            return {"update": TensorSpec((self.model.num_params,))}
-        return {"update": TensorSpec((self.model.num_params,), max_norm=self.local_steps * self.lr * g,
-                                     relative_to="model")}
 
     def init_state(self, params0: np.ndarray) -> State:
         """The global model and the weights (equal until the setup brings the sizes)."""

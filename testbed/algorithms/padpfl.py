@@ -41,7 +41,6 @@ Example::
 from __future__ import annotations
 
 import dataclasses
-import math
 import warnings
 from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
 
@@ -336,10 +335,8 @@ class Padpfl(SizeSetup, BaseAlgorithm):
         score s_i in [−t, 1 + t], t the tail bound of σ_q."""
         p = self.model.num_params
         if self.clip is None:
-            g = self.model.lipschitz_bound
-            steps_bounded = math.isfinite(g) and self.lr * self.mu <= 2.0 and self.participation == "every_round"
-            spec = {"update": TensorSpec((p,), max_norm=self.local_steps * self.lr * g, relative_to="model")
-                    if steps_bounded else TensorSpec((p,))}
+            steps_bounded = self.lr * self.mu <= 2.0 and self.participation == "every_round"
+            spec = {"update": self.sgd_update_spec() if steps_bounded else TensorSpec((p,))}
         else:
             largest = self.clip + gaussian_entry_bound(self.sigma_client, p)
             spec = {"update": TensorSpec((p,), max_norm=self.clip + gaussian_norm_bound(self.sigma_client, p),
