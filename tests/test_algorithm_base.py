@@ -13,7 +13,7 @@ from hypothesis import given, strategies as st
 from testbed.algorithms import registry
 from testbed.algorithms.base import BaseAlgorithm, RoundCost, gaussian_release, released_events
 from testbed.algorithms.batches import check_batches, uniform_batches
-from testbed.algorithms.contract import RoundContext, ServerResult
+from testbed.algorithms.contract import RoundContext, ServerResult, check_tensors
 from testbed.algorithms.registry import Registration
 from testbed.data.federated import Split
 from testbed.errors import ConfigError
@@ -37,18 +37,15 @@ class Tiny(BaseAlgorithm):
     def __init__(self, model, rounds: int, batch: int, lr: float):
         self.model, self.rounds_planned, self.batch, self.lr = model, rounds, batch, lr
 
-    def uplink_spec(self):
-        return self.state_spec()
-
     def node_step(self, received, train, node_ids, ctx):
         ids = tuple(int(n) for n in node_ids)
         idx = uniform_batches(train, ids, ctx.round_index, ctx.seed, 1, self.batch)[:, 0]
         _, grad = self.model.loss_and_grad(received["model"], train.x[idx], train.y[idx],
                                            np.full(idx.shape, 1.0 / self.batch))
-        return self.result(ids, {"model": received["model"] - self.lr * grad}, train, ctx)
+        return self.result(ids, {"update": received["model"] - self.lr * grad}, train, ctx)
 
     def server_step(self, state, result, ctx):
-        return ServerResult({"model": result.tensors["model"].mean(axis=0)} if result.node_ids else state)
+        return ServerResult({"model": result.tensors["update"].mean(axis=0)} if result.node_ids else state)
 
     def describe(self) -> dict[str, Any]:
         return {"lr": self.lr}
@@ -163,6 +160,13 @@ def test_each_node_is_noised_at_its_own_events_sigma(sigmas, offset):
         np.testing.assert_allclose(out[i] - offset, event.sigma * z, rtol=1e-12, atol=1e-12)
 
 
+def test_a_release_of_no_nodes_adds_nothing_and_charges_nothing():
+    """A round in which no node held here is due (PADPFL's spread participation on a board)."""
+    values = np.zeros((0, 4))
+    out, events = gaussian_release(values, [], RoundContext.everyone(0, 1, 2), lambda n: GaussianEvent(n, 0, 1.0, 1.0, 1))
+    assert out is values and events == []
+
+
 @pytest.mark.parametrize("wrong", [
     {"node": 5}, {"round": 1}, {"count": 2}, {"issuer": "server"},
 ])
@@ -221,6 +225,13 @@ def test_a_tiny_algorithm_on_the_base_runs_in_sim_through_the_registry(tiny_regi
     comms = [e for e in ledger if e.kind == "communication"]
     assert len(comms) == 4 * rounds and {(e.bytes_up, e.bytes_down) for e in comms} == {(8 * p, 8 * p)}
     assert sorted({e.round for e in ledger}) == list(range(rounds))
+    data, model = load(config)  # the contract, one round by hand: planned = emitted, uploads within their spec
+    alg = registry.build(config, model, data)
+    ctx = RoundContext.everyone(0, 3, 4)
+    state = alg.init_state(model.init(np.random.default_rng(0)))
+    out = alg.node_step(alg.downlink(state, ctx, ctx.expected), data.train, ctx.expected, ctx)
+    assert list(out.events) == [alg.planned_events(m, ctx) for m in ctx.expected]
+    assert all(check_tensors(alg.uplink_spec(), out.rows(m), {"model": state["model"]}) is None for m in ctx.expected)
 
 
 def test_a_tiny_algorithm_on_the_base_is_refused_a_batch_larger_than_a_node(tiny_registered):
@@ -232,3 +243,34 @@ def test_a_tiny_algorithm_on_the_base_is_refused_a_batch_larger_than_a_node(tiny
     data, model = load(config)
     with pytest.raises(ConfigError, match=r"config error: tiny\.batch: 11 is larger than node 2's"):
         registry.build(config, model, data.select([2]))
+
+
+@pytest.mark.parametrize("impact", ["given", "quality_score"])
+@pytest.mark.parametrize("held", [[0, 1, 2, 3], [1], [2, 3]])
+def test_padpfl_releases_only_for_nodes_due_and_charges_what_it_released(impact, held):
+    """Spread participation: in each round a node not due uploads zeros and is charged nothing but
+    its download; a due one is noised at σ_C (and its score at σ_q) with exactly those events,
+    whichever nodes this process holds (all, or a board's one, or none due)."""
+    from testbed.algorithms.impact import ImpactSchedule
+    from testbed.algorithms.padpfl import Padpfl
+    from testbed.data.synthetic import make_logistic
+
+    data = make_logistic(num_nodes=4, samples_per_node=40, dim=3, seed=0)
+    alg = Padpfl(LogisticRegression(3, 2), schedule=ImpactSchedule([(0, np.full(4, 0.25))]), rounds=4, uploads=1,
+                 participation="spread", local_steps=2, batch=4, lr=0.1, mu=0.1, clip=1.0, epsilon=5.0, delta=1e-3,
+                 min_samples=32, train_sizes=data.train.sizes, num_nodes=4, impact=impact,
+                 score_sigma=0.1 if impact == "quality_score" else None)
+    state = alg.init_state(np.zeros(alg.model.num_params))
+    seen_due = set()
+    for r in range(4):
+        ctx = RoundContext(r, 5, 4, tuple(held))
+        out = alg.node_step(alg.downlink(state, ctx, held), data.train.select(held), held, ctx)
+        assert list(out.events) == [alg.planned_events(m, ctx) for m in held]
+        for i, node in enumerate(held):
+            due = bool(alg.uploads_in([node], r)[0])
+            seen_due |= {node} if due else set()
+            kinds = [e.kind for e in out.events[i]]
+            assert kinds == ["compute", "communication"] + (["privacy"] * (2 if impact == "quality_score" else 1)
+                                                            if due else [])
+            assert out.tensors["update"][i].any() == due
+    assert seen_due == set(held)  # R = 1 of T = 4: every node is due exactly once

@@ -8,16 +8,17 @@ events from a rule (:class:`RoundCost`, what a round costs a node, plus the node
 subclass sets ``model``, ``rounds_planned``, ``local_steps``, ``batch`` and ``lr`` and overrides
 only what differs; :class:`SizeSetup` adds the one-time upload of each node's training-set size.
 
-:func:`gaussian_release` is the one way a node adds Gaussian noise to what it releases: it returns
-the noised tensor and the ledger event of the noise together, the noise drawn at the event's σ, so
-noise is never added without its event.
+:func:`gaussian_release` adds a node's Gaussian noise to a tensor it releases and returns the noised
+tensor and the ledger event of the noise together, the noise drawn at the event's σ, so noise is
+never added without its event (PADPFL's upload and score; DP-PASGD's per-step noise is fused into
+its block of steps and charged from the same event as its plan, DWFL's is the channel's).
 
 Example::
 
     >>> from testbed.models import LogisticRegression
     >>> class Plain(BaseAlgorithm):
-    ...     def __init__(self, model): self.model, self.rounds_planned, self.local_steps, self.batch, self.lr = model, 3, 2, 4, 0.1
-    >>> alg = Plain(LogisticRegression(3, 2))
+    ...     model, rounds_planned, local_steps, batch, lr = LogisticRegression(3, 2), 3, 2, 4, 0.1
+    >>> alg = Plain()
     >>> alg.rounds, alg.flops_per_step, [e.kind for e in alg.planned_events(0, RoundContext.everyone(0, 1, 2))]
     (3, 192.0, ['compute', 'communication'])
 """
@@ -243,6 +244,8 @@ def gaussian_release(values: np.ndarray, node_ids: Sequence[int], ctx: RoundCont
     for node, event in zip(ids, events):
         if (event.node, event.round, event.count, event.issuer) != (node, ctx.round_index, 1, "node"):
             raise ValueError(f"node {node}'s release in round {ctx.round_index} charged as {event}")
+    if not ids:
+        return values, events
     sigma = np.array([e.sigma for e in events], dtype=values.dtype).reshape((len(ids),) + (1,) * (values.ndim - 1))
     noise = np.empty(values.shape, dtype=values.dtype)
     rows = noise.reshape(len(ids), -1)  # a view: one flat row per node, a scalar's too
