@@ -248,18 +248,28 @@ def gaussian_release(values: np.ndarray, node_ids: Sequence[int], ctx: RoundCont
         return values, events
     sigma = np.array([e.sigma for e in events], dtype=values.dtype).reshape((len(ids),) + (1,) * (values.ndim - 1))
     noise = np.empty(values.shape, dtype=values.dtype)
-    rows = noise.reshape(len(ids), -1)  # a view: one flat row per node, a scalar's too
 
     def draw(lo: int, hi: int) -> None:  # nodes lo..hi, each from its own stream
-        for i, rng in enumerate(node_streams(ctx.seed, ids[lo:hi], ctx.round_index, purpose), lo):
-            if rows.dtype == np.float64:
-                rng.standard_normal(out=rows[i])
-            else:  # the float64 stream's draws, rounded: every dtype releases the same normals
-                rows[i] = rng.standard_normal(rows.shape[1])
+        standard_normals(noise[lo:hi], ctx.seed, ids[lo:hi], ctx.round_index, purpose)
         values[lo:hi] += sigma[lo:hi] * noise[lo:hi]
 
     split_work(len(ids), draw, numbers=noise.size)
     return values, events
+
+
+def standard_normals(out: np.ndarray, seed: int, node_ids: Sequence[int], round_index: int,
+                     purpose: Purpose = Purpose.NOISE) -> None:
+    """Fill row i of ``out`` (C-contiguous, real; (M, ...)) with standard normals from
+    ``stream(seed, node_ids[i], round_index, purpose)``, in row-major order. A float32 ``out`` gets
+    the float64 stream's draws, rounded, so every dtype releases the same normals."""
+    if not len(node_ids):
+        return
+    rows = out.reshape(len(node_ids), -1)  # a view: one flat row per node, a scalar's too
+    for i, rng in enumerate(node_streams(seed, node_ids, round_index, purpose)):
+        if rows.dtype == np.float64:
+            rng.standard_normal(out=rows[i])
+        else:
+            rows[i] = rng.standard_normal(rows.shape[1])
 
 
 def released_events(algorithm: BaseAlgorithm, ids: Sequence[int], ctx: RoundContext,

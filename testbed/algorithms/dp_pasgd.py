@@ -28,7 +28,7 @@ import numpy as np
 from pydantic import model_validator
 
 from testbed.algorithms.aggregate import Aggregation, AggregationOptions
-from testbed.algorithms.base import BYTES_PER_REAL, BaseAlgorithm, RoundCost
+from testbed.algorithms.base import BYTES_PER_REAL, BaseAlgorithm, RoundCost, standard_normals
 from testbed.algorithms.batches import check_batches, node_keys, uniform_batches
 from testbed.algorithms import mcu_logistic
 from testbed.algorithms.contract import MetricSpec, NodeResult, RoundContext, ServerResult, State, TensorSpec
@@ -39,7 +39,6 @@ from testbed.ledger import Event, EventBatch, GaussianEvent, NodeEvents
 from testbed.models import LogisticRegression, Model
 from testbed.privacy import zcdp
 from testbed.parallel import split_work
-from testbed.rng import Purpose, node_streams
 from testbed.sections import NonNegative, Positive, Section
 
 if TYPE_CHECKING:
@@ -270,12 +269,8 @@ class DpPasgd(BaseAlgorithm):
             hi = min(m_nodes, lo + block)
 
             def steps(a: int, b: int) -> None:  # the block's nodes a..b: their noise, then their τ steps
-                for i, rng in enumerate(node_streams(seed, node_ids[lo + a:lo + b], round_index, Purpose.NOISE), a):
-                    if dtype == np.float64:
-                        rng.standard_normal(out=noise[i])
-                    else:
-                        noise[i] = rng.standard_normal(noise.shape[1:])
-                noise[a:b] *= self.sigma
+                standard_normals(noise[a:b], seed, node_ids[lo + a:lo + b], round_index)
+                noise[a:b] *= self.sigma  # the σ of the plan's GaussianEvent (releases)
                 mine = params[lo + a:lo + b]  # a view: the steps update params in place
                 for step in range(tau):
                     idx = batch_idx[lo + a:lo + b, step]
