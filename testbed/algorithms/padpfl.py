@@ -428,21 +428,23 @@ class Padpfl(SizeSetup, BaseAlgorithm):
         if self.clip is not None:  # x / max(1, ||x||/B), the whole vector (§2.2)
             params /= np.maximum(1.0, np.linalg.norm(params, axis=1) / self.clip)[:, None]
         due = self.uploads_in(ids, r)
-        rows = np.flatnonzero(due)  # only a due node releases anything
+        rows = np.flatnonzero(due)  # only a due node releases anything; the others upload zeros
+        everyone = len(rows) == len(ids)
         due_ids = [ids[i] for i in rows]
         params[~due] = 0.0
         uploads: dict[int, Event] = {}
         if self.private:  # eq. (8)
-            mine = params if len(rows) == len(ids) else params[rows]
-            mine, events = gaussian_release(mine, due_ids, ctx, lambda n: self.upload_release(n, r))
-            params[rows] = mine
+            mine, events = gaussian_release(params if everyone else params[rows], due_ids, ctx,
+                                            lambda n: self.upload_release(n, r))
+            if not everyone:
+                params[rows] = mine
             uploads = dict(zip(due_ids, events))
         tensors = {"update": params}
         scores: dict[int, Event] = {}
         if self.impact == "quality_score":
             tensors["score"] = np.zeros((len(ids), 1))
-            mine_train = train if len(rows) == len(ids) else train.select(list(rows))
-            tensors["score"][rows], events = self.scores(start[rows], mine_train, due_ids, ctx)
+            tensors["score"][rows], events = self.scores(start[rows], train if everyone else train.select(list(rows)),
+                                                         due_ids, ctx)
             scores = dict(zip(due_ids, events))
         return self.result(ids, tensors, train, ctx, events=released_events(self, ids, ctx, uploads, scores))
 
