@@ -68,22 +68,18 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from testbed.algorithms import acfl_cli
+from testbed.algorithms.base import BYTES_PER_REAL, BaseAlgorithm, RoundCost
 from testbed.algorithms.bounds import gaussian_entry_bound, gaussian_norm_bound
-from testbed.algorithms.contract import (
-    SAMPLES_METRIC, SETUP_ROUND, MetricSpec, NodeResult, RoundContext, ServerResult, State, TensorSpec,
-    planned_batch,
-)
+from testbed.algorithms.contract import SETUP_ROUND, NodeResult, RoundContext, ServerResult, State, TensorSpec
 from testbed.algorithms.registry import BuildContext, Registration
 from testbed.data.federated import Split
 from testbed.errors import ConfigError
-from testbed.ledger.events import CommunicationEvent, ComputeEvent, Event, MutualInfoEvent, NodeEvents
+from testbed.ledger.events import CommunicationEvent, Event, MutualInfoEvent
 from testbed.limits import MAX_EPSILON_NATS
 from testbed.models import LinearRegression
 from testbed.privacy import acfl as theory
 from testbed.rng import Purpose, node_streams
 from testbed.sections import Fraction, Positive, Section
-
-_BYTES_PER_REAL = 8  # φ = 64 bits (Remark 1)
 
 ENCODINGS = ("gram", "projection")
 WEIGHTS = ("adaptive", "theoretical", "fixed")
@@ -168,8 +164,8 @@ def padded(train: Split, outputs_of, design=None) -> tuple[np.ndarray, np.ndarra
     return x, y
 
 
-class Acfl:
-    """ACFL and its baselines (module docstring).
+class Acfl(BaseAlgorithm):
+    """ACFL and its baselines (module docstring), on the base: W broadcast as its global model.
 
     Args:
         model: the linear regression (D = ``model.features``, o = ``model.outputs``).
@@ -184,6 +180,7 @@ class Acfl:
     """
 
     has_setup = True
+    global_name = "W"
 
     def __init__(self, model: LinearRegression, *, num_nodes: int, iterations: int, lr: float, sigma1_sq: float,
                  sigma2_sq: float, straggler_p: float, lr_schedule: str = "eta0_over_t",
@@ -230,12 +227,6 @@ class Acfl:
         return {"W": TensorSpec((d, o)), "HX": TensorSpec((d, d)), "HY": TensorSpec((d, o)),
                 "uploads": TensorSpec((1,)), "beta_sq": TensorSpec((1,)), "alpha": TensorSpec((1,))}
 
-    def downlink_spec(self) -> dict[str, TensorSpec]:
-        return {"W": TensorSpec((self.features, self.outputs), per_node=False)}
-
-    def metric_spec(self) -> dict[str, MetricSpec]:
-        return {"samples": SAMPLES_METRIC}
-
     def uplink_spec(self) -> dict[str, TensorSpec]:
         """G_t⁽ⁱ⁾ (D × o): ‖·‖_F ≤ m D ‖W_t‖_F + m sqrt(D o) (module docstring), W_t as received."""
         d, o, m = self.features, self.outputs, self.max_rows
@@ -264,19 +255,14 @@ class Acfl:
 
     def setup_events(self, node: int) -> list[Event]:
         """The one-time upload, 8 (D² + D o) bytes (Remark 1, eq. 12), and its ε-MI-DP."""
-        size = (self.features**2 + self.features * self.outputs) * _BYTES_PER_REAL
+        size = (self.features**2 + self.features * self.outputs) * BYTES_PER_REAL  # φ = 64 bits (Remark 1)
         return [CommunicationEvent(node, SETUP_ROUND, bytes_up=size, bytes_down=0),
                 MutualInfoEvent(node, SETUP_ROUND, self.epsilon_nats)]
 
-    def planned_events(self, node: int, ctx: RoundContext) -> list[Event]:
+    def round_cost(self, node: int, ctx: RoundContext) -> RoundCost:
         """One full-batch gradient: 8 D o bytes up (Remark 1, eq. 13), W_t down."""
-        size = self.features * self.outputs * _BYTES_PER_REAL
-        return [ComputeEvent(node, ctx.round_index, 1),
-                CommunicationEvent(node, ctx.round_index, bytes_up=size, bytes_down=size)]
-
-    def planned_batch(self, node_ids: Sequence[int], ctx: RoundContext) -> NodeEvents:
-        """:meth:`planned_events` of every node at once (the same for all)."""
-        return NodeEvents.uniform(self.planned_events(0, ctx), node_ids)
+        size = self.features * self.outputs * BYTES_PER_REAL
+        return RoundCost(1, bytes_up=size, bytes_down=size)
 
     def init_state(self, params0: np.ndarray) -> State:
         d, o = self.features, self.outputs
@@ -285,9 +271,6 @@ class Acfl:
 
     def eval_params(self, state: State) -> np.ndarray:
         return state["W"].ravel()
-
-    def downlink(self, state: State, ctx: RoundContext, node_ids: Sequence[int]) -> dict[str, np.ndarray]:
-        return {"W": np.broadcast_to(state["W"], (len(node_ids),) + state["W"].shape)}
 
     # --- first stage ------------------------------------------------------------------------
 
@@ -353,9 +336,7 @@ class Acfl:
         """G_t⁽ⁱ⁾ = Xᵀ(X W_t − Y) = (XᵀX) W_t − XᵀY on every node at once (eq. 7)."""
         ids = tuple(int(n) for n in node_ids)
         a, b = self.grams(train, ids)
-        grad = a @ received["W"] - b  # eq. (7)
-        return NodeResult(ids, {"gradient": grad}, {"samples": train.sizes.astype(np.float64)},
-                          planned_batch(self, ids, ctx))
+        return self.result(ids, {"gradient": a @ received["W"] - b}, train, ctx)  # eq. (7)
 
     def coded_gradient(self, state: State) -> np.ndarray:
         """G_S = H̃_X W_t − H̃_Y (eq. 8); SCFL: the noise bias n D σ₁² W_t taken off."""

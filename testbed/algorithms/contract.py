@@ -449,8 +449,12 @@ def planned_batch(algorithm: Algorithm, node_ids: Sequence[int], ctx: RoundConte
     without an object per node): the algorithm's own ``planned_batch(node_ids, ctx)`` if it has
     one, else its per-node plans gathered (plain lists when the nodes' plans differ in kind)."""
     own = getattr(algorithm, "planned_batch", None)
-    if own is not None:
-        return own(node_ids, ctx)
+    return own(node_ids, ctx) if own is not None else gathered_plans(algorithm, node_ids, ctx)
+
+
+def gathered_plans(algorithm: Algorithm, node_ids: Sequence[int], ctx: RoundContext) -> "NodeEvents | list[list[Event]]":
+    """``planned_events`` of each of ``node_ids`` in turn, as columns where the nodes' plans are
+    alike in kind (a :class:`~testbed.ledger.events.NodeEvents`), else the plain per-node lists."""
     from testbed.ledger.events import NodeEvents
 
     lists = [algorithm.planned_events(int(n), ctx) for n in node_ids]

@@ -22,32 +22,23 @@ Example::
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, Sequence
 
 import numpy as np
 from pydantic import model_validator
 
 from testbed.algorithms.aggregate import Aggregation, AggregationOptions
+from testbed.algorithms.base import BYTES_PER_REAL, BaseAlgorithm, RoundCost, standard_normals
 from testbed.algorithms.batches import check_batches, node_keys, uniform_batches
 from testbed.algorithms import dp_pasgd_cli, mcu_logistic
-from testbed.algorithms.contract import (
-    McuTask,
-    MetricSpec,
-    NodeResult,
-    RoundContext,
-    ServerResult,
-    State,
-    TensorSpec,
-    planned_batch,
-)
+from testbed.algorithms.contract import McuTask, MetricSpec, NodeResult, RoundContext, ServerResult, State, TensorSpec
 from testbed.algorithms.registry import BuildContext, Registration
-from testbed.data.federated import Split
+from testbed.data.federated import FederatedData, Split
 from testbed.errors import ConfigError
-from testbed.ledger.events import CommunicationEvent, ComputeEvent, Event, EventBatch, GaussianEvent, NodeEvents
+from testbed.ledger.events import Event, EventBatch, GaussianEvent, NodeEvents
 from testbed.models import LogisticRegression, Model
 from testbed.privacy import zcdp
 from testbed.util.parallel import split_work
-from testbed.rng import Purpose, node_streams
 from testbed.sections import NonNegative, Positive, Section
 
 if TYPE_CHECKING:
@@ -116,8 +107,8 @@ class PlanSection(Section):
     """α = L(θ⁰) − L*."""
 
 
-class DpPasgd:
-    """DP-PASGD with resolved noise and sensitivity.
+class DpPasgd(BaseAlgorithm):
+    """DP-PASGD with resolved noise and sensitivity (on the base: the global model θ, broadcast).
 
     Args:
         model: the model (see testbed.models).
@@ -136,8 +127,6 @@ class DpPasgd:
         mcu_nodes: nodes that are microcontroller boards: their step is the firmware's float32 one
             (testbed.algorithms.mcu_logistic), the same numbers a bridged board sends.
     """
-
-    has_setup = False
 
     def __init__(
         self,
@@ -189,15 +178,9 @@ class DpPasgd:
         return zcdp.dp_pasgd_sensitivity(self.lipschitz, self.batch)
 
     @property
-    def flops_per_step(self) -> float:
-        return 6.0 * self.batch * self.model.num_params
-
-    def state_spec(self) -> dict[str, TensorSpec]:
-        return {"model": TensorSpec((self.model.num_params,))}
-
-    def downlink_spec(self) -> dict[str, TensorSpec]:
-        """Every node gets the global model θ."""
-        return {"model": TensorSpec((self.model.num_params,), per_node=False)}
+    def local_steps(self) -> int:
+        """τ local steps a round."""
+        return self.tau
 
     def uplink_spec(self) -> dict[str, TensorSpec]:
         """Each node sends its local model after τ steps, within :attr:`update_norm_bound` of θ."""
@@ -220,28 +203,23 @@ class DpPasgd:
         p = self.model.num_params
         return self.lr * self.tau * g + self.lr * self.sigma * math.sqrt(self.tau) * (math.sqrt(p) + 10.0)
 
-    def planned_events(self, node: int, ctx: RoundContext) -> list[Event]:
-        """The events one round causes on ``node``: τ steps (c2 each), τ Gaussian releases, one
-        upload and one download of the model (c1). ``would_exceed`` checks these before the round;
-        whoever runs the step charges its seconds and joules (nodes.costs)."""
-        round_index = ctx.round_index
-        size = self.model.num_params * 8
-        events: list[Event] = [
-            ComputeEvent(node, round_index, self.tau, self.c2 * self.tau),
-            CommunicationEvent(node, round_index, bytes_up=size, bytes_down=size, cost_units=self.c1),
-        ]
+    def round_cost(self, node: int, ctx: RoundContext) -> RoundCost:
+        """τ steps (c2 each), one upload and one download of the model (c1)."""
+        size = self.model.num_params * BYTES_PER_REAL
+        return RoundCost(self.tau, bytes_up=size, bytes_down=size, step_cost_units=self.c2, round_cost_units=self.c1)
+
+    def releases(self, node: int, ctx: RoundContext) -> list[Event]:
+        """τ Gaussian releases, seen by the server (none at σ = 0)."""
         if self.sigma > 0:  # released to the server; what it broadcasts is post-processing
-            events.append(self._privacy_event(node, round_index))
-        return events
+            return [self._privacy_event(node, ctx.round_index)]
+        return []
 
     def planned_batch(self, node_ids: Sequence[int], ctx: RoundContext) -> NodeEvents:
         """:meth:`planned_events` of every node at once: the same but for the sampling rate, a
         column when the nodes hold different amounts of data."""
         ids = np.asarray(node_ids, dtype=np.int64)
-        if not len(ids):
-            return NodeEvents([], ids)
-        events = NodeEvents.uniform(self.planned_events(int(ids[0]), ctx), ids)
-        if self.sigma > 0:
+        events = super().planned_batch(ids, ctx)
+        if self.sigma > 0 and len(ids):
             rates = np.minimum(1.0, self.batch / np.array([self.train_sizes[n] for n in ids.tolist()], dtype=np.float64))
             if (rates != rates[0]).any():
                 events.batches[-1] = EventBatch(events.batches[-1].template, ids, {"sampling_rate": rates})
@@ -257,17 +235,6 @@ class DpPasgd:
         return GaussianEvent(node, round_index, self.sigma, self.sensitivity, self.tau,
                              adjacency="replace_one", sampling="without_replacement", sampling_rate=rate,
                              observer="server", clip_norm=self.clip_norm or 0.0)
-
-    def init_state(self, params0: np.ndarray) -> State:
-        """The state is the global model θ, shape (P,); every node starts from θ⁰."""
-        return {"model": np.asarray(params0, dtype=np.float64)}
-
-    def eval_params(self, state: State) -> np.ndarray:
-        return state["model"]
-
-    def downlink(self, state: State, ctx: RoundContext, node_ids: Sequence[int]) -> dict[str, np.ndarray]:
-        """θ for every node of ``node_ids``: (M, P), a read-only broadcast view (no copies)."""
-        return {"model": np.broadcast_to(state["model"], (len(node_ids), state["model"].shape[0]))}
 
     def describe(self) -> dict[str, Any]:
         """What the summary reports of this algorithm's privacy set-up."""
@@ -302,12 +269,8 @@ class DpPasgd:
             hi = min(m_nodes, lo + block)
 
             def steps(a: int, b: int) -> None:  # the block's nodes a..b: their noise, then their τ steps
-                for i, rng in enumerate(node_streams(seed, node_ids[lo + a:lo + b], round_index, Purpose.NOISE), a):
-                    if dtype == np.float64:
-                        rng.standard_normal(out=noise[i])
-                    else:
-                        noise[i] = rng.standard_normal(noise.shape[1:])
-                noise[a:b] *= self.sigma
+                standard_normals(noise[a:b], seed, node_ids[lo + a:lo + b], round_index)
+                noise[a:b] *= self.sigma  # the σ of the plan's GaussianEvent (releases)
                 mine = params[lo + a:lo + b]  # a view: the steps update params in place
                 for step in range(tau):
                     idx = batch_idx[lo + a:lo + b, step]
@@ -323,10 +286,8 @@ class DpPasgd:
                 lo, hi = train.offsets[i], train.offsets[i + 1]
                 params[i] = mcu_logistic.node_step(self.mcu_task(int(node), ctx), received["model"][i],
                                                    train.x[lo:hi], train.y[lo:hi])
-        ids = tuple(int(n) for n in node_ids)
-        return NodeResult(node_ids=ids, tensors={"update": params.astype(np.float64, copy=False)},
-                          metrics={"samples": np.diff(train.offsets).astype(np.float64)},
-                          events=planned_batch(self, ids, ctx))
+        return self.result(tuple(int(n) for n in node_ids), {"update": params.astype(np.float64, copy=False)}, train,
+                           ctx)
 
     def mcu_task(self, node: int, ctx: RoundContext) -> McuTask:
         """What a microcontroller board runs for ``node`` this round (testbed.algorithms.mcu_logistic).
@@ -343,9 +304,8 @@ class DpPasgd:
 
     def mcu_result(self, update: np.ndarray, train: Split, node: int, ctx: RoundContext) -> NodeResult:
         """The node step's result from a board's (P,) update, as :meth:`node_step` gives it."""
-        return NodeResult(node_ids=(node,), tensors={"update": np.asarray(update, dtype=np.float64)[None]},
-                          metrics={"samples": np.diff(train.offsets).astype(np.float64)},
-                          events=[self.planned_events(node, ctx)])
+        return self.result((node,), {"update": np.asarray(update, dtype=np.float64)[None]}, train, ctx,
+                           events=[self.planned_events(node, ctx)])
 
     def _draw_batches(self, train: Split, node_ids: Sequence[int], round_index: int, seed: int):
         """Global row indices (M, τ, B) and weights (M, τ, B) of every node's τ mini-batches.
@@ -425,6 +385,22 @@ def _plan(config: "Config", model: Model, data: Any) -> tuple["Config", dict | N
     return resolve_plan(config, model, data)
 
 
+def calibration_step(model: Model, data: FederatedData, batch: int) -> Callable[[Any, int], None]:
+    """(params, n) → n DP-PASGD local steps from ``params`` through the real code path
+    (``DpPasgd.node_step`` with τ = 1 on the one node of ``data``: batch ``batch``, Gaussian noise,
+    update): the step whose cost is c2 of the planner's cost model (eq. 8)."""
+    alg = DpPasgd(model, steps=1, tau=1, batch=batch, lr=0.1, delta=1e-4, sigma=1.0,
+                  train_sizes=dict(zip(data.node_ids, data.train.sizes.tolist())))
+    ids = tuple(data.node_ids)
+
+    def steps(params: Any, n: int) -> None:
+        for i in range(n):
+            ctx = RoundContext(i, 0, len(ids), ids)
+            alg.node_step(alg.downlink({"model": params}, ctx, ids), data.train, ids, ctx)
+
+    return steps
+
+
 REGISTRATION = Registration(
     name="dp_pasgd",
     sections={"dp_pasgd": DpPasgdSection, "plan": PlanSection},
@@ -435,5 +411,5 @@ REGISTRATION = Registration(
     client_sampling=True,
     privacy_cli=dp_pasgd_cli.PRIVACY,
     plan_cli=dp_pasgd_cli.PLAN,
-    calibration_step=dp_pasgd_cli.calibration_step,
+    calibration_step=calibration_step,
 )

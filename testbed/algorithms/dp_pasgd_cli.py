@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
 
 try:
     import tomllib
@@ -24,10 +23,6 @@ except ModuleNotFoundError:  # Python 3.10
 from testbed.algorithms.registry import Command
 from testbed.arguments import COUNT, POSITIVE, PROBABILITY, Number, calculator, finite_result
 from testbed.errors import ConfigError, UserError
-
-if TYPE_CHECKING:
-    from testbed.data.federated import FederatedData
-    from testbed.models import Model
 
 #: The experiment planned when no FILE is given.
 DEFAULT_EXPERIMENT = """
@@ -205,25 +200,6 @@ def format_plan(result: dict, num_params: int) -> str:
             lines.append(f"NOTE       the calibration was measured for {cal['model_params']} parameters; "
                          f"this model has {num_params}")
     return "\n".join(lines)
-
-
-def calibration_step(model: "Model", data: "FederatedData", batch: int) -> Callable[[Any, int], None]:
-    """(params, n) → n DP-PASGD local steps from ``params`` through the real code path
-    (``DpPasgd.node_step`` with τ = 1 on the one node of ``data``: batch ``batch``, Gaussian noise,
-    update): the step whose cost is c2 of the planner's cost model (eq. 8)."""
-    from testbed.algorithms.contract import RoundContext
-    from testbed.algorithms.dp_pasgd import DpPasgd
-
-    alg = DpPasgd(model, steps=1, tau=1, batch=batch, lr=0.1, delta=1e-4, sigma=1.0,
-                  train_sizes=dict(zip(data.node_ids, data.train.sizes.tolist())))
-    ids = tuple(data.node_ids)
-
-    def steps(params: Any, n: int) -> None:
-        for i in range(n):
-            ctx = RoundContext(i, 0, len(ids), ids)
-            alg.node_step(alg.downlink({"model": params}, ctx, ids), data.train, ids, ctx)
-
-    return steps
 
 
 PRIVACY = Command(help="ε of eq. (9) for σ, or σ for a target ε", arguments=_privacy_arguments, run=_privacy)

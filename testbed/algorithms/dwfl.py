@@ -80,19 +80,11 @@ from channel import Alignment, analog_link, digital_link, fill_gaussian_rows, or
 from pydantic import Field, model_validator
 
 from testbed.algorithms import dwfl_cli
+from testbed.algorithms.base import BYTES_PER_REAL, BaseAlgorithm, RoundCost
 from testbed.algorithms.bounds import gaussian_norm_bound
-from testbed.algorithms.contract import (
-    SAMPLES_METRIC,
-    MetricSpec,
-    NodeResult,
-    RoundContext,
-    ServerResult,
-    State,
-    TensorSpec,
-    planned_batch,
-)
+from testbed.algorithms.contract import NodeResult, RoundContext, ServerResult, State, TensorSpec
 from testbed.algorithms.registry import BuildContext, Registration
-from testbed.algorithms.batches import uniform_batches
+from testbed.algorithms.batches import check_batches, uniform_batches
 from testbed.algorithms.dwfl_channel import (
     SCHEMES,
     Radio,
@@ -107,7 +99,7 @@ from testbed.algorithms.dwfl_channel import (
 )
 from testbed.data.federated import Split
 from testbed.errors import ConfigError
-from testbed.ledger.events import CommunicationEvent, ComputeEvent, Event, GaussianEvent
+from testbed.ledger.events import Event, GaussianEvent
 from testbed.models import Model
 from testbed.privacy import dwfl as dp
 from testbed.rng import Purpose, stream
@@ -116,7 +108,6 @@ from testbed.sections import NonNegative, Positive, Section
 VARIANTS = ("A", "B")
 CALIBRATIONS = ("with_channel_noise", "artificial_only")
 INITS = ("common", "zeros", "independent")
-_BYTES_PER_REAL = 8  # float64 payloads on the wire (MQTT carries the transmit and received signals)
 
 
 @dataclass(frozen=True)
@@ -202,8 +193,9 @@ class DwflSection(Section):
         return self
 
 
-class Dwfl:
-    """DWFL and its baselines with resolved radio and privacy settings.
+class Dwfl(BaseAlgorithm):
+    """DWFL and its baselines with resolved radio and privacy settings (on the base: its rounds,
+    flops, metrics and planned events; no global model, each node keeps its own).
 
     Over the air (testbed.algorithms.contract.OverTheAir): each node keeps its own model and the
     channel (``channel``) sits between the nodes.
@@ -230,7 +222,10 @@ class Dwfl:
         seed: the run's seed (keys the channel, known to every node).
     """
 
-    has_setup = False
+    #: A node's plan carries its own airtime, energy and privacy σ.
+    uniform_plans = False
+    #: One local step a round.
+    local_steps = 1
 
     def __init__(
         self,
@@ -272,10 +267,6 @@ class Dwfl:
         self._channel = DwflChannel(self)
 
     # ----------------------------------------------------------------------------- set-up
-
-    @property
-    def rounds(self) -> int:
-        return self.rounds_planned
 
     @property
     def num_nodes(self) -> int:
@@ -363,7 +354,7 @@ class Dwfl:
         p = rc.alignment.power_w
         if self.scheme == "orthogonal_d2d" and r.digital_orthogonal:
             # One slot per sender at its Shannon rate; complex noise power 2σ_m² (σ_m² per real rail).
-            links = [digital_link(_BYTES_PER_REAL * 8 * d, p[k], rc.gains[k] ** 2, 2 * r.noise_power_w,
+            links = [digital_link(BYTES_PER_REAL * 8 * d, p[k], rc.gains[k] ** 2, 2 * r.noise_power_w,
                                   r.bandwidth_hz) for k in range(n)]
             round_s = orthogonal_round_airtime_s([c.airtime_s for c in links])
             return np.full(n, round_s), np.array([c.energy_j for c in links])
@@ -396,23 +387,17 @@ class Dwfl:
         return GaussianEvent(node, round_index, sigma, self.sensitivity, 1, observer="peers", issuer=issuer,
                              clip_norm=self.gmax)
 
-    def planned_events(self, node: int, ctx: RoundContext) -> list[Event]:
-        """One local step, one exchange (airtime and energy from channel.link), one Gaussian release
-        heard by the peers, with the noise of the expected senders. Whoever runs the step charges
-        its seconds and joules (nodes.costs)."""
-        round_index = ctx.round_index
-        plan = self.plan(round_index)
-        size = self.model.num_params * _BYTES_PER_REAL
-        return [
-            ComputeEvent(node, round_index, 1),
-            CommunicationEvent(node, round_index, bytes_up=size, bytes_down=size,
-                               airtime_s=float(plan.airtime_s[node]), energy_j=float(plan.energy_j[node])),
-            self._privacy_event(node, round_index, float(self.privacy_sigma(round_index, ctx.expected)[node])),
-        ]
+    def round_cost(self, node: int, ctx: RoundContext) -> RoundCost:
+        """One local step, one exchange of float64 payloads (the transmit and received signals),
+        airtime and energy from channel.link."""
+        plan = self.plan(ctx.round_index)
+        return dataclasses.replace(super().round_cost(node, ctx), airtime_s=float(plan.airtime_s[node]),
+                                   energy_j=float(plan.energy_j[node]))
 
-    @property
-    def flops_per_step(self) -> float:
-        return 6.0 * self.batch * self.model.num_params
+    def releases(self, node: int, ctx: RoundContext) -> list[Event]:
+        """One Gaussian release heard by the peers, with the noise of the expected senders."""
+        return [self._privacy_event(node, ctx.round_index,
+                                    float(self.privacy_sigma(ctx.round_index, ctx.expected)[node]))]
 
     def state_spec(self) -> dict[str, TensorSpec]:
         return {"models": TensorSpec((self.num_nodes, self.model.num_params))}
@@ -425,10 +410,6 @@ class Dwfl:
     def uplink_spec(self) -> dict[str, TensorSpec]:
         """After the exchange each node reports its new model (its bound: :meth:`round_uplink_spec`)."""
         return {"model": TensorSpec((self.model.num_params,))}
-
-    def metric_spec(self) -> dict[str, MetricSpec]:
-        """Each node reports its training samples (a count; for the report, no server step reads it)."""
-        return {"samples": SAMPLES_METRIC}
 
     def round_uplink_spec(self, state: State, ctx: RoundContext) -> dict[str, TensorSpec]:
         """:meth:`uplink_spec` with the bound of round ``ctx`` from ``state`` (the coordinator's): the
@@ -592,9 +573,7 @@ class Dwfl:
         models = received["model"]
         payload = self.local_step(models, train, ids, ctx.round_index, ctx.seed)
         signals, pending = self.transmit(payload, models, ids, ctx.round_index, ctx.seed)
-        return NodeResult(node_ids=ids, tensors={"signal": signals}, carry={"pending": pending},
-                          metrics={"samples": np.diff(train.offsets).astype(np.float64)},
-                          events=planned_batch(self, ids, ctx))
+        return self.result(ids, {"signal": signals}, train, ctx, carry={"pending": pending})
 
     def node_finish(self, carry: Mapping[str, np.ndarray], received: np.ndarray, node_ids: Sequence[int],
                     ctx: RoundContext) -> NodeResult:
@@ -766,10 +745,7 @@ def build(sections: dict[str, Any], ctx: BuildContext) -> Dwfl:
     """DWFL as its ``[dwfl]`` section says, for the data this process holds."""
     a: DwflSection = sections["dwfl"]
     data = ctx.data
-    smallest = int(data.train.sizes.min())
-    if a.batch > smallest:
-        node = int(data.train.sizes.argmin())
-        raise ConfigError("dwfl.batch", f"{a.batch} is larger than node {node}'s {smallest} training samples")
+    check_batches("dwfl", data.train, data.node_ids, 1, a.batch, "batch")
     # N of the whole run: a board's data holds only its own node, the radio holds every node.
     if ctx.num_nodes < 2:
         raise ConfigError("data.num_nodes", "DWFL needs at least 2 nodes")

@@ -28,32 +28,20 @@ Example::
 
 from __future__ import annotations
 
-import math
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 from pydantic import Field
 
 from testbed.algorithms.aggregate import Aggregation, AggregationOptions
+from testbed.algorithms.base import BaseAlgorithm, SizeSetup
 from testbed.algorithms.batches import check_batches, uniform_batches
-from testbed.algorithms.contract import (
-    SAMPLES_METRIC,
-    MetricSpec,
-    NodeResult,
-    RoundContext,
-    ServerResult,
-    State,
-    TensorSpec,
-    planned_batch,
-)
-from testbed.algorithms.impact import cap_shares, intake_sizes
+from testbed.algorithms.contract import NodeResult, RoundContext, ServerResult, State, TensorSpec
+from testbed.algorithms.impact import cap_shares
 from testbed.algorithms.registry import BuildContext, Registration
 from testbed.data.federated import Split
-from testbed.ledger.events import CommunicationEvent, ComputeEvent, Event, NodeEvents
 from testbed.models import Model
 from testbed.sections import Positive
-
-_BYTES_PER_REAL = 8
 
 
 class FedAvgSection(AggregationOptions):
@@ -69,8 +57,9 @@ class FedAvgSection(AggregationOptions):
     goes to the others in proportion (1: no cap)."""
 
 
-class FedAvg:
-    """FedAvg with size-weighted averaging.
+class FedAvg(SizeSetup, BaseAlgorithm):
+    """FedAvg with size-weighted averaging (the base's global model, broadcast, and local SGD
+    update; the sizes' setup).
 
     Args:
         model: the model.
@@ -85,8 +74,6 @@ class FedAvg:
         max_weight_share: the cap on one node's share of an aggregation (None: no cap).
     """
 
-    has_setup = True
-
     def __init__(self, model: Model, *, rounds: int, local_steps: int, batch: int, lr: float, num_nodes: int,
                  aggregation: Aggregation = Aggregation(), train_sizes: Mapping[int, int] | None = None,
                  max_weight_share: float | None = None):
@@ -96,70 +83,16 @@ class FedAvg:
         self.max_weight_share = max_weight_share
         self.aggregation = aggregation
 
-    @property
-    def rounds(self) -> int:
-        return self.rounds_planned
-
-    @property
-    def flops_per_step(self) -> float:
-        return 6.0 * self.batch * self.model.num_params
-
     def state_spec(self) -> dict[str, TensorSpec]:
-        return {"model": TensorSpec((self.model.num_params,)), "weights": TensorSpec((self.num_nodes,))}
-
-    def downlink_spec(self) -> dict[str, TensorSpec]:
-        return {"model": TensorSpec((self.model.num_params,), per_node=False)}
-
-    def uplink_spec(self) -> dict[str, TensorSpec]:
-        """The local model after ``local_steps`` SGD steps from the global one: each step moves it by
-        η times a mean of per-sample gradients, so by at most η G (G the model's gradient bound on
-        unit-ball data), all of them by at most ``local_steps`` η G (no bound for a model without one)."""
-        g = self.model.lipschitz_bound
-        if not math.isfinite(g):
-            return {"update": TensorSpec((self.model.num_params,))}
-        return {"update": TensorSpec((self.model.num_params,), max_norm=self.local_steps * self.lr * g,
-                                     relative_to="model")}
-
-    def metric_spec(self) -> dict[str, MetricSpec]:
-        return {"samples": SAMPLES_METRIC}
-
-    def setup_spec(self) -> dict[str, TensorSpec]:
-        """Each node's training-set size, once: >= 1, at most the largest node's rows of the partition."""
-        largest = float(max(self.train_sizes.values())) if self.train_sizes else float(np.finfo(np.float64).max)
-        return {"samples": TensorSpec((1,), value_range=(1.0, largest))}
-
-    def setup_events(self, node: int) -> list[Event]:
-        return [CommunicationEvent(node, -1, bytes_up=_BYTES_PER_REAL, bytes_down=0)]
-
-    def planned_events(self, node: int, ctx: RoundContext) -> list[Event]:
-        size = self.model.num_params * _BYTES_PER_REAL
-        return [ComputeEvent(node, ctx.round_index, self.local_steps),
-                CommunicationEvent(node, ctx.round_index, bytes_up=size, bytes_down=size)]
-
-    def planned_batch(self, node_ids: Sequence[int], ctx: RoundContext) -> NodeEvents:
-        """:meth:`planned_events` of every node at once (the same for all)."""
-        return NodeEvents.uniform(self.planned_events(0, ctx), node_ids)
+        return {**super().state_spec(), "weights": TensorSpec((self.num_nodes,))}
 
     def init_state(self, params0: np.ndarray) -> State:
         """The global model and the weights (equal until the setup brings the sizes)."""
-        return {"model": np.asarray(params0, dtype=np.float64),
-                "weights": np.full(self.num_nodes, 1.0 / self.num_nodes)}
-
-    def eval_params(self, state: State) -> np.ndarray:
-        return state["model"]
-
-    def setup_step(self, train: Split, node_ids: Sequence[int], ctx: RoundContext) -> NodeResult:
-        ids = tuple(int(n) for n in node_ids)
-        sizes = np.diff(train.offsets).astype(np.float64)
-        return NodeResult(ids, {"samples": sizes[:, None]}, events=[self.setup_events(n) for n in ids])
+        return {**super().init_state(params0), "weights": np.full(self.num_nodes, 1.0 / self.num_nodes)}
 
     def server_setup(self, state: State, result: NodeResult, ctx: RoundContext) -> ServerResult:
-        """n_k of every node that answered, each checked against its partition; a silent node, or
-        one whose claim is refused, gets the mean of the accepted sizes (:func:`intake_sizes`)."""
-        claimed = result.tensors["samples"] if result.node_ids else np.zeros(0)
-        known = self.train_sizes is not None and len(self.train_sizes) == self.num_nodes  # the server's
-        declared = self.train_sizes if known else None
-        sizes = intake_sizes(result.node_ids, claimed, self.num_nodes, declared)
+        """The weights n_k / n from the sizes claimed (:meth:`~SizeSetup.claimed_sizes`)."""
+        sizes = self.claimed_sizes(result)
         return ServerResult({"model": state["model"], "weights": sizes / sizes.sum()})
 
     def shares(self, state: State, node_ids: Sequence[int]) -> np.ndarray:
@@ -167,9 +100,6 @@ class FedAvg:
         ``max_weight_share`` per node (:func:`cap_shares`)."""
         w = state["weights"][list(node_ids)]
         return cap_shares(w / w.sum(), self.max_weight_share)
-
-    def downlink(self, state: State, ctx: RoundContext, node_ids: Sequence[int]) -> dict[str, np.ndarray]:
-        return {"model": np.broadcast_to(state["model"], (len(node_ids), state["model"].shape[0]))}
 
     def node_step(self, received: Mapping[str, np.ndarray], train: Split, node_ids: Sequence[int],
                   ctx: RoundContext) -> NodeResult:
@@ -182,8 +112,7 @@ class FedAvg:
             rows = idx[:, step]
             _, grad = self.model.loss_and_grad(params, train.x[rows], train.y[rows], weights)
             params -= self.lr * grad
-        return NodeResult(ids, {"update": params}, {"samples": np.diff(train.offsets).astype(np.float64)},
-                          planned_batch(self, ids, ctx))
+        return self.result(ids, {"update": params}, train, ctx)
 
     def server_step(self, state: State, result: NodeResult, ctx: RoundContext) -> ServerResult:
         """w ← Σ_{k∈S} (n_k / n_S) w_k over the nodes S that answered (Algorithm 1), or the

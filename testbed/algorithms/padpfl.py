@@ -40,7 +40,7 @@ Example::
 
 from __future__ import annotations
 
-import math
+import dataclasses
 import warnings
 from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
 
@@ -49,28 +49,24 @@ from pydantic import Field, model_validator
 
 from testbed.algorithms import padpfl_cli
 from testbed.algorithms.aggregate import Aggregation, AggregationOptions
+from testbed.algorithms.base import BaseAlgorithm, RoundCost, SizeSetup, gaussian_release, released_events
 from testbed.algorithms.batches import check_batches, uniform_batches
-from testbed.algorithms.contract import (
-    SAMPLES_METRIC, SETUP_ROUND, MetricSpec, NodeResult, RoundContext, ServerResult, State, TensorSpec,
-    planned_batch,
-)
+from testbed.algorithms.contract import NodeResult, RoundContext, ServerResult, State, TensorSpec
 from testbed.algorithms.bounds import gaussian_entry_bound, gaussian_norm_bound
-from testbed.algorithms.impact import (ImpactSchedule, cap_shares, check_weights, intake_sizes, link_quality_weights,
+from testbed.algorithms.impact import (ImpactSchedule, cap_shares, check_weights, link_quality_weights,
                                       parse_ratios, ratio_weights, redistribute, spread_uploads)
 from testbed.algorithms.registry import BuildContext, Registration
 from testbed.data.federated import Split
 from testbed.errors import ConfigError
-from testbed.ledger.events import CommunicationEvent, ComputeEvent, Event, GaussianEvent
+from testbed.ledger.events import Event, GaussianEvent
 from testbed.models import Model
 from testbed.privacy import padpfl as dp
 from testbed.util.parallel import split_work
-from testbed.rng import GLOBAL, Purpose, node_streams, stream
+from testbed.rng import GLOBAL, Purpose, stream
 from testbed.sections import NonNegative, Positive, Section
 
 if TYPE_CHECKING:
     from testbed.config import Config
-
-_BYTES_PER_REAL = 8
 
 
 class ImpactChange(Section):
@@ -210,8 +206,9 @@ def schedule_from_section(a: PadpflSection, num_nodes: int, seed: int) -> Impact
         raise ConfigError("padpfl.weights" if a.weights is not None else "padpfl.schedule", str(exc)) from None
 
 
-class Padpfl:
-    """PADPFL with resolved impact factors and noise.
+class Padpfl(SizeSetup, BaseAlgorithm):
+    """PADPFL with resolved impact factors and noise (on the base: the broadcast x~ as its global
+    model; with ``data_size``, the sizes' setup phase).
 
     Args:
         model: the model (testbed.models); its flat weight vector is what is clipped and noised.
@@ -274,7 +271,10 @@ class Padpfl:
       stronger link by sending its pilots louder: the cap bounds that too.
     """
 
+    #: Only the data_size rule has the setup phase (set per instance).
     has_setup = False
+    #: A node's plan depends on whether it is due this round.
+    uniform_plans = False
 
     def __init__(self, model: Model, *, schedule: ImpactSchedule, rounds: int, local_steps: int, batch: int,
                  lr: float, mu: float, clip: float | None, epsilon: float | None, delta: float, min_samples: int,
@@ -305,14 +305,6 @@ class Padpfl:
     def private(self) -> bool:
         return self.epsilon is not None
 
-    @property
-    def rounds(self) -> int:
-        return self.rounds_planned
-
-    @property
-    def flops_per_step(self) -> float:
-        return 6.0 * self.batch * self.model.num_params
-
     def upload_sensitivity(self, node: int) -> float:
         """Δf_i of one upload: 2B/m_i (eq. 7) or 2B (``sensitivity = "worst_case"``)."""
         return 2.0 * self.clip / (self.train_sizes[node] if self.sensitivity == "paper" else 1)
@@ -327,20 +319,13 @@ class Padpfl:
 
     def state_spec(self) -> dict[str, TensorSpec]:
         """The model; the sizes (data_size) or the answer and due counts (reliability)."""
-        spec = {"model": TensorSpec((self.model.num_params,))}
+        spec = super().state_spec()
         if self.impact == "data_size":
             spec["sizes"] = TensorSpec((self.num_nodes,))
         if self.impact == "reliability":
             spec["answered"] = TensorSpec((self.num_nodes,))
             spec["due"] = TensorSpec((self.num_nodes,))
         return spec
-
-    def downlink_spec(self) -> dict[str, TensorSpec]:
-        """Every node gets the noisy broadcast x~."""
-        return {"model": TensorSpec((self.model.num_params,), per_node=False)}
-
-    def metric_spec(self) -> dict[str, MetricSpec]:
-        return {"samples": SAMPLES_METRIC}
 
     def uplink_spec(self) -> dict[str, TensorSpec]:
         """The noisy clipped model x~_i: norm <= B + the noise's norm tail bound, every entry within
@@ -351,10 +336,8 @@ class Padpfl:
         score s_i in [−t, 1 + t], t the tail bound of σ_q."""
         p = self.model.num_params
         if self.clip is None:
-            g = self.model.lipschitz_bound
-            steps_bounded = math.isfinite(g) and self.lr * self.mu <= 2.0 and self.participation == "every_round"
-            spec = {"update": TensorSpec((p,), max_norm=self.local_steps * self.lr * g, relative_to="model")
-                    if steps_bounded else TensorSpec((p,))}
+            steps_bounded = self.lr * self.mu <= 2.0 and self.participation == "every_round"
+            spec = {"update": self.sgd_update_spec() if steps_bounded else TensorSpec((p,))}
         else:
             largest = self.clip + gaussian_entry_bound(self.sigma_client, p)
             spec = {"update": TensorSpec((p,), max_norm=self.clip + gaussian_norm_bound(self.sigma_client, p),
@@ -370,47 +353,39 @@ class Padpfl:
 
     # The setup phase (data_size only): every node uploads its training-set size once (FedAvg's).
 
-    def setup_spec(self) -> dict[str, TensorSpec]:
-        """Each node's training-set size, once: in [1, the largest node's rows of the partition]."""
-        return {"samples": TensorSpec((1,), value_range=(1.0, float(max(self.train_sizes.values()))))}
-
-    def setup_events(self, node: int) -> list[Event]:
-        return [CommunicationEvent(node, SETUP_ROUND, bytes_up=_BYTES_PER_REAL, bytes_down=0)]
-
-    def setup_step(self, train: Split, node_ids: Sequence[int], ctx: RoundContext) -> NodeResult:
-        ids = tuple(int(n) for n in node_ids)
-        sizes = np.diff(train.offsets).astype(np.float64)
-        return NodeResult(ids, {"samples": sizes[:, None]}, events=[self.setup_events(n) for n in ids])
-
     def server_setup(self, state: State, result: NodeResult, ctx: RoundContext) -> ServerResult:
-        """n_i of every node that answered, kept in the state (never broadcast), each checked against
-        the node's rows in the partition; a silent node, or one whose claim is refused, gets the mean
-        of the accepted sizes (all 1, equal factors, if none was): :func:`intake_sizes`."""
-        claimed = result.tensors["samples"] if result.node_ids else np.zeros(0)
-        declared = self.train_sizes if len(self.train_sizes) == self.num_nodes else None
-        return ServerResult({**state, "sizes": intake_sizes(result.node_ids, claimed, self.num_nodes, declared)})
+        """n_i of every node that answered, kept in the state (never broadcast); all 1, equal
+        factors, if no claim was accepted (:meth:`~SizeSetup.claimed_sizes`)."""
+        return ServerResult({**state, "sizes": self.claimed_sizes(result)})
 
-    def planned_events(self, node: int, ctx: RoundContext) -> list[Event]:
+    def round_cost(self, node: int, ctx: RoundContext) -> RoundCost:
         """One round on ``node``: its local steps (none when not due), the download and the upload
-        (zeros when not due), and its upload's Gaussian release seen by the server (eq. 8)."""
-        size = self.model.num_params * _BYTES_PER_REAL
-        due = bool(self.uploads_in([node], ctx.round_index)[0])
-        events: list[Event] = [ComputeEvent(node, ctx.round_index, self.local_steps if due else 0),
-                               CommunicationEvent(node, ctx.round_index, bytes_up=size, bytes_down=size)]
-        if due and self.private:
-            events.append(GaussianEvent(node, ctx.round_index, self.sigma_client, self.upload_sensitivity(node), 1,
-                                        observer="server", clip_norm=self.clip))
-        if due and self.impact == "quality_score":
-            events.append(GaussianEvent(node, ctx.round_index, self.score_sigma, self.score_sensitivity(node), 1,
-                                        observer="server"))
-        return events
+        (zeros when not due)."""
+        cost = super().round_cost(node, ctx)
+        return cost if self.uploads_in([node], ctx.round_index)[0] else dataclasses.replace(cost, local_steps=0)
+
+    def upload_release(self, node: int, round_index: int) -> GaussianEvent:
+        """The Gaussian release of ``node``'s upload seen by the server: σ_C of eq. (8), Δf_i of eq. (7)."""
+        return GaussianEvent(node, round_index, self.sigma_client, self.upload_sensitivity(node), 1,
+                             observer="server", clip_norm=self.clip)
+
+    def score_release(self, node: int, round_index: int) -> GaussianEvent:
+        """The Gaussian release of ``node``'s quality score seen by the server: σ_q, Δ = 1/m_i."""
+        return GaussianEvent(node, round_index, self.score_sigma, self.score_sensitivity(node), 1, observer="server")
+
+    def releases(self, node: int, ctx: RoundContext) -> list[Event]:
+        """A due node's upload release (eq. 8, when private) and its score's (quality_score)."""
+        if not self.uploads_in([node], ctx.round_index)[0]:
+            return []
+        return ([self.upload_release(node, ctx.round_index)] if self.private else []) + \
+            ([self.score_release(node, ctx.round_index)] if self.impact == "quality_score" else [])
 
     # ----------------------------------------------------------------------------- steps
 
     def init_state(self, params0: np.ndarray) -> State:
         """x~^(0): the common initial model (no data in it, no noise), (P,); equal sizes until the
         setup brings them (data_size); no history (reliability)."""
-        state = {"model": np.asarray(params0, dtype=np.float64)}
+        state = super().init_state(params0)
         if self.impact == "data_size":
             state["sizes"] = np.ones(self.num_nodes)
         if self.impact == "reliability":
@@ -418,12 +393,7 @@ class Padpfl:
             state["due"] = np.zeros(self.num_nodes)
         return state
 
-    def eval_params(self, state: State) -> np.ndarray:
-        """The noisy broadcast x~, what the clients receive (adaptive-dp.md §3 notes)."""
-        return state["model"]
-
-    def downlink(self, state: State, ctx: RoundContext, node_ids: Sequence[int]) -> dict[str, np.ndarray]:
-        return {"model": np.broadcast_to(state["model"], (len(node_ids), state["model"].shape[0]))}
+    # eval_params is the base's: the noisy broadcast x~, what the clients receive (adaptive-dp.md §3 notes).
 
     def node_step(self, received: Mapping[str, np.ndarray], train: Split, node_ids: Sequence[int],
                   ctx: RoundContext) -> NodeResult:
@@ -458,33 +428,38 @@ class Padpfl:
         split_work(len(ids), local_steps, numbers=0 if self.model.name == "torch" else params.size * self.local_steps)
         if self.clip is not None:  # x / max(1, ||x||/B), the whole vector (§2.2)
             params /= np.maximum(1.0, np.linalg.norm(params, axis=1) / self.clip)[:, None]
-        if self.private:
-            noise = np.empty_like(params)
-
-            def draw(lo: int, hi: int) -> None:  # nodes lo..hi, each from its own stream
-                for i, rng in enumerate(node_streams(ctx.seed, ids[lo:hi], r, Purpose.NOISE), lo):
-                    rng.standard_normal(out=noise[i])
-                params[lo:hi] += self.sigma_client * noise[lo:hi]  # eq. (8)
-
-            split_work(len(ids), draw, numbers=noise.size)
         due = self.uploads_in(ids, r)
+        rows = np.flatnonzero(due)  # only a due node releases anything; the others upload zeros
+        everyone = len(rows) == len(ids)
+        due_ids = [ids[i] for i in rows]
         params[~due] = 0.0
+        uploads: dict[int, Event] = {}
+        if self.private:  # eq. (8)
+            mine, events = gaussian_release(params if everyone else params[rows], due_ids, ctx,
+                                            lambda n: self.upload_release(n, r))
+            if not everyone:
+                params[rows] = mine
+            uploads = dict(zip(due_ids, events))
         tensors = {"update": params}
+        scores: dict[int, Event] = {}
         if self.impact == "quality_score":
-            tensors["score"] = self.scores(start, train, ids, r, ctx.seed) * due[:, None]
-        return NodeResult(ids, tensors, {"samples": np.diff(train.offsets).astype(np.float64)},
-                          planned_batch(self, ids, ctx))
+            tensors["score"] = np.zeros((len(ids), 1))
+            tensors["score"][rows], events = self.scores(start[rows], train if everyone else train.select(list(rows)),
+                                                         due_ids, ctx)
+            scores = dict(zip(due_ids, events))
+        return self.result(ids, tensors, train, ctx, events=released_events(self, ids, ctx, uploads, scores))
 
-    def scores(self, received: np.ndarray, train: Split, ids: Sequence[int], round_index: int, seed: int) -> np.ndarray:
+    def scores(self, received: np.ndarray, train: Split, ids: Sequence[int],
+               ctx: RoundContext) -> tuple[np.ndarray, list[GaussianEvent]]:
         """(M, 1) each node's noisy clipped score: the accuracy of the model it received on its own
-        training rows, clipped to [0, 1], plus σ_q times one normal from (seed, node, r, SCORE)."""
+        training rows, clipped to [0, 1], plus σ_q times one normal from (seed, node, r, SCORE);
+        and the score's release events."""
         out = np.empty((len(ids), 1))
-        for i, node in enumerate(ids):
+        for i in range(len(ids)):
             x, y = train.node_slice(i)
             _, correct = self.model.loss_and_correct(received[i], x, y)
-            noise = stream(seed, node, round_index, Purpose.SCORE).standard_normal()
-            out[i, 0] = min(max(float(correct.mean()), 0.0), 1.0) + self.score_sigma * noise
-        return out
+            out[i, 0] = min(max(float(correct.mean()), 0.0), 1.0)
+        return gaussian_release(out, ids, ctx, lambda n: self.score_release(n, ctx.round_index), purpose=Purpose.SCORE)
 
     def impact_factors(self, ctx: RoundContext, state: State | None = None,
                        result: NodeResult | None = None) -> np.ndarray:
