@@ -40,7 +40,8 @@ from testbed.ledger import Event, EventBatch, LedgerWriter, NodeEvents, Straggle
 from testbed.ledger_book import LedgerBook
 from testbed.models import Model
 from testbed.nodes_api import Closing, Nodes, RoundOutcome
-from testbed.privacy.accountants import BackgroundEpsilons, epsilon_by_observer
+from testbed.privacy.accountants import epsilon_by_observer
+from testbed.privacy.accountants.background import BackgroundEpsilons
 from testbed.parallel import split_work
 from testbed.progress import Progress
 from testbed.resources import check_fits
