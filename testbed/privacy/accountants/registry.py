@@ -110,8 +110,10 @@ def registrations() -> dict[str, Registration]:
         module = importlib.import_module(f"{package.__name__}.{info.name}")
         reg = getattr(module, "REGISTRATION", None)
         if isinstance(reg, Registration):
-            if reg.name in found or reg.name == NONE:
-                raise RuntimeError(f"an accountant named {reg.name!r} twice, or the reserved {NONE!r}")
+            if reg.name in found:
+                raise RuntimeError(f"two accountants named {reg.name!r}")
+            if reg.name == NONE:
+                raise RuntimeError(f"an accountant named {NONE!r}: privacy.tight_accountant's choice of no accountant")
             found[reg.name] = reg
     return {reg.name: reg for reg in sorted(found.values(), key=lambda r: (r.order, r.name))}
 
