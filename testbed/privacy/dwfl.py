@@ -243,7 +243,8 @@ def epsilon_per_receiver(setting: RoundSetting, sigma2: float) -> np.ndarray:
 
 
 def sigma_z2(setting: RoundSetting, sigma2: float) -> float:
-    """σ_z² = max_k (|h_k|² β_k P_k σ²/c² + σ_m²/(c²(N−1)²)), Lemma IV.6 (σ_m² a scalar; γ, g_max, δ unused).
+    """σ_z² = max_k (|h_k|² β_k P_k σ²/c² + σ_m²/(c²(N−1)²)), Lemma IV.6 (σ_m² a scalar; γ, g_max,
+    δ unused).
 
     The largest per-entry variance of a column Φ_k^(t,i) of the effective noise (dwfl.md §2.4).
 
@@ -533,7 +534,8 @@ def calibrate_sigma2_central(epsilon: float, setting: RoundSetting) -> float:
     """
     if epsilon <= 0:
         raise ValueError(f"epsilon must be > 0, got {epsilon}")
-    gap = max((setting.sensitivity() * gaussian_factor(setting.delta) / epsilon) ** 2 - float(setting.noise_power_w), 0.0)
+    needed = (setting.sensitivity() * gaussian_factor(setting.delta) / epsilon) ** 2
+    gap = max(needed - float(setting.noise_power_w), 0.0)
     if gap == 0.0:
         return 0.0
     total = float(artificial_noise_powers(setting.h_abs, setting.power_w, setting.beta).sum())
