@@ -12,14 +12,14 @@ Example::
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterable, Sequence
 
 import numpy as np
 
 from testbed.ledger.node import TOTALS_OF, NodeLedger
 from testbed.ledger.events import Event
-from testbed.privacy.accountants import worst_epsilon
+from testbed.privacy.accountants import registry as accountants, worst_epsilon
 
 if TYPE_CHECKING:
     from testbed.config import BudgetSection, PrivacySection
@@ -45,8 +45,8 @@ class Budgets:
     """Per-node limits; None means unlimited.
 
     Attributes:
-        epsilon: privacy budget ε at ``delta``, per ``accountant`` (the paper's zcdp by default),
-            against every observer (the worst of them counts).
+        epsilon: privacy budget ε at ``delta``, per ``accountant`` (a registered one: the first
+            listed, the paper's zcdp, by default), against every observer (the worst of them counts).
         cost_units: DP-PASGD's abstract resource budget C_th (c1 per round + c2 per step, eq. 10c).
         bytes: payload bytes up plus down.
         energy_j: compute plus radio energy.
@@ -56,7 +56,7 @@ class Budgets:
 
     epsilon: float | None = None
     delta: float = 1e-5
-    accountant: str = "zcdp"
+    accountant: str = field(default_factory=lambda: accountants.names()[0])
     cost_units: float | None = None
     bytes: float | None = None
     energy_j: float | None = None

@@ -41,6 +41,7 @@ from testbed.errors import ConfigError
 from testbed.limits import MAX_CHUNK_BYTES, MAX_SEED, MAX_WAIT_S, MIN_CHUNK_BYTES, MIN_POSITIVE
 from testbed.models import embedding_kinds, embedding_phrase
 from testbed.models import kinds as model_kinds
+from testbed.privacy.accountants import registry as accountants
 from testbed.sections import NonNegative, Positive, Section, attribute_docstrings
 from testbed.stragglers import StragglersSection
 
@@ -96,9 +97,10 @@ def _open_unit_interval(value: float) -> float:
 
 class PrivacySection(Section):
     delta: Annotated[float, AfterValidator(_open_unit_interval)] = 1e-4
-    accountant: Literal["zcdp", "rdp", "pld"] = "zcdp"
+    # The choices are the registered accountants (testbed.privacy.accountants), the first listed the default.
+    accountant: Literal[tuple(accountants.names())] = accountants.names()[0]
     """Enforces the ε budget (the paper's zcdp by default)."""
-    tight_accountant: Literal["rdp", "pld", "none"] = "rdp"
+    tight_accountant: Literal[(*accountants.tight_names(), accountants.NONE)] = accountants.tight_names()[0]
     """Reported beside it (through dp-accounting); "none" to skip."""
 
 

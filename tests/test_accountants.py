@@ -62,9 +62,10 @@ def test_empty_tally_spends_nothing_and_zero_noise_is_infinite():
 import itertools
 import math
 
-from testbed.privacy.accountants import ACCOUNTANTS, ADJACENCIES, SAMPLINGS, supports, unsupported_reason
+from testbed.ledger.events import ADJACENCIES, SAMPLINGS
+from testbed.privacy.accountants import registry, supports, unsupported_reason
 
-COMBINATIONS = list(itertools.product(ACCOUNTANTS, SAMPLINGS, ADJACENCIES))
+COMBINATIONS = list(itertools.product(registry.names(), SAMPLINGS, ADJACENCIES))
 
 
 def _event(sampling, adjacency, sigma=2.0):
@@ -135,7 +136,7 @@ def test_static_check_imports_nothing_slow():
 
 
 def test_the_background_accountant_answers_from_its_guess_and_computes_only_what_it_missed():
-    from testbed.privacy.accountants import BackgroundEpsilons
+    from testbed.privacy.accountants.background import BackgroundEpsilons
 
     planned, other = _ledger(10, 10, 1.0).privacy, _ledger(7, 10, 1.0).privacy
     job = BackgroundEpsilons("rdp", delta=1e-5)

@@ -93,8 +93,8 @@ def test_ota_calibration_round_trip(calibration, count):
     alg.calibration = calibration
     plan = alg.plan(0)
     al = plan.channel.alignment
-    expect = dp.calibrate_sigma2(0.5, plan.channel.gains, al.power_w, al.beta, 30.0, 0.2, 1.0, 1e-5, c=al.c,
-                                 count_channel_noise=count)
+    expect = dp.calibrate_sigma2(0.5, dp.RoundSetting(plan.channel.gains, al.power_w, al.beta, 30.0, 0.2, 1.0, 1e-5,
+                                                      c=al.c), count_channel_noise=count)
     assert plan.sigma2 == pytest.approx(expect)
     assert plan.epsilon.max() == pytest.approx(0.5) if count else plan.epsilon.max() < 0.5
     # the ledger's σ is the worst receiver's: its ε is the largest over the other receivers

@@ -569,17 +569,17 @@ def test_link_keys_need_the_link_quality_rule():
 def test_the_tight_accountant_guesses_uploads_due_in_some_rounds_only(tmp_path, monkeypatch):
     """Uploads spread over the rounds (1 of 4 per node here): the guess sums each round's own plan,
     so the run ends with the tallies the tight accountant computed while it ran (one request)."""
-    from testbed.privacy import accountants
+    from testbed.privacy.accountants import background
     from testbed.orchestration.runner import run_experiment
 
-    requests, result_of = [], accountants.BackgroundEpsilons.result
+    requests, result_of = [], background.BackgroundEpsilons.result
 
     def recorded(job, tallies):
         out = result_of(job, tallies)
         requests.append(job.requests)
         return out
 
-    monkeypatch.setattr(accountants.BackgroundEpsilons, "result", recorded)
+    monkeypatch.setattr(background.BackgroundEpsilons, "result", recorded)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         result = run_experiment(load_config_text(RUN), out_dir=tmp_path / "r", quiet=True)

@@ -20,6 +20,7 @@ from testbed.privacy.dwfl import (
     receiver_noise_variance,
     remark_iv1_bound,
     round_dp_event,
+    RoundSetting,
     sensitivity,
     sigma_z2,
 )
@@ -29,6 +30,7 @@ H = np.array([1.0] + [2.0] * 9)
 P = 1.0
 BETA = 1.0 - 1.0 / H**2
 EX = dict(noise_power_w=1.0, gamma=0.1, g_max=1.0, delta=1e-5)
+S = RoundSetting(H, P, BETA, **EX)
 
 
 def test_worked_example_constants():
@@ -38,15 +40,15 @@ def test_worked_example_constants():
 
 
 def test_check_6_epsilon_formula():
-    eps = epsilon_per_receiver(H, P, BETA, sigma2=1.0, **EX)
+    eps = epsilon_per_receiver(S, sigma2=1.0)
     assert eps[0] == pytest.approx(0.183116, abs=1e-6)
     np.testing.assert_allclose(eps[1:], 0.193792, atol=1e-6)
-    orth = orthogonal_epsilon(H, P, BETA, sigma2=1.0, **EX)
+    orth = orthogonal_epsilon(S, sigma2=1.0)
     np.testing.assert_allclose(orth, 0.968961, atol=1e-6)
-    assert sigma_z2(H, P, BETA, 1.0, 1.0) == pytest.approx(3.012346, abs=1e-6)
+    assert sigma_z2(S, 1.0) == pytest.approx(3.012346, abs=1e-6)
     # The consistent orthogonal numerator (α_j |h_j|² P_j = c²) gives 0.2·4.8448/2 for j >= 2.
     al = align_power(H, P)
-    cons = orthogonal_epsilon(H, P, BETA, 1.0, numerator="consistent", alpha=al.alpha, **EX)
+    cons = orthogonal_epsilon(S, 1.0, numerator="consistent", alpha=al.alpha)
     assert cons[1] == pytest.approx(0.2 * gaussian_factor(1e-5) / 2.0, rel=1e-12)
     assert cons[0] == pytest.approx(orth[0])  # weakest sender: α = 1, same as the paper
 
@@ -58,35 +60,35 @@ def test_check_7_calibration_round_trip():
         per_rx.append(((0.2 * gaussian_factor(1e-5) / 0.5) ** 2 - 1.0) / s_i)
     assert per_rx[0] == pytest.approx(0.102057, abs=1e-6)
     assert per_rx[1] == pytest.approx(0.114814, abs=1e-6)
-    s2 = calibrate_sigma2(0.5, H, P, BETA, **EX)
+    s2 = calibrate_sigma2(0.5, S)
     assert s2 == pytest.approx(0.114814, abs=1e-6)
-    eps = epsilon_per_receiver(H, P, BETA, s2, **EX)
+    eps = epsilon_per_receiver(S, s2)
     assert eps.max() == pytest.approx(0.5, rel=1e-12)
     for target in (0.1, 0.25, 0.9):  # at 1.0 channel noise alone suffices (σ² = 0)
-        s2 = calibrate_sigma2(target, H, P, BETA, **EX)
-        assert epsilon_per_receiver(H, P, BETA, s2, **EX).max() == pytest.approx(target, rel=1e-12)
+        s2 = calibrate_sigma2(target, S)
+        assert epsilon_per_receiver(S, s2).max() == pytest.approx(target, rel=1e-12)
 
 
 def test_calibration_options():
     # Channel noise ignored (dwfl.md §4.4 option (i)): σ² larger, ε below target.
-    s_all = calibrate_sigma2(0.5, H, P, BETA, **EX)
-    s_art = calibrate_sigma2(0.5, H, P, BETA, count_channel_noise=False, **EX)
+    s_all = calibrate_sigma2(0.5, S)
+    s_art = calibrate_sigma2(0.5, S, count_channel_noise=False)
     assert s_art == pytest.approx((0.2 * gaussian_factor(1e-5) / 0.5) ** 2 / 24.0)
     assert s_art > s_all
     # Channel noise alone is enough: σ² = 0.
-    assert calibrate_sigma2(1.0, H, P, BETA, **{**EX, "noise_power_w": 100.0}) == 0.0
+    assert calibrate_sigma2(1.0, RoundSetting(H, P, BETA, **{**EX, "noise_power_w": 100.0})) == 0.0
     # Equal channels: β = 0 everywhere, no artificial noise possible → inf.
-    assert calibrate_sigma2(0.5, np.ones(5), P, np.zeros(5), **EX) == math.inf
+    assert calibrate_sigma2(0.5, RoundSetting(np.ones(5), P, np.zeros(5), **EX)) == math.inf
 
 
 def test_check_8_n_scaling():
     def eps_rx1(n, noise_w):
         h = np.array([1.0] + [2.0] * (n - 1))
-        return epsilon_per_receiver(h, P, 1 - 1 / h**2, 1.0, **{**EX, "noise_power_w": noise_w})[0]
+        return epsilon_per_receiver(RoundSetting(h, P, 1 - 1 / h**2, **{**EX, "noise_power_w": noise_w}), 1.0)[0]
 
     assert eps_rx1(10, 0.0) / eps_rx1(30, 0.0) == pytest.approx(math.sqrt(29 / 9), rel=1e-12)
     assert eps_rx1(10, 0.0) / eps_rx1(30, 0.0) == pytest.approx(1.7951, abs=1e-4)
-    orth = [orthogonal_epsilon(np.array([1.0] + [2.0] * (n - 1)), P, 0.75, 1.0, **EX)[1] for n in (10, 30)]
+    orth = [orthogonal_epsilon(RoundSetting(np.array([1.0] + [2.0] * (n - 1)), P, 0.75, **EX), 1.0)[1] for n in (10, 30)]
     assert orth[0] == pytest.approx(orth[1], rel=1e-15)
 
 
@@ -124,20 +126,21 @@ def test_remark_iv1_bound_erratum():
         h = rng.uniform(0.2, 3.0, n)
         beta = 1 - (np.min(h) / h) ** 2
         s2, m = rng.uniform(0, 2), rng.uniform(0, 5)
-        eps = epsilon_per_receiver(h, P, beta, s2, m, 0.1, 1.0, 1e-5)
-        bound = remark_iv1_bound(h, P, beta, s2, m, 0.1, 1.0, 1e-5, erratum="corrected")
+        setting = RoundSetting(h, P, beta, m, 0.1, 1.0, 1e-5)
+        eps = epsilon_per_receiver(setting, s2)
+        bound = remark_iv1_bound(setting, s2, erratum="corrected")
         assert np.all(eps <= bound * (1 + 1e-12))
     # As printed (σ_m² not divided by N−1) the bound fails when channel noise dominates.
-    eps = epsilon_per_receiver(H, P, BETA, 0.0, **EX)
-    paper = remark_iv1_bound(H, P, BETA, 0.0, **EX, erratum="paper")
+    eps = epsilon_per_receiver(S, 0.0)
+    paper = remark_iv1_bound(S, 0.0, erratum="paper")
     assert np.all(paper < eps)
     with pytest.raises(ValueError):
-        remark_iv1_bound(H, P, BETA, 0.0, **EX, erratum="other")
+        remark_iv1_bound(S, 0.0, erratum="other")
 
 
 def test_noise_multiplier_matches_eq11():
-    z = noise_multipliers(H, P, BETA, 1.0, 1.0, 0.1, 1.0)
-    eps = epsilon_per_receiver(H, P, BETA, 1.0, **EX)
+    z = noise_multipliers(S, 1.0)
+    eps = epsilon_per_receiver(S, 1.0)
     np.testing.assert_allclose(eps, gaussian_factor(1e-5) / z, rtol=1e-12)
     assert round_dp_event(z[0]) == dp_accounting.GaussianDpEvent(z[0])
 
@@ -163,10 +166,10 @@ def test_composition_with_dp_accounting():
 
 
 def test_dwfl_composition_worst_receiver():
-    one = dwfl_composed_epsilon(H, P, BETA, 1.0, 1.0, 0.1, 1.0, 1e-5, rounds=1, accountant="pld")
+    one = dwfl_composed_epsilon(S, 1.0, rounds=1, accountant="pld")
     # Tight single-round ε is below the classic eq. (11) value 0.193792 of the worst receiver.
     assert one < 0.193792
-    z_worst = noise_multipliers(H, P, BETA, 1.0, 1.0, 0.1, 1.0).min()
+    z_worst = noise_multipliers(S, 1.0).min()
     assert one == pytest.approx(dp_accounting.get_epsilon_gaussian(z_worst, 1e-5), rel=2e-3)
-    many = dwfl_composed_epsilon(H, P, BETA, 1.0, 1.0, 0.1, 1.0, 1e-5, rounds=50)
+    many = dwfl_composed_epsilon(S, 1.0, rounds=50)
     assert many > one

@@ -187,16 +187,17 @@ def test_deadline_stragglers_follow_the_modelled_round_time(small_config_text, t
 
 def test_the_tight_accountant_guesses_a_planned_run_right(small_config_text, tmp_path, monkeypatch):
     from testbed.privacy import accountants
+    from testbed.privacy.accountants import background
 
     requests = []
-    result_of = accountants.BackgroundEpsilons.result
+    result_of = background.BackgroundEpsilons.result
 
     def recorded(job, tallies):
         out = result_of(job, tallies)
         requests.append(job.requests)
         return out
 
-    monkeypatch.setattr(accountants.BackgroundEpsilons, "result", recorded)
+    monkeypatch.setattr(background.BackgroundEpsilons, "result", recorded)
     result = _run(small_config_text, tmp_path)
     node = result.summary["nodes"]["0"]
     assert requests == [1]  # the planned tallies were the final ones: computed while the rounds ran

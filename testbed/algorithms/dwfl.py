@@ -316,33 +316,36 @@ class Dwfl(BaseAlgorithm):
         rc = self._round_channel(round_index)
         al, g = rc.alignment, rc.gains
         p, sm = al.power_w, r.noise_power_w
-        args = (self.lr, self.gmax, self.delta)
         orth = self.scheme == "orthogonal_d2d"
         link_noise = 0.0 if orth and r.digital_orthogonal else sm  # what the privacy noise includes
         cal_noise = link_noise if self.calibration == "with_channel_noise" else 0.0
+        if orth:  # each sender heard alone on its link: β = 1 in the bound, no alignment constant
+            setting = dp.RoundSetting(g, p, 1.0, link_noise, self.lr, self.gmax, self.delta)
+        else:
+            setting = dp.RoundSetting(g, p, al.beta, sm, self.lr, self.gmax, self.delta, c=al.c)
         tx = dataclasses.replace(al, alpha=np.ones(n), beta=np.ones(n)) if orth else al
         if self.sigma2_fixed is not None:
             sigma2 = self.sigma2_fixed
         elif self.epsilon is None:
             sigma2 = 0.0
         elif orth:
-            sigma2 = dp.calibrate_sigma2_orthogonal(self.epsilon, g, p, 1.0, cal_noise, *args)
+            sigma2 = dp.calibrate_sigma2_orthogonal(self.epsilon, dataclasses.replace(setting, noise_power_w=cal_noise))
         elif self.scheme == "ota_d2d":
-            sigma2 = dp.calibrate_sigma2(self.epsilon, g, p, al.beta, sm, *args, c=al.c,
+            sigma2 = dp.calibrate_sigma2(self.epsilon, setting,
                                          count_channel_noise=self.calibration == "with_channel_noise")
         else:
-            sigma2 = dp.calibrate_sigma2_central(self.epsilon, g, p, al.beta, cal_noise, *args, c=al.c)
+            sigma2 = dp.calibrate_sigma2_central(self.epsilon, dataclasses.replace(setting, noise_power_w=cal_noise))
         if not math.isfinite(sigma2):
             raise ConfigError("dwfl.epsilon", f"{self.epsilon} cannot be met in round {round_index}: a receiver "
                               "hears no artificial noise (every other sender has beta = 0); lower dwfl.c_scale")
         if orth:
-            eps = dp.orthogonal_epsilon(g, p, 1.0, sigma2, link_noise, *args, numerator="paper")
+            eps = dp.orthogonal_epsilon(setting, sigma2, numerator="paper")
             var = sigma2 + link_noise / (g**2 * p)
         elif self.scheme == "ota_d2d":
-            eps = dp.epsilon_per_receiver(g, p, al.beta, sigma2, sm, *args, c=al.c)  # eq. (11)
+            eps = dp.epsilon_per_receiver(setting, sigma2)  # eq. (11)
             var = _min_over_others(dp.receiver_noise_variance(g, p, al.beta, sigma2, sm) / al.c**2)  # eq. (10)
         else:
-            eps = np.full(n, dp.central_epsilon(g, p, al.beta, sigma2, sm, *args, c=al.c))
+            eps = np.full(n, dp.central_epsilon(setting, sigma2))
             var = np.full(n, (float(dp.artificial_noise_powers(g, p, al.beta).sum()) * sigma2 + sm) / al.c**2)
         airtime, energy = self._link_cost(rc)
         return RoundPlan(channel=rc, tx=tx, sigma2=float(sigma2), epsilon=np.asarray(eps, dtype=float),
@@ -648,14 +651,6 @@ class Dwfl(BaseAlgorithm):
         first = self.plan(0)
         plans = [self.plan(t) for t in range(self.rounds_planned)] if self.rounds_planned else [first]
         z = [float(p.privacy_sigma.min()) / self.sensitivity for p in plans]
-        # One self-composed event when every round is the same mechanism (time-invariant channel):
-        # a PLD of T separate events costs T convolutions.
-        same = all(v == z[0] for v in z)
-        # PLD discretises the privacy loss; below a noise multiplier of 0.1 its grid explodes (and ε
-        # is in the hundreds anyway), so only RDP is reported there.
-        composed = {acc: None if acc == "pld" and min(z) < 0.1 else dp.composed_epsilon(
-            z[0] if same else z, self.delta, rounds=len(z) if same else None, accountant=acc)
-            for acc in ("rdp", "pld")}
         al = first.channel.alignment
         return {
             "scheme": self.scheme, "variant": self.variant, "calibration": self.calibration,
@@ -664,9 +659,10 @@ class Dwfl(BaseAlgorithm):
             "epsilon_round_max": max(float(p.epsilon.max()) for p in plans),
             # Remark IV.1 (paper numerator): each sender's ε if it were heard alone, same σ² and β.
             "epsilon_orthogonal": first.epsilon.tolist() if self.scheme == "orthogonal_d2d" else dp.orthogonal_epsilon(
-                first.channel.gains, al.power_w, al.beta, first.sigma2, self.radio.noise_power_w, self.lr,
-                self.gmax, self.delta).tolist(),
-            "epsilon_composed_rdp": composed["rdp"], "epsilon_composed_pld": composed["pld"],
+                dp.RoundSetting(first.channel.gains, al.power_w, al.beta, self.radio.noise_power_w, self.lr,
+                                self.gmax, self.delta), first.sigma2).tolist(),
+            # Over all planned rounds, at the worst node, by every tight accountant (epsilon_composed_rdp...).
+            **{f"epsilon_composed_{name}": eps for name, eps in dp.composed_epsilons(z, self.delta).items()},
             "sensitivity": self.sensitivity, "privacy_sigma": first.privacy_sigma.tolist(),
             "delta": self.delta, "rounds_planned": self.rounds_planned, "batch": self.batch, "lr": self.lr,
             "averaging_rate": self.eta, "gmax": self.gmax, "init": self.init,

@@ -41,16 +41,16 @@ def _privacy(args: argparse.Namespace) -> int:
         al = align_power(gains, args.power_w, beta=beta if beta is None or len(beta) > 1 else beta[0])  # eqs. (3)-(4)
     except ValueError as exc:
         raise UserError(f"--beta: {exc}") from None
-    common = (args.lr, args.gmax, args.delta)
+    setting = dp.RoundSetting(gains, args.power_w, al.beta, args.noise_var, args.lr, args.gmax, args.delta)
     if args.epsilon is not None:
-        sigma2 = dp.calibrate_sigma2(args.epsilon, gains, args.power_w, al.beta, args.noise_var, *common)
+        sigma2 = dp.calibrate_sigma2(args.epsilon, setting)
     else:
         sigma2 = args.sigma2
-    eps = dp.epsilon_per_receiver(gains, args.power_w, al.beta, sigma2, args.noise_var, *common)  # eq. (11)
-    orth = dp.orthogonal_epsilon(gains, args.power_w, al.beta, sigma2, args.noise_var, *common)  # Remark IV.1
+    eps = dp.epsilon_per_receiver(setting, sigma2)  # eq. (11)
+    orth = dp.orthogonal_epsilon(setting, sigma2)  # Remark IV.1
     result = {"epsilon": eps.tolist(), "epsilon_orthogonal": orth.tolist(), "sigma2": sigma2, "c": al.c,
               "alpha": al.alpha.tolist(), "beta": al.beta.tolist(),
-              "sigma_z2": dp.sigma_z2(gains, args.power_w, al.beta, sigma2, args.noise_var)}
+              "sigma_z2": dp.sigma_z2(setting, sigma2)}
     finite_result(result)
     if args.json:
         print(json.dumps(result))

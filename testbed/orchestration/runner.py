@@ -44,7 +44,8 @@ from testbed.ledger.node import Totals
 from testbed.ledger.book import LedgerBook
 from testbed.models import Model
 from testbed.orchestration.nodes_api import Closing, Nodes, RoundOutcome
-from testbed.privacy.accountants import BackgroundEpsilons, epsilon_by_observer
+from testbed.privacy.accountants import epsilon_by_observer
+from testbed.privacy.accountants.background import BackgroundEpsilons
 from testbed.util.parallel import split_work
 from testbed.reports.progress import Progress
 from testbed.resources import check_fits

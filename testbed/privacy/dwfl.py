@@ -8,6 +8,9 @@ set is replaced (gradients clipped to g_max, step γ), and the Gaussian noise ha
 
 - eq. (10): σ_s,i² = Σ_{k≠i} |h_k|² β_k P_k σ² + σ_m².
 
+A round's quantities besides σ² (channel amplitudes, powers, β, channel noise, γ, g_max, δ, c) travel
+together as one :class:`RoundSetting`; σ² is what the calibrations solve for.
+
 Functions (all vectorised over receivers; arrays have the node axis first, shape (N,)):
 
 - :func:`epsilon_per_receiver`: eq. (11) / Theorem IV.1, ε_i = Δ sqrt(2 ln(1.25/δ)) / σ_s,i
@@ -23,14 +26,15 @@ Functions (all vectorised over receivers; arrays have the node axis first, shape
 - :func:`remark_iv1_bound`: the O(1/sqrt(N−1)) bound of Remark IV.1, as printed (erratum: it can
   fail when channel noise dominates) or corrected (σ_m²/(N−1));
 - :func:`sigma_z2`: σ_z² of Lemma IV.6;
-- :func:`composed_epsilon`, :func:`dwfl_composed_epsilon`: composition over T rounds with Google's
-  dp-accounting (RDP or PLD), each round a Gaussian mechanism of noise multiplier σ_s,i / Δ.
+- :func:`composed_epsilon`, :func:`composed_epsilons`, :func:`dwfl_composed_epsilon`: composition
+  over T rounds by the ledger's accountants (testbed.privacy.accountants: e.g. dp-accounting's RDP
+  or PLD), each round a Gaussian mechanism of noise multiplier σ_s,i / Δ.
 
 Caveats (dwfl.md §4.3, not in the paper): the per-round analysis treats x_j^(t−1/2) as fixed and
 only the current gradient as data-dependent (sensitivity 2cγ g_max); the composition inherits that
 assumption. A worker's G_j is heard by all N−1 receivers (collusion is not covered). With imperfect
-CSI, pass the effective gains as ``h_abs`` and the largest received model amplitude as ``c``; with
-truncation or ``c_scale < 1`` (``channel.align_power``) pass ``c=alignment.c``, since the default c is
+CSI, set the effective gains as ``h_abs`` and the largest received model amplitude as ``c``; with
+truncation or ``c_scale < 1`` (``channel.align_power``) set ``c=alignment.c``, since the default c is
 eq. (4) over all nodes.
 
 All noise powers are in W (or any consistent unit: only ratios to c² matter).
@@ -39,18 +43,17 @@ Example (the worked example of dwfl.md §4.5)::
 
     >>> import numpy as np
     >>> h = np.array([1.0] + [2.0] * 9); beta = 1 - 1 / h**2
-    >>> eps = epsilon_per_receiver(h, 1.0, beta, sigma2=1.0, noise_power_w=1.0, gamma=0.1,
-    ...                            g_max=1.0, delta=1e-5)
-    >>> eps[:2].round(6).tolist()
+    >>> setting = RoundSetting(h, 1.0, beta, noise_power_w=1.0, gamma=0.1, g_max=1.0, delta=1e-5)
+    >>> epsilon_per_receiver(setting, sigma2=1.0)[:2].round(6).tolist()
     [0.183116, 0.193792]
-    >>> round(calibrate_sigma2(0.5, h, 1.0, beta, noise_power_w=1.0, gamma=0.1, g_max=1.0,
-    ...                        delta=1e-5), 6)
+    >>> round(calibrate_sigma2(0.5, setting), 6)
     0.114814
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
@@ -61,6 +64,7 @@ __all__ = [
     "sensitivity",
     "artificial_noise_powers",
     "receiver_noise_variance",
+    "RoundSetting",
     "epsilon_per_receiver",
     "sigma_z2",
     "calibrate_sigma2",
@@ -69,6 +73,7 @@ __all__ = [
     "noise_multipliers",
     "round_dp_event",
     "composed_epsilon",
+    "composed_epsilons",
     "dwfl_composed_epsilon",
     "calibrate_sigma2_orthogonal",
     "central_epsilon",
@@ -168,80 +173,97 @@ def receiver_noise_variance(
     return (b.sum() - b) + _vec(noise_power_w, n, "noise_power_w")
 
 
-def epsilon_per_receiver(
-    h_abs: Any,
-    power_w: Any,
-    beta: Any,
-    sigma2: float,
-    noise_power_w: Any,
-    gamma: float,
-    g_max: float,
-    delta: float,
-    c: float | None = None,
-) -> np.ndarray:
+@dataclass(frozen=True, eq=False)
+class RoundSetting:
+    """What one DWFL round's privacy depends on besides σ², the artificial-noise variance it
+    calibrates: the channel, the powers, the channel noise and the query (dwfl.md §4).
+
+    Scalars or arrays with the node axis first, shape (N,); the functions below take one setting,
+    each reading the fields its equation has.
+
+    Attributes:
+        h_abs: (N,) channel amplitudes |h_k| (dimensionless; the effective gains with imperfect CSI).
+        power_w: scalar or (N,) maximum transmit powers P_k, W.
+        beta: scalar or (N,) β_k, the fraction of P_k a sender spends on artificial noise.
+        noise_power_w: scalar or (N,) σ_m², the per-entry channel-noise variance at a receiver, W.
+        gamma: learning rate γ.
+        g_max: gradient clipping norm (L2).
+        delta: δ of the (ε, δ) guarantee.
+        c: received model amplitude, sqrt(W); None: eq. (4), min_j |h_j| sqrt(P_j).
+
+    Example::
+
+        >>> s = RoundSetting([1.0, 2.0], 1.0, [0.0, 0.75], noise_power_w=1.0, gamma=0.1, g_max=1.0, delta=1e-5)
+        >>> s.alignment_c(), round(s.sensitivity(), 12)
+        (1.0, 0.2)
+    """
+
+    h_abs: Any
+    power_w: Any
+    beta: Any
+    noise_power_w: Any
+    gamma: float
+    g_max: float
+    delta: float
+    c: float | None = None
+
+    def alignment_c(self) -> float:
+        """c: the given one, else eq. (4) over all nodes."""
+        return alignment_constant(self.h_abs, self.power_w) if self.c is None else float(self.c)
+
+    def sensitivity(self) -> float:
+        """Δ = 2 c γ g_max (Theorem IV.1 proof)."""
+        return sensitivity(self.gamma, self.g_max, self.alignment_c())
+
+    def noise_variance(self, sigma2: float) -> np.ndarray:
+        """(N,) σ_s,i² of eq. (10) at σ²."""
+        return receiver_noise_variance(self.h_abs, self.power_w, self.beta, sigma2, self.noise_power_w)
+
+
+def epsilon_per_receiver(setting: RoundSetting, sigma2: float) -> np.ndarray:
     """(N,) per-round ε_i of Theorem IV.1, eq. (11).
 
     ε_i = 2 γ g_max sqrt(min_j |h_j|² P_j) / sqrt(Σ_{k≠i} |h_k|² β_k P_k σ² + σ_m²) · sqrt(2 ln(1.25/δ)).
 
     Args:
-        h_abs: (N,) |h_k| (effective gains with imperfect CSI).
-        power_w: scalar or (N,) P_k, W.
-        beta: scalar or (N,) β_k.
+        setting: the round (c defaults to eq. (4)).
         sigma2: σ², artificial-noise variance per entry.
-        noise_power_w: scalar or (N,) σ_m², W.
-        gamma: learning rate γ.
-        g_max: clipping norm.
-        delta: δ.
-        c: received model amplitude; default eq. (4), min_j |h_j| sqrt(P_j).
 
     Returns:
         (N,) ε_i for each receiver i (inf where σ_s,i = 0).
 
     Example::
 
-        >>> epsilon_per_receiver([1.0, 2.0], 1.0, [0.0, 0.75], 0.0, 1.0, 0.1, 1.0, 1e-5).round(6).tolist()
+        >>> epsilon_per_receiver(RoundSetting([1.0, 2.0], 1.0, [0.0, 0.75], 1.0, 0.1, 1.0, 1e-5), 0.0).round(6).tolist()
         [0.968961, 0.968961]
     """
-    cc = alignment_constant(h_abs, power_w) if c is None else float(c)
-    var = receiver_noise_variance(h_abs, power_w, beta, sigma2, noise_power_w)
+    var = setting.noise_variance(sigma2)
     with np.errstate(divide="ignore"):
-        return sensitivity(gamma, g_max, cc) * gaussian_factor(delta) / np.sqrt(var)
+        return setting.sensitivity() * gaussian_factor(setting.delta) / np.sqrt(var)
 
 
-def sigma_z2(
-    h_abs: Any, power_w: Any, beta: Any, sigma2: float, noise_power_w: float, c: float | None = None
-) -> float:
-    """σ_z² = max_k (|h_k|² β_k P_k σ²/c² + σ_m²/(c²(N−1)²)), Lemma IV.6.
+def sigma_z2(setting: RoundSetting, sigma2: float) -> float:
+    """σ_z² = max_k (|h_k|² β_k P_k σ²/c² + σ_m²/(c²(N−1)²)), Lemma IV.6 (σ_m² a scalar; γ, g_max,
+    δ unused).
 
     The largest per-entry variance of a column Φ_k^(t,i) of the effective noise (dwfl.md §2.4).
 
     Example::
 
         >>> h = [1.0] + [2.0] * 9
-        >>> round(sigma_z2(h, 1.0, [0.0] + [0.75] * 9, 1.0, 1.0), 6)
+        >>> round(sigma_z2(RoundSetting(h, 1.0, [0.0] + [0.75] * 9, 1.0, 0.1, 1.0, 1e-5), 1.0), 6)
         3.012346
     """
-    h = _vec(h_abs)
+    h = _vec(setting.h_abs)
     n = h.shape[0]
     if n < 2:
         raise ValueError("sigma_z2 needs N >= 2")
-    cc = alignment_constant(h, power_w) if c is None else float(c)
-    b = artificial_noise_powers(h, power_w, beta) * float(sigma2)
-    return float(np.max(b / cc**2 + float(noise_power_w) / (cc**2 * (n - 1) ** 2)))
+    cc = setting.alignment_c()
+    b = artificial_noise_powers(h, setting.power_w, setting.beta) * float(sigma2)
+    return float(np.max(b / cc**2 + float(setting.noise_power_w) / (cc**2 * (n - 1) ** 2)))
 
 
-def calibrate_sigma2(
-    epsilon: float,
-    h_abs: Any,
-    power_w: Any,
-    beta: Any,
-    noise_power_w: Any,
-    gamma: float,
-    g_max: float,
-    delta: float,
-    c: float | None = None,
-    count_channel_noise: bool = True,
-) -> float:
+def calibrate_sigma2(epsilon: float, setting: RoundSetting, count_channel_noise: bool = True) -> float:
     """Smallest σ² giving every receiver ε_i <= ε in eq. (11) (dwfl.md §4.4, [DERIVED]).
 
     σ² = max_i max(0, (Δ² · 2 ln(1.25/δ) / ε² − σ_m²) / S_i), Δ = 2 c γ g_max,
@@ -249,8 +271,7 @@ def calibrate_sigma2(
 
     Args:
         epsilon: target per-round ε.
-        h_abs, power_w, beta, noise_power_w, gamma, g_max, delta, c: as
-            :func:`epsilon_per_receiver`.
+        setting: the round, as :func:`epsilon_per_receiver`.
         count_channel_noise: ``False`` ignores σ_m² (option (i) of dwfl.md §4.4: channel noise is
             an extra on top of the target, which reproduces the paper's "more power is better").
 
@@ -259,39 +280,28 @@ def calibrate_sigma2(
 
     Example::
 
-        >>> round(calibrate_sigma2(0.5, [1.0, 2.0, 2.0], 1.0, [0.0, 0.75, 0.75], 1.0, 0.1, 1.0,
-        ...                        1e-5), 6)
+        >>> round(calibrate_sigma2(0.5, RoundSetting([1.0, 2.0, 2.0], 1.0, [0.0, 0.75, 0.75], 1.0, 0.1, 1.0,
+        ...                                          1e-5)), 6)
         0.918514
     """
     if epsilon <= 0:
         raise ValueError(f"epsilon must be > 0, got {epsilon}")
-    cc = alignment_constant(h_abs, power_w) if c is None else float(c)
-    b = artificial_noise_powers(h_abs, power_w, beta)
+    b = artificial_noise_powers(setting.h_abs, setting.power_w, setting.beta)
     n = b.shape[0]
     s = b.sum() - b
-    needed = (sensitivity(gamma, g_max, cc) * gaussian_factor(delta) / epsilon) ** 2
-    m = _vec(noise_power_w, n, "noise_power_w") if count_channel_noise else np.zeros(n)
+    needed = (setting.sensitivity() * gaussian_factor(setting.delta) / epsilon) ** 2
+    m = _vec(setting.noise_power_w, n, "noise_power_w") if count_channel_noise else np.zeros(n)
     gap = np.maximum(needed - m, 0.0)
     with np.errstate(divide="ignore", invalid="ignore"):
         per_rx = np.where(gap == 0.0, 0.0, gap / s)
     return float(np.max(per_rx))
 
 
-def orthogonal_epsilon(
-    h_abs: Any,
-    power_w: Any,
-    beta: Any,
-    sigma2: float,
-    noise_power_w: float,
-    gamma: float,
-    g_max: float,
-    delta: float,
-    numerator: str = "paper",
-    alpha: Any = None,
-) -> np.ndarray:
+def orthogonal_epsilon(setting: RoundSetting, sigma2: float, numerator: str = "paper", alpha: Any = None) -> np.ndarray:
     """(N,) ε_{j→i} of orthogonal transmission from sender j (Remark IV.1); independent of i and N.
 
     ε_{j→i} = 2 γ g_max sqrt(A_j) / sqrt(|h_j|² β_j P_j σ² + σ_m²) · sqrt(2 ln(1.25/δ)), with
+    (σ_m² a scalar; c unused: each link is heard alone)
 
     - ``numerator="paper"``: A_j = |h_j|² P_j (as printed: α_j = 1 although β_j > 0, dwfl.md §4.4
       [AMBIG], an upper bound);
@@ -300,12 +310,12 @@ def orthogonal_epsilon(
 
     Example::
 
-        >>> orthogonal_epsilon([1.0, 2.0], 1.0, [0.0, 0.75], 1.0, 1.0, 0.1, 1.0, 1e-5).round(6).tolist()
+        >>> orthogonal_epsilon(RoundSetting([1.0, 2.0], 1.0, [0.0, 0.75], 1.0, 0.1, 1.0, 1e-5), 1.0).round(6).tolist()
         [0.968961, 0.968961]
     """
-    h = _vec(h_abs)
+    h = _vec(setting.h_abs)
     n = h.shape[0]
-    p = _vec(power_w, n, "power_w")
+    p = _vec(setting.power_w, n, "power_w")
     if numerator == "paper":
         a = h**2 * p
     elif numerator == "consistent":
@@ -314,24 +324,13 @@ def orthogonal_epsilon(
         a = _vec(alpha, n, "alpha") * h**2 * p
     else:
         raise ValueError(f'numerator must be "paper" or "consistent", got {numerator!r}')
-    var = artificial_noise_powers(h, p, beta) * float(sigma2) + float(noise_power_w)
+    var = artificial_noise_powers(h, p, setting.beta) * float(sigma2) + float(setting.noise_power_w)
     with np.errstate(divide="ignore"):
-        return 2.0 * gamma * g_max * np.sqrt(a) / np.sqrt(var) * gaussian_factor(delta)
+        return 2.0 * setting.gamma * setting.g_max * np.sqrt(a) / np.sqrt(var) * gaussian_factor(setting.delta)
 
 
-def remark_iv1_bound(
-    h_abs: Any,
-    power_w: Any,
-    beta: Any,
-    sigma2: float,
-    noise_power_w: float,
-    gamma: float,
-    g_max: float,
-    delta: float,
-    c: float | None = None,
-    erratum: str = "corrected",
-) -> np.ndarray:
-    """(N,) the O(1/sqrt(N−1)) upper bound on ε_i of Remark IV.1.
+def remark_iv1_bound(setting: RoundSetting, sigma2: float, erratum: str = "corrected") -> np.ndarray:
+    """(N,) the O(1/sqrt(N−1)) upper bound on ε_i of Remark IV.1 (σ_m² a scalar).
 
     ε_i <= (1/sqrt(N−1)) · 2 γ g_max c / sqrt(min_{k≠i} |h_k|² β_k P_k σ² + M) · sqrt(2 ln(1.25/δ)),
 
@@ -341,57 +340,44 @@ def remark_iv1_bound(
 
     Example::
 
-        >>> h = [1.0, 2.0, 2.0]; beta = [0.0, 0.75, 0.75]
-        >>> b = remark_iv1_bound(h, 1.0, beta, 0.0, 1.0, 0.1, 1.0, 1e-5, erratum="paper")
-        >>> e = epsilon_per_receiver(h, 1.0, beta, 0.0, 1.0, 0.1, 1.0, 1e-5)
-        >>> bool(np.all(b < e))        # the printed bound fails without artificial noise
+        >>> s = RoundSetting([1.0, 2.0, 2.0], 1.0, [0.0, 0.75, 0.75], 1.0, 0.1, 1.0, 1e-5)
+        >>> b = remark_iv1_bound(s, 0.0, erratum="paper")
+        >>> bool(np.all(b < epsilon_per_receiver(s, 0.0)))        # the printed bound fails without artificial noise
         True
     """
-    h = _vec(h_abs)
+    h = _vec(setting.h_abs)
     n = h.shape[0]
     if n < 2:
         raise ValueError("remark_iv1_bound needs N >= 2")
-    cc = alignment_constant(h, power_w) if c is None else float(c)
-    b = artificial_noise_powers(h, power_w, beta) * float(sigma2)
+    b = artificial_noise_powers(h, setting.power_w, setting.beta) * float(sigma2)
     # min over k != i: the smallest entry, or the second smallest for the receiver holding it.
     order = np.argsort(b, kind="stable")
     min_other = np.full(n, b[order[0]])
     min_other[order[0]] = b[order[1]]
     if erratum == "paper":
-        m = float(noise_power_w)
+        m = float(setting.noise_power_w)
     elif erratum == "corrected":
-        m = float(noise_power_w) / (n - 1)
+        m = float(setting.noise_power_w) / (n - 1)
     else:
         raise ValueError(f'erratum must be "paper" or "corrected", got {erratum!r}')
     with np.errstate(divide="ignore"):
-        return sensitivity(gamma, g_max, cc) * gaussian_factor(delta) / (
+        return setting.sensitivity() * gaussian_factor(setting.delta) / (
             math.sqrt(n - 1) * np.sqrt(min_other + m)
         )
 
 
-def noise_multipliers(
-    h_abs: Any,
-    power_w: Any,
-    beta: Any,
-    sigma2: float,
-    noise_power_w: Any,
-    gamma: float,
-    g_max: float,
-    c: float | None = None,
-) -> np.ndarray:
-    """(N,) per-round noise multiplier of receiver i: σ_s,i / Δ, with Δ = 2 c γ g_max.
+def noise_multipliers(setting: RoundSetting, sigma2: float) -> np.ndarray:
+    """(N,) per-round noise multiplier of receiver i: σ_s,i / Δ, with Δ = 2 c γ g_max (δ unused).
 
     The Gaussian mechanism seen by receiver i, normalised to sensitivity 1 (the convention of
     ``dp_accounting.GaussianDpEvent``).
 
     Example::
 
-        >>> noise_multipliers([1.0, 2.0], 1.0, [0.0, 0.75], 0.0, 1.0, 0.1, 1.0).round(6).tolist()
+        >>> noise_multipliers(RoundSetting([1.0, 2.0], 1.0, [0.0, 0.75], 1.0, 0.1, 1.0, 1e-5), 0.0).round(6).tolist()
         [5.0, 5.0]
     """
-    cc = alignment_constant(h_abs, power_w) if c is None else float(c)
-    var = receiver_noise_variance(h_abs, power_w, beta, sigma2, noise_power_w)
-    return np.sqrt(var) / sensitivity(gamma, g_max, cc)
+    return np.sqrt(setting.noise_variance(sigma2)) / setting.sensitivity()
 
 
 def round_dp_event(noise_multiplier: float):
@@ -407,14 +393,10 @@ def round_dp_event(noise_multiplier: float):
     return dp_accounting.GaussianDpEvent(float(noise_multiplier))
 
 
-def _accountant(kind: str):
-    from dp_accounting import pld, rdp
-
-    if kind == "rdp":
-        return rdp.RdpAccountant()
-    if kind == "pld":
-        return pld.PLDAccountant()
-    raise ValueError(f'accountant must be "rdp" or "pld", got {kind!r}')
+def _round_signature(noise_multiplier: float) -> tuple:
+    # One round at a receiver, as the ledger's accountants read it: a Gaussian of multiplier z at
+    # sensitivity 1 for replacing a worker's data set (Theorem IV.1), no sampling.
+    return (float(noise_multiplier), 1.0, "replace_one", "none", 1.0)
 
 
 def composed_epsilon(
@@ -423,16 +405,16 @@ def composed_epsilon(
     rounds: int | None = None,
     accountant: str = "rdp",
 ) -> float:
-    """ε at δ after composing Gaussian rounds with dp-accounting.
+    """ε at δ after composing Gaussian rounds with a registered accountant
+    (:mod:`testbed.privacy.accountants`).
 
     Args:
-        noise_multiplier: one multiplier z (σ/Δ) for ``rounds`` identical rounds
-            (``SelfComposedDpEvent``), or a sequence with one z per round (``ComposedDpEvent``,
-            e.g. fading redrawn every round).
+        noise_multiplier: one multiplier z (σ/Δ) for ``rounds`` identical rounds (one event
+            composed T times), or a sequence with one z per round (e.g. fading redrawn every round).
         delta: δ.
         rounds: T, with a scalar ``noise_multiplier``.
-        accountant: ``"rdp"`` (``dp_accounting.rdp.RdpAccountant``, an upper bound) or ``"pld"``
-            (``dp_accounting.pld.PLDAccountant``, tight up to discretisation).
+        accountant: its name, e.g. ``"rdp"`` (dp-accounting's ``RdpAccountant``, an upper bound)
+            or ``"pld"`` (``PLDAccountant``, tight up to discretisation).
 
     Returns:
         ε (inf if some z = 0).
@@ -442,44 +424,40 @@ def composed_epsilon(
         >>> round(composed_epsilon(5.0, 1e-5, rounds=1, accountant="pld"), 2)
         0.73
     """
-    import dp_accounting
+    from testbed.privacy.accountants.registry import get
 
     if np.ndim(noise_multiplier) == 0:
         if rounds is None or rounds < 0:
             raise ValueError("a scalar noise_multiplier needs rounds >= 0")
-        z = float(noise_multiplier)
-        if rounds == 0:
-            return 0.0
-        if z <= 0:
-            return math.inf
-        event = dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(z), int(rounds))
+        items = [(_round_signature(noise_multiplier), int(rounds))] if rounds else []
     else:
         zs = [float(z) for z in noise_multiplier]
         if rounds is not None and rounds != len(zs):
             raise ValueError(f"rounds={rounds} but {len(zs)} noise multipliers were given")
-        if not zs:
-            return 0.0
-        if min(zs) <= 0:
-            return math.inf
-        event = dp_accounting.ComposedDpEvent([dp_accounting.GaussianDpEvent(z) for z in zs])
-    acc = _accountant(accountant)
-    acc.compose(event)
-    return float(acc.get_epsilon(delta))
+        items = [(_round_signature(z), 1) for z in zs]
+    return get(accountant).epsilon(items, delta)
 
 
-def dwfl_composed_epsilon(
-    h_abs: Any,
-    power_w: Any,
-    beta: Any,
-    sigma2: float,
-    noise_power_w: Any,
-    gamma: float,
-    g_max: float,
-    delta: float,
-    rounds: int,
-    c: float | None = None,
-    accountant: str = "rdp",
-) -> float:
+def composed_epsilons(noise_multipliers_per_round: Sequence[float], delta: float) -> dict[str, float | None]:
+    """ε at δ of the rounds (one noise multiplier z each) by every tight accountant, by name; None
+    where z falls below what it can compute (a PLD's grid explodes below z = 0.1).
+
+    Example::
+
+        >>> {k: round(v, 2) for k, v in composed_epsilons([5.0] * 3, 1e-5).items()}
+        {'rdp': 1.45, 'pld': 1.33}
+    """
+    from testbed.privacy.accountants.registry import get, tight_names
+
+    z = [float(v) for v in noise_multipliers_per_round]
+    # One event composed T times when every round is the same mechanism (time-invariant channel):
+    # a PLD of T separate events costs T convolutions.
+    same = all(v == z[0] for v in z)
+    return {name: None if min(z) < get(name).min_noise_multiplier else composed_epsilon(
+        z[0] if same else z, delta, rounds=len(z) if same else None, accountant=name) for name in tight_names()}
+
+
+def dwfl_composed_epsilon(setting: RoundSetting, sigma2: float, rounds: int, accountant: str = "rdp") -> float:
     """ε at δ of the worst receiver after T identical DWFL rounds (time-invariant channel).
 
     Every round is a Gaussian mechanism of multiplier σ_s,i/Δ at receiver i (same per-round
@@ -487,26 +465,16 @@ def dwfl_composed_epsilon(
 
     Example::
 
-        >>> h = [1.0] + [2.0] * 9; beta = [0.0] + [0.75] * 9
-        >>> e1 = dwfl_composed_epsilon(h, 1.0, beta, 1.0, 1.0, 0.1, 1.0, 1e-5, rounds=1,
-        ...                            accountant="pld")
+        >>> s = RoundSetting([1.0] + [2.0] * 9, 1.0, [0.0] + [0.75] * 9, 1.0, 0.1, 1.0, 1e-5)
+        >>> e1 = dwfl_composed_epsilon(s, 1.0, rounds=1, accountant="pld")
         >>> bool(e1 < 0.193792)        # tighter than the classic bound of eq. (11)
         True
     """
-    z = noise_multipliers(h_abs, power_w, beta, sigma2, noise_power_w, gamma, g_max, c)
-    return composed_epsilon(float(np.min(z)), delta, rounds=rounds, accountant=accountant)
+    z = noise_multipliers(setting, sigma2)
+    return composed_epsilon(float(np.min(z)), setting.delta, rounds=rounds, accountant=accountant)
 
 
-def calibrate_sigma2_orthogonal(
-    epsilon: float,
-    h_abs: Any,
-    power_w: Any,
-    beta: Any,
-    noise_power_w: float,
-    gamma: float,
-    g_max: float,
-    delta: float,
-) -> float:
+def calibrate_sigma2_orthogonal(epsilon: float, setting: RoundSetting) -> float:
     """Smallest σ² giving every link ε_{j→i} <= ε in :func:`orthogonal_epsilon` (paper numerator).
 
     σ² = max_j max(0, (2 γ g_max)² |h_j|² P_j · 2 ln(1.25/δ) / ε² − σ_m²) / (|h_j|² β_j P_j):
@@ -514,39 +482,30 @@ def calibrate_sigma2_orthogonal(
 
     Args:
         epsilon: target per-round ε of every link.
-        h_abs, power_w, beta, noise_power_w, gamma, g_max, delta: as :func:`orthogonal_epsilon`.
+        setting: the round, as :func:`orthogonal_epsilon`.
 
     Returns:
         σ² (>= 0); ``inf`` if a sender with β_j = 0 needs artificial noise.
 
     Example::
 
-        >>> s2 = calibrate_sigma2_orthogonal(0.5, [1.0, 2.0], 1.0, 1.0, 1.0, 0.1, 1.0, 1e-5)
-        >>> round(s2, 6), orthogonal_epsilon([1.0, 2.0], 1.0, 1.0, s2, 1.0, 0.1, 1.0, 1e-5).round(6).tolist()
+        >>> s = RoundSetting([1.0, 2.0], 1.0, 1.0, 1.0, 0.1, 1.0, 1e-5)
+        >>> s2 = calibrate_sigma2_orthogonal(0.5, s)
+        >>> round(s2, 6), orthogonal_epsilon(s, s2).round(6).tolist()
         (3.505542, [0.456492, 0.5])
     """
     if epsilon <= 0:
         raise ValueError(f"epsilon must be > 0, got {epsilon}")
-    h = _vec(h_abs)
-    p = _vec(power_w, h.shape[0], "power_w")
-    needed = (sensitivity(gamma, g_max, 1.0) * gaussian_factor(delta) / epsilon) ** 2 * h**2 * p
-    gap = np.maximum(needed - float(noise_power_w), 0.0)
-    b = artificial_noise_powers(h, p, beta)
+    h = _vec(setting.h_abs)
+    p = _vec(setting.power_w, h.shape[0], "power_w")
+    needed = (sensitivity(setting.gamma, setting.g_max, 1.0) * gaussian_factor(setting.delta) / epsilon) ** 2 * h**2 * p
+    gap = np.maximum(needed - float(setting.noise_power_w), 0.0)
+    b = artificial_noise_powers(h, p, setting.beta)
     with np.errstate(divide="ignore", invalid="ignore"):
         return float(np.max(np.where(gap == 0.0, 0.0, gap / b)))
 
 
-def central_epsilon(
-    h_abs: Any,
-    power_w: Any,
-    beta: Any,
-    sigma2: float,
-    noise_power_w: float,
-    gamma: float,
-    g_max: float,
-    delta: float,
-    c: float | None = None,
-) -> float:
+def central_epsilon(setting: RoundSetting, sigma2: float) -> float:
     """Per-round ε at a parameter server hearing all N aligned senders (eq. 11 with Σ over all k).
 
     ε = 2 c γ g_max sqrt(2 ln(1.25/δ)) / sqrt(Σ_k |h_k|² β_k P_k σ² + σ_m²): the analysis of
@@ -555,39 +514,29 @@ def central_epsilon(
 
     Example::
 
-        >>> round(central_epsilon([1.0] + [2.0] * 9, 1.0, [0.0] + [0.75] * 9, 1.0, 1.0, 0.1, 1.0, 1e-5), 6)
+        >>> s = RoundSetting([1.0] + [2.0] * 9, 1.0, [0.0] + [0.75] * 9, 1.0, 0.1, 1.0, 1e-5)
+        >>> round(central_epsilon(s, 1.0), 6)
         0.183116
     """
-    cc = alignment_constant(h_abs, power_w) if c is None else float(c)
-    var = float(artificial_noise_powers(h_abs, power_w, beta).sum()) * float(sigma2) + float(noise_power_w)
-    return math.inf if var <= 0 else sensitivity(gamma, g_max, cc) * gaussian_factor(delta) / math.sqrt(var)
+    var = (float(artificial_noise_powers(setting.h_abs, setting.power_w, setting.beta).sum()) * float(sigma2)
+           + float(setting.noise_power_w))
+    return math.inf if var <= 0 else setting.sensitivity() * gaussian_factor(setting.delta) / math.sqrt(var)
 
 
-def calibrate_sigma2_central(
-    epsilon: float,
-    h_abs: Any,
-    power_w: Any,
-    beta: Any,
-    noise_power_w: float,
-    gamma: float,
-    g_max: float,
-    delta: float,
-    c: float | None = None,
-) -> float:
+def calibrate_sigma2_central(epsilon: float, setting: RoundSetting) -> float:
     """Smallest σ² giving :func:`central_epsilon` <= ε: max(0, Δ² 2 ln(1.25/δ)/ε² − σ_m²) / Σ_k B_k.
 
     Example::
 
-        >>> h = [1.0] + [2.0] * 9; beta = [0.0] + [0.75] * 9
-        >>> s2 = calibrate_sigma2_central(0.5, h, 1.0, beta, 1.0, 0.1, 1.0, 1e-5)
-        >>> round(central_epsilon(h, 1.0, beta, s2, 1.0, 0.1, 1.0, 1e-5), 12)
+        >>> s = RoundSetting([1.0] + [2.0] * 9, 1.0, [0.0] + [0.75] * 9, 1.0, 0.1, 1.0, 1e-5)
+        >>> round(central_epsilon(s, calibrate_sigma2_central(0.5, s)), 12)
         0.5
     """
     if epsilon <= 0:
         raise ValueError(f"epsilon must be > 0, got {epsilon}")
-    cc = alignment_constant(h_abs, power_w) if c is None else float(c)
-    gap = max((sensitivity(gamma, g_max, cc) * gaussian_factor(delta) / epsilon) ** 2 - float(noise_power_w), 0.0)
+    needed = (setting.sensitivity() * gaussian_factor(setting.delta) / epsilon) ** 2
+    gap = max(needed - float(setting.noise_power_w), 0.0)
     if gap == 0.0:
         return 0.0
-    total = float(artificial_noise_powers(h_abs, power_w, beta).sum())
+    total = float(artificial_noise_powers(setting.h_abs, setting.power_w, setting.beta).sum())
     return math.inf if total <= 0 else gap / total
