@@ -137,17 +137,20 @@ class MqttNodes:
         self._collecting: _Collection | None = None
         self._pending: list[Inbound] = []
         self.online: set[int] = set()
+        # Read first: a credentials file refused after the broker started would leave it running.
+        username, password = _credentials(m.credentials, "coordinator")
         # The run's own broker when none is given (mqtt.broker), stopped by close(); its registration
         # says how clients best speak to it.
         managed = brokers.choose(m.broker) if m.broker_url is None else None
-        self._broker = managed.make(brokers.BrokerOptions(
-            nodes=len(self.node_ids), access=_run_access(m, self.node_ids) if managed.access else None,
-            launch=_fork_broker if can_fork() else None)).start() if managed else None
+        self._broker: brokers.ManagedBroker | None = None
+        if managed is not None:
+            access = _run_access(m, self.node_ids) if managed.access else None
+            self._broker = managed.make(brokers.BrokerOptions(
+                nodes=len(self.node_ids), access=access, launch=_fork_broker if can_fork() else None)).start()
         self.url = self._broker.url if self._broker else m.broker_url
         #: What summary.json says of the broker: its kind ("external": the one mqtt.broker_url names)
         #: and its URL without credentials.
         self.broker = {"kind": managed.name if managed else "external", "url": str(parse_broker_url(self.url))}
-        username, password = _credentials(m.credentials, "coordinator")
         try:
             version = managed.protocol if managed and m.protocol == "auto" else m.protocol
             broadcast = managed.broadcast if managed and m.broadcast == "auto" else m.broadcast

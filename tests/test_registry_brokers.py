@@ -391,3 +391,14 @@ def test_the_schema_offers_the_broker_choice():
     prop = next(d for d in json_schema()["$defs"].values() if d.get("title") == "MqttSection")["properties"]["broker"]
     assert prop["default"] == "auto" and prop["type"] == "string"
 
+
+
+@pytest.mark.parametrize("entries", [{"0": "x", "1": "y", "2": "z"}, {"coordinator": "c", "0": ["not", "text"]}],
+                         ids=["no coordinator", "a password that is not text"])
+def test_a_credentials_file_refused_starts_no_broker(tmp_path, started_mosquittos, entries):
+    _need_mosquitto()
+    creds = tmp_path / "credentials.json"
+    creds.write_text(json.dumps(entries))
+    with pytest.raises(ConfigError, match="mqtt.credentials"):
+        run_experiment(_config(credentials=str(creds)), out_dir=tmp_path / "r", quiet=True)
+    assert started_mosquittos == []  # refused before any broker started
