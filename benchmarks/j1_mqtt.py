@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from j1 import HERE, TESTBED, timed  # noqa: E402
 
-from testbed.mqtt.broker import MosquittoBroker  # noqa: E402
+from testbed.mqtt.brokers.mosquitto import MosquittoBroker  # noqa: E402
 
 JOB = str(HERE / "j1_mqtt.toml")
 
@@ -46,7 +46,7 @@ def main() -> None:
         times: dict[str, list[float]] = {"sim": [], "embedded": [], "mosquitto": []}
         for i in range(args.repeats):
             times["sim"].append(run(f"{tmp}/sim-{i}", "run.mode='sim'"))
-            times["embedded"].append(run(f"{tmp}/emb-{i}"))
+            times["embedded"].append(run(f"{tmp}/emb-{i}", "mqtt.broker='embedded'"))
             if have_mosquitto:
                 with MosquittoBroker() as broker:
                     times["mosquitto"].append(run(f"{tmp}/mos-{i}", f"mqtt.broker_url='{broker.url}'"))
@@ -73,7 +73,7 @@ def main() -> None:
             out = f"{tmp}/big-{name.split()[0]}"
             try:
                 if broker_cls is None:
-                    wall = run(out, *big)
+                    wall = run(out, *big, "mqtt.broker='embedded'")
                 else:
                     with broker_cls() as broker:
                         wall = run(out, *big, f"mqtt.broker_url='{broker.url}'")

@@ -29,7 +29,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from testbed.mqtt.broker import MosquittoBroker  # noqa: E402
+from testbed.mqtt.brokers.mosquitto import MosquittoBroker  # noqa: E402
 from testbed.mqtt.embedded_broker import EmbeddedBroker  # noqa: E402
 
 CONFIG = """

@@ -30,7 +30,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from testbed.mqtt.broker import MosquittoBroker  # noqa: E402
+from testbed.mqtt.brokers.mosquitto import MosquittoBroker  # noqa: E402
 
 JOB = HERE / "j1_mqtt.toml"
 

@@ -52,7 +52,7 @@ def import_seconds(code: str) -> float:
 @contextmanager
 def broker() -> Iterator[str]:
     """Mosquitto when installed, else the embedded broker; yields its URL."""
-    from testbed.mqtt.broker import MosquittoBroker
+    from testbed.mqtt.brokers.mosquitto import MosquittoBroker
     from testbed.mqtt.embedded_broker import EmbeddedBroker
 
     b = MosquittoBroker() if shutil.which("mosquitto") else EmbeddedBroker()

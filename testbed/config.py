@@ -149,7 +149,11 @@ def _version_text(value: Any) -> Any:
 
 class MqttSection(Section):
     broker_url: str | None = None
-    """mqtt://host:port or mqtts:// with tls_ca; none starts an embedded broker on loopback."""
+    """mqtt://host:port or mqtts:// with tls_ca; none starts the run's own broker on loopback (broker)."""
+    broker: Annotated[str, Field(pattern=r"^[a-z][a-z0-9_-]{0,31}$")] = "auto"
+    """The broker a run without broker_url starts and stops (testbed.mqtt.brokers: one module
+    each): "auto" is Mosquitto where its binary is installed, else the embedded amqtt broker;
+    "mosquitto" or "embedded" choose one."""
     run_id: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")] = "testbed"
     """The MQTT scope the nodes serve (`testbed node --run`): letters, digits, _ . - (no /)."""
     emulated: bool = True
@@ -175,6 +179,13 @@ class MqttSection(Section):
     """How an emulated host reads the broadcast: once for all its nodes (shared: an MQTT shared
     subscription, which Mosquitto and the embedded broker serve), once per node, or auto: shared on
     the embedded broker and where the broker says it serves them (an MQTT 5 CONNACK)."""
+
+    @model_validator(mode="after")
+    def _broker_or_url(self) -> "MqttSection":
+        if self.broker != "auto" and self.broker_url is not None:
+            raise ValueError(f"broker: {self.broker!r} names the broker a run starts itself, but broker_url is "
+                             "set: remove one of them")
+        return self
 
     @model_validator(mode="after")
     def _tls_needs_mqtts(self) -> "MqttSection":

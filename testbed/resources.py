@@ -25,7 +25,7 @@ more connections than this machine has ephemeral ports to reach the broker, or (
 a thread of the coordinator) more nodes than the coordinator may open files, cannot run at all.
 Measured with benchmarks/mqtt_scale.py (10,000 J1 nodes on 10 hosts over Mosquitto): what this
 does not see is a broker's own limits (Mosquitto's open files and ``max_queued_messages``, see
-:func:`testbed.mqtt.acl.queued_messages_for`), which are the broker's configuration.
+:func:`testbed.mqtt.brokers.mosquitto.queued_messages_for`), which are the broker's configuration.
 
 Counts typed on the command line are checked the same way before anything is made
 (:func:`check_count`, :func:`check_host`): `testbed nodes --count`, `testbed acl --nodes`, a sweep's

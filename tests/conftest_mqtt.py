@@ -16,7 +16,8 @@ from ledger_invariant import FIGURES, PLANNED, under_counts
 from testbed.ledger.node import NodeLedger
 from testbed.ledger.files import parse_rows
 from testbed.mqtt import acl
-from testbed.mqtt.broker import MosquittoBroker, TlsFiles
+from testbed.mqtt.brokers import mosquitto
+from testbed.mqtt.brokers.mosquitto import MosquittoBroker, TlsFiles
 from testbed.mqtt.embedded_broker import EmbeddedBroker
 from testbed.mqtt.client import MqttClient
 
@@ -88,10 +89,10 @@ def secured_mosquitto(tmp_path: Path, run_id: str, start_mosquitto: Callable[...
 
     Returns (broker, {username: password}).
     """
-    acl_text, passwords = acl.generate_acl(run_id, ["a", "b"])
-    broker = start_mosquitto(acl_file=acl.write_acl_file(tmp_path / "acl", acl_text),
-                             password_file=acl.write_password_file(tmp_path / "passwords", passwords))
-    return broker, passwords
+    access = acl.generate_access(run_id, ["a", "b"])
+    broker = start_mosquitto(acl_file=mosquitto.write_acl_file(tmp_path / "acl", access.grants),
+                             password_file=mosquitto.write_password_file(tmp_path / "passwords", access.passwords))
+    return broker, dict(access.passwords)
 
 
 @pytest.fixture

@@ -213,8 +213,8 @@ def _ledger_without_seconds(run_dir):
 def test_sim_equals_mqtt_on_the_embedded_broker(name, stragglers, tmp_path):
     config = _config(name, **({"stragglers": stragglers} if stragglers else {}))
     sim = run_experiment(config, out_dir=tmp_path / "sim", quiet=True)
-    mqtt = run_experiment(replace(config, run={"mode": "mqtt"}, mqtt={"hosts": 2}), out_dir=tmp_path / "mqtt",
-                          quiet=True)
+    mqtt = run_experiment(replace(config, run={"mode": "mqtt"}, mqtt={"hosts": 2, "broker": "embedded"}),
+                          out_dir=tmp_path / "mqtt", quiet=True)
     assert sim.summary["status"] == mqtt.summary["status"] == "completed"
     a, b = read_checkpoint(tmp_path / "sim").state, read_checkpoint(tmp_path / "mqtt").state
     atol = ATOL_MODES[_dtype(load(config)[1])]

@@ -20,7 +20,10 @@ import pytest
 from testbed import wire
 from testbed.errors import UserError
 from testbed.mqtt import acl, chunks, topics
-from testbed.mqtt.broker import BrokerProcess, MosquittoBroker, _accepts, free_port, parse_broker_url, wait_for_broker
+from testbed.mqtt.broker import _accepts, free_port, parse_broker_url, wait_for_broker
+from testbed.mqtt.brokers import mosquitto
+from testbed.mqtt.brokers.embedded import BrokerProcess
+from testbed.mqtt.brokers.mosquitto import MosquittoBroker
 from testbed.mqtt.embedded_broker import EmbeddedBroker
 from testbed.mqtt.client import BrokerRefused, Inbound, MqttClient, close_all, connect_all
 from testbed.mqtt.network_loop import NetworkLoop
@@ -98,7 +101,8 @@ def test_parse_broker_url():
 
 
 def test_generate_acl():
-    text, passwords = acl.generate_acl("r1", ["a", "b", "a"])
+    access = acl.generate_access("r1", ["a", "b", "a"])
+    text, passwords = mosquitto.acl_text(access.grants), access.passwords
     assert set(passwords) == {"coordinator", "channel", "watch", "a", "b"} and len(set(passwords.values())) == 5
     blocks = {b.splitlines()[0]: b.splitlines()[1:] for b in text.split("\n\n")[1:]}
     assert blocks["user a"] == ["topic write tb/v1/r1/up/a", "topic write tb/v1/r1/tx/a",
@@ -114,13 +118,13 @@ def test_generate_acl():
     assert blocks["user watch"] == ["topic read tb/v1/r1/status/+", "topic read tb/v1/r1/coord"]
     for reserved in ("coordinator", "channel", "watch"):
         with pytest.raises(ValueError):
-            acl.generate_acl("r1", [reserved])
+            acl.generate_access("r1", [reserved])
 
 
 def test_password_hash_format(tmp_path):
-    h = acl.hash_password("secret", salt=b"s" * 12)
+    h = mosquitto.hash_password("secret", salt=b"s" * 12)
     assert h.startswith("$7$101$" + "c3Nzc3Nzc3Nzc3Nz" + "$") and len(h.split("$")[4]) == 88  # 64-byte digest
-    path = acl.write_password_file(tmp_path / "pw", {"a": "x", "b": "y"})
+    path = mosquitto.write_password_file(tmp_path / "pw", {"a": "x", "b": "y"})
     assert [line.split(":")[0] for line in path.read_text().splitlines()] == ["a", "b"]
     assert path.stat().st_mode & 0o077 == 0
 
@@ -560,7 +564,7 @@ def test_broker_process_leaves_with_its_parent(launch):
     parent = subprocess.run([sys.executable, "-c", f"""
 import os
 from testbed.orchestration.coordinator import _fork_broker
-from testbed.mqtt.broker import BrokerProcess
+from testbed.mqtt.brokers.embedded import BrokerProcess
 b = BrokerProcess(launch={launch})
 b.port = {port}
 b.start()

@@ -91,7 +91,7 @@ def test_sim_and_mqtt_give_the_same_model_and_ledger(broker, tmp_path):
 
 
 def test_embedded_broker_and_emulated_hosts_over_two_processes(tmp_path):
-    result = run_experiment(_config(mqtt={"hosts": 2}), out_dir=tmp_path / "r", quiet=True)
+    result = run_experiment(_config(mqtt={"hosts": 2, "broker": "embedded"}), out_dir=tmp_path / "r", quiet=True)
     assert result.summary["status"] == "completed" and result.summary["mode"] == "mqtt"
     assert _comparable(result.run_dir) == _comparable(_sim_twin(_config(), tmp_path).run_dir)
 

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from testbed.errors import ConfigError, UserError
-from testbed.mqtt.broker import TlsFiles, free_port
+from testbed.mqtt.broker import free_port
+from testbed.mqtt.brokers.mosquitto import TlsFiles
 from testbed.mqtt.client import MqttClient
 from testbed.mqtt.probe import check_tls_ca_use
 

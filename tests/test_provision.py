@@ -20,8 +20,9 @@ from testbed.cli import main
 from testbed.config import load_config_text
 from testbed.errors import ConfigError
 from testbed.ledger.files import read_ledger
-from testbed.mqtt import acl, topics
+from testbed.mqtt import topics
 from testbed.mqtt.broker import free_port
+from testbed.mqtt.brokers import mosquitto
 from testbed.mqtt.client import BrokerRefused, MqttClient
 from testbed.orchestration.provision import UNIT_NAME, load_inventory, provision
 from testbed.orchestration.runner import run_experiment
@@ -87,7 +88,7 @@ def test_each_bundle_holds_exactly_its_boards_secret_mode_0600(tmp_path):
         assert stat.S_IMODE(creds_file.stat().st_mode) == 0o600
         assert stat.S_IMODE((out / "boards" / host).stat().st_mode) == 0o700
         _, _, iterations, salt, _ = hashes[str(node)].split("$")
-        assert acl.hash_password(creds[str(node)], salt=base64.b64decode(salt), iterations=int(iterations)) \
+        assert mosquitto.hash_password(creds[str(node)], salt=base64.b64decode(salt), iterations=int(iterations)) \
             == hashes[str(node)]  # the broker knows this board by this password
         secrets[host] = creds[str(node)]
     for host in bundles:  # no other board's password, nor a service's, anywhere in a bundle

@@ -12,6 +12,7 @@ import pytest
 
 from testbed.mqtt import acl, topics
 from testbed.mqtt.broker import parse_broker_url
+from testbed.mqtt.brokers import mosquitto
 from testbed.mqtt.client import MqttClient
 from testbed.watch.status import StatusListener, watch_credentials
 
@@ -29,9 +30,10 @@ def _subscribed(client: paho.Client, topic: str) -> None:
 
 @pytest.mark.slow
 def test_watch_user_follows_status_and_reads_nothing_else(tmp_path, run_id, start_mosquitto):
-    acl_text, passwords = acl.generate_acl(run_id, ["0", "1"])
-    broker = start_mosquitto(acl_file=acl.write_acl_file(tmp_path / "acl", acl_text),
-                             password_file=acl.write_password_file(tmp_path / "passwords", passwords))
+    access = acl.generate_access(run_id, ["0", "1"])
+    passwords = dict(access.passwords)
+    broker = start_mosquitto(acl_file=mosquitto.write_acl_file(tmp_path / "acl", access.grants),
+                             password_file=mosquitto.write_password_file(tmp_path / "passwords", passwords))
     creds = tmp_path / "credentials.json"
     creds.write_text(json.dumps(passwords))
     mqtt = SimpleNamespace(broker_url=broker.url, run_id=run_id, credentials=str(creds), tls_ca=None, protocol="auto")

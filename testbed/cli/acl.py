@@ -1,9 +1,11 @@
-"""`testbed acl`: per-node credentials and a Mosquitto ACL for one run scope.
+"""`testbed acl`: per-node credentials and a broker's ACL for one run scope.
 
-Writes into DIR: ``acl`` (Mosquitto's acl_file), ``passwords`` (its password_file, hashed) and
-``credentials.json`` (the plaintext passwords, mode 0600: give each board its own entry, and the
-coordinator the file through ``mqtt.credentials``), and prints the mosquitto.conf lines that use
-them, with ``use_username_as_clientid`` on the listener.
+Writes into DIR the broker's files in its own format (``--broker``, a managed broker that enforces
+ACLs: testbed.mqtt.brokers; Mosquitto's are ``acl``, its acl_file, and ``passwords``, its
+password_file, hashed) and ``credentials.json`` (the plaintext passwords, mode 0600: give each
+board its own entry, and the coordinator the file through ``mqtt.credentials``), and prints the
+broker's configuration lines that use them (Mosquitto's with ``use_username_as_clientid`` on the
+listener).
 """
 
 from __future__ import annotations
@@ -20,8 +22,13 @@ NODE_BYTES = 4096
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    acl = sub.add_parser("acl", help="generate per-node credentials and a Mosquitto ACL")
+    from testbed.mqtt.brokers import registry as brokers
+
+    kinds = brokers.with_access()
+    acl = sub.add_parser("acl", help="generate per-node credentials and a broker's ACL (Mosquitto's)")
     acl.add_argument("--run", default="testbed", help="the run scope (mqtt.run_id)")
+    acl.add_argument("--broker", choices=kinds, default=min(kinds, key=lambda k: brokers.get(k).preference),
+                     help="the broker whose files to write (default %(default)s)")
     group = acl.add_mutually_exclusive_group(required=True)
     group.add_argument("--nodes", type=COUNT, help="nodes 0..N-1")
     group.add_argument("--ids", help="these node ids (comma separated, none twice)")
@@ -32,8 +39,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _acl(args: argparse.Namespace) -> int:
     from testbed import wire
     from testbed import inputs
-    from testbed.mqtt.acl import (generate_acl, mosquitto_conf, write_acl_file, write_password_file,
-                                  write_private)
+    from testbed.mqtt.acl import generate_access, write_private
+    from testbed.mqtt.brokers import registry as brokers
     from testbed.resources import check_count
 
     if args.ids is None:
@@ -50,21 +57,23 @@ def _acl(args: argparse.Namespace) -> int:
             wire.check_id(node, "node id")
     except wire.WireError as exc:
         raise UserError(exc.reason) from None
+    fmt = brokers.get(args.broker).access
+    assert fmt is not None  # --broker's choices
     try:
-        acl_text, passwords = generate_acl(args.run, ids)
+        access = generate_access(args.run, ids)
     except ValueError as exc:  # a node id that is a reserved user name (coordinator, channel)
         raise UserError(f"--ids: {exc}") from None
     inputs.output_dir(args.out, "--out")
     creds = args.out / "credentials.json"
     try:
-        write_acl_file(args.out / "acl", acl_text)
-        write_password_file(args.out / "passwords", passwords)
+        fmt.write(args.out, access)
         # Created 0600 before the secrets go in: no moment where other users could read them.
-        write_private(creds, json.dumps(passwords, indent=2) + "\n")
+        write_private(creds, json.dumps(dict(access.passwords), indent=2) + "\n")
     except OSError as exc:
         raise UserError(f"--out {args.out}: cannot write {exc.filename or 'there'} ({exc.strerror or exc})") from None
-    print(f"wrote {args.out / 'acl'}, {args.out / 'passwords'} and {creds} for {len(ids)} nodes of run {args.run}")
-    conf = mosquitto_conf(args.out / "passwords", args.out / "acl", nodes=len(ids))
-    print("mosquitto.conf (client ids bound to usernames: no credential can take over another's session):")
+    written = [str(args.out / name) for name in fmt.files]
+    print(f"wrote {', '.join(written)} and {creds} for {len(ids)} nodes of run {args.run}")
+    conf = fmt.config(str(args.out.resolve()), 1883, len(ids), False)
+    print(f"{fmt.config_name} (client ids bound to usernames: no credential can take over another's session):")
     print("".join(f"  {line}\n" for line in conf.splitlines()), end="")
     return 0

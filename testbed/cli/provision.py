@@ -21,7 +21,7 @@ def _provision(args: argparse.Namespace) -> int:
     import dataclasses
 
     from nodes.board_config import CHECKS
-    from testbed.orchestration.provision import BOARD_DIR, BROKER_DIR, UNIT_NAME, load_inventory, provision
+    from testbed.orchestration.provision import BOARD_DIR, UNIT_NAME, broker_access, load_inventory, provision
 
     inventory = load_inventory(args.inventory)
     if args.run is not None:
@@ -33,7 +33,9 @@ def _provision(args: argparse.Namespace) -> int:
     out = args.out
     print(f"wrote {len(bundles)} board bundles for run {inventory.run_id} under {out / 'boards'}, the broker's "
           f"files under {out / 'broker'} and the coordinator's credentials in {out / 'coordinator' / 'credentials.json'}")
-    print(f"broker: copy {out / 'broker'}/* to {BROKER_DIR}/ and include {BROKER_DIR}/mosquitto.conf")
+    broker = broker_access()
+    print(f"broker: copy {out / 'broker'}/* to {broker.installed_dir}/ and include "
+          f"{broker.installed_dir}/{broker.config_name}")
     print("experiment file of the run:")
     print(f'  [mqtt]\n  broker_url = "{inventory.broker}"\n  run_id = "{inventory.run_id}"\n  emulated = false\n'
           f'  credentials = "{(out / "coordinator" / "credentials.json").resolve()}"'

@@ -133,6 +133,9 @@ def format_summary(summary: dict) -> str:
         f"energy       {max(n['energy_j'] for n in nodes):.4g} J, compute {max(n['compute_s'] for n in nodes):.4g} s "
         f"per node (most spent; {summary.get('profile', 'host')} profile)",
     ]
+    broker = summary.get("broker")
+    if broker:
+        lines.append(f"broker       {broker['kind']} at {broker['url']}")
     straggled = summary.get("stragglers", {}).get("rounds_straggled", 0)
     if straggled:
         lines.append(f"stragglers   {straggled} node-rounds missed ({summary['stragglers']['model']} model, "

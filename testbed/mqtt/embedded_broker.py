@@ -1,8 +1,8 @@
 """The embedded MQTT broker: amqtt in a background thread with its own asyncio loop, on loopback.
 
-Anonymous, MQTT 3.1.1 only (amqtt 0.12 refuses v5 CONNECTs). A run that configures no broker
-serves it from a child process (`testbed.mqtt.broker.BrokerProcess`, `testbed broker`); tests and
-`testbed calibrate` start it in their own process.
+Anonymous, MQTT 3.1.1 only (amqtt 0.12 refuses v5 CONNECTs). A run whose own broker is this one
+serves it from a child process (`testbed.mqtt.brokers.embedded.BrokerProcess`, `testbed broker`);
+tests and `testbed calibrate` start it in their own process.
 
 Example::
 
@@ -35,7 +35,8 @@ class EmbeddedBroker:
             broker stays anonymous, so anyone who reaches it can use every topic.
 
     amqtt 0.12 speaks MQTT 3.1.1 only, has no message size limit beyond MQTT's 256 MB packet cap,
-    and runs anonymous here (use `MosquittoBroker` for per-node credentials and ACLs).
+    and runs anonymous here (use Mosquitto, `testbed.mqtt.brokers.mosquitto`, for per-node
+    credentials and ACLs).
 
     We own the listening socket and hand each connection to amqtt as an "external" listener:
     amqtt's own shutdown can hang when it races with in-flight deliveries, so `stop()` first

@@ -67,7 +67,9 @@ from testbed.ledger.events import EVENT_TYPES, Event, with_fields
 from testbed.ledger.fields import FIELD_RULES, MEASURED_FIELDS, event_as_planned
 from testbed.ledger.node import RoundSet
 from testbed.mqtt import topics
-from testbed.mqtt.broker import BrokerProcess
+from testbed.mqtt import acl
+from testbed.mqtt.broker import parse_broker_url
+from testbed.mqtt.brokers import registry as brokers
 from testbed.mqtt.client import Inbound, MqttClient
 from testbed.orchestration.nodes_api import Closing, RoundOutcome
 
@@ -137,13 +139,23 @@ class MqttNodes:
         self._collecting: _Collection | None = None
         self._pending: list[Inbound] = []
         self.online: set[int] = set()
-        self._broker = BrokerProcess(launch=_fork_broker if can_fork() else None).start() \
-            if m.broker_url is None else None
-        self.url = self._broker.url if self._broker else m.broker_url
+        # Read first: a credentials file refused after the broker started would leave it running.
         username, password = _credentials(m.credentials, "coordinator")
+        # The run's own broker when none is given (mqtt.broker), stopped by close(); its registration
+        # says how clients best speak to it.
+        managed = brokers.choose(m.broker) if m.broker_url is None else None
+        self._broker: brokers.ManagedBroker | None = None
+        if managed is not None:
+            access = _run_access(m, self.node_ids) if managed.access else None
+            self._broker = managed.make(brokers.BrokerOptions(
+                nodes=len(self.node_ids), access=access, launch=_fork_broker if can_fork() else None)).start()
+        self.url = self._broker.url if self._broker else m.broker_url
+        #: What summary.json says of the broker: its kind ("external": the one mqtt.broker_url names)
+        #: and its URL without credentials.
+        self.broker = {"kind": managed.name if managed else "external", "url": str(parse_broker_url(self.url))}
         try:
-            # amqtt speaks 3.1.1 only: skip the v5 probe it would log a warning about.
-            version = "3.1.1" if self._broker and m.protocol == "auto" else m.protocol
+            version = managed.protocol if managed and m.protocol == "auto" else m.protocol
+            broadcast = managed.broadcast if managed and m.broadcast == "auto" else m.broadcast
             self.client = MqttClient.for_coordinator(self.url, self.run, username=username, password=password,
                                                      tls_ca=m.tls_ca, max_chunk_bytes=m.max_chunk_bytes,
                                                      protocol=version, reconnect_max_s=_RECONNECT_MAX_S,
@@ -158,7 +170,7 @@ class MqttNodes:
                                                 username=user, password=secret, tls_ca=m.tls_ca,
                                                 max_chunk_bytes=m.max_chunk_bytes, protocol=version)
             if m.emulated:  # after subscribing: RabbitMQ may miss a retained status sent just before
-                self._start_hosts(self.client.protocol or version, quiet)
+                self._start_hosts(self.client.protocol or version, broadcast, quiet)
             self._wait_online(m.connect_timeout_s)
         except BaseException:
             self.close("failed")
@@ -169,7 +181,7 @@ class MqttNodes:
         """The run's nodes, to look a reply's sender up in."""
         return frozenset(self.node_ids)
 
-    def _start_hosts(self, protocol_version: str, quiet: bool) -> None:
+    def _start_hosts(self, protocol_version: str, broadcast: str, quiet: bool) -> None:
         """The emulated boards: a `testbed bridge --virtual` per microcontroller, and the other nodes
         split over ``mqtt.hosts`` `testbed nodes` processes (forked from this one where it can)."""
         m = self.mqtt
@@ -194,8 +206,7 @@ class MqttNodes:
             cmd = ["nodes", "--broker", self.url, "--run", self.run,
                    "--ids", ",".join(str(int(n)) for n in group), "--profile", self.nodes_section.profile,
                    "--protocol", protocol_version, "--max-chunk-bytes", str(m.max_chunk_bytes),
-                   # The embedded broker speaks 3.1.1, which cannot say it serves shared subscriptions.
-                   "--broadcast", "shared" if self._broker and m.broadcast == "auto" else m.broadcast,
+                   "--broadcast", broadcast,
                    # This session only, and only while this process lives: a killed coordinator's
                    # hosts must not answer (nor be charged for) its resumed successor's rounds.
                    "--session", self.session, "--coordinator-pid", str(os.getpid())]
@@ -648,7 +659,7 @@ class MqttNodes:
     def close(self, status: str) -> Closing:
         """Tell the nodes the run is over and wait (at most a round's timeout) for every online
         node's own ledger of the session, late replies taken meanwhile; then wait for the emulated
-        hosts and stop the embedded broker. What the nodes released but never delivered, charged."""
+        hosts and stop the run's own broker. What the nodes released but never delivered, charged."""
         client = getattr(self, "client", None)
         told = False
         try:
@@ -715,7 +726,7 @@ class MqttNodes:
                             node, round_index)
         with self._lock:
             self._mark_released(charged)
-        return Closing(charged, {node: report.totals for node, report in reports.items()}, self.session)
+        return Closing(charged, {node: report.totals for node, report in reports.items()}, self.session, self.broker)
 
 
 @dataclasses.dataclass
@@ -803,7 +814,7 @@ def _check_refusal(msg: wire.Message) -> None:
 
 
 def _fork_broker(argv: list[str], stderr_fd: int) -> ForkedCommand:
-    """The run's embedded broker (BrokerProcess's ``launch``) in a fork of this process: serving in
+    """The run's embedded broker (its BrokerOptions' ``launch``) in a fork of this process: serving in
     0.1 s (it imports amqtt only), where a new interpreter imports the testbed first (0.35 s)."""
     return ForkedCommand(argv, name="testbed broker", stderr_fd=stderr_fd)
 
@@ -836,6 +847,23 @@ def _read_credentials(path: str) -> dict:
     if not isinstance(passwords, dict):
         raise ConfigError("mqtt.credentials", f"{path} is not a credentials file of `testbed acl`")
     return passwords
+
+
+def _run_access(mqtt: MqttSection, node_ids: Sequence[int]) -> acl.Access | None:
+    """The users and topic rules the run's own broker enforces: the run's grants with the passwords
+    of ``mqtt.credentials`` (none: anonymous clients, any topic)."""
+    if mqtt.credentials is None:
+        return None
+    passwords = _read_credentials(mqtt.credentials)
+    bad = next((user for user, pw in passwords.items()
+                if not isinstance(pw, str) or not user or ":" in user or "\n" in user), None)
+    if bad is not None:  # the broker's password file holds each as `user:hash`, one a line
+        raise ConfigError("mqtt.credentials", f"{mqtt.credentials}: user {bad!r} has no usable password entry")
+    try:
+        grants = acl.run_grants(mqtt.run_id, [str(n) for n in node_ids])
+    except ValueError as exc:  # a node id that is a service user's name
+        raise ConfigError("mqtt.credentials", str(exc)) from None
+    return acl.Access(grants, passwords)
 
 
 def _credentials(path: str | None, user: str) -> tuple[str | None, str | None]:

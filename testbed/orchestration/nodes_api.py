@@ -53,11 +53,14 @@ class Closing:
             the nodes' ledgers are the runner's own (sim).
         session: the coordinator's session id (a node keeps its ledger of the run per session), or
             None in sim.
+        broker: the broker the nodes met: its ``kind`` (a managed broker's name, or "external")
+            and ``url`` (without credentials); None in sim.
     """
 
     charged: dict[tuple[int, int], list[Event]] = field(default_factory=dict)
     reports: dict[int, Totals] | None = None
     session: str | None = None
+    broker: dict[str, str] | None = None
 
 
 class Nodes(Protocol):

@@ -3,8 +3,9 @@
 The inventory names the run, its broker and every board (host name, node id, device profile,
 meter, data); provisioning writes, under DIR:
 
-    broker/acl, broker/passwords    Mosquitto's acl_file and password_file (testbed.mqtt.acl), 0600
-    broker/mosquitto.conf           the lines that use them (paths under BROKER_DIR on the broker)
+    broker/acl, broker/passwords    Mosquitto's acl_file and password_file (testbed.mqtt.brokers.mosquitto), 0600
+    broker/mosquitto.conf           the lines that use them (paths under the broker's installed_dir,
+                                    /etc/mosquitto/testbed)
     coordinator/credentials.json    the passwords of the run's service users (coordinator, channel
                                     emulator...), never a board's; `mqtt.credentials`, 0600
     boards/HOST/node.toml           the board's node file (`testbed node --config`)
@@ -51,17 +52,18 @@ from testbed import inputs
 from testbed.errors import ConfigError, UserError
 from testbed.mqtt import acl
 from testbed.mqtt.broker import parse_broker_url
+from testbed.mqtt.brokers import registry as brokers
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
-#: Where a bundle is unpacked on its board, where the node agent keeps its ledgers, and where the
-#: broker's files go on the broker's host.
+#: The lab's broker: the managed broker whose files (testbed.mqtt.brokers) provisioning writes.
+BROKER_KIND = "mosquitto"
+#: Where a bundle is unpacked on its board and where the node agent keeps its ledgers.
 BOARD_DIR = "/etc/testbed"
 STATE_DIR = "/var/lib/testbed"
-BROKER_DIR = "/etc/mosquitto/testbed"
 UNIT_NAME = "testbed-node.service"
 DEFAULT_COMMAND = "/opt/testbed/bin/testbed"
 
@@ -252,6 +254,13 @@ WantedBy=multi-user.target
 """
 
 
+def broker_access() -> brokers.AccessFormat:
+    """How the lab's broker (BROKER_KIND) keeps the run's users: its files and where they go."""
+    fmt = brokers.get(BROKER_KIND).access
+    assert fmt is not None, f"{BROKER_KIND} writes no ACL"
+    return fmt
+
+
 def provision(inventory: Inventory, out: Path) -> dict[str, Path]:
     """Write the broker's files, the coordinator's credentials and one bundle per board under ``out``.
 
@@ -270,18 +279,15 @@ def provision(inventory: Inventory, out: Path) -> dict[str, Path]:
                         "new ones); choose another or remove it")
     inputs.output_dir(out, "--out")
     nodes = [str(b.node_id) for b in inventory.boards]
-    acl_text, passwords = acl.generate_acl(inventory.run_id, nodes)
+    access = acl.generate_access(inventory.run_id, nodes)
+    fmt = broker_access()
+    passwords = access.passwords
     try:
         broker_dir = _private_dir(out / "broker")
-        acl.write_acl_file(broker_dir / "acl", acl_text)
-        acl.write_password_file(broker_dir / "passwords", passwords)
+        fmt.write(broker_dir, access)
         url = parse_broker_url(inventory.broker)
-        conf = acl.mosquitto_conf(f"{BROKER_DIR}/passwords", f"{BROKER_DIR}/acl", listener=f"listener {url.port}",
-                                  nodes=len(nodes))
-        if url.tls:
-            conf += (f"# TLS: the broker's certificate and key, signed by the boards' ca.pem\n"
-                     f"cafile {BROKER_DIR}/ca.pem\ncertfile {BROKER_DIR}/cert.pem\nkeyfile {BROKER_DIR}/key.pem\n")
-        acl.write_private(broker_dir / "mosquitto.conf", conf)
+        conf = fmt.config(fmt.installed_dir, url.port, len(nodes), url.tls)
+        acl.write_private(broker_dir / fmt.config_name, conf)
         services = {user: pw for user, pw in passwords.items() if user not in nodes}
         acl.write_private(_private_dir(out / "coordinator") / "credentials.json", json.dumps(services, indent=2) + "\n")
         bundles = {b.host: _bundle(inventory, b, passwords[str(b.node_id)], out / "boards" / b.host)

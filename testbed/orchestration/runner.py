@@ -43,6 +43,7 @@ from testbed.ledger.files import LedgerWriter
 from testbed.ledger.node import Totals
 from testbed.ledger.book import LedgerBook
 from testbed.models import Model
+from testbed.mqtt.brokers import registry as brokers
 from testbed.orchestration.nodes_api import Closing, Nodes, RoundOutcome
 from testbed.privacy.accountants import epsilon_by_observer
 from testbed.privacy.accountants.background import BackgroundEpsilons
@@ -143,14 +144,17 @@ class Run:
     # nodes' ledgers are the book itself); see _ledger_check.
     node_reports: dict[int, Totals] | None = None
     session: str | None = None  # the coordinator's session (over MQTT): the nodes' ledgers are kept under it
+    broker: dict[str, str] | None = None  # the broker's kind and URL (over MQTT)
     wall_start: float = field(default_factory=time.monotonic)
 
 
 def load(config: Config) -> tuple[FederatedData | LazyFederatedData, Model]:
     """Stage 1: every node's data, or only its layout when the nodes are lazy (client sampling in
     sim, testbed.assemble.holds_lazily), and the model; first, refuse a run this machine cannot hold
-    (one line, before anything is allocated)."""
+    (one line, before anything is allocated), or whose own broker it cannot start (mqtt.broker)."""
     check_fits(config)
+    if config.run.mode == "mqtt" and config.mqtt.broker_url is None:
+        brokers.choose(config.mqtt.broker)
     data = load_run_data(config)
     return data, model_for(config.model, data, config.run.seed)
 
@@ -472,7 +476,7 @@ def _charge_closing(run: Run, closing: Closing) -> None:
     """What the run's end adds (late replies, rounds only the nodes' own ledgers logged): into the
     book and ledger.csv, and the checkpoint again so that it covers them; the nodes' reports kept
     for the summary."""
-    run.node_reports, run.session = closing.reports, closing.session
+    run.node_reports, run.session, run.broker = closing.reports, closing.session, closing.broker
     fresh = [event for (node, round_index), events in sorted(closing.charged.items())
              if not run.book.logged([node], round_index)[0] for event in events]
     if not fresh:
@@ -671,6 +675,7 @@ def _summary(run: Run) -> dict[str, Any]:
         "dataset": config.data.dataset,
         "model": config.model.kind,
         "session": run.session,
+        "broker": run.broker,
         "wall_s": time.monotonic() - run.wall_start,
         "run_dir": str(run.directory.path),
     }
