@@ -23,7 +23,8 @@ from testbed.config import ModelSection, build_config, json_schema
 from testbed.data import load_dataset, source_files
 from testbed.data import registry as data_registry
 from testbed.data.section import DataSection
-from testbed.data.registry import Registration, collect
+from testbed.data.registry import Registration, listed_order
+from testbed.util.registrations import registrations_of
 from testbed.errors import ConfigError, DataError
 from testbed.models import build_model, embedding_kinds, kinds
 
@@ -118,9 +119,9 @@ def test_the_registry_orders_by_order_then_name_and_refuses_a_name_twice(entries
     names = [name for name, _ in entries]
     if len(set(names)) < len(names):
         with pytest.raises(RuntimeError, match="two data sets named"):
-            collect(modules)
+            registrations_of(modules, Registration, "data set", order=listed_order)
         return
-    found = collect(modules)
+    found = registrations_of(modules, Registration, "data set", order=listed_order)
     assert list(found) == [name for name, _ in sorted(entries, key=lambda e: (e[1], e[0]))]
     assert all(found[reg.name] is reg for reg in regs)
 

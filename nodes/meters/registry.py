@@ -17,9 +17,7 @@ Example::
 from __future__ import annotations
 
 import functools
-import importlib
 import logging
-import pkgutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -27,6 +25,7 @@ from typing import Any, Callable
 from nodes.meters.base import Meter, MeterUnavailable
 from testbed.devices.profiles import DeviceProfile, load_profile
 from testbed.errors import UserError
+from testbed.util.registrations import registered_in
 
 log = logging.getLogger(__name__)
 
@@ -88,16 +87,10 @@ def registrations() -> dict[str, Registration]:
     """Every meter of nodes.meters, by name, in listed order (modules imported once, on first use)."""
     import nodes.meters as package
 
-    found: dict[str, Registration] = {}
-    for info in pkgutil.iter_modules(package.__path__):
-        reg = getattr(importlib.import_module(f"{package.__name__}.{info.name}"), "REGISTRATION", None)
-        if isinstance(reg, Registration):
-            if reg.name in found or reg.name == AUTO:
-                raise RuntimeError(f"two meters named {reg.name!r}")
-            found[reg.name] = reg
+    found = registered_in(package, Registration, "meter", order=lambda r: (r.listed_at, r.name), reserved=(AUTO,))
     if sum(reg.fallback for reg in found.values()) != 1:
         raise RuntimeError(f"exactly one meter must be the fallback, got {[r.name for r in found.values() if r.fallback]}")
-    return dict(sorted(found.items(), key=lambda item: (item[1].listed_at, item[0])))
+    return found
 
 
 def names() -> tuple[str, ...]:

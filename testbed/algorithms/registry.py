@@ -22,10 +22,9 @@ Example::
 from __future__ import annotations
 
 import functools
-import importlib
-import pkgutil
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
+from testbed.util.registrations import lookup, registered_in
 
 if TYPE_CHECKING:
     import argparse
@@ -127,15 +126,7 @@ def registrations() -> dict[str, Registration]:
     """Every algorithm of this package, by name (modules imported once, on first use)."""
     import testbed.algorithms as package
 
-    found: dict[str, Registration] = {}
-    for info in pkgutil.iter_modules(package.__path__):
-        module = importlib.import_module(f"{package.__name__}.{info.name}")
-        reg = getattr(module, "REGISTRATION", None)
-        if isinstance(reg, Registration):
-            if reg.name in found:
-                raise RuntimeError(f"two algorithms named {reg.name!r}")
-            found[reg.name] = reg
-    return dict(sorted(found.items()))
+    return registered_in(package, Registration, "algorithm")
 
 
 def names() -> list[str]:
@@ -143,10 +134,7 @@ def names() -> list[str]:
 
 
 def get(name: str) -> Registration:
-    try:
-        return registrations()[name]
-    except KeyError:
-        raise KeyError(f"no algorithm {name!r}; known: {', '.join(names())}") from None
+    return lookup(registrations(), name, "algorithm")
 
 
 def offering(hook: str) -> list[Registration]:

@@ -22,13 +22,12 @@ Example::
 from __future__ import annotations
 
 import functools
-import importlib
-import pkgutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable
 
 from testbed.errors import DataError
+from testbed.util.registrations import registered_in
 
 if TYPE_CHECKING:
     from testbed.data.federated import FederatedData
@@ -87,24 +86,9 @@ class Registration:
         return self.no_path is None
 
 
-def collect(modules: Iterable[Any]) -> dict[str, Registration]:
-    """The data sets that ``modules`` register, by name, by (order, name). A module's
-    ``REGISTRATION`` is one Registration or a tuple of them (a module of several sets, e.g. Adult's
-    two partitions); a module without one registers nothing.
-
-    Raises:
-        RuntimeError: two registrations share a name.
-    """
-    found: dict[str, Registration] = {}
-    for module in modules:
-        reg = getattr(module, "REGISTRATION", None)
-        for one in reg if isinstance(reg, tuple) else (reg,):
-            if not isinstance(one, Registration):
-                continue
-            if one.name in found:
-                raise RuntimeError(f"two data sets named {one.name!r}")
-            found[one.name] = one
-    return {reg.name: reg for reg in sorted(found.values(), key=lambda r: (r.order, r.name))}
+def listed_order(reg: Registration) -> tuple[int, str]:
+    """Where a data set is listed among the choices: by its ``order``, then its name."""
+    return (reg.order, reg.name)
 
 
 @functools.cache
@@ -112,8 +96,7 @@ def registrations() -> dict[str, Registration]:
     """Every data set of this package, by name, in order (modules imported once, on first use)."""
     import testbed.data as package
 
-    return collect(importlib.import_module(f"{package.__name__}.{info.name}")
-                   for info in pkgutil.iter_modules(package.__path__))
+    return registered_in(package, Registration, "data set", order=listed_order)
 
 
 def names() -> list[str]:

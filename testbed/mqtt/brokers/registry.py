@@ -18,14 +18,13 @@ Example::
 from __future__ import annotations
 
 import functools
-import importlib
-import pkgutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from testbed.errors import ConfigError
 from testbed.mqtt.acl import Access
+from testbed.util.registrations import lookup, registered_in
 
 #: ``mqtt.broker``'s choice of the most preferred broker this machine can run.
 AUTO = "auto"
@@ -122,15 +121,7 @@ def registrations() -> dict[str, Registration]:
     """Every managed broker of this package, by name (modules imported once, on first use)."""
     import testbed.mqtt.brokers as package
 
-    found: dict[str, Registration] = {}
-    for info in pkgutil.iter_modules(package.__path__):
-        module = importlib.import_module(f"{package.__name__}.{info.name}")
-        reg = getattr(module, "REGISTRATION", None)
-        if isinstance(reg, Registration):
-            if reg.name in found or reg.name == AUTO:
-                raise RuntimeError(f"two managed brokers named {reg.name!r}")
-            found[reg.name] = reg
-    return dict(sorted(found.items()))
+    return registered_in(package, Registration, "managed broker", reserved=(AUTO,))
 
 
 def names() -> list[str]:
@@ -138,10 +129,7 @@ def names() -> list[str]:
 
 
 def get(name: str) -> Registration:
-    try:
-        return registrations()[name]
-    except KeyError:
-        raise KeyError(f"no managed broker {name!r}; known: {', '.join(names())}") from None
+    return lookup(registrations(), name, "managed broker")
 
 
 def choose(name: str, key: str = "mqtt.broker") -> Registration:

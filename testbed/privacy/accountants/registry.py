@@ -21,12 +21,11 @@ Example::
 from __future__ import annotations
 
 import functools
-import importlib
-import pkgutil
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from testbed.ledger.events import ADJACENCIES, SAMPLINGS
+from testbed.util.registrations import registered_in
 
 #: (σ, sensitivity, adjacency, sampling, sampling rate) of one Gaussian composition.
 Signature = tuple[float, float, str, str, float]
@@ -105,17 +104,8 @@ def registrations() -> dict[str, Registration]:
     first use)."""
     import testbed.privacy.accountants as package
 
-    found: dict[str, Registration] = {}
-    for info in pkgutil.iter_modules(package.__path__):
-        module = importlib.import_module(f"{package.__name__}.{info.name}")
-        reg = getattr(module, "REGISTRATION", None)
-        if isinstance(reg, Registration):
-            if reg.name in found:
-                raise RuntimeError(f"two accountants named {reg.name!r}")
-            if reg.name == NONE:
-                raise RuntimeError(f"an accountant named {NONE!r}: privacy.tight_accountant's choice of no accountant")
-            found[reg.name] = reg
-    return {reg.name: reg for reg in sorted(found.values(), key=lambda r: (r.order, r.name))}
+    # "none" is privacy.tight_accountant's choice of no accountant.
+    return registered_in(package, Registration, "accountant", order=lambda r: (r.order, r.name), reserved=(NONE,))
 
 
 def names() -> list[str]:
