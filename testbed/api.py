@@ -63,7 +63,8 @@ def experiment_config(experiment: Experiment, overrides: Overrides = None, *, mo
     elif isinstance(experiment, BaseModel):
         config = build_config(apply_overrides(to_dict(experiment, used_only=False), items)) if items else experiment
     elif isinstance(experiment, Mapping):
-        config = build_config(apply_overrides(copy.deepcopy(dict(experiment)), items))
+        tables = {name: dict(t) if isinstance(t, Mapping) else t for name, t in experiment.items()}
+        config = build_config(apply_overrides(copy.deepcopy(tables), items))  # the caller's dict stays as it was
     else:
         raise UserError(f"an experiment is a file's path, a dict of its tables or a config, got "
                         f"{type(experiment).__name__}")

@@ -384,3 +384,50 @@ def test_the_ledger_frame_holds_every_field_of_every_event(tmp_path):
         fields = {k: v for k, v in vars(event).items()}
         assert {k: row[k] for k in fields} == fields
         assert all(pd.isna(row[k]) for k in row if k not in fields and k != "kind")
+
+
+def _write_csv(path: Path, rows: list[list[str]]) -> None:
+    import csv
+
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        csv.writer(f).writerows(rows)
+
+
+@given(cell=st.one_of(st.text(max_size=25), st.integers(0, 10**25).map(str)),
+       table=st.sampled_from(["sweep.csv", "sweep_stats.csv"]))
+def test_a_seed_or_count_cell_is_an_integer_or_the_table_is_refused_in_one_line(cell, table):
+    """sweep.csv's seed and sweep_stats.csv's n: ASCII digits (not "²", which str.isdigit takes),
+    read as ints; anything else is one line naming the file, never a traceback."""
+    import re
+
+    with tempfile.TemporaryDirectory() as folder:
+        runs = [["dp_pasgd.tau", "seed", "status", "test_accuracy", "run"], ["5", "0", "completed", "0.5", "tau-5_seed-0"]]
+        stats = [["dp_pasgd.tau", "n", "test_accuracy_mean"], ["5", "2", "0.5"]]
+        (runs if table == "sweep.csv" else stats)[1][1] = cell
+        _write_csv(Path(folder) / "sweep.csv", runs)
+        _write_csv(Path(folder) / "sweep_stats.csv", stats)
+        if re.fullmatch(r"[0-9]{1,20}", cell):
+            sweep = testbed.Sweep(folder)
+            if table == "sweep.csv":
+                assert sweep.table["seed"][0] == int(cell)
+            elif int(cell) > 1:
+                assert sweep.stats["n"][0] == int(cell)
+            else:  # no grid point of more than one run
+                assert sweep.stats is None
+        else:
+            with pytest.raises(UserError, match=rf"{table}: damaged") as err:
+                testbed.Sweep(folder).stats
+            assert "\n" not in str(err.value)
+
+
+def test_a_dict_of_read_only_tables_is_an_experiment_and_a_table_that_is_not_is_named(tmp_path):
+    from types import MappingProxyType
+
+    from testbed.api import experiment_config
+
+    frozen = MappingProxyType({name: MappingProxyType(table) for name, table in TINY.items()})
+    assert to_toml(experiment_config(frozen)) == to_toml(experiment_config(TINY))
+    with pytest.raises(ConfigError, match=r"^config error: data: must be a table \(\[data\]\)$"):
+        experiment_config({**TINY, "data": 3})
+    with pytest.raises(ConfigError, match=r"^config error: mqtt.run_id: must match"):
+        experiment_config({**TINY, "mqtt": {"run_id": "a/b"}})
