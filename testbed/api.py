@@ -2,9 +2,10 @@
 
 ``testbed.run``, ``testbed.load``, ``testbed.sweep``, ``testbed.Run`` and ``testbed.Sweep`` are
 this module's, reached lazily (``import testbed`` alone imports none of it: a board's node does
-not need it). The command line builds its experiments with :func:`experiment_config` and sizes its
-sweeps with the same checks, so a file, its overrides and a grid mean the same in both. The guide,
-with examples that the tests run, is docs/api.md.
+not need it). The command line builds its experiments with the same function
+(testbed.experiment.experiment_config) and sizes its sweeps with the same checks
+(testbed.orchestration.sweep.planned_points), so a file, its overrides and a grid mean the same in
+both. The guide, with examples that the tests run, is docs/api.md.
 
 pandas is an optional extra (``pip install 'testbed[analysis]'``): only :attr:`Run.metrics`,
 :attr:`Run.ledger`, :attr:`Sweep.table` and :attr:`Sweep.stats` need it, and say so in one line
@@ -13,19 +14,17 @@ without it.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import os
 import shutil
 from collections.abc import Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Union
-
-from pydantic import BaseModel
+from typing import TYPE_CHECKING, Any
 
 from testbed import inputs
-from testbed.config import Config, apply_overrides, build_config, load_config, override_key, to_dict
+from testbed.config import Config, override_key
+from testbed.experiment import Experiment, Overrides, experiment_config
 from testbed.errors import UserError
 from testbed.ledger.events import EVENT_TYPES
 from testbed.ledger.files import LEDGER_COLUMNS, read_ledger
@@ -38,50 +37,6 @@ from testbed.util.extras import missing_package_message
 
 if TYPE_CHECKING:
     import pandas
-
-#: An experiment: a TOML file's path, the dict of its tables ({"run": {...}, "data": {...}}), or a
-#: validated config (testbed.config.load_config's).
-Experiment = Union[str, os.PathLike, Mapping[str, Mapping[str, Any]], Config]
-#: Overrides: {"section.key": value, ...}, or the command line's ["section.key=value", ...] (the
-#: value read as TOML, else as a string).
-Overrides = Union[Mapping[str, Any], Sequence[str], None]
-
-
-def experiment_config(experiment: Experiment, overrides: Overrides = None, *, mode: str | None = None,
-                      seed: int | None = None) -> Config:
-    """The validated experiment: ``experiment`` with ``overrides``, then ``mode`` (run.mode) and
-    ``seed`` (run.seed) when given, applied in that order before it is validated once.
-
-    Raises:
-        ConfigError: one line naming the key (a file that is missing or not TOML, an unknown key, a
-            value out of range, a run id that cannot go into an MQTT topic).
-    """
-    items = _override_items(overrides)
-    items += [(key, v) for key, v in (("run.mode", mode), ("run.seed", seed)) if v is not None]
-    if isinstance(experiment, (str, os.PathLike)):
-        config = load_config(inputs.experiment_file(Path(experiment)), items)
-    elif isinstance(experiment, BaseModel):
-        config = build_config(apply_overrides(to_dict(experiment, used_only=False), items)) if items else experiment
-    elif isinstance(experiment, Mapping):
-        tables = {name: dict(t) if isinstance(t, Mapping) else t for name, t in experiment.items()}
-        config = build_config(apply_overrides(copy.deepcopy(tables), items))  # the caller's dict stays as it was
-    else:
-        raise UserError(f"an experiment is a file's path, a dict of its tables or a config, got "
-                        f"{type(experiment).__name__}")
-    inputs.run_id(config.mqtt.run_id)  # it goes into MQTT topics: refused in sim too (see testbed run)
-    return config
-
-
-def _override_items(overrides: Overrides) -> list[str | tuple[str, Any]]:
-    if overrides is None:
-        return []
-    if isinstance(overrides, Mapping):
-        return [(key, v) for key, v in overrides.items()]
-    if isinstance(overrides, Sequence) and not isinstance(overrides, str) and all(isinstance(o, str) for o in overrides):
-        return list(overrides)
-    raise UserError('overrides: a dict {"section.key": value} or a list of "section.key=value" strings, got '
-                    f"{overrides!r:.80}")
-
 
 def run(experiment: Experiment, *, overrides: Overrides = None, mode: str | None = None, seed: int | None = None,
         out: str | os.PathLike | None = None, overwrite: bool = False, quiet: bool = True) -> "Run":

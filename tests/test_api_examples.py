@@ -40,6 +40,7 @@ def _code_lines(notebook) -> list[str]:
             if line.strip() and not line.lstrip().startswith("#")]
 
 
+@pytest.mark.slow  # an IPython kernel, the quick start and a sweep of 12 runs: about 20 s on 2 cores
 def test_the_quickstart_notebook_runs_and_is_short(tmp_path):
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")

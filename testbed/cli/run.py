@@ -32,7 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from testbed import inputs
-    from testbed.api import experiment_config
+    from testbed.experiment import experiment_config
     from testbed.reports.results import checked_config
     from testbed.orchestration.runner import run_experiment
 

@@ -29,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from testbed.api import experiment_config
+    from testbed.experiment import experiment_config
     from testbed.orchestration.sweep import default_sweep_dir, format_table, parse_grid, planned_points, run_sweep
 
     base = experiment_config(args.file, args.overrides)
