@@ -409,13 +409,11 @@ def to_dict(config: Config, used_only: bool = True) -> dict[str, dict[str, Any]]
 
 def to_toml(config: Config) -> str:
     """The resolved config as a TOML file that :func:`load_config` reads back to an equal Config
-    (only the sections the run uses)."""
-    lines = []
-    for name, values in to_dict(config).items():
-        lines.append(f"[{name}]")
-        lines.extend(f"{k} = {toml_value(v)}" for k, v in values.items())
-        lines.append("")
-    return "\n".join(lines)
+    (only the sections the run uses), written by tomli-w: nested tables (``padpfl.schedule``'s
+    changes) and every string escape come out as TOML, which a hand-written writer got wrong."""
+    import tomli_w
+
+    return tomli_w.dumps(to_dict(config))
 
 
 def _section_subclasses() -> list[type[Section]]:
@@ -474,9 +472,7 @@ def json_schema_text() -> str:
 
 
 def toml_value(v: Any) -> str:
-    """A TOML value's text: booleans, strings (as JSON strings), numbers, lists of them."""
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, str):
-        return json.dumps(v)  # a TOML basic string is a JSON string
-    return repr(v)
+    """A TOML value's text, as :func:`to_toml` writes it (a node file's keys: nodes.board_config)."""
+    import tomli_w
+
+    return tomli_w.dumps({"v": v}).removeprefix("v = ").rstrip("\n")
