@@ -91,3 +91,16 @@ def test_microcontroller_nodes_need_an_algorithm_the_firmware_runs(small_config_
                  "--out", str(tmp_path / "r")])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and err[0].startswith("testbed: config error: nodes.mcu: fedavg has no")
+
+
+@pytest.mark.parametrize("text,value", [
+    ("stragglers.model=bernoulli", "bernoulli"), ("stragglers.model='bernoulli'", "bernoulli"),
+    ('stragglers.model="bernoulli"', "bernoulli"), ("data.dataset=adult-2", "adult-2"),
+    ("mqtt.protocol=3.1.1", "3.1.1"), ("run.name='2024'", "2024"), ("run.name=my run", "my run"),
+    ("budget.epsilon=2", 2), ("budget.epsilon=1e-1", 0.1), ("output.figures=false", False)])
+def test_set_reads_toml_and_takes_other_text_as_a_string(text, value):
+    # README: quotes are needed only for a string that reads as another TOML value.
+    from testbed.config import parse_override
+
+    assert parse_override(text)[1] == value
+    assert type(parse_override(text)[1]) is type(value)
