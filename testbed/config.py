@@ -41,7 +41,7 @@ from testbed.errors import ConfigError
 from testbed.limits import MAX_CHUNK_BYTES, MAX_SEED, MAX_WAIT_S, MIN_CHUNK_BYTES, MIN_POSITIVE
 from testbed.models import embedding_kinds, embedding_phrase
 from testbed.models import kinds as model_kinds
-from testbed.sections import NonNegative, Positive, Section, attribute_docstrings
+from testbed.sections import NonNegative, OnlyWith, Positive, Section, attribute_docstrings
 from testbed.stragglers import StragglersSection
 
 
@@ -64,6 +64,10 @@ ModelKindName = Literal[tuple(model_kinds())]
 
 
 class ModelSection(Section):
+    ONLY_WITH = {"network": (OnlyWith("kind", ("torch",)),),
+                 "hidden": (OnlyWith("kind", ("mlp",)), OnlyWith("network", ("mlp",))),
+                 "activation": (OnlyWith("kind", ("mlp",)),), "rf_gamma": (OnlyWith("random_features"),)}
+
     kind: ModelKindName = "logistic"
     """"linear": multi-output least squares (ACFL), on one-hot labels for a classification set;
     "torch": the PyTorch network ``network`` (float32, all nodes stepped at once: testbed.torch_models)."""
@@ -115,6 +119,8 @@ class BudgetSection(Section):
 
 
 class NodesSection(Section):
+    ONLY_WITH = {"mcu_profile": (OnlyWith("mcu"),), "mcu_board": (OnlyWith("mcu"),)}
+
     # The choices are the registries' (testbed.devices): a profile or virtual board added there is one here.
     profile: Literal[PROFILE_NAMES] = "host"
     """The device profile (nodes/profiles.toml) an emulated node charges seconds and joules by."""

@@ -12,61 +12,15 @@ from hypothesis import assume, given, strategies as st
 
 from testbed.algorithms import registry
 from testbed.config import PATH_KEYS, build_config, load_config, load_config_text, to_toml, used_sections
-from testbed.config import json_schema
 from testbed.errors import ConfigError
 
-SCHEMA = json_schema()
+from schema_values import SCHEMA, from_schema, section_schema
+
 #: Repairs tried on a generated experiment before it is given up (each removes the key an error names).
 MAX_REPAIRS = 40
 
 
-def _resolved(schema: dict) -> dict:
-    """``schema`` with its ``$ref`` (into the experiment schema's $defs) followed."""
-    while "$ref" in schema:
-        schema = SCHEMA["$defs"][schema["$ref"].rsplit("/", 1)[1]]
-    return schema
-
-
-def _section_schema(name: str) -> dict:
-    return _resolved(SCHEMA["properties"][name])
-
-
-def from_schema(schema: dict) -> st.SearchStrategy:
-    """Values valid under ``schema``, for the JSON Schema the sections' pydantic models write
-    (types, enums, ranges, patterns, anyOf, arrays, nested tables); an optional key may be left out."""
-    schema = _resolved(schema)
-    if "anyOf" in schema:
-        return st.one_of([from_schema(alternative) for alternative in schema["anyOf"]])
-    if "const" in schema:
-        return st.just(schema["const"])
-    if "enum" in schema:
-        return st.sampled_from(schema["enum"])
-    kind = schema.get("type")
-    if kind == "null":
-        return st.none()
-    if kind == "boolean":
-        return st.booleans()
-    if kind in ("integer", "number"):
-        low = schema.get("minimum", schema.get("exclusiveMinimum"))
-        high = schema.get("maximum", schema.get("exclusiveMaximum"))
-        if kind == "integer":
-            return st.integers(None if low is None else low + ("exclusiveMinimum" in schema),
-                               None if high is None else high - ("exclusiveMaximum" in schema))
-        return st.floats(low, high, exclude_min="exclusiveMinimum" in schema, exclude_max="exclusiveMaximum" in schema,
-                         allow_nan=False, allow_infinity=False)
-    if kind == "string":
-        return st.from_regex(schema["pattern"], fullmatch=True) if "pattern" in schema else st.text(max_size=12)
-    if kind == "array":
-        return st.lists(from_schema(schema["items"]), max_size=4)
-    if kind == "object":
-        required = set(schema.get("required", ()))
-        properties = {key: from_schema(value) for key, value in schema["properties"].items()}
-        return st.fixed_dictionaries({k: v for k, v in properties.items() if k in required},
-                                     optional={k: v for k, v in properties.items() if k not in required})
-    raise AssertionError(f"a schema this generator does not read: {schema}")
-
-
-_SECTION_VALUES = {name: from_schema(_section_schema(name)) for name in SCHEMA["properties"]}
+_SECTION_VALUES = {name: from_schema(section_schema(name)) for name in SCHEMA["properties"]}
 
 
 @st.composite
@@ -111,7 +65,7 @@ def test_every_key_of_every_section_round_trips(tmp_path_factory, raw):
 def test_the_generator_of_each_section_covers_its_keys(name):
     # Guards the property above against a section whose schema leaves a key out.
     every_section = load_config_text("".join(f"[{s}]\n" for s in SCHEMA["properties"]))
-    assert set(_section_schema(name)["properties"]) == set(type(getattr(every_section, name)).model_fields)
+    assert set(section_schema(name)["properties"]) == set(type(getattr(every_section, name)).model_fields)
 
 
 SCHEDULED = """

@@ -81,7 +81,7 @@ from testbed.limits import MAX_EPSILON_NATS
 from testbed.models import LinearRegression
 from testbed.privacy import acfl as theory
 from testbed.rng import Purpose, node_streams
-from testbed.sections import Fraction, Positive, Section
+from testbed.sections import Fraction, OnlyWith, Positive, Section
 
 _BYTES_PER_REAL = 8  # φ = 64 bits (Remark 1)
 
@@ -93,6 +93,11 @@ LR_SCHEDULES = ("eta0_over_t", "eta0_over_t_plus_1", "inverse_lambda_t", "consta
 class AcflSection(Section):
     """ACFL, NA (``weights = "fixed"``, ``alpha = 0.5``) and SCFL (``encoding = "projection"``,
     ``weights = "fixed"``)."""
+
+    ONLY_WITH = {"strong_convexity": (OnlyWith("lr_schedule", ("inverse_lambda_t",)),),
+                 "noise_ratio": (OnlyWith("mi_epsilon"),), "alpha": (OnlyWith("weights", ("fixed",)),),
+                 "beta": (OnlyWith("weights", ("theoretical",)),), "model_bound": (OnlyWith("weights", ("theoretical",)),),
+                 "straggler_p": (OnlyWith("rescale", ("configured",)),)}
 
     iterations: Positive[int] = 1000
     """T, the second stage's iterations (rounds)."""
