@@ -169,3 +169,18 @@ def test_version_is_the_installed_package_metadata(argv, capsys):
         main(argv)
     assert exc.value.code == 0
     assert capsys.readouterr().out.strip() == f"testbed {version('testbed')}"
+
+
+@pytest.mark.parametrize("module,extra", [("torch", "torch"), ("sionna", "channel")])
+def test_a_missing_package_names_the_extra_that_installs_only_what_is_needed(module, extra):
+    # A CNN needs PyTorch alone: [torch], not [channel] with Sionna.
+    import tomllib
+
+    from testbed.util.extras import missing_package_message
+
+    message = missing_package_message(ModuleNotFoundError(f"No module named '{module}'", name=module))
+    assert message.endswith(f"pip install 'testbed[{extra}]'")
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    torch = [r for r in extras["channel"] if r.startswith("torch")]
+    assert extras["torch"] == torch  # the same range as the channel extra's
+    assert "torch" in extras["all"][0]
