@@ -164,9 +164,10 @@ def _show(bound: float) -> str:
     return str(bound) if isinstance(bound, int) else f"{bound:g}"
 
 
-class HelpFormatter(argparse.HelpFormatter):
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
     """States each numeric argument's range in its help text, from its type: a range cannot be
-    documented differently from the one checked."""
+    documented differently from the one checked. Descriptions and epilogs keep their lines (a
+    command's examples: testbed.cli.examples)."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""

@@ -43,7 +43,7 @@ from testbed.limits import MAX_CHUNK_BYTES, MAX_SEED, MAX_WAIT_S, MIN_CHUNK_BYTE
 from testbed.models import embedding_kinds, embedding_phrase
 from testbed.models import kinds as model_kinds
 from testbed.privacy.accountants import registry as accountants
-from testbed.sections import NonNegative, Positive, Section, attribute_docstrings
+from testbed.sections import NonNegative, OnlyWith, Positive, Section, attribute_docstrings
 from testbed.stragglers import StragglersSection
 
 
@@ -66,6 +66,10 @@ ModelKindName = Literal[tuple(model_kinds())]
 
 
 class ModelSection(Section):
+    ONLY_WITH = {"network": (OnlyWith("kind", ("torch",)),),
+                 "hidden": (OnlyWith("kind", ("mlp",)), OnlyWith("network", ("mlp",))),
+                 "activation": (OnlyWith("kind", ("mlp",)),), "rf_gamma": (OnlyWith("random_features"),)}
+
     kind: ModelKindName = "logistic"
     """"linear": multi-output least squares (ACFL), on one-hot labels for a classification set;
     "torch": the PyTorch network ``network`` (float32, all nodes stepped at once: testbed.torch_models)."""
@@ -118,6 +122,8 @@ class BudgetSection(Section):
 
 
 class NodesSection(Section):
+    ONLY_WITH = {"mcu_profile": (OnlyWith("mcu"),), "mcu_board": (OnlyWith("mcu"),)}
+
     # The choices are the registries' (testbed.devices): a profile or virtual board added there is one here.
     profile: Literal[PROFILE_NAMES] = "host"
     """The device profile (nodes/profiles.toml) an emulated node charges seconds and joules by."""
@@ -440,13 +446,11 @@ def to_dict(config: Config, used_only: bool = True) -> dict[str, dict[str, Any]]
 
 def to_toml(config: Config) -> str:
     """The resolved config as a TOML file that :func:`load_config` reads back to an equal Config
-    (only the sections the run uses)."""
-    lines = []
-    for name, values in to_dict(config).items():
-        lines.append(f"[{name}]")
-        lines.extend(f"{k} = {toml_value(v)}" for k, v in values.items())
-        lines.append("")
-    return "\n".join(lines)
+    (only the sections the run uses), written by tomli-w: nested tables (``padpfl.schedule``'s
+    changes) and every string escape come out as TOML, which a hand-written writer got wrong."""
+    import tomli_w
+
+    return tomli_w.dumps(to_dict(config))
 
 
 def _section_subclasses() -> list[type[Section]]:
@@ -505,9 +509,7 @@ def json_schema_text() -> str:
 
 
 def toml_value(v: Any) -> str:
-    """A TOML value's text: booleans, strings (as JSON strings), numbers, lists of them."""
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, str):
-        return json.dumps(v)  # a TOML basic string is a JSON string
-    return repr(v)
+    """A TOML value's text, as :func:`to_toml` writes it (a node file's keys: nodes.board_config)."""
+    import tomli_w
+
+    return tomli_w.dumps({"v": v}).removeprefix("v = ").rstrip("\n")

@@ -10,20 +10,34 @@ be positive is at least :data:`MIN_POSITIVE`, so ``1e-308`` is never inverted. T
 of the validator, hence of the JSON Schema (``minimum``/``maximum``), and `testbed schema` writes
 each field's range into its description.
 
+A key that matters only under another key's choice (``stragglers.p`` under ``model =
+"bernoulli"``) says so in its section's :attr:`Section.ONLY_WITH`; set to anything but its default
+while that choice is off, it is refused in one line naming both keys, never silently ignored.
+
 Example::
 
-    >>> from pydantic import Field
+    >>> from typing import Literal
     >>> class Demo(Section):
-    ...     rounds: Positive[int] = 3
-    >>> Demo(rounds=5).rounds
-    5
+    ...     ONLY_WITH = {"p": (OnlyWith("model", ("coin",)),)}
+    ...     model: Literal["none", "coin"] = "none"
+    ...     p: float = 0.0
+    >>> Demo(model="coin", p=0.5).p
+    0.5
+    >>> Demo(p=0.5)
+    Traceback (most recent call last):
+    ...
+    pydantic_core._pydantic_core.ValidationError: 1 validation error for Demo
+      Value error, p: matters only with model = "coin"; set that, or leave p out [type=value_error, input_value={'p': 0.5}, input_type=dict]
+    ...
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, TypeVar
+import json
+from dataclasses import dataclass
+from typing import Annotated, Any, ClassVar, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler
+from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler, model_validator
 from pydantic_core import CoreSchema
 
 from testbed.limits import MAX_FLOAT, MAX_INT, MIN_POSITIVE
@@ -38,6 +52,30 @@ NonNegative = Annotated[T, Field(ge=0)]
 Fraction = Annotated[float, Field(ge=0, le=1)]
 
 
+@dataclass(frozen=True)
+class OnlyWith:
+    """A choice under which another key of the same section matters: ``key`` is one of
+    ``choices``, or (no choices) ``key`` is set to anything but its default."""
+
+    key: str
+    choices: tuple[Any, ...] = ()
+
+    def holds(self, section: "Section") -> bool:
+        value = getattr(section, self.key)
+        return value in self.choices if self.choices else value != field_default(type(section), self.key)
+
+    def phrase(self) -> str:
+        """The choice in the file's words: ``model = "bernoulli" or "deadline"``, ``mcu set``."""
+        if not self.choices:
+            return f"{self.key} set"
+        return f"{self.key} = " + " or ".join(json.dumps(choice) for choice in self.choices)
+
+
+def field_default(cls: type[BaseModel], name: str) -> Any:
+    """The value field ``name`` of ``cls`` takes when the file leaves it out."""
+    return cls.model_fields[name].get_default(call_default_factory=True)
+
+
 class Section(BaseModel):
     """One ``[table]`` of an experiment file: its fields are the only keys it takes. Strict: a
     string is not a number, a bool is not an integer; an integer is a fine float. Non-finite
@@ -49,6 +87,16 @@ class Section(BaseModel):
     # parses every section's source at import, ~60 ms of every run.
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False,
                               defer_build=True)
+    #: Key → the choices under which it matters (any one of them); set while none holds, it is refused.
+    ONLY_WITH: ClassVar[dict[str, tuple[OnlyWith, ...]]] = {}
+
+    @model_validator(mode="after")
+    def _keys_matter(self) -> "Section":
+        for name, choices in self.ONLY_WITH.items():
+            if getattr(self, name) != field_default(type(self), name) and not any(c.holds(self) for c in choices):
+                wanted = " or ".join(c.phrase() for c in choices)
+                raise ValueError(f"{name}: matters only with {wanted}; set that, or leave {name} out")
+        return self
 
     @classmethod
     def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:

@@ -33,13 +33,16 @@ from pydantic import Field, model_validator
 
 from testbed.counter_rng import uniform_pairs
 from testbed.rng import Purpose
-from testbed.sections import Section
+from testbed.sections import OnlyWith, Section
 
 MODELS = ("none", "bernoulli", "deadline")
 
 
 class StragglersSection(Section):
     """The ``[stragglers]`` section: which emulated nodes miss a round."""
+
+    ONLY_WITH = {"p": (OnlyWith("model", ("bernoulli",)),), "deadline_s": (OnlyWith("model", ("deadline",)),),
+                 "jitter_sigma": (OnlyWith("model", ("deadline",)),)}
 
     model: Literal["none", "bernoulli", "deadline"] = Field(
         "none",

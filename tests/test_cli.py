@@ -108,3 +108,79 @@ def test_module_entry_point_prints_one_line_on_error(tmp_path):
                           cwd=REPO)
     assert proc.returncode == 2
     assert proc.stderr.strip() == "testbed: config error: dp_pasgd.steps: K = 7 is not a multiple of tau = 2"
+
+
+def _command_parsers():
+    """(words, parser) of every command and of every algorithm's sub-command."""
+    import argparse
+
+    from testbed.cli import build_parser
+
+    def walk(parser, words):
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if words:
+            yield words, parser
+        for action in subs:
+            for name, child in action.choices.items():
+                yield from walk(child, words + [name])
+
+    return list(walk(build_parser(), []))
+
+
+@pytest.mark.parametrize("words,parser", _command_parsers(), ids=lambda v: " ".join(v) if isinstance(v, list) else "")
+def test_every_command_help_ends_with_examples_that_parse(words, parser):
+    import shlex
+
+    from testbed.cli import build_parser
+
+    text = parser.format_help()
+    assert "\nexamples:\n" in text, f"testbed {' '.join(words)} --help shows no example"
+    examples = [line.strip() for line in text.split("\nexamples:\n", 1)[1].splitlines() if line.startswith("  testbed ")]
+    assert examples
+    for example in examples:
+        argv = shlex.split(example)[1:]
+        assert argv[:len(words)] == words, example
+        build_parser(argv[0]).parse_args(argv)  # a UserError (one line) or SystemExit fails the test
+
+
+INTERNAL = [("node", "--crash-at-round", ["--crash-at-round", "3", "--broker", "mqtt://h:1", "--node-id", "0"]),
+            ("node", "--crash-after-reply", ["--crash-after-reply", "--broker", "mqtt://h:1", "--node-id", "0"]),
+            ("nodes", "--session", ["--session", "s1", "--count", "2", "--broker", "mqtt://h:1"]),
+            ("nodes", "--coordinator-pid", ["--coordinator-pid", "1", "--count", "2", "--broker", "mqtt://h:1"]),
+            ("broker", "--parent-pid", ["--parent-pid", "1"])]
+
+
+@pytest.mark.parametrize("command,flag,argv", INTERNAL, ids=[f"{c} {f}" for c, f, _ in INTERNAL])
+def test_internal_flags_are_hidden_from_help_and_still_accepted(command, flag, argv):
+    from testbed.cli import build_parser
+
+    parser = build_parser(command)
+    sub = parser._subparsers._group_actions[0].choices[command]
+    assert flag not in sub.format_help()
+    args = parser.parse_args([command, *argv])
+    assert getattr(args, flag.lstrip("-").replace("-", "_")) not in (None, False)
+
+
+@pytest.mark.parametrize("argv", [["--version"], ["--version", "run"]])
+def test_version_is_the_installed_package_metadata(argv, capsys):
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 0
+    assert capsys.readouterr().out.strip() == f"testbed {version('testbed')}"
+
+
+@pytest.mark.parametrize("module,extra", [("torch", "torch"), ("sionna", "channel")])
+def test_a_missing_package_names_the_extra_that_installs_only_what_is_needed(module, extra):
+    # A CNN needs PyTorch alone: [torch], not [channel] with Sionna.
+    import tomllib
+
+    from testbed.util.extras import missing_package_message
+
+    message = missing_package_message(ModuleNotFoundError(f"No module named '{module}'", name=module))
+    assert message.endswith(f"pip install 'testbed[{extra}]'")
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    torch = [r for r in extras["channel"] if r.startswith("torch")]
+    assert extras["torch"] == torch  # the same range as the channel extra's
+    assert "torch" in extras["all"][0]

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from hypothesis import given, strategies as st
 
 from testbed.algorithms import registry
 from testbed.cli import main
@@ -91,3 +92,82 @@ def test_microcontroller_nodes_need_an_algorithm_the_firmware_runs(small_config_
                  "--out", str(tmp_path / "r")])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and err[0].startswith("testbed: config error: nodes.mcu: fedavg has no")
+
+
+@pytest.mark.parametrize("text,value", [
+    ("stragglers.model=bernoulli", "bernoulli"), ("stragglers.model='bernoulli'", "bernoulli"),
+    ('stragglers.model="bernoulli"', "bernoulli"), ("data.dataset=adult-2", "adult-2"),
+    ("mqtt.protocol=3.1.1", "3.1.1"), ("run.name='2024'", "2024"), ("run.name=my run", "my run"),
+    ("budget.epsilon=2", 2), ("budget.epsilon=1e-1", 0.1), ("output.figures=false", False)])
+def test_set_reads_toml_and_takes_other_text_as_a_string(text, value):
+    # README: quotes are needed only for a string that reads as another TOML value.
+    from testbed.config import parse_override
+
+    assert parse_override(text)[1] == value
+    assert type(parse_override(text)[1]) is type(value)
+
+
+# ---- a key that matters only under another key's choice (testbed.sections.OnlyWith) ----------------
+
+def _dependent_keys() -> list[tuple[str, str]]:
+    """(section, key) of every key that matters only under another key's choice."""
+    every = load_config_text("".join(f"[{s}]\n" for s in json_schema()["properties"]))
+    return [(name, key) for name in json_schema()["properties"] for key in type(getattr(every, name)).ONLY_WITH]
+
+
+DEPENDENT = _dependent_keys()
+
+
+def test_the_dependent_keys_include_the_known_ones():
+    assert {("stragglers", "p"), ("stragglers", "deadline_s"), ("stragglers", "jitter_sigma"), ("model", "network"),
+            ("model", "hidden"), ("model", "rf_gamma"), ("nodes", "mcu_board"), ("data", "alpha")} <= set(DEPENDENT)
+    assert {key for name, key in DEPENDENT if name == "padpfl"} >= {"trim_fraction", "score_temperature"}
+
+
+@given(st.data())
+def test_a_key_set_while_its_choice_is_off_is_refused_naming_both(data):
+    from schema_values import from_schema, section_schema
+    from testbed.config import build_config
+    from testbed.sections import field_default
+
+    section, key = data.draw(st.sampled_from(DEPENDENT))
+    every = load_config_text(f"[{section}]\n")
+    cls = type(getattr(every, section))
+    properties = section_schema(section)["properties"]
+    value = data.draw(from_schema(properties[key]).filter(lambda v: v != field_default(cls, key)), label=key)
+    choices = cls.ONLY_WITH[key]
+    controls = {c.key: data.draw(from_schema(properties[c.key]), label=c.key) for c in choices}
+    on = any(c.holds(cls.model_construct(**controls)) for c in choices)
+    try:
+        build_config({section: {**controls, key: value}})
+        refused = None
+    except ConfigError as exc:
+        refused = exc
+    if on:  # another rule may refuse the section, never this one
+        assert refused is None or refused.key != f"{section}.{key}" or "matters only" not in refused.problem
+    else:
+        assert refused is not None and refused.key == f"{section}.{key}", refused
+        assert "matters only with" in refused.problem and all(c.key in refused.problem for c in choices)
+
+
+@pytest.mark.parametrize("override,key,choice", [
+    ("stragglers.p=0.3", "stragglers.p", 'model = "bernoulli"'),
+    ("stragglers.jitter_sigma=0.5", "stragglers.jitter_sigma", 'model = "deadline"'),
+    ("model.hidden=64", "model.hidden", 'kind = "mlp" or network = "mlp"'),
+    ("nodes.mcu_board=mps2-an385", "nodes.mcu_board", "mcu set"),
+    ("data.alpha=0.1", "data.alpha", 'partition = "dirichlet"')])
+def test_a_key_without_its_choice_is_one_config_error(override, key, choice, small_config_file):
+    with pytest.raises(ConfigError) as exc:
+        load_config(small_config_file, [override])
+    assert exc.value.key == key and choice in exc.value.problem
+
+
+@pytest.mark.parametrize("overrides", [["stragglers.model=bernoulli", "stragglers.p=0.3"],
+                                       ["stragglers.model=deadline", "stragglers.deadline_s=2", "stragglers.jitter_sigma=0"],
+                                       ["model.kind=mlp", "dp_pasgd.clip=true", "model.hidden=8"], ["data.partition=dirichlet", "data.alpha=2"]])
+def test_a_key_with_its_choice_is_taken(overrides, small_config_file):
+    from testbed.config import parse_override
+
+    config = load_config(small_config_file, overrides)
+    (section, key), value = parse_override(overrides[-1])
+    assert getattr(getattr(config, section), key) == value

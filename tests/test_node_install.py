@@ -20,10 +20,10 @@ from conftest import REPO
 
 #: What `testbed[node]` may install: the package, numpy, paho-mqtt and orjson (the messages' JSON
 #: headers), pydantic (the node checks the coordinator's experiment) with its own requirements,
-#: threadpoolctl (one BLAS thread per host), smbus2 (an INA meter's I2C bus), and the venv's own
+#: threadpoolctl (one BLAS thread per host), tomli-w (the experiment's TOML), smbus2 (an INA meter's I2C bus), and the venv's own
 #: pip/setuptools.
 ALLOWED = {"testbed", "numpy", "paho-mqtt", "orjson", "pydantic", "pydantic-core", "annotated-types",
-           "typing-extensions", "typing-inspection", "threadpoolctl", "smbus2", "pip", "setuptools", "tomli"}
+           "typing-extensions", "typing-inspection", "threadpoolctl", "smbus2", "pip", "setuptools", "tomli", "tomli-w"}
 #: The coordinator's packages: none may be installed, or imported by the node.
 #: What a board's node never imports: the coordinator's packages, and asyncio (only the embedded
 #: broker runs an event loop).

@@ -275,7 +275,7 @@ GENERATED_CONFIG = NODES_DATA_IN_ARGV + '''from testbed.devices import virtual_b
 virtual_boards.BOARDS_DIR = tmp / "boards"
 from testbed.config import NodesSection, json_schema
 nodes = json_schema()["$defs"]["NodesSection"]["properties"]
-section = NodesSection(profile="pi-9", mcu_board="toy-m0")
+section = NodesSection(profile="pi-9", mcu=[0], mcu_board="toy-m0")
 print(json.dumps([nodes["profile"]["enum"], nodes["mcu_board"]["enum"], section.profile, section.mcu_board]))
 '''
 

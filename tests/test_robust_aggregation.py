@@ -221,9 +221,13 @@ def test_krum_with_too_many_hostile_nodes_for_n_is_a_config_error_naming_the_key
     data, model = load(config)
     with pytest.raises(ConfigError, match=rf"^config error: {name}\.byzantine_f: Krum tolerates f < \(N - 2\)/2"):
         assemble.build_algorithm(config, model, data)
-    config = _config(name, **{name: {"aggregation": rule, "krum_select": 6}})
-    with pytest.raises(ConfigError, match=rf"^config error: {name}\.krum_select: 6 is more than the 5 nodes"):
-        assemble.build_algorithm(config, model, data)
+    if rule == "multi_krum":
+        config = _config(name, **{name: {"aggregation": rule, "krum_select": 6}})
+        with pytest.raises(ConfigError, match=rf"^config error: {name}\.krum_select: 6 is more than the 5 nodes"):
+            assemble.build_algorithm(config, model, data)
+    else:  # Krum keeps one row: krum_select is multi_krum's
+        with pytest.raises(ConfigError, match=rf'^config error: {name}\.krum_select: matters only with aggregation = "multi_krum"'):
+            _config(name, **{name: {"aggregation": rule, "krum_select": 6}})
     assert assemble.build_algorithm(_config(name, **{name: {"aggregation": rule, "byzantine_f": 1}}), model, data)
 
 
@@ -254,7 +258,7 @@ def test_the_benchmark_shows_the_robust_rules_moving_the_model_less_than_the_mea
 @pytest.mark.parametrize("name,rule", [("dp_pasgd", "krum"), ("fedavg", "norm_clip"), ("fedavg", "median"),
                                        ("padpfl", "multi_krum"), ("padpfl", "trimmed_mean")])
 def test_a_sim_run_with_a_robust_rule(tmp_path, name, rule):
-    keys = {"aggregation": rule, "trim_fraction": 0.2, "clip_multiple": 0.5}
+    keys = {"aggregation": rule, **{"trimmed_mean": {"trim_fraction": 0.2}, "norm_clip": {"clip_multiple": 0.5}}.get(rule, {})}
     robust = run_experiment(_config(name, **{name: keys}), tmp_path / "robust", quiet=True)
     plain = run_experiment(_config(name), tmp_path / "mean", quiet=True)
     assert robust.summary["status"] == plain.summary["status"] == "completed"

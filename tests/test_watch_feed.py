@@ -297,3 +297,99 @@ def test_garbage_in_the_run_files_is_one_line_on_the_page_and_used_for_nothing(f
     assert "\n" not in after["run"]["error"] and after["run"]["error"] != error
     assert after["metrics"] == before["metrics"]
     assert [n["epsilon"] for n in after["nodes"]] == [n["epsilon"] for n in before["nodes"]]
+
+
+# ---- a killed coordinator: seen at the next poll, its nodes shown as what they are -------------------
+
+def _metric_rows(run_dir) -> int:
+    path = run_dir / "metrics.csv"
+    return max(len(path.read_text().splitlines()) - 1, 0) if path.exists() else 0
+
+
+@pytest.mark.parametrize("kill_after_rows", [1, 6])
+def test_a_killed_run_is_killed_at_the_next_poll_and_its_sim_nodes_offline(small_config_text, tmp_path,
+                                                                            kill_after_rows):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import REPO
+
+    (tmp_path / "exp.toml").write_text(small_config_text.replace("steps = 20", "steps = 200000"))
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "testbed", "run", str(tmp_path / "exp.toml"), "--out", str(run_dir),
+                             "--quiet"], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        deadline = time.monotonic() + 60
+        while _metric_rows(run_dir) < kill_after_rows and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.02)
+        feed = RunFeed(run_dir)
+        assert feed.poll()["run"]["status"] == "running"
+        assert {row["state"] for row in feed.snapshot()["nodes"]} <= {"online", "straggling"}
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    started = time.monotonic()
+    delta = feed.poll()
+    assert time.monotonic() - started < 2.0
+    assert delta["run"]["status"] == "killed" and not (run_dir / "summary.json").exists()
+    assert len(delta["nodes"]) == 4  # every row again: the states changed
+    assert {(row["state"], row["why"]) for row in delta["nodes"]} == {
+        ("offline", "the run's coordinator is gone (and the nodes it ran)")}
+
+
+def _copied_live(finished_run, tmp_path):
+    """A run directory that looks alive: its config and logs, no summary."""
+    live = tmp_path / "live"
+    live.mkdir()
+    for name in ("config.toml", "metrics.csv", "ledger.csv"):
+        (live / name).write_bytes((finished_run.run_dir / name).read_bytes())
+    return live
+
+
+def _dead_pid() -> int:
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    return int(done.stdout)
+
+
+@pytest.mark.parametrize("holder", ["dead", "alive", "released"])
+def test_the_run_directory_lock_tells_a_killed_coordinator(finished_run, tmp_path, holder):
+    from testbed.util.dirlock import DirectoryLock
+
+    live = _copied_live(finished_run, tmp_path)
+    lock = None
+    if holder == "dead":
+        (live / ".lock").write_text(f"{_dead_pid()}\n")  # what a SIGKILL leaves: its pid, no flock
+    elif holder == "alive":
+        lock = DirectoryLock(live)
+    else:
+        (live / ".lock").write_text("")  # a run that released it (finished, or not yet started)
+    try:
+        run = RunFeed(live).poll()["run"]
+    finally:
+        if lock is not None:
+            lock.release()
+    assert run["status"] == ("killed" if holder == "dead" else "running"), run
+
+
+@pytest.mark.parametrize("status", [None, "online", "offline"])
+def test_a_real_board_of_a_killed_run_is_what_its_status_topic_says_else_unknown(finished_run, tmp_path, status):
+    # Real boards (mqtt.emulated = false) outlive their coordinator: their last round says nothing now.
+    text = (finished_run.run_dir / "config.toml").read_text()
+    text = text.replace('mode = "sim"', 'mode = "mqtt"').replace("emulated = true", "emulated = false")
+    live = _copied_live(finished_run, tmp_path)
+    (live / "config.toml").write_text(text)
+    (live / ".lock").write_text(f"{_dead_pid()}\n")
+    feed = RunFeed(live)
+    if status is not None:
+        feed.node_status(2, status == "online")
+    feed.poll()
+    states = {row["id"]: row["state"] for row in feed.snapshot()["nodes"]}
+    assert feed.snapshot()["run"]["status"] == "killed"
+    assert states[2] == (status or "unknown")
+    assert {states[n] for n in (0, 1, 3)} == {"unknown"}

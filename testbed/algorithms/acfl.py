@@ -79,7 +79,7 @@ from testbed.limits import MAX_EPSILON_NATS
 from testbed.models import LinearRegression
 from testbed.privacy import acfl as theory
 from testbed.rng import Purpose, node_streams
-from testbed.sections import Fraction, Positive, Section
+from testbed.sections import Fraction, OnlyWith, Positive, Section
 
 ENCODINGS = ("gram", "projection")
 WEIGHTS = ("adaptive", "theoretical", "fixed")
@@ -89,6 +89,11 @@ LR_SCHEDULES = ("eta0_over_t", "eta0_over_t_plus_1", "inverse_lambda_t", "consta
 class AcflSection(Section):
     """ACFL, NA (``weights = "fixed"``, ``alpha = 0.5``) and SCFL (``encoding = "projection"``,
     ``weights = "fixed"``)."""
+
+    ONLY_WITH = {"strong_convexity": (OnlyWith("lr_schedule", ("inverse_lambda_t",)),),
+                 "noise_ratio": (OnlyWith("mi_epsilon"),), "alpha": (OnlyWith("weights", ("fixed",)),),
+                 "beta": (OnlyWith("weights", ("theoretical",)),), "model_bound": (OnlyWith("weights", ("theoretical",)),),
+                 "straggler_p": (OnlyWith("rescale", ("configured",)),)}
 
     iterations: Positive[int] = 1000
     """T, the second stage's iterations (rounds)."""

@@ -95,6 +95,8 @@ def _plan(args: argparse.Namespace) -> int:
 
 
 PRIVACY = Command(help="ε-MI-DP of ACFL's coded data set (Theorem 1), or σ₁², σ₂² for a target ε",
-                  arguments=_privacy_arguments, run=_privacy)
+                  arguments=_privacy_arguments, run=_privacy,
+                  examples=("--dim 10 --outputs 10 --sigma1-sq 1 --sigma2-sq 1", "--dim 10 --outputs 10 --epsilon 5 --json"))
 PLAN = Command(help="α* (eq. 36), the bound 4ũ/(λ²T) (eqs. 37–38) and ε (eq. 17)", arguments=_plan_arguments,
-               run=_plan)
+               run=_plan, examples=("--dim 100 --outputs 10 --sigma1-sq 1 --sigma2-sq 1 --nodes 5 --straggler-p 0.1 "
+                                    "--beta 10 --model-bound 1 --strong-convexity 1 --iterations 1000",))

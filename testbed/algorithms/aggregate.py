@@ -39,7 +39,7 @@ import numpy as np
 from pydantic import Field
 
 from testbed.errors import ConfigError
-from testbed.sections import NonNegative, Positive, Section
+from testbed.sections import NonNegative, OnlyWith, Positive, Section
 
 
 @dataclass(frozen=True)
@@ -201,6 +201,11 @@ AGGREGATIONS = tuple(RULES)
 
 class AggregationOptions(Section):
     """The keys of an algorithm section whose server averages updates (docs/robust-aggregation.md)."""
+
+    ONLY_WITH = {"trim_fraction": (OnlyWith("aggregation", ("trimmed_mean",)),),
+                 "clip_multiple": (OnlyWith("aggregation", ("norm_clip",)),),
+                 "byzantine_f": (OnlyWith("aggregation", ("krum", "multi_krum")),),
+                 "krum_select": (OnlyWith("aggregation", ("multi_krum",)),)}
 
     aggregation: Literal[AGGREGATIONS] = "mean"  # type: ignore[valid-type]
     """mean: the paper's; norm_clip, trimmed_mean, median, krum, multi_krum: robust rules against

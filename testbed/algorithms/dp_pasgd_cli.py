@@ -202,6 +202,8 @@ def format_plan(result: dict, num_params: int) -> str:
     return "\n".join(lines)
 
 
-PRIVACY = Command(help="ε of eq. (9) for σ, or σ for a target ε", arguments=_privacy_arguments, run=_privacy)
+PRIVACY = Command(help="ε of eq. (9) for σ, or σ for a target ε", arguments=_privacy_arguments, run=_privacy,
+                  examples=("--steps 100 --lipschitz 1 --batch 32 --delta 1e-4 --sigma 1",
+                            "--steps 100 --lipschitz 1 --batch 32 --delta 1e-4 --epsilon 1 --json"))
 PLAN = Command(help="τ, K and σ of DP-PASGD's optimal design (eqs. 22, 24, 9)", arguments=_plan_arguments,
-               run=_plan)
+               run=_plan, examples=("", "experiments/quickstart.toml --cost-budget 500 --epsilon 2 --json"))

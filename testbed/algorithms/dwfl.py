@@ -103,7 +103,7 @@ from testbed.ledger.events import Event, GaussianEvent
 from testbed.models import Model
 from testbed.privacy import dwfl as dp
 from testbed.rng import Purpose, stream
-from testbed.sections import NonNegative, Positive, Section
+from testbed.sections import NonNegative, OnlyWith, Positive, Section
 
 VARIANTS = ("A", "B")
 CALIBRATIONS = ("with_channel_noise", "artificial_only")
@@ -146,6 +146,11 @@ class DwflSection(Section):
     receiver, σ² calibrated every fading block) or ``sigma2``, not both (neither: no artificial
     noise). Powers in dBm here, W inside. Channel noise σ_m² per real entry: ``noise_power_w``
     (default 1, the paper's) or thermal k·T·B·NF/2 from ``noise_figure_db`` and ``bandwidth_hz``."""
+
+    ONLY_WITH = {"k_factor": (OnlyWith("fading", ("rician",)),),
+                 "area_m": (OnlyWith("pathloss", ("free_space", "umi", "uma")),),
+                 "carrier_hz": (OnlyWith("pathloss", ("free_space", "umi", "uma")),),
+                 "init_std": (OnlyWith("init", ("independent",)),)}
 
     scheme: Literal["ota_d2d", "orthogonal_d2d", "ota_central"] = "ota_d2d"
     variant: Literal["A", "B"] = "B"

@@ -66,4 +66,6 @@ def _privacy(args: argparse.Namespace) -> int:
 
 
 PRIVACY = Command(help="per-receiver ε of eq. (11) and the orthogonal ε, or σ² for a target ε",
-                  arguments=_arguments, run=_privacy)
+                  arguments=_arguments, run=_privacy,
+                  examples=("--gains 1,2,2,2 --power-w 1 --sigma2 1 --noise-var 1 --lr 0.1 --gmax 1 --delta 1e-5",
+                            "--gains 1,2,2,2 --power-w 1 --epsilon 0.5 --noise-var 1 --lr 0.1 --gmax 1 --delta 1e-5 --json"))

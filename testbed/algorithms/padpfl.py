@@ -63,7 +63,7 @@ from testbed.models import Model
 from testbed.privacy import padpfl as dp
 from testbed.util.parallel import split_work
 from testbed.rng import GLOBAL, Purpose, stream
-from testbed.sections import NonNegative, Positive, Section
+from testbed.sections import NonNegative, OnlyWith, Positive, Section
 
 if TYPE_CHECKING:
     from testbed.config import Config
@@ -90,6 +90,9 @@ class PadpflSection(AggregationOptions):
     """PADPFL (adaptive-dp.md): FedProx, clipped noisy uploads (eq. 8), impact-factor aggregation
     (eq. 11, or a robust rule: ``aggregation``) and server noise (eq. 13). ``epsilon`` absent: the
     non-private runs (no noise)."""
+
+    ONLY_WITH = {**AggregationOptions.ONLY_WITH,
+                 "score_temperature": (OnlyWith("impact", ("quality_score",)),)}
 
     rounds: Positive[int] = 30
     """T, aggregations (broadcasts)."""

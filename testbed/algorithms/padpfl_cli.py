@@ -89,4 +89,6 @@ class Parts:
 
 
 PRIVACY = Command(help="client noise (eq. 8), server noise (eq. 13) and the condition of Theorem 1",
-                  arguments=_arguments, run=_privacy)
+                  arguments=_arguments, run=_privacy,
+                  examples=("--parts 20:0,20:1,20:2 --min-samples 150 --clip 1 --rounds 30 --uploads 5 --epsilon 5 "
+                            "--delta 0.01",))

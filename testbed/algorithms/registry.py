@@ -70,11 +70,14 @@ class Command:
         help: its line in the parent command's ``--help``.
         arguments: adds its arguments to its (empty) parser.
         run: its handler: the parsed arguments → the exit status.
+        examples: invocations shown in its ``--help``, as the arguments after its name
+            (tests/test_cli.py parses each).
     """
 
     help: str
     arguments: Callable[["argparse.ArgumentParser"], None]
     run: Callable[["argparse.Namespace"], int]
+    examples: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ import sys
 from typing import NoReturn
 
 from testbed.arguments import HelpFormatter
+from testbed.cli.examples import EXAMPLES, epilog
 from testbed.errors import UserError
 from testbed.util.extras import check_installed, missing_package_message
 
@@ -40,14 +41,30 @@ class Parser(argparse.ArgumentParser):
 def build_parser(command: str | None = None) -> Parser:
     """The command line's parser with the command ``command`` (a word of argv) registered, or every
     command when it names none."""
-    parser = Parser(prog="testbed", description="Private federated learning on wireless IoT, hardware in the loop.")
+    parser = Parser(prog="testbed", description="Private federated learning on wireless IoT, hardware in the loop.",
+                    epilog=epilog(EXAMPLES["run"][:1] + EXAMPLES["report"][:1]) + "\n\n`testbed COMMAND --help` "
+                                                                                    "shows each command's own")
+    parser.add_argument("--version", action="version", version=f"testbed {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     # Only the command asked for is imported (a board's `testbed node` or a short run does not pay
     # for every command's imports); `testbed`, `testbed --help` or an unknown command list them all.
     chosen = _MODULE_OF.get(command, command)
     for name in (chosen,) if chosen in COMMANDS else COMMANDS:
         importlib.import_module(f"testbed.cli.{name}").register(sub)
+    for name, command_parser in sub.choices.items():
+        if name in EXAMPLES:  # the algorithms' commands (privacy, plan) have theirs from the registry
+            command_parser.epilog = epilog(EXAMPLES[name])
     return parser
+
+
+def _version() -> str:
+    """The installed package's version (its metadata, as pip knows it)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("testbed")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "(not installed)"
 
 
 def main(argv: list[str] | None = None) -> int:

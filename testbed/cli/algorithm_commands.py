@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 
+from testbed.cli.examples import epilog
+
 
 def command_name(algorithm: str) -> str:
     """The sub-command of the algorithm named ``algorithm``: its name with ``-`` for ``_``."""
@@ -26,8 +28,13 @@ def add_algorithm_commands(parser: argparse.ArgumentParser, hook: str) -> None:
     from testbed.algorithms import registry
 
     sub = parser.add_subparsers(dest="algorithm", required=True)
+    parent = parser.prog.partition(" ")[2]  # "testbed privacy" → "privacy"
+    firsts = []
     for reg in registry.offering(hook):
         command: registry.Command = getattr(reg, hook)
-        command_parser = sub.add_parser(command_name(reg.name), help=command.help)
+        lines = [f"{parent} {command_name(reg.name)} {arguments}".rstrip() for arguments in command.examples]
+        command_parser = sub.add_parser(command_name(reg.name), help=command.help, epilog=epilog(lines) if lines else None)
         command.arguments(command_parser)
         command_parser.set_defaults(handler=command.run)
+        firsts += lines[:1]
+    parser.epilog = epilog(firsts) if firsts else None

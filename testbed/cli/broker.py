@@ -23,8 +23,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                              "with no authentication)")
     broker.add_argument("--port", type=Number(int, ge=0, le=65535), default=1883,
                         help="the port to listen on (0: any free one)")
-    broker.add_argument("--parent-pid", type=PID, metavar="PID",
-                        help="leave when this process is gone (a run's coordinator starts its broker so)")
+    # Internal: leave when this process is gone (a run's coordinator starts its broker so).
+    broker.add_argument("--parent-pid", type=PID, metavar="PID", help=argparse.SUPPRESS)
     broker.set_defaults(handler=_broker)
 
 

@@ -28,10 +28,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                       help="how joules are measured (model: from the device profile; default auto)")
     node.add_argument("--state-dir", help="where the node keeps its ledger across restarts "
                                           "(default ~/.cache/testbed/node)")
-    node.add_argument("--crash-at-round", type=Number(int, ge=0), metavar="R",
-                      help="fault emulation: exit abruptly (no reply, no disconnect) when round R arrives")
-    node.add_argument("--crash-after-reply", action="store_true",
-                      help="with --crash-at-round: exit just after the round's first reply (e.g. a transmit signal)")
+    # Internal (the fault tests' and the coordinator's), accepted but left out of --help:
+    # --crash-at-round R exits abruptly (no reply, no disconnect) when round R arrives;
+    # --crash-after-reply exits just after the round's first reply instead (e.g. a transmit signal).
+    node.add_argument("--crash-at-round", type=Number(int, ge=0), metavar="R", help=argparse.SUPPRESS)
+    node.add_argument("--crash-after-reply", action="store_true", help=argparse.SUPPRESS)
     _common(node)
     node.set_defaults(handler=_node)
 
@@ -41,14 +42,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     which.add_argument("--ids", type=NumberList(int, ge=0, unique=True), help="serve these node ids")
     nodes.add_argument("--first-id", type=NODE_ID, default=0, help="the first node id of --count (default 0)")
     nodes.add_argument("--data", help="the data file of these nodes (overrides data.path)")
-    nodes.add_argument("--session", help="serve this coordinator session only (the coordinator that starts "
-                                          "the host passes its own)")
+    # Internal: the coordinator that starts the host passes its session (serve it only) and its pid
+    # (leave at once when it is gone).
+    nodes.add_argument("--session", help=argparse.SUPPRESS)
     nodes.add_argument("--broadcast", choices=["auto", "shared", "per-node"], default="auto",
                        help="how the host reads the broadcast: once for all its nodes (shared: an MQTT shared "
                             "subscription), once per node, or auto: shared when the broker says it serves "
                             "shared subscriptions (MQTT 5)")
-    nodes.add_argument("--coordinator-pid", type=PID, metavar="PID",
-                       help="leave at once when this process (the coordinator that started the host) is gone")
+    nodes.add_argument("--coordinator-pid", type=PID, metavar="PID", help=argparse.SUPPRESS)
     _common(nodes)
     nodes.set_defaults(handler=_nodes, meter="model", state_dir=None, crash_at_round=None, crash_after_reply=False,
                        config=None, node_id=None)

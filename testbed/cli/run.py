@@ -21,7 +21,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--resume", type=Path, metavar="RUN_DIR",
                      help="continue a killed run from its last completed round (its own config.toml)")
     run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                     help="override any key, e.g. --set dp_pasgd.tau=5 (repeatable)")
+                     help="override any key, e.g. --set budget.epsilon=2 or --set stragglers.model=bernoulli (read as "
+                          "TOML; text that is not TOML is a string; repeatable)")
     run.add_argument("--seed", type=Number(int, ge=0, le=MAX_SEED), help="the run's seed (run.seed)")
     run.add_argument("--out", type=Path, help="the run directory (default: output.dir/NAME-TIME-sSEED)")
     run.add_argument("--quiet", action="store_true", help="no progress bar, no summary table")

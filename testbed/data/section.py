@@ -15,13 +15,15 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from testbed.data import registry
-from testbed.sections import NonNegative, Positive, Section
+from testbed.sections import NonNegative, OnlyWith, Positive, Section
 
 #: The data sets ``data.dataset`` may name: one module of testbed/data/ each (testbed.data.registry).
 DatasetName = Literal[tuple(registry.names())]
 
 
 class DataSection(Section):
+    ONLY_WITH = {"alpha": (OnlyWith("partition", ("dirichlet",)),)}
+
     dataset: DatasetName = "synthetic"
     path: str | None = None
     """The data file or its folder (else $TESTBED_DATA, the cache, or a download)."""

@@ -140,6 +140,38 @@ def holder_pid(directory: Path) -> int | None:
         os.close(fd)
 
 
+def holder_gone(directory: Path) -> bool:
+    """Whether the lock file of ``directory`` names a holder that ended without releasing it (a
+    killed writer: the kernel dropped its lock, its pid stays in the file). False while that
+    process lives or still holds the lock (seen in /proc/locks), and when the file names no holder
+    (released, or never taken). A pid of another machine's process (a run directory on a shared
+    file system) is not one of this machine's: `testbed watch` runs where its run runs."""
+    pid = holder_pid(directory)
+    if pid is None:
+        return False
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
+    except ProcessLookupError:
+        return not _flock_listed(Path(directory) / LOCK_NAME)
+    except PermissionError:  # another user's process: it exists
+        return False
+    return False
+
+
+def _flock_listed(path: Path) -> bool:
+    """Whether the kernel lists a granted flock on ``path`` (Linux's /proc/locks; False where it
+    cannot be read): a holder alive in another pid namespace, whose pid this one does not see."""
+    try:
+        st = os.stat(path)
+        with open("/proc/locks", encoding="ascii", errors="replace") as f:
+            listed = f.read(1 << 20)
+    except OSError:
+        return False
+    inode = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    return any("FLOCK" in fields and inode in fields and "->" not in fields
+               for fields in (line.split() for line in listed.splitlines()))
+
+
 def _read_pid(fd: int) -> int | None:
     """The pid a lock file holds, or None for anything else (empty, garbage, too long, unreadable)."""
     try:

@@ -23,7 +23,7 @@ EXTRA_OF_MODULE: dict[str, tuple[str, str]] = {
     "serial": ("pyserial", "bridge"),
     "paho": ("paho-mqtt", "node"),
     "smbus2": ("smbus2", "node"),
-    "torch": ("torch", "channel"),
+    "torch": ("torch", "torch"),  # model.kind = "torch"; [channel] installs it too, with Sionna
     "sionna": ("sionna-no-rt", "channel"),
     "ray": ("ray", "ray"),
     "rich": ("rich", "coordinator"),

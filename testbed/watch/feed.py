@@ -43,6 +43,7 @@ from testbed.ledger.events import CommunicationEvent, ComputeEvent, Event, Strag
 from testbed.ledger.node import NodeLedger
 from testbed.ledger.fields import event_from_dict
 from testbed.reports.results import METRIC_COLUMNS, read_summary
+from testbed.util.dirlock import holder_gone
 from testbed.watch.checks import check_event, metric_row, summary_view
 from testbed.watch.lines import DELETED, LineTail
 #: A run with no summary whose files stopped growing for longer than this many mean rounds (and at
@@ -165,6 +166,7 @@ class RunFeed:
         self.problems: dict[str, tuple[str, int]] = {}  # file name → (its last problem, how many)
         self._reading_failed: str | None = None
         self.coordinator: str | None = None  # its status topic over MQTT, when followed
+        self.killed = False  # no summary and the coordinator gone (:meth:`_update_killed`)
 
     # ------------------------------------------------------------------ inputs
 
@@ -208,6 +210,7 @@ class RunFeed:
         self._apply_statuses()
         if len(self.metrics) > first_metric or self.version != start_version:
             self._last_growth = self.clock()
+        self._update_killed()
         self._update_channel()
         run = self.run_info()
         nodes = [self._row(n, v) for n, v in sorted(self.nodes.items()) if v.version > start_version]
@@ -413,6 +416,20 @@ class RunFeed:
                 self.version += 1
                 view.mqtt, view.mqtt_at, view.version = status, at, self.version
 
+    def _update_killed(self) -> None:
+        """Whether the run ended without a summary, its coordinator gone: its MQTT will came
+        (status offline), or the process that holds the run directory's lock ended without
+        releasing it (a kill; seen at the next poll, in sim and over MQTT, where an embedded
+        broker dies with the coordinator and no will gets out). A change sends every node row
+        again: what a node is shown as depends on it (:meth:`node_state`)."""
+        killed = self.summary is None and self.config is not None and (
+            self.coordinator == "offline" or holder_gone(self.run_dir))
+        if killed != self.killed:
+            self.killed = killed
+            self.version += 1
+            for view in self.nodes.values():
+                view.version = self.version
+
     def _view(self, node: int) -> NodeView:
         view = self.nodes.get(node)
         if view is None:
@@ -484,8 +501,8 @@ class RunFeed:
         stall_s = max(STALL_MIN_S, STALL_ROUNDS * (round_s or 0.0))
         if c is None:
             info["status"] = "waiting"
-        elif self.coordinator == "offline":
-            info["status"] = "killed"  # its will was published and it wrote no summary
+        elif self.killed:
+            info["status"] = "killed"  # its will was published, or its process ended, and no summary
         elif idle_s > stall_s:
             info["status"] = "stalled"  # no summary, no growth: killed, or waiting for its nodes
         else:
@@ -528,11 +545,21 @@ class RunFeed:
         return eps
 
     def node_state(self, view: NodeView) -> tuple[str, str | None]:
-        """(online/offline/straggling/waiting, why) of a node in the last completed round; a
-        status message over MQTT that says offline wins (the node is gone now)."""
+        """(online/offline/straggling/waiting/unknown, why) of a node in the last completed round;
+        a status message over MQTT that says offline wins (the node is gone now). Once the run is
+        killed, a node that lived in the run or was started by it (sim, emulated boards: they leave
+        with their coordinator) is offline, and a real board is what its status topic says, else
+        unknown: its last round says nothing of it now."""
         r = self.current_round()
         if view.mqtt == "offline":
             return "offline", "status topic"
+        if self.killed:
+            c = self.config
+            if c.run.mode == "sim" or c.mqtt.emulated:
+                return "offline", "the run's coordinator is gone (and the nodes it ran)"
+            if view.mqtt == "online":
+                return "online", "status topic (the run's coordinator is gone)"
+            return "unknown", "the run's coordinator is gone; the board said nothing since"
         if r >= 0 and view.straggle_round == r:
             return ("offline" if view.straggle_reason == "offline" else "straggling"), view.straggle_reason
         if r >= 0 and view.last_round >= r:

@@ -115,10 +115,10 @@ class WatchApp:
 
     def _send(self, delta: dict) -> None:
         """Queue a delta for every open page; a page too far behind is closed (it reconnects)."""
-        text = _json(delta)
+        item = (delta["version"], _json(delta))
         for page in list(self._pages):
             try:
-                page.put_nowait(text)
+                page.put_nowait(item)
             except asyncio.QueueFull:
                 self._pages.discard(page)
                 page.get_nowait()
@@ -137,15 +137,18 @@ class WatchApp:
         self._pages.add(page)  # before the snapshot: a delta after it is queued, older ones are skipped by version
         try:
             async with sse_response(request) as resp:
-                await resp.send(_json(await self._feed(self.feed.snapshot)), event="snapshot")
+                snapshot = await self._feed(self.feed.snapshot)
+                await resp.send(_json(snapshot), event="snapshot")
                 while resp.is_connected():  # false once a ping failed: the page is gone
                     try:
-                        text = await asyncio.wait_for(page.get(), timeout=IDLE_CHECK_S)
+                        item = await asyncio.wait_for(page.get(), timeout=IDLE_CHECK_S)
                     except asyncio.TimeoutError:
                         continue  # a finished run sends nothing: look again whether the page is there
-                    if text is None:
+                    if item is None:
                         break
-                    await resp.send(text, event="delta")
+                    version, text = item
+                    if version > snapshot["version"]:  # a poll between joining and the snapshot is in it
+                        await resp.send(text, event="delta")
             return resp
         except ConnectionResetError:  # the page was closed: its stream ends, nothing went wrong
             log.debug("a page of %s closed its event stream", self.feed.run_dir)
