@@ -29,6 +29,8 @@ EXTRA_OF_MODULE: dict[str, tuple[str, str]] = {
     "rich": ("rich", "coordinator"),
     "aiohttp": ("aiohttp", "watch"),
     "aiohttp_sse": ("aiohttp-sse", "watch"),
+    "tensorboardX": ("tensorboardX", "tracking"),
+    "mlflow": ("mlflow-skinny", "tracking"),
 }
 
 

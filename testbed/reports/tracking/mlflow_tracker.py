@@ -1,0 +1,127 @@
+"""``output.mlflow = true``: the run in MLflow: the resolved config as params (dotted keys,
+``dp_pasgd.sigma``), each round's metrics (the metrics row and the most joules any node spent) at
+step = rounds done, the status and headline figures as tags, and the run directory's files as
+artifacts at the end.
+
+Where: MLFLOW_TRACKING_URI (any store MLflow reaches: a server, ``sqlite:///...`` with the full
+mlflow package, a folder); unset, the file store ./mlruns (``mlflow ui --backend-store-uri
+./mlruns``), which MLflow 3 keeps in maintenance mode: the tracker opts in to it
+(MLFLOW_ALLOW_FILE_STORE, unless set). The experiment is MLFLOW_EXPERIMENT_NAME, else the run's
+name (``run.name``). A resumed run goes on logging to its MLflow run (RUN_DIR/mlflow_run.json).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator
+
+from testbed.reports.tracking import RoundRecord
+
+if TYPE_CHECKING:
+    from testbed.config import Config
+
+#: The file in RUN_DIR naming the MLflow run (a resumed run logs to it again).
+RUN_FILE = "mlflow_run.json"
+#: MLflow's limits: params and metrics per log_batch call, characters of a param's value.
+_BATCH_PARAMS, _BATCH_METRICS, _PARAM_CHARS = 100, 1000, 6000
+_STATUS = {"completed": "FINISHED", "stopped_budget": "FINISHED", "failed": "FAILED"}
+
+
+def tracking_uri() -> str:
+    """MLFLOW_TRACKING_URI, else the file store ./mlruns (as a file: URI)."""
+    uri = os.environ.get("MLFLOW_TRACKING_URI")
+    return uri if uri else (Path.cwd() / "mlruns").as_uri()
+
+
+def flat_params(tree: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, str]]:
+    """(dotted key, value as text) of every leaf of a nested dict.
+
+    Example::
+
+        >>> list(flat_params({"run": {"seed": 1}, "dp_pasgd": {"sigma": 1.0, "lr": [0.1, 0.2]}}))
+        [('run.seed', '1'), ('dp_pasgd.sigma', '1.0'), ('dp_pasgd.lr', '[0.1, 0.2]')]
+    """
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            yield from flat_params(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", str(value)[:_PARAM_CHARS]
+
+
+class MlflowTracker:
+    """One MLflow run per testbed run, through MlflowClient (no process-wide active run: runs of a
+    sweep or a notebook do not share state)."""
+
+    def __init__(self) -> None:
+        self._client = None
+        self._run_id: str | None = None
+        self._run_dir: Path | None = None
+
+    def start(self, config: "Config", run_dir: Path) -> None:
+        from mlflow.entities import Param
+        from mlflow.tracking import MlflowClient
+
+        from testbed.config import to_dict
+
+        uri = tracking_uri()
+        if uri.startswith("file:") or "://" not in uri:
+            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+        self._client = client = MlflowClient(tracking_uri=uri)
+        self._run_dir = Path(run_dir)
+        self._run_id = self._resumed(uri)
+        if self._run_id is None:
+            name = os.environ.get("MLFLOW_EXPERIMENT_NAME") or config.run.name
+            experiment = client.get_experiment_by_name(name)
+            experiment_id = experiment.experiment_id if experiment is not None else client.create_experiment(name)
+            run = client.create_run(experiment_id, run_name=self._run_dir.name,
+                                    tags={"testbed.run_dir": str(self._run_dir.resolve()),
+                                          "testbed.algorithm": config.run.algorithm, "testbed.mode": config.run.mode})
+            self._run_id = run.info.run_id
+            (self._run_dir / RUN_FILE).write_text(json.dumps({"tracking_uri": uri, "run_id": self._run_id}) + "\n")
+            params = [Param(k, v) for k, v in flat_params(to_dict(config))]
+            for i in range(0, len(params), _BATCH_PARAMS):
+                client.log_batch(self._run_id, params=params[i:i + _BATCH_PARAMS])
+        else:
+            client.update_run(self._run_id, status="RUNNING")
+
+    def round(self, record: RoundRecord) -> None:
+        from mlflow.entities import Metric
+
+        now_ms = int(time.time() * 1000)
+        # MLflow stores finite numbers only (ε = ∞ of a run without noise is in the summary's tags).
+        metrics = [Metric(k, v, now_ms, record.round) for k, v in record.metrics.items() if abs(v) < float("inf")]
+        for i in range(0, len(metrics), _BATCH_METRICS):
+            self._client.log_batch(self._run_id, metrics=metrics[i:i + _BATCH_METRICS])
+
+    def finish(self, summary: dict[str, Any]) -> None:
+        client, run_id = self._client, self._run_id
+        privacy = summary.get("privacy") or {}
+        tags = {"testbed.status": summary.get("status"), "testbed.rounds": summary.get("rounds"),
+                "testbed.epsilon_headline": privacy.get("epsilon_headline")}
+        for key, value in tags.items():
+            if value is not None:
+                client.set_tag(run_id, key, str(value))
+        for path in sorted(self._run_dir.iterdir()):
+            if path.name.startswith("."):  # the directory's lock
+                continue
+            if path.is_dir():
+                client.log_artifacts(run_id, str(path), artifact_path=path.name)
+            else:
+                client.log_artifact(run_id, str(path))
+        client.set_terminated(run_id, status=_STATUS.get(summary.get("status"), "FAILED"))
+
+    def close(self) -> None:
+        """Nothing to release: the client holds no open store (a server that failed is left alone)."""
+
+    def _resumed(self, uri: str) -> str | None:
+        """The MLflow run a resumed run logged to, if RUN_FILE names one in this store."""
+        try:
+            known = json.loads((self._run_dir / RUN_FILE).read_text())
+        except (OSError, ValueError):
+            return None
+        if not isinstance(known, dict) or known.get("tracking_uri") != uri or not isinstance(known.get("run_id"), str):
+            return None
+        return known["run_id"]

@@ -1,0 +1,84 @@
+"""``output.tensorboard = true``: the run's curves as TensorBoard event files in RUN_DIR/tensorboard.
+
+Scalars per round: the metrics row (training loss, accuracies, ε, cost units, bytes, stragglers,
+wall seconds, local steps) and the most joules any node spent; histograms per round of each node's
+ε, cost units, bytes and joules (``nodes/...``); the config and the final summary as text. View
+with ``tensorboard --logdir runs`` (one run per run directory).
+
+The events are written with tensorboardX's record writer from the tracking thread itself
+(testbed.reports.tracking.feed), not its SummaryWriter: that one writes from a thread of its own, whose
+failure (a full disk) would be lost instead of ending tracking in one line.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from testbed.reports.tracking import RoundRecord
+
+if TYPE_CHECKING:
+    from testbed.config import Config
+
+#: Seconds between flushes (each an fsync) of the event file; finish flushes the rest.
+FLUSH_EVERY_S = 5.0
+
+
+class TensorBoardTracker:
+    """Writes one event file under RUN_DIR/tensorboard (a resumed run adds another)."""
+
+    def __init__(self) -> None:
+        self._writer = None
+        self._flushed_at = 0.0
+
+    def start(self, config: "Config", run_dir: Path) -> None:
+        from tensorboardX.event_file_writer import EventsWriter
+
+        from testbed.config import to_toml
+
+        logdir = Path(run_dir) / "tensorboard"
+        logdir.mkdir(parents=True, exist_ok=True)
+        self._writer = EventsWriter(str(logdir / "events"))
+        self._text("config", "```toml\n" + to_toml(config) + "\n```", 0)
+        self._flush()
+
+    def round(self, record: RoundRecord) -> None:
+        from tensorboardX.summary import histogram, scalar
+
+        for name, value in record.metrics.items():
+            self._write(scalar(name, value), record.round)
+        for name, values in record.nodes.items():
+            finite = values[np.isfinite(values)]
+            if finite.size:
+                self._write(histogram(f"nodes/{name}", finite, bins="auto"), record.round)
+        if time.monotonic() - self._flushed_at >= FLUSH_EVERY_S:
+            self._flush()
+
+    def finish(self, summary: dict[str, Any]) -> None:
+        self._text("summary", "```json\n" + json.dumps(summary, indent=2, default=str) + "\n```",
+                   int(summary.get("rounds", 0)))
+        self._writer.close()
+        self._writer = None
+
+    def close(self) -> None:
+        if self._writer is not None:
+            writer, self._writer = self._writer, None
+            writer.close()
+
+    def _text(self, tag: str, markdown: str, step: int) -> None:
+        from tensorboardX.summary import text
+
+        self._write(text(tag, markdown), step)
+
+    def _write(self, summary, step: int) -> None:
+        from tensorboardX.proto.event_pb2 import Event
+
+        self._writer.write_event(Event(summary=summary, step=step, wall_time=time.time()))
+
+    def _flush(self) -> None:
+        self._writer.flush()
+        self._flushed_at = time.monotonic()

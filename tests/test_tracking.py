@@ -1,0 +1,125 @@
+"""Experiment tracking: TensorBoard's event files and MLflow's store hold the run's curves, read back
+with each tool's own reader (TensorBoard's EventAccumulator, MLflow's client), and match metrics.csv."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+pytest.importorskip("tensorboardX")
+pytest.importorskip("mlflow")
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
+
+from testbed.config import load_config_text  # noqa: E402
+from testbed.errors import ConfigError  # noqa: E402
+from testbed.orchestration.runner import run_experiment  # noqa: E402
+from testbed.reports import tracking  # noqa: E402
+from testbed.reports.tracking.mlflow_tracker import RUN_FILE, tracking_uri  # noqa: E402
+
+
+@pytest.fixture
+def mlflow_store(tmp_path, monkeypatch):
+    """A local MLflow file store in tmp_path, as MLFLOW_TRACKING_URI."""
+    uri = (tmp_path / "mlruns").as_uri()
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    monkeypatch.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
+    return uri
+
+
+def run(text, tmp_path, name="run", **output):
+    overrides = [f"output.{k}={str(v).lower()}" for k, v in output.items()]
+    return run_experiment(load_config_text(text, overrides), out_dir=tmp_path / name, quiet=True)
+
+
+def metrics_csv(run_dir):
+    return list(csv.DictReader(open(run_dir / "metrics.csv")))
+
+
+def accumulator(run_dir):
+    acc = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"scalars": 0, "histograms": 0, "tensors": 0})
+    acc.Reload()
+    return acc
+
+
+def test_tensorboard_holds_every_rounds_metrics_and_node_histograms(small_config_text, tmp_path):
+    result = run(small_config_text, tmp_path, tensorboard=True)
+    acc = accumulator(result.run_dir)
+    rows = metrics_csv(result.run_dir)
+    for name in ("train_loss", "test_accuracy", "epsilon", "cost_units", "bytes_total", "energy_j"):
+        assert name in acc.Tags()["scalars"]
+    for name in ("train_loss", "epsilon", "cost_units", "bytes_total"):
+        points = acc.Scalars(name)
+        assert [p.step for p in points] == [int(r["round"]) for r in rows]
+        assert [p.value for p in points] == pytest.approx([float(r[name]) for r in rows], rel=1e-6)
+    # Per-node histograms: every node counted each round, ε's spread as the nodes' own.
+    summary = result.summary
+    last = acc.Histograms("nodes/epsilon")[-1]
+    assert last.step == summary["rounds"] and last.histogram_value.num == len(summary["nodes"])
+    assert last.histogram_value.max == pytest.approx(max(n["epsilon"] for n in summary["nodes"].values()), rel=1e-6)
+    assert {"config/text_summary", "summary/text_summary"} <= set(acc.Tags()["tensors"])
+
+
+def test_tensorboard_with_eval_every_leaves_unevaluated_rounds_out(small_config_text, tmp_path):
+    result = run(small_config_text, tmp_path, tensorboard=True, eval_every=3)
+    acc = accumulator(result.run_dir)
+    assert [p.step for p in acc.Scalars("test_accuracy")] == [3, 4]  # evaluated rounds and the last
+    assert [p.step for p in acc.Scalars("epsilon")] == [1, 2, 3, 4]
+
+
+def test_mlflow_holds_params_curves_status_and_the_run_directory(small_config_text, tmp_path, mlflow_store):
+    from mlflow.tracking import MlflowClient
+
+    result = run(small_config_text, tmp_path, mlflow=True, tensorboard=True)
+    known = json.loads((result.run_dir / RUN_FILE).read_text())
+    assert known["tracking_uri"] == mlflow_store
+    client = MlflowClient(mlflow_store)
+    mlrun = client.get_run(known["run_id"])
+    assert mlrun.info.status == "FINISHED" and mlrun.info.run_name == "run"
+    assert client.get_experiment(mlrun.info.experiment_id).name == "t"  # run.name
+    params = mlrun.data.params
+    assert params["dp_pasgd.sigma"] == "1.0" and params["data.num_nodes"] == "4" and params["output.mlflow"] == "True"
+    rows = metrics_csv(result.run_dir)
+    for name in ("train_loss", "epsilon", "cost_units"):
+        history = sorted(client.get_metric_history(known["run_id"], name), key=lambda m: m.step)
+        assert [m.step for m in history] == [int(r["round"]) for r in rows]
+        assert [m.value for m in history] == pytest.approx([float(r[name]) for r in rows], rel=1e-12)
+    assert mlrun.data.tags["testbed.status"] == "completed"
+    artifacts = {a.path for a in client.list_artifacts(known["run_id"])}
+    assert {"summary.json", "ledger.csv", "metrics.csv", "config.toml", "tensorboard"} <= artifacts
+    assert ".lock" not in artifacts
+    stored = client.download_artifacts(known["run_id"], "ledger.csv", str(tmp_path / "back"))
+    assert open(stored).read() == (result.run_dir / "ledger.csv").read_text()
+
+
+def test_mlflow_marks_a_budget_stopped_run_finished_with_its_status(small_config_text, tmp_path, mlflow_store):
+    from mlflow.tracking import MlflowClient
+
+    result = run(small_config_text + "[budget]\nepsilon = 4.0\n", tmp_path, mlflow=True)
+    assert result.summary["status"] == "stopped_budget"
+    client = MlflowClient(mlflow_store)
+    mlrun = client.get_run(json.loads((result.run_dir / RUN_FILE).read_text())["run_id"])
+    assert mlrun.data.tags["testbed.status"] == "stopped_budget"
+    assert len(client.get_metric_history(mlrun.info.run_id, "epsilon")) == result.summary["rounds"]
+
+
+def test_the_default_store_is_mlruns_in_the_working_folder(tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert tracking_uri() == (tmp_path / "mlruns").as_uri()
+
+
+@pytest.mark.parametrize("key, module", [("tensorboard", "tensorboardX"), ("mlflow", "mlflow")])
+def test_a_missing_tracker_package_is_one_config_error_naming_the_extra(small_config_text, tmp_path, monkeypatch,
+                                                                        key, module):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == module else real(name, *a))
+    config = load_config_text(small_config_text, [f"output.{key}=true"])
+    with pytest.raises(ConfigError, match=rf"output\.{key}.*pip install 'testbed\[tracking\]'"):
+        run_experiment(config, out_dir=tmp_path / "r", quiet=True)
+    assert not (tmp_path / "r").exists()  # refused before anything was written
+    tracking.check_installed(load_config_text(small_config_text))  # off: nothing to check
