@@ -186,3 +186,50 @@ def test_a_failed_tracker_is_closed_and_called_no_more(tmp_path):
         tracking.round({"round": r, "train_loss": 0.1}, LedgerBook([0]), Budgets())
     tracking.finish({"status": "completed"})
     assert calls == ["start", "round", "close"] and not tracking.live
+
+
+from hypothesis import given, strategies as st  # noqa: E402
+
+STAGES = ["start", "round", "round", "round", "finish"]
+
+
+@given(fail_at=st.lists(st.none() | st.integers(0, len(STAGES) - 1), min_size=1, max_size=3),
+       error=st.sampled_from([OSError(errno.ENOSPC, "No space left on device"), ConnectionError("refused"),
+                              ValueError("bad\nvalue"), RuntimeError("")]))
+def test_each_tracker_is_called_in_order_until_its_first_failure(tmp_path_factory, fail_at, error):
+    """Trackers failing at any call (or never): each gets every call in order up to its failure,
+    then close() and nothing more; the others all of theirs; one one-line warning per failure."""
+    from testbed.budgets import Budgets
+    from testbed.ledger.book import LedgerBook
+
+    calls = [[] for _ in fail_at]
+
+    def tracker(i):
+        class Recording:
+            def __getattr__(self, stage):
+                def call(*args):
+                    calls[i].append(stage)
+                    if stage != "close" and fail_at[i] == len(calls[i]) - 1:
+                        raise error
+                return call
+        return Recording()
+
+    warnings = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: warnings.append(record.getMessage())
+    logger = logging.getLogger("testbed.reports.tracking.feed")
+    logger.addHandler(handler)
+    tracking = Tracking([(f"t{i}", tracker(i)) for i in range(len(fail_at))])
+    try:
+        tracking._thread.start()
+        tracking._queue.put(("start", (None, tmp_path_factory.getbasetemp())))
+        for r in (1, 2, 3):
+            tracking.round({"round": r, "train_loss": 0.1}, LedgerBook([0, 1]), Budgets())
+        tracking.finish({"status": "completed"})
+    finally:
+        logger.removeHandler(handler)
+    for i, at in enumerate(fail_at):
+        assert calls[i] == (STAGES if at is None else STAGES[:at + 1] + ["close"])
+    assert len(warnings) == sum(at is not None for at in fail_at)
+    assert all("\n" not in w for w in warnings)
+    assert tracking.live == any(at is None for at in fail_at)
