@@ -12,9 +12,9 @@ Example::
     >>> import tempfile, pathlib
     >>> d = pathlib.Path(tempfile.mkdtemp())
     >>> (d / "a").mkdir(); _ = (d / "a" / "summary.json").write_text("{")
-    >>> print(format_runs(list_runs(d)))
-    name  algorithm  status   rounds  accuracy  epsilon  date
-    a     -          damaged  -       -         -        -     summary.json: damaged: not JSON (Expecting property name enclosed in double quotes at line 1)
+    >>> [run] = list_runs(d)
+    >>> run.name, run.status, run.problem
+    ('a', 'damaged', 'summary.json: damaged: not JSON (Expecting property name enclosed in double quotes at line 1)')
 """
 
 from __future__ import annotations
