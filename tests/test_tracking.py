@@ -123,3 +123,23 @@ def test_a_missing_tracker_package_is_one_config_error_naming_the_extra(small_co
         run_experiment(config, out_dir=tmp_path / "r", quiet=True)
     assert not (tmp_path / "r").exists()  # refused before anything was written
     tracking.check_installed(load_config_text(small_config_text))  # off: nothing to check
+
+
+@pytest.mark.slow
+def test_an_mqtt_run_tracks_the_same_curves_as_in_sim(small_config_text, tmp_path, mlflow_store):
+    """Over MQTT (embedded broker, emulated hosts forked before the tracking thread starts) the
+    trackers get the same rounds as in sim."""
+    from mlflow.tracking import MlflowClient
+
+    sim = run(small_config_text, tmp_path, "sim", tensorboard=True, mlflow=True)
+    mqtt = run_experiment(load_config_text(small_config_text, ["run.mode=mqtt", "output.tensorboard=true",
+                                                               "output.mlflow=true"]),
+                          out_dir=tmp_path / "mqtt", quiet=True)
+    assert mqtt.summary["status"] == "completed"
+    for name in ("train_loss", "epsilon"):
+        assert [(p.step, p.value) for p in accumulator(mqtt.run_dir).Scalars(name)] == \
+            [(p.step, p.value) for p in accumulator(sim.run_dir).Scalars(name)]
+    client = MlflowClient(mlflow_store)
+    ids = [json.loads((r.run_dir / RUN_FILE).read_text())["run_id"] for r in (sim, mqtt)]
+    assert [sorted((m.step, m.value) for m in client.get_metric_history(i, "epsilon")) for i in ids] == \
+        [sorted((m.step, m.value) for m in client.get_metric_history(ids[0], "epsilon"))] * 2

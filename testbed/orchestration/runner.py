@@ -266,8 +266,8 @@ def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = Fa
         # Before the nodes: a full pass over it took 40-80 ms of an MQTT run's start, and emulated
         # hosts forked from this process inherit it frozen.
         gc.freeze()
-        run.tracking = Tracking.start(config, directory.path)
         nodes = build_nodes(config, algorithm, data, quiet)
+        run.tracking = Tracking.start(config, directory.path)  # its thread after the hosts' forks
         run_rounds(run, nodes, quiet, tight_job)
     except BaseException as exc:
         run.status, run.failure = "failed", f"{type(exc).__name__}: {exc}"

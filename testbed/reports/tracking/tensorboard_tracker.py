@@ -8,6 +8,9 @@ with ``tensorboard --logdir runs`` (one run per run directory).
 The events are written with tensorboardX's record writer from the tracking thread itself
 (testbed.reports.tracking.feed), not its SummaryWriter: that one writes from a thread of its own, whose
 failure (a full disk) would be lost instead of ending tracking in one line.
+
+tensorboardX imports torch when it is installed (its writer accepts torch tensors): a second and
+a half, once, in the tracking thread; without torch it imports numpy and protobuf only.
 """
 
 from __future__ import annotations
