@@ -143,3 +143,24 @@ def test_an_mqtt_run_tracks_the_same_curves_as_in_sim(small_config_text, tmp_pat
     ids = [json.loads((r.run_dir / RUN_FILE).read_text())["run_id"] for r in (sim, mqtt)]
     assert [sorted((m.step, m.value) for m in client.get_metric_history(i, "epsilon")) for i in ids] == \
         [sorted((m.step, m.value) for m in client.get_metric_history(ids[0], "epsilon"))] * 2
+
+
+def test_a_resumed_run_logs_to_its_mlflow_run_again(small_config_text, tmp_path, mlflow_store):
+    from mlflow.tracking import MlflowClient
+
+    from run_dir_cases import run_killed
+
+    config = load_config_text(small_config_text, ["output.mlflow=true", "output.checkpoint_every=1"])
+    run_killed(config, tmp_path / "r", killed_at=3)
+    run_id = json.loads((tmp_path / "r" / RUN_FILE).read_text())["run_id"]
+    client = MlflowClient(mlflow_store)
+    assert client.get_run(run_id).info.status == "FAILED"
+    result = run_experiment(config, out_dir=tmp_path / "r", quiet=True, resume=True)
+    assert json.loads((tmp_path / "r" / RUN_FILE).read_text())["run_id"] == run_id
+    mlrun = client.get_run(run_id)
+    assert mlrun.info.status == "FINISHED" and mlrun.data.tags["testbed.status"] == "completed"
+    assert len(client.search_runs([mlrun.info.experiment_id])) == 1
+    last = {}
+    for m in sorted(client.get_metric_history(run_id, "epsilon"), key=lambda m: m.timestamp):
+        last[m.step] = m.value  # a round run again after the kill is logged again
+    assert last == {int(r["round"]): pytest.approx(float(r["epsilon"]), rel=1e-12) for r in metrics_csv(result.run_dir)}
