@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 
 #: Seconds between flushes (each an fsync) of the event file; finish flushes the rest.
 FLUSH_EVERY_S = 5.0
+#: At most this many bins per histogram, however many nodes (an event's size stays bounded).
+HISTOGRAM_BINS = 64
 
 
 class TensorBoardTracker:
@@ -57,7 +59,7 @@ class TensorBoardTracker:
         for name, values in record.nodes.items():
             finite = values[np.isfinite(values)]
             if finite.size:
-                self._write(histogram(f"nodes/{name}", finite, bins="auto"), record.round)
+                self._write(histogram(f"nodes/{name}", finite, bins="auto", max_bins=HISTOGRAM_BINS), record.round)
         if time.monotonic() - self._flushed_at >= FLUSH_EVERY_S:
             self._flush()
 
