@@ -164,3 +164,29 @@ def test_a_resumed_run_logs_to_its_mlflow_run_again(small_config_text, tmp_path,
     for m in sorted(client.get_metric_history(run_id, "epsilon"), key=lambda m: m.timestamp):
         last[m.step] = m.value  # a round run again after the kill is logged again
     assert last == {int(r["round"]): pytest.approx(float(r["epsilon"]), rel=1e-12) for r in metrics_csv(result.run_dir)}
+
+
+@pytest.mark.parametrize("first", ["this process", "another process"])
+def test_runs_racing_to_create_their_experiment_share_it(tmp_path, mlflow_store, monkeypatch, first):
+    """A sweep's runs start at once: the one that finds the experiment created between its look-up
+    and its create call takes the existing experiment instead of failing."""
+    from mlflow.tracking import MlflowClient
+
+    from testbed.reports.tracking.mlflow_tracker import _experiment_id
+
+    client = MlflowClient(mlflow_store)
+    if first == "another process":
+        real = MlflowClient.get_experiment_by_name
+        looked = []
+
+        def late(self, name):
+            looked.append(name)
+            if len(looked) == 1:  # the other run creates it right after this look-up
+                MlflowClient(mlflow_store).create_experiment(name)
+                return None
+            return real(self, name)
+
+        monkeypatch.setattr(MlflowClient, "get_experiment_by_name", late)
+    a = _experiment_id(client, "sweep")
+    assert _experiment_id(client, "sweep") == a
+    assert [e.name for e in MlflowClient(mlflow_store).search_experiments()].count("sweep") == 1

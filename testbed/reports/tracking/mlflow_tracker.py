@@ -51,6 +51,23 @@ def flat_params(tree: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, s
             yield f"{prefix}{key}", str(value)[:_PARAM_CHARS]
 
 
+def _experiment_id(client, name: str) -> str:
+    """The id of the experiment ``name``, created if missing; a sweep's runs, started at once in
+    several processes, may race to create it: the loser takes the winner's."""
+    from mlflow.exceptions import MlflowException
+
+    experiment = client.get_experiment_by_name(name)
+    if experiment is not None:
+        return experiment.experiment_id
+    try:
+        return client.create_experiment(name)
+    except MlflowException:
+        experiment = client.get_experiment_by_name(name)
+        if experiment is None:
+            raise
+        return experiment.experiment_id
+
+
 class MlflowTracker:
     """One MLflow run per testbed run, through MlflowClient (no process-wide active run: runs of a
     sweep or a notebook do not share state)."""
@@ -74,9 +91,7 @@ class MlflowTracker:
         self._run_id = self._resumed(uri)
         if self._run_id is None:
             name = os.environ.get("MLFLOW_EXPERIMENT_NAME") or config.run.name
-            experiment = client.get_experiment_by_name(name)
-            experiment_id = experiment.experiment_id if experiment is not None else client.create_experiment(name)
-            run = client.create_run(experiment_id, run_name=self._run_dir.name,
+            run = client.create_run(_experiment_id(client, name), run_name=self._run_dir.name,
                                     tags={"testbed.run_dir": str(self._run_dir.resolve()),
                                           "testbed.algorithm": config.run.algorithm, "testbed.mode": config.run.mode})
             self._run_id = run.info.run_id
