@@ -122,6 +122,11 @@ def test_a_missing_tracker_package_is_one_config_error_naming_the_extra(small_co
     with pytest.raises(ConfigError, match=rf"output\.{key}.*pip install 'testbed\[tracking\]'"):
         run_experiment(config, out_dir=tmp_path / "r", quiet=True)
     assert not (tmp_path / "r").exists()  # refused before anything was written
+    from testbed.orchestration.sweep import grid_points, run_sweep
+
+    with pytest.raises(ConfigError, match=rf"output\.{key}.*testbed\[tracking\]"):  # a sweep: once, before any run
+        run_sweep(config, grid_points({"dp_pasgd.tau": [5, 10]}, 1, 1), tmp_path / "sweep", quiet=True)
+    assert not (tmp_path / "sweep").exists()
     tracking.check_installed(load_config_text(small_config_text))  # off: nothing to check
 
 

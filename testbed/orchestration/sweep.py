@@ -35,6 +35,7 @@ from typing import Any
 from testbed.config import Config, load_config_text, parse_override, replace, to_toml
 from testbed.util.dirlock import DirectoryLock
 from testbed.errors import UserError
+from testbed.reports import tracking
 from testbed.orchestration.runner import run_experiment  # imported here so forked workers share the parent's modules
 from testbed.reports.sweep_stats import STATS_FILE, stats_rows
 
@@ -145,6 +146,7 @@ def run_sweep(base: Config, points: Sequence[Point], out_dir: Path, engine: str 
     names = [p.name for p in points]
     if len(set(names)) != len(names):
         raise UserError("sweep: two points have the same folder name; make the grid values distinct")
+    tracking.check_installed(base)  # once, not in every worker
     out_dir = Path(out_dir)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
