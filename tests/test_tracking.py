@@ -195,3 +195,19 @@ def test_runs_racing_to_create_their_experiment_share_it(tmp_path, mlflow_store,
     a = _experiment_id(client, "sweep")
     assert _experiment_id(client, "sweep") == a
     assert [e.name for e in MlflowClient(mlflow_store).search_experiments()].count("sweep") == 1
+
+
+@pytest.mark.slow
+def test_a_sweeps_runs_are_one_experiment_in_mlflow(small_config_text, tmp_path, mlflow_store):
+    from mlflow.tracking import MlflowClient
+
+    from testbed.orchestration.sweep import grid_points, run_sweep
+
+    config = load_config_text(small_config_text, ["output.mlflow=true"])
+    rows = run_sweep(config, grid_points({"dp_pasgd.tau": [5, 10]}, 2, 1), tmp_path / "sweep", workers=2, quiet=True)
+    assert [r["status"] for r in rows] == ["completed"] * 4
+    client = MlflowClient(mlflow_store)
+    [experiment] = [e for e in client.search_experiments() if e.name == "t"]
+    runs = client.search_runs([experiment.experiment_id])
+    assert sorted(r.data.params["dp_pasgd.tau"] for r in runs) == ["10", "10", "5", "5"]
+    assert all(r.info.status == "FINISHED" for r in runs)

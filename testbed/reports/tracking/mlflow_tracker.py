@@ -12,11 +12,14 @@ name (``run.name``). A resumed run goes on logging to its MLflow run (RUN_DIR/ml
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
+from urllib.parse import unquote, urlparse
 
 from testbed.reports.tracking import RoundRecord
 
@@ -34,6 +37,35 @@ def tracking_uri() -> str:
     """MLFLOW_TRACKING_URI, else the file store ./mlruns (as a file: URI)."""
     uri = os.environ.get("MLFLOW_TRACKING_URI")
     return uri if uri else (Path.cwd() / "mlruns").as_uri()
+
+
+def file_store(uri: str) -> Path | None:
+    """The folder of a file store URI (``file:///...`` or a plain path), else None.
+
+    Example::
+
+        >>> file_store("file:///tmp/ml%20runs"), file_store("http://127.0.0.1:5000"), file_store("databricks")
+        (PosixPath('/tmp/ml runs'), None, None)
+    """
+    parsed = urlparse(uri)
+    if parsed.scheme == "file":
+        return Path(unquote(parsed.path))
+    return Path(uri) if parsed.scheme == "" and uri != "databricks" else None
+
+
+@contextmanager
+def _creating(uri: str) -> Iterator[None]:
+    """Hold a file store's creation lock (another process's run may create the same experiment at
+    the same moment, and a file store does not refuse a second experiment of the same name); other
+    stores refuse it themselves (see :func:`_experiment_id`)."""
+    folder = file_store(uri)
+    if folder is None:
+        yield
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".testbed-create.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        yield
 
 
 def flat_params(tree: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, str]]:
@@ -84,14 +116,16 @@ class MlflowTracker:
         from testbed.config import to_dict
 
         uri = tracking_uri()
-        if uri.startswith("file:") or "://" not in uri:
+        if file_store(uri) is not None:
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
         self._client = client = MlflowClient(tracking_uri=uri)
         self._run_dir = Path(run_dir)
         self._run_id = self._resumed(uri)
         if self._run_id is None:
             name = os.environ.get("MLFLOW_EXPERIMENT_NAME") or config.run.name
-            run = client.create_run(_experiment_id(client, name), run_name=self._run_dir.name,
+            with _creating(uri):
+                experiment_id = _experiment_id(client, name)
+            run = client.create_run(experiment_id, run_name=self._run_dir.name,
                                     tags={"testbed.run_dir": str(self._run_dir.resolve()),
                                           "testbed.algorithm": config.run.algorithm, "testbed.mode": config.run.mode})
             self._run_id = run.info.run_id
