@@ -142,7 +142,7 @@ def test_the_extras_checked_before_a_command_are_those_of_pyproject():
         provided = base | names(project["optional-dependencies"][extra])
         assert {EXTRA_OF_MODULE[m][0] for m in modules} <= provided, extra
     for module, (package, extra) in EXTRA_OF_MODULE.items():
-        assert package in names(project["optional-dependencies"][extra]), module
+        assert package.lower() in names(project["optional-dependencies"][extra]), module
     assert not base & {"scipy", "matplotlib", "dp-accounting", "amqtt", "paho-mqtt", "pyserial"}
 
 

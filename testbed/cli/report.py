@@ -1,9 +1,11 @@
 """`testbed report RUN_DIR`: redraw a run's figures from its files and print its summary;
-``--html``: write one self-contained report.html of the run, or of a sweep folder."""
+``--json``: print only the summary, as JSON (no figures drawn); ``--html``: write one self-contained
+report.html of the run, or of a sweep folder."""
 
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from testbed.errors import UserError
@@ -14,6 +16,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     report.add_argument("run_dir", type=Path, help="a run directory (or, with --html, a sweep folder)")
     report.add_argument("--html", action="store_true",
                         help="write RUN_DIR/report.html: summary, figures, nodes, config in one file")
+    report.add_argument("--json", action="store_true", help="print the run's summary.json (checked) and nothing else")
     report.set_defaults(handler=_report)
 
 
@@ -23,6 +26,11 @@ def _report(args: argparse.Namespace) -> int:
     from testbed.reports.plots import draw_figures
     from testbed.reports.results import read_summary
 
+    if args.json and args.html:
+        raise UserError("report: --json and --html are exclusive")
+    if args.json:
+        print(json.dumps(read_summary(args.run_dir), indent=2))
+        return 0
     if args.html:
         from testbed.reports.html import write_report
 

@@ -51,6 +51,8 @@ from testbed.util.parallel import split_work
 from testbed.reports.progress import Progress
 from testbed.resources import check_fits
 from testbed.reports.results import RunDirectory, not_yet_charged, split_by_issuer
+from testbed.reports import tracking
+from testbed.reports.tracking.feed import Tracking
 from testbed.stragglers import StragglerDraws
 from testbed.rng import GLOBAL, Purpose, stream
 from testbed.util.threads import limit_blas_threads
@@ -146,6 +148,7 @@ class Run:
     session: str | None = None  # the coordinator's session (over MQTT): the nodes' ledgers are kept under it
     broker: dict[str, str] | None = None  # the broker's kind and URL (over MQTT)
     wall_start: float = field(default_factory=time.monotonic)
+    tracking: Tracking = field(default_factory=Tracking.off)  # output.tensorboard, output.mlflow
 
 
 def load(config: Config) -> tuple[FederatedData | LazyFederatedData, Model]:
@@ -229,6 +232,7 @@ def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = Fa
     """
     wall_start = time.monotonic()
     limit_blas_threads(config.run.blas_threads)
+    tracking.check_installed(config)
     # The helper processes start first: they import dp-accounting and matplotlib (a second each)
     # on the other core while the data are built and the rounds run.
     tight_job = figures_job = None
@@ -268,6 +272,7 @@ def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = Fa
         # hosts forked from this process inherit it frozen.
         gc.freeze()
         nodes = build_nodes(config, algorithm, data, quiet)
+        run.tracking = Tracking.start(config, directory.path)  # its thread after the hosts' forks
         run_rounds(run, nodes, quiet, tight_job)
     except BaseException as exc:
         run.status, run.failure = "failed", f"{type(exc).__name__}: {exc}"
@@ -285,6 +290,7 @@ def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = Fa
                 run.status, run.failure = "failed", f"closing the nodes: {type(exc).__name__}: {exc}"
         try:
             summary = finish(run, tight_job, figures_job)
+            run.tracking.finish(summary)
         finally:
             directory.close()  # the directory's lock is held until the last file is written
     return RunResult(directory.path, summary)
@@ -326,6 +332,7 @@ def run_rounds(run: Run, nodes: Nodes, quiet: bool, tight_job: BackgroundEpsilon
             cadence.save(done, save)
             book.forget_rounds_before(done - _ROUNDS_KEPT)
         progress.update(done, run.metrics["train_loss"], eps, row, run.book)
+        run.tracking.round(row, book, run.budgets)
 
     reported, last = True, None  # the rounds done are all reported; the outcome of the last
 

@@ -38,6 +38,7 @@ from testbed.util.dirlock import DirectoryLock
 from testbed.errors import UserError
 from testbed.limits import MAX_SEED
 from testbed.resources import check_count, estimate_bytes
+from testbed.reports import tracking
 from testbed.orchestration.runner import run_experiment  # imported here so forked workers share the parent's modules
 from testbed.reports.sweep_stats import STATS_FILE, stats_rows
 
@@ -178,6 +179,7 @@ def run_sweep(base: Config, points: Sequence[Point], out_dir: Path, engine: str 
     names = [p.name for p in points]
     if len(set(names)) != len(names):
         raise UserError("sweep: two points have the same folder name; make the grid values distinct")
+    tracking.check_installed(base)  # once, not in every worker
     out_dir = Path(out_dir)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)

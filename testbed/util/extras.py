@@ -30,6 +30,8 @@ EXTRA_OF_MODULE: dict[str, tuple[str, str]] = {
     "aiohttp": ("aiohttp", "watch"),
     "aiohttp_sse": ("aiohttp-sse", "watch"),
     "pandas": ("pandas", "analysis"),
+    "tensorboardX": ("tensorboardX", "tracking"),
+    "mlflow": ("mlflow-skinny", "tracking"),
 }
 
 

@@ -1,0 +1,135 @@
+"""The runner's side of tracking: :class:`Tracking` takes each round from the rounds loop and hands
+it to the run's trackers in a thread of their own.
+
+Why a thread: a tracker writes files or talks to a server; a slow disk or an MLflow server that
+retries must not hold up a round. Why failures end tracking only: the run's own files (metrics.csv,
+ledger.csv, summary.json) are the record; a tracker mirrors them. So a tracker that raises is
+logged in one line and dropped, and the run goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping
+
+import numpy as np
+
+from testbed.reports.tracking import TRACKERS, RoundRecord, Tracker, enabled
+
+if TYPE_CHECKING:
+    from testbed.budgets import Budgets
+    from testbed.config import Config
+    from testbed.ledger.book import LedgerBook
+
+log = logging.getLogger(__name__)
+
+#: Per-node totals the trackers get each round (LedgerBook columns).
+NODE_COLUMNS = ("cost_units", "bytes_total", "energy_j")
+
+
+def round_record(row: Mapping[str, Any], book: "LedgerBook", budgets: "Budgets") -> RoundRecord:
+    """The round's :class:`RoundRecord`: the metrics row's numbers and the nodes' totals, copied.
+
+    Example::
+
+        >>> from testbed.budgets import Budgets
+        >>> from testbed.ledger.book import LedgerBook
+        >>> r = round_record({"round": 3, "train_loss": 0.5, "test_accuracy": ""}, LedgerBook([0, 1]), Budgets())
+        >>> r.round, r.metrics, sorted(r.nodes)
+        (3, {'train_loss': 0.5, 'energy_j': 0.0}, ['bytes_total', 'cost_units', 'energy_j', 'epsilon'])
+    """
+    metrics = {k: float(v) for k, v in row.items() if k != "round" and isinstance(v, (int, float))}
+    nodes = {name: np.array(book.column(name), dtype=np.float64) for name in NODE_COLUMNS}
+    nodes["epsilon"] = np.asarray(book.worst_epsilons(budgets.accountant, budgets.delta), dtype=np.float64)
+    metrics["energy_j"] = float(nodes["energy_j"].max(initial=0.0))
+    return RoundRecord(int(row["round"]), metrics, nodes)
+
+
+class Tracking:
+    """The run's trackers, called in order from one daemon thread.
+
+    ``round`` and ``finish`` return at once (``finish`` waits at most :attr:`FINISH_WAIT_S` for the
+    trackers to end). At most :attr:`QUEUE_ROUNDS` rounds wait for a tracker that falls behind;
+    rounds past that are left out of tracking (said once).
+    """
+
+    QUEUE_ROUNDS = 256
+    FINISH_WAIT_S = 60.0
+
+    def __init__(self, trackers: list[tuple[str, Tracker]]):
+        self._trackers = list(trackers)
+        self._queue: queue.Queue = queue.Queue(self.QUEUE_ROUNDS)
+        self._thread = threading.Thread(target=self._serve, name="tracking", daemon=True)
+        self._dropping = False
+
+    @classmethod
+    def off(cls) -> "Tracking":
+        """No trackers: every call does nothing."""
+        return cls([])
+
+    @classmethod
+    def start(cls, config: "Config", run_dir: Path) -> "Tracking":
+        """The trackers ``config`` turns on, started (in their thread) on ``run_dir``."""
+        tracking = cls([(name, TRACKERS[name].make()) for name in enabled(config)])
+        if tracking._trackers:
+            tracking._thread.start()
+            tracking._queue.put(("start", (config, Path(run_dir))))
+        return tracking
+
+    @property
+    def live(self) -> bool:
+        """Whether any tracker is still running."""
+        return bool(self._trackers)
+
+    def round(self, row: Mapping[str, Any], book: "LedgerBook", budgets: "Budgets") -> None:
+        """Hand the round just reported (its metrics row and the book after it) to the trackers."""
+        if not self._trackers:
+            return
+        try:
+            self._queue.put_nowait(("round", (round_record(row, book, budgets),)))
+        except queue.Full:
+            if not self._dropping:  # said once: a tracker this far behind stays behind
+                log.warning("tracking: the trackers fall behind the run; round %s and others are left out of "
+                            "tracking (metrics.csv has every round)", row.get("round"))
+            self._dropping = True
+
+    def finish(self, summary: dict[str, Any]) -> None:
+        """The run's end: its summary to the trackers, then wait (bounded) for them to close."""
+        if not self._thread.is_alive():
+            return
+        deadline = time.monotonic() + self.FINISH_WAIT_S
+        try:
+            self._queue.put(("finish", (summary,)), timeout=self.FINISH_WAIT_S)
+            self._queue.put(None, timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Full:
+            pass
+        self._thread.join(max(0.0, deadline - time.monotonic()))
+        if self._thread.is_alive():
+            log.warning("tracking: %s still busy after %g s; left unfinished (the run's files are complete)",
+                        ", ".join(name for name, _ in self._trackers), self.FINISH_WAIT_S)
+
+    def _serve(self) -> None:
+        while (item := self._queue.get()) is not None:
+            stage, args = item
+            for name, tracker in list(self._trackers):
+                try:
+                    getattr(tracker, stage)(*args)
+                except Exception as exc:  # noqa: BLE001  any failure of a tracker ends that tracker only
+                    self._drop(name, tracker, f"{stage}: {type(exc).__name__}: {_one_line(exc)}")
+
+    def _drop(self, name: str, tracker: Tracker, why: str) -> None:
+        self._trackers = [(n, t) for n, t in self._trackers if t is not tracker]
+        log.warning("tracking: %s stopped (%s); the run goes on without it", name, why)
+        try:
+            tracker.close()
+        except Exception:  # noqa: BLE001  already failed once: nothing more to say about it
+            pass
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= 200 else text[:197] + "..."
