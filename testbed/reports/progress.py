@@ -10,6 +10,7 @@ of the run, not a line per round.
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from typing import TYPE_CHECKING, Any, Mapping
@@ -125,7 +126,7 @@ class Progress:
             return
         if self._bar is None and int(10 * round_done / self.total) <= self._last_decile:
             return
-        stats = f"loss {loss:.4f} ε {epsilon:.4g}"
+        stats = f"loss {loss:.4f} " + (f"ε {epsilon:.4g}" if math.isfinite(epsilon) else "not private")
         worst = worst_budget(self.budgets, row, book) if row is not None else None
         if worst is not None:
             stats += f" budget {worst[0]} {100 * worst[1]:.0f}%"
