@@ -159,6 +159,43 @@ def test_dwfl_refuses_an_epsilon_budget_it_would_not_calibrate_to():
 
 
 
+#: Each case's noise: as the contract runs it, without noise, or (DP-PASGD) with no σ and no ε.
+NOISE = {"as given": {}, "none": None, "unset": {"dp_pasgd": {"sigma": None}}}
+
+
+def _releases_noise(config) -> bool:
+    """Whether the built algorithm plans a (ε, δ) release (a GaussianEvent) for node 0 in its first
+    round or its setup: the ledger's view, not the registration's."""
+    from testbed.algorithms.contract import RoundContext
+    from testbed.orchestration.runner import load
+
+    data, model = load(config)
+    alg = assemble.build_algorithm(config, model, data)
+    events = alg.planned_events(0, RoundContext.everyone(0, config.run.seed, data.num_nodes))
+    events += alg.setup_events(0) if alg.has_setup else []
+    return any(e.kind == "privacy" for e in events)
+
+
+@given(case=st.sampled_from([name for name in EXPERIMENTS if "/" not in name]), noise=st.sampled_from(sorted(NOISE)),
+       budget=st.none() | st.floats(0.5, 50.0))
+def test_an_epsilon_budget_is_accepted_iff_the_run_releases_noise(case, noise, budget):
+    """``budget.epsilon`` is accepted exactly when the run, as built (calibrated to it where the
+    algorithm calibrates), releases through (ε, δ) noise; refused in one line naming the key
+    otherwise. ACFL (ε-MI-DP) is refused too: its budget is budget.mi_epsilon."""
+    overrides = WITHOUT_NOISE.get(case, {}) if noise == "none" else NOISE[noise] if case == "dp_pasgd" else {}
+    base = _config(case, overrides)
+    if budget is None:
+        assert (assemble.privacy_guarantee(base) == "dp") == _releases_noise(base)
+        return
+    try:
+        config = replace(base, budget={"epsilon": budget})
+    except ConfigError as exc:
+        assert exc.key == "budget.epsilon"
+        assert not _releases_noise(base)
+        return
+    assert _releases_noise(config) and assemble.privacy_guarantee(config) == "dp"
+
+
 @pytest.mark.parametrize("epsilon,accountant", [(1.0, "zcdp"), (4.0, "rdp")])
 def test_an_epsilon_budget_calibrates_dp_pasgd_and_the_run_completes(epsilon, accountant, tmp_path):
     """No σ and no ε in [dp_pasgd]: σ is calibrated to budget.epsilon, the run completes within it,
