@@ -286,3 +286,22 @@ def test_the_table_names_the_epsilon_to_quote_the_costs_source_and_the_files(tig
 ])
 def test_the_table_says_measured_or_modelled(source, words):
     assert headline.cost_source({"costs": {"source": source}, "profile": "pi-zero-2w"}) == words
+
+
+@pytest.mark.parametrize("guarantee,words", [("none", "loss 0.5000 not private"), ("mi_dp", "loss 0.5000 MI-ε 10.05 nats"),
+                                             ("dp", "loss 0.5000 ε 0.25")])
+def test_the_progress_line_shows_the_runs_own_privacy_figure(guarantee, words):
+    import io
+
+    from testbed.ledger.book import LedgerBook
+    from testbed.ledger.events import MutualInfoEvent
+    from testbed.reports.progress import Progress
+
+    book = LedgerBook([0, 1])
+    if guarantee == "mi_dp":
+        book.extend([MutualInfoEvent(1, -1, 10.05)])
+    out = io.StringIO()
+    p = Progress(2, stream=out, guarantee=guarantee)
+    for r in (1, 2):
+        p.update(r, 0.5, 0.25 if guarantee == "dp" else math.inf, {"epsilon": 0.0, "cost_units": 0, "bytes_total": 0}, book)
+    assert out.getvalue().splitlines()[-1].endswith(words)

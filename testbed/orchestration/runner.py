@@ -309,7 +309,7 @@ def run_rounds(run: Run, nodes: Nodes, quiet: bool, tight_job: BackgroundEpsilon
     done (what it brings may set a release's sensitivity), ``tight_job`` gets the planned tallies."""
     alg, config = run.algorithm, run.config
     ledger_file = LedgerWriter(run.directory.ledger_path, sync=run.config.output.sync)
-    progress = Progress(alg.rounds, enabled=not quiet, budgets=run.budgets)
+    progress = Progress(alg.rounds, enabled=not quiet, budgets=run.budgets, guarantee=run.guarantee)
     cadence = CheckpointCadence(config.output.checkpoint_every, run.rounds_done)
 
     def save(ahead: int) -> None:
