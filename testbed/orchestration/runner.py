@@ -490,6 +490,13 @@ def _charge(run: Run, outcome: RoundOutcome, ledger_file: LedgerWriter) -> None:
     ledger_file.write_batches(batches)
 
 
+def _cost_source(sources: set[bool]) -> str:
+    """Where a run's seconds and joules came from: "measured" (meters), "modelled" (the device
+    profile), "measured and modelled" (some nodes metered), or "none charged"."""
+    return {frozenset({True}): "measured", frozenset({False}): "modelled",
+            frozenset({True, False}): "measured and modelled"}.get(frozenset(sources), "none charged")
+
+
 def _note_cost_source(run: Run, batch: EventBatch) -> None:
     """Note whether ``batch``'s seconds and joules were measured or modelled (see Run.cost_sources)."""
     if batch.kind in ("compute", "communication"):
@@ -721,11 +728,7 @@ def _summary(run: Run) -> dict[str, Any]:
         "privacy": {"accountant": budgets.accountant, "tight_accountant": config.privacy.tight_accountant,
                     "epsilon_target": reg.epsilon_target(assemble.algorithm_sections(config, reg)),
                     **privacy_headline(run.guarantee, nodes, budgets.delta, budgets.accountant)},
-        # Seconds and joules: from meters, from the device profile's model, or both (some nodes metered).
-        "costs": {"source": {frozenset({True}): "measured", frozenset({False}): "modelled",
-                             frozenset({True, False}): "measured and modelled"}.get(frozenset(run.cost_sources),
-                                                                                    "none charged"),
-                  "profile": config.nodes.profile},
+        "costs": {"source": _cost_source(run.cost_sources), "profile": config.nodes.profile},
         "stragglers": {"model": config.stragglers.model,
                        "rounds_straggled": int(book.column("rounds_straggled").sum())},
         "client_sampling": config.client_sampling.describe(config.data.num_nodes),
