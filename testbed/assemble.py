@@ -99,8 +99,19 @@ def model_for(m: ModelSection, data: FederatedData | LazyFederatedData, seed: in
 
 
 def algorithm_sections(config: Config, reg: "Registration") -> dict[str, Any]:
-    """The config sections the algorithm ``reg`` declared, by name: all it is built from."""
-    return {name: getattr(config, name) for name in reg.sections}
+    """The config sections the algorithm ``reg`` declared, by name: all it is built from; its noise
+    calibrated to ``budget.epsilon`` where it calibrates and the sections set none (the
+    registration's ``calibrate``: done here, not written into the config, so a sweep over
+    ``budget.epsilon`` calibrates each point and a resumed run or a board calibrates the same)."""
+    return reg.sections_for({name: getattr(config, name) for name in reg.sections}, config.budget.epsilon)
+
+
+def privacy_guarantee(config: Config) -> str:
+    """What the run's releases carry (testbed.algorithms.registry.GUARANTEES): "dp", "mi_dp" or "none"."""
+    from testbed.algorithms import registry
+
+    reg = registry.get(config.run.algorithm)
+    return reg.guarantee(algorithm_sections(config, reg))
 
 
 def build_algorithm(config: Config, model: Model, data: FederatedData | LazyFederatedData) -> "Algorithm":

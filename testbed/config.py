@@ -113,6 +113,8 @@ class BudgetSection(Section):
     """Per-node budgets; a missing key is no limit."""
 
     epsilon: Positive[float] | None = None
+    """(ε, δ) per node; also the ε the noise is calibrated to when the algorithm sets none of its own
+    and calibrates (DP-PASGD); on a run without noise (not private) a config error."""
     cost_units: Positive[float] | None = None
     bytes: Positive[float] | None = None
     energy_j: Positive[float] | None = None
@@ -295,7 +297,25 @@ def build_config(raw: dict[str, Any]) -> Config:
                                                     "is for dp_pasgd and fedavg")
     if reg.check is not None:
         reg.check(config)
+    _check_epsilon_budget(config, reg)
     return config
+
+
+def _check_epsilon_budget(config: Config, reg: Any) -> None:
+    """An ε budget is a limit on the (ε, δ) a run's noise spends: on a run whose releases carry none
+    (after the algorithm's calibration to it, where it has one) it would be "met" by a run that
+    spent ε = ∞; refused before round 1, naming the key."""
+    if config.budget.epsilon is None:
+        return
+    sections = reg.sections_for({name: getattr(config, name) for name in reg.sections}, config.budget.epsilon)
+    guarantee = reg.guarantee(sections)
+    if guarantee == "mi_dp":
+        raise ConfigError("budget.epsilon", f"{reg.name}'s privacy is epsilon-MI-DP in nats, not (epsilon, delta); "
+                                            "use budget.mi_epsilon")
+    if guarantee != "dp":
+        raise ConfigError("budget.epsilon", f"this {reg.name} run adds no noise (not private, epsilon is infinite) and "
+                                            f"{reg.name} does not calibrate its noise to budget.epsilon; give its own "
+                                            "noise or epsilon target, or remove budget.epsilon")
 
 
 def _config_error(exc: ValidationError) -> ConfigError:

@@ -32,4 +32,5 @@ def test_an_algorithm_without_a_cost_model_gets_no_cost_figure(tmp_path):
     text = ("[run]\nalgorithm = \"fedavg\"\n[data]\nnum_nodes = 3\nsamples_per_node = 40\ndim = 3\n"
             "[fedavg]\nrounds = 2\n[privacy]\ntight_accountant = \"none\"\n")
     result = run_experiment(load_config_text(text), out_dir=tmp_path / "r", quiet=True)
-    assert {p.name for p in (result.run_dir / "figures").iterdir()} == {"progress.png", "epsilon.png"}
+    # FedAvg adds no noise: not private, no finite ε to draw (the ε figure is for (ε, δ)-DP runs).
+    assert {p.name for p in (result.run_dir / "figures").iterdir()} == {"progress.png"}

@@ -70,10 +70,18 @@ def run_one(config, seed: int, tmp: Path) -> dict:
     nodes = result.summary["nodes"].values()
     return {"train_loss": [float(r["train_loss"]) for r in rows],
             "test_accuracy": [float(r["test_accuracy"]) for r in rows],
-            "epsilon": max(n["epsilon"] for n in nodes),
+            # None: not private (no noise on the models: ε = ∞, whatever the score releases spent).
+            "epsilon": max(n["epsilon"] for n in nodes) if result.summary["privacy"]["private"] else None,
             "epsilon_tight": max((n["epsilon_tight"] or 0.0) for n in nodes),
             "by_observer": {o: max(n["epsilon_by_observer"].get(o, 0.0) for n in nodes) for o in ("server", "public")},
             "settings": result.summary["algorithm_settings"]}
+
+
+def _worst_epsilon(runs: list[dict]) -> str:
+    """The largest ε of ``runs`` as text, "not private" when a run had no noise (ε = ∞)."""
+    if any(r["epsilon"] is None for r in runs):
+        return "not private"
+    return f"{max(r['epsilon'] for r in runs):.3g}"
 
 
 def variants(name: str):
@@ -104,7 +112,7 @@ def main() -> None:
             for label, config in rule_variants():
                 rules[label] = [run_one(config, seed, Path(tmp) / f"rules-{len(rules)}-{seed}") for seed in range(args.seeds)]
                 print(f"{label:52} loss {_mean(rules[label], 'train_loss'):.4f} acc "
-                      f"{_mean(rules[label], 'test_accuracy'):.3f} eps {max(r['epsilon'] for r in rules[label]):.3g}",
+                      f"{_mean(rules[label], 'test_accuracy'):.3f} eps {_worst_epsilon(rules[label])}",
                       flush=True)
         (HERE / "results-impact.json").write_text(json.dumps(rules))
         args.report_only = True
@@ -188,8 +196,8 @@ def impact_section(rules: dict) -> list[str]:
            "|---|---|---|---|---|---|---|"]
     for label, runs in rules.items():
         setting, privacy, rule = label.split(" | ")
-        eps = max(r["epsilon"] for r in runs)
-        eps_s = f"{eps:.3g} | {max(r['by_observer']['server'] for r in runs):.3g}" if eps > 0 else "– | –"
+        eps = _worst_epsilon(runs)
+        eps_s = f"{eps} | {max(r['by_observer']['server'] for r in runs):.3g}" if eps != "not private" else "not private | –"
         out.append(f"| {setting} | {privacy} | {rule} | {_mean(runs, 'train_loss'):.4f} ± {_sd(runs, 'train_loss'):.4f} "
                    f"| {_mean(runs, 'test_accuracy'):.3f} ± {_sd(runs, 'test_accuracy'):.3f} | {eps_s} |")
 

@@ -353,9 +353,26 @@ def build(sections: dict[str, Any], ctx: BuildContext) -> DpPasgd:
     )
 
 
+def _guarantee(sections: dict[str, Any]) -> str:
+    """"dp" when the uploads are noised (σ > 0, or σ calibrated from an ε target), else "none"
+    (σ = 0: plain PASGD)."""
+    a: DpPasgdSection = sections["dp_pasgd"]
+    return "dp" if a.epsilon is not None or a.tau == "plan" or (a.sigma or 0) > 0 else "none"
+
+
+def _calibrate(sections: dict[str, Any], epsilon: float) -> dict[str, Any]:
+    """The run's ε budget as the ε target σ is calibrated to (eq. 9, ``calibration``), when the
+    section sets neither σ nor ε; unchanged otherwise."""
+    a: DpPasgdSection = sections["dp_pasgd"]
+    if a.sigma is not None or a.epsilon is not None:
+        return sections
+    return {**sections, "dp_pasgd": a.model_copy(update={"epsilon": float(epsilon)})}
+
+
 def check(config: "Config") -> None:
     """Constraints across sections: planning needs budgets; the model's gradient bound."""
-    a = config.dp_pasgd
+    a = _calibrate({"dp_pasgd": config.dp_pasgd}, config.budget.epsilon)["dp_pasgd"] \
+        if config.budget.epsilon is not None else config.dp_pasgd
     if a.tau == "plan":
         if config.budget.cost_units is None:
             raise ConfigError("budget.cost_units", 'tau = "plan" needs the resource budget C_th')
@@ -373,8 +390,7 @@ def check(config: "Config") -> None:
             raise ConfigError("nodes.mcu", "a microcontroller board runs logistic regression with a bias")
         if a.clip or a.sampling != "uniform":
             raise ConfigError("nodes.mcu", "a microcontroller board runs uniform batches without clipping")
-    private = a.epsilon is not None or (a.sigma or 0) > 0
-    if config.model.kind in ("mlp", "torch") and private and not a.clip:
+    if config.model.kind in ("mlp", "torch") and _guarantee({"dp_pasgd": a}) == "dp" and not a.clip:
         raise ConfigError("dp_pasgd.clip", f"the {config.model.kind} model has no per-sample gradient bound; "
                                            "a private run must clip (dp_pasgd.clip = true, dp_pasgd.lipschitz = C)")
 
@@ -415,6 +431,8 @@ REGISTRATION = Registration(
     plan=_plan,
     epsilon_target=lambda sections: sections["dp_pasgd"].epsilon,
     planned_rounds=lambda sections: _planned_rounds(sections["dp_pasgd"]),
+    guarantee=_guarantee,
+    calibrate=_calibrate,
     client_sampling=True,
     privacy_cli=dp_pasgd_cli.PRIVACY,
     plan_cli=dp_pasgd_cli.PLAN,

@@ -72,7 +72,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
 
 import numpy as np
 
@@ -104,6 +104,9 @@ from testbed.models import Model
 from testbed.privacy import dwfl as dp
 from testbed.rng import Purpose, stream
 from testbed.sections import NonNegative, OnlyWith, Positive, Section
+
+if TYPE_CHECKING:
+    from testbed.config import Config
 
 VARIANTS = ("A", "B")
 CALIBRATIONS = ("with_channel_noise", "artificial_only")
@@ -772,12 +775,24 @@ def view_from_sections(sections: dict[str, Any], num_nodes: int, seed: int) -> R
     return RadioView(radio_from_section(sections["dwfl"], num_nodes), seed)
 
 
+def check(config: "Config") -> None:
+    """An ε budget needs noise the run chose: σ² is calibrated each fading block to the per-round
+    ``dwfl.epsilon``, never to the run's ε (``budget.epsilon``), so with neither ``dwfl.epsilon``
+    nor ``dwfl.sigma2`` only the channel's noise would be spent against it."""
+    a: DwflSection = config.dwfl
+    if config.budget.epsilon is not None and a.epsilon is None and a.sigma2 is None:
+        raise ConfigError("budget.epsilon", "dwfl does not calibrate its noise to the run's epsilon; set dwfl.epsilon "
+                                            "(per round) or dwfl.sigma2, or remove budget.epsilon")
+
+
 REGISTRATION = Registration(
     name="dwfl",
     sections={"dwfl": DwflSection},
     build=build,
+    check=check,
     channel=channel_from_sections,
     epsilon_target=lambda sections: sections["dwfl"].epsilon,
+    guarantee=lambda sections: "dp",  # the channel's noise, at least, is accounted in every round
     privacy_cli=dwfl_cli.PRIVACY,
     channel_view=view_from_sections,
 )

@@ -661,5 +661,7 @@ REGISTRATION = Registration(
     check=check,
     plan=_plan,
     epsilon_target=lambda sections: sections["padpfl"].epsilon,
+    # Its noise is calibrated by the paper's eqs. (8), (13), not to the accountant's ε: no calibrate hook.
+    guarantee=lambda sections: "dp" if sections["padpfl"].epsilon is not None else "none",
     privacy_cli=padpfl_cli.PRIVACY,
 )

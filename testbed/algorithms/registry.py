@@ -96,6 +96,14 @@ class Registration:
         epsilon_target: (its sections) → the ε target it was configured with, or None.
         planned_rounds: (its sections, as planned) → the rounds it will run, or None when they
             are not known before it runs; by default its own section's ``rounds``.
+        guarantee: (its sections) → the privacy its releases carry, one of GUARANTEES: "dp" (each
+            release noised and charged to the (ε, δ) ledger), "mi_dp" (ε-MI-DP in nats, ACFL's) or
+            "none" (releases without noise: ε is infinite, reported as "not private"). The default,
+            "none", never claims a privacy an algorithm did not declare.
+        calibrate: (its sections, the run's ε budget ``budget.epsilon``) → its sections with the
+            noise calibrated to that ε when they set no noise (σ) and no ε target of their own,
+            else unchanged; None: the algorithm cannot calibrate to a run-wide ε, and an ε budget
+            on a configuration without noise is a config error.
         client_sampling: whether it runs on a sample of the nodes each round
             (``[client_sampling]``): its server step uses whoever answered, and nothing it plans
             assumes every node takes part.
@@ -121,6 +129,15 @@ class Registration:
     plan_cli: Command | None = None
     calibration_step: Callable[["Model", "FederatedData", int], Callable[[Any, int], None]] | None = None
     channel_view: Callable[[dict[str, Any], int, int], "ChannelView"] | None = None
+    guarantee: Callable[[dict[str, Any]], str] = field(default=lambda sections: "none")
+    calibrate: Callable[[dict[str, Any], float], dict[str, Any]] | None = None
+
+    def sections_for(self, sections: dict[str, Any], budget_epsilon: float | None) -> dict[str, Any]:
+        """Its ``sections`` as the run builds it: calibrated to ``budget_epsilon`` (``budget.epsilon``)
+        where it calibrates (:attr:`calibrate`), as given otherwise."""
+        if budget_epsilon is None or self.calibrate is None:
+            return sections
+        return self.calibrate(sections, budget_epsilon)
 
     @property
     def primary(self) -> str:
@@ -130,6 +147,10 @@ class Registration:
 def _rounds_key(sections: dict[str, Any]) -> int | None:
     rounds = getattr(next(iter(sections.values())), "rounds", None)
     return rounds if isinstance(rounds, int) else None
+
+
+#: What an algorithm's releases may carry (:attr:`Registration.guarantee`).
+GUARANTEES = ("dp", "mi_dp", "none")
 
 
 @functools.cache

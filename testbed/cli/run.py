@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -103,27 +104,29 @@ class WatchPage:
 
 
 def format_summary(summary: dict) -> str:
-    """A short table of a run's outcome for the terminal."""
+    """A short table of a run's outcome for the terminal: the figure to quote (the tight ε when it
+    ran, the paper's beside it; ε-MI-DP in nats; or "not private"), whether each cost was measured
+    or modelled, and at its end where the run's files are and the commands that show them."""
+    from testbed.reports import headline
+
     nodes = summary["nodes"].values()
-    eps = [n["epsilon"] for n in nodes]
-    tight = [n["epsilon_tight"] for n in nodes if n["epsilon_tight"] is not None]
     cost = [n["cost_units"] for n in nodes]
     stopped = summary.get("stopped")
+    run_dir = summary["run_dir"]
     lines = [
-        f"run          {summary['run_dir']}",
+        f"run          {run_dir}",
         f"status       {summary['status']}" + (
             f" ({stopped['budget']} budget of node {stopped['node']}: "
             f"{stopped['would_be']:.6g} > {stopped['limit']:.6g})" if stopped else ""),
         f"algorithm    {summary['algorithm']} ({summary['mode']}, seed {summary['seed']}, "
-        f"{summary['rounds']} rounds, {len(eps)} nodes"
+        f"{summary['rounds']} rounds, {len(cost)} nodes"
         + (f" and {summary['idle_nodes']} never sampled)" if summary.get("idle_nodes") else ")"),
-        f"test acc     {summary['final']['test_accuracy']:.4f}   train loss {summary['final']['train_loss']:.4f}",
-        f"epsilon      {min(eps):.4g} .. {max(eps):.4g} at delta {summary['budgets']['delta']:g} "
-        f"({summary['budgets']['accountant']})" + (f"; tight {max(tight):.4g}" if tight else ""),
-        f"cost units   {max(cost):.6g} per node" + (
+        f"model        {headline.score_text(summary)}",
+        f"privacy      {headline.privacy_text(summary)}",
+        f"cost units   {max(cost):.6g} per node (the cost model, eq. 8)" + (
             f" of {summary['budgets']['cost_units']:g}" if summary["budgets"]["cost_units"] else ""),
         f"energy       {max(n['energy_j'] for n in nodes):.4g} J, compute {max(n['compute_s'] for n in nodes):.4g} s "
-        f"per node (most spent; {summary.get('profile', 'host')} profile)",
+        f"per node (most spent; {headline.cost_source(summary)})",
     ]
     broker = summary.get("broker")
     if broker:
@@ -140,10 +143,17 @@ def format_summary(summary: dict) -> str:
         lines.append(f"failure      {summary['failure']}")
     target = summary.get("privacy", {}).get("epsilon_target")
     settings = summary.get("algorithm_settings", {})
+    eps = [n["epsilon"] for n in nodes if n.get("epsilon") is not None]
     if "epsilon_round_max" in settings:  # a per-round target (DWFL eq. 11), not one over the run
         lines.append(f"eps/round    {settings['epsilon_round_max']:.4g} at the worst receiver"
                      + (f" (target {target:g})" if target is not None else ""))
-    elif target is not None and max(eps) > target * (1 + 1e-9):
-        lines.append(f"WARNING      calibration {summary['algorithm_settings'].get('calibration')} targets "
+    elif target is not None and eps and max(eps) > target * (1 + 1e-9):
+        lines.append(f"WARNING      calibration {settings.get('calibration')} targets "
                      f"epsilon {target:g} but spends {max(eps):.4g}")
+    lines += [
+        f"figures      {Path(run_dir) / 'figures'}",
+        f"ledger       {Path(run_dir) / 'ledger.csv'}",
+        f"report       {Path(run_dir) / 'report.html'}: testbed report {shlex.quote(run_dir)} --html",
+        f"watch        testbed watch {shlex.quote(run_dir)}",
+    ]
     return "\n".join(lines)

@@ -99,18 +99,30 @@ def evaluate(model: Model, params: np.ndarray, data: FederatedData) -> dict[str,
     if data.train.x.dtype == np.float32:
         params = np.asarray(params, dtype=np.float32)
     train_loss, _ = per_sample(model, params, data.train)
-    _, test_correct = per_sample(model, params, data.test)
+    test_loss, test_correct = per_sample(model, params, data.test)
     _, val_correct = per_sample(model, params, data.validation)
     return {
         "train_loss": float(per_node_mean(train_loss, data.train).mean()),
+        "test_loss": float(per_node_mean(test_loss, data.test).mean()),
         "test_accuracy": float(per_node_mean(test_correct, data.test).mean()),
         "test_accuracy_pooled": float(test_correct.mean()),
         "validation_accuracy": float(per_node_mean(val_correct, data.validation).mean()),
     }
 
 
+#: The accuracies of :func:`evaluate`: meaningless for a regression (its targets are not labels).
+_ACCURACIES = ("test_accuracy", "test_accuracy_pooled", "validation_accuracy")
+
+
+def is_regression(data: FederatedData) -> bool:
+    """Whether the task is a regression: its targets are real vectors, not class labels."""
+    return not np.issubdtype(data.test.y.dtype, np.integer)
+
+
 def _evaluate(run: "Run") -> None:
     run.metrics = evaluate(run.model, run.algorithm.eval_params(run.state), run.eval_data)
+    if run.regression:  # a regression reports its loss (squared error) only: no accuracy to show
+        run.metrics.update(dict.fromkeys(_ACCURACIES, None))
     run.evaluated_at = run.rounds_done
 
 
@@ -149,6 +161,12 @@ class Run:
     broker: dict[str, str] | None = None  # the broker's kind and URL (over MQTT)
     wall_start: float = field(default_factory=time.monotonic)
     tracking: Tracking = field(default_factory=Tracking.off)  # output.tensorboard, output.mlflow
+    # What the releases carry (testbed.algorithms.registry.GUARANTEES): only "dp" has a finite ε.
+    guarantee: str = "none"
+    regression: bool = False
+    # Whether the seconds and joules charged came from a meter (True), a device profile (False): both
+    # seen in a run of boards with and without meters. Filled as events are charged.
+    cost_sources: set[bool] = field(default_factory=set)
 
 
 def load(config: Config) -> tuple[FederatedData | LazyFederatedData, Model]:
@@ -255,7 +273,8 @@ def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = Fa
         directory, rounds_done, state = open_run(config, out_dir, resume, algorithm, model, book, past_mark)
         run = Run(config, data, model, algorithm, budgets_from_config(config.budget, config.privacy), book,
                   directory, state, planned, rounds_done, wall_start=wall_start, past_mark=past_mark,
-                  eval_data=eval_data)
+                  eval_data=eval_data, guarantee=assemble.privacy_guarantee(config),
+                  regression=is_regression(eval_data))
         _evaluate(run)
     except BaseException:
         for job in (tight_job, figures_job):
@@ -301,7 +320,7 @@ def run_rounds(run: Run, nodes: Nodes, quiet: bool, tight_job: BackgroundEpsilon
     done (what it brings may set a release's sensitivity), ``tight_job`` gets the planned tallies."""
     alg, config = run.algorithm, run.config
     ledger_file = LedgerWriter(run.directory.ledger_path, sync=run.config.output.sync)
-    progress = Progress(alg.rounds, enabled=not quiet, budgets=run.budgets)
+    progress = Progress(alg.rounds, enabled=not quiet, budgets=run.budgets, guarantee=run.guarantee)
     cadence = CheckpointCadence(config.output.checkpoint_every, run.rounds_done)
 
     def save(ahead: int) -> None:
@@ -318,8 +337,11 @@ def run_rounds(run: Run, nodes: Nodes, quiet: bool, tight_job: BackgroundEpsilon
         if evaluated:
             _evaluate(run)
         book = run.book
-        eps = book.max_epsilon(run.budgets.accountant, run.budgets.delta)
-        measured = run.metrics if evaluated else dict.fromkeys(run.metrics, "")  # output.eval_every: blanks
+        # No noise: ε is infinite (metrics.csv writes inf), whatever events the ledger holds.
+        eps = book.max_epsilon(run.budgets.accountant, run.budgets.delta) if run.guarantee == "dp" else math.inf
+        # output.eval_every: blanks between evaluations; a regression's accuracies are always blank.
+        measured = {k: "" if not evaluated or run.metrics[k] is None else run.metrics[k]
+                    for k in ("train_loss", *_ACCURACIES)}
         row = {
             "round": done, "local_steps": int(book.column("local_steps").max(initial=0)),
             **measured, "cost_units": float(book.column("cost_units").max(initial=0.0)), "epsilon": eps,
@@ -476,7 +498,21 @@ def _charge(run: Run, outcome: RoundOutcome, ledger_file: LedgerWriter) -> None:
         book.extend(before_kill)
     for batch in batches:
         book.extend_batch(batch)
+        _note_cost_source(run, batch)
     ledger_file.write_batches(batches)
+
+
+def _cost_source(sources: set[bool]) -> str:
+    """Where a run's seconds and joules came from: "measured" (meters), "modelled" (the device
+    profile), "measured and modelled" (some nodes metered), or "none charged"."""
+    return {frozenset({True}): "measured", frozenset({False}): "modelled",
+            frozenset({True, False}): "measured and modelled"}.get(frozenset(sources), "none charged")
+
+
+def _note_cost_source(run: Run, batch: EventBatch) -> None:
+    """Note whether ``batch``'s seconds and joules were measured or modelled (see Run.cost_sources)."""
+    if batch.kind in ("compute", "communication"):
+        run.cost_sources.update(np.unique(np.asarray(batch.value("measured"), dtype=bool)).tolist())
 
 
 def _charge_closing(run: Run, closing: Closing) -> None:
@@ -489,6 +525,8 @@ def _charge_closing(run: Run, closing: Closing) -> None:
     if not fresh:
         return
     run.book.extend(fresh)
+    for batch in batches_of(fresh):
+        _note_cost_source(run, batch)
     ledger_file = LedgerWriter(run.directory.ledger_path, sync=run.config.output.sync)
     try:
         ledger_file.write(fresh)
@@ -543,9 +581,12 @@ def finish(run: Run, tight_job: BackgroundEpsilons | None, figures_job: "Backgro
         tight: list[dict[str, float]] = [{} for _ in tallies]
         for (i, observer), eps in zip(keys, epsilons):
             tight[i][observer] = eps
-        for entry, i in zip(summary["nodes"].values(), index[_summary_rows(run.book)].tolist()):
-            entry["epsilon_tight"] = max(tight[i].values(), default=0.0)
-            entry["epsilon_tight_by_observer"] = tight[i]
+        if run.guarantee == "dp":  # not private: the tight ε of the other releases would mislead
+            for entry, i in zip(summary["nodes"].values(), index[_summary_rows(run.book)].tolist()):
+                entry["epsilon_tight"] = max(tight[i].values(), default=0.0)
+                entry["epsilon_tight_by_observer"] = tight[i]
+            summary["privacy"].update(privacy_headline(run.guarantee, summary["nodes"], run.budgets.delta,
+                                                       run.budgets.accountant, run.config.privacy.tight_accountant))
         run.directory.write_summary(summary)
     if figures_job is not None:
         figures_job.draw("epsilon", run.directory.path)
@@ -637,6 +678,28 @@ def _ledger_check(entry: dict[str, Any], reports: dict[int, Totals] | None, node
             **({"raised_by_node": sorted(raised)} if raised else {})}
 
 
+def privacy_headline(guarantee: str, nodes: dict[str, dict[str, Any]], delta: float, accountant: str,
+                     tight_accountant: str | None = None) -> dict[str, Any]:
+    """The summary's privacy figures: ``guarantee``, ``private``, ``epsilon_headline`` (the worst
+    node and observer; null unless the run is (ε, δ)-DP: ε = ∞), ``mi_epsilon_headline`` (nats; null
+    unless ε-MI-DP) and ``headline``, the figure to quote: {measure, value, unit, by} where ``by``
+    names the accountant (the tight one's when it ran, the paper's ``paper_value`` beside it) or the
+    mutual-information ledger; ``{"measure": "not private", "value": null}`` for a run without noise."""
+    epsilon = max((n["epsilon"] for n in nodes.values()), default=0.0) if guarantee == "dp" else None
+    mi = max((n["mi_epsilon_nats"] for n in nodes.values()), default=0.0) if guarantee == "mi_dp" else None
+    if guarantee == "dp":
+        tight = [n["epsilon_tight"] for n in nodes.values() if n.get("epsilon_tight") is not None]
+        headline = {"measure": "epsilon", "value": epsilon, "unit": f"at delta {delta:g}", "by": accountant}
+        if tight and tight_accountant is not None:
+            headline.update(value=max(tight), by=tight_accountant, paper_value=epsilon, paper_by=accountant)
+    elif guarantee == "mi_dp":
+        headline = {"measure": "epsilon-MI-DP", "value": mi, "unit": "nats", "by": "mutual-information ledger"}
+    else:
+        headline = {"measure": "not private", "value": None, "unit": None, "by": None}
+    return {"guarantee": guarantee, "private": guarantee != "none", "epsilon_headline": epsilon,
+            "mi_epsilon_headline": mi, "headline": headline}
+
+
 def _summary(run: Run) -> dict[str, Any]:
     config, budgets = run.config, run.budgets
     book = run.book
@@ -644,11 +707,14 @@ def _summary(run: Run) -> dict[str, Any]:
     by_observer = [epsilon_by_observer(budgets.accountant, tally, budgets.delta) for tally in tallies]
     rows = _summary_rows(book)
     columns = {name: book.column(name)[rows].tolist() for name in _SUMMARY_TOTALS}
+    dp = run.guarantee == "dp"
     nodes = {}
     for row, (node, i) in enumerate(zip(book.node_ids[rows].tolist(), index[rows].tolist())):
         nodes[str(node)] = {
-            "epsilon": max(by_observer[i].values(), default=0.0),
-            "epsilon_by_observer": dict(by_observer[i]),
+            # Not (ε, δ)-DP: ε is infinite, JSON null (the ledger's other releases, e.g. PADPFL's
+            # noised scores beside unnoised models, bound nothing the run released).
+            "epsilon": max(by_observer[i].values(), default=0.0) if dp else None,
+            "epsilon_by_observer": dict(by_observer[i]) if dp else {},
             "epsilon_tight": None,  # filled in by the tight accountant's background job
             "delta": budgets.delta, **{name: col[row] for name, col in columns.items()},
         }
@@ -661,7 +727,8 @@ def _summary(run: Run) -> dict[str, Any]:
         "seed": config.run.seed,
         "status": run.status,
         "rounds": run.rounds_done,
-        "final": {k: run.metrics[k] for k in ("test_accuracy", "train_loss", "test_accuracy_pooled",
+        "task": "regression" if run.regression else "classification",
+        "final": {k: run.metrics[k] for k in ("test_accuracy", "train_loss", "test_loss", "test_accuracy_pooled",
                                                "validation_accuracy")},
         "nodes": nodes,
         "idle_nodes": len(book) - len(rows),
@@ -672,7 +739,8 @@ def _summary(run: Run) -> dict[str, Any]:
                                                   "would_be": stopped.would_be, "limit": stopped.limit},
         "privacy": {"accountant": budgets.accountant, "tight_accountant": config.privacy.tight_accountant,
                     "epsilon_target": reg.epsilon_target(assemble.algorithm_sections(config, reg)),
-                    "epsilon_headline": max((n["epsilon"] for n in nodes.values()), default=0.0)},
+                    **privacy_headline(run.guarantee, nodes, budgets.delta, budgets.accountant)},
+        "costs": {"source": _cost_source(run.cost_sources), "profile": config.nodes.profile},
         "stragglers": {"model": config.stragglers.model,
                        "rounds_straggled": int(book.column("rounds_straggled").sum())},
         "client_sampling": config.client_sampling.describe(config.data.num_nodes),

@@ -46,8 +46,8 @@ ENGINES = ("local", "ray")
 #: Statuses of a finished run (see testbed.reports.results.STATUSES); anything else is rerun.
 FINISHED = ("completed", "stopped_budget")
 #: sweep.csv columns after the point's own values.
-COLUMNS = ("seed", "status", "test_accuracy", "validation_accuracy", "train_loss", "epsilon_max", "cost_max",
-           "energy_j_max", "rounds", "tau", "steps", "sigma", "run")
+COLUMNS = ("seed", "status", "stopped_by", "test_accuracy", "validation_accuracy", "train_loss", "epsilon_max",
+           "cost_max", "energy_j_max", "rounds", "tau", "steps", "sigma", "run")
 
 
 @dataclass(frozen=True)
@@ -247,13 +247,18 @@ def row(point: Point, summary: dict[str, Any]) -> dict[str, Any]:
     """One sweep.csv row: the point's values, then COLUMNS from its run's summary."""
     nodes = summary["nodes"].values()
     settings = summary.get("algorithm_settings", {})
+    stopped = summary.get("stopped")
+    eps = [n["epsilon"] for n in nodes if n["epsilon"] is not None]
     return {
         **dict(point.values),
         "seed": point.seed, "status": summary["status"],
+        "stopped_by": stopped["budget"] if stopped else "",  # which budget stopped the run; empty: none did
         "test_accuracy": summary["final"]["test_accuracy"],
         "validation_accuracy": summary["final"].get("validation_accuracy"),
         "train_loss": summary["final"]["train_loss"],
-        "epsilon_max": max(n["epsilon"] for n in nodes), "cost_max": max(n["cost_units"] for n in nodes),
+        # Not (ε, δ)-DP (no noise; or ε-MI-DP): ε is infinite, an empty cell, never a finite number.
+        "epsilon_max": max(eps) if eps and len(eps) == len(nodes) else None,
+        "cost_max": max(n["cost_units"] for n in nodes),
         "energy_j_max": max(n["energy_j"] for n in nodes),
         "rounds": summary["rounds"], "tau": settings.get("tau"), "steps": settings.get("steps_planned"),
         "sigma": settings.get("sigma"), "run": point.name,

@@ -24,6 +24,7 @@ from typing import Any, Iterable, Sequence
 
 from testbed.util.dirlock import DirectoryLock
 from testbed.errors import UserError
+from testbed.reports import headline
 from testbed.reports.plots import _pyplot, draw_figures
 from testbed.reports.results import read_metrics, read_summary
 from testbed.reports.sweep_figures import interval_figures
@@ -122,14 +123,13 @@ def _run_body(run_dir: Path) -> tuple[str, str]:
     status = s["status"] + (f" (node {stopped['node']} would spend {stopped['budget']} {stopped['would_be']:.6g} "
                             f"> {stopped['limit']:.6g})" if stopped else "")
     nodes = s["nodes"]
-    eps = [n["epsilon"] for n in nodes.values()]
     facts = [
         ("status", _e(status)), ("run directory", _e(s.get("run_dir", run_dir))),
         ("algorithm", _e(s["algorithm"])), ("mode", _e(s["mode"])), ("seed", _num(s["seed"])),
         ("dataset, model", _e(f"{s.get('dataset', '?')}, {s.get('model', '?')}")),
         ("nodes", _num(len(nodes))), ("rounds", _num(s["rounds"])),
-        ("test accuracy", _num(s["final"]["test_accuracy"])), ("training loss", _num(s["final"]["train_loss"])),
-        ("ε spent (max over nodes)", _e(f"{max(eps, default=0):.4g} at δ = {b['delta']:g} ({b['accountant']})")),
+        ("model", _e(headline.score_text(s))), ("privacy", _e(headline.privacy_text(s))),
+        ("seconds and joules", _e(headline.cost_source(s))),
         ("budgets", _e(", ".join(f"{k} {v:g}" for k, v in b.items()
                                  if k not in ("delta", "accountant") and v is not None) or "none")),
         ("device profile", _e(s.get("profile", "host"))), ("wall time", _e(f"{s.get('wall_s', 0):.3g} s")),
@@ -199,10 +199,11 @@ def _sweep_figures(folder: Path, rows: list[dict[str, str]]) -> list[tuple[bytes
     figures = []
     fig, ax = plt.subplots(figsize=(7, 4))
     fig.subplots_adjust(left=0.11, right=0.97, bottom=0.13, top=0.9)
-    eps = [_parse(r.get("epsilon_max")) for r in rows]
-    acc = [_parse(r.get("test_accuracy")) for r in rows]
-    ax.scatter(eps, acc)
-    for e, a, r in zip(eps, acc, rows):
+    # Only runs with a finite ε and an accuracy: a non-private run (an empty ε) has no place on the axis.
+    parsed = [(_parse(r.get("epsilon_max")), _parse(r.get("test_accuracy")), r) for r in rows]
+    points = [(e, a, r) for e, a, r in parsed if isinstance(e, (int, float)) and isinstance(a, (int, float))]
+    ax.scatter([e for e, _, _ in points], [a for _, a, _ in points])
+    for e, a, r in points:
         ax.annotate(r.get("run", ""), (e, a), fontsize=7, xytext=(3, 3), textcoords="offset points")
     ax.margins(0.15)  # room for the labels of the outermost runs
     ax.set(xlabel="ε spent (max over nodes)", ylabel="final test accuracy", title="accuracy against privacy spent")
@@ -215,7 +216,7 @@ def _sweep_figures(folder: Path, rows: list[dict[str, str]]) -> list[tuple[bytes
         run_dir = folder / r.get("run", "")
         if not (run_dir / "metrics.csv").exists():
             continue
-        metrics = read_metrics(run_dir)
+        metrics = [m for m in read_metrics(run_dir) if "test_accuracy" in m]  # evaluated rounds of a classification
         ax.plot([m["round"] for m in metrics], [m["test_accuracy"] for m in metrics], marker=".", label=r["run"])
     ax.set(xlabel="communication round", ylabel="test accuracy", title="every run's accuracy against round")
     ax.grid(alpha=0.3)

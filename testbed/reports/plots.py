@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from testbed.reports.results import read_metrics, read_summary
+from testbed.reports.headline import guarantee
 
 
 def draw_figures(run_dir: Path) -> list[Path]:
@@ -46,10 +47,13 @@ def draw_progress(run_dir: Path) -> list[Path]:
         # Fixed margins, not tight_layout: it re-draws the figure to measure it, doubling the cost.
         fig, (ax_acc, ax_loss) = plt.subplots(1, 2, figsize=(10, 4))
         fig.subplots_adjust(left=0.08, right=0.98, bottom=0.13, top=0.88, wspace=0.25)
-        evaluated = [r for r in rows if "test_accuracy" in r]  # output.eval_every leaves the others blank
+        evaluated = [r for r in rows if "train_loss" in r]  # output.eval_every leaves the others blank
         xs = [r[x_key] for r in evaluated]
-        ax_acc.plot(xs, [r["test_accuracy"] for r in evaluated], marker=".")
+        scored = [r for r in evaluated if "test_accuracy" in r]  # a regression has no accuracy
+        ax_acc.plot([r[x_key] for r in scored], [r["test_accuracy"] for r in scored], marker=".")
         ax_acc.set(xlabel=x_label, ylabel="test accuracy (mean over nodes)")
+        if evaluated and not scored:
+            ax_acc.set_title("no accuracy: a regression (its loss is beside)")
         ax_loss.plot(xs, [r["train_loss"] for r in evaluated], marker=".", color="tab:red")
         ax_loss.set(xlabel=x_label, ylabel="training loss (eq. 4)")
         for ax in (ax_acc, ax_loss):
@@ -62,10 +66,13 @@ def draw_progress(run_dir: Path) -> list[Path]:
 
 
 def draw_epsilon(run_dir: Path) -> list[Path]:
-    """ε spent per node, by the run's accountant and the tight one: RUN_DIR/figures/epsilon.png."""
+    """ε spent per node, by the run's accountant and the tight one: RUN_DIR/figures/epsilon.png; none
+    for a run that is not (ε, δ)-DP."""
     plt = _pyplot()
     run_dir = Path(run_dir)
     summary = read_summary(run_dir)
+    if guarantee(summary) != "dp":  # no finite ε to draw: not private, or ε-MI-DP (in the summary)
+        return []
     title = _title(summary)
     out = run_dir / "figures"
     out.mkdir(exist_ok=True)

@@ -10,6 +10,7 @@ of the run, not a line per round.
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from typing import TYPE_CHECKING, Any, Mapping
@@ -95,13 +96,18 @@ class Progress:
         enabled: False for --quiet.
         stream: where to write (default stderr); a terminal gets the bar, anything else lines.
         budgets: the per-node budgets, for the worst-budget field.
+        guarantee: what the run's releases carry (testbed.algorithms.registry.GUARANTEES): the ε
+            field is ε for "dp", the most ε-MI-DP in nats of any node for "mi_dp" (read off the
+            book), "not private" for "none".
     """
 
-    def __init__(self, total_rounds: int, enabled: bool = True, stream=None, budgets: "Budgets | None" = None):
+    def __init__(self, total_rounds: int, enabled: bool = True, stream=None, budgets: "Budgets | None" = None,
+                 guarantee: str = "dp"):
         self.total = max(1, total_rounds)
         self.enabled = enabled
         self.stream = stream or sys.stderr
         self.budgets = budgets
+        self.guarantee = guarantee
         self.tty = self.stream.isatty()
         self.start = time.monotonic()
         self._last_decile = -1
@@ -125,7 +131,7 @@ class Progress:
             return
         if self._bar is None and int(10 * round_done / self.total) <= self._last_decile:
             return
-        stats = f"loss {loss:.4f} ε {epsilon:.4g}"
+        stats = f"loss {loss:.4f} {self._privacy(epsilon, book)}"
         worst = worst_budget(self.budgets, row, book) if row is not None else None
         if worst is not None:
             stats += f" budget {worst[0]} {100 * worst[1]:.0f}%"
@@ -140,6 +146,12 @@ class Progress:
         self.stream.write(f"round {round_done}/{self.total}  {round_done / max(elapsed, 1e-9):.3g} rounds/s  "
                           f"{elapsed:.1f}s, {left:.1f}s left  {stats}\n")
         self.stream.flush()
+
+    def _privacy(self, epsilon: float, book: "LedgerBook | None") -> str:
+        if self.guarantee == "mi_dp":
+            nats = 0.0 if book is None else float(book.column("mi_epsilon_nats").max(initial=0.0))
+            return f"MI-ε {nats:.4g} nats"
+        return f"ε {epsilon:.4g}" if self.guarantee == "dp" and math.isfinite(epsilon) else "not private"
 
     def close(self) -> None:
         if self._bar is not None:

@@ -35,7 +35,7 @@ from testbed.errors import UserError
 from testbed.reports.stats import bca_interval, t_interval
 
 #: sweep.csv columns that are not numeric fields of a run's summary.
-NOT_FIELDS = ("seed", "status", "run")
+NOT_FIELDS = ("seed", "status", "stopped_by", "run")
 #: The statistics of each field F, as column suffixes: F_mean, F_sd, ...
 SUFFIXES = ("mean", "sd", "ci_low", "ci_high", "bca_low", "bca_high")
 STATS_FILE = "sweep_stats.csv"

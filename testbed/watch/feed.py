@@ -150,6 +150,7 @@ class RunFeed:
     def _reset(self) -> None:
         self.version = 0
         self.config = None
+        self.guarantee = "none"  # what the run's releases carry (testbed.assemble.privacy_guarantee)
         self._config_id: tuple | None = None     # (device, inode, size, mtime) of config.toml as read
         self._config_text: bytes | None = None
         self.summary: dict | None = None         # what the page shows of summary.json, checked
@@ -328,6 +329,7 @@ class RunFeed:
             self._problem(name, f"data.num_nodes = {config.data.num_nodes}: more than the page follows ({MAX_NODES})")
             return False
         self.config, self._planned = config, assemble.planned_rounds(config)
+        self.guarantee = assemble.privacy_guarantee(config)
         self.version += 1
         for node in range(config.data.num_nodes):
             self._view(node).version = self.version
@@ -466,7 +468,7 @@ class RunFeed:
             return {}
         b, p = self.config.budget, self.config.privacy
         return {"epsilon": b.epsilon, "cost_units": b.cost_units, "bytes": b.bytes, "energy_j": b.energy_j,
-                "mi_epsilon": b.mi_epsilon, "delta": p.delta, "accountant": p.accountant}
+                "mi_epsilon": b.mi_epsilon, "delta": p.delta, "accountant": p.accountant, "guarantee": self.guarantee}
 
     def run_info(self) -> dict[str, Any]:
         """The run's progress, time left and status (``waiting``, ``running``, ``stalled``,
@@ -582,8 +584,9 @@ class RunFeed:
 
     def _row(self, node: int, view: NodeView) -> dict[str, Any]:
         t = view.ledger.totals
+        # Not (ε, δ)-DP: ε is infinite (null), whatever other releases the ledger accounts.
         raw = {o: self._epsilon(node, tally) for o, tally in sorted(view.ledger.by_observer.items())} \
-            if self.config is not None else {}
+            if self.config is not None and self.guarantee == "dp" else {}
         known = [e for e in raw.values() if e is not None]
         state, why = self.node_state(view)
         last_seen = None
@@ -596,7 +599,7 @@ class RunFeed:
             "rounds": t.rounds, "straggled": t.rounds_straggled, "last_round": view.last_round + 1,
             "last_seen_s": last_seen, "status_at": view.mqtt_at,
             # An observer's ε that cannot be accounted leaves the headline unknown, not understated.
-            "epsilon": _num(max(known, default=0.0)) if len(known) == len(raw) else None,
+            "epsilon": _num(max(known, default=0.0)) if len(known) == len(raw) and self.guarantee == "dp" else None,
             "epsilon_by": {o: _num(e) for o, e in raw.items()},
             "energy_j": _num(t.energy_j), "cost_units": _num(t.cost_units), "bytes": t.bytes_total,
             "mi_epsilon": _num(t.mi_epsilon_nats), "board": board, "measured": view.measured,

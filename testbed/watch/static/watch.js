@@ -203,6 +203,9 @@ function columns() {
     { key: "state", label: "this round", left: true,
       cell: n => `<span class="state ${esc(n.state)}" title="${esc(n.why || "")}">${esc(n.state)}</span>` },
     { key: "epsilon", label: `ε at δ=${b.delta ?? "?"}`, cell: n => {
+        // A run whose releases carry no (ε, δ) noise has no finite ε: said, never drawn as 0.
+        if (b.guarantee === "none") return `<div class="budget"><span>not private</span></div>`;
+        if (b.guarantee === "mi_dp") return `<div class="budget"><span>ε-MI-DP: see MI-ε</span></div>`;
         const obs = Object.entries(n.epsilon_by || {});
         if (obs.length <= 1) return budgetBar(n.epsilon, b.epsilon, num, obs.length ? obs[0][0] : "");
         return obs.map(([o, e]) => budgetBar(e, b.epsilon, num, o)).join("");
@@ -217,7 +220,7 @@ function columns() {
     { key: "board", label: "board", left: true, cell: n => esc(n.board ?? "–") },
     { key: "measured", label: "costs", left: true, cell: n => n.measured === null ? "–" : n.measured ? "measured" : "modelled" },
   ];
-  if (b.mi_epsilon) cols.splice(3, 0, { key: "mi_epsilon", label: "MI-ε (nats)", cell: n => budgetBar(n.mi_epsilon, b.mi_epsilon, num) });
+  if (b.mi_epsilon || b.guarantee === "mi_dp") cols.splice(3, 0, { key: "mi_epsilon", label: "MI-ε (nats)", cell: n => budgetBar(n.mi_epsilon, b.mi_epsilon, num) });
   if (state.run.algorithm === "dwfl") {
     cols.push({ key: "gain", label: "channel gain", cell: n => esc(num(n.gain, 3)) });
     cols.push({ key: "snr_db", label: "rx SNR (dB)", cell: n => esc(num(n.snr_db, 3)) });

@@ -1,0 +1,87 @@
+"""The figures of a run's summary to quote, in words: its privacy (the ε to quote, ε-MI-DP in nats, or
+"not private"), its task's score (accuracy, or the loss of a regression) and where its costs came
+from. Shared by the terminal's summary table, the HTML report and the sweep table, so none of them
+can show a non-private run with a finite ε.
+
+A summary written before these figures existed (no ``privacy.guarantee``) reads as (ε, δ)-DP when
+its nodes carry an ε, as it was then reported.
+
+Example::
+
+    >>> s = {"privacy": {"guarantee": "none", "headline": {"measure": "not private", "value": None}},
+    ...      "nodes": {"0": {"epsilon": None}}, "budgets": {"delta": 1e-4, "accountant": "zcdp"}}
+    >>> privacy_text(s)
+    'not private (no noise on its releases: epsilon is infinite)'
+    >>> epsilon_to_quote(s) is None
+    True
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+NOT_PRIVATE = "not private (no noise on its releases: epsilon is infinite)"
+
+
+def guarantee(summary: dict[str, Any]) -> str:
+    """"dp", "mi_dp" or "none" (testbed.algorithms.registry.GUARANTEES) of a run's summary."""
+    said = summary.get("privacy", {}).get("guarantee")
+    if said is not None:
+        return said
+    return "dp" if any(n.get("epsilon") is not None for n in summary["nodes"].values()) else "none"
+
+
+def epsilon_to_quote(summary: dict[str, Any]) -> float | None:
+    """The (ε, δ) ε to quote: the tight accountant's when it ran, else the run's accountant's; None
+    (ε = ∞) for a run that is not (ε, δ)-DP."""
+    if guarantee(summary) != "dp":
+        return None
+    headline = summary.get("privacy", {}).get("headline")
+    if headline is not None:
+        return headline["value"]
+    nodes = summary["nodes"].values()
+    tight = [n["epsilon_tight"] for n in nodes if n.get("epsilon_tight") is not None]
+    return max(tight) if tight else max((n["epsilon"] for n in nodes), default=0.0)
+
+
+def privacy_text(summary: dict[str, Any]) -> str:
+    """One line: the privacy figure to quote, with its unit and who computed it."""
+    kind = guarantee(summary)
+    privacy = summary.get("privacy", {})
+    if kind == "none":
+        return NOT_PRIVATE
+    if kind == "mi_dp":
+        nats = privacy.get("mi_epsilon_headline")
+        if nats is None:
+            nats = max((n.get("mi_epsilon_nats", 0.0) for n in summary["nodes"].values()), default=0.0)
+        return f"epsilon-MI-DP {nats:.4g} nats (the mutual-information ledger; not an (epsilon, delta) guarantee)"
+    budgets = summary["budgets"]
+    eps = [n["epsilon"] for n in summary["nodes"].values()]
+    paper = f"{budgets['accountant']} {max(eps, default=0.0):.4g}"
+    headline = privacy.get("headline") or {}
+    if headline.get("paper_value") is not None:
+        return (f"epsilon {headline['value']:.4g} at delta {budgets['delta']:g} (quote this: the tight "
+                f"{headline['by']} accountant's; the paper's {paper})")
+    return f"epsilon {max(eps, default=0.0):.4g} at delta {budgets['delta']:g} ({budgets['accountant']})"
+
+
+def score_text(summary: dict[str, Any]) -> str:
+    """The model's score: test accuracy and training loss, or for a regression its losses."""
+    final = summary["final"]
+    if summary.get("task") == "regression":
+        test = final.get("test_loss")
+        return (f"test loss {test:.4g}   " if test is not None else "") + \
+            f"train loss {final['train_loss']:.4g} (squared error, ½‖xW − y‖² per sample; a regression)"
+    return f"test acc {final['test_accuracy']:.4f}   train loss {final['train_loss']:.4g}"
+
+
+def cost_source(summary: dict[str, Any]) -> str:
+    """Where the seconds and joules came from: "measured" (meters), "modelled by the PROFILE profile",
+    or both."""
+    source = summary.get("costs", {}).get("source", "modelled")
+    profile = summary.get("profile", "host")
+    if source == "modelled":
+        return f"modelled by the {profile} profile"
+    if source == "measured and modelled":
+        return f"measured on metered nodes, modelled by the {profile} profile on the others"
+    return source
