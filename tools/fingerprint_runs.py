@@ -30,7 +30,8 @@ RUNS: dict[str, list[str]] = {
     "dwfl": ["experiments/dwfl/base.toml", "--mode", "sim", "--set", "dwfl.rounds=5"],
     "acfl": ["experiments/acfl/base.toml", "--mode", "sim", "--set", "acfl.iterations=20"],
     "padpfl": ["experiments/padpfl/s1.toml", "--mode", "sim", "--set", "padpfl.rounds=6"],
-    "fedavg": ["experiments/quickstart.toml", "--mode", "sim", "--set", 'run.algorithm="fedavg"'],
+    "fedavg": ["experiments/dp_pasgd/base.toml", "--mode", "sim", "--set", 'data.dataset="synthetic"',
+               "--set", 'run.algorithm="fedavg"'],
     "mcu": ["experiments/mcu_quickstart.toml", "--mode", "sim"],
 }
 
