@@ -276,19 +276,18 @@ def _loop(inbox: queue.Queue[Inbound], agents: dict[str, NodeProtocol], clients:
     watch = watch or CoordinatorWatch(None)
     answered, stopped = 0, set()
     joined: str | None = None  # the session the state lines last said was joined
+    why_ended = "the coordinator ended it"
     coordinator_offline_since: float | None = None
     while len(stopped) < len(agents):
         if not watch.alive():
             log.warning("coordinator (pid %s) of run %s is gone; leaving", watch.pid, run)
-            if states is not None:
-                states.ended(run, answered, "its coordinator is gone")
+            why_ended = "its coordinator is gone"
             break
         items = rounds.current(_gather(inbox, _TICK_S, agents, broadcast_members))
         now = time.monotonic()
         if coordinator_offline_since is not None and now - coordinator_offline_since > grace_s:
             log.warning("coordinator of run %s offline for %.0f s; leaving", run, grace_s)
-            if states is not None:
-                states.ended(run, answered, f"its coordinator has been offline for {grace_s:.0f} s")
+            why_ended = f"its coordinator has been offline for {grace_s:.0f} s"
             break
         # What the items bring goes out together (a round's or a setup's replies: one wake-up of
         # the network thread, not one per node); not with an emulated crash, which waits for its
@@ -313,8 +312,6 @@ def _loop(inbox: queue.Queue[Inbound], agents: dict[str, NodeProtocol], clients:
                     except Exception as exc:  # noqa: BLE001  logged by _send as that node's failure
                         report = exc
                     _send(name, msg, report, clients, run, False)
-                    if states is not None and len(stopped) == len(agents):
-                        states.ended(run, answered)
                     continue
                 crash_now = crash is not None and msg.kind == protocol.ROUND and msg.round == crash[0]
                 if msg.kind in STEPPED and not crash_now and type(agents[name]) is NodeAgent:
@@ -331,6 +328,8 @@ def _loop(inbox: queue.Queue[Inbound], agents: dict[str, NodeProtocol], clients:
                     outcome = exc
                 answered += _send(name, msg, outcome, clients, run, crash_now, states)
             answered += _answer_steps(stepped, agents, clients, run, states)
+    if states is not None:
+        states.ended(run, answered, why_ended)
     return answered
 
 

@@ -222,3 +222,66 @@ def test_a_meter_this_machine_lacks_is_one_line_saying_how_to_adapt(tmp_path, ca
     err = capsys.readouterr().err.strip()
     assert f"meter '{meter}' is not available" in err and "use meter 'auto'" in err and "'model'" in err
     assert "\n" not in err
+
+
+# ---- the probe's retry rule, over any sequence of outcomes (a fake clock) -----------------------
+
+
+class _Clock:
+    """time.monotonic and time.sleep of the probe, on a clock the test moves."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        assert seconds >= 0
+        self.now += seconds
+
+
+_OUTCOMES = st.lists(st.tuples(st.sampled_from(["refused", "unreachable", "silent", "connack"]),
+                               st.floats(0.0, 6.0)), max_size=40)
+
+
+@given(outcomes=_OUTCOMES, timeout_s=st.floats(0.5, 120.0))
+def test_the_probe_gives_up_on_a_refusal_after_the_grace_and_on_silence_at_its_deadline(outcomes, timeout_s):
+    """Whatever the broker's answers and how long each takes: a CONNACK ends the probe; a refusal
+    (or no route) is reported at the first one that ends past the grace (never before), silence at
+    the first one past the deadline (never before); a refusal forever is reported within the grace
+    and one attempt."""
+    from unittest import mock
+
+    from testbed.mqtt.probe import _Answer
+
+    clock = _Clock()
+    seen: list[tuple[str, float]] = []  # (outcome, when it ended)
+    answers = iter(outcomes)
+
+    def ask(*args, **kwargs) -> _Answer:
+        kind, cost_s = next(answers, ("refused", 0.01))  # after the list: refused for ever
+        clock.now += cost_s
+        seen.append((kind, clock.now))
+        return _Answer(connack=0) if kind == "connack" else _Answer(seen=kind, detail="No route to host")
+
+    grace_s = min(timeout_s, probe.FAST_FAILURE_GRACE_S)
+    with mock.patch.object(probe, "time", clock), mock.patch.object(probe, "_ask", ask):
+        try:
+            probe.negotiate("mqtt://h:1883", tls_ca=None, protocol="3.1.1", client_id="c", username=None,
+                            password=None, deadline=timeout_s, timeout_s=timeout_s)
+            raised = None
+        except UserError as exc:
+            raised = str(exc)
+    kind, ended = seen[-1]
+    if raised is None:
+        assert kind == "connack"
+        return
+    assert kind != "connack" and "\n" not in raised
+    limit = grace_s if kind in ("refused", "unreachable") else timeout_s
+    assert ended >= limit  # never before its limit...
+    assert all(end < limit for k, end in seen[:-1] if (k == "silent") == (kind == "silent"))  # ...at the first past it
+    if kind == "refused":
+        assert "connection refused for" in raised
+    if all(k != "silent" for k, _ in seen) and len(seen) > len(outcomes):
+        assert ended <= grace_s + 6.0 + 0.01  # refused for ever: the grace and one attempt
