@@ -7,7 +7,7 @@
   (idle + radio rx power) × downlink airtime.
 
 Whole-board power, not the increment over idle, is charged on purpose: it is what a supply-side
-meter (an INA219/INA260 on the board's 5 V input, nodes/meters.py) reports over the same interval,
+meter (an INA219/INA260 on the board's 5 V input, nodes/meters/) reports over the same interval,
 so modelled and measured ledgers are comparable. The energy of idle time between events is
 charged to no event (no event covers it).
 

@@ -118,6 +118,14 @@ def build_algorithm(config: Config, model: Model, data: FederatedData | LazyFede
     return algorithm
 
 
+def planned_rounds(config: Config) -> int | None:
+    """The rounds the algorithm of a (planned) config will run, or None if it cannot say before."""
+    from testbed.algorithms import registry
+
+    reg = registry.get(config.run.algorithm)
+    return reg.planned_rounds(algorithm_sections(config, reg))
+
+
 def build_channel(config: Config) -> "ChannelHalf":
     """The channel half of the over-the-air algorithm ``config.run.algorithm`` names."""
     from testbed.algorithms import registry

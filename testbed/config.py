@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -345,9 +346,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     if "=" not in text:
         raise ConfigError(text, "an override is section.key=value")
     key, value_text = text.split("=", 1)
-    path = key.strip().split(".")
-    if len(path) != 2 or not all(path):
-        raise ConfigError(key.strip(), "an override key is section.key")
+    path = override_key(key.strip())
     try:
         value = tomllib.loads(f"v = {value_text.strip()}")["v"]
     except tomllib.TOMLDecodeError:
@@ -355,8 +354,32 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     return path, value
 
 
-def load_config(path: str | Path, overrides: list[str] = ()) -> Config:
-    """Read, override (``--set section.key=value``) and validate an experiment file; its relative
+def override_key(key: object) -> list[str]:
+    """``"section.key"`` → ["section", "key"]; ConfigError for anything else."""
+    path = key.split(".") if isinstance(key, str) else []
+    if len(path) != 2 or not all(path):
+        raise ConfigError(str(key), "an override key is section.key")
+    return path
+
+
+def apply_overrides(raw: dict[str, Any], overrides: Iterable[str | tuple[str, Any]]) -> dict[str, Any]:
+    """Set each override in the nested dict of an experiment, in order, and return it: a
+    ``"section.key=value"`` string (``--set``; the value read as TOML, else as a string) or a
+    ``("section.key", value)`` pair (the Python API's; the value as it is)."""
+    for item in overrides:
+        if isinstance(item, str):
+            (section, key), value = parse_override(item)
+        else:
+            (section, key), value = override_key(item[0]), item[1]
+        table = raw.setdefault(section, {})
+        if not isinstance(table, dict):
+            raise ConfigError(section, "must be a table")
+        table[key] = value
+    return raw
+
+
+def load_config(path: str | Path, overrides: Sequence[str | tuple[str, Any]] = ()) -> Config:
+    """Read, override (``--set section.key=value``, or pairs: :func:`apply_overrides`) and validate an experiment file; its relative
     paths are resolved against its folder."""
     path = Path(path)
     try:
@@ -372,7 +395,7 @@ def load_config(path: str | Path, overrides: list[str] = ()) -> Config:
     return load_config_text(text, overrides, source=str(path), base_dir=path.resolve().parent)
 
 
-def load_config_text(text: str, overrides: list[str] = (), source: str = "<text>",
+def load_config_text(text: str, overrides: Sequence[str | tuple[str, Any]] = (), source: str = "<text>",
                      base_dir: Path | None = None) -> Config:
     try:
         raw = tomllib.loads(text)
@@ -380,12 +403,7 @@ def load_config_text(text: str, overrides: list[str] = (), source: str = "<text>
         raise ConfigError(source, f"not valid TOML: {exc}") from None
     except RecursionError:  # arrays nested thousands deep: tomllib recurses per level
         raise ConfigError(source, "not a usable TOML file: nested too deeply") from None
-    for item in overrides:
-        (section, key), value = parse_override(item)
-        table = raw.setdefault(section, {})
-        if not isinstance(table, dict):
-            raise ConfigError(section, "must be a table")
-        table[key] = value
+    apply_overrides(raw, overrides)
     if base_dir is not None:
         for section, key in PATH_KEYS:
             table = raw.get(section)

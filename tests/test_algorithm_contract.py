@@ -88,6 +88,13 @@ def test_every_registered_algorithm_has_an_experiment_here():
 
 
 @pytest.mark.parametrize("name", CASES)
+def test_the_rounds_a_registration_plans_are_the_rounds_it_runs(name):
+    """The watch page's progress reads the rounds from the registration's planned_rounds hook."""
+    config, _, _, alg = _built(name)
+    assert assemble.planned_rounds(config) == alg.rounds
+
+
+@pytest.mark.parametrize("name", CASES)
 def test_all_nodes_stacked_equal_one_node_at_a_time(name):
     config, data, model, alg = _built(name)
     state = alg.init_state(model.init(np.random.default_rng(1)))

@@ -26,16 +26,22 @@ LAYERS: tuple[tuple[str, int, str], ...] = (
     ("testbed.reports", 6, "reports"),
     ("testbed.watch", 6, "reports: the live view"),
     ("testbed.orchestration", 7, "orchestration"),
+    ("testbed.api", 8, "the Python API"),
     ("testbed.cli", 8, "the command line"),
     ("testbed.__main__", 8, "the command line"),
     ("testbed", 2, "core"),  # every other module of testbed/
     ("nodes", 4, "what runs on a board"),
     ("firmware_bridge", 5, "the microcontroller bridge"),
 )
+#: Modules placed by their whole name, before the prefixes: the package ``testbed`` itself (its
+#: __init__), whose ``testbed.run``, ``load`` and ``sweep`` are the Python API's, imported on first use.
+EXACT: dict[str, tuple[int, str]] = {"testbed": (8, "the package's face: the Python API")}
 PACKAGES = ("channel", "testbed", "nodes", "firmware_bridge")
 
 
 def layer_of(module: str) -> tuple[int, str]:
+    if module in EXACT:
+        return EXACT[module]
     for prefix, layer, name in LAYERS:
         if module == prefix or module.startswith(prefix + "."):
             return layer, name

@@ -192,7 +192,9 @@ def test_report_html_of_a_sweep(tmp_path, small_config_text):
     rows = run_sweep(base, grid_points({"dp_pasgd.tau": [2, 5]}, repeats=1, base_seed=0), tmp_path / "sw",
                      workers=1, quiet=True)
     text = write_report(tmp_path / "sw").read_text()
-    assert text.count('src="data:image/png;base64,') == 2
+    # the grid's two figures, then the means with interval bars and the curves with interval bands
+    # (issue 29's sweep statistics: testbed/reports/sweep_figures.py)
+    assert text.count('src="data:image/png;base64,') == 4
     for row in rows:
         assert f"<td>{row['test_accuracy']:.4g}</td>" in text
     assert not math.isnan(rows[0]["test_accuracy"])

@@ -464,6 +464,7 @@ def plan(config: Any, model: LinearRegression, data: Any) -> tuple[Any, dict]:
 
 
 REGISTRATION = Registration(name="acfl", sections={"acfl": AcflSection}, build=build, check=check, plan=plan,
+                            planned_rounds=lambda sections: sections["acfl"].iterations,
                             privacy_cli=acfl_cli.PRIVACY, plan_cli=acfl_cli.PLAN)
 
 

@@ -401,6 +401,12 @@ def calibration_step(model: Model, data: FederatedData, batch: int) -> Callable[
     return steps
 
 
+def _planned_rounds(section: DpPasgdSection) -> int | None:
+    """K // τ communication rounds (eq. 8), once the plan stage has set τ (``tau = "plan"``)."""
+    steps, tau = section.steps, section.tau
+    return steps // tau if isinstance(steps, int) and isinstance(tau, int) and tau > 0 else None
+
+
 REGISTRATION = Registration(
     name="dp_pasgd",
     sections={"dp_pasgd": DpPasgdSection, "plan": PlanSection},
@@ -408,6 +414,7 @@ REGISTRATION = Registration(
     check=check,
     plan=_plan,
     epsilon_target=lambda sections: sections["dp_pasgd"].epsilon,
+    planned_rounds=lambda sections: _planned_rounds(sections["dp_pasgd"]),
     client_sampling=True,
     privacy_cli=dp_pasgd_cli.PRIVACY,
     plan_cli=dp_pasgd_cli.PLAN,

@@ -91,6 +91,8 @@ class Registration:
         plan: (config, model, data) → (config with planned values, the plan for the summary or
             None): a stage run once before the algorithm is built (DP-PASGD's ``tau = "plan"``).
         epsilon_target: (its sections) → the ε target it was configured with, or None.
+        planned_rounds: (its sections, as planned) → the rounds it will run, or None when they
+            are not known before it runs; by default its own section's ``rounds``.
         client_sampling: whether it runs on a sample of the nodes each round
             (``[client_sampling]``): its server step uses whoever answered, and nothing it plans
             assumes every node takes part.
@@ -110,6 +112,7 @@ class Registration:
     check: Callable[["BaseModel"], None] | None = None
     plan: Callable[["BaseModel", "Model", "FederatedData"], tuple["BaseModel", dict | None]] | None = None
     epsilon_target: Callable[[dict[str, Any]], float | None] = field(default=lambda sections: None)
+    planned_rounds: Callable[[dict[str, Any]], int | None] = field(default=lambda sections: _rounds_key(sections))
     client_sampling: bool = False
     privacy_cli: Command | None = None
     plan_cli: Command | None = None
@@ -119,6 +122,11 @@ class Registration:
     @property
     def primary(self) -> str:
         return next(iter(self.sections))
+
+
+def _rounds_key(sections: dict[str, Any]) -> int | None:
+    rounds = getattr(next(iter(sections.values())), "rounds", None)
+    return rounds if isinstance(rounds, int) else None
 
 
 @functools.cache

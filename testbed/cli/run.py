@@ -32,31 +32,22 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from testbed import inputs
-    from testbed.config import load_config
+    from testbed.experiment import experiment_config
     from testbed.reports.results import checked_config
     from testbed.orchestration.runner import run_experiment
 
     if args.watch:
         check_server_options(args)
         check_installed("watch", "run --watch")
-    overrides = list(args.overrides)
-    if args.mode:
-        overrides.append(f"run.mode={args.mode!r}")
     if args.resume is not None:
         if args.file is not None or args.out is not None or args.seed is not None or args.overrides:
             raise UserError("--resume takes the run's own config.toml: give no FILE, --out, --seed or --set")
-        config = load_config(inputs.experiment_file(checked_config(args.resume)), overrides)
-        inputs.run_id(config.mqtt.run_id)
+        config = experiment_config(checked_config(args.resume), mode=args.mode)
         out = args.resume
     else:
         if args.file is None:
             raise UserError("give an experiment FILE, or --resume RUN_DIR")
-        if args.seed is not None:
-            overrides.append(f"run.seed={args.seed}")
-        config = load_config(inputs.experiment_file(args.file), overrides)
-        # The run id goes into MQTT topics; refused in sim too, so a file that runs in sim runs
-        # over MQTT (the integrator may move this into the config's validation of mqtt.run_id).
-        inputs.run_id(config.mqtt.run_id)
+        config = experiment_config(args.file, args.overrides, mode=args.mode, seed=args.seed)
         if args.out is not None:
             inputs.output_dir(args.out, "--out")
         else:

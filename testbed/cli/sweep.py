@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import math
 from pathlib import Path
 
 from testbed.arguments import COUNT
 
-#: Bytes a sweep holds per run before any starts (its point, its config's TOML, its table row).
-POINT_BYTES = 16 * 1024
-#: Bytes a parallel run's process holds besides its run's own estimate (interpreter, numpy, pydantic).
-WORKER_BYTES = 150 * 2**20
+#: The options that set a sweep's size, as its refusals name them.
+SIZE_OPTIONS = {"grid": "--grid", "repeats": "--repeats", "workers": "--workers"}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -32,24 +29,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from testbed import inputs
-    from testbed.config import load_config
-    from testbed.errors import UserError
-    from testbed.limits import MAX_SEED
-    from testbed.resources import check_count, estimate_bytes
-    from testbed.orchestration.sweep import format_table, grid_points, parse_grid, run_sweep
+    from testbed.experiment import experiment_config
+    from testbed.orchestration.sweep import default_sweep_dir, format_table, parse_grid, planned_points, run_sweep
 
-    base = load_config(inputs.experiment_file(args.file), args.overrides)
-    inputs.run_id(base.mqtt.run_id)
-    grid = parse_grid(args.grid)
-    if base.run.seed + args.repeats - 1 > MAX_SEED:
-        raise UserError(f"--repeats {args.repeats}: seeds from run.seed {base.run.seed} would pass {MAX_SEED}")
-    runs = math.prod(len(values) for values in grid.values()) * args.repeats
-    check_count(runs, POINT_BYTES, "--grid and --repeats: a sweep of")  # before its points are made
-    if args.workers is not None:
-        check_count(min(args.workers, runs), WORKER_BYTES + sum(estimate_bytes(base).values()), "--workers")
-    points = grid_points(grid, args.repeats, base.run.seed)
-    out = args.out or Path(base.output.dir) / f"{base.run.name}-sweep"
+    base = experiment_config(args.file, args.overrides)
+    points = planned_points(base, parse_grid(args.grid), args.repeats, args.workers, SIZE_OPTIONS)
+    out = args.out or default_sweep_dir(base)
     rows = run_sweep(base, points, out, engine=args.engine, workers=args.workers, quiet=args.quiet)
     if not args.quiet:
         print(format_table(rows))

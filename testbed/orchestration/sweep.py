@@ -22,6 +22,7 @@ from __future__ import annotations
 import csv
 import itertools
 import json
+import math
 import os
 import re
 import shutil
@@ -35,6 +36,8 @@ from typing import Any
 from testbed.config import Config, load_config_text, parse_override, replace, to_toml
 from testbed.util.dirlock import DirectoryLock
 from testbed.errors import UserError
+from testbed.limits import MAX_SEED
+from testbed.resources import check_count, estimate_bytes
 from testbed.orchestration.runner import run_experiment  # imported here so forked workers share the parent's modules
 from testbed.reports.sweep_stats import STATS_FILE, stats_rows
 
@@ -89,6 +92,36 @@ def grid_points(grid: dict[str, list[Any]], repeats: int, base_seed: int) -> lis
     keys = list(grid)
     return [Point(tuple(zip(keys, combo)), base_seed + r)
             for combo in itertools.product(*(grid[k] for k in keys)) for r in range(repeats)]
+
+
+#: Bytes a sweep holds per run before any starts (its point, its config's TOML, its table row).
+POINT_BYTES = 16 * 1024
+#: Bytes a parallel run's process holds besides its run's own estimate (interpreter, numpy, pydantic).
+WORKER_BYTES = 150 * 2**20
+#: How a refusal names the sweep's sizes: the Python API's keywords (the CLI passes its options).
+KEYWORDS = {"grid": "grid", "repeats": "repeats", "workers": "workers"}
+
+
+def planned_points(base: Config, grid: dict[str, list[Any]], repeats: int, workers: int | None = None,
+                   names: dict[str, str] = KEYWORDS) -> list[Point]:
+    """:func:`grid_points` of ``grid``, once the sweep is known to fit: its seeds within MAX_SEED,
+    its points and its ``workers`` parallel runs within this machine's memory (checked before any
+    point is made). ``names``: what the refusals call the grid, the repeats and the workers."""
+    if repeats < 1:
+        raise UserError(f"{names['repeats']} must be >= 1, got {repeats}")
+    if base.run.seed + repeats - 1 > MAX_SEED:
+        raise UserError(f"{names['repeats']} {repeats}: seeds from run.seed {base.run.seed} would pass {MAX_SEED}")
+    runs = math.prod(len(values) for values in grid.values()) * repeats
+    check_count(runs, POINT_BYTES, f"{names['grid']} and {names['repeats']}: a sweep of")
+    if workers is not None:
+        check_count(min(workers, runs), WORKER_BYTES + sum(estimate_bytes(base).values()), names["workers"])
+    return grid_points(grid, repeats, base.run.seed)
+
+
+def default_sweep_dir(base: Config) -> Path:
+    """Where a sweep of ``base`` goes unless told: output.dir/NAME-sweep (a sweep run again into
+    it skips its finished runs)."""
+    return Path(base.output.dir) / f"{base.run.name}-sweep"
 
 
 def point_config(base: Config, point: Point) -> Config:

@@ -51,6 +51,8 @@ METRIC_COLUMNS = [
     "round", "local_steps", "train_loss", "test_accuracy", "test_accuracy_pooled",
     "validation_accuracy", "cost_units", "epsilon", "bytes_total", "stragglers", "wall_s",
 ]
+#: The metrics columns that count things (rounds, steps, bytes, nodes): read back as integers.
+INTEGER_METRICS = ("round", "local_steps", "bytes_total", "stragglers")
 SUMMARY_KEYS = ("algorithm", "mode", "seed", "status", "rounds", "final", "nodes", "budgets")
 STATUSES = ("completed", "stopped_budget", "failed")
 CHECKPOINT_FORMAT = 3  # 1: one "state" array, no digest; 2: no rounds_ahead (neither can be resumed)
@@ -123,7 +125,7 @@ class RunDirectory:
             raise UserError(f"cannot write the run directory {self.path}: {exc.strerror or exc}") from None
         self._lock = _lock or DirectoryLock(self.path)
         try:
-            if _resumed is None and metrics.exists():  # checked under the lock: two runs into one --out
+            if _resumed is None and holds_run(self.path):  # checked under the lock: two runs into one --out
                 raise UserError(f"{self.path} already holds a run; choose another --out, or --resume it")
             self._metrics = AppendLog(metrics, header=header.getvalue(), sync=sync)
         except OSError as exc:
@@ -313,9 +315,15 @@ def read_checkpoint(run_dir: Path, expected: StateSpec | None = None, max_rounds
     return _load_checkpoint(Path(run_dir), expected, max_rounds)
 
 
-def read_metrics(run_dir: Path) -> list[dict[str, float]]:
-    """The rows of a run's metrics.csv as floats (a partial file of a killed run reads fine: a cut
-    last line is skipped). UserError naming the file if it is missing or a row is not numbers."""
+def holds_run(directory: Path) -> bool:
+    """Whether ``directory`` holds a run (finished or not): a run's first file is its metrics.csv."""
+    return (Path(directory) / "metrics.csv").exists()
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, int | float]]:
+    """The rows of a run's metrics.csv as numbers: the INTEGER_METRICS as ints, the rest as floats
+    (a partial file of a killed run reads fine: a cut last line is skipped). UserError naming the
+    file if it is missing or a row is not numbers (an integer column's cell not an integer)."""
     path = Path(run_dir) / "metrics.csv"
     try:
         text = path.read_text(encoding="utf-8")
@@ -331,7 +339,8 @@ def read_metrics(run_dir: Path) -> list[dict[str, float]]:
         for row in reader:
             if None in row or None in row.values():
                 raise ValueError(f"line {reader.line_num}: wrong number of cells")
-            rows.append({k: float(v) for k, v in row.items() if v != ""})  # "nan": a diverged loss
+            # "nan": a diverged loss; "": not evaluated that round (output.eval_every)
+            rows.append({k: int(v) if k in INTEGER_METRICS else float(v) for k, v in row.items() if v != ""})
     except (ValueError, csv.Error) as exc:
         raise UserError(f"{path}: damaged: {_one_line(exc)}") from None
     return rows

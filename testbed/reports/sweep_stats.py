@@ -24,6 +24,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,8 @@ NOT_FIELDS = ("seed", "status", "run")
 #: The statistics of each field F, as column suffixes: F_mean, F_sd, ...
 SUFFIXES = ("mean", "sd", "ci_low", "ci_high", "bca_low", "bca_high")
 STATS_FILE = "sweep_stats.csv"
+#: A seed or a count in a sweep's table: ASCII digits ("²".isdigit() is true), as many as a seed has.
+_INTEGER = re.compile(r"[0-9]{1,20}")
 #: Bytes of sweep.csv read at most (a million runs' rows); past it the file is refused, not read.
 MAX_TABLE_BYTES = 256 * 2**20
 
@@ -85,32 +88,44 @@ def read_sweep(folder: Path) -> list[dict[str, str]]:
     """The rows of ``folder``/sweep.csv, checked. UserError in one line if the folder has none, it
     is damaged (a row with a missing or extra cell, a seed that is not an integer) or it is not a
     sweep table (no seed or run column)."""
-    path = Path(folder) / "sweep.csv"
+    return _read_table(Path(folder), "sweep.csv", ("seed", "run"), "seed", "runs")
+
+
+def read_stats(folder: Path) -> list[dict[str, str]]:
+    """The rows of ``folder``/sweep_stats.csv, checked as :func:`read_sweep` checks sweep.csv (an
+    ``n`` column of integers, one row per grid point)."""
+    return _read_table(Path(folder), STATS_FILE, ("n",), "n", "grid points")
+
+
+def _read_table(folder: Path, name: str, required: tuple[str, ...], integer: str, what: str) -> list[dict[str, str]]:
+    """The rows of a sweep folder's table ``name``: its ``required`` columns there, every row with
+    every cell, its ``integer`` column's cells integers, at least one row (``what`` it holds)."""
+    path = folder / name
     try:
         if path.stat().st_size > MAX_TABLE_BYTES:
             raise UserError(f"{path}: larger than {MAX_TABLE_BYTES // 2**20} MiB; not a sweep table")
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise UserError(f"{folder} has no sweep.csv; not a sweep folder (testbed sweep --out)") from None
+        raise UserError(f"{folder} has no {name}; not a sweep folder (testbed sweep --out)") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise UserError(f"{path}: unreadable ({exc})") from None
     reader = csv.DictReader(io.StringIO(text, newline=""))
     try:
         header = reader.fieldnames or []
-        missing = [c for c in ("seed", "run") if c not in header]
+        missing = [c for c in required if c not in header]
         if missing:
             raise ValueError(f"no {missing[0]} column")
         rows = []
         for row in reader:
             if None in row or None in row.values():
                 raise ValueError(f"line {reader.line_num}: wrong number of cells")
-            if not row["seed"].isdigit():
-                raise ValueError(f"line {reader.line_num}: seed {row['seed']!r} is not an integer")
+            if not _INTEGER.fullmatch(row[integer]):
+                raise ValueError(f"line {reader.line_num}: {integer} {row[integer]!r} is not an integer")
             rows.append(row)
     except (ValueError, csv.Error) as exc:
         raise UserError(f"{path}: damaged: {exc}") from None
     if not rows:
-        raise UserError(f"{path} holds no runs")
+        raise UserError(f"{path} holds no {what}")
     return rows
 
 

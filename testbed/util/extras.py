@@ -29,6 +29,7 @@ EXTRA_OF_MODULE: dict[str, tuple[str, str]] = {
     "rich": ("rich", "coordinator"),
     "aiohttp": ("aiohttp", "watch"),
     "aiohttp_sse": ("aiohttp-sse", "watch"),
+    "pandas": ("pandas", "analysis"),
     "cryptography": ("cryptography", "coordinator"),
 }
 

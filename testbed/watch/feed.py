@@ -123,20 +123,6 @@ def _cells(line: str) -> list[str]:
         raise ValueError(f"not CSV ({exc})") from None
 
 
-def planned_rounds(config: Any) -> int | None:
-    """The rounds the run's algorithm plans, from its own section of the (planned) config.toml:
-    ``rounds``, ``iterations`` (ACFL) or ``steps // tau`` (DP-PASGD); None if it says none."""
-    section = getattr(config, config.run.algorithm, None)
-    for key in ("rounds", "iterations"):
-        value = getattr(section, key, None)
-        if isinstance(value, int):
-            return value
-    steps, tau = getattr(section, "steps", None), getattr(section, "tau", None)
-    if isinstance(steps, int) and isinstance(tau, int) and tau > 0:
-        return steps // tau
-    return None
-
-
 class RunFeed:
     """The state of one run directory, read incrementally.
 
@@ -338,7 +324,7 @@ class RunFeed:
         if config.data.num_nodes > MAX_NODES:
             self._problem(name, f"data.num_nodes = {config.data.num_nodes}: more than the page follows ({MAX_NODES})")
             return False
-        self.config, self._planned = config, planned_rounds(config)
+        self.config, self._planned = config, assemble.planned_rounds(config)
         self.version += 1
         for node in range(config.data.num_nodes):
             self._view(node).version = self.version
