@@ -115,7 +115,7 @@ def test_contradictory_tls_requests_are_one_line(tmp_path, capsys, args, invento
 
 
 _HOSTS = st.one_of(
-    st.from_regex(r"[a-z][a-z0-9-]{0,20}(\.[a-z][a-z0-9-]{0,20}){0,3}", fullmatch=True)
+    st.from_regex(r"[a-z][a-z0-9-]{0,40}(\.[a-z][a-z0-9-]{0,40}){0,5}", fullmatch=True)
     .filter(lambda h: not h.endswith("-") and "-." not in h),
     st.ip_addresses(v=4).map(str), st.ip_addresses(v=6).map(str))
 
