@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import logging
 import math
 import os
@@ -50,6 +51,7 @@ from testbed.util.threads import limit_blas_threads
 from nodes.agent import STEPPED, NodeAgent, NodeProtocol, SharedExperiment, step_nodes
 from nodes.costs import NodeCosts
 from nodes.round_fence import RoundFence
+from nodes.state_lines import StateLines
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +143,7 @@ def serve(broker_url: str, run: str, node_ids: Sequence[int], *, data_path: str 
           max_chunk_bytes: int = 256 * 1024, credentials: dict[str, str] | None = None,
           tls_ca: str | None = None, crash_at_round: int | None = None, crash_after_reply: bool = False,
           agent_factory: Callable[[int], NodeProtocol] | None = None, session: str | None = None,
-          coordinator_pid: int | None = None, broadcast: str = "auto") -> int:
+          coordinator_pid: int | None = None, broadcast: str = "auto", states: StateLines | None = None) -> int:
     """Serve ``node_ids`` of run ``run`` until the coordinator says stop; returns the number of
     rounds answered.
 
@@ -165,6 +167,10 @@ def serve(broker_url: str, run: str, node_ids: Sequence[int], *, data_path: str 
     ``broadcast``: how a host of several nodes reads the broadcast: "shared" once, through a
     shared subscription of its own (testbed.mqtt.topics); "per-node" once per node; "auto" shared
     when the broker says it serves shared subscriptions (:func:`_broadcast_group`).
+
+    ``states`` (a board's `testbed node` or `testbed bridge`, unless ``--quiet``): one line per change
+    of state (connecting, connected, waiting for a run, joined run R, round k done, run ended,
+    reconnecting), :mod:`nodes.state_lines`.
     """
     limit_blas_threads(1)  # the hosts on a machine share its cores
     inbox: queue.Queue[Inbound] = queue.Queue()
@@ -183,6 +189,8 @@ def serve(broker_url: str, run: str, node_ids: Sequence[int], *, data_path: str 
     try:
         names = list(agents)
         started = time.monotonic()
+        if states is not None:
+            states.connecting(broker_url)
         # One raw probe for the host (as the first node) learns the protocol and whether the broker
         # serves shared subscriptions, and says at once what paho would only time out on; the nodes
         # then skip it (one connection per node, not two) and connect concurrently (connect_all),
@@ -205,17 +213,21 @@ def serve(broker_url: str, run: str, node_ids: Sequence[int], *, data_path: str 
                 broker_url, run, name, inbox=inbox, network=network, protocol=broker.protocol,
                 subscriptions=topics.node_subscriptions(run, name, group), max_chunk_bytes=max_chunk_bytes,
                 username=name if credentials is not None else None,
-                password=credentials[name] if credentials is not None else None, tls_ca=tls_ca)
+                password=credentials[name] if credentials is not None else None, tls_ca=tls_ca,
+                on_connection=None if states is None else functools.partial(states.connection, broker_url=broker_url))
         connect_all({f"node {name}": client for name, client in clients.items()}, connect_timeout_s,
                     probe_first=False)
         log.info("serving %d node(s) of run %s on %s (connected in %.1f s)", len(clients), run, broker_url,
                  time.monotonic() - started)
+        if states is not None:
+            states.connected(broker_url, time.monotonic() - started)
+            states.waiting(run)
         crash = None if crash_at_round is None else (crash_at_round, crash_after_reply)
         if coordinator_pid is not None:
             coordinator_grace_s = math.inf
         members = None if group is None else (lambda: [name for name, c in clients.items() if c.connected])
         return _loop(inbox, agents, clients, run, coordinator_grace_s, crash, SessionFence(session), watch, members,
-                     network)
+                     network, states=states)
     finally:
         if watch.alive():  # else no clean disconnect: the broker publishes each node's will at once
             # Together: each close waits for the broker's ack of its offline status and for its
@@ -250,26 +262,32 @@ def _allow_open_files(count: int) -> None:
 def _loop(inbox: queue.Queue[Inbound], agents: dict[str, NodeProtocol], clients: dict[str, MqttClient],
           run: str, grace_s: float, crash: tuple[int, bool] | None, fence: SessionFence | None = None,
           watch: CoordinatorWatch | None = None, broadcast_members: Callable[[], list[str]] | None = None,
-          network: NetworkLoop | None = None, rounds: RoundFence | None = None) -> int:
+          network: NetworkLoop | None = None, rounds: RoundFence | None = None,
+          states: StateLines | None = None) -> int:
     """Serve until every node was told to stop (or the coordinator is gone); the rounds answered.
 
     What arrived together is served together: the round (and setup) messages of :class:`NodeAgent`
     nodes step at once (:func:`nodes.agent.step_nodes`), everything else one message at a time, in the
     order it came. A round that has closed is never served (``rounds``: after a stall, the inbox
-    holds several rounds of a node; only the newest is current)."""
+    holds several rounds of a node; only the newest is current). ``states`` hears of each session
+    joined, round answered and the end (:mod:`nodes.state_lines`)."""
     fence = fence or SessionFence()
     rounds = rounds or RoundFence(len(agents))
     watch = watch or CoordinatorWatch(None)
     answered, stopped = 0, set()
+    joined: str | None = None  # the session the state lines last said was joined
+    why_ended = "the coordinator ended it"
     coordinator_offline_since: float | None = None
     while len(stopped) < len(agents):
         if not watch.alive():
             log.warning("coordinator (pid %s) of run %s is gone; leaving", watch.pid, run)
+            why_ended = "its coordinator is gone"
             break
         items = rounds.current(_gather(inbox, _TICK_S, agents, broadcast_members))
         now = time.monotonic()
         if coordinator_offline_since is not None and now - coordinator_offline_since > grace_s:
             log.warning("coordinator of run %s offline for %.0f s; leaving", run, grace_s)
+            why_ended = f"its coordinator has been offline for {grace_s:.0f} s"
             break
         # What the items bring goes out together (a round's or a setup's replies: one wake-up of
         # the network thread, not one per node); not with an emulated crash, which waits for its
@@ -284,6 +302,9 @@ def _loop(inbox: queue.Queue[Inbound], agents: dict[str, NodeProtocol], clients:
                 msg, name = item.message, item.receiver
                 if msg is None or name not in agents or not fence.admits(protocol.session_of(msg)):
                     continue
+                if states is not None and fence.current != joined:
+                    joined = fence.current
+                    states.joined(run, str(joined))
                 if msg.kind == protocol.STOP:  # answered with the node's own ledger of the session
                     stopped.add(name)
                     try:
@@ -296,7 +317,7 @@ def _loop(inbox: queue.Queue[Inbound], agents: dict[str, NodeProtocol], clients:
                 if msg.kind in STEPPED and not crash_now and type(agents[name]) is NodeAgent:
                     stepped.append((name, msg))
                     continue
-                answered += _answer_steps(stepped, agents, clients, run)
+                answered += _answer_steps(stepped, agents, clients, run, states)
                 stepped = []
                 if crash_now and not crash[1]:
                     log.warning("node %s: emulated crash at round %d", name, msg.round)
@@ -305,25 +326,28 @@ def _loop(inbox: queue.Queue[Inbound], agents: dict[str, NodeProtocol], clients:
                     outcome = agents[name].handle(msg)
                 except Exception as exc:  # noqa: BLE001  logged by _send as that node's failure
                     outcome = exc
-                answered += _send(name, msg, outcome, clients, run, crash_now)
-            answered += _answer_steps(stepped, agents, clients, run)
+                answered += _send(name, msg, outcome, clients, run, crash_now, states)
+            answered += _answer_steps(stepped, agents, clients, run, states)
+    if states is not None:
+        states.ended(run, answered, why_ended)
     return answered
 
 
 def _answer_steps(stepped: list[tuple[str, wire.Message]], agents: dict[str, NodeProtocol],
-                  clients: dict[str, MqttClient], run: str) -> int:
+                  clients: dict[str, MqttClient], run: str, states: StateLines | None = None) -> int:
     """Step the nodes of ``stepped`` together and send each its reply (written together with the
     rest of what the host gathered, see :func:`_loop`); the updates sent."""
     if not stepped:
         return 0
     outcomes = step_nodes([agents[name] for name, _ in stepped], [msg for _, msg in stepped])  # type: ignore[misc]
-    return sum(_send(name, msg, outcome, clients, run, False) for (name, msg), outcome in zip(stepped, outcomes))
+    return sum(_send(name, msg, outcome, clients, run, False, states)
+               for (name, msg), outcome in zip(stepped, outcomes))
 
 
 def _send(name: str, msg: wire.Message, outcome: protocol.Reply | None | Exception,
-          clients: dict[str, MqttClient], run: str, crash_now: bool) -> int:
+          clients: dict[str, MqttClient], run: str, crash_now: bool, states: StateLines | None = None) -> int:
     """Publish node ``name``'s reply to ``msg`` on its own connection, or log why there is none;
-    1 if an update went to the coordinator."""
+    1 if an update went to the coordinator (a round of it, not the setup, told to ``states``)."""
     if isinstance(outcome, wire.WireError):
         log.warning("node %s rejected %s of round %d: %s", name, msg.kind, msg.round, outcome)
         return 0
@@ -349,7 +373,11 @@ def _send(name: str, msg: wire.Message, outcome: protocol.Reply | None | Excepti
     if crash_now:
         log.warning("node %s: emulated crash after its reply of round %d", name, msg.round)
         os._exit(1)
-    return 0 if to_channel else 1
+    if to_channel:
+        return 0
+    if states is not None and msg.kind in (protocol.ROUND, protocol.RECEIVED):  # over the air: its second half
+        states.round_done(msg.round)
+    return 1
 
 
 def _gather(inbox: queue.Queue[Inbound], timeout_s: float, agents: dict[str, NodeProtocol],

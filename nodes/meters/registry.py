@@ -155,7 +155,8 @@ def make_meter(kind: str = AUTO, profile: str | DeviceProfile = "host", *,
     try:
         return reg.build(options)
     except MeterUnavailable as exc:
-        raise UserError(f"meter {kind!r} is not available: {exc}") from None
+        raise UserError(f"meter {kind!r} is not available: {exc}; on a machine without it use meter 'auto' (the "
+                        "best this machine has) or 'model' (the profile's figures)") from None
 
 
 def _auto(options: MeterOptions) -> Meter:

@@ -32,6 +32,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-chunk-bytes", type=CHUNK_BYTES, default=256 * 1024,
                    help="MQTT payloads longer than this travel in chunks")
     p.add_argument("--verbose", action="store_true")
+    p.add_argument("--quiet", action="store_true",
+                   help="no state lines (connecting, connected, waiting for a run, joined run R, round k done, "
+                        "run ended, reconnecting), which go to standard output by default")
     p.set_defaults(handler=_bridge)
 
 
@@ -39,6 +42,7 @@ def _bridge(args: argparse.Namespace) -> int:
     from firmware_bridge.agent import BridgeAgent
     from firmware_bridge import virtual
     from nodes.host import serve
+    from nodes.state_lines import StateLines
     from testbed.cli.node import _load_credentials
     from testbed.devices.profiles import load_mcu_profile
 
@@ -58,5 +62,5 @@ def _bridge(args: argparse.Namespace) -> int:
 
         serve(args.broker, args.run, [args.node_id], state_dir=state_dir, protocol_version=args.protocol,
               max_chunk_bytes=args.max_chunk_bytes, credentials=credentials, tls_ca=args.tls_ca,
-              agent_factory=factory)
+              agent_factory=factory, states=None if args.quiet else StateLines(f"node {args.node_id}"))
     return 0

@@ -33,6 +33,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     # --crash-after-reply exits just after the round's first reply instead (e.g. a transmit signal).
     node.add_argument("--crash-at-round", type=Number(int, ge=0), metavar="R", help=argparse.SUPPRESS)
     node.add_argument("--crash-after-reply", action="store_true", help=argparse.SUPPRESS)
+    node.add_argument("--quiet", action="store_true",
+                      help="no state lines (connecting, connected, waiting for a run, joined run R, round k done, "
+                           "run ended, reconnecting), which go to standard output by default")
     _common(node)
     node.set_defaults(handler=_node)
 
@@ -52,7 +55,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     nodes.add_argument("--coordinator-pid", type=PID, metavar="PID", help=argparse.SUPPRESS)
     _common(nodes)
     nodes.set_defaults(handler=_nodes, meter="model", state_dir=None, crash_at_round=None, crash_after_reply=False,
-                       config=None, node_id=None)
+                       config=None, node_id=None, quiet=True)  # emulated boards: their coordinator reports
     node.set_defaults(session=None, coordinator_pid=None, broadcast="per-node")
 
 
@@ -98,13 +101,28 @@ def _settings(args: argparse.Namespace) -> argparse.Namespace:
     if merged["data"] is not None and not Path(merged["data"]).exists():  # else every round fails on it
         raise UserError(f"{args.command}: data {merged['data']}: no such file or folder")
     # Emulated boards (`testbed nodes`) keep their ledgers in memory.
-    state_dir = Path(merged["state_dir"]) if args.command == "node" else None
+    state_dir = _usable_state_dir(Path(merged["state_dir"])) if args.command == "node" else None
     return argparse.Namespace(**{**vars(args), **merged, "state_dir": state_dir})
+
+
+def _usable_state_dir(path: Path) -> Path:
+    """``path``, made if missing, once this user may write there; else one line saying how to adapt
+    (a provisioned node file names the board's /var/lib/testbed, which a PC's user cannot write)."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise PermissionError(13, "Permission denied")
+    except OSError as exc:
+        raise UserError(f"node: state_dir {path}: cannot write there ({exc.strerror or exc}); on a machine other "
+                        "than the provisioned board give --state-dir DIR (e.g. ~/.cache/testbed/node), or set "
+                        "state_dir in the node file") from None
+    return path
 
 
 def _serve(args: argparse.Namespace, ids: list[int] | None) -> int:
     from nodes.costs import NodeCosts
     from nodes.host import serve
+    from nodes.state_lines import StateLines
 
     args = _settings(args)
     ids = [args.node_id] if ids is None else ids
@@ -116,7 +134,7 @@ def _serve(args: argparse.Namespace, ids: list[int] | None) -> int:
           protocol_version=args.protocol, max_chunk_bytes=args.max_chunk_bytes, credentials=credentials,
           tls_ca=args.tls_ca, crash_at_round=args.crash_at_round,
           crash_after_reply=args.crash_after_reply, session=args.session, coordinator_pid=args.coordinator_pid,
-          broadcast=args.broadcast)
+          broadcast=args.broadcast, states=None if args.quiet else StateLines(f"node {ids[0]}"))
     if args.coordinator_pid is not None:
         # A host its coordinator started, which waits for it to leave before its run ends: with
         # everything written, it leaves without the interpreter's teardown (freeing numpy's and

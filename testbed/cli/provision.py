@@ -1,4 +1,5 @@
-"""`testbed provision`: per-board bundles, the broker's ACL and passwords, from an inventory of boards."""
+"""`testbed provision`: per-board bundles, the broker's ACL, passwords and conf (and with --tls its
+certificate and the lab's CA), from an inventory of boards."""
 
 from __future__ import annotations
 
@@ -7,13 +8,26 @@ from pathlib import Path
 
 from testbed.errors import ConfigError
 
+EXAMPLES = """examples:
+  testbed provision lab.toml --out lab/ --tls          # a CA, the broker's certificate, bundles, mosquitto.conf
+  mosquitto -c lab/broker/mosquitto.conf               # the broker, as written (as the user who ran provision)
+  testbed provision lab.toml --out lab/ --tls --broker-dir /etc/mosquitto/testbed   # files copied there
+"""
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("provision", help="write per-board bundles (node file, own password, CA, data, systemd "
-                                         "unit) and the broker's ACL and passwords from an inventory")
+                                         "unit), the broker's ACL, passwords and mosquitto.conf from an inventory",
+                       epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("inventory", type=Path, help="the inventory of boards (TOML; see docs/boards.md)")
     p.add_argument("--out", type=Path, required=True, help="an empty or missing folder for the bundles")
     p.add_argument("--run", help="the run id (mqtt.run_id); overrides the inventory's run_id")
+    p.add_argument("--tls", action="store_true",
+                   help="make the lab's CA and the broker's certificate and key for the (mqtts://) broker URL's host "
+                        "(the CA's key is not kept)")
+    p.add_argument("--broker-dir", metavar="DIR",
+                   help="where the broker's files will be on the broker's host (absolute), for the paths in "
+                        "mosquitto.conf (default: OUT/broker, where they are written)")
     p.set_defaults(handler=_provision)
 
 
@@ -29,18 +43,28 @@ def _provision(args: argparse.Namespace) -> int:
             inventory = dataclasses.replace(inventory, run_id=CHECKS["run"](args.run))
         except ValueError as exc:
             raise ConfigError("--run", str(exc)) from None
-    bundles = provision(inventory, args.out)
+    bundles = provision(inventory, args.out, tls=args.tls, broker_dir=args.broker_dir)
     out = args.out
+    broker = broker_access()
+    conf = out / "broker" / broker.config_name
     print(f"wrote {len(bundles)} board bundles for run {inventory.run_id} under {out / 'boards'}, the broker's "
           f"files under {out / 'broker'} and the coordinator's credentials in {out / 'coordinator' / 'credentials.json'}")
-    broker = broker_access()
-    print(f"broker: copy {out / 'broker'}/* to {broker.installed_dir}/ and include "
-          f"{broker.installed_dir}/{broker.config_name}")
+    if inventory.broker.startswith("mqtts://") and not args.tls and inventory.ca is None:
+        print("broker: TLS needs its ca.pem, cert.pem and key.pem beside the conf (or provision with --tls)")
+    if args.broker_dir is None:
+        print(f"broker: mosquitto -c {conf.resolve()}   (as the user who owns these files; on another host, "
+              f"provision with --broker-dir, e.g. {broker.installed_dir})")
+    else:
+        print(f"broker: copy {out / 'broker'}/* to {args.broker_dir}/ on the broker's host, owned by the user "
+              f"mosquitto runs as, then: mosquitto -c {args.broker_dir}/{broker.config_name}")
+    ca = (out / "coordinator" / "ca.pem").resolve() if args.tls else inventory.ca
     print("experiment file of the run:")
     print(f'  [mqtt]\n  broker_url = "{inventory.broker}"\n  run_id = "{inventory.run_id}"\n  emulated = false\n'
           f'  credentials = "{(out / "coordinator" / "credentials.json").resolve()}"'
-          + (f'\n  tls_ca = "{inventory.ca}"' if inventory.ca is not None else ""))
+          + (f'\n  tls_ca = "{ca}"' if ca is not None else ""))
     host, folder = next(iter(bundles.items()))
     print(f"each board, e.g. {host}:  scp -rp {folder} {host}:  then on it  sudo cp -r {folder.name}/. {BOARD_DIR}/ "
           f"&& sudo cp {BOARD_DIR}/{UNIT_NAME} /etc/systemd/system/ && sudo systemctl enable --now {UNIT_NAME}")
+    print(f"or on this machine:  testbed node --config {folder / 'node.toml'} --meter model --state-dir "
+          f"~/.cache/testbed/{host}   (no meter here; the node file's state_dir is the board's)")
     return 0

@@ -158,6 +158,9 @@ class MqttClient:
             (its session, the rounds it has open); a reason (str) refuses the message, counted
             and logged like any other rejection, and it changes nothing. None admits everything
             that decodes.
+        on_connection: called on the network thread with False when an established connection is
+            lost (reconnecting) and True when it is back; not for the first connect, nor a close.
+            It must not block.
     """
 
     def __init__(self, url: str, *, client_id: str, run: str, subscriptions: Sequence[str] = (),
@@ -168,7 +171,8 @@ class MqttClient:
                  reconnect_min_s: float = 0.25, reconnect_max_s: float = 30.0,
                  session_expiry_s: int = 300, inbox: queue.Queue | None = None, owner: str | None = None,
                  network: NetworkLoop | None = None, on_inbound: Callable[[Inbound], None] | None = None,
-                 admit: Callable[[wire.Message], str | None] | None = None, replay_window_rounds: int = 16):
+                 admit: Callable[[wire.Message], str | None] | None = None, replay_window_rounds: int = 16,
+                 on_connection: Callable[[bool], None] | None = None):
         if protocol not in PROTOCOLS:
             raise ConfigError("mqtt.protocol", f"must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
         if max_chunk_bytes <= chunks.CHUNK_HEADER_BYTES:
@@ -197,6 +201,8 @@ class MqttClient:
         self._reassembler = chunks.Reassembler(max_message_bytes=max_message_bytes)
         self._replay = replay.ReplayGuard(window_rounds=replay_window_rounds)
         self._admit = admit
+        self._on_connection = on_connection
+        self._was_connected = False  # once connected, a later connect is a reconnect
         self._lock = threading.Condition()
         self._paho: paho.Client | None = None
         self._connack: ReasonCode | None = None
@@ -377,6 +383,9 @@ class MqttClient:
                 # (40 ms each on Linux): a round trip is otherwise ~90 ms on loopback.
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self.connected = True
+            if self._was_connected and self._on_connection is not None:
+                self._on_connection(True)
+            self._was_connected = True
             mid = None
             if self.subscriptions:
                 _, mid = client.subscribe([(t, QOS) for t in self.subscriptions])
@@ -397,6 +406,8 @@ class MqttClient:
                        properties: Any) -> None:
         if self.connected:
             log.warning("%s: lost connection to %s (%s); reconnecting", self.client_id, self.url, code)
+            if self._on_connection is not None:
+                self._on_connection(False)
         self.connected = False
 
     def _on_subscribe(self, client: paho.Client, userdata: Any, mid: int, codes: list[ReasonCode],

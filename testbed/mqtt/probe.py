@@ -9,13 +9,19 @@ itself, does the TLS handshake, sends a bare CONNECT and reads what comes back, 
 one line within a second, and it picks the protocol version ("auto": v5 if the broker answers a v5
 CONNECT with anything but "unsupported protocol version", 3.1.1 if it refuses or closes it).
 
-Outcomes that may pass (connection refused, no answer yet) are retried until the deadline, and the
-"not reachable" error then says what the last attempt saw.
+Outcomes that may pass are retried, each for as long as it can pass: a broker that accepts but does
+not answer yet (or a SYN nobody answers: a firewall that drops it) until the caller's deadline, and
+the "not reachable" error then says what the last attempt saw; a connection refused (nothing listens
+on the port) or a network the machine has no route to only for :data:`FAST_FAILURE_GRACE_S`, the
+time a broker being (re)started takes to listen; a host name that does not resolve not at all. A
+lab engineer who mistyped a port or a host learns so in one line within seconds, not after a
+minute of silence.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import errno
 import functools
 import logging
 import socket
@@ -42,6 +48,15 @@ _FIRST_HANDSHAKE_S = 1.0
 _UNKNOWN_ISSUER = frozenset({2, 18, 19, 20, 21})
 _EXPIRED, _NOT_YET_VALID = 10, 9
 _HOST_MISMATCH = frozenset({62, 64})  # X509_V_ERR_HOSTNAME_MISMATCH, X509_V_ERR_IP_ADDRESS_MISMATCH
+#: How long a refused connection (or no route to the host) is retried before it is reported: a
+#: broker being started or restarted listens within this, a mistyped port or host never does.
+FAST_FAILURE_GRACE_S = 3.0
+#: What ``_Answer.seen`` says for the outcomes that :data:`FAST_FAILURE_GRACE_S` bounds.
+_FAST_FAILURES = ("refused", "unreachable")
+#: getaddrinfo's errors that no retry changes (EAI_AGAIN, a DNS server that did not answer, may pass).
+_NO_SUCH_HOST = frozenset(code for code in (getattr(socket, name, None) for name in ("EAI_NONAME", "EAI_NODATA",
+                                                                                     "EAI_ADDRFAMILY"))
+                          if code is not None)
 
 
 def check_tls_ca_use(broker_url: str | None, tls_ca: str | None, key: str = "mqtt.tls_ca") -> None:
@@ -93,7 +108,8 @@ class _Answer:
     """What one raw CONNECT got back: a CONNACK code, or the reason there was none."""
 
     connack: int | None = None
-    seen: str = ""  # for no CONNACK: "closed", "tls", "silent", "refused", or "bytes <hex>"
+    seen: str = ""  # for no CONNACK: "closed", "tls", "silent", "refused", "unreachable", or "bytes <hex>"
+    detail: str = ""  # the operating system's words for a connection that failed
     shared_subscriptions: bool | None = None  # what a v5 CONNACK says (absent: yes, MQTT 5 §3.2.2.3.15)
 
 
@@ -127,8 +143,10 @@ def negotiate(url: BrokerUrl | str, *, tls_ca: str | None, protocol: str, client
 
     Raises:
         UserError: at once for an untrusted, expired or wrong-name certificate, a TLS/plain mismatch,
-            a server that is no MQTT broker, a forced v5 the broker closes; at the deadline for a
-            broker that is not reachable (saying what the last attempt saw).
+            a server that is no MQTT broker, a forced v5 the broker closes, a host name that does
+            not resolve; within :data:`FAST_FAILURE_GRACE_S` for a connection refused or a host
+            without a route; at the deadline for a broker that accepts but does not answer (saying
+            what the last attempt saw).
     """
     url = parse_broker_url(url) if isinstance(url, str) else url
     if tls_ca is not None and not url.tls:
@@ -136,12 +154,16 @@ def negotiate(url: BrokerUrl | str, *, tls_ca: str | None, protocol: str, client
     context = tls_context(tls_ca) if url.tls else None
     first = "3.1.1" if protocol == "3.1.1" else "5"
     backoff_s, handshake_s = 0.1, _FIRST_HANDSHAKE_S
+    fast_deadline = min(deadline, time.monotonic() + FAST_FAILURE_GRACE_S)
     while True:
         answer = _ask(url, context, first, client_id, username, password, deadline, handshake_s)
         chosen = _decide(url, context, protocol, first, answer, client_id, username, password, deadline)
         if chosen is not None:
             return Negotiated(chosen, answer.shared_subscriptions if chosen == first == "5" else None)
-        left = deadline - time.monotonic()
+        now = time.monotonic()
+        if answer.seen in _FAST_FAILURES and now >= fast_deadline:
+            raise UserError(_fast_failure(url, answer, min(timeout_s, FAST_FAILURE_GRACE_S)))
+        left = (fast_deadline if answer.seen in _FAST_FAILURES else deadline) - now
         if left <= 0:
             raise UserError(f"broker {url} not reachable within {timeout_s:g} s ({_describe(answer)})")
         time.sleep(min(backoff_s, left))
@@ -190,6 +212,15 @@ def _decide(url: BrokerUrl, context: ssl.SSLContext | None, protocol: str, first
     return None
 
 
+def _fast_failure(url: BrokerUrl, answer: _Answer, waited_s: float) -> str:
+    """One line for a connection refused, or a host without a route, for ``waited_s`` seconds."""
+    if answer.seen == "refused":
+        return (f"broker {url} not reachable: connection refused for {waited_s:g} s (nothing listens on port "
+                f"{url.port} of {url.host}): is the broker running, and is the port right?")
+    return (f"broker {url} not reachable: {answer.detail} for {waited_s:g} s: check the host and this machine's "
+            "network")
+
+
 def _describe(answer: _Answer) -> str:
     return {"closed": "the server closed the connection without a CONNACK",
             "tls-closed": "the server closed the connection during the TLS handshake",
@@ -208,7 +239,14 @@ def _ask(url: BrokerUrl, context: ssl.SSLContext | None, version: str, client_id
         raw = socket.create_connection((url.host, url.port), timeout=timeout)
     except ConnectionRefusedError:
         return _Answer(seen="refused")
+    except socket.gaierror as exc:
+        if exc.errno in _NO_SUCH_HOST:
+            raise UserError(f"broker {url} not reachable: unknown host {url.host!r} ({exc.strerror}): check the "
+                            "broker URL's host name") from None
+        return _Answer(seen=f"cannot resolve {url.host}: {exc.strerror or exc}")
     except OSError as exc:
+        if exc.errno in (errno.ENETUNREACH, errno.EHOSTUNREACH):
+            return _Answer(seen="unreachable", detail=exc.strerror or str(exc))
         return _Answer(seen=f"cannot connect: {exc.strerror or exc}")
     sock: socket.socket = raw
     try:

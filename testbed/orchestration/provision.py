@@ -4,13 +4,18 @@ The inventory names the run, its broker and every board (host name, node id, dev
 meter, data); provisioning writes, under DIR:
 
     broker/acl, broker/passwords    Mosquitto's acl_file and password_file (testbed.mqtt.brokers.mosquitto), 0600
-    broker/mosquitto.conf           the lines that use them (paths under the broker's installed_dir,
-                                    /etc/mosquitto/testbed)
+    broker/mosquitto.conf           a whole conf that uses them: `mosquitto -c DIR/broker/mosquitto.conf`
+                                    starts as written, as the user who owns the files (its paths are
+                                    DIR/broker's, absolute, or those of a --broker-dir the files are
+                                    copied to on the broker's host)
+    broker/ca.pem, cert.pem, key.pem  with --tls: the lab's CA, the broker's certificate for the broker
+                                    URL's host and its key (0600) (testbed.orchestration.certificates)
     coordinator/credentials.json    the passwords of the run's service users (coordinator, channel
                                     emulator...), never a board's; `mqtt.credentials`, 0600
+    coordinator/ca.pem              with --tls: the CA, for `mqtt.tls_ca`
     boards/HOST/node.toml           the board's node file (`testbed node --config`)
     boards/HOST/credentials.json    that board's own password only, 0600
-    boards/HOST/ca.pem              the CA of an mqtts:// broker, when the inventory gives one
+    boards/HOST/ca.pem              the CA of an mqtts:// broker: the inventory's `ca`, or --tls's
     boards/HOST/data/FILE           the board's data file, when the inventory gives a local one
     boards/HOST/testbed-node.service  the systemd unit that keeps the node agent running
 
@@ -21,7 +26,7 @@ Inventory (TOML)::
 
     run_id = "lab1"                        # mqtt.run_id of the experiment (default "testbed")
     broker = "mqtts://broker.lan:8883"     # how the boards reach the broker
-    ca = "tls/cert.pem"                    # with mqtts://: the CA that signed the broker's certificate
+    ca = "tls/ca.pem"                      # with mqtts:// and your own CA (else --tls makes one)
     testbed = "/opt/testbed/bin/testbed"   # the command on the boards (default)
 
     [defaults]                             # any board key but host and node_id
@@ -39,6 +44,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import re
 import shutil
 import sys
@@ -53,6 +59,7 @@ from testbed.errors import ConfigError, UserError
 from testbed.mqtt import acl
 from testbed.mqtt.broker import parse_broker_url
 from testbed.mqtt.brokers import registry as brokers
+from testbed.orchestration.certificates import make_broker_tls
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -67,6 +74,10 @@ STATE_DIR = "/var/lib/testbed"
 UNIT_NAME = "testbed-node.service"
 DEFAULT_COMMAND = "/opt/testbed/bin/testbed"
 
+#: Mosquitto started as root switches to the user `mosquitto` unless its conf names another, and
+#: then cannot read files only their owner may (the passwords, the key): the conf of files that stay
+#: where they were written names their owner.
+_RUN_AS_OWNER = "# started as root, Mosquitto runs as this user, the owner of these files"
 _TOP_KEYS = ("run_id", "broker", "ca", "testbed", "defaults", "boards")
 _BOARD_KEYS = ("host", "node_id", "profile", "meter", "data", "data_path")
 #: A host name as a bundle's folder name: DNS labels (RFC 1123), no path separators.
@@ -261,19 +272,34 @@ def broker_access() -> brokers.AccessFormat:
     return fmt
 
 
-def provision(inventory: Inventory, out: Path) -> dict[str, Path]:
+def provision(inventory: Inventory, out: Path, *, tls: bool = False, broker_dir: str | None = None) -> dict[str, Path]:
     """Write the broker's files, the coordinator's credentials and one bundle per board under ``out``.
 
     Args:
         inventory: a checked inventory (:func:`load_inventory`).
         out: an empty or missing folder.
+        tls: make the lab's CA and the broker's certificate and key (an mqtts:// broker whose
+            inventory names no ``ca``).
+        broker_dir: where the broker's files will be on the broker's host (an absolute path), for
+            the conf's paths; None: where they are written, ``out/broker``.
 
     Returns:
         {board host: its bundle folder}.
 
     Raises:
-        UserError: ``out`` is not empty or cannot be written.
+        UserError: ``out`` is not empty or cannot be written; ``tls`` with a plain broker or with
+            the inventory's own ``ca``; a relative ``broker_dir``.
     """
+    url = parse_broker_url(inventory.broker)
+    if tls and not url.tls:
+        raise UserError(f"--tls: the inventory's broker {inventory.broker} is plain mqtt://; give an mqtts:// URL "
+                        "(port 8883 by convention)")
+    if tls and inventory.ca is not None:
+        raise UserError(f"--tls makes the lab's CA, but the inventory names its own ca {inventory.ca}: give one "
+                        "or the other")
+    if broker_dir is not None and not Path(broker_dir).is_absolute():
+        raise UserError(f"--broker-dir {broker_dir}: must be an absolute path (the conf's paths are read by "
+                        "Mosquitto from wherever it starts)")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UserError(f"--out {out}: not an empty folder (an earlier provisioning's passwords would mix with "
                         "new ones); choose another or remove it")
@@ -282,23 +308,33 @@ def provision(inventory: Inventory, out: Path) -> dict[str, Path]:
     access = acl.generate_access(inventory.run_id, nodes)
     fmt = broker_access()
     passwords = access.passwords
+    made = make_broker_tls(url.host, inventory.run_id) if tls else None
     try:
-        broker_dir = _private_dir(out / "broker")
-        fmt.write(broker_dir, access)
-        url = parse_broker_url(inventory.broker)
-        conf = fmt.config(fmt.installed_dir, url.port, len(nodes), url.tls)
-        acl.write_private(broker_dir / fmt.config_name, conf)
+        ca_pem = made.ca_pem if made is not None else inventory.ca.read_bytes() if inventory.ca is not None else None
+        broker_files = _private_dir(out / "broker")
+        fmt.write(broker_files, access)
+        if made is not None:
+            (broker_files / "ca.pem").write_bytes(made.ca_pem)
+            (broker_files / "cert.pem").write_bytes(made.cert_pem)
+            acl.write_private(broker_files / "key.pem", made.key_pem.decode())
+        conf = fmt.config(broker_dir or str(broker_files.resolve()), url.port, len(nodes), url.tls)
+        if broker_dir is None:  # started here: as whoever owns the files, root included (no chown)
+            conf = f"{_RUN_AS_OWNER}\nuser {pwd.getpwuid(os.geteuid()).pw_name}\n{conf}"
+        acl.write_private(broker_files / fmt.config_name, conf)
         services = {user: pw for user, pw in passwords.items() if user not in nodes}
-        acl.write_private(_private_dir(out / "coordinator") / "credentials.json", json.dumps(services, indent=2) + "\n")
-        bundles = {b.host: _bundle(inventory, b, passwords[str(b.node_id)], out / "boards" / b.host)
+        coordinator = _private_dir(out / "coordinator")
+        acl.write_private(coordinator / "credentials.json", json.dumps(services, indent=2) + "\n")
+        if made is not None:
+            (coordinator / "ca.pem").write_bytes(made.ca_pem)
+        bundles = {b.host: _bundle(inventory, b, passwords[str(b.node_id)], out / "boards" / b.host, ca_pem)
                    for b in inventory.boards}
     except OSError as exc:
         raise UserError(f"--out {out}: cannot write {exc.filename or 'there'} ({exc.strerror or exc})") from None
     return bundles
 
 
-def _bundle(inventory: Inventory, board: Board, password: str, folder: Path) -> Path:
-    """One board's bundle: its node file, its own password, the CA, its data and the unit."""
+def _bundle(inventory: Inventory, board: Board, password: str, folder: Path, ca_pem: bytes | None) -> Path:
+    """One board's bundle: its node file, its own password, the CA (``ca_pem``), its data and the unit."""
     _private_dir(folder)
     acl.write_private(folder / "credentials.json", json.dumps({str(board.node_id): password}, indent=2) + "\n")
     data = board.data_path
@@ -306,10 +342,10 @@ def _bundle(inventory: Inventory, board: Board, password: str, folder: Path) -> 
         (folder / "data").mkdir()
         shutil.copyfile(board.data, folder / "data" / board.data.name)
         data = f"data/{board.data.name}"
-    if inventory.ca is not None:
-        shutil.copyfile(inventory.ca, folder / "ca.pem")
+    if ca_pem is not None:
+        (folder / "ca.pem").write_bytes(ca_pem)
     values = {"broker": inventory.broker, "run": inventory.run_id, "node_id": board.node_id,
-              "credentials": "credentials.json", "tls_ca": "ca.pem" if inventory.ca is not None else None,
+              "credentials": "credentials.json", "tls_ca": "ca.pem" if ca_pem is not None else None,
               "data": data, "meter": board.meter, "profile": board.profile, "state_dir": STATE_DIR}
     header = (f"Node file of board {board.host} (node {board.node_id}) in run {inventory.run_id}, by `testbed provision`.\n"
               f"Unpack this folder into {BOARD_DIR}; paths are relative to this file's folder.")

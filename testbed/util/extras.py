@@ -32,6 +32,7 @@ EXTRA_OF_MODULE: dict[str, tuple[str, str]] = {
     "pandas": ("pandas", "analysis"),
     "tensorboardX": ("tensorboardX", "tracking"),
     "mlflow": ("mlflow-skinny", "tracking"),
+    "cryptography": ("cryptography", "coordinator"),
 }
 
 
