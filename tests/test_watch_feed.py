@@ -393,3 +393,29 @@ def test_a_real_board_of_a_killed_run_is_what_its_status_topic_says_else_unknown
     assert feed.snapshot()["run"]["status"] == "killed"
     assert states[2] == (status or "unknown")
     assert {states[n] for n in (0, 1, 3)} == {"unknown"}
+
+
+@pytest.mark.parametrize("where", ["a taken port", "an address not of this machine"])
+def test_run_watch_refuses_a_page_that_cannot_listen_before_the_run(tmp_path, small_config_file, where):
+    """`testbed run --watch` with a port another program holds, or an address this machine does not
+    have: one line naming it, exit 2, before round 1 (no run directory is written)."""
+    import socket
+    import subprocess
+    import sys
+
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    port = holder.getsockname()[1]
+    host = "127.0.0.1" if where == "a taken port" else "192.0.2.1"  # TEST-NET-1: never a local address
+    out = tmp_path / "run"
+    try:
+        done = subprocess.run([sys.executable, "-m", "testbed", "run", str(small_config_file), "--mode", "sim",
+                               "--watch", "--host", host, "--port", str(port), "--out", str(out)],
+                              capture_output=True, text=True, timeout=120)
+    finally:
+        holder.close()
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.returncode == 2, done.stderr
+    assert len(lines) == 1 and lines[0].startswith("testbed: --watch: cannot listen on"), done.stderr
+    assert not (out / "metrics.csv").exists()

@@ -6,6 +6,7 @@ import argparse
 import shlex
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 from testbed.arguments import Number
@@ -75,14 +76,39 @@ def _run(args: argparse.Namespace) -> int:
 class WatchPage:
     """`testbed watch RUN_DIR` in a child process, started with the run (``testbed run --watch``).
 
-    It reads only the run's files, so the run never waits for it.
+    It reads only the run's files, so the run never waits for it. It is up before the run starts: a
+    port that is taken or an address that is not this machine's stops the command before round 1,
+    in the child's own one line.
     """
 
     def __init__(self, run_dir: Path, host: str, port: int):
         self.url = f"http://{host}:{port}/"
         self._proc = subprocess.Popen([sys.executable, "-m", "testbed", "watch", str(run_dir), "--port", str(port),
-                                       "--host", host], stdout=subprocess.DEVNULL)
+                                       "--host", host], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                      errors="replace")
+        self._early: list[str] | None = []  # its stderr before it listens: said only if it comes up
+        self._lock = threading.Lock()
+        stderr = threading.Thread(target=self._pass_on_stderr, daemon=True)
+        stderr.start()
+        # The child says "watching RUN at URL" once it listens; no line means it left without.
+        if not self._proc.stdout.readline():
+            self._proc.wait()
+            stderr.join(timeout=5)
+            last = next((line.strip() for line in reversed(self._early or []) if line.strip()), "")
+            raise UserError(f"--watch: {last.removeprefix('testbed: ') or 'the page did not start'}")
+        threading.Thread(target=self._proc.stdout.read, daemon=True).start()  # never blocks the child
+        with self._lock:
+            sys.stderr.writelines(self._early or [])
+            self._early = None
         print(f"watch: {self.url}", file=sys.stderr, flush=True)
+
+    def _pass_on_stderr(self) -> None:
+        for line in self._proc.stderr:
+            with self._lock:
+                if self._early is not None:
+                    self._early.append(line)
+                else:
+                    sys.stderr.write(line)
 
     def linger(self) -> None:
         """On a terminal, keep the page of the finished run up until Ctrl-C."""
