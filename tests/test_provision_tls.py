@@ -193,12 +193,13 @@ figures = false
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(not ADULT.is_file(), reason=f"needs the UCI Adult file at {ADULT} (a data set, not a tool: "
+                                                "the other Adult tests skip without it too)")
 def test_the_readme_lab_runs_over_tls_from_its_generated_files(tmp_path):
     """provision --tls from the README's inventory (its broker on loopback), Mosquitto started from
     the generated conf as written, both boards from their bundles (the PC's overrides of the
     board defaults: --meter model, --state-dir), a run over TLS completes; one board prints its
     state lines, the --quiet one nothing."""
-    require_tool("adult.data", ADULT.is_file(), f"the UCI Adult file is not at {ADULT}")
     mosquitto = find_binary()
     require_tool("mosquitto", mosquitto is not None, "not installed (apt-get install mosquitto)")
     port = free_port()
