@@ -28,11 +28,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from testbed.budgets import Budgets  # noqa: E402
 from testbed.config import load_config_text  # noqa: E402
-from testbed.ledger.files import read_ledger  # noqa: E402
 from testbed.ledger.book import LedgerBook  # noqa: E402
+from testbed.ledger.files import read_ledger  # noqa: E402
+from testbed.orchestration.runner import run_experiment  # noqa: E402
 from testbed.reports.progress import REFRESH_S, Progress  # noqa: E402
 from testbed.reports.results import read_metrics  # noqa: E402
-from testbed.orchestration.runner import run_experiment  # noqa: E402
 from testbed.watch.feed import RunFeed  # noqa: E402
 
 EXPERIMENT = """

@@ -63,8 +63,8 @@ from testbed.errors import ConfigError
 from testbed.ledger.events import Event
 from testbed.ledger.files import LedgerWriter, read_ledger
 from testbed.ledger.node import NodeLedger
-from testbed.util.memo import remember_last
 from testbed.models import kind_of
+from testbed.util.memo import remember_last
 
 log = logging.getLogger(__name__)
 

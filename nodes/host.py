@@ -42,10 +42,10 @@ from typing import Callable, Sequence
 
 from testbed import protocol, wire
 from testbed.errors import UserError
-from testbed.util.extras import missing_package_message
 from testbed.mqtt import probe, topics
 from testbed.mqtt.client import Inbound, MqttClient, close_all, connect_all, new_client_id
 from testbed.mqtt.network_loop import NetworkLoop
+from testbed.util.extras import missing_package_message
 from testbed.util.threads import limit_blas_threads
 
 from nodes.agent import STEPPED, NodeAgent, NodeProtocol, SharedExperiment, step_nodes

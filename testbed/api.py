@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 from testbed import inputs
 from testbed.config import Config, override_key
-from testbed.experiment import Experiment, Overrides, experiment_config
 from testbed.errors import UserError
+from testbed.experiment import Experiment, Overrides, experiment_config
 from testbed.ledger.events import EVENT_TYPES
 from testbed.ledger.files import LEDGER_COLUMNS, read_ledger
 from testbed.orchestration.runner import default_run_dir, run_experiment

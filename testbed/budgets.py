@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 
 import numpy as np
 
-from testbed.ledger.node import TOTALS_OF, NodeLedger
 from testbed.ledger.events import Event
+from testbed.ledger.node import TOTALS_OF, NodeLedger
 from testbed.privacy.accountants import registry as accountants, worst_epsilon
 
 if TYPE_CHECKING:
     from testbed.config import BudgetSection, PrivacySection
-    from testbed.ledger.events import NodeEvents
     from testbed.ledger.book import BookNodeView, LedgerBook
+    from testbed.ledger.events import NodeEvents
 
 
 @dataclass(frozen=True)

@@ -42,8 +42,8 @@ import numpy as np
 
 from testbed import wire
 from testbed.algorithms.contract import SETUP_ROUND, TensorSpec
-from testbed.ledger.fields import ABSURD, event_from_dict, event_to_dict
 from testbed.ledger.events import Event
+from testbed.ledger.fields import ABSURD, event_from_dict, event_to_dict
 from testbed.ledger.node import NodeLedger, Totals
 from testbed.util.memo import remember_last
 

@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 
 from ledger_invariant import FIGURES, PLANNED, under_counts
-from testbed.ledger.node import NodeLedger
 from testbed.ledger.files import parse_rows
+from testbed.ledger.node import NodeLedger
 from testbed.mqtt import acl
 from testbed.mqtt.brokers import mosquitto
 from testbed.mqtt.brokers.mosquitto import MosquittoBroker, TlsFiles
-from testbed.mqtt.embedded_broker import EmbeddedBroker
 from testbed.mqtt.client import MqttClient
+from testbed.mqtt.embedded_broker import EmbeddedBroker
 
 from conftest import require_command
 

@@ -16,8 +16,8 @@ from testbed.config import load_config_text
 from testbed.data.regression import WEIGHT_HIGH, make_regression, true_weights
 from testbed.errors import ConfigError
 from testbed.ledger.events import MutualInfoEvent
-from testbed.ledger.node import NodeLedger
 from testbed.ledger.fields import event_from_dict, event_to_dict
+from testbed.ledger.node import NodeLedger
 from testbed.models import LinearRegression
 from testbed.privacy import acfl as theory
 
@@ -481,8 +481,8 @@ def test_coded_set_one_node_at_a_time_equals_all_at_once_on_ragged_nodes(embeddi
 
 def test_a_run_with_random_features_draws_them_from_the_run_seed(tmp_path):
     from testbed.models import RandomFeatures
-    from testbed.reports.results import read_checkpoint
     from testbed.orchestration.runner import run_experiment
+    from testbed.reports.results import read_checkpoint
 
     text = BASE.replace("bias = false\n", "bias = false\nrandom_features = 5\nrf_gamma = 2.0\n").replace(
         "[run]\n", "[run]\nseed = 3\n") + ('[acfl]\niterations = 3\nlr = 0.01\nsigma1_sq = 1.0\nsigma2_sq = 1.0\n'

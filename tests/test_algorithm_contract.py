@@ -12,15 +12,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from testbed import assemble
 from testbed.algorithms import OverTheAir, RoundContext, WithSetup, registry
 from testbed.algorithms.contract import SETUP_ROUND, check_metrics, check_tensors, metric_specs
 from testbed.budgets import Budgets
 from testbed.config import load_config_text, replace
-from testbed.ledger.node import NodeLedger
 from testbed.ledger.files import read_ledger
-from testbed.reports.results import read_checkpoint, read_metrics
+from testbed.ledger.node import NodeLedger
 from testbed.orchestration.runner import load, run_experiment
-from testbed import assemble
+from testbed.reports.results import read_checkpoint, read_metrics
 
 COMMON = """
 [run]

@@ -9,8 +9,8 @@ from testbed.client_sampling import ClientSamplingSection, sample_clients
 from testbed.config import load_config_text, replace
 from testbed.errors import ConfigError
 from testbed.ledger.files import read_ledger
-from testbed.reports.results import read_checkpoint, read_metrics
 from testbed.orchestration.runner import run_experiment
+from testbed.reports.results import read_checkpoint, read_metrics
 
 
 def test_uniform_draws_exactly_count_nodes_and_each_node_about_equally_often():

@@ -12,8 +12,8 @@ import pytest
 
 from testbed.config import load_config_text, replace
 from testbed.ledger.files import read_ledger
-from testbed.reports.results import read_checkpoint
 from testbed.orchestration.runner import run_experiment
+from testbed.reports.results import read_checkpoint
 
 from conftest import REPO
 from test_mqtt_runtime import _comparable, _metrics, run_with_node_crash
@@ -106,8 +106,8 @@ def test_node_killed_after_transmitting_is_charged_for_its_release(mosquitto_bro
 
 def _assert_charged_as_heard(config, events, result, round_index, senders):
     from testbed import assemble
-    from testbed.privacy.accountants import epsilon, tally_of
     from testbed.orchestration.runner import load
+    from testbed.privacy.accountants import epsilon, tally_of
 
     cfg = replace(config, run={"mode": "sim"})
     data, model = load(cfg)
@@ -124,9 +124,9 @@ def _assert_charged_as_heard(config, events, result, round_index, senders):
 BOARD = """
 import sys
 import numpy as np
+from nodes.agent import NodeAgent
 from testbed import protocol, wire
 from testbed.config import load_config_text, to_toml
-from nodes.agent import NodeAgent
 
 config = load_config_text(sys.stdin.read())
 h = np.array([0.9 + 0.2j, 1.1 - 0.4j, 0.5 + 0.5j, 1.3 + 0.1j])

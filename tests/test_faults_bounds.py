@@ -30,10 +30,10 @@ import pytest
 from testbed import protocol, wire
 from testbed.algorithms import RoundContext
 from testbed.algorithms.contract import SETUP_ROUND, NodeResult, TensorSpec, check_tensors
-from testbed.orchestration.channel_emulator import ChannelEmulator, _Round
 from testbed.config import replace
-from testbed.reports.results import read_metrics
+from testbed.orchestration.channel_emulator import ChannelEmulator, _Round
 from testbed.orchestration.runner import run_experiment
+from testbed.reports.results import read_metrics
 
 from conftest import REPO
 from test_faults_mqtt import _processes

@@ -5,8 +5,8 @@ import pytest
 
 from test_compare import write_sweep
 from testbed.cli import main
-from testbed.reports.compare import compare
 from testbed.errors import UserError
+from testbed.reports.compare import compare
 
 
 def _refused(capsys, argv, match):

@@ -28,14 +28,14 @@ import pytest
 
 from testbed import protocol, wire
 from testbed.algorithms.contract import TensorSpec
-from testbed.orchestration.channel_emulator import EARLY_ROUNDS, ChannelEmulator
 from testbed.config import load_config_text, replace, to_toml
-from testbed.ledger.node import NodeLedger
 from testbed.ledger.files import read_ledger
+from testbed.ledger.node import NodeLedger
 from testbed.mqtt import topics
 from testbed.mqtt.broker import parse_broker_url
-from testbed.privacy.accountants import worst_epsilon
+from testbed.orchestration.channel_emulator import EARLY_ROUNDS, ChannelEmulator
 from testbed.orchestration.runner import run_experiment
+from testbed.privacy.accountants import worst_epsilon
 
 from conftest import REPO, wait_until
 from test_dwfl_mqtt import EXPERIMENT as DWFL_EXPERIMENT

@@ -28,8 +28,8 @@ from testbed.errors import UserError
 from testbed.ledger.files import read_ledger
 from testbed.mqtt import embedded_broker, fence, paho_speedups, topics
 from testbed.mqtt.client import MqttClient
-from testbed.reports.results import read_checkpoint, read_metrics
 from testbed.orchestration.runner import run_experiment
+from testbed.reports.results import read_checkpoint, read_metrics
 
 from conftest import require_module
 

@@ -21,8 +21,8 @@ import pytest
 from testbed.cli import main
 from testbed.config import load_config_text
 from testbed.ledger.files import LEDGER_COLUMNS, read_ledger
-from testbed.reports.results import Checkpoint, read_checkpoint, read_summary, write_checkpoint
 from testbed.orchestration.runner import run_experiment
+from testbed.reports.results import Checkpoint, read_checkpoint, read_summary, write_checkpoint
 
 from run_dir_cases import ledger_rows, metric_rows, run_killed, snapshot, under_counted
 

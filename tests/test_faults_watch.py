@@ -24,8 +24,8 @@ pytest.importorskip("aiohttp", reason="the 'watch' extra (aiohttp, aiohttp-sse) 
 from aiohttp import web  # noqa: E402
 
 from testbed.config import load_config_text  # noqa: E402
-from testbed.reports.results import _summary_digest  # noqa: E402
 from testbed.orchestration.runner import run_experiment  # noqa: E402
+from testbed.reports.results import _summary_digest  # noqa: E402
 from testbed.watch import lines  # noqa: E402
 from testbed.watch.feed import RunFeed  # noqa: E402
 from testbed.watch.server import MAX_PAGES, WatchApp  # noqa: E402

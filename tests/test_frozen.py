@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from testbed import wire
-from testbed.util.frozen import frozen
 from testbed.ledger.events import ComputeEvent, with_fields
 from testbed.mqtt.client import Inbound
+from testbed.util.frozen import frozen
 
 
 def _fields(instance) -> dict:

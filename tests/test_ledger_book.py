@@ -14,9 +14,9 @@ import pytest
 from testbed.budgets import Budgets
 from testbed.ledger.events import (CommunicationEvent, ComputeEvent, EventBatch, GaussianEvent, MutualInfoEvent,
                                    NodeEvents, StraggleEvent, batches_of)
+from testbed.ledger.book import LedgerBook
 from testbed.ledger.files import LedgerWriter, _row, read_ledger
 from testbed.ledger.node import NodeLedger
-from testbed.ledger.book import LedgerBook
 from testbed.privacy.accountants import worst_epsilon
 
 NODES = 7

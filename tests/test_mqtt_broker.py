@@ -24,8 +24,8 @@ from testbed.mqtt.broker import _accepts, free_port, parse_broker_url, wait_for_
 from testbed.mqtt.brokers import mosquitto
 from testbed.mqtt.brokers.embedded import BrokerProcess
 from testbed.mqtt.brokers.mosquitto import MosquittoBroker
-from testbed.mqtt.embedded_broker import EmbeddedBroker
 from testbed.mqtt.client import BrokerRefused, Inbound, MqttClient, close_all, connect_all
+from testbed.mqtt.embedded_broker import EmbeddedBroker
 from testbed.mqtt.network_loop import NetworkLoop
 
 from conftest import require_command
@@ -563,8 +563,8 @@ def test_broker_process_leaves_with_its_parent(launch):
     port = free_port()
     parent = subprocess.run([sys.executable, "-c", f"""
 import os
-from testbed.orchestration.coordinator import _fork_broker
 from testbed.mqtt.brokers.embedded import BrokerProcess
+from testbed.orchestration.coordinator import _fork_broker
 b = BrokerProcess(launch={launch})
 b.port = {port}
 b.start()

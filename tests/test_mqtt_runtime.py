@@ -21,13 +21,13 @@ import paho.mqtt.client as paho
 import pytest
 
 from testbed import protocol, wire
+from testbed import assemble
 from testbed.config import load_config_text, replace, to_toml
 from testbed.ledger.events import ComputeEvent
 from testbed.ledger.files import read_ledger
 from testbed.mqtt import topics
 from testbed.mqtt.broker import parse_broker_url
 from testbed.orchestration.runner import run_experiment
-from testbed import assemble
 
 from conftest import REPO
 

@@ -18,8 +18,8 @@ import pytest
 
 from testbed import cli, wire
 from testbed.mqtt import topics
-from testbed.mqtt.brokers.mosquitto import BIND_CLIENT_IDS
 from testbed.mqtt.broker import parse_broker_url
+from testbed.mqtt.brokers.mosquitto import BIND_CLIENT_IDS
 from testbed.mqtt.client import MqttClient
 
 from conftest import wait_until

@@ -512,8 +512,8 @@ def test_sim_equals_mqtt_for_the_automatic_rules(impact, tmp_path):
     from test_algorithm_contract import _config, _ledger_without_seconds
 
     from testbed.config import replace
-    from testbed.reports.results import read_checkpoint
     from testbed.orchestration.runner import run_experiment
+    from testbed.reports.results import read_checkpoint
 
     keys = {"impact": impact, "weights": None} | ({"score_sigma": 0.05} if impact == "quality_score" else {})
     config = _config("padpfl", padpfl=keys, stragglers={"model": "bernoulli", "p": 0.3})
@@ -569,8 +569,8 @@ def test_link_keys_need_the_link_quality_rule():
 def test_the_tight_accountant_guesses_uploads_due_in_some_rounds_only(tmp_path, monkeypatch):
     """Uploads spread over the rounds (1 of 4 per node here): the guess sums each round's own plan,
     so the run ends with the tallies the tight accountant computed while it ran (one request)."""
-    from testbed.privacy.accountants import background
     from testbed.orchestration.runner import run_experiment
+    from testbed.privacy.accountants import background
 
     requests, result_of = [], background.BackgroundEpsilons.result
 

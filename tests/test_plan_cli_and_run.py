@@ -7,8 +7,8 @@ import pytest
 from testbed.cli import main
 from testbed.config import load_config_text
 from testbed.errors import ConfigError, UserError
-from testbed.planning.calibration import read_calibration
 from testbed.orchestration.runner import run_experiment
+from testbed.planning.calibration import read_calibration
 
 from conftest import ADULT, REPO
 

@@ -22,11 +22,11 @@ from hypothesis import strategies as st
 from testbed.config import ModelSection, build_config, json_schema
 from testbed.data import load_dataset, source_files
 from testbed.data import registry as data_registry
-from testbed.data.section import DataSection
 from testbed.data.registry import Registration, listed_order
-from testbed.util.registrations import registrations_of
+from testbed.data.section import DataSection
 from testbed.errors import ConfigError, DataError
 from testbed.models import build_model, embedding_kinds, kinds
+from testbed.util.registrations import registrations_of
 
 from conftest import REPO
 
@@ -223,8 +223,8 @@ import json, pathlib, sys
 import testbed.data
 testbed.data.__path__.append(sys.argv[1])
 from testbed.config import json_schema, load_config_text
-from testbed.resources import estimate_bytes
 from testbed.orchestration.runner import run_experiment
+from testbed.resources import estimate_bytes
 config = load_config_text(pathlib.Path(sys.argv[2]).read_text())
 result = run_experiment(config, out_dir=pathlib.Path(sys.argv[3]), quiet=True)
 print(json.dumps({"summary": result.summary, "data_bytes": estimate_bytes(config)["data"],

@@ -19,8 +19,8 @@ from testbed import assemble
 from testbed.algorithms.aggregate import AGGREGATIONS, RULES, Aggregation, krum_scores
 from testbed.config import replace
 from testbed.errors import ConfigError
-from testbed.reports.results import read_checkpoint
 from testbed.orchestration.runner import load, run_experiment
+from testbed.reports.results import read_checkpoint
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import robust_aggregation as bench  # noqa: E402

@@ -26,10 +26,10 @@ from hypothesis import given, strategies as st
 
 from testbed.cli import main
 from testbed.config import load_config_text
-from testbed.util.dirlock import LOCK_NAME, DirectoryLock, holder_pid
 from testbed.errors import UserError
-from testbed.reports.results import RunDirectory, read_summary
 from testbed.orchestration.runner import run_experiment
+from testbed.reports.results import RunDirectory, read_summary
+from testbed.util.dirlock import LOCK_NAME, DirectoryLock, holder_pid
 
 from run_dir_cases import ledger_rows, run_killed, snapshot
 
@@ -62,8 +62,8 @@ ROUNDS, KILLED_AT = 8, 3
 # first round run, charged and checkpointed).
 HOLDER = textwrap.dedent("""
     import os, sys
-    from testbed.orchestration import runner
     from testbed.cli import main
+    from testbed.orchestration import runner
     from testbed.reports.results import RunDirectory
 
     run_dir, where = sys.argv[1], sys.argv[2]

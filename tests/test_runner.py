@@ -7,13 +7,13 @@ import shutil
 import numpy as np
 import pytest
 
+from testbed import assemble
 from testbed.config import load_config_text, replace
-from testbed.ledger.node import NodeLedger
 from testbed.ledger.files import read_ledger
+from testbed.ledger.node import NodeLedger
+from testbed.orchestration.runner import run_experiment
 from testbed.privacy.zcdp import dp_pasgd_epsilon
 from testbed.reports.results import SUMMARY_KEYS
-from testbed.orchestration.runner import run_experiment
-from testbed import assemble
 
 
 def _run(text, tmp_path, name="run", **sections):

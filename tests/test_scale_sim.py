@@ -8,8 +8,8 @@ import pytest
 
 from testbed import resources
 from testbed import assemble
-from testbed.algorithms.contract import RoundContext
 from testbed.algorithms import batches
+from testbed.algorithms.contract import RoundContext
 from testbed.assemble import holds_lazily, load_evaluation_data, load_run_data
 from testbed.config import load_config_text
 from testbed.data import synthetic
@@ -18,10 +18,10 @@ from testbed.data.split import SplitWriter, split_sizes
 from testbed.data.synthetic import lazy_logistic, make_logistic, true_model
 from testbed.errors import ConfigError
 from testbed.evaluation import evaluated_node_ids
-from testbed.reports.results import read_metrics
-from testbed.rng import Purpose, stream
 from testbed.orchestration.runner import evaluate, load, run_experiment
 from testbed.orchestration.sim_nodes import SimNodes
+from testbed.reports.results import read_metrics
+from testbed.rng import Purpose, stream
 
 SAMPLED = "[client_sampling]\nmethod = \"uniform\"\ncount = 3\n"
 

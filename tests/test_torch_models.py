@@ -10,9 +10,9 @@ from conftest import require_module
 
 torch = require_module("torch", "channel")
 
+from testbed import assemble
 from testbed.models import build_model  # noqa: E402
 from testbed.torch_models import TorchModel, build_network  # noqa: E402
-from testbed import assemble
 
 CASES = [("cnn", 64), ("cnn", 784), ("mlp", 20), ("cifar10_cnn", 3072)]
 F32 = dict(rtol=1e-4, atol=1e-6)  # float32 arithmetic, summed in different orders

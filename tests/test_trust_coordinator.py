@@ -30,8 +30,8 @@ from ledger_invariant import under_counts
 from loopback_coordinator import loopback
 from test_algorithm_contract import _text
 from testbed import protocol, wire
-from testbed.config import load_config_text, replace
 from testbed import assemble
+from testbed.config import load_config_text, replace
 from testbed.orchestration.runner import load, run_experiment
 
 CASES = ["dp_pasgd", "fedavg", "acfl", "padpfl"]

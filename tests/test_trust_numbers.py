@@ -15,8 +15,8 @@ import math
 import pytest
 from hypothesis import given, strategies as st
 
-from testbed.cli import build_parser, main
 from testbed.arguments import Number, NumberList
+from testbed.cli import build_parser, main
 from testbed.config import _section_classes, json_schema, load_config_text
 from testbed.errors import ConfigError, UserError
 from testbed.limits import MAX_FLOAT, MAX_INT

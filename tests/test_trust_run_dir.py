@@ -31,8 +31,8 @@ from hypothesis import given, strategies as st
 from testbed.cli import main
 from testbed.config import load_config_text
 from testbed.ledger.files import LEDGER_COLUMNS, parse_rows
-from testbed.reports.results import _checkpoint_digest, read_checkpoint, read_summary
 from testbed.orchestration.runner import run_experiment
+from testbed.reports.results import _checkpoint_digest, read_checkpoint, read_summary
 
 from run_dir_cases import DETERMINISTIC, ledger_rows, run_killed, snapshot, under_counted
 

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from testbed.config import load_config_text
-from testbed.reports.html import write_report
 from testbed.orchestration.runner import run_experiment
+from testbed.reports.html import write_report
 
 from conftest import REPO, require_tool
 

@@ -15,9 +15,9 @@ import pytest
 from testbed.budgets import Budgets
 from testbed.config import load_config_text, replace
 from testbed.ledger.files import read_ledger
-from testbed.reports.progress import Progress, worst_budget
-from testbed.reports.html import write_report
 from testbed.orchestration.runner import run_experiment
+from testbed.reports.html import write_report
+from testbed.reports.progress import Progress, worst_budget
 from testbed.watch.feed import RunFeed
 
 

@@ -159,8 +159,8 @@ def base_config(iterations: int, **sections) -> "object":
 
 def pipeline_check(iterations: int) -> float:
     """max |W| difference between `testbed run` (sim) and the in-memory trajectory, same seed."""
-    from testbed.reports.results import read_checkpoint
     from testbed.orchestration.runner import run_experiment
+    from testbed.reports.results import read_checkpoint
 
     run_experiment(base_config(iterations), out_dir=OUT / "pipeline", quiet=True)
     w = read_checkpoint(OUT / "pipeline").state["W"]
@@ -207,8 +207,8 @@ def real_data(iterations: int) -> dict:
 def mqtt_run(iterations: int) -> dict:
     """20 emulated boards over MQTT (embedded broker, 2 host processes) with Bernoulli(0.2)
     stragglers, against sim: the same W and ledger."""
-    from testbed.reports.results import read_checkpoint
     from testbed.orchestration.runner import run_experiment
+    from testbed.reports.results import read_checkpoint
 
     config = base_config(iterations, data={"num_nodes": 20})
     sim = run_experiment(config, out_dir=OUT / "mqtt-sim", quiet=True).summary

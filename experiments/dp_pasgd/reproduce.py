@@ -44,11 +44,11 @@ from testbed.assemble import load_data, model_for  # noqa: E402
 from testbed.config import Config, load_config, replace  # noqa: E402
 from testbed.errors import DataError  # noqa: E402
 from testbed.models import LogisticRegression  # noqa: E402
+from testbed.orchestration.sweep import Point, run_sweep  # noqa: E402
 from testbed.planning.dp_pasgd import lr_tau_cap  # noqa: E402
 from testbed.planning.estimate import smoothness  # noqa: E402
 from testbed.planning.resolve import make_plan, plan_inputs  # noqa: E402
 from testbed.reports.results import read_metrics  # noqa: E402
-from testbed.orchestration.sweep import Point, run_sweep  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]

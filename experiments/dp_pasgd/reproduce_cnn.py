@@ -39,8 +39,8 @@ REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO))
 
 from testbed.config import load_config, replace  # noqa: E402
-from testbed.reports.results import read_metrics  # noqa: E402
 from testbed.orchestration.sweep import Point, run_sweep  # noqa: E402
+from testbed.reports.results import read_metrics  # noqa: E402
 
 SEEDS = range(3)
 TAUS = (1, 2, 5, 10, 20)

@@ -83,9 +83,9 @@ def sweeps(eps_scale: float = 1.0) -> dict[str, list[tuple[str, str, list[str]]]
 def run_one(job: tuple[str, str, str, list[str], int, int, str, str]) -> dict:
     """One run (in a worker process): its loss curve, accuracy and privacy settings."""
     from testbed.config import load_config
-    from testbed.reports.results import read_metrics
     from testbed.orchestration.runner import run_experiment
     from testbed.orchestration.sweep import is_finished
+    from testbed.reports.results import read_metrics
 
     fig, panel, curve, overrides, seed, rounds, base, out_root = job
     slug = "".join(ch if ch.isalnum() else "-" for ch in f"{panel}-{curve}").strip("-")

@@ -58,8 +58,8 @@ def rule_variants():
 
 
 def run_one(config, seed: int, tmp: Path) -> dict:
-    from testbed.reports.results import read_metrics
     from testbed.orchestration.runner import run_experiment
+    from testbed.reports.results import read_metrics
 
     from testbed.config import replace
 

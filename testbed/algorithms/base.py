@@ -43,8 +43,8 @@ from testbed.algorithms.contract import (
 )
 from testbed.algorithms.impact import intake_sizes
 from testbed.ledger.events import CommunicationEvent, ComputeEvent, Event, GaussianEvent, NodeEvents
-from testbed.util.parallel import split_work
 from testbed.rng import Purpose, node_streams
+from testbed.util.parallel import split_work
 
 if TYPE_CHECKING:
     from testbed.data.federated import Split

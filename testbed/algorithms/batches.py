@@ -16,8 +16,8 @@ from typing import Sequence
 import numpy as np
 
 from testbed.data.federated import Split
-from testbed.util.parallel import split_work
 from testbed.rng import Purpose, node_streams
+from testbed.util.parallel import split_work
 
 
 #: Bytes of batch keys drawn at once (see :func:`uniform_batches`).

@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, Sequence
 import numpy as np
 from pydantic import model_validator
 
+from testbed.algorithms import dp_pasgd_cli, mcu_logistic
 from testbed.algorithms.aggregate import Aggregation, AggregationOptions
 from testbed.algorithms.base import BYTES_PER_REAL, BaseAlgorithm, RoundCost, standard_normals
 from testbed.algorithms.batches import check_batches, node_keys, uniform_batches
-from testbed.algorithms import dp_pasgd_cli, mcu_logistic
 from testbed.algorithms.contract import McuTask, MetricSpec, NodeResult, RoundContext, ServerResult, State, TensorSpec
 from testbed.algorithms.registry import BuildContext, Registration
 from testbed.data.federated import FederatedData, Split
@@ -38,8 +38,8 @@ from testbed.errors import ConfigError
 from testbed.ledger.events import Event, EventBatch, GaussianEvent, NodeEvents
 from testbed.models import LogisticRegression, Model
 from testbed.privacy import zcdp
-from testbed.util.parallel import split_work
 from testbed.sections import NonNegative, Positive, Section
+from testbed.util.parallel import split_work
 
 if TYPE_CHECKING:
     from testbed.config import Config

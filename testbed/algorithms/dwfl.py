@@ -81,10 +81,10 @@ from pydantic import Field, model_validator
 
 from testbed.algorithms import dwfl_cli
 from testbed.algorithms.base import BYTES_PER_REAL, BaseAlgorithm, RoundCost
+from testbed.algorithms.batches import check_batches, uniform_batches
 from testbed.algorithms.bounds import gaussian_norm_bound
 from testbed.algorithms.contract import NodeResult, RoundContext, ServerResult, State, TensorSpec
 from testbed.algorithms.registry import BuildContext, Registration
-from testbed.algorithms.batches import check_batches, uniform_batches
 from testbed.algorithms.dwfl_channel import (
     SCHEMES,
     Radio,

@@ -51,8 +51,8 @@ from testbed.algorithms import padpfl_cli
 from testbed.algorithms.aggregate import Aggregation, AggregationOptions
 from testbed.algorithms.base import BaseAlgorithm, RoundCost, SizeSetup, gaussian_release, released_events
 from testbed.algorithms.batches import check_batches, uniform_batches
-from testbed.algorithms.contract import NodeResult, RoundContext, ServerResult, State, TensorSpec
 from testbed.algorithms.bounds import gaussian_entry_bound, gaussian_norm_bound
+from testbed.algorithms.contract import NodeResult, RoundContext, ServerResult, State, TensorSpec
 from testbed.algorithms.impact import (ImpactSchedule, cap_shares, check_weights, link_quality_weights,
                                       parse_ratios, ratio_weights, redistribute, spread_uploads)
 from testbed.algorithms.registry import BuildContext, Registration
@@ -61,9 +61,9 @@ from testbed.errors import ConfigError
 from testbed.ledger.events import Event, GaussianEvent
 from testbed.models import Model
 from testbed.privacy import padpfl as dp
-from testbed.util.parallel import split_work
 from testbed.rng import GLOBAL, Purpose, stream
 from testbed.sections import NonNegative, OnlyWith, Positive, Section
+from testbed.util.parallel import split_work
 
 if TYPE_CHECKING:
     from testbed.config import Config

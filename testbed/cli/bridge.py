@@ -7,8 +7,8 @@ import contextlib
 import logging
 from pathlib import Path
 
-from testbed.devices import virtual_boards
 from testbed.arguments import CHUNK_BYTES, NODE_ID, Number
+from testbed.devices import virtual_boards
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -39,8 +39,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _bridge(args: argparse.Namespace) -> int:
-    from firmware_bridge.agent import BridgeAgent
     from firmware_bridge import virtual
+    from firmware_bridge.agent import BridgeAgent
     from nodes.host import serve
     from nodes.state_lines import StateLines
     from testbed.cli.node import _load_credentials

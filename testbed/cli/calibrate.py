@@ -234,8 +234,8 @@ def _echo_main(broker_url: str | None, run: str, conn: Any, stop: Any) -> None:
     """Child process: answer every uplink message with a downlink message of the same tensors."""
     from testbed import wire
     from testbed.mqtt import topics
-    from testbed.mqtt.embedded_broker import EmbeddedBroker
     from testbed.mqtt.client import MqttClient
+    from testbed.mqtt.embedded_broker import EmbeddedBroker
 
     broker = EmbeddedBroker().start() if broker_url is None else None
     try:

@@ -22,9 +22,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _report(args: argparse.Namespace) -> int:
     from testbed.cli.run import format_summary
-    from testbed.util.dirlock import DirectoryLock
     from testbed.reports.plots import draw_figures
     from testbed.reports.results import read_summary
+    from testbed.util.dirlock import DirectoryLock
 
     if args.json and args.html:
         raise UserError("report: --json and --html are exclusive")

@@ -12,8 +12,8 @@ from pathlib import Path
 from testbed.arguments import Number
 from testbed.cli.watch import add_server_options, check_server_options
 from testbed.errors import UserError
-from testbed.util.extras import check_installed
 from testbed.limits import MAX_SEED
+from testbed.util.extras import check_installed
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -36,8 +36,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _run(args: argparse.Namespace) -> int:
     from testbed import inputs
     from testbed.experiment import experiment_config
-    from testbed.reports.results import checked_config
     from testbed.orchestration.runner import run_experiment
+    from testbed.reports.results import checked_config
 
     if args.watch:
         check_server_options(args)

@@ -41,12 +41,12 @@ from testbed.data.federated import FederatedData
 from testbed.data.registry import Registration
 from testbed.data.split import SPLITS, SplitWriter, check_scaling, split_sizes
 from testbed.errors import DataError
-from testbed.util.parallel import split_work
 from testbed.rng import GLOBAL, Purpose, node_streams, stream
+from testbed.util.parallel import split_work
 
 if TYPE_CHECKING:
-    from testbed.data.section import DataSection
     from testbed.data.lazy import LazyFederatedData
+    from testbed.data.section import DataSection
 
 DEFAULT_BAYES_ACCURACY = 0.875
 #: Feature types the generator writes (``data.dtype``).

@@ -12,10 +12,10 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-from testbed.util.appendlog import AppendLog, Mark as LedgerMark
 from testbed.errors import UserError
 from testbed.ledger.events import ALL_FIELDS, EVENT_TYPES, Event, EventBatch
 from testbed.ledger.fields import event_from_dict
+from testbed.util.appendlog import AppendLog, Mark as LedgerMark
 
 
 LEDGER_COLUMNS = ["kind", *ALL_FIELDS]

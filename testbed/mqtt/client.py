@@ -40,10 +40,10 @@ from paho.mqtt.reasoncodes import ReasonCode
 
 from testbed import wire
 from testbed.errors import ConfigError, UserError
-from testbed.util.frozen import frozen
 from testbed.mqtt import chunks, paho_speedups, probe, replay, topics
 from testbed.mqtt.broker import BrokerUrl, parse_broker_url
 from testbed.mqtt.network_loop import NetworkLoop
+from testbed.util.frozen import frozen
 
 log = logging.getLogger(__name__)
 _paho_log = logging.getLogger("testbed.mqtt.paho")

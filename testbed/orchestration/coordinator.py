@@ -59,10 +59,8 @@ from testbed.algorithms.contract import (
     round_signal_spec,
     round_uplink_spec,
 )
-from testbed.orchestration.channel_emulator import ChannelEmulator
 from testbed.config import MqttSection, NodesSection
 from testbed.errors import ConfigError, UserError
-from testbed.util.forked import ForkedCommand, can_fork
 from testbed.ledger.events import EVENT_TYPES, Event, with_fields
 from testbed.ledger.fields import FIELD_RULES, MEASURED_FIELDS, event_as_planned
 from testbed.ledger.node import RoundSet
@@ -71,7 +69,9 @@ from testbed.mqtt import acl
 from testbed.mqtt.broker import parse_broker_url
 from testbed.mqtt.brokers import registry as brokers
 from testbed.mqtt.client import Inbound, MqttClient
+from testbed.orchestration.channel_emulator import ChannelEmulator
 from testbed.orchestration.nodes_api import Closing, RoundOutcome
+from testbed.util.forked import ForkedCommand, can_fork
 
 log = logging.getLogger(__name__)
 

@@ -38,23 +38,23 @@ from testbed.config import Config, to_toml
 from testbed.data.federated import FederatedData, Split
 from testbed.data.lazy import LazyFederatedData
 from testbed.errors import ConfigError
+from testbed.ledger.book import LedgerBook
 from testbed.ledger.events import Event, EventBatch, NodeEvents, StraggleEvent, batches_of
 from testbed.ledger.files import LedgerWriter
 from testbed.ledger.node import Totals
-from testbed.ledger.book import LedgerBook
 from testbed.models import Model
 from testbed.mqtt.brokers import registry as brokers
 from testbed.orchestration.nodes_api import Closing, Nodes, RoundOutcome
 from testbed.privacy.accountants import epsilon_by_observer
 from testbed.privacy.accountants.background import BackgroundEpsilons
-from testbed.util.parallel import split_work
-from testbed.reports.progress import Progress
-from testbed.resources import check_fits
-from testbed.reports.results import RunDirectory, not_yet_charged, split_by_issuer
 from testbed.reports import tracking
+from testbed.reports.progress import Progress
+from testbed.reports.results import RunDirectory, not_yet_charged, split_by_issuer
 from testbed.reports.tracking.feed import Tracking
-from testbed.stragglers import StragglerDraws
+from testbed.resources import check_fits
 from testbed.rng import GLOBAL, Purpose, stream
+from testbed.stragglers import StragglerDraws
+from testbed.util.parallel import split_work
 from testbed.util.threads import limit_blas_threads
 
 if TYPE_CHECKING:

@@ -22,13 +22,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from testbed.util.dirlock import DirectoryLock
 from testbed.errors import UserError
 from testbed.reports import headline
 from testbed.reports.plots import _pyplot, draw_figures
 from testbed.reports.results import read_metrics, read_summary
 from testbed.reports.sweep_figures import interval_figures
 from testbed.reports.sweep_stats import grid_keys, read_sweep, stats_rows
+from testbed.util.dirlock import DirectoryLock
 
 _STYLE = """
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; max-width: 1200px; margin: 0 auto;

@@ -7,8 +7,8 @@ import sys
 
 from pathlib import Path
 
-from testbed.reports.results import read_metrics, read_summary
 from testbed.reports.headline import guarantee
+from testbed.reports.results import read_metrics, read_summary
 
 
 def draw_figures(run_dir: Path) -> list[Path]:

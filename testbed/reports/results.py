@@ -38,12 +38,12 @@ from typing import Any, Collection, Iterator, Mapping, Sequence
 
 import numpy as np
 
+from testbed.errors import UserError
+from testbed.ledger.events import Event, EventBatch
+from testbed.ledger.fields import MEASURED_FIELDS
+from testbed.ledger.files import LedgerMark, parse_rows, read_ledger
 from testbed.util.appendlog import AppendLog, Mark, sha256_file, swap_file, tail_after, write_atomic, write_swapping
 from testbed.util.dirlock import DirectoryLock
-from testbed.errors import UserError
-from testbed.ledger.fields import MEASURED_FIELDS
-from testbed.ledger.events import Event, EventBatch
-from testbed.ledger.files import LedgerMark, parse_rows, read_ledger
 
 log = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from testbed.ledger.fields import ABSURD
 from testbed.ledger.events import Event, GaussianEvent
+from testbed.ledger.fields import ABSURD
 from testbed.ledger.node import NodeLedger
 from testbed.reports.results import METRIC_COLUMNS, STATUSES
 

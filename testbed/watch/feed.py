@@ -38,10 +38,10 @@ from typing import Any
 from testbed import assemble
 from testbed.algorithms.contract import ChannelView
 from testbed.errors import UserError
-from testbed.ledger.files import LEDGER_COLUMNS
 from testbed.ledger.events import CommunicationEvent, ComputeEvent, Event, StraggleEvent
-from testbed.ledger.node import NodeLedger
 from testbed.ledger.fields import event_from_dict
+from testbed.ledger.files import LEDGER_COLUMNS
+from testbed.ledger.node import NodeLedger
 from testbed.reports.results import METRIC_COLUMNS, read_summary
 from testbed.util.dirlock import holder_gone
 from testbed.watch.checks import check_event, metric_row, summary_view
