@@ -165,7 +165,10 @@ def test_norm_clip_moves_the_model_at_most_its_multiple_of_the_largest_honest_ch
     reference = honest[0]
     out = Aggregation("norm_clip", clip_multiple=multiple).combine(_mixed(honest, hostile, order), reference=reference)
     largest = np.linalg.norm(honest - reference, axis=1).max()
-    assert np.linalg.norm(out - reference) <= multiple * largest * (1 + 1e-9) + 1e-9
+    # The rule reads distances as sqrt(||u||² − 2 u·c + ||c||²) (no (M, P) copy of the changes): off
+    # by up to sqrt(eps)·||c|| where every change is ~0, so the bound it clips to may be that much.
+    slack = 4 * multiple * np.sqrt(np.finfo(float).eps) * np.linalg.norm(reference) + 1e-9
+    assert np.linalg.norm(out - reference) <= multiple * largest * (1 + 1e-9) + slack
 
 
 def _krum_case(honest: np.ndarray, hostile: np.ndarray) -> tuple[int, int, float]:
