@@ -1,7 +1,7 @@
 """The testbed: differentially private federated learning on wireless IoT, hardware in the loop.
 
 Kept light on purpose: a node on a small board imports only the modules it runs. The Python API
-(``testbed.run``, ``testbed.load``, ``testbed.orchestration.sweep``, ``testbed.Run``, ``testbed.Sweep``: testbed.api,
+(``testbed.run``, ``testbed.load``, ``testbed.sweep``, ``testbed.Run``, ``testbed.Sweep``: testbed.api,
 docs/api.md) is imported on first use.
 """
 

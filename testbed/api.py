@@ -1,6 +1,6 @@
 """The Python API: run an experiment, read a run back, sweep a grid; results as pandas tables.
 
-``testbed.run``, ``testbed.load``, ``testbed.orchestration.sweep``, ``testbed.Run`` and ``testbed.Sweep`` are
+``testbed.run``, ``testbed.load``, ``testbed.sweep``, ``testbed.Run`` and ``testbed.Sweep`` are
 this module's, reached lazily (``import testbed`` alone imports none of it: a board's node does
 not need it). The command line builds its experiments with the same function
 (testbed.experiment.experiment_config) and sizes its sweeps with the same checks

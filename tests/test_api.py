@@ -235,7 +235,7 @@ def test_a_damaged_ledger_is_one_line_naming_it(tmp_path):
 
 
 def test_sweep_table_and_stats(tmp_path, tiny_file):
-    sweep = testbed.orchestration.sweep(tiny_file, grid={"dp_pasgd.tau": [2, 5]}, repeats=2, out=tmp_path / "s",
+    sweep = testbed.sweep(tiny_file, grid={"dp_pasgd.tau": [2, 5]}, repeats=2, out=tmp_path / "s",
                           overrides={"dp_pasgd.lr": 0.3}, workers=2)
     table = sweep.table
     assert len(table) == 4 and table["seed"].tolist() == [1, 2, 1, 2]
@@ -257,7 +257,7 @@ def test_sweep_table_and_stats(tmp_path, tiny_file):
 
 
 def test_a_sweep_without_repeats_has_no_stats(tmp_path):
-    sweep = testbed.orchestration.sweep(TINY, grid={"dp_pasgd.lr": [0.1, 0.5]}, out=tmp_path / "s")
+    sweep = testbed.sweep(TINY, grid={"dp_pasgd.lr": [0.1, 0.5]}, out=tmp_path / "s")
     assert len(sweep.table) == 2 and sweep.stats is None
     assert repr(sweep) == f"Sweep({str(tmp_path / 's')!r}: 2 runs)"
 
@@ -272,7 +272,7 @@ def test_a_sweep_without_repeats_has_no_stats(tmp_path):
 ])
 def test_a_bad_grid_is_one_line_before_any_run(grid, message, tmp_path):
     with pytest.raises(UserError, match=message) as err:
-        testbed.orchestration.sweep(TINY, grid=grid, out=tmp_path / "s")
+        testbed.sweep(TINY, grid=grid, out=tmp_path / "s")
     assert "\n" not in str(err.value)
     assert not list(tmp_path.glob("s/*/metrics.csv"))
 
@@ -281,7 +281,7 @@ def test_a_bad_grid_is_one_line_before_any_run(grid, message, tmp_path):
                                              (2**63, r"^repeats 9223372036854775808: seeds from run.seed 1 would pass")])
 def test_repeats_out_of_range_are_refused_in_the_apis_words(repeats, message, tmp_path):
     with pytest.raises(UserError, match=message):
-        testbed.orchestration.sweep(TINY, grid={"dp_pasgd.tau": [2]}, repeats=repeats, out=tmp_path / "s")
+        testbed.sweep(TINY, grid={"dp_pasgd.tau": [2]}, repeats=repeats, out=tmp_path / "s")
 
 
 # ---- pandas is optional -------------------------------------------------------------------------
@@ -290,7 +290,7 @@ def test_repeats_out_of_range_are_refused_in_the_apis_words(repeats, message, tm
 @pytest.mark.parametrize("table", ["Run.metrics", "Run.ledger", "Sweep.table"])
 def test_without_pandas_a_table_is_one_line_naming_the_extra(table, tmp_path, monkeypatch):
     run = testbed.run(TINY, out=tmp_path / "r")
-    sweep = testbed.orchestration.sweep(TINY, grid={"dp_pasgd.tau": [5]}, out=tmp_path / "s")
+    sweep = testbed.sweep(TINY, grid={"dp_pasgd.tau": [5]}, out=tmp_path / "s")
     monkeypatch.setitem(sys.modules, "pandas", None)  # as if it were not installed: import fails
     owner = sweep if table.startswith("Sweep") else testbed.load(run.dir)
     with pytest.raises(UserError) as err:
