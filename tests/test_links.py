@@ -20,6 +20,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from conftest import REPO, needs_command, require_tool
 from testbed.config import load_config
@@ -94,6 +96,21 @@ def test_rate_s_is_the_bytes_past_each_directions_bucket_at_the_rate():
     assert links.rate_s(burst + 1000, burst + 7000, 64_000) == pytest.approx(8000 * 8 / 64_000)
     assert links.rate_s(10, 10, 64_000) == 0.0
     assert links.burst_bytes(100_000_000) == 125_000  # 10 ms of a fast rate
+
+
+@given(st.integers(0, 10**7), st.integers(0, 10**7), st.integers(1000, 10**9))
+def test_rate_s_is_at_most_every_byte_at_the_rate_and_grows_with_the_bytes(down, up, rate):
+    seconds = links.rate_s(down, up, rate)
+    assert 0.0 <= seconds <= (down + up) * 8 / rate
+    assert links.rate_s(down + 1, up, rate) >= seconds and links.rate_s(down, up + 1, rate) >= seconds
+    assert seconds >= (down + up - 2 * links.burst_bytes(rate)) * 8 / rate - 1e-9  # one bucket each way, no more
+
+
+def test_links_refused_in_sim_in_one_line():
+    from testbed.orchestration.runner import load
+
+    with pytest.raises(ConfigError, match="links.netns: puts the emulated hosts of an MQTT run behind links"):
+        load(load_config(QUICKSTART, ["links.netns=true", "run.mode='sim'"]))
 
 
 def test_the_broker_listens_on_each_link_with_the_same_settings():
@@ -181,3 +198,25 @@ def test_a_killed_coordinators_links_are_deleted_and_stale_ones_swept(tmp_path):
         assert _names(dead.pid) == ([], [])
     finally:
         subprocess.run(["ip", "netns", "del", stale.netns], capture_output=True)
+
+
+def test_channel_rate_is_each_nodes_shannon_rate_as_the_digital_link_charges_it():
+    """DWFL's link_rate_bps (links.rate_bps = "channel") is channel.digital_link's rate for each
+    node's aligned power and gain: the rate its digital orthogonal airtime is charged at."""
+    from channel import digital_link
+    from testbed import assemble
+    from testbed.orchestration.runner import load
+
+    config = load_config(REPO / "experiments" / "dwfl" / "base.toml",
+                         ["data.dataset='synthetic'", "data.dim=5", "run.mode='sim'", "dwfl.pathloss='free_space'",
+                          "dwfl.fading='none'"])  # no fading: no Sionna to import (20 s)
+    data, model = load(config)
+    algorithm = assemble.build_algorithm(config, model, data)
+    rc = algorithm.plan(0).channel
+    nodes = list(data.node_ids)
+    expected = [digital_link(8, rc.alignment.power_w[k], rc.gains[k] ** 2, 2 * algorithm.radio.noise_power_w,
+                             algorithm.radio.bandwidth_hz).rate_bps for k in nodes]
+    assert algorithm.link_rate_bps(nodes) == pytest.approx(expected, rel=1e-12)
+    assert len(set(np.round(expected, 3))) > 1  # the nodes' distances differ: so do their rates
+    assert _host_rates("channel", [nodes[:5], nodes[5:]], algorithm) == [
+        int(min(expected[:5])), int(min(expected[5:]))]

@@ -177,8 +177,22 @@ def load(config: Config) -> tuple[FederatedData | LazyFederatedData, Model]:
     check_fits(config)
     if config.run.mode == "mqtt" and config.mqtt.broker_url is None:
         brokers.choose(config.mqtt.broker)
+    if config.links.netns:
+        _check_links(config)
     data = load_run_data(config)
     return data, model_for(config.model, data, config.run.seed)
+
+
+def _check_links(config: Config) -> None:
+    """Refuse links.netns (one line, before anything is allocated) where it cannot work: a run in
+    sim (no hosts to put behind links), or a machine that cannot make them."""
+    from testbed.orchestration import links
+
+    if config.run.mode != "mqtt":
+        raise ConfigError("links.netns", f"puts the emulated hosts of an MQTT run behind links; run.mode is "
+                          f"{config.run.mode!r}")
+    if (why := links.missing()) is not None:
+        raise ConfigError("links.netns", why)
 
 
 def plan(config: Config, model: Model, data: FederatedData) -> tuple[Config, dict | None]:
