@@ -37,7 +37,7 @@ SLOW_RATE_BPS = 64_000
 #: bytes counted in a round include a few after its last reply (acks); above: the nodes' steps
 #: and the broker's hops, which a loaded machine stretches (0.97-1.0 measured idle).
 RATIO_BAND = (0.8, 1.35)
-CLEANUP_S = 5.0  # after a SIGKILL, the watchdog's poll (0.5 s) and the deletions
+CLEANUP_S = 5.0  # after a SIGKILL: the watchdog's and the hosts' polls (0.5 s each), the deletions, the exits
 
 
 def _need_links() -> None:
@@ -51,6 +51,19 @@ def _names(pid: int) -> tuple[list[str], list[str]]:
     spaces = [line.split()[0] for line in listed.splitlines() if line.startswith(f"testbed-{pid}-")]
     devices = [d for d in os.listdir("/sys/class/net") if re.fullmatch(rf"tb{pid}x\d+", d)]
     return spaces, devices
+
+
+def _serving(pid: int) -> list[int]:
+    """The processes still serving coordinator ``pid`` (its hosts: `--coordinator-pid PID`)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+        except OSError:  # not a process, or gone meanwhile
+            continue
+        if b"--coordinator-pid" in argv and argv[argv.index(b"--coordinator-pid") + 1:][:1] == [str(pid).encode()]:
+            found.append(int(entry))
+    return found
 
 
 def _run_command(out: Path) -> list[str]:
@@ -174,13 +187,18 @@ def test_a_killed_coordinators_links_are_deleted_and_stale_ones_swept(tmp_path):
         while len(_names(proc.pid)[0]) < 2:
             assert proc.poll() is None and time.monotonic() < deadline, "the run's links never appeared"
             time.sleep(0.2)
-        time.sleep(2.0)  # into its rounds: hosts in the namespaces
+        metrics = tmp_path / "run" / "metrics.csv"
+        while not (metrics.exists() and len(metrics.read_text().splitlines()) > 1):  # into its rounds
+            assert proc.poll() is None and time.monotonic() < deadline, "the run never got to its rounds"
+            time.sleep(0.2)
+        assert len(_serving(proc.pid)) == 2
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         deadline = time.monotonic() + CLEANUP_S
-        while _names(proc.pid) != ([], []) and time.monotonic() < deadline:
+        while (_names(proc.pid) != ([], []) or _serving(proc.pid)) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert _names(proc.pid) == ([], []), "the watchdog did not delete the killed run's links"
+        assert _serving(proc.pid) == [], "the killed run's hosts still run"
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -220,3 +238,15 @@ def test_channel_rate_is_each_nodes_shannon_rate_as_the_digital_link_charges_it(
     assert len(set(np.round(expected, 3))) > 1  # the nodes' distances differ: so do their rates
     assert _host_rates("channel", [nodes[:5], nodes[5:]], algorithm) == [
         int(min(expected[:5])), int(min(expected[5:]))]
+
+
+def test_a_host_whose_coordinator_died_while_it_started_leaves_at_once():
+    """A host still importing when its coordinator was killed (its broker gone with it) does not
+    wait out the connect timeout for a broker that will never come."""
+    from nodes.host import serve
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    started = time.monotonic()
+    assert serve("mqtt://127.0.0.1:9", "testbed", [0, 1], coordinator_pid=dead.pid, connect_timeout_s=30.0) == 0
+    assert time.monotonic() - started < 2.0
