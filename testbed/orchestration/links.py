@@ -1,8 +1,9 @@
 """Emulated hosts behind network links of their own (the ``[links]`` section; Linux, root, iproute2).
 
-Each host gets a network namespace joined to this one (the broker's) by a veth pair: the broker's
-end ``10.213.k.1`` (it listens there too), the host's end ``10.213.k.2``, one /30 per host, so its
-nodes reach the broker over an interface with its own address, not loopback. A host's rate shapes
+Each host gets a network namespace joined to this one (the broker's) by a veth pair with a /30 of
+:data:`SUBNET` (the first free one): the broker's end its first address (the broker listens there
+too), the host's end its second, so the host's nodes reach the broker over an interface with an
+address of its own, not loopback. A host's rate shapes
 both ends with tc's token bucket filter (``tbf``): the broker's end sends the host's downlink, the
 host's end its uplink. The host runs under ``ip netns exec`` (which execs: it stays the
 coordinator's child, and its coordinator watch still works).
@@ -37,7 +38,7 @@ from testbed.errors import ConfigError, UserError
 
 log = logging.getLogger(__name__)
 
-#: The addresses the links take, one /30 per host (the broker's end .1, the host's .2).
+#: The addresses the links take, one /30 per host.
 SUBNET = ipaddress.ip_network("10.213.0.0/16")
 _NETNS = re.compile(r"^testbed-(\d+)-(\d+)$")
 _DEVICE = re.compile(r"^tb(\d+)x(\d+)$")
