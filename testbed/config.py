@@ -217,7 +217,7 @@ class LinksSection(Section):
     rate_bps: Literal["channel"] | Positive[int] | list[NonNegative[int]] | None = None
     """Each host's link rate in bits per second, both ways (tc's tbf): one rate for every host, a
     list of one per host (0: that host unshaped), or "channel": the run's link model's rate for
-    that host's nodes (the algorithm's channel; the slowest of its nodes). None: unshaped."""
+    that host's nodes (the algorithm's channel; the slowest of its nodes). Absent: unshaped."""
 
 
 class OutputSection(Section):
