@@ -173,6 +173,10 @@ def serve(broker_url: str, run: str, node_ids: Sequence[int], *, data_path: str 
     reconnecting), :mod:`nodes.state_lines`.
     """
     limit_blas_threads(1)  # the hosts on a machine share its cores
+    watch = CoordinatorWatch(coordinator_pid)
+    if not watch.alive():  # it died while this host started: nobody to serve, no broker to wait for
+        log.warning("coordinator (pid %s) of run %s is gone; not serving", coordinator_pid, run)
+        return 0
     inbox: queue.Queue[Inbound] = queue.Queue()
     network = NetworkLoop()
     _allow_open_files(len(node_ids) + 64)
@@ -184,7 +188,6 @@ def serve(broker_url: str, run: str, node_ids: Sequence[int], *, data_path: str 
             return NodeAgent(node, data_path=data_path, state_dir=state_dir, costs=costs, shared=shared)
     agents = {str(n): agent_factory(n) for n in node_ids}
     clients: dict[str, MqttClient] = {}
-    watch = CoordinatorWatch(coordinator_pid)
 
     try:
         names = list(agents)

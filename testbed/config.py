@@ -204,6 +204,22 @@ class MqttSection(Section):
         return self
 
 
+class LinksSection(Section):
+    """Each emulated host behind a network link of its own (testbed.orchestration.links; Linux, as
+    root, with iproute2): its own network namespace, joined to the broker's by a veth pair with
+    its own address, and shaped with tc's tbf. docs/multi-host.md."""
+
+    ONLY_WITH = {"rate_bps": (OnlyWith("netns", (True,)),)}
+
+    netns: bool = False
+    """Start each emulated host (mqtt.hosts) in its own network namespace: its nodes reach the
+    broker over a real interface (a veth pair with an address of its own), not loopback."""
+    rate_bps: Literal["channel"] | Positive[int] | list[NonNegative[int]] | None = None
+    """Each host's link rate in bits per second, both ways (tc's tbf): one rate for every host, a
+    list of one per host (0: that host unshaped), or "channel": the run's link model's rate for
+    that host's nodes (the algorithm's channel; the slowest of its nodes). Absent: unshaped."""
+
+
 class OutputSection(Section):
     dir: str = "runs"
     figures: bool = True
@@ -234,7 +250,7 @@ class OutputSection(Section):
 CORE_SECTIONS: dict[str, type[Section]] = {
     "run": RunSection, "data": DataSection, "model": ModelSection, "privacy": PrivacySection,
     "budget": BudgetSection, "stragglers": StragglersSection, "client_sampling": ClientSamplingSection,
-    "nodes": NodesSection, "mqtt": MqttSection,
+    "nodes": NodesSection, "mqtt": MqttSection, "links": LinksSection,
     "output": OutputSection,
 }
 #: Keys holding paths, resolved against the experiment file's folder.

@@ -76,7 +76,8 @@ from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
 
 import numpy as np
 
-from channel import Alignment, analog_link, digital_link, fill_gaussian_rows, orthogonal_round_airtime_s, transmit_real
+from channel import (Alignment, analog_link, digital_link, fill_gaussian_rows, orthogonal_round_airtime_s, shannon_rate_bps,
+                     snr_linear, transmit_real)
 from pydantic import Field, model_validator
 
 from testbed.algorithms import dwfl_cli
@@ -373,6 +374,15 @@ class Dwfl(BaseAlgorithm):
         slot = np.array([c.airtime_s for c in costs])
         slots_per_round = {"ota_d2d": 1, "ota_central": 2, "orthogonal_d2d": n}[self.scheme]
         return slots_per_round * slot, np.array([c.energy_j for c in costs])
+
+    def link_rate_bps(self, nodes: Sequence[int]) -> np.ndarray:
+        """Each of ``nodes``' link rate, bit/s: the Shannon rate B·log2(1 + SNR)
+        (channel.shannon_rate_bps) at its aligned power and gain of the first fading block, complex
+        noise 2σ_m² (as the digital orthogonal link's airtime, :meth:`_link_cost`): the rate an
+        emulated host of these nodes is shaped to with ``links.rate_bps = "channel"``."""
+        rc = self.plan(0).channel
+        snr = snr_linear(rc.alignment.power_w, rc.gains**2, 2 * self.radio.noise_power_w)
+        return shannon_rate_bps(self.radio.bandwidth_hz, snr)[np.asarray(nodes, dtype=np.int64)]
 
     def privacy_sigma(self, round_index: int, senders: Sequence[int]) -> np.ndarray:
         """(N,) each node's normalised noise std at its worst receiver when ``senders`` transmit

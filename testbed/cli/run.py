@@ -157,6 +157,11 @@ def format_summary(summary: dict) -> str:
     broker = summary.get("broker")
     if broker:
         lines.append(f"broker       {broker['kind']} at {broker['url']}")
+    for link in summary.get("links") or ():  # measured on the wire, beside the rate and the modelled airtime
+        rate = f"{link['rate_bps']:g} bit/s ({link['rate_s']:.3g} s at that rate)" if link["rate_bps"] else "unshaped"
+        lines.append(f"link         {link['host_address']}: {link['wire_s']:.3g} s over {link['rounds_timed']} rounds, "
+                     f"{link['bytes_down'] + link['bytes_up']} bytes on the wire, {rate}; modelled airtime "
+                     f"{link['airtime_s']:.3g} s")
     straggled = summary.get("stragglers", {}).get("rounds_straggled", 0)
     if straggled:
         lines.append(f"stragglers   {straggled} node-rounds missed ({summary['stragglers']['model']} model, "

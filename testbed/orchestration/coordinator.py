@@ -59,7 +59,7 @@ from testbed.algorithms.contract import (
     round_signal_spec,
     round_uplink_spec,
 )
-from testbed.config import MqttSection, NodesSection
+from testbed.config import LinksSection, MqttSection, NodesSection
 from testbed.errors import ConfigError, UserError
 from testbed.ledger.events import EVENT_TYPES, Event, with_fields
 from testbed.ledger.fields import FIELD_RULES, MEASURED_FIELDS, event_as_planned
@@ -70,6 +70,7 @@ from testbed.mqtt.broker import parse_broker_url
 from testbed.mqtt.brokers import registry as brokers
 from testbed.mqtt.client import Inbound, MqttClient
 from testbed.orchestration.channel_emulator import ChannelEmulator
+from testbed.orchestration.links import LinkRounds, Links
 from testbed.orchestration.nodes_api import Closing, RoundOutcome
 from testbed.util.forked import ForkedCommand, can_fork
 
@@ -103,10 +104,12 @@ class MqttNodes:
         algorithm: the run's algorithm (what to send, what to expect back).
         seed: the run's seed.
         quiet: no broker/host chatter on stderr.
+        links: the ``[links]`` section: each emulated host behind a link of its own
+            (testbed.orchestration.links), timed each round (:class:`LinkRounds`).
     """
 
     def __init__(self, mqtt: MqttSection, nodes: NodesSection, config_toml: str, node_ids: Sequence[int],
-                 algorithm: Algorithm, *, seed: int, quiet: bool = False):
+                 algorithm: Algorithm, *, seed: int, quiet: bool = False, links: LinksSection | None = None):
         m = self.mqtt = mqtt
         self.nodes_section = nodes
         self.config_toml = config_toml
@@ -139,16 +142,28 @@ class MqttNodes:
         self._collecting: _Collection | None = None
         self._pending: list[Inbound] = []
         self.online: set[int] = set()
+        self._arrived_s: dict[int, float] = {}  # the last round's replies: node → when it came (monotonic s)
+        self._links: Links | None = None
+        self._link_rounds: LinkRounds | None = None
         # Read first: a credentials file refused after the broker started would leave it running.
         username, password = _credentials(m.credentials, "coordinator")
         # The run's own broker when none is given (mqtt.broker), stopped by close(); its registration
         # says how clients best speak to it.
         managed = brokers.choose(m.broker) if m.broker_url is None else None
         self._broker: brokers.ManagedBroker | None = None
-        if managed is not None:
-            access = _run_access(m, self.node_ids) if managed.access else None
-            self._broker = managed.make(brokers.BrokerOptions(
-                nodes=len(self.node_ids), access=access, launch=_fork_broker if can_fork() else None)).start()
+        try:
+            if links is not None and links.netns:
+                self._open_links(links, managed)
+            if managed is not None:
+                access = _run_access(m, self.node_ids) if managed.access else None
+                also = tuple(link.broker_address for link in self._links.links) if self._links else ()
+                self._broker = managed.make(brokers.BrokerOptions(
+                    nodes=len(self.node_ids), access=access, launch=_fork_broker if can_fork() else None,
+                    also_listen=also)).start()
+        except BaseException:
+            if self._links is not None:
+                self._links.close()
+            raise
         self.url = self._broker.url if self._broker else m.broker_url
         #: What summary.json says of the broker: its kind ("external": the one mqtt.broker_url names)
         #: and its URL without credentials.
@@ -176,6 +191,27 @@ class MqttNodes:
             self.close("failed")
             raise
 
+    def _host_groups(self) -> list[list[int]]:
+        """The node ids of each emulated `testbed nodes` host (not the microcontroller boards')."""
+        mcu = set(self.nodes_section.mcu)
+        others = [n for n in self.node_ids if n not in mcu]
+        return [[int(n) for n in g] for g in np.array_split(np.array(others), max(1, min(self.mqtt.hosts, len(others))))
+                if len(g)]
+
+    def _open_links(self, links: LinksSection, managed: brokers.Registration | None) -> None:
+        """Each emulated host's link (links.netns), its rate resolved (links.rate_bps), before the
+        broker starts (it listens on their broker ends)."""
+        if not self.mqtt.emulated:
+            raise ConfigError("links.netns", "puts the emulated hosts behind links; mqtt.emulated is false")
+        if managed is None or not managed.listens_beyond_loopback:
+            raise ConfigError("links.netns", "needs the run's own broker listening on the links' addresses, which "
+                              "mqtt.broker = \"mosquitto\" does (not an external broker_url, not the embedded broker)")
+        if self.nodes_section.mcu:
+            raise ConfigError("links.netns", "the microcontroller boards' bridges (nodes.mcu) are not put behind links")
+        hosts = self._host_groups()
+        self._links = Links.open(_host_rates(links.rate_bps, hosts, self.alg))
+        self._link_rounds = LinkRounds(self._links, hosts)
+
     @functools.cached_property
     def _node_set(self) -> frozenset[int]:
         """The run's nodes, to look a reply's sender up in."""
@@ -196,14 +232,14 @@ class MqttNodes:
             cmd += ["--credentials", m.credentials] if m.credentials else []
             cmd += ["--tls-ca", m.tls_ca] if m.tls_ca else []
             self._hosts.append(_Host([node], cmd, quiet))
-        others = [n for n in self.node_ids if n not in set(boards)]
-        groups = [g for g in np.array_split(np.array(others), max(1, min(m.hosts, len(others)))) if len(g)]
+        groups = self._host_groups()
         # Each emulated host gets its share of this machine's cores for torch (a torch model's step),
         # so that hosts do not oversubscribe them (testbed.torch_models reads the variable).
         env = {"TESTBED_TORCH_THREADS": os.environ.get("TESTBED_TORCH_THREADS",
                                                        str(max(1, (os.cpu_count() or 1) // max(1, len(groups)))))}
-        for group in groups:
-            cmd = ["nodes", "--broker", self.url, "--run", self.run,
+        for index, group in enumerate(groups):
+            url = self.url if self._links is None else _url_at(self.url, self._links.links[index].broker_address)
+            cmd = ["nodes", "--broker", url, "--run", self.run,
                    "--ids", ",".join(str(int(n)) for n in group), "--profile", self.nodes_section.profile,
                    "--protocol", protocol_version, "--max-chunk-bytes", str(m.max_chunk_bytes),
                    "--broadcast", broadcast,
@@ -216,7 +252,10 @@ class MqttNodes:
                 cmd += ["--tls-ca", m.tls_ca]
             if self.nodes_section.pacing:
                 cmd.append("--pacing")
-            self._hosts.append(_Host([int(n) for n in group], cmd, quiet, env, fork=can_fork()))
+            if self._links is not None:  # a new interpreter in the host's namespace (`ip netns exec` execs it)
+                self._hosts.append(_Host(group, cmd, quiet, env, wrap=functools.partial(self._links.command, index)))
+            else:
+                self._hosts.append(_Host(group, cmd, quiet, env, fork=can_fork()))
 
     def _wait_online(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
@@ -289,6 +328,8 @@ class MqttNodes:
             expected = tuple(n for n in expected if n in chosen)
         ctx = RoundContext(round_index, self.seed, len(self.node_ids), expected, sampled=sampled)
         self._remember(ctx)
+        if self._link_rounds is not None:
+            self._link_rounds.start()
         sent = not expected or self._send(state, ctx)
         if meanwhile is not None:
             meanwhile()
@@ -300,6 +341,10 @@ class MqttNodes:
         heard = None
         if self._channel is not None:
             heard = self._channel.close_round(self.session, round_index)
+        if self._link_rounds is not None and sent:
+            self._link_rounds.end(round_index, self._arrived_s, {
+                node: sum(getattr(e, "airtime_s", 0.0) for e in events if e.kind == "communication")
+                for node, (_, events, _) in answers.items()})
         return self._outcome(ctx, spec, answers, refusals, reasons, excluded, heard, refused)
 
     def _send(self, state: State, ctx: RoundContext) -> bool:
@@ -393,6 +438,7 @@ class MqttNodes:
             metric_spec = self._metric_spec if kind == protocol.UPDATE else {}  # a setup upload reports none
             collection = self._collecting = _Collection(ctx, spec, metric_spec, kind, outstanding=set(ctx.expected))
             self._offline(set(ctx.expected) - self.online)
+            self._arrived_s = collection.arrived_s
             # Replies can come between the round's publish and this line: they answer it.
             self._drain_pending()
         try:
@@ -612,6 +658,7 @@ class MqttNodes:
             if problem is not None:
                 raise wire.WireError("bad_header", problem)
             answers[node] = ({k: msg.tensors[k] for k in collection.spec}, events, msg.meta.get("metrics", {}))
+            collection.arrived_s[node] = time.monotonic()
             collection.outstanding.discard(node)
             self._note_costs(node, events)
         except wire.WireError as exc:
@@ -680,6 +727,9 @@ class MqttNodes:
             client.close()
         if self._broker is not None:
             self._broker.stop()
+        if self._links is not None:
+            closing = dataclasses.replace(closing, links=self._link_rounds.summary() if self._link_rounds else None)
+            self._links.close()
         return closing
 
     def _await_reports(self, timeout_s: float) -> None:
@@ -744,6 +794,7 @@ class _Collection:
     reasons: dict[int, str] = dataclasses.field(default_factory=dict)
     # node → the events of an update that failed the checks (None: they were not the plan either)
     content_refused: dict[int, list[Event] | None] = dataclasses.field(default_factory=dict)
+    arrived_s: dict[int, float] = dataclasses.field(default_factory=dict)  # node → when its answer came (monotonic)
 
     @functools.cached_property
     def expected(self) -> frozenset[int]:
@@ -754,18 +805,20 @@ class _Collection:
 class _Host:
     """One `testbed ARGS` process (`nodes`, `bridge --virtual`) serving ``node_ids``, with ``env``
     added to this process's environment; a fork of this process with ``fork``
-    (testbed.util.forked), else a new interpreter. Its stderr goes through a thread that passes it on
+    (testbed.util.forked), else a new interpreter (its command line through ``wrap``: a link's
+    namespace). Its stderr goes through a thread that passes it on
     (unless quiet) and keeps the last lines, to explain an early exit."""
 
     def __init__(self, node_ids: list[int], args: list[str], quiet: bool, env: dict[str, str] | None = None,
-                 fork: bool = False):
+                 fork: bool = False, wrap: Callable[[list[str]], list[str]] | None = None):
         self.node_ids = node_ids
         self.reaped = False
         self.proc: subprocess.Popen | ForkedCommand
         if fork:
             self.proc = ForkedCommand(args, env, name=f"nodes {_span(node_ids)}")
         else:
-            self.proc = subprocess.Popen([sys.executable, "-m", "testbed", *args], stdout=subprocess.DEVNULL,
+            command = [sys.executable, "-m", "testbed", *args]
+            self.proc = subprocess.Popen(wrap(command) if wrap else command, stdout=subprocess.DEVNULL,
                                          stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
                                          errors="replace", env={**os.environ, **(env or {})})
         self._tail: collections.deque[str] = collections.deque(maxlen=20)
@@ -874,3 +927,31 @@ def _credentials(path: str | None, user: str) -> tuple[str | None, str | None]:
     if user not in passwords:
         raise ConfigError("mqtt.credentials", f"{path} has no password for {user!r}")
     return user, passwords[user]
+
+
+def _url_at(url: str, address: str) -> str:
+    """``url`` (the run's own broker, on loopback) at ``address`` instead: a link's broker end."""
+    parsed = parse_broker_url(url)
+    return f"{'mqtts' if parsed.tls else 'mqtt'}://{address}:{parsed.port}"
+
+
+def _host_rates(rate_bps: str | int | list[int] | None, hosts: list[list[int]], algorithm: Algorithm) -> list[int | None]:
+    """Each host's link rate in bit/s (None: unshaped) from links.rate_bps: one for all, one per
+    host (0: unshaped), or "channel": the algorithm's link model's rate for the host's slowest node
+    (its ``link_rate_bps(nodes)``, (N,) bit/s)."""
+    if rate_bps is None:
+        return [None] * len(hosts)
+    if isinstance(rate_bps, int):
+        return [rate_bps] * len(hosts)
+    if isinstance(rate_bps, list):
+        if len(rate_bps) != len(hosts):
+            raise ConfigError("links.rate_bps", f"lists {len(rate_bps)} rates for {len(hosts)} emulated hosts "
+                              "(mqtt.hosts): one each")
+        return [rate or None for rate in rate_bps]
+    model = getattr(algorithm, "link_rate_bps", None)
+    if model is None:
+        raise ConfigError("links.rate_bps", f"\"channel\": this run's algorithm has no link model to take a rate "
+                          "from; give the rate in bit/s")
+    rates = np.asarray(model([n for group in hosts for n in group]), dtype=float)
+    by_node = dict(zip((n for group in hosts for n in group), rates.tolist()))
+    return [max(1, int(min(by_node[n] for n in group))) for group in hosts]

@@ -55,12 +55,15 @@ class Closing:
             None in sim.
         broker: the broker the nodes met: its ``kind`` (a managed broker's name, or "external")
             and ``url`` (without credentials); None in sim.
+        links: each emulated host's link and what it carried round by round (links.netns:
+            testbed.orchestration.links.LinkRounds.summary); None without links.
     """
 
     charged: dict[tuple[int, int], list[Event]] = field(default_factory=dict)
     reports: dict[int, Totals] | None = None
     session: str | None = None
     broker: dict[str, str] | None = None
+    links: list[dict] | None = None
 
 
 class Nodes(Protocol):

@@ -159,6 +159,7 @@ class Run:
     node_reports: dict[int, Totals] | None = None
     session: str | None = None  # the coordinator's session (over MQTT): the nodes' ledgers are kept under it
     broker: dict[str, str] | None = None  # the broker's kind and URL (over MQTT)
+    links: list[dict] | None = None  # each emulated host's link, timed round by round (links.netns)
     wall_start: float = field(default_factory=time.monotonic)
     tracking: Tracking = field(default_factory=Tracking.off)  # output.tensorboard, output.mlflow
     # What the releases carry (testbed.algorithms.registry.GUARANTEES): only "dp" has a finite ε.
@@ -176,8 +177,22 @@ def load(config: Config) -> tuple[FederatedData | LazyFederatedData, Model]:
     check_fits(config)
     if config.run.mode == "mqtt" and config.mqtt.broker_url is None:
         brokers.choose(config.mqtt.broker)
+    if config.links.netns:
+        _check_links(config)
     data = load_run_data(config)
     return data, model_for(config.model, data, config.run.seed)
+
+
+def _check_links(config: Config) -> None:
+    """Refuse links.netns (one line, before anything is allocated) where it cannot work: a run in
+    sim (no hosts to put behind links), or a machine that cannot make them."""
+    from testbed.orchestration import links
+
+    if config.run.mode != "mqtt":
+        raise ConfigError("links.netns", f"puts the emulated hosts of an MQTT run behind links; run.mode is "
+                          f"{config.run.mode!r}")
+    if (why := links.missing()) is not None:
+        raise ConfigError("links.netns", why)
 
 
 def plan(config: Config, model: Model, data: FederatedData) -> tuple[Config, dict | None]:
@@ -233,7 +248,7 @@ def build_nodes(config: Config, algorithm: Algorithm, data: FederatedData | Lazy
         from testbed.orchestration.coordinator import MqttNodes
 
         return MqttNodes(config.mqtt, config.nodes, to_toml(config), list(data.node_ids), algorithm,
-                         seed=config.run.seed, quiet=quiet)
+                         seed=config.run.seed, quiet=quiet, links=config.links)
     from testbed.orchestration.sim_nodes import SimNodes
 
     return SimNodes(algorithm, data, config.run.seed, config.nodes.profile, mcu_nodes=config.nodes.mcu,
@@ -520,6 +535,7 @@ def _charge_closing(run: Run, closing: Closing) -> None:
     book and ledger.csv, and the checkpoint again so that it covers them; the nodes' reports kept
     for the summary."""
     run.node_reports, run.session, run.broker = closing.reports, closing.session, closing.broker
+    run.links = closing.links
     fresh = [event for (node, round_index), events in sorted(closing.charged.items())
              if not run.book.logged([node], round_index)[0] for event in events]
     if not fresh:
@@ -751,6 +767,7 @@ def _summary(run: Run) -> dict[str, Any]:
         "model": config.model.kind,
         "session": run.session,
         "broker": run.broker,
+        "links": run.links,
         "wall_s": time.monotonic() - run.wall_start,
         "run_dir": str(run.directory.path),
     }

@@ -187,6 +187,9 @@ class MosquittoBroker:
             start (:func:`write_access`) and enforced, in place of ``acl_file`` and ``password_file``.
         leave_with_parent: on Linux, it is terminated when the thread that started it ends, even
             killed (a run's own broker: :data:`REGISTRATION`).
+        also_listen: addresses of this machine it listens on too, on the same port, each listener
+            with the same settings (users, topic rules and TLS are the broker's, not a listener's:
+            ``per_listener_settings false``): a run's links (testbed.orchestration.links).
 
     Mosquitto inherits this process's hard limit on open files as its soft limit (it does not
     raise it itself, and every client is a socket): a soft limit of 1,024 would cap it near 1,000
@@ -197,10 +200,11 @@ class MosquittoBroker:
                  password_file: str | Path | None = None, tls: TlsFiles | None = None,
                  host: str = "127.0.0.1", binary: str = "mosquitto", start_timeout_s: float = 10.0,
                  bind_client_ids: bool | None = None, nodes: int = 50_000, access: Access | None = None,
-                 leave_with_parent: bool = False):
+                 leave_with_parent: bool = False, also_listen: tuple[str, ...] = ()):
         if access is not None and (acl_file or password_file):
             raise ValueError("access replaces acl_file and password_file: give one or the other")
         self.host = _loopback(host)
+        self.also_listen = tuple(also_listen)
         self.access = access
         self.leave_with_parent = leave_with_parent and sys.platform.startswith("linux")
         self.nodes = nodes
@@ -251,13 +255,14 @@ class MosquittoBroker:
             lines.append(f"password_file {password_file}")
         if acl_file:
             lines.append(f"acl_file {acl_file}")
-        lines.append(f"listener {self.port} {self.host}")
-        if self.bind_client_ids:
-            lines.append(BIND_CLIENT_IDS)  # a listener setting: after its `listener` line
-        if self.tls:
-            lines += [f"cafile {Path(self.tls.cafile).resolve()}",
-                      f"certfile {Path(self.tls.certfile).resolve()}",
-                      f"keyfile {Path(self.tls.keyfile).resolve()}"]
+        for address in (self.host, *self.also_listen):
+            lines.append(f"listener {self.port} {address}")
+            if self.bind_client_ids:
+                lines.append(BIND_CLIENT_IDS)  # a listener setting: after its `listener` line
+            if self.tls:
+                lines += [f"cafile {Path(self.tls.cafile).resolve()}",
+                          f"certfile {Path(self.tls.certfile).resolve()}",
+                          f"keyfile {Path(self.tls.keyfile).resolve()}"]
         return "\n".join(lines) + "\n"
 
     def start(self) -> MosquittoBroker:
@@ -340,11 +345,13 @@ def _missing() -> str | None:
 
 
 def _make(options: BrokerOptions) -> MosquittoBroker:
-    return MosquittoBroker(nodes=options.nodes, access=options.access, leave_with_parent=True)
+    return MosquittoBroker(nodes=options.nodes, access=options.access, leave_with_parent=True,
+                           also_listen=options.also_listen)
 
 
 REGISTRATION = Registration(
     name="mosquitto", description="Mosquitto on an ephemeral loopback port (routes in C; enforces the run's ACL)",
     preference=0, missing=_missing, make=_make,
     access=AccessFormat(files=("acl", "passwords"), write=write_access, config_name="mosquitto.conf",
-                        config=access_config, installed_dir="/etc/mosquitto/testbed"))
+                        config=access_config, installed_dir="/etc/mosquitto/testbed"),
+    listens_beyond_loopback=True)

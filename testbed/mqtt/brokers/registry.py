@@ -62,11 +62,15 @@ class BrokerOptions:
         launch: how to start a ``testbed`` subcommand as a child process (``launch(argv,
             stderr_fd)``, returning a ``Popen``-like object), for a broker served by one; None: a
             new interpreter. A run's coordinator forks itself (``testbed.util.forked``).
+        also_listen: addresses of this machine to listen on besides loopback, on the same port
+            with the same users, topic rules and TLS (the run's links: testbed.orchestration.links);
+            only for a broker whose registration says ``listens_beyond_loopback``.
     """
 
     nodes: int = 1
     access: Access | None = None
     launch: Callable[[list[str], int], Any] | None = None
+    also_listen: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -104,6 +108,7 @@ class Registration:
             clients and enforces no topic rules.
         protocol: the MQTT version (``mqtt.protocol``) clients speak to it when theirs is "auto".
         broadcast: how an emulated host reads the broadcast on it when ``mqtt.broadcast`` is "auto".
+        listens_beyond_loopback: it takes :attr:`BrokerOptions.also_listen`.
     """
 
     name: str
@@ -114,6 +119,7 @@ class Registration:
     access: AccessFormat | None = None
     protocol: str = "auto"
     broadcast: str = "auto"
+    listens_beyond_loopback: bool = False
 
 
 @functools.cache
