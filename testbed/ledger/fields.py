@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Mapping
 
 import numpy as np
@@ -140,15 +140,18 @@ def event_from_dict(values: Mapping) -> Event:
 #: The fields of a node's event it measures or models itself (seconds, joules, and whether a meter
 #: gave them); every other field is what the round's plan says.
 MEASURED_FIELDS = frozenset({"compute_s", "airtime_s", "energy_j", "measured"})
+# Their rules without the fixed cap, which event_within applies as a bound (the tighter one given).
+_MEASURED_RULES = {name: replace(FIELD_RULES[name], high=None) for name in MEASURED_FIELDS}
 
 
-def event_as_planned(values: object, planned: Event) -> Event:
+def event_as_planned(values: object, planned: Event, limits: Mapping[str, float] | None = None) -> Event:
     """The event a dict of :func:`event_to_dict` describes, which must be ``planned`` in every field
-    but :data:`MEASURED_FIELDS` (those checked against :data:`FIELD_RULES`).
+    but :data:`MEASURED_FIELDS` (those checked against :data:`FIELD_RULES` and ``limits``, the
+    bounds of testbed.orchestration.measured_bounds).
 
     Raises:
         ValueError: one line naming the kind and the field: another kind, a missing or unexpected
-            field, a field that differs from the plan, a measured one out of its rule.
+            field, a field that differs from the plan, a measured one out of its rule or bound.
 
     Example::
 
@@ -158,6 +161,33 @@ def event_as_planned(values: object, planned: Event) -> Event:
         ...                   "compute_s": 0.1, "energy_j": 0.2, "measured": True}, planned)
         ComputeEvent(node=0, round=2, local_steps=5, cost_units=5.0, compute_s=0.1, energy_j=0.2, measured=True)
     """
+    event, problems = event_within(values, planned, limits)
+    if problems:
+        raise ValueError(problems[0])
+    return event
+
+
+def event_within(values: object, planned: Event, limits: Mapping[str, float] | None = None,
+                 refused_at: Mapping[str, float] | None = None) -> tuple[Event, list[str]]:
+    """As :func:`event_as_planned`, but a measured field out of its rule or above its bound in
+    ``limits`` (default: the rule's fixed cap) is not an error: the event returned carries
+    ``refused_at``'s figure for it (default: the bound), never less than the plan's (the
+    ``measured`` flag: the plan's), and the list says why, one phrase a field. What a refused reply
+    released is charged this way.
+
+    Raises:
+        ValueError: what is not a measured field differs from the plan (as event_as_planned).
+
+    Example::
+
+        >>> from testbed.ledger.events import ComputeEvent
+        >>> planned = ComputeEvent(node=0, round=2, local_steps=5)
+        >>> event, why = event_within({"kind": "compute", "node": 0, "round": 2, "local_steps": 5,
+        ...     "cost_units": 0.0, "compute_s": 1e308, "energy_j": 0.2, "measured": True}, planned,
+        ...     {"compute_s": 3.0, "energy_j": 30.0})
+        >>> event.compute_s, event.energy_j, why
+        (3.0, 0.2, ['compute event: compute_s = 1e+308 is beyond its bound 3'])
+    """
     kind = planned.kind
     if type(values) is not dict or values.get("kind") != kind:
         got = values.get("kind") if isinstance(values, dict) else type(values).__name__
@@ -165,17 +195,23 @@ def event_as_planned(values: object, planned: Event) -> Event:
     if values.keys() != _KEYS[kind]:
         raise ValueError(f"{kind} event with fields {_short(sorted(map(str, values)))}, "
                          f"not {', '.join(FIELDS[kind])}")
-    plan, measured = planned.__dict__, {}  # the fields of a frozen dataclass (see with_fields)
+    plan, measured, problems = planned.__dict__, {}, []  # the fields of a frozen dataclass (see with_fields)
     for name in FIELDS[kind]:
         raw = values[name]
         if name in MEASURED_FIELDS:
+            bound = FIELD_RULES[name].high if limits is None or name not in limits else limits[name]
             try:
-                measured[name] = FIELD_RULES[name].check(name, raw)
+                value = _MEASURED_RULES[name].check(name, raw)
+                if bound is not None and value > bound:
+                    raise ValueError(f"{name} = {value:.6g} is beyond its bound {bound:.6g}")
             except ValueError as exc:
-                raise ValueError(f"{kind} event: {exc}") from None
+                problems.append(f"{kind} event: {exc}")
+                at = bound if refused_at is None else refused_at.get(name, plan[name])
+                value = plan[name] if at is None else max(at, plan[name])
+            measured[name] = value
         elif raw != plan[name] or (raw.__class__ is bool) is not (plan[name].__class__ is bool):  # True == 1
             raise ValueError(f"{kind} event with {name} = {_short(raw)}, the plan says {plan[name]!r}")
-    return with_fields(planned, **measured) if measured else planned
+    return (with_fields(planned, **measured) if measured else planned), problems
 
 
 def _short(raw: object) -> str:

@@ -62,7 +62,7 @@ from testbed.algorithms.contract import (
 from testbed.config import LinksSection, MqttSection, NodesSection
 from testbed.errors import ConfigError, UserError
 from testbed.ledger.events import EVENT_TYPES, Event, with_fields
-from testbed.ledger.fields import FIELD_RULES, MEASURED_FIELDS, event_as_planned
+from testbed.ledger.fields import FIELD_RULES, MEASURED_FIELDS, event_within
 from testbed.ledger.node import RoundSet
 from testbed.mqtt import topics
 from testbed.mqtt import acl
@@ -71,6 +71,7 @@ from testbed.mqtt.brokers import registry as brokers
 from testbed.mqtt.client import Inbound, MqttClient
 from testbed.orchestration.channel_emulator import ChannelEmulator
 from testbed.orchestration.links import LinkRounds, Links
+from testbed.orchestration.measured_bounds import MeasuredBounds
 from testbed.orchestration.nodes_api import Closing, RoundOutcome
 from testbed.util.forked import ForkedCommand, can_fork
 
@@ -125,6 +126,8 @@ class MqttNodes:
         # nodes' ledger reports however late they come; the highest wire round sent so far: a node's
         # message of a later round is refused before it moves any state (_admit).
         self._rounds: dict[int, RoundContext] = {}
+        self._sent_at: dict[int, float] = {}  # round -> monotonic s it was sent: its replies' window
+        self._bounds = _node_bounds(mqtt, nodes, self.node_ids, algorithm)
         self._open_round = -1
         self._late: dict[tuple[int, int], list[Event]] = {}  # charged, not yet handed to the runner
         self._released: dict[int, RoundSet] = {}  # node -> rounds of this session already charged
@@ -559,6 +562,7 @@ class MqttNodes:
     def _remember(self, ctx: RoundContext) -> None:
         """A round (or the setup) is about to be sent: its replies may come from now on, however late."""
         self._rounds[ctx.round_index] = ctx
+        self._sent_at[ctx.round_index] = time.monotonic()
         self._open_round = max(self._open_round, ctx.round_index, 0)
 
     def _planned(self, node: int, ctx: RoundContext) -> list[Event]:
@@ -587,25 +591,50 @@ class MqttNodes:
     def _check_events(self, node: int, ctx: RoundContext, msg: wire.Message) -> list[Event]:
         """The update's events, refused unless they are the round's plan in every field (node, round,
         privacy, steps, bytes, cost units...) but the finite non-negative seconds and joules the node
-        measured or modelled (testbed.ledger.fields.MEASURED_FIELDS), each within its physical bound."""
+        measured or modelled (testbed.ledger.fields.MEASURED_FIELDS), each within its physical bound
+        (testbed.orchestration.measured_bounds: the node's profile and how long its round was open)."""
+        events, problems = self._bounded_events(node, ctx, msg)
+        if problems:
+            raise wire.WireError("bad_header", "; ".join(problems))
+        return events
+
+    def _bounded_events(self, node: int, ctx: RoundContext, msg: wire.Message) -> tuple[list[Event], list[str]]:
+        """The update's events, and why any measured field is refused (beyond its rule or bound);
+        WireError when they are not the plan in another field. A refused field is charged at its
+        bound when the node's profile and round window give one (nothing the node could have spent
+        is above it), else (the fixed caps: a day, a kilowatt, no estimate of anything) as a
+        release whose events never came: the most the node reported in such an event, or the plan."""
         raw = msg.meta.get("events")
         planned = self._planned(node, ctx)
         if not isinstance(raw, list) or len(raw) != len(planned):
             kinds = [e.get("kind") if isinstance(e, dict) else e for e in raw[:10]] if isinstance(raw, list) else raw
             raise wire.WireError("bad_header", f"events {kinds!r:.200}, the plan says {[e.kind for e in planned]}")
+        sent_at = self._sent_at.get(ctx.round_index)
+        bounds = self._bounds.get(node, _FIXED_CAPS) if sent_at is not None else _FIXED_CAPS
+        open_s = time.monotonic() - sent_at if sent_at is not None else 0.0
+        derived = bounds.device is not None
+
+        def check(values: object, want: Event) -> tuple[Event, list[str]]:
+            limits = bounds.limits(want, open_s)
+            return event_within(values, want, limits, None if derived else self._costliest.get((node, want.kind), {}))
+
         try:
-            return [event_as_planned(values, want) for values, want in zip(raw, planned)]
+            checked = [check(values, want) for values, want in zip(raw, planned)]
         except ValueError as exc:
             raise wire.WireError("bad_header", str(exc)) from None
+        return [event for event, _ in checked], [why for _, problems in checked for why in problems]
 
-    def _events_or_none(self, node: int, ctx: RoundContext, msg: wire.Message) -> list[Event] | None:
-        """A reply's events if they are the plan (what a refused or late reply released); else None."""
+    def _events_or_none(self, node: int, ctx: RoundContext, msg: wire.Message) -> tuple[list[Event] | None, list[str]]:
+        """What a refused or late reply released: its events if they are the plan, a measured field
+        beyond its rule or bound charged at the bound (never less than the node could have spent),
+        and why; None when they are not the plan in another field."""
         try:
-            events = self._check_events(node, ctx, msg)
+            events, problems = self._bounded_events(node, ctx, msg)
         except wire.WireError:
-            return None
-        self._note_costs(node, events)
-        return events
+            return None, []
+        if not problems:
+            self._note_costs(node, events)
+        return events, problems
 
     def _admit(self, msg: wire.Message) -> str | None:
         """What the coordinator may take from a node, checked on the network thread before the
@@ -664,7 +693,7 @@ class MqttNodes:
         except wire.WireError as exc:
             collection.reasons[node] = "refused_update"
             if msg.kind != protocol.REFUSED:  # released all the same: charged unless a good one comes
-                collection.content_refused[node] = self._events_or_none(node, ctx, msg)
+                collection.content_refused[node] = self._events_or_none(node, ctx, msg)[0]
             log.warning("rejected %s of node %d for round %d: %s", msg.kind, node, wire_round, exc)
 
     def _maybe_late(self, node: int, msg: wire.Message) -> None:
@@ -679,9 +708,10 @@ class MqttNodes:
         if self._already_charged(node, round_index):
             log.info("dropped a late copy of node %d's %s for round %d: already charged", node, msg.kind, msg.round)
             return
-        events = self._events_or_none(node, ctx, msg)
+        events, problems = self._events_or_none(node, ctx, msg)
         log.warning("late %s of node %d for round %d: not used, charged%s", msg.kind, node, msg.round,
-                    "" if events is not None else " as planned (its events are not the plan)")
+                    " as planned (its events are not the plan)" if events is None
+                    else f" with {'; '.join(problems)}: at the bound" if problems else "")
         self._late[(node, round_index)] = events if events is not None else self._planned_release(node, ctx)
 
     def _take_report(self, node: int, msg: wire.Message) -> None:
@@ -856,6 +886,21 @@ class _Host:
             self.proc.terminate()
             self.proc.wait(timeout=5)
         self._reader.join(timeout=2.0)
+
+
+_FIXED_CAPS = MeasuredBounds()  # a node whose profile is not known here
+
+
+def _node_bounds(mqtt: MqttSection, nodes: NodesSection, node_ids: Sequence[int],
+                 algorithm: Algorithm) -> dict[int, MeasuredBounds]:
+    """The bounds of each node's measured fields: from the profile it is emulated with here (a
+    microcontroller's board profile, else ``nodes.profile``); none for nodes started elsewhere,
+    whose profile the run does not declare (the fixed caps)."""
+    if not mqtt.emulated:
+        return {}
+    board = MeasuredBounds.of_board(nodes.mcu_profile, algorithm.flops_per_step) if nodes.mcu else _FIXED_CAPS
+    device = MeasuredBounds.of_profile(nodes.profile)
+    return {node: board if node in set(nodes.mcu) else device for node in node_ids}
 
 
 def _check_refusal(msg: wire.Message) -> None:

@@ -22,6 +22,7 @@ Example::
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Callable, Sequence
 
@@ -40,7 +41,11 @@ from testbed.algorithms.contract import (
 from testbed.data.federated import FederatedData, Split
 from testbed.data.lazy import LazyFederatedData
 from testbed.ledger.events import Event, EventBatch, NodeEvents
+from testbed.ledger.fields import event_to_dict, event_within
+from testbed.orchestration.measured_bounds import MeasuredBounds
 from testbed.orchestration.nodes_api import Closing, RoundOutcome
+
+log = logging.getLogger(__name__)
 
 
 class SimNodes:
@@ -60,12 +65,17 @@ class SimNodes:
                  mcu_nodes: Sequence[int] = (), mcu_profile: str | None = None):
         self.alg, self.data, self.seed = algorithm, data, seed
         self.costs = NodeCosts(profile, "model")
+        # What a node's seconds and joules can be in a round: a cost model's figure beyond them is
+        # charged at the bound, as the coordinator charges a reply's (testbed.orchestration.measured_bounds).
+        self._bounds = MeasuredBounds.of_profile(profile)
+        self._board_bounds = MeasuredBounds()
         self.mcu_nodes = frozenset(int(n) for n in mcu_nodes)
         self._board_costs = None
         if self.mcu_nodes:
             from firmware_bridge.costs import BoardCosts
 
             self._board_costs = BoardCosts(mcu_profile or "rp2040", algorithm.flops_per_step)
+            self._board_bounds = MeasuredBounds.of_board(mcu_profile or "rp2040", algorithm.flops_per_step)
         self.node_ids = list(data.node_ids)
         self._lazy = isinstance(data, LazyFederatedData)
         self._position = {} if self._lazy else {node: i for i, node in enumerate(self.node_ids)}
@@ -74,9 +84,9 @@ class SimNodes:
         alg = self.alg
         assert isinstance(alg, WithSetup)
         ctx = RoundContext(SETUP_ROUND, self.seed, len(self.node_ids), tuple(self.node_ids))
-        start = time.process_time()
+        began, start = time.monotonic(), time.process_time()
         result = alg.setup_step(self._train(tuple(self.node_ids)), self.node_ids, ctx)
-        return self._outcome(result, ctx.closed(result.node_ids), start, {})
+        return self._outcome(result, ctx.closed(result.node_ids), began, start, {})
 
     def round(self, state: State, round_index: int, excluded: frozenset[int],
               sampled: tuple[int, ...] | None = None, meanwhile: Callable[[], None] | None = None) -> RoundOutcome:
@@ -89,7 +99,7 @@ class SimNodes:
         if not expected:
             return RoundOutcome(NodeResult((), {}), ctx.closed(()), straggled=straggled)
         train = self._train(expected)
-        start = time.process_time()
+        began, start = time.monotonic(), time.process_time()
         result = alg.node_step(alg.downlink(state, ctx, expected), train, expected, ctx)
         closed = ctx.closed(expected)
         if isinstance(alg, OverTheAir):
@@ -98,7 +108,7 @@ class SimNodes:
             if not result.node_ids:
                 straggled.update({n: "no_exchange" for n in expected})
             result = NodeResult(result.node_ids, result.tensors, released.metrics, released.events)
-        return self._outcome(result, closed, start, straggled)
+        return self._outcome(result, closed, began, start, straggled)
 
     def _train(self, expected: tuple[int, ...]) -> Split:
         """The training rows of ``expected`` (node ids, in order): lazy nodes' are made now (from
@@ -128,9 +138,13 @@ class SimNodes:
         rows = heard if every else heard[list(sent.node_ids)]
         return alg.node_finish(sent.carry, rows, sent.node_ids, ctx)
 
-    def _outcome(self, result: NodeResult, ctx: RoundContext, start: float, straggled: dict[int, str]) -> RoundOutcome:
+    def _outcome(self, result: NodeResult, ctx: RoundContext, began: float, start: float,
+                 straggled: dict[int, str]) -> RoundOutcome:
+        """The round's charges: each node's share of the step's CPU time (``start``: process time at
+        its beginning) through its cost model, within the bounds of a round open since ``began``."""
         released = result.events
         share = (time.process_time() - start) / max(1, len(ctx.answered))
+        open_s = time.monotonic() - began
         charged: dict[tuple[int, int], list[Event]] = {}
         batches: list[EventBatch] = []
         if isinstance(released, NodeEvents) and tuple(released.nodes.tolist()) == ctx.answered:
@@ -138,18 +152,33 @@ class SimNodes:
             boards = np.isin(released.nodes, list(self.mcu_nodes)) if self.mcu_nodes else None
             for batch in released.batches:
                 rest = batch if boards is None else batch.take(~boards)
-                batches.append(rest.map(lambda e: self.costs.charge_modelled([e], share)[0]))
+                batches.append(rest.map(lambda e: self._within(self.costs.charge_modelled([e], share)[0], e,
+                                                               self._bounds, open_s)))
             board_rows = [] if boards is None else np.flatnonzero(boards).tolist()
             released = {i: released[i] for i in board_rows}
         else:
             released = dict(enumerate(released))
         for i, events in released.items():
             node = ctx.answered[i]
-            if node in self.mcu_nodes:
-                charged[(node, ctx.round_index)] = self._board_charge(events)
-            else:
-                charged[(node, ctx.round_index)] = self.costs.charge_modelled(events, share)
+            board = node in self.mcu_nodes
+            costs = self._board_charge(events) if board else self.costs.charge_modelled(events, share)
+            bounds = self._board_bounds if board else self._bounds
+            charged[(node, ctx.round_index)] = [self._within(cost, plan, bounds, open_s)
+                                                for cost, plan in zip(costs, events)]
         return RoundOutcome(result, ctx, charged, straggled, batches=tuple(batches))
+
+    @staticmethod
+    def _within(charged: Event, planned: Event, bounds: MeasuredBounds, open_s: float) -> Event:
+        """``charged`` (``planned`` with its cost model's seconds and joules) with each of them that
+        is beyond its bound at the bound, logged."""
+        limits = bounds.limits(planned, open_s)
+        if all(getattr(charged, name) <= bound for name, bound in limits.items()):
+            return charged
+        event, problems = event_within(event_to_dict(charged), planned, limits)
+        if problems:
+            log.warning("node %d, round %d: %s: charged at the bound", planned.node, planned.round,
+                        "; ".join(problems))
+        return event
 
     def _board_charge(self, events: list[Event]) -> list[Event]:
         """A microcontroller node's events as its bridge charges a virtual board's."""
