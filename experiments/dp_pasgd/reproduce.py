@@ -396,7 +396,8 @@ def report(t: dict[str, Any]) -> str:
         "about learning or convergence, and many designs below sit there.\n")
     add("**Compute.** Measured wall time of the runs, one worker on this 2-core machine (the sum of the runs' own "
         "measured times, recorded in each scenario's data file): "
-        + ", ".join(f"{k} {w:.0f} s" for k, w in walls.items()) + f"; **{sum(walls.values()) / 60:.1f} min** in all. "
+        + ", ".join(f"{k} {w:.0f} s" for k, w in walls.items()) + f"; **{sum(walls.values()) / 60:.1f} min** in all "
+        "(measured while other jobs shared the two cores, which the runs' own times include). "
         f"Seeds: e1 {len(E1_SEEDS)}, e2 {len(E2_SEEDS)} (its {len(e2.rows)} runs are most of the compute; 10 seeds "
         f"would double it), e3 {len(E3_SEEDS)}, planfit {len(E2_SEEDS)} (the seeds of e2 it is paired with), learns "
         f"{len(LEARNS_SEEDS)} at ε_th = {LEARNS_EPSILON:g} and 5 at each other ε_th.\n")

@@ -126,7 +126,8 @@ def report(e1, e2) -> str:
          "Spearman's ρ over every run with its 95 % interval; **shown** / **opposite** when the interval excludes zero "
          "on the claimed / other side, else **inconclusive**; each at 95 % on its own. Accuracies: mean [95 % t interval].", "",
          f"Measured wall time of the runs (one worker, the sum of the runs' own times): cnn-e1 {e1.wall_s:.0f} s, "
-         f"cnn-e2 {e2.wall_s:.0f} s; **{(e1.wall_s + e2.wall_s) / 60:.1f} min** in all.", "",
+         f"cnn-e2 {e2.wall_s:.0f} s; **{(e1.wall_s + e2.wall_s) / 60:.1f} min** in all (measured while other jobs shared "
+         "the two cores, which the runs' own times include).", "",
          "## E1: resource efficiency (`fig_e1-cnn.png`)", "",
          "> \"for all of the data distribution cases, DP-PASGD always achieves higher accuracy than DP-SGD\"", "",
          "| scheme | test accuracy | σ | ε spent (max) |", "|---|---|---|---|"]
