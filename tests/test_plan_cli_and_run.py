@@ -140,6 +140,8 @@ def test_plan_noise_dimension_from_the_file(capsys, tmp_path, setting, source):
     assert 0 < out["constants"]["noise_dimension"] <= out["constants"]["dimension"]
     if source == "given":
         assert out["constants"]["noise_dimension"] == 3.5
+    assert main(["plan", "dp-pasgd", str(path)]) == 0
+    assert f"d_eff = {out['constants']['noise_dimension']:.4g} ({source})" in capsys.readouterr().out
     path.write_text(SYNTHETIC)
     plain = _json(capsys, ["plan", "dp-pasgd", str(path), "--json"])
     assert plain["constants"]["noise_dimension"] is None and "noise_dimension" not in plain["sources"]
