@@ -127,3 +127,21 @@ def test_tau_config_errors_name_the_key(extra, key):
     with pytest.raises(ConfigError) as info:
         load_config_text(extra)
     assert info.value.key == key
+
+
+@pytest.mark.parametrize("setting, source", [('"trace"', "estimated"), ("3.5", "given")])
+def test_plan_noise_dimension_from_the_file(capsys, tmp_path, setting, source):
+    """[plan] noise_dimension: "trace" estimates d_eff (testbed.planning.estimate.noise_dimension), a
+    number is used as given; unset, the plan charges the noise with d (no such constant)."""
+    path = tmp_path / "exp.toml"
+    path.write_text(SYNTHETIC + f"[plan]\nnoise_dimension = {setting}\n")
+    out = _json(capsys, ["plan", "dp-pasgd", str(path), "--json"])
+    assert out["sources"]["noise_dimension"] == source
+    assert 0 < out["constants"]["noise_dimension"] <= out["constants"]["dimension"]
+    if source == "given":
+        assert out["constants"]["noise_dimension"] == 3.5
+    assert main(["plan", "dp-pasgd", str(path)]) == 0
+    assert f"d_eff = {out['constants']['noise_dimension']:.4g} ({source})" in capsys.readouterr().out
+    path.write_text(SYNTHETIC)
+    plain = _json(capsys, ["plan", "dp-pasgd", str(path), "--json"])
+    assert plain["constants"]["noise_dimension"] is None and "noise_dimension" not in plain["sources"]

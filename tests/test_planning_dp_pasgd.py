@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import math
 
+import dataclasses
+
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from testbed.cost import max_steps, resource_cost
 from testbed.planning.dp_pasgd import (
@@ -16,6 +20,7 @@ from testbed.planning.dp_pasgd import (
     k_objective,
     lr_condition,
     lr_tau_cap,
+    noise_dimension,
     plan,
     solve_k,
     steps_domain,
@@ -305,6 +310,8 @@ def test_infeasible_budget_raises():
         ("batch_sizes", 0),
         ("batch_sizes", (32, 32)),
         ("strong_convexity", 2.0),
+        ("noise_dimension", 0.0),
+        ("noise_dimension", 11.0),
     ],
 )
 def test_bound_constants_validation_names_the_field(field, value):
@@ -319,3 +326,26 @@ def test_bound_constants_broadcast_and_contraction():
         BoundConstants(learning_rate=1.0, strong_convexity=1.0)
     with pytest.raises(ValueError, match="21e"):
         lr_tau_cap(BoundConstants(learning_rate=2.0, strong_convexity=0.1))
+
+
+@given(d_eff=st.floats(0.01, 10.0), sigma=st.floats(0.0, 5.0), tau=st.integers(1, 20))
+def test_noise_dimension_scales_only_the_noise_term(d_eff, sigma, tau):
+    """d_eff replaces d in the noise term of B (13) alone: B is affine in it with slope the noise
+    term's per-dimension share, B at d_eff = d is the paper's B, and a smaller d_eff never raises B."""
+    lowered = dataclasses.replace(CHECK6, noise_dimension=d_eff)
+    assert noise_dimension(CHECK6) == CHECK6.dimension and noise_dimension(lowered) == d_eff
+    paper = bound_B(CHECK6, tau, sigma)
+    assert bound_B(dataclasses.replace(CHECK6, noise_dimension=float(CHECK6.dimension)), tau, sigma) == pytest.approx(paper)
+    no_noise = bound_B(CHECK6, tau, 0.0)
+    per_dimension = (paper - no_noise) / CHECK6.dimension
+    assert bound_B(lowered, tau, sigma) == pytest.approx(no_noise + d_eff * per_dimension, rel=1e-9, abs=1e-12)
+    assert bound_B(lowered, tau, sigma) <= paper * (1 + 1e-12)
+
+
+def test_smaller_noise_dimension_plans_longer_runs():
+    """The noise slope of (24) is proportional to d: with d_eff < d the planned K and τ can only grow
+    (BOUNDARY's optimum sits at τ = 1 with the paper's d = 100)."""
+    paper = plan(BOUNDARY, 1000.0, 4.0)
+    lowered = plan(dataclasses.replace(BOUNDARY, noise_dimension=2.0), 1000.0, 4.0)
+    assert (lowered.steps, lowered.tau) >= (paper.steps, paper.tau) and lowered.steps > paper.steps
+    assert lowered.feasible and lowered.meets_privacy_target

@@ -8,7 +8,7 @@ import pytest
 from testbed.data.synthetic import make_logistic
 from testbed.errors import UserError
 from testbed.models import LinearSVM, LogisticRegression
-from testbed.planning.estimate import estimate, per_sample_gradients
+from testbed.planning.estimate import estimate, noise_dimension, per_sample_gradients
 
 
 @pytest.fixture(scope="module")
@@ -68,3 +68,29 @@ def test_svm_has_no_smoothness_and_batch_must_fit(data):
     assert estimate(model, data.train, model.init(None), batch=8).smoothness is None
     with pytest.raises(UserError, match="batch"):
         estimate(model, data.train, model.init(None), batch=10_000)
+
+
+@pytest.mark.parametrize("n_classes", [2, 3])
+def test_noise_dimension_is_the_trace_bound_over_l(data, n_classes):
+    """d_eff = tr(H̄)/L. At θ⁰ = 0 the softmax Hessian is S ⊗ (I − 11ᵀ/C)/C, Böhning's H̄ scaled by 2/C,
+    so tr/λ_max of an explicit finite-difference Hessian there must equal d_eff (the ratio ignores
+    the scale); the factor (I − 11ᵀ/C) contributes C − 1 to the trace and 1 to the top eigenvalue."""
+    train = type(data.train)(data.train.x, data.train.y % n_classes, data.train.offsets)
+    model = LogisticRegression(data.dim, n_classes, bias=True)
+    d_eff = noise_dimension(model, train)
+    assert 1.0 <= d_eff <= model.num_params
+    assert estimate(model, train, model.init(None), batch=8).noise_dimension == pytest.approx(d_eff)
+    weights = np.repeat(1.0 / (train.sizes * data.num_nodes), train.sizes)[:, None]
+
+    def grad(theta):
+        _, g = per_sample_gradients(model, theta, train.x, train.y)
+        return (g * weights).sum(axis=0)
+
+    h = 1e-6
+    hessian = np.stack([(grad(h * e) - grad(-h * e)) / (2 * h) for e in np.eye(model.num_params)])
+    top = np.linalg.eigvalsh((hessian + hessian.T) / 2)[-1]
+    assert d_eff == pytest.approx(np.trace(hessian) / top, rel=1e-5)
+
+
+def test_noise_dimension_needs_a_logistic_model(data):
+    assert noise_dimension(LinearSVM(data.dim), data.train) is None

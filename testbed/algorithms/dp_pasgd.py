@@ -105,6 +105,9 @@ class PlanSection(Section):
     """ξ²."""
     initial_gap: NonNegative[float] | None = None
     """α = L(θ⁰) − L*."""
+    noise_dimension: Positive[float] | Literal["trace"] | None = None
+    """d_eff, the dimension the noise term of B (13) is charged with: unset = the parameter count d
+    (the paper); "trace" = tr(H̄)/L from Böhning's matrix bound (logistic models); or a number."""
 
 
 class DpPasgd(BaseAlgorithm):

@@ -182,7 +182,8 @@ def format_plan(result: dict, num_params: int) -> str:
         f"budgets    C_th = {result['cost_budget']:g} {unit} (c1 = {result['c1']:g} per round, c2 = {result['c2']:g} "
         f"per step); epsilon_th = {result['epsilon_target']:g} at delta = {c['delta']:g}",
         "constants  " + "  ".join(f"{name} = {c[key]:.4g} ({src[key]})" for key, name in (
-            ("smoothness", "L"), ("strong_convexity", "lambda"), ("grad_variance", "xi^2"), ("initial_gap", "alpha"))),
+            ("smoothness", "L"), ("strong_convexity", "lambda"), ("grad_variance", "xi^2"), ("initial_gap", "alpha")))
+        + (f"  d_eff = {c['noise_dimension']:.4g} ({src['noise_dimension']})" if c.get("noise_dimension") else ""),
         f"plan       tau = {result['tau']}, K = {result['steps']} steps, {result['rounds']} rounds, "
         f"sigma = {result['sigma']:.6g}, cost = {result['cost']:.6g} {unit}, "
         f"epsilon spent = {result['epsilon']:.6g} ({result['variant']})",

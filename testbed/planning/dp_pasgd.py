@@ -42,6 +42,7 @@ __all__ = [
     "k_objective",
     "lr_condition",
     "lr_tau_cap",
+    "noise_dimension",
     "plan",
     "solve_k",
     "steps_domain",
@@ -75,6 +76,9 @@ class BoundConstants:
         lipschitz: G, the per-sample Lipschitz constant that sets the sensitivity 2G/X_m.
         batch_sizes: X_m, one per device; a single int is broadcast to all M devices.
         delta: δ of the (ε, δ)-DP guarantee of each device.
+        noise_dimension: the dimension the privacy noise is charged with in B (13) and (24); None
+            (default) is the paper's d. A smaller d_eff comes from a matrix bound on the Hessian
+            (testbed.planning.estimate.noise_dimension); 0 < d_eff <= d.
     """
 
     learning_rate: float = 0.015
@@ -87,6 +91,7 @@ class BoundConstants:
     lipschitz: float = 1.0
     batch_sizes: int | tuple[int, ...] = 128
     delta: float = 1e-4
+    noise_dimension: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("learning_rate", "smoothness", "strong_convexity", "lipschitz"):
@@ -97,6 +102,9 @@ class BoundConstants:
             value = getattr(self, name)
             _require(_is_positive_int(value), name, "must be a positive integer", value)
         _require(0 < self.delta < 1, "delta", "must lie in (0, 1)", self.delta)
+        if self.noise_dimension is not None:
+            _require(0 < self.noise_dimension <= self.dimension, "noise_dimension",
+                     f"must lie in (0, dimension = {self.dimension}]", self.noise_dimension)
         # Step 0 of §4.4: the contraction factor 1 − ηλ of (12) must lie in (0, 1).
         _require(
             self.learning_rate * self.strong_convexity < 1,
@@ -184,6 +192,11 @@ class Plan:
         return self.epsilon_spent <= self.epsilon_target * (1 + 1e-9)
 
 
+def noise_dimension(constants: BoundConstants) -> float:
+    """The dimension the noise term d·σ² of B (13) is charged with: d, or the given d_eff."""
+    return constants.dimension if constants.noise_dimension is None else constants.noise_dimension
+
+
 def lr_condition(constants: BoundConstants, tau: float) -> float:
     """Left side of the learning-rate condition (21e): ηL + η²L²τ(τ−1); Theorem 1 needs it <= 1."""
     eta_l = constants.learning_rate * constants.smoothness
@@ -217,7 +230,7 @@ def bound_B(constants: BoundConstants, tau: float, sigmas: float | Sequence[floa
     sigma = _per_device(sigmas, c.num_devices)
     eta_l = c.learning_rate * c.smoothness
     period_factor = (eta_l + eta_l**2 * (tau - 1) * c.num_devices) / (2 * c.strong_convexity * c.num_devices)
-    noise = c.grad_variance + c.dimension / c.num_devices * float(np.sum(sigma**2))
+    noise = c.grad_variance + noise_dimension(c) / c.num_devices * float(np.sum(sigma**2))
     return period_factor * noise
 
 
@@ -480,7 +493,7 @@ def _noise_slope(constants: BoundConstants, epsilon: float, variant: SigmaCalibr
     z = z_constant(epsilon, c.delta)  # eq. (25)
     inverse_rho = 1.0 / z if SigmaCalibration(variant) is SigmaCalibration.PAPER_LITERAL else z / epsilon**2
     sum_inv_batch_sq = sum(1.0 / x**2 for x in c.batch_sizes)
-    return 2.0 * c.dimension * c.lipschitz**2 * inverse_rho / c.num_devices * sum_inv_batch_sq
+    return 2.0 * noise_dimension(c) * c.lipschitz**2 * inverse_rho / c.num_devices * sum_inv_batch_sq
 
 
 def _meets_lr_condition(constants: BoundConstants, tau: int) -> bool:

@@ -25,6 +25,9 @@ training split, with the global loss L(θ) of eq. (4) (each node weighted 1/M):
   per-sample gradient variance of node m (X drawn without replacement). The second term is the node
   drift, zero on average under the unbiasedness Assumption 3 that non-i.i.d. data breaks; it is
   included, so ξ² on Adult-1 carries the heterogeneity the theory leaves out.
+- **d_eff** (optional, ``[plan] noise_dimension = "trace"``): the dimension the privacy noise is
+  charged with in B (13), tr(H̄)/L from Böhning's matrix bound H̄ instead of the parameter count d
+  (:func:`noise_dimension`; the paper's bound is d_eff = d).
 
 Units: losses in nats, gradients in loss units per parameter unit; L and λ in loss units per
 squared parameter unit.
@@ -54,6 +57,7 @@ class Estimates:
         grad_variance: ξ² for the mini-batch size the estimate was made for.
         initial_gap: α = L(θ⁰) (L* = 0).
         gradient_norm: ||∇L(θ⁰)||, reported for context.
+        noise_dimension: d_eff = tr(H̄)/L of :func:`noise_dimension`, or None (SVM, MLP).
     """
 
     smoothness: float | None
@@ -61,6 +65,7 @@ class Estimates:
     grad_variance: float
     initial_gap: float
     gradient_norm: float
+    noise_dimension: float | None = None
 
 
 def per_sample_gradients(model: Model, params: np.ndarray, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -83,14 +88,36 @@ def per_sample_gradients(model: Model, params: np.ndarray, x: np.ndarray, y: np.
     return np.concatenate(losses), np.concatenate(grads)
 
 
+def _second_moment(model: LogisticRegression, train: Split) -> np.ndarray:
+    """S = (1/M)·Σ_m X̃_mᵀX̃_m/N_m, the second moment of the (bias-augmented) rows under eq. (4)."""
+    x = np.hstack([train.x, np.ones((len(train.y), 1))]) if model.bias else train.x
+    weights = np.repeat(1.0 / (train.sizes * len(train.sizes)), train.sizes)  # eq. (4): 1/(M·N_m) per row
+    return (x * weights[:, None]).T @ x
+
+
 def smoothness(model: Model, train: Split) -> float | None:
     """L = ½·λ_max((1/M)·Σ_m X̃_mᵀX̃_m/N_m) for softmax logistic regression (Böhning); None otherwise."""
     if not isinstance(model, LogisticRegression):
         return None
-    x = np.hstack([train.x, np.ones((len(train.y), 1))]) if model.bias else train.x
-    weights = np.repeat(1.0 / (train.sizes * len(train.sizes)), train.sizes)  # eq. (4): 1/(M·N_m) per row
-    second_moment = (x * weights[:, None]).T @ x
-    return 0.5 * float(np.linalg.eigvalsh(second_moment)[-1])
+    return 0.5 * float(np.linalg.eigvalsh(_second_moment(model, train))[-1])
+
+
+def noise_dimension(model: Model, train: Split) -> float | None:
+    """d_eff = tr(H̄)/L for softmax logistic regression, H̄ = ½·S ⊗ (I − 11ᵀ/C) Böhning's matrix bound
+    on the Hessian (module docstring); None for other models.
+
+    Theorem 1 charges the noise b ~ N(0, σ²I_d) of a step through L-smoothness: E[(L/2)||ηb||²] =
+    (L/2)·η²·d·σ², the term d·σ² of B (13). With the matrix bound ∇²L(θ) ⪯ H̄ for every θ the same
+    step of the proof gives E[½·(ηb)ᵀH̄(ηb)] = ½·η²·σ²·tr(H̄), which is L·d_eff·σ²/2: the bound
+    keeps its form with d replaced by d_eff = tr(H̄)/L = (C − 1)·tr(S)/λ_max(S) ≤ d. Noise along
+    directions the loss hardly curves in (collinear one-hot columns, rare features) costs the
+    loss almost nothing; for rows in the unit ball tr(S) ≤ 1, so d_eff is small when S has one
+    dominant direction (Adult: about 2 of d = 172).
+    """
+    if not isinstance(model, LogisticRegression):
+        return None
+    moment = _second_moment(model, train)
+    return float((model.n_classes - 1) * np.trace(moment) / np.linalg.eigvalsh(moment)[-1])
 
 
 def estimate(model: Model, train: Split, params0: np.ndarray, batch: int) -> Estimates:
@@ -128,4 +155,5 @@ def estimate(model: Model, train: Split, params0: np.ndarray, batch: int) -> Est
         grad_variance=grad_variance,
         initial_gap=initial_gap,
         gradient_norm=float(np.sqrt(grad_sq)),
+        noise_dimension=noise_dimension(model, train),
     )

@@ -3,7 +3,8 @@
 The bound constants of (12)–(13) come from the config: η = ``dp_pasgd.lr``, X = ``dp_pasgd.batch``,
 G = ``dp_pasgd.lipschitz`` or the model's bound, d = the model's parameter count, M = the number of
 nodes, δ = ``privacy.delta``; L, λ, ξ², α from ``[plan]`` when given, else estimated from the
-training data at θ⁰ (:mod:`testbed.planning.estimate`). Budgets: C_th = ``budget.cost_units`` in
+training data at θ⁰ (:mod:`testbed.planning.estimate`); d_eff of the noise term from
+``[plan] noise_dimension`` (unset: d, the paper's bound). Budgets: C_th = ``budget.cost_units`` in
 the unit of ``dp_pasgd.c1``/``c2``; ε_th = ``dp_pasgd.epsilon`` or else ``budget.epsilon``. The σ
 calibration of the plan is ``dp_pasgd.calibration``.
 
@@ -31,6 +32,7 @@ _KEYS = {
     "learning_rate": "dp_pasgd.lr", "smoothness": "plan.smoothness", "strong_convexity": "plan.strong_convexity",
     "grad_variance": "plan.grad_variance", "initial_gap": "plan.initial_gap", "lipschitz": "dp_pasgd.lipschitz",
     "batch_sizes": "dp_pasgd.batch", "delta": "privacy.delta", "dimension": "model", "num_devices": "data.num_nodes",
+    "noise_dimension": "plan.noise_dimension",
 }
 #: The [plan] keys that may be estimated.
 _ESTIMATED = ("smoothness", "strong_convexity", "grad_variance", "initial_gap")
@@ -73,6 +75,10 @@ def plan_inputs(config: Config, model: Model, data: FederatedData) -> PlanInputs
         raise ConfigError("dp_pasgd.lipschitz", f"the {model.name} model has no gradient bound; give the clip norm G")
     given = {name: getattr(config.plan, name) for name in _ESTIMATED}
     sources = {name: "given" if value is not None else "estimated" for name, value in given.items()}
+    noise_dim = config.plan.noise_dimension
+    if noise_dim is not None:  # unset: the paper's d (BoundConstants' default)
+        given["noise_dimension"] = None if noise_dim == "trace" else noise_dim
+        sources["noise_dimension"] = "estimated" if noise_dim == "trace" else "given"
     if None in given.values():
         params0 = model.init(stream(config.run.seed, GLOBAL, -1, Purpose.INIT))  # θ⁰ as the runner draws it
         found = estimate(model, data.train, params0, a.batch)
