@@ -373,7 +373,7 @@ def _send(name: str, msg: wire.Message, outcome: protocol.Reply | None | Excepti
     if crash_now:
         log.warning("node %s: emulated crash after its reply of round %d", name, msg.round)
         os._exit(1)
-    if to_channel:
+    if to_channel or msg.kind == protocol.PREPARE:  # a ready is no round answered
         return 0
     if states is not None and msg.kind in (protocol.ROUND, protocol.RECEIVED):  # over the air: its second half
         states.round_done(msg.round)
