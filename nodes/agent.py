@@ -78,6 +78,8 @@ class NodeProtocol(Protocol):
 
     def handle(self, msg: wire.Message) -> protocol.Reply | None: ...
 
+    def leaving_report(self) -> protocol.Reply | None: ...
+
     def close(self) -> None: ...
 
 
@@ -203,6 +205,7 @@ class NodeAgent:
         self.shared = shared
         self._experiments: dict[str, _Experiment] = {}
         self._ledgers: dict[str, tuple[NodeLedger, LedgerWriter | None]] = {}
+        self._session: tuple[str, str] | None = None  # (run, session) of the ledger it keeps now
         self._transmitted: _Transmitted | None = None
 
     def handle(self, msg: wire.Message) -> protocol.Reply | None:
@@ -331,6 +334,20 @@ class NodeAgent:
         return protocol.Reply(protocol.COORDINATOR,
                               protocol.ledger_report(msg.run, session, msg.round, self.node, ledger))
 
+    def leaving_report(self) -> protocol.Reply | None:
+        """This node's own ledger of the session it takes part in, sent unasked when it leaves
+        before the run's stop (a signal, its host shutting down): what its answer to the stop would
+        say, so that the coordinator need not call its figures unconfirmed. None before it logged
+        anything of a session."""
+        if self._session is None:
+            return None
+        run, session = self._session
+        ledger = self._ledgers[f"{run}-{session}"][0]
+        intervals = ledger.rounds_logged.intervals
+        last = intervals[-1][1] - 1 if intervals else 0  # the report's round: the last it logged
+        return protocol.Reply(protocol.COORDINATOR,
+                              protocol.ledger_report(run, session, max(last, 0), self.node, ledger))
+
     def _log(self, ledger: NodeLedger, writer: LedgerWriter | None, round_index: int, events: list[Event]) -> list[Event]:
         """Log the step's events before anything is sent: a node killed in between over-counts,
         never under-counts; a re-run round (a restart) releases the same values, charged once."""
@@ -383,6 +400,7 @@ class NodeAgent:
                 writer = LedgerWriter(path)
             self.close()  # one session at a time: a new one means the old run is over
             self._ledgers = {key: (ledger, writer)}
+            self._session = None if session is None else (run, session)
         return self._ledgers[key]
 
     def close(self) -> None:

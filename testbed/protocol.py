@@ -20,8 +20,8 @@ experiment and the nodes it waits for; each node builds its experiment (loads it
 model) and answers ``ready`` with the experiment file's SHA-256, so that the first round's deadline
 starts once the nodes can run it rather than while they are still building it.
 
-A ``stop`` ends the run; each node answers it with a ``ledger`` report of its own ledger for the
-session (the rounds it logged, its totals), so that the coordinator charges whatever a node released
+A ``stop`` ends the run; each node answers it (and sends it unasked when it leaves before the stop:
+a signal, its host shutting down) with a ``ledger`` report of its own ledger for the session (the rounds it logged, its totals), so that the coordinator charges whatever a node released
 but the coordinator never received, and can say which figures the node confirmed.
 
 ``session`` is a random id of one coordinator run: replies carrying another session (a stale node,
@@ -55,7 +55,7 @@ from testbed.ledger.node import NodeLedger, Totals
 from testbed.util.memo import remember_last
 
 ROUND, UPDATE, REFUSED, STOP = "round", "update", "refused", "stop"
-LEDGER = "ledger"  # node → coordinator, answering a stop: what its own ledger logged this session
+LEDGER = "ledger"  # node → coordinator, answering a stop or leaving: what its own ledger logged this session
 SETUP, SETUP_UPDATE = "setup", "setup_update"
 PREPARE, READY = "prepare", "ready"  # coordinator → nodes before the first round; node → coordinator once built
 TRANSMIT, SIGNAL, RECEIVED = "transmit", "signal", "received"
@@ -163,6 +163,18 @@ class LedgerReport:
         """Every round the node logged, in order."""
         for start, stop_ in self.rounds:
             yield from range(start, stop_)
+
+    def merged(self, other: "LedgerReport") -> "LedgerReport":
+        """Two reports of one node's ledger of one session (one as it left, one at the stop, in
+        either order): every round either logged, each total the larger (a ledger only grows)."""
+        rounds: list[tuple[int, int]] = []
+        for start, stop_ in sorted(self.rounds + other.rounds):
+            if rounds and start <= rounds[-1][1]:
+                rounds[-1] = (rounds[-1][0], max(rounds[-1][1], stop_))
+            else:
+                rounds.append((start, stop_))
+        return LedgerReport(tuple(rounds), Totals(**{name: max(getattr(self.totals, name), getattr(other.totals, name))
+                                                     for name in _TOTAL_TYPES}))
 
 
 #: At most this many intervals of logged rounds in a report (a node that answered every other round

@@ -125,7 +125,9 @@ class MqttNodes:
         self._open_round = -1
         self._late: dict[tuple[int, int], list[Event]] = {}  # charged, not yet handed to the runner
         self._released: dict[int, RoundSet] = {}  # node -> rounds of this session already charged
-        self._reports: dict[int, protocol.LedgerReport] = {}  # node -> its own ledger, at the stop
+        self._reports: dict[int, protocol.LedgerReport] = {}  # node -> its own ledger (as it left, at the stop)
+        self._stopping = False  # the stop is (about to be) sent: a report from now on answers it
+        self._stop_answers: set[int] = set()  # the nodes that reported since
         self._sent: dict[int, dict[str, np.ndarray]] = {}  # this round's downlink rows, by node
         self._metric_spec = metric_specs(algorithm)
         # (node, event kind) → the most seconds and joules the node reported in one such event: what
@@ -691,12 +693,20 @@ class MqttNodes:
         self._late[(node, round_index)] = events if events is not None else self._planned_release(node, ctx)
 
     def _take_report(self, node: int, msg: wire.Message) -> None:
-        """A node's own ledger of this session (its answer to the stop), kept for :meth:`close`."""
+        """A node's own ledger of this session (as it left before the stop, or its answer to the
+        stop), kept for :meth:`close`: merged with what it reported before (a ledger only grows;
+        messages may cross)."""
         try:
-            self._reports[node] = protocol.report_of(msg)
+            report = protocol.report_of(msg)
         except wire.WireError as exc:
             log.warning("rejected the ledger report of node %d: %s", node, exc)
             return
+        known = self._reports.get(node)
+        self._reports[node] = report if known is None else known.merged(report)
+        if self._stopping:
+            self._stop_answers.add(node)
+        else:
+            log.info("node %d left before the stop; its ledger report is kept", node)
         self._lock.notify_all()
 
     def _take_ready(self, node: int, msg: wire.Message) -> None:
@@ -731,6 +741,8 @@ class MqttNodes:
         hosts and stop the run's own broker. What the nodes released but never delivered, charged."""
         client = getattr(self, "client", None)
         told = False
+        with self._lock:
+            self._stopping = True
         try:
             if client is not None and client.connected:
                 client.publish(topics.bcast(self.run), protocol.stop(self.run, self.session, status,
@@ -756,7 +768,7 @@ class MqttNodes:
         answer; what it delivered before is charged, what it did not is beyond anyone's reach)."""
         deadline = time.monotonic() + timeout_s
         with self._lock:
-            while (missing := (self.online & self._node_set) - self._reports.keys()) \
+            while (missing := (self.online & self._node_set) - self._stop_answers) \
                     and (remaining := deadline - time.monotonic()) > 0:
                 self._drain_pending()
                 self._lock.wait(min(remaining, _REAP_INTERVAL_S))
