@@ -11,23 +11,29 @@ experiment and answers ``ready``; the round's deadline starts when every expecte
 - at the coordinator (tests/loopback_coordinator.py: its real receiving path, honest agents), a
   ready that is malformed, of another experiment or session, replayed, early (before the prepare)
   or late (after the wait) moves nothing: the node counts as ready only on its own honest ready in
-  time, and the run completes with every node's updates used.
+  time, and the run completes with every node's updates used; Hypothesis searches the same with
+  generated mutants and replays of the ready (and tests/test_trust_coordinator.py's property holds
+  the ready to its invariants with the other messages).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from loopback_coordinator import LoopbackClient, honest, loopback
 from test_mqtt_runtime import _comparable, _config as _runtime_config, _metrics, _sim_twin
-from test_trust_coordinator import _config as _trust_config
-from testbed import protocol, wire
-from testbed.config import replace
-from testbed.orchestration.runner import run_experiment
+from test_trust_coordinator import _config as _trust_config, _mutant
+from testbed import assemble, protocol, wire
+from testbed.config import replace, to_toml
+from testbed.orchestration.coordinator import MqttNodes
+from testbed.orchestration.runner import load, run_experiment
 
 NODES = list(range(5))  # test_trust_coordinator's experiments
 NOT_READY = "not ready within"
@@ -182,3 +188,57 @@ def test_an_early_or_foreign_ready_is_refused_before_it_moves_anything(session, 
     assert _not_ready(caplog) == ""
     refusals = [r.getMessage() for r in caplog.records if "rejected message from 1" in r.getMessage()]
     assert len(refusals) == 1 and ("not sent yet" in refusals[0]) is (session == "own"), refusals
+
+
+# --------------------------------------------------------------- the ready, searched by Hypothesis
+
+
+@functools.cache
+def _prepared_parts():
+    """What a coordinator is built from (the DP-PASGD experiment of the loopback tests), once."""
+    config = replace(_trust_config("dp_pasgd"), mqtt={"setup_wait_s": 0.05})
+    data, model = load(config)
+    return config, assemble.build_algorithm(config, model, data)
+
+
+@settings(max_examples=25)  # a coordinator built per example: ~0.25 s each
+@given(data=st.data())
+def test_a_node_is_ready_only_on_a_well_formed_ready_of_its_own(data, monkeypatch):
+    """Node 2's answer to the prepare is replaced by 1-3 deliveries, each its honest ready or a
+    mutant of it (any field, type, round, kind; cut or flipped bytes; test_trust_coordinator's
+    mutations), or a copy of an earlier one (a replay). Whatever they are, nothing escapes the
+    coordinator, the other nodes are ready, and node 2 is ready exactly when one of them is a
+    ready of this session, round 0, naming this experiment and nothing else."""
+    config, algorithm = _prepared_parts()
+    deliveries: list[bytes] = []
+
+    def tamper(node, msg, reply):
+        if node != 2 or msg.kind != protocol.PREPARE:
+            return [(reply, 0)]
+        for _ in range(data.draw(st.integers(1, 3), label="deliveries")):
+            how = data.draw(st.sampled_from(["honest", "mutant", "replay"]), label="how")
+            if how == "replay" and deliveries:
+                deliveries.append(data.draw(st.sampled_from(deliveries), label="replayed"))
+            else:
+                deliveries.append(reply if how == "honest" else _mutant(data, reply))
+        return [(d, 0) for d in deliveries]
+
+    with loopback(monkeypatch, NODES, tamper):
+        nodes = MqttNodes(config.mqtt, config.nodes, to_toml(config), NODES, algorithm, seed=config.run.seed,
+                          quiet=True)
+        try:
+            assert nodes._live(frozenset()) == tuple(NODES)
+            ready, session, key = set(nodes._ready), nodes.session, nodes._experiment_key
+        finally:
+            nodes.close("completed")
+
+    def well_formed(payload: bytes) -> bool:
+        try:
+            msg = wire.decode(payload)
+        except wire.WireError:
+            return False
+        return (msg.kind, msg.round, msg.sender, msg.meta) == (protocol.READY, 0, "2",
+                                                                {"session": session, "experiment": key})
+
+    assert ready - {2} == set(NODES) - {2}
+    assert (2 in ready) is any(well_formed(d) for d in deliveries)
