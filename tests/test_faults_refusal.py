@@ -133,10 +133,13 @@ def test_over_mqtt_a_refusing_node_is_taken_out_as_in_sim(when, broker, monkeypa
 @pytest.mark.parametrize("when", sorted(WHEN))
 def test_over_the_air_a_refusing_node_is_taken_out(when, mosquitto_broker, monkeypatch, tmp_path):
     """DWFL over MQTT with its channel emulator: the other four exchange on; the refusing node is
-    announced to the channel no more."""
+    announced to the channel no more, and in the round it refused the channel stops waiting for its
+    signal at once (the coordinator withdraws it): the run takes far less than that round's signal
+    deadline (0.8 of a 300 s round timeout) would."""
     _refusing_agents(monkeypatch, WHEN[when])
     config = replace(load_config_text(_text("dwfl")), run={"mode": "mqtt"},
-                     mqtt={"broker_url": mosquitto_broker.url, "hosts": 2})
+                     mqtt={"broker_url": mosquitto_broker.url, "hosts": 2, "round_timeout_s": 300.0})
     mq = run_experiment(config, out_dir=tmp_path / "mqtt", quiet=True)
     _check_withdrawn(mq, WHEN[when])
+    assert mq.summary["wall_s"] < 0.8 * 300.0 / 2, mq.summary["wall_s"]
     assert {entry["ledger_check"] for entry in mq.summary["nodes"].values()} == {"confirmed"}

@@ -657,6 +657,8 @@ class MqttNodes:
             if msg.kind == protocol.REFUSED:
                 _check_refusal(msg)
                 refusals[node] = msg
+                if self._channel is not None:  # it will not transmit: the channel need not wait for it
+                    self._channel.withdraw(self.session, wire_round, node)
                 collection.outstanding.discard(node)
                 return
             problem = check_tensors(collection.spec, msg.tensors, self._sent.get(node), finite_known=True)
