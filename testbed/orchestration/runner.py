@@ -392,7 +392,7 @@ def run_rounds(run: Run, nodes: Nodes, quiet: bool, tight_job: BackgroundEpsilon
                                   meanwhile=None if reported else lambda: report(before))
             outcome = _withdraw(run, outcome, withdrawn)
             _charge(run, outcome, ledger_file)
-            if len(run.refusals) == len(every):  # no node is left to ask: the last refusal stops the run
+            if set(every) <= {refusal.node for _, refusal in run.refusals}:  # nobody left: the last refusal stops it
                 run.stopped, run.status = run.refusals[-1][1], "stopped_budget"
                 break
             server = alg.server_step(run.state, outcome.result, outcome.ctx)
