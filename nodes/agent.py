@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,6 +77,8 @@ class NodeProtocol(Protocol):
     node: int
 
     def handle(self, msg: wire.Message) -> protocol.Reply | None: ...
+
+    def leaving_report(self) -> protocol.Reply | None: ...
 
     def close(self) -> None: ...
 
@@ -204,12 +205,13 @@ class NodeAgent:
         self.shared = shared
         self._experiments: dict[str, _Experiment] = {}
         self._ledgers: dict[str, tuple[NodeLedger, LedgerWriter | None]] = {}
+        self._session: tuple[str, str] | None = None  # (run, session) of the ledger it keeps now
         self._transmitted: _Transmitted | None = None
 
     def handle(self, msg: wire.Message) -> protocol.Reply | None:
         """The reply to a message: to a round, an update or a refusal for the coordinator (or the
         transmit signal for the channel); to a received signal, the update; to a setup, the setup
-        update; None otherwise (and to a round the node is not expected in).
+        update; to a prepare, ``ready`` once the experiment is built; None otherwise (and to a round the node is not expected in).
 
         Raises:
             WireError: a malformed message, or a received signal the node did not wait for.
@@ -220,7 +222,20 @@ class NodeAgent:
             return self._received(msg)
         if msg.kind == protocol.STOP:
             return self._report(msg)
+        if msg.kind == protocol.PREPARE:
+            return self._prepare(msg)
         return None
+
+    def _prepare(self, msg: wire.Message) -> protocol.Reply | None:
+        """The answer to a prepare: the experiment built (data loaded, model built), then ``ready``
+        if the node is expected (an unexpected node builds it too: it may be asked later)."""
+        config_text = protocol.config_of(msg)  # WireError without a session and a config
+        expected = protocol.expected_of(msg)
+        exp = self._experiment(config_text)
+        if self.node not in expected:
+            return None
+        return protocol.Reply(protocol.COORDINATOR, protocol.ready(msg.run, protocol.session_of(msg), self.node,
+                                                                   exp.key))
 
     def _context(self, msg: wire.Message, exp: _Experiment, round_index: int) -> RoundContext | None:
         expected = protocol.expected_of(msg)
@@ -319,6 +334,20 @@ class NodeAgent:
         return protocol.Reply(protocol.COORDINATOR,
                               protocol.ledger_report(msg.run, session, msg.round, self.node, ledger))
 
+    def leaving_report(self) -> protocol.Reply | None:
+        """This node's own ledger of the session it takes part in, sent unasked when it leaves
+        before the run's stop (a signal, its host shutting down): what its answer to the stop would
+        say, so that the coordinator need not call its figures unconfirmed. None before it logged
+        anything of a session."""
+        if self._session is None:
+            return None
+        run, session = self._session
+        ledger = self._ledgers[f"{run}-{session}"][0]
+        intervals = ledger.rounds_logged.intervals
+        last = intervals[-1][1] - 1 if intervals else 0  # the report's round: the last it logged
+        return protocol.Reply(protocol.COORDINATOR,
+                              protocol.ledger_report(run, session, max(last, 0), self.node, ledger))
+
     def _log(self, ledger: NodeLedger, writer: LedgerWriter | None, round_index: int, events: list[Event]) -> list[Event]:
         """Log the step's events before anything is sent: a node killed in between over-counts,
         never under-counts; a re-run round (a restart) releases the same values, charged once."""
@@ -341,7 +370,7 @@ class NodeAgent:
         """The experiment a round's text describes, built once. The text is part of the message:
         one that does not make an experiment (not TOML, a key out of range, a batch larger than the
         node's data) is a bad message (WireError); a missing data file stays the node's error."""
-        key = _config_key(config_text)
+        key = protocol.experiment_key(config_text)
         if key not in self._experiments:
             try:
                 self._experiments = {key: self._build(key, config_text)}
@@ -371,6 +400,7 @@ class NodeAgent:
                 writer = LedgerWriter(path)
             self.close()  # one session at a time: a new one means the old run is over
             self._ledgers = {key: (ledger, writer)}
+            self._session = None if session is None else (run, session)
         return self._ledgers[key]
 
     def close(self) -> None:
@@ -455,12 +485,6 @@ def _step_together(agents: list[NodeAgent], admitted: list[_Admitted]) -> list[p
         except Exception as exc:  # noqa: BLE001  that node's reply only (e.g. a non-finite row)
             replies.append(exc)
     return replies
-
-
-@remember_last  # a host's nodes read one broadcast, one config text: hashed once
-def _config_key(config_text: str) -> str:
-    """The SHA-256 of an experiment file: the key of its :class:`_Experiment`."""
-    return hashlib.sha256(config_text.encode()).hexdigest()
 
 
 @remember_last  # a host's nodes read one broadcast: checked once

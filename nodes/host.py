@@ -36,14 +36,16 @@ import os
 import queue
 import resource
 import secrets
+import signal
+import threading
 import time
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 from testbed import protocol, wire
 from testbed.errors import UserError
 from testbed.mqtt import probe, topics
-from testbed.mqtt.client import Inbound, MqttClient, close_all, connect_all, new_client_id
+from testbed.mqtt.client import Inbound, MqttClient, close_all, connect_all, new_client_id, publish_all
 from testbed.mqtt.network_loop import NetworkLoop
 from testbed.util.extras import missing_package_message
 from testbed.util.threads import limit_blas_threads
@@ -58,6 +60,7 @@ log = logging.getLogger(__name__)
 _TICK_S = 0.5  # the host's loop wakes at least this often (coordinator watch, graces)
 _GATHER_S = 0.02  # how long a round's first copy waits for the copies of the host's other nodes
 _RETIRED_SESSIONS = 64  # sessions a board remembers as superseded
+_LEAVING_REPORT_S = 5.0  # at most, for the broker's acks of the ledgers of nodes leaving before the stop
 
 
 class SessionFence:
@@ -229,8 +232,9 @@ def serve(broker_url: str, run: str, node_ids: Sequence[int], *, data_path: str 
         if coordinator_pid is not None:
             coordinator_grace_s = math.inf
         members = None if group is None else (lambda: [name for name, c in clients.items() if c.connected])
-        return _loop(inbox, agents, clients, run, coordinator_grace_s, crash, SessionFence(session), watch, members,
-                     network, states=states)
+        with _signals_interrupt():
+            return _loop(inbox, agents, clients, run, coordinator_grace_s, crash, SessionFence(session), watch,
+                         members, network, states=states)
     finally:
         if watch.alive():  # else no clean disconnect: the broker publishes each node's will at once
             # Together: each close waits for the broker's ack of its offline status and for its
@@ -239,6 +243,39 @@ def serve(broker_url: str, run: str, node_ids: Sequence[int], *, data_path: str 
         network.close()
         for agent in agents.values():
             agent.close()
+
+
+@contextlib.contextmanager
+def _signals_interrupt() -> Iterator[None]:
+    """Within: SIGTERM (a service manager, the coordinator ending its hosts) interrupts the host as
+    Ctrl-C's SIGINT does, so that its nodes report their ledgers and disconnect cleanly before the
+    process ends (:func:`_loop`); only where Python delivers signals (the main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, signal.default_int_handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _report_leaving(agents: dict[str, NodeProtocol], clients: dict[str, MqttClient], run: str,
+                    stopped: set[str]) -> None:
+    """Each node leaving before it answered the run's stop sends its own ledger of the session
+    (:meth:`nodes.agent.NodeAgent.leaving_report`), acknowledged within :data:`_LEAVING_REPORT_S` in
+    all: the coordinator keeps the most of what it charged and what the node says, and calls the
+    node's figures confirmed rather than unconfirmed."""
+    items = [(clients[name], topics.up(run, name), report.payload) for name, agent in agents.items()
+             if name not in stopped and name in clients and clients[name].connected
+             and (report := agent.leaving_report()) is not None]
+    if not items:
+        return
+    problems = publish_all(items, _LEAVING_REPORT_S)
+    log.info("%d node(s) leaving before the stop sent their ledger (%d not acknowledged)", len(items), len(problems))
+    for problem in problems:
+        log.warning("a leaving node's ledger report: %s", problem)
 
 
 def _broadcast_group(mode: str, broker: probe.Negotiated, nodes: int) -> str | None:
@@ -267,7 +304,9 @@ def _loop(inbox: queue.Queue[Inbound], agents: dict[str, NodeProtocol], clients:
           watch: CoordinatorWatch | None = None, broadcast_members: Callable[[], list[str]] | None = None,
           network: NetworkLoop | None = None, rounds: RoundFence | None = None,
           states: StateLines | None = None) -> int:
-    """Serve until every node was told to stop (or the coordinator is gone); the rounds answered.
+    """Serve until every node was told to stop (or the coordinator is gone, or the host is
+    interrupted: Ctrl-C, SIGTERM); the rounds answered. Nodes that leave before they answered the
+    stop send their own ledger first (:func:`_report_leaving`), unless the coordinator is gone.
 
     What arrived together is served together: the round (and setup) messages of :class:`NodeAgent`
     nodes step at once (:func:`nodes.agent.step_nodes`), everything else one message at a time, in the
@@ -281,58 +320,67 @@ def _loop(inbox: queue.Queue[Inbound], agents: dict[str, NodeProtocol], clients:
     joined: str | None = None  # the session the state lines last said was joined
     why_ended = "the coordinator ended it"
     coordinator_offline_since: float | None = None
-    while len(stopped) < len(agents):
-        if not watch.alive():
-            log.warning("coordinator (pid %s) of run %s is gone; leaving", watch.pid, run)
-            why_ended = "its coordinator is gone"
-            break
-        items = rounds.current(_gather(inbox, _TICK_S, agents, broadcast_members))
-        now = time.monotonic()
-        if coordinator_offline_since is not None and now - coordinator_offline_since > grace_s:
-            log.warning("coordinator of run %s offline for %.0f s; leaving", run, grace_s)
-            why_ended = f"its coordinator has been offline for {grace_s:.0f} s"
-            break
-        # What the items bring goes out together (a round's or a setup's replies: one wake-up of
-        # the network thread, not one per node); not with an emulated crash, which waits for its
-        # reply's ack.
-        with network.batch() if network is not None and crash is None else contextlib.nullcontext():
-            stepped: list[tuple[str, wire.Message]] = []
-            for item in items:
-                if item.kind == topics.COORD:
-                    online = item.payload == topics.STATUS_ONLINE
-                    coordinator_offline_since = None if online else (coordinator_offline_since or time.monotonic())
-                    continue
-                msg, name = item.message, item.receiver
-                if msg is None or name not in agents or not fence.admits(protocol.session_of(msg)):
-                    continue
-                if states is not None and fence.current != joined:
-                    joined = fence.current
-                    states.joined(run, str(joined))
-                if msg.kind == protocol.STOP:  # answered with the node's own ledger of the session
-                    stopped.add(name)
+    interrupted = False
+    try:
+        while len(stopped) < len(agents):
+            if not watch.alive():
+                log.warning("coordinator (pid %s) of run %s is gone; leaving", watch.pid, run)
+                why_ended = "its coordinator is gone"
+                break
+            items = rounds.current(_gather(inbox, _TICK_S, agents, broadcast_members))
+            now = time.monotonic()
+            if coordinator_offline_since is not None and now - coordinator_offline_since > grace_s:
+                log.warning("coordinator of run %s offline for %.0f s; leaving", run, grace_s)
+                why_ended = f"its coordinator has been offline for {grace_s:.0f} s"
+                break
+            # What the items bring goes out together (a round's or a setup's replies: one wake-up of
+            # the network thread, not one per node); not with an emulated crash, which waits for its
+            # reply's ack.
+            with network.batch() if network is not None and crash is None else contextlib.nullcontext():
+                stepped: list[tuple[str, wire.Message]] = []
+                for item in items:
+                    if item.kind == topics.COORD:
+                        online = item.payload == topics.STATUS_ONLINE
+                        coordinator_offline_since = None if online else (coordinator_offline_since or time.monotonic())
+                        continue
+                    msg, name = item.message, item.receiver
+                    if msg is None or name not in agents or not fence.admits(protocol.session_of(msg)):
+                        continue
+                    if states is not None and fence.current != joined:
+                        joined = fence.current
+                        states.joined(run, str(joined))
+                    if msg.kind == protocol.STOP:  # answered with the node's own ledger of the session
+                        stopped.add(name)
+                        try:
+                            report = agents[name].handle(msg)
+                        except Exception as exc:  # noqa: BLE001  logged by _send as that node's failure
+                            report = exc
+                        _send(name, msg, report, clients, run, False)
+                        continue
+                    crash_now = crash is not None and msg.kind == protocol.ROUND and msg.round == crash[0]
+                    if msg.kind in STEPPED and not crash_now and type(agents[name]) is NodeAgent:
+                        stepped.append((name, msg))
+                        continue
+                    answered += _answer_steps(stepped, agents, clients, run, states)
+                    stepped = []
+                    if crash_now and not crash[1]:
+                        log.warning("node %s: emulated crash at round %d", name, msg.round)
+                        os._exit(1)
                     try:
-                        report = agents[name].handle(msg)
+                        outcome = agents[name].handle(msg)
                     except Exception as exc:  # noqa: BLE001  logged by _send as that node's failure
-                        report = exc
-                    _send(name, msg, report, clients, run, False)
-                    continue
-                crash_now = crash is not None and msg.kind == protocol.ROUND and msg.round == crash[0]
-                if msg.kind in STEPPED and not crash_now and type(agents[name]) is NodeAgent:
-                    stepped.append((name, msg))
-                    continue
+                        outcome = exc
+                    answered += _send(name, msg, outcome, clients, run, crash_now, states)
                 answered += _answer_steps(stepped, agents, clients, run, states)
-                stepped = []
-                if crash_now and not crash[1]:
-                    log.warning("node %s: emulated crash at round %d", name, msg.round)
-                    os._exit(1)
-                try:
-                    outcome = agents[name].handle(msg)
-                except Exception as exc:  # noqa: BLE001  logged by _send as that node's failure
-                    outcome = exc
-                answered += _send(name, msg, outcome, clients, run, crash_now, states)
-            answered += _answer_steps(stepped, agents, clients, run, states)
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (_signals_interrupt): the nodes leave, reporting first
+        log.warning("interrupted; the nodes of run %s leave", run)
+        why_ended, interrupted = "it was interrupted", True
+    if watch.alive():  # a coordinator that is gone hears nothing
+        _report_leaving(agents, clients, run, stopped)
     if states is not None:
         states.ended(run, answered, why_ended)
+    if interrupted:
+        raise KeyboardInterrupt
     return answered
 
 
@@ -376,7 +424,7 @@ def _send(name: str, msg: wire.Message, outcome: protocol.Reply | None | Excepti
     if crash_now:
         log.warning("node %s: emulated crash after its reply of round %d", name, msg.round)
         os._exit(1)
-    if to_channel:
+    if to_channel or msg.kind == protocol.PREPARE:  # a ready is no round answered
         return 0
     if states is not None and msg.kind in (protocol.ROUND, protocol.RECEIVED):  # over the air: its second half
         states.round_done(msg.round)

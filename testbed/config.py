@@ -170,6 +170,10 @@ class MqttSection(Section):
     hosts: Positive[int] = 1
     round_timeout_s: float = Field(60.0, gt=0, le=MAX_WAIT_S)
     connect_timeout_s: float = Field(60.0, gt=0, le=MAX_WAIT_S)
+    setup_wait_s: float = Field(120.0, gt=0, le=MAX_WAIT_S)
+    """How long the first round (or the setup) waits, before its deadline starts, for every node to
+    say its experiment is built (data loaded, model built: `ready`); a node not ready by then is
+    asked all the same and straggles as a late node does; in seconds."""
     quorum: Positive[int] = 1
     """A round starts once this many nodes are online (or its timeout passed)."""
     outage_limit_s: float = Field(300.0, gt=0, le=MAX_WAIT_S)

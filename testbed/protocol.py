@@ -15,8 +15,13 @@ which nodes will transmit, the signal's shape and the channel (``transmit``, on 
 answers the round with its transmit ``signal`` to the channel; the channel sends each sender only
 what it received (``received``); the node finishes its update and answers the coordinator.
 
-A ``stop`` ends the run; each node answers it with a ``ledger`` report of its own ledger for the
-session (the rounds it logged, its totals), so that the coordinator charges whatever a node released
+Before the first round (or the setup) of a session the coordinator sends a ``prepare`` carrying the
+experiment and the nodes it waits for; each node builds its experiment (loads its data, builds the
+model) and answers ``ready`` with the experiment file's SHA-256, so that the first round's deadline
+starts once the nodes can run it rather than while they are still building it.
+
+A ``stop`` ends the run; each node answers it (and sends it unasked when it leaves before the stop:
+a signal, its host shutting down) with a ``ledger`` report of its own ledger for the session (the rounds it logged, its totals), so that the coordinator charges whatever a node released
 but the coordinator never received, and can say which figures the node confirmed.
 
 ``session`` is a random id of one coordinator run: replies carrying another session (a stale node,
@@ -34,7 +39,9 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, NamedTuple, Sequence
 
@@ -48,8 +55,9 @@ from testbed.ledger.node import NodeLedger, Totals
 from testbed.util.memo import remember_last
 
 ROUND, UPDATE, REFUSED, STOP = "round", "update", "refused", "stop"
-LEDGER = "ledger"  # node → coordinator, answering a stop: what its own ledger logged this session
+LEDGER = "ledger"  # node → coordinator, answering a stop or leaving: what its own ledger logged this session
 SETUP, SETUP_UPDATE = "setup", "setup_update"
+PREPARE, READY = "prepare", "ready"  # coordinator → nodes before the first round; node → coordinator once built
 TRANSMIT, SIGNAL, RECEIVED = "transmit", "signal", "received"
 COORDINATOR = "coordinator"
 CHANNEL = "channel"
@@ -78,6 +86,40 @@ def setup(run: str, session: str, config_toml: str, expected: Sequence[int]) -> 
     """Coordinator → nodes: run the algorithm's one-time setup step."""
     return wire.encode({"run": run, "round": 0, "sender": COORDINATOR, "kind": SETUP,
                         "meta": _meta(session, config=config_toml, expected=[int(n) for n in expected])})
+
+
+def prepare(run: str, session: str, config_toml: str, expected: Sequence[int]) -> bytes:
+    """Coordinator → nodes, before the session's first round or setup: build the experiment of
+    ``config_toml`` (load your data, build the model) and answer ``ready`` if you are ``expected``."""
+    return wire.encode({"run": run, "round": 0, "sender": COORDINATOR, "kind": PREPARE,
+                        "meta": _meta(session, config=config_toml, expected=[int(n) for n in expected])})
+
+
+def ready(run: str, session: str, node: int, experiment: str) -> bytes:
+    """Node → coordinator, answering a prepare: the experiment whose SHA-256 is ``experiment`` is
+    built, the node can run its rounds."""
+    return wire.encode({"run": run, "round": 0, "sender": str(node), "kind": READY,
+                        "meta": _meta(session, experiment=experiment)})
+
+
+_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+
+
+def ready_of(msg: wire.Message) -> str:
+    """The experiment key (SHA-256, 64 lowercase hex digits) a ``ready`` names; WireError unless its
+    header's round is 0 and its meta holds exactly ``session`` and ``experiment``."""
+    meta = msg.meta
+    if msg.round != 0 or meta.keys() != {"session", "experiment"} or not isinstance(meta["experiment"], str) \
+            or not _SHA256_HEX.fullmatch(meta["experiment"]):
+        raise wire.WireError("bad_header", "a ready needs round 0 and exactly a session and an experiment "
+                                           "(its file's SHA-256 in hex)")
+    return meta["experiment"]
+
+
+@remember_last  # a host's nodes read one broadcast, one config text: hashed once
+def experiment_key(config_toml: str) -> str:
+    """The SHA-256 (hex) of an experiment file: what a node's ``ready`` names."""
+    return hashlib.sha256(config_toml.encode()).hexdigest()
 
 
 def update(run: str, session: str, round_index: int, node: int, tensors: Mapping[str, np.ndarray],
@@ -121,6 +163,18 @@ class LedgerReport:
         """Every round the node logged, in order."""
         for start, stop_ in self.rounds:
             yield from range(start, stop_)
+
+    def merged(self, other: "LedgerReport") -> "LedgerReport":
+        """Two reports of one node's ledger of one session (one as it left, one at the stop, in
+        either order): every round either logged, each total the larger (a ledger only grows)."""
+        rounds: list[tuple[int, int]] = []
+        for start, stop_ in sorted(self.rounds + other.rounds):
+            if rounds and start <= rounds[-1][1]:
+                rounds[-1] = (rounds[-1][0], max(rounds[-1][1], stop_))
+            else:
+                rounds.append((start, stop_))
+        return LedgerReport(tuple(rounds), Totals(**{name: max(getattr(self.totals, name), getattr(other.totals, name))
+                                                     for name in _TOTAL_TYPES}))
 
 
 #: At most this many intervals of logged rounds in a report (a node that answered every other round

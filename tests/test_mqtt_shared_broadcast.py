@@ -203,7 +203,7 @@ def test_a_reply_that_comes_before_the_collection_begins_answers_the_round():
     alg = assemble.build_algorithm(config, model_for(config.model, data, 0), data)
     nodes = MqttNodes.__new__(MqttNodes)  # its round bookkeeping only: no broker, no hosts
     nodes.alg, nodes.session, nodes.node_ids, nodes.round_timeout_s = alg, "s", list(range(100)), 5.0
-    nodes._lock, nodes._collecting, nodes._pending = threading.Condition(), None, []
+    nodes._lock, nodes._collecting, nodes._pending, nodes._preparing = threading.Condition(), None, [], False
     nodes.online, nodes._hosts, nodes._sent, nodes._late = {3, 4}, [], {}, {}
     nodes._rounds, nodes._open_round, nodes._released, nodes._metric_spec, nodes._costliest = {}, -1, {}, {}, {}
     ctx = RoundContext(7, 0, 100, (3, 4))

@@ -104,7 +104,7 @@ class GaussianEvent:
 OBSERVERS = ("server", "peers", "public")
 ISSUERS = ("node", "server")
 #: Why a node missed a round (StraggleEvent.reason).
-STRAGGLE_REASONS = ("emulated", "deadline", "offline", "refused_update", "no_exchange")
+STRAGGLE_REASONS = ("emulated", "deadline", "offline", "refused_update", "no_exchange", "withdrawn")
 #: The Gaussian mechanism's adjacency notions and ways of sampling (GaussianEvent's fields).
 ADJACENCIES = ("replace_one", "add_remove")
 SAMPLINGS = ("none", "without_replacement", "poisson")
@@ -113,8 +113,9 @@ SAMPLINGS = ("none", "without_replacement", "poisson")
 @dataclass(frozen=True)
 class StraggleEvent:
     """The node missed the round: ``reason`` is "emulated" (the straggler model), "deadline" (no
-    answer in time), "offline", "refused_update" (its answer failed validation) or "no_exchange"
-    (too few peers transmitted). It costs nothing; what the node did release is charged apart."""
+    answer in time), "offline", "refused_update" (its answer failed validation), "no_exchange"
+    (too few peers transmitted) or "withdrawn" (it refused an earlier round for its budget and is
+    asked nothing more). It costs nothing; what the node did release is charged apart."""
 
     node: int
     round: int

@@ -613,6 +613,24 @@ def _named(name: str, exc: UserError) -> UserError:
     return (BrokerRefused if isinstance(exc, BrokerRefused) else UserError)(f"{name}: {exc}")
 
 
+def publish_all(items: Iterable[tuple[MqttClient, str, bytes]], timeout_s: float) -> list[str]:
+    """Publish each (client, topic, payload) at once, then await their acknowledgements, all within
+    ``timeout_s``; one line per publish that was not acknowledged (or not taken) in time."""
+    deadline = time.monotonic() + timeout_s
+    sent, problems = [], []
+    for client, topic, payload in items:
+        try:
+            sent.append((client, topic, client._send(topic, payload, retain=False)))
+        except (RuntimeError, ValueError) as exc:
+            problems.append(f"{client.client_id}: {exc}")
+    for client, topic, mids in sent:
+        try:
+            client._await_acks(topic, mids, max(0.0, deadline - time.monotonic()))
+        except (TimeoutError, BrokerRefused) as exc:
+            problems.append(str(exc))
+    return problems
+
+
 def close_all(clients: Iterable[MqttClient], timeout_s: float = 5.0) -> None:
     """:meth:`MqttClient.close` of each of ``clients``, together: every `offline` status is
     published before any acknowledgement is awaited, and the clients of one network loop are

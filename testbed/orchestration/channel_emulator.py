@@ -4,7 +4,8 @@ The channel emulator is an MQTT client of its own (id and username ``channel``),
 channel half the run's algorithm registers (testbed.algorithms.contract.ChannelHalf); it names no
 algorithm. Each round the coordinator tells it which nodes will transmit, the signal's shape and
 the round's channel (``transmit`` on ``chan``); it collects their transmit signals (``tx/{node}``)
-until all arrived, a sender went offline, or the signal deadline passed; then it runs the same
+until all arrived, a sender went offline or refused the round (the coordinator says so:
+:meth:`ChannelEmulator.withdraw`), or the signal deadline passed; then it runs the same
 ``superpose`` a sim run runs and sends each sender only its own received signal (``rx/{node}``).
 A node that stayed silent contributes nothing; the others learn who transmitted. The coordinator
 asks :meth:`ChannelEmulator.close_round` who really transmitted, to charge each of them.
@@ -90,6 +91,9 @@ class ChannelEmulator:
         self._online: set[int] = set()
         self._round: _Round | None = None
         self._early: dict[tuple[str, int], dict[int, np.ndarray]] = {}  # signals ahead of their notice
+        # (session, round) → nodes that refused it before its notice arrived (at most one entry per
+        # node and run: a refusing node is asked nothing more)
+        self._withdrawn: dict[tuple[str, int], set[int]] = {}
         # The shape and dtype of the last declared signal, what an early signal must have; from the
         # algorithm until the first notice, never from a signal (a short one sent first would else
         # fix the round's size). The power bound is each round's own (checked at its notice).
@@ -134,6 +138,16 @@ class ChannelEmulator:
                 current.done = True
                 self._heard[(session, round_index)] = tuple(sorted(current.signals))
             return self._heard.pop((session, round_index), ())
+
+    def withdraw(self, session: str, round_index: int, node: int) -> None:
+        """``node`` refused the round (its budget, told to the coordinator): it will not transmit,
+        and the round waits no longer for its signal."""
+        with self._lock:
+            current = self._round
+            if current is not None and (current.session, current.index) == (session, round_index):
+                current.expected.discard(node)
+            else:  # the refusal came before the round's notice
+                self._withdrawn.setdefault((session, round_index), set()).add(node)
 
     def _serve(self) -> None:
         while not self._stop.is_set():
@@ -217,8 +231,10 @@ class ChannelEmulator:
         if self._round is not None and not self._round.done:
             log.warning("channel: round %d superseded by round %d before it completed", self._round.index, msg.round)
         senders = protocol.senders_of(msg)
+        withdrawn = self._withdrawn.pop((session, msg.round), set())
+        self._withdrawn = {k: v for k, v in self._withdrawn.items() if k[0] == session and k[1] > msg.round}
         self._round = _Round(session, msg.round, half, dict(msg.tensors), config, spec,
-                             set(senders), time.monotonic() + float(timeout_s))
+                             set(senders) - withdrawn, time.monotonic() + float(timeout_s))
         self._early_spec = TensorSpec(spec.shape, spec.dtype)
         early = self._early.pop((session, msg.round), {})
         for node, signal in early.items():

@@ -79,7 +79,7 @@ log = logging.getLogger(__name__)
 
 _SIGNAL_SHARE = 0.8  # of an over-the-air round's deadline, for the channel to collect the signals
 #: What a node may send the coordinator; anything else on its uplink is refused before it moves any state.
-_FROM_NODES = frozenset({protocol.UPDATE, protocol.SETUP_UPDATE, protocol.REFUSED, protocol.LEDGER})
+_FROM_NODES = frozenset({protocol.UPDATE, protocol.SETUP_UPDATE, protocol.REFUSED, protocol.LEDGER, protocol.READY})
 # The replay window of the coordinator's client: a reply is charged however late (the coordinator
 # itself charges a node's round once), so no round is too old for it; memory stays bounded by the
 # guard's total of keys.
@@ -131,13 +131,21 @@ class MqttNodes:
         self._open_round = -1
         self._late: dict[tuple[int, int], list[Event]] = {}  # charged, not yet handed to the runner
         self._released: dict[int, RoundSet] = {}  # node -> rounds of this session already charged
-        self._reports: dict[int, protocol.LedgerReport] = {}  # node -> its own ledger, at the stop
+        self._reports: dict[int, protocol.LedgerReport] = {}  # node -> its own ledger (as it left, at the stop)
+        self._stopping = False  # the stop is (about to be) sent: a report from now on answers it
+        self._stop_answers: set[int] = set()  # the nodes that reported since
         self._sent: dict[int, dict[str, np.ndarray]] = {}  # this round's downlink rows, by node
         self._metric_spec = metric_specs(algorithm)
         # (node, event kind) → the most seconds and joules the node reported in one such event: what
         # a release whose own events never came is charged for them (towards more spend).
         self._costliest: dict[tuple[int, str], dict[str, float]] = {}
         self._outage_since: float | None = None  # monotonic s of the first unacknowledged publish
+        # The prepare (before the first round or setup): the experiment's key the nodes' ready must
+        # name, the nodes that said so while it was awaited, whether it is being awaited, whether sent.
+        self._experiment_key = protocol.experiment_key(config_toml)
+        self._ready: set[int] = set()
+        self._preparing = False
+        self._prepared = False
         # The client's network thread hands every message over under this lock (_on_inbound): a
         # node's status and a reply to the round being collected are taken there and then, without
         # waking this thread per message; anything else waits in _pending for this thread.
@@ -301,7 +309,46 @@ class MqttNodes:
         if not live:  # a run whose nodes all died is not completed by rounds nobody plays
             raise UserError(f"none of the {len(self.node_ids)} nodes is online on {self.url} "
                             f"(waited {self.round_timeout_s:g} s for them)")
+        if not self._prepared:
+            self._prepare(tuple(sorted(live)))
+            live = self.online & self._node_set
         return tuple(sorted(live - excluded))
+
+    def _prepare(self, live: tuple[int, ...]) -> None:
+        """Once per session, before its first round or setup: ask the ``live`` nodes to build the
+        experiment and wait until each said ``ready``, went offline, or ``mqtt.setup_wait_s``
+        passed, so that the first round's deadline does not run while they load data and build the
+        model. A node not ready by then is asked all the same (one line says which): it straggles
+        as a late node does, its late reply charged."""
+        self._prepared = True
+        self._open_round = max(self._open_round, 0)  # a ready (wire round 0) is admitted from now on
+        started = time.monotonic()
+        with self._lock:
+            self._preparing = True
+            self._drain_pending()  # from now on the network thread hands readies over at once
+        try:
+            if not self._publish(topics.bcast(self.run), protocol.prepare(self.run, self.session, self.config_toml,
+                                                                          live), "the prepare"):
+                return  # the broker is gone: the first round meets the outage as any round does
+            deadline = started + self.mqtt.setup_wait_s
+            while True:
+                with self._lock:
+                    waiting = (set(live) & self.online) - self._ready
+                    remaining = deadline - time.monotonic()
+                    if not waiting or remaining <= 0:
+                        break
+                    self._lock.wait(min(remaining, _REAP_INTERVAL_S))
+                self._reap_hosts()
+        finally:
+            with self._lock:
+                self._preparing = False
+        not_ready = sorted(set(live) - self._ready)
+        if not_ready:
+            log.warning("%d of %d node(s) not ready within %g s (mqtt.setup_wait_s): %s; asked all the same, "
+                        "they straggle until they answer in time", len(not_ready), len(live),
+                        self.mqtt.setup_wait_s, _ids(not_ready))
+        else:
+            log.info("%d node(s) ready in %.1f s", len(live), time.monotonic() - started)
 
     def setup(self, state: State) -> RoundOutcome:
         """The algorithm's one-time setup on every online node."""
@@ -313,7 +360,8 @@ class MqttNodes:
                             f"`testbed run --resume RUN_DIR` starts the run again")
         ctx = RoundContext(SETUP_ROUND, self.seed, len(self.node_ids), expected)
         self._remember(ctx)
-        if self._publish(topics.bcast(self.run), protocol.setup(self.run, self.session, self.config_toml, expected), ctx):
+        if self._publish(topics.bcast(self.run), protocol.setup(self.run, self.session, self.config_toml, expected),
+                         "the setup"):
             answers, refusals, reasons, refused = self._collect(ctx, alg.setup_spec(), protocol.SETUP_UPDATE)
         else:
             answers, refusals, reasons, refused = self._unreached(ctx)
@@ -362,26 +410,27 @@ class MqttNodes:
             if not self._publish(topics.chan(self.run), protocol.transmit(
                     self.run, self.session, ctx.round_index, self.config_toml, ctx.expected,
                     _SIGNAL_SHARE * self.round_timeout_s, round_signal_spec(alg.channel, state, ctx),
-                    alg.channel_tensors(ctx)), ctx):
+                    alg.channel_tensors(ctx)), f"round {ctx.round_index}"):
                 return False
         self._sent = {node: shared for node in ctx.expected}  # what each node got, for norm bounds
         if not own:
             charges = [e for n in ctx.expected for e in self._charges.get(n, [])]
             return self._publish(topics.bcast(self.run), protocol.round_(
-                self.run, self.session, ctx.round_index, self.config_toml, ctx.expected, shared, charges), ctx)
+                self.run, self.session, ctx.round_index, self.config_toml, ctx.expected, shared, charges),
+                f"round {ctx.round_index}")
         for i, node in enumerate(ctx.expected):
             tensors = {**shared, **{k: np.ascontiguousarray(down[k][i]) for k in own}}
             self._sent[node] = tensors
             if not self._publish(topics.down(self.run, str(node)), protocol.round_(
                     self.run, self.session, ctx.round_index, self.config_toml, ctx.expected, tensors,
-                    self._charges.get(node, [])), ctx):
+                    self._charges.get(node, [])), f"round {ctx.round_index}"):
                 return False
         return True
 
     # ------------------------------------------------------------------------------ outages
 
-    def _publish(self, topic: str, payload: bytes, ctx: RoundContext) -> bool:
-        """Publish for round ``ctx``, waiting at most a round's timeout for the broker's ack; False
+    def _publish(self, topic: str, payload: bytes, what: str) -> bool:
+        """Publish ``what`` (a round, the setup...), waiting at most a round's timeout for the broker's ack; False
         (an outage, counted against mqtt.outage_limit_s) when it is unreachable or did not ack."""
         if self.client.connected:
             try:
@@ -389,7 +438,7 @@ class MqttNodes:
             except TimeoutError as exc:
                 # paho keeps the frames and resends them after a reconnect: the nodes may still
                 # run this round; their replies find it (_rounds), however late.
-                log.warning("round %d not sent: %s", ctx.round_index, exc)
+                log.warning("%s not sent: %s", what, exc)
             else:
                 self._broker_back()
                 return True
@@ -478,6 +527,9 @@ class MqttNodes:
                     self._lock.notify_all()
             else:
                 self._pending.append(item)
+                if self._preparing:  # a ready is awaited: taken now, not at the next wake-up
+                    self._drain_pending()
+                    self._lock.notify_all()
 
     def _wait(self, timeout_s: float) -> None:
         """Up to ``timeout_s`` for a node's status to change; late messages handled meanwhile."""
@@ -659,6 +711,9 @@ class MqttNodes:
         if msg.kind == protocol.LEDGER:
             self._take_report(node, msg)
             return
+        if msg.kind == protocol.READY:
+            self._take_ready(node, msg)
+            return
         if collection is None:
             self._maybe_late(node, msg)
             return
@@ -677,6 +732,8 @@ class MqttNodes:
             if msg.kind == protocol.REFUSED:
                 _check_refusal(msg)
                 refusals[node] = msg
+                if self._channel is not None:  # it will not transmit: the channel need not wait for it
+                    self._channel.withdraw(self.session, wire_round, node)
                 collection.outstanding.discard(node)
                 return
             problem = check_tensors(collection.spec, msg.tensors, self._sent.get(node), finite_known=True)
@@ -715,13 +772,37 @@ class MqttNodes:
         self._late[(node, round_index)] = events if events is not None else self._planned_release(node, ctx)
 
     def _take_report(self, node: int, msg: wire.Message) -> None:
-        """A node's own ledger of this session (its answer to the stop), kept for :meth:`close`."""
+        """A node's own ledger of this session (as it left before the stop, or its answer to the
+        stop), kept for :meth:`close`: merged with what it reported before (a ledger only grows;
+        messages may cross)."""
         try:
-            self._reports[node] = protocol.report_of(msg)
+            report = protocol.report_of(msg)
         except wire.WireError as exc:
             log.warning("rejected the ledger report of node %d: %s", node, exc)
             return
+        known = self._reports.get(node)
+        self._reports[node] = report if known is None else known.merged(report)
+        if self._stopping:
+            self._stop_answers.add(node)
+        else:
+            log.info("node %d left before the stop; its ledger report is kept", node)
         self._lock.notify_all()
+
+    def _take_ready(self, node: int, msg: wire.Message) -> None:
+        """A node's ready (lock held): noted while the prepare is awaited if it names this run's
+        experiment; anything else logged and dropped (it moves nothing)."""
+        try:
+            key = protocol.ready_of(msg)
+        except wire.WireError as exc:
+            log.warning("rejected the ready of node %d: %s", node, exc)
+            return
+        if key != self._experiment_key:
+            log.warning("rejected the ready of node %d: experiment %s…, not this run's", node, key[:12])
+            return
+        if not self._preparing:
+            log.info("dropped the ready of node %d: the first round has begun", node)
+            return
+        self._ready.add(node)
 
     def _reap_hosts(self) -> None:
         """An emulated host that died takes its nodes offline (their rounds straggle)."""
@@ -739,6 +820,8 @@ class MqttNodes:
         hosts and stop the run's own broker. What the nodes released but never delivered, charged."""
         client = getattr(self, "client", None)
         told = False
+        with self._lock:
+            self._stopping = True
         try:
             if client is not None and client.connected:
                 client.publish(topics.bcast(self.run), protocol.stop(self.run, self.session, status,
@@ -767,7 +850,7 @@ class MqttNodes:
         answer; what it delivered before is charged, what it did not is beyond anyone's reach)."""
         deadline = time.monotonic() + timeout_s
         with self._lock:
-            while (missing := (self.online & self._node_set) - self._reports.keys()) \
+            while (missing := (self.online & self._node_set) - self._stop_answers) \
                     and (remaining := deadline - time.monotonic()) > 0:
                 self._drain_pending()
                 self._lock.wait(min(remaining, _REAP_INTERVAL_S))

@@ -15,6 +15,7 @@ answers each round with a :class:`~testbed.orchestration.nodes_api.RoundOutcome`
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import logging
 import math
@@ -147,6 +148,9 @@ class Run:
     rounds_done: int = 0
     status: str = "completed"
     stopped: Exceeded | None = None
+    # The nodes that refused a round for their own budget, in order: (round, what they said). Each
+    # is taken out of the later rounds (asked nothing, charged nothing more); the others go on.
+    refusals: list[tuple[int, Exceeded]] = field(default_factory=list)
     failure: str | None = None
     metrics: dict[str, float] = field(default_factory=dict)
     evaluated_at: int = -1  # rounds done when ``metrics`` were measured
@@ -390,7 +394,8 @@ def run_rounds(run: Run, nodes: Nodes, quiet: bool, tight_job: BackgroundEpsilon
         for r in range(run.rounds_done, alg.rounds):
             sampled = sample_clients(config.client_sampling, seed=config.run.seed, round_index=r, node_ids=every_ids)
             participants = every if sampled is None else list(sampled)
-            excluded = emulated_stragglers(config, alg, r, participants, straggler_draws)
+            withdrawn = frozenset(refusal.node for _, refusal in run.refusals) & set(participants)
+            excluded = emulated_stragglers(config, alg, r, participants, straggler_draws) | withdrawn
             expected = tuple(n for n in participants if n not in excluded)
             probe = RoundContext(r, config.run.seed, config.data.num_nodes, expected, sampled=sampled)
             run.stopped = _first_exceeded(run.budgets, run.book, alg, probe)
@@ -400,12 +405,11 @@ def run_rounds(run: Run, nodes: Nodes, quiet: bool, tight_job: BackgroundEpsilon
             before = last
             outcome = nodes.round(run.state, r, excluded, sampled,
                                   meanwhile=None if reported else lambda: report(before))
-            if outcome.refused:
-                node, budget, would_be, limit = outcome.refused[0]
-                run.stopped, run.status = Exceeded(node, budget, would_be, limit), "stopped_budget"
-                _charge(run, outcome, ledger_file)
-                break
+            outcome = _withdraw(run, outcome, withdrawn)
             _charge(run, outcome, ledger_file)
+            if set(every) <= {refusal.node for _, refusal in run.refusals}:  # nobody left: the last refusal stops it
+                run.stopped, run.status = run.refusals[-1][1], "stopped_budget"
+                break
             server = alg.server_step(run.state, outcome.result, outcome.ctx)
             run.state = server.state
             _charge_server(run, server.events, nodes, ledger_file)
@@ -563,6 +567,19 @@ def _charge_server(run: Run, events: list[Event], nodes: Nodes, ledger_file: Led
     ledger_file.write(fresh)
     if events:
         nodes.deliver(events)
+
+
+def _withdraw(run: Run, outcome: RoundOutcome, withdrawn: frozenset[int]) -> RoundOutcome:
+    """Take the round's budget refusals into ``run.refusals`` (each refusing node is asked nothing
+    more: one node's word ends its own part, not everyone's run), and mark the ``withdrawn`` nodes
+    (refused before, not asked) as such among the round's straggles."""
+    for node, budget, would_be, limit in outcome.refused:
+        run.refusals.append((outcome.ctx.round_index, Exceeded(node, budget, would_be, limit)))
+        log.warning("node %d refused round %d: its %s budget would be %.6g > %.6g; it is asked nothing more, "
+                    "the run goes on with the others", node, outcome.ctx.round_index, budget, would_be, limit)
+    if not withdrawn:
+        return outcome
+    return dataclasses.replace(outcome, straggled={**outcome.straggled, **dict.fromkeys(withdrawn, "withdrawn")})
 
 
 def _first_exceeded(budgets: Budgets, book: LedgerBook, alg: Algorithm, ctx: RoundContext) -> Exceeded | None:
@@ -753,6 +770,10 @@ def _summary(run: Run) -> dict[str, Any]:
                     "mi_epsilon": budgets.mi_epsilon},
         "stopped": None if stopped is None else {"node": stopped.node, "budget": stopped.budget,
                                                   "would_be": stopped.would_be, "limit": stopped.limit},
+        # Nodes that refused a round for their own budget (the figures they gave, checked as finite):
+        # each was taken out of the later rounds, the run went on with the others.
+        "refusals": [{"node": e.node, "round": r, "budget": e.budget, "would_be": e.would_be, "limit": e.limit}
+                     for r, e in run.refusals],
         "privacy": {"accountant": budgets.accountant, "tight_accountant": config.privacy.tight_accountant,
                     "epsilon_target": reg.epsilon_target(assemble.algorithm_sections(config, reg)),
                     **privacy_headline(run.guarantee, nodes, budgets.delta, budgets.accountant)},
