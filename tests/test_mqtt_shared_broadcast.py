@@ -202,14 +202,14 @@ def test_a_reply_that_comes_before_the_collection_begins_answers_the_round():
     data = load_data(config.data, 0)
     alg = assemble.build_algorithm(config, model_for(config.model, data, 0), data)
     nodes = MqttNodes.__new__(MqttNodes)  # its round bookkeeping only: no broker, no hosts
-    nodes.alg, nodes.session, nodes.node_ids, nodes.round_timeout_s = alg, "s", list(range(100)), 5.0
-    nodes._lock, nodes._collecting, nodes._pending, nodes._preparing = threading.Condition(), None, [], False
-    nodes.online, nodes._hosts, nodes._sent, nodes._late = {3, 4}, [], {}, {}
-    nodes._rounds, nodes._open_round, nodes._released, nodes._metric_spec, nodes._costliest = {}, -1, {}, {}, {}
+    mqtt = config.mqtt.model_copy(update={"run_id": "r", "round_timeout_s": 5.0})
+    nodes._init_bookkeeping(mqtt, config.nodes, "", list(range(100)), alg, seed=0)
+    nodes.session, nodes.online = "s", {3, 4}
     ctx = RoundContext(7, 0, 100, (3, 4))
     nodes._remember(ctx)
     for node in (3, 4):
-        payload = protocol.update("r", "s", 7, node, {"gradient": np.ones((10, 10))}, alg.planned_events(node, ctx))
+        payload = protocol.update("r", "s", 7, node, {"gradient": np.ones((10, 10))}, alg.planned_events(node, ctx),
+                                  metrics={"samples": 10.0})
         nodes._on_inbound(Inbound(topics.up("r", str(node)), topics.UP, str(node), payload, wire.decode(payload)))
     started = time.monotonic()
     answers, refusals, reasons, refused = nodes._collect(ctx, alg.uplink_spec(), protocol.UPDATE)

@@ -111,51 +111,8 @@ class MqttNodes:
 
     def __init__(self, mqtt: MqttSection, nodes: NodesSection, config_toml: str, node_ids: Sequence[int],
                  algorithm: Algorithm, *, seed: int, quiet: bool = False, links: LinksSection | None = None):
-        m = self.mqtt = mqtt
-        self.nodes_section = nodes
-        self.config_toml = config_toml
-        self.node_ids = list(node_ids)
-        self.alg, self.seed = algorithm, seed
-        self.run = wire.check_id(m.run_id, "mqtt.run_id")
-        self.session = secrets.token_hex(8)
-        self.round_timeout_s = m.round_timeout_s
-        self._hosts: list[_Host] = []
-        self._channel: ChannelEmulator | None = None
-        self._charges: dict[int, list[Event]] = {}  # issued by the server, not yet seen by the node
-        # Every round of this session (the setup under SETUP_ROUND), for its late replies and the
-        # nodes' ledger reports however late they come; the highest wire round sent so far: a node's
-        # message of a later round is refused before it moves any state (_admit).
-        self._rounds: dict[int, RoundContext] = {}
-        self._sent_at: dict[int, float] = {}  # round -> monotonic s it was sent: its replies' window
-        self._bounds = _node_bounds(mqtt, nodes, self.node_ids, algorithm)
-        self._open_round = -1
-        self._late: dict[tuple[int, int], list[Event]] = {}  # charged, not yet handed to the runner
-        self._released: dict[int, RoundSet] = {}  # node -> rounds of this session already charged
-        self._reports: dict[int, protocol.LedgerReport] = {}  # node -> its own ledger (as it left, at the stop)
-        self._stopping = False  # the stop is (about to be) sent: a report from now on answers it
-        self._stop_answers: set[int] = set()  # the nodes that reported since
-        self._sent: dict[int, dict[str, np.ndarray]] = {}  # this round's downlink rows, by node
-        self._metric_spec = metric_specs(algorithm)
-        # (node, event kind) → the most seconds and joules the node reported in one such event: what
-        # a release whose own events never came is charged for them (towards more spend).
-        self._costliest: dict[tuple[int, str], dict[str, float]] = {}
-        self._outage_since: float | None = None  # monotonic s of the first unacknowledged publish
-        # The prepare (before the first round or setup): the experiment's key the nodes' ready must
-        # name, the nodes that said so while it was awaited, whether it is being awaited, whether sent.
-        self._experiment_key = protocol.experiment_key(config_toml)
-        self._ready: set[int] = set()
-        self._preparing = False
-        self._prepared = False
-        # The client's network thread hands every message over under this lock (_on_inbound): a
-        # node's status and a reply to the round being collected are taken there and then, without
-        # waking this thread per message; anything else waits in _pending for this thread.
-        self._lock = threading.Condition()
-        self._collecting: _Collection | None = None
-        self._pending: list[Inbound] = []
-        self.online: set[int] = set()
-        self._arrived_s: dict[int, float] = {}  # the last round's replies: node → when it came (monotonic s)
-        self._links: Links | None = None
-        self._link_rounds: LinkRounds | None = None
+        self._init_bookkeeping(mqtt, nodes, config_toml, node_ids, algorithm, seed)
+        m = mqtt
         # Read first: a credentials file refused after the broker started would leave it running.
         username, password = _credentials(m.credentials, "coordinator")
         # The run's own broker when none is given (mqtt.broker), stopped by close(); its registration
@@ -201,6 +158,56 @@ class MqttNodes:
         except BaseException:
             self.close("failed")
             raise
+
+    def _init_bookkeeping(self, mqtt: MqttSection, nodes: NodesSection, config_toml: str,
+                          node_ids: Sequence[int], algorithm: Algorithm, seed: int) -> None:
+        """Everything but the broker, the client and the hosts: what a round's messages are checked
+        and collected against (a test of that bookkeeping builds this part alone)."""
+        m = self.mqtt = mqtt
+        self.nodes_section = nodes
+        self.config_toml = config_toml
+        self.node_ids = list(node_ids)
+        self.alg, self.seed = algorithm, seed
+        self.run = wire.check_id(m.run_id, "mqtt.run_id")
+        self.session = secrets.token_hex(8)
+        self.round_timeout_s = m.round_timeout_s
+        self._hosts: list[_Host] = []
+        self._channel: ChannelEmulator | None = None
+        self._charges: dict[int, list[Event]] = {}  # issued by the server, not yet seen by the node
+        # Every round of this session (the setup under SETUP_ROUND), for its late replies and the
+        # nodes' ledger reports however late they come; the highest wire round sent so far: a node's
+        # message of a later round is refused before it moves any state (_admit).
+        self._rounds: dict[int, RoundContext] = {}
+        self._sent_at: dict[int, float] = {}  # round -> monotonic s it was sent: its replies' window
+        self._bounds = _node_bounds(mqtt, nodes, self.node_ids, algorithm)
+        self._open_round = -1
+        self._late: dict[tuple[int, int], list[Event]] = {}  # charged, not yet handed to the runner
+        self._released: dict[int, RoundSet] = {}  # node -> rounds of this session already charged
+        self._reports: dict[int, protocol.LedgerReport] = {}  # node -> its own ledger (as it left, at the stop)
+        self._stopping = False  # the stop is (about to be) sent: a report from now on answers it
+        self._stop_answers: set[int] = set()  # the nodes that reported since
+        self._sent: dict[int, dict[str, np.ndarray]] = {}  # this round's downlink rows, by node
+        self._metric_spec = metric_specs(algorithm)
+        # (node, event kind) → the most seconds and joules the node reported in one such event: what
+        # a release whose own events never came is charged for them (towards more spend).
+        self._costliest: dict[tuple[int, str], dict[str, float]] = {}
+        self._outage_since: float | None = None  # monotonic s of the first unacknowledged publish
+        # The prepare (before the first round or setup): the experiment's key the nodes' ready must
+        # name, the nodes that said so while it was awaited, whether it is being awaited, whether sent.
+        self._experiment_key = protocol.experiment_key(config_toml)
+        self._ready: set[int] = set()
+        self._preparing = False
+        self._prepared = False
+        # The client's network thread hands every message over under this lock (_on_inbound): a
+        # node's status and a reply to the round being collected are taken there and then, without
+        # waking this thread per message; anything else waits in _pending for this thread.
+        self._lock = threading.Condition()
+        self._collecting: _Collection | None = None
+        self._pending: list[Inbound] = []
+        self.online: set[int] = set()
+        self._arrived_s: dict[int, float] = {}  # the last round's replies: node → when it came (monotonic s)
+        self._links: Links | None = None
+        self._link_rounds: LinkRounds | None = None
 
     def _host_groups(self) -> list[list[int]]:
         """The node ids of each emulated `testbed nodes` host (not the microcontroller boards')."""
