@@ -612,3 +612,27 @@ def test_the_tight_accountant_guesses_uploads_due_in_some_rounds_only(tmp_path, 
         result = run_experiment(load_config_text(RUN), out_dir=tmp_path / "r", quiet=True)
     assert requests == [1]
     assert all(node["epsilon_tight"] > 0 for node in result.summary["nodes"].values())
+
+
+# ----------------------------------------------------------------------------- learns.toml (issue 29)
+
+def test_learns_toml_learns_at_the_papers_epsilon_within_its_budget(tmp_path):
+    """experiments/padpfl/learns.toml, one seed as committed: the private model's test accuracy is
+    far above the majority share of its test rows, and the ledger spends no more than ε = 5."""
+    pytest.importorskip("kymatio")
+    pytest.importorskip("mlxtend")
+    from pathlib import Path
+
+    from testbed.assemble import load_run_data
+    from testbed.config import load_config
+    from testbed.orchestration.runner import run_experiment
+
+    config = load_config(Path(__file__).resolve().parents[1] / "experiments" / "padpfl" / "learns.toml")
+    assert config.padpfl.epsilon == 5.0  # the paper's stronger level
+    y = np.asarray(load_run_data(config).test.y, dtype=np.int64)
+    majority = np.bincount(y).max() / len(y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = run_experiment(config, out_dir=tmp_path / "r", quiet=True)
+    assert result.summary["final"]["test_accuracy"] > majority + 0.5
+    assert max(n["epsilon"] for n in result.summary["nodes"].values()) <= config.padpfl.epsilon
