@@ -283,10 +283,16 @@ def curve(record: dict) -> list[str]:
                    f"{mean_ci([r['train_loss'] for r in runs], 4)} | {verdict.markdown()} | {eps_text(runs)} |")
     all_runs = [(e, r["test_accuracy"]) for e, variant in zip(eps, v.values()) for r in variant["runs"]]
     trend = trend_verdict([np.log10(e) for e, _ in all_runs], [a for _, a in all_runs], "increasing")
+    top_label = max(v, key=lambda k: float(k.split("=", 1)[1]))
+    far = ", far above the paper's 5 and 20" if begins is not None and begins > 20 else ""
     out += ["", f"Accuracy rises with ε: {trend.markdown()}.", "",
+            f"At {top_label.replace('eps=', 'ε = ')} σ_C is {v[top_label]['noise']['sigma_client']:.3g}, negligible: "
+            "what separates that row from the non-private 0-1-2 run of scenario 1 (not clipped) is the clipping of "
+            "every upload to norm B = 5.", "",
             (f"Learning begins (accuracy above the majority share, paired by seed) at ε = {begins:g} of the "
-             "configured target, far above the paper's 5 and 20: at the digits' client sizes (20 training images) "
-             "σ_C of eq. (8) is 7.5× the paper's." if begins is not None else
+             f"configured target{far}: at the "
+             "digits' client sizes (20 training images) σ_C of eq. (8) is 7.5× the paper's, and R = T = 30 "
+             "uploads multiply it by 30." if begins is not None else
              "No ε of the curve learns: at the digits' client sizes (20 training images) σ_C of eq. (8) is 7.5× "
              "the paper's."), ""]
     return out
