@@ -380,8 +380,8 @@ def impact_section(record: dict) -> list[str]:
             "scenario does not have.",
             "- quality_score: its scores are accuracies of the broadcast on 6, 16 or 36 rows (coarse, and all parts "
             "hold clean data, so there is little true quality difference to find), the softmax at τ = 0.1 puts most "
-            "weight on the few nodes whose noisy score came out highest, and under DP a large max p raises σ_S of "
-            "eq. (13). Its own privacy cost shows in the ε column of its non-private rows (the score alone).",
+            "weight on the few nodes whose noisy score came out highest, and under DP a few large p'_i leave more of "
+            "their clients' noise in the broadcast (Σp'²σ_C²; σ_S is 0 with R = T). Its own privacy cost shows in the ε column of its non-private rows (the score alone).",
             "- link_quality weights clients by where they are, which here has nothing to do with their data: it is a "
             "rule for when the link, not the data, limits a client, which this scenario does not model.", ""]
     return out
