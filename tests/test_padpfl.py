@@ -10,6 +10,8 @@ import warnings
 
 import numpy as np
 import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
 
 from testbed import assemble
 
@@ -251,6 +253,28 @@ def test_spread_participation_uploads_exactly_r_times_and_zeros_otherwise():
     assert [bool(x) for x in privacy] == mask.tolist()
 
 
+@given(rounds=st.integers(1, 40), uploads=st.integers(1, 40), spread=st.booleans(), epsilon=st.floats(0.1, 50))
+def test_a_configured_run_makes_exactly_the_r_uploads_its_noise_pays_for(rounds, uploads, spread, epsilon):
+    """Whatever T, R and participation: a [padpfl] section that loads has every client upload in
+    exactly R rounds (R = T when every client uploads every round), so eq. (8)'s σ_C, scaled by R,
+    spends the configured ε under the paper's linear accounting; one that would not is refused."""
+    assume(uploads <= rounds)
+    keys = dict(rounds=rounds, uploads=uploads, participation="spread" if spread else "every_round",
+                epsilon=epsilon, clip=1.0)
+    if not spread and uploads != rounds:
+        with pytest.raises(ValueError, match="padpfl.uploads"):
+            PadpflSection(**keys)
+        return
+    a = PadpflSection(**keys)
+    n = 7
+    alg = Padpfl(LogisticRegression(2, 2), schedule=ImpactSchedule([(0, np.full(n, 1 / n))]), rounds=a.rounds,
+                 local_steps=1, batch=1, lr=0.1, mu=0.0, clip=a.clip, epsilon=a.epsilon, delta=0.01, min_samples=5,
+                 train_sizes=[5] * n, num_nodes=n, uploads=a.uploads, participation=a.participation)
+    made = sum(alg.uploads_in(range(n), r).astype(int) for r in range(rounds))
+    assert (made == uploads).all()
+    assert alg.describe()["epsilon_paper_uplink"] == pytest.approx(epsilon, rel=1e-12)
+
+
 def test_worst_case_sensitivity_charges_2b():
     data, private, _ = _pair([0.25] * 4, sensitivity="worst_case")
     ctx = RoundContext.everyone(0, 0, 4)
@@ -273,6 +297,7 @@ figures = false
 [padpfl]
 rounds = 4
 uploads = 1
+participation = "spread"
 local_steps = 2
 batch = 8
 clip = 1.0
@@ -298,7 +323,7 @@ def test_a_run_reports_both_observers_the_papers_accounting_and_the_resolved_min
     assert heavy["epsilon_tight_by_observer"]["public"] < heavy["epsilon_by_observer"]["public"]
     info = s["algorithm_settings"]
     assert "min_samples = 40" in (tmp_path / "r" / "config.toml").read_text()
-    assert info["epsilon_paper_uplink"] == pytest.approx(4 * 5.0, rel=1e-12)  # T = 4 uploads, R = 1 paid for
+    assert info["epsilon_paper_uplink"] == pytest.approx(5.0, rel=1e-12)  # R = 1 upload made, R paid for
     assert info["epsilon_paper_downlink"] == pytest.approx(5.0, rel=1e-12)
 
 
@@ -329,6 +354,8 @@ def test_the_bound_falls_with_epsilon_and_grows_with_max_p():
     ('impact = "given"\nweights = [0.5, 0.5, 0.5, 0, 0, 0]\n', "padpfl.weights"),
     ('impact = "given"\nparts = [2, 2, 2]\nratios = "0-x-2"\n', "padpfl.ratios"),
     ('uploads = 9\nrounds = 4\n', "padpfl.uploads"),
+    ('uploads = 2\nrounds = 4\n', "padpfl.uploads"),  # every round: 4 uploads, eq. (8) pays for 2
+    ('uploads = 3\nrounds = 4\nparticipation = "every_round"\n', "padpfl.uploads"),
     ('epsilon = 1.0\n', "padpfl.clip"),
     ('impact = "given"\nparts = [2, 2, 2]\nratios = "1-1-1"\nschedule = [{after_round = 30, ratios = "0-1-1"}]\n',
      "padpfl.schedule"),
@@ -585,3 +612,27 @@ def test_the_tight_accountant_guesses_uploads_due_in_some_rounds_only(tmp_path, 
         result = run_experiment(load_config_text(RUN), out_dir=tmp_path / "r", quiet=True)
     assert requests == [1]
     assert all(node["epsilon_tight"] > 0 for node in result.summary["nodes"].values())
+
+
+# ----------------------------------------------------------------------------- learns.toml (issue 29)
+
+def test_learns_toml_learns_at_the_papers_epsilon_within_its_budget(tmp_path):
+    """experiments/padpfl/learns.toml, one seed as committed: the private model's test accuracy is
+    far above the majority share of its test rows, and the ledger spends no more than ε = 5."""
+    pytest.importorskip("kymatio")
+    pytest.importorskip("mlxtend")
+    from pathlib import Path
+
+    from testbed.assemble import load_run_data
+    from testbed.config import load_config
+    from testbed.orchestration.runner import run_experiment
+
+    config = load_config(Path(__file__).resolve().parents[1] / "experiments" / "padpfl" / "learns.toml")
+    assert config.padpfl.epsilon == 5.0  # the paper's stronger level
+    y = np.asarray(load_run_data(config).test.y, dtype=np.int64)
+    majority = np.bincount(y).max() / len(y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = run_experiment(config, out_dir=tmp_path / "r", quiet=True)
+    assert result.summary["final"]["test_accuracy"] > majority + 0.5
+    assert max(n["epsilon"] for n in result.summary["nodes"].values()) <= config.padpfl.epsilon

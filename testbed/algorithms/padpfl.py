@@ -99,8 +99,9 @@ class PadpflSection(AggregationOptions):
     uploads: Positive[int] | None = None
     """R, the most uploads of one client (R <= T); absent: T."""
     participation: Literal["every_round", "spread"] = "every_round"
-    """every_round: all clients upload every round (the paper's experiments; with R < T the ledger
-    shows T uploads, more than eq. 8 paid for); spread: each client uploads in exactly R rounds."""
+    """every_round: all clients upload every round, so R = T (``uploads`` absent or equal to
+    ``rounds``); spread: each client uploads in exactly R rounds. Either way a client makes exactly
+    the R uploads eq. (8)'s σ_C pays for."""
     local_steps: Positive[int] = 10
     """Local SGD steps of FedProx per round."""
     batch: Positive[int] = 32
@@ -157,6 +158,9 @@ class PadpflSection(AggregationOptions):
     def _consistent(self) -> "PadpflSection":
         if self.uploads is not None and self.uploads > self.rounds:
             raise ValueError(f"padpfl.uploads: R = {self.uploads} exceeds rounds T = {self.rounds}")
+        problem = uploads_disagree(self.rounds, self.uploads, self.participation)
+        if problem:
+            raise ValueError(f"padpfl.uploads: {problem}")
         if self.epsilon is not None and self.clip is None:
             raise ValueError("padpfl.clip: a private run (epsilon) needs the clipping bound B")
         if self.impact == "given" and (self.weights is None) == (self.ratios is None):
@@ -177,6 +181,18 @@ class PadpflSection(AggregationOptions):
         if rounds != sorted(set(rounds)) or any(r >= self.rounds for r in rounds):
             raise ValueError(f"padpfl.schedule: after_round must ascend and stay below rounds = {self.rounds}")
         return self
+
+
+def uploads_disagree(rounds: int, uploads: int | None, participation: str) -> str | None:
+    """Why R = ``uploads`` does not count the uploads a client makes under ``participation`` (None
+    when it does). Eq. (8) scales σ_C by R for a client revealed at most R times: a client that
+    uploads every round of T > R is revealed T times, each charged at the σ_C of R, and spends
+    more than the configured ε (under linear composition T/R times it)."""
+    if participation == "every_round" and uploads is not None and uploads != rounds:
+        return (f"R = {uploads} but every client uploads in all T = {rounds} rounds (participation = "
+                f"\"every_round\"): eq. (8) would pay for {uploads} uploads of {rounds}; omit uploads (R = T) "
+                f"or set participation = \"spread\" (each client uploads in exactly R rounds)")
+    return None
 
 
 def schedule_from_section(a: PadpflSection, num_nodes: int, seed: int) -> ImpactSchedule:
@@ -288,6 +304,8 @@ class Padpfl(SizeSetup, BaseAlgorithm):
         if epsilon is not None and clip is None:
             raise ValueError("a private PADPFL needs the clipping bound B")
         self.model, self.schedule, self.rounds_planned = model, schedule, rounds
+        # R < T with every client uploading every round is allowed here (the per-round mechanism of
+        # Theorem 1, which the unit tests probe); a configured run refuses it (uploads_disagree).
         self.uploads = rounds if uploads is None else uploads
         self.participation, self.sensitivity = participation, sensitivity
         self.local_steps, self.batch, self.lr, self.mu = local_steps, batch, lr, mu
@@ -577,11 +595,10 @@ class Padpfl(SizeSetup, BaseAlgorithm):
             if self.impact == "quality_score":
                 out.update({"score_sigma": self.score_sigma, "score_temperature": self.score_temperature})
             if self.private:
-                uploads_made = self.uploads if self.participation == "spread" else self.rounds_planned
                 out.update({"epsilon": self.epsilon, "delta": self.delta, "c": dp.gaussian_c(self.delta),
                             "sigma_client": self.sigma_client,
                             "epsilon_paper_uplink": dp.paper_epsilon_uplink(self.sigma_client, self.clip,
-                                                                            self.min_samples, uploads_made, self.delta),
+                                                                            self.min_samples, self.uploads, self.delta),
                             "gaussian_condition": dp.gaussian_condition_holds(self.epsilon)})
             return out
         out |= {
@@ -601,12 +618,11 @@ class Padpfl(SizeSetup, BaseAlgorithm):
                            "condition": dp.server_noise_needed(p, self.rounds_planned, self.uploads),
                            "epsilon_paper_downlink": dp.paper_epsilon_downlink(
                                float(p.max()), total, self.clip, self.min_samples, self.rounds_planned, self.delta)})
-        uploads_made = self.uploads if self.participation == "spread" else self.rounds_planned
         out.update({
             "epsilon": self.epsilon, "delta": self.delta, "c": dp.gaussian_c(self.delta),
             "sigma_client": self.sigma_client, "phases": phases,
             "epsilon_paper_uplink": dp.paper_epsilon_uplink(self.sigma_client, self.clip, self.min_samples,
-                                                            uploads_made, self.delta),
+                                                            self.uploads, self.delta),
             "epsilon_paper_downlink": max(ph["epsilon_paper_downlink"] for ph in phases),
             "gaussian_condition": dp.gaussian_condition_holds(self.epsilon),
         })
