@@ -56,6 +56,8 @@ PACKAGES = ("python3", "python3-venv")
 VENV = str(Path(DEFAULT_COMMAND).parent.parent)
 #: The hash of the checkout's sources installed in a tree (so an unchanged checkout installs nothing).
 SOURCE_STAMP = f"{VENV}/.testbed-sources-sha256"
+#: Where the board's pip finds the CA bundle this machine's pip trusts (see _host_ca).
+HOST_CA = "/etc/ssl/certs/testbed-host-ca.pem"
 #: The board's Debian architecture, written at its build (what `testbed board run` checks binfmt_misc for).
 ARCH_FILE = f"{VENV}/.board-arch"
 #: The packages and files of the wheel (pyproject.toml's packages.find); their contents make the stamp.
@@ -249,6 +251,22 @@ def _wheel(source: Path, out: Path) -> Path:
     return next(out.glob("testbed-*.whl"))
 
 
+def _host_ca() -> tuple[tuple[Path, str], ...]:
+    """The CA bundle this machine's pip is told to trust (``PIP_CERT``, ``SSL_CERT_FILE``), bound in
+    for the board's pip: a network whose TLS is re-signed by a proxy needs it on a board too."""
+    for variable in ("PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE"):
+        if os.environ.get(variable) and Path(os.environ[variable]).is_file():
+            return ((Path(os.environ[variable]), HOST_CA),)
+    return ()
+
+
+def _pip(root: Path, arguments: list[str], what: str) -> None:
+    """The board's pip (its own index, PyPI; no configuration of this machine's but its CA)."""
+    ca = _host_ca()
+    _in_board(root, [f"{VENV}/bin/pip", "install", "--quiet", "--disable-pip-version-check",
+                     *(["--cert", HOST_CA] if ca else []), *arguments], what, binds=ca)
+
+
 def _install(root: Path, source: Path, arch: str, *, with_requirements: bool, say: Say) -> None:
     """Install this checkout's wheel in the board's venv: as a user does (``[node]``, from PyPI) in
     a new tree, else the package alone (``--no-deps``), its requirements being those of the key."""
@@ -258,12 +276,10 @@ def _install(root: Path, source: Path, arch: str, *, with_requirements: bool, sa
         if with_requirements:
             say(f"python3 -m venv {VENV}; pip install '{wheel.name}[node]' (from PyPI, emulated)")
             _in_board(root, ["python3", "-m", "venv", VENV], "python3 -m venv")
-            _in_board(root, [f"{VENV}/bin/pip", "install", "--quiet", "--disable-pip-version-check",
-                             f"{inside}[node]"], "pip install testbed[node]")
+            _pip(root, [f"{inside}[node]"], "pip install testbed[node]")
         else:
             say(f"this checkout changed: pip install --no-deps {wheel.name}")
-            _in_board(root, [f"{VENV}/bin/pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps",
-                             "--force-reinstall", inside], "pip install testbed")
+            _pip(root, ["--no-deps", "--force-reinstall", inside], "pip install testbed")
     (root / ARCH_FILE.lstrip("/")).write_text(arch + "\n")
     (root / SOURCE_STAMP.lstrip("/")).write_text(sources_sha256(source) + "\n")
 
@@ -283,10 +299,12 @@ def _cached_tree(arch: str, source: Path, say: Say) -> tuple[Path, bool]:
     entry.mkdir(parents=True, exist_ok=True)
     with DirectoryLock(entry):
         partial = entry / "rootfs.partial"
-        if partial.exists():  # a build that was killed: start again
-            subprocess.run(["rm", "-rf", "--one-file-system", str(partial)], check=True)
         check_network()
-        _debootstrap(arch, partial, say)
+        # debootstrap removes its own folder in the tree when it succeeds: a tree without it is
+        # whole and a failed install resumes there; with it, debootstrap was cut short
+        if not partial.exists() or (partial / "debootstrap").exists():
+            subprocess.run(["rm", "-rf", "--one-file-system", str(partial)], check=True)
+            _debootstrap(arch, partial, say)
         _install(partial, source, arch, with_requirements=True, say=say)
         partial.rename(entry / "rootfs")
         (entry / _COMPLETE).write_text(f"{SUITE} {arch} {MIRROR}\n")
