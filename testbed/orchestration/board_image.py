@@ -180,10 +180,14 @@ def run_argv(root: Path, command: list[str], *, cwd: Path | None = None,
     """The command line that runs ``command`` in the board ``root``: a private mount namespace
     (``unshare``) with /proc, /dev and the host's resolver mounted, each ``(host path, board path)``
     of ``binds`` bound in, and ``cwd`` (a host folder) bound at its own path and made the working
-    folder, then ``chroot`` with :data:`BOARD_ENV` as the whole environment. Every step execs, so the
+    folder (not the host's / nor a folder in the board), then ``chroot`` with :data:`BOARD_ENV` as the whole environment. Every step execs, so the
     process is the command's own."""
     root = Path(root).resolve()
-    mounts = [(Path(cwd).resolve(), str(Path(cwd).resolve()))] if cwd is not None else []
+    here = Path(cwd).resolve() if cwd is not None else None
+    # the host's / or a folder of the board itself is not bound over the board (it would hide it)
+    if here is not None and (here == Path("/") or here.is_relative_to(root)):
+        here = None
+    mounts = [(here, str(here))] if here is not None else []
     mounts += [(Path(src).resolve(), dst) for src, dst in binds]
     q = shlex.quote
     script = [f"mount -t proc proc {q(str(root / 'proc'))}",
@@ -193,7 +197,7 @@ def run_argv(root: Path, command: list[str], *, cwd: Path | None = None,
         target = str(root / dst.lstrip("/"))
         make = "mkdir -p" if src.is_dir() else "mkdir -p " + q(str(Path(target).parent)) + " && touch"
         script += [f"{make} {q(target)}", f"mount --bind {q(str(src))} {q(target)}"]
-    inner = f"cd {q(str(cwd.resolve()) if cwd is not None else '/')} && exec {shlex.join(command)}"
+    inner = f"cd {q(str(here) if here is not None else '/')} && exec {shlex.join(command)}"
     env = [f"{k}={v}" for k, v in BOARD_ENV.items()]
     script.append(f"exec chroot {q(str(root))} /usr/bin/env -i {shlex.join(env)} /bin/sh -c {q(inner)}")
     return ["unshare", "--mount", "--propagation", "private", "/bin/sh", "-ec", "\n".join(script)]
