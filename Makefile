@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PIP_INSTALL := $(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt
 
-.PHONY: demo test test-plain-paho bench firmware clean
+.PHONY: demo test test-plain-paho bench board firmware clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,10 @@ test-plain-paho: $(VENV)/.test-installed
 
 bench: $(VENV)/.core-installed
 	$(BIN)/python benchmarks/j1.py
+
+# The emulated arm64 board (docs/boards.md; root, debootstrap, qemu-user-static): cached in ~/.cache/testbed/boards.
+board: $(VENV)/.core-installed
+	$(BIN)/testbed board build --arch arm64
 
 # The microcontroller firmware: the virtual board (cc) and the QEMU Cortex-M3 image (arm-none-eabi-gcc).
 firmware:

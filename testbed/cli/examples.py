@@ -32,6 +32,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "broker": ("broker", "broker --host 0.0.0.0 --port 1883"),
     "acl": ("acl --run lab --nodes 30 --out secrets/", "acl --run lab --ids 3,5,7 --out secrets/"),
     "provision": ("provision inventory.toml --out lab/", "provision inventory.toml --out lab/ --run lab2"),
+    "board": ("board build --arch arm64 --out build/pi",
+              "board run build/pi -- testbed node --config node.toml --meter model"),
     "sweep": ("sweep experiments/quickstart.toml --grid budget.epsilon=1,4 --grid data.num_nodes=8,16 --repeats 5 "
               "--out runs/s1",
               "sweep experiments/quickstart.toml --grid budget.epsilon=1,2,4 --engine ray"),

@@ -1,0 +1,68 @@
+"""`testbed board build` and `testbed board run`: an emulated board of another architecture (a
+Debian arm64 root file system run through qemu-user-static), the node agent installed in it as on
+a Raspberry Pi, and commands run in it (testbed.orchestration.board_image)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from testbed.cli.examples import epilog
+from testbed.errors import UserError
+
+#: Each sub-command's examples (tests/test_cli.py parses them).
+SUB_EXAMPLES = {
+    "build": ("board build --arch arm64", "board build --arch arm64 --out build/pi"),
+    "run": ("board run build/pi -- testbed node --config node.toml --meter model",
+            "board run build/pi --bind lab/boards/pi-01:/etc/testbed -- testbed node --config /etc/testbed/node.toml "
+            "--meter model"),
+}
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    board = sub.add_parser("board", help="build an emulated board of another architecture (Debian arm64 with "
+                                         "testbed[node]) and run commands in it")
+    commands = board.add_subparsers(dest="board_command", required=True)
+    build = commands.add_parser("build", help="build (or take from the cache) a Debian bookworm root file system "
+                                              "with testbed[node] installed by pip",
+                                epilog=epilog(SUB_EXAMPLES["build"]))
+    build.add_argument("--arch", required=True, choices=("arm64",), help="the board's Debian architecture")
+    build.add_argument("--out", type=Path, help="a missing or empty folder to copy the board into (default: use "
+                                                "the cache's tree, under $TESTBED_BOARD_CACHE or ~/.cache/testbed/boards)")
+    build.set_defaults(handler=_build)
+    run = commands.add_parser("run", help="run a command in a built board (a chroot in a mount namespace of its own; "
+                                          "the current folder is bound in and is the working folder)",
+                              epilog=epilog(SUB_EXAMPLES["run"]))
+    run.add_argument("dir", type=Path, help="the board (testbed board build's folder)")
+    run.add_argument("--bind", action="append", default=[], metavar="SRC:DST",
+                     help="bind the host folder or file SRC at DST in the board (repeatable)")
+    run.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND", help="the command to run in the board")
+    run.set_defaults(handler=_run)
+
+
+def _build(args: argparse.Namespace) -> int:
+    from testbed.orchestration.board_image import build
+
+    image = build(args.arch, args.out)
+    print(f"board {args.arch}: {image.root} ({'cached' if image.cached else 'built'} in {image.seconds:.1f} s); "
+          f"run a command in it: testbed board run {image.root} -- testbed node --config node.toml")
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    from testbed.orchestration.board_image import board_arch, check_host, run_argv
+
+    # argparse drops the "--" before a REMAINDER in some versions and keeps it in others
+    command = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
+    if not command:
+        raise UserError("board run: no command (testbed board run DIR -- COMMAND ...)")
+    binds = []
+    for bind in args.bind:
+        src, sep, dst = bind.partition(":")
+        if not sep or not src or not dst.startswith("/") or not Path(src).exists():
+            raise UserError(f"board run: --bind {bind!r}: expected SRC:DST, SRC an existing host path, DST absolute")
+        binds.append((Path(src), dst))
+    check_host(board_arch(args.dir), needs_debootstrap=False)
+    argv = run_argv(args.dir, command, cwd=Path.cwd(), binds=tuple(binds))
+    os.execvp(argv[0], argv)  # the command's own process: its signals and exit status

@@ -1,0 +1,133 @@
+"""An emulated arm64 board (Debian bookworm through qemu-user-static, testbed[node] installed by
+pip as on a Raspberry Pi: testbed.orchestration.board_image) serves DP-PASGD and DWFL rounds beside
+x86 nodes over Mosquitto, and the run ends where sim ends: the same model (to a tolerance: aarch64
+numpy may round differently in the last bits) and the same ledger, which the board's own ledger
+confirms. The first build takes minutes and is cached (~/.cache/testbed/boards); later ones seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from testbed.config import load_config_text, replace
+from testbed.errors import UserError
+from testbed.orchestration import board_image
+from testbed.orchestration.runner import run_experiment
+from testbed.reports.results import read_checkpoint
+
+from conftest import REPO, require_command, require_tool
+from test_algorithm_contract import _ledger_without_seconds, _text
+
+#: The board's node: emulated aarch64 is tens of times slower to start and to step than this machine.
+TIMEOUTS = {"round_timeout_s": 120.0, "connect_timeout_s": 180.0}
+#: Final model, board beside x86 nodes against sim: float64 models equal up to summation order on
+#: one machine (test_algorithm_contract.ATOL_MODES); aarch64 numpy (its own SIMD kernels, fused
+#: multiply-adds) may differ in the last bits of each step, a few ulps over a few rounds.
+ATOL = 1e-9
+BOARD_NODE = 0
+
+
+@pytest.fixture(scope="module")
+def board() -> Path:
+    """The arm64 board, built once (from the cache when it is there)."""
+    require_tool("root", os.geteuid() == 0, "a board's build and chroot need root")
+    require_command("debootstrap", "apt-get install debootstrap")
+    require_command("qemu-aarch64-static", "apt-get install qemu-user-static binfmt-support")
+    try:
+        image = board_image.build("arm64", say=lambda line: print(line, file=sys.stderr))
+    except UserError as exc:
+        require_tool("arm64 board", False, str(exc))
+    return image.root
+
+
+def _board_node(board: Path, url: str, cwd: Path) -> subprocess.Popen:
+    command = ["testbed", "node", "--broker", url, "--node-id", str(BOARD_NODE), "--meter", "model",
+               "--state-dir", str(cwd / "state")]
+    return subprocess.Popen([sys.executable, "-m", "testbed", "board", "run", str(board), "--", *command],
+                            cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+@pytest.mark.slow
+def test_the_board_runs_aarch64_python_with_the_node_extra(board, tmp_path):
+    done = subprocess.run([sys.executable, "-m", "testbed", "board", "run", str(board), "--", "python", "-c",
+                           "import platform, numpy, paho.mqtt, testbed; print(platform.machine())"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "aarch64"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["dp_pasgd", "dwfl"])
+def test_an_arm64_board_beside_x86_nodes_ends_where_sim_ends(name, board, mosquitto_broker, tmp_path):
+    config = load_config_text(_text(name))
+    sim = run_experiment(config, out_dir=tmp_path / "sim", quiet=True)
+    nodes = config.data.num_nodes
+    url = mosquitto_broker.url
+    x86 = subprocess.Popen([sys.executable, "-m", "testbed", "nodes", "--broker", url, "--ids",
+                            ",".join(str(n) for n in range(nodes) if n != BOARD_NODE)],
+                           cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    arm64 = _board_node(board, url, tmp_path)
+    try:
+        mqtt = run_experiment(replace(config, run={"mode": "mqtt"},
+                                      mqtt={"emulated": False, "broker_url": url, "quorum": nodes, **TIMEOUTS}),
+                              out_dir=tmp_path / "mqtt", quiet=True)
+        board_log = arm64.communicate(timeout=120)[0]
+        x86.communicate(timeout=60)
+    finally:
+        for p in (arm64, x86):
+            p.kill()
+            p.wait()
+    assert mqtt.summary["status"] == "completed", board_log
+    assert arm64.returncode == 0, board_log
+    a, b = read_checkpoint(tmp_path / "sim").state, read_checkpoint(tmp_path / "mqtt").state
+    for key in a:
+        np.testing.assert_allclose(b[key], a[key], rtol=0, atol=ATOL)
+    assert _ledger_without_seconds(tmp_path / "sim") == _ledger_without_seconds(tmp_path / "mqtt")
+    # The board's own ledger (kept in its state folder) was reported at the stop and confirmed.
+    assert mqtt.summary["nodes"][str(BOARD_NODE)]["ledger_check"] == "confirmed", mqtt.summary["nodes"]
+    assert any((tmp_path / "state").rglob("*")), "the board's node kept no state"
+
+
+def test_a_missing_board_is_one_line(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "testbed", "board", "run", str(tmp_path), "--", "true"],
+                          capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        f"testbed: board run: {tmp_path} is not a built board (no /opt/testbed/bin/testbed; "
+        "build one with testbed board build --arch arm64 --out DIR)"]
+
+
+def test_an_unreachable_mirror_is_one_line():
+    with pytest.raises(UserError, match=r"^board build: cannot reach http://127\.0\.0\.1:9/debian .*downloads from it"):
+        board_image.check_network(("http://127.0.0.1:9/debian",))
+
+
+@pytest.mark.parametrize("entry,expected", [
+    (None, r"^board: binfmt_misc is not mounted \(mount -t binfmt_misc"),
+    ("", r"^board: no binfmt_misc entry qemu-aarch64, so arm64 binaries cannot run here \(apt-get install"),
+    ("disabled\ninterpreter /usr/libexec/qemu-binfmt/aarch64-binfmt-P\nflags: PF\n",
+     r"^board: binfmt_misc entry qemu-aarch64 is disabled \(update-binfmts --enable qemu-aarch64\)$"),
+    ("enabled\ninterpreter /usr/bin/qemu-aarch64\nflags: P\n", r"^board: binfmt_misc entry qemu-aarch64 lacks the F flag"),
+])
+def test_a_machine_that_cannot_run_arm64_binaries_is_one_line(entry, expected, tmp_path):
+    if entry is not None:
+        (tmp_path / "status").write_text("enabled\n")
+        if entry:
+            (tmp_path / "qemu-aarch64").write_text(entry)
+    with pytest.raises(UserError, match=expected):
+        board_image.check_host("arm64", needs_debootstrap=True, binfmt=tmp_path)
+
+
+def test_the_cache_key_follows_the_node_requirements():
+    requirements = board_image.node_requirements(REPO / "pyproject.toml")
+    assert any(r.startswith("paho-mqtt") for r in requirements) and any(r.startswith("numpy") for r in requirements)
+    key = board_image.cache_key("arm64", requirements)
+    assert key.startswith("arm64-bookworm-")
+    assert board_image.cache_key("arm64", requirements) == key
+    assert board_image.cache_key("arm64", requirements + ("scipy",)) != key
