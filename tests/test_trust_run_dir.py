@@ -58,7 +58,7 @@ SECTIONS = {
     "fedavg": "[fedavg]\nrounds = 4\nlocal_steps = 2\nbatch = 4\nlr = 0.5\n",
     "dwfl": '[dwfl]\nrounds = 4\nbatch = 4\nlr = 0.2\nepsilon = 1.0\nfading = "none"\nc_scale = 0.6\n',
     "acfl": '[model]\nkind = "linear"\n[acfl]\niterations = 4\nlr = 0.01\nsigma1_sq = 0.5\nsigma2_sq = 0.5\n',
-    "padpfl": '[padpfl]\nrounds = 4\nuploads = 2\nparticipation = "spread"\nlocal_steps = 2\nbatch = 4\nlr = 0.5\nclip = 2.0\n'
+    "padpfl": '[padpfl]\nrounds = 4\nuploads = 4\nlocal_steps = 2\nbatch = 4\nlr = 0.5\nclip = 2.0\n'
               'epsilon = 20.0\nimpact = "given"\nweights = [0.2, 0.3, 0.5]\n',
 }
 KILLED_AT = 3  # killed while saving its third checkpoint: a round's rows lie past the mark
