@@ -35,9 +35,11 @@ CASES = {
     "dwfl/rayleigh": {"dwfl": {"fading": "rayleigh", "variant": "A"}},
     "dwfl/orthogonal": {"dwfl": {"scheme": "orthogonal_d2d", "fading": "rayleigh"}},
     "dwfl/central": {"dwfl": {"scheme": "ota_central", "fading": "rayleigh"}},
-    "padpfl/data_size": {"padpfl": {"impact": "data_size", "weights": None, "uploads": None}},  # every client every round
-    "padpfl/unclipped": {"padpfl": {"clip": None, "epsilon": None, "uploads": None}},
-    "padpfl/quality_score": {"padpfl": {"impact": "quality_score", "weights": None, "score_sigma": 0.05}},
+    "padpfl/data_size": {"padpfl": {"impact": "data_size", "weights": None, "uploads": None,
+                                    "participation": "every_round"}},
+    "padpfl/unclipped": {"padpfl": {"clip": None, "epsilon": None, "uploads": None, "participation": "every_round"}},
+    "padpfl/quality_score": {"padpfl": {"impact": "quality_score", "weights": None, "score_sigma": 0.05,
+                                        "uploads": None, "participation": "every_round"}},
 }
 #: Uploads no public quantity bounds.
 UNBOUNDED: set[tuple[str, str]] = set()
