@@ -164,15 +164,17 @@ NOISE = {"as given": {}, "none": None, "unset": {"dp_pasgd": {"sigma": None}}}
 
 
 def _releases_noise(config) -> bool:
-    """Whether the built algorithm plans a (ε, δ) release (a GaussianEvent) for node 0 in its first
-    round or its setup: the ledger's view, not the registration's."""
+    """Whether the built algorithm plans a (ε, δ) release (a GaussianEvent) for any node in its
+    first round or its setup (PADPFL's spread uploads: not every node uploads in round 0): the
+    ledger's view, not the registration's."""
     from testbed.algorithms.contract import RoundContext
     from testbed.orchestration.runner import load
 
     data, model = load(config)
     alg = assemble.build_algorithm(config, model, data)
-    events = alg.planned_events(0, RoundContext.everyone(0, config.run.seed, data.num_nodes))
-    events += alg.setup_events(0) if alg.has_setup else []
+    first = RoundContext.everyone(0, config.run.seed, data.num_nodes)
+    events = [e for node in range(data.num_nodes) for e in alg.planned_events(node, first)]
+    events += [e for node in range(data.num_nodes) for e in alg.setup_events(node)] if alg.has_setup else []
     return any(e.kind == "privacy" for e in events)
 
 
