@@ -66,6 +66,8 @@ class Registration:
         train_only: the options that make ``load`` make only training rows (with ``lazy``).
         features: the ``[data]`` section → the length of its rows, known before loading (the
             memory check; None: at most the file-based sets' bound, testbed.resources).
+        image_shape: (channels, height, width) of an image set's rows, which ``data.features``
+            may replace by their scattering transform (testbed.data.scattering); None: not images.
         counted: whether the memory check counts its rows (a generator that writes straight into
             the final arrays; a file-based set is as large as its file, not counted).
     """
@@ -79,6 +81,7 @@ class Registration:
     lazy: Callable[["Section", int], "LazyFederatedData"] | None = None
     train_only: dict[str, Any] = field(default_factory=dict)
     features: Callable[["Section"], int] | None = None
+    image_shape: tuple[int, int, int] | None = None
     counted: bool = False
 
     @property
@@ -101,6 +104,11 @@ def registrations() -> dict[str, Registration]:
 
 def names() -> list[str]:
     return list(registrations())
+
+
+def image_sets() -> tuple[str, ...]:
+    """The data sets of images (a registration with an ``image_shape``), in order."""
+    return tuple(name for name, reg in registrations().items() if reg.image_shape is not None)
 
 
 def get(name: str) -> Registration:

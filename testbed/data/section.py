@@ -22,7 +22,8 @@ DatasetName = Literal[tuple(registry.names())]
 
 
 class DataSection(Section):
-    ONLY_WITH = {"alpha": (OnlyWith("partition", ("dirichlet",)),)}
+    ONLY_WITH = {"alpha": (OnlyWith("partition", ("dirichlet",)),),
+                 "features": (OnlyWith("dataset", registry.image_sets()),)}
 
     dataset: DatasetName = "synthetic"
     path: str | None = None
@@ -51,6 +52,10 @@ class DataSection(Section):
     proportions ~ Dirichlet(alpha) per client (testbed.data.partition)."""
     alpha: Positive[float] = 0.5
     """The Dirichlet concentration of partition = "dirichlet" (small: few classes per client)."""
+    features: Literal["pixels", "scattering"] = "pixels"
+    """Image sets: the pixels, or their scattering transform (J = 2, L = 8; Tramèr and Boneh's fixed
+    features for private learning; testbed.data.scattering; pip install 'testbed[scattering]'),
+    rows of norm 1 for a linear model or an MLP."""
     dtype: Literal["float64", "float32"] = "float64"
     """The features' type: "float32" halves the data's memory, and DP-PASGD then steps in float32
     (its results agree with float64 to float32 rounding); the server's model stays float64."""
