@@ -178,8 +178,9 @@ def run_task(args: argparse.Namespace) -> None:
         if present():
             extra, trains_on = list(CIFAR[0]), CIFAR[1]
     if args.task in ("cnn", "learns"):
-        # one torch thread per worker process: torch's own threads would oversubscribe the cores
-        os.environ.setdefault("TESTBED_TORCH_THREADS", str(max(1, (os.cpu_count() or 1) // args.jobs)))
+        # one torch thread per process: the per-node batches are small, and two threads on a busy
+        # machine made a CNN run ~4x slower here
+        os.environ.setdefault("TESTBED_TORCH_THREADS", "1")
     if args.epsilon_scale != 1.0:
         suffix += f"-eps{args.epsilon_scale:g}x"
         trains_on += f"; every ε is the paper's × {args.epsilon_scale:g} (curve names give the paper's)"
