@@ -543,7 +543,8 @@ def report(task: str, eps_scale: float, data: dict[str, Scenario], learns_sc: Sc
         "",
         "ε is the paper's per-round ε (eq. 11) at the worst receiver; \"ε over T\" composes the rounds with",
         "dp-accounting (RDP), which the paper does not do. c²/σ_m² is the received model SNR (eq. 4).",
-        f"Measured wall time of the runs here, one process: {walls} (a run two scenarios share is counted in",
+        f"Measured wall time of the runs here, one process on a 2-core machine shared with other jobs: {walls},",
+        f"{sum(sc.record['wall_s'] for sc in data.values()) / 60:.1f} min in all (a run two scenarios share is counted in",
         "the first that ran it). " + other,
         "",
     ]
