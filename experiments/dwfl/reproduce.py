@@ -386,7 +386,10 @@ def _eps_section(sc: Scenario, suffix: str) -> list[str]:
     md += ["", f"Accuracy rises with ε: {v.markdown()}", "",
            (f"**Learning begins at ε = {_num(first):g} per round** (the smallest ε of the grid whose accuracy "
             "interval is above the majority share)." if first else
-            f"**No ε of the grid up to {EPS_CURVE[-1]:g} per round learns** (no accuracy interval above the majority share)."),
+            f"**No ε of the grid up to {EPS_CURVE[-1]:g} per round learns** (no accuracy interval above the majority "
+            "share). At the largest ε the noise is small, so within these rounds the model does not leave the majority "
+            "answer whatever the privacy: what holds it there is the optimisation (step size, rounds, features), not "
+            "the noise; a loss verdict on it shows nothing about convergence."),
            "", f"![accuracy against ε](eps{suffix}.png)", ""]
     return md
 
