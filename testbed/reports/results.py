@@ -7,6 +7,7 @@ Layout::
     RUN_DIR/ledger.csv      every node's events, one row per event (columns: kind, node, round, ...)
     RUN_DIR/summary.json    the contract other tools read (see SUMMARY_KEYS), with its own sha256
     RUN_DIR/checkpoint.npz  the algorithm's state after the last completed round (for --resume)
+    RUN_DIR/asked.csv       which nodes each session asked in each round, before it was sent (testbed.reports.asked)
     RUN_DIR/figures/*.png   accuracy and loss against round and cost, ε per node
     RUN_DIR/.lock           the writer's lock (testbed.util.dirlock): one process writes a run directory
 
@@ -212,6 +213,11 @@ class RunDirectory:
     @property
     def ledger_path(self) -> Path:
         return self.path / "ledger.csv"
+
+    @property
+    def asked_path(self) -> Path:
+        """asked.csv: the rounds each session asked, and whom (testbed.reports.asked)."""
+        return self.path / "asked.csv"
 
     def write_config(self, toml_text: str) -> None:
         write_atomic(self.path / "config.toml", toml_text.encode(), sync=self.sync)

@@ -1,0 +1,116 @@
+"""``RUN_DIR/asked.csv``: which nodes each session of a run asked in each round, written before the
+round is sent (MQTT) or stepped (sim), so that a resume knows who may have released what its ledger
+never received.
+
+One line per round asked: ``session,round,nodes`` with the nodes separated by spaces. The file is
+append-only (testbed.util.appendlog), flushed before the round leaves this process (a kill cannot
+lose the record of a round sent) and, with ``output.sync``, fsynced too (nor can a power cut).
+
+Read back at resume (:func:`read_asked`): a last line cut mid-write is ignored (it was cut before
+its round was sent: nothing was released); any other line that is not a record of this run's
+nodes and rounds is refused in one line, as every run file is. A run directory without the file
+(written by an older testbed) has no record: a warning says so.
+
+Example::
+
+    >>> import tempfile, pathlib
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "asked.csv"
+    >>> log = AskedLog(path, sync=False)
+    >>> log.append("0123456789abcdef", 3, (0, 2))
+    >>> log.close()
+    >>> read_asked(path, nodes={0, 1, 2}, last_round=9)
+    [Asked(session='0123456789abcdef', round=3, nodes=(0, 2))]
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Collection, Sequence
+
+from testbed.algorithms.contract import SETUP_ROUND
+from testbed.errors import UserError
+from testbed.util.appendlog import AppendLog
+
+log = logging.getLogger(__name__)
+
+HEADER = "session,round,nodes\n"
+_SESSION = re.compile(r"[0-9a-f]{16}")
+_LINE = re.compile(r"(?P<session>[0-9a-f]{16}),(?P<round>-?\d{1,12}),(?P<nodes>\d{1,12}(?: \d{1,12})*)?")
+
+
+@dataclass(frozen=True)
+class Asked:
+    """One round one session asked: ``nodes`` were sent (or stepped in) round ``round``."""
+
+    session: str
+    round: int
+    nodes: tuple[int, ...]
+
+
+class AskedLog:
+    """Appends the rounds a session asks to ``asked.csv``."""
+
+    def __init__(self, path: Path, sync: bool = False):
+        try:
+            self._log = AppendLog(Path(path), header=HEADER, sync=sync)
+        except ValueError:  # a last line cut by a kill: read_asked ignored it; cut it off to append
+            _drop_cut_line(Path(path))
+            self._log = AppendLog(Path(path), header=HEADER, sync=sync)
+
+    def append(self, session: str, round_index: int, nodes: Sequence[int]) -> None:
+        """Record that ``session`` asks ``nodes`` in ``round_index``: on the OS's side before this
+        returns, on disk too with ``sync``."""
+        if not _SESSION.fullmatch(session):
+            raise ValueError(f"session {session!r} is not 16 hex digits")
+        self._log.append(f"{session},{round_index},{' '.join(str(int(n)) for n in nodes)}\n", rows=1)
+        if self._log.sync:
+            self._log.mark()  # fsync
+
+    def close(self) -> None:
+        self._log.close()
+
+
+def read_asked(path: Path, nodes: Collection[int], last_round: int) -> list[Asked]:
+    """The records of ``path``, checked: each a session id, a round in SETUP_ROUND..``last_round``
+    and distinct ``nodes`` of the run. A last line without its line end is ignored (cut before its
+    round was sent).
+
+    Raises:
+        UserError: one line naming the file and the line that is not such a record.
+    """
+    path = Path(path)
+    if not path.exists():
+        log.warning("%s: missing (a run of an older testbed, or deleted): nothing is known of the rounds its "
+                    "sessions asked; a node that released a re-run round and does not answer it again is not charged",
+                    path)
+        return []
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"{path}: unreadable ({exc}); refusing to resume") from None
+    lines = text.split("\n")
+    if lines[-1]:
+        log.warning("%s: its last line was cut mid-write (its round was never sent): ignored", path)
+    lines = lines[:-1]  # the cut line, or "" after the last line end
+    if not lines or lines[0] + "\n" != HEADER:
+        raise UserError(f"{path}: line 1 is not the header {HEADER.strip()!r}; refusing to resume")
+    records = []
+    for number, line in enumerate(lines[1:], start=2):
+        match = _LINE.fullmatch(line)
+        asked = tuple(int(n) for n in match["nodes"].split()) if match and match["nodes"] else ()
+        round_index = int(match["round"]) if match else None
+        if match is None or not SETUP_ROUND <= round_index <= last_round or len(set(asked)) != len(asked) \
+                or not set(asked) <= set(nodes):
+            raise UserError(f"{path}: line {number} is not a record of a round this run asked "
+                            f"({line[:60]!r}); refusing to resume")
+        records.append(Asked(match["session"], round_index, asked))
+    return records
+
+
+def _drop_cut_line(path: Path) -> None:
+    data = path.read_bytes()
+    with open(path, "r+b") as f:
+        f.truncate(data.rfind(b"\n") + 1)
