@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import tomllib
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -110,7 +111,7 @@ def connect() -> Iterator[Callable[..., MqttClient]]:
         client.close(timeout_s=1.0)
 
 
-_NODE_LEDGER = re.compile(r"ledger-.+-(?P<session>[0-9a-f]{16})-node(?P<node>\d+)\.csv")
+_NODE_LEDGER = re.compile(r"ledger-(?P<run>.+)-(?P<session>[0-9a-f]{16})-node(?P<node>\d+)\.csv")
 
 
 @pytest.fixture(autouse=True)
@@ -126,7 +127,8 @@ def _no_node_ledger_above_the_summary(request: pytest.FixtureRequest) -> Iterato
     tmp = request.node.funcargs.get("tmp_path")
     if tmp is None or not tmp.exists():
         return
-    ledgers = [(m["session"], p) for p in tmp.rglob("ledger-*-node*.csv") if (m := _NODE_LEDGER.fullmatch(p.name))]
+    ledgers = [(m["run"], m["session"], p) for p in tmp.rglob("ledger-*-node*.csv")
+               if (m := _NODE_LEDGER.fullmatch(p.name))]
     if not ledgers:
         return
     run_of: dict[str, int] = {}  # session → index of its run's summary
@@ -140,11 +142,20 @@ def _no_node_ledger_above_the_summary(request: pytest.FixtureRequest) -> Iterato
             summaries.append(summary)
             for session in summary.get("sessions") or [summary["session"]]:
                 run_of[session] = len(summaries) - 1
+    # A session the summary does not list (a run directory that lost its record of them) belongs to
+    # the one run of its run id, when one summary alone is of that run id.
+    by_run_id: dict[str, list[int]] = {}
+    for i, summary in enumerate(summaries):
+        if (run_id := _run_id(summary)) is not None:
+            by_run_id.setdefault(run_id, []).append(i)
     by_node: dict[tuple[int, int], list[list[Event]]] = {}  # (run, node) → its events in each session
-    for session, path in ledgers:
-        if session in run_of:
+    for run_id, session, path in ledgers:
+        run = run_of.get(session)
+        if run is None and len(by_run_id.get(run_id, ())) == 1:
+            run = by_run_id[run_id][0]
+        if run is not None:
             node, events = _node_events(path)
-            by_node.setdefault((run_of[session], node), []).append(events)
+            by_node.setdefault((run, node), []).append(events)
     problems = []
     for (run, node), sessions in sorted(by_node.items(), key=lambda item: item[0]):
         summary = summaries[run]
@@ -157,6 +168,15 @@ def _no_node_ledger_above_the_summary(request: pytest.FixtureRequest) -> Iterato
                      for line in under_counts(summary, [_once_per_round(node, sessions)],
                                               PLANNED if estimated else FIGURES)]
     assert problems == [], "a node's own ledger shows more than the run's summary:\n" + "\n".join(problems)
+
+
+def _run_id(summary: dict) -> str | None:
+    """mqtt.run_id of the run whose summary this is (its run directory's config.toml), or None."""
+    try:
+        config = tomllib.loads((Path(summary["run_dir"]) / "config.toml").read_text())
+        return str(config["mqtt"]["run_id"])
+    except (OSError, KeyError, TypeError, ValueError):
+        return None
 
 
 def _node_events(path: Path) -> tuple[int, list[Event]]:
