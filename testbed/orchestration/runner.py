@@ -49,7 +49,7 @@ from testbed.orchestration.nodes_api import Closing, Nodes, RoundOutcome
 from testbed.privacy.accountants import epsilon_by_observer
 from testbed.privacy.accountants.background import BackgroundEpsilons
 from testbed.reports import tracking
-from testbed.reports.asked import AskedLog, read_asked
+from testbed.reports.asked import AskedLog
 from testbed.reports.progress import Progress
 from testbed.reports.results import RunDirectory, not_yet_charged, split_by_issuer
 from testbed.reports.tracking.feed import Tracking
@@ -296,13 +296,12 @@ def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = Fa
         book = LedgerBook(data.node_ids)
         past_mark: dict[int, list[Event]] = {}
         directory, rounds_done, state = open_run(config, out_dir, resume, algorithm, model, book, past_mark)
-        asked = read_asked(directory.asked_path, set(data.node_ids), algorithm.rounds - 1) if resume else []
         run = Run(config, data, model, algorithm, budgets_from_config(config.budget, config.privacy), book,
                   directory, state, planned, rounds_done, wall_start=wall_start, past_mark=past_mark,
                   eval_data=eval_data, guarantee=assemble.privacy_guarantee(config),
                   regression=is_regression(eval_data))
-        run.sessions = list(dict.fromkeys(a.session for a in asked))
-        for a in asked:
+        run.sessions = list(dict.fromkeys(a.session for a in directory.asked))
+        for a in directory.asked:
             if a.round >= rounds_done or a.round == SETUP_ROUND:  # rounds before the mark are charged
                 run.asked_before[a.round] = tuple(sorted({*run.asked_before.get(a.round, ()), *a.nodes}))
         _evaluate(run)

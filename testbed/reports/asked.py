@@ -73,9 +73,9 @@ class AskedLog:
         self._log.close()
 
 
-def read_asked(path: Path, nodes: Collection[int], last_round: int) -> list[Asked]:
+def read_asked(path: Path, nodes: Collection[int] | None, last_round: int) -> list[Asked]:
     """The records of ``path``, checked: each a session id, a round in SETUP_ROUND..``last_round``
-    and distinct ``nodes`` of the run. A last line without its line end is ignored (cut before its
+    and distinct nodes of the run (``nodes``; None: any). A last line without its line end is ignored (cut before its
     round was sent).
 
     Raises:
@@ -103,7 +103,7 @@ def read_asked(path: Path, nodes: Collection[int], last_round: int) -> list[Aske
         asked = tuple(int(n) for n in match["nodes"].split()) if match and match["nodes"] else ()
         round_index = int(match["round"]) if match else None
         if match is None or not SETUP_ROUND <= round_index <= last_round or len(set(asked)) != len(asked) \
-                or not set(asked) <= set(nodes):
+                or (nodes is not None and not set(asked) <= set(nodes)):
             raise UserError(f"{path}: line {number} is not a record of a round this run asked "
                             f"({line[:60]!r}); refusing to resume")
         records.append(Asked(match["session"], round_index, asked))

@@ -43,6 +43,7 @@ from testbed.errors import UserError
 from testbed.ledger.events import Event, EventBatch
 from testbed.ledger.fields import MEASURED_FIELDS
 from testbed.ledger.files import LedgerMark, parse_rows, read_ledger
+from testbed.reports.asked import Asked, read_asked
 from testbed.util.appendlog import AppendLog, Mark, sha256_file, swap_file, tail_after, write_atomic, write_swapping
 from testbed.util.dirlock import DirectoryLock
 
@@ -117,6 +118,7 @@ class RunDirectory:
         self.sync = sync
         metrics = self.path / "metrics.csv"
         self.resumed = _resumed
+        self.asked: list[Asked] = []  # a reopened run's asked.csv (set by reopen)
         self._config_sha256 = _resumed.config_sha256 if _resumed else None
         header = io.StringIO()
         csv.writer(header).writerow(METRIC_COLUMNS)
@@ -150,7 +152,8 @@ class RunDirectory:
         (said on stderr: that round runs again and is charged again, whole). Whole rows past the
         mark stay charged, and the round run again charges what they lack (:func:`not_yet_charged`).
 
-        The checked checkpoint is ``run.resumed``; the ledger's events are ``run.ledger_events()``.
+        The checked checkpoint is ``run.resumed``; the ledger's events are ``run.ledger_events()``;
+        the rounds its sessions asked (asked.csv, checked: testbed.reports.asked) are ``run.asked``.
         The directory's lock is taken before the checks and held until :meth:`close`.
 
         Raises:
@@ -166,6 +169,7 @@ class RunDirectory:
             _check_config(path / "config.toml", ckpt)
             ledger_cut = _check_ledger(path / "ledger.csv", ckpt, nodes)
             metrics_cut = _check_metrics(path / "metrics.csv", ckpt.metrics_mark)
+            asked = read_asked(path / "asked.csv", nodes, (max_rounds if max_rounds is not None else 2**62) - 1)
             # Every check passed: only now is anything in the directory changed.
             if ledger_cut:
                 os.truncate(path / "ledger.csv", ckpt.ledger_mark.size_bytes)
@@ -173,7 +177,9 @@ class RunDirectory:
             if metrics_cut:
                 os.truncate(path / "metrics.csv", ckpt.metrics_mark.size_bytes)
                 log.info("%s: dropped %s past the checkpoint", path / "metrics.csv", metrics_cut)
-            return cls(path, sync=sync, _resumed=ckpt, _lock=lock)
+            directory = cls(path, sync=sync, _resumed=ckpt, _lock=lock)
+            directory.asked = asked
+            return directory
         except BaseException:
             lock.release()
             raise
