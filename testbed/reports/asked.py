@@ -2,7 +2,8 @@
 round is sent (MQTT) or stepped (sim), so that a resume knows who may have released what its ledger
 never received.
 
-One line per round asked: ``session,round,nodes`` with the nodes separated by spaces. The file is
+One line per round asked: ``session,round,nodes``, the nodes as runs of consecutive ids separated by
+spaces (``0-4 7``: nodes 0 to 4 and 7; a round of every node of a large run is one short item). The file is
 append-only (testbed.util.appendlog), flushed before the round leaves this process (a kill cannot
 lose the record of a round sent) and, with ``output.sync``, fsynced too (nor can a power cut).
 
@@ -16,10 +17,12 @@ Example::
     >>> import tempfile, pathlib
     >>> path = pathlib.Path(tempfile.mkdtemp()) / "asked.csv"
     >>> log = AskedLog(path, sync=False)
-    >>> log.append("0123456789abcdef", 3, (0, 2))
+    >>> log.append("0123456789abcdef", 3, (0, 1, 2, 5))
     >>> log.close()
-    >>> read_asked(path, nodes={0, 1, 2}, last_round=9)
-    [Asked(session='0123456789abcdef', round=3, nodes=(0, 2))]
+    >>> path.read_text().splitlines()[1]
+    '0123456789abcdef,3,0-2 5'
+    >>> read_asked(path, nodes=range(6), last_round=9)
+    [Asked(session='0123456789abcdef', round=3, nodes=(0, 1, 2, 5))]
 """
 
 from __future__ import annotations
@@ -38,7 +41,9 @@ log = logging.getLogger(__name__)
 
 HEADER = "session,round,nodes\n"
 _SESSION = re.compile(r"[0-9a-f]{16}")
-_LINE = re.compile(r"(?P<session>[0-9a-f]{16}),(?P<round>-?\d{1,12}),(?P<nodes>\d{1,12}(?: \d{1,12})*)?")
+_ITEM = r"\d{1,12}(?:-\d{1,12})?"
+_LINE = re.compile(rf"(?P<session>[0-9a-f]{{16}}),(?P<round>-?\d{{1,12}}),(?P<nodes>{_ITEM}(?: {_ITEM})*)?")
+_MAX_NODES = 10_000_000  # nodes a record may name (a run's nodes fit far below; a forged range does not)
 
 
 @dataclass(frozen=True)
@@ -65,7 +70,7 @@ class AskedLog:
         returns, on disk too with ``sync``."""
         if not _SESSION.fullmatch(session):
             raise ValueError(f"session {session!r} is not 16 hex digits")
-        self._log.append(f"{session},{round_index},{' '.join(str(int(n)) for n in nodes)}\n", rows=1)
+        self._log.append(f"{session},{round_index},{_runs(nodes)}\n", rows=1)
         if self._log.sync:
             self._log.mark()  # fsync
 
@@ -97,17 +102,40 @@ def read_asked(path: Path, nodes: Collection[int] | None, last_round: int) -> li
     lines = lines[:-1]  # the cut line, or "" after the last line end
     if not lines or lines[0] + "\n" != HEADER:
         raise UserError(f"{path}: line 1 is not the header {HEADER.strip()!r}; refusing to resume")
-    records = []
+    records, allowed = [], None if nodes is None else set(nodes)
     for number, line in enumerate(lines[1:], start=2):
         match = _LINE.fullmatch(line)
-        asked = tuple(int(n) for n in match["nodes"].split()) if match and match["nodes"] else ()
+        asked = _ids(match["nodes"] or "") if match else None
         round_index = int(match["round"]) if match else None
-        if match is None or not SETUP_ROUND <= round_index <= last_round or len(set(asked)) != len(asked) \
-                or (nodes is not None and not set(asked) <= set(nodes)):
+        if asked is None or not SETUP_ROUND <= round_index <= last_round or len(set(asked)) != len(asked) \
+                or (allowed is not None and not allowed.issuperset(asked)):
             raise UserError(f"{path}: line {number} is not a record of a round this run asked "
                             f"({line[:60]!r}); refusing to resume")
         records.append(Asked(match["session"], round_index, asked))
     return records
+
+
+def _runs(nodes: Sequence[int]) -> str:
+    """``nodes`` as runs of consecutive ids: (0, 1, 2, 5) → "0-2 5"."""
+    items, ids = [], [int(n) for n in nodes]
+    start = 0
+    for i in range(1, len(ids) + 1):
+        if i == len(ids) or ids[i] != ids[i - 1] + 1:
+            items.append(str(ids[start]) if i - 1 == start else f"{ids[start]}-{ids[i - 1]}")
+            start = i
+    return " ".join(items)
+
+
+def _ids(text: str) -> tuple[int, ...] | None:
+    """The node ids of a record's runs, or None when a run is reversed or they name too many."""
+    ids: list[int] = []
+    for item in text.split():
+        first, _, last = item.partition("-")
+        lo, hi = int(first), int(last or first)
+        if hi < lo or len(ids) + hi - lo + 1 > _MAX_NODES:
+            return None
+        ids.extend(range(lo, hi + 1))
+    return tuple(ids)
 
 
 def _drop_cut_line(path: Path) -> None:
