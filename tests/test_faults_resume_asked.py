@@ -137,3 +137,40 @@ def test_control_without_the_record_the_release_is_not_charged(runs, tmp_path, m
     _resume_with_node_silent(d, monkeypatch, ROUND, ROUND)
     assert "asked.csv: missing" in caplog.text
     assert _node_round(d, NODE, ROUND) == Counter({("straggle", "emulated"): 1})
+
+
+def test_a_release_logged_before_the_kill_is_not_charged_again(runs, tmp_path, monkeypatch):
+    """Node 1's rows of round 2 did reach the ledger before the kill (past the mark): silent in the
+    resumed session, it is charged nothing more, and its straggle row keeps this session's reason."""
+    d = tmp_path / "run"
+    shutil.copytree(runs["killed"], d)
+    _resume_with_node_silent(d, monkeypatch, ROUND, ROUND)
+    assert _node_round(d, NODE, ROUND) == Counter({("compute", None): 1, ("communication", None): 1,
+                                                   ("privacy", None): 1, ("straggle", "emulated"): 1})
+
+
+def test_a_resume_that_stops_before_the_round_charges_it_at_its_end(runs, tmp_path, monkeypatch):
+    """The resumed session is itself interrupted before it runs round 2 again: node 1's release of it
+    is charged at the session's end (with its straggle row), and a third session that runs round 2
+    (node 1 answering) charges it no second time."""
+    d = tmp_path / "run"
+    shutil.copytree(runs["killed"], d)
+    _cut_node_rows(d / "ledger.csv", NODE, ROUND)
+    real = SimNodes.round
+
+    def interrupted(self, state, round_index, *args, **kwargs):
+        if round_index == ROUND:
+            raise KeyboardInterrupt("killed before round 2")
+        return real(self, state, round_index, *args, **kwargs)
+
+    monkeypatch.setattr(SimNodes, "round", interrupted)
+    config = load_config_text((d / "config.toml").read_text())
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(config, out_dir=d, quiet=True, resume=True)
+    assert _node_round(d, NODE, ROUND) == Counter({("compute", None): 1, ("communication", None): 1,
+                                                   ("privacy", None): 1, ("straggle", "asked_before_resume"): 1})
+    monkeypatch.setattr(SimNodes, "round", real)
+    summary = run_experiment(config, out_dir=d, quiet=True, resume=True).summary
+    assert len(summary["sessions"]) == 2  # the interrupted session asked no round
+    assert summary["nodes"][str(NODE)]["epsilon"] == pytest.approx(read_summary(runs["full"])["nodes"][str(NODE)]["epsilon"])
+    assert _node_round(d, NODE, ROUND)[("privacy", None)] == 1

@@ -612,6 +612,7 @@ def _asked_rounds_not_run(run: Run, nodes: Nodes, charged: set[tuple[int, int]])
         unanswered = _asked_uncharged(run, ctx, asked, here)
         if unanswered:
             events += _planned_for(run, nodes, ctx, asked, unanswered)
+            events += [StraggleEvent(n, round_index, "asked_before_resume") for n in unanswered]
     run.asked_before.clear()
     return events
 
