@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import tomllib
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from ledger_invariant import FIGURES, PLANNED, under_counts
+from testbed.ledger.events import Event
 from testbed.ledger.files import parse_rows
 from testbed.ledger.node import NodeLedger
 from testbed.mqtt import acl
@@ -109,48 +111,101 @@ def connect() -> Iterator[Callable[..., MqttClient]]:
         client.close(timeout_s=1.0)
 
 
-_NODE_LEDGER = re.compile(r"ledger-.+-(?P<session>[0-9a-f]{16})-node(?P<node>\d+)\.csv")
+_NODE_LEDGER = re.compile(r"ledger-(?P<run>.+)-(?P<session>[0-9a-f]{16})-node(?P<node>\d+)\.csv")
 
 
 @pytest.fixture(autouse=True)
 def _no_node_ledger_above_the_summary(request: pytest.FixtureRequest) -> Iterator[None]:
     """Invariant 1 after every test whose run had nodes with state directories under its tmp_path:
-    no node's own ledger of a session (``ledger-RUN-SESSION-nodeN.csv``) shows more ε, energy, bytes,
-    steps or rounds than the summary.json of the run with that session says of it. New MQTT tests
-    get the check for free by keeping their run and state directories under tmp_path."""
+    no node's own ledgers (``ledger-RUN-SESSION-nodeN.csv``, one per session), summed over every
+    session of a run (the summary's ``sessions``: the first run and each ``--resume``), show more ε,
+    energy, bytes, steps or rounds than the run's summary.json says of the node. A round that
+    several sessions ran (re-run after a resume: the same release, charged once) counts once, at the
+    session that measured it cheapest. New MQTT tests get the check for free by keeping their run
+    and state directories under tmp_path."""
     yield
     tmp = request.node.funcargs.get("tmp_path")
     if tmp is None or not tmp.exists():
         return
-    ledgers = [(m["session"], p) for p in tmp.rglob("ledger-*-node*.csv") if (m := _NODE_LEDGER.fullmatch(p.name))]
+    ledgers = [(m["run"], m["session"], p) for p in tmp.rglob("ledger-*-node*.csv")
+               if (m := _NODE_LEDGER.fullmatch(p.name))]
     if not ledgers:
         return
-    summaries = {}
+    run_of: dict[str, int] = {}  # session → index of its run's summary
+    summaries = []
     for path in tmp.rglob("summary.json"):
         try:
             summary = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
         if isinstance(summary, dict) and summary.get("session"):
-            summaries[summary["session"]] = summary
-    # A node that never reported (it died) is `unconfirmed`: what it measured in a release whose own
-    # events never came is an estimate (its costliest earlier event), so only the planned figures
-    # and ε are held to its ledger.
-    problems = [f"{path.name}: {line}" for session, path in ledgers if session in summaries
-                for ledger in [_node_ledger(path)]
-                for line in under_counts(summaries[session], [ledger], PLANNED if summaries[session]["nodes"].get(
-                    str(ledger.node), {}).get("ledger_check") == "unconfirmed" else FIGURES)]
+            summaries.append(summary)
+            for session in summary.get("sessions") or [summary["session"]]:
+                run_of[session] = len(summaries) - 1
+    # A session the summary does not list (a run directory that lost its record of them) belongs to
+    # the one run of its run id, when one summary alone is of that run id.
+    by_run_id: dict[str, list[int]] = {}
+    for i, summary in enumerate(summaries):
+        if (run_id := _run_id(summary)) is not None:
+            by_run_id.setdefault(run_id, []).append(i)
+    by_node: dict[tuple[int, int], list[list[Event]]] = {}  # (run, node) → its events in each session
+    for run_id, session, path in ledgers:
+        run = run_of.get(session)
+        if run is None and len(by_run_id.get(run_id, ())) == 1:
+            run = by_run_id[run_id][0]
+        if run is not None:
+            node, events = _node_events(path)
+            by_node.setdefault((run, node), []).append(events)
+    problems = []
+    for (run, node), sessions in sorted(by_node.items(), key=lambda item: item[0]):
+        summary = summaries[run]
+        # A node that never reported (it died) is `unconfirmed`, and a run resumed charges a release
+        # an earlier session asked and never received at the plan: what was measured is then an
+        # estimate (the costliest earlier event), so only the planned figures and ε are held.
+        estimated = len(summary.get("sessions") or ()) > 1 or \
+            summary["nodes"].get(str(node), {}).get("ledger_check") == "unconfirmed"
+        problems += [f"node {node}'s ledgers of {len(sessions)} session(s): {line}"
+                     for line in under_counts(summary, [_once_per_round(node, sessions)],
+                                              PLANNED if estimated else FIGURES)]
     assert problems == [], "a node's own ledger shows more than the run's summary:\n" + "\n".join(problems)
 
 
-def _node_ledger(path: Path) -> NodeLedger:
-    """A node's ledger file as its node keeps it; a last line cut by a kill is left out (the node
-    logs before it sends: what was cut was never released)."""
+def _run_id(summary: dict) -> str | None:
+    """mqtt.run_id of the run whose summary this is (its run directory's config.toml), or None."""
+    try:
+        config = tomllib.loads((Path(summary["run_dir"]) / "config.toml").read_text())
+        return str(config["mqtt"]["run_id"])
+    except (OSError, KeyError, TypeError, ValueError):
+        return None
+
+
+def _node_events(path: Path) -> tuple[int, list[Event]]:
+    """(node, events) of a node's ledger file as its node keeps it; a last line cut by a kill is
+    left out (the node logs before it sends: what was cut was never released)."""
     text = path.read_text()
     if not text.endswith("\n"):
         text = text[: text.rfind("\n") + 1]
     body = text.split("\n", 1)[1] if "\n" in text else ""
     events = parse_rows(body)
-    ledger = NodeLedger(events[0].node if events else int(_NODE_LEDGER.fullmatch(path.name)["node"]))
-    ledger.extend(events)
-    return ledger
+    return (events[0].node if events else int(_NODE_LEDGER.fullmatch(path.name)["node"])), events
+
+
+def _once_per_round(node: int, sessions: list[list[Event]]) -> NodeLedger:
+    """One ledger of ``node`` over its ``sessions``' ledgers, each round's events from the session
+    that logged it with the least joules (a round re-run after a resume releases the same values)."""
+    rounds: dict[int, list] = {}
+    for events_of_session in sessions:
+        by_round: dict[int, list] = {}
+        for event in events_of_session:
+            by_round.setdefault(event.round, []).append(event)
+        for round_index, events in by_round.items():
+            known = rounds.get(round_index)
+            if known is None or _joules(events) < _joules(known):
+                rounds[round_index] = events
+    merged = NodeLedger(node)
+    merged.extend([e for _, events in sorted(rounds.items()) for e in events])
+    return merged
+
+
+def _joules(events: list[Event]) -> float:
+    return sum(getattr(e, "energy_j", 0.0) for e in events)

@@ -41,14 +41,21 @@ class RefusingNodes:
     def __init__(self, inner, refusals: dict[int, int]):
         self.inner, self.refusals = inner, refusals
 
-    def setup(self, state):
-        return self.inner.setup(state)
+    @property
+    def session(self):
+        return self.inner.session
 
-    def round(self, state, round_index, excluded, sampled=None, meanwhile=None):
+    def setup(self, state, asking=None):
+        return self.inner.setup(state, asking)
+
+    def round(self, state, round_index, excluded, sampled=None, meanwhile=None, asking=None):
         now = {n for n, at in self.refusals.items() if at == round_index and n not in excluded}
-        outcome = self.inner.round(state, round_index, excluded | now, sampled, meanwhile)
+        outcome = self.inner.round(state, round_index, excluded | now, sampled, meanwhile, asking)
         return dataclasses.replace(outcome, straggled={n: why for n, why in outcome.straggled.items() if n not in now},
                                    refused=tuple((n, *FIGURES) for n in sorted(now)))
+
+    def planned_release(self, node, ctx):
+        return self.inner.planned_release(node, ctx)
 
     def deliver(self, events):
         self.inner.deliver(events)

@@ -301,3 +301,62 @@ def test_a_host_serves_any_node_kind_through_its_agent_factory(mosquitto_broker,
     sim = _sim_twin(config, tmp_path)
     np.testing.assert_allclose(np.load(result.run_dir / "final_params.npy"), np.load(sim.run_dir / "final_params.npy"),
                                atol=1e-6)
+
+
+def test_a_release_the_killed_coordinator_never_logged_is_charged_when_the_node_does_not_answer_again(
+        mosquitto_broker, tmp_path):
+    """The coordinator is killed (SIGKILL) mid-run; node 3's rows of the rounds past the checkpoint
+    are cut from ledger.csv (its replies never reached it), and in the resumed session node 3 dies
+    as the first re-run round arrives. Its own ledger of the first session logged that round (it
+    released): the resume charges it the plan, once ("asked_before_resume"), and the ledger-invariant
+    fixture holds node 3's ledgers of both sessions to the summary."""
+    url = mosquitto_broker.url
+    config = _config(mqtt={"broker_url": url, "emulated": False, "round_timeout_s": 5.0, "quorum": 3},
+                     dp_pasgd={"steps": 60, "tau": 3})
+    exp, run_dir, state = tmp_path / "exp.toml", tmp_path / "r", tmp_path / "node-state"
+    exp.write_text(to_toml(config))
+
+    def node(n, *extra):
+        return _testbed("node", "--broker", url, "--node-id", str(n), "--state-dir", str(state), *extra,
+                        stderr=subprocess.DEVNULL)
+
+    procs = [node(n) for n in range(4)]
+    try:
+        coordinator = _testbed("run", str(exp), "--out", str(run_dir), "--quiet", start_new_session=True,
+                               stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 60
+            while not ((run_dir / "metrics.csv").exists() and len(_metrics(run_dir)) >= 3):
+                assert time.monotonic() < deadline and coordinator.poll() is None
+                time.sleep(0.01)
+        finally:
+            os.killpg(coordinator.pid, signal.SIGKILL)
+            coordinator.wait()
+        procs[3].kill()
+        procs[3].wait()
+        from testbed.reports.results import read_checkpoint
+
+        mark = read_checkpoint(run_dir).rounds_done
+        first = [p for p in state.glob("ledger-*-node3.csv")]
+        assert len(first) == 1
+        logged = {e.round for e in read_ledger(first[0]) if e.kind == "compute"}
+        assert mark in logged  # node 3 released the first round the resume runs again
+        events = list(read_ledger(run_dir / "ledger.csv"))
+        with open(run_dir / "ledger.csv", newline="") as f:
+            rows = list(csv.reader(f))
+        kept = [row for row, e in zip(rows[1:], events) if not (e.node == 3 and e.round >= mark)]
+        with open(run_dir / "ledger.csv", "w", newline="") as f:
+            csv.writer(f).writerows([rows[0], *kept])
+        procs[3] = node(3, "--crash-at-round", str(mark))
+        resumed = _testbed("run", "--resume", str(run_dir), "--quiet", stderr=subprocess.DEVNULL)
+        assert resumed.wait(timeout=120) == 0
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "completed" and len(summary["sessions"]) == 2
+    of_3 = [(e.kind, getattr(e, "reason", None)) for e in read_ledger(run_dir / "ledger.csv")
+            if e.node == 3 and e.round == mark]
+    assert sorted(of_3) == [("communication", None), ("compute", None), ("privacy", None),
+                            ("straggle", "asked_before_resume")]

@@ -237,11 +237,11 @@ def test_a_rounds_report_is_made_while_the_next_round_is_out(small_config_text, 
     rows_seen = []
     real = SimNodes.round
 
-    def round_(self, state, round_index, excluded, sampled=None, meanwhile=None):
+    def round_(self, state, round_index, excluded, sampled=None, meanwhile=None, asking=None):
         def counted():
             meanwhile()
             rows_seen.append((round_index, len(list(csv.DictReader(open(tmp_path / "run" / "metrics.csv"))))))
-        return real(self, state, round_index, excluded, sampled, None if meanwhile is None else counted)
+        return real(self, state, round_index, excluded, sampled, None if meanwhile is None else counted, asking)
 
     monkeypatch.setattr(SimNodes, "round", round_)
     result = _run(small_config_text, tmp_path)

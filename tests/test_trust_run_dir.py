@@ -62,7 +62,7 @@ SECTIONS = {
               'epsilon = 20.0\nimpact = "given"\nweights = [0.2, 0.3, 0.5]\n',
 }
 KILLED_AT = 3  # killed while saving its third checkpoint: a round's rows lie past the mark
-FILES = ("checkpoint.npz", "config.toml", "ledger.csv", "metrics.csv", "summary.json", ".lock")
+FILES = ("checkpoint.npz", "config.toml", "ledger.csv", "metrics.csv", "asked.csv", "summary.json", ".lock")
 # Files a resume does not trust or need (it rewrites the summary; the lock holds no data): any
 # damage to them must resume.
 NOT_READ = ("summary.json", ".lock")

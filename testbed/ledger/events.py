@@ -104,7 +104,8 @@ class GaussianEvent:
 OBSERVERS = ("server", "peers", "public")
 ISSUERS = ("node", "server")
 #: Why a node missed a round (StraggleEvent.reason).
-STRAGGLE_REASONS = ("emulated", "deadline", "offline", "refused_update", "no_exchange", "withdrawn")
+STRAGGLE_REASONS = ("emulated", "deadline", "offline", "refused_update", "no_exchange", "withdrawn",
+                    "asked_before_resume")
 #: The Gaussian mechanism's adjacency notions and ways of sampling (GaussianEvent's fields).
 ADJACENCIES = ("replace_one", "add_remove")
 SAMPLINGS = ("none", "without_replacement", "poisson")
@@ -114,8 +115,10 @@ SAMPLINGS = ("none", "without_replacement", "poisson")
 class StraggleEvent:
     """The node missed the round: ``reason`` is "emulated" (the straggler model), "deadline" (no
     answer in time), "offline", "refused_update" (its answer failed validation), "no_exchange"
-    (too few peers transmitted) or "withdrawn" (it refused an earlier round for its budget and is
-    asked nothing more). It costs nothing; what the node did release is charged apart."""
+    (too few peers transmitted), "withdrawn" (it refused an earlier round for its budget and is
+    asked nothing more) or "asked_before_resume" (an earlier session of a resumed run asked it this
+    round and nothing of it reached the ledger: its plan is charged beside this row). It costs
+    nothing; what the node did release is charged apart."""
 
     node: int
     round: int

@@ -357,8 +357,8 @@ class MqttNodes:
         else:
             log.info("%d node(s) ready in %.1f s", len(live), time.monotonic() - started)
 
-    def setup(self, state: State) -> RoundOutcome:
-        """The algorithm's one-time setup on every online node."""
+    def setup(self, state: State, asking: Callable[[RoundContext], None] | None = None) -> RoundOutcome:
+        """The algorithm's one-time setup on every online node; ``asking(ctx)`` before it is sent."""
         alg = self.alg
         assert isinstance(alg, WithSetup)
         expected = self._live(frozenset())
@@ -367,6 +367,8 @@ class MqttNodes:
                             f"`testbed run --resume RUN_DIR` starts the run again")
         ctx = RoundContext(SETUP_ROUND, self.seed, len(self.node_ids), expected)
         self._remember(ctx)
+        if asking is not None:
+            asking(ctx)
         if self._publish(topics.bcast(self.run), protocol.setup(self.run, self.session, self.config_toml, expected),
                          "the setup"):
             answers, refusals, reasons, refused = self._collect(ctx, alg.setup_spec(), protocol.SETUP_UPDATE)
@@ -375,10 +377,11 @@ class MqttNodes:
         return self._outcome(ctx, alg.setup_spec(), answers, refusals, reasons, frozenset(), None, refused)
 
     def round(self, state: State, round_index: int, excluded: frozenset[int],
-              sampled: tuple[int, ...] | None = None, meanwhile: Callable[[], None] | None = None) -> RoundOutcome:
+              sampled: tuple[int, ...] | None = None, meanwhile: Callable[[], None] | None = None,
+              asking: Callable[[RoundContext], None] | None = None) -> RoundOutcome:
         """Send round ``round_index`` from ``state`` to the online ``sampled`` nodes (None: all)
-        less ``excluded`` (emulated stragglers); ``meanwhile()`` while they step; their replies,
-        checked (those that come meanwhile wait in the network thread's hand-over)."""
+        less ``excluded`` (emulated stragglers), ``asking(ctx)`` first; ``meanwhile()`` while they
+        step; their replies, checked (those that come meanwhile wait in the network thread's hand-over)."""
         alg = self.alg
         expected = self._live(excluded)
         if sampled is not None:
@@ -388,6 +391,8 @@ class MqttNodes:
         self._remember(ctx)
         if self._link_rounds is not None:
             self._link_rounds.start()
+        if asking is not None and expected:
+            asking(ctx)
         sent = not expected or self._send(state, ctx)
         if meanwhile is not None:
             meanwhile()
@@ -628,6 +633,12 @@ class MqttNodes:
         if ctx.round_index == SETUP_ROUND:
             return self.alg.setup_events(node)  # type: ignore[attr-defined]
         return self.alg.planned_events(node, ctx)
+
+    def planned_release(self, node: int, ctx: RoundContext) -> list[Event]:
+        """:meth:`_planned_release`, for the runner (a node an earlier session of the run asked,
+        which never answered into the ledger), under the lock the network thread notes costs under."""
+        with self._lock:
+            return self._planned_release(node, ctx)
 
     def _planned_release(self, node: int, ctx: RoundContext) -> list[Event]:
         """What a release whose own events never came (or came malformed) is charged: the plan, its

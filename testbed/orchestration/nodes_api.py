@@ -67,18 +67,32 @@ class Closing:
 
 
 class Nodes(Protocol):
-    """The run's nodes."""
+    """The run's nodes.
 
-    def setup(self, state: State) -> RoundOutcome:
-        """The algorithm's one-time setup phase on every node."""
+    Attributes:
+        session: this session's id (16 hex digits): one per process that runs (or resumes) the run.
+    """
+
+    session: str
+
+    def setup(self, state: State, asking: Callable[[RoundContext], None] | None = None) -> RoundOutcome:
+        """The algorithm's one-time setup phase on every node; ``asking`` as in :meth:`round`."""
         ...
 
     def round(self, state: State, round_index: int, excluded: frozenset[int],
-              sampled: tuple[int, ...] | None = None, meanwhile: Callable[[], None] | None = None) -> RoundOutcome:
+              sampled: tuple[int, ...] | None = None, meanwhile: Callable[[], None] | None = None,
+              asking: Callable[[RoundContext], None] | None = None) -> RoundOutcome:
         """Round ``round_index`` from ``state`` for the ``sampled`` nodes (None: all of them);
-        ``excluded`` are emulated stragglers among them (asked nothing). ``meanwhile`` (the report
+        ``excluded`` are emulated stragglers among them (asked nothing). ``asking(ctx)`` is called
+        with the nodes about to be asked (``ctx.expected``) before anything is sent or stepped (the
+        run's record of who may have released). ``meanwhile`` (the report
         of the round before: its evaluation, metrics and checkpoint) is called once, after the
         round is sent and before its replies are awaited: the server's work overlaps the nodes'."""
+        ...
+
+    def planned_release(self, node: int, ctx: RoundContext) -> list[Event]:
+        """What ``node``'s release in ``ctx`` is charged when its own events never came: the plan,
+        its seconds and joules the most the node was charged in one such event (at least the plan's)."""
         ...
 
     def deliver(self, events: list[Event]) -> None:

@@ -49,6 +49,7 @@ from testbed.orchestration.nodes_api import Closing, Nodes, RoundOutcome
 from testbed.privacy.accountants import epsilon_by_observer
 from testbed.privacy.accountants.background import BackgroundEpsilons
 from testbed.reports import tracking
+from testbed.reports.asked import AskedLog
 from testbed.reports.progress import Progress
 from testbed.reports.results import RunDirectory, not_yet_charged, split_by_issuer
 from testbed.reports.tracking.feed import Tracking
@@ -157,6 +158,11 @@ class Run:
     # A resumed run's ledger rows written after its checkpoint, by round: already charged, taken
     # into the book when their round runs again (so each round's metrics row counts what it did).
     past_mark: dict[int, list[Event]] = field(default_factory=dict)
+    # A resumed run's rounds still to run (and its setup) that an earlier session asked
+    # (asked.csv): round → the nodes it asked. Each such node that ends the round here uncharged
+    # (it straggles, left, is withdrawn) may have released: it is charged the plan (_charge).
+    asked_before: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    sessions: list[str] = field(default_factory=list)  # the sessions that asked a round, oldest first
     eval_data: FederatedData | None = None  # the evaluated nodes' rows (output.eval_nodes); set by run_experiment
     # node → the totals of its own ledger, as it reported them when the run closed (None: sim, whose
     # nodes' ledgers are the book itself); see _ledger_check.
@@ -294,6 +300,10 @@ def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = Fa
                   directory, state, planned, rounds_done, wall_start=wall_start, past_mark=past_mark,
                   eval_data=eval_data, guarantee=assemble.privacy_guarantee(config),
                   regression=is_regression(eval_data))
+        run.sessions = list(dict.fromkeys(a.session for a in directory.asked))
+        for a in directory.asked:
+            if a.round >= rounds_done or a.round == SETUP_ROUND:  # rounds before the mark are charged
+                run.asked_before[a.round] = tuple(sorted({*run.asked_before.get(a.round, ()), *a.nodes}))
         _evaluate(run)
     except BaseException:
         for job in (tight_job, figures_job):
@@ -310,6 +320,7 @@ def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = Fa
         # hosts forked from this process inherit it frozen.
         gc.freeze()
         nodes = build_nodes(config, algorithm, data, quiet)
+        run.sessions.append(nodes.session)
         run.tracking = Tracking.start(config, directory.path)  # its thread after the hosts' forks
         run_rounds(run, nodes, quiet, tight_job)
     except BaseException as exc:
@@ -323,7 +334,7 @@ def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = Fa
         gc.unfreeze()
         if nodes is not None:
             try:
-                _charge_closing(run, nodes.close(run.status))
+                _charge_closing(run, nodes.close(run.status), nodes)
             except Exception as exc:  # the summary must still be written
                 run.status, run.failure = "failed", f"closing the nodes: {type(exc).__name__}: {exc}"
         try:
@@ -339,6 +350,11 @@ def run_rounds(run: Run, nodes: Nodes, quiet: bool, tight_job: BackgroundEpsilon
     done (what it brings may set a release's sensitivity), ``tight_job`` gets the planned tallies."""
     alg, config = run.algorithm, run.config
     ledger_file = LedgerWriter(run.directory.ledger_path, sync=run.config.output.sync)
+    asked_log = AskedLog(run.directory.asked_path, sync=run.config.output.sync)
+
+    def asking(ctx: RoundContext) -> None:
+        asked_log.append(nodes.session, ctx.round_index, ctx.expected)
+
     progress = Progress(alg.rounds, enabled=not quiet, budgets=run.budgets, guarantee=run.guarantee)
     cadence = CheckpointCadence(config.output.checkpoint_every, run.rounds_done)
 
@@ -380,8 +396,8 @@ def run_rounds(run: Run, nodes: Nodes, quiet: bool, tight_job: BackgroundEpsilon
     try:
         if alg.has_setup and run.rounds_done == 0 and not run.book.logged(run.book.node_ids, SETUP_ROUND).any():
             assert isinstance(alg, WithSetup)
-            outcome = nodes.setup(run.state)
-            _charge(run, outcome, ledger_file)
+            outcome = nodes.setup(run.state, asking=asking)
+            _charge(run, outcome, ledger_file, nodes)
             server = alg.server_setup(run.state, outcome.result, outcome.ctx)
             run.state = server.state
             _charge_server(run, server.events, nodes, ledger_file)
@@ -404,9 +420,9 @@ def run_rounds(run: Run, nodes: Nodes, quiet: bool, tight_job: BackgroundEpsilon
                 break
             before = last
             outcome = nodes.round(run.state, r, excluded, sampled,
-                                  meanwhile=None if reported else lambda: report(before))
+                                  meanwhile=None if reported else lambda: report(before), asking=asking)
             outcome = _withdraw(run, outcome, withdrawn)
-            _charge(run, outcome, ledger_file)
+            _charge(run, outcome, ledger_file, nodes)
             if set(every) <= {refusal.node for _, refusal in run.refusals}:  # nobody left: the last refusal stops it
                 run.stopped, run.status = run.refusals[-1][1], "stopped_budget"
                 break
@@ -427,6 +443,7 @@ def run_rounds(run: Run, nodes: Nodes, quiet: bool, tight_job: BackgroundEpsilon
                 log.exception("could not report round %d", run.rounds_done)
         progress.close()
         ledger_file.close()
+        asked_log.close()
 
 
 class CheckpointCadence:
@@ -484,9 +501,10 @@ def emulated_stragglers(config: Config, algorithm: Algorithm, round_index: int, 
     return draws.draw(round_index, node_ids, round_time_s)
 
 
-def _charge(run: Run, outcome: RoundOutcome, ledger_file: LedgerWriter) -> None:
+def _charge(run: Run, outcome: RoundOutcome, ledger_file: LedgerWriter, nodes: Nodes) -> None:
     """Log what each node released (its own events; a round re-run after a kill is not charged
-    twice) and who straggled, in one write."""
+    twice; a node an earlier session asked this round that is charged nothing here, the plan) and
+    who straggled, in one write."""
     book = run.book
     # This round's rows logged before a kill: charged; the round charges only what they lack. Those
     # the server issued wait for its step (_charge_server).
@@ -505,9 +523,18 @@ def _charge(run: Run, outcome: RoundOutcome, ledger_file: LedgerWriter) -> None:
         for node, done in zip(answered, book.logged(answered, round_index).tolist()):
             if not done:
                 fresh_events.extend(outcome.charged[node, round_index])
+    straggled = outcome.straggled
+    earlier = run.asked_before.pop(outcome.ctx.round_index, ())
+    if earlier:
+        charged_here = {n for b in batches if b.kind != StraggleEvent.kind for n in b.nodes.tolist()}
+        charged_here |= {e.node for e in [*fresh_events, *before_kill] if e.kind != StraggleEvent.kind}
+        unanswered = _asked_uncharged(run, outcome.ctx, earlier, charged_here)
+        if unanswered:
+            straggled = {**straggled, **dict.fromkeys(unanswered, "asked_before_resume")}
+            fresh_events.extend(_planned_for(run, nodes, outcome.ctx, earlier, unanswered))
     batches += batches_of(fresh_events)
     by_reason: dict[str, list[int]] = {}
-    for node, reason in sorted(outcome.straggled.items()):
+    for node, reason in sorted(straggled.items()):
         by_reason.setdefault(reason, []).append(node)
     r = outcome.ctx.round_index
     batches += [EventBatch(StraggleEvent(0, r, reason), np.array(nodes, dtype=np.int64))
@@ -519,6 +546,23 @@ def _charge(run: Run, outcome: RoundOutcome, ledger_file: LedgerWriter) -> None:
         book.extend_batch(batch)
         _note_cost_source(run, batch)
     ledger_file.write_batches(batches)
+
+
+def _asked_uncharged(run: Run, ctx: RoundContext, asked: tuple[int, ...], charged: set[int]) -> list[int]:
+    """The nodes of ``asked`` (by an earlier session, round ``ctx``) that neither ``charged`` nor
+    the book holds a release of."""
+    left = [n for n in asked if n not in charged]
+    return [n for n, done in zip(left, run.book.logged(left, ctx.round_index).tolist()) if not done] if left else []
+
+
+def _planned_for(run: Run, nodes: Nodes, ctx: RoundContext, asked: tuple[int, ...], unanswered: list[int]) -> list[Event]:
+    """The plan each of ``unanswered`` is charged for round ``ctx`` (as an earlier session asked it,
+    with ``asked``): it may have released then, and its reply never reached the ledger."""
+    earlier = RoundContext(ctx.round_index, run.config.run.seed, ctx.num_nodes, asked, sampled=ctx.sampled)
+    log.warning("round %d: node(s) %s, asked by an earlier session of the run, are charged nothing in this one: "
+                "charged the plan (they may have released before the resume)", ctx.round_index,
+                ", ".join(map(str, unanswered)))
+    return [e for n in unanswered for e in nodes.planned_release(n, earlier)]
 
 
 def _cost_source(sources: set[bool]) -> str:
@@ -534,14 +578,15 @@ def _note_cost_source(run: Run, batch: EventBatch) -> None:
         run.cost_sources.update(np.unique(np.asarray(batch.value("measured"), dtype=bool)).tolist())
 
 
-def _charge_closing(run: Run, closing: Closing) -> None:
-    """What the run's end adds (late replies, rounds only the nodes' own ledgers logged): into the
-    book and ledger.csv, and the checkpoint again so that it covers them; the nodes' reports kept
-    for the summary."""
+def _charge_closing(run: Run, closing: Closing, nodes: Nodes) -> None:
+    """What the run's end adds (late replies, rounds only the nodes' own ledgers logged, rounds an
+    earlier session asked that this one did not run again): into the book and ledger.csv, and the
+    checkpoint again so that it covers them; the nodes' reports kept for the summary."""
     run.node_reports, run.session, run.broker = closing.reports, closing.session, closing.broker
     run.links = closing.links
     fresh = [event for (node, round_index), events in sorted(closing.charged.items())
              if not run.book.logged([node], round_index)[0] for event in events]
+    fresh += _asked_rounds_not_run(run, nodes, {(e.node, e.round) for e in fresh})
     if not fresh:
         return
     run.book.extend(fresh)
@@ -553,6 +598,23 @@ def _charge_closing(run: Run, closing: Closing) -> None:
         run.directory.save_checkpoint(run.rounds_done, run.state, ledger_file.mark(), 1)
     finally:
         ledger_file.close()
+
+
+def _asked_rounds_not_run(run: Run, nodes: Nodes, charged: set[tuple[int, int]]) -> list[Event]:
+    """The plan of each node an earlier session asked in a round this one did not run again (a
+    budget stop, a failure; a setup some nodes had logged) and that nothing charges: not the book,
+    not its rows past the checkpoint's mark, not ``charged`` (the closing's)."""
+    events = []
+    for round_index, asked in sorted(run.asked_before.items()):
+        marked = {e.node for e in run.past_mark.get(round_index, []) if e.kind != StraggleEvent.kind}
+        here = marked | {n for n, r in charged if r == round_index}
+        ctx = RoundContext(round_index, run.config.run.seed, run.config.data.num_nodes, asked)
+        unanswered = _asked_uncharged(run, ctx, asked, here)
+        if unanswered:
+            events += _planned_for(run, nodes, ctx, asked, unanswered)
+            events += [StraggleEvent(n, round_index, "asked_before_resume") for n in unanswered]
+    run.asked_before.clear()
+    return events
 
 
 def _charge_server(run: Run, events: list[Event], nodes: Nodes, ledger_file: LedgerWriter) -> None:
@@ -787,6 +849,8 @@ def _summary(run: Run) -> dict[str, Any]:
         "dataset": config.data.dataset,
         "model": config.model.kind,
         "session": run.session,
+        # Every session that asked a round of the run (one per `testbed run` and `--resume`), oldest first.
+        "sessions": run.sessions,
         "broker": run.broker,
         "links": run.links,
         "wall_s": time.monotonic() - run.wall_start,

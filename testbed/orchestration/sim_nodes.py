@@ -23,6 +23,7 @@ Example::
 from __future__ import annotations
 
 import logging
+import secrets
 import time
 from typing import Callable, Sequence
 
@@ -77,19 +78,24 @@ class SimNodes:
             self._board_costs = BoardCosts(mcu_profile or "rp2040", algorithm.flops_per_step)
             self._board_bounds = MeasuredBounds.of_board(mcu_profile or "rp2040", algorithm.flops_per_step)
         self.node_ids = list(data.node_ids)
+        self.session = secrets.token_hex(8)  # this process's session of the run (the asked-log's records)
+        self._most_share_s = 0.0  # the most CPU seconds one node's share of a round took so far
         self._lazy = isinstance(data, LazyFederatedData)
         self._position = {} if self._lazy else {node: i for i, node in enumerate(self.node_ids)}
 
-    def setup(self, state: State) -> RoundOutcome:
+    def setup(self, state: State, asking: Callable[[RoundContext], None] | None = None) -> RoundOutcome:
         alg = self.alg
         assert isinstance(alg, WithSetup)
         ctx = RoundContext(SETUP_ROUND, self.seed, len(self.node_ids), tuple(self.node_ids))
+        if asking is not None:
+            asking(ctx)
         began, start = time.monotonic(), time.process_time()
         result = alg.setup_step(self._train(tuple(self.node_ids)), self.node_ids, ctx)
         return self._outcome(result, ctx.closed(result.node_ids), began, start, {})
 
     def round(self, state: State, round_index: int, excluded: frozenset[int],
-              sampled: tuple[int, ...] | None = None, meanwhile: Callable[[], None] | None = None) -> RoundOutcome:
+              sampled: tuple[int, ...] | None = None, meanwhile: Callable[[], None] | None = None,
+              asking: Callable[[RoundContext], None] | None = None) -> RoundOutcome:
         if meanwhile is not None:  # nothing runs in parallel here: first
             meanwhile()
         alg = self.alg
@@ -98,6 +104,8 @@ class SimNodes:
         straggled = {n: "emulated" for n in sorted(excluded)}
         if not expected:
             return RoundOutcome(NodeResult((), {}), ctx.closed(()), straggled=straggled)
+        if asking is not None:
+            asking(ctx)
         train = self._train(expected)
         began, start = time.monotonic(), time.process_time()
         result = alg.node_step(alg.downlink(state, ctx, expected), train, expected, ctx)
@@ -144,6 +152,7 @@ class SimNodes:
         its beginning) through its cost model, within the bounds of a round open since ``began``."""
         released = result.events
         share = (time.process_time() - start) / max(1, len(ctx.answered))
+        self._most_share_s = max(self._most_share_s, share)
         open_s = time.monotonic() - began
         charged: dict[tuple[int, int], list[Event]] = {}
         batches: list[EventBatch] = []
@@ -186,6 +195,15 @@ class SimNodes:
         steps = sum(getattr(e, "local_steps", 0) for e in events)
         costs.record(steps=steps, cycles=0, counter_hz=1, kind="emulated")
         return costs.charge(events, costs.last)
+
+    def planned_release(self, node: int, ctx: RoundContext) -> list[Event]:
+        """What a release whose own events never reached the ledger is charged: the plan, its
+        seconds and joules the cost model's for the most CPU time a node's share of a round took
+        in this session (a board's as its bridge charges it)."""
+        planned = self.alg.setup_events(node) if ctx.round_index == SETUP_ROUND else self.alg.planned_events(node, ctx)
+        if node in self.mcu_nodes:
+            return self._board_charge(planned)
+        return self.costs.charge_modelled(planned, self._most_share_s)
 
     def deliver(self, events: Sequence[Event]) -> None:
         """Nothing to carry: in sim the runner's ledgers are the nodes' own."""

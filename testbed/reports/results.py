@@ -7,6 +7,7 @@ Layout::
     RUN_DIR/ledger.csv      every node's events, one row per event (columns: kind, node, round, ...)
     RUN_DIR/summary.json    the contract other tools read (see SUMMARY_KEYS), with its own sha256
     RUN_DIR/checkpoint.npz  the algorithm's state after the last completed round (for --resume)
+    RUN_DIR/asked.csv       which nodes each session asked in each round, before it was sent (testbed.reports.asked)
     RUN_DIR/figures/*.png   accuracy and loss against round and cost, ε per node
     RUN_DIR/.lock           the writer's lock (testbed.util.dirlock): one process writes a run directory
 
@@ -42,6 +43,7 @@ from testbed.errors import UserError
 from testbed.ledger.events import Event, EventBatch
 from testbed.ledger.fields import MEASURED_FIELDS
 from testbed.ledger.files import LedgerMark, parse_rows, read_ledger
+from testbed.reports.asked import Asked, read_asked
 from testbed.util.appendlog import AppendLog, Mark, sha256_file, swap_file, tail_after, write_atomic, write_swapping
 from testbed.util.dirlock import DirectoryLock
 
@@ -116,6 +118,7 @@ class RunDirectory:
         self.sync = sync
         metrics = self.path / "metrics.csv"
         self.resumed = _resumed
+        self.asked: list[Asked] = []  # a reopened run's asked.csv (set by reopen)
         self._config_sha256 = _resumed.config_sha256 if _resumed else None
         header = io.StringIO()
         csv.writer(header).writerow(METRIC_COLUMNS)
@@ -149,7 +152,8 @@ class RunDirectory:
         (said on stderr: that round runs again and is charged again, whole). Whole rows past the
         mark stay charged, and the round run again charges what they lack (:func:`not_yet_charged`).
 
-        The checked checkpoint is ``run.resumed``; the ledger's events are ``run.ledger_events()``.
+        The checked checkpoint is ``run.resumed``; the ledger's events are ``run.ledger_events()``;
+        the rounds its sessions asked (asked.csv, checked: testbed.reports.asked) are ``run.asked``.
         The directory's lock is taken before the checks and held until :meth:`close`.
 
         Raises:
@@ -165,6 +169,7 @@ class RunDirectory:
             _check_config(path / "config.toml", ckpt)
             ledger_cut = _check_ledger(path / "ledger.csv", ckpt, nodes)
             metrics_cut = _check_metrics(path / "metrics.csv", ckpt.metrics_mark)
+            asked = read_asked(path / "asked.csv", nodes, (max_rounds if max_rounds is not None else 2**62) - 1)
             # Every check passed: only now is anything in the directory changed.
             if ledger_cut:
                 os.truncate(path / "ledger.csv", ckpt.ledger_mark.size_bytes)
@@ -172,7 +177,9 @@ class RunDirectory:
             if metrics_cut:
                 os.truncate(path / "metrics.csv", ckpt.metrics_mark.size_bytes)
                 log.info("%s: dropped %s past the checkpoint", path / "metrics.csv", metrics_cut)
-            return cls(path, sync=sync, _resumed=ckpt, _lock=lock)
+            directory = cls(path, sync=sync, _resumed=ckpt, _lock=lock)
+            directory.asked = asked
+            return directory
         except BaseException:
             lock.release()
             raise
@@ -212,6 +219,11 @@ class RunDirectory:
     @property
     def ledger_path(self) -> Path:
         return self.path / "ledger.csv"
+
+    @property
+    def asked_path(self) -> Path:
+        """asked.csv: the rounds each session asked, and whom (testbed.reports.asked)."""
+        return self.path / "asked.csv"
 
     def write_config(self, toml_text: str) -> None:
         write_atomic(self.path / "config.toml", toml_text.encode(), sync=self.sync)
