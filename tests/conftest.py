@@ -63,6 +63,17 @@ def small_config_file(tmp_path, small_config_text):
 IN_CI = os.environ.get("CI") == "true"  # what CI services set; .ci/run sets it too
 
 
+@pytest.fixture
+def forked_hosts(monkeypatch):
+    """Emulated hosts forked from this process, so that a test's monkeypatch of node code reaches
+    them. The coordinator starts hosts as new interpreters once torch is imported (forking torch's
+    thread pools is unsafe), which any earlier test of the session may have done; the hosts of the
+    tests that use this fixture run no torch."""
+    import testbed.orchestration.coordinator as coordinator
+
+    monkeypatch.setattr(coordinator, "can_fork", lambda: True)
+
+
 def require_tool(name: str, available: bool, why: str) -> None:
     """Go on if ``available``; else end the test (or the module, at import) with the one line
     ``"<name>: <why>"``: a skip on a machine that lacks the tool, a failure under ``CI=true``, where

@@ -22,6 +22,9 @@ from testbed.config import load_config_text, replace
 from testbed.ledger.files import read_ledger
 from testbed.orchestration.runner import run_experiment
 
+#: The tests patch node code, which reaches emulated hosts only when they are forked (conftest).
+pytestmark = pytest.mark.usefixtures("forked_hosts")
+
 LEAVER = 3  # its host serves nodes 3 and 4 (mqtt.hosts = 2 of 5 nodes: 0-2 and 3-4)
 
 

@@ -35,6 +35,9 @@ from testbed.config import replace, to_toml
 from testbed.orchestration.coordinator import MqttNodes
 from testbed.orchestration.runner import load, run_experiment
 
+#: The tests patch node code, which reaches emulated hosts only when they are forked (conftest).
+pytestmark = pytest.mark.usefixtures("forked_hosts")
+
 NODES = list(range(5))  # test_trust_coordinator's experiments
 NOT_READY = "not ready within"
 

@@ -28,6 +28,9 @@ from testbed.ledger.files import read_ledger
 from testbed.orchestration import runner
 from testbed.orchestration.runner import run_experiment
 
+#: The tests patch node code, which reaches emulated hosts only when they are forked (conftest).
+pytestmark = pytest.mark.usefixtures("forked_hosts")
+
 ROUNDS = 6  # every experiment of tests/test_algorithm_contract.py
 WHEN = {"first": 0, "middle": 3, "last": ROUNDS - 1}
 REFUSER = 2
