@@ -169,11 +169,9 @@ def test_broker_restart_mid_run(mosquitto_broker, tmp_path):
     assert len(_metrics(run_dir)) == 12
 
 
-def test_killed_coordinator_resumes_without_double_counting(tmp_path):
-    config = _config(dp_pasgd={"steps": 60, "tau": 3})
-    exp = tmp_path / "exp.toml"
-    exp.write_text(to_toml(config))
-    run_dir = tmp_path / "r"
+def _run_then_kill_after_3_rounds(exp: Path, run_dir: Path) -> None:
+    """`testbed run EXP` in a session of its own, SIGKILLed (with its broker and node hosts) once
+    metrics.csv holds 3 rounds."""
     coordinator = _testbed("run", str(exp), "--out", str(run_dir), "--quiet", start_new_session=True,
                            stderr=subprocess.DEVNULL)
     try:
@@ -184,6 +182,14 @@ def test_killed_coordinator_resumes_without_double_counting(tmp_path):
     finally:
         os.killpg(coordinator.pid, signal.SIGKILL)  # the coordinator, its broker and its node hosts
         coordinator.wait()
+
+
+def test_killed_coordinator_resumes_without_double_counting(tmp_path):
+    config = _config(dp_pasgd={"steps": 60, "tau": 3})
+    exp = tmp_path / "exp.toml"
+    exp.write_text(to_toml(config))
+    run_dir = tmp_path / "r"
+    _run_then_kill_after_3_rounds(exp, run_dir)
     killed_at = len(_metrics(run_dir))
     assert killed_at < 20
     resumed = _testbed("run", "--resume", str(run_dir), "--quiet", stderr=subprocess.DEVNULL)
@@ -322,16 +328,7 @@ def test_a_release_the_killed_coordinator_never_logged_is_charged_when_the_node_
 
     procs = [node(n) for n in range(4)]
     try:
-        coordinator = _testbed("run", str(exp), "--out", str(run_dir), "--quiet", start_new_session=True,
-                               stderr=subprocess.DEVNULL)
-        try:
-            deadline = time.monotonic() + 60
-            while not ((run_dir / "metrics.csv").exists() and len(_metrics(run_dir)) >= 3):
-                assert time.monotonic() < deadline and coordinator.poll() is None
-                time.sleep(0.01)
-        finally:
-            os.killpg(coordinator.pid, signal.SIGKILL)
-            coordinator.wait()
+        _run_then_kill_after_3_rounds(exp, run_dir)
         procs[3].kill()
         procs[3].wait()
         from testbed.reports.results import read_checkpoint
