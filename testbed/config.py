@@ -258,7 +258,7 @@ CORE_SECTIONS: dict[str, type[Section]] = {
     "output": OutputSection,
 }
 #: Keys holding paths, resolved against the experiment file's folder.
-PATH_KEYS = (("data", "path"), ("mqtt", "credentials"), ("mqtt", "tls_ca"))
+PATH_KEYS = (("data", "path"), ("mqtt", "credentials"), ("mqtt", "tls_ca"), ("topology", "path"))
 
 
 @functools.cache

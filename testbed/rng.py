@@ -39,6 +39,7 @@ class Purpose(enum.IntEnum):
     FEATURES = 9  # a model's fixed random feature map (the linear model's random Fourier features)
     CLIENTS = 10  # which nodes a round samples (testbed.client_sampling)
     EVAL = 11  # which nodes the model is evaluated on (output.eval_nodes, testbed.evaluation)
+    TOPOLOGY = 12  # which nodes hear each other (testbed.topology: random graphs, positions, mobility)
 
 
 def stream(seed: int, node: int, round_index: int, purpose: Purpose) -> np.random.Generator:

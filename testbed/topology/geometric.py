@@ -1,0 +1,118 @@
+"""The graph the radio gives: nodes placed in a square, an edge where the link's SNR clears a threshold.
+
+Link budget (free space, Friis): node k's signal reaches node i at distance d with received SNR
+P · 10^(−FSPL(d)/10) / (2σ_m²) (complex noise power 2σ_m², σ_m² per real rail, as the rest of the
+channel), FSPL(d) = 20 log10(4π d f / c) (channel.free_space_pathloss_db). The SNR falls with d, so
+"clears the threshold" is "within the range" r, where FSPL(r) = 10 log10(P / (2σ_m²)) − threshold;
+the graph is the random geometric graph of radius r (Penrose), drawn with the same correctly rounded
+operations (no fused or reordered sums) on every machine, so that a board draws the same edges.
+
+Mobility (random waypoint, Bettstetter): every node walks toward a waypoint drawn uniformly in the
+area at ``speed_mps``; on arrival it pauses for the rest of the block and draws the next waypoint.
+Positions are those at the start of each coherence block; block b's draws come from the block's
+stream, so block b depends only on the seed and b.
+
+Example::
+
+    >>> import numpy as np
+    >>> budget = LinkBudget(power_w=1.0, noise_power_w=1e-12, carrier_hz=2.4e9, area_m=100.0)
+    >>> round(budget.range_m(snr_threshold_db=10.0), 1)
+    2222.7
+    >>> g = geometric_graph(np.array([[0.0, 0.0], [3.0, 4.0], [30.0, 40.0]]), range_m=5.0)
+    >>> g.edges().tolist()
+    [[0, 1]]
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from channel import free_space_pathloss_db
+from testbed.topology.graph import Graph
+
+__all__ = ["LinkBudget", "geometric_graph", "initial_positions", "RandomWaypoint"]
+
+#: Squared distances are compared in chunks of this many rows (memory: rows × N float64).
+_CHUNK_ROWS = 1024
+
+
+@dataclass(frozen=True)
+class LinkBudget:
+    """What the range of a link depends on, SI units.
+
+    Attributes:
+        power_w: every node's transmit power P, W.
+        noise_power_w: σ_m², the receiver's noise per real entry, W.
+        carrier_hz: carrier frequency f, Hz.
+        area_m: side of the square the nodes are placed in, m.
+    """
+
+    power_w: float
+    noise_power_w: float
+    carrier_hz: float
+    area_m: float
+
+    def range_m(self, snr_threshold_db: float) -> float:
+        """r: the distance at which the received SNR equals ``snr_threshold_db`` (free space)."""
+        budget_db = 10.0 * math.log10(self.power_w / (2.0 * self.noise_power_w)) - snr_threshold_db
+        at_one_m = float(free_space_pathloss_db(1.0, self.carrier_hz))  # FSPL(d) = FSPL(1 m) + 20 log10 d
+        return 10.0 ** ((budget_db - at_one_m) / 20.0)
+
+    def snr_db(self, distance_m: np.ndarray) -> np.ndarray:
+        """The received SNR of a link of each distance, dB."""
+        d = np.maximum(np.asarray(distance_m, dtype=np.float64), 1e-3)
+        return 10.0 * np.log10(self.power_w / (2.0 * self.noise_power_w)) - free_space_pathloss_db(d, self.carrier_hz)
+
+
+def geometric_graph(positions_m: np.ndarray, range_m: float) -> Graph:
+    """The graph of (N, 2) positions with an edge between every pair at most ``range_m`` apart."""
+    pos = np.asarray(positions_m, dtype=np.float64)
+    n = pos.shape[0]
+    r2 = float(range_m) ** 2
+    parts = []
+    for start in range(0, n, _CHUNK_ROWS):  # O(N²/chunk) numpy steps; no loop over pairs
+        block = pos[start:start + _CHUNK_ROWS]
+        d2 = ((block[:, None, :] - pos[None, :, :]) ** 2).sum(axis=2)
+        i, j = np.nonzero(d2 <= r2)
+        i += start
+        keep = i < j
+        parts.append(np.column_stack([i[keep], j[keep]]))
+    return Graph.from_edges(n, np.concatenate(parts) if parts else np.zeros((0, 2), dtype=np.int64))
+
+
+def initial_positions(num_nodes: int, area_m: float, rng: np.random.Generator) -> np.ndarray:
+    """(N, 2) positions uniform in the square [0, area_m)², m."""
+    return rng.uniform(0.0, area_m, size=(num_nodes, 2))
+
+
+class RandomWaypoint:
+    """Positions at the start of every block under the random waypoint model.
+
+    Args:
+        start_m: (N, 2) positions at block 0.
+        area_m: side of the square, m.
+        speed_mps: walking speed, m/s.
+        block_s: how long a block lasts, s (rounds per block × seconds per round).
+        block_rng: block b → its generator (the next waypoints of the nodes that arrive in it).
+    """
+
+    def __init__(self, start_m: np.ndarray, area_m: float, speed_mps: float, block_s: float, block_rng) -> None:
+        self._area, self._step_m, self._rng = area_m, speed_mps * block_s, block_rng
+        self._blocks = [np.array(start_m, dtype=np.float64)]
+        self._waypoints = block_rng(0).uniform(0.0, area_m, size=np.shape(start_m))
+
+    def positions(self, block: int) -> np.ndarray:
+        """(N, 2) positions at the start of ``block`` (computed forward once and kept)."""
+        while len(self._blocks) <= block:
+            here = self._blocks[-1]
+            gap = self._waypoints - here
+            dist = np.linalg.norm(gap, axis=1)
+            arrive = dist <= self._step_m
+            frac = np.where(arrive, 1.0, self._step_m / np.maximum(dist, 1e-300))
+            self._blocks.append(here + gap * frac[:, None])
+            fresh = self._rng(len(self._blocks) - 1).uniform(0.0, self._area, size=here.shape)
+            self._waypoints = np.where(arrive[:, None], fresh, self._waypoints)
+        return self._blocks[block]

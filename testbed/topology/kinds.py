@@ -1,0 +1,136 @@
+"""The graph families of ``[topology] kind``, each drawn from a generator the caller keys.
+
+Every generator is numpy only and vectorised (O(N + E) work, no loop over nodes or pairs), so a
+board, the coordinator and the channel emulator draw the same graph from the run's seed.
+
+- :func:`ring`: node i joined to i ± 1 (mod N).
+- :func:`torus`: an R × C grid with wrap-around, R·C = N (4-regular for R, C >= 3).
+- :func:`k_regular`: a random d-regular graph, the union of d/2 random Hamiltonian cycles (plus a
+  random perfect matching when d is odd), each redrawn until it repeats no edge. This samples a
+  subset of the d-regular graphs, not uniformly; every one of them is an expander with high
+  probability (Friedman), which is what a k-regular baseline is for.
+- :func:`erdos_renyi`: G(N, p), every pair independently with probability p.
+- :func:`from_edge_list`: an edge list file, one ``i j`` pair per line (``#`` comments).
+
+Example::
+
+    >>> import numpy as np
+    >>> ring(5).neighbours(0).tolist(), torus(9, rows=3).degrees.tolist()[:3]
+    ([1, 4], [4, 4, 4])
+    >>> g = k_regular(10, 3, np.random.default_rng(0))
+    >>> set(g.degrees.tolist())
+    {3}
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from testbed.topology.graph import Graph
+
+__all__ = ["ring", "torus", "torus_rows", "k_regular", "erdos_renyi", "from_edge_list"]
+
+#: Attempts at one random cycle or matching before k_regular gives up (each repeats an earlier edge
+#: with probability about 1 − exp(−2j) for the j-th cycle: a few hundred tries for d = 8).
+_MAX_TRIES = 10_000
+
+
+def ring(num_nodes: int) -> Graph:
+    """The cycle 0 − 1 − … − (N−1) − 0 (N >= 3)."""
+    if num_nodes < 3:
+        raise ValueError(f"a ring needs at least 3 nodes, got {num_nodes}")
+    i = np.arange(num_nodes, dtype=np.int64)
+    return Graph.from_edges(num_nodes, np.column_stack([i, (i + 1) % num_nodes]))
+
+
+def torus_rows(num_nodes: int) -> int:
+    """The most square factorisation's rows: the largest R <= sqrt(N) dividing N."""
+    return max(r for r in range(1, math.isqrt(num_nodes) + 1) if num_nodes % r == 0)
+
+
+def torus(num_nodes: int, rows: int | None = None) -> Graph:
+    """An R × C grid with wrap-around (node r·C + c), R·C = N, both at least 3 (with 2 the wrap
+    edge is the grid edge, and the graph is not a torus). R: ``rows``, or the most square."""
+    r = torus_rows(num_nodes) if rows is None else rows
+    if num_nodes % r:
+        raise ValueError(f"rows = {r} does not divide the {num_nodes} nodes")
+    c = num_nodes // r
+    if r < 3 or c < 3:
+        raise ValueError(f"a torus needs at least 3 rows and 3 columns; {num_nodes} nodes give {r} x {c}")
+    grid = np.arange(num_nodes, dtype=np.int64).reshape(r, c)
+    right = np.column_stack([grid.ravel(), np.roll(grid, -1, axis=1).ravel()])
+    down = np.column_stack([grid.ravel(), np.roll(grid, -1, axis=0).ravel()])
+    return Graph.from_edges(num_nodes, np.concatenate([right, down]))
+
+
+def k_regular(num_nodes: int, degree: int, rng: np.random.Generator) -> Graph:
+    """A random ``degree``-regular simple graph (N·d even, 2 <= d < N; d = 1: a perfect matching)."""
+    if not 1 <= degree < num_nodes or (num_nodes * degree) % 2:
+        raise ValueError(f"no {degree}-regular graph on {num_nodes} nodes (need 1 <= degree < N and N*degree even)")
+    keys = np.zeros(0, dtype=np.int64)
+    parts = [_cycle] * (degree // 2) + ([_matching] if degree % 2 else [])
+    for part in parts:
+        for _ in range(_MAX_TRIES):
+            pairs = part(num_nodes, rng)
+            new = np.sort(pairs, axis=1) @ np.array([num_nodes, 1], dtype=np.int64)
+            if np.unique(new).size == new.size and not np.isin(new, keys).any():
+                keys = np.concatenate([keys, new])
+                break
+        else:
+            raise ValueError(f"could not draw a {degree}-regular graph on {num_nodes} nodes; lower the degree")
+    return Graph.from_edges(num_nodes, np.column_stack(np.divmod(keys, num_nodes)))
+
+
+def _cycle(num_nodes: int, rng: np.random.Generator) -> np.ndarray:
+    order = rng.permutation(num_nodes)
+    return np.column_stack([order, np.roll(order, -1)])
+
+
+def _matching(num_nodes: int, rng: np.random.Generator) -> np.ndarray:
+    return rng.permutation(num_nodes).reshape(-1, 2)
+
+
+def erdos_renyi(num_nodes: int, p: float, rng: np.random.Generator) -> Graph:
+    """G(N, p): the number of edges ~ Binomial(N(N−1)/2, p), then that many distinct pairs uniformly
+    (the same distribution, in O(E) memory instead of O(N²))."""
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"p must be in [0, 1], got {p}")
+    pairs = num_nodes * (num_nodes - 1) // 2
+    count = int(rng.binomial(pairs, p))
+    chosen = np.sort(rng.choice(pairs, size=count, replace=False)).astype(np.int64)
+    return Graph.from_edges(num_nodes, _pair_of(chosen, num_nodes))
+
+
+def _pair_of(index: np.ndarray, num_nodes: int) -> np.ndarray:
+    """(K, 2) the pair (i, j), i < j, of each index into the upper triangle in row order."""
+    # Row i starts at s(i) = i·N − i(i+1)/2; invert by the quadratic formula, then fix rounding.
+    n = float(num_nodes)
+    i = np.floor((2 * n - 1 - np.sqrt((2 * n - 1) ** 2 - 8.0 * index)) / 2).astype(np.int64)
+    start = i * num_nodes - i * (i + 1) // 2
+    i = np.where(start > index, i - 1, i)
+    start = i * num_nodes - i * (i + 1) // 2
+    nxt = (i + 1) * num_nodes - (i + 1) * (i + 2) // 2
+    i = np.where(index >= nxt, i + 1, i)
+    start = i * num_nodes - i * (i + 1) // 2
+    return np.column_stack([i, i + 1 + index - start])
+
+
+def from_edge_list(num_nodes: int, path: str | Path) -> Graph:
+    """The graph of an edge list file: ``i j`` per line, whitespace or comma separated, ``#``
+    comments. Raises ValueError (with the line) on anything else."""
+    pairs: list[tuple[int, int]] = []
+    text = Path(path).read_text(encoding="utf-8", errors="strict")
+    for number, line in enumerate(text.splitlines(), start=1):
+        words = line.split("#", 1)[0].replace(",", " ").split()
+        if not words:
+            continue
+        if len(words) != 2 or not all(w.isdigit() for w in words):
+            raise ValueError(f"{path}:{number}: expected two node ids, got {line.strip()[:60]!r}")
+        pairs.append((int(words[0]), int(words[1])))
+    try:
+        return Graph.from_edges(num_nodes, np.array(pairs, dtype=np.int64).reshape(-1, 2))
+    except (ValueError, OverflowError) as exc:
+        raise ValueError(f"{path}: {exc}") from None
