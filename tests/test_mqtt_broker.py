@@ -20,7 +20,7 @@ import pytest
 from testbed import wire
 from testbed.errors import UserError
 from testbed.mqtt import acl, chunks, topics
-from testbed.mqtt.broker import _accepts, free_port, parse_broker_url, wait_for_broker
+from testbed.mqtt.broker import accepts_tcp, free_port, parse_broker_url, wait_for_broker
 from testbed.mqtt.brokers import mosquitto
 from testbed.mqtt.brokers.embedded import BrokerProcess
 from testbed.mqtt.brokers.mosquitto import MosquittoBroker
@@ -552,9 +552,9 @@ def test_broker_process_serves_and_stops(run_id, connect, broker_launch):
         client.close()
         url = parse_broker_url(broker.url)
     deadline = time.monotonic() + 5
-    while _accepts(url.host, url.port) and time.monotonic() < deadline:
+    while accepts_tcp(url.host, url.port) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _accepts(url.host, url.port)
+    assert not accepts_tcp(url.host, url.port)
 
 
 @pytest.mark.parametrize("launch", ["_fork_broker", "None"], ids=["forked", "new-interpreter"])
@@ -572,9 +572,9 @@ os._exit(0)  # no stop(): as a SIGKILL would leave it
 """], capture_output=True, text=True, timeout=60)
     assert parent.returncode == 0, parent.stderr
     deadline = time.monotonic() + 5
-    while _accepts("127.0.0.1", port) and time.monotonic() < deadline:
+    while accepts_tcp("127.0.0.1", port) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _accepts("127.0.0.1", port)
+    assert not accepts_tcp("127.0.0.1", port)
 
 
 def test_broker_process_that_cannot_start_says_why(broker_launch):

@@ -31,7 +31,7 @@ class BrokerUrl:
 
     def __str__(self) -> str:
         """The URL without credentials (safe to log)."""
-        return _url("mqtts" if self.tls else "mqtt", self.host, self.port)
+        return format_url("mqtts" if self.tls else "mqtt", self.host, self.port)
 
 
 def parse_broker_url(url: str) -> BrokerUrl:
@@ -57,23 +57,26 @@ def parse_broker_url(url: str) -> BrokerUrl:
                      password=unquote(parts.password) if parts.password is not None else None)
 
 
-def _family(host: str) -> socket.AddressFamily:
+def address_family(host: str) -> socket.AddressFamily:
+    """AF_INET6 for an IPv6 literal, else AF_INET."""
     return socket.AF_INET6 if ":" in host else socket.AF_INET
 
 
-def _url(scheme: str, host: str, port: int) -> str:
+def format_url(scheme: str, host: str, port: int) -> str:
+    """``scheme://host:port``, an IPv6 literal in brackets."""
     return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
 
 
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port on `host` that is free right now (the OS picks it; another process may still
     take it before the caller binds, which brokers here detect and retry)."""
-    with socket.socket(_family(host), socket.SOCK_STREAM) as s:
+    with socket.socket(address_family(host), socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
 
 
-def _accepts(host: str, port: int) -> bool:
+def accepts_tcp(host: str, port: int) -> bool:
+    """True when something accepts a TCP connection at ``host:port`` within half a second."""
     try:
         with socket.create_connection((host, port), timeout=0.5):
             return True
@@ -89,7 +92,7 @@ def wait_for_broker(url: str, timeout_s: float = 10.0) -> None:
     """
     parsed = parse_broker_url(url)
     deadline = time.monotonic() + timeout_s
-    while not _accepts(parsed.host, parsed.port):
+    while not accepts_tcp(parsed.host, parsed.port):
         if time.monotonic() > deadline:
             raise UserError(f"broker {parsed} not reachable within {timeout_s:g} s")
         time.sleep(0.05)
@@ -103,7 +106,8 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def _loopback(host: str) -> str:
+def require_loopback(host: str) -> str:
+    """``host`` if it is a loopback address, else a UserError (the brokers a run starts itself)."""
     # These brokers serve tests and emulated runs on this machine (the embedded one without any
     # authentication); serving boards on a network takes an explicit allow_remote.
     if not is_loopback(host):

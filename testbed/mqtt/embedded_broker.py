@@ -21,7 +21,7 @@ from typing import Any
 
 from testbed.errors import UserError
 from testbed.mqtt import fence
-from testbed.mqtt.broker import _family, _loopback, _url, free_port
+from testbed.mqtt.broker import address_family, format_url, free_port, require_loopback
 from testbed.mqtt.topics import SHARE_PREFIX
 
 
@@ -45,7 +45,7 @@ class EmbeddedBroker:
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, *, start_timeout_s: float = 10.0,
                  allow_remote: bool = False):
-        self.host = host if allow_remote else _loopback(host)
+        self.host = host if allow_remote else require_loopback(host)
         self.port = port
         self._start_timeout_s = start_timeout_s
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -57,7 +57,7 @@ class EmbeddedBroker:
     @property
     def url(self) -> str:
         """`mqtt://host:port` (valid once started)."""
-        return _url("mqtt", self.host, self.port)
+        return format_url("mqtt", self.host, self.port)
 
     @property
     def running(self) -> bool:
@@ -84,7 +84,7 @@ class EmbeddedBroker:
                 writer.transport.abort()
 
         # Bind before starting amqtt, so a taken port fails before amqtt has tasks to clean up.
-        sock = socket.socket(_family(self.host))
+        sock = socket.socket(address_family(self.host))
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind((self.host, self.port))

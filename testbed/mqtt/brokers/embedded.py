@@ -18,7 +18,7 @@ import time
 from typing import Any, Callable
 
 from testbed.errors import UserError
-from testbed.mqtt.broker import _accepts, _loopback, _url, free_port
+from testbed.mqtt.broker import accepts_tcp, format_url, free_port, require_loopback
 from testbed.mqtt.brokers.registry import BrokerOptions, Registration
 
 
@@ -42,7 +42,7 @@ class BrokerProcess:
 
     def __init__(self, host: str = "127.0.0.1", *, start_timeout_s: float = 10.0,
                  launch: Callable[[list[str], int], Any] | None = None):
-        self.host = _loopback(host)
+        self.host = require_loopback(host)
         self.port = 0
         self._start_timeout_s = start_timeout_s
         self._launch = launch or _new_interpreter
@@ -51,7 +51,7 @@ class BrokerProcess:
     @property
     def url(self) -> str:
         """`mqtt://host:port` (valid once started)."""
-        return _url("mqtt", self.host, self.port)
+        return format_url("mqtt", self.host, self.port)
 
     def start(self) -> BrokerProcess:
         """Start the child; returns when it accepts connections."""
@@ -63,7 +63,7 @@ class BrokerProcess:
         with tempfile.TemporaryFile(mode="w+") as errors:
             self._proc = self._launch(args, errors.fileno())
             deadline = time.monotonic() + self._start_timeout_s
-            while not _accepts(self.host, self.port):
+            while not accepts_tcp(self.host, self.port):
                 if self._proc.poll() is not None or time.monotonic() > deadline:
                     self.stop()
                     errors.seek(0)

@@ -29,7 +29,7 @@ from typing import Callable
 
 from testbed.errors import UserError
 from testbed.mqtt.acl import Access, Grant, write_private
-from testbed.mqtt.broker import _accepts, _loopback, _url, free_port
+from testbed.mqtt.broker import accepts_tcp, format_url, free_port, require_loopback
 from testbed.mqtt.brokers.registry import AccessFormat, BrokerOptions, Registration
 
 #: Where `mosquitto` is looked for besides PATH: Debian and Ubuntu install it in /usr/sbin, which
@@ -203,7 +203,7 @@ class MosquittoBroker:
                  leave_with_parent: bool = False, also_listen: tuple[str, ...] = ()):
         if access is not None and (acl_file or password_file):
             raise ValueError("access replaces acl_file and password_file: give one or the other")
-        self.host = _loopback(host)
+        self.host = require_loopback(host)
         self.also_listen = tuple(also_listen)
         self.access = access
         self.leave_with_parent = leave_with_parent and sys.platform.startswith("linux")
@@ -221,7 +221,7 @@ class MosquittoBroker:
     @property
     def url(self) -> str:
         """`mqtt://host:port`, or `mqtts://` with TLS (valid once started)."""
-        return _url("mqtts" if self.tls else "mqtt", self.host, self.port)
+        return format_url("mqtts" if self.tls else "mqtt", self.host, self.port)
 
     @property
     def running(self) -> bool:
@@ -295,7 +295,7 @@ class MosquittoBroker:
             while self._proc.poll() is None and time.monotonic() < deadline:
                 # "running" is logged once every listener is bound; the connect check alone could
                 # reach another process that holds the port.
-                if " running" in self.log_text() and _accepts(self.host, self.port):
+                if " running" in self.log_text() and accepts_tcp(self.host, self.port):
                     return self
                 time.sleep(0.02)
             tail = self._log_tail()
