@@ -291,7 +291,12 @@ class Acfl(BaseAlgorithm):
                 self._row[int(node_ids[i])] = len(self._row)
             self._gram_x = np.concatenate([self._gram_x, xt @ x])
             self._gram_y = np.concatenate([self._gram_y, xt @ y])
-        rows = [self._row[int(n)] for n in node_ids]
+        rows = np.fromiter((self._row[int(n)] for n in node_ids), dtype=np.int64, count=len(node_ids))
+        if rows.size and np.array_equal(rows, np.arange(rows[0], rows[0] + rows.size)):
+            # The usual case (the same nodes every iteration, in order): views, not an (M, D, D) copy
+            # per iteration. Read-only to the callers.
+            span = slice(int(rows[0]), int(rows[0]) + rows.size)
+            return self._gram_x[span], self._gram_y[span]
         return self._gram_x[rows], self._gram_y[rows]
 
     def _targets(self, y: np.ndarray) -> np.ndarray:
