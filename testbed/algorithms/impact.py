@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
+import math
+
 import numpy as np
 
 #: How far Σ p may be from 1 (adaptive-dp.md §7 item 1).
@@ -225,14 +227,45 @@ def intake_sizes(node_ids: Sequence[int], claimed: np.ndarray, num_nodes: int,
 
 def spread_uploads(node_ids: np.ndarray, num_nodes: int, round_index: int, rounds: int, uploads: int) -> np.ndarray:
     """Whether each node uploads in ``round_index`` when it may upload R of T rounds: node i uploads
-    in round r iff ⌊(r+1)R/T + i/N⌋ > ⌊rR/T + i/N⌋, so exactly R times, evenly spread and staggered
-    across nodes (about NR/T uploads per round, NbAFL's K of N).
+    in round r iff ⌊(r+1)R/T + o_i/N⌋ > ⌊rR/T + o_i/N⌋, so exactly R times, evenly spread and
+    staggered across nodes (about NR/T uploads per round, NbAFL's K of N).
+
+    The offsets o_i = i·s mod N (s the stride of :func:`interleaving_stride`, coprime with N) are a
+    permutation of 0..N−1 that puts consecutive ids far apart: a round's uploaders are spread over
+    the ids, so a block of consecutive ids (Table I's parts) is heard in every round, not one block
+    a round as staggering by i itself would give.
 
     Args:
         node_ids: (M,) ids. num_nodes: N. round_index: r in [0, T). rounds: T. uploads: R <= T.
     Returns:
         (M,) bool.
+
+    Example::
+
+        >>> due = np.stack([spread_uploads(np.arange(6), 6, r, 3, 1) for r in range(3)])
+        >>> due.sum(axis=0).tolist(), due.sum(axis=1).tolist()
+        ([1, 1, 1, 1, 1, 1], [2, 2, 2])
     """
     i = np.asarray(node_ids, dtype=np.int64)
-    whole = rounds * num_nodes  # in integers: ⌊(rRN + iT)/(TN)⌋, no rounding at the boundaries
-    return ((round_index + 1) * uploads * num_nodes + i * rounds) // whole > (round_index * uploads * num_nodes + i * rounds) // whole
+    offset = (i * interleaving_stride(num_nodes)) % num_nodes
+    whole = rounds * num_nodes  # in integers: ⌊(rRN + o T)/(TN)⌋, no rounding at the boundaries
+    return ((round_index + 1) * uploads * num_nodes + offset * rounds) // whole > (round_index * uploads * num_nodes + offset * rounds) // whole
+
+
+def interleaving_stride(num_nodes: int) -> int:
+    """s coprime with N nearest to N(√5 − 1)/2 (the golden-ratio stride): i ↦ i·s mod N is a
+    permutation that scatters any run of consecutive ids evenly over 0..N−1 (Weyl's sequence).
+
+    Example::
+
+        >>> interleaving_stride(60), interleaving_stride(1)
+        (37, 1)
+    """
+    if num_nodes <= 2:
+        return 1
+    nearest = round(num_nodes * (math.sqrt(5.0) - 1.0) / 2.0)
+    for step in range(num_nodes):  # a coprime is within a few steps (1 always is)
+        for s in (nearest - step, nearest + step):
+            if 1 <= s < num_nodes and math.gcd(s, num_nodes) == 1:
+                return s
+    return 1
