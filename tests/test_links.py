@@ -251,6 +251,10 @@ def test_quickstart_with_a_slow_host_takes_the_time_its_rate_implies(tmp_path):
     for node, seconds in by_node.items():
         assert seconds == pytest.approx(slow["wire_s"] / 8, rel=1e-6)
         assert seconds > 10 * airtime_s[node]
+    from testbed.cli.run import format_summary
+
+    link_lines = [line for line in format_summary(summary).splitlines() if line.startswith("link ")]
+    assert len(link_lines) == 2 and all("s measured (ledger.csv wire rows)" in line for line in link_lines)
     pid = int(fast["netns"].split("-")[1])
     assert _names(pid) == ([], [])  # the run's close deleted them
 
