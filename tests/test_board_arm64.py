@@ -131,3 +131,53 @@ def test_the_cache_key_follows_the_node_requirements():
     assert key.startswith("arm64-bookworm-")
     assert board_image.cache_key("arm64", requirements) == key
     assert board_image.cache_key("arm64", requirements + ("scipy",)) != key
+
+
+# ---- the footprint benchmark's guest figure (benchmarks/node_footprint.py --board) -----------------
+
+def _footprint():
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import node_footprint
+
+    return node_footprint
+
+
+_HOST_SMAPS = """00400000-00916000 r--p 00000000 fe:00 1 /board/usr/bin/python3.11
+Rss:                1000 kB
+00a5f000-00b3e000 rw-p 00000000 00:00 0
+Rss:                 300 kB
+555586acf000-555586dad000 rw-p 00000000 00:00 0 [heap]
+Rss:                2000 kB
+7f7448000000-7f744ffff000 rwxp 00000000 00:00 0
+Rss:                9000 kB
+7f7455e00000-7f7456028000 r--p 00000000 fe:00 2 /usr/bin/qemu-aarch64-static
+Rss:                 700 kB
+"""
+
+
+def test_the_guests_figure_counts_its_own_mappings_only():
+    footprint = _footprint()
+    guest_maps = "400000-916000 r-xp 00000000 fe:00 1 /usr/bin/python3.11\na5f000-b3e000 rw-p 00000000 00:00 0\n"
+    assert footprint.guest_rss_mb(guest_maps, _HOST_SMAPS) == pytest.approx(1300 / 1024)
+    with pytest.raises(ValueError, match="guest_base"):  # guest addresses that are not the host's
+        footprint.guest_rss_mb("1000000000-1000516000 r-xp 00000000 fe:00 1 /usr/bin/python3.11\n", _HOST_SMAPS)
+
+
+@pytest.mark.slow
+def test_the_guests_figure_sees_what_the_guest_touches_and_not_qemus_own(board):
+    """50 MB the guest writes show in its figure (its bare interpreter's plus 50), while qemu's own
+    (translator, code buffer, tables: tens of MB) stays out of it."""
+    footprint = _footprint()
+    figures = {}
+    for name, code in {"bare": "pass", "touched": "b = bytearray(50 * 2**20)\nimport time\ntime.sleep(0.5)"}.items():
+        guest = footprint.GuestRss()
+        p = subprocess.Popen(footprint.in_board(board, ["python", "-c", footprint.GUEST_SAMPLER + code,
+                                                        *guest.argv()]), pass_fds=(guest.write_fd,))
+        guest.start(p.pid)
+        _, status, usage = os.wait4(p.pid, 0)
+        guest.wait()
+        assert os.waitstatus_to_exitcode(status) == 0 and guest.samples >= 1
+        figures[name] = (guest.peak_mb, usage.ru_maxrss / 1024)
+    (bare, bare_qemu), (touched, touched_qemu) = figures["bare"], figures["touched"]
+    assert touched - bare == pytest.approx(50, abs=2)
+    assert bare < 16 < bare_qemu - bare  # a bare aarch64 CPython is ~8 MB; qemu adds ~30 of its own

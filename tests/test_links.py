@@ -119,6 +119,65 @@ def test_rate_s_is_at_most_every_byte_at_the_rate_and_grows_with_the_bytes(down,
     assert seconds >= (down + up - 2 * links.burst_bytes(rate)) * 8 / rate - 1e-9  # one bucket each way, no more
 
 
+@given(st.floats(0.0, 1e4), st.dictionaries(st.integers(0, 99), st.integers(0, 10**9), max_size=12))
+def test_a_hosts_wire_seconds_split_by_bytes_sum_to_its_figure_and_none_is_negative(wire_s, bytes_by_node):
+    shares = links.split_wire_s(wire_s, bytes_by_node)
+    assert shares.keys() == bytes_by_node.keys()
+    assert all(s >= 0.0 for s in shares.values())
+    if bytes_by_node:
+        assert sum(shares.values()) == pytest.approx(wire_s, rel=1e-9, abs=1e-12)
+    if sum(bytes_by_node.values()):  # a node of no bytes takes none of a link that carried some
+        assert all(shares[n] == 0.0 for n, b in bytes_by_node.items() if b == 0)
+        heavy, light = max(bytes_by_node, key=bytes_by_node.get), min(bytes_by_node, key=bytes_by_node.get)
+        assert shares[heavy] >= shares[light]
+
+
+def test_a_wire_split_of_no_bytes_is_equal_shares_and_of_no_nodes_is_empty():
+    assert links.split_wire_s(2.0, {3: 0, 4: 0, 5: 0, 6: 0}) == {3: 0.5, 4: 0.5, 5: 0.5, 6: 0.5}
+    assert links.split_wire_s(2.0, {3: 0, 4: 10}) == {3: 0.0, 4: 2.0}
+    assert links.split_wire_s(2.0, {}) == {}
+    with pytest.raises(ValueError, match="negative"):
+        links.split_wire_s(2.0, {3: -1, 4: 10})
+
+
+class _CountedLinks(links.Links):
+    """Two unshaped links whose counters a test sets (no namespace, no root)."""
+
+    def __init__(self) -> None:
+        super().__init__([links.Link(f"testbed-0-{i}", f"tb0x{i}", "10.213.0.1", "10.213.0.2", None)
+                          for i in range(2)], None)
+        self.carried = [(0, 0), (0, 0)]
+
+    def counters(self) -> list[tuple[int, int]]:
+        return list(self.carried)
+
+
+def test_each_answered_node_gets_its_share_of_its_hosts_round_and_the_summary_sums_them():
+    counted = _CountedLinks()
+    rounds = links.LinkRounds(counted, [[0, 1], [2, 3]])
+    rounds.start()
+    start_s = rounds._start_s
+    counted.carried = [(500, 900), (0, 0)]
+    shares = rounds.end(0, {0: start_s + 0.4, 1: start_s + 0.2}, {0: 0.01, 1: 0.01}, {0: 300, 1: 100})
+    assert shares == pytest.approx({0: 0.3, 1: 0.1})  # host 1 had no answer: no round timed, no shares
+    rounds.start()
+    start_s = rounds._start_s
+    shares = rounds.end(1, {1: start_s + 0.5, 2: start_s + 0.1}, {}, {1: 100, 2: 100})
+    assert shares == pytest.approx({1: 0.5, 2: 0.1})  # node 0 did not answer: its host's round is node 1's
+    first, second = rounds.summary()
+    assert first["wire_s"] == pytest.approx(0.9) and first["rounds_timed"] == 2
+    assert first["nodes_wire_s"] == pytest.approx({"0": 0.3, "1": 0.6})
+    assert second["nodes_wire_s"] == pytest.approx({"2": 0.1, "3": 0.0})
+
+
+def test_a_hosts_round_beyond_the_rounds_window_is_charged_at_its_bound():
+    counted = _CountedLinks()
+    rounds = links.LinkRounds(counted, [[0], [1]])
+    rounds.start()
+    shares = rounds.end(0, {0: rounds._start_s + 1e9}, {}, {0: 10})  # a reply stamped after the round's close
+    assert 0.0 < shares[0] <= links.wire_limit_s(60.0)  # the window: the moments this test took, plus slack
+
+
 def test_links_refused_in_sim_in_one_line():
     from testbed.orchestration.runner import load
 
@@ -172,6 +231,30 @@ def test_quickstart_with_a_slow_host_takes_the_time_its_rate_implies(tmp_path):
     # An unshaped host's rounds take a fraction of the slow one's (its bytes are about the same).
     assert statistics.median(r["wire_s"] for r in fast["rounds"]) < 0.25 * statistics.median(
         r["wire_s"] for r in slow["rounds"])
+    # The ledger's wire rows: each answered node's share of its host's round, measured, summing
+    # over the host's nodes to the host's figure every round.
+    from testbed.ledger.files import read_ledger
+
+    ledger = list(read_ledger(out / "ledger.csv"))
+    wire = [e for e in ledger if e.kind == "wire"]
+    assert wire and all(e.measured for e in wire)
+    for host in (fast, slow):
+        for row in host["rounds"]:
+            ledger_s = [e.wire_s for e in wire if e.round == row["round"] and e.node in host["nodes"]]
+            assert len(ledger_s) == len(host["nodes"])  # every node answered every round
+            assert sum(ledger_s) == pytest.approx(row["wire_s"], rel=1e-9)
+    by_node = {n: sum(e.wire_s for e in wire if e.node == n) for n in slow["nodes"]}
+    assert by_node == pytest.approx({int(n): s for n, s in slow["nodes_wire_s"].items()}, rel=1e-9)
+    # The slow host's nodes carry equal payloads: each is charged an eighth of its rounds, which are
+    # far beyond their modelled airtime (the profile's Wi-Fi, not a 64 kbit/s link).
+    airtime_s = {n: sum(e.airtime_s for e in ledger if e.kind == "communication" and e.node == n) for n in by_node}
+    for node, seconds in by_node.items():
+        assert seconds == pytest.approx(slow["wire_s"] / 8, rel=1e-6)
+        assert seconds > 10 * airtime_s[node]
+    from testbed.cli.run import format_summary
+
+    link_lines = [line for line in format_summary(summary).splitlines() if line.startswith("link ")]
+    assert len(link_lines) == 2 and all("s measured (ledger.csv wire rows)" in line for line in link_lines)
     pid = int(fast["netns"].split("-")[1])
     assert _names(pid) == ([], [])  # the run's close deleted them
 

@@ -129,6 +129,13 @@ class WatchPage:
                 self._proc.wait()
 
 
+def _node_shares(link: dict) -> str:
+    """The range of a link's nodes' wire seconds (their ledger's wire rows, measured), or nothing
+    when none answered."""
+    shares = list((link.get("nodes_wire_s") or {}).values())
+    return f"; per node {min(shares):.3g}-{max(shares):.3g} s measured (ledger.csv wire rows)" if shares else ""
+
+
 def format_summary(summary: dict) -> str:
     """A short table of a run's outcome for the terminal: the figure to quote (the tight ε when it
     ran, the paper's beside it; ε-MI-DP in nats; or "not private"), whether each cost was measured
@@ -161,7 +168,7 @@ def format_summary(summary: dict) -> str:
         rate = f"{link['rate_bps']:g} bit/s ({link['rate_s']:.3g} s at that rate)" if link["rate_bps"] else "unshaped"
         lines.append(f"link         {link['host_address']}: {link['wire_s']:.3g} s over {link['rounds_timed']} rounds, "
                      f"{link['bytes_down'] + link['bytes_up']} bytes on the wire, {rate}; modelled airtime "
-                     f"{link['airtime_s']:.3g} s")
+                     f"{link['airtime_s']:.3g} s" + _node_shares(link))
     straggled = summary.get("stragglers", {}).get("rounds_straggled", 0)
     if straggled:
         lines.append(f"stragglers   {straggled} node-rounds missed ({summary['stragglers']['model']} model, "

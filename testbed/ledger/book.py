@@ -41,7 +41,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from testbed.ledger.events import Event, EventBatch, GaussianEvent, StraggleEvent, batches_of
+from testbed.ledger.events import Event, EventBatch, GaussianEvent, StraggleEvent, WireEvent, batches_of
 from testbed.ledger.node import TOTALS_OF, Totals, projected
 from testbed.privacy.accountants import worst_epsilon
 
@@ -50,6 +50,8 @@ _INT_TOTALS = {f.name for f in dataclasses.fields(Totals) if f.type in ("int", i
 _ENERGY_WINDOW = 4
 # Dead tallies tolerated beyond twice the live ones before the table is compacted.
 _SPARE_TALLIES = 64
+# Kinds that say nothing of whether the node's own release of their round is logged.
+_NOT_RELEASES = (StraggleEvent.kind, WireEvent.kind)
 
 Tally = dict  # observer → Counter(signature → count), as NodeLedger.by_observer
 
@@ -121,7 +123,7 @@ class LedgerBook:
         issuer = getattr(batch.template, "issuer", "node")
         if issuer == "server":
             self._mark(self._server, r, rows)
-        elif kind != StraggleEvent.kind:
+        elif kind not in _NOT_RELEASES:
             self._mark(self._logged, r, rows)
         if kind == GaussianEvent.kind:
             for event, positions in batch.groups():

@@ -1,5 +1,6 @@
 """The ledger's events: small immutable records of what a node spent in a round (compute,
-communication, a Gaussian release, a mutual-information release, a missed round), and
+communication, a Gaussian release, a mutual-information release, a missed round, the seconds a
+link measured), and
 :class:`EventBatch` / :class:`NodeEvents`, the releases of many nodes as columns.
 
 Example::
@@ -141,9 +142,25 @@ class MutualInfoEvent:
     kind = "mutual_info"
 
 
-Event = Union[ComputeEvent, CommunicationEvent, GaussianEvent, StraggleEvent, MutualInfoEvent]
+@dataclass(frozen=True)
+class WireEvent:
+    """The seconds a node's round took on its host's network link, measured by the coordinator
+    (links.netns; testbed.orchestration.links.split_wire_s), beside the airtime its communication
+    event models. Never in a node's reply nor its own ledger; it charges no budget and marks no
+    round as logged (the node's own events of the round do). ``measured`` is always True: the
+    figure comes from the coordinator's clock, never from a model."""
+
+    node: int
+    round: int
+    wire_s: float
+    measured: bool = True
+
+    kind = "wire"
+
+
+Event = Union[ComputeEvent, CommunicationEvent, GaussianEvent, StraggleEvent, MutualInfoEvent, WireEvent]
 EVENT_TYPES = {cls.kind: cls for cls in (ComputeEvent, CommunicationEvent, GaussianEvent, StraggleEvent,
-                                         MutualInfoEvent)}
+                                         MutualInfoEvent, WireEvent)}
 _FIELD_NAMES = {cls: frozenset(f.name for f in dataclasses.fields(cls)) for cls in EVENT_TYPES.values()}
 #: Each event kind's field names, in order; and every kind's fields, in order of first appearance.
 FIELDS = {kind: tuple(f.name for f in dataclasses.fields(cls)) for kind, cls in EVENT_TYPES.items()}

@@ -75,6 +75,7 @@ FIELD_RULES: dict[str, FieldRule] = {
     "cost_units": FieldRule(float, low=0.0),
     "compute_s": FieldRule(float, low=0.0, high=MAX_EVENT_S),
     "airtime_s": FieldRule(float, low=0.0, high=MAX_EVENT_S),
+    "wire_s": FieldRule(float, low=0.0, high=MAX_EVENT_S),
     "energy_j": FieldRule(float, low=0.0, high=MAX_EVENT_J),
     "bytes_up": FieldRule(int, low=0),
     "bytes_down": FieldRule(int, low=0),

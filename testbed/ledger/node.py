@@ -18,7 +18,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
-from testbed.ledger.events import CommunicationEvent, ComputeEvent, Event, GaussianEvent, StraggleEvent
+from testbed.ledger.events import CommunicationEvent, ComputeEvent, Event, GaussianEvent, StraggleEvent, WireEvent
 
 
 #: What one event of each kind adds to a node's totals: (total, the event field it adds; None: one).
@@ -137,7 +137,7 @@ class NodeLedger:
                 raise ValueError(f"event of node {event.node} offered to the ledger of node {self.node}")
             if getattr(event, "issuer", "node") == "server":
                 self.server_rounds.add(event.round)
-            elif not isinstance(event, StraggleEvent):
+            elif not isinstance(event, (StraggleEvent, WireEvent)):  # neither is the node's release
                 self.rounds_logged.add(event.round)
             if isinstance(event, (ComputeEvent, CommunicationEvent)):
                 self._add_energy(event.round, event.energy_j)

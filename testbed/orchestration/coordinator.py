@@ -61,7 +61,7 @@ from testbed.algorithms.contract import (
 )
 from testbed.config import LinksSection, MqttSection, NodesSection
 from testbed.errors import ConfigError, UserError
-from testbed.ledger.events import EVENT_TYPES, Event, with_fields
+from testbed.ledger.events import EVENT_TYPES, Event, WireEvent, with_fields
 from testbed.ledger.fields import FIELD_RULES, MEASURED_FIELDS, event_within
 from testbed.ledger.node import RoundSet
 from testbed.mqtt import topics
@@ -374,7 +374,7 @@ class MqttNodes:
             answers, refusals, reasons, refused = self._collect(ctx, alg.setup_spec(), protocol.SETUP_UPDATE)
         else:
             answers, refusals, reasons, refused = self._unreached(ctx)
-        return self._outcome(ctx, alg.setup_spec(), answers, refusals, reasons, frozenset(), None, refused)
+        return self._outcome(ctx, alg.setup_spec(), answers, refusals, reasons, frozenset(), None, refused, {})
 
     def round(self, state: State, round_index: int, excluded: frozenset[int],
               sampled: tuple[int, ...] | None = None, meanwhile: Callable[[], None] | None = None,
@@ -404,11 +404,14 @@ class MqttNodes:
         heard = None
         if self._channel is not None:
             heard = self._channel.close_round(self.session, round_index)
+        wire_s: dict[int, float] = {}
         if self._link_rounds is not None and sent:
-            self._link_rounds.end(round_index, self._arrived_s, {
-                node: sum(getattr(e, "airtime_s", 0.0) for e in events if e.kind == "communication")
-                for node, (_, events, _) in answers.items()})
-        return self._outcome(ctx, spec, answers, refusals, reasons, excluded, heard, refused)
+            talk = {node: [e for e in events if e.kind == "communication"] for node, (_, events, _) in answers.items()}
+            wire_s = self._link_rounds.end(round_index, self._arrived_s,
+                                           {node: sum(e.airtime_s for e in comm) for node, comm in talk.items()},
+                                           {node: sum(e.bytes_up + e.bytes_down for e in comm)
+                                            for node, comm in talk.items()})
+        return self._outcome(ctx, spec, answers, refusals, reasons, excluded, heard, refused, wire_s)
 
     def _send(self, state: State, ctx: RoundContext) -> bool:
         """Publish the round; False when the broker did not acknowledge it (an outage)."""
@@ -568,7 +571,9 @@ class MqttNodes:
                 collection.outstanding.discard(node)
 
     def _outcome(self, ctx: RoundContext, spec, answers, refusals, reasons, excluded, heard,
-                 content_refused: dict[int, list[Event] | None]) -> RoundOutcome:
+                 content_refused: dict[int, list[Event] | None], wire_s: dict[int, float]) -> RoundOutcome:
+        """The round's outcome from what was collected; ``wire_s``: an answered node's share of
+        its host's seconds on its link (links.netns), charged beside its own events as a WireEvent."""
         ids = tuple(sorted(answers))
         released = set(ids) if heard is None else set(heard)
         closed = ctx.closed(sorted(released))
@@ -590,6 +595,8 @@ class MqttNodes:
         for node in sorted(released | (set(content_refused) - set(answers))):
             charged[(node, ctx.round_index)] = answers[node][1] if node in answers else \
                 content_refused.get(node) or self._planned_release(node, ctx)
+            if node in wire_s and node in answers:
+                charged[(node, ctx.round_index)] = [*answers[node][1], WireEvent(node, ctx.round_index, wire_s[node])]
         with self._lock:  # the network thread adds late replies and reads what was charged
             late, self._late = self._late, {}
             for key, events in late.items():

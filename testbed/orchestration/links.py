@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from testbed.errors import ConfigError, UserError
+from testbed.orchestration.measured_bounds import wire_limit_s
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +98,31 @@ def rate_s(bytes_down: int, bytes_up: int, rate_bps: int) -> float:
     round with (full: the link idles between rounds)."""
     burst = burst_bytes(rate_bps)
     return (max(0, bytes_down - burst) + max(0, bytes_up - burst)) * 8 / rate_bps
+
+
+def split_wire_s(wire_s: float, bytes_by_node: dict[int, int]) -> dict[int, float]:
+    """A host's round on its link (``wire_s``, measured) split among its answered nodes
+    (``bytes_by_node``: each one's payload bytes up and down, its communication events'), in
+    proportion to their bytes: the share of the shared link's time that carried each node's update,
+    comparable with the airtime its communication event models for the same bytes. The shares sum
+    to ``wire_s`` (rounding aside); none is negative; nodes of no bytes share it equally when none
+    of them has any (the round still took that long for them), else take none.
+
+    Example::
+
+        >>> split_wire_s(3.0, {8: 100, 9: 200})
+        {8: 1.0, 9: 2.0}
+        >>> split_wire_s(3.0, {8: 0, 9: 0})
+        {8: 1.5, 9: 1.5}
+    """
+    if not bytes_by_node:
+        return {}
+    if any(b < 0 for b in bytes_by_node.values()):
+        raise ValueError("a node's bytes on a link cannot be negative")
+    total = sum(bytes_by_node.values())
+    if total == 0:
+        return {node: wire_s / len(bytes_by_node) for node in bytes_by_node}
+    return {node: wire_s * b / total for node, b in bytes_by_node.items()}
 
 
 def _run(command: list[str]) -> None:
@@ -260,10 +286,13 @@ class LinkRounds:
 
     Per host and round: ``wire_s``, the seconds from just before the round was published to the
     host's last reply at the coordinator (the downlink, its nodes' steps, their uplinks, over
-    this link: measured); ``bytes_down``/``bytes_up``, the bytes the link carried meanwhile
+    this link: measured; at most :func:`~testbed.orchestration.measured_bounds.wire_limit_s` of the
+    round's window); ``bytes_down``/``bytes_up``, the bytes the link carried meanwhile
     (frames and headers: the broker's end's counters); ``rate_s``, the seconds those bytes take at
     the link's rate (:func:`rate_s`; None unshaped); ``airtime_s``, the modelled airtime of the
-    ledger's communication events of the host's nodes that answered, summed (they share the link).
+    ledger's communication events of the host's nodes that answered, summed (they share the link);
+    ``nodes_wire_s``, ``wire_s`` split among those nodes (:func:`split_wire_s`: what each one's
+    WireEvent in the ledger says).
     """
 
     def __init__(self, links: Links, hosts: list[list[int]]):
@@ -278,25 +307,36 @@ class LinkRounds:
         self._start_counters = self.links.counters()
         self._start_s = time.monotonic()
 
-    def end(self, round_index: int, arrived_s: dict[int, float], airtime_s: dict[int, float]) -> None:
+    def end(self, round_index: int, arrived_s: dict[int, float], airtime_s: dict[int, float],
+            bytes_by_node: dict[int, int]) -> dict[int, float]:
         """The round closed: ``arrived_s`` node → monotonic time its reply came, ``airtime_s`` node
-        → its modelled airtime (answering nodes)."""
+        → its modelled airtime, ``bytes_by_node`` node → its payload bytes up and down (answering
+        nodes). Returns each answering node's share of its host's wire seconds (:func:`split_wire_s`)."""
         counters = self.links.counters()
+        limit_s = wire_limit_s(time.monotonic() - self._start_s)
+        shares: dict[int, float] = {}
         for rows, link, nodes, (down0, up0), (down1, up1) in zip(self._rows, self.links.links, self.hosts,
                                                                   self._start_counters, counters):
             came = [arrived_s[n] for n in nodes if n in arrived_s]
             if not came:  # none of its nodes answered: no round over this link to time
                 continue
             down, up = down1 - down0, up1 - up0
-            rows.append({"round": round_index, "wire_s": max(came) - self._start_s, "bytes_down": down,
+            wire_s = min(max(came) - self._start_s, limit_s)
+            split = split_wire_s(wire_s, {n: bytes_by_node.get(n, 0) for n in nodes if n in arrived_s})
+            shares.update(split)
+            rows.append({"round": round_index, "wire_s": wire_s, "bytes_down": down,
                          "bytes_up": up, "rate_s": rate_s(down, up, link.rate_bps) if link.rate_bps else None,
-                         "airtime_s": sum(airtime_s.get(n, 0.0) for n in nodes)})
+                         "airtime_s": sum(airtime_s.get(n, 0.0) for n in nodes),
+                         "nodes_wire_s": {str(n): s for n, s in split.items()}})
+        return shares
 
     def summary(self) -> list[dict]:
-        """summary.json's ``links``: per host, its link, its totals and its rounds."""
+        """summary.json's ``links``: per host, its link, its totals (``nodes_wire_s``: each node's
+        wire seconds over the rounds, as its ledger's WireEvents sum) and its rounds."""
         out = []
         for link, nodes, rows in zip(self.links.links, self.hosts, self._rows):
             total = {key: sum(r[key] for r in rows) for key in ("wire_s", "bytes_down", "bytes_up", "airtime_s")}
+            total["nodes_wire_s"] = {str(n): sum(r["nodes_wire_s"].get(str(n), 0.0) for r in rows) for n in nodes}
             implied_s = sum(r["rate_s"] for r in rows) if link.rate_bps else None
             out.append({"netns": link.netns, "host_address": link.host_address,
                         "broker_address": link.broker_address, "rate_bps": link.rate_bps, "nodes": nodes,

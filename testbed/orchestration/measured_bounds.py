@@ -27,6 +27,11 @@ granularity. What a node can have spent in that window:
   a TDP share, not a bound of what its meter (RAPL: the whole package) reads: it keeps the fixed
   cap of :data:`testbed.ledger.fields.MAX_POWER_W` per second of the window.
 
+A link's seconds (links.netns: testbed.ledger.events.WireEvent) are the coordinator's own
+measurement, not a node's: a host's round on its link is at most the round's window from the round's
+start to its close on the coordinator's clock (:func:`wire_limit_s`), and the nodes' shares of it sum
+to it, so none is beyond it either.
+
 A node whose profile the coordinator does not know (not emulated by it: a real board started by
 hand) keeps the fixed caps of testbed.ledger.fields (a day, a kilowatt). Every derived bound is
 also capped by those. Bytes are not measured: an event's bytes must be the plan's exactly (the
@@ -124,3 +129,8 @@ class MeasuredBounds:
         cores = 1 if self.board is not None else BOARD_CORES
         return cores * d.active_power_w + d.radio_tx_power_w + d.radio_rx_power_w
 
+
+def wire_limit_s(open_s: float) -> float:
+    """The most seconds a host's round can have spent on its link: the round open ``open_s``
+    seconds on the coordinator's clock, plus :data:`SLACK_S`, within the fixed cap of a day."""
+    return min(max(open_s, 0.0) + SLACK_S, MAX_EVENT_S)
