@@ -103,7 +103,33 @@ class Links:
         self.topology, self.radio, self.seed, self.payload_bits = topology, radio, seed, payload_bits
         self._mixing: dict[int, tuple[Mixing, Any]] = {}
         self._costs: dict[tuple[int, int], RoundLinks] = {}
+        self._h: dict[int, np.ndarray] = {}  # fading block → every sender's channel
         self._amplitude: np.ndarray | None = None
+
+    @property
+    def per_sender_gains(self) -> bool:
+        """Whether the links' gains are the radio's per-sender channel h (no positions): the
+        coordinator then sends h with each round, so that a node needs no Sionna to draw it."""
+        return self.topology.kind != "random_geometric"
+
+    def channel_h(self, round_index: int) -> np.ndarray:
+        """(N,) complex128 every sender's channel in the round's fading block (given, or drawn once)."""
+        block = self.radio.schedule.block_index(round_index)
+        if block not in self._h:
+            if self._amplitude is None:
+                self._amplitude = large_scale_amplitude(self.radio, self.seed)
+            self._h = {b: h for b, h in self._h.items() if b >= block - 1}
+            self._h[block] = round_channel(self.radio, self.seed, round_index, self._amplitude).h
+        return self._h[block]
+
+    def accept_channel(self, round_index: int, h: np.ndarray) -> None:
+        """Use ``h`` (the coordinator's, checked against the downlink spec) for the round's fading
+        block; a cost computed from another h is dropped."""
+        block = self.radio.schedule.block_index(round_index)
+        known = self._h.get(block)
+        if known is None or not np.array_equal(known, h):
+            self._h[block] = np.array(h, dtype=np.complex128)
+            self._costs = {k: c for k, c in self._costs.items() if k[1] != block}
 
     @property
     def num_nodes(self) -> int:
@@ -145,10 +171,7 @@ class Links:
             gain = 10.0 ** (-free_space_pathloss_db(distance, r.carrier_hz) / 10.0)
             weakest[has] = np.minimum.reduceat(gain, graph.indptr[:-1][has])
         else:  # one gain per sender, toward every receiver
-            if self._amplitude is None:
-                self._amplitude = large_scale_amplitude(r, self.seed)
-            h = round_channel(r, self.seed, round_index, self._amplitude).h
-            weakest[has] = np.abs(h[has]) ** 2
+            weakest[has] = np.abs(self.channel_h(round_index)[has]) ** 2
         snr = snr_linear(r.power_w, weakest, 2.0 * r.noise_power_w)
         slot = np.zeros(n)
         with np.errstate(divide="ignore"):
