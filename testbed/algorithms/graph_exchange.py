@@ -301,15 +301,17 @@ class GraphExchange(BaseAlgorithm):
         round's exchange: its airtime on the air (every slot once) and the nodes' costs."""
         cost = self.links.round_links(0)
         z = self.sigma / self.sensitivity
-        composed = dp.composed_epsilons([z] * max(self.rounds_planned, 1), self.delta) if z > 0 else {}
+        privacy: dict[str, Any] = {}
+        if z > 0:  # without noise no ε is finite: none is reported
+            # The per-round ε of every node's release (the classic bound; the CLI's per-round line).
+            privacy["epsilon_round_max"] = dp.gaussian_factor(self.delta) / z
+            privacy.update({f"epsilon_composed_{name}": eps for name, eps in
+                            dp.composed_epsilons([z] * max(self.rounds_planned, 1), self.delta).items()})
         return {
             "kind": self.kind, "rounds_planned": self.rounds_planned, "batch": self.batch, "lr": self.lr,
             "gmax": self.gmax, "delta": self.delta, "epsilon_target_per_round": self.epsilon, "sigma": self.sigma,
             "sensitivity": self.sensitivity,
-            # The per-round ε of every node's release (the classic bound; the CLI's per-round line).
-            "epsilon_round_max": (self.sensitivity * dp.gaussian_factor(self.delta) / self.sigma
-                                  if self.sigma > 0 else None),
-            **{f"epsilon_composed_{name}": eps for name, eps in composed.items()},
+            **privacy,
             "power_w": self.links.radio.power_w, "noise_power_w": self.links.radio.noise_power_w,
             "bandwidth_hz": self.links.radio.bandwidth_hz, "payload_bits": self.links.payload_bits,
             "round_airtime_s": cost.round_s, "node_airtime_s_max": float(cost.airtime_s.max()),
