@@ -271,3 +271,11 @@ def test_a_disconnected_graph_is_a_config_error(tmp_path):
     path.write_text(text.replace('kind = "file"', 'kind = "file"\nallow_disconnected = true'))
     assert load_config(path).topology.allow_disconnected
 
+
+
+def test_a_geometric_graph_takes_its_path_loss_from_the_positions_only(tmp_path):
+    path = tmp_path / "experiment.toml"
+    path.write_text(EXPERIMENT.format(kind="dpsgd", topology="random_geometric")
+                    .replace('fading = "rayleigh"', 'fading = "rayleigh"\npathloss = "free_space"'))
+    with pytest.raises(ConfigError, match="dpsgd.pathloss"):
+        load_config(path)

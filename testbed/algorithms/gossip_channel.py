@@ -21,10 +21,11 @@ Cost of round r (:class:`RoundLinks`), per node k:
   (the radio model has no receive power, as DWFL's);
 - its radio time: its own slot plus the slots of its neighbours it listens to,
   airtime_k = slot_k + Σ_{j ∈ N(k)} slot_j (it is idle in the slots of nodes it cannot hear);
-- the link gain: on a ``random_geometric`` topology the free-space gain between the two positions
-  (the link budget the graph was drawn from: 10^(−FSPL(d)/10)); otherwise the per-sender gain
-  |h_k|² of the radio's fading and path loss (testbed.algorithms.dwfl_channel.round_channel), the
-  same toward every receiver (DWFL's model).
+- the link gain: the sender's |h_k|² from the radio's fading and path loss
+  (testbed.algorithms.dwfl_channel.round_channel; one gain per sender toward every receiver, DWFL's
+  model), and on a ``random_geometric`` topology times the free-space gain between the two
+  positions, 10^(−FSPL(d)/10) (the link budget the graph was drawn from; the radio's ``pathloss``
+  must then be "none": the positions are the large scale).
 
 A node with no neighbour (a disconnected graph that was allowed) sends nothing: no slot, no cost.
 
@@ -106,14 +107,9 @@ class Links:
         self._h: dict[int, np.ndarray] = {}  # fading block → every sender's channel
         self._amplitude: np.ndarray | None = None
 
-    @property
-    def per_sender_gains(self) -> bool:
-        """Whether the links' gains are the radio's per-sender channel h (no positions): the
-        coordinator then sends h with each round, so that a node needs no Sionna to draw it."""
-        return self.topology.kind != "random_geometric"
-
     def channel_h(self, round_index: int) -> np.ndarray:
-        """(N,) complex128 every sender's channel in the round's fading block (given, or drawn once)."""
+        """(N,) complex128 every sender's channel in the round's fading block (given, or drawn once).
+        The coordinator sends it with each round, so that a node needs no Sionna to draw it."""
         block = self.radio.schedule.block_index(round_index)
         if block not in self._h:
             if self._amplitude is None:
@@ -164,14 +160,13 @@ class Links:
         n, r = self.num_nodes, self.radio
         weakest = np.zeros(n)
         has = graph.degrees > 0
+        weakest[has] = np.abs(self.channel_h(round_index)[has]) ** 2  # one gain per sender
         positions = self.topology.positions_m(round_index)
-        if positions is not None:  # the link budget the graph was drawn from, per pair
+        if positions is not None:  # times the link budget the graph was drawn from, per pair
             gap = positions[graph.rows] - positions[graph.indices]
             distance = np.maximum(np.sqrt((gap**2).sum(axis=1)), 1e-3)
             gain = 10.0 ** (-free_space_pathloss_db(distance, r.carrier_hz) / 10.0)
-            weakest[has] = np.minimum.reduceat(gain, graph.indptr[:-1][has])
-        else:  # one gain per sender, toward every receiver
-            weakest[has] = np.abs(self.channel_h(round_index)[has]) ** 2
+            weakest[has] *= np.minimum.reduceat(gain, graph.indptr[:-1][has])
         snr = snr_linear(r.power_w, weakest, 2.0 * r.noise_power_w)
         slot = np.zeros(n)
         with np.errstate(divide="ignore"):

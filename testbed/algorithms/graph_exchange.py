@@ -66,7 +66,7 @@ from testbed.algorithms.base import BYTES_PER_REAL, BaseAlgorithm, RoundCost, ga
 from testbed.algorithms.batches import check_batches, clipped_gradients
 from testbed.algorithms.bounds import gaussian_norm_bound
 from testbed.algorithms.contract import NodeResult, RoundContext, ServerResult, State, TensorSpec
-from testbed.algorithms.gossip_channel import GraphChannel, Links, self_weights
+from testbed.algorithms.gossip_channel import DEFAULT_MIXING, GraphChannel, Links, self_weights
 from testbed.algorithms.radio_section import RadioSection
 from testbed.algorithms.registry import BuildContext, Registration
 from testbed.data.federated import Split
@@ -152,13 +152,10 @@ class GraphExchange(BaseAlgorithm):
         return {"models": TensorSpec((self.num_nodes, self.model.num_params))}
 
     def downlink_spec(self) -> dict[str, TensorSpec]:
-        """Each node gets its own model, and with per-sender gains the round's channel h (its slot's
-        rate depends on it; a board then needs no Sionna to draw the fading). The graph comes from
-        the seed."""
-        spec = {"model": TensorSpec((self.model.num_params,))}
-        if self.links.per_sender_gains:
-            spec["channel_h"] = TensorSpec((self.num_nodes,), dtype="complex128", per_node=False)
-        return spec
+        """Each node gets its own model and the round's channel h (its slot's rate depends on it; a
+        board then needs no Sionna to draw the fading). The graph comes from the seed."""
+        return {"model": TensorSpec((self.model.num_params,)),
+                "channel_h": TensorSpec((self.num_nodes,), dtype="complex128", per_node=False)}
 
     def uplink_spec(self) -> dict[str, TensorSpec]:
         """After the exchange each node reports its new model (its bound: :meth:`round_uplink_spec`)."""
@@ -205,20 +202,16 @@ class GraphExchange(BaseAlgorithm):
         models = state["models"]
         ids = np.asarray(node_ids, dtype=np.int64)
         every = len(ids) == self.num_nodes and bool((ids == np.arange(self.num_nodes)).all())
-        down = {"model": models if every else models[ids]}
-        if self.links.per_sender_gains:
-            h = self.links.channel_h(ctx.round_index)
-            down["channel_h"] = np.broadcast_to(h, (len(ids), h.shape[0]))
-        return down
+        h = self.links.channel_h(ctx.round_index)
+        return {"model": models if every else models[ids], "channel_h": np.broadcast_to(h, (len(ids), h.shape[0]))}
 
     def channel_tensors(self, ctx: RoundContext) -> dict[str, np.ndarray]:
         """Nothing: the exchange needs only the graph, which every process draws from the seed."""
         return {}
 
     def use_channel(self, downlink: Mapping[str, np.ndarray], round_index: int) -> None:
-        """Use the channel h the coordinator sent with a node's downlink (per-sender gains)."""
-        if self.links.per_sender_gains:
-            self.links.accept_channel(round_index, np.asarray(downlink["channel_h"]))
+        """Use the channel h the coordinator sent with a node's downlink."""
+        self.links.accept_channel(round_index, np.asarray(downlink["channel_h"]))
 
     # ----------------------------------------------------------------------------- ledger
 
@@ -249,8 +242,7 @@ class GraphExchange(BaseAlgorithm):
         D-PSGD ``step`` = γ g_i, applied after mixing)."""
         if ctx.seed != self.seed:
             raise ValueError(f"the algorithm was built for seed {self.seed}, not {ctx.seed} (the graph depends on it)")
-        if self.links.per_sender_gains:
-            self.links.accept_channel(ctx.round_index, np.asarray(received["channel_h"][0]))
+        self.links.accept_channel(ctx.round_index, np.asarray(received["channel_h"][0]))
         ids = tuple(int(i) for i in node_ids)
         models = np.asarray(received["model"], dtype=np.float64)
         step = self.lr * clipped_gradients(self.model, models, train, ids, ctx.round_index, ctx.seed, self.batch,
@@ -316,7 +308,7 @@ class GraphExchange(BaseAlgorithm):
             "bandwidth_hz": self.links.radio.bandwidth_hz, "payload_bits": self.links.payload_bits,
             "round_airtime_s": cost.round_s, "node_airtime_s_max": float(cost.airtime_s.max()),
             "node_energy_j_max": float(cost.energy_j.max()),
-            "topology": self.links.topology.describe(self.rounds_planned, "metropolis_hastings"),
+            "topology": self.links.topology.describe(self.rounds_planned, DEFAULT_MIXING),
         }
 
 
@@ -336,7 +328,8 @@ def links_from_sections(sections: dict[str, Any], num_nodes: int, seed: int, num
 
 
 def channel_from_sections(sections: dict[str, Any], num_nodes: int, seed: int) -> GraphChannel:
-    """The channel half alone (the channel emulator's): the payload size comes with each notice."""
+    """The channel half alone (the channel emulator's): the payload size comes with each notice,
+    and the emulator never prices a slot (num_params 0 only sizes the links' costs)."""
     return GraphChannel(links_from_sections(sections, num_nodes, seed, num_params=0))
 
 
@@ -354,11 +347,14 @@ def _builder(kind: str):
 
 def _checker(kind: str):
     def check(config: "Config") -> None:
-        """The graph of every block is drawable and connected (unless allowed): a config error
-        naming the key, before anything runs."""
+        """The graph of every block is drawable and connected (unless allowed), and the path loss
+        comes from one place: a config error naming the key, before anything runs."""
         a: ExchangeSection = getattr(config, kind)
         if config.data.num_nodes < 2:
             raise ConfigError("data.num_nodes", f"{kind} needs at least 2 nodes")
+        if config.topology.kind == "random_geometric" and a.pathloss != "none":
+            raise ConfigError(f"{kind}.pathloss", "a random_geometric topology takes each link's path loss from the "
+                                                  "nodes' positions (free space); leave pathloss out")
         Topology(config.topology, config.data.num_nodes, config.run.seed, a.link_budget()).check(a.rounds)
     return check
 
