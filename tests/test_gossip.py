@@ -103,6 +103,20 @@ def test_a_silent_neighbours_weight_goes_to_the_receiver():
     np.testing.assert_allclose(new[2], (local[1] + 2 * local[2]) / 3, atol=1e-12)
 
 
+def test_uniform_mixing_averages_the_neighbours_alone():
+    """mixing = "uniform": W_ik = 1/d_i, W_ii = 0, so on the ring x_i ← (x_l + x_r)/2 − γ g_i."""
+    data, model, _, state = _ring4("dpsgd")
+    radio = ExchangeSection(fading="none").radio(4)
+    topo = Topology(TopologySection(kind="ring", mixing="uniform"), 4, SEED)
+    alg = GraphExchange(model, Links(topo, radio, SEED, 64 * model.num_params), kind="dpsgd", rounds=1, batch=8,
+                        lr=0.2, gmax=0.5, delta=DELTA, seed=SEED)
+    x = state["models"]
+    _, new = _round(alg, data, state)
+    grad = clipped_gradients(model, x, data.train, range(4), 0, SEED, batch=8, gmax=0.5)
+    for i, (left, right) in enumerate([(3, 1), (0, 2), (1, 3), (2, 0)]):
+        np.testing.assert_allclose(new[i], (x[left] + x[right]) / 2 - 0.2 * grad[i], rtol=0, atol=1e-12)
+
+
 def test_the_ring_weights_are_metropolis_hastings_by_default():
     _, _, alg, _ = _ring4("dpsgd")
     np.testing.assert_allclose(alg.links.mixing(0).matrix(), RING4, atol=1e-15)
