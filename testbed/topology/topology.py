@@ -123,7 +123,10 @@ class Topology:
     def _draw(self, block: int) -> Graph:
         s, n = self.section, self.num_nodes
         try:
-            if s.kind == "complete":
+            if s.kind == "complete":  # built only by algorithms without a dense path (the baselines)
+                if n * (n - 1) > MAX_ADJACENCY_ENTRIES:
+                    raise ConfigError("topology.kind", f"the complete graph of {n} nodes holds {n * (n - 1):.3g} links "
+                                      f"(the limit is {MAX_ADJACENCY_ENTRIES:.0e}); choose a sparse kind")
                 return Graph.complete(n)
             if s.kind == "ring":
                 return kinds.ring(n)
