@@ -127,10 +127,14 @@ def from_edge_list(num_nodes: int, path: str | Path) -> Graph:
         words = line.split("#", 1)[0].replace(",", " ").split()
         if not words:
             continue
-        if len(words) != 2 or not all(w.isdigit() for w in words):
+        # ASCII digits only: str.isdigit also takes "²", which int() refuses.
+        if len(words) != 2 or not all(w.isascii() and w.isdigit() for w in words):
             raise ValueError(f"{path}:{number}: expected two node ids, got {line.strip()[:60]!r}")
-        pairs.append((int(words[0]), int(words[1])))
+        i, j = int(words[0]), int(words[1])
+        if max(i, j) >= num_nodes:  # checked here, with the line: a huge id would not fit an int64
+            raise ValueError(f"{path}:{number}: a node id outside 0..{num_nodes - 1}")
+        pairs.append((i, j))
     try:
         return Graph.from_edges(num_nodes, np.array(pairs, dtype=np.int64).reshape(-1, 2))
-    except (ValueError, OverflowError) as exc:
+    except ValueError as exc:
         raise ValueError(f"{path}: {exc}") from None
