@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -54,6 +55,12 @@ class LinkBudget:
     noise_power_w: float
     carrier_hz: float
     area_m: float
+
+    @classmethod
+    def of(cls, radio: Any) -> "LinkBudget":
+        """The link budget of anything with these four attributes (an algorithm's radio)."""
+        return cls(power_w=float(radio.power_w), noise_power_w=float(radio.noise_power_w),
+                   carrier_hz=float(radio.carrier_hz), area_m=float(radio.area_m))
 
     def range_m(self, snr_threshold_db: float) -> float:
         """r: the distance at which the received SNR equals ``snr_threshold_db`` (free space)."""
