@@ -47,7 +47,8 @@ def describe_round(topology: Topology, round_index: int) -> dict[str, str]:
     out["connected"] = "yes" if parts <= 1 else f"no: {parts} parts"
     out["mixing"] = s.mixing if s.mixing != "auto" else "auto: the algorithm's (uniform over the air, " \
                                                          "metropolis_hastings over separate links)"
-    out["spectral gap"] = ", ".join(f"{gap:.12g} ({rule}{', ' + AUTO_RULES[rule] if s.mixing == 'auto' else ''})"
+    # Rounded as the summary's (Topology.describe): a bipartite graph's 0 is not shown as 1e-16.
+    out["spectral gap"] = ", ".join(f"{round(gap, 12):.12g} ({rule}{', ' + AUTO_RULES[rule] if s.mixing == 'auto' else ''})"
                                     for rule, gap in gaps.items())
     if s.kind == "random_geometric":
         budget = topology.link_budget
