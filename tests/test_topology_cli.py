@@ -83,7 +83,7 @@ def _refused(capsys, argv) -> str:
 
 
 def test_bad_input_is_a_one_line_refusal(tmp_path, capsys, small_config_file, dwfl_topology):
-    assert "not a decentralised algorithm" in _refused(capsys, ["topology", "show", str(small_config_file)])
+    assert "dp_pasgd is not a decentralised algorithm" in _refused(capsys, ["topology", "show", str(small_config_file)])
     assert "not found" in _refused(capsys, ["topology", "show", str(tmp_path / "none.toml")])
     path = _write(tmp_path, dwfl_text())
     assert "--round" in _refused(capsys, ["topology", "show", str(path), "--round", "0"])

@@ -38,8 +38,10 @@ def _show(args: argparse.Namespace) -> int:
 
     config = experiment_config(args.file, args.overrides)
     view = assemble.graph_view(config)
+    if view is None:
+        raise UserError(f"{config.run.algorithm} is not a decentralised algorithm: it runs on no graph")
     if not isinstance(view, TopologyView):
-        raise UserError(f"{config.run.algorithm} runs on no [topology] graph: it is not a decentralised algorithm")
+        raise UserError(f"{config.run.algorithm}'s graph is its own, not a [topology] graph, which this command shows")
     topology, round_index = view.topology, args.round - 1
     for key, value in describe_round(topology, round_index).items():
         print(f"{key}: {value}")
