@@ -172,6 +172,24 @@ def test_random_waypoint_moves_at_most_its_speed_and_stays_in_the_area():
     assert np.array_equal(walk.positions(7), walk.positions(7))
 
 
+def test_random_waypoint_keeps_one_block_and_walks_the_same_way_again():
+    """A long walk of many nodes holds its current block only (it kept every block: 24 MB here),
+    and an earlier block asked after a later one is the same as on the first walk."""
+    start = np.random.default_rng(0).uniform(0, 100.0, size=(1000, 2))
+
+    def walk():
+        return RandomWaypoint(start, 100.0, 1.0, 5.0, lambda b: np.random.default_rng([7, b]))
+
+    first, again = walk(), walk()
+    tracemalloc.start()
+    late = first.positions(1500).copy()
+    kept = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    assert kept < 1_000_000
+    early = first.positions(30).copy()
+    assert np.array_equal(early, again.positions(30)) and np.array_equal(late, again.positions(1500))
+
+
 # ------------------------------------------------------------------------- mixing, spectral gap
 
 def test_uniform_on_the_complete_graph_is_dwfls_matrix():

@@ -108,18 +108,27 @@ class RandomWaypoint:
 
     def __init__(self, start_m: np.ndarray, area_m: float, speed_mps: float, block_s: float, block_rng) -> None:
         self._area, self._step_m, self._rng = area_m, speed_mps * block_s, block_rng
-        self._blocks = [np.array(start_m, dtype=np.float64)]
-        self._waypoints = block_rng(0).uniform(0.0, area_m, size=np.shape(start_m))
+        self._start = np.array(start_m, dtype=np.float64)
+        self._rewind()
+
+    def _rewind(self) -> None:
+        """Back to block 0 (the walk is sequential: block b needs every block before it)."""
+        self._block, self._here = 0, self._start
+        self._waypoints = self._rng(0).uniform(0.0, self._area, size=self._start.shape)
 
     def positions(self, block: int) -> np.ndarray:
-        """(N, 2) positions at the start of ``block`` (computed forward once and kept)."""
-        while len(self._blocks) <= block:
-            here = self._blocks[-1]
-            gap = self._waypoints - here
+        """(N, 2) positions at the start of ``block``: walked forward from the last block asked
+        (from block 0 for an earlier one). Only the current block is kept: a long walk of many
+        nodes holds O(N), not O(N · blocks)."""
+        if block < self._block:
+            self._rewind()
+        while self._block < block:
+            gap = self._waypoints - self._here
             dist = np.linalg.norm(gap, axis=1)
             arrive = dist <= self._step_m
             frac = np.where(arrive, 1.0, self._step_m / np.maximum(dist, 1e-300))
-            self._blocks.append(here + gap * frac[:, None])
-            fresh = self._rng(len(self._blocks) - 1).uniform(0.0, self._area, size=here.shape)
+            self._here = self._here + gap * frac[:, None]
+            self._block += 1
+            fresh = self._rng(self._block).uniform(0.0, self._area, size=self._here.shape)
             self._waypoints = np.where(arrive[:, None], fresh, self._waypoints)
-        return self._blocks[block]
+        return self._here
