@@ -14,6 +14,7 @@ from testbed.errors import ConfigError
 from testbed.topology import Graph, LinkBudget, Topology, TopologySection, mixing_weights, spectral_gap
 from testbed.topology import kinds
 from testbed.topology import mixing as mixing_module
+from testbed.topology import geometric
 from testbed.topology.geometric import RandomWaypoint, geometric_graph
 from testbed.topology.topology import MAX_ADJACENCY_ENTRIES
 
@@ -168,14 +169,25 @@ def test_geometric_graph_is_the_brute_force_distance_check_and_the_snr_threshold
     assert np.all(snr[off & ~adj] < threshold_db + 1e-9)
 
 
-def test_geometric_graph_crosses_chunks():
-    """More nodes than one chunk of rows: the same graph as the brute force."""
+def test_geometric_graph_crosses_chunks(monkeypatch):
+    """Chunks of a few rows: the same graph as the brute force."""
+    monkeypatch.setattr(geometric, "_CHUNK_PAIRS", 7 * 1100)
     rng = np.random.default_rng(1)
     pos = rng.uniform(0, 100, size=(1100, 2))
     g = geometric_graph(pos, 3.0)
     d2 = ((pos[:, None, :] - pos[None, :, :]) ** 2).sum(axis=2)
     i, j = np.nonzero(np.triu(d2 <= 9.0, 1))
     assert g.edges().tolist() == np.column_stack([i, j]).tolist()
+
+
+def test_geometric_graph_memory_does_not_grow_with_n():
+    """4000 nodes: chunks of about 2^20 pairs (rows of all N columns and a 3-d difference were 165 MB)."""
+    pos = np.random.default_rng(0).uniform(0, 1, size=(4000, 2))
+    tracemalloc.start()
+    g = geometric_graph(pos, 0.01)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 40_000_000 and g.num_edges > 0
 
 
 def test_random_waypoint_moves_at_most_its_speed_and_stays_in_the_area():

@@ -36,8 +36,9 @@ from testbed.topology.graph import Graph
 
 __all__ = ["LinkBudget", "geometric_graph", "initial_positions", "RandomWaypoint"]
 
-#: Squared distances are compared in chunks of this many rows (memory: rows × N float64).
-_CHUNK_ROWS = 1024
+#: Squared distances are compared in chunks of about this many pairs (8 MB of float64 per array),
+#: so memory does not grow with N (rows of all N columns: 1024 rows were 330 MB at N = 10,000).
+_CHUNK_PAIRS = 2**20
 
 
 @dataclass(frozen=True)
@@ -80,9 +81,13 @@ def geometric_graph(positions_m: np.ndarray, range_m: float) -> Graph:
     n = pos.shape[0]
     r2 = float(range_m) ** 2
     parts = []
-    for start in range(0, n, _CHUNK_ROWS):  # O(N²/chunk) numpy steps; no loop over pairs
-        block = pos[start:start + _CHUNK_ROWS]
-        d2 = ((block[:, None, :] - pos[None, :, :]) ** 2).sum(axis=2)
+    rows = max(1, _CHUNK_PAIRS // max(n, 1))
+    for start in range(0, n, rows):  # O(N²/chunk) numpy steps; no loop over pairs
+        block = pos[start:start + rows]
+        dx = block[:, None, 0] - pos[None, :, 0]
+        dy = block[:, None, 1] - pos[None, :, 1]
+        d2 = dx * dx
+        d2 += dy * dy  # dx² + dy², rounded as the sum over the axis of length 2 was
         i, j = np.nonzero(d2 <= r2)
         i += start
         keep = i < j
