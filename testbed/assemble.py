@@ -19,7 +19,7 @@ from testbed.evaluation import evaluated_node_ids
 from testbed.models import Model, build_model
 
 if TYPE_CHECKING:
-    from testbed.algorithms.contract import Algorithm, ChannelHalf, ChannelView
+    from testbed.algorithms.contract import Algorithm, ChannelHalf, ChannelView, GraphView
     from testbed.algorithms.registry import Registration
 
 
@@ -156,3 +156,14 @@ def channel_view(config: Config) -> "ChannelView | None":
     if reg.channel_view is None:
         return None
     return reg.channel_view(algorithm_sections(config, reg), config.data.num_nodes, config.run.seed)
+
+
+def graph_view(config: Config) -> "GraphView | None":
+    """The view of the graph of ``config.run.algorithm`` the watch page and `testbed topology` draw,
+    or None for an algorithm that is not decentralised; ConfigError if its sections give no graph."""
+    from testbed.algorithms import registry
+
+    reg = registry.get(config.run.algorithm)
+    if reg.graph_view is None:
+        return None
+    return reg.graph_view(algorithm_sections(config, reg), config.data.num_nodes, config.run.seed)

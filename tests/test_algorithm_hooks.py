@@ -1,6 +1,6 @@
 """The hooks an algorithm registers for the command line and the live view (Registration's
-``privacy_cli``, ``plan_cli``, ``calibration_step``, ``channel_view``): `testbed privacy`,
-`testbed plan`, `testbed calibrate` and the watch page take every algorithm from the registry, so a
+``privacy_cli``, ``plan_cli``, ``calibration_step``, ``channel_view``, ``graph_view``): `testbed privacy`,
+`testbed plan`, `testbed calibrate`, `testbed topology` and the watch page take every algorithm from the registry, so a
 new algorithm's hook shows there with no edit outside its own module."""
 
 from __future__ import annotations
@@ -110,6 +110,38 @@ def test_a_channel_view_that_cannot_be_built_is_one_line_and_the_run_is_shown(dp
     assert feed.problems["config.toml"][0] == "the radio: no such radio"
     assert len(nodes) == 4 and all(n["gain"] is None for n in nodes)
     assert len(feed.metrics) == 4
+
+
+class _Graph:
+    """A graph that changes every third round: a star around node (block mod 4), nodes on a line."""
+
+    def block_of(self, round_index: int) -> int:
+        return round_index // 3
+
+    def edges(self, round_index: int) -> np.ndarray:
+        hub = self.block_of(round_index) % 4
+        return np.array([sorted((hub, k)) for k in range(4) if k != hub])
+
+    def positions(self, round_index: int) -> np.ndarray:
+        return np.column_stack([np.arange(4.0), np.zeros(4)])
+
+
+def test_the_watch_page_draws_the_graph_an_algorithm_registers(dp_pasgd_run, monkeypatch):
+    assert _nodes(dp_pasgd_run.run_dir)[1].snapshot()["graph"] is None  # DP-PASGD has no graph
+    _with(monkeypatch, "dp_pasgd", graph_view=lambda sections, num_nodes, seed: _Graph())
+    _, feed = _nodes(dp_pasgd_run.run_dir)
+    graph = feed.snapshot()["graph"]
+    assert feed.current_round() == 3 and graph["block"] == 1 and graph["round"] == 4
+    assert graph["edges"] == [[0, 1], [1, 2], [1, 3]]
+    assert graph["positions"] == [[0.0, 0.0], [1.0, 0.0], [2.0, 0.0], [3.0, 0.0]]
+
+
+def test_topology_show_refuses_a_graph_that_is_not_a_topologys(tmp_path, capsys, small_config_file, monkeypatch):
+    assert main(["topology", "show", str(small_config_file)]) == 2
+    assert "dp_pasgd is not a decentralised algorithm" in capsys.readouterr().err
+    _with(monkeypatch, "dp_pasgd", graph_view=lambda sections, num_nodes, seed: _Graph())
+    assert main(["topology", "show", str(small_config_file)]) == 2
+    assert "not a [topology] graph" in capsys.readouterr().err
 
 
 def test_calibrate_times_the_one_registered_local_step(monkeypatch):

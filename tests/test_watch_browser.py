@@ -217,3 +217,26 @@ def test_damaged_run_files_are_named_on_the_page(browser, tmp_path, small_config
         page.terminate()
         _, err = page.communicate(timeout=20)
     assert b"Traceback" not in err, err.decode()
+
+
+def test_the_graph_of_a_decentralised_run_is_drawn(browser, tmp_path):
+    """A DWFL run (its graph_view: the complete graph of 12 nodes): the page draws its 66 edges,
+    nodes coloured by ε spent."""
+    from topology_cases import dwfl_text
+
+    result = run_experiment(load_config_text(dwfl_text()), out_dir=tmp_path / "run", quiet=True)
+    port = _free_port()
+    page = subprocess.Popen([sys.executable, "-m", "testbed", "watch", str(result.run_dir), "--port", str(port)],
+                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        _wait(lambda: _get(browser, f"http://127.0.0.1:{port}/"), 30, "the watch page")
+        drawn = _wait(lambda: (d := browser.execute_script("return {...document.getElementById('graph').dataset}"))
+                      .get("edges") == "66" and d, 30, "the graph drawn")
+        assert drawn == {"edges": "66", "nodes": "12", "colour": "epsilon"}
+        assert browser.find_element("id", "graph-figure").is_displayed()
+        assert "12 nodes, 66 edges" in browser.find_element("id", "graph-caption").text
+        browser.save_screenshot(str(tmp_path / "graph.png"))
+    finally:
+        page.terminate()
+        _, err = page.communicate(timeout=20)
+    assert b"Traceback" not in err, err.decode()

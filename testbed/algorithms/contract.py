@@ -409,6 +409,23 @@ class ChannelView(Protocol):
         ...
 
 
+class GraphView(Protocol):
+    """What the live view draws of a decentralised algorithm's graph (``Registration.graph_view``):
+    who hears whom, round by round, drawn as the run draws it."""
+
+    def block_of(self, round_index: int) -> int:
+        """The block of round ``round_index`` (r >= 0): the graph changes only between blocks."""
+        ...
+
+    def edges(self, round_index: int) -> np.ndarray:
+        """(E, 2) int the round's edges, each once (i < j)."""
+        ...
+
+    def positions(self, round_index: int) -> np.ndarray | None:
+        """(N, 2) the nodes' positions in the round, m, or None when the graph has no geometry."""
+        ...
+
+
 @dataclass(frozen=True)
 class McuTask:
     """One round of one node, as a microcontroller board receives it (the firmware's node step,

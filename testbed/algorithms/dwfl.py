@@ -105,6 +105,7 @@ from testbed.models import Model
 from testbed.privacy import dwfl as dp
 from testbed.rng import Purpose, stream
 from testbed.sections import NonNegative, OnlyWith, Positive, Section
+from testbed.topology.view import graph_view_with
 
 if TYPE_CHECKING:
     from testbed.config import Config
@@ -805,4 +806,5 @@ REGISTRATION = Registration(
     guarantee=lambda sections: "dp",  # the channel's noise, at least, is accounted in every round
     privacy_cli=dwfl_cli.PRIVACY,
     channel_view=view_from_sections,
+    graph_view=graph_view_with(radio=lambda sections, num_nodes: radio_from_section(sections["dwfl"], num_nodes)),
 )

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
     from pydantic import BaseModel
 
-    from testbed.algorithms.contract import Algorithm, ChannelHalf, ChannelView
+    from testbed.algorithms.contract import Algorithm, ChannelHalf, ChannelView, GraphView
     from testbed.data.federated import FederatedData
     from testbed.models import Model
 
@@ -114,6 +114,8 @@ class Registration:
             the cost model its planner reads).
         channel_view: (its sections, N, seed) → the view of its channel the watch page draws
             (over-the-air algorithms); ValueError if the sections give no channel.
+        graph_view: (its sections, N, seed) → the view of its graph the watch page draws
+            (decentralised algorithms; testbed.topology.view offers one for ``[topology]``).
     """
 
     name: str
@@ -129,6 +131,7 @@ class Registration:
     plan_cli: Command | None = None
     calibration_step: Callable[["Model", "FederatedData", int], Callable[[Any, int], None]] | None = None
     channel_view: Callable[[dict[str, Any], int, int], "ChannelView"] | None = None
+    graph_view: Callable[[dict[str, Any], int, int], "GraphView"] | None = None
     guarantee: Callable[[dict[str, Any]], str] = field(default=lambda sections: "none")
     calibrate: Callable[[dict[str, Any], float], dict[str, Any]] | None = None
 

@@ -21,7 +21,7 @@ EXTRA_OF_COMMAND = {"run": "coordinator", "sweep": "coordinator", "compare": "co
                     "broker": "coordinator", "watch": "watch", "node": "node", "nodes": "node", "bridge": "bridge"}
 #: Commands registered by another command's module.
 _MODULE_OF = {"nodes": "node"}
-COMMANDS = ("run", "watch", "report", "runs", "privacy", "node", "bridge", "broker", "acl", "provision", "board", "plan", "sweep", "compare", "calibrate", "schema")
+COMMANDS = ("run", "watch", "report", "runs", "privacy", "node", "bridge", "broker", "acl", "provision", "board", "plan", "sweep", "compare", "calibrate", "topology", "schema")
 
 
 class Parser(argparse.ArgumentParser):

@@ -40,6 +40,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "compare": ("compare runs/s1 --a epsilon=1 --b epsilon=4",
                 "compare runs/s1 --a epsilon=1 num_nodes=8 --b epsilon=4 num_nodes=8 --metric test_accuracy --json"),
     "calibrate": ("calibrate", "calibrate --profile host --model-size 1000 --out calibration.toml"),
+    "topology": ("topology show experiments/dwfl/base.toml",
+                 "topology show experiments/dwfl/base.toml --set topology.kind=ring --round 5 --edges ring.txt"),
     "schema": ("schema --out experiment.schema.json",),
 }
 

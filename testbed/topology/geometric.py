@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -35,8 +36,9 @@ from testbed.topology.graph import Graph
 
 __all__ = ["LinkBudget", "geometric_graph", "initial_positions", "RandomWaypoint"]
 
-#: Squared distances are compared in chunks of this many rows (memory: rows × N float64).
-_CHUNK_ROWS = 1024
+#: Squared distances are compared in chunks of about this many pairs (8 MB of float64 per array),
+#: so memory does not grow with N (rows of all N columns: 1024 rows were 330 MB at N = 10,000).
+_CHUNK_PAIRS = 2**20
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,12 @@ class LinkBudget:
     noise_power_w: float
     carrier_hz: float
     area_m: float
+
+    @classmethod
+    def of(cls, radio: Any) -> "LinkBudget":
+        """The link budget of anything with these four attributes (an algorithm's radio)."""
+        return cls(power_w=float(radio.power_w), noise_power_w=float(radio.noise_power_w),
+                   carrier_hz=float(radio.carrier_hz), area_m=float(radio.area_m))
 
     def range_m(self, snr_threshold_db: float) -> float:
         """r: the distance at which the received SNR equals ``snr_threshold_db`` (free space)."""
@@ -73,9 +81,13 @@ def geometric_graph(positions_m: np.ndarray, range_m: float) -> Graph:
     n = pos.shape[0]
     r2 = float(range_m) ** 2
     parts = []
-    for start in range(0, n, _CHUNK_ROWS):  # O(N²/chunk) numpy steps; no loop over pairs
-        block = pos[start:start + _CHUNK_ROWS]
-        d2 = ((block[:, None, :] - pos[None, :, :]) ** 2).sum(axis=2)
+    rows = max(1, _CHUNK_PAIRS // max(n, 1))
+    for start in range(0, n, rows):  # O(N²/chunk) numpy steps; no loop over pairs
+        block = pos[start:start + rows]
+        dx = block[:, None, 0] - pos[None, :, 0]
+        dy = block[:, None, 1] - pos[None, :, 1]
+        d2 = dx * dx
+        d2 += dy * dy  # dx² + dy², rounded as the sum over the axis of length 2 was
         i, j = np.nonzero(d2 <= r2)
         i += start
         keep = i < j
@@ -101,18 +113,27 @@ class RandomWaypoint:
 
     def __init__(self, start_m: np.ndarray, area_m: float, speed_mps: float, block_s: float, block_rng) -> None:
         self._area, self._step_m, self._rng = area_m, speed_mps * block_s, block_rng
-        self._blocks = [np.array(start_m, dtype=np.float64)]
-        self._waypoints = block_rng(0).uniform(0.0, area_m, size=np.shape(start_m))
+        self._start = np.array(start_m, dtype=np.float64)
+        self._rewind()
+
+    def _rewind(self) -> None:
+        """Back to block 0 (the walk is sequential: block b needs every block before it)."""
+        self._block, self._here = 0, self._start
+        self._waypoints = self._rng(0).uniform(0.0, self._area, size=self._start.shape)
 
     def positions(self, block: int) -> np.ndarray:
-        """(N, 2) positions at the start of ``block`` (computed forward once and kept)."""
-        while len(self._blocks) <= block:
-            here = self._blocks[-1]
-            gap = self._waypoints - here
+        """(N, 2) positions at the start of ``block``: walked forward from the last block asked
+        (from block 0 for an earlier one). Only the current block is kept: a long walk of many
+        nodes holds O(N), not O(N · blocks)."""
+        if block < self._block:
+            self._rewind()
+        while self._block < block:
+            gap = self._waypoints - self._here
             dist = np.linalg.norm(gap, axis=1)
             arrive = dist <= self._step_m
             frac = np.where(arrive, 1.0, self._step_m / np.maximum(dist, 1e-300))
-            self._blocks.append(here + gap * frac[:, None])
-            fresh = self._rng(len(self._blocks) - 1).uniform(0.0, self._area, size=here.shape)
+            self._here = self._here + gap * frac[:, None]
+            self._block += 1
+            fresh = self._rng(self._block).uniform(0.0, self._area, size=self._here.shape)
             self._waypoints = np.where(arrive[:, None], fresh, self._waypoints)
-        return self._blocks[block]
+        return self._here

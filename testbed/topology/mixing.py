@@ -32,7 +32,7 @@ import numpy as np
 
 from testbed.topology.graph import Graph
 
-__all__ = ["RULES", "Mixing", "mixing_weights", "spectral_gap"]
+__all__ = ["RULES", "Mixing", "mixing_weights", "spectral_gap", "complete_graph_gap"]
 
 RULES = ("metropolis_hastings", "uniform")
 #: Up to this many nodes the gap comes from a dense eigendecomposition (numpy); above, scipy's
@@ -71,6 +71,14 @@ def mixing_weights(graph: Graph, rule: str) -> Mixing:
     taken = np.bincount(graph.rows, weights=weights, minlength=graph.num_nodes)
     self_weight = np.where(deg == 0, 1.0, 1.0 - taken) if rule == "metropolis_hastings" else (deg == 0).astype(float)
     return Mixing(graph, weights, self_weight, rule)
+
+
+def complete_graph_gap(num_nodes: int, rule: str) -> float:
+    """The spectral gap of ``rule`` on the complete graph, in closed form (no N² matrix): MH is
+    J/N (gap 1); uniform is (J − I)/(N − 1), eigenvalues 1 and −1/(N − 1) (gap 1 − 1/(N − 1), 0 for N = 2)."""
+    if num_nodes < 2 or rule == "metropolis_hastings":
+        return 1.0
+    return 1.0 - 1.0 / (num_nodes - 1) if num_nodes > 2 else 0.0
 
 
 def spectral_gap(mixing: Mixing, laziness: float = 1.0) -> float:

@@ -28,7 +28,7 @@ from testbed.rng import GLOBAL, Purpose, stream
 from testbed.topology import kinds
 from testbed.topology.geometric import LinkBudget, RandomWaypoint, geometric_graph, initial_positions
 from testbed.topology.graph import Graph
-from testbed.topology.mixing import Mixing, mixing_weights, spectral_gap
+from testbed.topology.mixing import Mixing, complete_graph_gap, mixing_weights, spectral_gap
 from testbed.topology.section import TopologySection
 
 __all__ = ["Topology", "MAX_ADJACENCY_ENTRIES"]
@@ -89,6 +89,8 @@ class Topology:
     def check(self, rounds: int) -> None:
         """Every block of ``rounds`` rounds is drawable and (unless allowed) connected; raises
         ConfigError naming the key."""
+        if self.is_complete:  # connected by construction: never build its N² entries to be told so
+            return
         blocks = sorted({self.schedule.block_index(t) for t in range(max(rounds, 1))})
         for block in blocks:
             g = self.graph(block * (self.section.coherence_rounds or 1))
@@ -104,7 +106,7 @@ class Topology:
         rule = self.resolved_mixing(default_mixing)
         n = self.num_nodes
         if self.is_complete:  # known in closed form; never build N² entries for the summary
-            gap = 1.0 if rule == "metropolis_hastings" else 1.0 - 1.0 / (n - 1) if n > 2 else 0.0
+            gap = complete_graph_gap(n, rule)
             degrees = np.full(n, n - 1)
         else:
             g = self.graph(0)

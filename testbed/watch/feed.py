@@ -35,8 +35,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from testbed import assemble
-from testbed.algorithms.contract import ChannelView
+from testbed.algorithms.contract import ChannelView, GraphView
 from testbed.errors import UserError
 from testbed.ledger.events import CommunicationEvent, ComputeEvent, Event, StraggleEvent
 from testbed.ledger.fields import event_from_dict
@@ -61,6 +63,10 @@ MAX_PIECES_PER_POLL = 64
 #: summary about 1 kB a node).
 MAX_CONFIG_BYTES = 1024 * 1024
 MAX_SUMMARY_BYTES_PER_NODE = 16 * 1024
+#: A decentralised run's graph is drawn up to this many nodes and edges (every edge goes to the page
+#: whenever the graph changes); above, the page says so and draws nothing.
+MAX_GRAPH_NODES = 500
+MAX_GRAPH_EDGES = 20_000
 #: ε figures kept for tallies seen (most nodes of a run share a few; a bound, not a leak per round).
 EPS_CACHE_SIZE = 4096
 
@@ -88,6 +94,18 @@ class _Channel:
     block: int = -1
     gain: list = field(default_factory=list)
     snr_db: list = field(default_factory=list)
+
+
+@dataclass
+class _Graph:
+    """A decentralised run: the view of its graph its algorithm registers, and what the page is sent
+    of the block last drawn (``drawn``: the feed version it changed at)."""
+
+    view: GraphView
+    num_nodes: int
+    block: int = -1
+    shown: dict | None = None
+    drawn: int = -1
 
 
 def _num(x: float | None) -> float | None:
@@ -162,6 +180,8 @@ class RunFeed:
         self._ledger_tail = LineTail(self.run_dir / "ledger.csv", ",".join(LEDGER_COLUMNS))
         self._eps_cache: dict[tuple, float | None] = {}
         self._channel: _Channel | None = None
+        self._graph: _Graph | None = None
+        self._graph_sent = -1  # the graph's ``drawn`` version last sent in a delta
         self._last_growth = self.clock()
         self._sent_run: dict | None = None
         self.problems: dict[str, tuple[str, int]] = {}  # file name → (its last problem, how many)
@@ -213,19 +233,27 @@ class RunFeed:
             self._last_growth = self.clock()
         self._update_killed()
         self._update_channel()
+        self._update_graph()
         run = self.run_info()
         nodes = [self._row(n, v) for n, v in sorted(self.nodes.items()) if v.version > start_version]
-        if not nodes and len(self.metrics) == first_metric and run == self._sent_run:
+        graph = self._graph if self._graph is not None and self._graph.drawn > self._graph_sent else None
+        if not nodes and len(self.metrics) == first_metric and run == self._sent_run and graph is None:
             return None
         self._sent_run = run
         self.version += 1
-        return {"version": self.version, "run": run, "budgets": self.budgets(), "metrics": self.metrics[first_metric:],
-                "nodes": nodes}
+        delta = {"version": self.version, "run": run, "budgets": self.budgets(),
+                 "metrics": self.metrics[first_metric:], "nodes": nodes}
+        if graph is not None:  # only when it changed: a graph is up to MAX_GRAPH_EDGES pairs
+            delta["graph"], self._graph_sent = graph.shown, graph.drawn
+        return delta
 
     def snapshot(self) -> dict:
         """Everything the page shows: ``run``, ``budgets``, all ``metrics`` rows, all ``nodes`` rows."""
+        """Everything the page shows: ``run``, ``budgets``, all ``metrics`` rows, all ``nodes`` rows
+        and, for a decentralised run, the current ``graph`` (else None)."""
         return {"version": self.version, "run": self.run_info(), "budgets": self.budgets(),
-                "metrics": list(self.metrics), "nodes": [self._row(n, v) for n, v in sorted(self.nodes.items())]}
+                "metrics": list(self.metrics), "nodes": [self._row(n, v) for n, v in sorted(self.nodes.items())],
+                "graph": self._graph.shown if self._graph is not None else None}
 
     # ------------------------------------------------------------------ reading
 
@@ -340,7 +368,24 @@ class RunFeed:
         else:
             if view is not None:
                 self._channel = _Channel(view)
+        self._read_graph(config)
         return False
+
+    def _read_graph(self, config) -> None:
+        """A decentralised run's graph view (its algorithm's ``graph_view``); beyond
+        :data:`MAX_GRAPH_NODES` nodes none is built and the page says why it draws nothing."""
+        try:
+            view = assemble.graph_view(config)
+        except (ValueError, UserError) as exc:  # the page shows the rest of the run without its graph
+            self._problem("config.toml", f"the graph: {_one_line(exc)}")
+            return
+        if view is None:
+            return
+        n = config.data.num_nodes
+        self._graph = _Graph(view, n)
+        if n > MAX_GRAPH_NODES:
+            self._graph.shown = {"note": f"{n} nodes: more than the page draws ({MAX_GRAPH_NODES})"}
+            self._graph.drawn = self.version
 
     def _take_metric(self, text: str) -> None:
         if len(self.metrics) >= MAX_METRIC_ROWS:
@@ -455,6 +500,35 @@ class RunFeed:
         self.version += 1
         for view in self.nodes.values():
             view.version = self.version
+
+    def _update_graph(self) -> None:
+        """A decentralised run: the current round's graph (``round``, ``block``, ``edges`` as
+        [i, j] pairs, ``positions`` in m or None: the page lays the nodes on a circle), drawn again
+        only when the round enters another block; beyond :data:`MAX_GRAPH_EDGES` edges, a ``note``."""
+        g = self._graph
+        if g is None or g.num_nodes > MAX_GRAPH_NODES:
+            return
+        r = max(self.current_round(), 0)
+        try:
+            block = g.view.block_of(r)
+            if block == g.block:
+                return
+            edges = g.view.edges(r)
+            positions = g.view.positions(r) if len(edges) <= MAX_GRAPH_EDGES else None
+        except (ValueError, UserError) as exc:
+            self._problem("config.toml", f"the graph: {_one_line(exc)}")
+            self._graph = None
+            return
+        g.block = block
+        if len(edges) > MAX_GRAPH_EDGES:
+            g.shown = {"round": r + 1, "block": block, "num_nodes": g.num_nodes,
+                       "note": f"{len(edges)} edges: more than the page draws ({MAX_GRAPH_EDGES})"}
+        else:
+            g.shown = {"round": r + 1, "block": block, "num_nodes": g.num_nodes, "note": None,
+                       "edges": np.asarray(edges, dtype=np.int64).tolist(),
+                       "positions": None if positions is None else [[_num(x), _num(y)] for x, y in positions]}
+        self.version += 1
+        g.drawn = self.version
 
     # ------------------------------------------------------------------ views
 

@@ -4,7 +4,7 @@
 "use strict";
 
 const PAGE_SIZE = 50;
-const state = { version: -1, run: {}, budgets: {}, metrics: [], nodes: new Map() };
+const state = { version: -1, run: {}, budgets: {}, metrics: [], nodes: new Map(), graph: null };
 const view = { sortKey: "id", sortDir: 1, filter: "", page: 0 };
 let charts = null;
 let renderQueued = false;
@@ -43,6 +43,7 @@ function takeSnapshot(snap) {
   state.budgets = snap.budgets || {};
   state.metrics = snap.metrics;
   state.nodes = new Map(snap.nodes.map(n => [n.id, n]));
+  state.graph = snap.graph ?? null;
   charts && charts.forEach(c => c.destroy());
   charts = null;
   queueRender();
@@ -55,6 +56,7 @@ function applyDelta(delta) {
   if (delta.metrics.length) state.metrics = state.metrics.concat(delta.metrics);
   state.budgets = delta.budgets;
   for (const n of delta.nodes) state.nodes.set(n.id, n);
+  if ("graph" in delta) state.graph = delta.graph; // sent only when the round enters another block
   queueRender();
 }
 function queueRender() {
@@ -184,6 +186,74 @@ window.addEventListener("resize", () => {
   }
 });
 
+// ---------------------------------------------------------------- graph (decentralised runs)
+
+const STATE_COLOUR = { online: "#1a7f37", straggling: "#b35900", offline: "#c62828", missing: "#c62828" };
+
+// A node's colour: its ε spent (of the budget, or of the most any node spent) when the run's
+// releases are (ε, δ)-DP and ε is known, else its state this round. Returns [colour function, legend].
+function nodeColouring() {
+  const nodes = [...state.nodes.values()];
+  const known = nodes.filter(n => n.epsilon !== null && n.epsilon !== undefined);
+  if (state.budgets.guarantee === "dp" && known.length) {
+    const scale = state.budgets.epsilon || Math.max(...known.map(n => n.epsilon)) || 1;
+    const colour = n => {
+      if (n === undefined || n.epsilon === null || n.epsilon === undefined) return "#999";
+      const t = Math.min(1, n.epsilon / scale);
+      if (n.epsilon > scale) return "#c62828";
+      return `rgb(${Math.round(198 - 92 * t)},${Math.round(219 - 192 * t)},${Math.round(239 - 85 * t)})`;
+    };
+    const of = state.budgets.epsilon ? `of the ε budget ${num(scale)} (red: over)` : `up to ${num(scale)}, the most spent`;
+    return [colour, "epsilon", `nodes coloured by ε spent, light to dark ${of}`];
+  }
+  return [n => STATE_COLOUR[n?.state] || "#999", "state", "nodes coloured by state: green online, orange straggling, red offline, grey waiting"];
+}
+
+function renderGraph() {
+  const g = state.graph, figure = document.getElementById("graph-figure");
+  figure.hidden = !g;
+  if (!g) return;
+  const canvas = document.getElementById("graph"), note = document.getElementById("graph-note");
+  const ctx = canvas.getContext("2d");
+  ctx.clearRect(0, 0, canvas.width, canvas.height);
+  if (g.note || !g.edges) {
+    document.getElementById("graph-caption").textContent = "the graph";
+    note.textContent = g.note ? `not drawn: ${g.note}` : "waiting for the first round";
+    canvas.dataset.edges = canvas.dataset.nodes = "0";
+    return;
+  }
+  const n = g.num_nodes, pad = 10, w = canvas.width - 2 * pad, h = canvas.height - 2 * pad;
+  let xy;
+  if (g.positions) { // metres, fitted to the canvas keeping the aspect ratio
+    const xs = g.positions.map(p => p[0]), ys = g.positions.map(p => p[1]);
+    const x0 = Math.min(...xs), y0 = Math.min(...ys);
+    const span = Math.max(Math.max(...xs) - x0, Math.max(...ys) - y0) || 1;
+    const s = Math.min(w, h) / span;
+    xy = g.positions.map(([x, y]) => [pad + (x - x0) * s, pad + (y - y0) * s]);
+  } else { // no geometry: a circle
+    const r = Math.min(w, h) / 2;
+    xy = Array.from({ length: n }, (_, i) => [pad + w / 2 + r * Math.cos(2 * Math.PI * i / n),
+                                             pad + h / 2 + r * Math.sin(2 * Math.PI * i / n)]);
+  }
+  ctx.strokeStyle = "rgba(80, 80, 80, 0.35)";
+  ctx.lineWidth = 1;
+  ctx.beginPath();
+  for (const [i, j] of g.edges) { ctx.moveTo(...xy[i]); ctx.lineTo(...xy[j]); }
+  ctx.stroke();
+  const [colour, by, legend] = nodeColouring();
+  const radius = n > 100 ? 2.5 : 4.5;
+  for (let i = 0; i < n; i++) {
+    ctx.fillStyle = colour(state.nodes.get(i));
+    ctx.beginPath();
+    ctx.arc(xy[i][0], xy[i][1], radius, 0, 2 * Math.PI);
+    ctx.fill();
+  }
+  Object.assign(canvas.dataset, { edges: String(g.edges.length), nodes: String(n), colour: by });
+  document.getElementById("graph-caption").textContent =
+    `the graph of round ${g.round} (block ${g.block}): ${n} nodes, ${g.edges.length} edges`;
+  note.textContent = `${legend}; ${g.positions ? "positions as placed (m)" : "nodes on a circle (no positions)"}`;
+}
+
 // ---------------------------------------------------------------- node table
 
 function budgetBar(value, limit, fmt, label = "") {
@@ -277,6 +347,7 @@ function render() {
   renderHeader();
   renderCards();
   renderCharts();
+  renderGraph();
   renderTable();
 }
 
