@@ -151,3 +151,14 @@ def test_each_way_of_naming_an_algorithm_is_found(form, name):
 ])
 def test_the_contract_the_registry_and_prose_are_free(source):
     assert offences(source, algorithm_words()) == []
+
+
+def test_the_live_view_page_names_no_algorithm():
+    """The page's script and markup reach the channel and the graph through what the feed sends
+    (the hooks' data), never by comparing the run's algorithm with a name."""
+    static = _one(_outside_algorithms(TESTBED.rglob("watch/static")), "folder watch/static in testbed/")
+    names = [n for name in registry.names() for n in (name, name.replace("_", "-"))]
+    for page in sorted(p for p in static.rglob("*") if p.suffix in (".js", ".html")):
+        text = page.read_text(encoding="utf-8")
+        quoted = [n for n in names if f'"{n}"' in text or f"'{n}'" in text]
+        assert not quoted, f"{page.relative_to(REPO)} names {quoted}"

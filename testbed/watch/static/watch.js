@@ -291,7 +291,8 @@ function columns() {
     { key: "measured", label: "costs", left: true, cell: n => n.measured === null ? "–" : n.measured ? "measured" : "modelled" },
   ];
   if (b.mi_epsilon || b.guarantee === "mi_dp") cols.splice(3, 0, { key: "mi_epsilon", label: "MI-ε (nats)", cell: n => budgetBar(n.mi_epsilon, b.mi_epsilon, num) });
-  if (state.run.algorithm === "dwfl") {
+  // An over-the-air run: its algorithm registers a view of the channel, and the feed fills these.
+  if ([...state.nodes.values()].some(n => n.gain !== null && n.gain !== undefined)) {
     cols.push({ key: "gain", label: "channel gain", cell: n => esc(num(n.gain, 3)) });
     cols.push({ key: "snr_db", label: "rx SNR (dB)", cell: n => esc(num(n.snr_db, 3)) });
   }
