@@ -35,7 +35,7 @@ from typing import Collection, Sequence
 
 from testbed.algorithms.contract import SETUP_ROUND
 from testbed.errors import UserError
-from testbed.util.appendlog import AppendLog
+from testbed.util.appendlog import AppendLog, drop_cut_line
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ class AskedLog:
         try:
             self._log = AppendLog(Path(path), header=HEADER, sync=sync)
         except ValueError:  # a last line cut by a kill: read_asked ignored it; cut it off to append
-            _drop_cut_line(Path(path))
+            drop_cut_line(Path(path))
             self._log = AppendLog(Path(path), header=HEADER, sync=sync)
 
     def append(self, session: str, round_index: int, nodes: Sequence[int]) -> None:
@@ -136,9 +136,3 @@ def _ids(text: str) -> tuple[int, ...] | None:
             return None
         ids.extend(range(lo, hi + 1))
     return tuple(ids)
-
-
-def _drop_cut_line(path: Path) -> None:
-    data = path.read_bytes()
-    with open(path, "r+b") as f:
-        f.truncate(data.rfind(b"\n") + 1)
