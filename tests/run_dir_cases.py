@@ -48,15 +48,29 @@ def spent_once(rows: list[tuple]) -> list[tuple]:
     """``rows`` (:func:`ledger_rows`) without the compute and communication rows that repeat an
     earlier one: what a round run again after a resume spends again (each session that asked it
     computed and sent it; testbed.reports.results.SPENT_AGAIN), to compare with a run never
-    killed. Privacy and straggle rows are kept as they are: a release is charged once."""
+    killed, nor the compute rows of no steps that top such a spend charged at an estimate up at the
+    session's end (:func:`is_top_up`). Privacy and straggle rows are kept as they are: a release is
+    charged once."""
     seen: set[tuple] = set()
     kept = []
     for row in rows:
-        if row[0] in SPENT_AGAIN and row in seen:
+        if row[0] in SPENT_AGAIN and row in seen or is_top_up(row):
             continue
         seen.add(row)
         kept.append(row)
     return kept
+
+
+def is_top_up(row: tuple) -> bool:
+    """Whether a :func:`ledger_rows` row is a compute row of no steps and no cost units: seconds and
+    joules a resumed session's end adds to an earlier session's spend it charged at an estimate."""
+    fields = dict(zip(DETERMINISTIC, row))
+    return fields["kind"] == "compute" and fields["local_steps"] == 0 and fields["cost_units"] == 0.0
+
+
+def is_top_up_event(event) -> bool:
+    """:func:`is_top_up` of a ledger event."""
+    return is_top_up(tuple(getattr(event, f, None) for f in DETERMINISTIC))
 
 
 def under_counted(run_dir: Path, reference: list[tuple]) -> Counter:

@@ -40,7 +40,7 @@ from testbed.data.federated import FederatedData, Split
 from testbed.data.lazy import LazyFederatedData
 from testbed.errors import ConfigError
 from testbed.ledger.book import LedgerBook
-from testbed.ledger.events import Event, EventBatch, NodeEvents, StraggleEvent, batches_of
+from testbed.ledger.events import Event, EventBatch, NodeEvents, StraggleEvent, batches_of, with_fields
 from testbed.ledger.files import LedgerWriter
 from testbed.ledger.node import Totals
 from testbed.models import Model
@@ -165,6 +165,10 @@ class Run:
     # charged the plan (_charge, _asked_rounds_not_run); and each asking session's compute and
     # communication are charged beside this session's (_earlier_spend).
     asked_before: dict[int, Counter[int]] = field(default_factory=dict)
+    # What _charge charged at the plan for an earlier session's part of a round (its seconds and
+    # joules the costliest the node had reported by then): (the round as asked, the events), for
+    # _estimates_topped_up at the session's end, when the costliest is known over the whole session.
+    estimated: list[tuple[RoundContext, list[Event]]] = field(default_factory=list)
     sessions: list[str] = field(default_factory=list)  # the sessions that asked a round, oldest first
     eval_data: FederatedData | None = None  # the evaluated nodes' rows (output.eval_nodes); set by run_experiment
     # node → the totals of its own ledger, as it reported them when the run closed (None: sim, whose
@@ -237,7 +241,8 @@ def open_run(config: Config, out_dir: Path | None, resume: bool, algorithm: Algo
     into ``asked``, what :func:`earlier_asks` finds its earlier sessions asked and the ledger lacks."""
     if resume:
         directory = RunDirectory.reopen(out_dir, expected=algorithm_state_spec(algorithm), max_rounds=algorithm.rounds,
-                                        nodes=set(book.node_ids.tolist()), sync=config.output.sync)
+                                        nodes=set(book.node_ids.tolist()), sync=config.output.sync,
+                                        setup=algorithm.has_setup)
         events = list(directory.ledger_events())
         marked = directory.resumed.ledger_mark.rows
         book.extend(events[:marked])
@@ -582,11 +587,15 @@ def _charge(run: Run, outcome: RoundOutcome, ledger_file: LedgerWriter, nodes: N
     if earlier:
         charged_here = {n for b in batches if b.kind != StraggleEvent.kind for n in b.nodes.tolist()}
         charged_here |= {e.node for e in [*fresh_events, *before_kill] if e.kind != StraggleEvent.kind}
-        unanswered = _asked_uncharged(run, outcome.ctx, tuple(sorted(earlier)), charged_here)
+        asked = tuple(sorted(earlier))
+        unanswered = _asked_uncharged(run, outcome.ctx, asked, charged_here)
         if unanswered:
             straggled = {**straggled, **dict.fromkeys(unanswered, "asked_before_resume")}
-            fresh_events.extend(_planned_for(run, nodes, outcome.ctx, tuple(sorted(earlier)), unanswered))
-        fresh_events.extend(_earlier_spend(run, nodes, outcome.ctx, earlier, before_kill, set(unanswered)))
+        planned = _planned_for(run, nodes, outcome.ctx, asked, unanswered) if unanswered else []
+        planned += _earlier_spend(run, nodes, outcome.ctx, earlier, before_kill, set(unanswered))
+        if planned:
+            run.estimated.append((_as_asked(run, outcome.ctx, asked), planned))
+        fresh_events.extend(planned)
     batches += batches_of(fresh_events)
     by_reason: dict[str, list[int]] = {}
     for node, reason in sorted(straggled.items()):
@@ -610,11 +619,16 @@ def _asked_uncharged(run: Run, ctx: RoundContext, asked: tuple[int, ...], charge
     return [n for n, done in zip(left, run.book.logged(left, ctx.round_index).tolist()) if not done] if left else []
 
 
+def _as_asked(run: Run, ctx: RoundContext, asked: tuple[int, ...]) -> RoundContext:
+    """Round ``ctx`` as an earlier session asked it, of the nodes ``asked``."""
+    return RoundContext(ctx.round_index, run.config.run.seed, ctx.num_nodes, asked, sampled=ctx.sampled)
+
+
 def _planned_for(run: Run, nodes: Nodes, ctx: RoundContext, asked: tuple[int, ...], unanswered: list[int],
                  quiet: bool = False) -> list[Event]:
     """The plan each of ``unanswered`` is charged for round ``ctx`` (as an earlier session asked it,
     with ``asked``): it may have released then, and its reply never reached the ledger."""
-    earlier = RoundContext(ctx.round_index, run.config.run.seed, ctx.num_nodes, asked, sampled=ctx.sampled)
+    earlier = _as_asked(run, ctx, asked)
     if not quiet:
         log.warning("round %d: node(s) %s, asked by an earlier session of the run, are charged nothing in this one: "
                     "charged the plan (they may have released before the resume)", ctx.round_index,
@@ -641,6 +655,28 @@ def _earlier_spend(run: Run, nodes: Nodes, ctx: RoundContext, earlier: Counter[i
     return events
 
 
+def _estimates_topped_up(run: Run, nodes: Nodes) -> list[Event]:
+    """What the session's end adds to each plan :func:`_charge` charged for an earlier session's
+    part of a round (``run.estimated``): the seconds and joules by which the node's costliest event,
+    known now over the whole session, exceeds what was charged then (a round's first answers come
+    before its costliest), as a compute event of no steps (it adds seconds and joules only)."""
+    events = []
+    for ctx, charged in run.estimated:
+        for node in sorted({e.node for e in charged}):
+            mine = [e for e in charged if e.node == node and e.kind in SPENT_AGAIN]
+            sessions = sum(e.kind == "compute" for e in mine) or 1
+            now = [e for e in nodes.planned_release(node, ctx) if e.kind in SPENT_AGAIN]
+            first = next((e for e in mine if e.kind == "compute"), None)
+            extra_s = sessions * sum(e.compute_s for e in now if e.kind == "compute") \
+                - sum(e.compute_s for e in mine if e.kind == "compute")
+            extra_j = sessions * sum(e.energy_j for e in now) - sum(e.energy_j for e in mine)
+            if first is not None and (extra_s > 0 or extra_j > 0):
+                events.append(with_fields(first, local_steps=0, cost_units=0.0, compute_s=max(extra_s, 0.0),
+                                          energy_j=max(extra_j, 0.0)))
+    run.estimated.clear()
+    return events
+
+
 def _cost_source(sources: set[bool]) -> str:
     """Where a run's seconds and joules came from: "measured" (meters), "modelled" (the device
     profile), "measured and modelled" (some nodes metered), or "none charged"."""
@@ -663,6 +699,7 @@ def _charge_closing(run: Run, closing: Closing, nodes: Nodes) -> None:
     fresh = [event for (node, round_index), events in sorted(closing.charged.items())
              if not run.book.logged([node], round_index)[0] for event in events]
     fresh += _asked_rounds_not_run(run, nodes, {(e.node, e.round) for e in fresh})
+    fresh += _estimates_topped_up(run, nodes)
     if not fresh:
         return
     run.book.extend(fresh)

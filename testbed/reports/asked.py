@@ -78,9 +78,10 @@ class AskedLog:
         self._log.close()
 
 
-def read_asked(path: Path, nodes: Collection[int] | None, last_round: int) -> list[Asked]:
+def read_asked(path: Path, nodes: Collection[int] | None, last_round: int, setup: bool = True) -> list[Asked]:
     """The records of ``path``, checked: each a session id, a round in SETUP_ROUND..``last_round``
-    and distinct nodes of the run (``nodes``; None: any). A last line without its line end is ignored (cut before its
+    (0..``last_round`` for an algorithm without a ``setup``) and distinct nodes of the run
+    (``nodes``; None: any). A last line without its line end is ignored (cut before its
     round was sent).
 
     Raises:
@@ -107,7 +108,8 @@ def read_asked(path: Path, nodes: Collection[int] | None, last_round: int) -> li
         match = _LINE.fullmatch(line)
         asked = _ids(match["nodes"] or "") if match else None
         round_index = int(match["round"]) if match else None
-        if asked is None or not SETUP_ROUND <= round_index <= last_round or len(set(asked)) != len(asked) \
+        if asked is None or not (SETUP_ROUND if setup else 0) <= round_index <= last_round \
+                or len(set(asked)) != len(asked) \
                 or (allowed is not None and not allowed.issuperset(asked)):
             raise UserError(f"{path}: line {number} is not a record of a round this run asked "
                             f"({line[:60]!r}); refusing to resume")

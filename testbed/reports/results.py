@@ -143,7 +143,7 @@ class RunDirectory:
 
     @classmethod
     def reopen(cls, path: Path, expected: StateSpec | None = None, max_rounds: int | None = None,
-               nodes: Collection[int] | None = None, sync: bool = True) -> "RunDirectory":
+               nodes: Collection[int] | None = None, sync: bool = True, setup: bool = True) -> "RunDirectory":
         """An existing run's directory, checked, to append to (``testbed run --resume``).
 
         Checks the checkpoint (digest, array names, shapes and dtypes against ``expected``, all
@@ -156,7 +156,8 @@ class RunDirectory:
         mark stay charged, and the round run again charges what they lack (:func:`not_yet_charged`).
 
         The checked checkpoint is ``run.resumed``; the ledger's events are ``run.ledger_events()``;
-        the rounds its sessions asked (asked.csv, checked: testbed.reports.asked) are ``run.asked``;
+        the rounds its sessions asked (asked.csv, checked: testbed.reports.asked; a setup only when
+        the algorithm has one, ``setup``) are ``run.asked``;
         its nodes' budget refusals (refusals.csv, checked: testbed.reports.refusals) ``run.refusals``.
         The directory's lock is taken before the checks and held until :meth:`close`.
 
@@ -174,7 +175,7 @@ class RunDirectory:
             ledger_cut = _check_ledger(path / "ledger.csv", ckpt, nodes)
             metrics_cut = _check_metrics(path / "metrics.csv", ckpt.metrics_mark)
             last_round = (max_rounds if max_rounds is not None else 2**62) - 1
-            asked = read_asked(path / "asked.csv", nodes, last_round)
+            asked = read_asked(path / "asked.csv", nodes, last_round, setup=setup)
             refusals = read_refusals(path / "refusals.csv", nodes, last_round)
             # Every check passed: only now is anything in the directory changed.
             if ledger_cut:
