@@ -9,13 +9,15 @@ checkpoint mark after round 1 or after round 3):
   the mark, or the plan when they were lost), its release (privacy) once;
 - a node's budget refusal is kept in refusals.csv: the resume asks the node nothing more (a
   "withdrawn" straggle each round), charges it nothing for the round it refused, and the summary's
-  ``refusals`` keeps it.
+  ``refusals`` keeps it; `testbed run`'s table, the HTML report and the watch page show it where
+  they show stragglers.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from html import escape
 import shutil
 import tempfile
 from collections import Counter
@@ -25,6 +27,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from testbed.budgets import Exceeded
+from testbed.cli.run import format_summary
 from testbed.config import load_config_text
 from testbed.ledger.files import read_ledger
 from testbed.orchestration import runner
@@ -32,7 +35,9 @@ from testbed.orchestration.runner import run_experiment
 from testbed.reports.asked import read_asked
 from testbed.errors import UserError
 from testbed.reports.refusals import RefusalLog, read_refusals
+from testbed.reports.html import write_report
 from testbed.reports.results import read_checkpoint, read_summary
+from testbed.watch.feed import RunFeed
 
 from run_dir_cases import is_top_up, is_top_up_event, ledger_rows, run_killed, snapshot, under_counted
 from test_faults_resume_asked import CONFIG
@@ -295,3 +300,46 @@ def test_a_damaged_refusals_file_is_refused_in_one_line_or_the_resume_completes(
             assert snapshot(d) == before
             return
         assert read_summary(d)["status"] == "completed"
+
+
+# --- 4. where stragglers are shown, refusals are too ----------------------------------------------
+
+@pytest.mark.parametrize("timing", KILLED_AT)
+def test_the_summary_table_the_html_report_and_the_watch_page_show_the_refusal(tmp_path, monkeypatch, timing):
+    """After the resume: `testbed run`'s table, the HTML report's facts and node table, and the watch
+    page's node row and run info name node 1's refusal (its round counted from 1, as progress is)."""
+    killed_at = KILLED_AT[timing]
+    refused_round = killed_at - 2
+    d = tmp_path / "run"
+    with monkeypatch.context() as mp:
+        _scripted(mp, refuses=(STRAGGLER, refused_round))
+        run_killed(load_config_text(CONFIG), d, killed_at)
+    summary = _resume(d)
+    shown = f"node {STRAGGLER} in round {refused_round + 1} (epsilon 9 > 1)"
+    assert f"refusals     1 node(s) refused a round for their own budget, asked nothing more: {shown}" in \
+        format_summary(summary).splitlines()
+    html = write_report(d).read_text()
+    assert ">refused</th>" in html and f"<td>round {refused_round + 1}</td>" in html and escape(shown) in html
+    feed = RunFeed(d)
+    feed.poll()
+    snap = feed.snapshot()
+    rows = {row["id"]: row for row in snap["nodes"]}
+    assert rows[STRAGGLER]["refused_round"] == refused_round + 1
+    assert all(rows[n]["refused_round"] is None for n in NODES if n != STRAGGLER)
+    assert snap["run"]["refusals"] == 1 and snap["run"]["error"] is None
+
+
+@pytest.mark.parametrize("damage", ["node_of_another_run", "huge"])
+def test_the_watch_page_names_a_damaged_refusals_file_and_shows_no_refusal(refused_killed, tmp_path, damage):
+    d = tmp_path / "run"
+    shutil.copytree(refused_killed, d)
+    if damage == "huge":
+        with open(d / "refusals.csv", "a") as f:
+            f.write("2,0,epsilon,9.0,1.0\n" * 1000)
+    else:
+        (d / "refusals.csv").write_text("round,node,budget,would_be,limit\n2,7,epsilon,9.0,1.0\n")
+    feed = RunFeed(d)
+    feed.poll()
+    snap = feed.snapshot()
+    assert "refusals.csv" in snap["run"]["errors"] and snap["run"]["refusals"] == 0
+    assert all(row["refused_round"] is None for row in snap["nodes"])

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Collection
 
-from testbed.budgets import Exceeded
+from testbed.budgets import BUDGET_NAME, Exceeded
 from testbed.errors import UserError
 from testbed.util.appendlog import AppendLog, drop_cut_line
 
@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 
 HEADER = "round,node,budget,would_be,limit\n"
 _NUMBER = r"-?(?:\d{1,400}(?:\.\d{0,400})?|\.\d{1,400})(?:[eE][-+]?\d{1,4})?"
-_LINE = re.compile(rf"(?P<round>\d{{1,12}}),(?P<node>\d{{1,12}}),(?P<budget>[A-Za-z_][A-Za-z0-9_]{{0,63}}),"
+_LINE = re.compile(rf"(?P<round>\d{{1,12}}),(?P<node>\d{{1,12}}),(?P<budget>{BUDGET_NAME.pattern}),"
                    rf"(?P<would_be>{_NUMBER}),(?P<limit>{_NUMBER})")
 
 
@@ -72,7 +72,7 @@ class RefusalLog:
     def append(self, round_index: int, refusal: Exceeded) -> None:
         """Keep that ``refusal.node`` refused ``round_index``: on the OS's side before this returns,
         on disk too with ``sync``."""
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,63}", refusal.budget) \
+        if not BUDGET_NAME.fullmatch(refusal.budget) \
                 or not all(math.isfinite(v) for v in (refusal.would_be, refusal.limit)):
             raise ValueError(f"not a refusal to keep: {refusal}")
         self._log.append(f"{round_index},{refusal.node},{refusal.budget},{float(refusal.would_be)!r},"
