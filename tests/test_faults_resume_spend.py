@@ -40,6 +40,7 @@ from testbed.reports.results import read_checkpoint, read_summary
 from testbed.watch.feed import RunFeed
 
 from run_dir_cases import is_top_up, is_top_up_event, ledger_rows, run_killed, snapshot, under_counted
+from test_faults_refusal import RefusingNodes
 from test_faults_resume_asked import CONFIG
 from test_trust_run_dir import BYTE_DAMAGES, _resume as _resume_cli
 
@@ -49,48 +50,25 @@ STRAGGLER = 1
 KILLED_AT = {"mark_after_round_1": 2, "mark_after_round_3": 4}
 
 
-class ScriptedNodes:
+class ScriptedNodes(RefusingNodes):
     """The run's in-process nodes, of which ``deadline`` ((node, round)) is asked and misses the
     deadline, and ``refuses`` ((node, round)) is asked and refuses for its epsilon budget: as over
     MQTT, both are recorded as asked (asked.csv) and neither releases anything."""
 
     def __init__(self, inner, deadline: tuple[int, int] | None = None, refuses: tuple[int, int] | None = None):
-        self.inner, self.deadline, self.refuses = inner, deadline, refuses
-
-    @property
-    def session(self):
-        return self.inner.session
-
-    def setup(self, state, asking=None):
-        return self.inner.setup(state, asking)
+        super().__init__(inner, dict([refuses]) if refuses else {})
+        self.deadline = deadline
 
     def round(self, state, round_index, excluded, sampled=None, meanwhile=None, asking=None):
-        scripted = [s for s in (self.deadline, self.refuses) if s is not None]
-        missing = {n for n, r in scripted if r == round_index and n not in excluded}
+        late = {n for n, r in [self.deadline] if r == round_index and n not in excluded} if self.deadline else set()
+        now = late | {n for n, at in self.refusals.items() if at == round_index and n not in excluded}
 
         def asking_all(ctx):  # the missing nodes were asked too
-            asking(dataclasses.replace(ctx, expected=tuple(sorted({*ctx.expected, *missing}))))
+            asking(dataclasses.replace(ctx, expected=tuple(sorted({*ctx.expected, *now}))))
 
-        outcome = self.inner.round(state, round_index, excluded | missing, sampled, meanwhile,
-                                   asking_all if asking is not None else None)
-        straggled = {n: why for n, why in outcome.straggled.items() if n not in missing}
-        refused = ()
-        for node, r in scripted:
-            if r == round_index and node in missing:
-                if (node, r) == self.deadline:
-                    straggled[node] = "deadline"
-                else:
-                    refused = ((node, "epsilon", 9.0, 1.0),)
-        return dataclasses.replace(outcome, straggled=straggled, refused=refused)
-
-    def planned_release(self, node, ctx):
-        return self.inner.planned_release(node, ctx)
-
-    def deliver(self, events):
-        self.inner.deliver(events)
-
-    def close(self, status):
-        return self.inner.close(status)
+        outcome = super().round(state, round_index, excluded | late, sampled, meanwhile,
+                                asking_all if asking is not None else None)
+        return dataclasses.replace(outcome, straggled={**outcome.straggled, **dict.fromkeys(late, "deadline")})
 
 
 def _scripted(monkeypatch, **script):
