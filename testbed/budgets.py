@@ -12,6 +12,7 @@ Example::
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterable, Sequence
 
@@ -25,6 +26,11 @@ if TYPE_CHECKING:
     from testbed.config import BudgetSection, PrivacySection
     from testbed.ledger.book import BookNodeView, LedgerBook
     from testbed.ledger.events import NodeEvents
+
+
+#: What a budget's name may be ("epsilon", "energy_j"...), as a node's refusal names it: a short
+#: identifier (a refusal naming anything else is malformed; refusals.csv keeps only these).
+BUDGET_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from testbed.mqtt.brokers import mosquitto
 from testbed.mqtt.brokers.mosquitto import MosquittoBroker, TlsFiles
 from testbed.mqtt.client import MqttClient
 from testbed.mqtt.embedded_broker import EmbeddedBroker
+from testbed.reports.results import SPENT_AGAIN
 
 from conftest import require_command
 
@@ -120,9 +121,9 @@ def _no_node_ledger_above_the_summary(request: pytest.FixtureRequest) -> Iterato
     no node's own ledgers (``ledger-RUN-SESSION-nodeN.csv``, one per session), summed over every
     session of a run (the summary's ``sessions``: the first run and each ``--resume``), show more ε,
     energy, bytes, steps or rounds than the run's summary.json says of the node. A round that
-    several sessions ran (re-run after a resume: the same release, charged once) counts once, at the
-    session that measured it cheapest. New MQTT tests get the check for free by keeping their run
-    and state directories under tmp_path."""
+    several sessions ran (re-run after a resume) counts its compute and communication once per
+    session (spent again) and its release once (the same values again). New MQTT tests get the
+    check for free by keeping their run and state directories under tmp_path."""
     yield
     tmp = request.node.funcargs.get("tmp_path")
     if tmp is None or not tmp.exists():
@@ -159,13 +160,12 @@ def _no_node_ledger_above_the_summary(request: pytest.FixtureRequest) -> Iterato
     problems = []
     for (run, node), sessions in sorted(by_node.items(), key=lambda item: item[0]):
         summary = summaries[run]
-        # A node that never reported (it died) is `unconfirmed`, and a run resumed charges a release
-        # an earlier session asked and never received at the plan: what was measured is then an
-        # estimate (the costliest earlier event), so only the planned figures and ε are held.
-        estimated = len(summary.get("sessions") or ()) > 1 or \
-            summary["nodes"].get(str(node), {}).get("ledger_check") == "unconfirmed"
+        # A node that never reported (it died) is `unconfirmed`: what it spent after its last
+        # answer is charged at the plan, its seconds and joules an estimate (the costliest earlier
+        # event), so only the planned figures and ε are held.
+        estimated = summary["nodes"].get(str(node), {}).get("ledger_check") == "unconfirmed"
         problems += [f"node {node}'s ledgers of {len(sessions)} session(s): {line}"
-                     for line in under_counts(summary, [_once_per_round(node, sessions)],
+                     for line in under_counts(summary, [_released_once(node, sessions)],
                                               PLANNED if estimated else FIGURES)]
     assert problems == [], "a node's own ledger shows more than the run's summary:\n" + "\n".join(problems)
 
@@ -190,22 +190,21 @@ def _node_events(path: Path) -> tuple[int, list[Event]]:
     return (events[0].node if events else int(_NODE_LEDGER.fullmatch(path.name)["node"])), events
 
 
-def _once_per_round(node: int, sessions: list[list[Event]]) -> NodeLedger:
-    """One ledger of ``node`` over its ``sessions``' ledgers, each round's events from the session
-    that logged it with the least joules (a round re-run after a resume releases the same values)."""
-    rounds: dict[int, list] = {}
+def _released_once(node: int, sessions: list[list[Event]]) -> NodeLedger:
+    """One ledger of ``node`` over its ``sessions``' ledgers: every session's compute and
+    communication (a round re-run after a resume is computed and sent again, SPENT_AGAIN), each
+    round's releases from the first session that logged it (re-run, the same values again)."""
+    released: dict[int, list[Event]] = {}
+    spent: list[Event] = []
     for events_of_session in sessions:
-        by_round: dict[int, list] = {}
+        by_round: dict[int, list[Event]] = {}
         for event in events_of_session:
-            by_round.setdefault(event.round, []).append(event)
+            if event.kind in SPENT_AGAIN:
+                spent.append(event)
+            else:
+                by_round.setdefault(event.round, []).append(event)
         for round_index, events in by_round.items():
-            known = rounds.get(round_index)
-            if known is None or _joules(events) < _joules(known):
-                rounds[round_index] = events
+            released.setdefault(round_index, events)
     merged = NodeLedger(node)
-    merged.extend([e for _, events in sorted(rounds.items()) for e in events])
+    merged.extend(spent + [e for _, events in sorted(released.items()) for e in events])
     return merged
-
-
-def _joules(events: list[Event]) -> float:
-    return sum(getattr(e, "energy_j", 0.0) for e in events)

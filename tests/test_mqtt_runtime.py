@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -28,8 +29,11 @@ from testbed.ledger.files import read_ledger
 from testbed.mqtt import topics
 from testbed.mqtt.broker import parse_broker_url
 from testbed.orchestration.runner import run_experiment
+from testbed.reports.asked import read_asked
+from testbed.reports.results import read_checkpoint
 
 from conftest import REPO
+from run_dir_cases import is_top_up_event
 
 EXPERIMENT = """
 [run]
@@ -192,13 +196,21 @@ def test_killed_coordinator_resumes_without_double_counting(tmp_path):
     _run_then_kill_after_3_rounds(exp, run_dir)
     killed_at = len(_metrics(run_dir))
     assert killed_at < 20
+    mark = read_checkpoint(run_dir).rounds_done
+    # Each node the killed session asked in a round the resume runs again computed and sent it then.
+    spent_before = Counter((kind, n, a.round) for a in read_asked(run_dir / "asked.csv", range(4), 19)
+                           if a.round >= mark for n in a.nodes for kind in ("compute", "communication"))
     resumed = _testbed("run", "--resume", str(run_dir), "--quiet", stderr=subprocess.DEVNULL)
     assert resumed.wait(timeout=120) == 0
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["rounds"] == 20
     assert [int(r["round"]) for r in _metrics(run_dir)] == list(range(1, 21))
     sim = _sim_twin(config, tmp_path)
-    assert _comparable(run_dir) == _comparable(sim.run_dir)  # each round charged once
+    # Each release charged once; each re-run round's compute and communication once per session.
+    charged = Counter(e for e in _comparable(run_dir) if not is_top_up_event(e))
+    once = Counter(_comparable(sim.run_dir))
+    assert spent_before and Counter((e.kind, e.node, e.round) for e in charged - once) == spent_before
+    assert not once - charged
     np.testing.assert_allclose(np.load(run_dir / "final_params.npy"), np.load(sim.run_dir / "final_params.npy"),
                                atol=1e-6)
     assert summary["nodes"]["0"]["epsilon"] == pytest.approx(sim.summary["nodes"]["0"]["epsilon"], rel=1e-12)
@@ -331,8 +343,6 @@ def test_a_release_the_killed_coordinator_never_logged_is_charged_when_the_node_
         _run_then_kill_after_3_rounds(exp, run_dir)
         procs[3].kill()
         procs[3].wait()
-        from testbed.reports.results import read_checkpoint
-
         mark = read_checkpoint(run_dir).rounds_done
         first = [p for p in state.glob("ledger-*-node3.csv")]
         assert len(first) == 1

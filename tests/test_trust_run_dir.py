@@ -34,7 +34,7 @@ from testbed.ledger.files import LEDGER_COLUMNS, parse_rows
 from testbed.orchestration.runner import run_experiment
 from testbed.reports.results import _checkpoint_digest, read_checkpoint, read_summary
 
-from run_dir_cases import DETERMINISTIC, ledger_rows, run_killed, snapshot, under_counted
+from run_dir_cases import DETERMINISTIC, ledger_rows, run_killed, snapshot, spent_once, under_counted
 
 COMMON = """
 [run]
@@ -297,7 +297,7 @@ def test_a_server_issued_row_past_the_mark_altered_or_cut_is_charged_again(runs_
     rc, err = _resume(d)
     assert rc == 0, err
     assert not under_counted(d, ledger_rows(runs["full"]))
-    assert len(ledger_rows(d)) == len(ledger_rows(runs["full"])) + (damage == "sensitivity_lowered")
+    assert len(spent_once(ledger_rows(d))) == len(ledger_rows(runs["full"])) + (damage == "sensitivity_lowered")
 
 
 def test_the_cli_says_a_refusal_in_one_line(runs_of, tmp_path):

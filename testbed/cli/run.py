@@ -173,6 +173,10 @@ def format_summary(summary: dict) -> str:
     if straggled:
         lines.append(f"stragglers   {straggled} node-rounds missed ({summary['stragglers']['model']} model, "
                      "plus deadlines and crashes)")
+    refusals = headline.refusals(summary)
+    if refusals:
+        lines.append(f"refusals     {len(refusals)} node(s) refused a round for their own budget, asked nothing more: "
+                     + headline.refusals_text(refusals))
     observers = {o for n in nodes for o in n.get("epsilon_by_observer", {})}
     if len(observers) > 1:
         lines.append("epsilon by   " + ", ".join(

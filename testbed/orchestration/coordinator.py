@@ -59,6 +59,7 @@ from testbed.algorithms.contract import (
     round_signal_spec,
     round_uplink_spec,
 )
+from testbed.budgets import BUDGET_NAME
 from testbed.config import LinksSection, MqttSection, NodesSection
 from testbed.errors import ConfigError, UserError
 from testbed.ledger.events import EVENT_TYPES, Event, WireEvent, with_fields
@@ -89,7 +90,6 @@ _MEASURED_NUMBERS = {kind: tuple(f.name for f in dataclasses.fields(cls)
                                  if f.name in MEASURED_FIELDS and FIELD_RULES[f.name].type is float)
                      for kind, cls in EVENT_TYPES.items()}
 _REPORT_WAIT_S = 10.0  # at most, after the stop, for the nodes' ledger reports (and a round's timeout)
-_REFUSAL_BUDGET_CHARS = 64  # a refusal names its budget ("epsilon", "energy_j"...): a short name
 _REAP_INTERVAL_S = 0.1  # how often a round's collection looks for emulated hosts that died
 _RECONNECT_MAX_S = 5.0  # the coordinator retries a lost broker at least this often (one client)
 
@@ -1014,9 +1014,9 @@ def _node_bounds(mqtt: MqttSection, nodes: NodesSection, node_ids: Sequence[int]
 def _check_refusal(msg: wire.Message) -> None:
     """A refusal names the budget a node would break and two finite figures; WireError if not."""
     budget, figures = msg.meta.get("budget"), [msg.meta.get(k) for k in ("would_be", "limit")]
-    if not isinstance(budget, str) or not 0 < len(budget) <= _REFUSAL_BUDGET_CHARS \
+    if not isinstance(budget, str) or not BUDGET_NAME.fullmatch(budget) \
             or not all(v.__class__ in (int, float) and np.isfinite(v) for v in figures):
-        raise wire.WireError("bad_header", "a refusal needs a budget name and finite would_be and limit")
+        raise wire.WireError("bad_header", "a refusal needs a budget name (an identifier) and finite would_be and limit")
 
 
 def _fork_broker(argv: list[str], stderr_fd: int) -> ForkedCommand:

@@ -40,7 +40,7 @@ from testbed.data.federated import FederatedData, Split
 from testbed.data.lazy import LazyFederatedData
 from testbed.errors import ConfigError
 from testbed.ledger.book import LedgerBook
-from testbed.ledger.events import Event, EventBatch, NodeEvents, StraggleEvent, batches_of
+from testbed.ledger.events import Event, EventBatch, NodeEvents, StraggleEvent, batches_of, with_fields
 from testbed.ledger.files import LedgerWriter
 from testbed.ledger.node import Totals
 from testbed.models import Model
@@ -49,9 +49,10 @@ from testbed.orchestration.nodes_api import Closing, Nodes, RoundOutcome
 from testbed.privacy.accountants import epsilon_by_observer
 from testbed.privacy.accountants.background import BackgroundEpsilons
 from testbed.reports import tracking
-from testbed.reports.asked import AskedLog
+from testbed.reports.asked import Asked, AskedLog
 from testbed.reports.progress import Progress
-from testbed.reports.results import RunDirectory, not_yet_charged, split_by_issuer
+from testbed.reports.refusals import RefusalLog
+from testbed.reports.results import SPENT_AGAIN, RunDirectory, not_yet_charged, split_by_issuer
 from testbed.reports.tracking.feed import Tracking
 from testbed.resources import check_fits
 from testbed.rng import GLOBAL, Purpose, stream
@@ -158,10 +159,16 @@ class Run:
     # A resumed run's ledger rows written after its checkpoint, by round: already charged, taken
     # into the book when their round runs again (so each round's metrics row counts what it did).
     past_mark: dict[int, list[Event]] = field(default_factory=dict)
-    # A resumed run's rounds still to run (and its setup) that an earlier session asked
-    # (asked.csv): round → the nodes it asked. Each such node that ends the round here uncharged
-    # (it straggles, left, is withdrawn) may have released: it is charged the plan (_charge).
-    asked_before: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    # A resumed run's rounds an earlier session asked (asked.csv) that may hold a release the ledger
+    # lacks: round → node → how many earlier sessions asked it (see earlier_asks). Each such node
+    # that ends the round here uncharged (it straggles, left, is withdrawn) may have released: it is
+    # charged the plan (_charge, _asked_rounds_not_run); and each asking session's compute and
+    # communication are charged beside this session's (_earlier_spend).
+    asked_before: dict[int, Counter[int]] = field(default_factory=dict)
+    # What _charge charged at the plan for an earlier session's part of a round (its seconds and
+    # joules the costliest the node had reported by then): (the round as asked, the events), for
+    # _estimates_topped_up at the session's end, when the costliest is known over the whole session.
+    estimated: list[tuple[RoundContext, list[Event]]] = field(default_factory=list)
     sessions: list[str] = field(default_factory=list)  # the sessions that asked a round, oldest first
     eval_data: FederatedData | None = None  # the evaluated nodes' rows (output.eval_nodes); set by run_experiment
     # node → the totals of its own ledger, as it reported them when the run closed (None: sim, whose
@@ -225,26 +232,70 @@ def check_accountants(config: Config, algorithm: Algorithm, node_ids: list[int])
 
 
 def open_run(config: Config, out_dir: Path | None, resume: bool, algorithm: Algorithm, model: Model,
-             book: LedgerBook, past_mark: dict[int, list[Event]]) -> tuple[RunDirectory, int, State]:
+             book: LedgerBook, past_mark: dict[int, list[Event]],
+             asked: dict[int, Counter[int]] | None = None) -> tuple[RunDirectory, int, State]:
     """Stage 3: a new run directory, or a killed run's, trusted only after it is checked (its
     checkpoint against the algorithm's state, its files against the checkpoint's marks), with its
     ledger read back: into ``book`` up to the checkpoint's mark, the rows after it (of the rounds
-    that run again) into ``past_mark`` by round, for :func:`_charge` to take when their round runs."""
+    that run again) into ``past_mark`` by round, for :func:`_charge` to take when their round runs;
+    into ``asked``, what :func:`earlier_asks` finds its earlier sessions asked and the ledger lacks."""
     if resume:
         directory = RunDirectory.reopen(out_dir, expected=algorithm_state_spec(algorithm), max_rounds=algorithm.rounds,
-                                        nodes=set(book.node_ids.tolist()), sync=config.output.sync)
+                                        nodes=set(book.node_ids.tolist()), sync=config.output.sync,
+                                        setup=algorithm.has_setup)
         events = list(directory.ledger_events())
         marked = directory.resumed.ledger_mark.rows
         book.extend(events[:marked])
         for event in events[marked:]:
             past_mark.setdefault(event.round, []).append(event)
         book.forget_rounds_before(directory.resumed.rounds_done - _ROUNDS_KEPT)
+        if asked is not None:
+            refused = {(r.node, r.round) for r in directory.refusals}
+            asked.update(earlier_asks(directory.asked, events, directory.resumed.rounds_done, refused))
         return directory, directory.resumed.rounds_done, directory.resumed.state
     directory = RunDirectory(out_dir or default_run_dir(config), sync=config.output.sync)
     directory.write_config(to_toml(config))
     LedgerWriter(directory.ledger_path).close()  # a run that fails before round 1 has an empty ledger
     params0 = model.init(stream(config.run.seed, GLOBAL, -1, Purpose.INIT))
     return directory, 0, algorithm.init_state(params0)
+
+
+def earlier_asks(asked: list[Asked], events: list[Event], rounds_done: int,
+                 refused: set[tuple[int, int]]) -> dict[int, Counter[int]]:
+    """What the earlier sessions of a resumed run asked (``asked``: asked.csv) that may hold a
+    release or a spend ``events`` (its ledger) lack: round → node → how many sessions asked it.
+
+    A round the resume runs again (at or past the checkpoint's ``rounds_done``) and a setup: every
+    node asked (each asking session computed and sent it; a release is charged once). A round
+    before the checkpoint: each node asked whose ledger holds a straggle row of that round and no
+    release (its late reply, if it sent one, was lost by a kill of the coordinator; a node that
+    never sent is over-counted). A node's refusal of the round (``refused``: (node, round)) was no
+    release: not counted.
+
+    Example::
+
+        >>> from testbed.reports.asked import Asked
+        >>> from testbed.ledger.events import ComputeEvent, StraggleEvent
+        >>> ledger = [ComputeEvent(0, 1, 2), StraggleEvent(1, 1, "deadline"), ComputeEvent(0, 3, 2)]
+        >>> found = earlier_asks([Asked("a" * 16, 1, (0, 1)), Asked("a" * 16, 3, (0, 1)),
+        ...                       Asked("b" * 16, 3, (0, 1))], ledger, 3, {(1, 3)})
+        >>> {r: dict(c) for r, c in found.items()}
+        {1: {1: 1}, 3: {0: 2, 1: 1}}
+    """
+    own, _ = split_by_issuer(events)
+    released = {(e.node, e.round) for e in own if e.kind != StraggleEvent.kind}
+    straggled = {(e.node, e.round) for e in own if e.kind == StraggleEvent.kind}
+    refusals = Counter(refused)
+    found: dict[int, Counter[int]] = {}
+    for record in asked:
+        again = record.round >= rounds_done or record.round == SETUP_ROUND
+        for node in record.nodes:
+            key = (node, record.round)
+            if refusals[key] > 0:
+                refusals[key] -= 1
+            elif again or (key in straggled and key not in released):
+                found.setdefault(record.round, Counter())[node] += 1
+    return found
 
 
 def algorithm_state_spec(algorithm: Algorithm) -> dict:
@@ -295,15 +346,14 @@ def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = Fa
         check_accountants(config, algorithm, list(data.node_ids))
         book = LedgerBook(data.node_ids)
         past_mark: dict[int, list[Event]] = {}
-        directory, rounds_done, state = open_run(config, out_dir, resume, algorithm, model, book, past_mark)
+        asked: dict[int, Counter[int]] = {}
+        directory, rounds_done, state = open_run(config, out_dir, resume, algorithm, model, book, past_mark, asked)
         run = Run(config, data, model, algorithm, budgets_from_config(config.budget, config.privacy), book,
                   directory, state, planned, rounds_done, wall_start=wall_start, past_mark=past_mark,
                   eval_data=eval_data, guarantee=assemble.privacy_guarantee(config),
-                  regression=is_regression(eval_data))
+                  regression=is_regression(eval_data), asked_before=asked)
         run.sessions = list(dict.fromkeys(a.session for a in directory.asked))
-        for a in directory.asked:
-            if a.round >= rounds_done or a.round == SETUP_ROUND:  # rounds before the mark are charged
-                run.asked_before[a.round] = tuple(sorted({*run.asked_before.get(a.round, ()), *a.nodes}))
+        run.refusals = [(r.round, r.exceeded()) for r in directory.refusals]  # withdrawn: asked nothing more
         _evaluate(run)
     except BaseException:
         for job in (tight_job, figures_job):
@@ -351,6 +401,13 @@ def run_rounds(run: Run, nodes: Nodes, quiet: bool, tight_job: BackgroundEpsilon
     alg, config = run.algorithm, run.config
     ledger_file = LedgerWriter(run.directory.ledger_path, sync=run.config.output.sync)
     asked_log = AskedLog(run.directory.asked_path, sync=run.config.output.sync)
+    refusal_log = None
+
+    def refused(round_index: int, refusal: Exceeded) -> None:
+        nonlocal refusal_log
+        if refusal_log is None:  # a run nobody refuses has no refusals.csv
+            refusal_log = RefusalLog(run.directory.refusals_path, sync=run.config.output.sync)
+        refusal_log.append(round_index, refusal)
 
     def asking(ctx: RoundContext) -> None:
         asked_log.append(nodes.session, ctx.round_index, ctx.expected)
@@ -421,7 +478,7 @@ def run_rounds(run: Run, nodes: Nodes, quiet: bool, tight_job: BackgroundEpsilon
             before = last
             outcome = nodes.round(run.state, r, excluded, sampled,
                                   meanwhile=None if reported else lambda: report(before), asking=asking)
-            outcome = _withdraw(run, outcome, withdrawn)
+            outcome = _withdraw(run, outcome, withdrawn, refused)
             _charge(run, outcome, ledger_file, nodes)
             if set(every) <= {refusal.node for _, refusal in run.refusals}:  # nobody left: the last refusal stops it
                 run.stopped, run.status = run.refusals[-1][1], "stopped_budget"
@@ -444,6 +501,8 @@ def run_rounds(run: Run, nodes: Nodes, quiet: bool, tight_job: BackgroundEpsilon
         progress.close()
         ledger_file.close()
         asked_log.close()
+        if refusal_log is not None:
+            refusal_log.close()
 
 
 class CheckpointCadence:
@@ -524,14 +583,19 @@ def _charge(run: Run, outcome: RoundOutcome, ledger_file: LedgerWriter, nodes: N
             if not done:
                 fresh_events.extend(outcome.charged[node, round_index])
     straggled = outcome.straggled
-    earlier = run.asked_before.pop(outcome.ctx.round_index, ())
+    earlier = run.asked_before.pop(outcome.ctx.round_index, Counter())
     if earlier:
         charged_here = {n for b in batches if b.kind != StraggleEvent.kind for n in b.nodes.tolist()}
         charged_here |= {e.node for e in [*fresh_events, *before_kill] if e.kind != StraggleEvent.kind}
-        unanswered = _asked_uncharged(run, outcome.ctx, earlier, charged_here)
+        asked = tuple(sorted(earlier))
+        unanswered = _asked_uncharged(run, outcome.ctx, asked, charged_here)
         if unanswered:
             straggled = {**straggled, **dict.fromkeys(unanswered, "asked_before_resume")}
-            fresh_events.extend(_planned_for(run, nodes, outcome.ctx, earlier, unanswered))
+        planned = _planned_for(run, nodes, outcome.ctx, asked, unanswered) if unanswered else []
+        planned += _earlier_spend(run, nodes, outcome.ctx, earlier, before_kill, set(unanswered))
+        if planned:
+            run.estimated.append((_as_asked(run, outcome.ctx, asked), planned))
+        fresh_events.extend(planned)
     batches += batches_of(fresh_events)
     by_reason: dict[str, list[int]] = {}
     for node, reason in sorted(straggled.items()):
@@ -555,14 +619,62 @@ def _asked_uncharged(run: Run, ctx: RoundContext, asked: tuple[int, ...], charge
     return [n for n, done in zip(left, run.book.logged(left, ctx.round_index).tolist()) if not done] if left else []
 
 
-def _planned_for(run: Run, nodes: Nodes, ctx: RoundContext, asked: tuple[int, ...], unanswered: list[int]) -> list[Event]:
+def _as_asked(run: Run, ctx: RoundContext, asked: tuple[int, ...]) -> RoundContext:
+    """Round ``ctx`` as an earlier session asked it, of the nodes ``asked``."""
+    return RoundContext(ctx.round_index, run.config.run.seed, ctx.num_nodes, asked, sampled=ctx.sampled)
+
+
+def _planned_for(run: Run, nodes: Nodes, ctx: RoundContext, asked: tuple[int, ...], unanswered: list[int],
+                 quiet: bool = False) -> list[Event]:
     """The plan each of ``unanswered`` is charged for round ``ctx`` (as an earlier session asked it,
     with ``asked``): it may have released then, and its reply never reached the ledger."""
-    earlier = RoundContext(ctx.round_index, run.config.run.seed, ctx.num_nodes, asked, sampled=ctx.sampled)
-    log.warning("round %d: node(s) %s, asked by an earlier session of the run, are charged nothing in this one: "
-                "charged the plan (they may have released before the resume)", ctx.round_index,
-                ", ".join(map(str, unanswered)))
+    earlier = _as_asked(run, ctx, asked)
+    if not quiet:
+        log.warning("round %d: node(s) %s, asked by an earlier session of the run, are charged nothing in this one: "
+                    "charged the plan (they may have released before the resume)", ctx.round_index,
+                    ", ".join(map(str, unanswered)))
     return [e for n in unanswered for e in nodes.planned_release(n, earlier)]
+
+
+def _earlier_spend(run: Run, nodes: Nodes, ctx: RoundContext, earlier: Counter[int], before_kill: list[Event],
+                   planned: set[int]) -> list[Event]:
+    """What the earlier sessions that asked round ``ctx`` (``earlier``: node → sessions) spent on
+    it and the ledger lacks: each asking session's compute and communication (testbed.reports.
+    results.SPENT_AGAIN: a round run again is spent again, its release charged once), less the
+    sessions whose rows the ledger kept past the checkpoint (``before_kill``) and the one whose plan
+    :func:`_planned_for` charged already (``planned``): the plan's, at the costliest this session
+    saw. A node that never got to compute is over-counted, never under."""
+    kept = Counter((e.node, e.kind) for e in before_kill if e.kind in SPENT_AGAIN)
+    asked = tuple(sorted(earlier))
+    events: list[Event] = []
+    for node, sessions in sorted(earlier.items()):
+        spend = [e for e in _planned_for(run, nodes, ctx, asked, [node], quiet=True) if e.kind in SPENT_AGAIN]
+        per_session = Counter(e.kind for e in spend)
+        logged = min((kept[node, kind] // count for kind, count in per_session.items()), default=sessions)
+        events += spend * max(0, sessions - logged - (node in planned))
+    return events
+
+
+def _estimates_topped_up(run: Run, nodes: Nodes) -> list[Event]:
+    """What the session's end adds to each plan :func:`_charge` charged for an earlier session's
+    part of a round (``run.estimated``): the seconds and joules by which the node's costliest event,
+    known now over the whole session, exceeds what was charged then (a round's first answers come
+    before its costliest), as a compute event of no steps (it adds seconds and joules only)."""
+    events = []
+    for ctx, charged in run.estimated:
+        for node in sorted({e.node for e in charged}):
+            mine = [e for e in charged if e.node == node and e.kind in SPENT_AGAIN]
+            sessions = sum(e.kind == "compute" for e in mine) or 1
+            now = [e for e in nodes.planned_release(node, ctx) if e.kind in SPENT_AGAIN]
+            first = next((e for e in mine if e.kind == "compute"), None)
+            extra_s = sessions * sum(e.compute_s for e in now if e.kind == "compute") \
+                - sum(e.compute_s for e in mine if e.kind == "compute")
+            extra_j = sessions * sum(e.energy_j for e in now) - sum(e.energy_j for e in mine)
+            if first is not None and (extra_s > 0 or extra_j > 0):
+                events.append(with_fields(first, local_steps=0, cost_units=0.0, compute_s=max(extra_s, 0.0),
+                                          energy_j=max(extra_j, 0.0)))
+    run.estimated.clear()
+    return events
 
 
 def _cost_source(sources: set[bool]) -> str:
@@ -587,6 +699,7 @@ def _charge_closing(run: Run, closing: Closing, nodes: Nodes) -> None:
     fresh = [event for (node, round_index), events in sorted(closing.charged.items())
              if not run.book.logged([node], round_index)[0] for event in events]
     fresh += _asked_rounds_not_run(run, nodes, {(e.node, e.round) for e in fresh})
+    fresh += _estimates_topped_up(run, nodes)
     if not fresh:
         return
     run.book.extend(fresh)
@@ -605,14 +718,17 @@ def _asked_rounds_not_run(run: Run, nodes: Nodes, charged: set[tuple[int, int]])
     budget stop, a failure; a setup some nodes had logged) and that nothing charges: not the book,
     not its rows past the checkpoint's mark, not ``charged`` (the closing's)."""
     events = []
-    for round_index, asked in sorted(run.asked_before.items()):
+    for round_index, sessions in sorted(run.asked_before.items()):
+        asked = tuple(sorted(sessions))
         marked = {e.node for e in run.past_mark.get(round_index, []) if e.kind != StraggleEvent.kind}
         here = marked | {n for n, r in charged if r == round_index}
         ctx = RoundContext(round_index, run.config.run.seed, run.config.data.num_nodes, asked)
         unanswered = _asked_uncharged(run, ctx, asked, here)
         if unanswered:
+            # Before the checkpoint: the node straggled then, and its late reply was lost (if any).
+            reason = "late_reply_lost" if 0 <= round_index < run.rounds_done else "asked_before_resume"
             events += _planned_for(run, nodes, ctx, asked, unanswered)
-            events += [StraggleEvent(n, round_index, "asked_before_resume") for n in unanswered]
+            events += [StraggleEvent(n, round_index, reason) for n in unanswered]
     run.asked_before.clear()
     return events
 
@@ -631,12 +747,16 @@ def _charge_server(run: Run, events: list[Event], nodes: Nodes, ledger_file: Led
         nodes.deliver(events)
 
 
-def _withdraw(run: Run, outcome: RoundOutcome, withdrawn: frozenset[int]) -> RoundOutcome:
-    """Take the round's budget refusals into ``run.refusals`` (each refusing node is asked nothing
-    more: one node's word ends its own part, not everyone's run), and mark the ``withdrawn`` nodes
-    (refused before, not asked) as such among the round's straggles."""
+def _withdraw(run: Run, outcome: RoundOutcome, withdrawn: frozenset[int],
+              keep: Callable[[int, Exceeded], None]) -> RoundOutcome:
+    """Take the round's budget refusals into ``run.refusals`` and ``keep`` each (refusals.csv: a
+    resume asks the node nothing either; each refusing node is asked nothing more: one node's word
+    ends its own part, not everyone's run), and mark the ``withdrawn`` nodes (refused before, not
+    asked) as such among the round's straggles."""
     for node, budget, would_be, limit in outcome.refused:
-        run.refusals.append((outcome.ctx.round_index, Exceeded(node, budget, would_be, limit)))
+        refusal = Exceeded(node, budget, would_be, limit)
+        keep(outcome.ctx.round_index, refusal)
+        run.refusals.append((outcome.ctx.round_index, refusal))
         log.warning("node %d refused round %d: its %s budget would be %.6g > %.6g; it is asked nothing more, "
                     "the run goes on with the others", node, outcome.ctx.round_index, budget, would_be, limit)
     if not withdrawn:

@@ -35,7 +35,7 @@ from typing import Collection, Sequence
 
 from testbed.algorithms.contract import SETUP_ROUND
 from testbed.errors import UserError
-from testbed.util.appendlog import AppendLog
+from testbed.util.appendlog import AppendLog, drop_cut_line
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ class AskedLog:
         try:
             self._log = AppendLog(Path(path), header=HEADER, sync=sync)
         except ValueError:  # a last line cut by a kill: read_asked ignored it; cut it off to append
-            _drop_cut_line(Path(path))
+            drop_cut_line(Path(path))
             self._log = AppendLog(Path(path), header=HEADER, sync=sync)
 
     def append(self, session: str, round_index: int, nodes: Sequence[int]) -> None:
@@ -78,9 +78,10 @@ class AskedLog:
         self._log.close()
 
 
-def read_asked(path: Path, nodes: Collection[int] | None, last_round: int) -> list[Asked]:
+def read_asked(path: Path, nodes: Collection[int] | None, last_round: int, setup: bool = True) -> list[Asked]:
     """The records of ``path``, checked: each a session id, a round in SETUP_ROUND..``last_round``
-    and distinct nodes of the run (``nodes``; None: any). A last line without its line end is ignored (cut before its
+    (0..``last_round`` for an algorithm without a ``setup``) and distinct nodes of the run
+    (``nodes``; None: any). A last line without its line end is ignored (cut before its
     round was sent).
 
     Raises:
@@ -107,7 +108,8 @@ def read_asked(path: Path, nodes: Collection[int] | None, last_round: int) -> li
         match = _LINE.fullmatch(line)
         asked = _ids(match["nodes"] or "") if match else None
         round_index = int(match["round"]) if match else None
-        if asked is None or not SETUP_ROUND <= round_index <= last_round or len(set(asked)) != len(asked) \
+        if asked is None or not (SETUP_ROUND if setup else 0) <= round_index <= last_round \
+                or len(set(asked)) != len(asked) \
                 or (allowed is not None and not allowed.issuperset(asked)):
             raise UserError(f"{path}: line {number} is not a record of a round this run asked "
                             f"({line[:60]!r}); refusing to resume")
@@ -136,9 +138,3 @@ def _ids(text: str) -> tuple[int, ...] | None:
             return None
         ids.extend(range(lo, hi + 1))
     return tuple(ids)
-
-
-def _drop_cut_line(path: Path) -> None:
-    data = path.read_bytes()
-    with open(path, "r+b") as f:
-        f.truncate(data.rfind(b"\n") + 1)

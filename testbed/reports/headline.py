@@ -18,7 +18,10 @@ Example::
 
 from __future__ import annotations
 
+import math
 from typing import Any
+
+from testbed.budgets import BUDGET_NAME
 
 NOT_PRIVATE = "not private (no noise on its releases: epsilon is infinite)"
 
@@ -85,3 +88,32 @@ def cost_source(summary: dict[str, Any]) -> str:
     if source == "measured and modelled":
         return f"measured on metered nodes, modelled by the {profile} profile on the others"
     return source
+
+
+def refusals(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """The summary's ``refusals`` (nodes that refused a round for their own budget and were asked
+    nothing more), each a node, a round, a budget's name and two finite figures; an entry that is
+    not one is left out (a summary of an older testbed has none).
+
+    Example::
+
+        >>> refusals({"refusals": [{"node": 2, "round": 3, "budget": "epsilon", "would_be": 9.0, "limit": 1.0},
+        ...                        {"node": "x"}]})
+        [{'node': 2, 'round': 3, 'budget': 'epsilon', 'would_be': 9.0, 'limit': 1.0}]
+    """
+    raw = summary.get("refusals")
+    kept = []
+    for entry in raw if isinstance(raw, list) else ():
+        if isinstance(entry, dict) and all(type(entry.get(k)) is int for k in ("node", "round")) \
+                and isinstance(entry.get("budget"), str) and BUDGET_NAME.fullmatch(entry["budget"]) \
+                and all(type(entry.get(k)) in (int, float) and math.isfinite(entry[k]) for k in ("would_be", "limit")):
+            kept.append(entry)
+    return kept
+
+
+def refusals_text(kept: list[dict[str, Any]], shown: int = 5) -> str:
+    """:func:`refusals` in words, rounds from 1 (as the progress shows them): "node 2 in round 4
+    (epsilon 9 > 1)", the first ``shown`` and how many more."""
+    words = [f"node {r['node']} in round {r['round'] + 1} ({r['budget']} {r['would_be']:.6g} > {r['limit']:.6g})"
+             for r in kept[:shown]]
+    return ", ".join(words) + (f" and {len(kept) - shown} more" if len(kept) > shown else "")

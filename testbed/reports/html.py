@@ -136,16 +136,21 @@ def _run_body(run_dir: Path) -> tuple[str, str]:
     ]
     if s.get("failure"):
         facts.append(("failure", _e(s["failure"])))
+    if headline.refusals(s):
+        facts.append(("refusals", _e(headline.refusals_text(headline.refusals(s)))))
     observers = sorted({o for n in nodes.values() for o in n.get("epsilon_by_observer", {})})
     headers = ["node", *[f"ε {o}" for o in observers], "ε tight", "energy (J)", "cost units", "bytes",
-               "rounds", "straggled", "compute (s)"]
+               "rounds", "straggled", "refused", "compute (s)"]
+    refused = {r["node"]: r["round"] for r in headline.refusals(s)}
     rows = []
     for node, n in sorted(nodes.items(), key=lambda kv: int(kv[0]) if kv[0].isdigit() else kv[0]):
         by = n.get("epsilon_by_observer", {})
         rows.append([_e(node), *[_spent(by.get(o), b["epsilon"]) for o in observers], _num(n.get("epsilon_tight")),
                      _spent(n["energy_j"], b.get("energy_j")), _spent(n["cost_units"], b.get("cost_units")),
                      _spent(n["bytes_up"] + n["bytes_down"], b.get("bytes")), _num(n["rounds"]),
-                     _num(n.get("rounds_straggled", 0)), _num(n.get("compute_s"))])
+                     _num(n.get("rounds_straggled", 0)),
+                     _e(f"round {refused[int(node)] + 1}") if node.isdigit() and int(node) in refused else "–",
+                     _num(n.get("compute_s"))])
     figures = "".join(_image(p.read_bytes(), p.stem) for p in draw_figures(run_dir))
     config = (run_dir / "config.toml").read_text(encoding="utf-8") if (run_dir / "config.toml").exists() else ""
     body = (f"<h1>{_e(title)}</h1><p><span class=\"status\">{_e(s['status'])}</span></p>"

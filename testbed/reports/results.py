@@ -8,6 +8,7 @@ Layout::
     RUN_DIR/summary.json    the contract other tools read (see SUMMARY_KEYS), with its own sha256
     RUN_DIR/checkpoint.npz  the algorithm's state after the last completed round (for --resume)
     RUN_DIR/asked.csv       which nodes each session asked in each round, before it was sent (testbed.reports.asked)
+    RUN_DIR/refusals.csv    the nodes that refused a round for their own budget (testbed.reports.refusals)
     RUN_DIR/figures/*.png   accuracy and loss against round and cost, ε per node
     RUN_DIR/.lock           the writer's lock (testbed.util.dirlock): one process writes a run directory
 
@@ -44,6 +45,7 @@ from testbed.ledger.events import Event, EventBatch
 from testbed.ledger.fields import MEASURED_FIELDS
 from testbed.ledger.files import LedgerMark, parse_rows, read_ledger
 from testbed.reports.asked import Asked, read_asked
+from testbed.reports.refusals import Refusal, read_refusals
 from testbed.util.appendlog import AppendLog, Mark, sha256_file, swap_file, tail_after, write_atomic, write_swapping
 from testbed.util.dirlock import DirectoryLock
 
@@ -119,6 +121,7 @@ class RunDirectory:
         metrics = self.path / "metrics.csv"
         self.resumed = _resumed
         self.asked: list[Asked] = []  # a reopened run's asked.csv (set by reopen)
+        self.refusals: list[Refusal] = []  # a reopened run's refusals.csv (set by reopen)
         self._config_sha256 = _resumed.config_sha256 if _resumed else None
         header = io.StringIO()
         csv.writer(header).writerow(METRIC_COLUMNS)
@@ -140,7 +143,7 @@ class RunDirectory:
 
     @classmethod
     def reopen(cls, path: Path, expected: StateSpec | None = None, max_rounds: int | None = None,
-               nodes: Collection[int] | None = None, sync: bool = True) -> "RunDirectory":
+               nodes: Collection[int] | None = None, sync: bool = True, setup: bool = True) -> "RunDirectory":
         """An existing run's directory, checked, to append to (``testbed run --resume``).
 
         Checks the checkpoint (digest, array names, shapes and dtypes against ``expected``, all
@@ -153,7 +156,9 @@ class RunDirectory:
         mark stay charged, and the round run again charges what they lack (:func:`not_yet_charged`).
 
         The checked checkpoint is ``run.resumed``; the ledger's events are ``run.ledger_events()``;
-        the rounds its sessions asked (asked.csv, checked: testbed.reports.asked) are ``run.asked``.
+        the rounds its sessions asked (asked.csv, checked: testbed.reports.asked; a setup only when
+        the algorithm has one, ``setup``) are ``run.asked``;
+        its nodes' budget refusals (refusals.csv, checked: testbed.reports.refusals) ``run.refusals``.
         The directory's lock is taken before the checks and held until :meth:`close`.
 
         Raises:
@@ -169,7 +174,9 @@ class RunDirectory:
             _check_config(path / "config.toml", ckpt)
             ledger_cut = _check_ledger(path / "ledger.csv", ckpt, nodes)
             metrics_cut = _check_metrics(path / "metrics.csv", ckpt.metrics_mark)
-            asked = read_asked(path / "asked.csv", nodes, (max_rounds if max_rounds is not None else 2**62) - 1)
+            last_round = (max_rounds if max_rounds is not None else 2**62) - 1
+            asked = read_asked(path / "asked.csv", nodes, last_round, setup=setup)
+            refusals = read_refusals(path / "refusals.csv", nodes, last_round)
             # Every check passed: only now is anything in the directory changed.
             if ledger_cut:
                 os.truncate(path / "ledger.csv", ckpt.ledger_mark.size_bytes)
@@ -178,7 +185,7 @@ class RunDirectory:
                 os.truncate(path / "metrics.csv", ckpt.metrics_mark.size_bytes)
                 log.info("%s: dropped %s past the checkpoint", path / "metrics.csv", metrics_cut)
             directory = cls(path, sync=sync, _resumed=ckpt, _lock=lock)
-            directory.asked = asked
+            directory.asked, directory.refusals = asked, refusals
             return directory
         except BaseException:
             lock.release()
@@ -225,6 +232,11 @@ class RunDirectory:
         """asked.csv: the rounds each session asked, and whom (testbed.reports.asked)."""
         return self.path / "asked.csv"
 
+    @property
+    def refusals_path(self) -> Path:
+        """refusals.csv: the nodes that refused a round for their budget (testbed.reports.refusals)."""
+        return self.path / "refusals.csv"
+
     def write_config(self, toml_text: str) -> None:
         write_atomic(self.path / "config.toml", toml_text.encode(), sync=self.sync)
         self._config_sha256 = hashlib.sha256(toml_text.encode()).hexdigest()
@@ -250,11 +262,18 @@ class RunDirectory:
         self._lock.release()
 
 
+#: The event kinds a round run again after a resume spends again (seconds, joules, bytes: the
+#: nodes compute and send it twice); a release (privacy, mutual information) is the same values
+#: again from the same noise stream, and a straggle row the same record: charged once.
+SPENT_AGAIN = ("compute", "communication")
+
+
 def not_yet_charged(batches: Sequence[EventBatch], before_kill: Sequence[Event]) -> list[EventBatch]:
     """The events of ``batches`` (what a round run again after a resume releases) that
     ``before_kill`` (that round's ledger rows past the checkpoint's mark: charged before the kill)
     does not already hold, matched one for one on every field but the measured ones (a node
-    measures its seconds and joules anew).
+    measures its seconds and joules anew). Events of :data:`SPENT_AGAIN` kinds are never matched:
+    the round run again spends them again.
 
     Rows past the mark are covered by no digest: a kill may have cut the round's rows short at a
     line end, and anything may have altered them since. A row missing or altered leaves the event
@@ -264,12 +283,19 @@ def not_yet_charged(batches: Sequence[EventBatch], before_kill: Sequence[Event])
 
         >>> from testbed.ledger.events import ComputeEvent
         >>> batch = EventBatch(ComputeEvent(0, 3, local_steps=2), np.array([0, 1]))
-        >>> [b.nodes.tolist() for b in not_yet_charged([batch], [ComputeEvent(1, 3, local_steps=2)])]
+        >>> from testbed.ledger.events import StraggleEvent
+        >>> straggles = EventBatch(StraggleEvent(0, 3, "emulated"), np.array([0, 1]))
+        >>> [b.nodes.tolist() for b in not_yet_charged([straggles], [StraggleEvent(1, 3, "emulated")])]
         [[0]]
+        >>> [b.nodes.tolist() for b in not_yet_charged([batch], [ComputeEvent(1, 3, local_steps=2)])]
+        [[0, 1]]
     """
-    left = Counter(_planned_fields(e) for e in before_kill)
+    left = Counter(_planned_fields(e) for e in before_kill if e.kind not in SPENT_AGAIN)
     fresh = []
     for batch in batches:
+        if batch.kind in SPENT_AGAIN:
+            fresh.append(batch)
+            continue
         keep = []
         for i, event in enumerate(batch.events()):
             key = _planned_fields(event)

@@ -222,3 +222,11 @@ def _sync_directory(path: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def drop_cut_line(path: Path) -> None:
+    """Cut ``path`` after its last line end: a last line a kill cut mid-write (its reader ignored
+    it), so that the file can be appended to again."""
+    data = path.read_bytes()
+    with open(path, "r+b") as f:
+        f.truncate(data.rfind(b"\n") + 1)

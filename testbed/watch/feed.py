@@ -44,6 +44,7 @@ from testbed.ledger.events import CommunicationEvent, ComputeEvent, Event, Strag
 from testbed.ledger.fields import event_from_dict
 from testbed.ledger.files import LEDGER_COLUMNS
 from testbed.ledger.node import NodeLedger
+from testbed.reports.refusals import read_refusals
 from testbed.reports.results import METRIC_COLUMNS, read_summary
 from testbed.util.dirlock import holder_gone
 from testbed.watch.checks import check_event, metric_row, summary_view
@@ -67,6 +68,8 @@ MAX_SUMMARY_BYTES_PER_NODE = 16 * 1024
 #: whenever the graph changes); above, the page says so and draws nothing.
 MAX_GRAPH_NODES = 500
 MAX_GRAPH_EDGES = 20_000
+#: refusals.csv holds a line of at most ~200 bytes per node (each refuses once): more is not read.
+MAX_REFUSAL_BYTES_PER_NODE = 256
 #: ε figures kept for tallies seen (most nodes of a run share a few; a bound, not a leak per round).
 EPS_CACHE_SIZE = 4096
 
@@ -173,6 +176,8 @@ class RunFeed:
         self._config_text: bytes | None = None
         self.summary: dict | None = None         # what the page shows of summary.json, checked
         self._summary_id: tuple | None = None
+        self.refused: dict[int, int] = {}        # node → the round it refused for its budget (refusals.csv)
+        self._refusals_id: tuple | None = None
         self.metrics: list[dict[str, float | None]] = []
         self.nodes: dict[int, NodeView] = {}
         self._planned: int | None = None
@@ -282,6 +287,8 @@ class RunFeed:
         if self.config is not None and self._read_log(self._ledger_tail, self._take_event):
             return True
         self._read_summary()
+        if self.config is not None:  # refusals are checked against the run's nodes and rounds
+            self._read_refusals()
         return False
 
     def _read_log(self, tail: LineTail, take) -> bool:
@@ -544,6 +551,42 @@ class RunFeed:
         return {"epsilon": b.epsilon, "cost_units": b.cost_units, "bytes": b.bytes, "energy_j": b.energy_j,
                 "mi_epsilon": b.mi_epsilon, "delta": p.delta, "accountant": p.accountant, "guarantee": self.guarantee}
 
+    def _read_refusals(self) -> None:
+        """refusals.csv, checked as a resume checks it (testbed.reports.refusals); read again
+        whenever it changes. A file that fails the checks shows no refusals and says why."""
+        name = "refusals.csv"
+        ident = self._file_id(name)
+        if ident is None:
+            if self._refusals_id is not None:
+                self._problem(name, "deleted while watched; no refusals are shown")
+            self._refusals_id = None
+            self._set_refused({})
+            return
+        if ident == self._refusals_id:
+            return
+        self._refusals_id = ident
+        self.problems.pop(name, None)
+        num_nodes = self.config.data.num_nodes
+        limit = 64 + MAX_REFUSAL_BYTES_PER_NODE * num_nodes
+        refused: dict[int, int] = {}
+        try:
+            if ident[2] > limit:
+                raise UserError(f"{ident[2]} bytes, more than the refusals of {num_nodes} nodes take ({limit}); not read")
+            refused = {r.node: r.round for r in read_refusals(self.run_dir / name, range(num_nodes),
+                                                               (self._planned or 2**62) - 1)}
+        except UserError as exc:
+            self._problem(name, str(exc).removeprefix(f"{self.run_dir / name}: "))
+        self._set_refused(refused)
+
+    def _set_refused(self, refused: dict[int, int]) -> None:
+        """Take ``refused`` (node → round) as the run's refusals; the rows of the nodes it changes are sent again."""
+        changed = {n for n in {*refused, *self.refused} if refused.get(n) != self.refused.get(n)}
+        self.refused = refused
+        if changed:
+            self.version += 1
+            for node in changed:
+                self._view(node).version = self.version
+
     def run_info(self) -> dict[str, Any]:
         """The run's progress, time left and status (``waiting``, ``running``, ``stalled``,
         ``killed`` (its coordinator's MQTT will came and no summary), or the summary's
@@ -556,7 +599,7 @@ class RunFeed:
         info: dict[str, Any] = {
             "run_dir": str(self.run_dir), "rounds_done": done, "rounds_planned": planned, "wall_s": wall,
             "error": " · ".join(f"{name}: {text}" for name, text in errors.items()) or None, "errors": errors,
-            "coordinator": self.coordinator, "status_dropped": self.status_dropped,
+            "coordinator": self.coordinator, "status_dropped": self.status_dropped, "refusals": len(self.refused),
             "status_dropped_last": self.status_dropped_last,
         }
         if c is not None:
@@ -671,6 +714,8 @@ class RunFeed:
         return {
             "id": node, "state": state, "why": why,
             "rounds": t.rounds, "straggled": t.rounds_straggled, "last_round": view.last_round + 1,
+            # The round (from 1, as last_round) it refused for its own budget: asked nothing since.
+            "refused_round": self.refused[node] + 1 if node in self.refused else None,
             "last_seen_s": last_seen, "status_at": view.mqtt_at,
             # An observer's ε that cannot be accounted leaves the headline unknown, not understated.
             "epsilon": _num(max(known, default=0.0)) if len(known) == len(raw) and self.guarantee == "dp" else None,

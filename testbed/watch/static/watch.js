@@ -125,7 +125,8 @@ function renderCards() {
   const count = s => nodes.filter(n => n.state === s).length;
   const cards = [
     ["nodes online", `${count("online")} / ${nodes.length}`,
-     `${count("straggling")} straggling · ${count("offline") + count("missing")} offline`],
+     `${count("straggling")} straggling · ${count("offline") + count("missing")} offline · ` +
+     `${nodes.filter(n => n.refused_round !== null && n.refused_round !== undefined).length} refused`],
   ];
   for (const [key, bkey, label, fmt] of SPENT) {
     let worst = null;
@@ -285,6 +286,7 @@ function columns() {
     { key: "bytes", label: "bytes", cell: n => budgetBar(n.bytes, b.bytes, bytes) },
     { key: "rounds", label: "rounds done", cell: n => esc(n.rounds) },
     { key: "straggled", label: "straggled", cell: n => esc(n.straggled) },
+    { key: "refused_round", label: "refused", cell: n => n.refused_round ? `round ${esc(n.refused_round)}` : "–" },
     { key: "last_round", label: "last seen", cell: n => n.last_round
         ? `round ${esc(n.last_round)}${n.last_seen_s !== null ? ` (at ${esc(duration(n.last_seen_s))})` : ""}` : "–" },
     { key: "board", label: "board", left: true, cell: n => esc(n.board ?? "–") },
