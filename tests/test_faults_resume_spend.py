@@ -3,7 +3,7 @@ checkpoint mark after round 1 or after round 3):
 
 - a node an earlier session asked in a round BEFORE the mark, that straggled (a deadline) and whose
   late reply never reached the ledger (a kill of the coordinator loses it), is charged the round's
-  plan at the resume, once (straggle reason "late_reply_lost"); a node the round did not ask is not;
+  plan at the resume, once (beside its deadline row, no second straggle); a node the round did not ask is not;
 - a round re-run after the resume is spent twice: each session that asked it computed and sent it,
   so its compute and communication are charged for each (the killed session's from its rows past
   the mark, or the plan when they were lost), its release (privacy) once;
@@ -110,13 +110,15 @@ def test_a_late_reply_to_a_round_before_the_mark_lost_by_the_kill_is_charged_the
     summary = _resume(d)
 
     assert summary["status"] == "completed"
-    # The plan, once, beside the round's deadline row and one saying why: as if its reply had come.
+    # The plan, once, beside the round's deadline row: as if its reply had come.
     assert _rows_of(d, STRAGGLER, straggled_round) == Counter({
-        ("straggle", "deadline"): 1, ("straggle", "late_reply_lost"): 1,
+        ("straggle", "deadline"): 1,
         ("compute", None): 1, ("communication", None): 1, ("privacy", None): 1})
     assert summary["nodes"][str(STRAGGLER)]["epsilon"] == pytest.approx(
         read_summary(full)["nodes"][str(STRAGGLER)]["epsilon"])
     assert not under_counted(d, ledger_rows(full))
+    # The annotation is not a second missed round.
+    assert summary["nodes"][str(STRAGGLER)]["rounds_straggled"] == 1
     # A second resume (the finished run) charges it no second time.
     before = ledger_rows(d)
     _resume(d)

@@ -81,7 +81,7 @@ def _charged_once(run_dir: Path) -> None:
     (asked.csv: a round re-run after a resume is computed and sent again)."""
     asked = Counter((n, a.round) for a in read_asked(run_dir / "asked.csv", None, 2**40) for n in a.nodes)
     keys = Counter((e.node, e.round, e.kind, getattr(e, "reason", None)) for e in read_ledger(run_dir / "ledger.csv")
-                   if not is_top_up_event(e))  # a straggle row of each reason (late_reply_lost beside deadline)
+                   if not is_top_up_event(e))  # a straggle row of each reason
     assert [k for k, count in keys.items() if count > (asked[k[:2]] if k[2] in SPENT_AGAIN else 1)] == []
 
 

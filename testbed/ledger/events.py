@@ -106,7 +106,7 @@ OBSERVERS = ("server", "peers", "public")
 ISSUERS = ("node", "server")
 #: Why a node missed a round (StraggleEvent.reason).
 STRAGGLE_REASONS = ("emulated", "deadline", "offline", "refused_update", "no_exchange", "withdrawn",
-                    "asked_before_resume", "late_reply_lost")
+                    "asked_before_resume")
 #: The Gaussian mechanism's adjacency notions and ways of sampling (GaussianEvent's fields).
 ADJACENCIES = ("replace_one", "add_remove")
 SAMPLINGS = ("none", "without_replacement", "poisson")
@@ -118,11 +118,10 @@ class StraggleEvent:
     answer in time), "offline", "refused_update" (its answer failed validation), "no_exchange"
     (too few peers transmitted), "withdrawn" (it refused an earlier round for its budget and is
     asked nothing more), "asked_before_resume" (an earlier session of a resumed run asked it this
-    round and nothing of it reached the ledger: its plan is charged beside this row) or
-    "late_reply_lost" (it straggled in a round before a resumed run's checkpoint and no late reply
-    reached the ledger, which a kill of the coordinator may have lost: its plan is charged beside
-    this row, an over-count if it never sent). It costs nothing; what the node did release is
-    charged apart."""
+    round and nothing of it reached the ledger: its plan is charged beside this row). It costs
+    nothing; what the node did release is charged apart (a node that straggled in a round before a
+    resumed run's checkpoint and whose late reply never reached the ledger is charged the round's
+    plan beside its first straggle row: a kill of the coordinator may have lost that reply)."""
 
     node: int
     round: int

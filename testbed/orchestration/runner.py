@@ -725,10 +725,11 @@ def _asked_rounds_not_run(run: Run, nodes: Nodes, charged: set[tuple[int, int]])
         ctx = RoundContext(round_index, run.config.run.seed, run.config.data.num_nodes, asked)
         unanswered = _asked_uncharged(run, ctx, asked, here)
         if unanswered:
-            # Before the checkpoint: the node straggled then, and its late reply was lost (if any).
-            reason = "late_reply_lost" if 0 <= round_index < run.rounds_done else "asked_before_resume"
             events += _planned_for(run, nodes, ctx, asked, unanswered)
-            events += [StraggleEvent(n, round_index, reason) for n in unanswered]
+            if not 0 <= round_index < run.rounds_done:
+                events += [StraggleEvent(n, round_index, "asked_before_resume") for n in unanswered]
+            # Before the checkpoint the node straggled then (its row is in the ledger: a second one
+            # would count the round twice) and its late reply, if any, was lost with the kill.
     run.asked_before.clear()
     return events
 
