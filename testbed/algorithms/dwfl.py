@@ -95,10 +95,13 @@ from testbed.algorithms.dwfl_channel import (
     RoundChannel,
     channel_noise_row,
     heard_links,
+    DEFAULT_MIXING,
     large_scale_amplitude,
     propagate,
+    radio_from_section,
     receiver_noise_power_w,
     round_channel,
+    topology_from_sections,
 )
 from testbed.data.federated import Split
 from testbed.errors import ConfigError
@@ -107,15 +110,12 @@ from testbed.models import Model
 from testbed.privacy import dwfl as dp
 from testbed.rng import Purpose, stream
 from testbed.sections import NonNegative, OnlyWith, Positive, Section, field_default
-from testbed.topology import LinkBudget, Mixing, Topology, TopologySection, spectral_gap
+from testbed.topology import Mixing, Topology, TopologySection, spectral_gap
 
 if TYPE_CHECKING:
     from testbed.config import Config
 
 VARIANTS = ("A", "B")
-#: DWFL's mixing rule for ``[topology] mixing = "auto"``: over the air a receiver hears one sum and
-#: can only weight it as a whole (uniform 1/d_i, on the complete graph eq. (7)'s (1 − I)/(N − 1)).
-DEFAULT_MIXING = "uniform"
 CALIBRATIONS = ("with_channel_noise", "artificial_only")
 INITS = ("common", "zeros", "independent")
 
@@ -877,44 +877,6 @@ class DwflChannel:
         if self.topology is not None and not self.topology.is_complete:
             links = heard_links(self.topology.mixing(ctx.round_index, DEFAULT_MIXING), ctx.answered)
         return propagate(self.scheme, signals, rc, self.radio, ctx.seed, ctx.round_index, out, links)
-
-
-def radio_from_section(a: "DwflSection", num_nodes: int) -> Radio:
-    """The :class:`Radio` of a ``[dwfl]`` section: dBm to W, σ_m² fixed or thermal (k·T·B·NF/2)."""
-    from channel import dbm_to_w, real_noise_variance_w, thermal_noise_power_w
-
-    if a.noise_figure_db is not None:
-        noise = float(real_noise_variance_w(thermal_noise_power_w(a.bandwidth_hz, a.noise_figure_db)))
-    else:
-        noise = 1.0 if a.noise_power_w is None else a.noise_power_w  # dwfl.md §1.2: σ_m² = 1
-    return Radio(num_nodes=num_nodes, power_w=float(dbm_to_w(a.power_dbm)), noise_power_w=noise,
-                 bandwidth_hz=a.bandwidth_hz, fading=a.fading, k_factor=a.k_factor,
-                 coherence_rounds=a.coherence_rounds, pathloss=a.pathloss, area_m=a.area_m,
-                 carrier_hz=a.carrier_hz, beta=a.beta, c_scale=a.c_scale,
-                 digital_orthogonal=a.orthogonal_link == "digital")
-
-
-def topology_from_sections(sections: dict[str, Any], num_nodes: int, seed: int) -> Topology:
-    """The run's :class:`Topology` from ``[topology]`` (absent: complete) with the ``[dwfl]`` radio's
-    link budget (random_geometric: the free-space range at the nodes' power and noise, in the
-    radio's area). Every process draws it from the config and seed alone: a node over MQTT knows
-    its neighbours without being told (numpy only; kind = "file" needs the edge list on every
-    node's host, at the path the experiment file gives). Raises ConfigError naming the key."""
-    a: DwflSection = sections["dwfl"]
-    section = sections.get("topology") or TopologySection()
-    radio = radio_from_section(a, num_nodes)
-    budget = LinkBudget(power_w=radio.power_w, noise_power_w=radio.noise_power_w, carrier_hz=radio.carrier_hz,
-                        area_m=radio.area_m)
-    topology = Topology(section, num_nodes, seed, budget)
-    if topology.is_complete:
-        return topology
-    if a.scheme == "ota_central":
-        raise ConfigError("topology.kind", 'ota_central needs kind = "complete": every node reaches the server')
-    if a.scheme == "ota_d2d" and topology.resolved_mixing(DEFAULT_MIXING) != "uniform":
-        raise ConfigError("topology.mixing", "ota_d2d needs uniform mixing: a receiver hears one superposition "
-                                             "and can weight only the sum; metropolis_hastings needs separate "
-                                             "links (scheme = \"orthogonal_d2d\")")
-    return topology
 
 
 def build(sections: dict[str, Any], ctx: BuildContext) -> Dwfl:
