@@ -108,7 +108,7 @@ from testbed.errors import ConfigError
 from testbed.ledger.events import Event, GaussianEvent
 from testbed.models import Model
 from testbed.privacy import dwfl as dp
-from testbed.rng import Purpose, stream
+from testbed.rng import Purpose, node_streams, stream
 from testbed.sections import NonNegative, OnlyWith, Positive, Section, field_default
 from testbed.topology import Mixing, Topology, TopologySection, spectral_gap
 
@@ -616,7 +616,7 @@ class Dwfl(BaseAlgorithm):
         ids = np.asarray(node_ids, dtype=np.int64)
         tx = _rows(plan.tx, ids)
         signals = np.empty_like(payload)
-        fill_gaussian_rows(signals, math.sqrt(plan.sigma2), [stream(seed, i, round_index, Purpose.NOISE) for i in ids])
+        fill_gaussian_rows(signals, math.sqrt(plan.sigma2), node_streams(seed, ids.tolist(), round_index, Purpose.NOISE))
         transmit_real(payload, signals, tx, out=signals)  # s_i = sqrt(α_i P_i) u_i + sqrt(β_i P_i) G_i
         if self.scheme == "ota_central":
             return signals, models.copy()

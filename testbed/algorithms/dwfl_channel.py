@@ -60,7 +60,7 @@ from channel import (
 from channel import sparse_superpose
 from channel.pathloss import pathloss_3gpp
 from testbed.errors import ConfigError
-from testbed.rng import GLOBAL, Purpose, stream
+from testbed.rng import GLOBAL, Purpose, node_streams, stream
 from testbed.topology import Graph, LinkBudget, Mixing, Topology, TopologySection
 
 SCHEMES = ("ota_d2d", "orthogonal_d2d", "ota_central")
@@ -318,7 +318,7 @@ def propagate(
     else:
         raise ValueError(f"unknown scheme {scheme!r}; expected one of {SCHEMES}")
     noise = receiver_noise_power_w(scheme, rc, radio, range(n), links)
-    gens = [_noise_stream(scheme, radio, i, seed, round_index) for i in range(n)]
+    gens = node_streams(seed, range(n), round_index, Purpose.CHANNEL)  # _noise_stream of each receiver, in order
     if links is None:
         return d2d_superpose(signals, gains, noise, gens, out=out)
     g = links.graph
