@@ -15,6 +15,15 @@ One round (Algorithm 1, eq. 7; dwfl.md §3.4), split so that the channel can run
     Everything but v_i is known before the node listens, so the node step already forms
     pending_i = x_i' − η self_i (B) and the update is pending_i + η/(c(N−1)) (v_i − [A: m_i]).
 
+On a graph (``topology``, ``[topology]`` other than complete; issue 32) receiver i hears only its
+neighbours N(i): (b) is one sparse product over the graph's links, O(E·d), and (c) is
+:meth:`Dwfl.receive_on_graph`, eq. (7) over the d_i^S neighbours that transmitted (uniform mixing
+over the air; orthogonal links weighted by i's row of W); a receiver that heard no one keeps x_i'.
+The alignment of eqs. (3)–(4) stays global: a sender broadcasts one amplitude to all its
+receivers. Privacy follows per receiver: eqs. (10)–(11) sum over N(i), σ² is calibrated at the
+worst receiver, and each sender is charged at the worst of its receivers. Kind "complete" (the
+default) keeps the dense path below, bit for bit.
+
 (b) is the algorithm's :class:`DwflChannel` (``Dwfl.channel``: in sim in the runner, over MQTT in the
 channel emulator), (c) is :meth:`Dwfl.node_finish`. The state is ``{"models": (N, P)}``, the stack of
 the nodes' models (no global model); each node gets only its own row; :meth:`Dwfl.eval_params` is
