@@ -53,7 +53,7 @@ from .noise import (
     real_noise_variance_w,
     thermal_noise_power_w,
 )
-from .ota import d2d_noise_variance, d2d_superpose, d2d_superpose_per_link, uplink_superpose
+from .ota import d2d_noise_variance, d2d_superpose, d2d_superpose_per_link, sparse_superpose, uplink_superpose
 from .pathloss import LargeScaleFading, d2d_pathloss_3gpp, free_space_pathloss_db, pathloss_3gpp
 from .power_control import Alignment, align_power, estimate_csi, to_complex_baseband, transmit_real
 from .units import db_to_linear, dbm_to_w, linear_to_db, w_to_dbm
@@ -93,6 +93,7 @@ __all__ = [
     "uplink_superpose",
     "d2d_superpose",
     "d2d_superpose_per_link",
+    "sparse_superpose",
     "d2d_noise_variance",
     # links
     "LinkCost",

@@ -9,6 +9,9 @@ noise is real with per-entry variance ``noise_power_w`` (σ_m²).
 - :func:`d2d_superpose`: DWFL's full-duplex D2D slot (eq. 1): each receiver i gets
   v_i = Σ_{k≠i} g_k s_k + m_i. One gain per *sender* (the paper's model), so it is computed in
   O(N·d) as the total sum minus the receiver's own contribution, never as N separate sums.
+- :func:`sparse_superpose`: a D2D slot on a graph: receiver i hears only its neighbours,
+  v_i = Σ_{k∈N(i)} L_ik s_k + m_i, one sparse (N, N) matrix L of link weights (scipy CSR; its
+  nonzeros are the graph's 2E directed links) times the payloads: O(E·d), never N×N dense.
 - :func:`d2d_superpose_per_link`: the general case with one gain per (receiver, sender) link (e.g.
   path loss from positions). Each receiver then sees a different combination, which is a matrix
   product and costs O(N²·d) (done in column chunks through BLAS).
@@ -38,6 +41,7 @@ __all__ = [
     "uplink_superpose",
     "d2d_superpose",
     "d2d_superpose_per_link",
+    "sparse_superpose",
     "d2d_noise_variance",
 ]
 
@@ -104,8 +108,8 @@ def d2d_superpose(
         signals: (N, d) real payloads, sqrt(W) (float64 or float32).
         gains: (N,) real effective gains g_k (|h_k| with perfect CSI; 0 for silent senders).
         noise_power_w: scalar or (N,) σ_m² per receiver, per entry, W.
-        rng: one ``numpy.random.Generator`` or N of them (one per receiver); may be ``None``
-            when every σ_m² is 0.
+        rng: one ``numpy.random.Generator`` or N of them (one per receiver, a sequence or an
+            iterator in row order); may be ``None`` when every σ_m² is 0.
         out: optional (N, d) output; may be ``signals`` itself (overwritten in place).
 
     Returns:
@@ -135,11 +139,51 @@ def d2d_superpose(
         row = out[i]
         np.multiply(s[i], -g[i], out=row)  # −g_i s_i (reads s[i] before overwriting if aliased)
         row += total
+        gen = rng if gens is None else next(gens)  # every row draws its own, in row order
         if noisy and std[i] > 0:
-            gen = rng if gens is None else gens[i]
             gen.standard_normal(out=buf, dtype=out.dtype)
             buf *= std[i]
             row += buf
+    return out
+
+
+def sparse_superpose(signals: np.ndarray, links: Any, noise_power_w: Any, rng: Any) -> np.ndarray:
+    """A D2D slot on a graph: v_i = Σ_k L_ik s_k + m_i with L sparse. O(nnz(L)·d).
+
+    The receivers' sums are one sparse-times-dense product (scipy's CSR kernel: one axpy of length
+    d per link, no N×N dense matrix and no (E, d) gather), then each receiver's noise is added from
+    its own generator, in the order :func:`d2d_superpose` draws it.
+
+    Args:
+        signals: (N, d) real payloads, sqrt(W).
+        links: (N, N) sparse link weights [receiver, sender] (a ``scipy.sparse.csr_array``; silent
+            senders may keep their weights: their rows of ``signals`` are zero).
+        noise_power_w: scalar or (N,) σ_m² per receiver, per entry, W.
+        rng: one ``numpy.random.Generator`` or N of them; ``None`` if every σ_m² is 0.
+
+    Returns:
+        (N, d) float64 received signals, a new array (the product cannot overwrite its input).
+
+    Example::
+
+        >>> import numpy as np, scipy.sparse
+        >>> ring = scipy.sparse.csr_array(np.array([[0.0, 1.0, 2.0], [1.0, 0.0, 0.0], [2.0, 0.0, 0.0]]))
+        >>> sparse_superpose(np.eye(3), ring, 0.0, None).tolist()
+        [[0.0, 1.0, 2.0], [1.0, 0.0, 0.0], [2.0, 0.0, 0.0]]
+    """
+    if signals.ndim != 2:
+        raise ValueError(f"signals must have shape (N, d), got {signals.shape}")
+    n = signals.shape[0]
+    if links.shape != (n, n):
+        raise ValueError(f"links must have shape ({n}, {n}), got {links.shape}")
+    out = np.asarray(links @ signals, dtype=np.float64)
+    std = _noise_std(noise_power_w, n)
+    if np.any(std > 0):
+        from .noise import add_awgn_real
+
+        if rng is None:
+            raise ValueError("rng is required when noise_power_w > 0")
+        add_awgn_real(out, std**2, rng, chunk=max(1, out.shape[1]))
     return out
 
 

@@ -31,7 +31,7 @@ def experiments(draw) -> dict:
     raw = {name: draw(_SECTION_VALUES[name]) for name in sections}
     raw["run"]["algorithm"] = algorithm
     for section, key in PATH_KEYS:
-        if isinstance(raw[section].get(key), str):
+        if section in raw and isinstance(raw[section].get(key), str):  # the algorithm may not use the section
             raw[section][key] = "/" + raw[section][key].lstrip("/")
     return raw
 

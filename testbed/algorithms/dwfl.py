@@ -15,6 +15,15 @@ One round (Algorithm 1, eq. 7; dwfl.md §3.4), split so that the channel can run
     Everything but v_i is known before the node listens, so the node step already forms
     pending_i = x_i' − η self_i (B) and the update is pending_i + η/(c(N−1)) (v_i − [A: m_i]).
 
+On a graph (``topology``, ``[topology]`` other than complete; issue 32) receiver i hears only its
+neighbours N(i): (b) is one sparse product over the graph's links, O(E·d), and (c) is
+:meth:`Dwfl.receive_on_graph`, eq. (7) over the d_i^S neighbours that transmitted (uniform mixing
+over the air; orthogonal links weighted by i's row of W); a receiver that heard no one keeps x_i'.
+The alignment of eqs. (3)–(4) stays global: a sender broadcasts one amplitude to all its
+receivers. Privacy follows per receiver: eqs. (10)–(11) sum over N(i), σ² is calibrated at the
+worst receiver, and each sender is charged at the worst of its receivers. Kind "complete" (the
+default) keeps the dense path below, bit for bit.
+
 (b) is the algorithm's :class:`DwflChannel` (``Dwfl.channel``: in sim in the runner, over MQTT in the
 channel emulator), (c) is :meth:`Dwfl.node_finish`. The state is ``{"models": (N, P)}``, the stack of
 the nodes' models (no global model); each node gets only its own row; :meth:`Dwfl.eval_params` is
@@ -88,23 +97,29 @@ from testbed.algorithms.contract import NodeResult, RoundContext, ServerResult, 
 from testbed.algorithms.registry import BuildContext, Registration
 from testbed.algorithms.dwfl_channel import (
     SCHEMES,
+    HeardLinks,
     Radio,
     RadioView,
     aligned_channel,
     RoundChannel,
     channel_noise_row,
+    DEFAULT_MIXING,
+    heard_links,
     large_scale_amplitude,
     propagate,
+    radio_from_section,
     receiver_noise_power_w,
     round_channel,
+    topology_from_sections,
 )
 from testbed.data.federated import Split
 from testbed.errors import ConfigError
 from testbed.ledger.events import Event, GaussianEvent
 from testbed.models import Model
 from testbed.privacy import dwfl as dp
-from testbed.rng import Purpose, stream
-from testbed.sections import NonNegative, OnlyWith, Positive, Section
+from testbed.rng import Purpose, node_streams, stream
+from testbed.sections import NonNegative, OnlyWith, Positive, Section, field_default
+from testbed.topology import Graph, Mixing, Topology, TopologySection, spectral_gap
 from testbed.topology.view import graph_view_with
 
 if TYPE_CHECKING:
@@ -153,8 +168,6 @@ class DwflSection(Section):
     (default 1, the paper's) or thermal k·T·B·NF/2 from ``noise_figure_db`` and ``bandwidth_hz``."""
 
     ONLY_WITH = {"k_factor": (OnlyWith("fading", ("rician",)),),
-                 "area_m": (OnlyWith("pathloss", ("free_space", "umi", "uma")),),
-                 "carrier_hz": (OnlyWith("pathloss", ("free_space", "umi", "uma")),),
                  "init_std": (OnlyWith("init", ("independent",)),)}
 
     scheme: Literal["ota_d2d", "orthogonal_d2d", "ota_central"] = "ota_d2d"
@@ -187,7 +200,9 @@ class DwflSection(Section):
     """Absent: time-invariant fading; B: redrawn every B rounds."""
     pathloss: Literal["none", "free_space", "umi", "uma"] = "none"
     area_m: Positive[float] = 100.0
+    """Side of the square the nodes are placed in, m (path loss, and [topology] random_geometric)."""
     carrier_hz: Positive[float] = 2.4e9
+    """Carrier frequency, Hz (path loss, and [topology] random_geometric's free-space range)."""
     orthogonal_link: Literal["analog", "digital"] = "analog"
     init: Literal["common", "zeros", "independent"] = "common"
     init_std: Positive[float] = 0.1
@@ -230,6 +245,10 @@ class Dwfl(BaseAlgorithm):
             ``"independent"`` (θ⁰ + init_std·N(0, I) per node, from ``stream(seed, node, -1, INIT)``).
         init_std: std of the independent initialisation.
         seed: the run's seed (keys the channel, known to every node).
+        topology: who hears whom (:class:`testbed.topology.Topology`); None or kind "complete": the
+            paper's complete graph, on today's O(N·d) path. On any other graph receiver i hears its
+            neighbours N(i) only (:meth:`receive_on_graph`); ``ota_central`` needs the complete graph and
+            ``ota_d2d`` uniform mixing (a receiver hearing one sum can only weight it as a whole).
     """
 
     #: A node's plan carries its own airtime, energy and privacy σ.
@@ -256,6 +275,7 @@ class Dwfl(BaseAlgorithm):
         init: str = "common",
         init_std: float = 0.1,
         seed: int = 0,
+        topology: Topology | None = None,
     ):
         for name, value, allowed in (("scheme", scheme, SCHEMES), ("variant", variant, VARIANTS),
                                      ("calibration", calibration, CALIBRATIONS), ("init", init, INITS)):
@@ -271,9 +291,19 @@ class Dwfl(BaseAlgorithm):
         self.rounds_planned, self.batch, self.lr, self.eta, self.gmax = rounds, batch, lr, averaging_rate, gmax
         self.delta, self.epsilon, self.sigma2_fixed, self.calibration = delta, epsilon, sigma2, calibration
         self.scheme, self.variant, self.init, self.init_std, self.seed = scheme, variant, init, init_std, seed
+        self.topology = Topology(TopologySection(), radio.num_nodes, seed) if topology is None else topology
+        if self.topology.num_nodes != radio.num_nodes:
+            raise ValueError(f"the topology has {self.topology.num_nodes} nodes, the radio {radio.num_nodes}")
+        #: False on the complete graph: today's path, every number as before the graphs came.
+        self.on_graph = not self.topology.is_complete
+        if self.on_graph and scheme == "ota_central":
+            raise ValueError("ota_central needs the complete graph (every node reaches the server)")
+        if self.on_graph and scheme == "ota_d2d" and self.topology.resolved_mixing(DEFAULT_MIXING) != "uniform":
+            raise ValueError("ota_d2d needs uniform mixing: a receiver hears one superposition and can only "
+                             "weight it as a whole")
         self._amplitude: np.ndarray | None = None  # drawn at the first plan that needs it
         self._given_h: dict[int, np.ndarray] = {}  # block → channel received from the coordinator
-        self._plans: dict[int, RoundPlan] = {}
+        self._plans: dict[Any, RoundPlan] = {}  # keyed by :meth:`_plan_key`
         self._channel = DwflChannel(self)
 
     # ----------------------------------------------------------------------------- set-up
@@ -288,11 +318,30 @@ class Dwfl(BaseAlgorithm):
         return dp.sensitivity(self.lr, self.gmax)
 
     def plan(self, round_index: int) -> RoundPlan:
-        """The :class:`RoundPlan` of the round's fading block (drawn and calibrated once per block)."""
+        """The :class:`RoundPlan` of the round's fading block (drawn and calibrated once per block;
+        on a graph once per fading block and topology block)."""
+        key = self._plan_key(round_index)
+        if key not in self._plans:
+            self._plans[key] = self._make_plan(round_index)
+        return self._plans[key]
+
+    def _plan_key(self, round_index: int) -> Any:
+        """What a plan is drawn once for: the fading block (and on a graph the topology's block)."""
         block = self.radio.schedule.block_index(round_index)
-        if block not in self._plans:
-            self._plans[block] = self._make_plan(round_index)
-        return self._plans[block]
+        return (block, self.topology.schedule.block_index(round_index)) if self.on_graph else block
+
+    def graph_of(self, round_index: int) -> Graph | None:
+        """The round's :class:`testbed.topology.Graph`, or None on the complete graph (never built)."""
+        return self.topology.graph(round_index) if self.on_graph else None
+
+    def mixing(self, round_index: int) -> Mixing:
+        """W of the round's graph under ``[topology] mixing`` (auto: :data:`DEFAULT_MIXING`)."""
+        return self.topology.mixing(round_index, DEFAULT_MIXING)
+
+    def links(self, round_index: int, senders: Sequence[int]) -> HeardLinks | None:
+        """Whom each receiver heard when ``senders`` transmitted, with its weights; None on the
+        complete graph."""
+        return heard_links(self.mixing(round_index), senders) if self.on_graph else None
 
     def channel_tensors(self, ctx: RoundContext) -> dict[str, np.ndarray]:
         """What every node and the channel need for the round besides the signals: the block's
@@ -307,16 +356,18 @@ class Dwfl(BaseAlgorithm):
     def accept_channel(self, round_index: int, h: np.ndarray) -> None:
         """Use the channel the coordinator sent (:meth:`channel_tensors`) for the round's block."""
         block = self.radio.schedule.block_index(round_index)
-        known = self._plans.get(block)
+        known = self._plans.get(self._plan_key(round_index))
         if known is None or not np.array_equal(known.channel.h, h):
-            self._plans.pop(block, None)
+            self._plans = {k: v for k, v in self._plans.items() if (k[0] if self.on_graph else k) != block}
             self._given_h[block] = np.array(h)
 
     def _round_channel(self, round_index: int) -> RoundChannel:
         block = self.radio.schedule.block_index(round_index)
         r = self.radio
         if block in self._given_h:
-            return aligned_channel(r, block, self._given_h.pop(block))
+            # Kept for the block (on a graph a topology block may start inside it), older ones dropped.
+            self._given_h = {b: h for b, h in self._given_h.items() if b >= block}
+            return aligned_channel(r, block, self._given_h[block])
         if self._amplitude is None:
             self._amplitude = large_scale_amplitude(r, self.seed)
         return round_channel(r, self.seed, round_index, self._amplitude)
@@ -327,12 +378,13 @@ class Dwfl(BaseAlgorithm):
         al, g = rc.alignment, rc.gains
         p, sm = al.power_w, r.noise_power_w
         orth = self.scheme == "orthogonal_d2d"
+        graph = self.graph_of(round_index)
         link_noise = 0.0 if orth and r.digital_orthogonal else sm  # what the privacy noise includes
         cal_noise = link_noise if self.calibration == "with_channel_noise" else 0.0
         if orth:  # each sender heard alone on its link: β = 1 in the bound, no alignment constant
             setting = dp.RoundSetting(g, p, 1.0, link_noise, self.lr, self.gmax, self.delta)
         else:
-            setting = dp.RoundSetting(g, p, al.beta, sm, self.lr, self.gmax, self.delta, c=al.c)
+            setting = dp.RoundSetting(g, p, al.beta, sm, self.lr, self.gmax, self.delta, c=al.c, graph=graph)
         tx = dataclasses.replace(al, alpha=np.ones(n), beta=np.ones(n)) if orth else al
         if self.sigma2_fixed is not None:
             sigma2 = self.sigma2_fixed
@@ -351,9 +403,12 @@ class Dwfl(BaseAlgorithm):
         if orth:
             eps = dp.orthogonal_epsilon(setting, sigma2, numerator="paper")
             var = sigma2 + link_noise / (g**2 * p)
+            if graph is not None:  # a sender with no neighbour is heard by no one
+                eps, var = np.where(graph.degrees > 0, eps, 0.0), np.where(graph.degrees > 0, var, np.inf)
         elif self.scheme == "ota_d2d":
-            eps = dp.epsilon_per_receiver(setting, sigma2)  # eq. (11)
-            var = _min_over_others(dp.receiver_noise_variance(g, p, al.beta, sigma2, sm) / al.c**2)  # eq. (10)
+            eps = dp.epsilon_per_receiver(setting, sigma2)  # eq. (11), over N(i) on a graph
+            var = self._worst_receiver(dp.receiver_noise_variance(g, p, al.beta, sigma2, sm, graph) / al.c**2,
+                                       graph)  # eq. (10)
         else:
             eps = np.full(n, dp.central_epsilon(setting, sigma2))
             var = np.full(n, (float(dp.artificial_noise_powers(g, p, al.beta).sum()) * sigma2 + sm) / al.c**2)
@@ -385,10 +440,18 @@ class Dwfl(BaseAlgorithm):
         snr = snr_linear(rc.alignment.power_w, rc.gains**2, 2 * self.radio.noise_power_w)
         return shannon_rate_bps(self.radio.bandwidth_hz, snr)[np.asarray(nodes, dtype=np.int64)]
 
+    @staticmethod
+    def _worst_receiver(per_receiver: np.ndarray, graph) -> np.ndarray:
+        """(N,) for every sender j, min over its receivers i of ``per_receiver[i]``: all i ≠ j on the
+        complete graph, i ∈ N(j) on a graph (inf for a node no one hears)."""
+        return _min_over_others(per_receiver) if graph is None else dp.min_over_neighbours(per_receiver, graph)
+
     def privacy_sigma(self, round_index: int, senders: Sequence[int]) -> np.ndarray:
         """(N,) each node's normalised noise std at its worst receiver when ``senders`` transmit
-        (the ledger σ; eq. 10 with the sum over the senders only: a silent node adds no noise).
-        Orthogonal slots do not depend on who else transmitted."""
+        (the ledger σ; eq. 10 with the sum over the senders only: a silent node adds no noise; on
+        a graph the sum over each receiver's neighbours that transmitted, the worst over the
+        sender's neighbours; inf for a node no one hears). Orthogonal slots do not depend on who
+        else transmitted."""
         plan = self.plan(round_index)
         if self.scheme == "orthogonal_d2d" or len(senders) == self.num_nodes:
             return plan.privacy_sigma
@@ -398,7 +461,9 @@ class Dwfl(BaseAlgorithm):
         beta = al.beta * heard  # a silent sender's artificial noise reaches nobody
         sm = self.radio.noise_power_w
         if self.scheme == "ota_d2d":
-            var = _min_over_others(dp.receiver_noise_variance(g, al.power_w, beta, plan.sigma2, sm) / al.c**2)
+            graph = self.graph_of(round_index)
+            var = self._worst_receiver(dp.receiver_noise_variance(g, al.power_w, beta, plan.sigma2, sm, graph)
+                                       / al.c**2, graph)
         else:
             var = np.full(self.num_nodes, (float(dp.artificial_noise_powers(g, al.power_w, beta).sum())
                                            * plan.sigma2 + sm) / al.c**2)
@@ -417,9 +482,10 @@ class Dwfl(BaseAlgorithm):
                                    energy_j=float(plan.energy_j[node]))
 
     def releases(self, node: int, ctx: RoundContext) -> list[Event]:
-        """One Gaussian release heard by the peers, with the noise of the expected senders."""
-        return [self._privacy_event(node, ctx.round_index,
-                                    float(self.privacy_sigma(ctx.round_index, ctx.expected)[node]))]
+        """One Gaussian release heard by the peers, with the noise of the expected senders (none for a
+        node that no one hears: it has no neighbour in the round's graph)."""
+        sigma = float(self.privacy_sigma(ctx.round_index, ctx.expected)[node])
+        return [self._privacy_event(node, ctx.round_index, sigma)] if math.isfinite(sigma) else []
 
     def state_spec(self) -> dict[str, TensorSpec]:
         return {"models": TensorSpec((self.num_nodes, self.model.num_params))}
@@ -560,21 +626,23 @@ class Dwfl(BaseAlgorithm):
         ids = np.asarray(node_ids, dtype=np.int64)
         tx = _rows(plan.tx, ids)
         signals = np.empty_like(payload)
-        fill_gaussian_rows(signals, math.sqrt(plan.sigma2), [stream(seed, i, round_index, Purpose.NOISE) for i in ids])
+        fill_gaussian_rows(signals, math.sqrt(plan.sigma2), node_streams(seed, ids.tolist(), round_index, Purpose.NOISE))
         transmit_real(payload, signals, tx, out=signals)  # s_i = sqrt(α_i P_i) u_i + sqrt(β_i P_i) G_i
         if self.scheme == "ota_central":
             return signals, models.copy()
-        if self.scheme == "ota_d2d":
-            # self_i = x_i' + a_i G_i = |h_i| s_i / c (eq. 3: |h_i| sqrt(α_i P_i) = c)
-            own = plan.channel.gains[ids] / plan.channel.alignment.c
-        else:
-            own = 1.0 / np.sqrt(plan.tx.power_w[ids])  # self_i = x_i' + G_i = s_i / sqrt(P_i)
-        coef = -self.eta * own
+        coef = -self.eta * self._own(plan, ids)
         buf = np.empty(payload.shape[1])
         for i in range(len(ids)):  # pending = x_i' − η self_i, in place over the payload, one row of scratch
             np.multiply(signals[i], coef[i], out=buf)
             payload[i] += buf
         return signals, payload
+
+    def _own(self, plan: RoundPlan, ids: np.ndarray) -> np.ndarray:
+        """(M,) o_i with self_i = o_i s_i, what a node subtracts of its own signal (eq. 7)."""
+        if self.scheme == "ota_d2d":
+            # self_i = x_i' + a_i G_i = |h_i| s_i / c (eq. 3: |h_i| sqrt(α_i P_i) = c)
+            return plan.channel.gains[ids] / plan.channel.alignment.c
+        return 1.0 / np.sqrt(plan.tx.power_w[ids])  # self_i = x_i' + G_i = s_i / sqrt(P_i)
 
     def node_step(self, received: Mapping[str, np.ndarray], train: Split, node_ids: Sequence[int],
                   ctx: RoundContext) -> NodeResult:
@@ -586,7 +654,9 @@ class Dwfl(BaseAlgorithm):
             ctx: the round (its index and seed key the streams).
         Returns:
             ``signal`` (M, P) the transmit signals, sqrt(W); ``carry["pending"]`` (M, P) what each
-            node keeps for :meth:`node_finish`; metrics ``samples``; the planned events.
+            node keeps for :meth:`node_finish` (on a graph also ``carry["signal"]``, the same
+            array as the signals: a receiver that hears fewer than all of its weight keeps its own
+            share); metrics ``samples``; the planned events.
         """
         if ctx.seed != self.seed:
             raise ValueError(f"the algorithm was built for seed {self.seed}, not {ctx.seed} (the channel depends on it)")
@@ -595,7 +665,8 @@ class Dwfl(BaseAlgorithm):
         models = received["model"]
         payload = self.local_step(models, train, ids, ctx.round_index, ctx.seed)
         signals, pending = self.transmit(payload, models, ids, ctx.round_index, ctx.seed)
-        return self.result(ids, {"signal": signals}, train, ctx, carry={"pending": pending})
+        carry = {"pending": pending, "signal": signals} if self.on_graph else {"pending": pending}
+        return self.result(ids, {"signal": signals}, train, ctx, carry=carry)
 
     def node_finish(self, carry: Mapping[str, np.ndarray], received: np.ndarray, node_ids: Sequence[int],
                     ctx: RoundContext) -> NodeResult:
@@ -605,7 +676,11 @@ class Dwfl(BaseAlgorithm):
         pending = carry["pending"]
         if received.shape != pending.shape:
             raise ValueError(f"received signals of shape {received.shape}, expected {pending.shape}")
-        models = self.receive(pending, received, node_ids, ctx.round_index, ctx.seed, len(ctx.answered))
+        if self.on_graph:
+            models = self.receive_on_graph(pending, received, carry["signal"], node_ids, ctx.round_index, ctx.seed,
+                                           ctx.answered)
+        else:
+            models = self.receive(pending, received, node_ids, ctx.round_index, ctx.seed, len(ctx.answered))
         return NodeResult(node_ids=tuple(int(n) for n in node_ids), tensors={"model": models})
 
     def receive(self, pending: np.ndarray, received: np.ndarray, node_ids: Sequence[int], round_index: int,
@@ -635,6 +710,58 @@ class Dwfl(BaseAlgorithm):
             if self.variant == "A":
                 pending[i] -= scale * channel_noise_row(self.scheme, plan.channel, self.radio, int(node),
                                                         pending.shape[1], seed, round_index)
+        return pending
+
+    def receive_on_graph(self, pending: np.ndarray, received: np.ndarray, signals: np.ndarray,
+                         node_ids: Sequence[int], round_index: int, seed: int, senders: Sequence[int]) -> np.ndarray:
+        """(c) on a graph: receiver i heard only its neighbours that transmitted, N^S(i), d_i^S of them.
+
+        - ota_d2d (eq. 7 over N^S(i), uniform mixing): x_i'' = x_i' + η (v_i / (c d_i^S) − self_i),
+          v_i = Σ_{k∈N^S(i)} g_k s_k + m_i (variant A also takes m_i / (c d_i^S) off);
+        - orthogonal_d2d: x_i'' = x_i' + η (u_i − (Σ_k w_ik) self_i), u_i = Σ_{k∈N^S(i)} w_ik (s_k /
+          sqrt(P_k) + link noise) weighted by i's mixing row (uniform 1/d_i^S: Σ_k w_ik = 1;
+          Metropolis–Hastings: a silent neighbour's weight stays with i);
+
+        i.e. eq. (8)'s X'' = Ψ X' + (Ψ − I) Φ with Ψ = (1 − η) I + η W over the heard links. A
+        receiver that heard no neighbour keeps x_i' (its row of W is the identity's). With
+        pending_i = x_i' − η self_i (:meth:`transmit`), x_i'' = pending_i + scale_i (v_i − [A] m_i)
+        + η (1 − Σ_k w_ik) o_i s_i, the last term only where a receiver keeps a share of its own.
+
+        Args:
+            pending: (M, P) from :meth:`transmit`; consumed (updated in place and returned).
+            received: (M, P) each node's row of :func:`~testbed.algorithms.dwfl_channel.propagate`.
+            signals: (M, P) the nodes' own transmit signals s_i.
+            node_ids, round_index, seed: the receivers; variant A redraws their channel noise.
+            senders: the nodes that transmitted (``ctx.answered``).
+        Returns:
+            (M, P) the nodes' models x_i^(t+1/2).
+        """
+        plan = self.plan(round_index)
+        mixing = self.mixing(round_index)
+        links = heard_links(mixing, senders)
+        ids = np.asarray(node_ids, dtype=np.int64)
+        heard = links.count[ids]
+        with np.errstate(divide="ignore"):
+            if self.scheme == "ota_d2d":
+                scale = np.where(heard > 0, self.eta / (plan.channel.alignment.c * heard), 0.0)
+            else:  # the channel weighted every link already
+                scale = np.where(heard > 0, self.eta, 0.0)
+        if mixing.rule == "uniform":
+            kept = np.where(heard > 0, 0.0, 1.0)  # exactly: Σ_k 1/d_i^S need not round to 1
+        else:
+            kept = 1.0 - links.weight_sum[ids]
+        own = self.eta * kept * self._own(plan, ids)
+        buf = np.empty(pending.shape[1])
+        for i, node in enumerate(ids):  # row by row: one row of scratch, whatever N
+            if scale[i]:
+                np.multiply(received[i], scale[i], out=buf)
+                pending[i] += buf
+                if self.variant == "A":
+                    pending[i] -= scale[i] * channel_noise_row(self.scheme, plan.channel, self.radio, int(node),
+                                                               pending.shape[1], seed, round_index, links)
+            if own[i]:
+                np.multiply(signals[i], own[i], out=buf)
+                pending[i] += buf
         return pending
 
     # ----------------------------------------------------------------------------- channel side
@@ -689,7 +816,21 @@ class Dwfl(BaseAlgorithm):
             "alpha": al.alpha.tolist(), "beta": al.beta.tolist(), "gains": first.channel.gains.tolist(),
             "fading": self.radio.fading, "coherence_rounds": self.radio.coherence_rounds,
             "pathloss": self.radio.pathloss, "airtime_s_per_round": float(first.airtime_s.max()),
+            "topology": self.describe_topology(),
         }
+
+    def describe_topology(self) -> dict[str, Any]:
+        """``topology`` of summary.json: :meth:`testbed.topology.Topology.describe` and the gap of the
+        round's effective mixing Ψ = (1 − η) I + η W (eq. 8), which governs consensus at rate η."""
+        out = self.topology.describe(self.rounds_planned, DEFAULT_MIXING)
+        n = self.num_nodes
+        if self.on_graph:
+            gap = spectral_gap(self.mixing(0), laziness=self.eta)
+        else:  # eig W = 1, −1/(N − 1): eig Ψ = 1, 1 − ηN/(N − 1) (dwfl.md §8 check 2); no N² matrix
+            gap = 1.0 - abs(1.0 - self.eta * n / (n - 1))
+        out["effective_spectral_gap"] = round(float(gap), 12)
+        out["averaging_rate"] = self.eta
+        return out
 
 
 def _rows(al: Alignment, ids: np.ndarray) -> Alignment:
@@ -710,10 +851,12 @@ class DwflChannel:
     #: An exchange needs two senders: with fewer, nobody hears a peer and the round has no exchange.
     min_senders = 2
 
-    def __init__(self, owner: "Dwfl | None" = None, *, radio: Radio | None = None, scheme: str | None = None):
+    def __init__(self, owner: "Dwfl | None" = None, *, radio: Radio | None = None, scheme: str | None = None,
+                 topology: Topology | None = None):
         self._owner = owner
         self.radio = radio if radio is not None else owner.radio  # type: ignore[union-attr]
         self.scheme = scheme if scheme is not None else owner.scheme  # type: ignore[union-attr]
+        self.topology = topology if topology is not None else getattr(owner, "topology", None)
 
     def signal_spec(self) -> TensorSpec:
         """One node's transmit signal, (P,) real, sqrt(W) (known to the full algorithm; the channel
@@ -732,28 +875,18 @@ class DwflChannel:
     def superpose(self, signals: np.ndarray, channel: Mapping[str, np.ndarray], ctx: RoundContext,
                   out: np.ndarray | None = None) -> np.ndarray:
         """(b) eq. (1): (N, P) signals (silent rows zero) on the channel ``channel["channel_h"]``
-        (N,) → (N, P) each receiver's signal; ``out`` may be ``signals``."""
+        (N,) → (N, P) each receiver's signal; ``out`` may be ``signals`` (on a graph a new array is
+        returned and ``signals`` stays: the receivers' update reads their own)."""
         block = self.radio.schedule.block_index(ctx.round_index)
-        if self._owner is not None and block in self._owner._plans:
-            rc = self._owner.plan(ctx.round_index).channel  # sim: the same channel, already aligned
+        owner = self._owner
+        if owner is not None and owner._plan_key(ctx.round_index) in owner._plans:
+            rc = owner.plan(ctx.round_index).channel  # sim: the same channel, already aligned
         else:
             rc = aligned_channel(self.radio, block, np.asarray(channel["channel_h"]))
-        return propagate(self.scheme, signals, rc, self.radio, ctx.seed, ctx.round_index, out)
-
-
-def radio_from_section(a: "DwflSection", num_nodes: int) -> Radio:
-    """The :class:`Radio` of a ``[dwfl]`` section: dBm to W, σ_m² fixed or thermal (k·T·B·NF/2)."""
-    from channel import dbm_to_w, real_noise_variance_w, thermal_noise_power_w
-
-    if a.noise_figure_db is not None:
-        noise = float(real_noise_variance_w(thermal_noise_power_w(a.bandwidth_hz, a.noise_figure_db)))
-    else:
-        noise = 1.0 if a.noise_power_w is None else a.noise_power_w  # dwfl.md §1.2: σ_m² = 1
-    return Radio(num_nodes=num_nodes, power_w=float(dbm_to_w(a.power_dbm)), noise_power_w=noise,
-                 bandwidth_hz=a.bandwidth_hz, fading=a.fading, k_factor=a.k_factor,
-                 coherence_rounds=a.coherence_rounds, pathloss=a.pathloss, area_m=a.area_m,
-                 carrier_hz=a.carrier_hz, beta=a.beta, c_scale=a.c_scale,
-                 digital_orthogonal=a.orthogonal_link == "digital")
+        links = None
+        if self.topology is not None and not self.topology.is_complete:
+            links = heard_links(self.topology.mixing(ctx.round_index, DEFAULT_MIXING), ctx.answered)
+        return propagate(self.scheme, signals, rc, self.radio, ctx.seed, ctx.round_index, out, links)
 
 
 def build(sections: dict[str, Any], ctx: BuildContext) -> Dwfl:
@@ -764,10 +897,13 @@ def build(sections: dict[str, Any], ctx: BuildContext) -> Dwfl:
     # N of the whole run: a board's data holds only its own node, the radio holds every node.
     if ctx.num_nodes < 2:
         raise ConfigError("data.num_nodes", "DWFL needs at least 2 nodes")
+    topology = topology_from_sections(sections, ctx.num_nodes, ctx.seed)
+    if data.num_nodes == ctx.num_nodes:  # the coordinator's process: every block, before the run
+        topology.check(a.rounds)
     alg = Dwfl(ctx.model, radio_from_section(a, ctx.num_nodes), rounds=a.rounds, batch=a.batch, lr=a.lr,
                averaging_rate=a.averaging_rate, gmax=a.gmax, delta=ctx.delta, epsilon=a.epsilon, sigma2=a.sigma2,
                calibration=a.calibration, scheme=a.scheme, variant=a.variant, init=a.init, init_std=a.init_std,
-               seed=ctx.seed)
+               seed=ctx.seed, topology=topology)
     if data.num_nodes == ctx.num_nodes:
         # Fail now, naming the key, if the target ε cannot be met. (A board holds one node's data
         # and gets each round's channel from the coordinator, which has checked this already.)
@@ -778,7 +914,8 @@ def build(sections: dict[str, Any], ctx: BuildContext) -> Dwfl:
 def channel_from_sections(sections: dict[str, Any], num_nodes: int, seed: int) -> DwflChannel:
     """The channel half alone (the channel emulator's), from the ``[dwfl]`` section."""
     a: DwflSection = sections["dwfl"]
-    return DwflChannel(radio=radio_from_section(a, num_nodes), scheme=a.scheme)
+    return DwflChannel(radio=radio_from_section(a, num_nodes), scheme=a.scheme,
+                       topology=topology_from_sections(sections, num_nodes, seed))
 
 
 def view_from_sections(sections: dict[str, Any], num_nodes: int, seed: int) -> RadioView:
@@ -791,6 +928,12 @@ def check(config: "Config") -> None:
     ``dwfl.epsilon``, never to the run's ε (``budget.epsilon``), so with neither ``dwfl.epsilon``
     nor ``dwfl.sigma2`` only the channel's noise would be spent against it."""
     a: DwflSection = config.dwfl
+    if a.pathloss == "none" and config.topology.kind != "random_geometric":
+        # The radio's geometry matters to path loss and to the graph the radio gives, to nothing else.
+        for name in ("area_m", "carrier_hz"):
+            if getattr(a, name) != field_default(DwflSection, name):
+                raise ConfigError(f"dwfl.{name}", 'matters only with pathloss = "free_space", "umi" or "uma" or '
+                                                  '[topology] kind = "random_geometric"; set that, or leave it out')
     if config.budget.epsilon is not None and a.epsilon is None and a.sigma2 is None:
         raise ConfigError("budget.epsilon", "dwfl does not calibrate its noise to the run's epsilon; set dwfl.epsilon "
                                             "(per round) or dwfl.sigma2, or remove budget.epsilon")
@@ -798,7 +941,7 @@ def check(config: "Config") -> None:
 
 REGISTRATION = Registration(
     name="dwfl",
-    sections={"dwfl": DwflSection},
+    sections={"dwfl": DwflSection, "topology": TopologySection},
     build=build,
     check=check,
     channel=channel_from_sections,

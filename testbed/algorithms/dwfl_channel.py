@@ -20,6 +20,13 @@ Schemes (dwfl.md §3.4, §6.3; the physics is :mod:`channel`):
   the sum of the N−1 per-link noises m_{i,j} / (g_j sqrt(P_j)), drawn as one Gaussian of the summed
   variance σ_m² Σ_{j≠i} 1/(g_j² P_j) (the same distribution in O(N·d) instead of O(N²·d));
   digital links decode without error (n_i = 0). Output in model units.
+- On a graph (``[topology]`` other than complete; :class:`HeardLinks`), receiver i hears only its
+  neighbours N(i): ``"ota_d2d"`` v_i = Σ_{k∈N(i)} g_k s_k + m_i (eq. 1 over N(i)), and
+  ``"orthogonal_d2d"`` u_i = Σ_{k∈N(i)} w_ik (s_k / sqrt(P_k) + per-link noise), weighted by the
+  mixing row of i (uniform or Metropolis–Hastings) over the neighbours that transmitted; both one
+  sparse product, O(E·d) (:func:`channel.sparse_superpose`). The power alignment of eqs. (3)–(4)
+  stays global, c = min_j |h_j| sqrt(P_j) over all nodes: a sender broadcasts one amplitude to all
+  of its receivers (the paper's one gain per sender), so it cannot be aligned per neighbourhood.
 - ``"ota_central"`` (Seif et al.): every node to the server, y = Σ_k g_k s_k + m
   (:func:`channel.uplink_superpose`), broadcast back unchanged to every node; output in sqrt(W).
 
@@ -37,7 +44,7 @@ Example::
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -50,8 +57,11 @@ from channel import (
     free_space_pathloss_db,
     uplink_superpose,
 )
+from channel import sparse_superpose
 from channel.pathloss import pathloss_3gpp
-from testbed.rng import GLOBAL, Purpose, stream
+from testbed.errors import ConfigError
+from testbed.rng import GLOBAL, Purpose, node_streams, stream
+from testbed.topology import Graph, LinkBudget, Mixing, Topology, TopologySection
 
 SCHEMES = ("ota_d2d", "orthogonal_d2d", "ota_central")
 PATHLOSS_KINDS = ("none", "free_space", "umi", "uma")
@@ -60,8 +70,12 @@ PATHLOSS_KINDS = ("none", "free_space", "umi", "uma")
 _REFERENCE_HEIGHT_M = {"free_space": 1.5, "umi": 10.0, "uma": 25.0}
 _DEVICE_HEIGHT_M = 1.5
 
-__all__ = ["SCHEMES", "PATHLOSS_KINDS", "Radio", "RoundChannel", "round_channel", "aligned_channel", "propagate",
-           "receiver_noise_power_w", "channel_noise_row", "large_scale_amplitude"]
+#: DWFL's mixing rule for ``[topology] mixing = "auto"``: over the air a receiver hears one sum and
+#: can only weight it as a whole (uniform 1/d_i, on the complete graph eq. (7)'s (1 − I)/(N − 1)).
+DEFAULT_MIXING = "uniform"
+
+__all__ = ["SCHEMES", "DEFAULT_MIXING", "radio_from_section", "topology_from_sections", "PATHLOSS_KINDS", "Radio", "RoundChannel", "HeardLinks", "heard_links", "round_channel",
+           "aligned_channel", "propagate", "receiver_noise_power_w", "channel_noise_row", "large_scale_amplitude"]
 
 
 @dataclass(frozen=True)
@@ -119,6 +133,50 @@ class RoundChannel:
     h: np.ndarray
     alignment: Alignment
     gains: np.ndarray
+
+
+@dataclass(frozen=True, eq=False)
+class HeardLinks:
+    """Whom each receiver heard in a round on a graph, and the weight it gives each link.
+
+    Attributes:
+        graph: the round's graph.
+        weights: (2E,) w_ik aligned with ``graph.indices``: the mixing row of receiver i over the
+            neighbours that transmitted: uniform 1/d_i^S, or Metropolis–Hastings W_ik with a silent
+            neighbour's weight left to i itself (0 here).
+        count: (N,) d_i^S, how many of i's neighbours transmitted.
+        weight_sum: (N,) Σ_k w_ik (uniform: 1 where i heard someone, else 0).
+    """
+
+    graph: Graph
+    weights: np.ndarray
+    count: np.ndarray
+    weight_sum: np.ndarray
+
+
+def heard_links(mixing: Mixing, senders: Sequence[int]) -> HeardLinks:
+    """The :class:`HeardLinks` of ``mixing``'s graph when ``senders`` transmitted. O(E), no loop.
+
+    Example::
+
+        >>> from testbed.topology import Graph, mixing_weights
+        >>> ring = Graph.from_edges(4, [(0, 1), (1, 2), (2, 3), (3, 0)])
+        >>> h = heard_links(mixing_weights(ring, "uniform"), [0, 1, 2])
+        >>> h.count.tolist(), h.weights[:2].tolist(), h.weight_sum.tolist()
+        ([1.0, 2.0, 1.0, 2.0], [1.0, 0.0], [1.0, 1.0, 1.0, 1.0])
+    """
+    g = mixing.graph
+    sent = np.zeros(g.num_nodes)
+    sent[np.asarray(senders, dtype=np.int64)] = 1.0
+    on = sent[g.indices]
+    count = np.bincount(g.rows, weights=on, minlength=g.num_nodes)
+    if mixing.rule == "uniform":
+        with np.errstate(divide="ignore", invalid="ignore"):
+            weights = on / count[g.rows]
+        weights[on == 0] = 0.0
+    else:
+        weights = mixing.weights * on
+    return HeardLinks(g, weights, count, np.bincount(g.rows, weights=weights, minlength=g.num_nodes))
 
 
 def large_scale_amplitude(radio: Radio, seed: int) -> np.ndarray:
@@ -191,17 +249,22 @@ def aligned_channel(radio: Radio, block: int, h: np.ndarray) -> RoundChannel:
     return RoundChannel(block=block, h=h, alignment=al, gains=al.effective_gain())
 
 
-def receiver_noise_power_w(scheme: str, rc: RoundChannel, radio: Radio, receivers: Sequence[int]) -> np.ndarray:
+def receiver_noise_power_w(scheme: str, rc: RoundChannel, radio: Radio, receivers: Sequence[int],
+                           links: HeardLinks | None = None) -> np.ndarray:
     """(M,) per-entry variance of the channel noise in each listed receiver's output of :func:`propagate`.
 
     ``ota_d2d``/``ota_central``: σ_m² (W). ``orthogonal_d2d``: σ_m² Σ_{j≠i} 1/(g_j² P_j) in model
-    units (0 for digital links).
+    units (0 for digital links); on a graph (``links``) σ_m² Σ_{j∈N(i)} w_ij²/(g_j² P_j).
     """
     rx = np.asarray(receivers, dtype=np.int64)
     if scheme == "orthogonal_d2d":
         if radio.digital_orthogonal:
             return np.zeros(len(rx))
         inv = 1.0 / (rc.gains**2 * rc.alignment.power_w)
+        if links is not None:
+            g = links.graph
+            per_rx = np.bincount(g.rows, weights=links.weights**2 * inv[g.indices], minlength=g.num_nodes)
+            return radio.noise_power_w * per_rx[rx]
         return radio.noise_power_w * (inv.sum() - inv[rx])
     return np.full(len(rx), radio.noise_power_w)
 
@@ -220,6 +283,7 @@ def propagate(
     seed: int,
     round_index: int,
     out: np.ndarray | None = None,
+    links: HeardLinks | None = None,
 ) -> np.ndarray:
     """What every receiver hears in one round: a pure function of the transmit signals and channel.
 
@@ -230,6 +294,9 @@ def propagate(
         radio: the run's radio.
         seed, round_index: key the receivers' noise streams.
         out: optional (N, d) output for the D2D schemes; may be ``signals`` (overwritten in place).
+            Not used on a graph, whose sparse product returns a new array.
+        links: the round's graph and link weights (:func:`heard_links`); None: the complete graph
+            (the paper's, the O(N·d) total-minus-own path).
 
     Returns:
         (N, d) received signals, row i for node i: v_i (ota_d2d, sqrt(W)), the equalised sum u_i
@@ -240,6 +307,8 @@ def propagate(
     if signals.shape[0] != n:
         raise ValueError(f"signals must have one row per node ({n}), got {signals.shape[0]}")
     if scheme == "ota_central":
+        if links is not None:
+            raise ValueError("ota_central needs the complete graph: every node reaches the server")
         y = uplink_superpose(signals, rc.gains, radio.noise_power_w, _noise_stream(scheme, radio, n, seed, round_index))
         return np.broadcast_to(y, signals.shape)
     if scheme == "ota_d2d":
@@ -248,19 +317,68 @@ def propagate(
         gains = 1.0 / np.sqrt(rc.alignment.power_w)  # slot k equalised: g_k s_k / (g_k sqrt(P_k))
     else:
         raise ValueError(f"unknown scheme {scheme!r}; expected one of {SCHEMES}")
-    noise = receiver_noise_power_w(scheme, rc, radio, range(n))
-    gens = [_noise_stream(scheme, radio, i, seed, round_index) for i in range(n)]
-    return d2d_superpose(signals, gains, noise, gens, out=out)
+    noise = receiver_noise_power_w(scheme, rc, radio, range(n), links)
+    gens = node_streams(seed, range(n), round_index, Purpose.CHANNEL)  # _noise_stream of each receiver, in order
+    if links is None:
+        return d2d_superpose(signals, gains, noise, gens, out=out)
+    g = links.graph
+    # ota_d2d: every neighbour at its gain (the receiver divides by c·d_i^S); orthogonal: each link
+    # equalised and weighted by the receiver's mixing row. Silent senders' rows are zero.
+    weights = gains[g.indices] if scheme == "ota_d2d" else links.weights * gains[g.indices]
+    return sparse_superpose(signals, g.adjacency(weights), noise, gens)
 
 
 def channel_noise_row(scheme: str, rc: RoundChannel, radio: Radio, receiver: int, size: int, seed: int,
-                      round_index: int) -> np.ndarray:
+                      round_index: int, links: HeardLinks | None = None) -> np.ndarray:
     """(size,) the channel noise that :func:`propagate` added for ``receiver``, redrawn from its stream.
 
     The receiver cannot know it; variant A of the update (dwfl.md §3.4, the literal eq. 7) subtracts
     it anyway, which this oracle makes possible in emulation.
     """
-    var = float(receiver_noise_power_w(scheme, rc, radio, [receiver])[0])
+    var = float(receiver_noise_power_w(scheme, rc, radio, [receiver], links)[0])
     if var == 0:
         return np.zeros(size)
     return np.sqrt(var) * _noise_stream(scheme, radio, receiver, seed, round_index).standard_normal(size)
+
+
+def radio_from_section(a: Any, num_nodes: int) -> Radio:
+    """The :class:`Radio` of a ``[dwfl]`` section: dBm to W, σ_m² fixed or thermal (k·T·B·NF/2)."""
+    from channel import dbm_to_w, real_noise_variance_w, thermal_noise_power_w
+
+    if a.noise_figure_db is not None:
+        noise = float(real_noise_variance_w(thermal_noise_power_w(a.bandwidth_hz, a.noise_figure_db)))
+    else:
+        noise = 1.0 if a.noise_power_w is None else a.noise_power_w  # dwfl.md §1.2: σ_m² = 1
+    return Radio(num_nodes=num_nodes, power_w=float(dbm_to_w(a.power_dbm)), noise_power_w=noise,
+                 bandwidth_hz=a.bandwidth_hz, fading=a.fading, k_factor=a.k_factor,
+                 coherence_rounds=a.coherence_rounds, pathloss=a.pathloss, area_m=a.area_m,
+                 carrier_hz=a.carrier_hz, beta=a.beta, c_scale=a.c_scale,
+                 digital_orthogonal=a.orthogonal_link == "digital")
+
+
+def topology_from_sections(sections: dict[str, Any], num_nodes: int, seed: int) -> Topology:
+    """The run's :class:`Topology` from ``[topology]`` (absent: complete) with the ``[dwfl]`` radio's
+    link budget (random_geometric: the free-space range at the nodes' power and noise, in the
+    radio's area). Raises ConfigError naming the key.
+
+    Every process draws it from the config and seed alone (testbed.topology is numpy only), and a
+    node over MQTT learns who of its neighbours sent from the received message's ``senders``. This
+    was chosen over sending each node its mixing row in the downlink: nothing more travels, the
+    coordinator cannot tell a node a neighbourhood other than the config's, and the cost is O(E) per
+    topology block on each node. kind = "file" then needs the edge list on every node's host, at
+    the path the experiment file gives."""
+    a = sections["dwfl"]
+    section = sections.get("topology") or TopologySection()
+    radio = radio_from_section(a, num_nodes)
+    budget = LinkBudget(power_w=radio.power_w, noise_power_w=radio.noise_power_w, carrier_hz=radio.carrier_hz,
+                        area_m=radio.area_m)
+    topology = Topology(section, num_nodes, seed, budget)
+    if topology.is_complete:
+        return topology
+    if a.scheme == "ota_central":
+        raise ConfigError("topology.kind", 'ota_central needs kind = "complete": every node reaches the server')
+    if a.scheme == "ota_d2d" and topology.resolved_mixing(DEFAULT_MIXING) != "uniform":
+        raise ConfigError("topology.mixing", "ota_d2d needs uniform mixing: a receiver hears one superposition "
+                                             "and can weight only the sum; metropolis_hastings needs separate "
+                                             "links (scheme = \"orthogonal_d2d\")")
+    return topology

@@ -937,6 +937,7 @@ def _summary(run: Run) -> dict[str, Any]:
         nodes[str(node)].update(_ledger_check(nodes[str(node)], run.node_reports, node))
     reg = registry.get(config.run.algorithm)
     stopped = run.stopped
+    settings = run.algorithm.describe()
     summary = {
         "algorithm": config.run.algorithm,
         "mode": config.run.mode,
@@ -964,7 +965,7 @@ def _summary(run: Run) -> dict[str, Any]:
         "stragglers": {"model": config.stragglers.model,
                        "rounds_straggled": int(book.column("rounds_straggled").sum())},
         "client_sampling": config.client_sampling.describe(config.data.num_nodes),
-        "algorithm_settings": run.algorithm.describe(),
+        "algorithm_settings": settings,
         "profile": config.nodes.profile,
         "name": config.run.name,
         "dataset": config.data.dataset,
@@ -977,6 +978,8 @@ def _summary(run: Run) -> dict[str, Any]:
         "wall_s": time.monotonic() - run.wall_start,
         "run_dir": str(run.directory.path),
     }
+    if "topology" in settings:  # who heard whom, for an algorithm whose settings describe its graph
+        summary["topology"] = settings["topology"]
     if run.failure is not None:
         summary["failure"] = run.failure
     if run.plan is not None:

@@ -8,6 +8,12 @@ set is replaced (gradients clipped to g_max, step γ), and the Gaussian noise ha
 
 - eq. (10): σ_s,i² = Σ_{k≠i} |h_k|² β_k P_k σ² + σ_m².
 
+On a graph (``RoundSetting.graph``, a :class:`testbed.topology.Graph`) receiver i hears only its
+neighbours N(i): the sums of eqs. (10)–(11) run over k ∈ N(i) (a receiver with few neighbours hears
+less artificial noise), σ² is calibrated at the worst receiver, and a sender j is exposed to each of
+its receivers i ∈ N(j) (:func:`min_over_neighbours`). A receiver with no neighbour hears no model
+(ε_i = 0); every sum is one ``np.bincount`` over the 2E links, no loop over nodes.
+
 A round's quantities besides σ² (channel amplitudes, powers, β, channel noise, γ, g_max, δ, c) travel
 together as one :class:`RoundSetting`; σ² is what the calibrations solve for.
 
@@ -64,8 +70,11 @@ __all__ = [
     "sensitivity",
     "artificial_noise_powers",
     "receiver_noise_variance",
+    "neighbourhood_sums",
+    "min_over_neighbours",
     "RoundSetting",
     "epsilon_per_receiver",
+    "epsilon_per_sender",
     "sigma_z2",
     "calibrate_sigma2",
     "orthogonal_epsilon",
@@ -151,10 +160,45 @@ def artificial_noise_powers(h_abs: Any, power_w: Any, beta: Any) -> np.ndarray:
     return h**2 * _vec(beta, n, "beta") * _vec(power_w, n, "power_w")
 
 
+def neighbourhood_sums(values: np.ndarray, graph: Any = None) -> np.ndarray:
+    """(N,) Σ_{k∈N(i)} values[k] for every receiver i: over all k ≠ i (``graph`` None, the complete
+    graph: total minus own, O(N)) or over i's neighbours in ``graph`` (one bincount, O(E)).
+
+    Example::
+
+        >>> from testbed.topology import Graph
+        >>> neighbourhood_sums(np.array([1.0, 2.0, 4.0])).tolist()
+        [6.0, 5.0, 3.0]
+        >>> neighbourhood_sums(np.array([1.0, 2.0, 4.0]), Graph.from_edges(3, [(0, 1)])).tolist()
+        [2.0, 1.0, 0.0]
+    """
+    if graph is None:
+        return values.sum() - values
+    return np.bincount(graph.rows, weights=values[graph.indices], minlength=graph.num_nodes)
+
+
+def min_over_neighbours(values: np.ndarray, graph: Any) -> np.ndarray:
+    """(N,) min_{i∈N(j)} values[i] for every node j (inf for a node with no neighbour): what the
+    worst of a sender's receivers sees. One ``np.minimum.reduceat`` over the 2E links.
+
+    Example::
+
+        >>> from testbed.topology import Graph
+        >>> min_over_neighbours(np.array([3.0, 1.0, 2.0, 5.0]), Graph.from_edges(4, [(0, 1), (1, 2)])).tolist()
+        [1.0, 2.0, 1.0, inf]
+    """
+    out = np.full(graph.num_nodes, np.inf)
+    has = graph.degrees > 0
+    if graph.indices.size:
+        out[has] = np.minimum.reduceat(np.asarray(values, dtype=np.float64)[graph.indices], graph.indptr[:-1][has])
+    return out
+
+
 def receiver_noise_variance(
-    h_abs: Any, power_w: Any, beta: Any, sigma2: float, noise_power_w: Any
+    h_abs: Any, power_w: Any, beta: Any, sigma2: float, noise_power_w: Any, graph: Any = None
 ) -> np.ndarray:
-    """(N,) σ_s,i² = Σ_{k≠i} |h_k|² β_k P_k σ² + σ_m², eq. (10), W. O(N).
+    """(N,) σ_s,i² = Σ_{k≠i} |h_k|² β_k P_k σ² + σ_m², eq. (10), W. O(N); on ``graph`` the sum runs
+    over k ∈ N(i), O(E).
 
     Args:
         h_abs: (N,) |h_k|.
@@ -162,6 +206,7 @@ def receiver_noise_variance(
         beta: scalar or (N,) β_k.
         sigma2: σ², per-entry variance of the artificial noise G_k.
         noise_power_w: scalar or (N,) σ_m², per-entry channel-noise variance at receiver i, W.
+        graph: who hears whom (a testbed.topology.Graph); None: everyone hears everyone.
 
     Example::
 
@@ -170,7 +215,7 @@ def receiver_noise_variance(
     """
     b = artificial_noise_powers(h_abs, power_w, beta) * float(sigma2)
     n = b.shape[0]
-    return (b.sum() - b) + _vec(noise_power_w, n, "noise_power_w")
+    return neighbourhood_sums(b, graph) + _vec(noise_power_w, n, "noise_power_w")
 
 
 @dataclass(frozen=True, eq=False)
@@ -189,7 +234,9 @@ class RoundSetting:
         gamma: learning rate γ.
         g_max: gradient clipping norm (L2).
         delta: δ of the (ε, δ) guarantee.
-        c: received model amplitude, sqrt(W); None: eq. (4), min_j |h_j| sqrt(P_j).
+        c: received model amplitude, sqrt(W); None: eq. (4), min_j |h_j| sqrt(P_j) (over all nodes:
+            the alignment is global, one amplitude per sender toward all its receivers).
+        graph: who hears whom (a :class:`testbed.topology.Graph`); None: the complete graph.
 
     Example::
 
@@ -206,6 +253,7 @@ class RoundSetting:
     g_max: float
     delta: float
     c: float | None = None
+    graph: Any = None
 
     def alignment_c(self) -> float:
         """c: the given one, else eq. (4) over all nodes."""
@@ -216,8 +264,13 @@ class RoundSetting:
         return sensitivity(self.gamma, self.g_max, self.alignment_c())
 
     def noise_variance(self, sigma2: float) -> np.ndarray:
-        """(N,) σ_s,i² of eq. (10) at σ²."""
-        return receiver_noise_variance(self.h_abs, self.power_w, self.beta, sigma2, self.noise_power_w)
+        """(N,) σ_s,i² of eq. (10) at σ² (over each receiver's neighbours on a graph)."""
+        return receiver_noise_variance(self.h_abs, self.power_w, self.beta, sigma2, self.noise_power_w, self.graph)
+
+    def listens(self) -> np.ndarray:
+        """(N,) bool: the receivers that hear some sender (all of them on the complete graph)."""
+        n = _vec(self.h_abs).shape[0]
+        return np.ones(n, dtype=bool) if self.graph is None else self.graph.degrees > 0
 
 
 def epsilon_per_receiver(setting: RoundSetting, sigma2: float) -> np.ndarray:
@@ -230,7 +283,8 @@ def epsilon_per_receiver(setting: RoundSetting, sigma2: float) -> np.ndarray:
         sigma2: σ², artificial-noise variance per entry.
 
     Returns:
-        (N,) ε_i for each receiver i (inf where σ_s,i = 0).
+        (N,) ε_i for each receiver i (inf where σ_s,i = 0; 0 for a receiver with no neighbour on a
+        graph: it hears no model).
 
     Example::
 
@@ -239,7 +293,28 @@ def epsilon_per_receiver(setting: RoundSetting, sigma2: float) -> np.ndarray:
     """
     var = setting.noise_variance(sigma2)
     with np.errstate(divide="ignore"):
-        return setting.sensitivity() * gaussian_factor(setting.delta) / np.sqrt(var)
+        eps = setting.sensitivity() * gaussian_factor(setting.delta) / np.sqrt(var)
+    return eps if setting.graph is None else np.where(setting.listens(), eps, 0.0)
+
+
+def epsilon_per_sender(setting: RoundSetting, sigma2: float) -> np.ndarray:
+    """(N,) what sender j spends per round: the largest ε_i of eq. (11) over its receivers i (all
+    i ≠ j; on a graph i ∈ N(j), 0 for a sender no one hears), the ledger's charge.
+
+    Example::
+
+        >>> s = RoundSetting([1.0, 2.0, 2.0], 1.0, [0.0, 0.75, 0.75], 1.0, 0.1, 1.0, 1e-5)
+        >>> epsilon_per_sender(s, 1.0).round(6).tolist()
+        [0.484481, 0.484481, 0.484481]
+    """
+    eps = epsilon_per_receiver(setting, sigma2)
+    if setting.graph is None:
+        order = np.argsort(-eps, kind="stable")
+        out = np.full(eps.shape, eps[order[0]])
+        out[order[0]] = eps[order[1]]
+        return out
+    worst = -min_over_neighbours(-eps, setting.graph)
+    return np.where(np.isfinite(worst), worst, 0.0)
 
 
 def sigma_z2(setting: RoundSetting, sigma2: float) -> float:
@@ -267,7 +342,7 @@ def calibrate_sigma2(epsilon: float, setting: RoundSetting, count_channel_noise:
     """Smallest σ² giving every receiver ε_i <= ε in eq. (11) (dwfl.md §4.4, [DERIVED]).
 
     σ² = max_i max(0, (Δ² · 2 ln(1.25/δ) / ε² − σ_m²) / S_i), Δ = 2 c γ g_max,
-    S_i = Σ_{k≠i} |h_k|² β_k P_k.
+    S_i = Σ_{k≠i} |h_k|² β_k P_k (on a graph Σ_{k∈N(i)}, over the receivers with a neighbour).
 
     Args:
         epsilon: target per-round ε.
@@ -288,12 +363,14 @@ def calibrate_sigma2(epsilon: float, setting: RoundSetting, count_channel_noise:
         raise ValueError(f"epsilon must be > 0, got {epsilon}")
     b = artificial_noise_powers(setting.h_abs, setting.power_w, setting.beta)
     n = b.shape[0]
-    s = b.sum() - b
+    s = neighbourhood_sums(b, setting.graph)
     needed = (setting.sensitivity() * gaussian_factor(setting.delta) / epsilon) ** 2
     m = _vec(setting.noise_power_w, n, "noise_power_w") if count_channel_noise else np.zeros(n)
     gap = np.maximum(needed - m, 0.0)
     with np.errstate(divide="ignore", invalid="ignore"):
         per_rx = np.where(gap == 0.0, 0.0, gap / s)
+    if setting.graph is not None:
+        per_rx = np.where(setting.listens(), per_rx, 0.0)  # a receiver with no neighbour hears no one
     return float(np.max(per_rx))
 
 
