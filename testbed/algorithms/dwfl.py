@@ -94,6 +94,7 @@ from testbed.algorithms.base import BYTES_PER_REAL, BaseAlgorithm, RoundCost
 from testbed.algorithms.batches import check_batches, uniform_batches
 from testbed.algorithms.bounds import gaussian_norm_bound
 from testbed.algorithms.contract import NodeResult, RoundContext, ServerResult, State, TensorSpec
+from testbed.algorithms.radio_section import RadioSection
 from testbed.algorithms.registry import BuildContext, Registration
 from testbed.algorithms.dwfl_channel import (
     SCHEMES,
@@ -118,7 +119,7 @@ from testbed.ledger.events import Event, GaussianEvent
 from testbed.models import Model
 from testbed.privacy import dwfl as dp
 from testbed.rng import Purpose, node_streams, stream
-from testbed.sections import NonNegative, OnlyWith, Positive, Section, field_default
+from testbed.sections import NonNegative, OnlyWith, Positive, field_default
 from testbed.topology import Graph, Mixing, Topology, TopologySection, spectral_gap
 from testbed.topology.view import graph_view_with
 
@@ -161,14 +162,13 @@ def _min_over_others(values: np.ndarray) -> np.ndarray:
     return out
 
 
-class DwflSection(Section):
+class DwflSection(RadioSection):
     """DWFL (Algorithm 1, eq. 7) and its baselines. Give ``epsilon`` (per-round target at the worst
     receiver, σ² calibrated every fading block) or ``sigma2``, not both (neither: no artificial
-    noise). Powers in dBm here, W inside. Channel noise σ_m² per real entry: ``noise_power_w``
-    (default 1, the paper's) or thermal k·T·B·NF/2 from ``noise_figure_db`` and ``bandwidth_hz``."""
+    noise). The radio's keys (power, noise, bandwidth, fading, path loss, area, carrier) are
+    :class:`~testbed.algorithms.radio_section.RadioSection`'s, shared with the baselines."""
 
-    ONLY_WITH = {"k_factor": (OnlyWith("fading", ("rician",)),),
-                 "init_std": (OnlyWith("init", ("independent",)),)}
+    ONLY_WITH = {**RadioSection.ONLY_WITH, "init_std": (OnlyWith("init", ("independent",)),)}
 
     scheme: Literal["ota_d2d", "orthogonal_d2d", "ota_central"] = "ota_d2d"
     variant: Literal["A", "B"] = "B"
@@ -186,23 +186,9 @@ class DwflSection(Section):
     sigma2: NonNegative[float] | None = None
     """σ² of the artificial noise, fixed."""
     calibration: Literal["with_channel_noise", "artificial_only"] = "with_channel_noise"
-    power_dbm: float = Field(60.0, ge=-50, le=100)
-    noise_power_w: Positive[float] | None = None
-    noise_figure_db: float | None = Field(None, ge=0, le=50)
-    bandwidth_hz: Positive[float] = 1e6
-    """Bandwidth and analog symbol rate."""
     beta: float = Field(1.0, ge=0, le=1)
     """β = 1 − α, the share of power spent on artificial noise."""
     c_scale: float = Field(1.0, gt=0, le=1)
-    fading: Literal["rayleigh", "rician", "none"] = "rayleigh"
-    k_factor: NonNegative[float] = 3.0
-    coherence_rounds: Positive[int] | None = None
-    """Absent: time-invariant fading; B: redrawn every B rounds."""
-    pathloss: Literal["none", "free_space", "umi", "uma"] = "none"
-    area_m: Positive[float] = 100.0
-    """Side of the square the nodes are placed in, m (path loss, and [topology] random_geometric)."""
-    carrier_hz: Positive[float] = 2.4e9
-    """Carrier frequency, Hz (path loss, and [topology] random_geometric's free-space range)."""
     orthogonal_link: Literal["analog", "digital"] = "analog"
     init: Literal["common", "zeros", "independent"] = "common"
     init_std: Positive[float] = 0.1
@@ -211,8 +197,6 @@ class DwflSection(Section):
     def _consistent(self) -> "DwflSection":
         if self.sigma2 is not None and self.epsilon is not None:
             raise ValueError("dwfl.sigma2: give sigma2 or epsilon, not both")
-        if self.noise_power_w is not None and self.noise_figure_db is not None:
-            raise ValueError("dwfl.noise_figure_db: give noise_power_w or noise_figure_db (thermal noise), not both")
         if self.scheme == "ota_central" and self.init == "independent":
             raise ValueError("dwfl.init: ota_central keeps one model at the server; use common or zeros")
         return self

@@ -61,7 +61,7 @@ from channel import sparse_superpose
 from channel.pathloss import pathloss_3gpp
 from testbed.errors import ConfigError
 from testbed.rng import GLOBAL, Purpose, node_streams, stream
-from testbed.topology import Graph, LinkBudget, Mixing, Topology, TopologySection
+from testbed.topology import Graph, Mixing, Topology, TopologySection
 
 SCHEMES = ("ota_d2d", "orthogonal_d2d", "ota_central")
 PATHLOSS_KINDS = ("none", "free_space", "umi", "uma")
@@ -342,18 +342,9 @@ def channel_noise_row(scheme: str, rc: RoundChannel, radio: Radio, receiver: int
 
 
 def radio_from_section(a: Any, num_nodes: int) -> Radio:
-    """The :class:`Radio` of a ``[dwfl]`` section: dBm to W, σ_m² fixed or thermal (k·T·B·NF/2)."""
-    from channel import dbm_to_w, real_noise_variance_w, thermal_noise_power_w
-
-    if a.noise_figure_db is not None:
-        noise = float(real_noise_variance_w(thermal_noise_power_w(a.bandwidth_hz, a.noise_figure_db)))
-    else:
-        noise = 1.0 if a.noise_power_w is None else a.noise_power_w  # dwfl.md §1.2: σ_m² = 1
-    return Radio(num_nodes=num_nodes, power_w=float(dbm_to_w(a.power_dbm)), noise_power_w=noise,
-                 bandwidth_hz=a.bandwidth_hz, fading=a.fading, k_factor=a.k_factor,
-                 coherence_rounds=a.coherence_rounds, pathloss=a.pathloss, area_m=a.area_m,
-                 carrier_hz=a.carrier_hz, beta=a.beta, c_scale=a.c_scale,
-                 digital_orthogonal=a.orthogonal_link == "digital")
+    """The :class:`Radio` of a ``[dwfl]`` section (its RadioSection keys in SI units, σ_m² fixed or
+    thermal) with DWFL's own radio fields."""
+    return a.radio(num_nodes, beta=a.beta, c_scale=a.c_scale, digital_orthogonal=a.orthogonal_link == "digital")
 
 
 def topology_from_sections(sections: dict[str, Any], num_nodes: int, seed: int) -> Topology:
@@ -369,10 +360,7 @@ def topology_from_sections(sections: dict[str, Any], num_nodes: int, seed: int) 
     the path the experiment file gives."""
     a = sections["dwfl"]
     section = sections.get("topology") or TopologySection()
-    radio = radio_from_section(a, num_nodes)
-    budget = LinkBudget(power_w=radio.power_w, noise_power_w=radio.noise_power_w, carrier_hz=radio.carrier_hz,
-                        area_m=radio.area_m)
-    topology = Topology(section, num_nodes, seed, budget)
+    topology = Topology(section, num_nodes, seed, a.link_budget())
     if topology.is_complete:
         return topology
     if a.scheme == "ota_central":
