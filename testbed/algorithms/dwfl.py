@@ -91,7 +91,7 @@ from pydantic import Field, model_validator
 
 from testbed.algorithms import dwfl_cli
 from testbed.algorithms.base import BYTES_PER_REAL, BaseAlgorithm, RoundCost
-from testbed.algorithms.batches import check_batches, uniform_batches
+from testbed.algorithms.batches import check_batches, clipped_gradients
 from testbed.algorithms.bounds import gaussian_norm_bound
 from testbed.algorithms.contract import NodeResult, RoundContext, ServerResult, State, TensorSpec
 from testbed.algorithms.radio_section import RadioSection
@@ -582,14 +582,7 @@ class Dwfl(BaseAlgorithm):
         Returns:
             (M, P) payloads.
         """
-        idx = uniform_batches(train, node_ids, round_index, seed, steps=1, batch=self.batch)[:, 0]
-        weights = np.full(idx.shape, 1.0 / self.batch)
-        # A model with no gradient bound (a deep network) clips each sample's gradient at g_max as
-        # well, so a record's influence is bounded by construction; the batch clip below holds either way.
-        per_sample = self.gmax if math.isinf(self.model.lipschitz_bound) else None
-        _, grad = self.model.loss_and_grad(models, train.x[idx], train.y[idx], weights, per_sample)
-        norms = np.linalg.norm(grad, axis=1, keepdims=True)
-        grad *= np.minimum(1.0, self.gmax / np.maximum(norms, 1e-300))  # clip: ||g_i|| <= g_max
+        grad = clipped_gradients(self.model, models, train, node_ids, round_index, seed, self.batch, self.gmax)
         if self.scheme == "ota_central":
             return self.lr * grad
         return models - self.lr * grad
