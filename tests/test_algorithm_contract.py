@@ -44,6 +44,10 @@ DIGITS_CNN = ('[data]\ndataset = "digits"\nnum_nodes = 5\nsamples_per_node = 60\
 EXPERIMENTS = {
     "dp_pasgd": SYNTHETIC + '[dp_pasgd]\nsteps = 12\ntau = 2\nbatch = 8\nlr = 0.5\nsigma = 0.8\n',
     "dwfl": SYNTHETIC + '[dwfl]\nrounds = 6\nbatch = 8\nlr = 0.2\nepsilon = 1.0\nfading = "none"\nc_scale = 0.6\n',
+    "dpsgd": SYNTHETIC + '[dpsgd]\nrounds = 6\nbatch = 8\nlr = 0.2\nepsilon = 1.0\nfading = "none"\n'
+                         '[topology]\nkind = "ring"\n',
+    "gossip": SYNTHETIC + '[gossip]\nrounds = 6\nbatch = 8\nlr = 0.2\nepsilon = 1.0\nfading = "rayleigh"\n'
+                          'coherence_rounds = 2\n[topology]\nkind = "k_regular"\ndegree = 2\n',
     "fedavg": SYNTHETIC + '[fedavg]\nrounds = 6\nlocal_steps = 3\nbatch = 8\nlr = 0.5\n',
     "acfl": SYNTHETIC + '[model]\nkind = "linear"\n[acfl]\niterations = 6\nlr = 0.01\nsigma1_sq = 0.5\nsigma2_sq = 0.5\n',
     "padpfl": SYNTHETIC + '[padpfl]\nrounds = 6\nuploads = 2\nparticipation = "spread"\nlocal_steps = 3\nbatch = 8\nlr = 0.5\nclip = 2.0\n'

@@ -34,6 +34,8 @@ from testbed.watch.feed import RunFeed
 WITHOUT_NOISE = {
     "dp_pasgd": {"dp_pasgd": {"sigma": 0.0}},
     "fedavg": {},
+    "dpsgd": {"dpsgd": {"epsilon": None}},
+    "gossip": {"gossip": {"epsilon": None}},
     "padpfl": {"padpfl": {"epsilon": None}},
 }
 #: A number printed as an ε: "epsilon 1.23", "ε 0.5", "epsilon      0 .. 0".

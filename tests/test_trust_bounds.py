@@ -31,7 +31,7 @@ from test_algorithm_contract import _text
 #: The conformance suite's float64 experiments, and PADPFL with each rule nodes can sway.
 CASES = {
     "acfl": {}, "acfl/projection": {"acfl": {"encoding": "projection", "weights": "fixed"}},
-    "dp_pasgd": {}, "fedavg": {}, "dwfl": {}, "padpfl": {},
+    "dp_pasgd": {}, "fedavg": {}, "dwfl": {}, "padpfl": {}, "dpsgd": {}, "gossip": {},
     "dwfl/rayleigh": {"dwfl": {"fading": "rayleigh", "variant": "A"}},
     "dwfl/orthogonal": {"dwfl": {"scheme": "orthogonal_d2d", "fading": "rayleigh"}},
     "dwfl/central": {"dwfl": {"scheme": "ota_central", "fading": "rayleigh"}},
@@ -275,7 +275,7 @@ def test_cap_shares_caps_every_share_and_keeps_the_order(p, cap):
         np.testing.assert_allclose(out, weights, rtol=1e-12)
 
 
-@pytest.mark.parametrize("case", ["dwfl"])
+@pytest.mark.parametrize("case", ["dwfl", "dpsgd", "gossip"])
 def test_a_transmit_signal_scaled_past_the_power_constraint_is_refused(case):
     config, data, model, alg = built(case)
     for r in range(3):

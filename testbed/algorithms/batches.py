@@ -10,14 +10,18 @@ Example::
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
 from testbed.data.federated import Split
 from testbed.rng import Purpose, node_streams
 from testbed.util.parallel import split_work
+
+if TYPE_CHECKING:
+    from testbed.models import Model
 
 
 #: Bytes of batch keys drawn at once (see :func:`uniform_batches`).
@@ -89,3 +93,19 @@ def uniform_batches(train: Split, node_ids: Sequence[int], round_index: int, see
             split_work(len(part), draw, numbers=len(part) * steps * n)
     idx += train.offsets[:-1, None, None]
     return idx
+
+
+def clipped_gradients(model: "Model", params: np.ndarray, train: Split, node_ids: Sequence[int], round_index: int,
+                      seed: int, batch: int, gmax: float) -> np.ndarray:
+    """(M, P) each node's stochastic gradient at its own ``params`` row on one uniform mini-batch
+    (``stream(seed, node, r, BATCH)``), clipped to ``gmax`` in L2 norm: ‖g_i‖ <= g_max, so one
+    record's influence on a step of rate γ is at most 2γ g_max. A model without a gradient bound
+    (a deep network) also clips each sample's gradient at ``gmax``, bounding a record's influence
+    by construction; the batch clip holds either way."""
+    idx = uniform_batches(train, node_ids, round_index, seed, steps=1, batch=batch)[:, 0]
+    weights = np.full(idx.shape, 1.0 / batch)
+    per_sample = gmax if math.isinf(model.lipschitz_bound) else None
+    _, grad = model.loss_and_grad(params, train.x[idx], train.y[idx], weights, per_sample)
+    norms = np.linalg.norm(grad, axis=1, keepdims=True)
+    grad *= np.minimum(1.0, gmax / np.maximum(norms, 1e-300))
+    return grad
