@@ -26,7 +26,8 @@ Example::
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -87,22 +88,33 @@ def real_noise_variance_w(noise_power_w: Any) -> np.ndarray:
     return 0.5 * np.asarray(noise_power_w, dtype=np.float64)
 
 
-def _row_generators(rng: Any, rows: int) -> list[np.random.Generator] | None:
-    """None for one shared generator, else a list of one generator per row."""
+def _row_generators(rng: Any, rows: int) -> Iterator[np.random.Generator] | None:
+    """None for one shared generator, else an iterator over the generator of each row, in row order:
+    from a sequence of ``rows`` of them, or from an iterator that yields them one at a time (each
+    used before the next is taken: one re-seeded generator may stand for every row)."""
     if isinstance(rng, np.random.Generator):
         return None
     if isinstance(rng, Sequence) and not isinstance(rng, (str, bytes)):
         gens = list(rng)
         if len(gens) != rows:
             raise ValueError(f"need one generator per row: {rows} rows, got {len(gens)} generators")
-        for g in gens:
-            if not isinstance(g, np.random.Generator):
-                raise TypeError(f"expected numpy.random.Generator, got {type(g).__name__}")
-        return gens
+        return _checked(iter(gens), rows)
+    if isinstance(rng, Iterator):
+        return _checked(rng, rows)
     raise TypeError(
         "rng must be a numpy.random.Generator or a sequence of them (one per row); "
         f"got {type(rng).__name__} (global random state is never used)"
     )
+
+
+def _checked(gens: Iterator[Any], rows: int) -> Iterator[np.random.Generator]:
+    for i in range(rows):
+        g = next(gens, None)
+        if g is None:
+            raise ValueError(f"need one generator per row: {rows} rows, got {i} generators")
+        if not isinstance(g, np.random.Generator):
+            raise TypeError(f"expected numpy.random.Generator, got {type(g).__name__}")
+        yield g
 
 
 def fill_gaussian_rows(out: np.ndarray, std: Any, rng: Any) -> np.ndarray:
@@ -114,7 +126,8 @@ def fill_gaussian_rows(out: np.ndarray, std: Any, rng: Any) -> np.ndarray:
     Args:
         out: (N, ...) float32/float64 array, overwritten.
         std: scalar or (N,) standard deviation per row (same unit as the signal, e.g. sqrt(W)).
-        rng: one ``numpy.random.Generator`` or a sequence of N of them (one per row).
+        rng: one ``numpy.random.Generator``, a sequence of N of them (one per row) or an iterator
+            yielding them in row order.
 
     Returns:
         ``out``.
@@ -136,7 +149,7 @@ def fill_gaussian_rows(out: np.ndarray, std: Any, rng: Any) -> np.ndarray:
     if dtype not in (np.float32, np.float64):
         raise TypeError(f"out must be float32 or float64, got {dtype}")
     for i in range(rows):
-        g = rng if gens is None else gens[i]
+        g = rng if gens is None else next(gens)
         row = out[i]
         if row.flags.c_contiguous:
             g.standard_normal(out=row, dtype=dtype)
@@ -200,7 +213,7 @@ def add_awgn_real(x: np.ndarray, noise_power_w: Any, rng: Any, chunk: int = 1 <<
     stds = np.broadcast_to(np.sqrt(np.asarray(noise_power_w, dtype=np.float64)), (rows,))
     buf = np.empty(min(chunk, d), dtype=x.dtype)
     for i in range(rows):
-        g = rng if gens is None else gens[i]
+        g = rng if gens is None else next(gens)
         for a in range(0, d, chunk):
             b = min(a + chunk, d)
             tmp = buf[: b - a]

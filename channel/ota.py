@@ -108,8 +108,8 @@ def d2d_superpose(
         signals: (N, d) real payloads, sqrt(W) (float64 or float32).
         gains: (N,) real effective gains g_k (|h_k| with perfect CSI; 0 for silent senders).
         noise_power_w: scalar or (N,) σ_m² per receiver, per entry, W.
-        rng: one ``numpy.random.Generator`` or N of them (one per receiver); may be ``None``
-            when every σ_m² is 0.
+        rng: one ``numpy.random.Generator`` or N of them (one per receiver, a sequence or an
+            iterator in row order); may be ``None`` when every σ_m² is 0.
         out: optional (N, d) output; may be ``signals`` itself (overwritten in place).
 
     Returns:
@@ -139,8 +139,8 @@ def d2d_superpose(
         row = out[i]
         np.multiply(s[i], -g[i], out=row)  # −g_i s_i (reads s[i] before overwriting if aliased)
         row += total
+        gen = rng if gens is None else next(gens)  # every row draws its own, in row order
         if noisy and std[i] > 0:
-            gen = rng if gens is None else gens[i]
             gen.standard_normal(out=buf, dtype=out.dtype)
             buf *= std[i]
             row += buf

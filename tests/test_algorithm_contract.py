@@ -54,6 +54,9 @@ EXPERIMENTS = {
                           'epsilon = 20.0\nimpact = "given"\nweights = [0.1, 0.2, 0.3, 0.2, 0.2]\n',
     "dp_pasgd/cnn": DIGITS_CNN + '[dp_pasgd]\nsteps = 12\ntau = 2\nbatch = 8\nlr = 0.2\nsigma = 0.05\nclip = true\n'
                                  'lipschitz = 1.0\n',
+    # DWFL on a ring (issue 32): each node hears its two neighbours, Rayleigh fading, variant A.
+    "dwfl/ring": SYNTHETIC + '[dwfl]\nrounds = 6\nbatch = 8\nlr = 0.2\nepsilon = 1.0\nfading = "rayleigh"\n'
+                             'variant = "A"\n[topology]\nkind = "ring"\n',
     "dwfl/cnn": DIGITS_CNN + '[dwfl]\nrounds = 6\nbatch = 8\nlr = 0.2\nepsilon = 1.0\nfading = "none"\nc_scale = 0.6\n',
     "padpfl/cnn": DIGITS_CNN + '[padpfl]\nrounds = 6\nuploads = 2\nparticipation = "spread"\nlocal_steps = 3\nbatch = 8\nlr = 0.2\nclip = 5.0\n'
                                'epsilon = 20.0\nimpact = "given"\nweights = [0.1, 0.2, 0.3, 0.2, 0.2]\n',

@@ -4,6 +4,7 @@ ledger, and the configuration's refusals."""
 
 import numpy as np
 import pytest
+from hypothesis import given, strategies as st
 
 from testbed import assemble
 from testbed.algorithms import RoundContext
@@ -215,3 +216,64 @@ def test_default_run_reproduces_a_committed_data_row(tmp_path, monkeypatch):
                              str(tmp_path), row["key"]))
     assert {k: v for k, v in got.items() if k != "wall_s"} == {k: v for k, v in row.items() if k != "wall_s"}
     sys.modules.pop("reproduce", None)
+
+
+@st.composite
+def _graph_round(draw):
+    """A graph on 3..7 nodes (at least one edge; possibly disconnected), the senders, the scheme."""
+    n = draw(st.integers(3, 7))
+    pairs = [(i, j) for i in range(n) for j in range(i + 1, n)]
+    edges = draw(st.lists(st.sampled_from(pairs), min_size=1, unique=True))
+    senders = draw(st.lists(st.integers(0, n - 1), min_size=1, unique=True).map(sorted))
+    scheme, rule = draw(st.sampled_from([("ota_d2d", "uniform"), ("orthogonal_d2d", "uniform"),
+                                         ("orthogonal_d2d", "metropolis_hastings")]))
+    return n, edges, senders, scheme, rule
+
+
+@given(_graph_round())
+def test_any_graph_and_senders_give_eq7_over_the_heard_neighbours(tmp_path_factory, case):
+    """Noise off, any graph and any set of senders: x_i'' = x_i' + η Σ_{k∈N(i)∩S} w_ik (x_k' − x_i'),
+    w_ik = 1/|N(i)∩S| (uniform) or 1/(1 + max(d_i, d_k)) (Metropolis–Hastings), written densely
+    here; a receiver that heard no one keeps x_i'."""
+    n, edges, senders, scheme, rule = case
+    path = tmp_path_factory.mktemp("g") / "edges.txt"
+    path.write_text("".join(f"{i} {j}\n" for i, j in edges))
+    section = TopologySection(kind="file", path=str(path), allow_disconnected=True, mixing=rule)
+    # free-space path loss from random positions: unequal gains, so the alignment matters (no Sionna)
+    r = Radio(num_nodes=n, power_w=100.0, noise_power_w=0.0, fading="none", pathloss="free_space", c_scale=0.6)
+    alg = Dwfl(MODEL, r, rounds=5, batch=8, lr=0.2, averaging_rate=0.5, gmax=1.0, delta=1e-5, sigma2=0.0,
+               scheme=scheme, seed=SEED, topology=Topology(section, n, SEED))
+    rng = np.random.default_rng(len(edges))
+    x = rng.standard_normal((n, MODEL.num_params))
+    ctx = RoundContext(ROUND, SEED, n, tuple(range(n))).closed(senders)
+    signals, pending = alg.transmit(x[senders].copy(), x[senders], senders, ROUND, SEED)
+    full = np.zeros_like(x)
+    full[senders] = signals
+    heard = alg.channel.superpose(full, alg.channel_tensors(ctx), ctx, out=full)
+    new = alg.node_finish({"pending": pending, "signal": signals}, heard[senders], senders, ctx).tensors["model"]
+    adj = np.zeros((n, n))
+    for i, j in edges:
+        adj[i, j] = adj[j, i] = 1.0
+    deg = adj.sum(1)
+    on = adj * np.isin(np.arange(n), senders)[None, :]
+    if rule == "uniform":
+        w = np.divide(on, on.sum(1, keepdims=True), out=np.zeros_like(on), where=on.sum(1, keepdims=True) > 0)
+    else:
+        w = on / (1.0 + np.maximum(deg[:, None], deg[None, :]))
+    expect = x + 0.5 * (w @ x - w.sum(1, keepdims=True) * x)
+    np.testing.assert_allclose(new, expect[senders], rtol=1e-9, atol=1e-9)
+
+
+def test_a_node_no_one_hears_releases_nothing(tmp_path):
+    """Node 5 has no neighbour: it hears no model (ε_5 = 0 as a receiver), no one hears it (no
+    privacy event), and it keeps its own step; σ² is calibrated over the receivers that listen."""
+    path = tmp_path / "edges.txt"
+    path.write_text("0 1\n1 2\n2 3\n3 4\n4 0\n")
+    alg = _alg(TopologySection(kind="file", path=str(path), allow_disconnected=True), fading="rayleigh")
+    plan = alg.plan(ROUND)
+    assert plan.epsilon[5] == 0.0 and plan.epsilon.max() == pytest.approx(0.5, rel=1e-12)
+    assert np.isinf(plan.privacy_sigma[5]) and np.isfinite(plan.privacy_sigma[:5]).all()
+    ctx = RoundContext.everyone(ROUND, SEED, N)
+    assert alg.releases(5, ctx) == [] and len(alg.releases(0, ctx)) == 1
+    payload, new = _round(alg)
+    np.testing.assert_allclose(new[5], payload[5], rtol=0, atol=1e-13)

@@ -173,3 +173,70 @@ def test_dwfl_composition_worst_receiver():
     assert one == pytest.approx(dp_accounting.get_epsilon_gaussian(z_worst, 1e-5), rel=2e-3)
     many = dwfl_composed_epsilon(S, 1.0, rounds=50)
     assert many > one
+
+
+# ---- per receiver on a graph (issue 32) ----------------------------------------------------------
+# The ring 0-1-2-3-4-0 with |h| = [1, 2, 2, 2, 2], P = 1, β = 1 − α = [0, 3/4, 3/4, 3/4, 3/4] (eq. 3-4:
+# c = 1, α_k = 1/|h_k|²), σ² = σ_m² = 1, γ = 0.1, g_max = 1, δ = 1e-5, worked by hand:
+# B_k = |h_k|² β_k P_k = [0, 3, 3, 3, 3]; receiver i hears i − 1 and i + 1, so
+# S = [B_4 + B_1, B_0 + B_2, B_1 + B_3, B_2 + B_4, B_3 + B_0] = [6, 3, 6, 6, 3] and eq. (10)
+# σ_s,i² = S_i σ² + σ_m² = [7, 4, 7, 7, 4]; eq. (11) ε_i = 2 c γ g_max sqrt(2 ln(1.25/δ)) / σ_s,i
+# = 0.968961 / sqrt(7) = 0.366233 (degree-2 receivers beside node 0, which sends no noise: 0.484481).
+# A sender is charged at the worse of its two receivers: sender 0 → receivers 1, 4 (4, 4): 0.484481;
+# sender 1 → 0, 2 (7, 7): 0.366233; sender 2 → 1, 3: 0.484481; 3 → 2, 4: 0.484481; 4 → 3, 0: 0.366233.
+# For a target ε = 0.5: σ² = max_i ((0.968961/0.5)² − 1) / S_i = (3.755542 − 1)/3 = 0.918514.
+RING_EPS_RECEIVER = [0.366233, 0.484481, 0.366233, 0.366233, 0.484481]
+RING_EPS_SENDER = [0.484481, 0.366233, 0.484481, 0.484481, 0.366233]
+
+
+def _ring_setting():
+    from testbed.topology import Topology, TopologySection
+
+    h = np.array([1.0, 2.0, 2.0, 2.0, 2.0])
+    ring = Topology(TopologySection(kind="ring"), 5, seed=0).graph(0)
+    return RoundSetting(h, 1.0, 1.0 - 1.0 / h**2, graph=ring, **EX)
+
+
+def test_ring_epsilon_per_receiver_and_sender_by_hand():
+    from testbed.privacy.dwfl import epsilon_per_sender
+
+    s = _ring_setting()
+    np.testing.assert_allclose(receiver_noise_variance(s.h_abs, 1.0, s.beta, 1.0, 1.0, s.graph), [7, 4, 7, 7, 4])
+    np.testing.assert_allclose(epsilon_per_receiver(s, 1.0), RING_EPS_RECEIVER, atol=1e-6)
+    np.testing.assert_allclose(epsilon_per_sender(s, 1.0), RING_EPS_SENDER, atol=1e-6)
+    assert calibrate_sigma2(0.5, s) == pytest.approx(0.918514, abs=1e-6)
+
+
+def test_cli_privacy_on_a_ring(capsys):
+    from testbed.cli import main
+
+    args = ["privacy", "dwfl", "--gains", "1,2,2,2,2", "--power-w", "1", "--noise-var", "1", "--lr", "0.1",
+            "--gmax", "1", "--delta", "1e-5", "--topology", "ring", "--json"]
+    assert main(args + ["--sigma2", "1"]) == 0
+    import json
+
+    out = json.loads(capsys.readouterr().out)
+    np.testing.assert_allclose(out["epsilon"], RING_EPS_RECEIVER, atol=1e-6)
+    np.testing.assert_allclose(out["epsilon_sender"], RING_EPS_SENDER, atol=1e-6)
+    assert out["degree"] == [2] * 5
+    assert main(args + ["--epsilon", "0.5"]) == 0
+    assert json.loads(capsys.readouterr().out)["sigma2"] == pytest.approx(0.918514, abs=1e-6)
+
+
+def test_cli_privacy_takes_the_experiments_topology(tmp_path, capsys):
+    """--experiment reads [topology] (here an edge list beside the file: 0-1, 1-2, 3-4; node 3 and 4
+    hear only each other, node 0 hears only node 1)."""
+    from testbed.cli import main
+
+    (tmp_path / "edges.txt").write_text("0 1\n1 2\n3 4\n")
+    (tmp_path / "e.toml").write_text('[run]\nalgorithm = "dwfl"\n[data]\nnum_nodes = 5\n[topology]\nkind = "file"\n'
+                                     'path = "edges.txt"\nallow_disconnected = true\n')
+    assert main(["privacy", "dwfl", "--gains", "1,2,2,2,2", "--power-w", "1", "--noise-var", "1", "--lr", "0.1",
+                 "--gmax", "1", "--delta", "1e-5", "--sigma2", "1", "--experiment", str(tmp_path / "e.toml"),
+                 "--json"]) == 0
+    import json
+
+    out = json.loads(capsys.readouterr().out)
+    # σ_s,i² = S_i + 1 with S = [B_1, B_0 + B_2, B_1, B_4, B_3] = [3, 3, 3, 3, 3]: all 0.968961 / 2
+    np.testing.assert_allclose(out["epsilon"], [0.484481] * 5, atol=1e-6)
+    assert out["degree"] == [1, 2, 1, 1, 1]

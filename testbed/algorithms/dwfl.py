@@ -15,6 +15,15 @@ One round (Algorithm 1, eq. 7; dwfl.md §3.4), split so that the channel can run
     Everything but v_i is known before the node listens, so the node step already forms
     pending_i = x_i' − η self_i (B) and the update is pending_i + η/(c(N−1)) (v_i − [A: m_i]).
 
+On a graph (``topology``, ``[topology]`` other than complete; issue 32) receiver i hears only its
+neighbours N(i): (b) is one sparse product over the graph's links, O(E·d), and (c) is
+:meth:`Dwfl.receive_on_graph`, eq. (7) over the d_i^S neighbours that transmitted (uniform mixing
+over the air; orthogonal links weighted by i's row of W); a receiver that heard no one keeps x_i'.
+The alignment of eqs. (3)–(4) stays global: a sender broadcasts one amplitude to all its
+receivers. Privacy follows per receiver: eqs. (10)–(11) sum over N(i), σ² is calibrated at the
+worst receiver, and each sender is charged at the worst of its receivers. Kind "complete" (the
+default) keeps the dense path below, bit for bit.
+
 (b) is the algorithm's :class:`DwflChannel` (``Dwfl.channel``: in sim in the runner, over MQTT in the
 channel emulator), (c) is :meth:`Dwfl.node_finish`. The state is ``{"models": (N, P)}``, the stack of
 the nodes' models (no global model); each node gets only its own row; :meth:`Dwfl.eval_params` is
@@ -95,27 +104,27 @@ from testbed.algorithms.dwfl_channel import (
     RoundChannel,
     channel_noise_row,
     heard_links,
+    DEFAULT_MIXING,
     large_scale_amplitude,
     propagate,
+    radio_from_section,
     receiver_noise_power_w,
     round_channel,
+    topology_from_sections,
 )
 from testbed.data.federated import Split
 from testbed.errors import ConfigError
 from testbed.ledger.events import Event, GaussianEvent
 from testbed.models import Model
 from testbed.privacy import dwfl as dp
-from testbed.rng import Purpose, stream
+from testbed.rng import Purpose, node_streams, stream
 from testbed.sections import NonNegative, OnlyWith, Positive, Section, field_default
-from testbed.topology import LinkBudget, Mixing, Topology, TopologySection, spectral_gap
+from testbed.topology import Mixing, Topology, TopologySection, spectral_gap
 
 if TYPE_CHECKING:
     from testbed.config import Config
 
 VARIANTS = ("A", "B")
-#: DWFL's mixing rule for ``[topology] mixing = "auto"``: over the air a receiver hears one sum and
-#: can only weight it as a whole (uniform 1/d_i, on the complete graph eq. (7)'s (1 − I)/(N − 1)).
-DEFAULT_MIXING = "uniform"
 CALIBRATIONS = ("with_channel_noise", "artificial_only")
 INITS = ("common", "zeros", "independent")
 
@@ -616,7 +625,7 @@ class Dwfl(BaseAlgorithm):
         ids = np.asarray(node_ids, dtype=np.int64)
         tx = _rows(plan.tx, ids)
         signals = np.empty_like(payload)
-        fill_gaussian_rows(signals, math.sqrt(plan.sigma2), [stream(seed, i, round_index, Purpose.NOISE) for i in ids])
+        fill_gaussian_rows(signals, math.sqrt(plan.sigma2), node_streams(seed, ids.tolist(), round_index, Purpose.NOISE))
         transmit_real(payload, signals, tx, out=signals)  # s_i = sqrt(α_i P_i) u_i + sqrt(β_i P_i) G_i
         if self.scheme == "ota_central":
             return signals, models.copy()
@@ -877,44 +886,6 @@ class DwflChannel:
         if self.topology is not None and not self.topology.is_complete:
             links = heard_links(self.topology.mixing(ctx.round_index, DEFAULT_MIXING), ctx.answered)
         return propagate(self.scheme, signals, rc, self.radio, ctx.seed, ctx.round_index, out, links)
-
-
-def radio_from_section(a: "DwflSection", num_nodes: int) -> Radio:
-    """The :class:`Radio` of a ``[dwfl]`` section: dBm to W, σ_m² fixed or thermal (k·T·B·NF/2)."""
-    from channel import dbm_to_w, real_noise_variance_w, thermal_noise_power_w
-
-    if a.noise_figure_db is not None:
-        noise = float(real_noise_variance_w(thermal_noise_power_w(a.bandwidth_hz, a.noise_figure_db)))
-    else:
-        noise = 1.0 if a.noise_power_w is None else a.noise_power_w  # dwfl.md §1.2: σ_m² = 1
-    return Radio(num_nodes=num_nodes, power_w=float(dbm_to_w(a.power_dbm)), noise_power_w=noise,
-                 bandwidth_hz=a.bandwidth_hz, fading=a.fading, k_factor=a.k_factor,
-                 coherence_rounds=a.coherence_rounds, pathloss=a.pathloss, area_m=a.area_m,
-                 carrier_hz=a.carrier_hz, beta=a.beta, c_scale=a.c_scale,
-                 digital_orthogonal=a.orthogonal_link == "digital")
-
-
-def topology_from_sections(sections: dict[str, Any], num_nodes: int, seed: int) -> Topology:
-    """The run's :class:`Topology` from ``[topology]`` (absent: complete) with the ``[dwfl]`` radio's
-    link budget (random_geometric: the free-space range at the nodes' power and noise, in the
-    radio's area). Every process draws it from the config and seed alone: a node over MQTT knows
-    its neighbours without being told (numpy only; kind = "file" needs the edge list on every
-    node's host, at the path the experiment file gives). Raises ConfigError naming the key."""
-    a: DwflSection = sections["dwfl"]
-    section = sections.get("topology") or TopologySection()
-    radio = radio_from_section(a, num_nodes)
-    budget = LinkBudget(power_w=radio.power_w, noise_power_w=radio.noise_power_w, carrier_hz=radio.carrier_hz,
-                        area_m=radio.area_m)
-    topology = Topology(section, num_nodes, seed, budget)
-    if topology.is_complete:
-        return topology
-    if a.scheme == "ota_central":
-        raise ConfigError("topology.kind", 'ota_central needs kind = "complete": every node reaches the server')
-    if a.scheme == "ota_d2d" and topology.resolved_mixing(DEFAULT_MIXING) != "uniform":
-        raise ConfigError("topology.mixing", "ota_d2d needs uniform mixing: a receiver hears one superposition "
-                                             "and can weight only the sum; metropolis_hastings needs separate "
-                                             "links (scheme = \"orthogonal_d2d\")")
-    return topology
 
 
 def build(sections: dict[str, Any], ctx: BuildContext) -> Dwfl:

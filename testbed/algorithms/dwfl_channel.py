@@ -24,7 +24,9 @@ Schemes (dwfl.md §3.4, §6.3; the physics is :mod:`channel`):
   neighbours N(i): ``"ota_d2d"`` v_i = Σ_{k∈N(i)} g_k s_k + m_i (eq. 1 over N(i)), and
   ``"orthogonal_d2d"`` u_i = Σ_{k∈N(i)} w_ik (s_k / sqrt(P_k) + per-link noise), weighted by the
   mixing row of i (uniform or Metropolis–Hastings) over the neighbours that transmitted; both one
-  sparse product, O(E·d) (:func:`channel.sparse_superpose`).
+  sparse product, O(E·d) (:func:`channel.sparse_superpose`). The power alignment of eqs. (3)–(4)
+  stays global, c = min_j |h_j| sqrt(P_j) over all nodes: a sender broadcasts one amplitude to all
+  of its receivers (the paper's one gain per sender), so it cannot be aligned per neighbourhood.
 - ``"ota_central"`` (Seif et al.): every node to the server, y = Σ_k g_k s_k + m
   (:func:`channel.uplink_superpose`), broadcast back unchanged to every node; output in sqrt(W).
 
@@ -42,7 +44,7 @@ Example::
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -57,8 +59,9 @@ from channel import (
 )
 from channel import sparse_superpose
 from channel.pathloss import pathloss_3gpp
-from testbed.rng import GLOBAL, Purpose, stream
-from testbed.topology import Graph, Mixing
+from testbed.errors import ConfigError
+from testbed.rng import GLOBAL, Purpose, node_streams, stream
+from testbed.topology import Graph, LinkBudget, Mixing, Topology, TopologySection
 
 SCHEMES = ("ota_d2d", "orthogonal_d2d", "ota_central")
 PATHLOSS_KINDS = ("none", "free_space", "umi", "uma")
@@ -67,7 +70,11 @@ PATHLOSS_KINDS = ("none", "free_space", "umi", "uma")
 _REFERENCE_HEIGHT_M = {"free_space": 1.5, "umi": 10.0, "uma": 25.0}
 _DEVICE_HEIGHT_M = 1.5
 
-__all__ = ["SCHEMES", "PATHLOSS_KINDS", "Radio", "RoundChannel", "HeardLinks", "heard_links", "round_channel",
+#: DWFL's mixing rule for ``[topology] mixing = "auto"``: over the air a receiver hears one sum and
+#: can only weight it as a whole (uniform 1/d_i, on the complete graph eq. (7)'s (1 − I)/(N − 1)).
+DEFAULT_MIXING = "uniform"
+
+__all__ = ["SCHEMES", "DEFAULT_MIXING", "radio_from_section", "topology_from_sections", "PATHLOSS_KINDS", "Radio", "RoundChannel", "HeardLinks", "heard_links", "round_channel",
            "aligned_channel", "propagate", "receiver_noise_power_w", "channel_noise_row", "large_scale_amplitude"]
 
 
@@ -311,7 +318,7 @@ def propagate(
     else:
         raise ValueError(f"unknown scheme {scheme!r}; expected one of {SCHEMES}")
     noise = receiver_noise_power_w(scheme, rc, radio, range(n), links)
-    gens = [_noise_stream(scheme, radio, i, seed, round_index) for i in range(n)]
+    gens = node_streams(seed, range(n), round_index, Purpose.CHANNEL)  # _noise_stream of each receiver, in order
     if links is None:
         return d2d_superpose(signals, gains, noise, gens, out=out)
     g = links.graph
@@ -332,3 +339,46 @@ def channel_noise_row(scheme: str, rc: RoundChannel, radio: Radio, receiver: int
     if var == 0:
         return np.zeros(size)
     return np.sqrt(var) * _noise_stream(scheme, radio, receiver, seed, round_index).standard_normal(size)
+
+
+def radio_from_section(a: Any, num_nodes: int) -> Radio:
+    """The :class:`Radio` of a ``[dwfl]`` section: dBm to W, σ_m² fixed or thermal (k·T·B·NF/2)."""
+    from channel import dbm_to_w, real_noise_variance_w, thermal_noise_power_w
+
+    if a.noise_figure_db is not None:
+        noise = float(real_noise_variance_w(thermal_noise_power_w(a.bandwidth_hz, a.noise_figure_db)))
+    else:
+        noise = 1.0 if a.noise_power_w is None else a.noise_power_w  # dwfl.md §1.2: σ_m² = 1
+    return Radio(num_nodes=num_nodes, power_w=float(dbm_to_w(a.power_dbm)), noise_power_w=noise,
+                 bandwidth_hz=a.bandwidth_hz, fading=a.fading, k_factor=a.k_factor,
+                 coherence_rounds=a.coherence_rounds, pathloss=a.pathloss, area_m=a.area_m,
+                 carrier_hz=a.carrier_hz, beta=a.beta, c_scale=a.c_scale,
+                 digital_orthogonal=a.orthogonal_link == "digital")
+
+
+def topology_from_sections(sections: dict[str, Any], num_nodes: int, seed: int) -> Topology:
+    """The run's :class:`Topology` from ``[topology]`` (absent: complete) with the ``[dwfl]`` radio's
+    link budget (random_geometric: the free-space range at the nodes' power and noise, in the
+    radio's area). Raises ConfigError naming the key.
+
+    Every process draws it from the config and seed alone (testbed.topology is numpy only), and a
+    node over MQTT learns who of its neighbours sent from the received message's ``senders``. This
+    was chosen over sending each node its mixing row in the downlink: nothing more travels, the
+    coordinator cannot tell a node a neighbourhood other than the config's, and the cost is O(E) per
+    topology block on each node. kind = "file" then needs the edge list on every node's host, at
+    the path the experiment file gives."""
+    a = sections["dwfl"]
+    section = sections.get("topology") or TopologySection()
+    radio = radio_from_section(a, num_nodes)
+    budget = LinkBudget(power_w=radio.power_w, noise_power_w=radio.noise_power_w, carrier_hz=radio.carrier_hz,
+                        area_m=radio.area_m)
+    topology = Topology(section, num_nodes, seed, budget)
+    if topology.is_complete:
+        return topology
+    if a.scheme == "ota_central":
+        raise ConfigError("topology.kind", 'ota_central needs kind = "complete": every node reaches the server')
+    if a.scheme == "ota_d2d" and topology.resolved_mixing(DEFAULT_MIXING) != "uniform":
+        raise ConfigError("topology.mixing", "ota_d2d needs uniform mixing: a receiver hears one superposition "
+                                             "and can weight only the sum; metropolis_hastings needs separate "
+                                             "links (scheme = \"orthogonal_d2d\")")
+    return topology

@@ -74,6 +74,7 @@ __all__ = [
     "min_over_neighbours",
     "RoundSetting",
     "epsilon_per_receiver",
+    "epsilon_per_sender",
     "sigma_z2",
     "calibrate_sigma2",
     "orthogonal_epsilon",
@@ -294,6 +295,26 @@ def epsilon_per_receiver(setting: RoundSetting, sigma2: float) -> np.ndarray:
     with np.errstate(divide="ignore"):
         eps = setting.sensitivity() * gaussian_factor(setting.delta) / np.sqrt(var)
     return eps if setting.graph is None else np.where(setting.listens(), eps, 0.0)
+
+
+def epsilon_per_sender(setting: RoundSetting, sigma2: float) -> np.ndarray:
+    """(N,) what sender j spends per round: the largest ε_i of eq. (11) over its receivers i (all
+    i ≠ j; on a graph i ∈ N(j), 0 for a sender no one hears), the ledger's charge.
+
+    Example::
+
+        >>> s = RoundSetting([1.0, 2.0, 2.0], 1.0, [0.0, 0.75, 0.75], 1.0, 0.1, 1.0, 1e-5)
+        >>> epsilon_per_sender(s, 1.0).round(6).tolist()
+        [0.484481, 0.484481, 0.484481]
+    """
+    eps = epsilon_per_receiver(setting, sigma2)
+    if setting.graph is None:
+        order = np.argsort(-eps, kind="stable")
+        out = np.full(eps.shape, eps[order[0]])
+        out[order[0]] = eps[order[1]]
+        return out
+    worst = -min_over_neighbours(-eps, setting.graph)
+    return np.where(np.isfinite(worst), worst, 0.0)
 
 
 def sigma_z2(setting: RoundSetting, sigma2: float) -> float:
