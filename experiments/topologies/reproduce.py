@@ -269,10 +269,10 @@ def load() -> dict[str, Scenario]:
     return {name: Scenario(DATA / f"{name}.json") for name in SCENARIOS if (DATA / f"{name}.json").is_file()}
 
 
-def _ci(values: Iterable[float], digits: int = 4) -> str:
-    """'mean [low, high]' of the values (95 % t interval)."""
+def _ci(values: Iterable[float], spec: str = ".4f") -> str:
+    """'mean [low, high]' of the values (95 % t interval), each formatted by ``spec``."""
     s = t_interval(list(values))
-    return f"{float(s.mean):.{digits}f} [{float(s.ci_low):.{digits}f}, {float(s.ci_high):.{digits}f}]"
+    return f"{float(s.mean):{spec}} [{float(s.ci_low):{spec}}, {float(s.ci_high):{spec}}]"
 
 
 def learns(runs: list[dict]) -> bool:
@@ -300,7 +300,7 @@ def _curve_table(sc: Scenario) -> list[str]:
             f"{np.mean([r['spectral_gap'] for r in rs]):.3f} | {_ci(r['final_acc'] for r in rs)} | "
             f"{'yes' if learns(rs) else 'no'} | {_ci(r['final_loss'] for r in rs)} | {sigma2:.3g} ({_noise_ratio(sc, c):.3g}×) | "
             f"{min(eps_round):.3g}–{max(eps_round):.3g} | {min(eps):.3g}, {np.mean(eps):.3g}, {max(eps):.3g} | "
-            f"{_ci((float(np.mean(r['node_energy_j'])) for r in rs), 1)} J |")
+            f"{_ci((float(np.mean(r['node_energy_j'])) for r in rs), '.4g')} J |")
     return lines
 
 
@@ -431,7 +431,8 @@ def section(name: str, sc: Scenario, figures: list[str]) -> tuple[list[str], lis
           "to the complete graph's of the same seed (the same fading); a baseline's local noise per entry.",
           "ε/round at a receiver: eq. (11) at each node as a receiver. ε spent: each node's ledger over the",
           "run (zCDP, the headline accountant), charged against the worst of its receivers. Energy: compute",
-          "and transmission per node over the run, from the ledger.", "",
+          "(modelled from the measured compute time on the host profile, so it varies by a few mJ between",
+          "reruns) and transmission per node over the run, from the ledger.", "",
           "### Verdicts", "", *body,
           "### Statistics of the sweeps", "",
           "Per curve over its seeds (testbed.reports.sweep_stats, as `sweep_stats.csv`): final test accuracy",
