@@ -277,3 +277,14 @@ def test_a_node_no_one_hears_releases_nothing(tmp_path):
     assert alg.releases(5, ctx) == [] and len(alg.releases(0, ctx)) == 1
     payload, new = _round(alg)
     np.testing.assert_allclose(new[5], payload[5], rtol=0, atol=1e-13)
+
+
+def test_complete_graph_summary_in_closed_form():
+    """The complete graph's effective gap is 1 − |1 − ηN/(N − 1)| (eig Ψ, dwfl.md §8 check 2),
+    given without building W; it equals the dense eigenvalues of Ψ."""
+    alg = _alg(eta=0.3)
+    topo = alg.describe_topology()
+    w = (np.ones((N, N)) - np.eye(N)) / (N - 1)
+    eig = np.sort(np.abs(np.linalg.eigvalsh(0.7 * np.eye(N) + 0.3 * w)))
+    assert topo["kind"] == "complete" and topo["mixing"] == "uniform"
+    assert topo["effective_spectral_gap"] == pytest.approx(1 - eig[-2], abs=1e-12)

@@ -103,8 +103,8 @@ from testbed.algorithms.dwfl_channel import (
     aligned_channel,
     RoundChannel,
     channel_noise_row,
-    heard_links,
     DEFAULT_MIXING,
+    heard_links,
     large_scale_amplitude,
     propagate,
     radio_from_section,
@@ -119,7 +119,7 @@ from testbed.models import Model
 from testbed.privacy import dwfl as dp
 from testbed.rng import Purpose, node_streams, stream
 from testbed.sections import NonNegative, OnlyWith, Positive, Section, field_default
-from testbed.topology import Mixing, Topology, TopologySection, spectral_gap
+from testbed.topology import Graph, Mixing, Topology, TopologySection, spectral_gap
 
 if TYPE_CHECKING:
     from testbed.config import Config
@@ -246,7 +246,7 @@ class Dwfl(BaseAlgorithm):
         seed: the run's seed (keys the channel, known to every node).
         topology: who hears whom (:class:`testbed.topology.Topology`); None or kind "complete": the
             paper's complete graph, on today's O(N·d) path. On any other graph receiver i hears its
-            neighbours N(i) only (:meth:`receive`); ``ota_central`` needs the complete graph and
+            neighbours N(i) only (:meth:`receive_on_graph`); ``ota_central`` needs the complete graph and
             ``ota_d2d`` uniform mixing (a receiver hearing one sum can only weight it as a whole).
     """
 
@@ -302,7 +302,7 @@ class Dwfl(BaseAlgorithm):
                              "weight it as a whole")
         self._amplitude: np.ndarray | None = None  # drawn at the first plan that needs it
         self._given_h: dict[int, np.ndarray] = {}  # block → channel received from the coordinator
-        self._plans: dict[int, RoundPlan] = {}
+        self._plans: dict[Any, RoundPlan] = {}  # keyed by :meth:`_plan_key`
         self._channel = DwflChannel(self)
 
     # ----------------------------------------------------------------------------- set-up
@@ -329,7 +329,7 @@ class Dwfl(BaseAlgorithm):
         block = self.radio.schedule.block_index(round_index)
         return (block, self.topology.schedule.block_index(round_index)) if self.on_graph else block
 
-    def graph_of(self, round_index: int):
+    def graph_of(self, round_index: int) -> Graph | None:
         """The round's :class:`testbed.topology.Graph`, or None on the complete graph (never built)."""
         return self.topology.graph(round_index) if self.on_graph else None
 
@@ -736,8 +736,8 @@ class Dwfl(BaseAlgorithm):
             (M, P) the nodes' models x_i^(t+1/2).
         """
         plan = self.plan(round_index)
-        links = self.links(round_index, senders)
-        assert links is not None  # only on a graph
+        mixing = self.mixing(round_index)
+        links = heard_links(mixing, senders)
         ids = np.asarray(node_ids, dtype=np.int64)
         heard = links.count[ids]
         with np.errstate(divide="ignore"):
@@ -745,7 +745,7 @@ class Dwfl(BaseAlgorithm):
                 scale = np.where(heard > 0, self.eta / (plan.channel.alignment.c * heard), 0.0)
             else:  # the channel weighted every link already
                 scale = np.where(heard > 0, self.eta, 0.0)
-        if self.mixing(round_index).rule == "uniform":
+        if mixing.rule == "uniform":
             kept = np.where(heard > 0, 0.0, 1.0)  # exactly: Σ_k 1/d_i^S need not round to 1
         else:
             kept = 1.0 - links.weight_sum[ids]
