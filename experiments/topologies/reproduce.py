@@ -480,8 +480,9 @@ def _versus(data: dict[str, Scenario]) -> list[str]:
         a, b = data[ota], data[orth]
         md += [f"## {a.record['what']} against {b.record['what']}", "",
                "Paired by seed on each graph: a = over the air, b = the baseline. Energy per node over the run",
-               "(ledger): the baseline pays one slot per node and decodes every neighbour's, over the air one",
-               "superposed slot for all. Where neither learns, the accuracy verdict shows nothing about convergence.", "",
+               "(ledger): the baseline gives each node its own slot per round, as long as its weakest link's",
+               "Shannon rate needs; over the air all nodes share one superposed slot. Where neither learns, the",
+               "accuracy verdict shows nothing about convergence.", "",
                "| curve | learns: a, b | test acc, verdict a > b | energy per node a [J] | energy per node b [J] | b / a |",
                "|---|---|---|---|---|---|"]
         for c in a.curves:
