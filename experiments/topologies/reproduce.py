@@ -1,0 +1,608 @@
+"""Decentralised learning beyond the complete graph (issue 32): DWFL on the topologies a radio gives.
+
+    python experiments/topologies/reproduce.py [--only dwfl ...] [--seeds 5] [--workers 1] [--out runs/topologies-reproduce]
+    python experiments/topologies/reproduce.py --report-only
+
+Every curve is a base file with one ``[topology]``: the complete graph (DWFL's paper), the random
+geometric graph the free-space link budget gives at two SNR thresholds (two radio ranges), the 4×4
+torus and the ring. Scenarios (SCENARIOS): ``dwfl`` is base.toml (DWFL over the air, ota_d2d, on
+mnist-5k with N = 16: the learner of experiments/dwfl/learns.toml) at the paper's ε = 0.5 per round
+at the worst receiver (eq. 11 per receiver over its neighbourhood: a receiver that hears fewer
+senders needs more artificial noise), ``dwfl-eps5`` the same at ε = 5; ``dpsgd-eps5`` and
+``gossip-eps5`` are the baselines over orthogonal digital links (base-dpsgd.toml, base-gossip.toml)
+on the same graphs at ε = 5 per release, compared with dwfl-eps5 graph by graph (VERSUS).
+
+Each curve is a sweep over seeds (testbed.orchestration.sweep: its folder keeps finished runs, so a
+rerun only runs what is missing; one worker unless told), the same seeds for every curve, so runs
+are paired by seed (a random graph is drawn from the run's seed: the random geometric curves pair
+one graph per seed with the complete graph). A scenario's compact results go to data/<scenario>.json:
+per run its final metrics, its curves against rounds subsampled (test accuracy and train loss of
+x̄, ε spent by the most exposed node, energy per node from the ledger), and per node its degree,
+artificial noise σ, ε per round at its receivers and ε spent (ledger). REPORT.md and the figures are
+generated from data/ alone, which is all ``--report-only`` does (tests/test_reproductions.py).
+
+Verdicts (testbed.reports.verdicts, docs/statistics.md): each sparse graph against the complete one
+is a paired comparison over seeds (final accuracy and loss, mean of the last LAST rounds); learning
+over the rounds is a paired comparison of each run's last LAST rounds with its first LAST; how
+accuracy follows the graph is Spearman's ρ of every run's final accuracy with its graph's spectral
+gap. Accuracies stand next to chance and the test set's majority share: a model at chance shows
+nothing about convergence.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+DATA = HERE / "data"
+sys.path.insert(0, str(REPO))
+
+from testbed.reports.stats import t_interval  # noqa: E402
+from testbed.reports.sweep_stats import stats_rows  # noqa: E402
+from testbed.reports.verdicts import Verdict, paired_verdict, trend_verdict  # noqa: E402
+
+
+
+def topology_curves(section: str) -> dict[str, tuple[tuple[str, Any], ...]]:
+    """curve → the point values of its runs: its [topology], and for the random geometric graphs the
+    square their nodes stand in (a key of the algorithm's ``section``); the first is the reference."""
+    area = ((f"{section}.area_m", 10.0),)
+    return {
+        "complete": (("topology.kind", "complete"),),
+        "geometric, long range": (("topology.kind", "random_geometric"), ("topology.snr_threshold_db", -29.0), *area),
+        "geometric, short range": (("topology.kind", "random_geometric"), ("topology.snr_threshold_db", -26.0), *area),
+        "torus 4×4": (("topology.kind", "torus"), ("topology.rows", 4)),
+        "ring": (("topology.kind", "ring"),),
+    }
+
+
+#: scenario → (what its runs are, for the report; its base file; what it changes in that file)
+SCENARIOS: dict[str, tuple[str, str, dict[str, dict[str, Any]]]] = {
+    "dwfl": ("DWFL over the air at the paper's ε", "base.toml", {}),
+    # 10× the paper's ε, 100× less calibrated noise variance: do the sparse graphs learn once a looser
+    # ε pays for the noise their few neighbours cannot share?
+    "dwfl-eps5": ("DWFL over the air at 10× the paper's ε", "base.toml", {"dwfl": {"epsilon": 5.0}}),
+    # the baselines on the same graphs and seeds at dwfl's and dwfl-eps5's guarantees, each link its own slot
+    "dpsgd": ("D-PSGD over orthogonal links at the paper's ε", "base-dpsgd.toml", {"dpsgd": {"epsilon": 0.5}}),
+    "gossip": ("Gossip averaging over orthogonal links at the paper's ε", "base-gossip.toml", {"gossip": {"epsilon": 0.5}}),
+    "dpsgd-eps5": ("D-PSGD over orthogonal links at 10× the paper's ε", "base-dpsgd.toml", {}),
+    "gossip-eps5": ("Gossip averaging over orthogonal links at 10× the paper's ε", "base-gossip.toml", {}),
+}
+#: (scenario, baseline scenario) compared curve by curve: over the air against orthogonal links.
+VERSUS = (("dwfl", "dpsgd"), ("dwfl", "gossip"), ("dwfl-eps5", "dpsgd-eps5"), ("dwfl-eps5", "gossip-eps5"))
+REFERENCE = "complete"
+LAST = 10  # rounds averaged for a run's final (and first) accuracy and loss
+CURVE_EVERY = 2  # rounds between the stored points of a curve
+SEEDS = 5
+DIGITS = 6  # significant digits of every stored float (far below the seed noise of any metric here)
+
+
+# ------------------------------------------------------------------------------------------------ running
+
+
+def compact(value: Any, digits: int = DIGITS) -> Any:
+    """``value`` with every float rounded to ``digits`` significant digits (recursively)."""
+    if isinstance(value, float):
+        return value if not np.isfinite(value) else float(f"{value:.{digits}g}")
+    if isinstance(value, dict):
+        return {str(k): compact(v, digits) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [compact(v, digits) for v in value]
+    return value
+
+
+_SHARES: dict[str, tuple[float, float]] = {}
+
+
+def class_shares(config) -> tuple[float, float]:
+    """(chance 1/classes, majority share) of the run's test set (loaded once per data section and seed)."""
+    from testbed.assemble import load_data
+
+    key = f"{config.data.model_dump_json()}|{config.run.seed}"
+    if key not in _SHARES:
+        data = load_data(config.data, config.run.seed)
+        shares = np.bincount(data.test.y, minlength=data.n_classes) / len(data.test.y)
+        _SHARES[key] = (1.0 / data.n_classes, float(shares.max()))
+    return _SHARES[key]
+
+
+def run_topology(config):
+    """The run's :class:`testbed.topology.Topology`, drawn as the run draws it (DWFL's from its
+    radio; the baselines' from their section's link budget)."""
+    from testbed.topology import Topology
+
+    algorithm = config.run.algorithm
+    if algorithm == "dwfl":
+        from testbed.algorithms.dwfl import topology_from_sections
+
+        return topology_from_sections({"dwfl": config.dwfl, "topology": config.topology},
+                                      config.data.num_nodes, config.run.seed)
+    return Topology(config.topology, config.data.num_nodes, config.run.seed, getattr(config, algorithm).link_budget())
+
+
+def node_degrees(config) -> list[int]:
+    """Each node's number of neighbours in the run's (first) graph."""
+    topology = run_topology(config)
+    if topology.is_complete:  # never built
+        return [config.data.num_nodes - 1] * config.data.num_nodes
+    return topology.graph(0).degrees.tolist()
+
+
+def ledger_curves(run_dir: Path, num_nodes: int, accountant: str, delta: float, rounds: list[int]) -> dict[str, list]:
+    """From the run's ledger.csv, after each of ``rounds`` (1-based counts of rounds done): the mean
+    over the nodes of the energy spent so far (every compute and communication event), J, and of
+    the ε spent so far (each node's Gaussian releases composed by ``accountant``, as the ledger's)."""
+    from testbed.ledger.events import GaussianEvent
+    from testbed.ledger.files import read_ledger
+    from testbed.privacy.accountants.registry import get, signature_of
+
+    energy = np.zeros(max(rounds) + 1)
+    releases: list[list[tuple[int, tuple]]] = [[] for _ in range(num_nodes)]
+    for event in read_ledger(run_dir / "ledger.csv"):
+        if isinstance(event, GaussianEvent):
+            releases[event.node].append((event.round, (signature_of(event), event.count)))
+        elif getattr(event, "energy_j", 0.0) and event.round < len(energy):
+            energy[event.round] += event.energy_j
+    spent = np.cumsum(energy) / num_nodes
+    compose = get(accountant).epsilon
+    eps = [float(np.mean([compose(_tally(items for r, items in node if r < done), delta) for node in releases]))
+           for done in rounds]
+    return {"energy_j": [float(spent[done - 1]) for done in rounds], "eps_mean": eps}
+
+
+def _tally(items) -> list[tuple[tuple, int]]:
+    """(signature, count) pairs with equal signatures summed."""
+    counts: dict[tuple, int] = {}
+    for signature, count in items:
+        counts[signature] = counts.get(signature, 0) + count
+    return list(counts.items())
+
+
+def collect(run_dir: Path, curve: str, config) -> dict[str, Any]:
+    """One run's record: final metrics, curves against rounds, and per node its degree, noise and ε."""
+    from testbed.reports.results import read_metrics
+
+    summary = json.loads((run_dir / "summary.json").read_text())
+    rows = read_metrics(run_dir)
+    acc = [r["test_accuracy"] for r in rows]
+    loss = [r["train_loss"] for r in rows]
+    eps = [r["epsilon"] for r in rows]
+    settings = summary["algorithm_settings"]
+    nodes = [summary["nodes"][str(i)] for i in range(config.data.num_nodes)]
+    chance, majority = class_shares(config)
+    n = config.data.num_nodes
+    sub = slice(CURVE_EVERY - 1, None, CURVE_EVERY)
+    if "sigma2" in settings:  # DWFL: one artificial noise variance, σ and ε per receiver
+        sigma2, node_sigma, node_eps_round = settings["sigma2"], settings["privacy_sigma"], settings["epsilon_per_receiver"]
+    else:  # a baseline: every node's local noise σ, the same ε per round for every release
+        sigma2, node_sigma, node_eps_round = settings["sigma"] ** 2, [settings["sigma"]] * n, [settings["epsilon_round_max"]] * n
+    return {
+        "curve": curve, "seed": config.run.seed,
+        "final_acc": float(np.mean(acc[-LAST:])), "first_acc": float(np.mean(acc[:LAST])),
+        "final_loss": float(np.mean(loss[-LAST:])), "chance": chance, "majority": majority,
+        # the gap of the matrix a round applies: DWFL's Ψ = (1 − η) I + η W (eq. 8), a baseline's W
+        "spectral_gap": summary["topology"].get("effective_spectral_gap", summary["topology"]["spectral_gap"]),
+        "sigma2": sigma2,
+        "node_degree": node_degrees(config), "node_sigma": node_sigma, "node_eps_round": node_eps_round,
+        "node_eps": [node["epsilon"] for node in nodes],
+        "node_energy_j": [n["energy_j"] for n in nodes],
+        "wall_s": summary["wall_s"],
+        "acc": acc[sub], "loss": loss[sub], "eps": eps[sub],
+        **ledger_curves(run_dir, n, summary["privacy"]["accountant"], config.privacy.delta,
+                        [int(r["round"]) for r in rows][sub]),
+    }
+
+
+def run_scenario(name: str, seeds: int, workers: int, out: Path) -> Path:
+    """Run every curve of scenario ``name`` over ``seeds`` seeds and write data/<name>.json."""
+    from testbed.config import load_config, replace
+    from testbed.orchestration.sweep import Point, point_config, run_sweep
+
+    what, base_file, changes = SCENARIOS[name]
+    base = replace(load_config(HERE / base_file), **changes)
+    curves = topology_curves(base.run.algorithm)
+    rounds = getattr(base, base.run.algorithm).rounds
+    start = time.monotonic()
+    runs = []
+    for curve, values in curves.items():
+        points = [Point(values, s) for s in range(base.run.seed, base.run.seed + seeds)]
+        for p in points:  # a graph that falls apart is refused before anything runs
+            run_topology(point_config(base, p)).check(rounds)
+        folder = out / name / _slug(curve)
+        swept = run_sweep(base, points, folder, workers=workers, quiet=True)
+        for p, row in zip(points, swept):
+            runs.append(collect(folder / row["run"], curve, point_config(base, p)))
+        print(f"{name}: {curve} done ({time.monotonic() - start:.0f} s)", flush=True)
+    record = {"scenario": name, "what": what, "base": base_file, "algorithm": base.run.algorithm, "rounds": rounds,
+              "num_nodes": base.data.num_nodes, "epsilon_round": getattr(base, base.run.algorithm).epsilon,
+              "delta": base.privacy.delta,
+              "seeds": list(range(base.run.seed, base.run.seed + seeds)), "last_rounds": LAST,
+              "curve_every": CURVE_EVERY, "curves": {c: dict(v) for c, v in curves.items()},
+              "runs_wall_s": round(sum(r["wall_s"] for r in runs), 1),
+              "runs": runs}
+    DATA.mkdir(exist_ok=True)
+    path = DATA / f"{name}.json"
+    path.write_text(json.dumps(compact(record), separators=(",", ":"), ensure_ascii=False) + "\n")
+    return path
+
+
+def _slug(curve: str) -> str:
+    return "".join(ch if ch.isalnum() else "-" for ch in curve.replace("×", "x")).strip("-")
+
+
+# ------------------------------------------------------------------------------------------------ report
+
+
+class Scenario:
+    """One scenario's data file: its runs by curve, seed → run."""
+
+    def __init__(self, path: Path):
+        self.record = json.loads(path.read_text())
+        self.by_curve: dict[str, dict[int, dict]] = {}
+        for r in self.record["runs"]:
+            self.by_curve.setdefault(r["curve"], {})[r["seed"]] = r
+
+    @property
+    def curves(self) -> list[str]:
+        return list(self.by_curve)
+
+    def runs(self, curve: str) -> list[dict]:
+        return list(self.by_curve[curve].values())
+
+    def values(self, curve: str, field: str) -> dict[int, float]:
+        return {s: r[field] for s, r in self.by_curve[curve].items()}
+
+    def all_runs(self) -> list[dict]:
+        return [r for c in self.curves for r in self.runs(c)]
+
+
+def load() -> dict[str, Scenario]:
+    """Every scenario with data, in SCENARIOS' order."""
+    return {name: Scenario(DATA / f"{name}.json") for name in SCENARIOS if (DATA / f"{name}.json").is_file()}
+
+
+def _ci(values: Iterable[float], spec: str = ".4f") -> str:
+    """'mean [low, high]' of the values (95 % t interval), each formatted by ``spec``."""
+    s = t_interval(list(values))
+    return f"{float(s.mean):{spec}} [{float(s.ci_low):{spec}}, {float(s.ci_high):{spec}}]"
+
+
+def learns(runs: list[dict]) -> bool:
+    """The curve's final accuracy is above its majority share: the 95 % interval's lower end above it."""
+    accs = [r["final_acc"] for r in runs]
+    return len(accs) > 1 and float(t_interval(accs).ci_low) > max(r["majority"] for r in runs)
+
+
+def _node_values(runs: list[dict], field: str) -> list[float]:
+    """A per-node field of every node of every run."""
+    return [v for r in runs for v in r[field]]
+
+
+def _curve_table(sc: Scenario) -> list[str]:
+    lines = ["| curve | n | degree, mean (min–max) | spectral gap | test acc, last 10 rounds [95% CI] | learns | "
+             "final train loss [95% CI] | noise σ², mean (median × complete's) | ε/round at a receiver (min–max) | "
+             "ε spent per node, ledger: min, mean, max | energy per node [95% CI] |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for c in sc.curves:
+        rs = sc.runs(c)
+        degrees, eps, eps_round = (_node_values(rs, f) for f in ("node_degree", "node_eps", "node_eps_round"))
+        sigma2 = float(np.mean([r["sigma2"] for r in rs]))
+        lines.append(
+            f"| {c} | {len(rs)} | {np.mean(degrees):.1f} ({min(degrees)}–{max(degrees)}) | "
+            f"{np.mean([r['spectral_gap'] for r in rs]):.3f} | {_ci(r['final_acc'] for r in rs)} | "
+            f"{'yes' if learns(rs) else 'no'} | {_ci(r['final_loss'] for r in rs)} | {sigma2:.3g} ({_noise_ratio(sc, c):.3g}×) | "
+            f"{min(eps_round):.3g}–{max(eps_round):.3g} | {min(eps):.3g}, {np.mean(eps):.3g}, {max(eps):.3g} | "
+            f"{_ci((float(np.mean(r['node_energy_j'])) for r in rs), '.4g')} J |")
+    return lines
+
+
+def _noise_ratio(sc: Scenario, curve: str) -> float:
+    """The median over seeds of the curve's noise variance over the complete graph's of the same seed
+    (the same seed draws the same fading: the ratio is the graph's)."""
+    ref = sc.values(REFERENCE, "sigma2")
+    return float(np.median([v / ref[seed] for seed, v in sc.values(curve, "sigma2").items()]))
+
+
+def _stats_table(sc: Scenario) -> list[str]:
+    """The sweeps' statistics over seeds (testbed.reports.sweep_stats): mean, sd, t and BCa intervals."""
+    rows = [{"curve": r["curve"], "seed": r["seed"], "test_accuracy": r["final_acc"],
+             "epsilon_max": max(r["node_eps"]), "energy_j_max": max(r["node_energy_j"])} for r in sc.all_runs()]
+    lines = ["| curve | field | n | mean | sd | 95% t interval | 95% BCa interval |", "|---|---|---|---|---|---|---|"]
+    for st in stats_rows(rows, ["curve"]):
+        for field in ("test_accuracy", "epsilon_max", "energy_j_max"):
+            cell = {k: "–" if st[f"{field}_{k}"] is None else f"{st[f'{field}_{k}']:.4g}"
+                    for k in ("mean", "sd", "ci_low", "ci_high", "bca_low", "bca_high")}
+            lines.append(f"| {st['curve']} | {field} | {st['n']} | {cell['mean']} | {cell['sd']} | "
+                         f"[{cell['ci_low']}, {cell['ci_high']}] | [{cell['bca_low']}, {cell['bca_high']}] |")
+    return lines
+
+
+def _verdicts(sc: Scenario) -> tuple[list[str], list[str], dict[str, Verdict]]:
+    """(the verdict lines of the body, the same as a summary list, the verdicts by name)."""
+    body, summary, found = [], [], {}
+    for c in sc.curves:
+        if c == REFERENCE:
+            continue
+        acc = paired_verdict(sc.values(REFERENCE, "final_acc"), sc.values(c, "final_acc"), "a>b")
+        loss = paired_verdict(sc.values(REFERENCE, "final_loss"), sc.values(c, "final_loss"), "a<b")
+        found[f"acc {c}"] = acc
+        body += [f"**{REFERENCE} (a) ends more accurate than {c} (b)?**  ",
+                 f"test accuracy: {acc.markdown()}  ", f"train loss (a lower): {loss.markdown()}", ""]
+        summary.append(f"- {REFERENCE} more accurate than {c}: accuracy {acc.markdown()}; loss {loss.markdown()}")
+    for c in sc.curves:
+        rise = paired_verdict(sc.values(c, "final_acc"), sc.values(c, "first_acc"), "a>b")
+        found[f"rise {c}"] = rise
+        body += [f"**{c}: accuracy rises over the rounds (a = last {LAST} rounds, b = first {LAST})?** {rise.markdown()}", ""]
+        summary.append(f"- {c}, accuracy rises over the rounds: {rise.markdown()}")
+    runs = sc.all_runs()
+    gap = trend_verdict([r["spectral_gap"] for r in runs], [r["final_acc"] for r in runs], "increasing")
+    found["gap"] = gap
+    body += [f"**Final accuracy rises with the spectral gap (every run of every curve)?** {gap.markdown()}", ""]
+    summary.append(f"- final accuracy rises with the spectral gap: {gap.markdown()}")
+    noise = trend_verdict([min(r["node_degree"]) for r in runs], [r["sigma2"] for r in runs], "decreasing")
+    if noise.n and not np.isnan(noise.effect):
+        found["noise"] = noise
+        body += ["**The noise variance σ² falls with the graph's smallest degree (every run of every curve)?** "
+                 f"{noise.markdown()}", ""]
+        summary.append(f"- the noise variance falls with the smallest degree: {noise.markdown()}")
+    return body, summary, found
+
+
+def plot(name: str, sc: Scenario) -> list[str]:
+    """The scenario's figures (against rounds: accuracy, ε, energy; per node: ε against degree); their file names."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rec = sc.record
+    figure, axes = plt.subplots(1, 3, figsize=(13, 3.4))
+    for c in sc.curves:
+        rs = sc.runs(c)
+        for ax, field in zip(axes, ("acc", "eps_mean", "energy_j")):
+            curves = np.array([r[field] for r in rs])
+            s = t_interval(curves.T)
+            x = np.arange(1, curves.shape[1] + 1) * rec["curve_every"]
+            ax.plot(x, s.mean, label=c, lw=1.2)
+            ax.fill_between(x, s.ci_low, s.ci_high, alpha=0.2)
+    runs = sc.all_runs()
+    axes[0].axhline(max(r["majority"] for r in runs), ls="--", color="gray", lw=1, label="majority share")
+    for ax, label in zip(axes, ("test accuracy of x̄", "ε spent per node, mean over nodes (ledger)",
+                                "energy per node, J (ledger)")):
+        ax.set_xlabel("round", fontsize=8)
+        ax.set_ylabel(label, fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+    axes[2].set_yscale("log")  # the baselines' slots on the random geometric graphs are orders of magnitude longer
+    axes[0].legend(fontsize=7)
+    figure.suptitle(f"{rec['what']}: ε = {rec['epsilon_round']:g} per round, N = {rec['num_nodes']} "
+                    "(mean over seeds, 95% CI)", fontsize=10)
+    figure.tight_layout()
+    rounds_png = f"fig_{name}_rounds.png"
+    figure.savefig(HERE / rounds_png, dpi=72, metadata={"Software": None})
+    plt.close(figure)
+    figure, axes = plt.subplots(1, 2, figsize=(9, 3.4))
+    for c in sc.curves:
+        rs = sc.runs(c)
+        degrees = _node_values(rs, "node_degree")
+        for ax, field in zip(axes, ("node_eps_round", "node_eps")):
+            ax.scatter(degrees, _node_values(rs, field), s=10, alpha=0.5, label=c)
+    for ax, label in zip(axes, ("ε per round at the node as a receiver (eq. 11)", "ε spent by the node, ledger")):
+        ax.set_xlabel("node degree", fontsize=8)
+        ax.set_ylabel(label, fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    figure.suptitle(f"{rec['what']}: every node of every run", fontsize=10)
+    figure.tight_layout()
+    nodes_png = f"fig_{name}_nodes.png"
+    figure.savefig(HERE / nodes_png, dpi=72, metadata={"Software": None})
+    plt.close(figure)
+    return [rounds_png, nodes_png]
+
+
+def section(name: str, sc: Scenario, figures: list[str]) -> tuple[list[str], list[str], dict[str, Verdict]]:
+    """(the scenario's section of the REPORT, its verdicts as a summary list, the verdicts by name)."""
+    rec = sc.record
+    runs = sc.all_runs()
+    chance, majority = max(r["chance"] for r in runs), max(r["majority"] for r in runs)
+    body, summary, found = _verdicts(sc)
+    walls = (f"{rec['runs_wall_s'] / 60:.1f} min for {len(runs)} runs ({np.mean([r['wall_s'] for r in runs]):.1f} s per "
+             "run, one process on a 2-core machine shared with other jobs)")
+    md = [f"## {rec['what']} (`data/{name}.json`, `{rec['base']}`)", "",
+          f"N = {rec['num_nodes']}, {rec['rounds']} rounds, seeds {rec['seeds'][0]}–{rec['seeds'][-1]} on every curve "
+          f"(paired by seed), ε = {rec['epsilon_round']:g} per round, δ = {rec['delta']:g}. Chance {chance:.3f}, "
+          f"majority share of the test set {majority:.3f}; a curve learns when its accuracy's 95 % interval lies above "
+          f"the majority share. Measured wall time: {walls}.", "",
+          *_curve_table(sc), "",
+          "Degree: neighbours per node (mean over nodes and seeds, min–max). Spectral gap: 1 − |λ₂| of the",
+          "matrix a round applies (mean over seeds): DWFL's Ψ = (1 − η) I + η W of eq. (8), W uniform over the",
+          "neighbours (the torus and the ring are bipartite: W alone has eigenvalue −1); a baseline's W",
+          "(Metropolis–Hastings). Noise σ²: DWFL's artificial noise variance, set at the worst receiver",
+          "(eqs. 5–7, 10–11 over its neighbourhood), one per run, beside it the median over seeds of its ratio",
+          "to the complete graph's of the same seed (the same fading); a baseline's local noise per entry.",
+          "ε/round at a receiver: eq. (11) at each node as a receiver. ε spent: each node's ledger over the",
+          "run (zCDP, the headline accountant), charged against the worst of its receivers. Energy: compute",
+          "(modelled from the measured compute time on the host profile, so it varies by a few mJ between",
+          "reruns) and transmission per node over the run, from the ledger.", "",
+          "### Verdicts", "", *body,
+          "### Statistics of the sweeps", "",
+          "Per curve over its seeds (testbed.reports.sweep_stats, as `sweep_stats.csv`): final test accuracy",
+          "(mean of the last rounds), the largest ε spent by a node, the largest energy of a node.", "",
+          *_stats_table(sc), "",
+          *[f"![{f}]({f})" for f in figures], ""]
+    return md, summary, found
+
+
+def report(data: dict[str, Scenario], figures: dict[str, list[str]]) -> str:
+    md = ["# Topologies: decentralised learning beyond the complete graph (generated by "
+          "`experiments/topologies/reproduce.py`)", "",
+          "Issue 32. The learner is `experiments/dwfl/learns.toml`'s (private DWFL on mnist-5k, multinomial",
+          "logistic regression on the pixels), with N = 16 nodes of 125 images each and γ = 2, g_max = 0.25",
+          "(the same sensitivity 2γ g_max as learns.toml; `base.toml` says why each setting), on five graphs:",
+          "the complete graph (DWFL's paper), the random geometric graph of the free-space link budget at two",
+          "radio ranges (SNR thresholds −29 dB and −26 dB, nodes in a 10 m square), the 4×4 torus and the ring.",
+          "Privacy is equal across graphs: the same per-round ε at the worst receiver. The metric is the test",
+          "accuracy of x̄ (the mean of the nodes' models), averaged over the last rounds.", "",
+          "**Verdicts** (testbed.reports.verdicts, docs/statistics.md): a comparison is the mean paired",
+          "difference a − b over seeds with its 95 % t interval; a trend is Spearman's ρ with its 95 % interval.",
+          "**shown** when the interval excludes zero in the claimed direction, **opposite** when it excludes it",
+          "the other way, **inconclusive** otherwise; each at 95 % on its own (not corrected for the family).", ""]
+    if not data:
+        md += ["*No scenario has data yet (`data/` is empty): `reproduce.py` runs them.*", ""]
+        return "\n".join(md)
+    bodies, summary, found = [], ["## Summary of the verdicts", ""], {}
+    for name, sc in data.items():
+        body, lines, found[name] = section(name, sc, figures[name])
+        bodies += body
+        summary += [f"{sc.record['what']}:", "", *lines, ""]
+    versus = _versus(data)
+    return "\n".join(md + findings(data, found) + summary + versus + bodies + limits(data))
+
+
+def _versus(data: dict[str, Scenario]) -> list[str]:
+    """Over the air against orthogonal links on each graph, paired by seed (the same seed draws the
+    same graph): accuracy and energy per node."""
+    md: list[str] = []
+    for ota, orth in VERSUS:
+        if ota not in data or orth not in data:
+            continue
+        a, b = data[ota], data[orth]
+        md += [f"## {a.record['what']} against {b.record['what']}", "",
+               "Paired by seed on each graph: a = over the air, b = the baseline. Energy per node over the run",
+               "(ledger): the baseline gives each node its own slot per round, as long as its weakest link's",
+               "Shannon rate needs; over the air all nodes share one superposed slot. Where neither learns, the",
+               "accuracy verdict shows nothing about convergence.", "",
+               "| curve | learns: a, b | test acc, verdict a > b | energy per node a [J] | energy per node b [J] | b / a |",
+               "|---|---|---|---|---|---|"]
+        for c in a.curves:
+            if c not in b.by_curve:
+                continue
+            v = paired_verdict(a.values(c, "final_acc"), b.values(c, "final_acc"), "a>b")
+            ea = float(np.mean(_node_values(a.runs(c), "node_energy_j")))
+            eb = float(np.mean(_node_values(b.runs(c), "node_energy_j")))
+            said = f"{'yes' if learns(a.runs(c)) else 'no'}, {'yes' if learns(b.runs(c)) else 'no'}"
+            md.append(f"| {c} | {said} | {v.markdown()} | {ea:.4g} | {eb:.4g} | {eb / ea:.3g} |")
+        geometric = [c for c, values in b.record["curves"].items() if values.get("topology.kind") == "random_geometric"]
+        md += ["", f"Not like for like on {' and '.join(geometric)}: there the baseline's links carry the free-space",
+               "path loss between the nodes' positions (an SNR near the graph's threshold, −29 or −26 dB, under the",
+               "paper's abstract σ_m² = 1 W), so its Shannon-rate slots are long and its energy large, while DWFL's",
+               "gains stay the paper's model without path loss (the graph only decides who hears whom), so its",
+               "energy ignores the distance. On the complete graph, the torus and the ring both use the paper's",
+               "per-sender gains.", ""] if geometric else [""]
+    return md
+
+
+def findings(data: dict[str, Scenario], found: dict[str, dict[str, Verdict]]) -> list[str]:
+    """What the runs show, from the data and the verdicts."""
+    md = ["## What the runs show", ""]
+    for name, sc in data.items():
+        rec, verdicts = sc.record, found[name]
+        learning = [c for c in sc.curves if learns(sc.runs(c))]
+        worse = [c for c in sc.curves if c != REFERENCE and verdicts[f"acc {c}"].word == "shown"]
+        better = [c for c in sc.curves if c != REFERENCE and verdicts[f"acc {c}"].word == "opposite"]
+        line = (f"- **{rec['what']}** (ε = {rec['epsilon_round']:g} per round): "
+                + (f"above the majority share: {'; '.join(learning)}; " if learning else
+                   "no curve's accuracy is above the majority share, so nothing here speaks of convergence; ")
+                + (f"the complete graph ends more accurate than {'; '.join(worse)} (paired verdicts shown). "
+                   if worse else "no sparse graph is shown less accurate than the complete one. ")
+                + (f"The complete graph ends *less* accurate than {'; '.join(better)} (opposite). " if better else ""))
+        if better and rec["algorithm"] != "dwfl":
+            line += ("Consistent with where the local noise goes: with doubly stochastic W, x̄ takes "
+                     "(1/N) Σ_k (1 − W_kk) n_k, and Metropolis–Hastings keeps W_kk = 1/16 on the complete graph "
+                     "but 1/5 on the torus and 1/3 on the ring, so less of the noise reaches x̄ on a sparse graph. ")
+        if any(_noise_ratio(sc, c) != 1.0 for c in sc.curves):
+            noise = "; ".join(f"{c} {_noise_ratio(sc, c):.3g}×" for c in sc.curves if c != REFERENCE)
+            line += f"At the same ε the noise variance is, against the complete graph's (median over seeds): {noise}. "
+        eps = {c: _node_values(sc.runs(c), "node_eps") for c in sc.curves}
+        line += ("ε spent per node over the run (ledger, mean and min–max over nodes and seeds): "
+                 + "; ".join(f"{c} {np.mean(v):.3g} ({min(v):.3g}–{max(v):.3g})" for c, v in eps.items()) + ". ")
+        energy = {c: float(np.mean(_node_values(sc.runs(c), "node_energy_j"))) for c in sc.curves}
+        line += ("Energy per node: " + "; ".join(f"{c} {v:.4g} J" for c, v in energy.items()) + ".")
+        md += [line, ""]
+    for ota, orth in VERSUS:
+        if ota in data and orth in data:
+            a, b = data[ota], data[orth]
+            curves = [c for c in a.curves if c in b.by_curve]
+            won = [c for c in curves if paired_verdict(a.values(c, "final_acc"), b.values(c, "final_acc"), "a>b").word == "shown"]
+            same_gains = [c for c in curves if b.record["curves"][c].get("topology.kind") != "random_geometric"]
+            ratios = sorted({f"{np.mean(_node_values(b.runs(c), 'node_energy_j')) / np.mean(_node_values(a.runs(c), 'node_energy_j')):.3g}"
+                             for c in same_gains})
+            above = [c for c in won if learns(a.runs(c))]
+            md += [f"- **{a.record['what']} against {b.record['what']}**: over the air ends more accurate on "
+                   f"{len(won)} of {len(curves)} graphs (paired verdicts shown: {'; '.join(won) or 'none'}; "
+                   + ("over the air above the majority share on all of them" if above == won else
+                      f"over the air above the majority share on {'; '.join(above) or 'none'} of them: elsewhere the "
+                      "verdict says nothing about convergence")
+                   + "), and on the graphs "
+                   f"with the paper's gains ({'; '.join(same_gains)}) the baseline spends {', '.join(ratios)}× the energy "
+                   "per node.", ""]
+    md += ["Mechanism (DWFL on a graph, testbed.algorithms.dwfl): one artificial noise variance σ² for every sender,",
+           "set so that the worst receiver meets ε (eqs. 10–11 over its own neighbourhood). A receiver with few",
+           "neighbours hears few noisy senders, so the sparser the graph (the smaller its smallest degree), the larger",
+           "σ² must be, and every node's model takes that noise, divided among fewer neighbours. Every other receiver",
+           "then hears more noise than it needs: its ε per round lies below the target (the tables' min–max), and",
+           "the ledger charges each sender against the worst of its own receivers, so on a sparse graph most nodes",
+           "spend less ε than the target allows. Over the air a node's energy is one slot per round whatever its",
+           "degree; over orthogonal links it is one slot per node per round, at the rate its weakest link allows.",
+           ""]
+    return md
+
+
+def limits(data: dict[str, Scenario]) -> list[str]:
+    """What the runs do not show."""
+    rec = next(iter(data.values())).record
+    return ["## What the runs do not show", "",
+            f"- One learner, one data set (mnist-5k, i.i.d. split), N = {rec['num_nodes']}, {rec['rounds']} rounds: "
+            "not how the gaps scale with N or rounds, with non-i.i.d. data, or with another model.",
+            "- Static graphs only (no coherence_rounds, no mobility); one graph per seed for the random geometric",
+            "  curves, so their intervals mix the graph's randomness with the training's.",
+            "- x̄ is a virtual model: on a sparse graph no node holds it and the nodes' models disagree more; the",
+            "  nodes' own accuracies are not measured here.",
+            "- ε is the per-round ε at the worst receiver, equal across graphs; the ledger's ε per node shows",
+            "  how far each node is from that worst case, not a tighter guarantee for the graph as a whole.",
+            "- The baselines' energy on the random geometric graphs is not comparable with DWFL's (see above).",
+            "- Sim only (the same runs over MQTT are the conformance suite's business, not this report's).", ""]
+
+
+def write_report() -> Path:
+    data = load()
+    figures = {name: plot(name, sc) for name, sc in data.items()}
+    drawn = {f for names in figures.values() for f in names}
+    for stale in HERE.glob("fig_*.png"):  # a figure of a scenario without data, or of an older version
+        if stale.name not in drawn:
+            stale.unlink()
+    path = HERE / "REPORT.md"
+    path.write_text(report(data, figures))
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=REPO / "runs" / "topologies-reproduce", help="the sweeps' folder")
+    parser.add_argument("--workers", type=int, default=1, help="parallel runs (default 1)")
+    parser.add_argument("--seeds", type=int, default=SEEDS)
+    parser.add_argument("--only", nargs="+", choices=list(SCENARIOS), help="run only these scenarios")
+    parser.add_argument("--report-only", action="store_true", help="rewrite REPORT.md and the figures from data/ alone")
+    args = parser.parse_args(argv)
+    if not args.report_only:
+        os.environ.setdefault("TESTBED_TORCH_THREADS", "1")
+        for name in args.only or list(SCENARIOS):
+            path = run_scenario(name, args.seeds, args.workers, args.out)
+            print(f"wrote {path}", flush=True)
+    print(f"report: {write_report()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
