@@ -34,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, Sequence
@@ -60,8 +61,8 @@ from testbed.config import Config, load_config_text
 from testbed.data.federated import FederatedData, Split
 from testbed.errors import ConfigError
 from testbed.ledger.events import Event
-from testbed.ledger.files import LedgerWriter, read_ledger
-from testbed.ledger.node import NodeLedger
+from testbed.ledger.files import LedgerWriter, read_ledger, read_whole_rows
+from testbed.ledger.node import NodeLedger, Totals, merge_sessions
 from testbed.models import kind_of
 from testbed.util.memo import remember_last
 
@@ -332,7 +333,8 @@ class NodeAgent:
             raise wire.WireError("bad_header", "a stop needs a session")
         ledger = self._ledgers.get(f"{msg.run}-{session}", (NodeLedger(self.node), None))[0]
         return protocol.Reply(protocol.COORDINATOR,
-                              protocol.ledger_report(msg.run, session, msg.round, self.node, ledger))
+                              protocol.ledger_report(msg.run, session, msg.round, self.node, ledger,
+                                                     self._run_totals(msg.run, session, ledger)))
 
     def leaving_report(self) -> protocol.Reply | None:
         """This node's own ledger of the session it takes part in, sent unasked when it leaves
@@ -346,7 +348,26 @@ class NodeAgent:
         intervals = ledger.rounds_logged.intervals
         last = intervals[-1][1] - 1 if intervals else 0  # the report's round: the last it logged
         return protocol.Reply(protocol.COORDINATOR,
-                              protocol.ledger_report(run, session, max(last, 0), self.node, ledger))
+                              protocol.ledger_report(run, session, max(last, 0), self.node, ledger,
+                                                     self._run_totals(run, session, ledger)))
+
+    def _run_totals(self, run: str, session: str, ledger: NodeLedger) -> Totals:
+        """What this node spent over every session of ``run`` it kept (its state directory's
+        ledger files, merged as the coordinator charges a resumed run: testbed.ledger.node.
+        merge_sessions), so that what a killed session spent and the coordinator never heard is in
+        the figures it raises its summary to. Without a state directory: this session's."""
+        if self.state_dir is None:
+            return ledger.totals
+        mine = re.compile(rf"ledger-{re.escape(run)}-(?P<session>[0-9a-f]{{16}}|{re.escape(session)})-node{self.node}\.csv")
+        sessions = []
+        for path in sorted(self.state_dir.glob(f"ledger-*-node{self.node}.csv"), key=_modified_s):
+            if not mine.fullmatch(path.name):
+                continue
+            try:
+                sessions.append(read_whole_rows(path))
+            except (OSError, ValueError) as exc:  # a damaged file of its own: this report without it
+                log.warning("node %d: its ledger %s is unreadable (%s); reported without it", self.node, path.name, exc)
+        return merge_sessions(self.node, sessions).totals if sessions else ledger.totals
 
     def _log(self, ledger: NodeLedger, writer: LedgerWriter | None, round_index: int, events: list[Event]) -> list[Event]:
         """Log the step's events before anything is sent: a node killed in between over-counts,
@@ -500,3 +521,11 @@ def _stacked(rows: list[np.ndarray]) -> np.ndarray:
     if all(row is rows[0] for row in rows):
         return np.broadcast_to(rows[0], (len(rows),) + rows[0].shape)
     return np.stack(rows)
+
+
+def _modified_s(path: Path) -> float:
+    """A file's modification time (0 if it vanished meanwhile): the sessions' order."""
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0

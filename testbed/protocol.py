@@ -183,9 +183,12 @@ MAX_REPORT_INTERVALS = 10_000
 _TOTAL_TYPES = {f.name: (int if f.type in ("int", int) else float) for f in dataclasses.fields(Totals)}
 
 
-def ledger_report(run: str, session: str, round_index: int, node: int, ledger: NodeLedger) -> bytes:
-    """Node → coordinator, answering the stop of round ``round_index``: ``ledger``'s rounds and totals."""
-    totals = {name: getattr(ledger.totals, name) for name in _TOTAL_TYPES}
+def ledger_report(run: str, session: str, round_index: int, node: int, ledger: NodeLedger,
+                  totals: Totals | None = None) -> bytes:
+    """Node → coordinator, answering the stop of round ``round_index``: ``ledger``'s rounds (this
+    session's) and ``totals`` (default: the ledger's; a node reports its whole run's, every session
+    it kept, so that the coordinator's summary is raised to what earlier sessions spent too)."""
+    totals = {name: getattr(ledger.totals if totals is None else totals, name) for name in _TOTAL_TYPES}
     return wire.encode({"run": run, "round": max(round_index, 0), "sender": str(node), "kind": LEDGER,
                         "meta": _meta(session, rounds=[list(iv) for iv in ledger.rounds_logged.intervals],
                                       totals=totals)})
@@ -265,8 +268,10 @@ def expected_of(msg: wire.Message) -> tuple[int, ...]:
 
 
 def session_of(msg: wire.Message) -> str | None:
+    """The message's session id, or None when it carries none or one that is not an id
+    (wire.ID_PATTERN: it names the node's ledger files, so never a path)."""
     value = msg.meta.get("session")
-    return value if isinstance(value, str) else None
+    return value if isinstance(value, str) and wire.ID_PATTERN.fullmatch(value) else None
 
 
 def config_of(msg: wire.Message) -> str:

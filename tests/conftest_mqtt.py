@@ -15,14 +15,13 @@ import pytest
 
 from ledger_invariant import FIGURES, PLANNED, under_counts
 from testbed.ledger.events import Event
-from testbed.ledger.files import parse_rows
-from testbed.ledger.node import NodeLedger
+from testbed.ledger.files import read_whole_rows
+from testbed.ledger.node import merge_sessions
 from testbed.mqtt import acl
 from testbed.mqtt.brokers import mosquitto
 from testbed.mqtt.brokers.mosquitto import MosquittoBroker, TlsFiles
 from testbed.mqtt.client import MqttClient
 from testbed.mqtt.embedded_broker import EmbeddedBroker
-from testbed.reports.results import SPENT_AGAIN
 
 from conftest import require_command
 
@@ -165,7 +164,7 @@ def _no_node_ledger_above_the_summary(request: pytest.FixtureRequest) -> Iterato
         # event), so only the planned figures and ε are held.
         estimated = summary["nodes"].get(str(node), {}).get("ledger_check") == "unconfirmed"
         problems += [f"node {node}'s ledgers of {len(sessions)} session(s): {line}"
-                     for line in under_counts(summary, [_released_once(node, sessions)],
+                     for line in under_counts(summary, [merge_sessions(node, sessions)],
                                               PLANNED if estimated else FIGURES)]
     assert problems == [], "a node's own ledger shows more than the run's summary:\n" + "\n".join(problems)
 
@@ -180,31 +179,7 @@ def _run_id(summary: dict) -> str | None:
 
 
 def _node_events(path: Path) -> tuple[int, list[Event]]:
-    """(node, events) of a node's ledger file as its node keeps it; a last line cut by a kill is
-    left out (the node logs before it sends: what was cut was never released)."""
-    text = path.read_text()
-    if not text.endswith("\n"):
-        text = text[: text.rfind("\n") + 1]
-    body = text.split("\n", 1)[1] if "\n" in text else ""
-    events = parse_rows(body)
+    """(node, events) of a node's ledger file as its node keeps it (read_whole_rows: a last line
+    cut by a kill is left out, never released)."""
+    events = read_whole_rows(path)
     return (events[0].node if events else int(_NODE_LEDGER.fullmatch(path.name)["node"])), events
-
-
-def _released_once(node: int, sessions: list[list[Event]]) -> NodeLedger:
-    """One ledger of ``node`` over its ``sessions``' ledgers: every session's compute and
-    communication (a round re-run after a resume is computed and sent again, SPENT_AGAIN), each
-    round's releases from the first session that logged it (re-run, the same values again)."""
-    released: dict[int, list[Event]] = {}
-    spent: list[Event] = []
-    for events_of_session in sessions:
-        by_round: dict[int, list[Event]] = {}
-        for event in events_of_session:
-            if event.kind in SPENT_AGAIN:
-                spent.append(event)
-            else:
-                by_round.setdefault(event.round, []).append(event)
-        for round_index, events in by_round.items():
-            released.setdefault(round_index, events)
-    merged = NodeLedger(node)
-    merged.extend(spent + [e for _, events in sorted(released.items()) for e in events])
-    return merged

@@ -13,7 +13,8 @@ import pytest
 from testbed.config import Config
 from testbed.ledger.files import read_ledger
 from testbed.orchestration.runner import run_experiment
-from testbed.reports.results import SPENT_AGAIN, RunDirectory
+from testbed.ledger.node import SPENT_AGAIN
+from testbed.reports.results import RunDirectory
 
 # Ledger fields that do not depend on measured CPU time.
 DETERMINISTIC = ("kind", "node", "round", "local_steps", "cost_units", "bytes_up", "bytes_down",

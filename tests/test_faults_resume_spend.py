@@ -29,7 +29,7 @@ from hypothesis import given, strategies as st
 from testbed.budgets import Exceeded
 from testbed.cli.run import format_summary
 from testbed.config import load_config_text
-from testbed.ledger.files import read_ledger
+from testbed.ledger.files import LedgerWriter, read_ledger
 from testbed.orchestration import runner
 from testbed.orchestration.runner import run_experiment
 from testbed.reports.asked import read_asked
@@ -323,3 +323,52 @@ def test_the_watch_page_names_a_damaged_refusals_file_and_shows_no_refusal(refus
     snap = feed.snapshot()
     assert "refusals.csv" in snap["run"]["errors"] and snap["run"]["refusals"] == 0
     assert all(row["refused_round"] is None for row in snap["nodes"])
+
+
+# --- 5. a node's report covers every session of the run it kept -------------------------------
+
+def _write_ledger(path, events) -> None:
+    writer = LedgerWriter(path)
+    writer.write(events)
+    writer.close()
+
+
+@pytest.mark.parametrize("cut", [False, True])
+def test_a_nodes_report_totals_every_session_of_the_run_it_kept(tmp_path, cut):
+    """A killed session's spend the coordinator never heard is in the node's next report: its
+    totals merge the state directory's ledgers of the run (spend per session, each release once),
+    and leave out other runs, other nodes and a last line cut by the kill."""
+    from nodes.agent import NodeAgent
+    from testbed.ledger.events import ComputeEvent, GaussianEvent
+
+    def spent(node, joules):
+        return [ComputeEvent(node=node, round=0, local_steps=1, energy_j=joules),
+                GaussianEvent(node=node, round=0, sigma=1.0, sensitivity=0.1, count=1)]
+
+    killed, other_run, other_node = "a" * 16, "b" * 16, "c" * 16
+    _write_ledger(tmp_path / f"ledger-run-{killed}-node3.csv", spent(3, 5.0))
+    _write_ledger(tmp_path / f"ledger-run-x-{other_run}-node3.csv", spent(3, 100.0))
+    _write_ledger(tmp_path / f"ledger-run-{other_node}-node4.csv", spent(4, 100.0))
+    if cut:
+        with open(tmp_path / f"ledger-run-{killed}-node3.csv", "a") as f:
+            f.write("compute,3,1")  # the kill cut the row it was writing: never released
+    agent = NodeAgent(3, state_dir=tmp_path)
+    ledger, writer = agent._ledger("run", "d" * 16)
+    events = spent(3, 1.0)
+    ledger.extend(events)
+    writer.write(events)
+    totals = agent._run_totals("run", "d" * 16, ledger)
+    agent.close()
+    assert totals.energy_j == pytest.approx(6.0)  # both sessions' compute
+    assert totals.local_steps == 2
+    assert ledger.totals.energy_j == pytest.approx(1.0)  # the session's own ledger is unchanged
+
+
+def test_a_node_without_a_state_directory_reports_its_session():
+    from nodes.agent import NodeAgent
+    from testbed.ledger.events import ComputeEvent
+
+    agent = NodeAgent(0)
+    ledger, _ = agent._ledger("run", "e" * 16)
+    ledger.extend([ComputeEvent(node=0, round=0, local_steps=1, energy_j=2.0)])
+    assert agent._run_totals("run", "e" * 16, ledger).energy_j == 2.0

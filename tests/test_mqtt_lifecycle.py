@@ -28,7 +28,7 @@ from testbed.mqtt import replay, topics
 from testbed.mqtt.client import Inbound
 from testbed.orchestration.runner import run_experiment
 from testbed.reports.asked import read_asked
-from testbed.reports.results import SPENT_AGAIN
+from testbed.ledger.node import SPENT_AGAIN
 
 from conftest import REPO
 from run_dir_cases import is_top_up_event

@@ -32,6 +32,12 @@ TOTALS_OF: dict[str, tuple[tuple[str, str | None], ...]] = {
 }
 
 
+#: The event kinds a round run again after a resume spends again (seconds, joules, bytes: the
+#: nodes compute and send it twice); a release (privacy, mutual information) is the same values
+#: again from the same noise stream, and a straggle row the same record: charged once.
+SPENT_AGAIN = ("compute", "communication")
+
+
 @dataclass
 class Totals:
     """Running sums over a node's events (derived; the events on disk stay the record)."""
@@ -190,3 +196,34 @@ def projected(totals: Totals, by_observer: Mapping[str, Counter], events: Iterab
         if isinstance(event, GaussianEvent):
             tallies.setdefault(event.observer, Counter())[event.signature] += event.count
     return totals, tallies
+
+
+def merge_sessions(node: int, sessions: Iterable[Iterable[Event]]) -> NodeLedger:
+    """One ledger of ``node`` over the ledgers of a run's sessions (the first run and each
+    ``--resume``): every session's :data:`SPENT_AGAIN` events (a round re-run is computed and sent
+    again), each round's other events from the first session that logged it (a re-run releases
+    the same values again). What the coordinator charges a resumed run by the same rule.
+
+    Example::
+
+        >>> from testbed.ledger.events import ComputeEvent
+        >>> first = [ComputeEvent(node=0, round=0, local_steps=1, energy_j=1.0),
+        ...          GaussianEvent(node=0, round=0, sigma=1.0, sensitivity=0.1, count=1)]
+        >>> merged = merge_sessions(0, [first, first])
+        >>> merged.totals.energy_j, sum(merged.privacy.values())
+        (2.0, 1)
+    """
+    released: dict[int, list[Event]] = {}
+    spent: list[Event] = []
+    for events_of_session in sessions:
+        by_round: dict[int, list[Event]] = {}
+        for event in events_of_session:
+            if event.kind in SPENT_AGAIN:
+                spent.append(event)
+            else:
+                by_round.setdefault(event.round, []).append(event)
+        for round_index, events in by_round.items():
+            released.setdefault(round_index, events)
+    merged = NodeLedger(node)
+    merged.extend(spent + [e for _, events in sorted(released.items()) for e in events])
+    return merged

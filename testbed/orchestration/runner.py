@@ -42,7 +42,7 @@ from testbed.errors import ConfigError
 from testbed.ledger.book import LedgerBook
 from testbed.ledger.events import Event, EventBatch, NodeEvents, StraggleEvent, batches_of, with_fields
 from testbed.ledger.files import LedgerWriter
-from testbed.ledger.node import Totals
+from testbed.ledger.node import SPENT_AGAIN, Totals
 from testbed.models import Model
 from testbed.mqtt.brokers import registry as brokers
 from testbed.orchestration.nodes_api import Closing, Nodes, RoundOutcome
@@ -52,7 +52,7 @@ from testbed.reports import tracking
 from testbed.reports.asked import Asked, AskedLog
 from testbed.reports.progress import Progress
 from testbed.reports.refusals import RefusalLog
-from testbed.reports.results import SPENT_AGAIN, RunDirectory, not_yet_charged, split_by_issuer
+from testbed.reports.results import RunDirectory, not_yet_charged, split_by_issuer
 from testbed.reports.tracking.feed import Tracking
 from testbed.resources import check_fits
 from testbed.rng import GLOBAL, Purpose, stream

@@ -44,6 +44,7 @@ from testbed.errors import UserError
 from testbed.ledger.events import Event, EventBatch
 from testbed.ledger.fields import MEASURED_FIELDS
 from testbed.ledger.files import LedgerMark, parse_rows, read_ledger
+from testbed.ledger.node import SPENT_AGAIN
 from testbed.reports.asked import Asked, read_asked
 from testbed.reports.refusals import Refusal, read_refusals
 from testbed.util.appendlog import AppendLog, Mark, sha256_file, swap_file, tail_after, write_atomic, write_swapping
@@ -262,10 +263,6 @@ class RunDirectory:
         self._lock.release()
 
 
-#: The event kinds a round run again after a resume spends again (seconds, joules, bytes: the
-#: nodes compute and send it twice); a release (privacy, mutual information) is the same values
-#: again from the same noise stream, and a straggle row the same record: charged once.
-SPENT_AGAIN = ("compute", "communication")
 
 
 def not_yet_charged(batches: Sequence[EventBatch], before_kill: Sequence[Event]) -> list[EventBatch]:
