@@ -298,3 +298,15 @@ def test_the_honest_message_of_each_base_is_answered(base):
     if base == "dp_pasgd-round":
         ledger = agent.ledger(RUN, SESSION)
         assert ledger.has_server_events(1) and ledger.has_round(ROUND)  # the charge taken, the round charged
+
+
+@given(session=st.text(max_size=80))
+def test_a_session_that_is_not_an_id_is_no_session(session):
+    """A session names the node's ledger files: one that is not an id (a path, an empty string,
+    anything but wire.ID_PATTERN) is no session, so no file is ever made of it."""
+    from testbed import protocol, wire
+
+    msg = wire.decode(protocol.prepare("run", session, "", [0]))
+    expected = session if wire.ID_PATTERN.fullmatch(session) else None
+    assert protocol.session_of(msg) == expected
+    assert "/" not in (protocol.session_of(msg) or "") and ".." != protocol.session_of(msg)
