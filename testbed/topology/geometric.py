@@ -32,13 +32,19 @@ from typing import Any
 import numpy as np
 
 from channel import free_space_pathloss_db
-from testbed.topology.graph import Graph
+from testbed.topology.graph import Graph, concatenated_ranges
 
 __all__ = ["LinkBudget", "geometric_graph", "initial_positions", "RandomWaypoint"]
 
 #: Squared distances are compared in chunks of about this many pairs (8 MB of float64 per array),
 #: so memory does not grow with N (rows of all N columns: 1024 rows were 330 MB at N = 10,000).
 _CHUNK_PAIRS = 2**20
+#: Cells are this much wider than the range, so that a pair in range never lands two cells apart
+#: by the rounding of x / cell.
+_CELL_MARGIN = 1e-6
+#: Beyond this many cells on a side (a range tiny against the spread) the cells cannot be numbered
+#: in int64 keys; every pair is compared instead.
+_MAX_CELLS_PER_SIDE = 2**30
 
 
 @dataclass(frozen=True)
@@ -76,23 +82,58 @@ class LinkBudget:
 
 
 def geometric_graph(positions_m: np.ndarray, range_m: float) -> Graph:
-    """The graph of (N, 2) positions with an edge between every pair at most ``range_m`` apart."""
+    """The graph of (N, 2) positions with an edge between every pair at most ``range_m`` apart.
+
+    A cell list (cells a little wider than the range: a pair in range is in the same or adjacent
+    cells): O(N + candidate pairs) work and memory, not O(N²), with each candidate's distance
+    dx² + dy² rounded exactly as a comparison of every pair would round it (the same edges)."""
     pos = np.asarray(positions_m, dtype=np.float64)
     n = pos.shape[0]
     r2 = float(range_m) ** 2
+    cell = float(range_m) * (1.0 + _CELL_MARGIN)
+    span = (pos.max(axis=0) - pos.min(axis=0)) if n else np.zeros(2)
+    if n < 2 or not cell > 0 or np.any(span / cell > _MAX_CELLS_PER_SIDE):
+        return _every_pair(pos, r2)
+    coords = np.floor((pos - pos.min(axis=0)) / cell).astype(np.int64) + 1  # a border of empty cells
+    width = int(coords[:, 1].max()) + 2
+    key = coords[:, 0] * width + coords[:, 1]
+    order = np.argsort(key, kind="stable")
+    cells, first, count = np.unique(key[order], return_index=True, return_counts=True)
     parts = []
+    # Half of the 3 × 3 neighbourhood: every unordered pair of cells once (the own cell: i < j below).
+    for dx_cells, dy_cells in ((0, 0), (0, 1), (1, -1), (1, 0), (1, 1)):
+        target = key + dx_cells * width + dy_cells
+        at = np.minimum(np.searchsorted(cells, target), len(cells) - 1)
+        i_pts = np.flatnonzero(cells[at] == target)
+        starts, sizes = first[at[i_pts]], count[at[i_pts]]
+        i = np.repeat(i_pts, sizes)
+        j = order[concatenated_ranges(starts, starts + sizes)]
+        if (dx_cells, dy_cells) == (0, 0):
+            i, j = i[i < j], j[i < j]
+        parts.append(_within(pos, i, j, r2))
+    return Graph.from_edges(n, np.concatenate(parts))
+
+
+def _within(pos: np.ndarray, i: np.ndarray, j: np.ndarray, r2: float) -> np.ndarray:
+    """(K, 2) the pairs (i, j) at most sqrt(r2) apart, dx² + dy² rounded the same for every pair."""
+    dx = pos[i, 0] - pos[j, 0]
+    dy = pos[i, 1] - pos[j, 1]
+    d2 = dx * dx
+    d2 += dy * dy
+    keep = d2 <= r2
+    return np.column_stack([i[keep], j[keep]])
+
+
+def _every_pair(pos: np.ndarray, r2: float) -> Graph:
+    """Every pair compared, in bounded chunks (a range of 0, or cells too many to number)."""
+    n = pos.shape[0]
+    parts = [np.zeros((0, 2), dtype=np.int64)]
     rows = max(1, _CHUNK_PAIRS // max(n, 1))
-    for start in range(0, n, rows):  # O(N²/chunk) numpy steps; no loop over pairs
-        block = pos[start:start + rows]
-        dx = block[:, None, 0] - pos[None, :, 0]
-        dy = block[:, None, 1] - pos[None, :, 1]
-        d2 = dx * dx
-        d2 += dy * dy  # dx² + dy², rounded as the sum over the axis of length 2 was
-        i, j = np.nonzero(d2 <= r2)
-        i += start
+    for start in range(0, n, rows):
+        i, j = np.divmod(np.arange(start * n, min(start + rows, n) * n, dtype=np.int64), n)
         keep = i < j
-        parts.append(np.column_stack([i[keep], j[keep]]))
-    return Graph.from_edges(n, np.concatenate(parts) if parts else np.zeros((0, 2), dtype=np.int64))
+        parts.append(_within(pos, i[keep], j[keep], r2))
+    return Graph.from_edges(n, np.concatenate(parts))
 
 
 def initial_positions(num_nodes: int, area_m: float, rng: np.random.Generator) -> np.ndarray:

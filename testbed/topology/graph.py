@@ -106,7 +106,7 @@ class Graph:
             frontier = np.array([start], dtype=np.int64)
             while frontier.size:
                 starts, stops = self.indptr[frontier], self.indptr[frontier + 1]
-                reach = self.indices[_ranges(starts, stops)]
+                reach = self.indices[concatenated_ranges(starts, stops)]
                 reach = np.unique(reach[label[reach] < 0])
                 label[reach] = count
                 frontier = reach
@@ -132,7 +132,7 @@ class Graph:
     __hash__ = None  # type: ignore[assignment]
 
 
-def _ranges(starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
+def concatenated_ranges(starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
     """The concatenation of arange(start, stop) for every pair, without a Python loop."""
     lengths = stops - starts
     total = int(lengths.sum())
