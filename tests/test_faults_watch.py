@@ -24,6 +24,8 @@ pytest.importorskip("aiohttp", reason="the 'watch' extra (aiohttp, aiohttp-sse) 
 from aiohttp import web  # noqa: E402
 
 from testbed.config import load_config_text  # noqa: E402
+from testbed.ledger.events import GaussianEvent  # noqa: E402
+from testbed.ledger.files import LedgerWriter  # noqa: E402
 from testbed.orchestration.runner import run_experiment  # noqa: E402
 from testbed.reports.results import _summary_digest  # noqa: E402
 from testbed.watch import lines  # noqa: E402
@@ -539,9 +541,11 @@ def test_testbed_watch_logs_no_traceback(real_run, tmp_path, abuse):
 
 def _more_sigmas(run: Path) -> None:
     """Privacy rows of node 0 with noise levels the run never used."""
-    with open(run / "ledger.csv", "ab") as f:
-        for sigma in (2.0, 3.0):
-            f.write(f"privacy,0,3,,,,,,,,,{sigma},0.25,5,replace_one,none,1.0,server,node,0.0,,\r\n".encode())
+    events = [GaussianEvent(node=0, round=3, sigma=sigma, sensitivity=0.25, count=5, observer="server")
+              for sigma in (2.0, 3.0)]
+    writer = LedgerWriter(run / "ledger.csv")  # rows as the ledger writes them, whatever its columns
+    writer.write(events)
+    writer.close()
 
 
 @pytest.mark.parametrize("module,cap,value,damage,name,words", [
