@@ -29,6 +29,7 @@ Usage: python benchmarks/node_footprint.py [--repeats 5] [--nodes 3] [--board DI
 from __future__ import annotations
 
 import argparse
+import collections
 import os
 import shutil
 import statistics
@@ -242,11 +243,13 @@ def node_run(experiment: Path, sets: list[str], nodes: int, total: int, tmp: Pat
             if guest is not None:
                 guest.start(procs[-1].pid)
                 guests.append(guest)
-        idle, guest_idle = [], []
+        idle, guest_idle, drains = [], [], []
         for p, guest in zip(procs, guests or [None] * len(procs)):  # connected: "serving ..." once online
             for line in p.stderr:
                 if "serving" in line:
                     break
+            drains.append(threading.Thread(target=collections.deque, args=(p.stderr, 0), daemon=True))
+            drains[-1].start()  # --verbose logs every round: a pipe nobody reads would block the node
             idle.append(_vm_rss_mb(p.pid))
             if guest is not None:
                 time.sleep(2 * sample_s)  # a sample taken since
@@ -259,9 +262,10 @@ def node_run(experiment: Path, sets: list[str], nodes: int, total: int, tmp: Pat
         subprocess.run(args, cwd=REPO, check=True, stdout=subprocess.DEVNULL)
         rest.wait(timeout=60)
         peaks, cpus = [], []
-        for p in procs:
-            p.stderr.close()
+        for p, drain in zip(procs, drains):
             _, status, usage = os.wait4(p.pid, 0)
+            drain.join(timeout=10)  # the pipe closes with the process
+            p.stderr.close()
             p.returncode = os.waitstatus_to_exitcode(status)
             if p.returncode != 0:
                 raise SystemExit(f"node {procs.index(p)} exited with status {p.returncode}")
