@@ -34,7 +34,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, Sequence
@@ -332,9 +331,10 @@ class NodeAgent:
         if session is None:
             raise wire.WireError("bad_header", "a stop needs a session")
         ledger = self._ledgers.get(f"{msg.run}-{session}", (NodeLedger(self.node), None))[0]
+        earlier = protocol.earlier_sessions_of(msg)
         return protocol.Reply(protocol.COORDINATOR,
                               protocol.ledger_report(msg.run, session, msg.round, self.node, ledger,
-                                                     self._run_totals(msg.run, session, ledger)))
+                                                     self._run_totals(msg.run, session, ledger, earlier)))
 
     def leaving_report(self) -> protocol.Reply | None:
         """This node's own ledger of the session it takes part in, sent unasked when it leaves
@@ -348,20 +348,21 @@ class NodeAgent:
         intervals = ledger.rounds_logged.intervals
         last = intervals[-1][1] - 1 if intervals else 0  # the report's round: the last it logged
         return protocol.Reply(protocol.COORDINATOR,
-                              protocol.ledger_report(run, session, max(last, 0), self.node, ledger,
-                                                     self._run_totals(run, session, ledger)))
+                              protocol.ledger_report(run, session, max(last, 0), self.node, ledger))
 
-    def _run_totals(self, run: str, session: str, ledger: NodeLedger) -> Totals:
-        """What this node spent over every session of ``run`` it kept (its state directory's
-        ledger files, merged as the coordinator charges a resumed run: testbed.ledger.node.
-        merge_sessions), so that what a killed session spent and the coordinator never heard is in
-        the figures it raises its summary to. Without a state directory: this session's."""
-        if self.state_dir is None:
+    def _run_totals(self, run: str, session: str, ledger: NodeLedger, earlier: Sequence[str]) -> Totals:
+        """What this node spent in this session and in the run's ``earlier`` sessions (the stop
+        names them) that it kept in its state directory, merged as the coordinator charges a
+        resumed run (testbed.ledger.node.merge_sessions): what a killed session spent and the
+        coordinator never heard is then in the figures it raises its summary to. A run id alone
+        does not tell a run's sessions from another run of the same id, hence the stop's list.
+        Without a state directory or earlier sessions: this session's."""
+        if self.state_dir is None or not earlier:
             return ledger.totals
-        mine = re.compile(rf"ledger-{re.escape(run)}-(?P<session>[0-9a-f]{{16}}|{re.escape(session)})-node{self.node}\.csv")
         sessions = []
-        for path in sorted(self.state_dir.glob(f"ledger-*-node{self.node}.csv"), key=_modified_s):
-            if not mine.fullmatch(path.name):
+        for name in (*dict.fromkeys(earlier), session):
+            path = self.state_dir / f"ledger-{run}-{name}-node{self.node}.csv"
+            if not path.exists():
                 continue
             try:
                 sessions.append(read_whole_rows(path))
@@ -522,10 +523,3 @@ def _stacked(rows: list[np.ndarray]) -> np.ndarray:
         return np.broadcast_to(rows[0], (len(rows),) + rows[0].shape)
     return np.stack(rows)
 
-
-def _modified_s(path: Path) -> float:
-    """A file's modification time (0 if it vanished meanwhile): the sessions' order."""
-    try:
-        return path.stat().st_mtime
-    except OSError:
-        return 0.0

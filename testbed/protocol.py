@@ -138,12 +138,28 @@ def refused(run: str, session: str, round_index: int, node: int, budget: str, wo
                         "meta": _meta(session, budget=budget, would_be=would_be, limit=limit)})
 
 
-def stop(run: str, session: str, status: str, round_index: int) -> bytes:
+def stop(run: str, session: str, status: str, round_index: int, earlier_sessions: Sequence[str] = ()) -> bytes:
     """Coordinator → nodes: the run is over (``status`` as in summary.json) after round
     ``round_index``, the last the coordinator sent: a node's replay guard rejects a message of a
-    round before its window, and a stop of round 0 never reached a run's nodes past round 16."""
+    round before its window, and a stop of round 0 never reached a run's nodes past round 16.
+    ``earlier_sessions``: the run's sessions before this one (a resumed run's), whose ledgers a
+    node adds to its report (:func:`earlier_sessions_of`)."""
     return wire.encode({"run": run, "round": round_index, "sender": COORDINATOR, "kind": STOP,
-                        "meta": _meta(session, status=status)})
+                        "meta": _meta(session, status=status, earlier_sessions=list(earlier_sessions))})
+
+
+#: At most this many earlier sessions named in a stop (a run resumed this often is still reported).
+MAX_EARLIER_SESSIONS = 1000
+
+
+def earlier_sessions_of(msg: wire.Message) -> tuple[str, ...]:
+    """The earlier sessions a stop names: ids (wire.ID_PATTERN), at most MAX_EARLIER_SESSIONS;
+    WireError otherwise. A stop without the key (an older coordinator) names none."""
+    value = msg.meta.get("earlier_sessions", [])
+    if not isinstance(value, list) or len(value) > MAX_EARLIER_SESSIONS or \
+            not all(isinstance(s, str) and wire.ID_PATTERN.fullmatch(s) for s in value):
+        raise wire.WireError("bad_header", f"a stop's earlier_sessions must be at most {MAX_EARLIER_SESSIONS} ids")
+    return tuple(value)
 
 
 @dataclass(frozen=True)

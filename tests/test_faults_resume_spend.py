@@ -334,34 +334,51 @@ def _write_ledger(path, events) -> None:
 
 
 @pytest.mark.parametrize("cut", [False, True])
-def test_a_nodes_report_totals_every_session_of_the_run_it_kept(tmp_path, cut):
-    """A killed session's spend the coordinator never heard is in the node's next report: its
-    totals merge the state directory's ledgers of the run (spend per session, each release once),
-    and leave out other runs, other nodes and a last line cut by the kill."""
+def test_a_nodes_report_totals_every_session_of_the_run_the_stop_names(tmp_path, cut):
+    """A killed session's spend the coordinator never heard is in the node's report at the stop:
+    its totals merge the state directory's ledgers of the sessions the stop names (spend per
+    session, each release once), and leave out another run of the same id (a session the stop
+    does not name), other nodes and a last line cut by the kill."""
     from nodes.agent import NodeAgent
+    from testbed import protocol, wire
     from testbed.ledger.events import ComputeEvent, GaussianEvent
 
     def spent(node, joules):
         return [ComputeEvent(node=node, round=0, local_steps=1, energy_j=joules),
                 GaussianEvent(node=node, round=0, sigma=1.0, sensitivity=0.1, count=1)]
 
-    killed, other_run, other_node = "a" * 16, "b" * 16, "c" * 16
+    killed, same_id_other_run, now = "a" * 16, "b" * 16, "d" * 16
     _write_ledger(tmp_path / f"ledger-run-{killed}-node3.csv", spent(3, 5.0))
-    _write_ledger(tmp_path / f"ledger-run-x-{other_run}-node3.csv", spent(3, 100.0))
-    _write_ledger(tmp_path / f"ledger-run-{other_node}-node4.csv", spent(4, 100.0))
+    _write_ledger(tmp_path / f"ledger-run-{same_id_other_run}-node3.csv", spent(3, 100.0))
+    _write_ledger(tmp_path / f"ledger-run-{killed}-node4.csv", spent(4, 100.0))
     if cut:
         with open(tmp_path / f"ledger-run-{killed}-node3.csv", "a") as f:
             f.write("compute,3,1")  # the kill cut the row it was writing: never released
     agent = NodeAgent(3, state_dir=tmp_path)
-    ledger, writer = agent._ledger("run", "d" * 16)
+    ledger, writer = agent._ledger("run", now)
     events = spent(3, 1.0)
     ledger.extend(events)
     writer.write(events)
-    totals = agent._run_totals("run", "d" * 16, ledger)
+    stop = wire.decode(protocol.stop("run", now, "completed", 0, earlier_sessions=[killed]))
+    totals = protocol.report_of(wire.decode(agent.handle(stop).payload)).totals
+    alone = protocol.report_of(wire.decode(agent.handle(
+        wire.decode(protocol.stop("run", now, "completed", 0))).payload)).totals
     agent.close()
     assert totals.energy_j == pytest.approx(6.0)  # both sessions' compute
     assert totals.local_steps == 2
-    assert ledger.totals.energy_j == pytest.approx(1.0)  # the session's own ledger is unchanged
+    assert alone.energy_j == pytest.approx(1.0)  # a stop naming no earlier session: this one's
+
+
+@given(names=st.lists(st.text(max_size=20), max_size=5))
+def test_a_stop_names_only_ids_as_earlier_sessions(names):
+    from testbed import protocol, wire
+
+    msg = wire.decode(protocol.stop("run", "a" * 16, "completed", 0, earlier_sessions=names))
+    if all(wire.ID_PATTERN.fullmatch(n) for n in names):
+        assert protocol.earlier_sessions_of(msg) == tuple(names)
+    else:
+        with pytest.raises(wire.WireError):
+            protocol.earlier_sessions_of(msg)
 
 
 def test_a_node_without_a_state_directory_reports_its_session():
@@ -371,4 +388,4 @@ def test_a_node_without_a_state_directory_reports_its_session():
     agent = NodeAgent(0)
     ledger, _ = agent._ledger("run", "e" * 16)
     ledger.extend([ComputeEvent(node=0, round=0, local_steps=1, energy_j=2.0)])
-    assert agent._run_totals("run", "e" * 16, ledger).energy_j == 2.0
+    assert agent._run_totals("run", "e" * 16, ledger, ["a" * 16]).energy_j == 2.0

@@ -170,6 +170,7 @@ class MqttNodes:
         self.alg, self.seed = algorithm, seed
         self.run = wire.check_id(m.run_id, "mqtt.run_id")
         self.session = secrets.token_hex(8)
+        self.earlier_sessions: tuple[str, ...] = ()  # a resumed run's (the runner's asked.csv): named in the stop
         self.round_timeout_s = m.round_timeout_s
         self._hosts: list[_Host] = []
         self._channel: ChannelEmulator | None = None
@@ -850,7 +851,8 @@ class MqttNodes:
         try:
             if client is not None and client.connected:
                 client.publish(topics.bcast(self.run), protocol.stop(self.run, self.session, status,
-                                                                     max(self._open_round, 0)), timeout_s=5)
+                                                                     max(self._open_round, 0), self.earlier_sessions),
+                               timeout_s=5)
                 told = True
         except (TimeoutError, UserError) as exc:
             log.warning("could not broadcast stop: %s", exc)

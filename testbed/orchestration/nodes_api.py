@@ -71,9 +71,12 @@ class Nodes(Protocol):
 
     Attributes:
         session: this session's id (16 hex digits): one per process that runs (or resumes) the run.
+        earlier_sessions: the run's sessions before this one (set by the runner; over MQTT the stop
+            names them, and each node's report adds what it spent in them).
     """
 
     session: str
+    earlier_sessions: tuple[str, ...]
 
     def setup(self, state: State, asking: Callable[[RoundContext], None] | None = None) -> RoundOutcome:
         """The algorithm's one-time setup phase on every node; ``asking`` as in :meth:`round`."""

@@ -370,6 +370,7 @@ def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = Fa
         # hosts forked from this process inherit it frozen.
         gc.freeze()
         nodes = build_nodes(config, algorithm, data, quiet)
+        nodes.earlier_sessions = tuple(run.sessions)  # a node reports its spend in them too
         run.sessions.append(nodes.session)
         run.tracking = Tracking.start(config, directory.path)  # its thread after the hosts' forks
         run_rounds(run, nodes, quiet, tight_job)

@@ -79,6 +79,7 @@ class SimNodes:
             self._board_bounds = MeasuredBounds.of_board(mcu_profile or "rp2040", algorithm.flops_per_step)
         self.node_ids = list(data.node_ids)
         self.session = secrets.token_hex(8)  # this process's session of the run (the asked-log's records)
+        self.earlier_sessions: tuple[str, ...] = ()  # sim: the book is the nodes' ledger
         self._most_share_s = 0.0  # the most CPU seconds one node's share of a round took so far
         self._lazy = isinstance(data, LazyFederatedData)
         self._position = {} if self._lazy else {node: i for i, node in enumerate(self.node_ids)}
