@@ -35,7 +35,7 @@ from typing import Collection, Sequence
 
 from testbed.algorithms.contract import SETUP_ROUND
 from testbed.errors import UserError
-from testbed.util.appendlog import AppendLog, drop_cut_line
+from testbed.util.appendlog import open_past_cut
 
 log = logging.getLogger(__name__)
 
@@ -59,11 +59,7 @@ class AskedLog:
     """Appends the rounds a session asks to ``asked.csv``."""
 
     def __init__(self, path: Path, sync: bool = False):
-        try:
-            self._log = AppendLog(Path(path), header=HEADER, sync=sync)
-        except ValueError:  # a last line cut by a kill: read_asked ignored it; cut it off to append
-            drop_cut_line(Path(path))
-            self._log = AppendLog(Path(path), header=HEADER, sync=sync)
+        self._log = open_past_cut(Path(path), HEADER, sync)  # a line a kill cut: its reader ignored it
 
     def append(self, session: str, round_index: int, nodes: Sequence[int]) -> None:
         """Record that ``session`` asks ``nodes`` in ``round_index``: on the OS's side before this

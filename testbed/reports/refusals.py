@@ -35,7 +35,7 @@ from typing import Collection
 
 from testbed.budgets import BUDGET_NAME, Exceeded
 from testbed.errors import UserError
-from testbed.util.appendlog import AppendLog, drop_cut_line
+from testbed.util.appendlog import open_past_cut
 
 log = logging.getLogger(__name__)
 
@@ -63,11 +63,7 @@ class RefusalLog:
     """Appends the run's refusals to ``refusals.csv``."""
 
     def __init__(self, path: Path, sync: bool = False):
-        try:
-            self._log = AppendLog(Path(path), header=HEADER, sync=sync)
-        except ValueError:  # a last line cut by a kill: read_refusals ignored it; cut it off to append
-            drop_cut_line(Path(path))
-            self._log = AppendLog(Path(path), header=HEADER, sync=sync)
+        self._log = open_past_cut(Path(path), HEADER, sync)  # a line a kill cut: its reader ignored it
 
     def append(self, round_index: int, refusal: Exceeded) -> None:
         """Keep that ``refusal.node`` refused ``round_index``: on the OS's side before this returns,

@@ -224,9 +224,13 @@ def _sync_directory(path: Path) -> None:
         os.close(fd)
 
 
-def drop_cut_line(path: Path) -> None:
-    """Cut ``path`` after its last line end: a last line a kill cut mid-write (its reader ignored
-    it), so that the file can be appended to again."""
-    data = path.read_bytes()
-    with open(path, "r+b") as f:
-        f.truncate(data.rfind(b"\n") + 1)
+def open_past_cut(path: Path, header: str, sync: bool) -> AppendLog:
+    """An :class:`AppendLog` on ``path``, cut after its last line end first if a kill cut its
+    last line mid-write (its reader ignored that line), so that the file can be appended to again."""
+    try:
+        return AppendLog(path, header=header, sync=sync)
+    except ValueError:
+        data = path.read_bytes()
+        with open(path, "r+b") as f:
+            f.truncate(data.rfind(b"\n") + 1)
+        return AppendLog(path, header=header, sync=sync)
