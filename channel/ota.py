@@ -147,22 +147,31 @@ def d2d_superpose(
     return out
 
 
-def sparse_superpose(signals: np.ndarray, links: Any, noise_power_w: Any, rng: Any) -> np.ndarray:
+def sparse_superpose(
+    signals: np.ndarray, links: Any, noise_power_w: Any, rng: Any, out: np.ndarray | None = None
+) -> np.ndarray:
     """A D2D slot on a graph: v_i = Σ_k L_ik s_k + m_i with L sparse. O(nnz(L)·d).
 
     The receivers' sums are one sparse-times-dense product (scipy's CSR kernel: one axpy of length
     d per link, no N×N dense matrix and no (E, d) gather), then each receiver's noise is added from
-    its own generator, in the order :func:`d2d_superpose` draws it.
+    its own generator, in the order :func:`d2d_superpose` draws it. ``links`` may hold only some of
+    the receivers (rows a..b of the graph's): the caller can then split the receivers into blocks
+    that stay in cache, or over cores, and each row is the same as in one call for all.
 
     Args:
         signals: (N, d) real payloads, sqrt(W).
-        links: (N, N) sparse link weights [receiver, sender] (a ``scipy.sparse.csr_array``; silent
-            senders may keep their weights: their rows of ``signals`` are zero).
-        noise_power_w: scalar or (N,) σ_m² per receiver, per entry, W.
-        rng: one ``numpy.random.Generator`` or N of them; ``None`` if every σ_m² is 0.
+        links: (R, N) sparse link weights [receiver, sender] (a ``scipy.sparse.csr_array``; silent
+            senders may keep their weights: their rows of ``signals`` are zero). R = N for every
+            receiver of the graph.
+        noise_power_w: scalar or (R,) σ_m² per receiver, per entry, W.
+        rng: one ``numpy.random.Generator`` or R of them (a sequence or an iterator, one taken per
+            receiver in row order), ``None`` for no noise (every σ_m² must then be 0). Given
+            generators, every receiver draws its row (one of σ_m² = 0 adds zeros): what a receiver
+            draws never depends on the others' σ_m², nor on which block it is computed in.
+        out: optional (R, d) float64 output (not ``signals``: the product reads every row of it).
 
     Returns:
-        (N, d) float64 received signals, a new array (the product cannot overwrite its input).
+        (R, d) float64 received signals: ``out``, or a new array.
 
     Example::
 
@@ -173,17 +182,26 @@ def sparse_superpose(signals: np.ndarray, links: Any, noise_power_w: Any, rng: A
     """
     if signals.ndim != 2:
         raise ValueError(f"signals must have shape (N, d), got {signals.shape}")
-    n = signals.shape[0]
-    if links.shape != (n, n):
-        raise ValueError(f"links must have shape ({n}, {n}), got {links.shape}")
-    out = np.asarray(links @ signals, dtype=np.float64)
-    std = _noise_std(noise_power_w, n)
-    if np.any(std > 0):
+    n, d = signals.shape
+    r = links.shape[0]
+    if links.ndim != 2 or links.shape[1] != n:
+        raise ValueError(f"links must have shape (R, {n}), got {links.shape}")
+    if out is not None and (out.shape != (r, d) or out.dtype != np.float64):
+        raise ValueError(f"out must be a ({r}, {d}) float64 array, got {out.shape} {out.dtype}")
+    if out is not None and np.shares_memory(out, signals):
+        raise ValueError("out must not overlap signals: the product reads every row of them")
+    received = links @ signals
+    if out is None:
+        out = np.asarray(received, dtype=np.float64)
+    else:
+        out[...] = received
+    std = _noise_std(noise_power_w, r)
+    if rng is not None:
         from .noise import add_awgn_real
 
-        if rng is None:
-            raise ValueError("rng is required when noise_power_w > 0")
-        add_awgn_real(out, std**2, rng, chunk=max(1, out.shape[1]))
+        add_awgn_real(out, std**2, rng, chunk=max(1, d))
+    elif np.any(std > 0):
+        raise ValueError("rng is required when noise_power_w > 0")
     return out
 
 

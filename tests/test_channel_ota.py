@@ -2,8 +2,10 @@
 
 import numpy as np
 import pytest
+import scipy.sparse
+from hypothesis import given, settings, strategies as st
 
-from channel.ota import d2d_noise_variance, d2d_superpose, d2d_superpose_per_link, uplink_superpose
+from channel.ota import d2d_noise_variance, d2d_superpose, d2d_superpose_per_link, sparse_superpose, uplink_superpose
 from channel.power_control import align_power, transmit_real
 
 
@@ -113,3 +115,38 @@ def test_shapes_validated():
         d2d_superpose(np.ones((3, 2)), np.ones(3), 1.0, None)
     with pytest.raises(ValueError):
         d2d_superpose(np.ones((3, 2)), np.ones(3), 1.0, gens(0, 2))
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 9), d=st.integers(1, 6), cuts=st.lists(st.integers(0, 9), max_size=4),
+       zero_rows=st.lists(st.booleans(), min_size=9, max_size=9), seed=st.integers(0, 2**32 - 1))
+def test_sparse_superpose_in_blocks_of_receivers_is_the_whole_call(n, d, cuts, zero_rows, seed):
+    """Receivers computed in any blocks (rows a..b of the links, into ``out``) give the bits of one
+    call for all: each receiver's sum is its own row, and with generators every receiver takes one
+    and draws its row, σ_m² = 0 or not."""
+    rng = np.random.default_rng(seed)
+    dense = rng.standard_normal((n, n)) * (rng.random((n, n)) < 0.5)
+    links = scipy.sparse.csr_array(dense)
+    signals = rng.standard_normal((n, d))
+    noise = np.where(np.array(zero_rows[:n]), 0.0, rng.random(n) + 0.1)
+    whole = sparse_superpose(signals, links, noise, gens(seed, n))
+    out = np.full((n, d), np.nan)
+    bounds = sorted({0, n, *(c for c in cuts if c < n)})
+    streams = iter(gens(seed, n))
+    for a, b in zip(bounds, bounds[1:]):
+        sparse_superpose(signals, links[a:b], noise[a:b], streams, out=out[a:b])
+    np.testing.assert_array_equal(out, whole)
+    expected = dense @ signals + np.sqrt(noise)[:, None] * np.stack([g.standard_normal(d) for g in gens(seed, n)])
+    np.testing.assert_allclose(whole, expected, rtol=1e-12, atol=1e-12)
+
+
+def test_sparse_superpose_refuses_an_out_over_its_input_and_noise_without_generators():
+    links = scipy.sparse.csr_array(np.ones((3, 3)))
+    s = np.ones((3, 2))
+    with pytest.raises(ValueError, match="overlap"):
+        sparse_superpose(s, links, 0.0, None, out=s)
+    with pytest.raises(ValueError, match=r"out must be a \(3, 2\) float64"):
+        sparse_superpose(s, links, 0.0, None, out=np.empty((2, 2)))
+    with pytest.raises(ValueError, match="rng is required"):
+        sparse_superpose(s, links, 1.0, None)
+    assert sparse_superpose(s, links[1:], 0.0, None).tolist() == [[3.0, 3.0], [3.0, 3.0]]

@@ -288,3 +288,24 @@ def test_complete_graph_summary_in_closed_form():
     eig = np.sort(np.abs(np.linalg.eigvalsh(0.7 * np.eye(N) + 0.3 * w)))
     assert topo["kind"] == "complete" and topo["mixing"] == "uniform"
     assert topo["effective_spectral_gap"] == pytest.approx(1 - eig[-2], abs=1e-12)
+
+
+@pytest.mark.parametrize("scheme,variant", [("ota_d2d", "A"), ("ota_d2d", "B"), ("orthogonal_d2d", "A")])
+@pytest.mark.parametrize("topology", [None, TopologySection(kind="ring"), TopologySection(kind="k_regular", degree=3)])
+def test_a_round_does_not_depend_on_the_threads(monkeypatch, scheme, variant, topology):
+    """Transmit, channel and receive split their rows over two threads (testbed.util.parallel), a
+    few rows at a time: each row is its node's own stream and sum, so the models are the bits one
+    thread gives, with some nodes silent too."""
+    import testbed.util.parallel as parallel
+
+    monkeypatch.setattr(parallel.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr("testbed.algorithms.dwfl.ROWS_IN_CACHE", 2)  # several blocks per thread at N = 6
+    monkeypatch.setattr("testbed.algorithms.dwfl_channel.ROWS_IN_CACHE", 2)
+    runs = []
+    for min_numbers in (10**18, 0):  # one thread; two, whatever the size
+        monkeypatch.setattr(parallel, "MIN_NUMBERS", min_numbers)
+        alg = _alg(topology, scheme=scheme, variant=variant, fading="rayleigh")
+        runs.append([_round(alg)[1], _round(alg, excluded=frozenset({1}))[1]])
+    for one, two in zip(*runs):
+        assert np.all(np.isfinite(one)) and np.abs(one).max() > 0
+        np.testing.assert_array_equal(one, two)

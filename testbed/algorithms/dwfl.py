@@ -122,6 +122,7 @@ from testbed.rng import Purpose, node_streams, stream
 from testbed.sections import NonNegative, OnlyWith, Positive, field_default
 from testbed.topology import Graph, Mixing, Topology, TopologySection, spectral_gap
 from testbed.topology.view import graph_view_with
+from testbed.util.parallel import ROWS_IN_CACHE, split_work
 
 if TYPE_CHECKING:
     from testbed.config import Config
@@ -602,17 +603,28 @@ class Dwfl(BaseAlgorithm):
         plan = self.plan(round_index)
         ids = np.asarray(node_ids, dtype=np.int64)
         tx = _rows(plan.tx, ids)
+        std = math.sqrt(plan.sigma2)
         signals = np.empty_like(payload)
-        fill_gaussian_rows(signals, math.sqrt(plan.sigma2), node_streams(seed, ids.tolist(), round_index, Purpose.NOISE))
-        transmit_real(payload, signals, tx, out=signals)  # s_i = sqrt(α_i P_i) u_i + sqrt(β_i P_i) G_i
-        if self.scheme == "ota_central":
-            return signals, models.copy()
-        coef = -self.eta * self._own(plan, ids)
-        buf = np.empty(payload.shape[1])
-        for i in range(len(ids)):  # pending = x_i' − η self_i, in place over the payload, one row of scratch
-            np.multiply(signals[i], coef[i], out=buf)
-            payload[i] += buf
-        return signals, payload
+        central = self.scheme == "ota_central"
+        coef = None if central else -self.eta * self._own(plan, ids)
+
+        def rows(lo: int, hi: int) -> None:
+            # A few rows at a time, so that each row is drawn, mixed and subtracted while in cache;
+            # every row comes from its node's own stream, so the values do not depend on the split.
+            buf = np.empty(payload.shape[1])
+            gens = node_streams(seed, ids[lo:hi].tolist(), round_index, Purpose.NOISE)  # one per row, in order
+            for a in range(lo, hi, ROWS_IN_CACHE):
+                b = min(a + ROWS_IN_CACHE, hi)
+                block = signals[a:b]
+                fill_gaussian_rows(block, std, gens)
+                transmit_real(payload[a:b], block, _rows(tx, slice(a, b)), out=block)  # s_i = sqrt(α_i P_i) u_i + sqrt(β_i P_i) G_i
+                if coef is not None:
+                    for i in range(a, b):  # pending = x_i' − η self_i, in place over the payload
+                        np.multiply(signals[i], coef[i], out=buf)
+                        payload[i] += buf
+
+        split_work(len(ids), rows, numbers=payload.size)
+        return signals, (models.copy() if central else payload)
 
     def _own(self, plan: RoundPlan, ids: np.ndarray) -> np.ndarray:
         """(M,) o_i with self_i = o_i s_i, what a node subtracts of its own signal (eq. 7)."""
@@ -680,13 +692,18 @@ class Dwfl(BaseAlgorithm):
             raise ValueError(f"an exchange needs at least 2 senders, got {n}")
         scale = {"ota_d2d": self.eta / (c * (n - 1)), "orthogonal_d2d": self.eta / (n - 1),
                  "ota_central": -1.0 / (c * n)}[self.scheme]  # central: x − y/(cN)
-        buf = np.empty(pending.shape[1])
-        for i, node in enumerate(node_ids):  # row by row: one row of scratch, whatever N
-            np.multiply(received[i], scale, out=buf)
-            pending[i] += buf
-            if self.variant == "A":
-                pending[i] -= scale * channel_noise_row(self.scheme, plan.channel, self.radio, int(node),
-                                                        pending.shape[1], seed, round_index)
+        ids = [int(node) for node in node_ids]
+
+        def rows(lo: int, hi: int) -> None:  # row by row: one row of scratch, whatever N
+            buf = np.empty(pending.shape[1])
+            for i in range(lo, hi):
+                np.multiply(received[i], scale, out=buf)
+                pending[i] += buf
+                if self.variant == "A":
+                    pending[i] -= scale * channel_noise_row(self.scheme, plan.channel, self.radio, ids[i],
+                                                            pending.shape[1], seed, round_index)
+
+        split_work(len(ids), rows, numbers=pending.size)
         return pending
 
     def receive_on_graph(self, pending: np.ndarray, received: np.ndarray, signals: np.ndarray,
@@ -728,17 +745,21 @@ class Dwfl(BaseAlgorithm):
         else:
             kept = 1.0 - links.weight_sum[ids]
         own = self.eta * kept * self._own(plan, ids)
-        buf = np.empty(pending.shape[1])
-        for i, node in enumerate(ids):  # row by row: one row of scratch, whatever N
-            if scale[i]:
-                np.multiply(received[i], scale[i], out=buf)
-                pending[i] += buf
-                if self.variant == "A":
-                    pending[i] -= scale[i] * channel_noise_row(self.scheme, plan.channel, self.radio, int(node),
-                                                               pending.shape[1], seed, round_index, links)
-            if own[i]:
-                np.multiply(signals[i], own[i], out=buf)
-                pending[i] += buf
+
+        def rows(lo: int, hi: int) -> None:  # row by row: one row of scratch, whatever N
+            buf = np.empty(pending.shape[1])
+            for i in range(lo, hi):
+                if scale[i]:
+                    np.multiply(received[i], scale[i], out=buf)
+                    pending[i] += buf
+                    if self.variant == "A":
+                        pending[i] -= scale[i] * channel_noise_row(self.scheme, plan.channel, self.radio, int(ids[i]),
+                                                                   pending.shape[1], seed, round_index, links)
+                if own[i]:
+                    np.multiply(signals[i], own[i], out=buf)
+                    pending[i] += buf
+
+        split_work(len(ids), rows, numbers=pending.size)
         return pending
 
     # ----------------------------------------------------------------------------- channel side
@@ -810,7 +831,7 @@ class Dwfl(BaseAlgorithm):
         return out
 
 
-def _rows(al: Alignment, ids: np.ndarray) -> Alignment:
+def _rows(al: Alignment, ids: np.ndarray | slice) -> Alignment:
     """The alignment restricted to the nodes ``ids`` (what those nodes' transmitters use)."""
     return dataclasses.replace(al, alpha=al.alpha[ids], beta=al.beta[ids], power_w=al.power_w[ids],
                                phase_rad=al.phase_rad[ids], active=al.active[ids], csi=al.csi[ids])

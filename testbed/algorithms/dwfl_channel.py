@@ -62,6 +62,7 @@ from channel.pathloss import pathloss_3gpp
 from testbed.errors import ConfigError
 from testbed.rng import GLOBAL, Purpose, node_streams, stream
 from testbed.topology import Graph, Mixing, Topology, TopologySection
+from testbed.util.parallel import ROWS_IN_CACHE, split_work
 
 SCHEMES = ("ota_d2d", "orthogonal_d2d", "ota_central")
 PATHLOSS_KINDS = ("none", "free_space", "umi", "uma")
@@ -318,14 +319,28 @@ def propagate(
     else:
         raise ValueError(f"unknown scheme {scheme!r}; expected one of {SCHEMES}")
     noise = receiver_noise_power_w(scheme, rc, radio, range(n), links)
-    gens = node_streams(seed, range(n), round_index, Purpose.CHANNEL)  # _noise_stream of each receiver, in order
     if links is None:
+        gens = node_streams(seed, range(n), round_index, Purpose.CHANNEL)  # _noise_stream of each receiver, in order
         return d2d_superpose(signals, gains, noise, gens, out=out)
     g = links.graph
     # ota_d2d: every neighbour at its gain (the receiver divides by c·d_i^S); orthogonal: each link
     # equalised and weighted by the receiver's mixing row. Silent senders' rows are zero.
     weights = gains[g.indices] if scheme == "ota_d2d" else links.weights * gains[g.indices]
-    return sparse_superpose(signals, g.adjacency(weights), noise, gens)
+    adjacency = g.adjacency(weights)
+    received = np.empty_like(signals, dtype=np.float64)
+
+    noisy = bool(np.any(noise > 0))
+
+    def receivers(lo: int, hi: int) -> None:
+        # A few receivers at a time, their noise added while their sums are in cache; each row is
+        # its receiver's own sum and stream, so the values do not depend on the split.
+        gens = node_streams(seed, range(lo, hi), round_index, Purpose.CHANNEL) if noisy else None
+        for a in range(lo, hi, ROWS_IN_CACHE):
+            b = min(a + ROWS_IN_CACHE, hi)
+            sparse_superpose(signals, adjacency[a:b], noise[a:b], gens, out=received[a:b])
+
+    split_work(n, receivers, numbers=(adjacency.nnz + n) * signals.shape[1])
+    return received
 
 
 def channel_noise_row(scheme: str, rc: RoundChannel, radio: Radio, receiver: int, size: int, seed: int,
