@@ -80,6 +80,13 @@ def under_counted(run_dir: Path, reference: list[tuple]) -> Counter:
     return Counter(reference) - Counter(ledger_rows(run_dir))
 
 
+def missed_twice(run_dir: Path) -> Counter:
+    """The (node, round) pairs with more than one straggle row in ``run_dir``'s ledger: a node
+    misses a round once, and ``rounds_straggled`` counts the rows."""
+    missed = Counter((e.node, e.round) for e in read_ledger(run_dir / "ledger.csv") if e.kind == "straggle")
+    return Counter({key: n for key, n in missed.items() if n > 1})
+
+
 #: metrics.csv's columns of what the nodes spent: a round run again after a resume spends again.
 SPENT_COLUMNS = ("local_steps", "cost_units", "bytes_total")
 

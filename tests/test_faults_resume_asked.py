@@ -26,7 +26,7 @@ from testbed.orchestration.sim_nodes import SimNodes
 from testbed.reports.asked import read_asked
 from testbed.reports.results import read_checkpoint, read_summary
 
-from run_dir_cases import is_top_up_event, ledger_rows, run_killed, under_counted
+from run_dir_cases import is_top_up_event, ledger_rows, missed_twice, run_killed, under_counted
 
 CONFIG = """
 [run]
@@ -114,6 +114,7 @@ def test_a_node_asked_before_the_kill_that_does_not_answer_again_is_charged(runs
                                ("straggle", "asked_before_resume"): 1})
     full = [row for row in ledger_rows(runs["full"]) if row[2] <= ROUND]
     assert under_counted(d, full) == Counter()
+    assert not missed_twice(d)
     full_eps = read_summary(runs["full"])["nodes"][str(NODE)]["epsilon"]
     eps = summary["nodes"][str(NODE)]["epsilon"]
     assert eps == pytest.approx(full_eps) if not left_for_good else eps < full_eps

@@ -39,7 +39,7 @@ from testbed.reports.html import write_report
 from testbed.reports.results import read_checkpoint, read_summary
 from testbed.watch.feed import RunFeed
 
-from run_dir_cases import is_top_up, is_top_up_event, ledger_rows, run_killed, snapshot, under_counted
+from run_dir_cases import is_top_up, is_top_up_event, ledger_rows, missed_twice, run_killed, snapshot, under_counted
 from test_faults_refusal import RefusingNodes
 from test_faults_resume_asked import CONFIG
 from test_trust_run_dir import BYTE_DAMAGES, _resume as _resume_cli
@@ -117,6 +117,7 @@ def test_a_late_reply_to_a_round_before_the_mark_lost_by_the_kill_is_charged_the
     assert summary["nodes"][str(STRAGGLER)]["epsilon"] == pytest.approx(
         read_summary(full)["nodes"][str(STRAGGLER)]["epsilon"])
     assert not under_counted(d, ledger_rows(full))
+    assert not missed_twice(d)
     # The annotation is not a second missed round.
     assert summary["nodes"][str(STRAGGLER)]["rounds_straggled"] == 1
     # A second resume (the finished run) charges it no second time.
@@ -166,6 +167,7 @@ def test_a_round_run_again_is_charged_its_compute_and_communication_twice_its_re
 
     extra = Counter(ledger_rows(d)) - Counter(ledger_rows(full))
     assert not under_counted(d, ledger_rows(full))
+    assert not missed_twice(d)
     # Exactly one more compute and one more communication row per node, of the re-run round (and
     # the seconds and joules that topped an estimate of the killed session's spend up at the end).
     top_ups = [row for row in extra if is_top_up(row)]
@@ -178,6 +180,27 @@ def test_a_round_run_again_is_charged_its_compute_and_communication_twice_its_re
         assert summary["nodes"][n]["epsilon"] == pytest.approx(full_summary["nodes"][n]["epsilon"])
         assert summary["nodes"][n]["bytes_up"] > full_summary["nodes"][n]["bytes_up"]
         assert summary["nodes"][n]["local_steps"] > full_summary["nodes"][n]["local_steps"]
+
+
+@pytest.mark.parametrize("timing", KILLED_AT)
+def test_a_node_that_straggles_the_round_run_again_in_both_sessions_missed_it_once(full, tmp_path, monkeypatch,
+                                                                                  timing):
+    """Its deadline row of the killed session lies past the mark; the resumed session asks it again,
+    it misses the deadline again and nothing of it reached the ledger (its plan is charged): one
+    straggle row for the round, whatever reason each session gave, and ``rounds_straggled`` 1."""
+    rerun = KILLED_AT[timing] - 1
+    d = tmp_path / "run"
+    with monkeypatch.context() as mp:
+        _scripted(mp, deadline=(STRAGGLER, rerun))
+        run_killed(load_config_text(CONFIG), d, KILLED_AT[timing])
+        assert _rows_of(d, STRAGGLER, rerun)[("straggle", "deadline")] == 1
+        summary = _resume(d)
+    rows = _rows_of(d, STRAGGLER, rerun)
+    assert sum(n for (kind, _), n in rows.items() if kind == "straggle") == 1, rows
+    assert rows[("privacy", None)] == 1  # its plan, as for a reply the kill may have lost
+    assert summary["nodes"][str(STRAGGLER)]["rounds_straggled"] == 1
+    assert not under_counted(d, ledger_rows(full))
+    assert not missed_twice(d)
 
 
 # --- 3. a refusal is kept across --resume --------------------------------------------------------

@@ -24,7 +24,7 @@ from testbed.ledger.files import LEDGER_COLUMNS, read_ledger
 from testbed.orchestration.runner import run_experiment
 from testbed.reports.results import Checkpoint, read_checkpoint, read_summary, write_checkpoint
 
-from run_dir_cases import assert_resumed_metrics, ledger_rows, metric_rows, run_killed, snapshot, spent_once, under_counted
+from run_dir_cases import assert_resumed_metrics, ledger_rows, metric_rows, missed_twice, run_killed, snapshot, spent_once, under_counted
 
 CONFIG = """
 [run]
@@ -316,6 +316,7 @@ def test_a_row_past_the_mark_altered_to_charge_less_is_charged_again_in_full(run
     (d / "ledger.csv").write_bytes(head + "".join(tail).encode())
     assert main(["run", "--resume", str(d), "--quiet"]) == 0, capsys.readouterr().err
     assert not under_counted(d, ledger_rows(runs["full"]))
+    assert not missed_twice(d)
     assert (d / "ledger.csv").read_bytes().count(altered.encode()) == 1  # kept: it was charged
     assert len(spent_once(ledger_rows(d))) == len(ledger_rows(runs["full"])) + 1  # and the real event too
 

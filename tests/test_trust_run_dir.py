@@ -34,7 +34,7 @@ from testbed.ledger.files import LEDGER_COLUMNS, parse_rows
 from testbed.orchestration.runner import run_experiment
 from testbed.reports.results import _checkpoint_digest, read_checkpoint, read_summary
 
-from run_dir_cases import DETERMINISTIC, ledger_rows, run_killed, snapshot, spent_once, under_counted
+from run_dir_cases import DETERMINISTIC, ledger_rows, missed_twice, run_killed, snapshot, spent_once, under_counted
 
 COMMON = """
 [run]
@@ -269,6 +269,7 @@ def test_a_damaged_file_is_refused_naming_it_and_nothing_changes_or_the_resume_i
         assert (summary["status"], summary["rounds"]) == ("completed", full["rounds"]), f"{what} of {name}"
         missing = under_counted(d, ledger_rows(runs["full"]))
         assert not missing, f"{what} of {name}: charged by the run, missing after the resume: {missing}"
+        assert not missed_twice(d)
         if held is not None:
             lost = under_counted(d, held)
             assert not lost, f"{what} of {name}: in the ledger before the resume, gone after: {lost}"

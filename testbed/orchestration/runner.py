@@ -721,14 +721,16 @@ def _asked_rounds_not_run(run: Run, nodes: Nodes, charged: set[tuple[int, int]])
     events = []
     for round_index, sessions in sorted(run.asked_before.items()):
         asked = tuple(sorted(sessions))
-        marked = {e.node for e in run.past_mark.get(round_index, []) if e.kind != StraggleEvent.kind}
+        past = run.past_mark.get(round_index, [])
+        marked = {e.node for e in past if e.kind != StraggleEvent.kind}
         here = marked | {n for n, r in charged if r == round_index}
         ctx = RoundContext(round_index, run.config.run.seed, run.config.data.num_nodes, asked)
         unanswered = _asked_uncharged(run, ctx, asked, here)
         if unanswered:
             events += _planned_for(run, nodes, ctx, asked, unanswered)
-            if not 0 <= round_index < run.rounds_done:
-                events += [StraggleEvent(n, round_index, "asked_before_resume") for n in unanswered]
+            if not 0 <= round_index < run.rounds_done:  # one straggle row a round: not beside one past the mark
+                missed = {e.node for e in past if e.kind == StraggleEvent.kind}
+                events += [StraggleEvent(n, round_index, "asked_before_resume") for n in unanswered if n not in missed]
             # Before the checkpoint the node straggled then (its row is in the ledger: a second one
             # would count the round twice) and its late reply, if any, was lost with the kill.
     run.asked_before.clear()

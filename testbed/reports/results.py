@@ -41,7 +41,7 @@ from typing import Any, Collection, Iterator, Mapping, Sequence
 import numpy as np
 
 from testbed.errors import UserError
-from testbed.ledger.events import Event, EventBatch
+from testbed.ledger.events import Event, EventBatch, StraggleEvent
 from testbed.ledger.fields import MEASURED_FIELDS
 from testbed.ledger.files import LedgerMark, parse_rows, read_ledger
 from testbed.ledger.node import SPENT_AGAIN
@@ -269,8 +269,9 @@ def not_yet_charged(batches: Sequence[EventBatch], before_kill: Sequence[Event])
     """The events of ``batches`` (what a round run again after a resume releases) that
     ``before_kill`` (that round's ledger rows past the checkpoint's mark: charged before the kill)
     does not already hold, matched one for one on every field but the measured ones (a node
-    measures its seconds and joules anew). Events of :data:`SPENT_AGAIN` kinds are never matched:
-    the round run again spends them again.
+    measures its seconds and joules anew) and, for a straggle, on its node and round alone (the
+    session run again may give another reason: the node still missed the round once). Events of
+    :data:`SPENT_AGAIN` kinds are never matched: the round run again spends them again.
 
     Rows past the mark are covered by no digest: a kill may have cut the round's rows short at a
     line end, and anything may have altered them since. A row missing or altered leaves the event
@@ -314,6 +315,8 @@ def split_by_issuer(events: Sequence[Event]) -> tuple[list[Event], list[Event]]:
 
 
 def _planned_fields(event: Event) -> tuple:
+    if event.kind == StraggleEvent.kind:  # a node misses a round once, whatever each session saw of why
+        return (event.kind, event.node, event.round)
     return (event.kind, *((name, value) for name, value in event.__dict__.items() if name not in MEASURED_FIELDS))
 
 
