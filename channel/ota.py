@@ -188,7 +188,7 @@ def sparse_superpose(
         raise ValueError(f"links must have shape (R, {n}), got {links.shape}")
     if out is not None and (out.shape != (r, d) or out.dtype != np.float64):
         raise ValueError(f"out must be a ({r}, {d}) float64 array, got {out.shape} {out.dtype}")
-    if out is not None and np.shares_memory(out, signals):
+    if out is not None and np.may_share_memory(out, signals):  # bounds only: shares_memory may solve for long
         raise ValueError("out must not overlap signals: the product reads every row of them")
     received = links @ signals
     if out is None:

@@ -1,6 +1,8 @@
 """Random streams: node_streams draws exactly what stream draws, key by key."""
 
+import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from testbed.rng import GLOBAL, Purpose, node_streams, stream
 
@@ -25,3 +27,17 @@ def test_keys_of_several_words_take_numpys_own_path():
 
 def test_no_nodes_no_streams():
     assert list(node_streams(0, [], 0, Purpose.NOISE)) == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.one_of(st.integers(0, 2**32 + 1), st.integers(0, 2**63 - 1)),
+       nodes=st.lists(st.one_of(st.integers(-1, 40), st.integers(2**32 - 3, 2**32 + 1), st.integers(0, 2**62)),
+                      max_size=5),
+       round_index=st.one_of(st.integers(-1, 5), st.integers(2**32 - 2, 2**32)),
+       purpose=st.sampled_from(list(Purpose)), as_array=st.booleans())
+def test_node_streams_are_stream_at_every_key_size(seed, nodes, round_index, purpose, as_array):
+    """Keys that fit one 32-bit word each are hashed at once; a key past 32 bits (node + 1, round
+    + 1 or the seed) takes numpy's own path: either way each generator is stream()'s."""
+    given_nodes = np.array(nodes, dtype=np.int64) if as_array else nodes
+    fast = [g.random() for g in node_streams(seed, given_nodes, round_index, purpose)]
+    assert fast == [stream(seed, n, round_index, purpose).random() for n in nodes]
