@@ -328,7 +328,6 @@ def propagate(
     weights = gains[g.indices] if scheme == "ota_d2d" else links.weights * gains[g.indices]
     adjacency = g.adjacency(weights)
     received = np.empty_like(signals, dtype=np.float64)
-
     noisy = bool(np.any(noise > 0))
 
     def receivers(lo: int, hi: int) -> None:

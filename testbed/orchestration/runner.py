@@ -729,8 +729,8 @@ def _asked_rounds_not_run(run: Run, nodes: Nodes, charged: set[tuple[int, int]])
         if unanswered:
             events += _planned_for(run, nodes, ctx, asked, unanswered)
             if not 0 <= round_index < run.rounds_done:  # one straggle row a round: not beside one past the mark
-                missed = {e.node for e in past if e.kind == StraggleEvent.kind}
-                events += [StraggleEvent(n, round_index, "asked_before_resume") for n in unanswered if n not in missed]
+                straggles = batches_of([StraggleEvent(n, round_index, "asked_before_resume") for n in unanswered])
+                events += [e for batch in not_yet_charged(straggles, past) for e in batch.events()]
             # Before the checkpoint the node straggled then (its row is in the ledger: a second one
             # would count the round twice) and its late reply, if any, was lost with the kill.
     run.asked_before.clear()
