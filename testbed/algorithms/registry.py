@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from testbed.algorithms.contract import Algorithm, ChannelHalf, ChannelView, GraphView
     from testbed.data.federated import FederatedData
     from testbed.models import Model
+    from testbed.privacy.statements import PrivacyStatement
 
 
 @dataclass(frozen=True)
@@ -116,6 +117,11 @@ class Registration:
             (over-the-air algorithms); ValueError if the sections give no channel.
         graph_view: (its sections, N, seed) → the view of its graph the watch page draws
             (decentralised algorithms; testbed.topology.view offers one for ``[topology]``).
+        assumptions: (its sections) → sentences a run's summary carries under ``assumptions``: a
+            paper's assumption its ε rests on that the mechanism run does not make true (allowed
+            only with ``[privacy] reproduction = true``, its ``check`` refusing it otherwise).
+        privacy_statement: what it guarantees, to whom and under which assumptions
+            (testbed.privacy.statements), the source of `testbed privacy NAME` and docs/privacy.md.
     """
 
     name: str
@@ -134,6 +140,8 @@ class Registration:
     graph_view: Callable[[dict[str, Any], int, int], "GraphView"] | None = None
     guarantee: Callable[[dict[str, Any]], str] = field(default=lambda sections: "none")
     calibrate: Callable[[dict[str, Any], float], dict[str, Any]] | None = None
+    assumptions: Callable[[dict[str, Any]], list[str]] = field(default=lambda sections: [])
+    privacy_statement: "PrivacyStatement | None" = None
 
     def sections_for(self, sections: dict[str, Any], budget_epsilon: float | None) -> dict[str, Any]:
         """Its ``sections`` as the run builds it: calibrated to ``budget_epsilon`` (``budget.epsilon``)
