@@ -216,3 +216,38 @@ def test_dp_sgd_learns_above_the_majority_share_at_a_sound_epsilon(tmp_path):
     assert s["assumptions"] == []
     assert s["final"]["test_accuracy"] > majority + 0.4
     assert max(n["epsilon"] for n in s["nodes"].values()) <= config.padpfl.epsilon * (1 + 1e-9)
+
+
+# ----------------------------------------------------------------------------- DP-PASGD's G
+
+DP_PASGD = """
+[run]
+algorithm = "dp_pasgd"
+[data]
+num_nodes = 2
+samples_per_node = 50
+dim = 4
+[dp_pasgd]
+steps = 4
+tau = 2
+batch = 8
+sigma = 1.0
+lipschitz = 1.0
+[output]
+figures = false
+"""
+
+
+def test_a_g_below_the_models_own_bound_needs_the_clip_that_enforces_it(tmp_path):
+    """The logistic model's per-sample gradients reach 2 on unit-norm rows with a bias (its
+    lipschitz_bound): charging 2G/X with G = 1 unclipped would under-count by 2. Refused naming the
+    key; with clip = true the same G holds by construction and the run goes; a G above the bound
+    needs no clip."""
+    from testbed.orchestration.runner import run_experiment
+
+    with pytest.raises(ConfigError) as info:
+        run_experiment(load_config_text(DP_PASGD), out_dir=tmp_path / "a", quiet=True)
+    assert info.value.key == "dp_pasgd.lipschitz" and "clip = true" in str(info.value)
+    for overrides in (["dp_pasgd.clip=true"], ["dp_pasgd.lipschitz=2.0"], ["dp_pasgd.sigma=0.0"]):
+        assert run_experiment(load_config_text(DP_PASGD, overrides), out_dir=tmp_path / overrides[0],
+                              quiet=True).summary["status"] == "completed"

@@ -475,7 +475,9 @@ def plan(config: Any, model: LinearRegression, data: Any) -> tuple[Any, dict]:
 
 REGISTRATION = Registration(name="acfl", sections={"acfl": AcflSection}, build=build, check=check, plan=plan,
                             planned_rounds=lambda sections: sections["acfl"].iterations,
-                            guarantee=lambda sections: "mi_dp", privacy_cli=acfl_cli.PRIVACY, plan_cli=acfl_cli.PLAN)
+                            guarantee=lambda sections: "mi_dp", privacy_cli=acfl_cli.PRIVACY, plan_cli=acfl_cli.PLAN,
+                            assumptions=lambda sections: list(acfl_cli.ASSUMPTIONS),
+                            privacy_statements=(acfl_cli.STATEMENT,))
 
 
 def bernoulli_answered(seed: int, p: float, num_nodes: int, iterations: int) -> np.ndarray:

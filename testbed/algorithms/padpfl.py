@@ -802,5 +802,6 @@ REGISTRATION = Registration(
     # Its noise is calibrated by the paper's eqs. (8), (13), not to the accountant's ε: no calibrate hook.
     guarantee=lambda sections: "dp" if sections["padpfl"].epsilon is not None else "none",
     privacy_cli=padpfl_cli.PRIVACY,
+    privacy_statements=(padpfl_cli.STATEMENT,),
     assumptions=_assumptions,
 )

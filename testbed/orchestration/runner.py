@@ -236,16 +236,18 @@ def check_accountants(config: Config, algorithm: Algorithm, node_ids: list[int])
 def run_assumptions(config: Config, data: FederatedData | LazyFederatedData) -> list[str]:
     """The assumptions the run's ε rests on beyond the mechanism it runs, as sentences for the
     summary: a δ at or above 1/m (m the smallest node's training records; refused, naming
-    ``privacy.delta``, unless ``[privacy] reproduction = true``) and the algorithm's own (PADPFL's
-    eq. 7). Only an (ε, δ) run has a δ to check."""
+    ``privacy.delta``, unless ``[privacy] reproduction = true``) and the algorithm's own
+    (``Registration.assumptions``: PADPFL's eq. 7, DWFL's fixed x_j^(t−1/2), ...). Only an (ε, δ)
+    run has a δ to check; a run that is not private assumes nothing."""
     from testbed.privacy.delta import delta_assumption
 
     reg = registry.get(config.run.algorithm)
-    if assemble.privacy_guarantee(config) != "dp":
+    guarantee = assemble.privacy_guarantee(config)
+    if guarantee == "none":
         return []
     sizes = data.train.sizes
     out = [delta_assumption(config.privacy.delta, int(sizes.min()) if len(sizes) else 0,
-                            reproduction=config.privacy.reproduction)]
+                            reproduction=config.privacy.reproduction)] if guarantee == "dp" else []
     return [s for s in out if s] + list(reg.assumptions(assemble.algorithm_sections(config, reg)))
 
 
