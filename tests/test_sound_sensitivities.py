@@ -251,3 +251,25 @@ def test_a_g_below_the_models_own_bound_needs_the_clip_that_enforces_it(tmp_path
     for overrides in (["dp_pasgd.clip=true"], ["dp_pasgd.lipschitz=2.0"], ["dp_pasgd.sigma=0.0"]):
         assert run_experiment(load_config_text(DP_PASGD, overrides), out_dir=tmp_path / overrides[0],
                               quiet=True).summary["status"] == "completed"
+
+
+@settings(max_examples=100, deadline=None)
+@given(sizes=st.lists(st.integers(1, 10**6), min_size=1, max_size=12),
+       delta=st.floats(1e-9, 0.5, allow_nan=False), reproduction=st.booleans())
+def test_the_runs_delta_is_held_against_its_smallest_node(sizes, delta, reproduction):
+    """run_assumptions checks δ against the smallest node's training records, whatever the others
+    hold: refused (naming privacy.delta) or, in a reproduction, said in the summary."""
+    from types import SimpleNamespace
+
+    from testbed.orchestration.runner import run_assumptions
+
+    config = load_config_text(RUN, [f"privacy.delta={delta!r}", f"privacy.reproduction={str(reproduction).lower()}"])
+    data = SimpleNamespace(train=SimpleNamespace(sizes=np.array(sizes)))
+    too_large = Fraction(delta) * min(sizes) >= 1
+    if too_large and not reproduction:
+        with pytest.raises(ConfigError) as info:
+            run_assumptions(config, data)
+        assert info.value.key == "privacy.delta" and f"1/{min(sizes)}" in str(info.value)
+    else:
+        said = run_assumptions(config, data)
+        assert said == ([delta_assumption(delta, min(sizes), reproduction=True)] if too_large else [])
