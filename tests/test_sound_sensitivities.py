@@ -76,6 +76,13 @@ def test_eq7_is_refused_outside_a_reproduction_and_said_in_its_summary(tmp_path)
     result = _run(RUN, tmp_path, ["padpfl.sensitivity=paper_eq7", "privacy.reproduction=true"])
     assert result.summary["assumptions"] == [PAPER_EQ7_ASSUMPTION]
     assert "under the paper's assumption (eq. 6), not a guarantee for SGD" in PAPER_EQ7_ASSUMPTION
+    # ... and so do the terminal's table and the HTML report.
+    from testbed.cli.run import format_summary
+    from testbed.reports.html import write_report
+
+    assert f"assumes      {PAPER_EQ7_ASSUMPTION}" in format_summary(result.summary).splitlines()
+    html = write_report(result.run_dir).read_text()
+    assert "privacy assumes" in html and "not a guarantee for SGD" in html
 
 
 @pytest.mark.parametrize("name", ["s1", "s2", "s3", "s4", "learns"])

@@ -77,8 +77,13 @@ class PrivacyStatement:
                 *[("assumption", a) for a in self.assumptions],
                 ("delta", self.delta),
                 *[("not protected", n) for n in self.not_protected],
-                ("randomness", RANDOMNESS),
+                *([("randomness", RANDOMNESS)] if self.private else []),
                 *[("evidence", e) for e in self.evidence]]
+
+    @property
+    def private(self) -> bool:
+        """Whether its releases carry noise at all (a unit other than "none")."""
+        return not self.unit.startswith("none")
 
     def headline(self) -> str:
         """Its first line: the title and where its privacy figures are explained."""
