@@ -363,22 +363,23 @@ def _checker(kind: str):
     return check
 
 
-#: Each kind's name in prose and what it sends.
-_SENDS = {"dpsgd": ("D-PSGD", "x_i + n_i, its model before this round's step (which carries the last round's γ g_i)"),
-          "gossip": ("Gossip averaging with local DP", "x_i − γ g_i + n_i")}
+#: Each kind's name in prose, its short name, and what it sends.
+_SENDS = {"dpsgd": ("D-PSGD", "D-PSGD", "x_i + n_i, its model before this round's step (which carries the last round's "
+                    "γ g_i)"),
+          "gossip": ("Gossip averaging with local DP", "Gossip", "x_i − γ g_i + n_i")}
 
 
 def assumptions(kind: str) -> list[str]:
     """The summary's assumptions of a private run of ``kind`` (Registration.assumptions)."""
-    title = _SENDS[kind][0]
-    return [f"{title}'s per-round sensitivity 2γ g_max treats the model before the step as fixed (as DWFL's Theorem "
+    short = _SENDS[kind][1]
+    return [f"{short}'s per-round sensitivity 2γ g_max treats the model before the step as fixed (as DWFL's Theorem "
             "IV.1): a node keeps its own model without noise, so its earlier gradients reach later releases "
             "without fresh noise, and the ε composed over the rounds is under that assumption"]
 
 
 def statement(kind: str) -> PrivacyStatement:
     """What a private run of ``kind`` guarantees (testbed.privacy.statements)."""
-    title, sends = _SENDS[kind]
+    title, _, sends = _SENDS[kind]
     return PrivacyStatement(
         name=kind, title=title,
         unit="node: (ε, δ)-DP of a node's whole training set, per round, composed over the rounds (with epsilon or "
