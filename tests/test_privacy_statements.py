@@ -73,3 +73,21 @@ def test_a_calculator_needs_its_inputs_only_once_one_is_given(capsys):
     assert main(["privacy", "padpfl", "--weights", "0.5,0.5", "--min-samples", "10", "--clip", "1", "--rounds", "2",
                  "--uploads", "2", "--epsilon", "1", "--delta", "0.01", "--json"]) == 0
     assert "sigma_client" in json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("name, says", [("dwfl", ["x_j^(t−1/2) as fixed", "colluding receivers"]),
+                                        ("gossip", ["model before the step as fixed"]),
+                                        ("dpsgd", ["model before the step as fixed"]),
+                                        ("acfl", ["ε-MI-DP in nats", "not covered"]),
+                                        ("dp_pasgd", []), ("fedavg", []), ("padpfl", [])])
+def test_each_run_says_what_its_epsilon_rests_on(name, says):
+    """The summary's assumptions of a default run of each algorithm (the conformance suite's small
+    experiments): the papers' assumptions the code cannot make true, nothing for the others."""
+    from test_algorithm_contract import _text
+
+    from testbed.config import load_config_text
+    from testbed.orchestration.runner import load, run_assumptions
+
+    config = load_config_text(_text(name))
+    said = run_assumptions(config, load(config)[0])
+    assert bool(said) == bool(says) and all(any(s in line for line in said) for s in says), said
