@@ -80,13 +80,3 @@ def privacy_guarantees(guarantee: str, nodes: Mapping[str, Mapping[str, Any]], r
                     "statement": statement(kinds)})
     return out
 
-
-def secrecy_lines(guarantees: list[Mapping[str, Any]]) -> list[str]:
-    """One line per observer for a terminal table or a report: "against the server: ε 1.62
-    (rdp): holds (noise from node secrets)"."""
-    lines = []
-    for g in guarantees:
-        eps = g.get("epsilon")
-        figure = "ε ?" if eps is None else (f"ε {eps:.4g} {g['unit']}" if g.get("unit") else f"ε {eps:.4g}")
-        lines.append(f"against the {g['observer']}: {figure} ({g.get('accountant')}): {g['statement']}")
-    return lines
