@@ -29,6 +29,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import logging
@@ -110,28 +111,33 @@ def randomness_of(secrets: Optional[Secrets], node: int) -> str:
 
 def load_or_make(state_dir: Path) -> NodeSecret:
     """The board's secret from ``state_dir/node-secret.key``, made there on first use
-    (``os.urandom``, mode 0600, written whole before it is used).
+    (``os.urandom``, mode 0600). It is written whole under a temporary name and then linked into
+    place, so a node started beside it (two node ids of one board) reads a whole key or makes it.
 
     Raises:
         UserError: one line, never the key: the file is readable by the group or others, is not
             exactly 32 bytes, is not a regular file, or cannot be read or made.
     """
     path = Path(state_dir) / KEY_FILE
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
-    except FileExistsError:
+    if os.path.lexists(path):
         return _read(path)
-    except OSError as exc:
-        raise UserError(f"node secret {path}: cannot make it ({exc.strerror or exc})") from None
+    partial = path.with_name(f".{KEY_FILE}.{os.getpid()}.{os.urandom(4).hex()}")
     try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
         with os.fdopen(fd, "wb") as out:
             out.write(os.urandom(SECRET_BYTES))
             out.flush()
             os.fsync(out.fileno())
+        os.link(partial, path)  # fails if another node made it meanwhile: that one is used
+        log.info("made this board's node secret in %s (mode 0600): its private draws are its own", path)
+    except FileExistsError:
+        pass
     except OSError as exc:
-        path.unlink(missing_ok=True)  # never a partial key left to be refused later
-        raise UserError(f"node secret {path}: cannot write it ({exc.strerror or exc})") from None
-    log.info("made this board's node secret in %s (mode 0600): its private draws are its own", path)
+        raise UserError(f"node secret {path}: cannot make it ({exc.strerror or exc})") from None
+    finally:
+        with contextlib.suppress(OSError):
+            partial.unlink()
     return _read(path)
 
 
