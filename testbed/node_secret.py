@@ -146,16 +146,20 @@ def _read(path: Path) -> NodeSecret:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
     except OSError as exc:
         raise UserError(f"node secret {path}: cannot read it ({exc.strerror or exc})") from None
-    with os.fdopen(fd, "rb") as f:
-        info = os.fstat(f.fileno())
+    try:
+        info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise UserError(f"node secret {path}: not a regular file; remove it and the node makes a new one")
         if info.st_mode & 0o077:
             raise UserError(f"node secret {path}: mode {stat.S_IMODE(info.st_mode):04o} lets others read it; "
                             f"it may be known, so it is not used: remove it (a new one is made) or chmod 600 it "
                             f"if nobody else could have read it")
-        key = f.read(SECRET_BYTES + 1)
+        key = os.read(fd, SECRET_BYTES + 1) if info.st_size == SECRET_BYTES else b""
+    except OSError as exc:
+        raise UserError(f"node secret {path}: cannot read it ({exc.strerror or exc})") from None
+    finally:
+        os.close(fd)
     if len(key) != SECRET_BYTES:
-        raise UserError(f"node secret {path}: {len(key)} bytes, not {SECRET_BYTES}; remove it and the node "
+        raise UserError(f"node secret {path}: {info.st_size} bytes, not {SECRET_BYTES}; remove it and the node "
                         f"makes a new one")
     return NodeSecret(key)
