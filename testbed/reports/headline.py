@@ -100,7 +100,12 @@ def guarantee_lines(summary: dict[str, Any]) -> list[str]:
     lines = []
     for g in kept:
         eps, unit = g.get("epsilon"), g.get("unit")
-        figure = "epsilon ?" if eps is None else f"epsilon {eps:.4g}" + (f" {unit}" if isinstance(unit, str) else "")
+        if eps is None:
+            figure = "epsilon ?"
+        elif isinstance(unit, str):  # ε-MI-DP in nats: never read as an (ε, δ) figure
+            figure = f"epsilon-MI-DP {eps:.4g} {unit}"
+        else:
+            figure = f"epsilon {eps:.4g}"
         lines.append(f"the {g['observer']}: {figure} ({g.get('accountant')}): {g['statement']}")
     return lines
 
