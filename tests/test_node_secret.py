@@ -356,6 +356,11 @@ def test_a_sim_run_says_its_noise_is_derivable_from_the_seed(tmp_path):
     from testbed.cli.run import format_summary
 
     assert Run(tmp_path / "r").privacy_guarantees == summary["privacy_guarantees"]
+    from testbed.watch.feed import RunFeed
+
+    feed = RunFeed(tmp_path / "r")
+    feed.poll()
+    assert feed.snapshot()["run"]["secrecy"] == [f"the server: epsilon {g['epsilon']:.4g} (zcdp): {REPRODUCIBLE}"]
     assert f"against      the server: epsilon {g['epsilon']:.4g} (zcdp): {REPRODUCIBLE}" in format_summary(summary)
 
 
