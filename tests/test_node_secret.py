@@ -37,6 +37,7 @@ from testbed.privacy.secrecy import HOLDS, REPRODUCIBLE
 from testbed.rng import PRIVATE_PURPOSES, Purpose, node_streams, stream
 
 from conftest import REPO
+from conftest_firmware import needs_cc
 from nodes.agent import NodeAgent
 from test_algorithm_contract import CASES, _built
 
@@ -402,3 +403,34 @@ def test_a_mixed_run_over_mqtt_says_it_per_node(embedded_broker, tmp_path):
     for k in summary["nodes"]:
         assert summary["nodes"][k]["epsilon"] == pytest.approx(sim["nodes"][k]["epsilon"], rel=1e-12)
     assert _differs(np.load(tmp_path / "mqtt" / "final_params.npy"), np.load(tmp_path / "sim" / "final_params.npy"))
+
+
+# ------------------------------------------------------------------ a microcontroller behind its bridge
+
+
+@needs_cc
+def test_a_board_behind_its_bridge_draws_from_the_bridges_secret(tmp_path):
+    """The C firmware (a virtual board) runs the round under the Philox key the bridge derives from
+    the board's secret: its update is the emulation's under that secret, not the run seed's."""
+    from firmware_bridge.agent import BridgeAgent
+    from firmware_bridge.virtual import HostBoard
+    from test_firmware_bridge import _config, _round, _update
+
+    cfg = _config()
+    theta = np.linspace(-0.2, 0.2, 10)
+    secret = load_or_make(tmp_path / "bridge")
+    data, model = load(cfg)
+
+    def emulated(secrets):
+        alg = assemble.build_algorithm(cfg, model, data)
+        ctx = RoundContext(0, cfg.run.seed, 3, (0, 1, 2), secrets=secrets)
+        return alg.node_step({"model": np.tile(theta, (3, 1))}, data.train, [0, 1, 2], ctx).tensors["update"][1]
+
+    with HostBoard(profile="nrf52840") as board:
+        agent = BridgeAgent(1, board.url, state_dir=tmp_path / "bridge", secret=secret)
+        try:
+            update = _update(agent.handle(_round(cfg, 0, theta))).tensors["update"]
+        finally:
+            agent.close()
+    np.testing.assert_allclose(update, emulated({1: secret}), rtol=1e-5, atol=1e-6)
+    assert _differs(update, emulated(None))
