@@ -65,12 +65,12 @@ from testbed.errors import ConfigError, UserError
 from testbed.ledger.events import EVENT_TYPES, Event, WireEvent, with_fields
 from testbed.ledger.fields import FIELD_RULES, MEASURED_FIELDS, event_within
 from testbed.ledger.node import RoundSet
-from testbed.node_secret import RUN_SEED
 from testbed.mqtt import topics
 from testbed.mqtt import acl
 from testbed.mqtt.broker import parse_broker_url
 from testbed.mqtt.brokers import registry as brokers
 from testbed.mqtt.client import Inbound, MqttClient
+from testbed.node_secret import RUN_SEED
 from testbed.orchestration.channel_emulator import ChannelEmulator
 from testbed.orchestration.links import LinkRounds, Links
 from testbed.orchestration.measured_bounds import MeasuredBounds

@@ -47,8 +47,8 @@ from testbed.models import Model
 from testbed.mqtt.brokers import registry as brokers
 from testbed.orchestration.nodes_api import Closing, Nodes, RoundOutcome
 from testbed.privacy.accountants import epsilon_by_observer
-from testbed.privacy.secrecy import node_randomness, privacy_guarantees
 from testbed.privacy.accountants.background import BackgroundEpsilons
+from testbed.privacy.secrecy import node_randomness, privacy_guarantees
 from testbed.reports import tracking
 from testbed.reports.asked import Asked, AskedLog
 from testbed.reports.progress import Progress
