@@ -32,8 +32,8 @@ from test_mqtt_runtime import _comparable, _config as _runtime_config, _metrics,
 from test_trust_coordinator import _config as _trust_config, _mutant
 from testbed import assemble, protocol, wire
 from testbed.config import replace, to_toml
-from testbed.orchestration.coordinator import MqttNodes
 from testbed.node_secret import RANDOMNESS
+from testbed.orchestration.coordinator import MqttNodes
 from testbed.orchestration.runner import load, run_experiment
 
 #: The tests patch node code, which reaches emulated hosts only when they are forked (conftest).

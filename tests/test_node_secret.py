@@ -434,3 +434,47 @@ def test_a_board_behind_its_bridge_draws_from_the_bridges_secret(tmp_path):
             agent.close()
     np.testing.assert_allclose(update, emulated({1: secret}), rtol=1e-5, atol=1e-6)
     assert _differs(update, emulated(None))
+
+
+def test_a_node_file_may_say_reproducible_and_testbed_nodes_always_is():
+    from nodes import board_config
+    from testbed.cli import build_parser
+
+    assert board_config.parse_board_config("reproducible = true\n", "node.toml") == {"reproducible": True}
+    with pytest.raises(Exception, match="reproducible"):
+        board_config.parse_board_config('reproducible = "yes"\n', "node.toml")
+    parser = build_parser()
+    assert parser.parse_args(["nodes", "--broker", "mqtt://h:1", "--count", "2"]).reproducible is True
+    assert parser.parse_args(["node", "--broker", "mqtt://h:1", "--node-id", "0"]).reproducible is None  # file, else a secret
+
+
+@pytest.mark.usefixtures("forked_hosts")
+@pytest.mark.parametrize("said", [(NODE_SECRET,), (RUN_SEED,), (NODE_SECRET, RUN_SEED), (RUN_SEED, NODE_SECRET),
+                                  (NODE_SECRET, NODE_SECRET), ()])
+def test_the_coordinator_keeps_the_weaker_claim_of_a_nodes_readys(said, monkeypatch):
+    """Node 2's readys say these kinds in turn (none: it never answered): it counts as node_secret
+    only if each said so; the other (emulated) nodes say run_seed."""
+    from loopback_coordinator import loopback
+    from test_faults_ready import NODES, _prepared_parts
+    from testbed.orchestration.coordinator import MqttNodes
+
+    config, algorithm = _prepared_parts()
+
+    def tamper(node, msg, reply):
+        if node != 2 or msg.kind != protocol.PREPARE:
+            return [(reply, 0)]
+        honest = wire.decode(reply)
+        return [(protocol.ready(honest.run, honest.meta["session"], 2, honest.meta["experiment"], kind), 0)
+                for kind in said]
+
+    with loopback(monkeypatch, NODES, tamper):
+        nodes = MqttNodes(config.mqtt, config.nodes, to_toml(config), NODES, algorithm, seed=config.run.seed,
+                          quiet=True)
+        try:
+            nodes._live(frozenset())
+        finally:
+            closing = nodes.close("completed")
+    expected = {n: RUN_SEED for n in NODES if n != 2}
+    if said:
+        expected[2] = NODE_SECRET if set(said) == {NODE_SECRET} else RUN_SEED
+    assert closing.randomness == expected
