@@ -478,3 +478,15 @@ def test_the_coordinator_keeps_the_weaker_claim_of_a_nodes_readys(said, monkeypa
     if said:
         expected[2] = NODE_SECRET if set(said) == {NODE_SECRET} else RUN_SEED
     assert closing.randomness == expected
+
+
+def test_a_claim_of_secret_noise_in_a_resumed_run_says_it_rests_on_this_sessions_word():
+    from testbed.privacy.secrecy import EARLIER_SESSIONS, privacy_guarantees
+
+    nodes = {"0": {"epsilon_by_observer": {"server": 1.0}}, "1": {"epsilon_by_observer": {"server": 2.0}}}
+    both = {0: NODE_SECRET, 1: NODE_SECRET}
+    assert privacy_guarantees("dp", nodes, both, 1e-5, "rdp")[0]["statement"] == HOLDS
+    assert privacy_guarantees("dp", nodes, both, 1e-5, "rdp", resumed=True)[0]["statement"] == \
+        f"{HOLDS} {EARLIER_SESSIONS}"
+    seeded = {0: RUN_SEED, 1: RUN_SEED}  # the weaker claim needs no such word
+    assert privacy_guarantees("dp", nodes, seeded, 1e-5, "rdp", resumed=True)[0]["statement"] == REPRODUCIBLE

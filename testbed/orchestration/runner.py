@@ -812,7 +812,8 @@ def finish(run: Run, tight_job: BackgroundEpsilons | None, figures_job: "Backgro
                                                        run.budgets.accountant, run.config.privacy.tight_accountant))
             summary["privacy_guarantees"] = privacy_guarantees(
                 run.guarantee, summary["nodes"], node_randomness(map(int, summary["nodes"]), run.randomness),
-                run.budgets.delta, run.budgets.accountant, run.config.privacy.tight_accountant)
+                run.budgets.delta, run.budgets.accountant, run.config.privacy.tight_accountant,
+                resumed=len(run.sessions) > 1)
         run.directory.write_summary(summary)
     if figures_job is not None:
         figures_job.draw("epsilon", run.directory.path)
@@ -975,7 +976,8 @@ def _summary(run: Run) -> dict[str, Any]:
                     "epsilon_target": reg.epsilon_target(assemble.algorithm_sections(config, reg)),
                     **privacy_headline(run.guarantee, nodes, budgets.delta, budgets.accountant)},
         # Against whom each figure holds: per observer, whether its noise is secret from it.
-        "privacy_guarantees": privacy_guarantees(run.guarantee, nodes, randomness, budgets.delta, budgets.accountant),
+        "privacy_guarantees": privacy_guarantees(run.guarantee, nodes, randomness, budgets.delta, budgets.accountant,
+                                                 resumed=len(run.sessions) > 1),
         "costs": {"source": _cost_source(run.cost_sources), "profile": config.nodes.profile},
         "stragglers": {"model": config.stragglers.model,
                        "rounds_straggled": int(book.column("rounds_straggled").sum())},

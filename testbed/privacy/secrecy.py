@@ -25,6 +25,9 @@ from testbed.node_secret import NODE_SECRET, RANDOMNESS, RUN_SEED
 
 HOLDS = "holds (noise from node secrets)"
 REPRODUCIBLE = "reproducible run: noise derivable from the run seed, so not private against anyone holding it"
+#: Added to a claim of secret noise in a resumed run: the nodes' readys of its earlier sessions are
+#: not kept, so what they used then is the nodes' word in this session.
+EARLIER_SESSIONS = "(as the nodes said in this session; what they used in the run's earlier sessions is not recorded)"
 #: The observer of an ε-MI-DP release (ACFL's coded data set goes to the server).
 MI_OBSERVER = "server"
 
@@ -41,14 +44,16 @@ def by_kind(randomness: Mapping[int, str]) -> dict[str, list[int]]:
     return {kind: sorted(n for n, k in randomness.items() if k == kind) for kind in RANDOMNESS}
 
 
-def statement(kinds: Mapping[str, list[int]]) -> str:
-    """The secrecy sentence of a figure over nodes of these kinds; per node kind when mixed."""
+def statement(kinds: Mapping[str, list[int]], resumed: bool = False) -> str:
+    """The secrecy sentence of a figure over nodes of these kinds; per node kind when mixed; a
+    claim of secret noise in a ``resumed`` run says it rests on this session's word."""
     secret, seeded = kinds.get(NODE_SECRET, []), kinds.get(RUN_SEED, [])
-    if not seeded:
-        return HOLDS
     if not secret:
         return REPRODUCIBLE
-    return f"{HOLDS} for nodes {_ids(secret)}; {REPRODUCIBLE} for nodes {_ids(seeded)}"
+    said = HOLDS + (f" {EARLIER_SESSIONS}" if resumed else "")
+    if not seeded:
+        return said
+    return f"{said} for nodes {_ids(secret)}; {REPRODUCIBLE} for nodes {_ids(seeded)}"
 
 
 def _ids(ids: list[int]) -> str:
@@ -56,16 +61,19 @@ def _ids(ids: list[int]) -> str:
 
 
 def privacy_guarantees(guarantee: str, nodes: Mapping[str, Mapping[str, Any]], randomness: Mapping[int, str],
-                       delta: float, accountant: str, tight_accountant: str | None = None) -> list[dict[str, Any]]:
+                       delta: float, accountant: str, tight_accountant: str | None = None,
+                       resumed: bool = False) -> list[dict[str, Any]]:
     """The summary's ``privacy_guarantees``: one entry per observer of the run's privacy figures,
     {observer, epsilon (the worst node's; the tight accountant's when it ran), delta, accountant,
     randomness (node ids per kind, of the nodes charged against that observer), statement}.
-    An ε-MI-DP run has one entry (nats, delta null); a run without noise none."""
+    An ε-MI-DP run has one entry (nats, delta null); a run without noise none. ``resumed``: the
+    run has earlier sessions, whose nodes' randomness is not recorded (:data:`EARLIER_SESSIONS`)."""
     if guarantee == "mi_dp":
         eps = max((n["mi_epsilon_nats"] for n in nodes.values()), default=0.0)
         kinds = by_kind({int(k): randomness.get(int(k), RUN_SEED) for k in nodes})
         return [{"observer": MI_OBSERVER, "epsilon": eps, "unit": "nats", "delta": None,
-                 "accountant": "mutual-information ledger", "randomness": kinds, "statement": statement(kinds)}]
+                 "accountant": "mutual-information ledger", "randomness": kinds,
+                 "statement": statement(kinds, resumed)}]
     if guarantee != "dp":
         return []
     tight = tight_accountant is not None and all("epsilon_tight_by_observer" in n for n in nodes.values()) and nodes
@@ -77,6 +85,6 @@ def privacy_guarantees(guarantee: str, nodes: Mapping[str, Mapping[str, Any]], r
         kinds = by_kind({k: randomness.get(k, RUN_SEED) for k in charged})
         out.append({"observer": observer, "epsilon": max(charged.values()), "delta": delta,
                     "accountant": tight_accountant if tight else accountant, "randomness": kinds,
-                    "statement": statement(kinds)})
+                    "statement": statement(kinds, resumed)})
     return out
 
