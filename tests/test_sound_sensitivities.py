@@ -205,6 +205,30 @@ def test_dp_sgd_adds_its_noise_to_every_step_and_none_to_the_upload():
     assert tight.server_sigma(np.full(3, 1 / 3)) == 0.0
 
 
+def test_dp_sgd_step_noise_comes_from_the_nodes_secret():
+    """Full batches (the same rows whatever the key): a node with its own secret releases another
+    update than the run seed's, with the same events (same ε), so its step noise is keyed by the
+    secret, as a guarantee against the seed's holder needs."""
+    from testbed.algorithms.contract import RoundContext
+    from testbed.algorithms.impact import ImpactSchedule
+    from testbed.algorithms.padpfl import Padpfl
+    from testbed.data.synthetic import make_logistic
+    from testbed.models import LogisticRegression
+    from testbed.node_secret import NodeSecret
+
+    data = make_logistic(num_nodes=2, samples_per_node=10, dim=3, seed=4)
+    alg = Padpfl(LogisticRegression(3, 2), schedule=ImpactSchedule([(0, np.full(2, 0.5))]), rounds=2, local_steps=2,
+                 batch=8, lr=0.5, mu=0.0, clip=10.0, epsilon=2.0, delta=1e-3, min_samples=8,
+                 train_sizes=data.train.sizes, num_nodes=2, local_step="dp_sgd", sample_clip=1.0)
+    received = {"model": np.zeros((2, alg.model.num_params))}
+    plain = RoundContext.everyone(0, 1, 2)
+    keyed = RoundContext(0, 1, 2, (0, 1), secrets={0: NodeSecret(bytes(range(32)))})
+    a, b = (alg.node_step(received, data.train, (0, 1), c) for c in (plain, keyed))
+    assert list(a.events) == list(b.events)
+    assert not np.allclose(a.tensors["update"][0], b.tensors["update"][0])
+    np.testing.assert_array_equal(a.tensors["update"][1], b.tensors["update"][1])
+
+
 def test_dp_sgd_learns_above_the_majority_share_at_a_sound_epsilon(tmp_path):
     """experiments/padpfl/learns_dp_sgd.toml, seed 0: ε = 5 at δ = 1e-3 < 1/400, no assumption;
     the test accuracy is far above the majority share of the test rows (0.81 against 0.12 when

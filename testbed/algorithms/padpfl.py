@@ -525,8 +525,9 @@ class Padpfl(SizeSetup, BaseAlgorithm):
         def local_steps(lo: int, hi: int) -> None:  # nodes lo..hi (each node's steps are its own)
             mine, theirs = params[lo:hi], start[lo:hi]
             # DP-SGD: each step's noise, σ of the steps' event (upload_release), from the node's own
-            # NOISE stream, one step's (P,) after another.
-            noises = [stream(ctx.seed, n, r, Purpose.NOISE) for n in ids[lo:hi]] if self.dp_sgd else []
+            # NOISE stream (keyed by its secret when it has one), one step's (P,) after another.
+            secrets = ctx.secrets or {}
+            noises = [stream(ctx.seed, n, r, Purpose.NOISE, secrets.get(n)) for n in ids[lo:hi]] if self.dp_sgd else []
             for step in range(self.local_steps):
                 rows = idx[lo:hi, step]
                 _, grad = self.model.loss_and_grad(mine, train.x[rows], train.y[rows], weights[lo:hi],

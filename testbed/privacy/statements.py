@@ -28,11 +28,14 @@ END = "<!-- end of generated privacy statements -->"
 DELTA = ("privacy.delta (1e-4 by default) in every figure; at or above 1/m, m the smallest node's training records, "
          "refused before round 1 unless [privacy] reproduction = true, and then the summary's assumptions say so")
 
-#: What every statement of an emulated run shares: where its noise and batches come from.
-RANDOMNESS = ("Emulated nodes (sim, emulated boards, CI) draw their noise and mini-batches from streams of the run's "
-              "seed: such a run is reproducible, and its ε holds against no one who holds the seed (the "
-              "coordinator's operator included). A board with a node secret keys those draws by a key the "
-              "coordinator never holds; the summary says per node which (`randomness`).")
+#: What every statement of a private algorithm shares: whose randomness its noise and batches are
+#: (README "Whose randomness"; tests/test_node_secret.py::test_the_server_cannot_regenerate_a_secret_keyed_release).
+RANDOMNESS = ("A board running `testbed node` keys its noise and mini-batches by its own secret, which the coordinator "
+              "never holds; emulated nodes (sim, emulated boards, CI) draw them from the run's seed: such a run is "
+              "reproducible, and its ε holds against no one who holds the seed (the coordinator's operator "
+              "included), amplification by sampling too. summary.json says it per node (`randomness`) and per "
+              "observer (`privacy_guarantees`); tests/test_node_secret.py::"
+              "test_the_server_cannot_regenerate_a_secret_keyed_release")
 
 
 @dataclass(frozen=True)
