@@ -81,6 +81,9 @@ def test_eq7_is_refused_outside_a_reproduction_and_said_in_its_summary(tmp_path)
     from testbed.reports.html import write_report
 
     assert f"assumes      {PAPER_EQ7_ASSUMPTION}" in format_summary(result.summary).splitlines()
+    from testbed.api import Run
+
+    assert Run(result.run_dir).assumptions == [PAPER_EQ7_ASSUMPTION]
     html = write_report(result.run_dir).read_text()
     assert "privacy assumes" in html and "not a guarantee for SGD" in html
 
