@@ -251,3 +251,40 @@ def _toml(tables) -> str:
         for key, value in table.items():
             lines.append(f"{key} = {value!r}".replace("True", "true").replace("False", "false").replace("'", '"'))
     return "\n".join(lines) + "\n"
+
+
+#: DWFL over the air (ota_d2d, the paper's channel), small: 10 nodes, 402 weights each (40 canaries a node).
+DWFL = {
+    "run": {"name": "audit", "algorithm": "dwfl", "seed": 0, "mode": "sim"},
+    "data": {"dataset": "synthetic", "num_nodes": 10, "samples_per_node": 100, "dim": 200, "n_classes": 2},
+    "model": {"kind": "logistic"},
+    "dwfl": {"scheme": "ota_d2d", "variant": "B", "rounds": 20, "batch": 32, "lr": 0.5, "averaging_rate": 0.5,
+             "gmax": 1.0, "epsilon": 0.5, "calibration": "with_channel_noise", "power_dbm": 60.0,
+             "noise_power_w": 1.0, "fading": "rayleigh", "init": "common"},
+    "privacy": {"delta": 1e-5},
+    "output": {"figures": False},
+}
+
+
+def test_audit_of_dwfl_hears_the_canaries_at_one_peer_and_catches_artificial_noise_m_times_too_small(
+        tmp_path, monkeypatch):
+    """The observer is one receiver (the peers' claim excludes colluding receivers): it hears every
+    other node's canaries superposed with the artificial and channel noise. Sound: within the claim;
+    artificial noise drawn at σ/m while the ledger charges σ: refuted."""
+    sound = _audit(DWFL, tmp_path / "sound", canaries=400)
+    assert sound.observer == "peers" and sound.nodes == 9 and sound.compositions == 20  # the receiver's own are unheard
+    assert sound.verdict == "consistent", sound.lines()
+    from testbed.algorithms import dwfl
+
+    real = dwfl.fill_gaussian_rows
+    monkeypatch.setattr(dwfl, "fill_gaussian_rows", lambda block, std, gens: real(block, std / RECORDS, gens))
+    caught = _audit(DWFL, tmp_path / "bad", canaries=400)
+    assert caught.claimed == sound.claimed  # the ledger charges the same σ
+    assert caught.verdict == "VIOLATED", caught.lines()
+
+
+def test_audit_says_in_one_line_which_dwfl_it_does_not_model(tmp_path, capsys):
+    path = tmp_path / "e.toml"
+    path.write_text(_toml(DWFL))
+    code, _, err = _cli(["audit", str(path), "--canaries", "100", "--set", "dwfl.scheme=orthogonal_d2d"], capsys)
+    assert code == 2 and "not orthogonal_d2d" in err and len(err.strip().splitlines()) == 1, err

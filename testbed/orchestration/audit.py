@@ -19,7 +19,7 @@ from testbed.config import Config
 from testbed.errors import UserError
 from testbed.orchestration.runner import run_experiment
 from testbed.privacy.audit import AuditResult, audit
-from testbed.privacy.canaries import Canaries, active
+from testbed.privacy.canaries import AuditUnsupported, Canaries, active
 
 
 @dataclass(frozen=True)
@@ -89,8 +89,11 @@ def audit_run(config: Config, out_dir: Path, *, canaries: int, confidence: float
     per_node = math.ceil(canaries / num_nodes)
     planted = Canaries(config.run.seed, range(num_nodes), per_node)
     sim = config.model_copy(update={"run": config.run.model_copy(update={"mode": "sim"})})
-    with active(planted):
-        summary = run_experiment(sim, out_dir, quiet=True).summary
+    try:
+        with active(planted):
+            summary = run_experiment(sim, out_dir, quiet=True).summary
+    except AuditUnsupported as exc:
+        raise UserError(f"audit: {exc}") from None
     if planted.dim is None:
         raise UserError(f"audit: no release of the run could carry {per_node} canaries per node (the largest had "
                         f"{planted.largest_skipped} coordinates): ask for at most {num_nodes * planted.largest_skipped}"

@@ -42,7 +42,11 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from testbed.rng import Purpose, stream
+from testbed.rng import GLOBAL, Purpose, stream
+
+class AuditUnsupported(ValueError):
+    """A release this audit does not model (raised by the algorithm's hook; `testbed audit` says it in one line)."""
+
 
 #: The audit the releases of this process report to (None: no audit, no cost). A module global, not a
 #: context variable: the node steps draw their noise on worker threads (testbed.util.parallel).
@@ -71,15 +75,30 @@ class Canaries:
         self._scores = {n: np.zeros(self.per_node) for n in self.nodes}
         self._layout: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._rounds: dict[tuple[int, int], np.random.Generator] = {}
+        self._reach: dict[int, float] = {}  # planted, not yet observed (superposed releases): node → reach
+        #: The one receiver whose view a superposed release is audited from (chosen by the algorithm),
+        #: and (round, what it would hear of the canary-free releases) of the round in flight.
+        self.receiver: int | None = None
+        self.heard_clean: tuple[int | None, np.ndarray | None] = (None, None)
         self._lock = threading.Lock()
+
+    @property
+    def disjoint(self) -> bool:
+        """Whether every node's canaries have coordinates no other node's have (when all fit in one
+        release): needed where an observer hears the nodes' releases superposed (DWFL)."""
+        return self.dim is not None and len(self.nodes) * self.per_node <= self.dim
 
     def layout(self, node: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Node ``node``'s canaries: coordinates (k,), signs (k,) ±1, and which are in (k,) bool, from
-        ``stream(seed, node, -1, AUDIT)``."""
+        ``stream(seed, node, -1, AUDIT)``; the coordinates are the node's slice of one permutation of
+        ``stream(seed, GLOBAL, -1, AUDIT)`` when :attr:`disjoint`."""
         if node not in self._layout:
             assert self.dim is not None
             rng = stream(self.seed, node, -1, Purpose.AUDIT)
             coords = rng.permutation(self.dim)[: self.per_node]
+            if self.disjoint:
+                start = self.nodes.index(node) * self.per_node
+                coords = stream(self.seed, GLOBAL, -1, Purpose.AUDIT).permutation(self.dim)[start:start + self.per_node]
             signs = np.where(rng.random(self.per_node) < 0.5, -1.0, 1.0)
             members = rng.random(self.per_node) < 0.5  # the secret coins S_i
             self._layout[node] = (coords, signs, members)
@@ -124,6 +143,34 @@ class Canaries:
                 row[:, coords] += (taking_part * (amplitude * signs)).astype(row.dtype, copy=False)
                 self._scores[node] += (row[:, coords] * signs).sum(axis=0, dtype=np.float64) / size
                 self.compositions[node] += compositions
+
+    def plant(self, values: np.ndarray, node_ids: Sequence[int], reach: float, adjacency: str) -> None:
+        """See :func:`plant`."""
+        with self._lock:
+            if self.dim is None and values.shape[1] >= len(self.nodes) * self.per_node:
+                self.dim = values.shape[1]
+            if values.shape[1] != self.dim or not self.disjoint:
+                self.skipped += 1
+                self.largest_skipped = max(self.largest_skipped, values.shape[1] // len(self.nodes))
+                return
+            for i, node in enumerate(int(n) for n in node_ids):
+                if node in self._scores:
+                    coords, signs, members = self.layout(node)
+                    amplitude = np.where(members, 0.5, -0.5) if adjacency == "replace_one" else members.astype(float)
+                    values[i, coords] += amplitude * reach * signs
+                    self._reach[node] = reach
+
+    def observe(self, perturbation: np.ndarray, senders: Sequence[int], observer: str) -> None:
+        """See :func:`observe`."""
+        with self._lock:
+            if perturbation.shape[-1] != self.dim or not self.disjoint:
+                return
+            self.observers.add(observer)
+            for node in (int(n) for n in senders):
+                if node in self._reach:
+                    coords, signs, _ = self.layout(node)
+                    self._scores[node] += perturbation[coords] * signs / self._reach.pop(node)
+                    self.compositions[node] += 1
 
     def scores(self, nodes: Sequence[int] | None = None) -> np.ndarray:
         """(m,) the canaries' scores, node by node, of ``nodes`` (default: all) in their order."""
@@ -176,3 +223,25 @@ def insert(perturbation: np.ndarray, node_ids: Sequence[int], round_index: int, 
     m = len(node_ids)
     audit.insert(perturbation, node_ids, round_index, np.broadcast_to(np.asarray(reach, dtype=np.float64), (m,)),
                  adjacency, np.broadcast_to(np.asarray(rates, dtype=np.float64), (m,)), observer)
+
+
+def active_canaries() -> "Canaries | None":
+    """The active audit, for an algorithm whose releases are superposed (:func:`plant`, :func:`observe`)."""
+    return _ACTIVE
+
+
+def plant(values: np.ndarray, node_ids: Sequence[int], *, reach: float, adjacency: str) -> None:
+    """The hook of a release that an observer hears superposed with other nodes' (DWFL's over-the-air
+    exchange): when an audit is active, add each node's canaries to its pre-noise values (M, D) in
+    place (no sampling: every record in every round); :func:`observe` scores them where they are heard.
+    The canaries of different nodes then need different coordinates: a run with more than fit in one
+    release is not audited."""
+    if _ACTIVE is not None and len(node_ids):
+        _ACTIVE.plant(values, node_ids, reach, adjacency)
+
+
+def observe(perturbation: np.ndarray, senders: Sequence[int], observer: str) -> None:
+    """What one receiver heard of the planted releases of ``senders`` beyond their pre-noise values
+    (D,), in the values' units (the canaries and all the noise it heard): score them."""
+    if _ACTIVE is not None:
+        _ACTIVE.observe(perturbation, senders, observer)
