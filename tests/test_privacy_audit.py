@@ -22,9 +22,11 @@ from testbed.orchestration.audit import audit_run
 from testbed.privacy.audit import (
     EPSILON_TOLERANCE,
     audit,
+    clopper_pearson_upper,
     correct_guesses,
     epsilon_lower_bound,
     guess_counts,
+    membership_lower_bound,
     p_value,
 )
 from testbed.privacy.canaries import Canaries, active, insert
@@ -126,6 +128,58 @@ def test_the_bound_is_sound_for_randomised_response():
         keep = rng.random(m) < math.exp(eps0) / (1 + math.exp(eps0))
         scores = np.where(members == keep, 1.0, -1.0) + 1e-9 * rng.random(m)  # the report, ties broken at random
         over += audit(scores, members, delta=0.0, counts=[m]).epsilon > eps0
+    assert over <= 27
+
+
+@pytest.mark.parametrize("k,n,beta", [(0, 10, 0.025), (3, 50, 0.025), (49, 50, 0.05), (17, 17, 0.1), (1, 1000, 0.001)])
+def test_clopper_pearson_is_the_rate_whose_binomial_tail_is_beta(k, n, beta):
+    """The upper bound u solves P[Binomial(n, u) <= k] = β (summed here with exact binomials); at k = 0
+    it is 1 − β^(1/n)."""
+    u = clopper_pearson_upper(k, n, beta)
+    if k == n:
+        assert u == 1.0
+        return
+    assert sum(math.comb(n, j) * u ** j * (1 - u) ** (n - j) for j in range(k + 1)) == pytest.approx(beta, rel=1e-7)
+    if k == 0:
+        assert u == pytest.approx(1 - beta ** (1 / n), rel=1e-9)
+
+
+def test_membership_bound_of_a_perfect_separation_is_the_closed_form():
+    """No error in 400 trials in and 400 out, δ = 1e-5, 95%: FPR⁺ = FNR⁺ = 1 − 0.025^(1/400), and
+    ε = ln((1 − δ − FNR⁺) / FPR⁺) = 4.6815."""
+    u = 1 - 0.025 ** (1 / 400)
+    expected = math.log((1 - 1e-5 - u) / u)
+    got = membership_lower_bound(trials_in=400, flagged_in=400, trials_out=400, flagged_out=0, delta=1e-5,
+                                 confidence=0.95)
+    assert got.epsilon == pytest.approx(expected, rel=1e-9) and expected == pytest.approx(4.6815, abs=1e-4)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 500), st.integers(1, 500), st.data(), st.sampled_from([0.0, 1e-5, 0.01]), st.floats(0.5, 0.999))
+def test_membership_bound_is_non_negative_and_falls_with_each_false_positive(n_in, n_out, data, delta, confidence):
+    f_in = data.draw(st.integers(0, n_in))
+    f_out = data.draw(st.integers(0, n_out - 1))
+    r = membership_lower_bound(trials_in=n_in, flagged_in=f_in, trials_out=n_out, flagged_out=f_out, delta=delta,
+                               confidence=confidence)
+    worse = membership_lower_bound(trials_in=n_in, flagged_in=f_in, trials_out=n_out, flagged_out=f_out + 1,
+                                   delta=delta, confidence=confidence)
+    assert r.epsilon >= 0 and math.isfinite(r.epsilon)
+    if f_in >= n_in / 2:  # the ln((1 − δ − FNR⁺)/FPR⁺) side: a false positive more never raises it
+        assert worse.epsilon <= r.epsilon + 1e-12
+
+
+def test_the_membership_bound_is_sound_for_randomised_response():
+    """300 tests of 400 randomised-response trials at ε₀ = 1: the 95% bound passes ε₀ at most ~5% of the time."""
+    eps0, n = 1.0, 400
+    rng = np.random.default_rng(1)
+    keep = math.exp(eps0) / (1 + math.exp(eps0))
+    over = 0
+    for _ in range(300):
+        members = rng.random(n) < 0.5
+        flagged = np.where(rng.random(n) < keep, members, ~members)
+        over += membership_lower_bound(trials_in=int(members.sum()), flagged_in=int((flagged & members).sum()),
+                                       trials_out=int((~members).sum()), flagged_out=int((flagged & ~members).sum()),
+                                       delta=0.0, confidence=0.95).epsilon > eps0
     assert over <= 27
 
 
@@ -288,3 +342,18 @@ def test_audit_says_in_one_line_which_dwfl_it_does_not_model(tmp_path, capsys):
     path.write_text(_toml(DWFL))
     code, _, err = _cli(["audit", str(path), "--canaries", "100", "--set", "dwfl.scheme=orthogonal_d2d"], capsys)
     assert code == 2 and "not orthogonal_d2d" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_where_one_run_is_too_weak_the_membership_test_over_runs_refutes_padpfls_paper_sensitivity(tmp_path):
+    """At PADPFL's δ = 0.01 (learns.toml's) 2mδ is 16 for 800 canaries: one run refutes nothing even with
+    the canaries plain to see. Four runs of the membership test (Jagielski et al. 2020) refute the
+    paper's 2B/m_i for SGD, and hold for 2B."""
+    paper = {**PADPFL, "privacy": {"delta": 0.01, "tight_accountant": "none"},
+             "padpfl": {**PADPFL["padpfl"], "sensitivity": "paper"}}
+    one = _audit(paper, tmp_path / "one", canaries=800)
+    assert one.result.epsilon == 0.0 and one.result.correct >= 0.9 * one.result.guesses
+    many = audit_run(experiment_config(paper), tmp_path / "many", canaries=80, runs=4)
+    assert many.runs == 4 and many.result.trials_in + many.result.trials_out == 320
+    assert many.verdict == "VIOLATED", many.lines()
+    sound = {**paper, "padpfl": {**paper["padpfl"], "sensitivity": "worst_case"}}
+    assert audit_run(experiment_config(sound), tmp_path / "sound", canaries=80, runs=4).verdict == "consistent"

@@ -13,13 +13,19 @@ from testbed.limits import MAX_SEED
 
 #: The most canaries one audit plants (each is a coordinate of some node's release).
 MAX_CANARIES = 10_000_000
+#: The most runs one membership test makes.
+MAX_RUNS = 10_000
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     audit = sub.add_parser("audit", help="empirical lower bound on epsilon from one run with canaries")
     audit.add_argument("file", type=Path, help="the experiment file")
-    audit.add_argument("--canaries", type=Number(int, ge=1, le=MAX_CANARIES), default=1000,
-                       help="canary gradients m, spread evenly over the nodes (default 1000)")
+    audit.add_argument("--canaries", type=Number(int, ge=1, le=MAX_CANARIES),
+                       help="canary gradients per run, spread evenly over the nodes (rounded up to a multiple of "
+                            "them; default 1000 for one run, one per node with --runs)")
+    audit.add_argument("--runs", type=Number(int, ge=1, le=MAX_RUNS), default=1,
+                       help="1: the one-run bound (Steinke et al. 2023); more: the membership test of Jagielski et al. "
+                            "2020 over that many runs (seeds run.seed, run.seed+1, ...), for a delta too large for one run")
     audit.add_argument("--confidence", type=Number(float, gt=0, lt=1), default=0.95,
                        help="the lower bound's confidence level (default 0.95)")
     audit.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -37,10 +43,11 @@ def _audit(args: argparse.Namespace) -> int:
     config = experiment_config(args.file, args.overrides, mode="sim", seed=args.seed)
     if args.out is not None:
         inputs.output_dir(args.out, "--out")
-        report = audit_run(config, args.out, canaries=args.canaries, confidence=args.confidence)
+        report = audit_run(config, args.out, canaries=args.canaries, confidence=args.confidence, runs=args.runs)
     else:
         with tempfile.TemporaryDirectory(prefix="testbed-audit-") as tmp:
-            report = audit_run(config, Path(tmp) / "run", canaries=args.canaries, confidence=args.confidence)
+            report = audit_run(config, Path(tmp) / "run", canaries=args.canaries, confidence=args.confidence,
+                               runs=args.runs)
     print("\n".join(report.lines()))
     if args.out is not None:
         print(f"run: {args.out}")

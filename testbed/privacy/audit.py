@@ -16,6 +16,14 @@ largest ε so refuted at β = 1 − confidence (their Appendix D searches it by 
 :func:`epsilon_lower_bound`, on the bound written out here). f(v − i) − f(v) = P[v − i ≤ W' < v]
 stops growing at i = v, so the max runs over i ≤ v.
 
+Where one run is too weak (a δ with 2mδ near 1: δ = 0.01 leaves nothing to refute past a few dozen
+canaries), :func:`membership_lower_bound` is the membership test of Jagielski, Ullman and Oprea 2020
+("Auditing differentially private machine learning: how private is private SGD?", NeurIPS 2020,
+§4): over independent trials, each a canary in or out and a guess by a rule fixed beforehand, an
+(ε, δ)-DP mechanism has 1 − FNR ≤ e^ε FPR + δ and 1 − FPR ≤ e^ε FNR + δ, so with Clopper–Pearson
+upper bounds on FPR and FNR (each at β/2),
+ε ≥ max(ln((1 − δ − FNR⁺) / FPR⁺), ln((1 − δ − FPR⁺) / FNR⁺)).
+
 How many guesses to make is the auditor's choice; choosing it after seeing the scores is a multiple
 test. :func:`audit` tries a fixed list of guess counts (halving from all m) at β divided by their
 number (Bonferroni), so the bound it reports holds at the stated confidence whichever count wins.
@@ -176,3 +184,57 @@ def audit(scores: Sequence[float] | np.ndarray, members: Sequence[bool] | np.nda
             best = AuditResult(eps, confidence, delta, m, r, k_in, k_out, v, tried)
     assert best is not None
     return best
+
+
+def clopper_pearson_upper(successes: int, trials: int, beta: float) -> float:
+    """The one-sided Clopper–Pearson upper bound on a binomial rate at level ``beta`` (P[rate > it] <= beta)."""
+    if not 0 <= successes <= trials or trials < 1:
+        raise ValueError(f"need 0 <= successes <= trials, trials >= 1, got {successes}, {trials}")
+    if successes == trials:
+        return 1.0
+    return float(stats.beta.ppf(1.0 - beta, successes + 1, trials - successes))
+
+
+@dataclass(frozen=True)
+class MembershipResult:
+    """The membership test's figures (:func:`membership_lower_bound`).
+
+    Attributes:
+        epsilon: the lower bound at ``confidence``.
+        confidence, delta: its level and the null hypothesis's δ.
+        trials_in, flagged_in: trials with the canary in, and how many the rule flagged "in".
+        trials_out, flagged_out: trials with it out, and how many were flagged "in" (false positives).
+    """
+
+    epsilon: float
+    confidence: float
+    delta: float
+    trials_in: int
+    flagged_in: int
+    trials_out: int
+    flagged_out: int
+
+
+def membership_lower_bound(*, trials_in: int, flagged_in: int, trials_out: int, flagged_out: int, delta: float,
+                           confidence: float) -> MembershipResult:
+    """Jagielski et al. 2020's lower bound from independent trials: the false negative rate
+    FNR = 1 − flagged_in/trials_in and the false positive rate FPR = flagged_out/trials_out, each
+    bounded above by Clopper–Pearson at β/2 (β = 1 − confidence; a union bound over the two), and
+    ε ≥ max(ln((1 − δ − FNR⁺)/FPR⁺), ln((1 − δ − FPR⁺)/FNR⁺)), 0 when neither is positive.
+
+    Raises:
+        ValueError: counts out of range, δ outside [0, 1), confidence outside (0, 1).
+    """
+    if not (0 <= flagged_in <= trials_in and 0 <= flagged_out <= trials_out and trials_in >= 1 and trials_out >= 1):
+        raise ValueError(f"need 0 <= flagged <= trials and trials >= 1 in and out, got {flagged_in}/{trials_in}, "
+                         f"{flagged_out}/{trials_out}")
+    if not (0.0 <= delta < 1.0 and 0.0 < confidence < 1.0):
+        raise ValueError(f"need 0 <= delta < 1 and 0 < confidence < 1, got {delta}, {confidence}")
+    half = (1.0 - confidence) / 2.0
+    fnr = clopper_pearson_upper(trials_in - flagged_in, trials_in, half)
+    fpr = clopper_pearson_upper(flagged_out, trials_out, half)
+    best = 0.0
+    for gain, cost in ((1.0 - delta - fnr, fpr), (1.0 - delta - fpr, fnr)):
+        if gain > 0 and cost > 0:
+            best = max(best, math.log(gain / cost))
+    return MembershipResult(best, confidence, delta, trials_in, flagged_in, trials_out, flagged_out)

@@ -44,6 +44,11 @@ import numpy as np
 
 from testbed.rng import GLOBAL, Purpose, stream
 
+#: adjacency → (amplitude of an "in" canary, of an "out" one), in units of the reach: two records a
+#: reach apart under replace-one; a record present or absent under add/remove.
+IN_OUT = {"replace_one": (0.5, -0.5), "add_remove": (1.0, 0.0)}
+
+
 class AuditUnsupported(ValueError):
     """A release this audit does not model (raised by the algorithm's hook; `testbed audit` says it in one line)."""
 
@@ -75,6 +80,7 @@ class Canaries:
         self._scores = {n: np.zeros(self.per_node) for n in self.nodes}
         self._layout: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._rounds: dict[tuple[int, int], np.random.Generator] = {}
+        self._expected = dict.fromkeys(self.nodes, 0.0)  # Σ over compositions of q (a_in + a_out): 2 × the midpoint
         self._reach: dict[int, float] = {}  # planted, not yet observed (superposed releases): node → reach
         #: The one receiver whose view a superposed release is audited from (chosen by the algorithm),
         #: and (round, what it would hear of the canary-free releases) of the round in flight.
@@ -134,8 +140,7 @@ class Canaries:
                 size = float(reach[i])
                 if not (size > 0 and np.isfinite(size)):
                     raise ValueError(f"node {node}'s release has no finite reach to size its canaries ({size})")
-                amplitude = (np.where(members, 0.5, -0.5) if adjacency == "replace_one"
-                             else members.astype(np.float64)) * size  # (k,)
+                amplitude = np.where(members, *IN_OUT[adjacency]) * size  # (k,)
                 rate = float(rates[i])
                 taking_part = np.ones((compositions, self.per_node), dtype=bool) if rate >= 1.0 else \
                     self._round_stream(node, round_index).random((compositions, self.per_node)) < rate
@@ -143,6 +148,7 @@ class Canaries:
                 row[:, coords] += (taking_part * (amplitude * signs)).astype(row.dtype, copy=False)
                 self._scores[node] += (row[:, coords] * signs).sum(axis=0, dtype=np.float64) / size
                 self.compositions[node] += compositions
+                self._expected[node] += compositions * min(rate, 1.0) * sum(IN_OUT[adjacency])
 
     def plant(self, values: np.ndarray, node_ids: Sequence[int], reach: float, adjacency: str) -> None:
         """See :func:`plant`."""
@@ -156,9 +162,9 @@ class Canaries:
             for i, node in enumerate(int(n) for n in node_ids):
                 if node in self._scores:
                     coords, signs, members = self.layout(node)
-                    amplitude = np.where(members, 0.5, -0.5) if adjacency == "replace_one" else members.astype(float)
-                    values[i, coords] += amplitude * reach * signs
+                    values[i, coords] += np.where(members, *IN_OUT[adjacency]) * reach * signs
                     self._reach[node] = reach
+                    self._expected[node] += sum(IN_OUT[adjacency])
 
     def observe(self, perturbation: np.ndarray, senders: Sequence[int], observer: str) -> None:
         """See :func:`observe`."""
@@ -175,6 +181,13 @@ class Canaries:
     def scores(self, nodes: Sequence[int] | None = None) -> np.ndarray:
         """(m,) the canaries' scores, node by node, of ``nodes`` (default: all) in their order."""
         return np.concatenate([self._scores[int(n)] for n in (self.nodes if nodes is None else nodes)])
+
+    def midpoints(self, nodes: Sequence[int] | None = None) -> np.ndarray:
+        """(m,) each canary's threshold for a membership test, fixed by the mechanism's structure alone:
+        halfway between the expected score of an "in" canary and an "out" one with no noise (the
+        compositions it rode, times its sampling rate, times its amplitude in reach units)."""
+        chosen = self.nodes if nodes is None else nodes
+        return np.concatenate([np.full(self.per_node, self._expected[int(n)] / 2.0) for n in chosen])
 
     def members(self, nodes: Sequence[int] | None = None) -> np.ndarray:
         """(m,) which canaries were in (the secret coins), in :meth:`scores`' order. Raises if no
