@@ -285,7 +285,8 @@ def test_cli_prints_the_claim_the_bound_and_the_counts(tmp_path, capsys):
 @pytest.mark.parametrize("extra,needle", [
     (["--canaries", "0"], "--canaries"), (["--confidence", "1"], "--confidence"),
     (["--canaries", "4"], "fewer than the run's 8 nodes"), (["--canaries", "100000"], "ask for at most 816"),
-    (["--set", "dp_pasgd.epsilon=nope"], "dp_pasgd.epsilon")])
+    (["--set", "dp_pasgd.epsilon=nope"], "dp_pasgd.epsilon"), (["--set", "nodes.mcu=[0]"], "nodes.mcu"),
+    (["--runs", "0"], "--runs")])
 def test_cli_refuses_bad_input_in_one_line(extra, needle, tmp_path, capsys):
     path = tmp_path / "e.toml"
     path.write_text(_toml(DP_PASGD))

@@ -278,9 +278,8 @@ class DpPasgd(BaseAlgorithm):
         block = max(1, _BLOCK_BYTES // (per_node * np.dtype(dtype).itemsize))
         noise = np.empty((min(block, m_nodes), tau, self.model.num_params), dtype=dtype)
         audited = canaries.auditing() and self.sigma > 0
-        if audited:
-            adjacency = "add_remove" if self.sampling == "poisson" else "replace_one"
-            rates = [min(1.0, self.batch / self.train_sizes[int(n)]) for n in node_ids]
+        if audited:  # the canaries follow each node's release as charged: its adjacency, sampling rate, observer
+            charged = [self._privacy_event(int(n), round_index) for n in node_ids]
         for lo in range(0, m_nodes, block):
             hi = min(m_nodes, lo + block)
 
@@ -289,7 +288,8 @@ class DpPasgd(BaseAlgorithm):
                 noise[a:b] *= self.sigma  # the σ of the plan's GaussianEvent (releases)
                 if audited:  # each step's canaries ride on its noise (testbed.privacy.canaries)
                     canaries.insert(noise[a:b], node_ids[lo + a:lo + b], round_index, reach=self.record_reach,
-                                    adjacency=adjacency, rates=rates[lo + a:lo + b], observer="server")
+                                    adjacency=charged[0].adjacency, observer=charged[0].observer,
+                                    rates=[e.sampling_rate for e in charged[lo + a:lo + b]])
                 mine = params[lo + a:lo + b]  # a view: the steps update params in place
                 for step in range(tau):
                     idx = batch_idx[lo + a:lo + b, step]

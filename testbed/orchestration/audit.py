@@ -93,7 +93,10 @@ class _Audited:
     claimed: dict[str, float]
 
 
-def _check_private(config: Config) -> None:
+def _check_auditable(config: Config) -> None:
+    if config.nodes.mcu:
+        raise UserError("audit: nodes.mcu: a microcontroller node's release is the firmware's arithmetic, which the "
+                        "audit's canaries do not reach; audit the run without microcontroller nodes")
     guarantee = privacy_guarantee(config)
     if guarantee == "mi_dp":
         raise UserError(f"audit: {config.run.algorithm}'s guarantee is mutual-information DP (in nats), not "
@@ -146,7 +149,7 @@ def audit_run(config: Config, out_dir: Path, *, canaries: int | None = None, con
             private, fewer canaries than nodes, releases too small for the canaries, a release the
             audit does not model.
     """
-    _check_private(config)
+    _check_auditable(config)
     num_nodes = config.data.num_nodes
     wanted = canaries if canaries is not None else (1000 if runs == 1 else num_nodes)
     if wanted < num_nodes:
