@@ -358,3 +358,12 @@ def test_where_one_run_is_too_weak_the_membership_test_over_runs_refutes_padpfls
     assert many.verdict == "VIOLATED", many.lines()
     sound = {**paper, "padpfl": {**paper["padpfl"], "sensitivity": "worst_case"}}
     assert audit_run(experiment_config(sound), tmp_path / "sound", canaries=80, runs=4).verdict == "consistent"
+
+
+def test_cli_keeps_the_audited_run_in_out_and_refuses_an_out_that_holds_one(tmp_path, capsys):
+    path = tmp_path / "e.toml"
+    path.write_text(_toml(DP_PASGD))
+    code, out, _ = _cli(["audit", str(path), "--canaries", "80", "--out", str(tmp_path / "a")], capsys)
+    assert code == 0 and f"run: {tmp_path / 'a'}" in out and (tmp_path / "a" / "summary.json").exists()
+    code, _, err = _cli(["audit", str(path), "--canaries", "80", "--out", str(tmp_path / "a")], capsys)
+    assert code == 2 and "already holds a run" in err and len(err.strip().splitlines()) == 1

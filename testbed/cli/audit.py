@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 
 from testbed.arguments import Number
+from testbed.errors import UserError
 from testbed.limits import MAX_SEED
 
 #: The most canaries one audit plants (each is a coordinate of some node's release).
@@ -39,9 +40,12 @@ def _audit(args: argparse.Namespace) -> int:
     from testbed import inputs
     from testbed.experiment import experiment_config
     from testbed.orchestration.audit import audit_run
+    from testbed.reports.results import holds_run
 
     config = experiment_config(args.file, args.overrides, mode="sim", seed=args.seed)
     if args.out is not None:
+        if holds_run(args.out) or (args.runs > 1 and any(holds_run(d) for d in args.out.glob("s*"))):
+            raise UserError(f"audit: --out {args.out} already holds a run; choose another")
         inputs.output_dir(args.out, "--out")
         report = audit_run(config, args.out, canaries=args.canaries, confidence=args.confidence, runs=args.runs)
     else:

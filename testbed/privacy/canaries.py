@@ -139,7 +139,7 @@ class Canaries:
                 coords, signs, members = self.layout(node)
                 size = float(reach[i])
                 if not (size > 0 and np.isfinite(size)):
-                    raise ValueError(f"node {node}'s release has no finite reach to size its canaries ({size})")
+                    raise AuditUnsupported(f"node {node}'s release states no finite reach to size its canaries ({size})")
                 amplitude = np.where(members, *IN_OUT[adjacency]) * size  # (k,)
                 rate = float(rates[i])
                 taking_part = np.ones((compositions, self.per_node), dtype=bool) if rate >= 1.0 else \
