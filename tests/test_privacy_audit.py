@@ -204,6 +204,36 @@ def test_canaries_add_their_reach_and_score_it():
     assert c2.scores().tolist() == np.where(c2.members(), 0.5, -0.5).tolist()
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 4), st.integers(1, 6), st.integers(0, 5), st.integers(1, 3), st.floats(0.01, 100),
+       st.sampled_from(["replace_one", "add_remove"]), st.integers(0, 2 ** 32 - 1))
+def test_without_noise_a_score_is_the_canarys_amplitude_times_its_compositions(nodes, per_node, spare, steps, reach,
+                                                                              adjacency, seed):
+    """Any nodes, canaries, release size, compositions, reach and adjacency: with no noise and every
+    record in every composition, a canary's score is exactly its amplitude (±1/2 or 1/0 in reach
+    units) times the compositions, and the midpoint sits halfway between in and out."""
+    dim = nodes * per_node + spare
+    c = Canaries(seed, list(range(nodes)), per_node)
+    zeros = np.zeros((nodes, steps, dim))
+    with active(c):
+        insert(zeros, list(range(nodes)), 0, reach=reach, adjacency=adjacency, rates=1.0, observer="server")
+    a_in, a_out = {"replace_one": (0.5, -0.5), "add_remove": (1.0, 0.0)}[adjacency]
+    assert c.scores() == pytest.approx(np.where(c.members(), a_in, a_out) * steps, abs=1e-9)
+    assert c.midpoints() == pytest.approx(np.full(nodes * per_node, steps * (a_in + a_out) / 2))
+    assert c.disjoint and len({int(k) for n in range(nodes) for k in c.layout(n)[0]}) == nodes * per_node
+
+
+def test_the_modules_examples_run():
+    import doctest
+
+    import testbed.orchestration.audit
+    import testbed.privacy.audit
+    import testbed.privacy.canaries
+
+    for module in (testbed.privacy.audit, testbed.privacy.canaries, testbed.orchestration.audit):
+        assert doctest.testmod(module).failed == 0, module.__name__
+
+
 def test_no_audit_no_change_and_one_audit_at_a_time():
     noise = np.ones((1, 1, 4))
     insert(noise, [0], 0, reach=1.0, adjacency="add_remove", rates=1.0, observer="server")

@@ -30,7 +30,7 @@ Example::
     >>> noise = np.zeros((1, 1, 8))
     >>> with active(c):
     ...     insert(noise, [0], 0, reach=2.0, adjacency="add_remove", rates=[1.0], observer="server")
-    >>> float(np.abs(noise).sum()) == 2.0 * c.members().sum(), c.scores().tolist() == c.members().astype(float).tolist()
+    >>> bool(np.abs(noise).sum() == 2.0 * c.members().sum()), c.scores().tolist() == c.members().astype(float).tolist()
     (True, True)
 """
 
