@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from testbed.cli import main
+from testbed.errors import UserError
 from testbed.experiment import experiment_config
 from testbed.models import LogisticRegression
 from testbed.orchestration.audit import audit_run
@@ -383,6 +384,7 @@ def test_where_one_run_is_too_weak_the_membership_test_over_runs_refutes_padpfls
              "padpfl": {**PADPFL["padpfl"], "sensitivity": "paper"}}
     one = _audit(paper, tmp_path / "one", canaries=800)
     assert one.result.epsilon == 0.0 and one.result.correct >= 0.9 * one.result.guesses
+    assert one.lines()[-1].startswith("note: 2 m delta = 16: one run refutes little")
     many = audit_run(experiment_config(paper), tmp_path / "many", canaries=80, runs=4)
     assert many.runs == 4 and many.result.trials_in + many.result.trials_out == 320
     assert many.verdict == "VIOLATED", many.lines()
@@ -397,3 +399,15 @@ def test_cli_keeps_the_audited_run_in_out_and_refuses_an_out_that_holds_one(tmp_
     assert code == 0 and f"run: {tmp_path / 'a'}" in out and (tmp_path / "a" / "summary.json").exists()
     code, _, err = _cli(["audit", str(path), "--canaries", "80", "--out", str(tmp_path / "a")], capsys)
     assert code == 2 and "already holds a run" in err and len(err.strip().splitlines()) == 1
+
+
+def test_python_api_audits_as_the_command_does(tmp_path):
+    import testbed
+
+    report = testbed.audit(DP_PASGD, canaries=400, confidence=0.9, out=tmp_path / "a")
+    assert report.verdict == "consistent" and report.result.canaries == 400 and report.result.confidence == 0.9
+    assert (tmp_path / "a" / "summary.json").exists()
+    with pytest.raises(UserError, match="already holds a run"):
+        testbed.audit(DP_PASGD, canaries=400, out=tmp_path / "a")
+    with pytest.raises(UserError, match="confidence"):
+        testbed.audit(DP_PASGD, confidence=1.0)
