@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from testbed.cli import main
 from testbed.errors import UserError
+from testbed.assemble import privacy_guarantee
 from testbed.experiment import experiment_config
 from testbed.models import LogisticRegression
 from testbed.orchestration.audit import audit_run
@@ -411,3 +412,24 @@ def test_python_api_audits_as_the_command_does(tmp_path):
         testbed.audit(DP_PASGD, canaries=400, out=tmp_path / "a")
     with pytest.raises(UserError, match="confidence"):
         testbed.audit(DP_PASGD, confidence=1.0)
+
+
+@pytest.mark.parametrize("name", sorted(__import__("test_algorithm_contract").EXPERIMENTS))
+def test_every_registered_algorithm_is_audited_or_refused_in_one_line(name, tmp_path):
+    """The audit held to the registry (the conformance suite's small run of each algorithm): an
+    (ε, δ)-DP algorithm's releases all carry canaries (every node's heard, but DWFL's receiver's
+    own, in every round), and a release the audit does not model, or a guarantee that is not
+    (ε, δ)-DP, is one line, never a silent pass."""
+    from test_algorithm_contract import _config
+
+    config = _config(name)
+    guarantee = privacy_guarantee(config)
+    try:
+        report = audit_run(config, tmp_path / "run", canaries=config.data.num_nodes, confidence=0.95)
+    except UserError as exc:
+        assert "\n" not in str(exc)
+        assert guarantee != "dp" or "audit models" in str(exc), str(exc)
+        return
+    assert guarantee == "dp"
+    assert report.nodes >= config.data.num_nodes - 1 and report.compositions > 0
+    assert report.verdict == "consistent", report.lines()
