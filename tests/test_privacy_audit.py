@@ -236,6 +236,31 @@ def test_the_modules_examples_run():
         assert doctest.testmod(module).failed == 0, module.__name__
 
 
+def test_a_score_is_the_release_minus_its_pre_noise_value_along_the_canary():
+    """Through gaussian_release: each canary's score is (released − pre-noise values) at its
+    coordinate, signed, over the reach; without an audit the release is bit for bit a plain one."""
+    from testbed.algorithms.base import gaussian_release
+    from testbed.algorithms.contract import RoundContext
+    from testbed.ledger.events import GaussianEvent
+
+    ctx = RoundContext.everyone(3, 7, 4)
+    values = np.random.default_rng(0).normal(size=(4, 9))
+
+    def event(n):
+        return GaussianEvent(n, 3, 0.7, 0.2, 1)
+
+    plain, _ = gaussian_release(values.copy(), range(4), ctx, event)
+    c = Canaries(7, range(4), 2)
+    with active(c):
+        released, _ = gaussian_release(values.copy(), range(4), ctx, event, reach=lambda e: 0.5)
+    expected = np.concatenate([(released[n] - values[n])[c.layout(n)[0]] * c.layout(n)[1] / 0.5 for n in range(4)])
+    assert c.scores() == pytest.approx(expected, rel=1e-12)
+    moved = released - plain  # the canaries alone: ±reach/2 at their coordinates, nothing elsewhere
+    assert np.count_nonzero(np.abs(moved) > 1e-12) == 8 and np.abs(moved[np.abs(moved) > 1e-12]) == pytest.approx(0.25)
+    again, _ = gaussian_release(values.copy(), range(4), ctx, event)
+    assert np.array_equal(again, plain)
+
+
 def test_no_audit_no_change_and_one_audit_at_a_time():
     noise = np.ones((1, 1, 4))
     insert(noise, [0], 0, reach=1.0, adjacency="add_remove", rates=1.0, observer="server")
