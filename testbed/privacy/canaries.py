@@ -81,7 +81,8 @@ class Canaries:
         self._layout: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._rounds: dict[tuple[int, int], np.random.Generator] = {}
         self._expected = dict.fromkeys(self.nodes, 0.0)  # Σ over compositions of q (a_in + a_out): 2 × the midpoint
-        self._reach: dict[int, float] = {}  # planted, not yet observed (superposed releases): node → reach
+        #: Planted, not yet heard (superposed releases): node → (reach, adjacency).
+        self._planted: dict[int, tuple[float, str]] = {}
         #: The one receiver whose view a superposed release is audited from (chosen by the algorithm),
         #: and (round, what it would hear of the canary-free releases) of the round in flight.
         self.receiver: int | None = None
@@ -101,7 +102,7 @@ class Canaries:
         if node not in self._layout:
             assert self.dim is not None
             rng = stream(self.seed, node, -1, Purpose.AUDIT)
-            coords = rng.permutation(self.dim)[: self.per_node]
+            coords = rng.permutation(self.dim)[: self.per_node]  # drawn either way: the coins come next
             if self.disjoint:
                 start = self.nodes.index(node) * self.per_node
                 coords = stream(self.seed, GLOBAL, -1, Purpose.AUDIT).permutation(self.dim)[start:start + self.per_node]
@@ -163,8 +164,7 @@ class Canaries:
                 if node in self._scores:
                     coords, signs, members = self.layout(node)
                     values[i, coords] += np.where(members, *IN_OUT[adjacency]) * reach * signs
-                    self._reach[node] = reach
-                    self._expected[node] += sum(IN_OUT[adjacency])
+                    self._planted[node] = (reach, adjacency)
 
     def observe(self, perturbation: np.ndarray, senders: Sequence[int], observer: str) -> None:
         """See :func:`observe`."""
@@ -173,10 +173,12 @@ class Canaries:
                 return
             self.observers.add(observer)
             for node in (int(n) for n in senders):
-                if node in self._reach:
+                if node in self._planted:
+                    reach, adjacency = self._planted.pop(node)
                     coords, signs, _ = self.layout(node)
-                    self._scores[node] += perturbation[coords] * signs / self._reach.pop(node)
+                    self._scores[node] += perturbation[coords] * signs / reach
                     self.compositions[node] += 1
+                    self._expected[node] += sum(IN_OUT[adjacency])
 
     def scores(self, nodes: Sequence[int] | None = None) -> np.ndarray:
         """(m,) the canaries' scores, node by node, of ``nodes`` (default: all) in their order."""
