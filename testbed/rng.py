@@ -40,6 +40,7 @@ class Purpose(enum.IntEnum):
     CLIENTS = 10  # which nodes a round samples (testbed.client_sampling)
     EVAL = 11  # which nodes the model is evaluated on (output.eval_nodes, testbed.evaluation)
     TOPOLOGY = 12  # which nodes hear each other (testbed.topology: random graphs, positions, mobility)
+    BUCKETS = 13  # which rows a robust server rule averages together (testbed.algorithms.aggregate.buckets)
 
 
 def stream(seed: int, node: int, round_index: int, purpose: Purpose) -> np.random.Generator:
