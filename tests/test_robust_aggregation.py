@@ -253,7 +253,7 @@ def test_the_benchmark_shows_the_robust_rules_moving_the_model_less_than_the_mea
         assert bound["norm_clip"] <= bound["mean"]
         # Krum's whole error is its own (one noisy row): the attack adds nothing to it.
         assert bound["krum"] <= moved["krum", "none", 0.0] * 1.05
-    bench.main(["--runs", "1", "--nodes", "20", "--params", "30", "--time-nodes", "20", "--time-params", "30"])
+    bench.main(["--rules", "--runs", "1", "--nodes", "20", "--params", "30", "--time-nodes", "20", "--time-params", "30"])
     out = capsys.readouterr().out
     assert "bound 30%" in out and all(rule in out for rule in AGGREGATIONS) and "(  1.0x)" in out
 

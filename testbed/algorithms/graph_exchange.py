@@ -112,8 +112,9 @@ class ExchangeSection(RadioSection):
     aggregation: Literal[NEIGHBOURHOOD_RULES] = "mean"  # type: ignore[valid-type]
     """mean: the paper's mixing; self_centred_clip (ClippedGossip), trimmed_mean, median (BRIDGE):
     robust rules over each node's neighbours against hostile ones (docs/robust-aggregation.md)."""
-    clip_multiple: Positive[float] = 1.0
-    """self_centred_clip: τ = clip_multiple × (lr × gmax + σ sqrt(P)), public, per round."""
+    clip_multiple: Positive[float] = 0.25
+    """self_centred_clip: τ = clip_multiple × (lr × gmax + σ sqrt(P)), public, per round (0.25: the
+    benchmark's, docs/robust-aggregation.md)."""
     trim: Positive[int] = 1
     """trimmed_mean: b, the largest and smallest neighbour values dropped per coordinate (every node
     needs at least 2b + 1 neighbours)."""
@@ -147,7 +148,7 @@ class GraphExchange(BaseAlgorithm):
 
     def __init__(self, model: Model, links: Links, *, kind: str, rounds: int, batch: int, lr: float, gmax: float,
                  delta: float, epsilon: float | None = None, sigma: float | None = None, seed: int = 0,
-                 aggregation: str = "mean", clip_multiple: float = 1.0, trim: int = 1):
+                 aggregation: str = "mean", clip_multiple: float = 0.25, trim: int = 1):
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
         if aggregation not in NEIGHBOURHOOD_RULES:
