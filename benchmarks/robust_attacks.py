@@ -164,27 +164,35 @@ def attack_rows(attack: str, honest: np.ndarray, own: np.ndarray, reference: np.
     raise ValueError(f"unknown attack {attack!r}")
 
 
-def hostile_nodes(seed: int, f: int) -> np.ndarray:
-    """The f hostile nodes of a seed, from a public stream."""
-    return np.sort(stream(seed, GLOBAL, -1, Purpose.STRAGGLER).choice(NUM_NODES, size=f, replace=False))
+def hostile_nodes(seed: int, n: int, f: int) -> np.ndarray:
+    """The f hostile nodes of n, per seed, from a public stream."""
+    return np.sort(stream(seed, GLOBAL, -1, Purpose.STRAGGLER).choice(n, size=f, replace=False))
 
 
 def run_case(algorithm: str, rule: str, attack: str | None, share: float, seed: int,
              loaded: dict[int, Any]) -> Outcome:
-    """One run; ``attack`` None: clean. ``loaded`` caches each seed's data and model."""
+    """One run of the grid's experiment; ``attack`` None: clean. ``loaded`` caches each seed's data and model."""
     f = int(round(share * NUM_NODES)) if attack else 0
-    config = load_config_text(experiment_text(algorithm, rule, int(round(share * NUM_NODES)), seed))
+    text = experiment_text(algorithm, rule, int(round(share * NUM_NODES)), seed)
+    return run_text(text, attack, hostile_nodes(seed, NUM_NODES, f), loaded)
+
+
+def run_text(text: str, attack: str | None, bad: np.ndarray, loaded: dict[int, Any]) -> Outcome:
+    """Run the experiment ``text`` in sim with the nodes ``bad`` sending ``attack`` (None: nobody)."""
+    config = load_config_text(text)
+    seed, n = config.run.seed, config.data.num_nodes
     if seed not in loaded:
         loaded[seed] = load(config)
     data, model = loaded[seed]
     alg = assemble.build_algorithm(config, model, data)
     state = alg.init_state(model.init(stream(seed, GLOBAL, -1, Purpose.INIT)))
-    ids = tuple(range(NUM_NODES))
-    bad = hostile_nodes(seed, f) if f else np.zeros(0, dtype=np.int64)
-    good = np.setdiff1d(np.arange(NUM_NODES), bad)
+    ids = tuple(range(n))
+    bad = np.asarray(bad if attack else [], dtype=np.int64)
+    good = np.setdiff1d(np.arange(n), bad)
+    f = len(bad)
     graph = isinstance(alg, OverTheAir)
     for r in range(alg.rounds):
-        ctx = RoundContext.everyone(r, seed, NUM_NODES)
+        ctx = RoundContext.everyone(r, seed, n)
         down = alg.downlink(state, ctx, ids)
         out = alg.node_step(down, data.train, ids, ctx)
         ctx = ctx.closed(out.node_ids)  # every node answers: nobody straggles here
@@ -207,7 +215,7 @@ def _poison_updates(alg, state, ctx, down, out, attack, bad, good) -> None:
     spec = round_uplink_spec(alg, state, ctx)["update"]
     rows = out.tensors["update"]
     reference = np.asarray(down["model"][0] if np.ndim(down["model"]) > 1 else down["model"])
-    hostile = attack_rows(attack, rows[good], rows[bad], reference, spec.max_norm, NUM_NODES, len(bad))
+    hostile = attack_rows(attack, rows[good], rows[bad], reference, spec.max_norm, len(rows), len(bad))
     for k, node in enumerate(bad):
         rows[node] = inside(hostile[k], spec, reference)
     if attack == "score" and "score" in out.tensors:
@@ -219,7 +227,7 @@ def _poison_payloads(alg, state, ctx, out, attack, bad, good) -> None:
     signals = out.tensors["signal"]
     # Changes from the origin: the payloads are models, and "reversed" is the honest models' sign flipped.
     origin = np.zeros(signals.shape[1])
-    hostile = attack_rows(attack, signals[good], signals[bad], origin, spec.max_norm, NUM_NODES, len(bad))
+    hostile = attack_rows(attack, signals[good], signals[bad], origin, spec.max_norm, len(signals), len(bad))
     for k, node in enumerate(bad):
         signals[node] = inside(hostile[k], spec, None)
 

@@ -1,0 +1,281 @@
+"""Robust rules for gossip and D-PSGD at the receivers (testbed.algorithms.neighbourhood) and the
+server rules added with them (centred clipping, bucketing, a row's pull bounded before its weight;
+testbed.algorithms.aggregate): each rule's guarantee as the hostile neighbour or node would attack
+it (Hypothesis over neighbourhoods and hostile values), the config's keys, and the ring-of-6
+attack of issue 40 end to end."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+from hypothesis.extra.numpy import arrays
+
+from testbed.algorithms.aggregate import Aggregation, bucket_stream, buckets
+from testbed.algorithms.neighbourhood import clip_radius, median, self_centred_clip, trimmed_mean
+from testbed.config import load_config_text
+from testbed.errors import ConfigError
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import robust_attacks  # noqa: E402
+
+FINITE = st.floats(-1e3, 1e3, allow_subnormal=False)
+HOSTILE = st.floats(-1e9, 1e9, allow_subnormal=False)
+
+
+@st.composite
+def _neighbourhood(draw, max_slots: int = 6):
+    """One node's own model (1, P), its D slots' payloads (1, D, P), weights (1, D) summing with
+    its own to at most 1, and which slots were heard."""
+    p = draw(st.integers(1, 4))
+    d = draw(st.integers(1, max_slots))
+    own = draw(arrays(np.float64, (1, p), elements=FINITE))
+    payloads = draw(arrays(np.float64, (1, d, p), elements=FINITE))
+    raw = np.asarray(draw(st.lists(st.floats(0.01, 1.0), min_size=d + 1, max_size=d + 1)))
+    weights = (raw / raw.sum())[None, 1:]  # the first share is the node's own
+    heard = np.asarray(draw(st.lists(st.booleans(), min_size=d, max_size=d)))[None, :]
+    return own, payloads, weights, heard
+
+
+# ----------------------------------------------------------------------------- the receivers' rules
+
+@given(case=_neighbourhood(), slot=st.data(), radius=st.floats(0.01, 100.0), hostile=arrays(np.float64, 4, elements=HOSTILE))
+def test_one_hostile_neighbour_moves_a_self_centred_clip_by_at_most_its_weight_times_tau(case, slot, radius, hostile):
+    own, payloads, weights, heard = case
+    a = slot.draw(st.integers(0, payloads.shape[1] - 1))
+    attacked = payloads.copy()
+    attacked[0, a] = hostile[: own.shape[1]]
+    heard_a = heard.copy()
+    heard_a[0, a] = True
+    silent = heard.copy()
+    silent[0, a] = False
+    moved = self_centred_clip(own, attacked, weights, heard_a, radius) - self_centred_clip(own, payloads, weights, silent, radius)
+    assert np.linalg.norm(moved) <= weights[0, a] * radius * (1 + 1e-9) + 1e-9
+
+
+@given(case=_neighbourhood(), data=st.data())
+def test_the_median_stays_within_the_honest_values_with_fewer_than_half_hostile(case, data):
+    own, payloads, _, heard = case
+    heard = heard.copy()
+    k = int(heard.sum())
+    # Own plus k heard: fewer than half of the k + 1 hostile.
+    f = data.draw(st.integers(0, k // 2 if (k + 1) % 2 else (k + 1) // 2 - 1))
+    slots = np.flatnonzero(heard[0])
+    bad = np.asarray(data.draw(st.permutations(slots.tolist())))[:f].astype(np.int64)
+    attacked = payloads.copy()
+    attacked[0, bad] = data.draw(arrays(np.float64, (f, own.shape[1]), elements=HOSTILE))
+    honest = np.vstack([own[0], payloads[0, np.setdiff1d(slots, bad)]])
+    out = median(own, attacked, heard)[0]
+    assert np.all(out >= honest.min(axis=0)) and np.all(out <= honest.max(axis=0))
+
+
+@given(case=_neighbourhood(), trim=st.integers(1, 2), data=st.data())
+def test_the_trimmed_mean_stays_within_the_honest_values_with_at_most_trim_hostile(case, trim, data):
+    own, payloads, _, heard = case
+    slots = np.flatnonzero(heard[0])
+    f = data.draw(st.integers(0, min(trim, len(slots))))
+    bad = np.asarray(data.draw(st.permutations(slots.tolist())))[:f].astype(np.int64)
+    attacked = payloads.copy()
+    attacked[0, bad] = data.draw(arrays(np.float64, (f, own.shape[1]), elements=HOSTILE))
+    honest = np.vstack([own[0], payloads[0, np.setdiff1d(slots, bad)]])
+    out = trimmed_mean(own, attacked, heard, trim)[0]
+    tol = 1e-9 * (1 + np.abs(honest).max())
+    assert np.all(out >= honest.min(axis=0) - tol) and np.all(out <= honest.max(axis=0) + tol)
+
+
+@settings(max_examples=50)
+@given(cases=st.lists(_neighbourhood(max_slots=3), min_size=1, max_size=4), extra=st.integers(0, 3),
+       padding=FINITE, radius=st.floats(0.01, 10.0))
+def test_a_node_alone_equals_the_node_in_a_stack_with_unheard_slots_of_any_value_bit_for_bit(cases, extra, padding,
+                                                                                           radius):
+    # A board computes its node alone; the simulation stacks every node, padded to the largest
+    # degree: the same bits (sim == MQTT).
+    p = cases[0][0].shape[1]
+    cases = [c for c in cases if c[0].shape[1] == p]
+    width = max(c[1].shape[1] for c in cases) + extra
+
+    def pad(a, fill):
+        return np.concatenate([a, np.full((1, width - a.shape[1]) + a.shape[2:], fill, dtype=a.dtype)], axis=1)
+
+    own = np.vstack([c[0] for c in cases])
+    payloads = np.vstack([pad(c[1], padding) for c in cases])
+    weights = np.vstack([pad(c[2], 0.0) for c in cases])
+    heard = np.vstack([pad(c[3], False) for c in cases])
+    for rule in (lambda o, s, w, h: self_centred_clip(o, s, w, h, radius), lambda o, s, w, h: median(o, s, h),
+                 lambda o, s, w, h: trimmed_mean(o, s, h, 1)):
+        stacked = rule(own, payloads, weights, heard)
+        for i, (o, s, w, h) in enumerate(cases):
+            assert np.array_equal(rule(o, s, w, h)[0], stacked[i])
+
+
+def test_the_clip_radius_comes_from_public_quantities_only():
+    # γ g_max steps + σ sqrt(P), times the multiple: nothing a neighbour sends enters it.
+    assert clip_radius(0.5, lr=0.1, gmax=2.0, sigma=0.3, num_params=16) == pytest.approx(0.5 * (0.2 + 1.2))
+
+
+# ----------------------------------------------------------------------------- the server rules
+
+@given(rows=arrays(np.float64, st.tuples(st.integers(3, 10), st.integers(1, 4)), elements=FINITE),
+       data=st.data(), rule=st.sampled_from(["norm_clip", "centred_clip"]))
+def test_a_row_of_any_weight_pulls_the_aggregate_no_further_than_an_equal_row_at_the_radius(rows, data, rule):
+    # PADPFL's lying score: the capped share (here any weight up to 0.9) cannot carry an attack.
+    m = rows.shape[0]
+    a = data.draw(st.integers(0, m - 1))
+    rows = rows.copy()
+    rows[a] = data.draw(arrays(np.float64, rows.shape[1], elements=HOSTILE))
+    share = data.draw(st.floats(1.0 / m, 0.9))
+    w = np.full(m, (1.0 - share) / (m - 1))
+    w[a] = share
+    c = data.draw(arrays(np.float64, rows.shape[1], elements=FINITE))
+    agg = Aggregation(rule, clip_iterations=1)
+    change = rows - c
+    norms = np.linalg.norm(change, axis=1)
+    radius = 2.0 * float(np.median(norms))
+    radii = radius * np.minimum(1.0, 1.0 / (m * w))
+    scale = np.where(norms > radii, radii / np.where(norms > 0, norms, 1.0), 1.0)
+    others = c + sum(w[k] * scale[k] * change[k] for k in range(m) if k != a)
+    pull = np.linalg.norm(agg.combine(rows, w, c) - others)
+    assert pull <= radius / m * (1 + 1e-9) + 1e-9 * (1 + np.abs(rows).max() + np.abs(c).max())
+
+
+def test_centred_clipping_iterates_from_the_reference_and_leaves_a_far_row_out():
+    c = np.zeros(2)
+    rows = np.array([[1.0, 0.0], [1.0, 0.2], [0.8, 0.0], [1e6, -1e6]])
+    out = Aggregation("centred_clip", clip_multiple=2.0, clip_iterations=5).combine(rows, reference=c)
+    honest = rows[:3].mean(axis=0)
+    plain = Aggregation().combine(rows)
+    assert np.linalg.norm(out - honest) < 0.75 and np.linalg.norm(plain - honest) > 1e5
+    # L = 1 from the reference is norm_clip's computation (one clip, one weighted mean).
+    np.testing.assert_allclose(Aggregation("centred_clip", clip_iterations=1).combine(rows, reference=c),
+                               Aggregation("norm_clip").combine(rows, reference=c), rtol=0, atol=1e-12)
+
+
+@given(rows=arrays(np.float64, st.tuples(st.integers(1, 9), st.integers(1, 3)), elements=FINITE),
+       size=st.integers(1, 4), weighted=st.booleans(), seed=st.integers(0, 2**16))
+def test_buckets_partition_the_rows_and_keep_their_weighted_mean(rows, size, weighted, seed):
+    m = rows.shape[0]
+    w = np.arange(1.0, m + 1.0) / np.arange(1.0, m + 1.0).sum() if weighted else None
+    means, mass = buckets(rows, w, size, bucket_stream(seed, 3))
+    assert means.shape == (-(-m // size), rows.shape[1])
+    whole = rows.mean(axis=0) if w is None else w @ rows
+    together = means[:-1].sum(axis=0) * size / m + means[-1] * (m - size * (len(means) - 1)) / m if w is None \
+        else mass @ means
+    np.testing.assert_allclose(together, whole, rtol=1e-9, atol=1e-9)
+    again, _ = buckets(rows, w, size, bucket_stream(seed, 3))
+    assert np.array_equal(means, again)  # the round's public stream: the same buckets for sim and MQTT
+
+
+def test_bucketing_needs_the_rounds_stream_and_a_robust_rule():
+    rows = np.arange(12.0).reshape(6, 2)
+    with pytest.raises(ValueError, match="bucket_stream"):
+        Aggregation("median", bucket_size=2).combine(rows)
+    with pytest.raises(ValueError, match="bucket_size"):
+        Aggregation("mean", bucket_size=2)
+    out = Aggregation("median", bucket_size=2).combine(rows, shuffle=bucket_stream(0, 0))
+    assert out.shape == (2,) and np.isfinite(out).all()
+
+
+# ----------------------------------------------------------------------------- the config's keys
+
+BASE = ('[run]\nname = "x"\nalgorithm = "{alg}"\n[data]\ndataset = "synthetic"\nnum_nodes = {n}\nsamples_per_node = 40\n'
+        'dim = 4\n[{alg}]\n{keys}')
+
+
+def _load(alg: str, keys: str, n: int = 6):
+    return load_config_text(BASE.format(alg=alg, n=n, keys=keys))
+
+
+@pytest.mark.parametrize("alg", ["gossip", "dpsgd"])
+@pytest.mark.parametrize("rule", ["mean", "self_centred_clip", "trimmed_mean", "median"])
+def test_the_graph_algorithms_take_each_rule(alg, rule):
+    topology = '[topology]\nkind = "complete"\n' if rule == "trimmed_mean" else ""
+    config = _load(alg, f'aggregation = "{rule}"\n' + topology)
+    assert getattr(config, alg).aggregation == rule
+
+
+@pytest.mark.parametrize("alg,keys,key", [
+    ("gossip", 'aggregation = "krum"\n', "gossip.aggregation"),
+    ("dpsgd", 'clip_multiple = 0.5\n', "dpsgd.clip_multiple"),
+    ("gossip", 'aggregation = "median"\ntrim = 2\n', "gossip.trim"),
+    ("dpsgd", 'aggregation = "trimmed_mean"\n[topology]\nkind = "ring"\n', "dpsgd.trim"),
+    ("fedavg", 'bucket_size = 2\n', "fedavg.bucket_size"),
+    ("dp_pasgd", 'aggregation = "median"\nclip_iterations = 2\n', "dp_pasgd.clip_iterations"),
+    ("fedavg", 'aggregation = "krum"\nbyzantine_f = 1\nbucket_size = 2\n', "fedavg.byzantine_f"),
+])
+def test_a_key_that_cannot_hold_is_refused_in_one_line_naming_it(alg, keys, key):
+    from testbed.orchestration.runner import load
+    from testbed import assemble
+    with pytest.raises(ConfigError) as err:
+        config = _load(alg, keys)
+        data, model = load(config)
+        assemble.build_algorithm(config, model, data)
+    assert key in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_server_rules_take_centred_clipping_with_buckets():
+    config = _load("fedavg", 'aggregation = "centred_clip"\nclip_multiple = 1.5\nclip_iterations = 2\nbucket_size = 2\n')
+    rule = config.fedavg.aggregation_rule(6, "fedavg")
+    assert (rule.rule, rule.clip_multiple, rule.clip_iterations, rule.bucket_size) == ("centred_clip", 1.5, 2, 2)
+
+
+# ----------------------------------------------------------------------------- the ring of 6 (issue 40)
+
+RING = ('[run]\nname = "ring"\nalgorithm = "gossip"\nseed = {seed}\n[privacy]\ntight_accountant = "none"\n'
+        '[data]\ndataset = "synthetic"\nnum_nodes = 6\nsamples_per_node = 200\ndim = 10\nheterogeneity = 0.5\n'
+        '[gossip]\nrounds = 20\nbatch = 16\nlr = 0.2\nsigma = 0.02\nfading = "none"\n{keys}[topology]\nkind = "ring"\n')
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_one_hostile_neighbour_at_the_bound_on_a_ring_of_6_cannot_steer_self_centred_clipping(seed):
+    # Issue 40: one node sending the honest models reversed at 0.99 of the declared payload bound,
+    # its own reported model running away at 0.99 of its step bound, for 20 rounds.
+    loaded: dict = {}
+    text = lambda keys: RING.format(seed=seed, keys=keys)  # noqa: E731
+    clean = robust_attacks.run_text(text(""), None, [], loaded)
+    plain = robust_attacks.run_text(text(""), "reversal", [0], loaded)
+    clipped = robust_attacks.run_text(text('aggregation = "self_centred_clip"\n'), "reversal", [0], loaded)
+    assert clean.accuracy > 0.7
+    moved = {"mean": np.linalg.norm(plain.model - clean.model), "clip": np.linalg.norm(clipped.model - clean.model)}
+    assert moved["mean"] > 10 * np.linalg.norm(clean.model) and plain.accuracy < clean.accuracy - 0.1, moved
+    # Clipped, the attacker moves each neighbour by at most W τ a round, as an honest step could.
+    assert moved["clip"] < 0.5 * np.linalg.norm(clean.model), moved
+    assert clipped.accuracy >= clean.accuracy - 0.05, (clipped.accuracy, clean.accuracy, plain.accuracy)
+
+
+# ----------------------------------------------------------------------------- the benchmark and the help
+
+import robust_aggregation as bench  # noqa: E402
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "robust-aggregation.md"
+
+
+def _held_at_10(doc: str) -> dict[str, list[str]]:
+    grid = doc.split(bench.BEGIN, 1)[1].split(bench.END, 1)[0]
+    rows = [line.split("|") for line in grid.splitlines() if line.startswith("| ") and line.count("|") == 5]
+    return {cells[1].strip(): [r.strip(" `") for r in cells[3].split(",")] for cells in rows[1:]}
+
+
+def test_every_averaging_algorithm_has_a_rule_that_holds_at_10_percent_in_the_docs_and_the_help_names_it():
+    from testbed.algorithms.robust_choice import HOLDS_AT_10, help_text
+    from testbed.cli import build_parser
+
+    held = _held_at_10(DOC.read_text())
+    assert set(held) == set(robust_attacks.ALGORITHMS) == set(HOLDS_AT_10)
+    for algorithm, choice in HOLDS_AT_10.items():
+        assert choice.rule in held[algorithm], (algorithm, choice.rule, held[algorithm])
+    run = build_parser("run")._subparsers._group_actions[0].choices["run"]
+    assert help_text() in run.format_help()
+
+
+def test_the_benchmark_writes_its_tables_between_the_markers(tmp_path, capsys):
+    doc = tmp_path / "doc.md"
+    doc.write_text(f"before\n{bench.BEGIN}\nstale table\n{bench.END}\nafter\n")
+    bench.main(["--seeds", "2", "--algorithms", "dpsgd", "fedavg", "--write", str(doc)])
+    text = doc.read_text()
+    assert text.startswith("before\n") and text.endswith("after\n") and "stale table" not in text
+    held = _held_at_10(text)
+    assert set(held) == {"dpsgd", "fedavg"} and "self_centred_clip" in held["dpsgd"]
+    assert "| `self_centred_clip` |" in text and "reversal 30%" in text
