@@ -13,9 +13,10 @@ answered (M >= 1), their weights (or None: equal) and the model they started fro
 - ``"median"``: the coordinate-wise median (Yin et al.), unweighted;
 - ``"krum"``, ``"multi_krum"``: the row (or the mean of the ``krum_select`` rows) whose squared
   distances to its M − f − 2 nearest rows sum least (Blanchard et al., NeurIPS 2017), unweighted;
-- ``"centred_clip"``: centred clipping (Karimireddy, He and Jaggi, ICML 2021, eq. 2; the rule the
-  bucketing paper, ICLR 2022, pairs with Algorithm 1): v ← v + Σ_k w_k CLIP(u_k − v, τ_k),
-  ``clip_iterations`` times from the reference, τ = ``clip_multiple`` × the median distance from it.
+- ``"centred_clip"``: centred clipping (Karimireddy, He and Jaggi, ICML 2021, the CC update of
+  Algorithm 2; the rule the bucketing paper, ICLR 2022, pairs with its Algorithm 1):
+  v ← v + Σ_k w_k CLIP(u_k − v, τ_k), ``clip_iterations`` times from the reference, τ =
+  ``clip_multiple`` × the median distance from it.
 
 Any rule but the mean can run on buckets (``bucket_size`` s > 1; Karimireddy, He and Jaggi, ICLR
 2022, Algorithm 1): the rows shuffled by a public stream of the round, averaged s at a time, and the
@@ -169,12 +170,13 @@ def _norm_clip(updates, weights, reference, params):
 
 @rule("centred_clip", uses_weights=True)
 def _centred_clip(updates, weights, reference, params):
-    # Karimireddy, He and Jaggi (ICML 2021), eq. (2): v_{l+1} = v_l + (1/M) Σ_k CLIP(u_k − v_l, τ),
-    # CLIP(z, τ) = z min(1, τ/‖z‖), from v_0 = the reference (the previous round's aggregate: these
-    # nodes send models, not momenta, so the paper's start, the last aggregate momentum, is the
-    # zero change). τ is fixed for the round from the distances to v_0, which no hostile row moves:
-    # clip_multiple × their median (f < M/2 cannot raise it). With weights, each row's pull is
-    # bounded before its weight scales it (pull_radii).
+    # Karimireddy, He and Jaggi (ICML 2021), the CC update of Algorithm 2:
+    # v_{l+1} = v_l + (1/M) Σ_k CLIP(u_k − v_l, τ), CLIP(z, τ) = z min(1, τ/‖z‖), from v_0 = the
+    # reference (the previous round's aggregate: these nodes send models, not momenta, so the
+    # paper's start, the last aggregate momentum, is the zero change). τ is fixed for the round
+    # from the distances to v_0, which no hostile row moves: clip_multiple × their median (f < M/2
+    # cannot raise it). With weights, each row's pull is bounded before its weight scales it
+    # (pull_radii).
     m = updates.shape[0]
     v = np.zeros(updates.shape[1]) if reference is None else np.array(reference, dtype=np.float64)
     radius = pull_radii(params.clip_multiple * float(np.median(np.linalg.norm(updates - v, axis=1))), weights, m)

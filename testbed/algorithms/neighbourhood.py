@@ -11,14 +11,15 @@ stack (a board computes it alone, bit for bit as the simulation does).
 
 - ``"mean"``: the papers' x_i ← w_i x_i + Σ_j W_ij s_j; computed by the channel's sparse product,
   not here (:class:`~testbed.algorithms.gossip_channel.GraphChannel`).
-- ``"self_centred_clip"`` (ClippedGossip, He, Karimireddy and Jaggi 2022, eq. 3):
-  x_i ← x_i + Σ_j W_ij CLIP(s_j − x_i, τ), CLIP(z, τ) = z min(1, τ/‖z‖). One neighbour moves x_i
-  by at most W_ij τ per round whatever it sends. τ is public (:func:`clip_radius`), never a
-  function of a model a neighbour moved.
-- ``"trimmed_mean"`` (BRIDGE-T, Yang and Bajwa 2019, eq. 6): per coordinate, the node drops the
-  b largest and b smallest of its heard neighbours' values and averages the rest with its own,
-  (x_i + Σ_{kept} s_j) / (1 + k_i − 2b); with k_i <= 2b heard it keeps its own model. With at most
-  b hostile neighbours every coordinate stays within its honest neighbours' and its own range.
+- ``"self_centred_clip"`` (ClippedGossip, He, Karimireddy and Jaggi 2022, the self-centred
+  clipping update of Algorithm 1): x_i ← x_i + Σ_j W_ij CLIP(s_j − x_i, τ), CLIP(z, τ) =
+  z min(1, τ/‖z‖). One neighbour moves x_i by at most W_ij τ per round whatever it sends. τ is
+  public (:func:`clip_radius`), never a function of a model a neighbour moved.
+- ``"trimmed_mean"`` (BRIDGE-T, Yang and Bajwa 2019, the screening step of Algorithm 1): per
+  coordinate, the node drops the b largest and b smallest of its heard neighbours' values and
+  averages the rest with its own, (x_i + Σ_{kept} s_j) / (1 + k_i − 2b); with k_i <= 2b heard it
+  keeps its own model. With at most b hostile neighbours every coordinate stays within its honest
+  neighbours' and its own range.
 - ``"median"`` (BRIDGE-M, ibid.): the coordinate-wise median of its own value and its heard
   neighbours'; within the honest values' range while fewer than half of them are hostile.
 
@@ -53,7 +54,7 @@ def clip_radius(clip_multiple: float, lr: float, gmax: float, sigma: float, num_
 
 def self_centred_clip(own: np.ndarray, payloads: np.ndarray, weights: np.ndarray, heard: np.ndarray,
                       radius: float) -> np.ndarray:
-    """(M, P) x_i + Σ_j W_ij CLIP(s_j − x_i, τ) over the heard slots (ClippedGossip, eq. 3)."""
+    """(M, P) x_i + Σ_j W_ij CLIP(s_j − x_i, τ) over the heard slots (ClippedGossip, Algorithm 1)."""
     new = np.array(own, dtype=np.float64, copy=True)
     for j in range(payloads.shape[1]):
         change = payloads[:, j] - own
