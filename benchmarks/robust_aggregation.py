@@ -6,8 +6,8 @@ averaging algorithm (FedAvg, DP-PASGD, PADPFL, gossip, D-PSGD) × each of its ru
 manipulation; identical and diverse attackers; a lying quality score for PADPFL) × 10 % and 30 %
 hostile nodes, over ``--seeds`` seeds, in sim on 10 nodes of synthetic data. For each cell: the
 change of the test accuracy from the clean model's (the paper's rule, no attack, the same seed),
-its mean and 95 % paired t interval over the seeds (testbed.reports.stats.paired), and the mean
-distance of the model from the clean one. The tables are written into docs/robust-aggregation.md
+its mean and 95 % paired t interval over the seeds (testbed.reports.stats.paired), and the
+distance of the model from the clean one, its mean and t interval. The tables are written into docs/robust-aggregation.md
 between its markers (``--write``), with which rule holds per algorithm: every attack at the share
 leaves the mean accuracy within :data:`HOLDS` of the clean model's.
 
@@ -53,7 +53,7 @@ from pathlib import Path
 import numpy as np
 
 from testbed.algorithms.aggregate import AGGREGATIONS, Aggregation
-from testbed.reports.stats import paired
+from testbed.reports.stats import paired, t_interval
 from testbed.util.threads import limit_blas_threads
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -152,9 +152,12 @@ def grid(seeds: int, algorithms: tuple[str, ...] = attacks.ALGORITHMS) -> dict[t
 
 
 def _cell(values: list[tuple[float, float, float]]) -> str:
+    """Accuracy change from the clean model, mean [paired 95 % interval] over the seeds; then the
+    distance from the clean model, mean [95 % t interval]."""
     acc, base, dist = (np.array(v) for v in zip(*values))
-    d = paired(acc, base)
-    return f"{d.mean:+.2f} [{d.ci_low:+.2f}, {d.ci_high:+.2f}] · {float(np.mean(dist)):.2g}"
+    d, far = paired(acc, base), t_interval(dist)
+    return (f"{d.mean:+.2f} [{d.ci_low:+.2f}, {d.ci_high:+.2f}] · "
+            f"{float(far.mean):.2g} [{max(float(far.ci_low), 0.0):.2g}, {float(far.ci_high):.2g}]")
 
 
 def holding(results: dict, algorithm: str, share: float) -> list[str]:
@@ -176,7 +179,8 @@ def tables(results: dict, seeds: int, seconds: float) -> str:
         lines.append(f"| {algorithm} | {base:.3f} | {ten} | {thirty} |")
     for algorithm in algorithms:
         columns = [("clean", 0.0)] + [(a, s) for a in attacks.attacks_of(algorithm) for s in attacks.SHARES]
-        lines += ["", f"**{algorithm}** (accuracy change [95 % interval] · distance from the clean model)", "",
+        lines += ["", f"**{algorithm}** (accuracy change [95 % interval] · distance from the clean model [95 % "
+                      f"interval])", "",
                   "| rule | " + " | ".join(a if a == "clean" else f"{a} {s:.0%}" for a, s in columns) + " |",
                   "|---" * (len(columns) + 1) + "|"]
         for rule in attacks.rules_of(algorithm):
