@@ -58,10 +58,11 @@ def test_norm_clip_clips_changes_at_a_multiple_of_their_median_then_takes_the_we
     changes = np.array([[3.0, 4.0], [0.0, 1.0], [0.0, -2.0], [6.0, 8.0]])  # norms 5, 1, 2, 10: median 3.5
     rule = Aggregation("norm_clip", clip_multiple=2.0)  # bound 7: only the last is clipped, to [4.2, 5.6]
     np.testing.assert_allclose(rule.combine(c + changes, reference=c), c + [1.8, 2.15], rtol=0, atol=1e-15)
-    # Weighted, each row's pull w_k ||change|| is bounded by bound/M before its weight counts: the
-    # radius of a row of weight w is 7 min(1, 1/(4 w)), 4.375 for the last (0.4): clipped to [2.625, 3.5].
+    # Weighted, robustness comes before the weights: each weight capped at their median (0.25) and
+    # renormalised, [0.125, 0.25, 0.3125, 0.3125]; each row's pull w_k ||change|| bounded by bound/M,
+    # a radius of 7 min(1, 1/(4 w)): 5.6 for the last, clipped to [3.36, 4.48].
     w = np.array([0.1, 0.2, 0.3, 0.4])
-    np.testing.assert_allclose(rule.combine(c + changes, w, reference=c), c + [1.35, 1.4], rtol=0, atol=1e-15)
+    np.testing.assert_allclose(rule.combine(c + changes, w, reference=c), c + [1.425, 1.525], rtol=0, atol=1e-14)
     # Without a reference the rows are the changes themselves.
     np.testing.assert_allclose(rule.combine(changes), [1.8, 2.15], rtol=0, atol=1e-15)
     # Every change 0 (a median of 0): nothing moves, no division by zero.

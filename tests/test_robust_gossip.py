@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from hypothesis.extra.numpy import arrays
 
-from testbed.algorithms.aggregate import Aggregation, bucket_stream, buckets
+from testbed.algorithms.aggregate import Aggregation, bucket_stream, buckets, robust_weights
 from testbed.algorithms.neighbourhood import clip_radius, median, self_centred_clip, trimmed_mean
 from testbed.config import load_config_text
 from testbed.errors import ConfigError
@@ -134,11 +134,28 @@ def test_a_row_of_any_weight_pulls_the_aggregate_no_further_than_an_equal_row_at
     change = rows - c
     norms = np.linalg.norm(change, axis=1)
     radius = 2.0 * float(np.median(norms))
+    w = robust_weights(w)  # capped at the median weight first
     radii = radius * np.minimum(1.0, 1.0 / (m * w))
     scale = np.where(norms > radii, radii / np.where(norms > 0, norms, 1.0), 1.0)
     others = c + sum(w[k] * scale[k] * change[k] for k in range(m) if k != a)
     pull = np.linalg.norm(agg.combine(rows, w, c) - others)
     assert pull <= radius / m * (1 + 1e-9) + 1e-9 * (1 + np.abs(rows).max() + np.abs(c).max())
+
+
+@given(rows=arrays(np.float64, st.tuples(st.integers(3, 10), st.integers(1, 3)), elements=FINITE),
+       data=st.data(), rule=st.sampled_from(["norm_clip", "centred_clip"]))
+def test_a_weight_above_the_median_buys_nothing(rows, data, rule):
+    # The node with the largest weight claims more (a size, a quality score; up to 1e6 times the
+    # others): counted at the median weight either way, the aggregate does not move.
+    m = rows.shape[0]
+    raw = np.asarray(data.draw(st.lists(st.floats(0.01, 1.0), min_size=m, max_size=m)))
+    a = int(np.argmax(raw))
+    lying = raw.copy()
+    lying[a] = data.draw(st.floats(1.0, 1e6))
+    agg = Aggregation(rule)
+    c = np.zeros(rows.shape[1])
+    np.testing.assert_allclose(agg.combine(rows, lying / lying.sum(), c), agg.combine(rows, raw / raw.sum(), c),
+                               rtol=1e-9, atol=1e-9 * (1 + np.abs(rows).max()))
 
 
 def test_centred_clipping_iterates_from_the_reference_and_leaves_a_far_row_out():

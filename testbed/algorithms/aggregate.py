@@ -24,10 +24,11 @@ rule applied to the ⌈M/s⌉ bucket means.
 
 Weights decide which rows take part (a row of weight 0 is left out by the caller); only the
 rules registered with ``uses_weights`` (mean, norm_clip, centred_clip) use their values, and the
-robust ones bound a row's **pull** before its weight can scale it: a row of weight w_k pulls the
-aggregate by at most τ/M, as a row of equal weight 1/M at the radius τ (τ_k = τ min(1, 1/(M w_k))).
-A node that lies about its size or score (PADPFL's capped share) gains a smaller pull, never a
-larger one.
+robust ones apply robustness before the weights: each weight is capped at the median weight
+(:func:`robust_weights`), and each row's **pull** is bounded before its weight can scale it, at
+most τ/M, as a row of equal weight 1/M at the radius τ (τ_k = τ min(1, 1/(M w_k)),
+:func:`pull_radii`). A node that lies about its size or score (PADPFL's capped share) then has no
+more say than a typical honest node.
 
 Example::
 
@@ -142,6 +143,19 @@ def _mean(updates, weights, reference, params):
     return updates.mean(axis=0) if weights is None else weights @ updates
 
 
+def robust_weights(weights: np.ndarray | None) -> np.ndarray | None:
+    """The weights a robust weighted rule uses: each capped at the median weight, then renormalised.
+    With fewer than half the rows hostile the median lies between two honest weights, so a node
+    lying about its size or score (PADPFL's capped share) gets no more say than a typical honest
+    node, and no honest node loses its share to it; a weight below the median still lowers a row's
+    say. Equal weights are unchanged."""
+    if weights is None:
+        return None
+    w = np.asarray(weights, dtype=np.float64)
+    capped = np.minimum(w, float(np.median(w)))
+    return capped / capped.sum()
+
+
 def pull_radii(radius: float, weights: np.ndarray | None, m: int) -> float | np.ndarray:
     """Each row's clip radius so that its pull on a weighted mean, w_k ‖clipped change‖, is at most
     radius/M, an equal-weight row's at the radius: τ_k = τ min(1, 1/(M w_k)) (None: τ for all).
@@ -162,6 +176,7 @@ def _norm_clip(updates, weights, reference, params):
     c = np.zeros(updates.shape[1]) if reference is None else reference
     along = updates @ c
     norms = np.sqrt(np.maximum(np.einsum("ij,ij->i", updates, updates) - 2.0 * along + c @ c, 0.0))
+    weights = robust_weights(weights)
     bound = pull_radii(params.clip_multiple * float(np.median(norms)), weights, len(norms))
     scale = np.divide(bound, norms, out=np.ones_like(norms), where=norms > bound)
     coef = scale / len(scale) if weights is None else weights * scale  # the weighted mean of the clipped rows
@@ -178,6 +193,7 @@ def _centred_clip(updates, weights, reference, params):
     # cannot raise it). With weights, each row's pull is bounded before its weight scales it
     # (pull_radii).
     m = updates.shape[0]
+    weights = robust_weights(weights)
     v = np.zeros(updates.shape[1]) if reference is None else np.array(reference, dtype=np.float64)
     radius = pull_radii(params.clip_multiple * float(np.median(np.linalg.norm(updates - v, axis=1))), weights, m)
     coef_w = np.full(m, 1.0 / m) if weights is None else np.asarray(weights, dtype=np.float64)
