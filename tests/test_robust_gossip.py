@@ -262,59 +262,51 @@ def test_the_server_rules_take_centred_clipping_with_buckets():
 
 # ----------------------------------------------------------------------------- the ring of 6 (issue 40)
 
-RING = ('[run]\nname = "ring"\nalgorithm = "gossip"\nseed = {seed}\n[privacy]\ntight_accountant = "none"\n'
-        '[data]\ndataset = "synthetic"\nnum_nodes = 6\nsamples_per_node = 200\ndim = 10\nheterogeneity = 0.5\n'
-        '[gossip]\nrounds = 20\nbatch = 16\nlr = 0.2\nsigma = 0.02\nfading = "none"\n{keys}[topology]\nkind = "ring"\n')
+RING = ('[run]\nname = "ring"\nalgorithm = "{alg}"\nseed = {seed}\n[privacy]\ntight_accountant = "none"\n'
+        '[data]\ndataset = "synthetic"\nnum_nodes = 6\nsamples_per_node = 400\ndim = 10\nheterogeneity = 0.5\n'
+        '[{alg}]\nrounds = 20\nbatch = 16\nlr = 0.2\nsigma = 0.02\nfading = "none"\n{keys}[topology]\nkind = "{kind}"\n')
 
 
-@pytest.mark.parametrize("seed", [0, 1])
-def test_one_hostile_neighbour_at_the_bound_on_a_ring_of_6_cannot_steer_self_centred_clipping(seed):
+@pytest.mark.parametrize("alg,kind", [("gossip", "ring"), ("dpsgd", "ring"), ("gossip", "complete")])
+def test_one_hostile_neighbour_at_the_bound_on_a_ring_of_6_cannot_steer_self_centred_clipping(alg, kind):
     # Issue 40: one node sending the honest models reversed at 0.99 of the declared payload bound,
-    # its own reported model running away at 0.99 of its step bound, for 20 rounds.
-    loaded: dict = {}
-    text = lambda keys: RING.format(seed=seed, keys=keys)  # noqa: E731
-    clean = robust_attacks.run_text(text(""), None, [], loaded)
-    plain = robust_attacks.run_text(text(""), "reversal", [0], loaded)
-    clipped = robust_attacks.run_text(text('aggregation = "self_centred_clip"\n'), "reversal", [0], loaded)
-    assert clean.accuracy > 0.7
-    moved = {"mean": np.linalg.norm(plain.model - clean.model), "clip": np.linalg.norm(clipped.model - clean.model)}
-    assert moved["mean"] > 10 * np.linalg.norm(clean.model) and plain.accuracy < clean.accuracy - 0.1, moved
+    # its own reported model running away at 0.99 of its step bound, for 20 rounds (and the
+    # complete graph of 6 the issue also measured), over four seeds.
+    drops, moved = {"mean": [], "clip": []}, {"mean": [], "clip": []}
+    for seed in range(4):
+        loaded: dict = {}
+        text = lambda keys: RING.format(alg=alg, kind=kind, seed=seed, keys=keys)  # noqa: E731
+        clean = robust_attacks.run_text(text(""), None, [], loaded)
+        assert clean.accuracy > 0.6  # it learns (chance: 0.5)
+        for name, keys in (("mean", ""), ("clip", 'aggregation = "self_centred_clip"\n')):
+            hit = robust_attacks.run_text(text(keys), "reversal", [0], loaded)
+            drops[name].append(clean.accuracy - hit.accuracy)
+            moved[name].append(np.linalg.norm(hit.model - clean.model) / np.linalg.norm(clean.model))
+    # The mean: the honest models run off (by 1e6 clean norms) and the accuracy falls toward chance.
+    assert min(moved["mean"]) > 10 and np.mean(drops["mean"]) > 0.2, (moved, drops)
     # Clipped, the attacker moves each neighbour by at most W τ a round, as an honest step could.
-    assert moved["clip"] < 0.5 * np.linalg.norm(clean.model), moved
-    assert clipped.accuracy >= clean.accuracy - 0.05, (clipped.accuracy, clean.accuracy, plain.accuracy)
+    assert max(moved["clip"]) < 0.5 and np.mean(drops["clip"]) <= 0.05 and max(drops["clip"]) <= 0.1, (moved, drops)
 
 
-# ----------------------------------------------------------------------------- the benchmark and the help
+@pytest.mark.parametrize("alg", ["gossip", "dpsgd"])
+def test_self_centred_clippings_step_bound_does_not_grow_with_a_runaway_row(alg):
+    # Issue 40: the declared bounds grew with the attacker's own influence (11.7 -> 46.6). Under
+    # self_centred_clip a node's step bound is τ + γ g_max whatever the models; under the mean it
+    # follows the spread of the models, the attacker's row among them.
+    from testbed import assemble
+    from testbed.algorithms.contract import RoundContext
+    from testbed.orchestration.runner import load
 
-import robust_aggregation as bench  # noqa: E402
-
-DOC = Path(__file__).resolve().parents[1] / "docs" / "robust-aggregation.md"
-
-
-def _held_at_10(doc: str) -> dict[str, list[str]]:
-    grid = doc.split(bench.BEGIN, 1)[1].split(bench.END, 1)[0]
-    rows = [line.split("|") for line in grid.splitlines() if line.startswith("| ") and line.count("|") == 5]
-    return {cells[1].strip(): [r.strip(" `") for r in cells[3].split(",")] for cells in rows[1:]}
-
-
-def test_every_averaging_algorithm_has_a_rule_that_holds_at_10_percent_in_the_docs_and_the_help_names_it():
-    from testbed.algorithms.robust_choice import HOLDS_AT_10, help_text
-    from testbed.cli import build_parser
-
-    held = _held_at_10(DOC.read_text())
-    assert set(held) == set(robust_attacks.ALGORITHMS) == set(HOLDS_AT_10)
-    for algorithm, choice in HOLDS_AT_10.items():
-        assert choice.rule in held[algorithm], (algorithm, choice.rule, held[algorithm])
-    run = build_parser("run")._subparsers._group_actions[0].choices["run"]
-    assert help_text() in run.format_help()
-
-
-def test_the_benchmark_writes_its_tables_between_the_markers(tmp_path, capsys):
-    doc = tmp_path / "doc.md"
-    doc.write_text(f"before\n{bench.BEGIN}\nstale table\n{bench.END}\nafter\n")
-    bench.main(["--seeds", "2", "--algorithms", "dpsgd", "fedavg", "--write", str(doc)])
-    text = doc.read_text()
-    assert text.startswith("before\n") and text.endswith("after\n") and "stale table" not in text
-    held = _held_at_10(text)
-    assert set(held) == {"dpsgd", "fedavg"} and "self_centred_clip" in held["dpsgd"]
-    assert "| `self_centred_clip` |" in text and "reversal 30%" in text
+    bounds = {}
+    for keys in ("", 'aggregation = "self_centred_clip"\n'):
+        config = load_config_text(RING.format(alg=alg, kind="ring", seed=0, keys=keys))
+        data, model = load(config)
+        built = assemble.build_algorithm(config, model, data)
+        state = built.init_state(model.init(None))
+        ctx = RoundContext.everyone(0, 0, 6)
+        before = built.model_step_bound(state, ctx)
+        state["models"][0] += 1e3
+        bounds[keys] = (before, built.model_step_bound(state, ctx))
+    plain, clipped = bounds[""], bounds['aggregation = "self_centred_clip"\n']
+    assert plain[1] > plain[0] + 1e3
+    assert clipped[0] == clipped[1] == pytest.approx((0.25 * (0.2 + 0.02 * np.sqrt(model.num_params)) + 0.2) * (1 + 1e-9))
