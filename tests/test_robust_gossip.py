@@ -310,3 +310,19 @@ def test_self_centred_clippings_step_bound_does_not_grow_with_a_runaway_row(alg)
     plain, clipped = bounds[""], bounds['aggregation = "self_centred_clip"\n']
     assert plain[1] > plain[0] + 1e3
     assert clipped[0] == clipped[1] == pytest.approx((0.25 * (0.2 + 0.02 * np.sqrt(model.num_params)) + 0.2) * (1 + 1e-9))
+
+
+def test_a_robust_neighbourhood_this_machine_cannot_hold_is_refused_in_one_line_naming_the_key():
+    # Each receiver's neighbours apart is nodes x degree x parameters: 20,000 nodes on the complete
+    # graph would need tens of TiB; the mean's sparse product of the same run fits.
+    from testbed.resources import check_fits, estimate_bytes
+
+    text = ('[run]\nalgorithm = "dpsgd"\n[data]\ndataset = "synthetic"\nnum_nodes = 20000\nsamples_per_node = 10\n'
+            'dim = 2000\n[dpsgd]\n{keys}[topology]\nkind = "complete"\n')
+    robust = load_config_text(text.format(keys='aggregation = "self_centred_clip"\n'))
+    with pytest.raises(ConfigError) as err:
+        check_fits(robust)
+    assert str(err.value).startswith("config error: dpsgd.aggregation: ") and "\n" not in str(err.value)
+    plain = load_config_text(text.format(keys=""))
+    assert "neighbourhood" not in estimate_bytes(plain)
+    check_fits(plain)
