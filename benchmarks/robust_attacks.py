@@ -34,7 +34,6 @@ distance to the model of the same seed run clean under the paper's rule.
 
 from __future__ import annotations
 
-import math
 import statistics
 from dataclasses import dataclass
 from typing import Any
@@ -89,10 +88,12 @@ EXPERIMENTS = {
 
 
 def rules_of(algorithm: str) -> tuple[str, ...]:
+    """The rules the grid runs for ``algorithm`` (the receivers' for gossip and D-PSGD)."""
     return GRAPH_RULES if algorithm in ("gossip", "dpsgd") else SERVER_RULES
 
 
 def attacks_of(algorithm: str) -> tuple[str, ...]:
+    """The attacks the grid runs for ``algorithm`` (the lying score only where a score is reported)."""
     return ATTACKS if algorithm == "padpfl" else ATTACKS[:-1]
 
 
@@ -119,6 +120,8 @@ def experiment_text(algorithm: str, rule: str, hostile: int, seed: int) -> str:
 
 @dataclass(frozen=True)
 class Outcome:
+    """What a run ends with: the evaluated model's test accuracy and the model."""
+
     accuracy: float
     model: np.ndarray
 
@@ -241,14 +244,6 @@ def _poison_own_rows(alg, state, ctx, down, out, bad, good) -> None:
         out.tensors["model"][node] = sent[node] + AT_BOUND * spec.max_norm * away
 
 
-def clean_runs(algorithm: str, seeds: range, loaded: dict) -> dict[int, Outcome]:
-    """The paper's rule without hostile nodes, per seed: the clean model."""
-    return {seed: run_case(algorithm, "mean", None, 0.0, seed, loaded) for seed in seeds}
-
-
 def distance(a: np.ndarray, b: np.ndarray) -> float:
+    """‖a − b‖ of two models."""
     return float(np.linalg.norm(a - b))
-
-
-def finite(x: float) -> float:
-    return x if math.isfinite(x) else float("nan")
