@@ -28,7 +28,7 @@ import numpy as np
 from pydantic import model_validator
 
 from testbed.algorithms import dp_pasgd_cli, mcu_logistic
-from testbed.algorithms.aggregate import Aggregation, AggregationOptions
+from testbed.algorithms.aggregate import Aggregation, AggregationOptions, bucket_stream
 from testbed.algorithms.base import BYTES_PER_REAL, BaseAlgorithm, RoundCost, standard_normals
 from testbed.algorithms.batches import check_batches, node_keys, uniform_batches
 from testbed.algorithms.contract import (McuTask, MetricSpec, NodeResult, RoundContext, ServerResult, State, TensorSpec,
@@ -357,7 +357,8 @@ class DpPasgd(BaseAlgorithm):
         answered: θ stays."""
         if not result.node_ids:
             return ServerResult(state)
-        return ServerResult({"model": self.aggregation.combine(result.tensors["update"], reference=state["model"])})
+        return ServerResult({"model": self.aggregation.combine(result.tensors["update"], reference=state["model"],
+                                                              shuffle=bucket_stream(ctx.seed, ctx.round_index))})
 
 
 def build(sections: dict[str, Any], ctx: BuildContext) -> DpPasgd:
