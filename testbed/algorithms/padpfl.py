@@ -51,8 +51,9 @@ import numpy as np
 from pydantic import Field, field_validator, model_validator
 
 from testbed.algorithms import padpfl_cli
-from testbed.algorithms.aggregate import Aggregation, AggregationOptions
-from testbed.algorithms.base import BaseAlgorithm, RoundCost, SizeSetup, gaussian_release, released_events
+from testbed.algorithms.aggregate import Aggregation, AggregationOptions, bucket_stream
+from testbed.algorithms.base import (BaseAlgorithm, RoundCost, SizeSetup, gaussian_release, released_events,
+                                     standard_normals)
 from testbed.algorithms.batches import check_batches, uniform_batches
 from testbed.algorithms.bounds import gaussian_entry_bound, gaussian_norm_bound
 from testbed.algorithms.contract import NodeResult, RoundContext, ServerResult, State, TensorSpec
@@ -64,7 +65,7 @@ from testbed.errors import ConfigError
 from testbed.ledger.events import Event, GaussianEvent
 from testbed.models import Model
 from testbed.privacy import padpfl as dp
-from testbed.privacy import zcdp
+from testbed.privacy import canaries, zcdp
 from testbed.rng import GLOBAL, Purpose, stream
 from testbed.sections import NonNegative, OnlyWith, Positive, Section
 from testbed.util.parallel import split_work
@@ -522,18 +523,26 @@ class Padpfl(SizeSetup, BaseAlgorithm):
         weights = np.full(idx.shape[:1] + idx.shape[2:], 1.0 / self.batch)
         params = start.copy()
 
+        due = self.uploads_in(ids, r)
+        audited = self.dp_sgd and canaries.auditing()
+
         def local_steps(lo: int, hi: int) -> None:  # nodes lo..hi (each node's steps are its own)
             mine, theirs = params[lo:hi], start[lo:hi]
-            # DP-SGD: each step's noise, σ of the steps' event (upload_release), from the node's own
-            # NOISE stream (keyed by its secret when it has one), one step's (P,) after another.
-            secrets = ctx.secrets or {}
-            noises = [stream(ctx.seed, n, r, Purpose.NOISE, secrets.get(n)) for n in ids[lo:hi]] if self.dp_sgd else []
+            noise = None
+            if self.dp_sgd:  # every step's noise, σ of the steps' event (upload_release), from the node's NOISE stream
+                noise = np.empty((hi - lo, self.local_steps, params.shape[1]))
+                standard_normals(noise, ctx.seed, ids[lo:hi], r, Purpose.NOISE, ctx.secrets)
+                noise *= self.step_sigma
+                for i in np.flatnonzero(due[lo:hi]) if audited else ():  # a due node's canaries ride on its steps' noise
+                    event = self.upload_release(ids[lo + i], r)
+                    canaries.insert(noise[i:i + 1], ids[lo + i:lo + i + 1], r, reach=self.step_sensitivity,
+                                    adjacency=event.adjacency, rates=[event.sampling_rate], observer=event.observer)
             for step in range(self.local_steps):
                 rows = idx[lo:hi, step]
                 _, grad = self.model.loss_and_grad(mine, train.x[rows], train.y[rows], weights[lo:hi],
                                                    self.sample_clip if self.dp_sgd else None)
-                for i, rng in enumerate(noises):  # the mean of clipped per-sample gradients, noised
-                    grad[i] += self.step_sigma * rng.standard_normal(grad.shape[1])
+                if noise is not None:
+                    grad += noise[:, step]  # the mean of clipped per-sample gradients, noised
                 grad += self.mu * (mine - theirs)  # eq. (31): ∇h = ∇l_i + μ(x − x~)
                 mine -= self.lr * grad
 
@@ -541,7 +550,6 @@ class Padpfl(SizeSetup, BaseAlgorithm):
         split_work(len(ids), local_steps, numbers=0 if self.model.name == "torch" else params.size * self.local_steps)
         if self.clip is not None:  # x / max(1, ||x||/B), the whole vector (§2.2)
             params /= np.maximum(1.0, np.linalg.norm(params, axis=1) / self.clip)[:, None]
-        due = self.uploads_in(ids, r)
         rows = np.flatnonzero(due)  # only a due node releases anything; the others upload zeros
         everyone = len(rows) == len(ids)
         due_ids = [ids[i] for i in rows]
@@ -550,8 +558,10 @@ class Padpfl(SizeSetup, BaseAlgorithm):
         if self.dp_sgd:  # the steps were noised; the clipped upload is their post-processing
             uploads = {n: self.upload_release(n, r) for n in due_ids}
         elif self.private:  # eq. (8)
+            # An audit's canaries are sized 2B, what one record can move a clipped SGD-trained
+            # model by, whatever the ledger's sensitivity setting claims (2B/m_i under eq. 7).
             mine, events = gaussian_release(params if everyone else params[rows], due_ids, ctx,
-                                            lambda n: self.upload_release(n, r))
+                                            lambda n: self.upload_release(n, r), reach=lambda _: 2.0 * self.clip)
             if not everyone:
                 params[rows] = mine
             uploads = dict(zip(due_ids, events))
@@ -640,7 +650,8 @@ class Padpfl(SizeSetup, BaseAlgorithm):
             return ServerResult({"model": state["model"], **history})
         rows = [result.node_ids.index(n) for n in np.flatnonzero(p)]
         heard = np.flatnonzero(p)
-        model = self.aggregation.combine(result.tensors["update"][rows], p[heard], state["model"])  # eq. (11): Σ p'_i x~_i
+        model = self.aggregation.combine(result.tensors["update"][rows], p[heard], state["model"],
+                                         bucket_stream(ctx.seed, ctx.round_index))  # eq. (11): Σ p'_i x~_i
         if self.private:
             model += self.server_sigma(p) * stream(ctx.seed, GLOBAL, ctx.round_index, Purpose.NOISE).standard_normal(model.shape[0])
         return ServerResult({"model": model, **history}, self._broadcast_events(p, ctx.round_index))
