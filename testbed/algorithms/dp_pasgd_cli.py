@@ -237,6 +237,7 @@ STATEMENT = PrivacyStatement(
               "tests/test_models.py::test_clipping_bounds_every_per_sample_gradient",
               "tests/test_sound_sensitivities.py::test_a_g_below_the_models_own_bound_needs_the_clip_that_enforces_it",
               "tests/test_privacy_zcdp.py::test_check3_paper_literal_eq23_is_flagged_as_not_private",
+              "tests/test_privacy_audit.py::test_audit_passes_sound_dp_pasgd_and_catches_noise_for_a_sensitivity_m_times_too_small",
               "tests/test_sound_sensitivities.py::test_a_delta_at_or_above_one_over_m_is_refused_unless_a_reproduction",
               "Hu et al., DP-PASGD, eq. (9) (dp-pasgd.md §2.2-2.3); Balle, Barthe and Gaboardi 2018 (amplification "
               "by subsampling, as dp-accounting implements it)"))

@@ -132,4 +132,5 @@ STATEMENT = PrivacyStatement(
               "tests/test_sound_sensitivities.py::test_dp_sgd_learns_above_the_majority_share_at_a_sound_epsilon",
               "tests/test_padpfl.py::test_a_run_reports_both_observers_the_papers_accounting_and_the_resolved_min_samples",
               "tests/test_padpfl.py::test_quality_score_is_clipped_noised_charged_and_turned_into_a_softmax",
+              "tests/test_privacy_audit.py::test_audit_of_padpfl_refutes_the_papers_sensitivity_for_sgd",
               "Talaei and Izadi, eqs. (6)-(8), (13) (adaptive-dp.md §2); Abadi et al. 2016 (DP-SGD)"))
