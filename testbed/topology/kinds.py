@@ -25,13 +25,16 @@ Example::
 from __future__ import annotations
 
 import math
+from array import array
 from pathlib import Path
 
 import numpy as np
 
+from testbed.errors import UserError
 from testbed.topology.graph import Graph
+from testbed.util.userfiles import bounded_lines
 
-__all__ = ["ring", "torus", "torus_rows", "k_regular", "erdos_renyi", "from_edge_list"]
+__all__ = ["ring", "torus", "torus_rows", "k_regular", "erdos_renyi", "from_edge_list", "max_edge_list_bytes"]
 
 #: Attempts at one random cycle or matching before k_regular gives up (each repeats an earlier edge
 #: with probability about 1 − exp(−2j) for the j-th cycle: a few hundred tries for d = 8).
@@ -132,23 +135,48 @@ def _pair_of(index: np.ndarray, num_nodes: int) -> np.ndarray:
     return np.column_stack([i, i + 1 + index - start])
 
 
-def from_edge_list(num_nodes: int, path: str | Path) -> Graph:
+#: Bytes an edge list may spend per edge it can hold: two ids, separators and a short comment.
+EDGE_LINE_BYTES = 128
+#: Bytes an edge list may hold besides its edges (a header of comments).
+EDGE_HEADER_BYTES = 64 * 1024
+
+
+def max_edge_list_bytes(num_nodes: int, max_edges: int) -> int:
+    """The largest edge list file of N nodes read at all: as many lines as the graph can have
+    edges (at most N(N − 1)/2, and ``max_edges``) of :data:`EDGE_LINE_BYTES` each, plus a header."""
+    return min(num_nodes * (num_nodes - 1) // 2, max_edges) * EDGE_LINE_BYTES + EDGE_HEADER_BYTES
+
+
+def from_edge_list(num_nodes: int, path: str | Path, max_edges: int | None = None) -> Graph:
     """The graph of an edge list file: ``i j`` per line, whitespace or comma separated, ``#``
-    comments. Raises ValueError (with the line) on anything else."""
-    pairs: list[tuple[int, int]] = []
-    text = Path(path).read_text(encoding="utf-8", errors="strict")
-    for number, line in enumerate(text.splitlines(), start=1):
-        words = line.split("#", 1)[0].replace(",", " ").split()
-        if not words:
-            continue
-        # ASCII digits only: str.isdigit also takes "²", which int() refuses.
-        if len(words) != 2 or not all(w.isascii() and w.isdigit() for w in words):
-            raise ValueError(f"{path}:{number}: expected two node ids, got {line.strip()[:60]!r}")
-        i, j = int(words[0]), int(words[1])
-        if max(i, j) >= num_nodes:  # checked here, with the line: a huge id would not fit an int64
-            raise ValueError(f"{path}:{number}: a node id outside 0..{num_nodes - 1}")
-        pairs.append((i, j))
+    comments. The file is checked before it is read (a regular file of at most
+    :func:`max_edge_list_bytes`: never /dev/zero or a 1.6 GB list for 16 nodes) and read a line at
+    a time with a running count of its edges (at most N(N − 1)/2 and ``max_edges``).
+
+    Raises:
+        ValueError: anything else, one line (naming the line).
+    """
+    cap = num_nodes * (num_nodes - 1) // 2 if max_edges is None else min(max_edges, num_nodes * (num_nodes - 1) // 2)
+    ids = array("q")
     try:
-        return Graph.from_edges(num_nodes, np.array(pairs, dtype=np.int64).reshape(-1, 2))
+        for number, line in enumerate(bounded_lines(Path(path), max_edge_list_bytes(num_nodes, cap), "edge list"),
+                                      start=1):
+            words = line.split("#", 1)[0].replace(",", " ").split()
+            if not words:
+                continue
+            # ASCII digits only: str.isdigit also takes "²", which int() refuses.
+            if len(words) != 2 or not all(w.isascii() and w.isdigit() for w in words):
+                raise ValueError(f"{path}:{number}: expected two node ids, got {line.strip()[:60]!r}")
+            i, j = int(words[0]), int(words[1])
+            if max(i, j) >= num_nodes:  # checked here, with the line: a huge id would not fit an int64
+                raise ValueError(f"{path}:{number}: a node id outside 0..{num_nodes - 1}")
+            if len(ids) >= 2 * cap:  # duplicates included: a list longer than any graph of N nodes
+                raise ValueError(f"{path}:{number}: more than the {cap:,} edges a graph of {num_nodes} nodes may hold")
+            ids.append(i)
+            ids.append(j)
+    except UserError as exc:
+        raise ValueError(str(exc).removeprefix("edge list ")) from None
+    try:
+        return Graph.from_edges(num_nodes, np.frombuffer(ids, dtype=np.int64).reshape(-1, 2))
     except ValueError as exc:
         raise ValueError(f"{path}: {exc}") from None
