@@ -22,7 +22,6 @@ Example::
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -45,6 +44,7 @@ from testbed.models import kinds as model_kinds
 from testbed.privacy.accountants import registry as accountants
 from testbed.sections import NonNegative, OnlyWith, Positive, Section, attribute_docstrings
 from testbed.stragglers import StragglersSection
+from testbed.util import jsontext
 
 
 class RunSection(Section):
@@ -551,7 +551,7 @@ def _ranges(prop: dict[str, Any], each: str = "") -> list[str]:
 
 
 def json_schema_text() -> str:
-    return json.dumps(json_schema(), indent=2) + "\n"
+    return jsontext.dumps(json_schema(), indent=2) + "\n"
 
 
 def toml_value(v: Any) -> str:

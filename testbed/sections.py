@@ -33,7 +33,6 @@ Example::
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, TypeVar
 
@@ -41,6 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler, model_v
 from pydantic_core import CoreSchema
 
 from testbed.limits import MAX_FLOAT, MAX_INT, MIN_POSITIVE
+from testbed.util import jsontext
 
 T = TypeVar("T")
 
@@ -68,7 +68,7 @@ class OnlyWith:
         """The choice in the file's words: ``model = "bernoulli" or "deadline"``, ``mcu set``."""
         if not self.choices:
             return f"{self.key} set"
-        return f"{self.key} = " + " or ".join(json.dumps(choice) for choice in self.choices)
+        return f"{self.key} = " + " or ".join(jsontext.dumps(choice) for choice in self.choices)
 
 
 def field_default(cls: type[BaseModel], name: str) -> Any:

@@ -42,7 +42,6 @@ Inventory (TOML)::
 
 from __future__ import annotations
 
-import json
 import os
 import pwd
 import re
@@ -60,6 +59,7 @@ from testbed.mqtt import acl
 from testbed.mqtt.broker import parse_broker_url
 from testbed.mqtt.brokers import registry as brokers
 from testbed.orchestration.certificates import make_broker_tls
+from testbed.util import jsontext
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -323,7 +323,7 @@ def provision(inventory: Inventory, out: Path, *, tls: bool = False, broker_dir:
         acl.write_private(broker_files / fmt.config_name, conf)
         services = {user: pw for user, pw in passwords.items() if user not in nodes}
         coordinator = _private_dir(out / "coordinator")
-        acl.write_private(coordinator / "credentials.json", json.dumps(services, indent=2) + "\n")
+        acl.write_private(coordinator / "credentials.json", jsontext.dumps(services, indent=2) + "\n")
         if made is not None:
             (coordinator / "ca.pem").write_bytes(made.ca_pem)
         bundles = {b.host: _bundle(inventory, b, passwords[str(b.node_id)], out / "boards" / b.host, ca_pem)
@@ -336,7 +336,7 @@ def provision(inventory: Inventory, out: Path, *, tls: bool = False, broker_dir:
 def _bundle(inventory: Inventory, board: Board, password: str, folder: Path, ca_pem: bytes | None) -> Path:
     """One board's bundle: its node file, its own password, the CA (``ca_pem``), its data and the unit."""
     _private_dir(folder)
-    acl.write_private(folder / "credentials.json", json.dumps({str(board.node_id): password}, indent=2) + "\n")
+    acl.write_private(folder / "credentials.json", jsontext.dumps({str(board.node_id): password}, indent=2) + "\n")
     data = board.data_path
     if board.data is not None:
         (folder / "data").mkdir()

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 from urllib.parse import unquote, urlparse
 
 from testbed.reports.tracking import RoundRecord
+from testbed.util import jsontext
 
 if TYPE_CHECKING:
     from testbed.config import Config
@@ -134,7 +135,7 @@ class MlflowTracker:
                                     tags={"testbed.run_dir": str(self._run_dir.resolve()),
                                           "testbed.algorithm": config.run.algorithm, "testbed.mode": config.run.mode})
             self._run_id = run.info.run_id
-            (self._run_dir / RUN_FILE).write_text(json.dumps({"tracking_uri": uri, "run_id": self._run_id}) + "\n")
+            (self._run_dir / RUN_FILE).write_text(jsontext.dumps({"tracking_uri": uri, "run_id": self._run_id}) + "\n")
             params = [Param(k, v) for k, v in flat_params(to_dict(config))]
             for i in range(0, len(params), _BATCH_PARAMS):
                 client.log_batch(self._run_id, params=params[i:i + _BATCH_PARAMS])
