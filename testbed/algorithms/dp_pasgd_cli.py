@@ -22,7 +22,9 @@ except ModuleNotFoundError:  # Python 3.10
 from testbed.algorithms.registry import Command
 from testbed.arguments import COUNT, POSITIVE, PROBABILITY, Number, calculator, finite_result
 from testbed.errors import ConfigError, UserError
+from testbed.limits import MAX_TEXT_FILE_BYTES
 from testbed.util import jsontext
+from testbed.util.userfiles import read_text
 
 #: The experiment planned when no FILE is given.
 DEFAULT_EXPERIMENT = """
@@ -139,10 +141,12 @@ def _plan(args: argparse.Namespace) -> int:
     from testbed.privacy.zcdp import SigmaCalibration
 
     if args.file is not None:
+        if not args.file.exists():
+            raise ConfigError(str(args.file), "experiment file not found")
         try:
-            text, source = args.file.read_text(), str(args.file)
-        except FileNotFoundError:
-            raise ConfigError(str(args.file), "experiment file not found") from None
+            text, source = read_text(args.file, MAX_TEXT_FILE_BYTES, "experiment file"), str(args.file)
+        except UserError as exc:
+            raise ConfigError(str(args.file), str(exc).removeprefix(f"experiment file {args.file}: ")) from None
     else:
         text, source = DEFAULT_EXPERIMENT, "<built-in Adult-2 experiment>"
     try:

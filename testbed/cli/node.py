@@ -12,7 +12,8 @@ from pathlib import Path
 from nodes.meters import registry as meters
 from testbed.arguments import CHUNK_BYTES, COUNT, NODE_ID, PID, Number, NumberList
 from testbed.errors import UserError
-from testbed.limits import MAX_INT
+from testbed.limits import MAX_INT, MAX_TEXT_FILE_BYTES
+from testbed.util.userfiles import read_text
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -148,8 +149,8 @@ def _serve(args: argparse.Namespace, ids: list[int] | None) -> int:
 
 def _load_credentials(path: Path) -> dict[str, str]:
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
+        data = json.loads(read_text(path, MAX_TEXT_FILE_BYTES, "file"))
+    except (UserError, ValueError) as exc:
         raise UserError(f"cannot read credentials {path}: {exc}") from None
     if not isinstance(data, dict):
         raise UserError(f"{path} is not a credentials file of `testbed acl`")

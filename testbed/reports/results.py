@@ -45,10 +45,11 @@ from testbed.ledger.events import Event, EventBatch, StraggleEvent
 from testbed.ledger.fields import MEASURED_FIELDS
 from testbed.ledger.files import LedgerMark, parse_rows, read_ledger
 from testbed.ledger.node import SPENT_AGAIN
+from testbed.limits import MAX_RUN_FILE_BYTES
 from testbed.reports.asked import Asked, read_asked
 from testbed.reports.refusals import Refusal, read_refusals
-from testbed.util.appendlog import AppendLog, Mark, sha256_file, swap_file, tail_after, write_atomic, write_swapping
 from testbed.util import jsontext
+from testbed.util.appendlog import AppendLog, Mark, sha256_file, swap_file, tail_after, write_atomic, write_swapping
 from testbed.util.dirlock import DirectoryLock
 from testbed.util.jsontext import finite
 from testbed.util.userfiles import read_text
@@ -369,9 +370,9 @@ def read_metrics(run_dir: Path) -> list[dict[str, int | float]]:
     file if it is missing or a row is not numbers (an integer column's cell not an integer)."""
     path = Path(run_dir) / "metrics.csv"
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"{path}: unreadable ({_one_line(exc)})") from None
+        text = read_text(path, MAX_RUN_FILE_BYTES, "")
+    except UserError as exc:
+        raise UserError(f"{path}: unreadable ({str(exc).removeprefix(f' {path}: ')})") from None
     if text and not text.endswith("\n"):
         text = text[: text.rfind("\n") + 1]  # a killed run's last row may be cut
     rows = []

@@ -21,8 +21,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 from urllib.parse import unquote, urlparse
 
+from testbed.errors import UserError
 from testbed.reports.tracking import RoundRecord
 from testbed.util import jsontext
+from testbed.util.userfiles import read_text
 
 if TYPE_CHECKING:
     from testbed.config import Config
@@ -181,8 +183,8 @@ class MlflowTracker:
     def _resumed(self, uri: str) -> str | None:
         """The MLflow run a resumed run logged to, if RUN_FILE names one in this store."""
         try:
-            known = json.loads((self._run_dir / RUN_FILE).read_text())
-        except (OSError, ValueError):
+            known = json.loads(read_text(self._run_dir / RUN_FILE, 64 * 1024, RUN_FILE))
+        except (UserError, ValueError):
             return None
         if not isinstance(known, dict) or known.get("tracking_uri") != uri or not isinstance(known.get("run_id"), str):
             return None
