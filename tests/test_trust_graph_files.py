@@ -61,7 +61,7 @@ def test_duplicates_within_the_size_are_counted_as_they_are_read(tmp_path):
     """Under the size cap but more lines than N(N − 1)/2: the running count refuses it at the line."""
     dup = tmp_path / "dup.txt"
     dup.write_text("0 1\n" * 16)
-    with pytest.raises(ValueError, match=r"dup.txt:16: more than the 15 edges"):
+    with pytest.raises(ValueError, match=r"dup.txt: more than the 15 edges"):
         from_edge_list(N, dup)
 
 
@@ -103,3 +103,33 @@ def test_the_watch_page_names_an_unreadable_edge_list(tmp_path, dwfl_topology):
     first = json.loads(json.dumps(feed.poll(), allow_nan=False))
     assert "topology.path" in first["run"]["error"] and "/dev/zero" in first["run"]["error"]
     assert feed.snapshot()["graph"] is None
+
+
+_LINES = st.one_of(
+    st.tuples(st.integers(0, N - 1), st.integers(0, N - 1)).map(lambda p: f"{p[0]} {p[1]}"),
+    st.tuples(st.integers(0, N - 1), st.integers(0, N - 1)).map(lambda p: f"{p[0]},\t{p[1]}  # a comment"),
+    st.sampled_from(["", "   ", "# header", "\r"]))
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lines=st.lists(_LINES, max_size=20), chunk=st.integers(1, 40), end=st.sampled_from(["\n", "\r\n"]))
+def test_numpys_pieces_and_the_line_parser_read_the_same_graph(tmp_path, monkeypatch, lines, chunk, end):
+    """Pieces of plain lines go through numpy, others line by line, wherever the pieces are cut."""
+    import functools
+
+    from testbed.topology import kinds
+    from testbed.topology.graph import Graph
+    from testbed.util.userfiles import bounded_chunks
+
+    path = tmp_path / "mixed.txt"
+    path.write_text(end.join(lines) + (end if lines else ""))
+    pairs = [tuple(int(w) for w in line.split("#")[0].replace(",", " ").split()) for line in lines
+             if line.split("#")[0].strip()]
+    monkeypatch.setattr(kinds, "bounded_chunks", functools.partial(bounded_chunks, chunk_bytes=chunk))
+    try:
+        got = from_edge_list(N, path)
+    except ValueError as exc:  # a self loop, or more lines than 15 edges: as the reference says
+        assert "itself" in str(exc) or "more than the" in str(exc)
+        assert any(i == j for i, j in pairs) or len(pairs) > 15
+        return
+    assert got == Graph.from_edges(N, np.array(pairs, dtype=np.int64).reshape(-1, 2))

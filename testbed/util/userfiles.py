@@ -3,7 +3,7 @@
 - :func:`regular_file` / :func:`read_bytes` / :func:`read_text`: a file read whole is a regular
   file (not /dev/zero, a FIFO, a folder) no larger than a bound its reader declares, checked by
   ``stat`` before a byte is read and again while reading (a file that grows meanwhile);
-  :func:`bounded_lines` streams one, line by line, under the same bound.
+  :func:`bounded_chunks` streams one, whole lines at a time, under the same bound.
 - :func:`name` / :func:`inside`: a name that becomes a path component is an identifier (never
   ``..``, a separator or a leading dot), and a path named relative to a folder stays in that
   folder once symlinks are resolved; an absolute path only where the caller allows it.
@@ -119,24 +119,31 @@ def read_text(path: Path, max_bytes: int, what: str) -> str:
         raise UserError(f"{what} {path}: not UTF-8 text (byte {exc.start})") from None
 
 
-def bounded_lines(path: Path, max_bytes: int, what: str) -> Iterator[str]:
-    """The lines of ``path`` (UTF-8, line ends stripped), one at a time, from a regular file of at
-    most ``max_bytes`` (checked before and while reading): a parser that counts as it goes never
-    holds the file whole. UserError as :func:`read_text`."""
+def bounded_chunks(path: Path, max_bytes: int, what: str, chunk_bytes: int = _CHUNK_BYTES) -> Iterator[bytes]:
+    """The bytes of ``path`` in pieces of whole lines (about ``chunk_bytes`` each; the last may
+    lack its line end), from a regular file of at most ``max_bytes`` (checked before and while
+    reading): a parser that counts as it goes never holds the file whole. UserError as
+    :func:`regular_file`."""
     regular_file(path, max_bytes, what)
-    seen = 0
+    seen, carry = 0, b""
     try:
         with open(path, "rb") as f:
-            for raw in f:  # a line is at most the whole file, which stat bounded
-                seen += len(raw)
+            while True:
+                block = f.read(chunk_bytes)
+                seen += len(block)
                 if seen > max_bytes:
                     raise UserError(f"{what} {path}: grew past the {max_bytes:,} bytes it may hold while being read")
-                try:
-                    yield raw.decode("utf-8").rstrip("\r\n")
-                except UnicodeDecodeError as exc:
-                    raise UserError(f"{what} {path}: not UTF-8 text (byte {seen - len(raw) + exc.start})") from None
+                if not block:
+                    break
+                block = carry + block
+                cut = block.rfind(b"\n") + 1
+                carry = block[cut:]
+                if cut:
+                    yield block[:cut]
     except OSError as exc:
         raise UserError(f"{what} {path}: cannot be read ({exc.strerror or exc})") from None
+    if carry:
+        yield carry
 
 
 def copy_file(source: Path, target: Path, *, ceiling: int = PUBLIC_MODE, max_bytes: int | None = None,
