@@ -495,7 +495,8 @@ def write_checkpoint(path: Path, ckpt: Checkpoint, sync: bool = True) -> None:
 
 def _checkpoint_digest(meta: dict[str, Any], arrays: Mapping[str, np.ndarray]) -> str:
     """sha256 over the metadata (without its digest) and every array's bytes, in name order."""
-    h = hashlib.sha256(jsontext.dumps({k: v for k, v in meta.items() if k != "sha256"}, sort_keys=True).encode())
+    # json-ok: a digest, never printed; a forged checkpoint's metadata may hold NaN, which must not raise here
+    h = hashlib.sha256(json.dumps({k: v for k, v in meta.items() if k != "sha256"}, sort_keys=True).encode())
     for name in sorted(arrays):
         h.update(b"\0" + name.encode() + b"\0")
         h.update(memoryview(np.ascontiguousarray(arrays[name])).cast("B"))
