@@ -133,3 +133,19 @@ def test_numpys_pieces_and_the_line_parser_read_the_same_graph(tmp_path, monkeyp
         assert any(i == j for i, j in pairs) or len(pairs) > 15
         return
     assert got == Graph.from_edges(N, np.array(pairs, dtype=np.int64).reshape(-1, 2))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(nodes=st.integers(2, 40), extra=st.integers(-64, 64))
+def test_the_size_cap_is_exact_and_derived_from_n(tmp_path, nodes, extra):
+    """A file of comments of exactly the cap for N nodes is read; one byte more is refused unread."""
+    cap = max_edge_list_bytes(nodes, 10**9)
+    size = cap + extra
+    path = tmp_path / f"sized-{nodes}.txt"
+    path.write_bytes(b"#" * (size - 1) + b"\n")
+    try:
+        g = from_edge_list(nodes, path)
+    except ValueError as exc:
+        assert extra > 0 and f"{size:,} bytes, more than the {cap:,}" in str(exc)
+        return
+    assert extra <= 0 and g.num_edges == 0

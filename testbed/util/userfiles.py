@@ -162,7 +162,7 @@ def copy_file(source: Path, target: Path, *, ceiling: int = PUBLIC_MODE, max_byt
         fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), mode)
         with open(source, "rb") as src, os.fdopen(fd, "wb") as dst:
             shutil.copyfileobj(src, dst, _CHUNK_BYTES)
-        os.chmod(target, mode)  # the umask may have narrowed it further; never wider than this
+        os.chmod(target, mode)  # exactly this: the source's bits under the ceiling, whatever the umask
     except OSError as exc:
         raise UserError(f"{what} {source}: cannot copy to {target} ({exc.strerror or exc})") from None
     return target
