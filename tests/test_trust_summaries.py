@@ -242,3 +242,36 @@ def test_every_json_dump_refuses_nan():
                     continue
                 offenders.append(f"{path.relative_to(REPO)}:{i + 1}: {line.strip()}")
     assert not offenders, "\n".join(offenders)
+
+
+# ---------------------------------------------------------------- metrics.csv under the summary's digest
+
+
+@pytest.mark.parametrize("edit", [
+    lambda text: text[:-30] + text[-30:].replace("0", "9", 1),  # a figure of the last round changed
+    lambda text: text + text.splitlines(keepends=True)[-1],  # a round appended
+    lambda text: "".join(text.splitlines(keepends=True)[:-1]),  # the last round dropped
+])
+def test_a_finished_runs_edited_metrics_are_unverified(run_dir, tmp_path, capsys, edit):
+    """The summary records metrics.csv's mark under its sha256: `testbed report` draws no figure
+    from another file, and the Python API reads none."""
+    import testbed
+
+    copy = _copy(run_dir, tmp_path)
+    path = copy / "metrics.csv"
+    path.write_text(edit(path.read_text()))
+    err = _one_line(capsys, ["report", str(copy)])
+    assert "metrics.csv: unverified" in err
+    assert not (copy / "figures").exists()
+    with pytest.raises(Exception, match="unverified"):
+        testbed.load(copy).metrics
+
+
+def test_the_summary_records_its_metrics_mark(run_dir):
+    summary = read_summary(run_dir)
+    mark = summary["files"]["metrics.csv"]
+    data = (run_dir / "metrics.csv").read_bytes()
+    import hashlib
+
+    assert mark["size_bytes"] == len(data) and mark["sha256"] == hashlib.sha256(data).hexdigest()
+    assert mark["rows"] == summary["rounds"]

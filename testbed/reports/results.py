@@ -259,6 +259,8 @@ class RunDirectory:
         if missing or summary["status"] not in STATUSES:
             raise ValueError(f"summary lacks {missing} or has a bad status")
         body = finite({k: v for k, v in summary.items() if k != "sha256"})  # JSON has no NaN: null
+        # What metrics.csv holds now, under the summary's digest: read_metrics trusts no other file.
+        body["files"] = {"metrics.csv": self._metrics.mark().to_dict()}
         body["sha256"] = _summary_digest(body)
         write_atomic(self.path / "summary.json", (jsontext.dumps(body, indent=2) + "\n").encode(), sync=self.sync)
 
@@ -373,6 +375,7 @@ def read_metrics(run_dir: Path) -> list[dict[str, int | float]]:
         text = read_text(path, MAX_RUN_FILE_BYTES, "")
     except UserError as exc:
         raise UserError(f"{path}: unreadable ({str(exc).removeprefix(f' {path}: ')})") from None
+    _check_against_summary(Path(run_dir), path, text.encode())
     if text and not text.endswith("\n"):
         text = text[: text.rfind("\n") + 1]  # a killed run's last row may be cut
     rows = []
@@ -388,6 +391,27 @@ def read_metrics(run_dir: Path) -> list[dict[str, int | float]]:
     except (ValueError, csv.Error) as exc:
         raise UserError(f"{path}: damaged: {_one_line(exc)}") from None
     return rows
+
+
+def _check_against_summary(run_dir: Path, path: Path, data: bytes) -> None:
+    """A finished run's file (its summary records the file's mark under its sha256) must be what
+    the summary covers: :class:`UnverifiedSummary` otherwise, and whatever the summary's own
+    refusal is. A run without a summary (running, killed) has nothing to check against; nor does
+    a summary of an older testbed, which records no marks."""
+    if not (run_dir / "summary.json").exists():
+        return
+    files = read_summary(run_dir).get("files")
+    raw = files.get(path.name) if isinstance(files, dict) else None
+    if raw is None:
+        return
+    try:
+        mark = Mark.from_dict(raw)
+    except ValueError as exc:
+        raise UserError(f"{run_dir / 'summary.json'}: damaged: files.{path.name}: {exc}") from None
+    if len(data) != mark.size_bytes or hashlib.sha256(data).hexdigest() != mark.sha256:
+        raise UnverifiedSummary(f"{path}: unverified: it is not the file its run's summary covers ({len(data)} bytes, "
+                                f"the summary recorded {mark.size_bytes} and their sha256), so none of its figures "
+                                "is trusted")
 
 
 class UnverifiedSummary(UserError):
