@@ -16,6 +16,7 @@ from typing import Any
 from testbed.ledger.events import Event, GaussianEvent
 from testbed.ledger.fields import ABSURD
 from testbed.ledger.node import NodeLedger
+from testbed.reports import headline
 from testbed.reports.results import METRIC_COLUMNS
 
 #: Metric columns the page plots.
@@ -119,7 +120,8 @@ def summary_view(summary: dict[str, Any]) -> dict[str, Any]:
     """What the page shows of a summary (already checked by testbed.reports.results.read_summary:
     JSON, its keys, its sha256, ``status`` and ``rounds``), each other field it uses checked for its
     type: ``wall_s`` a number, ``stopped`` None or {node, budget, would_be, limit}, ``failure`` None
-    or text."""
+    or text, and ``secrecy``: per observer, its ε and whether the noise is secret from it (the
+    checked entries of ``privacy_guarantees``, in words: testbed.reports.headline.guarantee_lines)."""
     status, rounds = summary["status"], summary["rounds"]
     stopped = summary.get("stopped")
     if stopped is not None:
@@ -132,4 +134,5 @@ def summary_view(summary: dict[str, Any]) -> dict[str, Any]:
                    "would_be": _number_or_none(stopped, "would_be", required=True),
                    "limit": _number_or_none(stopped, "limit", required=True)}
     return {"status": status, "rounds": rounds, "wall_s": _number_or_none(summary, "wall_s"),
-            "stopped": stopped, "failure": _one_line_text(summary.get("failure"), "failure")}
+            "stopped": stopped, "failure": _one_line_text(summary.get("failure"), "failure"),
+            "secrecy": [" ".join(line.split()) for line in headline.guarantee_lines(summary)]}
