@@ -32,6 +32,7 @@ import re
 import shutil
 import stat
 from collections.abc import Iterator
+from typing import BinaryIO
 from pathlib import Path
 
 from testbed.errors import UserError
@@ -98,16 +99,48 @@ def regular_file(path: Path, max_bytes: int, what: str) -> int:
 
 def read_bytes(path: Path, max_bytes: int, what: str) -> bytes:
     """The bytes of ``path``, a regular file of at most ``max_bytes`` (:func:`regular_file`),
-    reading at most that many even if it grows meanwhile. UserError as :func:`regular_file`."""
+    reading at most that many even if it grows meanwhile. Checked on the file opened (without
+    blocking: a FIFO swapped in after the check is refused, not waited on). UserError as
+    :func:`regular_file`."""
     regular_file(path, max_bytes, what)
+    chunks: list[bytes] = []
+    held = 0
     try:
-        with open(path, "rb") as f:
-            data = f.read(max_bytes + 1)
+        with open_regular(path) as f:
+            # As much as the file holds, and one byte more to see it grew: read(max_bytes) would
+            # allocate max_bytes up front, a gigabyte for a summary of a few kilobytes.
+            want = min(os.fstat(f.fileno()).st_size, max_bytes) + 1
+            while block := f.read(want):
+                held += len(block)
+                if held > max_bytes:
+                    raise UserError(f"{what} {path}: grew past the {max_bytes:,} bytes it may hold while being read")
+                chunks.append(block)
+                want = min(_CHUNK_BYTES, max_bytes - held + 1)
+    except NotRegular:
+        raise UserError(f"{what} {path}: not a regular file (a device, pipe or socket)") from None
     except OSError as exc:
         raise UserError(f"{what} {path}: cannot be read ({exc.strerror or exc})") from None
-    if len(data) > max_bytes:
-        raise UserError(f"{what} {path}: grew past the {max_bytes:,} bytes it may hold while being read")
-    return data
+    return b"".join(chunks)
+
+
+class NotRegular(OSError):
+    """What :func:`open_regular` raises for a file that is not a regular file."""
+
+
+def open_regular(path: Path) -> BinaryIO:
+    """``path`` opened for reading in binary, if it is a regular file: opened without blocking
+    (a FIFO would wait for a writer), then checked on the descriptor (no race with a swap).
+
+    Raises:
+        NotRegular: a device, FIFO, socket or folder.
+        OSError: it cannot be opened.
+    """
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise NotRegular(f"{path}: not a regular file")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
 
 
 def read_text(path: Path, max_bytes: int, what: str) -> str:
@@ -127,7 +160,7 @@ def bounded_chunks(path: Path, max_bytes: int, what: str, chunk_bytes: int = _CH
     regular_file(path, max_bytes, what)
     seen, carry = 0, b""
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             while True:
                 block = f.read(chunk_bytes)
                 seen += len(block)
@@ -140,6 +173,8 @@ def bounded_chunks(path: Path, max_bytes: int, what: str, chunk_bytes: int = _CH
                 carry = block[cut:]
                 if cut:
                     yield block[:cut]
+    except NotRegular:
+        raise UserError(f"{what} {path}: not a regular file (a device, pipe or socket)") from None
     except OSError as exc:
         raise UserError(f"{what} {path}: cannot be read ({exc.strerror or exc})") from None
     if carry:
