@@ -186,3 +186,18 @@ def test_a_sweep_run_that_names_a_path_is_damage(tmp_path, run):
     (folder / "sweep.csv").write_text(text)
     with pytest.raises(UserError, match="is not the name of a folder in the sweep"):
         read_sweep(folder)
+
+
+def test_fifos_in_a_run_folder_do_not_hang_the_watch_page(tmp_path):
+    """A run folder's config.toml and metrics.csv made FIFOs: opened for reading they would wait
+    for a writer forever; the page says what they are and goes on."""
+    import json
+
+    from testbed.watch.feed import RunFeed
+
+    for name in ("config.toml", "metrics.csv"):
+        os.mkfifo(tmp_path / name)
+    feed = RunFeed(tmp_path)
+    feed.poll()
+    errors = json.loads(json.dumps(feed.snapshot(), allow_nan=False))["run"]["errors"]
+    assert "not a regular file" in errors["config.toml"]
