@@ -171,6 +171,18 @@ def test_more_boards_than_the_declared_maximum_are_refused_before_any_is_read(ca
     assert not (tmp_path / "out").exists()
 
 
+def test_a_million_boards_are_refused_by_the_inventorys_size_before_it_is_parsed(capsys, tmp_path):
+    from testbed.orchestration.provision import MAX_INVENTORY_BYTES
+
+    path = tmp_path / "inventory.toml"
+    with open(path, "w") as f:
+        f.write('broker = "mqtt://b:1883"\n')
+        f.write("".join(f'[[boards]]\nhost = "pi-{i}"\nnode_id = {i}\n' for i in range(400_000)))
+    assert path.stat().st_size > MAX_INVENTORY_BYTES
+    err = _fails(capsys, ["provision", str(path), "--out", str(tmp_path / "out")])
+    assert f"more than the {MAX_INVENTORY_BYTES:,} it may hold (an inventory of at most {MAX_BOARDS:,} boards)" in err
+
+
 def test_an_inventory_that_is_a_device_is_one_line(capsys, tmp_path):
     err = _fails(capsys, ["provision", "/dev/zero", "--out", str(tmp_path / "out")])
     assert "/dev/zero" in err and "not a regular file" in err

@@ -54,7 +54,6 @@ from nodes import board_config
 from nodes.meters import registry as meters
 from testbed import inputs
 from testbed.errors import ConfigError, UserError
-from testbed.limits import MAX_TEXT_FILE_BYTES
 from testbed.mqtt import acl
 from testbed.mqtt.broker import parse_broker_url
 from testbed.mqtt.brokers import registry as brokers
@@ -84,6 +83,9 @@ _BOARD_KEYS = ("host", "node_id", "profile", "meter", "data", "data_path")
 #: The most boards one provisioning makes: one broker's ACL and password file for them all (10,000
 #: nodes is the largest lab measured, benchmarks/mqtt_scale.py). Checked before any board is read.
 MAX_BOARDS = 10_000
+#: The largest inventory read: its boards at 1 KiB each (a board's table is a few lines), checked
+#: by its size before it is read.
+MAX_INVENTORY_BYTES = MAX_BOARDS * 1024 + 64 * 1024
 #: The largest data file copied into a bundle, and the largest CA certificate file read.
 MAX_DATA_BYTES = 8 * 2**30
 MAX_CA_BYTES = 2**20
@@ -139,9 +141,16 @@ def load_inventory(path: Path, *, allow_absolute: bool = False) -> Inventory:
     if not path.exists():
         raise ConfigError(str(path), "inventory not found")
     try:
-        raw = tomllib.loads(userfiles.read_text(path, MAX_TEXT_FILE_BYTES, "inventory"))
+        text = userfiles.read_text(path, MAX_INVENTORY_BYTES, "inventory")
     except UserError as exc:
-        raise ConfigError(str(path), f"cannot be read: {str(exc).removeprefix(f'inventory {path}: ')}") from None
+        why = str(exc).removeprefix(f"inventory {path}: ")
+        if "bytes, more than" in why:
+            why += f" (an inventory of at most {MAX_BOARDS:,} boards)"
+        raise ConfigError(str(path), f"cannot be read: {why}") from None
+    if text.count("[[boards]]") > MAX_BOARDS:  # before a parse of them all (a million: 74 s, 0.5 GB)
+        raise ConfigError(f"{path}: boards", _too_many(text.count("[[boards]]")))
+    try:
+        raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(str(path), f"not valid TOML: {exc}") from None
     except RecursionError:
@@ -171,8 +180,7 @@ def load_inventory(path: Path, *, allow_absolute: bool = False) -> Inventory:
     if not isinstance(entries, list) or not entries or not all(isinstance(b, dict) for b in entries):
         raise reader.fail("boards", "must be one or more [[boards]] tables")
     if len(entries) > MAX_BOARDS:  # before any board is checked, let alone a password made for it
-        raise reader.fail("boards", f"{len(entries):,} boards, more than the {MAX_BOARDS:,} one provisioning makes "
-                                    "(one broker's ACL and password file); split the lab into several runs")
+        raise reader.fail("boards", _too_many(len(entries)))
     boards: list[Board] = []
     for i, entry in enumerate(entries):
         board = reader.board(f"boards[{i}]", entry, defaults)
@@ -182,6 +190,11 @@ def load_inventory(path: Path, *, allow_absolute: bool = False) -> Inventory:
             raise reader.fail(f"boards[{i}].node_id", f"{board.node_id} is given twice")
         boards.append(board)
     return Inventory(run_id=run_id, broker=broker, ca=ca, command=command, boards=tuple(boards))
+
+
+def _too_many(boards: int) -> str:
+    return (f"{boards:,} boards, more than the {MAX_BOARDS:,} one provisioning makes (one broker's ACL and password "
+            "file); split the lab into several runs")
 
 
 class _Reader:

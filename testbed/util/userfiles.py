@@ -4,9 +4,10 @@
   file (not /dev/zero, a FIFO, a folder) no larger than a bound its reader declares, checked by
   ``stat`` before a byte is read and again while reading (a file that grows meanwhile);
   :func:`bounded_chunks` streams one, whole lines at a time, under the same bound.
-- :func:`name` / :func:`inside`: a name that becomes a path component is an identifier (never
-  ``..``, a separator or a leading dot), and a path named relative to a folder stays in that
-  folder once symlinks are resolved; an absolute path only where the caller allows it.
+- :data:`NAME` / :func:`inside`: a name that becomes a path component is an identifier (never
+  ``..``, a separator or a leading dot: testbed.sections.Name in config), and a path named
+  relative to a folder stays in that folder once symlinks are resolved; an absolute path only
+  where the caller allows it.
 - :func:`copy_file`: a copy never widens a file's mode: the source's permission bits masked by
   the caller's ceiling (0600 for anything secret-ish: passwords, keys, a node's data).
 
@@ -32,8 +33,8 @@ import re
 import shutil
 import stat
 from collections.abc import Iterator
-from typing import BinaryIO
 from pathlib import Path
+from typing import BinaryIO
 
 from testbed.errors import UserError
 
@@ -46,15 +47,6 @@ PUBLIC_MODE = 0o644
 #: Mode bits of anything secret-ish (a password, a key, a node's training data): the owner's only.
 PRIVATE_MODE = 0o600
 _CHUNK_BYTES = 1 << 20
-
-
-def name(value: object, what: str) -> str:
-    """``value`` if it is an identifier (:data:`NAME`) that may be one path component; else
-    UserError naming ``what``."""
-    if not isinstance(value, str) or not NAME.fullmatch(value):
-        raise UserError(f"{what} {value!r}: must be a name of letters, digits, '_', '.', '-' starting with a "
-                        "letter or digit, at most 64 characters (it names a folder: no '/' or '..')")
-    return value
 
 
 def inside(base: Path, value: str | os.PathLike[str], what: str, *, allow_absolute: bool = False) -> Path:
