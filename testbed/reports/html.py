@@ -46,6 +46,19 @@ pre { background: #f6f6f6; padding: 10px; border-radius: 6px; overflow-x: auto; 
 """
 
 
+def time_text(s: dict) -> str:
+    """The rounds' seconds, per round, and the set-up's before them (summary ``wall_s``, ``setup_s``).
+
+    Example::
+
+        >>> time_text({"wall_s": 3.0, "rounds": 30, "setup_s": 39.5})
+        '3 s for 30 rounds (0.1 s per round), after 39.5 s of set-up'
+    """
+    rounds, wall = s.get("rounds") or 0, s.get("wall_s") or 0.0
+    text = f"{wall:.3g} s for {rounds} rounds" + (f" ({wall / rounds:.3g} s per round)" if rounds else "")
+    return text + (f", after {s['setup_s']:.3g} s of set-up" if s.get("setup_s") is not None else "")
+
+
 def write_report(path: Path) -> Path:
     """Write ``path``/report.html for a run directory (summary.json) or a sweep folder (sweep.csv);
     returns its path. UserError naming the folder if it is neither."""
@@ -133,7 +146,7 @@ def _run_body(run_dir: Path) -> tuple[str, str]:
         ("seconds and joules", _e(headline.cost_source(s))),
         ("budgets", _e(", ".join(f"{k} {v:g}" for k, v in b.items()
                                  if k not in ("delta", "accountant") and v is not None) or "none")),
-        ("device profile", _e(s.get("profile", "host"))), ("wall time", _e(f"{s.get('wall_s', 0):.3g} s")),
+        ("device profile", _e(s.get("profile", "host"))), ("time", _e(time_text(s))),
     ]
     if s.get("failure"):
         facts.append(("failure", _e(s["failure"])))

@@ -118,8 +118,8 @@ def _one_line_text(value: object, key: str) -> str | None:
 
 def summary_view(summary: dict[str, Any]) -> dict[str, Any]:
     """What the page shows of a summary (already checked as JSON with its keys and sha256), each
-    field checked for its type: ``status`` one of the statuses, ``rounds`` a count, ``wall_s`` a
-    number, ``stopped`` None or {node, budget, would_be, limit}, ``failure`` None or text, and
+    field checked for its type: ``status`` one of the statuses, ``rounds`` a count, ``wall_s`` (the rounds')
+    and ``setup_s`` (before them) numbers, ``stopped`` None or {node, budget, would_be, limit}, ``failure`` None or text, and
     ``secrecy``: per observer, its ε and whether the noise is secret from it (the checked entries
     of ``privacy_guarantees``, in words: testbed.reports.headline.guarantee_lines)."""
     status = summary.get("status")
@@ -139,5 +139,6 @@ def summary_view(summary: dict[str, Any]) -> dict[str, Any]:
                    "would_be": _number_or_none(stopped, "would_be", required=True),
                    "limit": _number_or_none(stopped, "limit", required=True)}
     return {"status": status, "rounds": rounds, "wall_s": _number_or_none(summary, "wall_s"),
+            "setup_s": _number_or_none(summary, "setup_s"),
             "stopped": stopped, "failure": _one_line_text(summary.get("failure"), "failure"),
             "secrecy": [" ".join(line.split()) for line in headline.guarantee_lines(summary)]}

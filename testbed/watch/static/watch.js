@@ -89,7 +89,8 @@ function renderHeader() {
   const parts = [`round ${r.rounds_done}${planned ? " / " + planned : ""}`];
   if (perRound) parts.push(`${num(perRound, 3)} s per round`);
   if (r.status === "running" && r.eta_s !== null && r.eta_s !== undefined) parts.push(`about ${duration(r.eta_s)} left`);
-  if (r.wall_s !== null && r.wall_s !== undefined) parts.push(`elapsed ${duration(r.wall_s)}`);
+  if (r.wall_s !== null && r.wall_s !== undefined) parts.push(`rounds ${duration(r.wall_s)}`);
+  if (r.setup_s !== null && r.setup_s !== undefined) parts.push(`set-up before them ${duration(r.setup_s)}`);
   if (r.coordinator) parts.push(`coordinator ${r.coordinator} (MQTT status)`);
   const stopped = document.getElementById("stopped");
   if (r.stopped) {

@@ -1,0 +1,94 @@
+"""What a run does before round 1, said as it happens, and how long it took.
+
+A run's set-up (its data, the plan, the algorithm with the libraries it imports on first use, the
+accountants, the nodes) can take tens of seconds under load (Sionna's import alone ~19 s); silent,
+it looks like a hang, and counted into round 1 it makes every "seconds per round" wrong. So each
+stage is named on stderr *before* it starts (a line per stage), the heavy libraries a stage
+imported are named after it, and the total is kept as ``setup_s`` (summary.json), apart from the
+rounds' own clock (metrics.csv ``wall_s`` counts from the first round). Silent with --quiet.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import time
+from contextlib import contextmanager
+from typing import Iterator, TextIO
+
+#: Libraries slow enough to import (seconds each) that a stage importing them is worth naming.
+HEAVY = ("torch", "sionna", "tensorflow", "dp_accounting", "matplotlib", "scipy")
+
+
+def _installed(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def not_yet_imported(names: tuple[str, ...] = HEAVY) -> list[str]:
+    """The libraries of ``names`` installed here and not imported yet: what a stage may still load."""
+    return [n for n in names if n not in sys.modules and _installed(n)]
+
+
+class Startup:
+    """The set-up's stages, announced as they start and timed.
+
+    Args:
+        enabled: False for --quiet (stages are still timed).
+        stream: where the lines go (default stderr).
+        clock: seconds, monotonic (a test passes its own).
+
+    Example::
+
+        >>> import io
+        >>> out = io.StringIO()
+        >>> s = Startup(stream=out)
+        >>> with s.stage("loading data (adult, 4 nodes)"):
+        ...     pass
+        >>> out.getvalue()
+        'setup: loading data (adult, 4 nodes)…\\n'
+        >>> s.seconds() >= 0.0
+        True
+    """
+
+    def __init__(self, enabled: bool = True, stream: TextIO | None = None, clock=time.monotonic):
+        self.enabled = enabled
+        self.stream = stream or sys.stderr
+        self.clock = clock
+        self.start = clock()
+        self.stages: dict[str, float] = {}  # stage → seconds, in order
+        self.imported: list[str] = []  # heavy libraries the set-up imported
+        self.end: float | None = None
+
+    def say(self, text: str) -> None:
+        if self.enabled:
+            self.stream.write(f"setup: {text}\n")
+            self.stream.flush()
+
+    @contextmanager
+    def stage(self, name: str, may_import: tuple[str, ...] = ()) -> Iterator[None]:
+        """Announce ``name`` (with the libraries of ``may_import`` it may still have to import),
+        run the block, time it."""
+        pending = not_yet_imported(may_import)
+        before = {n for n in HEAVY if n in sys.modules}
+        self.say(name + (f" (may import {', '.join(pending)} on first use: seconds each)" if pending else "") + "…")
+        t0 = self.clock()
+        try:
+            yield
+        finally:
+            self.stages[name] = self.clock() - t0
+            self.imported += [n for n in HEAVY if n in sys.modules and n not in before]
+
+    def done(self) -> float:
+        """Close the set-up (the rounds' clock starts now): say how long it took; its seconds."""
+        self.end = self.clock()
+        took = ", ".join(f"{name.split(' (')[0]} {s:.1f} s" for name, s in self.stages.items() if s >= 0.05)
+        imported = f"; imported {', '.join(self.imported)}" if self.imported else ""
+        self.say(f"done in {self.seconds():.1f} s ({took or 'nothing slow'}{imported}); round 1 starts")
+        return self.seconds()
+
+    def seconds(self) -> float:
+        """The set-up's seconds: until :meth:`done`, or so far."""
+        return (self.end if self.end is not None else self.clock()) - self.start
