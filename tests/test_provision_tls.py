@@ -241,6 +241,6 @@ def test_the_readme_lab_runs_over_tls_from_its_generated_files(tmp_path):
     assert said[:3] == [f"node 0: connecting to {url}", said[1], "node 0: waiting for a run (run id lab1)"]
     assert said[1].startswith(f"node 0: connected to {url} in ")
     assert said[3].startswith("node 0: joined run lab1 (coordinator session ")
-    assert said[4:] == ["node 0: round 0 done", "node 0: round 1 done",
+    assert said[4:] == ["node 0: round 1 done", "node 0: round 2 done",  # as the summary's 2 rounds
                         "node 0: run lab1 ended (the coordinator ended it); 2 round(s) answered"]
     assert outputs[1][0] == ""  # --quiet

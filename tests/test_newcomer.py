@@ -1,0 +1,70 @@
+"""The small things that cost a newcomer minutes (issue 43, part 6), each shown as they would
+meet it: round numbers that agree, a `testbed nodes` that says what it does, a pipe closed early."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _testbed(*args: str, **kw) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "testbed", *args], cwd=REPO, **kw)
+
+
+@pytest.fixture
+def runs_dir(tmp_path, small_config_text):
+    from testbed.config import load_config_text
+    from testbed.orchestration.runner import run_experiment
+
+    for name in ("a", "b"):
+        run_experiment(load_config_text(small_config_text), out_dir=tmp_path / "runs" / name, quiet=True)
+    return tmp_path / "runs"
+
+
+@pytest.mark.parametrize("args", [["runs", "{runs}"], ["runs", "{runs}", "--json"], ["--help"], ["run", "--help"],
+                                  ["report", "{runs}/a"], ["schema"]])
+def test_a_reader_that_leaves_early_ends_the_command_quietly(args, runs_dir):
+    """`testbed runs | head`: the reader closed the pipe; the command stops as a Unix tool does (no
+    BrokenPipeError traceback), whatever command printed."""
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the first line
+    try:
+        done = subprocess.run([sys.executable, "-m", "testbed", *(a.format(runs=runs_dir) for a in args)], cwd=REPO,
+                              stdout=write, stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write)
+    assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
+    assert done.returncode in (0, 128 + signal.SIGPIPE), done.stderr
+
+
+def test_a_host_of_emulated_nodes_says_what_it_is_doing(embedded_broker):
+    host = _testbed("nodes", "--count", "3", "--first-id", "4", "--broker", embedded_broker.url, "--run", "newcomer",
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        said = [host.stdout.readline() for _ in range(3)]
+    finally:
+        host.send_signal(signal.SIGTERM)
+        host.communicate(timeout=60)
+    said = [line.split(" ", 1)[1].rstrip("\n") for line in said]  # without the time stamp
+    assert said[0] == f"host of nodes 4..6 (3): connecting to {embedded_broker.url}"
+    assert said[1].startswith(f"host of nodes 4..6 (3): connected to {embedded_broker.url} in ")
+    assert said[2] == "host of nodes 4..6 (3): waiting for a run (run id newcomer)"
+
+
+def test_a_host_started_quiet_or_by_its_coordinator_says_nothing():
+    import argparse
+
+    from testbed.cli.node import _state_lines
+
+    ask = lambda **kw: argparse.Namespace(**{"quiet": False, "coordinator_pid": None, "command": "nodes", **kw})
+    assert _state_lines(ask(quiet=True), [0, 1]) is None
+    assert _state_lines(ask(coordinator_pid=1), [0, 1]) is None
+    assert _state_lines(ask(), [3, 9]).who == "host of nodes 3, 9 (2)"
+    assert _state_lines(ask(command="node"), [3]).who == "node 3"
