@@ -68,3 +68,25 @@ def test_a_host_started_quiet_or_by_its_coordinator_says_nothing():
     assert _state_lines(ask(coordinator_pid=1), [0, 1]) is None
     assert _state_lines(ask(), [3, 9]).who == "host of nodes 3, 9 (2)"
     assert _state_lines(ask(command="node"), [3]).who == "node 3"
+
+
+def test_a_sweep_prints_each_runs_own_time(small_config_text, tmp_path, capsys):
+    """Not the seconds since the sweep began: the run's own set-up and rounds, as its summary has them."""
+    import json
+    import re
+
+    from testbed.config import load_config_text
+    from testbed.orchestration.sweep import grid_points, run_sweep
+
+    rows = run_sweep(load_config_text(small_config_text), grid_points({"dp_pasgd.tau": [2, 5]}, 1, 0), tmp_path / "s",
+                     workers=1)
+    said = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[")]
+    assert len(said) == 2
+    for line in said:
+        name = line.split("] ", 1)[1].split(":", 1)[0]
+        summary = json.loads((tmp_path / "s" / name / "summary.json").read_text())
+        seconds = re.search(r"\(([\d.]+) s: set-up ([\d.]+) s, rounds ([\d.]+) s\)$", line)
+        assert seconds is not None, line
+        assert [float(x) for x in seconds.groups()] == [
+            round(summary["setup_s"] + summary["wall_s"], 1), round(summary["setup_s"], 1), round(summary["wall_s"], 1)]
+    assert len(rows) == 2
