@@ -951,5 +951,6 @@ REGISTRATION = Registration(
     guarantee=lambda sections: "dp",  # the channel's noise, at least, is accounted in every round
     privacy_cli=dwfl_cli.PRIVACY,
     channel_view=view_from_sections,
-    graph_view=graph_view_with(radio=lambda sections, num_nodes: radio_from_section(sections["dwfl"], num_nodes)),
+    graph_view=graph_view_with(radio=lambda sections, num_nodes: radio_from_section(sections["dwfl"], num_nodes),
+                               default_mixing=DEFAULT_MIXING),
 )

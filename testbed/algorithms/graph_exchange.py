@@ -83,6 +83,7 @@ from testbed.models import Model
 from testbed.privacy import dwfl as dp
 from testbed.sections import NonNegative, OnlyWith, Positive
 from testbed.topology import Topology, TopologySection
+from testbed.topology.view import graph_view_with
 
 if TYPE_CHECKING:
     from testbed.config import Config
@@ -438,4 +439,6 @@ def registration(kind: str, section: type[ExchangeSection]) -> Registration:
         epsilon_target=lambda sections: sections[kind].epsilon,
         guarantee=lambda sections: "dp" if sections[kind].epsilon is not None or (sections[kind].sigma or 0) > 0
         else "none",
+        graph_view=graph_view_with(radio=lambda sections, num_nodes: sections[kind].link_budget(),
+                                   default_mixing=DEFAULT_MIXING),
     )
