@@ -90,3 +90,55 @@ def test_a_sweep_prints_each_runs_own_time(small_config_text, tmp_path, capsys):
         assert [float(x) for x in seconds.groups()] == [
             round(summary["setup_s"] + summary["wall_s"], 1), round(summary["setup_s"], 1), round(summary["wall_s"], 1)]
     assert len(rows) == 2
+
+
+GOSSIP = """
+[run]
+name = "g"
+algorithm = "gossip"
+seed = 3
+[data]
+dataset = "synthetic"
+num_nodes = 5
+samples_per_node = 40
+dim = 4
+[gossip]
+rounds = 3
+batch = 8
+lr = 0.2
+epsilon = 1.0
+fading = "none"
+[topology]
+kind = "ring"
+"""
+
+
+@pytest.mark.parametrize("algorithm", ["dp_pasgd", "gossip"])
+def test_accuracy_against_cost_is_never_a_vertical_line(algorithm, small_config_text, tmp_path):
+    """DP-PASGD spends cost units: the panel's x. Gossip has none (its cost units stay 0, every point
+    on one vertical line): the bytes it sent are the x, on the watch page and in the run's figure."""
+    from testbed.config import load_config_text
+    from testbed.orchestration.runner import run_experiment
+    from testbed.reports.cost_axis import cost_axis
+    from testbed.watch.feed import RunFeed
+
+    text = small_config_text if algorithm == "dp_pasgd" else GOSSIP + "[output]\nfigures = true\n"
+    result = run_experiment(load_config_text(text), out_dir=tmp_path / "r", quiet=True)
+    feed = RunFeed(result.run_dir)
+    feed.poll()
+    snap = feed.snapshot()
+    axis = snap["run"]["cost_axis"]
+    expected = "cost_units" if algorithm == "dp_pasgd" else "bytes_total"
+    assert axis["key"] == expected and axis == cost_axis(snap["metrics"])
+    xs = [m[expected] for m in snap["metrics"]]
+    assert len(set(xs)) == len(xs) and xs == sorted(xs)  # a spread of x, one per round
+    if algorithm == "gossip":
+        assert all(m["cost_units"] == 0 for m in snap["metrics"])
+        assert (result.run_dir / "figures" / "cost.png").is_file()
+
+
+def test_a_run_spending_nothing_has_no_cost_panel_and_says_why():
+    from testbed.reports.cost_axis import NONE, cost_axis
+
+    assert cost_axis([{"round": 1, "cost_units": 0.0, "bytes_total": 0}]) is None
+    assert "no cost units" in NONE and "no bytes" in NONE

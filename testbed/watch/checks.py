@@ -20,7 +20,7 @@ from testbed.reports import headline
 from testbed.reports.results import METRIC_COLUMNS, STATUSES
 
 #: Metric columns the page plots.
-PLOTTED = ("round", "train_loss", "test_accuracy", "cost_units", "epsilon", "stragglers", "wall_s")
+PLOTTED = ("round", "train_loss", "test_accuracy", "cost_units", "bytes_total", "epsilon", "stragglers", "wall_s")
 #: Ledger fields that are sums of physical or abstract costs; the ledger's own rules bound them
 #: below only, the page also above (an event past this is not the run's, and sums stay finite).
 _COST_FIELDS = ("cost_units", "compute_s", "airtime_s", "energy_j")
