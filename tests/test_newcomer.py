@@ -142,3 +142,26 @@ def test_a_run_spending_nothing_has_no_cost_panel_and_says_why():
 
     assert cost_axis([{"round": 1, "cost_units": 0.0, "bytes_total": 0}]) is None
     assert "no cost units" in NONE and "no bytes" in NONE
+
+
+def test_the_api_compares_as_testbed_compare_does(tmp_path, capsys):
+    """testbed.compare and Sweep.compare read the same engine as `testbed compare`: the same JSON."""
+    import json
+
+    import testbed
+    from testbed.cli import main
+
+    sweep = testbed.sweep({"run": {"name": "t", "seed": 1},
+                                                 "data": {"dataset": "synthetic", "num_nodes": 4, "samples_per_node": 80, "dim": 8},
+                                                 "dp_pasgd": {"steps": 20, "tau": 5, "batch": 8, "lr": 0.5, "sigma": 1.0},
+                                                 "privacy": {"tight_accountant": "none"}, "output": {"figures": False}},
+                          grid={"dp_pasgd.tau": [2, 5]}, repeats=3, out=tmp_path / "s")
+    capsys.readouterr()
+    assert main(["compare", str(tmp_path / "s"), "--a", "tau=2", "--b", "tau=5", "--metric", "test_accuracy",
+                 "--metric", "train_loss", "--json"]) == 0
+    cli = json.loads(capsys.readouterr().out)
+    api = [c.as_dict() for c in sweep.compare({"tau": 2}, {"tau": 5}, metrics=["test_accuracy", "train_loss"])]
+    assert json.loads(json.dumps(api)) == cli and len(cli) == 2
+    again = testbed.compare(tmp_path / "s", {"dp_pasgd.tau": 2}, [{"dp_pasgd.tau": 5}], metrics=["test_accuracy", "train_loss"])
+    assert [c.as_dict() for c in again] == api
+    assert "run" in sweep.table.columns and sweep.run(sweep.table["run"][0]).summary["seed"] == 1
