@@ -100,3 +100,51 @@ def test_the_embedded_broker_waits_for_a_slow_start(monkeypatch):
         assert broker.running
     finally:
         broker.stop()
+
+
+def test_emulated_hosts_still_at_work_are_waited_for_past_connect_timeout(embedded_broker, tmp_path, monkeypatch):
+    """The coordinator's wait for its emulated hosts' nodes: a host slowed past mqtt.connect_timeout_s
+    (busy, as a loaded machine's import is) is waited for while it works, and its nodes come online."""
+    from testbed.config import load_config_text
+    from testbed.orchestration.runner import run_experiment
+
+    text = f"""
+[run]
+name = "slow"
+seed = 1
+mode = "mqtt"
+[data]
+dataset = "synthetic"
+num_nodes = 2
+samples_per_node = 40
+dim = 4
+[dp_pasgd]
+steps = 4
+tau = 2
+batch = 8
+lr = 0.5
+sigma = 1.0
+[mqtt]
+broker_url = "{embedded_broker.url}"
+connect_timeout_s = 1.0
+[output]
+figures = false
+"""
+    # Every emulated host (forked from this process: it inherits the patch) spins for 4 s before it
+    # serves, as a loaded machine's imports do.
+    import nodes.host
+    from testbed.util.forked import can_fork
+
+    if not can_fork():
+        pytest.skip("the emulated hosts are new interpreters here, which this patch does not reach")
+    serve = nodes.host.serve
+
+    def slow_serve(*args, **kwargs):
+        t = time.monotonic()
+        while time.monotonic() - t < 4.0:
+            pass
+        return serve(*args, **kwargs)
+
+    monkeypatch.setattr(nodes.host, "serve", slow_serve)
+    result = run_experiment(load_config_text(text), out_dir=tmp_path / "r", quiet=True)
+    assert result.summary["status"] == "completed" and result.summary["rounds"] == 2

@@ -83,9 +83,52 @@ def wait_while_starting(ready: Callable[[], bool], alive: Callable[[], bool],
         sleep(poll_s)
 
 
-def process_progress(pid: int) -> Callable[[], int | None]:
-    """``progress`` for a child process: its CPU ticks."""
-    return lambda: cpu_ticks(pid)
+class StillWorking:
+    """Whether starters past their deadline are still worth waiting for: they made progress
+    within the last ``stall_s`` and ``cap_s`` has not passed since this was made.
+
+    Example::
+
+        >>> t, ticks = [0.0], [0]
+        >>> working = StillWorking(lambda: ticks[0], stall_s=10.0, cap_s=60.0, clock=lambda: t[0])
+        >>> t[0] = 9.0; working()
+        True
+        >>> t[0] = 20.0; working()  # no tick since 0 s
+        False
+        >>> ticks[0] = 5; working(), working.why()
+        (True, '')
+    """
+
+    def __init__(self, progress: Callable[[], int | None], *, stall_s: float = STALL_S, cap_s: float = CAP_S,
+                 clock: Callable[[], float] = time.monotonic):
+        self._progress, self.stall_s, self.cap_s, self._clock = progress, stall_s, cap_s, clock
+        self._start = self._last_change = clock()
+        self._last = progress()
+        self._why = ""
+
+    def __call__(self) -> bool:
+        now, seen = self._clock(), self._progress()
+        if seen is None or seen != self._last:
+            self._last, self._last_change = seen, now
+        if now - self._start > self.cap_s:
+            self._why = f"still starting after {self.cap_s:g} s"
+        elif now - self._last_change > self.stall_s:
+            self._why = f"no progress (no CPU time) for {self.stall_s:g} s"
+        else:
+            self._why = ""
+        return not self._why
+
+    def why(self) -> str:
+        """Why the last call said False ("" if it said True)."""
+        return self._why
+
+
+def process_progress(*pids: int) -> Callable[[], int | None]:
+    """``progress`` for child processes: their CPU ticks together (None if none can be read)."""
+    def ticks() -> int | None:
+        seen = [t for t in (cpu_ticks(pid) for pid in pids) if t is not None]
+        return sum(seen) if seen else None
+    return ticks
 
 
 def thread_progress(native_id: int | None) -> Callable[[], int | None]:
