@@ -192,7 +192,8 @@ def run_argv(root: Path, command: list[str], *, cwd: Path | None = None,
     q = shlex.quote
     script = [f"mount -t proc proc {q(str(root / 'proc'))}",
               f"mount --rbind /dev {q(str(root / 'dev'))}",
-              f"cp -L /etc/resolv.conf {q(str(root / 'etc/resolv.conf'))}"]
+              # the host's resolver, where it has one (a host without is no reason to fail the command)
+              f"if [ -e /etc/resolv.conf ]; then cp -L /etc/resolv.conf {q(str(root / 'etc/resolv.conf'))}; fi"]
     for src, dst in mounts:
         target = str(root / dst.lstrip("/"))
         make = "mkdir -p" if src.is_dir() else "mkdir -p " + q(str(Path(target).parent)) + " && touch"
@@ -201,6 +202,33 @@ def run_argv(root: Path, command: list[str], *, cwd: Path | None = None,
     env = [f"{k}={v}" for k, v in BOARD_ENV.items()]
     script.append(f"exec chroot {q(str(root))} /usr/bin/env -i {shlex.join(env)} /bin/sh -c {q(inner)}")
     return ["unshare", "--mount", "--propagation", "private", "/bin/sh", "-ec", "\n".join(script)]
+
+
+#: What a board's /etc/hosts and /etc/nsswitch.conf hold when debootstrap left none (a Raspberry
+#: Pi OS image has both): ``localhost`` resolves, then the host's resolver (copied in at each run).
+HOSTS = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+NSSWITCH = "hosts: files dns\nnetworks: files\n"
+
+
+def name_service(root: Path) -> list[str]:
+    """Give the board ``root`` an /etc/hosts (``localhost``) and an nsswitch.conf where it has none
+    (the board shares the host's network; only the names are its own); the files written.
+
+    Example::
+
+        >>> import tempfile
+        >>> root = Path(tempfile.mkdtemp())
+        >>> name_service(root), name_service(root)
+        (['etc/hosts', 'etc/nsswitch.conf'], [])
+    """
+    written = []
+    for name, text in (("etc/hosts", HOSTS), ("etc/nsswitch.conf", NSSWITCH)):
+        path = Path(root) / name
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            written.append(name)
+    return written
 
 
 def board_arch(root: Path) -> str:
@@ -310,6 +338,7 @@ def _cached_tree(arch: str, source: Path, say: Say) -> tuple[Path, bool]:
             subprocess.run(["rm", "-rf", "--one-file-system", str(partial)], check=True)
             _debootstrap(arch, partial, say)
         _install(partial, source, arch, with_requirements=True, say=say)
+        name_service(partial)
         partial.rename(entry / "rootfs")
         (entry / _COMPLETE).write_text(f"{SUITE} {arch} {MIRROR}\n")
     return entry / "rootfs", False
