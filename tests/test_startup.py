@@ -33,10 +33,9 @@ def test_set_up_is_said_before_round_1_and_kept_out_of_the_rounds_time(small_con
     lines = err.splitlines()
     said = [i for i, line in enumerate(lines) if line.startswith("setup: ")]
     stages = [lines[i] for i in said]
-    assert any("loading the data (synthetic, 4 nodes)" in s for s in stages), err
-    assert any("planning dp_pasgd" in s for s in stages), err
-    assert any("building dp_pasgd and checking its accountants" in s for s in stages), err
-    assert any("starting the nodes (sim)" in s for s in stages), err
+    # The slow stage is named while it runs; the quick ones say nothing.
+    assert stages[0].startswith("setup: building dp_pasgd and checking its accountants"), err
+    assert not any("planning" in s for s in stages[:-1]), err
     assert stages[-1].startswith("setup: done in ") and "round 1 starts" in stages[-1], err
     assert "building dp_pasgd" in stages[-1]  # the slow stage is named with its seconds
     first_round = next(i for i, line in enumerate(lines) if line.startswith("round "))
@@ -56,6 +55,22 @@ def test_set_up_is_said_before_round_1_and_kept_out_of_the_rounds_time(small_con
     assert f"for {summary['rounds']} rounds" in text and "of set-up" in text
 
 
+def test_every_stage_is_named_when_each_is_slow(small_config_text, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr("testbed.reports.startup.SAY_AFTER_S", 0.0)
+    run_experiment(load_config_text(small_config_text), out_dir=tmp_path / "r")
+    stages = [line for line in capsys.readouterr().err.splitlines() if line.startswith("setup: ")]
+    for name in ("loading the data (synthetic, 4 nodes)", "planning dp_pasgd",
+                 "building dp_pasgd and checking its accountants", "starting the nodes (sim)"):
+        assert any(s.startswith(f"setup: {name}") for s in stages), stages
+
+
+def test_a_quick_refusal_is_still_one_line(small_config_file, capsys):
+    from testbed.cli import main
+
+    assert main(["run", str(small_config_file), "--set", "dp_pasgd.batch=500"]) == 2
+    assert len(capsys.readouterr().err.splitlines()) == 1
+
+
 def test_quiet_says_nothing_but_still_times_the_set_up(small_config_text, tmp_path, capsys):
     run_experiment(load_config_text(small_config_text), out_dir=tmp_path / "r", quiet=True)
     assert capsys.readouterr().err == ""
@@ -64,11 +79,12 @@ def test_quiet_says_nothing_but_still_times_the_set_up(small_config_text, tmp_pa
 
 def test_a_stage_names_the_libraries_it_may_still_import(monkeypatch):
     out = io.StringIO()
-    startup = Startup(stream=out)
+    startup = Startup(stream=out, say_after_s=0.0)
     monkeypatch.delitem(sys.modules, "json", raising=False)
     monkeypatch.setattr("testbed.reports.startup.HEAVY", ("json",))
     with startup.stage("building x", may_import=("json",)):
         import json  # noqa: F401  what the stage loads
+        time.sleep(0.2)
     assert out.getvalue() == "setup: building x (may import json on first use: seconds each)…\n"
     assert startup.imported == ["json"]
     startup.done()

@@ -2,20 +2,25 @@
 
 A run's set-up (its data, the plan, the algorithm with the libraries it imports on first use, the
 accountants, the nodes) can take tens of seconds under load (Sionna's import alone ~19 s); silent,
-it looks like a hang, and counted into round 1 it makes every "seconds per round" wrong. So each
-stage is named on stderr *before* it starts (a line per stage), the heavy libraries a stage
-imported are named after it, and the total is kept as ``setup_s`` (summary.json), apart from the
-rounds' own clock (metrics.csv ``wall_s`` counts from the first round). Silent with --quiet.
+it looks like a hang, and counted into round 1 it makes every "seconds per round" wrong. So a
+stage still running after :data:`SAY_AFTER_S` is named on stderr while it runs (a line per stage,
+before round 1), the set-up's seconds and the heavy libraries it imported are said once it is done
+(if it took that long), and the total is kept as ``setup_s`` (summary.json), apart from the rounds'
+own clock (metrics.csv ``wall_s`` counts from the first round). A quick set-up says nothing, so a
+refused experiment is still one line. Silent with --quiet.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import sys
+import threading
 import time
 from contextlib import contextmanager
 from typing import Iterator, TextIO
 
+#: A stage is named once it has run this long (a quick one, or one refused at once, says nothing).
+SAY_AFTER_S = 0.5
 #: Libraries slow enough to import (seconds each) that a stage importing them is worth naming.
 HEAVY = ("torch", "sionna", "tensorflow", "dp_accounting", "matplotlib", "scipy")
 
@@ -44,17 +49,21 @@ class Startup:
 
         >>> import io
         >>> out = io.StringIO()
-        >>> s = Startup(stream=out)
+        >>> s = Startup(stream=out, say_after_s=0.0)
         >>> with s.stage("loading data (adult, 4 nodes)"):
-        ...     pass
+        ...     time.sleep(0.1)
         >>> out.getvalue()
         'setup: loading data (adult, 4 nodes)…\\n'
-        >>> s.seconds() >= 0.0
+        >>> s.seconds() >= 0.1
         True
     """
 
-    def __init__(self, enabled: bool = True, stream: TextIO | None = None, clock=time.monotonic):
+    def __init__(self, enabled: bool = True, stream: TextIO | None = None, clock=time.monotonic,
+                 say_after_s: float | None = None):
         self.enabled = enabled
+        self.say_after_s = SAY_AFTER_S if say_after_s is None else say_after_s
+        self._said = False
+        self._lock = threading.Lock()
         self.stream = stream or sys.stderr
         self.clock = clock
         self.start = clock()
@@ -64,8 +73,10 @@ class Startup:
 
     def say(self, text: str) -> None:
         if self.enabled:
-            self.stream.write(f"setup: {text}\n")
-            self.stream.flush()
+            with self._lock:
+                self._said = True
+                self.stream.write(f"setup: {text}\n")
+                self.stream.flush()
 
     @contextmanager
     def stage(self, name: str, may_import: tuple[str, ...] = ()) -> Iterator[None]:
@@ -73,17 +84,28 @@ class Startup:
         run the block, time it."""
         pending = not_yet_imported(may_import)
         before = {n for n in HEAVY if n in sys.modules}
-        self.say(name + (f" (may import {', '.join(pending)} on first use: seconds each)" if pending else "") + "…")
+        line = name + (f" (may import {', '.join(pending)} on first use: seconds each)" if pending else "") + "…"
+        # Said from a timer while the stage runs (the stage itself may hold the interpreter in an
+        # import: the timer thread gets its turn at the import's own I/O and bytecode switches).
+        timer = threading.Timer(self.say_after_s, self.say, (line,)) if self.enabled else None
+        if timer is not None:
+            timer.daemon = True
+            timer.start()
         t0 = self.clock()
         try:
             yield
         finally:
+            if timer is not None:
+                timer.cancel()
+                timer.join()  # a line being written is whole before the next
             self.stages[name] = self.clock() - t0
             self.imported += [n for n in HEAVY if n in sys.modules and n not in before]
 
     def done(self) -> float:
         """Close the set-up (the rounds' clock starts now): say how long it took; its seconds."""
         self.end = self.clock()
+        if not self._said and self.seconds() < self.say_after_s:
+            return self.seconds()  # quick: nothing to explain
         took = ", ".join(f"{name.split(' (')[0]} {s:.1f} s" for name, s in self.stages.items() if s >= 0.05)
         imported = f"; imported {', '.join(self.imported)}" if self.imported else ""
         self.say(f"done in {self.seconds():.1f} s ({took or 'nothing slow'}{imported}); round 1 starts")
