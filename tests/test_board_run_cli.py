@@ -78,3 +78,59 @@ def test_localhost_resolves_in_a_board(fake_board, tmp_path, monkeypatch):
     assert "hosts: files dns" in (root / "etc/nsswitch.conf").read_text()
     (root / "etc/hosts").write_text("10.0.0.1 broker.lan\n")
     assert board_image.name_service(root) == [] and (root / "etc/hosts").read_text() == "10.0.0.1 broker.lan\n"
+
+
+LAB = """run_id = "lab1"
+broker = "mqtts://broker.lan:8883"
+[defaults]
+meter = "model"
+[[boards]]
+host = "pi-01"
+node_id = 0
+[[boards]]
+host = "pi-02"
+node_id = 1
+"""
+
+
+@pytest.mark.parametrize("address,url", [("localhost", "mqtts://localhost:8883"),
+                                         ("192.168.1.10", "mqtts://192.168.1.10:8883"),
+                                         ("mqtt://10.0.0.2:1884", "mqtt://10.0.0.2:1884")])
+def test_provision_takes_the_brokers_address_and_writes_the_coordinators_experiment(tmp_path, small_config_file,
+                                                                                   capsys, address, url):
+    """The TLS lab on one PC without editing anything: --broker names the broker as the boards reach
+    it (the certificate is made for it), --experiment writes the file the coordinator runs."""
+    import tomllib
+
+    from testbed.config import load_config
+
+    (tmp_path / "lab.toml").write_text(LAB)
+    tls = ["--tls"] if url.startswith("mqtts") else []
+    assert main(["provision", str(tmp_path / "lab.toml"), "--out", str(tmp_path / "lab"), *tls, "--broker", address,
+                 "--experiment", str(small_config_file)]) == 0
+    said = capsys.readouterr().out
+    for host in ("pi-01", "pi-02"):
+        node = tomllib.loads((tmp_path / "lab" / "boards" / host / "node.toml").read_text())
+        assert node["broker"] == url
+    written = tmp_path / "lab" / "coordinator" / "experiment.toml"
+    assert f"testbed run {written}" in said
+    config = load_config(written)
+    assert (config.run.mode, config.data.num_nodes, config.mqtt.broker_url, config.mqtt.run_id) == ("mqtt", 2, url, "lab1")
+    assert config.mqtt.emulated is False
+    assert config.mqtt.credentials == str((tmp_path / "lab" / "coordinator" / "credentials.json").resolve())
+    assert (config.mqtt.tls_ca is not None) == bool(tls)
+    assert config.dp_pasgd.steps == 20  # the base experiment's own settings kept
+    if tls:
+        from cryptography import x509
+
+        cert = x509.load_pem_x509_certificate((tmp_path / "lab" / "broker" / "cert.pem").read_bytes())
+        names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        assert address in [str(n.value) for n in names]
+
+
+@pytest.mark.parametrize("address", ["broker lan", "-x", "http://h:1"])
+def test_a_broker_address_that_is_not_one_is_refused_in_one_line(tmp_path, capsys, address):
+    (tmp_path / "lab.toml").write_text(LAB)
+    assert main(["provision", str(tmp_path / "lab.toml"), "--out", str(tmp_path / "lab"), "--broker", address]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "--broker" in err and not (tmp_path / "lab").exists()
