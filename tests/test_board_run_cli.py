@@ -134,3 +134,54 @@ def test_a_broker_address_that_is_not_one_is_refused_in_one_line(tmp_path, capsy
     assert main(["provision", str(tmp_path / "lab.toml"), "--out", str(tmp_path / "lab"), "--broker", address]) == 2
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and "--broker" in err and not (tmp_path / "lab").exists()
+
+
+def test_an_emulated_boards_model_charges_the_hosts_seconds_not_the_emulators(monkeypatch):
+    """In a board run through qemu the same step takes ~13x the CPU seconds: the model meter divides
+    them by the slowdown measured against the host's own time of the same work (nodes.emulation),
+    so the board's joules are the profile's model of the step, and its source says so."""
+    from nodes import emulation
+    from nodes.meters.model import ModelMeter
+    from testbed.devices.profiles import load_profile
+
+    profile = load_profile("pi-4b")
+    native = ModelMeter(profile)._end(None, 0.5)
+    monkeypatch.setenv(emulation.EMULATOR_VAR, "qemu-aarch64")
+    monkeypatch.setenv(emulation.REFERENCE_VAR, "0.01")
+    monkeypatch.setattr(emulation, "reference_seconds", lambda repeats=3: 0.128)  # 12.8x slower inside
+    emulation.slowdown.cache_clear()
+    try:
+        meter = ModelMeter(profile)
+        inside = meter._end(None, 0.5 * 12.8)  # the same step, as qemu's CPU time has it
+    finally:
+        emulation.slowdown.cache_clear()
+    assert inside.seconds == pytest.approx(native.seconds) and inside.energy_j == pytest.approx(native.energy_j)
+    assert inside.measured is False and "under qemu-aarch64" in inside.source and "12.8" in inside.source
+
+
+@pytest.mark.parametrize("reference", [None, "nan", "-1", "x", "1e9"])
+def test_without_a_good_reference_nothing_is_scaled(monkeypatch, reference):
+    from nodes import emulation
+
+    monkeypatch.setenv(emulation.EMULATOR_VAR, "qemu-aarch64")
+    if reference is None:
+        monkeypatch.delenv(emulation.REFERENCE_VAR, raising=False)
+    else:
+        monkeypatch.setenv(emulation.REFERENCE_VAR, reference)
+    emulation.slowdown.cache_clear()
+    try:
+        assert emulation.slowdown() is None
+    finally:
+        emulation.slowdown.cache_clear()
+
+
+def test_board_run_tells_the_board_its_emulation(fake_board, tmp_path, monkeypatch):
+    from nodes import emulation
+
+    root, execs = fake_board
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit):
+        main(["board", "run", str(root), "--", "true"])
+    script = execs[0][-1]
+    assert f"{emulation.EMULATOR_VAR}=qemu-aarch64" in script and f"{emulation.REFERENCE_VAR}=" in script
+    assert 0 < emulation.reference_seconds() < 5

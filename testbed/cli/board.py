@@ -76,7 +76,7 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from testbed.orchestration.board_image import board_arch, check_host, name_service, run_argv
+    from testbed.orchestration.board_image import board_arch, check_host, emulation_env, name_service, run_argv
 
     command = _split_command(args)
     if not command:
@@ -87,7 +87,9 @@ def _run(args: argparse.Namespace) -> int:
         if not sep or not src or not dst.startswith("/") or not Path(src).exists():
             raise UserError(f"board run: --bind {bind!r}: expected SRC:DST, SRC an existing host path, DST absolute")
         binds.append((Path(src), dst))
-    check_host(board_arch(args.dir), needs_debootstrap=False)
+    arch = board_arch(args.dir)
+    check_host(arch, needs_debootstrap=False)
     name_service(args.dir)  # a board built before it had them: localhost resolves in it
-    argv = run_argv(args.dir, command, cwd=Path.cwd(), binds=tuple(binds))
+    # The board's model charges the host's CPU seconds, not the emulator's (nodes.emulation).
+    argv = run_argv(args.dir, command, cwd=Path.cwd(), binds=tuple(binds), env=emulation_env(arch))
     os.execvp(argv[0], argv)  # the command's own process: its signals and exit status

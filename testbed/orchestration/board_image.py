@@ -176,12 +176,12 @@ def check_network(urls: tuple[str, ...] = (MIRROR, PYPI)) -> None:
 # ---- running a command in a board ----------------------------------------------------------------
 
 def run_argv(root: Path, command: list[str], *, cwd: Path | None = None,
-             binds: tuple[tuple[Path, str], ...] = ()) -> list[str]:
+             binds: tuple[tuple[Path, str], ...] = (), env: dict[str, str] | None = None) -> list[str]:
     """The command line that runs ``command`` in the board ``root``: a private mount namespace
     (``unshare``) with /proc, /dev and the host's resolver mounted, each ``(host path, board path)``
     of ``binds`` bound in, and ``cwd`` (a host folder) bound at its own path and made the working
-    folder (not the host's / nor a folder in the board), then ``chroot`` with :data:`BOARD_ENV` as the whole environment. Every step execs, so the
-    process is the command's own."""
+    folder (not the host's / nor a folder in the board), then ``chroot`` with :data:`BOARD_ENV` and
+    ``env`` as the whole environment. Every step execs, so the process is the command's own."""
     root = Path(root).resolve()
     here = Path(cwd).resolve() if cwd is not None else None
     # the host's / or a folder of the board itself is not bound over the board (it would hide it)
@@ -199,7 +199,7 @@ def run_argv(root: Path, command: list[str], *, cwd: Path | None = None,
         make = "mkdir -p" if src.is_dir() else "mkdir -p " + q(str(Path(target).parent)) + " && touch"
         script += [f"{make} {q(target)}", f"mount --bind {q(str(src))} {q(target)}"]
     inner = f"cd {q(str(here) if here is not None else '/')} && exec {shlex.join(command)}"
-    env = [f"{k}={v}" for k, v in BOARD_ENV.items()]
+    env = [f"{k}={v}" for k, v in {**BOARD_ENV, **(env or {})}.items()]
     script.append(f"exec chroot {q(str(root))} /usr/bin/env -i {shlex.join(env)} /bin/sh -c {q(inner)}")
     return ["unshare", "--mount", "--propagation", "private", "/bin/sh", "-ec", "\n".join(script)]
 
@@ -208,6 +208,15 @@ def run_argv(root: Path, command: list[str], *, cwd: Path | None = None,
 #: Pi OS image has both): ``localhost`` resolves, then the host's resolver (copied in at each run).
 HOSTS = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
 NSSWITCH = "hosts: files dns\nnetworks: files\n"
+
+
+def emulation_env(arch: str) -> dict[str, str]:
+    """What a board's processes are told of their emulation (nodes.emulation): the emulator, and
+    this machine's own CPU seconds of the reference work, timed here, natively."""
+    from nodes import emulation
+
+    return {emulation.EMULATOR_VAR: ARCHES[arch],
+            emulation.REFERENCE_VAR: f"{emulation.reference_seconds():.6g}"}
 
 
 def name_service(root: Path) -> list[str]:
