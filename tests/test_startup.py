@@ -11,8 +11,7 @@ import time
 from testbed import assemble
 from testbed.config import load_config_text
 from testbed.orchestration.runner import run_experiment
-from testbed.reports.html import time_text
-from testbed.reports.startup import Startup
+from testbed.reports.startup import Startup, time_text
 from testbed.watch.checks import summary_view
 
 SLOW_S = 2.0  # a set-up stage this slow, on purpose
@@ -53,6 +52,11 @@ def test_set_up_is_said_before_round_1_and_kept_out_of_the_rounds_time(small_con
     assert (view["wall_s"], view["setup_s"]) == (summary["wall_s"], summary["setup_s"])
     text = time_text(summary)
     assert f"for {summary['rounds']} rounds" in text and "of set-up" in text
+    from testbed.cli.run import format_summary
+    from testbed.reports.html import write_report
+
+    assert f"time         {text}" in format_summary(summary).splitlines()
+    assert text in write_report(tmp_path / "r").read_text()
 
 
 def test_every_stage_is_named_when_each_is_slow(small_config_text, tmp_path, monkeypatch, capsys):

@@ -27,6 +27,7 @@ from testbed.limits import MAX_TEXT_FILE_BYTES
 from testbed.reports import headline
 from testbed.reports.plots import _pyplot, draw_figures
 from testbed.reports.results import read_metrics, read_summary
+from testbed.reports.startup import time_text
 from testbed.reports.sweep_figures import interval_figures
 from testbed.reports.sweep_stats import grid_keys, read_sweep, stats_rows
 from testbed.util.dirlock import DirectoryLock
@@ -46,19 +47,6 @@ pre { background: #f6f6f6; padding: 10px; border-radius: 6px; overflow-x: auto; 
 .wide { overflow-x: auto; }
 .status { display: inline-block; padding: 1px 10px; border-radius: 10px; background: #eee; font-size: 14px; }
 """
-
-
-def time_text(s: dict) -> str:
-    """The rounds' seconds, per round, and the set-up's before them (summary ``wall_s``, ``setup_s``).
-
-    Example::
-
-        >>> time_text({"wall_s": 3.0, "rounds": 30, "setup_s": 39.5})
-        '3 s for 30 rounds (0.1 s per round), after 39.5 s of set-up'
-    """
-    rounds, wall = s.get("rounds") or 0, s.get("wall_s") or 0.0
-    text = f"{wall:.3g} s for {rounds} rounds" + (f" ({wall / rounds:.3g} s per round)" if rounds else "")
-    return text + (f", after {s['setup_s']:.3g} s of set-up" if s.get("setup_s") is not None else "")
 
 
 def write_report(path: Path) -> Path:

@@ -114,3 +114,17 @@ class Startup:
     def seconds(self) -> float:
         """The set-up's seconds: until :meth:`done`, or so far."""
         return (self.end if self.end is not None else self.clock()) - self.start
+
+
+def time_text(s: dict) -> str:
+    """The rounds' seconds, per round, and the set-up's before them (summary ``wall_s``, ``setup_s``),
+    as the terminal summary and the HTML report say them.
+
+    Example::
+
+        >>> time_text({"wall_s": 3.0, "rounds": 30, "setup_s": 39.5})
+        '3 s for 30 rounds (0.1 s per round), after 39.5 s of set-up'
+    """
+    rounds, wall = s.get("rounds") or 0, s.get("wall_s") or 0.0
+    text = f"{wall:.3g} s for {rounds} rounds" + (f" ({wall / rounds:.3g} s per round)" if rounds else "")
+    return text + (f", after {s['setup_s']:.3g} s of set-up" if s.get("setup_s") is not None else "")
