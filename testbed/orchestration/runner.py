@@ -382,7 +382,8 @@ def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = Fa
         # Before the nodes: a full pass over it took 40-80 ms of an MQTT run's start, and emulated
         # hosts forked from this process inherit it frozen.
         gc.freeze()
-        with startup.stage(f"starting the nodes ({config.run.mode})"):
+        # Not announced by a timer: the emulated hosts are forked here, with no other thread alive.
+        with startup.stage(f"starting the nodes ({config.run.mode})", announce=False):
             nodes = build_nodes(config, algorithm, data, quiet)
         nodes.earlier_sessions = tuple(run.sessions)  # a node reports its spend in them too
         run.sessions.append(nodes.session)

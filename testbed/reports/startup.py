@@ -79,15 +79,16 @@ class Startup:
                 self.stream.flush()
 
     @contextmanager
-    def stage(self, name: str, may_import: tuple[str, ...] = ()) -> Iterator[None]:
-        """Announce ``name`` (with the libraries of ``may_import`` it may still have to import),
-        run the block, time it."""
+    def stage(self, name: str, may_import: tuple[str, ...] = (), announce: bool = True) -> Iterator[None]:
+        """Announce ``name`` (with the libraries of ``may_import`` it may still have to import)
+        once it has run :data:`SAY_AFTER_S`, run the block, time it. ``announce=False`` for a stage
+        that forks (its timer would be a thread at the fork): it is said in :meth:`done`'s line only."""
         pending = not_yet_imported(may_import)
         before = {n for n in HEAVY if n in sys.modules}
         line = name + (f" (may import {', '.join(pending)} on first use: seconds each)" if pending else "") + "…"
         # Said from a timer while the stage runs (the stage itself may hold the interpreter in an
         # import: the timer thread gets its turn at the import's own I/O and bytecode switches).
-        timer = threading.Timer(self.say_after_s, self.say, (line,)) if self.enabled else None
+        timer = threading.Timer(self.say_after_s, self.say, (line,)) if self.enabled and announce else None
         if timer is not None:
             timer.daemon = True
             timer.start()
