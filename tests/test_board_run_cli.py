@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import given, strategies as st
 
 from testbed.cli import main
 from testbed.cli.board import SUB_EXAMPLES
@@ -185,3 +186,21 @@ def test_board_run_tells_the_board_its_emulation(fake_board, tmp_path, monkeypat
     script = execs[0][-1]
     assert f"{emulation.EMULATOR_VAR}=qemu-aarch64" in script and f"{emulation.REFERENCE_VAR}=" in script
     assert 0 < emulation.reference_seconds() < 5
+
+
+@given(st.text(max_size=60))
+def test_any_broker_address_is_a_url_the_boards_read_or_a_refusal_naming_broker(address):
+    """Whatever is typed after --broker: an inventory whose broker the node file's own check takes,
+    or a ConfigError naming --broker; never another exception."""
+    from nodes import board_config
+    from testbed.errors import ConfigError
+    from testbed.orchestration.lab import broker_at
+    from testbed.orchestration.provision import Inventory
+
+    inventory = Inventory("lab1", "mqtts://broker.lan:8883", None, "/opt/testbed/bin/testbed", ())
+    try:
+        changed = broker_at(inventory, address)
+    except ConfigError as exc:
+        assert "--broker" in str(exc) and "\n" not in str(exc)
+    else:
+        assert board_config.CHECKS["broker"](changed.broker) == changed.broker
