@@ -367,3 +367,13 @@ def test_a_family_is_read_only_when_closed_and_a_stray_placeholder_is_refused():
     fam.close()
     with pytest.raises(RuntimeError, match="closed"):
         fam.paired([1.0, 2], [0.0, 1], "a>b")
+
+
+def test_a_family_states_the_effect_it_can_detect_after_holm():
+    fam = Family("power")
+    fam.paired([1.0, 2, 3, 4, 5], [0.9, 2.1, 2.8, 4.2, 4.9], "a>b")
+    fam.paired([1.0, 2, 3, 4, 5], [0.8, 1.7, 3.1, 3.9, 5.2], "a>b")
+    fam.close()
+    sds = [np.std([0.1, -0.1, 0.2, -0.2, 0.1], ddof=1), np.std([0.2, 0.3, -0.1, 0.1, -0.2], ddof=1)]
+    expected = min_detectable_effect_in_family(5, float(np.median(sds)), 2)
+    assert f"at n = 5: {expected:.3g} (median sd of the differences {np.median(sds):.3g})" in fam.description()

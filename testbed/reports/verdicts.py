@@ -37,7 +37,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from testbed.reports.stats import CONFIDENCE, holm, paired, spearman, spearman_p, within_cluster_spearman
+from testbed.reports.stats import (CONFIDENCE, holm, min_detectable_effect_in_family, paired, spearman, spearman_p,
+                                   within_cluster_spearman)
 
 SHOWN, OPPOSITE, INCONCLUSIVE = "shown", "opposite", "inconclusive"
 #: A paired claim: mean(a) > mean(b) or mean(a) < mean(b).
@@ -143,6 +144,7 @@ class _Raw:
     p: float
     sign: int
     confidence: float
+    sd: float = math.nan  # of the paired differences (a paired claim)
 
 
 def _paired_raw(a: Sequence[float] | Mapping[Any, float], b: Sequence[float] | Mapping[Any, float],
@@ -152,7 +154,7 @@ def _paired_raw(a: Sequence[float] | Mapping[Any, float], b: Sequence[float] | M
         raise ValueError(f"claimed must be 'a>b' or 'a<b', got {claimed!r}")
     r = paired(xs, ys, confidence)
     return _Raw(r.n, r.mean, r.ci_low, r.ci_high, "mean difference a−b", r.p_t, 1 if claimed == "a>b" else -1,
-                confidence)
+                confidence, r.sd)
 
 
 def _trend_raw(settings: Sequence[float], values: Sequence[float], claimed: str, units: Sequence[Hashable],
@@ -269,7 +271,19 @@ class Family:
         if self.verdicts is None:
             return f"\x00{self.token}:desc\x00"
         m = len(self.verdicts)
-        return f"Family \"{self.name}\": {m} claim{'s' if m != 1 else ''}, Holm-adjusted together."
+        return f"Family \"{self.name}\": {m} claim{'s' if m != 1 else ''}, Holm-adjusted together.{self._power()}"
+
+    def _power(self) -> str:
+        """The smallest mean paired difference the family's paired claims detect with 80 % power after Holm
+        (at its first step, α/m), from the median sd of their differences at their smallest n."""
+        sds = [r.sd for r in self._raw if math.isfinite(r.sd) and r.sd > 0]
+        if not sds:
+            return ""
+        n = min(r.n for r in self._raw if math.isfinite(r.sd) and r.sd > 0)
+        sd = float(np.median(sds))
+        mde = float(min_detectable_effect_in_family(n, sd, len(self._raw), self.confidence))
+        return (f" Smallest mean paired difference detectable with 80 % power after Holm at n = {n}: "
+                f"{mde:.3g} (median sd of the differences {sd:.3g}).")
 
 
 def fill_all(text: str, families: Sequence[Family]) -> str:
