@@ -41,7 +41,7 @@ from testbed.data.regression import make_regression  # noqa: E402
 from testbed.models import LinearRegression  # noqa: E402
 from testbed.privacy import acfl as theory  # noqa: E402
 from testbed.reports.stats import t_interval  # noqa: E402
-from testbed.reports.verdicts import RULE, Family, Pending, Verdict  # noqa: E402
+from testbed.reports.verdicts import RULE, Family, Pending, Verdict, recording, write_report  # noqa: E402
 from testbed.rng import GLOBAL, Purpose, stream  # noqa: E402
 
 OUT = REPO / "runs" / "acfl-reproduce"
@@ -629,7 +629,9 @@ def main() -> None:
         for name in args.only:
             write_data(name, timed(compute[name]))
             print(f"{name}: data/{name}.json", flush=True)
-    (HERE / "REPORT.md").write_text(report())
+    with recording() as families:
+        text = report()
+    write_report(HERE / "REPORT.md", text, families)
 
 
 if __name__ == "__main__":

@@ -64,7 +64,7 @@ from testbed.planning.estimate import noise_dimension, smoothness  # noqa: E402
 from testbed.planning.resolve import make_plan, plan_inputs  # noqa: E402
 from testbed.reports.results import read_metrics  # noqa: E402
 from testbed.reports.stats import t_interval  # noqa: E402
-from testbed.reports.verdicts import RULE, Family, Pending, Verdict, fill_all  # noqa: E402
+from testbed.reports.verdicts import RULE, Family, Pending, Verdict, fill_all, recording, write_report  # noqa: E402
 
 #: What each dataset changes in base.toml. Adult-1's smallest device has 40 training samples.
 DATASETS: dict[str, dict[str, dict[str, Any]]] = {
@@ -756,7 +756,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{key}: {time.monotonic() - start:.0f} s", flush=True)
     tables = {k: read(k) for k in ("e1", "e2", "e3", "e4", "planfit", "learns")}
     draw_figures(tables)
-    (HERE / "REPORT.md").write_text(report(tables))
+    with recording() as families:
+        text = report(tables)
+    write_report(HERE / "REPORT.md", text, families)
     print(f"report: {HERE / 'REPORT.md'}")
     return 0
 

@@ -45,7 +45,7 @@ from testbed.assemble import load_data  # noqa: E402
 from testbed.config import load_config, replace  # noqa: E402
 from testbed.orchestration.sweep import Point, run_sweep  # noqa: E402
 from testbed.reports.results import read_metrics  # noqa: E402
-from testbed.reports.verdicts import RULE, Family, Pending, fill_all  # noqa: E402
+from testbed.reports.verdicts import RULE, Family, Pending, fill_all, recording, write_report  # noqa: E402
 
 SEEDS = range(10)
 TAUS = (1, 2, 5, 10, 20)
@@ -233,7 +233,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{key}: {time.monotonic() - start:.0f} s", flush=True)
     e1, e2 = read("cnn-e1"), read("cnn-e2")
     figures(e1, e2)
-    (HERE / "REPORT-cnn.md").write_text(report(e1, e2))
+    with recording() as families:
+        text = report(e1, e2)
+    write_report(HERE / "REPORT-cnn.md", text, families)
     print(f"wrote {HERE / 'REPORT-cnn.md'}")
     return 0
 

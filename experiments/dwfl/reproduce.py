@@ -48,7 +48,7 @@ DATA = HERE / "data"
 sys.path.insert(0, str(REPO))
 
 from testbed.reports.stats import t_interval  # noqa: E402
-from testbed.reports.verdicts import RULE, Family, Pending, trend_verdict  # noqa: E402
+from testbed.reports.verdicts import RULE, Family, Pending, recording, write_report  # noqa: E402
 
 #: task → (base file, suffix of the outputs, what the runs train on, for the report)
 TASKS = {
@@ -385,8 +385,10 @@ def _eps_section(sc: Scenario, suffix: str) -> list[str]:
         md.append(f"| {_num(c):g} | {max(r['eps_T'] for r in rs):.3g} | {len(rs)} | {_ci(r['final_acc'] for r in rs)} | "
                   f"{_ci(r['final_loss'] for r in rs)} | {'yes' if ok else 'no'} |")
     xs = [_num(c) for c in sc.names(panel) for _ in sc.runs(panel, c)]
-    v = trend_verdict(xs, [r["final_acc"] for c in sc.names(panel) for r in sc.runs(panel, c).values()], "increasing",
-                      units=xs, cluster=[seed for c in sc.names(panel) for seed in sc.runs(panel, c)])
+    fam = Family("accuracy rises with ε")
+    v = fam.trend(xs, [r["final_acc"] for c in sc.names(panel) for r in sc.runs(panel, c).values()], "increasing",
+                  units=xs, cluster=[seed for c in sc.names(panel) for seed in sc.runs(panel, c)])
+    fam.close()
     md += ["", f"Accuracy rises with ε (ρ within each seed, n = seeds; a family of one): {v.markdown()}", "",
            (f"**Learning begins at ε = {_num(first):g} per round** (the smallest ε of the grid whose accuracy "
             "interval is above the majority share)." if first else
@@ -606,7 +608,9 @@ def write_reports() -> list[Path]:
                 (HERE / f"{name}{suffix}.png").unlink(missing_ok=True)
         learns_sc = learns_data.get("learns") if (task, scale) == ("cnn", 1.0) else None
         path = HERE / f"REPORT{suffix}.md"
-        path.write_text(report(task, scale, data, learns_sc))
+        with recording() as families:
+            text = report(task, scale, data, learns_sc)
+        write_report(path, text, families)
         written.append(path)
     return written
 

@@ -50,7 +50,8 @@ sys.path.insert(0, str(REPO))
 
 from testbed.reports.stats import t_interval  # noqa: E402
 from testbed.reports.sweep_stats import stats_rows  # noqa: E402
-from testbed.reports.verdicts import RULE, Family, Verdict  # noqa: E402
+from testbed.reports.verdicts import RULE, Family, Verdict, recording  # noqa: E402
+from testbed.reports.verdicts import write_report as write_report_and_verdicts  # noqa: E402
 
 
 
@@ -603,7 +604,9 @@ def write_report() -> Path:
         if stale.name not in drawn:
             stale.unlink()
     path = HERE / "REPORT.md"
-    path.write_text(report(data, figures))
+    with recording() as families:
+        text = report(data, figures)
+    write_report_and_verdicts(path, text, families)
     return path
 
 

@@ -30,9 +30,12 @@ Example::
 from __future__ import annotations
 
 import itertools
+import json
 import math
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -228,7 +231,10 @@ class Family:
         self.name, self.confidence = name, confidence
         self.token = f"family{next(_FAMILY_IDS)}"
         self._raw: list[_Raw] = []
+        self._inputs: list[dict[str, Any]] = []  # what a referee needs to recompute each claim
         self.verdicts: list[Verdict] | None = None
+        for families in _RECORDINGS:
+            families.append(self)
 
     def _add(self, raw: _Raw) -> Pending:
         if self.verdicts is not None:
@@ -239,12 +245,19 @@ class Family:
     def paired(self, a: Sequence[float] | Mapping[Any, float], b: Sequence[float] | Mapping[Any, float],
                claimed: PairedClaim) -> Pending:
         """Add the claim "a > b" (or "a < b") of paired runs (as :func:`paired_verdict`)."""
+        xs, ys = _pairs(a, b)
+        self._inputs.append({"kind": "paired", "claimed": claimed, "a": [float(x) for x in xs],
+                             "b": [float(y) for y in ys]})
         return self._add(_paired_raw(a, b, claimed, self.confidence))
 
     def trend(self, settings: Sequence[float], values: Sequence[float], claimed: TrendClaim, *,
               units: Sequence[Hashable], cluster: Sequence[Hashable] | None = None) -> Pending:
         """Add a trend claim (as :func:`trend_verdict`, which says when it refuses repeated units)."""
-        return self._add(_trend_raw(settings, values, claimed, units, cluster, self.confidence))
+        raw = _trend_raw(settings, values, claimed, units, cluster, self.confidence)
+        self._inputs.append({"kind": "trend", "claimed": claimed, "x": [float(x) for x in settings],
+                             "y": [float(y) for y in values], "units": [str(u) for u in units],
+                             "cluster": None if cluster is None else [str(c) for c in cluster]})
+        return self._add(raw)
 
     def __len__(self) -> int:
         return len(self._raw)
@@ -284,6 +297,35 @@ class Family:
         mde = float(min_detectable_effect_in_family(n, sd, len(self._raw), self.confidence))
         return (f" Smallest mean paired difference detectable with 80 % power after Holm at n = {n}: "
                 f"{mde:.3g} (median sd of the differences {sd:.3g}).")
+
+
+_RECORDINGS: list[list[Family]] = []
+
+
+@contextmanager
+def recording() -> Iterator[list[Family]]:
+    """Collect every Family made inside the block (a REPORT's), for :func:`write_report`."""
+    families: list[Family] = []
+    _RECORDINGS.append(families)
+    try:
+        yield families
+    finally:
+        _RECORDINGS.remove(families)
+
+
+def write_report(path: Path, text: str, families: Sequence[Family]) -> None:
+    """Write a REPORT and, beside it (REPORT.md → REPORT.verdicts.json), every claim of its families with
+    its inputs and verdict: what tests/test_referee.py recomputes with plain scipy."""
+    record = []
+    for f in families:
+        verdicts = f.close()
+        record.append({"family": f.name, "size": len(verdicts), "claims": [
+            {**inputs, "word": v.word, "n": v.n, "effect": v.effect, "ci_low": v.ci_low, "ci_high": v.ci_high,
+             "p": v.p, "p_adjusted": v.p_adjusted, "text": v.markdown()}
+            for inputs, v in zip(f._inputs, verdicts)]})
+    Path(path).write_text(text)
+    Path(path).with_suffix(".verdicts.json").write_text(
+        json.dumps(record, ensure_ascii=False, indent=None, separators=(",", ":")).replace("NaN", "null") + "\n")
 
 
 def fill_all(text: str, families: Sequence[Family]) -> str:
