@@ -40,7 +40,7 @@ from testbed.algorithms.acfl import Acfl, AcflSection, bernoulli_answered, traje
 from testbed.data.regression import make_regression  # noqa: E402
 from testbed.models import LinearRegression  # noqa: E402
 from testbed.privacy import acfl as theory  # noqa: E402
-from testbed.reports.stats import t_interval  # noqa: E402
+from testbed.reports.stats import majority_flag, t_interval  # noqa: E402
 from testbed.reports.verdicts import RULE, Family, Pending, Verdict, recording, write_report  # noqa: E402
 from testbed.rng import GLOBAL, Purpose, stream  # noqa: E402
 
@@ -466,12 +466,18 @@ def real_section(real: dict) -> list[str]:
              "", f"Majority share of the test split (mean over seeds): **{np.mean([r['majority'] for r in lstsq]):.4f}**; "
              f"chance (two classes) 0.5; the exact least-squares solution, central and noiseless: "
              f"{mean_ci(r['test_accuracy'] for r in lstsq)}.", "",
+             "An accuracy whose 95 % interval holds the test split's majority share (mean over seeds) is flagged ⚑ at "
+             "majority.", "",
              "| D | ε (nats) | σ² | step | method | test accuracy | train loss |", "|---|---|---|---|---|---|---|"]
+
+    def flag(chosen: list[dict]) -> str:
+        return majority_flag([r["test_accuracy"] for r in chosen], float(np.mean([r["majority"] for r in lstsq])))
+
     for eps, schedule, name in REAL_GRID:
         chosen = list(by(runs, epsilon=eps, schedule=schedule, method=name).values())
         lines.append(f"| {chosen[0]['features']} | {eps:g} | {chosen[0]['sigma_sq']:.3g} | "
                      f"{'η₀/t' if schedule == 'eta0_over_t' else 'constant'} | {name} | "
-                     f"{mean_ci(r['test_accuracy'] for r in chosen)} | {mean_ci(r['train_loss'] for r in chosen)} |")
+                     f"{mean_ci(r['test_accuracy'] for r in chosen)}{flag(chosen)} | {mean_ci(r['train_loss'] for r in chosen)} |")
     majority = {r["seed"]: r["majority"] for r in lstsq}
     top = ADULT_EPSILONS[0]
     fam = Family("Adult-2: the claims on the test accuracy")
@@ -535,8 +541,10 @@ def learns_section(learns: dict) -> list[str]:
              f"charged to any budget). {learns['seeds']} seeds, a full `testbed run` (sim) each; NA is the same run "
              "with α fixed at 0.5.", "",
              "| | value |", "|---|---|",
-             f"| ACFL test accuracy, mean [95 % t interval] | {mean_ci(r['test_accuracy'] for r in acfl)} |",
-             f"| NA test accuracy | {mean_ci(r['test_accuracy'] for r in by(runs, method='NA').values())} |",
+             f"| ACFL test accuracy, mean [95 % t interval] | {mean_ci(r['test_accuracy'] for r in acfl)}"
+             f"{majority_flag([r['test_accuracy'] for r in acfl], float(np.mean(list(majority.values()))))} |",
+             f"| NA test accuracy | {mean_ci(r['test_accuracy'] for r in by(runs, method='NA').values())}"
+             f"{majority_flag([r['test_accuracy'] for r in by(runs, method='NA').values()], float(np.mean(list(majority.values()))))} |",
              f"| chance | {CHANCE:g} |",
              f"| majority share of the test split (mean over seeds) | {np.mean(list(majority.values())):.4f} |",
              f"| ε spent per device, from the ledger (MI-DP, Theorem 1) | {', '.join(f'{e:g}' for e in eps)} nats |",

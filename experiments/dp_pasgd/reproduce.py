@@ -391,9 +391,11 @@ def report(t: dict[str, Any]) -> str:
         "the 8×8 digits: `REPORT-cnn.md`.\n")
     add(RULE + " Accuracies are given as mean [95 % t interval] over seeds.\n")
     majorities = ", ".join(f"{n} {info[n]['majority']:.4f}" for n in names)
+    share = {n: info[n]["majority"] for n in names}  # the flags' majority share per dataset
     add(f"**Chance and majority.** Two classes: chance is 0.5; always guessing the majority class (income ≤ 50K) "
         f"scores {majorities} (device-averaged, seed 0's split). An accuracy at the majority share shows nothing "
-        "about learning or convergence, and many designs below sit there.\n")
+        "about learning or convergence, and many designs below sit there: every accuracy cell whose 95 % interval "
+        "holds the majority share is flagged ⚑ at majority (⚑ below majority where it lies below).\n")
     add("**Compute.** Measured wall time of the runs, one worker on this 2-core machine (the sum of the runs' own "
         "measured times, recorded in each scenario's data file): "
         + ", ".join(f"{k} {w:.0f} s" for k, w in walls.items()) + f"; **{sum(walls.values()) / 60:.1f} min** in all "
@@ -436,7 +438,7 @@ def report(t: dict[str, Any]) -> str:
         rows = [r for r in e1.rows if r["dataset"] == name]
         a, b = by_seed(rows, "test_accuracy", tau=10), by_seed(rows, "test_accuracy", tau=1)
         e1_verdicts.append(f_e1.paired(a, b, "a>b"))
-        add(f"| {name} | {mean_ci(list(a.values()))} | {mean_ci(list(b.values()))} | {v(e1_verdicts[-1])} | "
+        add(f"| {name} | {mean_ci(list(a.values()), majority=share[name])} | {mean_ci(list(b.values()), majority=share[name])} | {v(e1_verdicts[-1])} | "
             f"{max(r['epsilon_max'] for r in rows):.3g} | {max(r['cost_max'] for r in rows):g} |")
     f_e1.close()
     add(f"\n{f_e1.description()} Verdicts: {words(e1_verdicts)} of {len(names)} datasets. DP-SGD's 9 steps leave the model at the majority "
@@ -468,8 +470,8 @@ def report(t: dict[str, Any]) -> str:
                                             by_seed(rows, "test_accuracy", tau=end, steps=k_end), "a>b")
                 e2_ends.append(ends)
                 k1 = grid_choice([r for r in rows if r["tau"] == 1])[1]
-                add(f"| {name} | {c:g} | {e:g} | {tau}, {k} | {mean_ci(list(by_seed(rows, 'test_accuracy', tau=tau, steps=k).values()))} | "
-                    f"{mean_ci(list(by_seed(rows, 'test_accuracy', tau=1, steps=k1).values()))} | "
+                add(f"| {name} | {c:g} | {e:g} | {tau}, {k} | {mean_ci(list(by_seed(rows, 'test_accuracy', tau=tau, steps=k).values()), majority=share[name])} | "
+                    f"{mean_ci(list(by_seed(rows, 'test_accuracy', tau=1, steps=k1).values()), majority=share[name])} | "
                     + " | ".join(x if isinstance(x, str) else v(x) for x in ends.values()) + " |")
     f_e2.close()
     interior = [all(isinstance(x, Pending) and x.word == "shown" for x in ends.values()) for ends in e2_ends]
@@ -553,7 +555,7 @@ def report(t: dict[str, Any]) -> str:
                 grid = by_seed(case, "test_accuracy", tau=tau, steps=k)
                 low = float(t_interval(list(grid.values())).ci_low)
                 above_majority[name] += low > info[name]["majority"]
-                cells = [f"| {name} | {c:g} | {e:g} | {tau}, {k}: {mean_ci(list(grid.values()))}"]
+                cells = [f"| {name} | {c:g} | {e:g} | {tau}, {k}: {mean_ci(list(grid.values()), majority=share[name])}"]
                 for label, source in (("d", e3_cells), ("d_eff", fit_cells)):
                     rows = source[(name, c, e)]
                     plan = by_seed(rows, "test_accuracy")
@@ -564,7 +566,7 @@ def report(t: dict[str, Any]) -> str:
                     if label == "d_eff":
                         shortfall[name].append(low - mean(plan.values()))
                     r0 = rows[0]
-                    cells.append(f"{r0['tau']}, {r0['steps']}, {r0['sigma']:.3g}: {mean_ci(list(plan.values()))} | "
+                    cells.append(f"{r0['tau']}, {r0['steps']}, {r0['sigma']:.3g}: {mean_ci(list(plan.values()), majority=share[name])} | "
                                  f"{'yes' if ok else 'no'} | {v(verdict)}")
                 tau_c, k_c = grid_choice([r for r in case if r["tau"] <= cap])
                 capped = by_seed(case, "test_accuracy", tau=tau_c, steps=k_c)
@@ -572,7 +574,7 @@ def report(t: dict[str, Any]) -> str:
                 out_of_reach[name] += mean(capped.values()) < low
                 fit_at_cap[name] += mean(by_seed(fit_cells[(name, c, e)], "test_accuracy").values()) >= float(
                     t_interval(list(capped.values())).ci_low)
-                cells.append(f"{tau_c}, {k_c}: {mean_ci(list(capped.values()))}")
+                cells.append(f"{tau_c}, {k_c}: {mean_ci(list(capped.values()), majority=share[name])}")
                 add(" | ".join(cells) + " |")
     n_cases = len(E2_BUDGETS) * len(EPSILONS)
     add("\nLands within the grid best's interval: " + "; ".join(
@@ -615,7 +617,7 @@ def report(t: dict[str, Any]) -> str:
             grid = {c: by_seed(cases[(name, c, e)], "test_accuracy", **dict(zip(("tau", "steps"), choices[(name, c, e)])))
                     for c in E2_BUDGETS}
             add(f"| {name} | {e:g} | ({lo[0]['tau']}, {lo[0]['steps']}) → ({hi[0]['tau']}, {hi[0]['steps']}) | "
-                f"{mean_ci([r['test_accuracy'] for r in lo])} | {mean_ci([r['test_accuracy'] for r in hi])} | "
+                f"{mean_ci([r['test_accuracy'] for r in lo], majority=share[name])} | {mean_ci([r['test_accuracy'] for r in hi], majority=share[name])} | "
                 f"{v(cost_trends[(name, e)])} | {v(f_e3c.paired(grid[1000.0], grid[500.0], 'a>b'))} |")
     add(f"\n{f_e3c.description()} The trend pools the runs of each C_th over the seeds (ρ within each seed, n = seeds). The planned designs make few steps, so most stay at the majority share whatever the budget; the grid's best "
         "design is where the budget can show.\n")
@@ -634,7 +636,7 @@ def report(t: dict[str, Any]) -> str:
             rows = [r for e in E3_EPSILONS for r in e3_cells_all[(name, c, e)]]
             lo, hi = by_seed(e3_cells_all[(name, c, 1.0)], "test_accuracy"), by_seed(e3_cells_all[(name, c, 10.0)], "test_accuracy")
             gains[name].update({(c, s): hi[s] - lo[s] for s in lo})
-            add(f"| {name} | {c:g} | {mean_ci(list(lo.values()))} | {mean_ci(list(hi.values()))} | "
+            add(f"| {name} | {c:g} | {mean_ci(list(lo.values()), majority=share[name])} | {mean_ci(list(hi.values()), majority=share[name])} | "
                 f"{v(f_e3e.trend([r['epsilon'] for r in rows], [r['test_accuracy'] for r in rows], 'increasing', units=[r['epsilon'] for r in rows], cluster=[r['seed'] for r in rows]))} |")
     f_e3g = family("E3: the grid's best rises with ε_th, per dataset and C_th")
     add(f"\n{f_e3e.description()} (runs of each ε_th over the seeds: ρ within each seed, n = seeds.)\n")
@@ -706,11 +708,11 @@ def report(t: dict[str, Any]) -> str:
     add("|---|---|---|---|---|")
     for e in sorted({r["epsilon"] for r in lrows}):
         rs = [r for r in lrows if r["epsilon"] == e]
-        add(f"| {e:g} | {len(rs)} | {mean_ci([r['test_accuracy'] for r in rs])} | {max(r['epsilon_max'] for r in rs):.4g} | "
+        add(f"| {e:g} | {len(rs)} | {mean_ci([r['test_accuracy'] for r in rs], majority=learns.extra['majority'])} | {max(r['epsilon_max'] for r in rs):.4g} | "
             f"{rs[0]['sigma']:.4g} |")
     walls_run = list(learns.extra["run_wall_s"].values())
     add(f"\nChance is {learns.extra['chance']:.2f}, the majority share {learns.extra['majority']:.4f}. At ε_th = "
-        f"{LEARNS_EPSILON:g} the mean accuracy {mean_ci([r['test_accuracy'] for r in at])} lies far above both; one run "
+        f"{LEARNS_EPSILON:g} the mean accuracy {mean_ci([r['test_accuracy'] for r in at], majority=learns.extra['majority'])} lies far above both; one run "
         f"takes {min(walls_run):.1f}–{max(walls_run):.1f} s (sim, one worker). The curve over ε_th shows where "
         "learning begins: every ε_th of the paper's range learns here.\n")
 

@@ -45,6 +45,7 @@ from testbed.assemble import load_data  # noqa: E402
 from testbed.config import load_config, replace  # noqa: E402
 from testbed.orchestration.sweep import Point, run_sweep  # noqa: E402
 from testbed.reports.results import read_metrics  # noqa: E402
+from testbed.reports.stats import majority_flag  # noqa: E402
 from testbed.reports.verdicts import RULE, Family, Pending, fill_all, recording, write_report  # noqa: E402
 
 SEEDS = range(10)
@@ -125,7 +126,8 @@ def report(e1, e2) -> str:
          "(1,370 parameters) on the digits over 16 devices (112 images each, i.i.d.), per-sample gradients clipped at "
          f"G = 1, η = 0.5, batch 32 (`base-cnn.toml`); {len(SEEDS)} seeds (0–{SEEDS[-1]}); c1 = 100, c2 = 1, δ = 1e-4, "
          f"zCDP accounting (eq. 9). Ten classes: chance is {chance:.2f}, the majority share {majority:.4f} (seed 0's split); "
-         "a design at that level shows nothing about learning.", "",
+         "a design at that level shows nothing about learning: an accuracy whose 95 % interval holds the majority "
+         "share is flagged ⚑ at majority (⚑ below majority where it lies below).", "",
          RULE + " Accuracies: mean [95 % t interval].", "",
          f"Measured wall time of the runs (one worker, the sum of the runs' own times): cnn-e1 {e1.wall_s:.0f} s, "
          f"cnn-e2 {e2.wall_s:.0f} s; **{(e1.wall_s + e2.wall_s) / 60:.1f} min** in all (measured while other jobs shared "
@@ -135,7 +137,7 @@ def report(e1, e2) -> str:
          "| scheme | test accuracy | σ | ε spent (max) |", "|---|---|---|---|"]
     for label, (tau, _k) in SCHEMES.items():
         rows = [r for r in e1.rows if r["tau"] == tau]
-        L.append(f"| {label} | {mean_ci([r['test_accuracy'] for r in rows])} | {rows[0]['sigma']:.4g} | "
+        L.append(f"| {label} | {mean_ci([r['test_accuracy'] for r in rows], majority=majority)} | {rows[0]['sigma']:.4g} | "
                  f"{max(r['epsilon_max'] for r in rows):.3g} |")
     best = cases[(1000.0, 10.0)]
     tau_b = max((t for t in TAUS if t > 1), key=lambda t: sum(by_seed(best, "validation_accuracy", tau=t).values()))
@@ -166,7 +168,9 @@ def report(e1, e2) -> str:
             ends.append(v(judged[-1]))
         all_ends.append(judged)
         accs = [sum(by_seed(rows, "test_accuracy", tau=t).values()) / len(SEEDS) for t in TAUS]
-        L.append(f"| {c:g} | {e:g} | " + " | ".join(f"{a:.3f}" for a in accs) + f" | {tau} | " + " | ".join(ends) + " |")
+        flags = [majority_flag(list(by_seed(rows, "test_accuracy", tau=t).values()), majority) for t in TAUS]
+        L.append(f"| {c:g} | {e:g} | " + " | ".join(f"{a:.3f}{f}" for a, f in zip(accs, flags)) + f" | {tau} | "
+                 + " | ".join(ends) + " |")
     f_e2.close()
     interior = sum(len(j) == 2 and all(x.word == "shown" for x in j) for j in all_ends)
     L += ["", f"{f_e2.description()} Verdict: an interior optimum (both paired comparisons shown) in **{interior} of {len(cases)}** cases. Where "
@@ -200,7 +204,7 @@ def report(e1, e2) -> str:
     for e in EPSILONS:
         lo, hi = best_by[(500.0, e)], best_by[(1000.0, e)]
         cost_verdicts.append(f_e3c.paired(hi, lo, "a>b"))
-        L.append(f"| {e:g} | {mean_ci(list(lo.values()))} | {mean_ci(list(hi.values()))} | {v(cost_verdicts[-1])} |")
+        L.append(f"| {e:g} | {mean_ci(list(lo.values()), majority=majority)} | {mean_ci(list(hi.values()), majority=majority)} | {v(cost_verdicts[-1])} |")
     f_e3c.close()
     L += ["", f"{f_e3c.description()} Verdicts: {words(cost_verdicts)}.", "",
           "> \"higher privacy budget usually leads to higher testing accuracy due to the decreased noise magnitude\"", "",
@@ -210,7 +214,7 @@ def report(e1, e2) -> str:
         xs = [e for e in EPSILONS for _ in SEEDS]
         ys = [best_by[(c, e)][s] for e in EPSILONS for s in SEEDS]
         seeds = [s for _ in EPSILONS for s in SEEDS]
-        L.append(f"| {c:g} | " + " | ".join(mean_ci(list(best_by[(c, e)].values()), 3) for e in EPSILONS)
+        L.append(f"| {c:g} | " + " | ".join(mean_ci(list(best_by[(c, e)].values()), 3, majority=majority) for e in EPSILONS)
                  + f" | {v(f_e3e.trend(xs, ys, 'increasing', units=xs, cluster=seeds))} |")
     L += ["", f"{f_e3e.description()} (Each ε_th's runs over the seeds: ρ within each seed, n = seeds.)", "", "E4 (the planner's τ over the budgets) is not rerun: it depends only on the bound constants, whose "
           "estimators assume a convex model.", "", "## Figures", "", "- `fig_e1-cnn.png`", "- `fig_e2-cnn.png`", ""]

@@ -47,7 +47,7 @@ REPO = HERE.parents[1]
 DATA = HERE / "data"
 sys.path.insert(0, str(REPO))
 
-from testbed.reports.stats import t_interval  # noqa: E402
+from testbed.reports.stats import majority_flag, t_interval  # noqa: E402
 from testbed.reports.verdicts import RULE, Family, Pending, recording, write_report  # noqa: E402
 
 #: task → (base file, suffix of the outputs, what the runs train on, for the report)
@@ -266,10 +266,15 @@ def _table(sc: Scenario, panel: str) -> list[str]:
              "c²/σ_m² (dB) |", "|---|---|---|---|---|---|---|---|"]
     for c in sc.names(panel):
         runs = list(sc.runs(panel, c).values())
-        lines.append(f"| {c} | {len(runs)} | {_ci(r['final_loss'] for r in runs)} | {_ci(r['final_acc'] for r in runs)} | "
+        lines.append(f"| {c} | {len(runs)} | {_ci(r['final_loss'] for r in runs)} | {_ci(r['final_acc'] for r in runs)}{_flag(runs)} | "
                      f"{np.mean([r['sigma2'] for r in runs]):.4g} | {max(r['eps_round'] for r in runs):.3g} | "
                      f"{max(r['eps_T'] for r in runs):.3g} | {np.mean([r['snr_db'] for r in runs]):.1f} |")
     return lines
+
+
+def _flag(runs) -> str:
+    """An accuracy cell's flag against the test set's majority share (testbed.reports.stats.majority_flag)."""
+    return majority_flag([r["final_acc"] for r in runs], max(r["majority"] for r in runs))
 
 
 def _chance_note(sc: Scenario, panel: str, curves: list[str]) -> str:
@@ -382,7 +387,7 @@ def _eps_section(sc: Scenario, suffix: str) -> list[str]:
         ok = learns(sc.runs(panel, c))
         if ok and first is None:
             first = c
-        md.append(f"| {_num(c):g} | {max(r['eps_T'] for r in rs):.3g} | {len(rs)} | {_ci(r['final_acc'] for r in rs)} | "
+        md.append(f"| {_num(c):g} | {max(r['eps_T'] for r in rs):.3g} | {len(rs)} | {_ci(r['final_acc'] for r in rs)}{_flag(rs)} | "
                   f"{_ci(r['final_loss'] for r in rs)} | {'yes' if ok else 'no'} |")
     xs = [_num(c) for c in sc.names(panel) for _ in sc.runs(panel, c)]
     fam = Family("accuracy rises with ε")
@@ -408,7 +413,7 @@ def _learns_section(sc: Scenario) -> list[str]:
             sc.record["trains_on"], "",
             "| n | test acc [95% CI] | chance | majority share | ε/round (max, eq. 11) | ε spent, ledger (zCDP) | "
             "ε over T (RDP) | wall time per run |", "|---|---|---|---|---|---|---|---|",
-            f"| {len(rs)} | {_ci(r['final_acc'] for r in rs)} | {chance:.3f} | {majority:.3f} | "
+            f"| {len(rs)} | {_ci(r['final_acc'] for r in rs)}{_flag(rs)} | {chance:.3f} | {majority:.3f} | "
             f"{max(r['eps_round'] for r in rs):.3g} | {max(r['eps_ledger'] for r in rs):.3g} | {max(r['eps_T'] for r in rs):.3g} | "
             f"{np.mean([r['wall_s'] for r in rs]):.1f} s |", "",
             ("The private model learns: its accuracy interval lies above the majority share." if ok else
@@ -550,6 +555,9 @@ def report(task: str, eps_scale: float, data: dict[str, Scenario], learns_sc: Sc
         "The paper's claims are about convergence of the loss; the accuracy verdict beside each says whether",
         "the models learn at all: where every compared curve sits at chance or the majority share, a loss",
         "verdict measures how much noise reaches x̄ and shows nothing about convergence.",
+        "",
+        "An accuracy whose 95 % interval holds the test set's majority share is flagged ⚑ at majority (⚑ below",
+        "majority where it lies below): such a row shows no learning.",
         "",
         "ε is the paper's per-round ε (eq. 11) at the worst receiver; \"ε over T\" composes the rounds with",
         "dp-accounting (RDP), which the paper does not do. c²/σ_m² is the received model SNR (eq. 4).",

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from testbed.reports.stats import t_interval
+from testbed.reports.stats import majority_flag, t_interval
 from testbed.reports.verdicts import RULE, SHOWN, Family, Pending, Verdict
 
 LR_CHOSEN = 0.5
@@ -31,10 +31,12 @@ def values(runs: Sequence[dict], key: str) -> dict[int, float]:
     return {r["seed"]: float(np.mean(r[key])) for r in runs}
 
 
-def mean_ci(xs: Sequence[float], digits: int) -> str:
-    """"mean [low, high]" (95 % t interval) in fixed point."""
+def mean_ci(xs: Sequence[float], digits: int, majority: Sequence[float] | None = None) -> str:
+    """"mean [low, high]" (95 % t interval) in fixed point; an accuracy with the seeds' majority shares is
+    flagged where its interval holds or lies below the largest (testbed.reports.stats.majority_flag)."""
     s = t_interval(list(xs))
-    return f"{float(s.mean):.{digits}f} [{float(s.ci_low):.{digits}f}, {float(s.ci_high):.{digits}f}]"
+    flag = "" if majority is None else majority_flag(list(xs), max(majority))
+    return f"{float(s.mean):.{digits}f} [{float(s.ci_low):.{digits}f}, {float(s.ci_high):.{digits}f}]{flag}"
 
 
 def learns(fam: Family, runs: Sequence[dict], majority: Sequence[float]) -> Pending:
@@ -107,7 +109,8 @@ def intro(data: dict) -> list[str]:
             "so κ = 2Bc/(min m ε) is 7.5× the paper's at the same ε in scenarios 1, 2 and 4 and 6.25× in "
             "scenario 3. Salt-and-pepper densities: severe 0.5, moderate 0.3, slight 0.1. Loss: the training loss "
             "of eq. (4) (noisy rows included); accuracy: clean test rows (chance 0.1; the majority share of the "
-            "test rows is given per scenario).", "",
+            "test rows is given per scenario; an accuracy whose 95 % interval holds the largest majority share of the "
+            "seeds' test rows is flagged ⚑ at majority, ⚑ below majority where it lies below).", "",
             f"Seeds per part: {', '.join(seeds)} (seeds 0, 1, ...; runs of one seed share data, partition, initial "
             "model and batches: common random numbers). Tables give the mean and its 95 % t interval over seeds. "
             + RULE, "",
@@ -133,8 +136,9 @@ def learning_rate(record: dict) -> list[str]:
     for lr in lrs:
         plain, private = v[f"non-private 1-1-1 lr={lr:g}"]["runs"], v[f"private 0-1-2 eps=20 lr={lr:g}"]["runs"]
         out.append(f"| {lr:g} | {mean_ci([r['train_loss'] for r in plain], 4)} | "
-                   f"{mean_ci([r['test_accuracy'] for r in plain], 3)} | {mean_ci([r['train_loss'] for r in private], 4)} | "
-                   f"{mean_ci([r['test_accuracy'] for r in private], 3)} |")
+                   f"{mean_ci([r['test_accuracy'] for r in plain], 3, record['majority_share'])} | "
+                   f"{mean_ci([r['train_loss'] for r in private], 4)} | "
+                   f"{mean_ci([r['test_accuracy'] for r in private], 3, record['majority_share'])} |")
     chosen = v[f"non-private 1-1-1 lr={LR_CHOSEN:g}"]["runs"]
     fam = Family(f"lr {LR_CHOSEN:g} against every other lr")
     out += ["", f"Paired against lr = {LR_CHOSEN:g} (non-private; a = lr {LR_CHOSEN:g}, b = the other). "
@@ -217,7 +221,7 @@ def scenario_table(name: str, record: dict, learn: dict[str, Verdict]) -> list[s
     for label, variant in record["variants"].items():
         runs = variant["runs"]
         out.append(f"| {label} | {mean_ci([r['train_loss'] for r in runs], 4)} | "
-                   f"{mean_ci([r['test_accuracy'] for r in runs], 3)} | "
+                   f"{mean_ci([r['test_accuracy'] for r in runs], 3, record['majority_share'])} | "
                    f"{learn[label].markdown()} | {eps_text(runs)} |")
     return out + [""]
 
@@ -298,7 +302,7 @@ def curve(record: dict) -> list[str]:
         verdict = learn[label]
         if verdict.word == SHOWN and begins is None:
             begins = e
-        out.append(f"| {e:g} | {mean_ci([r['test_accuracy'] for r in runs], 3)} | "
+        out.append(f"| {e:g} | {mean_ci([r['test_accuracy'] for r in runs], 3, record['majority_share'])} | "
                    f"{mean_ci([r['train_loss'] for r in runs], 4)} | {verdict.markdown()} | {eps_text(runs)} |")
     all_runs = [(e, r["test_accuracy"], r["seed"]) for e, variant in zip(eps, v.values()) for r in variant["runs"]]
     fam = Family("the curve: accuracy rises with ε")
@@ -340,7 +344,7 @@ def learns_section(record: dict) -> list[str]:
            "|---|---|---|---|---|---|---|"]
     fam = Family("learns.toml: each run above the majority share, and the cost of privacy")
     for label, variant in v.items():
-        out.append(f"| {label} | {mean_ci([r['test_accuracy'] for r in variant['runs']], 3)} | "
+        out.append(f"| {label} | {mean_ci([r['test_accuracy'] for r in variant['runs']], 3, majority)} | "
                    f"{mean_ci([r['train_loss'] for r in variant['runs']], 4)} | "
                    f"{learns(fam, variant['runs'], majority).markdown()} | {eps_text(variant['runs'])} |")
     out += ["", f"ε spent (ledger, zCDP, worst node and observer): {max(r['epsilon'] for r in runs):.3g} against the "
@@ -374,7 +378,7 @@ def impact_section(record: dict) -> list[str]:
         setting, privacy, rule = label.split(" | ")
         runs = variant["runs"]
         out.append(f"| {setting} | {privacy} | {rule} | {mean_ci([r['train_loss'] for r in runs], 4)} | "
-                   f"{mean_ci([r['test_accuracy'] for r in runs], 3)} | {eps_text(runs)} |")
+                   f"{mean_ci([r['test_accuracy'] for r in runs], 3, record['majority_share'])} | {eps_text(runs)} |")
 
     def same(x, y):
         return all(a["train_loss_curve"] == b["train_loss_curve"] for a, b in zip(v[x]["runs"], v[y]["runs"]))

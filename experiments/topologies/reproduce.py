@@ -48,7 +48,7 @@ REPO = HERE.parents[1]
 DATA = HERE / "data"
 sys.path.insert(0, str(REPO))
 
-from testbed.reports.stats import t_interval  # noqa: E402
+from testbed.reports.stats import majority_flag, t_interval  # noqa: E402
 from testbed.reports.sweep_stats import stats_rows  # noqa: E402
 from testbed.reports.verdicts import RULE, Family, Verdict, recording  # noqa: E402
 from testbed.reports.verdicts import write_report as write_report_and_verdicts  # noqa: E402
@@ -301,7 +301,8 @@ def _curve_table(sc: Scenario) -> list[str]:
         sigma2 = float(np.mean([r["sigma2"] for r in rs]))
         lines.append(
             f"| {c} | {len(rs)} | {np.mean(degrees):.1f} ({min(degrees)}–{max(degrees)}) | "
-            f"{np.mean([r['spectral_gap'] for r in rs]):.3f} | {_ci(r['final_acc'] for r in rs)} | "
+            f"{np.mean([r['spectral_gap'] for r in rs]):.3f} | {_ci(r['final_acc'] for r in rs)}"
+            f"{majority_flag([r['final_acc'] for r in rs], max(r['majority'] for r in rs))} | "
             f"{'yes' if learns(rs) else 'no'} | {_ci(r['final_loss'] for r in rs)} | {sigma2:.3g} ({_noise_ratio(sc, c):.3g}×) | "
             f"{min(eps_round):.3g}–{max(eps_round):.3g} | {min(eps):.3g}, {np.mean(eps):.3g}, {max(eps):.3g} | "
             f"{_ci((float(np.mean(r['node_energy_j'])) for r in rs), '.4g')} J |")
@@ -439,7 +440,8 @@ def section(name: str, sc: Scenario, figures: list[str]) -> tuple[list[str], lis
           f"N = {rec['num_nodes']}, {rec['rounds']} rounds, seeds {rec['seeds'][0]}–{rec['seeds'][-1]} on every curve "
           f"(paired by seed), ε = {rec['epsilon_round']:g} per round, δ = {rec['delta']:g}. Chance {chance:.3f}, "
           f"majority share of the test set {majority:.3f}; a curve learns when its accuracy's 95 % interval lies above "
-          f"the majority share. Measured wall time: {walls}.", "",
+          f"the majority share (an accuracy whose interval holds it is flagged ⚑ at majority). Measured wall time: "
+          f"{walls}.", "",
           *_curve_table(sc), "",
           "Degree: neighbours per node (mean over nodes and seeds, min–max). Spectral gap: 1 − |λ₂| of the",
           "matrix a round applies (mean over seeds): DWFL's Ψ = (1 − η) I + η W of eq. (8), W uniform over the",

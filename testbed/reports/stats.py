@@ -354,3 +354,17 @@ def within_cluster_spearman(x: ArrayLike, y: ArrayLike, cluster: Sequence[Any],
     # ρ lies in [−1, 1]: the t interval of a mean of them is cut there (its side of zero is unchanged)
     low, high = max(-1.0, float(s.ci_low)), min(1.0, float(s.ci_high))
     return ClusteredCorrelation(len(xs), len(rhos), float(s.mean), low, high, p, tuple(rhos))
+
+
+def majority_flag(accuracies: ArrayLike, majority_share: float, confidence: float = CONFIDENCE) -> str:
+    """A table row's flag from the t interval of its accuracies and the test set's majority share (the
+    accuracy of always answering the most common class): "" when the interval lies above the share,
+    " ⚑ at majority" when it holds the share, " ⚑ below majority" when it lies below. A flagged row
+    shows no learning: chance-level models are compared there, not trained ones."""
+    s = t_interval(np.asarray(accuracies, dtype=float), confidence)
+    low, high = float(s.ci_low), float(s.ci_high)
+    if np.isnan(low):  # one value: its own interval
+        low = high = float(s.mean)
+    if low > majority_share:
+        return ""
+    return " ⚑ below majority" if high < majority_share else " ⚑ at majority"
