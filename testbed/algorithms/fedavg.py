@@ -33,14 +33,15 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from pydantic import Field
 
-from testbed.algorithms.aggregate import Aggregation, AggregationOptions
+from testbed.algorithms.aggregate import Aggregation, AggregationOptions, bucket_stream
 from testbed.algorithms.base import BaseAlgorithm, SizeSetup
 from testbed.algorithms.batches import check_batches, uniform_batches
 from testbed.algorithms.contract import NodeResult, RoundContext, ServerResult, State, TensorSpec
 from testbed.algorithms.impact import cap_shares
-from testbed.algorithms.registry import BuildContext, Registration
+from testbed.algorithms.registry import BuildContext, Registration, RobustChoice
 from testbed.data.federated import Split
 from testbed.models import Model
+from testbed.privacy.statements import PrivacyStatement
 from testbed.sections import Positive
 
 
@@ -120,7 +121,8 @@ class FedAvg(SizeSetup, BaseAlgorithm):
         if not result.node_ids:
             return ServerResult(state)
         w = self.shares(state, result.node_ids)
-        model = self.aggregation.combine(result.tensors["update"], w / w.sum(), reference=state["model"])
+        model = self.aggregation.combine(result.tensors["update"], w / w.sum(), reference=state["model"],
+                                         shuffle=bucket_stream(ctx.seed, ctx.round_index))
         return ServerResult({"model": model, "weights": state["weights"]})
 
     def describe(self) -> dict[str, Any]:
@@ -137,4 +139,23 @@ def build(sections: dict[str, Any], ctx: BuildContext) -> FedAvg:
                   max_weight_share=a.max_weight_share)
 
 
-REGISTRATION = Registration(name="fedavg", sections={"fedavg": FedAvgSection}, build=build, client_sampling=True)
+STATEMENT = PrivacyStatement(
+    name="fedavg", title="FedAvg",
+    unit="none: not private (no noise; the summary says \"not private\", ε infinite)",
+    adjacency="none",
+    observers="the server sees each node's local model in the clear; anyone who hears the broadcast, the average",
+    accountant="none: an ε budget on it is a config error",
+    paper_accountant="none (McMahan et al.'s FedAvg is a non-private baseline)",
+    amplification="none",
+    assumptions=(),
+    delta="not used",
+    not_protected=("everything a local model reveals of its data (membership, reconstruction)",
+                   "the training-set sizes n_k uploaded once"),
+    evidence=("tests/test_honest_summaries.py::test_a_finite_epsilon_appears_only_in_a_private_run",
+              "tests/test_honest_summaries.py::test_an_epsilon_budget_on_a_run_without_noise_is_a_config_error"))
+
+
+REGISTRATION = Registration(name="fedavg", sections={"fedavg": FedAvgSection}, build=build, client_sampling=True,
+                            privacy_statements=(STATEMENT,),
+                            robust_choice=RobustChoice("norm_clip", "O(MP), one pass; no accuracy lost without attack"))
+

@@ -65,6 +65,7 @@ from testbed.errors import ConfigError, UserError
 from testbed.ledger.events import EVENT_TYPES, Event, WireEvent, with_fields
 from testbed.ledger.fields import FIELD_RULES, MEASURED_FIELDS, event_within
 from testbed.ledger.node import RoundSet
+from testbed.limits import MAX_TEXT_FILE_BYTES
 from testbed.mqtt import topics
 from testbed.mqtt import acl
 from testbed.mqtt.broker import parse_broker_url
@@ -76,6 +77,8 @@ from testbed.orchestration.links import LinkRounds, Links
 from testbed.orchestration.measured_bounds import MeasuredBounds
 from testbed.orchestration.nodes_api import Closing, RoundOutcome
 from testbed.util.forked import ForkedCommand, can_fork
+from testbed.util.starting import CAP_S, StillWorking, process_progress
+from testbed.util.userfiles import read_text
 
 log = logging.getLogger(__name__)
 
@@ -281,6 +284,10 @@ class MqttNodes:
     def _wait_online(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         wanted = self._node_set
+        # Emulated hosts still at work (importing, connecting: CPU time) are waited for past the
+        # deadline, up to a cap: on a loaded machine their start takes longer (testbed.util.starting).
+        working = StillWorking(process_progress(*(h.proc.pid for h in self._hosts)),
+                               cap_s=max(CAP_S, timeout_s)) if self._hosts else None
         while not wanted <= self.online:
             remaining = deadline - time.monotonic()
             dead = [h for h in self._hosts if h.proc.poll() is not None]
@@ -290,12 +297,13 @@ class MqttNodes:
                 raise UserError("; ".join(f"the emulated host of nodes {_ids(h.node_ids)} exited "
                                           f"(status {h.proc.returncode}) before its nodes were online: "
                                           f"{h.last_error()}" for h in dead))
-            if remaining <= 0:
+            if remaining <= 0 and (working is None or not working()):
                 missing = sorted(wanted - self.online)
                 raise UserError(f"{len(missing)} of {len(wanted)} nodes ({_ids(missing)}) are not connected to "
-                                f"{self.url}: not online within {timeout_s:g} s; start them with "
+                                f"{self.url}: not online within {timeout_s:g} s"
+                                f"{f' (their emulated hosts: {working.why()})' if working is not None else ''}; start them with "
                                 f"`testbed node --broker {self.url} --run {self.run} --node-id ID`")
-            self._wait(min(remaining, 0.5))
+            self._wait(min(max(remaining, 0.05), 0.5))
 
     # ------------------------------------------------------------------------------------- rounds
 
@@ -1055,8 +1063,8 @@ def _check_credentials(path: str, node_ids: Sequence[int]) -> None:
 
 def _read_credentials(path: str) -> dict:
     try:
-        passwords = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
+        passwords = json.loads(read_text(Path(path), MAX_TEXT_FILE_BYTES, "file"))
+    except (UserError, ValueError) as exc:
         raise ConfigError("mqtt.credentials", f"cannot read {path}: {exc}") from None
     if not isinstance(passwords, dict):
         raise ConfigError("mqtt.credentials", f"{path} is not a credentials file of `testbed acl`")

@@ -45,9 +45,11 @@ from testbed.ledger.fields import event_from_dict
 from testbed.ledger.files import LEDGER_COLUMNS
 from testbed.ledger.node import NodeLedger
 from testbed.privacy.secrecy import REPRODUCIBLE
+from testbed.reports.cost_axis import NONE as NO_COST_AXIS, cost_axis
 from testbed.reports.refusals import read_refusals
 from testbed.reports.results import METRIC_COLUMNS, read_summary
 from testbed.util.dirlock import holder_gone
+from testbed.util.userfiles import read_bytes
 from testbed.watch.checks import check_event, metric_row, summary_view
 from testbed.watch.lines import DELETED, LineTail
 #: A run with no summary whose files stopped growing for longer than this many mean rounds (and at
@@ -340,10 +342,9 @@ class RunFeed:
             self._problem(name, f"{ident[2]} bytes, more than an experiment file holds ({MAX_CONFIG_BYTES}); not read")
             return self._config_text is not None
         try:
-            with open(self.run_dir / name, "rb") as f:
-                text = f.read(MAX_CONFIG_BYTES)
-        except OSError as exc:
-            self._problem(name, f"unreadable ({exc.strerror or type(exc).__name__})")
+            text = read_bytes(self.run_dir / name, MAX_CONFIG_BYTES, "")
+        except UserError as exc:
+            self._problem(name, f"unreadable ({str(exc).removeprefix(f' {self.run_dir / name}: ')})")
             return False
         if self._config_text is not None:
             return text != self._config_text
@@ -602,13 +603,15 @@ class RunFeed:
             "error": " · ".join(f"{name}: {text}" for name, text in errors.items()) or None, "errors": errors,
             "coordinator": self.coordinator, "status_dropped": self.status_dropped, "refusals": len(self.refused),
             "status_dropped_last": self.status_dropped_last,
+            "cost_axis": cost_axis(self.metrics),
+            "cost_axis_none": NO_COST_AXIS if self.metrics else "accuracy and loss against cost: drawn from round 1",
         }
         if c is not None:
             info.update(name=c.run.name, algorithm=c.run.algorithm, mode=c.run.mode, seed=c.run.seed,
                         num_nodes=c.data.num_nodes, profile=c.nodes.profile, dataset=c.data.dataset)
         if s is not None:
             info.update(status=s["status"], stopped=s["stopped"], failure=s["failure"], rounds_done=s["rounds"],
-                        wall_s=s["wall_s"], eta_s=0.0, secrecy=s["secrecy"])
+                        wall_s=s["wall_s"], setup_s=s["setup_s"], eta_s=0.0, secrecy=s["secrecy"])
             return info
         info["secrecy"] = self._secrecy_so_far()
         recent = self.metrics[-10:]
