@@ -15,7 +15,7 @@ from testbed.reports.stats import majority_flag
 
 TINY = {"run": {"algorithm": "dp_pasgd", "seed": 3},
         "data": {"dataset": "synthetic", "num_nodes": 4, "samples_per_node": 80, "dim": 8},
-        "dp_pasgd": {"steps": 20, "tau": 5, "batch": 8, "lr": 0.5, "sigma": 1.0, "lipschitz": 1.0},
+        "dp_pasgd": {"steps": 20, "tau": 5, "batch": 8, "lr": 0.5, "sigma": 1.0, "clip": True, "lipschitz": 1.0},
         "privacy": {"tight_accountant": "none"}, "output": {"figures": False}}
 
 
