@@ -34,7 +34,7 @@ import json
 import math
 from collections.abc import Hashable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -336,11 +336,6 @@ def fill_all(text: str, families: Sequence[Family]) -> str:
     if "\x00" in text:
         raise ValueError("a verdict's placeholder is left: its family was not filled")
     return text
-
-
-def relabel(verdict: Verdict, **changes: Any) -> Verdict:
-    """A verdict with some fields replaced (e.g. a clearer effect name)."""
-    return replace(verdict, **changes)
 
 
 def _pairs(a: Sequence[float] | Mapping[Any, float], b: Sequence[float] | Mapping[Any, float]) -> tuple[list, list]:
