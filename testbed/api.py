@@ -33,6 +33,7 @@ from testbed.orchestration.runner import default_run_dir, run_experiment
 from testbed.orchestration.sweep import default_sweep_dir, planned_points, run_sweep
 from testbed.reports import headline
 from testbed.reports.compare import DEFAULT_METRIC, Comparison, compare as compare_sweep
+from testbed.reports.majority import accuracy_flag, run_majority_share
 from testbed.reports.stats import CONFIDENCE
 from testbed.reports.results import INTEGER_METRICS, METRIC_COLUMNS, holds_run, read_metrics, read_summary
 from testbed.reports.sweep_stats import read_stats, read_sweep, value
@@ -159,6 +160,23 @@ class Run:
     def __repr__(self) -> str:
         return f"Run({str(self.dir)!r}: {self.summary['algorithm']}, {self.summary['status']}, " \
                f"{self.summary['rounds']} rounds)"
+
+    @cached_property
+    def majority_share(self) -> float | None:
+        """The test accuracy of always answering the training split's most common class, averaged over
+        the nodes (testbed.reports.majority; recomputed from config.toml, summary.json does not hold
+        it); None for a regression."""
+        if self.summary.get("task") == "regression":
+            return None
+        return run_majority_share(self.dir)
+
+    @property
+    def accuracy_against_majority(self) -> str:
+        """The final test accuracy against :attr:`majority_share`: "at or below the majority share" (the
+        model shows no learning) or "above the majority share (one run: no interval)"; "" for a
+        regression."""
+        accuracy = self.summary.get("final", {}).get("test_accuracy")
+        return "" if accuracy is None else accuracy_flag(float(accuracy), self.majority_share)
 
     @property
     def privacy_guarantees(self) -> list[dict[str, Any]]:

@@ -36,10 +36,11 @@ def test_every_paper_has_a_reproduction() -> None:
 
 @pytest.mark.parametrize("folder", PAPERS, ids=lambda p: p.name)
 def test_report_only_rewrites_every_report_byte_for_byte(folder: Path) -> None:
-    """Each REPORT*.md of the folder is first overwritten, then every reproduce*.py of the folder
+    """Each REPORT*.md of the folder (and its record of verdicts, REPORT*.verdicts.json, which
+    tests/test_referee.py recomputes) is first overwritten, then every reproduce*.py of the folder
     runs with --report-only: each REPORT must come back exactly as committed."""
     before = _snapshot(folder)
-    reports = {p: c for p, c in before.items() if p.name.startswith("REPORT") and p.suffix == ".md"}
+    reports = {p: c for p, c in before.items() if p.name.startswith("REPORT") and p.suffix in (".md", ".json")}
     assert reports, f"{folder} has no REPORT*.md"
     try:
         for p in reports:

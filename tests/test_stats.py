@@ -4,10 +4,13 @@
 import numpy as np
 import pytest
 import scipy.stats
-from hypothesis import assume, given, strategies as st
+from hypothesis import assume, given, settings, strategies as st
 
-from testbed.reports.stats import BCA_MIN_N, bca_interval, holm, min_detectable_effect, paired, spearman, t_interval
-from testbed.reports.verdicts import INCONCLUSIVE, OPPOSITE, SHOWN, judge, paired_verdict, trend_verdict
+from testbed.reports.stats import (BCA_MIN_N, bca_interval, holm, min_detectable_effect, min_detectable_effect_in_family,
+                                   paired, spearman, spearman_p, stratified_permutation_p, t_interval,
+                                   wilcoxon_min_p, within_cluster_spearman)
+from testbed.reports.verdicts import (INCONCLUSIVE, OPPOSITE, SHOWN, Family, decide, fill_all, judge, paired_verdict,
+                                      trend_verdict)
 
 finite = st.floats(-1e3, 1e3, allow_nan=False, allow_infinity=False)
 
@@ -209,7 +212,9 @@ def test_paired_verdict_pairs_mappings_by_seed_and_states_n_effect_interval():
     assert (v.word, v.n, v.effect, v.ci_low, v.ci_high) == (SHOWN, 4, ref.mean, ref.ci_low, ref.ci_high)
     assert paired_verdict(a, b, "a<b").word == OPPOSITE
     text = v.markdown()
-    assert text.startswith("**shown** (n=4, mean difference a−b +0.0475, 95% CI [+0.0") and text.endswith("])")
+    assert text.startswith("**shown** (n=4, mean difference a−b +0.0475, 95% CI [+0.0") and text.endswith(
+        f"], p {ref.p_t:.2g})")  # a family of one: no Holm note
+    assert v.p == v.p_adjusted == ref.p_t and v.family_size == 1
     noisy = paired_verdict([0.8, 0.7, 0.9], [0.75, 0.8, 0.8], "a>b")
     assert noisy.word == INCONCLUSIVE and noisy.ci_low < 0 < noisy.ci_high
     with pytest.raises(ValueError, match="unpaired seeds"):
@@ -219,13 +224,156 @@ def test_paired_verdict_pairs_mappings_by_seed_and_states_n_effect_interval():
 
 
 def test_trend_verdict_by_rank_correlation_not_by_counting_steps():
-    settings = [1, 1, 1, 2, 2, 2, 4, 4, 4, 8, 8, 8]
-    rising = [0.60, 0.62, 0.61, 0.64, 0.63, 0.65, 0.66, 0.68, 0.67, 0.70, 0.69, 0.71]
-    v = trend_verdict(settings, rising, "increasing")
-    assert v.word == SHOWN and v.n == 12 and v.effect_name == "Spearman ρ" and v.ci_low > 0
-    assert trend_verdict(settings, rising, "decreasing").word == OPPOSITE
-    # Every step of the means rises (0.600, 0.605, 0.610, 0.615), but by a tenth of the seed spread
-    # (±0.05): a count of steps would say "shown", the rank correlation's interval holds zero.
-    flat = [m + e for m in (0.600, 0.605, 0.610, 0.615) for e in (-0.05, 0.0, 0.05)]
-    v = trend_verdict(settings, flat, "increasing")
-    assert v.word == INCONCLUSIVE and v.ci_low < 0 < v.effect < v.ci_high
+    settings = [1, 2, 4, 8, 16, 32]
+    rising = [0.60, 0.62, 0.64, 0.66, 0.68, 0.70]
+    v = trend_verdict(settings, rising, "increasing", units=settings)
+    assert v.word == SHOWN and v.n == 6 and v.effect_name == "Spearman ρ" and v.ci_low > 0
+    assert v.p == pytest.approx(2 / 720)  # exact: only the two perfect orderings reach |ρ| = 1
+    assert trend_verdict(settings, rising, "decreasing", units=settings).word == OPPOSITE
+    # Every step of the means rises, but by a tenth of the seed spread (±0.05) and each seed's luck is its
+    # own: within a seed the ranking is noise, and the trend is not shown (a count of steps would say so).
+    flat = [m + e for e in (-0.05, 0.0, 0.05) for m in (0.600, 0.605, 0.610, 0.615)]
+    seeds = [s for s in range(3) for _ in range(4)]
+    steps = [1, 2, 4, 8] * 3
+    scrambled = [flat[i] for i in (3, 0, 2, 1, 5, 7, 4, 6, 8, 11, 9, 10)]
+    v = trend_verdict(steps, scrambled, "increasing", units=steps, cluster=seeds)
+    assert v.word == INCONCLUSIVE and v.n == 3
+
+
+def test_a_trend_refuses_units_that_repeat_unless_told_the_cluster():
+    """5 graphs × 5 seeds are 5 units, not 25: pooled, the runs would be counted as independent."""
+    gaps = [0.1, 0.2, 0.3, 0.4, 0.5] * 5
+    acc = [g + 0.01 * s for s in range(5) for g in (0.1, 0.2, 0.3, 0.4, 0.5)]
+    graphs = ["a", "b", "c", "d", "e"] * 5
+    with pytest.raises(ValueError, match="units repeat"):
+        trend_verdict(gaps, acc, "increasing", units=graphs)
+    with pytest.raises(ValueError, match="units repeat"):
+        Family("f").trend(gaps, acc, "increasing", units=graphs)
+    seeds = [s for s in range(5) for _ in range(5)]
+    v = trend_verdict(gaps, acc, "increasing", units=graphs, cluster=seeds)
+    assert v.n == 5 and v.effect == pytest.approx(1.0) and v.p == pytest.approx(2 / 120**5)
+
+
+@settings(max_examples=30)
+@given(st.integers(4, 6), st.data())
+def test_spearman_p_is_the_exact_permutation_p_by_brute_force(k, data):
+    from itertools import permutations
+
+    x = np.array(data.draw(st.lists(st.integers(0, 5), min_size=k, max_size=k)), float)
+    y = np.array(data.draw(st.lists(st.integers(0, 5), min_size=k, max_size=k)), float)
+    assume(np.ptp(x) > 0 and np.ptp(y) > 0)
+    rho = scipy.stats.spearmanr(x, y).statistic
+    every = [scipy.stats.spearmanr(x, y[list(p)]).statistic for p in permutations(range(k))]
+    assert spearman_p(x, y) == pytest.approx(np.mean(np.abs(every) >= abs(rho) - 1e-9))
+
+
+def test_stratified_permutation_p_by_brute_force_and_its_normal_limit():
+    from itertools import permutations, product
+
+    xs = [np.array([1.0, 2, 3]), np.array([1.0, 2, 3, 4])]
+    ys = [np.array([0.3, 0.1, 0.2]), np.array([0.5, 0.5, 0.7, 0.9])]
+    observed = sum(scipy.stats.spearmanr(x, y).statistic for x, y in zip(xs, ys))
+    sums = [scipy.stats.spearmanr(xs[0], ys[0][list(p)]).statistic + scipy.stats.spearmanr(xs[1], ys[1][list(q)]).statistic
+            for p, q in product(permutations(range(3)), permutations(range(4)))]
+    assert stratified_permutation_p(xs, ys) == pytest.approx(np.mean(np.abs(sums) >= abs(observed) - 1e-9))
+    # above 8 values per stratum: the normal approximation with variance 1/(k − 1) per stratum
+    x = np.arange(10.0)
+    p = stratified_permutation_p([x, x], [x, x])
+    assert p == pytest.approx(2 * scipy.stats.norm.sf(2 / np.sqrt(2 / 9)))
+
+
+def test_within_cluster_spearman_counts_the_seeds_and_a_flat_seed_as_no_trend():
+    c = within_cluster_spearman([1, 2, 3, 1, 2, 3, 1, 2, 3], [1, 2, 3, 3, 2, 1, 5, 5, 5], [0, 0, 0, 1, 1, 1, 2, 2, 2])
+    assert c.clusters == 3 and c.per_cluster == (1.0, -1.0, 0.0) and c.rho == 0.0 and c.p == 1.0
+    with pytest.raises(ValueError, match="2 or more"):
+        within_cluster_spearman([1, 2, 3], [1, 2, 3], [0, 0, 1])
+
+
+def test_wilcoxon_cannot_confirm_at_five_pairs_or_fewer():
+    assert wilcoxon_min_p(5) == 0.0625 and wilcoxon_min_p(6) == 0.03125
+    for n in (5, 6):  # the floor is attained by scipy's exact test (every difference of one sign)
+        assert scipy.stats.wilcoxon(np.arange(1.0, n + 1)).pvalue == pytest.approx(wilcoxon_min_p(n))
+
+
+def test_min_detectable_effect_in_a_family_is_at_holms_first_step():
+    assert min_detectable_effect_in_family(5, 1.0, 1) == pytest.approx(min_detectable_effect(5, 1.0))
+    assert min_detectable_effect_in_family(5, 1.0, 10) == pytest.approx(min_detectable_effect(5, 1.0, 1 - 0.005))
+    assert min_detectable_effect_in_family(5, 1.0, 10) > min_detectable_effect(5, 1.0)
+
+
+# ------------------------------------------------------------------------------- families and Holm
+
+
+def _holm_by_hand(ps):
+    """Holm's step-down, written out (not testbed.reports.stats.holm)."""
+    m, order = len(ps), sorted(range(len(ps)), key=lambda i: ps[i])
+    out, running = [0.0] * m, 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * ps[i]))
+        out[i] = running
+    return out
+
+
+@pytest.mark.parametrize("low, high, p, sign, word", [
+    (0.1, 0.3, 0.01, 1, SHOWN), (0.1, 0.3, 0.06, 1, INCONCLUSIVE), (0.1, 0.3, 0.01, -1, OPPOSITE),
+    (-0.1, 0.3, 0.01, 1, INCONCLUSIVE), (0.1, 0.3, np.nan, 1, INCONCLUSIVE), (0.1, 0.3, 0.05, 1, INCONCLUSIVE)])
+def test_decide_needs_the_adjusted_p_and_the_interval(low, high, p, sign, word):
+    assert decide(p, low, high, sign) == word
+
+
+pair_sets = st.lists(st.tuples(st.lists(st.floats(-1, 1, allow_nan=False), min_size=3, max_size=8),
+                               st.floats(-0.5, 0.5, allow_nan=False), st.sampled_from(["a>b", "a<b"])),
+                     min_size=1, max_size=8)
+
+
+@given(pair_sets)
+def test_a_report_never_says_shown_where_the_adjusted_rule_would_not(claims):
+    """What a REPORT prints (a family filled into text) against Holm by hand on scipy's paired t: a claim is
+    printed **shown** only if its Holm-adjusted p is below 0.05 and its interval is on the claimed side, and
+    `testbed compare`'s verdict follows the same function."""
+    from testbed.reports.compare import _verdict
+
+    fam = Family("property")
+    rows = []
+    for b, shift, claimed in claims:
+        a = [x + shift for x in b[::-1]]
+        rows.append((a, b, claimed, fam.paired(a, b, claimed)))
+    text = fill_all("\n".join(p.markdown() for *_, p in rows), [fam])
+    raw = []
+    for a, b, _, _ in rows:
+        d = np.subtract(a, b)
+        raw.append(1.0 if np.all(d == 0) else 0.0 if np.ptp(d) == 0 else scipy.stats.ttest_rel(a, b).pvalue)
+    adjusted = _holm_by_hand(raw)
+    for line, (a, b, claimed, p), q in zip(text.split("\n"), rows, adjusted):
+        v = p.verdict
+        assert v.p_adjusted == pytest.approx(q, rel=1e-9, abs=1e-12) and v.family_size == len(rows)
+        sign = 1 if claimed == "a>b" else -1
+        if line.startswith("**shown**"):
+            assert q < 0.05 and (v.ci_low > 0 if sign > 0 else v.ci_high < 0)
+        if q < 0.05 and (v.ci_low > 0 if sign > 0 else v.ci_high < 0):
+            assert line.startswith("**shown**")
+        result = paired(a, b)
+        word = _verdict(result, v.p_adjusted, sign > 0, 0.95)
+        assert (word == "a better") == (v.word == SHOWN)
+
+
+def test_a_family_is_read_only_when_closed_and_a_stray_placeholder_is_refused():
+    fam = Family("f")
+    x = fam.paired([1.0, 2, 3], [0.0, 1.1, 1.9], "a>b")
+    with pytest.raises(RuntimeError, match="still open"):
+        _ = x.word
+    with pytest.raises(ValueError, match="placeholder"):
+        fill_all(x.markdown(), [])
+    fam.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        fam.paired([1.0, 2], [0.0, 1], "a>b")
+
+
+def test_a_family_states_the_effect_it_can_detect_after_holm():
+    fam = Family("power")
+    fam.paired([1.0, 2, 3, 4, 5], [0.9, 2.1, 2.8, 4.2, 4.9], "a>b")
+    fam.paired([1.0, 2, 3, 4, 5], [0.8, 1.7, 3.1, 3.9, 5.2], "a>b")
+    fam.close()
+    sds = [np.std([0.1, -0.1, 0.2, -0.2, 0.1], ddof=1), np.std([0.2, 0.3, -0.1, 0.1, -0.2], ddof=1)]
+    expected = min_detectable_effect_in_family(5, float(np.median(sds)), 2)
+    assert f"at n = 5: {expected:.3g} (median sd of the differences {np.median(sds):.3g})" in fam.description()

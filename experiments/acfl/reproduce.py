@@ -40,8 +40,8 @@ from testbed.algorithms.acfl import Acfl, AcflSection, bernoulli_answered, traje
 from testbed.data.regression import make_regression  # noqa: E402
 from testbed.models import LinearRegression  # noqa: E402
 from testbed.privacy import acfl as theory  # noqa: E402
-from testbed.reports.stats import t_interval  # noqa: E402
-from testbed.reports.verdicts import Verdict, paired_verdict, trend_verdict  # noqa: E402
+from testbed.reports.stats import majority_flag, t_interval  # noqa: E402
+from testbed.reports.verdicts import RULE, Family, Pending, Verdict, recording, write_report  # noqa: E402
 from testbed.rng import GLOBAL, Purpose, stream  # noqa: E402
 
 OUT = REPO / "runs" / "acfl-reproduce"
@@ -347,7 +347,7 @@ def plot_curves(path: Path, at: list[int], panels: list[tuple[str, dict]], title
     plt.close(fig)
 
 
-def verdict_row(claim: str, v: Verdict) -> str:
+def verdict_row(claim: str, v: Verdict | Pending) -> str:
     return f"| {claim} | {v.markdown()} |"
 
 
@@ -374,22 +374,24 @@ def fig3_section(f3: dict) -> list[str]:
             lines.append(f"| {p} | {s:g} | {theory.mi_epsilon(D, O, s, s):.2f} | {mean_ci(r['final_loss'] for r in a)} | "
                          f"{mean_ci(r['final_loss'] for r in n)} | {np.mean([r['alpha_first'] for r in a]):.3g} → "
                          f"{np.mean([r['alpha_last'] for r in a]):.2g} |")
-    lines += ["", "| claim (final training loss) | verdict |", "|---|---|"]
+    fam = Family("Fig. 3: the claims on the final training loss")
+    lines += ["", fam.description(), "", "| claim (final training loss) | verdict |", "|---|---|"]
     for p in (0.2, 0.4):
         for s in SIGMAS_SQ:
-            lines.append(verdict_row(f"p = {p}, σ² = {s:g}: ACFL below NA (a = ACFL, b = NA)", paired_verdict(
+            lines.append(verdict_row(f"p = {p}, σ² = {s:g}: ACFL below NA (a = ACFL, b = NA)", fam.paired(
                 values(runs, "final_loss", p=p, sigma_sq=s, method="ACFL"),
                 values(runs, "final_loss", p=p, sigma_sq=s, method="NA"), "a<b")))
     for p in (0.2, 0.4):
         for name in ("NA", "ACFL"):
             chosen = [r for r in runs if r["p"] == p and r["method"] == name]
-            lines.append(verdict_row(f"p = {p}: {name}'s loss rises with σ²", trend_verdict(
-                [r["sigma_sq"] for r in chosen], [r["final_loss"] for r in chosen], "increasing")))
+            lines.append(verdict_row(f"p = {p}: {name}'s loss rises with σ² (ρ within each seed)", fam.trend(
+                [r["sigma_sq"] for r in chosen], [r["final_loss"] for r in chosen], "increasing",
+                units=[r["sigma_sq"] for r in chosen], cluster=[r["seed"] for r in chosen])))
     lo, hi = SIGMAS_SQ[0], SIGMAS_SQ[-1]
     for p in (0.2, 0.4):
         for name in ("NA", "ACFL"):
             lines.append(verdict_row(f"p = {p}: {name}'s loss at σ² = {hi:g} above σ² = {lo:g}, paired by seed "
-                                     f"(a = σ² = {hi:g}, b = σ² = {lo:g})", paired_verdict(
+                                     f"(a = σ² = {hi:g}, b = σ² = {lo:g})", fam.paired(
                                          values(runs, "final_loss", p=p, sigma_sq=hi, method=name),
                                          values(runs, "final_loss", p=p, sigma_sq=lo, method=name), "a>b")))
     for p in (0.2, 0.4):
@@ -398,13 +400,12 @@ def fig3_section(f3: dict) -> list[str]:
                 values(runs, "final_loss", p=p, sigma_sq=lo, method=name)
             return {k: top[k] - bottom[k] for k in top}
         lines.append(verdict_row(f"p = {p}: ACFL's rise from σ² = {lo:g} to {hi:g} smaller than NA's "
-                                 "(a = ACFL's rise, b = NA's)", paired_verdict(rise("ACFL"), rise("NA"), "a<b")))
+                                 "(a = ACFL's rise, b = NA's)", fam.paired(rise("ACFL"), rise("NA"), "a<b")))
     lines += ["", "NA's fixed α keeps the fixed noise of the coded set (a floor ≈ 0.375 σ², acfl.md §5.6); ACFL's "
               "ᾰ_t → 0 as the noiseless labels drive the gradients to 0, so its final loss barely depends on σ². "
               "\"Both methods\" degrade with σ²: ACFL's rows above say whether it does, by the rank trend over "
-              "all runs (the seeds' spread is noise to it) and paired by seed (sharper). Each verdict is at 95 % on its own (not corrected for the "
-              "family). `fig3.png`.", ""]
-    return lines
+              "runs within each seed (n = seeds) and paired by seed. `fig3.png`.", ""]
+    return [fam.fill(x) for x in lines]
 
 
 def fig4_section(f4: dict) -> list[str]:
@@ -432,19 +433,21 @@ def fig4_section(f4: dict) -> list[str]:
         a, s = by(runs, epsilon=eps, method="ACFL"), by(runs, epsilon=eps, method="SCFL")
         lines.append(f"| {eps:g} | {next(iter(a.values()))['sigma1_sq']:.4g} | {next(iter(s.values()))['sigma1_sq']:.3g} | "
                      f"{mean_ci(r['final_loss'] for r in a.values())} | {mean_ci(r['final_loss'] for r in s.values())} |")
-    lines += ["", "| claim (final training loss) | verdict |", "|---|---|"]
-    gaps_eps, gaps = [], []
+    fam = Family("Fig. 4: the claims on the final training loss")
+    lines += ["", fam.description(), "", "| claim (final training loss) | verdict |", "|---|---|"]
+    gaps_eps, gaps, gap_seeds = [], [], []
     for eps in EPSILONS:
         a, s = values(runs, "final_loss", epsilon=eps, method="ACFL"), values(runs, "final_loss", epsilon=eps, method="SCFL")
-        lines.append(verdict_row(f"ε = {eps:g}: ACFL below SCFL (a = ACFL, b = SCFL)", paired_verdict(a, s, "a<b")))
+        lines.append(verdict_row(f"ε = {eps:g}: ACFL below SCFL (a = ACFL, b = SCFL)", fam.paired(a, s, "a<b")))
         gaps_eps += [eps] * len(a)
         gaps += [s[k] - a[k] for k in sorted(a)]
-    lines.append(verdict_row("the gap SCFL − ACFL widens as ε falls (its trend against ε)",
-                             trend_verdict(gaps_eps, gaps, "decreasing")))
+        gap_seeds += sorted(a)
+    lines.append(verdict_row("the gap SCFL − ACFL widens as ε falls (its trend against ε, within each seed)",
+                             fam.trend(gaps_eps, gaps, "decreasing", units=gaps_eps, cluster=gap_seeds)))
     lines += ["", "SCFL's error at large ε is the projection's (a rank-D sketch of each device's data), at small ε "
               "its noise; ACFL's adaptive weight drops its coded gradient either way. The result depends on our SCFL "
               "reading. `fig4.png`.", ""]
-    return lines
+    return [fam.fill(x) for x in lines]
 
 
 def real_section(real: dict) -> list[str]:
@@ -463,36 +466,45 @@ def real_section(real: dict) -> list[str]:
              "", f"Majority share of the test split (mean over seeds): **{np.mean([r['majority'] for r in lstsq]):.4f}**; "
              f"chance (two classes) 0.5; the exact least-squares solution, central and noiseless: "
              f"{mean_ci(r['test_accuracy'] for r in lstsq)}.", "",
+             "An accuracy whose 95 % interval holds the test split's majority share (mean over seeds) is flagged ⚑ at "
+             "majority.", "",
              "| D | ε (nats) | σ² | step | method | test accuracy | train loss |", "|---|---|---|---|---|---|---|"]
+
+    def flag(chosen: list[dict]) -> str:
+        return majority_flag([r["test_accuracy"] for r in chosen], float(np.mean([r["majority"] for r in lstsq])))
+
     for eps, schedule, name in REAL_GRID:
         chosen = list(by(runs, epsilon=eps, schedule=schedule, method=name).values())
         lines.append(f"| {chosen[0]['features']} | {eps:g} | {chosen[0]['sigma_sq']:.3g} | "
                      f"{'η₀/t' if schedule == 'eta0_over_t' else 'constant'} | {name} | "
-                     f"{mean_ci(r['test_accuracy'] for r in chosen)} | {mean_ci(r['train_loss'] for r in chosen)} |")
+                     f"{mean_ci(r['test_accuracy'] for r in chosen)}{flag(chosen)} | {mean_ci(r['train_loss'] for r in chosen)} |")
     majority = {r["seed"]: r["majority"] for r in lstsq}
     top = ADULT_EPSILONS[0]
-    paper_step = paired_verdict(values(runs, "test_accuracy", epsilon=top, schedule="eta0_over_t", method="ACFL"),
-                                majority, "a>b")
-    lines += ["", "| claim (test accuracy) | verdict |", "|---|---|",
+    fam = Family("Adult-2: the claims on the test accuracy")
+    paper_step = fam.paired(values(runs, "test_accuracy", epsilon=top, schedule="eta0_over_t", method="ACFL"),
+                            majority, "a>b")
+    lines += ["", fam.description(), "", "| claim (test accuracy) | verdict |", "|---|---|",
               verdict_row(f"ε = {top:g}, ACFL: the paper's η₀/t above the majority share (a = η₀/t, b = majority)",
                           paper_step)]
     for eps in ADULT_EPSILONS:
         lines.append(verdict_row(f"ε = {eps:g}, ACFL, constant step above the majority share (a = ACFL, b = majority)",
-                                 paired_verdict(values(runs, "test_accuracy", epsilon=eps, schedule="constant",
+                                 fam.paired(values(runs, "test_accuracy", epsilon=eps, schedule="constant",
                                                        method="ACFL"), majority, "a>b")))
     for eps in ADULT_EPSILONS:
-        lines.append(verdict_row(f"ε = {eps:g}, constant step: ACFL above NA (a = ACFL, b = NA)", paired_verdict(
+        lines.append(verdict_row(f"ε = {eps:g}, constant step: ACFL above NA (a = ACFL, b = NA)", fam.paired(
             values(runs, "test_accuracy", epsilon=eps, schedule="constant", method="ACFL"),
             values(runs, "test_accuracy", epsilon=eps, schedule="constant", method="NA"), "a>b")))
+    fam.close()
+    step = paper_step.verdict
     lines += ["", f"Train loss is the mean per sample of ½‖xW − y‖². The paper's η₀/t against the majority share: "
-              f"{paper_step.word} (mean difference {paper_step.effect:+.4f}"
-              f"{'; equal in every seed: the model predicts the majority class' if paper_step.ci_low == paper_step.ci_high == 0 else ''}"
+              f"{step.word} (mean difference {step.effect:+.4f}"
+              f"{'; equal in every seed: the model predicts the majority class' if step.ci_low == step.ci_high == 0 else ''}"
               "): Σ η_t ≈ η₀ ln T, and η₀ must stay below "
               "≈ 1/λ_max, so the weakly curved directions of this ill-conditioned least squares barely move; the "
               "constant step moves every direction of eigenvalue above ≈ λ_max/T. With n rows, XᵀX dwarfs the coded "
               "noise at these ε, so the coded gradient is good whatever α: ACFL and NA differ by the effects in the "
               "last rows.", ""]
-    return lines
+    return [fam.fill(x) for x in lines]
 
 
 def learns_section(learns: dict) -> list[str]:
@@ -506,8 +518,11 @@ def learns_section(learns: dict) -> list[str]:
                 f"ε = {learns['mi_epsilon']:g} nats per device; mean over seeds, 95 % band", "test accuracy",
                 yscale="linear")
     majority = {r["seed"]: r["majority"] for r in acfl}
-    against_na = paired_verdict(values(runs, "test_accuracy", method="ACFL"), values(runs, "test_accuracy", method="NA"),
-                                "a>b")
+    fam = Family("mnist-5k: the claims on the test accuracy")
+    above_majority = fam.paired(values(runs, "test_accuracy", method="ACFL"), majority, "a>b")
+    against_na = fam.paired(values(runs, "test_accuracy", method="ACFL"), values(runs, "test_accuracy", method="NA"),
+                            "a>b")
+    fam.close()
     eps = sorted({r["ledger_mi_epsilon_nats"] for r in acfl})
     lines = ["## ACFL learns on real images (`learns.toml`, issue 29)", "",
              f"mnist-5k: {learns['nodes']} i.i.d. devices of {learns['samples_per_node']} images (80/10/10 split on "
@@ -526,16 +541,17 @@ def learns_section(learns: dict) -> list[str]:
              f"charged to any budget). {learns['seeds']} seeds, a full `testbed run` (sim) each; NA is the same run "
              "with α fixed at 0.5.", "",
              "| | value |", "|---|---|",
-             f"| ACFL test accuracy, mean [95 % t interval] | {mean_ci(r['test_accuracy'] for r in acfl)} |",
-             f"| NA test accuracy | {mean_ci(r['test_accuracy'] for r in by(runs, method='NA').values())} |",
+             f"| ACFL test accuracy, mean [95 % t interval] | {mean_ci(r['test_accuracy'] for r in acfl)}"
+             f"{majority_flag([r['test_accuracy'] for r in acfl], float(np.mean(list(majority.values()))))} |",
+             f"| NA test accuracy | {mean_ci(r['test_accuracy'] for r in by(runs, method='NA').values())}"
+             f"{majority_flag([r['test_accuracy'] for r in by(runs, method='NA').values()], float(np.mean(list(majority.values()))))} |",
              f"| chance | {CHANCE:g} |",
              f"| majority share of the test split (mean over seeds) | {np.mean(list(majority.values())):.4f} |",
              f"| ε spent per device, from the ledger (MI-DP, Theorem 1) | {', '.join(f'{e:g}' for e in eps)} nats |",
              f"| wall time of one run, mean (measured, this machine, shared) | "
              f"{np.mean([r['wall_s'] for r in runs]):.0f} s |", "",
-             "| claim (test accuracy) | verdict |", "|---|---|",
-             verdict_row("ACFL above the majority share (a = ACFL, b = majority)",
-                         paired_verdict(values(runs, "test_accuracy", method="ACFL"), majority, "a>b")),
+             fam.description(), "", "| claim (test accuracy) | verdict |", "|---|---|",
+             verdict_row("ACFL above the majority share (a = ACFL, b = majority)", above_majority),
              verdict_row("ACFL above NA at the same ε (a = ACFL, b = NA)", against_na),
              "", "What this shows and what it does not: Theorem 1's MI-DP covers the one-time coded upload only; the "
              "gradients each device sends every iteration are exact (the paper's scope). ACFL learns at this ε because "
@@ -574,10 +590,7 @@ def report() -> str:
              "η_t = 1e-4/t (t from 1), full batch (each seed: its own data, W₀, noise and stragglers, shared by the "
              "methods and settings it compares: common random numbers). Training loss is f(W_t) of eq. (1), the sum "
              "over devices; *final* = mean of the last 10 iterations. ε is in nats.", "",
-             "Verdicts (testbed.reports.verdicts, docs/statistics.md): a claim that one method beats another is a "
-             "paired comparison over seeds, mean difference a − b with its 95 % t interval; a trend over settings is "
-             "Spearman's ρ over every run with its 95 % interval. **shown** only when the interval excludes zero on "
-             "the claimed side, **opposite** on the other, **inconclusive** otherwise.", ""]
+             RULE, ""]
     lines += ["## Fig. 1: the analytic trade-off (d = 100, o = 10, p = 0.1, N = 5, β = 10, C = 1, T = 1000, λ = 1)", "",
               "> \"under equivalent privacy levels, the upper bound in (33) reaches its minimum with the adaptive policy.\"",
               "", "| σ² | ε | α* | adaptive | α = 0 | α = 0.25 | α = 0.5 | α = 1 |", "|---|---|---|---|---|---|---|---|"]
@@ -624,7 +637,9 @@ def main() -> None:
         for name in args.only:
             write_data(name, timed(compute[name]))
             print(f"{name}: data/{name}.json", flush=True)
-    (HERE / "REPORT.md").write_text(report())
+    with recording() as families:
+        text = report()
+    write_report(HERE / "REPORT.md", text, families)
 
 
 if __name__ == "__main__":

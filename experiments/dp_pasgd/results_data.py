@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from testbed.reports.stats import t_interval
+from testbed.reports.stats import majority_flag, t_interval
 
 DATA = Path(__file__).resolve().parent / "data"
 #: Significant digits of every stored float.
@@ -74,12 +74,15 @@ def runs_wall_s(out_dir: Path, sweep_rows: Iterable[dict[str, Any]]) -> float:
     return sum(json.loads((out_dir / r["run"] / "summary.json").read_text())["wall_s"] for r in sweep_rows)
 
 
-def mean_ci(values: Sequence[float], digits: int = 4) -> str:
-    """``mean [low, high]``: the mean and its 95 % Student t interval, for a REPORT cell."""
+def mean_ci(values: Sequence[float], digits: int = 4, majority: float | None = None) -> str:
+    """``mean [low, high]``: the mean and its 95 % Student t interval, for a REPORT cell; with the test set's
+    ``majority`` share, an accuracy cell is flagged where its interval holds or lies below it
+    (testbed.reports.stats.majority_flag)."""
     s = t_interval(list(values))
+    flag = "" if majority is None else majority_flag(list(values), majority)
     if s.n < 2:
-        return f"{float(s.mean):.{digits}f}"
-    return f"{float(s.mean):.{digits}f} [{float(s.ci_low):.{digits}f}, {float(s.ci_high):.{digits}f}]"
+        return f"{float(s.mean):.{digits}f}{flag}"
+    return f"{float(s.mean):.{digits}f} [{float(s.ci_low):.{digits}f}, {float(s.ci_high):.{digits}f}]{flag}"
 
 
 def by_seed(rows: Iterable[dict[str, Any]], metric: str, **setting: Any) -> dict[int, float]:

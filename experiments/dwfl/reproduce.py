@@ -15,9 +15,9 @@ time); ``--scenarios fig2,eps`` runs and rewrites only those files. Reporting re
 (``--epsilon-scale 10``) and their figures from data/ alone: ``--report-only`` does only that,
 for every report whose data is committed, byte for byte (tests/test_reproductions.py).
 
-Verdicts (testbed.reports.verdicts, docs/statistics.md): a trend over a setting (Figs. 2–4) is
-judged by Spearman's ρ of the per-run metric with the setting, a comparison of two curves
-(Figs. 5–6) by the paired mean difference over seeds; both with their 95 % interval. The metric is
+Verdicts (testbed.reports.verdicts, docs/statistics.md), Holm-adjusted within each figure's family:
+a trend over a setting (Figs. 2–4) by Spearman's ρ within each seed (n = seeds, a permutation p
+within the seeds), a comparison of two curves (Figs. 5–6) by the paired mean difference over seeds. The metric is
 the paper's, training loss of x̄ (mean of the last 10 rounds), and beside it test accuracy, with
 chance and the majority share: a model at chance shows nothing about convergence.
 
@@ -47,8 +47,8 @@ REPO = HERE.parents[1]
 DATA = HERE / "data"
 sys.path.insert(0, str(REPO))
 
-from testbed.reports.stats import t_interval  # noqa: E402
-from testbed.reports.verdicts import Verdict, paired_verdict, trend_verdict  # noqa: E402
+from testbed.reports.stats import majority_flag, t_interval  # noqa: E402
+from testbed.reports.verdicts import RULE, Family, Pending, recording, write_report  # noqa: E402
 
 #: task → (base file, suffix of the outputs, what the runs train on, for the report)
 TASKS = {
@@ -266,10 +266,15 @@ def _table(sc: Scenario, panel: str) -> list[str]:
              "c²/σ_m² (dB) |", "|---|---|---|---|---|---|---|---|"]
     for c in sc.names(panel):
         runs = list(sc.runs(panel, c).values())
-        lines.append(f"| {c} | {len(runs)} | {_ci(r['final_loss'] for r in runs)} | {_ci(r['final_acc'] for r in runs)} | "
+        lines.append(f"| {c} | {len(runs)} | {_ci(r['final_loss'] for r in runs)} | {_ci(r['final_acc'] for r in runs)}{_flag(runs)} | "
                      f"{np.mean([r['sigma2'] for r in runs]):.4g} | {max(r['eps_round'] for r in runs):.3g} | "
                      f"{max(r['eps_T'] for r in runs):.3g} | {np.mean([r['snr_db'] for r in runs]):.1f} |")
     return lines
+
+
+def _flag(runs) -> str:
+    """An accuracy cell's flag against the test set's majority share (testbed.reports.stats.majority_flag)."""
+    return majority_flag([r["final_acc"] for r in runs], max(r["majority"] for r in runs))
 
 
 def _chance_note(sc: Scenario, panel: str, curves: list[str]) -> str:
@@ -285,26 +290,29 @@ def _chance_note(sc: Scenario, panel: str, curves: list[str]) -> str:
     return f"  \n*Above the majority share ({share}): {', '.join(learning)}.*"
 
 
-def _claim(label: str, loss_v: Verdict, acc_v: Verdict, note: str) -> list[str]:
+def _claim(label: str, loss_v: Pending, acc_v: Pending, note: str) -> list[str]:
     return [f"**{label}**  \ntrain loss: {loss_v.markdown()}  \ntest accuracy: {acc_v.markdown()}{note}", ""]
 
 
-def _trend(sc: Scenario, panel: str, setting, claimed_loss: str) -> tuple[Verdict, Verdict]:
-    """Spearman trend verdicts of final loss (claimed direction) and accuracy (the opposite) on ``setting(curve)``."""
-    xs, losses, accs = [], [], []
+def _trend(fam: Family, sc: Scenario, panel: str, setting, claimed_loss: str) -> tuple[Pending, Pending]:
+    """Trend verdicts of final loss (claimed direction) and accuracy (the opposite) on ``setting(curve)``: each
+    curve's runs repeat its setting over the seeds, so ρ is taken within each seed (n = seeds)."""
+    xs, losses, accs, seeds = [], [], [], []
     for c in sc.names(panel):
-        for r in sc.runs(panel, c).values():
+        for seed, r in sc.runs(panel, c).items():
             xs.append(setting(c))
             losses.append(r["final_loss"])
             accs.append(r["final_acc"])
+            seeds.append(seed)
     acc_claim = "increasing" if claimed_loss == "decreasing" else "decreasing"
-    return trend_verdict(xs, losses, claimed_loss), trend_verdict(xs, accs, acc_claim)
+    return (fam.trend(xs, losses, claimed_loss, units=xs, cluster=seeds),
+            fam.trend(xs, accs, acc_claim, units=xs, cluster=seeds))
 
 
-def _paired(sc: Scenario, panel: str, better: str, worse: str) -> tuple[Verdict, Verdict]:
+def _paired(fam: Family, sc: Scenario, panel: str, better: str, worse: str) -> tuple[Pending, Pending]:
     """Paired verdicts (by seed) that ``better`` ends with lower loss and higher accuracy than ``worse``."""
-    return (paired_verdict(sc.values(panel, better, "final_loss"), sc.values(panel, worse, "final_loss"), "a<b"),
-            paired_verdict(sc.values(panel, better, "final_acc"), sc.values(panel, worse, "final_acc"), "a>b"))
+    return (fam.paired(sc.values(panel, better, "final_loss"), sc.values(panel, worse, "final_loss"), "a<b"),
+            fam.paired(sc.values(panel, better, "final_acc"), sc.values(panel, worse, "final_acc"), "a>b"))
 
 
 def plot(name: str, sc: Scenario, suffix: str) -> None:
@@ -379,11 +387,14 @@ def _eps_section(sc: Scenario, suffix: str) -> list[str]:
         ok = learns(sc.runs(panel, c))
         if ok and first is None:
             first = c
-        md.append(f"| {_num(c):g} | {max(r['eps_T'] for r in rs):.3g} | {len(rs)} | {_ci(r['final_acc'] for r in rs)} | "
+        md.append(f"| {_num(c):g} | {max(r['eps_T'] for r in rs):.3g} | {len(rs)} | {_ci(r['final_acc'] for r in rs)}{_flag(rs)} | "
                   f"{_ci(r['final_loss'] for r in rs)} | {'yes' if ok else 'no'} |")
-    v = trend_verdict([_num(c) for c in sc.names(panel) for _ in sc.runs(panel, c)],
-                      [r["final_acc"] for c in sc.names(panel) for r in sc.runs(panel, c).values()], "increasing")
-    md += ["", f"Accuracy rises with ε: {v.markdown()}", "",
+    xs = [_num(c) for c in sc.names(panel) for _ in sc.runs(panel, c)]
+    fam = Family("accuracy rises with ε")
+    v = fam.trend(xs, [r["final_acc"] for c in sc.names(panel) for r in sc.runs(panel, c).values()], "increasing",
+                  units=xs, cluster=[seed for c in sc.names(panel) for seed in sc.runs(panel, c)])
+    fam.close()
+    md += ["", f"Accuracy rises with ε (ρ within each seed, n = seeds; a family of one): {v.markdown()}", "",
            (f"**Learning begins at ε = {_num(first):g} per round** (the smallest ε of the grid whose accuracy "
             "interval is above the majority share)." if first else
             f"**No ε of the grid up to {EPS_CURVE[-1]:g} per round learns** (no accuracy interval above the majority "
@@ -402,7 +413,7 @@ def _learns_section(sc: Scenario) -> list[str]:
             sc.record["trains_on"], "",
             "| n | test acc [95% CI] | chance | majority share | ε/round (max, eq. 11) | ε spent, ledger (zCDP) | "
             "ε over T (RDP) | wall time per run |", "|---|---|---|---|---|---|---|---|",
-            f"| {len(rs)} | {_ci(r['final_acc'] for r in rs)} | {chance:.3f} | {majority:.3f} | "
+            f"| {len(rs)} | {_ci(r['final_acc'] for r in rs)}{_flag(rs)} | {chance:.3f} | {majority:.3f} | "
             f"{max(r['eps_round'] for r in rs):.3g} | {max(r['eps_ledger'] for r in rs):.3g} | {max(r['eps_T'] for r in rs):.3g} | "
             f"{np.mean([r['wall_s'] for r in rs]):.1f} s |", "",
             ("The private model learns: its accuracy interval lies above the majority share." if ok else
@@ -411,13 +422,14 @@ def _learns_section(sc: Scenario) -> list[str]:
 
 def _fig2(sc: Scenario, task: str) -> list[str]:
     """Fig. 2's section, transmit power P: a trend per reading and N."""
+    fam = Family("Fig. 2: loss falls and accuracy rises with P, every panel")
     body: list[str] = []
     body += ["## Fig. 2: transmit power P", "",
              "> \"stronger transmitting power leads to more rapid convergence, it is reasonable since greater power",
              "> has stronger ability to resist the interference of channel noise.\"", "",
-             "Claim tested: the final loss falls (accuracy rises) with P over P = 20, 40, 60, 80 dBm.", ""]
+             "Claim tested: the final loss falls (accuracy rises) with P over P = 20, 40, 60, 80 dBm.", "", fam.description(), ""]
     for panel in sc.panels():
-        lv, av = _trend(sc, panel, _num, "decreasing")
+        lv, av = _trend(fam, sc, panel, _num, "decreasing")
         body += _claim(f"{panel}: loss falls with P?", lv, av, _chance_note(sc, panel, sc.names(panel)))
         body += _table(sc, panel) + [""]
     s20 = float(np.mean(list(sc.values("B, exact calibration (default), N=10", "P=20 dBm", "sigma2").values())))
@@ -430,51 +442,54 @@ def _fig2(sc: Scenario, task: str) -> list[str]:
              "update (variant B) channel noise m_i/(c(N−1)) enters the models, but the total stays pinned by ε.",
              "The paper's trend can appear only when σ² is calibrated ignoring channel noise (option (i), third",
              "reading), so that channel noise is an extra that shrinks as P grows, and variant B lets it matter.", ""]
-    return body
+    return [fam.fill(x) for x in body]
 
 
 def _fig3(sc: Scenario, task: str) -> list[str]:
     """Fig. 3's section, number of workers N: a trend per ε."""
+    fam = Family("Fig. 3: loss falls and accuracy rises with N, every ε")
     body: list[str] = []
     body += ["## Fig. 3: number of workers N", "",
              "> \"DWFL performs better with more workers, which is consistent with our analysis.\"", "",
              "Claim tested: the final loss falls (accuracy rises) with N over N = 15, 20, 25, 30 (another N is another",
-             "partition, so these runs are not paired; the rank correlation pools them).", ""]
+             "partition, so these runs are not paired: the rank correlation within each seed is over its own partitions).", "", fam.description(), ""]
     for panel in sc.panels():
-        lv, av = _trend(sc, panel, _num, "decreasing")
+        lv, av = _trend(fam, sc, panel, _num, "decreasing")
         body += _claim(f"ε = {_num(panel):g}: loss falls with N?", lv, av, _chance_note(sc, panel, sc.names(panel)))
         body += _table(sc, panel) + [""]
     body += ["Mechanism: the calibrated noise at a receiver is fixed by ε, and a node divides what it hears by",
              "c(N−1), so its per-round noise falls like 1/(N−1) (Remark IV.1's O(1/√N) privacy in reverse).", ""]
-    return body
+    return [fam.fill(x) for x in body]
 
 
 def _fig4(sc: Scenario, task: str) -> list[str]:
     """Fig. 4's section, privacy budget ε: a trend per N."""
+    fam = Family("Fig. 4: loss falls and accuracy rises with ε, every N")
     body: list[str] = []
     body += ["## Fig. 4: privacy budget ε", "",
              "> \"It shows that DWFL has better convergence results with smaller privacy budget. Smaller ε means",
              "> that more noise is added, which dampens the learning process.\"", "",
              "The two sentences contradict each other (dwfl.md §7 item 10); we test the consistent reading,",
-             "larger ε (less noise) converges better: the final loss falls with ε over ε = 0.1, 0.25, 0.5, 1.", ""]
+             "larger ε (less noise) converges better: the final loss falls with ε over ε = 0.1, 0.25, 0.5, 1.", "", fam.description(), ""]
     for panel in sc.panels():
-        lv, av = _trend(sc, panel, _num, "decreasing")
+        lv, av = _trend(fam, sc, panel, _num, "decreasing")
         body += _claim(f"N = {_num(panel):g}: loss falls with ε?", lv, av, _chance_note(sc, panel, sc.names(panel)))
         body += _table(sc, panel) + [""]
-    return body
+    return [fam.fill(x) for x in body]
 
 
 def _fig5(sc: Scenario, task: str) -> list[str]:
     """Fig. 5's section, over the air vs orthogonal: paired per N and ε."""
+    fam = Family("Fig. 5: over the air better than orthogonal, every N and ε")
     body: list[str] = []
     body += ["## Fig. 5: over the air vs orthogonal", "",
              "> \"[the non-orthogonal scheme] has better advantage over orthogonal scheme in the case of the same",
              "> privacy level\" ... \"converges faster in both N=10 and N=30\" ... \"the orthogonal scheme almost",
-             "> failed to converge when ε = 0.1 and N=10\"", ""]
+             "> failed to converge when ε = 0.1 and N=10\"", "", fam.description(), ""]
     for panel in sc.panels():
         for eps in (0.1, 0.5):
             a, b = f"ota_d2d, eps={eps}", f"orthogonal_d2d, eps={eps}"
-            lv, av = _paired(sc, panel, a, b)
+            lv, av = _paired(fam, sc, panel, a, b)
             body += _claim(f"{panel.replace('N=', 'N = ')}, ε = {eps}: over the air (a) better than orthogonal (b)?", lv, av,
                            _chance_note(sc, panel, [a, b]))
         body += _table(sc, panel) + [""]
@@ -486,17 +501,18 @@ def _fig5(sc: Scenario, task: str) -> list[str]:
              "Mechanism (dwfl.md §6.3): each orthogonal link must carry the whole ε-calibrated noise, which",
              "over the air is shared by the N−1 superposed senders; for the same ε the disagreement noise is",
              "about (N−1)× larger.", ""]
-    return body
+    return [fam.fill(x) for x in body]
 
 
 def _fig6(sc: Scenario, task: str) -> list[str]:
     """Fig. 6's section, centralised vs decentralised: paired per N."""
+    fam = Family("Fig. 6: decentralised better than centralised, every N")
     body: list[str] = []
     body += ["## Fig. 6: centralised (parameter server, Seif et al.) vs decentralised", "",
              "> \"our decentralized algorithm DWFL acquires more robustness and better convergence results in",
-             "> contrast with that in centralized setting.\"", ""]
+             "> contrast with that in centralized setting.\"", "", fam.description(), ""]
     for panel in sc.panels():
-        lv, av = _paired(sc, panel, "ota_d2d", "ota_central")
+        lv, av = _paired(fam, sc, panel, "ota_d2d", "ota_central")
         body += _claim(f"{panel.replace('N=', 'N = ')}: decentralised (a) better than centralised (b)?", lv, av,
                        _chance_note(sc, panel, ["ota_d2d", "ota_central"]))
         body += _table(sc, panel) + [""]
@@ -504,7 +520,7 @@ def _fig6(sc: Scenario, task: str) -> list[str]:
              "while in DWFL the artificial noise sums to zero over the nodes (the zero-sum structure behind",
              "eq. 9), so x̄ only sees channel noise. The paper's explanation (more frequent exchanges) is not",
              "what drives it in our runs: both schemes exchange once per round.", ""]
-    return body
+    return [fam.fill(x) for x in body]
 
 
 FIGURES = ("fig2", "fig3", "fig4", "fig5", "fig6")
@@ -535,14 +551,13 @@ def report(task: str, eps_scale: float, data: dict[str, Scenario], learns_sc: Sc
         f"η = 0.5, g_max = 1, batch 32 (`{rec['base']}`). A run's metrics are the training loss of the average model x̄",
         f"(\"convergence\" in the paper) and its test accuracy, each the mean of the last {rec['last_rounds']} rounds.",
         "",
-        "**Verdicts** (testbed.reports.verdicts, docs/statistics.md): a trend over a setting (Figs. 2–4) is",
-        "Spearman's ρ of every run's metric with the setting, with its 95 % interval; a comparison of two",
-        "curves (Figs. 5–6) is the mean paired difference a − b over seeds with its 95 % t interval. **shown**",
-        "when the interval excludes zero in the paper's direction, **opposite** when it excludes zero the other",
-        "way, **inconclusive** otherwise. Each verdict is at 95 % on its own (not corrected for the family).",
+        RULE + " Trends over a setting (Figs. 2–4) repeat each setting over the seeds: ρ within each seed (n = seeds).",
         "The paper's claims are about convergence of the loss; the accuracy verdict beside each says whether",
         "the models learn at all: where every compared curve sits at chance or the majority share, a loss",
         "verdict measures how much noise reaches x̄ and shows nothing about convergence.",
+        "",
+        "An accuracy whose 95 % interval holds the test set's majority share is flagged ⚑ at majority (⚑ below",
+        "majority where it lies below): such a row shows no learning.",
         "",
         "ε is the paper's per-round ε (eq. 11) at the worst receiver; \"ε over T\" composes the rounds with",
         "dp-accounting (RDP), which the paper does not do. c²/σ_m² is the received model SNR (eq. 4).",
@@ -601,7 +616,9 @@ def write_reports() -> list[Path]:
                 (HERE / f"{name}{suffix}.png").unlink(missing_ok=True)
         learns_sc = learns_data.get("learns") if (task, scale) == ("cnn", 1.0) else None
         path = HERE / f"REPORT{suffix}.md"
-        path.write_text(report(task, scale, data, learns_sc))
+        with recording() as families:
+            text = report(task, scale, data, learns_sc)
+        write_report(path, text, families)
         written.append(path)
     return written
 

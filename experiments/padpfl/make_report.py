@@ -1,10 +1,11 @@
 """REPORT.md of experiments/padpfl, from the data files of data/ alone (reproduce.py writes them;
 ``reproduce.py --report-only`` calls :func:`report`): no run, no clock, fixed float formats.
 
-Every claim's verdict is testbed.reports.verdicts' (docs/statistics.md): paired by seed, ``shown``
-only when the 95 % interval of the paired difference excludes zero in the claimed direction. A run
+Every claim's verdict is testbed.reports.verdicts' (docs/statistics.md): paired by seed, Holm-adjusted
+within its family (the claims one table or list makes), ``shown`` only when the adjusted p is below
+0.05 and the 95 % interval of the paired difference excludes zero in the claimed direction. A run
 "learns" when its test accuracy beats the majority share of its test rows by the same rule (paired
-by seed); a model that does not shows nothing about convergence.
+by seed; the rows of one table are one family); a model that does not shows nothing about convergence.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from testbed.reports.stats import t_interval
-from testbed.reports.verdicts import SHOWN, Verdict, paired_verdict, trend_verdict
+from testbed.reports.stats import majority_flag, t_interval
+from testbed.reports.verdicts import RULE, SHOWN, Family, Pending, Verdict
 
 LR_CHOSEN = 0.5
 PAPER_LR = 0.02
@@ -30,15 +31,25 @@ def values(runs: Sequence[dict], key: str) -> dict[int, float]:
     return {r["seed"]: float(np.mean(r[key])) for r in runs}
 
 
-def mean_ci(xs: Sequence[float], digits: int) -> str:
-    """"mean [low, high]" (95 % t interval) in fixed point."""
+def mean_ci(xs: Sequence[float], digits: int, majority: Sequence[float] | None = None) -> str:
+    """"mean [low, high]" (95 % t interval) in fixed point; an accuracy with the seeds' majority shares is
+    flagged where its interval holds or lies below the largest (testbed.reports.stats.majority_flag)."""
     s = t_interval(list(xs))
-    return f"{float(s.mean):.{digits}f} [{float(s.ci_low):.{digits}f}, {float(s.ci_high):.{digits}f}]"
+    flag = "" if majority is None else majority_flag(list(xs), max(majority))
+    return f"{float(s.mean):.{digits}f} [{float(s.ci_low):.{digits}f}, {float(s.ci_high):.{digits}f}]{flag}"
 
 
-def learns(runs: Sequence[dict], majority: Sequence[float]) -> Verdict:
-    """Test accuracy above the majority share of the same seed's test rows (paired by seed)."""
-    return paired_verdict(values(runs, "test_accuracy"), {r["seed"]: majority[r["seed"]] for r in runs}, "a>b")
+def learns(fam: Family, runs: Sequence[dict], majority: Sequence[float]) -> Pending:
+    """Test accuracy above the majority share of the same seed's test rows (paired by seed), a claim of ``fam``."""
+    return fam.paired(values(runs, "test_accuracy"), {r["seed"]: majority[r["seed"]] for r in runs}, "a>b")
+
+
+def learns_by_label(name: str, variants: dict[str, dict], majority: Sequence[float]) -> dict[str, Verdict]:
+    """Every run's "learns" verdict of a table, one family (closed): label → verdict."""
+    fam = Family(f"{name}: each run above the majority share")
+    judged = {label: learns(fam, variant["runs"], majority) for label, variant in variants.items()}
+    fam.close()
+    return {label: v.verdict for label, v in judged.items()}
 
 
 def eps_text(runs: Sequence[dict]) -> str:
@@ -52,8 +63,8 @@ def eps_text(runs: Sequence[dict]) -> str:
     return f"{worst:.3g} | {server:.3g} / {public:.3g} | {max(r['epsilon_tight'] for r in runs):.3g}"
 
 
-def verdict_row(what: str, a: list[dict], b: list[dict], key: str, claimed: str) -> str:
-    return f"  - {what}: {paired_verdict(values(a, key), values(b, key), claimed).markdown()}"
+def verdict_row(fam: Family, what: str, a: list[dict], b: list[dict], key: str, claimed: str) -> str:
+    return f"  - {what}: {fam.paired(values(a, key), values(b, key), claimed).markdown()}"
 
 
 def wall(record: dict) -> str:
@@ -68,10 +79,11 @@ def report(data: dict[str, dict]) -> str:
     if "lr" in data:
         lines += learning_rate(data["lr"])
     lines += noise(data)
-    for name in ("s1", "s2", "s3", "s4"):
-        if name in data:
-            lines += scenario_table(name, data[name])
-    lines += claims(data)
+    learn = {name: learns_by_label(f"Scenario {name[1]}", data[name]["variants"], data[name]["majority_share"])
+             for name in ("s1", "s2", "s3", "s4") if name in data}
+    for name in learn:
+        lines += scenario_table(name, data[name], learn[name])
+    lines += claims(data, learn)
     if "curve" in data:
         lines += curve(data["curve"])
     if "learns" in data:
@@ -97,12 +109,11 @@ def intro(data: dict) -> list[str]:
             "so κ = 2Bc/(min m ε) is 7.5× the paper's at the same ε in scenarios 1, 2 and 4 and 6.25× in "
             "scenario 3. Salt-and-pepper densities: severe 0.5, moderate 0.3, slight 0.1. Loss: the training loss "
             "of eq. (4) (noisy rows included); accuracy: clean test rows (chance 0.1; the majority share of the "
-            "test rows is given per scenario).", "",
+            "test rows is given per scenario; an accuracy whose 95 % interval holds the largest majority share of the "
+            "seeds' test rows is flagged ⚑ at majority, ⚑ below majority where it lies below).", "",
             f"Seeds per part: {', '.join(seeds)} (seeds 0, 1, ...; runs of one seed share data, partition, initial "
             "model and batches: common random numbers). Tables give the mean and its 95 % t interval over seeds. "
-            "Every verdict is testbed.reports.verdicts' paired verdict over seeds (n, the mean paired difference "
-            "a − b and its 95 % interval; `shown` only when the interval excludes zero in the paper's direction, "
-            "`opposite` the other way, `inconclusive` otherwise); each is at 95 % on its own, not for the family.", "",
+            + RULE, "",
             "Scenario 4 swaps the parts' data quality after round 10; the testbed's data are static, so it runs "
             "as its relabelled equivalent (clients start every round from the broadcast, so which client holds "
             "which quality is all that matters): \"follow\" keeps the factors 0-1-2 on (severe, moderate, "
@@ -126,24 +137,29 @@ def learning_rate(record: dict) -> list[str]:
     for lr in lrs:
         plain, private = v[f"non-private 1-1-1 lr={lr:g}"]["runs"], v[f"private 0-1-2 eps=20 lr={lr:g}"]["runs"]
         out.append(f"| {lr:g} | {mean_ci([r['train_loss'] for r in plain], 4)} | "
-                   f"{mean_ci([r['test_accuracy'] for r in plain], 3)} | {mean_ci([r['train_loss'] for r in private], 4)} | "
-                   f"{mean_ci([r['test_accuracy'] for r in private], 3)} |")
+                   f"{mean_ci([r['test_accuracy'] for r in plain], 3, record['majority_share'])} | "
+                   f"{mean_ci([r['train_loss'] for r in private], 4)} | "
+                   f"{mean_ci([r['test_accuracy'] for r in private], 3, record['majority_share'])} |")
     chosen = v[f"non-private 1-1-1 lr={LR_CHOSEN:g}"]["runs"]
-    out += ["", f"Paired against lr = {LR_CHOSEN:g} (non-private; a = lr {LR_CHOSEN:g}, b = the other):", ""]
+    fam = Family(f"lr {LR_CHOSEN:g} against every other lr")
+    out += ["", f"Paired against lr = {LR_CHOSEN:g} (non-private; a = lr {LR_CHOSEN:g}, b = the other). "
+            f"{fam.description()}", ""]
     for lr in lrs:
         if lr == LR_CHOSEN:
             continue
         other = v[f"non-private 1-1-1 lr={lr:g}"]["runs"]
         out += [f"- lr {LR_CHOSEN:g} vs {lr:g}",
-                verdict_row("lower final training loss", chosen, other, "train_loss", "a<b"),
-                verdict_row("higher test accuracy", chosen, other, "test_accuracy", "a>b")]
-    paper = v[f"non-private 1-1-1 lr={PAPER_LR:g}"]["runs"]
+                verdict_row(fam, "lower final training loss", chosen, other, "train_loss", "a<b"),
+                verdict_row(fam, "higher test accuracy", chosen, other, "test_accuracy", "a>b")]
+    out = [fam.fill(x) for x in out]
+    learn = learns_by_label("the learning rates", v, record["majority_share"])
     best = min(lrs, key=lambda lr: np.mean([r["train_loss"] for r in v[f"non-private 1-1-1 lr={lr:g}"]["runs"]]))
-    private_learns = [lr for lr in lrs if learns(v[f"private 0-1-2 eps=20 lr={lr:g}"]["runs"],
-                                                 record["majority_share"]).word == SHOWN]
+    private_learns = [lr for lr in lrs if learn[f"private 0-1-2 eps=20 lr={lr:g}"].word == SHOWN]
+    paper = learn[f"non-private 1-1-1 lr={PAPER_LR:g}"]
     out += ["", f"At the paper's lr {PAPER_LR:g} the non-private model does "
-            f"{'' if learns(paper, record['majority_share']).word == SHOWN else 'not '}beat the majority share "
-            f"({learns(paper, record['majority_share']).markdown()}).",
+            f"{'' if paper.word == SHOWN else 'not '}beat the majority share "
+            f"({paper.markdown()}; family: every run of the table above against the majority share, "
+            f"{len(learn)} claims, Holm-adjusted).",
             f"The sweep's lowest mean non-private loss is at lr {best:g}. "
             + ("That is the scenarios' lr. " if best == LR_CHOSEN else
                f"The scenarios keep lr {LR_CHOSEN:g} (the earlier version's choice, made before this sweep was "
@@ -198,43 +214,48 @@ def noise(data: dict) -> list[str]:
     return out
 
 
-def scenario_table(name: str, record: dict) -> list[str]:
+def scenario_table(name: str, record: dict, learn: dict[str, Verdict]) -> list[str]:
     majority = max(record["majority_share"])
     out = [f"## Scenario {name[1]}", "",
            f"{record['seeds']} seeds. Chance 0.1; majority share of the test rows at most {majority:.3f} over the "
            "seeds. Learns: test accuracy above the majority share (paired by seed; the verdict's effect is "
-           "accuracy − majority share).", "",
+           f"accuracy − majority share; the table's {len(learn)} rows are one family, Holm-adjusted).", "",
            "| run | final train loss | final test accuracy | learns | ε ledger | ε server / public | ε tight |",
            "|---|---|---|---|---|---|---|"]
     for label, variant in record["variants"].items():
         runs = variant["runs"]
         out.append(f"| {label} | {mean_ci([r['train_loss'] for r in runs], 4)} | "
-                   f"{mean_ci([r['test_accuracy'] for r in runs], 3)} | "
-                   f"{learns(runs, record['majority_share']).markdown()} | {eps_text(runs)} |")
+                   f"{mean_ci([r['test_accuracy'] for r in runs], 3, record['majority_share'])} | "
+                   f"{learn[label].markdown()} | {eps_text(runs)} |")
     return out + [""]
 
 
-def claims(data: dict) -> list[str]:
+def claims(data: dict, learn: dict[str, dict[str, Verdict]]) -> list[str]:
     """Each claim of adaptive-dp.md §5.4 / §7 item 9: a paired verdict by the final training loss
     (what the paper plots) and one by the clean test accuracy (what its text speaks of)."""
     out = ["## The paper's claims", "",
            "Each claim is judged twice, by the final training loss (the paper's curves; claimed lower) and by "
            "the clean test accuracy (its text; claimed higher), a being the setting the paper says is better. "
            "Where the compared runs do not learn (the \"learns\" column above), an accuracy verdict compares "
-           "chance-level models and a loss verdict measures how much noise was injected, not convergence.", ""]
+           "chance-level models and a loss verdict measures how much noise was injected, not convergence. The claims "
+           "of one scenario (one figure of the paper) are one family.", ""]
+    families = {name: Family(f"Scenario {name[1]}: the paper's claims") for name in ("s1", "s2", "s3", "s4")}
 
     def runs(name, label):
         return data[name]["variants"][label]["runs"]
 
     def claim(quote, name, a, b, *, curve=False):
         ra, rb = runs(name, a), runs(name, b)
+        fam = families[name]
+        if not any(fam.token in line for line in out):
+            out.append(fam.description())
         rows = [f"- \"{quote}\" — a = {a}, b = {b}",
-                verdict_row("final training loss a < b", ra, rb, "train_loss", "a<b"),
-                verdict_row("test accuracy a > b", ra, rb, "test_accuracy", "a>b")]
+                verdict_row(fam, "final training loss a < b", ra, rb, "train_loss", "a<b"),
+                verdict_row(fam, "test accuracy a > b", ra, rb, "test_accuracy", "a>b")]
         if curve:
-            rows.append(verdict_row("mean training loss over rounds 1, 6, ..., 30 a < b (faster)", ra, rb,
+            rows.append(verdict_row(fam, "mean training loss over rounds 1, 6, ..., 30 a < b (faster)", ra, rb,
                                     "train_loss_curve", "a<b"))
-        both_learn = all(learns(r, data[name]["majority_share"]).word == SHOWN for r in (ra, rb))
+        both_learn = all(learn[name][label].word == SHOWN for label in (a, b))
         if not both_learn:
             rows.append("  - at chance: at least one of the two runs does not beat the majority share; these "
                         "verdicts say nothing about convergence.")
@@ -263,6 +284,8 @@ def claims(data: dict) -> list[str]:
             claim("the experiment giving the heaviest weight to slight noisy datasets yields the fastest and most "
                   "accurate result (scenario 4, non-private)", "s4", "non-private follow", f"non-private {other}",
                   curve=True)
+    for fam in families.values():
+        out = [fam.fill(x) for x in out]
     return out + [""]
 
 
@@ -277,18 +300,23 @@ def curve(record: dict) -> list[str]:
            "| ε | final test accuracy | final train loss | learns | ε ledger | ε server / public | ε tight |",
            "|---|---|---|---|---|---|---|"]
     begins = None
+    learn = learns_by_label("the curve", v, record["majority_share"])
     for e, (label, variant) in zip(eps, v.items()):
         runs = variant["runs"]
-        verdict = learns(runs, record["majority_share"])
+        verdict = learn[label]
         if verdict.word == SHOWN and begins is None:
             begins = e
-        out.append(f"| {e:g} | {mean_ci([r['test_accuracy'] for r in runs], 3)} | "
+        out.append(f"| {e:g} | {mean_ci([r['test_accuracy'] for r in runs], 3, record['majority_share'])} | "
                    f"{mean_ci([r['train_loss'] for r in runs], 4)} | {verdict.markdown()} | {eps_text(runs)} |")
-    all_runs = [(e, r["test_accuracy"]) for e, variant in zip(eps, v.values()) for r in variant["runs"]]
-    trend = trend_verdict([np.log10(e) for e, _ in all_runs], [a for _, a in all_runs], "increasing")
+    all_runs = [(e, r["test_accuracy"], r["seed"]) for e, variant in zip(eps, v.values()) for r in variant["runs"]]
+    fam = Family("the curve: accuracy rises with ε")
+    trend = fam.trend([np.log10(e) for e, _, _ in all_runs], [a for _, a, _ in all_runs], "increasing",
+                      units=[e for e, _, _ in all_runs], cluster=[s for _, _, s in all_runs])
+    fam.close()
     top_label = max(v, key=lambda k: float(k.split("=", 1)[1]))
     far = ", far above the paper's 5 and 20" if begins is not None and begins > 20 else ""
-    out += ["", f"Accuracy rises with ε: {trend.markdown()}.", "",
+    out += ["", f"The table's {len(learn)} \"learns\" verdicts are one family (Holm-adjusted). Accuracy rises with ε "
+            f"(each ε's runs over the seeds: ρ within each seed, n = seeds; a family of one): {trend.markdown()}.", "",
             f"At {top_label.replace('eps=', 'ε = ')} σ_C is {v[top_label]['noise']['sigma_client']:.3g}, negligible: "
             "what separates that row from the non-private 0-1-2 run of scenario 1 (not clipped) is the clipping of "
             "every upload to norm B = 5.", "",
@@ -336,10 +364,11 @@ def learns_section(record: dict) -> list[str]:
            f"{record['seeds']} seeds, chance 0.1, majority share of the test rows at most {max(majority):.3f}.", "",
            "| run | final test accuracy | final train loss | learns | ε ledger | ε server / public | ε tight |",
            "|---|---|---|---|---|---|---|"]
+    fam = Family("learns.toml: each run above the majority share, and the cost of privacy")
     for label, variant in v.items():
-        out.append(f"| {label} | {mean_ci([r['test_accuracy'] for r in variant['runs']], 3)} | "
+        out.append(f"| {label} | {mean_ci([r['test_accuracy'] for r in variant['runs']], 3, majority)} | "
                    f"{mean_ci([r['train_loss'] for r in variant['runs']], 4)} | "
-                   f"{learns(variant['runs'], majority).markdown()} | {eps_text(variant['runs'])} |")
+                   f"{learns(fam, variant['runs'], majority).markdown()} | {eps_text(variant['runs'])} |")
     out += ["", f"ε spent (ledger, zCDP, worst node and observer): {max(r['epsilon'] for r in runs):.3g} against the "
             f"target {n['epsilon']:g} (tight RDP: {max(r['epsilon_tight'] for r in runs):.3g}; the paper's linear "
             f"accounting of the uploads: {n['epsilon_paper_uplink']:.3g}). These are under the paper's assumption "
@@ -347,9 +376,10 @@ def learns_section(record: dict) -> list[str]:
             f"same uploads spend ε ≈ {sound_epsilon(n, 0.01):,.0f} (zCDP at δ = 0.01, uploads only); and δ = 0.01 is "
             f"above 1/m = 1/{n['min_samples']}.",
             f"The cost of privacy (a = private, b = non-private): "
-            f"{paired_verdict(values(runs, 'test_accuracy'), values(plain['runs'], 'test_accuracy'), 'a<b').markdown()}.",
+            f"{fam.paired(values(runs, 'test_accuracy'), values(plain['runs'], 'test_accuracy'), 'a<b').markdown()}. "
+            f"{fam.description()}",
             f"Wall time of the part (both rows, all seeds, one worker): {wall(record)}.", ""]
-    return out
+    return [fam.fill(x) for x in out]
 
 
 def impact_section(record: dict) -> list[str]:
@@ -373,7 +403,7 @@ def impact_section(record: dict) -> list[str]:
         setting, privacy, rule = label.split(" | ")
         runs = variant["runs"]
         out.append(f"| {setting} | {privacy} | {rule} | {mean_ci([r['train_loss'] for r in runs], 4)} | "
-                   f"{mean_ci([r['test_accuracy'] for r in runs], 3)} | {eps_text(runs)} |")
+                   f"{mean_ci([r['test_accuracy'] for r in runs], 3, record['majority_share'])} | {eps_text(runs)} |")
 
     def same(x, y):
         return all(a["train_loss_curve"] == b["train_loss_curve"] for a, b in zip(v[x]["runs"], v[y]["runs"]))
@@ -383,18 +413,22 @@ def impact_section(record: dict) -> list[str]:
             "share (paired by seed): such a verdict compares noise, not learning.", ""]
     prefixes = sorted({label.rsplit(" | ", 1)[0] for label in v}, key=list(dict.fromkeys(
         label.rsplit(" | ", 1)[0] for label in v)).index)
+    learn = learns_by_label("impact", v, record["majority_share"])
     for prefix in prefixes:
         k = f"{prefix} | "
+        fam = Family(f"{prefix}: each automatic rule against hand 1-1-1")
+        start = len(out)
         ds = "equals" if same(k + "data_size", k + "hand 6-16-36") else "differs from"
         rel = "equals" if same(k + "reliability", k + "hand 1-1-1") else "differs from"
         out.append(f"- {prefix}: data_size {ds} hand 6-16-36 and reliability {rel} hand 1-1-1 in every kept "
                    "round's loss of every seed (to the data's 6 digits)")
         for rule in ("data_size", "reliability", "quality_score σq=0.05", "quality_score σq=0.5", "link_quality"):
             a, b = v[k + rule]["runs"], v[k + "hand 1-1-1"]["runs"]
-            chance = any(learns(r, record["majority_share"]).word != SHOWN for r in (a, b))
-            out.append(f"  - {rule}: loss {paired_verdict(values(a, 'train_loss'), values(b, 'train_loss'), 'a<b').markdown()}; "
-                       f"accuracy {paired_verdict(values(a, 'test_accuracy'), values(b, 'test_accuracy'), 'a>b').markdown()}"
+            chance = any(learn[label].word != SHOWN for label in (k + rule, k + "hand 1-1-1"))
+            out.append(f"  - {rule}: loss {fam.paired(values(a, 'train_loss'), values(b, 'train_loss'), 'a<b').markdown()}; "
+                       f"accuracy {fam.paired(values(a, 'test_accuracy'), values(b, 'test_accuracy'), 'a>b').markdown()}"
                        + ("; at chance" if chance else ""))
+        out[start:] = [fam.fill(x) for x in out[start:]] + [f"  - {fam.description()}"]
     out += ["", "- data_size reproduces the hand-set p_i = m_i/m exactly (the setup only adds one 8-byte upload per "
             "node to the ledger), so it is as good or as bad as that assignment, with no hand work; the sizes are "
             "metadata the server learns once, uncharged (the noise of eqs. 8 and 13 uses min m_i anyway).",

@@ -215,8 +215,11 @@ def main() -> None:
             (DATA / f"{part}.json").write_text(json.dumps(record, ensure_ascii=False, allow_nan=False) + "\n")
     from make_report import report  # beside this file
 
-    (HERE / "REPORT.md").write_text(report({p: json.loads((DATA / f"{p}.json").read_text()) for p in PARTS
-                                            if (DATA / f"{p}.json").exists()}))
+    from testbed.reports.verdicts import recording, write_report
+
+    with recording() as families:
+        text = report({p: json.loads((DATA / f"{p}.json").read_text()) for p in PARTS if (DATA / f"{p}.json").exists()})
+    write_report(HERE / "REPORT.md", text, families)
 
 
 if __name__ == "__main__":

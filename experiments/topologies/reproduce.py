@@ -24,8 +24,9 @@ generated from data/ alone, which is all ``--report-only`` does (tests/test_repr
 Verdicts (testbed.reports.verdicts, docs/statistics.md): each sparse graph against the complete one
 is a paired comparison over seeds (final accuracy and loss, mean of the last LAST rounds); learning
 over the rounds is a paired comparison of each run's last LAST rounds with its first LAST; how
-accuracy follows the graph is Spearman's ρ of every run's final accuracy with its graph's spectral
-gap. Accuracies stand next to chance and the test set's majority share: a model at chance shows
+accuracy follows the graph is Spearman's ρ over the graphs (each graph's mean final accuracy and
+spectral gap over its seeds; exact permutation p). Each table or list of verdicts is one family,
+Holm-adjusted. Accuracies stand next to chance and the test set's majority share: a model at chance shows
 nothing about convergence.
 """
 
@@ -47,9 +48,10 @@ REPO = HERE.parents[1]
 DATA = HERE / "data"
 sys.path.insert(0, str(REPO))
 
-from testbed.reports.stats import t_interval  # noqa: E402
+from testbed.reports.stats import majority_flag, t_interval  # noqa: E402
 from testbed.reports.sweep_stats import stats_rows  # noqa: E402
-from testbed.reports.verdicts import Verdict, paired_verdict, trend_verdict  # noqa: E402
+from testbed.reports.verdicts import RULE, Family, Verdict, recording  # noqa: E402
+from testbed.reports.verdicts import write_report as write_report_and_verdicts  # noqa: E402
 
 
 
@@ -299,7 +301,8 @@ def _curve_table(sc: Scenario) -> list[str]:
         sigma2 = float(np.mean([r["sigma2"] for r in rs]))
         lines.append(
             f"| {c} | {len(rs)} | {np.mean(degrees):.1f} ({min(degrees)}–{max(degrees)}) | "
-            f"{np.mean([r['spectral_gap'] for r in rs]):.3f} | {_ci(r['final_acc'] for r in rs)} | "
+            f"{np.mean([r['spectral_gap'] for r in rs]):.3f} | {_ci(r['final_acc'] for r in rs)}"
+            f"{majority_flag([r['final_acc'] for r in rs], max(r['majority'] for r in rs))} | "
             f"{'yes' if learns(rs) else 'no'} | {_ci(r['final_loss'] for r in rs)} | {sigma2:.3g} ({_noise_ratio(sc, c):.3g}×) | "
             f"{min(eps_round):.3g}–{max(eps_round):.3g} | {min(eps):.3g}, {np.mean(eps):.3g}, {max(eps):.3g} | "
             f"{_ci((float(np.mean(r['node_energy_j'])) for r in rs), '.4g')} J |")
@@ -328,34 +331,48 @@ def _stats_table(sc: Scenario) -> list[str]:
 
 
 def _verdicts(sc: Scenario) -> tuple[list[str], list[str], dict[str, Verdict]]:
-    """(the verdict lines of the body, the same as a summary list, the verdicts by name)."""
-    body, summary, found = [], [], {}
+    """(the verdict lines of the body, the same as a summary list, the verdicts by name). Three families: the
+    sparse graphs against the complete one (accuracy and loss), the rise over the rounds per curve, the trends
+    over the graphs' properties (one value per graph: its mean over the seeds)."""
+    body, summary, pending = [], [], {}
+    versus, rises = Family("the complete graph against each sparse graph"), Family("accuracy rises over the rounds")
+    trends = Family("trends over the graphs")
+    body += [versus.description(), ""]
     for c in sc.curves:
         if c == REFERENCE:
             continue
-        acc = paired_verdict(sc.values(REFERENCE, "final_acc"), sc.values(c, "final_acc"), "a>b")
-        loss = paired_verdict(sc.values(REFERENCE, "final_loss"), sc.values(c, "final_loss"), "a<b")
-        found[f"acc {c}"] = acc
+        acc = versus.paired(sc.values(REFERENCE, "final_acc"), sc.values(c, "final_acc"), "a>b")
+        loss = versus.paired(sc.values(REFERENCE, "final_loss"), sc.values(c, "final_loss"), "a<b")
+        pending[f"acc {c}"] = acc
         body += [f"**{REFERENCE} (a) ends more accurate than {c} (b)?**  ",
                  f"test accuracy: {acc.markdown()}  ", f"train loss (a lower): {loss.markdown()}", ""]
         summary.append(f"- {REFERENCE} more accurate than {c}: accuracy {acc.markdown()}; loss {loss.markdown()}")
+    body += [rises.description(), ""]
     for c in sc.curves:
-        rise = paired_verdict(sc.values(c, "final_acc"), sc.values(c, "first_acc"), "a>b")
-        found[f"rise {c}"] = rise
+        rise = rises.paired(sc.values(c, "final_acc"), sc.values(c, "first_acc"), "a>b")
+        pending[f"rise {c}"] = rise
         body += [f"**{c}: accuracy rises over the rounds (a = last {LAST} rounds, b = first {LAST})?** {rise.markdown()}", ""]
         summary.append(f"- {c}, accuracy rises over the rounds: {rise.markdown()}")
-    runs = sc.all_runs()
-    gap = trend_verdict([r["spectral_gap"] for r in runs], [r["final_acc"] for r in runs], "increasing")
-    found["gap"] = gap
-    body += [f"**Final accuracy rises with the spectral gap (every run of every curve)?** {gap.markdown()}", ""]
+    body += [trends.description() + " A trend over a property of a graph has the graph as its unit: each curve's "
+             "mean over its seeds (exact permutation p over the graphs).", ""]
+
+    def per_graph(field) -> list[float]:
+        return [float(np.mean([field(r) for r in sc.runs(c)])) for c in sc.curves]
+
+    gap = trends.trend(per_graph(lambda r: r["spectral_gap"]), per_graph(lambda r: r["final_acc"]), "increasing",
+                       units=list(sc.curves))
+    pending["gap"] = gap
+    body += [f"**Final accuracy rises with the spectral gap (one point per graph)?** {gap.markdown()}", ""]
     summary.append(f"- final accuracy rises with the spectral gap: {gap.markdown()}")
-    noise = trend_verdict([min(r["node_degree"]) for r in runs], [r["sigma2"] for r in runs], "decreasing")
-    if noise.n and not np.isnan(noise.effect):
-        found["noise"] = noise
-        body += ["**The noise variance σ² falls with the graph's smallest degree (every run of every curve)?** "
-                 f"{noise.markdown()}", ""]
-        summary.append(f"- the noise variance falls with the smallest degree: {noise.markdown()}")
-    return body, summary, found
+    degrees, sigma2 = per_graph(lambda r: min(r["node_degree"])), per_graph(lambda r: r["sigma2"])
+    if len(set(degrees)) > 1 and len(set(sigma2)) > 1:
+        pending["noise"] = trends.trend(degrees, sigma2, "decreasing", units=list(sc.curves))
+        body += ["**The noise variance σ² falls with the graph's smallest degree (one point per graph)?** "
+                 f"{pending['noise'].markdown()}", ""]
+        summary.append(f"- the noise variance falls with the smallest degree: {pending['noise'].markdown()}")
+    for f in (versus, rises, trends):
+        body, summary = [f.fill(x) for x in body], [f.fill(x) for x in summary]
+    return body, summary, {k: v.verdict for k, v in pending.items()}
 
 
 def plot(name: str, sc: Scenario) -> list[str]:
@@ -423,7 +440,8 @@ def section(name: str, sc: Scenario, figures: list[str]) -> tuple[list[str], lis
           f"N = {rec['num_nodes']}, {rec['rounds']} rounds, seeds {rec['seeds'][0]}–{rec['seeds'][-1]} on every curve "
           f"(paired by seed), ε = {rec['epsilon_round']:g} per round, δ = {rec['delta']:g}. Chance {chance:.3f}, "
           f"majority share of the test set {majority:.3f}; a curve learns when its accuracy's 95 % interval lies above "
-          f"the majority share. Measured wall time: {walls}.", "",
+          f"the majority share (an accuracy whose interval holds it is flagged ⚑ at majority). Measured wall time: "
+          f"{walls}.", "",
           *_curve_table(sc), "",
           "Degree: neighbours per node (mean over nodes and seeds, min–max). Spectral gap: 1 − |λ₂| of the",
           "matrix a round applies (mean over seeds): DWFL's Ψ = (1 − η) I + η W of eq. (8), W uniform over the",
@@ -454,10 +472,7 @@ def report(data: dict[str, Scenario], figures: dict[str, list[str]]) -> str:
           "radio ranges (SNR thresholds −29 dB and −26 dB, nodes in a 10 m square), the 4×4 torus and the ring.",
           "Privacy is equal across graphs: the same per-round ε at the worst receiver. The metric is the test",
           "accuracy of x̄ (the mean of the nodes' models), averaged over the last rounds.", "",
-          "**Verdicts** (testbed.reports.verdicts, docs/statistics.md): a comparison is the mean paired",
-          "difference a − b over seeds with its 95 % t interval; a trend is Spearman's ρ with its 95 % interval.",
-          "**shown** when the interval excludes zero in the claimed direction, **opposite** when it excludes it",
-          "the other way, **inconclusive** otherwise; each at 95 % on its own (not corrected for the family).", ""]
+          RULE, ""]
     if not data:
         md += ["*No scenario has data yet (`data/` is empty): `reproduce.py` runs them.*", ""]
         return "\n".join(md)
@@ -466,14 +481,16 @@ def report(data: dict[str, Scenario], figures: dict[str, list[str]]) -> str:
         body, lines, found[name] = section(name, sc, figures[name])
         bodies += body
         summary += [f"{sc.record['what']}:", "", *lines, ""]
-    versus = _versus(data)
-    return "\n".join(md + findings(data, found) + summary + versus + bodies + limits(data))
+    versus, won = _versus(data)
+    return "\n".join(md + findings(data, found, won) + summary + versus + bodies + limits(data))
 
 
-def _versus(data: dict[str, Scenario]) -> list[str]:
+def _versus(data: dict[str, Scenario]) -> tuple[list[str], dict[tuple[str, str], list[str]]]:
     """Over the air against orthogonal links on each graph, paired by seed (the same seed draws the
-    same graph): accuracy and energy per node."""
+    same graph): accuracy and energy per node; and per pair of scenarios the graphs where over the air
+    is shown more accurate. One family per table."""
     md: list[str] = []
+    won: dict[tuple[str, str], list[str]] = {}
     for ota, orth in VERSUS:
         if ota not in data or orth not in data:
             continue
@@ -485,14 +502,19 @@ def _versus(data: dict[str, Scenario]) -> list[str]:
                "accuracy verdict shows nothing about convergence.", "",
                "| curve | learns: a, b | test acc, verdict a > b | energy per node a [J] | energy per node b [J] | b / a |",
                "|---|---|---|---|---|---|"]
+        fam = Family(f"{a.record['what']} against {b.record['what']}, every graph")
+        start = len(md)
+        judged = {}
         for c in a.curves:
             if c not in b.by_curve:
                 continue
-            v = paired_verdict(a.values(c, "final_acc"), b.values(c, "final_acc"), "a>b")
+            v = judged[c] = fam.paired(a.values(c, "final_acc"), b.values(c, "final_acc"), "a>b")
             ea = float(np.mean(_node_values(a.runs(c), "node_energy_j")))
             eb = float(np.mean(_node_values(b.runs(c), "node_energy_j")))
             said = f"{'yes' if learns(a.runs(c)) else 'no'}, {'yes' if learns(b.runs(c)) else 'no'}"
             md.append(f"| {c} | {said} | {v.markdown()} | {ea:.4g} | {eb:.4g} | {eb / ea:.3g} |")
+        md[start:] = [fam.fill(x) for x in md[start:]] + ["", fam.description()]
+        won[(ota, orth)] = [c for c, v in judged.items() if v.word == "shown"]
         geometric = [c for c, values in b.record["curves"].items() if values.get("topology.kind") == "random_geometric"]
         md += ["", f"Not like for like on {' and '.join(geometric)}: there the baseline's links carry the free-space",
                "path loss between the nodes' positions (an SNR near the graph's threshold, −29 or −26 dB, under the",
@@ -500,10 +522,11 @@ def _versus(data: dict[str, Scenario]) -> list[str]:
                "gains stay the paper's model without path loss (the graph only decides who hears whom), so its",
                "energy ignores the distance. On the complete graph, the torus and the ring both use the paper's",
                "per-sender gains.", ""] if geometric else [""]
-    return md
+    return md, won
 
 
-def findings(data: dict[str, Scenario], found: dict[str, dict[str, Verdict]]) -> list[str]:
+def findings(data: dict[str, Scenario], found: dict[str, dict[str, Verdict]],
+             won_by: dict[tuple[str, str], list[str]]) -> list[str]:
     """What the runs show, from the data and the verdicts."""
     md = ["## What the runs show", ""]
     for name, sc in data.items():
@@ -534,7 +557,7 @@ def findings(data: dict[str, Scenario], found: dict[str, dict[str, Verdict]]) ->
         if ota in data and orth in data:
             a, b = data[ota], data[orth]
             curves = [c for c in a.curves if c in b.by_curve]
-            won = [c for c in curves if paired_verdict(a.values(c, "final_acc"), b.values(c, "final_acc"), "a>b").word == "shown"]
+            won = won_by[(ota, orth)]
             same_gains = [c for c in curves if b.record["curves"][c].get("topology.kind") != "random_geometric"]
             ratios = sorted({f"{np.mean(_node_values(b.runs(c), 'node_energy_j')) / np.mean(_node_values(a.runs(c), 'node_energy_j')):.3g}"
                              for c in same_gains})
@@ -583,7 +606,9 @@ def write_report() -> Path:
         if stale.name not in drawn:
             stale.unlink()
     path = HERE / "REPORT.md"
-    path.write_text(report(data, figures))
+    with recording() as families:
+        text = report(data, figures)
+    write_report_and_verdicts(path, text, families)
     return path
 
 

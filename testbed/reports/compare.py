@@ -25,8 +25,9 @@ from typing import Any
 from testbed.errors import UserError
 from testbed.limits import MAX_FLOAT
 from testbed.reports.results import FINISHED
-from testbed.reports.stats import CONFIDENCE, Paired, holm, paired
+from testbed.reports.stats import CONFIDENCE, Paired, holm, paired, wilcoxon_min_p
 from testbed.reports.sweep_stats import grid_keys, number, numeric_fields, read_sweep, value
+from testbed.reports.verdicts import OPPOSITE, SHOWN, decide
 from testbed.util import jsontext
 
 #: Which way is better, per metric of sweep.csv: True when higher is better. A metric not here
@@ -125,9 +126,8 @@ def compare(sweep_dir: Path, a: Mapping[str, Any], b: Mapping[str, Any] | Sequen
             pairs.append((metric, a_full, b_full, seeds, paired(xs, ys, confidence)))
     p_t = holm([p.p_t for *_, p in pairs])
     p_w = holm([p.p_wilcoxon for *_, p in pairs])
-    alpha = 1.0 - confidence
     return [Comparison(metric, directions[metric], a_s, b_s, seeds, result, float(pt), float(pw),
-                       _verdict(result, float(pt), directions[metric], alpha))
+                       _verdict(result, float(pt), directions[metric], confidence))
             for (metric, a_s, b_s, seeds, result), pt, pw in zip(pairs, p_t, p_w)]
 
 
@@ -151,7 +151,7 @@ def format_comparisons(comparisons: Sequence[Comparison], confidence: float = CO
             f"  a: {_setting_text(c.a)}",
             f"  b: {_setting_text(c.b)}",
             f"  mean a−b {r.mean:+.4g}, {confidence:.0%} CI [{r.ci_low:+.4g}, {r.ci_high:+.4g}], sd {r.sd:.4g}",
-            f"  p paired t {r.p_t:.3g}{holm_note}, Wilcoxon {r.p_wilcoxon:.3g}{w_note}",
+            f"  p paired t {r.p_t:.3g}{holm_note}, {_wilcoxon_text(r, w_note, confidence)}",
             f"  smallest effect detectable at 80% power: {r.min_detectable:.4g}",
             f"  verdict: {c.verdict}"]))
     return "\n\n".join(blocks)
@@ -239,10 +239,18 @@ def _metric(row: Mapping[str, Any], metric: str) -> float:
     return x
 
 
-def _verdict(result: Paired, p_t_holm: float, higher_is_better: bool, alpha: float) -> str:
-    if p_t_holm >= alpha or result.mean == 0.0:
-        return f"no difference detected (n={result.n})"
-    return "a better" if (result.mean > 0) == higher_is_better else "b better"
+def _verdict(result: Paired, p_t_holm: float, higher_is_better: bool, confidence: float) -> str:
+    """The verdicts' rule (testbed.reports.verdicts.decide) on the claim "a is better"."""
+    word = decide(p_t_holm, result.ci_low, result.ci_high, 1 if higher_is_better else -1, confidence)
+    return {SHOWN: "a better", OPPOSITE: "b better"}.get(word, f"no difference detected (n={result.n})")
+
+
+def _wilcoxon_text(r: Paired, holm_note: str, confidence: float) -> str:
+    """The rank test's p, or why it is not shown: at n <= 5 its smallest two-sided p exceeds α."""
+    floor = wilcoxon_min_p(r.n)
+    if floor >= 1.0 - confidence:
+        return f"Wilcoxon cannot confirm at n={r.n} (its smallest two-sided p is {floor:.3g})"
+    return f"Wilcoxon {r.p_wilcoxon:.3g}{holm_note}"
 
 
 def _setting_text(setting: Mapping[str, Any]) -> str:

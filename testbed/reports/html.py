@@ -25,6 +25,7 @@ from typing import Any, Iterable, Sequence
 from testbed.errors import UserError
 from testbed.limits import MAX_TEXT_FILE_BYTES
 from testbed.reports import headline
+from testbed.reports.majority import accuracy_flag, run_majority_share
 from testbed.reports.plots import _pyplot, draw_figures
 from testbed.reports.results import read_metrics, read_summary
 from testbed.reports.startup import time_text
@@ -118,6 +119,17 @@ def _spent(value: float | None, limit: float | None) -> str:
 # ------------------------------------------------------------------------------------------- run
 
 
+def _majority_row(run_dir: Path, s: dict[str, Any]) -> list[tuple[str, str]]:
+    """The row that says whether the final accuracy is above the test set's majority share."""
+    accuracy = s.get("final", {}).get("test_accuracy")
+    if accuracy is None or s.get("task") == "regression":
+        return []
+    share = run_majority_share(run_dir)
+    if share is None:
+        return []
+    return [("majority share", _e(f"{share:.4f}: the final accuracy is {accuracy_flag(float(accuracy), share)}"))]
+
+
 def _run_body(run_dir: Path) -> tuple[str, str]:
     s = read_summary(run_dir)
     b = s["budgets"]
@@ -131,7 +143,8 @@ def _run_body(run_dir: Path) -> tuple[str, str]:
         ("algorithm", _e(s["algorithm"])), ("mode", _e(s["mode"])), ("seed", _num(s["seed"])),
         ("dataset, model", _e(f"{s.get('dataset', '?')}, {s.get('model', '?')}")),
         ("nodes", _num(len(nodes))), ("rounds", _num(s["rounds"])),
-        ("model", _e(headline.score_text(s))), ("privacy", _e(headline.privacy_text(s))),
+        ("model", _e(headline.score_text(s))), *_majority_row(run_dir, s),
+        ("privacy", _e(headline.privacy_text(s))),
         *(("against", _e(line)) for line in headline.guarantee_lines(s)),
         ("seconds and joules", _e(headline.cost_source(s))),
         ("budgets", _e(", ".join(f"{k} {v:g}" for k, v in b.items()
