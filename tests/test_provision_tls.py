@@ -28,7 +28,7 @@ from testbed.orchestration.certificates import BACKDATE, make_broker_tls
 from testbed.orchestration.provision import load_inventory, provision
 from testbed.orchestration.runner import run_experiment
 
-from conftest import ADULT, REPO, require_module, require_tool
+from conftest import REPO, adult_file, require_module, require_tool
 
 x509 = require_module("cryptography.x509", "coordinator")
 
@@ -193,8 +193,6 @@ figures = false
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not ADULT.is_file(), reason=f"needs the UCI Adult file at {ADULT} (a data set, not a tool: "
-                                                "the other Adult tests skip without it too)")
 def test_the_readme_lab_runs_over_tls_from_its_generated_files(tmp_path):
     """provision --tls from the README's inventory (its broker on loopback), Mosquitto started from
     the generated conf as written, both boards from their bundles (the PC's overrides of the
@@ -205,7 +203,7 @@ def test_the_readme_lab_runs_over_tls_from_its_generated_files(tmp_path):
     port = free_port()
     url = f"mqtts://127.0.0.1:{port}"
     out = tmp_path / "lab"
-    assert main(["provision", str(_lab(tmp_path, url, ADULT)), "--out", str(out), "--tls"]) == 0
+    assert main(["provision", str(_lab(tmp_path, url, adult_file())), "--out", str(out), "--tls"]) == 0
     broker = subprocess.Popen([mosquitto, "-c", str(out / "broker" / "mosquitto.conf")],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     boards: list[subprocess.Popen[str]] = []
