@@ -156,7 +156,7 @@ def run_one(job: tuple[str, list[str], int, int, str, str]) -> dict:
             "final_loss": _sig(float(np.mean(loss[-LAST:]))), "final_acc": _sig(float(np.mean(acc[-LAST:]))),
             "chance": _sig(chance), "majority": _sig(majority),
             "sigma2": _sig(st["sigma2"]), "eps_round": _sig(st["epsilon_round_max"]),
-            "eps_T": _sig(st["epsilon_composed_rdp"]), "eps_ledger": _sig(summary["privacy"]["epsilon_headline"]),
+            "eps_T": _sig(st["epsilon_composed_rdp"]), "eps_ledger": _sig(max(n["epsilon"] for n in summary["nodes"].values())),
             "snr_db": _sig(10 * np.log10(st["c"] ** 2 / st["noise_power_w"])), "wall_s": round(summary["wall_s"], 2),
             "loss": [_sig(v, 4) for v in loss[CURVE_EVERY - 1::CURVE_EVERY]]}
 

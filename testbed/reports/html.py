@@ -128,7 +128,8 @@ def _run_body(run_dir: Path) -> tuple[str, str]:
         ("algorithm", _e(s["algorithm"])), ("mode", _e(s["mode"])), ("seed", _num(s["seed"])),
         ("dataset, model", _e(f"{s.get('dataset', '?')}, {s.get('model', '?')}")),
         ("nodes", _num(len(nodes))), ("rounds", _num(s["rounds"])),
-        ("model", _e(headline.score_text(s))), ("privacy", _e(headline.privacy_text(s))),
+        ("model", _e(headline.score_text(s))), ("ε to quote", _e(headline.quote_text(s))),
+        ("privacy", _e(headline.privacy_text(s))),
         *(("against", _e(line)) for line in headline.guarantee_lines(s)),
         ("seconds and joules", _e(headline.cost_source(s))),
         ("budgets", _e(", ".join(f"{k} {v:g}" for k, v in b.items()

@@ -121,7 +121,9 @@ def summary_view(summary: dict[str, Any]) -> dict[str, Any]:
     field checked for its type: ``status`` one of the statuses, ``rounds`` a count, ``wall_s`` a
     number, ``stopped`` None or {node, budget, would_be, limit}, ``failure`` None or text, and
     ``secrecy``: per observer, its ε and whether the noise is secret from it (the checked entries
-    of ``privacy_guarantees``, in words: testbed.reports.headline.guarantee_lines)."""
+    of ``privacy_guarantees``, in words: testbed.reports.headline.guarantee_lines), and ``quote``:
+    the summary's one figure to quote (testbed.reports.headline.quote), {text ("1.618", "10.05 nats",
+    "∞"), by, observer}, None when its figures are not numbers."""
     status = summary.get("status")
     if status not in STATUSES:
         raise ValueError(f"status must be one of {', '.join(STATUSES)}, got {str(status)[:20]!r}")
@@ -140,4 +142,19 @@ def summary_view(summary: dict[str, Any]) -> dict[str, Any]:
                    "limit": _number_or_none(stopped, "limit", required=True)}
     return {"status": status, "rounds": rounds, "wall_s": _number_or_none(summary, "wall_s"),
             "stopped": stopped, "failure": _one_line_text(summary.get("failure"), "failure"),
-            "secrecy": [" ".join(line.split()) for line in headline.guarantee_lines(summary)]}
+            "secrecy": [" ".join(line.split()) for line in headline.guarantee_lines(summary)],
+            "quote": _quote(summary)}
+
+
+def _quote(summary: dict[str, Any]) -> dict[str, Any] | None:
+    """The summary's figure to quote as the page shows it, or None when it is not a number (the file
+    is outside input: a value that is not a finite number is not shown)."""
+    try:
+        q = headline.quote(summary)
+        value = q["value"]
+        if value is not None and (type(value) not in (int, float) or not math.isfinite(value)):
+            return None
+        return {"text": headline.quote_text(summary), "by": _one_line_text(q.get("by"), "by"),
+                "observer": _one_line_text(q.get("observer"), "observer")}
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return None
