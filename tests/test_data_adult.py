@@ -311,3 +311,20 @@ def test_load_dataset_passes_scaling_and_refuses_an_unknown_one():
     np.testing.assert_array_equal(a.train.x, b.train.x)
     with pytest.raises(DataError, match="unknown scaling"):
         load_dataset("adult-2", seed=0, path=str(ADULT_FILE), scaling="global")
+
+
+def test_a_missing_adult_file_is_a_missing_tool(monkeypatch, tmp_path):
+    """Neither $TESTBED_DATA nor the package's copy: the tests that need Adult skip on a developer's
+    machine and fail under CI=true, where a skip would hide that they never ran."""
+    import functools
+
+    import conftest
+
+    monkeypatch.setattr(cache, "BUNDLED_DIR", tmp_path / "no-bundled-copies")
+    monkeypatch.setattr(conftest, "_adult_file", functools.cache(conftest._adult_file.__wrapped__))
+    monkeypatch.setattr(conftest, "IN_CI", True)
+    with pytest.raises(pytest.fail.Exception, match=r"adult\.data: .*CI=true"):
+        conftest.adult_file()
+    monkeypatch.setattr(conftest, "IN_CI", False)
+    with pytest.raises(pytest.skip.Exception, match=r"adult\.data: not in \$TESTBED_DATA"):
+        conftest.adult_file()
