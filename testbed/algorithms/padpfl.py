@@ -456,8 +456,10 @@ class Padpfl(SizeSetup, BaseAlgorithm):
         params[~due] = 0.0
         uploads: dict[int, Event] = {}
         if self.private:  # eq. (8)
+            # An audit's canaries are sized 2B, what one record can move a clipped SGD-trained
+            # model by, whatever the ledger's sensitivity setting claims (2B/m_i by default).
             mine, events = gaussian_release(params if everyone else params[rows], due_ids, ctx,
-                                            lambda n: self.upload_release(n, r))
+                                            lambda n: self.upload_release(n, r), reach=lambda _: 2.0 * self.clip)
             if not everyone:
                 params[rows] = mine
             uploads = dict(zip(due_ids, events))
