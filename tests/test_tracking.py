@@ -95,7 +95,11 @@ def test_mlflow_holds_params_curves_status_and_the_run_directory(small_config_te
     from testbed.config import load_config, to_dict
     from testbed.reports.tracking.mlflow_tracker import flat_params
 
-    assert params == dict(flat_params(to_dict(load_config(result.run_dir / "config.toml"))))
+    configured = dict(flat_params(to_dict(load_config(result.run_dir / "config.toml"))))
+    assert params.items() >= configured.items()
+    # and what the algorithm resolved beyond it, under its section
+    resolved = dict(flat_params(result.summary["algorithm_settings"], "dp_pasgd."))
+    assert params == {**resolved, **configured} and params["dp_pasgd.sensitivity"] == resolved["dp_pasgd.sensitivity"]
     rows = metrics_csv(result.run_dir)
     for name, column in (("train_loss", "train_loss"), ("epsilon_zcdp", "epsilon"), ("cost_units", "cost_units")):
         history = sorted(client.get_metric_history(known["run_id"], name), key=lambda m: m.step)
@@ -116,6 +120,18 @@ def test_mlflow_holds_params_curves_status_and_the_run_directory(small_config_te
     assert ".lock" not in artifacts
     stored = client.download_artifacts(known["run_id"], "ledger.csv", str(tmp_path / "back"))
     assert open(stored).read() == (result.run_dir / "ledger.csv").read_text()
+
+
+def test_a_sigma_calibrated_to_the_budget_is_logged_as_dp_pasgd_sigma(small_config_text, tmp_path, mlflow_store):
+    """The quick start sets no σ (it is calibrated to budget.epsilon): MLflow still has dp_pasgd.sigma,
+    the σ the run used."""
+    from mlflow.tracking import MlflowClient
+
+    text = small_config_text.replace("sigma = 1.0\n", "") + "[budget]\nepsilon = 4.0\n"
+    result = run(text, tmp_path, mlflow=True)
+    params = MlflowClient().get_run(json.loads((result.run_dir / RUN_FILE).read_text())["run_id"]).data.params
+    assert params["dp_pasgd.sigma"] == str(result.summary["algorithm_settings"]["sigma"])
+    assert params["budget.epsilon"] == "4.0"
 
 
 def test_mlflow_marks_a_budget_stopped_run_finished_with_its_status(small_config_text, tmp_path, mlflow_store):

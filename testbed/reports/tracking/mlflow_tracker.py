@@ -1,5 +1,6 @@
 """``output.mlflow = true``: the run in MLflow: every parameter of the resolved config, flat
-(dotted keys: ``dp_pasgd.sigma``), each round's metrics at step = rounds done (the metrics row, the
+(dotted keys: ``dp_pasgd.sigma``), and at the end what the algorithm resolved beyond it (a σ
+calibrated to the ε budget, as ``dp_pasgd.sigma``), each round's metrics at step = rounds done (the metrics row, the
 most joules any node spent, and ``epsilon``: the figure summary.json quotes, feed.Quoting), each
 node's ε, cost units, bytes and joules by id (``nodes/epsilon/3``), the status and the figure to
 quote as tags (``testbed.epsilon``: "1.618", "10.05 nats" or "∞"), and the run directory's files as
@@ -188,8 +189,18 @@ class MlflowTracker:
         self._sent_at = time.monotonic()
 
     def finish(self, summary: dict[str, Any]) -> None:
+        from mlflow.entities import Param
+
         self._send()
         client, run_id = self._client, self._run_id
+        # What the run resolved beyond its config, under its algorithm's section where the config
+        # has no such key: the σ calibrated to budget.epsilon is dp_pasgd.sigma like a σ typed in.
+        settings, algorithm = summary.get("algorithm_settings"), summary.get("algorithm")
+        if isinstance(settings, dict) and isinstance(algorithm, str):
+            logged = client.get_run(run_id).data.params
+            params = [Param(k, v) for k, v in flat_params(settings, f"{algorithm}.") if k not in logged]
+            for i in range(0, len(params), _BATCH_PARAMS):
+                client.log_batch(run_id, params=params[i:i + _BATCH_PARAMS])
         quote = headline.quote(summary)
         # The figure to quote (summary.json's privacy.headline), as every other surface shows it.
         tags = {"testbed.status": summary.get("status"), "testbed.rounds": summary.get("rounds"),
