@@ -175,6 +175,13 @@ class Run:
         summary written before they were recorded."""
         return headline.guarantees(self.summary)
 
+    @property
+    def assumptions(self) -> list[str]:
+        """What the run's ε rests on beyond the mechanism it ran, one sentence each (a paper's
+        reproduction's assumption, DWFL's fixed x_j^(t−1/2), ...: docs/privacy.md); [] when
+        nothing, or for a summary written before they were recorded."""
+        return list(self.summary.get("assumptions") or [])
+
     @cached_property
     def metrics(self) -> "pandas.DataFrame":
         """metrics.csv: one row per round, with integer rounds, steps, bytes and stragglers (a

@@ -138,6 +138,8 @@ def _run_body(run_dir: Path) -> tuple[str, str]:
                                  if k not in ("delta", "accountant") and v is not None) or "none")),
         ("device profile", _e(s.get("profile", "host"))), ("wall time", _e(f"{s.get('wall_s', 0):.3g} s")),
     ]
+    if s.get("assumptions"):  # what its ε rests on (docs/privacy.md)
+        facts.append(("privacy assumes", _e("; ".join(s["assumptions"]))))
     if s.get("failure"):
         facts.append(("failure", _e(s["failure"])))
     if headline.refusals(s):
