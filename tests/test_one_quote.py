@@ -30,7 +30,7 @@ SYNTHETIC = '[data]\ndataset = "synthetic"\nnum_nodes = 4\nsamples_per_node = 60
 CONFIGS = {
     # DP-PASGD: the paper's zCDP ε beside the tight RDP one, which is the one to quote.
     "dp": '[run]\nname = "q"\n' + SYNTHETIC + '[dp_pasgd]\nsteps = 20\ntau = 5\nbatch = 8\nlr = 0.5\nsigma = 1.0\n'
-          'lipschitz = 1.0\n[output]\nfigures = false\n',
+          'clip = true\nlipschitz = 1.0\n[output]\nfigures = false\n',
     "mi_dp": '[run]\nname = "q"\nalgorithm = "acfl"\n' + SYNTHETIC + '[model]\nkind = "linear"\nbias = false\n'
              '[acfl]\niterations = 5\nlr = 0.01\nsigma1_sq = 1.0\nsigma2_sq = 1.0\n[output]\nfigures = false\n',
     "none": '[run]\nname = "q"\nalgorithm = "fedavg"\n' + SYNTHETIC + '[output]\nfigures = false\n',
