@@ -84,6 +84,7 @@ from testbed.privacy import dwfl as dp
 from testbed.privacy.statements import DELTA, PrivacyStatement
 from testbed.sections import NonNegative, OnlyWith, Positive
 from testbed.topology import Topology, TopologySection
+from testbed.topology.view import graph_view_with
 
 if TYPE_CHECKING:
     from testbed.config import Config
@@ -482,6 +483,8 @@ def registration(kind: str, section: type[ExchangeSection]) -> Registration:
         epsilon_target=lambda sections: sections[kind].epsilon,
         guarantee=lambda sections: "dp" if sections[kind].epsilon is not None or (sections[kind].sigma or 0) > 0
         else "none",
+        graph_view=graph_view_with(radio=lambda sections, num_nodes: sections[kind].link_budget(),
+                                   default_mixing=DEFAULT_MIXING),
         assumptions=lambda sections: assumptions(kind),
         privacy_statements=(statement(kind),),
         # both exchanges' rows of benchmarks/robust_aggregation.py: self-centred clipping held

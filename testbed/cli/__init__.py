@@ -88,7 +88,9 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
         if args.command in EXTRA_OF_COMMAND:
             check_installed(EXTRA_OF_COMMAND[args.command], args.command)
-        return args.handler(args)
+        code = args.handler(args)
+        sys.stdout.flush()  # a reader gone is found here, not in the interpreter's flush at exit
+        return code
     except UserError as exc:
         print(f"testbed: {exc}", file=sys.stderr)
         return 2
@@ -101,3 +103,17 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("testbed: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `testbed runs | head`: the reader has what it wanted
+        return _reader_gone()
+
+
+def _reader_gone() -> int:
+    """The reader of stdout left (a pager, ``head``): stop quietly, as a Unix tool does. stdout is
+    pointed at /dev/null so the interpreter's flush at exit does not raise again."""
+    import os
+
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout is not a file (a test's capture): nothing to flush
+        pass
+    return 128 + 13  # killed by SIGPIPE, as the shell reports it
