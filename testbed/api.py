@@ -179,6 +179,14 @@ class Run:
         return "" if accuracy is None else accuracy_flag(float(accuracy), self.majority_share)
 
     @property
+    def quote(self) -> dict[str, Any]:
+        """The run's one privacy figure to quote, summary.json's ``privacy.headline``: {measure, value,
+        unit, by (the accountant), observer, secrecy}; ``value`` None for a run without noise (ε = ∞),
+        nats for ε-MI-DP. The terminal's table, ``testbed runs``, the watch page, the report and the
+        trackers show this figure (testbed.reports.headline.quote)."""
+        return headline.quote(self.summary)
+
+    @property
     def privacy_guarantees(self) -> list[dict[str, Any]]:
         """Per observer of the run's privacy figures: {observer, epsilon, delta, accountant,
         randomness (node ids per kind), statement}, e.g. statement "holds (noise from node

@@ -1,8 +1,11 @@
 pytest_plugins = ["conftest_mqtt", "conftest_firmware"]
 
+import atexit
+import functools
 import importlib
 import os
 import shutil
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -23,7 +26,6 @@ settings.register_profile("thorough", max_examples=2000, deadline=None,
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 REPO = Path(__file__).resolve().parents[1]
-ADULT = REPO.parent / "shared" / "datasets" / "adult" / "adult.data"
 T = TypeVar("T")
 
 
@@ -86,6 +88,36 @@ def require_tool(name: str, available: bool, why: str) -> None:
     if IN_CI:
         pytest.fail(f"{reason} (CI=true, where .ci/run installs it: a skip would hide it)", pytrace=False)
     pytest.skip(reason, allow_module_level=True)
+
+
+@functools.cache
+def _adult_file() -> Path | None:
+    from testbed.data import cache
+    from testbed.data.adult import ADULT
+
+    root = os.environ.get(cache.DATA_ENV)
+    for candidate in ([Path(root) / "adult" / "adult.data", Path(root) / "adult.data"] if root else []):
+        if candidate.is_file():
+            return candidate
+    packed = cache.bundled_copy(ADULT)
+    if packed is None:
+        return None
+    folder = Path(tempfile.mkdtemp(prefix="testbed-tests-data-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    cache.unpack(packed, folder / "adult" / "adult.data")
+    return folder / "adult" / "adult.data"
+
+
+def adult_file() -> Path:
+    """The UCI ``adult.data`` the tests read: ``$TESTBED_DATA``'s (``adult/adult.data`` or
+    ``adult.data``) first, else the package's copy (testbed/data/bundled/) unpacked once per session
+    into a temporary ``<folder>/adult/adult.data``; its ``parent`` serves as a ``$TESTBED_DATA`` too.
+    Missing, it is a missing tool: a skip here, a failure under ``CI=true``."""
+    __tracebackhide__ = True
+    found = _adult_file()
+    require_tool("adult.data", found is not None,
+                 "not in $TESTBED_DATA and the package's copy testbed/data/bundled/adult.data.xz is absent")
+    return found
 
 
 def require_command(command: str, install: str) -> str:

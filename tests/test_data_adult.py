@@ -14,10 +14,9 @@ from testbed.data.adult import ADULT, load_adult
 from testbed.data.split import split_sizes
 from testbed.errors import DataError
 
-ADULT_FILE = Path(__file__).resolve().parents[1].parent / "shared/datasets/adult/adult.data"
-pytestmark = pytest.mark.skipif(
-    not ADULT_FILE.is_file(), reason=f"UCI adult.data not found at {ADULT_FILE} (shared datasets folder absent)"
-)
+from conftest import adult_file
+
+ADULT_FILE = adult_file()
 
 EDUCATION_LEVELS = {
     "Bachelors", "Some-college", "11th", "HS-grad", "Prof-school", "Assoc-acdm", "Assoc-voc", "9th",
@@ -151,13 +150,43 @@ def test_checksum_mismatch_names_file_and_hashes(tmp_path):
     assert str(corrupt) in message and ADULT.sha256 in message and cache.sha256_of(corrupt) in message
 
 
-def test_missing_file_offline_says_where_it_looked(tmp_path):
+def test_missing_file_offline_says_where_it_looked(tmp_path, monkeypatch):
+    monkeypatch.setattr(cache, "BUNDLED_DIR", tmp_path / "no-bundled-copies")  # an install without it
     with pytest.raises(DataError) as err:
         load_adult("adult-1")
     message = str(err.value)
     assert "TESTBED_DATA" in message and "data.path" in message
     assert str(tmp_path / "cache" / "adult" / "adult.data") in message
     assert "network disabled" in message and "\n" not in message
+
+
+def test_a_fresh_clone_offline_unpacks_the_packaged_copy_into_the_cache(tmp_path):
+    """Nothing in data.path, $TESTBED_DATA or the cache, no network: the package's xz copy (CC BY 4.0,
+    testbed/data/bundled/README.md) is unpacked into the cache, checked, and read from there after."""
+    cached = tmp_path / "cache" / "adult" / "adult.data"
+    assert cache.resolve(ADULT) == cached and cache.sha256_of(cached) == ADULT.sha256
+    assert "CC BY 4.0" in (cache.BUNDLED_DIR / "README.md").read_text()
+    assert cache.resolve(ADULT) == cached
+
+
+def test_a_damaged_packaged_copy_never_lands_in_the_cache(tmp_path, monkeypatch):
+    bundled = tmp_path / "bundled"
+    bundled.mkdir()
+    (bundled / "adult.data.xz").write_bytes(b"not xz")
+    monkeypatch.setattr(cache, "BUNDLED_DIR", bundled)
+    with pytest.raises(DataError) as err:
+        cache.resolve(ADULT)
+    message = str(err.value)
+    assert str(bundled / "adult.data.xz") in message and "network disabled" in message and "\n" not in message
+    assert not (tmp_path / "cache" / "adult" / "adult.data").exists()
+
+
+def test_testbed_data_comes_before_the_packaged_copy(tmp_path, monkeypatch):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "adult.data").symlink_to(ADULT_FILE)
+    monkeypatch.setenv(cache.DATA_ENV, str(tmp_path / "data"))
+    assert cache.resolve(ADULT) == tmp_path / "data" / "adult.data"
+    assert not (tmp_path / "cache" / "adult" / "adult.data").exists()
 
 
 def test_explicit_path_without_the_file_is_an_error(tmp_path):
@@ -185,6 +214,7 @@ def test_download_lands_in_cache_and_bad_download_is_removed(tmp_path, monkeypat
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(ADULT_FILE, dest)
 
+    monkeypatch.setattr(cache, "BUNDLED_DIR", tmp_path / "no-bundled-copies")  # an install without it
     monkeypatch.setattr(cache, "download", fake_download)
     assert cache.resolve(ADULT) == cached and fetched == [ADULT.url]
     assert cache.resolve(ADULT) == cached and len(fetched) == 1, "second call uses the cache"
@@ -281,3 +311,20 @@ def test_load_dataset_passes_scaling_and_refuses_an_unknown_one():
     np.testing.assert_array_equal(a.train.x, b.train.x)
     with pytest.raises(DataError, match="unknown scaling"):
         load_dataset("adult-2", seed=0, path=str(ADULT_FILE), scaling="global")
+
+
+def test_a_missing_adult_file_is_a_missing_tool(monkeypatch, tmp_path):
+    """Neither $TESTBED_DATA nor the package's copy: the tests that need Adult skip on a developer's
+    machine and fail under CI=true, where a skip would hide that they never ran."""
+    import functools
+
+    import conftest
+
+    monkeypatch.setattr(cache, "BUNDLED_DIR", tmp_path / "no-bundled-copies")
+    monkeypatch.setattr(conftest, "_adult_file", functools.cache(conftest._adult_file.__wrapped__))
+    monkeypatch.setattr(conftest, "IN_CI", True)
+    with pytest.raises(pytest.fail.Exception, match=r"adult\.data: .*CI=true"):
+        conftest.adult_file()
+    monkeypatch.setattr(conftest, "IN_CI", False)
+    with pytest.raises(pytest.skip.Exception, match=r"adult\.data: not in \$TESTBED_DATA"):
+        conftest.adult_file()

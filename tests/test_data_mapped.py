@@ -9,7 +9,7 @@ import csv
 import numpy as np
 import pytest
 
-from conftest import ADULT, needs_module
+from conftest import adult_file, needs_module
 from testbed import assemble
 from testbed.assemble import holds_lazily, load_data, load_evaluation_data, load_run_data
 from testbed.config import load_config_text
@@ -188,10 +188,9 @@ def assert_same_runs(a, b):
     assert a.summary["final"] == b.summary["final"]
 
 
-@pytest.mark.skipif(not ADULT.is_file(), reason=f"needs {ADULT}")
 @pytest.mark.parametrize("evaluated", [[], ["output.eval_nodes=10"]])
 def test_a_sampled_adult_run_is_the_same_lazily_and_eagerly(tmp_path, cache, monkeypatch, evaluated):
-    text = RUN + f'[data]\ndataset = "adult-2"\npath = "{ADULT.parent}"\nnum_nodes = 40\n'
+    text = RUN + f'[data]\ndataset = "adult-2"\npath = "{adult_file().parent}"\nnum_nodes = 40\n'
     assert_same_runs(*lazy_and_eager_runs(text, tmp_path, monkeypatch, *evaluated))
 
 

@@ -73,7 +73,7 @@ def test_runs_lists_good_and_bad_runs_one_line_each(lab, capsys, finished):
     assert set(by_name) == {"done", "sweep/eps4", "tampered", "killed", "garbage"}
     done = finished[0].summary
     assert by_name["done"].split()[1:5] == ["dp_pasgd", "completed", "4", f"{done['final']['test_accuracy']:.4f}"]
-    assert f"{done['privacy']['epsilon_headline']:.4g}" in by_name["done"]
+    assert f"{done['privacy']['headline']['value']:.4g}" in by_name["done"]  # the figure to quote
     assert "stopped_budget" in by_name["sweep/eps4"]
     assert "unverified" in by_name["tampered"] and "does not match its sha256" in by_name["tampered"]
     assert by_name["tampered"].split()[3:6] == ["-", "-", "-"]  # no figure of an unverified summary
@@ -88,8 +88,8 @@ def test_runs_json_has_the_same_runs(lab, capsys, finished):
     done = finished[0].summary
     assert runs["done"] == {"name": "done", "path": str(lab / "done"), "algorithm": "dp_pasgd", "status": "completed",
                             "rounds": 4, "final_accuracy": done["final"]["test_accuracy"],
-                            "epsilon": done["privacy"]["epsilon_headline"], "date": runs["done"]["date"],
-                            "problem": None}
+                            "epsilon": done["privacy"]["headline"]["value"], "date": runs["done"]["date"],
+                            "problem": None, "epsilon_unit": None}
     assert runs["tampered"]["status"] == "unverified" and "sha256" in runs["tampered"]["problem"]
     assert runs["tampered"]["rounds"] is None and runs["tampered"]["final_accuracy"] is None
     assert runs["killed"]["rounds"] == 4 and runs["killed"]["problem"] is None

@@ -351,7 +351,8 @@ def test_a_sim_run_says_its_noise_is_derivable_from_the_seed(tmp_path):
     assert {n["randomness"] for n in summary["nodes"].values()} == {RUN_SEED}
     [g] = summary["privacy_guarantees"]
     assert g["observer"] == "server" and g["statement"] == REPRODUCIBLE
-    assert g["epsilon"] == pytest.approx(summary["privacy"]["epsilon_headline"])
+    assert g["epsilon"] == pytest.approx(summary["privacy"]["headline"]["value"])
+    assert summary["privacy"]["headline"]["observer"] == "server" and summary["privacy"]["headline"]["secrecy"] == REPRODUCIBLE
     assert g["randomness"] == {NODE_SECRET: [], RUN_SEED: [0, 1, 2]}
     from testbed.api import Run
     from testbed.cli.run import format_summary

@@ -10,7 +10,7 @@ from testbed.errors import ConfigError, UserError
 from testbed.orchestration.runner import run_experiment
 from testbed.planning.calibration import read_calibration
 
-from conftest import ADULT, REPO
+from conftest import REPO, adult_file
 
 CALIBRATION = REPO / "tests" / "data" / "pi-zero-2w.calibration.toml"
 SYNTHETIC = """
@@ -41,9 +41,8 @@ def synthetic_file(tmp_path):
     return path
 
 
-@pytest.mark.skipif(not ADULT.exists(), reason="Adult not available")
 def test_plan_default_adult2_json_keys_and_feasible(capsys, monkeypatch):
-    monkeypatch.setenv("TESTBED_DATA", str(ADULT.parents[1]))
+    monkeypatch.setenv("TESTBED_DATA", str(adult_file().parent))
     out = _json(capsys, ["plan", "dp-pasgd", "--json"])
     assert {"tau", "steps", "sigma", "epsilon", "cost"} <= set(out)
     assert out["dataset"] == "adult-2" and out["c1"] == 100 and out["c2"] == 1 and out["constants"]["delta"] == 1e-4

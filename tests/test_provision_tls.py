@@ -28,7 +28,7 @@ from testbed.orchestration.certificates import BACKDATE, make_broker_tls
 from testbed.orchestration.provision import load_inventory, provision
 from testbed.orchestration.runner import run_experiment
 
-from conftest import ADULT, REPO, require_module, require_tool
+from conftest import REPO, adult_file, require_module, require_tool
 
 x509 = require_module("cryptography.x509", "coordinator")
 
@@ -191,8 +191,6 @@ figures = false
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not ADULT.is_file(), reason=f"needs the UCI Adult file at {ADULT} (a data set, not a tool: "
-                                                "the other Adult tests skip without it too)")
 def test_the_readme_lab_runs_over_tls_from_its_generated_files(tmp_path):
     """provision --tls from the README's inventory as written, its broker given on the command line
     (--broker: on loopback here) and the coordinator's experiment file written by --experiment,
@@ -206,7 +204,7 @@ def test_the_readme_lab_runs_over_tls_from_its_generated_files(tmp_path):
     out = tmp_path / "lab"
     base = tmp_path / "base.toml"
     base.write_text(EXPERIMENT.format(shards=tmp_path / "shards"))
-    assert main(["provision", str(_lab(tmp_path, adult=ADULT)), "--out", str(out), "--tls", "--broker", url,
+    assert main(["provision", str(_lab(tmp_path, adult=adult_file())), "--out", str(out), "--tls", "--broker", url,
                  "--experiment", str(base)]) == 0
     broker = subprocess.Popen([mosquitto, "-c", str(out / "broker" / "mosquitto.conf")],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -86,7 +86,7 @@ def test_the_issues_unsigned_summary_is_refused_and_listed_unverified(run_dir, t
     del body["sha256"]
     body.update(rounds="many", wall_s=float("nan"))
     body["final"]["test_accuracy"] = -7.5
-    body["privacy"]["epsilon_headline"] = float("inf")
+    body["privacy"]["headline"]["value"] = float("inf")
     forged = _copy(run_dir, tmp_path, body)
     err = _one_line(capsys, ["report", str(forged), "--json"])
     assert "unverified" in err and "no sha256" in err

@@ -22,6 +22,7 @@ import pytest
 
 from testbed.config import load_config_text
 from testbed.orchestration.runner import run_experiment
+from testbed.reports import headline
 from testbed.reports.html import write_report
 
 from conftest import REPO, require_tool
@@ -182,6 +183,9 @@ def test_node_table_pages_sorts_and_filters(browser, tmp_path, small_config_text
         _wait(lambda: "whose noise" in browser.find_element("id", "cards").text, 10, "the whose-noise card")
         assert "run seed" in browser.find_element("id", "cards").text
         assert "reproducible run: noise derivable from the run seed" in browser.find_element("id", "cards").text
+        # The figure to quote is summary.json's (the tight ε), not the run accountant's most spent.
+        cards = browser.find_element("id", "cards").text
+        assert f"ε to quote\n{headline.quote_text(result.summary)}\n" in cards and "most ε spent" not in cards
         browser.find_element("css selector", 'th[data-key="epsilon"]').click()
         most = max(node["epsilon"] for node in result.summary["nodes"].values())
 

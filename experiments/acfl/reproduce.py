@@ -16,14 +16,13 @@ devices; a run's "final loss" is the mean of its last 10 iterations. Every verdi
 testbed.reports.verdicts': a paired comparison over seeds (common random numbers) or a rank trend.
 
 Run: ``.venv/bin/python experiments/acfl/reproduce.py [--only SCENARIO ...] [--seeds 10]
-[--report-only]`` from the project's root (Adult from $TESTBED_DATA, or /work/shared/datasets/adult).
+[--report-only]`` from the project's root (Adult from $TESTBED_DATA, else the package's copy).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import sys
 import time
@@ -46,7 +45,6 @@ from testbed.rng import GLOBAL, Purpose, stream  # noqa: E402
 
 OUT = REPO / "runs" / "acfl-reproduce"
 DATA = HERE / "data"
-SHARED_ADULT = REPO.parent / "shared" / "datasets" / "adult"
 N, M, D, O, LR = 100, 100, 10, 10, 1e-4  # Sec. V
 SIGMAS_SQ = (0.1, 1.0, 10.0)  # Fig. 3 (not given by the paper)
 EPSILONS = (10.0, 2.0, 0.5, 0.1)  # Fig. 4, nats (not given by the paper)
@@ -625,8 +623,6 @@ def main() -> None:
     parser.add_argument("--report-only", action="store_true", help="rewrite REPORT.md and the figures from data/")
     args = parser.parse_args()
     if not args.report_only:
-        if "TESTBED_DATA" not in os.environ and SHARED_ADULT.exists():
-            os.environ["TESTBED_DATA"] = str(SHARED_ADULT)
         shutil.rmtree(OUT, ignore_errors=True)  # this script's own runs, redone
         OUT.mkdir(parents=True)
         compute = {"fig3": lambda: fig3_data(args.seeds, args.iterations),

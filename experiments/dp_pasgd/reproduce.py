@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
 import time
 from collections import defaultdict
@@ -778,7 +777,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report-only", action="store_true", help="rewrite REPORT.md and the figures from data/ alone")
     args = parser.parse_args(argv)
     if not args.report_only:
-        os.environ.setdefault("TESTBED_DATA", str(REPO.parent / "shared" / "datasets"))
         chosen = args.only or [*SCENARIOS, "e4", "learns"]
         datasets: dict[str, Dataset] = {}
         skipped: list[str] = []

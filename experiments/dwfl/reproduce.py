@@ -23,7 +23,7 @@ chance and the majority share: a model at chance shows nothing about convergence
 
 Run: ``.venv/bin/python experiments/dwfl/reproduce.py [--task adult|cnn|learns] [--seeds 5]
 [--rounds 40] [--jobs 1] [--scenarios fig2,...] [--epsilon-scale 10] [--report-only]``
-(Adult from data.path, $TESTBED_DATA, or /work/shared/datasets/adult when present; CIFAR-10 from
+(Adult from data.path, $TESTBED_DATA, or the package's copy; CIFAR-10 from
 $TESTBED_DATA or the cache, never downloaded by this script). The finished runs go to
 ``runs/dwfl-reproduce*/`` (not committed); a finished run found there is kept, and a run that
 several figures share (the same settings and seed) runs once.
@@ -61,7 +61,6 @@ TASKS = {
 CIFAR = (["data.dataset='cifar10'", "data.samples_per_node=1000", "model.network='cifar10_cnn'"],
          "the small CNN of PyTorch's CIFAR-10 tutorial (62,006 parameters) on CIFAR-10 (i.i.d. split, "
          "1,000 images per node), as the paper")
-SHARED_ADULT = REPO.parent / "shared" / "datasets" / "adult"
 P_DBM = (20, 40, 60, 80)
 #: Per-round ε of the privacy-utility curve (N = 10, everything else the base file's).
 EPS_CURVE = (0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0)
@@ -157,7 +156,7 @@ def run_one(job: tuple[str, list[str], int, int, str, str]) -> dict:
             "final_loss": _sig(float(np.mean(loss[-LAST:]))), "final_acc": _sig(float(np.mean(acc[-LAST:]))),
             "chance": _sig(chance), "majority": _sig(majority),
             "sigma2": _sig(st["sigma2"]), "eps_round": _sig(st["epsilon_round_max"]),
-            "eps_T": _sig(st["epsilon_composed_rdp"]), "eps_ledger": _sig(summary["privacy"]["epsilon_headline"]),
+            "eps_T": _sig(st["epsilon_composed_rdp"]), "eps_ledger": _sig(max(n["epsilon"] for n in summary["nodes"].values())),
             "snr_db": _sig(10 * np.log10(st["c"] ** 2 / st["noise_power_w"])), "wall_s": round(summary["wall_s"], 2),
             "loss": [_sig(v, 4) for v in loss[CURVE_EVERY - 1::CURVE_EVERY]]}
 
@@ -170,8 +169,6 @@ def run_task(args: argparse.Namespace) -> None:
     """Run the task's scenarios and write each one's data file (only the scenarios run)."""
     base, suffix, trains_on = TASKS[args.task]
     extra: list[str] = []
-    if args.task == "adult" and "TESTBED_DATA" not in os.environ and SHARED_ADULT.exists():
-        os.environ["TESTBED_DATA"] = str(SHARED_ADULT.parent)
     if args.task == "cnn":
         from testbed.data.cifar10 import present
 

@@ -48,7 +48,7 @@ Then each node is split 80/10/10 into train/test/validation (:mod:`testbed.data.
 
 Example::
 
-    >>> data = load_adult("adult-1", path="/work/shared/datasets/adult")  # doctest: +SKIP
+    >>> data = load_adult("adult-1")  # the package's copy when no other is found  # doctest: +SKIP
     >>> data.num_nodes, data.dim, data.node_names[0]  # doctest: +SKIP
     (16, 86, 'HS-grad')
 """
@@ -84,7 +84,8 @@ ADULT = DataFile(
     filename="adult.data",
     url="https://archive.ics.uci.edu/ml/machine-learning-databases/adult/adult.data",
     sha256="5b00264637dbfec36bdeaab5676b0b309ff9eb788d63554ca0a249491c86603d",
-    how_to_get="adult.data is the UCI Adult training file (https://archive.ics.uci.edu/dataset/2/adult).",
+    how_to_get="adult.data is the UCI Adult training file (https://archive.ics.uci.edu/dataset/2/adult, CC BY 4.0).",
+    bundled="adult.data.xz",
 )
 
 COLUMNS = (
@@ -213,7 +214,8 @@ def load_adult(
     partition : str
         ``"adult-1"`` (one node per education level) or ``"adult-2"`` (i.i.d.).
     path : str, optional
-        adult.data, or a directory holding it; else ``$TESTBED_DATA``, the cache, or a download.
+        adult.data, or a directory holding it; else ``$TESTBED_DATA``, the cache, the package's
+        copy (:data:`testbed.data.cache.BUNDLED_DIR`), or a download.
     seed : int
         Seeds the adult-2 shuffle and every node's split.
     include_education : bool
@@ -236,7 +238,7 @@ def load_adult(
 
     Example
     -------
-    >>> data = load_adult("adult-2", path="/work/shared/datasets/adult", seed=1)  # doctest: +SKIP
+    >>> data = load_adult("adult-2", seed=1)  # doctest: +SKIP
     >>> data.train.sizes[:2]  # doctest: +SKIP
     array([1628, 1628])
     """

@@ -1,4 +1,5 @@
-"""Find a dataset file: an explicit path, then ``$TESTBED_DATA``, then the cache, then the network.
+"""Find a dataset file: an explicit path, then ``$TESTBED_DATA``, then the cache, then the copy
+shipped with the package, then the network.
 
 Resolution order for a file ``<name>/<filename>`` (e.g. ``adult/adult.data``):
 
@@ -6,7 +7,9 @@ Resolution order for a file ``<name>/<filename>`` (e.g. ``adult/adult.data``):
    ``<name>/<filename>``. A path that holds neither is an error, never silently skipped.
 2. ``$TESTBED_DATA/<name>/<filename>``, then ``$TESTBED_DATA/<filename>``.
 3. The cache: ``$TESTBED_CACHE/<name>/<filename>``, default ``~/.cache/testbed/<name>/<filename>``.
-4. A download from the file's canonical URL into the cache (short timeout; written to a temporary
+4. The package's compressed copy (``testbed/data/bundled/<filename>.xz``, for small files whose
+   licence allows it: see the README there), unpacked into the cache, so a fresh clone runs offline.
+5. A download from the file's canonical URL into the cache (short timeout; written to a temporary
    file and renamed, so an interrupted download never leaves a truncated file behind).
 
 Whatever the source, a known sha256 is checked; a mismatch is a :class:`DataError`.
@@ -14,7 +17,7 @@ Whatever the source, a known sha256 is checked; a mismatch is a :class:`DataErro
 Example::
 
     >>> spec = DataFile("adult", "adult.data", url=None, sha256=None, how_to_get="copy it by hand")
-    >>> resolve(spec, "/work/shared/datasets/adult").name  # doctest: +SKIP
+    >>> resolve(spec, "data/adult").name  # doctest: +SKIP
     'adult.data'
 """
 
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import http.client
+import lzma
 import os
 import tempfile
 import urllib.request
@@ -35,6 +39,8 @@ DATA_ENV = "TESTBED_DATA"
 #: Directory where downloads are kept; default ``~/.cache/testbed``.
 CACHE_ENV = "TESTBED_CACHE"
 DOWNLOAD_TIMEOUT_S = 20.0
+#: Compressed copies shipped with the package (source and licence in its README.md).
+BUNDLED_DIR = Path(__file__).resolve().parent / "bundled"
 
 
 @dataclass(frozen=True)
@@ -47,6 +53,7 @@ class DataFile:
         url: canonical download URL, or None when there is no source to trust.
         sha256: expected hex digest, or None when unknown.
         how_to_get: one sentence telling the user where the file comes from.
+        bundled: file name of an xz-compressed copy in :data:`BUNDLED_DIR`, or None.
     """
 
     name: str
@@ -54,6 +61,7 @@ class DataFile:
     url: str | None
     sha256: str | None
     how_to_get: str
+    bundled: str | None = None
 
 
 def cache_dir() -> Path:
@@ -95,6 +103,29 @@ def download(url: str, dest: Path, timeout_s: float = DOWNLOAD_TIMEOUT_S) -> Non
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def unpack(source: Path, dest: Path) -> None:
+    """Decompress the xz file ``source`` to ``dest`` atomically (temporary file, then rename), so
+    two processes unpacking at once, or one interrupted, never leave a truncated file behind."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
+    try:
+        with os.fdopen(fd, "wb") as out, lzma.open(source) as packed:
+            for block in iter(lambda: packed.read(1 << 20), b""):
+                out.write(block)
+        os.replace(tmp, dest)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def bundled_copy(spec: DataFile) -> Path | None:
+    """The package's compressed copy of ``spec``'s file, or None when it ships none."""
+    if spec.bundled is None:
+        return None
+    packed = BUNDLED_DIR / spec.bundled
+    return packed if packed.is_file() else None
 
 
 def _check(spec: DataFile, path: Path) -> Path:
@@ -159,6 +190,16 @@ def resolve(spec: DataFile, path: str | os.PathLike | None = None) -> Path:
     if cached.is_file():
         return _check(spec, cached)
     looked.append(str(cached))
+
+    packed = bundled_copy(spec)
+    if packed is not None:
+        try:
+            unpack(packed, cached)
+            return _check(spec, cached)
+        except (OSError, lzma.LZMAError, DataError) as err:
+            # A damaged copy must not poison the cache; the download below may still succeed.
+            cached.unlink(missing_ok=True)
+            looked.append(f"{packed} ({err})")
 
     if spec.url is None:
         raise DataError(

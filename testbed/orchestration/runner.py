@@ -50,7 +50,7 @@ from testbed.node_secret import RUN_SEED, SERVER_KEY_FILE, load_or_make
 from testbed.orchestration.nodes_api import Closing, Nodes, RoundOutcome
 from testbed.privacy.accountants import epsilon_by_observer
 from testbed.privacy.accountants.background import BackgroundEpsilons
-from testbed.privacy.secrecy import node_randomness, privacy_guarantees
+from testbed.privacy.secrecy import node_randomness, privacy_guarantees, quote_against
 from testbed.reports import tracking
 from testbed.reports.asked import Asked, AskedLog
 from testbed.reports.progress import Progress
@@ -860,6 +860,7 @@ def finish(run: Run, tight_job: BackgroundEpsilons | None, figures_job: "Backgro
                 run.guarantee, summary["nodes"], node_randomness(map(int, summary["nodes"]), run.randomness),
                 run.budgets.delta, run.budgets.accountant, run.config.privacy.tight_accountant,
                 resumed=len(run.sessions) > 1, **_server_noise(run))
+            summary["privacy"]["headline"] = quote_against(summary["privacy"]["headline"], summary["privacy_guarantees"])
         run.directory.write_summary(summary)
     if figures_job is not None:
         figures_job.draw("epsilon", run.directory.path)
@@ -953,11 +954,11 @@ def _ledger_check(entry: dict[str, Any], reports: dict[int, Totals] | None, node
 
 def privacy_headline(guarantee: str, nodes: dict[str, dict[str, Any]], delta: float, accountant: str,
                      tight_accountant: str | None = None) -> dict[str, Any]:
-    """The summary's privacy figures: ``guarantee``, ``private``, ``epsilon_headline`` (the worst
-    node and observer; null unless the run is (ε, δ)-DP: ε = ∞), ``mi_epsilon_headline`` (nats; null
-    unless ε-MI-DP) and ``headline``, the figure to quote: {measure, value, unit, by} where ``by``
-    names the accountant (the tight one's when it ran, the paper's ``paper_value`` beside it) or the
-    mutual-information ledger; ``{"measure": "not private", "value": null}`` for a run without noise."""
+    """The summary's privacy figures: ``guarantee``, ``private`` and ``headline``, the one figure to
+    quote (every surface reads it: testbed.reports.headline.quote): {measure, value, unit, by} where
+    ``by`` names the accountant (the tight one's when it ran, the paper's ``paper_value`` beside it)
+    or the mutual-information ledger; ``{"measure": "not private", "value": null}`` (ε = ∞) for a run
+    without noise. Its ``observer`` and ``secrecy`` come from the guarantees (secrecy.quote_against)."""
     epsilon = max((n["epsilon"] for n in nodes.values()), default=0.0) if guarantee == "dp" else None
     mi = max((n["mi_epsilon_nats"] for n in nodes.values()), default=0.0) if guarantee == "mi_dp" else None
     if guarantee == "dp":
@@ -969,8 +970,7 @@ def privacy_headline(guarantee: str, nodes: dict[str, dict[str, Any]], delta: fl
         headline = {"measure": "epsilon-MI-DP", "value": mi, "unit": "nats", "by": "mutual-information ledger"}
     else:
         headline = {"measure": "not private", "value": None, "unit": None, "by": None}
-    return {"guarantee": guarantee, "private": guarantee != "none", "epsilon_headline": epsilon,
-            "mi_epsilon_headline": mi, "headline": headline}
+    return {"guarantee": guarantee, "private": guarantee != "none", "headline": headline}
 
 
 def _server_noise(run: Run) -> dict[str, Any]:
@@ -1051,6 +1051,7 @@ def _summary(run: Run) -> dict[str, Any]:
         "setup_s": run.startup.seconds(),
         "run_dir": str(run.directory.path),
     }
+    summary["privacy"]["headline"] = quote_against(summary["privacy"]["headline"], summary["privacy_guarantees"])
     if "topology" in settings:  # who heard whom, for an algorithm whose settings describe its graph
         summary["topology"] = settings["topology"]
     if run.failure is not None:

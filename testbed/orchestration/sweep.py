@@ -142,12 +142,14 @@ def is_finished(run_dir: Path) -> bool:
         return False
 
 
-def run_point(config_toml: str, run_dir: str) -> dict[str, Any]:
-    """Worker: run one point (its resolved config as TOML) into ``run_dir``; returns the summary.
+def run_point(config_toml: str, run_dir: str, environment: dict[str, str] | None = None) -> dict[str, Any]:
+    """Worker: run one point (its resolved config as TOML) into ``run_dir``, with ``environment``
+    (tracking.worker_environment) set in this worker process; returns the summary.
 
     A folder that exists but is not finished was left by a kill: it is cleared first, under its
     lock (a run resumed in it by hand is not cleared under it: the point is refused instead).
     """
+    os.environ.update(environment or {})
     path = Path(run_dir)
     if path.exists():
         with DirectoryLock(path):
@@ -194,7 +196,8 @@ def _run_points(base: Config, points: Sequence[Point], out_dir: Path, engine: st
     log = (lambda line: None) if quiet else print
     log(f"sweep {out_dir}: {len(points)} runs, {len(points) - len(todo)} already finished, {len(todo)} to run ({engine})")
     jobs = [(p.name, configs[p.name], str(out_dir / p.name)) for p in todo]
-    for done, (name, summary) in enumerate(_execute(jobs, engine, workers), start=1):
+    environment = tracking.worker_environment(base)
+    for done, (name, summary) in enumerate(_execute(jobs, engine, workers, environment), start=1):
         log(f"[{done}/{len(jobs)}] {name}: {finished_line(summary)}")
     rows = [row(p, read_summary(out_dir / p.name)) for p in points]
     write_table(rows, out_dir / "sweep.csv")
@@ -219,15 +222,16 @@ def finished_line(summary: dict[str, Any]) -> str:
     return f"{summary['status']}, {score} ({setup_s + rounds_s:.1f} s: set-up {setup_s:.1f} s, rounds {rounds_s:.1f} s)"
 
 
-def _execute(jobs: list[tuple[str, str, str]], engine: str, workers: int | None) -> Iterator[tuple[str, dict]]:
-    """Yield (name, summary) of every job as it finishes."""
+def _execute(jobs: list[tuple[str, str, str]], engine: str, workers: int | None,
+             environment: dict[str, str]) -> Iterator[tuple[str, dict]]:
+    """Yield (name, summary) of every job as it finishes, each run with ``environment`` set."""
     if not jobs:
         return
     if engine == "ray":
-        yield from _execute_ray(jobs, workers)
+        yield from _execute_ray(jobs, workers, environment)
         return
     with ProcessPoolExecutor(max_workers=min(workers or os.cpu_count() or 1, len(jobs))) as pool:
-        futures = {pool.submit(run_point, text, run_dir): name for name, text, run_dir in jobs}
+        futures = {pool.submit(run_point, text, run_dir, environment): name for name, text, run_dir in jobs}
         pending = set(futures)
         while pending:
             finished, pending = wait(pending, return_when=FIRST_COMPLETED)
@@ -235,7 +239,8 @@ def _execute(jobs: list[tuple[str, str, str]], engine: str, workers: int | None)
                 yield futures[future], future.result()
 
 
-def _execute_ray(jobs: list[tuple[str, str, str]], workers: int | None) -> Iterator[tuple[str, dict]]:
+def _execute_ray(jobs: list[tuple[str, str, str]], workers: int | None,
+                 environment: dict[str, str]) -> Iterator[tuple[str, dict]]:
     try:
         import ray
     except ImportError:
@@ -248,7 +253,7 @@ def _execute_ray(jobs: list[tuple[str, str, str]], workers: int | None) -> Itera
     while queue or in_flight:
         while queue and len(in_flight) < limit:
             name, text, run_dir = queue.pop(0)
-            in_flight[remote.remote(text, run_dir)] = name
+            in_flight[remote.remote(text, run_dir, environment)] = name
         ready, _ = ray.wait(list(in_flight), num_returns=1)
         for ref in ready:
             yield in_flight.pop(ref), ray.get(ref)

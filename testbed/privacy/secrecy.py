@@ -113,3 +113,20 @@ def privacy_guarantees(guarantee: str, nodes: Mapping[str, Mapping[str, Any]], r
         out.append(entry)
     return out
 
+
+def quote_against(headline: Mapping[str, Any], guarantees: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """The summary's ``privacy.headline`` with whom it holds against: ``observer`` (the observer of
+    the worst guarantee, whose ε the headline is) and ``secrecy`` (that guarantee's statement); both
+    null for a run without noise.
+
+    Example::
+
+        >>> g = [{"observer": "peers", "epsilon": 2.0, "statement": HOLDS}, {"observer": "server", "epsilon": 1.0,
+        ...       "statement": REPRODUCIBLE}]
+        >>> quote_against({"measure": "epsilon", "value": 2.0}, g)["observer"]
+        'peers'
+    """
+    worst = max(guarantees, key=lambda g: g["epsilon"], default=None)
+    return {**headline, "observer": worst["observer"] if worst else None,
+            "secrecy": worst["statement"] if worst else None}
+

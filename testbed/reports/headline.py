@@ -3,6 +3,10 @@
 from. Shared by the terminal's summary table, the HTML report and the sweep table, so none of them
 can show a non-private run with a finite ε.
 
+The privacy figure is one field of the summary, ``privacy.headline`` (:func:`quote`): the table,
+``testbed runs``, the watch page, the HTML report, the trackers and the API all read it, so no two
+of them can quote different figures.
+
 A summary written before these figures existed (no ``privacy.guarantee``) reads as (ε, δ)-DP when
 its nodes carry an ε, as it was then reported.
 
@@ -14,6 +18,8 @@ Example::
     'not private (no noise on its releases: epsilon is infinite)'
     >>> epsilon_to_quote(s) is None
     True
+    >>> quote_text(s), quote_text({"privacy": {"guarantee": "mi_dp", "headline": {"value": 10.05, "unit": "nats"}}})
+    ('∞', '10.05 nats')
 """
 
 from __future__ import annotations
@@ -47,25 +53,49 @@ def epsilon_to_quote(summary: dict[str, Any]) -> float | None:
     return max(tight) if tight else max((n["epsilon"] for n in nodes), default=0.0)
 
 
-def privacy_text(summary: dict[str, Any]) -> str:
-    """One line: the privacy figure to quote, with its unit and who computed it."""
+def quote(summary: dict[str, Any]) -> dict[str, Any]:
+    """The privacy figure to quote, the summary's ``privacy.headline``: {measure, value, unit, by
+    (the accountant), observer, secrecy}, and ``paper_value``/``paper_by`` when the tight accountant's
+    figure is quoted. ``value`` is None exactly when the run is not private (ε = ∞). A summary of an
+    older testbed without the field gets the one its figures give (observer and secrecy None)."""
     kind = guarantee(summary)
-    privacy = summary.get("privacy", {})
+    said = summary.get("privacy", {}).get("headline")
     if kind == "none":
-        return NOT_PRIVATE
+        return {"measure": "not private", "value": None, "unit": None, "by": None, "observer": None, "secrecy": None}
+    if isinstance(said, dict) and said.get("value") is not None:
+        return {"observer": None, "secrecy": None, **said}
+    nodes = summary.get("nodes", {}).values()
     if kind == "mi_dp":
-        nats = privacy.get("mi_epsilon_headline")
-        if nats is None:
-            nats = max((n.get("mi_epsilon_nats", 0.0) for n in summary["nodes"].values()), default=0.0)
-        return f"epsilon-MI-DP {nats:.4g} nats (the mutual-information ledger; not an (epsilon, delta) guarantee)"
-    budgets = summary["budgets"]
-    eps = [n["epsilon"] for n in summary["nodes"].values()]
-    paper = f"{budgets['accountant']} {max(eps, default=0.0):.4g}"
-    headline = privacy.get("headline") or {}
-    if headline.get("paper_value") is not None:
-        return (f"epsilon {headline['value']:.4g} at delta {budgets['delta']:g} (quote this: the tight "
-                f"{headline['by']} accountant's; the paper's {paper})")
-    return f"epsilon {max(eps, default=0.0):.4g} at delta {budgets['delta']:g} ({budgets['accountant']})"
+        nats = max((n.get("mi_epsilon_nats", 0.0) for n in nodes), default=0.0)
+        return {"measure": "epsilon-MI-DP", "value": nats, "unit": "nats", "by": "mutual-information ledger",
+                "observer": None, "secrecy": None}
+    budgets = summary.get("budgets", {})
+    return {"measure": "epsilon", "value": epsilon_to_quote(summary), "unit": f"at delta {budgets.get('delta', 0):g}",
+            "by": budgets.get("accountant"), "observer": None, "secrecy": None}
+
+
+def quote_text(summary: dict[str, Any]) -> str:
+    """The quoted figure in a table's cell: "1.618" (ε at the run's δ), "10.05 nats" (ε-MI-DP), "∞"
+    (not private)."""
+    q = quote(summary)
+    if q["value"] is None:
+        return "∞"
+    return f"{q['value']:.4g}" + (" nats" if q["unit"] == "nats" else "")
+
+
+def privacy_text(summary: dict[str, Any]) -> str:
+    """One line: the privacy figure to quote, with its unit, who computed it and against whom."""
+    q = quote(summary)
+    if q["value"] is None:
+        return NOT_PRIVATE
+    against = f", against the {q['observer']}" if q.get("observer") else ""
+    if q["unit"] == "nats":
+        return (f"epsilon-MI-DP {q['value']:.4g} nats (the mutual-information ledger{against}; "
+                "not an (epsilon, delta) guarantee)")
+    if q.get("paper_value") is not None:
+        return (f"epsilon {q['value']:.4g} {q['unit']} (quote this: the tight {q['by']} accountant's{against}; "
+                f"the paper's {q['paper_by']} {q['paper_value']:.4g})")
+    return f"epsilon {q['value']:.4g} {q['unit']} ({q['by']}{against})"
 
 
 #: What a report says of a summary without ``privacy_guarantees`` (written before they existed).

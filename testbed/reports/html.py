@@ -144,6 +144,7 @@ def _run_body(run_dir: Path) -> tuple[str, str]:
         ("dataset, model", _e(f"{s.get('dataset', '?')}, {s.get('model', '?')}")),
         ("nodes", _num(len(nodes))), ("rounds", _num(s["rounds"])),
         ("model", _e(headline.score_text(s))), *_majority_row(run_dir, s),
+        ("ε to quote", _e(headline.quote_text(s))),
         ("privacy", _e(headline.privacy_text(s))),
         *(("against", _e(line)) for line in headline.guarantee_lines(s)),
         ("seconds and joules", _e(headline.cost_source(s))),

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.errors import UserError
+from testbed.reports import headline
 from testbed.reports.results import UnverifiedSummary, read_metrics, read_summary
 from testbed.util import jsontext
 from testbed.util.dirlock import holder_pid
@@ -40,7 +41,9 @@ _COLUMNS = ("name", "algorithm", "status", "rounds", "accuracy", "epsilon", "dat
 
 @dataclass(frozen=True)
 class RunListing:
-    """One run as listed. ``problem``: why its summary could not be read (None when it was)."""
+    """One run as listed. ``epsilon``: the summary's figure to quote (testbed.reports.headline.quote),
+    "inf" for a run without noise, in ``epsilon_unit`` ("nats" for ε-MI-DP, None for an (ε, δ) ε).
+    ``problem``: why its summary could not be read (None when it was)."""
 
     name: str
     path: str
@@ -51,6 +54,7 @@ class RunListing:
     epsilon: float | str | None
     date: str | None
     problem: str | None = None
+    epsilon_unit: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -96,12 +100,24 @@ def listing(run_dir: Path, name: str) -> RunListing:
                               str(exc).replace(str(run_dir) + os.sep, ""))
         return _without_summary(run_dir, name, date)
     final = summary.get("final")
-    privacy = summary.get("privacy")
     status = summary.get("status")
+    epsilon, unit = _quoted(summary)
     return RunListing(name, str(run_dir), _text(summary.get("algorithm")), _text(status) or "?",
                       _count(summary.get("rounds")),
                       _number(final.get("test_accuracy")) if isinstance(final, dict) else None,
-                      _epsilon(privacy.get("epsilon_headline")) if isinstance(privacy, dict) else None, date)
+                      epsilon, date, epsilon_unit=unit)
+
+
+def _quoted(summary: dict[str, Any]) -> tuple[float | str | None, str | None]:
+    """(ε to quote as listed, its unit) of a summary read from disk: (None, None) when its privacy
+    figures are not what a summary's are."""
+    try:
+        q = headline.quote(summary)
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return None, None
+    if q["value"] is None:
+        return "inf", None
+    return _epsilon(q["value"]), "nats" if q.get("unit") == "nats" else None
 
 
 def _without_summary(run_dir: Path, name: str, date: str | None) -> RunListing:
@@ -123,7 +139,7 @@ def format_runs(runs: list[RunListing]) -> str:
     for run in runs:
         rows.append([_printable(run.name), run.algorithm or "-", _printable(run.status), "-" if run.rounds is None else str(run.rounds),
                      "-" if run.final_accuracy is None else f"{run.final_accuracy:.4f}",
-                     _epsilon_text(run.epsilon), run.date or "-"])
+                     _epsilon_text(run.epsilon, run.epsilon_unit), run.date or "-"])
         problems.append(_printable(run.problem or ""))
     widths = [max(len(row[i]) for row in rows) for i in range(len(_COLUMNS))]
     lines = []
@@ -193,7 +209,7 @@ def _epsilon(value: Any) -> float | str | None:
     return None
 
 
-def _epsilon_text(value: float | str | None) -> str:
+def _epsilon_text(value: float | str | None, unit: str | None = None) -> str:
     if value is None:
         return "-"
-    return "∞" if value == "inf" else f"{value:.4g}"
+    return "∞" if value == "inf" else f"{value:.4g}" + (f" {unit}" if unit else "")

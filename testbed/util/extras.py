@@ -32,6 +32,9 @@ EXTRA_OF_MODULE: dict[str, tuple[str, str]] = {
     "pandas": ("pandas", "analysis"),
     "tensorboardX": ("tensorboardX", "tracking"),
     "mlflow": ("mlflow-skinny", "tracking"),
+    "sqlalchemy": ("sqlalchemy", "tracking"),  # MLflow's SQLite store
+    "alembic": ("alembic", "tracking"),
+    "flask": ("flask", "tracking-ui"),  # `mlflow ui`
     "cryptography": ("cryptography", "coordinator"),
 }
 

@@ -120,8 +120,10 @@ def summary_view(summary: dict[str, Any]) -> dict[str, Any]:
     """What the page shows of a summary (already checked by testbed.reports.results.read_summary:
     JSON, its keys, its sha256, ``status`` and ``rounds``), each other field it uses checked for its
     type: ``wall_s`` (the rounds') and ``setup_s`` (before them) numbers, ``stopped`` None or {node, budget, would_be, limit}, ``failure`` None
-    or text, and ``secrecy``: per observer, its ε and whether the noise is secret from it (the
-    checked entries of ``privacy_guarantees``, in words: testbed.reports.headline.guarantee_lines)."""
+    or text, ``secrecy``: per observer, its ε and whether the noise is secret from it (the checked
+    entries of ``privacy_guarantees``, in words: testbed.reports.headline.guarantee_lines), and
+    ``quote``: the summary's one figure to quote (testbed.reports.headline.quote), {text ("1.618",
+    "10.05 nats", "∞"), by, observer}, None when its figures are not numbers."""
     status, rounds = summary["status"], summary["rounds"]
     stopped = summary.get("stopped")
     if stopped is not None:
@@ -136,4 +138,19 @@ def summary_view(summary: dict[str, Any]) -> dict[str, Any]:
     return {"status": status, "rounds": rounds, "wall_s": _number_or_none(summary, "wall_s"),
             "setup_s": _number_or_none(summary, "setup_s"),
             "stopped": stopped, "failure": _one_line_text(summary.get("failure"), "failure"),
-            "secrecy": [" ".join(line.split()) for line in headline.guarantee_lines(summary)]}
+            "secrecy": [" ".join(line.split()) for line in headline.guarantee_lines(summary)],
+            "quote": _quote(summary)}
+
+
+def _quote(summary: dict[str, Any]) -> dict[str, Any] | None:
+    """The summary's figure to quote as the page shows it, or None when it is not a number (the file
+    is outside input: a value that is not a finite number is not shown)."""
+    try:
+        q = headline.quote(summary)
+        value = q["value"]
+        if value is not None and (type(value) not in (int, float) or not math.isfinite(value)):
+            return None
+        return {"text": headline.quote_text(summary), "by": _one_line_text(q.get("by"), "by"),
+                "observer": _one_line_text(q.get("observer"), "observer")}
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return None

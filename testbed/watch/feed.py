@@ -611,7 +611,8 @@ class RunFeed:
                         num_nodes=c.data.num_nodes, profile=c.nodes.profile, dataset=c.data.dataset)
         if s is not None:
             info.update(status=s["status"], stopped=s["stopped"], failure=s["failure"], rounds_done=s["rounds"],
-                        wall_s=s["wall_s"], setup_s=s["setup_s"], eta_s=0.0, secrecy=s["secrecy"])
+                        wall_s=s["wall_s"], setup_s=s["setup_s"], eta_s=0.0, secrecy=s["secrecy"],
+                        quote=s["quote"])
             return info
         info["secrecy"] = self._secrecy_so_far()
         recent = self.metrics[-10:]

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 #: Per-node totals the trackers get each round (LedgerBook columns).
-NODE_COLUMNS = ("cost_units", "bytes_total", "energy_j")
+NODE_COLUMNS = ("cost_units", "bytes_total", "energy_j", "mi_epsilon_nats")
 
 
 def round_record(row: Mapping[str, Any], book: "LedgerBook", budgets: "Budgets") -> RoundRecord:
@@ -40,13 +40,68 @@ def round_record(row: Mapping[str, Any], book: "LedgerBook", budgets: "Budgets")
         >>> from testbed.ledger.book import LedgerBook
         >>> r = round_record({"round": 3, "train_loss": 0.5, "test_accuracy": ""}, LedgerBook([0, 1]), Budgets())
         >>> r.round, r.metrics, sorted(r.nodes)
-        (3, {'train_loss': 0.5, 'energy_j': 0.0}, ['bytes_total', 'cost_units', 'energy_j', 'epsilon'])
+        (3, {'train_loss': 0.5, 'energy_j': 0.0}, ['bytes_total', 'cost_units', 'energy_j', 'epsilon', 'mi_epsilon_nats'])
     """
     metrics = {k: float(v) for k, v in row.items() if k != "round" and isinstance(v, (int, float))}
     nodes = {name: np.array(book.column(name), dtype=np.float64) for name in NODE_COLUMNS}
     nodes["epsilon"] = np.asarray(book.worst_epsilons(budgets.accountant, budgets.delta), dtype=np.float64)
     metrics["energy_j"] = float(nodes["energy_j"].max(initial=0.0))
-    return RoundRecord(int(row["round"]), metrics, nodes)
+    tallies, index = book.distinct_tallies()
+    return RoundRecord(int(row["round"]), metrics, nodes, node_ids=book.node_ids.copy(), tallies=tuple(tallies),
+                       tally_index=index.copy())
+
+
+class Quoting:
+    """Puts the run's figure to quote in a round's record, in the tracking thread: ``epsilon`` per
+    node and in the metrics is the figure summary.json's ``privacy.headline`` will hold at the end
+    (runner.privacy_headline): the tight accountant's ε when one is configured (each distinct tally
+    once, then cached: a tally never changes), the run's accountant's otherwise, ε-MI-DP in nats,
+    and none for a run without noise (ε = ∞, in the trackers' tags). The run's accountant's ε stays
+    beside it as ``epsilon_<accountant>`` when the two differ.
+
+    Example::
+
+        >>> r = RoundRecord(1, {"epsilon": float("inf"), "train_loss": 0.5}, {"epsilon": np.array([np.inf])})
+        >>> Quoting("none", "rdp", None, 1e-5).quoted(r).metrics
+        {'train_loss': 0.5}
+    """
+
+    def __init__(self, guarantee: str, accountant: str, tight_accountant: str | None, delta: float):
+        self.guarantee, self.accountant, self.delta = guarantee, accountant, delta
+        self.quoted_by = tight_accountant if tight_accountant not in (None, "none") else accountant
+        self._cache: dict[tuple, float] = {}
+
+    @classmethod
+    def of(cls, config: "Config") -> "Quoting":
+        from testbed import assemble
+
+        p = config.privacy
+        return cls(assemble.privacy_guarantee(config), p.accountant, p.tight_accountant, p.delta)
+
+    def quoted(self, record: RoundRecord) -> RoundRecord:
+        metrics, nodes = dict(record.metrics), dict(record.nodes)
+        paper = metrics.pop("epsilon", None)
+        if self.guarantee == "mi_dp":
+            nodes["epsilon"] = nodes["mi_epsilon_nats"]
+        elif self.guarantee == "dp" and self.quoted_by != self.accountant:
+            nodes["epsilon"] = np.array([self._epsilon(t) for t in record.tallies], dtype=np.float64)[record.tally_index] \
+                if record.tallies else np.zeros(len(record.node_ids))
+            if paper is not None:
+                metrics[f"epsilon_{self.accountant}"] = paper
+        elif self.guarantee != "dp":
+            del nodes["epsilon"]  # ε = ∞: no series; the trackers' tags say it
+        if "epsilon" in nodes:
+            metrics["epsilon"] = float(nodes["epsilon"].max(initial=0.0))
+        return RoundRecord(record.round, metrics, nodes, record.node_ids, record.tallies, record.tally_index)
+
+    def _epsilon(self, tally) -> float:
+        from testbed.ledger.book import _tally_key
+        from testbed.privacy.accountants import worst_epsilon
+
+        key = _tally_key(tally)
+        if key not in self._cache:
+            self._cache[key] = worst_epsilon(self.quoted_by, tally, self.delta)
+        return self._cache[key]
 
 
 class Tracking:
@@ -60,8 +115,9 @@ class Tracking:
     QUEUE_ROUNDS = 256
     FINISH_WAIT_S = 60.0
 
-    def __init__(self, trackers: list[tuple[str, Tracker]]):
+    def __init__(self, trackers: list[tuple[str, Tracker]], quoting: Quoting | None = None):
         self._trackers = list(trackers)
+        self._quoting = quoting
         self._queue: queue.Queue = queue.Queue(self.QUEUE_ROUNDS)
         self._thread = threading.Thread(target=self._serve, name="tracking", daemon=True)
         self._dropping = False
@@ -74,7 +130,7 @@ class Tracking:
     @classmethod
     def start(cls, config: "Config", run_dir: Path) -> "Tracking":
         """The trackers ``config`` turns on, started (in their thread) on ``run_dir``."""
-        tracking = cls([(name, TRACKERS[name].make()) for name in enabled(config)])
+        tracking = cls([(name, TRACKERS[name].make()) for name in enabled(config)], Quoting.of(config))
         if tracking._trackers:
             tracking._thread.start()
             tracking._queue.put(("start", (config, Path(run_dir))))
@@ -115,6 +171,13 @@ class Tracking:
     def _serve(self) -> None:
         while (item := self._queue.get()) is not None:
             stage, args = item
+            if stage == "round" and self._quoting is not None:
+                try:
+                    args = (self._quoting.quoted(*args),)
+                except Exception as exc:  # noqa: BLE001  an accountant that fails ends tracking, not the run
+                    for name, tracker in list(self._trackers):
+                        self._drop(name, tracker, f"the figure to quote: {type(exc).__name__}: {_one_line(exc)}")
+                    continue
             for name, tracker in list(self._trackers):
                 try:
                     getattr(tracker, stage)(*args)

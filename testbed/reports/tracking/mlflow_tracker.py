@@ -1,13 +1,20 @@
-"""``output.mlflow = true``: the run in MLflow: the resolved config as params (dotted keys,
-``dp_pasgd.sigma``), each round's metrics (the metrics row and the most joules any node spent) at
-step = rounds done, the status and headline figures as tags, and the run directory's files as
+"""``output.mlflow = true``: the run in MLflow: every parameter of the resolved config, flat
+(dotted keys: ``dp_pasgd.sigma``), and at the end what the algorithm resolved beyond it (a σ
+calibrated to the ε budget, as ``dp_pasgd.sigma``), each round's metrics at step = rounds done (the metrics row, the
+most joules any node spent, and ``epsilon``: the figure summary.json quotes, feed.Quoting), each
+node's ε, cost units, bytes and joules by id (``nodes/epsilon/3``), the status and the figure to
+quote as tags (``testbed.epsilon``: "1.618", "10.05 nats" or "∞"), and the run directory's files as
 artifacts at the end.
 
-Where: MLFLOW_TRACKING_URI (any store MLflow reaches: a server, ``sqlite:///...`` with the full
-mlflow package, a folder); unset, the file store ./mlruns (``mlflow ui --backend-store-uri
-./mlruns``), which MLflow 3 keeps in maintenance mode: the tracker opts in to it
-(MLFLOW_ALLOW_FILE_STORE, unless set). The experiment is MLFLOW_EXPERIMENT_NAME, else the run's
-name (``run.name``). A resumed run goes on logging to its MLflow run (RUN_DIR/mlflow_run.json).
+Where: MLFLOW_TRACKING_URI (any store MLflow reaches: a server, a database, a folder); unset, the
+SQLite store ``sqlite:///mlflow.db`` in the working folder, MLflow's own default, so that
+``MlflowClient()`` and ``mlflow ui`` started in that folder read it with no option and no
+environment variable (the store needs SQLAlchemy and Alembic: ``testbed[tracking]``; ``mlflow ui``
+also Flask: ``testbed[tracking-ui]``). A file store (a folder, MLFLOW_TRACKING_URI=./mlruns) is
+used when asked for: MLflow 3 keeps it in maintenance mode, so the tracker opts in to it
+(MLFLOW_ALLOW_FILE_STORE=true unless set) and so must its readers. The experiment is
+MLFLOW_EXPERIMENT_NAME, else the run's name (``run.name``). A resumed run goes on logging to its
+MLflow run (RUN_DIR/mlflow_run.json).
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from urllib.parse import unquote, urlparse
 from testbed.errors import UserError
 from testbed.node_secret import SERVER_KEY_FILE
 from testbed.reports import headline
-from testbed.reports.tracking import RoundRecord
+from testbed.reports.tracking import RoundRecord, node_series
 from testbed.util import jsontext
 from testbed.util.userfiles import read_text
 
@@ -41,10 +48,26 @@ SEND_EVERY_S = 2.0
 _STATUS = {"completed": "FINISHED", "stopped_budget": "FINISHED", "failed": "FAILED"}
 
 
+#: The store's file in the working folder when MLFLOW_TRACKING_URI is unset: MLflow's default.
+DEFAULT_DB = "mlflow.db"
+
+
 def tracking_uri() -> str:
-    """MLFLOW_TRACKING_URI, else the file store ./mlruns (as a file: URI)."""
+    """MLFLOW_TRACKING_URI, else the SQLite store mlflow.db in the working folder (absolute, so a
+    run's mlflow_run.json names the same store from anywhere)."""
     uri = os.environ.get("MLFLOW_TRACKING_URI")
-    return uri if uri else (Path.cwd() / "mlruns").as_uri()
+    return uri if uri else f"sqlite:///{Path.cwd() / DEFAULT_DB}"
+
+
+def sqlite_file(uri: str) -> Path | None:
+    """The database file of a ``sqlite:///`` URI, else None.
+
+    Example::
+
+        >>> sqlite_file("sqlite:////tmp/runs/mlflow.db"), sqlite_file("file:///tmp/mlruns")
+        (PosixPath('/tmp/runs/mlflow.db'), None)
+    """
+    return Path(uri[len("sqlite:///"):]) if uri.startswith("sqlite:///") else None
 
 
 def file_store(uri: str) -> Path | None:
@@ -63,15 +86,17 @@ def file_store(uri: str) -> Path | None:
 
 @contextmanager
 def _creating(uri: str) -> Iterator[None]:
-    """Hold a file store's creation lock (another process's run may create the same experiment at
-    the same moment, and a file store does not refuse a second experiment of the same name); other
-    stores refuse it themselves (see :func:`_experiment_id`)."""
-    folder = file_store(uri)
+    """Hold a local store's creation lock: another process's run may create the same experiment at
+    the same moment (a file store does not refuse a second experiment of the same name), or, on a
+    new SQLite store, its tables; a server refuses a second experiment itself (see
+    :func:`_experiment_id`)."""
+    db = sqlite_file(uri)
+    folder = db.parent if db is not None else file_store(uri)
     if folder is None:
         yield
         return
     folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / ".testbed-create.lock", "a") as lock:
+    with open(folder / (f".{db.name}.testbed-create.lock" if db is not None else ".testbed-create.lock"), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
         yield
 
@@ -128,8 +153,10 @@ class MlflowTracker:
         uri = tracking_uri()
         if file_store(uri) is not None:
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
-        self._client = client = MlflowClient(tracking_uri=uri)
         self._run_dir = Path(run_dir)
+        with _creating(uri):  # the store is opened here: a new SQLite store makes its tables, once
+            self._client = client = MlflowClient(tracking_uri=uri)
+            client.search_experiments(max_results=1)
         self._run_id = self._resumed(uri)
         if self._run_id is None:
             name = os.environ.get("MLFLOW_EXPERIMENT_NAME") or config.run.name
@@ -152,6 +179,7 @@ class MlflowTracker:
         now_ms = int(time.time() * 1000)
         # MLflow stores finite numbers only (ε = ∞ of a run without noise is in the summary's tags).
         self._pending += [Metric(k, v, now_ms, record.round) for k, v in record.metrics.items() if abs(v) < float("inf")]
+        self._pending += [Metric(k, v, now_ms, record.round) for k, v in node_series(record)]
         if time.monotonic() - self._sent_at >= SEND_EVERY_S:
             self._send()
 
@@ -162,11 +190,23 @@ class MlflowTracker:
         self._sent_at = time.monotonic()
 
     def finish(self, summary: dict[str, Any]) -> None:
+        from mlflow.entities import Param
+
         self._send()
         client, run_id = self._client, self._run_id
-        privacy = summary.get("privacy") or {}
+        # What the run resolved beyond its config, under its algorithm's section where the config
+        # has no such key: the σ calibrated to budget.epsilon is dp_pasgd.sigma like a σ typed in.
+        settings, algorithm = summary.get("algorithm_settings"), summary.get("algorithm")
+        if isinstance(settings, dict) and isinstance(algorithm, str):
+            logged = client.get_run(run_id).data.params
+            params = [Param(k, v) for k, v in flat_params(settings, f"{algorithm}.") if k not in logged]
+            for i in range(0, len(params), _BATCH_PARAMS):
+                client.log_batch(run_id, params=params[i:i + _BATCH_PARAMS])
+        quote = headline.quote(summary)
+        # The figure to quote (summary.json's privacy.headline), as every other surface shows it.
         tags = {"testbed.status": summary.get("status"), "testbed.rounds": summary.get("rounds"),
-                "testbed.epsilon_headline": privacy.get("epsilon_headline")}
+                "testbed.epsilon": headline.quote_text(summary), "testbed.epsilon.by": quote.get("by"),
+                "testbed.epsilon.observer": quote.get("observer"), "testbed.privacy": headline.privacy_text(summary)}
         # Against whom each figure holds (testbed.privacy.secrecy): per observer, its ε and statement.
         for g in headline.guarantees(summary):
             tags[f"testbed.privacy.{g['observer']}"] = g["statement"]

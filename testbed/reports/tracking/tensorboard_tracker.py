@@ -1,9 +1,12 @@
 """``output.tensorboard = true``: the run's curves as TensorBoard event files in RUN_DIR/tensorboard.
 
-Scalars per round: the metrics row (training loss, accuracies, ε, cost units, bytes, stragglers,
-wall seconds, local steps) and the most joules any node spent; histograms per round of each node's
-ε, cost units, bytes and joules (``nodes/...``); the config and the final summary as text. View
-with ``tensorboard --logdir runs`` (one run per run directory).
+Scalars per round: the metrics row (training loss, accuracies, cost units, bytes, stragglers, wall
+seconds, local steps), the most joules any node spent, and ``epsilon``: the figure summary.json
+quotes (the tight accountant's ε when it runs, the run's accountant's as ``epsilon_<accountant>``
+beside it; ε-MI-DP in nats; none for a run without noise: feed.Quoting); each node's ε, cost units,
+bytes and joules by id (``nodes/epsilon/3``, up to NODE_SERIES_MAX nodes) and as histograms per
+round (``nodes/...``); the config, the figure to quote and the final summary as text. View with
+``tensorboard --logdir runs`` (one run per run directory).
 
 The events are written with tensorboardX's record writer from the tracking thread itself
 (testbed.reports.tracking.feed), not its SummaryWriter: that one writes from a thread of its own, whose
@@ -21,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from testbed.reports.tracking import RoundRecord
+from testbed.reports.tracking import RoundRecord, node_series
 from testbed.util import jsontext
 from testbed.util.jsontext import finite
 
@@ -56,6 +59,7 @@ class TensorBoardTracker:
         from tensorboardX.proto.summary_pb2 import Summary
 
         values = [Summary.Value(tag=name, simple_value=value) for name, value in record.metrics.items()]
+        values += [Summary.Value(tag=tag, simple_value=value) for tag, value in node_series(record)]
         for name, per_node in record.nodes.items():
             finite = per_node[np.isfinite(per_node)]
             if finite.size:
@@ -67,6 +71,8 @@ class TensorBoardTracker:
     def finish(self, summary: dict[str, Any]) -> None:
         from testbed.reports import headline
 
+        self._text("privacy_quote", f"epsilon to quote: {headline.quote_text(summary)}: {headline.privacy_text(summary)}",
+                   int(summary.get("rounds", 0)))
         lines = headline.guarantee_lines(summary)
         if lines:  # against whom each privacy figure holds, where the summary's text is not read
             self._text("privacy_guarantees", "\n".join(f"- {line}" for line in lines), int(summary.get("rounds", 0)))

@@ -129,7 +129,13 @@ function renderCards() {
      `${count("straggling")} straggling · ${count("offline") + count("missing")} offline · ` +
      `${nodes.filter(n => n.refused_round !== null && n.refused_round !== undefined).length} refused`],
   ];
+  // The run's figure to quote (summary.json's privacy.headline) once the summary is written: the same
+  // figure as the terminal's table, `testbed runs` and the report; while the run goes, the run's accountant's.
+  const quote = state.run.quote;
+  if (quote) cards.push(["ε to quote", quote.text,
+    [quote.by, quote.observer ? `against the ${quote.observer}` : ""].filter(Boolean).join(" · ")]);
   for (const [key, bkey, label, fmt] of SPENT) {
+    if (quote && key === "epsilon") continue;
     let worst = null;
     for (const n of nodes) if (n[key] !== null && (worst === null || n[key] > worst[key])) worst = n;
     const limit = state.budgets[bkey];
