@@ -40,6 +40,7 @@ batch = 4
 lr = 0.5
 sigma = 1.0
 lipschitz = 1.0
+clip = true
 [privacy]
 tight_accountant = "none"
 [output]
