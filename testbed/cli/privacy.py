@@ -74,7 +74,7 @@ def _handler(statement, calculator, parser: argparse.ArgumentParser, inputs):
             if args.json:
                 print(json.dumps({"name": statement.name, "title": statement.title,
                                   "lines": [{"label": k, "text": v} for k, v in statement.fields()]},
-                                 ensure_ascii=False))
+                                 ensure_ascii=False, allow_nan=False))
             else:
                 print("\n".join(statement.lines()))
             return 0

@@ -30,7 +30,6 @@ Example::
 from __future__ import annotations
 
 import itertools
-import json
 import math
 from collections.abc import Hashable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -39,6 +38,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+
+from testbed.util import jsontext
 
 from testbed.reports.stats import (CONFIDENCE, holm, min_detectable_effect_in_family, paired, spearman, spearman_p,
                                    within_cluster_spearman)
@@ -325,7 +326,7 @@ def write_report(path: Path, text: str, families: Sequence[Family]) -> None:
             for inputs, v in zip(f._inputs, verdicts)]})
     Path(path).write_text(text)
     Path(path).with_suffix(".verdicts.json").write_text(
-        json.dumps(record, ensure_ascii=False, indent=None, separators=(",", ":")).replace("NaN", "null") + "\n")
+        jsontext.dumps(jsontext.finite(record), ensure_ascii=False, indent=None, separators=(",", ":")) + "\n")
 
 
 def fill_all(text: str, families: Sequence[Family]) -> str:
