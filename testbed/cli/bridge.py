@@ -27,6 +27,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--state-dir", type=Path, default=Path.home() / ".cache" / "testbed" / "bridge",
                    help="where the board's ledger is kept across restarts")
     p.add_argument("--credentials", type=Path, help="the credentials JSON of `testbed acl`")
+    p.add_argument("--keys", help="the message keys JSON of `testbed provision` (the board's MAC key)")
+    p.add_argument("--no-auth", action="store_true",
+                   help="send and take messages unauthenticated, for a coordinator with mqtt.authenticate = false")
     p.add_argument("--tls-ca", help="CA file for mqtts://")
     p.add_argument("--protocol", default="auto", choices=["auto", "5", "3.1.1"], help="MQTT version")
     p.add_argument("--max-chunk-bytes", type=CHUNK_BYTES, default=256 * 1024,
@@ -43,7 +46,7 @@ def _bridge(args: argparse.Namespace) -> int:
     from firmware_bridge.agent import BridgeAgent
     from nodes.host import serve
     from nodes.state_lines import StateLines
-    from testbed.cli.node import _load_credentials
+    from testbed.cli.node import _load_credentials, node_keys
     from testbed.devices.profiles import load_mcu_profile
 
     if args.profile is not None:
@@ -51,6 +54,7 @@ def _bridge(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     credentials = _load_credentials(args.credentials) if args.credentials else None
+    keys = node_keys(args.keys, args.no_auth, args.run, [args.node_id])
     with contextlib.ExitStack() as stack:
         url = args.serial
         if args.virtual is not None:
@@ -61,6 +65,6 @@ def _bridge(args: argparse.Namespace) -> int:
             return BridgeAgent(node, url, state_dir=state_dir, profile=args.profile, baudrate=args.baud)
 
         serve(args.broker, args.run, [args.node_id], state_dir=state_dir, protocol_version=args.protocol,
-              max_chunk_bytes=args.max_chunk_bytes, credentials=credentials, tls_ca=args.tls_ca,
+              max_chunk_bytes=args.max_chunk_bytes, credentials=credentials, keys=keys, tls_ca=args.tls_ca,
               agent_factory=factory, states=None if args.quiet else StateLines(f"node {args.node_id}"))
     return 0

@@ -57,6 +57,8 @@ class Closing:
             and ``url`` (without credentials); None in sim.
         links: each emulated host's link and what it carried round by round (links.netns:
             testbed.orchestration.links.LinkRounds.summary); None without links.
+        authentication: whether the run's messages were authenticated (testbed.mqtt.auth) and how
+            many received frames did not authenticate; None in sim.
     """
 
     charged: dict[tuple[int, int], list[Event]] = field(default_factory=dict)
@@ -64,6 +66,7 @@ class Closing:
     session: str | None = None
     broker: dict[str, str] | None = None
     links: list[dict] | None = None
+    authentication: dict | None = None
 
 
 class Nodes(Protocol):

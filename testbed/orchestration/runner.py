@@ -177,6 +177,7 @@ class Run:
     session: str | None = None  # the coordinator's session (over MQTT): the nodes' ledgers are kept under it
     broker: dict[str, str] | None = None  # the broker's kind and URL (over MQTT)
     links: list[dict] | None = None  # each emulated host's link, timed round by round (links.netns)
+    authentication: dict | None = None  # whether the messages were authenticated (over MQTT)
     wall_start: float = field(default_factory=time.monotonic)
     tracking: Tracking = field(default_factory=Tracking.off)  # output.tensorboard, output.mlflow
     # What the releases carry (testbed.algorithms.registry.GUARANTEES): only "dp" has a finite ε.
@@ -697,6 +698,7 @@ def _charge_closing(run: Run, closing: Closing, nodes: Nodes) -> None:
     checkpoint again so that it covers them; the nodes' reports kept for the summary."""
     run.node_reports, run.session, run.broker = closing.reports, closing.session, closing.broker
     run.links = closing.links
+    run.authentication = closing.authentication
     fresh = [event for (node, round_index), events in sorted(closing.charged.items())
              if not run.book.logged([node], round_index)[0] for event in events]
     fresh += _asked_rounds_not_run(run, nodes, {(e.node, e.round) for e in fresh})
@@ -978,6 +980,7 @@ def _summary(run: Run) -> dict[str, Any]:
         "sessions": run.sessions,
         "broker": run.broker,
         "links": run.links,
+        "authentication": run.authentication,
         "wall_s": time.monotonic() - run.wall_start,
         "run_dir": str(run.directory.path),
     }
