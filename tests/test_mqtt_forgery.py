@@ -70,11 +70,14 @@ class Forger:
         if len(self.seen) < 2000:
             self.seen.append((msg.topic, msg.payload))
         t = topics.parse(msg.topic)
+        if t.kind != topics.BCAST or self.fired.is_set():
+            return
         header = _sealed_header(msg.payload)
-        if t.kind == topics.BCAST and header is not None and header[1] >= 1 and not self.fired.is_set():
+        # a whole round: the broadcast of a small model is not chunked
+        real = wire.decode(msg.payload if header is None else header[2])
+        if real.kind == protocol.ROUND and real.round >= 1:
             self.fired.set()
-            real = wire.decode(header[2])  # a whole round: the broadcast of a small model is not chunked
-            threading.Thread(target=self.forge, args=(header[0], header[1], real), daemon=True).start()
+            threading.Thread(target=self.forge, args=(real.meta["session"], real.round, real), daemon=True).start()
 
     def _both(self, topic: str, payload: bytes, session: str, round_index: int, readers: list[str]) -> None:
         """``payload`` as is, and sealed with the forger's own keys."""
