@@ -17,13 +17,28 @@ from ledger_invariant import FIGURES, PLANNED, under_counts
 from testbed.ledger.events import Event
 from testbed.ledger.files import read_whole_rows
 from testbed.ledger.node import merge_sessions
-from testbed.mqtt import acl
+from testbed.mqtt import acl, auth
 from testbed.mqtt.brokers import mosquitto
 from testbed.mqtt.brokers.mosquitto import MosquittoBroker, TlsFiles
 from testbed.mqtt.client import MqttClient
 from testbed.mqtt.embedded_broker import EmbeddedBroker
 
 from conftest import require_command
+
+
+def write_node_keys(path: Path, nodes: int | list[int] = 8) -> str:
+    """A keys file (testbed.mqtt.auth, as `testbed provision` writes them) of nodes 0..nodes-1 (or
+    of the ids listed), for a coordinator's ``mqtt.keys`` and for `testbed node --keys`, which take
+    the keys of their own nodes from it; its path."""
+    ids = range(nodes) if isinstance(nodes, int) else nodes
+    auth.write_keys(path, auth.Keys("any", {str(n): auth.new_key() for n in ids}))
+    return str(path)
+
+
+@pytest.fixture
+def node_keys(tmp_path: Path) -> str:
+    """The path of a keys file of nodes 0..7 (:func:`write_node_keys`)."""
+    return write_node_keys(tmp_path / "keys.json")
 
 
 @pytest.fixture

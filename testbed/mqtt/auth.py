@@ -271,6 +271,24 @@ def open_sealed(keys: Keys, topic: str, principal: str, frame: bytes) -> Opened:
     return Opened(session, round_index, body)
 
 
+def unverified_body(frame: bytes) -> bytes:
+    """The body of a sealed frame, NOT verified (what anyone on the broker reads: seals protect
+    integrity and origin, not secrecy); ``frame`` itself if it is not sealed. For tools and tests
+    that watch a run, never for a receiver."""
+    if frame[:4] != MAGIC or len(frame) < 5:
+        return frame
+    at = 5 + frame[4]
+    if len(frame) < at + _ROUND.size:
+        return frame
+    _, count = _ROUND.unpack_from(frame, at)
+    at += _ROUND.size
+    for _ in range(count):
+        if at >= len(frame):
+            return frame
+        at += 1 + frame[at] + TAG_BYTES
+    return frame[at:]
+
+
 # ---- who tags what --------------------------------------------------------------------------------
 
 def readers(kind: str, node: str | None, keys: Keys, nodes_only: Iterable[str]) -> list[str]:

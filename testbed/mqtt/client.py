@@ -171,6 +171,8 @@ class MqttClient:
         auth_session: the session this client's statuses and will are sealed for ("" where it is
             not known at connect: a board), and, when not "", the only session whose frames it
             takes (another's are dropped before they are buffered).
+        unverified_statuses: without ``keys``, read a sealed status's value without verifying it
+            (a display that holds no key, `testbed watch`; never a party of the run).
     """
 
     def __init__(self, url: str, *, client_id: str, run: str, subscriptions: Sequence[str] = (),
@@ -183,7 +185,7 @@ class MqttClient:
                  network: NetworkLoop | None = None, on_inbound: Callable[[Inbound], None] | None = None,
                  admit: Callable[[wire.Message], str | None] | None = None, replay_window_rounds: int = 16,
                  on_connection: Callable[[bool], None] | None = None, keys: auth.Keys | None = None,
-                 auth_session: str = ""):
+                 auth_session: str = "", unverified_statuses: bool = False):
         if protocol not in PROTOCOLS:
             raise ConfigError("mqtt.protocol", f"must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
         if max_chunk_bytes <= chunks.CHUNK_HEADER_BYTES:
@@ -230,6 +232,7 @@ class MqttClient:
         self.rejected = 0  # received messages dropped by validation
         self._keys = keys
         self._auth_session = auth_session
+        self._unverified_statuses = unverified_statuses and keys is None
         self._nodes_only = [p for p in keys.principals() if p != topics.CHANNEL] if keys is not None else []
         self._epoch = auth.new_epoch()  # of the connection the will below is for (statuses)
         self._epochs = auth.StatusEpochs()
@@ -536,6 +539,8 @@ class MqttClient:
                     raise wire.WireError("not_admitted", f"sealed for session {sealed.session}, this client "
                                                          f"serves {self._auth_session}")
             if t.kind not in topics.DATA_KINDS:
+                if self._unverified_statuses:
+                    payload = auth.unverified_body(payload)
                 # A status carries one of two declared values; anything else (garbage, an empty
                 # retained message clearing the topic) says nothing about the node: never "offline".
                 if payload not in topics.STATUS_VALUES:
