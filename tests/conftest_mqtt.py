@@ -4,6 +4,7 @@ closed). Registered from tests/conftest.py with `pytest_plugins = ["conftest_mqt
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import tomllib
@@ -36,9 +37,26 @@ def write_node_keys(path: Path, nodes: int | list[int] = 8) -> str:
 
 
 @pytest.fixture
-def node_keys(tmp_path: Path) -> str:
-    """The path of a keys file of nodes 0..7 (:func:`write_node_keys`)."""
-    return write_node_keys(tmp_path / "keys.json")
+def board_keys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A keys file of nodes 0..7 (:func:`write_node_keys`), named in this test's environment as a run
+    names its hosts' (testbed.mqtt.auth.KEYS_ENV): the `testbed node(s)` processes the test starts
+    find their keys there. Its path; :func:`with_board_keys` gives it to the test's coordinators."""
+    path = write_node_keys(tmp_path / "keys.json")
+    monkeypatch.setenv(auth.KEYS_ENV, path)
+    return path
+
+
+def with_board_keys(mqtt: dict) -> dict:
+    """An [mqtt] section's overrides, with ``keys`` = the file of :func:`board_keys` when the run's
+    boards are started by the test (``emulated`` false) and authenticated."""
+    if mqtt.get("emulated") is False and mqtt.get("authenticate", True) and "keys" not in mqtt:
+        return {**mqtt, "keys": os.environ[auth.KEYS_ENV]}
+    return mqtt
+
+
+def keys_of_test(run: str) -> "auth.Keys":
+    """The keys of :func:`board_keys`, for a host a test serves in its own process (nodes.host.serve)."""
+    return auth.load_keys(os.environ[auth.KEYS_ENV], run)
 
 
 @pytest.fixture

@@ -38,7 +38,7 @@ from testbed.orchestration.runner import run_experiment
 from testbed.privacy.accountants import worst_epsilon
 
 from conftest import REPO, wait_until
-from conftest_mqtt import write_node_keys
+from conftest_mqtt import with_board_keys
 from test_dwfl_mqtt import EXPERIMENT as DWFL_EXPERIMENT
 from test_mqtt_runtime import _comparable
 
@@ -73,17 +73,10 @@ DWFL = DWFL_EXPERIMENT.replace('name = "dwfl-mqtt"', 'name = "faults-ota"')
 
 
 @pytest.fixture(autouse=True)
-def _keys(tmp_path, monkeypatch) -> str:
+def _keys(board_keys) -> str:
     """The nodes' message keys (testbed.mqtt.auth): the `testbed node(s)` processes of a test find
     them in their environment, as the hosts a run starts do; its coordinators get them as mqtt.keys."""
-    path = write_node_keys(tmp_path / "keys.json")
-    monkeypatch.setenv(auth.KEYS_ENV, path)
-    return path
-
-
-def _keys_of_boards() -> dict[str, str]:
-    """The [mqtt] keys of a run whose boards a test starts: the keys file of :func:`_keys`."""
-    return {"keys": os.environ[auth.KEYS_ENV]}
+    return board_keys
 
 
 def _testbed(*args: str, **kw) -> subprocess.Popen:
@@ -157,7 +150,7 @@ def test_frozen_node_publishes_late_and_is_charged(mosquitto_broker, tmp_path, c
     summary reports no less ε and cost for node 3 than node 3's own ledger."""
     url = mosquitto_broker.url
     config = replace(load_config_text(DP_PASGD),
-                     mqtt={"broker_url": url, "emulated": False, "round_timeout_s": 2.0, "quorum": 4, **_keys_of_boards()})
+                     mqtt=with_board_keys({"broker_url": url, "emulated": False, "round_timeout_s": 2.0, "quorum": 4}))
     state, run_dir = tmp_path / "node-state", tmp_path / "r"
     nodes = [_testbed("node", "--broker", url, "--node-id", str(n), "--state-dir", str(state),
                       stderr=subprocess.DEVNULL) for n in range(4)]
@@ -279,7 +272,7 @@ def test_forged_updates_are_refused_and_the_genuine_one_used(broker, tmp_path, c
     """Node 1's host sends, ahead of node 1's genuine update each round, one forgery of the issue
     under node 1's identity. Each is refused with its reason; the run equals a clean sim run, so
     node 1's genuine update was the one used and its ledger is the plan's."""
-    config = replace(load_config_text(DP_PASGD), mqtt={"broker_url": broker.url, "emulated": False, **_keys_of_boards()})
+    config = replace(load_config_text(DP_PASGD), mqtt=with_board_keys({"broker_url": broker.url, "emulated": False}))
     host = subprocess.Popen([sys.executable, "-c", FORGER, broker.url, config.mqtt.run_id, "1"], cwd=REPO,
                             stderr=subprocess.PIPE, text=True)
     caplog.set_level(logging.WARNING, logger="testbed.orchestration.coordinator")
@@ -304,8 +297,7 @@ def test_forged_updates_are_refused_and_the_genuine_one_used(broker, tmp_path, c
 
 def _dwfl(url: str | None, **mqtt):
     config = load_config_text(DWFL)
-    boards = _keys_of_boards() if mqtt.get("emulated") is False and mqtt.get("authenticate", True) else {}
-    return replace(config, mqtt={**({"broker_url": url} if url else {}), **boards, **mqtt})
+    return replace(config, mqtt=with_board_keys({**({"broker_url": url} if url else {}), **mqtt}))
 
 
 class _Listener:
