@@ -459,6 +459,8 @@ class MqttClient:
         (when authenticated) with the message's session and round, all within ``max_chunk_bytes``."""
         if self._keys is None:
             return [payload] if len(payload) <= self.max_chunk_bytes else chunks.chunk(payload, self.max_chunk_bytes)
+        if topic == self.status_topic:
+            return [self._status(payload)]
         t = topics.parse(topic)
         session, round_index = wire.session_and_round(payload)
         principals = auth.readers(t.kind, t.node, self._keys, self._nodes_only)
@@ -615,18 +617,6 @@ class MqttClient:
             self._network.flush(c)
         return mids
 
-    def _send_status(self, value: bytes) -> list[int]:
-        """Publish this client's status ``value`` (retained; sealed for its connection's epoch)."""
-        c = self._paho
-        if c is None or self.status_topic is None:
-            raise RuntimeError(f"{self.client_id}: status before connect()")
-        info = c.publish(self.status_topic, self._status(value), qos=QOS, retain=True)
-        if info.rc not in (paho.MQTT_ERR_SUCCESS, paho.MQTT_ERR_NO_CONN):
-            raise RuntimeError(f"{self.client_id}: publish to {self.status_topic} failed: {paho.error_string(info.rc)}")
-        if self._network is not None:
-            self._network.flush(c)
-        return [info.mid]
-
     def _await_acks(self, topic: str, mids: list[int], timeout_s: float | None) -> None:
         """The second half of :meth:`publish`: its acknowledgements, awaited (or not, with None)."""
         with self._lock:
@@ -735,7 +725,7 @@ def close_all(clients: Iterable[MqttClient], timeout_s: float = 5.0) -> None:
     for client in clients:
         if client.status_topic and client.connected:
             try:
-                sent.append((client, client._send_status(topics.STATUS_OFFLINE)))
+                sent.append((client, client._send(client.status_topic, topics.STATUS_OFFLINE, retain=True)))
             except RuntimeError as exc:  # paho did not take it: raised below, as close() does
                 refused[client] = exc
     for client, mids in sent:
