@@ -108,6 +108,14 @@ def test_a_broadcast_opens_for_each_node_with_its_own_key_only(session, round_in
                              "2" if node != "2" else "0", frame)
 
 
+@given(session=sessions, digest=st.binary(min_size=32, max_size=32), node=st.sampled_from(NODES))
+def test_a_tag_is_hmac_sha256_of_the_session_key(session, digest, node):
+    import hmac
+
+    expected = hmac.digest(COORDINATOR_KEYS.session_key(node, session), digest, "sha256")[:auth.TAG_BYTES]
+    assert auth._tag(COORDINATOR_KEYS, node, session, digest) == expected
+
+
 def test_session_keys_differ_by_run_and_session_and_keys_never_print():
     keys = auth.Keys("r1", {"0": bytes(32)})
     assert len({keys.session_key("0", "a"), keys.session_key("0", "b"), auth.Keys("r2", {"0": bytes(32)}).session_key("0", "a")}) == 3
