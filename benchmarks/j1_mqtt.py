@@ -23,7 +23,8 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from j1 import HERE, TESTBED, timed  # noqa: E402
+from j1 import HERE, TESTBED  # noqa: E402
+from timing import timed  # noqa: E402
 
 from testbed.mqtt import auth  # noqa: E402
 from testbed.mqtt.brokers.mosquitto import MosquittoBroker  # noqa: E402
@@ -35,8 +36,7 @@ def run(out: str, *sets: str) -> float:
     args = TESTBED + ["run", JOB, "--quiet", "--out", out]
     for s in sets:
         args += ["--set", s]
-    wall, _ = timed(args)
-    return wall
+    return timed(args).wall_s
 
 
 def main() -> None:
