@@ -183,6 +183,7 @@ broker_url = "{broker}"
 run_id = "lab1"
 emulated = false
 credentials = "{credentials}"
+keys = "{keys}"
 tls_ca = "{ca}"
 round_timeout_s = 60.0
 connect_timeout_s = 60.0
@@ -218,6 +219,7 @@ def test_the_readme_lab_runs_over_tls_from_its_generated_files(tmp_path):
                 cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
         config = load_config_text(EXPERIMENT.format(shards=tmp_path / "shards", broker=url,
                                                     credentials=out / "coordinator" / "credentials.json",
+                                                    keys=out / "coordinator" / "keys.json",
                                                     ca=out / "coordinator" / "ca.pem"))
         result = {}
         coordinator = threading.Thread(target=lambda: result.update(
