@@ -62,9 +62,10 @@ def main() -> None:
             med = statistics.median(ts)
             print(f"J1 mqtt {name:9s}: {med:6.2f} s (median of {len(ts)}: {', '.join(f'{t:.2f}' for t in ts)})"
                   + ("" if name == "sim" else f"  ratio to sim {med / sim:.2f} (target <= 5)"))
-        sealed, unsealed = statistics.median(times["embedded"]), statistics.median(times["no-auth"])
+        # the fastest of each: what a shared machine's load added least to
+        sealed, unsealed = min(times["embedded"]), min(times["no-auth"])
         print(f"message authentication over the embedded broker: {sealed - unsealed:+.2f} s "
-              f"({100 * (sealed / unsealed - 1):+.1f} %) of the unauthenticated run's {unsealed:.2f} s")
+              f"({100 * (sealed / unsealed - 1):+.1f} %) of the unauthenticated run's {unsealed:.2f} s (fastest of each)")
         if args.wall_only:
             return
 
