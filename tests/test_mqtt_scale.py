@@ -185,12 +185,16 @@ def keys(tmp_path, monkeypatch) -> str:
     return path
 
 
-def test_hosts_sharing_only_the_broker_url_serve_one_run(start_mosquitto, tls_files, run_id, tmp_path, keys):
-    """docs/multi-host.md on loopback: `testbed acl` credentials and ACL, TLS, three hosts that
-    each hold their own nodes' passwords and the CA, a coordinator with mqtt.emulated = false."""
+def test_hosts_sharing_only_the_broker_url_serve_one_run(start_mosquitto, tls_files, run_id, tmp_path, monkeypatch):
+    """docs/multi-host.md on loopback: `testbed acl` credentials, message keys and ACL, TLS, three
+    hosts that each hold their own nodes' passwords and keys and the CA, a coordinator with
+    mqtt.emulated = false."""
     nodes, hosts = 90, 3
     secrets = tmp_path / "secrets"
     assert cli.main(["acl", "--run", run_id, "--nodes", str(nodes), "--out", str(secrets)]) == 0
+    keys = secrets / "keys.json"
+    assert (keys.stat().st_mode & 0o777) == 0o600
+    monkeypatch.setenv(auth.KEYS_ENV, str(keys))  # what _hosts gives each host its own share of
     broker = start_mosquitto(acl_file=secrets / "acl", password_file=secrets / "passwords", tls=tls_files)
     credentials = secrets / "credentials.json"
     text = EXPERIMENT.format(nodes=nodes, steps=6, url=broker.url, run_id=run_id, round_timeout_s=30.0)
