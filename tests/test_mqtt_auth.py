@@ -345,3 +345,65 @@ def test_a_chunk_flood_from_a_forger_buffers_nothing_and_the_node_s_update_comes
     for frame in chunks.chunk(_update("0", 1), 64):
         client._take(topic, auth.seal(COORDINATOR_KEYS, topic, ["0"], SESSION, 1, frame))
     assert [(i.node, i.message.round) for i in got] == [("0", 1)]
+
+
+# ------------------------------------------------------------------- every topic kind, either end
+
+def _channel() -> tuple[MqttClient, list]:
+    got: list = []
+    client = MqttClient.for_channel("mqtt://127.0.0.1:1", RUN, keys=COORDINATOR_KEYS, auth_session=SESSION,
+                                    on_inbound=got.append)
+    return client, got
+
+
+#: kind -> (its topic, the reader's client, who tags it, what it carries at round r)
+KINDS = {
+    "up": (topics.up(RUN, "1"), _coordinator, ["1"], lambda r: _update("1", r)),
+    "ready": (topics.up(RUN, "1"), _coordinator, ["1"], lambda r: protocol.ready(RUN, SESSION, 1, "a" * 64)),
+    "status": (topics.status(RUN, "1"), _coordinator, ["1"], lambda r: b"offline"),
+    "channel status": (topics.status(RUN, topics.CHANNEL), _coordinator, [topics.CHANNEL], lambda r: b"offline"),
+    "tx": (topics.tx(RUN, "1"), _channel, ["1"], lambda r: protocol.signal(RUN, SESSION, r, 1, np.ones(4))),
+    "chan": (topics.chan(RUN), _channel, [topics.CHANNEL], lambda r: protocol.stop(RUN, SESSION, "failed", r)),
+    "down": (topics.down(RUN, "1"), _node, ["1"], lambda r: _round(r)),
+    "bcast": (topics.bcast(RUN), _node, NODES, lambda r: protocol.stop(RUN, SESSION, "failed", r)),
+    "coord": (topics.coord(RUN), _node, NODES + [topics.CHANNEL], lambda r: b"offline"),
+    "rx": (topics.rx(RUN, "1"), _node, ["1"], lambda r: protocol.received(RUN, SESSION, r, [0, 1], np.ones(4))),
+}
+
+
+@settings(max_examples=300)
+@given(data=st.data(), kind=st.sampled_from(sorted(KINDS)), how=st.sampled_from(FORGERIES),
+       round_index=st.integers(0, 40), chunked=st.booleans())
+def test_a_forgery_of_any_kind_at_either_end_moves_nothing(data, kind, how, round_index, chunked):
+    topic, reader, principals, carries = KINDS[kind]
+    client, got = reader()
+    payload = carries(round_index)
+    status = payload in topics.STATUS_VALUES
+    r = auth.new_epoch() if status else round_index
+    if chunked and not status:
+        payload = chunks.chunk(payload, 64)[data.draw(st.integers(0, 1), label="chunk")]
+    if how == "moved":  # another node's genuine frame, or one of another topic
+        sent_on = topic
+        frame = auth.seal(COORDINATOR_KEYS, topics.up(RUN, "0"), ["0"], SESSION, r, payload)
+    else:
+        sent_on, frame = _forge(how, topic, principals, payload, SESSION, r, data)
+    before = _state(client)
+    client._take(sent_on, frame)
+    if how == "flipped" and got:  # a flip in another reader's tag: the genuine frame, as sent
+        assert len(principals) > 1 and client.forged == 0
+        return
+    assert got == [] and _state(client) == before and client.forged == 1
+
+
+@settings(max_examples=100)
+@given(kind=st.sampled_from(sorted(KINDS)), round_index=st.integers(0, 40), replays=st.integers(0, 3))
+def test_a_genuine_frame_of_any_kind_is_taken_once(kind, round_index, replays):
+    topic, reader, principals, carries = KINDS[kind]
+    client, got = reader()
+    payload = carries(round_index)
+    status = payload in topics.STATUS_VALUES
+    frame = auth.seal(COORDINATOR_KEYS, topic, principals, SESSION, auth.new_epoch() if status else round_index,
+                      payload)
+    for _ in range(1 + replays):
+        client._take(topic, frame)
+    assert len(got) == 1 and got[0].payload == payload and client.forged == 0

@@ -362,18 +362,19 @@ def new_epoch() -> int:
 
 class StatusEpochs:
     """Each status writer's latest connection epoch: an ``online`` of a newer epoch is taken, an
-    ``offline`` of the current or a newer one; anything older is a replay (a will of an earlier
-    connection) and moves nothing. Bounded by the writers (each must have verified)."""
+    ``offline`` of a newer one or of the current one while it is online (its will, or its clean
+    close); anything else is a replay (a will of an earlier connection, a copy) and moves nothing.
+    Bounded by the writers (each must have verified)."""
 
     def __init__(self) -> None:
-        self._latest: dict[str, int] = {}
+        self._latest: dict[str, tuple[int, bool]] = {}  # writer -> (epoch, online)
 
     def take(self, writer: str, epoch: int, online: bool) -> str | None:
         """None if the status is taken (and remembered), else why not."""
         latest = self._latest.get(writer)
-        if latest is not None and (epoch < latest or (online and epoch == latest)):
-            return f"status of connection epoch {epoch} is not newer than {latest} (a replay)"
-        self._latest[writer] = epoch
+        if latest is not None and (epoch < latest[0] or (epoch == latest[0] and (online or not latest[1]))):
+            return f"status of connection epoch {epoch} is not newer than what epoch {latest[0]} said (a replay)"
+        self._latest[writer] = (epoch, online)
         return None
 
 
