@@ -48,7 +48,7 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from testbed.algorithms import padpfl_cli
-from testbed.algorithms.aggregate import Aggregation, AggregationOptions
+from testbed.algorithms.aggregate import Aggregation, AggregationOptions, bucket_stream
 from testbed.algorithms.base import BaseAlgorithm, RoundCost, SizeSetup, gaussian_release, released_events
 from testbed.algorithms.batches import check_batches, uniform_batches
 from testbed.algorithms.bounds import gaussian_entry_bound, gaussian_norm_bound
@@ -433,7 +433,7 @@ class Padpfl(SizeSetup, BaseAlgorithm):
         ids = tuple(int(n) for n in node_ids)
         r = ctx.round_index
         start = np.asarray(received["model"], dtype=np.float64)
-        idx = uniform_batches(train, ids, r, ctx.seed, self.local_steps, self.batch)
+        idx = uniform_batches(train, ids, r, ctx.seed, self.local_steps, self.batch, ctx.secrets)
         weights = np.full(idx.shape[:1] + idx.shape[2:], 1.0 / self.batch)
         params = start.copy()
 
@@ -545,7 +545,8 @@ class Padpfl(SizeSetup, BaseAlgorithm):
             return ServerResult({"model": state["model"], **history})
         rows = [result.node_ids.index(n) for n in np.flatnonzero(p)]
         heard = np.flatnonzero(p)
-        model = self.aggregation.combine(result.tensors["update"][rows], p[heard], state["model"])  # eq. (11): Σ p'_i x~_i
+        model = self.aggregation.combine(result.tensors["update"][rows], p[heard], state["model"],
+                                         bucket_stream(ctx.seed, ctx.round_index))  # eq. (11): Σ p'_i x~_i
         if self.private:
             model += self.server_sigma(p) * stream(ctx.seed, GLOBAL, ctx.round_index, Purpose.NOISE).standard_normal(model.shape[0])
         return ServerResult({"model": model, **history}, self._broadcast_events(p, ctx.round_index))

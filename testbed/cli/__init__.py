@@ -54,6 +54,10 @@ def build_parser(command: str | None = None) -> Parser:
     for name, command_parser in sub.choices.items():
         if name in EXAMPLES:  # the algorithms' commands (privacy, plan) have theirs from the registry
             command_parser.epilog = epilog(EXAMPLES[name])
+        if name == "run":
+            from testbed.algorithms.robust_choice import help_text
+
+            command_parser.epilog += "\n\n" + help_text()
     return parser
 
 

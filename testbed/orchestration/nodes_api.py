@@ -59,6 +59,8 @@ class Closing:
             testbed.orchestration.links.LinkRounds.summary); None without links.
         authentication: whether the run's messages were authenticated (testbed.mqtt.auth) and how
             many received frames did not authenticate; None in sim.
+        randomness: node → the randomness its ready said keys its private draws
+            (testbed.node_secret.RANDOMNESS); None in sim (every node's is the run seed).
     """
 
     charged: dict[tuple[int, int], list[Event]] = field(default_factory=dict)
@@ -67,6 +69,7 @@ class Closing:
     broker: dict[str, str] | None = None
     links: list[dict] | None = None
     authentication: dict | None = None
+    randomness: dict[int, str] | None = None
 
 
 class Nodes(Protocol):

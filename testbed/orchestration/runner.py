@@ -48,6 +48,7 @@ from testbed.mqtt.brokers import registry as brokers
 from testbed.orchestration.nodes_api import Closing, Nodes, RoundOutcome
 from testbed.privacy.accountants import epsilon_by_observer
 from testbed.privacy.accountants.background import BackgroundEpsilons
+from testbed.privacy.secrecy import node_randomness, privacy_guarantees
 from testbed.reports import tracking
 from testbed.reports.asked import Asked, AskedLog
 from testbed.reports.progress import Progress
@@ -174,6 +175,8 @@ class Run:
     # node → the totals of its own ledger, as it reported them when the run closed (None: sim, whose
     # nodes' ledgers are the book itself); see _ledger_check.
     node_reports: dict[int, Totals] | None = None
+    # node → the randomness its ready said keys its private draws (None: sim, all the run seed).
+    randomness: dict[int, str] | None = None
     session: str | None = None  # the coordinator's session (over MQTT): the nodes' ledgers are kept under it
     broker: dict[str, str] | None = None  # the broker's kind and URL (over MQTT)
     links: list[dict] | None = None  # each emulated host's link, timed round by round (links.netns)
@@ -699,6 +702,7 @@ def _charge_closing(run: Run, closing: Closing, nodes: Nodes) -> None:
     run.node_reports, run.session, run.broker = closing.reports, closing.session, closing.broker
     run.links = closing.links
     run.authentication = closing.authentication
+    run.randomness = closing.randomness
     fresh = [event for (node, round_index), events in sorted(closing.charged.items())
              if not run.book.logged([node], round_index)[0] for event in events]
     fresh += _asked_rounds_not_run(run, nodes, {(e.node, e.round) for e in fresh})
@@ -808,6 +812,10 @@ def finish(run: Run, tight_job: BackgroundEpsilons | None, figures_job: "Backgro
                 entry["epsilon_tight_by_observer"] = tight[i]
             summary["privacy"].update(privacy_headline(run.guarantee, summary["nodes"], run.budgets.delta,
                                                        run.budgets.accountant, run.config.privacy.tight_accountant))
+            summary["privacy_guarantees"] = privacy_guarantees(
+                run.guarantee, summary["nodes"], node_randomness(map(int, summary["nodes"]), run.randomness),
+                run.budgets.delta, run.budgets.accountant, run.config.privacy.tight_accountant,
+                resumed=len(run.sessions) > 1)
         run.directory.write_summary(summary)
     if figures_job is not None:
         figures_job.draw("epsilon", run.directory.path)
@@ -940,6 +948,9 @@ def _summary(run: Run) -> dict[str, Any]:
             "delta": budgets.delta, **{name: col[row] for name, col in columns.items()},
         }
         nodes[str(node)].update(_ledger_check(nodes[str(node)], run.node_reports, node))
+    randomness = node_randomness(book.node_ids[rows].tolist(), run.randomness)
+    for node, kind in randomness.items():
+        nodes[str(node)]["randomness"] = kind
     reg = registry.get(config.run.algorithm)
     stopped = run.stopped
     settings = run.algorithm.describe()
@@ -966,6 +977,9 @@ def _summary(run: Run) -> dict[str, Any]:
         "privacy": {"accountant": budgets.accountant, "tight_accountant": config.privacy.tight_accountant,
                     "epsilon_target": reg.epsilon_target(assemble.algorithm_sections(config, reg)),
                     **privacy_headline(run.guarantee, nodes, budgets.delta, budgets.accountant)},
+        # Against whom each figure holds: per observer, whether its noise is secret from it.
+        "privacy_guarantees": privacy_guarantees(run.guarantee, nodes, randomness, budgets.delta, budgets.accountant,
+                                                 resumed=len(run.sessions) > 1),
         "costs": {"source": _cost_source(run.cost_sources), "profile": config.nodes.profile},
         "stragglers": {"model": config.stragglers.model,
                        "rounds_straggled": int(book.column("rounds_straggled").sum())},
