@@ -81,7 +81,7 @@ class WireError(ValueError):
             bad_header, schema, wrong_run, wrong_round, wrong_sender, dtype, size_mismatch,
             non_finite, replay, bad_chunk, bad_status (a status payload other than online/offline),
             not_admitted (refused by the receiver's own declaration: another session, a round it
-            has not opened).
+            has not opened), forged (a frame whose seal does not verify: testbed.mqtt.auth).
         reason: human-readable detail.
     """
 

@@ -168,7 +168,7 @@ def node_keys(path: str | None, no_auth: bool, run: str, ids: list[int]):
     there are none, or one of ``ids`` has none."""
     from testbed.mqtt import auth
 
-    if no_auth or os.environ.get("TESTBED_NO_AUTH") == "1":
+    if no_auth or os.environ.get(auth.NO_AUTH_ENV) == "1":
         return None
     path = path or os.environ.get(auth.KEYS_ENV)
     if not path:

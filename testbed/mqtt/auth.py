@@ -63,6 +63,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.errors import UserError
+from testbed.mqtt import topics
 from testbed.wire import ID_PATTERN, WireError
 
 log = logging.getLogger(__name__)
@@ -80,6 +81,8 @@ _MAC_DOMAIN = b"tb-mac-v1\x00"
 _SESSION = re.compile(rb"(?:[A-Za-z0-9][A-Za-z0-9_.-]{0,63})?")
 #: The environment variable through which a run hands the nodes it starts their keys file.
 KEYS_ENV = "TESTBED_NODE_KEYS"
+#: Set to "1" by a run with mqtt.authenticate = false for the nodes it starts: they go unsealed too.
+NO_AUTH_ENV = "TESTBED_NO_AUTH"
 _HEX_KEY = re.compile(r"[0-9a-f]{64}")
 
 
@@ -322,8 +325,6 @@ def readers(kind: str, node: str | None, keys: Keys, nodes_only: Iterable[str]) 
     its topics (up, tx, status, and what the coordinator or channel sends it alone: down, rx); every
     node's on the broadcast (``nodes_only``); every key held on the coordinator's status; the
     channel's on its round notices."""
-    from testbed.mqtt import topics
-
     if node is not None:
         return [node]
     if kind == topics.CHAN:
@@ -337,8 +338,6 @@ def reader_key(kind: str, node: str | None, me: str | None) -> str | None:
     """Whose key a frame received on a topic of ``kind`` (and ``node``) is checked with: the topic's
     node where it names one, the channel's on its round notices, else the receiver's own (a
     broadcast, the coordinator's status)."""
-    from testbed.mqtt import topics
-
     if node is not None:
         return node
     if kind == topics.CHAN:
@@ -392,12 +391,9 @@ class RejectLog:
         self._clock = clock
         self._last: dict[tuple[str, str], tuple[float, int]] = {}  # key -> (when logged, suppressed since)
         self.count = 0
-        self.by_sender: collections.Counter[str] = collections.Counter()
 
     def reject(self, sender: str, kind: str, reason: str) -> None:
         self.count += 1
-        if len(self.by_sender) < self.max_keys or sender in self.by_sender:
-            self.by_sender[sender] += 1
         key = (sender, kind) if (sender, kind) in self._last or len(self._last) < self.max_keys else ("*", "*")
         now = self._clock()
         last = self._last.get(key)

@@ -290,7 +290,7 @@ class MqttNodes:
         enters, removed by close()); the environment that names it to the host (never its command
         line, which any user of the machine can read)."""
         if self.keys is None:
-            return lambda group: {"TESTBED_NO_AUTH": "1"}
+            return lambda group: {auth.NO_AUTH_ENV: "1"}
         import tempfile
 
         self._keys_dir = Path(tempfile.mkdtemp(prefix=f"testbed-keys-{self.run}-"))
