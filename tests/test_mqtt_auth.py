@@ -407,3 +407,36 @@ def test_a_genuine_frame_of_any_kind_is_taken_once(kind, round_index, replays):
     for _ in range(1 + replays):
         client._take(topic, frame)
     assert len(got) == 1 and got[0].payload == payload and client.forged == 0
+
+
+# ----------------------------------------------------------------------- keys files, one line each
+
+@pytest.mark.parametrize("content, said", [
+    (None, "no message keys: give --keys FILE"),
+    ("not json", "cannot read it (JSONDecodeError)"),
+    ('{"1": "00"}', "is not a node id with 64 hex digits"),
+    ('{"2": "' + "ab" * 32 + '"}', "no key for node(s) 1"),
+])
+def test_a_node_without_its_key_is_one_line_that_shows_no_key(tmp_path, capsys, monkeypatch, content, said):
+    from testbed.cli import main
+
+    monkeypatch.delenv(auth.KEYS_ENV, raising=False)
+    args = ["node", "--broker", "mqtt://127.0.0.1:1", "--node-id", "1", "--state-dir", str(tmp_path / "s")]
+    if content is not None:
+        (tmp_path / "keys.json").write_text(content)
+        args += ["--keys", str(tmp_path / "keys.json")]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert said in err and "\n" not in err and "ab" * 8 not in err
+
+
+def test_real_boards_without_keys_are_refused_in_one_line_before_anything_starts(tmp_path, small_config_text):
+    from testbed.config import load_config_text
+    from testbed.errors import ConfigError
+    from testbed.orchestration.runner import run_experiment
+
+    config = load_config_text(small_config_text.replace("[output]", '[mqtt]\nbroker_url = "mqtt://127.0.0.1:1"\n'
+                                                        'emulated = false\n[output]')
+                              .replace("[run]", '[run]\nmode = "mqtt"'))
+    with pytest.raises(ConfigError, match="mqtt.keys: real boards"):
+        run_experiment(config, out_dir=tmp_path / "run", quiet=True)
