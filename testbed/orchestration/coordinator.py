@@ -38,6 +38,7 @@ import secrets
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -118,7 +119,6 @@ class MqttNodes:
         # Read first: a credentials file refused after the broker started would leave it running.
         username, password = _credentials(m.credentials, "coordinator")
         self.keys = _run_keys(m, self.run, self.node_ids)
-        self._keys_dir: Path | None = None  # the emulated hosts' keys files, removed by close()
         # The run's own broker when none is given (mqtt.broker), stopped by close(); its registration
         # says how clients best speak to it.
         managed = brokers.choose(m.broker) if m.broker_url is None else None
@@ -176,6 +176,8 @@ class MqttNodes:
         self.alg, self.seed = algorithm, seed
         self.run = wire.check_id(m.run_id, "mqtt.run_id")
         self.session = secrets.token_hex(8)
+        self.keys: auth.Keys | None = None  # the message keys shared with each node (testbed.mqtt.auth)
+        self._keys_dir: Path | None = None  # the emulated hosts' keys files, removed by close()
         self.earlier_sessions: tuple[str, ...] = ()  # a resumed run's (the runner's asked.csv): named in the stop
         self.round_timeout_s = m.round_timeout_s
         self._hosts: list[_Host] = []
@@ -291,8 +293,6 @@ class MqttNodes:
         line, which any user of the machine can read)."""
         if self.keys is None:
             return lambda group: {auth.NO_AUTH_ENV: "1"}
-        import tempfile
-
         self._keys_dir = Path(tempfile.mkdtemp(prefix=f"testbed-keys-{self.run}-"))
         files = {}
         for group in groups:
