@@ -19,6 +19,8 @@ the coordinator's log has a few lines about them, not one per frame.
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 import threading
 import time
 
@@ -26,6 +28,7 @@ import numpy as np
 import paho.mqtt.client as paho
 import pytest
 
+from conftest import REPO
 from test_algorithm_contract import ATOL_MODES, _config, _dtype, _ledger_without_seconds
 from testbed import protocol
 from testbed.config import replace
@@ -79,6 +82,10 @@ class Forger:
             forged = protocol.round_(run, session, round_index + ahead, real.meta["config"], nodes, tensors)
             self._both(topics.bcast(run), forged, session, round_index + ahead, names)
             self._both(topics.down(run, "0"), forged, session, round_index + ahead, ["0"])
+        # a session of its own: a board, which serves whatever session comes, would supersede the real one
+        other = "f" * 16
+        self._both(topics.bcast(run), protocol.round_(run, other, round_index + 1, real.meta["config"], nodes, model),
+                   other, round_index + 1, names)
         stop = protocol.stop(run, session, "failed", round_index)
         self._both(topics.bcast(run), stop, session, round_index, names)
         for node in ("0", "1"):
@@ -96,20 +103,35 @@ class Forger:
 
 
 @pytest.mark.slow
-def test_forgeries_on_an_anonymous_broker_change_nothing(mosquitto_broker, tmp_path, caplog):
+@pytest.mark.parametrize("hosts", ["emulated", "boards"])
+def test_forgeries_on_an_anonymous_broker_change_nothing(mosquitto_broker, tmp_path, caplog, hosts, board_keys):
+    """The run's own emulated hosts (bound to its session), or five `testbed node` boards with
+    provisioned-style keys (serving any session: their statuses carry none)."""
     name = "dp_pasgd"
     config = _config(name)
-    sim = run_experiment(config, out_dir=tmp_path / "sim", quiet=True)
-    mqtt_config = replace(config, run={"mode": "mqtt"}, mqtt={"hosts": 2, "broker_url": mosquitto_broker.url,
-                                                              "run_id": "forged", "round_timeout_s": 20.0})
+    run_experiment(config, out_dir=tmp_path / "sim", quiet=True)
+    url = mosquitto_broker.url
+    mqtt = {"hosts": 2, "broker_url": url, "run_id": "forged", "round_timeout_s": 20.0}
+    if hosts == "boards":
+        mqtt.update(emulated=False, keys=board_keys, quorum=5)
+    mqtt_config = replace(config, run={"mode": "mqtt"}, mqtt=mqtt)
     data, model = load(config)
     state = read_checkpoint(tmp_path / "sim").state
-    forger = Forger(mosquitto_broker.url, "forged")
+    forger = Forger(url, "forged")
+    boards = [subprocess.Popen([sys.executable, "-m", "testbed", "node", "--broker", url, "--run", "forged",
+                                "--node-id", str(n), "--state-dir", str(tmp_path / "state"), "--reproducible",
+                                "--keys", board_keys, "--quiet"], cwd=REPO, stderr=subprocess.DEVNULL)
+              for n in range(5)] if hosts == "boards" else []
     caplog.set_level(logging.WARNING)
     try:
         mqtt = run_experiment(mqtt_config, out_dir=tmp_path / "mqtt", quiet=True)
+        for board in boards:  # the stop reaches every board (the forged ones did not), and each leaves
+            assert board.wait(timeout=30) == 0
     finally:
         forger.close()
+        for board in boards:
+            board.kill()
+            board.wait()
     assert forger.fired.is_set(), "the forger never saw a round"
     assert mqtt.summary["status"] == "completed", mqtt.summary.get("failure")
     a, b = state, read_checkpoint(tmp_path / "mqtt").state
