@@ -440,3 +440,38 @@ def test_real_boards_without_keys_are_refused_in_one_line_before_anything_starts
                               .replace("[run]", '[run]\nmode = "mqtt"'))
     with pytest.raises(ConfigError, match="mqtt.keys: real boards"):
         run_experiment(config, out_dir=tmp_path / "run", quiet=True)
+
+
+class _FakePaho:
+    """What a client publishes through paho, kept."""
+
+    def __init__(self) -> None:
+        self.published: list[tuple[str, bytes, bool]] = []
+
+    def publish(self, topic, payload, qos, retain):
+        self.published.append((topic, payload, retain))
+        return type("Info", (), {"mid": len(self.published), "rc": 0})()
+
+
+@pytest.mark.parametrize("session", ["", SESSION])
+def test_a_board_answers_a_new_coordinator_connection_with_its_current_status(session):
+    """A board (statuses without a session) says `online` again, of its current epoch, when a
+    coordinator's newer connection says online: that coordinator takes it over a will of the
+    board's earlier connection someone replayed as the retained status. A host of one session has
+    no such will to fear and says nothing."""
+    client, _ = _node(auth_session=session)
+    client._paho, client.connected = _FakePaho(), True
+    coord = topics.coord(RUN)
+    for epoch in (auth.new_epoch(), auth.new_epoch()):
+        online = auth.seal(COORDINATOR_KEYS, coord, NODES + [topics.CHANNEL], SESSION, epoch, b"online")
+        client._take(coord, online)
+        client._take(coord, online)  # a copy: no second answer
+    answers = client._paho.published
+    assert len(answers) == (0 if session else 2)
+    coordinator, got = _coordinator()
+    replayed_will = auth.seal(COORDINATOR_KEYS, client.status_topic, ["1"], "", client._epoch - 1, b"offline")
+    coordinator._take(client.status_topic, replayed_will)
+    for topic, payload, retain in answers:
+        assert topic == client.status_topic and retain
+        coordinator._take(topic, payload)
+    assert [i.payload for i in got][-1] == (b"offline" if session else b"online")

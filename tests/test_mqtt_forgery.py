@@ -28,7 +28,7 @@ import numpy as np
 import paho.mqtt.client as paho
 import pytest
 
-from conftest import REPO
+from conftest import REPO, wait_until
 from test_algorithm_contract import ATOL_MODES, _config, _dtype, _ledger_without_seconds
 from testbed import protocol
 from testbed.config import replace
@@ -155,3 +155,51 @@ def test_a_run_without_authentication_says_so(embedded_broker, tmp_path):
     from testbed.cli.run import format_summary  # noqa: PLC0415
 
     assert "not authenticated" in format_summary(result.summary)
+
+
+@pytest.mark.slow
+def test_a_boards_will_replayed_before_the_coordinator_starts_does_not_keep_it_out(mosquitto_broker, tmp_path,
+                                                                                   board_keys):
+    """Board 0 loses its connection (killed: the broker publishes its will, which anyone on the
+    broker records) and comes back; before the coordinator starts, the recorded will is published
+    again as the retained status. The coordinator's first view of board 0 is that will (it verifies:
+    a board's statuses carry no session), but board 0 answers the coordinator's connection with its
+    own online, and the run waits for no one."""
+    url, run = mosquitto_broker.url, "willrun"
+    seen: dict[str, bytes] = {}
+    host, port = url.removeprefix("mqtt://").split(":")
+    recorder = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id="recorder")
+    recorder.on_message = lambda c, u, m: seen.__setitem__(auth.unverified_body(m.payload).decode(errors="replace"),
+                                                           m.payload)
+    recorder.connect(host, int(port))
+    recorder.subscribe(topics.status(run, "0"), qos=1)
+    recorder.loop_start()
+
+    def board(n: int) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-m", "testbed", "node", "--broker", url, "--run", run,
+                                 "--node-id", str(n), "--state-dir", str(tmp_path / "state"), "--reproducible",
+                                 "--keys", board_keys, "--quiet"], cwd=REPO, stderr=subprocess.DEVNULL)
+
+    boards = [board(n) for n in range(5)]
+    try:
+        wait_until(lambda: "online" in seen, 60, "board 0 online")
+        boards[0].kill()
+        boards[0].wait()
+        wait_until(lambda: "offline" in seen, 60, "board 0's will")
+        will = seen["offline"]
+        seen.clear()
+        boards[0] = board(0)
+        wait_until(lambda: "online" in seen, 60, "board 0 back")
+        recorder.publish(topics.status(run, "0"), will, qos=1, retain=True).wait_for_publish(10)
+        config = replace(_config("dp_pasgd"), run={"mode": "mqtt"},
+                         mqtt={"broker_url": url, "run_id": run, "emulated": False, "keys": board_keys,
+                               "quorum": 5, "connect_timeout_s": 30.0, "round_timeout_s": 20.0})
+        result = run_experiment(config, out_dir=tmp_path / "mqtt", quiet=True)
+    finally:
+        recorder.loop_stop()
+        recorder.disconnect()
+        for b in boards:
+            b.kill()
+            b.wait()
+    assert result.summary["status"] == "completed"
+    assert all(n["rounds_straggled"] == 0 for n in result.summary["nodes"].values())

@@ -359,6 +359,10 @@ def new_epoch() -> int:
         return _last_epoch
 
 
+#: StatusEpochs.take of a copy of the writer's current state: dropped without a word.
+SAME = ""
+
+
 class StatusEpochs:
     """Each status writer's latest connection epoch: an ``online`` of a newer epoch is taken, an
     ``offline`` of a newer one or of the current one while it is online (its will, or its clean
@@ -369,8 +373,11 @@ class StatusEpochs:
         self._latest: dict[str, tuple[int, bool]] = {}  # writer -> (epoch, online)
 
     def take(self, writer: str, epoch: int, online: bool) -> str | None:
-        """None if the status is taken (and remembered), else why not."""
+        """None if the status is taken (and remembered), :data:`SAME` for a copy of the current one,
+        else why not."""
         latest = self._latest.get(writer)
+        if latest == (epoch, online):
+            return SAME
         if latest is not None and (epoch < latest[0] or (epoch == latest[0] and (online or not latest[1]))):
             return f"status of connection epoch {epoch} is not newer than what epoch {latest[0]} said (a replay)"
         self._latest[writer] = (epoch, online)

@@ -446,6 +446,19 @@ class MqttClient:
             self._epoch = auth.new_epoch()
             client.will_set(self.status_topic, self._status(topics.STATUS_OFFLINE), qos=QOS, retain=True)
 
+    def _tell_coordinator(self) -> None:
+        """A coordinator's new connection: a board (its statuses carry no session) says again that
+        it is online, for this connection's epoch. Its retained status may be a will of an earlier
+        connection that someone replayed before this coordinator subscribed (it verifies; only its
+        epoch is old): the coordinator takes the newer epoch's. A client of one session needs none
+        (its statuses do not verify in another session)."""
+        c = self._paho
+        if c is None or not self.connected or self._auth_session or self.status_topic is None:
+            return
+        mid = c.publish(self.status_topic, self._status(topics.STATUS_ONLINE), qos=QOS, retain=True).mid
+        with self._lock:
+            self._unwatch([mid])
+
     def _status(self, value: bytes) -> bytes:
         """A status payload as published: sealed for this connection's epoch when authenticated."""
         if self._keys is None or self.status_topic is None:
@@ -550,8 +563,12 @@ class MqttClient:
                                                        f"{sorted(topics.STATUS_VALUES)}")
                 if sealed is not None:
                     stale = self._epochs.take(sender, sealed.round, payload == topics.STATUS_ONLINE)
+                    if stale == auth.SAME:
+                        return  # a copy of what this writer's connection said (QoS 1, an answer below)
                     if stale is not None:
                         raise wire.WireError("replay", stale)
+                    if t.kind == topics.COORD and payload == topics.STATUS_ONLINE:
+                        self._tell_coordinator()
                 self._deliver(Inbound.of(topic, t.kind, t.node, payload, None, self.owner))
                 return
             if chunks.is_chunk(payload):
