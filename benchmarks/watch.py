@@ -50,6 +50,7 @@ tau = 5
 batch = 8
 lr = 0.5
 sigma = 1.0
+clip = true
 lipschitz = 1.0
 [budget]
 epsilon = 100.0
@@ -118,8 +119,8 @@ def feed_per_round(run_dir: Path, live: Path) -> tuple[list[float], list[int], i
         start = time.perf_counter()
         delta = feed.poll()
         times.append(time.perf_counter() - start)
-        sizes.append(len(json.dumps(delta)))
-    return times, sizes, len(json.dumps(feed.snapshot()))
+        sizes.append(len(json.dumps(delta, allow_nan=False)))
+    return times, sizes, len(json.dumps(feed.snapshot(), allow_nan=False))
 
 
 def main() -> None:

@@ -29,7 +29,7 @@ from conftest import REPO
 TINY = {
     "run": {"name": "tiny", "seed": 1},
     "data": {"dataset": "synthetic", "num_nodes": 4, "samples_per_node": 80, "dim": 8},
-    "dp_pasgd": {"steps": 20, "tau": 5, "batch": 8, "lr": 0.5, "sigma": 1.0, "lipschitz": 1.0},
+    "dp_pasgd": {"steps": 20, "tau": 5, "batch": 8, "lr": 0.5, "sigma": 1.0, "clip": True, "lipschitz": 1.0},
     "privacy": {"tight_accountant": "none"},
     "output": {"figures": False},
 }
@@ -48,6 +48,7 @@ tau = 5
 batch = 8
 lr = 0.5
 sigma = 1.0
+clip = true           # G = 1 below the logistic model's own bound 2: held by clipping (issue 39)
 lipschitz = 1.0
 [privacy]
 tight_accountant = "none"
@@ -368,8 +369,13 @@ def test_a_count_that_is_not_an_integer_is_a_damaged_metrics_file(cell, tmp_path
     lines = path.read_text().splitlines(keepends=True)
     lines[2] = cell + lines[2][lines[2].index(","):]
     path.write_text("".join(lines))
-    with pytest.raises(UserError, match=r"metrics\.csv: damaged") as err:
+    with pytest.raises(UserError, match=r"metrics\.csv: unverified"):  # not the file its summary covers
         testbed.load(run.dir).metrics
+    from testbed.reports.results import read_metrics
+
+    (run.dir / "summary.json").unlink()  # a killed run's metrics: nothing to check against, but its cells
+    with pytest.raises(UserError, match=r"metrics\.csv: damaged") as err:
+        read_metrics(run.dir)
     assert "\n" not in str(err.value)
 
 

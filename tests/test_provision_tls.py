@@ -177,7 +177,10 @@ tau = 2
 batch = 16
 lr = 0.5
 sigma = 1.0
+clip = true           # G = 1 below the logistic model's own bound 2: held by clipping (issue 39)
 lipschitz = 1.0
+[privacy]
+delta = 1e-5          # below 1/m: each board holds about 16,000 of Adult's rows (issue 39)
 [mqtt]
 broker_url = "{broker}"
 run_id = "lab1"

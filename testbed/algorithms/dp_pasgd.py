@@ -38,7 +38,7 @@ from testbed.data.federated import FederatedData, Split
 from testbed.errors import ConfigError
 from testbed.ledger.events import Event, EventBatch, GaussianEvent, NodeEvents
 from testbed.models import LogisticRegression, Model
-from testbed.privacy import zcdp
+from testbed.privacy import canaries, zcdp
 from testbed.sections import NonNegative, Positive, Section
 from testbed.util.parallel import split_work
 
@@ -74,7 +74,8 @@ class DpPasgdSection(AggregationOptions):
     clip: bool = False
     """Clip per-sample gradients at lipschitz (not in the paper)."""
     lipschitz: Positive[float] | None = None
-    """G of the sensitivity 2G/X; default: the model's own bound, or the clip norm."""
+    """G of the sensitivity 2G/X; default: the model's own bound, or the clip norm. Without
+    ``clip`` nothing enforces it, so a G below the model's own per-sample bound is refused."""
     sampling: Literal["uniform", "poisson"] = "uniform"
     c1: NonNegative[float] = 100.0
     """Cost units per round (eq. 8)."""
@@ -179,8 +180,23 @@ class DpPasgd(BaseAlgorithm):
 
     @property
     def sensitivity(self) -> float:
-        """2G/X under replace-one adjacency (dp-pasgd.md §2.2)."""
+        """2G/X under replace-one adjacency (dp-pasgd.md §2.2), true because each of the X
+        per-sample gradients of a step has norm <= G: clipped to G (``clip_norm``, the ``clip_norm``
+        of ``loss_and_grad``), or, unclipped, G at least the model's own per-sample bound on rows of
+        norm <= 1 (``lipschitz_bound``; tests/test_models.py, and :func:`build` refuses a smaller
+        G); the step's gradient is their mean (weights 1/X), so replacing one record moves it by at
+        most 2G/X. Poisson batches (add/remove, :meth:`_privacy_event`): adding a record adds one
+        gradient of norm <= G to a sum divided by the expected X: G/X."""
         return zcdp.dp_pasgd_sensitivity(self.lipschitz, self.batch)
+
+    @property
+    def record_reach(self) -> float:
+        """How far one record can move one step's mean gradient, from the mechanism itself: 2C/X
+        (replace-one; C/X add/remove under Poisson sampling) with C the clip norm, or the model's own
+        per-sample gradient bound on unit-ball data; not ``lipschitz``, the G the ledger is told
+        (an audit's canaries are sized by this, so a G set too small is caught)."""
+        g = self.clip_norm if self.clip_norm is not None else self.model.lipschitz_bound
+        return (1.0 if self.sampling == "poisson" else 2.0) * g / self.batch
 
     @property
     def local_steps(self) -> int:
@@ -270,12 +286,19 @@ class DpPasgd(BaseAlgorithm):
         per_node = tau * self.model.num_params + self.batch * train.x.shape[1]
         block = max(1, _BLOCK_BYTES // (per_node * np.dtype(dtype).itemsize))
         noise = np.empty((min(block, m_nodes), tau, self.model.num_params), dtype=dtype)
+        audited = canaries.auditing() and self.sigma > 0
+        if audited:  # the canaries follow each node's release as charged: its adjacency, sampling rate, observer
+            charged = [self._privacy_event(int(n), round_index) for n in node_ids]
         for lo in range(0, m_nodes, block):
             hi = min(m_nodes, lo + block)
 
             def steps(a: int, b: int) -> None:  # the block's nodes a..b: their noise, then their τ steps
                 standard_normals(noise[a:b], seed, node_ids[lo + a:lo + b], round_index, secrets=ctx.secrets)
                 noise[a:b] *= self.sigma  # the σ of the plan's GaussianEvent (releases)
+                if audited:  # each step's canaries ride on its noise (testbed.privacy.canaries)
+                    canaries.insert(noise[a:b], node_ids[lo + a:lo + b], round_index, reach=self.record_reach,
+                                    adjacency=charged[0].adjacency, observer=charged[0].observer,
+                                    rates=[e.sampling_rate for e in charged[lo + a:lo + b]])
                 mine = params[lo + a:lo + b]  # a view: the steps update params in place
                 for step in range(tau):
                     idx = batch_idx[lo + a:lo + b, step]
@@ -350,6 +373,7 @@ def build(sections: dict[str, Any], ctx: BuildContext) -> DpPasgd:
     a: DpPasgdSection = sections["dp_pasgd"]
     data = ctx.data
     check_batches("dp_pasgd", data.train, data.node_ids, a.tau, a.batch, "tau")
+    check_lipschitz(sections, ctx.model)
     return DpPasgd(
         ctx.model, steps=a.steps, tau=a.tau, batch=a.batch, lr=a.lr, delta=ctx.delta,
         train_sizes=dict(zip(data.node_ids, data.train.sizes.tolist())), sigma=a.sigma, epsilon=a.epsilon,
@@ -358,6 +382,20 @@ def build(sections: dict[str, Any], ctx: BuildContext) -> DpPasgd:
         c1=a.c1, c2=a.c2, aggregation=a.aggregation_rule(ctx.num_nodes, "dp_pasgd"), bound_updates=a.bound_updates,
         mcu_nodes=ctx.mcu_nodes,
     )
+
+
+def check_lipschitz(sections: dict[str, Any], model: Model) -> None:
+    """Refuse (naming dp_pasgd.lipschitz) a G below the model's own per-sample gradient bound on
+    unit-norm rows in a private run without ``clip``: nothing would hold the gradients to it, and
+    the sensitivity 2G/X charged would under-count."""
+    a: DpPasgdSection = sections["dp_pasgd"]
+    bound = model.lipschitz_bound
+    # The bound is sqrt(2)·sqrt(2) = 2.0000000000000004 for a logistic model with a bias: 2 typed is at it.
+    if a.lipschitz is not None and not a.clip and a.lipschitz < bound * (1 - 1e-12) and _guarantee(sections) == "dp":
+        raise ConfigError("dp_pasgd.lipschitz", f"G = {a.lipschitz:g} is below the model's own per-sample gradient "
+                                                f"bound {bound:.6g} and, without clip = true, nothing holds the "
+                                                "gradients to it: the sensitivity 2G/X would under-count; set "
+                                                "clip = true, or a G of at least the bound")
 
 
 def _guarantee(sections: dict[str, Any]) -> str:
@@ -442,6 +480,7 @@ REGISTRATION = Registration(
     calibrate=_calibrate,
     client_sampling=True,
     privacy_cli=dp_pasgd_cli.PRIVACY,
+    privacy_statements=(dp_pasgd_cli.STATEMENT, dp_pasgd_cli.MCU_STATEMENT),
     plan_cli=dp_pasgd_cli.PLAN,
     calibration_step=calibration_step,
 )

@@ -187,6 +187,8 @@ def format_summary(summary: dict) -> str:
     if len(observers) > 1:
         lines.append("epsilon by   " + ", ".join(
             f"{o} {max(n['epsilon_by_observer'].get(o, 0.0) for n in nodes):.4g}" for o in sorted(observers)))
+    for assumption in summary.get("assumptions") or ():  # what its ε rests on (docs/privacy.md)
+        lines.append(f"assumes      {assumption}")
     if summary.get("failure"):
         lines.append(f"failure      {summary['failure']}")
     target = summary.get("privacy", {}).get("epsilon_target")

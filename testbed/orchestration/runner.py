@@ -189,6 +189,8 @@ class Run:
     # Whether the seconds and joules charged came from a meter (True), a device profile (False): both
     # seen in a run of boards with and without meters. Filled as events are charged.
     cost_sources: set[bool] = field(default_factory=set)
+    # Sentences of the assumptions its ε rests on (run_assumptions): empty unless a reproduction's.
+    assumptions: list[str] = field(default_factory=list)
 
 
 def load(config: Config) -> tuple[FederatedData | LazyFederatedData, Model]:
@@ -233,6 +235,24 @@ def check_accountants(config: Config, algorithm: Algorithm, node_ids: list[int])
                       ("privacy.tight_accountant", config.privacy.tight_accountant)):
         if name != "none" and events and (reason := unsupported_reason(name, events)) is not None:
             raise ConfigError(key, reason)
+
+
+def run_assumptions(config: Config, data: FederatedData | LazyFederatedData) -> list[str]:
+    """The assumptions the run's ε rests on beyond the mechanism it runs, as sentences for the
+    summary: a δ at or above 1/m (m the smallest node's training records; refused, naming
+    ``privacy.delta``, unless ``[privacy] reproduction = true``) and the algorithm's own
+    (``Registration.assumptions``: PADPFL's eq. 7, DWFL's fixed x_j^(t−1/2), ...). Only an (ε, δ)
+    run has a δ to check; a run that is not private assumes nothing."""
+    from testbed.privacy.delta import delta_assumption
+
+    reg = registry.get(config.run.algorithm)
+    guarantee = assemble.privacy_guarantee(config)
+    if guarantee == "none":
+        return []
+    sizes = data.train.sizes
+    out = [delta_assumption(config.privacy.delta, int(sizes.min()) if len(sizes) else 0,
+                            reproduction=config.privacy.reproduction)] if guarantee == "dp" else []
+    return [s for s in out if s] + list(reg.assumptions(assemble.algorithm_sections(config, reg)))
 
 
 def open_run(config: Config, out_dir: Path | None, resume: bool, algorithm: Algorithm, model: Model,
@@ -348,6 +368,7 @@ def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = Fa
         config, planned = plan(config, model, eval_data if isinstance(data, LazyFederatedData) else data)
         algorithm = assemble.build_algorithm(config, model, data)
         check_accountants(config, algorithm, list(data.node_ids))
+        assumptions = run_assumptions(config, data)
         book = LedgerBook(data.node_ids)
         past_mark: dict[int, list[Event]] = {}
         asked: dict[int, Counter[int]] = {}
@@ -355,7 +376,7 @@ def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = Fa
         run = Run(config, data, model, algorithm, budgets_from_config(config.budget, config.privacy), book,
                   directory, state, planned, rounds_done, wall_start=wall_start, past_mark=past_mark,
                   eval_data=eval_data, guarantee=assemble.privacy_guarantee(config),
-                  regression=is_regression(eval_data), asked_before=asked)
+                  regression=is_regression(eval_data), asked_before=asked, assumptions=assumptions)
         run.sessions = list(dict.fromkeys(a.session for a in directory.asked))
         run.refusals = [(r.round, r.exceeded()) for r in directory.refusals]  # withdrawn: asked nothing more
         _evaluate(run)
@@ -974,6 +995,8 @@ def _summary(run: Run) -> dict[str, Any]:
         # each was taken out of the later rounds, the run went on with the others.
         "refusals": [{"node": e.node, "round": r, "budget": e.budget, "would_be": e.would_be, "limit": e.limit}
                      for r, e in run.refusals],
+        # What its ε rests on that the mechanism run does not make true (a paper's reproduction only).
+        "assumptions": run.assumptions,
         "privacy": {"accountant": budgets.accountant, "tight_accountant": config.privacy.tight_accountant,
                     "epsilon_target": reg.epsilon_target(assemble.algorithm_sections(config, reg)),
                     **privacy_headline(run.guarantee, nodes, budgets.delta, budgets.accountant)},
