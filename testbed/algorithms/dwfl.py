@@ -1001,5 +1001,6 @@ REGISTRATION = Registration(
     assumptions=lambda sections: list(dwfl_cli.ASSUMPTIONS),
     privacy_statements=(dwfl_cli.STATEMENT,),
     channel_view=view_from_sections,
-    graph_view=graph_view_with(radio=lambda sections, num_nodes: radio_from_section(sections["dwfl"], num_nodes)),
+    graph_view=graph_view_with(radio=lambda sections, num_nodes: radio_from_section(sections["dwfl"], num_nodes),
+                               default_mixing=DEFAULT_MIXING),
 )

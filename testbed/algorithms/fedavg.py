@@ -38,7 +38,7 @@ from testbed.algorithms.base import BaseAlgorithm, SizeSetup
 from testbed.algorithms.batches import check_batches, uniform_batches
 from testbed.algorithms.contract import NodeResult, RoundContext, ServerResult, State, TensorSpec
 from testbed.algorithms.impact import cap_shares
-from testbed.algorithms.registry import BuildContext, Registration
+from testbed.algorithms.registry import BuildContext, Registration, RobustChoice
 from testbed.data.federated import Split
 from testbed.models import Model
 from testbed.privacy.statements import PrivacyStatement
@@ -156,5 +156,6 @@ STATEMENT = PrivacyStatement(
 
 
 REGISTRATION = Registration(name="fedavg", sections={"fedavg": FedAvgSection}, build=build, client_sampling=True,
-                            privacy_statements=(STATEMENT,))
+                            privacy_statements=(STATEMENT,),
+                            robust_choice=RobustChoice("norm_clip", "O(MP), one pass; no accuracy lost without attack"))
 

@@ -59,7 +59,7 @@ from testbed.algorithms.bounds import gaussian_entry_bound, gaussian_norm_bound
 from testbed.algorithms.contract import NodeResult, RoundContext, ServerResult, State, TensorSpec
 from testbed.algorithms.impact import (ImpactSchedule, cap_shares, check_weights, link_quality_weights,
                                       parse_ratios, ratio_weights, redistribute, spread_uploads)
-from testbed.algorithms.registry import BuildContext, Registration
+from testbed.algorithms.registry import BuildContext, Registration, RobustChoice
 from testbed.data.federated import Split
 from testbed.errors import ConfigError
 from testbed.ledger.events import Event, GaussianEvent
@@ -816,4 +816,6 @@ REGISTRATION = Registration(
     privacy_cli=padpfl_cli.PRIVACY,
     privacy_statements=(padpfl_cli.STATEMENT,),
     assumptions=_assumptions,
+    robust_choice=RobustChoice("trimmed_mean", "O(MP log M); unweighted, so the impact factors and a lying score "
+                                               "no longer steer the model"),
 )

@@ -82,6 +82,17 @@ class Command:
 
 
 @dataclass(frozen=True)
+class RobustChoice:
+    """The robust aggregation rule an averaging algorithm recommends against hostile nodes: the
+    cheapest rule that held at 10 % hostile in benchmarks/robust_aggregation.py (no attack of its
+    grid lowered the mean accuracy by more than 0.05; docs/robust-aggregation.md), and its cost.
+    ``testbed run --help`` prints it; tests/test_robust_aggregation.py holds it to the docs' table."""
+
+    rule: str
+    cost: str
+
+
+@dataclass(frozen=True)
 class Registration:
     """One algorithm.
 
@@ -124,6 +135,9 @@ class Registration:
             (testbed.privacy.statements), its own first, then any variant's run under another name
             (DP-PASGD's microcontroller step): the source of `testbed privacy NAME` and of
             docs/privacy.md.
+        robust_choice: the robust rule it recommends (``ALGORITHM.aggregation``), for an algorithm
+            that averages what nodes send; None for one that cannot drop a sender (ACFL's coded
+            sum, DWFL's superposition over the air).
     """
 
     name: str
@@ -144,6 +158,7 @@ class Registration:
     calibrate: Callable[[dict[str, Any], float], dict[str, Any]] | None = None
     assumptions: Callable[[dict[str, Any]], list[str]] = field(default=lambda sections: [])
     privacy_statements: tuple["PrivacyStatement", ...] = ()
+    robust_choice: RobustChoice | None = None
 
     def sections_for(self, sections: dict[str, Any], budget_epsilon: float | None) -> dict[str, Any]:
         """Its ``sections`` as the run builds it: calibrated to ``budget_epsilon`` (``budget.epsilon``)

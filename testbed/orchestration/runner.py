@@ -53,6 +53,7 @@ from testbed.reports import tracking
 from testbed.reports.asked import Asked, AskedLog
 from testbed.reports.progress import Progress
 from testbed.reports.refusals import RefusalLog
+from testbed.reports.startup import Startup
 from testbed.reports.results import RunDirectory, not_yet_charged, split_by_issuer
 from testbed.reports.tracking.feed import Tracking
 from testbed.resources import check_fits
@@ -181,7 +182,10 @@ class Run:
     broker: dict[str, str] | None = None  # the broker's kind and URL (over MQTT)
     links: list[dict] | None = None  # each emulated host's link, timed round by round (links.netns)
     authentication: dict | None = None  # whether the messages were authenticated (over MQTT)
+    # The rounds' clock (metrics.csv wall_s, summary wall_s): restarted when the set-up is done, so
+    # the set-up (startup.setup_s) is never counted as round 1's.
     wall_start: float = field(default_factory=time.monotonic)
+    startup: Startup = field(default_factory=lambda: Startup(enabled=False))
     tracking: Tracking = field(default_factory=Tracking.off)  # output.tensorboard, output.mlflow
     # What the releases carry (testbed.algorithms.registry.GUARANTEES): only "dp" has a finite ε.
     guarantee: str = "none"
@@ -348,7 +352,7 @@ def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = Fa
     state was saved; the ledger keeps everything already spent, and a round re-run after the kill
     (same seed, same streams, the same values released again) is not charged twice.
     """
-    wall_start = time.monotonic()
+    startup = Startup(enabled=not quiet)
     limit_blas_threads(config.run.blas_threads)
     tracking.check_installed(config)
     # The helper processes start first: they import dp-accounting and matplotlib (a second each)
@@ -362,24 +366,30 @@ def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = Fa
         figures_job = BackgroundFigures()
     directory = None
     try:
-        data, model = load(config)
-        eval_data = load_evaluation_data(config, data)
-        # Planning estimates constants from rows: the evaluated nodes' when the nodes are lazy.
-        config, planned = plan(config, model, eval_data if isinstance(data, LazyFederatedData) else data)
-        algorithm = assemble.build_algorithm(config, model, data)
-        check_accountants(config, algorithm, list(data.node_ids))
-        assumptions = run_assumptions(config, data)
+        with startup.stage(f"loading the data ({config.data.dataset}, {config.data.num_nodes} nodes) and the model",
+                           may_import=("torch",) if config.model.kind == "torch" else ()):
+            data, model = load(config)
+            eval_data = load_evaluation_data(config, data)
+        with startup.stage(f"planning {config.run.algorithm}"):
+            # Planning estimates constants from rows: the evaluated nodes' when the nodes are lazy.
+            config, planned = plan(config, model, eval_data if isinstance(data, LazyFederatedData) else data)
+        with startup.stage(f"building {config.run.algorithm} and checking its accountants",
+                           may_import=("torch", "sionna")):
+            algorithm = assemble.build_algorithm(config, model, data)
+            check_accountants(config, algorithm, list(data.node_ids))
+            assumptions = run_assumptions(config, data)
         book = LedgerBook(data.node_ids)
         past_mark: dict[int, list[Event]] = {}
         asked: dict[int, Counter[int]] = {}
-        directory, rounds_done, state = open_run(config, out_dir, resume, algorithm, model, book, past_mark, asked)
-        run = Run(config, data, model, algorithm, budgets_from_config(config.budget, config.privacy), book,
-                  directory, state, planned, rounds_done, wall_start=wall_start, past_mark=past_mark,
-                  eval_data=eval_data, guarantee=assemble.privacy_guarantee(config),
-                  regression=is_regression(eval_data), asked_before=asked, assumptions=assumptions)
-        run.sessions = list(dict.fromkeys(a.session for a in directory.asked))
-        run.refusals = [(r.round, r.exceeded()) for r in directory.refusals]  # withdrawn: asked nothing more
-        _evaluate(run)
+        with startup.stage("reopening the run directory" if resume else "opening the run directory and evaluating round 0"):
+            directory, rounds_done, state = open_run(config, out_dir, resume, algorithm, model, book, past_mark, asked)
+            run = Run(config, data, model, algorithm, budgets_from_config(config.budget, config.privacy), book,
+                      directory, state, planned, rounds_done, past_mark=past_mark, startup=startup,
+                      eval_data=eval_data, guarantee=assemble.privacy_guarantee(config),
+                      regression=is_regression(eval_data), asked_before=asked, assumptions=assumptions)
+            run.sessions = list(dict.fromkeys(a.session for a in directory.asked))
+            run.refusals = [(r.round, r.exceeded()) for r in directory.refusals]  # withdrawn: asked nothing more
+            _evaluate(run)
     except BaseException:
         for job in (tight_job, figures_job):
             if job is not None:
@@ -394,7 +404,9 @@ def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = Fa
         # Before the nodes: a full pass over it took 40-80 ms of an MQTT run's start, and emulated
         # hosts forked from this process inherit it frozen.
         gc.freeze()
-        nodes = build_nodes(config, algorithm, data, quiet)
+        # Not announced by a timer: the emulated hosts are forked here, with no other thread alive.
+        with startup.stage(f"starting the nodes ({config.run.mode})", announce=False):
+            nodes = build_nodes(config, algorithm, data, quiet)
         nodes.earlier_sessions = tuple(run.sessions)  # a node reports its spend in them too
         run.sessions.append(nodes.session)
         run.tracking = Tracking.start(config, directory.path)  # its thread after the hosts' forks
@@ -438,7 +450,7 @@ def run_rounds(run: Run, nodes: Nodes, quiet: bool, tight_job: BackgroundEpsilon
     def asking(ctx: RoundContext) -> None:
         asked_log.append(nodes.session, ctx.round_index, ctx.expected)
 
-    progress = Progress(alg.rounds, enabled=not quiet, budgets=run.budgets, guarantee=run.guarantee)
+    progress: Progress | None = None  # after the set-up: its bar is the rounds'
     cadence = CheckpointCadence(config.output.checkpoint_every, run.rounds_done)
 
     def save(ahead: int) -> None:
@@ -479,17 +491,21 @@ def run_rounds(run: Run, nodes: Nodes, quiet: bool, tight_job: BackgroundEpsilon
     try:
         if alg.has_setup and run.rounds_done == 0 and not run.book.logged(run.book.node_ids, SETUP_ROUND).any():
             assert isinstance(alg, WithSetup)
-            outcome = nodes.setup(run.state, asking=asking)
-            _charge(run, outcome, ledger_file, nodes)
-            server = alg.server_setup(run.state, outcome.result, outcome.ctx)
-            run.state = server.state
-            _charge_server(run, server.events, nodes, ledger_file)
-            cadence.save(0, save)
+            with run.startup.stage(f"{config.run.algorithm}'s setup round"):
+                outcome = nodes.setup(run.state, asking=asking)
+                _charge(run, outcome, ledger_file, nodes)
+                server = alg.server_setup(run.state, outcome.result, outcome.ctx)
+                run.state = server.state
+                _charge_server(run, server.events, nodes, ledger_file)
+                cadence.save(0, save)
         if tight_job is not None:
             tight_job.guess(_planned_tallies(run))
         every = run.book.node_ids.tolist()
         every_ids = run.book.node_ids  # as an array once, not every round
         straggler_draws = StragglerDraws(config.stragglers, config.run.seed)
+        run.startup.done()
+        run.wall_start = time.monotonic()  # the rounds' own clock from here
+        progress = Progress(alg.rounds, enabled=not quiet, budgets=run.budgets, guarantee=run.guarantee)
         for r in range(run.rounds_done, alg.rounds):
             sampled = sample_clients(config.client_sampling, seed=config.run.seed, round_index=r, node_ids=every_ids)
             participants = every if sampled is None else list(sampled)
@@ -524,7 +540,8 @@ def run_rounds(run: Run, nodes: Nodes, quiet: bool, tight_job: BackgroundEpsilon
                 report(last)
             except Exception:  # noqa: BLE001  the failure on its way out is the one to tell
                 log.exception("could not report round %d", run.rounds_done)
-        progress.close()
+        if progress is not None:
+            progress.close()
         ledger_file.close()
         asked_log.close()
         if refusal_log is not None:
@@ -1018,7 +1035,9 @@ def _summary(run: Run) -> dict[str, Any]:
         "broker": run.broker,
         "links": run.links,
         "authentication": run.authentication,
-        "wall_s": time.monotonic() - run.wall_start,
+        # The rounds' seconds (none if the run failed before them), and the set-up's before them.
+        "wall_s": time.monotonic() - run.wall_start if run.startup.end is not None else 0.0,
+        "setup_s": run.startup.seconds(),
         "run_dir": str(run.directory.path),
     }
     if "topology" in settings:  # who heard whom, for an algorithm whose settings describe its graph
