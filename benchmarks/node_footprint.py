@@ -227,14 +227,18 @@ def node_run(experiment: Path, sets: list[str], nodes: int, total: int, tmp: Pat
     """(largest peak RSS, largest idle RSS in MB, largest CPU seconds, and on a board the largest
     guest peak and idle MB, else None) of ``nodes`` `testbed node` processes (in ``board`` when
     given; the guest sampled every ``sample_s``) serving one run of ``total`` nodes."""
+    from testbed.mqtt import auth
+
+    # The nodes' message keys, as `testbed provision` writes them (the board reads the same path)
+    keys = auth.write_keys(tmp / "keys.json", auth.Keys("footprint", {str(n): auth.new_key() for n in range(total)}))
     with broker() as url:
         rest = subprocess.Popen([sys.executable, "-m", "testbed", "nodes", "--broker", url, "--ids",
-                                 ",".join(str(n) for n in range(nodes, total))],
+                                 ",".join(str(n) for n in range(nodes, total)), "--keys", str(keys)],
                                 cwd=REPO, stderr=subprocess.DEVNULL)
         procs, guests = [], []
         for n in range(nodes):
             args = ["node", "--broker", url, "--node-id", str(n), "--meter", "model", "--profile", "pi-zero-2w",
-                    "--state-dir", str(tmp / "state"), "--verbose"]
+                    "--state-dir", str(tmp / "state"), "--keys", str(keys), "--verbose"]
             guest = GuestRss(sample_s) if board is not None else None
             command = ["testbed", *args] if guest is None else \
                 ["python", "-c", GUEST_SAMPLER + GUEST_TESTBED, *guest.argv(), *args]
@@ -256,7 +260,7 @@ def node_run(experiment: Path, sets: list[str], nodes: int, total: int, tmp: Pat
                 guest_idle.append(guest.last_mb)
         args = [sys.executable, "-m", "testbed", "run", str(experiment), "--quiet", "--out", str(tmp / "run")]
         slow = ["mqtt.round_timeout_s=120", "mqtt.connect_timeout_s=180"] if board is not None else []
-        for s in sets + slow + ["run.mode='mqtt'", f"mqtt.broker_url='{url}'", "mqtt.emulated=false",
+        for s in sets + slow + ["run.mode='mqtt'", f"mqtt.broker_url='{url}'", "mqtt.emulated=false", f"mqtt.keys='{keys}'",
                                 f"mqtt.quorum={nodes}", "output.figures=false"]:
             args += ["--set", s]
         subprocess.run(args, cwd=REPO, check=True, stdout=subprocess.DEVNULL)

@@ -40,11 +40,11 @@ else:  # pragma: no cover
 #: MQTT versions `testbed node --protocol` takes.
 PROTOCOLS = ("auto", "5", "3.1.1")
 #: Keys holding paths: resolved against the node file's folder.
-PATH_KEYS = ("credentials", "tls_ca", "data", "state_dir")
+PATH_KEYS = ("credentials", "keys", "tls_ca", "data", "state_dir")
 
 #: What a key takes when neither the command line nor the file gives it (None: nothing).
 DEFAULTS: dict[str, Any] = {
-    "broker": None, "run": "testbed", "node_id": None, "credentials": None, "tls_ca": None, "data": None,
+    "broker": None, "run": "testbed", "node_id": None, "credentials": None, "keys": None, "tls_ca": None, "data": None,
     "meter": "auto", "profile": "host", "state_dir": str(Path.home() / ".cache" / "testbed" / "node"),
     "protocol": "auto", "pacing": False, "max_chunk_bytes": 256 * 1024, "verbose": False,
     "reproducible": False,
@@ -101,8 +101,8 @@ def _run(value: Any) -> str:
 
 
 CHECKS: dict[str, Callable[[Any], Any]] = {
-    "broker": _broker, "run": _run, "node_id": _int_in(0, MAX_INT), "credentials": _text, "tls_ca": _text,
-    "data": _text, "meter": _one_of(meters.kinds), "profile": _one_of(PROFILE_NAMES), "state_dir": _text,
+    "broker": _broker, "run": _run, "node_id": _int_in(0, MAX_INT), "credentials": _text, "keys": _text,
+    "tls_ca": _text, "data": _text, "meter": _one_of(meters.kinds), "profile": _one_of(PROFILE_NAMES), "state_dir": _text,
     "protocol": _one_of(PROTOCOLS), "pacing": _flag, "max_chunk_bytes": _int_in(MIN_CHUNK_BYTES, MAX_CHUNK_BYTES), "verbose": _flag,
     "reproducible": _flag,
 }

@@ -45,7 +45,7 @@ from typing import Callable, Iterator, Sequence
 
 from testbed import protocol, wire
 from testbed.errors import UserError
-from testbed.mqtt import probe, topics
+from testbed.mqtt import auth, probe, topics
 from testbed.mqtt.client import Inbound, MqttClient, close_all, connect_all, new_client_id, publish_all
 from testbed.mqtt.network_loop import NetworkLoop
 from testbed.util.extras import missing_package_message
@@ -152,7 +152,7 @@ def serve(broker_url: str, run: str, node_ids: Sequence[int], *, data_path: str 
           tls_ca: str | None = None, crash_at_round: int | None = None, crash_after_reply: bool = False,
           agent_factory: Callable[[int], NodeProtocol] | None = None, session: str | None = None,
           coordinator_pid: int | None = None, broadcast: str = "auto", states: StateLines | None = None,
-          secret: NodeSecret | None = None) -> int:
+          secret: NodeSecret | None = None, keys: auth.Keys | None = None) -> int:
     """Serve ``node_ids`` of run ``run`` until the coordinator says stop; returns the number of
     rounds answered.
 
@@ -177,6 +177,9 @@ def serve(broker_url: str, run: str, node_ids: Sequence[int], *, data_path: str 
     ``broadcast``: how a host of several nodes reads the broadcast: "shared" once, through a
     shared subscription of its own (testbed.mqtt.topics); "per-node" once per node; "auto" shared
     when the broker says it serves shared subscriptions (:func:`_broadcast_group`).
+
+    ``keys``: the nodes' message keys (testbed.mqtt.auth): every message sealed and verified with
+    them; None for a coordinator with mqtt.authenticate = false.
 
     ``states`` (a board's `testbed node` or `testbed bridge`, unless ``--quiet``): one line per change
     of state (connecting, connected, waiting for a run, joined run R, round k done, run ended,
@@ -227,6 +230,7 @@ def serve(broker_url: str, run: str, node_ids: Sequence[int], *, data_path: str 
                 subscriptions=topics.node_subscriptions(run, name, group), max_chunk_bytes=max_chunk_bytes,
                 username=name if credentials is not None else None,
                 password=credentials[name] if credentials is not None else None, tls_ca=tls_ca,
+                keys=keys, auth_session=session or "",
                 on_connection=None if states is None else functools.partial(states.connection, broker_url=broker_url))
         connect_all({f"node {name}": client for name, client in clients.items()}, connect_timeout_s,
                     probe_first=False)

@@ -191,6 +191,13 @@ class MqttSection(Section):
     that a 64 MiB message fits in a publish's 16,384 chunks, under MQTT's 256 MiB packet."""
     credentials: str | None = None
     """The JSON file of `testbed acl` (per-node passwords)."""
+    authenticate: bool = True
+    """Seal every MQTT message with a MAC of a per-node key and drop what does not verify
+    (testbed.mqtt.auth), whatever the broker allows; false only for a broker you trust alone
+    (summary.json and the terminal summary then say the run was not authenticated)."""
+    keys: str | None = None
+    """The coordinator's keys file of `testbed provision` (coordinator/keys.json: every board's
+    MAC key), for real boards (emulated = false); the run's emulated boards get keys of their own."""
     tls_ca: str | None = None
     """The CA certificate (PEM) that signed the broker's; only with mqtts://."""
     protocol: Annotated[Literal["auto", "5", "3.1.1"], BeforeValidator(_version_text)] = "auto"

@@ -81,7 +81,7 @@ class WireError(ValueError):
             bad_header, schema, wrong_run, wrong_round, wrong_sender, dtype, size_mismatch,
             non_finite, replay, bad_chunk, bad_status (a status payload other than online/offline),
             not_admitted (refused by the receiver's own declaration: another session, a round it
-            has not opened).
+            has not opened), forged (a frame whose seal does not verify: testbed.mqtt.auth).
         reason: human-readable detail.
     """
 
@@ -326,6 +326,23 @@ def _expect(got_run: str, got_round: int, got_sender: str, *, run: str | None, r
         raise WireError("wrong_round", f"message is for round {got_round}, expected {round}")
     if sender is not None and got_sender != sender:
         raise WireError("wrong_sender", f"message claims sender {got_sender!r}, expected {sender!r}")
+
+
+def session_and_round(payload: bytes) -> tuple[str, int]:
+    """The session (``meta["session"]``, "" if none) and round a payload's header names, read without
+    decoding its tensors: what the MQTT transport seals a message's frames with (testbed.mqtt.auth).
+    ("", 0) for bytes that are not a message (the receiver refuses them when it decodes them)."""
+    try:
+        magic, head_len = _PREFIX.unpack_from(payload)
+        if magic != MESSAGE_MAGIC or head_len > MAX_HEADER_BYTES:
+            return "", 0
+        h = _parse_header(payload[_PREFIX.size:_PREFIX.size + head_len])
+        session, rnd = h["meta"].get("session", ""), h["round"]
+    except (struct.error, ValueError, UnicodeDecodeError, TypeError, KeyError, AttributeError):
+        return "", 0
+    if not isinstance(session, str) or not isinstance(rnd, int) or isinstance(rnd, bool) or not 0 <= rnd < 2**64:
+        return "", 0
+    return (session if ID_PATTERN.fullmatch(session) else ""), rnd
 
 
 def decode(payload: bytes | bytearray | memoryview, *, expect_run: str | None = None,

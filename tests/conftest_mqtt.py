@@ -4,6 +4,7 @@ closed). Registered from tests/conftest.py with `pytest_plugins = ["conftest_mqt
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import tomllib
@@ -17,13 +18,45 @@ from ledger_invariant import FIGURES, PLANNED, under_counts
 from testbed.ledger.events import Event
 from testbed.ledger.files import read_whole_rows
 from testbed.ledger.node import merge_sessions
-from testbed.mqtt import acl
+from testbed.mqtt import acl, auth
 from testbed.mqtt.brokers import mosquitto
 from testbed.mqtt.brokers.mosquitto import MosquittoBroker, TlsFiles
 from testbed.mqtt.client import MqttClient
 from testbed.mqtt.embedded_broker import EmbeddedBroker
 
 from conftest import require_command
+
+
+def write_node_keys(path: Path, nodes: int | list[int] = 8) -> str:
+    """A keys file (testbed.mqtt.auth, as `testbed provision` writes them) of nodes 0..nodes-1 (or
+    of the ids listed), for a coordinator's ``mqtt.keys`` and for `testbed node --keys`, which take
+    the keys of their own nodes from it; its path."""
+    ids = range(nodes) if isinstance(nodes, int) else nodes
+    auth.write_keys(path, auth.Keys("any", {str(n): auth.new_key() for n in ids}))
+    return str(path)
+
+
+@pytest.fixture
+def board_keys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A keys file of nodes 0..7 (:func:`write_node_keys`), named in this test's environment as a run
+    names its hosts' (testbed.mqtt.auth.KEYS_ENV): the `testbed node(s)` processes the test starts
+    find their keys there. Its path; :func:`with_board_keys` gives it to the test's coordinators."""
+    path = write_node_keys(tmp_path / "keys.json")
+    monkeypatch.setenv(auth.KEYS_ENV, path)
+    return path
+
+
+def with_board_keys(mqtt: dict) -> dict:
+    """An [mqtt] section's overrides, with ``keys`` = the file of :func:`board_keys` when the run's
+    boards are started by the test (``emulated`` false) and authenticated."""
+    if mqtt.get("emulated") is False and mqtt.get("authenticate", True) and "keys" not in mqtt:
+        return {**mqtt, "keys": os.environ[auth.KEYS_ENV]}
+    return mqtt
+
+
+def keys_of_test(run: str) -> "auth.Keys":
+    """The keys of :func:`board_keys`, for a host a test serves in its own process (nodes.host.serve)."""
+    return auth.load_keys(os.environ[auth.KEYS_ENV], run)
 
 
 @pytest.fixture

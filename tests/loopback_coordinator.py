@@ -4,7 +4,9 @@ The coordinator (testbed.orchestration.coordinator.MqttNodes) runs unchanged but
 :class:`LoopbackClient` is the real :class:`~testbed.mqtt.client.MqttClient` on its receiving side
 (every message goes through ``_take``: decoding, the coordinator's ``admit``, the replay window,
 the coordinator's checks) whose ``publish`` hands what the coordinator sends to honest node agents
-(nodes.agent.NodeAgent, each with its own ledger) in this process. A ``tamper`` hook decides what
+(nodes.agent.NodeAgent, each with its own ledger) in this process. What a node sends the coordinator
+is sealed with that node's key (testbed.mqtt.auth; keys of a run key, as the run's emulated boards
+get them): a tampered reply is what a node lying under its own key sends. A ``tamper`` hook decides what
 of each node's reply reaches the coordinator: the reply, a mutant of it, both, twice, later, never.
 
 Example::
@@ -20,8 +22,9 @@ from typing import Callable, Iterator
 
 from nodes.agent import NodeAgent
 from testbed import protocol, wire
-from testbed.mqtt import topics
+from testbed.mqtt import auth, topics
 from testbed.mqtt.client import MqttClient
+from testbed.orchestration import coordinator
 
 #: (node, the message it answers, its honest reply) → the payloads to deliver now, and per payload
 #: a delay: 0 now, k > 0 with the coordinator's k-th publish after this one, None at the stop.
@@ -55,7 +58,7 @@ class Loopback:
         self.delayed = [(w, t, p) for w, t, p in self.delayed
                         if not ((w is None and stop) or (w is not None and w <= self.publishes))]
         for up_topic, late in due:
-            self.client._take(up_topic, late)
+            self.client.take_sealed(up_topic, late)
         t = topics.parse(topic)
         receivers = sorted(self.agents) if t.kind == topics.BCAST else [int(t.node)]  # type: ignore[arg-type]
         for node in receivers:
@@ -65,7 +68,7 @@ class Loopback:
             up = topics.up(self.client.run, str(node))
             for out, delay in self.tamper(node, msg, reply.payload):
                 if delay == 0:
-                    self.client._take(up, out)
+                    self.client.take_sealed(up, out)
                 else:
                     self.delayed.append((None if delay is None else self.publishes + delay, up, out))
 
@@ -79,8 +82,21 @@ class LoopbackClient(MqttClient):
     def connect(self, timeout_s: float = 10.0, *, probe_first: bool = True) -> "LoopbackClient":
         self.connected, self.protocol = True, "5"
         for node in self.loopback.agents:
-            self._take(topics.status(self.run, str(node)), topics.STATUS_ONLINE)
+            self.take_sealed(topics.status(self.run, str(node)), topics.STATUS_ONLINE)
         return self
+
+    def take_sealed(self, topic: str, payload: bytes) -> None:
+        """``payload`` received on ``topic``, sealed by the topic's node with its key (a status for a
+        new connection epoch, a message for the session and round its header names)."""
+        node = topics.parse(topic).node
+        if self._keys is None:
+            self._take(topic, payload)
+            return
+        if topics.parse(topic).kind == topics.STATUS:
+            session, round_index = "", auth.new_epoch()
+        else:
+            session, round_index = wire.session_and_round(payload)
+        self._take(topic, auth.seal(self._keys, topic, [node], session, round_index, payload))
 
     def publish(self, topic: str, payload: bytes, *, retain: bool = False, timeout_s: float | None = 30.0) -> None:
         self.loopback.published(topic, payload)
@@ -104,6 +120,11 @@ def loopback(monkeypatch, node_ids: list[int], tamper: Tamper) -> Iterator[Loopb
             state.client = self
 
     monkeypatch.setattr("testbed.orchestration.coordinator.MqttClient", Bound)
+    # The honest agents stand for boards the run does not start (mqtt.emulated = false): their keys
+    # are a run key's, as the run's own emulated boards' are.
+    real_keys = coordinator._run_keys
+    monkeypatch.setattr(coordinator, "_run_keys", lambda m, run, ids: real_keys(
+        m.model_copy(update={"emulated": True}) if m.keys is None else m, run, ids))
     yield state
 
 

@@ -242,6 +242,8 @@ def test_sim_equals_mqtt_on_the_embedded_broker(name, stragglers, tmp_path):
     mqtt = run_experiment(replace(config, run={"mode": "mqtt"}, mqtt={"hosts": 2, "broker": "embedded"}),
                           out_dir=tmp_path / "mqtt", quiet=True)
     assert sim.summary["status"] == mqtt.summary["status"] == "completed"
+    # Every message sealed and verified (testbed.mqtt.auth), none of them refused for it
+    assert mqtt.summary["authentication"]["enabled"] and mqtt.summary["authentication"]["forged_dropped"] == 0
     a, b = read_checkpoint(tmp_path / "sim").state, read_checkpoint(tmp_path / "mqtt").state
     atol = ATOL_MODES[_dtype(load(config)[1])]
     for key in a:

@@ -46,9 +46,10 @@ def board() -> Path:
     return image.root
 
 
-def _board_node(board: Path, url: str, cwd: Path) -> subprocess.Popen:
+def _board_node(board: Path, url: str, cwd: Path, keys: str) -> subprocess.Popen:
     command = ["testbed", "node", "--broker", url, "--node-id", str(BOARD_NODE), "--meter", "model",
-               "--state-dir", str(cwd / "state"), "--reproducible"]  # compared with sim: the run seed's draws
+               "--state-dir", str(cwd / "state"), "--keys", keys,
+               "--reproducible"]  # compared with sim: the run seed's draws
     return subprocess.Popen([sys.executable, "-m", "testbed", "board", "run", str(board), "--", *command],
                             cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
@@ -64,18 +65,19 @@ def test_the_board_runs_aarch64_python_with_the_node_extra(board, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["dp_pasgd", "dwfl"])
-def test_an_arm64_board_beside_x86_nodes_ends_where_sim_ends(name, board, mosquitto_broker, tmp_path):
+def test_an_arm64_board_beside_x86_nodes_ends_where_sim_ends(name, board, mosquitto_broker, tmp_path, board_keys):
     config = load_config_text(_text(name))
     sim = run_experiment(config, out_dir=tmp_path / "sim", quiet=True)
     nodes = config.data.num_nodes
     url = mosquitto_broker.url
     x86 = subprocess.Popen([sys.executable, "-m", "testbed", "nodes", "--broker", url, "--ids",
-                            ",".join(str(n) for n in range(nodes) if n != BOARD_NODE)],
+                            ",".join(str(n) for n in range(nodes) if n != BOARD_NODE), "--keys", board_keys],
                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    arm64 = _board_node(board, url, tmp_path)
+    arm64 = _board_node(board, url, tmp_path, board_keys)
     try:
         mqtt = run_experiment(replace(config, run={"mode": "mqtt"},
-                                      mqtt={"emulated": False, "broker_url": url, "quorum": nodes, **TIMEOUTS}),
+                                      mqtt={"emulated": False, "broker_url": url, "quorum": nodes, "keys": board_keys,
+                                            **TIMEOUTS}),
                               out_dir=tmp_path / "mqtt", quiet=True)
         board_log = arm64.communicate(timeout=120)[0]
         x86.communicate(timeout=60)

@@ -16,6 +16,7 @@ from testbed.orchestration.runner import run_experiment
 from testbed.reports.results import read_checkpoint
 
 from conftest import REPO
+from conftest_mqtt import with_board_keys
 from test_mqtt_runtime import _comparable, _metrics, run_with_node_crash
 
 EXPERIMENT = """
@@ -48,7 +49,15 @@ figures = false
 
 
 def _config(**sections):
+    if "mqtt" in sections:
+        sections["mqtt"] = with_board_keys(sections["mqtt"])
     return replace(load_config_text(EXPERIMENT), **sections)
+
+
+@pytest.fixture(autouse=True)
+def _keys(board_keys) -> str:
+    """The message keys of the boards these tests start (conftest_mqtt.board_keys)."""
+    return board_keys
 
 
 def _node_models(run_dir) -> np.ndarray:

@@ -36,6 +36,7 @@ from testbed.orchestration.runner import run_experiment
 from testbed.reports.results import read_metrics
 
 from conftest import REPO
+from conftest_mqtt import with_board_keys
 from test_faults_mqtt import _processes
 from test_trust_bounds import built, uploads
 
@@ -190,12 +191,19 @@ def test_the_channel_drops_an_early_signal_of_the_wrong_shape_or_dtype_and_one_p
 
 # ------------------------------------------------------------------------------------ over MQTT
 
+
+@pytest.fixture(autouse=True)
+def _keys(board_keys) -> str:
+    """The message keys of the host these tests start (conftest_mqtt.board_keys)."""
+    return board_keys
+
 LIAR = r"""
-import sys
+import os, sys
 import numpy as np
 from nodes.agent import NodeAgent
 from nodes.host import serve
 from testbed import protocol, wire
+from testbed.mqtt import auth
 
 url, run, nodes, target, kind, round_index, name, value = sys.argv[1:9]
 nodes, target, round_index, value = int(nodes), int(target), int(round_index), float(value)
@@ -220,14 +228,16 @@ class Liar(NodeAgent):
         return protocol.Reply(reply.to, payload)
 
 
-serve(url, run, list(range(nodes)), agent_factory=lambda n: Liar(n) if n == target else NodeAgent(n))
+serve(url, run, list(range(nodes)), agent_factory=lambda n: Liar(n) if n == target else NodeAgent(n),
+      keys=auth.load_keys(os.environ[auth.KEYS_ENV], run))
 """
 
 
 def _run_with_liar(config, url: str, tmp_path, node: int, kind: str, round_index: int, name: str, value: float):
     """The run of ``config`` over MQTT on ``url`` with its nodes on one host whose node ``node``
     changes ``name`` in its reply to the ``kind`` message of ``round_index`` (x ``value``, or a size)."""
-    config = replace(config, run={"mode": "mqtt"}, mqtt={"broker_url": url, "emulated": False, "round_timeout_s": 4.0})
+    config = replace(config, run={"mode": "mqtt"},
+                     mqtt=with_board_keys({"broker_url": url, "emulated": False, "round_timeout_s": 4.0}))
     host = subprocess.Popen([sys.executable, "-c", LIAR, url, config.mqtt.run_id, str(config.data.num_nodes),
                              str(node), kind, str(round_index), name, repr(value)], cwd=REPO,
                             stderr=subprocess.DEVNULL)

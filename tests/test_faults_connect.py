@@ -54,9 +54,10 @@ def test_a_client_learns_in_one_line_within_seconds_not_at_its_timeout(url, said
 
 
 @pytest.mark.parametrize("url", [_refused(), f"mqtt://{UNKNOWN_HOST}:1883"])
-def test_the_coordinator_learns_in_one_line_within_seconds(tmp_path, small_config_text, url):
+def test_the_coordinator_learns_in_one_line_within_seconds(tmp_path, small_config_text, url, board_keys):
     config = load_config_text(small_config_text.replace("[output]", f'[mqtt]\nbroker_url = "{url}"\n'
-                                                        'emulated = false\nconnect_timeout_s = 60\n[output]')
+                                                        f'emulated = false\nconnect_timeout_s = 60\n'
+                                                        f'keys = "{board_keys}"\n[output]')
                               .replace('[run]', '[run]\nmode = "mqtt"'))
     start = time.monotonic()
     with pytest.raises(UserError, match="not reachable: ") as err:
@@ -72,7 +73,7 @@ def test_the_coordinator_learns_in_one_line_within_seconds(tmp_path, small_confi
     (_refused(), "connection refused for 3 s"),
     (f"mqtts://{UNKNOWN_HOST}:8883", "unknown host"),
 ])
-def test_node_and_bridge_say_connecting_then_fail_in_one_line(tmp_path, command, broker, said):
+def test_node_and_bridge_say_connecting_then_fail_in_one_line(tmp_path, command, broker, said, board_keys):
     start = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "testbed", *command, "--broker", broker,
                            "--state-dir", str(tmp_path / "state")], cwd=REPO, capture_output=True, text=True,

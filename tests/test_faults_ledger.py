@@ -185,7 +185,7 @@ def test_a_forged_message_of_a_round_not_yet_sent_moves_no_state(shift, kind, tm
 def test_a_status_other_than_online_or_offline_changes_nothing(payload, round_index, tmp_path, monkeypatch):
     def tamper(sender, msg, reply):
         if sender == 0 and msg.kind == protocol.ROUND and msg.round == round_index:
-            nodes.client._take(topics.status(nodes.client.run, "1"), payload)
+            nodes.client.take_sealed(topics.status(nodes.client.run, "1"), payload)
         return [(reply, 0)]
 
     config = load_config_text(DP_PASGD)

@@ -31,13 +31,14 @@ from testbed.algorithms.contract import TensorSpec
 from testbed.config import load_config_text, replace, to_toml
 from testbed.ledger.files import read_ledger
 from testbed.ledger.node import NodeLedger
-from testbed.mqtt import topics
+from testbed.mqtt import auth, topics
 from testbed.mqtt.broker import parse_broker_url
 from testbed.orchestration.channel_emulator import EARLY_ROUNDS, ChannelEmulator
 from testbed.orchestration.runner import run_experiment
 from testbed.privacy.accountants import worst_epsilon
 
 from conftest import REPO, wait_until
+from conftest_mqtt import with_board_keys
 from test_dwfl_mqtt import EXPERIMENT as DWFL_EXPERIMENT
 from test_mqtt_runtime import _comparable
 
@@ -70,6 +71,13 @@ DWFL = DWFL_EXPERIMENT.replace('name = "dwfl-mqtt"', 'name = "faults-ota"')
 
 
 # ----------------------------------------------------------------------------------------- helpers
+
+
+@pytest.fixture(autouse=True)
+def _keys(board_keys) -> str:
+    """The nodes' message keys (testbed.mqtt.auth): the `testbed node(s)` processes of a test find
+    them in their environment, as the hosts a run starts do; its coordinators get them as mqtt.keys."""
+    return board_keys
 
 
 def _testbed(*args: str, **kw) -> subprocess.Popen:
@@ -143,7 +151,7 @@ def test_frozen_node_publishes_late_and_is_charged(mosquitto_broker, tmp_path, c
     summary reports no less ε and cost for node 3 than node 3's own ledger."""
     url = mosquitto_broker.url
     config = replace(load_config_text(DP_PASGD),
-                     mqtt={"broker_url": url, "emulated": False, "round_timeout_s": 2.0, "quorum": 4})
+                     mqtt=with_board_keys({"broker_url": url, "emulated": False, "round_timeout_s": 2.0, "quorum": 4}))
     state, run_dir = tmp_path / "node-state", tmp_path / "r"
     nodes = [_testbed("node", "--broker", url, "--node-id", str(n), "--state-dir", str(state),
                       stderr=subprocess.DEVNULL) for n in range(4)]
@@ -194,10 +202,13 @@ from nodes.agent import NodeAgent
 from nodes.host import serve
 from testbed import protocol, wire
 from testbed.ledger.fields import event_to_dict
-from testbed.mqtt import topics
+from testbed.mqtt import auth, topics
 from testbed.mqtt.broker import parse_broker_url
 
 url, run, target = sys.argv[1], sys.argv[2], int(sys.argv[3])
+# An insider: the host of node 1 itself, holding its key, lying under its own name
+import os
+keys = auth.load_keys(os.environ[auth.KEYS_ENV], run)
 u = parse_broker_url(url)
 rogue = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id="forger", protocol=paho.MQTTv311)
 rogue.connect(u.host, u.port)
@@ -244,11 +255,14 @@ class Forger(NodeAgent):
             if forged is not None:
                 # Acknowledged by the broker before the genuine reply is even published: the
                 # coordinator receives the forgery first.
-                rogue.publish(topics.up(run, str(self.node)), forged, qos=1).wait_for_publish(10)
+                topic = topics.up(run, str(self.node))
+                sealed = auth.seal(keys, topic, [str(self.node)], protocol.session_of(msg), msg.round, forged)
+                rogue.publish(topic, sealed, qos=1).wait_for_publish(10)
         return reply
 
 
-serve(url, run, [0, 1, 2, 3], agent_factory=lambda n: Forger(n) if n == target else NodeAgent(n))
+serve(url, run, [0, 1, 2, 3], agent_factory=lambda n: Forger(n) if n == target else NodeAgent(n),
+      keys=keys.only(["0", "1", "2", "3"]))
 """
 
 #: What the coordinator logs for each round's forgery (FORGER above), in round order.
@@ -259,7 +273,7 @@ def test_forged_updates_are_refused_and_the_genuine_one_used(broker, tmp_path, c
     """Node 1's host sends, ahead of node 1's genuine update each round, one forgery of the issue
     under node 1's identity. Each is refused with its reason; the run equals a clean sim run, so
     node 1's genuine update was the one used and its ledger is the plan's."""
-    config = replace(load_config_text(DP_PASGD), mqtt={"broker_url": broker.url, "emulated": False})
+    config = replace(load_config_text(DP_PASGD), mqtt=with_board_keys({"broker_url": broker.url, "emulated": False}))
     host = subprocess.Popen([sys.executable, "-c", FORGER, broker.url, config.mqtt.run_id, "1"], cwd=REPO,
                             stderr=subprocess.PIPE, text=True)
     caplog.set_level(logging.WARNING, logger="testbed.orchestration.coordinator")
@@ -284,7 +298,7 @@ def test_forged_updates_are_refused_and_the_genuine_one_used(broker, tmp_path, c
 
 def _dwfl(url: str | None, **mqtt):
     config = load_config_text(DWFL)
-    return replace(config, mqtt={**({"broker_url": url} if url else {}), **mqtt})
+    return replace(config, mqtt=with_board_keys({**({"broker_url": url} if url else {}), **mqtt}))
 
 
 class _Listener:
@@ -297,7 +311,7 @@ class _Listener:
     def _on_message(self, client, userdata, message) -> None:
         try:
             topic = topics.parse(message.topic)
-            msg = wire.decode(message.payload)
+            msg = wire.decode(auth.unverified_body(message.payload))  # seals hide nothing
         except (ValueError, wire.WireError):
             return  # chunks, statuses: nothing to react to
         self.react(topic, msg)
@@ -336,20 +350,25 @@ def _forge_channel_traffic(rogue: paho.Client, run: str, kind: str) -> list[str]
     return sent
 
 
-@pytest.mark.parametrize("kind", ["rx_wrong_length", "short_early_signal", "far_future_signal"])
-def test_forged_channel_traffic_changes_nothing(mosquitto_broker, tmp_path, kind, caplog):
+@pytest.mark.parametrize("kind, authenticated", [("rx_wrong_length", False), ("short_early_signal", False),
+                                                 ("far_future_signal", False), ("rx_wrong_length", True),
+                                                 ("short_early_signal", True)])
+def test_forged_channel_traffic_changes_nothing(mosquitto_broker, tmp_path, kind, authenticated, caplog):
     """A wrong-length received signal sent to node 0 (forged as the channel), or short signals on
     node 1's own tx ahead of the round: the node host serving all four nodes keeps serving, every
-    honest signal is used, and the run equals sim (models and ledger)."""
+    honest signal is used, and the run equals sim (models and ledger). Authenticated, the forgeries
+    (no key of the run's) are dropped unread; without authentication (the checks behind it, a
+    second wall) each is refused for what it says."""
     url = mosquitto_broker.url
     # A host started as a new interpreter builds its experiment in round 0; on a loaded CI machine
     # that once took longer than the channel's window of 0.8 x 10 s, and every node straggled.
-    config = _dwfl(url, emulated=False, round_timeout_s=30.0)
+    config = _dwfl(url, emulated=False, round_timeout_s=30.0, authenticate=authenticated)
     log_path = tmp_path / "host.log"
     caplog.set_level(logging.INFO, logger="testbed.orchestration.channel_emulator")
     with open(log_path, "w") as log_file, _rogue(url) as rogue:
         sent = _forge_channel_traffic(rogue, config.mqtt.run_id, kind)
-        host = _testbed("nodes", "--broker", url, "--run", config.mqtt.run_id, "--ids", "0,1,2,3", stderr=log_file)
+        host = _testbed("nodes", "--broker", url, "--run", config.mqtt.run_id, "--ids", "0,1,2,3",
+                        *([] if authenticated else ["--no-auth"]), stderr=log_file)
         with _processes(host):
             result = run_experiment(config, out_dir=tmp_path / "mqtt", quiet=True)
             assert host.poll() is None or host.returncode == 0  # never killed by what it received
@@ -360,7 +379,11 @@ def test_forged_channel_traffic_changes_nothing(mosquitto_broker, tmp_path, kind
     np.testing.assert_allclose(np.load(result.run_dir / "final_params.npy"), np.load(sim.run_dir / "final_params.npy"),
                                atol=1e-6)
     assert _comparable(result.run_dir) == _comparable(sim.run_dir)
-    if kind == "rx_wrong_length":
+    if authenticated:
+        assert "does not authenticate" in (log_path.read_text() if kind == "rx_wrong_length" else caplog.text)
+        assert "node 0 rejected received" not in log_path.read_text()
+        assert kind == "rx_wrong_length" or result.summary["authentication"]["forged_dropped"] > 0
+    elif kind == "rx_wrong_length":
         host_log = log_path.read_text()
         # Refused for its shape, or (when the channel's genuine signal came first) as one the node
         # no longer waits for: either way refused, and every honest signal used (above).
@@ -393,7 +416,7 @@ def _retained(url: str, topic: str, timeout_s: float) -> bytes | None:
         deadline = time.monotonic() + timeout_s
         while not got and time.monotonic() < deadline:
             time.sleep(0.05)
-    return got[-1] if got else None
+    return auth.unverified_body(got[-1]) if got else None  # a status read as anyone reads it
 
 
 FLOOD_SIGNALS, FLOOD_ENTRIES = 300, 2**18  # 300 signals of 2 MiB (float64)

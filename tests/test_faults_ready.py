@@ -186,7 +186,7 @@ def test_an_early_or_foreign_ready_is_refused_before_it_moves_anything(session, 
     def early(client):
         coordinator = client._admit.__self__  # the MqttNodes whose admit the client calls
         own = coordinator.session if session == "own" else "f" * 16
-        client._take(f"tb/v1/{client.run}/up/1", protocol.ready(client.run, own, 1, coordinator._experiment_key))
+        client.take_sealed(f"tb/v1/{client.run}/up/1", protocol.ready(client.run, own, 1, coordinator._experiment_key))
 
     _loopback_run(monkeypatch, tmp_path, caplog, honest, before_prepare=[early])
     assert _not_ready(caplog) == ""

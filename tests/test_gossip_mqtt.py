@@ -12,6 +12,7 @@ from testbed.ledger.files import read_ledger
 from testbed.orchestration.runner import run_experiment
 from testbed.reports.results import read_checkpoint
 
+from conftest_mqtt import with_board_keys
 from test_mqtt_runtime import _comparable, _metrics, run_with_node_crash
 
 EXPERIMENT = """
@@ -45,7 +46,15 @@ figures = false
 
 
 def _config(kind: str, **sections):
+    if "mqtt" in sections:
+        sections["mqtt"] = with_board_keys(sections["mqtt"])
     return replace(load_config_text(EXPERIMENT.format(kind=kind)), **sections)
+
+
+@pytest.fixture(autouse=True)
+def _keys(board_keys) -> str:
+    """The message keys of the boards these tests start (conftest_mqtt.board_keys)."""
+    return board_keys
 
 
 @pytest.mark.parametrize("kind", ["dpsgd", "gossip"])

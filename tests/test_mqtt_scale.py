@@ -5,6 +5,7 @@ one run, and a broker restart under a few hundred nodes is survived with spread-
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
 import subprocess
@@ -15,16 +16,18 @@ from pathlib import Path
 
 import numpy as np
 import paho.mqtt.client as paho
+import pytest
 
 from testbed import cli
 from testbed.config import load_config_text
 from testbed.ledger.files import read_ledger
-from testbed.mqtt import topics
+from testbed.mqtt import auth, topics
 from testbed.mqtt.broker import free_port, parse_broker_url
 from testbed.mqtt.network_loop import NetworkLoop
 from testbed.orchestration.runner import run_experiment
 
 from conftest import REPO, wait_until
+from conftest_mqtt import write_node_keys
 from test_faults_mqtt import _metrics  # metrics.csv's rows so far
 
 EXPERIMENT = """
@@ -68,6 +71,9 @@ def _hosts(url: str, run_id: str, nodes: int, hosts: int, *, credentials: Path |
         ids = range(h * share, (h + 1) * share)
         cmd = [sys.executable, "-m", "testbed", "nodes", "--broker", url, "--run", run_id,
                "--first-id", str(ids[0]), "--count", str(share)]
+        if tmp_path is not None:  # its own nodes' message keys only, as provisioning gives a board its own
+            every_key = auth.load_keys(os.environ[auth.KEYS_ENV], run_id)
+            cmd += ["--keys", str(auth.write_keys(tmp_path / f"keys-{h}.json", every_key.only(str(n) for n in ids)))]
         if credentials is not None and tmp_path is not None:
             every = json.loads(credentials.read_text())
             own = tmp_path / f"host-{h}.json"
@@ -105,7 +111,7 @@ class StatusWatch:
 
     def _on_message(self, client, userdata, msg) -> None:
         node = topics.parse(msg.topic).node
-        if msg.payload == topics.STATUS_ONLINE:
+        if auth.unverified_body(msg.payload) == topics.STATUS_ONLINE:  # a display: sealed, read unverified
             with self._lock:
                 self.online.setdefault(node, []).append(time.monotonic())
 
@@ -171,16 +177,30 @@ def test_reconnect_waits_are_jittered_under_a_doubling_bound():
     assert np.median(late_s) < 0.05, (late_s, drawn)  # each attempt when its wait is over, not at a later tick
 
 
-def test_hosts_sharing_only_the_broker_url_serve_one_run(start_mosquitto, tls_files, run_id, tmp_path):
-    """docs/multi-host.md on loopback: `testbed acl` credentials and ACL, TLS, three hosts that
-    each hold their own nodes' passwords and the CA, a coordinator with mqtt.emulated = false."""
+@pytest.fixture
+def keys(tmp_path, monkeypatch) -> str:
+    """Message keys of 300 nodes (conftest_mqtt.write_node_keys), named in the environment: every
+    host's `testbed nodes` finds its own there (or is given its own file, :func:`_hosts`)."""
+    path = write_node_keys(tmp_path / "keys.json", 300)
+    monkeypatch.setenv(auth.KEYS_ENV, path)
+    return path
+
+
+def test_hosts_sharing_only_the_broker_url_serve_one_run(start_mosquitto, tls_files, run_id, tmp_path, monkeypatch):
+    """docs/multi-host.md on loopback: `testbed acl` credentials, message keys and ACL, TLS, three
+    hosts that each hold their own nodes' passwords and keys and the CA, a coordinator with
+    mqtt.emulated = false."""
     nodes, hosts = 90, 3
     secrets = tmp_path / "secrets"
     assert cli.main(["acl", "--run", run_id, "--nodes", str(nodes), "--out", str(secrets)]) == 0
+    keys = secrets / "keys.json"
+    assert (keys.stat().st_mode & 0o777) == 0o600
+    monkeypatch.setenv(auth.KEYS_ENV, str(keys))  # what _hosts gives each host its own share of
     broker = start_mosquitto(acl_file=secrets / "acl", password_file=secrets / "passwords", tls=tls_files)
     credentials = secrets / "credentials.json"
     text = EXPERIMENT.format(nodes=nodes, steps=6, url=broker.url, run_id=run_id, round_timeout_s=30.0)
-    config = load_config_text(text, [f"mqtt.credentials='{credentials}'", f"mqtt.tls_ca='{tls_files.cafile}'"])
+    config = load_config_text(text, [f"mqtt.credentials='{credentials}'", f"mqtt.tls_ca='{tls_files.cafile}'",
+                                     f"mqtt.keys='{keys}'"])
     procs = _hosts(broker.url, run_id, nodes, hosts, credentials=credentials, tls_ca=tls_files.cafile,
                    tmp_path=tmp_path)
     try:
@@ -201,10 +221,10 @@ def test_hosts_sharing_only_the_broker_url_serve_one_run(start_mosquitto, tls_fi
                                atol=1e-6)
 
 
-def test_nodes_come_back_spread_out_after_a_broker_restart(mosquitto_broker, run_id, tmp_path):
+def test_nodes_come_back_spread_out_after_a_broker_restart(mosquitto_broker, run_id, tmp_path, keys):
     nodes, hosts, outage_s = 300, 3, 2.0
     config = load_config_text(EXPERIMENT.format(nodes=nodes, steps=40, url=mosquitto_broker.url, run_id=run_id,
-                                                round_timeout_s=10.0))
+                                                round_timeout_s=10.0), [f"mqtt.keys='{keys}'"])
     run_dir = tmp_path / "r"
     procs = _hosts(mosquitto_broker.url, run_id, nodes, hosts)
     watch = StatusWatch(mosquitto_broker.url, run_id)

@@ -17,6 +17,7 @@ from testbed.ledger.files import read_ledger
 from testbed.orchestration.runner import run_experiment
 
 from conftest import REPO
+from conftest_mqtt import write_node_keys
 
 #: What `testbed[node]` may install: the package, numpy, paho-mqtt and orjson (the messages' JSON
 #: headers), pydantic (the node checks the coordinator's experiment) with its own requirements,
@@ -91,13 +92,15 @@ def test_a_node_of_the_node_extra_serves_a_run_over_mosquitto(node_venv, mosquit
     the coordinator's tight RDP accountant does not); `testbed run` there is one line naming the
     extra it needs."""
     python = str(node_venv / "bin" / "python")
-    config = load_config_text(EXPERIMENT.replace("[output]", f'broker_url = "{mosquitto_broker.url}"\n[output]'))
+    keys = write_node_keys(tmp_path / "keys.json", 2)
+    config = load_config_text(EXPERIMENT.replace("[output]", f'broker_url = "{mosquitto_broker.url}"\n'
+                                                             f'keys = "{keys}"\n[output]'))
     probe = ("import runpy, sys; sys.argv = ['testbed'] + sys.argv[1:]\n"
              "try:\n    runpy.run_module('testbed', run_name='__main__')\n"
              "finally:\n    print(sorted(m for m in {COORDINATOR} if m in sys.modules), file=sys.stderr)\n"
              ).format(COORDINATOR=COORDINATOR)
     nodes = [subprocess.Popen([python, "-c", probe, "node", "--broker", mosquitto_broker.url, "--node-id", str(n),
-                               "--meter", "model", "--state-dir", str(tmp_path / "state")],
+                               "--meter", "model", "--state-dir", str(tmp_path / "state"), "--keys", keys],
                               cwd=tmp_path, stderr=subprocess.PIPE, text=True) for n in range(2)]
     result = {}
     coordinator = threading.Thread(target=lambda: result.update(

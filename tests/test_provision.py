@@ -207,8 +207,13 @@ def test_nodes_started_from_their_bundles_join_a_run_over_mosquitto_with_the_gen
     bundles = provision(inventory, out)
     broker = start_mosquitto(port=port, acl_file=out / "broker" / "acl", password_file=out / "broker" / "passwords")
     mqtt = (f'broker_url = "{broker.url}"\nrun_id = "lab"\n'
-            f'credentials = "{out / "coordinator" / "credentials.json"}"\n')
+            f'credentials = "{out / "coordinator" / "credentials.json"}"\nkeys = "{out / "coordinator" / "keys.json"}"\n')
     config = load_config_text(EXPERIMENT.replace("[output]", mqtt + "[output]"))
+    # Message keys: the coordinator holds every board's, each board its own only, none readable by others.
+    assert sorted(json.loads((out / "coordinator" / "keys.json").read_text())) == ["0", "1", "2"]
+    assert json.loads((bundles["pi-a"] / "keys.json").read_text()).keys() == {"0"}
+    assert all((f.stat().st_mode & 0o777) == 0o600 for f in [out / "coordinator" / "keys.json",
+                                                              *(b / "keys.json" for b in bundles.values())])
     # The bundles' state_dir (/var/lib/testbed) is the unit's; here the command line overrides it.
     # Provisioning makes no board's secret (its operator may run the server): a board makes its own.
     assert not list(out.rglob("node-secret.key"))
@@ -237,6 +242,7 @@ def test_nodes_started_from_their_bundles_join_a_run_over_mosquitto_with_the_gen
     summary = result["r"].summary
     assert summary["status"] == "completed", [p.stderr.read() for p in procs]
     assert all(p.returncode == 0 for p in procs)
+    assert summary["authentication"]["enabled"] and summary["authentication"]["keys"] == "provisioned"
     events = list(read_ledger(result["r"].run_dir / "ledger.csv"))
     assert not [e for e in events if e.kind == "straggle"]
     assert {(e.node, e.round) for e in events if e.kind == "compute"} == {(n, r) for n in range(3) for r in range(2)}

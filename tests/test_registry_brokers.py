@@ -348,10 +348,10 @@ def started_mosquittos(monkeypatch) -> list[MosquittoBroker]:
 
 @pytest.mark.parametrize("fault", ["nodes never connect", "interrupted mid-run"])
 def test_the_run_broker_stops_when_the_run_fails_or_is_interrupted(tmp_path, monkeypatch, started_mosquittos,
-                                                                    fault):
+                                                                    fault, board_keys):
     _need_mosquitto()
     if fault == "nodes never connect":
-        config, expected = _config(emulated=False, connect_timeout_s=1.0), UserError
+        config, expected = _config(emulated=False, connect_timeout_s=1.0, keys=board_keys), UserError
     else:
         from testbed.orchestration.coordinator import MqttNodes
 

@@ -83,7 +83,7 @@ def _states(driver) -> dict[str, str]:
 
 
 @pytest.mark.slow
-def test_live_page_fills_and_shows_a_killed_node_offline(browser, mosquitto_broker, tmp_path):
+def test_live_page_fills_and_shows_a_killed_node_offline(browser, mosquitto_broker, tmp_path, board_keys):
     """`testbed run --watch` over MQTT (a real broker, two node hosts of two nodes each): the page's
     node table fills with the four nodes online; the host of nodes 2 and 3 is killed and the page
     shows them offline while the run goes on."""
@@ -111,6 +111,7 @@ lipschitz = 1.0
 broker_url = "{url}"
 run_id = "{run_id}"
 emulated = false
+keys = "{board_keys}"
 round_timeout_s = 2.0
 connect_timeout_s = 30.0
 [output]

@@ -5,7 +5,8 @@ ACLs: testbed.mqtt.brokers; Mosquitto's are ``acl``, its acl_file, and ``passwor
 password_file, hashed) and ``credentials.json`` (the plaintext passwords, mode 0600: give each
 board its own entry, and the coordinator the file through ``mqtt.credentials``), and prints the
 broker's configuration lines that use them (Mosquitto's with ``use_username_as_clientid`` on the
-listener).
+listener), and ``keys.json``, each node's message key (testbed.mqtt.auth, mode 0600: give each host
+its own nodes' entries, ``testbed nodes --keys``, and the coordinator the file, ``mqtt.keys``).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _acl(args: argparse.Namespace) -> int:
     from testbed import wire
     from testbed import inputs
+    from testbed.mqtt import auth
     from testbed.mqtt.acl import generate_access, write_private
     from testbed.mqtt.brokers import registry as brokers
     from testbed.resources import check_count
@@ -69,10 +71,12 @@ def _acl(args: argparse.Namespace) -> int:
         fmt.write(args.out, access)
         # Created 0600 before the secrets go in: no moment where other users could read them.
         write_private(creds, jsontext.dumps(dict(access.passwords), indent=2) + "\n")
+        auth.write_keys(args.out / "keys.json", auth.Keys(args.run, {node: auth.new_key() for node in ids}))
     except OSError as exc:
         raise UserError(f"--out {args.out}: cannot write {exc.filename or 'there'} ({exc.strerror or exc})") from None
     written = [str(args.out / name) for name in fmt.files]
-    print(f"wrote {', '.join(written)} and {creds} for {len(ids)} nodes of run {args.run}")
+    print(f"wrote {', '.join(written)}, {creds} and {args.out / 'keys.json'} (message keys) for {len(ids)} nodes "
+          f"of run {args.run}")
     conf = fmt.config(str(args.out.resolve()), 1883, len(ids), False)
     print(f"{fmt.config_name} (client ids bound to usernames: no credential can take over another's session):")
     print("".join(f"  {line}\n" for line in conf.splitlines()), end="")

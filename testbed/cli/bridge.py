@@ -31,6 +31,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "host keeps for it (node-secret.key in the state directory): bit-identical to sim, but its "
                         "epsilon then holds against nobody who holds the seed; a --virtual board always is")
     p.add_argument("--credentials", type=Path, help="the credentials JSON of `testbed acl`")
+    p.add_argument("--keys", help="the message keys JSON of `testbed provision` (the board's MAC key)")
+    p.add_argument("--no-auth", action="store_true",
+                   help="send and take messages unauthenticated, for a coordinator with mqtt.authenticate = false")
     p.add_argument("--tls-ca", help="CA file for mqtts://")
     p.add_argument("--protocol", default="auto", choices=["auto", "5", "3.1.1"], help="MQTT version")
     p.add_argument("--max-chunk-bytes", type=CHUNK_BYTES, default=256 * 1024,
@@ -47,7 +50,7 @@ def _bridge(args: argparse.Namespace) -> int:
     from firmware_bridge.agent import BridgeAgent
     from nodes.host import serve
     from nodes.state_lines import StateLines
-    from testbed.cli.node import _load_credentials, board_secret
+    from testbed.cli.node import _load_credentials, board_secret, node_keys
     from testbed.devices.profiles import load_mcu_profile
 
     if args.profile is not None:
@@ -55,6 +58,7 @@ def _bridge(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     credentials = _load_credentials(args.credentials) if args.credentials else None
+    keys = node_keys(args.keys, args.no_auth, args.run, [args.node_id])
     # A real board's secret, kept by its bridge host (the firmware takes a round's 64-bit key); a
     # virtual board is emulated: the run's seed.
     secret = board_secret(args.state_dir, args.reproducible or args.virtual is not None)
@@ -69,6 +73,6 @@ def _bridge(args: argparse.Namespace) -> int:
                                secret=secret)
 
         serve(args.broker, args.run, [args.node_id], state_dir=state_dir, protocol_version=args.protocol,
-              max_chunk_bytes=args.max_chunk_bytes, credentials=credentials, tls_ca=args.tls_ca,
+              max_chunk_bytes=args.max_chunk_bytes, credentials=credentials, keys=keys, tls_ca=args.tls_ca,
               agent_factory=factory, states=None if args.quiet else StateLines(f"node {args.node_id}"))
     return 0

@@ -79,6 +79,10 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", help="device profile: seconds and joules of the board (default host)")
     p.add_argument("--pacing", action="store_true", default=None, help="take the wall time the profiled board would")
     p.add_argument("--credentials", help="the credentials JSON of `testbed acl` or `testbed provision`")
+    p.add_argument("--keys", help="the message keys JSON of `testbed provision` (this board's MAC key; a host the "
+                                  "run starts is given its own)")
+    p.add_argument("--no-auth", action="store_true", default=None,
+                   help="send and take messages unauthenticated, for a coordinator with mqtt.authenticate = false")
     p.add_argument("--tls-ca", help="CA file for mqtts://")
     p.add_argument("--protocol", choices=["auto", "5", "3.1.1"], help="MQTT version (default auto)")
     p.add_argument("--max-chunk-bytes", type=CHUNK_BYTES,
@@ -143,9 +147,10 @@ def _serve(args: argparse.Namespace, ids: list[int] | None) -> int:
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     costs = NodeCosts(args.profile, args.meter, pacing=args.pacing)
     credentials = _load_credentials(Path(args.credentials)) if args.credentials else None
+    keys = node_keys(args.keys, bool(args.no_auth), args.run, ids)
     secret = board_secret(args.state_dir, args.reproducible)
     serve(args.broker, args.run, ids, data_path=args.data, state_dir=args.state_dir, costs=costs,
-          protocol_version=args.protocol, max_chunk_bytes=args.max_chunk_bytes, credentials=credentials,
+          protocol_version=args.protocol, max_chunk_bytes=args.max_chunk_bytes, credentials=credentials, keys=keys,
           tls_ca=args.tls_ca, crash_at_round=args.crash_at_round,
           crash_after_reply=args.crash_after_reply, session=args.session, coordinator_pid=args.coordinator_pid,
           broadcast=args.broadcast, states=_state_lines(args, ids), secret=secret)
@@ -158,6 +163,26 @@ def _serve(args: argparse.Namespace, ids: list[int] | None) -> int:
         sys.stderr.flush()
         os._exit(0)
     return 0
+
+
+def node_keys(path: str | None, no_auth: bool, run: str, ids: list[int]):
+    """The message keys of nodes ``ids`` (testbed.mqtt.auth.Keys): from ``path`` (--keys, the node
+    file's keys), else from the file the run that started this host names in its environment; None
+    with --no-auth (or a run with mqtt.authenticate = false that started this host). One line if
+    there are none, or one of ``ids`` has none."""
+    from testbed.mqtt import auth
+
+    if no_auth or os.environ.get(auth.NO_AUTH_ENV) == "1":
+        return None
+    path = path or os.environ.get(auth.KEYS_ENV)
+    if not path:
+        raise UserError("no message keys: give --keys FILE (the keys.json of `testbed provision`), or --no-auth for "
+                        "a coordinator with mqtt.authenticate = false")
+    keys = auth.load_keys(path, run, "--keys")
+    missing = [str(n) for n in ids if not keys.holds(str(n))]
+    if missing:
+        raise UserError(f"--keys {path}: no key for node(s) {', '.join(missing[:5])}")
+    return keys.only(str(n) for n in ids)
 
 
 def _state_lines(args: argparse.Namespace, ids: list[int]) -> "StateLines | None":

@@ -67,7 +67,7 @@ def _provision(args: argparse.Namespace) -> int:
     broker = broker_access()
     conf = out / "broker" / broker.config_name
     print(f"wrote {len(bundles)} board bundles for run {inventory.run_id} under {out / 'boards'}, the broker's "
-          f"files under {out / 'broker'} and the coordinator's credentials in {out / 'coordinator' / 'credentials.json'}")
+          f"files under {out / 'broker'} and the coordinator's credentials and message keys in {out / 'coordinator'}")
     if inventory.broker.startswith("mqtts://") and not args.tls and inventory.ca is None:
         print("broker: TLS needs its ca.pem, cert.pem and key.pem beside the conf (or provision with --tls)")
     if args.broker_dir is None:
@@ -83,7 +83,8 @@ def _provision(args: argparse.Namespace) -> int:
     else:
         print("experiment file of the run (or provision with --experiment FILE to have it written):")
         print(f'  [mqtt]\n  broker_url = "{inventory.broker}"\n  run_id = "{inventory.run_id}"\n  emulated = false\n'
-              f'  credentials = "{(out / "coordinator" / "credentials.json").resolve()}"'
+              f'  credentials = "{(out / "coordinator" / "credentials.json").resolve()}"\n'
+              f'  keys = "{(out / "coordinator" / "keys.json").resolve()}"'
               + (f'\n  tls_ca = "{ca}"' if ca is not None else ""))
     host, folder = next(iter(bundles.items()))
     print(f"each board, e.g. {host}:  scp -rp {folder} {host}:  then on it  sudo cp -r {folder.name}/. {BOARD_DIR}/ "

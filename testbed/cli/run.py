@@ -167,6 +167,11 @@ def format_summary(summary: dict) -> str:
     broker = summary.get("broker")
     if broker:
         lines.append(f"broker       {broker['kind']} at {broker['url']}")
+    authentication = summary.get("authentication")
+    if authentication:
+        lines.append("messages     " + (f"authenticated ({authentication['mac']}, {authentication['keys']} keys; "
+                                         f"{authentication['forged_dropped']} forged frame(s) dropped)"
+                                         if authentication["enabled"] else authentication["statement"]))
     for link in summary.get("links") or ():  # measured on the wire, beside the rate and the modelled airtime
         rate = f"{link['rate_bps']:g} bit/s ({link['rate_s']:.3g} s at that rate)" if link["rate_bps"] else "unshaped"
         lines.append(f"link         {link['host_address']}: {link['wire_s']:.3g} s over {link['rounds_timed']} rounds, "

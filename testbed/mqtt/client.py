@@ -15,6 +15,10 @@ What it adds to paho:
 - validation of every received wire message (run, sender = the topic's node, shapes, dtypes,
   finiteness, size, replays): bad ones are logged with the sender id and dropped, never raised
   in the network thread;
+- end-to-end authentication with per-node keys (testbed.mqtt.auth), when given ``keys``: every
+  frame it publishes is sealed (HMAC-SHA256 over topic, session, round and payload), every frame
+  it receives is verified before it is parsed, buffered or moves any state, and one that fails is
+  counted (``forged``) and logged at a bounded rate;
 - a thread-safe inbox read with `receive(timeout_s)`, or a handler called as messages come;
 - optionally one shared network thread for many clients (`NetworkLoop`), for hosts of hundreds.
 """
@@ -40,7 +44,7 @@ from paho.mqtt.reasoncodes import ReasonCode
 
 from testbed import wire
 from testbed.errors import ConfigError, UserError
-from testbed.mqtt import chunks, paho_speedups, probe, replay, topics
+from testbed.mqtt import auth, chunks, paho_speedups, probe, replay, topics
 from testbed.mqtt.broker import BrokerUrl, parse_broker_url
 from testbed.mqtt.network_loop import NetworkLoop
 from testbed.util.frozen import frozen
@@ -161,6 +165,14 @@ class MqttClient:
         on_connection: called on the network thread with False when an established connection is
             lost (reconnecting) and True when it is back; not for the first connect, nor a close.
             It must not block.
+        keys: the keys this client shares with its peers (testbed.mqtt.auth): a node's own, the
+            coordinator's every node's and the channel's; None sends and takes frames unsealed
+            (a run with ``mqtt.authenticate = false``).
+        auth_session: the session this client's statuses and will are sealed for ("" where it is
+            not known at connect: a board), and, when not "", the only session whose frames it
+            takes (another's are dropped before they are buffered).
+        unverified_statuses: without ``keys``, read a sealed status's value without verifying it
+            (a display that holds no key, `testbed watch`; never a party of the run).
     """
 
     def __init__(self, url: str, *, client_id: str, run: str, subscriptions: Sequence[str] = (),
@@ -172,7 +184,8 @@ class MqttClient:
                  session_expiry_s: int = 300, inbox: queue.Queue | None = None, owner: str | None = None,
                  network: NetworkLoop | None = None, on_inbound: Callable[[Inbound], None] | None = None,
                  admit: Callable[[wire.Message], str | None] | None = None, replay_window_rounds: int = 16,
-                 on_connection: Callable[[bool], None] | None = None):
+                 on_connection: Callable[[bool], None] | None = None, keys: auth.Keys | None = None,
+                 auth_session: str = "", unverified_statuses: bool = False):
         if protocol not in PROTOCOLS:
             raise ConfigError("mqtt.protocol", f"must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
         if max_chunk_bytes <= chunks.CHUNK_HEADER_BYTES:
@@ -217,6 +230,23 @@ class MqttClient:
         self.protocol: str | None = None  # "5" or "3.1.1" once connected
         self.connected = False
         self.rejected = 0  # received messages dropped by validation
+        self._keys = keys
+        self._auth_session = auth_session
+        self._unverified_statuses = unverified_statuses and keys is None
+        self._nodes_only = [p for p in keys.principals() if p != topics.CHANNEL] if keys is not None else []
+        self._epoch = auth.new_epoch()  # of the connection the will below is for (statuses)
+        self._epochs = auth.StatusEpochs()
+        self._forged = auth.RejectLog(client_id)
+
+    @property
+    def forged(self) -> int:
+        """Received frames dropped because they did not authenticate."""
+        return self._forged.count
+
+    @property
+    def authenticated(self) -> bool:
+        """Whether frames are sealed and verified (testbed.mqtt.auth)."""
+        return self._keys is not None
 
     # ---- construction helpers ------------------------------------------------------------
 
@@ -262,7 +292,7 @@ class MqttClient:
             c.tls_set_context(probe.tls_context(self._tls_ca))  # loaded and checked by the probe
         c.reconnect_delay_set(*self._reconnect)  # type: ignore[arg-type]  # floats work
         if self.status_topic:
-            c.will_set(self.status_topic, topics.STATUS_OFFLINE, qos=QOS, retain=True)
+            c.will_set(self.status_topic, self._status(topics.STATUS_OFFLINE), qos=QOS, retain=True)
         c.on_connect = self._on_connect
         c.on_disconnect = self._on_disconnect
         c.on_subscribe = self._on_subscribe
@@ -391,7 +421,8 @@ class MqttClient:
                 _, mid = client.subscribe([(t, QOS) for t in self.subscriptions])
             status = None
             if self.status_topic:
-                status = client.publish(self.status_topic, topics.STATUS_ONLINE, qos=QOS, retain=True).mid
+                status = client.publish(self.status_topic, self._status(topics.STATUS_ONLINE), qos=QOS,
+                                        retain=True).mid
             with self._lock:
                 if status is not None:
                     self._unwatch([status])
@@ -409,6 +440,49 @@ class MqttClient:
             if self._on_connection is not None:
                 self._on_connection(False)
         self.connected = False
+        if self.status_topic and self._keys is not None:
+            # The next connection's will and online are of a new epoch: this one's will, which the
+            # broker may have published, cannot be replayed against it.
+            self._epoch = auth.new_epoch()
+            client.will_set(self.status_topic, self._status(topics.STATUS_OFFLINE), qos=QOS, retain=True)
+
+    def _tell_coordinator(self) -> None:
+        """A coordinator's new connection: a board (its statuses carry no session) says again that
+        it is online, for this connection's epoch. Its retained status may be a will of an earlier
+        connection that someone replayed before this coordinator subscribed (it verifies; only its
+        epoch is old): the coordinator takes the newer epoch's. A client of one session needs none
+        (its statuses do not verify in another session)."""
+        c = self._paho
+        if c is None or not self.connected or self._auth_session or self.status_topic is None:
+            return
+        mid = c.publish(self.status_topic, self._status(topics.STATUS_ONLINE), qos=QOS, retain=True).mid
+        with self._lock:
+            self._unwatch([mid])
+
+    def _status(self, value: bytes) -> bytes:
+        """A status payload as published: sealed for this connection's epoch when authenticated."""
+        if self._keys is None or self.status_topic is None:
+            return value
+        t = topics.parse(self.status_topic)
+        return auth.seal(self._keys, self.status_topic, auth.readers(t.kind, t.node, self._keys, self._nodes_only),
+                         self._auth_session, self._epoch, value)
+
+    def _frames(self, topic: str, payload: bytes) -> list[bytes]:
+        """What goes on the wire for ``payload`` on ``topic``: itself or its chunk frames, each sealed
+        (when authenticated) with the message's session and round, all within ``max_chunk_bytes``."""
+        if self._keys is None:
+            return [payload] if len(payload) <= self.max_chunk_bytes else chunks.chunk(payload, self.max_chunk_bytes)
+        if topic == self.status_topic:
+            return [self._status(payload)]
+        t = topics.parse(topic)
+        session, round_index = wire.session_and_round(payload)
+        principals = auth.readers(t.kind, t.node, self._keys, self._nodes_only)
+        room = self.max_chunk_bytes - auth.overhead(principals, session)
+        if room <= chunks.CHUNK_HEADER_BYTES:
+            raise ValueError(f"max_chunk_bytes {self.max_chunk_bytes} leaves no room beside the seal of "
+                             f"{len(principals)} reader(s) on {topic}")
+        frames = [payload] if len(payload) <= room else chunks.chunk(payload, room)
+        return [auth.seal(self._keys, topic, principals, session, round_index, frame) for frame in frames]
 
     def _on_subscribe(self, client: paho.Client, userdata: Any, mid: int, codes: list[ReasonCode],
                       properties: Any) -> None:
@@ -458,20 +532,43 @@ class MqttClient:
         self._take(text, payload)
 
     def _take(self, topic: str, payload: bytes) -> None:
-        """A received message: checked (topic, run, and a wire message's decoding and replay) and
-        handed over, else counted and logged as rejected."""
+        """A received message: checked (topic, run, its seal, and a wire message's decoding and
+        replay) and handed over, else counted and logged as rejected. A frame that does not
+        authenticate is dropped first, before any of it is parsed or any state moves."""
         sender = "?"
         try:
             t = topics.parse(topic)
             sender = topics.writer(t.kind, t.node, self.coordinator_id)
             if t.run != self.run:
                 raise wire.WireError("wrong_run", f"topic is for run {t.run!r}, this client serves {self.run!r}")
+            sealed = None
+            if self._keys is not None:
+                try:
+                    sealed = auth.open_sealed(self._keys, topic, auth.reader_key(t.kind, t.node, self.owner) or "?",
+                                              payload)
+                except auth.Forged as exc:
+                    self._forged.reject(sender, t.kind, exc.reason)
+                    return
+                payload = sealed.body
+                if self._auth_session and sealed.session not in (self._auth_session, ""):
+                    raise wire.WireError("not_admitted", f"sealed for session {sealed.session}, this client "
+                                                         f"serves {self._auth_session}")
             if t.kind not in topics.DATA_KINDS:
+                if self._unverified_statuses:
+                    payload = auth.unverified_body(payload)
                 # A status carries one of two declared values; anything else (garbage, an empty
                 # retained message clearing the topic) says nothing about the node: never "offline".
                 if payload not in topics.STATUS_VALUES:
                     raise wire.WireError("bad_status", f"status payload {payload[:32]!r} is not one of "
                                                        f"{sorted(topics.STATUS_VALUES)}")
+                if sealed is not None:
+                    stale = self._epochs.take(sender, sealed.round, payload == topics.STATUS_ONLINE)
+                    if stale == auth.SAME:
+                        return  # a copy of what this writer's connection said (QoS 1, an answer below)
+                    if stale is not None:
+                        raise wire.WireError("replay", stale)
+                    if t.kind == topics.COORD and payload == topics.STATUS_ONLINE:
+                        self._tell_coordinator()
                 self._deliver(Inbound.of(topic, t.kind, t.node, payload, None, self.owner))
                 return
             if chunks.is_chunk(payload):
@@ -479,6 +576,9 @@ class MqttClient:
                 if payload is None:
                     return
             message = _decode(payload, self.run, sender, self._max_message_bytes)
+            if sealed is not None and (message.round != sealed.round or message.meta.get("session", "") != sealed.session):
+                raise wire.WireError("bad_header", f"the message's round {message.round} and session differ from "
+                                                   f"its seal's ({sealed.round}, {sealed.session})")
             refusal = self._admit(message) if self._admit is not None else None
             if refusal is not None:
                 raise wire.WireError("not_admitted", refusal)
@@ -519,7 +619,7 @@ class MqttClient:
         c = self._paho
         if c is None:
             raise RuntimeError(f"{self.client_id}: publish before connect()")
-        frames = [payload] if len(payload) <= self.max_chunk_bytes else chunks.chunk(payload, self.max_chunk_bytes)
+        frames = self._frames(topic, payload)
         if len(frames) > _MAX_FRAMES:
             raise ValueError(f"{len(payload)} bytes in chunks of {self.max_chunk_bytes} is over {_MAX_FRAMES} frames")
         if retain and len(frames) > 1:

@@ -35,8 +35,10 @@ import json
 import logging
 import os
 import secrets
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -67,7 +69,7 @@ from testbed.ledger.fields import FIELD_RULES, MEASURED_FIELDS, event_within
 from testbed.ledger.node import RoundSet
 from testbed.limits import MAX_TEXT_FILE_BYTES
 from testbed.mqtt import topics
-from testbed.mqtt import acl
+from testbed.mqtt import acl, auth
 from testbed.mqtt.broker import parse_broker_url
 from testbed.mqtt.brokers import registry as brokers
 from testbed.mqtt.client import Inbound, MqttClient
@@ -125,6 +127,7 @@ class MqttNodes:
         m = mqtt
         # Read first: a credentials file refused after the broker started would leave it running.
         username, password = _credentials(m.credentials, "coordinator")
+        self.keys = _run_keys(m, self.run, self.node_ids)
         # The run's own broker when none is given (mqtt.broker), stopped by close(); its registration
         # says how clients best speak to it.
         managed = brokers.choose(m.broker) if m.broker_url is None else None
@@ -153,7 +156,8 @@ class MqttNodes:
                                                      tls_ca=m.tls_ca, max_chunk_bytes=m.max_chunk_bytes,
                                                      protocol=version, reconnect_max_s=_RECONNECT_MAX_S,
                                                      on_inbound=self._on_inbound, admit=self._admit,
-                                                     replay_window_rounds=_WHOLE_RUN_ROUNDS)
+                                                     replay_window_rounds=_WHOLE_RUN_ROUNDS, keys=self.keys,
+                                                     auth_session=self.session)
             self.client.connect(timeout_s=m.connect_timeout_s)
             if isinstance(algorithm, OverTheAir):
                 user, secret = _credentials(m.credentials, topics.CHANNEL)
@@ -161,7 +165,8 @@ class MqttNodes:
                                                 signal_spec=algorithm.channel.signal_spec(),
                                                 connect_timeout_s=m.connect_timeout_s,
                                                 username=user, password=secret, tls_ca=m.tls_ca,
-                                                max_chunk_bytes=m.max_chunk_bytes, protocol=version)
+                                                max_chunk_bytes=m.max_chunk_bytes, protocol=version,
+                                                keys=self.keys, auth_session=self.session)
             if m.emulated:  # after subscribing: RabbitMQ may miss a retained status sent just before
                 self._start_hosts(self.client.protocol or version, broadcast, quiet)
             self._wait_online(m.connect_timeout_s)
@@ -180,6 +185,8 @@ class MqttNodes:
         self.alg, self.seed = algorithm, seed
         self.run = wire.check_id(m.run_id, "mqtt.run_id")
         self.session = secrets.token_hex(8)
+        self.keys: auth.Keys | None = None  # the message keys shared with each node (testbed.mqtt.auth)
+        self._keys_dir: Path | None = None  # the emulated hosts' keys files, removed by close()
         self.earlier_sessions: tuple[str, ...] = ()  # a resumed run's (the runner's asked.csv): named in the stop
         self.round_timeout_s = m.round_timeout_s
         self._hosts: list[_Host] = []
@@ -256,6 +263,8 @@ class MqttNodes:
         if m.credentials:
             _check_credentials(m.credentials, self.node_ids)
         boards = [n for n in self.node_ids if n in set(self.nodes_section.mcu)]
+        groups = self._host_groups()
+        keys_env = self._host_keys([[n] for n in boards] + groups)
         for node in boards:  # a microcontroller board: a virtual one behind its own bridge
             cmd = ["bridge", "--virtual", self.nodes_section.mcu_board,
                    "--broker", self.url, "--run", self.run, "--node-id", str(node),
@@ -263,8 +272,7 @@ class MqttNodes:
                    "--max-chunk-bytes", str(m.max_chunk_bytes)]
             cmd += ["--credentials", m.credentials] if m.credentials else []
             cmd += ["--tls-ca", m.tls_ca] if m.tls_ca else []
-            self._hosts.append(_Host([node], cmd, quiet))
-        groups = self._host_groups()
+            self._hosts.append(_Host([node], cmd, quiet, keys_env([node])))
         # Each emulated host gets its share of this machine's cores for torch (a torch model's step),
         # so that hosts do not oversubscribe them (testbed.torch_models reads the variable).
         env = {"TESTBED_TORCH_THREADS": os.environ.get("TESTBED_TORCH_THREADS",
@@ -284,10 +292,37 @@ class MqttNodes:
                 cmd += ["--tls-ca", m.tls_ca]
             if self.nodes_section.pacing:
                 cmd.append("--pacing")
+            env = {**env, **keys_env(group)}
             if self._links is not None:  # a new interpreter in the host's namespace (`ip netns exec` execs it)
                 self._hosts.append(_Host(group, cmd, quiet, env, wrap=functools.partial(self._links.command, index)))
             else:
                 self._hosts.append(_Host(group, cmd, quiet, env, fork=can_fork()))
+
+    def _host_keys(self, groups: list[list[int]]) -> Callable[[list[int]], dict[str, str]]:
+        """Each emulated host's keys file (its nodes' keys only, mode 0600 in a folder only this user
+        enters, removed by close()); the environment that names it to the host (never its command
+        line, which any user of the machine can read)."""
+        if self.keys is None:
+            return lambda group: {auth.NO_AUTH_ENV: "1"}
+        self._keys_dir = Path(tempfile.mkdtemp(prefix=f"testbed-keys-{self.run}-"))
+        files = {}
+        for group in groups:
+            path = self._keys_dir / f"keys-{group[0]}.json"
+            auth.write_keys(path, self.keys.only(str(n) for n in group))
+            files[tuple(group)] = str(path)
+        return lambda group: {auth.KEYS_ENV: files[tuple(group)]}
+
+    @property
+    def authentication(self) -> dict:
+        """What summary.json says of the messages' authentication: on or off, where the keys came
+        from, and how many received frames did not authenticate (dropped, never parsed)."""
+        client = getattr(self, "client", None)
+        forged = (client.forged if client is not None else 0) + (self._channel.client.forged if self._channel else 0)
+        if self.keys is None:
+            return {"enabled": False, "statement": "not authenticated (mqtt.authenticate = false): anyone on the "
+                                                   "broker its ACL lets in can act for a node or the coordinator"}
+        return {"enabled": True, "mac": "HMAC-SHA256-128, per node and session",
+                "keys": "provisioned" if self.mqtt.keys else "run", "forged_dropped": forged}
 
     def _wait_online(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
@@ -906,6 +941,9 @@ class MqttNodes:
             client.close()
         if self._broker is not None:
             self._broker.stop()
+        if self._keys_dir is not None:
+            shutil.rmtree(self._keys_dir, ignore_errors=True)
+        closing = dataclasses.replace(closing, authentication=self.authentication)
         if self._links is not None:
             closing = dataclasses.replace(closing, links=self._link_rounds.summary() if self._link_rounds else None)
             self._links.close()
@@ -1112,6 +1150,31 @@ def _run_access(mqtt: MqttSection, node_ids: Sequence[int]) -> acl.Access | None
     except ValueError as exc:  # a node id that is a service user's name
         raise ConfigError("mqtt.credentials", str(exc)) from None
     return acl.Access(grants, passwords)
+
+
+def _run_keys(m: MqttSection, run: str, node_ids: Sequence[int]) -> auth.Keys | None:
+    """The keys the coordinator shares with each node (testbed.mqtt.auth), None with
+    ``mqtt.authenticate = false``. The run's emulated boards: derived from a run key made here (new
+    at every session); real boards: mqtt.keys, the coordinator's keys file of `testbed provision`.
+    The channel emulator, a client of this process, gets a fresh key either way."""
+    if not m.authenticate:
+        log.warning("messages are not authenticated (mqtt.authenticate = false): anyone on the broker its ACL "
+                    "lets in can act for a node or the coordinator")
+        return None
+    names = [str(n) for n in node_ids]
+    if m.emulated:
+        keys = auth.Keys.from_run_key(run, auth.new_key(), names)
+    elif m.keys is None:
+        raise ConfigError("mqtt.keys", "real boards (mqtt.emulated = false) need the coordinator's keys file of "
+                          "`testbed provision` (coordinator/keys.json), or mqtt.authenticate = false for a broker you "
+                          "trust alone")
+    else:
+        keys = auth.load_keys(m.keys, run, "mqtt.keys")
+        missing = [n for n in names if not keys.holds(n)]
+        if missing:
+            raise ConfigError("mqtt.keys", f"{m.keys} has no key for node(s) {_ids([int(n) for n in missing])}")
+        keys = keys.only(names)
+    return keys.with_key(topics.CHANNEL, auth.new_key())
 
 
 def _credentials(path: str | None, user: str) -> tuple[str | None, str | None]:

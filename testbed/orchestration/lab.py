@@ -61,7 +61,7 @@ def _is_host(text: str) -> bool:
 def write_experiment(base: Path, inventory, out: Path, ca: Path | None) -> Path:
     """OUT/coordinator/experiment.toml: the experiment ``base`` run over MQTT on the lab's boards
     (``run.mode = "mqtt"``, ``data.num_nodes`` the boards, and ``[mqtt]``: the broker, the run id,
-    ``emulated = false``, the coordinator's credentials and, for TLS, the CA), validated as
+    ``emulated = false``, the coordinator's credentials and message keys and, for TLS, the CA), validated as
     `testbed run` validates it.
 
     Raises:
@@ -78,7 +78,8 @@ def write_experiment(base: Path, inventory, out: Path, ca: Path | None) -> Path:
     coordinator = out / "coordinator"
     overrides = {"run.mode": "mqtt", "data.num_nodes": len(ids), "mqtt.broker_url": inventory.broker,
                  "mqtt.run_id": inventory.run_id, "mqtt.emulated": False,
-                 "mqtt.credentials": str((coordinator / "credentials.json").resolve())}
+                 "mqtt.credentials": str((coordinator / "credentials.json").resolve()),
+                 "mqtt.keys": str((coordinator / "keys.json").resolve())}
     if ca is not None:
         overrides["mqtt.tls_ca"] = str(Path(ca).resolve())
     config = experiment_config(base, overrides)

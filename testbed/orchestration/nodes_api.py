@@ -58,6 +58,8 @@ class Closing:
             and ``url`` (without credentials); None in sim.
         links: each emulated host's link and what it carried round by round (links.netns:
             testbed.orchestration.links.LinkRounds.summary); None without links.
+        authentication: whether the run's messages were authenticated (testbed.mqtt.auth) and how
+            many received frames did not authenticate; None in sim.
         randomness: node → the randomness its ready said keys its private draws
             (testbed.node_secret.RANDOMNESS); None in sim (every node's is the run seed).
         server_randomness: what keyed the server's private draws: "server_secret" (the
@@ -69,6 +71,7 @@ class Closing:
     session: str | None = None
     broker: dict[str, str] | None = None
     links: list[dict] | None = None
+    authentication: dict | None = None
     randomness: dict[int, str] | None = None
     server_randomness: str = RUN_SEED
 

@@ -12,9 +12,11 @@ meter, data); provisioning writes, under DIR:
                                     URL's host and its key (0600) (testbed.orchestration.certificates)
     coordinator/credentials.json    the passwords of the run's service users (coordinator, channel
                                     emulator...), never a board's; `mqtt.credentials`, 0600
+    coordinator/keys.json           every board's message key (testbed.mqtt.auth); `mqtt.keys`, 0600
     coordinator/ca.pem              with --tls: the CA, for `mqtt.tls_ca`
     boards/HOST/node.toml           the board's node file (`testbed node --config`)
     boards/HOST/credentials.json    that board's own password only, 0600
+    boards/HOST/keys.json           that board's own message key only (HMAC-SHA256), 0600
     boards/HOST/ca.pem              the CA of an mqtts:// broker: the inventory's `ca`, or --tls's
     boards/HOST/data/FILE           the board's data file, when the inventory gives a local one
     boards/HOST/testbed-node.service  the systemd unit that keeps the node agent running
@@ -54,7 +56,7 @@ from nodes import board_config
 from nodes.meters import registry as meters
 from testbed import inputs
 from testbed.errors import ConfigError, UserError
-from testbed.mqtt import acl
+from testbed.mqtt import acl, auth
 from testbed.mqtt.broker import parse_broker_url
 from testbed.mqtt.brokers import registry as brokers
 from testbed.orchestration.certificates import make_broker_tls
@@ -261,7 +263,7 @@ def node_unit(command: str, meter: str) -> str:
     It starts after the network is online and is restarted whatever way it ends: the agent also
     exits (status 0) when a run is over and when the broker has been gone for 30 s, and a lab's
     board should be back for the next run. A dynamic user runs it, reading the board's password
-    through systemd's credentials (the file itself stays root's, 0600) and keeping its ledgers in
+    and message key through systemd's credentials (the file itself stays root's, 0600) and keeping its ledgers in
     its state directory; a meter adds the groups its registration names (an INA219/INA260: the
     ``i2c`` group, Raspberry Pi OS's owner of /dev/i2c-*; ``meter = "auto"`` finds an INA only
     where the unit is given that group).
@@ -282,8 +284,9 @@ StartLimitIntervalSec=0
 
 [Service]
 Type=exec
-ExecStart={command} node --config {BOARD_DIR}/node.toml --credentials ${{CREDENTIALS_DIRECTORY}}/credentials.json --state-dir ${{STATE_DIRECTORY}}
+ExecStart={command} node --config {BOARD_DIR}/node.toml --credentials ${{CREDENTIALS_DIRECTORY}}/credentials.json --keys ${{CREDENTIALS_DIRECTORY}}/keys.json --state-dir ${{STATE_DIRECTORY}}
 LoadCredential=credentials.json:{BOARD_DIR}/credentials.json
+LoadCredential=keys.json:{BOARD_DIR}/keys.json
 DynamicUser=yes
 {groups}StateDirectory=testbed
 # a data set the board downloads (Adult...) is cached in the state directory
@@ -360,19 +363,25 @@ def provision(inventory: Inventory, out: Path, *, tls: bool = False, broker_dir:
         services = {user: pw for user, pw in passwords.items() if user not in nodes}
         coordinator = _private_dir(out / "coordinator")
         acl.write_private(coordinator / "credentials.json", jsontext.dumps(services, indent=2) + "\n")
+        keys = auth.Keys(inventory.run_id, {node: auth.new_key() for node in nodes})
+        auth.write_keys(coordinator / "keys.json", keys)
         if made is not None:
             (coordinator / "ca.pem").write_bytes(made.ca_pem)
-        bundles = {b.host: _bundle(inventory, b, passwords[str(b.node_id)], out / "boards" / b.host, ca_pem)
+        bundles = {b.host: _bundle(inventory, b, passwords[str(b.node_id)], keys.only([str(b.node_id)]),
+                                   out / "boards" / b.host, ca_pem)
                    for b in inventory.boards}
     except OSError as exc:
         raise UserError(f"--out {out}: cannot write {exc.filename or 'there'} ({exc.strerror or exc})") from None
     return bundles
 
 
-def _bundle(inventory: Inventory, board: Board, password: str, folder: Path, ca_pem: bytes | None) -> Path:
-    """One board's bundle: its node file, its own password, the CA (``ca_pem``), its data and the unit."""
+def _bundle(inventory: Inventory, board: Board, password: str, keys: auth.Keys, folder: Path,
+            ca_pem: bytes | None) -> Path:
+    """One board's bundle: its node file, its own password and message key, the CA (``ca_pem``), its
+    data and the unit."""
     _private_dir(folder)
     acl.write_private(folder / "credentials.json", jsontext.dumps({str(board.node_id): password}, indent=2) + "\n")
+    auth.write_keys(folder / "keys.json", keys)
     data = board.data_path
     if board.data is not None:  # a node's training data: the owner's only, never wider than the source's
         (folder / "data").mkdir()
@@ -382,7 +391,7 @@ def _bundle(inventory: Inventory, board: Board, password: str, folder: Path, ca_
     if ca_pem is not None:
         (folder / "ca.pem").write_bytes(ca_pem)
     values = {"broker": inventory.broker, "run": inventory.run_id, "node_id": board.node_id,
-              "credentials": "credentials.json", "tls_ca": "ca.pem" if ca_pem is not None else None,
+              "credentials": "credentials.json", "keys": "keys.json", "tls_ca": "ca.pem" if ca_pem is not None else None,
               "data": data, "meter": board.meter, "profile": board.profile, "state_dir": STATE_DIR}
     header = (f"Node file of board {board.host} (node {board.node_id}) in run {inventory.run_id}, by `testbed provision`.\n"
               f"Unpack this folder into {BOARD_DIR}; paths are relative to this file's folder.")

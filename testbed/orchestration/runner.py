@@ -184,6 +184,7 @@ class Run:
     session: str | None = None  # the coordinator's session (over MQTT): the nodes' ledgers are kept under it
     broker: dict[str, str] | None = None  # the broker's kind and URL (over MQTT)
     links: list[dict] | None = None  # each emulated host's link, timed round by round (links.netns)
+    authentication: dict | None = None  # whether the messages were authenticated (over MQTT)
     # The rounds' clock (metrics.csv wall_s, summary wall_s): restarted when the set-up is done, so
     # the set-up (startup.setup_s) is never counted as round 1's.
     wall_start: float = field(default_factory=time.monotonic)
@@ -746,6 +747,7 @@ def _charge_closing(run: Run, closing: Closing, nodes: Nodes) -> None:
     checkpoint again so that it covers them; the nodes' reports kept for the summary."""
     run.node_reports, run.session, run.broker = closing.reports, closing.session, closing.broker
     run.links = closing.links
+    run.authentication = closing.authentication
     run.randomness, run.server_randomness = closing.randomness, closing.server_randomness
     fresh = [event for (node, round_index), events in sorted(closing.charged.items())
              if not run.book.logged([node], round_index)[0] for event in events]
@@ -1046,6 +1048,7 @@ def _summary(run: Run) -> dict[str, Any]:
         "sessions": run.sessions,
         "broker": run.broker,
         "links": run.links,
+        "authentication": run.authentication,
         # The rounds' seconds (none if the run failed before them), and the set-up's before them.
         "wall_s": time.monotonic() - run.wall_start if run.startup.end is not None else 0.0,
         "setup_s": run.startup.seconds(),

@@ -4,6 +4,10 @@ It logs in as the ``watch`` user of `testbed acl` (read access to ``status/+`` a
 when the run's ``mqtt.credentials`` file has one, subscribes to those topics and hands every status
 message to the feed. It publishes nothing: no status of its own, no will.
 
+It holds no message key (testbed.mqtt.auth): it reads the value of a sealed status without
+verifying it, so on a broker that lets anyone publish the page may show a forged status; the run
+itself acts only on verified ones.
+
 Only the declared payloads (``online``/``offline``, :mod:`testbed.mqtt.topics`) change what the page
 shows; anything else (a retained message cleared with an empty payload, garbage, another writer's
 topic) is dropped and counted, never read as "offline".
@@ -66,7 +70,7 @@ class StatusListener:
         self._client = MqttClient(mqtt.broker_url, client_id=new_client_id(run, "watch"), run=run,
                                   subscriptions=[topics.all_status(run), topics.coord(run)], status_topic=None,
                                   username=user, password=password, tls_ca=mqtt.tls_ca, protocol=mqtt.protocol,
-                                  session_expiry_s=0)
+                                  session_expiry_s=0, unverified_statuses=True)
         self.router = StatusRouter(on_node, on_coordinator, on_malformed)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="watch-status", daemon=True)
