@@ -70,6 +70,7 @@ from testbed.mqtt import acl
 from testbed.mqtt.broker import parse_broker_url
 from testbed.mqtt.brokers import registry as brokers
 from testbed.mqtt.client import Inbound, MqttClient
+from testbed.orchestration import charging
 from testbed.orchestration.channel_emulator import ChannelEmulator
 from testbed.orchestration.links import LinkRounds, Links
 from testbed.orchestration.measured_bounds import MeasuredBounds
@@ -602,6 +603,11 @@ class MqttNodes:
             late, self._late = self._late, {}
             for key, events in late.items():
                 charged.setdefault(key, events)
+            # Charged before asked: a node asked that sent nothing usable may have released (killed after
+            # logging, its update late or lost): charged the plan now; its late reply then finds it charged.
+            on_ask = charging.unanswered(ctx, {n for n, r in charged if r == ctx.round_index}, set(refusals),
+                                         lambda left: [self._already_charged(n, ctx.round_index) for n in left])
+            charged.update(charging.on_ask(self._planned_release, ctx, on_ask, "sent no usable reply"))
             self._mark_released(charged)
         for node in ids:  # the node saw its round message: it has the charges it carried
             self._charges.pop(node, None)
@@ -615,7 +621,7 @@ class MqttNodes:
             events=[answers[n][1] for n in ids])
         refused = tuple((n, m.meta["budget"], float(m.meta["would_be"]), float(m.meta["limit"]))
                         for n, m in sorted(refusals.items()))
-        return RoundOutcome(result, closed, charged, straggled, refused)
+        return RoundOutcome(result, closed, charged, straggled, refused, on_ask=tuple(on_ask))
 
     def _mark_released(self, charged: dict[tuple[int, int], list[Event]]) -> None:
         """Note what is handed to the runner as charged: a second copy of it (a redelivery, a late
@@ -916,7 +922,9 @@ class MqttNodes:
                             node, round_index)
         with self._lock:
             self._mark_released(charged)
-        return Closing(charged, {node: report.totals for node, report in reports.items()}, self.session, self.broker)
+        return Closing(charged, {node: report.totals for node, report in reports.items()},
+                       {node: frozenset(report.round_indices()) for node, report in reports.items()},
+                       self.session, self.broker)
 
 
 @dataclasses.dataclass

@@ -45,6 +45,7 @@ from testbed.ledger.files import LedgerWriter
 from testbed.ledger.node import SPENT_AGAIN, Totals
 from testbed.models import Model
 from testbed.mqtt.brokers import registry as brokers
+from testbed.orchestration import charging
 from testbed.orchestration.nodes_api import Closing, Nodes, RoundOutcome
 from testbed.privacy.accountants import epsilon_by_observer
 from testbed.privacy.accountants.background import BackgroundEpsilons
@@ -170,10 +171,15 @@ class Run:
     # _estimates_topped_up at the session's end, when the costliest is known over the whole session.
     estimated: list[tuple[RoundContext, list[Event]]] = field(default_factory=list)
     sessions: list[str] = field(default_factory=list)  # the sessions that asked a round, oldest first
+    # The round this session asked and has not closed yet (charged on ask at the end if it never closes).
+    open_ask: RoundContext | None = None
+    # node → the rounds it was charged the plan of without its own events (testbed.orchestration.charging).
+    charged_on_ask: dict[int, set[int]] = field(default_factory=dict)
     eval_data: FederatedData | None = None  # the evaluated nodes' rows (output.eval_nodes); set by run_experiment
     # node → the totals of its own ledger, as it reported them when the run closed (None: sim, whose
     # nodes' ledgers are the book itself); see _ledger_check.
     node_reports: dict[int, Totals] | None = None
+    reported_rounds: dict[int, frozenset[int]] = field(default_factory=dict)  # node → rounds its report logged
     session: str | None = None  # the coordinator's session (over MQTT): the nodes' ledgers are kept under it
     broker: dict[str, str] | None = None  # the broker's kind and URL (over MQTT)
     links: list[dict] | None = None  # each emulated host's link, timed round by round (links.netns)
@@ -239,10 +245,17 @@ def open_run(config: Config, out_dir: Path | None, resume: bool, algorithm: Algo
     ledger read back: into ``book`` up to the checkpoint's mark, the rows after it (of the rounds
     that run again) into ``past_mark`` by round, for :func:`_charge` to take when their round runs;
     into ``asked``, what :func:`earlier_asks` finds its earlier sessions asked and the ledger lacks."""
+    def initial_state() -> State:
+        return algorithm.init_state(model.init(stream(config.run.seed, GLOBAL, -1, Purpose.INIT)))
+
     if resume:
+        every = config.output.checkpoint_every
+        first = lambda: (initial_state(), 1 if every == "auto" else int(every))  # noqa: E731  (see reopen)
         directory = RunDirectory.reopen(out_dir, expected=algorithm_state_spec(algorithm), max_rounds=algorithm.rounds,
                                         nodes=set(book.node_ids.tolist()), sync=config.output.sync,
-                                        setup=algorithm.has_setup)
+                                        setup=algorithm.has_setup, first=first,
+                                        unset=[name for name, a in initial_state().items()
+                                               if a.dtype.kind in "fc" and np.isnan(a).any()])
         events = list(directory.ledger_events())
         marked = directory.resumed.ledger_mark.rows
         book.extend(events[:marked])
@@ -256,8 +269,7 @@ def open_run(config: Config, out_dir: Path | None, resume: bool, algorithm: Algo
     directory = RunDirectory(out_dir or default_run_dir(config), sync=config.output.sync)
     directory.write_config(to_toml(config))
     LedgerWriter(directory.ledger_path).close()  # a run that fails before round 1 has an empty ledger
-    params0 = model.init(stream(config.run.seed, GLOBAL, -1, Purpose.INIT))
-    return directory, 0, algorithm.init_state(params0)
+    return directory, 0, initial_state()
 
 
 def earlier_asks(asked: list[Asked], events: list[Event], rounds_done: int,
@@ -411,7 +423,8 @@ def run_rounds(run: Run, nodes: Nodes, quiet: bool, tight_job: BackgroundEpsilon
         refusal_log.append(round_index, refusal)
 
     def asking(ctx: RoundContext) -> None:
-        asked_log.append(nodes.session, ctx.round_index, ctx.expected)
+        asked_log.append(nodes.session, ctx.round_index, ctx.expected)  # written ahead: charging's record
+        run.open_ask = ctx
 
     progress = Progress(alg.rounds, enabled=not quiet, budgets=run.budgets, guarantee=run.guarantee)
     cadence = CheckpointCadence(config.output.checkpoint_every, run.rounds_done)
@@ -584,15 +597,21 @@ def _charge(run: Run, outcome: RoundOutcome, ledger_file: LedgerWriter, nodes: N
             if not done:
                 fresh_events.extend(outcome.charged[node, round_index])
     straggled = outcome.straggled
+    charged_here = {n for b in batches if b.kind != StraggleEvent.kind for n in b.nodes.tolist()}
+    charged_here |= {e.node for e in [*fresh_events, *before_kill] if e.kind != StraggleEvent.kind}
+    if outcome.on_ask:  # charged before asked: the nodes' plans, in outcome.charged (see RoundOutcome)
+        planned = [e for n in outcome.on_ask for e in outcome.charged.get((n, outcome.ctx.round_index), [])]
+        run.estimated.append((outcome.ctx, planned))  # topped up to the session's costliest at its end
+        _note_on_ask(run, planned)
+    run.open_ask = None
     earlier = run.asked_before.pop(outcome.ctx.round_index, Counter())
     if earlier:
-        charged_here = {n for b in batches if b.kind != StraggleEvent.kind for n in b.nodes.tolist()}
-        charged_here |= {e.node for e in [*fresh_events, *before_kill] if e.kind != StraggleEvent.kind}
         asked = tuple(sorted(earlier))
         unanswered = _asked_uncharged(run, outcome.ctx, asked, charged_here)
         if unanswered:
             straggled = {**straggled, **dict.fromkeys(unanswered, "asked_before_resume")}
         planned = _planned_for(run, nodes, outcome.ctx, asked, unanswered) if unanswered else []
+        _note_on_ask(run, planned)
         planned += _earlier_spend(run, nodes, outcome.ctx, earlier, before_kill, set(unanswered))
         if planned:
             run.estimated.append((_as_asked(run, outcome.ctx, asked), planned))
@@ -611,6 +630,12 @@ def _charge(run: Run, outcome: RoundOutcome, ledger_file: LedgerWriter, nodes: N
         book.extend_batch(batch)
         _note_cost_source(run, batch)
     ledger_file.write_batches(batches)
+
+
+def _note_on_ask(run: Run, planned: list[Event]) -> None:
+    """Note the rounds ``planned`` charges nodes without their own events (the summary's ``source``)."""
+    for event in planned:
+        run.charged_on_ask.setdefault(event.node, set()).add(event.round)
 
 
 def _asked_uncharged(run: Run, ctx: RoundContext, asked: tuple[int, ...], charged: set[int]) -> list[int]:
@@ -696,9 +721,17 @@ def _charge_closing(run: Run, closing: Closing, nodes: Nodes) -> None:
     earlier session asked that this one did not run again): into the book and ledger.csv, and the
     checkpoint again so that it covers them; the nodes' reports kept for the summary."""
     run.node_reports, run.session, run.broker = closing.reports, closing.session, closing.broker
-    run.links = closing.links
+    run.reported_rounds, run.links = closing.reported_rounds, closing.links
     fresh = [event for (node, round_index), events in sorted(closing.charged.items())
              if not run.book.logged([node], round_index)[0] for event in events]
+    if run.open_ask is not None:  # asked, never closed (a failure mid-round): charged as asked all the same
+        ctx, run.open_ask = run.open_ask, None
+        closed = {e.node for e in fresh if e.round == ctx.round_index}
+        silent = charging.unanswered(ctx, closed, (), lambda left: run.book.logged(left, ctx.round_index))
+        planned = charging.on_ask(nodes.planned_release, ctx, silent, "asked in a round the session never closed")
+        for events in planned.values():
+            _note_on_ask(run, events)
+            fresh += events
     fresh += _asked_rounds_not_run(run, nodes, {(e.node, e.round) for e in fresh})
     fresh += _estimates_topped_up(run, nodes)
     if not fresh:
@@ -727,7 +760,9 @@ def _asked_rounds_not_run(run: Run, nodes: Nodes, charged: set[tuple[int, int]])
         ctx = RoundContext(round_index, run.config.run.seed, run.config.data.num_nodes, asked)
         unanswered = _asked_uncharged(run, ctx, asked, here)
         if unanswered:
-            events += _planned_for(run, nodes, ctx, asked, unanswered)
+            planned = _planned_for(run, nodes, ctx, asked, unanswered)
+            _note_on_ask(run, planned)
+            events += planned
             if not 0 <= round_index < run.rounds_done:  # one straggle row a round: not beside one past the mark
                 straggles = batches_of([StraggleEvent(n, round_index, "asked_before_resume") for n in unanswered])
                 events += [e for batch in not_yet_charged(straggles, past) for e in batch.events()]
@@ -938,6 +973,8 @@ def _summary(run: Run) -> dict[str, Any]:
             "delta": budgets.delta, **{name: col[row] for name, col in columns.items()},
         }
         nodes[str(node)].update(_ledger_check(nodes[str(node)], run.node_reports, node))
+        nodes[str(node)]["source"] = charging.source(run.charged_on_ask, run.reported_rounds, node,
+                                                     local=run.node_reports is None)
     reg = registry.get(config.run.algorithm)
     stopped = run.stopped
     settings = run.algorithm.describe()
