@@ -11,7 +11,10 @@ the plan at the most seconds and joules the node was seen to spend (topped up wh
 ends, :func:`testbed.orchestration.runner._estimates_topped_up`). So a reply that comes late, is
 lost, refused for its content or never sent (a node killed after logging its release and before
 sending it, an update that reaches the broker after the stop) is charged, once, as asked; a
-node that refused the round for its own budget released nothing and is charged nothing.
+node that refused the round for its own budget released nothing and is charged nothing. Over the
+air the medium says who released: a round's release is its transmit signal, and the channel
+(emulated by the coordinator) charges every sender it heard and nobody else, since a signal it
+did not hear reached no one.
 
 A session killed before its rounds closed leaves its asks in ``asked.csv``: the resume charges
 them the same way (testbed.orchestration.runner.earlier_asks), and a session that ends with a round asked and never
