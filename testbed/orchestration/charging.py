@@ -30,6 +30,8 @@ Example::
     >>> ctx = RoundContext(3, 0, 4, (0, 1, 2))
     >>> unanswered(ctx, charged={0}, refused={2}, logged=lambda nodes: [False] * len(nodes))
     [1]
+    >>> unanswered(ctx, charged={0}, refused={2}, logged=lambda nodes: [False] * len(nodes), over_the_air=True)
+    []
     >>> source(charged_on_ask={1: {3}}, reported_rounds={1: {3}}, node=1, local=False)
     'confirmed by node'
     >>> source(charged_on_ask={1: {3}}, reported_rounds={}, node=1, local=False)
@@ -54,10 +56,13 @@ ON_ASK = "charged on ask"
 
 
 def unanswered(ctx: RoundContext, charged: Collection[int], refused: Collection[int],
-               logged: Callable[[list[int]], Sequence[bool]]) -> list[int]:
+               logged: Callable[[list[int]], Sequence[bool]], over_the_air: bool = False) -> list[int]:
     """The nodes round ``ctx`` asked (``ctx.expected``) whose release nothing charges: not
     ``charged`` this round, not ``refused`` (a budget refusal releases nothing), not ``logged``
-    already (a round's own events kept from before a kill)."""
+    already (a round's own events kept from before a kill). None ``over_the_air``: the channel
+    charged every sender it heard, and a signal it did not hear reached no one."""
+    if over_the_air:
+        return []
     left = [n for n in ctx.expected if n not in charged and n not in refused]
     return [n for n, done in zip(left, logged(left)) if not done] if left else []
 

@@ -605,11 +605,9 @@ class MqttNodes:
                 charged.setdefault(key, events)
             # Charged before asked: a node asked that sent nothing usable may have released (killed after
             # logging, its update late or lost): charged the plan now; its late reply then finds it charged.
-            # Over the air the channel (the medium, emulated here) says who released: what it did not hear
-            # reached no one.
-            on_ask = [] if heard is not None else charging.unanswered(
-                ctx, {n for n, r in charged if r == ctx.round_index}, set(refusals),
-                lambda left: [self._already_charged(n, ctx.round_index) for n in left])
+            on_ask = charging.unanswered(ctx, {n for n, r in charged if r == ctx.round_index}, set(refusals),
+                                         lambda left: [self._already_charged(n, ctx.round_index) for n in left],
+                                         over_the_air=heard is not None)
             charged.update(charging.on_ask(self._planned_release, ctx, on_ask, "sent no usable reply"))
             self._mark_released(charged)
         for node in ids:  # the node saw its round message: it has the charges it carried

@@ -31,7 +31,7 @@ import numpy as np
 from testbed import assemble
 
 from testbed.algorithms import registry
-from testbed.algorithms.contract import SETUP_ROUND, Algorithm, RoundContext, State, WithSetup, planned_batch
+from testbed.algorithms.contract import SETUP_ROUND, Algorithm, OverTheAir, RoundContext, State, WithSetup, planned_batch
 from testbed.assemble import load_evaluation_data, load_run_data, model_for
 from testbed.budgets import Budgets, Exceeded, budgets_from_config
 from testbed.client_sampling import sample_clients
@@ -264,7 +264,7 @@ def open_run(config: Config, out_dir: Path | None, resume: bool, algorithm: Algo
         book.forget_rounds_before(directory.resumed.rounds_done - _ROUNDS_KEPT)
         if asked is not None:
             refused = {(r.node, r.round) for r in directory.refusals}
-            asked.update(earlier_asks(directory.asked, events, directory.resumed.rounds_done, refused))
+            asked.update(earlier_asks(directory.asked, directory.resumed.rounds_done, refused))
         return directory, directory.resumed.rounds_done, directory.resumed.state
     directory = RunDirectory(out_dir or default_run_dir(config), sync=config.output.sync)
     directory.write_config(to_toml(config))
@@ -272,40 +272,35 @@ def open_run(config: Config, out_dir: Path | None, resume: bool, algorithm: Algo
     return directory, 0, initial_state()
 
 
-def earlier_asks(asked: list[Asked], events: list[Event], rounds_done: int,
-                 refused: set[tuple[int, int]]) -> dict[int, Counter[int]]:
+def earlier_asks(asked: list[Asked], rounds_done: int, refused: set[tuple[int, int]]) -> dict[int, Counter[int]]:
     """What the earlier sessions of a resumed run asked (``asked``: asked.csv) that may hold a
-    release or a spend ``events`` (its ledger) lack: round → node → how many sessions asked it.
+    release or a spend its ledger lacks: round → node → how many sessions asked it.
 
     A round the resume runs again (at or past the checkpoint's ``rounds_done``) and a setup: every
     node asked (each asking session computed and sent it; a release is charged once). A round
-    before the checkpoint: each node asked whose ledger holds a straggle row of that round and no
-    release (its late reply, if it sent one, was lost by a kill of the coordinator; a node that
-    never sent is over-counted). A node's refusal of the round (``refused``: (node, round)) was no
-    release: not counted.
+    before the checkpoint closed: whoever it asked was charged then, its events or its plan
+    (testbed.orchestration.charging). A node's refusal of the round (``refused``: (node, round)) was
+    no release: not counted.
 
     Example::
 
         >>> from testbed.reports.asked import Asked
         >>> from testbed.ledger.events import ComputeEvent, StraggleEvent
-        >>> ledger = [ComputeEvent(0, 1, 2), StraggleEvent(1, 1, "deadline"), ComputeEvent(0, 3, 2)]
         >>> found = earlier_asks([Asked("a" * 16, 1, (0, 1)), Asked("a" * 16, 3, (0, 1)),
-        ...                       Asked("b" * 16, 3, (0, 1))], ledger, 3, {(1, 3)})
+        ...                       Asked("b" * 16, 3, (0, 1))], 3, {(1, 3)})
         >>> {r: dict(c) for r, c in found.items()}
-        {1: {1: 1}, 3: {0: 2, 1: 1}}
+        {3: {0: 2, 1: 1}}
     """
-    own, _ = split_by_issuer(events)
-    released = {(e.node, e.round) for e in own if e.kind != StraggleEvent.kind}
-    straggled = {(e.node, e.round) for e in own if e.kind == StraggleEvent.kind}
     refusals = Counter(refused)
     found: dict[int, Counter[int]] = {}
     for record in asked:
-        again = record.round >= rounds_done or record.round == SETUP_ROUND
+        if record.round < rounds_done and record.round != SETUP_ROUND:
+            continue
         for node in record.nodes:
             key = (node, record.round)
             if refusals[key] > 0:
                 refusals[key] -= 1
-            elif again or (key in straggled and key not in released):
+            else:
                 found.setdefault(record.round, Counter())[node] += 1
     return found
 
@@ -599,8 +594,17 @@ def _charge(run: Run, outcome: RoundOutcome, ledger_file: LedgerWriter, nodes: N
     straggled = outcome.straggled
     charged_here = {n for b in batches if b.kind != StraggleEvent.kind for n in b.nodes.tolist()}
     charged_here |= {e.node for e in [*fresh_events, *before_kill] if e.kind != StraggleEvent.kind}
-    if outcome.on_ask:  # charged before asked: the nodes' plans, in outcome.charged (see RoundOutcome)
-        planned = [e for n in outcome.on_ask for e in outcome.charged.get((n, outcome.ctx.round_index), [])]
+    # Charged before asked: every node asked is charged the round, its events or its plan. Over MQTT
+    # the coordinator charged the plans already (outcome.on_ask: a late reply finds them charged there).
+    r = outcome.ctx.round_index
+    planned = [e for n in outcome.on_ask for e in outcome.charged.get((n, r), [])]
+    silent = charging.unanswered(outcome.ctx, charged_here | set(outcome.on_ask), {n for n, *_ in outcome.refused},
+                                 lambda left: book.logged(left, r), over_the_air=isinstance(run.algorithm, OverTheAir))
+    for events in charging.on_ask(nodes.planned_release, outcome.ctx, silent, "sent no usable reply").values():
+        planned += events
+        fresh_events += events
+    charged_here |= set(silent)
+    if planned:
         run.estimated.append((outcome.ctx, planned))  # topped up to the session's costliest at its end
         _note_on_ask(run, planned)
     run.open_ask = None
@@ -620,7 +624,6 @@ def _charge(run: Run, outcome: RoundOutcome, ledger_file: LedgerWriter, nodes: N
     by_reason: dict[str, list[int]] = {}
     for node, reason in sorted(straggled.items()):
         by_reason.setdefault(reason, []).append(node)
-    r = outcome.ctx.round_index
     batches += [EventBatch(StraggleEvent(0, r, reason), np.array(nodes, dtype=np.int64))
                 for reason, nodes in by_reason.items()]
     if before_kill:
@@ -763,11 +766,9 @@ def _asked_rounds_not_run(run: Run, nodes: Nodes, charged: set[tuple[int, int]])
             planned = _planned_for(run, nodes, ctx, asked, unanswered)
             _note_on_ask(run, planned)
             events += planned
-            if not 0 <= round_index < run.rounds_done:  # one straggle row a round: not beside one past the mark
-                straggles = batches_of([StraggleEvent(n, round_index, "asked_before_resume") for n in unanswered])
-                events += [e for batch in not_yet_charged(straggles, past) for e in batch.events()]
-            # Before the checkpoint the node straggled then (its row is in the ledger: a second one
-            # would count the round twice) and its late reply, if any, was lost with the kill.
+            # One straggle row a round: not beside one past the mark.
+            straggles = batches_of([StraggleEvent(n, round_index, "asked_before_resume") for n in unanswered])
+            events += [e for batch in not_yet_charged(straggles, past) for e in batch.events()]
     run.asked_before.clear()
     return events
 
