@@ -31,7 +31,7 @@ import numpy as np
 from testbed import assemble
 
 from testbed.algorithms import registry
-from testbed.algorithms.contract import SETUP_ROUND, Algorithm, OverTheAir, RoundContext, State, WithSetup, planned_batch
+from testbed.algorithms.contract import SETUP_ROUND, Algorithm, RoundContext, State, WithSetup, planned_batch
 from testbed.assemble import load_evaluation_data, load_run_data, model_for
 from testbed.budgets import Budgets, Exceeded, budgets_from_config
 from testbed.client_sampling import sample_clients
@@ -40,9 +40,9 @@ from testbed.data.federated import FederatedData, Split
 from testbed.data.lazy import LazyFederatedData
 from testbed.errors import ConfigError
 from testbed.ledger.book import LedgerBook
-from testbed.ledger.events import Event, EventBatch, NodeEvents, StraggleEvent, batches_of, with_fields
+from testbed.ledger.events import Event, EventBatch, NodeEvents, StraggleEvent, batches_of
 from testbed.ledger.files import LedgerWriter
-from testbed.ledger.node import SPENT_AGAIN, Totals
+from testbed.ledger.node import Totals
 from testbed.models import Model
 from testbed.mqtt.brokers import registry as brokers
 from testbed.orchestration import charging
@@ -50,7 +50,7 @@ from testbed.orchestration.nodes_api import Closing, Nodes, RoundOutcome
 from testbed.privacy.accountants import epsilon_by_observer
 from testbed.privacy.accountants.background import BackgroundEpsilons
 from testbed.reports import tracking
-from testbed.reports.asked import Asked, AskedLog
+from testbed.reports.asked import AskedLog
 from testbed.reports.progress import Progress
 from testbed.reports.refusals import RefusalLog
 from testbed.reports.results import RunDirectory, not_yet_charged, split_by_issuer
@@ -161,14 +161,14 @@ class Run:
     # into the book when their round runs again (so each round's metrics row counts what it did).
     past_mark: dict[int, list[Event]] = field(default_factory=dict)
     # A resumed run's rounds an earlier session asked (asked.csv) that may hold a release the ledger
-    # lacks: round → node → how many earlier sessions asked it (see earlier_asks). Each such node
-    # that ends the round here uncharged (it straggles, left, is withdrawn) may have released: it is
-    # charged the plan (_charge, _asked_rounds_not_run); and each asking session's compute and
-    # communication are charged beside this session's (_earlier_spend).
+    # lacks: round → node → how many earlier sessions asked it. Each such node that ends the round
+    # here uncharged (it straggles, left, is withdrawn) may have released: it is charged the plan;
+    # and each asking session's compute and communication are charged beside this session's
+    # (testbed.orchestration.charging).
     asked_before: dict[int, Counter[int]] = field(default_factory=dict)
-    # What _charge charged at the plan for an earlier session's part of a round (its seconds and
-    # joules the costliest the node had reported by then): (the round as asked, the events), for
-    # _estimates_topped_up at the session's end, when the costliest is known over the whole session.
+    # What was charged at the plan on ask (its seconds and joules the costliest the node had
+    # reported by then): (the round as asked, the events), topped up at the session's end, when the
+    # costliest is known over the whole session (testbed.orchestration.charging).
     estimated: list[tuple[RoundContext, list[Event]]] = field(default_factory=list)
     sessions: list[str] = field(default_factory=list)  # the sessions that asked a round, oldest first
     # The round this session asked and has not closed yet (charged on ask at the end if it never closes).
@@ -244,7 +244,7 @@ def open_run(config: Config, out_dir: Path | None, resume: bool, algorithm: Algo
     checkpoint against the algorithm's state, its files against the checkpoint's marks), with its
     ledger read back: into ``book`` up to the checkpoint's mark, the rows after it (of the rounds
     that run again) into ``past_mark`` by round, for :func:`_charge` to take when their round runs;
-    into ``asked``, what :func:`earlier_asks` finds its earlier sessions asked and the ledger lacks."""
+    into ``asked``, what :func:`testbed.orchestration.charging.earlier_asks` finds its earlier sessions asked and the ledger lacks."""
     def initial_state() -> State:
         return algorithm.init_state(model.init(stream(config.run.seed, GLOBAL, -1, Purpose.INIT)))
 
@@ -264,45 +264,12 @@ def open_run(config: Config, out_dir: Path | None, resume: bool, algorithm: Algo
         book.forget_rounds_before(directory.resumed.rounds_done - _ROUNDS_KEPT)
         if asked is not None:
             refused = {(r.node, r.round) for r in directory.refusals}
-            asked.update(earlier_asks(directory.asked, directory.resumed.rounds_done, refused))
+            asked.update(charging.earlier_asks(directory.asked, directory.resumed.rounds_done, refused))
         return directory, directory.resumed.rounds_done, directory.resumed.state
     directory = RunDirectory(out_dir or default_run_dir(config), sync=config.output.sync)
     directory.write_config(to_toml(config))
     LedgerWriter(directory.ledger_path).close()  # a run that fails before round 1 has an empty ledger
     return directory, 0, initial_state()
-
-
-def earlier_asks(asked: list[Asked], rounds_done: int, refused: set[tuple[int, int]]) -> dict[int, Counter[int]]:
-    """What the earlier sessions of a resumed run asked (``asked``: asked.csv) that may hold a
-    release or a spend its ledger lacks: round → node → how many sessions asked it.
-
-    A round the resume runs again (at or past the checkpoint's ``rounds_done``) and a setup: every
-    node asked (each asking session computed and sent it; a release is charged once). A round
-    before the checkpoint closed: whoever it asked was charged then, its events or its plan
-    (testbed.orchestration.charging). A node's refusal of the round (``refused``: (node, round)) was
-    no release: not counted.
-
-    Example::
-
-        >>> from testbed.reports.asked import Asked
-        >>> from testbed.ledger.events import ComputeEvent, StraggleEvent
-        >>> found = earlier_asks([Asked("a" * 16, 1, (0, 1)), Asked("a" * 16, 3, (0, 1)),
-        ...                       Asked("b" * 16, 3, (0, 1))], 3, {(1, 3)})
-        >>> {r: dict(c) for r, c in found.items()}
-        {3: {0: 2, 1: 1}}
-    """
-    refusals = Counter(refused)
-    found: dict[int, Counter[int]] = {}
-    for record in asked:
-        if record.round < rounds_done and record.round != SETUP_ROUND:
-            continue
-        for node in record.nodes:
-            key = (node, record.round)
-            if refusals[key] > 0:
-                refusals[key] -= 1
-            else:
-                found.setdefault(record.round, Counter())[node] += 1
-    return found
 
 
 def algorithm_state_spec(algorithm: Algorithm) -> dict:
@@ -594,32 +561,10 @@ def _charge(run: Run, outcome: RoundOutcome, ledger_file: LedgerWriter, nodes: N
     straggled = outcome.straggled
     charged_here = {n for b in batches if b.kind != StraggleEvent.kind for n in b.nodes.tolist()}
     charged_here |= {e.node for e in [*fresh_events, *before_kill] if e.kind != StraggleEvent.kind}
-    # Charged before asked: every node asked is charged the round, its events or its plan. Over MQTT
-    # the coordinator charged the plans already (outcome.on_ask: a late reply finds them charged there).
+    asked_events, asked_straggled = charging.charge_asked(run, outcome, nodes, charged_here, before_kill)
+    fresh_events += asked_events
+    straggled = {**straggled, **asked_straggled}
     r = outcome.ctx.round_index
-    planned = [e for n in outcome.on_ask for e in outcome.charged.get((n, r), [])]
-    silent = charging.unanswered(outcome.ctx, charged_here | set(outcome.on_ask), {n for n, *_ in outcome.refused},
-                                 lambda left: book.logged(left, r), over_the_air=isinstance(run.algorithm, OverTheAir))
-    for events in charging.on_ask(nodes.planned_release, outcome.ctx, silent, "sent no usable reply").values():
-        planned += events
-        fresh_events += events
-    charged_here |= set(silent)
-    if planned:
-        run.estimated.append((outcome.ctx, planned))  # topped up to the session's costliest at its end
-        _note_on_ask(run, planned)
-    run.open_ask = None
-    earlier = run.asked_before.pop(outcome.ctx.round_index, Counter())
-    if earlier:
-        asked = tuple(sorted(earlier))
-        unanswered = _asked_uncharged(run, outcome.ctx, asked, charged_here)
-        if unanswered:
-            straggled = {**straggled, **dict.fromkeys(unanswered, "asked_before_resume")}
-        planned = _planned_for(run, nodes, outcome.ctx, asked, unanswered) if unanswered else []
-        _note_on_ask(run, planned)
-        planned += _earlier_spend(run, nodes, outcome.ctx, earlier, before_kill, set(unanswered))
-        if planned:
-            run.estimated.append((_as_asked(run, outcome.ctx, asked), planned))
-        fresh_events.extend(planned)
     batches += batches_of(fresh_events)
     by_reason: dict[str, list[int]] = {}
     for node, reason in sorted(straggled.items()):
@@ -633,77 +578,6 @@ def _charge(run: Run, outcome: RoundOutcome, ledger_file: LedgerWriter, nodes: N
         book.extend_batch(batch)
         _note_cost_source(run, batch)
     ledger_file.write_batches(batches)
-
-
-def _note_on_ask(run: Run, planned: list[Event]) -> None:
-    """Note the rounds ``planned`` charges nodes without their own events (the summary's ``source``)."""
-    for event in planned:
-        run.charged_on_ask.setdefault(event.node, set()).add(event.round)
-
-
-def _asked_uncharged(run: Run, ctx: RoundContext, asked: tuple[int, ...], charged: set[int]) -> list[int]:
-    """The nodes of ``asked`` (by an earlier session, round ``ctx``) that neither ``charged`` nor
-    the book holds a release of."""
-    left = [n for n in asked if n not in charged]
-    return [n for n, done in zip(left, run.book.logged(left, ctx.round_index).tolist()) if not done] if left else []
-
-
-def _as_asked(run: Run, ctx: RoundContext, asked: tuple[int, ...]) -> RoundContext:
-    """Round ``ctx`` as an earlier session asked it, of the nodes ``asked``."""
-    return RoundContext(ctx.round_index, run.config.run.seed, ctx.num_nodes, asked, sampled=ctx.sampled)
-
-
-def _planned_for(run: Run, nodes: Nodes, ctx: RoundContext, asked: tuple[int, ...], unanswered: list[int],
-                 quiet: bool = False) -> list[Event]:
-    """The plan each of ``unanswered`` is charged for round ``ctx`` (as an earlier session asked it,
-    with ``asked``): it may have released then, and its reply never reached the ledger."""
-    earlier = _as_asked(run, ctx, asked)
-    if not quiet:
-        log.warning("round %d: node(s) %s, asked by an earlier session of the run, are charged nothing in this one: "
-                    "charged the plan (they may have released before the resume)", ctx.round_index,
-                    ", ".join(map(str, unanswered)))
-    return [e for n in unanswered for e in nodes.planned_release(n, earlier)]
-
-
-def _earlier_spend(run: Run, nodes: Nodes, ctx: RoundContext, earlier: Counter[int], before_kill: list[Event],
-                   planned: set[int]) -> list[Event]:
-    """What the earlier sessions that asked round ``ctx`` (``earlier``: node → sessions) spent on
-    it and the ledger lacks: each asking session's compute and communication (testbed.reports.
-    results.SPENT_AGAIN: a round run again is spent again, its release charged once), less the
-    sessions whose rows the ledger kept past the checkpoint (``before_kill``) and the one whose plan
-    :func:`_planned_for` charged already (``planned``): the plan's, at the costliest this session
-    saw. A node that never got to compute is over-counted, never under."""
-    kept = Counter((e.node, e.kind) for e in before_kill if e.kind in SPENT_AGAIN)
-    asked = tuple(sorted(earlier))
-    events: list[Event] = []
-    for node, sessions in sorted(earlier.items()):
-        spend = [e for e in _planned_for(run, nodes, ctx, asked, [node], quiet=True) if e.kind in SPENT_AGAIN]
-        per_session = Counter(e.kind for e in spend)
-        logged = min((kept[node, kind] // count for kind, count in per_session.items()), default=sessions)
-        events += spend * max(0, sessions - logged - (node in planned))
-    return events
-
-
-def _estimates_topped_up(run: Run, nodes: Nodes) -> list[Event]:
-    """What the session's end adds to each plan :func:`_charge` charged for an earlier session's
-    part of a round (``run.estimated``): the seconds and joules by which the node's costliest event,
-    known now over the whole session, exceeds what was charged then (a round's first answers come
-    before its costliest), as a compute event of no steps (it adds seconds and joules only)."""
-    events = []
-    for ctx, charged in run.estimated:
-        for node in sorted({e.node for e in charged}):
-            mine = [e for e in charged if e.node == node and e.kind in SPENT_AGAIN]
-            sessions = sum(e.kind == "compute" for e in mine) or 1
-            now = [e for e in nodes.planned_release(node, ctx) if e.kind in SPENT_AGAIN]
-            first = next((e for e in mine if e.kind == "compute"), None)
-            extra_s = sessions * sum(e.compute_s for e in now if e.kind == "compute") \
-                - sum(e.compute_s for e in mine if e.kind == "compute")
-            extra_j = sessions * sum(e.energy_j for e in now) - sum(e.energy_j for e in mine)
-            if first is not None and (extra_s > 0 or extra_j > 0):
-                events.append(with_fields(first, local_steps=0, cost_units=0.0, compute_s=max(extra_s, 0.0),
-                                          energy_j=max(extra_j, 0.0)))
-    run.estimated.clear()
-    return events
 
 
 def _cost_source(sources: set[bool]) -> str:
@@ -727,16 +601,7 @@ def _charge_closing(run: Run, closing: Closing, nodes: Nodes) -> None:
     run.reported_rounds, run.links = closing.reported_rounds, closing.links
     fresh = [event for (node, round_index), events in sorted(closing.charged.items())
              if not run.book.logged([node], round_index)[0] for event in events]
-    if run.open_ask is not None:  # asked, never closed (a failure mid-round): charged as asked all the same
-        ctx, run.open_ask = run.open_ask, None
-        closed = {e.node for e in fresh if e.round == ctx.round_index}
-        silent = charging.unanswered(ctx, closed, (), lambda left: run.book.logged(left, ctx.round_index))
-        planned = charging.on_ask(nodes.planned_release, ctx, silent, "asked in a round the session never closed")
-        for events in planned.values():
-            _note_on_ask(run, events)
-            fresh += events
-    fresh += _asked_rounds_not_run(run, nodes, {(e.node, e.round) for e in fresh})
-    fresh += _estimates_topped_up(run, nodes)
+    fresh += charging.charge_at_end(run, nodes, fresh)
     if not fresh:
         return
     run.book.extend(fresh)
@@ -748,29 +613,6 @@ def _charge_closing(run: Run, closing: Closing, nodes: Nodes) -> None:
         run.directory.save_checkpoint(run.rounds_done, run.state, ledger_file.mark(), 1)
     finally:
         ledger_file.close()
-
-
-def _asked_rounds_not_run(run: Run, nodes: Nodes, charged: set[tuple[int, int]]) -> list[Event]:
-    """The plan of each node an earlier session asked in a round this one did not run again (a
-    budget stop, a failure; a setup some nodes had logged) and that nothing charges: not the book,
-    not its rows past the checkpoint's mark, not ``charged`` (the closing's)."""
-    events = []
-    for round_index, sessions in sorted(run.asked_before.items()):
-        asked = tuple(sorted(sessions))
-        past = run.past_mark.get(round_index, [])
-        marked = {e.node for e in past if e.kind != StraggleEvent.kind}
-        here = marked | {n for n, r in charged if r == round_index}
-        ctx = RoundContext(round_index, run.config.run.seed, run.config.data.num_nodes, asked)
-        unanswered = _asked_uncharged(run, ctx, asked, here)
-        if unanswered:
-            planned = _planned_for(run, nodes, ctx, asked, unanswered)
-            _note_on_ask(run, planned)
-            events += planned
-            # One straggle row a round: not beside one past the mark.
-            straggles = batches_of([StraggleEvent(n, round_index, "asked_before_resume") for n in unanswered])
-            events += [e for batch in not_yet_charged(straggles, past) for e in batch.events()]
-    run.asked_before.clear()
-    return events
 
 
 def _charge_server(run: Run, events: list[Event], nodes: Nodes, ledger_file: LedgerWriter) -> None:
