@@ -40,6 +40,7 @@ from firmware_bridge.costs import BoardCosts
 from firmware_bridge.link import BoardRefused, BoardReset, Link
 from firmware_bridge.port import open_port
 from nodes.agent import NodeAgent
+from testbed.node_secret import NodeSecret
 from testbed import protocol, wire
 from testbed.algorithms.contract import SETUP_ROUND, McuTask, NodeResult, RoundContext, RunsOnMcu
 from testbed.data.federated import Split
@@ -77,11 +78,15 @@ class BridgeAgent(NodeAgent):
         profile: the board's profile (firmware_bridge/boards.toml); default: what its hello says.
         baudrate: the line's rate (ignored by pseudo-terminals and sockets).
         update_timeout_s: how long the bridge waits for a round's update after the board took it.
+        secret: the board's secret, held by its bridge host (the board's own firmware takes a 64-bit
+            key): each round's Philox key is derived from it (NodeSecret.philox_seed) and sent in
+            place of the run's seed; None: the run's seed (reproducible).
     """
 
     def __init__(self, node: int, url: str, *, state_dir: Path | None = None, profile: str | None = None,
-                 baudrate: int = 115200, update_timeout_s: float = 30.0):
-        super().__init__(node, state_dir=state_dir, costs=BoardCosts(profile or "rp2040"))  # type: ignore[arg-type]
+                 baudrate: int = 115200, update_timeout_s: float = 30.0, secret: NodeSecret | None = None):
+        super().__init__(node, state_dir=state_dir, costs=BoardCosts(profile or "rp2040"),  # type: ignore[arg-type]
+                         secret=secret)
         self.url, self.baudrate, self.profile = url, baudrate, profile
         self.board: Board | None = None
         self.update_timeout_s = update_timeout_s

@@ -63,6 +63,7 @@ from testbed.ledger.events import Event
 from testbed.ledger.files import LedgerWriter, read_ledger, read_whole_rows
 from testbed.ledger.node import NodeLedger, Totals, merge_sessions
 from testbed.models import kind_of
+from testbed.node_secret import NODE_SECRET, RUN_SEED, NodeSecret
 from testbed.util.memo import remember_last
 
 log = logging.getLogger(__name__)
@@ -206,11 +207,17 @@ class NodeAgent:
             default: this machine's own profile.
         shared: the experiment of all the nodes of its emulated host, for their stacked steps;
             None: the node steps on its own.
+        secret: the board's secret (testbed.node_secret.load_or_make), which keys its private
+            draws; None: an emulated node, whose draws come from the run's seed (reproducible).
+            It stays in this process: the node tells the coordinator only which kind it uses.
     """
 
     def __init__(self, node: int, *, data_path: str | None = None, state_dir: Path | None = None,
-                 costs: NodeCosts | None = None, shared: SharedExperiment | None = None):
+                 costs: NodeCosts | None = None, shared: SharedExperiment | None = None,
+                 secret: NodeSecret | None = None):
         self.node = int(node)
+        self.secret = secret
+        self.randomness = NODE_SECRET if secret is not None else RUN_SEED
         self.data_path = data_path
         self.state_dir = Path(state_dir) if state_dir else None
         self.costs = costs or NodeCosts()
@@ -248,13 +255,14 @@ class NodeAgent:
         if self.node not in expected:
             return None
         return protocol.Reply(protocol.COORDINATOR, protocol.ready(msg.run, protocol.session_of(msg), self.node,
-                                                                   exp.key))
+                                                                   exp.key, self.randomness))
 
     def _context(self, msg: wire.Message, exp: _Experiment, round_index: int) -> RoundContext | None:
         expected = protocol.expected_of(msg)
         if self.node not in expected:
             return None  # an emulated straggler this round: it does nothing, costs nothing
-        return RoundContext(round_index, exp.config.run.seed, exp.config.data.num_nodes, expected)
+        return RoundContext(round_index, exp.config.run.seed, exp.config.data.num_nodes, expected,
+                            secrets=None if self.secret is None else {self.node: self.secret})
 
     def _step(self, msg: wire.Message) -> protocol.Reply | None:
         outcome = step_nodes([self], [msg])[0]
@@ -511,7 +519,7 @@ def step_nodes(agents: Sequence[NodeAgent], msgs: Sequence[wire.Message]) -> lis
         exp, ctx = admitted.experiment, admitted.ctx
         paced = isinstance(agent.costs, NodeCosts) and agent.costs.pacer.enabled
         alone = exp.over_the_air or not kind_of(exp.config.model.kind).stacks_exactly or paced \
-            or agent.shared is None
+            or agent.shared is None or agent.secret is not None
         key = (i,) if alone else (exp.key, id(agent.shared), id(agent.costs), admitted.session, ctx.round_index,
                                   ctx.expected, tuple(admitted.msg.tensors))
         groups.setdefault(key, []).append((i, agent, admitted))

@@ -46,6 +46,7 @@ DEFAULTS: dict[str, Any] = {
     "broker": None, "run": "testbed", "node_id": None, "credentials": None, "tls_ca": None, "data": None,
     "meter": "auto", "profile": "host", "state_dir": str(Path.home() / ".cache" / "testbed" / "node"),
     "protocol": "auto", "pacing": False, "max_chunk_bytes": 256 * 1024, "verbose": False,
+    "reproducible": False,
 }
 
 
@@ -102,6 +103,7 @@ CHECKS: dict[str, Callable[[Any], Any]] = {
     "broker": _broker, "run": _run, "node_id": _int_in(0, MAX_INT), "credentials": _text, "tls_ca": _text,
     "data": _text, "meter": _one_of(meters.kinds), "profile": _one_of(PROFILE_NAMES), "state_dir": _text,
     "protocol": _one_of(PROTOCOLS), "pacing": _flag, "max_chunk_bytes": _int_in(MIN_CHUNK_BYTES, MAX_CHUNK_BYTES), "verbose": _flag,
+    "reproducible": _flag,
 }
 assert set(CHECKS) == set(DEFAULTS)
 

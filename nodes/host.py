@@ -54,6 +54,7 @@ from nodes.agent import STEPPED, NodeAgent, NodeProtocol, SharedExperiment, step
 from nodes.costs import NodeCosts
 from nodes.round_fence import RoundFence
 from nodes.state_lines import StateLines
+from testbed.node_secret import NodeSecret
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +147,8 @@ def serve(broker_url: str, run: str, node_ids: Sequence[int], *, data_path: str 
           max_chunk_bytes: int = 256 * 1024, credentials: dict[str, str] | None = None,
           tls_ca: str | None = None, crash_at_round: int | None = None, crash_after_reply: bool = False,
           agent_factory: Callable[[int], NodeProtocol] | None = None, session: str | None = None,
-          coordinator_pid: int | None = None, broadcast: str = "auto", states: StateLines | None = None) -> int:
+          coordinator_pid: int | None = None, broadcast: str = "auto", states: StateLines | None = None,
+          secret: NodeSecret | None = None) -> int:
     """Serve ``node_ids`` of run ``run`` until the coordinator says stop; returns the number of
     rounds answered.
 
@@ -160,7 +162,8 @@ def serve(broker_url: str, run: str, node_ids: Sequence[int], *, data_path: str 
     without a reply or a clean disconnect, when that round arrives (with ``crash_after_reply``: just
     after its first reply of that round went out, e.g. its transmit signal). ``agent_factory`` builds the
     node for an id (default: a :class:`NodeAgent` with ``data_path``, ``state_dir`` and ``costs``);
-    another kind of board (a bridged microcontroller) plugs in here.
+    another kind of board (a bridged microcontroller) plugs in here. ``secret``: the board's
+    (testbed.node_secret), which keys its nodes' private draws; None: the run's seed does.
 
     ``session`` and ``coordinator_pid`` (a host its coordinator started): serve that session only,
     and leave at once when that process is gone, without a clean disconnect, so the broker
@@ -188,7 +191,7 @@ def serve(broker_url: str, run: str, node_ids: Sequence[int], *, data_path: str 
         shared = SharedExperiment(node_ids, data_path)  # the nodes' stacked steps
 
         def agent_factory(node: int) -> NodeProtocol:
-            return NodeAgent(node, data_path=data_path, state_dir=state_dir, costs=costs, shared=shared)
+            return NodeAgent(node, data_path=data_path, state_dir=state_dir, costs=costs, shared=shared, secret=secret)
     agents = {str(n): agent_factory(n) for n in node_ids}
     clients: dict[str, MqttClient] = {}
 

@@ -30,6 +30,7 @@ from testbed.ledger.events import EVENT_TYPES
 from testbed.ledger.files import LEDGER_COLUMNS, read_ledger
 from testbed.orchestration.runner import default_run_dir, run_experiment
 from testbed.orchestration.sweep import default_sweep_dir, planned_points, run_sweep
+from testbed.reports import headline
 from testbed.reports.results import INTEGER_METRICS, METRIC_COLUMNS, holds_run, read_metrics, read_summary
 from testbed.reports.sweep_stats import read_stats, read_sweep, value
 from testbed.util.dirlock import LOCK_NAME, DirectoryLock
@@ -106,7 +107,9 @@ class Run:
 
     Attributes:
         dir: the run directory (config.toml, metrics.csv, ledger.csv, summary.json, figures/).
-        summary: summary.json as a dict (checked against its sha256).
+        summary: summary.json as a dict (checked against its sha256); its ``privacy_guarantees``
+            say, per observer, the ε and whether the noise is secret from that observer, and each
+            node's ``randomness`` which key its private draws came from ("node_secret", "run_seed").
     """
 
     def __init__(self, run_dir: str | os.PathLike):
@@ -116,6 +119,15 @@ class Run:
     def __repr__(self) -> str:
         return f"Run({str(self.dir)!r}: {self.summary['algorithm']}, {self.summary['status']}, " \
                f"{self.summary['rounds']} rounds)"
+
+    @property
+    def privacy_guarantees(self) -> list[dict[str, Any]]:
+        """Per observer of the run's privacy figures: {observer, epsilon, delta, accountant,
+        randomness (node ids per kind), statement}, e.g. statement "holds (noise from node
+        secrets)" or "reproducible run: noise derivable from the run seed, so not private against
+        anyone holding it" (testbed.privacy.secrecy); [] for a run without privacy figures or a
+        summary written before they were recorded."""
+        return headline.guarantees(self.summary)
 
     @cached_property
     def metrics(self) -> "pandas.DataFrame":

@@ -17,7 +17,8 @@ what it received (``received``); the node finishes its update and answers the co
 
 Before the first round (or the setup) of a session the coordinator sends a ``prepare`` carrying the
 experiment and the nodes it waits for; each node builds its experiment (loads its data, builds the
-model) and answers ``ready`` with the experiment file's SHA-256, so that the first round's deadline
+model) and answers ``ready`` with the experiment file's SHA-256 and which randomness keys its private
+draws ("node_secret": a key the coordinator never holds; "run_seed": the run's seed), so that the first round's deadline
 starts once the nodes can run it rather than while they are still building it.
 
 A ``stop`` ends the run; each node answers it (and sends it unasked when it leaves before the stop:
@@ -52,6 +53,7 @@ from testbed.algorithms.contract import SETUP_ROUND, TensorSpec
 from testbed.ledger.events import Event
 from testbed.ledger.fields import ABSURD, event_from_dict, event_to_dict
 from testbed.ledger.node import NodeLedger, Totals
+from testbed.node_secret import RANDOMNESS, RUN_SEED
 from testbed.util.memo import remember_last
 
 ROUND, UPDATE, REFUSED, STOP = "round", "update", "refused", "stop"
@@ -95,11 +97,12 @@ def prepare(run: str, session: str, config_toml: str, expected: Sequence[int]) -
                         "meta": _meta(session, config=config_toml, expected=[int(n) for n in expected])})
 
 
-def ready(run: str, session: str, node: int, experiment: str) -> bytes:
+def ready(run: str, session: str, node: int, experiment: str, randomness: str = RUN_SEED) -> bytes:
     """Node → coordinator, answering a prepare: the experiment whose SHA-256 is ``experiment`` is
-    built, the node can run its rounds."""
+    built, the node can run its rounds; its private draws come from ``randomness``
+    (testbed.node_secret.RANDOMNESS: which kind, never the key)."""
     return wire.encode({"run": run, "round": 0, "sender": str(node), "kind": READY,
-                        "meta": _meta(session, experiment=experiment)})
+                        "meta": _meta(session, experiment=experiment, randomness=randomness)})
 
 
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
@@ -107,13 +110,26 @@ _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
 def ready_of(msg: wire.Message) -> str:
     """The experiment key (SHA-256, 64 lowercase hex digits) a ``ready`` names; WireError unless its
-    header's round is 0 and its meta holds exactly ``session`` and ``experiment``."""
+    header's round is 0 and its meta holds exactly ``session``, ``experiment`` and (optionally)
+    ``randomness``, one of testbed.node_secret.RANDOMNESS."""
     meta = msg.meta
-    if msg.round != 0 or meta.keys() != {"session", "experiment"} or not isinstance(meta["experiment"], str) \
-            or not _SHA256_HEX.fullmatch(meta["experiment"]):
+    if msg.round != 0 or meta.keys() - {"randomness"} != {"session", "experiment"} \
+            or not isinstance(meta["experiment"], str) or not _SHA256_HEX.fullmatch(meta["experiment"]):
         raise wire.WireError("bad_header", "a ready needs round 0 and exactly a session and an experiment "
-                                           "(its file's SHA-256 in hex)")
+                                           "(its file's SHA-256 in hex), and may say its randomness")
+    randomness_of(msg)
     return meta["experiment"]
+
+
+def randomness_of(msg: wire.Message) -> str:
+    """Which randomness a ``ready``'s node says keys its private draws: "node_secret" or
+    "run_seed"; a ready that does not say (an older node) counts as "run_seed", the weaker claim.
+    WireError for anything else."""
+    value = msg.meta.get("randomness", RUN_SEED)
+    if value not in RANDOMNESS or not isinstance(value, str):
+        raise wire.WireError("bad_header", f"a ready's randomness must be one of {', '.join(RANDOMNESS)}, "
+                                           f"got {value!r:.40}")
+    return value
 
 
 @remember_last  # a host's nodes read one broadcast, one config text: hashed once

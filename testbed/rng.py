@@ -1,8 +1,12 @@
-"""Random streams keyed by (seed, node id, round, purpose).
+"""Random streams keyed by (seed, node id, round, purpose), and a node's secret for its private ones.
 
 Every random draw of a run comes from one of these streams, so the same seed gives the same numbers
 whether all nodes run in one process (sim) or each on its own board (mqtt): a node needs only its
 own id to reproduce its draws, never another node's generator state.
+
+A node with a secret (a real board, testbed.node_secret) keys its private streams
+(:data:`PRIVATE_PURPOSES`) with it instead, so that whoever holds the seed cannot regenerate them;
+a node without one (``secret=None``: sim, emulated boards) keeps the key above, bit for bit.
 
 Example::
 
@@ -17,9 +21,12 @@ Example::
 from __future__ import annotations
 
 import enum
-from typing import Iterator, Sequence
+from typing import TYPE_CHECKING, Iterator, Optional, Sequence
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from testbed.node_secret import NodeSecret, Secrets
 
 #: Node id used for draws that belong to no node (the coordinator, the channel, the data split).
 GLOBAL = -1
@@ -42,7 +49,13 @@ class Purpose(enum.IntEnum):
     TOPOLOGY = 12  # which nodes hear each other (testbed.topology: random graphs, positions, mobility)
 
 
-def stream(seed: int, node: int, round_index: int, purpose: Purpose) -> np.random.Generator:
+#: The draws a privacy guarantee rests on: keyed by the node's secret when it has one. DWFL's
+#: artificial noise is a NOISE draw. Every other purpose is public (the same for a board and sim).
+PRIVATE_PURPOSES = frozenset({Purpose.NOISE, Purpose.BATCH, Purpose.SCORE})
+
+
+def stream(seed: int, node: int, round_index: int, purpose: Purpose,
+           secret: Optional["NodeSecret"] = None) -> np.random.Generator:
     """The generator for one (seed, node, round, purpose); independent of every other key.
 
     Args:
@@ -50,20 +63,31 @@ def stream(seed: int, node: int, round_index: int, purpose: Purpose) -> np.rando
         node: node id (>= 0), or ``GLOBAL``.
         round_index: communication round (>= 0), or -1 for draws made once per run.
         purpose: what the draws are for.
+        secret: the node's secret, which keys a private purpose's stream (HMAC of the key above);
+            None (an emulated node), or a public purpose: the key above alone.
     """
+    if secret is not None and purpose in PRIVATE_PURPOSES:
+        return np.random.Generator(np.random.PCG64(np.random.SeedSequence(
+            secret.stream_words(seed, node, round_index, int(purpose)))))
     # SeedSequence needs non-negative words: shift the -1 sentinels up by one.
     key = [int(seed), int(node) + 1, int(round_index) + 1, int(purpose)]
     return np.random.Generator(np.random.PCG64(np.random.SeedSequence(key)))
 
 
-def node_streams(seed: int, nodes: Sequence[int], round_index: int, purpose: Purpose) -> Iterator[np.random.Generator]:
-    """``stream(seed, node, round_index, purpose)`` for each of ``nodes`` in turn, three times
-    faster: the SeedSequences of all nodes are hashed at once in numpy, and one generator is
-    re-seeded for each node. A yielded generator is valid only until the next one is yielded.
+def node_streams(seed: int, nodes: Sequence[int], round_index: int, purpose: Purpose,
+                 secrets: Optional["Secrets"] = None) -> Iterator[np.random.Generator]:
+    """``stream(seed, node, round_index, purpose, secrets.get(node))`` for each of ``nodes`` in
+    turn. Without secrets (or for a public purpose), three times faster: the SeedSequences of all
+    nodes are hashed at once in numpy, and one generator is re-seeded for each node. A yielded
+    generator is valid only until the next one is yielded.
 
     Per stream, numpy's SeedSequence + PCG64 + Generator take ~11 µs; at J1's 20,000 streams per
-    run that was 0.2 s of a 4.5 s run.
+    run that was 0.2 s of a 4.5 s run. A node with a secret is a board stepping itself alone.
     """
+    if secrets and purpose in PRIVATE_PURPOSES:
+        for n in nodes:
+            yield stream(seed, n, round_index, purpose, secrets.get(int(n)))
+        return
     ids = np.asarray(nodes)
     if ids.size == 0:
         return

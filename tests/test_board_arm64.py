@@ -48,7 +48,7 @@ def board() -> Path:
 
 def _board_node(board: Path, url: str, cwd: Path) -> subprocess.Popen:
     command = ["testbed", "node", "--broker", url, "--node-id", str(BOARD_NODE), "--meter", "model",
-               "--state-dir", str(cwd / "state")]
+               "--state-dir", str(cwd / "state"), "--reproducible"]  # compared with sim: the run seed's draws
     return subprocess.Popen([sys.executable, "-m", "testbed", "board", "run", str(board), "--", *command],
                             cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 

@@ -32,6 +32,7 @@ from test_mqtt_runtime import _comparable, _config as _runtime_config, _metrics,
 from test_trust_coordinator import _config as _trust_config, _mutant
 from testbed import assemble, protocol, wire
 from testbed.config import replace, to_toml
+from testbed.node_secret import RANDOMNESS
 from testbed.orchestration.coordinator import MqttNodes
 from testbed.orchestration.runner import load, run_experiment
 
@@ -211,7 +212,7 @@ def test_a_node_is_ready_only_on_a_well_formed_ready_of_its_own(data, monkeypatc
     mutant of it (any field, type, round, kind; cut or flipped bytes; test_trust_coordinator's
     mutations), or a copy of an earlier one (a replay). Whatever they are, nothing escapes the
     coordinator, the other nodes are ready, and node 2 is ready exactly when one of them is a
-    ready of this session, round 0, naming this experiment and nothing else."""
+    ready of this session, round 0, naming this experiment and nothing else but its randomness."""
     config, algorithm = _prepared_parts()
     deliveries: list[bytes] = []
 
@@ -240,8 +241,9 @@ def test_a_node_is_ready_only_on_a_well_formed_ready_of_its_own(data, monkeypatc
             msg = wire.decode(payload)
         except wire.WireError:
             return False
-        return (msg.kind, msg.round, msg.sender, msg.meta) == (protocol.READY, 0, "2",
-                                                                {"session": session, "experiment": key})
+        own = {"session": session, "experiment": key}  # and which randomness, if it says
+        return (msg.kind, msg.round, msg.sender) == (protocol.READY, 0, "2") and \
+            msg.meta in (own, *({**own, "randomness": kind} for kind in RANDOMNESS))
 
     assert ready - {2} == set(NODES) - {2}
     assert (2 in ready) is any(well_formed(d) for d in deliveries)

@@ -108,7 +108,8 @@ def run_with_node_crash(config, url: str, tmp_path: Path, *, rejoin: bool, crash
     state = tmp_path / "node-state"
 
     def node(n, *extra):
-        return _testbed("node", "--broker", url, "--node-id", str(n), "--state-dir", str(state), *extra,
+        return _testbed("node", "--broker", url, "--node-id", str(n), "--state-dir", str(state), "--reproducible",
+                        *extra,
                         stderr=subprocess.DEVNULL)
 
     crash = ["--crash-at-round", str(crash_round)] + (["--crash-after-reply"] if after_reply else [])
@@ -335,7 +336,8 @@ def test_a_release_the_killed_coordinator_never_logged_is_charged_when_the_node_
     exp.write_text(to_toml(config))
 
     def node(n, *extra):
-        return _testbed("node", "--broker", url, "--node-id", str(n), "--state-dir", str(state), *extra,
+        return _testbed("node", "--broker", url, "--node-id", str(n), "--state-dir", str(state), "--reproducible",
+                        *extra,
                         stderr=subprocess.DEVNULL)
 
     procs = [node(n) for n in range(4)]

@@ -209,8 +209,11 @@ def test_nodes_started_from_their_bundles_join_a_run_over_mosquitto_with_the_gen
             f'credentials = "{out / "coordinator" / "credentials.json"}"\n')
     config = load_config_text(EXPERIMENT.replace("[output]", mqtt + "[output]"))
     # The bundles' state_dir (/var/lib/testbed) is the unit's; here the command line overrides it.
+    # Provisioning makes no board's secret (its operator may run the server): a board makes its own.
+    assert not list(out.rglob("node-secret.key"))
+    # Compared with sim below: the boards draw from the run seed (--reproducible).
     procs = [subprocess.Popen([sys.executable, "-m", "testbed", "node", "--config", str(bundle / "node.toml"),
-                               "--state-dir", str(tmp_path / "state" / host), "--meter", "model"],
+                               "--state-dir", str(tmp_path / "state" / host), "--meter", "model", "--reproducible"],
                               cwd=REPO, stderr=subprocess.PIPE, text=True)
              for host, bundle in bundles.items()]
     # A board's password is good for its own id only: the broker refuses node 0's as node 1.

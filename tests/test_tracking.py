@@ -59,7 +59,10 @@ def test_tensorboard_holds_every_rounds_metrics_and_node_histograms(small_config
     last = acc.Histograms("nodes/epsilon")[-1]
     assert last.step == summary["rounds"] and last.histogram_value.num == len(summary["nodes"])
     assert last.histogram_value.max == pytest.approx(max(n["epsilon"] for n in summary["nodes"].values()), rel=1e-6)
-    assert {"config/text_summary", "summary/text_summary"} <= set(acc.Tags()["tensors"])
+    assert {"config/text_summary", "summary/text_summary", "privacy_guarantees/text_summary"} <= \
+        set(acc.Tags()["tensors"])
+    said = acc.Tensors("privacy_guarantees/text_summary")[-1].tensor_proto.string_val[0].decode()
+    assert "the server: epsilon" in said and "reproducible run: noise derivable from the run seed" in said
 
 
 def test_tensorboard_with_eval_every_leaves_unevaluated_rounds_out(small_config_text, tmp_path):
@@ -87,6 +90,10 @@ def test_mlflow_holds_params_curves_status_and_the_run_directory(small_config_te
         assert [m.step for m in history] == [int(r["round"]) for r in rows]
         assert [m.value for m in history] == pytest.approx([float(r[name]) for r in rows], rel=1e-12)
     assert mlrun.data.tags["testbed.status"] == "completed"
+    # Against whom the ε holds: a sim run's noise comes from the run seed.
+    [g] = result.summary["privacy_guarantees"]
+    assert mlrun.data.tags["testbed.privacy.server"] == g["statement"]
+    assert float(mlrun.data.tags["testbed.privacy.server.epsilon"]) == pytest.approx(g["epsilon"], rel=1e-12)
     artifacts = {a.path for a in client.list_artifacts(known["run_id"])}
     assert {"summary.json", "ledger.csv", "metrics.csv", "config.toml", "tensorboard"} <= artifacts
     assert ".lock" not in artifacts

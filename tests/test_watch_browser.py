@@ -177,6 +177,10 @@ def test_node_table_pages_sorts_and_filters(browser, tmp_path, small_config_text
         _wait(lambda: _get(browser, f"http://127.0.0.1:{port}/"), 30, "the watch page")
         _wait(lambda: len(_states(browser)) == 50, 30, "a page of 50 rows")
         assert browser.find_element("id", "page-text").text == "page 1 of 4"
+        # Against whom the ε holds: a sim run's noise comes from the run seed, said on a card
+        _wait(lambda: "whose noise" in browser.find_element("id", "cards").text, 10, "the whose-noise card")
+        assert "run seed" in browser.find_element("id", "cards").text
+        assert "reproducible run: noise derivable from the run seed" in browser.find_element("id", "cards").text
         browser.find_element("css selector", 'th[data-key="epsilon"]').click()
         most = max(node["epsilon"] for node in result.summary["nodes"].values())
 

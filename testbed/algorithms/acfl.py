@@ -304,7 +304,7 @@ class Acfl(BaseAlgorithm):
 
     def setup_step(self, train: Split, node_ids: Sequence[int], ctx: RoundContext) -> NodeResult:
         """Each node's coded data set (eqs. 2–3, or SCFL's projection), noise drawn once from
-        ``stream(seed, node, −1, NOISE)``: N₁ first (D × D), then N₂ (D × o)."""
+        ``stream(seed, node, −1, NOISE)`` (its secret's on a board with one): N₁ first (D × D), then N₂ (D × o)."""
         ids = tuple(int(n) for n in node_ids)
         d, o = self.features, self.outputs
         hx, hy = np.empty((len(ids), d, d)), np.empty((len(ids), d, o))
@@ -313,7 +313,7 @@ class Acfl(BaseAlgorithm):
             a, b = self.grams(train, ids)
         else:
             x, y = padded(train, self._targets, self.model.design)
-        for i, rng in enumerate(node_streams(ctx.seed, ids, SETUP_ROUND, Purpose.NOISE)):
+        for i, rng in enumerate(node_streams(ctx.seed, ids, SETUP_ROUND, Purpose.NOISE, ctx.secrets)):
             if self.encoding == "gram":
                 hx[i] = a[i] + s1 * rng.standard_normal((d, d))  # eq. (2)
                 hy[i] = b[i] + s2 * rng.standard_normal((d, o))  # eq. (3)

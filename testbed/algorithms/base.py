@@ -49,6 +49,7 @@ from testbed.util.parallel import split_work
 if TYPE_CHECKING:
     from testbed.data.federated import Split
     from testbed.models import Model
+    from testbed.node_secret import Secrets
 
 #: Bytes of one real number on the wire (float64 payloads).
 BYTES_PER_REAL = 8
@@ -232,7 +233,7 @@ def gaussian_release(values: np.ndarray, node_ids: Sequence[int], ctx: RoundCont
                      purpose: Purpose = Purpose.NOISE) -> tuple[np.ndarray, list[GaussianEvent]]:
     """Release ``values`` (M, ...), real, one row per node, through each node's Gaussian mechanism: row i
     gains σ_i Z_i in place, Z_i standard normals from ``stream(seed, node_ids[i], r, purpose)``
-    and σ_i the σ of the node's event ``mechanism(node)``. Returns the noised rows and the events,
+    (keyed by the node's secret when ``ctx.secrets`` holds one) and σ_i the σ of the node's event ``mechanism(node)``. Returns the noised rows and the events,
     one per node: the noise and its ledger event come together, so neither goes without the other.
 
     Raises:
@@ -250,7 +251,7 @@ def gaussian_release(values: np.ndarray, node_ids: Sequence[int], ctx: RoundCont
     noise = np.empty(values.shape, dtype=values.dtype)
 
     def draw(lo: int, hi: int) -> None:  # nodes lo..hi, each from its own stream
-        standard_normals(noise[lo:hi], ctx.seed, ids[lo:hi], ctx.round_index, purpose)
+        standard_normals(noise[lo:hi], ctx.seed, ids[lo:hi], ctx.round_index, purpose, ctx.secrets)
         values[lo:hi] += sigma[lo:hi] * noise[lo:hi]
 
     split_work(len(ids), draw, numbers=noise.size)
@@ -258,14 +259,15 @@ def gaussian_release(values: np.ndarray, node_ids: Sequence[int], ctx: RoundCont
 
 
 def standard_normals(out: np.ndarray, seed: int, node_ids: Sequence[int], round_index: int,
-                     purpose: Purpose = Purpose.NOISE) -> None:
+                     purpose: Purpose = Purpose.NOISE, secrets: "Secrets | None" = None) -> None:
     """Fill row i of ``out`` (C-contiguous, real; (M, ...)) with standard normals from
-    ``stream(seed, node_ids[i], round_index, purpose)``, in row-major order. A float32 ``out`` gets
+    ``stream(seed, node_ids[i], round_index, purpose)`` (the node's secret's stream when
+    ``secrets`` holds one: RoundContext.secrets), in row-major order. A float32 ``out`` gets
     the float64 stream's draws, rounded, so every dtype releases the same normals."""
     if not len(node_ids):
         return
     rows = out.reshape(len(node_ids), -1)  # a view: one flat row per node, a scalar's too
-    for i, rng in enumerate(node_streams(seed, node_ids, round_index, purpose)):
+    for i, rng in enumerate(node_streams(seed, node_ids, round_index, purpose, secrets)):
         if rows.dtype == np.float64:
             rng.standard_normal(out=rows[i])
         else:

@@ -22,6 +22,7 @@ from testbed.util.parallel import split_work
 
 if TYPE_CHECKING:
     from testbed.models import Model
+    from testbed.node_secret import Secrets
 
 
 #: Bytes of batch keys drawn at once (see :func:`uniform_batches`).
@@ -53,18 +54,21 @@ def check_batches(section: str, train: Split, node_ids: Sequence[int], steps: in
                                                     f"the round's mini-batches, this machine has {have / 2**30:,.1f} GiB")
 
 
-def node_keys(train: Split, node_ids: Sequence[int], round_index: int, seed: int, steps: int) -> list[np.ndarray]:
-    """Per node i, a (steps, N_i) array of uniform keys from ``stream(seed, node, r, BATCH)``: one
-    key per sample and step, so any sampling rule is a function of a node's own keys only."""
+def node_keys(train: Split, node_ids: Sequence[int], round_index: int, seed: int, steps: int,
+              secrets: "Secrets | None" = None) -> list[np.ndarray]:
+    """Per node i, a (steps, N_i) array of uniform keys from ``stream(seed, node, r, BATCH)`` (its
+    secret's stream when ``secrets`` holds one): one key per sample and step, so any sampling rule
+    is a function of a node's own keys only."""
     sizes = np.diff(train.offsets)
     return [rng.random((steps, int(sizes[i])))
-            for i, rng in enumerate(node_streams(seed, node_ids, round_index, Purpose.BATCH))]
+            for i, rng in enumerate(node_streams(seed, node_ids, round_index, Purpose.BATCH, secrets))]
 
 
 def uniform_batches(train: Split, node_ids: Sequence[int], round_index: int, seed: int, steps: int,
-                    batch: int) -> np.ndarray:
+                    batch: int, secrets: "Secrets | None" = None) -> np.ndarray:
     """Global row indices (M, steps, B): per node and step, B distinct samples drawn uniformly (the
-    rows of the B smallest keys, the keys of :func:`node_keys`). A node with exactly B samples uses
+    rows of the B smallest keys, the keys of :func:`node_keys`, from a node's secret when
+    ``secrets`` holds one: amplification by subsampling needs batches the observer cannot know). A node with exactly B samples uses
     all of them every step."""
     sizes = np.diff(train.offsets)
     idx = np.empty((len(node_ids), steps, batch), dtype=np.int64)
@@ -86,7 +90,7 @@ def uniform_batches(train: Split, node_ids: Sequence[int], round_index: int, see
 
             def draw(a: int, b: int) -> None:  # nodes part[a:b], each from its own stream, then their batches
                 for j, rng in enumerate(node_streams(seed, [node_ids[i] for i in part[a:b]], round_index,
-                                                     Purpose.BATCH), a):
+                                                     Purpose.BATCH, secrets), a):
                     rng.random(out=keys[j])
                 idx[part[a:b]] = np.argpartition(keys[a:b], batch - 1, axis=-1)[..., :batch]
 
@@ -96,13 +100,13 @@ def uniform_batches(train: Split, node_ids: Sequence[int], round_index: int, see
 
 
 def clipped_gradients(model: "Model", params: np.ndarray, train: Split, node_ids: Sequence[int], round_index: int,
-                      seed: int, batch: int, gmax: float) -> np.ndarray:
+                      seed: int, batch: int, gmax: float, secrets: "Secrets | None" = None) -> np.ndarray:
     """(M, P) each node's stochastic gradient at its own ``params`` row on one uniform mini-batch
-    (``stream(seed, node, r, BATCH)``), clipped to ``gmax`` in L2 norm: ‖g_i‖ <= g_max, so one
+    (``stream(seed, node, r, BATCH)``, its secret's with ``secrets``), clipped to ``gmax`` in L2 norm: ‖g_i‖ <= g_max, so one
     record's influence on a step of rate γ is at most 2γ g_max. A model without a gradient bound
     (a deep network) also clips each sample's gradient at ``gmax``, bounding a record's influence
     by construction; the batch clip holds either way."""
-    idx = uniform_batches(train, node_ids, round_index, seed, steps=1, batch=batch)[:, 0]
+    idx = uniform_batches(train, node_ids, round_index, seed, steps=1, batch=batch, secrets=secrets)[:, 0]
     weights = np.full(idx.shape, 1.0 / batch)
     per_sample = gmax if math.isinf(model.lipschitz_bound) else None
     _, grad = model.loss_and_grad(params, train.x[idx], train.y[idx], weights, per_sample)

@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from testbed.data.federated import Split
     from testbed.ledger.events import Event, NodeEvents
     from testbed.models import Model
+    from testbed.node_secret import Secrets
 
 #: Round index of the one-time setup phase in the ledger and on the wire.
 SETUP_ROUND = -1
@@ -225,6 +226,9 @@ class RoundContext:
             offline nodes).
         sampled: the nodes this round samples (testbed.client_sampling), ascending; None: all N.
             A node not sampled is neither expected nor a straggler.
+        secrets: node → its secret (testbed.node_secret), which keys that node's private draws
+            (noise, batches, scores: testbed.rng.PRIVATE_PURPOSES); only a board stepping itself
+            holds one, the coordinator and sim never do (None: every draw from ``seed``).
     """
 
     round_index: int
@@ -234,6 +238,7 @@ class RoundContext:
     answered: tuple[int, ...] = ()
     stragglers: tuple[int, ...] = ()
     sampled: tuple[int, ...] | None = None
+    secrets: "Secrets | None" = field(default=None, compare=False, repr=False)
 
     @classmethod
     def everyone(cls, round_index: int, seed: int, num_nodes: int) -> "RoundContext":
@@ -432,7 +437,9 @@ class McuTask:
     docs/serial-protocol.md § "The node step").
 
     Attributes:
-        seed: the run's seed (the generator's key). node, round_index: the stream's counter words.
+        seed: the generator's key: the run's seed, or on a board with a secret the key its
+            secret derives for the round (NodeSecret.philox_seed; :func:`mcu_seed`). node,
+            round_index: the stream's counter words.
         tau: local steps τ. batch: mini-batch size B. lr: η. sigma: noise std σ (0: no noise).
         n_classes: C (the model has P = dC + C parameters, d the data's features).
     """
@@ -445,6 +452,14 @@ class McuTask:
     lr: float
     sigma: float
     n_classes: int
+
+
+def mcu_seed(node: int, ctx: RoundContext) -> int:
+    """The Philox key of ``node``'s round on a microcontroller: derived from the node's secret
+    when ``ctx`` holds one (its private draws then unknown to whoever holds the seed), else the
+    run's seed."""
+    secret = ctx.secrets.get(int(node)) if ctx.secrets else None
+    return ctx.seed if secret is None else secret.philox_seed(ctx.seed, node, ctx.round_index)
 
 
 @runtime_checkable

@@ -31,7 +31,8 @@ from testbed.algorithms import dp_pasgd_cli, mcu_logistic
 from testbed.algorithms.aggregate import Aggregation, AggregationOptions
 from testbed.algorithms.base import BYTES_PER_REAL, BaseAlgorithm, RoundCost, standard_normals
 from testbed.algorithms.batches import check_batches, node_keys, uniform_batches
-from testbed.algorithms.contract import McuTask, MetricSpec, NodeResult, RoundContext, ServerResult, State, TensorSpec
+from testbed.algorithms.contract import (McuTask, MetricSpec, NodeResult, RoundContext, ServerResult, State, TensorSpec,
+                                         mcu_seed)
 from testbed.algorithms.registry import BuildContext, Registration
 from testbed.data.federated import FederatedData, Split
 from testbed.errors import ConfigError
@@ -43,6 +44,7 @@ from testbed.util.parallel import split_work
 
 if TYPE_CHECKING:
     from testbed.config import Config
+    from testbed.node_secret import Secrets
 
 
 #: Bytes of one block of nodes' noise and batch rows in :meth:`DpPasgd.node_step`.
@@ -258,7 +260,7 @@ class DpPasgd(BaseAlgorithm):
             ``update`` (M, P) the local models; metrics ``samples`` (M,) training samples; events.
         """
         m_nodes, tau, round_index, seed = len(node_ids), self.tau, ctx.round_index, ctx.seed
-        batch_idx, batch_w = self._draw_batches(train, node_ids, round_index, seed)
+        batch_idx, batch_w = self._draw_batches(train, node_ids, round_index, seed, ctx.secrets)
         # The steps run in the features' type (data.dtype): float32 halves the memory traffic; the
         # noise is the float64 stream's, rounded, so both types release the same draws.
         dtype = np.float32 if train.x.dtype == np.float32 else np.float64
@@ -272,7 +274,7 @@ class DpPasgd(BaseAlgorithm):
             hi = min(m_nodes, lo + block)
 
             def steps(a: int, b: int) -> None:  # the block's nodes a..b: their noise, then their τ steps
-                standard_normals(noise[a:b], seed, node_ids[lo + a:lo + b], round_index)
+                standard_normals(noise[a:b], seed, node_ids[lo + a:lo + b], round_index, secrets=ctx.secrets)
                 noise[a:b] *= self.sigma  # the σ of the plan's GaussianEvent (releases)
                 mine = params[lo + a:lo + b]  # a view: the steps update params in place
                 for step in range(tau):
@@ -302,7 +304,7 @@ class DpPasgd(BaseAlgorithm):
             raise ValueError("a microcontroller board runs logistic regression with a bias (model.kind = \"logistic\")")
         if self.clip_norm is not None or self.sampling != "uniform":
             raise ValueError("a microcontroller board runs uniform batches without clipping")
-        return McuTask(ctx.seed, node, ctx.round_index, self.tau, self.batch, self.lr, self.sigma,
+        return McuTask(mcu_seed(node, ctx), node, ctx.round_index, self.tau, self.batch, self.lr, self.sigma,
                                     self.model.n_classes)
 
     def mcu_result(self, update: np.ndarray, train: Split, node: int, ctx: RoundContext) -> NodeResult:
@@ -310,7 +312,8 @@ class DpPasgd(BaseAlgorithm):
         return self.result((node,), {"update": np.asarray(update, dtype=np.float64)[None]}, train, ctx,
                            events=[self.planned_events(node, ctx)])
 
-    def _draw_batches(self, train: Split, node_ids: Sequence[int], round_index: int, seed: int):
+    def _draw_batches(self, train: Split, node_ids: Sequence[int], round_index: int, seed: int,
+                      secrets: "Secrets | None" = None):
         """Global row indices (M, τ, B) and weights (M, τ, B) of every node's τ mini-batches.
 
         Uniform: B distinct rows per step (the smallest B of τ×N_m uniform keys), weight 1/B.
@@ -319,9 +322,9 @@ class DpPasgd(BaseAlgorithm):
         """
         tau, batch = self.tau, self.batch
         if self.sampling != "poisson":
-            idx = uniform_batches(train, node_ids, round_index, seed, tau, batch)
+            idx = uniform_batches(train, node_ids, round_index, seed, tau, batch, secrets)
             return idx, np.full(idx.shape, 1.0 / batch)
-        masks = [keys < batch / keys.shape[1] for keys in node_keys(train, node_ids, round_index, seed, tau)]
+        masks = [keys < batch / keys.shape[1] for keys in node_keys(train, node_ids, round_index, seed, tau, secrets)]
         width = max(1, max(int(mask.sum(axis=1).max()) for mask in masks))
         idx = np.zeros((len(node_ids), tau, width), dtype=np.int64)
         weights = np.zeros((len(node_ids), tau, width))

@@ -126,6 +126,7 @@ from testbed.util.parallel import ROWS_IN_CACHE, split_work
 
 if TYPE_CHECKING:
     from testbed.config import Config
+    from testbed.node_secret import Secrets
 
 VARIANTS = ("A", "B")
 CALIBRATIONS = ("with_channel_noise", "artificial_only")
@@ -573,23 +574,25 @@ class Dwfl(BaseAlgorithm):
     # ----------------------------------------------------------------------------- node side
 
     def local_step(self, models: np.ndarray, train: Split, node_ids: Sequence[int], round_index: int,
-                   seed: int) -> np.ndarray:
+                   seed: int, secrets: "Secrets | None" = None) -> np.ndarray:
         """The payload each node transmits: x_i' = x_i − γ clip(g_i) (D2D) or γ clip(g_i) (ota_central).
 
         Args:
             models: (M, P) the nodes' current models, row i of node ``node_ids[i]``.
             train: their training data (node i of ``train`` is ``node_ids[i]``).
             node_ids, round_index, seed: key the batch streams ``stream(seed, node, r, BATCH)``.
+            secrets: the nodes' secrets (RoundContext.secrets), which key those streams instead.
         Returns:
             (M, P) payloads.
         """
-        grad = clipped_gradients(self.model, models, train, node_ids, round_index, seed, self.batch, self.gmax)
+        grad = clipped_gradients(self.model, models, train, node_ids, round_index, seed, self.batch, self.gmax,
+                                 secrets)
         if self.scheme == "ota_central":
             return self.lr * grad
         return models - self.lr * grad
 
     def transmit(self, payload: np.ndarray, models: np.ndarray, node_ids: Sequence[int], round_index: int,
-                 seed: int) -> tuple[np.ndarray, np.ndarray]:
+                 seed: int, secrets: "Secrets | None" = None) -> tuple[np.ndarray, np.ndarray]:
         """Eq. (2): the transmit signals and what each node keeps for its update.
 
         Args:
@@ -597,6 +600,7 @@ class Dwfl(BaseAlgorithm):
                 large model is made).
             models: (M, P) the models before the round (kept by ota_central's nodes).
             node_ids, round_index, seed: G_i comes from ``stream(seed, node, r, NOISE)``.
+            secrets: the nodes' secrets (RoundContext.secrets): G_i from node i's secret's stream.
         Returns:
             signals (M, P), sqrt(W); pending (M, P).
         """
@@ -612,7 +616,7 @@ class Dwfl(BaseAlgorithm):
             # A few rows at a time, so that each row is drawn, mixed and subtracted while in cache;
             # every row comes from its node's own stream, so the values do not depend on the split.
             buf = np.empty(payload.shape[1])
-            gens = node_streams(seed, ids[lo:hi].tolist(), round_index, Purpose.NOISE)  # one per row, in order
+            gens = node_streams(seed, ids[lo:hi].tolist(), round_index, Purpose.NOISE, secrets)  # one per row, in order
             for a in range(lo, hi, ROWS_IN_CACHE):
                 b = min(a + ROWS_IN_CACHE, hi)
                 block = signals[a:b]
@@ -652,8 +656,8 @@ class Dwfl(BaseAlgorithm):
         self.accept_channel(ctx.round_index, np.asarray(received["channel_h"][0]))
         ids = tuple(int(i) for i in node_ids)
         models = received["model"]
-        payload = self.local_step(models, train, ids, ctx.round_index, ctx.seed)
-        signals, pending = self.transmit(payload, models, ids, ctx.round_index, ctx.seed)
+        payload = self.local_step(models, train, ids, ctx.round_index, ctx.seed, ctx.secrets)
+        signals, pending = self.transmit(payload, models, ids, ctx.round_index, ctx.seed, ctx.secrets)
         carry = {"pending": pending, "signal": signals} if self.on_graph else {"pending": pending}
         return self.result(ids, {"signal": signals}, train, ctx, carry=carry)
 

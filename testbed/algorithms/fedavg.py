@@ -105,7 +105,7 @@ class FedAvg(SizeSetup, BaseAlgorithm):
                   ctx: RoundContext) -> NodeResult:
         """ClientUpdate: ``local_steps`` SGD steps from the global model on every node at once."""
         ids = tuple(int(n) for n in node_ids)
-        idx = uniform_batches(train, ids, ctx.round_index, ctx.seed, self.local_steps, self.batch)
+        idx = uniform_batches(train, ids, ctx.round_index, ctx.seed, self.local_steps, self.batch, ctx.secrets)
         weights = np.full(idx.shape[:1] + idx.shape[2:], 1.0 / self.batch)
         params = np.array(received["model"], dtype=np.float64)
         for step in range(self.local_steps):

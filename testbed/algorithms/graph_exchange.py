@@ -246,7 +246,7 @@ class GraphExchange(BaseAlgorithm):
         ids = tuple(int(i) for i in node_ids)
         models = np.asarray(received["model"], dtype=np.float64)
         step = self.lr * clipped_gradients(self.model, models, train, ids, ctx.round_index, ctx.seed, self.batch,
-                                           self.gmax)
+                                           self.gmax, ctx.secrets)
         if self.kind == "gossip":
             own = models - step  # x_i'
             carry = {"own": own}

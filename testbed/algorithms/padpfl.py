@@ -433,7 +433,7 @@ class Padpfl(SizeSetup, BaseAlgorithm):
         ids = tuple(int(n) for n in node_ids)
         r = ctx.round_index
         start = np.asarray(received["model"], dtype=np.float64)
-        idx = uniform_batches(train, ids, r, ctx.seed, self.local_steps, self.batch)
+        idx = uniform_batches(train, ids, r, ctx.seed, self.local_steps, self.batch, ctx.secrets)
         weights = np.full(idx.shape[:1] + idx.shape[2:], 1.0 / self.batch)
         params = start.copy()
 

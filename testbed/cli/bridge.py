@@ -25,7 +25,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--node-id", type=NODE_ID, required=True, help="the board's node id")
     p.add_argument("--profile", help="the board's profile (firmware_bridge/boards.toml); default: its hello's")
     p.add_argument("--state-dir", type=Path, default=Path.home() / ".cache" / "testbed" / "bridge",
-                   help="where the board's ledger is kept across restarts")
+                   help="where the board's ledger and its secret are kept across restarts")
+    p.add_argument("--reproducible", action="store_true",
+                   help="draw the board's noise and mini-batches from the run's seed instead of the secret its bridge "
+                        "host keeps for it (node-secret.key in the state directory): bit-identical to sim, but its "
+                        "epsilon then holds against nobody who holds the seed; a --virtual board always is")
     p.add_argument("--credentials", type=Path, help="the credentials JSON of `testbed acl`")
     p.add_argument("--tls-ca", help="CA file for mqtts://")
     p.add_argument("--protocol", default="auto", choices=["auto", "5", "3.1.1"], help="MQTT version")
@@ -43,7 +47,7 @@ def _bridge(args: argparse.Namespace) -> int:
     from firmware_bridge.agent import BridgeAgent
     from nodes.host import serve
     from nodes.state_lines import StateLines
-    from testbed.cli.node import _load_credentials
+    from testbed.cli.node import _load_credentials, board_secret
     from testbed.devices.profiles import load_mcu_profile
 
     if args.profile is not None:
@@ -51,6 +55,9 @@ def _bridge(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     credentials = _load_credentials(args.credentials) if args.credentials else None
+    # A real board's secret, kept by its bridge host (the firmware takes a round's 64-bit key); a
+    # virtual board is emulated: the run's seed.
+    secret = board_secret(args.state_dir, args.reproducible or args.virtual is not None)
     with contextlib.ExitStack() as stack:
         url = args.serial
         if args.virtual is not None:
@@ -58,7 +65,8 @@ def _bridge(args: argparse.Namespace) -> int:
         state_dir = args.state_dir
 
         def factory(node: int) -> BridgeAgent:
-            return BridgeAgent(node, url, state_dir=state_dir, profile=args.profile, baudrate=args.baud)
+            return BridgeAgent(node, url, state_dir=state_dir, profile=args.profile, baudrate=args.baud,
+                               secret=secret)
 
         serve(args.broker, args.run, [args.node_id], state_dir=state_dir, protocol_version=args.protocol,
               max_chunk_bytes=args.max_chunk_bytes, credentials=credentials, tls_ca=args.tls_ca,

@@ -8,11 +8,15 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from nodes.meters import registry as meters
 from testbed.arguments import CHUNK_BYTES, COUNT, NODE_ID, PID, Number, NumberList
 from testbed.errors import UserError
 from testbed.limits import MAX_INT
+
+if TYPE_CHECKING:
+    from testbed.node_secret import NodeSecret
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -26,8 +30,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     node.add_argument("--data", help="this board's data file (overrides the experiment's data.path)")
     node.add_argument("--meter", choices=meters.kinds(),
                       help="how joules are measured (model: from the device profile; default auto)")
-    node.add_argument("--state-dir", help="where the node keeps its ledger across restarts "
+    node.add_argument("--state-dir", help="where the node keeps its ledger and its secret across restarts "
                                           "(default ~/.cache/testbed/node)")
+    node.add_argument("--reproducible", action="store_true", default=None,
+                      help="draw this board's noise and mini-batches from the run's seed instead of its own secret "
+                           "(node-secret.key in the state directory, made on first start): bit-identical to sim, "
+                           "but its epsilon then holds against nobody who holds the seed (the coordinator)")
     # Internal (the fault tests' and the coordinator's), accepted but left out of --help:
     # --crash-at-round R exits abruptly (no reply, no disconnect) when round R arrives;
     # --crash-after-reply exits just after the round's first reply instead (e.g. a transmit signal).
@@ -55,7 +63,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     nodes.add_argument("--coordinator-pid", type=PID, metavar="PID", help=argparse.SUPPRESS)
     _common(nodes)
     nodes.set_defaults(handler=_nodes, meter="model", state_dir=None, crash_at_round=None, crash_after_reply=False,
-                       config=None, node_id=None, quiet=True)  # emulated boards: their coordinator reports
+                       config=None, node_id=None, quiet=True,  # emulated boards: their coordinator reports
+                       reproducible=True)  # and their draws come from the run seed (no secret)
     node.set_defaults(session=None, coordinator_pid=None, broadcast="per-node")
 
 
@@ -130,11 +139,12 @@ def _serve(args: argparse.Namespace, ids: list[int] | None) -> int:
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     costs = NodeCosts(args.profile, args.meter, pacing=args.pacing)
     credentials = _load_credentials(Path(args.credentials)) if args.credentials else None
+    secret = board_secret(args.state_dir, args.reproducible)
     serve(args.broker, args.run, ids, data_path=args.data, state_dir=args.state_dir, costs=costs,
           protocol_version=args.protocol, max_chunk_bytes=args.max_chunk_bytes, credentials=credentials,
           tls_ca=args.tls_ca, crash_at_round=args.crash_at_round,
           crash_after_reply=args.crash_after_reply, session=args.session, coordinator_pid=args.coordinator_pid,
-          broadcast=args.broadcast, states=None if args.quiet else StateLines(f"node {ids[0]}"))
+          broadcast=args.broadcast, states=None if args.quiet else StateLines(f"node {ids[0]}"), secret=secret)
     if args.coordinator_pid is not None:
         # A host its coordinator started, which waits for it to leave before its run ends: with
         # everything written, it leaves without the interpreter's teardown (freeing numpy's and
@@ -144,6 +154,17 @@ def _serve(args: argparse.Namespace, ids: list[int] | None) -> int:
         sys.stderr.flush()
         os._exit(0)
     return 0
+
+
+def board_secret(state_dir: Path | None, reproducible: bool) -> "NodeSecret | None":
+    """A real board's secret (testbed.node_secret.load_or_make: made in ``state_dir`` on first
+    start, never by provisioning), or None: ``--reproducible``, or emulated boards (no state
+    directory), whose draws come from the run's seed."""
+    from testbed.node_secret import load_or_make
+
+    if reproducible or state_dir is None:
+        return None
+    return load_or_make(state_dir)
 
 
 def _load_credentials(path: Path) -> dict[str, str]:

@@ -156,6 +156,7 @@ def format_summary(summary: dict) -> str:
         + (f" and {summary['idle_nodes']} never sampled)" if summary.get("idle_nodes") else ")"),
         f"model        {headline.score_text(summary)}",
         f"privacy      {headline.privacy_text(summary)}",
+        *(f"against      {line}" for line in headline.guarantee_lines(summary)),
         f"cost units   {max(cost):.6g} per node (the cost model, eq. 8)" + (
             f" of {summary['budgets']['cost_units']:g}" if summary["budgets"]["cost_units"] else ""),
         f"energy       {max(n['energy_j'] for n in nodes):.4g} J, compute {max(n['compute_s'] for n in nodes):.4g} s "

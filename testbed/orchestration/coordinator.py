@@ -70,6 +70,7 @@ from testbed.mqtt import acl
 from testbed.mqtt.broker import parse_broker_url
 from testbed.mqtt.brokers import registry as brokers
 from testbed.mqtt.client import Inbound, MqttClient
+from testbed.node_secret import RUN_SEED
 from testbed.orchestration import charging
 from testbed.orchestration.channel_emulator import ChannelEmulator
 from testbed.orchestration.links import LinkRounds, Links
@@ -186,6 +187,7 @@ class MqttNodes:
         self._late: dict[tuple[int, int], list[Event]] = {}  # charged, not yet handed to the runner
         self._released: dict[int, RoundSet] = {}  # node -> rounds of this session already charged
         self._reports: dict[int, protocol.LedgerReport] = {}  # node -> its own ledger (as it left, at the stop)
+        self._randomness: dict[int, str] = {}  # node -> what keys its private draws, as its readys said
         self._stopping = False  # the stop is (about to be) sent: a report from now on answers it
         self._stop_answers: set[int] = set()  # the nodes that reported since
         self._sent: dict[int, dict[str, np.ndarray]] = {}  # this round's downlink rows, by node
@@ -832,6 +834,9 @@ class MqttNodes:
         if key != self._experiment_key:
             log.warning("rejected the ready of node %d: experiment %s…, not this run's", node, key[:12])
             return
+        # A node that ever said run_seed (a restart in the other mode) keeps it: the weaker claim.
+        said = protocol.randomness_of(msg)
+        self._randomness[node] = RUN_SEED if RUN_SEED in (said, self._randomness.get(node)) else said
         if not self._preparing:
             log.info("dropped the ready of node %d: the first round has begun", node)
             return
@@ -925,7 +930,7 @@ class MqttNodes:
             self._mark_released(charged)
         return Closing(charged, {node: report.totals for node, report in reports.items()},
                        {node: frozenset(report.round_indices()) for node, report in reports.items()},
-                       self.session, self.broker)
+                       self.session, self.broker, randomness=dict(self._randomness))
 
 
 @dataclasses.dataclass

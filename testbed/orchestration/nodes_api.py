@@ -62,6 +62,8 @@ class Closing:
             and ``url`` (without credentials); None in sim.
         links: each emulated host's link and what it carried round by round (links.netns:
             testbed.orchestration.links.LinkRounds.summary); None without links.
+        randomness: node → the randomness its ready said keys its private draws
+            (testbed.node_secret.RANDOMNESS); None in sim (every node's is the run seed).
     """
 
     charged: dict[tuple[int, int], list[Event]] = field(default_factory=dict)
@@ -70,6 +72,7 @@ class Closing:
     session: str | None = None
     broker: dict[str, str] | None = None
     links: list[dict] | None = None
+    randomness: dict[int, str] | None = None
 
 
 class Nodes(Protocol):

@@ -49,6 +49,7 @@ from testbed.orchestration import charging
 from testbed.orchestration.nodes_api import Closing, Nodes, RoundOutcome
 from testbed.privacy.accountants import epsilon_by_observer
 from testbed.privacy.accountants.background import BackgroundEpsilons
+from testbed.privacy.secrecy import node_randomness, privacy_guarantees
 from testbed.reports import tracking
 from testbed.reports.asked import AskedLog
 from testbed.reports.progress import Progress
@@ -180,6 +181,8 @@ class Run:
     # nodes' ledgers are the book itself); see _ledger_check.
     node_reports: dict[int, Totals] | None = None
     reported_rounds: dict[int, frozenset[int]] = field(default_factory=dict)  # node → rounds its report logged
+    # node → the randomness its ready said keys its private draws (None: sim, all the run seed).
+    randomness: dict[int, str] | None = None
     session: str | None = None  # the coordinator's session (over MQTT): the nodes' ledgers are kept under it
     broker: dict[str, str] | None = None  # the broker's kind and URL (over MQTT)
     links: list[dict] | None = None  # each emulated host's link, timed round by round (links.netns)
@@ -599,6 +602,7 @@ def _charge_closing(run: Run, closing: Closing, nodes: Nodes) -> None:
     checkpoint again so that it covers them; the nodes' reports kept for the summary."""
     run.node_reports, run.session, run.broker = closing.reports, closing.session, closing.broker
     run.reported_rounds, run.links = closing.reported_rounds, closing.links
+    run.randomness = closing.randomness
     fresh = [event for (node, round_index), events in sorted(closing.charged.items())
              if not run.book.logged([node], round_index)[0] for event in events]
     fresh += charging.charge_at_end(run, nodes, fresh)
@@ -684,6 +688,10 @@ def finish(run: Run, tight_job: BackgroundEpsilons | None, figures_job: "Backgro
                 entry["epsilon_tight_by_observer"] = tight[i]
             summary["privacy"].update(privacy_headline(run.guarantee, summary["nodes"], run.budgets.delta,
                                                        run.budgets.accountant, run.config.privacy.tight_accountant))
+            summary["privacy_guarantees"] = privacy_guarantees(
+                run.guarantee, summary["nodes"], node_randomness(map(int, summary["nodes"]), run.randomness),
+                run.budgets.delta, run.budgets.accountant, run.config.privacy.tight_accountant,
+                resumed=len(run.sessions) > 1)
         run.directory.write_summary(summary)
     if figures_job is not None:
         figures_job.draw("epsilon", run.directory.path)
@@ -818,6 +826,9 @@ def _summary(run: Run) -> dict[str, Any]:
         nodes[str(node)].update(_ledger_check(nodes[str(node)], run.node_reports, node))
         nodes[str(node)]["source"] = charging.source(run.charged_on_ask, run.reported_rounds, node,
                                                      local=run.node_reports is None)
+    randomness = node_randomness(book.node_ids[rows].tolist(), run.randomness)
+    for node, kind in randomness.items():
+        nodes[str(node)]["randomness"] = kind
     reg = registry.get(config.run.algorithm)
     stopped = run.stopped
     settings = run.algorithm.describe()
@@ -844,6 +855,9 @@ def _summary(run: Run) -> dict[str, Any]:
         "privacy": {"accountant": budgets.accountant, "tight_accountant": config.privacy.tight_accountant,
                     "epsilon_target": reg.epsilon_target(assemble.algorithm_sections(config, reg)),
                     **privacy_headline(run.guarantee, nodes, budgets.delta, budgets.accountant)},
+        # Against whom each figure holds: per observer, whether its noise is secret from it.
+        "privacy_guarantees": privacy_guarantees(run.guarantee, nodes, randomness, budgets.delta, budgets.accountant,
+                                                 resumed=len(run.sessions) > 1),
         "costs": {"source": _cost_source(run.cost_sources), "profile": config.nodes.profile},
         "stragglers": {"model": config.stragglers.model,
                        "rounds_straggled": int(book.column("rounds_straggled").sum())},

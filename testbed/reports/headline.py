@@ -68,6 +68,48 @@ def privacy_text(summary: dict[str, Any]) -> str:
     return f"epsilon {max(eps, default=0.0):.4g} at delta {budgets['delta']:g} ({budgets['accountant']})"
 
 
+#: What a report says of a summary without ``privacy_guarantees`` (written before they existed).
+UNKNOWN_SECRECY = "against whom: not recorded (a summary of an older testbed; its noise came from the run seed)"
+
+
+def guarantees(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """The summary's ``privacy_guarantees`` (testbed.privacy.secrecy), each entry an observer of
+    GaussianEvent.OBSERVERS, an ε (finite number or null) and a statement; an entry that is not
+    one is left out (the file is outside input)."""
+    from testbed.ledger.events import OBSERVERS
+
+    raw = summary.get("privacy_guarantees")
+    kept = []
+    for g in raw if isinstance(raw, list) else ():
+        eps = g.get("epsilon") if isinstance(g, dict) else None
+        if isinstance(g, dict) and g.get("observer") in OBSERVERS and isinstance(g.get("statement"), str) \
+                and (eps is None or (type(eps) in (int, float) and math.isfinite(eps))):
+            kept.append(g)
+    return kept
+
+
+def guarantee_lines(summary: dict[str, Any]) -> list[str]:
+    """Per observer, its ε and whether its noise is secret from it: "the server: epsilon 1.618
+    (rdp): holds (noise from node secrets)"; a line saying it is not recorded for an older summary,
+    none for a run without privacy figures."""
+    if guarantee(summary) == "none":
+        return []
+    kept = guarantees(summary)
+    if not kept:
+        return [UNKNOWN_SECRECY]
+    lines = []
+    for g in kept:
+        eps, unit = g.get("epsilon"), g.get("unit")
+        if eps is None:
+            figure = "epsilon ?"
+        elif isinstance(unit, str):  # ε-MI-DP in nats: never read as an (ε, δ) figure
+            figure = f"epsilon-MI-DP {eps:.4g} {unit}"
+        else:
+            figure = f"epsilon {eps:.4g}"
+        lines.append(f"the {g['observer']}: {figure} ({g.get('accountant')}): {g['statement']}")
+    return lines
+
+
 def score_text(summary: dict[str, Any]) -> str:
     """The model's score: test accuracy and training loss, or for a regression its losses."""
     final = summary["final"]

@@ -129,6 +129,7 @@ def _run_body(run_dir: Path) -> tuple[str, str]:
         ("dataset, model", _e(f"{s.get('dataset', '?')}, {s.get('model', '?')}")),
         ("nodes", _num(len(nodes))), ("rounds", _num(s["rounds"])),
         ("model", _e(headline.score_text(s))), ("privacy", _e(headline.privacy_text(s))),
+        *(("against", _e(line)) for line in headline.guarantee_lines(s)),
         ("seconds and joules", _e(headline.cost_source(s))),
         ("budgets", _e(", ".join(f"{k} {v:g}" for k, v in b.items()
                                  if k not in ("delta", "accountant") and v is not None) or "none")),
@@ -139,13 +140,14 @@ def _run_body(run_dir: Path) -> tuple[str, str]:
     if headline.refusals(s):
         facts.append(("refusals", _e(headline.refusals_text(headline.refusals(s)))))
     observers = sorted({o for n in nodes.values() for o in n.get("epsilon_by_observer", {})})
-    headers = ["node", *[f"ε {o}" for o in observers], "ε tight", "energy (J)", "cost units", "bytes",
+    headers = ["node", *[f"ε {o}" for o in observers], "ε tight", "randomness", "energy (J)", "cost units", "bytes",
                "rounds", "straggled", "refused", "compute (s)"]
     refused = {r["node"]: r["round"] for r in headline.refusals(s)}
     rows = []
     for node, n in sorted(nodes.items(), key=lambda kv: int(kv[0]) if kv[0].isdigit() else kv[0]):
         by = n.get("epsilon_by_observer", {})
         rows.append([_e(node), *[_spent(by.get(o), b["epsilon"]) for o in observers], _num(n.get("epsilon_tight")),
+                     _e(n.get("randomness", "not recorded")),
                      _spent(n["energy_j"], b.get("energy_j")), _spent(n["cost_units"], b.get("cost_units")),
                      _spent(n["bytes_up"] + n["bytes_down"], b.get("bytes")), _num(n["rounds"]),
                      _num(n.get("rounds_straggled", 0)),

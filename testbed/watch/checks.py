@@ -16,6 +16,7 @@ from typing import Any
 from testbed.ledger.events import Event, GaussianEvent
 from testbed.ledger.fields import ABSURD
 from testbed.ledger.node import NodeLedger
+from testbed.reports import headline
 from testbed.reports.results import METRIC_COLUMNS, STATUSES
 
 #: Metric columns the page plots.
@@ -118,7 +119,9 @@ def _one_line_text(value: object, key: str) -> str | None:
 def summary_view(summary: dict[str, Any]) -> dict[str, Any]:
     """What the page shows of a summary (already checked as JSON with its keys and sha256), each
     field checked for its type: ``status`` one of the statuses, ``rounds`` a count, ``wall_s`` a
-    number, ``stopped`` None or {node, budget, would_be, limit}, ``failure`` None or text."""
+    number, ``stopped`` None or {node, budget, would_be, limit}, ``failure`` None or text, and
+    ``secrecy``: per observer, its ε and whether the noise is secret from it (the checked entries
+    of ``privacy_guarantees``, in words: testbed.reports.headline.guarantee_lines)."""
     status = summary.get("status")
     if status not in STATUSES:
         raise ValueError(f"status must be one of {', '.join(STATUSES)}, got {str(status)[:20]!r}")
@@ -136,4 +139,5 @@ def summary_view(summary: dict[str, Any]) -> dict[str, Any]:
                    "would_be": _number_or_none(stopped, "would_be", required=True),
                    "limit": _number_or_none(stopped, "limit", required=True)}
     return {"status": status, "rounds": rounds, "wall_s": _number_or_none(summary, "wall_s"),
-            "stopped": stopped, "failure": _one_line_text(summary.get("failure"), "failure")}
+            "stopped": stopped, "failure": _one_line_text(summary.get("failure"), "failure"),
+            "secrecy": [" ".join(line.split()) for line in headline.guarantee_lines(summary)]}

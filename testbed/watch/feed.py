@@ -44,6 +44,7 @@ from testbed.ledger.events import CommunicationEvent, ComputeEvent, Event, Strag
 from testbed.ledger.fields import event_from_dict
 from testbed.ledger.files import LEDGER_COLUMNS
 from testbed.ledger.node import NodeLedger
+from testbed.privacy.secrecy import REPRODUCIBLE
 from testbed.reports.refusals import read_refusals
 from testbed.reports.results import METRIC_COLUMNS, read_summary
 from testbed.util.dirlock import holder_gone
@@ -607,8 +608,9 @@ class RunFeed:
                         num_nodes=c.data.num_nodes, profile=c.nodes.profile, dataset=c.data.dataset)
         if s is not None:
             info.update(status=s["status"], stopped=s["stopped"], failure=s["failure"], rounds_done=s["rounds"],
-                        wall_s=s["wall_s"], eta_s=0.0)
+                        wall_s=s["wall_s"], eta_s=0.0, secrecy=s["secrecy"])
             return info
+        info["secrecy"] = self._secrecy_so_far()
         recent = self.metrics[-10:]
         round_s = None
         if len(recent) >= 2 and recent[-1]["wall_s"] is not None and recent[0]["wall_s"] is not None:
@@ -628,6 +630,15 @@ class RunFeed:
             info["status"] = "running"
         info["idle_s"] = round(idle_s, 1)
         return info
+
+    def _secrecy_so_far(self) -> list[str]:
+        """Whose randomness a run without a summary yet uses: a sim run's is the run seed; over
+        MQTT each node's ready said it to the coordinator, and the summary will say it."""
+        if self.config is None or self.guarantee == "none":
+            return []
+        if self.config.run.mode == "sim":
+            return [REPRODUCIBLE]
+        return ["whose randomness: each node told the coordinator; shown here when the run ends"]
 
     def errors(self) -> dict[str, str]:
         """File name → what is wrong with it, one line (with how many problems it had), and a line

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 from urllib.parse import unquote, urlparse
 
+from testbed.reports import headline
 from testbed.reports.tracking import RoundRecord
 
 if TYPE_CHECKING:
@@ -162,6 +163,10 @@ class MlflowTracker:
         privacy = summary.get("privacy") or {}
         tags = {"testbed.status": summary.get("status"), "testbed.rounds": summary.get("rounds"),
                 "testbed.epsilon_headline": privacy.get("epsilon_headline")}
+        # Against whom each figure holds (testbed.privacy.secrecy): per observer, its ε and statement.
+        for g in headline.guarantees(summary):
+            tags[f"testbed.privacy.{g['observer']}"] = g["statement"]
+            tags[f"testbed.privacy.{g['observer']}.epsilon"] = g.get("epsilon")
         for key, value in tags.items():
             if value is not None:
                 client.set_tag(run_id, key, str(value))

@@ -64,6 +64,11 @@ class TensorBoardTracker:
             self._flush()
 
     def finish(self, summary: dict[str, Any]) -> None:
+        from testbed.reports import headline
+
+        lines = headline.guarantee_lines(summary)
+        if lines:  # against whom each privacy figure holds, where the summary's text is not read
+            self._text("privacy_guarantees", "\n".join(f"- {line}" for line in lines), int(summary.get("rounds", 0)))
         self._text("summary", "```json\n" + json.dumps(summary, indent=2, default=str) + "\n```",
                    int(summary.get("rounds", 0)))
         self._writer.close()

@@ -139,6 +139,14 @@ function renderCards() {
   }
   const last = state.metrics[state.metrics.length - 1];
   if (last) cards.push(["test accuracy", num(last.test_accuracy, 3), `training loss ${num(last.train_loss)}`]);
+  // Against whom each ε holds: secret noise (node secrets) or noise derivable from the run seed.
+  const secrecy = state.run.secrecy || [];
+  if (secrecy.length) {
+    const text = secrecy.join(" ");
+    const value = text.includes("reproducible run") ? (text.includes("holds (noise") ? "mixed" : "run seed")
+      : text.includes("holds (noise") ? "node secrets" : "–";
+    cards.push(["whose noise", value, secrecy.join(" · ")]);
+  }
   document.getElementById("cards").innerHTML = cards.map(([l, v, s]) =>
     `<div class="card"><div class="label">${esc(l)}</div><div class="value">${esc(v)}</div><div class="sub">${esc(s)}</div></div>`).join("");
 }
