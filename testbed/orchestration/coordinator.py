@@ -186,6 +186,8 @@ class MqttNodes:
         self._open_round = -1
         self._late: dict[tuple[int, int], list[Event]] = {}  # charged, not yet handed to the runner
         self._released: dict[int, RoundSet] = {}  # node -> rounds of this session already charged
+        # (node, round) charged its plan on ask: a late reply's measured costs still raise the estimate.
+        self._on_ask: set[tuple[int, int]] = set()
         self._reports: dict[int, protocol.LedgerReport] = {}  # node -> its own ledger (as it left, at the stop)
         self._randomness: dict[int, str] = {}  # node -> what keys its private draws, as its readys said
         self._stopping = False  # the stop is (about to be) sent: a report from now on answers it
@@ -611,6 +613,7 @@ class MqttNodes:
                                          lambda left: [self._already_charged(n, ctx.round_index) for n in left],
                                          over_the_air=heard is not None)
             charged.update(charging.on_ask(self._planned_release, ctx, on_ask, "sent no usable reply"))
+            self._on_ask.update((n, ctx.round_index) for n in on_ask)
             self._mark_released(charged)
         for node in ids:  # the node saw its round message: it has the charges it carried
             self._charges.pop(node, None)
@@ -798,6 +801,9 @@ class MqttNodes:
             log.info("dropped %s of node %d for round %d: not this round", msg.kind, node, msg.round)
             return
         if self._already_charged(node, round_index):
+            if (node, round_index) in self._on_ask:  # charged its plan: what it measured raises the
+                self._on_ask.discard((node, round_index))  # estimate the session's end tops it up to
+                self._events_or_none(node, ctx, msg)
             log.info("dropped a late copy of node %d's %s for round %d: already charged", node, msg.kind, msg.round)
             return
         events, problems = self._events_or_none(node, ctx, msg)
