@@ -146,3 +146,35 @@ def test_a_resumed_coordinators_new_session_gets_a_fresh_release_logged_under_it
 
 def _events(reply) -> list:
     return [event_from_dict(e) for e in wire.decode(reply.payload).meta["events"]]
+
+
+DWFL = to_toml(load_config_text(
+    '[run]\nalgorithm = "dwfl"\nseed = 5\n[data]\nnum_nodes = 2\nsamples_per_node = 30\ndim = 3\n'
+    '[dwfl]\nrounds = 4\nbatch = 4\nlr = 0.3\nepsilon = 0.5\nfading = "none"\ncoherence_rounds = 1\nc_scale = 0.7\n'
+    '[privacy]\ndelta = 1e-5\n'))
+
+
+def test_over_the_air_a_second_ask_gets_the_same_signal_and_a_second_received_the_same_update():
+    """An over-the-air round takes two messages (the round: the transmit signal; what the node
+    received: its update): asked again at either, the node sends what it sent, computing nothing."""
+    with _counting_steps() as computed:
+        agent = NodeAgent(1)
+        alg = agent._experiment(DWFL).algorithm
+        downlink = {k: np.full(s.shape, 0.1 + 0.05j if s.dtype == "complex128" else 0.1)
+                    for k, s in alg.downlink_spec().items()}
+
+        def ask(model: float) -> wire.Message:
+            tensors = {k: v * model for k, v in downlink.items()}
+            return wire.decode(protocol.round_(RUN, SESSIONS[0], 1, DWFL, [0, 1], tensors))
+
+        signal = agent.handle(ask(1.0))
+        assert signal is not None and signal.to == protocol.CHANNEL
+        assert agent.handle(ask(2.0)).payload == signal.payload  # a forged second round: the same signal
+        heard = np.full(alg.channel.signal_spec().shape, 0.01)
+        received = wire.decode(protocol.received(RUN, SESSIONS[0], 1, [0, 1], heard))
+        update = agent.handle(received)
+        assert update is not None and update.to == protocol.COORDINATOR
+        again = wire.decode(protocol.received(RUN, SESSIONS[0], 1, [0, 1], heard * 3))
+        assert agent.handle(again).payload == update.payload
+        assert agent.handle(ask(1.0)).payload == signal.payload
+    assert computed == Counter({(SESSIONS[0], 1): 1})
