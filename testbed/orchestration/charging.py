@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from typing import TYPE_CHECKING, Callable, Collection, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Collection, Iterable, Mapping, Sequence
 
 from testbed.algorithms.contract import SETUP_ROUND, OverTheAir, RoundContext
 from testbed.ledger.events import Event, StraggleEvent, batches_of, with_fields
@@ -101,6 +101,35 @@ def source(charged_on_ask: Mapping[int, Collection[int]], reported_rounds: Mappi
     if not asked_only:
         return CONFIRMED
     return CONFIRMED if not local and asked_only <= set(reported_rounds.get(node, ())) else ON_ASK
+
+
+def confirmed_by_node(reported: Mapping[int, Iterable[int]], charged: Callable[[int, int], bool],
+                      asked: Callable[[int, int], RoundContext],
+                      planned_release: Callable[[int, RoundContext], list[Event]],
+                      has_setup: bool) -> dict[tuple[int, int], list[Event]]:
+    """The other half of the summary's max: (node, round) → the plan of every round a node's own
+    ledger logged (``reported``: its report at the stop) that nothing ``charged`` (a reply lost,
+    refused by a replay window, sent after the last round, a transmission the channel never heard),
+    at the plan of the round as ``asked`` (the node's events are the plan in every field that is
+    not measured; its report's totals cover the measured ones). A round the coordinator did not
+    ask the node (none should exist) is charged as if the node had taken part alone, the plan with
+    the least noise from others."""
+    found: dict[tuple[int, int], list[Event]] = {}
+    for node, rounds in sorted(reported.items()):
+        for round_index in rounds:
+            if charged(node, round_index):
+                continue
+            if round_index == SETUP_ROUND and not has_setup:  # the node's own costs (a bridge
+                continue  # provisioning its board): nothing released; its totals carry them
+            try:
+                found[(node, round_index)] = planned_release(node, asked(node, round_index))
+            except Exception as exc:  # noqa: BLE001  a report must not cost the run its end
+                log.warning("node %d's ledger logged round %d, which has no plan here (%s): its totals "
+                            "carry it", node, round_index, exc)
+                continue
+            log.warning("node %d's ledger logged round %d, which never reached the coordinator: charged as planned",
+                        node, round_index)
+    return found
 
 
 def charge_asked(run: "Run", outcome: RoundOutcome, nodes: Nodes, charged_here: set[int],

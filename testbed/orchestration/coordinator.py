@@ -904,6 +904,13 @@ class MqttNodes:
             log.warning("%d node(s) did not report their ledger within %g s of the stop: %s", len(missing),
                         timeout_s, _ids(sorted(missing)))
 
+    def _as_asked(self, node: int, round_index: int) -> RoundContext:
+        """Round ``round_index`` as this session asked ``node`` in it; one it did not ask the node in,
+        as if the node had taken part alone."""
+        ctx = self._rounds.get(round_index)
+        return ctx if ctx is not None and node in ctx.expected else \
+            RoundContext(round_index, self.seed, len(self.node_ids), (node,))
+
     def _closing(self) -> Closing:
         """What the run's end charges: late replies not yet handed over, and every round a node's own
         ledger logged that the coordinator never charged (a reply lost, refused by a replay window,
@@ -913,25 +920,10 @@ class MqttNodes:
             charged, self._late = self._late, {}
             reports = dict(self._reports)
         has_setup = isinstance(self.alg, WithSetup) and self.alg.has_setup
-        for node, report in sorted(reports.items()):
-            for round_index in report.round_indices():
-                if round_index in self._released.get(node, ()) or (node, round_index) in charged:
-                    continue
-                if round_index == SETUP_ROUND and not has_setup:  # the node's own costs (a bridge
-                    continue  # provisioning its board): nothing released; its totals carry them
-                # A round the coordinator did not ask the node (none should exist): charged as if
-                # the node had taken part alone, the plan with the least noise from others.
-                ctx = self._rounds.get(round_index)
-                if ctx is None or node not in ctx.expected:
-                    ctx = RoundContext(round_index, self.seed, len(self.node_ids), (node,))
-                try:
-                    charged[(node, round_index)] = self._planned_release(node, ctx)
-                except Exception as exc:  # noqa: BLE001  a report must not cost the run its end
-                    log.warning("node %d's ledger logged round %d, which has no plan here (%s): its totals "
-                                "carry it", node, round_index, exc)
-                    continue
-                log.warning("node %d's ledger logged round %d, which never reached the coordinator: charged as planned",
-                            node, round_index)
+        charged.update(charging.confirmed_by_node(
+            {node: report.round_indices() for node, report in reports.items()},
+            lambda node, r: r in self._released.get(node, ()) or (node, r) in charged,
+            self._as_asked, self._planned_release, has_setup))
         with self._lock:
             self._mark_released(charged)
         return Closing(charged, {node: report.totals for node, report in reports.items()},
