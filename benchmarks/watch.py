@@ -118,8 +118,8 @@ def feed_per_round(run_dir: Path, live: Path) -> tuple[list[float], list[int], i
         start = time.perf_counter()
         delta = feed.poll()
         times.append(time.perf_counter() - start)
-        sizes.append(len(json.dumps(delta)))
-    return times, sizes, len(json.dumps(feed.snapshot()))
+        sizes.append(len(json.dumps(delta, allow_nan=False)))
+    return times, sizes, len(json.dumps(feed.snapshot(), allow_nan=False))
 
 
 def main() -> None:

@@ -53,6 +53,7 @@ from testbed.algorithms.contract import (
     TensorSpec,
     WithSetup,
     check_tensors,
+    received_spec,
 )
 from testbed.assemble import load_data, model_for
 from testbed.budgets import Budgets, budgets_from_config
@@ -360,7 +361,7 @@ class NodeAgent:
             raise wire.WireError("bad_header", "a received signal needs this node among its senders, all expected")
         alg = sent.experiment.algorithm
         assert isinstance(alg, OverTheAir)
-        spec = {"received": alg.channel.signal_spec()}
+        spec = {"received": received_spec(alg.channel, sent.ctx)}
         problem = check_tensors(spec, msg.tensors)
         if problem is not None:
             raise wire.WireError("bad_header", f"received signal: {problem}")

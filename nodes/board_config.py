@@ -28,8 +28,9 @@ from nodes.meters import registry as meters
 from testbed import wire
 from testbed.devices.profiles import PROFILE_NAMES
 from testbed.errors import ConfigError, UserError
-from testbed.limits import MAX_CHUNK_BYTES, MAX_INT, MIN_CHUNK_BYTES
+from testbed.limits import MAX_CHUNK_BYTES, MAX_INT, MAX_TEXT_FILE_BYTES, MIN_CHUNK_BYTES
 from testbed.mqtt.broker import parse_broker_url
+from testbed.util.userfiles import read_text
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -138,12 +139,12 @@ def parse_board_config(text: str, source: str, base_dir: Path | None = None) -> 
 
 def load_board_config(path: Path) -> dict[str, Any]:
     """The checked values of the node file at ``path``; relative paths resolved against its folder."""
+    if not Path(path).exists():
+        raise ConfigError(str(path), "node file not found")
     try:
-        text = Path(path).read_text()
-    except FileNotFoundError:
-        raise ConfigError(str(path), "node file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(str(path), f"cannot be read: {getattr(exc, 'strerror', None) or exc}") from None
+        text = read_text(Path(path), MAX_TEXT_FILE_BYTES, "node file")
+    except UserError as exc:
+        raise ConfigError(str(path), f"cannot be read: {str(exc).removeprefix(f'node file {path}: ')}") from None
     return parse_board_config(text, str(path), Path(path).resolve().parent)
 
 

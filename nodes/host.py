@@ -14,9 +14,10 @@ nodes --session S --coordinator-pid P`) serves that coordinator's session only a
 that process is gone; a board (`testbed node`) serves whatever session comes, since a resumed run
 must reach it, but never goes back to a session once a newer one was seen. Either way a killed
 coordinator's nodes do not answer its successor's rounds a second time (twice the compute and the
-energy on a real board). Which rounds (:class:`nodes.round_fence.RoundFence`): only the newest of a
-session for each node; a host back from a stall finds the rounds that closed meanwhile in its inbox
-and runs none of them.
+energy on a real board). Which rounds (:class:`nodes.round_fence.RoundFence`): only the newest round
+of the newest session; a host back from a stall (a gap of :data:`_STALL_S` between two batches)
+reads its inbox until it is quiet, so a backlog that comes off the connections in several bursts
+is fenced as one, and runs none of the rounds that closed meanwhile.
 
 Watching the coordinator: the host polls ``os.getppid()`` (it is the coordinator's direct child, so
 its parent id changes when the coordinator dies, whatever the signal), between messages and at
@@ -60,6 +61,9 @@ log = logging.getLogger(__name__)
 
 _TICK_S = 0.5  # the host's loop wakes at least this often (coordinator watch, graces)
 _GATHER_S = 0.02  # how long a round's first copy waits for the copies of the host's other nodes
+_STALL_S = 1.0  # a gap this long between two batches (twice a tick) means the host was stalled
+_SETTLE_S = 0.1  # after a stall, the inbox is read until it was quiet this long ...
+_SETTLE_MAX_S = 2.0  # ... or for this long at most
 _RETIRED_SESSIONS = 64  # sessions a board remembers as superseded
 _LEAVING_REPORT_S = 5.0  # at most, for the broker's acks of the ledgers of nodes leaving before the stop
 
@@ -320,9 +324,10 @@ def _loop(inbox: queue.Queue[Inbound], agents: dict[str, NodeProtocol], clients:
     holds several rounds of a node; only the newest is current). ``states`` hears of each session
     joined, round answered and the end (:mod:`nodes.state_lines`)."""
     fence = fence or SessionFence()
-    rounds = rounds or RoundFence(len(agents))
+    rounds = rounds or RoundFence()
     watch = watch or CoordinatorWatch(None)
     answered, stopped = 0, set()
+    last_gathered = time.monotonic()
     joined: str | None = None  # the session the state lines last said was joined
     why_ended = "the coordinator ended it"
     coordinator_offline_since: float | None = None
@@ -333,8 +338,12 @@ def _loop(inbox: queue.Queue[Inbound], agents: dict[str, NodeProtocol], clients:
                 log.warning("coordinator (pid %s) of run %s is gone; leaving", watch.pid, run)
                 why_ended = "its coordinator is gone"
                 break
-            items = rounds.current(_gather(inbox, _TICK_S, agents, broadcast_members))
-            now = time.monotonic()
+            gathered = _gather(inbox, _TICK_S, agents, broadcast_members)
+            if gathered and time.monotonic() - last_gathered > _STALL_S:  # back from a stall (SIGSTOP, swap,
+                # a long step): the backlog may still be coming in bursts; all of it is fenced at once
+                gathered += _settle(inbox, broadcast_members)
+            items = rounds.current(gathered, fence.admits)
+            now = last_gathered = time.monotonic()
             if coordinator_offline_since is not None and now - coordinator_offline_since > grace_s:
                 log.warning("coordinator of run %s offline for %.0f s; leaving", run, grace_s)
                 why_ended = f"its coordinator has been offline for {grace_s:.0f} s"
@@ -479,6 +488,19 @@ def _gather(inbox: queue.Queue[Inbound], timeout_s: float, agents: dict[str, Nod
             item = _next(inbox, remaining)
             if item is None:
                 return items
+
+
+def _settle(inbox: queue.Queue[Inbound], broadcast_members: Callable[[], list[str]] | None = None) -> list[Inbound]:
+    """What more comes into the inbox until it has been quiet for :data:`_SETTLE_S` (at most
+    :data:`_SETTLE_MAX_S`): after a stall, the messages that arrived meanwhile come off the
+    connections in bursts, and a round closed by a message of a later burst must not be stepped."""
+    items: list[Inbound] = []
+    deadline = time.monotonic() + _SETTLE_MAX_S
+    while True:
+        item = _next(inbox, min(_SETTLE_S, max(deadline - time.monotonic(), 0.0)))
+        if item is None:
+            return items
+        items += _copies(item, broadcast_members)
 
 
 def _copies(item: Inbound, broadcast_members: Callable[[], list[str]] | None) -> list[Inbound]:

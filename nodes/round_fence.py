@@ -1,38 +1,48 @@
-"""Which round messages a host still serves: none of a round that has closed.
+"""Which round messages a host still serves: none of a round that has closed (invariant 6).
 
-The coordinator sends round r+1 of a session only after round r closed, so a newer round of the
-same session tells a node that every older one is over. A host (or a bridge) that comes back from
-a stall finds several rounds in its inbox for a node; stepping each would run, release and charge
-rounds nobody uses any more (on a microcontroller, seconds of compute each). :class:`RoundFence`
-keeps, per node and session, the newest round seen (in the batch the host gathered, and every
-round it served before) and drops the older ones with one log line per batch.
+The coordinator sends round r+1 of a session only after round r closed, for every node (a node
+it does not ask again, sampled out or a straggler, is no exception), so any message of a newer
+round of a session tells every node of the host that each older round of that session is over.
+A stop closes the round it names too (a node stalled through the end of a run runs nothing more);
+the stop itself is never dropped. And a message of a newer session (a resumed run's coordinator)
+closes every round of the sessions before it. A host (or a bridge) that comes back from a stall
+finds several rounds in its inbox; stepping each would run, release and charge rounds nobody uses
+any more (on a microcontroller, seconds of compute each). :class:`RoundFence` keeps the newest
+session and its newest round, over the batch the host gathered and every batch before, and drops
+the rest with one log line per batch, whichever batch a backlog arrives in: a closing message in
+an earlier batch closes as one in the same batch does. (One in a later batch cannot be seen before
+the round is stepped; the host gathers a backlog after a stall until its inbox is quiet, see
+nodes.host, so a backlog split by the network arrives as one batch.)
 
 A round's messages share its index: the round itself, an over-the-air round's received signal,
-and the setup (wire round 0, which comes before round 0). The stop carries the last round the
-coordinator sent: it closes that round too (a node stalled through the end of a run runs nothing
-more); the stop itself is never dropped. A repeat of the newest round is not dropped here: the
-node's ledger charges a round once, and an over-the-air round's second message has the same index.
+and the setup (wire round 0, which comes before round 0). A repeat of the newest round is not
+dropped here: the node's ledger charges a round once, and an over-the-air round's second message
+has the same index.
 
 Example::
 
     >>> from testbed import protocol, wire
     >>> from testbed.mqtt.client import Inbound
-    >>> def round_(i):
-    ...     raw = protocol.round_("r", "s", i, "", [0], {})
-    ...     return Inbound("tb/r/bcast", "bcast", None, raw, wire.decode(raw), receiver="0")
-    >>> fence = RoundFence(nodes=1)
+    >>> def round_(i, node="0", session="s"):
+    ...     raw = protocol.round_("r", session, i, "", [0, 1], {})
+    ...     return Inbound("tb/r/bcast", "bcast", None, raw, wire.decode(raw), receiver=node)
+    >>> fence = RoundFence()
     >>> late = [round_(3), round_(4), round_(5)]
     >>> [item.message.round for item in fence.current(late)], fence.skipped
     ([5], 2)
-    >>> fence.current(late[:1]), fence.skipped    # round 3 again: closed, never stepped
+    >>> fence.current([round_(4, node="1")]), fence.skipped    # another node's round 4: closed too
     ([], 3)
+    >>> [item.message.round for item in fence.current([round_(2, session="t")])]  # a newer session
+    [2]
+    >>> fence.current([round_(6)]), fence.skipped             # the older session's rounds: closed
+    ([], 4)
 """
 
 from __future__ import annotations
 
 import collections
 import logging
-from typing import Iterable
+from typing import Callable, Iterable
 
 from testbed import protocol, wire
 from testbed.mqtt.client import Inbound
@@ -41,9 +51,9 @@ log = logging.getLogger(__name__)
 
 #: The messages that belong to one round of a node (dropped once it closed).
 ROUND_KINDS = frozenset({protocol.ROUND, protocol.SETUP, protocol.RECEIVED})
-#: Sessions remembered per node (a board follows resumed runs): older entries are forgotten, and
-#: the host's session fence refuses their rounds anyway.
-_SESSIONS_PER_NODE = 4
+#: Sessions remembered (a board follows resumed runs): older entries are forgotten, and the host's
+#: session fence refuses their rounds anyway.
+_SESSIONS_REMEMBERED = 16
 
 
 def round_order(msg: wire.Message) -> int:
@@ -55,48 +65,62 @@ def round_order(msg: wire.Message) -> int:
 
 
 class RoundFence:
-    """The newest round served per (node, session), and the round messages it makes stale.
-
-    Args:
-        nodes: the host's node count (bounds what is remembered: a few sessions per node).
+    """The newest session and its newest round a host has seen, and the round messages they make
+    stale.
 
     Attributes:
         skipped: round messages dropped so far (rounds that had closed).
     """
 
-    def __init__(self, nodes: int):
-        self._newest: collections.OrderedDict[tuple[str | None, str | None], int] = collections.OrderedDict()
-        self._limit = max(1, nodes) * _SESSIONS_PER_NODE
+    def __init__(self) -> None:
+        self._session: str | None = None  # the newest session seen
+        self._newest = -2  # the newest round_order seen in it (below the setup's)
+        # sessions a newer one superseded: never current again (a late message of a killed coordinator)
+        self._retired: collections.OrderedDict[str | None, None] = collections.OrderedDict()
         self.skipped = 0
 
-    def current(self, items: Iterable[Inbound]) -> list[Inbound]:
-        """``items`` (what a host gathered, in order) without the round messages of a round older
-        than the newest of the same receiving node and session, in this batch or served before;
-        the newest are remembered as served."""
+    def current(self, items: Iterable[Inbound], admits: Callable[[str | None], bool] | None = None) -> list[Inbound]:
+        """``items`` (what a host gathered, in arrival order) without the round messages of a
+        closed round: one of a session older than the newest seen (in this batch or before), or
+        older than the newest round of its session (any node's message, or a stop). ``admits``
+        (the host's session fence): a session it refuses closes nothing and its messages are
+        dropped here too."""
         items = list(items)
-        newest: dict[tuple[str | None, str | None], int] = {}
-        for item in items:
+        refused: set[int] = set()  # of a session the host does not serve: dropped, closing nothing
+        retired: set[int] = set()  # of a session a newer one superseded: closed
+        for i, item in enumerate(items):
             msg = item.message
-            if msg is not None and (msg.kind in ROUND_KINDS or msg.kind == protocol.STOP):
-                key = (item.receiver, protocol.session_of(msg))
-                newest[key] = max(newest.get(key, self._newest.get(key, -2)), round_order(msg))
+            if msg is None or not (msg.kind in ROUND_KINDS or msg.kind == protocol.STOP):
+                continue
+            session = protocol.session_of(msg)
+            if admits is not None and not admits(session):
+                refused.add(i)
+                continue
+            if session in self._retired:
+                retired.add(i)
+                continue
+            if session != self._session:  # a newer session: every round of the one before is closed
+                if self._newest > -2 or self._session is not None:
+                    self._retired[self._session] = None
+                    while len(self._retired) > _SESSIONS_REMEMBERED:
+                        self._retired.popitem(last=False)
+                self._session, self._newest = session, -2
+            self._newest = max(self._newest, round_order(msg))
         kept: list[Inbound] = []
         dropped: collections.Counter[int] = collections.Counter()
-        for item in items:
+        for i, item in enumerate(items):
             msg = item.message
-            if msg is not None and msg.kind in ROUND_KINDS and \
-                    round_order(msg) < newest[(item.receiver, protocol.session_of(msg))]:
+            if i in refused:  # the host's session fence says why, once per session
+                continue
+            if msg is not None and msg.kind in ROUND_KINDS and (
+                    i in retired or protocol.session_of(msg) != self._session or round_order(msg) < self._newest):
                 dropped[msg.round] += 1  # the setup counts as round 0, as on the wire
                 continue
+            if i in retired:  # a stop of a superseded session: nothing of it is served
+                continue
             kept.append(item)
-        for key, order in newest.items():
-            self._newest[key] = order
-            self._newest.move_to_end(key)
-        while len(self._newest) > self._limit:
-            self._newest.popitem(last=False)
         if dropped:
             self.skipped += sum(dropped.values())
-            log.warning("skipped %d message(s) of closed round(s) %s: a newer round of the same session came "
+            log.warning("skipped %d message(s) of closed round(s) %s: a newer round or session came "
                         "(nothing run, nothing charged)", sum(dropped.values()), sorted(dropped))
         return kept
-

@@ -1,6 +1,7 @@
-"""The Python API: run an experiment, read a run back, sweep a grid; results as pandas tables.
+"""The Python API: run an experiment, read a run back, sweep a grid, audit a run's privacy; results as
+pandas tables.
 
-``testbed.run``, ``testbed.load``, ``testbed.sweep``, ``testbed.Run`` and ``testbed.Sweep`` are
+``testbed.run``, ``testbed.load``, ``testbed.sweep``, ``testbed.audit``, ``testbed.Run`` and ``testbed.Sweep`` are
 this module's, reached lazily (``import testbed`` alone imports none of it: a board's node does
 not need it). The command line builds its experiments with the same function
 (testbed.experiment.experiment_config) and sizes its sweeps with the same checks
@@ -38,6 +39,8 @@ from testbed.util.extras import missing_package_message
 
 if TYPE_CHECKING:
     import pandas
+
+    from testbed.orchestration.audit import AuditReport
 
 def run(experiment: Experiment, *, overrides: Overrides = None, mode: str | None = None, seed: int | None = None,
         out: str | os.PathLike | None = None, overwrite: bool = False, quiet: bool = True) -> "Run":
@@ -90,6 +93,41 @@ def _empty(directory: Path) -> None:
                 entry.unlink()
     except OSError as exc:
         raise UserError(f"overwrite: cannot empty {directory}: {exc.strerror or exc}") from None
+
+
+def audit(experiment: Experiment, *, canaries: int | None = None, confidence: float = 0.95, runs: int = 1,
+          overrides: Overrides = None, seed: int | None = None, out: str | os.PathLike | None = None,
+          overwrite: bool = False) -> "AuditReport":
+    """`testbed audit` from Python: run the experiment in sim with canary gradients and bound its ε
+    from below (docs/privacy.md, "Empirical audit").
+
+    Args:
+        experiment, overrides, seed: as :func:`run` (the mode is always sim).
+        canaries: canaries per run (default 1000 for one run, one per node for several).
+        confidence: the bound's level.
+        runs: 1: the one-run bound (Steinke et al. 2023); more: the membership test over that many runs.
+        out: keep the audited run(s) in this directory (default: a temporary one, removed);
+            ``overwrite`` as :func:`run`.
+
+    Returns:
+        The report: ``result.epsilon`` (the lower bound), ``claimed`` (the ledger's ε per
+        accountant), ``verdict``, ``lines()`` (what the command prints).
+
+    Raises:
+        UserError: one line (as the command).
+    """
+    import tempfile
+
+    from testbed.orchestration.audit import audit_run
+
+    config = experiment_config(experiment, overrides, mode="sim", seed=seed)
+    if not 0.0 < confidence < 1.0 or canaries is not None and canaries < 1 or runs < 1:
+        raise UserError(f"audit: need 0 < confidence < 1, canaries >= 1 and runs >= 1, got {confidence}, {canaries}, {runs}")
+    if out is not None:
+        return audit_run(config, _fresh_run_dir(config, out, overwrite), canaries=canaries, confidence=confidence,
+                         runs=runs)
+    with tempfile.TemporaryDirectory(prefix="testbed-audit-") as tmp:
+        return audit_run(config, Path(tmp) / "run", canaries=canaries, confidence=confidence, runs=runs)
 
 
 def load(run_dir: str | os.PathLike) -> "Run":

@@ -22,7 +22,6 @@ Example::
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -38,18 +37,20 @@ from testbed.client_sampling import ClientSamplingSection
 from testbed.data.section import DataSection
 from testbed.devices import virtual_boards
 from testbed.devices.profiles import MCU_PROFILE_NAMES, PROFILE_NAMES
-from testbed.errors import ConfigError
-from testbed.limits import MAX_CHUNK_BYTES, MAX_SEED, MAX_WAIT_S, MIN_CHUNK_BYTES, MIN_POSITIVE
+from testbed.errors import ConfigError, UserError
+from testbed.limits import MAX_CHUNK_BYTES, MAX_SEED, MAX_TEXT_FILE_BYTES, MAX_WAIT_S, MIN_CHUNK_BYTES, MIN_POSITIVE
 from testbed.models import embedding_kinds, embedding_phrase
 from testbed.models import kinds as model_kinds
 from testbed.privacy.accountants import registry as accountants
-from testbed.sections import NonNegative, OnlyWith, Positive, Section, attribute_docstrings
+from testbed.sections import Name, NonNegative, OnlyWith, Positive, Section, attribute_docstrings
 from testbed.stragglers import StragglersSection
+from testbed.util import jsontext
+from testbed.util.userfiles import read_text
 
 
 class RunSection(Section):
-    name: str = "run"
-    """Names the run's directory."""
+    name: Name = "run"
+    """Names the run's directory (output.dir/NAME-TIME-sSEED): letters, digits, '_', '.', '-'."""
     algorithm: str = "dp_pasgd"
     """The algorithm (testbed.algorithms: one module each)."""
     seed: int = Field(0, ge=0, le=MAX_SEED)
@@ -434,16 +435,14 @@ def load_config(path: str | Path, overrides: Sequence[str | tuple[str, Any]] = (
     """Read, override (``--set section.key=value``, or pairs: :func:`apply_overrides`) and validate an experiment file; its relative
     paths are resolved against its folder."""
     path = Path(path)
+    if not path.exists():
+        raise ConfigError(str(path), "experiment file not found")
+    if path.is_dir():
+        raise ConfigError(str(path), "is a folder, not an experiment file")
     try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise ConfigError(str(path), "experiment file not found") from None
-    except IsADirectoryError:
-        raise ConfigError(str(path), "is a folder, not an experiment file") from None
-    except UnicodeDecodeError:
-        raise ConfigError(str(path), "is not a text file (an experiment file is TOML)") from None
-    except OSError as exc:
-        raise ConfigError(str(path), f"cannot be read: {exc.strerror}") from None
+        text = read_text(path, MAX_TEXT_FILE_BYTES, "experiment file")
+    except UserError as exc:
+        raise ConfigError(str(path), str(exc).removeprefix(f"experiment file {path}: ")) from None
     return load_config_text(text, overrides, source=str(path), base_dir=path.resolve().parent)
 
 
@@ -551,7 +550,7 @@ def _ranges(prop: dict[str, Any], each: str = "") -> list[str]:
 
 
 def json_schema_text() -> str:
-    return json.dumps(json_schema(), indent=2) + "\n"
+    return jsontext.dumps(json_schema(), indent=2) + "\n"
 
 
 def toml_value(v: Any) -> str:

@@ -9,6 +9,8 @@ import os
 from pathlib import Path
 
 from testbed.errors import ConfigError, UserError
+from testbed.limits import MAX_TEXT_FILE_BYTES
+from testbed.util import userfiles
 
 
 def experiment_file(path: Path) -> Path:
@@ -22,10 +24,10 @@ def experiment_file(path: Path) -> Path:
         return path
     if path.is_dir():
         raise ConfigError(str(path), "is a directory, not an experiment file (TOML)")
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise ConfigError(str(path), f"cannot read the experiment file: {exc.strerror or exc}") from None
+    try:  # a regular file of a bounded size: /dev/zero or a FIFO would be read forever
+        data = userfiles.read_bytes(path, MAX_TEXT_FILE_BYTES, "experiment file")
+    except UserError as exc:
+        raise ConfigError(str(path), str(exc).removeprefix(f"experiment file {path}: ")) from None
     try:
         data.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -30,3 +30,10 @@ MAX_PID = 2**22
 #: The largest ε in nats a calibration takes: past ~709, exp(ε) overflows float64 (and the noise it
 #: calibrates is below float64's resolution long before).
 MAX_EPSILON_NATS = 700.0
+#: The largest text file a user or an inventory names that is read whole (an experiment file, an
+#: inventory, a node file, a credentials or calibration file): a PADPFL weight per node for a
+#: million nodes fits; /dev/zero or a runaway file does not.
+MAX_TEXT_FILE_BYTES = 64 * 2**20
+#: The largest log file of a run read whole (metrics.csv, asked.csv, refusals.csv): years of
+#: rounds; a device, a FIFO or a runaway file is refused before it is read.
+MAX_RUN_FILE_BYTES = 4 * 2**30

@@ -16,6 +16,10 @@ deliberately rough and errs high: it counts
   state rows, the stacked downlink, uplink, noise and aggregate);
 - every node's share of the coordinator's bookkeeping (the ledger book's columns, ids, offsets):
   :data:`_NODE_BYTES` each, ~0.7 KB measured at a million nodes in sim (840 MB peak RSS in all);
+- gossip and D-PSGD with a robust rule at the receivers: every receiver's neighbours' payloads
+  apart, nodes × the largest degree × parameters × 8 bytes × :data:`_NEIGHBOURHOOD_COPIES` (the
+  gathered payloads, their sorted copy, the rule's temporaries); the degree from the topology's kind,
+  or block 0's graph × 1.5 for a random one;
 - over MQTT with emulated boards, the node hosts on this machine: :data:`_HOST_BYTES` each and
   per node :data:`_HOST_NODE_BYTES` (its client, socket buffers, agent) plus its own copy of its
   data (a synthetic node generates its samples where it runs).
@@ -48,6 +52,7 @@ _STATE_COPIES = 6
 _NODE_BYTES = 1024
 _HOST_BYTES = 80 * 2**20
 _HOST_NODE_BYTES = 256 * 1024  # besides its data; measured ~60 KB for a J1 node, kept generous
+_NEIGHBOURHOOD_COPIES = 3
 _FILE_SET_DIM = 128  # at least the feature count of the file-based sets (Adult, Vehicle), before one-hot
 _HOST_SPARE_FILES = 64  # a host's own files besides its nodes' sockets (as nodes.host reserves)
 
@@ -76,10 +81,32 @@ def estimate_bytes(config: Config) -> dict[str, float]:
         "state": float(_STATE_COPIES * (sampled if lazy else n) * params * 8),
         "nodes": float(n * _NODE_BYTES),
     }
+    received = _neighbourhood_bytes(config, params)
+    if received:
+        parts["neighbourhood"] = received
     if config.run.mode == "mqtt" and config.mqtt.emulated:
         # Each host holds its own nodes' rows besides the coordinator's copy.
         parts["hosts"] = float(min(config.mqtt.hosts, n) * _HOST_BYTES + n * (_HOST_NODE_BYTES + node_bytes))
     return parts
+
+
+def _neighbourhood_bytes(config: Config, params: int) -> float:
+    """Gossip's and D-PSGD's receivers' neighbourhoods under a robust rule (0 under the mean: the
+    channel's sparse product holds one row per node)."""
+    algorithm = config.run.algorithm
+    if algorithm not in ("gossip", "dpsgd") or getattr(config, algorithm).aggregation == "mean":
+        return 0.0
+    t, n = config.topology, config.data.num_nodes
+    known = {"complete": n - 1, "ring": 2, "torus": 4, "k_regular": t.degree}
+    if t.kind in known:
+        degree = float(min(known[t.kind], n - 1))
+    else:
+        from testbed.topology import Topology
+
+        section = getattr(config, algorithm)
+        drawn = Topology(t, n, config.run.seed, section.link_budget()).graph(0).degrees
+        degree = min(1.5 * float(drawn.max()), n - 1.0)
+    return _NEIGHBOURHOOD_COPIES * n * degree * params * 8.0
 
 
 def available_bytes() -> int | None:
@@ -119,6 +146,11 @@ def _check_memory(config: Config) -> None:
         raise ConfigError("output.eval_nodes", f"evaluating {config.output.eval_nodes or config.data.num_nodes:,} "
                                                f"nodes needs about {_size(need)} of memory ({shown}), this machine "
                                                f"has {_size(have)} available; evaluate on fewer nodes")
+    if parts.get("neighbourhood", 0.0) == max(parts.values()):
+        raise ConfigError(f"{config.run.algorithm}.aggregation",
+                          f"a robust rule at the receivers holds every node's neighbours' payloads apart: about "
+                          f"{_size(need)} of memory ({shown}), this machine has {_size(have)} available; use "
+                          f'aggregation = "mean", a sparser [topology] or fewer nodes')
     raise ConfigError("data.num_nodes", f"{config.data.num_nodes:,} nodes need about {_size(need)} of memory "
                                         f"({shown}), this machine has {_size(have)} available; use fewer nodes, "
                                         f"samples or features")

@@ -47,6 +47,8 @@ class Purpose(enum.IntEnum):
     CLIENTS = 10  # which nodes a round samples (testbed.client_sampling)
     EVAL = 11  # which nodes the model is evaluated on (output.eval_nodes, testbed.evaluation)
     TOPOLOGY = 12  # which nodes hear each other (testbed.topology: random graphs, positions, mobility)
+    BUCKETS = 13  # which rows a robust server rule averages together (testbed.algorithms.aggregate.buckets)
+    AUDIT = 14  # an empirical audit's canaries: which are in, their directions, when sampled (testbed.privacy.canaries)
 
 
 #: The draws a privacy guarantee rests on: keyed by the node's secret when it has one. DWFL's

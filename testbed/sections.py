@@ -33,14 +33,15 @@ Example::
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, GetCoreSchemaHandler, model_validator
 from pydantic_core import CoreSchema
 
 from testbed.limits import MAX_FLOAT, MAX_INT, MIN_POSITIVE
+from testbed.util import jsontext
+from testbed.util.userfiles import NAME
 
 T = TypeVar("T")
 
@@ -50,6 +51,17 @@ Positive = Annotated[T, Field(gt=0)]
 NonNegative = Annotated[T, Field(ge=0)]
 #: A value in [0, 1].
 Fraction = Annotated[float, Field(ge=0, le=1)]
+
+
+def _name(value: str) -> str:
+    if not NAME.fullmatch(value):
+        raise ValueError("must be a name of letters, digits, '_', '.', '-' starting with a letter or digit, at most "
+                         "64 characters (it names a folder: no '/', '..' or spaces)")
+    return value
+
+
+#: A name that becomes a path component (a run's folder): an identifier (testbed.util.userfiles.NAME).
+Name = Annotated[str, AfterValidator(_name)]
 
 
 @dataclass(frozen=True)
@@ -68,7 +80,7 @@ class OnlyWith:
         """The choice in the file's words: ``model = "bernoulli" or "deadline"``, ``mcu set``."""
         if not self.choices:
             return f"{self.key} set"
-        return f"{self.key} = " + " or ".join(json.dumps(choice) for choice in self.choices)
+        return f"{self.key} = " + " or ".join(jsontext.dumps(choice) for choice in self.choices)
 
 
 def field_default(cls: type[BaseModel], name: str) -> Any:

@@ -48,6 +48,13 @@ EXPERIMENTS = {
                          '[topology]\nkind = "ring"\n',
     "gossip": SYNTHETIC + '[gossip]\nrounds = 6\nbatch = 8\nlr = 0.2\nepsilon = 1.0\nfading = "rayleigh"\n'
                           'coherence_rounds = 2\n[topology]\nkind = "k_regular"\ndegree = 2\n',
+    # Robust rules at the receivers (issue 40): each node gets its neighbours' payloads apart.
+    "gossip/clip": SYNTHETIC + '[gossip]\nrounds = 6\nbatch = 8\nlr = 0.2\nepsilon = 1.0\nfading = "rayleigh"\n'
+                               'aggregation = "self_centred_clip"\nclip_multiple = 0.05\n[topology]\nkind = "ring"\n',
+    "dpsgd/trimmed_mean": SYNTHETIC + '[dpsgd]\nrounds = 6\nbatch = 8\nlr = 0.2\nepsilon = 1.0\nfading = "none"\n'
+                                      'aggregation = "trimmed_mean"\n[topology]\nkind = "complete"\n',
+    "dpsgd/median": SYNTHETIC + '[dpsgd]\nrounds = 6\nbatch = 8\nlr = 0.2\nsigma = 0.1\nfading = "none"\n'
+                                'aggregation = "median"\n[topology]\nkind = "k_regular"\ndegree = 2\n',
     "fedavg": SYNTHETIC + '[fedavg]\nrounds = 6\nlocal_steps = 3\nbatch = 8\nlr = 0.5\n',
     "acfl": SYNTHETIC + '[model]\nkind = "linear"\n[acfl]\niterations = 6\nlr = 0.01\nsigma1_sq = 0.5\nsigma2_sq = 0.5\n',
     "padpfl": SYNTHETIC + '[padpfl]\nrounds = 6\nuploads = 2\nparticipation = "spread"\nlocal_steps = 3\nbatch = 8\nlr = 0.5\nclip = 2.0\n'

@@ -368,8 +368,13 @@ def test_a_count_that_is_not_an_integer_is_a_damaged_metrics_file(cell, tmp_path
     lines = path.read_text().splitlines(keepends=True)
     lines[2] = cell + lines[2][lines[2].index(","):]
     path.write_text("".join(lines))
-    with pytest.raises(UserError, match=r"metrics\.csv: damaged") as err:
+    with pytest.raises(UserError, match=r"metrics\.csv: unverified"):  # not the file its summary covers
         testbed.load(run.dir).metrics
+    from testbed.reports.results import read_metrics
+
+    (run.dir / "summary.json").unlink()  # a killed run's metrics: nothing to check against, but its cells
+    with pytest.raises(UserError, match=r"metrics\.csv: damaged") as err:
+        read_metrics(run.dir)
     assert "\n" not in str(err.value)
 
 

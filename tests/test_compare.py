@@ -129,7 +129,7 @@ def test_values_by_seed_from_the_sweeps_rows_or_its_table(sweep):
 
     table = read_sweep(sweep)
     typed = [{"dp_pasgd.tau": int(r["dp_pasgd.tau"]), "dp_pasgd.lr": 0.1, "seed": int(r["seed"]),
-              "test_accuracy": float(r["test_accuracy"]), "run": r["run"]} for r in table]
+              "test_accuracy": float(r["test_accuracy"]), "status": r["status"], "run": r["run"]} for r in table]
     for rows in (table, typed):
         a = values_by_seed(rows, {"dp_pasgd.tau": 1}, "test_accuracy")
         b = values_by_seed(rows, {"dp_pasgd.tau": 5}, "test_accuracy")

@@ -106,8 +106,9 @@ def test_the_function_raises_the_same_user_error(tmp_path):
 
 
 @pytest.mark.parametrize("cell, match", [("nan", "has no finite test_accuracy ('nan')"), ("-inf", "no finite"),
-                                         ("1e308", "test_accuracy 1e+308 is beyond ±1e+15"),
-                                         ("-2e15", "beyond ±1e+15")])
+                                         ("1e308", "test_accuracy 1e+308 is outside [0, 1]"),
+                                         ("-2e15", "outside [0, 1]"), ("-5", "test_accuracy -5 is outside [0, 1]"),
+                                         ("1.0000001", "outside [0, 1]")])
 def test_a_metric_that_is_not_a_usable_number(tmp_path, capsys, cell, match):
     folder = write_sweep(tmp_path / "s")
     rows = (folder / "sweep.csv").read_text().splitlines()

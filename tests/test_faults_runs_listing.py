@@ -14,7 +14,7 @@ from hypothesis import given, strategies as st
 from testbed.cli import main
 from testbed.config import load_config_text
 from testbed.orchestration.runner import run_experiment
-from testbed.reports.results import SUMMARY_KEYS, _summary_digest
+from testbed.reports.results import STATUSES, SUMMARY_KEYS, _summary_digest
 from testbed.reports.runs import format_runs, list_runs, runs_json
 
 
@@ -74,7 +74,8 @@ def test_runs_lists_good_and_bad_runs_one_line_each(lab, capsys, finished):
     assert by_name["done"].split()[1:5] == ["dp_pasgd", "completed", "4", f"{done['final']['test_accuracy']:.4f}"]
     assert f"{done['privacy']['epsilon_headline']:.4g}" in by_name["done"]
     assert "stopped_budget" in by_name["sweep/eps4"]
-    assert "damaged" in by_name["tampered"] and "does not match its sha256" in by_name["tampered"]
+    assert "unverified" in by_name["tampered"] and "does not match its sha256" in by_name["tampered"]
+    assert by_name["tampered"].split()[3:6] == ["-", "-", "-"]  # no figure of an unverified summary
     assert "damaged" in by_name["garbage"] and "summary.json: unreadable" in by_name["garbage"]
     assert "no summary (killed?)" in by_name["killed"] and by_name["killed"].split()[5] == "4"  # metrics.csv's rounds
 
@@ -88,7 +89,8 @@ def test_runs_json_has_the_same_runs(lab, capsys, finished):
                             "rounds": 4, "final_accuracy": done["final"]["test_accuracy"],
                             "epsilon": done["privacy"]["epsilon_headline"], "date": runs["done"]["date"],
                             "problem": None}
-    assert runs["tampered"]["status"] == "damaged" and "sha256" in runs["tampered"]["problem"]
+    assert runs["tampered"]["status"] == "unverified" and "sha256" in runs["tampered"]["problem"]
+    assert runs["tampered"]["rounds"] is None and runs["tampered"]["final_accuracy"] is None
     assert runs["killed"]["rounds"] == 4 and runs["killed"]["problem"] is None
 
 
@@ -115,12 +117,13 @@ def test_report_json_prints_the_checked_summary(finished, capsys):
     assert not (finished[0].run_dir / "figures").exists()  # --json draws nothing
 
 
-@pytest.mark.parametrize("damage", [b"{", b'{"sha256": "0"}', b"[]"])
-def test_report_json_of_a_damaged_summary_is_one_line(tmp_path, capsys, damage):
+@pytest.mark.parametrize("damage, word", [(b"{", "damaged"), (b'{"sha256": "0"}', "unverified"), (b"[]", "damaged"),
+                                         (b'{"rounds": 3}', "unverified")])
+def test_report_json_of_a_damaged_summary_is_one_line(tmp_path, capsys, damage, word):
     (tmp_path / "summary.json").write_bytes(damage)
     assert main(["report", str(tmp_path), "--json"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith(f"testbed: {tmp_path / 'summary.json'}: damaged")
+    assert err.count("\n") == 1 and err.startswith(f"testbed: {tmp_path / 'summary.json'}: {word}")
 
 
 json_values = st.recursive(
@@ -148,8 +151,15 @@ def test_any_summary_lists_on_one_line(tmp_path_factory, fields, signed, name):
     table = format_runs(runs).splitlines()
     assert len(table) == 2 and all(c.isprintable() for c in table[1])
     listed = json.loads(runs_json(runs))[0]
-    assert (listed["status"] == "damaged") == (not set(SUMMARY_KEYS) <= set(fields))  # a summary without a
-    # sha256 is one written before digests: read as it is
+    if not signed:  # no sha256: unverified, and none of its figures is listed
+        assert listed["status"] == "unverified" and "no sha256" in listed["problem"]
+        assert listed["rounds"] is None and listed["final_accuracy"] is None and listed["epsilon"] is None
+        return
+    if not set(SUMMARY_KEYS) <= set(fields):
+        assert listed["status"] == "damaged"
+    if listed["status"] != "damaged":  # read: of the types and ranges a run writes
+        assert listed["status"] in STATUSES and listed["problem"] is None
+        assert listed["final_accuracy"] is None or 0.0 <= listed["final_accuracy"] <= 1.0
     assert listed["rounds"] is None or (isinstance(listed["rounds"], int) and listed["rounds"] >= 0)
     assert listed["epsilon"] is None or listed["epsilon"] == "inf" or isinstance(listed["epsilon"], float)
 

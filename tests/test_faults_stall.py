@@ -13,16 +13,20 @@ from __future__ import annotations
 import logging
 import queue
 import shutil
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from firmware_bridge.agent import BridgeAgent
 from firmware_bridge.virtual import HostBoard
+from nodes import host
 from nodes.agent import NodeAgent, SharedExperiment
 from nodes.host import _loop
-from nodes.round_fence import RoundFence
+from nodes.round_fence import RoundFence, round_order
 from testbed import protocol, wire
 from testbed import assemble
 from testbed.algorithms.contract import RoundContext
@@ -155,7 +159,7 @@ def test_a_host_back_from_a_stall_runs_no_closed_round(tmp_path, k, where, caplo
     coordinator = _Coordinator(inbox, nodes, stall_at, k)
     shared = SharedExperiment(nodes)
     agents = {str(n): NodeAgent(n, state_dir=tmp_path, shared=shared) for n in nodes}
-    fence = RoundFence(len(nodes))
+    fence = RoundFence()
     coordinator.start()
     with caplog.at_level(logging.WARNING, logger="nodes.round_fence"):
         answered = _loop(inbox, agents, {str(n): _Client(coordinator) for n in nodes}, RUN, 30.0, None,
@@ -193,7 +197,7 @@ def test_a_round_older_than_one_served_is_never_stepped(tmp_path):
                 inbox.put(_item(protocol.stop(RUN, SESSION, "completed", 5), "0"))
 
     inbox.put(_item(protocol.round_(RUN, SESSION, 5, CONFIG, [0], {"model": THETA}), "0"))
-    fence = RoundFence(1)
+    fence = RoundFence()
     _loop(inbox, {"0": agent}, {"0": Client()}, RUN, 30.0, None, rounds=fence)
     agent.close()
     assert replies == [5, 5] and fence.skipped == 1  # a repeat of the current round is answered again
@@ -210,18 +214,113 @@ def _msg(kind: str, round_index: int, session: str = SESSION) -> bytes:
     return protocol.stop(RUN, session, "completed", round_index)
 
 
+@pytest.mark.parametrize("gap_s", [0.03, 0.08])
+def test_a_backlog_arriving_in_two_bursts_after_a_stall_runs_no_closed_round(tmp_path, monkeypatch, gap_s):
+    """The issue's case: a board SIGSTOPped through round 4, whose backlog (round 4, then round 5
+    and the stop) comes off the connections in two bursts. Back from the stall, the host reads its
+    inbox until it is quiet, so round 4 (closed by round 5 of the second burst) is never run."""
+    monkeypatch.setattr(host, "_STALL_S", -1.0)  # every batch comes after a stall (a SIGSTOP cannot be sent to a thread)
+    inbox: queue.Queue[Inbound] = queue.Queue()
+    agent = NodeAgent(0, state_dir=tmp_path)
+    replies = []
+
+    class Client:
+        connected = True
+
+        def publish(self, topic, payload, timeout_s=None):
+            if wire.decode(payload).kind != protocol.LEDGER:
+                replies.append(wire.decode(payload).round)
+
+    def second_burst():
+        time.sleep(gap_s)
+        inbox.put(_item(protocol.round_(RUN, SESSION, 5, CONFIG, [0], {"model": THETA}), "0"))
+        time.sleep(gap_s)
+        inbox.put(_item(protocol.stop(RUN, SESSION, "completed", 5), "0"))
+
+    inbox.put(_item(protocol.round_(RUN, SESSION, 4, CONFIG, [0], {"model": THETA}), "0"))
+    threading.Thread(target=second_burst, daemon=True).start()
+    fence = RoundFence()
+    host._loop(inbox, {"0": agent}, {"0": Client()}, RUN, 30.0, None, rounds=fence)
+    agent.close()
+    assert replies == [] and fence.skipped == 2  # rounds 4 and 5: the stop closed round 5 in the same batch
+    assert not (tmp_path / f"ledger-{RUN}-{SESSION}-node0.csv").exists() or not _ledger(tmp_path, 0)
+
+
 @pytest.mark.parametrize("late", [(protocol.ROUND, 4), (protocol.ROUND, 0), (protocol.SETUP, 0),
                                   (protocol.RECEIVED, 4)], ids=["round-4", "round-0", "setup", "received-4"])
 def test_each_message_of_a_closed_round_is_dropped_alone_after_a_newer_one_served(late):
-    fence = RoundFence(nodes=2)
+    """Any node's newer round closes the round for every node of the host: the coordinator sends
+    round r+1 only after round r closed for all (a node not asked again included)."""
+    fence = RoundFence()
     assert len(fence.current([_item(_msg(protocol.ROUND, 5), "0")])) == 1
     assert fence.current([_item(_msg(*late), "0")]) == [] and fence.skipped == 1
-    kept = [_item(_msg(*late), "1"), _item(_msg(protocol.ROUND, 5), "0"), _item(_msg(protocol.RECEIVED, 5), "0"),
-            _item(_msg(late[0], late[1], "s2"), "0")]  # another node, the current round, another session
-    assert fence.current(kept) == kept and fence.skipped == 1
+    assert fence.current([_item(_msg(*late), "1")]) == [] and fence.skipped == 2  # another node: closed too
+    kept = [_item(_msg(protocol.ROUND, 5), "0"), _item(_msg(protocol.RECEIVED, 5), "1")]  # the current round
+    assert fence.current(kept) == kept and fence.skipped == 2
     stop = _item(_msg(protocol.STOP, 5), "0")
     assert fence.current([stop]) == [stop]
-    assert fence.current([_item(_msg(protocol.ROUND, 5), "0")]) == [] and fence.skipped == 2  # the stop closed it
+    assert fence.current([_item(_msg(protocol.ROUND, 5), "1")]) == [] and fence.skipped == 3  # the stop closed it
+
+
+def test_a_newer_session_closes_every_round_of_the_one_before():
+    fence = RoundFence()
+    old, new = _item(_msg(protocol.ROUND, 7), "0"), _item(_msg(protocol.ROUND, 2, "s2"), "0")
+    assert fence.current([old, new]) == [new]  # in one batch: the older session's round is closed
+    assert fence.current([_item(_msg(protocol.ROUND, 8), "1")]) == []  # and in any batch after
+    assert fence.current([_item(_msg(protocol.STOP, 8), "1")]) == []  # nothing of it is served
+    assert fence.skipped == 2
+
+
+def test_a_session_the_host_refuses_closes_nothing():
+    fence = RoundFence()
+    mine = _item(_msg(protocol.ROUND, 3), "0")
+    assert fence.current([mine]) == [mine]
+    foreign = [_item(_msg(protocol.ROUND, 9, "other"), "0"), _item(_msg(protocol.STOP, 9, "other"), "0")]
+    assert fence.current(foreign, admits=lambda session: session == SESSION) == []
+    assert fence.current([mine], admits=lambda session: session == SESSION) == [mine] and fence.skipped == 0
+
+
+# The backlog of a stalled host: each element (kind, round, session, node) in arrival order.
+_KINDS = st.sampled_from([protocol.ROUND, protocol.ROUND, protocol.RECEIVED, protocol.SETUP, protocol.STOP])
+_BACKLOG = st.lists(st.tuples(_KINDS, st.integers(0, 6), st.sampled_from(["s1", "s2", "s3"]), st.sampled_from("01")),
+                    min_size=1, max_size=14)
+
+
+@settings(max_examples=300, deadline=None)
+@given(backlog=_BACKLOG, cuts=st.lists(st.integers(0, 14), max_size=5))
+def test_no_round_closed_by_an_earlier_message_is_stepped_whatever_the_batches(backlog, cuts):
+    """Invariant 6 over every split of a backlog into batches: a round message is handed on only
+    if no message before it (in its batch or an earlier one) closed its round: a newer round or a
+    stop of its session, or a message of a newer session; and whatever the split, the same
+    messages are handed on as when the backlog comes in one batch."""
+    items = [_item(_msg(kind, r, session), node) for kind, r, session, node in backlog]
+    bounds = sorted({0, len(items), *[min(c, len(items)) for c in cuts]})
+    fence = RoundFence()
+    handed = []
+    for a, b in zip(bounds, bounds[1:]):
+        handed += [id(item) for item in fence.current(items[a:b])]
+    whole = [id(item) for item in RoundFence().current(items)]
+    assert handed == whole or _closed_later(items, handed, whole)
+    sessions_seen: list[str] = []
+    for i, item in enumerate(items):
+        msg = item.message
+        session = protocol.session_of(msg)
+        if session not in sessions_seen:
+            sessions_seen.append(session)
+        if id(item) not in handed or msg.kind not in (protocol.ROUND, protocol.RECEIVED, protocol.SETUP):
+            continue
+        for earlier in items[:i]:
+            e = earlier.message
+            later_session = sessions_seen.index(protocol.session_of(e)) > sessions_seen.index(session)
+            assert not later_session, f"stepped {msg.kind} {msg.round} of {session} after a message of a newer session"
+            if protocol.session_of(e) == session:
+                assert round_order(e) <= round_order(msg), f"stepped {msg.kind} {msg.round} after {e.kind} {e.round}"
+
+
+def _closed_later(items, handed, whole) -> bool:
+    """Split batches may hand on a message the whole backlog closes only by a message after it:
+    never one the whole backlog's fence kept (the split never drops what one batch serves)."""
+    return set(whole) <= set(handed)
 
 
 # ------------------------------------------------------------------------------------------ a bridge
@@ -266,7 +365,7 @@ def test_a_board_stalled_past_the_bridges_wait_runs_no_closed_round(tmp_path, wh
     coordinator = _Coordinator(inbox, [2], stall_at, k, given_stalls=True)
     with HostBoard(profile="nrf52840", stall_at_round=stall_at, stall_s=WAIT_S + 0.4) as board:
         agent = BridgeAgent(2, board.url, state_dir=tmp_path, update_timeout_s=WAIT_S)
-        fence = RoundFence(1)
+        fence = RoundFence()
         coordinator.start()
         _loop(inbox, {"2": _Closing(agent, coordinator)}, {"2": _Client(coordinator)}, RUN, 30.0, None,
               rounds=fence)

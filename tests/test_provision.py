@@ -130,7 +130,7 @@ def test_provision_refuses_a_non_empty_out_and_a_second_run_gets_new_passwords(t
     ('[[boards]]\nhost = "../etc"\nnode_id = 3\n', "boards[3].host", "must be a host name"),
     ('[[boards]]\nnode_id = 3\n', "boards[3].host", "missing"),
     ('[[boards]]\nhost = "pi-d"\nnode_id = true\n', "boards[3].node_id", "must be an integer"),
-    ('[[boards]]\nhost = "pi-d"\nnode_id = 3\ndata = "nope.csv"\n', "boards[3].data", "is not a file"),
+    ('[[boards]]\nhost = "pi-d"\nnode_id = 3\ndata = "nope.csv"\n', "boards[3].data", "no such file"),
     ('[[boards]]\nhost = "pi-d"\nnode_id = 3\nshard = "x"\n', "boards[3].shard", "unknown key"),
 ])
 def test_a_bad_inventory_is_one_line_naming_the_key(tmp_path, extra, key, problem):

@@ -39,8 +39,8 @@ FIVE = np.array([A, B, C, D, E])
 
 
 def test_every_rule_is_registered_and_an_unknown_one_is_refused():
-    assert AGGREGATIONS == ("mean", "norm_clip", "trimmed_mean", "median", "krum", "multi_krum")
-    assert [r for r in RULES if RULES[r].uses_weights] == ["mean", "norm_clip"]
+    assert AGGREGATIONS == ("mean", "norm_clip", "centred_clip", "trimmed_mean", "median", "krum", "multi_krum")
+    assert [r for r in RULES if RULES[r].uses_weights] == ["mean", "norm_clip", "centred_clip"]
     with pytest.raises(ValueError, match="unknown aggregation 'mode'"):
         Aggregation("mode")
 
@@ -58,8 +58,11 @@ def test_norm_clip_clips_changes_at_a_multiple_of_their_median_then_takes_the_we
     changes = np.array([[3.0, 4.0], [0.0, 1.0], [0.0, -2.0], [6.0, 8.0]])  # norms 5, 1, 2, 10: median 3.5
     rule = Aggregation("norm_clip", clip_multiple=2.0)  # bound 7: only the last is clipped, to [4.2, 5.6]
     np.testing.assert_allclose(rule.combine(c + changes, reference=c), c + [1.8, 2.15], rtol=0, atol=1e-15)
+    # Weighted, robustness comes before the weights: each weight capped at their median (0.25) and
+    # renormalised, [0.125, 0.25, 0.3125, 0.3125]; each row's pull w_k ||change|| bounded by bound/M,
+    # a radius of 7 min(1, 1/(4 w)): 5.6 for the last, clipped to [3.36, 4.48].
     w = np.array([0.1, 0.2, 0.3, 0.4])
-    np.testing.assert_allclose(rule.combine(c + changes, w, reference=c), c + [1.98, 2.24], rtol=0, atol=1e-15)
+    np.testing.assert_allclose(rule.combine(c + changes, w, reference=c), c + [1.425, 1.525], rtol=0, atol=1e-14)
     # Without a reference the rows are the changes themselves.
     np.testing.assert_allclose(rule.combine(changes), [1.8, 2.15], rtol=0, atol=1e-15)
     # Every change 0 (a median of 0): nothing moves, no division by zero.
@@ -251,7 +254,7 @@ def test_the_benchmark_shows_the_robust_rules_moving_the_model_less_than_the_mea
         assert bound["norm_clip"] <= bound["mean"]
         # Krum's whole error is its own (one noisy row): the attack adds nothing to it.
         assert bound["krum"] <= moved["krum", "none", 0.0] * 1.05
-    bench.main(["--runs", "1", "--nodes", "20", "--params", "30", "--time-nodes", "20", "--time-params", "30"])
+    bench.main(["--rules", "--runs", "1", "--nodes", "20", "--params", "30", "--time-nodes", "20", "--time-params", "30"])
     out = capsys.readouterr().out
     assert "bound 30%" in out and all(rule in out for rule in AGGREGATIONS) and "(  1.0x)" in out
 

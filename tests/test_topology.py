@@ -105,7 +105,7 @@ def test_erdos_renyi_edge_counts_are_binomial():
 
 def test_erdos_renyi_memory_is_that_of_its_edges_and_chunks_join(monkeypatch):
     """Above p = 2 % numpy's choice without replacement permuted every pair (144 MB here, 1.6 GB at
-    N = 20,000, p = 0.03): the draw's peak is now within 1.5x of building the graph of its edges.
+    N = 20,000, p = 0.03): the draw's peak is now within 2x of building the graph of its edges.
     Drawn in many small chunks, the counts are still Binomial(M, p) and every pair possible."""
     n, p = 6000, 0.025
     tracemalloc.start()
@@ -117,7 +117,10 @@ def test_erdos_renyi_memory_is_that_of_its_edges_and_chunks_join(monkeypatch):
     Graph.from_edges(n, edges)
     built = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
-    assert drawn < 1.5 * built
+    # 2x: Graph.from_edges builds its keys in place (no (2E, 2) copy), which made `built` smaller
+    # (29 MB here) than when this bound was 1.5x; the draw (44 MB) stays far below the 144 MB of
+    # permuting every pair.
+    assert drawn < 2 * built
     monkeypatch.setattr(kinds, "_MAX_CHUNK", 7)
     pairs = 40 * 39 // 2
     drawn_graphs = [kinds.erdos_renyi(40, 0.2, np.random.default_rng(s)) for s in range(300)]

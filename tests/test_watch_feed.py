@@ -285,7 +285,7 @@ def test_garbage_in_the_run_files_is_one_line_on_the_page_and_used_for_nothing(f
     feed = RunFeed(run_dir)
     feed.poll()
     error = feed.snapshot()["run"]["error"]
-    assert "summary.json: damaged" in error and "\n" not in error
+    assert "summary.json: unverified" in error and "\n" not in error
     assert feed.summary is None
     before = feed.snapshot()
     with open(run_dir / "ledger.csv", "a") as f:

@@ -76,7 +76,7 @@ def _rounded(value: Any) -> Any:
 
 def write_data(name: str, record: dict) -> None:
     DATA.mkdir(exist_ok=True)
-    (DATA / f"{name}.json").write_text(json.dumps(_rounded(record), indent=1, ensure_ascii=False) + "\n")
+    (DATA / f"{name}.json").write_text(json.dumps(_rounded(record), indent=1, ensure_ascii=False, allow_nan=False) + "\n")
 
 
 def read_data(name: str) -> dict | None:

@@ -51,8 +51,8 @@ def write(name: str, columns: Sequence[str], rows: Iterable[dict[str, Any]], wal
     """Write scenario ``name``'s data to DATA/<name>.json: one line per run row."""
     DATA.mkdir(exist_ok=True)
     head = json.dumps(compact({"scenario": name, "wall_s": wall_s, "columns": list(columns), **extra}),
-                      ensure_ascii=False, sort_keys=True)
-    lines = [json.dumps(compact([r[c] for c in columns]), ensure_ascii=False) for r in rows]
+                      ensure_ascii=False, sort_keys=True, allow_nan=False)
+    lines = [json.dumps(compact([r[c] for c in columns]), ensure_ascii=False, allow_nan=False) for r in rows]
     path = DATA / f"{name}.json"
     path.write_text(head[:-1] + ', "rows": [\n' + ",\n".join(lines) + "\n]}\n")
     return path

@@ -213,7 +213,7 @@ def run_task(args: argparse.Namespace) -> None:
                   "last_rounds": LAST, "curve_every": CURVE_EVERY, "wall_s": round(wall, 1),
                   "runs_wall_s": round(sum(r["wall_s"] for r in results), 1), "runs": results}
         path = out / f"{scenario}.json"
-        path.write_text(json.dumps(record, indent=None, separators=(",", ":"), ensure_ascii=False) + "\n")
+        path.write_text(json.dumps(record, indent=None, separators=(",", ":"), ensure_ascii=False, allow_nan=False) + "\n")
         print(f"wrote {path.relative_to(REPO)} ({path.stat().st_size // 1024} KB), {wall:.0f} s", flush=True)
 
 

@@ -212,7 +212,7 @@ def main() -> None:
             if part not in PARTS:
                 parser.error(f"--parts: unknown part {part!r} (known: {', '.join(PARTS)})")
             record = run_part(part, args.seeds)
-            (DATA / f"{part}.json").write_text(json.dumps(record, ensure_ascii=False) + "\n")
+            (DATA / f"{part}.json").write_text(json.dumps(record, ensure_ascii=False, allow_nan=False) + "\n")
     from make_report import report  # beside this file
 
     (HERE / "REPORT.md").write_text(report({p: json.loads((DATA / f"{p}.json").read_text()) for p in PARTS

@@ -232,7 +232,7 @@ def run_scenario(name: str, seeds: int, workers: int, out: Path) -> Path:
               "runs": runs}
     DATA.mkdir(exist_ok=True)
     path = DATA / f"{name}.json"
-    path.write_text(json.dumps(compact(record), separators=(",", ":"), ensure_ascii=False) + "\n")
+    path.write_text(json.dumps(compact(record), separators=(",", ":"), ensure_ascii=False, allow_nan=False) + "\n")
     return path
 
 

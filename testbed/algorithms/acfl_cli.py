@@ -11,12 +11,12 @@ Example::
 from __future__ import annotations
 
 import argparse
-import json
 
 from testbed.algorithms.registry import Command
 from testbed.arguments import COUNT, POSITIVE, Number, calculator, finite_result
 from testbed.errors import UserError
 from testbed.limits import MAX_EPSILON_NATS
+from testbed.util import jsontext
 
 
 def _privacy_arguments(p: argparse.ArgumentParser) -> None:
@@ -65,7 +65,7 @@ def _privacy(args: argparse.Namespace) -> int:
     eps = acfl.mi_epsilon(args.dim, args.outputs, s1, s2, unit=args.unit)  # eq. (17)
     result = finite_result({"epsilon": eps, "sigma1_sq": s1, "sigma2_sq": s2, "unit": args.unit})
     if args.json:
-        print(json.dumps(result))
+        print(jsontext.dumps(result))
         return 0
     print(f"sigma1_sq  {s1:.6g}")
     print(f"sigma2_sq  {s2:.6g}")
@@ -86,7 +86,7 @@ def _plan(args: argparse.Namespace) -> int:
     eps = acfl.mi_epsilon(args.dim, args.outputs, args.sigma1_sq, args.sigma2_sq, unit=args.unit)  # eq. (17)
     result = finite_result({"alpha": alpha, "bound": bound, "epsilon": eps, "u_tilde": u_tilde, "unit": args.unit})
     if args.json:
-        print(json.dumps(result))
+        print(jsontext.dumps(result))
         return 0
     print(f"alpha    {alpha:.6g}  (α*, eq. 36)")
     print(f"bound    {bound:.6g}  (E‖W_T − W*‖²_F ≤ 4ũ/(λ²T), eqs. 37–38; ũ = {u_tilde:.6g})")

@@ -12,10 +12,23 @@ answered (M >= 1), their weights (or None: equal) and the model they started fro
   ``trim_fraction`` largest and as many smallest (Yin et al., ICML 2018), unweighted;
 - ``"median"``: the coordinate-wise median (Yin et al.), unweighted;
 - ``"krum"``, ``"multi_krum"``: the row (or the mean of the ``krum_select`` rows) whose squared
-  distances to its M − f − 2 nearest rows sum least (Blanchard et al., NeurIPS 2017), unweighted.
+  distances to its M − f − 2 nearest rows sum least (Blanchard et al., NeurIPS 2017), unweighted;
+- ``"centred_clip"``: centred clipping (Karimireddy, He and Jaggi, ICML 2021, the CC update of
+  Algorithm 2; the rule the bucketing paper, ICLR 2022, pairs with its Algorithm 1):
+  v ← v + Σ_k w_k CLIP(u_k − v, τ_k), ``clip_iterations`` times from the reference, τ =
+  ``clip_multiple`` × the median distance from it.
+
+Any rule but the mean can run on buckets (``bucket_size`` s > 1; Karimireddy, He and Jaggi, ICLR
+2022, Algorithm 1): the rows shuffled by a public stream of the round, averaged s at a time, and the
+rule applied to the ⌈M/s⌉ bucket means.
 
 Weights decide which rows take part (a row of weight 0 is left out by the caller); only the
-rules registered with ``uses_weights`` (mean, norm_clip) use their values.
+rules registered with ``uses_weights`` (mean, norm_clip, centred_clip) use their values, and the
+robust ones apply robustness before the weights: each weight is capped at the median weight
+(:func:`robust_weights`), and each row's **pull** is bounded before its weight can scale it, at
+most τ/M, as a row of equal weight 1/M at the radius τ (τ_k = τ min(1, 1/(M w_k)),
+:func:`pull_radii`). A node that lies about its size or score (PADPFL's capped share) then has no
+more say than a typical honest node.
 
 Example::
 
@@ -28,6 +41,8 @@ Example::
     [0.8047, 0.6714]
     >>> Aggregation("krum", byzantine_f=0).combine(u).tolist()  # rows 1 and 2 tie: the first
     [0.0, 1.0]
+    >>> Aggregation("centred_clip", clip_multiple=1.0, clip_iterations=1).combine(u).round(4).tolist()
+    [0.8047, 0.6714]
 """
 
 from __future__ import annotations
@@ -39,6 +54,7 @@ import numpy as np
 from pydantic import Field
 
 from testbed.errors import ConfigError
+from testbed.rng import GLOBAL, Purpose, stream
 from testbed.sections import NonNegative, OnlyWith, Positive, Section
 
 
@@ -52,6 +68,8 @@ class Aggregation:
         clip_multiple: norm_clip: the bound as a multiple of the median distance from the reference.
         byzantine_f: krum, multi_krum: f, the hostile rows tolerated (M > 2f + 2 for the guarantee).
         krum_select: multi_krum: how many best-scored rows are averaged (None: M − f).
+        clip_iterations: centred_clip: L, the clipping iterations from the reference.
+        bucket_size: s, rows averaged per bucket before the rule (1: no bucketing).
     """
 
     rule: str = "mean"
@@ -59,22 +77,33 @@ class Aggregation:
     clip_multiple: float = 2.0
     byzantine_f: int = 1
     krum_select: int | None = None
+    clip_iterations: int = 3
+    bucket_size: int = 1
 
     def __post_init__(self) -> None:
         if self.rule not in RULES:
             raise ValueError(f"unknown aggregation {self.rule!r}; choose one of {', '.join(RULES)}")
+        if self.bucket_size < 1 or (self.bucket_size > 1 and self.rule == "mean"):
+            raise ValueError("bucket_size: a positive count, above 1 only with a robust rule (the mean of "
+                             "bucket means is the mean)")
 
     def combine(self, updates: np.ndarray, weights: np.ndarray | None = None,
-                reference: np.ndarray | None = None) -> np.ndarray:
+                reference: np.ndarray | None = None, shuffle: np.random.Generator | None = None) -> np.ndarray:
         """(M, P) rows → (P,) by the rule.
 
         Args:
             updates: one row per node that answered, M >= 1.
             weights: (M,) weights summing to 1, used by the weighted rules (None: equal).
-            reference: (P,) the model the nodes started from, which norm_clip measures changes
-                from and Krum centres its distances on (None: the origin for norm_clip, the rows
-                being the changes; the rows' coordinate-wise median for Krum).
+            reference: (P,) the model the nodes started from, which norm_clip and centred_clip
+                measure changes from and Krum centres its distances on (None: the origin for the
+                clipping rules, the rows being the changes; the rows' coordinate-wise median for Krum).
+            shuffle: the public stream that assigns rows to buckets (:func:`bucket_stream`);
+                needed when ``bucket_size`` > 1.
         """
+        if self.bucket_size > 1 and updates.shape[0] > 1:
+            if shuffle is None:
+                raise ValueError("bucketing needs the round's public stream (bucket_stream)")
+            updates, weights = buckets(updates, weights, self.bucket_size, shuffle)
         return RULES[self.rule].combine(updates, weights, reference, self)
 
     @property
@@ -114,6 +143,29 @@ def _mean(updates, weights, reference, params):
     return updates.mean(axis=0) if weights is None else weights @ updates
 
 
+def robust_weights(weights: np.ndarray | None) -> np.ndarray | None:
+    """The weights a robust weighted rule uses: each capped at the median weight, then renormalised.
+    With fewer than half the rows hostile the median lies between two honest weights, so a node
+    lying about its size or score (PADPFL's capped share) gets no more say than a typical honest
+    node, and no honest node loses its share to it; a weight below the median still lowers a row's
+    say. Equal weights are unchanged."""
+    if weights is None:
+        return None
+    w = np.asarray(weights, dtype=np.float64)
+    capped = np.minimum(w, float(np.median(w)))
+    return capped / capped.sum()
+
+
+def pull_radii(radius: float, weights: np.ndarray | None, m: int) -> float | np.ndarray:
+    """Each row's clip radius so that its pull on a weighted mean, w_k ‖clipped change‖, is at most
+    radius/M, an equal-weight row's at the radius: τ_k = τ min(1, 1/(M w_k)) (None: τ for all).
+    Robustness comes before the weights: a large weight shrinks a row's radius, never widens it."""
+    if weights is None:
+        return radius
+    with np.errstate(divide="ignore"):
+        return radius * np.minimum(1.0, 1.0 / (m * np.asarray(weights, dtype=np.float64)))
+
+
 @rule("norm_clip", uses_weights=True)
 def _norm_clip(updates, weights, reference, params):
     # The bound is a multiple of the median distance: with fewer than half the rows hostile, the
@@ -124,10 +176,59 @@ def _norm_clip(updates, weights, reference, params):
     c = np.zeros(updates.shape[1]) if reference is None else reference
     along = updates @ c
     norms = np.sqrt(np.maximum(np.einsum("ij,ij->i", updates, updates) - 2.0 * along + c @ c, 0.0))
-    bound = params.clip_multiple * float(np.median(norms))
+    weights = robust_weights(weights)
+    bound = pull_radii(params.clip_multiple * float(np.median(norms)), weights, len(norms))
     scale = np.divide(bound, norms, out=np.ones_like(norms), where=norms > bound)
     coef = scale / len(scale) if weights is None else weights * scale  # the weighted mean of the clipped rows
     return c + (coef @ updates - coef.sum() * c)
+
+
+@rule("centred_clip", uses_weights=True)
+def _centred_clip(updates, weights, reference, params):
+    # Karimireddy, He and Jaggi (ICML 2021), the CC update of Algorithm 2:
+    # v_{l+1} = v_l + (1/M) Σ_k CLIP(u_k − v_l, τ), CLIP(z, τ) = z min(1, τ/‖z‖), from v_0 = the
+    # reference (the previous round's aggregate: these nodes send models, not momenta, so the
+    # paper's start, the last aggregate momentum, is the zero change). τ is fixed for the round
+    # from the distances to v_0, which no hostile row moves: clip_multiple × their median (f < M/2
+    # cannot raise it). With weights, each row's pull is bounded before its weight scales it
+    # (pull_radii).
+    m = updates.shape[0]
+    weights = robust_weights(weights)
+    v = np.zeros(updates.shape[1]) if reference is None else np.array(reference, dtype=np.float64)
+    radius = pull_radii(params.clip_multiple * float(np.median(np.linalg.norm(updates - v, axis=1))), weights, m)
+    coef_w = np.full(m, 1.0 / m) if weights is None else np.asarray(weights, dtype=np.float64)
+    for _ in range(params.clip_iterations):
+        change = updates - v
+        norms = np.linalg.norm(change, axis=1)
+        scale = np.divide(radius, norms, out=np.ones_like(norms), where=norms > radius)
+        v = v + (coef_w * scale) @ change
+    return v
+
+
+def bucket_stream(seed: int, round_index: int) -> np.random.Generator:
+    """The public stream that shuffles a round's rows into buckets (keyed by the run's seed: the
+    server's draw, no node's secret; a hostile node cannot choose its bucket-mates)."""
+    return stream(seed, GLOBAL, round_index, Purpose.BUCKETS)
+
+
+def buckets(updates: np.ndarray, weights: np.ndarray | None, size: int,
+            shuffle: np.random.Generator) -> tuple[np.ndarray, np.ndarray | None]:
+    """Bucketing (Karimireddy, He and Jaggi, ICLR 2022, Algorithm 1): the M rows in a random order,
+    averaged ``size`` at a time into ⌈M/size⌉ bucket means (the last may be smaller), with the
+    buckets' weights (their rows' sum; their mean weighted within). Hostile rows then sit among
+    honest ones, and the rule sees bucket means whose spread is 1/size of the rows'."""
+    m = updates.shape[0]
+    order = shuffle.permutation(m)
+    starts = np.arange(0, m, size)
+    counts = np.diff(np.append(starts, m))
+    if weights is None:
+        return np.add.reduceat(updates[order], starts, axis=0) / counts[:, None], None
+    w = np.asarray(weights, dtype=np.float64)[order]
+    mass = np.add.reduceat(w, starts)
+    sums = np.add.reduceat(updates[order] * w[:, None], starts, axis=0)
+    means = np.divide(sums, mass[:, None], out=np.add.reduceat(updates[order], starts, axis=0) / counts[:, None],
+                      where=mass[:, None] > 0)
+    return means, mass / mass.sum()
 
 
 @rule("trimmed_mean")
@@ -197,19 +298,23 @@ def _multi_krum(updates, weights, reference, params):
 
 #: The rule names, for the config's choices.
 AGGREGATIONS = tuple(RULES)
+#: The rules other than the papers' mean.
+ROBUST_AGGREGATIONS = tuple(r for r in AGGREGATIONS if r != "mean")
 
 
 class AggregationOptions(Section):
     """The keys of an algorithm section whose server averages updates (docs/robust-aggregation.md)."""
 
     ONLY_WITH = {"trim_fraction": (OnlyWith("aggregation", ("trimmed_mean",)),),
-                 "clip_multiple": (OnlyWith("aggregation", ("norm_clip",)),),
+                 "clip_multiple": (OnlyWith("aggregation", ("norm_clip", "centred_clip")),),
+                 "clip_iterations": (OnlyWith("aggregation", ("centred_clip",)),),
+                 "bucket_size": (OnlyWith("aggregation", ROBUST_AGGREGATIONS),),
                  "byzantine_f": (OnlyWith("aggregation", ("krum", "multi_krum")),),
                  "krum_select": (OnlyWith("aggregation", ("multi_krum",)),)}
 
     aggregation: Literal[AGGREGATIONS] = "mean"  # type: ignore[valid-type]
-    """mean: the paper's; norm_clip, trimmed_mean, median, krum, multi_krum: robust rules against
-    hostile nodes (docs/robust-aggregation.md)."""
+    """mean: the paper's; norm_clip, trimmed_mean, median, krum, multi_krum, centred_clip: robust
+    rules against hostile nodes (docs/robust-aggregation.md)."""
     trim_fraction: float = Field(0.1, ge=0, lt=0.5)
     """trimmed_mean: share of nodes dropped at each end, per coordinate."""
     clip_multiple: Positive[float] = 2.0
@@ -218,6 +323,11 @@ class AggregationOptions(Section):
     """krum, multi_krum: f, the hostile nodes tolerated; f < (N − 2)/2."""
     krum_select: Positive[int] | None = None
     """multi_krum: how many best-scored updates are averaged; absent: the nodes that answered − f."""
+    clip_iterations: Positive[int] = 3
+    """centred_clip: the clipping iterations from the previous round's model."""
+    bucket_size: Positive[int] = 1
+    """A robust rule: average the updates this many at a time, in a random order, before the rule
+    (bucketing); 1: none."""
 
     def aggregation_rule(self, num_nodes: int, section: str) -> Aggregation:
         """The rule of this section for a run of ``num_nodes`` nodes; ConfigError naming the key
@@ -229,5 +339,10 @@ class AggregationOptions(Section):
             if self.krum_select is not None and self.krum_select > num_nodes:
                 raise ConfigError(f"{section}.krum_select", f"{self.krum_select} is more than the "
                                                             f"{num_nodes} nodes of the run")
+        if self.aggregation in ("krum", "multi_krum") and self.bucket_size > 1:
+            count = -(-num_nodes // self.bucket_size)
+            if not self.byzantine_f < (count - 2) / 2:
+                raise ConfigError(f"{section}.byzantine_f", f"Krum on buckets tolerates f < (B - 2)/2 hostile buckets; "
+                                                            f"{self.byzantine_f} is too many for B = {count} buckets")
         return Aggregation(self.aggregation, self.trim_fraction, self.clip_multiple, self.byzantine_f,
-                           self.krum_select)
+                           self.krum_select, self.clip_iterations, self.bucket_size)

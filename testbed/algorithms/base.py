@@ -43,6 +43,7 @@ from testbed.algorithms.contract import (
 )
 from testbed.algorithms.impact import intake_sizes
 from testbed.ledger.events import CommunicationEvent, ComputeEvent, Event, GaussianEvent, NodeEvents
+from testbed.privacy import canaries
 from testbed.rng import Purpose, node_streams
 from testbed.util.parallel import split_work
 
@@ -230,11 +231,17 @@ class SizeSetup:
 
 def gaussian_release(values: np.ndarray, node_ids: Sequence[int], ctx: RoundContext,
                      mechanism: Callable[[int], GaussianEvent], *,
-                     purpose: Purpose = Purpose.NOISE) -> tuple[np.ndarray, list[GaussianEvent]]:
+                     purpose: Purpose = Purpose.NOISE,
+                     reach: Callable[[GaussianEvent], float] | None = None) -> tuple[np.ndarray, list[GaussianEvent]]:
     """Release ``values`` (M, ...), real, one row per node, through each node's Gaussian mechanism: row i
     gains σ_i Z_i in place, Z_i standard normals from ``stream(seed, node_ids[i], r, purpose)``
     (keyed by the node's secret when ``ctx.secrets`` holds one) and σ_i the σ of the node's event ``mechanism(node)``. Returns the noised rows and the events,
     one per node: the noise and its ledger event come together, so neither goes without the other.
+
+    Under an audit (testbed.privacy.canaries) each row's σ_i Z_i first gains the node's canaries,
+    sized by ``reach(event)``: how far one record can move the row, as the mechanism bounds it
+    (default: the event's sensitivity; an algorithm whose claimed sensitivity rests on an
+    assumption passes the bound that holds without it).
 
     Raises:
         ValueError: an event of another node or round, of more than one composition, or issued by
@@ -250,9 +257,19 @@ def gaussian_release(values: np.ndarray, node_ids: Sequence[int], ctx: RoundCont
     sigma = np.array([e.sigma for e in events], dtype=values.dtype).reshape((len(ids),) + (1,) * (values.ndim - 1))
     noise = np.empty(values.shape, dtype=values.dtype)
 
+    audited = canaries.auditing()
+    reaches = [reach(e) if reach is not None else e.sensitivity for e in events] if audited else []
+
     def draw(lo: int, hi: int) -> None:  # nodes lo..hi, each from its own stream
         standard_normals(noise[lo:hi], ctx.seed, ids[lo:hi], ctx.round_index, purpose, ctx.secrets)
-        values[lo:hi] += sigma[lo:hi] * noise[lo:hi]
+        if not audited:
+            values[lo:hi] += sigma[lo:hi] * noise[lo:hi]
+            return
+        noise[lo:hi] *= sigma[lo:hi]
+        canaries.insert(noise[lo:hi].reshape(hi - lo, 1, -1), ids[lo:hi], ctx.round_index, reach=reaches[lo:hi],
+                        adjacency=events[0].adjacency, rates=[e.sampling_rate for e in events[lo:hi]],
+                        observer=events[0].observer)
+        values[lo:hi] += noise[lo:hi]
 
     split_work(len(ids), draw, numbers=noise.size)
     return values, events

@@ -160,6 +160,14 @@ def round_signal_spec(channel: Any, state: "State", ctx: "RoundContext") -> Tens
     return own(state, ctx) if own is not None else channel.signal_spec()
 
 
+def received_spec(channel: Any, ctx: "RoundContext") -> TensorSpec:
+    """What one node receives from a channel half in round ``ctx``: the half's
+    ``received_spec(ctx)`` when it delivers something else than a signal's shape (D-PSGD's and
+    gossip's neighbours' payloads apart, for a robust rule), else its ``signal_spec()``."""
+    own = getattr(channel, "received_spec", None)
+    return own(ctx) if own is not None else channel.signal_spec()
+
+
 @dataclass(frozen=True)
 class MetricSpec:
     """One per-node metric an algorithm's node step reports (``NodeResult.metrics``), as a reply

@@ -28,7 +28,7 @@ import numpy as np
 from pydantic import model_validator
 
 from testbed.algorithms import dp_pasgd_cli, mcu_logistic
-from testbed.algorithms.aggregate import Aggregation, AggregationOptions
+from testbed.algorithms.aggregate import Aggregation, AggregationOptions, bucket_stream
 from testbed.algorithms.base import BYTES_PER_REAL, BaseAlgorithm, RoundCost, standard_normals
 from testbed.algorithms.batches import check_batches, node_keys, uniform_batches
 from testbed.algorithms.contract import (McuTask, MetricSpec, NodeResult, RoundContext, ServerResult, State, TensorSpec,
@@ -38,7 +38,7 @@ from testbed.data.federated import FederatedData, Split
 from testbed.errors import ConfigError
 from testbed.ledger.events import Event, EventBatch, GaussianEvent, NodeEvents
 from testbed.models import LogisticRegression, Model
-from testbed.privacy import zcdp
+from testbed.privacy import canaries, zcdp
 from testbed.sections import NonNegative, Positive, Section
 from testbed.util.parallel import split_work
 
@@ -183,6 +183,15 @@ class DpPasgd(BaseAlgorithm):
         return zcdp.dp_pasgd_sensitivity(self.lipschitz, self.batch)
 
     @property
+    def record_reach(self) -> float:
+        """How far one record can move one step's mean gradient, from the mechanism itself: 2C/X
+        (replace-one; C/X add/remove under Poisson sampling) with C the clip norm, or the model's own
+        per-sample gradient bound on unit-ball data; not ``lipschitz``, the G the ledger is told
+        (an audit's canaries are sized by this, so a G set too small is caught)."""
+        g = self.clip_norm if self.clip_norm is not None else self.model.lipschitz_bound
+        return (1.0 if self.sampling == "poisson" else 2.0) * g / self.batch
+
+    @property
     def local_steps(self) -> int:
         """τ local steps a round."""
         return self.tau
@@ -270,12 +279,19 @@ class DpPasgd(BaseAlgorithm):
         per_node = tau * self.model.num_params + self.batch * train.x.shape[1]
         block = max(1, _BLOCK_BYTES // (per_node * np.dtype(dtype).itemsize))
         noise = np.empty((min(block, m_nodes), tau, self.model.num_params), dtype=dtype)
+        audited = canaries.auditing() and self.sigma > 0
+        if audited:  # the canaries follow each node's release as charged: its adjacency, sampling rate, observer
+            charged = [self._privacy_event(int(n), round_index) for n in node_ids]
         for lo in range(0, m_nodes, block):
             hi = min(m_nodes, lo + block)
 
             def steps(a: int, b: int) -> None:  # the block's nodes a..b: their noise, then their τ steps
                 standard_normals(noise[a:b], seed, node_ids[lo + a:lo + b], round_index, secrets=ctx.secrets)
                 noise[a:b] *= self.sigma  # the σ of the plan's GaussianEvent (releases)
+                if audited:  # each step's canaries ride on its noise (testbed.privacy.canaries)
+                    canaries.insert(noise[a:b], node_ids[lo + a:lo + b], round_index, reach=self.record_reach,
+                                    adjacency=charged[0].adjacency, observer=charged[0].observer,
+                                    rates=[e.sampling_rate for e in charged[lo + a:lo + b]])
                 mine = params[lo + a:lo + b]  # a view: the steps update params in place
                 for step in range(tau):
                     idx = batch_idx[lo + a:lo + b, step]
@@ -341,7 +357,8 @@ class DpPasgd(BaseAlgorithm):
         answered: θ stays."""
         if not result.node_ids:
             return ServerResult(state)
-        return ServerResult({"model": self.aggregation.combine(result.tensors["update"], reference=state["model"])})
+        return ServerResult({"model": self.aggregation.combine(result.tensors["update"], reference=state["model"],
+                                                              shuffle=bucket_stream(ctx.seed, ctx.round_index))})
 
 
 def build(sections: dict[str, Any], ctx: BuildContext) -> DpPasgd:

@@ -12,7 +12,6 @@ target, else to C_th = 1000 and ε = 10 (the setting of the paper's Fig. 2).
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 try:
@@ -23,6 +22,9 @@ except ModuleNotFoundError:  # Python 3.10
 from testbed.algorithms.registry import Command
 from testbed.arguments import COUNT, POSITIVE, PROBABILITY, Number, calculator, finite_result
 from testbed.errors import ConfigError, UserError
+from testbed.limits import MAX_TEXT_FILE_BYTES
+from testbed.util import jsontext
+from testbed.util.userfiles import read_text
 
 #: The experiment planned when no FILE is given.
 DEFAULT_EXPERIMENT = """
@@ -72,7 +74,7 @@ def _privacy(args: argparse.Namespace) -> int:
     eps = zcdp.rho_to_epsilon(rho, args.delta)
     finite_result({"epsilon": eps, "rho": rho, "sigma": sigma})
     if args.json:
-        print(json.dumps({"epsilon": eps, "rho": rho, "sigma": sigma, "calibration": args.calibration}))
+        print(jsontext.dumps({"epsilon": eps, "rho": rho, "sigma": sigma, "calibration": args.calibration}))
         return 0
     print(f"sigma    {sigma:.6f}" + (f"  ({args.calibration} calibration for epsilon {args.epsilon:g})"
                                       if args.epsilon is not None else ""))
@@ -139,10 +141,12 @@ def _plan(args: argparse.Namespace) -> int:
     from testbed.privacy.zcdp import SigmaCalibration
 
     if args.file is not None:
+        if not args.file.exists():
+            raise ConfigError(str(args.file), "experiment file not found")
         try:
-            text, source = args.file.read_text(), str(args.file)
-        except FileNotFoundError:
-            raise ConfigError(str(args.file), "experiment file not found") from None
+            text, source = read_text(args.file, MAX_TEXT_FILE_BYTES, "experiment file"), str(args.file)
+        except UserError as exc:
+            raise ConfigError(str(args.file), str(exc).removeprefix(f"experiment file {args.file}: ")) from None
     else:
         text, source = DEFAULT_EXPERIMENT, "<built-in Adult-2 experiment>"
     try:
@@ -165,7 +169,7 @@ def _plan(args: argparse.Namespace) -> int:
         cal = read_calibration(args.calibration)
         result["calibration"] = {"file": str(args.calibration), "profile": cal.profile, "model_params": cal.model_params}
     if args.json:
-        print(json.dumps(result))
+        print(jsontext.dumps(result))
     else:
         print(format_plan(result, model.num_params))
     return 0

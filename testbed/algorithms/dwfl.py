@@ -117,6 +117,7 @@ from testbed.data.federated import Split
 from testbed.errors import ConfigError
 from testbed.ledger.events import Event, GaussianEvent
 from testbed.models import Model
+from testbed.privacy import canaries
 from testbed.privacy import dwfl as dp
 from testbed.rng import Purpose, node_streams, stream
 from testbed.sections import NonNegative, OnlyWith, Positive, field_default
@@ -630,6 +631,45 @@ class Dwfl(BaseAlgorithm):
         split_work(len(ids), rows, numbers=payload.size)
         return signals, (models.copy() if central else payload)
 
+    # ----------------------------------------------------------------------------- audit (testbed audit)
+
+    def _plant_canaries(self, payload: np.ndarray, ids: tuple[int, ...], ctx: RoundContext) -> None:
+        """Add the audit's canaries to the payloads x_k' (their reach: 2γ g_max, one data set's clipped
+        step either way, the ledger's Δ in normalised units) and keep what the audited receiver would
+        hear of the canary-free payloads, Σ_{k≠o} (g_k sqrt(α_k P_k)/c) x_k' (eq. 1 over c), for
+        :meth:`_observe_canaries`. The receiver o is the one that hears the least artificial noise
+        (the largest g_k sqrt(β_k P_k) is its own, which it does not hear), fixed at the first round.
+
+        Raises:
+            AuditUnsupported: a scheme or graph whose receivers this audit does not model (it models
+                ota_d2d on the complete graph, every node in the round).
+        """
+        audit = canaries.active_canaries()
+        if self.scheme != "ota_d2d" or self.on_graph or len(ids) != self.num_nodes:
+            raise canaries.AuditUnsupported("DWFL's audit models ota_d2d on the complete graph with every node in "
+                                            f"the round, not {self.scheme}{' on a graph' if self.on_graph else ''}"
+                                            f"{'' if len(ids) == self.num_nodes else ' with nodes missing'}")
+        plan = self.plan(ctx.round_index)
+        al = plan.channel.alignment
+        if audit.receiver is None:
+            audit.receiver = int(np.argmax(plan.channel.gains * plan.tx.noise_amplitude))
+        weight = plan.channel.gains * plan.tx.signal_amplitude / al.c  # 1 for an aligned sender
+        weight[audit.receiver] = 0.0  # a receiver does not hear itself
+        audit.heard_clean = (ctx.round_index, weight @ payload)
+        canaries.plant(payload, ids, reach=self.sensitivity, adjacency="replace_one")
+
+    def _observe_canaries(self, received: np.ndarray, node_ids: Sequence[int], ctx: RoundContext) -> None:
+        """Score the canaries from the audited receiver's v_o: v_o / c minus what it would hear of the
+        canary-free payloads is the canaries plus every noise it heard, in model units."""
+        audit = canaries.active_canaries()
+        round_index, clean = audit.heard_clean
+        if round_index != ctx.round_index or audit.receiver not in node_ids:
+            return
+        row = list(node_ids).index(audit.receiver)
+        c = self.plan(ctx.round_index).channel.alignment.c
+        senders = [n for n in ctx.answered if n != audit.receiver]
+        canaries.observe(received[row] / c - clean, senders, observer="peers")
+
     def _own(self, plan: RoundPlan, ids: np.ndarray) -> np.ndarray:
         """(M,) o_i with self_i = o_i s_i, what a node subtracts of its own signal (eq. 7)."""
         if self.scheme == "ota_d2d":
@@ -657,6 +697,8 @@ class Dwfl(BaseAlgorithm):
         ids = tuple(int(i) for i in node_ids)
         models = received["model"]
         payload = self.local_step(models, train, ids, ctx.round_index, ctx.seed, ctx.secrets)
+        if canaries.auditing():
+            self._plant_canaries(payload, ids, ctx)
         signals, pending = self.transmit(payload, models, ids, ctx.round_index, ctx.seed, ctx.secrets)
         carry = {"pending": pending, "signal": signals} if self.on_graph else {"pending": pending}
         return self.result(ids, {"signal": signals}, train, ctx, carry=carry)
@@ -669,6 +711,8 @@ class Dwfl(BaseAlgorithm):
         pending = carry["pending"]
         if received.shape != pending.shape:
             raise ValueError(f"received signals of shape {received.shape}, expected {pending.shape}")
+        if canaries.auditing():
+            self._observe_canaries(received, node_ids, ctx)
         if self.on_graph:
             models = self.receive_on_graph(pending, received, carry["signal"], node_ids, ctx.round_index, ctx.seed,
                                            ctx.answered)

@@ -8,11 +8,11 @@ N(i), σ² at the worst receiver, and each sender's ε at the worst of its recei
 from __future__ import annotations
 
 import argparse
-import json
 
 from testbed.algorithms.registry import Command
 from testbed.arguments import POSITIVE, PROBABILITY, Number, NumberList, calculator, finite_result
 from testbed.errors import UserError
+from testbed.util import jsontext
 
 
 def _arguments(dw: argparse.ArgumentParser) -> None:
@@ -103,7 +103,7 @@ def _privacy(args: argparse.Namespace) -> int:
                       degree=graph.degrees.tolist(), epsilon_sender=dp.epsilon_per_sender(setting, sigma2).tolist())
     finite_result(result)
     if args.json:
-        print(json.dumps(result))
+        print(jsontext.dumps(result))
         return 0
     print(f"sigma2   {sigma2:.6f}" + (f"  (calibrated for epsilon {args.epsilon:g} at the worst receiver)"
                                        if args.epsilon is not None else ""))

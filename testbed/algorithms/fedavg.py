@@ -33,7 +33,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from pydantic import Field
 
-from testbed.algorithms.aggregate import Aggregation, AggregationOptions
+from testbed.algorithms.aggregate import Aggregation, AggregationOptions, bucket_stream
 from testbed.algorithms.base import BaseAlgorithm, SizeSetup
 from testbed.algorithms.batches import check_batches, uniform_batches
 from testbed.algorithms.contract import NodeResult, RoundContext, ServerResult, State, TensorSpec
@@ -120,7 +120,8 @@ class FedAvg(SizeSetup, BaseAlgorithm):
         if not result.node_ids:
             return ServerResult(state)
         w = self.shares(state, result.node_ids)
-        model = self.aggregation.combine(result.tensors["update"], w / w.sum(), reference=state["model"])
+        model = self.aggregation.combine(result.tensors["update"], w / w.sum(), reference=state["model"],
+                                         shuffle=bucket_stream(ctx.seed, ctx.round_index))
         return ServerResult({"model": model, "weights": state["weights"]})
 
     def describe(self) -> dict[str, Any]:

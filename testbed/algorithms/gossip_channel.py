@@ -60,7 +60,7 @@ from testbed.topology import Mixing, Topology
 if TYPE_CHECKING:
     import scipy.sparse
 
-__all__ = ["Links", "RoundLinks", "GraphChannel", "self_weights", "DEFAULT_MIXING"]
+__all__ = ["Links", "RoundLinks", "GraphChannel", "self_weights", "neighbour_slots", "DEFAULT_MIXING"]
 
 #: Separate links can weight each neighbour: Metropolis–Hastings unless [topology] says otherwise.
 DEFAULT_MIXING = "metropolis_hastings"
@@ -188,9 +188,42 @@ def self_weights(mixing: Mixing, senders: Sequence[int], node_ids: Sequence[int]
     return 1.0 - heard[np.asarray(node_ids, dtype=np.int64)]
 
 
+def neighbour_slots(mixing: Mixing, senders: Sequence[int], node_ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """(M, D) the mixing weight W_ij of each receiver's j-th neighbour (in the graph's sorted
+    order, D its largest degree) and (M, D) whether that neighbour was heard: a slot past the
+    receiver's degree, or of a neighbour not among ``senders``, is not."""
+    g = mixing.graph
+    width = int(g.degrees.max()) if g.num_nodes else 0
+    ids = np.asarray(node_ids, dtype=np.int64)
+    slot = np.arange(width)[None, :]
+    exists = slot < g.degrees[ids][:, None]
+    edge = np.where(exists, g.indptr[ids][:, None] + slot, 0)
+    sent = np.zeros(g.num_nodes, dtype=bool)
+    sent[np.asarray(senders, dtype=np.int64)] = True
+    if not g.indices.size:
+        return np.zeros(exists.shape), exists
+    return np.where(exists, mixing.weights[edge], 0.0), exists & sent[g.indices[edge]]
+
+
+def gather_neighbours(mixing: Mixing, signals: np.ndarray) -> np.ndarray:
+    """(N, D, ...) receiver i's slot j holds the payload of its j-th neighbour (zeros past its degree):
+    what a receiver decodes on separate digital links before a robust rule combines it. A loop
+    over the D slots, each a gather across all receivers (O(N D P))."""
+    g = mixing.graph
+    width = int(g.degrees.max()) if g.num_nodes else 0
+    out = np.zeros((signals.shape[0], width) + signals.shape[1:], dtype=signals.dtype)
+    for j in range(width):
+        has = np.flatnonzero(g.degrees > j)
+        out[has, j] = signals[g.indices[g.indptr[has] + j]]
+    return out
+
+
 class GraphChannel:
     """The channel half of the orthogonal exchange (testbed.algorithms.contract.ChannelHalf):
-    (N, P) payloads (silent rows zero) → (N, P) received_i = Σ_{k ∈ N(i)} W_ik s_k.
+    (N, P) payloads (silent rows zero) → (N, P) received_i = Σ_{k ∈ N(i)} W_ik s_k; with a robust
+    rule at the receivers (``neighbourhood``), (N, D, P) each receiver's neighbours' payloads apart
+    (:func:`gather_neighbours`), which the receiver combines itself
+    (testbed.algorithms.neighbourhood).
 
     Built from the sections alone for the channel emulator (``num_params`` unknown: the round's
     notice declares the signal), or by the algorithm with its size and its bound.
@@ -199,14 +232,25 @@ class GraphChannel:
         links: the run's links.
         num_params: P, the payload's size (None: the emulator's, told by each notice).
         bound: (state, ctx) → the largest norm of an honest payload of the round, or None.
+        neighbourhood: deliver each receiver its neighbours' payloads apart, not their weighted sum.
     """
 
     #: One sender is enough: a node with no neighbour heard keeps its own model.
     min_senders = 1
 
     def __init__(self, links: Links, num_params: int | None = None,
-                 bound: Callable[[State, RoundContext], float] | None = None) -> None:
+                 bound: Callable[[State, RoundContext], float] | None = None, neighbourhood: bool = False) -> None:
         self.links, self._num_params, self._bound = links, num_params, bound
+        self.neighbourhood = neighbourhood
+
+    def received_spec(self, ctx: RoundContext) -> TensorSpec:
+        """What one receiver gets in round ``ctx``: the weighted sum, shaped as a payload; with a
+        robust rule at the receivers, (D, P), D the round graph's largest degree."""
+        spec = self.signal_spec()
+        if not self.neighbourhood:
+            return spec
+        width = int(self.links.mixing(ctx.round_index).graph.degrees.max())
+        return TensorSpec((width,) + tuple(spec.shape), spec.dtype)
 
     def signal_spec(self) -> TensorSpec:
         """One node's payload, (P,) float64."""
@@ -223,9 +267,12 @@ class GraphChannel:
 
     def superpose(self, signals: np.ndarray, channel: Mapping[str, np.ndarray], ctx: RoundContext,
                   out: np.ndarray | None = None) -> np.ndarray:
-        """received = W_offdiag @ signals for the round's graph (O(E·P)); ``out`` may be ``signals``."""
+        """received = W_offdiag @ signals for the round's graph (O(E·P)); ``out`` may be ``signals``.
+        With ``neighbourhood``: (N, D, P) the neighbours' payloads apart, a new array (``out`` unused)."""
         if signals.shape[0] != self.links.num_nodes:
             raise ValueError(f"signals must have one row per node ({self.links.num_nodes}), got {signals.shape[0]}")
+        if self.neighbourhood:
+            return gather_neighbours(self.links.mixing(ctx.round_index), signals)
         received = self.links.off_diagonal(ctx.round_index) @ signals.reshape(signals.shape[0], -1)
         received = np.asarray(received).reshape(signals.shape)
         if out is None:

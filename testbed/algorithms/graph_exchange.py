@@ -12,6 +12,12 @@ their average x̄. One round r, W the mixing matrix of the round's graph ([topol
 - ``gossip`` (adapt, then combine): x_i' = x_i − γ g_i; the node sends s_i = x_i' + n_i; then
   x_i'' = W_ii x_i' + Σ_{k ∈ N(i)} W_ik s_k.
 
+Robust rules (``aggregation``; testbed.algorithms.neighbourhood, docs/robust-aggregation.md): the
+mixing above is the papers' (``"mean"``, the default). With ``"self_centred_clip"`` (ClippedGossip,
+He, Karimireddy and Jaggi 2022), ``"trimmed_mean"`` or ``"median"`` (BRIDGE, Yang and Bajwa 2019)
+each receiver gets its neighbours' payloads apart and combines them with its own model by the rule,
+in place of the weighted sum; D-PSGD then still subtracts γ g_i(x_i).
+
 n_i ~ N(0, σ² I) is the node's local DP noise from its own stream ``stream(seed, i, r, NOISE)``
 (none: σ = 0, as in Lian et al.); a node weights its own model exactly (it needs no noise against
 itself). The exchange is :mod:`testbed.algorithms.gossip_channel` (in sim in the runner, over MQTT
@@ -57,7 +63,7 @@ Example::
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
 
 import numpy as np
 from pydantic import model_validator
@@ -66,7 +72,8 @@ from testbed.algorithms.base import BYTES_PER_REAL, BaseAlgorithm, RoundCost, ga
 from testbed.algorithms.batches import check_batches, clipped_gradients
 from testbed.algorithms.bounds import gaussian_norm_bound
 from testbed.algorithms.contract import NodeResult, RoundContext, ServerResult, State, TensorSpec
-from testbed.algorithms.gossip_channel import DEFAULT_MIXING, GraphChannel, Links, self_weights
+from testbed.algorithms.gossip_channel import DEFAULT_MIXING, GraphChannel, Links, neighbour_slots, self_weights
+from testbed.algorithms.neighbourhood import NEIGHBOURHOOD_RULES, clip_radius, median, self_centred_clip, trimmed_mean
 from testbed.algorithms.radio_section import RadioSection
 from testbed.algorithms.registry import BuildContext, Registration
 from testbed.data.federated import Split
@@ -74,7 +81,7 @@ from testbed.errors import ConfigError
 from testbed.ledger.events import Event, GaussianEvent
 from testbed.models import Model
 from testbed.privacy import dwfl as dp
-from testbed.sections import NonNegative, Positive
+from testbed.sections import NonNegative, OnlyWith, Positive
 from testbed.topology import Topology, TopologySection
 
 if TYPE_CHECKING:
@@ -84,8 +91,13 @@ KINDS = ("dpsgd", "gossip")
 
 
 class ExchangeSection(RadioSection):
-    """What D-PSGD and gossip share: rounds, the local step, the clip, the local DP noise and the
-    radio. Give ``epsilon`` (per round, σ calibrated) or ``sigma``, not both (neither: no noise)."""
+    """What D-PSGD and gossip share: rounds, the local step, the clip, the local DP noise, the
+    rule a node combines its neighbours' payloads by, and the radio. Give ``epsilon`` (per round, σ
+    calibrated) or ``sigma``, not both (neither: no noise)."""
+
+    ONLY_WITH = {**RadioSection.ONLY_WITH,
+                 "clip_multiple": (OnlyWith("aggregation", ("self_centred_clip",)),),
+                 "trim": (OnlyWith("aggregation", ("trimmed_mean",)),)}
 
     rounds: Positive[int] = 100
     batch: Positive[int] = 32
@@ -97,6 +109,15 @@ class ExchangeSection(RadioSection):
     """Per-round ε of each node's release (σ = 2γ g_max sqrt(2 ln(1.25/δ)) / ε)."""
     sigma: NonNegative[float] | None = None
     """σ, the std of the noise on each released entry, fixed."""
+    aggregation: Literal[NEIGHBOURHOOD_RULES] = "mean"  # type: ignore[valid-type]
+    """mean: the paper's mixing; self_centred_clip (ClippedGossip), trimmed_mean, median (BRIDGE):
+    robust rules over each node's neighbours against hostile ones (docs/robust-aggregation.md)."""
+    clip_multiple: Positive[float] = 0.25
+    """self_centred_clip: τ = clip_multiple × (lr × gmax + σ sqrt(P)), public, per round (0.25: the
+    benchmark's, docs/robust-aggregation.md)."""
+    trim: Positive[int] = 1
+    """trimmed_mean: b, the largest and smallest neighbour values dropped per coordinate (every node
+    needs at least 2b + 1 neighbours)."""
 
     @model_validator(mode="after")
     def _one_noise_setting(self) -> "ExchangeSection":
@@ -117,15 +138,21 @@ class GraphExchange(BaseAlgorithm):
         delta: δ of the per-round calibration.
         epsilon: per-round ε (σ calibrated), or ``sigma`` fixed; neither: no noise.
         seed: the run's seed (keys the graph and fading).
+        aggregation: the receivers' rule (testbed.algorithms.neighbourhood.NEIGHBOURHOOD_RULES).
+        clip_multiple: self_centred_clip's τ in units of γ g_max + σ sqrt(P).
+        trim: trimmed_mean's b.
     """
 
     uniform_plans = False  # each node's slot, degree and airtime are its own
     local_steps = 1
 
     def __init__(self, model: Model, links: Links, *, kind: str, rounds: int, batch: int, lr: float, gmax: float,
-                 delta: float, epsilon: float | None = None, sigma: float | None = None, seed: int = 0):
+                 delta: float, epsilon: float | None = None, sigma: float | None = None, seed: int = 0,
+                 aggregation: str = "mean", clip_multiple: float = 0.25, trim: int = 1):
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+        if aggregation not in NEIGHBOURHOOD_RULES:
+            raise ValueError(f"aggregation must be one of {NEIGHBOURHOOD_RULES}, got {aggregation!r}")
         if epsilon is not None and sigma is not None:
             raise ValueError("give epsilon or sigma, not both")
         self.model, self.links, self.kind = model, links, kind
@@ -136,7 +163,10 @@ class GraphExchange(BaseAlgorithm):
             self.sigma = self.sensitivity * dp.gaussian_factor(delta) / epsilon
         else:
             self.sigma = 0.0 if sigma is None else float(sigma)
-        self._channel = GraphChannel(links, model.num_params, self.signal_norm_bound)
+        self.aggregation, self.trim = aggregation, trim
+        self.clip_radius = clip_radius(clip_multiple, lr, gmax, self.sigma, model.num_params, self.local_steps)
+        self._channel = GraphChannel(links, model.num_params, self.signal_norm_bound,
+                                     neighbourhood=aggregation != "mean")
 
     @property
     def num_nodes(self) -> int:
@@ -177,7 +207,13 @@ class GraphExchange(BaseAlgorithm):
         w_ik >= 0 summing to one over the node and its heard neighbours,
         x_i^new − x_i = Σ_k w_ik (x_k − x_i) − γ (own or mixed clipped gradients) + Σ_{k≠i} w_ik n_k,
         so at most the spread of the expected models + γ g_max + the norm bound of a Gaussian of
-        per-entry variance Σ w_ik² σ² <= σ² (testbed.algorithms.bounds)."""
+        per-entry variance Σ w_ik² σ² <= σ² (testbed.algorithms.bounds).
+
+        With self-centred clipping the bound is public, whatever the models: x_i^new − x_i =
+        Σ_j W_ij CLIP(s_j − x_i, τ) − γ g, at most τ + γ g_max (Σ_j W_ij <= 1), so a hostile node's
+        own row cannot run away faster than an honest one could (a relative 1e-9 for rounding)."""
+        if self.aggregation == "self_centred_clip":
+            return (self.clip_radius + self.lr * self.gmax) * (1.0 + 1e-9)
         _, spread = self._spread(state, ctx)
         return spread + self.lr * self.gmax + gaussian_norm_bound(self.sigma, self.model.num_params)
 
@@ -264,16 +300,33 @@ class GraphExchange(BaseAlgorithm):
     def node_finish(self, carry: Mapping[str, np.ndarray], received: np.ndarray, node_ids: Sequence[int],
                     ctx: RoundContext) -> NodeResult:
         """x_i^new = w_i own_i + received_i (− γ g_i for D-PSGD), w_i = W_ii plus the weights of the
-        neighbours that did not send (``ctx.answered`` are the senders)."""
+        neighbours that did not send (``ctx.answered`` are the senders); with a robust rule,
+        received_i is the (D, P) neighbours' payloads and x_i^new the rule's combination of them
+        with own_i (testbed.algorithms.neighbourhood)."""
         own = carry["own"]
-        if received.shape != own.shape:
-            raise ValueError(f"received payloads of shape {received.shape}, expected {own.shape}")
-        weight = self_weights(self.links.mixing(ctx.round_index), ctx.answered, node_ids)
-        new = own * weight[:, None]
-        new += received
+        if self.aggregation == "mean":
+            if received.shape != own.shape:
+                raise ValueError(f"received payloads of shape {received.shape}, expected {own.shape}")
+            weight = self_weights(self.links.mixing(ctx.round_index), ctx.answered, node_ids)
+            new = own * weight[:, None]
+            new += received
+        else:
+            new = self._robust_mix(own, received, node_ids, ctx)
         if "step" in carry:
             new -= carry["step"]
         return NodeResult(node_ids=tuple(int(n) for n in node_ids), tensors={"model": new})
+
+    def _robust_mix(self, own: np.ndarray, received: np.ndarray, node_ids: Sequence[int],
+                    ctx: RoundContext) -> np.ndarray:
+        """The configured robust rule over each node's heard neighbours' payloads and its own model."""
+        weights, heard = neighbour_slots(self.links.mixing(ctx.round_index), ctx.answered, node_ids)
+        if received.shape != heard.shape + own.shape[1:]:
+            raise ValueError(f"received payloads of shape {received.shape}, expected {heard.shape + own.shape[1:]}")
+        if self.aggregation == "self_centred_clip":
+            return self_centred_clip(own, received, weights, heard, self.clip_radius)
+        if self.aggregation == "trimmed_mean":
+            return trimmed_mean(own, received, heard, self.trim)
+        return median(own, received, heard)
 
     def server_step(self, state: State, result: NodeResult, ctx: RoundContext) -> ServerResult:
         """The nodes that finished the round replace their rows; the others keep theirs. No server
@@ -302,6 +355,9 @@ class GraphExchange(BaseAlgorithm):
         return {
             "kind": self.kind, "rounds_planned": self.rounds_planned, "batch": self.batch, "lr": self.lr,
             "gmax": self.gmax, "delta": self.delta, "epsilon_target_per_round": self.epsilon, "sigma": self.sigma,
+            "aggregation": self.aggregation,
+            **({"clip_radius": self.clip_radius} if self.aggregation == "self_centred_clip" else {}),
+            **({"trim": self.trim} if self.aggregation == "trimmed_mean" else {}),
             "sensitivity": self.sensitivity,
             **privacy,
             "power_w": self.links.radio.power_w, "noise_power_w": self.links.radio.noise_power_w,
@@ -329,8 +385,11 @@ def links_from_sections(sections: dict[str, Any], num_nodes: int, seed: int, num
 
 def channel_from_sections(sections: dict[str, Any], num_nodes: int, seed: int) -> GraphChannel:
     """The channel half alone (the channel emulator's): the payload size comes with each notice,
-    and the emulator never prices a slot (num_params 0 only sizes the links' costs)."""
-    return GraphChannel(links_from_sections(sections, num_nodes, seed, num_params=0))
+    and the emulator never prices a slot (num_params 0 only sizes the links' costs). With a robust
+    rule it delivers each receiver its neighbours' payloads apart."""
+    own: ExchangeSection = next(iter(sections.values()))
+    return GraphChannel(links_from_sections(sections, num_nodes, seed, num_params=0),
+                        neighbourhood=own.aggregation != "mean")
 
 
 def _builder(kind: str):
@@ -341,7 +400,8 @@ def _builder(kind: str):
             raise ConfigError("data.num_nodes", f"{kind} needs at least 2 nodes")
         links = links_from_sections(sections, ctx.num_nodes, ctx.seed, ctx.model.num_params)
         return GraphExchange(ctx.model, links, kind=kind, rounds=a.rounds, batch=a.batch, lr=a.lr, gmax=a.gmax,
-                             delta=ctx.delta, epsilon=a.epsilon, sigma=a.sigma, seed=ctx.seed)
+                             delta=ctx.delta, epsilon=a.epsilon, sigma=a.sigma, seed=ctx.seed,
+                             aggregation=a.aggregation, clip_multiple=a.clip_multiple, trim=a.trim)
     return build
 
 
@@ -355,7 +415,14 @@ def _checker(kind: str):
         if config.topology.kind == "random_geometric" and a.pathloss != "none":
             raise ConfigError(f"{kind}.pathloss", "a random_geometric topology takes each link's path loss from the "
                                                   "nodes' positions (free space); leave pathloss out")
-        Topology(config.topology, config.data.num_nodes, config.run.seed, a.link_budget()).check(a.rounds)
+        topology = Topology(config.topology, config.data.num_nodes, config.run.seed, a.link_budget())
+        topology.check(a.rounds)
+        if a.aggregation == "trimmed_mean":
+            degrees = topology.mixing(0, DEFAULT_MIXING).graph.degrees
+            if int(degrees.min()) < 2 * a.trim + 1:
+                raise ConfigError(f"{kind}.trim", f"trimmed_mean drops {2 * a.trim} of each node's neighbours' values per "
+                                                  f"coordinate; node {int(degrees.argmin())} has {int(degrees.min())} "
+                                                  f"neighbour(s), fewer than 2 trim + 1 = {2 * a.trim + 1}")
     return check
 
 

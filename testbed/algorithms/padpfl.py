@@ -48,7 +48,7 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from testbed.algorithms import padpfl_cli
-from testbed.algorithms.aggregate import Aggregation, AggregationOptions
+from testbed.algorithms.aggregate import Aggregation, AggregationOptions, bucket_stream
 from testbed.algorithms.base import BaseAlgorithm, RoundCost, SizeSetup, gaussian_release, released_events
 from testbed.algorithms.batches import check_batches, uniform_batches
 from testbed.algorithms.bounds import gaussian_entry_bound, gaussian_norm_bound
@@ -456,8 +456,10 @@ class Padpfl(SizeSetup, BaseAlgorithm):
         params[~due] = 0.0
         uploads: dict[int, Event] = {}
         if self.private:  # eq. (8)
+            # An audit's canaries are sized 2B, what one record can move a clipped SGD-trained
+            # model by, whatever the ledger's sensitivity setting claims (2B/m_i by default).
             mine, events = gaussian_release(params if everyone else params[rows], due_ids, ctx,
-                                            lambda n: self.upload_release(n, r))
+                                            lambda n: self.upload_release(n, r), reach=lambda _: 2.0 * self.clip)
             if not everyone:
                 params[rows] = mine
             uploads = dict(zip(due_ids, events))
@@ -545,7 +547,8 @@ class Padpfl(SizeSetup, BaseAlgorithm):
             return ServerResult({"model": state["model"], **history})
         rows = [result.node_ids.index(n) for n in np.flatnonzero(p)]
         heard = np.flatnonzero(p)
-        model = self.aggregation.combine(result.tensors["update"][rows], p[heard], state["model"])  # eq. (11): Σ p'_i x~_i
+        model = self.aggregation.combine(result.tensors["update"][rows], p[heard], state["model"],
+                                         bucket_stream(ctx.seed, ctx.round_index))  # eq. (11): Σ p'_i x~_i
         if self.private:
             model += self.server_sigma(p) * stream(ctx.seed, GLOBAL, ctx.round_index, Purpose.NOISE).standard_normal(model.shape[0])
         return ServerResult({"model": model, **history}, self._broadcast_events(p, ctx.round_index))

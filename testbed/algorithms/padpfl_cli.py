@@ -6,11 +6,11 @@ condition of Theorem 1 (testbed.privacy.padpfl).
 from __future__ import annotations
 
 import argparse
-import json
 
 from testbed.algorithms.registry import Command
 from testbed.arguments import COUNT, POSITIVE, PROBABILITY, Number, NumberList, calculator, finite_result
 from testbed.errors import UserError
+from testbed.util import jsontext
 
 
 def _arguments(pa: argparse.ArgumentParser) -> None:
@@ -56,7 +56,7 @@ def _privacy(args: argparse.Namespace) -> int:
               "gaussian_condition": dp.gaussian_condition_holds(args.epsilon)}
     finite_result(result)
     if args.json:
-        print(json.dumps(result))
+        print(jsontext.dumps(result))
         return 0
     print(f"sigma_client  {sigma_c:.6g}  (eq. 8, every client)")
     print(f"sigma_server  {sigma_s:.6g}  (eq. 13)")

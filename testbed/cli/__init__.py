@@ -17,11 +17,11 @@ from testbed.errors import UserError
 from testbed.util.extras import check_installed, missing_package_message
 
 #: The install extra (pyproject.toml) a command needs whatever the experiment; checked before it runs.
-EXTRA_OF_COMMAND = {"run": "coordinator", "sweep": "coordinator", "compare": "coordinator", "report": "coordinator", "plan": "coordinator",
+EXTRA_OF_COMMAND = {"run": "coordinator", "audit": "coordinator", "sweep": "coordinator", "compare": "coordinator", "report": "coordinator", "plan": "coordinator",
                     "broker": "coordinator", "watch": "watch", "node": "node", "nodes": "node", "bridge": "bridge"}
 #: Commands registered by another command's module.
 _MODULE_OF = {"nodes": "node"}
-COMMANDS = ("run", "watch", "report", "runs", "privacy", "node", "bridge", "broker", "acl", "provision", "board", "plan", "sweep", "compare", "calibrate", "topology", "schema")
+COMMANDS = ("run", "watch", "report", "runs", "privacy", "audit", "node", "bridge", "broker", "acl", "provision", "board", "plan", "sweep", "compare", "calibrate", "topology", "schema")
 
 
 class Parser(argparse.ArgumentParser):
@@ -54,6 +54,10 @@ def build_parser(command: str | None = None) -> Parser:
     for name, command_parser in sub.choices.items():
         if name in EXAMPLES:  # the algorithms' commands (privacy, plan) have theirs from the registry
             command_parser.epilog = epilog(EXAMPLES[name])
+        if name == "run":
+            from testbed.algorithms.robust_choice import help_text
+
+            command_parser.epilog += "\n\n" + help_text()
     return parser
 
 

@@ -11,11 +11,11 @@ listener).
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from testbed.arguments import COUNT, first_repeat
 from testbed.errors import UserError
+from testbed.util import jsontext
 
 #: Bytes `testbed acl` holds per node before writing (its ACL lines, password, hash, JSON entry).
 NODE_BYTES = 4096
@@ -68,7 +68,7 @@ def _acl(args: argparse.Namespace) -> int:
     try:
         fmt.write(args.out, access)
         # Created 0600 before the secrets go in: no moment where other users could read them.
-        write_private(creds, json.dumps(dict(access.passwords), indent=2) + "\n")
+        write_private(creds, jsontext.dumps(dict(access.passwords), indent=2) + "\n")
     except OSError as exc:
         raise UserError(f"--out {args.out}: cannot write {exc.filename or 'there'} ({exc.strerror or exc})") from None
     written = [str(args.out / name) for name in fmt.files]

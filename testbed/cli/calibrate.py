@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import math
 import multiprocessing
 import statistics
@@ -39,6 +38,7 @@ from typing import Any, Iterator
 from nodes.meters import registry as meters
 from testbed.arguments import COUNT, Number
 from testbed.errors import UserError
+from testbed.util import jsontext
 
 #: Batch of a local step (the paper's X = 32) and the node id used for the round trip.
 BATCH = 32
@@ -278,7 +278,7 @@ def to_toml(cal: Calibration) -> str:
         f"# joules {how}{cal.meter}; round trip through {cal.broker}, {cal.message_bytes} bytes each way,",
         f"# {cal.round_trip_s * 1e3:.3g} ms wall time here.",
         "[calibration]",
-        f"profile = {json.dumps(cal.profile)}",
+        f"profile = {jsontext.dumps(cal.profile)}",
         f"model_params = {cal.model_params}",
         f"measured = {str(cal.measured).lower()}",
     ]

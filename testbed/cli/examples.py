@@ -23,6 +23,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "watch": ("watch runs/mine", "watch runs/mine --host 0.0.0.0 --port 8766"),
     "report": ("report runs/mine", "report runs/mine --html", "report runs/mine --json"),
     "runs": ("runs", "runs runs/s1 --json"),
+    "audit": ("audit experiments/quickstart.toml",
+              "audit experiments/dp_pasgd/learns.toml --canaries 4000 --confidence 0.99 --out runs/audit"),
     "node": ("node --config /etc/testbed/node.toml",
              "node --broker mqtt://192.168.1.10:1883 --run lab --node-id 3 --profile pi-zero-2w --meter model"),
     "nodes": ("nodes --broker mqtt://127.0.0.1:1883 --count 8",

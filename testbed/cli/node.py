@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 from nodes.meters import registry as meters
 from testbed.arguments import CHUNK_BYTES, COUNT, NODE_ID, PID, Number, NumberList
 from testbed.errors import UserError
-from testbed.limits import MAX_INT
+from testbed.limits import MAX_INT, MAX_TEXT_FILE_BYTES
+from testbed.util.userfiles import read_text
 
 if TYPE_CHECKING:
     from testbed.node_secret import NodeSecret
@@ -171,8 +172,8 @@ def board_secret(state_dir: Path | None, reproducible: bool) -> "NodeSecret | No
 
 def _load_credentials(path: Path) -> dict[str, str]:
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
+        data = json.loads(read_text(path, MAX_TEXT_FILE_BYTES, "file"))
+    except (UserError, ValueError) as exc:
         raise UserError(f"cannot read credentials {path}: {exc}") from None
     if not isinstance(data, dict):
         raise UserError(f"{path} is not a credentials file of `testbed acl`")

@@ -28,6 +28,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--broker-dir", metavar="DIR",
                    help="where the broker's files will be on the broker's host (absolute), for the paths in "
                         "mosquitto.conf (default: OUT/broker, where they are written)")
+    p.add_argument("--allow-absolute-paths", action="store_true",
+                   help="take an inventory's data or ca given as an absolute path outside the inventory's folder "
+                        "(default: refused; relative paths never leave it)")
     p.set_defaults(handler=_provision)
 
 
@@ -37,7 +40,7 @@ def _provision(args: argparse.Namespace) -> int:
     from nodes.board_config import CHECKS
     from testbed.orchestration.provision import BOARD_DIR, UNIT_NAME, broker_access, load_inventory, provision
 
-    inventory = load_inventory(args.inventory)
+    inventory = load_inventory(args.inventory, allow_absolute=args.allow_absolute_paths)
     if args.run is not None:
         try:
             inventory = dataclasses.replace(inventory, run_id=CHECKS["run"](args.run))

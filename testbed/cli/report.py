@@ -5,10 +5,10 @@ report.html of the run, or of a sweep folder."""
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from testbed.errors import UserError
+from testbed.util import jsontext
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -29,7 +29,7 @@ def _report(args: argparse.Namespace) -> int:
     if args.json and args.html:
         raise UserError("report: --json and --html are exclusive")
     if args.json:
-        print(json.dumps(read_summary(args.run_dir), indent=2))
+        print(jsontext.dumps(read_summary(args.run_dir), indent=2))
         return 0
     if args.html:
         from testbed.reports.html import write_report

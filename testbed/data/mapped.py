@@ -43,12 +43,13 @@ from testbed.data.cache import cache_dir, sha256_of
 from testbed.data.federated import FederatedData, Split, rows_of
 from testbed.data.split import SPLITS
 from testbed.errors import DataError
+from testbed.util import jsontext
 
 
 def federation_dir(params: dict[str, Any], sources: Sequence[Path]) -> Path:
     """The cache directory of the federation that ``params`` (JSON-able: ``dataset`` and whatever
     else its rows depend on) make from the files ``sources``."""
-    key = hashlib.sha256(json.dumps(params, sort_keys=True).encode())
+    key = hashlib.sha256(jsontext.dumps(params, sort_keys=True).encode())
     for file in sources:
         key.update(sha256_of(file).encode())
     for module in sorted(Path(__file__).parent.glob("*.py")):  # a changed loader: other rows
@@ -66,7 +67,7 @@ def _digest(x: np.ndarray, y: np.ndarray) -> int:
 def _sealed(meta: dict[str, Any], offsets: Sequence[np.ndarray], digests: np.ndarray) -> str:
     """sha256 over the description, every split's offsets and the digests: what the per-node
     digests do not cover."""
-    h = hashlib.sha256(json.dumps(meta, sort_keys=True).encode())
+    h = hashlib.sha256(jsontext.dumps(meta, sort_keys=True).encode())
     for a in (*offsets, digests):
         h.update(np.ascontiguousarray(a).data)
     return h.hexdigest()
@@ -89,7 +90,7 @@ def write(directory: Path, data: FederatedData) -> None:
         np.save(tmp / "digests.npy", digests)
         meta = {"n_classes": data.n_classes, "name": data.name, "node_names": list(data.node_names),
                 "dtype": str(data.train.x.dtype)}
-        (tmp / "meta.json").write_text(json.dumps(dict(meta, sha256=_sealed(meta, offsets, digests))))
+        (tmp / "meta.json").write_text(jsontext.dumps(dict(meta, sha256=_sealed(meta, offsets, digests))))
         try:
             tmp.rename(directory)
         except OSError:  # another run wrote it first: the same rows, keep theirs

@@ -16,6 +16,7 @@ from testbed.errors import UserError
 from testbed.ledger.events import ALL_FIELDS, EVENT_TYPES, Event, EventBatch
 from testbed.ledger.fields import event_from_dict
 from testbed.util.appendlog import AppendLog, Mark as LedgerMark
+from testbed.util.userfiles import regular_file
 
 
 LEDGER_COLUMNS = ["kind", *ALL_FIELDS]
@@ -134,6 +135,10 @@ def read_ledger(path: Path) -> Iterator[Event]:
         ValueError: a header that is not :data:`LEDGER_COLUMNS` or a bad row (naming its number, the
             header being line 1); a cut last line is a bad row too.
     """
+    try:  # a FIFO would block the reader, a device never end: a regular file only (streamed: any size)
+        regular_file(Path(path), 1 << 62, "")
+    except UserError as exc:
+        raise ValueError(str(exc).removeprefix(f" {path}: ")) from None
     with open(path, "rb") as raw:
         if raw.seek(0, 2) and (raw.seek(-1, 2), raw.read(1))[1] != b"\n":
             # A cut number still parses ("0.125" cut to "0.1"): a last line without its end is refused.

@@ -65,6 +65,7 @@ from testbed.errors import ConfigError, UserError
 from testbed.ledger.events import EVENT_TYPES, Event, WireEvent, with_fields
 from testbed.ledger.fields import FIELD_RULES, MEASURED_FIELDS, event_within
 from testbed.ledger.node import RoundSet
+from testbed.limits import MAX_TEXT_FILE_BYTES
 from testbed.mqtt import topics
 from testbed.mqtt import acl
 from testbed.mqtt.broker import parse_broker_url
@@ -77,6 +78,7 @@ from testbed.orchestration.links import LinkRounds, Links
 from testbed.orchestration.measured_bounds import MeasuredBounds
 from testbed.orchestration.nodes_api import Closing, RoundOutcome
 from testbed.util.forked import ForkedCommand, can_fork
+from testbed.util.userfiles import read_text
 
 log = logging.getLogger(__name__)
 
@@ -1061,8 +1063,8 @@ def _check_credentials(path: str, node_ids: Sequence[int]) -> None:
 
 def _read_credentials(path: str) -> dict:
     try:
-        passwords = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
+        passwords = json.loads(read_text(Path(path), MAX_TEXT_FILE_BYTES, "file"))
+    except (UserError, ValueError) as exc:
         raise ConfigError("mqtt.credentials", f"cannot read {path}: {exc}") from None
     if not isinstance(passwords, dict):
         raise ConfigError("mqtt.credentials", f"{path} is not a credentials file of `testbed acl`")

@@ -42,11 +42,9 @@ Inventory (TOML)::
 
 from __future__ import annotations
 
-import json
 import os
 import pwd
 import re
-import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,6 +58,7 @@ from testbed.mqtt import acl
 from testbed.mqtt.broker import parse_broker_url
 from testbed.mqtt.brokers import registry as brokers
 from testbed.orchestration.certificates import make_broker_tls
+from testbed.util import jsontext, userfiles
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -81,6 +80,15 @@ _RUN_AS_OWNER = "# started as root, Mosquitto runs as this user, the owner of th
 _TOP_KEYS = ("run_id", "broker", "ca", "testbed", "defaults", "boards")
 _BOARD_KEYS = ("host", "node_id", "profile", "meter", "data", "data_path")
 #: A host name as a bundle's folder name: DNS labels (RFC 1123), no path separators.
+#: The most boards one provisioning makes: one broker's ACL and password file for them all (10,000
+#: nodes is the largest lab measured, benchmarks/mqtt_scale.py). Checked before any board is read.
+MAX_BOARDS = 10_000
+#: The largest inventory read: its boards at 1 KiB each (a board's table is a few lines), checked
+#: by its size before it is read.
+MAX_INVENTORY_BYTES = MAX_BOARDS * 1024 + 64 * 1024
+#: The largest data file copied into a bundle, and the largest CA certificate file read.
+MAX_DATA_BYTES = 8 * 2**30
+MAX_CA_BYTES = 2**20
 _HOST = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,62})(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}))*")
 
 
@@ -118,23 +126,36 @@ class Inventory:
     boards: tuple[Board, ...]
 
 
-def load_inventory(path: Path) -> Inventory:
-    """Read and check an inventory; relative paths are resolved against its folder.
+def load_inventory(path: Path, *, allow_absolute: bool = False) -> Inventory:
+    """Read and check an inventory. Its files (``data``, ``ca``) are inside its folder, symlinks
+    resolved: an inventory someone else wrote cannot have `testbed provision` copy /etc/shadow
+    into a bundle. An absolute path outside it is taken only with ``allow_absolute`` (the
+    provisioner's ``--allow-absolute-paths``).
 
     Raises:
         ConfigError: a missing or unreadable file, not TOML, an unknown key, a bad or missing
-            value, a host or node id given twice, a missing file (naming the inventory and the key).
+            value, more than MAX_BOARDS boards, a host or node id given twice, a missing file or
+            one outside the inventory's folder (naming the inventory and the key).
     """
     path = Path(path)
+    if not path.exists():
+        raise ConfigError(str(path), "inventory not found")
     try:
-        raw = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(str(path), "inventory not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(str(path), f"cannot be read: {getattr(exc, 'strerror', None) or exc}") from None
+        text = userfiles.read_text(path, MAX_INVENTORY_BYTES, "inventory")
+    except UserError as exc:
+        why = str(exc).removeprefix(f"inventory {path}: ")
+        if "bytes, more than" in why:
+            why += f" (an inventory of at most {MAX_BOARDS:,} boards)"
+        raise ConfigError(str(path), f"cannot be read: {why}") from None
+    if text.count("[[boards]]") > MAX_BOARDS:  # before a parse of them all (a million: 74 s, 0.5 GB)
+        raise ConfigError(f"{path}: boards", _too_many(text.count("[[boards]]")))
+    try:
+        raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(str(path), f"not valid TOML: {exc}") from None
-    reader = _Reader(path)
+    except RecursionError:
+        raise ConfigError(str(path), "not valid TOML: nested too deeply") from None
+    reader = _Reader(path, allow_absolute)
     for key in raw:
         if key not in _TOP_KEYS:
             raise reader.fail(key, f"unknown key; an inventory takes {', '.join(_TOP_KEYS)}")
@@ -158,6 +179,8 @@ def load_inventory(path: Path) -> Inventory:
     entries = raw.get("boards")
     if not isinstance(entries, list) or not entries or not all(isinstance(b, dict) for b in entries):
         raise reader.fail("boards", "must be one or more [[boards]] tables")
+    if len(entries) > MAX_BOARDS:  # before any board is checked, let alone a password made for it
+        raise reader.fail("boards", _too_many(len(entries)))
     boards: list[Board] = []
     for i, entry in enumerate(entries):
         board = reader.board(f"boards[{i}]", entry, defaults)
@@ -169,12 +192,18 @@ def load_inventory(path: Path) -> Inventory:
     return Inventory(run_id=run_id, broker=broker, ca=ca, command=command, boards=tuple(boards))
 
 
+def _too_many(boards: int) -> str:
+    return (f"{boards:,} boards, more than the {MAX_BOARDS:,} one provisioning makes (one broker's ACL and password "
+            "file); split the lab into several runs")
+
+
 class _Reader:
     """Checks the values of one inventory file; every error names the file and the key."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, allow_absolute: bool):
         self.path = path
         self.base = path.resolve().parent
+        self.allow_absolute = allow_absolute
 
     def fail(self, key: str, problem: str) -> ConfigError:
         return ConfigError(f"{self.path}: {key}", problem)
@@ -187,10 +216,16 @@ class _Reader:
             raise self.fail(key, str(exc)) from None
 
     def local_file(self, key: str, value: Any) -> Path:
-        """A file on this machine, relative to the inventory's folder."""
-        file = self.base / self.check(key, "data", value)
-        if not file.is_file():
-            raise self.fail(key, f"{file} is not a file")
+        """A regular file on this machine inside the inventory's folder (symlinks resolved), or
+        anywhere given absolute with ``allow_absolute``."""
+        try:
+            file = userfiles.inside(self.base, self.check(key, "data", value), "", allow_absolute=self.allow_absolute)
+            userfiles.regular_file(file, MAX_DATA_BYTES, "")
+        except UserError as exc:
+            why = str(exc).strip()
+            if "outside" in why and Path(value).is_absolute():
+                why += "; give --allow-absolute-paths to take it"
+            raise self.fail(key, why) from None
         return file
 
     def board(self, where: str, entry: dict[str, Any], defaults: dict[str, Any]) -> Board:
@@ -310,7 +345,8 @@ def provision(inventory: Inventory, out: Path, *, tls: bool = False, broker_dir:
     passwords = access.passwords
     made = make_broker_tls(url.host, inventory.run_id) if tls else None
     try:
-        ca_pem = made.ca_pem if made is not None else inventory.ca.read_bytes() if inventory.ca is not None else None
+        ca_pem = made.ca_pem if made is not None else \
+            userfiles.read_bytes(inventory.ca, MAX_CA_BYTES, "ca") if inventory.ca is not None else None
         broker_files = _private_dir(out / "broker")
         fmt.write(broker_files, access)
         if made is not None:
@@ -323,7 +359,7 @@ def provision(inventory: Inventory, out: Path, *, tls: bool = False, broker_dir:
         acl.write_private(broker_files / fmt.config_name, conf)
         services = {user: pw for user, pw in passwords.items() if user not in nodes}
         coordinator = _private_dir(out / "coordinator")
-        acl.write_private(coordinator / "credentials.json", json.dumps(services, indent=2) + "\n")
+        acl.write_private(coordinator / "credentials.json", jsontext.dumps(services, indent=2) + "\n")
         if made is not None:
             (coordinator / "ca.pem").write_bytes(made.ca_pem)
         bundles = {b.host: _bundle(inventory, b, passwords[str(b.node_id)], out / "boards" / b.host, ca_pem)
@@ -336,11 +372,12 @@ def provision(inventory: Inventory, out: Path, *, tls: bool = False, broker_dir:
 def _bundle(inventory: Inventory, board: Board, password: str, folder: Path, ca_pem: bytes | None) -> Path:
     """One board's bundle: its node file, its own password, the CA (``ca_pem``), its data and the unit."""
     _private_dir(folder)
-    acl.write_private(folder / "credentials.json", json.dumps({str(board.node_id): password}, indent=2) + "\n")
+    acl.write_private(folder / "credentials.json", jsontext.dumps({str(board.node_id): password}, indent=2) + "\n")
     data = board.data_path
-    if board.data is not None:
+    if board.data is not None:  # a node's training data: the owner's only, never wider than the source's
         (folder / "data").mkdir()
-        shutil.copyfile(board.data, folder / "data" / board.data.name)
+        userfiles.copy_file(board.data, folder / "data" / board.data.name, ceiling=userfiles.PRIVATE_MODE,
+                            max_bytes=MAX_DATA_BYTES, what="data")
         data = f"data/{board.data.name}"
     if ca_pem is not None:
         (folder / "ca.pem").write_bytes(ca_pem)

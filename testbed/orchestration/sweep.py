@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import csv
 import itertools
-import json
 import math
 import os
 import re
@@ -38,13 +37,12 @@ from testbed.errors import UserError
 from testbed.limits import MAX_SEED
 from testbed.orchestration.runner import run_experiment  # imported here so forked workers share the parent's modules
 from testbed.reports import tracking
+from testbed.reports.results import FINISHED, read_summary
 from testbed.reports.sweep_stats import STATS_FILE, stats_rows
 from testbed.resources import check_count, estimate_bytes
 from testbed.util.dirlock import DirectoryLock
 
 ENGINES = ("local", "ray")
-#: Statuses of a finished run (see testbed.reports.results.STATUSES); anything else is rerun.
-FINISHED = ("completed", "stopped_budget")
 #: sweep.csv columns after the point's own values.
 COLUMNS = ("seed", "status", "stopped_by", "test_accuracy", "validation_accuracy", "train_loss", "epsilon_max",
            "cost_max", "energy_j_max", "rounds", "tau", "steps", "sigma", "run")
@@ -139,9 +137,9 @@ def point_config(base: Config, point: Point) -> Config:
 
 def is_finished(run_dir: Path) -> bool:
     """Whether ``run_dir`` holds a finished run (summary.json with a finished status)."""
-    try:
-        return json.loads((run_dir / "summary.json").read_text()).get("status") in FINISHED
-    except (FileNotFoundError, json.JSONDecodeError):
+    try:  # checked: a summary without a valid sha256 is no finished run, whatever status it names
+        return read_summary(run_dir)["status"] in FINISHED
+    except UserError:
         return False
 
 
@@ -202,7 +200,7 @@ def _run_points(base: Config, points: Sequence[Point], out_dir: Path, engine: st
         done += 1
         log(f"[{done}/{len(jobs)}] {name}: {summary['status']}, test acc {summary['final']['test_accuracy']:.4f} "
             f"({time.monotonic() - start:.1f} s)")
-    rows = [row(p, json.loads((out_dir / p.name / "summary.json").read_text())) for p in points]
+    rows = [row(p, read_summary(out_dir / p.name)) for p in points]
     write_table(rows, out_dir / "sweep.csv")
     write_table(stats_rows(rows, list(dict.fromkeys(k for p in points for k, _ in p.values))), out_dir / STATS_FILE)
     return rows

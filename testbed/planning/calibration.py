@@ -27,6 +27,8 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 from testbed.errors import UserError
+from testbed.limits import MAX_TEXT_FILE_BYTES
+from testbed.util.userfiles import read_text
 
 #: Units a calibration file gives c1 and c2 in.
 COST_UNITS = ("joules", "seconds")
@@ -62,11 +64,11 @@ def read_calibration(path: str | Path) -> Calibration:
         UserError: one line naming the file and the key that is missing or wrong.
     """
     path = Path(path)
+    if not path.exists():
+        raise UserError(f"calibration file {path} not found")
     try:
-        raw = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise UserError(f"calibration file {path} not found") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raw = tomllib.loads(read_text(path, MAX_TEXT_FILE_BYTES, "calibration file"))
+    except tomllib.TOMLDecodeError as exc:
         raise UserError(f"calibration file {path}: not valid TOML: {exc}") from None
 
     def fail(key: str, problem: str) -> UserError:

@@ -35,7 +35,9 @@ from typing import Collection, Sequence
 
 from testbed.algorithms.contract import SETUP_ROUND
 from testbed.errors import UserError
+from testbed.limits import MAX_RUN_FILE_BYTES
 from testbed.util.appendlog import open_past_cut
+from testbed.util.userfiles import read_text
 
 log = logging.getLogger(__name__)
 
@@ -90,9 +92,9 @@ def read_asked(path: Path, nodes: Collection[int] | None, last_round: int, setup
                     path)
         return []
     try:
-        text = path.read_bytes().decode("utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"{path}: unreadable ({exc}); refusing to resume") from None
+        text = read_text(path, MAX_RUN_FILE_BYTES, "")
+    except UserError as exc:
+        raise UserError(f"{path}: unreadable ({str(exc).removeprefix(f' {path}: ')}); refusing to resume") from None
     lines = text.split("\n")
     if lines[-1]:
         log.warning("%s: its last line was cut mid-write (its round was never sent): ignored", path)

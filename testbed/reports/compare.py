@@ -16,7 +16,6 @@ Example (``folder`` holds a sweep over dp_pasgd.tau with --repeats 5)::
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -25,8 +24,10 @@ from typing import Any
 
 from testbed.errors import UserError
 from testbed.limits import MAX_FLOAT
+from testbed.reports.results import FINISHED
 from testbed.reports.stats import CONFIDENCE, Paired, holm, paired
 from testbed.reports.sweep_stats import grid_keys, number, numeric_fields, read_sweep, value
+from testbed.util import jsontext
 
 #: Which way is better, per metric of sweep.csv: True when higher is better. A metric not here
 #: (rounds, tau, sigma...) needs --higher-is-better or --lower-is-better.
@@ -39,6 +40,12 @@ HIGHER_IS_BETTER = {
     "energy_j_max": False,
 }
 DEFAULT_METRIC = "test_accuracy"
+#: The values a metric of sweep.csv can take (a value outside is no result of a run: a damaged or
+#: forged table): shares in [0, 1], the other known figures non-negative. Any metric is also finite
+#: and within ±MAX_FLOAT.
+RANGES = {"test_accuracy": (0.0, 1.0), "validation_accuracy": (0.0, 1.0), "train_loss": (0.0, MAX_FLOAT),
+          "epsilon_max": (0.0, MAX_FLOAT), "cost_max": (0.0, MAX_FLOAT), "energy_j_max": (0.0, MAX_FLOAT),
+          "rounds": (0.0, MAX_FLOAT), "tau": (0.0, MAX_FLOAT), "steps": (0.0, MAX_FLOAT), "sigma": (0.0, MAX_FLOAT)}
 
 
 @dataclass(frozen=True)
@@ -152,7 +159,7 @@ def format_comparisons(comparisons: Sequence[Comparison], confidence: float = CO
 
 def comparisons_json(comparisons: Sequence[Comparison]) -> str:
     """The comparisons as a JSON list (what `testbed compare --json` prints)."""
-    return json.dumps([c.as_dict() for c in comparisons], indent=2, allow_nan=False)
+    return jsontext.dumps([c.as_dict() for c in comparisons], indent=2)
 
 
 # ------------------------------------------------------------------------------------------ pieces
@@ -215,12 +222,20 @@ def _paired_seeds(a_runs: Mapping[int, Any], b_runs: Mapping[int, Any], a: Mappi
 
 
 def _metric(row: Mapping[str, Any], metric: str) -> float:
-    """A run's metric, a finite number within ±MAX_FLOAT (differences and squares of it stay finite)."""
+    """A run's metric: of a finished run (a failed run's figures are not a result), a finite
+    number within the metric's :data:`RANGES` (else ±MAX_FLOAT: differences and squares of it stay
+    finite). UserError, one line naming the run, otherwise."""
+    status = row.get("status")
+    if status not in FINISHED:
+        raise UserError(f"compare: run {row['run']} did not finish (status {str(status)[:40]!r}); only "
+                        f"{' or '.join(FINISHED)} runs are compared")
     x = number(row[metric])
     if x is None or not math.isfinite(x):
-        raise UserError(f"compare: run {row['run']} has no finite {metric} ({row[metric]!r})")
-    if abs(x) > MAX_FLOAT:
-        raise UserError(f"compare: run {row['run']}: {metric} {x:g} is beyond ±{MAX_FLOAT:g}")
+        raise UserError(f"compare: run {row['run']} has no finite {metric} ({str(row[metric])[:40]!r})")
+    low, high = RANGES.get(metric, (-MAX_FLOAT, MAX_FLOAT))
+    if not low <= x <= high:
+        raise UserError(f"compare: run {row['run']}: {metric} {x:g} is outside [{low:g}, {high:g}], which no run "
+                        "gives (a damaged or edited sweep.csv)")
     return x
 
 

@@ -23,12 +23,14 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from testbed.errors import UserError
+from testbed.limits import MAX_TEXT_FILE_BYTES
 from testbed.reports import headline
 from testbed.reports.plots import _pyplot, draw_figures
 from testbed.reports.results import read_metrics, read_summary
 from testbed.reports.sweep_figures import interval_figures
 from testbed.reports.sweep_stats import grid_keys, read_sweep, stats_rows
 from testbed.util.dirlock import DirectoryLock
+from testbed.util.userfiles import read_text
 
 _STYLE = """
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; max-width: 1200px; margin: 0 auto;
@@ -154,7 +156,7 @@ def _run_body(run_dir: Path) -> tuple[str, str]:
                      _e(f"round {refused[int(node)] + 1}") if node.isdigit() and int(node) in refused else "–",
                      _num(n.get("compute_s"))])
     figures = "".join(_image(p.read_bytes(), p.stem) for p in draw_figures(run_dir))
-    config = (run_dir / "config.toml").read_text(encoding="utf-8") if (run_dir / "config.toml").exists() else ""
+    config = read_text(run_dir / "config.toml", MAX_TEXT_FILE_BYTES, "") if (run_dir / "config.toml").exists() else ""
     body = (f"<h1>{_e(title)}</h1><p><span class=\"status\">{_e(s['status'])}</span></p>"
             f"<h2>Summary</h2>{_table(['', ''], facts)}"
             f"<h2>Figures</h2>{figures}"

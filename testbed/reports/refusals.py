@@ -35,7 +35,9 @@ from typing import Collection
 
 from testbed.budgets import BUDGET_NAME, Exceeded
 from testbed.errors import UserError
+from testbed.limits import MAX_RUN_FILE_BYTES
 from testbed.util.appendlog import open_past_cut
+from testbed.util.userfiles import read_text
 
 log = logging.getLogger(__name__)
 
@@ -92,9 +94,9 @@ def read_refusals(path: Path, nodes: Collection[int] | None, last_round: int) ->
     if not path.exists():
         return []
     try:
-        text = path.read_bytes().decode("utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"{path}: unreadable ({exc}); refusing to resume") from None
+        text = read_text(path, MAX_RUN_FILE_BYTES, "")
+    except UserError as exc:
+        raise UserError(f"{path}: unreadable ({str(exc).removeprefix(f' {path}: ')}); refusing to resume") from None
     lines = text.split("\n")
     if lines[-1]:
         log.warning("%s: its last line was cut mid-write (the refusal was not kept): ignored", path)

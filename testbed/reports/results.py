@@ -45,10 +45,14 @@ from testbed.ledger.events import Event, EventBatch, StraggleEvent
 from testbed.ledger.fields import MEASURED_FIELDS
 from testbed.ledger.files import LedgerMark, ledger_header, parse_rows, read_ledger
 from testbed.ledger.node import SPENT_AGAIN
+from testbed.limits import MAX_RUN_FILE_BYTES
 from testbed.reports.asked import Asked, read_asked
 from testbed.reports.refusals import Refusal, read_refusals
+from testbed.util import jsontext
 from testbed.util.appendlog import AppendLog, Mark, sha256_file, swap_file, tail_after, write_atomic, write_swapping
 from testbed.util.dirlock import DirectoryLock
+from testbed.util.jsontext import finite
+from testbed.util.userfiles import read_text
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +64,8 @@ METRIC_COLUMNS = [
 INTEGER_METRICS = ("round", "local_steps", "bytes_total", "stragglers")
 SUMMARY_KEYS = ("algorithm", "mode", "seed", "status", "rounds", "final", "nodes", "budgets")
 STATUSES = ("completed", "stopped_budget", "failed")
+#: Statuses of a finished run, whose figures are a result (a sweep reruns any other; compare refuses it).
+FINISHED = ("completed", "stopped_budget")
 CHECKPOINT_FORMAT = 3  # 1: one "state" array, no digest; 2: no rounds_ahead (neither can be resumed)
 _MAX_ROUNDS_AHEAD = 10_000
 _ARRAY_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
@@ -271,9 +277,11 @@ class RunDirectory:
         missing = [k for k in SUMMARY_KEYS if k not in summary]
         if missing or summary["status"] not in STATUSES:
             raise ValueError(f"summary lacks {missing} or has a bad status")
-        body = {k: v for k, v in summary.items() if k != "sha256"}
+        body = finite({k: v for k, v in summary.items() if k != "sha256"})  # JSON has no NaN: null
+        # What metrics.csv holds now, under the summary's digest: read_metrics trusts no other file.
+        body["files"] = {"metrics.csv": self._metrics.mark().to_dict()}
         body["sha256"] = _summary_digest(body)
-        write_atomic(self.path / "summary.json", (json.dumps(body, indent=2) + "\n").encode(), sync=self.sync)
+        write_atomic(self.path / "summary.json", (jsontext.dumps(body, indent=2) + "\n").encode(), sync=self.sync)
 
     def close(self) -> None:
         """Close metrics.csv and release the directory's lock: call it when nothing more is
@@ -383,9 +391,10 @@ def read_metrics(run_dir: Path) -> list[dict[str, int | float]]:
     file if it is missing or a row is not numbers (an integer column's cell not an integer)."""
     path = Path(run_dir) / "metrics.csv"
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"{path}: unreadable ({_one_line(exc)})") from None
+        text = read_text(path, MAX_RUN_FILE_BYTES, "")
+    except UserError as exc:
+        raise UserError(f"{path}: unreadable ({str(exc).removeprefix(f' {path}: ')})") from None
+    _check_against_summary(Path(run_dir), path, text.encode())
     if text and not text.endswith("\n"):
         text = text[: text.rfind("\n") + 1]  # a killed run's last row may be cut
     rows = []
@@ -403,32 +412,99 @@ def read_metrics(run_dir: Path) -> list[dict[str, int | float]]:
     return rows
 
 
+def _check_against_summary(run_dir: Path, path: Path, data: bytes) -> None:
+    """A finished run's file (its summary records the file's mark under its sha256) must be what
+    the summary covers: :class:`UnverifiedSummary` otherwise, and whatever the summary's own
+    refusal is. A run without a summary (running, killed) has nothing to check against; nor does
+    a summary of an older testbed, which records no marks."""
+    if not (run_dir / "summary.json").exists():
+        return
+    files = read_summary(run_dir).get("files")
+    raw = files.get(path.name) if isinstance(files, dict) else None
+    if raw is None:
+        return
+    try:
+        mark = Mark.from_dict(raw)
+    except ValueError as exc:
+        raise UserError(f"{run_dir / 'summary.json'}: damaged: files.{path.name}: {exc}") from None
+    if len(data) != mark.size_bytes or hashlib.sha256(data).hexdigest() != mark.sha256:
+        raise UnverifiedSummary(f"{path}: unverified: it is not the file its run's summary covers ({len(data)} bytes, "
+                                f"the summary recorded {mark.size_bytes} and their sha256), so none of its figures "
+                                "is trusted")
+
+
+class UnverifiedSummary(UserError):
+    """A summary.json without a sha256, or whose content does not match it: nothing in it is
+    trusted (`testbed runs` lists the run as "unverified", with no figures)."""
+
+
+#: Bytes of a summary.json read at most (about a million nodes' entries); past it, refused unread.
+MAX_SUMMARY_BYTES = 1 << 30
+#: The summary's figures that are shares (accuracies): in [0, 1] or null.
+_SHARES = ("test_accuracy", "test_accuracy_pooled", "validation_accuracy")
+
+
 def read_summary(run_dir: Path) -> dict[str, Any]:
-    """A run's summary.json, checked: JSON, the SUMMARY_KEYS, and its sha256 when it has one (a
-    summary written before digests has none). UserError naming the file otherwise."""
+    """A run's summary.json, checked: a regular file of at most MAX_SUMMARY_BYTES, JSON, a sha256
+    that matches its content (else :class:`UnverifiedSummary`), the SUMMARY_KEYS with values of
+    their types and ranges (a status of STATUSES, counts, accuracies in [0, 1]). Non-finite
+    numbers (a diverged loss in a summary of an older testbed) come back as None, so whatever
+    prints it prints valid JSON. UserError naming the file otherwise."""
     path = Path(run_dir) / "summary.json"
     if not path.exists():
         raise UserError(f"{Path(run_dir)} has no summary.json; not a run directory")
     try:
-        summary = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"{path}: unreadable ({_one_line(exc)})") from None
+        summary = json.loads(read_text(path, MAX_SUMMARY_BYTES, "summary"))
     except json.JSONDecodeError as exc:
         raise UserError(f"{path}: damaged: not JSON ({exc.msg} at line {exc.lineno})") from None
     except RecursionError:  # arrays nested thousands deep: the JSON parser recurses per level
         raise UserError(f"{path}: damaged: nested too deeply") from None
+    except UserError as exc:
+        raise UserError(f"{path}: unreadable ({str(exc).removeprefix(f'summary {path}: ')})") from None
     if not isinstance(summary, dict):
         raise UserError(f"{path}: damaged: not a JSON object")
     digest = summary.get("sha256")
-    if digest is not None and digest != _summary_digest({k: v for k, v in summary.items() if k != "sha256"}):
-        raise UserError(f"{path}: damaged: its content does not match its sha256")
+    if digest is None:
+        raise UnverifiedSummary(f"{path}: unverified: it has no sha256, so none of its figures is trusted")
+    if digest != _summary_digest({k: v for k, v in summary.items() if k != "sha256"}):
+        raise UnverifiedSummary(f"{path}: unverified: its content does not match its sha256, so none of its "
+                                "figures is trusted")
     missing = [k for k in SUMMARY_KEYS if k not in summary]
     if missing:
         raise UserError(f"{path}: damaged: lacks {', '.join(missing)}")
+    summary = finite(summary)
+    wrong = _wrong_field(summary)
+    if wrong is not None:
+        raise UserError(f"{path}: damaged: {wrong}")
     return summary
 
 
+def _wrong_field(summary: dict[str, Any]) -> str | None:
+    """What of a summary's SUMMARY_KEYS is not of its type or range (one phrase), or None."""
+    for key in ("algorithm", "mode"):
+        if not isinstance(summary[key], str):
+            return f"{key} must be a name, got {type(summary[key]).__name__}"
+    if summary["status"] not in STATUSES:
+        return f"status must be one of {', '.join(STATUSES)}, got {str(summary['status'])[:20]!r}"
+    for key in ("seed", "rounds"):
+        value = summary[key]
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
+            return f"{key} must be a count, got {str(value)[:20]!r}"
+    for key in ("final", "nodes", "budgets"):
+        if not isinstance(summary[key], dict):
+            return f"{key} must be an object, got {type(summary[key]).__name__}"
+    for key, value in summary["final"].items():
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return f"final.{key} must be a number, got {type(value).__name__}"
+        if key in _SHARES and not 0.0 <= value <= 1.0:
+            return f"final.{key} must be in [0, 1], got {value:g}"
+    return None
+
+
 def _summary_digest(body: dict[str, Any]) -> str:
+    # json-ok: a digest, never printed; a summary of an older testbed holds NaN (a diverged loss) under it
     canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
 
@@ -456,12 +532,13 @@ def write_checkpoint(path: Path, ckpt: Checkpoint, sync: bool = True) -> None:
     }
     meta["sha256"] = _checkpoint_digest(meta, arrays)
     members = {_STATE_PREFIX + n: a for n, a in arrays.items()}
-    members["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+    members["meta"] = np.frombuffer(jsontext.dumps(meta).encode(), dtype=np.uint8)
     write_swapping(path, lambda f: np.savez(f, **members), sync=sync)
 
 
 def _checkpoint_digest(meta: dict[str, Any], arrays: Mapping[str, np.ndarray]) -> str:
     """sha256 over the metadata (without its digest) and every array's bytes, in name order."""
+    # json-ok: a digest, never printed; a forged checkpoint's metadata may hold NaN, which must not raise here
     h = hashlib.sha256(json.dumps({k: v for k, v in meta.items() if k != "sha256"}, sort_keys=True).encode())
     for name in sorted(arrays):
         h.update(b"\0" + name.encode() + b"\0")

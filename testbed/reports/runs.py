@@ -1,7 +1,8 @@
 """`testbed runs [DIR]`: the runs under a folder, one line each, read from each run's summary.json
 (through testbed.reports.results' checked reader): name, algorithm, status, rounds, final accuracy,
 ε and date. A folder that holds a run but no readable summary (a run still going, a killed one, a
-damaged file) is listed too, with what is wrong in one line; nothing in a run's files can make the
+damaged file, a summary without a valid sha256: "unverified", no figures) is listed too, with what
+is wrong in one line; nothing in a run's files can make the
 listing fail.
 
 A run directory is a folder holding summary.json or metrics.csv; the listing looks at most
@@ -19,7 +20,6 @@ Example::
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import asdict, dataclass
@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from testbed.errors import UserError
-from testbed.reports.results import read_metrics, read_summary
+from testbed.reports.results import UnverifiedSummary, read_metrics, read_summary
+from testbed.util import jsontext
 from testbed.util.dirlock import holder_pid
 
 #: Folders below DIR looked into for runs (runs/, a sweep's folder, a sweep's points).
@@ -88,9 +89,10 @@ def listing(run_dir: Path, name: str) -> RunListing:
     date = _date(run_dir)
     try:
         summary = read_summary(run_dir)
-    except UserError as exc:
+    except UserError as exc:  # an unverified summary's figures are not listed: nothing in it is trusted
         if (run_dir / "summary.json").exists():
-            return RunListing(name, str(run_dir), None, "damaged", None, None, None, date,
+            status = "unverified" if isinstance(exc, UnverifiedSummary) else "damaged"
+            return RunListing(name, str(run_dir), None, status, None, None, None, date,
                               str(exc).replace(str(run_dir) + os.sep, ""))
         return _without_summary(run_dir, name, date)
     final = summary.get("final")
@@ -134,7 +136,7 @@ def format_runs(runs: list[RunListing]) -> str:
 def runs_json(runs: list[RunListing]) -> str:
     """The runs as a JSON list of objects (RunListing's fields; ε as a number, or "inf" for a run
     that released without noise, or null)."""
-    return json.dumps([run.to_json() for run in runs], indent=2)
+    return jsontext.dumps([run.to_json() for run in runs], indent=2)
 
 
 def _printable(text: str) -> str:

@@ -33,6 +33,7 @@ import numpy as np
 
 from testbed.errors import UserError
 from testbed.reports.stats import bca_interval, t_interval
+from testbed.util.userfiles import read_text
 
 #: sweep.csv columns that are not numeric fields of a run's summary.
 NOT_FIELDS = ("seed", "status", "stopped_by", "run")
@@ -41,6 +42,9 @@ SUFFIXES = ("mean", "sd", "ci_low", "ci_high", "bca_low", "bca_high")
 STATS_FILE = "sweep_stats.csv"
 #: A seed or a count in a sweep's table: ASCII digits ("²".isdigit() is true), as many as a seed has.
 _INTEGER = re.compile(r"[0-9]{1,20}")
+#: A run's folder in a sweep's table: a name of one path component (testbed.orchestration.sweep.Point.name's
+#: characters), never a path.
+_RUN = re.compile(r"[A-Za-z0-9._=-]{1,255}")
 #: Bytes of sweep.csv read at most (a million runs' rows); past it the file is refused, not read.
 MAX_TABLE_BYTES = 256 * 2**20
 
@@ -87,8 +91,14 @@ def value(cell: Any) -> Any:
 def read_sweep(folder: Path) -> list[dict[str, str]]:
     """The rows of ``folder``/sweep.csv, checked. UserError in one line if the folder has none, it
     is damaged (a row with a missing or extra cell, a seed that is not an integer) or it is not a
-    sweep table (no seed or run column)."""
-    return _read_table(Path(folder), "sweep.csv", ("seed", "run"), "seed", "runs")
+    sweep table (no seed or run column), or a run is not a folder of its own in ``folder`` (its
+    name is a path: ``../x``, ``/etc``)."""
+    path = Path(folder) / "sweep.csv"
+    rows = _read_table(Path(folder), "sweep.csv", ("seed", "run"), "seed", "runs")
+    for row in rows:
+        if not _RUN.fullmatch(row["run"]) or row["run"] in (".", ".."):
+            raise UserError(f"{path}: damaged: run {row['run'][:60]!r} is not the name of a folder in the sweep")
+    return rows
 
 
 def read_stats(folder: Path) -> list[dict[str, str]]:
@@ -101,14 +111,12 @@ def _read_table(folder: Path, name: str, required: tuple[str, ...], integer: str
     """The rows of a sweep folder's table ``name``: its ``required`` columns there, every row with
     every cell, its ``integer`` column's cells integers, at least one row (``what`` it holds)."""
     path = folder / name
+    if not path.exists():
+        raise UserError(f"{folder} has no {name}; not a sweep folder (testbed sweep --out)")
     try:
-        if path.stat().st_size > MAX_TABLE_BYTES:
-            raise UserError(f"{path}: larger than {MAX_TABLE_BYTES // 2**20} MiB; not a sweep table")
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UserError(f"{folder} has no {name}; not a sweep folder (testbed sweep --out)") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"{path}: unreadable ({exc})") from None
+        text = read_text(path, MAX_TABLE_BYTES, "")
+    except UserError as exc:
+        raise UserError(f"{path}: unreadable ({str(exc).removeprefix(f' {path}: ')})") from None
     reader = csv.DictReader(io.StringIO(text, newline=""))
     try:
         header = reader.fieldnames or []

@@ -51,8 +51,18 @@ class Graph:
             raise ValueError(f"an edge names a node outside 0..{num_nodes - 1}")
         if np.any(pairs[:, 0] == pairs[:, 1]):
             raise ValueError("an edge joins a node to itself")
-        both = np.concatenate([pairs, pairs[:, ::-1]])
-        keys = np.unique(both[:, 0] * num_nodes + both[:, 1])  # sorted by row, then neighbour
+        # Each edge in both rows, as one key i·N + j, sorted by row, then neighbour; duplicates
+        # dropped by neighbouring compare (numpy 2.4's np.unique hashes: 2.8 s for 2·10⁶ keys, sorting
+        # them 0.02 s). Built in place: no (2E, 2) copy of the pairs.
+        e = len(pairs)
+        keys = np.empty(2 * e, dtype=np.int64)
+        np.multiply(pairs[:, 0], num_nodes, out=keys[:e])
+        keys[:e] += pairs[:, 1]
+        np.multiply(pairs[:, 1], num_nodes, out=keys[e:])
+        keys[e:] += pairs[:, 0]
+        keys.sort()
+        if keys.size:
+            keys = keys[np.concatenate([[True], keys[1:] != keys[:-1]])]
         rows, cols = np.divmod(keys, num_nodes)
         indptr = np.zeros(num_nodes + 1, dtype=np.int64)
         np.cumsum(np.bincount(rows, minlength=num_nodes), out=indptr[1:])

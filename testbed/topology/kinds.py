@@ -25,13 +25,16 @@ Example::
 from __future__ import annotations
 
 import math
+from array import array
 from pathlib import Path
 
 import numpy as np
 
+from testbed.errors import UserError
 from testbed.topology.graph import Graph
+from testbed.util.userfiles import bounded_chunks
 
-__all__ = ["ring", "torus", "torus_rows", "k_regular", "erdos_renyi", "from_edge_list"]
+__all__ = ["ring", "torus", "torus_rows", "k_regular", "erdos_renyi", "from_edge_list", "max_edge_list_bytes"]
 
 #: Attempts at one random cycle or matching before k_regular gives up (each repeats an earlier edge
 #: with probability about 1 − exp(−2j) for the j-th cycle: a few hundred tries for d = 8).
@@ -132,12 +135,86 @@ def _pair_of(index: np.ndarray, num_nodes: int) -> np.ndarray:
     return np.column_stack([i, i + 1 + index - start])
 
 
-def from_edge_list(num_nodes: int, path: str | Path) -> Graph:
+#: Bytes an edge list may spend per edge it can hold: two ids, separators and a short comment.
+EDGE_LINE_BYTES = 128
+#: Bytes an edge list may hold besides its edges (a header of comments).
+EDGE_HEADER_BYTES = 64 * 1024
+
+
+def max_edge_list_bytes(num_nodes: int, max_edges: int) -> int:
+    """The largest edge list file of N nodes read at all: as many lines as the graph can have
+    edges (at most N(N − 1)/2, and ``max_edges``) of :data:`EDGE_LINE_BYTES` each, plus a header."""
+    return min(num_nodes * (num_nodes - 1) // 2, max_edges) * EDGE_LINE_BYTES + EDGE_HEADER_BYTES
+
+
+def from_edge_list(num_nodes: int, path: str | Path, max_edges: int | None = None) -> Graph:
     """The graph of an edge list file: ``i j`` per line, whitespace or comma separated, ``#``
-    comments. Raises ValueError (with the line) on anything else."""
-    pairs: list[tuple[int, int]] = []
-    text = Path(path).read_text(encoding="utf-8", errors="strict")
-    for number, line in enumerate(text.splitlines(), start=1):
+    comments. The file is checked before it is read (a regular file of at most
+    :func:`max_edge_list_bytes`: never /dev/zero or a 1.6 GB list for 16 nodes) and read a piece at
+    a time with a running count of its edges (at most N(N − 1)/2 and ``max_edges``); a piece of
+    plain ``i j`` lines is parsed by numpy, any other line by line.
+
+    Raises:
+        ValueError: anything else, one line (naming the line).
+    """
+    cap = num_nodes * (num_nodes - 1) // 2 if max_edges is None else min(max_edges, num_nodes * (num_nodes - 1) // 2)
+    parts: list[np.ndarray] = []
+    edges, first_line = 0, 1
+    try:
+        for chunk in bounded_chunks(Path(path), max_edge_list_bytes(num_nodes, cap), "edge list"):
+            pairs = _plain_pairs(chunk)
+            if pairs is None or (pairs.size and pairs.max() >= num_nodes):  # the slow path names the line
+                pairs = _pairs_by_line(chunk, first_line, num_nodes, path)
+            edges += len(pairs)
+            if edges > cap:  # duplicates included: a list longer than any graph of N nodes
+                raise ValueError(f"{path}: more than the {cap:,} edges a graph of {num_nodes} nodes may hold")
+            parts.append(pairs)
+            first_line += chunk.count(b"\n")
+    except UserError as exc:
+        raise ValueError(str(exc).removeprefix("edge list ")) from None
+    pairs = np.concatenate(parts) if parts else np.zeros((0, 2), dtype=np.int64)
+    del parts  # the pieces' memory back before the graph is built
+    try:
+        return Graph.from_edges(num_nodes, pairs)
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
+
+
+#: Bytes an edge list may hold besides its digits: a space, a tab, CR and LF.
+_PLAIN = b"0123456789 \t\r\n"
+#: Digits of a node id numpy parses (an int64 holds 18 of them whatever they are).
+_MAX_DIGITS = 18
+
+
+def _plain_pairs(chunk: bytes) -> np.ndarray | None:
+    """(K, 2) the pairs of a piece of lines that hold two ids each (blank lines between), parsed
+    without a Python loop; None for anything else (a comment, a comma, a third id), which the line
+    parser reads or names."""
+    if chunk.translate(None, _PLAIN):
+        return None
+    raw = np.frombuffer(chunk, dtype=np.uint8)
+    digit = (raw >= 48) & (raw <= 57)
+    starts = digit.copy()
+    starts[1:] &= ~digit[:-1]
+    line = np.cumsum(raw == 10) - (raw == 10)  # each byte's line, its newline included
+    per_line = np.bincount(line[starts], minlength=int(line[-1]) + 1 if raw.size else 0)
+    if np.any((per_line != 0) & (per_line != 2)):
+        return None
+    lengths = np.diff(np.flatnonzero(np.diff(np.concatenate([[False], digit, [False]]).astype(np.int8))))[::2]
+    if lengths.size and lengths.max() > _MAX_DIGITS:
+        return None
+    ids = np.fromstring(chunk, dtype=np.int64, sep=" ")  # text mode: any whitespace separates
+    return ids.reshape(-1, 2) if ids.size == lengths.size else None
+
+
+def _pairs_by_line(chunk: bytes, first_line: int, num_nodes: int, path: str | Path) -> np.ndarray:
+    """(K, 2) the pairs of a piece of lines, line by line; ValueError naming the first bad line."""
+    ids = array("q")
+    for number, raw in enumerate(chunk.split(b"\n"), start=first_line):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ValueError(f"{path}:{number}: not UTF-8 text") from None
         words = line.split("#", 1)[0].replace(",", " ").split()
         if not words:
             continue
@@ -147,8 +224,6 @@ def from_edge_list(num_nodes: int, path: str | Path) -> Graph:
         i, j = int(words[0]), int(words[1])
         if max(i, j) >= num_nodes:  # checked here, with the line: a huge id would not fit an int64
             raise ValueError(f"{path}:{number}: a node id outside 0..{num_nodes - 1}")
-        pairs.append((i, j))
-    try:
-        return Graph.from_edges(num_nodes, np.array(pairs, dtype=np.int64).reshape(-1, 2))
-    except ValueError as exc:
-        raise ValueError(f"{path}: {exc}") from None
+        ids.append(i)
+        ids.append(j)
+    return np.frombuffer(ids, dtype=np.int64).reshape(-1, 2)

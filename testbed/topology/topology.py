@@ -18,12 +18,13 @@ Example::
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from channel import FadingSchedule
-from testbed.errors import ConfigError
+from testbed.errors import ConfigError, UserError
 from testbed.rng import GLOBAL, Purpose, stream
 from testbed.topology import kinds
 from testbed.topology.geometric import LinkBudget, RandomWaypoint, geometric_graph, initial_positions
@@ -35,6 +36,11 @@ __all__ = ["Topology", "MAX_ADJACENCY_ENTRIES"]
 
 #: A graph's directed entries (2E) at most: 5·10⁷ is 400 MB per int64 array, checked before any is made.
 MAX_ADJACENCY_ENTRIES = 50_000_000
+#: The shortest line that holds an edge ("0 1\\n"): a file's size bounds its edges by this.
+_MIN_EDGE_LINE_BYTES = 4
+#: Bytes held per edge at the peak of reading an edge list (its ids, both directions, the sort's
+#: keys and copies, the CSR rows): an estimate that errs high.
+_EDGE_PEAK_BYTES = 96
 
 
 class Topology:
@@ -135,7 +141,7 @@ class Topology:
             if s.kind == "torus":
                 return kinds.torus(n, s.rows)
             if s.kind == "file":
-                return kinds.from_edge_list(n, s.path)  # type: ignore[arg-type]  # resolved by testbed.config
+                return kinds.from_edge_list(n, s.path, MAX_ADJACENCY_ENTRIES // 2)  # type: ignore[arg-type]  # resolved by testbed.config
             rng = stream(self.seed, GLOBAL, block, Purpose.TOPOLOGY)
             if s.kind == "k_regular":
                 return kinds.k_regular(n, s.degree, rng)
@@ -172,10 +178,31 @@ class Topology:
         if s.kind == "random_geometric" and self.link_budget is not None:
             share = min(1.0, np.pi * self._range_m() ** 2 / self.link_budget.area_m ** 2)
             expected = share * n * (n - 1)
+        if s.kind == "file" and s.path is not None:
+            expected = self._file_entries(s.path)
         if expected is not None and expected > MAX_ADJACENCY_ENTRIES:
             raise ConfigError(f"topology.{_key_of(s.kind)}",
                               f"the graph would hold about {expected:.3g} links (the limit is {MAX_ADJACENCY_ENTRIES:.0e}); "
                               "make it sparser")
+
+    def _file_entries(self, path: str) -> float:
+        """The most directed entries an edge list file can give, from its size before a byte is
+        read (its lines are at least "i j\\n"), refused if the graph would not fit in the memory
+        this machine has available (ConfigError naming topology.path)."""
+        from testbed.resources import available_bytes
+        from testbed.util.userfiles import regular_file
+
+        n = self.num_nodes
+        try:
+            size = regular_file(Path(path), kinds.max_edge_list_bytes(n, MAX_ADJACENCY_ENTRIES // 2), "")
+        except UserError as exc:
+            raise ConfigError("topology.path", str(exc).strip()) from None
+        edges = min(size // _MIN_EDGE_LINE_BYTES, n * (n - 1) // 2)
+        need, have = edges * _EDGE_PEAK_BYTES, available_bytes()
+        if have is not None and need > have:
+            raise ConfigError("topology.path", f"{path}: up to {edges:,} edges need about {need / 2**20:,.0f} MiB to "
+                                               f"read, this machine has {have / 2**20:,.0f} MiB available")
+        return 2.0 * edges
 
 
 def _key_of(kind: str) -> str:

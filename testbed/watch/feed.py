@@ -48,6 +48,7 @@ from testbed.privacy.secrecy import REPRODUCIBLE
 from testbed.reports.refusals import read_refusals
 from testbed.reports.results import METRIC_COLUMNS, read_summary
 from testbed.util.dirlock import holder_gone
+from testbed.util.userfiles import read_bytes
 from testbed.watch.checks import check_event, metric_row, summary_view
 from testbed.watch.lines import DELETED, LineTail
 #: A run with no summary whose files stopped growing for longer than this many mean rounds (and at
@@ -340,10 +341,9 @@ class RunFeed:
             self._problem(name, f"{ident[2]} bytes, more than an experiment file holds ({MAX_CONFIG_BYTES}); not read")
             return self._config_text is not None
         try:
-            with open(self.run_dir / name, "rb") as f:
-                text = f.read(MAX_CONFIG_BYTES)
-        except OSError as exc:
-            self._problem(name, f"unreadable ({exc.strerror or type(exc).__name__})")
+            text = read_bytes(self.run_dir / name, MAX_CONFIG_BYTES, "")
+        except UserError as exc:
+            self._problem(name, f"unreadable ({str(exc).removeprefix(f' {self.run_dir / name}: ')})")
             return False
         if self._config_text is not None:
             return text != self._config_text

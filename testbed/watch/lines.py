@@ -23,6 +23,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from testbed.util.userfiles import NotRegular, open_regular
+
 #: The longest line a run writes is a few hundred bytes; a line past this is not the run's.
 MAX_LINE_BYTES = 64 * 1024
 #: Bytes read per call: a huge file is read over several calls, never whole.
@@ -93,7 +95,7 @@ class LineTail:
         """The lines ended since the last call (at most :attr:`piece_bytes` of the file)."""
         piece = Piece()
         try:
-            with open(self.path, "rb") as f:
+            with open_regular(self.path) as f:  # a FIFO put in its place would block the page's reader
                 st = os.fstat(f.fileno())
                 if not self._same_file(f, st):
                     piece.restarted = self.started
@@ -109,6 +111,9 @@ class LineTail:
             if self.started and not self._gone_said:  # was there: what it held is shown, said so
                 self._gone_said = True
                 piece.problems.append(DELETED)
+            return piece
+        except NotRegular:  # a FIFO, a device: the same file may come back
+            piece.problems.append("unreadable (not a regular file)")
             return piece
         except OSError as exc:  # a directory now, no permission: the same file may come back
             piece.problems.append(f"unreadable ({exc.strerror or type(exc).__name__})")

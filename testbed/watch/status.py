@@ -17,7 +17,10 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
+from testbed.errors import UserError
+from testbed.limits import MAX_TEXT_FILE_BYTES
 from testbed.mqtt import topics
+from testbed.util.userfiles import read_text
 
 log = logging.getLogger(__name__)
 
@@ -33,8 +36,10 @@ def watch_credentials(path: str | None) -> tuple[str | None, str | None]:
     if path is None:
         return None, None
     try:
-        creds = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+        creds = json.loads(read_text(Path(path), MAX_TEXT_FILE_BYTES, "mqtt.credentials"))
+    except UserError as exc:
+        raise ValueError(str(exc)) from None
+    except ValueError as exc:
         raise ValueError(f"mqtt.credentials {path}: unreadable ({exc})") from None
     if not isinstance(creds, dict) or not isinstance(creds.get(WATCH_USER), str):
         raise ValueError(f"mqtt.credentials {path}: has no {WATCH_USER!r} user (rerun `testbed acl`)")

@@ -76,7 +76,7 @@ class BackgroundEpsilons:
             return
         unique = sorted(keys)
         request = {"kind": self.kind, "delta": self.delta, "tallies": [[[list(sig), n] for sig, n in t] for t in unique]}
-        self._proc.stdin.write(json.dumps(request).encode() + b"\n")
+        self._proc.stdin.write(json.dumps(request).encode() + b"\n")  # json-ok: a pipe to our own child
         self._proc.stdin.flush()
         self._asked.append(unique)
 
@@ -102,6 +102,7 @@ def _serve_requests(kind: str) -> None:
     for line in sys.stdin:
         request = json.loads(line)
         tallies = [Counter({tuple(sig): n for sig, n in items}) for items in request["tallies"]]
+        # json-ok: a pipe to the parent (json.loads reads Infinity back): a release without noise has ε = ∞
         print(json.dumps([epsilon(request["kind"], t, request["delta"]) for t in tallies]), flush=True)
 
 

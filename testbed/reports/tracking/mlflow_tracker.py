@@ -21,8 +21,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 from urllib.parse import unquote, urlparse
 
+from testbed.errors import UserError
 from testbed.reports import headline
 from testbed.reports.tracking import RoundRecord
+from testbed.util import jsontext
+from testbed.util.userfiles import read_text
 
 if TYPE_CHECKING:
     from testbed.config import Config
@@ -135,7 +138,7 @@ class MlflowTracker:
                                     tags={"testbed.run_dir": str(self._run_dir.resolve()),
                                           "testbed.algorithm": config.run.algorithm, "testbed.mode": config.run.mode})
             self._run_id = run.info.run_id
-            (self._run_dir / RUN_FILE).write_text(json.dumps({"tracking_uri": uri, "run_id": self._run_id}) + "\n")
+            (self._run_dir / RUN_FILE).write_text(jsontext.dumps({"tracking_uri": uri, "run_id": self._run_id}) + "\n")
             params = [Param(k, v) for k, v in flat_params(to_dict(config))]
             for i in range(0, len(params), _BATCH_PARAMS):
                 client.log_batch(self._run_id, params=params[i:i + _BATCH_PARAMS])
@@ -185,8 +188,8 @@ class MlflowTracker:
     def _resumed(self, uri: str) -> str | None:
         """The MLflow run a resumed run logged to, if RUN_FILE names one in this store."""
         try:
-            known = json.loads((self._run_dir / RUN_FILE).read_text())
-        except (OSError, ValueError):
+            known = json.loads(read_text(self._run_dir / RUN_FILE, 64 * 1024, RUN_FILE))
+        except (UserError, ValueError):
             return None
         if not isinstance(known, dict) or known.get("tracking_uri") != uri or not isinstance(known.get("run_id"), str):
             return None

@@ -15,7 +15,6 @@ a half, once, in the tracking thread; without torch it imports numpy and protobu
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from testbed.reports.tracking import RoundRecord
+from testbed.util import jsontext
+from testbed.util.jsontext import finite
 
 if TYPE_CHECKING:
     from testbed.config import Config
@@ -69,7 +70,7 @@ class TensorBoardTracker:
         lines = headline.guarantee_lines(summary)
         if lines:  # against whom each privacy figure holds, where the summary's text is not read
             self._text("privacy_guarantees", "\n".join(f"- {line}" for line in lines), int(summary.get("rounds", 0)))
-        self._text("summary", "```json\n" + json.dumps(summary, indent=2, default=str) + "\n```",
+        self._text("summary", "```json\n" + jsontext.dumps(finite(summary), indent=2, default=str) + "\n```",
                    int(summary.get("rounds", 0)))
         self._writer.close()
         self._writer = None
