@@ -508,6 +508,10 @@ def step_nodes(agents: Sequence[NodeAgent], msgs: Sequence[wire.Message]) -> lis
     """
     outcomes: list[protocol.Reply | None | Exception] = [None] * len(msgs)
     groups: dict[tuple, list[tuple[int, NodeAgent, _Admitted]]] = {}
+    # A node's second copy of a round in one batch (a duplicate the host gathered with the first) is
+    # admitted before the first is logged: it gets the first one's reply, never a step of its own.
+    first: dict[tuple, int] = {}
+    copies: dict[int, int] = {}
     for i, (agent, msg) in enumerate(zip(agents, msgs)):
         try:
             admitted = agent._admit(msg)
@@ -517,6 +521,11 @@ def step_nodes(agents: Sequence[NodeAgent], msgs: Sequence[wire.Message]) -> lis
         if not isinstance(admitted, _Admitted):
             outcomes[i] = admitted
             continue
+        once = (id(agent), admitted.msg.run, admitted.session, admitted.ctx.round_index)
+        if once in first:
+            copies[i] = first[once]
+            continue
+        first[once] = i
         exp, ctx = admitted.experiment, admitted.ctx
         paced = isinstance(agent.costs, NodeCosts) and agent.costs.pacer.enabled
         alone = exp.over_the_air or not kind_of(exp.config.model.kind).stacks_exactly or paced \
@@ -531,6 +540,8 @@ def step_nodes(agents: Sequence[NodeAgent], msgs: Sequence[wire.Message]) -> lis
             replies = [exc] * len(group)
         for (i, _, _), reply in zip(group, replies):
             outcomes[i] = reply
+    for i, j in copies.items():
+        outcomes[i] = outcomes[j] if isinstance(outcomes[j], protocol.Reply) else None
     return outcomes
 
 

@@ -15,7 +15,7 @@ import numpy as np
 from hypothesis import given, settings, strategies as st
 
 import nodes.agent as agent_module
-from nodes.agent import NodeAgent
+from nodes.agent import NodeAgent, SharedExperiment, step_nodes
 from testbed import protocol, wire
 from testbed.config import load_config_text, to_toml
 from testbed.ledger.events import GaussianEvent
@@ -178,3 +178,16 @@ def test_over_the_air_a_second_ask_gets_the_same_signal_and_a_second_received_th
         assert agent.handle(again).payload == update.payload
         assert agent.handle(ask(1.0)).payload == signal.payload
     assert computed == Counter({(SESSIONS[0], 1): 1})
+
+
+def test_two_copies_of_a_round_gathered_together_step_once_and_get_the_same_reply():
+    """A host gathers what arrived together and steps it at once (nodes.agent.step_nodes): a
+    duplicate beside the first copy is admitted before the first is logged, and gets its reply."""
+    with _counting_steps() as computed:
+        shared = SharedExperiment([0, 1])
+        agent, other = NodeAgent(1, shared=shared), NodeAgent(0, shared=shared)
+        ask = _ask(DP_PASGD, SESSIONS[0], 2, 0)
+        forged = _ask(DP_PASGD, SESSIONS[0], 2, 1)
+        outcomes = step_nodes([agent, other, agent], [ask, ask, forged])
+    assert computed == Counter({(SESSIONS[0], 2): 2})  # node 1 once, node 0 once
+    assert outcomes[0].payload == outcomes[2].payload != outcomes[1].payload
