@@ -49,10 +49,15 @@ def _privacy_rows(path: Path, round_index: int) -> int:
         if path.exists() else 0
 
 
-#: One message of the sequence: (session, round or SETUP, variant), or "restart" (the node
-#: process killed and started again on its state directory).
-ACTIONS = st.one_of(st.just("restart"),
-                    st.tuples(st.sampled_from(SESSIONS), st.integers(SETUP, 3), st.integers(0, 2)))
+#: One message of the sequence: (session, round or SETUP, variant); several gathered together
+#: (a host steps what arrived together, nodes.agent.step_nodes); or "restart" (the node process
+#: killed and started again on its state directory).
+ASK = st.tuples(st.sampled_from(SESSIONS), st.integers(SETUP, 3), st.integers(0, 2))
+#: What a host gathers together is of one session (nodes.round_fence drops an older one's).
+TOGETHER = st.tuples(st.sampled_from(SESSIONS), st.lists(st.tuples(st.integers(SETUP, 3), st.integers(0, 2)),
+                                                         min_size=2, max_size=3)).map(
+    lambda t: [(t[0], r, v) for r, v in t[1]])
+ACTIONS = st.one_of(st.just("restart"), ASK, TOGETHER)
 
 
 @settings(max_examples=60, deadline=None)
@@ -68,25 +73,32 @@ def test_any_sequence_of_asks_computes_each_round_once_per_session_and_logs_it_b
                 agent.close()
                 agent = NodeAgent(1, state_dir=state_dir)
                 continue
-            session, r, variant = action
-            if r == SETUP and not acfl:
-                continue  # DP-PASGD has no setup (a setup for it is a bad message, tested elsewhere)
-            reply = agent.handle(_ask(config, session, r, variant))
-            assert computed[session, r] <= 1, f"round {r} of session {session[:1]} computed twice"
-            if reply is None:
+            asks = [a for a in (action if isinstance(action, list) else [action]) if acfl or a[1] != SETUP]
+            # (DP-PASGD has no setup: a setup for it is a bad message, tested elsewhere.)
+            if not asks:
                 continue
-            payload = wire.decode(reply.payload)
-            if payload.kind == protocol.REFUSED:
-                continue
-            # Any reply for (session, round) is the first one, byte for byte.
-            assert first_reply.setdefault((session, r), reply.payload) == reply.payload
-            # Logged (on disk) before it was sent, and once.
-            path = state_dir / f"ledger-{RUN}-{session}-node1.csv"
-            assert agent.ledger(RUN, session).has_round(r)
-            if not acfl or r != SETUP:  # ACFL's setup is mutual-information DP, its rounds' privacy rows
-                assert _privacy_rows(path, r) == sum(isinstance(e, GaussianEvent)
-                                                     for e in (event_from_dict(e) for e in payload.meta["events"]))
+            outcomes = step_nodes([agent] * len(asks), [_ask(config, *a) for a in asks]) if isinstance(action, list) \
+                else [agent.handle(_ask(config, *asks[0]))]
+            for (session, r, _), reply in zip(asks, outcomes):
+                assert not isinstance(reply, Exception), reply
+                assert computed[session, r] <= 1, f"round {r} of session {session[:1]} computed twice"
+                _check_reply(agent, state_dir, first_reply, session, r, reply, acfl)
         agent.close()
+
+
+def _check_reply(agent: NodeAgent, state_dir: Path, first_reply: dict, session: str, r: int, reply, acfl: bool) -> None:
+    """Any reply for (session, round) is the first one, byte for byte, logged on disk before it was sent, once."""
+    if reply is None:
+        return
+    payload = wire.decode(reply.payload)
+    if payload.kind == protocol.REFUSED:
+        return
+    assert first_reply.setdefault((session, r), reply.payload) == reply.payload
+    path = state_dir / f"ledger-{RUN}-{session}-node1.csv"
+    assert agent.ledger(RUN, session).has_round(r)
+    if not acfl or r != SETUP:  # ACFL's setup is mutual-information DP, its rounds' privacy rows
+        assert _privacy_rows(path, r) == sum(isinstance(e, GaussianEvent)
+                                             for e in (event_from_dict(e) for e in payload.meta["events"]))
 
 
 class _counting_steps:
