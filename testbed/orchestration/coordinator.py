@@ -802,10 +802,12 @@ class MqttNodes:
         if msg.kind not in (protocol.UPDATE, protocol.SETUP_UPDATE) or ctx is None or node not in ctx.expected:
             log.info("dropped %s of node %d for round %d: not this round", msg.kind, node, msg.round)
             return
+        if (node, round_index) in self._on_ask:  # charged its plan: what it measured raises the
+            self._on_ask.discard((node, round_index))  # estimate the session's end tops it up to
+            self._events_or_none(node, ctx, msg)
+            log.warning("late %s of node %d for round %d: not used, charged on ask already", msg.kind, node, msg.round)
+            return
         if self._already_charged(node, round_index):
-            if (node, round_index) in self._on_ask:  # charged its plan: what it measured raises the
-                self._on_ask.discard((node, round_index))  # estimate the session's end tops it up to
-                self._events_or_none(node, ctx, msg)
             log.info("dropped a late copy of node %d's %s for round %d: already charged", node, msg.kind, msg.round)
             return
         events, problems = self._events_or_none(node, ctx, msg)
