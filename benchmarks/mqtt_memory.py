@@ -47,6 +47,7 @@ tau = 1
 batch = 4
 lr = 0.1
 sigma = 1.0
+clip = true
 lipschitz = 1.0
 [privacy]
 tight_accountant = "none"

@@ -50,6 +50,7 @@ tau = 5
 batch = 8
 lr = 0.5
 sigma = 1.0
+clip = true
 lipschitz = 1.0
 [budget]
 epsilon = 100.0

@@ -3,7 +3,7 @@ line per change of state, so a waiting board can be told from a hung one.
 
 The states, in the order a board goes through them::
 
-    connecting -> connected -> waiting for a run -> joined run R -> round k done ... -> run ended
+    connecting -> connected -> waiting for a run -> joined run R -> round k done (k from 1) ... -> run ended
                        ^                                  |
                        +-------- reconnecting <-----------+  (the broker went away; any state)
 
@@ -16,9 +16,9 @@ Example::
     >>> lines = []
     >>> states = StateLines("node 3", write=lines.append, clock=lambda: "12:00:00")
     >>> states.connecting("mqtt://broker.lan:1883"); states.connecting("mqtt://broker.lan:1883")
-    >>> states.round_done(4)
+    >>> states.round_done(4)  # the wire's round 4 is the fifth
     >>> lines
-    ['12:00:00 node 3: connecting to mqtt://broker.lan:1883', '12:00:00 node 3: round 4 done']
+    ['12:00:00 node 3: connecting to mqtt://broker.lan:1883', '12:00:00 node 3: round 5 done']
 """
 
 from __future__ import annotations
@@ -73,7 +73,9 @@ class StateLines:
         self._say(f"joined run {run} (coordinator session {session})")
 
     def round_done(self, round_index: int) -> None:
-        self._say(f"round {round_index} done")
+        """Round ``round_index`` (0-based, as on the wire) answered: said counting from 1, as the
+        coordinator's progress, metrics.csv and summary.json count rounds."""
+        self._say(f"round {round_index + 1} done")
 
     def ended(self, run: str, rounds: int, why: str = "the coordinator ended it") -> None:
         self._say(f"run {run} ended ({why}); {rounds} round(s) answered")

@@ -1,14 +1,14 @@
 """The testbed: differentially private federated learning on wireless IoT, hardware in the loop.
 
 Kept light on purpose: a node on a small board imports only the modules it runs. The Python API
-(``testbed.run``, ``testbed.load``, ``testbed.sweep``, ``testbed.audit``, ``testbed.Run``,
-``testbed.Sweep``: testbed.api, docs/api.md) is imported on first use.
+(``testbed.run``, ``testbed.load``, ``testbed.sweep``, ``testbed.audit``,
+``testbed.compare``, ``testbed.Run``, ``testbed.Sweep``: testbed.api, docs/api.md) is imported on first use.
 """
 
 __version__ = "0.1.0"
 
 #: The names testbed.api lends this package, imported on first use (PEP 562).
-_API = ("run", "load", "sweep", "audit", "Run", "Sweep")
+_API = ("run", "load", "sweep", "audit", "compare", "Run", "Sweep")
 __all__ = ["__version__", *_API]
 
 

@@ -1,7 +1,7 @@
 """The Python API: run an experiment, read a run back, sweep a grid, audit a run's privacy; results as
 pandas tables.
 
-``testbed.run``, ``testbed.load``, ``testbed.sweep``, ``testbed.audit``, ``testbed.Run`` and ``testbed.Sweep`` are
+``testbed.run``, ``testbed.load``, ``testbed.sweep``, ``testbed.audit``, ``testbed.compare``, ``testbed.Run`` and ``testbed.Sweep`` are
 this module's, reached lazily (``import testbed`` alone imports none of it: a board's node does
 not need it). The command line builds its experiments with the same function
 (testbed.experiment.experiment_config) and sizes its sweeps with the same checks
@@ -32,6 +32,8 @@ from testbed.ledger.files import LEDGER_COLUMNS, read_ledger
 from testbed.orchestration.runner import default_run_dir, run_experiment
 from testbed.orchestration.sweep import default_sweep_dir, planned_points, run_sweep
 from testbed.reports import headline
+from testbed.reports.compare import DEFAULT_METRIC, Comparison, compare as compare_sweep
+from testbed.reports.stats import CONFIDENCE
 from testbed.reports.results import INTEGER_METRICS, METRIC_COLUMNS, holds_run, read_metrics, read_summary
 from testbed.reports.sweep_stats import read_stats, read_sweep, value
 from testbed.util.dirlock import LOCK_NAME, DirectoryLock
@@ -167,6 +169,13 @@ class Run:
         summary written before they were recorded."""
         return headline.guarantees(self.summary)
 
+    @property
+    def assumptions(self) -> list[str]:
+        """What the run's ε rests on beyond the mechanism it ran, one sentence each (a paper's
+        reproduction's assumption, DWFL's fixed x_j^(t−1/2), ...: docs/privacy.md); [] when
+        nothing, or for a summary written before they were recorded."""
+        return list(self.summary.get("assumptions") or [])
+
     @cached_property
     def metrics(self) -> "pandas.DataFrame":
         """metrics.csv: one row per round, with integer rounds, steps, bytes and stragglers (a
@@ -271,6 +280,36 @@ class Sweep:
         if name not in {r["run"] for r in self._rows}:
             raise UserError(f"{self.dir}: no run {name!r} in sweep.csv")
         return Run(self.dir / name)
+
+    def compare(self, a: Mapping[str, Any], b: Mapping[str, Any] | Sequence[Mapping[str, Any]], *,
+                metrics: Sequence[str] = (DEFAULT_METRIC,), higher_is_better: bool | None = None,
+                confidence: float = CONFIDENCE) -> list[Comparison]:
+        """Paired comparison of grid point ``a`` with each of ``b`` (runs paired by seed, Holm-
+        corrected over every b and metric): :func:`compare` on this sweep."""
+        return compare(self, a, b, metrics=metrics, higher_is_better=higher_is_better, confidence=confidence)
+
+
+def compare(sweep: "Sweep | str | os.PathLike", a: Mapping[str, Any],
+            b: Mapping[str, Any] | Sequence[Mapping[str, Any]], *, metrics: Sequence[str] = (DEFAULT_METRIC,),
+            higher_is_better: bool | None = None, confidence: float = CONFIDENCE) -> list[Comparison]:
+    """`testbed compare` from Python, the same engine (testbed.reports.compare.compare).
+
+    Args:
+        sweep: a :class:`Sweep` or its folder.
+        a, b: grid key → value (``{"dp_pasgd.tau": 2}``; a key's last part will do when unambiguous);
+            ``b`` one such setting or a list of them, each compared with ``a``.
+        metrics: numeric columns of the sweep's table (default test_accuracy).
+        higher_is_better: for every metric; None: each metric's own direction.
+        confidence: of the intervals (the tests' α is 1 − confidence).
+
+    Returns:
+        One :class:`~testbed.reports.compare.Comparison` per (b, metric): the seeds paired, the paired
+        statistics of a − b (``result``), Holm-corrected p-values and the ``verdict``;
+        ``as_dict()`` is what ``testbed compare --json`` prints.
+    """
+    folder = sweep.dir if isinstance(sweep, Sweep) else Path(sweep)
+    return compare_sweep(folder, a, b, metrics=list(metrics), higher_is_better=higher_is_better,
+                         confidence=confidence)
 
 
 def _frame(rows: list[dict[str, str]], what: str) -> "pandas.DataFrame":

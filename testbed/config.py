@@ -103,11 +103,17 @@ def _open_unit_interval(value: float) -> float:
 
 class PrivacySection(Section):
     delta: Annotated[float, AfterValidator(_open_unit_interval)] = 1e-4
+    """δ of every (ε, δ) figure; at or above 1/m (m the smallest node's training records) refused
+    before round 1 unless ``reproduction`` (testbed.privacy.delta)."""
     # The choices are the registered accountants (testbed.privacy.accountants), the first listed the default.
     accountant: Literal[tuple(accountants.names())] = accountants.names()[0]
     """Enforces the ε budget (the paper's zcdp by default)."""
     tight_accountant: Literal[(*accountants.tight_names(), accountants.NONE)] = accountants.tight_names()[0]
     """Reported beside it (through dp-accounting); "none" to skip."""
+    reproduction: bool = False
+    """The run reproduces a paper and may use that paper's assumptions the mechanism run does not
+    make true (PADPFL's sensitivity = "paper_eq7"; a delta at or above 1/m, m the smallest node's
+    training records); each one used is a sentence of the summary's ``assumptions``."""
 
 
 class BudgetSection(Section):

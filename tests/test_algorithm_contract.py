@@ -65,6 +65,9 @@ EXPERIMENTS = {
     "dwfl/ring": SYNTHETIC + '[dwfl]\nrounds = 6\nbatch = 8\nlr = 0.2\nepsilon = 1.0\nfading = "rayleigh"\n'
                              'variant = "A"\n[topology]\nkind = "ring"\n',
     "dwfl/cnn": DIGITS_CNN + '[dwfl]\nrounds = 6\nbatch = 8\nlr = 0.2\nepsilon = 1.0\nfading = "none"\nc_scale = 0.6\n',
+    # PADPFL with DP-SGD local steps (issue 39): per-sample clipped, noised steps, each charged.
+    "padpfl/dp_sgd": SYNTHETIC + '[padpfl]\nrounds = 6\nlocal_steps = 3\nbatch = 8\nlr = 0.5\nclip = 2.0\n'
+                                 'epsilon = 20.0\nlocal_step = "dp_sgd"\nsample_clip = 1.0\nimpact = "equal"\n',
     "padpfl/cnn": DIGITS_CNN + '[padpfl]\nrounds = 6\nuploads = 2\nparticipation = "spread"\nlocal_steps = 3\nbatch = 8\nlr = 0.2\nclip = 5.0\n'
                                'epsilon = 20.0\nimpact = "given"\nweights = [0.1, 0.2, 0.3, 0.2, 0.2]\n',
 }

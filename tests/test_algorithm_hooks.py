@@ -37,10 +37,12 @@ def _with(monkeypatch: pytest.MonkeyPatch, name: str, **hooks) -> None:
 
 
 def test_the_papers_calculators_and_planners_are_the_registered_ones():
-    assert _subcommands("privacy") == ["acfl", "dp-pasgd", "dwfl", "padpfl"]
-    assert _subcommands("plan") == ["acfl", "dp-pasgd"]
-    for command, hook in (("privacy", "privacy_cli"), ("plan", "plan_cli")):
-        assert _subcommands(command) == [command_name(reg.name) for reg in registry.offering(hook)]
+    calculators = ["acfl", "dp-pasgd", "dwfl", "padpfl"]
+    assert [command_name(reg.name) for reg in registry.offering("privacy_cli")] == calculators
+    assert _subcommands("plan") == ["acfl", "dp-pasgd"] == [command_name(reg.name) for reg in registry.offering("plan_cli")]
+    # `testbed privacy` has every algorithm's statement (DP-PASGD's board variant after it), calculators included.
+    assert _subcommands("privacy") == ["acfl", "dp-pasgd", "mcu-logistic", "dpsgd", "dwfl", "fedavg", "gossip", "padpfl"]
+    assert set(calculators) <= set(_subcommands("privacy"))
 
 
 @pytest.mark.parametrize("command, hook", [("privacy", "privacy_cli"), ("plan", "plan_cli")])
@@ -64,9 +66,15 @@ def test_a_registered_command_is_on_the_command_line(monkeypatch, capsys, comman
         capsys.readouterr().err
 
 
-def test_an_algorithm_without_the_hook_has_no_sub_command():
-    assert command_name("fedavg") not in _subcommands("privacy") + _subcommands("plan")
-    assert main(["privacy", "fedavg"]) == 2
+def test_an_algorithm_without_the_hook_has_no_sub_command(monkeypatch, capsys):
+    """No planner: no `testbed plan fedavg`. No calculator: `testbed privacy fedavg` is its
+    statement alone, and calculator arguments are refused; neither a calculator nor a statement:
+    no sub-command."""
+    assert command_name("fedavg") not in _subcommands("plan")
+    assert main(["privacy", "fedavg"]) == 0 and "FedAvg" in capsys.readouterr().out
+    assert main(["privacy", "fedavg", "--steps", "3"]) == 2
+    _with(monkeypatch, "zeta", privacy_statements=())
+    assert "zeta" not in _subcommands("privacy")
 
 
 class _View:

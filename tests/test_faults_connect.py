@@ -197,9 +197,9 @@ def test_state_lines_say_each_change_once_and_only_changes(calls):
     assert said == expected
 
 
-def test_state_lines_go_to_stdout_flushed(capfd):
-    StateLines("node 7", clock=lambda: "12:00:00").round_done(2)
-    assert capfd.readouterr().out == "12:00:00 node 7: round 2 done\n"
+def test_state_lines_go_to_stdout_flushed_counting_rounds_from_1_as_the_summary(capfd):
+    StateLines("node 7", clock=lambda: "12:00:00").round_done(2)  # the wire's round 2: the third
+    assert capfd.readouterr().out == "12:00:00 node 7: round 3 done\n"
 
 
 def test_a_state_dir_this_machine_cannot_write_is_one_line_saying_how_to_adapt(tmp_path, capsys):

@@ -49,6 +49,7 @@ tau = 3
 batch = 8
 lr = 0.5
 sigma = 1.0
+clip = true           # G = 1 below the logistic model's own bound 2: held by clipping (issue 39)
 lipschitz = 1.0
 [mqtt]
 round_timeout_s = 20.0

@@ -42,6 +42,7 @@ tau = 2
 batch = 4
 lr = 0.5
 sigma = 1.0
+clip = true           # G = 1 below the logistic model's own bound 2: held by clipping (issue 39)
 lipschitz = 1.0
 [privacy]
 tight_accountant = "none"

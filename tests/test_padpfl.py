@@ -107,17 +107,21 @@ def test_equal_weights_reduce_to_nbafl(n, t, r):
     assert (got == 0) == (t <= r * math.sqrt(n))
 
 
-def test_client_noise_is_one_value_whatever_p_and_the_nodes_own_size():
+@pytest.mark.parametrize("sensitivity, records", [("paper_eq7", 40), ("clipped_weights", 1)])
+def test_client_noise_is_one_value_whatever_p_and_the_nodes_own_size(sensitivity, records):
+    """Eq. (8)'s σ_C with the Δf in force: 2B/min m_i under eq. (7) (the paper's), 2B for clipped
+    weights (the default: one record can move SGD's clipped weights anywhere in the ball of B)."""
     sizes = [40, 90, 200, 55]
     p = np.array([0.0, 0.1, 0.2, 0.7])
     alg = Padpfl(LogisticRegression(3, 2), schedule=ImpactSchedule([(0, p)]), rounds=30, local_steps=1, batch=4,
                  lr=0.02, mu=0.0, clip=2.0, epsilon=5.0, delta=0.01, min_samples=40, train_sizes=sizes,
-                 num_nodes=4, uploads=5)
+                 num_nodes=4, uploads=5, sensitivity=sensitivity)
     ctx = RoundContext.everyone(0, 0, 4)
     sigmas = {e.sigma for n in range(4) for e in alg.planned_events(n, ctx) if e.kind == "privacy"}
-    assert sigmas == {2 * 2.0 * 5 * C / (40 * 5.0)}  # eq. (8) with min m = 40
+    assert sigmas == {2 * 2.0 * 5 * C / (records * 5.0)}  # eq. (8) with min m = 40, or Δf = 2B
+    expected = [2 * 2.0 / m for m in sizes] if sensitivity == "paper_eq7" else [2 * 2.0] * 4
     assert [e.sensitivity for n in range(4) for e in alg.planned_events(n, ctx) if e.kind == "privacy"] == \
-        pytest.approx([2 * 2.0 / m for m in sizes], rel=1e-12)  # eq. (7), the node's own m_i
+        pytest.approx(expected, rel=1e-12)  # eq. (7), the node's own m_i; or 2B
 
 
 def test_the_variance_identity_holds_when_the_condition_does():
@@ -133,12 +137,13 @@ def test_the_variance_identity_holds_when_the_condition_does():
 
 # ----------------------------------------------------------------------------- items 4, 5, 6 on the algorithm
 
-def _pair(p, epsilon=5.0, clip=0.5, uploads=2, dim=100, **kw):
-    """A private PADPFL and its noiseless twin on the same data (the same batches)."""
+def _pair(p, epsilon=5.0, clip=0.5, uploads=2, dim=100, sensitivity="paper_eq7", **kw):
+    """A private PADPFL and its noiseless twin on the same data (the same batches), by default
+    under the paper's sensitivity (eq. 7), whose numbers items 4-6 check."""
     data = make_logistic(num_nodes=len(p), samples_per_node=50, dim=dim, n_classes=10, seed=3)
     common = dict(schedule=ImpactSchedule([(0, np.asarray(p))]), rounds=30, local_steps=2, batch=8, lr=0.5, mu=0.1,
                   clip=clip, delta=0.01, min_samples=40, train_sizes=data.train.sizes, num_nodes=len(p),
-                  uploads=uploads, **kw)
+                  uploads=uploads, sensitivity=sensitivity, **kw)
     model = LogisticRegression(dim, 10)
     return data, Padpfl(model, epsilon=epsilon, **common), Padpfl(model, epsilon=None, **common)
 
@@ -284,8 +289,8 @@ def test_a_configured_run_makes_exactly_the_r_uploads_its_noise_pays_for(rounds,
     assert alg.describe()["epsilon_paper_uplink"] == pytest.approx(epsilon, rel=1e-12)
 
 
-def test_worst_case_sensitivity_charges_2b():
-    data, private, _ = _pair([0.25] * 4, sensitivity="worst_case")
+def test_clipped_weights_sensitivity_charges_2b():
+    data, private, _ = _pair([0.25] * 4, sensitivity="clipped_weights")
     ctx = RoundContext.everyone(0, 0, 4)
     assert {e.sensitivity for e in private.planned_events(1, ctx) if e.kind == "privacy"} == {1.0}
 

@@ -20,7 +20,7 @@ from hypothesis import given, strategies as st
 
 from nodes.board_config import load_board_config
 from testbed.cli import main
-from testbed.config import load_config_text
+from testbed.config import load_config
 from testbed.ledger.files import read_ledger
 from testbed.mqtt.broker import free_port, wait_for_broker
 from testbed.mqtt.brokers.mosquitto import find_binary
@@ -177,13 +177,11 @@ tau = 2
 batch = 16
 lr = 0.5
 sigma = 1.0
+clip = true           # G = 1 below the logistic model's own bound 2: held by clipping (issue 39)
 lipschitz = 1.0
+[privacy]
+delta = 1e-5          # below 1/m: each board holds about 16,000 of Adult's rows (issue 39)
 [mqtt]
-broker_url = "{broker}"
-run_id = "lab1"
-emulated = false
-credentials = "{credentials}"
-tls_ca = "{ca}"
 round_timeout_s = 60.0
 connect_timeout_s = 60.0
 quorum = 2
@@ -196,16 +194,20 @@ figures = false
 @pytest.mark.skipif(not ADULT.is_file(), reason=f"needs the UCI Adult file at {ADULT} (a data set, not a tool: "
                                                 "the other Adult tests skip without it too)")
 def test_the_readme_lab_runs_over_tls_from_its_generated_files(tmp_path):
-    """provision --tls from the README's inventory (its broker on loopback), Mosquitto started from
-    the generated conf as written, both boards from their bundles (the PC's overrides of the
-    board defaults: --meter model, --state-dir), a run over TLS completes; one board prints its
-    state lines, the --quiet one nothing."""
+    """provision --tls from the README's inventory as written, its broker given on the command line
+    (--broker: on loopback here) and the coordinator's experiment file written by --experiment,
+    Mosquitto started from the generated conf as written, both boards from their bundles (the PC's
+    overrides of the board defaults: --meter model, --state-dir), the written experiment run over
+    TLS completes; one board prints its state lines, the --quiet one nothing."""
     mosquitto = find_binary()
     require_tool("mosquitto", mosquitto is not None, "not installed (apt-get install mosquitto)")
     port = free_port()
     url = f"mqtts://127.0.0.1:{port}"
     out = tmp_path / "lab"
-    assert main(["provision", str(_lab(tmp_path, url, ADULT)), "--out", str(out), "--tls"]) == 0
+    base = tmp_path / "base.toml"
+    base.write_text(EXPERIMENT.format(shards=tmp_path / "shards"))
+    assert main(["provision", str(_lab(tmp_path, adult=ADULT)), "--out", str(out), "--tls", "--broker", url,
+                 "--experiment", str(base)]) == 0
     broker = subprocess.Popen([mosquitto, "-c", str(out / "broker" / "mosquitto.conf")],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     boards: list[subprocess.Popen[str]] = []
@@ -216,9 +218,7 @@ def test_the_readme_lab_runs_over_tls_from_its_generated_files(tmp_path):
                 [sys.executable, "-m", "testbed", "node", "--config", str(out / "boards" / host / "node.toml"),
                  "--meter", "model", "--state-dir", str(tmp_path / "state" / host), *quiet],
                 cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-        config = load_config_text(EXPERIMENT.format(shards=tmp_path / "shards", broker=url,
-                                                    credentials=out / "coordinator" / "credentials.json",
-                                                    ca=out / "coordinator" / "ca.pem"))
+        config = load_config(out / "coordinator" / "experiment.toml")
         result = {}
         coordinator = threading.Thread(target=lambda: result.update(
             r=run_experiment(config, out_dir=tmp_path / "run", quiet=True)))
@@ -241,6 +241,6 @@ def test_the_readme_lab_runs_over_tls_from_its_generated_files(tmp_path):
     assert said[:3] == [f"node 0: connecting to {url}", said[1], "node 0: waiting for a run (run id lab1)"]
     assert said[1].startswith(f"node 0: connected to {url} in ")
     assert said[3].startswith("node 0: joined run lab1 (coordinator session ")
-    assert said[4:] == ["node 0: round 0 done", "node 0: round 1 done",
+    assert said[4:] == ["node 0: round 1 done", "node 0: round 2 done",  # as the summary's 2 rounds
                         "node 0: run lab1 ended (the coordinator ended it); 2 round(s) answered"]
     assert outputs[1][0] == ""  # --quiet

@@ -322,3 +322,21 @@ def test_one_node_at_the_norm_bound_moves_a_robust_run_less_than_the_mean(rule, 
     damage = {agg: np.linalg.norm(final(f"{agg}-attacked", agg, True) - final(f"{agg}-clean", agg, False))
               for agg in ("mean", rule)}
     assert damage[rule] < damage["mean"], damage
+
+
+def test_run_help_names_each_averaging_algorithms_rule_as_the_docs_table_does():
+    from testbed.algorithms import registry
+    from testbed.cli import robust_help
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "robust-aggregation.md").read_text()
+    start = doc.index("| algorithm | rule that holds at 10 % | cost |")
+    lines = doc[start:].splitlines()[2:]
+    rows = [line.split("|")[1:3] for line in lines[:next(i for i, line in enumerate(lines) if not line.startswith("|"))]]
+    table = {name.strip().lower().replace("-", ""): rule.strip().strip("`") for name, rule in rows}
+    chosen = {reg.name.replace("_", ""): reg.robust_choice.rule for reg in registry.offering("robust_choice")}
+    assert chosen == table
+    help_text = robust_help()
+    for reg in registry.offering("robust_choice"):
+        assert f"  {reg.name:<9} {reg.robust_choice.rule:<18}" in help_text
+    # the algorithms that cannot drop a sender recommend nothing
+    assert {"acfl", "dwfl"}.isdisjoint(r.name for r in registry.offering("robust_choice"))

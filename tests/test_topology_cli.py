@@ -29,7 +29,46 @@ def test_the_default_is_the_complete_graph(tmp_path, capsys):
     shown = _show(capsys, _write(tmp_path, dwfl_text(num_nodes=12)))
     assert shown["kind"] == "complete" and shown["nodes"] == "12" and shown["connected"] == "yes"
     assert shown["edges"].startswith("66 (round 1, block 0") and shown["degrees"] == "min 11, mean 11, max 11"
-    assert shown["spectral gap"] == "1 (metropolis_hastings, over separate links), 0.909090909091 (uniform, over the air)"  # 1 − 1/(N − 1)
+    # DWFL's auto rule is uniform (over the air): that rule's gap alone, 1 − 1/(N − 1).
+    assert shown["mixing"] == "uniform (auto: the algorithm's, over the air)"
+    assert shown["spectral gap"] == "0.909090909091 (uniform)"
+
+
+GOSSIP = """
+[run]
+name = "g"
+algorithm = "{algorithm}"
+seed = 3
+[data]
+dataset = "synthetic"
+num_nodes = 8
+samples_per_node = 40
+dim = 4
+[{algorithm}]
+rounds = 4
+batch = 8
+lr = 0.2
+epsilon = 1.0
+fading = "none"
+[topology]
+kind = "ring"
+[output]
+figures = false
+"""
+
+
+@pytest.mark.parametrize("algorithm", ["gossip", "dpsgd"])
+def test_an_exchange_over_separate_links_shows_the_one_mixing_it_uses(tmp_path, capsys, algorithm):
+    """gossip and D-PSGD weight the graph by Metropolis-Hastings under auto: that rule, and its gap,
+    are the ones shown (the run's own W, testbed.topology.Topology.mixing)."""
+    from testbed.algorithms.gossip_channel import DEFAULT_MIXING
+
+    text = GOSSIP.format(algorithm=algorithm)
+    shown = _show(capsys, _write(tmp_path, text))
+    assert shown["mixing"] == "metropolis_hastings (auto: the algorithm's, over separate links)"
+    c = load_config_text(text)
+    w = Topology(c.topology, 8, c.run.seed).mixing(0, DEFAULT_MIXING)
+    assert shown["spectral gap"] == f"{round(spectral_gap(w), 12):.12g} (metropolis_hastings)"
 
 
 def test_a_ring_written_out_runs_again_as_the_same_graph(tmp_path, capsys, dwfl_topology):

@@ -54,7 +54,7 @@ checkpoint_every = 1
 #: Each algorithm's section, for 4 rounds. Every file is fuzzed with DP-PASGD; the ledger and the
 #: checkpoint with every algorithm too (setup uploads, mutual-information events, server events).
 SECTIONS = {
-    "dp_pasgd": "[dp_pasgd]\nsteps = 8\ntau = 2\nbatch = 4\nlr = 0.5\nsigma = 1.0\nlipschitz = 1.0\n",
+    "dp_pasgd": "[dp_pasgd]\nsteps = 8\ntau = 2\nbatch = 4\nlr = 0.5\nsigma = 1.0\nclip = true\nlipschitz = 1.0\n",
     "fedavg": "[fedavg]\nrounds = 4\nlocal_steps = 2\nbatch = 4\nlr = 0.5\n",
     "dwfl": '[dwfl]\nrounds = 4\nbatch = 4\nlr = 0.2\nepsilon = 1.0\nfading = "none"\nc_scale = 0.6\n',
     "acfl": '[model]\nkind = "linear"\n[acfl]\niterations = 4\nlr = 0.01\nsigma1_sq = 0.5\nsigma2_sq = 0.5\n',

@@ -217,7 +217,11 @@ class Acfl(BaseAlgorithm):
 
     @property
     def epsilon_nats(self) -> float:
-        """ε-MI-DP of one node's coded upload, nats (Theorem 1, eq. 17; SCFL: the derived bound)."""
+        """ε-MI-DP of one node's coded upload, nats (Theorem 1, eq. 17; SCFL: the derived bound),
+        true of the upload the code makes: H_X = XᵀX + N₁, H_Y = XᵀY + N₂ with every entry of N₁, N₂
+        i.i.d. Gaussian of σ₁², σ₂² drawn once from the node's own stream (:meth:`setup_step`), and
+        every entry of X and Y in [−1, 1] (Assumption 1: the loaders' public scaling). It covers
+        that upload only: the gradients of :meth:`node_step` are exact."""
         if self.encoding == "projection":
             return theory.scfl_epsilon(self.sigma1_sq) if self.sigma1_sq > 0 else float("inf")
         if self.sigma1_sq <= 0 or self.sigma2_sq <= 0:
@@ -475,7 +479,9 @@ def plan(config: Any, model: LinearRegression, data: Any) -> tuple[Any, dict]:
 
 REGISTRATION = Registration(name="acfl", sections={"acfl": AcflSection}, build=build, check=check, plan=plan,
                             planned_rounds=lambda sections: sections["acfl"].iterations,
-                            guarantee=lambda sections: "mi_dp", privacy_cli=acfl_cli.PRIVACY, plan_cli=acfl_cli.PLAN)
+                            guarantee=lambda sections: "mi_dp", privacy_cli=acfl_cli.PRIVACY, plan_cli=acfl_cli.PLAN,
+                            assumptions=lambda sections: list(acfl_cli.ASSUMPTIONS),
+                            privacy_statements=(acfl_cli.STATEMENT,))
 
 
 def bernoulli_answered(seed: int, p: float, num_nodes: int, iterations: int) -> np.ndarray:

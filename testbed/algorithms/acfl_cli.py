@@ -16,6 +16,7 @@ from testbed.algorithms.registry import Command
 from testbed.arguments import COUNT, POSITIVE, Number, calculator, finite_result
 from testbed.errors import UserError
 from testbed.limits import MAX_EPSILON_NATS
+from testbed.privacy.statements import PrivacyStatement
 from testbed.util import jsontext
 
 
@@ -100,3 +101,32 @@ PRIVACY = Command(help="ε-MI-DP of ACFL's coded data set (Theorem 1), or σ₁�
 PLAN = Command(help="α* (eq. 36), the bound 4ũ/(λ²T) (eqs. 37–38) and ε (eq. 17)", arguments=_plan_arguments,
                run=_plan, examples=("--dim 100 --outputs 10 --sigma1-sq 1 --sigma2-sq 1 --nodes 5 --straggler-p 0.1 "
                                     "--beta 10 --model-bound 1 --strong-convexity 1 --iterations 1000",))
+
+
+#: The summary's assumptions of an ACFL run (Registration.assumptions).
+ASSUMPTIONS = ("ACFL's ε is ε-MI-DP in nats of the one-time coded upload (Theorem 1, every entry of X and Y in "
+               "[−1, 1]); the gradients X^T(X W_t − Y) sent every iteration carry no noise and are not covered",)
+
+STATEMENT = PrivacyStatement(
+    name="acfl", title="ACFL",
+    unit="entry: ε-MI-DP (Cuff and Yu) in nats of each entry of a node's features, for its one-time coded upload; "
+         "not (ε, δ)-DP",
+    adjacency="none: sup over one entry Z_jk of the mutual information I(Z_jk; upload | the other entries)",
+    observers="the server, which receives each node's coded Gram H_X = X^T X + N1, H_Y = X^T Y + N2 (observer "
+              "\"server\")",
+    accountant="the mutual-information ledger (budget.mi_epsilon), never composed with (ε, δ); several uploads add "
+               "up (the chain rule, conservative)",
+    paper_accountant="Theorem 1, eq. (17): ε = (d − 1/2) log(1 + 1/σ1²) + (o/2) log(1 + 1/σ2²); SCFL's "
+                     "(encoding = \"projection\") bound is derived here, not the paper's",
+    amplification="none",
+    assumptions=("every entry of X and Y in [−1, 1] (Assumption 1: the loaders' scaling, and the coordinator refuses "
+                 "an upload beyond its bound)",
+                 "ε in nats: the paper's proof uses differential entropies (acfl.md §3.2)"),
+    delta="none: MI-DP has no δ; privacy.delta is not used",
+    not_protected=("the gradients X^T(X W_t − Y) sent every iteration: exact, outside the paper's scope",
+                   "how many rows a node holds"),
+    evidence=("tests/test_acfl.py::test_6_theorem_1_values_monotone_limit_inverse_and_bits",
+              "tests/test_acfl.py::test_a_run_records_the_upload_and_its_mi_epsilon_per_node",
+              "tests/test_acfl.py::test_mutual_info_event_round_trips_and_has_its_own_budget",
+              "tests/test_honest_summaries.py::test_acfl_headlines_its_mi_dp_and_a_regression_its_loss",
+              "Li, Xiao and Skoglund, Theorem 1 (acfl.md §3); Cuff and Yu 2016 (MI-DP)"))

@@ -23,6 +23,7 @@ from testbed.algorithms.registry import Command
 from testbed.arguments import COUNT, POSITIVE, PROBABILITY, Number, calculator, finite_result
 from testbed.errors import ConfigError, UserError
 from testbed.limits import MAX_TEXT_FILE_BYTES
+from testbed.privacy.statements import DELTA, PrivacyStatement
 from testbed.util import jsontext
 from testbed.util.userfiles import read_text
 
@@ -212,3 +213,55 @@ PRIVACY = Command(help="ε of eq. (9) for σ, or σ for a target ε", arguments=
                             "--steps 100 --lipschitz 1 --batch 32 --delta 1e-4 --epsilon 1 --json"))
 PLAN = Command(help="τ, K and σ of DP-PASGD's optimal design (eqs. 22, 24, 9)", arguments=_plan_arguments,
                run=_plan, examples=("", "experiments/quickstart.toml --cost-budget 500 --epsilon 2 --json"))
+
+
+STATEMENT = PrivacyStatement(
+    name="dp_pasgd", title="DP-PASGD",
+    unit="record: (ε, δ)-DP of each node's training records",
+    adjacency="replace one record of a node's training set (uniform batches: 2G/X per step); with "
+              "sampling = \"poisson\", add or remove one record (G/X per step)",
+    observers="the server, which receives each node's update after its τ noised steps (observer \"server\"); the "
+              "averaged model it broadcasts, and whoever hears that, is post-processing",
+    accountant="privacy.accountant (zcdp, the paper's, by default) composes each node's noised steps; the tight "
+               "privacy.tight_accountant (rdp by default, pld with Poisson batches) through dp-accounting beside it",
+    paper_accountant="zCDP without amplification, eq. (9) (Lemmas 2, 3); calibration = \"paper_literal\" is eq. (23) "
+                     "as printed, which spends more than its target (a named erratum)",
+    amplification="the tight accountant amplifies each step by its sampling rate X/m_i (without replacement, or "
+                  "Poisson); that needs batches the observer cannot know (node secrets), and holds against no one "
+                  "holding the seed of an emulated run; the paper's zCDP figure claims none",
+    assumptions=("every per-sample gradient has norm <= G: clipped at G (dp_pasgd.clip), or, unclipped, G at least the "
+                 "model's own bound on rows of norm <= 1 (the loaders scale rows so); a smaller G without clip is refused",),
+    delta=DELTA,
+    not_protected=("metadata: which nodes take part and when, their training-set sizes, the size and timing of "
+                   "messages",
+                   "floating-point side channels of the noise (Mironov 2012): the noise is a rounded float sample"),
+    evidence=("tests/test_accountants.py::test_zcdp_over_the_ledger_is_eq9_whatever_tau",
+              "tests/test_accountants.py::test_tight_accountants_never_exceed_the_paper_bound",
+              "tests/test_models.py::test_stated_lipschitz_bound_holds_on_unit_ball",
+              "tests/test_models.py::test_clipping_bounds_every_per_sample_gradient",
+              "tests/test_sound_sensitivities.py::test_a_g_below_the_models_own_bound_needs_the_clip_that_enforces_it",
+              "tests/test_privacy_zcdp.py::test_check3_paper_literal_eq23_is_flagged_as_not_private",
+              "tests/test_privacy_audit.py::test_audit_passes_sound_dp_pasgd_and_catches_noise_for_a_sensitivity_m_times_too_small",
+              "tests/test_sound_sensitivities.py::test_a_delta_at_or_above_one_over_m_is_refused_unless_a_reproduction",
+              "Hu et al., DP-PASGD, eq. (9) (dp-pasgd.md §2.2-2.3); Balle, Barthe and Gaboardi 2018 (amplification "
+              "by subsampling, as dp-accounting implements it)"))
+
+MCU_STATEMENT = PrivacyStatement(
+    name="mcu_logistic", title="DP-PASGD on a microcontroller board (logistic regression)",
+    unit="record: (ε, δ)-DP of the board's training records",
+    adjacency="replace one record (2G/X per step, uniform batches; the board does not clip, so G is the logistic "
+              "model's own bound)",
+    observers="the server, through the board's host bridge, which keeps the board's ledger (observer \"server\")",
+    accountant="as DP-PASGD's, charged by the bridge host before the board steps",
+    paper_accountant="as DP-PASGD's (eq. 9)",
+    amplification="as DP-PASGD's: the tight accountant's X/m needs batches the observer cannot know; the board "
+                  "draws them from a counter-based generator keyed (seed, node, round, BATCH)",
+    assumptions=("rows of norm <= 1 after float32 rounding (which can exceed it by a few ulps, so G by as much)",
+                 "the firmware computes the step the numpy emulation does, to float32 rounding"),
+    delta=DELTA,
+    not_protected=("floating-point side channels: the noise is a float32 sample of the board's generator "
+                   "(Mironov 2012)",
+                   "metadata, as DP-PASGD's"),
+    evidence=("tests/test_firmware_golden.py::test_firmware_step_equals_numpy_emulation",
+              "tests/test_firmware_bridge.py::test_a_round_on_the_board_equals_sim_and_is_charged",
+              "tests/test_models.py::test_stated_lipschitz_bound_holds_on_unit_ball"))

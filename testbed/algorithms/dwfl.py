@@ -301,7 +301,11 @@ class Dwfl(BaseAlgorithm):
 
     @property
     def sensitivity(self) -> float:
-        """Δ = 2 γ g_max in normalised units (Theorem IV.1 with c divided out)."""
+        """Δ = 2 γ g_max in normalised units (Theorem IV.1 with c divided out), true because each
+        node clips its batch gradient to ‖g_i‖ <= g_max (:func:`~testbed.algorithms.batches.clipped_gradients`,
+        per sample too for a model without a bound), so replacing its whole data set moves its
+        x_i' = x_i − γ g_i by at most 2γ g_max, x_i taken as fixed (the paper's assumption, which
+        the summary's assumptions state: x_i carries earlier rounds' gradients)."""
         return dp.sensitivity(self.lr, self.gmax)
 
     def plan(self, round_index: int) -> RoundPlan:
@@ -994,6 +998,9 @@ REGISTRATION = Registration(
     epsilon_target=lambda sections: sections["dwfl"].epsilon,
     guarantee=lambda sections: "dp",  # the channel's noise, at least, is accounted in every round
     privacy_cli=dwfl_cli.PRIVACY,
+    assumptions=lambda sections: list(dwfl_cli.ASSUMPTIONS),
+    privacy_statements=(dwfl_cli.STATEMENT,),
     channel_view=view_from_sections,
-    graph_view=graph_view_with(radio=lambda sections, num_nodes: radio_from_section(sections["dwfl"], num_nodes)),
+    graph_view=graph_view_with(radio=lambda sections, num_nodes: radio_from_section(sections["dwfl"], num_nodes),
+                               default_mixing=DEFAULT_MIXING),
 )

@@ -12,6 +12,7 @@ import argparse
 from testbed.algorithms.registry import Command
 from testbed.arguments import POSITIVE, PROBABILITY, Number, NumberList, calculator, finite_result
 from testbed.errors import UserError
+from testbed.privacy.statements import DELTA, PrivacyStatement
 from testbed.util import jsontext
 
 
@@ -128,3 +129,34 @@ PRIVACY = Command(help="per-receiver ε of eq. (11) and the orthogonal ε, or σ
                             "--gains 1,2,2,2 --power-w 1 --epsilon 0.5 --noise-var 1 --lr 0.1 --gmax 1 --delta 1e-5 --json",
                             "--gains 1,2,2,2,2 --power-w 1 --sigma2 1 --noise-var 1 --lr 0.1 --gmax 1 --delta 1e-5 "
                             "--topology ring"))
+
+
+#: The summary's assumptions of a DWFL run (Registration.assumptions): what its ε rests on.
+ASSUMPTIONS = ("DWFL's per-round sensitivity 2γ g_max treats x_j^(t−1/2) as fixed, as the paper's Theorem IV.1 does: "
+               "a node's model carries its earlier rounds' gradients into later signals without fresh noise, so the "
+               "ε composed over the rounds is under that assumption",
+               "DWFL's ε excludes colluding receivers: each receiver is charged only the noise of what it alone heard")
+
+STATEMENT = PrivacyStatement(
+    name="dwfl", title="DWFL",
+    unit="node: (ε, δ)-DP of a node's whole training set, per round, composed over the rounds",
+    adjacency="replace a node's whole data set: its clipped batch gradient (‖g_i‖ <= g_max) moves by at most 2 g_max, "
+              "its signal by at most Δ = 2γ g_max in normalised units (Theorem IV.1)",
+    observers="the other nodes (observer \"peers\"): each receiver hears the superposition of its neighbours' signals, "
+              "their artificial noise and its channel noise; a sender is charged at its worst receiver, and a silent "
+              "sender's shortfall of noise is charged after the round",
+    accountant="the per-round Gaussian mechanism composed over the rounds by privacy.accountant; the tight "
+               "privacy.tight_accountant beside it",
+    paper_accountant="the per-round ε = Δ sqrt(2 ln(1.25/δ))/σ of eq. (11) at the worst receiver, not composed",
+    amplification="none",
+    assumptions=ASSUMPTIONS + ("the channel (fading, path loss, receiver noise power) and the alignment are as "
+                               "modelled: the channel's noise counts towards the privacy",),
+    delta=DELTA,
+    not_protected=("colluding receivers pooling what they heard",
+                   "a node's position and channel gains, and whether it transmitted"),
+    evidence=("tests/test_privacy_dwfl.py::test_check_6_epsilon_formula",
+              "tests/test_privacy_dwfl.py::test_check_9_sensitivity_with_clipping",
+              "tests/test_privacy_dwfl.py::test_composition_with_dp_accounting",
+              "tests/test_privacy_dwfl.py::test_dwfl_composition_worst_receiver",
+              "tests/test_dwfl.py::test_silent_senders_are_charged_what_the_receivers_really_heard",
+              "Chen et al., Theorem IV.1, eqs. (10)-(11) (dwfl.md §4)"))

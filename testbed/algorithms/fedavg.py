@@ -38,9 +38,10 @@ from testbed.algorithms.base import BaseAlgorithm, SizeSetup
 from testbed.algorithms.batches import check_batches, uniform_batches
 from testbed.algorithms.contract import NodeResult, RoundContext, ServerResult, State, TensorSpec
 from testbed.algorithms.impact import cap_shares
-from testbed.algorithms.registry import BuildContext, Registration
+from testbed.algorithms.registry import BuildContext, Registration, RobustChoice
 from testbed.data.federated import Split
 from testbed.models import Model
+from testbed.privacy.statements import PrivacyStatement
 from testbed.sections import Positive
 
 
@@ -138,4 +139,23 @@ def build(sections: dict[str, Any], ctx: BuildContext) -> FedAvg:
                   max_weight_share=a.max_weight_share)
 
 
-REGISTRATION = Registration(name="fedavg", sections={"fedavg": FedAvgSection}, build=build, client_sampling=True)
+STATEMENT = PrivacyStatement(
+    name="fedavg", title="FedAvg",
+    unit="none: not private (no noise; the summary says \"not private\", ε infinite)",
+    adjacency="none",
+    observers="the server sees each node's local model in the clear; anyone who hears the broadcast, the average",
+    accountant="none: an ε budget on it is a config error",
+    paper_accountant="none (McMahan et al.'s FedAvg is a non-private baseline)",
+    amplification="none",
+    assumptions=(),
+    delta="not used",
+    not_protected=("everything a local model reveals of its data (membership, reconstruction)",
+                   "the training-set sizes n_k uploaded once"),
+    evidence=("tests/test_honest_summaries.py::test_a_finite_epsilon_appears_only_in_a_private_run",
+              "tests/test_honest_summaries.py::test_an_epsilon_budget_on_a_run_without_noise_is_a_config_error"))
+
+
+REGISTRATION = Registration(name="fedavg", sections={"fedavg": FedAvgSection}, build=build, client_sampling=True,
+                            privacy_statements=(STATEMENT,),
+                            robust_choice=RobustChoice("norm_clip", "O(MP), one pass; no accuracy lost without attack"))
+

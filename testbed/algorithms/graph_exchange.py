@@ -75,14 +75,16 @@ from testbed.algorithms.contract import NodeResult, RoundContext, ServerResult, 
 from testbed.algorithms.gossip_channel import DEFAULT_MIXING, GraphChannel, Links, neighbour_slots, self_weights
 from testbed.algorithms.neighbourhood import NEIGHBOURHOOD_RULES, clip_radius, median, self_centred_clip, trimmed_mean
 from testbed.algorithms.radio_section import RadioSection
-from testbed.algorithms.registry import BuildContext, Registration
+from testbed.algorithms.registry import BuildContext, Registration, RobustChoice
 from testbed.data.federated import Split
 from testbed.errors import ConfigError
 from testbed.ledger.events import Event, GaussianEvent
 from testbed.models import Model
 from testbed.privacy import dwfl as dp
+from testbed.privacy.statements import DELTA, PrivacyStatement
 from testbed.sections import NonNegative, OnlyWith, Positive
 from testbed.topology import Topology, TopologySection
+from testbed.topology.view import graph_view_with
 
 if TYPE_CHECKING:
     from testbed.config import Config
@@ -158,7 +160,10 @@ class GraphExchange(BaseAlgorithm):
         self.model, self.links, self.kind = model, links, kind
         self.rounds_planned, self.batch, self.lr, self.gmax = rounds, batch, lr, gmax
         self.delta, self.epsilon, self.seed = delta, epsilon, seed
-        self.sensitivity = dp.sensitivity(lr, gmax)  # Δ = 2γ g_max
+        # Δ = 2γ g_max: each node clips its batch gradient to g_max (batches.clipped_gradients), so
+        # replacing its whole data set moves its one data-dependent term γ g_i by at most 2γ g_max,
+        # the model before the round taken as fixed (as DWFL's Theorem IV.1; the summary says so).
+        self.sensitivity = dp.sensitivity(lr, gmax)
         if epsilon is not None:
             self.sigma = self.sensitivity * dp.gaussian_factor(delta) / epsilon
         else:
@@ -426,6 +431,46 @@ def _checker(kind: str):
     return check
 
 
+#: Each kind's name in prose, its short name, and what it sends.
+_SENDS = {"dpsgd": ("D-PSGD", "D-PSGD", "x_i + n_i, its model before this round's step (which carries the last round's "
+                    "γ g_i)"),
+          "gossip": ("Gossip averaging with local DP", "Gossip", "x_i − γ g_i + n_i")}
+
+
+def assumptions(kind: str) -> list[str]:
+    """The summary's assumptions of a private run of ``kind`` (Registration.assumptions)."""
+    short = _SENDS[kind][1]
+    return [f"{short}'s per-round sensitivity 2γ g_max treats the model before the step as fixed (as DWFL's Theorem "
+            "IV.1): a node keeps its own model without noise, so its earlier gradients reach later releases "
+            "without fresh noise, and the ε composed over the rounds is under that assumption"]
+
+
+def statement(kind: str) -> PrivacyStatement:
+    """What a private run of ``kind`` guarantees (testbed.privacy.statements)."""
+    title, _, sends = _SENDS[kind]
+    return PrivacyStatement(
+        name=kind, title=title,
+        unit="node: (ε, δ)-DP of a node's whole training set, per round, composed over the rounds (with epsilon or "
+             "sigma set; without noise, not private)",
+        adjacency="replace a node's whole data set: its clipped batch gradient (‖g_i‖ <= g_max) moves its release by "
+                  "at most Δ = 2γ g_max",
+        observers=f"its neighbours and anyone on their digital links (observer \"peers\"), who hear {sends}",
+        accountant="one Gaussian mechanism a round, composed by privacy.accountant; the tight "
+                   "privacy.tight_accountant beside it",
+        paper_accountant="none: Lian et al.'s D-PSGD is not private; σ is calibrated per round by the classic bound "
+                         "σ = Δ sqrt(2 ln(1.25/δ))/ε (Dwork and Roth, Theorem A.1), as DWFL's eq. (11)",
+        amplification="none",
+        assumptions=tuple(assumptions(kind)) + ("colluding neighbours are not covered: each is charged what one "
+                                                "neighbour hears",),
+        delta=DELTA,
+        not_protected=("who is whose neighbour, and each node's position and links",
+                       "the node's data against itself"),
+        evidence=("tests/test_gossip.py::test_every_release_is_one_gaussian_event_the_peers_observe",
+                  f"tests/test_gossip.py::test_one_{kind}_round_on_a_ring_of_four_by_hand",
+                  "tests/test_privacy_dwfl.py::test_composition_with_dp_accounting",
+                  "Dwork and Roth 2014, Theorem A.1"))
+
+
 def registration(kind: str, section: type[ExchangeSection]) -> Registration:
     """The registration of ``kind`` (its module's REGISTRATION) with its own section ``[kind]``
     and the shared ``[topology]``."""
@@ -438,4 +483,11 @@ def registration(kind: str, section: type[ExchangeSection]) -> Registration:
         epsilon_target=lambda sections: sections[kind].epsilon,
         guarantee=lambda sections: "dp" if sections[kind].epsilon is not None or (sections[kind].sigma or 0) > 0
         else "none",
+        graph_view=graph_view_with(radio=lambda sections, num_nodes: sections[kind].link_budget(),
+                                   default_mixing=DEFAULT_MIXING),
+        assumptions=lambda sections: assumptions(kind),
+        privacy_statements=(statement(kind),),
+        # both exchanges' rows of benchmarks/robust_aggregation.py: self-centred clipping held
+        robust_choice=RobustChoice("self_centred_clip", "O(DP) per node, 9x the mean's exchange at N = 100, "
+                                                        "D = 4; D x the received bytes over MQTT"),
     )

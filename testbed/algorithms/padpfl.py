@@ -15,10 +15,13 @@ One round r (0-based; the paper's aggregation t = r + 1):
    σ_S of eq. (13) recomputed from p' (its zero branch included), drawn from
    ``stream(seed, GLOBAL, r, NOISE)`` so sim and MQTT agree.
 
-Ledger (per node and round): the upload, a :class:`GaussianEvent` of σ_C and sensitivity 2B/m_i
-(eq. 7; ``sensitivity = "worst_case"``: 2B) seen by the server; and, issued by the server, the
+Ledger (per node and round): the upload, a :class:`GaussianEvent` of σ_C and sensitivity 2B (true of
+any two weight vectors clipped to B; ``sensitivity = "paper_eq7"``: 2B/m_i, eq. 7, true only under
+eq. 6's assumption, a reproduction's setting) seen by the server; and, issued by the server, the
 broadcast, a Gaussian event of the noise that really reached it, sqrt(Σ p'_j² σ_C² + σ_S²), and
-sensitivity p'_i·2B/m_i, seen by the public. Both are composed by the configured accountant; the
+sensitivity p'_i·Δf_i, seen by the public. With ``local_step = "dp_sgd"`` the local steps are
+DP-SGD's instead (per-sample clip C, noise every step, each step charged at 2C/X with sampling rate
+X/m_i) and the upload and broadcast are their post-processing. Both are composed by the configured accountant; the
 paper's own linear accounting (adaptive-dp.md §2.4) is reported by :meth:`Padpfl.describe`.
 
 Example::
@@ -45,22 +48,24 @@ import warnings
 from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
 
 import numpy as np
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from testbed.algorithms import padpfl_cli
 from testbed.algorithms.aggregate import Aggregation, AggregationOptions, bucket_stream
-from testbed.algorithms.base import BaseAlgorithm, RoundCost, SizeSetup, gaussian_release, released_events
+from testbed.algorithms.base import (BaseAlgorithm, RoundCost, SizeSetup, gaussian_release, released_events,
+                                     standard_normals)
 from testbed.algorithms.batches import check_batches, uniform_batches
 from testbed.algorithms.bounds import gaussian_entry_bound, gaussian_norm_bound
 from testbed.algorithms.contract import NodeResult, RoundContext, ServerResult, State, TensorSpec
 from testbed.algorithms.impact import (ImpactSchedule, cap_shares, check_weights, link_quality_weights,
                                       parse_ratios, ratio_weights, redistribute, spread_uploads)
-from testbed.algorithms.registry import BuildContext, Registration
+from testbed.algorithms.registry import BuildContext, Registration, RobustChoice
 from testbed.data.federated import Split
 from testbed.errors import ConfigError
 from testbed.ledger.events import Event, GaussianEvent
 from testbed.models import Model
 from testbed.privacy import padpfl as dp
+from testbed.privacy import canaries, zcdp
 from testbed.rng import GLOBAL, Purpose, stream
 from testbed.sections import NonNegative, OnlyWith, Positive, Section
 from testbed.util.parallel import split_work
@@ -92,7 +97,9 @@ class PadpflSection(AggregationOptions):
     non-private runs (no noise)."""
 
     ONLY_WITH = {**AggregationOptions.ONLY_WITH,
-                 "score_temperature": (OnlyWith("impact", ("quality_score",)),)}
+                 "score_temperature": (OnlyWith("impact", ("quality_score",)),),
+                 "sensitivity": (OnlyWith("local_step", ("sgd",)),),
+                 "sample_clip": (OnlyWith("local_step", ("dp_sgd",)),)}
 
     rounds: Positive[int] = 30
     """T, aggregations (broadcasts)."""
@@ -116,9 +123,21 @@ class PadpflSection(AggregationOptions):
     min_samples: Positive[int] | None = None
     """min_i m_i of eqs. (8), (13); absent: the smallest node's training set (resolved before the
     run and written to config.toml, so boards get it)."""
-    sensitivity: Literal["paper", "worst_case"] = "paper"
-    """What the ledger charges an upload: 2B/m_i (eq. 7, from eq. 6's assumption that a local model
-    is the mean of per-sample minimisers) or 2B (any two clipped models: true of SGD)."""
+    local_step: Literal["sgd", "dp_sgd"] = "sgd"
+    """sgd: FedProx by plain mini-batch SGD, the upload's privacy from eq. (8)'s noise on the
+    clipped weights (charged at ``sensitivity``); dp_sgd: every local step clips each sample's
+    gradient at ``sample_clip`` C, averages over the batch X and adds N(0, σ² I) (DP-SGD, Abadi et
+    al.), σ calibrated so the client's steps spend ``epsilon`` at privacy.delta (zCDP, as DP-PASGD's
+    eq. 9), each step charged at 2C/X with sampling rate X/m_i; the upload (clipped to B) and the
+    broadcast are post-processing of the noised steps: no eq. (8) or (13) noise."""
+    sensitivity: Literal["clipped_weights", "paper_eq7"] = "clipped_weights"
+    """local_step = "sgd": what one record can change of an upload, which both calibrates eqs. (8),
+    (13) and is charged to the ledger. clipped_weights: 2B, true of any two weight vectors clipped
+    to B, so of SGD-trained ones; paper_eq7: 2B/m_i (eq. 7), true only under eq. (6)'s assumption
+    that a local model is the mean of per-sample minimisers, not of SGD: a paper reproduction's
+    setting, refused without ``[privacy] reproduction = true``."""
+    sample_clip: Positive[float] | None = None
+    """local_step = "dp_sgd": C, the L2 bound each sample's gradient is clipped to."""
     impact: Literal["equal", "given", "data_size", "reliability", "quality_score", "link_quality"] = "equal"
     """equal: p_i = 1/N (NbAFL); given: ``weights`` or ``parts`` with ``ratios`` (the paper's, set by
     hand). Automatic rules (beyond the paper; :class:`Padpfl` says what each reveals):
@@ -154,6 +173,16 @@ class PadpflSection(AggregationOptions):
     schedule: list[ImpactChange] = Field(default_factory=list)
     """Changes of the factors after given rounds (eq. 51; scenario 4)."""
 
+    @field_validator("sensitivity", mode="before")
+    @classmethod
+    def _renamed(cls, value: Any) -> Any:
+        """The choices before issue 39 are refused with their new names: "paper" was the default
+        and meant eq. (7), which is no longer one without saying so."""
+        if value in RENAMED_SENSITIVITIES:
+            raise ValueError(f'padpfl.sensitivity: "{value}" is now "{RENAMED_SENSITIVITIES[value]}"'
+                             + (" (with [privacy] reproduction = true)" if value == "paper" else ""))
+        return value
+
     @model_validator(mode="after")
     def _consistent(self) -> "PadpflSection":
         if self.uploads is not None and self.uploads > self.rounds:
@@ -163,6 +192,8 @@ class PadpflSection(AggregationOptions):
             raise ValueError(f"padpfl.uploads: {problem}")
         if self.epsilon is not None and self.clip is None:
             raise ValueError("padpfl.clip: a private run (epsilon) needs the clipping bound B")
+        if self.local_step == "dp_sgd" and (self.epsilon is None or self.sample_clip is None):
+            raise ValueError('padpfl.sample_clip: local_step = "dp_sgd" needs epsilon and the per-sample clip C')
         if self.impact == "given" and (self.weights is None) == (self.ratios is None):
             raise ValueError('padpfl.impact: "given" needs weights or ratios (with parts), exactly one')
         if self.impact != "given" and (self.weights is not None or self.ratios is not None or self.schedule):
@@ -181,6 +212,14 @@ class PadpflSection(AggregationOptions):
         if rounds != sorted(set(rounds)) or any(r >= self.rounds for r in rounds):
             raise ValueError(f"padpfl.schedule: after_round must ascend and stay below rounds = {self.rounds}")
         return self
+
+
+#: Sensitivity choices before issue 39 → their names now.
+RENAMED_SENSITIVITIES = {"paper": "paper_eq7", "worst_case": "clipped_weights"}
+
+#: The sentence a run under eq. (7)'s sensitivity carries in its summary's assumptions and REPORT.
+PAPER_EQ7_ASSUMPTION = ("PADPFL's uploads are charged at 2B/m_i (sensitivity = \"paper_eq7\"): under the paper's "
+                        "assumption (eq. 6), not a guarantee for SGD")
 
 
 def uploads_disagree(rounds: int, uploads: int | None, participation: str) -> str | None:
@@ -237,12 +276,14 @@ class Padpfl(SizeSetup, BaseAlgorithm):
         clip: B (None: no clipping; only without ε). epsilon: the paper's ε (None: no noise).
         delta: δ. min_samples: min_i m_i of eqs. (8), (13).
         train_sizes: m_i of each node held here, by global id (the server's: every node's).
-        num_nodes: N of the run. sensitivity: "paper" (2B/m_i) or "worst_case" (2B).
+        num_nodes: N of the run. sensitivity: "clipped_weights" (2B) or "paper_eq7" (2B/m_i, eq. 7).
         impact: where p comes from each round: "equal", "given" or "link_quality" (``schedule``), or
             an automatic rule, "data_size", "reliability" or "quality_score" (``schedule`` unused).
         score_sigma, score_temperature: σ of the score's noise and τ of its softmax (quality_score).
         aggregation: the server's rule over the uploads with p'_i > 0 (default eq. 11's weighted
             mean; a robust rule changes what the broadcast is charged, see :meth:`_broadcast_events`).
+        local_step: "sgd" (FedProx by SGD, eq. 8's noise on the upload) or "dp_sgd" (per-sample
+            clipped, noised steps; the upload their post-processing). sample_clip: C of "dp_sgd".
 
     The automatic rules use only what the server may hold without a new leak, or pay for it:
 
@@ -298,16 +339,20 @@ class Padpfl(SizeSetup, BaseAlgorithm):
     def __init__(self, model: Model, *, schedule: ImpactSchedule, rounds: int, local_steps: int, batch: int,
                  lr: float, mu: float, clip: float | None, epsilon: float | None, delta: float, min_samples: int,
                  train_sizes: Mapping[int, int] | Sequence[int], num_nodes: int, uploads: int | None = None,
-                 participation: str = "every_round", sensitivity: str = "paper", impact: str = "given",
+                 participation: str = "every_round", sensitivity: str = "clipped_weights", impact: str = "given",
                  score_sigma: float | None = None, score_temperature: float = 0.1,
-                 aggregation: Aggregation = Aggregation(), max_weight_share: float | None = None):
+                 aggregation: Aggregation = Aggregation(), max_weight_share: float | None = None,
+                 local_step: str = "sgd", sample_clip: float | None = None):
         if epsilon is not None and clip is None:
             raise ValueError("a private PADPFL needs the clipping bound B")
+        if local_step == "dp_sgd" and (epsilon is None or sample_clip is None):
+            raise ValueError("PADPFL's DP-SGD local step needs epsilon and the per-sample clip C")
         self.model, self.schedule, self.rounds_planned = model, schedule, rounds
         # R < T with every client uploading every round is allowed here (the per-round mechanism of
         # Theorem 1, which the unit tests probe); a configured run refuses it (uploads_disagree).
         self.uploads = rounds if uploads is None else uploads
         self.participation, self.sensitivity = participation, sensitivity
+        self.local_step, self.sample_clip = local_step, sample_clip
         self.local_steps, self.batch, self.lr, self.mu = local_steps, batch, lr, mu
         self.clip, self.epsilon, self.delta, self.min_samples = clip, epsilon, delta, min_samples
         self.train_sizes = dict(train_sizes) if isinstance(train_sizes, Mapping) else dict(enumerate(train_sizes))
@@ -319,16 +364,45 @@ class Padpfl(SizeSetup, BaseAlgorithm):
         # The cap applies to the rules nodes can sway (None: the paper's uncapped factors).
         self.max_weight_share = max_weight_share if impact not in ("equal", "given") else None
         self.has_setup = impact == "data_size"  # the sizes, uploaded once
-        # Eq. (8): one σ_C for every client, whatever its p_i or its own m_i.
-        self.sigma_client = 0.0 if epsilon is None else dp.client_sigma(clip, self.uploads, min_samples, epsilon, delta)
+        # Eq. (8): one σ_C for every client, whatever its p_i or its own m_i, calibrated for the
+        # sensitivity in force (2B/min m_i under eq. 7, 2B for clipped weights). DP-SGD's uploads
+        # carry no noise of their own: σ of each step, calibrated over a client's R·local_steps steps.
+        self.sigma_client = 0.0 if epsilon is None or self.dp_sgd else \
+            dp.client_sigma(clip, self.uploads, self.sensitivity_records, epsilon, delta)
+        self.step_sigma = 0.0 if not self.dp_sgd else \
+            zcdp.dp_pasgd_sigma(self.uploads * local_steps, sample_clip, batch, epsilon, delta)
 
     @property
     def private(self) -> bool:
         return self.epsilon is not None
 
+    @property
+    def dp_sgd(self) -> bool:
+        """Whether the local steps are DP-SGD's (per-sample clip, noise every step)."""
+        return self.local_step == "dp_sgd"
+
+    @property
+    def sensitivity_records(self) -> int:
+        """The m of Δf = 2B/m that eqs. (8) and (13) are calibrated for: min_i m_i under eq. (7)
+        (``paper_eq7``), 1 for clipped weights (2B)."""
+        return self.min_samples if self.sensitivity == "paper_eq7" else 1
+
     def upload_sensitivity(self, node: int) -> float:
-        """Δf_i of one upload: 2B/m_i (eq. 7) or 2B (``sensitivity = "worst_case"``)."""
-        return 2.0 * self.clip / (self.train_sizes[node] if self.sensitivity == "paper" else 1)
+        """Δf_i of one upload under replace-one adjacency. ``clipped_weights``: 2B, because the
+        upload is clip_B(x_i), ||clip_B(x)|| <= B for any x (§2.2's clip, applied in
+        :meth:`node_step`), so two uploads differing in one record differ by at most 2B whatever
+        SGD did. ``paper_eq7``: 2B/m_i (eq. 7), true only if x_i were the mean of m_i per-sample
+        minimisers each of norm <= B (eq. 6), which SGD's iterate is not."""
+        return 2.0 * self.clip / (self.train_sizes[node] if self.sensitivity == "paper_eq7" else 1)
+
+    @property
+    def step_sensitivity(self) -> float:
+        """Δ of one DP-SGD step's noised mean gradient under replace-one adjacency: 2C/X, because
+        each of the X per-sample gradients of the batch is clipped to norm C (``clip_norm`` of
+        ``loss_and_grad``) and the mean weighs each by 1/X, so replacing one record moves it by at
+        most 2C/X (as DP-PASGD's 2G/X, dp-pasgd.md §2.2). FedProx's μ(x − x~) term depends on the
+        record only through the earlier noised steps: post-processing."""
+        return zcdp.dp_pasgd_sensitivity(self.sample_clip, self.batch)
 
     def uploads_in(self, node_ids: Sequence[int], round_index: int) -> np.ndarray:
         """(M,) whether each node uploads its model this round (always, or R of T when spread)."""
@@ -369,7 +443,10 @@ class Padpfl(SizeSetup, BaseAlgorithm):
         return spec
 
     def score_sensitivity(self, node: int) -> float:
-        """Δ of the reported score: an accuracy in [0, 1] over m_i rows moves by <= 1/m_i."""
+        """Δ of the reported score under replace-one adjacency: 1/m_i, because the score is
+        clip(acc, 0, 1) with acc the mean over the node's m_i rows of a 0/1 correctness, of a model
+        (the received broadcast) that does not depend on the node's data of this round: replacing
+        one row changes one term by at most 1, the mean by at most 1/m_i."""
         return 1.0 / self.train_sizes[node]
 
     # The setup phase (data_size only): every node uploads its training-set size once (FedAvg's).
@@ -386,7 +463,16 @@ class Padpfl(SizeSetup, BaseAlgorithm):
         return cost if self.uploads_in([node], ctx.round_index)[0] else dataclasses.replace(cost, local_steps=0)
 
     def upload_release(self, node: int, round_index: int) -> GaussianEvent:
-        """The Gaussian release of ``node``'s upload seen by the server: σ_C of eq. (8), Δf_i of eq. (7)."""
+        """The Gaussian release of ``node``'s upload seen by the server: σ_C of eq. (8), Δf_i of
+        :meth:`upload_sensitivity`; with DP-SGD local steps, its ``local_steps`` noised steps of
+        σ and 2C/X on a uniform batch of X of the node's m_i rows (sampling without replacement,
+        rate X/m_i; :func:`~testbed.algorithms.batches.uniform_batches`). The upload itself and
+        the broadcast are post-processing of those steps."""
+        if self.dp_sgd:
+            return GaussianEvent(node, round_index, self.step_sigma, self.step_sensitivity, self.local_steps,
+                                 adjacency="replace_one", sampling="without_replacement",
+                                 sampling_rate=min(1.0, self.batch / self.train_sizes[node]), observer="server",
+                                 clip_norm=self.sample_clip)
         return GaussianEvent(node, round_index, self.sigma_client, self.upload_sensitivity(node), 1,
                              observer="server", clip_norm=self.clip)
 
@@ -437,11 +523,26 @@ class Padpfl(SizeSetup, BaseAlgorithm):
         weights = np.full(idx.shape[:1] + idx.shape[2:], 1.0 / self.batch)
         params = start.copy()
 
+        due = self.uploads_in(ids, r)
+        audited = self.dp_sgd and canaries.auditing()
+
         def local_steps(lo: int, hi: int) -> None:  # nodes lo..hi (each node's steps are its own)
             mine, theirs = params[lo:hi], start[lo:hi]
+            noise = None
+            if self.dp_sgd:  # every step's noise, σ of the steps' event (upload_release), from the node's NOISE stream
+                noise = np.empty((hi - lo, self.local_steps, params.shape[1]))
+                standard_normals(noise, ctx.seed, ids[lo:hi], r, Purpose.NOISE, ctx.secrets)
+                noise *= self.step_sigma
+                for i in np.flatnonzero(due[lo:hi]) if audited else ():  # a due node's canaries ride on its steps' noise
+                    event = self.upload_release(ids[lo + i], r)
+                    canaries.insert(noise[i:i + 1], ids[lo + i:lo + i + 1], r, reach=self.step_sensitivity,
+                                    adjacency=event.adjacency, rates=[event.sampling_rate], observer=event.observer)
             for step in range(self.local_steps):
                 rows = idx[lo:hi, step]
-                _, grad = self.model.loss_and_grad(mine, train.x[rows], train.y[rows], weights[lo:hi])
+                _, grad = self.model.loss_and_grad(mine, train.x[rows], train.y[rows], weights[lo:hi],
+                                                   self.sample_clip if self.dp_sgd else None)
+                if noise is not None:
+                    grad += noise[:, step]  # the mean of clipped per-sample gradients, noised
                 grad += self.mu * (mine - theirs)  # eq. (31): ∇h = ∇l_i + μ(x − x~)
                 mine -= self.lr * grad
 
@@ -449,15 +550,16 @@ class Padpfl(SizeSetup, BaseAlgorithm):
         split_work(len(ids), local_steps, numbers=0 if self.model.name == "torch" else params.size * self.local_steps)
         if self.clip is not None:  # x / max(1, ||x||/B), the whole vector (§2.2)
             params /= np.maximum(1.0, np.linalg.norm(params, axis=1) / self.clip)[:, None]
-        due = self.uploads_in(ids, r)
         rows = np.flatnonzero(due)  # only a due node releases anything; the others upload zeros
         everyone = len(rows) == len(ids)
         due_ids = [ids[i] for i in rows]
         params[~due] = 0.0
         uploads: dict[int, Event] = {}
-        if self.private:  # eq. (8)
+        if self.dp_sgd:  # the steps were noised; the clipped upload is their post-processing
+            uploads = {n: self.upload_release(n, r) for n in due_ids}
+        elif self.private:  # eq. (8)
             # An audit's canaries are sized 2B, what one record can move a clipped SGD-trained
-            # model by, whatever the ledger's sensitivity setting claims (2B/m_i by default).
+            # model by, whatever the ledger's sensitivity setting claims (2B/m_i under eq. 7).
             mine, events = gaussian_release(params if everyone else params[rows], due_ids, ctx,
                                             lambda n: self.upload_release(n, r), reach=lambda _: 2.0 * self.clip)
             if not everyone:
@@ -530,10 +632,11 @@ class Padpfl(SizeSetup, BaseAlgorithm):
         return kept
 
     def server_sigma(self, weights: np.ndarray) -> float:
-        """σ_S of eq. (13) for the round's p' (0 when not private, or on the zero branch)."""
-        if not self.private:
+        """σ_S of eq. (13) for the round's p' (0 when not private, with DP-SGD local steps, or on
+        the zero branch), calibrated for the upload sensitivity in force (:attr:`sensitivity_records`)."""
+        if not self.private or self.dp_sgd:
             return 0.0
-        return dp.server_sigma(weights, self.clip, self.rounds_planned, self.uploads, self.min_samples,
+        return dp.server_sigma(weights, self.clip, self.rounds_planned, self.uploads, self.sensitivity_records,
                                self.epsilon, self.delta)
 
     def server_step(self, state: State, result: NodeResult, ctx: RoundContext) -> ServerResult:
@@ -557,8 +660,10 @@ class Padpfl(SizeSetup, BaseAlgorithm):
         """The broadcast's public Gaussian release, charged to each node with p'_i > 0: of the
         noise that reached it, sqrt(Σ p'_j² σ_C² + σ_S²), and sensitivity p'_i Δf_i under eq. (11)'s
         mean. A robust rule is not that linear sum (Krum may broadcast one node's upload whole), so
-        the public is charged what post-processing guarantees: the upload's own σ_C and Δf_i."""
-        if not self.private or not p.any():
+        the public is charged what post-processing guarantees: the upload's own σ_C and Δf_i.
+        With DP-SGD local steps the broadcast is post-processing of the uploads, whose steps the
+        server's observer is charged already: nothing more."""
+        if not self.private or self.dp_sgd or not p.any():
             return []
         if not self.aggregation.is_mean:
             return [GaussianEvent(int(n), round_index, self.sigma_client, self.upload_sensitivity(int(n)), 1,
@@ -589,19 +694,22 @@ class Padpfl(SizeSetup, BaseAlgorithm):
         out: dict[str, Any] = {
             "rounds": self.rounds_planned, "uploads": self.uploads, "participation": self.participation,
             "local_steps": self.local_steps, "batch": self.batch, "lr": self.lr, "mu": self.mu, "clip": self.clip,
-            "private": self.private, "min_samples": self.min_samples, "sensitivity": self.sensitivity,
-            "impact": self.impact,
+            "private": self.private, "min_samples": self.min_samples, "local_step": self.local_step,
+            "sensitivity": self.sensitivity, "impact": self.impact,
         }
         if self.impact not in ("equal", "given"):
             # p is set each round by the rule: no phases to report; σ_S is recomputed from each round's p'.
             out["max_weight_share"] = self.max_weight_share
             if self.impact == "quality_score":
                 out.update({"score_sigma": self.score_sigma, "score_temperature": self.score_temperature})
-            if self.private:
+            if self.private and self.dp_sgd:
+                out.update(self._dp_sgd_settings())
+            elif self.private:
                 out.update({"epsilon": self.epsilon, "delta": self.delta, "c": dp.gaussian_c(self.delta),
                             "sigma_client": self.sigma_client,
                             "epsilon_paper_uplink": dp.paper_epsilon_uplink(self.sigma_client, self.clip,
-                                                                            self.min_samples, self.uploads, self.delta),
+                                                                            self.sensitivity_records, self.uploads,
+                                                                            self.delta),
                             "gaussian_condition": dp.gaussian_condition_holds(self.epsilon)})
             return out
         out |= {
@@ -611,25 +719,37 @@ class Padpfl(SizeSetup, BaseAlgorithm):
         }
         if not self.private:
             return out
+        if self.dp_sgd:
+            return out | self._dp_sgd_settings()
         phases = []
         for p in self.schedule.weights:
             sigma_s = self.server_sigma(p)
             total = dp.broadcast_sigma(p, self.sigma_client, sigma_s)
             phases.append({"sigma_server": sigma_s, "sigma_total": total,
-                           "sigma_target": dp.target_sigma(p, self.clip, self.rounds_planned, self.min_samples,
-                                                           self.epsilon, self.delta),
+                           "sigma_target": dp.target_sigma(p, self.clip, self.rounds_planned,
+                                                           self.sensitivity_records, self.epsilon, self.delta),
                            "condition": dp.server_noise_needed(p, self.rounds_planned, self.uploads),
                            "epsilon_paper_downlink": dp.paper_epsilon_downlink(
-                               float(p.max()), total, self.clip, self.min_samples, self.rounds_planned, self.delta)})
+                               float(p.max()), total, self.clip, self.sensitivity_records, self.rounds_planned,
+                               self.delta)})
         out.update({
             "epsilon": self.epsilon, "delta": self.delta, "c": dp.gaussian_c(self.delta),
             "sigma_client": self.sigma_client, "phases": phases,
-            "epsilon_paper_uplink": dp.paper_epsilon_uplink(self.sigma_client, self.clip, self.min_samples,
+            "epsilon_paper_uplink": dp.paper_epsilon_uplink(self.sigma_client, self.clip, self.sensitivity_records,
                                                             self.uploads, self.delta),
             "epsilon_paper_downlink": max(ph["epsilon_paper_downlink"] for ph in phases),
             "gaussian_condition": dp.gaussian_condition_holds(self.epsilon),
         })
         return out
+
+    def _dp_sgd_settings(self) -> dict[str, Any]:
+        """The DP-SGD local step's privacy settings: σ of every step (calibrated by zCDP over a
+        client's R·local_steps steps, as DP-PASGD's eq. 9), its sensitivity 2C/X, and the steps charged."""
+        return {"epsilon": self.epsilon, "delta": self.delta, "sample_clip": self.sample_clip,
+                "step_sigma": self.step_sigma, "step_sensitivity": self.step_sensitivity,
+                "steps_charged": self.uploads * self.local_steps,
+                "epsilon_zcdp": zcdp.dp_pasgd_epsilon(self.uploads * self.local_steps, self.sample_clip, self.batch,
+                                                      self.step_sigma, self.delta)}
 
 
 def build(sections: dict[str, Any], ctx: BuildContext) -> Padpfl:
@@ -642,7 +762,7 @@ def build(sections: dict[str, Any], ctx: BuildContext) -> Padpfl:
         if data.num_nodes != ctx.num_nodes:
             raise ConfigError("padpfl.min_samples", "a node holding only its own data needs min_i m_i in the config")
         min_samples = int(data.train.sizes.min())
-    if a.epsilon is not None and not dp.gaussian_condition_holds(a.epsilon):
+    if a.local_step == "sgd" and a.epsilon is not None and not dp.gaussian_condition_holds(a.epsilon):
         warnings.warn(f"padpfl.epsilon = {a.epsilon:g}: the Gaussian mechanism the paper calibrates by (eqs. 8, 13) "
                       "is proven for epsilon < 1 only; the ledger's accountants give the epsilon really spent",
                       stacklevel=2)
@@ -651,14 +771,25 @@ def build(sections: dict[str, Any], ctx: BuildContext) -> Padpfl:
                   delta=ctx.delta, min_samples=min_samples,
                   train_sizes=dict(zip(data.node_ids, data.train.sizes.tolist())), num_nodes=ctx.num_nodes,
                   uploads=a.uploads, participation=a.participation, sensitivity=a.sensitivity, impact=a.impact,
-                  score_sigma=a.score_sigma, score_temperature=a.score_temperature,
+                  score_sigma=a.score_sigma, score_temperature=a.score_temperature, local_step=a.local_step,
+                  sample_clip=a.sample_clip,
                   aggregation=a.aggregation_rule(ctx.num_nodes, "padpfl"), max_weight_share=a.max_weight_share)
 
 
 def check(config: "Config") -> None:
-    """Constraints across sections: the impact factors fit the run's nodes."""
+    """Constraints across sections: the impact factors fit the run's nodes; eq. (7)'s sensitivity
+    only in a run marked as the paper's reproduction."""
     a: PadpflSection = config.padpfl
     schedule_from_section(a, config.data.num_nodes, config.run.seed)
+    if a.sensitivity == "paper_eq7" and a.epsilon is not None and not config.privacy.reproduction:
+        raise ConfigError("padpfl.sensitivity", '"paper_eq7" (2B/m_i, eq. 7) holds only under eq. (6)\'s assumption, '
+                                                "not for SGD; set [privacy] reproduction = true to reproduce the paper")
+
+
+def _assumptions(sections: dict[str, Any]) -> list[str]:
+    """The summary's assumptions of a PADPFL run: eq. (7)'s sensitivity, if charged."""
+    a: PadpflSection = sections["padpfl"]
+    return [PAPER_EQ7_ASSUMPTION] if a.sensitivity == "paper_eq7" and a.epsilon is not None else []
 
 
 def _plan(config: "Config", model: Model, data: Any) -> tuple["Config", dict | None]:
@@ -683,4 +814,8 @@ REGISTRATION = Registration(
     # Its noise is calibrated by the paper's eqs. (8), (13), not to the accountant's ε: no calibrate hook.
     guarantee=lambda sections: "dp" if sections["padpfl"].epsilon is not None else "none",
     privacy_cli=padpfl_cli.PRIVACY,
+    privacy_statements=(padpfl_cli.STATEMENT,),
+    assumptions=_assumptions,
+    robust_choice=RobustChoice("trimmed_mean", "O(MP log M); unweighted, so the impact factors and a lying score "
+                                               "no longer steer the model"),
 )

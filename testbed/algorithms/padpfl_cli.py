@@ -10,6 +10,7 @@ import argparse
 from testbed.algorithms.registry import Command
 from testbed.arguments import COUNT, POSITIVE, PROBABILITY, Number, NumberList, calculator, finite_result
 from testbed.errors import UserError
+from testbed.privacy.statements import DELTA, PrivacyStatement
 from testbed.util import jsontext
 
 
@@ -24,6 +25,8 @@ def _arguments(pa: argparse.ArgumentParser) -> None:
     pa.add_argument("--uploads", type=COUNT, required=True, help="R, the most uploads of one client (R <= T)")
     pa.add_argument("--epsilon", type=POSITIVE, required=True, help="ε, the target of Theorem 1")
     pa.add_argument("--delta", type=PROBABILITY, required=True, help="δ")
+    pa.add_argument("--sensitivity", choices=["paper_eq7", "clipped_weights"], default="paper_eq7",
+                    help="Δf the noise is calibrated for: 2B/min m (eq. 7, the paper's; default) or 2B (true of SGD)")
     pa.add_argument("--json", action="store_true")
 
 
@@ -46,11 +49,12 @@ def _privacy(args: argparse.Namespace) -> int:
         p = ratio_weights(counts, np.array(ratios))
     if args.uploads > args.rounds:
         raise UserError(f"--uploads: R = {args.uploads} exceeds --rounds T = {args.rounds}")
-    common = (args.clip, args.rounds, args.uploads, args.min_samples, args.epsilon, args.delta)
-    sigma_c = dp.client_sigma(args.clip, args.uploads, args.min_samples, args.epsilon, args.delta)  # eq. (8)
+    records = args.min_samples if args.sensitivity == "paper_eq7" else 1  # the m of Δf = 2B/m
+    common = (args.clip, args.rounds, args.uploads, records, args.epsilon, args.delta)
+    sigma_c = dp.client_sigma(args.clip, args.uploads, records, args.epsilon, args.delta)  # eq. (8)
     sigma_s = dp.server_sigma(p, *common)  # eq. (13)
     result = {"sigma_client": sigma_c, "sigma_server": sigma_s, "sigma_total": dp.broadcast_sigma(p, sigma_c, sigma_s),
-              "sigma_target": dp.target_sigma(p, args.clip, args.rounds, args.min_samples, args.epsilon, args.delta),
+              "sigma_target": dp.target_sigma(p, args.clip, args.rounds, records, args.epsilon, args.delta),
               "c": dp.gaussian_c(args.delta), "condition": dp.server_noise_needed(p, args.rounds, args.uploads),
               "threshold": dp.condition_threshold(p), "max_p": float(p.max()), "sum_p2": float(p @ p),
               "gaussian_condition": dp.gaussian_condition_holds(args.epsilon)}
@@ -65,6 +69,9 @@ def _privacy(args: argparse.Namespace) -> int:
     print(f"c             {result['c']:.6g}")
     print(f"condition     T = {args.rounds} {'>' if result['condition'] else '<='} R sqrt(sum p^2)/max p = "
           f"{args.uploads * result['threshold']:.6g}" + ("" if result["condition"] else ": no server noise"))
+    if args.sensitivity == "paper_eq7":
+        print("NOTE          Δf = 2B/min m (eq. 7): under the paper's assumption (eq. 6), not a guarantee for SGD; "
+              "--sensitivity clipped_weights calibrates for 2B")
     if not result["gaussian_condition"]:
         print(f"WARNING       epsilon = {args.epsilon:g} >= 1: the Gaussian mechanism of eqs. (8), (13) is proven for "
               "epsilon < 1 only")
@@ -92,3 +99,38 @@ PRIVACY = Command(help="client noise (eq. 8), server noise (eq. 13) and the cond
                   arguments=_arguments, run=_privacy,
                   examples=("--parts 20:0,20:1,20:2 --min-samples 150 --clip 1 --rounds 30 --uploads 5 --epsilon 5 "
                             "--delta 0.01",))
+
+
+STATEMENT = PrivacyStatement(
+    name="padpfl", title="PADPFL",
+    unit="record: (ε, δ)-DP of each node's training records",
+    adjacency="replace one record of a node's training set",
+    observers="the server sees each upload (observer \"server\"); the public sees the noised broadcast (observer "
+              "\"public\"), charged p'_i Δf_i at the noise that reached it (a robust rule: the upload's own σ_C, Δf_i)",
+    accountant="privacy.accountant composes each node's uploads and broadcasts per observer; the tight "
+               "privacy.tight_accountant beside it",
+    paper_accountant="linear composition of the Gaussian mechanism's c·Δf/σ per release (eqs. 8, 13; "
+                     "epsilon_paper_uplink, epsilon_paper_downlink in the summary), proven for ε < 1 only",
+    amplification="none with local_step = \"sgd\" (whole weight vectors are released); with local_step = \"dp_sgd\" "
+                  "the tight accountant amplifies each step by X/m_i, which needs batches the observer cannot know",
+    assumptions=("sensitivity = \"clipped_weights\" (the default): 2B, true of any two weight vectors clipped to B, "
+                 "so of SGD's; eqs. (8), (13) are calibrated for it",
+                 "sensitivity = \"paper_eq7\": 2B/m_i, under the paper's assumption (eq. 6), not a guarantee for SGD; "
+                 "only with [privacy] reproduction = true, and the summary's assumptions say so",
+                 "local_step = \"dp_sgd\": every per-sample gradient clipped to C (sample_clip), so 2C/X per step; "
+                 "the upload and the broadcast are post-processing of the noised steps",
+                 "impact = \"quality_score\": each score has sensitivity 1/m_i (an accuracy over m_i rows of a model "
+                 "this round's data did not make), charged to the server's observer"),
+    delta=DELTA,
+    not_protected=("impact = \"data_size\": the training-set sizes, uploaded exactly once (metadata)",
+                   "impact = \"reliability\" or \"link_quality\": whether a node answered, where it is",
+                   "the weights p and who contributes in each round"),
+    evidence=("tests/test_sound_sensitivities.py::test_the_default_charges_clipped_weights_2b_and_the_run_assumes_nothing",
+              "tests/test_sound_sensitivities.py::test_eq7_is_refused_outside_a_reproduction_and_said_in_its_summary",
+              "tests/test_sound_sensitivities.py::test_one_record_moves_a_dp_sgd_step_by_at_most_2c_over_x",
+              "tests/test_sound_sensitivities.py::test_dp_sgd_charges_each_step_and_its_ledger_is_dp_accountings_composition",
+              "tests/test_sound_sensitivities.py::test_dp_sgd_learns_above_the_majority_share_at_a_sound_epsilon",
+              "tests/test_padpfl.py::test_a_run_reports_both_observers_the_papers_accounting_and_the_resolved_min_samples",
+              "tests/test_padpfl.py::test_quality_score_is_clipped_noised_charged_and_turned_into_a_softmax",
+              "tests/test_privacy_audit.py::test_audit_of_padpfl_refutes_the_papers_sensitivity_for_sgd",
+              "Talaei and Izadi, eqs. (6)-(8), (13) (adaptive-dp.md §2); Abadi et al. 2016 (DP-SGD)"))

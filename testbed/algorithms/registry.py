@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from testbed.algorithms.contract import Algorithm, ChannelHalf, ChannelView, GraphView
     from testbed.data.federated import FederatedData
     from testbed.models import Model
+    from testbed.privacy.statements import PrivacyStatement
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,17 @@ class Command:
 
 
 @dataclass(frozen=True)
+class RobustChoice:
+    """The robust aggregation rule an averaging algorithm recommends against hostile nodes: the
+    cheapest rule that held at 10 % hostile in benchmarks/robust_aggregation.py (no attack of its
+    grid lowered the mean accuracy by more than 0.05; docs/robust-aggregation.md), and its cost.
+    ``testbed run --help`` prints it; tests/test_robust_aggregation.py holds it to the docs' table."""
+
+    rule: str
+    cost: str
+
+
+@dataclass(frozen=True)
 class Registration:
     """One algorithm.
 
@@ -116,6 +128,16 @@ class Registration:
             (over-the-air algorithms); ValueError if the sections give no channel.
         graph_view: (its sections, N, seed) → the view of its graph the watch page draws
             (decentralised algorithms; testbed.topology.view offers one for ``[topology]``).
+        assumptions: (its sections) → sentences a run's summary carries under ``assumptions``: a
+            paper's assumption its ε rests on that the mechanism run does not make true (allowed
+            only with ``[privacy] reproduction = true``, its ``check`` refusing it otherwise).
+        privacy_statements: what it guarantees, to whom and under which assumptions
+            (testbed.privacy.statements), its own first, then any variant's run under another name
+            (DP-PASGD's microcontroller step): the source of `testbed privacy NAME` and of
+            docs/privacy.md.
+        robust_choice: the robust rule it recommends (``ALGORITHM.aggregation``), for an algorithm
+            that averages what nodes send; None for one that cannot drop a sender (ACFL's coded
+            sum, DWFL's superposition over the air).
     """
 
     name: str
@@ -134,6 +156,9 @@ class Registration:
     graph_view: Callable[[dict[str, Any], int, int], "GraphView"] | None = None
     guarantee: Callable[[dict[str, Any]], str] = field(default=lambda sections: "none")
     calibrate: Callable[[dict[str, Any], float], dict[str, Any]] | None = None
+    assumptions: Callable[[dict[str, Any]], list[str]] = field(default=lambda sections: [])
+    privacy_statements: tuple["PrivacyStatement", ...] = ()
+    robust_choice: RobustChoice | None = None
 
     def sections_for(self, sections: dict[str, Any], budget_epsilon: float | None) -> dict[str, Any]:
         """Its ``sections`` as the run builds it: calibrated to ``budget_epsilon`` (``budget.epsilon``)
@@ -170,6 +195,11 @@ def names() -> list[str]:
 
 def get(name: str) -> Registration:
     return lookup(registrations(), name, "algorithm")
+
+
+def privacy_statements() -> list["PrivacyStatement"]:
+    """Every registered algorithm's privacy statements, in the registry's (name) order."""
+    return [s for reg in registrations().values() for s in reg.privacy_statements]
 
 
 def offering(hook: str) -> list[Registration]:

@@ -35,10 +35,35 @@ def register(sub: argparse._SubParsersAction) -> None:
                                           "the current folder is bound in and is the working folder)",
                               epilog=epilog(SUB_EXAMPLES["run"]))
     run.add_argument("dir", type=Path, help="the board (testbed board build's folder)")
-    run.add_argument("--bind", action="append", default=[], metavar="SRC:DST",
-                     help="bind the host folder or file SRC at DST in the board (repeatable)")
-    run.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND", help="the command to run in the board")
+    _run_options(run)
+    run.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND",
+                     help="the command to run in the board (the board's options go before the --, before or "
+                          "after DIR)")
     run.set_defaults(handler=_run)
+
+
+def _run_options(parser: argparse.ArgumentParser) -> None:
+    """`board run`'s options, wherever they are written: before DIR (argparse reads them) or between
+    DIR and the -- (argparse's REMAINDER takes them with the command: :func:`_split_command`)."""
+    parser.add_argument("--bind", action="append", default=[], metavar="SRC:DST",
+                        help="bind the host folder or file SRC at DST in the board (repeatable)")
+
+
+def _split_command(args: argparse.Namespace) -> list[str]:
+    """The command to run, from ``args.argv`` (everything after DIR); the board options written
+    between DIR and the ``--`` (``board run DIR --bind SRC:DST -- COMMAND``, as the docs write it)
+    are added to ``args``."""
+    from testbed.cli import Parser
+
+    rest = list(args.argv)
+    if rest and rest[0].startswith("-") and rest[0] != "--" and "--" in rest:
+        cut = rest.index("--")
+        options = Parser(prog="testbed board run", add_help=False)
+        _run_options(options)
+        more = options.parse_args(rest[:cut])
+        args.bind = [*args.bind, *more.bind]
+        rest = rest[cut:]
+    return rest[1:] if rest[:1] == ["--"] else rest  # argparse keeps the "--" before a REMAINDER or not
 
 
 def _build(args: argparse.Namespace) -> int:
@@ -51,10 +76,9 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from testbed.orchestration.board_image import board_arch, check_host, run_argv
+    from testbed.orchestration.board_image import board_arch, check_host, emulation_env, name_service, run_argv
 
-    # argparse drops the "--" before a REMAINDER in some versions and keeps it in others
-    command = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
+    command = _split_command(args)
     if not command:
         raise UserError("board run: no command (testbed board run DIR -- COMMAND ...)")
     binds = []
@@ -63,6 +87,9 @@ def _run(args: argparse.Namespace) -> int:
         if not sep or not src or not dst.startswith("/") or not Path(src).exists():
             raise UserError(f"board run: --bind {bind!r}: expected SRC:DST, SRC an existing host path, DST absolute")
         binds.append((Path(src), dst))
-    check_host(board_arch(args.dir), needs_debootstrap=False)
-    argv = run_argv(args.dir, command, cwd=Path.cwd(), binds=tuple(binds))
+    arch = board_arch(args.dir)
+    check_host(arch, needs_debootstrap=False)
+    name_service(args.dir)  # a board built before it had them: localhost resolves in it
+    # The board's model charges the host's CPU seconds, not the emulator's (nodes.emulation).
+    argv = run_argv(args.dir, command, cwd=Path.cwd(), binds=tuple(binds), env=emulation_env(arch))
     os.execvp(argv[0], argv)  # the command's own process: its signals and exit status

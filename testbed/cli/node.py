@@ -64,10 +64,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                             "subscription), once per node, or auto: shared when the broker says it serves "
                             "shared subscriptions (MQTT 5)")
     nodes.add_argument("--coordinator-pid", type=PID, metavar="PID", help=argparse.SUPPRESS)
+    nodes.add_argument("--quiet", action="store_true",
+                       help="no state lines (connecting, connected, waiting for a run, joined run R, round k done, "
+                            "run ended, reconnecting), which go to standard output by default; a host its "
+                            "coordinator started is always quiet (the coordinator reports)")
     _common(nodes)
-    nodes.set_defaults(handler=_nodes, meter="model", state_dir=None, crash_at_round=None, crash_after_reply=False, crash_after_log=False,
-                       config=None, node_id=None, quiet=True,  # emulated boards: their coordinator reports
-                       reproducible=True)  # and their draws come from the run seed (no secret)
+    nodes.set_defaults(handler=_nodes, meter="model", state_dir=None, crash_at_round=None, crash_after_reply=False,
+                       crash_after_log=False, config=None, node_id=None,
+                       reproducible=True)  # emulated boards: their draws come from the run seed (no secret)
     node.set_defaults(session=None, coordinator_pid=None, broadcast="per-node")
 
 
@@ -134,7 +138,6 @@ def _usable_state_dir(path: Path) -> Path:
 def _serve(args: argparse.Namespace, ids: list[int] | None) -> int:
     from nodes.costs import NodeCosts
     from nodes.host import serve
-    from nodes.state_lines import StateLines
 
     args = _settings(args)
     ids = [args.node_id] if ids is None else ids
@@ -146,8 +149,8 @@ def _serve(args: argparse.Namespace, ids: list[int] | None) -> int:
     serve(args.broker, args.run, ids, data_path=args.data, state_dir=args.state_dir, costs=costs,
           protocol_version=args.protocol, max_chunk_bytes=args.max_chunk_bytes, credentials=credentials,
           tls_ca=args.tls_ca, crash_at_round=args.crash_at_round,
-          crash_after_reply=args.crash_after_reply, crash_after_log=args.crash_after_log, session=args.session, coordinator_pid=args.coordinator_pid,
-          broadcast=args.broadcast, states=None if args.quiet else StateLines(f"node {ids[0]}"), secret=secret)
+          crash_after_reply=args.crash_after_reply, crash_after_log=args.crash_after_log, session=args.session,
+          coordinator_pid=args.coordinator_pid, broadcast=args.broadcast, states=_state_lines(args, ids), secret=secret)
     if args.coordinator_pid is not None:
         # A host its coordinator started, which waits for it to leave before its run ends: with
         # everything written, it leaves without the interpreter's teardown (freeing numpy's and
@@ -157,6 +160,21 @@ def _serve(args: argparse.Namespace, ids: list[int] | None) -> int:
         sys.stderr.flush()
         os._exit(0)
     return 0
+
+
+def _state_lines(args: argparse.Namespace, ids: list[int]) -> "StateLines | None":
+    """The state lines of `testbed node` ("node 3: ...") or of a `testbed nodes` host a person
+    started ("host of nodes 0..9 (10): ..."); none with --quiet or for a host its coordinator
+    started (its coordinator reports)."""
+    from nodes.state_lines import StateLines
+
+    if args.quiet or args.coordinator_pid is not None:
+        return None
+    if args.command == "node":
+        return StateLines(f"node {ids[0]}")
+    runs = ids == list(range(ids[0], ids[0] + len(ids)))
+    named = f"{ids[0]}..{ids[-1]}" if runs and len(ids) > 1 else ", ".join(map(str, ids[:5])) + (", ..." if len(ids) > 5 else "")
+    return StateLines(f"host of {'node' if len(ids) == 1 else 'nodes'} {named} ({len(ids)})")
 
 
 def board_secret(state_dir: Path | None, reproducible: bool) -> "NodeSecret | None":

@@ -12,6 +12,8 @@ EXAMPLES = """examples:
   testbed provision lab.toml --out lab/ --tls          # a CA, the broker's certificate, bundles, mosquitto.conf
   mosquitto -c lab/broker/mosquitto.conf               # the broker, as written (as the user who ran provision)
   testbed provision lab.toml --out lab/ --tls --broker-dir /etc/mosquitto/testbed   # files copied there
+  testbed provision lab.toml --out lab/ --tls --broker localhost --experiment experiments/quickstart.toml
+                                                       # a lab on one PC, and the coordinator's experiment file
 """
 
 
@@ -25,6 +27,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tls", action="store_true",
                    help="make the lab's CA and the broker's certificate and key for the (mqtts://) broker URL's host "
                         "(the CA's key is not kept)")
+    p.add_argument("--broker", metavar="ADDRESS",
+                   help="where the boards reach the broker: a host name or IP address (e.g. localhost, 192.168.1.10; "
+                        "the inventory's scheme and port kept) or a whole mqtt(s):// URL; overrides the inventory's "
+                        "broker (and names the --tls certificate)")
+    p.add_argument("--experiment", type=Path, metavar="FILE",
+                   help="also write OUT/coordinator/experiment.toml: FILE run over MQTT on these boards (the lab's "
+                        "[mqtt]: broker, run id, credentials, CA), for testbed run")
     p.add_argument("--broker-dir", metavar="DIR",
                    help="where the broker's files will be on the broker's host (absolute), for the paths in "
                         "mosquitto.conf (default: OUT/broker, where they are written)")
@@ -38,6 +47,7 @@ def _provision(args: argparse.Namespace) -> int:
     import dataclasses
 
     from nodes.board_config import CHECKS
+    from testbed.orchestration.lab import broker_at, write_experiment
     from testbed.orchestration.provision import BOARD_DIR, UNIT_NAME, broker_access, load_inventory, provision
 
     inventory = load_inventory(args.inventory, allow_absolute=args.allow_absolute_paths)
@@ -46,6 +56,12 @@ def _provision(args: argparse.Namespace) -> int:
             inventory = dataclasses.replace(inventory, run_id=CHECKS["run"](args.run))
         except ValueError as exc:
             raise ConfigError("--run", str(exc)) from None
+    if args.broker is not None:
+        inventory = broker_at(inventory, args.broker)
+    if args.experiment is not None:  # refused before anything is written, as a bad inventory is
+        from testbed.experiment import experiment_config
+
+        experiment_config(args.experiment)
     bundles = provision(inventory, args.out, tls=args.tls, broker_dir=args.broker_dir)
     out = args.out
     broker = broker_access()
@@ -61,10 +77,14 @@ def _provision(args: argparse.Namespace) -> int:
         print(f"broker: copy {out / 'broker'}/* to {args.broker_dir}/ on the broker's host, owned by the user "
               f"mosquitto runs as, then: mosquitto -c {args.broker_dir}/{broker.config_name}")
     ca = (out / "coordinator" / "ca.pem").resolve() if args.tls else inventory.ca
-    print("experiment file of the run:")
-    print(f'  [mqtt]\n  broker_url = "{inventory.broker}"\n  run_id = "{inventory.run_id}"\n  emulated = false\n'
-          f'  credentials = "{(out / "coordinator" / "credentials.json").resolve()}"'
-          + (f'\n  tls_ca = "{ca}"' if ca is not None else ""))
+    if args.experiment is not None:
+        path = write_experiment(args.experiment, inventory, out, ca)
+        print(f"coordinator: testbed run {path}   ({args.experiment} over MQTT on these boards)")
+    else:
+        print("experiment file of the run (or provision with --experiment FILE to have it written):")
+        print(f'  [mqtt]\n  broker_url = "{inventory.broker}"\n  run_id = "{inventory.run_id}"\n  emulated = false\n'
+              f'  credentials = "{(out / "coordinator" / "credentials.json").resolve()}"'
+              + (f'\n  tls_ca = "{ca}"' if ca is not None else ""))
     host, folder = next(iter(bundles.items()))
     print(f"each board, e.g. {host}:  scp -rp {folder} {host}:  then on it  sudo cp -r {folder.name}/. {BOARD_DIR}/ "
           f"&& sudo cp {BOARD_DIR}/{UNIT_NAME} /etc/systemd/system/ && sudo systemctl enable --now {UNIT_NAME}")

@@ -141,6 +141,7 @@ def format_summary(summary: dict) -> str:
     ran, the paper's beside it; ε-MI-DP in nats; or "not private"), whether each cost was measured
     or modelled, and at its end where the run's files are and the commands that show them."""
     from testbed.reports import headline
+    from testbed.reports.startup import time_text
 
     nodes = summary["nodes"].values()
     cost = [n["cost_units"] for n in nodes]
@@ -162,6 +163,7 @@ def format_summary(summary: dict) -> str:
         f"energy       {max(n['energy_j'] for n in nodes):.4g} J, compute {max(n['compute_s'] for n in nodes):.4g} s "
         f"per node (most spent; {headline.cost_source(summary)})",
     ]
+    lines.append(f"time         {time_text(summary)}")
     broker = summary.get("broker")
     if broker:
         lines.append(f"broker       {broker['kind']} at {broker['url']}")
@@ -182,6 +184,8 @@ def format_summary(summary: dict) -> str:
     if len(observers) > 1:
         lines.append("epsilon by   " + ", ".join(
             f"{o} {max(n['epsilon_by_observer'].get(o, 0.0) for n in nodes):.4g}" for o in sorted(observers)))
+    for assumption in summary.get("assumptions") or ():  # what its ε rests on (docs/privacy.md)
+        lines.append(f"assumes      {assumption}")
     if summary.get("failure"):
         lines.append(f"failure      {summary['failure']}")
     target = summary.get("privacy", {}).get("epsilon_target")

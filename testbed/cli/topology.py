@@ -43,7 +43,7 @@ def _show(args: argparse.Namespace) -> int:
     if not isinstance(view, TopologyView):
         raise UserError(f"{config.run.algorithm}'s graph is its own, not a [topology] graph, which this command shows")
     topology, round_index = view.topology, args.round - 1
-    for key, value in describe_round(topology, round_index).items():
+    for key, value in describe_round(topology, round_index, view.mixing).items():
         print(f"{key}: {value}")
     if args.edges is not None:
         text = edge_list_text(topology, round_index)

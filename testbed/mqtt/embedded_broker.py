@@ -23,6 +23,7 @@ from testbed.errors import UserError
 from testbed.mqtt import fence
 from testbed.mqtt.broker import address_family, format_url, free_port, require_loopback
 from testbed.mqtt.topics import SHARE_PREFIX
+from testbed.util.starting import CAP_S, STALL_S, thread_progress, wait_while_starting
 
 
 class EmbeddedBroker:
@@ -43,11 +44,13 @@ class EmbeddedBroker:
     aborts every connection itself (clients see the drop at once) and bounds amqtt's shutdown.
     """
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, start_timeout_s: float = 10.0,
-                 allow_remote: bool = False):
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, start_timeout_s: float = STALL_S,
+                 allow_remote: bool = False, start_cap_s: float = CAP_S):
         self.host = host if allow_remote else require_loopback(host)
         self.port = port
-        self._start_timeout_s = start_timeout_s
+        # Its start is waited for while its thread works (testbed.util.starting): up to
+        # start_timeout_s without progress, start_cap_s in all.
+        self._start_timeout_s, self._start_cap_s = start_timeout_s, start_cap_s
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._broker: Any = None
@@ -139,11 +142,15 @@ class EmbeddedBroker:
 
         thread = threading.Thread(target=run, name=f"amqtt-broker-{self.port}", daemon=True)
         thread.start()
-        if not ready.wait(self._start_timeout_s):
+        waited = wait_while_starting(ready.is_set, thread.is_alive,
+                                     thread_progress(thread.native_id), stall_s=self._start_timeout_s,
+                                     cap_s=self._start_cap_s)
+        if not ready.is_set():
             with contextlib.suppress(RuntimeError):  # the loop closed in between: nothing to stop
                 loop.call_soon_threadsafe(loop.stop)
             thread.join(self._start_timeout_s)
-            raise UserError(f"embedded broker on {self.url} did not start within {self._start_timeout_s:g} s")
+            raise UserError(f"embedded broker on {self.url} did not start: "
+                            f"{waited.why(self._start_timeout_s, self._start_cap_s)}")
         if outcome[0] is not None:
             thread.join(self._start_timeout_s)
             raise UserError(f"embedded broker on {self.url} did not start: {outcome[0]}")

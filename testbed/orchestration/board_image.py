@@ -176,12 +176,12 @@ def check_network(urls: tuple[str, ...] = (MIRROR, PYPI)) -> None:
 # ---- running a command in a board ----------------------------------------------------------------
 
 def run_argv(root: Path, command: list[str], *, cwd: Path | None = None,
-             binds: tuple[tuple[Path, str], ...] = ()) -> list[str]:
+             binds: tuple[tuple[Path, str], ...] = (), env: dict[str, str] | None = None) -> list[str]:
     """The command line that runs ``command`` in the board ``root``: a private mount namespace
     (``unshare``) with /proc, /dev and the host's resolver mounted, each ``(host path, board path)``
     of ``binds`` bound in, and ``cwd`` (a host folder) bound at its own path and made the working
-    folder (not the host's / nor a folder in the board), then ``chroot`` with :data:`BOARD_ENV` as the whole environment. Every step execs, so the
-    process is the command's own."""
+    folder (not the host's / nor a folder in the board), then ``chroot`` with :data:`BOARD_ENV` and
+    ``env`` as the whole environment. Every step execs, so the process is the command's own."""
     root = Path(root).resolve()
     here = Path(cwd).resolve() if cwd is not None else None
     # the host's / or a folder of the board itself is not bound over the board (it would hide it)
@@ -192,15 +192,52 @@ def run_argv(root: Path, command: list[str], *, cwd: Path | None = None,
     q = shlex.quote
     script = [f"mount -t proc proc {q(str(root / 'proc'))}",
               f"mount --rbind /dev {q(str(root / 'dev'))}",
-              f"cp -L /etc/resolv.conf {q(str(root / 'etc/resolv.conf'))}"]
+              # the host's resolver, where it has one (a host without is no reason to fail the command)
+              f"if [ -e /etc/resolv.conf ]; then cp -L /etc/resolv.conf {q(str(root / 'etc/resolv.conf'))}; fi"]
     for src, dst in mounts:
         target = str(root / dst.lstrip("/"))
         make = "mkdir -p" if src.is_dir() else "mkdir -p " + q(str(Path(target).parent)) + " && touch"
         script += [f"{make} {q(target)}", f"mount --bind {q(str(src))} {q(target)}"]
     inner = f"cd {q(str(here) if here is not None else '/')} && exec {shlex.join(command)}"
-    env = [f"{k}={v}" for k, v in BOARD_ENV.items()]
+    env = [f"{k}={v}" for k, v in {**BOARD_ENV, **(env or {})}.items()]
     script.append(f"exec chroot {q(str(root))} /usr/bin/env -i {shlex.join(env)} /bin/sh -c {q(inner)}")
     return ["unshare", "--mount", "--propagation", "private", "/bin/sh", "-ec", "\n".join(script)]
+
+
+#: What a board's /etc/hosts and /etc/nsswitch.conf hold when debootstrap left none (a Raspberry
+#: Pi OS image has both): ``localhost`` resolves, then the host's resolver (copied in at each run).
+HOSTS = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+NSSWITCH = "hosts: files dns\nnetworks: files\n"
+
+
+def emulation_env(arch: str) -> dict[str, str]:
+    """What a board's processes are told of their emulation (nodes.emulation): the emulator, and
+    this machine's own CPU seconds of the reference work, timed here, natively."""
+    from nodes import emulation
+
+    return {emulation.EMULATOR_VAR: ARCHES[arch],
+            emulation.REFERENCE_VAR: f"{emulation.reference_seconds():.6g}"}
+
+
+def name_service(root: Path) -> list[str]:
+    """Give the board ``root`` an /etc/hosts (``localhost``) and an nsswitch.conf where it has none
+    (the board shares the host's network; only the names are its own); the files written.
+
+    Example::
+
+        >>> import tempfile
+        >>> root = Path(tempfile.mkdtemp())
+        >>> name_service(root), name_service(root)
+        (['etc/hosts', 'etc/nsswitch.conf'], [])
+    """
+    written = []
+    for name, text in (("etc/hosts", HOSTS), ("etc/nsswitch.conf", NSSWITCH)):
+        path = Path(root) / name
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            written.append(name)
+    return written
 
 
 def board_arch(root: Path) -> str:
@@ -310,6 +347,7 @@ def _cached_tree(arch: str, source: Path, say: Say) -> tuple[Path, bool]:
             subprocess.run(["rm", "-rf", "--one-file-system", str(partial)], check=True)
             _debootstrap(arch, partial, say)
         _install(partial, source, arch, with_requirements=True, say=say)
+        name_service(partial)
         partial.rename(entry / "rootfs")
         (entry / _COMPLETE).write_text(f"{SUITE} {arch} {MIRROR}\n")
     return entry / "rootfs", False

@@ -54,6 +54,7 @@ from testbed.reports import tracking
 from testbed.reports.asked import AskedLog
 from testbed.reports.progress import Progress
 from testbed.reports.refusals import RefusalLog
+from testbed.reports.startup import Startup
 from testbed.reports.results import RunDirectory, not_yet_charged, split_by_issuer
 from testbed.reports.tracking.feed import Tracking
 from testbed.resources import check_fits
@@ -186,7 +187,10 @@ class Run:
     session: str | None = None  # the coordinator's session (over MQTT): the nodes' ledgers are kept under it
     broker: dict[str, str] | None = None  # the broker's kind and URL (over MQTT)
     links: list[dict] | None = None  # each emulated host's link, timed round by round (links.netns)
+    # The rounds' clock (metrics.csv wall_s, summary wall_s): restarted when the set-up is done, so
+    # the set-up (startup.setup_s) is never counted as round 1's.
     wall_start: float = field(default_factory=time.monotonic)
+    startup: Startup = field(default_factory=lambda: Startup(enabled=False))
     tracking: Tracking = field(default_factory=Tracking.off)  # output.tensorboard, output.mlflow
     # What the releases carry (testbed.algorithms.registry.GUARANTEES): only "dp" has a finite ε.
     guarantee: str = "none"
@@ -194,6 +198,8 @@ class Run:
     # Whether the seconds and joules charged came from a meter (True), a device profile (False): both
     # seen in a run of boards with and without meters. Filled as events are charged.
     cost_sources: set[bool] = field(default_factory=set)
+    # Sentences of the assumptions its ε rests on (run_assumptions): empty unless a reproduction's.
+    assumptions: list[str] = field(default_factory=list)
 
 
 def load(config: Config) -> tuple[FederatedData | LazyFederatedData, Model]:
@@ -238,6 +244,24 @@ def check_accountants(config: Config, algorithm: Algorithm, node_ids: list[int])
                       ("privacy.tight_accountant", config.privacy.tight_accountant)):
         if name != "none" and events and (reason := unsupported_reason(name, events)) is not None:
             raise ConfigError(key, reason)
+
+
+def run_assumptions(config: Config, data: FederatedData | LazyFederatedData) -> list[str]:
+    """The assumptions the run's ε rests on beyond the mechanism it runs, as sentences for the
+    summary: a δ at or above 1/m (m the smallest node's training records; refused, naming
+    ``privacy.delta``, unless ``[privacy] reproduction = true``) and the algorithm's own
+    (``Registration.assumptions``: PADPFL's eq. 7, DWFL's fixed x_j^(t−1/2), ...). Only an (ε, δ)
+    run has a δ to check; a run that is not private assumes nothing."""
+    from testbed.privacy.delta import delta_assumption
+
+    reg = registry.get(config.run.algorithm)
+    guarantee = assemble.privacy_guarantee(config)
+    if guarantee == "none":
+        return []
+    sizes = data.train.sizes
+    out = [delta_assumption(config.privacy.delta, int(sizes.min()) if len(sizes) else 0,
+                            reproduction=config.privacy.reproduction)] if guarantee == "dp" else []
+    return [s for s in out if s] + list(reg.assumptions(assemble.algorithm_sections(config, reg)))
 
 
 def open_run(config: Config, out_dir: Path | None, resume: bool, algorithm: Algorithm, model: Model,
@@ -301,7 +325,7 @@ def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = Fa
     state was saved; the ledger keeps everything already spent, and a round re-run after the kill
     (same seed, same streams, the same values released again) is not charged twice.
     """
-    wall_start = time.monotonic()
+    startup = Startup(enabled=not quiet)
     limit_blas_threads(config.run.blas_threads)
     tracking.check_installed(config)
     # The helper processes start first: they import dp-accounting and matplotlib (a second each)
@@ -315,23 +339,30 @@ def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = Fa
         figures_job = BackgroundFigures()
     directory = None
     try:
-        data, model = load(config)
-        eval_data = load_evaluation_data(config, data)
-        # Planning estimates constants from rows: the evaluated nodes' when the nodes are lazy.
-        config, planned = plan(config, model, eval_data if isinstance(data, LazyFederatedData) else data)
-        algorithm = assemble.build_algorithm(config, model, data)
-        check_accountants(config, algorithm, list(data.node_ids))
+        with startup.stage(f"loading the data ({config.data.dataset}, {config.data.num_nodes} nodes) and the model",
+                           may_import=("torch",) if config.model.kind == "torch" else ()):
+            data, model = load(config)
+            eval_data = load_evaluation_data(config, data)
+        with startup.stage(f"planning {config.run.algorithm}"):
+            # Planning estimates constants from rows: the evaluated nodes' when the nodes are lazy.
+            config, planned = plan(config, model, eval_data if isinstance(data, LazyFederatedData) else data)
+        with startup.stage(f"building {config.run.algorithm} and checking its accountants",
+                           may_import=("torch", "sionna")):
+            algorithm = assemble.build_algorithm(config, model, data)
+            check_accountants(config, algorithm, list(data.node_ids))
+            assumptions = run_assumptions(config, data)
         book = LedgerBook(data.node_ids)
         past_mark: dict[int, list[Event]] = {}
         asked: dict[int, Counter[int]] = {}
-        directory, rounds_done, state = open_run(config, out_dir, resume, algorithm, model, book, past_mark, asked)
-        run = Run(config, data, model, algorithm, budgets_from_config(config.budget, config.privacy), book,
-                  directory, state, planned, rounds_done, wall_start=wall_start, past_mark=past_mark,
-                  eval_data=eval_data, guarantee=assemble.privacy_guarantee(config),
-                  regression=is_regression(eval_data), asked_before=asked)
-        run.sessions = list(dict.fromkeys(a.session for a in directory.asked))
-        run.refusals = [(r.round, r.exceeded()) for r in directory.refusals]  # withdrawn: asked nothing more
-        _evaluate(run)
+        with startup.stage("reopening the run directory" if resume else "opening the run directory and evaluating round 0"):
+            directory, rounds_done, state = open_run(config, out_dir, resume, algorithm, model, book, past_mark, asked)
+            run = Run(config, data, model, algorithm, budgets_from_config(config.budget, config.privacy), book,
+                      directory, state, planned, rounds_done, past_mark=past_mark, startup=startup,
+                      eval_data=eval_data, guarantee=assemble.privacy_guarantee(config),
+                      regression=is_regression(eval_data), asked_before=asked, assumptions=assumptions)
+            run.sessions = list(dict.fromkeys(a.session for a in directory.asked))
+            run.refusals = [(r.round, r.exceeded()) for r in directory.refusals]  # withdrawn: asked nothing more
+            _evaluate(run)
     except BaseException:
         for job in (tight_job, figures_job):
             if job is not None:
@@ -346,7 +377,9 @@ def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = Fa
         # Before the nodes: a full pass over it took 40-80 ms of an MQTT run's start, and emulated
         # hosts forked from this process inherit it frozen.
         gc.freeze()
-        nodes = build_nodes(config, algorithm, data, quiet)
+        # Not announced by a timer: the emulated hosts are forked here, with no other thread alive.
+        with startup.stage(f"starting the nodes ({config.run.mode})", announce=False):
+            nodes = build_nodes(config, algorithm, data, quiet)
         nodes.earlier_sessions = tuple(run.sessions)  # a node reports its spend in them too
         run.sessions.append(nodes.session)
         run.tracking = Tracking.start(config, directory.path)  # its thread after the hosts' forks
@@ -391,7 +424,7 @@ def run_rounds(run: Run, nodes: Nodes, quiet: bool, tight_job: BackgroundEpsilon
         asked_log.append(nodes.session, ctx.round_index, ctx.expected)  # written ahead: charging's record
         run.open_ask = ctx
 
-    progress = Progress(alg.rounds, enabled=not quiet, budgets=run.budgets, guarantee=run.guarantee)
+    progress: Progress | None = None  # after the set-up: its bar is the rounds'
     cadence = CheckpointCadence(config.output.checkpoint_every, run.rounds_done)
 
     def save(ahead: int) -> None:
@@ -432,17 +465,21 @@ def run_rounds(run: Run, nodes: Nodes, quiet: bool, tight_job: BackgroundEpsilon
     try:
         if alg.has_setup and run.rounds_done == 0 and not run.book.logged(run.book.node_ids, SETUP_ROUND).any():
             assert isinstance(alg, WithSetup)
-            outcome = nodes.setup(run.state, asking=asking)
-            _charge(run, outcome, ledger_file, nodes)
-            server = alg.server_setup(run.state, outcome.result, outcome.ctx)
-            run.state = server.state
-            _charge_server(run, server.events, nodes, ledger_file)
-            cadence.save(0, save)
+            with run.startup.stage(f"{config.run.algorithm}'s setup round"):
+                outcome = nodes.setup(run.state, asking=asking)
+                _charge(run, outcome, ledger_file, nodes)
+                server = alg.server_setup(run.state, outcome.result, outcome.ctx)
+                run.state = server.state
+                _charge_server(run, server.events, nodes, ledger_file)
+                cadence.save(0, save)
         if tight_job is not None:
             tight_job.guess(_planned_tallies(run))
         every = run.book.node_ids.tolist()
         every_ids = run.book.node_ids  # as an array once, not every round
         straggler_draws = StragglerDraws(config.stragglers, config.run.seed)
+        run.startup.done()
+        run.wall_start = time.monotonic()  # the rounds' own clock from here
+        progress = Progress(alg.rounds, enabled=not quiet, budgets=run.budgets, guarantee=run.guarantee)
         for r in range(run.rounds_done, alg.rounds):
             sampled = sample_clients(config.client_sampling, seed=config.run.seed, round_index=r, node_ids=every_ids)
             participants = every if sampled is None else list(sampled)
@@ -477,7 +514,8 @@ def run_rounds(run: Run, nodes: Nodes, quiet: bool, tight_job: BackgroundEpsilon
                 report(last)
             except Exception:  # noqa: BLE001  the failure on its way out is the one to tell
                 log.exception("could not report round %d", run.rounds_done)
-        progress.close()
+        if progress is not None:
+            progress.close()
         ledger_file.close()
         asked_log.close()
         if refusal_log is not None:
@@ -852,6 +890,8 @@ def _summary(run: Run) -> dict[str, Any]:
         # each was taken out of the later rounds, the run went on with the others.
         "refusals": [{"node": e.node, "round": r, "budget": e.budget, "would_be": e.would_be, "limit": e.limit}
                      for r, e in run.refusals],
+        # What its ε rests on that the mechanism run does not make true (a paper's reproduction only).
+        "assumptions": run.assumptions,
         "privacy": {"accountant": budgets.accountant, "tight_accountant": config.privacy.tight_accountant,
                     "epsilon_target": reg.epsilon_target(assemble.algorithm_sections(config, reg)),
                     **privacy_headline(run.guarantee, nodes, budgets.delta, budgets.accountant)},
@@ -872,7 +912,9 @@ def _summary(run: Run) -> dict[str, Any]:
         "sessions": run.sessions,
         "broker": run.broker,
         "links": run.links,
-        "wall_s": time.monotonic() - run.wall_start,
+        # The rounds' seconds (none if the run failed before them), and the set-up's before them.
+        "wall_s": time.monotonic() - run.wall_start if run.startup.end is not None else 0.0,
+        "setup_s": run.startup.seconds(),
         "run_dir": str(run.directory.path),
     }
     if "topology" in settings:  # who heard whom, for an algorithm whose settings describe its graph

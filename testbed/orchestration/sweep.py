@@ -25,7 +25,6 @@ import math
 import os
 import re
 import shutil
-import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
@@ -195,15 +194,29 @@ def _run_points(base: Config, points: Sequence[Point], out_dir: Path, engine: st
     log = (lambda line: None) if quiet else print
     log(f"sweep {out_dir}: {len(points)} runs, {len(points) - len(todo)} already finished, {len(todo)} to run ({engine})")
     jobs = [(p.name, configs[p.name], str(out_dir / p.name)) for p in todo]
-    start, done = time.monotonic(), 0
-    for name, summary in _execute(jobs, engine, workers):
-        done += 1
-        log(f"[{done}/{len(jobs)}] {name}: {summary['status']}, test acc {summary['final']['test_accuracy']:.4f} "
-            f"({time.monotonic() - start:.1f} s)")
+    for done, (name, summary) in enumerate(_execute(jobs, engine, workers), start=1):
+        log(f"[{done}/{len(jobs)}] {name}: {finished_line(summary)}")
     rows = [row(p, read_summary(out_dir / p.name)) for p in points]
     write_table(rows, out_dir / "sweep.csv")
     write_table(stats_rows(rows, list(dict.fromkeys(k for p in points for k, _ in p.values))), out_dir / STATS_FILE)
     return rows
+
+
+def finished_line(summary: dict[str, Any]) -> str:
+    """What a sweep says of a run it saw finish: status, score and the run's own seconds (its
+    set-up and rounds, summary ``setup_s`` + ``wall_s``; not the sweep's clock, which counts the
+    runs before it and beside it).
+
+    Example::
+
+        >>> finished_line({"status": "completed", "final": {"test_accuracy": 0.8125}, "setup_s": 1.25, "wall_s": 2.0})
+        'completed, test acc 0.8125 (3.2 s: set-up 1.2 s, rounds 2.0 s)'
+    """
+    final = summary["final"]
+    score = (f"test acc {final['test_accuracy']:.4f}" if final.get("test_accuracy") is not None
+             else f"test loss {final['test_loss']:.4g}" if final.get("test_loss") is not None else "not evaluated")
+    setup_s, rounds_s = summary.get("setup_s") or 0.0, summary["wall_s"]
+    return f"{summary['status']}, {score} ({setup_s + rounds_s:.1f} s: set-up {setup_s:.1f} s, rounds {rounds_s:.1f} s)"
 
 
 def _execute(jobs: list[tuple[str, str, str]], engine: str, workers: int | None) -> Iterator[tuple[str, dict]]:

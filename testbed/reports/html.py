@@ -27,6 +27,7 @@ from testbed.limits import MAX_TEXT_FILE_BYTES
 from testbed.reports import headline
 from testbed.reports.plots import _pyplot, draw_figures
 from testbed.reports.results import read_metrics, read_summary
+from testbed.reports.startup import time_text
 from testbed.reports.sweep_figures import interval_figures
 from testbed.reports.sweep_stats import grid_keys, read_sweep, stats_rows
 from testbed.util.dirlock import DirectoryLock
@@ -135,8 +136,10 @@ def _run_body(run_dir: Path) -> tuple[str, str]:
         ("seconds and joules", _e(headline.cost_source(s))),
         ("budgets", _e(", ".join(f"{k} {v:g}" for k, v in b.items()
                                  if k not in ("delta", "accountant") and v is not None) or "none")),
-        ("device profile", _e(s.get("profile", "host"))), ("wall time", _e(f"{s.get('wall_s', 0):.3g} s")),
+        ("device profile", _e(s.get("profile", "host"))), ("time", _e(time_text(s))),
     ]
+    if s.get("assumptions"):  # what its ε rests on (docs/privacy.md)
+        facts.append(("privacy assumes", _e("; ".join(s["assumptions"]))))
     if s.get("failure"):
         facts.append(("failure", _e(s["failure"])))
     if headline.refusals(s):

@@ -7,6 +7,7 @@ import sys
 
 from pathlib import Path
 
+from testbed.reports.cost_axis import cost_axis
 from testbed.reports.headline import guarantee
 from testbed.reports.results import read_metrics, read_summary
 
@@ -30,8 +31,9 @@ def _title(summary: dict) -> str:
 
 
 def draw_progress(run_dir: Path) -> list[Path]:
-    """Test accuracy and training loss against round and, for an algorithm with a cost model
-    (DP-PASGD's c1/c2 units), against cost spent: RUN_DIR/figures/{progress,cost}.png."""
+    """Test accuracy and training loss against round and against cost spent (cost units, or bytes
+    sent for an algorithm without a cost model: testbed.reports.cost_axis; no figure when neither
+    grows): RUN_DIR/figures/{progress,cost}.png."""
     plt = _pyplot()
     run_dir = Path(run_dir)
     rows = read_metrics(run_dir)
@@ -41,8 +43,8 @@ def draw_progress(run_dir: Path) -> list[Path]:
     paths = []
 
     against = [("round", "communication round", "progress")]
-    if any(r["cost_units"] for r in rows):  # an algorithm without a cost model: no cost axis
-        against.append(("cost_units", "resource cost spent per node (c1/c2 units)", "cost"))
+    if (axis := cost_axis(rows)) is not None:
+        against.append((axis["key"], axis["label"], "cost"))
     for x_key, x_label, name in against:
         # Fixed margins, not tight_layout: it re-draws the figure to measure it, doubling the cost.
         fig, (ax_acc, ax_loss) = plt.subplots(1, 2, figsize=(10, 4))

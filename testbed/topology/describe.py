@@ -6,7 +6,7 @@ Example::
     >>> from testbed.topology.section import TopologySection
     >>> from testbed.topology.topology import Topology
     >>> topo = Topology(TopologySection(kind="ring", mixing="uniform"), num_nodes=5, seed=0)
-    >>> describe_round(topo, 0)["spectral gap"]
+    >>> describe_round(topo, 0, "metropolis_hastings")["spectral gap"]
     '0.190983005625 (uniform)'
     >>> print(edge_list_text(topo, 0).splitlines()[1])
     0 1
@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from testbed.errors import ConfigError
-from testbed.topology.mixing import RULES, complete_graph_gap, mixing_weights, spectral_gap
+from testbed.topology.mixing import complete_graph_gap, mixing_weights, spectral_gap
 from testbed.topology.topology import MAX_ADJACENCY_ENTRIES, Topology
 
 __all__ = ["describe_round", "edge_list_text"]
@@ -26,30 +26,29 @@ __all__ = ["describe_round", "edge_list_text"]
 AUTO_RULES = {"uniform": "over the air", "metropolis_hastings": "over separate links"}
 
 
-def describe_round(topology: Topology, round_index: int) -> dict[str, str]:
+def describe_round(topology: Topology, round_index: int, default_mixing: str) -> dict[str, str]:
     """Label → text of the graph of ``round_index`` (0-based): kind, nodes, edges, degrees,
-    connected, mixing, spectral gap (both rules when ``mixing = "auto"``, which the algorithm
-    resolves), range (random_geometric). The complete graph is described in closed form."""
+    connected, mixing and the spectral gap of the rule the algorithm uses (the section's, or
+    ``default_mixing``, the algorithm's, for ``mixing = "auto"``), range (random_geometric). The
+    complete graph is described in closed form."""
     s, n = topology.section, topology.num_nodes
     block = topology.schedule.block_index(round_index)
     out = {"kind": s.kind, "nodes": str(n)}
-    rules = RULES if s.mixing == "auto" else (s.mixing,)
+    rule = topology.resolved_mixing(default_mixing)
     if topology.is_complete:
         edges, degrees, parts = n * (n - 1) // 2, np.full(n, n - 1), 1
-        gaps = {rule: complete_graph_gap(n, rule) for rule in rules}
+        gap = complete_graph_gap(n, rule)
     else:
         g = topology.graph(round_index)
         edges, degrees, parts = g.num_edges, g.degrees, int(g.components.max()) + 1 if n else 0
-        gaps = {rule: spectral_gap(mixing_weights(g, rule)) for rule in rules}
+        gap = spectral_gap(mixing_weights(g, rule))
     out["edges"] = f"{edges} (round {round_index + 1}, block {block}"
     out["edges"] += f" of every {s.coherence_rounds} rounds)" if s.coherence_rounds else ": the whole run)"
     out["degrees"] = f"min {int(degrees.min())}, mean {float(degrees.mean()):.6g}, max {int(degrees.max())}"
     out["connected"] = "yes" if parts <= 1 else f"no: {parts} parts"
-    out["mixing"] = s.mixing if s.mixing != "auto" else "auto: the algorithm's (uniform over the air, " \
-                                                         "metropolis_hastings over separate links)"
+    out["mixing"] = rule if s.mixing != "auto" else f"{rule} (auto: the algorithm's, {AUTO_RULES[rule]})"
     # Rounded as the summary's (Topology.describe): a bipartite graph's 0 is not shown as 1e-16.
-    out["spectral gap"] = ", ".join(f"{round(gap, 12):.12g} ({rule}{', ' + AUTO_RULES[rule] if s.mixing == 'auto' else ''})"
-                                    for rule, gap in gaps.items())
+    out["spectral gap"] = f"{round(gap, 12):.12g} ({rule})"
     if s.kind == "random_geometric":
         budget = topology.link_budget
         out["range"] = (f"{budget.range_m(s.snr_threshold_db):.6g} m (free space: SNR >= {s.snr_threshold_db:g} dB "

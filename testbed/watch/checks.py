@@ -20,7 +20,7 @@ from testbed.reports import headline
 from testbed.reports.results import METRIC_COLUMNS
 
 #: Metric columns the page plots.
-PLOTTED = ("round", "train_loss", "test_accuracy", "cost_units", "epsilon", "stragglers", "wall_s")
+PLOTTED = ("round", "train_loss", "test_accuracy", "cost_units", "bytes_total", "epsilon", "stragglers", "wall_s")
 #: Ledger fields that are sums of physical or abstract costs; the ledger's own rules bound them
 #: below only, the page also above (an event past this is not the run's, and sums stay finite).
 _COST_FIELDS = ("cost_units", "compute_s", "airtime_s", "energy_j")
@@ -119,7 +119,7 @@ def _one_line_text(value: object, key: str) -> str | None:
 def summary_view(summary: dict[str, Any]) -> dict[str, Any]:
     """What the page shows of a summary (already checked by testbed.reports.results.read_summary:
     JSON, its keys, its sha256, ``status`` and ``rounds``), each other field it uses checked for its
-    type: ``wall_s`` a number, ``stopped`` None or {node, budget, would_be, limit}, ``failure`` None
+    type: ``wall_s`` (the rounds') and ``setup_s`` (before them) numbers, ``stopped`` None or {node, budget, would_be, limit}, ``failure`` None
     or text, and ``secrecy``: per observer, its ε and whether the noise is secret from it (the
     checked entries of ``privacy_guarantees``, in words: testbed.reports.headline.guarantee_lines)."""
     status, rounds = summary["status"], summary["rounds"]
@@ -134,5 +134,6 @@ def summary_view(summary: dict[str, Any]) -> dict[str, Any]:
                    "would_be": _number_or_none(stopped, "would_be", required=True),
                    "limit": _number_or_none(stopped, "limit", required=True)}
     return {"status": status, "rounds": rounds, "wall_s": _number_or_none(summary, "wall_s"),
+            "setup_s": _number_or_none(summary, "setup_s"),
             "stopped": stopped, "failure": _one_line_text(summary.get("failure"), "failure"),
             "secrecy": [" ".join(line.split()) for line in headline.guarantee_lines(summary)]}

@@ -45,6 +45,7 @@ from testbed.ledger.fields import event_from_dict
 from testbed.ledger.files import LEDGER_COLUMNS
 from testbed.ledger.node import NodeLedger
 from testbed.privacy.secrecy import REPRODUCIBLE
+from testbed.reports.cost_axis import NONE as NO_COST_AXIS, cost_axis
 from testbed.reports.refusals import read_refusals
 from testbed.reports.results import METRIC_COLUMNS, read_summary
 from testbed.util.dirlock import holder_gone
@@ -602,13 +603,15 @@ class RunFeed:
             "error": " · ".join(f"{name}: {text}" for name, text in errors.items()) or None, "errors": errors,
             "coordinator": self.coordinator, "status_dropped": self.status_dropped, "refusals": len(self.refused),
             "status_dropped_last": self.status_dropped_last,
+            "cost_axis": cost_axis(self.metrics),
+            "cost_axis_none": NO_COST_AXIS if self.metrics else "accuracy and loss against cost: drawn from round 1",
         }
         if c is not None:
             info.update(name=c.run.name, algorithm=c.run.algorithm, mode=c.run.mode, seed=c.run.seed,
                         num_nodes=c.data.num_nodes, profile=c.nodes.profile, dataset=c.data.dataset)
         if s is not None:
             info.update(status=s["status"], stopped=s["stopped"], failure=s["failure"], rounds_done=s["rounds"],
-                        wall_s=s["wall_s"], eta_s=0.0, secrecy=s["secrecy"])
+                        wall_s=s["wall_s"], setup_s=s["setup_s"], eta_s=0.0, secrecy=s["secrecy"])
             return info
         info["secrecy"] = self._secrecy_so_far()
         recent = self.metrics[-10:]

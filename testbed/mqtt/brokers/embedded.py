@@ -14,12 +14,12 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from typing import Any, Callable
 
 from testbed.errors import UserError
 from testbed.mqtt.broker import accepts_tcp, format_url, free_port, require_loopback
 from testbed.mqtt.brokers.registry import BrokerOptions, Registration
+from testbed.util.starting import CAP_S, STALL_S, process_progress, wait_while_starting
 
 
 class BrokerProcess:
@@ -28,7 +28,8 @@ class BrokerProcess:
 
     Args:
         host: loopback address to listen on.
-        start_timeout_s: how long `start()` waits for it to accept connections.
+        start_timeout_s: how long `start()` waits for it to accept connections while the child
+            makes no progress (CPU time; testbed.util.starting), up to ``start_cap_s`` in all.
         launch: starts the child: ``launch(argv, stderr_fd)`` runs ``testbed ARGV`` with its stderr
             on that file and returns its ``subprocess.Popen`` (or the like: ``poll``, ``wait``,
             ``terminate``, ``kill``); default a new interpreter. A run's coordinator forks it
@@ -40,11 +41,11 @@ class BrokerProcess:
     process spent 4.4 s of CPU, 2.7 s of it the broker's).
     """
 
-    def __init__(self, host: str = "127.0.0.1", *, start_timeout_s: float = 10.0,
-                 launch: Callable[[list[str], int], Any] | None = None):
+    def __init__(self, host: str = "127.0.0.1", *, start_timeout_s: float = STALL_S,
+                 launch: Callable[[list[str], int], Any] | None = None, start_cap_s: float = CAP_S):
         self.host = require_loopback(host)
         self.port = 0
-        self._start_timeout_s = start_timeout_s
+        self._start_timeout_s, self._start_cap_s = start_timeout_s, start_cap_s
         self._launch = launch or _new_interpreter
         self._proc: Any = None
 
@@ -61,16 +62,16 @@ class BrokerProcess:
         # Not a pipe: a broker that logs a lot never blocks on it; the child keeps its own descriptor.
         args = ["broker", "--host", self.host, "--port", str(self.port), "--parent-pid", str(os.getpid())]
         with tempfile.TemporaryFile(mode="w+") as errors:
-            self._proc = self._launch(args, errors.fileno())
-            deadline = time.monotonic() + self._start_timeout_s
-            while not accepts_tcp(self.host, self.port):
-                if self._proc.poll() is not None or time.monotonic() > deadline:
-                    self.stop()
-                    errors.seek(0)
-                    last = [line for line in errors.read().splitlines() if line.strip()][-1:] or ["no output"]
-                    raise UserError(f"embedded broker on {self.url} did not start: "
-                                    f"{last[0].removeprefix('testbed: ')}")
-                time.sleep(0.02)
+            self._proc = proc = self._launch(args, errors.fileno())
+            waited = wait_while_starting(lambda: accepts_tcp(self.host, self.port), lambda: proc.poll() is None,
+                                         process_progress(proc.pid), stall_s=self._start_timeout_s,
+                                         cap_s=self._start_cap_s)
+            if waited.outcome != "ready":
+                self.stop()
+                errors.seek(0)
+                last = [line for line in errors.read().splitlines() if line.strip()][-1:]
+                why = last[0].removeprefix('testbed: ') if last else waited.why(self._start_timeout_s, self._start_cap_s)
+                raise UserError(f"embedded broker on {self.url} did not start: {why}")
         return self
 
     def stop(self, timeout_s: float = 5.0) -> None:

@@ -22,7 +22,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Callable
@@ -31,6 +30,7 @@ from testbed.errors import UserError
 from testbed.mqtt.acl import Access, Grant, write_private
 from testbed.mqtt.broker import accepts_tcp, format_url, free_port, require_loopback
 from testbed.mqtt.brokers.registry import AccessFormat, BrokerOptions, Registration
+from testbed.util.starting import CAP_S, STALL_S, process_progress, wait_while_starting
 
 #: Where `mosquitto` is looked for besides PATH: Debian and Ubuntu install it in /usr/sbin, which
 #: an ordinary user's PATH often lacks.
@@ -198,9 +198,9 @@ class MosquittoBroker:
 
     def __init__(self, port: int = 0, *, acl_file: str | Path | None = None,
                  password_file: str | Path | None = None, tls: TlsFiles | None = None,
-                 host: str = "127.0.0.1", binary: str = "mosquitto", start_timeout_s: float = 10.0,
+                 host: str = "127.0.0.1", binary: str = "mosquitto", start_timeout_s: float = STALL_S,
                  bind_client_ids: bool | None = None, nodes: int = 50_000, access: Access | None = None,
-                 leave_with_parent: bool = False, also_listen: tuple[str, ...] = ()):
+                 leave_with_parent: bool = False, also_listen: tuple[str, ...] = (), start_cap_s: float = CAP_S):
         if access is not None and (acl_file or password_file):
             raise ValueError("access replaces acl_file and password_file: give one or the other")
         self.host = require_loopback(host)
@@ -214,7 +214,8 @@ class MosquittoBroker:
         self.tls = tls
         self.bind_client_ids = bool(password_file or access) if bind_client_ids is None else bind_client_ids
         self.binary = binary
-        self._start_timeout_s = start_timeout_s
+        # Its start is waited for while mosquitto works: start_timeout_s without progress, start_cap_s in all.
+        self._start_timeout_s, self._start_cap_s = start_timeout_s, start_cap_s
         self._proc: subprocess.Popen[bytes] | None = None
         self._dir: Path | None = None
 
@@ -291,14 +292,17 @@ class MosquittoBroker:
             with open(self._dir / "mosquitto.log", "wb") as log:
                 self._proc = subprocess.Popen([exe, "-c", str(conf)], stdout=log, stderr=subprocess.STDOUT,
                                               stdin=subprocess.DEVNULL, preexec_fn=setup)
-            deadline = time.monotonic() + self._start_timeout_s
-            while self._proc.poll() is None and time.monotonic() < deadline:
-                # "running" is logged once every listener is bound; the connect check alone could
-                # reach another process that holds the port.
-                if " running" in self.log_text() and accepts_tcp(self.host, self.port):
-                    return self
-                time.sleep(0.02)
-            tail = self._log_tail()
+            proc = self._proc
+            # "running" is logged once every listener is bound; the connect check alone could
+            # reach another process that holds the port. Waited for while mosquitto works
+            # (testbed.util.starting), not a fixed wall time.
+            waited = wait_while_starting(lambda: " running" in self.log_text() and accepts_tcp(self.host, self.port),
+                                         lambda: proc.poll() is None, process_progress(proc.pid),
+                                         stall_s=self._start_timeout_s, cap_s=self._start_cap_s)
+            if waited.outcome == "ready":
+                return self
+            tail = self._log_tail() or (waited.why(self._start_timeout_s, self._start_cap_s)
+                                        if waited.outcome != "exited" else "")
             self._cleanup()
             # A port picked by us may have been taken in between: try another one.
             if not attempts or "Address already in use" not in tail:

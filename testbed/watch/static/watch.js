@@ -89,7 +89,8 @@ function renderHeader() {
   const parts = [`round ${r.rounds_done}${planned ? " / " + planned : ""}`];
   if (perRound) parts.push(`${num(perRound, 3)} s per round`);
   if (r.status === "running" && r.eta_s !== null && r.eta_s !== undefined) parts.push(`about ${duration(r.eta_s)} left`);
-  if (r.wall_s !== null && r.wall_s !== undefined) parts.push(`elapsed ${duration(r.wall_s)}`);
+  if (r.wall_s !== null && r.wall_s !== undefined) parts.push(`rounds ${duration(r.wall_s)}`);
+  if (r.setup_s !== null && r.setup_s !== undefined) parts.push(`set-up before them ${duration(r.setup_s)}`);
   if (r.coordinator) parts.push(`coordinator ${r.coordinator} (MQTT status)`);
   const stopped = document.getElementById("stopped");
   if (r.stopped) {
@@ -155,8 +156,8 @@ function renderCards() {
 
 function chartWidth(id) { return Math.max(300, document.getElementById(id).clientWidth - 4); }
 
-function makeCharts() {
-  const accLoss = (id, xLabel) => new uPlot({
+function accLoss(id, xLabel) {
+  return new uPlot({
     width: chartWidth(id), height: 240, legend: { live: false }, scales: { x: { time: false }, acc: { range: [0, 1] }, loss: {} },
     // spanGaps: with output.eval_every > 1 the rounds between evaluations have no accuracy or loss.
     series: [{ label: xLabel }, { label: "test accuracy", scale: "acc", stroke: "#2f6fdb", width: 2, points: { size: 4 }, spanGaps: true },
@@ -164,10 +165,13 @@ function makeCharts() {
     axes: [{ label: xLabel }, { scale: "acc", label: "test accuracy" },
            { scale: "loss", side: 1, label: "training loss", grid: { show: false } }],
   }, [[], [], []], document.getElementById(id));
+}
+
+function makeCharts() {
   const bars = uPlot.paths.bars({ size: [0.8, 40] });
   charts = [
     accLoss("chart-round", "round"),
-    accLoss("chart-cost", "cost units"),
+    null,  // against cost: made once the run says what its cost axis is (renderCostChart)
     new uPlot({ width: chartWidth("chart-stragglers"), height: 200, legend: { live: false }, scales: { x: { time: false }, y: { range: (u, lo, hi) => [0, Math.max(1, hi)] } },
                 series: [{ label: "round" }, { label: "stragglers", stroke: "#b35900", fill: "#b3590055", paths: bars, points: { show: false } }],
                 axes: [{ label: "round" }, { label: "nodes" }] }, [[], []], document.getElementById("chart-stragglers")),
@@ -183,15 +187,32 @@ function renderCharts() {
   const m = state.metrics, col = k => m.map(r => r[k]);
   const rounds = col("round");
   charts[0].setData([rounds, col("test_accuracy"), col("train_loss")]);
-  charts[1].setData([col("cost_units"), col("test_accuracy"), col("train_loss")]);
+  renderCostChart(col);
   charts[2].setData([rounds, col("stragglers")]);
   const budget = state.budgets.epsilon;
   charts[3].setData([rounds, col("epsilon"), rounds.map(() => budget ?? null)]);
 }
+// The x of "accuracy against cost": cost units, else bytes sent, else no panel (the feed's
+// run.cost_axis, testbed.reports.cost_axis): an x that stays 0 would be a vertical line.
+let costKey = null;
+function renderCostChart(col) {
+  const axis = state.run.cost_axis || null;
+  const key = axis ? axis.key : null;
+  document.getElementById("caption-cost").textContent = axis ? axis.caption : (state.run.cost_axis_none || "");
+  document.getElementById("chart-cost").hidden = !axis;
+  if (key !== costKey) {
+    if (charts[1]) charts[1].destroy();
+    charts[1] = null;
+    document.getElementById("chart-cost").replaceChildren();
+    if (axis) charts[1] = accLoss("chart-cost", axis.label);
+    costKey = key;
+  }
+  if (charts[1]) charts[1].setData([col(key), col("test_accuracy"), col("train_loss")]);
+}
 window.addEventListener("resize", () => {
   if (!charts) return;
   for (const [c, id] of charts.map((c, i) => [c, ["chart-round", "chart-cost", "chart-stragglers", "chart-epsilon"][i]])) {
-    c.setSize({ width: chartWidth(id), height: c.height });
+    if (c) c.setSize({ width: chartWidth(id), height: c.height });
   }
 });
 
