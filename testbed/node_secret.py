@@ -47,11 +47,16 @@ log = logging.getLogger(__name__)
 NODE_SECRET = "node_secret"  # a key made on the board that the coordinator never holds
 RUN_SEED = "run_seed"  # derived from the run's seed: reproducible, and derivable by whoever holds the seed
 RANDOMNESS = (NODE_SECRET, RUN_SEED)
+#: The server's noise under a secret of the coordinator's (summary.json's ``server_randomness``).
+SERVER_SECRET = "server_secret"
 
 #: Bytes of a secret: 256 bits.
 SECRET_BYTES = 32
 #: The key file's name in a board's state directory.
 KEY_FILE = "node-secret.key"
+#: The coordinator's secret for the server's own noise, in the run directory (mode 0600): a resume
+#: draws each round's server noise again from it, so a round re-run releases the same broadcast.
+SERVER_KEY_FILE = "server-secret.key"
 
 _STREAM_TAG = b"testbed.rng.stream\x00"  # domain separation: a stream key (numpy's SeedSequence)
 _PHILOX_TAG = b"testbed.counter_rng\x00"  # and a Philox key (a microcontroller's round)
@@ -109,8 +114,9 @@ def randomness_of(secrets: Optional[Secrets], node: int) -> str:
     return NODE_SECRET if secrets and int(node) in secrets else RUN_SEED
 
 
-def load_or_make(state_dir: Path) -> NodeSecret:
-    """The board's secret from ``state_dir/node-secret.key``, made there on first use
+def load_or_make(state_dir: Path, key_file: str = KEY_FILE) -> NodeSecret:
+    """The board's secret from ``state_dir/node-secret.key`` (the coordinator's server secret:
+    ``key_file`` :data:`SERVER_KEY_FILE` in the run directory), made there on first use
     (``os.urandom``, mode 0600). It is written whole under a temporary name and then linked into
     place, so a node started beside it (two node ids of one board) reads a whole key or makes it.
 
@@ -118,10 +124,10 @@ def load_or_make(state_dir: Path) -> NodeSecret:
         UserError: one line, never the key: the file is readable by the group or others, is not
             exactly 32 bytes, is not a regular file, or cannot be read or made.
     """
-    path = Path(state_dir) / KEY_FILE
+    path = Path(state_dir) / key_file
     if os.path.lexists(path):
         return _read(path)
-    partial = path.with_name(f".{KEY_FILE}.{os.getpid()}.{os.urandom(4).hex()}")
+    partial = path.with_name(f".{key_file}.{os.getpid()}.{os.urandom(4).hex()}")
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
@@ -130,36 +136,41 @@ def load_or_make(state_dir: Path) -> NodeSecret:
             out.flush()
             os.fsync(out.fileno())
         os.link(partial, path)  # fails if another node made it meanwhile: that one is used
-        log.info("made this board's node secret in %s (mode 0600): its private draws are its own", path)
+        log.info("made the %s in %s (mode 0600): the private draws it keys are its holder's own", _what(path), path)
     except FileExistsError:
         pass
     except OSError as exc:
-        raise UserError(f"node secret {path}: cannot make it ({exc.strerror or exc})") from None
+        raise UserError(f"{_what(path)} {path}: cannot make it ({exc.strerror or exc})") from None
     finally:
         with contextlib.suppress(OSError):
             partial.unlink()
     return _read(path)
 
 
+def _what(path: Path) -> str:
+    """How a one-line refusal names the key: "node secret" or "server secret"."""
+    return "server secret" if path.name == SERVER_KEY_FILE else "node secret"
+
+
 def _read(path: Path) -> NodeSecret:
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
     except OSError as exc:
-        raise UserError(f"node secret {path}: cannot read it ({exc.strerror or exc})") from None
+        raise UserError(f"{_what(path)} {path}: cannot read it ({exc.strerror or exc})") from None
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise UserError(f"node secret {path}: not a regular file; remove it and the node makes a new one")
+            raise UserError(f"{_what(path)} {path}: not a regular file; remove it and the node makes a new one")
         if info.st_mode & 0o077:
-            raise UserError(f"node secret {path}: mode {stat.S_IMODE(info.st_mode):04o} lets others read it; "
+            raise UserError(f"{_what(path)} {path}: mode {stat.S_IMODE(info.st_mode):04o} lets others read it; "
                             f"it may be known, so it is not used: remove it (a new one is made) or chmod 600 it "
                             f"if nobody else could have read it")
         key = os.read(fd, SECRET_BYTES + 1) if info.st_size == SECRET_BYTES else b""
     except OSError as exc:
-        raise UserError(f"node secret {path}: cannot read it ({exc.strerror or exc})") from None
+        raise UserError(f"{_what(path)} {path}: cannot read it ({exc.strerror or exc})") from None
     finally:
         os.close(fd)
     if len(key) != SECRET_BYTES:
-        raise UserError(f"node secret {path}: {info.st_size} bytes, not {SECRET_BYTES}; remove it and the node "
+        raise UserError(f"{_what(path)} {path}: {info.st_size} bytes, not {SECRET_BYTES}; remove it and the node "
                         f"makes a new one")
     return NodeSecret(key)

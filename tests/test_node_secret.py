@@ -490,3 +490,113 @@ def test_a_claim_of_secret_noise_in_a_resumed_run_says_it_rests_on_this_sessions
         f"{HOLDS} {EARLIER_SESSIONS}"
     seeded = {0: RUN_SEED, 1: RUN_SEED}  # the weaker claim needs no such word
     assert privacy_guarantees("dp", nodes, seeded, 1e-5, "rdp", resumed=True)[0]["statement"] == REPRODUCIBLE
+
+
+# ------------------------------------------------------------------ the server's own noise
+
+
+def _tapped_padpfl_run(monkeypatch, out: Path, said: str):
+    """A PADPFL run over MQTT (loopback, honest agents) whose nodes' readys say ``said``; returns
+    its summary, the broadcast models by round (what the public hears: the round messages) and each
+    node's upload by round (to judge the public's guess by)."""
+    from loopback_coordinator import loopback
+    from test_trust_coordinator import NODES, _config
+
+    broadcasts: dict[int, np.ndarray] = {}
+    uploads: dict[int, dict[int, np.ndarray]] = {}
+
+    def tap(node, msg, reply):
+        if msg.kind == protocol.ROUND:
+            broadcasts[msg.round] = np.asarray(msg.tensors["model"], dtype=np.float64)
+        sent = wire.decode(reply)
+        if sent.kind == protocol.UPDATE:
+            uploads.setdefault(sent.round, {})[node] = np.asarray(sent.tensors["update"], dtype=np.float64)
+        if msg.kind == protocol.PREPARE:
+            return [(protocol.ready(sent.run, sent.meta["session"], node, sent.meta["experiment"], said), 0)]
+        return [(reply, 0)]
+
+    with loopback(monkeypatch, NODES, tap):
+        summary = run_experiment(_config("padpfl"), out_dir=out, quiet=True).summary
+    return summary, broadcasts, uploads
+
+
+def _public_guess_hits(config_text: str, broadcasts, uploads, key: NodeSecret | None) -> list[bool]:
+    """The public's attack: it holds the seed (every round's experiment carries it) and every
+    broadcast; it regenerates the server's noise of each broadcast, round r's N(0, σ_S²) from
+    ``stream(seed, GLOBAL, r, NOISE)`` under ``key`` (None: the run seed's), and subtracts it. Per
+    broadcast with server noise, whether what is left is the noiseless mean Σ p'_i x~_i (judged from
+    the uploads, which the public does not need)."""
+    from testbed.rng import GLOBAL
+
+    config = load_config_text(config_text)
+    data, model = load(config)
+    alg = assemble.build_algorithm(config, model, data)
+    hits = []
+    for r, got in sorted(uploads.items()):
+        ctx = RoundContext(r, config.run.seed, alg.num_nodes, tuple(range(alg.num_nodes))).closed(sorted(got))
+        p = alg.round_weights(ctx)
+        sigma_s = alg.server_sigma(p)
+        if r + 1 not in broadcasts or not p.any() or sigma_s == 0:
+            continue
+        mean = sum(p[n] * got[n] for n in np.flatnonzero(p))
+        guess = broadcasts[r + 1] - sigma_s * stream(config.run.seed, GLOBAL, r, Purpose.NOISE, key).standard_normal(mean.shape[0])
+        hits.append(bool(np.allclose(guess, mean, rtol=0, atol=1e-9)))
+    assert hits, "no broadcast carried server noise"
+    return hits
+
+
+@pytest.mark.usefixtures("forked_hosts")
+def test_the_public_cannot_regenerate_the_servers_noise_once_a_node_has_a_secret(monkeypatch, tmp_path):
+    """PADPFL's server adds σ_S to each broadcast, charged against the public. In an emulated run
+    (readys say run_seed) the public, holding the seed and every broadcast, regenerates that noise
+    and subtracts it (the attack succeeds: the test can fail); once a node says it has a secret the
+    coordinator draws it from its own secret (server-secret.key, mode 0600, in the run directory the
+    public does not hold) and no guess from the seed or the experiment comes near, while whoever
+    holds the key file reproduces it. The public's statement names the server's randomness."""
+    from testbed.node_secret import SERVER_KEY_FILE, SERVER_SECRET
+    from testbed.privacy.secrecy import SERVER_HOLDS
+
+    seeded, broadcasts, uploads = _tapped_padpfl_run(monkeypatch, tmp_path / "emulated", RUN_SEED)
+    config_text = (tmp_path / "emulated" / "config.toml").read_text()
+    assert all(_public_guess_hits(config_text, broadcasts, uploads, None))
+    assert not (tmp_path / "emulated" / SERVER_KEY_FILE).exists()
+    public = {g["observer"]: g for g in seeded["privacy_guarantees"]}["public"]
+    assert public["server_randomness"] == RUN_SEED and public["statement"] == REPRODUCIBLE
+
+    secret, broadcasts, uploads = _tapped_padpfl_run(monkeypatch, tmp_path / "secret", NODE_SECRET)
+    assert secret["status"] == "completed"
+    key_path = tmp_path / "secret" / SERVER_KEY_FILE
+    assert key_path.stat().st_mode & 0o777 == 0o600
+    attempts = [None, *(NodeSecret(hashlib.sha256(blob).digest()) for blob in
+                        (config_text.encode(), *(b.tobytes() for b in broadcasts.values())))]
+    assert not any(any(_public_guess_hits(config_text, broadcasts, uploads, key)) for key in attempts)
+    assert all(_public_guess_hits(config_text, broadcasts, uploads, load_or_make(key_path.parent, SERVER_KEY_FILE)))
+    guarantees = {g["observer"]: g for g in secret["privacy_guarantees"]}
+    assert guarantees["public"]["server_randomness"] == SERVER_SECRET
+    assert guarantees["public"]["statement"] == SERVER_HOLDS
+    assert "server_randomness" not in guarantees["server"] and guarantees["server"]["statement"] == HOLDS
+    # The same plan: every ε is the emulated run's (the key changes the noise, not its σ).
+    for k, node in secret["nodes"].items():
+        assert node["epsilon_by_observer"] == pytest.approx(seeded["nodes"][k]["epsilon_by_observer"], rel=1e-12)
+
+
+def test_a_figure_on_the_servers_noise_names_the_servers_randomness():
+    """The public's entry of a run whose broadcasts carry server noise: secret only if both the
+    nodes' and the server's are; a run-seed server's noise is everyone's to subtract; the server's
+    own entry (uploads: no server noise) is unchanged."""
+    from testbed.node_secret import SERVER_SECRET
+    from testbed.privacy.secrecy import SERVER_HOLDS, SERVER_REPRODUCIBLE, privacy_guarantees
+
+    nodes = {str(n): {"epsilon_by_observer": {"server": 1.0, "public": 0.5}} for n in range(3)}
+    secret, mixed = dict.fromkeys(range(3), NODE_SECRET), {0: NODE_SECRET, 1: RUN_SEED, 2: RUN_SEED}
+
+    def said(randomness, server, observers=frozenset({"public"})) -> dict[str, str]:
+        return {g["observer"]: g["statement"] for g in privacy_guarantees(
+            "dp", nodes, randomness, 1e-5, "rdp", server_randomness=server, server_observers=observers)}
+
+    assert said(secret, SERVER_SECRET) == {"server": HOLDS, "public": SERVER_HOLDS}
+    assert said(secret, RUN_SEED) == {"server": HOLDS, "public": SERVER_REPRODUCIBLE}
+    assert said(dict.fromkeys(range(3), RUN_SEED), RUN_SEED) == {"server": REPRODUCIBLE, "public": REPRODUCIBLE}
+    assert said(dict.fromkeys(range(3), RUN_SEED), SERVER_SECRET)["public"] == REPRODUCIBLE
+    assert said(mixed, SERVER_SECRET)["public"] == f"{SERVER_HOLDS} for nodes 0; {REPRODUCIBLE} for nodes 1, 2"
+    assert said(secret, RUN_SEED, frozenset()) == {"server": HOLDS, "public": HOLDS}  # no server noise

@@ -72,9 +72,20 @@ def test_tensorboard_with_eval_every_leaves_unevaluated_rounds_out(small_config_
     assert [p.step for p in acc.Scalars("epsilon")] == [1, 2, 3, 4]
 
 
-def test_mlflow_holds_params_curves_status_and_the_run_directory(small_config_text, tmp_path, mlflow_store):
+def test_mlflow_holds_params_curves_status_and_the_run_directory(small_config_text, tmp_path, mlflow_store,
+                                                                 monkeypatch):
     from mlflow.tracking import MlflowClient
 
+    from testbed.node_secret import SERVER_KEY_FILE, load_or_make
+    from testbed.orchestration import runner
+
+    nodes_of = runner.build_nodes
+
+    def with_a_server_secret(config, algorithm, data, quiet, run_dir=None):
+        load_or_make(run_dir, SERVER_KEY_FILE)  # as an MQTT run's coordinator makes it once a node has a secret
+        return nodes_of(config, algorithm, data, quiet, run_dir)
+
+    monkeypatch.setattr(runner, "build_nodes", with_a_server_secret)
     result = run(small_config_text, tmp_path, mlflow=True, tensorboard=True)
     known = json.loads((result.run_dir / RUN_FILE).read_text())
     assert known["tracking_uri"] == mlflow_store
@@ -97,6 +108,7 @@ def test_mlflow_holds_params_curves_status_and_the_run_directory(small_config_te
     artifacts = {a.path for a in client.list_artifacts(known["run_id"])}
     assert {"summary.json", "ledger.csv", "metrics.csv", "config.toml", "tensorboard"} <= artifacts
     assert ".lock" not in artifacts
+    assert (result.run_dir / SERVER_KEY_FILE).exists() and SERVER_KEY_FILE not in artifacts  # the public's noise key
     stored = client.download_artifacts(known["run_id"], "ledger.csv", str(tmp_path / "back"))
     assert open(stored).read() == (result.run_dir / "ledger.csv").read_text()
 

@@ -17,6 +17,10 @@ An algorithm is pure steps on named arrays plus explicit random streams. One rou
    when fewer peers transmitted than planned). Over MQTT these reach each node with its next round.
    An algorithm whose server events are known ahead may say them, ``planned_server_events(state,
    ctx)`` (None when not): the tight accountant then computes the run's end while it runs.
+   The server's own privacy noise comes from :func:`server_stream` (keyed by the coordinator's
+   secret over MQTT when a node has one, else the run seed), and an algorithm that draws it says
+   against which observers' figures it counts, ``server_noise_observers`` (a frozenset; absent:
+   none), so the summary's statements name the server's randomness (testbed.privacy.secrecy).
 
 An optional ``setup`` phase runs once before round 1 (``has_setup``): nodes upload something once
 (their data size, a coded data set) through ``setup_step``, and ``server_setup`` folds it into the
@@ -44,11 +48,13 @@ from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence, runtime_chec
 
 import numpy as np
 
+from testbed.rng import GLOBAL, Purpose, stream
+
 if TYPE_CHECKING:
     from testbed.data.federated import Split
     from testbed.ledger.events import Event, NodeEvents
     from testbed.models import Model
-    from testbed.node_secret import Secrets
+    from testbed.node_secret import NodeSecret, Secrets
 
 #: Round index of the one-time setup phase in the ledger and on the wire.
 SETUP_ROUND = -1
@@ -237,6 +243,9 @@ class RoundContext:
         secrets: node → its secret (testbed.node_secret), which keys that node's private draws
             (noise, batches, scores: testbed.rng.PRIVATE_PURPOSES); only a board stepping itself
             holds one, the coordinator and sim never do (None: every draw from ``seed``).
+        server_secret: the coordinator's own secret, which keys the server's private draws
+            (:func:`server_stream`); over MQTT only, when a node has a secret of its own (None:
+            the run seed, what sim and an all-emulated run draw from, bit for bit).
     """
 
     round_index: int
@@ -247,6 +256,7 @@ class RoundContext:
     stragglers: tuple[int, ...] = ()
     sampled: tuple[int, ...] | None = None
     secrets: "Secrets | None" = field(default=None, compare=False, repr=False)
+    server_secret: "NodeSecret | None" = field(default=None, compare=False, repr=False)
 
     @classmethod
     def everyone(cls, round_index: int, seed: int, num_nodes: int) -> "RoundContext":
@@ -460,6 +470,14 @@ class McuTask:
     lr: float
     sigma: float
     n_classes: int
+
+
+def server_stream(ctx: RoundContext, purpose: Purpose) -> np.random.Generator:
+    """The server's stream of round ``ctx`` for ``purpose``: ``stream(seed, GLOBAL, r, purpose)``,
+    a private purpose keyed by ``ctx.server_secret`` when the coordinator holds one, so that the
+    public, which reads the seed in every round's experiment, cannot regenerate the server's noise
+    and subtract it from a broadcast."""
+    return stream(ctx.seed, GLOBAL, ctx.round_index, purpose, ctx.server_secret)
 
 
 def mcu_seed(node: int, ctx: RoundContext) -> int:

@@ -13,7 +13,9 @@ One round r (0-based; the paper's aggregation t = r + 1):
    clients that did not contribute (stragglers; with ``participation = "spread"``, clients not due)
    over the others in proportion, aggregates x = Σ p'_i x~_i (eq. 11), and adds N(0, σ_S² I) with
    σ_S of eq. (13) recomputed from p' (its zero branch included), drawn from
-   ``stream(seed, GLOBAL, r, NOISE)`` so sim and MQTT agree.
+   ``server_stream(ctx, NOISE)``: ``stream(seed, GLOBAL, r, NOISE)`` so sim and an emulated MQTT
+   run agree, keyed by the coordinator's secret when a node has one (the broadcast's public
+   figure rests on it: :attr:`Padpfl.server_noise_observers`).
 
 Ledger (per node and round): the upload, a :class:`GaussianEvent` of σ_C and sensitivity 2B (true of
 any two weight vectors clipped to B; ``sensitivity = "paper_eq7"``: 2B/m_i, eq. 7, true only under
@@ -56,7 +58,7 @@ from testbed.algorithms.base import (BaseAlgorithm, RoundCost, SizeSetup, gaussi
                                      standard_normals)
 from testbed.algorithms.batches import check_batches, uniform_batches
 from testbed.algorithms.bounds import gaussian_entry_bound, gaussian_norm_bound
-from testbed.algorithms.contract import NodeResult, RoundContext, ServerResult, State, TensorSpec
+from testbed.algorithms.contract import NodeResult, RoundContext, ServerResult, State, TensorSpec, server_stream
 from testbed.algorithms.impact import (ImpactSchedule, cap_shares, check_weights, link_quality_weights,
                                       parse_ratios, ratio_weights, redistribute, spread_uploads)
 from testbed.algorithms.registry import BuildContext, Registration, RobustChoice
@@ -66,7 +68,7 @@ from testbed.ledger.events import Event, GaussianEvent
 from testbed.models import Model
 from testbed.privacy import padpfl as dp
 from testbed.privacy import canaries, zcdp
-from testbed.rng import GLOBAL, Purpose, stream
+from testbed.rng import Purpose
 from testbed.sections import NonNegative, OnlyWith, Positive, Section
 from testbed.util.parallel import split_work
 
@@ -653,8 +655,16 @@ class Padpfl(SizeSetup, BaseAlgorithm):
         model = self.aggregation.combine(result.tensors["update"][rows], p[heard], state["model"],
                                          bucket_stream(ctx.seed, ctx.round_index))  # eq. (11): Σ p'_i x~_i
         if self.private:
-            model += self.server_sigma(p) * stream(ctx.seed, GLOBAL, ctx.round_index, Purpose.NOISE).standard_normal(model.shape[0])
+            model += self.server_sigma(p) * server_stream(ctx, Purpose.NOISE).standard_normal(model.shape[0])
         return ServerResult({"model": model, **history}, self._broadcast_events(p, ctx.round_index))
+
+    @property
+    def server_noise_observers(self) -> frozenset[str]:
+        """The observers whose figure rests on the server's noise σ_S: the public's, of eq. (11)'s
+        mean broadcast (a robust rule's is charged the uploads' own noise alone; DP-SGD's none)."""
+        if not self.private or self.dp_sgd or not self.aggregation.is_mean:
+            return frozenset()
+        return frozenset({"public"})
 
     def _broadcast_events(self, p: np.ndarray, round_index: int) -> list[Event]:
         """The broadcast's public Gaussian release, charged to each node with p'_i > 0: of the

@@ -120,7 +120,11 @@ STATEMENT = PrivacyStatement(
                  "local_step = \"dp_sgd\": every per-sample gradient clipped to C (sample_clip), so 2C/X per step; "
                  "the upload and the broadcast are post-processing of the noised steps",
                  "impact = \"quality_score\": each score has sensitivity 1/m_i (an accuracy over m_i rows of a model "
-                 "this round's data did not make), charged to the server's observer"),
+                 "this round's data did not make), charged to the server's observer",
+                 "the public's figure rests on the server's noise σ_S too: over MQTT with a node that has a secret, "
+                 "drawn from the coordinator's own secret (server-secret.key in the run directory, mode 0600, which "
+                 "the public must not get); in sim and emulated runs from the run seed, derivable by anyone holding "
+                 "it (summary.json's public entry says `server_randomness`)"),
     delta=DELTA,
     not_protected=("impact = \"data_size\": the training-set sizes, uploaded exactly once (metadata)",
                    "impact = \"reliability\" or \"link_quality\": whether a node answered, where it is",
@@ -132,5 +136,6 @@ STATEMENT = PrivacyStatement(
               "tests/test_sound_sensitivities.py::test_dp_sgd_learns_above_the_majority_share_at_a_sound_epsilon",
               "tests/test_padpfl.py::test_a_run_reports_both_observers_the_papers_accounting_and_the_resolved_min_samples",
               "tests/test_padpfl.py::test_quality_score_is_clipped_noised_charged_and_turned_into_a_softmax",
+              "tests/test_node_secret.py::test_the_public_cannot_regenerate_the_servers_noise_once_a_node_has_a_secret",
               "tests/test_privacy_audit.py::test_audit_of_padpfl_refutes_the_papers_sensitivity_for_sgd",
               "Talaei and Izadi, eqs. (6)-(8), (13) (adaptive-dp.md §2); Abadi et al. 2016 (DP-SGD)"))

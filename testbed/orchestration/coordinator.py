@@ -71,7 +71,7 @@ from testbed.mqtt import acl
 from testbed.mqtt.broker import parse_broker_url
 from testbed.mqtt.brokers import registry as brokers
 from testbed.mqtt.client import Inbound, MqttClient
-from testbed.node_secret import RUN_SEED
+from testbed.node_secret import NODE_SECRET, RUN_SEED, SERVER_SECRET, NodeSecret
 from testbed.orchestration import charging
 from testbed.orchestration.channel_emulator import ChannelEmulator
 from testbed.orchestration.links import LinkRounds, Links
@@ -112,11 +112,17 @@ class MqttNodes:
         quiet: no broker/host chatter on stderr.
         links: the ``[links]`` section: each emulated host behind a link of its own
             (testbed.orchestration.links), timed each round (:class:`LinkRounds`).
+        server_secret: gives the coordinator's secret (the run directory's, testbed.node_secret.
+            SERVER_KEY_FILE), asked once the prepare is over if a node's ready said it has a
+            secret of its own: the server's private draws (RoundContext.server_secret) are then
+            keyed by it for the session. None, or no node with a secret: the run seed's, as in sim.
     """
 
     def __init__(self, mqtt: MqttSection, nodes: NodesSection, config_toml: str, node_ids: Sequence[int],
-                 algorithm: Algorithm, *, seed: int, quiet: bool = False, links: LinksSection | None = None):
+                 algorithm: Algorithm, *, seed: int, quiet: bool = False, links: LinksSection | None = None,
+                 server_secret: Callable[[], NodeSecret] | None = None):
         self._init_bookkeeping(mqtt, nodes, config_toml, node_ids, algorithm, seed)
+        self._make_server_secret = server_secret
         m = mqtt
         # Read first: a credentials file refused after the broker started would leave it running.
         username, password = _credentials(m.credentials, "coordinator")
@@ -193,6 +199,8 @@ class MqttNodes:
         self._on_ask: set[tuple[int, int]] = set()
         self._reports: dict[int, protocol.LedgerReport] = {}  # node -> its own ledger (as it left, at the stop)
         self._randomness: dict[int, str] = {}  # node -> what keys its private draws, as its readys said
+        self._make_server_secret: Callable[[], NodeSecret] | None = None
+        self._server_secret: NodeSecret | None = None  # keys the server's private draws (see _prepare)
         self._stopping = False  # the stop is (about to be) sent: a report from now on answers it
         self._stop_answers: set[int] = set()  # the nodes that reported since
         self._sent: dict[int, dict[str, np.ndarray]] = {}  # this round's downlink rows, by node
@@ -363,6 +371,7 @@ class MqttNodes:
         finally:
             with self._lock:
                 self._preparing = False
+        self._key_server_noise()
         not_ready = sorted(set(live) - self._ready)
         if not_ready:
             log.warning("%d of %d node(s) not ready within %g s (mqtt.setup_wait_s): %s; asked all the same, "
@@ -370,6 +379,22 @@ class MqttNodes:
                         self.mqtt.setup_wait_s, _ids(not_ready))
         else:
             log.info("%d node(s) ready in %.1f s", len(live), time.monotonic() - started)
+
+    def _key_server_noise(self) -> None:
+        """Once the prepare is over: the server's noise keyed by the coordinator's secret for the
+        session if a node said it has a secret (the public reads the seed in every round's
+        experiment, and would subtract run-seed noise from a broadcast); else the run seed's, so
+        an all-emulated run is sim's bit for bit."""
+        with self._lock:  # the network thread notes readys
+            secret_nodes = NODE_SECRET in self._randomness.values()
+        if self._make_server_secret is not None and secret_nodes:
+            self._server_secret = self._make_server_secret()
+            log.info("the server's noise is keyed by its own secret: a node has a secret")
+
+    @property
+    def server_randomness(self) -> str:
+        """What keys the server's private draws: SERVER_SECRET or RUN_SEED."""
+        return RUN_SEED if self._server_secret is None else SERVER_SECRET
 
     def setup(self, state: State, asking: Callable[[RoundContext], None] | None = None) -> RoundOutcome:
         """The algorithm's one-time setup on every online node; ``asking(ctx)`` before it is sent."""
@@ -379,7 +404,7 @@ class MqttNodes:
         if not expected:
             raise UserError(f"broker {self.url} unreachable during the setup phase; once it is back, "
                             f"`testbed run --resume RUN_DIR` starts the run again")
-        ctx = RoundContext(SETUP_ROUND, self.seed, len(self.node_ids), expected)
+        ctx = RoundContext(SETUP_ROUND, self.seed, len(self.node_ids), expected, server_secret=self._server_secret)
         self._remember(ctx)
         if asking is not None:
             asking(ctx)
@@ -401,7 +426,8 @@ class MqttNodes:
         if sampled is not None:
             chosen = set(sampled)
             expected = tuple(n for n in expected if n in chosen)
-        ctx = RoundContext(round_index, self.seed, len(self.node_ids), expected, sampled=sampled)
+        ctx = RoundContext(round_index, self.seed, len(self.node_ids), expected, sampled=sampled,
+                           server_secret=self._server_secret)
         self._remember(ctx)
         if self._link_rounds is not None:
             self._link_rounds.start()
@@ -938,7 +964,8 @@ class MqttNodes:
             self._mark_released(charged)
         return Closing(charged, {node: report.totals for node, report in reports.items()},
                        {node: frozenset(report.round_indices()) for node, report in reports.items()},
-                       self.session, self.broker, randomness=dict(self._randomness))
+                       self.session, self.broker, randomness=dict(self._randomness),
+                       server_randomness=self.server_randomness)
 
 
 @dataclasses.dataclass

@@ -15,6 +15,7 @@ from typing import Callable, Protocol
 from testbed.algorithms.contract import NodeResult, RoundContext, State
 from testbed.ledger.events import Event, EventBatch
 from testbed.ledger.node import Totals
+from testbed.node_secret import RUN_SEED
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,8 @@ class Closing:
             testbed.orchestration.links.LinkRounds.summary); None without links.
         randomness: node → the randomness its ready said keys its private draws
             (testbed.node_secret.RANDOMNESS); None in sim (every node's is the run seed).
+        server_randomness: what keyed the server's private draws: "server_secret" (the
+            coordinator's, over MQTT with a node that has a secret) or "run_seed" (sim, emulated).
     """
 
     charged: dict[tuple[int, int], list[Event]] = field(default_factory=dict)
@@ -73,6 +76,7 @@ class Closing:
     broker: dict[str, str] | None = None
     links: list[dict] | None = None
     randomness: dict[int, str] | None = None
+    server_randomness: str = RUN_SEED
 
 
 class Nodes(Protocol):

@@ -16,6 +16,7 @@ answers each round with a :class:`~testbed.orchestration.nodes_api.RoundOutcome`
 from __future__ import annotations
 
 import dataclasses
+import functools
 import gc
 import logging
 import math
@@ -45,6 +46,7 @@ from testbed.ledger.files import LedgerWriter
 from testbed.ledger.node import Totals
 from testbed.models import Model
 from testbed.mqtt.brokers import registry as brokers
+from testbed.node_secret import RUN_SEED, SERVER_KEY_FILE, load_or_make
 from testbed.orchestration import charging
 from testbed.orchestration.nodes_api import Closing, Nodes, RoundOutcome
 from testbed.privacy.accountants import epsilon_by_observer
@@ -184,6 +186,7 @@ class Run:
     reported_rounds: dict[int, frozenset[int]] = field(default_factory=dict)  # node → rounds its report logged
     # node → the randomness its ready said keys its private draws (None: sim, all the run seed).
     randomness: dict[int, str] | None = None
+    server_randomness: str = RUN_SEED  # what keyed the server's private draws (Closing.server_randomness)
     session: str | None = None  # the coordinator's session (over MQTT): the nodes' ledgers are kept under it
     broker: dict[str, str] | None = None  # the broker's kind and URL (over MQTT)
     links: list[dict] | None = None  # each emulated host's link, timed round by round (links.netns)
@@ -304,13 +307,18 @@ def algorithm_state_spec(algorithm: Algorithm) -> dict:
     return {name: (spec.shape, np.dtype(spec.dtype)) for name, spec in algorithm.state_spec().items()}
 
 
-def build_nodes(config: Config, algorithm: Algorithm, data: FederatedData | LazyFederatedData, quiet: bool) -> Nodes:
-    """Stage 4: the run's nodes, however they are reached."""
+def build_nodes(config: Config, algorithm: Algorithm, data: FederatedData | LazyFederatedData, quiet: bool,
+                run_dir: Path | None = None) -> Nodes:
+    """Stage 4: the run's nodes, however they are reached. Over MQTT, the coordinator's secret for
+    the server's noise is ``run_dir``'s (made there, mode 0600, if a node has a secret): kept across
+    a resume, so a round run again broadcasts the same noise, charged once."""
     if config.run.mode == "mqtt":
         from testbed.orchestration.coordinator import MqttNodes
 
         return MqttNodes(config.mqtt, config.nodes, to_toml(config), list(data.node_ids), algorithm,
-                         seed=config.run.seed, quiet=quiet, links=config.links)
+                         seed=config.run.seed, quiet=quiet, links=config.links,
+                         server_secret=None if run_dir is None else functools.partial(load_or_make, run_dir,
+                                                                                       SERVER_KEY_FILE))
     from testbed.orchestration.sim_nodes import SimNodes
 
     return SimNodes(algorithm, data, config.run.seed, config.nodes.profile, mcu_nodes=config.nodes.mcu,
@@ -379,7 +387,7 @@ def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = Fa
         gc.freeze()
         # Not announced by a timer: the emulated hosts are forked here, with no other thread alive.
         with startup.stage(f"starting the nodes ({config.run.mode})", announce=False):
-            nodes = build_nodes(config, algorithm, data, quiet)
+            nodes = build_nodes(config, algorithm, data, quiet, directory.path)
         nodes.earlier_sessions = tuple(run.sessions)  # a node reports its spend in them too
         run.sessions.append(nodes.session)
         run.tracking = Tracking.start(config, directory.path)  # its thread after the hosts' forks
@@ -640,7 +648,7 @@ def _charge_closing(run: Run, closing: Closing, nodes: Nodes) -> None:
     checkpoint again so that it covers them; the nodes' reports kept for the summary."""
     run.node_reports, run.session, run.broker = closing.reports, closing.session, closing.broker
     run.reported_rounds, run.links = closing.reported_rounds, closing.links
-    run.randomness = closing.randomness
+    run.randomness, run.server_randomness = closing.randomness, closing.server_randomness
     fresh = [event for (node, round_index), events in sorted(closing.charged.items())
              if not run.book.logged([node], round_index)[0] for event in events]
     fresh += charging.charge_at_end(run, nodes, fresh)
@@ -729,7 +737,7 @@ def finish(run: Run, tight_job: BackgroundEpsilons | None, figures_job: "Backgro
             summary["privacy_guarantees"] = privacy_guarantees(
                 run.guarantee, summary["nodes"], node_randomness(map(int, summary["nodes"]), run.randomness),
                 run.budgets.delta, run.budgets.accountant, run.config.privacy.tight_accountant,
-                resumed=len(run.sessions) > 1)
+                resumed=len(run.sessions) > 1, **_server_noise(run))
         run.directory.write_summary(summary)
     if figures_job is not None:
         figures_job.draw("epsilon", run.directory.path)
@@ -843,6 +851,12 @@ def privacy_headline(guarantee: str, nodes: dict[str, dict[str, Any]], delta: fl
             "mi_epsilon_headline": mi, "headline": headline}
 
 
+def _server_noise(run: Run) -> dict[str, Any]:
+    """privacy_guarantees' view of the server's noise: what keyed it, whose figures rest on it."""
+    return {"server_randomness": run.server_randomness,
+            "server_observers": frozenset(getattr(run.algorithm, "server_noise_observers", frozenset()))}
+
+
 def _summary(run: Run) -> dict[str, Any]:
     config, budgets = run.config, run.budgets
     book = run.book
@@ -897,7 +911,7 @@ def _summary(run: Run) -> dict[str, Any]:
                     **privacy_headline(run.guarantee, nodes, budgets.delta, budgets.accountant)},
         # Against whom each figure holds: per observer, whether its noise is secret from it.
         "privacy_guarantees": privacy_guarantees(run.guarantee, nodes, randomness, budgets.delta, budgets.accountant,
-                                                 resumed=len(run.sessions) > 1),
+                                                 resumed=len(run.sessions) > 1, **_server_noise(run)),
         "costs": {"source": _cost_source(run.cost_sources), "profile": config.nodes.profile},
         "stragglers": {"model": config.stragglers.model,
                        "rounds_straggled": int(book.column("rounds_straggled").sum())},

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 from urllib.parse import unquote, urlparse
 
 from testbed.errors import UserError
+from testbed.node_secret import SERVER_KEY_FILE
 from testbed.reports import headline
 from testbed.reports.tracking import RoundRecord
 from testbed.util import jsontext
@@ -174,7 +175,9 @@ class MlflowTracker:
             if value is not None:
                 client.set_tag(run_id, key, str(value))
         for path in sorted(self._run_dir.iterdir()):
-            if path.name.startswith("."):  # the directory's lock
+            # The directory's lock; and the server's secret (testbed.node_secret.SERVER_KEY_FILE),
+            # which keys the noise of the broadcasts a store's readers may have heard.
+            if path.name.startswith(".") or path.name == SERVER_KEY_FILE:
                 continue
             if path.is_dir():
                 client.log_artifacts(run_id, str(path), artifact_path=path.name)
