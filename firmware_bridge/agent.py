@@ -206,7 +206,7 @@ class BridgeAgent(NodeAgent):
             return
         measured = self.costs.measurement(  # type: ignore[attr-defined]
             steps=given.tau, cycles=cycles, counter_hz=counter_hz, kind=kind)
-        self._log(ledger, writer, round_index, self.costs.charge(given.planned, measured))
+        self._log(ledger, writer, self.costs.charge(given.planned, measured))
         log.warning("node %d: round %d ran on the board but its update is not used: charged, not sent",
                     self.node, round_index)
 

@@ -172,6 +172,18 @@ class _Admitted:
 
 
 @dataclass(frozen=True)
+class _Released:
+    """The replies a node sent for the last round (or setup) it released in a session, by the kind
+    of message they answered (a round or setup; an over-the-air round's received signal): what a
+    second ask of that round gets again, byte for byte, instead of a second computation."""
+
+    run: str
+    session: str | None
+    round_index: int
+    replies: dict[str, protocol.Reply]
+
+
+@dataclass(frozen=True)
 class _Transmitted:
     """An over-the-air round between the node's signal and what it receives."""
 
@@ -215,6 +227,7 @@ class NodeAgent:
         self._ledgers: dict[str, tuple[NodeLedger, LedgerWriter | None]] = {}
         self._session: tuple[str, str] | None = None  # (run, session) of the ledger it keeps now
         self._transmitted: _Transmitted | None = None
+        self._released: _Released | None = None
 
     def handle(self, msg: wire.Message) -> protocol.Reply | None:
         """The reply to a message: to a round, an update or a refusal for the coordinator (or the
@@ -279,11 +292,13 @@ class NodeAgent:
         self._take_charges(charges, ledger, writer)
         if ctx is None:
             return None
+        if ledger.has_round(r):  # released already in this session: never computed twice
+            return self._again(msg, session, r)
         if setup:
             return _Admitted(msg, session, exp, ledger, writer, ctx)
         if exp.over_the_air:
             alg.use_channel(msg.tensors, r)  # type: ignore[attr-defined]
-        exceeded = None if ledger.has_round(r) or not exp.budgets.any else \
+        exceeded = None if not exp.budgets.any else \
             exp.budgets.would_exceed(ledger, alg.planned_events(self.node, ctx))
         if exceeded is not None:
             log.info("node %d refuses round %d: %s", self.node, r, exceeded)
@@ -291,26 +306,53 @@ class NodeAgent:
                 msg.run, session, r, self.node, exceeded.budget, exceeded.would_be, exceeded.limit))
         return _Admitted(msg, session, exp, ledger, writer, ctx)
 
+    def _again(self, msg: wire.Message, session: str | None, round_index: int) -> protocol.Reply | None:
+        """The answer to a second ask of a round (or setup) this node released in this session (a
+        duplicate, a replay, a forgery, a coordinator asking again): the reply it sent, the same
+        bytes, if it was the last round it released in this process; else nothing. Never a second
+        computation: its noise is drawn from the round's stream, and two releases sharing one draw
+        would give away their difference unnoised (issue 39)."""
+        kept = self._released
+        if kept is not None and (kept.run, kept.session, kept.round_index) == (msg.run, session, round_index):
+            reply = kept.replies.get(msg.kind)
+            if reply is not None:
+                log.info("node %d: round %d asked again: its reply sent again, not recomputed", self.node, round_index)
+                return reply
+        log.warning("node %d: round %d asked again, released already in this session: not answered", self.node,
+                    round_index)
+        return None
+
+    def _keep(self, msg: wire.Message, session: str | None, round_index: int, reply: protocol.Reply) -> protocol.Reply:
+        """``reply`` to ``msg`` (of round ``round_index``), kept for a second ask of it (:meth:`_again`)."""
+        kept = self._released
+        if kept is None or (kept.run, kept.session, kept.round_index) != (msg.run, session, round_index):
+            kept = self._released = _Released(msg.run, session, round_index, {})
+        kept.replies[msg.kind] = reply
+        return reply
+
     def _answer(self, admitted: _Admitted, out: NodeResult, compute: Measurement) -> protocol.Reply:
         """The reply to an admitted round from the step's output (this node's row of ``out``),
         its events charged with ``compute`` and logged before anything is sent."""
         msg, session, r = admitted.msg, admitted.session, admitted.ctx.round_index
         i = out.node_ids.index(self.node)
-        events = self._log(admitted.ledger, admitted.writer, r, self.costs.charge(out.events[i], compute))
+        events = self._log(admitted.ledger, admitted.writer, self.costs.charge(out.events[i], compute))
         metrics = {name: float(value[i]) for name, value in out.metrics.items()}
         if admitted.experiment.over_the_air:
             carry = {name: value[i:i + 1] for name, value in out.carry.items()}
             self._transmitted = _Transmitted(msg.run, session, admitted.ctx, admitted.experiment, carry, events,
                                              metrics)
-            return protocol.Reply(protocol.CHANNEL, protocol.signal(msg.run, session, r, self.node,
-                                                                    out.tensors["signal"][i]))
+            return self._keep(msg, session, r, protocol.Reply(protocol.CHANNEL, protocol.signal(
+                msg.run, session, r, self.node, out.tensors["signal"][i])))
         kind = protocol.SETUP_UPDATE if msg.kind == protocol.SETUP else protocol.UPDATE
-        return protocol.Reply(protocol.COORDINATOR, protocol.update(msg.run, session, r, self.node, out.rows(self.node),
-                                                                    events, metrics, kind=kind))
+        return self._keep(msg, session, r, protocol.Reply(protocol.COORDINATOR, protocol.update(
+            msg.run, session, r, self.node, out.rows(self.node), events, metrics, kind=kind)))
 
-    def _received(self, msg: wire.Message) -> protocol.Reply:
+    def _received(self, msg: wire.Message) -> protocol.Reply | None:
         sent = self._transmitted
         session = protocol.session_of(msg)
+        kept = self._released
+        if sent is None and kept is not None and (kept.run, kept.session, kept.round_index) == (msg.run, session, msg.round):
+            return self._again(msg, session, msg.round)  # its update went out already: the same bytes
         if sent is None or (sent.run, sent.session, sent.ctx.round_index) != (msg.run, session, msg.round):
             raise wire.WireError("wrong_round", f"received signal of round {msg.round} while waiting for "
                                                 f"{'nothing' if sent is None else f'round {sent.ctx.round_index}'}")
@@ -330,8 +372,8 @@ class NodeAgent:
         except ValueError as exc:  # e.g. fewer senders than an exchange needs
             raise wire.WireError("bad_header", f"received signal: {exc}") from None
         self._transmitted = None
-        return protocol.Reply(protocol.COORDINATOR, protocol.update(msg.run, sent.session, msg.round, self.node,
-                                                                    out.rows(self.node), sent.events, sent.metrics))
+        return self._keep(msg, session, msg.round, protocol.Reply(protocol.COORDINATOR, protocol.update(
+            msg.run, sent.session, msg.round, self.node, out.rows(self.node), sent.events, sent.metrics)))
 
     def _report(self, msg: wire.Message) -> protocol.Reply:
         """The answer to a stop: this node's own ledger of the session, for the coordinator to charge
@@ -379,13 +421,14 @@ class NodeAgent:
                 log.warning("node %d: its ledger %s is unreadable (%s); reported without it", self.node, path.name, exc)
         return merge_sessions(self.node, sessions).totals if sessions else ledger.totals
 
-    def _log(self, ledger: NodeLedger, writer: LedgerWriter | None, round_index: int, events: list[Event]) -> list[Event]:
-        """Log the step's events before anything is sent: a node killed in between over-counts,
-        never under-counts; a re-run round (a restart) releases the same values, charged once."""
-        if not ledger.has_round(round_index):
-            ledger.extend(events)
-            if writer is not None:
-                writer.write(events)
+    def _log(self, ledger: NodeLedger, writer: LedgerWriter | None, events: list[Event]) -> list[Event]:
+        """Log the step's events before anything is sent, on disk (fsynced) when the node keeps a
+        state directory: a node killed (or losing power) in between over-counts, never under-counts.
+        A round is stepped once per session (:meth:`_admit`'s gate), so it is logged once."""
+        ledger.extend(events)
+        if writer is not None:
+            writer.write(events)
+            writer.mark()  # fsync: the write-ahead record outlives a power cut, not only a kill
         return events
 
     def _take_charges(self, charges: list[Event], ledger: NodeLedger, writer: LedgerWriter | None) -> None:
@@ -465,6 +508,10 @@ def step_nodes(agents: Sequence[NodeAgent], msgs: Sequence[wire.Message]) -> lis
     """
     outcomes: list[protocol.Reply | None | Exception] = [None] * len(msgs)
     groups: dict[tuple, list[tuple[int, NodeAgent, _Admitted]]] = {}
+    # A node's second copy of a round in one batch (a duplicate the host gathered with the first) is
+    # admitted before the first is logged: it gets the first one's reply, never a step of its own.
+    first: dict[tuple, int] = {}
+    copies: dict[int, int] = {}
     for i, (agent, msg) in enumerate(zip(agents, msgs)):
         try:
             admitted = agent._admit(msg)
@@ -474,6 +521,11 @@ def step_nodes(agents: Sequence[NodeAgent], msgs: Sequence[wire.Message]) -> lis
         if not isinstance(admitted, _Admitted):
             outcomes[i] = admitted
             continue
+        once = (id(agent), admitted.msg.run, admitted.session, admitted.ctx.round_index)
+        if once in first:
+            copies[i] = first[once]
+            continue
+        first[once] = i
         exp, ctx = admitted.experiment, admitted.ctx
         paced = isinstance(agent.costs, NodeCosts) and agent.costs.pacer.enabled
         alone = exp.over_the_air or not kind_of(exp.config.model.kind).stacks_exactly or paced \
@@ -488,6 +540,8 @@ def step_nodes(agents: Sequence[NodeAgent], msgs: Sequence[wire.Message]) -> lis
             replies = [exc] * len(group)
         for (i, _, _), reply in zip(group, replies):
             outcomes[i] = reply
+    for i, j in copies.items():
+        outcomes[i] = outcomes[j] if isinstance(outcomes[j], protocol.Reply) else None
     return outcomes
 
 

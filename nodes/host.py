@@ -150,6 +150,7 @@ def serve(broker_url: str, run: str, node_ids: Sequence[int], *, data_path: str 
           coordinator_grace_s: float = 30.0, connect_timeout_s: float = 30.0,
           max_chunk_bytes: int = 256 * 1024, credentials: dict[str, str] | None = None,
           tls_ca: str | None = None, crash_at_round: int | None = None, crash_after_reply: bool = False,
+          crash_after_log: bool = False,
           agent_factory: Callable[[int], NodeProtocol] | None = None, session: str | None = None,
           coordinator_pid: int | None = None, broadcast: str = "auto", states: StateLines | None = None,
           secret: NodeSecret | None = None, keys: auth.Keys | None = None) -> int:
@@ -164,7 +165,8 @@ def serve(broker_url: str, run: str, node_ids: Sequence[int], *, data_path: str 
     `testbed acl`) log each node in under its own name, which the broker's ACL checks.
     ``crash_at_round`` emulates a board that loses power mid-round: the process exits at once,
     without a reply or a clean disconnect, when that round arrives (with ``crash_after_reply``: just
-    after its first reply of that round went out, e.g. its transmit signal). ``agent_factory`` builds the
+    after its first reply of that round went out, e.g. its transmit signal; with ``crash_after_log``:
+    after its step logged the release, before the reply is sent). ``agent_factory`` builds the
     node for an id (default: a :class:`NodeAgent` with ``data_path``, ``state_dir`` and ``costs``);
     another kind of board (a bridged microcontroller) plugs in here. ``secret``: the board's
     (testbed.node_secret), which keys its nodes' private draws; None: the run's seed does.
@@ -239,7 +241,8 @@ def serve(broker_url: str, run: str, node_ids: Sequence[int], *, data_path: str 
         if states is not None:
             states.connected(broker_url, time.monotonic() - started)
             states.waiting(run)
-        crash = None if crash_at_round is None else (crash_at_round, crash_after_reply)
+        crash = None if crash_at_round is None else \
+            (crash_at_round, "after_reply" if crash_after_reply else "after_log" if crash_after_log else "arrival")
         if coordinator_pid is not None:
             coordinator_grace_s = math.inf
         members = None if group is None else (lambda: [name for name, c in clients.items() if c.connected])
@@ -311,7 +314,7 @@ def _allow_open_files(count: int) -> None:
 
 
 def _loop(inbox: queue.Queue[Inbound], agents: dict[str, NodeProtocol], clients: dict[str, MqttClient],
-          run: str, grace_s: float, crash: tuple[int, bool] | None, fence: SessionFence | None = None,
+          run: str, grace_s: float, crash: tuple[int, str] | None, fence: SessionFence | None = None,
           watch: CoordinatorWatch | None = None, broadcast_members: Callable[[], list[str]] | None = None,
           network: NetworkLoop | None = None, rounds: RoundFence | None = None,
           states: StateLines | None = None) -> int:
@@ -379,13 +382,16 @@ def _loop(inbox: queue.Queue[Inbound], agents: dict[str, NodeProtocol], clients:
                         continue
                     answered += _answer_steps(stepped, agents, clients, run, states)
                     stepped = []
-                    if crash_now and not crash[1]:
+                    if crash_now and crash[1] == "arrival":
                         log.warning("node %s: emulated crash at round %d", name, msg.round)
                         os._exit(1)
                     try:
                         outcome = agents[name].handle(msg)
                     except Exception as exc:  # noqa: BLE001  logged by _send as that node's failure
                         outcome = exc
+                    if crash_now and crash[1] == "after_log":  # its release logged (on disk), never sent
+                        log.warning("node %s: emulated crash after logging round %d", name, msg.round)
+                        os._exit(1)
                     answered += _send(name, msg, outcome, clients, run, crash_now, states)
                 answered += _answer_steps(stepped, agents, clients, run, states)
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (_signals_interrupt): the nodes leave, reporting first

@@ -180,9 +180,13 @@ def test_frozen_node_publishes_late_and_is_charged(mosquitto_broker, tmp_path, c
     own = list(read_ledger(own_files[0]))
     # Frozen mid-step, node 3 publishes its round late: charged (released is spent). Frozen before
     # the round reached it, it comes back to that round and a newer one and runs only the newer
-    # (invariant 6: nothing run, released or charged for a closed round).
-    assert charged_rounds == {e.round for e in own if e.kind == "privacy"}
-    assert late or charged_rounds < set(range(8)), caplog.text
+    # (invariant 6: nothing run or released for a closed round), and that round, asked, is charged
+    # on ask all the same (issue 39: over-counted, never under).
+    own_rounds = {e.round for e in own if e.kind == "privacy"}
+    assert charged_rounds == set(range(8)) and own_rounds <= charged_rounds
+    assert late or own_rounds < charged_rounds, caplog.text
+    assert result.summary["nodes"]["3"]["source"] == ("confirmed by node" if own_rounds == charged_rounds
+                                                      else "charged on ask")
     accountant, delta = result.summary["budgets"]["accountant"], result.summary["budgets"]["delta"]
     own_eps, own_cost = _spent(own, accountant, delta)
     run_eps, run_cost = _spent(events, accountant, delta)

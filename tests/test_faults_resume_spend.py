@@ -68,7 +68,8 @@ class ScriptedNodes(RefusingNodes):
 
         outcome = super().round(state, round_index, excluded | late, sampled, meanwhile,
                                 asking_all if asking is not None else None)
-        return dataclasses.replace(outcome, straggled={**outcome.straggled, **dict.fromkeys(late, "deadline")})
+        asked = dataclasses.replace(outcome.ctx, expected=tuple(sorted({*outcome.ctx.expected, *late})))
+        return dataclasses.replace(outcome, ctx=asked, straggled={**outcome.straggled, **dict.fromkeys(late, "deadline")})
 
 
 def _scripted(monkeypatch, **script):
@@ -98,6 +99,8 @@ def full(tmp_path_factory) -> Path:
 @pytest.mark.parametrize("timing", KILLED_AT)
 def test_a_late_reply_to_a_round_before_the_mark_lost_by_the_kill_is_charged_the_plan(full, tmp_path, monkeypatch,
                                                                                       timing):
+    """Charged before asked: the straggler's round is charged its plan when it closes, before the
+    kill; the resume charges it no second time."""
     killed_at = KILLED_AT[timing]
     straggled_round = killed_at - 2  # the last round before the mark
     d = tmp_path / "run"
@@ -105,15 +108,15 @@ def test_a_late_reply_to_a_round_before_the_mark_lost_by_the_kill_is_charged_the
         _scripted(mp, deadline=(STRAGGLER, straggled_round))
         run_killed(load_config_text(CONFIG), d, killed_at)
     assert read_checkpoint(d).rounds_done == killed_at - 1
-    assert _rows_of(d, STRAGGLER, straggled_round) == Counter({("straggle", "deadline"): 1})
+    # The plan, once, beside the round's deadline row: as if its reply had come.
+    as_asked = Counter({("straggle", "deadline"): 1, ("compute", None): 1, ("communication", None): 1,
+                        ("privacy", None): 1})
+    assert _rows_of(d, STRAGGLER, straggled_round) == as_asked
 
     summary = _resume(d)
 
     assert summary["status"] == "completed"
-    # The plan, once, beside the round's deadline row: as if its reply had come.
-    assert _rows_of(d, STRAGGLER, straggled_round) == Counter({
-        ("straggle", "deadline"): 1,
-        ("compute", None): 1, ("communication", None): 1, ("privacy", None): 1})
+    assert _rows_of(d, STRAGGLER, straggled_round) == as_asked
     assert summary["nodes"][str(STRAGGLER)]["epsilon"] == pytest.approx(
         read_summary(full)["nodes"][str(STRAGGLER)]["epsilon"])
     assert not under_counted(d, ledger_rows(full))

@@ -204,14 +204,20 @@ def _decoded(header: dict, tensors: dict[str, np.ndarray]) -> wire.Message | Non
 
 
 class _Node:
-    """One agent per algorithm, reused across examples (building an experiment takes a while);
-    each example starts with an honest round of the session so the ledger holds something."""
+    """One agent per example (a node computes a round once per session, so an agent that released
+    the honest round in an earlier example would not step it again), whose experiment is built
+    once per algorithm (that takes a while); each example starts with an honest round of the
+    session so the ledger holds something."""
 
     def __init__(self):
-        self.agents: dict[str, NodeAgent] = {}
+        self.experiments: dict[str, dict] = {}
 
     def prepared(self, algorithm: str, base: str) -> NodeAgent:
-        agent = self.agents.setdefault(algorithm, NodeAgent(NODE))
+        agent = NodeAgent(NODE)
+        if algorithm not in self.experiments:
+            agent._experiment(_toml(algorithm))
+            self.experiments[algorithm] = agent._experiments
+        agent._experiments = dict(self.experiments[algorithm])
         if base.endswith("-setup"):
             return agent
         honest = wire.decode(protocol.round_(RUN, SESSION, ROUND, _toml(algorithm), EXPECTED, _downlink(algorithm),

@@ -39,9 +39,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                            "but its epsilon then holds against nobody who holds the seed (the coordinator)")
     # Internal (the fault tests' and the coordinator's), accepted but left out of --help:
     # --crash-at-round R exits abruptly (no reply, no disconnect) when round R arrives;
-    # --crash-after-reply exits just after the round's first reply instead (e.g. a transmit signal).
+    # --crash-after-reply exits just after the round's first reply instead (e.g. a transmit signal);
+    # --crash-after-log exits after the step logged its release, before the reply is sent.
     node.add_argument("--crash-at-round", type=Number(int, ge=0), metavar="R", help=argparse.SUPPRESS)
     node.add_argument("--crash-after-reply", action="store_true", help=argparse.SUPPRESS)
+    node.add_argument("--crash-after-log", action="store_true", help=argparse.SUPPRESS)
     node.add_argument("--quiet", action="store_true",
                       help="no state lines (connecting, connected, waiting for a run, joined run R, round k done, "
                            "run ended, reconnecting), which go to standard output by default")
@@ -68,7 +70,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                             "coordinator started is always quiet (the coordinator reports)")
     _common(nodes)
     nodes.set_defaults(handler=_nodes, meter="model", state_dir=None, crash_at_round=None, crash_after_reply=False,
-                       config=None, node_id=None,
+                       crash_after_log=False, config=None, node_id=None,
                        reproducible=True)  # emulated boards: their draws come from the run seed (no secret)
     node.set_defaults(session=None, coordinator_pid=None, broadcast="per-node")
 
@@ -152,8 +154,8 @@ def _serve(args: argparse.Namespace, ids: list[int] | None) -> int:
     serve(args.broker, args.run, ids, data_path=args.data, state_dir=args.state_dir, costs=costs,
           protocol_version=args.protocol, max_chunk_bytes=args.max_chunk_bytes, credentials=credentials, keys=keys,
           tls_ca=args.tls_ca, crash_at_round=args.crash_at_round,
-          crash_after_reply=args.crash_after_reply, session=args.session, coordinator_pid=args.coordinator_pid,
-          broadcast=args.broadcast, states=_state_lines(args, ids), secret=secret)
+          crash_after_reply=args.crash_after_reply, crash_after_log=args.crash_after_log, session=args.session,
+          coordinator_pid=args.coordinator_pid, broadcast=args.broadcast, states=_state_lines(args, ids), secret=secret)
     if args.coordinator_pid is not None:
         # A host its coordinator started, which waits for it to leave before its run ends: with
         # everything written, it leaves without the interpreter's teardown (freeing numpy's and

@@ -70,6 +70,13 @@ def _batch_text(batch: EventBatch) -> str:
     return "".join(out)
 
 
+def ledger_header() -> str:
+    """ledger.csv's header line, as :class:`LedgerWriter` writes it."""
+    buf = io.StringIO()
+    csv.writer(buf).writerow(LEDGER_COLUMNS)
+    return buf.getvalue()
+
+
 class LedgerWriter:
     """Appends events to ``ledger.csv`` (one row per event, a ``kind`` column, a ``node`` column),
     flushed after every round so a killed run leaves a readable ledger.
@@ -89,10 +96,8 @@ class LedgerWriter:
     """
 
     def __init__(self, path: Path, sync: bool = True):
-        buf = io.StringIO()
-        csv.writer(buf).writerow(LEDGER_COLUMNS)
         try:
-            self._log = AppendLog(Path(path), header=buf.getvalue(), sync=sync)
+            self._log = AppendLog(Path(path), header=ledger_header(), sync=sync)
         except ValueError as exc:
             raise UserError(f"{path}: {exc}") from None
 

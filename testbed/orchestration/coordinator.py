@@ -74,6 +74,7 @@ from testbed.mqtt.broker import parse_broker_url
 from testbed.mqtt.brokers import registry as brokers
 from testbed.mqtt.client import Inbound, MqttClient
 from testbed.node_secret import NODE_SECRET, RUN_SEED, SERVER_SECRET, NodeSecret
+from testbed.orchestration import charging
 from testbed.orchestration.channel_emulator import ChannelEmulator
 from testbed.orchestration.links import LinkRounds, Links
 from testbed.orchestration.measured_bounds import MeasuredBounds
@@ -201,6 +202,8 @@ class MqttNodes:
         self._open_round = -1
         self._late: dict[tuple[int, int], list[Event]] = {}  # charged, not yet handed to the runner
         self._released: dict[int, RoundSet] = {}  # node -> rounds of this session already charged
+        # (node, round) charged its plan on ask: a late reply's measured costs still raise the estimate.
+        self._on_ask: set[tuple[int, int]] = set()
         self._reports: dict[int, protocol.LedgerReport] = {}  # node -> its own ledger (as it left, at the stop)
         self._randomness: dict[int, str] = {}  # node -> what keys its private draws, as its readys said
         self._make_server_secret: Callable[[], NodeSecret] | None = None
@@ -673,6 +676,13 @@ class MqttNodes:
             late, self._late = self._late, {}
             for key, events in late.items():
                 charged.setdefault(key, events)
+            # Charged before asked: a node asked that sent nothing usable may have released (killed after
+            # logging, its update late or lost): charged the plan now; its late reply then finds it charged.
+            on_ask = charging.unanswered(ctx, {n for n, r in charged if r == ctx.round_index}, set(refusals),
+                                         lambda left: [self._already_charged(n, ctx.round_index) for n in left],
+                                         over_the_air=heard is not None)
+            charged.update(charging.on_ask(self._planned_release, ctx, on_ask, "sent no usable reply"))
+            self._on_ask.update((n, ctx.round_index) for n in on_ask)
             self._mark_released(charged)
         for node in ids:  # the node saw its round message: it has the charges it carried
             self._charges.pop(node, None)
@@ -686,7 +696,7 @@ class MqttNodes:
             events=[answers[n][1] for n in ids])
         refused = tuple((n, m.meta["budget"], float(m.meta["would_be"]), float(m.meta["limit"]))
                         for n, m in sorted(refusals.items()))
-        return RoundOutcome(result, closed, charged, straggled, refused)
+        return RoundOutcome(result, closed, charged, straggled, refused, on_ask=tuple(on_ask))
 
     def _mark_released(self, charged: dict[tuple[int, int], list[Event]]) -> None:
         """Note what is handed to the runner as charged: a second copy of it (a redelivery, a late
@@ -859,6 +869,11 @@ class MqttNodes:
         if msg.kind not in (protocol.UPDATE, protocol.SETUP_UPDATE) or ctx is None or node not in ctx.expected:
             log.info("dropped %s of node %d for round %d: not this round", msg.kind, node, msg.round)
             return
+        if (node, round_index) in self._on_ask:  # charged its plan: what it measured raises the
+            self._on_ask.discard((node, round_index))  # estimate the session's end tops it up to
+            self._events_or_none(node, ctx, msg)
+            log.warning("late %s of node %d for round %d: not used, charged on ask already", msg.kind, node, msg.round)
+            return
         if self._already_charged(node, round_index):
             log.info("dropped a late copy of node %d's %s for round %d: already charged", node, msg.kind, msg.round)
             return
@@ -963,6 +978,13 @@ class MqttNodes:
             log.warning("%d node(s) did not report their ledger within %g s of the stop: %s", len(missing),
                         timeout_s, _ids(sorted(missing)))
 
+    def _as_asked(self, node: int, round_index: int) -> RoundContext:
+        """Round ``round_index`` as this session asked ``node`` in it; one it did not ask the node in,
+        as if the node had taken part alone."""
+        ctx = self._rounds.get(round_index)
+        return ctx if ctx is not None and node in ctx.expected else \
+            RoundContext(round_index, self.seed, len(self.node_ids), (node,))
+
     def _closing(self) -> Closing:
         """What the run's end charges: late replies not yet handed over, and every round a node's own
         ledger logged that the coordinator never charged (a reply lost, refused by a replay window,
@@ -972,29 +994,16 @@ class MqttNodes:
             charged, self._late = self._late, {}
             reports = dict(self._reports)
         has_setup = isinstance(self.alg, WithSetup) and self.alg.has_setup
-        for node, report in sorted(reports.items()):
-            for round_index in report.round_indices():
-                if round_index in self._released.get(node, ()) or (node, round_index) in charged:
-                    continue
-                if round_index == SETUP_ROUND and not has_setup:  # the node's own costs (a bridge
-                    continue  # provisioning its board): nothing released; its totals carry them
-                # A round the coordinator did not ask the node (none should exist): charged as if
-                # the node had taken part alone, the plan with the least noise from others.
-                ctx = self._rounds.get(round_index)
-                if ctx is None or node not in ctx.expected:
-                    ctx = RoundContext(round_index, self.seed, len(self.node_ids), (node,))
-                try:
-                    charged[(node, round_index)] = self._planned_release(node, ctx)
-                except Exception as exc:  # noqa: BLE001  a report must not cost the run its end
-                    log.warning("node %d's ledger logged round %d, which has no plan here (%s): its totals "
-                                "carry it", node, round_index, exc)
-                    continue
-                log.warning("node %d's ledger logged round %d, which never reached the coordinator: charged as planned",
-                            node, round_index)
+        charged.update(charging.confirmed_by_node(
+            {node: report.round_indices() for node, report in reports.items()},
+            lambda node, r: r in self._released.get(node, ()) or (node, r) in charged,
+            self._as_asked, self._planned_release, has_setup))
         with self._lock:
             self._mark_released(charged)
-        return Closing(charged, {node: report.totals for node, report in reports.items()}, self.session, self.broker,
-                       randomness=dict(self._randomness), server_randomness=self.server_randomness)
+        return Closing(charged, {node: report.totals for node, report in reports.items()},
+                       {node: frozenset(report.round_indices()) for node, report in reports.items()},
+                       self.session, self.broker, randomness=dict(self._randomness),
+                       server_randomness=self.server_randomness)
 
 
 @dataclasses.dataclass

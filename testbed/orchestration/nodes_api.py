@@ -32,6 +32,8 @@ class RoundOutcome:
         refused: (node, budget, would_be, limit) of nodes that refused to act.
         batches: the answered nodes' events of this round as columns (sim), charged as they are;
             ``charged`` then holds only the rest.
+        on_ask: the nodes asked that neither answered nor refused, whose ``charged`` events of the
+            round are its plan (testbed.orchestration.charging: charged before asked).
     """
 
     result: NodeResult
@@ -40,6 +42,7 @@ class RoundOutcome:
     straggled: dict[int, str] = field(default_factory=dict)
     refused: tuple[tuple[int, str, float, float], ...] = ()
     batches: tuple[EventBatch, ...] = ()
+    on_ask: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,8 @@ class Closing:
             that never reached the coordinator (charged at the round's plan).
         reports: node → the totals of its own ledger, for the nodes that reported one; None where
             the nodes' ledgers are the runner's own (sim).
+        reported_rounds: node → the rounds of this session its own ledger logged, as it reported
+            them (testbed.orchestration.charging.source).
         session: the coordinator's session id (a node keeps its ledger of the run per session), or
             None in sim.
         broker: the broker the nodes met: its ``kind`` (a managed broker's name, or "external")
@@ -68,6 +73,7 @@ class Closing:
 
     charged: dict[tuple[int, int], list[Event]] = field(default_factory=dict)
     reports: dict[int, Totals] | None = None
+    reported_rounds: dict[int, frozenset[int]] = field(default_factory=dict)
     session: str | None = None
     broker: dict[str, str] | None = None
     links: list[dict] | None = None

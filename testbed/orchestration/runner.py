@@ -41,18 +41,19 @@ from testbed.data.federated import FederatedData, Split
 from testbed.data.lazy import LazyFederatedData
 from testbed.errors import ConfigError
 from testbed.ledger.book import LedgerBook
-from testbed.ledger.events import Event, EventBatch, NodeEvents, StraggleEvent, batches_of, with_fields
+from testbed.ledger.events import Event, EventBatch, NodeEvents, StraggleEvent, batches_of
 from testbed.ledger.files import LedgerWriter
-from testbed.ledger.node import SPENT_AGAIN, Totals
+from testbed.ledger.node import Totals
 from testbed.models import Model
 from testbed.mqtt.brokers import registry as brokers
 from testbed.node_secret import RUN_SEED, SERVER_KEY_FILE, load_or_make
+from testbed.orchestration import charging
 from testbed.orchestration.nodes_api import Closing, Nodes, RoundOutcome
 from testbed.privacy.accountants import epsilon_by_observer
 from testbed.privacy.accountants.background import BackgroundEpsilons
 from testbed.privacy.secrecy import node_randomness, privacy_guarantees, quote_against
 from testbed.reports import tracking
-from testbed.reports.asked import Asked, AskedLog
+from testbed.reports.asked import AskedLog
 from testbed.reports.progress import Progress
 from testbed.reports.refusals import RefusalLog
 from testbed.reports.startup import Startup
@@ -164,20 +165,25 @@ class Run:
     # into the book when their round runs again (so each round's metrics row counts what it did).
     past_mark: dict[int, list[Event]] = field(default_factory=dict)
     # A resumed run's rounds an earlier session asked (asked.csv) that may hold a release the ledger
-    # lacks: round → node → how many earlier sessions asked it (see earlier_asks). Each such node
-    # that ends the round here uncharged (it straggles, left, is withdrawn) may have released: it is
-    # charged the plan (_charge, _asked_rounds_not_run); and each asking session's compute and
-    # communication are charged beside this session's (_earlier_spend).
+    # lacks: round → node → how many earlier sessions asked it. Each such node that ends the round
+    # here uncharged (it straggles, left, is withdrawn) may have released: it is charged the plan;
+    # and each asking session's compute and communication are charged beside this session's
+    # (testbed.orchestration.charging).
     asked_before: dict[int, Counter[int]] = field(default_factory=dict)
-    # What _charge charged at the plan for an earlier session's part of a round (its seconds and
-    # joules the costliest the node had reported by then): (the round as asked, the events), for
-    # _estimates_topped_up at the session's end, when the costliest is known over the whole session.
+    # What was charged at the plan on ask (its seconds and joules the costliest the node had
+    # reported by then): (the round as asked, the events), topped up at the session's end, when the
+    # costliest is known over the whole session (testbed.orchestration.charging).
     estimated: list[tuple[RoundContext, list[Event]]] = field(default_factory=list)
     sessions: list[str] = field(default_factory=list)  # the sessions that asked a round, oldest first
+    # The round this session asked and has not closed yet (charged on ask at the end if it never closes).
+    open_ask: RoundContext | None = None
+    # node → the rounds it was charged the plan of without its own events (testbed.orchestration.charging).
+    charged_on_ask: dict[int, set[int]] = field(default_factory=dict)
     eval_data: FederatedData | None = None  # the evaluated nodes' rows (output.eval_nodes); set by run_experiment
     # node → the totals of its own ledger, as it reported them when the run closed (None: sim, whose
     # nodes' ledgers are the book itself); see _ledger_check.
     node_reports: dict[int, Totals] | None = None
+    reported_rounds: dict[int, frozenset[int]] = field(default_factory=dict)  # node → rounds its report logged
     # node → the randomness its ready said keys its private draws (None: sim, all the run seed).
     randomness: dict[int, str] | None = None
     server_randomness: str = RUN_SEED  # what keyed the server's private draws (Closing.server_randomness)
@@ -269,11 +275,18 @@ def open_run(config: Config, out_dir: Path | None, resume: bool, algorithm: Algo
     checkpoint against the algorithm's state, its files against the checkpoint's marks), with its
     ledger read back: into ``book`` up to the checkpoint's mark, the rows after it (of the rounds
     that run again) into ``past_mark`` by round, for :func:`_charge` to take when their round runs;
-    into ``asked``, what :func:`earlier_asks` finds its earlier sessions asked and the ledger lacks."""
+    into ``asked``, what :func:`testbed.orchestration.charging.earlier_asks` finds its earlier sessions asked and the ledger lacks."""
+    def initial_state() -> State:
+        return algorithm.init_state(model.init(stream(config.run.seed, GLOBAL, -1, Purpose.INIT)))
+
     if resume:
+        every = config.output.checkpoint_every
+        first = lambda: (initial_state(), 1 if every == "auto" else int(every))  # noqa: E731  (see reopen)
         directory = RunDirectory.reopen(out_dir, expected=algorithm_state_spec(algorithm), max_rounds=algorithm.rounds,
                                         nodes=set(book.node_ids.tolist()), sync=config.output.sync,
-                                        setup=algorithm.has_setup)
+                                        setup=algorithm.has_setup, first=first,
+                                        unset=[name for name, a in initial_state().items()
+                                               if a.dtype.kind in "fc" and np.isnan(a).any()])
         events = list(directory.ledger_events())
         marked = directory.resumed.ledger_mark.rows
         book.extend(events[:marked])
@@ -282,51 +295,12 @@ def open_run(config: Config, out_dir: Path | None, resume: bool, algorithm: Algo
         book.forget_rounds_before(directory.resumed.rounds_done - _ROUNDS_KEPT)
         if asked is not None:
             refused = {(r.node, r.round) for r in directory.refusals}
-            asked.update(earlier_asks(directory.asked, events, directory.resumed.rounds_done, refused))
+            asked.update(charging.earlier_asks(directory.asked, directory.resumed.rounds_done, refused))
         return directory, directory.resumed.rounds_done, directory.resumed.state
     directory = RunDirectory(out_dir or default_run_dir(config), sync=config.output.sync)
     directory.write_config(to_toml(config))
     LedgerWriter(directory.ledger_path).close()  # a run that fails before round 1 has an empty ledger
-    params0 = model.init(stream(config.run.seed, GLOBAL, -1, Purpose.INIT))
-    return directory, 0, algorithm.init_state(params0)
-
-
-def earlier_asks(asked: list[Asked], events: list[Event], rounds_done: int,
-                 refused: set[tuple[int, int]]) -> dict[int, Counter[int]]:
-    """What the earlier sessions of a resumed run asked (``asked``: asked.csv) that may hold a
-    release or a spend ``events`` (its ledger) lack: round → node → how many sessions asked it.
-
-    A round the resume runs again (at or past the checkpoint's ``rounds_done``) and a setup: every
-    node asked (each asking session computed and sent it; a release is charged once). A round
-    before the checkpoint: each node asked whose ledger holds a straggle row of that round and no
-    release (its late reply, if it sent one, was lost by a kill of the coordinator; a node that
-    never sent is over-counted). A node's refusal of the round (``refused``: (node, round)) was no
-    release: not counted.
-
-    Example::
-
-        >>> from testbed.reports.asked import Asked
-        >>> from testbed.ledger.events import ComputeEvent, StraggleEvent
-        >>> ledger = [ComputeEvent(0, 1, 2), StraggleEvent(1, 1, "deadline"), ComputeEvent(0, 3, 2)]
-        >>> found = earlier_asks([Asked("a" * 16, 1, (0, 1)), Asked("a" * 16, 3, (0, 1)),
-        ...                       Asked("b" * 16, 3, (0, 1))], ledger, 3, {(1, 3)})
-        >>> {r: dict(c) for r, c in found.items()}
-        {1: {1: 1}, 3: {0: 2, 1: 1}}
-    """
-    own, _ = split_by_issuer(events)
-    released = {(e.node, e.round) for e in own if e.kind != StraggleEvent.kind}
-    straggled = {(e.node, e.round) for e in own if e.kind == StraggleEvent.kind}
-    refusals = Counter(refused)
-    found: dict[int, Counter[int]] = {}
-    for record in asked:
-        again = record.round >= rounds_done or record.round == SETUP_ROUND
-        for node in record.nodes:
-            key = (node, record.round)
-            if refusals[key] > 0:
-                refusals[key] -= 1
-            elif again or (key in straggled and key not in released):
-                found.setdefault(record.round, Counter())[node] += 1
-    return found
+    return directory, 0, initial_state()
 
 
 def algorithm_state_spec(algorithm: Algorithm) -> dict:
@@ -456,7 +430,8 @@ def run_rounds(run: Run, nodes: Nodes, quiet: bool, tight_job: BackgroundEpsilon
         refusal_log.append(round_index, refusal)
 
     def asking(ctx: RoundContext) -> None:
-        asked_log.append(nodes.session, ctx.round_index, ctx.expected)
+        asked_log.append(nodes.session, ctx.round_index, ctx.expected)  # written ahead: charging's record
+        run.open_ask = ctx
 
     progress: Progress | None = None  # after the set-up: its bar is the rounds'
     cadence = CheckpointCadence(config.output.checkpoint_every, run.rounds_done)
@@ -634,24 +609,16 @@ def _charge(run: Run, outcome: RoundOutcome, ledger_file: LedgerWriter, nodes: N
             if not done:
                 fresh_events.extend(outcome.charged[node, round_index])
     straggled = outcome.straggled
-    earlier = run.asked_before.pop(outcome.ctx.round_index, Counter())
-    if earlier:
-        charged_here = {n for b in batches if b.kind != StraggleEvent.kind for n in b.nodes.tolist()}
-        charged_here |= {e.node for e in [*fresh_events, *before_kill] if e.kind != StraggleEvent.kind}
-        asked = tuple(sorted(earlier))
-        unanswered = _asked_uncharged(run, outcome.ctx, asked, charged_here)
-        if unanswered:
-            straggled = {**straggled, **dict.fromkeys(unanswered, "asked_before_resume")}
-        planned = _planned_for(run, nodes, outcome.ctx, asked, unanswered) if unanswered else []
-        planned += _earlier_spend(run, nodes, outcome.ctx, earlier, before_kill, set(unanswered))
-        if planned:
-            run.estimated.append((_as_asked(run, outcome.ctx, asked), planned))
-        fresh_events.extend(planned)
+    charged_here = {n for b in batches if b.kind != StraggleEvent.kind for n in b.nodes.tolist()}
+    charged_here |= {e.node for e in [*fresh_events, *before_kill] if e.kind != StraggleEvent.kind}
+    asked_events, asked_straggled = charging.charge_asked(run, outcome, nodes, charged_here, before_kill)
+    fresh_events += asked_events
+    straggled = {**straggled, **asked_straggled}
+    r = outcome.ctx.round_index
     batches += batches_of(fresh_events)
     by_reason: dict[str, list[int]] = {}
     for node, reason in sorted(straggled.items()):
         by_reason.setdefault(reason, []).append(node)
-    r = outcome.ctx.round_index
     batches += [EventBatch(StraggleEvent(0, r, reason), np.array(nodes, dtype=np.int64))
                 for reason, nodes in by_reason.items()]
     if before_kill:
@@ -661,71 +628,6 @@ def _charge(run: Run, outcome: RoundOutcome, ledger_file: LedgerWriter, nodes: N
         book.extend_batch(batch)
         _note_cost_source(run, batch)
     ledger_file.write_batches(batches)
-
-
-def _asked_uncharged(run: Run, ctx: RoundContext, asked: tuple[int, ...], charged: set[int]) -> list[int]:
-    """The nodes of ``asked`` (by an earlier session, round ``ctx``) that neither ``charged`` nor
-    the book holds a release of."""
-    left = [n for n in asked if n not in charged]
-    return [n for n, done in zip(left, run.book.logged(left, ctx.round_index).tolist()) if not done] if left else []
-
-
-def _as_asked(run: Run, ctx: RoundContext, asked: tuple[int, ...]) -> RoundContext:
-    """Round ``ctx`` as an earlier session asked it, of the nodes ``asked``."""
-    return RoundContext(ctx.round_index, run.config.run.seed, ctx.num_nodes, asked, sampled=ctx.sampled)
-
-
-def _planned_for(run: Run, nodes: Nodes, ctx: RoundContext, asked: tuple[int, ...], unanswered: list[int],
-                 quiet: bool = False) -> list[Event]:
-    """The plan each of ``unanswered`` is charged for round ``ctx`` (as an earlier session asked it,
-    with ``asked``): it may have released then, and its reply never reached the ledger."""
-    earlier = _as_asked(run, ctx, asked)
-    if not quiet:
-        log.warning("round %d: node(s) %s, asked by an earlier session of the run, are charged nothing in this one: "
-                    "charged the plan (they may have released before the resume)", ctx.round_index,
-                    ", ".join(map(str, unanswered)))
-    return [e for n in unanswered for e in nodes.planned_release(n, earlier)]
-
-
-def _earlier_spend(run: Run, nodes: Nodes, ctx: RoundContext, earlier: Counter[int], before_kill: list[Event],
-                   planned: set[int]) -> list[Event]:
-    """What the earlier sessions that asked round ``ctx`` (``earlier``: node → sessions) spent on
-    it and the ledger lacks: each asking session's compute and communication (testbed.reports.
-    results.SPENT_AGAIN: a round run again is spent again, its release charged once), less the
-    sessions whose rows the ledger kept past the checkpoint (``before_kill``) and the one whose plan
-    :func:`_planned_for` charged already (``planned``): the plan's, at the costliest this session
-    saw. A node that never got to compute is over-counted, never under."""
-    kept = Counter((e.node, e.kind) for e in before_kill if e.kind in SPENT_AGAIN)
-    asked = tuple(sorted(earlier))
-    events: list[Event] = []
-    for node, sessions in sorted(earlier.items()):
-        spend = [e for e in _planned_for(run, nodes, ctx, asked, [node], quiet=True) if e.kind in SPENT_AGAIN]
-        per_session = Counter(e.kind for e in spend)
-        logged = min((kept[node, kind] // count for kind, count in per_session.items()), default=sessions)
-        events += spend * max(0, sessions - logged - (node in planned))
-    return events
-
-
-def _estimates_topped_up(run: Run, nodes: Nodes) -> list[Event]:
-    """What the session's end adds to each plan :func:`_charge` charged for an earlier session's
-    part of a round (``run.estimated``): the seconds and joules by which the node's costliest event,
-    known now over the whole session, exceeds what was charged then (a round's first answers come
-    before its costliest), as a compute event of no steps (it adds seconds and joules only)."""
-    events = []
-    for ctx, charged in run.estimated:
-        for node in sorted({e.node for e in charged}):
-            mine = [e for e in charged if e.node == node and e.kind in SPENT_AGAIN]
-            sessions = sum(e.kind == "compute" for e in mine) or 1
-            now = [e for e in nodes.planned_release(node, ctx) if e.kind in SPENT_AGAIN]
-            first = next((e for e in mine if e.kind == "compute"), None)
-            extra_s = sessions * sum(e.compute_s for e in now if e.kind == "compute") \
-                - sum(e.compute_s for e in mine if e.kind == "compute")
-            extra_j = sessions * sum(e.energy_j for e in now) - sum(e.energy_j for e in mine)
-            if first is not None and (extra_s > 0 or extra_j > 0):
-                events.append(with_fields(first, local_steps=0, cost_units=0.0, compute_s=max(extra_s, 0.0),
-                                          energy_j=max(extra_j, 0.0)))
-    run.estimated.clear()
-    return events
 
 
 def _cost_source(sources: set[bool]) -> str:
@@ -746,13 +648,12 @@ def _charge_closing(run: Run, closing: Closing, nodes: Nodes) -> None:
     earlier session asked that this one did not run again): into the book and ledger.csv, and the
     checkpoint again so that it covers them; the nodes' reports kept for the summary."""
     run.node_reports, run.session, run.broker = closing.reports, closing.session, closing.broker
-    run.links = closing.links
+    run.reported_rounds, run.links = closing.reported_rounds, closing.links
     run.authentication = closing.authentication
     run.randomness, run.server_randomness = closing.randomness, closing.server_randomness
     fresh = [event for (node, round_index), events in sorted(closing.charged.items())
              if not run.book.logged([node], round_index)[0] for event in events]
-    fresh += _asked_rounds_not_run(run, nodes, {(e.node, e.round) for e in fresh})
-    fresh += _estimates_topped_up(run, nodes)
+    fresh += charging.charge_at_end(run, nodes, fresh)
     if not fresh:
         return
     run.book.extend(fresh)
@@ -764,29 +665,6 @@ def _charge_closing(run: Run, closing: Closing, nodes: Nodes) -> None:
         run.directory.save_checkpoint(run.rounds_done, run.state, ledger_file.mark(), 1)
     finally:
         ledger_file.close()
-
-
-def _asked_rounds_not_run(run: Run, nodes: Nodes, charged: set[tuple[int, int]]) -> list[Event]:
-    """The plan of each node an earlier session asked in a round this one did not run again (a
-    budget stop, a failure; a setup some nodes had logged) and that nothing charges: not the book,
-    not its rows past the checkpoint's mark, not ``charged`` (the closing's)."""
-    events = []
-    for round_index, sessions in sorted(run.asked_before.items()):
-        asked = tuple(sorted(sessions))
-        past = run.past_mark.get(round_index, [])
-        marked = {e.node for e in past if e.kind != StraggleEvent.kind}
-        here = marked | {n for n, r in charged if r == round_index}
-        ctx = RoundContext(round_index, run.config.run.seed, run.config.data.num_nodes, asked)
-        unanswered = _asked_uncharged(run, ctx, asked, here)
-        if unanswered:
-            events += _planned_for(run, nodes, ctx, asked, unanswered)
-            if not 0 <= round_index < run.rounds_done:  # one straggle row a round: not beside one past the mark
-                straggles = batches_of([StraggleEvent(n, round_index, "asked_before_resume") for n in unanswered])
-                events += [e for batch in not_yet_charged(straggles, past) for e in batch.events()]
-            # Before the checkpoint the node straggled then (its row is in the ledger: a second one
-            # would count the round twice) and its late reply, if any, was lost with the kill.
-    run.asked_before.clear()
-    return events
 
 
 def _charge_server(run: Run, events: list[Event], nodes: Nodes, ledger_file: LedgerWriter) -> None:
@@ -1000,6 +878,8 @@ def _summary(run: Run) -> dict[str, Any]:
             "delta": budgets.delta, **{name: col[row] for name, col in columns.items()},
         }
         nodes[str(node)].update(_ledger_check(nodes[str(node)], run.node_reports, node))
+        nodes[str(node)]["source"] = charging.source(run.charged_on_ask, run.reported_rounds, node,
+                                                     local=run.node_reports is None)
     randomness = node_randomness(book.node_ids[rows].tolist(), run.randomness)
     for node, kind in randomness.items():
         nodes[str(node)]["randomness"] = kind

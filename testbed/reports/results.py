@@ -36,14 +36,14 @@ import zipfile
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Collection, Iterator, Mapping, Sequence
+from typing import Any, Callable, Collection, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from testbed.errors import UserError
 from testbed.ledger.events import Event, EventBatch, StraggleEvent
 from testbed.ledger.fields import MEASURED_FIELDS
-from testbed.ledger.files import LedgerMark, parse_rows, read_ledger
+from testbed.ledger.files import LedgerMark, ledger_header, parse_rows, read_ledger
 from testbed.ledger.node import SPENT_AGAIN
 from testbed.limits import MAX_RUN_FILE_BYTES
 from testbed.reports.asked import Asked, read_asked
@@ -130,8 +130,6 @@ class RunDirectory:
         self.asked: list[Asked] = []  # a reopened run's asked.csv (set by reopen)
         self.refusals: list[Refusal] = []  # a reopened run's refusals.csv (set by reopen)
         self._config_sha256 = _resumed.config_sha256 if _resumed else None
-        header = io.StringIO()
-        csv.writer(header).writerow(METRIC_COLUMNS)
         try:
             self.path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:  # under /proc, under a regular file, read-only: one line, no traceback
@@ -139,8 +137,10 @@ class RunDirectory:
         self._lock = _lock or DirectoryLock(self.path)
         try:
             if _resumed is None and holds_run(self.path):  # checked under the lock: two runs into one --out
-                raise UserError(f"{self.path} already holds a run; choose another --out, or --resume it")
-            self._metrics = AppendLog(metrics, header=header.getvalue(), sync=sync)
+                raise UserError(f"{self.path} already holds a run; choose another --out, or --resume it"
+                                + ("" if swap_file(self.path / "checkpoint.npz").exists() else
+                                   " (it has no checkpoint: --resume starts it again from round 0, its ledger kept)"))
+            self._metrics = AppendLog(metrics, header=_metrics_header(), sync=sync)
         except OSError as exc:
             self._lock.release()
             raise UserError(f"cannot write the run directory {self.path}: {exc.strerror or exc}") from None
@@ -150,8 +150,18 @@ class RunDirectory:
 
     @classmethod
     def reopen(cls, path: Path, expected: StateSpec | None = None, max_rounds: int | None = None,
-               nodes: Collection[int] | None = None, sync: bool = True, setup: bool = True) -> "RunDirectory":
+               nodes: Collection[int] | None = None, sync: bool = True, setup: bool = True,
+               first: "Callable[[], tuple[dict[str, np.ndarray], int]] | None" = None,
+               unset: Collection[str] = ()) -> "RunDirectory":
         """An existing run's directory, checked, to append to (``testbed run --resume``).
+
+        ``unset``: the state's arrays that mark "not set yet" with NaN (ACFL's last β̂² before its
+        first round): a NaN in them is no divergence.
+
+        A run killed before its first checkpoint resumes from round 0 when ``first`` is given
+        (``first()``: the run's initial state and how many rounds it runs before its first
+        checkpoint): as from a checkpoint of round 0 whose marks are the files' headers, so every
+        ledger row it wrote stays charged and each round it asked (asked.csv) is charged as asked.
 
         Checks the checkpoint (digest, array names, shapes and dtypes against ``expected``, all
         finite, 0 <= rounds_done <= ``max_rounds``), that config.toml is the one it was written
@@ -177,14 +187,23 @@ class RunDirectory:
             raise UserError(f"{path} holds no run to resume (no config.toml)")
         lock = DirectoryLock(path)  # before the checks: a writer holding it may be appending now
         try:
-            ckpt = _load_checkpoint(path, expected, max_rounds)
+            synthetic = first is not None and not swap_file(path / "checkpoint.npz").exists()
+            ckpt = _first_checkpoint(path, *first()) if synthetic else _load_checkpoint(path, expected, max_rounds, unset)
             _check_config(path / "config.toml", ckpt)
-            ledger_cut = _check_ledger(path / "ledger.csv", ckpt, nodes)
+            try:
+                ledger_cut = _check_ledger(path / "ledger.csv", ckpt, nodes)
+            except UserError as exc:
+                if not synthetic:
+                    raise
+                raise UserError(f"{path / 'checkpoint.npz'}: missing: no checkpoint, and {exc} (a run that went past "
+                                "its first checkpoint and lost it)") from None
             metrics_cut = _check_metrics(path / "metrics.csv", ckpt.metrics_mark)
             last_round = (max_rounds if max_rounds is not None else 2**62) - 1
             asked = read_asked(path / "asked.csv", nodes, last_round, setup=setup)
             refusals = read_refusals(path / "refusals.csv", nodes, last_round)
             # Every check passed: only now is anything in the directory changed.
+            if synthetic:
+                log.warning("%s: no checkpoint (killed before its first): resumed from round 0, its ledger kept", path)
             if ledger_cut:
                 os.truncate(path / "ledger.csv", ckpt.ledger_mark.size_bytes)
                 log.warning("%s: %s", path / "ledger.csv", ledger_cut)
@@ -532,11 +551,36 @@ def _one_line(exc: BaseException | str) -> str:
     return text if len(text) <= 200 else text[:197] + "..."
 
 
-def _load_checkpoint(run_dir: Path, expected: StateSpec | None, max_rounds: int | None) -> Checkpoint:
+def _metrics_header() -> str:
+    buf = io.StringIO()
+    csv.writer(buf).writerow(METRIC_COLUMNS)
+    return buf.getvalue()
+
+
+def _header_mark(header: str) -> Mark:
+    """The mark of an append-only file that holds its header only."""
+    data = header.encode()
+    return Mark(0, len(data), hashlib.sha256(data).hexdigest())
+
+
+def _first_checkpoint(run_dir: Path, state: dict[str, np.ndarray], rounds_ahead: int) -> Checkpoint:
+    """What a run killed before its first checkpoint resumes from: round 0 from ``state`` (its
+    initial state), ledger.csv and metrics.csv marked at their headers (every row past them is
+    checked as rows past a checkpoint are), ``rounds_ahead`` the rounds it ran before its first
+    checkpoint was due. A file the kill came before is created empty (nothing was written to it)."""
+    for name, header in (("ledger.csv", ledger_header()), ("metrics.csv", _metrics_header())):
+        if not (run_dir / name).exists():
+            AppendLog(run_dir / name, header=header, sync=False).close()
+    return Checkpoint(0, dict(state), _header_mark(ledger_header()), _header_mark(_metrics_header()),
+                      sha256_file(run_dir / "config.toml"), rounds_ahead)
+
+
+def _load_checkpoint(run_dir: Path, expected: StateSpec | None, max_rounds: int | None,
+                     unset: Collection[str] = ()) -> Checkpoint:
     path = swap_file(run_dir / "checkpoint.npz")
     if not path.exists():
         raise UserError(f"{path}: missing: no checkpoint (the run finished no round, or it was deleted); "
-                        "refusing to resume (start the run afresh)")
+                        "refusing to resume")
 
     def damaged(how: str) -> UserError:
         return UserError(f"{path}: damaged: {how}; refusing to resume")
@@ -598,8 +642,11 @@ def _load_checkpoint(run_dir: Path, expected: StateSpec | None, max_rounds: int 
                 raise UserError(f"{path}: array {name!r} is {arr.dtype}{list(arr.shape)}, the algorithm expects "
                                 f"{np.dtype(dtype)}{list(shape)}; refusing to resume")
     for name, arr in state.items():
-        if arr.dtype.kind in "fc" and not np.isfinite(arr).all():
-            raise UserError(f"{path}: array {name!r} holds {int((~np.isfinite(arr)).sum())} non-finite values "
+        bad = ~np.isfinite(arr) if arr.dtype.kind in "fc" else None
+        if bad is not None and name in unset:
+            bad &= ~np.isnan(arr)  # its "not set yet"
+        if bad is not None and bad.any():
+            raise UserError(f"{path}: array {name!r} holds {int(bad.sum())} non-finite values "
                             "(a diverged run cannot be resumed); refusing to resume")
     return Checkpoint(rounds_done, state, ledger_mark, metrics_mark, config_sha, rounds_ahead)
 
