@@ -300,7 +300,7 @@ class NodeAgent:
         # Released in another session of the run (a resumed coordinator asks again): computed again
         # only on the input it was released on, which gives the same release again; on another
         # model, whose release would share its noise, nothing (the node straggles the round).
-        digest = input_digest(msg.kind, r, exp.key, ctx.expected, msg.tensors)
+        digest = _input_digest(msg, r, exp.key, ctx.expected)
         if not self.releases.allows(msg.run, msg.kind, r, digest):
             return None
         if setup:
@@ -375,7 +375,7 @@ class NodeAgent:
         problem = check_tensors(spec, msg.tensors)
         if problem is not None:
             raise wire.WireError("bad_header", f"received signal: {problem}")
-        digest = input_digest(msg.kind, msg.round, sent.experiment.key, senders, msg.tensors)
+        digest = _input_digest(msg, msg.round, sent.experiment.key, tuple(senders))
         if not self.releases.allows(msg.run, msg.kind, msg.round, digest):
             return None  # its update was released on another signal in an earlier session
         ctx = sent.ctx.closed(senders)
@@ -591,6 +591,12 @@ def _downlink_problem(msg: wire.Message, spec: dict[str, TensorSpec]) -> str | N
     """Why ``msg``'s tensors are not the downlink ``spec`` (an algorithm's declaration); None if
     they are."""
     return check_tensors(spec, msg.tensors)
+
+
+@remember_last  # a host's nodes read one broadcast: its model hashed once
+def _input_digest(msg: wire.Message, round_index: int, experiment_key: str, nodes: tuple[int, ...]) -> str:
+    """nodes.release_record.input_digest of ``msg`` (a round, setup or received signal)."""
+    return input_digest(msg.kind, round_index, experiment_key, nodes, msg.tensors)
 
 
 def _stacked(rows: list[np.ndarray]) -> np.ndarray:
