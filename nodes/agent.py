@@ -42,6 +42,7 @@ import numpy as np
 
 from nodes.costs import NodeCosts
 from nodes.meters.base import Measurement
+from nodes.release_record import ReleaseRecord, input_digest
 from testbed import protocol, wire
 from testbed import assemble
 from testbed.algorithms.contract import (
@@ -169,6 +170,7 @@ class _Admitted:
     ledger: NodeLedger
     writer: LedgerWriter | None
     ctx: RoundContext
+    digest: str  # of the step's input (nodes.release_record): what its release is recorded on
 
 
 @dataclass(frozen=True)
@@ -228,6 +230,7 @@ class NodeAgent:
         self._session: tuple[str, str] | None = None  # (run, session) of the ledger it keeps now
         self._transmitted: _Transmitted | None = None
         self._released: _Released | None = None
+        self.releases = ReleaseRecord(self.node, self.state_dir)
 
     def handle(self, msg: wire.Message) -> protocol.Reply | None:
         """The reply to a message: to a round, an update or a refusal for the coordinator (or the
@@ -294,8 +297,14 @@ class NodeAgent:
             return None
         if ledger.has_round(r):  # released already in this session: never computed twice
             return self._again(msg, session, r)
+        # Released in another session of the run (a resumed coordinator asks again): computed again
+        # only on the input it was released on, which gives the same release again; on another
+        # model, whose release would share its noise, nothing (the node straggles the round).
+        digest = _input_digest(msg, r, exp.key, ctx.expected)
+        if not self.releases.allows(msg.run, msg.kind, r, digest):
+            return None
         if setup:
-            return _Admitted(msg, session, exp, ledger, writer, ctx)
+            return _Admitted(msg, session, exp, ledger, writer, ctx, digest)
         if exp.over_the_air:
             alg.use_channel(msg.tensors, r)  # type: ignore[attr-defined]
         exceeded = None if not exp.budgets.any else \
@@ -304,7 +313,7 @@ class NodeAgent:
             log.info("node %d refuses round %d: %s", self.node, r, exceeded)
             return protocol.Reply(protocol.COORDINATOR, protocol.refused(
                 msg.run, session, r, self.node, exceeded.budget, exceeded.would_be, exceeded.limit))
-        return _Admitted(msg, session, exp, ledger, writer, ctx)
+        return _Admitted(msg, session, exp, ledger, writer, ctx, digest)
 
     def _again(self, msg: wire.Message, session: str | None, round_index: int) -> protocol.Reply | None:
         """The answer to a second ask of a round (or setup) this node released in this session (a
@@ -335,6 +344,7 @@ class NodeAgent:
         its events charged with ``compute`` and logged before anything is sent."""
         msg, session, r = admitted.msg, admitted.session, admitted.ctx.round_index
         i = out.node_ids.index(self.node)
+        self.releases.record(msg.run, msg.kind, r, admitted.digest)  # write-ahead, before its events
         events = self._log(admitted.ledger, admitted.writer, self.costs.charge(out.events[i], compute))
         metrics = {name: float(value[i]) for name, value in out.metrics.items()}
         if admitted.experiment.over_the_air:
@@ -365,6 +375,9 @@ class NodeAgent:
         problem = check_tensors(spec, msg.tensors)
         if problem is not None:
             raise wire.WireError("bad_header", f"received signal: {problem}")
+        digest = _input_digest(msg, msg.round, sent.experiment.key, tuple(senders))
+        if not self.releases.allows(msg.run, msg.kind, msg.round, digest):
+            return None  # its update was released on another signal in an earlier session
         ctx = sent.ctx.closed(senders)
         try:  # on a copy of what it carries: a refused signal leaves the node waiting for the right one
             out = alg.node_finish({k: v.copy() for k, v in sent.carry.items()}, msg.tensors["received"][None].copy(),
@@ -372,6 +385,7 @@ class NodeAgent:
         except ValueError as exc:  # e.g. fewer senders than an exchange needs
             raise wire.WireError("bad_header", f"received signal: {exc}") from None
         self._transmitted = None
+        self.releases.record(msg.run, msg.kind, msg.round, digest)
         return self._keep(msg, session, msg.round, protocol.Reply(protocol.COORDINATOR, protocol.update(
             msg.run, sent.session, msg.round, self.node, out.rows(self.node), sent.events, sent.metrics)))
 
@@ -577,6 +591,12 @@ def _downlink_problem(msg: wire.Message, spec: dict[str, TensorSpec]) -> str | N
     """Why ``msg``'s tensors are not the downlink ``spec`` (an algorithm's declaration); None if
     they are."""
     return check_tensors(spec, msg.tensors)
+
+
+@remember_last  # a host's nodes read one broadcast: its model hashed once
+def _input_digest(msg: wire.Message, round_index: int, experiment_key: str, nodes: tuple[int, ...]) -> str:
+    """nodes.release_record.input_digest of ``msg`` (a round, setup or received signal)."""
+    return input_digest(msg.kind, round_index, experiment_key, nodes, msg.tensors)
 
 
 def _stacked(rows: list[np.ndarray]) -> np.ndarray:

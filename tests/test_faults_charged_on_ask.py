@@ -201,8 +201,32 @@ def test_a_coordinator_killed_at_any_point_of_a_round_resumes_charging_every_rel
             for node in NODES:
                 nodes.agents[node] = NodeAgent(node, state_dir=state_dir)
             result = run_experiment(config, out_dir=run_dir, quiet=True, resume=True)
+        # A resume asks a round again on the input it was released on (nodes.release_record).
+        assert [nodes.agents[n].releases.refused for n in NODES] == [0] * len(NODES)
     summary = read_summary(result.run_dir)
     assert summary["status"] == "completed" and summary["rounds"] == rounds
+    assert under_counts(summary, _own_ledgers(state_dir, config.mqtt.run_id)) == []
+
+
+def test_a_resume_asking_a_node_a_round_on_another_model_finishes_with_that_node_charged_on_ask(tmp_path, monkeypatch):
+    """Node 2 released round 2 in the killed session on another input than the resumed session
+    asks it on (its record says so, as after a straggler that changed the aggregate): it answers
+    nothing, straggling that round, and the run still completes, never below its own ledger."""
+    run_dir, state_dir = tmp_path / "run", tmp_path / "nodes"
+    assert _killed_coordinator(DP_PASGD, run_dir, state_dir, 2, "logged") == 9
+    config = load_config_text(DP_PASGD)
+    record = state_dir / f"releases-{config.mqtt.run_id}-node2.txt"
+    lines = record.read_text().splitlines()
+    assert lines[-1].startswith("round 2 ")
+    record.write_text("\n".join([*lines[:-1], "round 2 " + "0" * 64]) + "\n")
+    with monkeypatch.context() as patch:
+        with loopback(patch, NODES, lambda *a: [(a[2], 0)]) as nodes:
+            for node in NODES:
+                nodes.agents[node] = NodeAgent(node, state_dir=state_dir)
+            result = run_experiment(config, out_dir=run_dir, quiet=True, resume=True)
+        assert [nodes.agents[n].releases.refused for n in NODES] == [0, 0, 1, 0]
+    summary = read_summary(result.run_dir)
+    assert summary["status"] == "completed" and summary["rounds"] == 6
     assert under_counts(summary, _own_ledgers(state_dir, config.mqtt.run_id)) == []
 
 

@@ -3,7 +3,8 @@ write-ahead ledger gates its step. A second ask of a round it released in the se
 a replay, a forgery carrying another model, a coordinator asking again) gets the same reply bytes
 again, or nothing once the node restarted; never a second computation, whose noise, drawn from
 the round's stream, would be the first one's and cancel out of their difference. Every release is
-in the node's ledger file before it is sent."""
+in the node's ledger file before it is sent. Across sessions (a resumed coordinator) a round is
+computed again only on the input it was released on (nodes.release_record): the same release."""
 
 from __future__ import annotations
 
@@ -68,6 +69,7 @@ def test_any_sequence_of_asks_computes_each_round_once_per_session_and_logs_it_b
         state_dir = Path(tmp)
         agent = NodeAgent(1, state_dir=state_dir)
         first_reply: dict[tuple[str, int], bytes] = {}
+        released: dict[int, bytes] = {}  # round → the tensors of its release, in any session
         for action in actions:
             if action == "restart":
                 agent.close()
@@ -83,7 +85,18 @@ def test_any_sequence_of_asks_computes_each_round_once_per_session_and_logs_it_b
                 assert not isinstance(reply, Exception), reply
                 assert computed[session, r] <= 1, f"round {r} of session {session[:1]} computed twice"
                 _check_reply(agent, state_dir, first_reply, session, r, reply, acfl)
+                if reply is not None and wire.decode(reply.payload).kind != protocol.REFUSED:
+                    assert released.setdefault(r, _tensor_bytes(reply)) == _tensor_bytes(reply), \
+                        f"round {r} released two different values across sessions"
         agent.close()
+    for r, inputs in computed.inputs.items():
+        assert len(inputs) == 1, f"round {r} computed on {len(inputs)} different inputs across sessions"
+
+
+def _tensor_bytes(reply) -> bytes:
+    """What a reply releases: its tensors' bytes (its events' measured seconds differ by session)."""
+    tensors = wire.decode(reply.payload).tensors
+    return b"".join(name.encode() + np.ascontiguousarray(tensors[name]).tobytes() for name in sorted(tensors))
 
 
 def _check_reply(agent: NodeAgent, state_dir: Path, first_reply: dict, session: str, r: int, reply, acfl: bool) -> None:
@@ -107,12 +120,14 @@ class _counting_steps:
 
     def __enter__(self) -> Counter:
         self.computed: Counter = Counter()
+        self.computed.inputs = {}  # round → the input digests it was computed on, in any session
         self.original = agent_module._step_together
         computed, original = self.computed, self.original
 
         def counted(agents, admitted):
             for a in admitted:
                 computed[a.session, a.ctx.round_index] += 1
+                computed.inputs.setdefault(a.ctx.round_index, set()).add(a.digest)
             return original(agents, admitted)
 
         agent_module._step_together = counted
@@ -203,3 +218,69 @@ def test_two_copies_of_a_round_gathered_together_step_once_and_get_the_same_repl
         outcomes = step_nodes([agent, other, agent], [ask, ask, forged])
     assert computed == Counter({(SESSIONS[0], 2): 2})  # node 1 once, node 0 once
     assert outcomes[0].payload == outcomes[2].payload != outcomes[1].payload
+
+
+def _resume_as_the_server(agent: NodeAgent, caplog) -> None:
+    """The server resumes round 2 under a new session: on another model it gets nothing (and the
+    node says why); on the model the round was released on, the same release again."""
+    first = agent.handle(_ask(DP_PASGD, SESSIONS[0], 2, 0))
+    assert first is not None
+    with caplog.at_level("WARNING", logger="nodes.release_record"):
+        assert agent.handle(_ask(DP_PASGD, SESSIONS[1], 2, 1)) is None
+    assert [r.levelname for r in caplog.records if "a different model than the one released on" in r.message] \
+        == ["WARNING"]
+    assert "round 2" in caplog.records[-1].message
+    again = agent.handle(_ask(DP_PASGD, SESSIONS[1], 2, 0))
+    assert again is not None and _tensor_bytes(again) == _tensor_bytes(first)
+
+
+def test_a_server_resuming_with_another_model_gets_nothing_and_with_the_same_model_the_same_release(tmp_path, caplog):
+    with _counting_steps() as computed:
+        agent = NodeAgent(1, state_dir=tmp_path)
+        _resume_as_the_server(agent, caplog)
+        agent.close()
+        # The record is on disk before the release: the node restarted still refuses another model.
+        restarted = NodeAgent(1, state_dir=tmp_path)
+        assert restarted.handle(_ask(DP_PASGD, "c" * 16, 2, 2)) is None
+        assert restarted.releases.refused == 1
+        restarted.close()
+    assert computed.inputs.keys() == {2} and len(computed.inputs[2]) == 1
+    assert (tmp_path / f"releases-{RUN}-node1.txt").read_text().count("\n") == 1
+
+
+def test_a_node_without_a_state_directory_keeps_the_record_for_its_process(caplog):
+    agent = NodeAgent(1)
+    _resume_as_the_server(agent, caplog)
+    assert agent.releases.refused == 1
+
+
+def test_a_record_cut_by_a_kill_leaves_the_cut_line_out_and_a_damaged_one_releases_nothing(tmp_path):
+    agent = NodeAgent(1, state_dir=tmp_path)
+    assert agent.handle(_ask(DP_PASGD, SESSIONS[0], 0, 0)) is not None
+    agent.close()
+    path = tmp_path / f"releases-{RUN}-node1.txt"
+    with path.open("a") as f:
+        f.write("round 1 abc")  # killed while recording round 1: never released
+    restarted = NodeAgent(1, state_dir=tmp_path)
+    assert restarted.handle(_ask(DP_PASGD, SESSIONS[1], 1, 2)) is not None
+    restarted.close()
+    path.write_text("round 0 not-a-digest\n")
+    damaged = NodeAgent(1, state_dir=tmp_path)
+    assert damaged.handle(_ask(DP_PASGD, "c" * 16, 3, 0)) is None
+    damaged.close()
+
+
+def test_over_the_air_a_resumed_session_gets_its_update_only_on_the_signal_it_was_released_on():
+    agent = NodeAgent(1)
+    alg = agent._experiment(DWFL).algorithm
+    downlink = {k: np.full(s.shape, 0.1 + 0.05j if s.dtype == "complex128" else 0.1)
+                for k, s in alg.downlink_spec().items()}
+    heard = np.full(alg.channel.signal_spec().shape, 0.01)
+    updates = {}
+    for session, scale in ((SESSIONS[0], 1.0), (SESSIONS[1], 3.0), (SESSIONS[1], 1.0)):
+        signal = agent.handle(wire.decode(protocol.round_(RUN, session, 1, DWFL, [0, 1], downlink)))
+        assert signal is not None and signal.to == protocol.CHANNEL
+        update = agent.handle(wire.decode(protocol.received(RUN, session, 1, [0, 1], heard * scale)))
+        updates[session, scale] = None if update is None else _tensor_bytes(update)
+    assert updates[SESSIONS[1], 3.0] is None  # another signal heard: its update would share the noise
+    assert updates[SESSIONS[1], 1.0] == updates[SESSIONS[0], 1.0]
