@@ -266,7 +266,7 @@ class NodeAgent:
         if self.node not in expected:
             return None  # an emulated straggler this round: it does nothing, costs nothing
         return RoundContext(round_index, exp.config.run.seed, exp.config.data.num_nodes, expected,
-                            secrets=None if self.secret is None else {self.node: self.secret})
+                            secrets=None if self.secret is None else {self.node: self.secret.for_run(msg.run)})
 
     def _step(self, msg: wire.Message) -> protocol.Reply | None:
         outcome = step_nodes([self], [msg])[0]

@@ -60,6 +60,7 @@ SERVER_KEY_FILE = "server-secret.key"
 
 _STREAM_TAG = b"testbed.rng.stream\x00"  # domain separation: a stream key (numpy's SeedSequence)
 _PHILOX_TAG = b"testbed.counter_rng\x00"  # and a Philox key (a microcontroller's round)
+_RUN_TAG = b"testbed.run\x00"  # and a run's own secret (NodeSecret.for_run)
 
 
 class NodeSecret:
@@ -92,6 +93,13 @@ class NodeSecret:
         # Signed 64-bit fields: node and round may be the -1 sentinels; a seed is < 2^64 (limits.py).
         message = tag + struct.pack(">Qqqq", int(seed) & (2**64 - 1), int(node), int(round_index), int(purpose))
         return hmac.new(self._key, message, hashlib.sha256).digest()
+
+    def for_run(self, run: str) -> "NodeSecret":
+        """The secret of this board's draws in the run ``run``: HMAC-SHA256(secret, tag ‖ run id).
+        A server that opens another run (same seed, another model) gets other noise, so two
+        releases of one round in two runs never share a draw; within a run, a round is released on
+        one input only (nodes/release_record.py). The board's owner derives it from the key file."""
+        return NodeSecret(hmac.new(self._key, _RUN_TAG + run.encode("utf-8"), hashlib.sha256).digest())
 
     def stream_words(self, seed: int, node: int, round_index: int, purpose: int) -> list[int]:
         """The eight 32-bit words that key ``node``'s (seed, round, purpose) stream under this

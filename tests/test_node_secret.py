@@ -37,6 +37,7 @@ from testbed.privacy.secrecy import HOLDS, REPRODUCIBLE
 from testbed.rng import PRIVATE_PURPOSES, Purpose, node_streams, stream
 
 from conftest import REPO
+from conftest_mqtt import with_board_keys
 from conftest_firmware import needs_cc
 from nodes.agent import NodeAgent
 from test_algorithm_contract import CASES, _built
@@ -241,10 +242,13 @@ def test_the_server_cannot_regenerate_a_secret_keyed_release(alg, tmp_path, capl
     # A stronger server, handed the node's true streams of every purpose but one, guesses that one
     # (from the seed or any held blob): each private draw the release rests on must be secret alone
     # (noise known but batches secret would still let it subtract the noise).
+    owned = secret.for_run("r")  # the run's own secret, which the owner derives from the key file
     for purpose in DRAWS[alg]:
-        assert not any(matches(secret_released, _AllBut(secret, purpose, key)) for key in attempts), purpose.name
-        assert matches(secret_released, _AllBut(secret, purpose, secret))  # the hybrid itself is sound
-    assert matches(secret_released, secret)  # the owner of node-secret.key reproduces its draws
+        assert not any(matches(secret_released, _AllBut(owned, purpose, key)) for key in attempts), purpose.name
+        assert matches(secret_released, _AllBut(owned, purpose, owned))  # the hybrid itself is sound
+    assert matches(secret_released, owned)  # the owner of node-secret.key reproduces its draws
+    # Another run (same seed, another run id) draws other noise: the server cannot pair two runs' releases.
+    assert not matches(secret_released, secret.for_run("another run"))
     # The key is in no byte the server receives, and in no log line.
     raw = (state_dir / KEY_FILE).read_bytes()
     for form in (raw, raw.hex().encode(), base64.b64encode(raw), raw.hex().upper().encode()):
@@ -333,12 +337,13 @@ def test_testbed_node_refuses_a_readable_key_in_one_line_and_reproducible_makes_
     state = tmp_path / "state"
     load_or_make(state)
     (state / KEY_FILE).chmod(0o644)
-    assert main(["node", "--broker", "mqtt://127.0.0.1:9", "--node-id", "1", "--state-dir", str(state)]) == 2
+    assert main(["node", "--broker", "mqtt://127.0.0.1:9", "--node-id", "1", "--state-dir", str(state),
+                 "--no-auth"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "node secret" in err and "lets others read it" in err
     other = tmp_path / "other"
     assert main(["node", "--broker", "mqtt://127.0.0.1:9", "--node-id", "1", "--state-dir", str(other),
-                 "--reproducible"]) == 2  # refused to connect, after deciding on its randomness
+                 "--reproducible", "--no-auth"]) == 2  # refused to connect, after deciding on its randomness
     assert not (other / KEY_FILE).exists()
 
 
@@ -366,15 +371,15 @@ def test_a_sim_run_says_its_noise_is_derivable_from_the_seed(tmp_path):
     assert f"against      the server: epsilon {g['epsilon']:.4g} (zcdp): {REPRODUCIBLE}" in format_summary(summary)
 
 
-def test_a_mixed_run_over_mqtt_says_it_per_node(embedded_broker, tmp_path):
+def test_a_mixed_run_over_mqtt_says_it_per_node(embedded_broker, tmp_path, board_keys):
     """Node 0 is a board with its own secret, nodes 1-3 run --reproducible: the summary names each
     node's randomness and says both sentences, each with its nodes; the ε of every node is sim's
     (the same plan), the model is not (node 0's noise is its own)."""
     url = embedded_broker.url
     config = replace(load_config_text(DP_PASGD.format(alg="dp_pasgd").replace("num_nodes = 3", "num_nodes = 4")
                                       + ATTACKED["dp_pasgd"]),
-                     run={"mode": "mqtt"}, mqtt={"broker_url": url, "emulated": False, "round_timeout_s": 30.0,
-                                                 "connect_timeout_s": 60.0})
+                     run={"mode": "mqtt"}, mqtt=with_board_keys({"broker_url": url, "emulated": False,
+                                                                 "round_timeout_s": 30.0, "connect_timeout_s": 60.0}))
 
     def node(n: int, *extra: str) -> subprocess.Popen:
         return subprocess.Popen([sys.executable, "-m", "testbed", "node", "--broker", url, "--node-id", str(n),
@@ -433,7 +438,8 @@ def test_a_board_behind_its_bridge_draws_from_the_bridges_secret(tmp_path):
             update = _update(agent.handle(_round(cfg, 0, theta))).tensors["update"]
         finally:
             agent.close()
-    np.testing.assert_allclose(update, emulated({1: secret}), rtol=1e-5, atol=1e-6)
+    run_secret = secret.for_run("testbed")  # _round's run id
+    np.testing.assert_allclose(update, emulated({1: run_secret}), rtol=1e-5, atol=1e-6)
     assert _differs(update, emulated(None))
 
 
