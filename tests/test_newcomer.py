@@ -44,7 +44,7 @@ def test_a_reader_that_leaves_early_ends_the_command_quietly(args, runs_dir):
     assert done.returncode in (0, 128 + signal.SIGPIPE), done.stderr
 
 
-def test_a_host_of_emulated_nodes_says_what_it_is_doing(embedded_broker):
+def test_a_host_of_emulated_nodes_says_what_it_is_doing(embedded_broker, board_keys):
     host = _testbed("nodes", "--count", "3", "--first-id", "4", "--broker", embedded_broker.url, "--run", "newcomer",
                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

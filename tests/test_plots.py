@@ -25,12 +25,13 @@ def test_the_epsilon_figure_draws_a_bar_per_node_up_to_the_limit_then_a_histogra
     plt.close(fig)
 
 
-def test_an_algorithm_without_a_cost_model_gets_no_cost_figure(tmp_path):
+def test_an_algorithm_without_a_cost_model_draws_accuracy_against_bytes_and_no_epsilon(tmp_path):
     from testbed.config import load_config_text
     from testbed.orchestration.runner import run_experiment
 
     text = ("[run]\nalgorithm = \"fedavg\"\n[data]\nnum_nodes = 3\nsamples_per_node = 40\ndim = 3\n"
             "[fedavg]\nrounds = 2\n[privacy]\ntight_accountant = \"none\"\n")
     result = run_experiment(load_config_text(text), out_dir=tmp_path / "r", quiet=True)
-    # FedAvg adds no noise: not private, no finite ε to draw (the ε figure is for (ε, δ)-DP runs).
-    assert {p.name for p in (result.run_dir / "figures").iterdir()} == {"progress.png"}
+    # FedAvg adds no noise: not private, no finite ε to draw (the ε figure is for (ε, δ)-DP runs); it
+    # has no cost units, so its accuracy is drawn against the bytes it sent (testbed.reports.cost_axis).
+    assert {p.name for p in (result.run_dir / "figures").iterdir()} == {"progress.png", "cost.png"}

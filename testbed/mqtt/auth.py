@@ -158,7 +158,7 @@ class Keys:
 
     def to_json(self) -> str:
         """The keys file's text: {principal: 64 hex digits}."""
-        return json.dumps({p: k.hex() for p, k in self._base.items()}, indent=2) + "\n"
+        return json.dumps({p: k.hex() for p, k in self._base.items()}, indent=2, allow_nan=False) + "\n"
 
 
 def node_key(run_key: bytes, principal: str) -> bytes:
