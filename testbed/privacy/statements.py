@@ -37,6 +37,13 @@ RANDOMNESS = ("A board running `testbed node` keys its noise and mini-batches by
               "observer (`privacy_guarantees`); tests/test_node_secret.py::"
               "test_the_server_cannot_regenerate_a_secret_keyed_release")
 
+#: What every private statement says of the wire: a frame's tag proves its sender, it hides nothing
+#: (docs/wire-protocol.md "Authentication"; tests/test_mqtt_forgery.py).
+TRANSPORT = ("Over MQTT every message is authenticated (an HMAC-SHA256 tag per node and session), not encrypted: "
+             "without TLS (an `mqtts://` broker with `mqtt.tls_ca`; `testbed provision --tls`) anyone who can read "
+             "the broker sees what the server sees, so 'the server' stands for every such reader; with TLS and the "
+             "broker's ACL, the broker's operator still does. tests/test_mqtt_forgery.py")
+
 
 @dataclass(frozen=True)
 class PrivacyStatement:
@@ -80,7 +87,7 @@ class PrivacyStatement:
                 *[("assumption", a) for a in self.assumptions],
                 ("delta", self.delta),
                 *[("not protected", n) for n in self.not_protected],
-                *([("randomness", RANDOMNESS)] if self.private else []),
+                *([("randomness", RANDOMNESS), ("transport", TRANSPORT)] if self.private else []),
                 *[("evidence", e) for e in self.evidence]]
 
     @property
