@@ -265,8 +265,8 @@ class NodeAgent:
         expected = protocol.expected_of(msg)
         if self.node not in expected:
             return None  # an emulated straggler this round: it does nothing, costs nothing
-        return RoundContext(round_index, exp.config.run.seed, exp.config.data.num_nodes, expected,
-                            secrets=None if self.secret is None else {self.node: self.secret.for_run(msg.run)})
+        secrets = None if self.secret is None else {self.node: self.secret.for_run(_scope(msg.run, exp.key))}
+        return RoundContext(round_index, exp.config.run.seed, exp.config.data.num_nodes, expected, secrets=secrets)
 
     def _step(self, msg: wire.Message) -> protocol.Reply | None:
         outcome = step_nodes([self], [msg])[0]
@@ -301,7 +301,7 @@ class NodeAgent:
         # only on the input it was released on, which gives the same release again; on another
         # model, whose release would share its noise, nothing (the node straggles the round).
         digest = _input_digest(msg, r, exp.key, ctx.expected)
-        if not self.releases.allows(msg.run, msg.kind, r, digest):
+        if not self.releases.allows(_scope(msg.run, exp.key), msg.kind, r, digest):
             return None
         if setup:
             return _Admitted(msg, session, exp, ledger, writer, ctx, digest)
@@ -344,7 +344,7 @@ class NodeAgent:
         its events charged with ``compute`` and logged before anything is sent."""
         msg, session, r = admitted.msg, admitted.session, admitted.ctx.round_index
         i = out.node_ids.index(self.node)
-        self.releases.record(msg.run, msg.kind, r, admitted.digest)  # write-ahead, before its events
+        self.releases.record(_scope(msg.run, admitted.experiment.key), msg.kind, r, admitted.digest)  # write-ahead
         events = self._log(admitted.ledger, admitted.writer, self.costs.charge(out.events[i], compute))
         metrics = {name: float(value[i]) for name, value in out.metrics.items()}
         if admitted.experiment.over_the_air:
@@ -376,7 +376,7 @@ class NodeAgent:
         if problem is not None:
             raise wire.WireError("bad_header", f"received signal: {problem}")
         digest = _input_digest(msg, msg.round, sent.experiment.key, tuple(senders))
-        if not self.releases.allows(msg.run, msg.kind, msg.round, digest):
+        if not self.releases.allows(_scope(msg.run, sent.experiment.key), msg.kind, msg.round, digest):
             return None  # its update was released on another signal in an earlier session
         ctx = sent.ctx.closed(senders)
         try:  # on a copy of what it carries: a refused signal leaves the node waiting for the right one
@@ -385,7 +385,7 @@ class NodeAgent:
         except ValueError as exc:  # e.g. fewer senders than an exchange needs
             raise wire.WireError("bad_header", f"received signal: {exc}") from None
         self._transmitted = None
-        self.releases.record(msg.run, msg.kind, msg.round, digest)
+        self.releases.record(_scope(msg.run, sent.experiment.key), msg.kind, msg.round, digest)
         return self._keep(msg, session, msg.round, protocol.Reply(protocol.COORDINATOR, protocol.update(
             msg.run, sent.session, msg.round, self.node, out.rows(self.node), sent.events, sent.metrics)))
 
@@ -591,6 +591,15 @@ def _downlink_problem(msg: wire.Message, spec: dict[str, TensorSpec]) -> str | N
     """Why ``msg``'s tensors are not the downlink ``spec`` (an algorithm's declaration); None if
     they are."""
     return check_tensors(spec, msg.tensors)
+
+
+def _scope(run: str, experiment_key: str) -> str:
+    """What a node's releases are kept apart by: the run id and its experiment (a SHA-256 hex).
+    Run ids are names a coordinator reuses (a board's second experiment may carry the same one), so
+    each experiment of a run id has its own record of releases and, on a board with a secret, its
+    own noise (NodeSecret.for_run): another experiment never shares a draw with this one, and within
+    one a round is released on one input only (nodes.release_record)."""
+    return f"{run}-{experiment_key[:32]}"
 
 
 @remember_last  # a host's nodes read one broadcast: its model hashed once

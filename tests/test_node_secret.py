@@ -39,7 +39,7 @@ from testbed.rng import PRIVATE_PURPOSES, Purpose, node_streams, stream
 from conftest import REPO
 from conftest_mqtt import with_board_keys
 from conftest_firmware import needs_cc
-from nodes.agent import NodeAgent
+from nodes.agent import NodeAgent, _scope
 from test_algorithm_contract import CASES, _built
 
 SECRETS = {n: NodeSecret(bytes([n + 1]) * 32) for n in range(8)}
@@ -242,13 +242,14 @@ def test_the_server_cannot_regenerate_a_secret_keyed_release(alg, tmp_path, capl
     # A stronger server, handed the node's true streams of every purpose but one, guesses that one
     # (from the seed or any held blob): each private draw the release rests on must be secret alone
     # (noise known but batches secret would still let it subtract the noise).
-    owned = secret.for_run("r")  # the run's own secret, which the owner derives from the key file
+    owned = secret.for_run(_scope("r", protocol.experiment_key(config_text)))  # the owner derives it from the key
     for purpose in DRAWS[alg]:
         assert not any(matches(secret_released, _AllBut(owned, purpose, key)) for key in attempts), purpose.name
         assert matches(secret_released, _AllBut(owned, purpose, owned))  # the hybrid itself is sound
     assert matches(secret_released, owned)  # the owner of node-secret.key reproduces its draws
     # Another run (same seed, another run id) draws other noise: the server cannot pair two runs' releases.
-    assert not matches(secret_released, secret.for_run("another run"))
+    assert not matches(secret_released, secret.for_run(_scope("another run", protocol.experiment_key(config_text))))
+    assert not matches(secret_released, secret.for_run(_scope("r", protocol.experiment_key(config_text + "#"))))
     # The key is in no byte the server receives, and in no log line.
     raw = (state_dir / KEY_FILE).read_bytes()
     for form in (raw, raw.hex().encode(), base64.b64encode(raw), raw.hex().upper().encode()):
@@ -438,7 +439,7 @@ def test_a_board_behind_its_bridge_draws_from_the_bridges_secret(tmp_path):
             update = _update(agent.handle(_round(cfg, 0, theta))).tensors["update"]
         finally:
             agent.close()
-    run_secret = secret.for_run("testbed")  # _round's run id
+    run_secret = secret.for_run(_scope("testbed", protocol.experiment_key(to_toml(cfg))))  # _round's run and experiment
     np.testing.assert_allclose(update, emulated({1: run_secret}), rtol=1e-5, atol=1e-6)
     assert _differs(update, emulated(None))
 

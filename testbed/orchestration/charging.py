@@ -47,9 +47,9 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from typing import TYPE_CHECKING, Callable, Collection, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Collection, Iterable, Mapping, Protocol, Sequence
 
-from testbed.algorithms.contract import SETUP_ROUND, OverTheAir, RoundContext
+from testbed.algorithms.contract import SETUP_ROUND, Algorithm, OverTheAir, RoundContext
 from testbed.ledger.events import Event, StraggleEvent, batches_of, with_fields
 from testbed.ledger.node import SPENT_AGAIN
 from testbed.orchestration.nodes_api import Nodes, RoundOutcome
@@ -57,7 +57,23 @@ from testbed.reports.asked import Asked
 from testbed.reports.results import not_yet_charged
 
 if TYPE_CHECKING:
-    from testbed.orchestration.runner import Run
+    from testbed.config import Config
+    from testbed.ledger.book import LedgerBook
+
+
+class Run(Protocol):
+    """What charging reads and writes of a run (testbed.orchestration.runner.Run, which the runner
+    and, through it, the coordinator hand in; named by its fields here so that this module, which
+    both call, imports neither)."""
+
+    config: "Config"
+    algorithm: Algorithm
+    book: "LedgerBook"
+    past_mark: dict[int, list[Event]]  # a resumed run's rows past its checkpoint, by round
+    asked_before: dict[int, Counter[int]]  # round → node → earlier sessions that asked it
+    estimated: list[tuple[RoundContext, list[Event]]]  # charged at the plan on ask, topped up at the end
+    open_ask: RoundContext | None  # the round asked and not closed yet
+    charged_on_ask: dict[int, set[int]]  # node → rounds charged at the plan without its own events
 
 log = logging.getLogger(__name__)
 
