@@ -137,3 +137,15 @@ def test_values_by_seed_from_the_sweeps_rows_or_its_table(sweep):
         (c,) = compare(sweep, {"tau": 1}, {"tau": 5})
         v = paired_verdict(a, b, "a>b")
         assert (v.word, v.n, v.effect, v.ci_low, v.ci_high) == ("shown", 5, c.result.mean, c.result.ci_low, c.result.ci_high)
+
+
+def test_the_rank_test_is_shown_from_eight_seeds_on(tmp_path):
+    """Below stats.RANK_TEST_MIN_N pairs the signed-rank p is too coarse to stand beside the t test
+    (at n = 5 it cannot go below 0.0625): the text says so instead of printing it."""
+    five = format_comparisons(compare(write_sweep(tmp_path / "five"), {"tau": 1}, {"tau": 5}))
+    assert "Wilcoxon not shown below n=8 (at n=5 its smallest two-sided p is 0.0625)" in five
+    rng = np.random.default_rng(0)
+    eight = {tau: (0.8 + 0.01 * tau + 0.01 * rng.standard_normal(8)).round(4).tolist() for tau in (1, 5)}
+    loss = {tau: [0.4] * 8 for tau in (1, 5)}
+    (c,) = compare(write_sweep(tmp_path / "eight", eight, loss, seeds=tuple(range(8))), {"tau": 1}, {"tau": 5})
+    assert f"Wilcoxon {c.result.p_wilcoxon:.3g}" in format_comparisons([c])

@@ -142,6 +142,40 @@ def rule(p_adjusted: float, low: float, high: float, claimed: str) -> str:
     return "shown" if (low > 0) == up else "opposite"
 
 
+def power_of_t(n: int, effect: float, sd: float, family_size: int) -> float:
+    """The chance a two-sided paired t test of n pairs at α/m rejects when the mean difference is
+    ``effect``: noncentral t with n − 1 degrees of freedom and noncentrality √n·effect/sd."""
+    critical = scipy.stats.t.ppf(1 - ALPHA / family_size / 2, n - 1)
+    shift = math.sqrt(n) * effect / sd
+    return float(scipy.stats.nct.sf(critical, n - 1, shift) + np.nan_to_num(scipy.stats.nct.cdf(-critical, n - 1, shift)))
+
+
+def power_disagreements(family: dict) -> list[str]:
+    """Where the family's power record (its n, the median sd of its paired differences, the smallest
+    detectable difference and the seeds its effect of interest needs) is not what plain scipy gives."""
+    varying = [c for c in family["claims"] if c["kind"] == "paired" and np.std(np.subtract(c["a"], c["b"])) > 0]
+    power, name = family.get("power"), family["family"]
+    if not varying:
+        return [] if power is None else [f"{name}: a power record without a paired claim that varies"]
+    if power is None:
+        return [f"{name}: paired claims but no power record"]
+    n = min(c["n"] for c in varying)
+    sd = float(np.median([np.std(np.subtract(c["a"], c["b"]), ddof=1) for c in varying]))
+    m = family["size"]
+    wrong = []
+    if power["n"] != n or not close(power["sd"], sd) or power["family_size"] != m:
+        wrong.append(f"{name}: power record n {power['n']}, sd {power['sd']:.6g}; the referee's n {n}, sd {sd:.6g}")
+    if not math.isclose(power_of_t(n, power["min_detectable"], sd, m), 0.8, abs_tol=1e-6):
+        wrong.append(f"{name}: {power['min_detectable']:.6g} is not detected with 80 % power at n = {n}")
+    if "effect_of_interest" in power:
+        needed, effect = power["seeds_needed"], power["effect_of_interest"]
+        if needed is None or needed < 2:
+            wrong.append(f"{name}: seeds needed {needed} for {effect}")
+        elif power_of_t(needed, effect, sd, m) < 0.8 or (needed > 2 and power_of_t(needed - 1, effect, sd, m) >= 0.8):
+            wrong.append(f"{name}: {needed} is not the fewest seeds detecting {effect} with 80 % power")
+    return wrong
+
+
 def close(x: float, y: float | None, rel: float = 1e-6, abs_: float = 1e-12) -> bool:
     if y is None:
         return math.isnan(x)
@@ -206,5 +240,6 @@ def referee(name: str, families: list[dict], text: str) -> list[str]:
                 mismatches.append(f"{where}: prints other p-values than the referee's p {p:.3g}, Holm p {q:.3g} of "
                                   f"{len(claims)}")
             recorded_texts.add(c["text"])
+        mismatches += power_disagreements(family)
     unrecorded = [v for v in VERDICT_TEXT.findall(text) if v not in recorded_texts]
     return mismatches + [f"{name} prints a verdict no record holds: {v}" for v in unrecorded]

@@ -6,7 +6,7 @@ import pytest
 import scipy.stats
 from hypothesis import assume, given, settings, strategies as st
 
-from testbed.reports.stats import (BCA_MIN_N, bca_interval, holm, min_detectable_effect, min_detectable_effect_in_family,
+from testbed.reports.stats import (BCA_MIN_N, bca_interval, holm, min_detectable_effect, min_detectable_effect_in_family, seeds_for_effect,
                                    paired, spearman, spearman_p, stratified_permutation_p, t_interval,
                                    wilcoxon_min_p, within_cluster_spearman)
 from testbed.reports.verdicts import (INCONCLUSIVE, OPPOSITE, SHOWN, Family, decide, fill_all, judge, paired_verdict,
@@ -377,3 +377,37 @@ def test_a_family_states_the_effect_it_can_detect_after_holm():
     sds = [np.std([0.1, -0.1, 0.2, -0.2, 0.1], ddof=1), np.std([0.2, 0.3, -0.1, 0.1, -0.2], ddof=1)]
     expected = min_detectable_effect_in_family(5, float(np.median(sds)), 2)
     assert f"at n = 5: {expected:.3g} (median sd of the differences {np.median(sds):.3g})" in fam.description()
+
+
+def test_seeds_for_an_effect_are_the_fewest_that_detect_it_after_holm():
+    # sd 0.01, a family of 8: 0.01 needs the MDE at α/8 to reach one sd; n − 1 misses it.
+    needed = seeds_for_effect(0.01, 0.01, 8)
+    assert float(min_detectable_effect_in_family(needed, 0.01, 8)) <= 0.01
+    assert float(min_detectable_effect_in_family(needed - 1, 0.01, 8)) > 0.01
+    assert seeds_for_effect(-0.01, 0.01, 8) == needed  # a difference of either sign
+    assert seeds_for_effect(0.01, 0.0, 8) == 2
+    assert seeds_for_effect(1e-9, 1.0, 8) is None  # beyond stats.MOST_SEEDS
+    with pytest.raises(ValueError, match="non-zero"):
+        seeds_for_effect(0.0, 0.01, 8)
+
+
+@given(sd=st.floats(1e-3, 1.0), ratio=st.floats(0.2, 5.0), m=st.integers(1, 30))
+@settings(max_examples=30, deadline=None)
+def test_seeds_for_an_effect_grow_as_the_effect_shrinks(sd: float, ratio: float, m: int):
+    big, small = seeds_for_effect(ratio * sd, sd, m), seeds_for_effect(ratio * sd / 2, sd, m)
+    assert big is not None and (small is None or small >= big)  # None: beyond stats.MOST_SEEDS
+
+
+def test_a_family_with_an_effect_of_interest_says_when_it_is_underpowered():
+    a = [1.0, 2, 3, 4, 5]
+    fam = Family("underpowered", effect_of_interest=0.1)
+    fam.paired(a, [0.9, 2.1, 2.8, 4.2, 4.9], "a>b")
+    fam.close()
+    power = fam.power()
+    assert power is not None and power["seeds_needed"] > 5
+    assert f"Seeds to detect 0.1 (the effect of interest) at 80 % power: {power['seeds_needed']}" in fam.description()
+    assert "**underpowered** at n = 5" in fam.description()
+    ample = Family("ample", effect_of_interest=1.0)
+    ample.paired(a, [0.9, 2.1, 2.8, 4.2, 4.9], "a>b")
+    ample.close()
+    assert "underpowered" not in ample.description() and ample.power()["seeds_needed"] <= 5

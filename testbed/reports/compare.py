@@ -25,7 +25,7 @@ from typing import Any
 from testbed.errors import UserError
 from testbed.limits import MAX_FLOAT
 from testbed.reports.results import FINISHED
-from testbed.reports.stats import CONFIDENCE, Paired, holm, paired, wilcoxon_min_p
+from testbed.reports.stats import CONFIDENCE, RANK_TEST_MIN_N, Paired, holm, paired, wilcoxon_min_p
 from testbed.reports.sweep_stats import grid_keys, number, numeric_fields, read_sweep, value
 from testbed.reports.verdicts import OPPOSITE, SHOWN, decide
 from testbed.util import jsontext
@@ -246,10 +246,11 @@ def _verdict(result: Paired, p_t_holm: float, higher_is_better: bool, confidence
 
 
 def _wilcoxon_text(r: Paired, holm_note: str, confidence: float) -> str:
-    """The rank test's p, or why it is not shown: at n <= 5 its smallest two-sided p exceeds α."""
-    floor = wilcoxon_min_p(r.n)
-    if floor >= 1.0 - confidence:
-        return f"Wilcoxon cannot confirm at n={r.n} (its smallest two-sided p is {floor:.3g})"
+    """The rank test's p from RANK_TEST_MIN_N pairs on, or why it is not shown: below that its few
+    attainable p-values (none below α at n <= 5) make it too coarse to stand beside the t test."""
+    if r.n < RANK_TEST_MIN_N:
+        return (f"Wilcoxon not shown below n={RANK_TEST_MIN_N} (at n={r.n} its smallest two-sided p is "
+                f"{wilcoxon_min_p(r.n):.3g})")
     return f"Wilcoxon {r.p_wilcoxon:.3g}{holm_note}"
 
 

@@ -37,6 +37,9 @@ BCA_MIN_N = 3
 #: as reproducible as its runs.
 BOOTSTRAP_RESAMPLES = 9999
 BOOTSTRAP_SEED = 0
+#: Fewest pairs from which a signed-rank p is shown beside the paired t: 2/2⁸ = 0.0078 leaves room
+#: below α/m for a small family; at n = 5 no two-sided p can go below 0.0625 (issue 41).
+RANK_TEST_MIN_N = 8
 #: Fewest pairs of a Spearman interval: its Fisher z standard error divides by n − 3.
 SPEARMAN_MIN_N = 4
 
@@ -256,6 +259,35 @@ def min_detectable_effect_in_family(n: int, sd: ArrayLike, family_size: int, con
         raise ValueError(f"a family has at least one comparison, got {family_size}")
     alpha = (1.0 - confidence) / family_size
     return min_detectable_effect(n, sd, 1.0 - alpha, power)
+
+
+#: Most seeds :func:`seeds_for_effect` looks at before saying an effect is out of reach.
+MOST_SEEDS = 1000
+
+
+def seeds_for_effect(effect: float, sd: float, family_size: int, confidence: float = CONFIDENCE,
+                     power: float = POWER, most: int = MOST_SEEDS) -> int | None:
+    """The fewest pairs n (>= 2) at which a paired t test, Holm-corrected over ``family_size``
+    comparisons, detects a mean paired difference of ``effect`` with ``power``
+    (:func:`min_detectable_effect_in_family` at n is at most |effect|), for differences of sd ``sd``
+    (a pilot's); None if more than ``most`` pairs would be needed. Seeds by power, not by floor."""
+    if not (np.isfinite(effect) and effect != 0):
+        raise ValueError(f"the effect of interest must be a finite non-zero difference, got {effect}")
+    if not (np.isfinite(sd) and sd >= 0):
+        raise ValueError(f"sd must be finite and >= 0, got {sd}")
+    if sd == 0:
+        return 2
+
+    def detects(n: int) -> bool:
+        return float(min_detectable_effect_in_family(n, sd, family_size, confidence, power)) <= abs(effect)
+
+    if not detects(most):
+        return None
+    low, high = 1, most  # detects(high) holds; the smallest n that detects lies in (low, high]
+    while high - low > 1:  # the MDE falls monotonically with n
+        mid = (low + high) // 2
+        low, high = (low, mid) if detects(mid) else (mid, high)
+    return max(high, 2)
 
 
 @dataclass(frozen=True)

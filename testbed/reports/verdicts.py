@@ -41,8 +41,8 @@ import numpy as np
 
 from testbed.util import jsontext
 
-from testbed.reports.stats import (CONFIDENCE, holm, min_detectable_effect_in_family, paired, spearman, spearman_p,
-                                   within_cluster_spearman)
+from testbed.reports.stats import (CONFIDENCE, MOST_SEEDS, holm, min_detectable_effect_in_family, paired,
+                                   seeds_for_effect, spearman, spearman_p, within_cluster_spearman)
 
 SHOWN, OPPOSITE, INCONCLUSIVE = "shown", "opposite", "inconclusive"
 #: A paired claim: mean(a) > mean(b) or mean(a) < mean(b).
@@ -228,8 +228,12 @@ class Family:
     """The claims one figure or table makes: their p-values are Holm-adjusted together when the
     family is closed, and each verdict then follows :func:`decide` on its adjusted p."""
 
-    def __init__(self, name: str, confidence: float = CONFIDENCE) -> None:
+    def __init__(self, name: str, confidence: float = CONFIDENCE, *, effect_of_interest: float | None = None) -> None:
+        """``effect_of_interest``: the smallest mean paired difference (in the claims' unit) the family's
+        claims are about; its description then says how many seeds detect it with 80 % power after Holm,
+        from the sd of this run's differences (the pilot's, for the next run), and flags a run with fewer."""
         self.name, self.confidence = name, confidence
+        self.effect_of_interest = effect_of_interest
         self.token = f"family{next(_FAMILY_IDS)}"
         self._raw: list[_Raw] = []
         self._inputs: list[dict[str, Any]] = []  # what a referee needs to recompute each claim
@@ -287,17 +291,39 @@ class Family:
         m = len(self.verdicts)
         return f"Family \"{self.name}\": {m} claim{'s' if m != 1 else ''}, Holm-adjusted together.{self._power()}"
 
-    def _power(self) -> str:
-        """The smallest mean paired difference the family's paired claims detect with 80 % power after Holm
-        (at its first step, α/m), from the median sd of their differences at their smallest n."""
+    def power(self) -> dict[str, Any] | None:
+        """The family's power, from its paired claims (None without one whose differences vary): the
+        smallest n among them, the median sd of their differences, the smallest mean paired difference
+        detectable at that n with 80 % power after Holm (at its first, strictest step α/m) and, given an
+        effect of interest, the seeds needed to detect it (None: more than stats.MOST_SEEDS)."""
         sds = [r.sd for r in self._raw if math.isfinite(r.sd) and r.sd > 0]
         if not sds:
-            return ""
+            return None
         n = min(r.n for r in self._raw if math.isfinite(r.sd) and r.sd > 0)
-        sd = float(np.median(sds))
-        mde = float(min_detectable_effect_in_family(n, sd, len(self._raw), self.confidence))
-        return (f" Smallest mean paired difference detectable with 80 % power after Holm at n = {n}: "
-                f"{mde:.3g} (median sd of the differences {sd:.3g}).")
+        sd, m = float(np.median(sds)), len(self._raw)
+        record: dict[str, Any] = {"n": n, "sd": sd, "family_size": m,
+                                  "min_detectable": float(min_detectable_effect_in_family(n, sd, m, self.confidence))}
+        if self.effect_of_interest is not None:
+            record["effect_of_interest"] = float(self.effect_of_interest)
+            record["seeds_needed"] = seeds_for_effect(self.effect_of_interest, sd, m, self.confidence)
+        return record
+
+    def _power(self) -> str:
+        power = self.power()
+        if power is None:
+            return ""
+        text = (f" Smallest mean paired difference detectable with 80 % power after Holm at n = {power['n']}: "
+                f"{power['min_detectable']:.3g} (median sd of the differences {power['sd']:.3g}).")
+        if "effect_of_interest" in power:
+            effect, needed = power["effect_of_interest"], power["seeds_needed"]
+            text += (f" Seeds to detect {effect:.3g} (the effect of interest) at 80 % power: "
+                     f"{'more than ' + str(MOST_SEEDS) if needed is None else needed}")
+            if needed is None or needed > power["n"]:
+                text += (f"; **underpowered** at n = {power['n']}: an inconclusive verdict here is no evidence "
+                         f"against an effect of {effect:.3g}.")
+            else:
+                text += "."
+        return text
 
 
 _RECORDINGS: list[list[Family]] = []
@@ -320,7 +346,7 @@ def write_report(path: Path, text: str, families: Sequence[Family]) -> None:
     record = []
     for f in families:
         verdicts = f.close()
-        record.append({"family": f.name, "size": len(verdicts), "claims": [
+        record.append({"family": f.name, "size": len(verdicts), "power": f.power(), "claims": [
             {**inputs, "word": v.word, "n": v.n, "effect": v.effect, "ci_low": v.ci_low, "ci_high": v.ci_high,
              "p": v.p, "p_adjusted": v.p_adjusted, "text": v.markdown()}
             for inputs, v in zip(f._inputs, verdicts)]})
