@@ -300,12 +300,9 @@ class DpPasgd(BaseAlgorithm):
                                     adjacency=charged[0].adjacency, observer=charged[0].observer,
                                     rates=[e.sampling_rate for e in charged[lo + a:lo + b]])
                 mine = params[lo + a:lo + b]  # a view: the steps update params in place
-                for step in range(tau):
-                    idx = batch_idx[lo + a:lo + b, step]
-                    _, grad = self.model.loss_and_grad(mine, train.x[idx], train.y[idx], batch_w[lo + a:lo + b, step],
-                                                       self.clip_norm)
-                    grad += noise[a:b, step]
-                    mine -= self.lr * grad  # eq. (7a): w = θ − η(g + b)
+                # eq. (7a): w = θ − η(g + b), τ times
+                self.local_sgd(mine, received["model"][lo + a:lo + b], train, batch_idx[lo + a:lo + b], batch_w[lo + a:lo + b], noise=noise[a:b],
+                               clip_norm=self.clip_norm)
 
             # A torch network runs its stack on torch's own threads: one Python thread feeds it.
             split_work(hi - lo, steps, numbers=0 if self.model.name == "torch" else noise[:hi - lo].size)

@@ -73,16 +73,20 @@ class FedAvg(SizeSetup, BaseAlgorithm):
         train_sizes: each node's training rows in the run's partition, by id: a claimed size above
             its node's is refused (None: only finite and >= 1 is checked).
         max_weight_share: the cap on one node's share of an aggregation (None: no cap).
+        settings: a variant's own settings (the keys its section adds to FedAvg's, FedProx's ``mu``):
+            attributes of the algorithm, reported by :meth:`describe`.
     """
 
     def __init__(self, model: Model, *, rounds: int, local_steps: int, batch: int, lr: float, num_nodes: int,
                  aggregation: Aggregation = Aggregation(), train_sizes: Mapping[int, int] | None = None,
-                 max_weight_share: float | None = None):
+                 max_weight_share: float | None = None, **settings: float):
         self.model, self.rounds_planned, self.local_steps = model, rounds, local_steps
         self.batch, self.lr, self.num_nodes = batch, lr, num_nodes
         self.train_sizes = None if train_sizes is None else {int(k): int(v) for k, v in train_sizes.items()}
         self.max_weight_share = max_weight_share
         self.aggregation = aggregation
+        self.settings = settings
+        vars(self).update(settings)
 
     def state_spec(self) -> dict[str, TensorSpec]:
         return {**super().state_spec(), "weights": TensorSpec((self.num_nodes,))}
@@ -107,12 +111,9 @@ class FedAvg(SizeSetup, BaseAlgorithm):
         """ClientUpdate: ``local_steps`` SGD steps from the global model on every node at once."""
         ids = tuple(int(n) for n in node_ids)
         idx = uniform_batches(train, ids, ctx.round_index, ctx.seed, self.local_steps, self.batch, ctx.secrets)
-        weights = np.full(idx.shape[:1] + idx.shape[2:], 1.0 / self.batch)
+        # np.array keeps the broadcast's memory order, which the server's weighted sum rounds by.
         params = np.array(received["model"], dtype=np.float64)
-        for step in range(self.local_steps):
-            rows = idx[:, step]
-            _, grad = self.model.loss_and_grad(params, train.x[rows], train.y[rows], weights)
-            params -= self.lr * grad
+        self.local_sgd(params, received["model"], train, idx, np.full(idx.shape, 1.0 / self.batch))
         return self.result(ids, {"update": params}, train, ctx)
 
     def server_step(self, state: State, result: NodeResult, ctx: RoundContext) -> ServerResult:
@@ -127,16 +128,20 @@ class FedAvg(SizeSetup, BaseAlgorithm):
 
     def describe(self) -> dict[str, Any]:
         return {"rounds": self.rounds_planned, "local_steps": self.local_steps, "batch": self.batch, "lr": self.lr,
-                "private": False}
+                "private": False, **self.settings}
 
 
-def build(sections: dict[str, Any], ctx: BuildContext) -> FedAvg:
-    a: FedAvgSection = sections["fedavg"]
-    check_batches("fedavg", ctx.data.train, ctx.data.node_ids, a.local_steps, a.batch, "local_steps")
-    return FedAvg(ctx.model, rounds=a.rounds, local_steps=a.local_steps, batch=a.batch, lr=a.lr,
-                  num_nodes=ctx.num_nodes, aggregation=a.aggregation_rule(ctx.num_nodes, "fedavg"),
-                  train_sizes=dict(zip(ctx.data.node_ids, ctx.data.train.sizes.tolist())),
-                  max_weight_share=a.max_weight_share)
+def build(sections: dict[str, Any], ctx: BuildContext, name: str = "fedavg",
+          algorithm: type[FedAvg] = FedAvg) -> FedAvg:
+    """FedAvg, or its variant ``algorithm``, as its section ``[name]`` says: the keys a variant's
+    section adds to FedAvg's are the variant's settings (FedProx's ``mu``)."""
+    a: FedAvgSection = sections[name]
+    check_batches(name, ctx.data.train, ctx.data.node_ids, a.local_steps, a.batch, "local_steps")
+    return algorithm(ctx.model, rounds=a.rounds, local_steps=a.local_steps, batch=a.batch, lr=a.lr,
+                     num_nodes=ctx.num_nodes, aggregation=a.aggregation_rule(ctx.num_nodes, name),
+                     train_sizes=dict(zip(ctx.data.node_ids, ctx.data.train.sizes.tolist())),
+                     max_weight_share=a.max_weight_share,
+                     **a.model_dump(exclude=set(FedAvgSection.model_fields)))
 
 
 STATEMENT = PrivacyStatement(

@@ -406,6 +406,11 @@ class Padpfl(SizeSetup, BaseAlgorithm):
         record only through the earlier noised steps: post-processing."""
         return zcdp.dp_pasgd_sensitivity(self.sample_clip, self.batch)
 
+    def regulariser_gradient(self, params: np.ndarray, start: np.ndarray) -> np.ndarray:
+        """FedProx's μ(x − x~), the gradient of (μ/2)||x − x~||² (eq. 31: ∇h = ∇l_i + μ(x − x~));
+        added at μ = 0 too, as the paper's step is written."""
+        return self.mu * (params - start)
+
     def uploads_in(self, node_ids: Sequence[int], round_index: int) -> np.ndarray:
         """(M,) whether each node uploads its model this round (always, or R of T when spread)."""
         if self.participation == "spread":
@@ -522,7 +527,7 @@ class Padpfl(SizeSetup, BaseAlgorithm):
         r = ctx.round_index
         start = np.asarray(received["model"], dtype=np.float64)
         idx = uniform_batches(train, ids, r, ctx.seed, self.local_steps, self.batch, ctx.secrets)
-        weights = np.full(idx.shape[:1] + idx.shape[2:], 1.0 / self.batch)
+        weights = np.full(idx.shape, 1.0 / self.batch)
         params = start.copy()
 
         due = self.uploads_in(ids, r)
@@ -539,14 +544,9 @@ class Padpfl(SizeSetup, BaseAlgorithm):
                     event = self.upload_release(ids[lo + i], r)
                     canaries.insert(noise[i:i + 1], ids[lo + i:lo + i + 1], r, reach=self.step_sensitivity,
                                     adjacency=event.adjacency, rates=[event.sampling_rate], observer=event.observer)
-            for step in range(self.local_steps):
-                rows = idx[lo:hi, step]
-                _, grad = self.model.loss_and_grad(mine, train.x[rows], train.y[rows], weights[lo:hi],
-                                                   self.sample_clip if self.dp_sgd else None)
-                if noise is not None:
-                    grad += noise[:, step]  # the mean of clipped per-sample gradients, noised
-                grad += self.mu * (mine - theirs)  # eq. (31): ∇h = ∇l_i + μ(x − x~)
-                mine -= self.lr * grad
+            # the mean of (clipped per-sample) gradients, noised under DP-SGD, plus FedProx's term
+            self.local_sgd(mine, theirs, train, idx[lo:hi], weights[lo:hi], noise=noise,
+                           clip_norm=self.sample_clip if self.dp_sgd else None)
 
         # A torch network runs its stack on torch's own threads: one Python thread feeds it.
         split_work(len(ids), local_steps, numbers=0 if self.model.name == "torch" else params.size * self.local_steps)
