@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import Any, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -66,9 +66,6 @@ from testbed.errors import ConfigError
 from testbed.rng import GLOBAL, Purpose, node_streams, stream
 from testbed.topology import Graph, Mixing, Topology, TopologySection
 from testbed.util.parallel import ROWS_IN_CACHE, split_work
-
-if TYPE_CHECKING:
-    from testbed.algorithms.dwfl import Dwfl
 
 SCHEMES = ("ota_d2d", "orthogonal_d2d", "ota_central")
 PATHLOSS_KINDS = ("none", "free_space", "umi", "uma")
@@ -392,6 +389,23 @@ def topology_from_sections(sections: dict[str, Any], num_nodes: int, seed: int) 
     return topology
 
 
+class ChannelOwner(Protocol):
+    """What :class:`DwflChannel` reads of the algorithm it is the half of
+    (:class:`testbed.algorithms.dwfl.Dwfl`, named so here: the algorithm imports this module)."""
+
+    radio: Radio
+    scheme: str
+    topology: Topology
+    model: Any
+    _plans: dict[Any, Any]
+
+    def _plan_key(self, round_index: int) -> Any: ...
+
+    def plan(self, round_index: int) -> Any: ...
+
+    def signal_norm_bound(self, state: State, ctx: RoundContext) -> float: ...
+
+
 class DwflChannel:
     """The channel half of DWFL and its baselines (:class:`testbed.algorithms.contract.ChannelHalf`):
     what every receiver hears, (N, P) signals → (N, P) received, by
@@ -404,7 +418,7 @@ class DwflChannel:
     #: An exchange needs two senders: with fewer, nobody hears a peer and the round has no exchange.
     min_senders = 2
 
-    def __init__(self, owner: "Dwfl | None" = None, *, radio: Radio | None = None, scheme: str | None = None,
+    def __init__(self, owner: ChannelOwner | None = None, *, radio: Radio | None = None, scheme: str | None = None,
                  topology: Topology | None = None):
         self._owner = owner
         self.radio = radio if radio is not None else owner.radio  # type: ignore[union-attr]
