@@ -5,6 +5,7 @@ says and nothing else. (FedProx's term: tests/test_fedprox.py.)"""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from testbed.algorithms.contract import RoundContext
@@ -49,3 +50,10 @@ def test_a_regulariser_hook_is_added_to_every_step():
     common = dict(rounds=1, local_steps=1, batch=8, lr=0.5, num_nodes=3)
     np.testing.assert_allclose(_update(Pulled(MODEL, **common), 5) - _update(FedAvg(MODEL, **common), 5), -0.125,
                                rtol=0, atol=1e-15)
+
+
+def test_a_variants_setting_never_replaces_what_fedavg_holds():
+    with pytest.raises(ValueError, match="'rounds_planned'"):
+        FedAvg(MODEL, rounds=1, local_steps=1, batch=8, lr=0.5, num_nodes=3, rounds_planned=1.0)
+    with pytest.raises(ValueError, match="'node_step'"):
+        FedAvg(MODEL, rounds=1, local_steps=1, batch=8, lr=0.5, num_nodes=3, node_step=1.0)

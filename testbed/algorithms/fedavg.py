@@ -70,6 +70,9 @@ class FedAvg(SizeSetup, BaseAlgorithm):
         self.train_sizes = None if train_sizes is None else {int(k): int(v) for k, v in train_sizes.items()}
         self.max_weight_share = max_weight_share
         self.aggregation = aggregation
+        taken = sorted(set(settings) & (set(vars(self)) | set(dir(type(self)))))
+        if taken:
+            raise ValueError(f"a variant's setting may not replace FedAvg's {taken[0]!r}")
         self.settings = settings
         vars(self).update(settings)
 
