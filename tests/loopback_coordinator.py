@@ -21,7 +21,8 @@ import dataclasses
 from typing import Callable, Iterator
 
 from nodes.agent import NodeAgent
-from testbed import protocol, wire
+from testbed.rounds import protocol
+from testbed.mqtt import wire
 from testbed.mqtt import auth, topics
 from testbed.mqtt.client import MqttClient
 from testbed.orchestration import coordinator

@@ -5,8 +5,8 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from testbed.client_sampling import ClientSamplingSection, sample_clients
-from testbed.config import load_config_text, replace
+from testbed.rounds.client_sampling import ClientSamplingSection, sample_clients
+from testbed.assembly.config import load_config_text, replace
 from testbed.errors import ConfigError
 from testbed.ledger.files import read_ledger
 from testbed.orchestration.runner import run_experiment

@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from ledger_invariant import FIGURES, PLANNED, under_counts
 from loopback_coordinator import loopback
 from nodes.agent import NodeAgent
-from testbed import protocol
-from testbed.config import load_config_text
+from testbed.rounds import protocol
+from testbed.assembly.config import load_config_text
 from testbed.ledger.files import read_whole_rows
 from testbed.ledger.node import merge_sessions
 from testbed.orchestration import runner

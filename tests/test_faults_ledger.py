@@ -14,8 +14,9 @@ import pytest
 
 from ledger_invariant import FIGURES, PLANNED, under_counts
 from loopback_coordinator import loopback
-from testbed import protocol, wire
-from testbed.config import load_config_text
+from testbed.rounds import protocol
+from testbed.mqtt import wire
+from testbed.assembly.config import load_config_text
 from testbed.ledger.events import GaussianEvent, MutualInfoEvent
 from testbed.ledger.files import read_ledger
 from testbed.mqtt import topics

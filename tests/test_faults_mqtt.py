@@ -26,9 +26,10 @@ import numpy as np
 import paho.mqtt.client as paho
 import pytest
 
-from testbed import protocol, wire
+from testbed.rounds import protocol
+from testbed.mqtt import wire
 from testbed.algorithms.contract import TensorSpec
-from testbed.config import load_config_text, replace, to_toml
+from testbed.assembly.config import load_config_text, replace, to_toml
 from testbed.ledger.files import read_ledger
 from testbed.ledger.node import NodeLedger
 from testbed.mqtt import auth, topics
@@ -204,7 +205,8 @@ import numpy as np
 import paho.mqtt.client as paho
 from nodes.agent import NodeAgent
 from nodes.host import serve
-from testbed import protocol, wire
+from testbed.rounds import protocol
+from testbed.mqtt import wire
 from testbed.ledger.fields import event_to_dict
 from testbed.mqtt import auth, topics
 from testbed.mqtt.broker import parse_broker_url

@@ -22,8 +22,8 @@ import numpy as np
 import pytest
 
 from test_algorithm_contract import _text
-from testbed import protocol
-from testbed.config import load_config_text, replace
+from testbed.rounds import protocol
+from testbed.assembly.config import load_config_text, replace
 from testbed.ledger.files import read_ledger
 from testbed.orchestration import runner
 from testbed.orchestration.runner import run_experiment

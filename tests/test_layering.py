@@ -141,6 +141,6 @@ def _is_package(module: str) -> bool:
 
 def test_the_finder_sees_upward_imports_and_circles():
     """The checks above can fail: an upward import and a circle in a made-up graph are found."""
-    made_up = {"testbed.config": {"testbed.orchestration.runner"}, "testbed.orchestration.runner": {"testbed.config"}}
-    assert _cycles(made_up) == [["testbed.config", "testbed.orchestration.runner"]]
-    assert layer_of("testbed.config")[0] < layer_of("testbed.orchestration.runner")[0]
+    made_up = {"testbed.assembly.config": {"testbed.orchestration.runner"}, "testbed.orchestration.runner": {"testbed.assembly.config"}}
+    assert _cycles(made_up) == [["testbed.assembly.config", "testbed.orchestration.runner"]]
+    assert layer_of("testbed.assembly.config")[0] < layer_of("testbed.orchestration.runner")[0]

@@ -20,8 +20,9 @@ import numpy as np
 import psutil
 import pytest
 
-from testbed import protocol, wire
-from testbed.config import load_config_text, replace, to_toml
+from testbed.rounds import protocol
+from testbed.mqtt import wire
+from testbed.assembly.config import load_config_text, replace, to_toml
 from testbed.errors import UserError
 from testbed.ledger.files import read_ledger
 from testbed.mqtt import replay, topics

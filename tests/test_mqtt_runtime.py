@@ -21,9 +21,10 @@ import numpy as np
 import paho.mqtt.client as paho
 import pytest
 
-from testbed import protocol, wire
-from testbed import assemble
-from testbed.config import load_config_text, replace, to_toml
+from testbed.rounds import protocol
+from testbed.mqtt import wire
+from testbed.assembly import assemble
+from testbed.assembly.config import load_config_text, replace, to_toml
 from testbed.ledger.events import ComputeEvent
 from testbed.ledger.files import read_ledger
 from testbed.ledger.node import NodeLedger

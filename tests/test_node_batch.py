@@ -7,8 +7,9 @@ import numpy as np
 
 from nodes.agent import NodeAgent, SharedExperiment, step_nodes
 from nodes.costs import NodeCosts
-from testbed import protocol, wire
-from testbed.config import load_config_text, to_toml
+from testbed.rounds import protocol
+from testbed.mqtt import wire
+from testbed.assembly.config import load_config_text, to_toml
 from testbed.ledger.fields import MEASURED_FIELDS
 
 CONFIG = to_toml(load_config_text(

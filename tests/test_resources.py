@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from testbed import resources
-from testbed.config import load_config_text
+from testbed.assembly import resources
+from testbed.assembly.config import load_config_text
 from testbed.errors import ConfigError
 
 from conftest import REPO

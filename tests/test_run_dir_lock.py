@@ -25,7 +25,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from testbed.cli import main
-from testbed.config import load_config_text
+from testbed.assembly.config import load_config_text
 from testbed.errors import UserError
 from testbed.orchestration.runner import run_experiment
 from testbed.reports.results import RunDirectory, read_summary

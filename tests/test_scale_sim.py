@@ -6,22 +6,22 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from testbed import resources
-from testbed import assemble
+from testbed.assembly import resources
+from testbed.assembly import assemble
 from testbed.algorithms import batches
 from testbed.algorithms.contract import RoundContext
-from testbed.assemble import holds_lazily, load_evaluation_data, load_run_data
-from testbed.config import load_config_text
+from testbed.assembly.assemble import holds_lazily, load_evaluation_data, load_run_data
+from testbed.assembly.config import load_config_text
 from testbed.data import synthetic
 from testbed.data.lazy import LazyFederatedData
 from testbed.data.split import SplitWriter, split_sizes
 from testbed.data.synthetic import lazy_logistic, make_logistic, true_model
 from testbed.errors import ConfigError
-from testbed.evaluation import evaluated_node_ids
+from testbed.assembly.evaluation import evaluated_node_ids
 from testbed.orchestration.runner import evaluate, load, run_experiment
 from testbed.orchestration.sim_nodes import SimNodes
 from testbed.reports.results import read_metrics
-from testbed.rng import Purpose, stream
+from testbed.streams.rng import Purpose, stream
 
 SAMPLED = "[client_sampling]\nmethod = \"uniform\"\ncount = 3\n"
 

@@ -29,9 +29,10 @@ from hypothesis import strategies as st
 from ledger_invariant import under_counts
 from loopback_coordinator import loopback
 from test_algorithm_contract import _text
-from testbed import protocol, wire
-from testbed import assemble
-from testbed.config import load_config_text, replace
+from testbed.rounds import protocol
+from testbed.mqtt import wire
+from testbed.assembly import assemble
+from testbed.assembly.config import load_config_text, replace
 from testbed.orchestration.runner import load, run_experiment
 
 CASES = ["dp_pasgd", "fedavg", "acfl", "padpfl"]

@@ -66,7 +66,7 @@ def test_duplicates_within_the_size_are_counted_as_they_are_read(tmp_path):
 
 
 def test_a_list_whose_graph_would_not_fit_in_memory_is_refused(tmp_path, monkeypatch):
-    from testbed import resources
+    from testbed.assembly import resources
 
     ok = tmp_path / "ok.txt"
     ok.write_text("".join(f"{i} {i + 1}\n" for i in range(99)))

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from testbed.cli import main
-from testbed.config import load_config_text
+from testbed.assembly.config import load_config_text
 from testbed.orchestration.runner import run_experiment
 from testbed.reports.results import SUMMARY_KEYS, _summary_digest, read_summary
 

@@ -8,7 +8,7 @@ import dataclasses
 
 import pytest
 
-from testbed import config as config_module
+from testbed.assembly import config as config_module
 from testbed.algorithms import registry
 from testbed.topology import TopologySection
 

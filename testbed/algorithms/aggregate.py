@@ -54,8 +54,8 @@ import numpy as np
 from pydantic import Field
 
 from testbed.errors import ConfigError
-from testbed.rng import GLOBAL, Purpose, stream
-from testbed.sections import NonNegative, OnlyWith, Positive, Section
+from testbed.streams.rng import GLOBAL, Purpose, stream
+from testbed.checked.sections import NonNegative, OnlyWith, Positive, Section
 
 
 @dataclass(frozen=True)

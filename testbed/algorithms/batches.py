@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from testbed.data.federated import Split
-from testbed.rng import Purpose, node_streams
+from testbed.streams.rng import Purpose, node_streams
 from testbed.util.parallel import split_work
 
 if TYPE_CHECKING:
-    from testbed.models import Model
-    from testbed.node_secret import Secrets
+    from testbed.learning.models import Model
+    from testbed.streams.node_secret import Secrets
 
 
 #: Bytes of batch keys drawn at once (see :func:`uniform_batches`).
@@ -40,7 +40,7 @@ def check_batches(section: str, train: Split, node_ids: Sequence[int], steps: in
         ConfigError: naming ``{section}.batch`` or ``{section}.{steps_key}``.
     """
     from testbed.errors import ConfigError  # noqa: PLC0415  (errors imports nothing of ours)
-    from testbed.resources import available_bytes
+    from testbed.assembly.resources import available_bytes
 
     sizes = np.diff(train.offsets)
     if len(sizes) and batch > sizes.min():

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 
 from testbed.algorithms.registry import Command
-from testbed.arguments import POSITIVE, PROBABILITY, Number, NumberList, calculator, finite_result
+from testbed.checked.arguments import POSITIVE, PROBABILITY, Number, NumberList, calculator, finite_result
 from testbed.errors import UserError
 from testbed.privacy.statements import DELTA, PrivacyStatement
 from testbed.util import jsontext
@@ -56,7 +56,7 @@ def _graph(args: argparse.Namespace, num_nodes: int):
 
     if args.experiment is not None:
         from testbed.algorithms.dwfl_channel import topology_from_sections
-        from testbed.config import load_config
+        from testbed.assembly.config import load_config
 
         config = load_config(args.experiment)
         if config.run.algorithm != "dwfl":

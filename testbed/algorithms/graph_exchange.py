@@ -39,7 +39,7 @@ its weakest neighbour link plus the slots it listens to (:class:`~testbed.algori
 
 Example::
 
-    >>> from testbed.models import LogisticRegression
+    >>> from testbed.learning.models import LogisticRegression
     >>> from testbed.data.synthetic import make_logistic
     >>> from testbed.topology import Topology, TopologySection
     >>> from testbed.algorithms.contract import RoundContext
@@ -79,15 +79,15 @@ from testbed.algorithms.registry import BuildContext, Registration, RobustChoice
 from testbed.data.federated import Split
 from testbed.errors import ConfigError
 from testbed.ledger.events import Event, GaussianEvent
-from testbed.models import Model
+from testbed.learning.models import Model
 from testbed.privacy import dwfl as dp
 from testbed.privacy.statements import DELTA, PrivacyStatement
-from testbed.sections import NonNegative, OnlyWith, Positive
+from testbed.checked.sections import NonNegative, OnlyWith, Positive
 from testbed.topology import Topology, TopologySection
 from testbed.topology.view import graph_view_with
 
 if TYPE_CHECKING:
-    from testbed.config import Config
+    from testbed.assembly.config import Config
 
 KINDS = ("dpsgd", "gossip")
 

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
     from testbed.algorithms.contract import Algorithm, ChannelHalf, ChannelView, GraphView
     from testbed.data.federated import FederatedData
-    from testbed.models import Model
+    from testbed.learning.models import Model
     from testbed.privacy.statements import PrivacyStatement
 
 
@@ -101,7 +101,7 @@ class Registration:
         sections: config section name → pydantic model, the first one its own (``[name]``).
         build: (its sections by name, BuildContext) → the algorithm.
         channel: (its sections, N, seed) → its ChannelHalf, for over-the-air algorithms.
-        check: (the whole config, a testbed.config.Config: typed by its pydantic base here, as the
+        check: (the whole config, a testbed.assembly.config.Config: typed by its pydantic base here, as the
             config imports this registry) → raises ConfigError for cross-section constraints.
         plan: (config, model, data) → (config with planned values, the plan for the summary or
             None): a stage run once before the algorithm is built (DP-PASGD's ``tau = "plan"``).

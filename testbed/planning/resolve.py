@@ -18,14 +18,14 @@ import dataclasses
 import math
 from typing import Any
 
-from testbed.config import Config, replace
+from testbed.assembly.config import Config, replace
 from testbed.data.federated import FederatedData
 from testbed.errors import ConfigError, UserError
-from testbed.models import Model
+from testbed.learning.models import Model
 from testbed.planning.dp_pasgd import BoundConstants, Plan, plan
 from testbed.planning.estimate import estimate
 from testbed.privacy.zcdp import SigmaCalibration
-from testbed.rng import GLOBAL, Purpose, stream
+from testbed.streams.rng import GLOBAL, Purpose, stream
 
 #: BoundConstants field → the config key that sets it (for error messages).
 _KEYS = {

@@ -25,7 +25,7 @@ import numpy as np
 
 from channel import FadingSchedule
 from testbed.errors import ConfigError, UserError
-from testbed.rng import GLOBAL, Purpose, stream
+from testbed.streams.rng import GLOBAL, Purpose, stream
 from testbed.topology import kinds
 from testbed.topology.geometric import LinkBudget, RandomWaypoint, geometric_graph, initial_positions
 from testbed.topology.graph import Graph
@@ -141,7 +141,7 @@ class Topology:
             if s.kind == "torus":
                 return kinds.torus(n, s.rows)
             if s.kind == "file":
-                return kinds.from_edge_list(n, s.path, MAX_ADJACENCY_ENTRIES // 2)  # type: ignore[arg-type]  # resolved by testbed.config
+                return kinds.from_edge_list(n, s.path, MAX_ADJACENCY_ENTRIES // 2)  # type: ignore[arg-type]  # resolved by testbed.assembly.config
             rng = stream(self.seed, GLOBAL, block, Purpose.TOPOLOGY)
             if s.kind == "k_regular":
                 return kinds.k_regular(n, s.degree, rng)
@@ -189,7 +189,7 @@ class Topology:
         """The most directed entries an edge list file can give, from its size before a byte is
         read (its lines are at least "i j\\n"), refused if the graph would not fit in the memory
         this machine has available (ConfigError naming topology.path)."""
-        from testbed.resources import available_bytes
+        from testbed.assembly.resources import available_bytes
         from testbed.util.userfiles import regular_file
 
         n = self.num_nodes

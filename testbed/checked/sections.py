@@ -1,6 +1,6 @@
 """The base of every experiment-file section: a frozen, strict pydantic model that refuses unknown
 keys and every number outside a range. Each section is declared by the module that uses it (an
-algorithm's in its own module) and assembled into the experiment by testbed.config.
+algorithm's in its own module) and assembled into the experiment by testbed.assembly.config.
 
 Every number a user types is finite and bounded, whoever declared the field: a field's own bounds
 (``Positive``, ``Field(le=...)``) are kept, and a side it leaves open is closed at the base
@@ -39,7 +39,7 @@ from typing import Annotated, Any, ClassVar, TypeVar
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, GetCoreSchemaHandler, model_validator
 from pydantic_core import CoreSchema
 
-from testbed.limits import MAX_FLOAT, MAX_INT, MIN_POSITIVE
+from testbed.checked.limits import MAX_FLOAT, MAX_INT, MIN_POSITIVE
 from testbed.util import jsontext
 from testbed.util.userfiles import NAME
 
@@ -143,7 +143,7 @@ def attribute_docstrings(cls: type) -> dict[str, str]:
     """Field name → the string literal right after the field in ``cls``'s body (or a base section's),
     as pydantic's ``use_attribute_docstrings`` reads them: the fields' descriptions in the JSON
     Schema, e.g. ``{"eval_every": "Evaluate the model ... every this many rounds ..."}`` for
-    :class:`testbed.config.OutputSection`."""
+    :class:`testbed.assembly.config.OutputSection`."""
     import ast
     import inspect
     import textwrap

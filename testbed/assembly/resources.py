@@ -8,7 +8,7 @@ deliberately rough and errs high: it counts
   whose generator writes straight into the final arrays (the synthetic set; its registration says
   so, ``counted`` in testbed.data.registry: the file-based sets are as large as their file, not
   counted). With lazy nodes (client sampling in sim,
-  testbed.assemble.holds_lazily) only the nodes a round samples hold rows, so "nodes" here is the
+  testbed.assembly.assemble.holds_lazily) only the nodes a round samples hold rows, so "nodes" here is the
   sampled count, not N (a file-based set's rows are then memory-mapped, testbed.data.mapped);
 - the evaluated nodes' rows (``output.eval_nodes``; every node when unset), held besides the
   training rows when a subset is evaluated, the only other rows when the nodes are lazy;
@@ -45,7 +45,7 @@ from pathlib import Path
 
 import numpy as np
 
-from testbed.config import Config
+from testbed.assembly.config import Config
 from testbed.errors import ConfigError, UserError
 
 _STATE_COPIES = 6
@@ -59,9 +59,9 @@ _HOST_SPARE_FILES = 64  # a host's own files besides its nodes' sockets (as node
 
 def estimate_bytes(config: Config) -> dict[str, float]:
     """What a run of ``config`` would hold in memory on this machine, in bytes, by part."""
-    from testbed.assemble import holds_lazily
+    from testbed.assembly.assemble import holds_lazily
     from testbed.data import registry as data_registry
-    from testbed.models import build_model
+    from testbed.learning.models import build_model
 
     d = config.data
     dataset = data_registry.get(d.dataset)
