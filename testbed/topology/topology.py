@@ -189,7 +189,7 @@ class Topology:
         """The most directed entries an edge list file can give, from its size before a byte is
         read (its lines are at least "i j\\n"), refused if the graph would not fit in the memory
         this machine has available (ConfigError naming topology.path)."""
-        from testbed.assembly.resources import available_bytes
+        from testbed.util import memory
         from testbed.util.userfiles import regular_file
 
         n = self.num_nodes
@@ -198,7 +198,7 @@ class Topology:
         except UserError as exc:
             raise ConfigError("topology.path", str(exc).strip()) from None
         edges = min(size // _MIN_EDGE_LINE_BYTES, n * (n - 1) // 2)
-        need, have = edges * _EDGE_PEAK_BYTES, available_bytes()
+        need, have = edges * _EDGE_PEAK_BYTES, memory.available_bytes()
         if have is not None and need > have:
             raise ConfigError("topology.path", f"{path}: up to {edges:,} edges need about {need / 2**20:,.0f} MiB to "
                                                f"read, this machine has {have / 2**20:,.0f} MiB available")
