@@ -43,7 +43,7 @@ from testbed.checked.sections import NonNegative, Positive, Section
 from testbed.util.parallel import split_work
 
 if TYPE_CHECKING:
-    from testbed.assembly.config import Config
+    from testbed.checked.sections import Config
     from testbed.streams.node_secret import Secrets
 
 

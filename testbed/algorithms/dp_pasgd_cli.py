@@ -136,8 +136,6 @@ def _overrides(args: argparse.Namespace, raw: dict) -> list[str]:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from testbed.assembly.assemble import load_data, model_for
-    from testbed.assembly.config import load_config_text
     from testbed.planning.resolve import make_plan, plan_inputs, plan_record
     from testbed.privacy.zcdp import SigmaCalibration
 
@@ -154,9 +152,8 @@ def _plan(args: argparse.Namespace) -> int:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(source, f"not valid TOML: {exc}") from None
-    config = load_config_text(text, _overrides(args, raw), source=source)
-    data = load_data(config.data, config.run.seed)
-    model = model_for(config.model, data, config.run.seed)
+    config = args.experiments.load(text, _overrides(args, raw), source=source)
+    data, model = args.experiments.data_and_model(config)
     inputs = plan_inputs(config, model, data)
     chosen = SigmaCalibration(config.dp_pasgd.calibration)
     records = {v.value: plan_record(make_plan(inputs, v), inputs) for v in SigmaCalibration}

@@ -126,7 +126,7 @@ from testbed.topology.view import graph_view_with
 from testbed.util.parallel import ROWS_IN_CACHE, split_work
 
 if TYPE_CHECKING:
-    from testbed.assembly.config import Config
+    from testbed.checked.sections import Config
     from testbed.streams.node_secret import Secrets
 
 VARIANTS = ("A", "B")

@@ -87,7 +87,7 @@ from testbed.topology import Topology, TopologySection
 from testbed.topology.view import graph_view_with
 
 if TYPE_CHECKING:
-    from testbed.assembly.config import Config
+    from testbed.checked.sections import Config
 
 KINDS = ("dpsgd", "gossip")
 

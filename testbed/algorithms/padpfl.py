@@ -73,7 +73,7 @@ from testbed.checked.sections import NonNegative, OnlyWith, Positive, Section
 from testbed.util.parallel import split_work
 
 if TYPE_CHECKING:
-    from testbed.assembly.config import Config
+    from testbed.checked.sections import Config
 
 
 class ImpactChange(Section):
@@ -804,14 +804,12 @@ def _assumptions(sections: dict[str, Any]) -> list[str]:
 
 def _plan(config: "Config", model: Model, data: Any) -> tuple["Config", dict | None]:
     """Resolve ``min_samples`` from the whole federation's data, so every board gets it."""
-    from testbed.assembly.config import replace
-
     smallest = int(data.train.sizes.min())
     given = config.padpfl.min_samples
     if given is not None and given > smallest:
         raise ConfigError("padpfl.min_samples", f"{given} is above the smallest node's {smallest} training samples: "
                                                 "eq. (8) would under-noise it")
-    return (config if given is not None else replace(config, padpfl={"min_samples": smallest})), None
+    return (config if given is not None else config.replace(padpfl={"min_samples": smallest})), None
 
 
 REGISTRATION = Registration(

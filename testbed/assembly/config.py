@@ -26,7 +26,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, create_model, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, Field, ValidationError, create_model, model_validator
 
 try:
     import tomllib
@@ -42,7 +42,7 @@ from testbed.checked.limits import MAX_CHUNK_BYTES, MAX_SEED, MAX_TEXT_FILE_BYTE
 from testbed.learning.models import embedding_kinds, embedding_phrase
 from testbed.learning.models import kinds as model_kinds
 from testbed.privacy.accountants import registry as accountants
-from testbed.checked.sections import Name, NonNegative, OnlyWith, Positive, Section, attribute_docstrings
+from testbed.checked.sections import Config, Name, NonNegative, OnlyWith, Positive, Section, attribute_docstrings
 from testbed.rounds.stragglers import StragglersSection
 from testbed.util import jsontext
 from testbed.util.userfiles import read_text
@@ -297,11 +297,14 @@ def _config_model(names: frozenset[str] | None = None) -> type[BaseModel]:
     classes = _section_classes()
     chosen = [n for n in classes if names is None or n in names]
     fields = {name: (classes[name], Field(default_factory=classes[name])) for name in chosen}
-    return create_model("Experiment", __config__=ConfigDict(frozen=True, extra="forbid"), **fields)
+    return create_model("Experiment", __base__=_Experiment, **fields)
 
 
-#: The validated experiment: one attribute per section (``config.run.seed``, ``config.dwfl.lr``).
-Config = BaseModel
+class _Experiment(Config):
+    """The base of the experiment models made here: :meth:`Config.replace` is this module's."""
+
+    def replace(self, **sections: dict[str, Any]) -> Config:
+        return replace(self, **sections)
 
 
 def build_config(raw: dict[str, Any]) -> Config:

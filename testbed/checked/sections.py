@@ -116,6 +116,22 @@ class Section(BaseModel):
         return close_bounds(handler(source))
 
 
+class Config(BaseModel):
+    """The validated experiment: one attribute per section (``config.run.seed``, ``config.dwfl.lr``).
+
+    Its class is made by testbed.assembly.config from the sections every registry declares (an
+    algorithm's, a data set's...). What sits below the config (an algorithm's checks and planning
+    hook, the planner) types an experiment and changes one through this base, without importing
+    the config, which imports them."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    def replace(self, **sections: dict[str, Any]) -> "Config":
+        """A copy with some keys changed, e.g. ``config.replace(run={"seed": 3})``, validated as a
+        file is (testbed.assembly.config.replace, which the config's class gives this method)."""
+        raise NotImplementedError("an experiment's class comes from testbed.assembly.config")
+
+
 def close_bounds(schema: Any) -> Any:
     """``schema`` (a pydantic core schema) with every integer and float in it bounded on both sides:
     a side a field left open gets ±:data:`MAX_INT` or ±:data:`MAX_FLOAT`, and a float's ``> 0``
