@@ -1,6 +1,7 @@
 """Move modules to other folders and rewrite every reference to them, so a move is one command.
 
     python tools/move_modules.py testbed.rng=testbed.streams.rng testbed.wire=testbed.mqtt.wire
+    python tools/move_modules.py            # the moves of the layer reorganisation: LAYER_MOVES
 
 For each ``OLD=NEW`` pair (dotted module names): ``git mv`` the file when it is still at OLD's path
 (a missing folder's ``__init__.py`` is not written: give the new folder its docstring yourself),
@@ -13,7 +14,8 @@ then in every tracked text file rewrite
 - the path ``old/path.py`` into ``new/path.py``.
 
 Run it again after merging a branch written against the old layout: what is already moved is left
-as it is (a dotted name is rewritten only where it is not already the new one).
+as it is (a dotted name is rewritten only where it is not already the new one). This file itself is
+left alone, so its table below keeps the old names.
 """
 
 from __future__ import annotations
@@ -25,6 +27,33 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+#: The top-level modules of testbed/ (and two of nodes/) put into the folders of their layers
+#: (docs/design.md, "Layers"): old name → new name.
+LAYER_MOVES = {
+    "testbed.rng": "testbed.streams.rng",
+    "testbed.counter_rng": "testbed.streams.counter_rng",
+    "testbed.node_secret": "testbed.streams.node_secret",
+    "testbed.limits": "testbed.checked.limits",
+    "testbed.sections": "testbed.checked.sections",
+    "testbed.arguments": "testbed.checked.arguments",
+    "testbed.inputs": "testbed.checked.inputs",
+    "testbed.wire": "testbed.mqtt.wire",
+    "testbed.models": "testbed.learning.models",
+    "testbed.torch_models": "testbed.learning.torch_models",
+    "testbed.cost": "testbed.planning.cost",
+    "testbed.client_sampling": "testbed.rounds.client_sampling",
+    "testbed.stragglers": "testbed.rounds.stragglers",
+    "testbed.protocol": "testbed.rounds.protocol",
+    "testbed.config": "testbed.assembly.config",
+    "testbed.experiment": "testbed.assembly.experiment",
+    "testbed.assemble": "testbed.assembly.assemble",
+    "testbed.resources": "testbed.assembly.resources",
+    "testbed.evaluation": "testbed.assembly.evaluation",
+    "testbed.budgets": "testbed.accounting.budgets",
+    "testbed.ledger.book": "testbed.accounting.book",
+    "nodes.clock": "nodes.meters.clock",
+    "nodes.emulation": "nodes.meters.emulation",
+}
 TEXT_SUFFIXES = {".py", ".md", ".toml", ".txt", ".cfg", ".yml", ".yaml", ".ini", ".c", ".h", ".sh", ""}
 
 
@@ -96,17 +125,18 @@ def _rewrite_names(text: str, moves: dict[str, str]) -> str:
     return slashed.sub(lambda m: paths[m.group(1)], text)
 
 
-def main(argv: list[str]) -> int:
-    moves = dict(pair.split("=", 1) for pair in argv)
+def main(argv: list[str], root: Path = REPO) -> int:
+    """Move and rewrite in the git checkout at ``root``; ``argv``: the ``OLD=NEW`` pairs."""
+    moves = dict(pair.split("=", 1) for pair in argv) if argv else LAYER_MOVES
     for old, new in moves.items():
-        src, dst = REPO / _path(old), REPO / _path(new)
+        src, dst = root / _path(old), root / _path(new)
         if src.exists() and not dst.exists():
             dst.parent.mkdir(parents=True, exist_ok=True)
-            subprocess.run(["git", "mv", str(src), str(dst)], cwd=REPO, check=True)
-    files = subprocess.run(["git", "ls-files"], cwd=REPO, check=True, capture_output=True, text=True).stdout.split()
+            subprocess.run(["git", "mv", str(src), str(dst)], cwd=root, check=True)
+    files = subprocess.run(["git", "ls-files"], cwd=root, check=True, capture_output=True, text=True).stdout.split()
     for name in files:
-        path = REPO / name
-        if path.suffix not in TEXT_SUFFIXES or not path.is_file() or path.is_symlink():
+        path = root / name
+        if path.suffix not in TEXT_SUFFIXES or not path.is_file() or path.is_symlink() or path == Path(__file__).resolve():
             continue
         try:
             text = path.read_text()
