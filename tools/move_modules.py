@@ -15,7 +15,8 @@ then in every tracked text file rewrite
 
 Run it again after merging a branch written against the old layout: what is already moved is left
 as it is (a dotted name is rewritten only where it is not already the new one). This file itself is
-left alone, so its table below keeps the old names.
+left alone, so its table below keeps the old names, and so are the generated REPORT*.md of
+experiments/: rewrite them with their scripts' ``--report-only`` (tests/test_reproductions.py).
 """
 
 from __future__ import annotations
@@ -136,7 +137,8 @@ def main(argv: list[str], root: Path = REPO) -> int:
     files = subprocess.run(["git", "ls-files"], cwd=root, check=True, capture_output=True, text=True).stdout.split()
     for name in files:
         path = root / name
-        if path.suffix not in TEXT_SUFFIXES or not path.is_file() or path.is_symlink() or path == Path(__file__).resolve():
+        skipped = path == Path(__file__).resolve() or path.name.startswith("REPORT")
+        if skipped or path.suffix not in TEXT_SUFFIXES or not path.is_file() or path.is_symlink():
             continue
         try:
             text = path.read_text()
