@@ -7,7 +7,7 @@ its own is held to ±MAX_INT (integers) or ±MAX_FLOAT (floats), so ``2**70`` or
 reaches numpy. Lists (``--gains 1,2,2``, ``--ids 3,5``) hold each item to the same range, and to a
 length and uniqueness where they name nodes.
 
-A core module (it needs only testbed.errors and testbed.checked.limits), not one of testbed.cli: the
+A module of a low layer (it needs only testbed.errors and testbed.checked.limits), not of testbed.cli: the
 sub-commands an algorithm adds to the command line (testbed.algorithms.registry.Command) live
 next to their algorithm and type their numbers with it too.
 
