@@ -40,8 +40,8 @@ from typing import Any
 
 import numpy as np
 
-from testbed.assembly import assemble
 from testbed.algorithms.contract import OverTheAir, RoundContext, round_signal_spec, round_uplink_spec
+from testbed.assembly import assemble
 from testbed.assembly.config import load_config_text
 from testbed.orchestration.runner import load
 from testbed.streams.rng import GLOBAL, Purpose, stream

@@ -22,8 +22,8 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import Iterator, Sequence
 
-from nodes.meters.clock import comm_cost
 from nodes.meters.base import Measurement
+from nodes.meters.clock import comm_cost
 from testbed.devices.profiles import load_mcu_profile
 from testbed.ledger.events import CommunicationEvent, ComputeEvent, Event
 

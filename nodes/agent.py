@@ -44,9 +44,9 @@ import numpy as np
 from nodes.costs import NodeCosts
 from nodes.meters.base import Measurement
 from nodes.release_record import ReleaseRecord, input_digest
-from testbed.rounds import protocol
-from testbed.mqtt import wire
 from testbed.assembly import assemble
+from testbed.mqtt import wire
+from testbed.rounds import protocol
 from testbed.algorithms.contract import (
     SETUP_ROUND,
     Algorithm,
@@ -58,15 +58,15 @@ from testbed.algorithms.contract import (
     check_tensors,
     received_spec,
 )
-from testbed.assembly.assemble import load_data, model_for
 from testbed.accounting.budgets import Budgets, budgets_from_config
+from testbed.assembly.assemble import load_data, model_for
 from testbed.assembly.config import Config, load_config_text
 from testbed.data.federated import FederatedData, Split
 from testbed.errors import ConfigError
+from testbed.learning.models import kind_of
 from testbed.ledger.events import Event
 from testbed.ledger.files import LedgerWriter, read_ledger, read_whole_rows
 from testbed.ledger.node import NodeLedger, Totals, merge_sessions
-from testbed.learning.models import kind_of
 from testbed.streams.node_secret import NODE_SECRET, RUN_SEED, NodeSecret
 from testbed.util.memo import remember_last
 

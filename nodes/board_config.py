@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from nodes.meters import registry as meters
-from testbed.mqtt import wire
+from testbed.checked.limits import MAX_CHUNK_BYTES, MAX_INT, MAX_TEXT_FILE_BYTES, MIN_CHUNK_BYTES
 from testbed.devices.profiles import PROFILE_NAMES
 from testbed.errors import ConfigError, UserError
-from testbed.checked.limits import MAX_CHUNK_BYTES, MAX_INT, MAX_TEXT_FILE_BYTES, MIN_CHUNK_BYTES
+from testbed.mqtt import wire
 from testbed.mqtt.broker import parse_broker_url
 from testbed.util.userfiles import read_text
 

@@ -17,8 +17,8 @@ import time
 from contextlib import contextmanager
 from typing import Iterator, Sequence
 
-from nodes.meters.clock import Pacer, comm_cost, compute_cost
 from nodes.meters.base import Measurement
+from nodes.meters.clock import Pacer, comm_cost, compute_cost
 from nodes.meters.registry import make_meter
 from testbed.devices.profiles import load_profile
 from testbed.ledger.events import CommunicationEvent, ComputeEvent, Event, with_fields

@@ -43,12 +43,12 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
-from testbed.rounds import protocol
-from testbed.mqtt import wire
 from testbed.errors import UserError
+from testbed.mqtt import wire
 from testbed.mqtt import auth, probe, topics
 from testbed.mqtt.client import Inbound, MqttClient, close_all, connect_all, new_client_id, publish_all
 from testbed.mqtt.network_loop import NetworkLoop
+from testbed.rounds import protocol
 from testbed.util.extras import missing_package_message
 from testbed.util.threads import limit_blas_threads
 

@@ -45,9 +45,9 @@ import collections
 import logging
 from typing import Callable, Iterable
 
-from testbed.rounds import protocol
 from testbed.mqtt import wire
 from testbed.mqtt.client import Inbound
+from testbed.rounds import protocol
 
 log = logging.getLogger(__name__)
 

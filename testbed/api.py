@@ -23,10 +23,10 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from testbed.checked import inputs
 from testbed.assembly.config import Config, override_key
-from testbed.errors import UserError
 from testbed.assembly.experiment import Experiment, Overrides, experiment_config
+from testbed.checked import inputs
+from testbed.errors import UserError
 from testbed.ledger.events import EVENT_TYPES
 from testbed.ledger.files import LEDGER_COLUMNS, read_ledger
 from testbed.orchestration.runner import default_run_dir, run_experiment
@@ -34,8 +34,8 @@ from testbed.orchestration.sweep import default_sweep_dir, planned_points, run_s
 from testbed.reports import headline
 from testbed.reports.compare import DEFAULT_METRIC, Comparison, compare as compare_sweep
 from testbed.reports.majority import accuracy_flag, run_majority_share
-from testbed.reports.stats import CONFIDENCE
 from testbed.reports.results import INTEGER_METRICS, METRIC_COLUMNS, holds_run, read_metrics, read_summary
+from testbed.reports.stats import CONFIDENCE
 from testbed.reports.sweep_stats import read_stats, read_sweep, value
 from testbed.util.dirlock import LOCK_NAME, DirectoryLock
 from testbed.util.extras import missing_package_message

@@ -9,16 +9,16 @@ import math
 import numpy as np
 import pytest
 
+from testbed.accounting.budgets import Budgets
 from testbed.algorithms.acfl import Acfl, AcflSection, trajectory
 from testbed.algorithms.contract import SETUP_ROUND, RoundContext
-from testbed.accounting.budgets import Budgets
 from testbed.assembly.config import load_config_text
 from testbed.data.regression import WEIGHT_HIGH, make_regression, true_weights
 from testbed.errors import ConfigError
+from testbed.learning.models import LinearRegression
 from testbed.ledger.events import MutualInfoEvent
 from testbed.ledger.fields import event_from_dict, event_to_dict
 from testbed.ledger.node import NodeLedger
-from testbed.learning.models import LinearRegression
 from testbed.privacy import acfl as theory
 
 FIG1 = dict(nodes=5, p=0.1, beta_sq=100.0, model_bound_sq=1.0, dim=100, outputs=10)  # acfl.md §5.1

@@ -10,19 +10,19 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from testbed.assembly import assemble
 from testbed.algorithms import registry
 from testbed.algorithms.base import BaseAlgorithm, RoundCost, gaussian_release, released_events
 from testbed.algorithms.batches import check_batches, uniform_batches
 from testbed.algorithms.contract import RoundContext, ServerResult, check_tensors
 from testbed.algorithms.registry import Registration
+from testbed.assembly import assemble
+from testbed.checked.sections import Positive, Section
 from testbed.data.federated import Split
 from testbed.errors import ConfigError
+from testbed.learning.models import LogisticRegression
 from testbed.ledger.events import GaussianEvent
 from testbed.ledger.files import read_ledger
-from testbed.learning.models import LogisticRegression
 from testbed.streams.rng import Purpose, stream
-from testbed.checked.sections import Positive, Section
 
 
 class TinySection(Section):

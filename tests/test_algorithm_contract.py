@@ -12,10 +12,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from testbed.assembly import assemble
+from testbed.accounting.budgets import Budgets
 from testbed.algorithms import OverTheAir, RoundContext, WithSetup, registry
 from testbed.algorithms.contract import SETUP_ROUND, check_metrics, check_tensors, metric_specs
-from testbed.accounting.budgets import Budgets
+from testbed.assembly import assemble
 from testbed.assembly.config import load_config_text, replace
 from testbed.ledger.files import read_ledger
 from testbed.ledger.node import NodeLedger

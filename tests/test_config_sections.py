@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, strategies as st
 
 from testbed.algorithms import registry
-from testbed.cli import main
 from testbed.assembly.config import json_schema, load_config, load_config_text, to_toml
+from testbed.cli import main
 from testbed.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]

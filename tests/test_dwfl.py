@@ -6,12 +6,12 @@ import json
 import numpy as np
 import pytest
 
-from testbed.assembly import assemble
 from testbed.algorithms import RoundContext
 from testbed.algorithms.dwfl import Dwfl
 from testbed.algorithms.dwfl_channel import Radio, channel_noise_row
-from testbed.cli import main
+from testbed.assembly import assemble
 from testbed.assembly.config import load_config_text
+from testbed.cli import main
 from testbed.data.synthetic import make_logistic
 from testbed.learning.models import LogisticRegression
 from testbed.orchestration.runner import run_experiment

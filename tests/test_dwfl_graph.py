@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from testbed.assembly import assemble
 from testbed.algorithms import RoundContext
 from testbed.algorithms.dwfl import Dwfl
 from testbed.algorithms.dwfl_channel import Radio
+from testbed.assembly import assemble
 from testbed.assembly.config import load_config_text
 from testbed.data.synthetic import make_logistic
 from testbed.errors import ConfigError

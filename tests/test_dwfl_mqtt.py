@@ -145,9 +145,9 @@ BOARD = """
 import sys
 import numpy as np
 from nodes.agent import NodeAgent
-from testbed.rounds import protocol
-from testbed.mqtt import wire
 from testbed.assembly.config import load_config_text, to_toml
+from testbed.mqtt import wire
+from testbed.rounds import protocol
 
 config = load_config_text(sys.stdin.read())
 h = np.array([0.9 + 0.2j, 1.1 - 0.4j, 0.5 + 0.5j, 1.3 + 0.1j])

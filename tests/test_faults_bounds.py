@@ -27,14 +27,14 @@ import time
 import numpy as np
 import pytest
 
-from testbed.rounds import protocol
-from testbed.mqtt import wire
 from testbed.algorithms import RoundContext
 from testbed.algorithms.contract import SETUP_ROUND, NodeResult, TensorSpec, check_tensors
 from testbed.assembly.config import replace
+from testbed.mqtt import wire
 from testbed.orchestration.channel_emulator import ChannelEmulator, _Round
 from testbed.orchestration.runner import run_experiment
 from testbed.reports.results import read_metrics
+from testbed.rounds import protocol
 
 from conftest import REPO
 from conftest_mqtt import with_board_keys
@@ -203,9 +203,9 @@ import os, sys
 import numpy as np
 from nodes.agent import NodeAgent
 from nodes.host import serve
-from testbed.rounds import protocol
 from testbed.mqtt import wire
 from testbed.mqtt import auth
+from testbed.rounds import protocol
 
 url, run, nodes, target, kind, round_index, name, value = sys.argv[1:9]
 nodes, target, round_index, value = int(nodes), int(target), int(round_index), float(value)

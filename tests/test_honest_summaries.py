@@ -17,14 +17,14 @@ import pytest
 from hypothesis import given, strategies as st
 
 from test_algorithm_contract import EXPERIMENTS, _text
-from testbed.privacy.secrecy import REPRODUCIBLE
-from testbed.assembly import assemble
 from testbed.algorithms import registry
-from testbed.cli.run import format_summary
+from testbed.assembly import assemble
 from testbed.assembly.config import load_config, load_config_text, replace
+from testbed.cli.run import format_summary
 from testbed.errors import ConfigError
 from testbed.orchestration.runner import privacy_headline, run_experiment
 from testbed.orchestration.sweep import grid_points, row, run_sweep
+from testbed.privacy.secrecy import REPRODUCIBLE
 from testbed.reports import headline
 from testbed.reports.html import write_report
 from testbed.reports.results import read_metrics, read_summary

@@ -14,10 +14,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from testbed.rounds import protocol
 from testbed.mqtt import wire
 from testbed.mqtt import auth, chunks, topics
 from testbed.mqtt.client import MqttClient
+from testbed.rounds import protocol
 
 RUN, SESSION = "authrun", "0123456789abcdef"
 NODES = ["0", "1", "2"]

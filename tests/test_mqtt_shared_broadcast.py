@@ -17,11 +17,11 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from nodes.host import _broadcast_group, _copies, _gather
-from testbed.rounds import protocol
 from testbed.mqtt import wire
 from testbed.mqtt import probe, topics
 from testbed.mqtt.client import Inbound, MqttClient
 from testbed.mqtt.network_loop import NetworkLoop
+from testbed.rounds import protocol
 
 from conftest import wait_until
 

@@ -24,18 +24,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from testbed.assembly import assemble
-from testbed.rounds import protocol
-from testbed.mqtt import wire
 from testbed.algorithms import RoundContext, WithSetup
 from testbed.algorithms.batches import node_keys, uniform_batches
 from testbed.algorithms.contract import SETUP_ROUND
-from testbed.cli import main
+from testbed.assembly import assemble
 from testbed.assembly.config import load_config_text, replace, to_toml
+from testbed.cli import main
 from testbed.errors import UserError
-from testbed.streams.node_secret import KEY_FILE, NODE_SECRET, RUN_SEED, NodeSecret, load_or_make
+from testbed.mqtt import wire
 from testbed.orchestration.runner import load, run_experiment
 from testbed.privacy.secrecy import HOLDS, REPRODUCIBLE
+from testbed.rounds import protocol
+from testbed.streams.node_secret import KEY_FILE, NODE_SECRET, RUN_SEED, NodeSecret, load_or_make
 from testbed.streams.rng import PRIVATE_PURPOSES, Purpose, node_streams, stream
 
 from conftest import REPO
@@ -563,8 +563,8 @@ def test_the_public_cannot_regenerate_the_servers_noise_once_a_node_has_a_secret
     coordinator draws it from its own secret (server-secret.key, mode 0600, in the run directory the
     public does not hold) and no guess from the seed or the experiment comes near, while whoever
     holds the key file reproduces it. The public's statement names the server's randomness."""
-    from testbed.streams.node_secret import SERVER_KEY_FILE, SERVER_SECRET
     from testbed.privacy.secrecy import SERVER_HOLDS
+    from testbed.streams.node_secret import SERVER_KEY_FILE, SERVER_SECRET
 
     seeded, broadcasts, uploads = _tapped_padpfl_run(monkeypatch, tmp_path / "emulated", RUN_SEED)
     config_text = (tmp_path / "emulated" / "config.toml").read_text()
@@ -594,8 +594,8 @@ def test_a_figure_on_the_servers_noise_names_the_servers_randomness():
     """The public's entry of a run whose broadcasts carry server noise: secret only if both the
     nodes' and the server's are; a run-seed server's noise is everyone's to subtract; the server's
     own entry (uploads: no server noise) is unchanged."""
-    from testbed.streams.node_secret import SERVER_SECRET
     from testbed.privacy.secrecy import SERVER_HOLDS, SERVER_REPRODUCIBLE, privacy_guarantees
+    from testbed.streams.node_secret import SERVER_SECRET
 
     nodes = {str(n): {"epsilon_by_observer": {"server": 1.0, "public": 0.5}} for n in range(3)}
     secret, mixed = dict.fromkeys(range(3), NODE_SECRET), {0: NODE_SECRET, 1: RUN_SEED, 2: RUN_SEED}

@@ -15,10 +15,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from testbed.cli import main
-from testbed.errors import UserError
 from testbed.assembly.assemble import privacy_guarantee
 from testbed.assembly.experiment import experiment_config
+from testbed.cli import main
+from testbed.errors import UserError
 from testbed.learning.models import LogisticRegression
 from testbed.orchestration.audit import audit_run
 from testbed.privacy.audit import (

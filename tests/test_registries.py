@@ -13,8 +13,8 @@ import pytest
 
 from nodes.meters import registry as meters
 from testbed.algorithms import registry as algorithms
-from testbed.cli import build_parser
 from testbed.assembly.config import json_schema
+from testbed.cli import build_parser
 from testbed.data import registry as datasets
 from testbed.devices import profiles, virtual_boards
 from testbed.learning.models import kinds as model_kinds

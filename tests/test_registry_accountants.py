@@ -193,8 +193,8 @@ import json, sys
 import testbed.privacy.accountants as package
 package.__path__.append(sys.argv[1])
 import typing
-from testbed.cli import main
 from testbed.assembly.config import PrivacySection, json_schema
+from testbed.cli import main
 out = {"choices": typing.get_args(PrivacySection.model_fields["accountant"].annotation),
        "enum": json_schema()["$defs"]["PrivacySection"]["properties"]["accountant"]["enum"]}
 out["codes"] = [main(["run", sys.argv[2], "--quiet", "--out", out_dir, *extra])

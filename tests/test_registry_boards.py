@@ -22,8 +22,8 @@ from nodes import board_config
 from nodes.costs import NodeCosts
 from nodes.meters import registry as meters
 from nodes.meters.model import ModelMeter
-from testbed.cli import build_parser, main
 from testbed.assembly.config import NodesSection, json_schema
+from testbed.cli import build_parser, main
 from testbed.devices import profiles, virtual_boards
 from testbed.errors import ConfigError, UserError
 

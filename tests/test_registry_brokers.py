@@ -23,8 +23,8 @@ import paho.mqtt.client as paho
 import pytest
 from hypothesis import given, strategies as st
 
-from testbed.cli.run import format_summary
 from testbed.assembly.config import load_config_text, replace
+from testbed.cli.run import format_summary
 from testbed.errors import ConfigError, UserError
 from testbed.mqtt import acl, topics
 from testbed.mqtt.brokers import mosquitto, registry

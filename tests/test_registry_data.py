@@ -226,8 +226,8 @@ import json, pathlib, sys
 import testbed.data
 testbed.data.__path__.append(sys.argv[1])
 from testbed.assembly.config import json_schema, load_config_text
-from testbed.orchestration.runner import run_experiment
 from testbed.assembly.resources import estimate_bytes
+from testbed.orchestration.runner import run_experiment
 config = load_config_text(pathlib.Path(sys.argv[2]).read_text())
 result = run_experiment(config, out_dir=pathlib.Path(sys.argv[3]), quiet=True)
 print(json.dumps({"summary": result.summary, "data_bytes": estimate_bytes(config)["data"],

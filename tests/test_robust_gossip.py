@@ -245,8 +245,8 @@ def test_the_graph_algorithms_take_each_rule(alg, rule):
     ("fedavg", 'aggregation = "krum"\nbyzantine_f = 1\nbucket_size = 2\n', "fedavg.byzantine_f"),
 ])
 def test_a_key_that_cannot_hold_is_refused_in_one_line_naming_it(alg, keys, key):
-    from testbed.orchestration.runner import load
     from testbed.assembly import assemble
+    from testbed.orchestration.runner import load
     with pytest.raises(ConfigError) as err:
         config = _load(alg, keys)
         data, model = load(config)
@@ -293,8 +293,8 @@ def test_self_centred_clippings_step_bound_does_not_grow_with_a_runaway_row(alg)
     # Issue 40: the declared bounds grew with the attacker's own influence (11.7 -> 46.6). Under
     # self_centred_clip a node's step bound is τ + γ g_max whatever the models; under the mean it
     # follows the spread of the models, the attacker's row among them.
-    from testbed.assembly import assemble
     from testbed.algorithms.contract import RoundContext
+    from testbed.assembly import assemble
     from testbed.orchestration.runner import load
 
     bounds = {}

@@ -6,22 +6,22 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from testbed.assembly import assemble, resources
 from testbed.algorithms import batches
 from testbed.algorithms.contract import RoundContext
+from testbed.assembly import assemble, resources
 from testbed.assembly.assemble import holds_lazily, load_evaluation_data, load_run_data
 from testbed.assembly.config import load_config_text
-from testbed.util import memory
+from testbed.assembly.evaluation import evaluated_node_ids
 from testbed.data import synthetic
 from testbed.data.lazy import LazyFederatedData
 from testbed.data.split import SplitWriter, split_sizes
 from testbed.data.synthetic import lazy_logistic, make_logistic, true_model
 from testbed.errors import ConfigError
-from testbed.assembly.evaluation import evaluated_node_ids
 from testbed.orchestration.runner import evaluate, load, run_experiment
 from testbed.orchestration.sim_nodes import SimNodes
 from testbed.reports.results import read_metrics
 from testbed.streams.rng import Purpose, stream
+from testbed.util import memory
 
 SAMPLED = "[client_sampling]\nmethod = \"uniform\"\ncount = 3\n"
 

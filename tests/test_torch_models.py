@@ -249,8 +249,8 @@ def test_a_private_torch_run_must_clip_and_its_ledger_records_the_clip_norm():
 
 
 def test_dwfl_clips_each_samples_gradient_of_a_network_at_gmax():
-    from testbed.assembly import assemble
     from testbed.algorithms.batches import uniform_batches
+    from testbed.assembly import assemble
     from testbed.assembly.config import load_config_text
     from testbed.orchestration.runner import load
 

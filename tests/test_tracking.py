@@ -83,8 +83,8 @@ def test_mlflow_holds_params_curves_status_and_the_run_directory(small_config_te
                                                                  monkeypatch):
     from mlflow.tracking import MlflowClient
 
-    from testbed.streams.node_secret import SERVER_KEY_FILE, load_or_make
     from testbed.orchestration import runner
+    from testbed.streams.node_secret import SERVER_KEY_FILE, load_or_make
 
     nodes_of = runner.build_nodes
 

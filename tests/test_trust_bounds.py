@@ -19,10 +19,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from testbed.assembly import assemble
 from testbed.algorithms import OverTheAir, RoundContext
 from testbed.algorithms.contract import SETUP_ROUND, TensorSpec, check_tensors, round_signal_spec, round_uplink_spec
 from testbed.algorithms.impact import cap_shares
+from testbed.assembly import assemble
 from testbed.assembly.config import load_config_text, replace
 from testbed.orchestration.runner import load
 

@@ -15,11 +15,11 @@ import math
 import pytest
 from hypothesis import given, strategies as st
 
-from testbed.checked.arguments import Number, NumberList
-from testbed.cli import build_parser, main
 from testbed.assembly.config import _section_classes, json_schema, load_config_text
-from testbed.errors import ConfigError, UserError
+from testbed.checked.arguments import Number, NumberList
 from testbed.checked.limits import MAX_FLOAT, MAX_INT
+from testbed.cli import build_parser, main
+from testbed.errors import ConfigError, UserError
 
 #: The values of the issue, and then any float or integer.
 EDGES = [0, -1, float("nan"), float("inf"), -float("inf"), 1e308, 1e-308, 2**70, -2**70]

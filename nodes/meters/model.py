@@ -6,8 +6,8 @@ emulator's."""
 from __future__ import annotations
 
 from nodes.meters import emulation
-from nodes.meters.clock import compute_cost
 from nodes.meters.base import Measurement, Meter
+from nodes.meters.clock import compute_cost
 from nodes.meters.registry import Registration
 from testbed.devices.profiles import DeviceProfile
 

@@ -72,14 +72,14 @@ from testbed.algorithms.base import BYTES_PER_REAL, BaseAlgorithm, RoundCost
 from testbed.algorithms.bounds import gaussian_entry_bound, gaussian_norm_bound
 from testbed.algorithms.contract import SETUP_ROUND, NodeResult, RoundContext, ServerResult, State, TensorSpec
 from testbed.algorithms.registry import BuildContext, Registration
+from testbed.checked.limits import MAX_EPSILON_NATS
+from testbed.checked.sections import Fraction, OnlyWith, Positive, Section
 from testbed.data.federated import Split
 from testbed.errors import ConfigError
-from testbed.ledger.events import CommunicationEvent, Event, MutualInfoEvent
-from testbed.checked.limits import MAX_EPSILON_NATS
 from testbed.learning.models import LinearRegression
+from testbed.ledger.events import CommunicationEvent, Event, MutualInfoEvent
 from testbed.privacy import acfl as theory
 from testbed.streams.rng import Purpose, node_streams
-from testbed.checked.sections import Fraction, OnlyWith, Positive, Section
 
 ENCODINGS = ("gram", "projection")
 WEIGHTS = ("adaptive", "theoretical", "fixed")

@@ -14,8 +14,8 @@ import argparse
 
 from testbed.algorithms.registry import Command
 from testbed.checked.arguments import COUNT, POSITIVE, Number, calculator, finite_result
-from testbed.errors import UserError
 from testbed.checked.limits import MAX_EPSILON_NATS
+from testbed.errors import UserError
 from testbed.privacy.statements import PrivacyStatement
 from testbed.util import jsontext
 

@@ -52,8 +52,8 @@ from testbed.streams.rng import GLOBAL, Purpose, stream
 
 if TYPE_CHECKING:
     from testbed.data.federated import Split
-    from testbed.ledger.events import Event, NodeEvents
     from testbed.learning.models import Model
+    from testbed.ledger.events import Event, NodeEvents
     from testbed.streams.node_secret import NodeSecret, Secrets
 
 #: Round index of the one-time setup phase in the ledger and on the wire.

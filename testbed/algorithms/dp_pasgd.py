@@ -34,12 +34,12 @@ from testbed.algorithms.batches import check_batches, node_keys, uniform_batches
 from testbed.algorithms.contract import (McuTask, MetricSpec, NodeResult, RoundContext, ServerResult, State, TensorSpec,
                                          mcu_seed)
 from testbed.algorithms.registry import BuildContext, Registration, RobustChoice
+from testbed.checked.sections import NonNegative, Positive, Section
 from testbed.data.federated import FederatedData, Split
 from testbed.errors import ConfigError
-from testbed.ledger.events import Event, EventBatch, GaussianEvent, NodeEvents
 from testbed.learning.models import LogisticRegression, Model
+from testbed.ledger.events import Event, EventBatch, GaussianEvent, NodeEvents
 from testbed.privacy import canaries, zcdp
-from testbed.checked.sections import NonNegative, Positive, Section
 from testbed.util.parallel import split_work
 
 if TYPE_CHECKING:

@@ -21,8 +21,8 @@ except ModuleNotFoundError:  # Python 3.10
 
 from testbed.algorithms.registry import Command
 from testbed.checked.arguments import COUNT, POSITIVE, PROBABILITY, Number, calculator, finite_result
-from testbed.errors import ConfigError, UserError
 from testbed.checked.limits import MAX_TEXT_FILE_BYTES
+from testbed.errors import ConfigError, UserError
 from testbed.privacy.statements import DELTA, PrivacyStatement
 from testbed.util import jsontext
 from testbed.util.userfiles import read_text

@@ -113,14 +113,14 @@ from testbed.algorithms.dwfl_channel import (
     round_channel,
     topology_from_sections,
 )
+from testbed.checked.sections import NonNegative, OnlyWith, Positive, field_default
 from testbed.data.federated import Split
 from testbed.errors import ConfigError
-from testbed.ledger.events import Event, GaussianEvent
 from testbed.learning.models import Model
+from testbed.ledger.events import Event, GaussianEvent
 from testbed.privacy import canaries
 from testbed.privacy import dwfl as dp
 from testbed.streams.rng import Purpose, node_streams, stream
-from testbed.checked.sections import NonNegative, OnlyWith, Positive, field_default
 from testbed.topology import Graph, Mixing, Topology, TopologySection, spectral_gap
 from testbed.topology.view import graph_view_with
 from testbed.util.parallel import ROWS_IN_CACHE, split_work

@@ -39,10 +39,10 @@ from testbed.algorithms.batches import check_batches, uniform_batches
 from testbed.algorithms.contract import NodeResult, RoundContext, ServerResult, State, TensorSpec
 from testbed.algorithms.impact import cap_shares
 from testbed.algorithms.registry import BuildContext, Registration, RobustChoice
+from testbed.checked.sections import Positive
 from testbed.data.federated import Split
 from testbed.learning.models import Model
 from testbed.privacy.statements import PrivacyStatement
-from testbed.checked.sections import Positive
 
 
 class FedAvgSection(AggregationOptions):

@@ -62,14 +62,14 @@ from testbed.algorithms.contract import NodeResult, RoundContext, ServerResult, 
 from testbed.algorithms.impact import (ImpactSchedule, cap_shares, check_weights, link_quality_weights,
                                       parse_ratios, ratio_weights, redistribute, spread_uploads)
 from testbed.algorithms.registry import BuildContext, Registration, RobustChoice
+from testbed.checked.sections import NonNegative, OnlyWith, Positive, Section
 from testbed.data.federated import Split
 from testbed.errors import ConfigError
-from testbed.ledger.events import Event, GaussianEvent
 from testbed.learning.models import Model
+from testbed.ledger.events import Event, GaussianEvent
 from testbed.privacy import padpfl as dp
 from testbed.privacy import canaries, zcdp
 from testbed.streams.rng import Purpose
-from testbed.checked.sections import NonNegative, OnlyWith, Positive, Section
 from testbed.util.parallel import split_work
 
 if TYPE_CHECKING:

@@ -10,12 +10,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Sequence
 
 from testbed.assembly.config import Config, ModelSection
+from testbed.assembly.evaluation import evaluated_node_ids
 from testbed.data import registry as data_registry
 from testbed.data.federated import FederatedData
 from testbed.data.lazy import LazyFederatedData
 from testbed.data.section import DataSection
 from testbed.errors import ConfigError
-from testbed.assembly.evaluation import evaluated_node_ids
 from testbed.learning.models import Model, build_model
 
 if TYPE_CHECKING:

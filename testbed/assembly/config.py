@@ -33,16 +33,16 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-from testbed.rounds.client_sampling import ClientSamplingSection
+from testbed.checked.limits import MAX_CHUNK_BYTES, MAX_SEED, MAX_TEXT_FILE_BYTES, MAX_WAIT_S, MIN_CHUNK_BYTES, MIN_POSITIVE
+from testbed.checked.sections import Config, Name, NonNegative, OnlyWith, Positive, Section, attribute_docstrings
 from testbed.data.section import DataSection
 from testbed.devices import virtual_boards
 from testbed.devices.profiles import MCU_PROFILE_NAMES, PROFILE_NAMES
 from testbed.errors import ConfigError, UserError
-from testbed.checked.limits import MAX_CHUNK_BYTES, MAX_SEED, MAX_TEXT_FILE_BYTES, MAX_WAIT_S, MIN_CHUNK_BYTES, MIN_POSITIVE
 from testbed.learning.models import embedding_kinds, embedding_phrase
 from testbed.learning.models import kinds as model_kinds
 from testbed.privacy.accountants import registry as accountants
-from testbed.checked.sections import Config, Name, NonNegative, OnlyWith, Positive, Section, attribute_docstrings
+from testbed.rounds.client_sampling import ClientSamplingSection
 from testbed.rounds.stragglers import StragglersSection
 from testbed.util import jsontext
 from testbed.util.userfiles import read_text

@@ -20,8 +20,8 @@ from typing import Any, Union
 
 from pydantic import BaseModel
 
-from testbed.checked import inputs
 from testbed.assembly.config import Config, apply_overrides, build_config, load_config, to_dict
+from testbed.checked import inputs
 from testbed.errors import UserError
 
 #: An experiment: a TOML file's path, the dict of its tables ({"run": {...}, "data": {...}}), or a

@@ -28,8 +28,8 @@ import functools
 import math
 from typing import Callable, Hashable, Iterable
 
-from testbed.errors import UserError
 from testbed.checked.limits import MAX_CHUNK_BYTES, MAX_FLOAT, MAX_INT, MAX_PID, MIN_CHUNK_BYTES, MIN_POSITIVE
+from testbed.errors import UserError
 
 class Number:
     """An argparse ``type``: the text of an int or a float, finite, within [ge or gt, le or lt].

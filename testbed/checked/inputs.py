@@ -8,8 +8,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from testbed.errors import ConfigError, UserError
 from testbed.checked.limits import MAX_TEXT_FILE_BYTES
+from testbed.errors import ConfigError, UserError
 from testbed.util import userfiles
 
 

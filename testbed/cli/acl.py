@@ -38,12 +38,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _acl(args: argparse.Namespace) -> int:
-    from testbed.mqtt import wire
+    from testbed.assembly.resources import check_count
     from testbed.checked import inputs
+    from testbed.mqtt import wire
     from testbed.mqtt import auth
     from testbed.mqtt.acl import generate_access, write_private
     from testbed.mqtt.brokers import registry as brokers
-    from testbed.assembly.resources import check_count
 
     if args.ids is None:
         check_count(args.nodes, NODE_BYTES, "--nodes")  # before a node's id or password is made

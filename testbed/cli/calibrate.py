@@ -106,8 +106,8 @@ def calibrate(profile_name: str = "host", model_size: int = 100, *, broker_url: 
     Raises:
         UserError: bad arguments, an unavailable meter, an unreachable broker, no reply.
     """
-    from testbed.devices.profiles import load_profile
     from testbed.assembly.resources import check_count
+    from testbed.devices.profiles import load_profile
 
     if repeats < 1 or model_size < 1:
         raise UserError(f"--repeats and --model-size must be >= 1, got {repeats} and {model_size}")

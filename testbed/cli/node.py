@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 
 from nodes.meters import registry as meters
 from testbed.checked.arguments import CHUNK_BYTES, COUNT, NODE_ID, PID, Number, NumberList
-from testbed.errors import UserError
 from testbed.checked.limits import MAX_INT, MAX_TEXT_FILE_BYTES
+from testbed.errors import UserError
 from testbed.util.userfiles import read_text
 
 if TYPE_CHECKING:

@@ -9,9 +9,9 @@ import argparse
 from pathlib import Path
 
 from testbed.checked.arguments import Number
+from testbed.checked.limits import MAX_INT
 from testbed.cli.examples import EXAMPLES, epilog
 from testbed.errors import UserError
-from testbed.checked.limits import MAX_INT
 
 
 def register(sub: argparse._SubParsersAction) -> None:

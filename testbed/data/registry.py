@@ -30,9 +30,9 @@ from testbed.errors import DataError
 from testbed.util.registrations import registered_in
 
 if TYPE_CHECKING:
+    from testbed.checked.sections import Section
     from testbed.data.federated import FederatedData
     from testbed.data.lazy import LazyFederatedData
-    from testbed.checked.sections import Section
 
 
 def _no_options(section: "Section") -> dict[str, Any]:

@@ -39,13 +39,13 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from testbed.rounds import protocol
-from testbed.mqtt import wire
-from testbed.assembly import assemble
 from testbed.algorithms.contract import ChannelHalf, RoundContext, TensorSpec
+from testbed.assembly import assemble
 from testbed.assembly.config import Config, load_config_text
+from testbed.mqtt import wire
 from testbed.mqtt import topics
 from testbed.mqtt.client import Inbound, MqttClient
+from testbed.rounds import protocol
 
 log = logging.getLogger(__name__)
 

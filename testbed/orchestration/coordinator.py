@@ -46,8 +46,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from testbed.rounds import protocol
 from testbed.mqtt import wire
+from testbed.rounds import protocol
 from testbed.algorithms.contract import (
     SETUP_ROUND,
     Algorithm,
@@ -64,22 +64,22 @@ from testbed.algorithms.contract import (
 )
 from testbed.accounting.budgets import BUDGET_NAME
 from testbed.assembly.config import LinksSection, MqttSection, NodesSection
+from testbed.checked.limits import MAX_TEXT_FILE_BYTES
 from testbed.errors import ConfigError, UserError
 from testbed.ledger.events import EVENT_TYPES, Event, WireEvent, with_fields
 from testbed.ledger.fields import FIELD_RULES, MEASURED_FIELDS, event_within
 from testbed.ledger.node import RoundSet
-from testbed.checked.limits import MAX_TEXT_FILE_BYTES
 from testbed.mqtt import topics
 from testbed.mqtt import acl, auth
 from testbed.mqtt.broker import parse_broker_url
 from testbed.mqtt.brokers import registry as brokers
 from testbed.mqtt.client import Inbound, MqttClient
-from testbed.streams.node_secret import NODE_SECRET, RUN_SEED, SERVER_SECRET, NodeSecret
 from testbed.orchestration import charging
 from testbed.orchestration.channel_emulator import ChannelEmulator
 from testbed.orchestration.links import LinkRounds, Links
 from testbed.orchestration.measured_bounds import MeasuredBounds
 from testbed.orchestration.nodes_api import Closing, RoundOutcome
+from testbed.streams.node_secret import NODE_SECRET, RUN_SEED, SERVER_SECRET, NodeSecret
 from testbed.util.forked import ForkedCommand, can_fork
 from testbed.util.starting import CAP_S, StillWorking, process_progress
 from testbed.util.userfiles import read_text

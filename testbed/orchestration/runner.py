@@ -31,22 +31,21 @@ import numpy as np
 
 from testbed.assembly import assemble
 
+from testbed.accounting.book import LedgerBook
+from testbed.accounting.budgets import Budgets, Exceeded, budgets_from_config
 from testbed.algorithms import registry
 from testbed.algorithms.contract import SETUP_ROUND, Algorithm, RoundContext, State, WithSetup, planned_batch
 from testbed.assembly.assemble import load_evaluation_data, load_run_data, model_for
-from testbed.accounting.budgets import Budgets, Exceeded, budgets_from_config
-from testbed.rounds.client_sampling import sample_clients
 from testbed.assembly.config import Config, to_toml
+from testbed.assembly.resources import check_fits
 from testbed.data.federated import FederatedData, Split
 from testbed.data.lazy import LazyFederatedData
 from testbed.errors import ConfigError
-from testbed.accounting.book import LedgerBook
+from testbed.learning.models import Model
 from testbed.ledger.events import Event, EventBatch, NodeEvents, StraggleEvent, batches_of
 from testbed.ledger.files import LedgerWriter
 from testbed.ledger.node import Totals
-from testbed.learning.models import Model
 from testbed.mqtt.brokers import registry as brokers
-from testbed.streams.node_secret import RUN_SEED, SERVER_KEY_FILE, load_or_make
 from testbed.orchestration import charging
 from testbed.orchestration.nodes_api import Closing, Nodes, RoundOutcome
 from testbed.privacy.accountants import epsilon_by_observer
@@ -56,12 +55,13 @@ from testbed.reports import tracking
 from testbed.reports.asked import AskedLog
 from testbed.reports.progress import Progress
 from testbed.reports.refusals import RefusalLog
-from testbed.reports.startup import Startup
 from testbed.reports.results import RunDirectory, not_yet_charged, split_by_issuer
+from testbed.reports.startup import Startup
 from testbed.reports.tracking.feed import Tracking
-from testbed.assembly.resources import check_fits
-from testbed.streams.rng import GLOBAL, Purpose, stream
+from testbed.rounds.client_sampling import sample_clients
 from testbed.rounds.stragglers import StragglerDraws
+from testbed.streams.node_secret import RUN_SEED, SERVER_KEY_FILE, load_or_make
+from testbed.streams.rng import GLOBAL, Purpose, stream
 from testbed.util.parallel import split_work
 from testbed.util.threads import limit_blas_threads
 

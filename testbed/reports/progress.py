@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, Mapping
 if TYPE_CHECKING:
     from rich.progress import Progress as RichProgress
 
-    from testbed.accounting.budgets import Budgets
     from testbed.accounting.book import LedgerBook
+    from testbed.accounting.budgets import Budgets
 
 REFRESH_S = 0.5  # a redraw costs ~1.4 ms (benchmarks/watch.py): 0.3 % of the time at this rate
 #: Budget name in the line → (metrics row key or None, Budgets attribute, ledger book column).

@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Collection
 
 from testbed.accounting.budgets import BUDGET_NAME, Exceeded
-from testbed.errors import UserError
 from testbed.checked.limits import MAX_RUN_FILE_BYTES
+from testbed.errors import UserError
 from testbed.util.appendlog import open_past_cut
 from testbed.util.userfiles import read_text
 

@@ -35,9 +35,9 @@ from typing import Literal, Sequence
 import numpy as np
 from pydantic import Field, model_validator
 
+from testbed.checked.sections import Section
 from testbed.streams.counter_rng import uniform_pairs
 from testbed.streams.rng import Purpose
-from testbed.checked.sections import Section
 
 
 class ClientSamplingSection(Section):

@@ -48,11 +48,11 @@ from typing import Any, Iterator, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
-from testbed.mqtt import wire
 from testbed.algorithms.contract import SETUP_ROUND, TensorSpec
 from testbed.ledger.events import Event
 from testbed.ledger.fields import ABSURD, event_from_dict, event_to_dict
 from testbed.ledger.node import NodeLedger, Totals
+from testbed.mqtt import wire
 from testbed.streams.node_secret import RANDOMNESS, RUN_SEED
 from testbed.util.memo import remember_last
 

@@ -31,9 +31,9 @@ from typing import Literal, Sequence
 import numpy as np
 from pydantic import Field, model_validator
 
+from testbed.checked.sections import OnlyWith, Section
 from testbed.streams.counter_rng import uniform_pairs
 from testbed.streams.rng import Purpose
-from testbed.checked.sections import OnlyWith, Section
 
 MODELS = ("none", "bernoulli", "deadline")
 

@@ -37,8 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from testbed.assembly import assemble
 from testbed.algorithms.contract import ChannelView, GraphView
+from testbed.assembly import assemble
 from testbed.errors import UserError
 from testbed.ledger.events import CommunicationEvent, ComputeEvent, Event, StraggleEvent
 from testbed.ledger.fields import event_from_dict

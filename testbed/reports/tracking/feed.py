@@ -21,9 +21,9 @@ import numpy as np
 from testbed.reports.tracking import TRACKERS, RoundRecord, Tracker, enabled
 
 if TYPE_CHECKING:
+    from testbed.accounting.book import LedgerBook
     from testbed.accounting.budgets import Budgets
     from testbed.assembly.config import Config
-    from testbed.accounting.book import LedgerBook
 
 log = logging.getLogger(__name__)
 

@@ -29,9 +29,9 @@ from typing import TYPE_CHECKING, Any, Iterator
 from urllib.parse import unquote, urlparse
 
 from testbed.errors import UserError
-from testbed.streams.node_secret import SERVER_KEY_FILE
 from testbed.reports import headline
 from testbed.reports.tracking import RoundRecord, node_series
+from testbed.streams.node_secret import SERVER_KEY_FILE
 from testbed.util import jsontext
 from testbed.util.userfiles import read_text
 
