@@ -14,9 +14,9 @@ from testbed.algorithms.batches import uniform_batches
 from testbed.algorithms.contract import RoundContext, check_tensors
 from testbed.algorithms.fedavg import FedAvg
 from testbed.algorithms.fedprox import FedProx
-from testbed.config import load_config_text
+from testbed.assembly.config import load_config_text
 from testbed.data.synthetic import make_logistic
-from testbed.models import LogisticRegression
+from testbed.learning.models import LogisticRegression
 from testbed.orchestration.runner import run_experiment
 from testbed.reports.results import read_checkpoint, read_metrics
 

@@ -11,7 +11,7 @@ from hypothesis import given, settings, strategies as st
 from testbed.algorithms.contract import RoundContext
 from testbed.algorithms.fedavg import FedAvg
 from testbed.data.synthetic import make_logistic
-from testbed.models import LogisticRegression
+from testbed.learning.models import LogisticRegression
 
 DATA = make_logistic(num_nodes=3, samples_per_node=40, dim=4, seed=1)
 MODEL = LogisticRegression(4, 2)

@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import model_validator
 
 from testbed.algorithms.aggregate import AggregationOptions
+from testbed.checked.sections import NonNegative, Positive, Section
 from testbed.errors import ConfigError
-from testbed.models import Model
-from testbed.sections import NonNegative, Positive, Section
+from testbed.learning.models import Model
 
 if TYPE_CHECKING:
-    from testbed.config import Config
+    from testbed.checked.sections import Config
 
 
 class DpPasgdSection(AggregationOptions):

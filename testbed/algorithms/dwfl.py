@@ -57,7 +57,7 @@ since 1/σ² adds up under composition.
 
 Example::
 
-    >>> from testbed.models import LogisticRegression
+    >>> from testbed.learning.models import LogisticRegression
     >>> from testbed.data.synthetic import make_logistic
     >>> from testbed.algorithms.dwfl_channel import Radio
     >>> data = make_logistic(num_nodes=4, samples_per_node=50, dim=5, seed=0)
@@ -97,17 +97,17 @@ from testbed.algorithms.dwfl_section import (CALIBRATIONS, INITS, VARIANTS, Dwfl
 from testbed.algorithms.registry import BuildContext, Registration
 from testbed.data.federated import Split
 from testbed.errors import ConfigError
+from testbed.learning.models import Model
 from testbed.ledger.events import Event, GaussianEvent
-from testbed.models import Model
 from testbed.privacy import canaries
 from testbed.privacy import dwfl as dp
-from testbed.rng import Purpose, node_streams, stream
+from testbed.streams.rng import Purpose, node_streams, stream
 from testbed.topology import Topology, TopologySection, spectral_gap
 from testbed.topology.view import graph_view_with
 from testbed.util.parallel import ROWS_IN_CACHE, split_work
 
 if TYPE_CHECKING:
-    from testbed.node_secret import Secrets
+    from testbed.streams.node_secret import Secrets
 
 
 class Dwfl(RoundPlans, BaseAlgorithm):
@@ -118,7 +118,7 @@ class Dwfl(RoundPlans, BaseAlgorithm):
     channel (``channel``) sits between the nodes.
 
     Args:
-        model: the model (testbed.models).
+        model: the model (testbed.learning.models).
         radio: the run's radio (:class:`testbed.algorithms.dwfl_channel.Radio`; N = ``radio.num_nodes``).
         rounds: T.
         batch: mini-batch size per node and round.

@@ -63,7 +63,7 @@ from channel import sparse_superpose
 from channel.pathloss import pathloss_3gpp
 from testbed.algorithms.contract import RoundContext, State, TensorSpec
 from testbed.errors import ConfigError
-from testbed.rng import GLOBAL, Purpose, node_streams, stream
+from testbed.streams.rng import GLOBAL, Purpose, node_streams, stream
 from testbed.topology import Graph, Mixing, Topology, TopologySection
 from testbed.util.parallel import ROWS_IN_CACHE, split_work
 

@@ -31,7 +31,7 @@ from testbed.privacy import dwfl as dp
 from testbed.topology import Graph, Mixing, Topology
 
 if TYPE_CHECKING:
-    from testbed.models import Model
+    from testbed.learning.models import Model
 
 
 @dataclass(frozen=True)

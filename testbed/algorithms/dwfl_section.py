@@ -11,11 +11,11 @@ from pydantic import Field, model_validator
 
 from testbed.algorithms.dwfl_channel import DwflChannel, RadioView, radio_from_section, topology_from_sections
 from testbed.algorithms.radio_section import RadioSection
+from testbed.checked.sections import NonNegative, OnlyWith, Positive, field_default
 from testbed.errors import ConfigError
-from testbed.sections import NonNegative, OnlyWith, Positive, field_default
 
 if TYPE_CHECKING:
-    from testbed.config import Config
+    from testbed.checked.sections import Config
 
 VARIANTS = ("A", "B")
 CALIBRATIONS = ("with_channel_noise", "artificial_only")

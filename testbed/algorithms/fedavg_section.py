@@ -8,8 +8,8 @@ from __future__ import annotations
 from pydantic import Field
 
 from testbed.algorithms.aggregate import AggregationOptions
+from testbed.checked.sections import Positive
 from testbed.privacy.statements import PrivacyStatement
-from testbed.sections import Positive
 
 
 class FedAvgSection(AggregationOptions):

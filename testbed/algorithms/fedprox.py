@@ -16,7 +16,7 @@ import numpy as np
 
 from testbed.algorithms import fedavg
 from testbed.algorithms.contract import TensorSpec
-from testbed.sections import NonNegative
+from testbed.checked.sections import NonNegative
 
 
 class FedProxSection(fedavg.FedAvgSection):

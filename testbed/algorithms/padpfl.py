@@ -28,7 +28,7 @@ paper's own linear accounting (adaptive-dp.md §2.4) is reported by :meth:`Padpf
 
 Example::
 
-    >>> from testbed.models import LogisticRegression
+    >>> from testbed.learning.models import LogisticRegression
     >>> from testbed.data.synthetic import make_logistic
     >>> from testbed.algorithms.contract import RoundContext
     >>> data = make_logistic(num_nodes=4, samples_per_node=60, dim=5, seed=0)
@@ -63,11 +63,11 @@ from testbed.algorithms.padpfl_section import PadpflSection, assumptions, check,
 from testbed.algorithms.registry import BuildContext, Registration, RobustChoice
 from testbed.data.federated import Split
 from testbed.errors import ConfigError
+from testbed.learning.models import Model
 from testbed.ledger.events import Event, GaussianEvent
-from testbed.models import Model
 from testbed.privacy import padpfl as dp
 from testbed.privacy import canaries, zcdp
-from testbed.rng import Purpose
+from testbed.streams.rng import Purpose
 from testbed.util.parallel import split_work
 
 
@@ -76,7 +76,7 @@ class Padpfl(SizeSetup, BaseAlgorithm):
     model; with ``data_size``, the sizes' setup phase).
 
     Args:
-        model: the model (testbed.models); its flat weight vector is what is clipped and noised.
+        model: the model (testbed.learning.models); its flat weight vector is what is clipped and noised.
         schedule: the impact factors of every round.
         rounds: T. uploads: R (None: T). participation: "every_round" or "spread".
         local_steps, batch, lr, mu: FedProx by local SGD (steps per round, batch, η, μ).

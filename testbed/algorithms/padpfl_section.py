@@ -12,12 +12,12 @@ from pydantic import Field, field_validator, model_validator
 
 from testbed.algorithms.aggregate import AggregationOptions
 from testbed.algorithms.impact import ImpactSchedule, link_quality_weights, parse_ratios, ratio_weights
+from testbed.checked.sections import NonNegative, OnlyWith, Positive, Section
 from testbed.errors import ConfigError
-from testbed.models import Model
-from testbed.sections import NonNegative, OnlyWith, Positive, Section
+from testbed.learning.models import Model
 
 if TYPE_CHECKING:
-    from testbed.config import Config
+    from testbed.checked.sections import Config
 
 class ImpactChange(Section):
     """One change of the impact factors (eq. 51): from round index ``after_round`` on (after that
@@ -227,11 +227,9 @@ def assumptions(sections: dict[str, Any]) -> list[str]:
 
 def plan(config: "Config", model: Model, data: Any) -> tuple["Config", dict | None]:
     """Resolve ``min_samples`` from the whole federation's data, so every board gets it."""
-    from testbed.config import replace
-
     smallest = int(data.train.sizes.min())
     given = config.padpfl.min_samples
     if given is not None and given > smallest:
         raise ConfigError("padpfl.min_samples", f"{given} is above the smallest node's {smallest} training samples: "
                                                 "eq. (8) would under-noise it")
-    return (config if given is not None else replace(config, padpfl={"min_samples": smallest})), None
+    return (config if given is not None else config.replace(padpfl={"min_samples": smallest})), None
