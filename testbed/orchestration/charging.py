@@ -20,7 +20,7 @@ A session killed before its rounds closed leaves its asks in ``asked.csv``: the 
 them the same way (:func:`earlier_asks`, :func:`charge_asked`), and a session that ends with a
 round asked and never closed (a failure mid-round) charges it at its end (:func:`charge_at_end`).
 The runner calls :func:`charge_asked` for every round, sim or MQTT; the MQTT coordinator calls
-:func:`unanswered` and :func:`on_ask` as a round closes, so that a late reply finds its round
+:func:`released`, :func:`unanswered` and :func:`on_ask` as a round closes, so that a late reply finds its round
 charged however many rounds later it comes.
 
 The summary shows per node the larger of what the coordinator charged and what the node confirms
@@ -50,7 +50,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Callable, Collection, Iterable, Mapping, Protocol, Sequence
 
 from testbed.algorithms.contract import SETUP_ROUND, Algorithm, OverTheAir, RoundContext
-from testbed.ledger.events import Event, StraggleEvent, batches_of, with_fields
+from testbed.ledger.events import Event, StraggleEvent, WireEvent, batches_of, with_fields
 from testbed.ledger.node import SPENT_AGAIN
 from testbed.orchestration.nodes_api import Nodes, RoundOutcome
 from testbed.reports.asked import Asked
@@ -92,6 +92,27 @@ def unanswered(ctx: RoundContext, charged: Collection[int], refused: Collection[
         return []
     left = [n for n in ctx.expected if n not in charged and n not in refused]
     return [n for n, done in zip(left, logged(left)) if not done] if left else []
+
+
+def released(ctx: RoundContext, answers: Mapping[int, tuple[object, list[Event], object]], heard: Collection[int],
+             content_refused: Mapping[int, list[Event] | None], wire_s: Mapping[int, float],
+             planned_release: Callable[[int, RoundContext], list[Event]]) -> dict[tuple[int, int], list[Event]]:
+    """(node, round) → what each release of round ``ctx`` the coordinator saw is charged (``heard``:
+    the nodes that released, the answered ones or those the channel heard transmit). An answer's
+    events, checked against the plan (with its share of its host's seconds on its link, ``wire_s``,
+    as a WireEvent beside them). A release without a usable answer is charged the plan: a
+    transmission heard although its update never came (the node died after transmitting), or an
+    update refused for its content (a noisy tensor was released all the same, whatever its events
+    said: ``content_refused``'s events when they were the plan)."""
+    r = ctx.round_index
+    charged: dict[tuple[int, int], list[Event]] = {}
+    for node in sorted(set(heard) | (set(content_refused) - set(answers))):
+        if node in answers:
+            events = answers[node][1]
+            charged[(node, r)] = [*events, WireEvent(node, r, wire_s[node])] if node in wire_s else events
+        else:
+            charged[(node, r)] = content_refused.get(node) or planned_release(node, ctx)
+    return charged
 
 
 def on_ask(planned_release: Callable[[int, RoundContext], list[Event]], ctx: RoundContext,

@@ -1,0 +1,23 @@
+"""Ids in one line of a log or an error message: the first ten, and how many more.
+
+Example::
+
+    >>> shown_ids([3, 1, 2])
+    '3, 1, 2'
+    >>> shown_ids(range(12))
+    '0, 1, 2, 3, 4, 5, 6, 7, 8, 9 and 2 more'
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+#: The most ids one line names.
+SHOWN = 10
+
+
+def shown_ids(ids: Iterable[int]) -> str:
+    """The first :data:`SHOWN` of ``ids`` with commas, then how many more there are."""
+    ids = list(ids)
+    shown = ", ".join(str(n) for n in ids[:SHOWN])
+    return shown + (f" and {len(ids) - SHOWN} more" if len(ids) > SHOWN else "")
