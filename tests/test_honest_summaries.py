@@ -23,7 +23,8 @@ from testbed.algorithms import registry
 from testbed.cli.run import format_summary
 from testbed.config import load_config, load_config_text, replace
 from testbed.errors import ConfigError
-from testbed.orchestration.runner import privacy_headline, run_experiment
+from testbed.orchestration.run_summary import privacy_headline
+from testbed.orchestration.runner import run_experiment
 from testbed.orchestration.sweep import grid_points, row, run_sweep
 from testbed.reports import headline
 from testbed.reports.html import write_report

@@ -54,7 +54,7 @@ def round_record(row: Mapping[str, Any], book: "LedgerBook", budgets: "Budgets")
 class Quoting:
     """Puts the run's figure to quote in a round's record, in the tracking thread: ``epsilon`` per
     node and in the metrics is the figure summary.json's ``privacy.headline`` will hold at the end
-    (runner.privacy_headline): the tight accountant's ε when one is configured (each distinct tally
+    (run_summary.privacy_headline): the tight accountant's ε when one is configured (each distinct tally
     once, then cached: a tally never changes), the run's accountant's otherwise, ε-MI-DP in nats,
     and none for a run without noise (ε = ∞, in the trackers' tags). The run's accountant's ε stays
     beside it as ``epsilon_<accountant>`` when the two differ.
