@@ -49,6 +49,17 @@ def _count(column: str, value: float, high: float) -> float:
     return value
 
 
+def json_number(x: float | None) -> float | None:
+    """``x`` as the page's JSON takes it: a float, or None for None, NaN and ±inf."""
+    return None if x is None or not math.isfinite(x) else float(x)
+
+
+def one_line(exc: BaseException) -> str:
+    """An error's message on one line of at most 300 characters, for the page's error."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
 def _finite_or_none(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
