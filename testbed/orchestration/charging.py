@@ -55,12 +55,12 @@ import numpy as np
 
 from testbed.algorithms.contract import SETUP_ROUND, OverTheAir, RoundContext
 from testbed.ledger.events import Event, EventBatch, StraggleEvent, WireEvent, batches_of, with_fields
+from testbed.ledger.fields import MEASURED_FIELDS
 from testbed.ledger.files import LedgerWriter
 from testbed.ledger.node import SPENT_AGAIN
 from testbed.orchestration.nodes_api import Closing, Nodes, RoundOutcome
 from testbed.orchestration.run_state import Run
 from testbed.reports.asked import Asked
-from testbed.reports.results import not_yet_charged, split_by_issuer
 
 log = logging.getLogger(__name__)
 
@@ -277,8 +277,8 @@ def _planned_for(run: Run, nodes: Nodes, ctx: RoundContext, asked: tuple[int, ..
 def _earlier_spend(run: Run, nodes: Nodes, ctx: RoundContext, earlier: Counter[int], before_kill: list[Event],
                    planned: set[int]) -> list[Event]:
     """What the earlier sessions that asked round ``ctx`` (``earlier``: node → sessions) spent on
-    it and the ledger lacks: each asking session's compute and communication (testbed.reports.
-    results.SPENT_AGAIN: a round run again is spent again, its release charged once), less the
+    it and the ledger lacks: each asking session's compute and communication (testbed.ledger.
+    node.SPENT_AGAIN: a round run again is spent again, its release charged once), less the
     sessions whose rows the ledger kept past the checkpoint (``before_kill``) and the one whose plan
     :func:`_planned_for` charged already (``planned``): the plan's, at the costliest this session
     saw. A node that never got to compute is over-counted, never under."""
@@ -424,3 +424,58 @@ def charge_server(run: Run, events: list[Event], nodes: Nodes, ledger_file: Ledg
     ledger_file.write(fresh)
     if events:
         nodes.deliver(events)
+
+
+def not_yet_charged(batches: Sequence[EventBatch], before_kill: Sequence[Event]) -> list[EventBatch]:
+    """The events of ``batches`` (what a round run again after a resume releases) that
+    ``before_kill`` (that round's ledger rows past the checkpoint's mark: charged before the kill)
+    does not already hold, matched one for one on every field but the measured ones (a node
+    measures its seconds and joules anew) and, for a straggle, on its node and round alone (the
+    session run again may give another reason: the node still missed the round once). Events of
+    :data:`SPENT_AGAIN` kinds are never matched: the round run again spends them again.
+
+    Rows past the mark are covered by no digest: a kill may have cut the round's rows short at a
+    line end, and anything may have altered them since. A row missing or altered leaves the event
+    it stood for to be charged again: the ledger may then over-count, never under-count.
+
+    Example::
+
+        >>> from testbed.ledger.events import ComputeEvent
+        >>> batch = EventBatch(ComputeEvent(0, 3, local_steps=2), np.array([0, 1]))
+        >>> from testbed.ledger.events import StraggleEvent
+        >>> straggles = EventBatch(StraggleEvent(0, 3, "emulated"), np.array([0, 1]))
+        >>> [b.nodes.tolist() for b in not_yet_charged([straggles], [StraggleEvent(1, 3, "emulated")])]
+        [[0]]
+        >>> [b.nodes.tolist() for b in not_yet_charged([batch], [ComputeEvent(1, 3, local_steps=2)])]
+        [[0, 1]]
+    """
+    left = Counter(_planned_fields(e) for e in before_kill if e.kind not in SPENT_AGAIN)
+    fresh = []
+    for batch in batches:
+        if batch.kind in SPENT_AGAIN:
+            fresh.append(batch)
+            continue
+        keep = []
+        for i, event in enumerate(batch.events()):
+            key = _planned_fields(event)
+            if left[key] > 0:
+                left[key] -= 1
+            else:
+                keep.append(i)
+        if len(keep) == len(batch):
+            fresh.append(batch)
+        elif keep:
+            fresh.append(batch.take(np.array(keep, dtype=np.int64)))
+    return fresh
+
+
+def split_by_issuer(events: Sequence[Event]) -> tuple[list[Event], list[Event]]:
+    """(the events a node issued, those the server issued on a node's behalf), in order."""
+    by_server = [getattr(e, "issuer", "node") == "server" for e in events]
+    return [e for e, s in zip(events, by_server) if not s], [e for e, s in zip(events, by_server) if s]
+
+
+def _planned_fields(event: Event) -> tuple:
+    if event.kind == StraggleEvent.kind:  # a node misses a round once, whatever each session saw of why
+        return (event.kind, event.node, event.round)
+    return (event.kind, *((name, value) for name, value in event.__dict__.items() if name not in MEASURED_FIELDS))

@@ -72,7 +72,7 @@ from testbed.orchestration.nodes_api import Closing, RoundOutcome
 from testbed.orchestration.reply_checks import ReplyChecks, node_bounds
 from testbed.orchestration.run_access import broker_access, run_keys, user_credentials
 from testbed.util.forked import ForkedCommand, can_fork
-from testbed.util.listing import shown_ids
+from testbed.util.oneline import shown_ids
 from testbed.util.starting import CAP_S, StillWorking, process_progress
 
 log = logging.getLogger(__name__)

@@ -28,7 +28,7 @@ from testbed.mqtt.brokers import registry as brokers
 from testbed.orchestration.links import LinkRounds, Links
 from testbed.orchestration.run_access import check_credentials
 from testbed.util.forked import ForkedCommand, can_fork
-from testbed.util.listing import shown_ids
+from testbed.util.oneline import shown_ids
 
 # The coordinator's one logger, whichever of its modules writes: what users and tests filter on.
 log = logging.getLogger("testbed.orchestration.coordinator")

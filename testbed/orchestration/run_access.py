@@ -15,7 +15,7 @@ from testbed.config import MqttSection
 from testbed.errors import ConfigError, UserError
 from testbed.limits import MAX_TEXT_FILE_BYTES
 from testbed.mqtt import acl, auth, topics
-from testbed.util.listing import shown_ids
+from testbed.util.oneline import shown_ids
 from testbed.util.userfiles import read_text
 
 # The coordinator's one logger, whichever of its modules writes: what users and tests filter on.

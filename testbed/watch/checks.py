@@ -18,6 +18,7 @@ from testbed.ledger.fields import ABSURD
 from testbed.ledger.node import NodeLedger
 from testbed.reports import headline
 from testbed.reports.results import METRIC_COLUMNS
+from testbed.util.oneline import one_line as util_one_line
 
 #: Metric columns the page plots.
 PLOTTED = ("round", "train_loss", "test_accuracy", "cost_units", "bytes_total", "epsilon", "stragglers", "wall_s")
@@ -55,9 +56,9 @@ def json_number(x: float | None) -> float | None:
 
 
 def one_line(exc: BaseException) -> str:
-    """An error's message on one line of at most 300 characters, for the page's error."""
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return text if len(text) <= 300 else text[:297] + "..."
+    """An error's message on one line of at most 300 characters (its type's name if it has none),
+    for the page's error."""
+    return util_one_line(exc, 300) or type(exc).__name__
 
 
 def _finite_or_none(value: float) -> float | None:
