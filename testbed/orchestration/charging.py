@@ -294,7 +294,7 @@ def _earlier_spend(run: Run, nodes: Nodes, ctx: RoundContext, earlier: Counter[i
 
 
 def _estimates_topped_up(run: Run, nodes: Nodes) -> list[Event]:
-    """What the session's end adds to each plan :func:`_charge` charged for an earlier session's
+    """What the session's end adds to each plan :func:`charge_asked` charged for an earlier session's
     part of a round (``run.estimated``): the seconds and joules by which the node's costliest event,
     known now over the whole session, exceeds what was charged then (a round's first answers come
     before its costliest), as a compute event of no steps (it adds seconds and joules only)."""
