@@ -24,6 +24,12 @@ replies are charged as late ones, however many rounds later.
 Over-the-air algorithms put a channel emulator (testbed.orchestration.channel_emulator, a client of its own
 started here and built from the algorithm's channel half) between the nodes; it tells the
 coordinator which nodes really transmitted, and each of them is charged for its release.
+
+:class:`MqttNodes` is this module's rounds (prepare, setup, round, outcome, close) made of parts
+that each do one job: the emulated hosts (testbed.orchestration.emulated_hosts), the broker
+outage rule (broker_outages), the network thread's inbox (coordinator_inbox), the checks of what
+a node sends and the plan a silent release is charged (reply_checks); who may speak on the broker
+is run_access's, what a round's releases are charged charging's.
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ from testbed.orchestration.reply_checks import check_refusal
 
 # The coordinator's one logger, whichever of its modules writes: what users and tests filter on.
 log = logging.getLogger("testbed.orchestration.coordinator")
+
 REAP_INTERVAL_S = 0.1  # how often a round's collection looks for emulated hosts that died
 
 
