@@ -156,8 +156,9 @@ def open_run(config: Config, out_dir: Path | None, resume: bool, algorithm: Algo
     """Stage 3: a new run directory, or a killed run's, trusted only after it is checked (its
     checkpoint against the algorithm's state, its files against the checkpoint's marks), with its
     ledger read back: into ``book`` up to the checkpoint's mark, the rows after it (of the rounds
-    that run again) into ``past_mark`` by round, for :func:`testbed.orchestration.charging.charge_round` to take when their round runs;
-    into ``asked``, what :func:`testbed.orchestration.charging.earlier_asks` finds its earlier sessions asked and the ledger lacks."""
+    that run again) into ``past_mark`` by round, for :func:`testbed.orchestration.charging.charge_round`
+    to take when their round runs; into ``asked``, what :func:`testbed.orchestration.charging.earlier_asks`
+    finds its earlier sessions asked and the ledger lacks."""
     def initial_state() -> State:
         return algorithm.init_state(model.init(stream(config.run.seed, GLOBAL, -1, Purpose.INIT)))
 
