@@ -57,10 +57,10 @@ from pasgd_figures import draw_figures  # noqa: E402
 from pasgd_report import report  # noqa: E402
 from results_data import read, runs_wall_s, write  # noqa: E402
 
-from testbed.assemble import load_data, model_for  # noqa: E402
-from testbed.config import Config, load_config, replace  # noqa: E402
+from testbed.assembly.assemble import load_data, model_for  # noqa: E402
+from testbed.assembly.config import Config, load_config, replace  # noqa: E402
 from testbed.errors import DataError  # noqa: E402
-from testbed.models import LogisticRegression  # noqa: E402
+from testbed.learning.models import LogisticRegression  # noqa: E402
 from testbed.orchestration.sweep import Point, run_sweep  # noqa: E402
 from testbed.planning.dp_pasgd import lr_tau_cap  # noqa: E402
 from testbed.planning.estimate import noise_dimension, smoothness  # noqa: E402

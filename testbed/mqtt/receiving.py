@@ -13,7 +13,7 @@ from typing import Any
 
 import paho.mqtt.client as paho
 
-from testbed import wire
+from testbed.mqtt import wire
 from testbed.mqtt import auth, chunks, topics
 from testbed.util.frozen import frozen
 

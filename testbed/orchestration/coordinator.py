@@ -46,7 +46,6 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from testbed import protocol, wire
 from testbed.algorithms.contract import (
     SETUP_ROUND,
     Algorithm,
@@ -59,15 +58,15 @@ from testbed.algorithms.contract import (
     round_signal_spec,
     round_uplink_spec,
 )
-from testbed.config import LinksSection, MqttSection, NodesSection
+from testbed.assembly.config import LinksSection, MqttSection, NodesSection
 from testbed.errors import UserError
 from testbed.ledger.events import Event
 from testbed.ledger.node import RoundSet
+from testbed.mqtt import wire
 from testbed.mqtt import auth, topics
 from testbed.mqtt.broker import parse_broker_url
 from testbed.mqtt.brokers import registry as brokers
 from testbed.mqtt.client import Inbound, MqttClient
-from testbed.node_secret import NODE_SECRET, RUN_SEED, SERVER_SECRET, NodeSecret
 from testbed.orchestration import charging
 from testbed.orchestration.broker_outages import BrokerOutages
 from testbed.orchestration.channel_emulator import ChannelEmulator
@@ -77,6 +76,8 @@ from testbed.orchestration.links import LinkRounds, Links
 from testbed.orchestration.nodes_api import Closing, RoundOutcome
 from testbed.orchestration.reply_checks import ReplyChecks, node_bounds
 from testbed.orchestration.run_access import broker_access, run_keys, user_credentials
+from testbed.rounds import protocol
+from testbed.streams.node_secret import NODE_SECRET, RUN_SEED, SERVER_SECRET, NodeSecret
 from testbed.util.forked import ForkedCommand, can_fork
 from testbed.util.oneline import shown_ids
 from testbed.util.starting import CAP_S, StillWorking, process_progress
@@ -105,7 +106,7 @@ class MqttNodes(EmulatedHosts, BrokerOutages, ReplyChecks, Inbox):
         quiet: no broker/host chatter on stderr.
         links: the ``[links]`` section: each emulated host behind a link of its own
             (testbed.orchestration.links), timed each round (:class:`LinkRounds`).
-        server_secret: gives the coordinator's secret (the run directory's, testbed.node_secret.
+        server_secret: gives the coordinator's secret (the run directory's, testbed.streams.node_secret.
             SERVER_KEY_FILE), asked once the prepare is over if a node's ready said it has a
             secret of its own: the server's private draws (RoundContext.server_secret) are then
             keyed by it for the session. None, or no node with a secret: the run seed's, as in sim.

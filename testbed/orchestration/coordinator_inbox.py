@@ -12,14 +12,15 @@ import functools
 import logging
 import time
 
-from testbed import protocol, wire
 from testbed.algorithms.contract import SETUP_ROUND, RoundContext, check_metrics, check_tensors
 from testbed.ledger.events import Event
 from testbed.ledger.node import RoundSet
+from testbed.mqtt import wire
 from testbed.mqtt import topics
 from testbed.mqtt.client import Inbound
-from testbed.node_secret import RUN_SEED
 from testbed.orchestration.reply_checks import check_refusal
+from testbed.rounds import protocol
+from testbed.streams.node_secret import RUN_SEED
 
 # The coordinator's one logger, whichever of its modules writes: what users and tests filter on.
 log = logging.getLogger("testbed.orchestration.coordinator")

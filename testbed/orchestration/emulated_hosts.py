@@ -20,7 +20,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from testbed.algorithms.contract import Algorithm
-from testbed.config import LinksSection
+from testbed.assembly.config import LinksSection
 from testbed.errors import ConfigError
 from testbed.mqtt import auth
 from testbed.mqtt.broker import parse_broker_url
@@ -77,7 +77,7 @@ class EmulatedHosts:
             cmd += ["--tls-ca", m.tls_ca] if m.tls_ca else []
             self._hosts.append(Host([node], cmd, quiet, keys_env([node])))
         # Each emulated host gets its share of this machine's cores for torch (a torch model's step),
-        # so that hosts do not oversubscribe them (testbed.torch_models reads the variable).
+        # so that hosts do not oversubscribe them (testbed.learning.torch_models reads the variable).
         env = {"TESTBED_TORCH_THREADS": os.environ.get("TESTBED_TORCH_THREADS",
                                                        str(max(1, (os.cpu_count() or 1) // max(1, len(groups)))))}
         for index, group in enumerate(groups):

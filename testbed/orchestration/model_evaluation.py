@@ -1,13 +1,13 @@
 """The model's figures a run reports (metrics.csv, summary.json's ``final``): the training loss of
 eq. (4) and the accuracies, each a mean over nodes of the node's own mean, over the evaluated
-nodes' rows (testbed.evaluation: which nodes those are)."""
+nodes' rows (testbed.assembly.evaluation: which nodes those are)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from testbed.data.federated import FederatedData, Split
-from testbed.models import Model
+from testbed.learning.models import Model
 from testbed.orchestration.run_state import Run
 from testbed.util.parallel import split_work
 

@@ -14,13 +14,14 @@ from typing import Sequence
 
 import numpy as np
 
-from testbed import protocol, wire
+from testbed.accounting.budgets import BUDGET_NAME
 from testbed.algorithms.contract import SETUP_ROUND, Algorithm, RoundContext
-from testbed.budgets import BUDGET_NAME
-from testbed.config import MqttSection, NodesSection
+from testbed.assembly.config import MqttSection, NodesSection
 from testbed.ledger.events import EVENT_TYPES, Event, with_fields
 from testbed.ledger.fields import FIELD_RULES, MEASURED_FIELDS, event_within
+from testbed.mqtt import wire
 from testbed.orchestration.measured_bounds import MeasuredBounds
+from testbed.rounds import protocol
 
 #: What a node may send the coordinator; anything else on its uplink is refused before it moves any state.
 FROM_NODES = frozenset({protocol.UPDATE, protocol.SETUP_UPDATE, protocol.REFUSED, protocol.LEDGER, protocol.READY})

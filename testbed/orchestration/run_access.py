@@ -11,9 +11,9 @@ import logging
 from pathlib import Path
 from typing import Sequence
 
-from testbed.config import MqttSection
+from testbed.assembly.config import MqttSection
+from testbed.checked.limits import MAX_TEXT_FILE_BYTES
 from testbed.errors import ConfigError, UserError
-from testbed.limits import MAX_TEXT_FILE_BYTES
 from testbed.mqtt import acl, auth, topics
 from testbed.util.oneline import shown_ids
 from testbed.util.userfiles import read_text

@@ -8,19 +8,19 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
+from testbed.accounting.book import LedgerBook
+from testbed.accounting.budgets import Budgets, Exceeded
 from testbed.algorithms.contract import Algorithm, RoundContext, State
-from testbed.budgets import Budgets, Exceeded
-from testbed.config import Config
+from testbed.assembly.config import Config
 from testbed.data.federated import FederatedData
 from testbed.data.lazy import LazyFederatedData
-from testbed.ledger.book import LedgerBook
+from testbed.learning.models import Model
 from testbed.ledger.events import Event
 from testbed.ledger.node import Totals
-from testbed.models import Model
-from testbed.node_secret import RUN_SEED
 from testbed.reports.results import RunDirectory
 from testbed.reports.startup import Startup
 from testbed.reports.tracking.feed import Tracking
+from testbed.streams.node_secret import RUN_SEED
 
 
 @dataclass

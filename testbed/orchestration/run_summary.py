@@ -12,10 +12,10 @@ from typing import Any
 
 import numpy as np
 
-from testbed import assemble
+from testbed.accounting.book import LedgerBook
 from testbed.algorithms import registry
 from testbed.algorithms.contract import SETUP_ROUND, RoundContext, planned_batch
-from testbed.ledger.book import LedgerBook
+from testbed.assembly import assemble
 from testbed.ledger.events import NodeEvents
 from testbed.ledger.node import Totals
 from testbed.orchestration import charging

@@ -35,9 +35,9 @@ from typing import Any, Callable, Collection, Iterator, Mapping
 
 import numpy as np
 
+from testbed.checked.limits import MAX_RUN_FILE_BYTES
 from testbed.errors import UserError
 from testbed.ledger.files import LedgerMark, ledger_header, parse_rows, read_ledger
-from testbed.limits import MAX_RUN_FILE_BYTES
 from testbed.reports.asked import Asked, read_asked
 from testbed.reports.checkpoint import Checkpoint, StateSpec, load_checkpoint, write_checkpoint
 from testbed.reports.refusals import Refusal, read_refusals

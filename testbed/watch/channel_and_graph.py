@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from testbed import assemble
 from testbed.algorithms.contract import ChannelView, GraphView
+from testbed.assembly import assemble
 from testbed.errors import UserError
 from testbed.watch.checks import json_number, one_line
 
