@@ -64,6 +64,10 @@ CIFAR = (["data.dataset='cifar10'", "data.samples_per_node=1000", "model.network
 P_DBM = (20, 40, 60, 80)
 #: Per-round ε of the privacy-utility curve (N = 10, everything else the base file's).
 EPS_CURVE = (0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0)
+#: Seeds per curve of each data folder (--seeds overrides): max(8, the seeds the folder's families need for
+#: their effects of interest), capped by the compute budget BUDGET_MIN; ``--plan-seeds`` prints the plan
+#: from the committed data. learns.toml's check (no family) keeps its 5.
+SEEDS = {"adult": 8, "cnn": 8, "cnn-eps10x": 8, "learns": 5}
 LAST = 10  # rounds averaged for a run's final loss and accuracy
 CURVE_EVERY = 2  # rounds between the stored points of a loss curve
 
@@ -165,8 +169,13 @@ def data_dir(task: str, eps_scale: float) -> Path:
     return DATA / (task + (f"-eps{eps_scale:g}x" if eps_scale != 1.0 else ""))
 
 
+#: Fields of a data file that say how its runs were made: an extension must match them exactly.
+SETTINGS_FIELDS = ("scenario", "task", "epsilon_scale", "trains_on", "base", "rounds", "last_rounds", "curve_every")
+
+
 def run_task(args: argparse.Namespace) -> None:
-    """Run the task's scenarios and write each one's data file (only the scenarios run)."""
+    """Run the task's scenarios and write each one's data file (only the scenarios run); with
+    ``args.extend``, only the seeds a committed file lacks, merged into it (:func:`_extend`)."""
     base, suffix, trains_on = TASKS[args.task]
     extra: list[str] = []
     if args.task == "cnn":
@@ -192,26 +201,76 @@ def run_task(args: argparse.Namespace) -> None:
         raise SystemExit(f"--scenarios: unknown {', '.join(unknown)} (known: {', '.join(scenarios)})")
     rounds = 0 if args.task == "learns" else args.rounds  # learns.toml runs as written
     out = data_dir(args.task, args.epsilon_scale)
+    seeds = args.seeds if args.seeds is not None else SEEDS[out.name]
     out.mkdir(parents=True, exist_ok=True)
+    settings = {"task": args.task, "epsilon_scale": args.epsilon_scale, "trains_on": trains_on,
+                "base": Path(base).name, "rounds": rounds or None, "last_rounds": LAST, "curve_every": CURVE_EVERY}
+    committed = _extend_check(out, chosen, settings, seeds, str(base)) if args.extend else {}
     for scenario in chosen:
         start = time.monotonic()
         items = scenarios[scenario]
+        have = len(committed[scenario]["seeds"]) if scenario in committed else 0
         jobs = [(str(base), extra + ov, seed, rounds, out_root, [panel, curve])
-                for panel, curve, ov in items for seed in range(args.seeds)]
-        print(f"{scenario}: {len(jobs)} runs on {args.jobs} process(es)", flush=True)
+                for panel, curve, ov in items for seed in range(have, seeds)]
+        print(f"{scenario}: {len(jobs)} runs (seeds {have}–{seeds - 1}) on {args.jobs} process(es)", flush=True)
         if args.jobs == 1:
             results = [run_one(job) for job in jobs]
         else:
             with ProcessPoolExecutor(max_workers=args.jobs) as pool:
                 results = list(pool.map(run_one, jobs))
         wall = time.monotonic() - start
-        record = {"scenario": scenario, "task": args.task, "epsilon_scale": args.epsilon_scale, "trains_on": trains_on,
-                  "base": Path(base).name, "rounds": rounds or None, "seeds": list(range(args.seeds)),
-                  "last_rounds": LAST, "curve_every": CURVE_EVERY, "wall_s": round(wall, 1),
-                  "runs_wall_s": round(sum(r["wall_s"] for r in results), 1), "runs": results}
+        if scenario in committed:
+            results, wall_parts = _merge(committed[scenario], results, items), [
+                *committed[scenario].get("wall_parts_s", [committed[scenario]["wall_s"]]), round(wall, 1)]
+        else:
+            wall_parts = [round(wall, 1)]
+        record = {"scenario": scenario, **settings, "seeds": list(range(seeds)),
+                  "wall_s": round(sum(wall_parts), 1), "runs_wall_s": round(sum(r["wall_s"] for r in results), 1),
+                  **({"wall_parts_s": wall_parts} if len(wall_parts) > 1 else {}), "runs": results}
         path = out / f"{scenario}.json"
         path.write_text(json.dumps(record, indent=None, separators=(",", ":"), ensure_ascii=False, allow_nan=False) + "\n")
         print(f"wrote {path.relative_to(REPO)} ({path.stat().st_size // 1024} KB), {wall:.0f} s", flush=True)
+
+
+def _extend_check(out: Path, chosen: list[str], settings: dict, seeds: int, base: str) -> dict[str, dict]:
+    """The committed data files of ``chosen`` that ``--extend`` adds seeds to, after checking that an
+    extension gives what a full regeneration would: each file was made with these settings and seeds
+    0..k−1, k < ``seeds``; and its cheapest committed run, run again (afresh, in a scratch folder), gives
+    exactly its committed numbers. Anything else is a one-line refusal (SystemExit)."""
+    import tempfile
+
+    records: dict[str, dict] = {}
+    for scenario in chosen:
+        path = out / f"{scenario}.json"
+        if not path.is_file():
+            raise SystemExit(f"--extend: no committed {path.relative_to(REPO)} to extend; run it without --extend")
+        record = json.loads(path.read_text())
+        differs = [f for f in SETTINGS_FIELDS if record.get(f) != {"scenario": scenario, **settings}[f]]
+        if differs:
+            raise SystemExit(f"--extend: {path.relative_to(REPO)} was made with other settings ({', '.join(differs)}); "
+                             "regenerate it in full")
+        k = len(record["seeds"])
+        if record["seeds"] != list(range(k)) or k >= seeds:
+            raise SystemExit(f"--extend: {path.relative_to(REPO)} has seeds {record['seeds'][0]}–{record['seeds'][-1]}; "
+                             f"--seeds {seeds} adds none")
+        records[scenario] = record
+    cheapest = min((r for rec in records.values() for r in rec["runs"]), key=lambda r: r["wall_s"])
+    with tempfile.TemporaryDirectory() as scratch:
+        again = run_one((base, cheapest["overrides"], cheapest["seed"], settings["rounds"] or 0, scratch,
+                         cheapest["key"]))
+    changed = [f for f in cheapest if f != "wall_s" and again.get(f) != cheapest[f]]
+    if changed:
+        raise SystemExit(f"--extend: the committed run {' / '.join(cheapest['key'])} (seed {cheapest['seed']}) does not "
+                         f"reproduce ({', '.join(changed)} differ): regenerate in full, not by extension")
+    print(f"--extend: the committed run {' / '.join(cheapest['key'])} (seed {cheapest['seed']}) reproduces exactly",
+          flush=True)
+    return records
+
+
+def _merge(record: dict, added: list[dict], items: list[tuple[str, str, list[str]]]) -> list[dict]:
+    """The committed runs and the added ones in a full regeneration's order: curve by curve, seed by seed."""
+    order = {(panel, curve): i for i, (panel, curve, _ov) in enumerate(items)}
+    return sorted(record["runs"] + added, key=lambda r: (order[tuple(r["key"])], r["seed"]))
 
 
 # ---------------------------------------------------------------------------------------------- report
@@ -622,7 +681,8 @@ def write_reports() -> list[Path]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--seeds", type=int, default=None,
+                    help="seeds per curve (default: the task's planned count, SEEDS; --plan-seeds says why)")
     ap.add_argument("--rounds", type=int, default=40)
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--task", choices=sorted(TASKS), default="adult")
@@ -630,6 +690,9 @@ def main(argv=None) -> int:
     ap.add_argument("--epsilon-scale", type=float, default=1.0,
                     help="run every ε of the paper times this (outputs get the suffix -epsNx)")
     ap.add_argument("--report-only", action="store_true", help="rewrite every REPORT and figure from data/ only")
+    ap.add_argument("--extend", action="store_true",
+                    help="run only the seeds the committed data files lack and merge them in (after checking that "
+                         "the cheapest committed run reproduces exactly)")
     args = ap.parse_args(argv)
     if not args.report_only:
         run_task(args)

@@ -1,0 +1,80 @@
+"""experiments/dwfl/reproduce.py --extend: seeds added to a committed data file give what a full
+regeneration gives, and an extension is refused when a committed run does not reproduce."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parents[1] / "experiments" / "dwfl"
+
+
+@pytest.fixture
+def reproduce(tmp_path, monkeypatch):
+    """The script with a tiny sweep (one scenario of two curves, N = 10) writing under ``tmp_path``."""
+    monkeypatch.syspath_prepend(str(HERE))
+    sys.modules.pop("reproduce", None)
+    import reproduce as module
+
+    monkeypatch.setattr(module, "REPO", tmp_path)
+    monkeypatch.setattr(module, "DATA", tmp_path / "data")
+    monkeypatch.setattr(module, "sweeps", lambda eps_scale=1.0: {"fig6": [
+        ("N=10", scheme, ["data.num_nodes=10", f"dwfl.scheme='{scheme}'"]) for scheme in ("ota_d2d", "ota_central")]})
+    yield module
+    sys.modules.pop("reproduce", None)
+
+
+def _run(module, seeds: int, extend: bool = False) -> dict:
+    module.run_task(argparse.Namespace(task="adult", seeds=seeds, rounds=2, jobs=1, scenarios="fig6",
+                                       epsilon_scale=1.0, extend=extend))
+    return json.loads((module.DATA / "adult" / "fig6.json").read_text())
+
+
+def _numbers(record: dict) -> dict:
+    """The record less its measured times (which no two invocations share)."""
+    drop = ("wall_s", "runs_wall_s", "wall_parts_s")
+    return {**{k: v for k, v in record.items() if k not in drop},
+            "runs": [{k: v for k, v in r.items() if k != "wall_s"} for r in record["runs"]]}
+
+
+def test_extend_adds_only_the_missing_seeds_and_equals_a_full_run(reproduce, tmp_path):
+    full = _run(reproduce, 3)
+    (reproduce.DATA / "adult" / "fig6.json").unlink()
+    import shutil
+
+    shutil.rmtree(tmp_path / "runs")  # nothing reused: the extension runs seeds 2 only, afresh
+    pilot = _run(reproduce, 2)
+    shutil.rmtree(tmp_path / "runs")
+    extended = _run(reproduce, 3, extend=True)
+    assert _numbers(extended) == _numbers(full)
+    assert extended["runs"][:2] == pilot["runs"][:2]  # the committed runs kept as they were
+    assert len(extended["wall_parts_s"]) == 2 and extended["wall_s"] == pytest.approx(sum(extended["wall_parts_s"]))
+    # only seed 2 was run by the extension (and the one run checked again, in a scratch folder)
+    assert sorted(p.name.rsplit("-s", 1)[1] for p in (tmp_path / "runs").rglob("*-s*") if p.is_dir()) == ["2", "2"]
+
+
+def test_extend_refuses_when_a_committed_run_does_not_reproduce(reproduce):
+    _run(reproduce, 2)
+    path = reproduce.DATA / "adult" / "fig6.json"
+    record = json.loads(path.read_text())
+    for run in record["runs"]:  # every run, so the cheapest one checked is tampered with too
+        run["final_loss"] += 1e-3
+    path.write_text(json.dumps(record))
+    with pytest.raises(SystemExit, match="does not reproduce"):
+        _run(reproduce, 3, extend=True)
+    assert json.loads(path.read_text()) == record  # the file is left as it was
+
+
+def test_extend_refuses_a_file_made_otherwise_or_with_nothing_to_add(reproduce):
+    _run(reproduce, 2)
+    with pytest.raises(SystemExit, match="adds none"):
+        _run(reproduce, 2, extend=True)
+    path = reproduce.DATA / "adult" / "fig6.json"
+    record = json.loads(path.read_text())
+    path.write_text(json.dumps({**record, "rounds": 3}))
+    with pytest.raises(SystemExit, match="other settings"):
+        _run(reproduce, 3, extend=True)
