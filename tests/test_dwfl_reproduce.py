@@ -36,7 +36,7 @@ def _run(module, seeds: int, extend: bool = False) -> dict:
 
 def _numbers(record: dict) -> dict:
     """The record less its measured times (which no two invocations share)."""
-    drop = ("wall_s", "runs_wall_s", "wall_parts_s")
+    drop = ("wall_s", "runs_wall_s", "wall_parts_s", "seed_parts")
     return {**{k: v for k, v in record.items() if k not in drop},
             "runs": [{k: v for k, v in r.items() if k != "wall_s"} for r in record["runs"]]}
 
@@ -52,7 +52,7 @@ def test_extend_adds_only_the_missing_seeds_and_equals_a_full_run(reproduce, tmp
     extended = _run(reproduce, 3, extend=True)
     assert _numbers(extended) == _numbers(full)
     assert extended["runs"][:2] == pilot["runs"][:2]  # the committed runs kept as they were
-    assert len(extended["wall_parts_s"]) == 2 and extended["wall_s"] == pytest.approx(sum(extended["wall_parts_s"]))
+    assert extended["seed_parts"] == [2, 1] and len(extended["wall_parts_s"]) == 2 and extended["wall_s"] == pytest.approx(sum(extended["wall_parts_s"]))
     # only seed 2 was run by the extension (and the one run checked again, in a scratch folder)
     assert sorted(p.name.rsplit("-s", 1)[1] for p in (tmp_path / "runs").rglob("*-s*") if p.is_dir()) == ["2", "2"]
 

@@ -15,14 +15,24 @@ time); ``--scenarios fig2,eps`` runs and rewrites only those files. Reporting re
 (``--epsilon-scale 10``) and their figures from data/ alone: ``--report-only`` does only that,
 for every report whose data is committed, byte for byte (tests/test_reproductions.py).
 
-Verdicts (testbed.reports.verdicts, docs/statistics.md), Holm-adjusted within each figure's family:
+Verdicts (testbed.reports.verdicts, docs/statistics.md), Holm-adjusted within each figure's family (one per
+metric: the train loss, and the test accuracy beside it):
 a trend over a setting (Figs. 2–4) by Spearman's ρ within each seed (n = seeds, a permutation p
 within the seeds), a comparison of two curves (Figs. 5–6) by the paired mean difference over seeds. The metric is
 the paper's, training loss of x̄ (mean of the last 10 rounds), and beside it test accuracy, with
 chance and the majority share: a model at chance shows nothing about convergence.
 
-Run: ``.venv/bin/python experiments/dwfl/reproduce.py [--task adult|cnn|learns] [--seeds 5]
-[--rounds 40] [--jobs 1] [--scenarios fig2,...] [--epsilon-scale 10] [--report-only]``
+Seeds by power, not by floor: each paired family declares its effect of interest (ACC_EFFECT,
+LOSS_EFFECT_SHARE) and says how many seeds detect it at 80 % power after Holm, from the data's sd;
+a task's seeds (SEEDS, the default of ``--seeds``) are max(8, the most its families need), capped by
+a compute budget (BUDGET_MIN): ``--plan-seeds`` prints that plan from the committed data and runs
+nothing. ``--extend`` adds seeds to committed data files without redoing theirs: it first runs the
+cheapest committed run again and refuses unless it reproduces exactly, then runs only the missing
+seeds and merges them in a full regeneration's order.
+
+Run: ``.venv/bin/python experiments/dwfl/reproduce.py [--task adult|cnn|learns] [--seeds N]
+[--rounds 40] [--jobs 1] [--scenarios fig2,...] [--epsilon-scale 10] [--extend] [--report-only]
+[--plan-seeds]``
 (Adult from data.path, $TESTBED_DATA, or the package's copy; CIFAR-10 from
 $TESTBED_DATA or the cache, never downloaded by this script). The finished runs go to
 ``runs/dwfl-reproduce*/`` (not committed); a finished run found there is kept, and a run that
@@ -34,6 +44,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import os
 import sys
 import time
@@ -47,7 +58,7 @@ REPO = HERE.parents[1]
 DATA = HERE / "data"
 sys.path.insert(0, str(REPO))
 
-from testbed.reports.stats import majority_flag, t_interval  # noqa: E402
+from testbed.reports.stats import MOST_SEEDS, RANK_TEST_MIN_N, majority_flag, t_interval  # noqa: E402
 from testbed.reports.verdicts import RULE, Family, Pending, recording, write_report  # noqa: E402
 
 #: task → (base file, suffix of the outputs, what the runs train on, for the report)
@@ -219,14 +230,15 @@ def run_task(args: argparse.Namespace) -> None:
             with ProcessPoolExecutor(max_workers=args.jobs) as pool:
                 results = list(pool.map(run_one, jobs))
         wall = time.monotonic() - start
+        parts: dict[str, list] = {}  # an extended file: the seeds and the measured wall time of each invocation
         if scenario in committed:
-            results, wall_parts = _merge(committed[scenario], results, items), [
-                *committed[scenario].get("wall_parts_s", [committed[scenario]["wall_s"]]), round(wall, 1)]
-        else:
-            wall_parts = [round(wall, 1)]
+            old = committed[scenario]
+            results = _merge(old, results, items)
+            parts = {"seed_parts": [*old.get("seed_parts", [have]), seeds - have],
+                     "wall_parts_s": [*old.get("wall_parts_s", [old["wall_s"]]), round(wall, 1)]}
         record = {"scenario": scenario, **settings, "seeds": list(range(seeds)),
-                  "wall_s": round(sum(wall_parts), 1), "runs_wall_s": round(sum(r["wall_s"] for r in results), 1),
-                  **({"wall_parts_s": wall_parts} if len(wall_parts) > 1 else {}), "runs": results}
+                  "wall_s": round(sum(parts.get("wall_parts_s", [wall])), 1),
+                  "runs_wall_s": round(sum(r["wall_s"] for r in results), 1), **parts, "runs": results}
         path = out / f"{scenario}.json"
         path.write_text(json.dumps(record, indent=None, separators=(",", ":"), ensure_ascii=False, allow_nan=False) + "\n")
         print(f"wrote {path.relative_to(REPO)} ({path.stat().st_size // 1024} KB), {wall:.0f} s", flush=True)
@@ -350,9 +362,10 @@ def _claim(label: str, loss_v: Pending, acc_v: Pending, note: str) -> list[str]:
     return [f"**{label}**  \ntrain loss: {loss_v.markdown()}  \ntest accuracy: {acc_v.markdown()}{note}", ""]
 
 
-def _trend(fam: Family, sc: Scenario, panel: str, setting, claimed_loss: str) -> tuple[Pending, Pending]:
-    """Trend verdicts of final loss (claimed direction) and accuracy (the opposite) on ``setting(curve)``: each
-    curve's runs repeat its setting over the seeds, so ρ is taken within each seed (n = seeds)."""
+def _trend(fams: tuple[Family, Family], sc: Scenario, panel: str, setting, claimed_loss: str) -> tuple[Pending, Pending]:
+    """Trend verdicts of final loss (claimed direction, in the loss family) and accuracy (the opposite, in the
+    accuracy family) on ``setting(curve)``: each curve's runs repeat its setting over the seeds, so ρ is taken
+    within each seed (n = seeds)."""
     xs, losses, accs, seeds = [], [], [], []
     for c in sc.names(panel):
         for seed, r in sc.runs(panel, c).items():
@@ -361,14 +374,47 @@ def _trend(fam: Family, sc: Scenario, panel: str, setting, claimed_loss: str) ->
             accs.append(r["final_acc"])
             seeds.append(seed)
     acc_claim = "increasing" if claimed_loss == "decreasing" else "decreasing"
-    return (fam.trend(xs, losses, claimed_loss, units=xs, cluster=seeds),
-            fam.trend(xs, accs, acc_claim, units=xs, cluster=seeds))
+    return (fams[0].trend(xs, losses, claimed_loss, units=xs, cluster=seeds),
+            fams[1].trend(xs, accs, acc_claim, units=xs, cluster=seeds))
 
 
-def _paired(fam: Family, sc: Scenario, panel: str, better: str, worse: str) -> tuple[Pending, Pending]:
-    """Paired verdicts (by seed) that ``better`` ends with lower loss and higher accuracy than ``worse``."""
-    return (fam.paired(sc.values(panel, better, "final_loss"), sc.values(panel, worse, "final_loss"), "a<b"),
-            fam.paired(sc.values(panel, better, "final_acc"), sc.values(panel, worse, "final_acc"), "a>b"))
+def _paired(fams: tuple[Family, Family], sc: Scenario, panel: str, better: str, worse: str) -> tuple[Pending, Pending]:
+    """Paired verdicts (by seed) that ``better`` ends with lower loss (the loss family) and higher accuracy
+    (the accuracy family) than ``worse``."""
+    return (fams[0].paired(sc.values(panel, better, "final_loss"), sc.values(panel, worse, "final_loss"), "a<b"),
+            fams[1].paired(sc.values(panel, better, "final_acc"), sc.values(panel, worse, "final_acc"), "a>b"))
+
+
+#: Effect of interest of the accuracy families: one percentage point of test accuracy. The paper prints no
+#: numbers (dwfl.md §6), so this is the smallest accuracy difference a reader of a comparison table acts on;
+#: it is about 160 people of Adult's test set and 4 images of the digits'.
+ACC_EFFECT = 0.01
+#: Effect of interest of the loss families, as a share of the loss's scale: the untrained model's loss
+#: ln(classes), where every curve of the paper's figures starts (ln 2 = 0.693 on Adult, ln 10 = 2.303 on
+#: the digits). The claims are gaps between convergence curves drawn on that scale, and 5 % of it is about
+#: the smallest gap such a figure shows: 0.035 on Adult, 0.115 on the digits.
+LOSS_EFFECT_SHARE = 0.05
+
+
+def _families(sc: Scenario, loss_claim: str, acc_claim: str, paired: bool = False) -> tuple[Family, Family]:
+    """A figure's two families: its claims on the training loss of x̄ (the paper's metric) and on test
+    accuracy (beside them: do the models learn). One family per metric, so that an effect of interest
+    has one unit (the power of a paired family is computed from its differences' sd, which must share it);
+    a trend family has no effect of interest (ρ has no unit the claims state; its n is the seeds)."""
+    fig = TITLES[sc.record["scenario"]].split(":")[0]
+    chance = max(r["chance"] for r in sc.record["runs"])
+    loss_effect = _sig(LOSS_EFFECT_SHARE * math.log(1.0 / chance), 3)  # ln(classes): the untrained model's loss
+    return (Family(f"{fig}, train loss: {loss_claim}", effect_of_interest=loss_effect if paired else None),
+            Family(f"{fig}, test accuracy: {acc_claim}", effect_of_interest=ACC_EFFECT if paired else None))
+
+
+def _fill(fams: tuple[Family, Family], lines: list[str]) -> list[str]:
+    """The section's lines with both families' verdicts and descriptions filled in."""
+    return [fams[1].fill(fams[0].fill(x)) for x in lines]
+
+
+def _describe(fams: tuple[Family, Family]) -> str:
+    return f"{fams[0].description()} {fams[1].description()}"
 
 
 def plot(name: str, sc: Scenario, suffix: str) -> None:
@@ -478,12 +524,12 @@ def _learns_section(sc: Scenario) -> list[str]:
 
 def _fig2(sc: Scenario, task: str) -> list[str]:
     """Fig. 2's section, transmit power P: a trend per reading and N."""
-    fam = Family("Fig. 2: loss falls and accuracy rises with P, every panel")
+    fam = _families(sc, "falls with P, every panel", "rises with P, every panel")
     body: list[str] = []
     body += ["## Fig. 2: transmit power P", "",
              "> \"stronger transmitting power leads to more rapid convergence, it is reasonable since greater power",
              "> has stronger ability to resist the interference of channel noise.\"", "",
-             "Claim tested: the final loss falls (accuracy rises) with P over P = 20, 40, 60, 80 dBm.", "", fam.description(), ""]
+             "Claim tested: the final loss falls (accuracy rises) with P over P = 20, 40, 60, 80 dBm.", "", _describe(fam), ""]
     for panel in sc.panels():
         lv, av = _trend(fam, sc, panel, _num, "decreasing")
         body += _claim(f"{panel}: loss falls with P?", lv, av, _chance_note(sc, panel, sc.names(panel)))
@@ -498,50 +544,51 @@ def _fig2(sc: Scenario, task: str) -> list[str]:
              "update (variant B) channel noise m_i/(c(N−1)) enters the models, but the total stays pinned by ε.",
              "The paper's trend can appear only when σ² is calibrated ignoring channel noise (option (i), third",
              "reading), so that channel noise is an extra that shrinks as P grows, and variant B lets it matter.", ""]
-    return [fam.fill(x) for x in body]
+    return _fill(fam, body)
 
 
 def _fig3(sc: Scenario, task: str) -> list[str]:
     """Fig. 3's section, number of workers N: a trend per ε."""
-    fam = Family("Fig. 3: loss falls and accuracy rises with N, every ε")
+    fam = _families(sc, "falls with N, every ε", "rises with N, every ε")
     body: list[str] = []
     body += ["## Fig. 3: number of workers N", "",
              "> \"DWFL performs better with more workers, which is consistent with our analysis.\"", "",
              "Claim tested: the final loss falls (accuracy rises) with N over N = 15, 20, 25, 30 (another N is another",
-             "partition, so these runs are not paired: the rank correlation within each seed is over its own partitions).", "", fam.description(), ""]
+             "partition, so these runs are not paired: the rank correlation within each seed is over its own partitions).", "", _describe(fam), ""]
     for panel in sc.panels():
         lv, av = _trend(fam, sc, panel, _num, "decreasing")
         body += _claim(f"ε = {_num(panel):g}: loss falls with N?", lv, av, _chance_note(sc, panel, sc.names(panel)))
         body += _table(sc, panel) + [""]
     body += ["Mechanism: the calibrated noise at a receiver is fixed by ε, and a node divides what it hears by",
              "c(N−1), so its per-round noise falls like 1/(N−1) (Remark IV.1's O(1/√N) privacy in reverse).", ""]
-    return [fam.fill(x) for x in body]
+    return _fill(fam, body)
 
 
 def _fig4(sc: Scenario, task: str) -> list[str]:
     """Fig. 4's section, privacy budget ε: a trend per N."""
-    fam = Family("Fig. 4: loss falls and accuracy rises with ε, every N")
+    fam = _families(sc, "falls with ε, every N", "rises with ε, every N")
     body: list[str] = []
     body += ["## Fig. 4: privacy budget ε", "",
              "> \"It shows that DWFL has better convergence results with smaller privacy budget. Smaller ε means",
              "> that more noise is added, which dampens the learning process.\"", "",
              "The two sentences contradict each other (dwfl.md §7 item 10); we test the consistent reading,",
-             "larger ε (less noise) converges better: the final loss falls with ε over ε = 0.1, 0.25, 0.5, 1.", "", fam.description(), ""]
+             "larger ε (less noise) converges better: the final loss falls with ε over ε = 0.1, 0.25, 0.5, 1.", "", _describe(fam), ""]
     for panel in sc.panels():
         lv, av = _trend(fam, sc, panel, _num, "decreasing")
         body += _claim(f"N = {_num(panel):g}: loss falls with ε?", lv, av, _chance_note(sc, panel, sc.names(panel)))
         body += _table(sc, panel) + [""]
-    return [fam.fill(x) for x in body]
+    return _fill(fam, body)
 
 
 def _fig5(sc: Scenario, task: str) -> list[str]:
     """Fig. 5's section, over the air vs orthogonal: paired per N and ε."""
-    fam = Family("Fig. 5: over the air better than orthogonal, every N and ε")
+    fam = _families(sc, "over the air lower than orthogonal, every N and ε",
+                    "over the air higher than orthogonal, every N and ε", paired=True)
     body: list[str] = []
     body += ["## Fig. 5: over the air vs orthogonal", "",
              "> \"[the non-orthogonal scheme] has better advantage over orthogonal scheme in the case of the same",
              "> privacy level\" ... \"converges faster in both N=10 and N=30\" ... \"the orthogonal scheme almost",
-             "> failed to converge when ε = 0.1 and N=10\"", "", fam.description(), ""]
+             "> failed to converge when ε = 0.1 and N=10\"", "", _describe(fam), ""]
     for panel in sc.panels():
         for eps in (0.1, 0.5):
             a, b = f"ota_d2d, eps={eps}", f"orthogonal_d2d, eps={eps}"
@@ -557,16 +604,17 @@ def _fig5(sc: Scenario, task: str) -> list[str]:
              "Mechanism (dwfl.md §6.3): each orthogonal link must carry the whole ε-calibrated noise, which",
              "over the air is shared by the N−1 superposed senders; for the same ε the disagreement noise is",
              "about (N−1)× larger.", ""]
-    return [fam.fill(x) for x in body]
+    return _fill(fam, body)
 
 
 def _fig6(sc: Scenario, task: str) -> list[str]:
     """Fig. 6's section, centralised vs decentralised: paired per N."""
-    fam = Family("Fig. 6: decentralised better than centralised, every N")
+    fam = _families(sc, "decentralised lower than centralised, every N",
+                    "decentralised higher than centralised, every N", paired=True)
     body: list[str] = []
     body += ["## Fig. 6: centralised (parameter server, Seif et al.) vs decentralised", "",
              "> \"our decentralized algorithm DWFL acquires more robustness and better convergence results in",
-             "> contrast with that in centralized setting.\"", "", fam.description(), ""]
+             "> contrast with that in centralized setting.\"", "", _describe(fam), ""]
     for panel in sc.panels():
         lv, av = _paired(fam, sc, panel, "ota_d2d", "ota_central")
         body += _claim(f"{panel.replace('N=', 'N = ')}: decentralised (a) better than centralised (b)?", lv, av,
@@ -576,17 +624,25 @@ def _fig6(sc: Scenario, task: str) -> list[str]:
              "while in DWFL the artificial noise sums to zero over the nodes (the zero-sum structure behind",
              "eq. 9), so x̄ only sees channel noise. The paper's explanation (more frequent exchanges) is not",
              "what drives it in our runs: both schemes exchange once per round.", ""]
-    return [fam.fill(x) for x in body]
+    return _fill(fam, body)
 
 
 FIGURES = ("fig2", "fig3", "fig4", "fig5", "fig6")
 SECTIONS = {"fig2": _fig2, "fig3": _fig3, "fig4": _fig4, "fig5": _fig5, "fig6": _fig6}
 
 
-def report(task: str, eps_scale: float, data: dict[str, Scenario], learns_sc: Scenario | None) -> str:
-    """The REPORT's text from the task's scenarios (and learns.toml's for the CNN)."""
+def _sections(task: str, eps_scale: float, data: dict[str, Scenario],
+              learns_sc: Scenario | None) -> tuple[list[str], list[Family]]:
+    """The REPORT's sections (:func:`_body`) and the families they made, closed."""
+    with recording() as families:
+        body = _body(task, eps_scale, data, learns_sc)
+    return body, families
+
+
+def report(task: str, eps_scale: float, data: dict[str, Scenario], body: list[str], plan: list[dict]) -> str:
+    """The REPORT's text from the task's scenarios, its sections (:func:`_sections`) and the seeds plan
+    (:func:`plan_seeds`, over every task's data)."""
     rec = next(iter(data.values())).record
-    suffix = TASKS[task][1] + (f"-eps{eps_scale:g}x" if eps_scale != 1 else "")
     n_seeds = len(rec["seeds"])
     tenfold = ("with every ε × 10: `REPORT-cnn-eps10x.md`." if data_dir("cnn", 10.0).is_dir() else
                "every figure with ε × 10 (`--epsilon-scale 10`, `REPORT-cnn-eps10x.md`) did not fit this session's "
@@ -607,7 +663,9 @@ def report(task: str, eps_scale: float, data: dict[str, Scenario], learns_sc: Sc
         f"η = 0.5, g_max = 1, batch 32 (`{rec['base']}`). A run's metrics are the training loss of the average model x̄",
         f"(\"convergence\" in the paper) and its test accuracy, each the mean of the last {rec['last_rounds']} rounds.",
         "",
-        RULE + " Trends over a setting (Figs. 2–4) repeat each setting over the seeds: ρ within each seed (n = seeds).",
+        RULE + " Each figure here makes two families, one per metric (the train loss, the paper's; the test accuracy "
+        "beside it), Holm-adjusted apart. Trends over a setting (Figs. 2–4) repeat each setting over the seeds: ρ within "
+        "each seed (n = seeds).",
         "The paper's claims are about convergence of the loss; the accuracy verdict beside each says whether",
         "the models learn at all: where every compared curve sits at chance or the majority share, a loss",
         "verdict measures how much noise reaches x̄ and shows nothing about convergence.",
@@ -619,10 +677,17 @@ def report(task: str, eps_scale: float, data: dict[str, Scenario], learns_sc: Sc
         "dp-accounting (RDP), which the paper does not do. c²/σ_m² is the received model SNR (eq. 4).",
         f"Measured wall time of the runs here, one process on a 2-core machine shared with other jobs: {walls},",
         f"{sum(sc.record['wall_s'] for sc in data.values()) / 60:.1f} min in all (a run two scenarios share is counted in",
-        "the first that ran it). " + other,
+        "the first that ran it" + _parts(data) + "). " + other,
+        "",
+        *_seeds_paragraph(next(row for row in plan if row["folder"] == data_dir(task, eps_scale).name), plan),
         "",
     ]
-    header = len(md)
+    return "\n".join(md + _summary(body) + body)
+
+
+def _body(task: str, eps_scale: float, data: dict[str, Scenario], learns_sc: Scenario | None) -> list[str]:
+    """The REPORT's sections (every family made here is closed and filled in)."""
+    suffix = TASKS[task][1] + (f"-eps{eps_scale:g}x" if eps_scale != 1 else "")
     body: list[str] = []
     for name in FIGURES:
         if name in data:
@@ -638,7 +703,17 @@ def report(task: str, eps_scale: float, data: dict[str, Scenario], learns_sc: Sc
         body += _learns_section(learns_sc)
     figs = [f for f in (*FIGURES, "eps") if f in data]
     body += ["## Figures", "", *[f"- `{f}{suffix}.png`: {TITLES[f]}" for f in figs], ""]
-    return "\n".join(md[:header] + _summary(body) + body)
+    return body
+
+
+def _parts(data: dict[str, Scenario]) -> str:
+    """How the data files were made, where seeds were added to a pilot (``--extend``)."""
+    parts = {tuple(sc.record["seed_parts"]) for sc in data.values() if "seed_parts" in sc.record}
+    if not parts:
+        return ""
+    text = " and ".join("+".join(map(str, p)) for p in sorted(parts))
+    return (f"; seeds run as {text}: a pilot, then seeds added by `--extend` after the cheapest pilot run reproduced "
+            "exactly, the times of the parts summed")
 
 
 def _summary(body: list[str]) -> list[str]:
@@ -656,27 +731,110 @@ def _summary(body: list[str]) -> list[str]:
     return lines + [""]
 
 
+#: The compute budget for the data of the three DWFL REPORTs together, in minutes of measured wall time (one
+#: process under nice 15 on 2 cores shared with 7 other helpers): the pilot's 80 min (5 seeds each) and the
+#: 50 min this session could add before its end.
+BUDGET_MIN = 130.0
+#: The tasks the seeds plan covers (learns.toml's check has no family to power).
+PLANNED = (("cnn", 10.0), ("cnn", 1.0), ("adult", 1.0))
+
+
+def plan_seeds(bodies: dict[str, tuple[list[str], list[Family]]] | None = None, budget_min: float = BUDGET_MIN) -> list[dict]:
+    """Seeds by power, from the committed data alone (and each folder's body and families from :func:`_sections`
+    where ``bodies`` has them, not made again): per data folder of PLANNED, the seeds it ran, their
+    measured cost (minutes per seed), each paired family's seeds needed for its effect of interest at 80 %
+    power after Holm (from this data's sd; None: more than stats.MOST_SEEDS), the target max(8, the most any
+    family needs), and ``chosen``, the seeds the budget affords: the seeds run are paid for first, then
+    every folder is raised towards min(target, 8), cheapest per seed first, then towards its target the
+    same way. A folder never plans fewer seeds than it ran."""
+    rows = []
+    for task, scale in PLANNED:
+        data = load_task(task, scale)
+        if not data:
+            continue
+        folder = data_dir(task, scale).name
+        _lines, families = bodies[folder] if bodies and folder in bodies else _sections(task, scale, data, None)
+        run = len(next(iter(data.values())).record["seeds"])
+        needs = [(f.name, f.effect_of_interest, power["seeds_needed"]) for f in families
+                 if (power := f.power()) is not None and "seeds_needed" in power]
+        most = max((MOST_SEEDS + 1 if need is None else need for _n, _e, need in needs), default=0)
+        rows.append({"folder": folder, "run": run, "needs": needs,
+                     "min_per_seed": sum(sc.record["wall_s"] for sc in data.values()) / 60 / run,
+                     "target": max(RANK_TEST_MIN_N, most), "chosen": run})
+    left = budget_min - sum(r["run"] * r["min_per_seed"] for r in rows)
+    for goal in (lambda r: min(r["target"], RANK_TEST_MIN_N), lambda r: r["target"]):
+        for r in sorted(rows, key=lambda r: r["min_per_seed"]):
+            add = max(0, min(goal(r) - r["chosen"], int(left // r["min_per_seed"])))
+            r["chosen"] += add
+            left -= add * r["min_per_seed"]
+    return rows
+
+
+def _need(need: int | None) -> str:
+    return f"more than {MOST_SEEDS}" if need is None else str(need)
+
+
+def _seeds_paragraph(row: dict, plan: list[dict]) -> list[str]:
+    """What the REPORT says of its seeds: the trends' n, each paired family's need, the target and the cap."""
+    run, target, chosen = row["run"], row["target"], row["chosen"]
+    needs = "; ".join(f"{name.split(':')[0]} ({effect:.3g}): {_need(need)}" for name, effect, need in row["needs"])
+    costs = ", ".join(f"{r['folder']} {r['min_per_seed']:.1f}" for r in plan)
+    under = [name.split(":")[0] for name, _e, need in row["needs"] if need is None or need > run]
+    if target <= run:
+        cap = "No family needs more: the count is not capped."
+    else:
+        cap = (f"It ran {run}: capped by the compute budget, {BUDGET_MIN:g} min of measured wall time for the data of the "
+               f"three DWFL REPORTs together (one process under `nice` on 2 cores shared with 7 other jobs; seeds are "
+               f"added cheapest per seed first, every task first to the floor of {RANK_TEST_MIN_N}, then towards its "
+               f"target), which at the measured minutes per seed ({costs}) affords {chosen} here"
+               + (f": the next run adds {chosen - run} (`--extend`)." if chosen > run else "."))
+    return [f"**Seeds by power.** {run} seeds per curve. The trend verdicts (Figs. 2–4, and the accuracy against ε) have "
+            f"n = {run}: Spearman's ρ within each of the {run} seeds, so seeds give them power as they do the paired ones. "
+            f"Effects of interest of the paired families (Figs. 5–6), one family per metric: {ACC_EFFECT:g} test accuracy "
+            f"(one percentage point), and {LOSS_EFFECT_SHARE * 100:g} % of the untrained model's loss ln(classes) in train loss "
+            "(the scale the paper's convergence curves are drawn on). Seeds each family needs to detect its effect at 80 % "
+            f"power after Holm, from the sd of these runs' differences (a family whose differences are all zero has no sd "
+            f"and is left out): {needs or 'none'}. The task's target is max({RANK_TEST_MIN_N}, the most any family needs) = "
+            f"{_need(target) if target <= MOST_SEEDS else _need(None)} seeds. {cap}"
+            + (f" **Underpowered** here: {', '.join(under)}; an inconclusive verdict there is no evidence against its "
+               "effect of interest." if under else "")
+            + " `reproduce.py --plan-seeds` prints this plan from the committed data."]
+
+
 def write_reports() -> list[Path]:
     """Every REPORT whose data is in data/, and its figures, from data/ alone."""
     written = []
     learns_data = load_task("learns", 1.0)
-    for task, scale in (("adult", 1.0), ("cnn", 1.0), ("cnn", 10.0)):
-        data = load_task(task, scale)
-        if not data:
-            continue
+    tasks = {data_dir(task, scale).name: (task, scale, data) for task, scale in (("adult", 1.0), ("cnn", 1.0), ("cnn", 10.0))
+             if (data := load_task(task, scale))}
+    bodies = {folder: _sections(task, scale, data, learns_data.get("learns") if (task, scale) == ("cnn", 1.0) else None)
+              for folder, (task, scale, data) in tasks.items()}
+    plan = plan_seeds(bodies)  # every folder's families first: each REPORT states the plan over all three
+    for folder, (task, scale, data) in tasks.items():
         suffix = TASKS[task][1] + (f"-eps{scale:g}x" if scale != 1 else "")
         for name, sc in data.items():
             plot(name, sc, suffix)
         for name in FIGURES:  # a figure whose scenario has no data would be stale
             if name not in data:
                 (HERE / f"{name}{suffix}.png").unlink(missing_ok=True)
-        learns_sc = learns_data.get("learns") if (task, scale) == ("cnn", 1.0) else None
         path = HERE / f"REPORT{suffix}.md"
-        with recording() as families:
-            text = report(task, scale, data, learns_sc)
-        write_report(path, text, families)
+        body, families = bodies[folder]
+        write_report(path, report(task, scale, data, body, plan), families)
         written.append(path)
     return written
+
+
+def _plan_table(plan: list[dict]) -> str:
+    """The seeds plan as a table (--plan-seeds)."""
+    lines = [f"Seeds by power (80 % power after Holm, effects of interest: accuracy {ACC_EFFECT:g}, loss "
+             f"{LOSS_EFFECT_SHARE * 100:g} % of ln(classes)); budget {BUDGET_MIN:g} min of wall time for the three tasks",
+             f"{'folder':<12} {'run':>4} {'min/seed':>8} {'target':>7} {'chosen':>7} {'default':>7}  seeds each paired family needs"]
+    for r in plan:
+        needs = "; ".join(f"{name.split(':')[0]} ({effect:.3g}): {_need(need)}" for name, effect, need in r["needs"])
+        target = str(r["target"]) if r["target"] <= MOST_SEEDS else f">{MOST_SEEDS}"
+        lines.append(f"{r['folder']:<12} {r['run']:>4} {r['min_per_seed']:>8.1f} {target:>7} {r['chosen']:>7} "
+                     f"{SEEDS[r['folder']]:>7}  {needs}")
+    return "\n".join(lines)
 
 
 def main(argv=None) -> int:
@@ -693,7 +851,12 @@ def main(argv=None) -> int:
     ap.add_argument("--extend", action="store_true",
                     help="run only the seeds the committed data files lack and merge them in (after checking that "
                          "the cheapest committed run reproduces exactly)")
+    ap.add_argument("--plan-seeds", action="store_true",
+                    help="print the seeds plan (seeds needed, budget, chosen) from the committed data; run nothing")
     args = ap.parse_args(argv)
+    if args.plan_seeds:
+        print(_plan_table(plan_seeds()))
+        return 0
     if not args.report_only:
         run_task(args)
     for path in write_reports():
