@@ -73,8 +73,30 @@ def test_extend_refuses_a_file_made_otherwise_or_with_nothing_to_add(reproduce):
     _run(reproduce, 2)
     with pytest.raises(SystemExit, match="adds none"):
         _run(reproduce, 2, extend=True)
+    with pytest.raises(SystemExit, match="not the first of --seeds 1"):
+        _run(reproduce, 1, extend=True)
     path = reproduce.DATA / "adult" / "fig6.json"
     record = json.loads(path.read_text())
     path.write_text(json.dumps({**record, "rounds": 3}))
     with pytest.raises(SystemExit, match="other settings"):
         _run(reproduce, 3, extend=True)
+
+
+def test_the_seeds_defaults_are_the_plan_of_the_committed_data():
+    """--plan-seeds from the committed data chooses what reproduce.SEEDS runs by default, every task at
+    least the floor of 8 the budget was set for, and no task planned below the seeds it ran."""
+    sys.path.insert(0, str(HERE))
+    sys.modules.pop("reproduce", None)
+    try:
+        import reproduce
+
+        plan = reproduce.plan_seeds()
+        assert {r["folder"] for r in plan} == {"adult", "cnn", "cnn-eps10x"}
+        for row in plan:
+            assert row["chosen"] == reproduce.SEEDS[row["folder"]] >= min(8, row["target"])
+            assert row["chosen"] >= row["run"]
+        table = reproduce._plan_table(plan)
+        assert all(row["folder"] in table for row in plan)
+    finally:
+        sys.path.remove(str(HERE))
+        sys.modules.pop("reproduce", None)

@@ -217,7 +217,7 @@ def run_task(args: argparse.Namespace) -> None:
     settings = {"task": args.task, "epsilon_scale": args.epsilon_scale, "trains_on": trains_on,
                 "base": Path(base).name, "rounds": rounds or None, "last_rounds": LAST, "curve_every": CURVE_EVERY}
     committed = _extend_check(out, chosen, settings, seeds, str(base)) if args.extend else {}
-    for scenario in chosen:
+    for scenario in (committed if args.extend else chosen):
         start = time.monotonic()
         items = scenarios[scenario]
         have = len(committed[scenario]["seeds"]) if scenario in committed else 0
@@ -247,8 +247,9 @@ def run_task(args: argparse.Namespace) -> None:
 def _extend_check(out: Path, chosen: list[str], settings: dict, seeds: int, base: str) -> dict[str, dict]:
     """The committed data files of ``chosen`` that ``--extend`` adds seeds to, after checking that an
     extension gives what a full regeneration would: each file was made with these settings and seeds
-    0..k−1, k < ``seeds``; and its cheapest committed run, run again (afresh, in a scratch folder), gives
-    exactly its committed numbers. Anything else is a one-line refusal (SystemExit)."""
+    0..k−1, k <= ``seeds`` (a file with all its seeds is left out: an extension cut short resumes); and the
+    cheapest committed run of those extended, run again (afresh, in a scratch folder), gives exactly its
+    committed numbers. Anything else is a one-line refusal (SystemExit), as is a call that adds no seed."""
     import tempfile
 
     records: dict[str, dict] = {}
@@ -262,10 +263,15 @@ def _extend_check(out: Path, chosen: list[str], settings: dict, seeds: int, base
             raise SystemExit(f"--extend: {path.relative_to(REPO)} was made with other settings ({', '.join(differs)}); "
                              "regenerate it in full")
         k = len(record["seeds"])
-        if record["seeds"] != list(range(k)) or k >= seeds:
-            raise SystemExit(f"--extend: {path.relative_to(REPO)} has seeds {record['seeds'][0]}–{record['seeds'][-1]}; "
-                             f"--seeds {seeds} adds none")
+        if record["seeds"] != list(range(k)) or k > seeds:
+            raise SystemExit(f"--extend: {path.relative_to(REPO)} has seeds {record['seeds'][0]}–{record['seeds'][-1]}, "
+                             f"not the first of --seeds {seeds}")
+        if k == seeds:
+            print(f"--extend: {path.relative_to(REPO)} has its {seeds} seeds already", flush=True)
+            continue
         records[scenario] = record
+    if not records:
+        raise SystemExit(f"--extend: every chosen data file has its {seeds} seeds already; --seeds {seeds} adds none")
     cheapest = min((r for rec in records.values() for r in rec["runs"]), key=lambda r: r["wall_s"])
     with tempfile.TemporaryDirectory() as scratch:
         again = run_one((base, cheapest["overrides"], cheapest["seed"], settings["rounds"] or 0, scratch,
@@ -643,7 +649,12 @@ def report(task: str, eps_scale: float, data: dict[str, Scenario], body: list[st
     """The REPORT's text from the task's scenarios, its sections (:func:`_sections`) and the seeds plan
     (:func:`plan_seeds`, over every task's data)."""
     rec = next(iter(data.values())).record
-    n_seeds = len(rec["seeds"])
+    counts = {name: len(sc.record["seeds"]) for name, sc in data.items()}
+    if len(set(counts.values())) == 1:
+        seeds_text = f"{counts[next(iter(counts))]} seeds per curve (seeds {rec['seeds'][0]}–{rec['seeds'][-1]}, the same for every"
+    else:  # an extension cut short: say which scenario has how many
+        seeds_text = ("seeds per curve " + ", ".join(f"{k} in {name}" for name, k in counts.items())
+                      + " (seeds 0 to that count less one, the same for every")
     tenfold = ("with every ε × 10: `REPORT-cnn-eps10x.md`." if data_dir("cnn", 10.0).is_dir() else
                "every figure with ε × 10 (`--epsilon-scale 10`, `REPORT-cnn-eps10x.md`) did not fit this session's "
                "time; the accuracy against ε below includes 10× the paper's ε (5 per round) at N = 10.")
@@ -658,7 +669,7 @@ def report(task: str, eps_scale: float, data: dict[str, Scenario], body: list[st
         "Paper: Chen, Yu, Zou, Yu, Cheng, *Decentralized Wireless Federated Learning with Differential Privacy*,",
         "arXiv 2109.09142 (extraction: `shared/papers/dwfl.md`). The paper trains a CNN on CIFAR-10 and prints",
         f"no numbers, only curves (dwfl.md §6); here: {rec['trains_on']},",
-        f"{rec['rounds']} rounds, {n_seeds} seeds per curve (seeds {rec['seeds'][0]}–{rec['seeds'][-1]}, the same for every",
+        f"{rec['rounds']} rounds, {seeds_text}",
         "curve: runs are paired by seed), Rayleigh fading drawn once, σ_m² = 1 W, δ = 1e-5, γ = 0.5,",
         f"η = 0.5, g_max = 1, batch 32 (`{rec['base']}`). A run's metrics are the training loss of the average model x̄",
         f"(\"convergence\" in the paper) and its test accuracy, each the mean of the last {rec['last_rounds']} rounds.",
@@ -746,7 +757,9 @@ def plan_seeds(bodies: dict[str, tuple[list[str], list[Family]]] | None = None, 
     power after Holm (from this data's sd; None: more than stats.MOST_SEEDS), the target max(8, the most any
     family needs), and ``chosen``, the seeds the budget affords: the seeds run are paid for first, then
     every folder is raised towards min(target, 8), cheapest per seed first, then towards its target the
-    same way. A folder never plans fewer seeds than it ran."""
+    same way. A folder never plans fewer seeds than it ran. Costs are the pilot's (each data file's first
+    part: the plan is made before the runs it plans, and stays what it was when they are added), so the
+    budget is in the pilot's measured minutes; ``run`` is the fewest seeds of the folder's files."""
     rows = []
     for task, scale in PLANNED:
         data = load_task(task, scale)
@@ -754,19 +767,25 @@ def plan_seeds(bodies: dict[str, tuple[list[str], list[Family]]] | None = None, 
             continue
         folder = data_dir(task, scale).name
         _lines, families = bodies[folder] if bodies and folder in bodies else _sections(task, scale, data, None)
-        run = len(next(iter(data.values())).record["seeds"])
+        # scenario → (seeds run, the pilot's minutes per seed)
+        files = {name: (len(sc.record["seeds"]), sc.record.get("wall_parts_s", [sc.record["wall_s"]])[0] / 60
+                        / sc.record.get("seed_parts", [len(sc.record["seeds"])])[0]) for name, sc in data.items()}
+        run = min(k for k, _c in files.values())
         needs = [(f.name, f.effect_of_interest, power["seeds_needed"]) for f in families
                  if (power := f.power()) is not None and "seeds_needed" in power]
         most = max((MOST_SEEDS + 1 if need is None else need for _n, _e, need in needs), default=0)
-        rows.append({"folder": folder, "run": run, "needs": needs,
-                     "min_per_seed": sum(sc.record["wall_s"] for sc in data.values()) / 60 / run,
+        rows.append({"folder": folder, "run": run, "needs": needs, "files": files,
+                     "min_per_seed": sum(c for _k, c in files.values()),
                      "target": max(RANK_TEST_MIN_N, most), "chosen": run})
-    left = budget_min - sum(r["run"] * r["min_per_seed"] for r in rows)
+    left = budget_min - sum(k * c for r in rows for k, c in r["files"].values())
     for goal in (lambda r: min(r["target"], RANK_TEST_MIN_N), lambda r: r["target"]):
         for r in sorted(rows, key=lambda r: r["min_per_seed"]):
-            add = max(0, min(goal(r) - r["chosen"], int(left // r["min_per_seed"])))
-            r["chosen"] += add
-            left -= add * r["min_per_seed"]
+            while r["chosen"] < goal(r):
+                step = sum(c for k, c in r["files"].values() if k <= r["chosen"])  # the files below chosen + 1
+                if step > left:
+                    break
+                r["chosen"] += 1
+                left -= step
     return rows
 
 
@@ -786,9 +805,9 @@ def _seeds_paragraph(row: dict, plan: list[dict]) -> list[str]:
         cap = (f"It ran {run}: capped by the compute budget, {BUDGET_MIN:g} min of measured wall time for the data of the "
                f"three DWFL REPORTs together (one process under `nice` on 2 cores shared with 7 other jobs; seeds are "
                f"added cheapest per seed first, every task first to the floor of {RANK_TEST_MIN_N}, then towards its "
-               f"target), which at the measured minutes per seed ({costs}) affords {chosen} here"
+               f"target), which at the pilot's measured minutes per seed ({costs}) affords {chosen} here"
                + (f": the next run adds {chosen - run} (`--extend`)." if chosen > run else "."))
-    return [f"**Seeds by power.** {run} seeds per curve. The trend verdicts (Figs. 2–4, and the accuracy against ε) have "
+    return [f"**Seeds by power.** {run} seeds per curve{'' if len({k for k, _c in row['files'].values()}) == 1 else ' (at least)'}. The trend verdicts (Figs. 2–4, and the accuracy against ε) have "
             f"n = {run}: Spearman's ρ within each of the {run} seeds, so seeds give them power as they do the paired ones. "
             f"Effects of interest of the paired families (Figs. 5–6), one family per metric: {ACC_EFFECT:g} test accuracy "
             f"(one percentage point), and {LOSS_EFFECT_SHARE * 100:g} % of the untrained model's loss ln(classes) in train loss "
@@ -827,7 +846,8 @@ def write_reports() -> list[Path]:
 def _plan_table(plan: list[dict]) -> str:
     """The seeds plan as a table (--plan-seeds)."""
     lines = [f"Seeds by power (80 % power after Holm, effects of interest: accuracy {ACC_EFFECT:g}, loss "
-             f"{LOSS_EFFECT_SHARE * 100:g} % of ln(classes)); budget {BUDGET_MIN:g} min of wall time for the three tasks",
+             f"{LOSS_EFFECT_SHARE * 100:g} % of ln(classes)); budget {BUDGET_MIN:g} min of wall time for the three tasks, "
+             "at the pilot's measured minutes per seed",
              f"{'folder':<12} {'run':>4} {'min/seed':>8} {'target':>7} {'chosen':>7} {'default':>7}  seeds each paired family needs"]
     for r in plan:
         needs = "; ".join(f"{name.split(':')[0]} ({effect:.3g}): {_need(need)}" for name, effect, need in r["needs"])
