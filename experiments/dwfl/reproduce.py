@@ -705,7 +705,7 @@ def _body(task: str, eps_scale: float, data: dict[str, Scenario], learns_sc: Sce
             body += SECTIONS[name](data[name], task)
         else:
             body += [f"## {TITLES[name]}", "", f"*Not run here (no `data/{data_dir(task, eps_scale).name}/{name}.json`): "
-                     "the set did not fit the machine's time with 5 seeds; "
+                     "the set did not fit the machine's time; "
                      f"`reproduce.py{' --task cnn' if task == 'cnn' else ''}"
                      f"{f' --epsilon-scale {eps_scale:g}' if eps_scale != 1 else ''} --scenarios {name}` runs it.*", ""]
     if "eps" in data:
@@ -771,9 +771,9 @@ def plan_seeds(bodies: dict[str, tuple[list[str], list[Family]]] | None = None, 
         files = {name: (len(sc.record["seeds"]), sc.record.get("wall_parts_s", [sc.record["wall_s"]])[0] / 60
                         / sc.record.get("seed_parts", [len(sc.record["seeds"])])[0]) for name, sc in data.items()}
         run = min(k for k, _c in files.values())
-        needs = [(f.name, f.effect_of_interest, power["seeds_needed"]) for f in families
+        needs = [(f.name, f.effect_of_interest, power["seeds_needed"], power["n"]) for f in families
                  if (power := f.power()) is not None and "seeds_needed" in power]
-        most = max((MOST_SEEDS + 1 if need is None else need for _n, _e, need in needs), default=0)
+        most = max((MOST_SEEDS + 1 if need is None else need for _name, _e, need, _n in needs), default=0)
         rows.append({"folder": folder, "run": run, "needs": needs, "files": files,
                      "min_per_seed": sum(c for _k, c in files.values()),
                      "target": max(RANK_TEST_MIN_N, most), "chosen": run})
@@ -796,19 +796,24 @@ def _need(need: int | None) -> str:
 def _seeds_paragraph(row: dict, plan: list[dict]) -> list[str]:
     """What the REPORT says of its seeds: the trends' n, each paired family's need, the target and the cap."""
     run, target, chosen = row["run"], row["target"], row["chosen"]
-    needs = "; ".join(f"{name.split(':')[0]} ({effect:.3g}): {_need(need)}" for name, effect, need in row["needs"])
+    needs = "; ".join(f"{name.split(':')[0]} ({effect:.3g}): {_need(need)}" for name, effect, need, _n in row["needs"])
     costs = ", ".join(f"{r['folder']} {r['min_per_seed']:.1f}" for r in plan)
-    under = [name.split(":")[0] for name, _e, need in row["needs"] if need is None or need > run]
+    under = [name.split(":")[0] for name, _e, need, n in row["needs"] if need is None or need > n]
+    most_run = max(k for k, _c in row["files"].values())
+    ran = f"{run}" if most_run == run else f"{run} to {most_run} (an extension cut short)"
     if target <= run:
         cap = "No family needs more: the count is not capped."
     else:
-        cap = (f"It ran {run}: capped by the compute budget, {BUDGET_MIN:g} min of measured wall time for the data of the "
+        cap = (f"It ran {ran}: capped by the compute budget, {BUDGET_MIN:g} min of measured wall time for the data of the "
                f"three DWFL REPORTs together (one process under `nice` on 2 cores shared with 7 other jobs; seeds are "
                f"added cheapest per seed first, every task first to the floor of {RANK_TEST_MIN_N}, then towards its "
                f"target), which at the pilot's measured minutes per seed ({costs}) affords {chosen} here"
-               + (f": the next run adds {chosen - run} (`--extend`)." if chosen > run else "."))
-    return [f"**Seeds by power.** {run} seeds per curve{'' if len({k for k, _c in row['files'].values()}) == 1 else ' (at least)'}. The trend verdicts (Figs. 2–4, and the accuracy against ε) have "
-            f"n = {run}: Spearman's ρ within each of the {run} seeds, so seeds give them power as they do the paired ones. "
+               + (f", {chosen - run} more than ran: they did not fit the session that ran these, and `--extend` adds them."
+                  if chosen > run else "."))
+    trends = (f"n = {run}: Spearman's ρ within each of the {run} seeds" if most_run == run else
+              "n = the seeds of their figure (above): Spearman's ρ within each seed")
+    return [f"**Seeds by power.** {ran} seeds per curve. The trend verdicts (Figs. 2–4, and the accuracy against ε) have "
+            f"{trends}, so seeds give them power as they do the paired ones. "
             f"Effects of interest of the paired families (Figs. 5–6), one family per metric: {ACC_EFFECT:g} test accuracy "
             f"(one percentage point), and {LOSS_EFFECT_SHARE * 100:g} % of the untrained model's loss ln(classes) in train loss "
             "(the scale the paper's convergence curves are drawn on). Seeds each family needs to detect its effect at 80 % "
@@ -850,7 +855,7 @@ def _plan_table(plan: list[dict]) -> str:
              "at the pilot's measured minutes per seed",
              f"{'folder':<12} {'run':>4} {'min/seed':>8} {'target':>7} {'chosen':>7} {'default':>7}  seeds each paired family needs"]
     for r in plan:
-        needs = "; ".join(f"{name.split(':')[0]} ({effect:.3g}): {_need(need)}" for name, effect, need in r["needs"])
+        needs = "; ".join(f"{name.split(':')[0]} ({effect:.3g}): {_need(need)}" for name, effect, need, _n in r["needs"])
         target = str(r["target"]) if r["target"] <= MOST_SEEDS else f">{MOST_SEEDS}"
         lines.append(f"{r['folder']:<12} {r['run']:>4} {r['min_per_seed']:>8.1f} {target:>7} {r['chosen']:>7} "
                      f"{SEEDS[r['folder']]:>7}  {needs}")
