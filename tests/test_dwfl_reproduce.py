@@ -100,3 +100,16 @@ def test_the_seeds_defaults_are_the_plan_of_the_committed_data():
     finally:
         sys.path.remove(str(HERE))
         sys.modules.pop("reproduce", None)
+
+
+def test_the_seeds_paragraph_of_an_extension_cut_short(reproduce):
+    """Files with different seed counts (an extension stopped between scenarios): the paragraph says so,
+    gives the trends their figure's n, judges each family at its own n and says what did not run."""
+    row = {"folder": "adult", "run": 5, "target": 20, "chosen": 8, "min_per_seed": 1.0,
+           "files": {"fig2": (5, 0.5), "fig5": (8, 0.5)},
+           "needs": [("Fig. 5, train loss: x", 0.035, 7, 8), ("Fig. 6, train loss: y", 0.035, 20, 8)]}
+    (text,) = reproduce._seeds_paragraph(row, [row])
+    assert "5 to 8 (an extension cut short) seeds per curve" in text
+    assert "n = the seeds of their figure" in text
+    assert "**Underpowered** here: Fig. 6, train loss;" in text  # Fig. 5 needs 7 and has 8
+    assert "3 more than ran" in text and "`--extend` adds them" in text
