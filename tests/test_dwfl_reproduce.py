@@ -95,7 +95,7 @@ def test_the_seeds_defaults_are_the_plan_of_the_committed_data():
         for row in plan:
             assert row["chosen"] == reproduce.SEEDS[row["folder"]] >= min(8, row["target"])
             assert row["chosen"] >= row["run"]
-        table = reproduce._plan_table(plan)
+        table = reproduce.plan_table(plan, reproduce.SEEDS)
         assert all(row["folder"] in table for row in plan)
     finally:
         sys.path.remove(str(HERE))
@@ -108,7 +108,9 @@ def test_the_seeds_paragraph_of_an_extension_cut_short(reproduce):
     row = {"folder": "adult", "run": 5, "target": 20, "chosen": 8, "min_per_seed": 1.0,
            "files": {"fig2": (5, 0.5), "fig5": (8, 0.5)},
            "needs": [("Fig. 5, train loss: x", 0.035, 7, 8), ("Fig. 6, train loss: y", 0.035, 20, 8)]}
-    (text,) = reproduce._seeds_paragraph(row, [row])
+    import dwfl_seeds
+
+    (text,) = dwfl_seeds.seeds_paragraph(row, [row])
     assert "5 to 8 (an extension cut short) seeds per curve" in text
     assert "n = the seeds of their figure" in text
     assert "**Underpowered** here: Fig. 6, train loss;" in text  # Fig. 5 needs 7 and has 8

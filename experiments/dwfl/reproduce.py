@@ -44,7 +44,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import math
 import os
 import sys
 import time
@@ -58,8 +57,13 @@ REPO = HERE.parents[1]
 DATA = HERE / "data"
 sys.path.insert(0, str(REPO))
 
-from testbed.reports.stats import MOST_SEEDS, RANK_TEST_MIN_N, majority_flag, t_interval  # noqa: E402
+from testbed.reports.stats import t_interval  # noqa: E402
 from testbed.reports.verdicts import RULE, Family, Pending, recording, write_report  # noqa: E402
+
+from dwfl_extend import extend_check, merge_runs  # noqa: E402  (modules beside this script)
+from dwfl_plot import plot  # noqa: E402
+from dwfl_seeds import describe_both, figure_families, fill_both, plan, plan_table, seeds_paragraph  # noqa: E402
+from dwfl_tables import chance_note, ci_text, flag, learns, panel_table  # noqa: E402
 
 #: task → (base file, suffix of the outputs, what the runs train on, for the report)
 TASKS = {
@@ -180,10 +184,6 @@ def data_dir(task: str, eps_scale: float) -> Path:
     return DATA / (task + (f"-eps{eps_scale:g}x" if eps_scale != 1.0 else ""))
 
 
-#: Fields of a data file that say how its runs were made: an extension must match them exactly.
-SETTINGS_FIELDS = ("scenario", "task", "epsilon_scale", "trains_on", "base", "rounds", "last_rounds", "curve_every")
-
-
 def run_task(args: argparse.Namespace) -> None:
     """Run the task's scenarios and write each one's data file (only the scenarios run); with
     ``args.extend``, only the seeds a committed file lacks, merged into it (:func:`_extend`)."""
@@ -216,7 +216,7 @@ def run_task(args: argparse.Namespace) -> None:
     out.mkdir(parents=True, exist_ok=True)
     settings = {"task": args.task, "epsilon_scale": args.epsilon_scale, "trains_on": trains_on,
                 "base": Path(base).name, "rounds": rounds or None, "last_rounds": LAST, "curve_every": CURVE_EVERY}
-    committed = _extend_check(out, chosen, settings, seeds, str(base)) if args.extend else {}
+    committed = extend_check(out, chosen, settings, seeds, str(base), run_one, REPO) if args.extend else {}
     for scenario in (committed if args.extend else chosen):
         start = time.monotonic()
         items = scenarios[scenario]
@@ -233,7 +233,7 @@ def run_task(args: argparse.Namespace) -> None:
         parts: dict[str, list] = {}  # an extended file: the seeds and the measured wall time of each invocation
         if scenario in committed:
             old = committed[scenario]
-            results = _merge(old, results, items)
+            results = merge_runs(old, results, items)
             parts = {"seed_parts": [*old.get("seed_parts", [have]), seeds - have],
                      "wall_parts_s": [*old.get("wall_parts_s", [old["wall_s"]]), round(wall, 1)]}
         record = {"scenario": scenario, **settings, "seeds": list(range(seeds)),
@@ -242,53 +242,6 @@ def run_task(args: argparse.Namespace) -> None:
         path = out / f"{scenario}.json"
         path.write_text(json.dumps(record, indent=None, separators=(",", ":"), ensure_ascii=False, allow_nan=False) + "\n")
         print(f"wrote {path.relative_to(REPO)} ({path.stat().st_size // 1024} KB), {wall:.0f} s", flush=True)
-
-
-def _extend_check(out: Path, chosen: list[str], settings: dict, seeds: int, base: str) -> dict[str, dict]:
-    """The committed data files of ``chosen`` that ``--extend`` adds seeds to, after checking that an
-    extension gives what a full regeneration would: each file was made with these settings and seeds
-    0..k−1, k <= ``seeds`` (a file with all its seeds is left out: an extension cut short resumes); and the
-    cheapest committed run of those extended, run again (afresh, in a scratch folder), gives exactly its
-    committed numbers. Anything else is a one-line refusal (SystemExit), as is a call that adds no seed."""
-    import tempfile
-
-    records: dict[str, dict] = {}
-    for scenario in chosen:
-        path = out / f"{scenario}.json"
-        if not path.is_file():
-            raise SystemExit(f"--extend: no committed {path.relative_to(REPO)} to extend; run it without --extend")
-        record = json.loads(path.read_text())
-        differs = [f for f in SETTINGS_FIELDS if record.get(f) != {"scenario": scenario, **settings}[f]]
-        if differs:
-            raise SystemExit(f"--extend: {path.relative_to(REPO)} was made with other settings ({', '.join(differs)}); "
-                             "regenerate it in full")
-        k = len(record["seeds"])
-        if record["seeds"] != list(range(k)) or k > seeds:
-            raise SystemExit(f"--extend: {path.relative_to(REPO)} has seeds {record['seeds'][0]}–{record['seeds'][-1]}, "
-                             f"not the first of --seeds {seeds}")
-        if k == seeds:
-            print(f"--extend: {path.relative_to(REPO)} has its {seeds} seeds already", flush=True)
-            continue
-        records[scenario] = record
-    if not records:
-        raise SystemExit(f"--extend: every chosen data file has its {seeds} seeds already; --seeds {seeds} adds none")
-    cheapest = min((r for rec in records.values() for r in rec["runs"]), key=lambda r: r["wall_s"])
-    with tempfile.TemporaryDirectory() as scratch:
-        again = run_one((base, cheapest["overrides"], cheapest["seed"], settings["rounds"] or 0, scratch,
-                         cheapest["key"]))
-    changed = [f for f in cheapest if f != "wall_s" and again.get(f) != cheapest[f]]
-    if changed:
-        raise SystemExit(f"--extend: the committed run {' / '.join(cheapest['key'])} (seed {cheapest['seed']}) does not "
-                         f"reproduce ({', '.join(changed)} differ): regenerate in full, not by extension")
-    print(f"--extend: the committed run {' / '.join(cheapest['key'])} (seed {cheapest['seed']}) reproduces exactly",
-          flush=True)
-    return records
-
-
-def _merge(record: dict, added: list[dict], items: list[tuple[str, str, list[str]]]) -> list[dict]:
-    """The committed runs and the added ones in a full regeneration's order: curve by curve, seed by seed."""
-    order = {(panel, curve): i for i, (panel, curve, _ov) in enumerate(items)}
-    return sorted(record["runs"] + added, key=lambda r: (order[tuple(r["key"])], r["seed"]))
 
 
 # ---------------------------------------------------------------------------------------------- report
@@ -323,45 +276,10 @@ def load_task(task: str, eps_scale: float) -> dict[str, Scenario]:
     return {p.stem: Scenario(p) for p in sorted(folder.glob("*.json"))}
 
 
-def _ci(values) -> str:
-    """'mean [low, high]' of the values (95 % t interval), 4 decimals."""
-    s = t_interval(list(values))
-    return f"{float(s.mean):.4f} [{float(s.ci_low):.4f}, {float(s.ci_high):.4f}]"
-
-
-def learns(runs: dict[int, dict]) -> bool:
-    """Whether the curve's test accuracy is above its majority share: the 95 % interval's lower end above it."""
-    accs = [r["final_acc"] for r in runs.values()]
-    return len(accs) > 1 and float(t_interval(accs).ci_low) > max(r["majority"] for r in runs.values())
-
-
-def _table(sc: Scenario, panel: str) -> list[str]:
-    lines = ["| curve | n | final train loss [95% CI] | test acc [95% CI] | σ² | ε/round (max) | ε over T (RDP) | "
-             "c²/σ_m² (dB) |", "|---|---|---|---|---|---|---|---|"]
-    for c in sc.names(panel):
-        runs = list(sc.runs(panel, c).values())
-        lines.append(f"| {c} | {len(runs)} | {_ci(r['final_loss'] for r in runs)} | {_ci(r['final_acc'] for r in runs)}{_flag(runs)} | "
-                     f"{np.mean([r['sigma2'] for r in runs]):.4g} | {max(r['eps_round'] for r in runs):.3g} | "
-                     f"{max(r['eps_T'] for r in runs):.3g} | {np.mean([r['snr_db'] for r in runs]):.1f} |")
-    return lines
-
-
-def _flag(runs) -> str:
-    """An accuracy cell's flag against the test set's majority share (testbed.reports.stats.majority_flag)."""
-    return majority_flag([r["final_acc"] for r in runs], max(r["majority"] for r in runs))
-
-
-def _chance_note(sc: Scenario, panel: str, curves: list[str]) -> str:
-    """What the accuracies of the compared curves say about the loss verdict."""
-    runs = [r for c in curves for r in sc.runs(panel, c).values()]
-    chance, majority = max(r["chance"] for r in runs), max(r["majority"] for r in runs)
-    learning = [c for c in curves if learns(sc.runs(panel, c))]
-    share = f"chance {chance:.3f}, majority share {majority:.3f}"
-    if not learning:
-        return (f"  \n*No compared curve's accuracy is above the majority share ({share}): the models stay at "
-                "chance/majority, so the loss verdict measures how much noise reaches x̄, not convergence; "
-                "it shows nothing about convergence.*")
-    return f"  \n*Above the majority share ({share}): {', '.join(learning)}.*"
+def _families(sc: Scenario, loss_claim: str, acc_claim: str, paired: bool = False) -> tuple[Family, Family]:
+    """The figure's two families (dwfl_seeds.figure_families), its effect of interest in loss from its chance."""
+    return figure_families(TITLES[sc.record["scenario"]].split(":")[0], max(r["chance"] for r in sc.record["runs"]),
+                           loss_claim, acc_claim, paired)
 
 
 def _claim(label: str, loss_v: Pending, acc_v: Pending, note: str) -> list[str]:
@@ -391,89 +309,6 @@ def _paired(fams: tuple[Family, Family], sc: Scenario, panel: str, better: str, 
             fams[1].paired(sc.values(panel, better, "final_acc"), sc.values(panel, worse, "final_acc"), "a>b"))
 
 
-#: Effect of interest of the accuracy families: one percentage point of test accuracy. The paper prints no
-#: numbers (dwfl.md §6), so this is the smallest accuracy difference a reader of a comparison table acts on;
-#: it is about 160 people of Adult's test set and 4 images of the digits'.
-ACC_EFFECT = 0.01
-#: Effect of interest of the loss families, as a share of the loss's scale: the untrained model's loss
-#: ln(classes), where every curve of the paper's figures starts (ln 2 = 0.693 on Adult, ln 10 = 2.303 on
-#: the digits). The claims are gaps between convergence curves drawn on that scale, and 5 % of it is about
-#: the smallest gap such a figure shows: 0.035 on Adult, 0.115 on the digits.
-LOSS_EFFECT_SHARE = 0.05
-
-
-def _families(sc: Scenario, loss_claim: str, acc_claim: str, paired: bool = False) -> tuple[Family, Family]:
-    """A figure's two families: its claims on the training loss of x̄ (the paper's metric) and on test
-    accuracy (beside them: do the models learn). One family per metric, so that an effect of interest
-    has one unit (the power of a paired family is computed from its differences' sd, which must share it);
-    a trend family has no effect of interest (ρ has no unit the claims state; its n is the seeds)."""
-    fig = TITLES[sc.record["scenario"]].split(":")[0]
-    chance = max(r["chance"] for r in sc.record["runs"])
-    loss_effect = _sig(LOSS_EFFECT_SHARE * math.log(1.0 / chance), 3)  # ln(classes): the untrained model's loss
-    return (Family(f"{fig}, train loss: {loss_claim}", effect_of_interest=loss_effect if paired else None),
-            Family(f"{fig}, test accuracy: {acc_claim}", effect_of_interest=ACC_EFFECT if paired else None))
-
-
-def _fill(fams: tuple[Family, Family], lines: list[str]) -> list[str]:
-    """The section's lines with both families' verdicts and descriptions filled in."""
-    return [fams[1].fill(fams[0].fill(x)) for x in lines]
-
-
-def _describe(fams: tuple[Family, Family]) -> str:
-    return f"{fams[0].description()} {fams[1].description()}"
-
-
-def plot(name: str, sc: Scenario, suffix: str) -> None:
-    """The scenario's figure: mean loss of x̄ against round with a 95 % band per curve, one panel per
-    panel; for the ε curve, test accuracy against ε with interval bars and the majority share."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rec = sc.record
-    panels = sc.panels()
-    if name == "eps":
-        figure, ax = plt.subplots(figsize=(5, 3.2))
-        panel = panels[0]
-        eps = [float(c.split("=")[1]) for c in sc.names(panel)]
-        stats = [t_interval([r["final_acc"] for r in sc.runs(panel, c).values()]) for c in sc.names(panel)]
-        mean = np.array([float(s.mean) for s in stats])
-        err = np.array([[float(s.mean - s.ci_low) for s in stats], [float(s.ci_high - s.mean) for s in stats]])
-        ax.errorbar(eps, mean, yerr=err, marker="o", capsize=3, lw=1.2, label="test accuracy of x̄ (95% CI)")
-        runs = [r for c in sc.names(panel) for r in sc.runs(panel, c).values()]
-        ax.axhline(max(r["majority"] for r in runs), ls="--", color="gray", lw=1, label="majority share")
-        ax.set_xscale("log")
-        ax.set_xlabel("ε per round (paper's eq. 11)", fontsize=8)
-        ax.set_ylabel("test accuracy", fontsize=8)
-        ax.legend(fontsize=7)
-        ax.grid(alpha=0.3)
-        ax.tick_params(labelsize=7)
-    else:
-        cols = 2
-        rows = -(-len(panels) // cols)
-        figure, axes = plt.subplots(rows, cols, figsize=(9, 2.9 * rows), squeeze=False)
-        for ax, panel in zip(axes.flat, panels):
-            for c in sc.names(panel):
-                curves = np.array([r["loss"] for r in sc.runs(panel, c).values()])
-                s = t_interval(curves.T)
-                x = np.arange(1, curves.shape[1] + 1) * rec["curve_every"]
-                ax.plot(x, s.mean, label=c, lw=1.2)
-                ax.fill_between(x, s.ci_low, s.ci_high, alpha=0.2)
-            ax.set_title(panel, fontsize=9)
-            ax.set_xlabel("round", fontsize=8)
-            ax.set_ylabel("train loss of x̄", fontsize=8)
-            ax.tick_params(labelsize=7)
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=7)
-        for ax in list(axes.flat)[len(panels):]:
-            ax.axis("off")
-    figure.suptitle(TITLES[name] + " (mean over seeds, 95% CI)", fontsize=10)
-    figure.tight_layout()
-    figure.savefig(HERE / f"{name}{suffix}.png", dpi=72, metadata={"Software": None})
-    plt.close(figure)
-
-
 def _num(curve: str) -> float:
     """The number in a curve's name: 'P=80 dBm' → 80, 'N=30' → 30, 'eps=0.5' → 0.5."""
     return float(curve.split("=")[1].split()[0])
@@ -495,8 +330,8 @@ def _eps_section(sc: Scenario, suffix: str) -> list[str]:
         ok = learns(sc.runs(panel, c))
         if ok and first is None:
             first = c
-        md.append(f"| {_num(c):g} | {max(r['eps_T'] for r in rs):.3g} | {len(rs)} | {_ci(r['final_acc'] for r in rs)}{_flag(rs)} | "
-                  f"{_ci(r['final_loss'] for r in rs)} | {'yes' if ok else 'no'} |")
+        md.append(f"| {_num(c):g} | {max(r['eps_T'] for r in rs):.3g} | {len(rs)} | {ci_text(r['final_acc'] for r in rs)}{flag(rs)} | "
+                  f"{ci_text(r['final_loss'] for r in rs)} | {'yes' if ok else 'no'} |")
     xs = [_num(c) for c in sc.names(panel) for _ in sc.runs(panel, c)]
     fam = Family("accuracy rises with ε")
     v = fam.trend(xs, [r["final_acc"] for c in sc.names(panel) for r in sc.runs(panel, c).values()], "increasing",
@@ -521,7 +356,7 @@ def _learns_section(sc: Scenario) -> list[str]:
             sc.record["trains_on"], "",
             "| n | test acc [95% CI] | chance | majority share | ε/round (max, eq. 11) | ε spent, ledger (zCDP) | "
             "ε over T (RDP) | wall time per run |", "|---|---|---|---|---|---|---|---|",
-            f"| {len(rs)} | {_ci(r['final_acc'] for r in rs)}{_flag(rs)} | {chance:.3f} | {majority:.3f} | "
+            f"| {len(rs)} | {ci_text(r['final_acc'] for r in rs)}{flag(rs)} | {chance:.3f} | {majority:.3f} | "
             f"{max(r['eps_round'] for r in rs):.3g} | {max(r['eps_ledger'] for r in rs):.3g} | {max(r['eps_T'] for r in rs):.3g} | "
             f"{np.mean([r['wall_s'] for r in rs]):.1f} s |", "",
             ("The private model learns: its accuracy interval lies above the majority share." if ok else
@@ -535,11 +370,11 @@ def _fig2(sc: Scenario, task: str) -> list[str]:
     body += ["## Fig. 2: transmit power P", "",
              "> \"stronger transmitting power leads to more rapid convergence, it is reasonable since greater power",
              "> has stronger ability to resist the interference of channel noise.\"", "",
-             "Claim tested: the final loss falls (accuracy rises) with P over P = 20, 40, 60, 80 dBm.", "", _describe(fam), ""]
+             "Claim tested: the final loss falls (accuracy rises) with P over P = 20, 40, 60, 80 dBm.", "", describe_both(fam), ""]
     for panel in sc.panels():
         lv, av = _trend(fam, sc, panel, _num, "decreasing")
-        body += _claim(f"{panel}: loss falls with P?", lv, av, _chance_note(sc, panel, sc.names(panel)))
-        body += _table(sc, panel) + [""]
+        body += _claim(f"{panel}: loss falls with P?", lv, av, chance_note(sc, panel, sc.names(panel)))
+        body += panel_table(sc, panel) + [""]
     s20 = float(np.mean(list(sc.values("B, exact calibration (default), N=10", "P=20 dBm", "sigma2").values())))
     s80 = float(np.mean(list(sc.values("B, exact calibration (default), N=10", "P=80 dBm", "sigma2").values())))
     body += ["**Reproduction risk (dwfl.md §4.4).** With exact calibration the total noise at the worst receiver,",
@@ -550,7 +385,7 @@ def _fig2(sc: Scenario, task: str) -> list[str]:
              "update (variant B) channel noise m_i/(c(N−1)) enters the models, but the total stays pinned by ε.",
              "The paper's trend can appear only when σ² is calibrated ignoring channel noise (option (i), third",
              "reading), so that channel noise is an extra that shrinks as P grows, and variant B lets it matter.", ""]
-    return _fill(fam, body)
+    return fill_both(fam, body)
 
 
 def _fig3(sc: Scenario, task: str) -> list[str]:
@@ -560,14 +395,14 @@ def _fig3(sc: Scenario, task: str) -> list[str]:
     body += ["## Fig. 3: number of workers N", "",
              "> \"DWFL performs better with more workers, which is consistent with our analysis.\"", "",
              "Claim tested: the final loss falls (accuracy rises) with N over N = 15, 20, 25, 30 (another N is another",
-             "partition, so these runs are not paired: the rank correlation within each seed is over its own partitions).", "", _describe(fam), ""]
+             "partition, so these runs are not paired: the rank correlation within each seed is over its own partitions).", "", describe_both(fam), ""]
     for panel in sc.panels():
         lv, av = _trend(fam, sc, panel, _num, "decreasing")
-        body += _claim(f"ε = {_num(panel):g}: loss falls with N?", lv, av, _chance_note(sc, panel, sc.names(panel)))
-        body += _table(sc, panel) + [""]
+        body += _claim(f"ε = {_num(panel):g}: loss falls with N?", lv, av, chance_note(sc, panel, sc.names(panel)))
+        body += panel_table(sc, panel) + [""]
     body += ["Mechanism: the calibrated noise at a receiver is fixed by ε, and a node divides what it hears by",
              "c(N−1), so its per-round noise falls like 1/(N−1) (Remark IV.1's O(1/√N) privacy in reverse).", ""]
-    return _fill(fam, body)
+    return fill_both(fam, body)
 
 
 def _fig4(sc: Scenario, task: str) -> list[str]:
@@ -578,12 +413,12 @@ def _fig4(sc: Scenario, task: str) -> list[str]:
              "> \"It shows that DWFL has better convergence results with smaller privacy budget. Smaller ε means",
              "> that more noise is added, which dampens the learning process.\"", "",
              "The two sentences contradict each other (dwfl.md §7 item 10); we test the consistent reading,",
-             "larger ε (less noise) converges better: the final loss falls with ε over ε = 0.1, 0.25, 0.5, 1.", "", _describe(fam), ""]
+             "larger ε (less noise) converges better: the final loss falls with ε over ε = 0.1, 0.25, 0.5, 1.", "", describe_both(fam), ""]
     for panel in sc.panels():
         lv, av = _trend(fam, sc, panel, _num, "decreasing")
-        body += _claim(f"N = {_num(panel):g}: loss falls with ε?", lv, av, _chance_note(sc, panel, sc.names(panel)))
-        body += _table(sc, panel) + [""]
-    return _fill(fam, body)
+        body += _claim(f"N = {_num(panel):g}: loss falls with ε?", lv, av, chance_note(sc, panel, sc.names(panel)))
+        body += panel_table(sc, panel) + [""]
+    return fill_both(fam, body)
 
 
 def _fig5(sc: Scenario, task: str) -> list[str]:
@@ -594,14 +429,14 @@ def _fig5(sc: Scenario, task: str) -> list[str]:
     body += ["## Fig. 5: over the air vs orthogonal", "",
              "> \"[the non-orthogonal scheme] has better advantage over orthogonal scheme in the case of the same",
              "> privacy level\" ... \"converges faster in both N=10 and N=30\" ... \"the orthogonal scheme almost",
-             "> failed to converge when ε = 0.1 and N=10\"", "", _describe(fam), ""]
+             "> failed to converge when ε = 0.1 and N=10\"", "", describe_both(fam), ""]
     for panel in sc.panels():
         for eps in (0.1, 0.5):
             a, b = f"ota_d2d, eps={eps}", f"orthogonal_d2d, eps={eps}"
             lv, av = _paired(fam, sc, panel, a, b)
             body += _claim(f"{panel.replace('N=', 'N = ')}, ε = {eps}: over the air (a) better than orthogonal (b)?", lv, av,
-                           _chance_note(sc, panel, [a, b]))
-        body += _table(sc, panel) + [""]
+                           chance_note(sc, panel, [a, b]))
+        body += panel_table(sc, panel) + [""]
     orth = sc.runs("N=10", "orthogonal_d2d, eps=0.1").values()
     start = float(np.mean([r["loss"][0] for r in orth]))
     end = float(np.mean([r["final_loss"] for r in orth]))
@@ -610,7 +445,7 @@ def _fig5(sc: Scenario, task: str) -> list[str]:
              "Mechanism (dwfl.md §6.3): each orthogonal link must carry the whole ε-calibrated noise, which",
              "over the air is shared by the N−1 superposed senders; for the same ε the disagreement noise is",
              "about (N−1)× larger.", ""]
-    return _fill(fam, body)
+    return fill_both(fam, body)
 
 
 def _fig6(sc: Scenario, task: str) -> list[str]:
@@ -620,17 +455,17 @@ def _fig6(sc: Scenario, task: str) -> list[str]:
     body: list[str] = []
     body += ["## Fig. 6: centralised (parameter server, Seif et al.) vs decentralised", "",
              "> \"our decentralized algorithm DWFL acquires more robustness and better convergence results in",
-             "> contrast with that in centralized setting.\"", "", _describe(fam), ""]
+             "> contrast with that in centralized setting.\"", "", describe_both(fam), ""]
     for panel in sc.panels():
         lv, av = _paired(fam, sc, panel, "ota_d2d", "ota_central")
         body += _claim(f"{panel.replace('N=', 'N = ')}: decentralised (a) better than centralised (b)?", lv, av,
-                       _chance_note(sc, panel, ["ota_d2d", "ota_central"]))
-        body += _table(sc, panel) + [""]
+                       chance_note(sc, panel, ["ota_d2d", "ota_central"]))
+        body += panel_table(sc, panel) + [""]
     body += ["Mechanism here: the server's model takes the whole calibrated noise (divided by N) every round,",
              "while in DWFL the artificial noise sums to zero over the nodes (the zero-sum structure behind",
              "eq. 9), so x̄ only sees channel noise. The paper's explanation (more frequent exchanges) is not",
              "what drives it in our runs: both schemes exchange once per round.", ""]
-    return _fill(fam, body)
+    return fill_both(fam, body)
 
 
 FIGURES = ("fig2", "fig3", "fig4", "fig5", "fig6")
@@ -690,7 +525,7 @@ def report(task: str, eps_scale: float, data: dict[str, Scenario], body: list[st
         f"{sum(sc.record['wall_s'] for sc in data.values()) / 60:.1f} min in all (a run two scenarios share is counted in",
         "the first that ran it" + _parts(data) + "). " + other,
         "",
-        *_seeds_paragraph(next(row for row in plan if row["folder"] == data_dir(task, eps_scale).name), plan),
+        *seeds_paragraph(next(row for row in plan if row["folder"] == data_dir(task, eps_scale).name), plan),
         "",
     ]
     return "\n".join(md + _summary(body) + body)
@@ -742,87 +577,20 @@ def _summary(body: list[str]) -> list[str]:
     return lines + [""]
 
 
-#: The compute budget for the data of the three DWFL REPORTs together, in minutes of measured wall time (one
-#: process under nice 15 on 2 cores shared with 7 other helpers): the pilot's 80 min (5 seeds each) and the
-#: 50 min this session could add before its end.
-BUDGET_MIN = 130.0
 #: The tasks the seeds plan covers (learns.toml's check has no family to power).
 PLANNED = (("cnn", 10.0), ("cnn", 1.0), ("adult", 1.0))
 
 
-def plan_seeds(bodies: dict[str, tuple[list[str], list[Family]]] | None = None, budget_min: float = BUDGET_MIN) -> list[dict]:
-    """Seeds by power, from the committed data alone (and each folder's body and families from :func:`_sections`
-    where ``bodies`` has them, not made again): per data folder of PLANNED, the seeds it ran, their
-    measured cost (minutes per seed), each paired family's seeds needed for its effect of interest at 80 %
-    power after Holm (from this data's sd; None: more than stats.MOST_SEEDS), the target max(8, the most any
-    family needs), and ``chosen``, the seeds the budget affords: the seeds run are paid for first, then
-    every folder is raised towards min(target, 8), cheapest per seed first, then towards its target the
-    same way. A folder never plans fewer seeds than it ran. Costs are the pilot's (each data file's first
-    part: the plan is made before the runs it plans, and stays what it was when they are added), so the
-    budget is in the pilot's measured minutes; ``run`` is the fewest seeds of the folder's files."""
-    rows = []
+def plan_seeds(bodies: dict[str, tuple[list[str], list[Family]]] | None = None) -> list[dict]:
+    """The seeds plan (dwfl_seeds.plan) of every folder of PLANNED with committed data, from its data and
+    families (those of ``bodies``, from :func:`_sections`, where it has them: not made again)."""
+    folders = []
     for task, scale in PLANNED:
-        data = load_task(task, scale)
-        if not data:
-            continue
-        folder = data_dir(task, scale).name
-        _lines, families = bodies[folder] if bodies and folder in bodies else _sections(task, scale, data, None)
-        # scenario → (seeds run, the pilot's minutes per seed)
-        files = {name: (len(sc.record["seeds"]), sc.record.get("wall_parts_s", [sc.record["wall_s"]])[0] / 60
-                        / sc.record.get("seed_parts", [len(sc.record["seeds"])])[0]) for name, sc in data.items()}
-        run = min(k for k, _c in files.values())
-        needs = [(f.name, f.effect_of_interest, power["seeds_needed"], power["n"]) for f in families
-                 if (power := f.power()) is not None and "seeds_needed" in power]
-        most = max((MOST_SEEDS + 1 if need is None else need for _name, _e, need, _n in needs), default=0)
-        rows.append({"folder": folder, "run": run, "needs": needs, "files": files,
-                     "min_per_seed": sum(c for _k, c in files.values()),
-                     "target": max(RANK_TEST_MIN_N, most), "chosen": run})
-    left = budget_min - sum(k * c for r in rows for k, c in r["files"].values())
-    for goal in (lambda r: min(r["target"], RANK_TEST_MIN_N), lambda r: r["target"]):
-        for r in sorted(rows, key=lambda r: r["min_per_seed"]):
-            while r["chosen"] < goal(r):
-                step = sum(c for k, c in r["files"].values() if k <= r["chosen"])  # the files below chosen + 1
-                if step > left:
-                    break
-                r["chosen"] += 1
-                left -= step
-    return rows
-
-
-def _need(need: int | None) -> str:
-    return f"more than {MOST_SEEDS}" if need is None else str(need)
-
-
-def _seeds_paragraph(row: dict, plan: list[dict]) -> list[str]:
-    """What the REPORT says of its seeds: the trends' n, each paired family's need, the target and the cap."""
-    run, target, chosen = row["run"], row["target"], row["chosen"]
-    needs = "; ".join(f"{name.split(':')[0]} ({effect:.3g}): {_need(need)}" for name, effect, need, _n in row["needs"])
-    costs = ", ".join(f"{r['folder']} {r['min_per_seed']:.1f}" for r in plan)
-    under = [name.split(":")[0] for name, _e, need, n in row["needs"] if need is None or need > n]
-    most_run = max(k for k, _c in row["files"].values())
-    ran = f"{run}" if most_run == run else f"{run} to {most_run} (an extension cut short)"
-    if target <= run:
-        cap = "No family needs more: the count is not capped."
-    else:
-        cap = (f"It ran {ran}: capped by the compute budget, {BUDGET_MIN:g} min of measured wall time for the data of the "
-               f"three DWFL REPORTs together (one process under `nice` on 2 cores shared with 7 other jobs; seeds are "
-               f"added cheapest per seed first, every task first to the floor of {RANK_TEST_MIN_N}, then towards its "
-               f"target), which at the pilot's measured minutes per seed ({costs}) affords {chosen} here"
-               + (f", {chosen - run} more than ran: they did not fit the session that ran these, and `--extend` adds them."
-                  if chosen > run else "."))
-    trends = (f"n = {run}: Spearman's ρ within each of the {run} seeds" if most_run == run else
-              "n = the seeds of their figure (above): Spearman's ρ within each seed")
-    return [f"**Seeds by power.** {ran} seeds per curve. The trend verdicts (Figs. 2–4, and the accuracy against ε) have "
-            f"{trends}, so seeds give them power as they do the paired ones. "
-            f"Effects of interest of the paired families (Figs. 5–6), one family per metric: {ACC_EFFECT:g} test accuracy "
-            f"(one percentage point), and {LOSS_EFFECT_SHARE * 100:g} % of the untrained model's loss ln(classes) in train loss "
-            "(the scale the paper's convergence curves are drawn on). Seeds each family needs to detect its effect at 80 % "
-            f"power after Holm, from the sd of these runs' differences (a family whose differences are all zero has no sd "
-            f"and is left out): {needs or 'none'}. The task's target is max({RANK_TEST_MIN_N}, the most any family needs) = "
-            f"{_need(target) if target <= MOST_SEEDS else _need(None)} seeds. {cap}"
-            + (f" **Underpowered** here: {', '.join(under)}; an inconclusive verdict there is no evidence against its "
-               "effect of interest." if under else "")
-            + " `reproduce.py --plan-seeds` prints this plan from the committed data."]
+        if data := load_task(task, scale):
+            folder = data_dir(task, scale).name
+            _lines, families = bodies[folder] if bodies and folder in bodies else _sections(task, scale, data, None)
+            folders.append((folder, {name: sc.record for name, sc in data.items()}, families))
+    return plan(folders)
 
 
 def write_reports() -> list[Path]:
@@ -837,7 +605,7 @@ def write_reports() -> list[Path]:
     for folder, (task, scale, data) in tasks.items():
         suffix = TASKS[task][1] + (f"-eps{scale:g}x" if scale != 1 else "")
         for name, sc in data.items():
-            plot(name, sc, suffix)
+            plot(name, sc, HERE / f"{name}{suffix}.png", TITLES[name])
         for name in FIGURES:  # a figure whose scenario has no data would be stale
             if name not in data:
                 (HERE / f"{name}{suffix}.png").unlink(missing_ok=True)
@@ -846,20 +614,6 @@ def write_reports() -> list[Path]:
         write_report(path, report(task, scale, data, body, plan), families)
         written.append(path)
     return written
-
-
-def _plan_table(plan: list[dict]) -> str:
-    """The seeds plan as a table (--plan-seeds)."""
-    lines = [f"Seeds by power (80 % power after Holm, effects of interest: accuracy {ACC_EFFECT:g}, loss "
-             f"{LOSS_EFFECT_SHARE * 100:g} % of ln(classes)); budget {BUDGET_MIN:g} min of wall time for the three tasks, "
-             "at the pilot's measured minutes per seed",
-             f"{'folder':<12} {'run':>4} {'min/seed':>8} {'target':>7} {'chosen':>7} {'default':>7}  seeds each paired family needs"]
-    for r in plan:
-        needs = "; ".join(f"{name.split(':')[0]} ({effect:.3g}): {_need(need)}" for name, effect, need, _n in r["needs"])
-        target = str(r["target"]) if r["target"] <= MOST_SEEDS else f">{MOST_SEEDS}"
-        lines.append(f"{r['folder']:<12} {r['run']:>4} {r['min_per_seed']:>8.1f} {target:>7} {r['chosen']:>7} "
-                     f"{SEEDS[r['folder']]:>7}  {needs}")
-    return "\n".join(lines)
 
 
 def main(argv=None) -> int:
@@ -880,7 +634,7 @@ def main(argv=None) -> int:
                     help="print the seeds plan (seeds needed, budget, chosen) from the committed data; run nothing")
     args = ap.parse_args(argv)
     if args.plan_seeds:
-        print(_plan_table(plan_seeds()))
+        print(plan_table(plan_seeds(), SEEDS))
         return 0
     if not args.report_only:
         run_task(args)
