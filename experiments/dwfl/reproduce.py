@@ -22,10 +22,10 @@ within the seeds), a comparison of two curves (Figs. 5–6) by the paired mean d
 the paper's, training loss of x̄ (mean of the last 10 rounds), and beside it test accuracy, with
 chance and the majority share: a model at chance shows nothing about convergence.
 
-Seeds by power, not by floor: each paired family declares its effect of interest (ACC_EFFECT,
+Seeds by power, not by floor: each paired family declares its effect of interest (dwfl_seeds.ACC_EFFECT,
 LOSS_EFFECT_SHARE) and says how many seeds detect it at 80 % power after Holm, from the data's sd;
 a task's seeds (SEEDS, the default of ``--seeds``) are max(8, the most its families need), capped by
-a compute budget (BUDGET_MIN): ``--plan-seeds`` prints that plan from the committed data and runs
+a compute budget (dwfl_seeds.BUDGET_MIN): ``--plan-seeds`` prints that plan from the committed data and runs
 nothing. ``--extend`` adds seeds to committed data files without redoing theirs: it first runs the
 cheapest committed run again and refuses unless it reproduces exactly, then runs only the missing
 seeds and merges them in a full regeneration's order.
@@ -80,7 +80,7 @@ P_DBM = (20, 40, 60, 80)
 #: Per-round ε of the privacy-utility curve (N = 10, everything else the base file's).
 EPS_CURVE = (0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0)
 #: Seeds per curve of each data folder (--seeds overrides): max(8, the seeds the folder's families need for
-#: their effects of interest), capped by the compute budget BUDGET_MIN; ``--plan-seeds`` prints the plan
+#: their effects of interest), capped by the compute budget dwfl_seeds.BUDGET_MIN; ``--plan-seeds`` prints the plan
 #: from the committed data. learns.toml's check (no family) keeps its 5.
 SEEDS = {"adult": 8, "cnn": 8, "cnn-eps10x": 8, "learns": 5}
 LAST = 10  # rounds averaged for a run's final loss and accuracy
