@@ -656,3 +656,62 @@ def wall_times(data: dict) -> list[str]:
             f"{', '.join(part(p, r) for p, r in data.items())}; {total / 60:.1f} min in all "
             "(python experiments/padpfl/reproduce.py). A batch that added seeds includes re-running one committed "
             "seed of the part's first and last variants.", ""]
+
+
+# ----------------------------------------------------------------------------- seeds by power
+
+def part_families(record: dict, part: str) -> list[Family]:
+    """The families the REPORT's sections make from one part's record alone (closed)."""
+    from testbed.reports.verdicts import recording
+
+    with recording() as families:
+        report({part: record})
+    return [f for f in families if len(f) and f.close() is not None]
+
+
+def seed_plan(data: dict[str, dict], parts: Sequence[str], min_seeds: int, budget_min: float) -> dict[str, dict]:
+    """part → {"seeds": planned, "wanted": max(min_seeds, every family's seeds needed), "families": [(name,
+    power record)], "per_seed_s": the committed wall time per seed}: seeds by power from the committed data
+    alone, each capped at ``cap`` = the seeds every part with data can run within ``budget_min`` minutes at
+    its committed wall time per seed (parts without data: ``min_seeds``, their cost not yet known)."""
+    per_seed = {p: data[p]["wall_time_s"] / data[p]["seeds"] for p in parts if p in data}
+    cap = int(budget_min * 60 // sum(per_seed.values())) if per_seed else min_seeds
+    plan = {}
+    for part in parts:
+        if part not in data:
+            plan[part] = {"seeds": min_seeds, "wanted": min_seeds, "families": [], "per_seed_s": None, "cap": cap}
+            continue
+        families = [(f.name, f.power()) for f in part_families(data[part], part)]
+        needed = [pw.get("seeds_needed") for _, pw in families if pw and "effect_of_interest" in pw]
+        wanted = max([min_seeds] + [MOST_SEEDS + 1 if n is None else n for n in needed])
+        plan[part] = {"seeds": min(wanted, cap), "wanted": wanted, "families": families,
+                      "per_seed_s": per_seed[part], "cap": cap}
+    return plan
+
+
+def plan_table(data: dict[str, dict], parts: Sequence[str], min_seeds: int, budget_min: float) -> str:
+    """The seeds by power as a markdown table (reproduce.py --plan-seeds)."""
+    plan = seed_plan(data, parts, min_seeds, budget_min)
+    cap = next(iter(plan.values()))["cap"] if plan else min_seeds
+    out = [f"Seeds by power from data/ (committed): per part max({min_seeds}, every family's seeds needed), capped "
+           f"at {cap} seeds, what every part with data can run within the compute budget of {budget_min:g} min at "
+           "its committed wall time per seed.", "",
+           "| part | family | effect of interest | n committed | sd of the differences | seeds needed | part's seeds "
+           "(planned) | underpowered at the plan |", "|---|---|---|---|---|---|---|---|"]
+    for part, p in plan.items():
+        have = data[part]["seeds"] if part in data else 0
+        if not p["families"]:
+            out.append(f"| {part} | (no data) | – | {have} | – | – | {p['seeds']} | – |")
+        for name, pw in p["families"]:
+            if not pw or "effect_of_interest" not in pw:
+                out.append(f"| {part} | {name} | none (no paired claim) | {have} | – | – | {p['seeds']} | – |")
+                continue
+            needed = pw["seeds_needed"]
+            short = needed is None or needed > p["seeds"]
+            out.append(f"| {part} | {name} | {pw['effect_of_interest']:.3g} | {pw['n']} | {pw['sd']:.3g} | "
+                       f"{'more than ' + str(MOST_SEEDS) if needed is None else needed} | {p['seeds']} | "
+                       f"{'**yes**' if short else 'no'} |")
+    total = sum((p["per_seed_s"] or 0) * p["seeds"] for p in plan.values())
+    out += ["", f"Planned compute at the committed wall times per seed: {total / 60:.1f} min (parts without data not "
+            "counted)."]
+    return "\n".join(out)
