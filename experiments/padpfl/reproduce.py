@@ -12,7 +12,7 @@ the part's measured wall time), so running a subset rewrites only its files; REP
 generated from data/ alone. ``--report-only`` rewrites REPORT.md from data/ without running anything.
 
 Seeds by power (issue 41): ``--plan-seeds`` prints, from the committed data alone, each family's effect
-of interest (make_report.EFFECTS), the seeds that detect it at 80 % power after Holm and the seeds
+of interest (make_report.EFFECT_*), the seeds that detect it at 80 % power after Holm and the seeds
 each part is run at: max(8, needed) over its families, capped by COMPUTE_BUDGET_MIN. A part whose
 data are committed gets the missing seeds only (seeds n, n+1, ...): the committed runs are kept, after
 one committed seed of its first and last variants is re-run and found to reproduce to the data's
