@@ -552,7 +552,8 @@ def seeds_section(data: dict, plan: dict[str, dict]) -> list[str]:
            f"{EFFECT_LOSS:g} nats of training loss) and the seeds that detect it at 80 % power after Holm from the sd "
            "of its differences. A part is run at max(8, its families' seeds needed), capped at "
            f"{cap} seeds: what every part can run within the compute budget "
-           "(reproduce.py's COMPUTE_BUDGET_MIN, at the committed wall time per seed). Planned from these data "
+           "(reproduce.py's COMPUTE_BUDGET_MIN, at the wall time per seed of each part's pilot, its first batch of "
+           "seeds). Planned from these data "
            "(`reproduce.py --plan-seeds` prints it per family); seeds are added to a committed part, never rerun.", "",
            "| part | seeds run | wanted (max of 8 and seeds needed) | planned (capped) | underpowered families at the seeds run |",
            "|---|---|---|---|---|"]
@@ -671,10 +672,12 @@ def part_families(record: dict, part: str) -> list[Family]:
 
 def seed_plan(data: dict[str, dict], parts: Sequence[str], min_seeds: int, budget_min: float) -> dict[str, dict]:
     """part → {"seeds": planned, "wanted": max(min_seeds, every family's seeds needed), "families": [(name,
-    power record)], "per_seed_s": the committed wall time per seed}: seeds by power from the committed data
+    power record)], "per_seed_s": the pilot's wall time per seed}: seeds by power from the committed data
     alone, each capped at ``cap`` = the seeds every part with data can run within ``budget_min`` minutes at
-    its committed wall time per seed (parts without data: ``min_seeds``, their cost not yet known)."""
-    per_seed = {p: data[p]["wall_time_s"] / data[p]["seeds"] for p in parts if p in data}
+    the wall time per seed of its pilot, the first batch of seeds it was run with (parts without data:
+    ``min_seeds``, their cost not yet known). The pilot's, not the mean over batches: a cap that fell as seeds
+    were added would never be reached."""
+    per_seed = {p: pilot_seconds_per_seed(data[p]) for p in parts if p in data}
     cap = int(budget_min * 60 // sum(per_seed.values())) if per_seed else min_seeds
     plan = {}
     for part in parts:
@@ -689,13 +692,19 @@ def seed_plan(data: dict[str, dict], parts: Sequence[str], min_seeds: int, budge
     return plan
 
 
+def pilot_seconds_per_seed(record: dict) -> float:
+    """The wall time per seed of a part's first batch of seeds (its whole record's before batches were kept)."""
+    first = (record.get("batches") or [{"seeds": record["seeds"], "wall_time_s": record["wall_time_s"]}])[0]
+    return first["wall_time_s"] / first["seeds"]
+
+
 def plan_table(data: dict[str, dict], parts: Sequence[str], min_seeds: int, budget_min: float) -> str:
     """The seeds by power as a markdown table (reproduce.py --plan-seeds)."""
     plan = seed_plan(data, parts, min_seeds, budget_min)
     cap = next(iter(plan.values()))["cap"] if plan else min_seeds
     out = [f"Seeds by power from data/ (committed): per part max({min_seeds}, every family's seeds needed), capped "
            f"at {cap} seeds, what every part with data can run within the compute budget of {budget_min:g} min at "
-           "its committed wall time per seed.", "",
+           "its pilot's wall time per seed (its first batch of seeds).", "",
            "| part | family | effect of interest | n committed | sd of the differences | seeds needed | part's seeds "
            "(planned) | underpowered at the plan |", "|---|---|---|---|---|---|---|---|"]
     for part, p in plan.items():
@@ -712,6 +721,6 @@ def plan_table(data: dict[str, dict], parts: Sequence[str], min_seeds: int, budg
                        f"{'more than ' + str(MOST_SEEDS) if needed is None else needed} | {p['seeds']} | "
                        f"{'**yes**' if short else 'no'} |")
     total = sum((p["per_seed_s"] or 0) * p["seeds"] for p in plan.values())
-    out += ["", f"Planned compute at the committed wall times per seed: {total / 60:.1f} min (parts without data not "
+    out += ["", f"Planned compute at the pilots' wall times per seed: {total / 60:.1f} min (parts without data not "
             "counted)."]
     return "\n".join(out)

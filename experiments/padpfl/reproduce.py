@@ -43,8 +43,10 @@ CURVE_EVERY = 5
 MIN_SEEDS = 8
 #: What one regeneration of the whole folder may cost, in minutes of this shared 2-core machine (one worker,
 #: nice 15, one part at a time): the seeds by power are capped at the count every part can run within it,
-#: from the committed wall time per seed (make_report.seed_plan). 80 min: the folder at 8 seeds per part.
-COMPUTE_BUDGET_MIN = 80.0
+#: from the wall time per seed of each part's pilot, its first batch (make_report.seed_plan). 120 min: what a
+#: session can give this folder's regeneration; at the pilots' times (5 seeds of every part under a load of
+#: about 12, learns_dp_sgd's 8) that is 12 seeds a part.
+COMPUTE_BUDGET_MIN = 120.0
 
 #: scenario → (non-private assignments, the personalised assignment of the private runs)
 SCENARIOS = {
