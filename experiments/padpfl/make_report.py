@@ -441,7 +441,7 @@ def under_sound(data: dict) -> tuple[list[str], dict[str, str]]:
         v, majority = record["variants"], record["majority_share"]
         learn = learns_by_label("Scenario 1 under a sound ε", v, majority)
         m = next(var["noise"]["min_samples"] for var in v.values())
-        noisiest = min(var["noise"]["sigma_client"] for var in v.values() if "sigma_client" in var["noise"])
+        quietest = min(var["noise"]["sigma_client"] for var in v.values() if "sigma_client" in var["noise"])
         out += ["### (a) Scenario 1 at the paper's ε, sensitivity 2B (part \"sound\")", "",
                 "Scenario 1 (the setting of the headline's figures and of the \"ε at 2B\" column) with the testbed's "
                 "default sensitivity, `padpfl.sensitivity = \"clipped_weights\"`: one record can change a clipped "
@@ -467,7 +467,7 @@ def under_sound(data: dict) -> tuple[list[str], dict[str, str]]:
                 + "each private row's accuracy is compared with the majority share of the same seed's test rows "
                 "(the table's rows one family, Holm-adjusted). With σ_C per coordinate of the "
                 f"{WEIGHTS} weights at the value above, an upload's noise has norm about σ_C·sqrt({WEIGHTS}), at the "
-                f"least {noisiest * np.sqrt(WEIGHTS):,.0f}, against the clipped model's norm of at most B = 5.", ""]
+                f"least {quietest * np.sqrt(WEIGHTS):,.0f}, against the clipped model's norm of at most B = 5.", ""]
     if "dp_sgd" in data:
         record = data["dp_sgd"]
         v, majority = record["variants"], record["majority_share"]
@@ -566,8 +566,9 @@ def seeds_section(data: dict, plan: dict[str, dict]) -> list[str]:
         wanted = f"more than {MOST_SEEDS}" if p["wanted"] > MOST_SEEDS else str(p["wanted"])
         out.append(f"| {part} | {n} | {wanted} | {p['seeds']} | {'; '.join(short) if short else 'none'} |")
     behind = [part for part, p in plan.items() if part in data and data[part]["seeds"] < p["seeds"]]
-    out += ["", ("Parts below their planned seeds (the pilot count stays, and their underpowered families' "
-                 f"inconclusive verdicts are no evidence of no effect): {', '.join(behind)}." if behind else
+    out += ["", ("Parts run with fewer seeds than planned (the session's time ran out; the seeds run column says "
+                 "how many, 5 being the pilot's), whose underpowered families' inconclusive verdicts are no "
+                 f"evidence of no effect: {', '.join(behind)}." if behind else
                  "Every part runs its planned seeds; a family underpowered there needs more seeds than the budget "
                  "allows, and its inconclusive verdicts are no evidence of no effect."), ""]
     return out
