@@ -59,3 +59,21 @@ def test_seeds_are_not_added_to_a_part_whose_committed_seed_does_not_reproduce(p
     first["runs"][-1]["test_accuracy"] = round(first["runs"][-1]["test_accuracy"] + 0.01, 6)
     with pytest.raises(SystemExit, match="does not reproduce its committed record"):
         reproduce.check_committed("sound", tampered)
+
+
+def test_recordings_nest_and_each_block_leaves_its_own_list() -> None:
+    """make_report notes which part made each family by a block inside the REPORT's own: the inner
+    block's list starts equal to the outer one's (both empty), and each must leave only itself."""
+    from testbed.reports.verdicts import Family, recording
+
+    with recording() as outer:
+        with recording() as inner:
+            pass
+        with recording() as inner:
+            fam = Family("nested")
+        assert outer == inner == [fam]
+        after = Family("outer only")
+    assert outer == [fam, after] and inner == [fam]
+    with recording() as alone:
+        pass
+    assert alone == []

@@ -99,33 +99,56 @@ def wall(record: dict) -> str:
 
 # ----------------------------------------------------------------------------- sections
 
-def report(data: dict[str, dict], plan: dict[str, dict] | None = None) -> str:
-    """The whole REPORT.md from the parts' records (``data[part]``, as data/<part>.json holds) and, given,
-    the seeds by power planned from them (:func:`seed_plan`)."""
+#: What the seeds section is planned with (reproduce.py's): the parts in order, the fewest seeds, the budget (min).
+PlanSettings = tuple[Sequence[str], int, float]
+
+
+def report(data: dict[str, dict], plan_settings: PlanSettings | None = None) -> str:
+    """The whole REPORT.md from the parts' records (``data[part]``, as data/<part>.json holds) and, given
+    ``plan_settings``, a section of the seeds by power planned from them (:func:`plan_from`)."""
+    lines, families = _build(data)
+    if plan_settings is not None:
+        lines[-1:-1] = seeds_section(data, plan_from(data, families, *plan_settings))  # before the wall time
+    return "\n".join(lines) + "\n"
+
+
+def _build(data: dict[str, dict]) -> tuple[list[str], dict[str, list[Family]]]:
+    """The REPORT's lines (the last one its wall-time section) and the families each part's data made."""
+    from testbed.reports.verdicts import recording
+
+    families: dict[str, list[Family]] = {}
+
+    def of(part_of, make):  # run a section, noting the part each family it makes belongs to
+        with recording() as made:
+            out = make()
+        for f in made:
+            families.setdefault(part_of(f.name), []).append(f)
+        return out
+
     lines = intro(data)
     if "lr" in data:
-        lines += learning_rate(data["lr"])
+        lines += of(lambda name: "lr", lambda: learning_rate(data["lr"]))
     lines += noise(data)
-    learn = {name: learns_by_label(f"Scenario {name[1]}", data[name]["variants"], data[name]["majority_share"])
-             for name in ("s1", "s2", "s3", "s4") if name in data}
+    learn = {name: of(lambda _, name=name: name, lambda name=name: learns_by_label(
+        f"Scenario {name[1]}", data[name]["variants"], data[name]["majority_share"]))
+        for name in ("s1", "s2", "s3", "s4") if name in data}
     for name in learn:
         lines += scenario_table(name, data[name], learn[name])
-    lines += claims(data, learn)
+    lines += of(lambda name: f"s{name.split()[1][0]}", lambda: claims(data, learn))  # "Scenario N: ..."
     if "curve" in data:
-        lines += curve(data["curve"])
+        lines += of(lambda name: "curve", lambda: curve(data["curve"]))
     if "learns" in data:
-        lines += learns_section(data["learns"])
+        lines += of(lambda name: "learns", lambda: learns_section(data["learns"]))
     facts: dict[str, str] = {}
     if "sound" in data or "dp_sgd" in data:
-        sound_lines, facts = under_sound(data)
+        sound_lines, facts = of(lambda name: "dp_sgd" if name.startswith("learns_dp_sgd") else "sound",
+                                lambda: under_sound(data))
         lines += sound_lines
     if "impact" in data:
-        lines += impact_section(data["impact"])
-    if plan is not None:
-        lines += seeds_section(data, plan)
-    lines += wall_times(data)
+        lines += of(lambda name: "impact", lambda: impact_section(data["impact"]))
     lines[2:2] = opening(data, facts)  # after the title
-    return "\n".join(lines) + "\n"
+    lines.append("\n".join(wall_times(data)))
+    return lines, {part: [f for f in fams if len(f)] for part, fams in families.items()}
 
 
 def intro(data: dict) -> list[str]:
@@ -662,16 +685,17 @@ def wall_times(data: dict) -> list[str]:
 
 # ----------------------------------------------------------------------------- seeds by power
 
-def part_families(record: dict, part: str) -> list[Family]:
-    """The families the REPORT's sections make from one part's record alone (closed)."""
+def seed_plan(data: dict[str, dict], parts: Sequence[str], min_seeds: int, budget_min: float) -> dict[str, dict]:
+    """:func:`plan_from` the families a REPORT of ``data`` makes (built and discarded)."""
     from testbed.reports.verdicts import recording
 
-    with recording() as families:
-        report({part: record})
-    return [f for f in families if len(f) and f.close() is not None]
+    with recording():
+        _, families = _build(data)
+    return plan_from(data, families, parts, min_seeds, budget_min)
 
 
-def seed_plan(data: dict[str, dict], parts: Sequence[str], min_seeds: int, budget_min: float) -> dict[str, dict]:
+def plan_from(data: dict[str, dict], families: dict[str, list[Family]], parts: Sequence[str], min_seeds: int,
+              budget_min: float) -> dict[str, dict]:
     """part → {"seeds": planned, "wanted": max(min_seeds, every family's seeds needed), "families": [(name,
     power record)], "per_seed_s": the pilot's wall time per seed}: seeds by power from the committed data
     alone, each capped at ``cap`` = the seeds every part with data can run within ``budget_min`` minutes at
@@ -685,10 +709,10 @@ def seed_plan(data: dict[str, dict], parts: Sequence[str], min_seeds: int, budge
         if part not in data:
             plan[part] = {"seeds": min_seeds, "wanted": min_seeds, "families": [], "per_seed_s": None, "cap": cap}
             continue
-        families = [(f.name, f.power()) for f in part_families(data[part], part)]
-        needed = [pw.get("seeds_needed") for _, pw in families if pw and "effect_of_interest" in pw]
+        powers = [(f.name, f.power()) for f in families.get(part, [])]
+        needed = [pw.get("seeds_needed") for _, pw in powers if pw and "effect_of_interest" in pw]
         wanted = max([min_seeds] + [MOST_SEEDS + 1 if n is None else n for n in needed])
-        plan[part] = {"seeds": min(wanted, cap), "wanted": wanted, "families": families,
+        plan[part] = {"seeds": min(wanted, cap), "wanted": wanted, "families": powers,
                       "per_seed_s": per_seed[part], "cap": cap}
     return plan
 

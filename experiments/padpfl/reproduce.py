@@ -147,7 +147,7 @@ def sound_variants() -> Iterator[tuple[str, object]]:
     """(label, config): scenario 1's private runs at the paper's ε (5 and 20) under the testbed's default
     sensitivity, 2B (clipped_weights: true of SGD-trained weights clipped to B), not a reproduction; and
     its non-private personalised run for reference."""
-    from testbed.config import load_config, replace
+    from testbed.assembly.config import load_config, replace
 
     base = load_config(HERE / "s1.toml")
     sound = {"privacy": {"reproduction": False}}
@@ -160,7 +160,7 @@ def sound_variants() -> Iterator[tuple[str, object]]:
 def dp_sgd_variants() -> Iterator[tuple[str, object]]:
     """(label, config): learns_dp_sgd.toml (DP-SGD local steps, a sound ε), and its non-private twin: the
     same data, model, rounds, steps, batch and lr with plain SGD steps and no clipping."""
-    from testbed.config import load_config
+    from testbed.assembly.config import load_config
 
     base = load_config(HERE / "learns_dp_sgd.toml")
     yield "private eps=5", base
@@ -313,9 +313,8 @@ def main() -> None:
     if args.no_report:
         return
     data = load_data()
-    plan = seed_plan(data, list(PARTS), MIN_SEEDS, COMPUTE_BUDGET_MIN)  # before recording: it makes families
     with recording() as families:
-        text = report(data, plan)
+        text = report(data, (list(PARTS), MIN_SEEDS, COMPUTE_BUDGET_MIN))
     write_report(HERE / "REPORT.md", text, families)
 
 
