@@ -587,7 +587,7 @@ def seeds_section(data: dict, plan: dict[str, dict]) -> list[str]:
         short = [name for name, pw in p["families"] if pw and "effect_of_interest" in pw
                  and (pw["seeds_needed"] is None or pw["seeds_needed"] > n)]
         wanted = f"more than {MOST_SEEDS}" if p["wanted"] > MOST_SEEDS else str(p["wanted"])
-        out.append(f"| {part} | {n} | {wanted} | {p['seeds']} | {'; '.join(short) if short else 'none'} |")
+        out.append(f"| {part} | {n} | {wanted} | {p['seeds']} | {'; '.join(map(cell, short)) if short else 'none'} |")
     behind = [part for part, p in plan.items() if part in data and data[part]["seeds"] < p["seeds"]]
     out += ["", ("Parts run with fewer seeds than planned (the session's time ran out; the seeds run column says "
                  "how many, 5 being the pilot's), whose underpowered families' inconclusive verdicts are no "
@@ -672,7 +672,8 @@ def wall_times(data: dict) -> list[str]:
         batches = r.get("batches") or []
         if len(batches) < 2:
             return f"{p} {wall(r)} ({r['seeds']} seeds)"
-        each = " + ".join(f"{b['wall_time_s']:.0f} s for {b['seeds']} seeds" for b in batches)
+        each = " + ".join(f"{b['wall_time_s']:.0f} s for {b['seeds']} seed{'s' if b['seeds'] != 1 else ''}"
+                          for b in batches)
         return f"{p} {wall(r)} ({each})"
 
     return ["## Wall time", "",
@@ -717,6 +718,11 @@ def plan_from(data: dict[str, dict], families: dict[str, list[Family]], parts: S
     return plan
 
 
+def cell(name: str) -> str:
+    """A family's name in a markdown table's cell (the rules' names hold " | ")."""
+    return name.replace(" | ", " / ")
+
+
 def pilot_seconds_per_seed(record: dict) -> float:
     """The wall time per seed of a part's first batch of seeds (its whole record's before batches were kept)."""
     first = (record.get("batches") or [{"seeds": record["seeds"], "wall_time_s": record["wall_time_s"]}])[0]
@@ -738,11 +744,11 @@ def plan_table(data: dict[str, dict], parts: Sequence[str], min_seeds: int, budg
             out.append(f"| {part} | (no data) | – | {have} | – | – | {p['seeds']} | – |")
         for name, pw in p["families"]:
             if not pw or "effect_of_interest" not in pw:
-                out.append(f"| {part} | {name} | none (no paired claim) | {have} | – | – | {p['seeds']} | – |")
+                out.append(f"| {part} | {cell(name)} | none (no paired claim) | {have} | – | – | {p['seeds']} | – |")
                 continue
             needed = pw["seeds_needed"]
             short = needed is None or needed > p["seeds"]
-            out.append(f"| {part} | {name} | {pw['effect_of_interest']:.3g} | {pw['n']} | {pw['sd']:.3g} | "
+            out.append(f"| {part} | {cell(name)} | {pw['effect_of_interest']:.3g} | {pw['n']} | {pw['sd']:.3g} | "
                        f"{'more than ' + str(MOST_SEEDS) if needed is None else needed} | {p['seeds']} | "
                        f"{'**yes**' if short else 'no'} |")
     total = sum((p["per_seed_s"] or 0) * p["seeds"] for p in plan.values())
