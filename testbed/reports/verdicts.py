@@ -331,13 +331,15 @@ _RECORDINGS: list[list[Family]] = []
 
 @contextmanager
 def recording() -> Iterator[list[Family]]:
-    """Collect every Family made inside the block (a REPORT's), for :func:`write_report`."""
+    """Collect every Family made inside the block (a REPORT's), for :func:`write_report`. Blocks nest:
+    a family is recorded by every block open when it is made."""
     families: list[Family] = []
     _RECORDINGS.append(families)
     try:
         yield families
     finally:
-        _RECORDINGS.remove(families)
+        # by identity: a nested block's list may equal an outer one's (both empty, or the same families)
+        _RECORDINGS[:] = [r for r in _RECORDINGS if r is not families]
 
 
 def write_report(path: Path, text: str, families: Sequence[Family]) -> None:
