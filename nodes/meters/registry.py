@@ -1,5 +1,6 @@
 """The meter registry: every module of :mod:`nodes.meters` that defines ``REGISTRATION`` is a meter;
-adding one is adding a module, nothing else. The node file's ``meter`` choices, `testbed node
+adding one is adding a module, here or in an
+installed plugin (docs/extending.md). The node file's ``meter`` choices, `testbed node
 --meter`, `testbed calibrate --meter` and provisioning read this registry, and :func:`make_meter`
 builds a meter from it.
 
@@ -25,7 +26,7 @@ from typing import Any, Callable
 from nodes.meters.base import Meter, MeterUnavailable
 from testbed.devices.profiles import DeviceProfile, load_profile
 from testbed.errors import UserError
-from testbed.util.registrations import registered_in
+from testbed.util.registrations import GROUPS, registered_in
 
 log = logging.getLogger(__name__)
 
@@ -84,10 +85,10 @@ class Registration:
 
 @functools.cache
 def registrations() -> dict[str, Registration]:
-    """Every meter of nodes.meters, by name, in listed order (modules imported once, on first use)."""
+    """Every meter of nodes.meters and of the installed plugins (testbed.meters), by name, in listed order (modules imported once, on first use)."""
     import nodes.meters as package
 
-    found = registered_in(package, Registration, "meter", order=lambda r: (r.listed_at, r.name), reserved=(AUTO,))
+    found = registered_in(package, Registration, "meter", group=GROUPS["meter"], order=lambda r: (r.listed_at, r.name), reserved=(AUTO,))
     if sum(reg.fallback for reg in found.values()) != 1:
         raise RuntimeError(f"exactly one meter must be the fallback, got {[r.name for r in found.values() if r.fallback]}")
     return found

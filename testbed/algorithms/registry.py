@@ -1,5 +1,6 @@
 """The algorithm registry: every module of this package that defines ``REGISTRATION`` is an
-algorithm; adding one is adding a module, nothing else.
+algorithm; adding one is adding a module, here or in an
+installed plugin (docs/extending.md).
 
 A :class:`Registration` says the algorithm's name (``run.algorithm``), its config sections (typed
 models declared in its module), how to build it from them, and optionally its channel half (an
@@ -24,7 +25,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
-from testbed.util.registrations import lookup, registered_in
+from testbed.util.registrations import GROUPS, lookup, registered_in
 
 if TYPE_CHECKING:
     import argparse
@@ -183,10 +184,10 @@ GUARANTEES = ("dp", "mi_dp", "none")
 
 @functools.cache
 def registrations() -> dict[str, Registration]:
-    """Every algorithm of this package, by name (modules imported once, on first use)."""
+    """Every algorithm of this package and of the installed plugins (testbed.algorithms), by name (modules imported once, on first use)."""
     import testbed.algorithms as package
 
-    return registered_in(package, Registration, "algorithm")
+    return registered_in(package, Registration, "algorithm", group=GROUPS["algorithm"])
 
 
 def names() -> list[str]:
