@@ -90,6 +90,18 @@ def one_of(names: Callable[[], Iterable[str]]) -> Any:
     return Annotated[str, AfterValidator(check), _Choices(names)]
 
 
+def field_choices(cls: type[BaseModel], name: str) -> list[Any]:
+    """The choices field ``name`` of ``cls`` offers now: a registry's (:func:`one_of`) or a
+    ``Literal``'s; [] for a field of no fixed choices."""
+    from typing import get_args
+
+    field = cls.model_fields[name]
+    for meta in field.metadata:
+        if isinstance(meta, _Choices):
+            return list(meta.names())
+    return list(get_args(field.annotation))
+
+
 @dataclass(frozen=True)
 class OnlyWith:
     """A choice under which another key of the same section matters: ``key`` is one of
