@@ -21,7 +21,7 @@ EXTRA_OF_COMMAND = {"run": "coordinator", "audit": "coordinator", "sweep": "coor
                     "broker": "coordinator", "watch": "watch", "node": "node", "nodes": "node", "bridge": "bridge"}
 #: Commands registered by another command's module.
 _MODULE_OF = {"nodes": "node"}
-COMMANDS = ("run", "watch", "report", "runs", "privacy", "audit", "node", "bridge", "broker", "acl", "provision", "board", "plan", "sweep", "compare", "calibrate", "topology", "schema")
+COMMANDS = ("run", "watch", "report", "runs", "privacy", "audit", "node", "bridge", "broker", "acl", "provision", "board", "plan", "sweep", "compare", "calibrate", "topology", "schema", "new")
 
 
 class Parser(argparse.ArgumentParser):
