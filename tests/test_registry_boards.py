@@ -181,7 +181,7 @@ def test_a_meter_module_brings_its_groups_to_the_provisioned_unit(add_meter):
 
 
 def test_two_meters_of_one_name_are_refused(add_meter):
-    with pytest.raises(RuntimeError, match="two meters named 'model'"):
+    with pytest.raises(RuntimeError, match="the meter name 'model' is taken"):
         add_meter("model", module="second_model")
         meters.registrations()
 

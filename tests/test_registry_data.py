@@ -120,7 +120,7 @@ def test_the_registry_orders_by_order_then_name_and_refuses_a_name_twice(entries
     modules.append(types.SimpleNamespace())  # a helper module registers nothing
     names = [name for name, _ in entries]
     if len(set(names)) < len(names):
-        with pytest.raises(RuntimeError, match="two data sets named"):
+        with pytest.raises(RuntimeError, match="(?s)the data set name .* is taken"):
             registrations_of(modules, Registration, "data set", order=listed_order)
         return
     found = registrations_of(modules, Registration, "data set", order=listed_order)

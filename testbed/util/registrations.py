@@ -63,7 +63,7 @@ class Source:
     plugin: str = ""
 
     def __str__(self) -> str:
-        return self.plugin or f"module {self.module.__name__}"
+        return self.plugin or f"module {getattr(self.module, '__name__', '?')}"
 
 
 def registrations_of(modules: Iterable[ModuleType | Source], kind: type[R], what: str, *,
@@ -87,14 +87,14 @@ def registrations_of(modules: Iterable[ModuleType | Source], kind: type[R], what
         regs = reg if isinstance(reg, tuple) else (reg,)
         ours = [one for one in regs if isinstance(one, kind)]
         if source.plugin and not any(isinstance(one, (kind, *others)) for one in regs):
-            raise PluginError(f"{source}: module {source.module.__name__} defines no REGISTRATION of a {what}")
+            raise PluginError(f"{source}: module {source.module.__name__} registers no {what} (its REGISTRATION holds none)")
         for one in ours:
             name = one.name  # type: ignore[attr-defined]
             error = PluginError if source.plugin else RuntimeError
             if name in reserved:
-                raise error(f"{source}: a {what} named {name!r}, a name the config reserves")
+                raise error(f"{source}: the {what} name {name!r} is one the config reserves")
             if name in seen:
-                raise error(f"{source}: a {what} named {name!r}, a name {seen[name][1]} has taken")
+                raise error(f"{source}: the {what} name {name!r} is taken by {seen[name][1]}")
             seen[name] = (one, str(source))
     key = order or (lambda reg: reg.name)  # type: ignore[attr-defined]
     return {reg.name: reg for reg in sorted((reg for reg, _ in seen.values()), key=key)}  # type: ignore[attr-defined]
