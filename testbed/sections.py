@@ -36,7 +36,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any, Callable, ClassVar, Iterable, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, GetCoreSchemaHandler, GetJsonSchemaHandler, model_validator
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, GetCoreSchemaHandler, GetJsonSchemaHandler, PlainValidator,
+                      model_validator)
 from pydantic_core import CoreSchema, PydanticCustomError
 
 from testbed.limits import MAX_FLOAT, MAX_INT, MIN_POSITIVE
@@ -72,7 +73,7 @@ class _Choices:
 
     def __get_pydantic_json_schema__(self, schema: CoreSchema, handler: GetJsonSchemaHandler) -> dict[str, Any]:
         out = handler(schema)
-        out["enum"] = list(self.names())
+        out.update(type="string", enum=list(self.names()))
         return out
 
 
@@ -81,13 +82,16 @@ def one_of(names: Callable[[], Iterable[str]]) -> Any:
     the JSON Schema is made, never a list frozen when the section was declared: an entry a plugin or
     a test registers is a choice from then on. A value outside them is refused as a ``Literal``'s is
     (the config's error names the choices)."""
-    def check(value: str) -> str:
+    def check(value: Any) -> str:
         known = list(names())
         if value not in known:
-            raise PydanticCustomError("literal_error", "Input should be {expected}",
-                                      {"expected": " or ".join(repr(name) for name in known)})
+            # In a Literal's words ("'a', 'b' or 'c'"), which the config's errors turn into theirs.
+            shown = [repr(name) for name in known]
+            expected = f"{', '.join(shown[:-1])} or {shown[-1]}" if len(shown) > 1 else "".join(shown)
+            raise PydanticCustomError("literal_error", "Input should be {expected}", {"expected": expected})
         return value
-    return Annotated[str, AfterValidator(check), _Choices(names)]
+    # The check alone (no str validator first): a number is refused naming the choices, as a Literal's is.
+    return Annotated[str, PlainValidator(check), _Choices(names)]
 
 
 def field_choices(cls: type[BaseModel], name: str) -> list[Any]:

@@ -128,7 +128,7 @@ class _Client:
 def test_the_registry_lists_each_broker_module_once():
     regs = registry.registrations()
     assert {"embedded", "mosquitto"} <= set(regs) and registry.AUTO not in regs
-    assert registry.names() == sorted(regs)
+    assert registry.names() == list(regs) == sorted(regs)
     for name, reg in regs.items():
         assert reg.name == name and reg.description and callable(reg.make)
     assert registry.with_access() == [n for n, r in regs.items() if r.access is not None]
