@@ -18,6 +18,7 @@ from testbed.algorithms import registry
 from testbed.config import load_config_text, replace
 from testbed.orchestration import contract_suite as suite
 from testbed.orchestration.runner import load, run_experiment
+from testbed.util.registrations import plugin_of
 
 COMMON = suite.COMMON
 SYNTHETIC = '[data]\ndataset = "synthetic"\nnum_nodes = 5\nsamples_per_node = 60\ndim = 6\n'
@@ -60,7 +61,7 @@ EXPERIMENTS = {
 CASES = list(EXPERIMENTS)
 ATOL_STACKED, ATOL_MODES = suite.ATOL_STACKED, suite.ATOL_MODES
 #: The algorithms built in; a plugin's is held to the contract by its own test (contract_suite).
-ALGORITHMS = [name for name in registry.names() if registry.get(name).build.__module__.startswith("testbed.")]
+ALGORITHMS = [name for name in registry.names() if not plugin_of("algorithm", name)]
 
 
 def _config(name: str, **sections):

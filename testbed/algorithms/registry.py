@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
-from testbed.util.registrations import GROUPS, lookup, registered_in
+from testbed.util.registrations import GROUPS, lookup, plugin_of, registered_in
 
 if TYPE_CHECKING:
     import argparse
@@ -198,9 +198,11 @@ def get(name: str) -> Registration:
     return lookup(registrations(), name, "algorithm")
 
 
-def privacy_statements() -> list["PrivacyStatement"]:
-    """Every registered algorithm's privacy statements, in the registry's (name) order."""
-    return [s for reg in registrations().values() for s in reg.privacy_statements]
+def privacy_statements(plugins: bool = True) -> list["PrivacyStatement"]:
+    """Every registered algorithm's privacy statements, in the registry's (name) order; without
+    ``plugins``, the built-in ones only (what docs/privacy.md documents)."""
+    return [s for reg in registrations().values() if plugins or not plugin_of("algorithm", reg.name)
+            for s in reg.privacy_statements]
 
 
 def offering(hook: str) -> list[Registration]:

@@ -64,7 +64,7 @@ def write_project(kind: str, name: str, folder: Path) -> list[Path]:
     template = TEMPLATES[kind]
     module, dist = f"testbed_{name}", f"testbed-{name.replace('_', '-')}"
     words = dict(name=name, module=module, dist=dist, group=GROUPS[template.what], what=template.what,
-                 what_cap=template.what.capitalize())
+                 what_cap=template.what.capitalize(), cli=name.replace("_", "-"))
     experiment = template.experiment.format(**words)
     files = {
         "pyproject.toml": t.PYPROJECT.format(**words),

@@ -60,6 +60,7 @@ from testbed.algorithms.batches import check_batches, uniform_batches
 from testbed.algorithms.contract import NodeResult, RoundContext, ServerResult, State
 from testbed.algorithms.registry import BuildContext, Registration
 from testbed.data.federated import Split
+from testbed.privacy.statements import PrivacyStatement
 from testbed.sections import Positive, Section
 
 
@@ -105,7 +106,15 @@ def build(sections: dict[str, Any], ctx: BuildContext) -> Algorithm:
     return Algorithm(ctx.model, options)
 
 
-REGISTRATION = Registration(name="{name}", sections={{"{name}": Options}}, build=build)
+#: What it guarantees, to whom (`testbed privacy {cli}`): nothing, until its releases carry noise.
+STATEMENT = PrivacyStatement(
+    name="{name}", title="{name}", unit="none: not private (no noise; the summary says \\"not private\\")",
+    adjacency="none", observers="the server sees each node's local model in the clear",
+    accountant="none: an ε budget on it is a config error", paper_accountant="none", amplification="none",
+    assumptions=(), delta="not used", not_protected=("everything a local model reveals of its data",),
+    evidence=("tests/test_contract.py",))
+
+REGISTRATION = Registration(name="{name}", sections={{"{name}": Options}}, build=build, privacy_statements=(STATEMENT,))
 '''
 
 ALGORITHM_EXPERIMENT = '''[run]

@@ -49,6 +49,10 @@ GROUPS = {
 }
 
 
+#: axis → name → the plugin that registered it ("" for a built-in), as the registries found them.
+_PLUGINS: dict[str, dict[str, str]] = {}
+
+
 class PluginError(UserError):
     """An installed plugin the testbed cannot take: it fails to import, registers nothing of its
     axis, or takes a name that is taken. One line, naming the distribution and the entry point."""
@@ -96,8 +100,16 @@ def registrations_of(modules: Iterable[ModuleType | Source], kind: type[R], what
             if name in seen:
                 raise error(f"{source}: the {what} name {name!r} is taken by {seen[name][1]}")
             seen[name] = (one, str(source))
+    for name, (_, where) in seen.items():
+        _PLUGINS.setdefault(what, {})[name] = where if where.startswith("distribution ") else ""
     key = order or (lambda reg: reg.name)  # type: ignore[attr-defined]
     return {reg.name: reg for reg in sorted((reg for reg, _ in seen.values()), key=key)}  # type: ignore[attr-defined]
+
+
+def plugin_of(what: str, name: str) -> str:
+    """The plugin that registered the ``what`` named ``name`` ("distribution 'D' entry point 'E'
+    (group G)"), or "" for a built-in entry (or one no registry has found)."""
+    return _PLUGINS.get(what, {}).get(name, "")
 
 
 def plugin_sources(group: str) -> list[Source]:
