@@ -205,7 +205,7 @@ def every_axis(tmp_path_factory) -> dict[str, str]:
     sources = dict(EVERY_AXIS)
     for module, (template, name) in {"zz_alg_q7": (t.ALGORITHM, "zz_alg_q7"), "zz_data_q7": (t.DATASET, "zz_data_q7"),
                                      "zz_acc_q7": (t.ACCOUNTANT, "zz_acc_q7")}.items():
-        sources[module] = template.format(name=name)
+        sources[module] = template.format(name=name, cli=name.replace("_", "-"))
     eps: dict[str, dict[str, str]] = {}
     for module, axis in GROUP_OF.items():
         eps.setdefault(GROUPS[axis], {})[module] = module
