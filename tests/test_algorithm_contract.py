@@ -13,16 +13,16 @@ from __future__ import annotations
 
 import pytest
 
-from testbed import assemble
+from testbed.assembly import assemble
 from testbed.algorithms import registry
-from testbed.config import load_config_text, replace
+from testbed.assembly.config import load_config_text, replace
 from testbed.orchestration import contract_suite as suite
 from testbed.orchestration.runner import load, run_experiment
 from testbed.util.registrations import plugin_of
 
 COMMON = suite.COMMON
 SYNTHETIC = '[data]\ndataset = "synthetic"\nnum_nodes = 5\nsamples_per_node = 60\ndim = 6\n'
-#: The 8x8 digits and the small CNN of testbed.torch_models (float32, all nodes stepped at once).
+#: The 8x8 digits and the small CNN of testbed.learning.torch_models (float32, all nodes stepped at once).
 DIGITS_CNN = ('[data]\ndataset = "digits"\nnum_nodes = 5\nsamples_per_node = 60\n'
               '[model]\nkind = "torch"\nnetwork = "cnn"\n')
 

@@ -127,7 +127,7 @@ def test_a_broken_or_clashing_plugin_is_one_line_naming_its_distribution(module,
 
 
 def test_two_plugins_taking_one_name_are_refused_naming_both(tmp_path):
-    rule = "from testbed.topology.families.registry import Kind\nfrom testbed.topology.kinds import ring\n" \
+    rule = "from testbed.topology.registry import Kind\nfrom testbed.topology.kinds import ring\n" \
            "REGISTRATION = Kind('zz_twice_q7', lambda t, b, rng: ring(t.num_nodes))\n"
     projects = [_project(tmp_path / n, f"zz-{n}-q7", {f"zz_{n}_q7": rule}, {GROUPS["topology kind"]: {n: f"zz_{n}_q7"}})
                 for n in ("one", "two")]
@@ -169,7 +169,7 @@ EVERY_AXIS = {
     ''',
     "zz_star_q7": '''
         import numpy as np
-        from testbed.topology.families.registry import Kind
+        from testbed.topology.registry import Kind
         from testbed.topology.graph import Graph
         def _star(topology, block, rng):
             n = topology.num_nodes
@@ -224,7 +224,7 @@ from testbed.data import registry as datasets
 from testbed.devices import profiles
 from testbed.mqtt.brokers import registry as brokers
 from testbed.privacy.accountants import registry as accountants
-from testbed.topology.families import registry as topologies
+from testbed.topology import registry as topologies
 print(json.dumps([algorithms.names(), datasets.names(), accountants.names(), list(profiles.profile_names()),
                   list(profiles.mcu_profile_names()), list(meters.names()), brokers.names(), topologies.names(),
                   rules.names()]))

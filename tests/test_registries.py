@@ -14,14 +14,14 @@ import pytest
 from nodes.meters import registry as meters
 from testbed.algorithms import registry as algorithms
 from testbed.algorithms.aggregations import registry as aggregations
+from testbed.assembly.config import json_schema
 from testbed.cli import build_parser
-from testbed.config import json_schema
 from testbed.data import registry as datasets
 from testbed.devices import profiles, virtual_boards
-from testbed.models import kinds as model_kinds
+from testbed.learning.models import kinds as model_kinds
 from testbed.mqtt.brokers import registry as brokers
 from testbed.privacy.accountants import registry as accountants
-from testbed.topology.families import registry as topologies
+from testbed.topology import registry as topologies
 from testbed.util.registrations import GROUPS
 
 #: axis → (its registered names, where the experiment file offers them: (section model, field), the

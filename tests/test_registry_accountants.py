@@ -12,13 +12,13 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import testbed.privacy.accountants as package
-from testbed.budgets import Budgets
-from testbed.config import PrivacySection, json_schema, load_config_text
+from testbed.accounting.budgets import Budgets
+from testbed.assembly.config import PrivacySection, json_schema, load_config_text
 from testbed.errors import ConfigError
 from testbed.ledger.events import ADJACENCIES, SAMPLINGS, GaussianEvent
 from testbed.ledger.node import NodeLedger
 from testbed.privacy.accountants import epsilon, registry, unsupported_reason
-from testbed.sections import field_choices
+from testbed.checked.sections import field_choices
 
 #: The built-in accountants, in listed order.
 BUILT_IN = ("zcdp", "rdp", "pld")
@@ -197,8 +197,8 @@ import json, sys
 import testbed.privacy.accountants as package
 package.__path__.append(sys.argv[1])
 from testbed.cli import main
-from testbed.config import PrivacySection, json_schema
-from testbed.sections import field_choices
+from testbed.assembly.config import PrivacySection, json_schema
+from testbed.checked.sections import field_choices
 out = {"choices": field_choices(PrivacySection, "accountant"),
        "enum": json_schema()["$defs"]["PrivacySection"]["properties"]["accountant"]["enum"]}
 out["codes"] = [main(["run", sys.argv[2], "--quiet", "--out", out_dir, *extra])

@@ -27,9 +27,9 @@ rule applied to the ⌈M/s⌉ bucket means.
 Weights decide which rows take part (a row of weight 0 is left out by the caller); only the
 rules registered with ``uses_weights`` (mean, norm_clip, centred_clip) use their values, and the
 robust ones apply robustness before the weights: each weight is capped at the median weight
-(:func:`robust_weights`), and each row's **pull** is bounded before its weight can scale it, at
+(:func:`~testbed.algorithms.aggregations.robust.robust_weights`), and each row's **pull** is bounded before its weight can scale it, at
 most τ/M, as a row of equal weight 1/M at the radius τ (τ_k = τ min(1, 1/(M w_k)),
-:func:`pull_radii`). A node that lies about its size or score (PADPFL's capped share) then has no
+:func:`~testbed.algorithms.aggregations.robust.pull_radii`). A node that lies about its size or score (PADPFL's capped share) then has no
 more say than a typical honest node.
 
 Example::
@@ -56,8 +56,8 @@ from pydantic import Field
 
 from testbed.algorithms.aggregations import registry as rules
 from testbed.errors import ConfigError
-from testbed.rng import GLOBAL, Purpose, stream
-from testbed.sections import NonNegative, OnlyWith, Positive, Section, one_of
+from testbed.streams.rng import GLOBAL, Purpose, stream
+from testbed.checked.sections import NonNegative, OnlyWith, Positive, Section, one_of
 
 
 @dataclass(frozen=True)
@@ -114,29 +114,6 @@ class Aggregation:
         return self.rule == rules.MEAN
 
 
-def robust_weights(weights: np.ndarray | None) -> np.ndarray | None:
-    """The weights a robust weighted rule uses: each capped at the median weight, then renormalised.
-    With fewer than half the rows hostile the median lies between two honest weights, so a node
-    lying about its size or score (PADPFL's capped share) gets no more say than a typical honest
-    node, and no honest node loses its share to it; a weight below the median still lowers a row's
-    say. Equal weights are unchanged."""
-    if weights is None:
-        return None
-    w = np.asarray(weights, dtype=np.float64)
-    capped = np.minimum(w, float(np.median(w)))
-    return capped / capped.sum()
-
-
-def pull_radii(radius: float, weights: np.ndarray | None, m: int) -> float | np.ndarray:
-    """Each row's clip radius so that its pull on a weighted mean, w_k ‖clipped change‖, is at most
-    radius/M, an equal-weight row's at the radius: τ_k = τ min(1, 1/(M w_k)) (None: τ for all).
-    Robustness comes before the weights: a large weight shrinks a row's radius, never widens it."""
-    if weights is None:
-        return radius
-    with np.errstate(divide="ignore"):
-        return radius * np.minimum(1.0, 1.0 / (m * np.asarray(weights, dtype=np.float64)))
-
-
 def bucket_stream(seed: int, round_index: int) -> np.random.Generator:
     """The public stream that shuffles a round's rows into buckets (keyed by the run's seed: the
     server's draw, no node's secret; a hostile node cannot choose its bucket-mates)."""
@@ -161,16 +138,6 @@ def buckets(updates: np.ndarray, weights: np.ndarray | None, size: int,
     means = np.divide(sums, mass[:, None], out=np.add.reduceat(updates[order], starts, axis=0) / counts[:, None],
                       where=mass[:, None] > 0)
     return means, mass / mass.sum()
-
-
-def coordinate_median(rows: np.ndarray) -> np.ndarray:
-    """(P,) the median of each column of the finite rows (M, P): np.median's values, from one
-    partition (np.median also sorts NaNs aside, which a checked update never holds: 4x slower)."""
-    m = rows.shape[0]
-    if m % 2:
-        return np.partition(rows, m // 2, axis=0)[m // 2]
-    middle = np.partition(rows, (m // 2 - 1, m // 2), axis=0)[m // 2 - 1:m // 2 + 1]
-    return middle.mean(axis=0)
 
 
 class AggregationOptions(Section):

@@ -10,10 +10,10 @@ from __future__ import annotations
 import argparse
 
 from testbed.algorithms.registry import Command
-from testbed.arguments import POSITIVE, PROBABILITY, Number, NumberList, calculator, finite_result
+from testbed.checked.arguments import POSITIVE, PROBABILITY, Number, NumberList, calculator, finite_result
 from testbed.errors import UserError
 from testbed.privacy.statements import DELTA, PrivacyStatement
-from testbed.topology.families import registry as topologies
+from testbed.topology import registry as topologies
 from testbed.util import jsontext
 
 
@@ -44,7 +44,7 @@ def _arguments(dw: argparse.ArgumentParser) -> None:
 
 
 def _kinds() -> list[str]:
-    """The kinds drawn from flags alone, as registered (testbed.topology.families)."""
+    """The kinds drawn from flags alone, as registered (testbed.topology)."""
     return [name for name, kind in topologies.registrations().items() if not kind.placed_by_radio]
 
 
@@ -65,9 +65,8 @@ def _graph(args: argparse.Namespace, num_nodes: int):
 
     if args.experiment is not None:
         from testbed.algorithms.dwfl_channel import topology_from_sections
-        from testbed.config import load_config
 
-        config = load_config(args.experiment)
+        config = args.experiments.load_file(args.experiment)
         if config.run.algorithm != "dwfl":
             raise UserError(f"--experiment: {args.experiment} runs {config.run.algorithm}, not dwfl")
         topology = topology_from_sections({"dwfl": config.dwfl, "topology": config.topology}, num_nodes,

@@ -61,7 +61,7 @@ from testbed.algorithms.contract import NodeResult, RoundContext, ServerResult, 
 from testbed.algorithms.registry import BuildContext, Registration
 from testbed.data.federated import Split
 from testbed.privacy.statements import PrivacyStatement
-from testbed.sections import Positive, Section
+from testbed.checked.sections import Positive, Section
 
 
 class Options(Section):
@@ -141,7 +141,7 @@ import numpy as np
 
 from testbed.data.registry import Registration
 from testbed.data.split import check_scaling, split_flat
-from testbed.rng import Purpose, stream
+from testbed.streams.rng import Purpose, stream
 
 
 def load(num_nodes, samples_per_node, dim, seed=0, scaling="per_node", nodes=None):

@@ -14,8 +14,9 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
+from testbed.checked.sections import NonNegative, OnlyWith, Positive, Section
 from testbed.data import registry
-from testbed.sections import NonNegative, OnlyWith, Positive, Section, one_of
+from testbed.checked.sections import NonNegative, OnlyWith, Positive, Section, one_of
 
 #: The data sets ``data.dataset`` may name: one module of testbed/data/ or of a plugin each
 #: (testbed.data.registry), as registered when a value is checked.

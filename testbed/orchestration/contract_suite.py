@@ -57,7 +57,7 @@ def config_of(text: str):
     """The experiment of the suite: ``text``'s sections over :data:`COMMON`'s (``text`` wins)."""
     import tomllib
 
-    from testbed.config import build_config
+    from testbed.assembly.config import build_config
 
     raw = tomllib.loads(COMMON)
     for section, values in tomllib.loads(text).items():
@@ -75,7 +75,7 @@ def _dtype(model) -> str:
 
 
 def _built(text: str):
-    from testbed import assemble
+    from testbed.assembly import assemble
     from testbed.orchestration.runner import load
 
     config = config_of(text)
@@ -87,7 +87,7 @@ def _built(text: str):
 
 def check_planned_rounds_are_run(text: str, tmp: Path) -> None:
     """The rounds the registration plans (the watch page's progress) are the rounds it runs."""
-    from testbed import assemble
+    from testbed.assembly import assemble
 
     config, _, _, alg = _built(text)
     assert assemble.planned_rounds(config) == alg.rounds, "planned_rounds disagrees with the algorithm's rounds"
@@ -171,8 +171,8 @@ def check_budget_refuses_at_the_boundary(text: str, tmp: Path) -> None:
     """A byte budget of exactly three rounds: three rounds run, the fourth is refused, nobody spends
     past it."""
     from testbed.algorithms import RoundContext
-    from testbed.budgets import Budgets
-    from testbed.config import replace
+    from testbed.accounting.budgets import Budgets
+    from testbed.assembly.config import replace
     from testbed.ledger.node import NodeLedger
     from testbed.orchestration.runner import run_experiment
 
@@ -195,7 +195,7 @@ def check_resume_equals_an_uninterrupted_run(text: str, tmp: Path) -> None:
     """Killed in round 4 and resumed from its checkpoint, a run ends as an uninterrupted one, each
     release charged once (a round run again is computed and sent again: charged again)."""
     import testbed.orchestration.runner as runner
-    from testbed.config import load_config_text
+    from testbed.assembly.config import load_config_text
     from testbed.reports.results import read_checkpoint, read_metrics
 
     config = config_of(text)
@@ -242,7 +242,7 @@ def check_sim_equals_mqtt(text: str, tmp: Path, stragglers: dict | None = None, 
     """The run in sim and over MQTT (every node its own client, on two hosts; the embedded broker,
     or the one at ``broker_url``) ends with the same model, the same ledger and the same stragglers;
     every message authenticated, every node's own ledger confirmed."""
-    from testbed.config import replace
+    from testbed.assembly.config import replace
     from testbed.orchestration.runner import load, run_experiment
     from testbed.reports.results import read_checkpoint, read_metrics
 

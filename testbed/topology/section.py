@@ -6,8 +6,8 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from testbed.sections import NonNegative, OnlyWith, Positive, Section, one_of
-from testbed.topology.families import registry
+from testbed.checked.sections import NonNegative, OnlyWith, Positive, Section, one_of
+from testbed.topology import registry
 
 
 class TopologySection(Section):
@@ -23,7 +23,7 @@ class TopologySection(Section):
     kind: one_of(registry.names) = registry.COMPLETE  # type: ignore[valid-type]
     """complete (DWFL's paper), ring, torus, k_regular (degree), erdos_renyi (p), random_geometric
     (an edge where the free-space SNR clears snr_threshold_db, nodes placed in the radio's area),
-    file (an edge list, path), or a kind a plugin registers (testbed.topology.families)."""
+    file (an edge list, path), or a kind a plugin registers (testbed.topology)."""
     degree: Positive[int] = 4
     """k_regular: every node's number of neighbours (N·degree even, degree < N)."""
     p: float = Field(0.1, gt=0, le=1)

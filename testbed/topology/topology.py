@@ -3,7 +3,7 @@
 Built from ``[topology]`` (:class:`~testbed.topology.section.TopologySection`), N and the run's
 seed, plus the radio's :class:`~testbed.topology.geometric.LinkBudget` for a kind placed by the
 radio (``random_geometric``). Each kind's graph is drawn by its registration
-(testbed.topology.families: one module each, or a plugin's).
+(testbed.topology: one module each, or a plugin's).
 Block b's graph is drawn from ``stream(seed, GLOBAL, b, TOPOLOGY)`` (positions at block 0 from
 round −1's stream), so every process of a run (coordinator, channel emulator, boards) draws the
 same graph without exchanging it.
@@ -26,8 +26,8 @@ import numpy as np
 
 from channel import FadingSchedule
 from testbed.errors import ConfigError
-from testbed.rng import GLOBAL, Purpose, stream
-from testbed.topology.families import registry
+from testbed.streams.rng import GLOBAL, Purpose, stream
+from testbed.topology import registry
 from testbed.topology.geometric import LinkBudget, RandomWaypoint, initial_positions
 from testbed.topology.graph import Graph
 from testbed.topology.mixing import Mixing, complete_graph_gap, mixing_weights, spectral_gap

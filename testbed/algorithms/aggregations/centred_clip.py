@@ -5,7 +5,7 @@ v ← v + Σ_k w_k CLIP(u_k − v, τ_k), ``clip_iterations`` times from the ref
 
 import numpy as np
 
-from testbed.algorithms.aggregate import pull_radii, robust_weights
+from testbed.algorithms.aggregations.robust import pull_radii, robust_weights
 from testbed.algorithms.aggregations.registry import Rule
 
 

@@ -3,7 +3,7 @@ distances to its M − f − 2 nearest rows sum least (Blanchard et al., NeurIPS
 
 import numpy as np
 
-from testbed.algorithms.aggregate import coordinate_median
+from testbed.algorithms.aggregations.robust import coordinate_median
 from testbed.algorithms.aggregations.registry import Rule
 
 

@@ -1,6 +1,6 @@
 """``"median"``: the coordinate-wise median (Yin et al., ICML 2018), unweighted."""
 
-from testbed.algorithms.aggregate import coordinate_median
+from testbed.algorithms.aggregations.robust import coordinate_median
 from testbed.algorithms.aggregations.registry import Rule
 
 

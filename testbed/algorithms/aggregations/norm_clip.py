@@ -3,7 +3,7 @@ median of the round's distances, then the weighted mean."""
 
 import numpy as np
 
-from testbed.algorithms.aggregate import pull_radii, robust_weights
+from testbed.algorithms.aggregations.robust import pull_radii, robust_weights
 from testbed.algorithms.aggregations.registry import Rule
 
 

@@ -15,21 +15,17 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import Any, Callable
 
 from testbed.util.registrations import GROUPS, lookup, registered_in
-
-if TYPE_CHECKING:
-    import numpy as np
-
-    from testbed.algorithms.aggregate import Aggregation
 
 #: The papers' rule: the weighted mean (every other rule is a robust one).
 MEAN = "mean"
 
 #: A rule: (updates (M, P), weights (M,) summing to 1 or None, reference (P,) or None, the
-#: Aggregation with its parameters) → (P,).
-Combine = Callable[["np.ndarray", "np.ndarray | None", "np.ndarray | None", "Aggregation"], "np.ndarray"]
+#: testbed.algorithms.aggregate.Aggregation with its parameters) → (P,): numpy arrays (typed Any:
+#: this package sits below the module that applies it, and imports nothing of it).
+Combine = Callable[[Any, Any, Any, Any], Any]
 
 
 @dataclass(frozen=True)
