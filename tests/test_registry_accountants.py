@@ -43,7 +43,7 @@ def _compose(items, delta):
     return sum(count * sens / sigma for (sigma, sens, *_), count in items) * per_unit
 
 
-REGISTRATION = Registration(name="basic", order=9, refuses=_refuses, compose=_compose)
+REGISTRATION = Registration(name="zz_basic_q7", order=9, refuses=_refuses, compose=_compose)
 '''
 
 
@@ -116,7 +116,7 @@ def test_an_unknown_name_is_refused_in_one_line_naming_the_known_ones():
 
 @pytest.mark.parametrize("name", ["zcdp", "none"])
 def test_a_second_accountant_of_a_taken_or_reserved_name_is_refused(throwaway, name):
-    (throwaway / "clash.py").write_text(THROWAWAY.replace('name="basic"', f'name="{name}"'))
+    (throwaway / "clash.py").write_text(THROWAWAY.replace('name="zz_basic_q7"', f'name="{name}"'))
     try:
         with pytest.raises(RuntimeError, match=repr(name)):
             registry.registrations()
@@ -175,18 +175,18 @@ def test_every_accountant_supports_an_unsampled_replace_one_release(name):
 
 
 def test_a_registered_module_is_an_accountant_budgets_and_the_ledger_ask(throwaway):
-    assert registry.names()[:4] == ["zcdp", "rdp", "pld", "basic"]  # basic's order 9: before a plugin's default
+    assert registry.names()[:4] == ["zcdp", "rdp", "pld", "zz_basic_q7"]  # basic's order 9: before a plugin's default
     assert [name for name in registry.tight_names() if name in BUILT_IN] == ["rdp", "pld"]
     ledger = NodeLedger(node=0)
     release = GaussianEvent(0, 0, 4.0, 0.5, 3, sampling="without_replacement", sampling_rate=0.1)
     ledger.extend([release])
     spent = _basic_epsilon(Counter({release.signature: 3}), 1e-5)
-    assert epsilon("basic", ledger.privacy, 1e-5) == pytest.approx(spent, rel=1e-12)
-    budgets = Budgets(epsilon=spent * 1.5, delta=1e-5, accountant="basic")
+    assert epsilon("zz_basic_q7", ledger.privacy, 1e-5) == pytest.approx(spent, rel=1e-12)
+    budgets = Budgets(epsilon=spent * 1.5, delta=1e-5, accountant="zz_basic_q7")
     assert budgets.would_exceed(ledger, []) is None
     assert budgets.would_exceed(ledger, [release]).budget == "epsilon"
     poisson = GaussianEvent(0, 1, 4.0, 0.5, 1, adjacency="add_remove", sampling="poisson", sampling_rate=0.1)
-    assert unsupported_reason("basic", [release, poisson]) == ("the basic accountant composes replace-one "
+    assert unsupported_reason("zz_basic_q7", [release, poisson]) == ("the basic accountant composes replace-one "
                                                                "sensitivities only")
     with pytest.raises(ValueError, match="replace-one sensitivities only"):
         budgets.would_exceed(ledger, [poisson])
@@ -214,7 +214,7 @@ def test_a_throwaway_accountant_is_usable_from_an_experiment_file(tmp_path, smal
     folder = tmp_path / "accountants"
     folder.mkdir()
     (folder / "basic.py").write_text(THROWAWAY)
-    basic = ["--set", 'privacy.accountant="basic"', "--set", 'privacy.tight_accountant="none"']
+    basic = ["--set", 'privacy.accountant="zz_basic_q7"', "--set", 'privacy.tight_accountant="none"']
     runs = [(str(tmp_path / "ok"), basic),
             (str(tmp_path / "stop"), [*basic, "--set", "budget.epsilon=15.0"]),
             (str(tmp_path / "no"), [*basic, "--set", 'dp_pasgd.sampling="poisson"'])]
@@ -222,7 +222,7 @@ def test_a_throwaway_accountant_is_usable_from_an_experiment_file(tmp_path, smal
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert out["choices"] == out["enum"] and out["enum"][:4] == ["zcdp", "rdp", "pld", "basic"]
+    assert out["choices"] == out["enum"] and out["enum"][:4] == ["zcdp", "rdp", "pld", "zz_basic_q7"]
     assert out["codes"] == [0, 0, 2]
     errors = [line for line in proc.stderr.splitlines() if line.startswith("testbed:")]
     assert errors == ["testbed: config error: privacy.accountant: the basic accountant composes replace-one "
@@ -232,7 +232,7 @@ def test_a_throwaway_accountant_is_usable_from_an_experiment_file(tmp_path, smal
     from testbed.ledger.files import read_ledger
 
     ok = json.loads((tmp_path / "ok" / "summary.json").read_text())
-    assert ok["status"] == "completed" and ok["budgets"]["accountant"] == "basic"
+    assert ok["status"] == "completed" and ok["budgets"]["accountant"] == "zz_basic_q7"
     for node, entry in ok["nodes"].items():
         tally = NodeLedger(int(node)).projected([e for e in read_ledger(tmp_path / "ok" / "ledger.csv")
                                                  if e.node == int(node)])[1]["server"]

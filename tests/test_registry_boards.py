@@ -163,20 +163,20 @@ def add_meter(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("listed_at, watts", [(9, 2.0), (0, 0.5)])
 def test_a_meter_module_is_usable_from_a_node_file(add_meter, tmp_path, listed_at, watts):
-    add_meter("fixed-power", watts=watts, listed_at=listed_at)
+    add_meter("zz-fixed-power-q7", watts=watts, listed_at=listed_at)
     kinds = meters.kinds()
-    assert "fixed-power" in kinds and kinds.index("fixed-power") == (1 if listed_at == 0 else kinds.index("model") + 1)
+    assert "zz-fixed-power-q7" in kinds and kinds.index("zz-fixed-power-q7") == (1 if listed_at == 0 else kinds.index("model") + 1)
     node_file = tmp_path / "node.toml"
-    node_file.write_text('broker = "mqtt://127.0.0.1:1883"\nnode_id = 3\nmeter = "fixed-power"\n')
+    node_file.write_text('broker = "mqtt://127.0.0.1:1883"\nnode_id = 3\nmeter = "zz-fixed-power-q7"\n')
     values = board_config.load_board_config(node_file)
     costs = NodeCosts(values.get("profile", "host"), values["meter"])
     with costs.measure() as box:
         sum(i * i for i in range(20_000))
     measurement = box[0]
-    assert measurement.measured and measurement.source == "fixed-power"
+    assert measurement.measured and measurement.source == "zz-fixed-power-q7"
     assert measurement.energy_j == pytest.approx(measurement.seconds * watts)
     with pytest.raises(UserError, match="emulated board"):  # it measures this machine, not a Pi
-        NodeCosts("pi-4b", "fixed-power")
+        NodeCosts("pi-4b", "zz-fixed-power-q7")
 
 
 def test_a_meter_module_brings_its_groups_to_the_provisioned_unit(add_meter):
@@ -255,7 +255,7 @@ def _subparsers(parser) -> dict:
 
 #: A device profile's table, added to profiles.toml by the tests.
 PI_9 = '''
-[pi-9]
+[zz-pi-q7]
 description = "a board of the test"
 compute_time_factor = 3.0
 idle_power_w = 1.0
@@ -281,7 +281,7 @@ GENERATED_CONFIG = NODES_DATA_IN_ARGV + '''from testbed.devices import virtual_b
 virtual_boards.BOARDS_DIR = tmp / "boards"
 from testbed.assembly.config import NodesSection, json_schema
 nodes = json_schema()["$defs"]["NodesSection"]["properties"]
-section = NodesSection(profile="pi-9", mcu=[0], mcu_board="toy-m0")
+section = NodesSection(profile="zz-pi-q7", mcu=[0], mcu_board="toy-m0")
 print(json.dumps([nodes["profile"]["enum"], nodes["mcu_board"]["enum"], section.profile, section.mcu_board]))
 '''
 
@@ -296,18 +296,18 @@ def test_a_profile_and_a_board_added_are_config_choices(boards_dir, tmp_path):
                           timeout=120)
     assert done.returncode == 0, done.stderr
     profile_enum, board_enum, profile, board = json.loads(done.stdout)
-    # the file's tables in its order, pi-9 last among them; a plugin's after
-    assert profile_enum[:len(PROFILES) + 1] == [*PROFILES, "pi-9"] and set(profiles.profile_names()) < set(profile_enum)
+    # the file's tables in its order, zz-pi-q7 last among them; a plugin's after
+    assert profile_enum[:len(PROFILES) + 1] == [*PROFILES, "zz-pi-q7"] and set(profiles.profile_names()) < set(profile_enum)
     assert {"host", "mps2-an385", "toy-m0"} <= set(board_enum)
-    assert (profile, board) == ("pi-9", "toy-m0")
+    assert (profile, board) == ("zz-pi-q7", "toy-m0")
 
 
 BAD_PROFILE = NODES_DATA_IN_ARGV + 'import testbed.devices.profiles as p\np.profile_names()\n'
 
 
 @pytest.mark.parametrize("change, complaint", [
-    (("wifi_up_bps = 1.0e7", "wifi_up_bps = -1.0e7"), "profile 'pi-9': wifi_up_bps out of range"),
-    (("radio_rx_power_w = 0.2\n", ""), "profile 'pi-9' must have exactly the keys"),
+    (("wifi_up_bps = 1.0e7", "wifi_up_bps = -1.0e7"), "profile 'zz-pi-q7': wifi_up_bps out of range"),
+    (("radio_rx_power_w = 0.2\n", ""), "profile 'zz-pi-q7' must have exactly the keys"),
 ])
 def test_a_bad_profile_table_is_refused_naming_it(tmp_path, change, complaint):
     (tmp_path / "profiles.toml").write_text(profiles.PROFILES_FILE.read_text() + PI_9.replace(*change))

@@ -208,12 +208,12 @@ def make_blobs(num_nodes, samples_per_node, dim, seed=0, scaling="per_node", nod
         xs.append(x / np.linalg.norm(x, axis=1, keepdims=True))
         ys.append(y.astype(np.int64))
     offsets = np.arange(len(ids) + 1) * samples_per_node
-    return split_flat(np.concatenate(xs), np.concatenate(ys), offsets, seed=seed, n_classes=2, name="blobs",
+    return split_flat(np.concatenate(xs), np.concatenate(ys), offsets, seed=seed, n_classes=2, name="zz_blobs_q7",
                       node_ids=ids)
 
 
 REGISTRATION = Registration(
-    "blobs", make_blobs, order=5,
+    "zz_blobs_q7", make_blobs, order=5,
     options=lambda d: dict(num_nodes=d.num_nodes, samples_per_node=d.samples_per_node, dim=d.dim),
     no_path=None if FROM_FILE else "dataset is generated and reads no file",
     source_files=(lambda path: [Path(path)]) if FROM_FILE else None,
@@ -239,7 +239,7 @@ GENERATED = """
 [run]
 seed = 3
 [data]
-dataset = "blobs"
+dataset = "zz_blobs_q7"
 num_nodes = 4
 samples_per_node = 60
 dim = 3
@@ -260,7 +260,7 @@ FROM_A_FILE = """
 seed = 5
 algorithm = "fedavg"
 [data]
-dataset = "blobs"
+dataset = "zz_blobs_q7"
 path = "{path}"
 num_nodes = 6
 samples_per_node = 40
@@ -295,9 +295,9 @@ def test_one_module_is_a_new_data_set_a_generated_one(tmp_path):
     in its place, the memory check counts its rows, and DP-PASGD learns on it in sim."""
     got = _run_with_blobs(tmp_path, GENERATED, from_file=False)
     # order 5: after synthetic (0), before adult (10); a plugin's (order 1000 by default) after them
-    assert got["enum"][:len(DATASETS) + 1] == DATASETS[:1] + ["blobs"] + DATASETS[1:]
+    assert got["enum"][:len(DATASETS) + 1] == DATASETS[:1] + ["zz_blobs_q7"] + DATASETS[1:]
     summary = got["summary"]
-    assert (summary["status"], summary["dataset"], summary["rounds"]) == ("completed", "blobs", 4)
+    assert (summary["status"], summary["dataset"], summary["rounds"]) == ("completed", "zz_blobs_q7", 4)
     assert summary["final"]["test_accuracy"] > 0.8  # the blobs are far apart: it learned on them
     assert got["data_bytes"] == 4 * 60 * (3 * 8 + 8)
 
@@ -308,8 +308,8 @@ def test_one_module_is_a_new_data_set_a_file_based_one_held_lazily(tmp_path):
     np.save(tmp_path / "sign.npy", np.array([1.0, -1.0, 1.0]))
     got = _run_with_blobs(tmp_path, FROM_A_FILE.format(path=tmp_path / "sign.npy"), from_file=True)
     summary = got["summary"]
-    assert (summary["status"], summary["dataset"], summary["algorithm"]) == ("completed", "blobs", "fedavg")
+    assert (summary["status"], summary["dataset"], summary["algorithm"]) == ("completed", "zz_blobs_q7", "fedavg")
     assert summary["client_sampling"]["nodes_per_round"] == 2
     assert summary["final"]["test_accuracy"] > 0.8
     assert got["data_bytes"] == 0.0  # a file-based set is as large as its file: not counted
-    assert [p.name.split("-")[0] for p in (tmp_path / "cache" / "federations").iterdir()] == ["blobs"]
+    assert [p.name.split("-")[0] for p in (tmp_path / "cache" / "federations").iterdir()] == ["zz_blobs_q7"]
