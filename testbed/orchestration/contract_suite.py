@@ -194,13 +194,14 @@ def check_budget_refuses_at_the_boundary(text: str, tmp: Path) -> None:
 def check_resume_equals_an_uninterrupted_run(text: str, tmp: Path) -> None:
     """Killed in round 4 and resumed from its checkpoint, a run ends as an uninterrupted one, each
     release charged once (a round run again is computed and sent again: charged again)."""
+    import testbed.orchestration.model_evaluation as model_evaluation
     import testbed.orchestration.runner as runner
     from testbed.assembly.config import load_config_text
     from testbed.reports.results import read_checkpoint, read_metrics
 
     config = config_of(text)
     whole = runner.run_experiment(config, out_dir=tmp / "whole", quiet=True)
-    evaluate, calls = runner.evaluate, {"n": 0}
+    evaluate, calls = model_evaluation.evaluate, {"n": 0}
 
     def killed_in_round_4(*args: Any, **kwargs: Any) -> Any:
         calls["n"] += 1
@@ -208,7 +209,7 @@ def check_resume_equals_an_uninterrupted_run(text: str, tmp: Path) -> None:
             raise KeyboardInterrupt
         return evaluate(*args, **kwargs)
 
-    with mock.patch.object(runner, "evaluate", killed_in_round_4):
+    with mock.patch.object(model_evaluation, "evaluate", killed_in_round_4):
         try:
             runner.run_experiment(config, out_dir=tmp / "killed", quiet=True)
         except KeyboardInterrupt:
