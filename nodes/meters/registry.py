@@ -1,12 +1,11 @@
 """The meter registry: every module of :mod:`nodes.meters` that defines ``REGISTRATION`` is a meter;
-adding one is adding a module, here or in an
-installed plugin (docs/extending.md). The node file's ``meter`` choices, `testbed node
---meter`, `testbed calibrate --meter` and provisioning read this registry, and :func:`make_meter`
-builds a meter from it.
+adding one is adding a module, here or in an installed plugin (docs/extending.md). The node file's
+``meter`` choices, `testbed node --meter`, `testbed calibrate --meter` and provisioning read this
+registry, and :func:`make_meter` builds a meter from it.
 
 Example::
 
-    >>> kinds()
+    >>> kinds()[:5]  # the built-in ones; an installed plugin's may follow
     ('auto', 'rapl', 'ina219', 'ina260', 'model')
     >>> meter = make_meter("model", "pi-zero-2w")
     >>> with meter.measure() as span:

@@ -1,6 +1,6 @@
 """The algorithm registry: every module of this package that defines ``REGISTRATION`` is an
-algorithm; adding one is adding a module, here or in an
-installed plugin (docs/extending.md).
+algorithm; adding one is adding a
+module, here or in an installed plugin (docs/extending.md).
 
 A :class:`Registration` says the algorithm's name (``run.algorithm``), its config sections (typed
 models declared in its module), how to build it from them, and optionally its channel half (an

@@ -1,6 +1,6 @@
 """The dataset registry: every module of this package that defines ``REGISTRATION`` adds its data
-sets; adding one is adding a module, here or in an
-installed plugin (docs/extending.md).
+sets; adding one is adding a
+module, here or in an installed plugin (docs/extending.md).
 
 A :class:`Registration` says the set's name (``data.dataset``), its loader, which keys of ``[data]``
 the loader takes, what it reads (files, ``data.path``), and what the run's assembly
@@ -8,9 +8,9 @@ the loader takes, what it reads (files, ``data.path``), and what the run's assem
 choices of ``data.dataset`` (its JSON Schema's enum), :func:`testbed.data.load_dataset`,
 testbed.assembly.assemble and testbed.assembly.resources read this registry and never name a data set.
 
-The registry imports every module of this package to find them (once, when the ``[data]``
-section, testbed.data.section, is imported by testbed.assembly.config), so a dataset module imports what only its loader needs (scipy, scikit-learn, torch)
-inside the loader: a board that runs the synthetic task never imports them.
+The registry imports every module of this package to find them (once, when the choices are first
+asked), so a dataset module imports what only its loader needs (scipy, scikit-learn, torch) inside
+the loader: a board that runs the synthetic task never imports them.
 
 Example::
 

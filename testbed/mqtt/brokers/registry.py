@@ -1,6 +1,6 @@
 """The managed-broker registry: every module of this package that defines ``REGISTRATION`` is a
-broker a run can start itself; adding one is adding a module, here or in an
-installed plugin (docs/extending.md).
+broker a run can start itself; adding one is adding a
+module, here or in an installed plugin (docs/extending.md).
 
 A :class:`Registration` says the broker's name (``mqtt.broker``), whether this machine can run it,
 how to make one (:class:`ManagedBroker`: start, stop, URL) and, when it can enforce them, how it
