@@ -115,11 +115,18 @@ SCHEMA_RUN = ["-m", "testbed", "schema"]
     ("from testbed.algorithms.aggregations.registry import Rule\n"
      "REGISTRATION = Rule('mean', lambda u, w, r, p: u[0])\n",
      GROUPS["aggregation rule"], "the aggregation rule name 'mean' is taken by module testbed.algorithms.aggregations.mean"),
+    ("from nodes.meters.model import ModelMeter\nfrom nodes.meters.registry import Registration\n"
+     "REGISTRATION = Registration('zz-meter-q7', lambda o: ModelMeter(o.profile), measures_host=False, fallback=True)\n",
+     GROUPS["meter"], "meter 'zz-meter-q7' claims to be the fallback, which 'model' is"),  # (testbed node --help)
+    ("from testbed.devices.profiles import DeviceProfile\n"
+     "REGISTRATION = DeviceProfile('zz-board-q7', 'x', -1.0, 1.0, 2.0, 1e7, 1e7, 0.5, 0.4, ('made up',))\n",
+     GROUPS["board profile"], "profile 'zz-board-q7': compute_time_factor out of range"),
 ])
 def test_a_broken_or_clashing_plugin_is_one_line_naming_its_distribution(module, group, words, tmp_path):
     project = _project(tmp_path / "p", "zz-broken-q7", {"zz_broken_q7": module}, {group: {"zz_entry_q7": "zz_broken_q7"}})
     env = _install([project], tmp_path / "site")
-    done = _run(SCHEMA_RUN, env, tmp_path)
+    # the meters are the node's choices (its --meter), not the experiment file's
+    done = _run(["-m", "testbed", "node", "--help"] if group == GROUPS["meter"] else SCHEMA_RUN, env, tmp_path)
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
     [line] = done.stderr.strip().splitlines()
     assert line.startswith(f"testbed: distribution 'zz-broken-q7' entry point 'zz_entry_q7' (group {group}): ")

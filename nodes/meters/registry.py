@@ -25,7 +25,7 @@ from typing import Any, Callable
 from nodes.meters.base import Meter, MeterUnavailable
 from testbed.devices.profiles import DeviceProfile, load_profile
 from testbed.errors import UserError
-from testbed.util.registrations import GROUPS, registered_in
+from testbed.util.registrations import GROUPS, PluginError, plugin_of, registered_in
 
 log = logging.getLogger(__name__)
 
@@ -88,8 +88,14 @@ def registrations() -> dict[str, Registration]:
     import nodes.meters as package
 
     found = registered_in(package, Registration, "meter", group=GROUPS["meter"], order=lambda r: (r.listed_at, r.name), reserved=(AUTO,))
-    if sum(reg.fallback for reg in found.values()) != 1:
-        raise RuntimeError(f"exactly one meter must be the fallback, got {[r.name for r in found.values() if r.fallback]}")
+    fallbacks = [name for name, reg in found.items() if reg.fallback]
+    if len(fallbacks) != 1:
+        claims = [name for name in fallbacks if plugin_of("meter", name)]
+        if claims:  # a built-in meter is the fallback: a plugin's claim to it is the plugin's error
+            taken = ", ".join(repr(name) for name in fallbacks if name not in claims)
+            raise PluginError(f"{plugin_of('meter', claims[0])}: meter {claims[0]!r} claims to be the fallback, "
+                              f"which {taken} is")
+        raise RuntimeError(f"exactly one meter must be the fallback, got {fallbacks}")
     return found
 
 

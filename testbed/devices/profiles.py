@@ -36,7 +36,7 @@ from typing import Any
 
 from testbed.devices.datafiles import package_dir, read_toml
 from testbed.errors import UserError
-from testbed.util.registrations import GROUPS, PluginError, registered_in
+from testbed.util.registrations import GROUPS, PluginError, plugin_of, registered_in
 
 PROFILES_FILE = package_dir("nodes") / "profiles.toml"
 BOARDS_FILE = package_dir("firmware_bridge") / "boards.toml"
@@ -157,7 +157,8 @@ def _check_plugins(found: dict[str, Any], builtin: dict[str, Any], positive: tup
     """PluginError naming a plugin's profile with figures out of range (the files' are checked as read)."""
     for name, profile in found.items():
         if name not in builtin and (bad := _out_of_range(profile, positive, non_negative)):
-            raise PluginError(f"a plugin's profile {name!r} (group {GROUPS['board profile']}): {', '.join(bad)} out of range")
+            what = "device profile" if isinstance(profile, DeviceProfile) else "microcontroller profile"
+            raise PluginError(f"{plugin_of(what, name)}: profile {name!r}: {', '.join(bad)} out of range")
 
 
 def profile_names() -> tuple[str, ...]:
