@@ -186,15 +186,20 @@ def paired_t(a: ArrayLike, b: ArrayLike, confidence: float = CONFIDENCE) -> Pair
     from scipy.stats import ttest_1samp
 
     d = _differences(a, b)
+    if np.all(d == d[0]):  # scipy returns NaN (0/0) or warns; the answer is known
+        return PairedT(len(d), float(d[0]), 0.0, float(d[0]), float(d[0]), 1.0 if d[0] == 0.0 else 0.0)
+    # The t statistic and p do not change with the differences' scale, but their squares can
+    # underflow (1e-255² is 0, which would read as a constant difference): then compute on d / max|d|.
+    scale = 1.0
     s = t_interval(d, confidence)
-    mean, sd = float(s.mean), float(s.sd)
-    if sd == 0.0:  # scipy returns NaN (0/0) or warns; the answer is known
-        p_t = 1.0 if mean == 0.0 else 0.0
-    else:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # scipy's precision-loss warning for nearly equal values
-            p_t = float(ttest_1samp(d, 0.0).pvalue)
-    return PairedT(len(d), mean, sd, float(s.ci_low), float(s.ci_high), p_t)
+    if not float(s.sd) > 0.0:
+        scale = float(np.max(np.abs(d)))
+        s = t_interval(d / scale, confidence)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # scipy's precision-loss warning for nearly equal values
+        p_t = float(ttest_1samp(d / scale, 0.0).pvalue)
+    return PairedT(len(d), float(s.mean) * scale, float(s.sd) * scale, float(s.ci_low) * scale,
+                   float(s.ci_high) * scale, p_t)
 
 
 def paired(a: ArrayLike, b: ArrayLike, confidence: float = CONFIDENCE, power: float = POWER) -> Paired:
@@ -204,12 +209,12 @@ def paired(a: ArrayLike, b: ArrayLike, confidence: float = CONFIDENCE, power: fl
 
     t = paired_t(a, b, confidence)
     d = _differences(a, b)
-    if t.sd == 0.0:
+    if np.all(d == d[0]):
         p_w = t.p_t
     else:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            p_w = 1.0 if not np.any(d) else float(wilcoxon(d).pvalue)
+            p_w = float(wilcoxon(d).pvalue)
     return Paired(t.n, t.mean, t.sd, t.ci_low, t.ci_high, t.p_t, p_w,
                   float(min_detectable_effect(t.n, t.sd, confidence, power)))
 
