@@ -1,0 +1,131 @@
+"""Seeds by power (testbed.reports.seed_plan) and adding seeds to a committed data file without
+redoing it (experiments/topologies/reproduce.py --extend): an extended file is what a full
+regeneration gives, and a committed file that does not reproduce is refused."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from testbed.reports.seed_plan import SEED_FLOOR, first_mismatch, plan, plan_table
+from testbed.reports.stats import seeds_for_effect
+from testbed.reports.verdicts import Family
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _family(name: str, sd: float, effect: float | None, n: int = 5, claims: int = 2) -> Family:
+    rng = np.random.default_rng(0)
+    f = Family(name, effect_of_interest=effect)
+    for _ in range(claims):
+        d = rng.normal(0.0, 1.0, n)
+        d = (d - d.mean()) / d.std(ddof=1) * sd  # differences of exactly this sd
+        f.paired(list(0.5 + d), [0.5] * n, "a>b")
+    return f
+
+
+def test_a_scenario_runs_its_neediest_family_s_seeds_at_least_the_floor_at_most_the_budget() -> None:
+    small, large = _family("small", 0.002, 0.01), _family("large", 0.01, 0.01)
+    need = seeds_for_effect(0.01, 0.01, 2)
+    plans = {p.scenario: p for p in plan({"a": [small], "b": [small, large], "c": [large], "d": []},
+                                         {"a": 5, "b": 5, "c": 5, "d": 10}, {"a": 20, "b": 20, "c": 9, "d": 20})}
+    assert plans["a"].seeds == SEED_FLOOR and not plans["a"].underpowered  # a few seeds suffice: the floor
+    assert plans["b"].seeds_needed == need and plans["b"].family == "large" and plans["b"].seeds == need
+    assert plans["c"].seeds == 9 and plans["c"].underpowered and plans["c"].why == "capped by the budget"
+    assert plans["d"].seeds == 10 and plans["d"].seeds_needed is None  # committed seeds are never dropped
+    assert len(plan_table(list(plans.values()))) == 2 + 4
+
+
+def test_an_effect_out_of_reach_is_capped_and_said() -> None:
+    p = plan({"s": [_family("noisy", 1.0, 0.001)]}, {"s": 5}, {"s": 8})[0]
+    assert p.out_of_reach and p.seeds == 8 and p.underpowered
+    assert "more than 1000" in plan_table([p])[2]
+
+
+def test_first_mismatch_names_the_first_difference_and_skips_measured_fields() -> None:
+    a = {"runs": [{"acc": [0.5, 0.6], "wall_s": 1.0}], "seeds": [0, 1]}
+    assert first_mismatch(a, json.loads(json.dumps(a))) is None
+    assert first_mismatch(a, {"runs": [{"acc": [0.5, 0.6], "wall_s": 2.0}], "seeds": [0, 1]}, {"wall_s"}) is None
+    assert first_mismatch(a, {"runs": [{"acc": [0.5, 0.7], "wall_s": 1.0}], "seeds": [0, 1]}) == \
+        "runs[0].acc[1]: committed 0.6, rerun 0.7"
+    assert first_mismatch(a, {"runs": [{"acc": [0.5]}], "seeds": [0, 1]}, {"wall_s"}) == \
+        "runs[0].acc: committed 2 items, rerun 1"
+    assert first_mismatch({"x": True}, {"x": 1}) is not None
+
+
+TINY = """
+[run]
+name = "tiny"
+algorithm = "dwfl"
+seed = 0
+[data]
+dataset = "synthetic"
+num_nodes = 4
+samples_per_node = 30
+dim = 4
+[model]
+kind = "logistic"
+[dwfl]
+scheme = "ota_d2d"
+variant = "B"
+rounds = 4
+batch = 8
+lr = 0.5
+gmax = 0.25
+epsilon = 5.0
+fading = "rayleigh"
+[topology]
+kind = "complete"
+[privacy]
+delta = 1e-5
+[output]
+figures = false
+"""
+
+
+@pytest.fixture
+def topologies(tmp_path, monkeypatch):
+    """experiments/topologies/reproduce.py on a tiny scenario: 4 nodes, 4 rounds, two graphs."""
+    spec = importlib.util.spec_from_file_location("topologies_reproduce", ROOT / "experiments/topologies/reproduce.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    (tmp_path / "tiny.toml").write_text(TINY)
+    monkeypatch.setattr(module, "DATA", tmp_path / "data")
+    monkeypatch.setattr(module, "SCENARIOS", {"tiny": ("a tiny scenario", str(tmp_path / "tiny.toml"), {})})
+    monkeypatch.setattr(module, "topology_curves",
+                        lambda section: {"complete": (("topology.kind", "complete"),), "ring": (("topology.kind", "ring"),)})
+    return module
+
+
+def _without_measured(record: dict, measured) -> dict:
+    record = {k: v for k, v in record.items() if k != "runs_wall_s"}
+    record["runs"] = [{k: v for k, v in r.items() if k not in measured} for r in record["runs"]]
+    return record
+
+
+def test_an_extended_file_is_the_full_regeneration_and_a_file_that_does_not_reproduce_is_refused(
+        topologies, tmp_path, capsys) -> None:
+    path = topologies.run_scenario("tiny", 2, 1, tmp_path / "full")
+    full = json.loads(path.read_text())
+    topologies.run_scenario("tiny", 1, 1, tmp_path / "pilot")
+    topologies.extend_scenario("tiny", 2, 1, tmp_path / "more")
+    extended = json.loads(path.read_text())
+    assert extended["seeds"] == [0, 1] and [(r["curve"], r["seed"]) for r in extended["runs"]] == [
+        ("complete", 0), ("complete", 1), ("ring", 0), ("ring", 1)]
+    assert _without_measured(extended, topologies.MEASURED) == _without_measured(full, topologies.MEASURED)
+    assert "reproduces the committed run" in capsys.readouterr().out
+
+    # committed numbers the code no longer gives (a changed learner, an edited file): refused, one line
+    tampered = json.loads(path.read_text())
+    cheapest = min(tampered["runs"], key=lambda r: r["wall_s"])
+    cheapest["final_acc"] += 0.01
+    path.write_text(json.dumps(tampered))
+    with pytest.raises(SystemExit) as refused:
+        topologies.extend_scenario("tiny", 3, 1, tmp_path / "more")
+    message = str(refused.value)
+    assert "refusing to extend" in message and "final_acc" in message and "\n" not in message
+    assert json.loads(path.read_text()) == tampered  # nothing written
