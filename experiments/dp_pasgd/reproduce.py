@@ -1,6 +1,7 @@
 """Reproduce the experiments of DP-PASGD (Hu et al., arXiv 2003.12705, §8) on Adult-1 and Adult-2.
 
     python experiments/dp_pasgd/reproduce.py [--only e1 e2 ...] [--out runs/dp-pasgd-reproduce] [--workers 1]
+    python experiments/dp_pasgd/reproduce.py --plan-seeds
     python experiments/dp_pasgd/reproduce.py --report-only
 
 Each scenario runs through the sweep engine (testbed.orchestration.sweep, local processes; the sweep
@@ -25,6 +26,10 @@ a note. Settings shared by every run: base.toml (why each was chosen is written 
 - learns: learns.toml (DP-PASGD on MNIST images at the paper's ε_th = 10, where the private model
   learns) and the same at ε_th ∈ {1, 2, 4}: the privacy-utility curve.
 
+Seeds by power (testbed.reports.seed_plan, docs/statistics.md): ``--plan-seeds`` prints, from the
+committed data, the seeds each scenario's families need for their effect of interest at 80 % power
+after Holm (at least 8, capped by BUDGET); the report prints the same table.
+
 The bound constants L, λ, ξ², α are estimated once per dataset (seed 0, testbed.planning.estimate)
 and written into [plan] of every run, so e2's markers, e3's runs and e4's map use the same ones.
 """
@@ -32,6 +37,7 @@ and written into [plan] of every run, so e2's markers, e3's runs and e4's map us
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 import time
@@ -51,7 +57,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO))
 
-from results_data import by_seed, mean_ci, read, runs_wall_s, write  # noqa: E402
+from results_data import DATA, by_seed, compact, mean_ci, read, runs_wall_s, write  # noqa: E402
 
 from testbed.assemble import load_data, model_for  # noqa: E402
 from testbed.config import Config, load_config, replace  # noqa: E402
@@ -62,6 +68,7 @@ from testbed.planning.dp_pasgd import lr_tau_cap  # noqa: E402
 from testbed.planning.estimate import noise_dimension, smoothness  # noqa: E402
 from testbed.planning.resolve import make_plan, plan_inputs  # noqa: E402
 from testbed.reports.results import read_metrics  # noqa: E402
+from testbed.reports.seed_plan import ScenarioPlan, plan, plan_table  # noqa: E402
 from testbed.reports.stats import t_interval  # noqa: E402
 from testbed.reports.verdicts import RULE, Family, Pending, Verdict, fill_all, recording, write_report  # noqa: E402
 
@@ -89,6 +96,17 @@ LEARNS_EPSILONS = (1.0, 2.0, 4.0, 10.0)
 LEARNS_EPSILON = 10.0
 CONSTANTS = ("smoothness", "strong_convexity", "grad_variance", "initial_gap")
 E1_SCHEMES = {"DP-PASGD (τ=10, K=90)": (10, 90), "DP-SGD (τ=1, K=9)": (1, 9)}
+#: Effect of interest of every paired claim here (test accuracy): one percentage point.
+ACCURACY_EFFECT = 0.01
+#: The compute budget, seeds per scenario: e2's 1760 runs at 5 seeds took 26 min of this shared 2-core
+#: machine, so 10 seeds (52 min) is the most one regeneration of the folder should take; planfit runs
+#: e2's seeds; e1, e3 and learns keep the 10 they have.
+BUDGET = {"e1": 10, "e2": 10, "e3": 10, "planfit": 10, "learns": 10}
+#: The scenarios whose runs a family's claims compare (by the family's name; the first prefix that
+#: matches): the grid's best is e2's, the planned designs e3's or planfit's, paired by seed.
+FAMILY_SCENARIOS = (("E1:", ("e1",)), ("E2:", ("e2",)), ("the planner", ("e2", "planfit")),
+                    ("cross-fitted", ("e2", "planfit")), ("E3: accuracy rises with C_th", ("e2", "e3")),
+                    ("E3:", ("e3",)), ("E4:", ()))
 #: What data/ keeps of a run of the planned design (τ, K, σ: the plan; ε: the ledger's spend).
 PLANNED = ("seed", "tau", "steps", "sigma", "test_accuracy", "train_loss", "epsilon_max")
 
@@ -184,17 +202,28 @@ def e2_rounds(cost: float, tau: int) -> list[int]:
     return sorted({most, math.ceil(most / 2)})
 
 
-def run_e2(datasets: dict[str, Dataset], out: Path, workers: int) -> None:
-    rows, wall = [], 0.0
+E2_COLUMNS = ("dataset", "cost", "epsilon", "tau", "steps", "seed", "test_accuracy", "validation_accuracy", "train_loss")
+
+
+def e2_point(cost: float, epsilon: float, tau: int, steps: int, seed: int) -> Point:
+    return Point((("budget.cost_units", cost), ("dp_pasgd.epsilon", epsilon), ("dp_pasgd.tau", tau),
+                  ("dp_pasgd.steps", steps)), seed)
+
+
+def e2_runs(datasets: dict[str, Dataset], out: Path, workers: int, seeds: Iterable[int]) -> tuple[list[dict], float]:
+    rows, wall, seeds = [], 0.0, list(seeds)
     for name, ds in datasets.items():
-        points = [Point((("budget.cost_units", c), ("dp_pasgd.epsilon", e), ("dp_pasgd.tau", t), ("dp_pasgd.steps", r * t)), s)
-                  for c in E2_BUDGETS for e in EPSILONS for t in E2_TAUS for r in e2_rounds(c, t) for s in E2_SEEDS]
+        points = [e2_point(c, e, t, r * t, s)
+                  for c in E2_BUDGETS for e in EPSILONS for t in E2_TAUS for r in e2_rounds(c, t) for s in seeds]
         folder = out / "e2" / name
         swept = run_sweep(ds.base, points, folder, workers=workers, quiet=True)
         wall += runs_wall_s(folder, swept)
         rows += [{"dataset": name, "cost": r["budget.cost_units"], "epsilon": r["dp_pasgd.epsilon"], **r} for r in swept]
-    write("e2", ("dataset", "cost", "epsilon", "tau", "steps", "seed", "test_accuracy", "validation_accuracy", "train_loss"),
-          rows, wall)
+    return rows, wall
+
+
+def run_e2(datasets: dict[str, Dataset], out: Path, workers: int) -> None:
+    write("e2", E2_COLUMNS, *e2_runs(datasets, out, workers, E2_SEEDS))
 
 
 def e3_settings() -> list[tuple[float, float]]:
@@ -202,13 +231,22 @@ def e3_settings() -> list[tuple[float, float]]:
     return sorted(pairs)
 
 
-def _planned_runs(configs: dict[str, Config], settings: list[tuple[float, float]], seeds: range, out: Path,
+def planned_config(config: Config) -> Config:
+    """``config`` with the planner choosing τ, K and σ (dp_pasgd.tau = "plan")."""
+    return replace(config, dp_pasgd={"tau": "plan", "epsilon": 10.0}, budget={"cost_units": 1000.0})
+
+
+def planned_point(cost: float, epsilon: float, seed: int) -> Point:
+    return Point((("budget.cost_units", cost), ("dp_pasgd.epsilon", epsilon)), seed)
+
+
+def _planned_runs(configs: dict[str, Config], settings: list[tuple[float, float]], seeds: Iterable[int], out: Path,
                   workers: int) -> tuple[list[dict], float]:
     """Runs of dp_pasgd.tau = "plan" for each dataset's config at each (C_th, ε_th) and seed."""
-    rows, wall = [], 0.0
+    rows, wall, seeds = [], 0.0, list(seeds)
     for name, config in configs.items():
-        config = replace(config, dp_pasgd={"tau": "plan", "epsilon": 10.0}, budget={"cost_units": 1000.0})
-        points = [Point((("budget.cost_units", c), ("dp_pasgd.epsilon", e)), s) for c, e in settings for s in seeds]
+        config = planned_config(config)
+        points = [planned_point(c, e, s) for c, e in settings for s in seeds]
         folder = out / name
         swept = run_sweep(config, points, folder, workers=workers, quiet=True)
         wall += runs_wall_s(folder, swept)
@@ -222,11 +260,67 @@ def run_e3(datasets: dict[str, Dataset], out: Path, workers: int) -> None:
     write("e3", ("dataset", "cost", "epsilon", *PLANNED), rows, wall)
 
 
-def run_planfit(datasets: dict[str, Dataset], out: Path, workers: int) -> None:
+def planfit_runs(datasets: dict[str, Dataset], out: Path, workers: int, seeds: Iterable[int]) -> tuple[list[dict], float]:
     settings = [(c, e) for c in E2_BUDGETS for e in EPSILONS]
-    rows, wall = _planned_runs({n: fitted(ds) for n, ds in datasets.items()}, settings, E2_SEEDS, out / "planfit", workers)
-    write("planfit", ("dataset", "cost", "epsilon", *PLANNED), rows, wall,
+    return _planned_runs({n: fitted(ds) for n, ds in datasets.items()}, settings, seeds, out / "planfit", workers)
+
+
+def run_planfit(datasets: dict[str, Dataset], out: Path, workers: int) -> None:
+    write("planfit", ("dataset", "cost", "epsilon", *PLANNED), *planfit_runs(datasets, out, workers, E2_SEEDS),
           noise_dimension={n: ds.info["noise_dimension"] for n, ds in datasets.items()})
+
+
+def _rerun_row(scenario: str, datasets: dict[str, Dataset], row: dict, scratch: Path) -> dict:
+    """One committed row of e2 or planfit run again (its dataset, setting and seed) in ``scratch``."""
+    ds = datasets[row["dataset"]]
+    if scenario == "e2":
+        swept = run_sweep(ds.base, [e2_point(row["cost"], row["epsilon"], row["tau"], row["steps"], row["seed"])],
+                          scratch, workers=1, quiet=True)[0]
+        return {"dataset": ds.name, "cost": swept["budget.cost_units"], "epsilon": swept["dp_pasgd.epsilon"], **swept}
+    swept = run_sweep(planned_config(fitted(ds)), [planned_point(row["cost"], row["epsilon"], row["seed"])], scratch,
+                      workers=1, quiet=True)[0]
+    return {"dataset": ds.name, "cost": swept["budget.cost_units"], "epsilon": swept["dp_pasgd.epsilon"],
+            **{k: swept[k] for k in PLANNED}}
+
+
+#: The scenarios ``--extend`` adds seeds to (the ones the plan asks more of): their runs at given seeds.
+EXTENDABLE: dict[str, Callable[..., tuple[list[dict], float]]] = {"e2": e2_runs, "planfit": planfit_runs}
+
+
+def extend(scenario: str, datasets: dict[str, Dataset], out: Path, workers: int, seeds: int) -> None:
+    """Add to data/<scenario>.json only the seeds it lacks (``seeds`` in all), after rerunning its cheapest
+    committed run (the fewest steps, the first seed): SystemExit (one line) unless that reproduces the
+    committed row, so the extended file is what a full regeneration would give."""
+    import tempfile
+
+    from testbed.reports.seed_plan import first_mismatch
+
+    table = read(scenario)
+    raw = json.loads((DATA / f"{scenario}.json").read_text())
+    columns = raw["columns"]
+    have = sorted({r["seed"] for r in table.rows})
+    if have != list(range(len(have))):
+        raise SystemExit(f"{scenario}: refusing to extend: its seeds {have} are not 0, 1, ..., {len(have) - 1}")
+    if seeds <= len(have):
+        print(f"{scenario}: {len(have)} seeds committed, {seeds} asked: nothing to run", flush=True)
+        return
+    cheapest = min(table.rows, key=lambda r: (r["steps"], r["seed"]))
+    with tempfile.TemporaryDirectory() as scratch:
+        rerun = compact({c: _rerun_row(scenario, datasets, cheapest, Path(scratch))[c] for c in columns})
+    found = first_mismatch(cheapest, rerun)
+    if found:
+        raise SystemExit(f"{scenario}: refusing to extend: seed {cheapest['seed']} of {cheapest['dataset']} at "
+                         f"{cheapest['steps']} steps does not reproduce the committed run ({found})")
+    print(f"{scenario}: seed {cheapest['seed']} of {cheapest['dataset']} at {cheapest['steps']} steps reproduces "
+          "the committed run", flush=True)
+    rows, wall = EXTENDABLE[scenario](datasets, out, workers, range(len(have), seeds))
+    setting = columns[:columns.index("seed")]  # a full run's rows: every setting in order, its seeds within it
+    position: dict[tuple, int] = {}
+    for r in table.rows:
+        position.setdefault(tuple(r[c] for c in setting), len(position))
+    merged = sorted(table.rows + [compact({c: r[c] for c in columns}) for r in rows],
+                    key=lambda r: (position[tuple(r[c] for c in setting)], r["seed"]))
+    write(scenario, columns, merged, table.wall_s + wall, **table.extra)
 
 
 def run_e4(datasets: dict[str, Dataset], skipped: list[str]) -> None:
@@ -370,7 +464,39 @@ def words(verdicts: Iterable[Verdict | Pending]) -> str:
     return ", ".join(f"{n} {w}" for w, n in sorted(counts.items()))
 
 
-def report(t: dict[str, Any]) -> str:
+def seed_plans(tables: dict[str, Any]) -> list[ScenarioPlan]:
+    """Each seeded scenario's seeds by power from its data (testbed.reports.seed_plan): the families that
+    compare its runs (FAMILY_SCENARIOS). Call it outside a REPORT's recording."""
+    with recording() as made:
+        report(tables)
+    families: dict[str, list[Family]] = {name: [] for name in BUDGET}
+    for f in made:
+        for prefix, scenarios in FAMILY_SCENARIOS:
+            if f.name.startswith(prefix):
+                for name in scenarios:
+                    families[name].append(f)
+                break
+        else:
+            raise ValueError(f"family {f.name!r} names no scenario in FAMILY_SCENARIOS")
+    seeds = {name: len({r["seed"] for r in tables[name].rows}) for name in BUDGET}
+    return plan(families, seeds, BUDGET)
+
+
+def seeds_section(plans: list[ScenarioPlan]) -> str:
+    short = [p.scenario for p in plans if p.underpowered]
+    return "\n".join([
+        "**Seeds by power.** Each scenario runs max(8, the seeds its families need to detect their effect of interest "
+        "at 80 % power after Holm, from the sd of these runs), capped by the compute budget "
+        "(testbed.reports.seed_plan; `reproduce.py --plan-seeds` prints this table from the committed data). Effect of "
+        f"interest: test accuracy {ACCURACY_EFFECT:g} (one percentage point). Budget: 10 seeds per scenario (e2's "
+        "1760 runs at 5 seeds took 26 min: 10 seeds, 52 min, is the most one regeneration of the folder should "
+        "take).", "", *plan_table(plans), "",
+        (f"Underpowered for the effect of interest: {', '.join(short)}: an inconclusive verdict there is no evidence "
+         "against a difference of one percentage point." if short else "Every scenario holds the seeds its families "
+         "need."), ""])
+
+
+def report(t: dict[str, Any], plans: list[ScenarioPlan] | None = None) -> str:
     e1, e2, e3, e4, fit, learns = (t[k] for k in ("e1", "e2", "e3", "e4", "planfit", "learns"))
     info = e4.extra["info"]
     names = list(info)
@@ -379,7 +505,7 @@ def report(t: dict[str, Any]) -> str:
     families: list[Family] = []
 
     def family(name: str) -> Family:
-        families.append(Family(name))
+        families.append(Family(name, effect_of_interest=ACCURACY_EFFECT))
         return families[-1]
 
     walls = {"e1": e1.wall_s, "e2": e2.wall_s, "e3": e3.wall_s, "e4": e4.wall_s, "planfit": fit.wall_s, "learns": learns.wall_s}
@@ -402,6 +528,8 @@ def report(t: dict[str, Any]) -> str:
         f"Seeds: e1 {len(E1_SEEDS)}, e2 {len(E2_SEEDS)} (its {len(e2.rows)} runs are most of the compute; 10 seeds "
         f"would double it), e3 {len(E3_SEEDS)}, planfit {len(E2_SEEDS)} (the seeds of e2 it is paired with), learns "
         f"{len(LEARNS_SEEDS)} at ε_th = {LEARNS_EPSILON:g} and 5 at each other ε_th.\n")
+    if plans:
+        add(seeds_section(plans))
     for name in e4.extra["skipped"]:
         add(f"- {name}: skipped — vehicle.mat (the Vehicle Sensor data set as packaged for MOCHA) was not found "
             "under $TESTBED_DATA and has no download source.")
@@ -775,7 +903,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=1, help="parallel runs (default 1)")
     parser.add_argument("--only", nargs="+", choices=[*SCENARIOS, "e4", "learns"], help="run only these scenarios")
     parser.add_argument("--report-only", action="store_true", help="rewrite REPORT.md and the figures from data/ alone")
+    parser.add_argument("--plan-seeds", action="store_true",
+                        help="print each scenario's seeds by power from the committed data; run nothing")
+    parser.add_argument("--extend", action="store_true",
+                        help=f"add to {' and '.join(EXTENDABLE)} only the seeds their data lack, up to --seeds (after "
+                             "checking a committed run reproduces); the other scenarios are left as they are")
+    parser.add_argument("--seeds", type=int, default=len(E2_SEEDS),
+                        help="with --extend: the seeds e2 and planfit hold afterwards (default: E2_SEEDS)")
     args = parser.parse_args(argv)
+    if args.seeds < 2:
+        parser.error(f"--seeds must be at least 2 (a paired comparison needs two pairs), got {args.seeds}")
+    if args.plan_seeds:
+        print("\n".join(plan_table(seed_plans({k: read(k) for k in ("e1", "e2", "e3", "e4", "planfit", "learns")}))))
+        return 0
     if not args.report_only:
         chosen = args.only or [*SCENARIOS, "e4", "learns"]
         datasets: dict[str, Dataset] = {}
@@ -788,7 +928,10 @@ def main(argv: list[str] | None = None) -> int:
                 datasets[name] = ready
         for key in chosen:
             start = time.monotonic()
-            if key == "e4":
+            if args.extend:
+                if key in EXTENDABLE:
+                    extend(key, datasets, args.out, args.workers, args.seeds)
+            elif key == "e4":
                 run_e4(datasets, skipped)
             elif key == "learns":
                 run_learns(args.out, args.workers)
@@ -797,8 +940,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{key}: {time.monotonic() - start:.0f} s", flush=True)
     tables = {k: read(k) for k in ("e1", "e2", "e3", "e4", "planfit", "learns")}
     draw_figures(tables)
+    plans = seed_plans(tables)
     with recording() as families:
-        text = report(tables)
+        text = report(tables, plans)
     write_report(HERE / "REPORT.md", text, families)
     print(f"report: {HERE / 'REPORT.md'}")
     return 0
