@@ -30,6 +30,8 @@ import scipy.stats
 ROOT = Path(__file__).resolve().parents[1]
 REPORTS = sorted(ROOT.glob("experiments/*/REPORT*.md"))
 ALPHA = 0.05
+#: The most seeds a power record looks at (testbed.reports.stats.MOST_SEEDS): "seeds needed" None means more.
+MOST_SEEDS = 1000
 VERDICT_TEXT = re.compile(r"\*\*(?:shown|opposite|inconclusive)\*\* \(n=[^)]*\)")
 
 
@@ -169,7 +171,10 @@ def power_disagreements(family: dict) -> list[str]:
         wrong.append(f"{name}: {power['min_detectable']:.6g} is not detected with 80 % power at n = {n}")
     if "effect_of_interest" in power:
         needed, effect = power["seeds_needed"], power["effect_of_interest"]
-        if needed is None or needed < 2:
+        if needed is None:  # out of reach: not even MOST_SEEDS pairs detect it
+            if power_of_t(MOST_SEEDS, effect, sd, m) >= 0.8:
+                wrong.append(f"{name}: {effect} said out of reach, but {MOST_SEEDS} seeds detect it with 80 % power")
+        elif needed < 2:
             wrong.append(f"{name}: seeds needed {needed} for {effect}")
         elif power_of_t(needed, effect, sd, m) < 0.8 or (needed > 2 and power_of_t(needed - 1, effect, sd, m) >= 0.8):
             wrong.append(f"{name}: {needed} is not the fewest seeds detecting {effect} with 80 % power")

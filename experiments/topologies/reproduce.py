@@ -1,6 +1,7 @@
 """Decentralised learning beyond the complete graph (issue 32): DWFL on the topologies a radio gives.
 
-    python experiments/topologies/reproduce.py [--only dwfl ...] [--seeds 5] [--workers 1] [--out runs/topologies-reproduce]
+    python experiments/topologies/reproduce.py [--only dwfl ...] [--seeds N] [--extend] [--workers 1] [--out runs/topologies-reproduce]
+    python experiments/topologies/reproduce.py --plan-seeds
     python experiments/topologies/reproduce.py --report-only
 
 Every curve is a base file with one ``[topology]``: the complete graph (DWFL's paper), the random
@@ -20,6 +21,13 @@ per run its final metrics, its curves against rounds subsampled (test accuracy a
 x̄, ε spent by the most exposed node, energy per node from the ledger), and per node its degree,
 artificial noise σ, ε per round at its receivers and ε spent (ledger). REPORT.md and the figures are
 generated from data/ alone, which is all ``--report-only`` does (tests/test_reproductions.py).
+
+Seeds by power (testbed.reports.seed_plan, docs/statistics.md): each scenario runs SEEDS[scenario]
+seeds, the plan from the committed data (``--plan-seeds`` prints it: the seeds each family needs for
+its effect of interest at 80 % power after Holm, at least 8, capped by BUDGET). ``--extend`` runs only
+the seeds a scenario's data file lacks and merges them in, after rerunning its cheapest committed run
+and refusing unless that reproduces the committed record (measured times and the energy computed from
+them aside).
 
 Verdicts (testbed.reports.verdicts, docs/statistics.md): each sparse graph against the complete one
 is a paired comparison over seeds (final accuracy and loss, mean of the last LAST rounds); learning
@@ -48,6 +56,7 @@ REPO = HERE.parents[1]
 DATA = HERE / "data"
 sys.path.insert(0, str(REPO))
 
+from testbed.reports.seed_plan import ScenarioPlan, first_mismatch, plan, plan_table  # noqa: E402
 from testbed.reports.stats import majority_flag, t_interval  # noqa: E402
 from testbed.reports.sweep_stats import stats_rows  # noqa: E402
 from testbed.reports.verdicts import RULE, Family, Verdict, recording  # noqa: E402
@@ -85,7 +94,21 @@ VERSUS = (("dwfl", "dpsgd"), ("dwfl", "gossip"), ("dwfl-eps5", "dpsgd-eps5"), ("
 REFERENCE = "complete"
 LAST = 10  # rounds averaged for a run's final (and first) accuracy and loss
 CURVE_EVERY = 2  # rounds between the stored points of a curve
-SEEDS = 5
+#: Seeds per scenario: the plan from the 5-seed pilot (``--plan-seeds``), capped by BUDGET.
+SEEDS = {"dwfl": 8, "dwfl-eps5": 8, "dpsgd": 8, "gossip": 8, "dpsgd-eps5": 8, "gossip-eps5": 8}
+#: The compute budget, seeds per scenario: one more seed of every scenario costs about 4.7 min of runs
+#: (5 curves, 4 to 20 s a run, one process on the shared 2-core machine); 8 seeds, 37 min of runs for
+#: the folder, is what the session regenerating it had.
+BUDGET = {name: 8 for name in SEEDS}
+#: What a run's record holds that is measured, not computed: wall times, and the energy of the ledger's
+#: compute events (modelled from the measured compute time). An extension's check ignores them.
+MEASURED = frozenset({"wall_s", "node_energy_j", "energy_j"})
+#: Effects of interest (the smallest mean paired difference each family's claims are about).
+#: Test accuracy: one percentage point, the resolution the findings speak in.
+ACCURACY_EFFECT = 0.01
+#: Training loss: 1 % of ln 10 = 2.303, the cross-entropy of a guess at chance over mnist's 10 classes
+#: (the loss's scale), as one percentage point is 1 % of the accuracy's.
+LOSS_EFFECT = 0.01 * float(np.log(10.0))
 DIGITS = 6  # significant digits of every stored float (far below the seed noise of any metric here)
 
 
@@ -205,37 +228,94 @@ def collect(run_dir: Path, curve: str, config) -> dict[str, Any]:
     }
 
 
-def run_scenario(name: str, seeds: int, workers: int, out: Path) -> Path:
-    """Run every curve of scenario ``name`` over ``seeds`` seeds and write data/<name>.json."""
+def _base(name: str):
     from testbed.config import load_config, replace
-    from testbed.orchestration.sweep import Point, point_config, run_sweep
 
     what, base_file, changes = SCENARIOS[name]
-    base = replace(load_config(HERE / base_file), **changes)
-    curves = topology_curves(base.run.algorithm)
+    return replace(load_config(HERE / base_file), **changes)
+
+
+def _run_seeds(name: str, seeds: list[int], workers: int, out: Path, only: str | None = None) -> list[dict[str, Any]]:
+    """The records of every curve (or the curve ``only``) of scenario ``name`` at ``seeds``, curve by curve."""
+    from testbed.orchestration.sweep import Point, point_config, run_sweep
+
+    base = _base(name)
     rounds = getattr(base, base.run.algorithm).rounds
     start = time.monotonic()
     runs = []
-    for curve, values in curves.items():
-        points = [Point(values, s) for s in range(base.run.seed, base.run.seed + seeds)]
+    for curve, values in topology_curves(base.run.algorithm).items():
+        if only is not None and curve != only:
+            continue
+        points = [Point(values, s) for s in seeds]
         for p in points:  # a graph that falls apart is refused before anything runs
             run_topology(point_config(base, p)).check(rounds)
         folder = out / name / _slug(curve)
         swept = run_sweep(base, points, folder, workers=workers, quiet=True)
         for p, row in zip(points, swept):
-            runs.append(collect(folder / row["run"], curve, point_config(base, p)))
+            runs.append(compact(collect(folder / row["run"], curve, point_config(base, p))))
         print(f"{name}: {curve} done ({time.monotonic() - start:.0f} s)", flush=True)
-    record = {"scenario": name, "what": what, "base": base_file, "algorithm": base.run.algorithm, "rounds": rounds,
-              "num_nodes": base.data.num_nodes, "epsilon_round": getattr(base, base.run.algorithm).epsilon,
-              "delta": base.privacy.delta,
-              "seeds": list(range(base.run.seed, base.run.seed + seeds)), "last_rounds": LAST,
-              "curve_every": CURVE_EVERY, "curves": {c: dict(v) for c, v in curves.items()},
-              "runs_wall_s": round(sum(r["wall_s"] for r in runs), 1),
-              "runs": runs}
+    return runs
+
+
+def _record(name: str, seeds: list[int], runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Scenario ``name``'s data file: its settings, seeds and runs (ordered curve by curve, seeds in order)."""
+    what, base_file, _ = SCENARIOS[name]
+    base = _base(name)
+    curves = topology_curves(base.run.algorithm)
+    order = {c: i for i, c in enumerate(curves)}
+    runs = sorted(runs, key=lambda r: (order[r["curve"]], r["seed"]))
+    return compact({"scenario": name, "what": what, "base": base_file, "algorithm": base.run.algorithm,
+                    "rounds": getattr(base, base.run.algorithm).rounds, "num_nodes": base.data.num_nodes,
+                    "epsilon_round": getattr(base, base.run.algorithm).epsilon, "delta": base.privacy.delta,
+                    "seeds": seeds, "last_rounds": LAST, "curve_every": CURVE_EVERY,
+                    "curves": {c: dict(v) for c, v in curves.items()},
+                    "runs_wall_s": round(sum(r["wall_s"] for r in runs), 1), "runs": runs})
+
+
+def _write(name: str, record: dict[str, Any]) -> Path:
     DATA.mkdir(exist_ok=True)
     path = DATA / f"{name}.json"
-    path.write_text(json.dumps(compact(record), separators=(",", ":"), ensure_ascii=False, allow_nan=False) + "\n")
+    path.write_text(json.dumps(record, separators=(",", ":"), ensure_ascii=False, allow_nan=False) + "\n")
     return path
+
+
+def run_scenario(name: str, seeds: int, workers: int, out: Path) -> Path:
+    """Run every curve of scenario ``name`` over ``seeds`` seeds and write data/<name>.json."""
+    first = _base(name).run.seed
+    chosen = list(range(first, first + seeds))
+    return _write(name, _record(name, chosen, _run_seeds(name, chosen, workers, out)))
+
+
+def extend_scenario(name: str, seeds: int, workers: int, out: Path) -> Path:
+    """Add to data/<name>.json only the seeds it lacks (up to ``seeds`` in all), after rerunning its
+    cheapest committed run: SystemExit (one line) unless that rerun, and the file's settings, equal the
+    committed ones (measured times aside), so the extended file is what a full regeneration would give."""
+    import tempfile
+
+    path = DATA / f"{name}.json"
+    if not path.is_file():
+        raise SystemExit(f"{name}: nothing to extend: {path} does not exist (run it without --extend)")
+    committed = json.loads(path.read_text())
+    first = _base(name).run.seed
+    have = committed["seeds"]
+    if have != list(range(first, first + len(have))):
+        raise SystemExit(f"{name}: refusing to extend: its seeds {have} are not {first}, {first + 1}, ...")
+    if seeds <= len(have):
+        print(f"{name}: {len(have)} seeds committed, {seeds} asked: nothing to run", flush=True)
+        return path
+    cheapest = min(committed["runs"], key=lambda r: r["wall_s"])
+    with tempfile.TemporaryDirectory() as scratch:  # a fresh folder: the sweep must not reuse a finished run
+        rerun = _run_seeds(name, [cheapest["seed"]], 1, Path(scratch), only=cheapest["curve"])[0]
+    settings = {k: v for k, v in _record(name, have, committed["runs"]).items() if k != "runs"}
+    found = (first_mismatch(cheapest, rerun, MEASURED)
+             or first_mismatch({k: v for k, v in committed.items() if k != "runs"}, settings, {"runs_wall_s"}))
+    if found:
+        raise SystemExit(f"{name}: refusing to extend: seed {cheapest['seed']} of {cheapest['curve']!r} does not "
+                         f"reproduce the committed data ({found})")
+    print(f"{name}: seed {cheapest['seed']} of {cheapest['curve']!r} reproduces the committed run", flush=True)
+    added = list(range(first + len(have), first + seeds))
+    runs = committed["runs"] + _run_seeds(name, added, workers, out)
+    return _write(name, _record(name, have + added, runs))
 
 
 def _slug(curve: str) -> str:
@@ -331,18 +411,21 @@ def _stats_table(sc: Scenario) -> list[str]:
 
 
 def _verdicts(sc: Scenario) -> tuple[list[str], list[str], dict[str, Verdict]]:
-    """(the verdict lines of the body, the same as a summary list, the verdicts by name). Three families: the
-    sparse graphs against the complete one (accuracy and loss), the rise over the rounds per curve, the trends
-    over the graphs' properties (one value per graph: its mean over the seeds)."""
+    """(the verdict lines of the body, the same as a summary list, the verdicts by name). Four families: the
+    sparse graphs against the complete one in accuracy, and in loss (one unit and one effect of interest
+    each), the rise over the rounds per curve, the trends over the graphs' properties (one value per
+    graph: its mean over the seeds)."""
     body, summary, pending = [], [], {}
-    versus, rises = Family("the complete graph against each sparse graph"), Family("accuracy rises over the rounds")
+    versus = Family("the complete graph against each sparse graph: test accuracy", effect_of_interest=ACCURACY_EFFECT)
+    versus_loss = Family("the complete graph against each sparse graph: train loss", effect_of_interest=LOSS_EFFECT)
+    rises = Family("accuracy rises over the rounds", effect_of_interest=ACCURACY_EFFECT)
     trends = Family("trends over the graphs")
-    body += [versus.description(), ""]
+    body += [versus.description(), "", versus_loss.description(), ""]
     for c in sc.curves:
         if c == REFERENCE:
             continue
         acc = versus.paired(sc.values(REFERENCE, "final_acc"), sc.values(c, "final_acc"), "a>b")
-        loss = versus.paired(sc.values(REFERENCE, "final_loss"), sc.values(c, "final_loss"), "a<b")
+        loss = versus_loss.paired(sc.values(REFERENCE, "final_loss"), sc.values(c, "final_loss"), "a<b")
         pending[f"acc {c}"] = acc
         body += [f"**{REFERENCE} (a) ends more accurate than {c} (b)?**  ",
                  f"test accuracy: {acc.markdown()}  ", f"train loss (a lower): {loss.markdown()}", ""]
@@ -370,7 +453,7 @@ def _verdicts(sc: Scenario) -> tuple[list[str], list[str], dict[str, Verdict]]:
         body += ["**The noise variance σ² falls with the graph's smallest degree (one point per graph)?** "
                  f"{pending['noise'].markdown()}", ""]
         summary.append(f"- the noise variance falls with the smallest degree: {pending['noise'].markdown()}")
-    for f in (versus, rises, trends):
+    for f in (versus, versus_loss, rises, trends):
         body, summary = [f.fill(x) for x in body], [f.fill(x) for x in summary]
     return body, summary, {k: v.verdict for k, v in pending.items()}
 
@@ -462,7 +545,35 @@ def section(name: str, sc: Scenario, figures: list[str]) -> tuple[list[str], lis
     return md, summary, found
 
 
-def report(data: dict[str, Scenario], figures: dict[str, list[str]]) -> str:
+def seed_plans(data: dict[str, Scenario]) -> list[ScenarioPlan]:
+    """Each scenario's seeds by power from its data (testbed.reports.seed_plan), as its REPORT gives them."""
+    with recording():
+        return report(data, {name: [] for name in data})[1]
+
+
+def seeds_section(plans: list[ScenarioPlan], data: dict[str, Scenario]) -> list[str]:
+    """The REPORT's seeds by power: the plan from this data, and the budget."""
+    short = [p.scenario for p in plans if p.underpowered]
+    runs = sum(len(sc.record["runs"]) for sc in data.values())
+    minutes = sum(sc.record["runs_wall_s"] for sc in data.values()) / 60
+    return ["## Seeds by power", "",
+            "Each scenario runs max(8, the seeds its families need to detect their effect of interest at 80 % power "
+            "after Holm, from the sd of these runs), capped by the compute budget (testbed.reports.seed_plan; "
+            "`reproduce.py --plan-seeds` prints this table from the committed data). Effects of interest: test "
+            f"accuracy {ACCURACY_EFFECT:g} (one percentage point), train loss {LOSS_EFFECT:.3g} (1 % of ln 10, the "
+            "loss at chance). Budget: 8 seeds per scenario, what the session regenerating the folder had: its "
+            f"{runs} runs took {minutes:.1f} min (the sum of the runs' measured times, one process on this shared "
+            "2-core machine; each section gives its own), so one more seed of every scenario costs about "
+            f"{minutes / max(len(sc.record['seeds']) for sc in data.values()):.1f} min.", "", *plan_table(plans), "",
+            (f"Underpowered for its effect of interest at the budget: {', '.join(short)}. An inconclusive verdict "
+             "there is no evidence against the effect; the seeds needed are what an extension "
+             "(`reproduce.py --extend --seeds N`) would run." if short else
+             "Every scenario holds the seeds its families need."), ""]
+
+
+def report(data: dict[str, Scenario], figures: dict[str, list[str]]) -> tuple[str, list[ScenarioPlan]]:
+    """The REPORT's text, and each scenario's seeds by power from the families judged on its runs (a
+    comparison of two scenarios counting for both)."""
     md = ["# Topologies: decentralised learning beyond the complete graph (generated by "
           "`experiments/topologies/reproduce.py`)", "",
           "Issue 32. The learner is `experiments/dwfl/learns.toml`'s (private DWFL on mnist-5k, multinomial",
@@ -475,20 +586,25 @@ def report(data: dict[str, Scenario], figures: dict[str, list[str]]) -> str:
           RULE, ""]
     if not data:
         md += ["*No scenario has data yet (`data/` is empty): `reproduce.py` runs them.*", ""]
-        return "\n".join(md)
+        return "\n".join(md), []
     bodies, summary, found = [], ["## Summary of the verdicts", ""], {}
+    families: dict[str, list[Family]] = {name: [] for name in data}
     for name, sc in data.items():
-        body, lines, found[name] = section(name, sc, figures[name])
+        with recording() as made:
+            body, lines, found[name] = section(name, sc, figures[name])
+        families[name] += made
         bodies += body
         summary += [f"{sc.record['what']}:", "", *lines, ""]
-    versus, won = _versus(data)
-    return "\n".join(md + findings(data, found, won) + summary + versus + bodies + limits(data))
+    versus, won = _versus(data, families)
+    plans = plan(families, {name: len(sc.record["seeds"]) for name, sc in data.items()}, BUDGET)
+    text = md + findings(data, found, won) + summary + seeds_section(plans, data) + versus + bodies + limits(data)
+    return "\n".join(text), plans
 
 
-def _versus(data: dict[str, Scenario]) -> tuple[list[str], dict[tuple[str, str], list[str]]]:
+def _versus(data: dict[str, Scenario], families: dict[str, list[Family]]) -> tuple[list[str], dict[tuple[str, str], list[str]]]:
     """Over the air against orthogonal links on each graph, paired by seed (the same seed draws the
     same graph): accuracy and energy per node; and per pair of scenarios the graphs where over the air
-    is shown more accurate. One family per table."""
+    is shown more accurate. One family per table, added to ``families`` of both scenarios."""
     md: list[str] = []
     won: dict[tuple[str, str], list[str]] = {}
     for ota, orth in VERSUS:
@@ -502,7 +618,9 @@ def _versus(data: dict[str, Scenario]) -> tuple[list[str], dict[tuple[str, str],
                "accuracy verdict shows nothing about convergence.", "",
                "| curve | learns: a, b | test acc, verdict a > b | energy per node a [J] | energy per node b [J] | b / a |",
                "|---|---|---|---|---|---|"]
-        fam = Family(f"{a.record['what']} against {b.record['what']}, every graph")
+        fam = Family(f"{a.record['what']} against {b.record['what']}, every graph", effect_of_interest=ACCURACY_EFFECT)
+        families[ota].append(fam)
+        families[orth].append(fam)
         start = len(md)
         judged = {}
         for c in a.curves:
@@ -607,7 +725,7 @@ def write_report() -> Path:
             stale.unlink()
     path = HERE / "REPORT.md"
     with recording() as families:
-        text = report(data, figures)
+        text, _ = report(data, figures)
     write_report_and_verdicts(path, text, families)
     return path
 
@@ -616,14 +734,25 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=REPO / "runs" / "topologies-reproduce", help="the sweeps' folder")
     parser.add_argument("--workers", type=int, default=1, help="parallel runs (default 1)")
-    parser.add_argument("--seeds", type=int, default=SEEDS)
+    parser.add_argument("--seeds", type=int, help="seeds of every scenario (default: SEEDS, the plan by power)")
     parser.add_argument("--only", nargs="+", choices=list(SCENARIOS), help="run only these scenarios")
+    parser.add_argument("--extend", action="store_true",
+                        help="run only the seeds data/ lacks and merge them in (after checking a committed run reproduces)")
+    parser.add_argument("--plan-seeds", action="store_true",
+                        help="print each scenario's seeds by power from the committed data; run nothing")
     parser.add_argument("--report-only", action="store_true", help="rewrite REPORT.md and the figures from data/ alone")
     args = parser.parse_args(argv)
+    if args.seeds is not None and args.seeds < 2:
+        parser.error(f"--seeds must be at least 2 (a paired comparison needs two pairs), got {args.seeds}")
+    if args.plan_seeds:
+        print("\n".join(plan_table(seed_plans(load()))))
+        return 0
     if not args.report_only:
         os.environ.setdefault("TESTBED_TORCH_THREADS", "1")
         for name in args.only or list(SCENARIOS):
-            path = run_scenario(name, args.seeds, args.workers, args.out)
+            seeds = SEEDS[name] if args.seeds is None else args.seeds
+            run = extend_scenario if args.extend else run_scenario
+            path = run(name, seeds, args.workers, args.out)
             print(f"wrote {path}", flush=True)
     print(f"report: {write_report()}")
     return 0

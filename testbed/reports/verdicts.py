@@ -331,13 +331,14 @@ _RECORDINGS: list[list[Family]] = []
 
 @contextmanager
 def recording() -> Iterator[list[Family]]:
-    """Collect every Family made inside the block (a REPORT's), for :func:`write_report`."""
+    """Collect every Family made inside the block (a REPORT's), for :func:`write_report`; blocks nest (a
+    family made in an inner block is in every enclosing block's list too)."""
     families: list[Family] = []
     _RECORDINGS.append(families)
     try:
         yield families
-    finally:
-        _RECORDINGS.remove(families)
+    finally:  # by identity: a nested recording's list may equal its outer one's (list.remove compares ==)
+        del _RECORDINGS[next(i for i, f in enumerate(_RECORDINGS) if f is families)]
 
 
 def write_report(path: Path, text: str, families: Sequence[Family]) -> None:
