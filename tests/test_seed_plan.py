@@ -129,3 +129,81 @@ def test_an_extended_file_is_the_full_regeneration_and_a_file_that_does_not_repr
     message = str(refused.value)
     assert "refusing to extend" in message and "final_acc" in message and "\n" not in message
     assert json.loads(path.read_text()) == tampered  # nothing written
+
+
+@pytest.fixture
+def acfl(tmp_path, monkeypatch):
+    """experiments/acfl/reproduce.py writing its data to a scratch folder."""
+    spec = importlib.util.spec_from_file_location("acfl_reproduce", ROOT / "experiments/acfl/reproduce.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setattr(module, "DATA", tmp_path / "data")
+    return module
+
+
+def test_acfl_s_fig3_extended_is_its_full_regeneration_in_the_same_order(acfl) -> None:
+    """Fig. 3's runs loop p outside the seeds: the added seeds' runs go where a full run puts them."""
+    def compute(chosen, out):
+        return acfl.timed(lambda: acfl.fig3_data(chosen, 20))
+
+    acfl.write_data("fig3", compute(range(3), None))
+    full = acfl.read_data("fig3")
+    acfl.write_data("fig3", compute(range(2), None))
+    merged = acfl.extend("fig3", 3, compute)
+    assert [(r["p"], r["seed"]) for r in merged["runs"]] == [(r["p"], r["seed"]) for r in full["runs"]]
+    assert acfl._rounded(merged) | {"wall_s": 0} == full | {"wall_s": 0}
+    assert acfl.extend("fig3", 2, compute) is None  # nothing missing: nothing run
+
+    tampered = acfl.read_data("fig3")
+    tampered["runs"][0]["final_loss"] *= 1.5
+    acfl.write_data("fig3", tampered)
+    with pytest.raises(SystemExit, match=r"^fig3: refusing to extend: seed 0 does not reproduce .*final_loss"):
+        acfl.extend("fig3", 3, compute)
+
+
+@pytest.fixture
+def dp_pasgd(tmp_path, monkeypatch):
+    """experiments/dp_pasgd/reproduce.py on a tiny E2 grid (Adult-2, C_th = 500, ε_th = 10, τ = 1: K = 2 and 4)."""
+    import sys
+
+    monkeypatch.syspath_prepend(str(ROOT / "experiments/dp_pasgd"))
+    spec = importlib.util.spec_from_file_location("dp_pasgd_reproduce", ROOT / "experiments/dp_pasgd/reproduce.py")
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    results_data = sys.modules["results_data"]
+    for target in (module, results_data):
+        monkeypatch.setattr(target, "DATA", tmp_path / "data")
+    monkeypatch.setattr(module, "E2_BUDGETS", (500.0,))
+    monkeypatch.setattr(module, "EPSILONS", (10.0,))
+    monkeypatch.setattr(module, "E2_TAUS", (1,))
+    return module
+
+
+def test_dp_pasgd_s_e2_extended_is_its_full_regeneration(dp_pasgd, tmp_path, capsys) -> None:
+    datasets = {"adult-2": dp_pasgd.setup("adult-2")}
+    rows, wall = dp_pasgd.e2_runs(datasets, tmp_path / "full", 1, range(2))
+    dp_pasgd.write("e2", dp_pasgd.E2_COLUMNS, rows, wall)
+    full = dp_pasgd.read("e2").rows
+    dp_pasgd.write("e2", dp_pasgd.E2_COLUMNS, *dp_pasgd.e2_runs(datasets, tmp_path / "pilot", 1, range(1)))
+    dp_pasgd.extend("e2", datasets, tmp_path / "more", 1, 2)
+    assert dp_pasgd.read("e2").rows == full and [(r["steps"], r["seed"]) for r in full] == [(2, 0), (2, 1), (4, 0), (4, 1)]
+    assert "reproduces the committed run" in capsys.readouterr().out
+
+    path = tmp_path / "data" / "e2.json"
+    path.write_text(path.read_text().replace(str(full[0]["test_accuracy"]), str(full[0]["test_accuracy"] + 0.25), 1))
+    with pytest.raises(SystemExit, match=r"^e2: refusing to extend: seed 0 of adult-2 at 2 steps does not reproduce"):
+        dp_pasgd.extend("e2", datasets, tmp_path / "more", 1, 3)
+
+
+def test_recordings_nest_and_an_inner_one_equal_to_its_outer_one_ends_cleanly() -> None:
+    """A REPORT attributes its families to scenarios with a recording inside its own: the inner list
+    starts equal to the outer one, and ending it must end the inner one, not the first equal list."""
+    from testbed.reports.verdicts import recording
+
+    with recording() as outer:
+        with recording() as inner:
+            f = Family("one")
+        g = Family("two")
+    h = Family("after")
+    assert inner == [f] and outer == [f, g] and h not in outer
