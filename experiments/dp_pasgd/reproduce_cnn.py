@@ -118,18 +118,16 @@ def figures(e1, e2) -> None:
     _save(fig, "fig_e2-cnn.png")
 
 
-def seed_plans(e1, e2) -> list[ScenarioPlan]:
-    """Each scenario's seeds by power from its data: E1's family compares cnn-e1's runs, the others cnn-e2's.
-    Call it outside a REPORT's recording."""
-    with recording() as made:
-        report(e1, e2)
+def seed_plans(e1, e2, made: list[Family]) -> list[ScenarioPlan]:
+    """Each scenario's seeds by power from its data and ``made``, its REPORT's families: E1's compares
+    cnn-e1's runs, the others cnn-e2's."""
     families = {"cnn-e1": [f for f in made if f.name.startswith("E1:")],
                 "cnn-e2": [f for f in made if not f.name.startswith("E1:")]}
     seeds = {"cnn-e1": len({r["seed"] for r in e1.rows}), "cnn-e2": len({r["seed"] for r in e2.rows})}
     return plan(families, seeds, BUDGET)
 
 
-def report(e1, e2, plans: list[ScenarioPlan] | None = None) -> str:
+def report(e1, e2) -> str:
     majority, chance = e1.extra["majority"], e1.extra["chance"]
     pasgd, sgd = (by_seed(e1.rows, "test_accuracy", tau=t) for t, _k in SCHEMES.values())
 
@@ -155,7 +153,7 @@ def report(e1, e2, plans: list[ScenarioPlan] | None = None) -> str:
          f"Measured wall time of the runs (one worker, the sum of the runs' own times): cnn-e1 {e1.wall_s:.0f} s, "
          f"cnn-e2 {e2.wall_s:.0f} s; **{(e1.wall_s + e2.wall_s) / 60:.1f} min** in all (measured while other jobs shared "
          "the two cores, which the runs' own times include).", "",
-         *(seeds_lines(plans) if plans else []),
+         SEEDS_PLACE,
          "## E1: resource efficiency (`fig_e1-cnn.png`)", "",
          "> \"for all of the data distribution cases, DP-PASGD always achieves higher accuracy than DP-SGD\"", "",
          "| scheme | test accuracy | σ | ε spent (max) |", "|---|---|---|---|"]
@@ -242,7 +240,12 @@ def report(e1, e2, plans: list[ScenarioPlan] | None = None) -> str:
                  + f" | {v(f_e3e.trend(xs, ys, 'increasing', units=xs, cluster=seeds))} |")
     L += ["", f"{f_e3e.description()} (Each ε_th's runs over the seeds: ρ within each seed, n = seeds.)", "", "E4 (the planner's τ over the budgets) is not rerun: it depends only on the bound constants, whose "
           "estimators assume a convex model.", "", "## Figures", "", "- `fig_e1-cnn.png`", "- `fig_e2-cnn.png`", ""]
-    return fill_all("\n".join(L), families)
+    text = "\n".join(L).replace(SEEDS_PLACE, "\n".join(seeds_lines(seed_plans(e1, e2, families))))
+    return fill_all(text, families)
+
+
+#: Where the REPORT's seeds-by-power table goes: it needs every family, so it is filled in last.
+SEEDS_PLACE = "\x00seeds by power\x00"
 
 
 def seeds_lines(plans: list[ScenarioPlan]) -> list[str]:
@@ -267,7 +270,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="print each scenario's seeds by power from the committed data; run nothing")
     args = parser.parse_args(argv)
     if args.plan_seeds:
-        print("\n".join(plan_table(seed_plans(read("cnn-e1"), read("cnn-e2")))))
+        e1, e2 = read("cnn-e1"), read("cnn-e2")
+        with recording() as made:
+            report(e1, e2)
+        print("\n".join(plan_table(seed_plans(e1, e2, made))))
         return 0
     if not args.report_only:
         os.environ.setdefault("TESTBED_TORCH_THREADS", "1")  # one per worker process
@@ -278,9 +284,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{key}: {time.monotonic() - start:.0f} s", flush=True)
     e1, e2 = read("cnn-e1"), read("cnn-e2")
     figures(e1, e2)
-    plans = seed_plans(e1, e2)
     with recording() as families:
-        text = report(e1, e2, plans)
+        text = report(e1, e2)
     write_report(HERE / "REPORT-cnn.md", text, families)
     print(f"wrote {HERE / 'REPORT-cnn.md'}")
     return 0
