@@ -21,10 +21,11 @@ import dataclasses
 from typing import Callable, Iterator
 
 from nodes.agent import NodeAgent
-from testbed import protocol, wire
+from testbed.mqtt import wire
 from testbed.mqtt import auth, topics
 from testbed.mqtt.client import MqttClient
 from testbed.orchestration import coordinator
+from testbed.rounds import protocol
 
 #: (node, the message it answers, its honest reply) → the payloads to deliver now, and per payload
 #: a delay: 0 now, k > 0 with the coordinator's k-th publish after this one, None at the stop.
@@ -122,8 +123,8 @@ def loopback(monkeypatch, node_ids: list[int], tamper: Tamper) -> Iterator[Loopb
     monkeypatch.setattr("testbed.orchestration.coordinator.MqttClient", Bound)
     # The honest agents stand for boards the run does not start (mqtt.emulated = false): their keys
     # are a run key's, as the run's own emulated boards' are.
-    real_keys = coordinator._run_keys
-    monkeypatch.setattr(coordinator, "_run_keys", lambda m, run, ids: real_keys(
+    real_keys = coordinator.run_keys
+    monkeypatch.setattr(coordinator, "run_keys", lambda m, run, ids: real_keys(
         m.model_copy(update={"emulated": True}) if m.keys is None else m, run, ids))
     yield state
 

@@ -17,14 +17,15 @@ import numpy as np
 import paho.mqtt.client as paho
 import pytest
 
-from testbed import wire
 from testbed.errors import UserError
+from testbed.mqtt import wire
 from testbed.mqtt import acl, chunks, topics
 from testbed.mqtt.broker import accepts_tcp, free_port, parse_broker_url, wait_for_broker
 from testbed.mqtt.brokers import mosquitto
 from testbed.mqtt.brokers.embedded import BrokerProcess
 from testbed.mqtt.brokers.mosquitto import MosquittoBroker
-from testbed.mqtt.client import BrokerRefused, Inbound, MqttClient, close_all, connect_all
+from testbed.mqtt.client import BrokerRefused, Inbound, MqttClient, close_all
+from testbed.mqtt.client_batches import connect_all
 from testbed.mqtt.embedded_broker import EmbeddedBroker
 from testbed.mqtt.network_loop import NetworkLoop
 

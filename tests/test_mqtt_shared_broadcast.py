@@ -17,10 +17,11 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from nodes.host import _broadcast_group, _copies, _gather
-from testbed import protocol, wire
+from testbed.mqtt import wire
 from testbed.mqtt import probe, topics
 from testbed.mqtt.client import Inbound, MqttClient
 from testbed.mqtt.network_loop import NetworkLoop
+from testbed.rounds import protocol
 
 from conftest import wait_until
 
@@ -191,11 +192,11 @@ def test_a_reply_that_comes_before_the_collection_begins_answers_the_round():
 
     import numpy as np
 
-    from testbed import assemble
+    from testbed.assembly import assemble
 
     from testbed.algorithms.contract import RoundContext
-    from testbed.assemble import load_data, model_for
-    from testbed.config import load_config
+    from testbed.assembly.assemble import load_data, model_for
+    from testbed.assembly.config import load_config
     from testbed.orchestration.coordinator import MqttNodes
 
     config = load_config("benchmarks/acfl.toml")
@@ -224,7 +225,8 @@ def test_a_status_wakes_the_coordinator_only_when_it_changes_who_is_online():
     import threading
 
     from testbed.algorithms.contract import RoundContext
-    from testbed.orchestration.coordinator import MqttNodes, _Collection
+    from testbed.orchestration.coordinator import MqttNodes
+    from testbed.orchestration.coordinator_inbox import Collection
 
     class CountingCondition(threading.Condition):
         wakes = 0
@@ -245,7 +247,7 @@ def test_a_status_wakes_the_coordinator_only_when_it_changes_who_is_online():
     assert CountingCondition.wakes == 0 and nodes.online == {1}
     status(2, topics.STATUS_ONLINE)
     assert CountingCondition.wakes == 1 and nodes.online == {1, 2}
-    nodes._collecting = _Collection(RoundContext(0, 0, 3, (1, 2)), {}, {}, protocol.UPDATE, outstanding={1, 2})
+    nodes._collecting = Collection(RoundContext(0, 0, 3, (1, 2)), {}, {}, protocol.UPDATE, outstanding={1, 2})
     status(2, topics.STATUS_OFFLINE)
     assert CountingCondition.wakes == 2 and nodes.online == {1}
     assert nodes._collecting.outstanding == {1} and nodes._collecting.reasons == {2: "offline"}

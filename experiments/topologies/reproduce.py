@@ -131,7 +131,7 @@ _SHARES: dict[str, tuple[float, float]] = {}
 
 def class_shares(config) -> tuple[float, float]:
     """(chance 1/classes, majority share) of the run's test set (loaded once per data section and seed)."""
-    from testbed.assemble import load_data
+    from testbed.assembly.assemble import load_data
 
     key = f"{config.data.model_dump_json()}|{config.run.seed}"
     if key not in _SHARES:
@@ -229,7 +229,7 @@ def collect(run_dir: Path, curve: str, config) -> dict[str, Any]:
 
 
 def _base(name: str):
-    from testbed.config import load_config, replace
+    from testbed.assembly.config import load_config, replace
 
     what, base_file, changes = SCENARIOS[name]
     return replace(load_config(HERE / base_file), **changes)
