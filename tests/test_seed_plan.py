@@ -89,9 +89,13 @@ figures = false
 
 @pytest.fixture
 def topologies(tmp_path, monkeypatch):
-    """experiments/topologies/reproduce.py on a tiny scenario: 4 nodes, 4 rounds, two graphs."""
-    spec = importlib.util.spec_from_file_location("topologies_reproduce", ROOT / "experiments/topologies/reproduce.py")
+    """experiments/topologies' runs (topology_runs.py) on a tiny scenario: 4 nodes, 4 rounds, two graphs."""
+    import sys
+
+    monkeypatch.syspath_prepend(str(ROOT / "experiments/topologies"))
+    spec = importlib.util.spec_from_file_location("topology_runs", ROOT / "experiments/topologies/topology_runs.py")
     module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)
     spec.loader.exec_module(module)
     (tmp_path / "tiny.toml").write_text(TINY)
     monkeypatch.setattr(module, "DATA", tmp_path / "data")
@@ -133,9 +137,13 @@ def test_an_extended_file_is_the_full_regeneration_and_a_file_that_does_not_repr
 
 @pytest.fixture
 def acfl(tmp_path, monkeypatch):
-    """experiments/acfl/reproduce.py writing its data to a scratch folder."""
-    spec = importlib.util.spec_from_file_location("acfl_reproduce", ROOT / "experiments/acfl/reproduce.py")
+    """experiments/acfl's runs (acfl_runs.py) writing their data to a scratch folder."""
+    import sys
+
+    monkeypatch.syspath_prepend(str(ROOT / "experiments/acfl"))
+    spec = importlib.util.spec_from_file_location("acfl_runs", ROOT / "experiments/acfl/acfl_runs.py")
     module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)
     spec.loader.exec_module(module)
     monkeypatch.setattr(module, "DATA", tmp_path / "data")
     return module
