@@ -215,3 +215,35 @@ def test_recordings_nest_and_an_inner_one_equal_to_its_outer_one_ends_cleanly() 
         g = Family("two")
     h = Family("after")
     assert inner == [f] and outer == [f, g] and h not in outer
+
+
+def _script(monkeypatch, folder: str, name: str):
+    import sys
+
+    monkeypatch.syspath_prepend(str(ROOT / "experiments" / folder))
+    spec = importlib.util.spec_from_file_location(f"{folder}_{name}", ROOT / "experiments" / folder / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_scripts_default_seeds_are_the_plan_from_their_committed_data(monkeypatch) -> None:
+    """The seeds a regeneration runs by default (topologies' and ACFL's SEEDS, DP-PASGD's E*_SEEDS) are
+    the seeds --plan-seeds plans from the data committed beside them."""
+    from testbed.reports.verdicts import recording
+
+    topologies = _script(monkeypatch, "topologies", "reproduce")
+    assert {p.scenario: p.seeds for p in topologies.seed_plans(topologies.load())} == topologies.SEEDS
+
+    acfl = _script(monkeypatch, "acfl", "reproduce")
+    monkeypatch.setattr(acfl, "plot_curves", lambda *args, **kwargs: None)  # the committed figures stay as they are
+    assert {p.scenario: p.seeds for p in acfl.seed_plans()} == acfl.SEEDS
+
+    dp = _script(monkeypatch, "dp_pasgd", "reproduce")
+    tables = {k: dp.read(k) for k in ("e1", "e2", "e3", "e4", "planfit", "learns")}
+    with recording() as made:
+        dp.report(tables)
+    planned = {p.scenario: p.seeds for p in dp.seed_plans(tables, made)}
+    assert planned == {"e1": len(dp.E1_SEEDS), "e2": len(dp.E2_SEEDS), "e3": len(dp.E3_SEEDS),
+                       "planfit": len(dp.E2_SEEDS), "learns": len(dp.LEARNS_SEEDS)}
