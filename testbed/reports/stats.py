@@ -138,25 +138,6 @@ def min_detectable_effect(n: int, sd: ArrayLike, confidence: float = CONFIDENCE,
 
 
 @dataclass(frozen=True)
-class Paired:
-    """A paired comparison of a and b (d = a − b per pair): mean difference, its sd and Student t
-    interval, the two-sided p-values of the paired t and Wilcoxon signed-rank tests, and the
-    smallest effect these n pairs detect at :data:`POWER`."""
-
-    n: int
-    mean: float
-    sd: float
-    ci_low: float
-    ci_high: float
-    p_t: float
-    p_wilcoxon: float
-    min_detectable: float
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
 class PairedT:
     """The paired t test of d = a − b: n, the mean difference, its sd and Student t interval, and
     the two-sided p (what a REPORT's verdict needs; :func:`paired` adds the rank test and power)."""
@@ -167,6 +148,18 @@ class PairedT:
     ci_low: float
     ci_high: float
     p_t: float
+
+
+@dataclass(frozen=True)
+class Paired(PairedT):
+    """:class:`PairedT` with the two-sided p of the Wilcoxon signed-rank test and the smallest
+    effect these n pairs detect at :data:`POWER` (what `testbed compare` prints)."""
+
+    p_wilcoxon: float
+    min_detectable: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 def _differences(a: ArrayLike, b: ArrayLike) -> np.ndarray:
