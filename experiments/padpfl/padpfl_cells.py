@@ -32,7 +32,6 @@ EFFECT_ACCURACY = 0.02
 EFFECT_LOSS = 0.05
 
 
-
 def values(runs: Sequence[dict], key: str) -> dict[int, float]:
     """seed → the run's value of ``key`` (a final metric, or the mean of a curve when ``key`` ends
     in ``_curve``)."""

@@ -46,6 +46,7 @@ def seeds_section(data: dict, plan: dict[str, dict]) -> list[str]:
                  "allows, and its inconclusive verdicts are no evidence of no effect."), ""]
     return out
 
+
 def plan_from(data: dict[str, dict], families: dict[str, list[Family]], parts: Sequence[str], min_seeds: int,
               budget_min: float) -> dict[str, dict]:
     """part → {"seeds": planned, "wanted": max(min_seeds, every family's seeds needed), "families": [(name,
@@ -67,6 +68,7 @@ def plan_from(data: dict[str, dict], families: dict[str, list[Family]], parts: S
         plan[part] = {"seeds": min(wanted, cap), "wanted": wanted, "families": powers,
                       "per_seed_s": per_seed[part], "cap": cap}
     return plan
+
 
 def pilot_seconds_per_seed(record: dict) -> float:
     """The wall time per seed of a part's first batch of seeds (its whole record's before batches were kept)."""
