@@ -2,9 +2,11 @@
 (:func:`plan_from`, capped by what every part can run within the compute budget at its pilot's wall time
 per seed), the REPORT's section of them and the per-family table ``reproduce.py --plan-seeds`` prints.
 
-Not testbed/reports/seed_plan.py's plan: that one caps each scenario by its own budget in seeds and never
-plans fewer seeds than are committed; this one shares one budget in minutes between the parts, each part's
-seeds costed at its pilot's wall time, and reports per family."""
+Not testbed/reports/seed_plan.py's plan, though it agrees on the seeds wanted (max of the floor 8 and every
+family's seeds needed): that one caps each scenario by a budget of its own in seeds and never plans fewer
+seeds than are committed, this one shares one budget in minutes between the parts, each part costed at its
+pilot's wall time per seed, and plans min(wanted, cap) (on the committed data, part learns: 9 here, the 10
+committed there, which would change the REPORT); its table is per scenario, this one's per family."""
 
 from __future__ import annotations
 
