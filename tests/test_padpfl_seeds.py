@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from testbed.reports.stats import MOST_SEEDS
+
 ROOT = Path(__file__).resolve().parents[1]
 FOLDER = ROOT / "experiments" / "padpfl"
 
@@ -35,7 +37,7 @@ def test_the_plan_is_max_of_eight_and_every_familys_seeds_needed_capped_by_the_b
     for part, p in plan.items():
         assert p["cap"] == cap
         needed = [pw["seeds_needed"] for _, pw in p["families"] if pw and "effect_of_interest" in pw]
-        assert p["wanted"] == max([reproduce.MIN_SEEDS] + [make_report.MOST_SEEDS + 1 if n is None else n for n in needed])
+        assert p["wanted"] == max([reproduce.MIN_SEEDS] + [MOST_SEEDS + 1 if n is None else n for n in needed])
         assert p["seeds"] == min(p["wanted"], cap)
         # every family with a paired claim states an effect of interest
         assert all("effect_of_interest" in pw for _, pw in p["families"] if pw), part

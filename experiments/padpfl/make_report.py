@@ -6,6 +6,10 @@ within its family (the claims one table or list makes), ``shown`` only when the 
 0.05 and the 95 % interval of the paired difference excludes zero in the claimed direction. A run
 "learns" when its test accuracy beats the majority share of its test rows by the same rule (paired
 by seed; the rows of one table are one family); a model that does not shows nothing about convergence.
+
+One job per module beside it: padpfl_cells.py (the effect of interest of each kind of family, and why
+each; the number and cell helpers), padpfl_sound.py (the part "Under a sound ε"), padpfl_seeds.py (the
+seeds by power); this one lays out the REPORT's sections.
 """
 
 from __future__ import annotations
@@ -14,90 +18,15 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from testbed.reports.stats import MOST_SEEDS, majority_flag, t_interval
-from testbed.reports.verdicts import RULE, SHOWN, Family, Pending, Verdict
+from padpfl_cells import (EFFECT_ACCURACY, EFFECT_LOSS, WEIGHTS, eps_text, filled, learns, learns_by_label,
+                          mean_ci, values, verdict_row, wall)
+from padpfl_seeds import plan_from, seeds_section
+from padpfl_sound import sound_epsilon, under_sound
+from testbed.reports.verdicts import RULE, SHOWN, Family, Verdict
 
 LR_CHOSEN = 0.5
 PAPER_LR = 0.02
-#: The weights of the scenarios' MLP 64-32-10.
-WEIGHTS = 64 * 32 + 32 + 32 * 10 + 10
 
-# The effect of interest of each kind of family (issue 41: seeds by power), the smallest mean paired
-# difference its claims are about, in their unit. A family holds claims of one unit only (so the paper's
-# claims, judged by loss and by accuracy, are two families per scenario): its power is computed from the
-# median sd of its claims' differences, which means nothing across units.
-#: "Learns": accuracy minus the majority share of the test rows. 0.1 (ten points): a model that learns these
-#: ten classes beats the majority share by far more (the non-private runs by 0.6 to 0.75), so a run that
-#: cannot be shown 0.1 above it does not learn in any sense that matters, and at chance a verdict must be
-#: able to rule out that much.
-EFFECT_LEARNS = 0.10
-#: A difference in test accuracy between two settings (impact factors, lr, rules, the cost of privacy): two
-#: percentage points, the smallest gap a user choosing between the settings would act on (the paper's
-#: figures separate impact assignments by a few points; the digits' test rows resolve 1/300).
-EFFECT_ACCURACY = 0.02
-#: A difference in final training loss (nats): 0.05, about 5 % of the non-private final loss here (1.0 to
-#: 1.3), the order of the gaps between the paper's loss curves it calls better and worse.
-EFFECT_LOSS = 0.05
-
-
-# ----------------------------------------------------------------------------- numbers
-
-def values(runs: Sequence[dict], key: str) -> dict[int, float]:
-    """seed → the run's value of ``key`` (a final metric, or the mean of a curve when ``key`` ends
-    in ``_curve``)."""
-    return {r["seed"]: float(np.mean(r[key])) for r in runs}
-
-
-def mean_ci(xs: Sequence[float], digits: int, majority: Sequence[float] | None = None) -> str:
-    """"mean [low, high]" (95 % t interval) in fixed point; an accuracy with the seeds' majority shares is
-    flagged where its interval holds or lies below the largest (testbed.reports.stats.majority_flag)."""
-    s = t_interval(list(xs))
-    flag = "" if majority is None else majority_flag(list(xs), max(majority))
-    return f"{float(s.mean):.{digits}f} [{float(s.ci_low):.{digits}f}, {float(s.ci_high):.{digits}f}]{flag}"
-
-
-def learns(fam: Family, runs: Sequence[dict], majority: Sequence[float]) -> Pending:
-    """Test accuracy above the majority share of the same seed's test rows (paired by seed), a claim of ``fam``."""
-    return fam.paired(values(runs, "test_accuracy"), {r["seed"]: majority[r["seed"]] for r in runs}, "a>b")
-
-
-def learns_by_label(name: str, variants: dict[str, dict], majority: Sequence[float]) -> dict[str, Verdict]:
-    """Every run's "learns" verdict of a table, one family (closed): label → verdict."""
-    fam = Family(f"{name}: each run above the majority share", effect_of_interest=EFFECT_LEARNS)
-    judged = {label: learns(fam, variant["runs"], majority) for label, variant in variants.items()}
-    fam.close()
-    return {label: v.verdict for label, v in judged.items()}
-
-
-def eps_text(runs: Sequence[dict]) -> str:
-    """The largest ε over the runs' nodes: the ledger's (zCDP, worst observer), by observer, and
-    the tight (RDP) one; "not private" without noise."""
-    if any(r["epsilon"] is None for r in runs):
-        return "not private | – | –"
-    worst = max(r["epsilon"] for r in runs)
-    server = max(r["by_observer"]["server"] for r in runs)
-    public = max(r["by_observer"]["public"] for r in runs)
-    return f"{worst:.3g} | {server:.3g} / {public:.3g} | {max(r['epsilon_tight'] for r in runs):.3g}"
-
-
-def filled(lines: list[str], *families: Family) -> list[str]:
-    """``lines`` with the families' placeholders replaced, each family filled once (its description's
-    power is computed at every fill)."""
-    text = "\n".join(lines)
-    for fam in families:
-        text = fam.fill(text)
-    return text.split("\n")
-
-
-def verdict_row(fam: Family, what: str, a: list[dict], b: list[dict], key: str, claimed: str) -> str:
-    return f"  - {what}: {fam.paired(values(a, key), values(b, key), claimed).markdown()}"
-
-
-def wall(record: dict) -> str:
-    return f"{record['wall_time_s']:.0f} s"
-
-
-# ----------------------------------------------------------------------------- sections
 
 #: What the seeds section is planned with (reproduce.py's): the parts in order, the fewest seeds, the budget (min).
 PlanSettings = tuple[Sequence[str], int, float]
@@ -404,14 +333,6 @@ ASSUMPTION = ("**Privacy assumption.** Every private run here but those of \"Und
               "local steps; docs/privacy.md).")
 
 
-def sound_epsilon(noise: dict, delta: float) -> float:
-    """ε (zCDP, at ``delta``) of a client's R uploads of σ_C charged at 2B, the sensitivity true of
-    clipped SGD weights: what the same noise guarantees without eq. (6)'s assumption."""
-    from testbed.privacy import zcdp
-
-    return zcdp.rho_to_epsilon(noise["uploads"] * zcdp.gaussian_rho(2.0 * noise["clip"], noise["sigma_client"]), delta)
-
-
 def learns_section(record: dict) -> list[str]:
     v = record["variants"]
     private, plain = v["private eps=5"], v["non-private"]
@@ -449,102 +370,6 @@ def learns_section(record: dict) -> list[str]:
     return filled(out, fam)
 
 
-def under_sound(data: dict) -> tuple[list[str], dict[str, str]]:
-    """The part "Under a sound ε": scenario 1's private runs at the paper's ε under the sound default
-    sensitivity (part sound), and learns_dp_sgd.toml (part dp_sgd); with the facts the REPORT's opening
-    states (what learns, at which ε)."""
-    out = ["## Under a sound ε", "",
-           "Every ε above is the paper's: charged at eq. (7)'s 2B/m_i, it holds only under eq. (6)'s assumption. "
-           "Here every ε is a guarantee of the mechanism run (`[privacy] reproduction = false`, no assumption in the "
-           "summary): δ is below 1/m, m the smallest client's training records, and each upload or step is charged at "
-           "a sensitivity true of what it releases.", ""]
-    facts: dict[str, str] = {}
-    if "sound" in data:
-        record = data["sound"]
-        v, majority = record["variants"], record["majority_share"]
-        learn = learns_by_label("Scenario 1 under a sound ε", v, majority)
-        m = next(var["noise"]["min_samples"] for var in v.values())
-        quietest = min(var["noise"]["sigma_client"] for var in v.values() if "sigma_client" in var["noise"])
-        out += ["### (a) Scenario 1 at the paper's ε, sensitivity 2B (part \"sound\")", "",
-                "Scenario 1 (the setting of the headline's figures and of the \"ε at 2B\" column) with the testbed's "
-                "default sensitivity, `padpfl.sensitivity = \"clipped_weights\"`: one record can change a clipped "
-                "upload by 2B, so eq. (8)'s σ_C is calibrated (and the ledger charged) at 2B instead of 2B/m_i: "
-                f"m = {m}× the reproduction's σ_C at the same ε (the digits' {m} training images per client). "
-                f"{record['seeds']} seeds (seeds 0, 1, ...: a seed's runs share data, partition, initial model and "
-                "batches with the scenario's runs of that seed); chance 0.1, majority share of the test rows at most "
-                f"{max(majority):.3f}.", "",
-                "| run | σ_C | final test accuracy | final train loss | learns | ε ledger | ε server / public | ε tight |",
-                "|---|---|---|---|---|---|---|---|"]
-        for label, variant in v.items():
-            runs = variant["runs"]
-            sigma = variant["noise"].get("sigma_client")
-            out.append(f"| {label} | {'–' if sigma is None else f'{sigma:.4g}'} | "
-                       f"{mean_ci([r['test_accuracy'] for r in runs], 3, majority)} | "
-                       f"{mean_ci([r['train_loss'] for r in runs], 4)} | {learn[label].markdown()} | {eps_text(runs)} |")
-        private = [label for label in v if label.startswith("private")]
-        learning = [label for label in private if learn[label].word == SHOWN]
-        facts["sound"] = (f"no private run of scenario 1 learns at the paper's ε ({', '.join(private)})" if not learning
-                          else f"of scenario 1's private runs {', '.join(learning)} learn{'s' if len(learning) == 1 else ''}")
-        out += ["", ("**No private PADPFL run of scenario 1 learns at the paper's ε under a sound sensitivity**: "
-                     if not learning else f"**Under a sound sensitivity {', '.join(learning)} learn**: ")
-                + "each private row's accuracy is compared with the majority share of the same seed's test rows "
-                "(the table's rows one family, Holm-adjusted). With σ_C per coordinate of the "
-                f"{WEIGHTS} weights at the value above, an upload's noise has norm about σ_C·sqrt({WEIGHTS}), at the "
-                f"least {quietest * np.sqrt(WEIGHTS):,.0f}, against the clipped model's norm of at most B = 5.", ""]
-    if "dp_sgd" in data:
-        record = data["dp_sgd"]
-        v, majority = record["variants"], record["majority_share"]
-        private, plain = v["private eps=5"], v["non-private"]
-        runs, n = private["runs"], private["noise"]
-        zcdp_eps = max(r["epsilon"] for r in runs)
-        rdp_eps = max(r["epsilon_tight"] for r in runs)
-        out += ["### (b) PADPFL over DP-SGD clients (learns_dp_sgd.toml, part \"dp_sgd\")", "",
-                "learns.toml's data and model (mnist-5k through fixed scattering features, a linear softmax model, 10 "
-                f"clients of {n['min_samples']} training images, equal impact factors) with DP-SGD local steps "
-                "(`padpfl.local_step = \"dp_sgd\"`): every local step clips each sample's gradient at "
-                f"C = {n['sample_clip']:g}, averages over the batch of X = {n['min_samples']} (each client's whole training "
-                f"set: sampling rate 1, no amplification claimed) and adds N(0, σ² I) with σ = {n['step_sigma']:.4g}, "
-                f"calibrated so a client's {n['steps_charged']} steps (T = R = {n['rounds']} rounds of "
-                f"{n['steps_charged'] // n['rounds']}) spend ε = {n['epsilon']:g} at δ = {n['delta']:g} under zCDP, each "
-                f"step charged at 2C/X = {n['step_sensitivity']:g} (replace-one). The upload (clipped to B = {n['clip']:g}) "
-                "and the broadcast are post-processing: no eq. (8) or (13) noise, and no paper assumption. Not a paper's "
-                "setting: PADPFL's aggregation (eq. 11) over DP-SGD clients. The non-private twin: the same data, model, "
-                f"rounds, steps, batch and lr ({n['lr']:g}) with plain SGD steps, no clipping. {record['seeds']} seeds; "
-                f"chance 0.1, majority share of the test rows at most {max(majority):.3f}.", "",
-                "| run | final test accuracy | final train loss | learns | ε ledger | ε server / public | ε tight |",
-                "|---|---|---|---|---|---|---|"]
-        # Accuracy throughout: the learns claims and the cost of privacy, whose effect of interest rules.
-        fam = Family("learns_dp_sgd.toml: each run above the majority share, and the cost of privacy",
-                     effect_of_interest=EFFECT_ACCURACY)
-        learned = {}
-        for label, variant in v.items():
-            learned[label] = learns(fam, variant["runs"], majority)
-            out.append(f"| {label} | {mean_ci([r['test_accuracy'] for r in variant['runs']], 3, majority)} | "
-                       f"{mean_ci([r['train_loss'] for r in variant['runs']], 4)} | {learned[label].markdown()} | "
-                       f"{eps_text(variant['runs'])} |")
-        cost = fam.paired(values(runs, "test_accuracy"), values(plain["runs"], "test_accuracy"), "a<b")
-        gap = np.mean([a["test_accuracy"] - b["test_accuracy"] for a, b in zip(runs, plain["runs"])])
-        out += ["", f"ε printed by the ledger (worst node and observer): {zcdp_eps:.3g} under zCDP (the configured "
-                f"accountant, which enforces the budget), {rdp_eps:.3g} by the tight RDP accountant, at δ = "
-                f"{n['delta']:g} (below 1/m = 1/{n['min_samples']}); all of it seen by the server (the steps' noise "
-                "is in every upload), nothing more by the public.",
-                f"The cost of privacy (a = private, b = non-private; mean paired difference {gap:+.3f}): "
-                f"{cost.markdown()}. {fam.description()}", "",
-                "What makes it learn: the noise is added where one record's influence is small, to a per-sample "
-                f"clipped mean gradient over X = {n['min_samples']} samples (sensitivity 2C/X = {n['step_sensitivity']:g}), "
-                f"not to whole weight vectors of sensitivity 2B = {2 * n['clip']:g}; full-batch steps keep that "
-                f"sensitivity at its smallest and the steps few ({n['steps_charged']} steps of σ = {n['step_sigma']:.3g} "
-                "spend the whole ε); and a linear model on fixed scattering features is enough for these digits, so "
-                "few noisy steps on a convex loss reach a useful model. Wall time of the part (both rows, all seeds, "
-                f"one worker): {wall(record)}.", ""]
-        out = filled(out, fam)
-        facts["dp_sgd"] = (f"learns_dp_sgd.toml (DP-SGD local steps) {'learns' if learned['private eps=5'].word == SHOWN else 'does not learn'} "
-                           f"at ε = {zcdp_eps:.3g} (zCDP) / {rdp_eps:.3g} (RDP), δ = {n['delta']:g}: test accuracy "
-                           f"{np.mean([r['test_accuracy'] for r in runs]):.3f} against a majority share of at most "
-                           f"{max(majority):.3f} ({record['seeds']} seeds), {-gap:.3f} below its non-private twin")
-    return out, facts
-
-
 def opening(data: dict, facts: dict[str, str]) -> list[str]:
     """The REPORT's first paragraph: which figures hold under a sound ε and which only under the paper's
     assumption."""
@@ -563,38 +388,6 @@ def opening(data: dict, facts: dict[str, str]) -> list[str]:
             + (f"scenario 1's ε = 5 and 20 cost ε {' and '.join(at_2b)}" if at_2b else "the same noise costs far more")
             + f"{learns_2b} (the \"ε at 2B\" column). Under a sound ε (the part \"Under a sound ε\"): "
             + (sound or "not run") + ".", ""]
-
-
-def seeds_section(data: dict, plan: dict[str, dict]) -> list[str]:
-    """Seeds by power: each part's seeds against the plan made from these data, and the families that stay
-    underpowered."""
-    cap = next(iter(plan.values()))["cap"]
-    out = ["## Seeds by power", "",
-           "Each family states its effect of interest (make_report.py says why each: "
-           f"{EFFECT_LEARNS:g} above the majority share for \"learns\", {EFFECT_ACCURACY:g} of test accuracy, "
-           f"{EFFECT_LOSS:g} nats of training loss) and the seeds that detect it at 80 % power after Holm from the sd "
-           "of its differences. A part is run at max(8, its families' seeds needed), capped at "
-           f"{cap} seeds: what every part can run within the compute budget "
-           "(reproduce.py's COMPUTE_BUDGET_MIN, at the wall time per seed of each part's pilot, its first batch of "
-           "seeds). Planned from these data "
-           "(`reproduce.py --plan-seeds` prints it per family); seeds are added to a committed part, never rerun.", "",
-           "| part | seeds run | wanted (max of 8 and seeds needed) | planned (capped) | underpowered families at the seeds run |",
-           "|---|---|---|---|---|"]
-    for part, p in plan.items():
-        if part not in data:
-            continue
-        n = data[part]["seeds"]
-        short = [name for name, pw in p["families"] if pw and "effect_of_interest" in pw
-                 and (pw["seeds_needed"] is None or pw["seeds_needed"] > n)]
-        wanted = f"more than {MOST_SEEDS}" if p["wanted"] > MOST_SEEDS else str(p["wanted"])
-        out.append(f"| {part} | {n} | {wanted} | {p['seeds']} | {'; '.join(map(cell, short)) if short else 'none'} |")
-    behind = [part for part, p in plan.items() if part in data and data[part]["seeds"] < p["seeds"]]
-    out += ["", ("Parts run with fewer seeds than planned (the session's time ran out; the seeds run column says "
-                 "how many, 5 being the pilot's), whose underpowered families' inconclusive verdicts are no "
-                 f"evidence of no effect: {', '.join(behind)}." if behind else
-                 "Every part runs its planned seeds; a family underpowered there needs more seeds than the budget "
-                 "allows, and its inconclusive verdicts are no evidence of no effect."), ""]
-    return out
 
 
 def impact_section(record: dict) -> list[str]:
@@ -684,8 +477,6 @@ def wall_times(data: dict) -> list[str]:
             "seed of the part's first and last variants.", ""]
 
 
-# ----------------------------------------------------------------------------- seeds by power
-
 def seed_plan(data: dict[str, dict], parts: Sequence[str], min_seeds: int, budget_min: float) -> dict[str, dict]:
     """:func:`plan_from` the families a REPORT of ``data`` makes (built and discarded)."""
     from testbed.reports.verdicts import recording
@@ -693,65 +484,3 @@ def seed_plan(data: dict[str, dict], parts: Sequence[str], min_seeds: int, budge
     with recording():
         _, families = _build(data)
     return plan_from(data, families, parts, min_seeds, budget_min)
-
-
-def plan_from(data: dict[str, dict], families: dict[str, list[Family]], parts: Sequence[str], min_seeds: int,
-              budget_min: float) -> dict[str, dict]:
-    """part → {"seeds": planned, "wanted": max(min_seeds, every family's seeds needed), "families": [(name,
-    power record)], "per_seed_s": the pilot's wall time per seed}: seeds by power from the committed data
-    alone, each capped at ``cap`` = the seeds every part with data can run within ``budget_min`` minutes at
-    the wall time per seed of its pilot, the first batch of seeds it was run with (parts without data:
-    ``min_seeds``, their cost not yet known). The pilot's, not the mean over batches: a cap that fell as seeds
-    were added would never be reached."""
-    per_seed = {p: pilot_seconds_per_seed(data[p]) for p in parts if p in data}
-    cap = int(budget_min * 60 // sum(per_seed.values())) if per_seed else min_seeds
-    plan = {}
-    for part in parts:
-        if part not in data:
-            plan[part] = {"seeds": min_seeds, "wanted": min_seeds, "families": [], "per_seed_s": None, "cap": cap}
-            continue
-        powers = [(f.name, f.power()) for f in families.get(part, [])]
-        needed = [pw.get("seeds_needed") for _, pw in powers if pw and "effect_of_interest" in pw]
-        wanted = max([min_seeds] + [MOST_SEEDS + 1 if n is None else n for n in needed])
-        plan[part] = {"seeds": min(wanted, cap), "wanted": wanted, "families": powers,
-                      "per_seed_s": per_seed[part], "cap": cap}
-    return plan
-
-
-def cell(name: str) -> str:
-    """A family's name in a markdown table's cell (the rules' names hold " | ")."""
-    return name.replace(" | ", " / ")
-
-
-def pilot_seconds_per_seed(record: dict) -> float:
-    """The wall time per seed of a part's first batch of seeds (its whole record's before batches were kept)."""
-    first = (record.get("batches") or [{"seeds": record["seeds"], "wall_time_s": record["wall_time_s"]}])[0]
-    return first["wall_time_s"] / first["seeds"]
-
-
-def plan_table(data: dict[str, dict], parts: Sequence[str], min_seeds: int, budget_min: float) -> str:
-    """The seeds by power as a markdown table (reproduce.py --plan-seeds)."""
-    plan = seed_plan(data, parts, min_seeds, budget_min)
-    cap = next(iter(plan.values()))["cap"] if plan else min_seeds
-    out = [f"Seeds by power from data/ (committed): per part max({min_seeds}, every family's seeds needed), capped "
-           f"at {cap} seeds, what every part with data can run within the compute budget of {budget_min:g} min at "
-           "its pilot's wall time per seed (its first batch of seeds).", "",
-           "| part | family | effect of interest | n committed | sd of the differences | seeds needed | part's seeds "
-           "(planned) | underpowered at the plan |", "|---|---|---|---|---|---|---|---|"]
-    for part, p in plan.items():
-        have = data[part]["seeds"] if part in data else 0
-        if not p["families"]:
-            out.append(f"| {part} | (no data) | – | {have} | – | – | {p['seeds']} | – |")
-        for name, pw in p["families"]:
-            if not pw or "effect_of_interest" not in pw:
-                out.append(f"| {part} | {cell(name)} | none (no paired claim) | {have} | – | – | {p['seeds']} | – |")
-                continue
-            needed = pw["seeds_needed"]
-            short = needed is None or needed > p["seeds"]
-            out.append(f"| {part} | {cell(name)} | {pw['effect_of_interest']:.3g} | {pw['n']} | {pw['sd']:.3g} | "
-                       f"{'more than ' + str(MOST_SEEDS) if needed is None else needed} | {p['seeds']} | "
-                       f"{'**yes**' if short else 'no'} |")
-    total = sum((p["per_seed_s"] or 0) * p["seeds"] for p in plan.values())
-    out += ["", f"Planned compute at the pilots' wall times per seed: {total / 60:.1f} min (parts without data not "
-            "counted)."]
-    return "\n".join(out)

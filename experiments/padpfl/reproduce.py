@@ -287,12 +287,15 @@ def main() -> None:
     parser.add_argument("--plan-seeds", action="store_true", help="print the seeds by power from data/ alone")
     parser.add_argument("--no-report", action="store_true", help="write the parts' data only, not REPORT.md")
     args = parser.parse_args()
-    from make_report import plan_table, report, seed_plan  # beside this file
+    from make_report import report, seed_plan  # beside this file
+    from padpfl_seeds import plan_table
 
     from testbed.reports.verdicts import recording, write_report
 
     if args.plan_seeds:
-        print(plan_table(load_data(), list(PARTS), MIN_SEEDS, COMPUTE_BUDGET_MIN))
+        data = load_data()
+        print(plan_table(data, seed_plan(data, list(PARTS), MIN_SEEDS, COMPUTE_BUDGET_MIN), MIN_SEEDS,
+                         COMPUTE_BUDGET_MIN))
         return
     if args.seeds is not None and args.seeds < 2:
         parser.error(f"--seeds: at least 2 (a paired interval needs two), got {args.seeds}")
