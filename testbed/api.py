@@ -8,7 +8,7 @@ not need it). The command line builds its experiments with the same function
 (testbed.orchestration.sweep.planned_points), so a file, its overrides and a grid mean the same in
 both. The guide, with examples that the tests run, is docs/api.md.
 
-pandas is an optional extra (``pip install 'testbed[analysis]'``): only :attr:`Run.metrics`,
+pandas is an optional extra (``pip install 'dpfl-testbed[analysis]'``): only :attr:`Run.metrics`,
 :attr:`Run.ledger`, :attr:`Sweep.table` and :attr:`Sweep.stats` need it, and say so in one line
 without it.
 """

@@ -1,4 +1,4 @@
-"""An emulated arm64 board (Debian bookworm through qemu-user-static, testbed[node] installed by
+"""An emulated arm64 board (Debian bookworm through qemu-user-static, dpfl-testbed[node] installed by
 pip as on a Raspberry Pi: testbed.orchestration.board_image) serves DP-PASGD and DWFL rounds beside
 x86 nodes over Mosquitto, and the run ends where sim ends: the same model (to a tolerance: aarch64
 numpy may round differently in the last bits) and the same ledger, which the board's own ledger
@@ -146,6 +146,7 @@ def test_a_machine_that_cannot_run_arm64_binaries_is_one_line(entry, expected, t
 
 def test_the_cache_key_follows_the_node_requirements():
     requirements = board_image.node_requirements(REPO / "pyproject.toml")
+    assert requirements[0] == "dpfl-testbed"  # a tree made under another distribution's name is rebuilt
     assert any(r.startswith("paho-mqtt") for r in requirements) and any(r.startswith("numpy") for r in requirements)
     key = board_image.cache_key("arm64", requirements)
     assert key.startswith("arm64-bookworm-")
@@ -201,3 +202,12 @@ def test_the_guests_figure_sees_what_the_guest_touches_and_not_qemus_own(board):
     (bare, bare_qemu), (touched, touched_qemu) = figures["bare"], figures["touched"]
     assert touched - bare == pytest.approx(50, abs=2)
     assert bare < 16 < bare_qemu - bare  # a bare aarch64 CPython is ~8 MB; qemu adds ~30 of its own
+
+
+@pytest.mark.parametrize("name", ["testbed-0.1.0-py3-none-any.whl", "dpfl_testbed-0.1.0.tar.gz", "missing"])
+def test_a_wheel_that_is_not_this_distributions_is_one_line(name, tmp_path):
+    path = tmp_path / name
+    if name != "missing":
+        path.write_bytes(b"PK")
+    with pytest.raises(UserError, match=r"--wheel .* is not a dpfl_testbed-….whl file"):
+        board_image.given_wheel(path)
