@@ -55,6 +55,21 @@ def _board_node(board: Path, url: str, cwd: Path, keys: str) -> subprocess.Popen
 
 
 @pytest.mark.slow
+def test_a_board_installs_the_wheel_python_m_build_made(board, built_dist, tmp_path):
+    """`testbed board build --wheel dist/…whl` (make board, .ci/run): a copy of the cached board with
+    that wheel installed in place of the checkout's, the distribution and version its metadata says."""
+    wheel, _ = built_dist
+    image = board_image.build("arm64", tmp_path / "board", wheel=wheel, say=lambda line: print(line, file=sys.stderr))
+    stamp = (image.root / board_image.SOURCE_STAMP.lstrip("/")).read_text().strip()
+    assert stamp.startswith("wheel:")
+    done = subprocess.run([sys.executable, "-m", "testbed", "board", "run", str(image.root), "--", "python", "-c",
+                           "import importlib.metadata as m, testbed; print(m.version('dpfl-testbed'), testbed.__version__)"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [wheel.name.split("-")[1]] * 2
+
+
+@pytest.mark.slow
 def test_the_board_runs_aarch64_python_with_the_node_extra(board, tmp_path):
     done = subprocess.run([sys.executable, "-m", "testbed", "board", "run", str(board), "--", "python", "-c",
                            "import platform, numpy, paho.mqtt, testbed; print(platform.machine())"],

@@ -346,7 +346,7 @@ def _install(root: Path, source: Path, given: Path | None, arch: str, *, with_re
             _in_board(root, ["python3", "-m", "venv", VENV], "python3 -m venv")
             _pip(root, [f"{inside}[node]"], "pip install dpfl-testbed[node]")
         else:
-            say(f"this checkout changed: pip install --no-deps {wheel.name}")
+            say(f"{'this checkout changed' if given is None else 'another wheel'}: pip install --no-deps {wheel.name}")
             _pip(root, ["--no-deps", "--force-reinstall", inside], f"pip install {DISTRIBUTION}")
     (root / ARCH_FILE.lstrip("/")).write_text(arch + "\n")
     (root / SOURCE_STAMP.lstrip("/")).write_text(_stamp(source, given) + "\n")
