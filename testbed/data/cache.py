@@ -31,6 +31,7 @@ import tempfile
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from testbed.errors import DataError
 
@@ -87,37 +88,35 @@ def sha256_of(path: Path) -> str:
     return _digests[key]
 
 
+def _write_atomically(dest: Path, stream: Any) -> None:
+    """Copy the binary ``stream`` to ``dest`` through a temporary file in the same directory, then
+    rename: two processes writing at once, or one interrupted, never leave a truncated file behind."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            for block in iter(lambda: stream.read(1 << 20), b""):
+                out.write(block)
+        os.replace(tmp, dest)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
 def download(url: str, dest: Path, timeout_s: float = DOWNLOAD_TIMEOUT_S) -> None:
-    """Fetch ``url`` to ``dest`` atomically (temporary file in the same directory, then rename).
+    """Fetch ``url`` to ``dest`` atomically.
 
     Raises OSError (including urllib's URLError and timeouts) when offline or the server fails, or
     http.client.HTTPException when the connection breaks mid-transfer.
     """
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
-    try:
-        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=timeout_s) as response:
-            for block in iter(lambda: response.read(1 << 20), b""):
-                out.write(block)
-        os.replace(tmp, dest)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    with urllib.request.urlopen(url, timeout=timeout_s) as response:
+        _write_atomically(dest, response)
 
 
 def unpack(source: Path, dest: Path) -> None:
-    """Decompress the xz file ``source`` to ``dest`` atomically (temporary file, then rename), so
-    two processes unpacking at once, or one interrupted, never leave a truncated file behind."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
-    try:
-        with os.fdopen(fd, "wb") as out, lzma.open(source) as packed:
-            for block in iter(lambda: packed.read(1 << 20), b""):
-                out.write(block)
-        os.replace(tmp, dest)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    """Decompress the xz file ``source`` to ``dest`` atomically."""
+    with lzma.open(source) as packed:
+        _write_atomically(dest, packed)
 
 
 def bundled_copy(spec: DataFile) -> Path | None:

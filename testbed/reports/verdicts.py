@@ -33,7 +33,7 @@ import itertools
 import math
 from collections.abc import Hashable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
 
@@ -52,21 +52,28 @@ TrendClaim = Literal["increasing", "decreasing"]
 
 
 @dataclass(frozen=True)
-class Verdict:
-    """A claim's verdict: its word, the number of pairs (or units, or runs) n, the effect (mean
-    paired difference a − b, or Spearman's ρ), its interval (unadjusted, at ``confidence``), the
-    test's two-sided p and its Holm-adjusted p within a family of ``family_size`` claims."""
+class _Measured:
+    """What the test of a claim measured: n pairs (or units, or seeds), the effect (mean paired
+    difference a − b, or Spearman's ρ), its interval (unadjusted, at ``confidence``) and the test's
+    two-sided p."""
 
-    word: str
     n: int
     effect: float
     ci_low: float
     ci_high: float
     effect_name: str
     p: float
+    confidence: float
+
+
+@dataclass(frozen=True)
+class Verdict(_Measured):
+    """A claim's verdict: what was measured (n, effect, interval, p), its word and its Holm-adjusted
+    p within a family of ``family_size`` claims."""
+
+    word: str
     p_adjusted: float
     family_size: int = 1
-    confidence: float = CONFIDENCE
 
     def __str__(self) -> str:
         holm_note = f", Holm p {_p(self.p_adjusted)} of {self.family_size}" if self.family_size > 1 else ""
@@ -137,17 +144,10 @@ def trend_verdict(settings: Sequence[float], values: Sequence[float], claimed: T
 
 
 @dataclass(frozen=True)
-class _Raw:
-    """A claim before its family is closed: its unadjusted statistics and claimed sign."""
+class _Raw(_Measured):
+    """A claim before its family is closed: what was measured and the claimed sign."""
 
-    n: int
-    effect: float
-    ci_low: float
-    ci_high: float
-    effect_name: str
-    p: float
     sign: int
-    confidence: float
     sd: float = math.nan  # of the paired differences (a paired claim)
 
 
@@ -157,8 +157,8 @@ def _paired_raw(a: Sequence[float] | Mapping[Any, float], b: Sequence[float] | M
     if claimed not in ("a>b", "a<b"):
         raise ValueError(f"claimed must be 'a>b' or 'a<b', got {claimed!r}")
     r = paired(xs, ys, confidence)
-    return _Raw(r.n, r.mean, r.ci_low, r.ci_high, "mean difference a−b", r.p_t, 1 if claimed == "a>b" else -1,
-                confidence, r.sd)
+    return _Raw(r.n, r.mean, r.ci_low, r.ci_high, "mean difference a−b", r.p_t, confidence,
+                1 if claimed == "a>b" else -1, r.sd)
 
 
 def _trend_raw(settings: Sequence[float], values: Sequence[float], claimed: str, units: Sequence[Hashable],
@@ -177,10 +177,10 @@ def _trend_raw(settings: Sequence[float], values: Sequence[float], claimed: str,
     if repeated:
         c = within_cluster_spearman(xs, ys, list(cluster), confidence)  # type: ignore[arg-type]
         return _Raw(c.clusters, c.rho, c.ci_low, c.ci_high, f"mean within-seed Spearman ρ over {c.n} runs", c.p,
-                    sign, confidence)
+                    confidence, sign)
     c = spearman(xs, ys, confidence)
     p = 1.0 if math.isnan(c.rho) else spearman_p(xs, ys)
-    return _Raw(c.n, c.rho, c.ci_low, c.ci_high, "Spearman ρ", p, sign, confidence)
+    return _Raw(c.n, c.rho, c.ci_low, c.ci_high, "Spearman ρ", p, confidence, sign)
 
 
 def _single(raw: _Raw) -> Verdict:
@@ -189,8 +189,8 @@ def _single(raw: _Raw) -> Verdict:
 
 def _adjusted(raw: _Raw, p_adjusted: float, family_size: int) -> Verdict:
     word = decide(p_adjusted, raw.ci_low, raw.ci_high, raw.sign, raw.confidence)
-    return Verdict(word, raw.n, raw.effect, raw.ci_low, raw.ci_high, raw.effect_name, raw.p, p_adjusted,
-                   family_size, raw.confidence)
+    measured = {f.name: getattr(raw, f.name) for f in fields(_Measured)}
+    return Verdict(**measured, word=word, p_adjusted=p_adjusted, family_size=family_size)
 
 
 _FAMILY_IDS = itertools.count()
