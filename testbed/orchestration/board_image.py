@@ -4,7 +4,7 @@ installed as a Raspberry Pi OS user installs it, and the node agent run inside i
 `testbed board build --arch arm64` makes a Debian bookworm arm64 root file system with
 ``debootstrap`` from Debian's mirror (Raspberry Pi OS 12 is built on it: the same Python 3.11,
 glibc and aarch64 wheels); its binaries run here through ``qemu-user-static`` and binfmt_misc. In
-it, ``python3 -m venv /opt/testbed`` and ``/opt/testbed/bin/pip install 'testbed-….whl[node]'``
+it, ``python3 -m venv /opt/testbed`` and ``/opt/testbed/bin/pip install 'dpfl_testbed-….whl[node]'``
 from PyPI, the commands of docs/boards.md. The wheel is one ``python -m build`` made (``--wheel
 dist/dpfl_testbed-….whl``, as CI does: .ci/run), else this checkout's, built here.
 
