@@ -59,7 +59,7 @@ from channel import dbm_to_w  # noqa: E402
 from testbed.algorithms.contract import RoundContext  # noqa: E402
 from testbed.algorithms.dwfl import Dwfl  # noqa: E402
 from testbed.algorithms.dwfl_channel import Radio  # noqa: E402
-from testbed.models import LogisticRegression  # noqa: E402
+from testbed.learning.models import LogisticRegression  # noqa: E402
 from testbed.topology import LinkBudget, Topology, TopologySection  # noqa: E402
 
 POWER_W = float(dbm_to_w(60.0))  # the paper's default P = 60 dBm
@@ -124,7 +124,7 @@ def floor_axpys(alg: Dwfl, x: np.ndarray, y: np.ndarray, blas: bool) -> float:
 def parts(alg: Dwfl, x: np.ndarray, seed: int) -> tuple[float, float, float]:
     """Seconds of the round's sparse product alone (one thread), and of its 2·N·d Gaussian draws
     alone on one thread and split over the cores as the round splits them."""
-    from testbed.rng import Purpose, node_streams
+    from testbed.streams.rng import Purpose, node_streams
     from testbed.util.parallel import split_work
 
     g = alg.topology.graph(0)

@@ -1,7 +1,7 @@
 """Benchmark (issue 17): the digits CNN job on the testbed against the same job on Flower's simulation.
 
 The job (benchmarks/digits_cnn.toml): 100 nodes × 10 rounds × 10 local SGD steps (lr 0.1) of the
-small CNN of testbed.torch_models on the 8×8 digits, a batch being a node's 13 training images,
+small CNN of testbed.learning.torch_models on the 8×8 digits, a batch being a node's 13 training images,
 averaging and an evaluation of the global model every round. Whole-process wall time, median of
 --repeats runs, of
 
@@ -39,7 +39,7 @@ def cnn_client(node: int, shared: dict[str, np.ndarray], *, tau: int, batch: int
     import torch
     from flwr.client import NumPyClient
 
-    from testbed.torch_models import build_network
+    from testbed.learning.torch_models import build_network
 
     torch.set_num_threads(1)
     lo, hi = shared["offsets"][node], shared["offsets"][node + 1]
@@ -66,9 +66,9 @@ def flower_job() -> None:
     """The job of JOB on Flower's simulation, on the data `testbed run JOB` loads."""
     import torch
 
-    from testbed.assemble import load_data
-    from testbed.config import load_config
-    from testbed.torch_models import build_network
+    from testbed.assembly.assemble import load_data
+    from testbed.assembly.config import load_config
+    from testbed.learning.torch_models import build_network
 
     config = load_config(JOB)
     data = load_data(config.data, config.run.seed)

@@ -35,8 +35,8 @@ from channel import dbm_to_w, rayleigh_block_fading  # noqa: E402
 from testbed.algorithms.contract import RoundContext  # noqa: E402
 from testbed.algorithms.dwfl import Dwfl  # noqa: E402
 from testbed.algorithms.dwfl_channel import Radio, channel_noise_row  # noqa: E402
-from testbed.models import LogisticRegression  # noqa: E402
-from testbed.rng import Purpose, stream  # noqa: E402
+from testbed.learning.models import LogisticRegression  # noqa: E402
+from testbed.streams.rng import Purpose, stream  # noqa: E402
 
 POWER_W = float(dbm_to_w(60.0))  # the paper's default P = 60 dBm
 NOISE_POWER_W = 1.0  # σ_m² (dwfl.md §1.2 default)

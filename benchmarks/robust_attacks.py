@@ -40,11 +40,11 @@ from typing import Any
 
 import numpy as np
 
-from testbed import assemble
 from testbed.algorithms.contract import OverTheAir, RoundContext, round_signal_spec, round_uplink_spec
-from testbed.config import load_config_text
+from testbed.assembly import assemble
+from testbed.assembly.config import load_config_text
 from testbed.orchestration.runner import load
-from testbed.rng import GLOBAL, Purpose, stream
+from testbed.streams.rng import GLOBAL, Purpose, stream
 
 #: The averaging algorithms (ACFL and DWFL are out: docs/robust-aggregation.md says why).
 ALGORITHMS = ("fedavg", "dp_pasgd", "padpfl", "gossip", "dpsgd")

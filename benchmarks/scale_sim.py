@@ -12,7 +12,7 @@ with client sampling.
    temporary folder (the loader's own format, 55 MB of pixels), over 700 clients of 100 images
    (439 MB of float64 rows), 10 sampled per round, 10 rounds, output.eval_nodes = 50. Lazily (the
    federation written once to the cache, then memory-mapped: testbed.data.mapped) against eagerly
-   (the same run with testbed.assemble.holds_lazily patched to hold every node's rows); the first
+   (the same run with testbed.assembly.assemble.holds_lazily patched to hold every node's rows); the first
    lazy run, which writes the cache, is shown apart; no figures (their process would count). Floor: the eager run's peak RSS; the ratio is
    lazy / eager. With --adult, the same on Adult-2 over 3,000 nodes (22 MB of rows: too small to
    show much beside the interpreter, hence the image-like set).
@@ -52,7 +52,7 @@ ADULT = ["data.dataset='adult-2'", "data.num_nodes=3000", "dp_pasgd.steps=100", 
          "client_sampling.method='uniform'", "client_sampling.count=10", "output.eval_nodes=50",
          "output.figures=false"]
 #: The CLI with every node's rows held (holds_lazily off): the eager path of the same run.
-EAGER = [sys.executable, "-c", "import sys, testbed.assemble as a; a.holds_lazily = lambda config: False; "
+EAGER = [sys.executable, "-c", "import sys, testbed.assembly.assemble as a; a.holds_lazily = lambda config: False; "
                                "from testbed.cli import main; sys.exit(main())"]
 
 

@@ -1,5 +1,5 @@
 """Benchmark: the digits CNN job (100 nodes × 10 rounds × 10 local steps, batch 32, averaging after
-each round) on testbed.torch_models' vectorised step, against its floor.
+each round) on testbed.learning.torch_models' vectorised step, against its floor.
 
 1. testbed: ``TorchModel("cnn", 64, 10).loss_and_grad`` (what DP-PASGD, DWFL and PADPFL call): all
    100 nodes in one step of the node-folded network (grouped convolutions, batched matrix products,
@@ -44,7 +44,7 @@ def _digits(nodes: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
 
 def testbed_job(x: np.ndarray, y: np.ndarray, clip: float | None) -> tuple[float, float]:
     """The job on TorchModel's step of all nodes at once: (wall, CPU) seconds."""
-    from testbed.torch_models import TorchModel
+    from testbed.learning.torch_models import TorchModel
 
     model = TorchModel("cnn", 64, 10)
     nodes = x.shape[0]
@@ -65,7 +65,7 @@ def loop_job(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     """The job as a Python loop over one torch module per node (the floor): (wall, CPU) seconds."""
     import torch
 
-    from testbed.torch_models import build_network
+    from testbed.learning.torch_models import build_network
 
     nodes = x.shape[0]
     global_net = build_network("cnn", 64, 10)
@@ -102,7 +102,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
 
     x, y = _digits(args.nodes)
-    from testbed.torch_models import TorchModel
+    from testbed.learning.torch_models import TorchModel
 
     model = TorchModel("cnn", 64, 10)  # warm-up: torch's first calls build their kernels' caches
     params = np.repeat(model.init(np.random.default_rng(0))[None], args.nodes, axis=0)

@@ -26,9 +26,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from testbed.budgets import Budgets  # noqa: E402
-from testbed.config import load_config_text  # noqa: E402
-from testbed.ledger.book import LedgerBook  # noqa: E402
+from testbed.accounting.book import LedgerBook  # noqa: E402
+from testbed.accounting.budgets import Budgets  # noqa: E402
+from testbed.assembly.config import load_config_text  # noqa: E402
 from testbed.ledger.files import read_ledger  # noqa: E402
 from testbed.orchestration.runner import run_experiment  # noqa: E402
 from testbed.reports.progress import REFRESH_S, Progress  # noqa: E402

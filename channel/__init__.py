@@ -1,6 +1,6 @@
 """Radio physics of the testbed: fading, path loss, noise, power control, OTA superposition, links.
 
-Imports nothing of the testbed (DESIGN.md layering). Importing ``channel`` loads only NumPy; torch
+Imports nothing of the testbed (docs/design.md, "Layers"). Importing ``channel`` loads only NumPy; torch
 and Sionna 2.x are imported inside the functions that need them (Rayleigh/Rician fading, 3GPP path
 loss and shadowing, complex AWGN), so a board without Sionna can use the rest.
 

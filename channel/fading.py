@@ -8,7 +8,7 @@ applied separately (:mod:`channel.pathloss`). How often it changes is a :class:`
 - ``coherence_rounds=B``: redrawn every B rounds (block fading over rounds).
 
 The schedule only maps a round to its fading block; the caller derives the generator for that block
-(e.g. ``testbed.rng.stream(seed, GLOBAL, block, Purpose.CHANNEL)``) and calls :func:`draw_fading`,
+(e.g. ``testbed.streams.rng.stream(seed, GLOBAL, block, Purpose.CHANNEL)``) and calls :func:`draw_fading`,
 so the same seed gives the same channel everywhere.
 
 Rayleigh draws come from :class:`sionna.phy.channel.RayleighBlockFading` (CN(0, 1), one path, one

@@ -40,13 +40,14 @@ from firmware_bridge.costs import BoardCosts
 from firmware_bridge.link import BoardRefused, BoardReset, Link
 from firmware_bridge.port import open_port
 from nodes.agent import NodeAgent
-from testbed.node_secret import NodeSecret
-from testbed import protocol, wire
 from testbed.algorithms.contract import SETUP_ROUND, McuTask, NodeResult, RoundContext, RunsOnMcu
 from testbed.data.federated import Split
 from testbed.devices.profiles import load_mcu_profile
 from testbed.errors import UserError
 from testbed.ledger.events import CommunicationEvent, Event
+from testbed.mqtt import wire
+from testbed.rounds import protocol
+from testbed.streams.node_secret import NodeSecret
 
 log = logging.getLogger(__name__)
 

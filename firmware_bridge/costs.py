@@ -5,7 +5,7 @@ virtual board's counter (``host``, ``emulated``) is not the board's time, so its
 modelled: steps × the algorithm's flops per step × the profile's cycles per flop / its clock.
 Joules are seconds × the profile's active power, so they are always modelled (``measured=False``,
 as the Pi profiles' model meter is) until a board reports a power meter. The update's link is
-charged by the profile's radio (nodes.clock.comm_cost).
+charged by the profile's radio (nodes.meters.clock.comm_cost).
 
 Example::
 
@@ -22,8 +22,8 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import Iterator, Sequence
 
-from nodes.clock import comm_cost
 from nodes.meters.base import Measurement
+from nodes.meters.clock import comm_cost
 from testbed.devices.profiles import load_mcu_profile
 from testbed.ledger.events import CommunicationEvent, ComputeEvent, Event
 

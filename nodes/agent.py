@@ -6,7 +6,7 @@ same function the simulator runs for all nodes at once, so both give the same nu
 names an algorithm: what it receives and sends are the tensors the algorithm declares, and every
 received tensor is checked against that declaration before it is used.
 
-A round arrives as a wire message (testbed.protocol); :meth:`NodeAgent.handle` returns the reply
+A round arrives as a wire message (testbed.rounds.protocol); :meth:`NodeAgent.handle` returns the reply
 and whom it is for. The transports (the MQTT node process, the emulated node host) only move bytes.
 For an over-the-air algorithm a round takes two messages: the round, answered with the node's
 transmit signal for the channel; then what the node received, answered with its update.
@@ -14,8 +14,9 @@ transmit signal for the channel; then what the node received, answered with its 
 Example::
 
     >>> import numpy as np
-    >>> from testbed import protocol, wire
-    >>> from testbed.config import load_config_text, to_toml
+    >>> from testbed.rounds import protocol
+    >>> from testbed.mqtt import wire
+    >>> from testbed.assembly.config import load_config_text, to_toml
     >>> cfg = load_config_text("[data]\\nnum_nodes = 2\\nsamples_per_node = 40\\ndim = 3\\n"
     ...                        "[dp_pasgd]\\nsteps = 4\\ntau = 2\\nbatch = 4\\nsigma = 1.0\\n")
     >>> agent = NodeAgent(node=1)
@@ -43,8 +44,9 @@ import numpy as np
 from nodes.costs import NodeCosts
 from nodes.meters.base import Measurement
 from nodes.release_record import ReleaseRecord, input_digest
-from testbed import protocol, wire
-from testbed import assemble
+from testbed.assembly import assemble
+from testbed.mqtt import wire
+from testbed.rounds import protocol
 from testbed.algorithms.contract import (
     SETUP_ROUND,
     Algorithm,
@@ -56,16 +58,16 @@ from testbed.algorithms.contract import (
     check_tensors,
     received_spec,
 )
-from testbed.assemble import load_data, model_for
-from testbed.budgets import Budgets, budgets_from_config
-from testbed.config import Config, load_config_text
+from testbed.accounting.budgets import Budgets, budgets_from_config
+from testbed.assembly.assemble import load_data, model_for
+from testbed.assembly.config import Config, load_config_text
 from testbed.data.federated import FederatedData, Split
 from testbed.errors import ConfigError
+from testbed.learning.models import kind_of
 from testbed.ledger.events import Event
 from testbed.ledger.files import LedgerWriter, read_ledger, read_whole_rows
 from testbed.ledger.node import NodeLedger, Totals, merge_sessions
-from testbed.models import kind_of
-from testbed.node_secret import NODE_SECRET, RUN_SEED, NodeSecret
+from testbed.streams.node_secret import NODE_SECRET, RUN_SEED, NodeSecret
 from testbed.util.memo import remember_last
 
 log = logging.getLogger(__name__)
@@ -210,7 +212,7 @@ class NodeAgent:
             default: this machine's own profile.
         shared: the experiment of all the nodes of its emulated host, for their stacked steps;
             None: the node steps on its own.
-        secret: the board's secret (testbed.node_secret.load_or_make), which keys its private
+        secret: the board's secret (testbed.streams.node_secret.load_or_make), which keys its private
             draws; None: an emulated node, whose draws come from the run's seed (reproducible).
             It stays in this process: the node tells the coordinator only which kind it uses.
     """
@@ -513,7 +515,7 @@ def step_nodes(agents: Sequence[NodeAgent], msgs: Sequence[wire.Message]) -> lis
     and have the same experiment file, costs and round (or setup); an over-the-air round (each node's
     algorithm holds the channel it was told), a model that does not stack exactly (a torch network,
     float32: its vmapped step over M nodes rounds differently from M = 1, and sim and MQTT would
-    drift apart: testbed.models.ModelKind), paced boards (each
+    drift apart: testbed.learning.models.ModelKind), paced boards (each
     waits its own board time) and nodes without a shared experiment step one at a time.
 
     Returns:

@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from nodes.meters import registry as meters
-from testbed import wire
+from testbed.checked.limits import MAX_CHUNK_BYTES, MAX_INT, MAX_TEXT_FILE_BYTES, MIN_CHUNK_BYTES
 from testbed.devices.profiles import PROFILE_NAMES
 from testbed.errors import ConfigError, UserError
-from testbed.limits import MAX_CHUNK_BYTES, MAX_INT, MAX_TEXT_FILE_BYTES, MIN_CHUNK_BYTES
+from testbed.mqtt import wire
 from testbed.mqtt.broker import parse_broker_url
 from testbed.util.userfiles import read_text
 
@@ -69,7 +69,7 @@ def _one_of(choices: tuple[str, ...] | Callable[[], tuple[str, ...]]) -> Callabl
 
 
 def _int_in(low: int, high: int) -> Callable[[Any], int]:
-    """An integer in [low, high] (the ranges of testbed.limits, as on the command line)."""
+    """An integer in [low, high] (the ranges of testbed.checked.limits, as on the command line)."""
     def check(value: Any) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ValueError(f"must be an integer >= {low}, got {value!r:.40}")
@@ -158,7 +158,7 @@ def resolve(given: dict[str, Any], file_values: dict[str, Any]) -> dict[str, Any
 def board_config_text(values: dict[str, Any], header: str = "") -> str:
     """A node file holding ``values`` (checked as :func:`parse_board_config` would; None left out),
     in the order of :data:`DEFAULTS`, after the comment lines of ``header``."""
-    from testbed.config import toml_value
+    from testbed.assembly.config import toml_value
 
     lines = [f"# {line}".rstrip() for line in header.splitlines()]
     for key in DEFAULTS:

@@ -17,8 +17,8 @@ import time
 from contextlib import contextmanager
 from typing import Iterator, Sequence
 
-from nodes.clock import Pacer, comm_cost, compute_cost
 from nodes.meters.base import Measurement
+from nodes.meters.clock import Pacer, comm_cost, compute_cost
 from nodes.meters.registry import make_meter
 from testbed.devices.profiles import load_profile
 from testbed.ledger.events import CommunicationEvent, ComputeEvent, Event, with_fields
@@ -66,7 +66,7 @@ class NodeCosts:
         Each cost has one owner: a CommunicationEvent that already carries airtime or energy (from
         the channel model, e.g. DWFL's planned events) keeps them as they are, so the ledger holds
         the joules the budget check forecast. Only an event without radio figures (DP-PASGD's) gets
-        the device profile's Wi-Fi model (nodes.clock.comm_cost), marked ``measured=False``.
+        the device profile's Wi-Fi model (nodes.meters.clock.comm_cost), marked ``measured=False``.
         """
         charged = []
         for e in events:

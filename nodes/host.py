@@ -43,11 +43,12 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
-from testbed import protocol, wire
 from testbed.errors import UserError
+from testbed.mqtt import wire
 from testbed.mqtt import auth, probe, topics
 from testbed.mqtt.client import Inbound, MqttClient, close_all, connect_all, new_client_id, publish_all
 from testbed.mqtt.network_loop import NetworkLoop
+from testbed.rounds import protocol
 from testbed.util.extras import missing_package_message
 from testbed.util.threads import limit_blas_threads
 
@@ -55,7 +56,7 @@ from nodes.agent import STEPPED, NodeAgent, NodeProtocol, SharedExperiment, step
 from nodes.costs import NodeCosts
 from nodes.round_fence import RoundFence
 from nodes.state_lines import StateLines
-from testbed.node_secret import NodeSecret
+from testbed.streams.node_secret import NodeSecret
 
 log = logging.getLogger(__name__)
 
@@ -169,7 +170,7 @@ def serve(broker_url: str, run: str, node_ids: Sequence[int], *, data_path: str 
     after its step logged the release, before the reply is sent). ``agent_factory`` builds the
     node for an id (default: a :class:`NodeAgent` with ``data_path``, ``state_dir`` and ``costs``);
     another kind of board (a bridged microcontroller) plugs in here. ``secret``: the board's
-    (testbed.node_secret), which keys its nodes' private draws; None: the run's seed does.
+    (testbed.streams.node_secret), which keys its nodes' private draws; None: the run's seed does.
 
     ``session`` and ``coordinator_pid`` (a host its coordinator started): serve that session only,
     and leave at once when that process is gone, without a clean disconnect, so the broker

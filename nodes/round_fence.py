@@ -21,7 +21,8 @@ has the same index.
 
 Example::
 
-    >>> from testbed import protocol, wire
+    >>> from testbed.rounds import protocol
+    >>> from testbed.mqtt import wire
     >>> from testbed.mqtt.client import Inbound
     >>> def round_(i, node="0", session="s"):
     ...     raw = protocol.round_("r", session, i, "", [0, 1], {})
@@ -44,8 +45,9 @@ import collections
 import logging
 from typing import Callable, Iterable
 
-from testbed import protocol, wire
+from testbed.mqtt import wire
 from testbed.mqtt.client import Inbound
+from testbed.rounds import protocol
 
 log = logging.getLogger(__name__)
 

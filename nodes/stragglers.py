@@ -1,5 +1,5 @@
 """The modelled round time of an emulated board, for the ``deadline`` straggler model
-(testbed.stragglers draws the stragglers from it).
+(testbed.rounds.stragglers draws the stragglers from it).
 
 The board's time is compute (steps × FLOPs per step at the reference host's modelled throughput,
 scaled by the profile's compute_time_factor) plus link airtime (the channel model's where the
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from nodes.clock import comm_cost
+from nodes.meters.clock import comm_cost
 from testbed.devices.profiles import DeviceProfile, load_profile
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ def modelled_round_time_s(profile: DeviceProfile, *, local_steps: int, flops_per
     """The board's modelled time for one round: local compute plus link airtime, in seconds.
 
     compute_s = local_steps · flops_per_step / REFERENCE_HOST_FLOPS_PER_S · profile.compute_time_factor;
-    airtime_s = nodes.clock.comm_cost(bytes_up, bytes_down, profile)[0] (Wi-Fi up, then down),
+    airtime_s = nodes.meters.clock.comm_cost(bytes_up, bytes_down, profile)[0] (Wi-Fi up, then down),
     unless the channel model already gives the link's airtime (``airtime_s``; DWFL's events carry
     it): each cost has one owner, as in nodes.costs. Deterministic (no measured CPU time), so sim and MQTT draw the same stragglers.
 

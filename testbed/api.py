@@ -4,7 +4,7 @@ pandas tables.
 ``testbed.run``, ``testbed.load``, ``testbed.sweep``, ``testbed.audit``, ``testbed.compare``, ``testbed.Run`` and ``testbed.Sweep`` are
 this module's, reached lazily (``import testbed`` alone imports none of it: a board's node does
 not need it). The command line builds its experiments with the same function
-(testbed.experiment.experiment_config) and sizes its sweeps with the same checks
+(testbed.assembly.experiment.experiment_config) and sizes its sweeps with the same checks
 (testbed.orchestration.sweep.planned_points), so a file, its overrides and a grid mean the same in
 both. The guide, with examples that the tests run, is docs/api.md.
 
@@ -23,10 +23,10 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from testbed import inputs
-from testbed.config import Config, override_key
+from testbed.assembly.config import Config, override_key
+from testbed.assembly.experiment import Experiment, Overrides, experiment_config
+from testbed.checked import inputs
 from testbed.errors import UserError
-from testbed.experiment import Experiment, Overrides, experiment_config
 from testbed.ledger.events import EVENT_TYPES
 from testbed.ledger.files import LEDGER_COLUMNS, read_ledger
 from testbed.orchestration.runner import default_run_dir, run_experiment
@@ -34,8 +34,8 @@ from testbed.orchestration.sweep import default_sweep_dir, planned_points, run_s
 from testbed.reports import headline
 from testbed.reports.compare import DEFAULT_METRIC, Comparison, compare as compare_sweep
 from testbed.reports.majority import accuracy_flag, run_majority_share
-from testbed.reports.stats import CONFIDENCE
 from testbed.reports.results import INTEGER_METRICS, METRIC_COLUMNS, holds_run, read_metrics, read_summary
+from testbed.reports.stats import CONFIDENCE
 from testbed.reports.sweep_stats import read_stats, read_sweep, value
 from testbed.util.dirlock import LOCK_NAME, DirectoryLock
 from testbed.util.extras import missing_package_message

@@ -21,10 +21,11 @@ import dataclasses
 from typing import Callable, Iterator
 
 from nodes.agent import NodeAgent
-from testbed import protocol, wire
+from testbed.mqtt import wire
 from testbed.mqtt import auth, topics
 from testbed.mqtt.client import MqttClient
 from testbed.orchestration import coordinator
+from testbed.rounds import protocol
 
 #: (node, the message it answers, its honest reply) → the payloads to deliver now, and per payload
 #: a delay: 0 now, k > 0 with the coordinator's k-th publish after this one, None at the stop.

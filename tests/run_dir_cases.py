@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from testbed.config import Config
+from testbed.assembly.config import Config
 from testbed.ledger.files import read_ledger
-from testbed.orchestration.runner import run_experiment
 from testbed.ledger.node import SPENT_AGAIN
+from testbed.orchestration.runner import run_experiment
 from testbed.reports.results import RunDirectory
 
 # Ledger fields that do not depend on measured CPU time.

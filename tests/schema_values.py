@@ -1,11 +1,11 @@
 """Values of experiment-file sections drawn from the file's JSON Schema (`testbed schema`), for the
-property tests of testbed.config (tests/test_config_toml.py, tests/test_config_sections.py)."""
+property tests of testbed.assembly.config (tests/test_config_toml.py, tests/test_config_sections.py)."""
 
 from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from testbed.config import json_schema
+from testbed.assembly.config import json_schema
 
 SCHEMA = json_schema()
 

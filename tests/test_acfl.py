@@ -9,16 +9,16 @@ import math
 import numpy as np
 import pytest
 
+from testbed.accounting.budgets import Budgets
 from testbed.algorithms.acfl import Acfl, AcflSection, trajectory
 from testbed.algorithms.contract import SETUP_ROUND, RoundContext
-from testbed.budgets import Budgets
-from testbed.config import load_config_text
+from testbed.assembly.config import load_config_text
 from testbed.data.regression import WEIGHT_HIGH, make_regression, true_weights
 from testbed.errors import ConfigError
+from testbed.learning.models import LinearRegression
 from testbed.ledger.events import MutualInfoEvent
 from testbed.ledger.fields import event_from_dict, event_to_dict
 from testbed.ledger.node import NodeLedger
-from testbed.models import LinearRegression
 from testbed.privacy import acfl as theory
 
 FIG1 = dict(nodes=5, p=0.1, beta_sq=100.0, model_bound_sq=1.0, dim=100, outputs=10)  # acfl.md §5.1
@@ -248,7 +248,7 @@ def test_7_sec_v_data_learning_rate_and_initial_loss():
 
 
 def test_7_stragglers_are_bernoulli_p_in_the_runner():
-    from testbed.stragglers import StragglersSection, draw_stragglers
+    from testbed.rounds.stragglers import StragglersSection, draw_stragglers
 
     section = StragglersSection(model="bernoulli", p=0.2)
     missed = sum(len(draw_stragglers(section, seed=1, round_index=r, node_ids=range(100))) for r in range(50))
@@ -436,7 +436,7 @@ def _ragged(d=3, o=2, sizes=(2, 5, 3), seed=0):
 
 
 def test_random_features_are_bounded_deterministic_per_seed_and_approximate_the_kernel():
-    from testbed.models import RandomFeatures, build_model
+    from testbed.learning.models import RandomFeatures, build_model
 
     x = np.random.default_rng(1).uniform(-3, 3, (200, 4))  # even outside the unit ball
     phi = RandomFeatures(4, 64, gamma=0.5, seed=7)
@@ -461,7 +461,7 @@ def test_coded_set_one_node_at_a_time_equals_all_at_once_on_ragged_nodes(embeddi
     """The Grams are over the model's features (bias, embedding) of each node's own rows: padding
     rows of ragged nodes add nothing (they did, through the bias column, before the features were
     computed ahead of the padding), and a node alone (a board) uploads what it does in sim."""
-    from testbed.models import RandomFeatures
+    from testbed.learning.models import RandomFeatures
 
     train = _ragged()
     model = LinearRegression(3, 2, bias=True, embedding=RandomFeatures(3, 6, seed=4) if embedding else None)
@@ -480,7 +480,7 @@ def test_coded_set_one_node_at_a_time_equals_all_at_once_on_ragged_nodes(embeddi
 
 
 def test_a_run_with_random_features_draws_them_from_the_run_seed(tmp_path):
-    from testbed.models import RandomFeatures
+    from testbed.learning.models import RandomFeatures
     from testbed.orchestration.runner import run_experiment
     from testbed.reports.results import read_checkpoint
 
@@ -492,7 +492,7 @@ def test_a_run_with_random_features_draws_them_from_the_run_seed(tmp_path):
     model = LinearRegression(3, 2, embedding=RandomFeatures(3, 5, 2.0, seed=3))
     data = make_regression(num_nodes=4, samples_per_node=20, dim=3, outputs=2, seed=3)
     from testbed.algorithms.acfl import bernoulli_answered
-    from testbed.rng import GLOBAL, Purpose, stream
+    from testbed.streams.rng import GLOBAL, Purpose, stream
 
     alg = Acfl(model, num_nodes=4, iterations=3, lr=0.01, sigma1_sq=1.0, sigma2_sq=1.0, straggler_p=0.3)
     mine = trajectory(alg, data, seed=3, answered=bernoulli_answered(3, 0.3, 4, 3),

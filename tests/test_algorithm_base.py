@@ -10,19 +10,19 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from testbed import assemble
 from testbed.algorithms import registry
 from testbed.algorithms.base import BaseAlgorithm, RoundCost, gaussian_release, released_events
 from testbed.algorithms.batches import check_batches, uniform_batches
 from testbed.algorithms.contract import RoundContext, ServerResult, check_tensors
 from testbed.algorithms.registry import Registration
+from testbed.assembly import assemble
+from testbed.checked.sections import Positive, Section
 from testbed.data.federated import Split
 from testbed.errors import ConfigError
+from testbed.learning.models import LogisticRegression
 from testbed.ledger.events import GaussianEvent
 from testbed.ledger.files import read_ledger
-from testbed.models import LogisticRegression
-from testbed.rng import Purpose, stream
-from testbed.sections import Positive, Section
+from testbed.streams.rng import Purpose, stream
 
 
 class TinySection(Section):
@@ -65,7 +65,7 @@ TINY = Registration(name="tiny", sections={"tiny": TinySection}, build=_build_ti
 @pytest.fixture
 def tiny_registered(monkeypatch):
     """The registry with the tiny algorithm in it (the config's section caches rebuilt around it)."""
-    from testbed import config as config_module
+    from testbed.assembly import config as config_module
 
     config_module._section_classes.cache_clear()
     config_module._config_model.cache_clear()
@@ -200,7 +200,7 @@ def test_the_batch_check_names_the_node_id_not_its_row():
 ])
 def test_every_build_refuses_a_batch_naming_the_node_it_holds(algorithm, section, held):
     """What a board (one node) or a subset holds: the refusal names the node's global id."""
-    from testbed.config import load_config_text, replace
+    from testbed.assembly.config import load_config_text, replace
     from testbed.orchestration.runner import load
 
     config = replace(load_config_text(f'[run]\nalgorithm = "{algorithm}"\n[data]\ndataset = "synthetic"\n'
@@ -214,7 +214,7 @@ def test_every_build_refuses_a_batch_naming_the_node_it_holds(algorithm, section
 
 @pytest.mark.parametrize("rounds", [2, 4])
 def test_a_tiny_algorithm_on_the_base_runs_in_sim_through_the_registry(tiny_registered, tmp_path, rounds):
-    from testbed.config import load_config_text
+    from testbed.assembly.config import load_config_text
     from testbed.orchestration.runner import load, run_experiment
 
     config = load_config_text('[run]\nalgorithm = "tiny"\nseed = 3\n[output]\nfigures = false\n'
@@ -237,7 +237,7 @@ def test_a_tiny_algorithm_on_the_base_runs_in_sim_through_the_registry(tiny_regi
 
 
 def test_a_tiny_algorithm_on_the_base_is_refused_a_batch_larger_than_a_node(tiny_registered):
-    from testbed.config import load_config_text
+    from testbed.assembly.config import load_config_text
     from testbed.orchestration.runner import load
 
     config = load_config_text('[run]\nalgorithm = "tiny"\n[data]\ndataset = "synthetic"\nnum_nodes = 3\n'

@@ -12,11 +12,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from testbed import assemble
+from testbed.accounting.budgets import Budgets
 from testbed.algorithms import OverTheAir, RoundContext, WithSetup, registry
 from testbed.algorithms.contract import SETUP_ROUND, check_metrics, check_tensors, metric_specs
-from testbed.budgets import Budgets
-from testbed.config import load_config_text, replace
+from testbed.assembly import assemble
+from testbed.assembly.config import load_config_text, replace
 from testbed.ledger.files import read_ledger
 from testbed.ledger.node import NodeLedger
 from testbed.orchestration.runner import load, run_experiment
@@ -35,7 +35,7 @@ round_timeout_s = 20.0
 connect_timeout_s = 30.0
 """
 SYNTHETIC = '[data]\ndataset = "synthetic"\nnum_nodes = 5\nsamples_per_node = 60\ndim = 6\n'
-#: The 8x8 digits and the small CNN of testbed.torch_models (float32, all nodes stepped at once).
+#: The 8x8 digits and the small CNN of testbed.learning.torch_models (float32, all nodes stepped at once).
 DIGITS_CNN = ('[data]\ndataset = "digits"\nnum_nodes = 5\nsamples_per_node = 60\n'
               '[model]\nkind = "torch"\nnetwork = "cnn"\n')
 

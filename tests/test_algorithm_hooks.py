@@ -13,9 +13,9 @@ import pytest
 
 from testbed.algorithms import registry
 from testbed.algorithms.registry import Command
+from testbed.assembly.config import load_config_text
 from testbed.cli import build_parser, main
 from testbed.cli.algorithm_commands import command_name
-from testbed.config import load_config_text
 from testbed.orchestration.runner import run_experiment
 from testbed.watch.feed import RunFeed
 

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 import testbed
-from testbed.config import load_config, load_config_text, to_toml
+from testbed.assembly.config import load_config, load_config_text, to_toml
 from testbed.errors import ConfigError, UserError
 from testbed.ledger.files import read_ledger
 from testbed.reports.results import INTEGER_METRICS, RunDirectory, read_metrics
@@ -325,7 +325,7 @@ _values = st.fixed_dictionaries({
 def test_one_experiment_in_three_spellings_is_one_config(values, seed, mode):
     """A file with --set strings, a dict with a dict of overrides and a config with them give the
     same config (its TOML), with mode and seed applied last."""
-    from testbed.experiment import experiment_config
+    from testbed.assembly.experiment import experiment_config
 
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "e.toml"
@@ -429,7 +429,7 @@ def test_a_seed_or_count_cell_is_an_integer_or_the_table_is_refused_in_one_line(
 def test_a_dict_of_read_only_tables_is_an_experiment_and_a_table_that_is_not_is_named(tmp_path):
     from types import MappingProxyType
 
-    from testbed.experiment import experiment_config
+    from testbed.assembly.experiment import experiment_config
 
     frozen = MappingProxyType({name: MappingProxyType(table) for name, table in TINY.items()})
     assert to_toml(experiment_config(frozen)) == to_toml(experiment_config(TINY))

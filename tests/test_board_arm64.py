@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from testbed.config import load_config_text, replace
+from testbed.assembly.config import load_config_text, replace
 from testbed.errors import UserError
 from testbed.orchestration import board_image
 from testbed.orchestration.runner import run_experiment

@@ -103,7 +103,7 @@ def test_provision_takes_the_brokers_address_and_writes_the_coordinators_experim
     it (the certificate is made for it), --experiment writes the file the coordinator runs."""
     import tomllib
 
-    from testbed.config import load_config
+    from testbed.assembly.config import load_config
 
     (tmp_path / "lab.toml").write_text(LAB)
     tls = ["--tls"] if url.startswith("mqtts") else []
@@ -139,9 +139,9 @@ def test_a_broker_address_that_is_not_one_is_refused_in_one_line(tmp_path, capsy
 
 def test_an_emulated_boards_model_charges_the_hosts_seconds_not_the_emulators(monkeypatch):
     """In a board run through qemu the same step takes ~13x the CPU seconds: the model meter divides
-    them by the slowdown measured against the host's own time of the same work (nodes.emulation),
+    them by the slowdown measured against the host's own time of the same work (nodes.meters.emulation),
     so the board's joules are the profile's model of the step, and its source says so."""
-    from nodes import emulation
+    from nodes.meters import emulation
     from nodes.meters.model import ModelMeter
     from testbed.devices.profiles import load_profile
 
@@ -162,7 +162,7 @@ def test_an_emulated_boards_model_charges_the_hosts_seconds_not_the_emulators(mo
 
 @pytest.mark.parametrize("reference", [None, "nan", "-1", "x", "1e9"])
 def test_without_a_good_reference_nothing_is_scaled(monkeypatch, reference):
-    from nodes import emulation
+    from nodes.meters import emulation
 
     monkeypatch.setenv(emulation.EMULATOR_VAR, "qemu-aarch64")
     if reference is None:
@@ -177,7 +177,7 @@ def test_without_a_good_reference_nothing_is_scaled(monkeypatch, reference):
 
 
 def test_board_run_tells_the_board_its_emulation(fake_board, tmp_path, monkeypatch):
-    from nodes import emulation
+    from nodes.meters import emulation
 
     root, execs = fake_board
     monkeypatch.chdir(tmp_path)

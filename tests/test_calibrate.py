@@ -36,7 +36,7 @@ def test_emulated_board_through_the_embedded_broker(capsys, tmp_path):
     # A round costs the radio airtime of its messages (1.8 kB each way here) and the board time of
     # its codec and MQTT client on top. (Not necessarily more than a step: with orjson the codec
     # of a 202-parameter message costs about what one step does.)
-    from nodes.clock import comm_cost
+    from nodes.meters.clock import comm_cost
     from testbed.devices.profiles import load_profile
 
     airtime_s, radio_j = comm_cost(1800, 1800, load_profile("pi-zero-2w"))

@@ -5,12 +5,12 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from testbed.client_sampling import ClientSamplingSection, sample_clients
-from testbed.config import load_config_text, replace
+from testbed.assembly.config import load_config_text, replace
 from testbed.errors import ConfigError
 from testbed.ledger.files import read_ledger
 from testbed.orchestration.runner import run_experiment
 from testbed.reports.results import read_checkpoint, read_metrics
+from testbed.rounds.client_sampling import ClientSamplingSection, sample_clients
 
 
 def test_uniform_draws_exactly_count_nodes_and_each_node_about_equally_often():

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from testbed.algorithms.batches import uniform_batches
-from testbed.config import load_config_text, replace
+from testbed.assembly.config import load_config_text, replace
 from testbed.orchestration.runner import load, run_experiment
-from testbed.rng import GLOBAL, Purpose, stream
+from testbed.streams.rng import GLOBAL, Purpose, stream
 
 
 def _draws(config, round_index=1):

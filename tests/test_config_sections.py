@@ -10,7 +10,7 @@ from hypothesis import given, strategies as st
 
 from testbed.algorithms import registry
 from testbed.cli import main
-from testbed.config import json_schema, load_config, load_config_text, to_toml
+from testbed.assembly.config import json_schema, load_config, load_config_text, to_toml
 from testbed.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -103,13 +103,13 @@ def test_microcontroller_nodes_need_an_algorithm_the_firmware_runs(small_config_
     ("budget.epsilon=2", 2), ("budget.epsilon=1e-1", 0.1), ("output.figures=false", False)])
 def test_set_reads_toml_and_takes_other_text_as_a_string(text, value):
     # docs/experiment-files.md: quotes are needed only for a string that reads as another TOML value.
-    from testbed.config import parse_override
+    from testbed.assembly.config import parse_override
 
     assert parse_override(text)[1] == value
     assert type(parse_override(text)[1]) is type(value)
 
 
-# ---- a key that matters only under another key's choice (testbed.sections.OnlyWith) ----------------
+# ---- a key that matters only under another key's choice (testbed.checked.sections.OnlyWith) ----------------
 
 def _dependent_keys() -> list[tuple[str, str]]:
     """(section, key) of every key that matters only under another key's choice."""
@@ -129,8 +129,8 @@ def test_the_dependent_keys_include_the_known_ones():
 @given(st.data())
 def test_a_key_set_while_its_choice_is_off_is_refused_naming_both(data):
     from schema_values import from_schema, section_schema
-    from testbed.config import build_config
-    from testbed.sections import field_default
+    from testbed.assembly.config import build_config
+    from testbed.checked.sections import field_default
 
     section, key = data.draw(st.sampled_from(DEPENDENT))
     every = load_config_text(f"[{section}]\n")
@@ -171,7 +171,7 @@ def test_a_key_without_its_choice_is_one_config_error(override, key, choice, sma
                                        ["stragglers.model=deadline", "stragglers.deadline_s=2", "stragglers.jitter_sigma=0"],
                                        ["model.kind=mlp", "dp_pasgd.clip=true", "model.hidden=8"], ["data.partition=dirichlet", "data.alpha=2"]])
 def test_a_key_with_its_choice_is_taken(overrides, small_config_file):
-    from testbed.config import parse_override
+    from testbed.assembly.config import parse_override
 
     config = load_config(small_config_file, overrides)
     (section, key), value = parse_override(overrides[-1])

@@ -1,4 +1,4 @@
-"""The resolved config written as TOML (testbed.config.to_toml, by tomli-w) reads back to an equal
+"""The resolved config written as TOML (testbed.assembly.config.to_toml, by tomli-w) reads back to an equal
 config: every key of every section, generated from the sections' JSON Schema, and a killed PADPFL
 run with an impact schedule resumes from its own config.toml."""
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import assume, given, strategies as st
 
 from testbed.algorithms import registry
-from testbed.config import PATH_KEYS, build_config, load_config, load_config_text, to_toml, used_sections
+from testbed.assembly.config import PATH_KEYS, build_config, load_config, load_config_text, to_toml, used_sections
 from testbed.errors import ConfigError
 
 from schema_values import SCHEMA, from_schema, section_schema

@@ -2,7 +2,7 @@
 
 import pytest
 
-from testbed.cost import max_steps, resource_cost
+from testbed.planning.cost import max_steps, resource_cost
 
 
 def test_check4_cost_model():

@@ -10,7 +10,7 @@ import pytest
 
 from testbed.data.images import NOISE_DENSITIES, _mnist_file, density, read_idx, salt_and_pepper
 from testbed.errors import DataError
-from testbed.models import build_model
+from testbed.learning.models import build_model
 
 from conftest import needs_module
 

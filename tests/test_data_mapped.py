@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from conftest import adult_file, needs_module
-from testbed import assemble
-from testbed.assemble import holds_lazily, load_data, load_evaluation_data, load_run_data
-from testbed.config import load_config_text
+from testbed.assembly import assemble
+from testbed.assembly.assemble import holds_lazily, load_data, load_evaluation_data, load_run_data
+from testbed.assembly.config import load_config_text
 from testbed.data import mapped
 from testbed.data.lazy import LazyFederatedData
 from testbed.data.vehicle import write_vehicle_mat

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from testbed.config import build_config
+from testbed.assembly.config import build_config
 from testbed.data import load_dataset, scattering
 from testbed.data.scattering import scattering_dim, scattering_features
 from testbed.errors import ConfigError, DataError

@@ -6,7 +6,7 @@ import pytest
 from testbed.algorithms import RoundContext
 from testbed.algorithms.dp_pasgd import DpPasgd
 from testbed.data.synthetic import make_logistic
-from testbed.models import LogisticRegression, MLP
+from testbed.learning.models import LogisticRegression, MLP
 
 from algo_steps import node_step, run_round
 

@@ -6,17 +6,17 @@ import json
 import numpy as np
 import pytest
 
-from testbed import assemble
 from testbed.algorithms import RoundContext
 from testbed.algorithms.dwfl import Dwfl
 from testbed.algorithms.dwfl_channel import Radio, channel_noise_row
+from testbed.assembly import assemble
+from testbed.assembly.config import load_config_text
 from testbed.cli import main
-from testbed.config import load_config_text
 from testbed.data.synthetic import make_logistic
-from testbed.models import LogisticRegression
+from testbed.learning.models import LogisticRegression
 from testbed.orchestration.runner import run_experiment
 from testbed.privacy import dwfl as dp
-from testbed.rng import Purpose, stream
+from testbed.streams.rng import Purpose, stream
 
 from algo_steps import run_round
 

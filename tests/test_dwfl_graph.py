@@ -6,14 +6,14 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from testbed import assemble
 from testbed.algorithms import RoundContext
 from testbed.algorithms.dwfl import Dwfl
 from testbed.algorithms.dwfl_channel import Radio
-from testbed.config import load_config_text
+from testbed.assembly import assemble
+from testbed.assembly.config import load_config_text
 from testbed.data.synthetic import make_logistic
 from testbed.errors import ConfigError
-from testbed.models import LogisticRegression
+from testbed.learning.models import LogisticRegression
 from testbed.orchestration.runner import run_experiment
 from testbed.privacy import dwfl as dp
 from testbed.topology import Topology, TopologySection, mixing_weights

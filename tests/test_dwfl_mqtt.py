@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from testbed.config import load_config_text, replace
+from testbed.assembly.config import load_config_text, replace
 from testbed.ledger.files import read_ledger
 from testbed.orchestration.runner import run_experiment
 from testbed.reports.results import read_checkpoint
@@ -125,7 +125,7 @@ def test_node_killed_after_transmitting_is_charged_for_its_release(mosquitto_bro
 
 
 def _assert_charged_as_heard(config, events, result, round_index, senders):
-    from testbed import assemble
+    from testbed.assembly import assemble
     from testbed.orchestration.runner import load
     from testbed.privacy.accountants import epsilon, tally_of
 
@@ -145,8 +145,9 @@ BOARD = """
 import sys
 import numpy as np
 from nodes.agent import NodeAgent
-from testbed import protocol, wire
-from testbed.config import load_config_text, to_toml
+from testbed.assembly.config import load_config_text, to_toml
+from testbed.mqtt import wire
+from testbed.rounds import protocol
 
 config = load_config_text(sys.stdin.read())
 h = np.array([0.9 + 0.2j, 1.1 - 0.4j, 0.5 + 0.5j, 1.3 + 0.1j])

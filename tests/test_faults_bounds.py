@@ -27,13 +27,14 @@ import time
 import numpy as np
 import pytest
 
-from testbed import protocol, wire
 from testbed.algorithms import RoundContext
 from testbed.algorithms.contract import SETUP_ROUND, NodeResult, TensorSpec, check_tensors
-from testbed.config import replace
+from testbed.assembly.config import replace
+from testbed.mqtt import wire
 from testbed.orchestration.channel_emulator import ChannelEmulator, _Round
 from testbed.orchestration.runner import run_experiment
 from testbed.reports.results import read_metrics
+from testbed.rounds import protocol
 
 from conftest import REPO
 from conftest_mqtt import with_board_keys
@@ -202,8 +203,9 @@ import os, sys
 import numpy as np
 from nodes.agent import NodeAgent
 from nodes.host import serve
-from testbed import protocol, wire
+from testbed.mqtt import wire
 from testbed.mqtt import auth
+from testbed.rounds import protocol
 
 url, run, nodes, target, kind, round_index, name, value = sys.argv[1:9]
 nodes, target, round_index, value = int(nodes), int(target), int(round_index), float(value)
@@ -276,7 +278,7 @@ def test_a_dwfl_liar_over_the_air_is_refused_and_the_run_completes(mosquitto_bro
     power constraint) is refused by the channel, its reported model scaled by 1e6 by the coordinator."""
     from test_dwfl_mqtt import EXPERIMENT
 
-    from testbed.config import load_config_text
+    from testbed.assembly.config import load_config_text
 
     caplog.set_level(logging.WARNING, logger=logger)
     result = _run_with_liar(load_config_text(EXPERIMENT), mosquitto_broker.url, tmp_path, node, kind, round_index,

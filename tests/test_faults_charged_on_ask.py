@@ -20,8 +20,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from ledger_invariant import FIGURES, PLANNED, under_counts
 from loopback_coordinator import loopback
 from nodes.agent import NodeAgent
-from testbed import protocol
-from testbed.config import load_config_text
+from testbed.assembly.config import load_config_text
 from testbed.ledger.files import read_whole_rows
 from testbed.ledger.node import merge_sessions
 from testbed.orchestration import runner
@@ -29,6 +28,7 @@ from testbed.orchestration.charging import CONFIRMED, ON_ASK
 from testbed.orchestration.runner import run_experiment
 from testbed.reports.asked import AskedLog
 from testbed.reports.results import RunDirectory, read_summary
+from testbed.rounds import protocol
 
 NODES = list(range(4))
 BASE = """

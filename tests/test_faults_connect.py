@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from nodes.state_lines import StateLines
-from testbed.config import load_config_text
+from testbed.assembly.config import load_config_text
 from testbed.errors import UserError
 from testbed.mqtt import probe
 from testbed.mqtt.broker import free_port

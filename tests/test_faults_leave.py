@@ -18,7 +18,7 @@ import signal
 import pytest
 
 from test_algorithm_contract import _text
-from testbed.config import load_config_text, replace
+from testbed.assembly.config import load_config_text, replace
 from testbed.ledger.files import read_ledger
 from testbed.orchestration.runner import run_experiment
 

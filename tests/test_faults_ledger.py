@@ -14,12 +14,13 @@ import pytest
 
 from ledger_invariant import FIGURES, PLANNED, under_counts
 from loopback_coordinator import loopback
-from testbed import protocol, wire
-from testbed.config import load_config_text
+from testbed.assembly.config import load_config_text
 from testbed.ledger.events import GaussianEvent, MutualInfoEvent
 from testbed.ledger.files import read_ledger
+from testbed.mqtt import wire
 from testbed.mqtt import topics
 from testbed.orchestration.runner import run_experiment
+from testbed.rounds import protocol
 
 NODES = list(range(4))
 BASE = """

@@ -21,14 +21,15 @@ from test_faults_ledger import DP_PASGD, _no_report_from, _rewrite, _run
 from test_measured_bounds import HOSTILE
 from test_trust_coordinator import CASES, _config, _rounds
 from loopback_coordinator import loopback
-from testbed import protocol, wire
-from testbed.config import load_config_text, replace
+from testbed.assembly.config import load_config_text, replace
 from testbed.ledger.events import EVENT_TYPES
 from testbed.ledger.fields import FIELD_RULES
 from testbed.ledger.files import read_ledger
+from testbed.mqtt import wire
 from testbed.orchestration import coordinator
 from testbed.orchestration.measured_bounds import BOUNDED_FIELDS, MeasuredBounds
 from testbed.orchestration.runner import run_experiment
+from testbed.rounds import protocol
 
 NODE = 1
 HOST = MeasuredBounds.of_profile("host")

@@ -26,16 +26,17 @@ import numpy as np
 import paho.mqtt.client as paho
 import pytest
 
-from testbed import protocol, wire
 from testbed.algorithms.contract import TensorSpec
-from testbed.config import load_config_text, replace, to_toml
+from testbed.assembly.config import load_config_text, replace, to_toml
 from testbed.ledger.files import read_ledger
 from testbed.ledger.node import NodeLedger
+from testbed.mqtt import wire
 from testbed.mqtt import auth, topics
 from testbed.mqtt.broker import parse_broker_url
 from testbed.orchestration.channel_emulator import EARLY_ROUNDS, ChannelEmulator
 from testbed.orchestration.runner import run_experiment
 from testbed.privacy.accountants import worst_epsilon
+from testbed.rounds import protocol
 
 from conftest import REPO, wait_until
 from conftest_mqtt import with_board_keys
@@ -204,10 +205,11 @@ import numpy as np
 import paho.mqtt.client as paho
 from nodes.agent import NodeAgent
 from nodes.host import serve
-from testbed import protocol, wire
 from testbed.ledger.fields import event_to_dict
+from testbed.mqtt import wire
 from testbed.mqtt import auth, topics
 from testbed.mqtt.broker import parse_broker_url
+from testbed.rounds import protocol
 
 url, run, target = sys.argv[1], sys.argv[2], int(sys.argv[3])
 # An insider: the host of node 1 itself, holding its key, lying under its own name

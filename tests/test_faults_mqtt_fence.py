@@ -22,10 +22,10 @@ from hypothesis import given, strategies as st
 import paho.mqtt.client as paho
 from paho.mqtt.properties import Properties
 
-from testbed import wire
-from testbed.config import load_config_text, replace
+from testbed.assembly.config import load_config_text, replace
 from testbed.errors import UserError
 from testbed.ledger.files import read_ledger
+from testbed.mqtt import wire
 from testbed.mqtt import embedded_broker, fence, paho_speedups, topics
 from testbed.mqtt.client import MqttClient
 from testbed.orchestration.runner import run_experiment

@@ -30,11 +30,13 @@ from hypothesis import strategies as st
 from loopback_coordinator import LoopbackClient, honest, loopback
 from test_mqtt_runtime import _comparable, _config as _runtime_config, _metrics, _sim_twin
 from test_trust_coordinator import _config as _trust_config, _mutant
-from testbed import assemble, protocol, wire
-from testbed.config import replace, to_toml
-from testbed.node_secret import RANDOMNESS
+from testbed.assembly import assemble
+from testbed.assembly.config import replace, to_toml
+from testbed.mqtt import wire
 from testbed.orchestration.coordinator import MqttNodes
 from testbed.orchestration.runner import load, run_experiment
+from testbed.rounds import protocol
+from testbed.streams.node_secret import RANDOMNESS
 
 #: The tests patch node code, which reaches emulated hosts only when they are forked (conftest).
 pytestmark = pytest.mark.usefixtures("forked_hosts")

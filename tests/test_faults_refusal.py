@@ -22,11 +22,11 @@ import numpy as np
 import pytest
 
 from test_algorithm_contract import _text
-from testbed import protocol
-from testbed.config import load_config_text, replace
+from testbed.assembly.config import load_config_text, replace
 from testbed.ledger.files import read_ledger
 from testbed.orchestration import runner
 from testbed.orchestration.runner import run_experiment
+from testbed.rounds import protocol
 
 #: The tests patch node code, which reaches emulated hosts only when they are forked (conftest).
 pytestmark = pytest.mark.usefixtures("forked_hosts")

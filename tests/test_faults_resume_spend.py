@@ -26,16 +26,16 @@ from pathlib import Path
 import pytest
 from hypothesis import given, strategies as st
 
-from testbed.budgets import Exceeded
+from testbed.accounting.budgets import Exceeded
+from testbed.assembly.config import load_config_text
 from testbed.cli.run import format_summary
-from testbed.config import load_config_text
+from testbed.errors import UserError
 from testbed.ledger.files import LedgerWriter, read_ledger
 from testbed.orchestration import runner
 from testbed.orchestration.runner import run_experiment
 from testbed.reports.asked import read_asked
-from testbed.errors import UserError
-from testbed.reports.refusals import RefusalLog, read_refusals
 from testbed.reports.html import write_report
+from testbed.reports.refusals import RefusalLog, read_refusals
 from testbed.reports.results import read_checkpoint, read_summary
 from testbed.watch.feed import RunFeed
 
@@ -366,8 +366,9 @@ def test_a_nodes_report_totals_every_session_of_the_run_the_stop_names(tmp_path,
     session, each release once), and leave out another run of the same id (a session the stop
     does not name), other nodes and a last line cut by the kill."""
     from nodes.agent import NodeAgent
-    from testbed import protocol, wire
     from testbed.ledger.events import ComputeEvent, GaussianEvent
+    from testbed.mqtt import wire
+    from testbed.rounds import protocol
 
     def spent(node, joules):
         return [ComputeEvent(node=node, round=0, local_steps=1, energy_j=joules),
@@ -397,7 +398,8 @@ def test_a_nodes_report_totals_every_session_of_the_run_the_stop_names(tmp_path,
 
 @given(names=st.lists(st.text(max_size=20), max_size=5))
 def test_a_stop_names_only_ids_as_earlier_sessions(names):
-    from testbed import protocol, wire
+    from testbed.mqtt import wire
+    from testbed.rounds import protocol
 
     msg = wire.decode(protocol.stop("run", "a" * 16, "completed", 0, earlier_sessions=names))
     if all(wire.ID_PATTERN.fullmatch(n) for n in names):

@@ -18,8 +18,8 @@ from typing import Callable
 import numpy as np
 import pytest
 
+from testbed.assembly.config import load_config_text
 from testbed.cli import main
-from testbed.config import load_config_text
 from testbed.ledger.files import LEDGER_COLUMNS, read_ledger
 from testbed.orchestration.runner import run_experiment
 from testbed.reports.results import Checkpoint, read_checkpoint, read_summary, write_checkpoint

@@ -11,8 +11,8 @@ import shutil
 import pytest
 from hypothesis import given, strategies as st
 
+from testbed.assembly.config import load_config_text
 from testbed.cli import main
-from testbed.config import load_config_text
 from testbed.orchestration.runner import run_experiment
 from testbed.reports.results import STATUSES, SUMMARY_KEYS, _summary_digest
 from testbed.reports.runs import format_runs, list_runs, runs_json

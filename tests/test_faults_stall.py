@@ -27,15 +27,16 @@ from nodes import host
 from nodes.agent import NodeAgent, SharedExperiment
 from nodes.host import _loop
 from nodes.round_fence import RoundFence, round_order
-from testbed import protocol, wire
-from testbed import assemble
 from testbed.algorithms.contract import RoundContext
-from testbed.assemble import load_data, model_for
-from testbed.config import load_config_text, to_toml
+from testbed.assembly import assemble
+from testbed.assembly.assemble import load_data, model_for
+from testbed.assembly.config import load_config_text, to_toml
 from testbed.ledger.fields import event_from_dict
 from testbed.ledger.files import read_ledger
+from testbed.mqtt import wire
 from testbed.mqtt import topics
 from testbed.mqtt.client import Inbound
+from testbed.rounds import protocol
 
 RUN, SESSION = "stall", "s1"
 ROUNDS = 12

@@ -16,7 +16,7 @@ pytest.importorskip("tensorboardX")
 pytest.importorskip("mlflow")
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
 
-from testbed.config import load_config_text  # noqa: E402
+from testbed.assembly.config import load_config_text  # noqa: E402
 from testbed.ledger.files import read_ledger  # noqa: E402
 from testbed.orchestration.runner import run_experiment  # noqa: E402
 from testbed.reports.tracking.feed import Tracking  # noqa: E402
@@ -179,8 +179,8 @@ def test_a_failed_tracker_is_closed_and_called_no_more(tmp_path):
     tracking = Tracking([("failing", Failing())])
     tracking._thread.start()
     tracking._queue.put(("start", (None, tmp_path)))
-    from testbed.budgets import Budgets
-    from testbed.ledger.book import LedgerBook
+    from testbed.accounting.book import LedgerBook
+    from testbed.accounting.budgets import Budgets
 
     for r in (1, 2, 3):
         tracking.round({"round": r, "train_loss": 0.1}, LedgerBook([0]), Budgets())
@@ -199,8 +199,8 @@ STAGES = ["start", "round", "round", "round", "finish"]
 def test_each_tracker_is_called_in_order_until_its_first_failure(tmp_path_factory, fail_at, error):
     """Trackers failing at any call (or never): each gets every call in order up to its failure,
     then close() and nothing more; the others all of theirs; one one-line warning per failure."""
-    from testbed.budgets import Budgets
-    from testbed.ledger.book import LedgerBook
+    from testbed.accounting.book import LedgerBook
+    from testbed.accounting.budgets import Budgets
 
     calls = [[] for _ in fail_at]
 

@@ -23,7 +23,7 @@ pytest.importorskip("aiohttp", reason="the 'watch' extra (aiohttp, aiohttp-sse) 
 
 from aiohttp import web  # noqa: E402
 
-from testbed.config import load_config_text  # noqa: E402
+from testbed.assembly.config import load_config_text  # noqa: E402
 from testbed.ledger.events import GaussianEvent  # noqa: E402
 from testbed.ledger.files import LedgerWriter  # noqa: E402
 from testbed.orchestration.runner import run_experiment  # noqa: E402

@@ -8,13 +8,14 @@ from firmware_bridge import messages as m
 from firmware_bridge.agent import BoardUnavailable, BridgeAgent
 from firmware_bridge.framing import Frame, encode_frame
 from firmware_bridge.virtual import HostBoard
-from testbed import protocol, wire
-from testbed import assemble
 from testbed.algorithms.contract import RoundContext
-from testbed.assemble import load_data, model_for
-from testbed.config import load_config_text, to_toml
+from testbed.assembly import assemble
+from testbed.assembly.assemble import load_data, model_for
+from testbed.assembly.config import load_config_text, to_toml
 from testbed.ledger.fields import event_from_dict
 from testbed.ledger.files import read_ledger
+from testbed.mqtt import wire
+from testbed.rounds import protocol
 
 from conftest_firmware import needs_cc
 

@@ -75,7 +75,7 @@ def test_board_payloads_are_checked_before_use():
 def test_config_knows_every_board_profile():
     from typing import get_args
 
-    from testbed.config import NodesSection
+    from testbed.assembly.config import NodesSection
     from testbed.devices.profiles import MCU_PROFILE_NAMES, load_mcu_profile
 
     assert set(get_args(NodesSection.model_fields["mcu_profile"].annotation)) == set(MCU_PROFILE_NAMES)

@@ -6,7 +6,7 @@ import pytest
 
 from testbed.algorithms.contract import McuTask
 from testbed.algorithms.mcu_logistic import batches, node_step
-from testbed.counter_rng import Purpose, WordStream, floyd_sample, gaussians, philox4x32
+from testbed.streams.counter_rng import Purpose, WordStream, floyd_sample, gaussians, philox4x32
 
 from conftest_firmware import needs_cc
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from testbed.config import load_config
+from testbed.assembly.config import load_config
 from testbed.orchestration.runner import run_experiment
 
 from conftest_firmware import needs_cc, needs_qemu_board

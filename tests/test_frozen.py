@@ -8,8 +8,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from testbed import wire
 from testbed.ledger.events import ComputeEvent, with_fields
+from testbed.mqtt import wire
 from testbed.mqtt.client import Inbound
 from testbed.util.frozen import frozen
 

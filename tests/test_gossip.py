@@ -18,15 +18,15 @@ from testbed.algorithms.batches import clipped_gradients
 from testbed.algorithms.contract import RoundContext
 from testbed.algorithms.gossip_channel import GraphChannel, Links
 from testbed.algorithms.graph_exchange import ExchangeSection, GraphExchange
+from testbed.assembly.config import load_config
 from testbed.cli import main
-from testbed.config import load_config
 from testbed.data.synthetic import make_logistic
 from testbed.errors import ConfigError
+from testbed.learning.models import LogisticRegression
 from testbed.ledger.events import GaussianEvent
 from testbed.ledger.files import read_ledger
-from testbed.models import LogisticRegression
 from testbed.reports.results import read_summary
-from testbed.rng import Purpose, stream
+from testbed.streams.rng import Purpose, stream
 from testbed.topology import Graph, Topology, TopologySection, mixing_weights
 
 SEED, DELTA = 7, 1e-5

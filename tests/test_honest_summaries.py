@@ -17,14 +17,14 @@ import pytest
 from hypothesis import given, strategies as st
 
 from test_algorithm_contract import EXPERIMENTS, _text
-from testbed.privacy.secrecy import REPRODUCIBLE
-from testbed import assemble
 from testbed.algorithms import registry
+from testbed.assembly import assemble
+from testbed.assembly.config import load_config, load_config_text, replace
 from testbed.cli.run import format_summary
-from testbed.config import load_config, load_config_text, replace
 from testbed.errors import ConfigError
 from testbed.orchestration.runner import privacy_headline, run_experiment
 from testbed.orchestration.sweep import grid_points, row, run_sweep
+from testbed.privacy.secrecy import REPRODUCIBLE
 from testbed.reports import headline
 from testbed.reports.html import write_report
 from testbed.reports.results import read_metrics, read_summary
@@ -58,7 +58,7 @@ def _config(name: str, overrides: dict):
     for section, values in overrides.items():
         raw[section].update(values)
         raw[section] = {k: v for k, v in raw[section].items() if v is not None}
-    from testbed.config import build_config, to_dict
+    from testbed.assembly.config import build_config, to_dict
 
     full = to_dict(config, used_only=False)
     full.update(raw)
@@ -302,7 +302,7 @@ def test_the_table_says_measured_or_modelled(source, words):
 def test_the_progress_line_shows_the_runs_own_privacy_figure(guarantee, words):
     import io
 
-    from testbed.ledger.book import LedgerBook
+    from testbed.accounting.book import LedgerBook
     from testbed.ledger.events import MutualInfoEvent
     from testbed.reports.progress import Progress
 

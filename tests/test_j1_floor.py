@@ -11,8 +11,8 @@ from testbed.algorithms.batches import uniform_batches
 from testbed.algorithms.contract import RoundContext
 from testbed.algorithms.dp_pasgd import DpPasgd
 from testbed.data.synthetic import make_logistic
-from testbed.models import LogisticRegression
-from testbed.rng import Purpose, node_streams
+from testbed.learning.models import LogisticRegression
+from testbed.streams.rng import Purpose, node_streams
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from j1_floor import local_steps  # noqa: E402

@@ -1,59 +1,82 @@
-"""The layers of DESIGN.md's table, checked on the sources: no module imports a layer above its own,
-and no two modules import each other, directly or round a longer circle.
+"""The layers of docs/design.md's table, checked on the sources: no module imports a layer above its
+own, no two folders import each other (directly or round a longer circle), and no two modules do.
+
+The table is read from docs/design.md (its ``| layer | folder/module prefix | what |`` table), so the
+document and the test cannot drift apart: a row there is the only place that says where a folder
+sits. A module's row is the one whose prefix is the longest that holds it (``testbed/mqtt/brokers/``
+before ``testbed/mqtt/``); a folder holding modules needs a row of its own, so a new folder is
+placed in the document before it is used, and a new top-level module of a package is refused until
+it is put into a folder (or, like ``testbed/errors.py``, given a row as a file).
 
 Every import counts: at module level, inside a function (a lazy import is still a dependency), and
-under ``if TYPE_CHECKING:`` (a type is one too). The layer of a module is read from its path, so a
-new module is placed by the folder it is put in; the table below is the one place that says which
-folder is which layer.
+under ``if TYPE_CHECKING:`` (a type is one too).
 """
 
 from __future__ import annotations
 
 import ast
+import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-
-#: (module prefix, layer), most specific first: a module's layer is that of the first prefix it
-#: starts with. A module may import its own layer and the layers below it.
-LAYERS: tuple[tuple[str, int, str], ...] = (
-    ("channel", 0, "radio physics"),
-    ("testbed.errors", 0, "the testbed's error types"),
-    ("testbed.util", 1, "utilities"),
-    ("testbed.mqtt", 3, "transport"),
-    ("testbed.reports", 6, "reports"),
-    ("testbed.watch", 6, "reports: the live view"),
-    ("testbed.orchestration", 7, "orchestration"),
-    ("testbed.api", 8, "the Python API"),
-    ("testbed.cli", 8, "the command line"),
-    ("testbed.__main__", 8, "the command line"),
-    ("testbed", 2, "core"),  # every other module of testbed/
-    ("nodes", 4, "what runs on a board"),
-    ("firmware_bridge", 5, "the microcontroller bridge"),
-)
-#: Modules placed by their whole name, before the prefixes: the package ``testbed`` itself (its
-#: __init__), whose ``testbed.run``, ``load`` and ``sweep`` are the Python API's, imported on first use.
-EXACT: dict[str, tuple[int, str]] = {"testbed": (8, "the package's face: the Python API")}
+DESIGN = REPO / "docs" / "design.md"
 PACKAGES = ("channel", "testbed", "nodes", "firmware_bridge")
+HEADER = ("layer", "folder/module prefix", "what")
 
 
-def layer_of(module: str) -> tuple[int, str]:
-    if module in EXACT:
-        return EXACT[module]
-    for prefix, layer, name in LAYERS:
-        if module == prefix or module.startswith(prefix + "."):
-            return layer, name
-    raise AssertionError(f"{module} is in no layer of the table")
+@dataclass(frozen=True)
+class Row:
+    layer: int
+    prefix: str  # "testbed/mqtt/" (a folder) or "testbed/errors.py" (one file)
+    what: str
+
+    def holds(self, path: str) -> bool:
+        return path.startswith(self.prefix) if self.prefix.endswith("/") else path == self.prefix
 
 
-def _module_of(path: Path) -> str:
-    return ".".join(path.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__")
+def read_table(text: str) -> list[Row]:
+    """The rows of the layer table in ``text``, lowest layer first. AssertionError if there is no
+    such table, or a row is malformed."""
+    lines = text.splitlines()
+    starts = [i for i, line in enumerate(lines) if tuple(_cells(line)) == HEADER]
+    assert len(starts) == 1, f"docs/design.md: expected one table headed | {' | '.join(HEADER)} |"
+    rows = []
+    for line in lines[starts[0] + 2:]:
+        if not line.startswith("|"):
+            break
+        layer, prefix, what = _cells(line)
+        match = re.fullmatch(r"`([\w./]+)`", prefix)
+        assert layer.isdigit() and match and what, f"docs/design.md: a malformed row: {line}"
+        rows.append(Row(int(layer), match.group(1), what))
+    return rows
 
 
-def _sources() -> dict[str, Path]:
-    return {_module_of(p): p for package in PACKAGES for p in sorted((REPO / package).rglob("*.py"))}
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def row_of(path: str, rows: list[Row]) -> Row:
+    held = [r for r in rows if r.holds(path)]
+    assert held, f"{path} is in no layer of docs/design.md's table"
+    return max(held, key=lambda r: len(r.prefix))
+
+
+@pytest.fixture(scope="module")
+def rows() -> list[Row]:
+    return read_table(DESIGN.read_text())
+
+
+def _sources() -> dict[str, str]:
+    """Module name → its path from the repository's root."""
+    found = {}
+    for package in PACKAGES:
+        for p in sorted((REPO / package).rglob("*.py")):
+            rel = p.relative_to(REPO)
+            found[".".join(rel.with_suffix("").parts).removesuffix(".__init__")] = rel.as_posix()
+    return found
 
 
 def _imports(path: Path, modules: set[str]) -> set[str]:
@@ -70,30 +93,71 @@ def _imports(path: Path, modules: set[str]) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def graph() -> dict[str, set[str]]:
-    sources = _sources()
+def sources() -> dict[str, str]:
+    return _sources()
+
+
+@pytest.fixture(scope="module")
+def graph(sources) -> dict[str, set[str]]:
     modules = set(sources)
-    return {module: _imports(path, modules) & modules for module, path in sources.items()}
+    return {module: _imports(REPO / path, modules) & modules for module, path in sources.items()}
 
 
-def test_every_module_has_a_layer(graph):
-    for module in graph:
-        layer_of(module)
+def test_the_table_reads_lowest_layer_first_and_names_what_exists(rows):
+    assert len(rows) >= 20, "the layer table was not found whole"
+    layers = [r.layer for r in rows]
+    assert layers == sorted(layers), "docs/design.md: the table lists layers lowest first"
+    prefixes = [r.prefix for r in rows]
+    assert len(set(prefixes)) == len(prefixes), "a prefix has two rows"
+    for r in rows:
+        assert (REPO / r.prefix).exists(), f"docs/design.md: {r.prefix} does not exist"
 
 
-def test_no_module_imports_upward(graph):
-    upward = []
+def test_every_folder_is_a_layer_and_every_module_in_one(rows, sources):
+    folders = {path.rsplit("/", 1)[0] + "/" for path in sources.values()}
+    for folder in sorted(folders):
+        modules = [p for p in sources.values() if p.rsplit("/", 1)[0] + "/" == folder]
+        # a package's root may instead give each of its modules a row (testbed/errors.py, testbed/api.py)
+        assert any(r.prefix == folder for r in rows) or all(any(r.prefix == p for r in rows) for p in modules), \
+            f"{folder} holds modules but has no row in docs/design.md's layer table"
+    for path in sources.values():
+        row_of(path, rows)
+
+
+def upward_imports(graph: dict[str, set[str]], unit: dict[str, Row]) -> list[str]:
+    found = []
     for module, imported in sorted(graph.items()):
-        mine, my_name = layer_of(module)
+        mine = unit[module]
         for target in sorted(imported):
-            theirs, their_name = layer_of(target)
-            if theirs > mine:
-                upward.append(f"{module} ({my_name}) imports {target} ({their_name})")
+            theirs = unit[target]
+            if theirs.layer > mine.layer:
+                found.append(f"{module} ({mine.prefix}, layer {mine.layer}) imports {target} "
+                             f"({theirs.prefix}, layer {theirs.layer})")
+    return found
+
+
+def folder_graph(graph: dict[str, set[str]], unit: dict[str, Row]) -> dict[str, set[str]]:
+    """Row prefix → the row prefixes its modules import (its own left out)."""
+    folders: dict[str, set[str]] = {r.prefix: set() for r in unit.values()}
+    for module, imported in graph.items():
+        folders[unit[module].prefix] |= {unit[t].prefix for t in imported} - {unit[module].prefix}
+    return folders
+
+
+def test_no_module_imports_upward(graph, sources, rows):
+    unit = {m: row_of(p, rows) for m, p in sources.items()}
+    upward = upward_imports(graph, unit)
     assert not upward, "\n".join(upward)
 
 
+def test_no_import_circle_between_folders(graph, sources, rows):
+    unit = {m: row_of(p, rows) for m, p in sources.items()}
+    circles = _cycles(folder_graph(graph, unit))
+    assert not circles, "\n".join(" <-> ".join(c) for c in circles)
+
+
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    """The strongly connected components of more than one node (Tarjan's algorithm)."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -127,7 +191,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def test_no_import_circle(graph):
+def test_no_import_circle_between_modules(graph):
     # A package's __init__ that only documents it is imported by whatever imports a module in it;
     # that is no dependency of the package on its importer, so packages' own inits are left out.
     plain = {m: {t for t in ts if not _is_package(t)} for m, ts in graph.items()}
@@ -139,8 +203,19 @@ def _is_package(module: str) -> bool:
     return (REPO / module.replace(".", "/") / "__init__.py").exists()
 
 
-def test_the_finder_sees_upward_imports_and_circles():
-    """The checks above can fail: an upward import and a circle in a made-up graph are found."""
-    made_up = {"testbed.config": {"testbed.orchestration.runner"}, "testbed.orchestration.runner": {"testbed.config"}}
-    assert _cycles(made_up) == [["testbed.config", "testbed.orchestration.runner"]]
-    assert layer_of("testbed.config")[0] < layer_of("testbed.orchestration.runner")[0]
+def test_the_checks_can_fail():
+    """A made-up table and graph: an upward import, a circle of folders and a module in no row are
+    all found, and a malformed or missing table is refused."""
+    rows = read_table("| layer | folder/module prefix | what |\n|---|---|---|\n"
+                      "| 1 | `a/` | low |\n| 1 | `b/` | low, beside a |\n| 2 | `a/c/` | high, inside a |\n")
+    assert row_of("a/c/x.py", rows).prefix == "a/c/" and row_of("a/x.py", rows).prefix == "a/"
+    with pytest.raises(AssertionError, match="no layer"):
+        row_of("d/x.py", rows)
+    unit = {"a.x": row_of("a/x.py", rows), "b.y": row_of("b/y.py", rows), "a.c.z": row_of("a/c/z.py", rows)}
+    graph = {"a.x": {"a.c.z", "b.y"}, "b.y": {"a.x"}, "a.c.z": set()}
+    assert upward_imports(graph, unit) == ["a.x (a/, layer 1) imports a.c.z (a/c/, layer 2)"]
+    assert _cycles(folder_graph(graph, unit)) == [["a/", "b/"]]
+    with pytest.raises(AssertionError, match="malformed"):
+        read_table("| layer | folder/module prefix | what |\n|---|---|---|\n| low | `a/` | x |\n")
+    with pytest.raises(AssertionError, match="expected one table"):
+        read_table("| layer | prefix | what |\n")

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from testbed.assemble import load_data
-from testbed.config import load_config
+from testbed.assembly.assemble import load_data
+from testbed.assembly.config import load_config
 from testbed.orchestration.runner import run_experiment
 
 LEARNS = Path(__file__).resolve().parents[1] / "experiments" / "dp_pasgd" / "learns.toml"

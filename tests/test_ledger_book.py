@@ -1,4 +1,4 @@
-"""The columnar ledger (testbed.ledger.book) against the per-node NodeLedger it replaces in the
+"""The columnar ledger (testbed.accounting.book) against the per-node NodeLedger it replaces in the
 runner: the same totals, tallies, ε, energy forecast and round bookkeeping for the same events,
 whether they arrive as batches or one at a time; and batches written as the same CSV rows."""
 
@@ -11,10 +11,10 @@ import random
 import numpy as np
 import pytest
 
-from testbed.budgets import Budgets
+from testbed.accounting.budgets import Budgets
 from testbed.ledger.events import (CommunicationEvent, ComputeEvent, EventBatch, GaussianEvent, MutualInfoEvent,
                                    NodeEvents, StraggleEvent, batches_of)
-from testbed.ledger.book import LedgerBook
+from testbed.accounting.book import LedgerBook
 from testbed.ledger.files import LedgerWriter, _row, read_ledger
 from testbed.ledger.node import NodeLedger
 from testbed.privacy.accountants import worst_epsilon

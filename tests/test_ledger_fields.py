@@ -18,7 +18,7 @@ from testbed.ledger.fields import FIELD_RULES, MEASURED_FIELDS, event_as_planned
 from testbed.ledger.files import LEDGER_COLUMNS, LedgerWriter, read_ledger
 from testbed.ledger.node import NodeLedger, RoundSet
 from testbed.privacy.accountants import epsilon
-from testbed.privacy.zcdp import gaussian_rho, rho_to_epsilon
+from testbed.privacy.accountants.zcdp import gaussian_rho, rho_to_epsilon
 
 from conftest import require_module
 

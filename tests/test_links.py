@@ -24,7 +24,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conftest import REPO, needs_command, require_tool
-from testbed.config import load_config
+from testbed.assembly.config import load_config
 from testbed.errors import ConfigError
 from testbed.mqtt.brokers.mosquitto import MosquittoBroker
 from testbed.orchestration import links
@@ -305,7 +305,7 @@ def test_channel_rate_is_each_nodes_shannon_rate_as_the_digital_link_charges_it(
     """DWFL's link_rate_bps (links.rate_bps = "channel") is channel.digital_link's rate for each
     node's aligned power and gain: the rate its digital orthogonal airtime is charged at."""
     from channel import digital_link
-    from testbed import assemble
+    from testbed.assembly import assemble
     from testbed.orchestration.runner import load
 
     config = load_config(REPO / "experiments" / "dwfl" / "base.toml",

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import testbed
-from testbed.assemble import load_data
-from testbed.config import load_config
+from testbed.assembly.assemble import load_data
+from testbed.assembly.config import load_config
 from testbed.reports.html import write_report
 from testbed.reports.majority import accuracy_flag, majority_share
 from testbed.reports.stats import majority_flag

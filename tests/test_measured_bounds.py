@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nodes.clock import comm_cost, compute_cost
+from nodes.meters.clock import comm_cost, compute_cost
 from testbed.devices.profiles import MCU_PROFILE_NAMES, PROFILE_NAMES, load_profile
 from testbed.ledger.events import CommunicationEvent, ComputeEvent
 from testbed.ledger.fields import FIELD_RULES, MAX_EVENT_J, MAX_EVENT_S, event_to_dict, event_within

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from testbed.models import MLP, LinearSVM, LogisticRegression, build_model
+from testbed.learning.models import MLP, LinearSVM, LogisticRegression, build_model
 
 MODELS = [
     LogisticRegression(dim=5, n_classes=3),

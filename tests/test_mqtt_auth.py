@@ -14,9 +14,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from testbed import protocol, wire
+from testbed.mqtt import wire
 from testbed.mqtt import auth, chunks, topics
 from testbed.mqtt.client import MqttClient
+from testbed.rounds import protocol
 
 RUN, SESSION = "authrun", "0123456789abcdef"
 NODES = ["0", "1", "2"]
@@ -431,7 +432,7 @@ def test_a_node_without_its_key_is_one_line_that_shows_no_key(tmp_path, capsys, 
 
 
 def test_real_boards_without_keys_are_refused_in_one_line_before_anything_starts(tmp_path, small_config_text):
-    from testbed.config import load_config_text
+    from testbed.assembly.config import load_config_text
     from testbed.errors import ConfigError
     from testbed.orchestration.runner import run_experiment
 

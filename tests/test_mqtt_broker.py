@@ -17,8 +17,8 @@ import numpy as np
 import paho.mqtt.client as paho
 import pytest
 
-from testbed import wire
 from testbed.errors import UserError
+from testbed.mqtt import wire
 from testbed.mqtt import acl, chunks, topics
 from testbed.mqtt.broker import accepts_tcp, free_port, parse_broker_url, wait_for_broker
 from testbed.mqtt.brokers import mosquitto

@@ -30,12 +30,12 @@ import pytest
 
 from conftest import REPO, wait_until
 from test_algorithm_contract import ATOL_MODES, _config, _dtype, _ledger_without_seconds
-from testbed import protocol
-from testbed.config import replace
+from testbed.assembly.config import replace
 from testbed.mqtt import auth, chunks, topics
-from testbed.reports.results import read_checkpoint
-from testbed import wire
+from testbed.mqtt import wire
 from testbed.orchestration.runner import load, run_experiment
+from testbed.reports.results import read_checkpoint
+from testbed.rounds import protocol
 
 FLOOD = 1500
 

@@ -20,15 +20,16 @@ import numpy as np
 import psutil
 import pytest
 
-from testbed import protocol, wire
-from testbed.config import load_config_text, replace, to_toml
+from testbed.assembly.config import load_config_text, replace, to_toml
 from testbed.errors import UserError
 from testbed.ledger.files import read_ledger
+from testbed.ledger.node import SPENT_AGAIN
+from testbed.mqtt import wire
 from testbed.mqtt import replay, topics
 from testbed.mqtt.client import Inbound
 from testbed.orchestration.runner import run_experiment
 from testbed.reports.asked import read_asked
-from testbed.ledger.node import SPENT_AGAIN
+from testbed.rounds import protocol
 
 from conftest import REPO
 from run_dir_cases import is_top_up_event

@@ -407,7 +407,7 @@ def test_a_client_takes_a_message_from_the_hook_as_from_on_message():
     same inbound for a good one, rejected (counted, not raised) for a topic not in UTF-8."""
     import queue
 
-    from testbed import wire
+    from testbed.mqtt import wire
     from testbed.mqtt import topics
     from testbed.mqtt.client import MqttClient
 

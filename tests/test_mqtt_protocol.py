@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from testbed import wire
 from testbed.errors import UserError
+from testbed.mqtt import wire
 from testbed.mqtt import topics
 from testbed.mqtt.broker import free_port, parse_broker_url
 from testbed.mqtt.client import MqttClient

@@ -21,17 +21,18 @@ import numpy as np
 import paho.mqtt.client as paho
 import pytest
 
-from testbed import protocol, wire
-from testbed import assemble
-from testbed.config import load_config_text, replace, to_toml
+from testbed.assembly import assemble
+from testbed.assembly.config import load_config_text, replace, to_toml
 from testbed.ledger.events import ComputeEvent
 from testbed.ledger.files import read_ledger
 from testbed.ledger.node import NodeLedger
+from testbed.mqtt import wire
 from testbed.mqtt import topics
 from testbed.mqtt.broker import parse_broker_url
 from testbed.orchestration.runner import run_experiment
 from testbed.reports.asked import read_asked
 from testbed.reports.results import read_checkpoint
+from testbed.rounds import protocol
 
 from conftest import REPO
 from conftest_mqtt import keys_of_test, with_board_keys

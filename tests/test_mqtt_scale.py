@@ -19,7 +19,7 @@ import paho.mqtt.client as paho
 import pytest
 
 from testbed import cli
-from testbed.config import load_config_text
+from testbed.assembly.config import load_config_text
 from testbed.ledger.files import read_ledger
 from testbed.mqtt import auth, topics
 from testbed.mqtt.broker import free_port, parse_broker_url

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from testbed import cli
-from testbed.config import replace, to_toml
+from testbed.assembly.config import replace, to_toml
 from testbed.ledger.files import read_ledger
 from testbed.mqtt.client import BrokerRefused, MqttClient
 

@@ -16,7 +16,8 @@ import numpy as np
 import paho.mqtt.client as paho
 import pytest
 
-from testbed import cli, wire
+from testbed import cli
+from testbed.mqtt import wire
 from testbed.mqtt import topics
 from testbed.mqtt.broker import parse_broker_url
 from testbed.mqtt.brokers.mosquitto import BIND_CLIENT_IDS

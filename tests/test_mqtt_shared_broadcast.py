@@ -17,10 +17,11 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from nodes.host import _broadcast_group, _copies, _gather
-from testbed import protocol, wire
+from testbed.mqtt import wire
 from testbed.mqtt import probe, topics
 from testbed.mqtt.client import Inbound, MqttClient
 from testbed.mqtt.network_loop import NetworkLoop
+from testbed.rounds import protocol
 
 from conftest import wait_until
 
@@ -191,11 +192,11 @@ def test_a_reply_that_comes_before_the_collection_begins_answers_the_round():
 
     import numpy as np
 
-    from testbed import assemble
+    from testbed.assembly import assemble
 
     from testbed.algorithms.contract import RoundContext
-    from testbed.assemble import load_data, model_for
-    from testbed.config import load_config
+    from testbed.assembly.assemble import load_data, model_for
+    from testbed.assembly.config import load_config
     from testbed.orchestration.coordinator import MqttNodes
 
     config = load_config("benchmarks/acfl.toml")

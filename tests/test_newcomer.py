@@ -20,7 +20,7 @@ def _testbed(*args: str, **kw) -> subprocess.Popen:
 
 @pytest.fixture
 def runs_dir(tmp_path, small_config_text):
-    from testbed.config import load_config_text
+    from testbed.assembly.config import load_config_text
     from testbed.orchestration.runner import run_experiment
 
     for name in ("a", "b"):
@@ -75,7 +75,7 @@ def test_a_sweep_prints_each_runs_own_time(small_config_text, tmp_path, capsys):
     import json
     import re
 
-    from testbed.config import load_config_text
+    from testbed.assembly.config import load_config_text
     from testbed.orchestration.sweep import grid_points, run_sweep
 
     rows = run_sweep(load_config_text(small_config_text), grid_points({"dp_pasgd.tau": [2, 5]}, 1, 0), tmp_path / "s",
@@ -117,7 +117,7 @@ kind = "ring"
 def test_accuracy_against_cost_is_never_a_vertical_line(algorithm, small_config_text, tmp_path):
     """DP-PASGD spends cost units: the panel's x. Gossip has none (its cost units stay 0, every point
     on one vertical line): the bytes it sent are the x, on the watch page and in the run's figure."""
-    from testbed.config import load_config_text
+    from testbed.assembly.config import load_config_text
     from testbed.orchestration.runner import run_experiment
     from testbed.reports.cost_axis import cost_axis
     from testbed.watch.feed import RunFeed

@@ -1,4 +1,4 @@
-"""Nothing outside ``testbed/algorithms/`` names an algorithm (DESIGN.md, "Extension axes"): the
+"""Nothing outside ``testbed/algorithms/`` names an algorithm (docs/design.md, "Extension axes"): the
 command line, the live view, the orchestration, the transports, the node side and the firmware
 bridge reach every algorithm through its registration (testbed.algorithms.registry) and the
 contract, so adding an algorithm is adding a module.

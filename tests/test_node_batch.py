@@ -7,9 +7,10 @@ import numpy as np
 
 from nodes.agent import NodeAgent, SharedExperiment, step_nodes
 from nodes.costs import NodeCosts
-from testbed import protocol, wire
-from testbed.config import load_config_text, to_toml
+from testbed.assembly.config import load_config_text, to_toml
 from testbed.ledger.fields import MEASURED_FIELDS
+from testbed.mqtt import wire
+from testbed.rounds import protocol
 
 CONFIG = to_toml(load_config_text(
     '[run]\nalgorithm = "acfl"\nseed = 3\n[data]\ndataset = "regression"\nnum_nodes = 4\nsamples_per_node = 20\n'

@@ -4,16 +4,16 @@ import pytest
 
 from testbed.algorithms import RoundContext
 
-from nodes.clock import comm_cost
 from nodes.costs import NodeCosts
-from testbed import assemble
-from testbed.budgets import Budgets
-from testbed.config import load_config_text
+from nodes.meters.clock import comm_cost
+from testbed.accounting.budgets import Budgets
+from testbed.assembly import assemble
+from testbed.assembly.config import load_config_text
 from testbed.data.synthetic import make_logistic
 from testbed.devices.profiles import load_profile
+from testbed.learning.models import LogisticRegression
 from testbed.ledger.events import CommunicationEvent
 from testbed.ledger.node import NodeLedger
-from testbed.models import LogisticRegression
 
 DIM = 6
 DATA = make_logistic(num_nodes=5, samples_per_node=60, dim=DIM, seed=4)

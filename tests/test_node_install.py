@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.config import load_config_text
+from testbed.assembly.config import load_config_text
 from testbed.ledger.files import read_ledger
 from testbed.orchestration.runner import run_experiment
 

@@ -17,11 +17,12 @@ from hypothesis import given, settings, strategies as st
 
 import nodes.agent as agent_module
 from nodes.agent import NodeAgent, SharedExperiment, step_nodes
-from testbed import protocol, wire
-from testbed.config import load_config_text, to_toml
+from testbed.assembly.config import load_config_text, to_toml
 from testbed.ledger.events import GaussianEvent
 from testbed.ledger.fields import event_from_dict
 from testbed.ledger.files import read_ledger
+from testbed.mqtt import wire
+from testbed.rounds import protocol
 
 RUN = "r"
 SESSIONS = ("a" * 16, "b" * 16)

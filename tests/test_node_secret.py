@@ -24,17 +24,19 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from testbed import assemble, protocol, wire
 from testbed.algorithms import RoundContext, WithSetup
 from testbed.algorithms.batches import node_keys, uniform_batches
 from testbed.algorithms.contract import SETUP_ROUND
+from testbed.assembly import assemble
+from testbed.assembly.config import load_config_text, replace, to_toml
 from testbed.cli import main
-from testbed.config import load_config_text, replace, to_toml
 from testbed.errors import UserError
-from testbed.node_secret import KEY_FILE, NODE_SECRET, RUN_SEED, NodeSecret, load_or_make
+from testbed.mqtt import wire
 from testbed.orchestration.runner import load, run_experiment
 from testbed.privacy.secrecy import HOLDS, REPRODUCIBLE
-from testbed.rng import PRIVATE_PURPOSES, Purpose, node_streams, stream
+from testbed.rounds import protocol
+from testbed.streams.node_secret import KEY_FILE, NODE_SECRET, RUN_SEED, NodeSecret, load_or_make
+from testbed.streams.rng import PRIVATE_PURPOSES, Purpose, node_streams, stream
 
 from conftest import REPO
 from conftest_mqtt import with_board_keys
@@ -189,7 +191,7 @@ class _AllBut:
         if purpose != self.purpose:
             return self.true.stream_words(seed, node, round_index, purpose)
         if self.guess is None:
-            return [seed, node + 1, round_index + 1, int(purpose)]  # testbed.rng.stream's run-seed key
+            return [seed, node + 1, round_index + 1, int(purpose)]  # testbed.streams.rng.stream's run-seed key
         return self.guess.stream_words(seed, node, round_index, purpose)
 
 
@@ -534,7 +536,7 @@ def _public_guess_hits(config_text: str, broadcasts, uploads, key: NodeSecret | 
     ``stream(seed, GLOBAL, r, NOISE)`` under ``key`` (None: the run seed's), and subtracts it. Per
     broadcast with server noise, whether what is left is the noiseless mean Σ p'_i x~_i (judged from
     the uploads, which the public does not need)."""
-    from testbed.rng import GLOBAL
+    from testbed.streams.rng import GLOBAL
 
     config = load_config_text(config_text)
     data, model = load(config)
@@ -561,8 +563,8 @@ def test_the_public_cannot_regenerate_the_servers_noise_once_a_node_has_a_secret
     coordinator draws it from its own secret (server-secret.key, mode 0600, in the run directory the
     public does not hold) and no guess from the seed or the experiment comes near, while whoever
     holds the key file reproduces it. The public's statement names the server's randomness."""
-    from testbed.node_secret import SERVER_KEY_FILE, SERVER_SECRET
     from testbed.privacy.secrecy import SERVER_HOLDS
+    from testbed.streams.node_secret import SERVER_KEY_FILE, SERVER_SECRET
 
     seeded, broadcasts, uploads = _tapped_padpfl_run(monkeypatch, tmp_path / "emulated", RUN_SEED)
     config_text = (tmp_path / "emulated" / "config.toml").read_text()
@@ -592,8 +594,8 @@ def test_a_figure_on_the_servers_noise_names_the_servers_randomness():
     """The public's entry of a run whose broadcasts carry server noise: secret only if both the
     nodes' and the server's are; a run-seed server's noise is everyone's to subtract; the server's
     own entry (uploads: no server noise) is unchanged."""
-    from testbed.node_secret import SERVER_SECRET
     from testbed.privacy.secrecy import SERVER_HOLDS, SERVER_REPRODUCIBLE, privacy_guarantees
+    from testbed.streams.node_secret import SERVER_SECRET
 
     nodes = {str(n): {"epsilon_by_observer": {"server": 1.0, "public": 0.5}} for n in range(3)}
     secret, mixed = dict.fromkeys(range(3), NODE_SECRET), {0: NODE_SECRET, 1: RUN_SEED, 2: RUN_SEED}

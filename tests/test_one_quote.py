@@ -14,9 +14,9 @@ import pytest
 
 from conftest import needs_module
 from testbed.api import load
+from testbed.assembly.config import load_config_text
 from testbed.cli import main
 from testbed.cli.run import format_summary
-from testbed.config import load_config_text
 from testbed.orchestration.runner import run_experiment
 from testbed.reports import headline
 from testbed.reports.html import write_report

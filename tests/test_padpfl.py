@@ -13,17 +13,17 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from testbed import assemble
+from testbed.assembly import assemble
 
 from testbed.algorithms.contract import RoundContext
 from testbed.algorithms.impact import ImpactSchedule, spread_uploads
 from testbed.algorithms.padpfl import Padpfl, PadpflSection, schedule_from_section
-from testbed.config import load_config_text
+from testbed.assembly.config import load_config_text
 from testbed.data.synthetic import make_logistic
 from testbed.errors import ConfigError
-from testbed.models import LogisticRegression
+from testbed.learning.models import LogisticRegression
 from testbed.privacy import padpfl as dp
-from testbed.rng import GLOBAL, Purpose, stream
+from testbed.streams.rng import GLOBAL, Purpose, stream
 
 C = math.sqrt(2 * math.log(125))  # δ = 0.01
 S1 = dict(impact="given", parts=[20, 20, 20], ratios="0-1-2")
@@ -430,7 +430,7 @@ def test_privacy_cli_equal_weights_zero_branch_and_bad_input(capsys):
 def test_the_scenario_files_hold_the_papers_constants(name, parts, ratios):
     from pathlib import Path
 
-    from testbed.config import load_config
+    from testbed.assembly.config import load_config
 
     c = load_config(Path(__file__).parent.parent / "experiments" / "padpfl" / f"{name}.toml")
     assert (c.data.num_nodes, c.padpfl.rounds, c.privacy.delta, c.padpfl.epsilon) == (60, 30, 0.01, 20.0)
@@ -552,7 +552,7 @@ def test_sim_equals_mqtt_for_the_automatic_rules(impact, tmp_path):
     stragglers, for each automatic rule: same final state (model, sizes, counts), same ledger."""
     from test_algorithm_contract import _config, _ledger_without_seconds
 
-    from testbed.config import replace
+    from testbed.assembly.config import replace
     from testbed.orchestration.runner import run_experiment
     from testbed.reports.results import read_checkpoint
 
@@ -637,8 +637,8 @@ def test_learns_toml_learns_at_the_papers_epsilon_within_its_budget(tmp_path):
     pytest.importorskip("mlxtend")
     from pathlib import Path
 
-    from testbed.assemble import load_run_data
-    from testbed.config import load_config
+    from testbed.assembly.assemble import load_run_data
+    from testbed.assembly.config import load_config
     from testbed.orchestration.runner import run_experiment
 
     config = load_config(Path(__file__).resolve().parents[1] / "experiments" / "padpfl" / "learns.toml")

@@ -8,7 +8,7 @@ import pytest
 
 import testbed.util.parallel as parallel
 from testbed.algorithms.batches import uniform_batches
-from testbed.config import load_config_text
+from testbed.assembly.config import load_config_text
 from testbed.data.synthetic import make_logistic
 from testbed.orchestration.runner import run_experiment
 

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
+from testbed.assembly.config import load_config_text
 from testbed.cli import main
-from testbed.config import load_config_text
 from testbed.errors import ConfigError, UserError
 from testbed.orchestration.runner import run_experiment
 from testbed.planning.calibration import read_calibration

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from testbed.cost import max_steps, resource_cost
+from testbed.planning.cost import max_steps, resource_cost
 from testbed.planning.dp_pasgd import (
     BoundConstants,
     bound_B,

@@ -7,7 +7,7 @@ import pytest
 
 from testbed.data.synthetic import make_logistic
 from testbed.errors import UserError
-from testbed.models import LinearSVM, LogisticRegression
+from testbed.learning.models import LinearSVM, LogisticRegression
 from testbed.planning.estimate import estimate, noise_dimension, per_sample_gradients
 
 

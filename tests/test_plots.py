@@ -26,7 +26,7 @@ def test_the_epsilon_figure_draws_a_bar_per_node_up_to_the_limit_then_a_histogra
 
 
 def test_an_algorithm_without_a_cost_model_draws_accuracy_against_bytes_and_no_epsilon(tmp_path):
-    from testbed.config import load_config_text
+    from testbed.assembly.config import load_config_text
     from testbed.orchestration.runner import run_experiment
 
     text = ("[run]\nalgorithm = \"fedavg\"\n[data]\nnum_nodes = 3\nsamples_per_node = 40\ndim = 3\n"

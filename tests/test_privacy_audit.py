@@ -15,11 +15,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from testbed.assembly.assemble import privacy_guarantee
+from testbed.assembly.experiment import experiment_config
 from testbed.cli import main
 from testbed.errors import UserError
-from testbed.assemble import privacy_guarantee
-from testbed.experiment import experiment_config
-from testbed.models import LogisticRegression
+from testbed.learning.models import LogisticRegression
 from testbed.orchestration.audit import audit_run
 from testbed.privacy.audit import (
     EPSILON_TOLERANCE,

@@ -86,7 +86,7 @@ def test_each_run_says_what_its_epsilon_rests_on(name, says):
     experiments): the papers' assumptions the code cannot make true, nothing for the others."""
     from test_algorithm_contract import _text
 
-    from testbed.config import load_config_text
+    from testbed.assembly.config import load_config_text
     from testbed.orchestration.runner import load, run_assumptions
 
     config = load_config_text(_text(name))

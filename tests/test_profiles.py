@@ -1,10 +1,10 @@
-"""Device profiles (nodes/profiles.toml) and the virtual clock built on them (nodes/clock.py)."""
+"""Device profiles (nodes/profiles.toml) and the virtual clock built on them (nodes/meters/clock.py)."""
 
 import time
 
 import pytest
 
-from nodes.clock import Pacer, comm_cost, compute_cost
+from nodes.meters.clock import Pacer, comm_cost, compute_cost
 from testbed.devices.profiles import HOST, PROFILE_NAMES, DeviceProfile, load_profile
 from testbed.errors import UserError
 

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from nodes.board_config import DEFAULTS, load_board_config, parse_board_config, resolve
+from testbed.assembly.config import load_config_text
 from testbed.cli import main
-from testbed.config import load_config_text
 from testbed.errors import ConfigError
 from testbed.ledger.files import read_ledger
 from testbed.mqtt import topics

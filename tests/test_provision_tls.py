@@ -19,8 +19,8 @@ import pytest
 from hypothesis import given, strategies as st
 
 from nodes.board_config import load_board_config
+from testbed.assembly.config import load_config
 from testbed.cli import main
-from testbed.config import load_config
 from testbed.ledger.files import read_ledger
 from testbed.mqtt.broker import free_port, wait_for_broker
 from testbed.mqtt.brokers.mosquitto import find_binary

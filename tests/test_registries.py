@@ -13,11 +13,11 @@ import pytest
 
 from nodes.meters import registry as meters
 from testbed.algorithms import registry as algorithms
+from testbed.assembly.config import json_schema
 from testbed.cli import build_parser
-from testbed.config import json_schema
 from testbed.data import registry as datasets
 from testbed.devices import profiles, virtual_boards
-from testbed.models import kinds as model_kinds
+from testbed.learning.models import kinds as model_kinds
 from testbed.mqtt.brokers import registry as brokers
 from testbed.privacy.accountants import registry as accountants
 

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import testbed.privacy.accountants as package
-from testbed.budgets import Budgets
-from testbed.config import PrivacySection, json_schema, load_config_text
+from testbed.accounting.budgets import Budgets
+from testbed.assembly.config import PrivacySection, json_schema, load_config_text
 from testbed.errors import ConfigError
 from testbed.ledger.events import ADJACENCIES, SAMPLINGS, GaussianEvent
 from testbed.ledger.node import NodeLedger
@@ -193,8 +193,8 @@ import json, sys
 import testbed.privacy.accountants as package
 package.__path__.append(sys.argv[1])
 import typing
+from testbed.assembly.config import PrivacySection, json_schema
 from testbed.cli import main
-from testbed.config import PrivacySection, json_schema
 out = {"choices": typing.get_args(PrivacySection.model_fields["accountant"].annotation),
        "enum": json_schema()["$defs"]["PrivacySection"]["properties"]["accountant"]["enum"]}
 out["codes"] = [main(["run", sys.argv[2], "--quiet", "--out", out_dir, *extra])

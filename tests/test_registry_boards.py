@@ -22,8 +22,8 @@ from nodes import board_config
 from nodes.costs import NodeCosts
 from nodes.meters import registry as meters
 from nodes.meters.model import ModelMeter
+from testbed.assembly.config import NodesSection, json_schema
 from testbed.cli import build_parser, main
-from testbed.config import NodesSection, json_schema
 from testbed.devices import profiles, virtual_boards
 from testbed.errors import ConfigError, UserError
 
@@ -273,7 +273,7 @@ datafiles.package_dir = lambda package: tmp if package == "nodes" else real(pack
 
 GENERATED_CONFIG = NODES_DATA_IN_ARGV + '''from testbed.devices import virtual_boards
 virtual_boards.BOARDS_DIR = tmp / "boards"
-from testbed.config import NodesSection, json_schema
+from testbed.assembly.config import NodesSection, json_schema
 nodes = json_schema()["$defs"]["NodesSection"]["properties"]
 section = NodesSection(profile="pi-9", mcu=[0], mcu_board="toy-m0")
 print(json.dumps([nodes["profile"]["enum"], nodes["mcu_board"]["enum"], section.profile, section.mcu_board]))

@@ -23,8 +23,8 @@ import paho.mqtt.client as paho
 import pytest
 from hypothesis import given, strategies as st
 
+from testbed.assembly.config import load_config_text, replace
 from testbed.cli.run import format_summary
-from testbed.config import load_config_text, replace
 from testbed.errors import ConfigError, UserError
 from testbed.mqtt import acl, topics
 from testbed.mqtt.brokers import mosquitto, registry
@@ -386,7 +386,7 @@ def test_with_credentials_the_run_broker_enforces_the_run_acl(tmp_path, started_
 
 def test_the_schema_offers_the_broker_choice():
     """A change of the JSON Schema on purpose: [mqtt] gained ``broker``."""
-    from testbed.config import json_schema
+    from testbed.assembly.config import json_schema
 
     prop = next(d for d in json_schema()["$defs"].values() if d.get("title") == "MqttSection")["properties"]["broker"]
     assert prop["default"] == "auto" and prop["type"] == "string"

@@ -19,13 +19,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from testbed.config import ModelSection, build_config, json_schema
+from testbed.assembly.config import ModelSection, build_config, json_schema
 from testbed.data import load_dataset, source_files
 from testbed.data import registry as data_registry
 from testbed.data.registry import Registration, listed_order
 from testbed.data.section import DataSection
 from testbed.errors import ConfigError, DataError
-from testbed.models import build_model, embedding_kinds, kinds
+from testbed.learning.models import build_model, embedding_kinds, kinds
 from testbed.util.registrations import registrations_of
 
 from conftest import REPO
@@ -154,9 +154,9 @@ def test_loading_refuses_a_path_for_a_set_that_reads_none_in_its_registration_s_
 
 
 def test_discovering_every_data_module_imports_no_heavy_package():
-    """testbed.config lists the data sets at import, which imports every module of testbed/data/:
+    """testbed.assembly.config lists the data sets at import, which imports every module of testbed/data/:
     what only a loader needs (scipy for Vehicle, scikit-learn's digits, torch) stays unimported."""
-    code = ("import sys, testbed.config, testbed.assemble, testbed.resources; "
+    code = ("import sys, testbed.assembly.config, testbed.assembly.assemble, testbed.assembly.resources; "
             "print(sorted(m for m in ('scipy', 'sklearn', 'torch', 'matplotlib', 'asyncio') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env=dict(os.environ, PYTHONPATH=str(REPO)))
@@ -190,7 +190,7 @@ import numpy as np
 
 from testbed.data.registry import Registration
 from testbed.data.split import check_scaling, split_flat
-from testbed.rng import Purpose, stream
+from testbed.streams.rng import Purpose, stream
 
 FROM_FILE = {from_file}
 
@@ -225,9 +225,9 @@ RUNNER = '''
 import json, pathlib, sys
 import testbed.data
 testbed.data.__path__.append(sys.argv[1])
-from testbed.config import json_schema, load_config_text
+from testbed.assembly.config import json_schema, load_config_text
+from testbed.assembly.resources import estimate_bytes
 from testbed.orchestration.runner import run_experiment
-from testbed.resources import estimate_bytes
 config = load_config_text(pathlib.Path(sys.argv[2]).read_text())
 result = run_experiment(config, out_dir=pathlib.Path(sys.argv[3]), quiet=True)
 print(json.dumps({"summary": result.summary, "data_bytes": estimate_bytes(config)["data"],

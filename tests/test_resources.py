@@ -8,9 +8,10 @@ import time
 
 import pytest
 
-from testbed import resources
-from testbed.config import load_config_text
+from testbed.assembly import resources
+from testbed.assembly.config import load_config_text
 from testbed.errors import ConfigError
+from testbed.util import memory
 
 from conftest import REPO
 
@@ -37,7 +38,7 @@ def test_the_estimate_grows_with_nodes_samples_and_features(small_config_text):
 
 
 def test_refused_when_over_the_available_memory(small_config_text, monkeypatch):
-    monkeypatch.setattr(resources, "available_bytes", lambda: 1024)
+    monkeypatch.setattr(memory, "available_bytes", lambda: 1024)
     with pytest.raises(ConfigError, match=r"need about .* this machine has 1 KiB available"):
         resources.check_fits(load_config_text(small_config_text))
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from testbed.rng import GLOBAL, Purpose, node_streams, stream
+from testbed.streams.rng import GLOBAL, Purpose, node_streams, stream
 
 
 @pytest.mark.parametrize("seed,round_index,purpose", [

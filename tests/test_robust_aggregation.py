@@ -14,10 +14,10 @@ import pytest
 from hypothesis import assume, given, strategies as st
 from hypothesis.extra.numpy import arrays
 
-from testbed import assemble
+from testbed.assembly import assemble
 
 from testbed.algorithms.aggregate import AGGREGATIONS, RULES, Aggregation, krum_scores
-from testbed.config import replace
+from testbed.assembly.config import replace
 from testbed.errors import ConfigError
 from testbed.orchestration.runner import load, run_experiment
 from testbed.reports.results import read_checkpoint

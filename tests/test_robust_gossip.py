@@ -16,7 +16,7 @@ from hypothesis.extra.numpy import arrays
 
 from testbed.algorithms.aggregate import Aggregation, bucket_stream, buckets, robust_weights
 from testbed.algorithms.neighbourhood import clip_radius, median, self_centred_clip, trimmed_mean
-from testbed.config import load_config_text
+from testbed.assembly.config import load_config_text
 from testbed.errors import ConfigError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
@@ -202,7 +202,7 @@ def test_sim_equals_mqtt_with_buckets_and_stragglers(name, keys, tmp_path):
     # The buckets come from the round's public stream and the rows in node order: the same in both modes.
     from test_algorithm_contract import _config, _ledger_without_seconds
 
-    from testbed.config import replace
+    from testbed.assembly.config import replace
     from testbed.orchestration.runner import run_experiment
     from testbed.reports.results import read_checkpoint
 
@@ -245,8 +245,8 @@ def test_the_graph_algorithms_take_each_rule(alg, rule):
     ("fedavg", 'aggregation = "krum"\nbyzantine_f = 1\nbucket_size = 2\n', "fedavg.byzantine_f"),
 ])
 def test_a_key_that_cannot_hold_is_refused_in_one_line_naming_it(alg, keys, key):
+    from testbed.assembly import assemble
     from testbed.orchestration.runner import load
-    from testbed import assemble
     with pytest.raises(ConfigError) as err:
         config = _load(alg, keys)
         data, model = load(config)
@@ -293,8 +293,8 @@ def test_self_centred_clippings_step_bound_does_not_grow_with_a_runaway_row(alg)
     # Issue 40: the declared bounds grew with the attacker's own influence (11.7 -> 46.6). Under
     # self_centred_clip a node's step bound is τ + γ g_max whatever the models; under the mean it
     # follows the spread of the models, the attacker's row among them.
-    from testbed import assemble
     from testbed.algorithms.contract import RoundContext
+    from testbed.assembly import assemble
     from testbed.orchestration.runner import load
 
     bounds = {}
@@ -315,7 +315,7 @@ def test_self_centred_clippings_step_bound_does_not_grow_with_a_runaway_row(alg)
 def test_a_robust_neighbourhood_this_machine_cannot_hold_is_refused_in_one_line_naming_the_key():
     # Each receiver's neighbours apart is nodes x degree x parameters: 20,000 nodes on the complete
     # graph would need tens of TiB; the mean's sparse product of the same run fits.
-    from testbed.resources import check_fits, estimate_bytes
+    from testbed.assembly.resources import check_fits, estimate_bytes
 
     text = ('[run]\nalgorithm = "dpsgd"\n[data]\ndataset = "synthetic"\nnum_nodes = 20000\nsamples_per_node = 10\n'
             'dim = 2000\n[dpsgd]\n{keys}[topology]\nkind = "complete"\n')

@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 from hypothesis import given, strategies as st
 
+from testbed.assembly.config import load_config_text
 from testbed.cli import main
-from testbed.config import load_config_text
 from testbed.errors import UserError
 from testbed.orchestration.runner import run_experiment
 from testbed.reports.results import RunDirectory, read_summary

@@ -7,8 +7,8 @@ import shutil
 import numpy as np
 import pytest
 
-from testbed import assemble
-from testbed.config import load_config_text, replace
+from testbed.assembly import assemble
+from testbed.assembly.config import load_config_text, replace
 from testbed.ledger.files import read_ledger
 from testbed.ledger.node import NodeLedger
 from testbed.orchestration.runner import run_experiment

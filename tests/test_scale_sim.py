@@ -6,22 +6,22 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from testbed import resources
-from testbed import assemble
 from testbed.algorithms import batches
 from testbed.algorithms.contract import RoundContext
-from testbed.assemble import holds_lazily, load_evaluation_data, load_run_data
-from testbed.config import load_config_text
+from testbed.assembly import assemble, resources
+from testbed.assembly.assemble import holds_lazily, load_evaluation_data, load_run_data
+from testbed.assembly.config import load_config_text
+from testbed.assembly.evaluation import evaluated_node_ids
 from testbed.data import synthetic
 from testbed.data.lazy import LazyFederatedData
 from testbed.data.split import SplitWriter, split_sizes
 from testbed.data.synthetic import lazy_logistic, make_logistic, true_model
 from testbed.errors import ConfigError
-from testbed.evaluation import evaluated_node_ids
 from testbed.orchestration.runner import evaluate, load, run_experiment
 from testbed.orchestration.sim_nodes import SimNodes
 from testbed.reports.results import read_metrics
-from testbed.rng import Purpose, stream
+from testbed.streams.rng import Purpose, stream
+from testbed.util import memory
 
 SAMPLED = "[client_sampling]\nmethod = \"uniform\"\ncount = 3\n"
 
@@ -209,7 +209,7 @@ def test_the_memory_check_follows_the_sampled_count(small_config_text, monkeypat
     assert half["data"] == 3 * 500 * 408
     everyone = resources.estimate_bytes(load_config_text(small_config_text, big))
     assert everyone["data"] == 1_000_000 * 500 * 808 and everyone["evaluation"] == 0
-    monkeypatch.setattr(resources, "available_bytes", lambda: 2**34)
+    monkeypatch.setattr(memory, "available_bytes", lambda: 2**34)
     resources.check_fits(sampled)
     with pytest.raises(ConfigError, match=r"^config error: output.eval_nodes: evaluating 1,000,000 nodes needs"):
         resources.check_fits(load_config_text(small_config_text + SAMPLED, big))

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from testbed.algorithms.padpfl import PAPER_EQ7_ASSUMPTION
-from testbed.config import load_config, load_config_text
+from testbed.assembly.config import load_config, load_config_text
 from testbed.errors import ConfigError
 from testbed.ledger.files import read_ledger
 from testbed.privacy.delta import delta_assumption
@@ -144,7 +144,7 @@ DP_SGD = RUN.replace('impact = "equal"', 'impact = "equal"\nlocal_step = "dp_sgd
 def test_one_record_moves_a_dp_sgd_step_by_at_most_2c_over_x(scale, row, seed):
     """The adversary is a record: whatever its features (any scale) and label, replacing it moves
     the step's mean of clipped per-sample gradients by at most 2C/X, the sensitivity charged."""
-    from testbed.models import LogisticRegression
+    from testbed.learning.models import LogisticRegression
 
     rng = np.random.default_rng(seed)
     model, clip, batch = LogisticRegression(5, 3), 0.5, 8
@@ -190,7 +190,7 @@ def test_dp_sgd_adds_its_noise_to_every_step_and_none_to_the_upload():
     from testbed.algorithms.impact import ImpactSchedule
     from testbed.algorithms.padpfl import Padpfl
     from testbed.data.synthetic import make_logistic
-    from testbed.models import LogisticRegression
+    from testbed.learning.models import LogisticRegression
 
     data = make_logistic(num_nodes=3, samples_per_node=40, dim=4, seed=2)
     common = dict(schedule=ImpactSchedule([(0, np.full(3, 1 / 3))]), rounds=2, local_steps=3, batch=5, lr=0.5,
@@ -216,8 +216,8 @@ def test_dp_sgd_step_noise_comes_from_the_nodes_secret():
     from testbed.algorithms.impact import ImpactSchedule
     from testbed.algorithms.padpfl import Padpfl
     from testbed.data.synthetic import make_logistic
-    from testbed.models import LogisticRegression
-    from testbed.node_secret import NodeSecret
+    from testbed.learning.models import LogisticRegression
+    from testbed.streams.node_secret import NodeSecret
 
     data = make_logistic(num_nodes=2, samples_per_node=10, dim=3, seed=4)
     alg = Padpfl(LogisticRegression(3, 2), schedule=ImpactSchedule([(0, np.full(2, 0.5))]), rounds=2, local_steps=2,
@@ -238,7 +238,7 @@ def test_dp_sgd_learns_above_the_majority_share_at_a_sound_epsilon(tmp_path):
     committed)."""
     pytest.importorskip("kymatio")
     pytest.importorskip("mlxtend")
-    from testbed.assemble import load_run_data
+    from testbed.assembly.assemble import load_run_data
     from testbed.orchestration.runner import run_experiment
 
     config = load_config(ROOT / "experiments" / "padpfl" / "learns_dp_sgd.toml")

@@ -108,7 +108,7 @@ def test_the_embedded_broker_waits_for_a_slow_start(monkeypatch):
 _SLOW_HOSTS_RUN = """
 import sys, time
 import nodes.host
-from testbed.config import load_config_text
+from testbed.assembly.config import load_config_text
 from testbed.orchestration.runner import run_experiment
 from testbed.util.forked import can_fork
 

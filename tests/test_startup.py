@@ -8,8 +8,8 @@ import json
 import sys
 import time
 
-from testbed import assemble
-from testbed.config import load_config_text
+from testbed.assembly import assemble
+from testbed.assembly.config import load_config_text
 from testbed.orchestration.runner import run_experiment
 from testbed.reports.startup import Startup, time_text
 from testbed.watch.checks import summary_view

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from nodes.clock import comm_cost
+from nodes.meters.clock import comm_cost
 from nodes.stragglers import REFERENCE_HOST_FLOPS_PER_S, modelled_round_time_s
 from testbed.devices.profiles import load_profile
-from testbed.stragglers import StragglersSection, draw_stragglers
+from testbed.rounds.stragglers import StragglersSection, draw_stragglers
 
 BERNOULLI = StragglersSection(model="bernoulli", p=0.2)
 
@@ -115,7 +115,7 @@ def test_section_is_frozen_and_has_a_documented_schema():
 
 
 def test_draws_in_blocks_of_rounds_are_the_per_round_draws():
-    from testbed.stragglers import StragglerDraws
+    from testbed.rounds.stragglers import StragglerDraws
 
     section = StragglersSection(model="bernoulli", p=0.3)
     every = list(range(40))

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
+from testbed.assembly.config import load_config_text
 from testbed.cli import main
-from testbed.config import load_config_text
 from testbed.errors import UserError
 from testbed.orchestration.sweep import Point, grid_points, parse_grid, run_sweep
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from testbed.assembly.config import load_config_text
 from testbed.cli import main
-from testbed.config import load_config_text
 from testbed.topology import LinkBudget, Topology, mixing_weights, spectral_gap
 from topology_cases import dwfl_text, dwfl_topology  # noqa: F401  (a fixture)
 

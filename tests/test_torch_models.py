@@ -1,4 +1,4 @@
-"""The PyTorch backend (testbed.torch_models): the node-folded step equals a loop over nodes, clipped
+"""The PyTorch backend (testbed.learning.torch_models): the node-folded step equals a loop over nodes, clipped
 per-sample gradients equal a loop over samples, the clip bound holds for adversarial inputs."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from conftest import require_module
 
 torch = require_module("torch", "channel")
 
-from testbed import assemble
-from testbed.models import build_model  # noqa: E402
-from testbed.torch_models import TorchModel, build_network  # noqa: E402
+from testbed.assembly import assemble
+from testbed.learning.models import build_model  # noqa: E402
+from testbed.learning.torch_models import TorchModel, build_network  # noqa: E402
 
 CASES = [("cnn", 64), ("cnn", 784), ("mlp", 20), ("cifar10_cnn", 3072)]
 F32 = dict(rtol=1e-4, atol=1e-6)  # float32 arithmetic, summed in different orders
@@ -86,7 +86,7 @@ def test_clipped_per_sample_gradients_equal_a_loop_over_samples(network, dim):
 def _other_network() -> "torch.nn.Module":
     """Layers the registry's networks do not combine: a strided, dilated convolution followed by no
     pool, overlapping max-pool windows (3, stride 2), a ReLU after a pool, two convolutions in a row."""
-    from testbed.torch_models import _pixel_scale
+    from testbed.learning.torch_models import _pixel_scale
 
     nn = torch.nn
     return nn.Sequential(_pixel_scale()(8.0), nn.Unflatten(1, (1, 8, 8)), nn.Conv2d(1, 4, 3, stride=2, padding=2, dilation=2),
@@ -96,7 +96,7 @@ def _other_network() -> "torch.nn.Module":
 
 @pytest.mark.parametrize("clip", [None, 0.05])
 def test_the_node_folded_step_holds_for_other_layer_settings(clip):
-    from testbed.torch_models import _NodeFolded
+    from testbed.learning.torch_models import _NodeFolded
 
     module = _other_network()
     folded = _NodeFolded(module)
@@ -124,7 +124,7 @@ def test_the_node_folded_step_holds_for_other_layer_settings(clip):
 
 
 def test_a_layer_the_node_folded_step_has_no_rule_for_is_refused():
-    from testbed.torch_models import _NodeFolded
+    from testbed.learning.torch_models import _NodeFolded
 
     with pytest.raises(ValueError, match="no rule for the layer BatchNorm"):
         _NodeFolded(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4)))
@@ -192,7 +192,7 @@ def test_an_emulated_hosts_thread_share_is_what_torch_uses():
     import subprocess
     import sys
 
-    code = "from testbed.torch_models import torch_module; print(torch_module().get_num_threads())"
+    code = "from testbed.learning.torch_models import torch_module; print(torch_module().get_num_threads())"
     env = dict(os.environ, TESTBED_TORCH_THREADS="1")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "1"
@@ -202,7 +202,7 @@ def test_importing_the_models_does_not_import_torch():
     import subprocess
     import sys
 
-    code = ("import sys, testbed.models, testbed.assemble, testbed.algorithms.dp_pasgd; "
+    code = ("import sys, testbed.learning.models, testbed.assembly.assemble, testbed.algorithms.dp_pasgd; "
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
@@ -231,7 +231,7 @@ sigma = 0.5
 
 def test_a_private_torch_run_must_clip_and_its_ledger_records_the_clip_norm():
     from testbed.algorithms import RoundContext, registry
-    from testbed.config import load_config_text
+    from testbed.assembly.config import load_config_text
     from testbed.errors import ConfigError
     from testbed.orchestration.runner import load
 
@@ -249,9 +249,9 @@ def test_a_private_torch_run_must_clip_and_its_ledger_records_the_clip_norm():
 
 
 def test_dwfl_clips_each_samples_gradient_of_a_network_at_gmax():
-    from testbed import assemble
     from testbed.algorithms.batches import uniform_batches
-    from testbed.config import load_config_text
+    from testbed.assembly import assemble
+    from testbed.assembly.config import load_config_text
     from testbed.orchestration.runner import load
 
     text = CNN_RUN.replace('algorithm = "dp_pasgd"', 'algorithm = "dwfl"').split("[dp_pasgd]")[0]

@@ -14,7 +14,7 @@ pytest.importorskip("tensorboardX")
 pytest.importorskip("mlflow")
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
 
-from testbed.config import load_config_text  # noqa: E402
+from testbed.assembly.config import load_config_text  # noqa: E402
 from testbed.errors import ConfigError  # noqa: E402
 from testbed.orchestration.runner import run_experiment  # noqa: E402
 from testbed.reports import tracking  # noqa: E402
@@ -83,8 +83,8 @@ def test_mlflow_holds_params_curves_status_and_the_run_directory(small_config_te
                                                                  monkeypatch):
     from mlflow.tracking import MlflowClient
 
-    from testbed.node_secret import SERVER_KEY_FILE, load_or_make
     from testbed.orchestration import runner
+    from testbed.streams.node_secret import SERVER_KEY_FILE, load_or_make
 
     nodes_of = runner.build_nodes
 
@@ -103,7 +103,7 @@ def test_mlflow_holds_params_curves_status_and_the_run_directory(small_config_te
     params = mlrun.data.params
     assert params["dp_pasgd.sigma"] == "1.0" and params["data.num_nodes"] == "4" and params["output.mlflow"] == "True"
     # Every parameter of the resolved config, flat, as the run's config.toml holds it.
-    from testbed.config import load_config, to_dict
+    from testbed.assembly.config import load_config, to_dict
     from testbed.reports.tracking.mlflow_tracker import flat_params
 
     configured = dict(flat_params(to_dict(load_config(result.run_dir / "config.toml"))))

@@ -19,11 +19,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from testbed import assemble
 from testbed.algorithms import OverTheAir, RoundContext
 from testbed.algorithms.contract import SETUP_ROUND, TensorSpec, check_tensors, round_signal_spec, round_uplink_spec
 from testbed.algorithms.impact import cap_shares
-from testbed.config import load_config_text, replace
+from testbed.assembly import assemble
+from testbed.assembly.config import load_config_text, replace
 from testbed.orchestration.runner import load
 
 from test_algorithm_contract import _text

@@ -29,10 +29,11 @@ from hypothesis import strategies as st
 from ledger_invariant import under_counts
 from loopback_coordinator import loopback
 from test_algorithm_contract import _text
-from testbed import protocol, wire
-from testbed import assemble
-from testbed.config import load_config_text, replace
+from testbed.assembly import assemble
+from testbed.assembly.config import load_config_text, replace
+from testbed.mqtt import wire
 from testbed.orchestration.runner import load, run_experiment
+from testbed.rounds import protocol
 
 CASES = ["dp_pasgd", "fedavg", "acfl", "padpfl"]
 NODES = list(range(5))  # tests/test_algorithm_contract.py's experiments have 5 nodes

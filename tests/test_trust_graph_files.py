@@ -66,11 +66,11 @@ def test_duplicates_within_the_size_are_counted_as_they_are_read(tmp_path):
 
 
 def test_a_list_whose_graph_would_not_fit_in_memory_is_refused(tmp_path, monkeypatch):
-    from testbed import resources
+    from testbed.util import memory
 
     ok = tmp_path / "ok.txt"
     ok.write_text("".join(f"{i} {i + 1}\n" for i in range(99)))
-    monkeypatch.setattr(resources, "available_bytes", lambda: 1000)
+    monkeypatch.setattr(memory, "available_bytes", lambda: 1000)
     with pytest.raises(ConfigError, match="MiB available"):
         _topology(ok, n=100)
 

@@ -1,5 +1,5 @@
 """The node agent's downlink is a trust boundary: an honest round, setup, received signal or stop
-(testbed.protocol) with any field mutated (kind, round, run, session, expected nodes, experiment
+(testbed.rounds.protocol) with any field mutated (kind, round, run, session, expected nodes, experiment
 text, server charges, senders, tensors: dropped, added, renamed, retyped, reshaped, scaled) and fed
 to NodeAgent.handle either raises wire.WireError (one line in the transport's log) or is answered
 as its kind says; no other exception escapes, and a refused message leaves the node's ledger as it
@@ -17,11 +17,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from nodes.agent import NodeAgent, step_nodes
-from testbed import protocol, wire
-from testbed import assemble
-from testbed.assemble import load_data, model_for
-from testbed.config import load_config_text, to_toml
+from testbed.assembly import assemble
+from testbed.assembly.assemble import load_data, model_for
+from testbed.assembly.config import load_config_text, to_toml
 from testbed.ledger.events import GaussianEvent
+from testbed.mqtt import wire
+from testbed.rounds import protocol
 
 RUN, SESSION, NODE = "trust", "s1", 1
 EXPECTED = [0, 1, 2]
@@ -310,7 +311,8 @@ def test_the_honest_message_of_each_base_is_answered(base):
 def test_a_session_that_is_not_an_id_is_no_session(session):
     """A session names the node's ledger files: one that is not an id (a path, an empty string,
     anything but wire.ID_PATTERN) is no session, so no file is ever made of it."""
-    from testbed import protocol, wire
+    from testbed.mqtt import wire
+    from testbed.rounds import protocol
 
     msg = wire.decode(protocol.prepare("run", session, "", [0]))
     expected = session if wire.ID_PATTERN.fullmatch(session) else None

@@ -4,7 +4,7 @@ values each give a one-line refusal naming the option or key, or a correct resul
 
 The tests walk what is registered, so an argument or a config key added later is covered for free:
 every sub-command's parser (testbed.cli.build_parser) and every section of every algorithm
-(testbed.config's registry of sections)."""
+(testbed.assembly.config's registry of sections)."""
 
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ import math
 import pytest
 from hypothesis import given, strategies as st
 
-from testbed.arguments import Number, NumberList
+from testbed.assembly.config import _section_classes, json_schema, load_config_text
+from testbed.checked.arguments import Number, NumberList
+from testbed.checked.limits import MAX_FLOAT, MAX_INT
 from testbed.cli import build_parser, main
-from testbed.config import _section_classes, json_schema, load_config_text
 from testbed.errors import ConfigError, UserError
-from testbed.limits import MAX_FLOAT, MAX_INT
 
 #: The values of the issue, and then any float or integer.
 EDGES = [0, -1, float("nan"), float("inf"), -float("inf"), 1e308, 1e-308, 2**70, -2**70]
@@ -59,7 +59,7 @@ NUMERIC = [(path, parser, action) for path, parser in LEAVES for action in parse
 def test_every_numeric_argument_has_a_checked_type_and_states_its_range():
     plain = [f"{' '.join(path)} {action.option_strings}" for path, parser in LEAVES for action in parser._actions
              if action.type in (int, float)]
-    assert not plain, f"numeric arguments without a checked type (testbed.arguments): {plain}"
+    assert not plain, f"numeric arguments without a checked type (testbed.checked.arguments): {plain}"
     assert len(NUMERIC) > 50  # the walk found them: run, nodes, privacy, plan, sweep...
     for path, parser, action in NUMERIC:  # argparse shows no help line for an option without help
         assert action.help, (path, action.option_strings)
@@ -336,7 +336,7 @@ def test_local_steps_beyond_memory_are_refused_naming_the_key_before_a_round(sec
     """A round's mini-batches of 2**31 - 1 steps were a numpy MemoryError traceback in round 0."""
     from test_algorithm_contract import _text
 
-    from testbed import assemble
+    from testbed.assembly import assemble
 
     from testbed.orchestration.runner import load
 

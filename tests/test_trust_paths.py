@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from testbed.assembly.config import load_config_text
 from testbed.cli import main
-from testbed.config import load_config_text
 from testbed.errors import ConfigError, UserError
 from testbed.orchestration.provision import MAX_BOARDS, load_inventory, provision
 from testbed.orchestration.runner import default_run_dir

@@ -28,8 +28,8 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
+from testbed.assembly.config import load_config_text
 from testbed.cli import main
-from testbed.config import load_config_text
 from testbed.ledger.files import LEDGER_COLUMNS, parse_rows
 from testbed.orchestration.runner import run_experiment
 from testbed.reports.results import _checkpoint_digest, read_checkpoint, read_summary

@@ -26,10 +26,11 @@ from firmware_bridge.agent import BoardUnavailable, BridgeAgent
 from firmware_bridge.board import Board, BoardResult
 from firmware_bridge.framing import HEADER, MAX_PAYLOAD, VERSION, Frame, FrameDecoder, cobs_encode, encode_frame, max_encoded
 from firmware_bridge.link import Link
-from testbed import protocol, wire
 from testbed.algorithms.contract import McuTask
-from testbed.config import load_config_text, to_toml
+from testbed.assembly.config import load_config_text, to_toml
 from testbed.errors import UserError
+from testbed.mqtt import wire
+from testbed.rounds import protocol
 
 MAX_BOARD_PAYLOAD = 64  # small frames: an update of P = 10 values takes two values frames and a summary
 ACK_TIMEOUT_S = 0.03

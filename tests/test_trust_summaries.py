@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from testbed.assembly.config import load_config_text
 from testbed.cli import main
-from testbed.config import load_config_text
 from testbed.orchestration.runner import run_experiment
 from testbed.reports.results import SUMMARY_KEYS, _summary_digest, read_summary
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.config import load_config_text
+from testbed.assembly.config import load_config_text
 from testbed.orchestration.runner import run_experiment
 from testbed.reports import headline
 from testbed.reports.html import write_report

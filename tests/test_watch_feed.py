@@ -12,8 +12,8 @@ import re
 import numpy as np
 import pytest
 
-from testbed.budgets import Budgets
-from testbed.config import load_config_text, replace
+from testbed.accounting.budgets import Budgets
+from testbed.assembly.config import load_config_text, replace
 from testbed.ledger.files import read_ledger
 from testbed.orchestration.runner import run_experiment
 from testbed.reports.html import write_report

@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from testbed.config import load_config_text
+from testbed.assembly.config import load_config_text
 from testbed.orchestration.runner import run_experiment
 from testbed.topology import LinkBudget, Topology, TopologySection
 from testbed.watch import feed as feed_module

@@ -14,7 +14,7 @@ require_module("aiohttp", "watch")
 
 from aiohttp.test_utils import TestClient, TestServer  # noqa: E402
 
-from testbed.config import load_config_text  # noqa: E402
+from testbed.assembly.config import load_config_text  # noqa: E402
 from testbed.orchestration.runner import run_experiment  # noqa: E402
 from testbed.watch.feed import RunFeed  # noqa: E402
 from testbed.watch.server import STATIC, WatchApp  # noqa: E402

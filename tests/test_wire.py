@@ -1,4 +1,4 @@
-"""Unit tests of the wire codec, replay guard and chunking (testbed/wire.py)."""
+"""Unit tests of the wire codec, replay guard and chunking (testbed/mqtt/wire.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import struct
 import numpy as np
 import pytest
 
-from testbed import wire
+from testbed.mqtt import wire
 from testbed.mqtt import chunks, replay
 
 from conftest import require_module

@@ -8,8 +8,8 @@ import dataclasses
 
 import pytest
 
-from testbed import config as config_module
 from testbed.algorithms import registry
+from testbed.assembly import config as config_module
 from testbed.topology import TopologySection
 
 DWFL_TEXT = """

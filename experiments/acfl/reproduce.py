@@ -37,11 +37,11 @@ sys.path.insert(0, str(REPO))
 
 from testbed.algorithms.acfl import Acfl, AcflSection, bernoulli_answered, trajectory  # noqa: E402
 from testbed.data.regression import make_regression  # noqa: E402
-from testbed.models import LinearRegression  # noqa: E402
+from testbed.learning.models import LinearRegression  # noqa: E402
 from testbed.privacy import acfl as theory  # noqa: E402
 from testbed.reports.stats import majority_flag, t_interval  # noqa: E402
 from testbed.reports.verdicts import RULE, Family, Pending, Verdict, recording, write_report  # noqa: E402
-from testbed.rng import GLOBAL, Purpose, stream  # noqa: E402
+from testbed.streams.rng import GLOBAL, Purpose, stream  # noqa: E402
 
 OUT = REPO / "runs" / "acfl-reproduce"
 DATA = HERE / "data"
@@ -182,7 +182,7 @@ def fig4_data(seeds: int, iterations: int) -> dict:
 # --- full runs ----------------------------------------------------------------------------------
 
 def base_config(iterations: int, **sections) -> "object":
-    from testbed.config import load_config_text, replace
+    from testbed.assembly.config import load_config_text, replace
 
     text = (f'[run]\nname = "acfl"\nalgorithm = "acfl"\n[data]\ndataset = "regression"\nnum_nodes = {N}\n'
             f'samples_per_node = {M}\ndim = {D}\noutputs = {O}\n[model]\nkind = "linear"\nbias = false\n'
@@ -252,7 +252,7 @@ def learns_data(seeds: int) -> dict:
     """``learns.toml`` (ACFL) and its NA twin (fixed α = 0.5) for each seed, full `testbed run` (sim):
     final test accuracy (argmax of the 10 outputs), the test split's majority share, the ledger's
     MI-DP per device, each run's wall time."""
-    from testbed.config import load_config, replace
+    from testbed.assembly.config import load_config, replace
     from testbed.data import load_dataset
     from testbed.orchestration.runner import run_experiment
 
@@ -529,7 +529,7 @@ def learns_section(learns: dict) -> list[str]:
              f"{learns['random_features']} random Fourier features cos(ωᵀx + b) (γ = {learns['rf_gamma']:g}; entries in "
              f"[−1, 1]: Assumption 1) plus a bias, D = {acfl[0]['features']}, trained on **one-hot targets** (o = 10). "
              "**Accuracy is read from the regression as the argmax of its 10 outputs**: the predicted digit is the "
-             "output column with the largest value (`testbed.models.LinearRegression.loss_and_correct`; "
+             "output column with the largest value (`testbed.learning.models.LinearRegression.loss_and_correct`; "
              "`testbed run` reports it as `test_accuracy`, the mean over devices of each device's share of correct "
              f"test images). The coded upload at ε = {learns['mi_epsilon']:g} nats of MI-DP per device (the level "
              f"of our Figs. 3–4 and Adult: σ² = 1 at d = o = 10 gives 10.05; here σ₁² = σ₂² = {acfl[0]['sigma_sq']:.4g} "

@@ -53,10 +53,10 @@ sys.path.insert(0, str(REPO))
 
 from results_data import by_seed, mean_ci, read, runs_wall_s, write  # noqa: E402
 
-from testbed.assemble import load_data, model_for  # noqa: E402
-from testbed.config import Config, load_config, replace  # noqa: E402
+from testbed.assembly.assemble import load_data, model_for  # noqa: E402
+from testbed.assembly.config import Config, load_config, replace  # noqa: E402
 from testbed.errors import DataError  # noqa: E402
-from testbed.models import LogisticRegression  # noqa: E402
+from testbed.learning.models import LogisticRegression  # noqa: E402
 from testbed.orchestration.sweep import Point, run_sweep  # noqa: E402
 from testbed.planning.dp_pasgd import lr_tau_cap  # noqa: E402
 from testbed.planning.estimate import noise_dimension, smoothness  # noqa: E402

@@ -2,7 +2,7 @@
 CNN on images (``--task cnn``), and the private model that learns (``--task learns``, learns.toml).
 
 Every run is the task's base file (``base.toml``: logistic regression on Adult-2; ``base-cnn.toml``:
-the small CNN of testbed.torch_models on the 8×8 digits, or on CIFAR-10 with its CNN where the
+the small CNN of testbed.learning.torch_models on the 8×8 digits, or on CIFAR-10 with its CNN where the
 CIFAR-10 files are on this machine; the paper's defaults either way: P = 60 dBm, ε = 0.5 per round,
 over-the-air decentralised) with the overrides of one figure's curve, run through the testbed's sim
 runner for several seeds (the same seeds for every curve: runs are paired by seed). Besides the
@@ -53,7 +53,7 @@ from testbed.reports.verdicts import RULE, Family, Pending, recording, write_rep
 #: task → (base file, suffix of the outputs, what the runs train on, for the report)
 TASKS = {
     "adult": (HERE / "base.toml", "", "logistic regression on Adult-2 (i.i.d. split over N nodes)"),
-    "cnn": (HERE / "base-cnn.toml", "-cnn", "the small CNN of `testbed.torch_models` (1,370 parameters) on the "
+    "cnn": (HERE / "base-cnn.toml", "-cnn", "the small CNN of `testbed.learning.torch_models` (1,370 parameters) on the "
             "8×8 digits scikit-learn ships (i.i.d. split, 59 images per node)"),
     "learns": (HERE / "learns.toml", "-learns", "DWFL at the paper's ε (0.5 per round) and channel on mnist-5k: 40 nodes of 125 images, multinomial logistic regression on the pixels (public-bound scaling), γ = 0.5, batch 64, 100 rounds (`learns.toml`)."),
 }
@@ -115,7 +115,7 @@ _SHARES: dict[str, tuple[float, float]] = {}
 
 def class_shares(config) -> tuple[float, float]:
     """(chance 1/classes, majority share) of the run's test set (loaded once per data section and seed)."""
-    from testbed.assemble import load_data
+    from testbed.assembly.assemble import load_data
 
     key = f"{config.data.model_dump_json()}|{config.run.seed}"
     if key not in _SHARES:
@@ -128,7 +128,7 @@ def class_shares(config) -> tuple[float, float]:
 def run_one(job: tuple[str, list[str], int, int, str, str]) -> dict:
     """One run (in this or a worker process): its final metrics, subsampled loss curve and privacy
     settings. The run's folder is named by its settings, so figures that share a run share its folder."""
-    from testbed.config import load_config
+    from testbed.assembly.config import load_config
     from testbed.orchestration.runner import run_experiment
     from testbed.orchestration.sweep import is_finished
     from testbed.reports.results import read_metrics

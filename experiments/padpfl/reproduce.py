@@ -63,7 +63,7 @@ CURVE_EPSILONS = (20.0, 100.0, 1000.0, 10000.0, 100000.0)
 # ----------------------------------------------------------------------------- the runs
 
 def _variant(base, **padpfl):
-    from testbed.config import replace
+    from testbed.assembly.config import replace
 
     return replace(base, padpfl=padpfl)
 
@@ -71,7 +71,7 @@ def _variant(base, **padpfl):
 def scenario_variants(name: str) -> Iterator[tuple[str, object]]:
     """(label, config) of scenario ``name``: its non-private assignments, the personalised one at
     ε = 5 and 20, and identical factors at ε = 20 (the paper's reference curve)."""
-    from testbed.config import load_config
+    from testbed.assembly.config import load_config
 
     base = load_config(HERE / f"{name}.toml")
     plain, personal = SCENARIOS[name]
@@ -87,7 +87,7 @@ def scenario_variants(name: str) -> Iterator[tuple[str, object]]:
 def rule_variants() -> Iterator[tuple[str, object]]:
     """(label, config): scenario 3's hand-set factors and the automatic rules, non-private and at
     ε = 20, for each straggler setting of STRAGGLERS."""
-    from testbed.config import load_config, replace
+    from testbed.assembly.config import load_config, replace
 
     base = load_config(HERE / "s3.toml")
     for setting, stragglers in STRAGGLERS.items():
@@ -102,7 +102,7 @@ def rule_variants() -> Iterator[tuple[str, object]]:
 def lr_variants() -> Iterator[tuple[str, object]]:
     """(label, config): scenario 1 at each learning rate of LRS, non-private with equal factors and
     private 0-1-2 at ε = 20."""
-    from testbed.config import load_config
+    from testbed.assembly.config import load_config
 
     base = load_config(HERE / "s1.toml")
     for lr in LRS:
@@ -112,7 +112,7 @@ def lr_variants() -> Iterator[tuple[str, object]]:
 
 def curve_variants() -> Iterator[tuple[str, object]]:
     """(label, config): scenario 1's personalised run at each ε of CURVE_EPSILONS."""
-    from testbed.config import load_config
+    from testbed.assembly.config import load_config
 
     base = load_config(HERE / "s1.toml")
     for eps in CURVE_EPSILONS:
@@ -121,7 +121,7 @@ def curve_variants() -> Iterator[tuple[str, object]]:
 
 def learns_variants() -> Iterator[tuple[str, object]]:
     """(label, config): learns.toml at the paper's ε = 5, and without noise for reference."""
-    from testbed.config import load_config
+    from testbed.assembly.config import load_config
 
     base = load_config(HERE / "learns.toml")
     yield "private eps=5", base
@@ -140,8 +140,8 @@ def _short(x: float) -> float:
 
 def majority_share(config, seed: int) -> float:
     """The largest class's share of the test rows the run is evaluated on (every node's)."""
-    from testbed.assemble import load_run_data
-    from testbed.config import replace
+    from testbed.assembly.assemble import load_run_data
+    from testbed.assembly.config import replace
 
     y = np.asarray(load_run_data(replace(config, run={"seed": seed})).test.y, dtype=np.int64)
     return _short(np.bincount(y).max() / len(y))
@@ -149,7 +149,7 @@ def majority_share(config, seed: int) -> float:
 
 def run_one(config, seed: int, tmp: Path) -> dict:
     """One run's record: seed, final metrics, curves every CURVE_EVERY rounds, the ledger's ε."""
-    from testbed.config import replace
+    from testbed.assembly.config import replace
     from testbed.orchestration.runner import run_experiment
     from testbed.reports.results import read_metrics
 

@@ -108,7 +108,7 @@ _SHARES: dict[str, tuple[float, float]] = {}
 
 def class_shares(config) -> tuple[float, float]:
     """(chance 1/classes, majority share) of the run's test set (loaded once per data section and seed)."""
-    from testbed.assemble import load_data
+    from testbed.assembly.assemble import load_data
 
     key = f"{config.data.model_dump_json()}|{config.run.seed}"
     if key not in _SHARES:
@@ -207,7 +207,7 @@ def collect(run_dir: Path, curve: str, config) -> dict[str, Any]:
 
 def run_scenario(name: str, seeds: int, workers: int, out: Path) -> Path:
     """Run every curve of scenario ``name`` over ``seeds`` seeds and write data/<name>.json."""
-    from testbed.config import load_config, replace
+    from testbed.assembly.config import load_config, replace
     from testbed.orchestration.sweep import Point, point_config, run_sweep
 
     what, base_file, changes = SCENARIOS[name]

@@ -10,7 +10,7 @@ with a ``REGISTRATION`` found by :mod:`nodes.meters.registry` (adding a meter is
 - ``ina219`` / ``ina260``: a TI current/power monitor on I²C at the board's supply (needs the
   optional ``smbus2`` package), measured: bus voltage × current sampled by a background thread and
   integrated (trapezoid rule) over the interval's wall time;
-- ``model``: the device profile's cost model (nodes/clock.py), modelled. For an emulated board
+- ``model``: the device profile's cost model (nodes/meters/clock.py), modelled. For an emulated board
   its ``seconds`` are board seconds (CPU seconds × compute_time_factor).
 
 Use: ``with meter.measure() as span: <the step>`` then ``span.result``.

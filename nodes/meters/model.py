@@ -1,13 +1,13 @@
 """The model meter: energy (and board seconds) from the device profile, no hardware needed; the
 meter "auto" falls back to (and picks for an emulated board). In a board run through an emulator
-(`testbed board run`), the CPU seconds it models from are the host's (nodes.emulation), never the
+(`testbed board run`), the CPU seconds it models from are the host's (nodes.meters.emulation), never the
 emulator's."""
 
 from __future__ import annotations
 
-from nodes import emulation
-from nodes.clock import compute_cost
+from nodes.meters import emulation
 from nodes.meters.base import Measurement, Meter
+from nodes.meters.clock import compute_cost
 from nodes.meters.registry import Registration
 from testbed.devices.profiles import DeviceProfile
 

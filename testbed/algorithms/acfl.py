@@ -3,7 +3,7 @@ mitigation", arXiv 2403.14905; extraction ``../shared/papers/acfl.md``), with it
 SCFL as options.
 
 Multi-output linear regression, W (D × o), the sum-form loss of eq. (1), full-batch gradients, no
-clipping (the model: :class:`testbed.models.LinearRegression`, ``model.kind = "linear"``).
+clipping (the model: :class:`testbed.learning.models.LinearRegression`, ``model.kind = "linear"``).
 
 1. **Setup** (the contract's one-time phase, round −1): node i uploads its coded data set,
    ``encoding = "gram"`` (ACFL, eqs. 2–3): H_X = XᵀX + N₁ (D × D, all D² entries i.i.d. N(0, σ₁²),
@@ -46,7 +46,7 @@ non-straggler uploads 8 D o bytes (its gradient) and receives 8 D o (W_t).
 
 Example::
 
-    >>> from testbed.models import LinearRegression
+    >>> from testbed.learning.models import LinearRegression
     >>> from testbed.data.regression import make_regression
     >>> from testbed.algorithms.contract import RoundContext, SETUP_ROUND
     >>> data = make_regression(num_nodes=4, samples_per_node=20, dim=3, outputs=2, seed=0)
@@ -72,14 +72,14 @@ from testbed.algorithms.base import BYTES_PER_REAL, BaseAlgorithm, RoundCost
 from testbed.algorithms.bounds import gaussian_entry_bound, gaussian_norm_bound
 from testbed.algorithms.contract import SETUP_ROUND, NodeResult, RoundContext, ServerResult, State, TensorSpec
 from testbed.algorithms.registry import BuildContext, Registration
+from testbed.checked.limits import MAX_EPSILON_NATS
+from testbed.checked.sections import Fraction, OnlyWith, Positive, Section
 from testbed.data.federated import Split
 from testbed.errors import ConfigError
+from testbed.learning.models import LinearRegression
 from testbed.ledger.events import CommunicationEvent, Event, MutualInfoEvent
-from testbed.limits import MAX_EPSILON_NATS
-from testbed.models import LinearRegression
 from testbed.privacy import acfl as theory
-from testbed.rng import Purpose, node_streams
-from testbed.sections import Fraction, OnlyWith, Positive, Section
+from testbed.streams.rng import Purpose, node_streams
 
 ENCODINGS = ("gram", "projection")
 WEIGHTS = ("adaptive", "theoretical", "fixed")
@@ -486,9 +486,9 @@ REGISTRATION = Registration(name="acfl", sections={"acfl": AcflSection}, build=b
 
 def bernoulli_answered(seed: int, p: float, num_nodes: int, iterations: int) -> np.ndarray:
     """(T, N) bool: who answers each iteration under ``[stragglers] model = "bernoulli"``, the very
-    draws of :func:`testbed.stragglers.draw_stragglers` (node i's uniform from its
+    draws of :func:`testbed.rounds.stragglers.draw_stragglers` (node i's uniform from its
     (seed, i, r, STRAGGLER) Philox counter), so an in-memory run sees the stragglers `testbed run` sees."""
-    from testbed.counter_rng import uniform_pairs
+    from testbed.streams.counter_rng import uniform_pairs
 
     ids = list(range(num_nodes))
     return np.array([uniform_pairs(seed, ids, r, Purpose.STRAGGLER)[0] >= p
@@ -509,7 +509,7 @@ def trajectory(alg: Acfl, data: Any, *, seed: int, answered: np.ndarray, params0
 
     Example::
 
-        >>> from testbed.models import LinearRegression
+        >>> from testbed.learning.models import LinearRegression
         >>> from testbed.data.regression import make_regression
         >>> data = make_regression(num_nodes=3, samples_per_node=20, dim=2, outputs=2, seed=0)
         >>> alg = Acfl(LinearRegression(2, 2), num_nodes=3, iterations=4, lr=1e-2, sigma1_sq=1.0,

@@ -13,9 +13,9 @@ from __future__ import annotations
 import argparse
 
 from testbed.algorithms.registry import Command
-from testbed.arguments import COUNT, POSITIVE, Number, calculator, finite_result
+from testbed.checked.arguments import COUNT, POSITIVE, Number, calculator, finite_result
+from testbed.checked.limits import MAX_EPSILON_NATS
 from testbed.errors import UserError
-from testbed.limits import MAX_EPSILON_NATS
 from testbed.privacy.statements import PrivacyStatement
 from testbed.util import jsontext
 

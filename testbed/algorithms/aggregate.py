@@ -53,9 +53,9 @@ from typing import Callable, Literal
 import numpy as np
 from pydantic import Field
 
+from testbed.checked.sections import NonNegative, OnlyWith, Positive, Section
 from testbed.errors import ConfigError
-from testbed.rng import GLOBAL, Purpose, stream
-from testbed.sections import NonNegative, OnlyWith, Positive, Section
+from testbed.streams.rng import GLOBAL, Purpose, stream
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ its block of steps and charged from the same event as its plan, DWFL's is the ch
 
 Example::
 
-    >>> from testbed.models import LogisticRegression
+    >>> from testbed.learning.models import LogisticRegression
     >>> class Plain(BaseAlgorithm):
     ...     model, rounds_planned, local_steps, batch, lr = LogisticRegression(3, 2), 3, 2, 4, 0.1
     >>> alg = Plain()
@@ -44,13 +44,13 @@ from testbed.algorithms.contract import (
 from testbed.algorithms.impact import intake_sizes
 from testbed.ledger.events import CommunicationEvent, ComputeEvent, Event, GaussianEvent, NodeEvents
 from testbed.privacy import canaries
-from testbed.rng import Purpose, node_streams
+from testbed.streams.rng import Purpose, node_streams
 from testbed.util.parallel import split_work
 
 if TYPE_CHECKING:
     from testbed.data.federated import Split
-    from testbed.models import Model
-    from testbed.node_secret import Secrets
+    from testbed.learning.models import Model
+    from testbed.streams.node_secret import Secrets
 
 #: Bytes of one real number on the wire (float64 payloads).
 BYTES_PER_REAL = 8

@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from testbed.data.federated import Split
-from testbed.rng import Purpose, node_streams
+from testbed.streams.rng import Purpose, node_streams
 from testbed.util.parallel import split_work
 
 if TYPE_CHECKING:
-    from testbed.models import Model
-    from testbed.node_secret import Secrets
+    from testbed.learning.models import Model
+    from testbed.streams.node_secret import Secrets
 
 
 #: Bytes of batch keys drawn at once (see :func:`uniform_batches`).
@@ -40,7 +40,7 @@ def check_batches(section: str, train: Split, node_ids: Sequence[int], steps: in
         ConfigError: naming ``{section}.batch`` or ``{section}.{steps_key}``.
     """
     from testbed.errors import ConfigError  # noqa: PLC0415  (errors imports nothing of ours)
-    from testbed.resources import available_bytes
+    from testbed.util import memory
 
     sizes = np.diff(train.offsets)
     if len(sizes) and batch > sizes.min():
@@ -48,7 +48,7 @@ def check_batches(section: str, train: Split, node_ids: Sequence[int], steps: in
         raise ConfigError(f"{section}.batch", f"{batch} is larger than node {node_ids[smallest]}'s {int(sizes[smallest])} "
                                               f"training samples")
     need = 8.0 * steps * (len(sizes) * batch + int(sizes.max(initial=0)))
-    have = available_bytes()
+    have = memory.available_bytes()
     if have is not None and need > have:
         raise ConfigError(f"{section}.{steps_key}", f"{steps:,} steps a round need about {need / 2**30:,.1f} GiB for "
                                                     f"the round's mini-batches, this machine has {have / 2**30:,.1f} GiB")

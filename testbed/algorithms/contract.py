@@ -48,13 +48,13 @@ from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence, runtime_chec
 
 import numpy as np
 
-from testbed.rng import GLOBAL, Purpose, stream
+from testbed.streams.rng import GLOBAL, Purpose, stream
 
 if TYPE_CHECKING:
     from testbed.data.federated import Split
+    from testbed.learning.models import Model
     from testbed.ledger.events import Event, NodeEvents
-    from testbed.models import Model
-    from testbed.node_secret import NodeSecret, Secrets
+    from testbed.streams.node_secret import NodeSecret, Secrets
 
 #: Round index of the one-time setup phase in the ledger and on the wire.
 SETUP_ROUND = -1
@@ -102,7 +102,7 @@ class TensorSpec:
     def problem(self, row: Any, reference: np.ndarray | None = None, *, finite_known: bool = False) -> str | None:
         """Why ``row`` (one node's tensor, as received) is not what this spec declares; None if it is.
         Checks type, dtype, shape, finiteness (unless ``finite_known``: a tensor of a message
-        testbed.wire decoded, which refuses non-finite values), the value range and the norm bound
+        testbed.mqtt.wire decoded, which refuses non-finite values), the value range and the norm bound
         (with ``reference``, the node's ``relative_to`` downlink row, when the spec has one; a
         bound relative to a missing reference is not checked), cheapest first."""
         if not isinstance(row, np.ndarray):
@@ -238,10 +238,10 @@ class RoundContext:
             ``node_finish`` and ``server_step``).
         stragglers: sampled nodes that did not answer or were not asked (emulated stragglers,
             offline nodes).
-        sampled: the nodes this round samples (testbed.client_sampling), ascending; None: all N.
+        sampled: the nodes this round samples (testbed.rounds.client_sampling), ascending; None: all N.
             A node not sampled is neither expected nor a straggler.
-        secrets: node → its secret (testbed.node_secret), which keys that node's private draws
-            (noise, batches, scores: testbed.rng.PRIVATE_PURPOSES); only a board stepping itself
+        secrets: node → its secret (testbed.streams.node_secret), which keys that node's private draws
+            (noise, batches, scores: testbed.streams.rng.PRIVATE_PURPOSES); only a board stepping itself
             holds one, the coordinator and sim never do (None: every draw from ``seed``).
         server_secret: the coordinator's own secret, which keys the server's private draws
             (:func:`server_stream`); over MQTT only, when a node has a secret of its own (None:

@@ -6,7 +6,7 @@ PASGD is σ = 0. The state is ``{"model": θ}``, (P,), broadcast to every node e
 
 Example::
 
-    >>> from testbed.models import LogisticRegression
+    >>> from testbed.learning.models import LogisticRegression
     >>> from testbed.data.synthetic import make_logistic
     >>> from testbed.algorithms.contract import RoundContext
     >>> data = make_logistic(num_nodes=4, samples_per_node=100, dim=5, seed=0)
@@ -34,17 +34,17 @@ from testbed.algorithms.batches import check_batches, node_keys, uniform_batches
 from testbed.algorithms.contract import (McuTask, MetricSpec, NodeResult, RoundContext, ServerResult, State, TensorSpec,
                                          mcu_seed)
 from testbed.algorithms.registry import BuildContext, Registration, RobustChoice
+from testbed.checked.sections import NonNegative, Positive, Section
 from testbed.data.federated import FederatedData, Split
 from testbed.errors import ConfigError
+from testbed.learning.models import LogisticRegression, Model
 from testbed.ledger.events import Event, EventBatch, GaussianEvent, NodeEvents
-from testbed.models import LogisticRegression, Model
 from testbed.privacy import canaries, zcdp
-from testbed.sections import NonNegative, Positive, Section
 from testbed.util.parallel import split_work
 
 if TYPE_CHECKING:
-    from testbed.config import Config
-    from testbed.node_secret import Secrets
+    from testbed.checked.sections import Config
+    from testbed.streams.node_secret import Secrets
 
 
 #: Bytes of one block of nodes' noise and batch rows in :meth:`DpPasgd.node_step`.
@@ -117,7 +117,7 @@ class DpPasgd(BaseAlgorithm):
     """DP-PASGD with resolved noise and sensitivity (on the base: the global model θ, broadcast).
 
     Args:
-        model: the model (see testbed.models).
+        model: the model (see testbed.learning.models).
         steps: K, local steps per node in the whole run; a multiple of ``tau``.
         tau: local steps between averagings (τ = 1: DP-SGD).
         batch: mini-batch size X (same on every node).

@@ -20,9 +20,9 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 from testbed.algorithms.registry import Command
-from testbed.arguments import COUNT, POSITIVE, PROBABILITY, Number, calculator, finite_result
+from testbed.checked.arguments import COUNT, POSITIVE, PROBABILITY, Number, calculator, finite_result
+from testbed.checked.limits import MAX_TEXT_FILE_BYTES
 from testbed.errors import ConfigError, UserError
-from testbed.limits import MAX_TEXT_FILE_BYTES
 from testbed.privacy.statements import DELTA, PrivacyStatement
 from testbed.util import jsontext
 from testbed.util.userfiles import read_text
@@ -136,8 +136,6 @@ def _overrides(args: argparse.Namespace, raw: dict) -> list[str]:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from testbed.assemble import load_data, model_for
-    from testbed.config import load_config_text
     from testbed.planning.resolve import make_plan, plan_inputs, plan_record
     from testbed.privacy.zcdp import SigmaCalibration
 
@@ -154,9 +152,8 @@ def _plan(args: argparse.Namespace) -> int:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(source, f"not valid TOML: {exc}") from None
-    config = load_config_text(text, _overrides(args, raw), source=source)
-    data = load_data(config.data, config.run.seed)
-    model = model_for(config.model, data, config.run.seed)
+    config = args.experiments.load(text, _overrides(args, raw), source=source)
+    data, model = args.experiments.data_and_model(config)
     inputs = plan_inputs(config, model, data)
     chosen = SigmaCalibration(config.dp_pasgd.calibration)
     records = {v.value: plan_record(make_plan(inputs, v), inputs) for v in SigmaCalibration}

@@ -57,7 +57,7 @@ since 1/σ² adds up under composition.
 
 Example::
 
-    >>> from testbed.models import LogisticRegression
+    >>> from testbed.learning.models import LogisticRegression
     >>> from testbed.data.synthetic import make_logistic
     >>> from testbed.algorithms.dwfl_channel import Radio
     >>> data = make_logistic(num_nodes=4, samples_per_node=50, dim=5, seed=0)
@@ -113,21 +113,21 @@ from testbed.algorithms.dwfl_channel import (
     round_channel,
     topology_from_sections,
 )
+from testbed.checked.sections import NonNegative, OnlyWith, Positive, field_default
 from testbed.data.federated import Split
 from testbed.errors import ConfigError
+from testbed.learning.models import Model
 from testbed.ledger.events import Event, GaussianEvent
-from testbed.models import Model
 from testbed.privacy import canaries
 from testbed.privacy import dwfl as dp
-from testbed.rng import Purpose, node_streams, stream
-from testbed.sections import NonNegative, OnlyWith, Positive, field_default
+from testbed.streams.rng import Purpose, node_streams, stream
 from testbed.topology import Graph, Mixing, Topology, TopologySection, spectral_gap
 from testbed.topology.view import graph_view_with
 from testbed.util.parallel import ROWS_IN_CACHE, split_work
 
 if TYPE_CHECKING:
-    from testbed.config import Config
-    from testbed.node_secret import Secrets
+    from testbed.checked.sections import Config
+    from testbed.streams.node_secret import Secrets
 
 VARIANTS = ("A", "B")
 CALIBRATIONS = ("with_channel_noise", "artificial_only")
@@ -213,7 +213,7 @@ class Dwfl(BaseAlgorithm):
     channel (``channel``) sits between the nodes.
 
     Args:
-        model: the model (testbed.models).
+        model: the model (testbed.learning.models).
         radio: the run's radio (:class:`testbed.algorithms.dwfl_channel.Radio`; N = ``radio.num_nodes``).
         rounds: T.
         batch: mini-batch size per node and round.

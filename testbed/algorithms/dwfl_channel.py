@@ -60,7 +60,7 @@ from channel import (
 from channel import sparse_superpose
 from channel.pathloss import pathloss_3gpp
 from testbed.errors import ConfigError
-from testbed.rng import GLOBAL, Purpose, node_streams, stream
+from testbed.streams.rng import GLOBAL, Purpose, node_streams, stream
 from testbed.topology import Graph, Mixing, Topology, TopologySection
 from testbed.util.parallel import ROWS_IN_CACHE, split_work
 

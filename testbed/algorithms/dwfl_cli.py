@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 
 from testbed.algorithms.registry import Command
-from testbed.arguments import POSITIVE, PROBABILITY, Number, NumberList, calculator, finite_result
+from testbed.checked.arguments import POSITIVE, PROBABILITY, Number, NumberList, calculator, finite_result
 from testbed.errors import UserError
 from testbed.privacy.statements import DELTA, PrivacyStatement
 from testbed.util import jsontext
@@ -56,9 +56,8 @@ def _graph(args: argparse.Namespace, num_nodes: int):
 
     if args.experiment is not None:
         from testbed.algorithms.dwfl_channel import topology_from_sections
-        from testbed.config import load_config
 
-        config = load_config(args.experiment)
+        config = args.experiments.load_file(args.experiment)
         if config.run.algorithm != "dwfl":
             raise UserError(f"--experiment: {args.experiment} runs {config.run.algorithm}, not dwfl")
         topology = topology_from_sections({"dwfl": config.dwfl, "topology": config.topology}, num_nodes,

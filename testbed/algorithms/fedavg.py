@@ -13,7 +13,7 @@ w ← Σ_k (n_k / n_S) w_k over the nodes S that answered.
 
 Example::
 
-    >>> from testbed.models import LogisticRegression
+    >>> from testbed.learning.models import LogisticRegression
     >>> from testbed.data.synthetic import make_logistic
     >>> from testbed.algorithms.contract import RoundContext, SETUP_ROUND
     >>> data = make_logistic(num_nodes=3, samples_per_node=50, dim=4, seed=0)
@@ -39,10 +39,10 @@ from testbed.algorithms.batches import check_batches, uniform_batches
 from testbed.algorithms.contract import NodeResult, RoundContext, ServerResult, State, TensorSpec
 from testbed.algorithms.impact import cap_shares
 from testbed.algorithms.registry import BuildContext, Registration, RobustChoice
+from testbed.checked.sections import Positive
 from testbed.data.federated import Split
-from testbed.models import Model
+from testbed.learning.models import Model
 from testbed.privacy.statements import PrivacyStatement
-from testbed.sections import Positive
 
 
 class FedAvgSection(AggregationOptions):

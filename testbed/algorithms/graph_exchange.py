@@ -39,7 +39,7 @@ its weakest neighbour link plus the slots it listens to (:class:`~testbed.algori
 
 Example::
 
-    >>> from testbed.models import LogisticRegression
+    >>> from testbed.learning.models import LogisticRegression
     >>> from testbed.data.synthetic import make_logistic
     >>> from testbed.topology import Topology, TopologySection
     >>> from testbed.algorithms.contract import RoundContext
@@ -76,18 +76,18 @@ from testbed.algorithms.gossip_channel import DEFAULT_MIXING, GraphChannel, Link
 from testbed.algorithms.neighbourhood import NEIGHBOURHOOD_RULES, clip_radius, median, self_centred_clip, trimmed_mean
 from testbed.algorithms.radio_section import RadioSection
 from testbed.algorithms.registry import BuildContext, Registration, RobustChoice
+from testbed.checked.sections import NonNegative, OnlyWith, Positive
 from testbed.data.federated import Split
 from testbed.errors import ConfigError
+from testbed.learning.models import Model
 from testbed.ledger.events import Event, GaussianEvent
-from testbed.models import Model
 from testbed.privacy import dwfl as dp
 from testbed.privacy.statements import DELTA, PrivacyStatement
-from testbed.sections import NonNegative, OnlyWith, Positive
 from testbed.topology import Topology, TopologySection
 from testbed.topology.view import graph_view_with
 
 if TYPE_CHECKING:
-    from testbed.config import Config
+    from testbed.checked.sections import Config
 
 KINDS = ("dpsgd", "gossip")
 

@@ -1,6 +1,6 @@
 """The microcontroller node step of DP-PASGD on logistic regression, in numpy: what the portable C
 firmware (firmware_bridge/firmware/src/step.c) computes, in the same float32 arithmetic and from the
-same counter-based generator (testbed.counter_rng), so sim can emulate a board's node and a test
+same counter-based generator (testbed.streams.counter_rng), so sim can emulate a board's node and a test
 can hold the firmware to it (docs/serial-protocol.md § "The node step").
 
 One call is τ steps of eq. (7a) on one node, all in float32:
@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from testbed.algorithms.contract import McuTask
-from testbed.counter_rng import Purpose, WordStream, floyd_sample, gaussians
+from testbed.streams.counter_rng import Purpose, WordStream, floyd_sample, gaussians
 
 
 def batches(task: McuTask, n: int) -> list[list[int]]:

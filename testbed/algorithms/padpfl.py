@@ -28,7 +28,7 @@ paper's own linear accounting (adaptive-dp.md §2.4) is reported by :meth:`Padpf
 
 Example::
 
-    >>> from testbed.models import LogisticRegression
+    >>> from testbed.learning.models import LogisticRegression
     >>> from testbed.data.synthetic import make_logistic
     >>> from testbed.algorithms.contract import RoundContext
     >>> data = make_logistic(num_nodes=4, samples_per_node=60, dim=5, seed=0)
@@ -62,18 +62,18 @@ from testbed.algorithms.contract import NodeResult, RoundContext, ServerResult, 
 from testbed.algorithms.impact import (ImpactSchedule, cap_shares, check_weights, link_quality_weights,
                                       parse_ratios, ratio_weights, redistribute, spread_uploads)
 from testbed.algorithms.registry import BuildContext, Registration, RobustChoice
+from testbed.checked.sections import NonNegative, OnlyWith, Positive, Section
 from testbed.data.federated import Split
 from testbed.errors import ConfigError
+from testbed.learning.models import Model
 from testbed.ledger.events import Event, GaussianEvent
-from testbed.models import Model
 from testbed.privacy import padpfl as dp
 from testbed.privacy import canaries, zcdp
-from testbed.rng import Purpose
-from testbed.sections import NonNegative, OnlyWith, Positive, Section
+from testbed.streams.rng import Purpose
 from testbed.util.parallel import split_work
 
 if TYPE_CHECKING:
-    from testbed.config import Config
+    from testbed.checked.sections import Config
 
 
 class ImpactChange(Section):
@@ -271,7 +271,7 @@ class Padpfl(SizeSetup, BaseAlgorithm):
     model; with ``data_size``, the sizes' setup phase).
 
     Args:
-        model: the model (testbed.models); its flat weight vector is what is clipped and noised.
+        model: the model (testbed.learning.models); its flat weight vector is what is clipped and noised.
         schedule: the impact factors of every round.
         rounds: T. uploads: R (None: T). participation: "every_round" or "spread".
         local_steps, batch, lr, mu: FedProx by local SGD (steps per round, batch, η, μ).
@@ -804,14 +804,12 @@ def _assumptions(sections: dict[str, Any]) -> list[str]:
 
 def _plan(config: "Config", model: Model, data: Any) -> tuple["Config", dict | None]:
     """Resolve ``min_samples`` from the whole federation's data, so every board gets it."""
-    from testbed.config import replace
-
     smallest = int(data.train.sizes.min())
     given = config.padpfl.min_samples
     if given is not None and given > smallest:
         raise ConfigError("padpfl.min_samples", f"{given} is above the smallest node's {smallest} training samples: "
                                                 "eq. (8) would under-noise it")
-    return (config if given is not None else replace(config, padpfl={"min_samples": smallest})), None
+    return (config if given is not None else config.replace(padpfl={"min_samples": smallest})), None
 
 
 REGISTRATION = Registration(

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 
 from testbed.algorithms.registry import Command
-from testbed.arguments import COUNT, POSITIVE, PROBABILITY, Number, NumberList, calculator, finite_result
+from testbed.checked.arguments import COUNT, POSITIVE, PROBABILITY, Number, NumberList, calculator, finite_result
 from testbed.errors import UserError
 from testbed.privacy.statements import DELTA, PrivacyStatement
 from testbed.util import jsontext

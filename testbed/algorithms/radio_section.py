@@ -28,7 +28,7 @@ from pydantic import Field, model_validator
 
 from channel import dbm_to_w, real_noise_variance_w, thermal_noise_power_w
 from testbed.algorithms.dwfl_channel import Radio
-from testbed.sections import NonNegative, OnlyWith, Positive, Section
+from testbed.checked.sections import NonNegative, OnlyWith, Positive, Section
 from testbed.topology.geometric import LinkBudget
 
 __all__ = ["RadioSection"]

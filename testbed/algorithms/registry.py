@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
 from testbed.util.registrations import lookup, registered_in
 
 if TYPE_CHECKING:
@@ -32,8 +32,9 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from testbed.algorithms.contract import Algorithm, ChannelHalf, ChannelView, GraphView
+    from testbed.checked.sections import Config
     from testbed.data.federated import FederatedData
-    from testbed.models import Model
+    from testbed.learning.models import Model
     from testbed.privacy.statements import PrivacyStatement
 
 
@@ -70,7 +71,8 @@ class Command:
     Attributes:
         help: its line in the parent command's ``--help``.
         arguments: adds its arguments to its (empty) parser.
-        run: its handler: the parsed arguments → the exit status.
+        run: its handler: the parsed arguments → the exit status. An experiment file it reads
+            goes through ``args.experiments`` (:class:`Experiments`).
         examples: invocations shown in its ``--help``, as the arguments after its name
             (tests/test_cli.py parses each).
     """
@@ -79,6 +81,25 @@ class Command:
     arguments: Callable[["argparse.ArgumentParser"], None]
     run: Callable[["argparse.Namespace"], int]
     examples: tuple[str, ...] = ()
+
+
+class Experiments(Protocol):
+    """What a :class:`Command` may do with an experiment file, handed to it by the command line as
+    ``args.experiments``: reading one and building its data and model take the config and the
+    assembly, which read this registry, so an algorithm's module cannot import them."""
+
+    def load(self, text: str, overrides: Sequence[str] = (), source: str = "<text>") -> "Config":
+        """The validated experiment of a TOML text, with ``--set``-style overrides (ConfigError naming
+        the key)."""
+        ...
+
+    def load_file(self, path: str) -> "Config":
+        """The validated experiment of the file at ``path`` (ConfigError naming the key)."""
+        ...
+
+    def data_and_model(self, config: "Config") -> tuple["FederatedData", "Model"]:
+        """The data the experiment's nodes hold and its model, as a run builds them."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -101,10 +122,12 @@ class Registration:
         sections: config section name → pydantic model, the first one its own (``[name]``).
         build: (its sections by name, BuildContext) → the algorithm.
         channel: (its sections, N, seed) → its ChannelHalf, for over-the-air algorithms.
-        check: (the whole config, a testbed.config.Config: typed by its pydantic base here, as the
-            config imports this registry) → raises ConfigError for cross-section constraints.
-        plan: (config, model, data) → (config with planned values, the plan for the summary or
-            None): a stage run once before the algorithm is built (DP-PASGD's ``tau = "plan"``).
+        check: (the whole config, a testbed.checked.sections.Config: the base of the experiment
+            model testbed.assembly.config makes, a layer above) → raises ConfigError for
+            cross-section constraints.
+        plan: (config, model, data) → (config with planned values, from ``config.replace``; the plan
+            for the summary or None): a stage run once before the algorithm is built (DP-PASGD's
+            ``tau = "plan"``).
         epsilon_target: (its sections) → the ε target it was configured with, or None.
         planned_rounds: (its sections, as planned) → the rounds it will run, or None when they
             are not known before it runs; by default its own section's ``rounds``.
@@ -144,8 +167,8 @@ class Registration:
     sections: dict[str, type["BaseModel"]]
     build: Callable[[dict[str, Any], BuildContext], "Algorithm"]
     channel: Callable[[dict[str, Any], int, int], "ChannelHalf"] | None = None
-    check: Callable[["BaseModel"], None] | None = None
-    plan: Callable[["BaseModel", "Model", "FederatedData"], tuple["BaseModel", dict | None]] | None = None
+    check: Callable[["Config"], None] | None = None
+    plan: Callable[["Config", "Model", "FederatedData"], tuple["Config", dict | None]] | None = None
     epsilon_target: Callable[[dict[str, Any]], float | None] = field(default=lambda sections: None)
     planned_rounds: Callable[[dict[str, Any]], int | None] = field(default=lambda sections: _rounds_key(sections))
     client_sampling: bool = False

@@ -11,7 +11,7 @@ import importlib
 import sys
 from typing import NoReturn
 
-from testbed.arguments import HelpFormatter
+from testbed.checked.arguments import HelpFormatter
 from testbed.cli.examples import EXAMPLES, epilog
 from testbed.errors import UserError
 from testbed.util.extras import check_installed, missing_package_message
@@ -27,7 +27,7 @@ COMMANDS = ("run", "watch", "report", "runs", "privacy", "audit", "node", "bridg
 class Parser(argparse.ArgumentParser):
     """argparse whose errors are UserErrors: `main` prints them as its one line and exits 2, no
     usage block (``--help`` shows it). Sub-commands' parsers are of this class too, and state
-    numeric arguments' ranges (testbed.arguments.HelpFormatter)."""
+    numeric arguments' ranges (testbed.checked.arguments.HelpFormatter)."""
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("formatter_class", HelpFormatter)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from testbed.arguments import COUNT, first_repeat
+from testbed.checked.arguments import COUNT, first_repeat
 from testbed.errors import UserError
 from testbed.util import jsontext
 
@@ -38,12 +38,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _acl(args: argparse.Namespace) -> int:
-    from testbed import wire
-    from testbed import inputs
+    from testbed.assembly.resources import check_count
+    from testbed.checked import inputs
+    from testbed.mqtt import wire
     from testbed.mqtt import auth
     from testbed.mqtt.acl import generate_access, write_private
     from testbed.mqtt.brokers import registry as brokers
-    from testbed.resources import check_count
 
     if args.ids is None:
         check_count(args.nodes, NODE_BYTES, "--nodes")  # before a node's id or password is made

@@ -12,8 +12,14 @@ Example::
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING, Sequence
 
 from testbed.cli.examples import epilog
+
+if TYPE_CHECKING:
+    from testbed.checked.sections import Config
+    from testbed.data.federated import FederatedData
+    from testbed.learning.models import Model
 
 
 def command_name(algorithm: str) -> str:
@@ -35,6 +41,31 @@ def add_algorithm_commands(parser: argparse.ArgumentParser, hook: str) -> None:
         lines = [f"{parent} {command_name(reg.name)} {arguments}".rstrip() for arguments in command.examples]
         command_parser = sub.add_parser(command_name(reg.name), help=command.help, epilog=epilog(lines) if lines else None)
         command.arguments(command_parser)
-        command_parser.set_defaults(handler=command.run)
+        command_parser.set_defaults(handler=command.run, experiments=EXPERIMENTS)
         firsts += lines[:1]
     parser.epilog = epilog(firsts) if firsts else None
+
+
+class _Experiments:
+    """The experiment files an algorithm's command reads (registry.Experiments), through the config
+    and the assembly a run uses: the command line may import them, an algorithm's module may not."""
+
+    def load(self, text: str, overrides: Sequence[str] = (), source: str = "<text>") -> "Config":
+        from testbed.assembly.config import load_config_text
+
+        return load_config_text(text, overrides, source=source)
+
+    def load_file(self, path: str) -> "Config":
+        from testbed.assembly.config import load_config
+
+        return load_config(path)
+
+    def data_and_model(self, config: "Config") -> tuple["FederatedData", "Model"]:
+        from testbed.assembly.assemble import load_data, model_for
+
+        data = load_data(config.data, config.run.seed)
+        return data, model_for(config.model, data, config.run.seed)
+
+
+#: Given to every algorithm's command as ``args.experiments``.
+EXPERIMENTS = _Experiments()

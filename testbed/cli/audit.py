@@ -8,9 +8,9 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from testbed.arguments import Number
+from testbed.checked.arguments import Number
+from testbed.checked.limits import MAX_SEED
 from testbed.errors import UserError
-from testbed.limits import MAX_SEED
 
 #: The most canaries one audit plants (each is a coordinate of some node's release).
 MAX_CANARIES = 10_000_000
@@ -37,8 +37,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _audit(args: argparse.Namespace) -> int:
-    from testbed import inputs
-    from testbed.experiment import experiment_config
+    from testbed.assembly.experiment import experiment_config
+    from testbed.checked import inputs
     from testbed.orchestration.audit import audit_run
     from testbed.reports.results import holds_run
 

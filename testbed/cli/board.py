@@ -93,6 +93,6 @@ def _run(args: argparse.Namespace) -> int:
     arch = board_arch(args.dir)
     check_host(arch, needs_debootstrap=False)
     name_service(args.dir)  # a board built before it had them: localhost resolves in it
-    # The board's model charges the host's CPU seconds, not the emulator's (nodes.emulation).
+    # The board's model charges the host's CPU seconds, not the emulator's (nodes.meters.emulation).
     argv = run_argv(args.dir, command, cwd=Path.cwd(), binds=tuple(binds), env=emulation_env(arch))
     os.execvp(argv[0], argv)  # the command's own process: its signals and exit status

@@ -7,7 +7,7 @@ import contextlib
 import logging
 from pathlib import Path
 
-from testbed.arguments import CHUNK_BYTES, NODE_ID, Number
+from testbed.checked.arguments import CHUNK_BYTES, NODE_ID, Number
 from testbed.devices import virtual_boards
 
 

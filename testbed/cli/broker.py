@@ -13,7 +13,7 @@ import signal
 import sys
 import time
 
-from testbed.arguments import PID, Number
+from testbed.checked.arguments import PID, Number
 
 
 def register(sub: argparse._SubParsersAction) -> None:

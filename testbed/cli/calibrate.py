@@ -15,7 +15,7 @@ With ``--profile host`` (this device as it is) seconds and joules come from the 
 for a step, the wall time of the round trip (the real link) for a round. With a board profile the
 board is emulated: the model meter scales CPU seconds by the board's compute_time_factor and
 charges its active power, and a round adds the Wi-Fi airtime and radio energy of the messages'
-bytes (nodes/clock.py). Every figure is the median over ``--repeats``.
+bytes (nodes/meters/clock.py). Every figure is the median over ``--repeats``.
 
 Example::
 
@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from nodes.meters import registry as meters
-from testbed.arguments import COUNT, Number
+from testbed.checked.arguments import COUNT, Number
 from testbed.errors import UserError
 from testbed.util import jsontext
 
@@ -106,8 +106,8 @@ def calibrate(profile_name: str = "host", model_size: int = 100, *, broker_url: 
     Raises:
         UserError: bad arguments, an unavailable meter, an unreachable broker, no reply.
     """
+    from testbed.assembly.resources import check_count
     from testbed.devices.profiles import load_profile
-    from testbed.resources import check_count
 
     if repeats < 1 or model_size < 1:
         raise UserError(f"--repeats and --model-size must be >= 1, got {repeats} and {model_size}")
@@ -126,7 +126,7 @@ def calibrate(profile_name: str = "host", model_size: int = 100, *, broker_url: 
 def _step_cost(meter: Any, model_size: int, repeats: int) -> tuple[Cost, Any]:
     """c2 and the model's initial parameters."""
     from testbed.data.synthetic import make_logistic
-    from testbed.models import LogisticRegression
+    from testbed.learning.models import LogisticRegression
 
     data = make_logistic(num_nodes=1, samples_per_node=200, dim=model_size, seed=0)
     model = LogisticRegression(model_size, 2)
@@ -160,8 +160,8 @@ def _calibrated_step() -> Any:
 def _round_cost(meter: Any, profile: Any, params: Any, broker_url: str | None,
                 repeats: int) -> tuple[Cost, str, int, float]:
     """c1, the broker used, the message size in bytes and the median round-trip wall time."""
-    from nodes.clock import comm_cost
-    from testbed import wire
+    from nodes.meters.clock import comm_cost
+    from testbed.mqtt import wire
     from testbed.mqtt import topics
     from testbed.mqtt.client import MqttClient
 
@@ -232,7 +232,7 @@ def _echo_peer(broker_url: str | None, run: str) -> Iterator[str]:
 
 def _echo_main(broker_url: str | None, run: str, conn: Any, stop: Any) -> None:
     """Child process: answer every uplink message with a downlink message of the same tensors."""
-    from testbed import wire
+    from testbed.mqtt import wire
     from testbed.mqtt import topics
     from testbed.mqtt.client import MqttClient
     from testbed.mqtt.embedded_broker import EmbeddedBroker

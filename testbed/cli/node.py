@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nodes.meters import registry as meters
-from testbed.arguments import CHUNK_BYTES, COUNT, NODE_ID, PID, Number, NumberList
+from testbed.checked.arguments import CHUNK_BYTES, COUNT, NODE_ID, PID, Number, NumberList
+from testbed.checked.limits import MAX_INT, MAX_TEXT_FILE_BYTES
 from testbed.errors import UserError
-from testbed.limits import MAX_INT, MAX_TEXT_FILE_BYTES
 from testbed.util.userfiles import read_text
 
 if TYPE_CHECKING:
-    from testbed.node_secret import NodeSecret
+    from testbed.streams.node_secret import NodeSecret
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -97,7 +97,7 @@ def _node(args: argparse.Namespace) -> int:
 
 
 def _nodes(args: argparse.Namespace) -> int:
-    from testbed.resources import check_host
+    from testbed.assembly.resources import check_host
 
     if args.ids is not None:
         check_host(len(args.ids), "--ids of")
@@ -203,10 +203,10 @@ def _state_lines(args: argparse.Namespace, ids: list[int]) -> "StateLines | None
 
 
 def board_secret(state_dir: Path | None, reproducible: bool) -> "NodeSecret | None":
-    """A real board's secret (testbed.node_secret.load_or_make: made in ``state_dir`` on first
+    """A real board's secret (testbed.streams.node_secret.load_or_make: made in ``state_dir`` on first
     start, never by provisioning), or None: ``--reproducible``, or emulated boards (no state
     directory), whose draws come from the run's seed."""
-    from testbed.node_secret import load_or_make
+    from testbed.streams.node_secret import load_or_make
 
     if reproducible or state_dir is None:
         return None

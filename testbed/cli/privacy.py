@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from testbed.cli.algorithm_commands import command_name
+from testbed.cli.algorithm_commands import EXPERIMENTS, command_name
 from testbed.cli.examples import epilog
 from testbed.errors import UserError
 
@@ -44,6 +44,7 @@ def _add(commands: argparse._SubParsersAction, name: str, statement, calculator,
         [f"privacy {command} {a}".rstrip() for a in (calculator.examples if calculator else ())]
     helps = ([f"{statement.title}: its privacy statement"] if statement else []) + ([calculator.help] if calculator else [])
     parser = commands.add_parser(command, help="; ".join(helps), epilog=epilog(lines) if lines else None)
+    parser.set_defaults(experiments=EXPERIMENTS)
     if calculator is not None:
         calculator.arguments(parser)
     if statement is None:

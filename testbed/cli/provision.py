@@ -59,7 +59,7 @@ def _provision(args: argparse.Namespace) -> int:
     if args.broker is not None:
         inventory = broker_at(inventory, args.broker)
     if args.experiment is not None:  # refused before anything is written, as a bad inventory is
-        from testbed.experiment import experiment_config
+        from testbed.assembly.experiment import experiment_config
 
         experiment_config(args.experiment)
     bundles = provision(inventory, args.out, tls=args.tls, broker_dir=args.broker_dir)

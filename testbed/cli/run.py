@@ -9,10 +9,10 @@ import sys
 import threading
 from pathlib import Path
 
-from testbed.arguments import Number
+from testbed.checked.arguments import Number
+from testbed.checked.limits import MAX_SEED
 from testbed.cli.watch import add_server_options, check_server_options
 from testbed.errors import UserError
-from testbed.limits import MAX_SEED
 from testbed.util.extras import check_installed
 
 
@@ -34,8 +34,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from testbed import inputs
-    from testbed.experiment import experiment_config
+    from testbed.assembly.experiment import experiment_config
+    from testbed.checked import inputs
     from testbed.orchestration.runner import run_experiment
     from testbed.reports.results import checked_config
 

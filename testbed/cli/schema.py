@@ -17,7 +17,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _schema(args: argparse.Namespace) -> int:
-    from testbed.config import json_schema_text
+    from testbed.assembly.config import json_schema_text
 
     text = json_schema_text()
     if args.out is None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from testbed.arguments import COUNT
+from testbed.checked.arguments import COUNT
 
 #: The options that set a sweep's size, as its refusals name them.
 SIZE_OPTIONS = {"grid": "--grid", "repeats": "--repeats", "workers": "--workers"}
@@ -29,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from testbed.experiment import experiment_config
+    from testbed.assembly.experiment import experiment_config
     from testbed.orchestration.sweep import default_sweep_dir, format_table, parse_grid, planned_points, run_sweep
 
     base = experiment_config(args.file, args.overrides)

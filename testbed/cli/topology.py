@@ -8,10 +8,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from testbed.arguments import Number
+from testbed.checked.arguments import Number
+from testbed.checked.limits import MAX_INT
 from testbed.cli.examples import EXAMPLES, epilog
 from testbed.errors import UserError
-from testbed.limits import MAX_INT
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -31,8 +31,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from testbed import assemble
-    from testbed.experiment import experiment_config
+    from testbed.assembly import assemble
+    from testbed.assembly.experiment import experiment_config
     from testbed.topology.describe import describe_round, edge_list_text
     from testbed.topology.view import TopologyView
 

@@ -7,7 +7,7 @@ import ipaddress
 import sys
 from pathlib import Path
 
-from testbed.arguments import PORT
+from testbed.checked.arguments import PORT
 from testbed.errors import UserError
 from testbed.util.extras import check_installed
 

@@ -57,7 +57,7 @@ from testbed.data.registry import Registration
 from testbed.data.scattering import scattering_dim, scattering_features
 from testbed.data.split import SplitWriter, check_scaling
 from testbed.errors import DataError
-from testbed.rng import Purpose, stream
+from testbed.streams.rng import Purpose, stream
 from testbed.util.extras import install_hint
 
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
 """A file-based set's federation written once to disk and memory-mapped: its lazy nodes' rows.
 
-With lazy nodes (testbed.assemble.holds_lazily) a file-based set (Adult, Vehicle, the image sets)
+With lazy nodes (testbed.assembly.assemble.holds_lazily) a file-based set (Adult, Vehicle, the image sets)
 is partitioned, scaled and split once by its own loader, and the result is written in node order
 as .npy arrays under ``<cache>/federations/<dataset>-<key>/`` (the cache of
 :func:`testbed.data.cache.cache_dir`). Every later run opens it: :meth:`MappedFederation.nodes`

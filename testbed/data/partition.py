@@ -26,7 +26,7 @@ from typing import Sequence
 import numpy as np
 
 from testbed.errors import DataError
-from testbed.rng import GLOBAL, Purpose, stream
+from testbed.streams.rng import GLOBAL, Purpose, stream
 
 PARTITIONS = ("iid", "dirichlet")
 

@@ -3,12 +3,12 @@ sets; adding one is adding a module, nothing else.
 
 A :class:`Registration` says the set's name (``data.dataset``), its loader, which keys of ``[data]``
 the loader takes, what it reads (files, ``data.path``), and what the run's assembly
-(testbed.assemble) and the memory check (testbed.resources) need to know of it. The config's
+(testbed.assembly.assemble) and the memory check (testbed.assembly.resources) need to know of it. The config's
 choices of ``data.dataset`` (its JSON Schema's enum), :func:`testbed.data.load_dataset`,
-testbed.assemble and testbed.resources read this registry and never name a data set.
+testbed.assembly.assemble and testbed.assembly.resources read this registry and never name a data set.
 
 The registry imports every module of this package to find them (once, when the ``[data]``
-section, testbed.data.section, is imported by testbed.config), so a dataset module imports what only its loader needs (scipy, scikit-learn, torch)
+section, testbed.data.section, is imported by testbed.assembly.config), so a dataset module imports what only its loader needs (scipy, scikit-learn, torch)
 inside the loader: a board that runs the synthetic task never imports them.
 
 Example::
@@ -30,9 +30,9 @@ from testbed.errors import DataError
 from testbed.util.registrations import registered_in
 
 if TYPE_CHECKING:
+    from testbed.checked.sections import Section
     from testbed.data.federated import FederatedData
     from testbed.data.lazy import LazyFederatedData
-    from testbed.sections import Section
 
 
 def _no_options(section: "Section") -> dict[str, Any]:
@@ -65,7 +65,7 @@ class Registration:
             run evaluating a subset loads only training rows (``train_only``).
         train_only: the options that make ``load`` make only training rows (with ``lazy``).
         features: the ``[data]`` section → the length of its rows, known before loading (the
-            memory check; None: at most the file-based sets' bound, testbed.resources).
+            memory check; None: at most the file-based sets' bound, testbed.assembly.resources).
         image_shape: (channels, height, width) of an image set's rows, which ``data.features``
             may replace by their scattering transform (testbed.data.scattering); None: not images.
         counted: whether the memory check counts its rows (a generator that writes straight into

@@ -3,7 +3,7 @@
 - W_true (d × o), entries U[0, 1/30], from ``stream(seed, GLOBAL, -1, DATA)``;
 - node m: X (m_i × d) with entries U[−1, 1] and Y = X W_true, no label noise, from
   ``stream(seed, m, -1, DATA)`` only (a board generates exactly its own node's rows);
-- W₀ ~ U[0, 1/30] is the model's initialisation (:class:`testbed.models.LinearRegression`).
+- W₀ ~ U[0, 1/30] is the model's initialisation (:class:`testbed.learning.models.LinearRegression`).
 
 The paper trains on all m samples of a device, so the training split is those m samples exactly
 (not the 80 % of the other loaders); test and validation are ``max(1, m // 10)`` further samples
@@ -28,7 +28,7 @@ from testbed.data.federated import FederatedData, Split
 from testbed.data.registry import Registration
 from testbed.data.split import check_scaling
 from testbed.errors import DataError
-from testbed.rng import GLOBAL, Purpose, stream
+from testbed.streams.rng import GLOBAL, Purpose, stream
 
 #: Upper end of the entries of W_true and W₀ (the paper's U[0, 1/30]).
 WEIGHT_HIGH = 1.0 / 30.0

@@ -14,8 +14,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
+from testbed.checked.sections import NonNegative, OnlyWith, Positive, Section
 from testbed.data import registry
-from testbed.sections import NonNegative, OnlyWith, Positive, Section
 
 #: The data sets ``data.dataset`` may name: one module of testbed/data/ each (testbed.data.registry).
 DatasetName = Literal[tuple(registry.names())]

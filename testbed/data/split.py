@@ -40,7 +40,7 @@ import numpy as np
 
 from testbed.data.federated import FederatedData, Split
 from testbed.errors import DataError
-from testbed.rng import Purpose, node_streams, stream
+from testbed.streams.rng import Purpose, node_streams, stream
 
 #: The three splits, in the order a node's permutation fills them.
 SPLITS = ("train", "test", "validation")

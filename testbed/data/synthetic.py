@@ -41,7 +41,7 @@ from testbed.data.federated import FederatedData
 from testbed.data.registry import Registration
 from testbed.data.split import SPLITS, SplitWriter, check_scaling, split_sizes
 from testbed.errors import DataError
-from testbed.rng import GLOBAL, Purpose, node_streams, stream
+from testbed.streams.rng import GLOBAL, Purpose, node_streams, stream
 from testbed.util.parallel import split_work
 
 if TYPE_CHECKING:

@@ -64,7 +64,7 @@ from testbed.data.split import (
     standardise_per_node,
 )
 from testbed.errors import DataError
-from testbed.rng import GLOBAL, Purpose, stream
+from testbed.streams.rng import GLOBAL, Purpose, stream
 
 VEHICLE = DataFile(
     name="vehicle",

@@ -2,7 +2,7 @@
 
 Each kind's declarations are data kept beside what runs it (``nodes/profiles.toml``,
 ``firmware_bridge/boards.toml``, a ``board.toml`` in each ``firmware_bridge/firmware/boards/``
-folder); the registries here read them as data, so the config (a core module) takes its choices
+folder); the registries here read them as data, so the config (testbed.assembly) takes its choices
 from them without importing a layer above it. Meters are a registry of their own (``nodes.meters``):
 they run code on the board.
 """

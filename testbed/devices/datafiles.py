@@ -1,5 +1,5 @@
 """Where the board kinds' data files are: inside the packages that run them, found without
-importing those packages (a core module must not import a layer above it)."""
+importing those packages (devices/ is a layer below them: docs/design.md)."""
 
 from __future__ import annotations
 

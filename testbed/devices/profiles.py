@@ -7,7 +7,7 @@ registry.
 A device profile gives how much slower than the reference host the board runs our numpy workload,
 its idle and one-core-active power, its Wi-Fi throughput and its radio power; profiles.toml
 documents the reference host and cites the source of every figure (and says which ones are
-unconfirmed). nodes/clock.py turns a profile into costs; firmware_bridge/costs.py a microcontroller
+unconfirmed). nodes/meters/clock.py turns a profile into costs; firmware_bridge/costs.py a microcontroller
 profile.
 
 Example::
@@ -94,7 +94,7 @@ class McuProfile:
     sources: tuple[str, ...]
 
     def device_profile(self) -> DeviceProfile:
-        """The same board as nodes/ models a link (nodes.clock.comm_cost reads it)."""
+        """The same board as nodes/ models a link (nodes.meters.clock.comm_cost reads it)."""
         return DeviceProfile(self.name, self.description, 1.0, self.idle_power_w, self.active_power_w,
                              self.link_up_bps, self.link_down_bps, self.radio_tx_power_w, self.radio_rx_power_w,
                              self.sources)

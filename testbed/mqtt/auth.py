@@ -7,7 +7,7 @@ it, counted, when it does not verify. Layout of a sealed frame (integers little-
 
     0   4 bytes   magic b"TBA1"
     4   uint8     S, the session's length (0..64)
-    5   S bytes   session (ASCII, testbed.wire.ID_PATTERN, or empty: a board's status)
+    5   S bytes   session (ASCII, testbed.mqtt.wire.ID_PATTERN, or empty: a board's status)
     ..  uint64    round (the wire message's; a status's: its connection epoch)
     ..  uint16    T, the number of tags (>= 1)
     ..  T x       [uint8 L, L bytes key id (a node id or "channel"), 16-byte tag]
@@ -64,7 +64,7 @@ from typing import Any
 
 from testbed.errors import UserError
 from testbed.mqtt import topics
-from testbed.wire import ID_PATTERN, WireError
+from testbed.mqtt.wire import ID_PATTERN, WireError
 
 log = logging.getLogger(__name__)
 

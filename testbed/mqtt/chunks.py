@@ -10,7 +10,7 @@ A chunk is its own frame (`chunk` / `Reassembler`)::
     28  uint64    total payload length in bytes
     36  ...       this chunk's slice of the payload
 
-A malformed or inconsistent frame raises `testbed.wire.WireError` ("bad_chunk" / "oversized").
+A malformed or inconsistent frame raises `testbed.mqtt.wire.WireError` ("bad_chunk" / "oversized").
 
 Example::
 
@@ -30,7 +30,7 @@ import struct
 import time
 from collections.abc import Callable
 
-from testbed.wire import DEFAULT_MAX_BYTES, WireError
+from testbed.mqtt.wire import DEFAULT_MAX_BYTES, WireError
 
 log = logging.getLogger(__name__)
 

@@ -42,8 +42,8 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 
-from testbed import wire
 from testbed.errors import ConfigError, UserError
+from testbed.mqtt import wire
 from testbed.mqtt import auth, chunks, paho_speedups, probe, replay, topics
 from testbed.mqtt.broker import BrokerUrl, parse_broker_url
 from testbed.mqtt.network_loop import NetworkLoop

@@ -3,7 +3,7 @@ refused, in bounded memory (QoS 1 may deliver a message twice; an attacker may r
 
 Example::
 
-    >>> from testbed import wire
+    >>> from testbed.mqtt import wire
     >>> guard = ReplayGuard()
     >>> msg = wire.decode(wire.encode({"run": "r", "round": 1, "sender": "n0", "kind": "update"}))
     >>> guard.check(msg)
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import collections
 
-from testbed.wire import Message, WireError
+from testbed.mqtt.wire import Message, WireError
 
 
 class ReplayGuard:

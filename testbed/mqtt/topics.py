@@ -20,7 +20,7 @@ each broadcast N times. The embedded broker hands it to a connected member; Mosq
 member in turn, a disconnected one with a persistent session included (queued for it until it is
 back): while one node of a host is cut off, some rounds reach that host late.
 
-Run and node ids match `testbed.wire.ID_PATTERN`, so they never contain '/', '+' or '#'. The
+Run and node ids match `testbed.mqtt.wire.ID_PATTERN`, so they never contain '/', '+' or '#'. The
 protocol version `v1` changes only when the topic layout does (the payload schema has its own
 version in the wire header).
 """
@@ -30,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 
-from testbed.wire import WireError, check_id
+from testbed.mqtt.wire import WireError, check_id
 
 PREFIX = "tb"
 VERSION = "v1"

@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from testbed.assemble import privacy_guarantee
-from testbed.config import Config
+from testbed.assembly.assemble import privacy_guarantee
+from testbed.assembly.config import Config
 from testbed.errors import UserError
 from testbed.orchestration.runner import run_experiment
 from testbed.privacy.audit import AuditResult, MembershipResult, audit, membership_lower_bound

@@ -215,9 +215,9 @@ NSSWITCH = "hosts: files dns\nnetworks: files\n"
 
 
 def emulation_env(arch: str) -> dict[str, str]:
-    """What a board's processes are told of their emulation (nodes.emulation): the emulator, and
+    """What a board's processes are told of their emulation (nodes.meters.emulation): the emulator, and
     this machine's own CPU seconds of the reference work, timed here, natively."""
-    from nodes import emulation
+    from nodes.meters import emulation
 
     return {emulation.EMULATOR_VAR: ARCHES[arch],
             emulation.REFERENCE_VAR: f"{emulation.reference_seconds():.6g}"}

@@ -39,12 +39,13 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from testbed import protocol, wire
-from testbed import assemble
 from testbed.algorithms.contract import ChannelHalf, RoundContext, TensorSpec
-from testbed.config import Config, load_config_text
+from testbed.assembly import assemble
+from testbed.assembly.config import Config, load_config_text
+from testbed.mqtt import wire
 from testbed.mqtt import topics
 from testbed.mqtt.client import Inbound, MqttClient
+from testbed.rounds import protocol
 
 log = logging.getLogger(__name__)
 
@@ -204,7 +205,7 @@ class ChannelEmulator:
 
     def _keep_early(self, node: int, round_index: int, signal: np.ndarray) -> None:
         """Keep a signal that came before its round's notice, within the per-node bound."""
-        problem = self._early_spec.problem(signal, finite_known=True)  # testbed.wire refused non-finite ones
+        problem = self._early_spec.problem(signal, finite_known=True)  # testbed.mqtt.wire refused non-finite ones
         if problem is not None:
             log.warning("channel: dropped node %d's early signal of round %d: %s", node, round_index, problem)
             return

@@ -57,8 +57,8 @@ from testbed.reports.asked import Asked
 from testbed.reports.results import not_yet_charged
 
 if TYPE_CHECKING:
-    from testbed.config import Config
-    from testbed.ledger.book import LedgerBook
+    from testbed.accounting.book import LedgerBook
+    from testbed.assembly.config import Config
 
 
 class Run(Protocol):

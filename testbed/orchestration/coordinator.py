@@ -46,7 +46,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from testbed import protocol, wire
+from testbed.mqtt import wire
+from testbed.rounds import protocol
 from testbed.algorithms.contract import (
     SETUP_ROUND,
     Algorithm,
@@ -61,24 +62,24 @@ from testbed.algorithms.contract import (
     round_signal_spec,
     round_uplink_spec,
 )
-from testbed.budgets import BUDGET_NAME
-from testbed.config import LinksSection, MqttSection, NodesSection
+from testbed.accounting.budgets import BUDGET_NAME
+from testbed.assembly.config import LinksSection, MqttSection, NodesSection
+from testbed.checked.limits import MAX_TEXT_FILE_BYTES
 from testbed.errors import ConfigError, UserError
 from testbed.ledger.events import EVENT_TYPES, Event, WireEvent, with_fields
 from testbed.ledger.fields import FIELD_RULES, MEASURED_FIELDS, event_within
 from testbed.ledger.node import RoundSet
-from testbed.limits import MAX_TEXT_FILE_BYTES
 from testbed.mqtt import topics
 from testbed.mqtt import acl, auth
 from testbed.mqtt.broker import parse_broker_url
 from testbed.mqtt.brokers import registry as brokers
 from testbed.mqtt.client import Inbound, MqttClient
-from testbed.node_secret import NODE_SECRET, RUN_SEED, SERVER_SECRET, NodeSecret
 from testbed.orchestration import charging
 from testbed.orchestration.channel_emulator import ChannelEmulator
 from testbed.orchestration.links import LinkRounds, Links
 from testbed.orchestration.measured_bounds import MeasuredBounds
 from testbed.orchestration.nodes_api import Closing, RoundOutcome
+from testbed.streams.node_secret import NODE_SECRET, RUN_SEED, SERVER_SECRET, NodeSecret
 from testbed.util.forked import ForkedCommand, can_fork
 from testbed.util.starting import CAP_S, StillWorking, process_progress
 from testbed.util.userfiles import read_text
@@ -114,7 +115,7 @@ class MqttNodes:
         quiet: no broker/host chatter on stderr.
         links: the ``[links]`` section: each emulated host behind a link of its own
             (testbed.orchestration.links), timed each round (:class:`LinkRounds`).
-        server_secret: gives the coordinator's secret (the run directory's, testbed.node_secret.
+        server_secret: gives the coordinator's secret (the run directory's, testbed.streams.node_secret.
             SERVER_KEY_FILE), asked once the prepare is over if a node's ready said it has a
             secret of its own: the server's private draws (RoundContext.server_secret) are then
             keyed by it for the session. None, or no node with a secret: the run seed's, as in sim.
@@ -277,7 +278,7 @@ class MqttNodes:
             cmd += ["--tls-ca", m.tls_ca] if m.tls_ca else []
             self._hosts.append(_Host([node], cmd, quiet, keys_env([node])))
         # Each emulated host gets its share of this machine's cores for torch (a torch model's step),
-        # so that hosts do not oversubscribe them (testbed.torch_models reads the variable).
+        # so that hosts do not oversubscribe them (testbed.learning.torch_models reads the variable).
         env = {"TESTBED_TORCH_THREADS": os.environ.get("TESTBED_TORCH_THREADS",
                                                        str(max(1, (os.cpu_count() or 1) // max(1, len(groups)))))}
         for index, group in enumerate(groups):

@@ -68,8 +68,8 @@ def write_experiment(base: Path, inventory, out: Path, ca: Path | None) -> Path:
         UserError: the boards' node ids are not 0 .. N-1 (a run's nodes are), or ``base`` is
             refused (one line naming the key).
     """
-    from testbed.config import to_toml
-    from testbed.experiment import experiment_config
+    from testbed.assembly.config import to_toml
+    from testbed.assembly.experiment import experiment_config
 
     ids = sorted(board.node_id for board in inventory.boards)
     if ids != list(range(len(ids))):

@@ -10,13 +10,13 @@ it) to the moment its reply arrives (in sim: the step's end), plus :data:`SLACK_
 granularity. What a node can have spent in that window:
 
 - **compute_s** of a profiled board (nodes/profiles.toml) is host CPU-seconds × its
-  ``compute_time_factor`` (nodes/clock.py); a process's CPU-seconds are at most the window × this
+  ``compute_time_factor`` (nodes/meters/clock.py); a process's CPU-seconds are at most the window × this
   machine's cores (``time.process_time`` counts every thread). The ``host`` profile is the factor 1.
   A microcontroller board (firmware_bridge/boards.toml) reports its own cycles (a real board: within
   the window) or is modelled from the plan's steps (a virtual board: steps × FLOPs per step × cycles
   per FLOP / clock): the larger of the two.
 - **airtime_s** is at most the larger of the window (a measured airtime), the link model's airtime
-  of the plan's bytes at the profile's throughput (a modelled one; nodes.clock.comm_cost), and the
+  of the plan's bytes at the profile's throughput (a modelled one; nodes.meters.clock.comm_cost), and the
   airtime the plan itself carries (an over-the-air algorithm's channel model).
 - **energy_j** is at most the board's maximum power × the event's bound in seconds (compute_s's or
   airtime_s's), and never below the joules the plan carries. A profiled board's maximum power is
@@ -53,7 +53,7 @@ import os
 from dataclasses import dataclass
 
 from firmware_bridge.costs import BoardCosts
-from nodes.clock import comm_cost
+from nodes.meters.clock import comm_cost
 from testbed.devices.profiles import HOST, DeviceProfile, load_mcu_profile, load_profile
 from testbed.ledger.events import CommunicationEvent, ComputeEvent, Event
 from testbed.ledger.fields import FIELD_RULES, MAX_EVENT_J, MAX_EVENT_S, MAX_POWER_W, MEASURED_FIELDS

@@ -15,7 +15,7 @@ from typing import Callable, Protocol
 from testbed.algorithms.contract import NodeResult, RoundContext, State
 from testbed.ledger.events import Event, EventBatch
 from testbed.ledger.node import Totals
-from testbed.node_secret import RUN_SEED
+from testbed.streams.node_secret import RUN_SEED
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ class Closing:
         authentication: whether the run's messages were authenticated (testbed.mqtt.auth) and how
             many received frames did not authenticate; None in sim.
         randomness: node → the randomness its ready said keys its private draws
-            (testbed.node_secret.RANDOMNESS); None in sim (every node's is the run seed).
+            (testbed.streams.node_secret.RANDOMNESS); None in sim (every node's is the run seed).
         server_randomness: what keyed the server's private draws: "server_secret" (the
             coordinator's, over MQTT with a node that has a secret) or "run_seed" (sim, emulated).
     """

@@ -54,7 +54,7 @@ from typing import Any
 
 from nodes import board_config
 from nodes.meters import registry as meters
-from testbed import inputs
+from testbed.checked import inputs
 from testbed.errors import ConfigError, UserError
 from testbed.mqtt import acl, auth
 from testbed.mqtt.broker import parse_broker_url

@@ -1,7 +1,7 @@
 """Runs an experiment as a short pipeline of named stages:
 
 1. :func:`load` — the data this run holds and the model, once the run is known to fit this machine
-   (testbed.resources: memory, sockets), so an impossible one is refused before any allocation;
+   (testbed.assembly.resources: memory, sockets), so an impossible one is refused before any allocation;
 2. :func:`plan` — the algorithm's planning stage, if it has one (DP-PASGD's ``tau = "plan"``);
 3. :func:`open_run` — the run directory (new, or a killed run's to resume);
 4. :func:`build_nodes` — the nodes: in this process (``sim``) or over MQTT;
@@ -29,24 +29,23 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from testbed import assemble
+from testbed.assembly import assemble
 
+from testbed.accounting.book import LedgerBook
+from testbed.accounting.budgets import Budgets, Exceeded, budgets_from_config
 from testbed.algorithms import registry
 from testbed.algorithms.contract import SETUP_ROUND, Algorithm, RoundContext, State, WithSetup, planned_batch
-from testbed.assemble import load_evaluation_data, load_run_data, model_for
-from testbed.budgets import Budgets, Exceeded, budgets_from_config
-from testbed.client_sampling import sample_clients
-from testbed.config import Config, to_toml
+from testbed.assembly.assemble import load_evaluation_data, load_run_data, model_for
+from testbed.assembly.config import Config, to_toml
+from testbed.assembly.resources import check_fits
 from testbed.data.federated import FederatedData, Split
 from testbed.data.lazy import LazyFederatedData
 from testbed.errors import ConfigError
-from testbed.ledger.book import LedgerBook
+from testbed.learning.models import Model
 from testbed.ledger.events import Event, EventBatch, NodeEvents, StraggleEvent, batches_of
 from testbed.ledger.files import LedgerWriter
 from testbed.ledger.node import Totals
-from testbed.models import Model
 from testbed.mqtt.brokers import registry as brokers
-from testbed.node_secret import RUN_SEED, SERVER_KEY_FILE, load_or_make
 from testbed.orchestration import charging
 from testbed.orchestration.nodes_api import Closing, Nodes, RoundOutcome
 from testbed.privacy.accountants import epsilon_by_observer
@@ -56,12 +55,13 @@ from testbed.reports import tracking
 from testbed.reports.asked import AskedLog
 from testbed.reports.progress import Progress
 from testbed.reports.refusals import RefusalLog
-from testbed.reports.startup import Startup
 from testbed.reports.results import RunDirectory, not_yet_charged, split_by_issuer
+from testbed.reports.startup import Startup
 from testbed.reports.tracking.feed import Tracking
-from testbed.resources import check_fits
-from testbed.rng import GLOBAL, Purpose, stream
-from testbed.stragglers import StragglerDraws
+from testbed.rounds.client_sampling import sample_clients
+from testbed.rounds.stragglers import StragglerDraws
+from testbed.streams.node_secret import RUN_SEED, SERVER_KEY_FILE, load_or_make
+from testbed.streams.rng import GLOBAL, Purpose, stream
 from testbed.util.parallel import split_work
 from testbed.util.threads import limit_blas_threads
 
@@ -208,7 +208,7 @@ class Run:
 
 def load(config: Config) -> tuple[FederatedData | LazyFederatedData, Model]:
     """Stage 1: every node's data, or only its layout when the nodes are lazy (client sampling in
-    sim, testbed.assemble.holds_lazily), and the model; first, refuse a run this machine cannot hold
+    sim, testbed.assembly.assemble.holds_lazily), and the model; first, refuse a run this machine cannot hold
     (one line, before anything is allocated), or whose own broker it cannot start (mqtt.broker)."""
     check_fits(config)
     if config.run.mode == "mqtt" and config.mqtt.broker_url is None:

@@ -6,8 +6,8 @@ An over-the-air round runs the algorithm's channel half here, between the node s
 
 Example::
 
-    >>> from testbed.config import load_config_text
-    >>> from testbed import assemble
+    >>> from testbed.assembly.config import load_config_text
+    >>> from testbed.assembly import assemble
     >>> from testbed.algorithms import registry
     >>> from testbed.orchestration.runner import load
     >>> cfg = load_config_text("[data]\\nnum_nodes = 3\\nsamples_per_node = 40\\ndim = 3\\n"

@@ -31,14 +31,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from testbed.config import Config, load_config_text, parse_override, replace, to_toml
+from testbed.assembly.config import Config, load_config_text, parse_override, replace, to_toml
+from testbed.assembly.resources import check_count, estimate_bytes
+from testbed.checked.limits import MAX_SEED
 from testbed.errors import UserError
-from testbed.limits import MAX_SEED
 from testbed.orchestration.runner import run_experiment  # imported here so forked workers share the parent's modules
 from testbed.reports import tracking
 from testbed.reports.results import FINISHED, read_summary
 from testbed.reports.sweep_stats import STATS_FILE, stats_rows
-from testbed.resources import check_count, estimate_bytes
 from testbed.util.dirlock import DirectoryLock
 from testbed.util.extras import install_hint
 

@@ -26,8 +26,8 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
+from testbed.checked.limits import MAX_TEXT_FILE_BYTES
 from testbed.errors import UserError
-from testbed.limits import MAX_TEXT_FILE_BYTES
 from testbed.util.userfiles import read_text
 
 #: Units a calibration file gives c1 and c2 in.

@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from testbed.cost import max_steps, resource_cost
+from testbed.planning.cost import max_steps, resource_cost
 from testbed.privacy.zcdp import SigmaCalibration, dp_pasgd_epsilon, dp_pasgd_sigma, z_constant
 
 __all__ = [

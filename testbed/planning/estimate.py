@@ -41,7 +41,7 @@ import numpy as np
 
 from testbed.data.federated import Split
 from testbed.errors import UserError
-from testbed.models import LogisticRegression, Model
+from testbed.learning.models import LogisticRegression, Model
 
 # Samples per chunk of per-sample gradients: bounds memory at CHUNK × P floats.
 _CHUNK = 4096

@@ -18,14 +18,14 @@ import dataclasses
 import math
 from typing import Any
 
-from testbed.config import Config, replace
+from testbed.checked.sections import Config
 from testbed.data.federated import FederatedData
 from testbed.errors import ConfigError, UserError
-from testbed.models import Model
+from testbed.learning.models import Model
 from testbed.planning.dp_pasgd import BoundConstants, Plan, plan
 from testbed.planning.estimate import estimate
 from testbed.privacy.zcdp import SigmaCalibration
-from testbed.rng import GLOBAL, Purpose, stream
+from testbed.streams.rng import GLOBAL, Purpose, stream
 
 #: BoundConstants field → the config key that sets it (for error messages).
 _KEYS = {
@@ -136,5 +136,5 @@ def resolve_plan(config: Config, model: Model, data: FederatedData) -> tuple[Con
         return config, None
     inputs = plan_inputs(config, model, data)
     result = make_plan(inputs, config.dp_pasgd.calibration)
-    resolved = replace(config, dp_pasgd={"tau": result.tau, "steps": result.steps, "epsilon": inputs.epsilon})
+    resolved = config.replace(dp_pasgd={"tau": result.tau, "steps": result.steps, "epsilon": inputs.epsilon})
     return resolved, plan_record(result, inputs)

@@ -42,7 +42,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from testbed.rng import GLOBAL, Purpose, stream
+from testbed.streams.rng import GLOBAL, Purpose, stream
 
 #: adjacency → (amplitude of an "in" canary, of an "out" one), in units of the reach: two records a
 #: reach apart under replace-one; a record present or absent under add/remove.

@@ -2,7 +2,7 @@
 secret from that observer (docs/guarantees.md, "Whose randomness").
 
 A release's noise is secret only if its observer cannot regenerate it: a node with its own secret
-(testbed.node_secret, "node_secret") draws its noise and batches from a key nobody else holds; an
+(testbed.streams.node_secret, "node_secret") draws its noise and batches from a key nobody else holds; an
 emulated node ("run_seed") draws them from the run's seed, which the coordinator holds and every
 round's experiment carries, so its ε holds against nobody who has the seed. The summary says it
 per observer (``privacy_guarantees``) and per node (``randomness``); a mixed run names the nodes
@@ -11,7 +11,7 @@ of each kind.
 A figure may rest on the server's noise too (PADPFL's σ_S in the public's broadcast: the
 algorithm's ``server_noise_observers``). Its stream is the run seed's in sim and in an all-emulated
 run; over MQTT with a node that has a secret, the coordinator keys it by a secret of its own
-("server_secret", testbed.node_secret.SERVER_KEY_FILE in the run directory, which the public does
+("server_secret", testbed.streams.node_secret.SERVER_KEY_FILE in the run directory, which the public does
 not hold). Such an observer's entry says ``server_randomness`` and its statement names both
 (:data:`SERVER_HOLDS`), or says the server's noise is derivable (:data:`SERVER_REPRODUCIBLE`).
 
@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from testbed.node_secret import NODE_SECRET, RANDOMNESS, RUN_SEED, SERVER_SECRET
+from testbed.streams.node_secret import NODE_SECRET, RANDOMNESS, RUN_SEED, SERVER_SECRET
 
 HOLDS = "holds (noise from node secrets)"
 REPRODUCIBLE = "reproducible run: noise derivable from the run seed, so not private against anyone holding it"

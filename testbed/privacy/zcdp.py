@@ -15,6 +15,8 @@ from __future__ import annotations
 import enum
 import math
 
+from testbed.privacy.accountants.zcdp import gaussian_rho, rho_to_epsilon  # Lemmas 2 and 3: the accountant's
+
 
 class SigmaCalibration(str, enum.Enum):
     """How σ is obtained from a target ε.
@@ -26,34 +28,6 @@ class SigmaCalibration(str, enum.Enum):
 
     CORRECTED = "corrected"
     PAPER_LITERAL = "paper_literal"
-
-
-def gaussian_rho(sensitivity: float, sigma: float) -> float:
-    """ρ of one Gaussian mechanism, Lemma 2: Δ² / (2σ²).
-
-    Never raises: σ = 0 (or NaN) is an infinite loss, a huge σ a loss that underflows to 0.
-    Δ² or σ² beyond float64 (from about 1.3e154; OverflowError) or σ² underflowing to 0 are
-    computed as (Δ/σ)²/2 instead, which overflows to inf or underflows to 0 quietly.
-
-    Example::
-
-        >>> gaussian_rho(1.0, 2.0), gaussian_rho(1.0, 0.0), gaussian_rho(1.0, 1e300)
-        (0.125, inf, 0.0)
-    """
-    if not sigma > 0:
-        return math.inf
-    try:
-        return sensitivity**2 / (2.0 * sigma**2)  # as printed, so published numbers stay bit-identical
-    except (OverflowError, ZeroDivisionError):
-        ratio = sensitivity / sigma  # float division and product overflow to inf, never raise
-        return 0.5 * ratio * ratio
-
-
-def rho_to_epsilon(rho: float, delta: float) -> float:
-    """Lemma 3: ρ-zCDP implies (ρ + 2·sqrt(ρ·log(1/δ)), δ)-DP. NaN or infinite ρ gives ε = inf."""
-    if not math.isfinite(rho):
-        return math.inf
-    return rho + 2.0 * math.sqrt(rho * math.log(1.0 / delta))
 
 
 def epsilon_to_rho(epsilon: float, delta: float) -> float:

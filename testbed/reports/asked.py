@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Collection, Sequence
 
 from testbed.algorithms.contract import SETUP_ROUND
+from testbed.checked.limits import MAX_RUN_FILE_BYTES
 from testbed.errors import UserError
-from testbed.limits import MAX_RUN_FILE_BYTES
 from testbed.util.appendlog import open_past_cut
 from testbed.util.userfiles import read_text
 

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from testbed.checked.limits import MAX_FLOAT
 from testbed.errors import UserError
-from testbed.limits import MAX_FLOAT
 from testbed.reports.results import FINISHED
 from testbed.reports.stats import CONFIDENCE, RANK_TEST_MIN_N, Paired, holm, paired, wilcoxon_min_p
 from testbed.reports.sweep_stats import grid_keys, number, numeric_fields, read_sweep, value

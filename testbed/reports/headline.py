@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from testbed.budgets import BUDGET_NAME
+from testbed.accounting.budgets import BUDGET_NAME
 
 NOT_PRIVATE = "not private (no noise on its releases: epsilon is infinite)"
 

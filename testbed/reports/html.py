@@ -22,8 +22,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from testbed.checked.limits import MAX_TEXT_FILE_BYTES
 from testbed.errors import UserError
-from testbed.limits import MAX_TEXT_FILE_BYTES
 from testbed.reports import headline
 from testbed.reports.majority import accuracy_flag, run_majority_share
 from testbed.reports.plots import _pyplot, draw_figures

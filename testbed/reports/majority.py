@@ -30,8 +30,8 @@ def majority_share(data: Any) -> float | None:
 def run_majority_share(run_dir: str | Path) -> float | None:
     """The majority share of a run's test rows, from its config.toml; None for a regression or a run
     without a config."""
-    from testbed.assemble import load_data
-    from testbed.config import load_config
+    from testbed.assembly.assemble import load_data
+    from testbed.assembly.config import load_config
 
     path = Path(run_dir) / "config.toml"
     if not path.exists():

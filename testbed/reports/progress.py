@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, Mapping
 if TYPE_CHECKING:
     from rich.progress import Progress as RichProgress
 
-    from testbed.budgets import Budgets
-    from testbed.ledger.book import LedgerBook
+    from testbed.accounting.book import LedgerBook
+    from testbed.accounting.budgets import Budgets
 
 REFRESH_S = 0.5  # a redraw costs ~1.4 ms (benchmarks/watch.py): 0.3 % of the time at this rate
 #: Budget name in the line → (metrics row key or None, Budgets attribute, ledger book column).
@@ -39,7 +39,7 @@ def worst_budget(budgets: "Budgets | None", row: Mapping[str, Any],
 
     Example::
 
-        >>> from testbed.budgets import Budgets
+        >>> from testbed.accounting.budgets import Budgets
         >>> worst_budget(Budgets(epsilon=4.0, cost_units=1000.0), {"epsilon": 1.0, "cost_units": 500.0})
         ('cost', 0.5)
     """

@@ -33,9 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Collection
 
-from testbed.budgets import BUDGET_NAME, Exceeded
+from testbed.accounting.budgets import BUDGET_NAME, Exceeded
+from testbed.checked.limits import MAX_RUN_FILE_BYTES
 from testbed.errors import UserError
-from testbed.limits import MAX_RUN_FILE_BYTES
 from testbed.util.appendlog import open_past_cut
 from testbed.util.userfiles import read_text
 

@@ -40,12 +40,12 @@ from typing import Any, Callable, Collection, Iterator, Mapping, Sequence
 
 import numpy as np
 
+from testbed.checked.limits import MAX_RUN_FILE_BYTES
 from testbed.errors import UserError
 from testbed.ledger.events import Event, EventBatch, StraggleEvent
 from testbed.ledger.fields import MEASURED_FIELDS
 from testbed.ledger.files import LedgerMark, ledger_header, parse_rows, read_ledger
 from testbed.ledger.node import SPENT_AGAIN
-from testbed.limits import MAX_RUN_FILE_BYTES
 from testbed.reports.asked import Asked, read_asked
 from testbed.reports.refusals import Refusal, read_refusals
 from testbed.util import jsontext

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from testbed.sections import NonNegative, OnlyWith, Positive, Section
+from testbed.checked.sections import NonNegative, OnlyWith, Positive, Section
 
 KINDS = ("complete", "ring", "torus", "k_regular", "erdos_renyi", "random_geometric", "file")
 #: Kinds drawn at random, so that ``coherence_rounds`` has something to redraw.

@@ -25,7 +25,7 @@ import numpy as np
 
 from channel import FadingSchedule
 from testbed.errors import ConfigError, UserError
-from testbed.rng import GLOBAL, Purpose, stream
+from testbed.streams.rng import GLOBAL, Purpose, stream
 from testbed.topology import kinds
 from testbed.topology.geometric import LinkBudget, RandomWaypoint, geometric_graph, initial_positions
 from testbed.topology.graph import Graph
@@ -141,7 +141,7 @@ class Topology:
             if s.kind == "torus":
                 return kinds.torus(n, s.rows)
             if s.kind == "file":
-                return kinds.from_edge_list(n, s.path, MAX_ADJACENCY_ENTRIES // 2)  # type: ignore[arg-type]  # resolved by testbed.config
+                return kinds.from_edge_list(n, s.path, MAX_ADJACENCY_ENTRIES // 2)  # type: ignore[arg-type]  # resolved by testbed.assembly.config
             rng = stream(self.seed, GLOBAL, block, Purpose.TOPOLOGY)
             if s.kind == "k_regular":
                 return kinds.k_regular(n, s.degree, rng)
@@ -189,7 +189,7 @@ class Topology:
         """The most directed entries an edge list file can give, from its size before a byte is
         read (its lines are at least "i j\\n"), refused if the graph would not fit in the memory
         this machine has available (ConfigError naming topology.path)."""
-        from testbed.resources import available_bytes
+        from testbed.util import memory
         from testbed.util.userfiles import regular_file
 
         n = self.num_nodes
@@ -198,7 +198,7 @@ class Topology:
         except UserError as exc:
             raise ConfigError("topology.path", str(exc).strip()) from None
         edges = min(size // _MIN_EDGE_LINE_BYTES, n * (n - 1) // 2)
-        need, have = edges * _EDGE_PEAK_BYTES, available_bytes()
+        need, have = edges * _EDGE_PEAK_BYTES, memory.available_bytes()
         if have is not None and need > have:
             raise ConfigError("topology.path", f"{path}: up to {edges:,} edges need about {need / 2**20:,.0f} MiB to "
                                                f"read, this machine has {have / 2**20:,.0f} MiB available")

@@ -5,7 +5,7 @@
   ``stat`` before a byte is read and again while reading (a file that grows meanwhile);
   :func:`bounded_chunks` streams one, whole lines at a time, under the same bound.
 - :data:`NAME` / :func:`inside`: a name that becomes a path component is an identifier (never
-  ``..``, a separator or a leading dot: testbed.sections.Name in config), and a path named
+  ``..``, a separator or a leading dot: testbed.checked.sections.Name in config), and a path named
   relative to a folder stays in that folder once symlinks are resolved; an absolute path only
   where the caller allows it.
 - :func:`copy_file`: a copy never widens a file's mode: the source's permission bits masked by
@@ -40,7 +40,7 @@ from testbed.errors import UserError
 
 #: What a name that goes into a path (a run's name, a host's bundle) may be: letters, digits, '_',
 #: '.', '-', starting with a letter or digit (so never "." or ".."), at most 64 characters; the
-#: same as an MQTT id (testbed.wire.ID_PATTERN), which such names often also become.
+#: same as an MQTT id (testbed.mqtt.wire.ID_PATTERN), which such names often also become.
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 #: Mode bits a copy may carry at most: no execute, nobody but the owner writes.
 PUBLIC_MODE = 0o644

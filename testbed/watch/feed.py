@@ -37,8 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from testbed import assemble
 from testbed.algorithms.contract import ChannelView, GraphView
+from testbed.assembly import assemble
 from testbed.errors import UserError
 from testbed.ledger.events import CommunicationEvent, ComputeEvent, Event, StraggleEvent
 from testbed.ledger.fields import event_from_dict
@@ -174,7 +174,7 @@ class RunFeed:
     def _reset(self) -> None:
         self.version = 0
         self.config = None
-        self.guarantee = "none"  # what the run's releases carry (testbed.assemble.privacy_guarantee)
+        self.guarantee = "none"  # what the run's releases carry (testbed.assembly.assemble.privacy_guarantee)
         self._config_id: tuple | None = None     # (device, inode, size, mtime) of config.toml as read
         self._config_text: bytes | None = None
         self.summary: dict | None = None         # what the page shows of summary.json, checked
@@ -349,7 +349,7 @@ class RunFeed:
         if self._config_text is not None:
             return text != self._config_text
         self._config_text = text
-        from testbed.config import load_config_text
+        from testbed.assembly.config import load_config_text
 
         try:
             config = load_config_text(_run_written(text.decode("utf-8")), source=name, base_dir=self.run_dir)

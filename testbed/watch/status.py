@@ -21,8 +21,8 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
+from testbed.checked.limits import MAX_TEXT_FILE_BYTES
 from testbed.errors import UserError
-from testbed.limits import MAX_TEXT_FILE_BYTES
 from testbed.mqtt import topics
 from testbed.util.userfiles import read_text
 

@@ -1,5 +1,5 @@
 /* Philox4x32-10 (Salmon et al., SC'11) and the draws built on it (docs/serial-protocol.md,
- * "The generator"); testbed/counter_rng.py is the same in numpy. */
+ * "The generator"); testbed/streams/counter_rng.py is the same in numpy. */
 #include <math.h>
 
 #include "fw.h"

@@ -29,7 +29,7 @@ from testbed.errors import ConfigError
 from testbed.util.extras import EXTRA_OF_MODULE, install_hint
 
 if TYPE_CHECKING:
-    from testbed.config import Config
+    from testbed.assembly.config import Config
 
 
 @dataclass(frozen=True)

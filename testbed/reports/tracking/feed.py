@@ -21,9 +21,9 @@ import numpy as np
 from testbed.reports.tracking import TRACKERS, RoundRecord, Tracker, enabled
 
 if TYPE_CHECKING:
-    from testbed.budgets import Budgets
-    from testbed.config import Config
-    from testbed.ledger.book import LedgerBook
+    from testbed.accounting.book import LedgerBook
+    from testbed.accounting.budgets import Budgets
+    from testbed.assembly.config import Config
 
 log = logging.getLogger(__name__)
 
@@ -36,8 +36,8 @@ def round_record(row: Mapping[str, Any], book: "LedgerBook", budgets: "Budgets")
 
     Example::
 
-        >>> from testbed.budgets import Budgets
-        >>> from testbed.ledger.book import LedgerBook
+        >>> from testbed.accounting.budgets import Budgets
+        >>> from testbed.accounting.book import LedgerBook
         >>> r = round_record({"round": 3, "train_loss": 0.5, "test_accuracy": ""}, LedgerBook([0, 1]), Budgets())
         >>> r.round, r.metrics, sorted(r.nodes)
         (3, {'train_loss': 0.5, 'energy_j': 0.0}, ['bytes_total', 'cost_units', 'energy_j', 'epsilon', 'mi_epsilon_nats'])
@@ -73,7 +73,7 @@ class Quoting:
 
     @classmethod
     def of(cls, config: "Config") -> "Quoting":
-        from testbed import assemble
+        from testbed.assembly import assemble
 
         p = config.privacy
         return cls(assemble.privacy_guarantee(config), p.accountant, p.tight_accountant, p.delta)
@@ -95,7 +95,7 @@ class Quoting:
         return RoundRecord(record.round, metrics, nodes, record.node_ids, record.tallies, record.tally_index)
 
     def _epsilon(self, tally) -> float:
-        from testbed.ledger.book import _tally_key
+        from testbed.accounting.book import _tally_key
         from testbed.privacy.accountants import worst_epsilon
 
         key = _tally_key(tally)

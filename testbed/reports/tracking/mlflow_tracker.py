@@ -29,14 +29,14 @@ from typing import TYPE_CHECKING, Any, Iterator
 from urllib.parse import unquote, urlparse
 
 from testbed.errors import UserError
-from testbed.node_secret import SERVER_KEY_FILE
 from testbed.reports import headline
 from testbed.reports.tracking import RoundRecord, node_series
+from testbed.streams.node_secret import SERVER_KEY_FILE
 from testbed.util import jsontext
 from testbed.util.userfiles import read_text
 
 if TYPE_CHECKING:
-    from testbed.config import Config
+    from testbed.assembly.config import Config
 
 #: The file in RUN_DIR naming the MLflow run (a resumed run logs to it again).
 RUN_FILE = "mlflow_run.json"
@@ -148,7 +148,7 @@ class MlflowTracker:
         from mlflow.entities import Param
         from mlflow.tracking import MlflowClient
 
-        from testbed.config import to_dict
+        from testbed.assembly.config import to_dict
 
         uri = tracking_uri()
         if file_store(uri) is not None:
@@ -215,7 +215,7 @@ class MlflowTracker:
             if value is not None:
                 client.set_tag(run_id, key, str(value))
         for path in sorted(self._run_dir.iterdir()):
-            # The directory's lock; and the server's secret (testbed.node_secret.SERVER_KEY_FILE),
+            # The directory's lock; and the server's secret (testbed.streams.node_secret.SERVER_KEY_FILE),
             # which keys the noise of the broadcasts a store's readers may have heard.
             if path.name.startswith(".") or path.name == SERVER_KEY_FILE:
                 continue

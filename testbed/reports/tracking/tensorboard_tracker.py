@@ -29,7 +29,7 @@ from testbed.util import jsontext
 from testbed.util.jsontext import finite
 
 if TYPE_CHECKING:
-    from testbed.config import Config
+    from testbed.assembly.config import Config
 
 #: Seconds between flushes (each an fsync) of the event file; finish flushes the rest.
 FLUSH_EVERY_S = 5.0
@@ -47,7 +47,7 @@ class TensorBoardTracker:
     def start(self, config: "Config", run_dir: Path) -> None:
         from tensorboardX.event_file_writer import EventsWriter
 
-        from testbed.config import to_toml
+        from testbed.assembly.config import to_toml
 
         logdir = Path(run_dir) / "tensorboard"
         logdir.mkdir(parents=True, exist_ok=True)

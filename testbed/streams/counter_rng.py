@@ -2,7 +2,7 @@
 § "The generator"): Philox4x32-10, a uniform float32, a Box–Muller Gaussian in float32 and an
 exact uniform integer, so a board in C and this numpy code give the same draws.
 
-A stream is keyed by (seed, node, round, purpose), like :func:`testbed.rng.stream`: the Philox
+A stream is keyed by (seed, node, round, purpose), like :func:`testbed.streams.rng.stream`: the Philox
 key is the seed's two 32-bit halves, the counter is (block, node, round, purpose). Block ``i``
 gives four 32-bit words, so word ``k`` of a stream is word ``k % 4`` of block ``k // 4``. Nothing
 depends on state but the counter: a board recomputes any draw from its key alone (a retried round
@@ -22,7 +22,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from testbed.rng import Purpose
+from testbed.streams.rng import Purpose
 
 __all__ = ["Purpose", "philox4x32", "words", "gaussians", "WordStream", "uniform_below", "floyd_sample", "uniform_pairs"]
 

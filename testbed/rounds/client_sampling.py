@@ -8,7 +8,7 @@ The ``[client_sampling]`` section (:class:`ClientSamplingSection`):
 - ``poisson``: each node independently with probability ``fraction`` (a round may sample none).
 
 Node i's key in round t is the first uniform of its Philox counter (seed, i, t, CLIENTS)
-(testbed.counter_rng.uniform_pairs), vectorised over the nodes: sim and the MQTT coordinator
+(testbed.streams.counter_rng.uniform_pairs), vectorised over the nodes: sim and the MQTT coordinator
 sample the same nodes, and a key never depends on which other nodes exist.
 
 A node not sampled is not asked, spends nothing and is no straggler; emulated stragglers are
@@ -35,9 +35,9 @@ from typing import Literal, Sequence
 import numpy as np
 from pydantic import Field, model_validator
 
-from testbed.counter_rng import uniform_pairs
-from testbed.rng import Purpose
-from testbed.sections import Section
+from testbed.checked.sections import Section
+from testbed.streams.counter_rng import uniform_pairs
+from testbed.streams.rng import Purpose
 
 
 class ClientSamplingSection(Section):

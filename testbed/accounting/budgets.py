@@ -23,8 +23,8 @@ from testbed.ledger.node import TOTALS_OF, NodeLedger
 from testbed.privacy.accountants import registry as accountants, worst_epsilon
 
 if TYPE_CHECKING:
-    from testbed.config import BudgetSection, PrivacySection
-    from testbed.ledger.book import BookNodeView, LedgerBook
+    from testbed.accounting.book import BookNodeView, LedgerBook
+    from testbed.assembly.config import BudgetSection, PrivacySection
     from testbed.ledger.events import NodeEvents
 
 

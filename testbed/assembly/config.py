@@ -3,7 +3,7 @@
 The experiment is assembled from sections declared where they are used: the run-wide ones below
 (run, data, model, privacy, budget, stragglers, nodes, mqtt, output) and each algorithm's own
 (declared in its module, found through testbed.algorithms.registry). Every section is a strict,
-frozen pydantic model (testbed.sections.Section); loading checks unknown keys, types and ranges and
+frozen pydantic model (testbed.checked.sections.Section); loading checks unknown keys, types and ranges and
 raises :class:`ConfigError` naming the key. ``testbed schema`` writes the JSON Schema of the whole
 file, so editors can complete and check it.
 
@@ -26,24 +26,24 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, create_model, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, Field, ValidationError, create_model, model_validator
 
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-from testbed.client_sampling import ClientSamplingSection
+from testbed.checked.limits import MAX_CHUNK_BYTES, MAX_SEED, MAX_TEXT_FILE_BYTES, MAX_WAIT_S, MIN_CHUNK_BYTES, MIN_POSITIVE
+from testbed.checked.sections import Config, Name, NonNegative, OnlyWith, Positive, Section, attribute_docstrings
 from testbed.data.section import DataSection
 from testbed.devices import virtual_boards
 from testbed.devices.profiles import MCU_PROFILE_NAMES, PROFILE_NAMES
 from testbed.errors import ConfigError, UserError
-from testbed.limits import MAX_CHUNK_BYTES, MAX_SEED, MAX_TEXT_FILE_BYTES, MAX_WAIT_S, MIN_CHUNK_BYTES, MIN_POSITIVE
-from testbed.models import embedding_kinds, embedding_phrase
-from testbed.models import kinds as model_kinds
+from testbed.learning.models import embedding_kinds, embedding_phrase
+from testbed.learning.models import kinds as model_kinds
 from testbed.privacy.accountants import registry as accountants
-from testbed.sections import Name, NonNegative, OnlyWith, Positive, Section, attribute_docstrings
-from testbed.stragglers import StragglersSection
+from testbed.rounds.client_sampling import ClientSamplingSection
+from testbed.rounds.stragglers import StragglersSection
 from testbed.util import jsontext
 from testbed.util.userfiles import read_text
 
@@ -62,7 +62,7 @@ class RunSection(Section):
     many small per-node products; raise it for a large model on an idle machine)."""
 
 
-#: The models ``model.kind`` may name (testbed.models.kinds).
+#: The models ``model.kind`` may name (testbed.learning.models.kinds).
 ModelKindName = Literal[tuple(model_kinds())]
 
 
@@ -73,10 +73,10 @@ class ModelSection(Section):
 
     kind: ModelKindName = "logistic"
     """"linear": multi-output least squares (ACFL), on one-hot labels for a classification set;
-    "torch": the PyTorch network ``network`` (float32, all nodes stepped at once: testbed.torch_models)."""
+    "torch": the PyTorch network ``network`` (float32, all nodes stepped at once: testbed.learning.torch_models)."""
     network: Literal["cnn", "mlp", "cifar10_cnn"] = "cnn"
     """"torch" only: "cnn" (8x8 digits, 28x28 MNIST, 32x32 CIFAR-10), "mlp" (one ReLU layer of ``hidden``),
-    "cifar10_cnn" (the small CNN of PyTorch's CIFAR-10 tutorial) (testbed.torch_models)."""
+    "cifar10_cnn" (the small CNN of PyTorch's CIFAR-10 tutorial) (testbed.learning.torch_models)."""
     bias: bool = True
     hidden: Positive[int] = 32
     activation: Literal["tanh", "relu"] = "tanh"
@@ -84,7 +84,7 @@ class ModelSection(Section):
     random_features: NonNegative[int] = 0
     """"linear" only: 0 (off), or D_rf random Fourier features cos(ωᵀx + b) in place of x (an RBF
     kernel's embedding, ACFL's remark on kernels), ω ~ N(0, 2 rf_gamma I), b ~ U[0, 2π) from the
-    run's seed (:class:`testbed.models.RandomFeatures`)."""
+    run's seed (:class:`testbed.learning.models.RandomFeatures`)."""
     rf_gamma: Positive[float] = 1.0
     """γ of the approximated kernel exp(−γ‖x − x′‖²)."""
 
@@ -251,7 +251,7 @@ class OutputSection(Section):
     it run again from the same streams, and what they released is charged once."""
     eval_nodes: Positive[int] | None = None
     """Evaluate on this many nodes only, a fixed subset drawn once from the run's seed
-    (testbed.evaluation); unset: every node. With client sampling over many nodes the data of the
+    (testbed.assembly.evaluation); unset: every node. With client sampling over many nodes the data of the
     others is never generated, so a large federation needs it (the memory check says so)."""
     sync: bool = False
     """fsync the checkpoint, ledger and metrics every round, so a power cut (not only a killed
@@ -297,11 +297,14 @@ def _config_model(names: frozenset[str] | None = None) -> type[BaseModel]:
     classes = _section_classes()
     chosen = [n for n in classes if names is None or n in names]
     fields = {name: (classes[name], Field(default_factory=classes[name])) for name in chosen}
-    return create_model("Experiment", __config__=ConfigDict(frozen=True, extra="forbid"), **fields)
+    return create_model("Experiment", __base__=_Experiment, **fields)
 
 
-#: The validated experiment: one attribute per section (``config.run.seed``, ``config.dwfl.lr``).
-Config = BaseModel
+class _Experiment(Config):
+    """The base of the experiment models made here: :meth:`Config.replace` is this module's."""
+
+    def replace(self, **sections: dict[str, Any]) -> Config:
+        return replace(self, **sections)
 
 
 def build_config(raw: dict[str, Any]) -> Config:
@@ -392,7 +395,7 @@ def _plain(error: dict) -> str:
     if kind in _BOUND_WORDS:
         name, sign = _BOUND_WORDS[kind]
         bound = ctx.get(name)
-        if bound == MIN_POSITIVE and name == "ge":  # a positive float (testbed.sections)
+        if bound == MIN_POSITIVE and name == "ge":  # a positive float (testbed.checked.sections)
             return f"must be > 0 (at least {MIN_POSITIVE:g})"
         return f"must be {sign} {bound:g}" if isinstance(bound, float) else f"must be {sign} {bound}"
     if kind == "literal_error":
@@ -534,7 +537,7 @@ def json_schema() -> dict[str, Any]:
                 properties[name].setdefault("description", doc)
         for prop in properties.values():
             ranges = _ranges(prop)
-            if ranges:  # the range the validator holds the field to (testbed.sections), in words
+            if ranges:  # the range the validator holds the field to (testbed.checked.sections), in words
                 prop["description"] = f"{prop.get('description', '')} Range: {'; '.join(ranges)}.".strip()
     schema["title"] = "testbed experiment file"
     schema["$defs"]["RunSection"]["properties"]["algorithm"]["enum"] = registry.names()

@@ -20,12 +20,12 @@ from typing import Any, Union
 
 from pydantic import BaseModel
 
-from testbed import inputs
-from testbed.config import Config, apply_overrides, build_config, load_config, to_dict
+from testbed.assembly.config import Config, apply_overrides, build_config, load_config, to_dict
+from testbed.checked import inputs
 from testbed.errors import UserError
 
 #: An experiment: a TOML file's path, the dict of its tables ({"run": {...}, "data": {...}}), or a
-#: validated config (testbed.config.load_config's).
+#: validated config (testbed.assembly.config.load_config's).
 Experiment = Union[str, os.PathLike, Mapping[str, Mapping[str, Any]], Config]
 #: Overrides: {"section.key": value, ...}, or the command line's ["section.key=value", ...] (the
 #: value read as TOML, else as a string).

@@ -1,5 +1,5 @@
-"""The ranges every number a user types is held to, in experiment files (testbed.sections) and on
-the command line (testbed.arguments) alike: a number outside them is refused in one line.
+"""The ranges every number a user types is held to, in experiment files (testbed.checked.sections) and on
+the command line (testbed.checked.arguments) alike: a number outside them is refused in one line.
 
 Kept free of imports, so the command line reads them without loading pydantic or numpy.
 """
@@ -15,12 +15,12 @@ MAX_FLOAT = 1e15
 #: The smallest value of a float that must be positive (> 0): far below any rate, noise power or
 #: bound in use, and large enough that its inverse square stays finite in float64 (1e-308 is not).
 MIN_POSITIVE = 1e-30
-#: The largest seed: its two 32-bit halves key the Philox streams (testbed.counter_rng, the
+#: The largest seed: its two 32-bit halves key the Philox streams (testbed.streams.counter_rng, the
 #: firmware's uint64 seed), and a sweep's repeats add to it within int64.
 MAX_SEED = 2**63 - 1
 #: The longest wait a user may set, in seconds (a week): far below threading.TIMEOUT_MAX.
 MAX_WAIT_S = 7 * 86400.0
-#: The range of an MQTT chunk, in bytes: a message of up to 64 MiB (testbed.wire.DEFAULT_MAX_BYTES)
+#: The range of an MQTT chunk, in bytes: a message of up to 64 MiB (testbed.mqtt.wire.DEFAULT_MAX_BYTES)
 #: fits in the 16,384 chunks a publish may take (testbed.mqtt.client), header included, and a chunk
 #: stays under MQTT's 256 MiB packet limit.
 MIN_CHUNK_BYTES = 8192

@@ -1,4 +1,4 @@
-"""PyTorch networks behind the numpy model interface of :mod:`testbed.models`.
+"""PyTorch networks behind the numpy model interface of :mod:`testbed.learning.models`.
 
 A :class:`TorchModel` keeps the contract every algorithm relies on: its parameters are one flat
 vector of length P per node, stacked as an (M, P) float64 array, and ``loss_and_grad`` takes and

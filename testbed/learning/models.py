@@ -33,10 +33,10 @@ from typing import TYPE_CHECKING, Callable, Union
 
 import numpy as np
 
-from testbed.rng import GLOBAL, Purpose, stream
+from testbed.streams.rng import GLOBAL, Purpose, stream
 
 if TYPE_CHECKING:
-    from testbed.torch_models import TorchModel
+    from testbed.learning.torch_models import TorchModel
 
 
 def _loss_and_correct(logits_t: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -458,7 +458,7 @@ Model = Union[LogisticRegression, LinearSVM, MLP, LinearRegression, "TorchModel"
 
 @dataclass(frozen=True)
 class ModelOptions:
-    """The ``[model]`` keys a kind may read (testbed.config.ModelSection), and the run's seed."""
+    """The ``[model]`` keys a kind may read (testbed.assembly.config.ModelSection), and the run's seed."""
 
     bias: bool = True
     hidden: int = 32
@@ -497,7 +497,7 @@ def _mlp(dim: int, n_classes: int, o: ModelOptions) -> MLP:
 
 
 def _torch(dim: int, n_classes: int, o: ModelOptions) -> "TorchModel":
-    from testbed.torch_models import TorchModel  # torch is imported only for this kind
+    from testbed.learning.torch_models import TorchModel  # torch is imported only for this kind
 
     return TorchModel(o.network, dim, n_classes, o.hidden)
 
@@ -551,7 +551,7 @@ def build_model(kind: str, dim: int, n_classes: int, *, bias: bool = True, hidde
     """The model named ``kind`` (one of :func:`kinds`) for inputs of ``dim`` features; ``activation``
     is the MLP's hidden layer ("tanh" or "relu"); ``random_features`` > 0 ("linear" only): that many
     random Fourier features of γ = ``rf_gamma``, drawn from the run's ``seed`` (required then);
-    ``network`` ("torch" only): the PyTorch network of :data:`testbed.torch_models.NETWORKS`
+    ``network`` ("torch" only): the PyTorch network of :data:`testbed.learning.torch_models.NETWORKS`
     (torch is imported only for this kind)."""
     if random_features and kind not in embedding_kinds():
         raise ValueError(f"random_features: {embedding_phrase()}, not {kind!r}")

@@ -1,6 +1,6 @@
 """The base of every experiment-file section: a frozen, strict pydantic model that refuses unknown
 keys and every number outside a range. Each section is declared by the module that uses it (an
-algorithm's in its own module) and assembled into the experiment by testbed.config.
+algorithm's in its own module) and assembled into the experiment by testbed.assembly.config.
 
 Every number a user types is finite and bounded, whoever declared the field: a field's own bounds
 (``Positive``, ``Field(le=...)``) are kept, and a side it leaves open is closed at the base
@@ -39,7 +39,7 @@ from typing import Annotated, Any, ClassVar, TypeVar
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, GetCoreSchemaHandler, model_validator
 from pydantic_core import CoreSchema
 
-from testbed.limits import MAX_FLOAT, MAX_INT, MIN_POSITIVE
+from testbed.checked.limits import MAX_FLOAT, MAX_INT, MIN_POSITIVE
 from testbed.util import jsontext
 from testbed.util.userfiles import NAME
 
@@ -116,6 +116,22 @@ class Section(BaseModel):
         return close_bounds(handler(source))
 
 
+class Config(BaseModel):
+    """The validated experiment: one attribute per section (``config.run.seed``, ``config.dwfl.lr``).
+
+    Its class is made by testbed.assembly.config from the sections every registry declares (an
+    algorithm's, a data set's...). What sits below the config (an algorithm's checks and planning
+    hook, the planner) types an experiment and changes one through this base, without importing
+    the config, which imports them."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    def replace(self, **sections: dict[str, Any]) -> "Config":
+        """A copy with some keys changed, e.g. ``config.replace(run={"seed": 3})``, validated as a
+        file is (testbed.assembly.config.replace, which the config's class gives this method)."""
+        raise NotImplementedError("an experiment's class comes from testbed.assembly.config")
+
+
 def close_bounds(schema: Any) -> Any:
     """``schema`` (a pydantic core schema) with every integer and float in it bounded on both sides:
     a side a field left open gets ±:data:`MAX_INT` or ±:data:`MAX_FLOAT`, and a float's ``> 0``
@@ -143,7 +159,7 @@ def attribute_docstrings(cls: type) -> dict[str, str]:
     """Field name → the string literal right after the field in ``cls``'s body (or a base section's),
     as pydantic's ``use_attribute_docstrings`` reads them: the fields' descriptions in the JSON
     Schema, e.g. ``{"eval_every": "Evaluate the model ... every this many rounds ..."}`` for
-    :class:`testbed.config.OutputSection`."""
+    :class:`testbed.assembly.config.OutputSection`."""
     import ast
     import inspect
     import textwrap

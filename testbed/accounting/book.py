@@ -14,7 +14,7 @@ What is kept:
 - which rounds each node logged, for the rounds that may still be re-run or answered late
   (:meth:`LedgerBook.forget_rounds_before` drops older ones) and the setup round;
 - the joules of the last few rounds, for the energy forecast of
-  :meth:`Budgets.would_exceed <testbed.budgets.Budgets.would_exceed>`.
+  :meth:`Budgets.would_exceed <testbed.accounting.budgets.Budgets.would_exceed>`.
 
 :meth:`LedgerBook.view` gives one node's ledger with NodeLedger's reading interface (totals,
 by_observer, has_round, projected, max_round_energy_j), for budgets and reports.

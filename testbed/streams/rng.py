@@ -4,7 +4,7 @@ Every random draw of a run comes from one of these streams, so the same seed giv
 whether all nodes run in one process (sim) or each on its own board (mqtt): a node needs only its
 own id to reproduce its draws, never another node's generator state.
 
-A node with a secret (a real board, testbed.node_secret) keys its private streams
+A node with a secret (a real board, testbed.streams.node_secret) keys its private streams
 (:data:`PRIVATE_PURPOSES`) with it instead, so that whoever holds the seed cannot regenerate them;
 a node without one (``secret=None``: sim, emulated boards) keeps the key above, bit for bit.
 
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Iterator, Optional, Sequence
 import numpy as np
 
 if TYPE_CHECKING:
-    from testbed.node_secret import NodeSecret, Secrets
+    from testbed.streams.node_secret import NodeSecret, Secrets
 
 #: Node id used for draws that belong to no node (the coordinator, the channel, the data split).
 GLOBAL = -1
@@ -44,8 +44,8 @@ class Purpose(enum.IntEnum):
     STRAGGLER = 7  # emulated failures and delays
     SCORE = 8  # noise on a node-reported quality score (PADPFL's quality_score impact rule)
     FEATURES = 9  # a model's fixed random feature map (the linear model's random Fourier features)
-    CLIENTS = 10  # which nodes a round samples (testbed.client_sampling)
-    EVAL = 11  # which nodes the model is evaluated on (output.eval_nodes, testbed.evaluation)
+    CLIENTS = 10  # which nodes a round samples (testbed.rounds.client_sampling)
+    EVAL = 11  # which nodes the model is evaluated on (output.eval_nodes, testbed.assembly.evaluation)
     TOPOLOGY = 12  # which nodes hear each other (testbed.topology: random graphs, positions, mobility)
     BUCKETS = 13  # which rows a robust server rule averages together (testbed.algorithms.aggregate.buckets)
     AUDIT = 14  # an empirical audit's canaries: which are in, their directions, when sampled (testbed.privacy.canaries)

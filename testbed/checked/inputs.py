@@ -8,8 +8,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from testbed.checked.limits import MAX_TEXT_FILE_BYTES
 from testbed.errors import ConfigError, UserError
-from testbed.limits import MAX_TEXT_FILE_BYTES
 from testbed.util import userfiles
 
 
@@ -58,9 +58,9 @@ def output_dir(path: Path, what: str) -> Path:
 
 
 def run_id(value: object, key: str = "mqtt.run_id") -> str:
-    """`value` if it is a valid run id (testbed.wire.ID_PATTERN: it goes into MQTT topics, ACL
+    """`value` if it is a valid run id (testbed.mqtt.wire.ID_PATTERN: it goes into MQTT topics, ACL
     files and file names), in any mode; else ConfigError naming `key`."""
-    from testbed import wire
+    from testbed.mqtt import wire
 
     try:
         return wire.check_id(value, key)

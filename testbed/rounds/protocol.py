@@ -1,7 +1,7 @@
 """The messages of a federated round over a transport: what the coordinator, a node and the
 channel say. Nothing here names an algorithm: tensors are the ones the algorithm declares.
 
-Each is a wire message (testbed.wire: JSON header plus tensors). The coordinator sends a
+Each is a wire message (testbed.mqtt.wire: JSON header plus tensors). The coordinator sends a
 ``round`` carrying the whole experiment (its resolved TOML), the nodes expected to take part, the
 events the server issued on a node's behalf since its last round (``charges``) and the node's
 downlink tensors: once on the broadcast topic when every node gets the same, else on each node's
@@ -48,12 +48,12 @@ from typing import Any, Iterator, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
-from testbed import wire
 from testbed.algorithms.contract import SETUP_ROUND, TensorSpec
 from testbed.ledger.events import Event
 from testbed.ledger.fields import ABSURD, event_from_dict, event_to_dict
 from testbed.ledger.node import NodeLedger, Totals
-from testbed.node_secret import RANDOMNESS, RUN_SEED
+from testbed.mqtt import wire
+from testbed.streams.node_secret import RANDOMNESS, RUN_SEED
 from testbed.util.memo import remember_last
 
 ROUND, UPDATE, REFUSED, STOP = "round", "update", "refused", "stop"
@@ -100,7 +100,7 @@ def prepare(run: str, session: str, config_toml: str, expected: Sequence[int]) -
 def ready(run: str, session: str, node: int, experiment: str, randomness: str = RUN_SEED) -> bytes:
     """Node → coordinator, answering a prepare: the experiment whose SHA-256 is ``experiment`` is
     built, the node can run its rounds; its private draws come from ``randomness``
-    (testbed.node_secret.RANDOMNESS: which kind, never the key)."""
+    (testbed.streams.node_secret.RANDOMNESS: which kind, never the key)."""
     return wire.encode({"run": run, "round": 0, "sender": str(node), "kind": READY,
                         "meta": _meta(session, experiment=experiment, randomness=randomness)})
 
@@ -111,7 +111,7 @@ _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 def ready_of(msg: wire.Message) -> str:
     """The experiment key (SHA-256, 64 lowercase hex digits) a ``ready`` names; WireError unless its
     header's round is 0 and its meta holds exactly ``session``, ``experiment`` and (optionally)
-    ``randomness``, one of testbed.node_secret.RANDOMNESS."""
+    ``randomness``, one of testbed.streams.node_secret.RANDOMNESS."""
     meta = msg.meta
     if msg.round != 0 or meta.keys() - {"randomness"} != {"session", "experiment"} \
             or not isinstance(meta["experiment"], str) or not _SHA256_HEX.fullmatch(meta["experiment"]):

@@ -2,12 +2,12 @@
 :class:`NumberList`, so it is finite and within a range its help text states, or argparse refuses
 it in one line before any command runs.
 
-The ranges are those of experiment files (testbed.limits): an argument that declares no bound of
+The ranges are those of experiment files (testbed.checked.limits): an argument that declares no bound of
 its own is held to ±MAX_INT (integers) or ±MAX_FLOAT (floats), so ``2**70`` or ``1e308`` never
 reaches numpy. Lists (``--gains 1,2,2``, ``--ids 3,5``) hold each item to the same range, and to a
 length and uniqueness where they name nodes.
 
-A core module (it needs only testbed.errors and testbed.limits), not one of testbed.cli: the
+A module of a low layer (it needs only testbed.errors and testbed.checked.limits), not of testbed.cli: the
 sub-commands an algorithm adds to the command line (testbed.algorithms.registry.Command) live
 next to their algorithm and type their numbers with it too.
 
@@ -28,8 +28,8 @@ import functools
 import math
 from typing import Callable, Hashable, Iterable
 
+from testbed.checked.limits import MAX_CHUNK_BYTES, MAX_FLOAT, MAX_INT, MAX_PID, MIN_CHUNK_BYTES, MIN_POSITIVE
 from testbed.errors import UserError
-from testbed.limits import MAX_CHUNK_BYTES, MAX_FLOAT, MAX_INT, MAX_PID, MIN_CHUNK_BYTES, MIN_POSITIVE
 
 class Number:
     """An argparse ``type``: the text of an int or a float, finite, within [ge or gt, le or lt].

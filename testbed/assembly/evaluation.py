@@ -5,7 +5,7 @@ Evaluation is a pass over the evaluated nodes' train, test and validation rows (
 a fixed subset, k distinct node ids drawn uniformly once per run from
 ``stream(seed, GLOBAL, -1, EVAL)``, the same every round and in sim and over MQTT, so the metrics of
 a run follow one population. Their rows are made once and held for the whole run
-(testbed.assemble.load_evaluation_data); the other nodes' test and validation rows are then not
+(testbed.assembly.assemble.load_evaluation_data); the other nodes' test and validation rows are then not
 held at all for the synthetic set, and with lazy nodes (client sampling, testbed.data.lazy) the
 evaluated rows are the only ones held besides the round's sampled nodes', so a federation of a
 million nodes is evaluated on k of them (the accuracies are then a sample
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from testbed.rng import GLOBAL, Purpose, stream
+from testbed.streams.rng import GLOBAL, Purpose, stream
 
 
 def evaluated_node_ids(num_nodes: int, eval_nodes: int | None, seed: int) -> np.ndarray | None:

@@ -1,7 +1,7 @@
 """A node's secret: the key of its private draws, which the coordinator never holds.
 
 Every draw a privacy guarantee rests on (DP noise, the mini-batch selection amplification needs, a
-noised quality score, DWFL's artificial noise: :data:`testbed.rng.PRIVATE_PURPOSES`) is keyed by
+noised quality score, DWFL's artificial noise: :data:`testbed.streams.rng.PRIVATE_PURPOSES`) is keyed by
 the node's secret when it has one, so nobody holding the run's seed (whoever runs the coordinator,
 anyone who reads the experiment a round carries) can regenerate it and subtract it from a release.
 Public draws (data, initialisation, channel, topology, sampling of clients...) stay keyed by the
@@ -58,8 +58,8 @@ KEY_FILE = "node-secret.key"
 #: draws each round's server noise again from it, so a round re-run releases the same broadcast.
 SERVER_KEY_FILE = "server-secret.key"
 
-_STREAM_TAG = b"testbed.rng.stream\x00"  # domain separation: a stream key (numpy's SeedSequence)
-_PHILOX_TAG = b"testbed.counter_rng\x00"  # and a Philox key (a microcontroller's round)
+_STREAM_TAG = b"testbed.streams.rng.stream\x00"  # domain separation: a stream key (numpy's SeedSequence)
+_PHILOX_TAG = b"testbed.streams.counter_rng\x00"  # and a Philox key (a microcontroller's round)
 _RUN_TAG = b"testbed.run\x00"  # and a run's own secret (NodeSecret.for_run)
 
 
@@ -103,11 +103,11 @@ class NodeSecret:
 
     def stream_words(self, seed: int, node: int, round_index: int, purpose: int) -> list[int]:
         """The eight 32-bit words that key ``node``'s (seed, round, purpose) stream under this
-        secret (:func:`testbed.rng.stream`)."""
+        secret (:func:`testbed.streams.rng.stream`)."""
         return list(struct.unpack(">8I", self._mac(_STREAM_TAG, seed, node, round_index, purpose)))
 
     def philox_seed(self, seed: int, node: int, round_index: int) -> int:
-        """The 64-bit Philox key of ``node``'s round on a microcontroller (testbed.counter_rng):
+        """The 64-bit Philox key of ``node``'s round on a microcontroller (testbed.streams.counter_rng):
         what the bridge sends the board in place of the run's seed, the board's firmware unchanged.
         Its counter still carries (block, node, round, purpose), so BATCH and NOISE stay apart."""
         return struct.unpack(">Q", self._mac(_PHILOX_TAG, seed, node, round_index, 0)[:8])[0]

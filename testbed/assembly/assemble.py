@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Sequence
 
-from testbed.config import Config, ModelSection
+from testbed.assembly.config import Config, ModelSection
+from testbed.assembly.evaluation import evaluated_node_ids
 from testbed.data import registry as data_registry
 from testbed.data.federated import FederatedData
 from testbed.data.lazy import LazyFederatedData
 from testbed.data.section import DataSection
 from testbed.errors import ConfigError
-from testbed.evaluation import evaluated_node_ids
-from testbed.models import Model, build_model
+from testbed.learning.models import Model, build_model
 
 if TYPE_CHECKING:
     from testbed.algorithms.contract import Algorithm, ChannelHalf, ChannelView, GraphView
@@ -74,7 +74,7 @@ def load_run_data(config: Config) -> FederatedData | LazyFederatedData:
 
 
 def load_evaluation_data(config: Config, data: FederatedData | LazyFederatedData) -> FederatedData:
-    """The rows the model is evaluated on (testbed.evaluation): every node's, or the evaluated
+    """The rows the model is evaluated on (testbed.assembly.evaluation): every node's, or the evaluated
     nodes' (``output.eval_nodes``): generated again for a set that makes a node's rows from its own
     stream (the synthetic set: the same rows), made by the lazy federation of a file-based set, else
     selected from ``data``, the whole federation's."""

@@ -8,7 +8,7 @@ deliberately rough and errs high: it counts
   whose generator writes straight into the final arrays (the synthetic set; its registration says
   so, ``counted`` in testbed.data.registry: the file-based sets are as large as their file, not
   counted). With lazy nodes (client sampling in sim,
-  testbed.assemble.holds_lazily) only the nodes a round samples hold rows, so "nodes" here is the
+  testbed.assembly.assemble.holds_lazily) only the nodes a round samples hold rows, so "nodes" here is the
   sampled count, not N (a file-based set's rows are then memory-mapped, testbed.data.mapped);
 - the evaluated nodes' rows (``output.eval_nodes``; every node when unset), held besides the
   training rows when a subset is evaluated, the only other rows when the nodes are lazy;
@@ -39,14 +39,14 @@ grid and repeats.
 from __future__ import annotations
 
 import math
-import os
 import resource
 from pathlib import Path
 
 import numpy as np
 
-from testbed.config import Config
+from testbed.assembly.config import Config
 from testbed.errors import ConfigError, UserError
+from testbed.util import memory
 
 _STATE_COPIES = 6
 _NODE_BYTES = 1024
@@ -59,9 +59,9 @@ _HOST_SPARE_FILES = 64  # a host's own files besides its nodes' sockets (as node
 
 def estimate_bytes(config: Config) -> dict[str, float]:
     """What a run of ``config`` would hold in memory on this machine, in bytes, by part."""
-    from testbed.assemble import holds_lazily
+    from testbed.assembly.assemble import holds_lazily
     from testbed.data import registry as data_registry
-    from testbed.models import build_model
+    from testbed.learning.models import build_model
 
     d = config.data
     dataset = data_registry.get(d.dataset)
@@ -109,21 +109,6 @@ def _neighbourhood_bytes(config: Config, params: int) -> float:
     return _NEIGHBOURHOOD_COPIES * n * degree * params * 8.0
 
 
-def available_bytes() -> int | None:
-    """Memory available to a new allocation on this machine (MemAvailable of /proc/meminfo, else
-    the free physical pages), in bytes; None if neither can be read."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, AttributeError):
-        return None
-
-
 def check_fits(config: Config) -> None:
     """Refuse, in one line naming the key, a run this machine cannot hold or serve.
 
@@ -138,7 +123,7 @@ def check_fits(config: Config) -> None:
 
 def _check_memory(config: Config) -> None:
     parts = estimate_bytes(config)
-    need, have = sum(parts.values()), available_bytes()
+    need, have = sum(parts.values()), memory.available_bytes()
     if have is None or need <= have:
         return
     shown = ", ".join(f"{name} {_size(b)}" for name, b in parts.items() if b >= 0.01 * need)
@@ -164,7 +149,7 @@ def check_count(count: int, bytes_each: float, what: str) -> None:
     Raises:
         UserError: ``count × bytes_each`` is over the available memory.
     """
-    need, have = count * bytes_each, available_bytes()
+    need, have = count * bytes_each, memory.available_bytes()
     if have is not None and need > have:
         raise UserError(f"{what} {count:,} needs about {_size(need)} of memory, this machine has {_size(have)} "
                         f"available")

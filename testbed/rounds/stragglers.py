@@ -11,7 +11,7 @@ Two models (the ``[stragglers]`` section, :class:`StragglersSection`):
   round time, and σ spreads it.
 
 Every draw comes from the node's own Philox counter (seed, node, round, STRAGGLER) of
-testbed.counter_rng (vectorised over nodes), so a node's
+testbed.streams.counter_rng (vectorised over nodes), so a node's
 fate depends only on (seed, its id, the round) and its own modelled time: sim and the MQTT
 coordinator draw the same stragglers. Real deadline misses over MQTT come on top of these.
 
@@ -31,9 +31,9 @@ from typing import Literal, Sequence
 import numpy as np
 from pydantic import Field, model_validator
 
-from testbed.counter_rng import uniform_pairs
-from testbed.rng import Purpose
-from testbed.sections import OnlyWith, Section
+from testbed.checked.sections import OnlyWith, Section
+from testbed.streams.counter_rng import uniform_pairs
+from testbed.streams.rng import Purpose
 
 MODELS = ("none", "bernoulli", "deadline")
 
