@@ -46,7 +46,8 @@ from typing import Callable, Iterator, Sequence
 from testbed.errors import UserError
 from testbed.mqtt import wire
 from testbed.mqtt import auth, probe, topics
-from testbed.mqtt.client import Inbound, MqttClient, close_all, connect_all, new_client_id, publish_all
+from testbed.mqtt.client import Inbound, MqttClient, close_all, new_client_id
+from testbed.mqtt.client_batches import connect_all, publish_all
 from testbed.mqtt.network_loop import NetworkLoop
 from testbed.rounds import protocol
 from testbed.util.extras import missing_package_message

@@ -73,8 +73,10 @@ def forked_hosts(monkeypatch):
     thread pools is unsafe), which any earlier test of the session may have done; the hosts of the
     tests that use this fixture run no torch."""
     import testbed.orchestration.coordinator as coordinator
+    import testbed.orchestration.emulated_hosts as emulated_hosts
 
-    monkeypatch.setattr(coordinator, "can_fork", lambda: True)
+    for module in (coordinator, emulated_hosts):  # the run's broker, its hosts
+        monkeypatch.setattr(module, "can_fork", lambda: True)
 
 
 def require_tool(name: str, available: bool, why: str) -> None:

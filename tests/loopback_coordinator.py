@@ -123,8 +123,8 @@ def loopback(monkeypatch, node_ids: list[int], tamper: Tamper) -> Iterator[Loopb
     monkeypatch.setattr("testbed.orchestration.coordinator.MqttClient", Bound)
     # The honest agents stand for boards the run does not start (mqtt.emulated = false): their keys
     # are a run key's, as the run's own emulated boards' are.
-    real_keys = coordinator._run_keys
-    monkeypatch.setattr(coordinator, "_run_keys", lambda m, run, ids: real_keys(
+    real_keys = coordinator.run_keys
+    monkeypatch.setattr(coordinator, "run_keys", lambda m, run, ids: real_keys(
         m.model_copy(update={"emulated": True}) if m.keys is None else m, run, ids))
     yield state
 

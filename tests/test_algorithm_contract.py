@@ -193,11 +193,11 @@ def test_a_budget_refuses_at_the_boundary(name, tmp_path):
 
 @pytest.mark.parametrize("name", CASES)
 def test_checkpoint_then_resume_equals_an_uninterrupted_run(name, tmp_path, monkeypatch):
-    import testbed.orchestration.runner as runner
+    import testbed.orchestration.model_evaluation as model_evaluation
 
     config = _config(name)
     whole = run_experiment(config, out_dir=tmp_path / "whole", quiet=True)
-    evaluate, calls = runner.evaluate, {"n": 0}
+    evaluate, calls = model_evaluation.evaluate, {"n": 0}
 
     def killed_in_round_4(*args, **kwargs):
         calls["n"] += 1
@@ -205,10 +205,10 @@ def test_checkpoint_then_resume_equals_an_uninterrupted_run(name, tmp_path, monk
             raise KeyboardInterrupt
         return evaluate(*args, **kwargs)
 
-    monkeypatch.setattr(runner, "evaluate", killed_in_round_4)
+    monkeypatch.setattr(model_evaluation, "evaluate", killed_in_round_4)
     with pytest.raises(KeyboardInterrupt):
         run_experiment(config, out_dir=tmp_path / "killed", quiet=True)
-    monkeypatch.setattr(runner, "evaluate", evaluate)
+    monkeypatch.setattr(model_evaluation, "evaluate", evaluate)
     assert 1 <= read_checkpoint(tmp_path / "killed").rounds_done <= 3  # output.checkpoint_every = "auto"
     resumed = run_experiment(load_config_text((tmp_path / "killed" / "config.toml").read_text()),
                              out_dir=tmp_path / "killed", quiet=True, resume=True)

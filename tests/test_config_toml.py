@@ -104,14 +104,14 @@ def test_padpfl_schedule_is_written_as_tables(first):
 
 @pytest.mark.parametrize("killed_at_evaluation", [2, 4])
 def test_a_killed_padpfl_run_with_a_schedule_resumes(killed_at_evaluation, tmp_path, monkeypatch):
-    import testbed.orchestration.runner as runner
+    import testbed.orchestration.model_evaluation as model_evaluation
     from testbed.cli import main
     from testbed.orchestration.runner import run_experiment
     from testbed.reports.results import read_summary
 
     config = load_config_text(SCHEDULED.format(first=killed_at_evaluation - 1))
     whole = run_experiment(config, out_dir=tmp_path / "whole", quiet=True).summary
-    evaluate, calls = runner.evaluate, {"n": 0}
+    evaluate, calls = model_evaluation.evaluate, {"n": 0}
 
     def killed(*args, **kwargs):
         calls["n"] += 1
@@ -119,10 +119,10 @@ def test_a_killed_padpfl_run_with_a_schedule_resumes(killed_at_evaluation, tmp_p
             raise KeyboardInterrupt
         return evaluate(*args, **kwargs)
 
-    monkeypatch.setattr(runner, "evaluate", killed)
+    monkeypatch.setattr(model_evaluation, "evaluate", killed)
     with pytest.raises(KeyboardInterrupt):
         run_experiment(config, out_dir=tmp_path / "killed", quiet=True)
-    monkeypatch.setattr(runner, "evaluate", evaluate)
+    monkeypatch.setattr(model_evaluation, "evaluate", evaluate)
     assert main(["run", "--resume", str(tmp_path / "killed"), "--quiet"]) == 0
     resumed = read_summary(tmp_path / "killed")
     assert resumed["status"] == "completed" and resumed["rounds"] == whole["rounds"] == 5

@@ -23,7 +23,7 @@ from nodes.agent import NodeAgent
 from testbed.assembly.config import load_config_text
 from testbed.ledger.files import read_whole_rows
 from testbed.ledger.node import merge_sessions
-from testbed.orchestration import runner
+from testbed.orchestration import charging
 from testbed.orchestration.charging import CONFIRMED, ON_ASK
 from testbed.orchestration.runner import run_experiment
 from testbed.reports.asked import AskedLog
@@ -150,14 +150,14 @@ def _run_and_die(text: str, run_dir: Path, state_dir: Path, round_index: int, po
     append = AskedLog.append
     pytest_monkeypatch.setattr(AskedLog, "append", lambda self, session, r, nodes: (append(self, session, r, nodes),
                                                                                    at(r, "asked")))
-    charge = runner._charge
+    charge = charging.charge_round
 
     def charged(run, outcome, ledger_file, nodes_):
         at(outcome.ctx.round_index, "received")
         charge(run, outcome, ledger_file, nodes_)
         at(outcome.ctx.round_index, "charged")
 
-    pytest_monkeypatch.setattr(runner, "_charge", charged)
+    pytest_monkeypatch.setattr(charging, "charge_round", charged)
     save = RunDirectory.save_checkpoint
 
     def saved(self, rounds_done, *args, **kwargs):

@@ -40,7 +40,7 @@ _runs = itertools.count()
 def profiled(monkeypatch):
     """The coordinator knows every node's profile (as it does of the nodes it emulates): the
     loopback's agents are this machine as it is."""
-    monkeypatch.setattr(coordinator, "_node_bounds", lambda mqtt, nodes, node_ids, alg: dict.fromkeys(node_ids, HOST))
+    monkeypatch.setattr(coordinator, "node_bounds", lambda mqtt, nodes, node_ids, alg: dict.fromkeys(node_ids, HOST))
 
 
 def _set(reply: bytes, field: str, value) -> bytes:

@@ -14,7 +14,7 @@ from hypothesis import given, strategies as st
 from testbed.assembly.config import load_config_text
 from testbed.cli import main
 from testbed.orchestration.runner import run_experiment
-from testbed.reports.results import STATUSES, SUMMARY_KEYS, _summary_digest
+from testbed.reports.summary_file import STATUSES, SUMMARY_KEYS, summary_digest
 from testbed.reports.runs import format_runs, list_runs, runs_json
 
 
@@ -145,7 +145,7 @@ def test_any_summary_lists_on_one_line(tmp_path_factory, fields, signed, name):
     run_dir.mkdir()
     body = dict(fields)
     if signed:
-        body["sha256"] = _summary_digest(body)
+        body["sha256"] = summary_digest(body)
     (run_dir / "summary.json").write_text(json.dumps(body))
     runs = list_runs(root)
     assert len(runs) == 1

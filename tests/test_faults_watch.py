@@ -27,7 +27,7 @@ from testbed.assembly.config import load_config_text  # noqa: E402
 from testbed.ledger.events import GaussianEvent  # noqa: E402
 from testbed.ledger.files import LedgerWriter  # noqa: E402
 from testbed.orchestration.runner import run_experiment  # noqa: E402
-from testbed.reports.results import _summary_digest  # noqa: E402
+from testbed.reports.summary_file import summary_digest  # noqa: E402
 from testbed.watch import lines  # noqa: E402
 from testbed.watch.feed import RunFeed  # noqa: E402
 from testbed.watch.server import MAX_PAGES, WatchApp  # noqa: E402
@@ -265,7 +265,7 @@ def test_a_file_of_another_run_resets_the_page(real_run, tmp_path, small_config_
 def _signed(summary) -> str:
     if isinstance(summary, dict):
         summary = {k: v for k, v in summary.items() if k != "sha256"}
-        summary["sha256"] = _summary_digest(summary)
+        summary["sha256"] = summary_digest(summary)
     return json.dumps(summary)
 
 

@@ -22,7 +22,8 @@ from testbed.assembly import assemble
 from testbed.assembly.config import load_config, load_config_text, replace
 from testbed.cli.run import format_summary
 from testbed.errors import ConfigError
-from testbed.orchestration.runner import privacy_headline, run_experiment
+from testbed.orchestration.run_summary import privacy_headline
+from testbed.orchestration.runner import run_experiment
 from testbed.orchestration.sweep import grid_points, row, run_sweep
 from testbed.privacy.secrecy import REPRODUCIBLE
 from testbed.reports import headline

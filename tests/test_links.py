@@ -28,7 +28,7 @@ from testbed.assembly.config import load_config
 from testbed.errors import ConfigError
 from testbed.mqtt.brokers.mosquitto import MosquittoBroker
 from testbed.orchestration import links
-from testbed.orchestration.coordinator import _host_rates, _url_at
+from testbed.orchestration.emulated_hosts import host_rates, url_at
 
 QUICKSTART = REPO / "experiments" / "quickstart.toml"
 SLOW_RATE_BPS = 64_000
@@ -88,19 +88,19 @@ def test_rate_bps_needs_netns_and_takes_one_rate_a_list_or_channel():
 
 def test_host_rates_one_each_and_channel_needs_a_link_model():
     hosts = [[0, 1], [2, 3]]
-    assert _host_rates(None, hosts, object()) == [None, None]
-    assert _host_rates(8000, hosts, object()) == [8000, 8000]
-    assert _host_rates([0, 8000], hosts, object()) == [None, 8000]
+    assert host_rates(None, hosts, object()) == [None, None]
+    assert host_rates(8000, hosts, object()) == [8000, 8000]
+    assert host_rates([0, 8000], hosts, object()) == [None, 8000]
     with pytest.raises(ConfigError, match="2 emulated hosts"):
-        _host_rates([8000], hosts, object())
+        host_rates([8000], hosts, object())
     with pytest.raises(ConfigError, match="no link model"):
-        _host_rates("channel", hosts, object())
+        host_rates("channel", hosts, object())
 
     class Model:
         def link_rate_bps(self, nodes):
             return np.array([1e6, 2e6, 3e6, 5e5])[nodes]
 
-    assert _host_rates("channel", hosts, Model()) == [1_000_000, 500_000]  # each host's slowest node
+    assert host_rates("channel", hosts, Model()) == [1_000_000, 500_000]  # each host's slowest node
 
 
 def test_rate_s_is_the_bytes_past_each_directions_bucket_at_the_rate():
@@ -195,8 +195,8 @@ def test_the_broker_listens_on_each_link_with_the_same_settings():
 
 
 def test_a_host_reaches_the_broker_at_its_links_end():
-    assert _url_at("mqtt://127.0.0.1:41234", "10.213.0.1") == "mqtt://10.213.0.1:41234"
-    assert _url_at("mqtts://127.0.0.1:8883", "10.213.0.5") == "mqtts://10.213.0.5:8883"
+    assert url_at("mqtt://127.0.0.1:41234", "10.213.0.1") == "mqtt://10.213.0.1:41234"
+    assert url_at("mqtts://127.0.0.1:8883", "10.213.0.5") == "mqtts://10.213.0.5:8883"
 
 
 def test_the_recipe_lists_the_commands_a_link_is_made_with():
@@ -319,7 +319,7 @@ def test_channel_rate_is_each_nodes_shannon_rate_as_the_digital_link_charges_it(
                              algorithm.radio.bandwidth_hz).rate_bps for k in nodes]
     assert algorithm.link_rate_bps(nodes) == pytest.approx(expected, rel=1e-12)
     assert len(set(np.round(expected, 3))) > 1  # the nodes' distances differ: so do their rates
-    assert _host_rates("channel", [nodes[:5], nodes[5:]], algorithm) == [
+    assert host_rates("channel", [nodes[:5], nodes[5:]], algorithm) == [
         int(min(expected[:5])), int(min(expected[5:]))]
 
 

@@ -24,7 +24,8 @@ from testbed.mqtt.broker import accepts_tcp, free_port, parse_broker_url, wait_f
 from testbed.mqtt.brokers import mosquitto
 from testbed.mqtt.brokers.embedded import BrokerProcess
 from testbed.mqtt.brokers.mosquitto import MosquittoBroker
-from testbed.mqtt.client import BrokerRefused, Inbound, MqttClient, close_all, connect_all
+from testbed.mqtt.client import BrokerRefused, Inbound, MqttClient, close_all
+from testbed.mqtt.client_batches import connect_all
 from testbed.mqtt.embedded_broker import EmbeddedBroker
 from testbed.mqtt.network_loop import NetworkLoop
 

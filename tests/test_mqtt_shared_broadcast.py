@@ -225,7 +225,8 @@ def test_a_status_wakes_the_coordinator_only_when_it_changes_who_is_online():
     import threading
 
     from testbed.algorithms.contract import RoundContext
-    from testbed.orchestration.coordinator import MqttNodes, _Collection
+    from testbed.orchestration.coordinator import MqttNodes
+    from testbed.orchestration.coordinator_inbox import Collection
 
     class CountingCondition(threading.Condition):
         wakes = 0
@@ -246,7 +247,7 @@ def test_a_status_wakes_the_coordinator_only_when_it_changes_who_is_online():
     assert CountingCondition.wakes == 0 and nodes.online == {1}
     status(2, topics.STATUS_ONLINE)
     assert CountingCondition.wakes == 1 and nodes.online == {1, 2}
-    nodes._collecting = _Collection(RoundContext(0, 0, 3, (1, 2)), {}, {}, protocol.UPDATE, outstanding={1, 2})
+    nodes._collecting = Collection(RoundContext(0, 0, 3, (1, 2)), {}, {}, protocol.UPDATE, outstanding={1, 2})
     status(2, topics.STATUS_OFFLINE)
     assert CountingCondition.wakes == 2 and nodes.online == {1}
     assert nodes._collecting.outstanding == {1} and nodes._collecting.reasons == {2: "offline"}

@@ -275,7 +275,7 @@ def test_a_failure_after_the_directory_is_opened_releases_its_lock(tmp_path, mon
     def broken(run):
         raise RuntimeError("evaluation broke")
 
-    monkeypatch.setattr(runner, "_evaluate", broken)
+    monkeypatch.setattr(runner, "evaluate_run", broken)
     config = load_config_text(CONFIG)
     with pytest.raises(RuntimeError, match="evaluation broke"):
         run_experiment(config, out_dir=tmp_path / "run", quiet=True)

@@ -100,10 +100,10 @@ def test_paper_literal_calibration_reports_what_it_really_spends(small_config_te
 
 
 def test_killed_run_leaves_readable_files(small_config_text, tmp_path, monkeypatch):
-    from testbed.orchestration import runner
+    from testbed.orchestration import model_evaluation
 
     calls = {"n": 0}
-    real = runner.evaluate
+    real = model_evaluation.evaluate
 
     def dying(*args):
         calls["n"] += 1
@@ -111,7 +111,7 @@ def test_killed_run_leaves_readable_files(small_config_text, tmp_path, monkeypat
             raise RuntimeError("power cut")
         return real(*args)
 
-    monkeypatch.setattr(runner, "evaluate", dying)
+    monkeypatch.setattr(model_evaluation, "evaluate", dying)
     with pytest.raises(RuntimeError):
         _run(small_config_text, tmp_path)
     d = tmp_path / "run"

@@ -32,7 +32,8 @@ from testbed.assembly.config import load_config_text
 from testbed.cli import main
 from testbed.ledger.files import LEDGER_COLUMNS, parse_rows
 from testbed.orchestration.runner import run_experiment
-from testbed.reports.results import _checkpoint_digest, read_checkpoint, read_summary
+from testbed.reports.checkpoint import checkpoint_digest
+from testbed.reports.results import read_checkpoint, read_summary
 
 from run_dir_cases import DETERMINISTIC, ledger_rows, missed_twice, run_killed, snapshot, spent_once, under_counted
 
@@ -189,7 +190,7 @@ def _forge_checkpoint(data: st.DataObject, d: Path) -> tuple[str, ...]:
         holder[target[-1]] = data.draw(st.sampled_from(EXTREME_JSON), label="value")
     names = ("checkpoint.npz",)
     if data.draw(st.booleans(), label="digest recomputed"):
-        meta["sha256"] = _checkpoint_digest(meta, state)
+        meta["sha256"] = checkpoint_digest(meta, state)
         names += _CHECKED_AGAINST
     members = {f"state.{k}": v for k, v in state.items()}
     members["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from testbed.assembly.config import load_config_text
 from testbed.cli import main
 from testbed.orchestration.runner import run_experiment
-from testbed.reports.results import SUMMARY_KEYS, _summary_digest, read_summary
+from testbed.reports.summary_file import SUMMARY_KEYS, read_summary, summary_digest
 
 from conftest import REPO
 from test_compare import write_sweep
@@ -69,7 +69,7 @@ def _copy(run_dir: Path, tmp_path: Path, body: dict | None = None, sign: bool = 
     if body is not None:
         if sign:
             body = {k: v for k, v in body.items() if k != "sha256"}
-            body["sha256"] = _summary_digest(body)
+            body["sha256"] = summary_digest(body)
         (target / "summary.json").write_text(json.dumps(body))  # NaN and Infinity as Python writes them
     return target
 
@@ -159,7 +159,7 @@ def test_report_json_of_any_summary_is_valid_json_or_one_line(run_dir, tmp_path_
     target = tmp_path_factory.mktemp("any")
     if signed:
         body = {k: v for k, v in body.items() if k != "sha256"}
-        body["sha256"] = _summary_digest(body)
+        body["sha256"] = summary_digest(body)
     else:
         body.pop("sha256", None)
     (target / "summary.json").write_text(json.dumps(body))

@@ -12,7 +12,7 @@ import pytest
 from testbed.assembly.config import load_config_text
 from testbed.orchestration.runner import run_experiment
 from testbed.topology import LinkBudget, Topology, TopologySection
-from testbed.watch import feed as feed_module
+from testbed.watch import channel_and_graph
 from testbed.watch.feed import RunFeed
 from topology_cases import dwfl_text, dwfl_topology  # noqa: F401  (a fixture)
 
@@ -79,8 +79,8 @@ def test_beyond_the_limits_nothing_is_drawn_and_the_page_says_why(tmp_path, metr
     feed = RunFeed(_live(tmp_path, dwfl_text(num_nodes=600), [metric_lines[0]], rounds=0))
     feed.poll()
     graph = feed.snapshot()["graph"]
-    assert graph == {"note": f"600 nodes: more than the page draws ({feed_module.MAX_GRAPH_NODES})"}
-    monkeypatch.setattr(feed_module, "MAX_GRAPH_EDGES", 65)  # 12 nodes, 66 edges
+    assert graph == {"note": f"600 nodes: more than the page draws ({channel_and_graph.MAX_GRAPH_NODES})"}
+    monkeypatch.setattr(channel_and_graph, "MAX_GRAPH_EDGES", 65)  # 12 nodes, 66 edges
     live = tmp_path / "edges"
     live.mkdir()
     feed = RunFeed(_live(live, dwfl_text(), metric_lines, rounds=1))

@@ -38,7 +38,10 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO))
 
-from reproduce import _band, _save, grid_choice, group, majority_share, seed_tau_star, v, words  # noqa: E402
+from pasgd_design import grid_choice, group, seed_tau_star  # noqa: E402
+from pasgd_figures import band, save  # noqa: E402
+from pasgd_report import v, words  # noqa: E402
+from reproduce import majority_share  # noqa: E402
 from results_data import by_seed, mean_ci, read, runs_wall_s, write  # noqa: E402
 
 from testbed.assembly.assemble import load_data  # noqa: E402
@@ -93,21 +96,21 @@ def figures(e1, e2) -> None:
         curve = e1.extra["curves"][str(tau)]
         runs = list(curve["accuracy"].values())
         n = min(len(r) for r in runs)
-        _band(ax, curve["cost"][:n], [r[:n] for r in runs], label, marker="o", ms=3)
+        band(ax, curve["cost"][:n], [r[:n] for r in runs], label, marker="o", ms=3)
     ax.axhline(e1.extra["majority"], color="grey", ls=":", label="majority class")
     ax.set(title="digits CNN: ε = 10, C ≤ 1000", xlabel="resource cost (c1=100, c2=1)", ylabel="test accuracy", xlim=(0, 1000))
     ax.legend(fontsize=8)
-    _save(fig, "fig_e1-cnn.png")
+    save(fig, "fig_e1-cnn.png")
     fig, axes = plt.subplots(1, len(BUDGETS), figsize=(9, 3.3), squeeze=False)
     cases = group(e2.rows, "cost", "epsilon")
     for ax, c in zip(axes[0], BUDGETS):
         for e in EPSILONS:
             runs = [[by_seed(cases[(c, e)], "test_accuracy", tau=t)[s] for t in TAUS] for s in SEEDS]
-            _band(ax, TAUS, runs, f"ε = {e:g}", marker="o", ms=3)
+            band(ax, TAUS, runs, f"ε = {e:g}", marker="o", ms=3)
         ax.axhline(e1.extra["majority"], color="grey", ls=":")
         ax.set(title=f"digits CNN, C_th = {c:g}", xlabel="τ", ylabel="test accuracy", xscale="log")
         ax.legend(fontsize=7)
-    _save(fig, "fig_e2-cnn.png")
+    save(fig, "fig_e2-cnn.png")
 
 
 def report(e1, e2) -> str:

@@ -1,8 +1,8 @@
 """Which nodes the model is evaluated on (``output.eval_nodes``), and their data.
 
-Evaluation is a pass over the evaluated nodes' train, test and validation rows (the runner's
-``evaluate``). By default that is every node. ``output.eval_nodes = k`` evaluates on k nodes only:
-a fixed subset, k distinct node ids drawn uniformly once per run from
+Evaluation is a pass over the evaluated nodes' train, test and validation rows
+(testbed.orchestration.model_evaluation's ``evaluate``). By default that is every node.
+``output.eval_nodes = k`` evaluates on k nodes only: a fixed subset, k distinct node ids drawn uniformly once per run from
 ``stream(seed, GLOBAL, -1, EVAL)``, the same every round and in sim and over MQTT, so the metrics of
 a run follow one population. Their rows are made once and held for the whole run
 (testbed.assembly.assemble.load_evaluation_data); the other nodes' test and validation rows are then not

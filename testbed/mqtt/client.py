@@ -21,19 +21,21 @@ What it adds to paho:
   counted (``forged``) and logged at a bounded rate;
 - a thread-safe inbox read with `receive(timeout_s)`, or a handler called as messages come;
 - optionally one shared network thread for many clients (`NetworkLoop`), for hosts of hundreds.
+
+What it does with a received message is testbed.mqtt.receiving's; many clients connected and
+publishing at once, testbed.mqtt.client_batches'.
 """
 
 from __future__ import annotations
 
 import collections
-import dataclasses
 import logging
 import queue
 import secrets
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -47,7 +49,7 @@ from testbed.mqtt import wire
 from testbed.mqtt import auth, chunks, paho_speedups, probe, replay, topics
 from testbed.mqtt.broker import BrokerUrl, parse_broker_url
 from testbed.mqtt.network_loop import NetworkLoop
-from testbed.util.frozen import frozen
+from testbed.mqtt.receiving import Inbound, Receiving
 
 log = logging.getLogger(__name__)
 _paho_log = logging.getLogger("testbed.mqtt.paho")
@@ -67,60 +69,11 @@ def new_client_id(run: str, who: str) -> str:
     return f"tb-{run}-{who}-{secrets.token_hex(8)}"
 
 
-# The last payload decoded in this process and its message: a broadcast reaches every client of
-# a host, each on its own connection, with the same bytes; the first copy is decoded and
-# validated, the others (equal bytes, equal expectations) get the same read-only message. Keyed on
-# equal bytes, not on one object as testbed.util.memo is: each connection reads its own copy.
-_last_decoded: tuple[bytes, str, str, int, wire.Message] | None = None
-
-
-def _decode(payload: bytes, run: str, sender: str, max_bytes: int) -> wire.Message:
-    """``wire.decode(payload)`` expecting ``run`` and ``sender`` (WireError if it fails), reusing the
-    previous result for a copy of the same payload."""
-    global _last_decoded
-    last = _last_decoded  # one read: other network threads may replace it meanwhile
-    if last is not None and last[1] == run and last[2] == sender and last[3] == max_bytes and last[0] == payload:
-        return last[4]
-    message = wire.decode(payload, expect_run=run, expect_sender=sender, max_bytes=max_bytes)
-    if isinstance(payload, bytes):
-        _last_decoded = (payload, run, sender, max_bytes, message)
-    return message
-
-
 class BrokerRefused(UserError):
     """The broker refused a connection, subscription or publish (credentials or ACL)."""
 
 
-@dataclasses.dataclass(frozen=True)
-class Inbound:
-    """One received message.
-
-    Attributes:
-        topic: the MQTT topic it arrived on.
-        kind: topics.DATA_KINDS (wire messages) or STATUS / COORD (status strings).
-        node: node id from the topic (None for bcast and coord).
-        payload: the (reassembled) payload bytes.
-        message: the decoded, validated wire message for up/down/bcast; None for status kinds.
-        receiver: the `owner` of the client it arrived at (the node id of a node's client), so
-            clients that share one inbox can tell whose copy of a broadcast it is.
-    """
-
-    topic: str
-    kind: str
-    node: str | None
-    payload: bytes
-    message: wire.Message | None
-    receiver: str | None = None
-
-    @classmethod
-    def of(cls, topic: str, kind: str, node: str | None, payload: bytes, message: wire.Message | None,
-           receiver: str | None) -> Inbound:
-        """``Inbound(...)`` in a quarter of its time (testbed.util.frozen): one per message received."""
-        return frozen(cls, {"topic": topic, "kind": kind, "node": node, "payload": payload, "message": message,
-                            "receiver": receiver})
-
-
-class MqttClient:
+class MqttClient(Receiving):
     """Synchronous MQTT client; use `for_node` / `for_coordinator` for the standard wiring.
 
     Args:
@@ -355,7 +308,7 @@ class MqttClient:
             self._finish_connect(self._start_connect(timeout_s, probe_first))
         return self
 
-    def _start_connect(self, timeout_s: float, probe_first: bool) -> _Connecting:
+    def _start_connect(self, timeout_s: float, probe_first: bool) -> Connecting:
         """The first half of :meth:`connect`: the probe (if asked for) and the paho client started."""
         deadline = time.monotonic() + timeout_s
         if probe_first or self._protocol_choice == "auto":
@@ -365,9 +318,9 @@ class MqttClient:
         else:
             protocol = self._protocol_choice
         self._start_attempt(protocol)
-        return _Connecting(protocol, deadline, timeout_s)
+        return Connecting(protocol, deadline, timeout_s)
 
-    def _finish_connect(self, started: _Connecting) -> None:
+    def _finish_connect(self, started: Connecting) -> None:
         """The second half of :meth:`connect`: the CONNACK and the subscriptions' SUBACK, awaited."""
         protocol, deadline, timeout_s = started
         with self._lock:
@@ -514,86 +467,6 @@ class MqttClient:
         while len(self._unwatched) > _MAX_FRAMES:
             self._unwatched.popitem(last=False)
 
-    def _on_message(self, client: paho.Client, userdata: Any, msg: paho.MQTTMessage) -> None:
-        try:
-            topic = msg.topic
-        except UnicodeDecodeError as exc:
-            self._reject("?", "<not UTF-8>", exc)
-            return
-        self._take(topic, msg.payload)
-
-    def _on_publish_received(self, topic: bytes, payload: bytes) -> None:
-        """paho_speedups' ``on_publish_received``: a QoS 1 message, told without paho's MQTTMessage."""
-        try:
-            text = topic.decode()
-        except UnicodeDecodeError as exc:
-            self._reject("?", "<not UTF-8>", exc)
-            return
-        self._take(text, payload)
-
-    def _take(self, topic: str, payload: bytes) -> None:
-        """A received message: checked (topic, run, its seal, and a wire message's decoding and
-        replay) and handed over, else counted and logged as rejected. A frame that does not
-        authenticate is dropped first, before any of it is parsed or any state moves."""
-        sender = "?"
-        try:
-            t = topics.parse(topic)
-            sender = topics.writer(t.kind, t.node, self.coordinator_id)
-            if t.run != self.run:
-                raise wire.WireError("wrong_run", f"topic is for run {t.run!r}, this client serves {self.run!r}")
-            sealed = None
-            if self._keys is not None:
-                try:
-                    sealed = auth.open_sealed(self._keys, topic, auth.reader_key(t.kind, t.node, self.owner) or "?",
-                                              payload)
-                except auth.Forged as exc:
-                    self._forged.reject(sender, t.kind, exc.reason)
-                    return
-                payload = sealed.body
-                if self._auth_session and sealed.session not in (self._auth_session, ""):
-                    raise wire.WireError("not_admitted", f"sealed for session {sealed.session}, this client "
-                                                         f"serves {self._auth_session}")
-            if t.kind not in topics.DATA_KINDS:
-                if self._unverified_statuses:
-                    payload = auth.unverified_body(payload)
-                # A status carries one of two declared values; anything else (garbage, an empty
-                # retained message clearing the topic) says nothing about the node: never "offline".
-                if payload not in topics.STATUS_VALUES:
-                    raise wire.WireError("bad_status", f"status payload {payload[:32]!r} is not one of "
-                                                       f"{sorted(topics.STATUS_VALUES)}")
-                if sealed is not None:
-                    stale = self._epochs.take(sender, sealed.round, payload == topics.STATUS_ONLINE)
-                    if stale == auth.SAME:
-                        return  # a copy of what this writer's connection said (QoS 1, an answer below)
-                    if stale is not None:
-                        raise wire.WireError("replay", stale)
-                    if t.kind == topics.COORD and payload == topics.STATUS_ONLINE:
-                        self._tell_coordinator()
-                self._deliver(Inbound.of(topic, t.kind, t.node, payload, None, self.owner))
-                return
-            if chunks.is_chunk(payload):
-                payload = self._reassembler.add(payload, source=topic)
-                if payload is None:
-                    return
-            message = _decode(payload, self.run, sender, self._max_message_bytes)
-            if sealed is not None and (message.round != sealed.round or message.meta.get("session", "") != sealed.session):
-                raise wire.WireError("bad_header", f"the message's round {message.round} and session differ from "
-                                                   f"its seal's ({sealed.round}, {sealed.session})")
-            refusal = self._admit(message) if self._admit is not None else None
-            if refusal is not None:
-                raise wire.WireError("not_admitted", refusal)
-            self._replay.check(message)  # only now: a message refused above moved no window
-            self._deliver(Inbound.of(topic, t.kind, t.node, payload, message, self.owner))
-        except (wire.WireError, topics.TopicError) as exc:
-            self._reject(sender, topic, exc)
-        except Exception:
-            self.rejected += 1
-            log.exception("%s: failed to handle message from %s on %r", self.client_id, sender, topic)
-
-    def _reject(self, sender: str, topic: str, exc: Exception) -> None:
-        self.rejected += 1
-        log.warning("%s: rejected message from %s on %r: %s", self.client_id, sender, topic, exc)
-
     # ---- data -----------------------------------------------------------------------------
 
     def publish(self, topic: str, payload: bytes, *, retain: bool = False,
@@ -656,79 +529,12 @@ class MqttClient:
             return None
 
 
-class _Connecting(NamedTuple):
+class Connecting(NamedTuple):
     """A connect started (:meth:`MqttClient._start_connect`): its protocol and its deadline."""
 
     protocol: str
     deadline: float  # time.monotonic()
     timeout_s: float
-
-
-#: Clients :func:`connect_all` has awaiting the broker at once, by default: all the nodes of all the
-#: hosts of a machine at once would be a storm of CONNECTs.
-CONNECTS_IN_FLIGHT = 32
-
-
-def connect_all(clients: Mapping[str, MqttClient], timeout_s: float = 10.0, *, probe_first: bool = True,
-                in_flight: int = CONNECTS_IN_FLIGHT) -> None:
-    """:meth:`MqttClient.connect` of each of ``clients`` (each within ``timeout_s`` from its own
-    start), at most ``in_flight`` of them awaiting the broker at once: the next starts when the
-    oldest is connected. No thread per connect: an emulated host's 50 nodes connected by a pool of
-    32 threads spent 100 ms just starting them (each start waits for the new thread to get the
-    interpreter from the busy ones), and each acknowledgement handed the interpreter to a thread.
-
-    Args:
-        clients: name -> client; the name leads the message of its client's failure.
-
-    Raises:
-        what :meth:`MqttClient.connect` raises, of the first client that fails, its message after
-        the client's name (the clients started with it are left connecting: the caller closes
-        them, as after a failed ``connect``).
-    """
-    if in_flight < 1:
-        raise ValueError(f"in_flight must be >= 1, got {in_flight}")
-    started: collections.deque[tuple[str, MqttClient, _Connecting]] = collections.deque()
-
-    def finish(name: str, client: MqttClient, connecting: _Connecting) -> None:
-        try:
-            client._finish_connect(connecting)
-        except UserError as exc:
-            raise _named(name, exc) from None
-
-    for name, client in clients.items():
-        if client._paho is not None:  # connected (or connecting) already
-            continue
-        if len(started) >= in_flight:
-            finish(*started.popleft())
-        try:
-            started.append((name, client, client._start_connect(timeout_s, probe_first)))
-        except UserError as exc:
-            raise _named(name, exc) from None
-    for one in started:
-        finish(*one)
-
-
-def _named(name: str, exc: UserError) -> UserError:
-    """``exc``'s message after ``name``: a BrokerRefused stays one, any other error a UserError."""
-    return (BrokerRefused if isinstance(exc, BrokerRefused) else UserError)(f"{name}: {exc}")
-
-
-def publish_all(items: Iterable[tuple[MqttClient, str, bytes]], timeout_s: float) -> list[str]:
-    """Publish each (client, topic, payload) at once, then await their acknowledgements, all within
-    ``timeout_s``; one line per publish that was not acknowledged (or not taken) in time."""
-    deadline = time.monotonic() + timeout_s
-    sent, problems = [], []
-    for client, topic, payload in items:
-        try:
-            sent.append((client, topic, client._send(topic, payload, retain=False)))
-        except (RuntimeError, ValueError) as exc:
-            problems.append(f"{client.client_id}: {exc}")
-    for client, topic, mids in sent:
-        try:
-            client._await_acks(topic, mids, max(0.0, deadline - time.monotonic()))
-        except (TimeoutError, BrokerRefused) as exc:
-            problems.append(str(exc))
-    return problems
 
 
 def close_all(clients: Iterable[MqttClient], timeout_s: float = 5.0) -> None:

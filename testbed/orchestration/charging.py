@@ -19,9 +19,11 @@ did not hear reached no one.
 A session killed before its rounds closed leaves its asks in ``asked.csv``: the resume charges
 them the same way (:func:`earlier_asks`, :func:`charge_asked`), and a session that ends with a
 round asked and never closed (a failure mid-round) charges it at its end (:func:`charge_at_end`).
-The runner calls :func:`charge_asked` for every round, sim or MQTT; the MQTT coordinator calls
-:func:`unanswered` and :func:`on_ask` as a round closes, so that a late reply finds its round
-charged however many rounds later it comes.
+The runner hands every round's outcome to :func:`charge_round` (which calls :func:`charge_asked`),
+sim or MQTT, the server's events to :func:`charge_server` and the session's end to
+:func:`charge_closing`; the MQTT coordinator calls :func:`released`, :func:`unanswered` and
+:func:`on_ask` as a round closes, so that a late reply finds its round charged however many rounds
+later it comes.
 
 The summary shows per node the larger of what the coordinator charged and what the node confirms
 (its report at the stop, covering its ledger files across sessions), and says which stands
@@ -47,33 +49,18 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from typing import TYPE_CHECKING, Callable, Collection, Iterable, Mapping, Protocol, Sequence
+from typing import Callable, Collection, Iterable, Mapping, Sequence
 
-from testbed.algorithms.contract import SETUP_ROUND, Algorithm, OverTheAir, RoundContext
-from testbed.ledger.events import Event, StraggleEvent, batches_of, with_fields
+import numpy as np
+
+from testbed.algorithms.contract import SETUP_ROUND, OverTheAir, RoundContext
+from testbed.ledger.events import Event, EventBatch, StraggleEvent, WireEvent, batches_of, with_fields
+from testbed.ledger.fields import MEASURED_FIELDS
+from testbed.ledger.files import LedgerWriter
 from testbed.ledger.node import SPENT_AGAIN
-from testbed.orchestration.nodes_api import Nodes, RoundOutcome
+from testbed.orchestration.nodes_api import Closing, Nodes, RoundOutcome
+from testbed.orchestration.run_state import Run
 from testbed.reports.asked import Asked
-from testbed.reports.results import not_yet_charged
-
-if TYPE_CHECKING:
-    from testbed.accounting.book import LedgerBook
-    from testbed.assembly.config import Config
-
-
-class Run(Protocol):
-    """What charging reads and writes of a run (testbed.orchestration.runner.Run, which the runner
-    and, through it, the coordinator hand in; named by its fields here so that this module, which
-    both call, imports neither)."""
-
-    config: "Config"
-    algorithm: Algorithm
-    book: "LedgerBook"
-    past_mark: dict[int, list[Event]]  # a resumed run's rows past its checkpoint, by round
-    asked_before: dict[int, Counter[int]]  # round → node → earlier sessions that asked it
-    estimated: list[tuple[RoundContext, list[Event]]]  # charged at the plan on ask, topped up at the end
-    open_ask: RoundContext | None  # the round asked and not closed yet
-    charged_on_ask: dict[int, set[int]]  # node → rounds charged at the plan without its own events
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +79,27 @@ def unanswered(ctx: RoundContext, charged: Collection[int], refused: Collection[
         return []
     left = [n for n in ctx.expected if n not in charged and n not in refused]
     return [n for n, done in zip(left, logged(left)) if not done] if left else []
+
+
+def released(ctx: RoundContext, answers: Mapping[int, tuple[object, list[Event], object]], heard: Collection[int],
+             content_refused: Mapping[int, list[Event] | None], wire_s: Mapping[int, float],
+             planned_release: Callable[[int, RoundContext], list[Event]]) -> dict[tuple[int, int], list[Event]]:
+    """(node, round) → what each release of round ``ctx`` the coordinator saw is charged (``heard``:
+    the nodes that released, the answered ones or those the channel heard transmit). An answer's
+    events, checked against the plan (with its share of its host's seconds on its link, ``wire_s``,
+    as a WireEvent beside them). A release without a usable answer is charged the plan: a
+    transmission heard although its update never came (the node died after transmitting), or an
+    update refused for its content (a noisy tensor was released all the same, whatever its events
+    said: ``content_refused``'s events when they were the plan)."""
+    r = ctx.round_index
+    charged: dict[tuple[int, int], list[Event]] = {}
+    for node in sorted(set(heard) | (set(content_refused) - set(answers))):
+        if node in answers:
+            events = answers[node][1]
+            charged[(node, r)] = [*events, WireEvent(node, r, wire_s[node])] if node in wire_s else events
+        else:
+            charged[(node, r)] = content_refused.get(node) or planned_release(node, ctx)
+    return charged
 
 
 def on_ask(planned_release: Callable[[int, RoundContext], list[Event]], ctx: RoundContext,
@@ -148,7 +156,7 @@ def confirmed_by_node(reported: Mapping[int, Iterable[int]], charged: Callable[[
     return found
 
 
-def charge_asked(run: "Run", outcome: RoundOutcome, nodes: Nodes, charged_here: set[int],
+def charge_asked(run: Run, outcome: RoundOutcome, nodes: Nodes, charged_here: set[int],
                  before_kill: list[Event]) -> tuple[list[Event], dict[int, str]]:
     """What round ``outcome`` charges on ask, beyond what its nodes' own events charge
     (``charged_here``: the nodes charged so far; ``before_kill``: its rows a killed session logged
@@ -186,7 +194,7 @@ def charge_asked(run: "Run", outcome: RoundOutcome, nodes: Nodes, charged_here: 
     return fresh_events, straggled
 
 
-def charge_at_end(run: "Run", nodes: Nodes, fresh: list[Event]) -> list[Event]:
+def charge_at_end(run: Run, nodes: Nodes, fresh: list[Event]) -> list[Event]:
     """What the session's end charges on ask beside the closing's ``fresh`` events: a round this
     session asked and never closed (a failure mid-round), the rounds an earlier session asked that
     this one did not run again, and the plans charged at an estimate topped up to the session's
@@ -236,25 +244,25 @@ def earlier_asks(asked: list[Asked], rounds_done: int, refused: set[tuple[int, i
     return found
 
 
-def _note_on_ask(run: "Run", planned: list[Event]) -> None:
+def _note_on_ask(run: Run, planned: list[Event]) -> None:
     """Note the rounds ``planned`` charges nodes without their own events (the summary's ``source``)."""
     for event in planned:
         run.charged_on_ask.setdefault(event.node, set()).add(event.round)
 
 
-def _asked_uncharged(run: "Run", ctx: RoundContext, asked: tuple[int, ...], charged: set[int]) -> list[int]:
+def _asked_uncharged(run: Run, ctx: RoundContext, asked: tuple[int, ...], charged: set[int]) -> list[int]:
     """The nodes of ``asked`` (by an earlier session, round ``ctx``) that neither ``charged`` nor
     the book holds a release of."""
     left = [n for n in asked if n not in charged]
     return [n for n, done in zip(left, run.book.logged(left, ctx.round_index).tolist()) if not done] if left else []
 
 
-def _as_asked(run: "Run", ctx: RoundContext, asked: tuple[int, ...]) -> RoundContext:
+def _as_asked(run: Run, ctx: RoundContext, asked: tuple[int, ...]) -> RoundContext:
     """Round ``ctx`` as an earlier session asked it, of the nodes ``asked``."""
     return RoundContext(ctx.round_index, run.config.run.seed, ctx.num_nodes, asked, sampled=ctx.sampled)
 
 
-def _planned_for(run: "Run", nodes: Nodes, ctx: RoundContext, asked: tuple[int, ...], missing: list[int],
+def _planned_for(run: Run, nodes: Nodes, ctx: RoundContext, asked: tuple[int, ...], missing: list[int],
                  quiet: bool = False) -> list[Event]:
     """The plan each of ``missing`` is charged for round ``ctx`` (as an earlier session asked it,
     with ``asked``): it may have released then, and its reply never reached the ledger."""
@@ -266,11 +274,11 @@ def _planned_for(run: "Run", nodes: Nodes, ctx: RoundContext, asked: tuple[int, 
     return [e for n in missing for e in nodes.planned_release(n, earlier)]
 
 
-def _earlier_spend(run: "Run", nodes: Nodes, ctx: RoundContext, earlier: Counter[int], before_kill: list[Event],
+def _earlier_spend(run: Run, nodes: Nodes, ctx: RoundContext, earlier: Counter[int], before_kill: list[Event],
                    planned: set[int]) -> list[Event]:
     """What the earlier sessions that asked round ``ctx`` (``earlier``: node → sessions) spent on
-    it and the ledger lacks: each asking session's compute and communication (testbed.reports.
-    results.SPENT_AGAIN: a round run again is spent again, its release charged once), less the
+    it and the ledger lacks: each asking session's compute and communication (testbed.ledger.
+    node.SPENT_AGAIN: a round run again is spent again, its release charged once), less the
     sessions whose rows the ledger kept past the checkpoint (``before_kill``) and the one whose plan
     :func:`_planned_for` charged already (``planned``): the plan's, at the costliest this session
     saw. A node that never got to compute is over-counted, never under."""
@@ -285,8 +293,8 @@ def _earlier_spend(run: "Run", nodes: Nodes, ctx: RoundContext, earlier: Counter
     return events
 
 
-def _estimates_topped_up(run: "Run", nodes: Nodes) -> list[Event]:
-    """What the session's end adds to each plan :func:`_charge` charged for an earlier session's
+def _estimates_topped_up(run: Run, nodes: Nodes) -> list[Event]:
+    """What the session's end adds to each plan :func:`charge_asked` charged for an earlier session's
     part of a round (``run.estimated``): the seconds and joules by which the node's costliest event,
     known now over the whole session, exceeds what was charged then (a round's first answers come
     before its costliest), as a compute event of no steps (it adds seconds and joules only)."""
@@ -307,7 +315,7 @@ def _estimates_topped_up(run: "Run", nodes: Nodes) -> list[Event]:
     return events
 
 
-def _asked_rounds_not_run(run: "Run", nodes: Nodes, charged: set[tuple[int, int]]) -> list[Event]:
+def _asked_rounds_not_run(run: Run, nodes: Nodes, charged: set[tuple[int, int]]) -> list[Event]:
     """The plan of each node an earlier session asked in a round this one did not run again (a
     budget stop, a failure; a setup some nodes had logged) and that nothing charges: not the book,
     not its rows past the checkpoint's mark, not ``charged`` (the closing's)."""
@@ -328,3 +336,146 @@ def _asked_rounds_not_run(run: "Run", nodes: Nodes, charged: set[tuple[int, int]
             events += [e for batch in not_yet_charged(straggles, past) for e in batch.events()]
     run.asked_before.clear()
     return events
+
+
+def charge_round(run: Run, outcome: RoundOutcome, ledger_file: LedgerWriter, nodes: Nodes) -> None:
+    """Log what each node released (its own events; a round re-run after a kill is not charged
+    twice; a node an earlier session asked this round that is charged nothing here, the plan) and
+    who straggled, in one write."""
+    book = run.book
+    # This round's rows logged before a kill: charged; the round charges only what they lack. Those
+    # the server issued wait for its step (charge_server).
+    before_kill, by_server = split_by_issuer(run.past_mark.pop(outcome.ctx.round_index, []))
+    if by_server:
+        run.past_mark[outcome.ctx.round_index] = by_server
+    batches = []
+    for batch in outcome.batches:
+        fresh = ~book.logged(batch.nodes, batch.round)
+        batches.append(batch if fresh.all() else batch.take(fresh))
+    by_round: dict[int, list[int]] = {}
+    for node, round_index in sorted(outcome.charged):
+        by_round.setdefault(round_index, []).append(node)
+    fresh_events = []
+    for round_index, answered in by_round.items():
+        for node, done in zip(answered, book.logged(answered, round_index).tolist()):
+            if not done:
+                fresh_events.extend(outcome.charged[node, round_index])
+    straggled = outcome.straggled
+    charged_here = {n for b in batches if b.kind != StraggleEvent.kind for n in b.nodes.tolist()}
+    charged_here |= {e.node for e in [*fresh_events, *before_kill] if e.kind != StraggleEvent.kind}
+    asked_events, asked_straggled = charge_asked(run, outcome, nodes, charged_here, before_kill)
+    fresh_events += asked_events
+    straggled = {**straggled, **asked_straggled}
+    r = outcome.ctx.round_index
+    batches += batches_of(fresh_events)
+    by_reason: dict[str, list[int]] = {}
+    for node, reason in sorted(straggled.items()):
+        by_reason.setdefault(reason, []).append(node)
+    batches += [EventBatch(StraggleEvent(0, r, reason), np.array(nodes, dtype=np.int64))
+                for reason, nodes in by_reason.items()]
+    if before_kill:
+        batches = not_yet_charged(batches, before_kill)
+        book.extend(before_kill)
+    for batch in batches:
+        book.extend_batch(batch)
+        _note_cost_source(run, batch)
+    ledger_file.write_batches(batches)
+
+
+def _note_cost_source(run: Run, batch: EventBatch) -> None:
+    """Note whether ``batch``'s seconds and joules were measured or modelled (see Run.cost_sources)."""
+    if batch.kind in ("compute", "communication"):
+        run.cost_sources.update(np.unique(np.asarray(batch.value("measured"), dtype=bool)).tolist())
+
+
+def charge_closing(run: Run, closing: Closing, nodes: Nodes) -> None:
+    """What the run's end adds (late replies, rounds only the nodes' own ledgers logged, rounds an
+    earlier session asked that this one did not run again): into the book and ledger.csv, and the
+    checkpoint again so that it covers them; the nodes' reports kept for the summary."""
+    run.node_reports, run.session, run.broker = closing.reports, closing.session, closing.broker
+    run.reported_rounds, run.links = closing.reported_rounds, closing.links
+    run.authentication = closing.authentication
+    run.randomness, run.server_randomness = closing.randomness, closing.server_randomness
+    fresh = [event for (node, round_index), events in sorted(closing.charged.items())
+             if not run.book.logged([node], round_index)[0] for event in events]
+    fresh += charge_at_end(run, nodes, fresh)
+    if not fresh:
+        return
+    run.book.extend(fresh)
+    for batch in batches_of(fresh):
+        _note_cost_source(run, batch)
+    ledger_file = LedgerWriter(run.directory.ledger_path, sync=run.config.output.sync)
+    try:
+        ledger_file.write(fresh)
+        run.directory.save_checkpoint(run.rounds_done, run.state, ledger_file.mark(), 1)
+    finally:
+        ledger_file.close()
+
+
+def charge_server(run: Run, events: list[Event], nodes: Nodes, ledger_file: LedgerWriter) -> None:
+    """Events the server issued on nodes' behalf: into their ledgers here and, with their next
+    round, to the nodes themselves."""
+    fresh = [e for e in events if not run.book.has_server_events(e.node, e.round)]
+    before_kill = [e for r in sorted({e.round for e in events}) for e in run.past_mark.pop(r, [])]
+    if before_kill:  # logged before a kill (see charge_round)
+        fresh = [e for batch in not_yet_charged(batches_of(fresh), before_kill) for e in batch.events()]
+        run.book.extend(before_kill)
+    run.book.extend(fresh)
+    ledger_file.write(fresh)
+    if events:
+        nodes.deliver(events)
+
+
+def not_yet_charged(batches: Sequence[EventBatch], before_kill: Sequence[Event]) -> list[EventBatch]:
+    """The events of ``batches`` (what a round run again after a resume releases) that
+    ``before_kill`` (that round's ledger rows past the checkpoint's mark: charged before the kill)
+    does not already hold, matched one for one on every field but the measured ones (a node
+    measures its seconds and joules anew) and, for a straggle, on its node and round alone (the
+    session run again may give another reason: the node still missed the round once). Events of
+    :data:`SPENT_AGAIN` kinds are never matched: the round run again spends them again.
+
+    Rows past the mark are covered by no digest: a kill may have cut the round's rows short at a
+    line end, and anything may have altered them since. A row missing or altered leaves the event
+    it stood for to be charged again: the ledger may then over-count, never under-count.
+
+    Example::
+
+        >>> from testbed.ledger.events import ComputeEvent
+        >>> batch = EventBatch(ComputeEvent(0, 3, local_steps=2), np.array([0, 1]))
+        >>> from testbed.ledger.events import StraggleEvent
+        >>> straggles = EventBatch(StraggleEvent(0, 3, "emulated"), np.array([0, 1]))
+        >>> [b.nodes.tolist() for b in not_yet_charged([straggles], [StraggleEvent(1, 3, "emulated")])]
+        [[0]]
+        >>> [b.nodes.tolist() for b in not_yet_charged([batch], [ComputeEvent(1, 3, local_steps=2)])]
+        [[0, 1]]
+    """
+    left = Counter(_planned_fields(e) for e in before_kill if e.kind not in SPENT_AGAIN)
+    fresh = []
+    for batch in batches:
+        if batch.kind in SPENT_AGAIN:
+            fresh.append(batch)
+            continue
+        keep = []
+        for i, event in enumerate(batch.events()):
+            key = _planned_fields(event)
+            if left[key] > 0:
+                left[key] -= 1
+            else:
+                keep.append(i)
+        if len(keep) == len(batch):
+            fresh.append(batch)
+        elif keep:
+            fresh.append(batch.take(np.array(keep, dtype=np.int64)))
+    return fresh
+
+
+def split_by_issuer(events: Sequence[Event]) -> tuple[list[Event], list[Event]]:
+    """(the events a node issued, those the server issued on a node's behalf), in order."""
+    by_server = [getattr(e, "issuer", "node") == "server" for e in events]
+    return [e for e, s in zip(events, by_server) if not s], [e for e, s in zip(events, by_server) if s]
+
+
+def _planned_fields(event: Event) -> tuple:
+    if event.kind == StraggleEvent.kind:  # a node misses a round once, whatever each session saw of why
+        return (event.kind, event.node, event.round)
+    return (event.kind, *((name, value) for name, value in event.__dict__.items() if name not in MEASURED_FIELDS))

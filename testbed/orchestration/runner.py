@@ -10,7 +10,10 @@
 6. :func:`finish` — summary.json (also when a stage failed), figures, the tight accountant.
 
 The rounds loop is the same whatever moves the messages: a :class:`testbed.orchestration.nodes_api.Nodes`
-answers each round with a :class:`~testbed.orchestration.nodes_api.RoundOutcome`.
+answers each round with a :class:`~testbed.orchestration.nodes_api.RoundOutcome`. What the stages
+share is one :class:`testbed.orchestration.run_state.Run`; what a round charges is
+testbed.orchestration.charging's to say, the model's figures testbed.orchestration.model_evaluation's,
+summary.json testbed.orchestration.run_summary's.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import logging
 import math
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -38,31 +41,30 @@ from testbed.algorithms.contract import SETUP_ROUND, Algorithm, RoundContext, St
 from testbed.assembly.assemble import load_evaluation_data, load_run_data, model_for
 from testbed.assembly.config import Config, to_toml
 from testbed.assembly.resources import check_fits
-from testbed.data.federated import FederatedData, Split
+from testbed.data.federated import FederatedData
 from testbed.data.lazy import LazyFederatedData
 from testbed.errors import ConfigError
 from testbed.learning.models import Model
-from testbed.ledger.events import Event, EventBatch, NodeEvents, StraggleEvent, batches_of
+from testbed.ledger.events import Event
 from testbed.ledger.files import LedgerWriter
-from testbed.ledger.node import Totals
 from testbed.mqtt.brokers import registry as brokers
-from testbed.orchestration import charging
-from testbed.orchestration.nodes_api import Closing, Nodes, RoundOutcome
-from testbed.privacy.accountants import epsilon_by_observer
+from testbed.orchestration import charging, run_summary
+from testbed.orchestration.model_evaluation import ACCURACIES, evaluate_run, is_regression
+from testbed.orchestration.nodes_api import Nodes, RoundOutcome
+from testbed.orchestration.run_state import Run
 from testbed.privacy.accountants.background import BackgroundEpsilons
 from testbed.privacy.secrecy import node_randomness, privacy_guarantees, quote_against
 from testbed.reports import tracking
 from testbed.reports.asked import AskedLog
 from testbed.reports.progress import Progress
 from testbed.reports.refusals import RefusalLog
-from testbed.reports.results import RunDirectory, not_yet_charged, split_by_issuer
+from testbed.reports.results import RunDirectory
 from testbed.reports.startup import Startup
 from testbed.reports.tracking.feed import Tracking
 from testbed.rounds.client_sampling import sample_clients
 from testbed.rounds.stragglers import StragglerDraws
-from testbed.streams.node_secret import RUN_SEED, SERVER_KEY_FILE, load_or_make
+from testbed.streams.node_secret import SERVER_KEY_FILE, load_or_make
 from testbed.streams.rng import GLOBAL, Purpose, stream
-from testbed.util.parallel import split_work
 from testbed.util.threads import limit_blas_threads
 
 if TYPE_CHECKING:
@@ -81,129 +83,9 @@ class RunResult:
     summary: dict[str, Any]
 
 
-def per_node_mean(values: np.ndarray, split: Split) -> np.ndarray:
-    """Mean of per-sample ``values`` over each node's rows; (N_total,) → (M,)."""
-    sums = np.add.reduceat(values.astype(np.float64), split.offsets[:-1]) if len(values) else np.zeros(0)
-    return sums / np.maximum(split.sizes, 1)
-
-
-def per_sample(model: Model, params: np.ndarray, split: Split) -> tuple[np.ndarray, np.ndarray]:
-    """(loss (N,), correct (N,) bool) of one model on every sample of ``split``: two halves of the
-    rows at once (testbed.util.parallel; each row's numbers are its own)."""
-    n = len(split.y)
-    loss, correct = np.empty(n), np.empty(n, dtype=bool)
-
-    def work(lo: int, hi: int) -> None:
-        loss[lo:hi], correct[lo:hi] = model.loss_and_correct(params, split.x[lo:hi], split.y[lo:hi])
-
-    split_work(n, work, numbers=split.x.size)
-    return loss, correct
-
-
-def evaluate(model: Model, params: np.ndarray, data: FederatedData) -> dict[str, float]:
-    """Training loss of eq. (4) (mean over nodes of each node's mean loss) and accuracies (mean over
-    nodes of each node's accuracy, as the paper reports; pooled over all test samples beside it).
-    On float32 features (data.dtype) in float32: a float64 model would copy them all to float64."""
-    if data.train.x.dtype == np.float32:
-        params = np.asarray(params, dtype=np.float32)
-    train_loss, _ = per_sample(model, params, data.train)
-    test_loss, test_correct = per_sample(model, params, data.test)
-    _, val_correct = per_sample(model, params, data.validation)
-    return {
-        "train_loss": float(per_node_mean(train_loss, data.train).mean()),
-        "test_loss": float(per_node_mean(test_loss, data.test).mean()),
-        "test_accuracy": float(per_node_mean(test_correct, data.test).mean()),
-        "test_accuracy_pooled": float(test_correct.mean()),
-        "validation_accuracy": float(per_node_mean(val_correct, data.validation).mean()),
-    }
-
-
-#: The accuracies of :func:`evaluate`: meaningless for a regression (its targets are not labels).
-_ACCURACIES = ("test_accuracy", "test_accuracy_pooled", "validation_accuracy")
-
-
-def is_regression(data: FederatedData) -> bool:
-    """Whether the task is a regression: its targets are real vectors, not class labels."""
-    return not np.issubdtype(data.test.y.dtype, np.integer)
-
-
-def _evaluate(run: "Run") -> None:
-    run.metrics = evaluate(run.model, run.algorithm.eval_params(run.state), run.eval_data)
-    if run.regression:  # a regression reports its loss (squared error) only: no accuracy to show
-        run.metrics.update(dict.fromkeys(_ACCURACIES, None))
-    run.evaluated_at = run.rounds_done
-
-
 def default_run_dir(config: Config) -> Path:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-%f")
     return Path(config.output.dir) / f"{config.run.name}-{stamp}-s{config.run.seed}"
-
-
-@dataclass
-class Run:
-    """What the stages share: the pieces built so far and the run's progress."""
-
-    config: Config
-    data: FederatedData | LazyFederatedData
-    model: Model
-    algorithm: Algorithm
-    budgets: Budgets
-    book: LedgerBook
-    directory: RunDirectory
-    state: State
-    plan: dict | None = None
-    rounds_done: int = 0
-    status: str = "completed"
-    stopped: Exceeded | None = None
-    # The nodes that refused a round for their own budget, in order: (round, what they said). Each
-    # is taken out of the later rounds (asked nothing, charged nothing more); the others go on.
-    refusals: list[tuple[int, Exceeded]] = field(default_factory=list)
-    failure: str | None = None
-    metrics: dict[str, float] = field(default_factory=dict)
-    evaluated_at: int = -1  # rounds done when ``metrics`` were measured
-    # A resumed run's ledger rows written after its checkpoint, by round: already charged, taken
-    # into the book when their round runs again (so each round's metrics row counts what it did).
-    past_mark: dict[int, list[Event]] = field(default_factory=dict)
-    # A resumed run's rounds an earlier session asked (asked.csv) that may hold a release the ledger
-    # lacks: round → node → how many earlier sessions asked it. Each such node that ends the round
-    # here uncharged (it straggles, left, is withdrawn) may have released: it is charged the plan;
-    # and each asking session's compute and communication are charged beside this session's
-    # (testbed.orchestration.charging).
-    asked_before: dict[int, Counter[int]] = field(default_factory=dict)
-    # What was charged at the plan on ask (its seconds and joules the costliest the node had
-    # reported by then): (the round as asked, the events), topped up at the session's end, when the
-    # costliest is known over the whole session (testbed.orchestration.charging).
-    estimated: list[tuple[RoundContext, list[Event]]] = field(default_factory=list)
-    sessions: list[str] = field(default_factory=list)  # the sessions that asked a round, oldest first
-    # The round this session asked and has not closed yet (charged on ask at the end if it never closes).
-    open_ask: RoundContext | None = None
-    # node → the rounds it was charged the plan of without its own events (testbed.orchestration.charging).
-    charged_on_ask: dict[int, set[int]] = field(default_factory=dict)
-    eval_data: FederatedData | None = None  # the evaluated nodes' rows (output.eval_nodes); set by run_experiment
-    # node → the totals of its own ledger, as it reported them when the run closed (None: sim, whose
-    # nodes' ledgers are the book itself); see _ledger_check.
-    node_reports: dict[int, Totals] | None = None
-    reported_rounds: dict[int, frozenset[int]] = field(default_factory=dict)  # node → rounds its report logged
-    # node → the randomness its ready said keys its private draws (None: sim, all the run seed).
-    randomness: dict[int, str] | None = None
-    server_randomness: str = RUN_SEED  # what keyed the server's private draws (Closing.server_randomness)
-    session: str | None = None  # the coordinator's session (over MQTT): the nodes' ledgers are kept under it
-    broker: dict[str, str] | None = None  # the broker's kind and URL (over MQTT)
-    links: list[dict] | None = None  # each emulated host's link, timed round by round (links.netns)
-    authentication: dict | None = None  # whether the messages were authenticated (over MQTT)
-    # The rounds' clock (metrics.csv wall_s, summary wall_s): restarted when the set-up is done, so
-    # the set-up (startup.setup_s) is never counted as round 1's.
-    wall_start: float = field(default_factory=time.monotonic)
-    startup: Startup = field(default_factory=lambda: Startup(enabled=False))
-    tracking: Tracking = field(default_factory=Tracking.off)  # output.tensorboard, output.mlflow
-    # What the releases carry (testbed.algorithms.registry.GUARANTEES): only "dp" has a finite ε.
-    guarantee: str = "none"
-    regression: bool = False
-    # Whether the seconds and joules charged came from a meter (True), a device profile (False): both
-    # seen in a run of boards with and without meters. Filled as events are charged.
-    cost_sources: set[bool] = field(default_factory=set)
-    # Sentences of the assumptions its ε rests on (run_assumptions): empty unless a reproduction's.
-    assumptions: list[str] = field(default_factory=list)
 
 
 def load(config: Config) -> tuple[FederatedData | LazyFederatedData, Model]:
@@ -274,8 +156,9 @@ def open_run(config: Config, out_dir: Path | None, resume: bool, algorithm: Algo
     """Stage 3: a new run directory, or a killed run's, trusted only after it is checked (its
     checkpoint against the algorithm's state, its files against the checkpoint's marks), with its
     ledger read back: into ``book`` up to the checkpoint's mark, the rows after it (of the rounds
-    that run again) into ``past_mark`` by round, for :func:`_charge` to take when their round runs;
-    into ``asked``, what :func:`testbed.orchestration.charging.earlier_asks` finds its earlier sessions asked and the ledger lacks."""
+    that run again) into ``past_mark`` by round, for :func:`testbed.orchestration.charging.charge_round`
+    to take when their round runs; into ``asked``, what :func:`testbed.orchestration.charging.earlier_asks`
+    finds its earlier sessions asked and the ledger lacks."""
     def initial_state() -> State:
         return algorithm.init_state(model.init(stream(config.run.seed, GLOBAL, -1, Purpose.INIT)))
 
@@ -371,7 +254,7 @@ def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = Fa
                       regression=is_regression(eval_data), asked_before=asked, assumptions=assumptions)
             run.sessions = list(dict.fromkeys(a.session for a in directory.asked))
             run.refusals = [(r.round, r.exceeded()) for r in directory.refusals]  # withdrawn: asked nothing more
-            _evaluate(run)
+            evaluate_run(run)
     except BaseException:
         for job in (tight_job, figures_job):
             if job is not None:
@@ -404,7 +287,7 @@ def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = Fa
         gc.unfreeze()
         if nodes is not None:
             try:
-                _charge_closing(run, nodes.close(run.status), nodes)
+                charging.charge_closing(run, nodes.close(run.status), nodes)
             except Exception as exc:  # the summary must still be written
                 run.status, run.failure = "failed", f"closing the nodes: {type(exc).__name__}: {exc}"
         try:
@@ -448,13 +331,13 @@ def run_rounds(run: Run, nodes: Nodes, quiet: bool, tight_job: BackgroundEpsilon
         done = run.rounds_done
         evaluated = done % config.output.eval_every == 0 or done == alg.rounds
         if evaluated:
-            _evaluate(run)
+            evaluate_run(run)
         book = run.book
         # No noise: ε is infinite (metrics.csv writes inf), whatever events the ledger holds.
         eps = book.max_epsilon(run.budgets.accountant, run.budgets.delta) if run.guarantee == "dp" else math.inf
         # output.eval_every: blanks between evaluations; a regression's accuracies are always blank.
         measured = {k: "" if not evaluated or run.metrics[k] is None else run.metrics[k]
-                    for k in ("train_loss", *_ACCURACIES)}
+                    for k in ("train_loss", *ACCURACIES)}
         row = {
             "round": done, "local_steps": int(book.column("local_steps").max(initial=0)),
             **measured, "cost_units": float(book.column("cost_units").max(initial=0.0)), "epsilon": eps,
@@ -476,13 +359,13 @@ def run_rounds(run: Run, nodes: Nodes, quiet: bool, tight_job: BackgroundEpsilon
             assert isinstance(alg, WithSetup)
             with run.startup.stage(f"{config.run.algorithm}'s setup round"):
                 outcome = nodes.setup(run.state, asking=asking)
-                _charge(run, outcome, ledger_file, nodes)
+                charging.charge_round(run, outcome, ledger_file, nodes)
                 server = alg.server_setup(run.state, outcome.result, outcome.ctx)
                 run.state = server.state
-                _charge_server(run, server.events, nodes, ledger_file)
+                charging.charge_server(run, server.events, nodes, ledger_file)
                 cadence.save(0, save)
         if tight_job is not None:
-            tight_job.guess(_planned_tallies(run))
+            tight_job.guess(run_summary.planned_tallies(run))
         every = run.book.node_ids.tolist()
         every_ids = run.book.node_ids  # as an array once, not every round
         straggler_draws = StragglerDraws(config.stragglers, config.run.seed)
@@ -504,13 +387,13 @@ def run_rounds(run: Run, nodes: Nodes, quiet: bool, tight_job: BackgroundEpsilon
             outcome = nodes.round(run.state, r, excluded, sampled,
                                   meanwhile=None if reported else lambda: report(before), asking=asking)
             outcome = _withdraw(run, outcome, withdrawn, refused)
-            _charge(run, outcome, ledger_file, nodes)
+            charging.charge_round(run, outcome, ledger_file, nodes)
             if set(every) <= {refusal.node for _, refusal in run.refusals}:  # nobody left: the last refusal stops it
                 run.stopped, run.status = run.refusals[-1][1], "stopped_budget"
                 break
             server = alg.server_step(run.state, outcome.result, outcome.ctx)
             run.state = server.state
-            _charge_server(run, server.events, nodes, ledger_file)
+            charging.charge_server(run, server.events, nodes, ledger_file)
             run.rounds_done = r + 1
             reported, last = False, outcome
         if not reported:
@@ -586,101 +469,6 @@ def emulated_stragglers(config: Config, algorithm: Algorithm, round_index: int, 
     return draws.draw(round_index, node_ids, round_time_s)
 
 
-def _charge(run: Run, outcome: RoundOutcome, ledger_file: LedgerWriter, nodes: Nodes) -> None:
-    """Log what each node released (its own events; a round re-run after a kill is not charged
-    twice; a node an earlier session asked this round that is charged nothing here, the plan) and
-    who straggled, in one write."""
-    book = run.book
-    # This round's rows logged before a kill: charged; the round charges only what they lack. Those
-    # the server issued wait for its step (_charge_server).
-    before_kill, by_server = split_by_issuer(run.past_mark.pop(outcome.ctx.round_index, []))
-    if by_server:
-        run.past_mark[outcome.ctx.round_index] = by_server
-    batches = []
-    for batch in outcome.batches:
-        fresh = ~book.logged(batch.nodes, batch.round)
-        batches.append(batch if fresh.all() else batch.take(fresh))
-    by_round: dict[int, list[int]] = {}
-    for node, round_index in sorted(outcome.charged):
-        by_round.setdefault(round_index, []).append(node)
-    fresh_events = []
-    for round_index, answered in by_round.items():
-        for node, done in zip(answered, book.logged(answered, round_index).tolist()):
-            if not done:
-                fresh_events.extend(outcome.charged[node, round_index])
-    straggled = outcome.straggled
-    charged_here = {n for b in batches if b.kind != StraggleEvent.kind for n in b.nodes.tolist()}
-    charged_here |= {e.node for e in [*fresh_events, *before_kill] if e.kind != StraggleEvent.kind}
-    asked_events, asked_straggled = charging.charge_asked(run, outcome, nodes, charged_here, before_kill)
-    fresh_events += asked_events
-    straggled = {**straggled, **asked_straggled}
-    r = outcome.ctx.round_index
-    batches += batches_of(fresh_events)
-    by_reason: dict[str, list[int]] = {}
-    for node, reason in sorted(straggled.items()):
-        by_reason.setdefault(reason, []).append(node)
-    batches += [EventBatch(StraggleEvent(0, r, reason), np.array(nodes, dtype=np.int64))
-                for reason, nodes in by_reason.items()]
-    if before_kill:
-        batches = not_yet_charged(batches, before_kill)
-        book.extend(before_kill)
-    for batch in batches:
-        book.extend_batch(batch)
-        _note_cost_source(run, batch)
-    ledger_file.write_batches(batches)
-
-
-def _cost_source(sources: set[bool]) -> str:
-    """Where a run's seconds and joules came from: "measured" (meters), "modelled" (the device
-    profile), "measured and modelled" (some nodes metered), or "none charged"."""
-    return {frozenset({True}): "measured", frozenset({False}): "modelled",
-            frozenset({True, False}): "measured and modelled"}.get(frozenset(sources), "none charged")
-
-
-def _note_cost_source(run: Run, batch: EventBatch) -> None:
-    """Note whether ``batch``'s seconds and joules were measured or modelled (see Run.cost_sources)."""
-    if batch.kind in ("compute", "communication"):
-        run.cost_sources.update(np.unique(np.asarray(batch.value("measured"), dtype=bool)).tolist())
-
-
-def _charge_closing(run: Run, closing: Closing, nodes: Nodes) -> None:
-    """What the run's end adds (late replies, rounds only the nodes' own ledgers logged, rounds an
-    earlier session asked that this one did not run again): into the book and ledger.csv, and the
-    checkpoint again so that it covers them; the nodes' reports kept for the summary."""
-    run.node_reports, run.session, run.broker = closing.reports, closing.session, closing.broker
-    run.reported_rounds, run.links = closing.reported_rounds, closing.links
-    run.authentication = closing.authentication
-    run.randomness, run.server_randomness = closing.randomness, closing.server_randomness
-    fresh = [event for (node, round_index), events in sorted(closing.charged.items())
-             if not run.book.logged([node], round_index)[0] for event in events]
-    fresh += charging.charge_at_end(run, nodes, fresh)
-    if not fresh:
-        return
-    run.book.extend(fresh)
-    for batch in batches_of(fresh):
-        _note_cost_source(run, batch)
-    ledger_file = LedgerWriter(run.directory.ledger_path, sync=run.config.output.sync)
-    try:
-        ledger_file.write(fresh)
-        run.directory.save_checkpoint(run.rounds_done, run.state, ledger_file.mark(), 1)
-    finally:
-        ledger_file.close()
-
-
-def _charge_server(run: Run, events: list[Event], nodes: Nodes, ledger_file: LedgerWriter) -> None:
-    """Events the server issued on nodes' behalf: into their ledgers here and, with their next
-    round, to the nodes themselves."""
-    fresh = [e for e in events if not run.book.has_server_events(e.node, e.round)]
-    before_kill = [e for r in sorted({e.round for e in events}) for e in run.past_mark.pop(r, [])]
-    if before_kill:  # logged before a kill (see _charge)
-        fresh = [e for batch in not_yet_charged(batches_of(fresh), before_kill) for e in batch.events()]
-        run.book.extend(before_kill)
-    run.book.extend(fresh)
-    ledger_file.write(fresh)
-    if events:
-        nodes.deliver(events)
-
-
 def _withdraw(run: Run, outcome: RoundOutcome, withdrawn: frozenset[int],
               keep: Callable[[int, Exceeded], None]) -> RoundOutcome:
     """Take the round's budget refusals into ``run.refusals`` and ``keep`` each (refusals.csv: a
@@ -712,8 +500,8 @@ def finish(run: Run, tight_job: BackgroundEpsilons | None, figures_job: "Backgro
         run.book.extend(events)
     run.past_mark.clear()
     if run.evaluated_at != run.rounds_done and run.status != "failed":  # a budget stop between evaluations
-        _evaluate(run)
-    summary = _summary(run)
+        evaluate_run(run)
+    summary = run_summary.summary(run)
     run.directory.write_summary(summary)
     if run.status == "failed":
         for job in (tight_job, figures_job):
@@ -731,15 +519,15 @@ def finish(run: Run, tight_job: BackgroundEpsilons | None, figures_job: "Backgro
         for (i, observer), eps in zip(keys, epsilons):
             tight[i][observer] = eps
         if run.guarantee == "dp":  # not private: the tight ε of the other releases would mislead
-            for entry, i in zip(summary["nodes"].values(), index[_summary_rows(run.book)].tolist()):
+            for entry, i in zip(summary["nodes"].values(), index[run_summary.summary_rows(run.book)].tolist()):
                 entry["epsilon_tight"] = max(tight[i].values(), default=0.0)
                 entry["epsilon_tight_by_observer"] = tight[i]
-            summary["privacy"].update(privacy_headline(run.guarantee, summary["nodes"], run.budgets.delta,
+            summary["privacy"].update(run_summary.privacy_headline(run.guarantee, summary["nodes"], run.budgets.delta,
                                                        run.budgets.accountant, run.config.privacy.tight_accountant))
             summary["privacy_guarantees"] = privacy_guarantees(
                 run.guarantee, summary["nodes"], node_randomness(map(int, summary["nodes"]), run.randomness),
                 run.budgets.delta, run.budgets.accountant, run.config.privacy.tight_accountant,
-                resumed=len(run.sessions) > 1, **_server_noise(run))
+                resumed=len(run.sessions) > 1, **run_summary.server_noise(run))
             summary["privacy"]["headline"] = quote_against(summary["privacy"]["headline"], summary["privacy_guarantees"])
         run.directory.write_summary(summary)
     if figures_job is not None:
@@ -750,195 +538,3 @@ def finish(run: Run, tight_job: BackgroundEpsilons | None, figures_job: "Backgro
     return summary
 
 
-def _planned_tallies(run: Run) -> list[Counter]:
-    """The per-observer privacy tallies the nodes end the run with if every remaining round charges
-    what it plans (and a pending setup its events; the server's, for an algorithm that can say them
-    ahead: ``planned_server_events(state, ctx)``): the tight accountant's guess, one per distinct
-    outcome."""
-    alg, book = run.algorithm, run.book
-    if run.config.client_sampling.method != "all":
-        return []  # which nodes a round samples is drawn as it comes: no plan to guess the end from
-    ids = book.node_ids
-    tallies, index = book.distinct_tallies()
-    # Per node: what it will add, (observer, signature) → count, over a pending setup and the
-    # remaining rounds, each round's own plan (PADPFL's uploads are due in some rounds only).
-    adds = [Counter() for _ in ids]
-    if alg.has_setup:
-        for add, node, pending in zip(adds, ids.tolist(), (~book.logged(ids, SETUP_ROUND)).tolist()):
-            for e in alg.setup_events(node) if pending else ():
-                if e.kind == "privacy":
-                    add[e.observer, e.signature] += e.count
-    every = tuple(ids.tolist())
-    server_plan = getattr(alg, "planned_server_events", None)
-    position = {n: i for i, n in enumerate(every)}
-    for r in range(run.rounds_done, alg.rounds):
-        ctx = RoundContext(r, run.config.run.seed, len(ids), every)
-        for e in (server_plan(run.state, ctx) or []) if server_plan is not None else ():
-            if e.kind == "privacy":
-                adds[position[e.node]][e.observer, e.signature] += e.count
-        planned = planned_batch(alg, ids, ctx)
-        if isinstance(planned, NodeEvents):
-            for batch in planned.batches:
-                if batch.kind == "privacy":
-                    for e, positions in batch.groups():
-                        for p in positions.tolist():
-                            adds[p][e.observer, e.signature] += e.count
-        else:
-            for add, events in zip(adds, planned):
-                for e in events:
-                    if e.kind == "privacy":
-                        add[e.observer, e.signature] += e.count
-    guessed = {}
-    for key in {(i, tuple(sorted(add.items()))) for i, add in zip(index.tolist(), adds)}:
-        i, added = key
-        tally = {obs: Counter(c) for obs, c in tallies[i].items()}
-        for (observer, signature), count in added:
-            tally.setdefault(observer, Counter())[signature] += count
-        guessed[key] = tally
-    return [c for tally in guessed.values() for c in tally.values()]
-
-
-def _summary_rows(book: LedgerBook) -> np.ndarray:
-    """The rows of the nodes the summary lists one by one: every node, or with client sampling the
-    nodes that logged anything (the others, never sampled, are counted as ``idle_nodes``)."""
-    active = book.active()
-    return np.arange(len(book)) if active.all() else np.flatnonzero(active)
-
-
-_SUMMARY_TOTALS = ("cost_units", "local_steps", "rounds", "rounds_straggled", "bytes_up", "bytes_down", "energy_j",
-                   "compute_s", "mi_epsilon_nats")
-
-
-#: The summary's figures a node's own report can confirm or raise (its ledger has no straggles).
-_REPORTED_TOTALS = tuple(name for name in _SUMMARY_TOTALS if name != "rounds_straggled")
-
-
-def _ledger_check(entry: dict[str, Any], reports: dict[int, Totals] | None, node: int) -> dict[str, Any]:
-    """How a node's summary figures stand against its own ledger: ``ledger_check`` "local" (sim:
-    the book is the nodes' ledger), "confirmed" (its report is at most every figure), "raised" (its
-    report was higher in the figures of ``raised_by_node``, which the summary then shows: a ledger
-    never under-counts), or "unconfirmed" (no report came: the node left before the run's end)."""
-    if reports is None:
-        return {"ledger_check": "local"}
-    report = reports.get(node)
-    if report is None:
-        return {"ledger_check": "unconfirmed"}
-    raised = {}
-    for name in _REPORTED_TOTALS:
-        mine = getattr(report, name)
-        if mine > entry[name] * (1 + 1e-9) + 1e-12:  # sums of the same floats in another order
-            raised[name] = mine
-    return {"ledger_check": "raised" if raised else "confirmed", **raised,
-            **({"raised_by_node": sorted(raised)} if raised else {})}
-
-
-def privacy_headline(guarantee: str, nodes: dict[str, dict[str, Any]], delta: float, accountant: str,
-                     tight_accountant: str | None = None) -> dict[str, Any]:
-    """The summary's privacy figures: ``guarantee``, ``private`` and ``headline``, the one figure to
-    quote (every surface reads it: testbed.reports.headline.quote): {measure, value, unit, by} where
-    ``by`` names the accountant (the tight one's when it ran, the paper's ``paper_value`` beside it)
-    or the mutual-information ledger; ``{"measure": "not private", "value": null}`` (ε = ∞) for a run
-    without noise. Its ``observer`` and ``secrecy`` come from the guarantees (secrecy.quote_against)."""
-    epsilon = max((n["epsilon"] for n in nodes.values()), default=0.0) if guarantee == "dp" else None
-    mi = max((n["mi_epsilon_nats"] for n in nodes.values()), default=0.0) if guarantee == "mi_dp" else None
-    if guarantee == "dp":
-        tight = [n["epsilon_tight"] for n in nodes.values() if n.get("epsilon_tight") is not None]
-        headline = {"measure": "epsilon", "value": epsilon, "unit": f"at delta {delta:g}", "by": accountant}
-        if tight and tight_accountant is not None:
-            headline.update(value=max(tight), by=tight_accountant, paper_value=epsilon, paper_by=accountant)
-    elif guarantee == "mi_dp":
-        headline = {"measure": "epsilon-MI-DP", "value": mi, "unit": "nats", "by": "mutual-information ledger"}
-    else:
-        headline = {"measure": "not private", "value": None, "unit": None, "by": None}
-    return {"guarantee": guarantee, "private": guarantee != "none", "headline": headline}
-
-
-def _server_noise(run: Run) -> dict[str, Any]:
-    """privacy_guarantees' view of the server's noise: what keyed it, whose figures rest on it."""
-    return {"server_randomness": run.server_randomness,
-            "server_observers": frozenset(getattr(run.algorithm, "server_noise_observers", frozenset()))}
-
-
-def _summary(run: Run) -> dict[str, Any]:
-    config, budgets = run.config, run.budgets
-    book = run.book
-    tallies, index = book.distinct_tallies()
-    by_observer = [epsilon_by_observer(budgets.accountant, tally, budgets.delta) for tally in tallies]
-    rows = _summary_rows(book)
-    columns = {name: book.column(name)[rows].tolist() for name in _SUMMARY_TOTALS}
-    dp = run.guarantee == "dp"
-    nodes = {}
-    for row, (node, i) in enumerate(zip(book.node_ids[rows].tolist(), index[rows].tolist())):
-        nodes[str(node)] = {
-            # Not (ε, δ)-DP: ε is infinite, JSON null (the ledger's other releases, e.g. PADPFL's
-            # noised scores beside unnoised models, bound nothing the run released).
-            "epsilon": max(by_observer[i].values(), default=0.0) if dp else None,
-            "epsilon_by_observer": dict(by_observer[i]) if dp else {},
-            "epsilon_tight": None,  # filled in by the tight accountant's background job
-            "delta": budgets.delta, **{name: col[row] for name, col in columns.items()},
-        }
-        nodes[str(node)].update(_ledger_check(nodes[str(node)], run.node_reports, node))
-        nodes[str(node)]["source"] = charging.source(run.charged_on_ask, run.reported_rounds, node,
-                                                     local=run.node_reports is None)
-    randomness = node_randomness(book.node_ids[rows].tolist(), run.randomness)
-    for node, kind in randomness.items():
-        nodes[str(node)]["randomness"] = kind
-    reg = registry.get(config.run.algorithm)
-    stopped = run.stopped
-    settings = run.algorithm.describe()
-    summary = {
-        "algorithm": config.run.algorithm,
-        "mode": config.run.mode,
-        "seed": config.run.seed,
-        "status": run.status,
-        "rounds": run.rounds_done,
-        "task": "regression" if run.regression else "classification",
-        "final": {k: run.metrics[k] for k in ("test_accuracy", "train_loss", "test_loss", "test_accuracy_pooled",
-                                               "validation_accuracy")},
-        "nodes": nodes,
-        "idle_nodes": len(book) - len(rows),
-        "budgets": {"epsilon": budgets.epsilon, "delta": budgets.delta, "accountant": budgets.accountant,
-                    "cost_units": budgets.cost_units, "bytes": budgets.bytes, "energy_j": budgets.energy_j,
-                    "mi_epsilon": budgets.mi_epsilon},
-        "stopped": None if stopped is None else {"node": stopped.node, "budget": stopped.budget,
-                                                  "would_be": stopped.would_be, "limit": stopped.limit},
-        # Nodes that refused a round for their own budget (the figures they gave, checked as finite):
-        # each was taken out of the later rounds, the run went on with the others.
-        "refusals": [{"node": e.node, "round": r, "budget": e.budget, "would_be": e.would_be, "limit": e.limit}
-                     for r, e in run.refusals],
-        # What its ε rests on that the mechanism run does not make true (a paper's reproduction only).
-        "assumptions": run.assumptions,
-        "privacy": {"accountant": budgets.accountant, "tight_accountant": config.privacy.tight_accountant,
-                    "epsilon_target": reg.epsilon_target(assemble.algorithm_sections(config, reg)),
-                    **privacy_headline(run.guarantee, nodes, budgets.delta, budgets.accountant)},
-        # Against whom each figure holds: per observer, whether its noise is secret from it.
-        "privacy_guarantees": privacy_guarantees(run.guarantee, nodes, randomness, budgets.delta, budgets.accountant,
-                                                 resumed=len(run.sessions) > 1, **_server_noise(run)),
-        "costs": {"source": _cost_source(run.cost_sources), "profile": config.nodes.profile},
-        "stragglers": {"model": config.stragglers.model,
-                       "rounds_straggled": int(book.column("rounds_straggled").sum())},
-        "client_sampling": config.client_sampling.describe(config.data.num_nodes),
-        "algorithm_settings": settings,
-        "profile": config.nodes.profile,
-        "name": config.run.name,
-        "dataset": config.data.dataset,
-        "model": config.model.kind,
-        "session": run.session,
-        # Every session that asked a round of the run (one per `testbed run` and `--resume`), oldest first.
-        "sessions": run.sessions,
-        "broker": run.broker,
-        "links": run.links,
-        "authentication": run.authentication,
-        # The rounds' seconds (none if the run failed before them), and the set-up's before them.
-        "wall_s": time.monotonic() - run.wall_start if run.startup.end is not None else 0.0,
-        "setup_s": run.startup.seconds(),
-        "run_dir": str(run.directory.path),
-    }
-    summary["privacy"]["headline"] = quote_against(summary["privacy"]["headline"], summary["privacy_guarantees"])
-    if "topology" in settings:  # who heard whom, for an algorithm whose settings describe its graph
-        summary["topology"] = settings["topology"]
-    if run.failure is not None:
-        summary["failure"] = run.failure
-    if run.plan is not None:
-        summary["plan"] = run.plan
-    return summary

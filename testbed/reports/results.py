@@ -5,8 +5,8 @@ Layout::
     RUN_DIR/config.toml     the resolved experiment (reads back with `testbed run`)
     RUN_DIR/metrics.csv     one row per round, flushed every round
     RUN_DIR/ledger.csv      every node's events, one row per event (columns: kind, node, round, ...)
-    RUN_DIR/summary.json    the contract other tools read (see SUMMARY_KEYS), with its own sha256
-    RUN_DIR/checkpoint.npz  the algorithm's state after the last completed round (for --resume)
+    RUN_DIR/summary.json    the contract other tools read, with its own sha256 (testbed.reports.summary_file)
+    RUN_DIR/checkpoint.npz  the algorithm's state after the last completed round, for --resume (testbed.reports.checkpoint)
     RUN_DIR/asked.csv       which nodes each session asked in each round, before it was sent (testbed.reports.asked)
     RUN_DIR/refusals.csv    the nodes that refused a round for their own budget (testbed.reports.refusals)
     RUN_DIR/figures/*.png   accuracy and loss against round and cost, ε per node
@@ -28,30 +28,25 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
-import json
 import logging
 import os
-import re
-import zipfile
-from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Collection, Iterator, Mapping, Sequence
+from typing import Any, Callable, Collection, Iterator, Mapping
 
 import numpy as np
 
 from testbed.checked.limits import MAX_RUN_FILE_BYTES
 from testbed.errors import UserError
-from testbed.ledger.events import Event, EventBatch, StraggleEvent
-from testbed.ledger.fields import MEASURED_FIELDS
 from testbed.ledger.files import LedgerMark, ledger_header, parse_rows, read_ledger
-from testbed.ledger.node import SPENT_AGAIN
 from testbed.reports.asked import Asked, read_asked
+from testbed.reports.checkpoint import Checkpoint, StateSpec, load_checkpoint, write_checkpoint
 from testbed.reports.refusals import Refusal, read_refusals
+from testbed.reports.summary_file import STATUSES, SUMMARY_KEYS, UnverifiedSummary, read_summary, summary_digest
 from testbed.util import jsontext
-from testbed.util.appendlog import AppendLog, Mark, sha256_file, swap_file, tail_after, write_atomic, write_swapping
+from testbed.util.appendlog import AppendLog, Mark, sha256_file, swap_file, tail_after, write_atomic
 from testbed.util.dirlock import DirectoryLock
 from testbed.util.jsontext import finite
+from testbed.util.oneline import one_line
 from testbed.util.userfiles import read_text
 
 log = logging.getLogger(__name__)
@@ -62,49 +57,8 @@ METRIC_COLUMNS = [
 ]
 #: The metrics columns that count things (rounds, steps, bytes, nodes): read back as integers.
 INTEGER_METRICS = ("round", "local_steps", "bytes_total", "stragglers")
-SUMMARY_KEYS = ("algorithm", "mode", "seed", "status", "rounds", "final", "nodes", "budgets")
-STATUSES = ("completed", "stopped_budget", "failed")
 #: Statuses of a finished run, whose figures are a result (a sweep reruns any other; compare refuses it).
 FINISHED = ("completed", "stopped_budget")
-CHECKPOINT_FORMAT = 3  # 1: one "state" array, no digest; 2: no rounds_ahead (neither can be resumed)
-_MAX_ROUNDS_AHEAD = 10_000
-_ARRAY_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
-_STATE_PREFIX = "state."
-
-# What an algorithm's state must look like: array name → (shape, dtype).
-StateSpec = Mapping[str, "tuple[tuple[int, ...], np.dtype | str | type]"]
-
-
-@dataclass(frozen=True)
-class Checkpoint:
-    """A checked checkpoint.
-
-    Attributes:
-        rounds_done: rounds completed when it was written, 0 <= rounds_done <= the planned rounds.
-        state: the algorithm's state, array name → array (finite, the shapes and dtypes expected).
-        ledger_mark: what ledger.csv held then. metrics_mark: what metrics.csv held then.
-        config_sha256: sha256 of config.toml then.
-        rounds_ahead: how many rounds may run before the next checkpoint: ledger rows past the mark
-            may be of rounds ``rounds_done .. rounds_done + rounds_ahead - 1``.
-    """
-
-    rounds_done: int
-    state: dict[str, np.ndarray]
-    ledger_mark: LedgerMark
-    metrics_mark: Mark
-    config_sha256: str
-    rounds_ahead: int = 1
-
-
-def state_spec(state: Mapping[str, np.ndarray]) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
-    """The spec (name → (shape, dtype)) a state has, e.g. of the algorithm's initial state.
-
-    Example::
-
-        >>> state_spec({"model": np.zeros(3)})
-        {'model': ((3,), dtype('float64'))}
-    """
-    return {name: (tuple(a.shape), a.dtype) for name, a in state.items()}
 
 
 class RunDirectory:
@@ -170,7 +124,8 @@ class RunDirectory:
         Only then repairs what a kill leaves: metric rows past the mark are dropped (their round
         runs again); a ledger whose last line was cut past the mark loses the rows past the mark
         (said on stderr: that round runs again and is charged again, whole). Whole rows past the
-        mark stay charged, and the round run again charges what they lack (:func:`not_yet_charged`).
+        mark stay charged, and the round run again charges what they lack
+        (testbed.orchestration.charging.not_yet_charged).
 
         The checked checkpoint is ``run.resumed``; the ledger's events are ``run.ledger_events()``;
         the rounds its sessions asked (asked.csv, checked: testbed.reports.asked; a setup only when
@@ -188,7 +143,7 @@ class RunDirectory:
         lock = DirectoryLock(path)  # before the checks: a writer holding it may be appending now
         try:
             synthetic = first is not None and not swap_file(path / "checkpoint.npz").exists()
-            ckpt = _first_checkpoint(path, *first()) if synthetic else _load_checkpoint(path, expected, max_rounds, unset)
+            ckpt = _first_checkpoint(path, *first()) if synthetic else load_checkpoint(path, expected, max_rounds, unset)
             _check_config(path / "config.toml", ckpt)
             try:
                 ledger_cut = _check_ledger(path / "ledger.csv", ckpt, nodes)
@@ -240,14 +195,14 @@ class RunDirectory:
     def load_checkpoint(self, expected: StateSpec | None = None, max_rounds: int | None = None) -> Checkpoint:
         """The checked last checkpoint (see :meth:`reopen` for the checks); UserError naming
         checkpoint.npz if it is missing or fails one."""
-        return _load_checkpoint(self.path, expected, max_rounds)
+        return load_checkpoint(self.path, expected, max_rounds)
 
     def ledger_events(self) -> Iterator:
         """The events of ledger.csv, in order (after :meth:`reopen` checked and repaired it)."""
         try:
             yield from read_ledger(self.ledger_path)
         except (OSError, ValueError) as exc:
-            raise UserError(f"{self.ledger_path}: {_one_line(exc)}; refusing to resume") from None
+            raise UserError(f"{self.ledger_path}: {one_line(exc)}; refusing to resume") from None
 
     @property
     def ledger_path(self) -> Path:
@@ -280,7 +235,7 @@ class RunDirectory:
         body = finite({k: v for k, v in summary.items() if k != "sha256"})  # JSON has no NaN: null
         # What metrics.csv holds now, under the summary's digest: read_metrics trusts no other file.
         body["files"] = {"metrics.csv": self._metrics.mark().to_dict()}
-        body["sha256"] = _summary_digest(body)
+        body["sha256"] = summary_digest(body)
         write_atomic(self.path / "summary.json", (jsontext.dumps(body, indent=2) + "\n").encode(), sync=self.sync)
 
     def close(self) -> None:
@@ -288,63 +243,6 @@ class RunDirectory:
         written (the summary, the final model, the figures); again is a no-op."""
         self._metrics.close()
         self._lock.release()
-
-
-
-
-def not_yet_charged(batches: Sequence[EventBatch], before_kill: Sequence[Event]) -> list[EventBatch]:
-    """The events of ``batches`` (what a round run again after a resume releases) that
-    ``before_kill`` (that round's ledger rows past the checkpoint's mark: charged before the kill)
-    does not already hold, matched one for one on every field but the measured ones (a node
-    measures its seconds and joules anew) and, for a straggle, on its node and round alone (the
-    session run again may give another reason: the node still missed the round once). Events of
-    :data:`SPENT_AGAIN` kinds are never matched: the round run again spends them again.
-
-    Rows past the mark are covered by no digest: a kill may have cut the round's rows short at a
-    line end, and anything may have altered them since. A row missing or altered leaves the event
-    it stood for to be charged again: the ledger may then over-count, never under-count.
-
-    Example::
-
-        >>> from testbed.ledger.events import ComputeEvent
-        >>> batch = EventBatch(ComputeEvent(0, 3, local_steps=2), np.array([0, 1]))
-        >>> from testbed.ledger.events import StraggleEvent
-        >>> straggles = EventBatch(StraggleEvent(0, 3, "emulated"), np.array([0, 1]))
-        >>> [b.nodes.tolist() for b in not_yet_charged([straggles], [StraggleEvent(1, 3, "emulated")])]
-        [[0]]
-        >>> [b.nodes.tolist() for b in not_yet_charged([batch], [ComputeEvent(1, 3, local_steps=2)])]
-        [[0, 1]]
-    """
-    left = Counter(_planned_fields(e) for e in before_kill if e.kind not in SPENT_AGAIN)
-    fresh = []
-    for batch in batches:
-        if batch.kind in SPENT_AGAIN:
-            fresh.append(batch)
-            continue
-        keep = []
-        for i, event in enumerate(batch.events()):
-            key = _planned_fields(event)
-            if left[key] > 0:
-                left[key] -= 1
-            else:
-                keep.append(i)
-        if len(keep) == len(batch):
-            fresh.append(batch)
-        elif keep:
-            fresh.append(batch.take(np.array(keep, dtype=np.int64)))
-    return fresh
-
-
-def split_by_issuer(events: Sequence[Event]) -> tuple[list[Event], list[Event]]:
-    """(the events a node issued, those the server issued on a node's behalf), in order."""
-    by_server = [getattr(e, "issuer", "node") == "server" for e in events]
-    return [e for e, s in zip(events, by_server) if not s], [e for e, s in zip(events, by_server) if s]
-
-
-def _planned_fields(event: Event) -> tuple:
-    if event.kind == StraggleEvent.kind:  # a node misses a round once, whatever each session saw of why
-        return (event.kind, event.node, event.round)
-    return (event.kind, *((name, value) for name, value in event.__dict__.items() if name not in MEASURED_FIELDS))
 
 
 def checked_config(run_dir: Path) -> Path:
@@ -360,7 +258,7 @@ def checked_config(run_dir: Path) -> Path:
     if not (run_dir / "config.toml").exists():
         raise UserError(f"{run_dir} holds no run to resume (no config.toml)")
     with DirectoryLock(run_dir):  # a run writing it now is named, before its files are read
-        _check_config(run_dir / "config.toml", _load_checkpoint(run_dir, None, None))
+        _check_config(run_dir / "config.toml", load_checkpoint(run_dir, None, None))
     return run_dir / "config.toml"
 
 
@@ -377,7 +275,7 @@ def _check_config(path: Path, ckpt: Checkpoint) -> None:
 def read_checkpoint(run_dir: Path, expected: StateSpec | None = None, max_rounds: int | None = None) -> Checkpoint:
     """A run's last checkpoint, checked as :meth:`RunDirectory.reopen` checks it (for tools and
     tests); UserError naming checkpoint.npz if it is missing or fails a check."""
-    return _load_checkpoint(Path(run_dir), expected, max_rounds)
+    return load_checkpoint(Path(run_dir), expected, max_rounds)
 
 
 def holds_run(directory: Path) -> bool:
@@ -408,7 +306,7 @@ def read_metrics(run_dir: Path) -> list[dict[str, int | float]]:
             # "nan": a diverged loss; "": not evaluated that round (output.eval_every)
             rows.append({k: int(v) if k in INTEGER_METRICS else float(v) for k, v in row.items() if v != ""})
     except (ValueError, csv.Error) as exc:
-        raise UserError(f"{path}: damaged: {_one_line(exc)}") from None
+        raise UserError(f"{path}: damaged: {one_line(exc)}") from None
     return rows
 
 
@@ -431,124 +329,6 @@ def _check_against_summary(run_dir: Path, path: Path, data: bytes) -> None:
         raise UnverifiedSummary(f"{path}: unverified: it is not the file its run's summary covers ({len(data)} bytes, "
                                 f"the summary recorded {mark.size_bytes} and their sha256), so none of its figures "
                                 "is trusted")
-
-
-class UnverifiedSummary(UserError):
-    """A summary.json without a sha256, or whose content does not match it: nothing in it is
-    trusted (`testbed runs` lists the run as "unverified", with no figures)."""
-
-
-#: Bytes of a summary.json read at most (about a million nodes' entries); past it, refused unread.
-MAX_SUMMARY_BYTES = 1 << 30
-#: The summary's figures that are shares (accuracies): in [0, 1] or null.
-_SHARES = ("test_accuracy", "test_accuracy_pooled", "validation_accuracy")
-
-
-def read_summary(run_dir: Path) -> dict[str, Any]:
-    """A run's summary.json, checked: a regular file of at most MAX_SUMMARY_BYTES, JSON, a sha256
-    that matches its content (else :class:`UnverifiedSummary`), the SUMMARY_KEYS with values of
-    their types and ranges (a status of STATUSES, counts, accuracies in [0, 1]). Non-finite
-    numbers (a diverged loss in a summary of an older testbed) come back as None, so whatever
-    prints it prints valid JSON. UserError naming the file otherwise."""
-    path = Path(run_dir) / "summary.json"
-    if not path.exists():
-        raise UserError(f"{Path(run_dir)} has no summary.json; not a run directory")
-    try:
-        summary = json.loads(read_text(path, MAX_SUMMARY_BYTES, "summary"))
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{path}: damaged: not JSON ({exc.msg} at line {exc.lineno})") from None
-    except RecursionError:  # arrays nested thousands deep: the JSON parser recurses per level
-        raise UserError(f"{path}: damaged: nested too deeply") from None
-    except UserError as exc:
-        raise UserError(f"{path}: unreadable ({str(exc).removeprefix(f'summary {path}: ')})") from None
-    if not isinstance(summary, dict):
-        raise UserError(f"{path}: damaged: not a JSON object")
-    digest = summary.get("sha256")
-    if digest is None:
-        raise UnverifiedSummary(f"{path}: unverified: it has no sha256, so none of its figures is trusted")
-    if digest != _summary_digest({k: v for k, v in summary.items() if k != "sha256"}):
-        raise UnverifiedSummary(f"{path}: unverified: its content does not match its sha256, so none of its "
-                                "figures is trusted")
-    missing = [k for k in SUMMARY_KEYS if k not in summary]
-    if missing:
-        raise UserError(f"{path}: damaged: lacks {', '.join(missing)}")
-    summary = finite(summary)
-    wrong = _wrong_field(summary)
-    if wrong is not None:
-        raise UserError(f"{path}: damaged: {wrong}")
-    return summary
-
-
-def _wrong_field(summary: dict[str, Any]) -> str | None:
-    """What of a summary's SUMMARY_KEYS is not of its type or range (one phrase), or None."""
-    for key in ("algorithm", "mode"):
-        if not isinstance(summary[key], str):
-            return f"{key} must be a name, got {type(summary[key]).__name__}"
-    if summary["status"] not in STATUSES:
-        return f"status must be one of {', '.join(STATUSES)}, got {str(summary['status'])[:20]!r}"
-    for key in ("seed", "rounds"):
-        value = summary[key]
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
-            return f"{key} must be a count, got {str(value)[:20]!r}"
-    for key in ("final", "nodes", "budgets"):
-        if not isinstance(summary[key], dict):
-            return f"{key} must be an object, got {type(summary[key]).__name__}"
-    for key, value in summary["final"].items():
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return f"final.{key} must be a number, got {type(value).__name__}"
-        if key in _SHARES and not 0.0 <= value <= 1.0:
-            return f"final.{key} must be in [0, 1], got {value:g}"
-    return None
-
-
-def _summary_digest(body: dict[str, Any]) -> str:
-    # json-ok: a digest, never printed; a summary of an older testbed holds NaN (a diverged loss) under it
-    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()
-
-
-def write_checkpoint(path: Path, ckpt: Checkpoint, sync: bool = True) -> None:
-    """Write ``ckpt`` to ``path`` atomically: an npz of the arrays ("state.NAME") and a "meta" JSON
-    (format, rounds_done, arrays' shapes and dtypes, file marks, config digest, and a sha256 over
-    all of it and the arrays' bytes)."""
-    arrays = {}
-    for name, value in ckpt.state.items():
-        arr = np.ascontiguousarray(value)
-        if not isinstance(name, str) or not _ARRAY_NAME.fullmatch(name):
-            raise ValueError(f"state array name {name!r} is not an identifier")
-        if arr.dtype.kind not in "biufc":
-            raise ValueError(f"state array {name!r} has dtype {arr.dtype}; only numbers are checkpointed")
-        arrays[name] = arr
-    meta = {
-        "format": CHECKPOINT_FORMAT,
-        "rounds_done": int(ckpt.rounds_done),
-        "arrays": {n: {"shape": list(a.shape), "dtype": a.dtype.str} for n, a in arrays.items()},
-        "ledger": ckpt.ledger_mark.to_dict(),
-        "metrics": ckpt.metrics_mark.to_dict(),
-        "config_sha256": ckpt.config_sha256,
-        "rounds_ahead": int(ckpt.rounds_ahead),
-    }
-    meta["sha256"] = _checkpoint_digest(meta, arrays)
-    members = {_STATE_PREFIX + n: a for n, a in arrays.items()}
-    members["meta"] = np.frombuffer(jsontext.dumps(meta).encode(), dtype=np.uint8)
-    write_swapping(path, lambda f: np.savez(f, **members), sync=sync)
-
-
-def _checkpoint_digest(meta: dict[str, Any], arrays: Mapping[str, np.ndarray]) -> str:
-    """sha256 over the metadata (without its digest) and every array's bytes, in name order."""
-    # json-ok: a digest, never printed; a forged checkpoint's metadata may hold NaN, which must not raise here
-    h = hashlib.sha256(json.dumps({k: v for k, v in meta.items() if k != "sha256"}, sort_keys=True).encode())
-    for name in sorted(arrays):
-        h.update(b"\0" + name.encode() + b"\0")
-        h.update(memoryview(np.ascontiguousarray(arrays[name])).cast("B"))
-    return h.hexdigest()
-
-
-def _one_line(exc: BaseException | str) -> str:
-    text = " ".join(str(exc).split())
-    return text if len(text) <= 200 else text[:197] + "..."
 
 
 def _metrics_header() -> str:
@@ -575,82 +355,6 @@ def _first_checkpoint(run_dir: Path, state: dict[str, np.ndarray], rounds_ahead:
                       sha256_file(run_dir / "config.toml"), rounds_ahead)
 
 
-def _load_checkpoint(run_dir: Path, expected: StateSpec | None, max_rounds: int | None,
-                     unset: Collection[str] = ()) -> Checkpoint:
-    path = swap_file(run_dir / "checkpoint.npz")
-    if not path.exists():
-        raise UserError(f"{path}: missing: no checkpoint (the run finished no round, or it was deleted); "
-                        "refusing to resume")
-
-    def damaged(how: str) -> UserError:
-        return UserError(f"{path}: damaged: {how}; refusing to resume")
-
-    try:
-        with zipfile.ZipFile(path) as archive:
-            unpacked_bytes = sum(info.file_size for info in archive.infolist())
-        if unpacked_bytes > path.stat().st_size:  # what save_checkpoint writes is stored, not compressed
-            raise ValueError(f"its members unpack to {unpacked_bytes} bytes, more than the file's "
-                             f"{path.stat().st_size} (a compressed or forged archive)")
-        with np.load(path, allow_pickle=False) as saved:
-            members = {name: saved[name] for name in saved.files}
-    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, RuntimeError) as exc:
-        raise damaged(f"not a readable npz ({_one_line(exc) or type(exc).__name__})") from None
-    except Exception as exc:  # zlib.error and other codec errors of a mangled member
-        raise damaged(f"not a readable npz ({type(exc).__name__}: {_one_line(exc)})") from None
-    raw_meta = members.pop("meta", None)
-    if raw_meta is None or raw_meta.dtype != np.uint8 or raw_meta.ndim != 1:
-        raise damaged("no metadata (a checkpoint of an older testbed, or not one of ours)")
-    try:
-        meta = json.loads(raw_meta.tobytes().decode())
-        if not isinstance(meta, dict):
-            raise ValueError("not an object")
-        ledger_mark = LedgerMark.from_dict(meta.get("ledger"))
-        metrics_mark = Mark.from_dict(meta.get("metrics"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise damaged(f"unreadable metadata ({_one_line(exc)})") from None
-    if meta.get("format") != CHECKPOINT_FORMAT:
-        raise damaged(f"format {meta.get('format')!r}, this testbed reads {CHECKPOINT_FORMAT}")
-    state = {}
-    for key, arr in members.items():
-        if not key.startswith(_STATE_PREFIX):
-            raise damaged(f"an unexpected member {key!r}")
-        state[key[len(_STATE_PREFIX):]] = arr
-    listed = meta.get("arrays")
-    if not isinstance(listed, dict) or set(listed) != set(state):
-        raise damaged("its arrays are not the ones its metadata lists")
-    if meta.get("sha256") != _checkpoint_digest(meta, state):
-        raise damaged("its content does not match its sha256")
-    # The digest matched: the file is what save_checkpoint wrote. What follows checks that it fits.
-    rounds_done = meta.get("rounds_done")
-    if not isinstance(rounds_done, int) or isinstance(rounds_done, bool) or rounds_done < 0 or (
-            max_rounds is not None and rounds_done > max_rounds):
-        raise UserError(f"{path}: rounds_done = {rounds_done!r} is outside 0..{max_rounds} of the planned "
-                        "rounds; refusing to resume")
-    config_sha = meta.get("config_sha256")
-    if not isinstance(config_sha, str):
-        raise damaged("no config.toml digest")
-    rounds_ahead = meta.get("rounds_ahead")
-    if not isinstance(rounds_ahead, int) or isinstance(rounds_ahead, bool) or not 1 <= rounds_ahead <= _MAX_ROUNDS_AHEAD:
-        raise damaged(f"rounds_ahead = {rounds_ahead!r} is outside 1..{_MAX_ROUNDS_AHEAD}")
-    if expected is not None:
-        if set(expected) != set(state):
-            raise UserError(f"{path}: holds arrays {sorted(state)}, the algorithm's state is {sorted(expected)}; "
-                            "refusing to resume")
-        for name, (shape, dtype) in expected.items():
-            arr = state[name]
-            if tuple(arr.shape) != tuple(shape) or arr.dtype != np.dtype(dtype):
-                raise UserError(f"{path}: array {name!r} is {arr.dtype}{list(arr.shape)}, the algorithm expects "
-                                f"{np.dtype(dtype)}{list(shape)}; refusing to resume")
-    for name, arr in state.items():
-        bad = ~np.isfinite(arr) if arr.dtype.kind in "fc" else None
-        if bad is not None and name in unset:
-            bad &= ~np.isnan(arr)  # its "not set yet"
-        if bad is not None and bad.any():
-            raise UserError(f"{path}: array {name!r} holds {int(bad.sum())} non-finite values "
-                            "(a diverged run cannot be resumed); refusing to resume")
-    return Checkpoint(rounds_done, state, ledger_mark, metrics_mark, config_sha, rounds_ahead)
-
-
 def _check_ledger(path: Path, ckpt: Checkpoint, nodes: Collection[int] | None) -> str | None:
     """Check ledger.csv against the checkpoint's mark; the repair to make (a sentence) or None."""
     mark = ckpt.ledger_mark
@@ -659,7 +363,7 @@ def _check_ledger(path: Path, ckpt: Checkpoint, nodes: Collection[int] | None) -
     except FileNotFoundError:
         raise UserError(f"{path}: missing; it held {mark.rows} rows at the checkpoint; refusing to resume") from None
     except (OSError, ValueError) as exc:
-        raise UserError(f"{path}: {_one_line(exc)}; refusing to resume (it is never rewritten)") from None
+        raise UserError(f"{path}: {one_line(exc)}; refusing to resume (it is never rewritten)") from None
     if not tail:
         return None
     if not tail.endswith(b"\n"):
@@ -672,7 +376,7 @@ def _check_ledger(path: Path, ckpt: Checkpoint, nodes: Collection[int] | None) -
     try:
         events = parse_rows(tail.decode("utf-8"), first_line=mark.rows + 2)
     except (ValueError, UnicodeDecodeError) as exc:
-        raise UserError(f"{path}: past the checkpoint: {_one_line(exc)}; refusing to resume") from None
+        raise UserError(f"{path}: past the checkpoint: {one_line(exc)}; refusing to resume") from None
     for i, event in enumerate(events):
         line = mark.rows + 2 + i
         if nodes is not None and event.node not in nodes:
@@ -691,7 +395,7 @@ def _check_metrics(path: Path, mark: Mark) -> str | None:
     except FileNotFoundError:
         raise UserError(f"{path}: missing; it held {mark.rows} rows at the checkpoint; refusing to resume") from None
     except (OSError, ValueError) as exc:
-        raise UserError(f"{path}: {_one_line(exc)}; refusing to resume") from None
+        raise UserError(f"{path}: {one_line(exc)}; refusing to resume") from None
     if not tail:
         return None
     rows = tail.count(b"\n") + (not tail.endswith(b"\n"))

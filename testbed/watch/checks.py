@@ -18,6 +18,7 @@ from testbed.ledger.fields import ABSURD
 from testbed.ledger.node import NodeLedger
 from testbed.reports import headline
 from testbed.reports.results import METRIC_COLUMNS
+from testbed.util.oneline import one_line as util_one_line
 
 #: Metric columns the page plots.
 PLOTTED = ("round", "train_loss", "test_accuracy", "cost_units", "bytes_total", "epsilon", "stragglers", "wall_s")
@@ -47,6 +48,17 @@ def _count(column: str, value: float, high: float) -> float:
     if not (value.is_integer() and 0 <= value <= high):
         raise ValueError(f"{column} must be a whole number in 0..{high:g}, got {value:g}")
     return value
+
+
+def json_number(x: float | None) -> float | None:
+    """``x`` as the page's JSON takes it: a float, or None for None, NaN and ±inf."""
+    return None if x is None or not math.isfinite(x) else float(x)
+
+
+def one_line(exc: BaseException) -> str:
+    """An error's message on one line of at most 300 characters (its type's name if it has none),
+    for the page's error."""
+    return util_one_line(exc, 300) or type(exc).__name__
 
 
 def _finite_or_none(value: float) -> float | None:

@@ -14,7 +14,8 @@ for nothing and shown as the page's error, one line per file naming the line and
 deleted while watched is said, one shrunk or replaced (a new run in the folder, ``--resume``) makes
 the page start again from a snapshot.
 
-Everything here is JSON-ready: numbers, strings, None (NaN and ±inf become None).
+Everything here is JSON-ready: numbers, strings, None (NaN and ±inf become None). A node's row is
+testbed.watch.node_rows', the channel and graph drawn beside the table testbed.watch.channel_and_graph's.
 
 Example::
 
@@ -27,17 +28,12 @@ Example::
 from __future__ import annotations
 
 import csv
-import math
 import threading
 import time
 import tomllib
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from testbed.algorithms.contract import ChannelView, GraphView
 from testbed.assembly import assemble
 from testbed.errors import UserError
 from testbed.ledger.events import CommunicationEvent, ComputeEvent, Event, StraggleEvent
@@ -50,8 +46,11 @@ from testbed.reports.refusals import read_refusals
 from testbed.reports.results import METRIC_COLUMNS, read_summary
 from testbed.util.dirlock import holder_gone
 from testbed.util.userfiles import read_bytes
-from testbed.watch.checks import check_event, metric_row, summary_view
+from testbed.watch.channel_and_graph import ChannelAndGraph, ChannelShown, GraphShown
+from testbed.watch.checks import check_event, json_number, metric_row, one_line, summary_view
 from testbed.watch.lines import DELETED, LineTail
+from testbed.watch.node_rows import NodeRows, NodeView
+
 #: A run with no summary whose files stopped growing for longer than this many mean rounds (and at
 #: least STALL_MIN_S) is shown as stalled: killed, or waiting for nodes.
 STALL_ROUNDS = 5
@@ -67,60 +66,8 @@ MAX_PIECES_PER_POLL = 64
 #: summary about 1 kB a node).
 MAX_CONFIG_BYTES = 1024 * 1024
 MAX_SUMMARY_BYTES_PER_NODE = 16 * 1024
-#: A decentralised run's graph is drawn up to this many nodes and edges (every edge goes to the page
-#: whenever the graph changes); above, the page says so and draws nothing.
-MAX_GRAPH_NODES = 500
-MAX_GRAPH_EDGES = 20_000
 #: refusals.csv holds a line of at most ~200 bytes per node (each refuses once): more is not read.
 MAX_REFUSAL_BYTES_PER_NODE = 256
-#: ε figures kept for tallies seen (most nodes of a run share a few; a bound, not a leak per round).
-EPS_CACHE_SIZE = 4096
-
-
-@dataclass
-class NodeView:
-    """One node as the page shows it: its ledger and what the ledger alone does not say."""
-
-    ledger: NodeLedger
-    last_round: int = -1            # last round (0-based) with the node's own events
-    straggle_round: int = -1        # last round it straggled, and why
-    straggle_reason: str = ""
-    measured: bool | None = None    # True once any of its costs came from a meter
-    mqtt: str | None = None         # "online"/"offline" from its status topic
-    mqtt_at: float | None = None    # unix time of that message
-    version: int = 0
-
-
-@dataclass
-class _Channel:
-    """An over-the-air run: the view of its channel its algorithm registers, and the links of the
-    last block computed."""
-
-    view: ChannelView
-    block: int = -1
-    gain: list = field(default_factory=list)
-    snr_db: list = field(default_factory=list)
-
-
-@dataclass
-class _Graph:
-    """A decentralised run: the view of its graph its algorithm registers, and what the page is sent
-    of the block last drawn (``drawn``: the feed version it changed at)."""
-
-    view: GraphView
-    num_nodes: int
-    block: int = -1
-    shown: dict | None = None
-    drawn: int = -1
-
-
-def _num(x: float | None) -> float | None:
-    return None if x is None or not math.isfinite(x) else float(x)
-
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return text if len(text) <= 300 else text[:297] + "..."
 
 
 #: Keys the page relies on, which a run writes explicitly (its config.toml has every key resolved):
@@ -148,7 +95,7 @@ def _cells(line: str) -> list[str]:
         raise ValueError(f"not CSV ({exc})") from None
 
 
-class RunFeed:
+class RunFeed(ChannelAndGraph, NodeRows):
     """The state of one run directory, read incrementally.
 
     Every row and field is checked before it is used (:mod:`testbed.watch.checks`); what fails is
@@ -187,8 +134,8 @@ class RunFeed:
         self._metrics_tail = LineTail(self.run_dir / "metrics.csv", ",".join(METRIC_COLUMNS))
         self._ledger_tail = LineTail(self.run_dir / "ledger.csv", ",".join(LEDGER_COLUMNS))
         self._eps_cache: dict[tuple, float | None] = {}
-        self._channel: _Channel | None = None
-        self._graph: _Graph | None = None
+        self._channel: ChannelShown | None = None
+        self._graph: GraphShown | None = None
         self._graph_sent = -1  # the graph's ``drawn`` version last sent in a delta
         self._last_growth = self.clock()
         self._sent_run: dict | None = None
@@ -360,7 +307,7 @@ class RunFeed:
             self._problem(name, "not valid TOML: nested too deep")
             return False
         except (UserError, ValueError) as exc:
-            self._problem(name, _one_line(exc))
+            self._problem(name, one_line(exc))
             return False
         if config.data.num_nodes > MAX_NODES:
             self._problem(name, f"data.num_nodes = {config.data.num_nodes}: more than the page follows ({MAX_NODES})")
@@ -373,28 +320,12 @@ class RunFeed:
         try:
             view = assemble.channel_view(config)
         except ValueError as exc:  # the page shows the rest of the run without its channel
-            self._problem(name, f"the radio: {_one_line(exc)}")
+            self._problem(name, f"the radio: {one_line(exc)}")
         else:
             if view is not None:
-                self._channel = _Channel(view)
+                self._channel = ChannelShown(view)
         self._read_graph(config)
         return False
-
-    def _read_graph(self, config) -> None:
-        """A decentralised run's graph view (its algorithm's ``graph_view``); beyond
-        :data:`MAX_GRAPH_NODES` nodes none is built and the page says why it draws nothing."""
-        try:
-            view = assemble.graph_view(config)
-        except (ValueError, UserError) as exc:  # the page shows the rest of the run without its graph
-            self._problem("config.toml", f"the graph: {_one_line(exc)}")
-            return
-        if view is None:
-            return
-        n = config.data.num_nodes
-        self._graph = _Graph(view, n)
-        if n > MAX_GRAPH_NODES:
-            self._graph.shown = {"note": f"{n} nodes: more than the page draws ({MAX_GRAPH_NODES})"}
-            self._graph.drawn = self.version
 
     def _take_metric(self, text: str) -> None:
         if len(self.metrics) >= MAX_METRIC_ROWS:
@@ -450,7 +381,7 @@ class RunFeed:
         except UserError as exc:  # read_summary's one line (a summary nested too deeply included)
             self._problem(name, str(exc).removeprefix(f"{self.run_dir / name}: "))
         except ValueError as exc:
-            self._problem(name, f"damaged: {_one_line(exc)}")
+            self._problem(name, f"damaged: {one_line(exc)}")
 
     def _apply_statuses(self) -> None:
         with self._status_lock:
@@ -491,53 +422,6 @@ class RunFeed:
         if view is None:
             view = self.nodes[node] = NodeView(NodeLedger(node), version=self.version)
         return view
-
-    def _update_channel(self) -> None:
-        """An over-the-air run: each node's channel gain and received SNR (in dB) in the current
-        round's fading block, as its algorithm's view of the channel draws them."""
-        ch = self._channel
-        if ch is None:
-            return
-        r = max(self.current_round(), 0)
-        block = ch.view.block_of(r)
-        if block == ch.block:
-            return
-        gain, snr = ch.view.links(r)
-        ch.block = block
-        ch.gain = [_num(float(g)) for g in gain]
-        ch.snr_db = [_num(10 * math.log10(s)) if s > 0 else None for s in snr]
-        self.version += 1
-        for view in self.nodes.values():
-            view.version = self.version
-
-    def _update_graph(self) -> None:
-        """A decentralised run: the current round's graph (``round``, ``block``, ``edges`` as
-        [i, j] pairs, ``positions`` in m or None: the page lays the nodes on a circle), drawn again
-        only when the round enters another block; beyond :data:`MAX_GRAPH_EDGES` edges, a ``note``."""
-        g = self._graph
-        if g is None or g.num_nodes > MAX_GRAPH_NODES:
-            return
-        r = max(self.current_round(), 0)
-        try:
-            block = g.view.block_of(r)
-            if block == g.block:
-                return
-            edges = g.view.edges(r)
-            positions = g.view.positions(r) if len(edges) <= MAX_GRAPH_EDGES else None
-        except (ValueError, UserError) as exc:
-            self._problem("config.toml", f"the graph: {_one_line(exc)}")
-            self._graph = None
-            return
-        g.block = block
-        if len(edges) > MAX_GRAPH_EDGES:
-            g.shown = {"round": r + 1, "block": block, "num_nodes": g.num_nodes,
-                       "note": f"{len(edges)} edges: more than the page draws ({MAX_GRAPH_EDGES})"}
-        else:
-            g.shown = {"round": r + 1, "block": block, "num_nodes": g.num_nodes, "note": None,
-                       "edges": np.asarray(edges, dtype=np.int64).tolist(),
-                       "positions": None if positions is None else [[_num(x), _num(y)] for x, y in positions]}
-        self.version += 1
-        g.drawn = self.version
 
     # ------------------------------------------------------------------ views
 
@@ -621,7 +505,7 @@ class RunFeed:
             round_s = (recent[-1]["wall_s"] - recent[0]["wall_s"]) / (len(recent) - 1)
         elif recent and recent[0]["wall_s"] is not None:
             round_s = recent[0]["wall_s"]
-        info["eta_s"] = None if round_s is None or planned is None else _num(max(planned - done, 0) * max(round_s, 0.0))
+        info["eta_s"] = None if round_s is None or planned is None else json_number(max(planned - done, 0) * max(round_s, 0.0))
         idle_s = self.clock() - self._last_growth
         stall_s = max(STALL_MIN_S, STALL_ROUNDS * (round_s or 0.0))
         if c is None:
@@ -659,84 +543,4 @@ class RunFeed:
     def _stopped_growing(self) -> bool:
         return self.summary is not None or self.clock() - self._last_growth > STALL_MIN_S
 
-    def _epsilon(self, node: int, tally) -> float | None:
-        """ε of a tally at the run's δ; None (and the ledger's problem) if its accountant cannot
-        account it (a signature the run's algorithm never makes)."""
-        key = tuple(sorted(tally.items()))
-        if key in self._eps_cache:
-            return self._eps_cache[key]
-        from testbed.privacy.accountants import epsilon
 
-        p = self.config.privacy
-        try:
-            eps = epsilon(p.accountant, tally, p.delta)
-        except (ValueError, ArithmeticError) as exc:
-            eps = None
-            self._problem("ledger.csv", f"node {node}: its privacy events cannot be accounted: {_one_line(exc)}")
-        if len(self._eps_cache) >= EPS_CACHE_SIZE:
-            self._eps_cache.clear()
-        self._eps_cache[key] = eps
-        return eps
-
-    def node_state(self, view: NodeView) -> tuple[str, str | None]:
-        """(online/offline/straggling/waiting/unknown, why) of a node in the last completed round;
-        a status message over MQTT that says offline wins (the node is gone now). Once the run is
-        killed, a node that lived in the run or was started by it (sim, emulated boards: they leave
-        with their coordinator) is offline, and a real board is what its status topic says, else
-        unknown: its last round says nothing of it now."""
-        r = self.current_round()
-        if view.mqtt == "offline":
-            return "offline", "status topic"
-        if self.killed:
-            c = self.config
-            if c.run.mode == "sim" or c.mqtt.emulated:
-                return "offline", "the run's coordinator is gone (and the nodes it ran)"
-            if view.mqtt == "online":
-                return "online", "status topic (the run's coordinator is gone)"
-            return "unknown", "the run's coordinator is gone; the board said nothing since"
-        if r >= 0 and view.straggle_round == r:
-            return ("offline" if view.straggle_reason == "offline" else "straggling"), view.straggle_reason
-        if r >= 0 and view.last_round >= r:
-            return "online", None
-        if view.mqtt == "online":
-            return "online", "status topic"
-        return ("waiting", None) if r < 0 else ("missing", "no events this round")
-
-    def _board(self, node: int) -> str | None:
-        """What the node runs on, as the config says: its kind (sim, emulated board, real board,
-        microcontroller) and profile; a real board's profile is its own (`testbed node --profile`)."""
-        c = self.config
-        if c is None:
-            return None
-        if node in c.nodes.mcu:
-            return f"mcu · {c.nodes.mcu_profile}"
-        if c.run.mode == "sim":
-            return f"sim · {c.nodes.profile}"
-        return f"emulated · {c.nodes.profile}" if c.mqtt.emulated else "board"
-
-    def _row(self, node: int, view: NodeView) -> dict[str, Any]:
-        t = view.ledger.totals
-        # Not (ε, δ)-DP: ε is infinite (null), whatever other releases the ledger accounts.
-        raw = {o: self._epsilon(node, tally) for o, tally in sorted(view.ledger.by_observer.items())} \
-            if self.config is not None and self.guarantee == "dp" else {}
-        known = [e for e in raw.values() if e is not None]
-        state, why = self.node_state(view)
-        last_seen = None
-        if 0 <= view.last_round < len(self.metrics):
-            last_seen = self.metrics[view.last_round]["wall_s"]
-        board = self._board(node)
-        ch = self._channel
-        return {
-            "id": node, "state": state, "why": why,
-            "rounds": t.rounds, "straggled": t.rounds_straggled, "last_round": view.last_round + 1,
-            # The round (from 1, as last_round) it refused for its own budget: asked nothing since.
-            "refused_round": self.refused[node] + 1 if node in self.refused else None,
-            "last_seen_s": last_seen, "status_at": view.mqtt_at,
-            # An observer's ε that cannot be accounted leaves the headline unknown, not understated.
-            "epsilon": _num(max(known, default=0.0)) if len(known) == len(raw) and self.guarantee == "dp" else None,
-            "epsilon_by": {o: _num(e) for o, e in raw.items()},
-            "energy_j": _num(t.energy_j), "cost_units": _num(t.cost_units), "bytes": t.bytes_total,
-            "mi_epsilon": _num(t.mi_epsilon_nats), "board": board, "measured": view.measured,
-            "gain": ch.gain[node] if ch is not None and node < len(ch.gain) else None,
-            "snr_db": ch.snr_db[node] if ch is not None and node < len(ch.snr_db) else None,
-        }

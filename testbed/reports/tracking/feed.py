@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 import numpy as np
 
 from testbed.reports.tracking import TRACKERS, RoundRecord, Tracker, enabled
+from testbed.util.oneline import one_line
 
 if TYPE_CHECKING:
     from testbed.accounting.book import LedgerBook
@@ -54,7 +55,7 @@ def round_record(row: Mapping[str, Any], book: "LedgerBook", budgets: "Budgets")
 class Quoting:
     """Puts the run's figure to quote in a round's record, in the tracking thread: ``epsilon`` per
     node and in the metrics is the figure summary.json's ``privacy.headline`` will hold at the end
-    (runner.privacy_headline): the tight accountant's ε when one is configured (each distinct tally
+    (run_summary.privacy_headline): the tight accountant's ε when one is configured (each distinct tally
     once, then cached: a tally never changes), the run's accountant's otherwise, ε-MI-DP in nats,
     and none for a run without noise (ε = ∞, in the trackers' tags). The run's accountant's ε stays
     beside it as ``epsilon_<accountant>`` when the two differ.
@@ -176,13 +177,13 @@ class Tracking:
                     args = (self._quoting.quoted(*args),)
                 except Exception as exc:  # noqa: BLE001  an accountant that fails ends tracking, not the run
                     for name, tracker in list(self._trackers):
-                        self._drop(name, tracker, f"the figure to quote: {type(exc).__name__}: {_one_line(exc)}")
+                        self._drop(name, tracker, f"the figure to quote: {type(exc).__name__}: {one_line(exc)}")
                     continue
             for name, tracker in list(self._trackers):
                 try:
                     getattr(tracker, stage)(*args)
                 except Exception as exc:  # noqa: BLE001  any failure of a tracker ends that tracker only
-                    self._drop(name, tracker, f"{stage}: {type(exc).__name__}: {_one_line(exc)}")
+                    self._drop(name, tracker, f"{stage}: {type(exc).__name__}: {one_line(exc)}")
 
     def _drop(self, name: str, tracker: Tracker, why: str) -> None:
         self._trackers = [(n, t) for n, t in self._trackers if t is not tracker]
@@ -191,8 +192,3 @@ class Tracking:
             tracker.close()
         except Exception:  # noqa: BLE001  already failed once: nothing more to say about it
             pass
-
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return text if len(text) <= 200 else text[:197] + "..."

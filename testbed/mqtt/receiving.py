@@ -1,0 +1,156 @@
+"""What an MQTT client (testbed.mqtt.client) does with each message it receives, on the network
+thread: the topic's run, the frame's seal (testbed.mqtt.auth: a frame that does not authenticate
+is dropped before any of it is parsed or any state moves), a status's value, the chunks
+reassembled, the wire message decoded against its sender, the receiver's own ``admit``, the replay
+window; then handed over as an :class:`Inbound`, else counted and logged as rejected, never raised.
+:class:`Receiving` is that part of :class:`testbed.mqtt.client.MqttClient`."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+import paho.mqtt.client as paho
+
+from testbed.mqtt import wire
+from testbed.mqtt import auth, chunks, topics
+from testbed.util.frozen import frozen
+
+# The client's one logger, whichever of its modules writes (docs/wire-protocol.md names it).
+log = logging.getLogger("testbed.mqtt.client")
+
+
+# The last payload decoded in this process and its message: a broadcast reaches every client of
+# a host, each on its own connection, with the same bytes; the first copy is decoded and
+# validated, the others (equal bytes, equal expectations) get the same read-only message. Keyed on
+# equal bytes, not on one object as testbed.util.memo is: each connection reads its own copy.
+_last_decoded: tuple[bytes, str, str, int, wire.Message] | None = None
+
+
+def _decode(payload: bytes, run: str, sender: str, max_bytes: int) -> wire.Message:
+    """``wire.decode(payload)`` expecting ``run`` and ``sender`` (WireError if it fails), reusing the
+    previous result for a copy of the same payload."""
+    global _last_decoded
+    last = _last_decoded  # one read: other network threads may replace it meanwhile
+    if last is not None and last[1] == run and last[2] == sender and last[3] == max_bytes and last[0] == payload:
+        return last[4]
+    message = wire.decode(payload, expect_run=run, expect_sender=sender, max_bytes=max_bytes)
+    if isinstance(payload, bytes):
+        _last_decoded = (payload, run, sender, max_bytes, message)
+    return message
+
+
+
+@dataclasses.dataclass(frozen=True)
+class Inbound:
+    """One received message.
+
+    Attributes:
+        topic: the MQTT topic it arrived on.
+        kind: topics.DATA_KINDS (wire messages) or STATUS / COORD (status strings).
+        node: node id from the topic (None for bcast and coord).
+        payload: the (reassembled) payload bytes.
+        message: the decoded, validated wire message for up/down/bcast; None for status kinds.
+        receiver: the `owner` of the client it arrived at (the node id of a node's client), so
+            clients that share one inbox can tell whose copy of a broadcast it is.
+    """
+
+    topic: str
+    kind: str
+    node: str | None
+    payload: bytes
+    message: wire.Message | None
+    receiver: str | None = None
+
+    @classmethod
+    def of(cls, topic: str, kind: str, node: str | None, payload: bytes, message: wire.Message | None,
+           receiver: str | None) -> Inbound:
+        """``Inbound(...)`` in a quarter of its time (testbed.util.frozen): one per message received."""
+        return frozen(cls, {"topic": topic, "kind": kind, "node": node, "payload": payload, "message": message,
+                            "receiver": receiver})
+
+
+class Receiving:
+    """The receiving side of :class:`testbed.mqtt.client.MqttClient` (paho's callbacks for a
+    message; its keys, replay guard, reassembler and hand-over are the client's)."""
+
+    def _on_message(self, client: paho.Client, userdata: Any, msg: paho.MQTTMessage) -> None:
+        try:
+            topic = msg.topic
+        except UnicodeDecodeError as exc:
+            self._reject("?", "<not UTF-8>", exc)
+            return
+        self._take(topic, msg.payload)
+
+    def _on_publish_received(self, topic: bytes, payload: bytes) -> None:
+        """paho_speedups' ``on_publish_received``: a QoS 1 message, told without paho's MQTTMessage."""
+        try:
+            text = topic.decode()
+        except UnicodeDecodeError as exc:
+            self._reject("?", "<not UTF-8>", exc)
+            return
+        self._take(text, payload)
+
+    def _take(self, topic: str, payload: bytes) -> None:
+        """A received message: checked (topic, run, its seal, and a wire message's decoding and
+        replay) and handed over, else counted and logged as rejected. A frame that does not
+        authenticate is dropped first, before any of it is parsed or any state moves."""
+        sender = "?"
+        try:
+            t = topics.parse(topic)
+            sender = topics.writer(t.kind, t.node, self.coordinator_id)
+            if t.run != self.run:
+                raise wire.WireError("wrong_run", f"topic is for run {t.run!r}, this client serves {self.run!r}")
+            sealed = None
+            if self._keys is not None:
+                try:
+                    sealed = auth.open_sealed(self._keys, topic, auth.reader_key(t.kind, t.node, self.owner) or "?",
+                                              payload)
+                except auth.Forged as exc:
+                    self._forged.reject(sender, t.kind, exc.reason)
+                    return
+                payload = sealed.body
+                if self._auth_session and sealed.session not in (self._auth_session, ""):
+                    raise wire.WireError("not_admitted", f"sealed for session {sealed.session}, this client "
+                                                         f"serves {self._auth_session}")
+            if t.kind not in topics.DATA_KINDS:
+                if self._unverified_statuses:
+                    payload = auth.unverified_body(payload)
+                # A status carries one of two declared values; anything else (garbage, an empty
+                # retained message clearing the topic) says nothing about the node: never "offline".
+                if payload not in topics.STATUS_VALUES:
+                    raise wire.WireError("bad_status", f"status payload {payload[:32]!r} is not one of "
+                                                       f"{sorted(topics.STATUS_VALUES)}")
+                if sealed is not None:
+                    stale = self._epochs.take(sender, sealed.round, payload == topics.STATUS_ONLINE)
+                    if stale == auth.SAME:
+                        return  # a copy of what this writer's connection said (QoS 1, an answer below)
+                    if stale is not None:
+                        raise wire.WireError("replay", stale)
+                    if t.kind == topics.COORD and payload == topics.STATUS_ONLINE:
+                        self._tell_coordinator()
+                self._deliver(Inbound.of(topic, t.kind, t.node, payload, None, self.owner))
+                return
+            if chunks.is_chunk(payload):
+                payload = self._reassembler.add(payload, source=topic)
+                if payload is None:
+                    return
+            message = _decode(payload, self.run, sender, self._max_message_bytes)
+            if sealed is not None and (message.round != sealed.round or message.meta.get("session", "") != sealed.session):
+                raise wire.WireError("bad_header", f"the message's round {message.round} and session differ from "
+                                                   f"its seal's ({sealed.round}, {sealed.session})")
+            refusal = self._admit(message) if self._admit is not None else None
+            if refusal is not None:
+                raise wire.WireError("not_admitted", refusal)
+            self._replay.check(message)  # only now: a message refused above moved no window
+            self._deliver(Inbound.of(topic, t.kind, t.node, payload, message, self.owner))
+        except (wire.WireError, topics.TopicError) as exc:
+            self._reject(sender, topic, exc)
+        except Exception:
+            self.rejected += 1
+            log.exception("%s: failed to handle message from %s on %r", self.client_id, sender, topic)
+
+    def _reject(self, sender: str, topic: str, exc: Exception) -> None:
+        self.rejected += 1
+        log.warning("%s: rejected message from %s on %r: %s", self.client_id, sender, topic, exc)
