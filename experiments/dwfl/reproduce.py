@@ -15,14 +15,24 @@ time); ``--scenarios fig2,eps`` runs and rewrites only those files. Reporting re
 (``--epsilon-scale 10``) and their figures from data/ alone: ``--report-only`` does only that,
 for every report whose data is committed, byte for byte (tests/test_reproductions.py).
 
-Verdicts (testbed.reports.verdicts, docs/statistics.md), Holm-adjusted within each figure's family:
+Verdicts (testbed.reports.verdicts, docs/statistics.md), Holm-adjusted within each figure's family (one per
+metric: the train loss, and the test accuracy beside it):
 a trend over a setting (Figs. 2–4) by Spearman's ρ within each seed (n = seeds, a permutation p
 within the seeds), a comparison of two curves (Figs. 5–6) by the paired mean difference over seeds. The metric is
 the paper's, training loss of x̄ (mean of the last 10 rounds), and beside it test accuracy, with
 chance and the majority share: a model at chance shows nothing about convergence.
 
-Run: ``.venv/bin/python experiments/dwfl/reproduce.py [--task adult|cnn|learns] [--seeds 5]
-[--rounds 40] [--jobs 1] [--scenarios fig2,...] [--epsilon-scale 10] [--report-only]``
+Seeds by power, not by floor: each paired family declares its effect of interest (dwfl_seeds.ACC_EFFECT,
+LOSS_EFFECT_SHARE) and says how many seeds detect it at 80 % power after Holm, from the data's sd;
+a task's seeds (SEEDS, the default of ``--seeds``) are max(8, the most its families need), capped by
+a compute budget (dwfl_seeds.BUDGET_MIN): ``--plan-seeds`` prints that plan from the committed data and runs
+nothing. ``--extend`` adds seeds to committed data files without redoing theirs: it first runs the
+cheapest committed run again and refuses unless it reproduces exactly, then runs only the missing
+seeds and merges them in a full regeneration's order.
+
+Run: ``.venv/bin/python experiments/dwfl/reproduce.py [--task adult|cnn|learns] [--seeds N]
+[--rounds 40] [--jobs 1] [--scenarios fig2,...] [--epsilon-scale 10] [--extend] [--report-only]
+[--plan-seeds]``
 (Adult from data.path, $TESTBED_DATA, or the package's copy; CIFAR-10 from
 $TESTBED_DATA or the cache, never downloaded by this script). The finished runs go to
 ``runs/dwfl-reproduce*/`` (not committed); a finished run found there is kept, and a run that
@@ -47,8 +57,13 @@ REPO = HERE.parents[1]
 DATA = HERE / "data"
 sys.path.insert(0, str(REPO))
 
-from testbed.reports.stats import majority_flag, t_interval  # noqa: E402
+from testbed.reports.stats import t_interval  # noqa: E402
 from testbed.reports.verdicts import RULE, Family, Pending, recording, write_report  # noqa: E402
+
+from dwfl_extend import extend_check, merge_runs  # noqa: E402  (modules beside this script)
+from dwfl_plot import plot  # noqa: E402
+from dwfl_seeds import describe_both, figure_families, fill_both, plan, plan_table, seeds_paragraph  # noqa: E402
+from dwfl_tables import chance_note, ci_text, flag, learns, panel_table  # noqa: E402
 
 #: task → (base file, suffix of the outputs, what the runs train on, for the report)
 TASKS = {
@@ -64,6 +79,10 @@ CIFAR = (["data.dataset='cifar10'", "data.samples_per_node=1000", "model.network
 P_DBM = (20, 40, 60, 80)
 #: Per-round ε of the privacy-utility curve (N = 10, everything else the base file's).
 EPS_CURVE = (0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0)
+#: Seeds per curve of each data folder (--seeds overrides): max(8, the seeds the folder's families need for
+#: their effects of interest), capped by the compute budget dwfl_seeds.BUDGET_MIN; ``--plan-seeds`` prints the plan
+#: from the committed data. learns.toml's check (no family) keeps its 5.
+SEEDS = {"adult": 8, "cnn": 8, "cnn-eps10x": 8, "learns": 5}
 LAST = 10  # rounds averaged for a run's final loss and accuracy
 CURVE_EVERY = 2  # rounds between the stored points of a loss curve
 
@@ -166,7 +185,8 @@ def data_dir(task: str, eps_scale: float) -> Path:
 
 
 def run_task(args: argparse.Namespace) -> None:
-    """Run the task's scenarios and write each one's data file (only the scenarios run)."""
+    """Run the task's scenarios and write each one's data file (only the scenarios run); with
+    ``args.extend``, only the seeds a committed file lacks, merged into it (:func:`_extend`)."""
     base, suffix, trains_on = TASKS[args.task]
     extra: list[str] = []
     if args.task == "cnn":
@@ -192,23 +212,33 @@ def run_task(args: argparse.Namespace) -> None:
         raise SystemExit(f"--scenarios: unknown {', '.join(unknown)} (known: {', '.join(scenarios)})")
     rounds = 0 if args.task == "learns" else args.rounds  # learns.toml runs as written
     out = data_dir(args.task, args.epsilon_scale)
+    seeds = args.seeds if args.seeds is not None else SEEDS[out.name]
     out.mkdir(parents=True, exist_ok=True)
-    for scenario in chosen:
+    settings = {"task": args.task, "epsilon_scale": args.epsilon_scale, "trains_on": trains_on,
+                "base": Path(base).name, "rounds": rounds or None, "last_rounds": LAST, "curve_every": CURVE_EVERY}
+    committed = extend_check(out, chosen, settings, seeds, str(base), run_one, REPO) if args.extend else {}
+    for scenario in (committed if args.extend else chosen):
         start = time.monotonic()
         items = scenarios[scenario]
+        have = len(committed[scenario]["seeds"]) if scenario in committed else 0
         jobs = [(str(base), extra + ov, seed, rounds, out_root, [panel, curve])
-                for panel, curve, ov in items for seed in range(args.seeds)]
-        print(f"{scenario}: {len(jobs)} runs on {args.jobs} process(es)", flush=True)
+                for panel, curve, ov in items for seed in range(have, seeds)]
+        print(f"{scenario}: {len(jobs)} runs (seeds {have}–{seeds - 1}) on {args.jobs} process(es)", flush=True)
         if args.jobs == 1:
             results = [run_one(job) for job in jobs]
         else:
             with ProcessPoolExecutor(max_workers=args.jobs) as pool:
                 results = list(pool.map(run_one, jobs))
         wall = time.monotonic() - start
-        record = {"scenario": scenario, "task": args.task, "epsilon_scale": args.epsilon_scale, "trains_on": trains_on,
-                  "base": Path(base).name, "rounds": rounds or None, "seeds": list(range(args.seeds)),
-                  "last_rounds": LAST, "curve_every": CURVE_EVERY, "wall_s": round(wall, 1),
-                  "runs_wall_s": round(sum(r["wall_s"] for r in results), 1), "runs": results}
+        parts: dict[str, list] = {}  # an extended file: the seeds and the measured wall time of each invocation
+        if scenario in committed:
+            old = committed[scenario]
+            results = merge_runs(old, results, items)
+            parts = {"seed_parts": [*old.get("seed_parts", [have]), seeds - have],
+                     "wall_parts_s": [*old.get("wall_parts_s", [old["wall_s"]]), round(wall, 1)]}
+        record = {"scenario": scenario, **settings, "seeds": list(range(seeds)),
+                  "wall_s": round(sum(parts.get("wall_parts_s", [wall])), 1),
+                  "runs_wall_s": round(sum(r["wall_s"] for r in results), 1), **parts, "runs": results}
         path = out / f"{scenario}.json"
         path.write_text(json.dumps(record, indent=None, separators=(",", ":"), ensure_ascii=False, allow_nan=False) + "\n")
         print(f"wrote {path.relative_to(REPO)} ({path.stat().st_size // 1024} KB), {wall:.0f} s", flush=True)
@@ -246,54 +276,20 @@ def load_task(task: str, eps_scale: float) -> dict[str, Scenario]:
     return {p.stem: Scenario(p) for p in sorted(folder.glob("*.json"))}
 
 
-def _ci(values) -> str:
-    """'mean [low, high]' of the values (95 % t interval), 4 decimals."""
-    s = t_interval(list(values))
-    return f"{float(s.mean):.4f} [{float(s.ci_low):.4f}, {float(s.ci_high):.4f}]"
-
-
-def learns(runs: dict[int, dict]) -> bool:
-    """Whether the curve's test accuracy is above its majority share: the 95 % interval's lower end above it."""
-    accs = [r["final_acc"] for r in runs.values()]
-    return len(accs) > 1 and float(t_interval(accs).ci_low) > max(r["majority"] for r in runs.values())
-
-
-def _table(sc: Scenario, panel: str) -> list[str]:
-    lines = ["| curve | n | final train loss [95% CI] | test acc [95% CI] | σ² | ε/round (max) | ε over T (RDP) | "
-             "c²/σ_m² (dB) |", "|---|---|---|---|---|---|---|---|"]
-    for c in sc.names(panel):
-        runs = list(sc.runs(panel, c).values())
-        lines.append(f"| {c} | {len(runs)} | {_ci(r['final_loss'] for r in runs)} | {_ci(r['final_acc'] for r in runs)}{_flag(runs)} | "
-                     f"{np.mean([r['sigma2'] for r in runs]):.4g} | {max(r['eps_round'] for r in runs):.3g} | "
-                     f"{max(r['eps_T'] for r in runs):.3g} | {np.mean([r['snr_db'] for r in runs]):.1f} |")
-    return lines
-
-
-def _flag(runs) -> str:
-    """An accuracy cell's flag against the test set's majority share (testbed.reports.stats.majority_flag)."""
-    return majority_flag([r["final_acc"] for r in runs], max(r["majority"] for r in runs))
-
-
-def _chance_note(sc: Scenario, panel: str, curves: list[str]) -> str:
-    """What the accuracies of the compared curves say about the loss verdict."""
-    runs = [r for c in curves for r in sc.runs(panel, c).values()]
-    chance, majority = max(r["chance"] for r in runs), max(r["majority"] for r in runs)
-    learning = [c for c in curves if learns(sc.runs(panel, c))]
-    share = f"chance {chance:.3f}, majority share {majority:.3f}"
-    if not learning:
-        return (f"  \n*No compared curve's accuracy is above the majority share ({share}): the models stay at "
-                "chance/majority, so the loss verdict measures how much noise reaches x̄, not convergence; "
-                "it shows nothing about convergence.*")
-    return f"  \n*Above the majority share ({share}): {', '.join(learning)}.*"
+def _families(sc: Scenario, loss_claim: str, acc_claim: str, paired: bool = False) -> tuple[Family, Family]:
+    """The figure's two families (dwfl_seeds.figure_families), its effect of interest in loss from its chance."""
+    return figure_families(TITLES[sc.record["scenario"]].split(":")[0], max(r["chance"] for r in sc.record["runs"]),
+                           loss_claim, acc_claim, paired)
 
 
 def _claim(label: str, loss_v: Pending, acc_v: Pending, note: str) -> list[str]:
     return [f"**{label}**  \ntrain loss: {loss_v.markdown()}  \ntest accuracy: {acc_v.markdown()}{note}", ""]
 
 
-def _trend(fam: Family, sc: Scenario, panel: str, setting, claimed_loss: str) -> tuple[Pending, Pending]:
-    """Trend verdicts of final loss (claimed direction) and accuracy (the opposite) on ``setting(curve)``: each
-    curve's runs repeat its setting over the seeds, so ρ is taken within each seed (n = seeds)."""
+def _trend(fams: tuple[Family, Family], sc: Scenario, panel: str, setting, claimed_loss: str) -> tuple[Pending, Pending]:
+    """Trend verdicts of final loss (claimed direction, in the loss family) and accuracy (the opposite, in the
+    accuracy family) on ``setting(curve)``: each curve's runs repeat its setting over the seeds, so ρ is taken
+    within each seed (n = seeds)."""
     xs, losses, accs, seeds = [], [], [], []
     for c in sc.names(panel):
         for seed, r in sc.runs(panel, c).items():
@@ -302,65 +298,15 @@ def _trend(fam: Family, sc: Scenario, panel: str, setting, claimed_loss: str) ->
             accs.append(r["final_acc"])
             seeds.append(seed)
     acc_claim = "increasing" if claimed_loss == "decreasing" else "decreasing"
-    return (fam.trend(xs, losses, claimed_loss, units=xs, cluster=seeds),
-            fam.trend(xs, accs, acc_claim, units=xs, cluster=seeds))
+    return (fams[0].trend(xs, losses, claimed_loss, units=xs, cluster=seeds),
+            fams[1].trend(xs, accs, acc_claim, units=xs, cluster=seeds))
 
 
-def _paired(fam: Family, sc: Scenario, panel: str, better: str, worse: str) -> tuple[Pending, Pending]:
-    """Paired verdicts (by seed) that ``better`` ends with lower loss and higher accuracy than ``worse``."""
-    return (fam.paired(sc.values(panel, better, "final_loss"), sc.values(panel, worse, "final_loss"), "a<b"),
-            fam.paired(sc.values(panel, better, "final_acc"), sc.values(panel, worse, "final_acc"), "a>b"))
-
-
-def plot(name: str, sc: Scenario, suffix: str) -> None:
-    """The scenario's figure: mean loss of x̄ against round with a 95 % band per curve, one panel per
-    panel; for the ε curve, test accuracy against ε with interval bars and the majority share."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rec = sc.record
-    panels = sc.panels()
-    if name == "eps":
-        figure, ax = plt.subplots(figsize=(5, 3.2))
-        panel = panels[0]
-        eps = [float(c.split("=")[1]) for c in sc.names(panel)]
-        stats = [t_interval([r["final_acc"] for r in sc.runs(panel, c).values()]) for c in sc.names(panel)]
-        mean = np.array([float(s.mean) for s in stats])
-        err = np.array([[float(s.mean - s.ci_low) for s in stats], [float(s.ci_high - s.mean) for s in stats]])
-        ax.errorbar(eps, mean, yerr=err, marker="o", capsize=3, lw=1.2, label="test accuracy of x̄ (95% CI)")
-        runs = [r for c in sc.names(panel) for r in sc.runs(panel, c).values()]
-        ax.axhline(max(r["majority"] for r in runs), ls="--", color="gray", lw=1, label="majority share")
-        ax.set_xscale("log")
-        ax.set_xlabel("ε per round (paper's eq. 11)", fontsize=8)
-        ax.set_ylabel("test accuracy", fontsize=8)
-        ax.legend(fontsize=7)
-        ax.grid(alpha=0.3)
-        ax.tick_params(labelsize=7)
-    else:
-        cols = 2
-        rows = -(-len(panels) // cols)
-        figure, axes = plt.subplots(rows, cols, figsize=(9, 2.9 * rows), squeeze=False)
-        for ax, panel in zip(axes.flat, panels):
-            for c in sc.names(panel):
-                curves = np.array([r["loss"] for r in sc.runs(panel, c).values()])
-                s = t_interval(curves.T)
-                x = np.arange(1, curves.shape[1] + 1) * rec["curve_every"]
-                ax.plot(x, s.mean, label=c, lw=1.2)
-                ax.fill_between(x, s.ci_low, s.ci_high, alpha=0.2)
-            ax.set_title(panel, fontsize=9)
-            ax.set_xlabel("round", fontsize=8)
-            ax.set_ylabel("train loss of x̄", fontsize=8)
-            ax.tick_params(labelsize=7)
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=7)
-        for ax in list(axes.flat)[len(panels):]:
-            ax.axis("off")
-    figure.suptitle(TITLES[name] + " (mean over seeds, 95% CI)", fontsize=10)
-    figure.tight_layout()
-    figure.savefig(HERE / f"{name}{suffix}.png", dpi=72, metadata={"Software": None})
-    plt.close(figure)
+def _paired(fams: tuple[Family, Family], sc: Scenario, panel: str, better: str, worse: str) -> tuple[Pending, Pending]:
+    """Paired verdicts (by seed) that ``better`` ends with lower loss (the loss family) and higher accuracy
+    (the accuracy family) than ``worse``."""
+    return (fams[0].paired(sc.values(panel, better, "final_loss"), sc.values(panel, worse, "final_loss"), "a<b"),
+            fams[1].paired(sc.values(panel, better, "final_acc"), sc.values(panel, worse, "final_acc"), "a>b"))
 
 
 def _num(curve: str) -> float:
@@ -384,8 +330,8 @@ def _eps_section(sc: Scenario, suffix: str) -> list[str]:
         ok = learns(sc.runs(panel, c))
         if ok and first is None:
             first = c
-        md.append(f"| {_num(c):g} | {max(r['eps_T'] for r in rs):.3g} | {len(rs)} | {_ci(r['final_acc'] for r in rs)}{_flag(rs)} | "
-                  f"{_ci(r['final_loss'] for r in rs)} | {'yes' if ok else 'no'} |")
+        md.append(f"| {_num(c):g} | {max(r['eps_T'] for r in rs):.3g} | {len(rs)} | {ci_text(r['final_acc'] for r in rs)}{flag(rs)} | "
+                  f"{ci_text(r['final_loss'] for r in rs)} | {'yes' if ok else 'no'} |")
     xs = [_num(c) for c in sc.names(panel) for _ in sc.runs(panel, c)]
     fam = Family("accuracy rises with ε")
     v = fam.trend(xs, [r["final_acc"] for c in sc.names(panel) for r in sc.runs(panel, c).values()], "increasing",
@@ -410,7 +356,7 @@ def _learns_section(sc: Scenario) -> list[str]:
             sc.record["trains_on"], "",
             "| n | test acc [95% CI] | chance | majority share | ε/round (max, eq. 11) | ε spent, ledger (zCDP) | "
             "ε over T (RDP) | wall time per run |", "|---|---|---|---|---|---|---|---|",
-            f"| {len(rs)} | {_ci(r['final_acc'] for r in rs)}{_flag(rs)} | {chance:.3f} | {majority:.3f} | "
+            f"| {len(rs)} | {ci_text(r['final_acc'] for r in rs)}{flag(rs)} | {chance:.3f} | {majority:.3f} | "
             f"{max(r['eps_round'] for r in rs):.3g} | {max(r['eps_ledger'] for r in rs):.3g} | {max(r['eps_T'] for r in rs):.3g} | "
             f"{np.mean([r['wall_s'] for r in rs]):.1f} s |", "",
             ("The private model learns: its accuracy interval lies above the majority share." if ok else
@@ -419,16 +365,16 @@ def _learns_section(sc: Scenario) -> list[str]:
 
 def _fig2(sc: Scenario, task: str) -> list[str]:
     """Fig. 2's section, transmit power P: a trend per reading and N."""
-    fam = Family("Fig. 2: loss falls and accuracy rises with P, every panel")
+    fam = _families(sc, "falls with P, every panel", "rises with P, every panel")
     body: list[str] = []
     body += ["## Fig. 2: transmit power P", "",
              "> \"stronger transmitting power leads to more rapid convergence, it is reasonable since greater power",
              "> has stronger ability to resist the interference of channel noise.\"", "",
-             "Claim tested: the final loss falls (accuracy rises) with P over P = 20, 40, 60, 80 dBm.", "", fam.description(), ""]
+             "Claim tested: the final loss falls (accuracy rises) with P over P = 20, 40, 60, 80 dBm.", "", describe_both(fam), ""]
     for panel in sc.panels():
         lv, av = _trend(fam, sc, panel, _num, "decreasing")
-        body += _claim(f"{panel}: loss falls with P?", lv, av, _chance_note(sc, panel, sc.names(panel)))
-        body += _table(sc, panel) + [""]
+        body += _claim(f"{panel}: loss falls with P?", lv, av, chance_note(sc, panel, sc.names(panel)))
+        body += panel_table(sc, panel) + [""]
     s20 = float(np.mean(list(sc.values("B, exact calibration (default), N=10", "P=20 dBm", "sigma2").values())))
     s80 = float(np.mean(list(sc.values("B, exact calibration (default), N=10", "P=80 dBm", "sigma2").values())))
     body += ["**Reproduction risk (dwfl.md §4.4).** With exact calibration the total noise at the worst receiver,",
@@ -439,57 +385,58 @@ def _fig2(sc: Scenario, task: str) -> list[str]:
              "update (variant B) channel noise m_i/(c(N−1)) enters the models, but the total stays pinned by ε.",
              "The paper's trend can appear only when σ² is calibrated ignoring channel noise (option (i), third",
              "reading), so that channel noise is an extra that shrinks as P grows, and variant B lets it matter.", ""]
-    return [fam.fill(x) for x in body]
+    return fill_both(fam, body)
 
 
 def _fig3(sc: Scenario, task: str) -> list[str]:
     """Fig. 3's section, number of workers N: a trend per ε."""
-    fam = Family("Fig. 3: loss falls and accuracy rises with N, every ε")
+    fam = _families(sc, "falls with N, every ε", "rises with N, every ε")
     body: list[str] = []
     body += ["## Fig. 3: number of workers N", "",
              "> \"DWFL performs better with more workers, which is consistent with our analysis.\"", "",
              "Claim tested: the final loss falls (accuracy rises) with N over N = 15, 20, 25, 30 (another N is another",
-             "partition, so these runs are not paired: the rank correlation within each seed is over its own partitions).", "", fam.description(), ""]
+             "partition, so these runs are not paired: the rank correlation within each seed is over its own partitions).", "", describe_both(fam), ""]
     for panel in sc.panels():
         lv, av = _trend(fam, sc, panel, _num, "decreasing")
-        body += _claim(f"ε = {_num(panel):g}: loss falls with N?", lv, av, _chance_note(sc, panel, sc.names(panel)))
-        body += _table(sc, panel) + [""]
+        body += _claim(f"ε = {_num(panel):g}: loss falls with N?", lv, av, chance_note(sc, panel, sc.names(panel)))
+        body += panel_table(sc, panel) + [""]
     body += ["Mechanism: the calibrated noise at a receiver is fixed by ε, and a node divides what it hears by",
              "c(N−1), so its per-round noise falls like 1/(N−1) (Remark IV.1's O(1/√N) privacy in reverse).", ""]
-    return [fam.fill(x) for x in body]
+    return fill_both(fam, body)
 
 
 def _fig4(sc: Scenario, task: str) -> list[str]:
     """Fig. 4's section, privacy budget ε: a trend per N."""
-    fam = Family("Fig. 4: loss falls and accuracy rises with ε, every N")
+    fam = _families(sc, "falls with ε, every N", "rises with ε, every N")
     body: list[str] = []
     body += ["## Fig. 4: privacy budget ε", "",
              "> \"It shows that DWFL has better convergence results with smaller privacy budget. Smaller ε means",
              "> that more noise is added, which dampens the learning process.\"", "",
              "The two sentences contradict each other (dwfl.md §7 item 10); we test the consistent reading,",
-             "larger ε (less noise) converges better: the final loss falls with ε over ε = 0.1, 0.25, 0.5, 1.", "", fam.description(), ""]
+             "larger ε (less noise) converges better: the final loss falls with ε over ε = 0.1, 0.25, 0.5, 1.", "", describe_both(fam), ""]
     for panel in sc.panels():
         lv, av = _trend(fam, sc, panel, _num, "decreasing")
-        body += _claim(f"N = {_num(panel):g}: loss falls with ε?", lv, av, _chance_note(sc, panel, sc.names(panel)))
-        body += _table(sc, panel) + [""]
-    return [fam.fill(x) for x in body]
+        body += _claim(f"N = {_num(panel):g}: loss falls with ε?", lv, av, chance_note(sc, panel, sc.names(panel)))
+        body += panel_table(sc, panel) + [""]
+    return fill_both(fam, body)
 
 
 def _fig5(sc: Scenario, task: str) -> list[str]:
     """Fig. 5's section, over the air vs orthogonal: paired per N and ε."""
-    fam = Family("Fig. 5: over the air better than orthogonal, every N and ε")
+    fam = _families(sc, "over the air lower than orthogonal, every N and ε",
+                    "over the air higher than orthogonal, every N and ε", paired=True)
     body: list[str] = []
     body += ["## Fig. 5: over the air vs orthogonal", "",
              "> \"[the non-orthogonal scheme] has better advantage over orthogonal scheme in the case of the same",
              "> privacy level\" ... \"converges faster in both N=10 and N=30\" ... \"the orthogonal scheme almost",
-             "> failed to converge when ε = 0.1 and N=10\"", "", fam.description(), ""]
+             "> failed to converge when ε = 0.1 and N=10\"", "", describe_both(fam), ""]
     for panel in sc.panels():
         for eps in (0.1, 0.5):
             a, b = f"ota_d2d, eps={eps}", f"orthogonal_d2d, eps={eps}"
             lv, av = _paired(fam, sc, panel, a, b)
             body += _claim(f"{panel.replace('N=', 'N = ')}, ε = {eps}: over the air (a) better than orthogonal (b)?", lv, av,
-                           _chance_note(sc, panel, [a, b]))
-        body += _table(sc, panel) + [""]
+                           chance_note(sc, panel, [a, b]))
+        body += panel_table(sc, panel) + [""]
     orth = sc.runs("N=10", "orthogonal_d2d, eps=0.1").values()
     start = float(np.mean([r["loss"][0] for r in orth]))
     end = float(np.mean([r["final_loss"] for r in orth]))
@@ -498,37 +445,51 @@ def _fig5(sc: Scenario, task: str) -> list[str]:
              "Mechanism (dwfl.md §6.3): each orthogonal link must carry the whole ε-calibrated noise, which",
              "over the air is shared by the N−1 superposed senders; for the same ε the disagreement noise is",
              "about (N−1)× larger.", ""]
-    return [fam.fill(x) for x in body]
+    return fill_both(fam, body)
 
 
 def _fig6(sc: Scenario, task: str) -> list[str]:
     """Fig. 6's section, centralised vs decentralised: paired per N."""
-    fam = Family("Fig. 6: decentralised better than centralised, every N")
+    fam = _families(sc, "decentralised lower than centralised, every N",
+                    "decentralised higher than centralised, every N", paired=True)
     body: list[str] = []
     body += ["## Fig. 6: centralised (parameter server, Seif et al.) vs decentralised", "",
              "> \"our decentralized algorithm DWFL acquires more robustness and better convergence results in",
-             "> contrast with that in centralized setting.\"", "", fam.description(), ""]
+             "> contrast with that in centralized setting.\"", "", describe_both(fam), ""]
     for panel in sc.panels():
         lv, av = _paired(fam, sc, panel, "ota_d2d", "ota_central")
         body += _claim(f"{panel.replace('N=', 'N = ')}: decentralised (a) better than centralised (b)?", lv, av,
-                       _chance_note(sc, panel, ["ota_d2d", "ota_central"]))
-        body += _table(sc, panel) + [""]
+                       chance_note(sc, panel, ["ota_d2d", "ota_central"]))
+        body += panel_table(sc, panel) + [""]
     body += ["Mechanism here: the server's model takes the whole calibrated noise (divided by N) every round,",
              "while in DWFL the artificial noise sums to zero over the nodes (the zero-sum structure behind",
              "eq. 9), so x̄ only sees channel noise. The paper's explanation (more frequent exchanges) is not",
              "what drives it in our runs: both schemes exchange once per round.", ""]
-    return [fam.fill(x) for x in body]
+    return fill_both(fam, body)
 
 
 FIGURES = ("fig2", "fig3", "fig4", "fig5", "fig6")
 SECTIONS = {"fig2": _fig2, "fig3": _fig3, "fig4": _fig4, "fig5": _fig5, "fig6": _fig6}
 
 
-def report(task: str, eps_scale: float, data: dict[str, Scenario], learns_sc: Scenario | None) -> str:
-    """The REPORT's text from the task's scenarios (and learns.toml's for the CNN)."""
+def _sections(task: str, eps_scale: float, data: dict[str, Scenario],
+              learns_sc: Scenario | None) -> tuple[list[str], list[Family]]:
+    """The REPORT's sections (:func:`_body`) and the families they made, closed."""
+    with recording() as families:
+        body = _body(task, eps_scale, data, learns_sc)
+    return body, families
+
+
+def report(task: str, eps_scale: float, data: dict[str, Scenario], body: list[str], plan: list[dict]) -> str:
+    """The REPORT's text from the task's scenarios, its sections (:func:`_sections`) and the seeds plan
+    (:func:`plan_seeds`, over every task's data)."""
     rec = next(iter(data.values())).record
-    suffix = TASKS[task][1] + (f"-eps{eps_scale:g}x" if eps_scale != 1 else "")
-    n_seeds = len(rec["seeds"])
+    counts = {name: len(sc.record["seeds"]) for name, sc in data.items()}
+    if len(set(counts.values())) == 1:
+        seeds_text = f"{counts[next(iter(counts))]} seeds per curve (seeds {rec['seeds'][0]}–{rec['seeds'][-1]}, the same for every"
+    else:  # an extension cut short: say which scenario has how many
+        seeds_text = ("seeds per curve " + ", ".join(f"{k} in {name}" for name, k in counts.items())
+                      + " (seeds 0 to that count less one, the same for every")
     tenfold = ("with every ε × 10: `REPORT-cnn-eps10x.md`." if data_dir("cnn", 10.0).is_dir() else
                "every figure with ε × 10 (`--epsilon-scale 10`, `REPORT-cnn-eps10x.md`) did not fit this session's "
                "time; the accuracy against ε below includes 10× the paper's ε (5 per round) at N = 10.")
@@ -543,12 +504,14 @@ def report(task: str, eps_scale: float, data: dict[str, Scenario], learns_sc: Sc
         "Paper: Chen, Yu, Zou, Yu, Cheng, *Decentralized Wireless Federated Learning with Differential Privacy*,",
         "arXiv 2109.09142 (extraction: `shared/papers/dwfl.md`). The paper trains a CNN on CIFAR-10 and prints",
         f"no numbers, only curves (dwfl.md §6); here: {rec['trains_on']},",
-        f"{rec['rounds']} rounds, {n_seeds} seeds per curve (seeds {rec['seeds'][0]}–{rec['seeds'][-1]}, the same for every",
+        f"{rec['rounds']} rounds, {seeds_text}",
         "curve: runs are paired by seed), Rayleigh fading drawn once, σ_m² = 1 W, δ = 1e-5, γ = 0.5,",
         f"η = 0.5, g_max = 1, batch 32 (`{rec['base']}`). A run's metrics are the training loss of the average model x̄",
         f"(\"convergence\" in the paper) and its test accuracy, each the mean of the last {rec['last_rounds']} rounds.",
         "",
-        RULE + " Trends over a setting (Figs. 2–4) repeat each setting over the seeds: ρ within each seed (n = seeds).",
+        RULE + " Each figure here makes two families, one per metric (the train loss, the paper's; the test accuracy "
+        "beside it), Holm-adjusted apart. Trends over a setting (Figs. 2–4) repeat each setting over the seeds: ρ within "
+        "each seed (n = seeds).",
         "The paper's claims are about convergence of the loss; the accuracy verdict beside each says whether",
         "the models learn at all: where every compared curve sits at chance or the majority share, a loss",
         "verdict measures how much noise reaches x̄ and shows nothing about convergence.",
@@ -560,17 +523,24 @@ def report(task: str, eps_scale: float, data: dict[str, Scenario], learns_sc: Sc
         "dp-accounting (RDP), which the paper does not do. c²/σ_m² is the received model SNR (eq. 4).",
         f"Measured wall time of the runs here, one process on a 2-core machine shared with other jobs: {walls},",
         f"{sum(sc.record['wall_s'] for sc in data.values()) / 60:.1f} min in all (a run two scenarios share is counted in",
-        "the first that ran it). " + other,
+        "the first that ran it" + _parts(data) + "). " + other,
+        "",
+        *seeds_paragraph(next(row for row in plan if row["folder"] == data_dir(task, eps_scale).name), plan),
         "",
     ]
-    header = len(md)
+    return "\n".join(md + _summary(body) + body)
+
+
+def _body(task: str, eps_scale: float, data: dict[str, Scenario], learns_sc: Scenario | None) -> list[str]:
+    """The REPORT's sections (every family made here is closed and filled in)."""
+    suffix = TASKS[task][1] + (f"-eps{eps_scale:g}x" if eps_scale != 1 else "")
     body: list[str] = []
     for name in FIGURES:
         if name in data:
             body += SECTIONS[name](data[name], task)
         else:
             body += [f"## {TITLES[name]}", "", f"*Not run here (no `data/{data_dir(task, eps_scale).name}/{name}.json`): "
-                     "the set did not fit the machine's time with 5 seeds; "
+                     "the set did not fit the machine's time; "
                      f"`reproduce.py{' --task cnn' if task == 'cnn' else ''}"
                      f"{f' --epsilon-scale {eps_scale:g}' if eps_scale != 1 else ''} --scenarios {name}` runs it.*", ""]
     if "eps" in data:
@@ -579,7 +549,17 @@ def report(task: str, eps_scale: float, data: dict[str, Scenario], learns_sc: Sc
         body += _learns_section(learns_sc)
     figs = [f for f in (*FIGURES, "eps") if f in data]
     body += ["## Figures", "", *[f"- `{f}{suffix}.png`: {TITLES[f]}" for f in figs], ""]
-    return "\n".join(md[:header] + _summary(body) + body)
+    return body
+
+
+def _parts(data: dict[str, Scenario]) -> str:
+    """How the data files were made, where seeds were added to a pilot (``--extend``)."""
+    parts = {tuple(sc.record["seed_parts"]) for sc in data.values() if "seed_parts" in sc.record}
+    if not parts:
+        return ""
+    text = " and ".join("+".join(map(str, p)) for p in sorted(parts))
+    return (f"; seeds run as {text}: a pilot, then seeds added by `--extend` after the cheapest pilot run reproduced "
+            "exactly, the times of the parts summed")
 
 
 def _summary(body: list[str]) -> list[str]:
@@ -597,32 +577,49 @@ def _summary(body: list[str]) -> list[str]:
     return lines + [""]
 
 
+#: The tasks the seeds plan covers (learns.toml's check has no family to power).
+PLANNED = (("cnn", 10.0), ("cnn", 1.0), ("adult", 1.0))
+
+
+def plan_seeds(bodies: dict[str, tuple[list[str], list[Family]]] | None = None) -> list[dict]:
+    """The seeds plan (dwfl_seeds.plan) of every folder of PLANNED with committed data, from its data and
+    families (those of ``bodies``, from :func:`_sections`, where it has them: not made again)."""
+    folders = []
+    for task, scale in PLANNED:
+        if data := load_task(task, scale):
+            folder = data_dir(task, scale).name
+            _lines, families = bodies[folder] if bodies and folder in bodies else _sections(task, scale, data, None)
+            folders.append((folder, {name: sc.record for name, sc in data.items()}, families))
+    return plan(folders)
+
+
 def write_reports() -> list[Path]:
     """Every REPORT whose data is in data/, and its figures, from data/ alone."""
     written = []
     learns_data = load_task("learns", 1.0)
-    for task, scale in (("adult", 1.0), ("cnn", 1.0), ("cnn", 10.0)):
-        data = load_task(task, scale)
-        if not data:
-            continue
+    tasks = {data_dir(task, scale).name: (task, scale, data) for task, scale in (("adult", 1.0), ("cnn", 1.0), ("cnn", 10.0))
+             if (data := load_task(task, scale))}
+    bodies = {folder: _sections(task, scale, data, learns_data.get("learns") if (task, scale) == ("cnn", 1.0) else None)
+              for folder, (task, scale, data) in tasks.items()}
+    plan = plan_seeds(bodies)  # every folder's families first: each REPORT states the plan over all three
+    for folder, (task, scale, data) in tasks.items():
         suffix = TASKS[task][1] + (f"-eps{scale:g}x" if scale != 1 else "")
         for name, sc in data.items():
-            plot(name, sc, suffix)
+            plot(name, sc, HERE / f"{name}{suffix}.png", TITLES[name])
         for name in FIGURES:  # a figure whose scenario has no data would be stale
             if name not in data:
                 (HERE / f"{name}{suffix}.png").unlink(missing_ok=True)
-        learns_sc = learns_data.get("learns") if (task, scale) == ("cnn", 1.0) else None
         path = HERE / f"REPORT{suffix}.md"
-        with recording() as families:
-            text = report(task, scale, data, learns_sc)
-        write_report(path, text, families)
+        body, families = bodies[folder]
+        write_report(path, report(task, scale, data, body, plan), families)
         written.append(path)
     return written
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--seeds", type=int, default=None,
+                    help="seeds per curve (default: the task's planned count, SEEDS; --plan-seeds says why)")
     ap.add_argument("--rounds", type=int, default=40)
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--task", choices=sorted(TASKS), default="adult")
@@ -630,7 +627,15 @@ def main(argv=None) -> int:
     ap.add_argument("--epsilon-scale", type=float, default=1.0,
                     help="run every ε of the paper times this (outputs get the suffix -epsNx)")
     ap.add_argument("--report-only", action="store_true", help="rewrite every REPORT and figure from data/ only")
+    ap.add_argument("--extend", action="store_true",
+                    help="run only the seeds the committed data files lack and merge them in (after checking that "
+                         "the cheapest committed run reproduces exactly)")
+    ap.add_argument("--plan-seeds", action="store_true",
+                    help="print the seeds plan (seeds needed, budget, chosen) from the committed data; run nothing")
     args = ap.parse_args(argv)
+    if args.plan_seeds:
+        print(plan_table(plan_seeds(), SEEDS))
+        return 0
     if not args.report_only:
         run_task(args)
     for path in write_reports():
