@@ -14,13 +14,30 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from testbed.reports.stats import majority_flag, t_interval
+from testbed.reports.stats import MOST_SEEDS, majority_flag, t_interval
 from testbed.reports.verdicts import RULE, SHOWN, Family, Pending, Verdict
 
 LR_CHOSEN = 0.5
 PAPER_LR = 0.02
 #: The weights of the scenarios' MLP 64-32-10.
 WEIGHTS = 64 * 32 + 32 + 32 * 10 + 10
+
+# The effect of interest of each kind of family (issue 41: seeds by power), the smallest mean paired
+# difference its claims are about, in their unit. A family holds claims of one unit only (so the paper's
+# claims, judged by loss and by accuracy, are two families per scenario): its power is computed from the
+# median sd of its claims' differences, which means nothing across units.
+#: "Learns": accuracy minus the majority share of the test rows. 0.1 (ten points): a model that learns these
+#: ten classes beats the majority share by far more (the non-private runs by 0.6 to 0.75), so a run that
+#: cannot be shown 0.1 above it does not learn in any sense that matters, and at chance a verdict must be
+#: able to rule out that much.
+EFFECT_LEARNS = 0.10
+#: A difference in test accuracy between two settings (impact factors, lr, rules, the cost of privacy): two
+#: percentage points, the smallest gap a user choosing between the settings would act on (the paper's
+#: figures separate impact assignments by a few points; the digits' test rows resolve 1/300).
+EFFECT_ACCURACY = 0.02
+#: A difference in final training loss (nats): 0.05, about 5 % of the non-private final loss here (1.0 to
+#: 1.3), the order of the gaps between the paper's loss curves it calls better and worse.
+EFFECT_LOSS = 0.05
 
 
 # ----------------------------------------------------------------------------- numbers
@@ -46,7 +63,7 @@ def learns(fam: Family, runs: Sequence[dict], majority: Sequence[float]) -> Pend
 
 def learns_by_label(name: str, variants: dict[str, dict], majority: Sequence[float]) -> dict[str, Verdict]:
     """Every run's "learns" verdict of a table, one family (closed): label → verdict."""
-    fam = Family(f"{name}: each run above the majority share")
+    fam = Family(f"{name}: each run above the majority share", effect_of_interest=EFFECT_LEARNS)
     judged = {label: learns(fam, variant["runs"], majority) for label, variant in variants.items()}
     fam.close()
     return {label: v.verdict for label, v in judged.items()}
@@ -63,6 +80,15 @@ def eps_text(runs: Sequence[dict]) -> str:
     return f"{worst:.3g} | {server:.3g} / {public:.3g} | {max(r['epsilon_tight'] for r in runs):.3g}"
 
 
+def filled(lines: list[str], *families: Family) -> list[str]:
+    """``lines`` with the families' placeholders replaced, each family filled once (its description's
+    power is computed at every fill)."""
+    text = "\n".join(lines)
+    for fam in families:
+        text = fam.fill(text)
+    return text.split("\n")
+
+
 def verdict_row(fam: Family, what: str, a: list[dict], b: list[dict], key: str, claimed: str) -> str:
     return f"  - {what}: {fam.paired(values(a, key), values(b, key), claimed).markdown()}"
 
@@ -73,25 +99,56 @@ def wall(record: dict) -> str:
 
 # ----------------------------------------------------------------------------- sections
 
-def report(data: dict[str, dict]) -> str:
-    """The whole REPORT.md from the parts' records (``data[part]``, as data/<part>.json holds)."""
+#: What the seeds section is planned with (reproduce.py's): the parts in order, the fewest seeds, the budget (min).
+PlanSettings = tuple[Sequence[str], int, float]
+
+
+def report(data: dict[str, dict], plan_settings: PlanSettings | None = None) -> str:
+    """The whole REPORT.md from the parts' records (``data[part]``, as data/<part>.json holds) and, given
+    ``plan_settings``, a section of the seeds by power planned from them (:func:`plan_from`)."""
+    lines, families = _build(data)
+    if plan_settings is not None:
+        lines[-1:-1] = seeds_section(data, plan_from(data, families, *plan_settings))  # before the wall time
+    return "\n".join(lines) + "\n"
+
+
+def _build(data: dict[str, dict]) -> tuple[list[str], dict[str, list[Family]]]:
+    """The REPORT's lines (the last one its wall-time section) and the families each part's data made."""
+    from testbed.reports.verdicts import recording
+
+    families: dict[str, list[Family]] = {}
+
+    def of(part_of, make):  # run a section, noting the part each family it makes belongs to
+        with recording() as made:
+            out = make()
+        for f in made:
+            families.setdefault(part_of(f.name), []).append(f)
+        return out
+
     lines = intro(data)
     if "lr" in data:
-        lines += learning_rate(data["lr"])
+        lines += of(lambda name: "lr", lambda: learning_rate(data["lr"]))
     lines += noise(data)
-    learn = {name: learns_by_label(f"Scenario {name[1]}", data[name]["variants"], data[name]["majority_share"])
-             for name in ("s1", "s2", "s3", "s4") if name in data}
+    learn = {name: of(lambda _, name=name: name, lambda name=name: learns_by_label(
+        f"Scenario {name[1]}", data[name]["variants"], data[name]["majority_share"]))
+        for name in ("s1", "s2", "s3", "s4") if name in data}
     for name in learn:
         lines += scenario_table(name, data[name], learn[name])
-    lines += claims(data, learn)
+    lines += of(lambda name: f"s{name.split()[1][0]}", lambda: claims(data, learn))  # "Scenario N: ..."
     if "curve" in data:
-        lines += curve(data["curve"])
+        lines += of(lambda name: "curve", lambda: curve(data["curve"]))
     if "learns" in data:
-        lines += learns_section(data["learns"])
+        lines += of(lambda name: "learns", lambda: learns_section(data["learns"]))
+    facts: dict[str, str] = {}
+    if "sound" in data or "dp_sgd" in data:
+        sound_lines, facts = of(lambda name: "dp_sgd" if name.startswith("learns_dp_sgd") else "sound",
+                                lambda: under_sound(data))
+        lines += sound_lines
     if "impact" in data:
-        lines += impact_section(data["impact"])
-    lines += wall_times(data)
-    return "\n".join(lines) + "\n"
+        lines += of(lambda name: "impact", lambda: impact_section(data["impact"]))
+    lines[2:2] = opening(data, facts)  # after the title
+    lines.append("\n".join(wall_times(data)))
+    return lines, {part: [f for f in fams if len(f)] for part, fams in families.items()}
 
 
 def intro(data: dict) -> list[str]:
@@ -141,17 +198,18 @@ def learning_rate(record: dict) -> list[str]:
                    f"{mean_ci([r['train_loss'] for r in private], 4)} | "
                    f"{mean_ci([r['test_accuracy'] for r in private], 3, record['majority_share'])} |")
     chosen = v[f"non-private 1-1-1 lr={LR_CHOSEN:g}"]["runs"]
-    fam = Family(f"lr {LR_CHOSEN:g} against every other lr")
+    by_loss = Family(f"lr {LR_CHOSEN:g} against every other lr, by final training loss", effect_of_interest=EFFECT_LOSS)
+    by_acc = Family(f"lr {LR_CHOSEN:g} against every other lr, by test accuracy", effect_of_interest=EFFECT_ACCURACY)
     out += ["", f"Paired against lr = {LR_CHOSEN:g} (non-private; a = lr {LR_CHOSEN:g}, b = the other). "
-            f"{fam.description()}", ""]
+            f"{by_loss.description()} {by_acc.description()}", ""]
     for lr in lrs:
         if lr == LR_CHOSEN:
             continue
         other = v[f"non-private 1-1-1 lr={lr:g}"]["runs"]
         out += [f"- lr {LR_CHOSEN:g} vs {lr:g}",
-                verdict_row(fam, "lower final training loss", chosen, other, "train_loss", "a<b"),
-                verdict_row(fam, "higher test accuracy", chosen, other, "test_accuracy", "a>b")]
-    out = [fam.fill(x) for x in out]
+                verdict_row(by_loss, "lower final training loss", chosen, other, "train_loss", "a<b"),
+                verdict_row(by_acc, "higher test accuracy", chosen, other, "test_accuracy", "a>b")]
+    out = filled(out, by_loss, by_acc)
     learn = learns_by_label("the learning rates", v, record["majority_share"])
     best = min(lrs, key=lambda lr: np.mean([r["train_loss"] for r in v[f"non-private 1-1-1 lr={lr:g}"]["runs"]]))
     private_learns = [lr for lr in lrs if learn[f"private 0-1-2 eps=20 lr={lr:g}"].word == SHOWN]
@@ -238,22 +296,27 @@ def claims(data: dict, learn: dict[str, dict[str, Verdict]]) -> list[str]:
            "the clean test accuracy (its text; claimed higher), a being the setting the paper says is better. "
            "Where the compared runs do not learn (the \"learns\" column above), an accuracy verdict compares "
            "chance-level models and a loss verdict measures how much noise was injected, not convergence. The claims "
-           "of one scenario (one figure of the paper) are one family.", ""]
-    families = {name: Family(f"Scenario {name[1]}: the paper's claims") for name in ("s1", "s2", "s3", "s4")}
+           "of one scenario (one figure of the paper) are two families, one per unit: by the training loss and by "
+           "the test accuracy (a family's power is computed from its claims' differences, which must share a unit).",
+           ""]
+    families = {(name, unit): Family(f"Scenario {name[1]}: the paper's claims, by {what}", effect_of_interest=effect)
+                for name in ("s1", "s2", "s3", "s4") if name in data
+                for unit, what, effect in (("loss", "training loss", EFFECT_LOSS),
+                                           ("accuracy", "test accuracy", EFFECT_ACCURACY))}
 
     def runs(name, label):
         return data[name]["variants"][label]["runs"]
 
     def claim(quote, name, a, b, *, curve=False):
         ra, rb = runs(name, a), runs(name, b)
-        fam = families[name]
-        if not any(fam.token in line for line in out):
-            out.append(fam.description())
+        loss, acc = families[name, "loss"], families[name, "accuracy"]
+        if not any(loss.token in line for line in out):
+            out.append(f"{loss.description()} {acc.description()}")
         rows = [f"- \"{quote}\" — a = {a}, b = {b}",
-                verdict_row(fam, "final training loss a < b", ra, rb, "train_loss", "a<b"),
-                verdict_row(fam, "test accuracy a > b", ra, rb, "test_accuracy", "a>b")]
+                verdict_row(loss, "final training loss a < b", ra, rb, "train_loss", "a<b"),
+                verdict_row(acc, "test accuracy a > b", ra, rb, "test_accuracy", "a>b")]
         if curve:
-            rows.append(verdict_row(fam, "mean training loss over rounds 1, 6, ..., 30 a < b (faster)", ra, rb,
+            rows.append(verdict_row(loss, "mean training loss over rounds 1, 6, ..., 30 a < b (faster)", ra, rb,
                                     "train_loss_curve", "a<b"))
         both_learn = all(learn[name][label].word == SHOWN for label in (a, b))
         if not both_learn:
@@ -285,7 +348,7 @@ def claims(data: dict, learn: dict[str, dict[str, Verdict]]) -> list[str]:
                   "accurate result (scenario 4, non-private)", "s4", "non-private follow", f"non-private {other}",
                   curve=True)
     for fam in families.values():
-        out = [fam.fill(x) for x in out]
+        out = filled(out, fam)
     return out + [""]
 
 
@@ -309,6 +372,7 @@ def curve(record: dict) -> list[str]:
         out.append(f"| {e:g} | {mean_ci([r['test_accuracy'] for r in runs], 3, record['majority_share'])} | "
                    f"{mean_ci([r['train_loss'] for r in runs], 4)} | {verdict.markdown()} | {eps_text(runs)} |")
     all_runs = [(e, r["test_accuracy"], r["seed"]) for e, variant in zip(eps, v.values()) for r in variant["runs"]]
+    # No effect of interest: a trend's verdict is Spearman's ρ, not a paired difference (no power record).
     fam = Family("the curve: accuracy rises with ε")
     trend = fam.trend([np.log10(e) for e, _, _ in all_runs], [a for _, a, _ in all_runs], "increasing",
                       units=[e for e, _, _ in all_runs], cluster=[s for _, _, s in all_runs])
@@ -330,7 +394,8 @@ def curve(record: dict) -> list[str]:
 
 
 #: What every private ε of this report rests on (issue 39): the runs are reproductions.
-ASSUMPTION = ("**Privacy assumption.** Every private run here is a reproduction (`[privacy] reproduction = true`, "
+ASSUMPTION = ("**Privacy assumption.** Every private run here but those of \"Under a sound ε\" is a reproduction "
+              "(`[privacy] reproduction = true`, "
               "`padpfl.sensitivity = \"paper_eq7\"`): its uploads are charged at eq. (7)'s 2B/m_i, and so every ε "
               "below is under the paper's assumption (eq. 6), not a guarantee for SGD. Eq. (6) takes a local model to "
               "be the mean of per-sample minimisers; FedProx by SGD does not make one, and the sensitivity true of "
@@ -364,7 +429,9 @@ def learns_section(record: dict) -> list[str]:
            f"{record['seeds']} seeds, chance 0.1, majority share of the test rows at most {max(majority):.3f}.", "",
            "| run | final test accuracy | final train loss | learns | ε ledger | ε server / public | ε tight |",
            "|---|---|---|---|---|---|---|"]
-    fam = Family("learns.toml: each run above the majority share, and the cost of privacy")
+    # Accuracy throughout: the learns claims (effect ~0.75) and the cost of privacy, whose effect of interest rules.
+    fam = Family("learns.toml: each run above the majority share, and the cost of privacy",
+                 effect_of_interest=EFFECT_ACCURACY)
     for label, variant in v.items():
         out.append(f"| {label} | {mean_ci([r['test_accuracy'] for r in variant['runs']], 3, majority)} | "
                    f"{mean_ci([r['train_loss'] for r in variant['runs']], 4)} | "
@@ -379,7 +446,155 @@ def learns_section(record: dict) -> list[str]:
             f"{fam.paired(values(runs, 'test_accuracy'), values(plain['runs'], 'test_accuracy'), 'a<b').markdown()}. "
             f"{fam.description()}",
             f"Wall time of the part (both rows, all seeds, one worker): {wall(record)}.", ""]
-    return [fam.fill(x) for x in out]
+    return filled(out, fam)
+
+
+def under_sound(data: dict) -> tuple[list[str], dict[str, str]]:
+    """The part "Under a sound ε": scenario 1's private runs at the paper's ε under the sound default
+    sensitivity (part sound), and learns_dp_sgd.toml (part dp_sgd); with the facts the REPORT's opening
+    states (what learns, at which ε)."""
+    out = ["## Under a sound ε", "",
+           "Every ε above is the paper's: charged at eq. (7)'s 2B/m_i, it holds only under eq. (6)'s assumption. "
+           "Here every ε is a guarantee of the mechanism run (`[privacy] reproduction = false`, no assumption in the "
+           "summary): δ is below 1/m, m the smallest client's training records, and each upload or step is charged at "
+           "a sensitivity true of what it releases.", ""]
+    facts: dict[str, str] = {}
+    if "sound" in data:
+        record = data["sound"]
+        v, majority = record["variants"], record["majority_share"]
+        learn = learns_by_label("Scenario 1 under a sound ε", v, majority)
+        m = next(var["noise"]["min_samples"] for var in v.values())
+        quietest = min(var["noise"]["sigma_client"] for var in v.values() if "sigma_client" in var["noise"])
+        out += ["### (a) Scenario 1 at the paper's ε, sensitivity 2B (part \"sound\")", "",
+                "Scenario 1 (the setting of the headline's figures and of the \"ε at 2B\" column) with the testbed's "
+                "default sensitivity, `padpfl.sensitivity = \"clipped_weights\"`: one record can change a clipped "
+                "upload by 2B, so eq. (8)'s σ_C is calibrated (and the ledger charged) at 2B instead of 2B/m_i: "
+                f"m = {m}× the reproduction's σ_C at the same ε (the digits' {m} training images per client). "
+                f"{record['seeds']} seeds (seeds 0, 1, ...: a seed's runs share data, partition, initial model and "
+                "batches with the scenario's runs of that seed); chance 0.1, majority share of the test rows at most "
+                f"{max(majority):.3f}.", "",
+                "| run | σ_C | final test accuracy | final train loss | learns | ε ledger | ε server / public | ε tight |",
+                "|---|---|---|---|---|---|---|---|"]
+        for label, variant in v.items():
+            runs = variant["runs"]
+            sigma = variant["noise"].get("sigma_client")
+            out.append(f"| {label} | {'–' if sigma is None else f'{sigma:.4g}'} | "
+                       f"{mean_ci([r['test_accuracy'] for r in runs], 3, majority)} | "
+                       f"{mean_ci([r['train_loss'] for r in runs], 4)} | {learn[label].markdown()} | {eps_text(runs)} |")
+        private = [label for label in v if label.startswith("private")]
+        learning = [label for label in private if learn[label].word == SHOWN]
+        facts["sound"] = (f"no private run of scenario 1 learns at the paper's ε ({', '.join(private)})" if not learning
+                          else f"of scenario 1's private runs {', '.join(learning)} learn{'s' if len(learning) == 1 else ''}")
+        out += ["", ("**No private PADPFL run of scenario 1 learns at the paper's ε under a sound sensitivity**: "
+                     if not learning else f"**Under a sound sensitivity {', '.join(learning)} learn**: ")
+                + "each private row's accuracy is compared with the majority share of the same seed's test rows "
+                "(the table's rows one family, Holm-adjusted). With σ_C per coordinate of the "
+                f"{WEIGHTS} weights at the value above, an upload's noise has norm about σ_C·sqrt({WEIGHTS}), at the "
+                f"least {quietest * np.sqrt(WEIGHTS):,.0f}, against the clipped model's norm of at most B = 5.", ""]
+    if "dp_sgd" in data:
+        record = data["dp_sgd"]
+        v, majority = record["variants"], record["majority_share"]
+        private, plain = v["private eps=5"], v["non-private"]
+        runs, n = private["runs"], private["noise"]
+        zcdp_eps = max(r["epsilon"] for r in runs)
+        rdp_eps = max(r["epsilon_tight"] for r in runs)
+        out += ["### (b) PADPFL over DP-SGD clients (learns_dp_sgd.toml, part \"dp_sgd\")", "",
+                "learns.toml's data and model (mnist-5k through fixed scattering features, a linear softmax model, 10 "
+                f"clients of {n['min_samples']} training images, equal impact factors) with DP-SGD local steps "
+                "(`padpfl.local_step = \"dp_sgd\"`): every local step clips each sample's gradient at "
+                f"C = {n['sample_clip']:g}, averages over the batch of X = {n['min_samples']} (each client's whole training "
+                f"set: sampling rate 1, no amplification claimed) and adds N(0, σ² I) with σ = {n['step_sigma']:.4g}, "
+                f"calibrated so a client's {n['steps_charged']} steps (T = R = {n['rounds']} rounds of "
+                f"{n['steps_charged'] // n['rounds']}) spend ε = {n['epsilon']:g} at δ = {n['delta']:g} under zCDP, each "
+                f"step charged at 2C/X = {n['step_sensitivity']:g} (replace-one). The upload (clipped to B = {n['clip']:g}) "
+                "and the broadcast are post-processing: no eq. (8) or (13) noise, and no paper assumption. Not a paper's "
+                "setting: PADPFL's aggregation (eq. 11) over DP-SGD clients. The non-private twin: the same data, model, "
+                f"rounds, steps, batch and lr ({n['lr']:g}) with plain SGD steps, no clipping. {record['seeds']} seeds; "
+                f"chance 0.1, majority share of the test rows at most {max(majority):.3f}.", "",
+                "| run | final test accuracy | final train loss | learns | ε ledger | ε server / public | ε tight |",
+                "|---|---|---|---|---|---|---|"]
+        # Accuracy throughout: the learns claims and the cost of privacy, whose effect of interest rules.
+        fam = Family("learns_dp_sgd.toml: each run above the majority share, and the cost of privacy",
+                     effect_of_interest=EFFECT_ACCURACY)
+        learned = {}
+        for label, variant in v.items():
+            learned[label] = learns(fam, variant["runs"], majority)
+            out.append(f"| {label} | {mean_ci([r['test_accuracy'] for r in variant['runs']], 3, majority)} | "
+                       f"{mean_ci([r['train_loss'] for r in variant['runs']], 4)} | {learned[label].markdown()} | "
+                       f"{eps_text(variant['runs'])} |")
+        cost = fam.paired(values(runs, "test_accuracy"), values(plain["runs"], "test_accuracy"), "a<b")
+        gap = np.mean([a["test_accuracy"] - b["test_accuracy"] for a, b in zip(runs, plain["runs"])])
+        out += ["", f"ε printed by the ledger (worst node and observer): {zcdp_eps:.3g} under zCDP (the configured "
+                f"accountant, which enforces the budget), {rdp_eps:.3g} by the tight RDP accountant, at δ = "
+                f"{n['delta']:g} (below 1/m = 1/{n['min_samples']}); all of it seen by the server (the steps' noise "
+                "is in every upload), nothing more by the public.",
+                f"The cost of privacy (a = private, b = non-private; mean paired difference {gap:+.3f}): "
+                f"{cost.markdown()}. {fam.description()}", "",
+                "What makes it learn: the noise is added where one record's influence is small, to a per-sample "
+                f"clipped mean gradient over X = {n['min_samples']} samples (sensitivity 2C/X = {n['step_sensitivity']:g}), "
+                f"not to whole weight vectors of sensitivity 2B = {2 * n['clip']:g}; full-batch steps keep that "
+                f"sensitivity at its smallest and the steps few ({n['steps_charged']} steps of σ = {n['step_sigma']:.3g} "
+                "spend the whole ε); and a linear model on fixed scattering features is enough for these digits, so "
+                "few noisy steps on a convex loss reach a useful model. Wall time of the part (both rows, all seeds, "
+                f"one worker): {wall(record)}.", ""]
+        out = filled(out, fam)
+        facts["dp_sgd"] = (f"learns_dp_sgd.toml (DP-SGD local steps) {'learns' if learned['private eps=5'].word == SHOWN else 'does not learn'} "
+                           f"at ε = {zcdp_eps:.3g} (zCDP) / {rdp_eps:.3g} (RDP), δ = {n['delta']:g}: test accuracy "
+                           f"{np.mean([r['test_accuracy'] for r in runs]):.3f} against a majority share of at most "
+                           f"{max(majority):.3f} ({record['seeds']} seeds), {-gap:.3f} below its non-private twin")
+    return out, facts
+
+
+def opening(data: dict, facts: dict[str, str]) -> list[str]:
+    """The REPORT's first paragraph: which figures hold under a sound ε and which only under the paper's
+    assumption."""
+    at_2b = []
+    if "s1" in data:
+        for label in ("private 0-1-2 eps=5", "private 0-1-2 eps=20"):
+            at_2b.append(f"{sound_epsilon(data['s1']['variants'][label]['noise'], 0.01):,.0f}")
+    learns_2b = (f" and learns.toml's ε = 5 about {sound_epsilon(data['learns']['variants']['private eps=5']['noise'], 0.01):.3g}"
+                 if "learns" in data else "")
+    sound = "; ".join(facts[k] for k in ("sound", "dp_sgd") if k in facts)
+    return ["**What holds under a sound ε, and what only under the paper's assumption.** The non-private figures "
+            "(the learning-rate sweep, the impact assignments of every scenario, the automatic rules without noise) "
+            "need no privacy assumption. Every ε of the private runs of the scenarios, of the privacy-utility curve, "
+            "of learns.toml and of the rules' ε = 20 rows is the paper's: charged at eq. (7)'s 2B/m_i, it holds only "
+            "under eq. (6)'s assumption, not for SGD; charged at 2B, the sensitivity true of clipped SGD weights, "
+            + (f"scenario 1's ε = 5 and 20 cost ε {' and '.join(at_2b)}" if at_2b else "the same noise costs far more")
+            + f"{learns_2b} (the \"ε at 2B\" column). Under a sound ε (the part \"Under a sound ε\"): "
+            + (sound or "not run") + ".", ""]
+
+
+def seeds_section(data: dict, plan: dict[str, dict]) -> list[str]:
+    """Seeds by power: each part's seeds against the plan made from these data, and the families that stay
+    underpowered."""
+    cap = next(iter(plan.values()))["cap"]
+    out = ["## Seeds by power", "",
+           "Each family states its effect of interest (make_report.py says why each: "
+           f"{EFFECT_LEARNS:g} above the majority share for \"learns\", {EFFECT_ACCURACY:g} of test accuracy, "
+           f"{EFFECT_LOSS:g} nats of training loss) and the seeds that detect it at 80 % power after Holm from the sd "
+           "of its differences. A part is run at max(8, its families' seeds needed), capped at "
+           f"{cap} seeds: what every part can run within the compute budget "
+           "(reproduce.py's COMPUTE_BUDGET_MIN, at the wall time per seed of each part's pilot, its first batch of "
+           "seeds). Planned from these data "
+           "(`reproduce.py --plan-seeds` prints it per family); seeds are added to a committed part, never rerun.", "",
+           "| part | seeds run | wanted (max of 8 and seeds needed) | planned (capped) | underpowered families at the seeds run |",
+           "|---|---|---|---|---|"]
+    for part, p in plan.items():
+        if part not in data:
+            continue
+        n = data[part]["seeds"]
+        short = [name for name, pw in p["families"] if pw and "effect_of_interest" in pw
+                 and (pw["seeds_needed"] is None or pw["seeds_needed"] > n)]
+        wanted = f"more than {MOST_SEEDS}" if p["wanted"] > MOST_SEEDS else str(p["wanted"])
+        out.append(f"| {part} | {n} | {wanted} | {p['seeds']} | {'; '.join(map(cell, short)) if short else 'none'} |")
+    behind = [part for part, p in plan.items() if part in data and data[part]["seeds"] < p["seeds"]]
+    out += ["", ("Parts run with fewer seeds than planned (the session's time ran out; the seeds run column says "
+                 "how many, 5 being the pilot's), whose underpowered families' inconclusive verdicts are no "
+                 f"evidence of no effect: {', '.join(behind)}." if behind else
+                 "Every part runs its planned seeds; a family underpowered there needs more seeds than the budget "
+                 "allows, and its inconclusive verdicts are no evidence of no effect."), ""]
+    return out
 
 
 def impact_section(record: dict) -> list[str]:
@@ -416,7 +631,10 @@ def impact_section(record: dict) -> list[str]:
     learn = learns_by_label("impact", v, record["majority_share"])
     for prefix in prefixes:
         k = f"{prefix} | "
-        fam = Family(f"{prefix}: each automatic rule against hand 1-1-1")
+        by_loss = Family(f"{prefix}: each automatic rule against hand 1-1-1, by final training loss",
+                         effect_of_interest=EFFECT_LOSS)
+        by_acc = Family(f"{prefix}: each automatic rule against hand 1-1-1, by test accuracy",
+                        effect_of_interest=EFFECT_ACCURACY)
         start = len(out)
         ds = "equals" if same(k + "data_size", k + "hand 6-16-36") else "differs from"
         rel = "equals" if same(k + "reliability", k + "hand 1-1-1") else "differs from"
@@ -425,10 +643,11 @@ def impact_section(record: dict) -> list[str]:
         for rule in ("data_size", "reliability", "quality_score σq=0.05", "quality_score σq=0.5", "link_quality"):
             a, b = v[k + rule]["runs"], v[k + "hand 1-1-1"]["runs"]
             chance = any(learn[label].word != SHOWN for label in (k + rule, k + "hand 1-1-1"))
-            out.append(f"  - {rule}: loss {fam.paired(values(a, 'train_loss'), values(b, 'train_loss'), 'a<b').markdown()}; "
-                       f"accuracy {fam.paired(values(a, 'test_accuracy'), values(b, 'test_accuracy'), 'a>b').markdown()}"
+            out.append(f"  - {rule}: loss {by_loss.paired(values(a, 'train_loss'), values(b, 'train_loss'), 'a<b').markdown()}; "
+                       f"accuracy {by_acc.paired(values(a, 'test_accuracy'), values(b, 'test_accuracy'), 'a>b').markdown()}"
                        + ("; at chance" if chance else ""))
-        out[start:] = [fam.fill(x) for x in out[start:]] + [f"  - {fam.description()}"]
+        out[start:] = (filled(out[start:], by_loss, by_acc)
+                       + [f"  - {by_loss.description()}", f"  - {by_acc.description()}"])
     out += ["", "- data_size reproduces the hand-set p_i = m_i/m exactly (the setup only adds one 8-byte upload per "
             "node to the ledger), so it is as good or as bad as that assignment, with no hand work; the sizes are "
             "metadata the server learns once, uncharged (the noise of eqs. 8 and 13 uses min m_i anyway).",
@@ -446,8 +665,93 @@ def impact_section(record: dict) -> list[str]:
 
 
 def wall_times(data: dict) -> list[str]:
+    """Each part's wall time, and where its seeds were added in batches, each batch's."""
     total = sum(r["wall_time_s"] for r in data.values())
-    parts = ", ".join(f"{p} {wall(r)}" for p, r in data.items())
+
+    def part(p: str, r: dict) -> str:
+        batches = r.get("batches") or []
+        if len(batches) < 2:
+            return f"{p} {wall(r)} ({r['seeds']} seeds)"
+        each = " + ".join(f"{b['wall_time_s']:.0f} s for {b['seeds']} seed{'s' if b['seeds'] != 1 else ''}"
+                          for b in batches)
+        return f"{p} {wall(r)} ({each})"
+
     return ["## Wall time", "",
-            f"Measured while the data were made (sim, one worker, a 2-core machine shared with other jobs): "
-            f"{parts}; {total / 60:.1f} min in all (python experiments/padpfl/reproduce.py).", ""]
+            f"Measured while the data were made (sim, one worker, nice 15, a 2-core machine shared with other jobs, "
+            "whose load varied several-fold between batches): "
+            f"{', '.join(part(p, r) for p, r in data.items())}; {total / 60:.1f} min in all "
+            "(python experiments/padpfl/reproduce.py). A batch that added seeds includes re-running one committed "
+            "seed of the part's first and last variants.", ""]
+
+
+# ----------------------------------------------------------------------------- seeds by power
+
+def seed_plan(data: dict[str, dict], parts: Sequence[str], min_seeds: int, budget_min: float) -> dict[str, dict]:
+    """:func:`plan_from` the families a REPORT of ``data`` makes (built and discarded)."""
+    from testbed.reports.verdicts import recording
+
+    with recording():
+        _, families = _build(data)
+    return plan_from(data, families, parts, min_seeds, budget_min)
+
+
+def plan_from(data: dict[str, dict], families: dict[str, list[Family]], parts: Sequence[str], min_seeds: int,
+              budget_min: float) -> dict[str, dict]:
+    """part → {"seeds": planned, "wanted": max(min_seeds, every family's seeds needed), "families": [(name,
+    power record)], "per_seed_s": the pilot's wall time per seed}: seeds by power from the committed data
+    alone, each capped at ``cap`` = the seeds every part with data can run within ``budget_min`` minutes at
+    the wall time per seed of its pilot, the first batch of seeds it was run with (parts without data:
+    ``min_seeds``, their cost not yet known). The pilot's, not the mean over batches: a cap that fell as seeds
+    were added would never be reached."""
+    per_seed = {p: pilot_seconds_per_seed(data[p]) for p in parts if p in data}
+    cap = int(budget_min * 60 // sum(per_seed.values())) if per_seed else min_seeds
+    plan = {}
+    for part in parts:
+        if part not in data:
+            plan[part] = {"seeds": min_seeds, "wanted": min_seeds, "families": [], "per_seed_s": None, "cap": cap}
+            continue
+        powers = [(f.name, f.power()) for f in families.get(part, [])]
+        needed = [pw.get("seeds_needed") for _, pw in powers if pw and "effect_of_interest" in pw]
+        wanted = max([min_seeds] + [MOST_SEEDS + 1 if n is None else n for n in needed])
+        plan[part] = {"seeds": min(wanted, cap), "wanted": wanted, "families": powers,
+                      "per_seed_s": per_seed[part], "cap": cap}
+    return plan
+
+
+def cell(name: str) -> str:
+    """A family's name in a markdown table's cell (the rules' names hold " | ")."""
+    return name.replace(" | ", " / ")
+
+
+def pilot_seconds_per_seed(record: dict) -> float:
+    """The wall time per seed of a part's first batch of seeds (its whole record's before batches were kept)."""
+    first = (record.get("batches") or [{"seeds": record["seeds"], "wall_time_s": record["wall_time_s"]}])[0]
+    return first["wall_time_s"] / first["seeds"]
+
+
+def plan_table(data: dict[str, dict], parts: Sequence[str], min_seeds: int, budget_min: float) -> str:
+    """The seeds by power as a markdown table (reproduce.py --plan-seeds)."""
+    plan = seed_plan(data, parts, min_seeds, budget_min)
+    cap = next(iter(plan.values()))["cap"] if plan else min_seeds
+    out = [f"Seeds by power from data/ (committed): per part max({min_seeds}, every family's seeds needed), capped "
+           f"at {cap} seeds, what every part with data can run within the compute budget of {budget_min:g} min at "
+           "its pilot's wall time per seed (its first batch of seeds).", "",
+           "| part | family | effect of interest | n committed | sd of the differences | seeds needed | part's seeds "
+           "(planned) | underpowered at the plan |", "|---|---|---|---|---|---|---|---|"]
+    for part, p in plan.items():
+        have = data[part]["seeds"] if part in data else 0
+        if not p["families"]:
+            out.append(f"| {part} | (no data) | – | {have} | – | – | {p['seeds']} | – |")
+        for name, pw in p["families"]:
+            if not pw or "effect_of_interest" not in pw:
+                out.append(f"| {part} | {cell(name)} | none (no paired claim) | {have} | – | – | {p['seeds']} | – |")
+                continue
+            needed = pw["seeds_needed"]
+            short = needed is None or needed > p["seeds"]
+            out.append(f"| {part} | {cell(name)} | {pw['effect_of_interest']:.3g} | {pw['n']} | {pw['sd']:.3g} | "
+                       f"{'more than ' + str(MOST_SEEDS) if needed is None else needed} | {p['seeds']} | "
+                       f"{'**yes**' if short else 'no'} |")
+    total = sum((p["per_seed_s"] or 0) * p["seeds"] for p in plan.values())
+    out += ["", f"Planned compute at the pilots' wall times per seed: {total / 60:.1f} min (parts without data not "
+            "counted)."]
+    return "\n".join(out)

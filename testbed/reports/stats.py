@@ -156,11 +156,20 @@ class Paired:
         return asdict(self)
 
 
-def paired(a: ArrayLike, b: ArrayLike, confidence: float = CONFIDENCE, power: float = POWER) -> Paired:
-    """Compare paired samples ``a`` and ``b`` (equal length n >= 2, finite). Identical pairs
-    (every difference zero) have p = 1; a constant non-zero difference p = 0."""
-    from scipy.stats import ttest_1samp, wilcoxon
+@dataclass(frozen=True)
+class PairedT:
+    """The paired t test of d = a − b: n, the mean difference, its sd and Student t interval, and
+    the two-sided p (what a REPORT's verdict needs; :func:`paired` adds the rank test and power)."""
 
+    n: int
+    mean: float
+    sd: float
+    ci_low: float
+    ci_high: float
+    p_t: float
+
+
+def _differences(a: ArrayLike, b: ArrayLike) -> np.ndarray:
     xs, ys = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if xs.ndim != 1 or xs.shape != ys.shape or len(xs) < 2:  # no broadcasting: a pair is a pair
         raise ValueError(f"a paired comparison needs two equal-length 1-d samples of n >= 2, "
@@ -168,17 +177,41 @@ def paired(a: ArrayLike, b: ArrayLike, confidence: float = CONFIDENCE, power: fl
     d = xs - ys
     if not np.all(np.isfinite(d)):
         raise ValueError("a paired comparison needs finite values")
+    return d
+
+
+def paired_t(a: ArrayLike, b: ArrayLike, confidence: float = CONFIDENCE) -> PairedT:
+    """The paired t test of samples ``a`` and ``b`` (equal length n >= 2, finite). Identical pairs
+    (every difference zero) have p = 1; a constant non-zero difference p = 0."""
+    from scipy.stats import ttest_1samp
+
+    d = _differences(a, b)
     s = t_interval(d, confidence)
     mean, sd = float(s.mean), float(s.sd)
     if sd == 0.0:  # scipy returns NaN (0/0) or warns; the answer is known
-        p_t = p_w = 1.0 if mean == 0.0 else 0.0
+        p_t = 1.0 if mean == 0.0 else 0.0
     else:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # scipy's precision-loss warning for nearly equal values
             p_t = float(ttest_1samp(d, 0.0).pvalue)
+    return PairedT(len(d), mean, sd, float(s.ci_low), float(s.ci_high), p_t)
+
+
+def paired(a: ArrayLike, b: ArrayLike, confidence: float = CONFIDENCE, power: float = POWER) -> Paired:
+    """:func:`paired_t`, with the Wilcoxon signed-rank p (1 where every difference is zero, 0 where
+    they are one constant non-zero value) and the smallest effect n pairs detect at ``power``."""
+    from scipy.stats import wilcoxon
+
+    t = paired_t(a, b, confidence)
+    d = _differences(a, b)
+    if t.sd == 0.0:
+        p_w = t.p_t
+    else:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
             p_w = 1.0 if not np.any(d) else float(wilcoxon(d).pvalue)
-    return Paired(len(d), mean, sd, float(s.ci_low), float(s.ci_high), p_t, p_w,
-                  float(min_detectable_effect(len(d), sd, confidence, power)))
+    return Paired(t.n, t.mean, t.sd, t.ci_low, t.ci_high, t.p_t, p_w,
+                  float(min_detectable_effect(t.n, t.sd, confidence, power)))
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ import numpy as np
 
 from testbed.util import jsontext
 
-from testbed.reports.stats import (CONFIDENCE, MOST_SEEDS, holm, min_detectable_effect_in_family, paired,
+from testbed.reports.stats import (CONFIDENCE, MOST_SEEDS, holm, min_detectable_effect_in_family, paired_t,
                                    seeds_for_effect, spearman, spearman_p, within_cluster_spearman)
 
 SHOWN, OPPOSITE, INCONCLUSIVE = "shown", "opposite", "inconclusive"
@@ -156,7 +156,7 @@ def _paired_raw(a: Sequence[float] | Mapping[Any, float], b: Sequence[float] | M
     xs, ys = _pairs(a, b)
     if claimed not in ("a>b", "a<b"):
         raise ValueError(f"claimed must be 'a>b' or 'a<b', got {claimed!r}")
-    r = paired(xs, ys, confidence)
+    r = paired_t(xs, ys, confidence)
     return _Raw(r.n, r.mean, r.ci_low, r.ci_high, "mean difference a−b", r.p_t, confidence,
                 1 if claimed == "a>b" else -1, r.sd)
 
@@ -331,13 +331,15 @@ _RECORDINGS: list[list[Family]] = []
 
 @contextmanager
 def recording() -> Iterator[list[Family]]:
-    """Collect every Family made inside the block (a REPORT's), for :func:`write_report`."""
+    """Collect every Family made inside the block (a REPORT's), for :func:`write_report`. Blocks nest:
+    a family is recorded by every block open when it is made."""
     families: list[Family] = []
     _RECORDINGS.append(families)
     try:
         yield families
     finally:
-        _RECORDINGS.remove(families)
+        # by identity: a nested block's list may equal an outer one's (both empty, or the same families)
+        _RECORDINGS[:] = [r for r in _RECORDINGS if r is not families]
 
 
 def write_report(path: Path, text: str, families: Sequence[Family]) -> None:
