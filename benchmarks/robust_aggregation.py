@@ -52,7 +52,8 @@ from pathlib import Path
 
 import numpy as np
 
-from testbed.algorithms.aggregate import AGGREGATIONS, Aggregation
+from testbed.algorithms.aggregate import Aggregation
+from testbed.algorithms.aggregations.registry import names as rule_names
 from testbed.reports.stats import paired, t_interval
 from testbed.util.threads import limit_blas_threads
 
@@ -111,7 +112,7 @@ def displacements(n: int, p: int, runs: int) -> dict[tuple[str, str, float], flo
     ``runs`` seeds."""
     return {(rule, attack, share): statistics.median(displacement(rule, n, p, attack, share, defended, seed)
                                                      for seed in range(runs))
-            for rule in AGGREGATIONS for attack, share, defended in CASES}
+            for rule in rule_names() for attack, share, defended in CASES}
 
 
 def seconds_per_aggregation(rule: str, n: int, p: int, runs: int) -> float:
@@ -230,13 +231,13 @@ def rules_only(args: argparse.Namespace) -> None:
           f"median of {args.runs} seeds")
     print(f"{'rule':<14}" + "".join((f"{attack} {share:.0%}" if share else attack).rjust(13)
                                     for attack, share, _ in CASES))
-    for rule in AGGREGATIONS:
+    for rule in rule_names():
         print(f"{rule:<14}" + "".join(f"{moved[rule, attack, share]:13.3f}" for attack, share, _ in CASES))
 
     print(f"\nseconds per aggregation, P = {args.time_params}, median of {args.runs} calls (ratio to the mean)")
     print(f"{'rule':<14}" + "".join(f"N = {n}".rjust(22) for n in args.time_nodes))
     floors = {n: seconds_per_aggregation("mean", n, args.time_params, args.runs) for n in args.time_nodes}
-    for rule in AGGREGATIONS:
+    for rule in rule_names():
         cells = []
         for n in args.time_nodes:
             s = floors[n] if rule == "mean" else seconds_per_aggregation(rule, n, args.time_params, args.runs)

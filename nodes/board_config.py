@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 from nodes.meters import registry as meters
 from testbed.checked.limits import MAX_CHUNK_BYTES, MAX_INT, MAX_TEXT_FILE_BYTES, MIN_CHUNK_BYTES
-from testbed.devices.profiles import PROFILE_NAMES
+from testbed.devices.profiles import profile_names
 from testbed.errors import ConfigError, UserError
 from testbed.mqtt import wire
 from testbed.mqtt.broker import parse_broker_url
@@ -102,7 +102,7 @@ def _run(value: Any) -> str:
 
 CHECKS: dict[str, Callable[[Any], Any]] = {
     "broker": _broker, "run": _run, "node_id": _int_in(0, MAX_INT), "credentials": _text, "keys": _text,
-    "tls_ca": _text, "data": _text, "meter": _one_of(meters.kinds), "profile": _one_of(PROFILE_NAMES), "state_dir": _text,
+    "tls_ca": _text, "data": _text, "meter": _one_of(meters.kinds), "profile": _one_of(profile_names), "state_dir": _text,
     "protocol": _one_of(PROTOCOLS), "pacing": _flag, "max_chunk_bytes": _int_in(MIN_CHUNK_BYTES, MAX_CHUNK_BYTES), "verbose": _flag,
     "reproducible": _flag,
 }

@@ -29,6 +29,12 @@ REPO = Path(__file__).resolve().parents[1]
 T = TypeVar("T")
 
 
+def repo_pythonpath() -> str:
+    """PYTHONPATH for a child interpreter: this checkout first, then whatever this one was given
+    (an installed plugin's folder: tests/test_plugins.py runs the registry tests so)."""
+    return os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+
+
 @pytest.fixture
 def small_config_text():
     """A fast DP-PASGD experiment: 4 synthetic nodes, no figures."""

@@ -73,10 +73,9 @@ def test_board_payloads_are_checked_before_use():
 
 
 def test_config_knows_every_board_profile():
-    from typing import get_args
-
     from testbed.assembly.config import NodesSection
-    from testbed.devices.profiles import MCU_PROFILE_NAMES, load_mcu_profile
+    from testbed.devices.profiles import load_mcu_profile, mcu_profile_names
+    from testbed.checked.sections import field_choices
 
-    assert set(get_args(NodesSection.model_fields["mcu_profile"].annotation)) == set(MCU_PROFILE_NAMES)
-    assert all(load_mcu_profile(name).sources for name in MCU_PROFILE_NAMES)
+    assert set(field_choices(NodesSection, "mcu_profile")) == set(mcu_profile_names())
+    assert all(load_mcu_profile(name).sources for name in mcu_profile_names())

@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from nodes.meters.clock import comm_cost, compute_cost
-from testbed.devices.profiles import MCU_PROFILE_NAMES, PROFILE_NAMES, load_profile
+from testbed.devices.profiles import load_profile, mcu_profile_names, profile_names
 from testbed.ledger.events import CommunicationEvent, ComputeEvent
 from testbed.ledger.fields import FIELD_RULES, MAX_EVENT_J, MAX_EVENT_S, event_to_dict, event_within
 from testbed.orchestration.measured_bounds import BOUNDED_FIELDS, SLACK_S, MeasuredBounds
@@ -30,8 +30,8 @@ PLANS = st.one_of(
               # a channel model's planned airtime and joules (over-the-air DWFL)
               airtime_s=st.sampled_from([0.0, 1e-3, 2.5]), energy_j=st.sampled_from([0.0, 1e-2, 40.0])))
 BOUNDS = st.one_of(
-    st.builds(MeasuredBounds.of_profile, st.sampled_from(PROFILE_NAMES), cores=st.integers(1, 64)),
-    st.builds(MeasuredBounds.of_board, st.sampled_from(sorted(MCU_PROFILE_NAMES)), st.floats(0.0, 1e7)),
+    st.builds(MeasuredBounds.of_profile, st.sampled_from(profile_names()), cores=st.integers(1, 64)),
+    st.builds(MeasuredBounds.of_board, st.sampled_from(sorted(mcu_profile_names())), st.floats(0.0, 1e7)),
     st.just(MeasuredBounds()))
 OPEN_S = st.floats(0.0, 3600.0)
 HOSTILE = st.sampled_from([1e308, 1.7e308, math.inf, -math.inf, math.nan, -1.0, -1e-300, 2**70, "1", None, True,

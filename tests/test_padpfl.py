@@ -650,3 +650,17 @@ def test_learns_toml_learns_at_the_papers_epsilon_within_its_budget(tmp_path):
         result = run_experiment(config, out_dir=tmp_path / "r", quiet=True)
     assert result.summary["final"]["test_accuracy"] > majority + 0.5
     assert max(n["epsilon"] for n in result.summary["nodes"].values()) <= config.padpfl.epsilon
+
+
+def test_a_3gpp_link_quality_beyond_what_memory_holds_is_one_config_error():
+    """Sionna's TR 38.901 generator correlates every pair of senders (memory ∝ N²): more than
+    channel.pathloss.MAX_3GPP_SENDERS clients is refused before anything is allocated (a fuzzed
+    config with 63,428 clients once asked for 64 GB)."""
+    from channel.pathloss import MAX_3GPP_SENDERS
+
+    text = (f'[run]\nalgorithm = "padpfl"\n[data]\nnum_nodes = {MAX_3GPP_SENDERS + 1}\n'
+            '[padpfl]\nimpact = "link_quality"\nlink_pathloss = "umi"\n')
+    with pytest.raises(ConfigError) as info:
+        config = load_config_text(text)
+        assemble.build_algorithm(config, *reversed(load(config)))
+    assert info.value.key == "padpfl.link_pathloss" and "at most 2048" in str(info.value)

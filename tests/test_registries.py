@@ -13,6 +13,7 @@ import pytest
 
 from nodes.meters import registry as meters
 from testbed.algorithms import registry as algorithms
+from testbed.algorithms.aggregations import registry as aggregations
 from testbed.assembly.config import json_schema
 from testbed.cli import build_parser
 from testbed.data import registry as datasets
@@ -20,6 +21,8 @@ from testbed.devices import profiles, virtual_boards
 from testbed.learning.models import kinds as model_kinds
 from testbed.mqtt.brokers import registry as brokers
 from testbed.privacy.accountants import registry as accountants
+from testbed.topology import registry as topologies
+from testbed.util.registrations import GROUPS
 
 #: axis → (its registered names, where the experiment file offers them: (section model, field), the
 #: choices the config adds of its own, where the command line offers them: (command, flag)).
@@ -29,20 +32,29 @@ AXES: dict[str, tuple[Callable[[], list[str]], tuple[str, str] | None, tuple[str
     "model kind": (lambda: list(model_kinds()), ("ModelSection", "kind"), (), None),
     "accountant": (accountants.names, ("PrivacySection", "accountant"), (), None),
     "tight accountant": (accountants.tight_names, ("PrivacySection", "tight_accountant"), ("none",), None),
-    "device profile": (lambda: list(profiles.PROFILE_NAMES), ("NodesSection", "profile"), (), None),
-    "microcontroller profile": (lambda: list(profiles.MCU_PROFILE_NAMES), ("NodesSection", "mcu_profile"), (), None),
+    "device profile": (lambda: list(profiles.profile_names()), ("NodesSection", "profile"), (), None),
+    "microcontroller profile": (lambda: list(profiles.mcu_profile_names()), ("NodesSection", "mcu_profile"), (), None),
     "virtual board": (lambda: list(virtual_boards.names()), ("NodesSection", "mcu_board"), (), ("bridge", "--virtual")),
     "meter": (lambda: list(meters.kinds()), None, (), ("node", "--meter")),
     # `testbed acl` writes access files: it offers the brokers that have an access format.
     "managed broker": (lambda: [n for n, r in brokers.registrations().items() if r.access is not None], None, (),
                        ("acl", "--broker")),
+    "topology kind": (topologies.names, ("TopologySection", "kind"), (), None),
+    # `testbed privacy dwfl --topology`: the kinds drawn from flags alone (not placed by a radio).
+    "topology kind (flags)": (lambda: [n for n, k in topologies.registrations().items() if not k.placed_by_radio],
+                              None, (), ("privacy dwfl", "--topology")),
+    "aggregation rule": (aggregations.names, ("FedAvgSection", "aggregation"), (), None),
 }
 
 
 def _cli_choices(command: str, flag: str) -> list[str]:
-    parser = build_parser(command)
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    action = next(a for a in sub.choices[command]._actions if flag in a.option_strings)
+    """The choices of ``flag`` of ``command`` (words: "privacy dwfl" is a sub-command's)."""
+    words = command.split()
+    parser = build_parser(words[0])
+    for word in words:
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        parser = sub.choices[word]
+    action = next(a for a in parser._actions if flag in a.option_strings)
     return list(action.choices)
 
 
@@ -69,4 +81,12 @@ def test_the_table_names_every_registry():
     root = Path(__file__).resolve().parents[1]
     in_tree = {".".join(p.relative_to(root).with_suffix("").parts)
                for package in ("testbed", "nodes", "firmware_bridge") for p in (root / package).rglob("registry.py")}
-    assert in_tree == {m.__name__ for m in (algorithms, datasets, accountants, meters, brokers)}
+    assert in_tree == {m.__name__ for m in (algorithms, datasets, accountants, meters, brokers, topologies, aggregations)}
+
+
+def test_every_axis_has_an_entry_point_group():
+    """The groups a plugin names its modules under (docs/extending.md): one per axis, each
+    ``testbed.`` and the axis."""
+    assert set(GROUPS.values()) == {"testbed.algorithms", "testbed.datasets", "testbed.accountants",
+                                    "testbed.board_profiles", "testbed.meters", "testbed.brokers",
+                                    "testbed.topologies", "testbed.aggregations"}

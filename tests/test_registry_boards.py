@@ -10,7 +10,6 @@ choices; a bad registration is refused in one line naming its file.
 import json
 import subprocess
 import sys
-from typing import get_args
 
 import pytest
 from hypothesis import given
@@ -26,18 +25,25 @@ from testbed.assembly.config import NodesSection, json_schema
 from testbed.cli import build_parser, main
 from testbed.devices import profiles, virtual_boards
 from testbed.errors import ConfigError, UserError
+from testbed.checked.sections import field_choices
 
 # ---- the registries, listed ----------------------------------------------------------------------
 
 
+#: The built-in kinds, in their listed order: a registry lists them first (a plugin's may follow).
+PROFILES = ("host", "pi-zero-2w", "pi-3b-plus", "pi-4b", "pi-5", "jetson-nano")
+MCU_PROFILES = ("esp32-s3", "rp2040", "nrf52840", "stm32l4")
+METERS = ("auto", "rapl", "ina219", "ina260", "model")
+
+
 def test_the_registries_list_every_board_kind():
-    assert profiles.PROFILE_NAMES == ("host", "pi-zero-2w", "pi-3b-plus", "pi-4b", "pi-5", "jetson-nano")
-    assert profiles.MCU_PROFILE_NAMES == ("esp32-s3", "rp2040", "nrf52840", "stm32l4")
-    assert virtual_boards.names() == ("host", "mps2-an385")
-    assert meters.kinds() == ("auto", "rapl", "ina219", "ina260", "model")
+    assert profiles.profile_names()[:len(PROFILES)] == PROFILES
+    assert profiles.mcu_profile_names()[:len(MCU_PROFILES)] == MCU_PROFILES
+    assert {"host", "mps2-an385"} <= set(virtual_boards.names())
+    assert [kind for kind in meters.kinds() if kind in METERS] == list(METERS)
     assert [reg.name for reg in meters.registrations().values() if reg.fallback] == ["model"]
-    assert {name: reg.auto_rank for name, reg in meters.registrations().items()} == \
-        {"rapl": 3, "ina219": 2, "ina260": 1, "model": None}
+    assert {name: meters.get(name).auto_rank for name in METERS[1:]} == {"rapl": 3, "ina219": 2, "ina260": 1,
+                                                                         "model": None}
     for name in virtual_boards.names():
         board = virtual_boards.get(name)
         assert board.runner in virtual.RUNNERS and board.folder.name == name
@@ -45,8 +51,8 @@ def test_the_registries_list_every_board_kind():
 
 
 def test_unknown_names_are_refused_in_one_line_naming_the_choices():
-    for lookup, name, known in ((profiles.load_profile, "pi-6", profiles.PROFILE_NAMES),
-                                (profiles.load_mcu_profile, "avr", profiles.MCU_PROFILE_NAMES),
+    for lookup, name, known in ((profiles.load_profile, "pi-6", profiles.profile_names()),
+                                (profiles.load_mcu_profile, "avr", profiles.mcu_profile_names()),
                                 (virtual_boards.get, "renode", virtual_boards.names()),
                                 (meters.get, "joulemeter", meters.kinds())):
         with pytest.raises(UserError) as err:
@@ -58,13 +64,12 @@ def test_unknown_names_are_refused_in_one_line_naming_the_choices():
 
 
 def test_config_choices_and_the_schema_are_the_registries():
-    fields = NodesSection.model_fields
-    assert get_args(fields["profile"].annotation) == profiles.PROFILE_NAMES
-    assert get_args(fields["mcu_profile"].annotation) == profiles.MCU_PROFILE_NAMES
-    assert get_args(fields["mcu_board"].annotation) == virtual_boards.names()
+    assert field_choices(NodesSection, "profile") == list(profiles.profile_names())
+    assert field_choices(NodesSection, "mcu_profile") == list(profiles.mcu_profile_names())
+    assert field_choices(NodesSection, "mcu_board") == list(virtual_boards.names())
     schema = json_schema()["$defs"]["NodesSection"]["properties"]
-    assert schema["profile"]["enum"] == list(profiles.PROFILE_NAMES)
-    assert schema["mcu_profile"]["enum"] == list(profiles.MCU_PROFILE_NAMES)
+    assert schema["profile"]["enum"] == list(profiles.profile_names())
+    assert schema["mcu_profile"]["enum"] == list(profiles.mcu_profile_names())
     assert schema["mcu_board"]["enum"] == list(virtual_boards.names())
 
 
@@ -79,7 +84,8 @@ def test_the_cli_takes_its_choices_and_help_from_the_registries(capsys):
         assert f"{name}: {' '.join(virtual_boards.get(name).description.split())}" in help_text
     with pytest.raises(SystemExit):
         main(["calibrate", "--help"])
-    assert "auto, rapl, ina219, ina260 or model" in " ".join(capsys.readouterr().out.split())
+    kinds = meters.kinds()
+    assert f"{', '.join(kinds[:-1])} or {kinds[-1]}" in " ".join(capsys.readouterr().out.split())
 
 
 @given(st.sampled_from(meters.kinds()) | st.from_regex(r"[A-Za-z0-9_. -]{0,12}", fullmatch=True))
@@ -92,7 +98,7 @@ def test_a_node_file_takes_exactly_the_registered_meters(kind):
             board_config.parse_board_config(text, "node.toml")
 
 
-@given(st.sampled_from(meters.names()), st.sampled_from(profiles.PROFILE_NAMES))
+@given(st.sampled_from(meters.names()), st.sampled_from(profiles.profile_names()))
 def test_a_meter_that_measures_this_machine_is_refused_exactly_for_an_emulated_board(kind, profile):
     emulated = profiles.load_profile(profile).emulated
     if meters.get(kind).measures_host and emulated:
@@ -157,20 +163,20 @@ def add_meter(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("listed_at, watts", [(9, 2.0), (0, 0.5)])
 def test_a_meter_module_is_usable_from_a_node_file(add_meter, tmp_path, listed_at, watts):
-    add_meter("fixed-power", watts=watts, listed_at=listed_at)
+    add_meter("zz-fixed-power-q7", watts=watts, listed_at=listed_at)
     kinds = meters.kinds()
-    assert "fixed-power" in kinds and kinds.index("fixed-power") == (1 if listed_at == 0 else len(kinds) - 1)
+    assert "zz-fixed-power-q7" in kinds and kinds.index("zz-fixed-power-q7") == (1 if listed_at == 0 else kinds.index("model") + 1)
     node_file = tmp_path / "node.toml"
-    node_file.write_text('broker = "mqtt://127.0.0.1:1883"\nnode_id = 3\nmeter = "fixed-power"\n')
+    node_file.write_text('broker = "mqtt://127.0.0.1:1883"\nnode_id = 3\nmeter = "zz-fixed-power-q7"\n')
     values = board_config.load_board_config(node_file)
     costs = NodeCosts(values.get("profile", "host"), values["meter"])
     with costs.measure() as box:
         sum(i * i for i in range(20_000))
     measurement = box[0]
-    assert measurement.measured and measurement.source == "fixed-power"
+    assert measurement.measured and measurement.source == "zz-fixed-power-q7"
     assert measurement.energy_j == pytest.approx(measurement.seconds * watts)
     with pytest.raises(UserError, match="emulated board"):  # it measures this machine, not a Pi
-        NodeCosts("pi-4b", "fixed-power")
+        NodeCosts("pi-4b", "zz-fixed-power-q7")
 
 
 def test_a_meter_module_brings_its_groups_to_the_provisioned_unit(add_meter):
@@ -181,7 +187,7 @@ def test_a_meter_module_brings_its_groups_to_the_provisioned_unit(add_meter):
 
 
 def test_two_meters_of_one_name_are_refused(add_meter):
-    with pytest.raises(RuntimeError, match="two meters named 'model'"):
+    with pytest.raises(RuntimeError, match="the meter name 'model' is taken"):
         add_meter("model", module="second_model")
         meters.registrations()
 
@@ -216,7 +222,7 @@ def test_a_virtual_board_folder_is_a_bridge_choice(boards_dir, capsys, name, run
     (boards_dir / name).mkdir()
     (boards_dir / name / "board.toml").write_text(TOY_BOARD.format(runner=runner))
     (boards_dir / "notes").mkdir()  # a folder without a registration is no board
-    assert virtual_boards.names() == tuple(sorted(("host", "mps2-an385", name)))
+    assert {"host", "mps2-an385", name} <= set(virtual_boards.names())
     bridge = _subparsers(build_parser("bridge"))["bridge"]
     assert name in bridge._option_string_actions["--virtual"].choices
     with pytest.raises(SystemExit):
@@ -249,7 +255,7 @@ def _subparsers(parser) -> dict:
 
 #: A device profile's table, added to profiles.toml by the tests.
 PI_9 = '''
-[pi-9]
+[zz-pi-q7]
 description = "a board of the test"
 compute_time_factor = 3.0
 idle_power_w = 1.0
@@ -275,7 +281,7 @@ GENERATED_CONFIG = NODES_DATA_IN_ARGV + '''from testbed.devices import virtual_b
 virtual_boards.BOARDS_DIR = tmp / "boards"
 from testbed.assembly.config import NodesSection, json_schema
 nodes = json_schema()["$defs"]["NodesSection"]["properties"]
-section = NodesSection(profile="pi-9", mcu=[0], mcu_board="toy-m0")
+section = NodesSection(profile="zz-pi-q7", mcu=[0], mcu_board="toy-m0")
 print(json.dumps([nodes["profile"]["enum"], nodes["mcu_board"]["enum"], section.profile, section.mcu_board]))
 '''
 
@@ -290,16 +296,18 @@ def test_a_profile_and_a_board_added_are_config_choices(boards_dir, tmp_path):
                           timeout=120)
     assert done.returncode == 0, done.stderr
     profile_enum, board_enum, profile, board = json.loads(done.stdout)
-    assert profile_enum == [*profiles.PROFILE_NAMES, "pi-9"] and board_enum == ["host", "mps2-an385", "toy-m0"]
-    assert (profile, board) == ("pi-9", "toy-m0")
+    # the file's tables in its order, zz-pi-q7 last among them; a plugin's after
+    assert profile_enum[:len(PROFILES) + 1] == [*PROFILES, "zz-pi-q7"] and set(profiles.profile_names()) < set(profile_enum)
+    assert {"host", "mps2-an385", "toy-m0"} <= set(board_enum)
+    assert (profile, board) == ("zz-pi-q7", "toy-m0")
 
 
-BAD_PROFILE = NODES_DATA_IN_ARGV + 'import testbed.devices.profiles\n'
+BAD_PROFILE = NODES_DATA_IN_ARGV + 'import testbed.devices.profiles as p\np.profile_names()\n'
 
 
 @pytest.mark.parametrize("change, complaint", [
-    (("wifi_up_bps = 1.0e7", "wifi_up_bps = -1.0e7"), "profile 'pi-9': wifi_up_bps out of range"),
-    (("radio_rx_power_w = 0.2\n", ""), "profile 'pi-9' must have exactly the keys"),
+    (("wifi_up_bps = 1.0e7", "wifi_up_bps = -1.0e7"), "profile 'zz-pi-q7': wifi_up_bps out of range"),
+    (("radio_rx_power_w = 0.2\n", ""), "profile 'zz-pi-q7' must have exactly the keys"),
 ])
 def test_a_bad_profile_table_is_refused_naming_it(tmp_path, change, complaint):
     (tmp_path / "profiles.toml").write_text(profiles.PROFILES_FILE.read_text() + PI_9.replace(*change))

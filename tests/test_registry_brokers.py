@@ -128,7 +128,7 @@ class _Client:
 def test_the_registry_lists_each_broker_module_once():
     regs = registry.registrations()
     assert {"embedded", "mosquitto"} <= set(regs) and registry.AUTO not in regs
-    assert registry.names() == sorted(regs)
+    assert registry.names() == list(regs) == sorted(regs)
     for name, reg in regs.items():
         assert reg.name == name and reg.description and callable(reg.make)
     assert registry.with_access() == [n for n, r in regs.items() if r.access is not None]
@@ -165,6 +165,8 @@ def registration(request) -> registry.Registration:
     reg = registry.get(request.param)
     if reg.name == "mosquitto":
         _need_mosquitto()
+    elif (why := reg.missing()) is not None:  # a plugin's broker this machine cannot run: nothing to serve
+        pytest.skip(f"{reg.name}: {why}")
     return reg
 
 

@@ -14,7 +14,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from hypothesis.extra.numpy import arrays
 
-from testbed.algorithms.aggregate import Aggregation, bucket_stream, buckets, robust_weights
+from testbed.algorithms.aggregate import Aggregation, bucket_stream, buckets
+from testbed.algorithms.aggregations.robust import robust_weights
 from testbed.algorithms.neighbourhood import clip_radius, median, self_centred_clip, trimmed_mean
 from testbed.assembly.config import load_config_text
 from testbed.errors import ConfigError

@@ -411,3 +411,12 @@ def test_a_family_with_an_effect_of_interest_says_when_it_is_underpowered():
     ample.paired(a, [0.9, 2.1, 2.8, 4.2, 4.9], "a>b")
     ample.close()
     assert "underpowered" not in ample.description() and ample.power()["seeds_needed"] <= 5
+
+
+def test_differences_whose_squares_underflow_are_not_a_constant_difference():
+    """[1.6e-255, 0, 0] has a variance that underflows to 0 in double precision; it is not a constant
+    difference (p 0, "shown") but the same t test as [1, 0, 0] (t is scale-free). Found by Hypothesis."""
+    tiny, unit = paired([1.6e-255, 0.0, 0.0], [0.0, 0.0, 0.0]), paired([1.0, 0.0, 0.0], [0.0, 0.0, 0.0])
+    assert tiny.p_t == pytest.approx(unit.p_t) and tiny.p_t > 0.05
+    assert tiny.sd > 0 and tiny.ci_low < 0 < tiny.ci_high
+    assert paired_verdict([1.6e-255, 0.0, 0.0], [0.0, 0.0, 0.0], "a>b").word == INCONCLUSIVE

@@ -24,7 +24,7 @@ def main() -> None:
     from testbed.algorithms.registry import privacy_statements
     from testbed.privacy.statements import markdown_sections, markdown_table
 
-    statements = privacy_statements()
+    statements = privacy_statements(plugins=False)  # the testbed's own: an installed plugin's is not documented here
     for path, generated in ((ROOT / "docs" / "privacy.md", markdown_sections(statements)),
                             (ROOT / "docs" / "guarantees.md", markdown_table(statements))):
         path.write_text(rewritten(path, generated))

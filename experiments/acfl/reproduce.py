@@ -15,83 +15,56 @@ that once against a full ``testbed run``). Training loss is f(W_t) of eq. (1), t
 devices; a run's "final loss" is the mean of its last 10 iterations. Every verdict is
 testbed.reports.verdicts': a paired comparison over seeds (common random numbers) or a rank trend.
 
-Run: ``.venv/bin/python experiments/acfl/reproduce.py [--only SCENARIO ...] [--seeds 10]
-[--report-only]`` from the project's root (Adult from $TESTBED_DATA, else the package's copy).
+Run: ``.venv/bin/python experiments/acfl/reproduce.py [--only SCENARIO ...] [--seeds N] [--extend]
+[--plan-seeds] [--report-only]`` from the project's root (Adult from $TESTBED_DATA, else the package's copy).
+
+Seeds by power (testbed.reports.seed_plan, docs/statistics.md): fig3, fig4, real and learns run
+SEEDS[scenario] seeds, the plan from the committed data (``--plan-seeds`` prints it: the seeds each
+family needs for its effect of interest at 80 % power after Holm, at least 8, capped by BUDGET).
+``--extend`` runs only the seeds a data file lacks and merges them in, after rerunning the committed
+seed whose runs were cheapest and refusing unless its runs reproduce the committed ones (measured
+times aside). The runs and the data files are acfl_runs.py's; this script writes the report.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
-import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
 
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(HERE))  # acfl_runs beside this script, also when it is imported
 
-from testbed.algorithms.acfl import Acfl, AcflSection, bernoulli_answered, trajectory  # noqa: E402
-from testbed.data.regression import make_regression  # noqa: E402
-from testbed.learning.models import LinearRegression  # noqa: E402
+from acfl_runs import (  # noqa: E402
+    ADULT_EPSILONS, ADULT_NODES, ADULT_P, CHANCE, D, EPSILONS, FIG1, FIG1_ALPHAS, M, N, O, OUT, REAL_GRID,
+    SCENARIOS, SIGMAS_SQ, extend, fig3_data, fig4_data, learns_data, mqtt_data, pipeline_data, read_data,
+    real_data, timed, write_data,
+)
+
 from testbed.privacy import acfl as theory  # noqa: E402
+from testbed.reports.seed_plan import ScenarioPlan, plan, plan_table  # noqa: E402
 from testbed.reports.stats import majority_flag, t_interval  # noqa: E402
 from testbed.reports.verdicts import RULE, Family, Pending, Verdict, recording, write_report  # noqa: E402
-from testbed.streams.rng import GLOBAL, Purpose, stream  # noqa: E402
 
-OUT = REPO / "runs" / "acfl-reproduce"
-DATA = HERE / "data"
-N, M, D, O, LR = 100, 100, 10, 10, 1e-4  # Sec. V
-SIGMAS_SQ = (0.1, 1.0, 10.0)  # Fig. 3 (not given by the paper)
-EPSILONS = (10.0, 2.0, 0.5, 0.1)  # Fig. 4, nats (not given by the paper)
-FIG1 = dict(nodes=5, p=0.1, beta_sq=100.0, model_bound_sq=1.0, dim=100, outputs=10)  # acfl.md §5.1
-FIG1_ALPHAS = (0.0, 0.25, 0.5, 1.0)
-ADULT_NODES, ADULT_P = 16, 0.2
-ADULT_EPSILONS = (10.0, 1.0)  # nats per device (the coded upload's ε-MI-DP, Theorem 1)
-CURVE_POINTS = 40  # iterations kept per curve (log-spaced) for the figures
-CHANCE = 0.1  # ten digits
-SCENARIOS = ("fig3", "fig4", "pipeline", "real", "learns", "mqtt")
-
-
-# --- data files ----------------------------------------------------------------------------------
-
-def _rounded(value: Any) -> Any:
-    """Floats to 6 significant digits (small files, stable text), recursively."""
-    if isinstance(value, float):
-        return float(f"{value:.6g}")
-    if isinstance(value, dict):
-        return {k: _rounded(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_rounded(v) for v in value]
-    if isinstance(value, np.generic):
-        return _rounded(value.item())
-    return value
-
-
-def write_data(name: str, record: dict) -> None:
-    DATA.mkdir(exist_ok=True)
-    (DATA / f"{name}.json").write_text(json.dumps(_rounded(record), indent=1, ensure_ascii=False, allow_nan=False) + "\n")
-
-
-def read_data(name: str) -> dict | None:
-    path = DATA / f"{name}.json"
-    return json.loads(path.read_text()) if path.exists() else None
-
-
-def timed(compute: Callable[[], dict]) -> dict:
-    """The scenario's record with its measured wall time (recorded, never recomputed)."""
-    start = time.monotonic()
-    record = compute()
-    record["wall_s"] = time.monotonic() - start
-    return record
-
-
-def curve_points(iterations: int) -> list[int]:
-    return sorted({int(round(v)) for v in np.geomspace(1, iterations + 1, CURVE_POINTS) - 1})
+#: Seeds per scenario that has seeds: the plan from the pilot's data (``--plan-seeds``), capped by BUDGET.
+SEEDS = {"fig3": 10, "fig4": 10, "real": 8, "learns": 13}
+#: The compute budget, seeds per scenario. A seed costs, measured on this shared 2-core machine, fig3
+#: 30 s and fig4 16 s (in memory), real 80 s and learns 74 s (full runs). Figs. 3-4 keep their 10: their
+#: loss claims' effect of interest is out of reach at any affordable n (see the plan), and their verdicts
+#: are decided at 10. real gets the floor, 8; learns the 13 its family needed at the 5-seed pilot's sd
+#: (about 5 min more of runs for both; under the load of the session that regenerated them, about 17).
+BUDGET = {"fig3": 10, "fig4": 10, "real": 8, "learns": 13}
+#: Effect of interest of the accuracy claims (Adult-2, mnist-5k): one percentage point.
+ACCURACY_EFFECT = 0.01
+#: Effect of interest of the loss claims (Figs. 3-4), relative: 10 % of the smallest final loss of the
+#: figure (ACFL's floor), the smallest gap one reads off the figures' logarithmic loss axis.
+LOSS_EFFECT_SHARE = 0.1
 
 
 # --- Fig. 1 (analytic: recomputed at report time, no randomness) ----------------------------------
@@ -129,182 +102,16 @@ def fig1() -> list[tuple]:
     return rows
 
 
-# --- Figs. 3 and 4 (in memory, Sec. V's synthetic least squares) --------------------------------
-
-class Setting:
-    """One seed's data, W₀ and straggler draws (as `testbed run` draws them), shared by every
-    method and σ² (common random numbers)."""
-
-    def __init__(self, seed: int, p: float, iterations: int):
-        self.seed, self.p = seed, p
-        self.data = make_regression(N, M, D, O, seed=seed)
-        self.model = LinearRegression(D, O)
-        self.w0 = self.model.init(stream(seed, GLOBAL, -1, Purpose.INIT))
-        self.answered = bernoulli_answered(seed, p, N, iterations)
-
-    def run(self, **options) -> dict:
-        alg = Acfl(self.model, num_nodes=N, iterations=len(self.answered), lr=LR, straggler_p=self.p, **options)
-        return trajectory(alg, self.data, seed=self.seed, answered=self.answered, params0=self.w0)
-
-
-def summarise(run: dict, at: list[int]) -> dict:
-    """A trajectory's final loss (mean of the last 10 iterations), α₁, α_T and its loss at ``at``."""
-    return {"final_loss": float(run["loss"][-10:].mean()), "alpha_first": float(run["alpha"][0]),
-            "alpha_last": float(run["alpha"][-1]), "curve": [float(run["loss"][t]) for t in at]}
-
-
-def fig3_data(seeds: int, iterations: int) -> dict:
-    """ACFL and NA (α = 0.5) at p = 0.2, 0.4 and several σ₁² = σ₂²."""
-    at, runs = curve_points(iterations), []
-    for p in (0.2, 0.4):
-        for seed in range(seeds):
-            setting = Setting(seed, p, iterations)
-            for s in SIGMAS_SQ:
-                for name, weights in (("ACFL", "adaptive"), ("NA", "fixed")):
-                    r = setting.run(sigma1_sq=s, sigma2_sq=s, weights=weights, alpha=0.5)
-                    runs.append({"p": p, "sigma_sq": s, "method": name, "seed": seed, **summarise(r, at)})
-    return {"seeds": seeds, "iterations": iterations, "curve_at": at, "runs": runs}
-
-
-def fig4_data(seeds: int, iterations: int) -> dict:
-    """ACFL against SCFL (projection, fixed α = 0.5) at equal ε, p = 0.2."""
-    at, runs = curve_points(iterations), []
-    for seed in range(seeds):
-        setting = Setting(seed, 0.2, iterations)
-        for eps in EPSILONS:
-            for name, encoding, weights in (("ACFL", "gram", "adaptive"), ("SCFL", "projection", "fixed")):
-                s1, s2 = AcflSection(mi_epsilon=eps, encoding=encoding).noise(D, O)
-                r = setting.run(sigma1_sq=s1, sigma2_sq=s2, encoding=encoding, weights=weights, alpha=0.5)
-                runs.append({"epsilon": eps, "method": name, "seed": seed, "sigma1_sq": s1, **summarise(r, at)})
-    return {"seeds": seeds, "iterations": iterations, "curve_at": at, "runs": runs}
-
-
-# --- full runs ----------------------------------------------------------------------------------
-
-def base_config(iterations: int, **sections) -> "object":
-    from testbed.assembly.config import load_config_text, replace
-
-    text = (f'[run]\nname = "acfl"\nalgorithm = "acfl"\n[data]\ndataset = "regression"\nnum_nodes = {N}\n'
-            f'samples_per_node = {M}\ndim = {D}\noutputs = {O}\n[model]\nkind = "linear"\nbias = false\n'
-            f'[acfl]\niterations = {iterations}\nlr = {LR}\nsigma1_sq = 1.0\nsigma2_sq = 1.0\n'
-            '[stragglers]\nmodel = "bernoulli"\np = 0.2\n[privacy]\ntight_accountant = "none"\n'
-            '[output]\nfigures = false\n')
-    config = load_config_text(text)
-    return replace(config, **sections) if sections else config
-
-
-def pipeline_data(iterations: int) -> dict:
-    """max |W| difference between `testbed run` (sim) and the in-memory trajectory, same seed."""
-    from testbed.orchestration.runner import run_experiment
-    from testbed.reports.results import read_checkpoint
-
-    run_experiment(base_config(iterations), out_dir=OUT / "pipeline", quiet=True)
-    w = read_checkpoint(OUT / "pipeline").state["W"]
-    mine = Setting(0, 0.2, iterations).run(sigma1_sq=1.0, sigma2_sq=1.0)["W"]
-    return {"iterations": iterations, "max_w_diff": float(np.abs(w - mine).max())}
-
-
-def public_lr(rows: int) -> float:
-    """η₀ = 1 / a public bound on λ_max(Σ XᵀX) ≤ Σ‖x‖²: rows in the unit ball (the loader's
-    public-bound scaling) plus the bias column give ‖x‖² ≤ 2. No statistic of the data but the row count."""
-    return 1.0 / (rows * 2.0)
-
-
-def majority_share(y: np.ndarray) -> float:
-    return float(np.bincount(y).max() / len(y))
-
-
-REAL_GRID = ((ADULT_EPSILONS[0], "eta0_over_t", "ACFL"),
-             *[(eps, "constant", name) for eps in ADULT_EPSILONS for name in ("ACFL", "NA")])
-
-
-def real_data(seeds: int, iterations: int) -> dict:
-    """ACFL and NA on Adult-2 (16 i.i.d. devices), one-hot least squares on the raw features,
-    p = 0.2, at two ε; the paper's η₀/t once for contrast, else the constant step η₀ = :func:`public_lr`."""
-    from testbed.data import load_dataset
-    from testbed.orchestration.runner import run_experiment
-
-    runs, lstsq = [], []
-    for seed in range(seeds):
-        data = load_dataset("adult-2", seed=seed, scaling="public_bound", num_nodes=ADULT_NODES)
-        rows = len(data.train.x)
-        model = LinearRegression(data.dim, 2, bias=True)  # the exact least squares, central and noiseless
-        w = np.linalg.lstsq(model.design(data.train.x), model.targets(data.train.y), rcond=None)[0]
-        lstsq.append({"seed": seed, "test_accuracy": float(model.loss_and_correct(w.ravel(), data.test.x,
-                                                                                  data.test.y)[1].mean()),
-                      "majority": majority_share(data.test.y), "rows": rows})
-        for eps, schedule, name in REAL_GRID:
-            config = base_config(iterations, run={"seed": seed},
-                                 data={"dataset": "adult-2", "num_nodes": ADULT_NODES, "scaling": "public_bound"},
-                                 model={"kind": "linear", "bias": True},
-                                 stragglers={"model": "bernoulli", "p": ADULT_P},
-                                 acfl={"weights": "adaptive" if name == "ACFL" else "fixed", "lr": public_lr(rows),
-                                       "lr_schedule": schedule, "sigma1_sq": None, "sigma2_sq": None,
-                                       "mi_epsilon": eps})
-            s = run_experiment(config, out_dir=OUT / f"adult-{seed}-{eps:g}-{schedule}-{name}", quiet=True).summary
-            runs.append({"seed": seed, "epsilon": eps, "schedule": schedule, "method": name,
-                         "sigma_sq": s["plan"]["sigma1_sq"], "features": s["plan"]["features"],
-                         "test_accuracy": s["final"]["test_accuracy"], "train_loss": s["final"]["train_loss"]})
-    return {"seeds": seeds, "iterations": iterations, "lstsq": lstsq, "runs": runs}
-
-
-def learns_data(seeds: int) -> dict:
-    """``learns.toml`` (ACFL) and its NA twin (fixed α = 0.5) for each seed, full `testbed run` (sim):
-    final test accuracy (argmax of the 10 outputs), the test split's majority share, the ledger's
-    MI-DP per device, each run's wall time."""
-    from testbed.assembly.config import load_config, replace
-    from testbed.data import load_dataset
-    from testbed.orchestration.runner import run_experiment
-
-    base = load_config(HERE / "learns.toml")
-    runs = []
-    for seed in range(seeds):
-        test_y = load_dataset("mnist-5k", seed=seed, scaling="public_bound", num_nodes=base.data.num_nodes,
-                              samples_per_node=base.data.samples_per_node).test.y
-        for name, weights in (("ACFL", "adaptive"), ("NA", "fixed")):
-            start = time.monotonic()
-            config = replace(base, run={"seed": seed}, acfl={"weights": weights})
-            s = run_experiment(config, out_dir=OUT / f"learns-{seed}-{name}", quiet=True).summary
-            runs.append({"seed": seed, "method": name, "test_accuracy": s["final"]["test_accuracy"],
-                         "test_accuracy_pooled": s["final"]["test_accuracy_pooled"],
-                         "majority": majority_share(test_y), "test_rows": len(test_y),
-                         "ledger_mi_epsilon_nats": max(n["mi_epsilon_nats"] for n in s["nodes"].values()),
-                         "sigma_sq": s["plan"]["sigma1_sq"], "features": s["plan"]["features"],
-                         "curve": [[r, a] for r, a in learning_curve(OUT / f"learns-{seed}-{name}")],
-                         "wall_s": time.monotonic() - start})
-    return {"seeds": seeds, "iterations": base.acfl.iterations, "nodes": base.data.num_nodes,
-            "samples_per_node": base.data.samples_per_node, "random_features": base.model.random_features,
-            "rf_gamma": base.model.rf_gamma, "lr": base.acfl.lr, "mi_epsilon": base.acfl.mi_epsilon,
-            "straggler_p": base.stragglers.p, "runs": runs}
-
-
-def learning_curve(run_dir: Path) -> list[tuple[int, float]]:
-    """(round, test accuracy) of every evaluated round of a run (its metrics.csv)."""
-    import csv
-
-    with open(run_dir / "metrics.csv") as f:
-        return [(int(r["round"]), float(r["test_accuracy"])) for r in csv.DictReader(f) if r["test_accuracy"]]
-
-
-def mqtt_data(iterations: int) -> dict:
-    """20 emulated boards over MQTT (embedded broker, 2 host processes) with Bernoulli(0.2)
-    stragglers, against sim: the same W and ledger."""
-    from testbed.orchestration.runner import run_experiment
-    from testbed.reports.results import read_checkpoint
-
-    config = base_config(iterations, data={"num_nodes": 20})
-    run_experiment(config, out_dir=OUT / "mqtt-sim", quiet=True)
-    start = time.monotonic()
-    s = run_experiment(base_config(iterations, data={"num_nodes": 20}, run={"mode": "mqtt"}, mqtt={"hosts": 2}),
-                       out_dir=OUT / "mqtt", quiet=True).summary
-    wall = time.monotonic() - start
-    diff = float(np.abs(read_checkpoint(OUT / "mqtt").state["W"] - read_checkpoint(OUT / "mqtt-sim").state["W"]).max())
-    return {"iterations": s["rounds"], "status": s["status"], "rounds_straggled": s["stragglers"]["rounds_straggled"],
-            "max_w_diff": diff, "mqtt_wall_s": wall,
-            "ledger_mi_epsilon_nats": sorted({n["mi_epsilon_nats"] for n in s["nodes"].values()})}
-
-
 # --- the report, from data/ alone ---------------------------------------------------------------
+
+def loss_effect(runs: list[dict], *keys: str) -> float:
+    """The effect of interest of a figure's loss claims: LOSS_EFFECT_SHARE of its smallest curve's mean final
+    loss (the curves: the runs grouped by ``keys``)."""
+    curves: dict[tuple, list[float]] = {}
+    for r in runs:
+        curves.setdefault(tuple(r[k] for k in keys), []).append(r["final_loss"])
+    return LOSS_EFFECT_SHARE * min(float(np.mean(v)) for v in curves.values())
+
 
 def by(runs: list[dict], **match) -> dict[int, dict]:
     """seed → run of the runs matching every key."""
@@ -372,7 +179,8 @@ def fig3_section(f3: dict) -> list[str]:
             lines.append(f"| {p} | {s:g} | {theory.mi_epsilon(D, O, s, s):.2f} | {mean_ci(r['final_loss'] for r in a)} | "
                          f"{mean_ci(r['final_loss'] for r in n)} | {np.mean([r['alpha_first'] for r in a]):.3g} → "
                          f"{np.mean([r['alpha_last'] for r in a]):.2g} |")
-    fam = Family("Fig. 3: the claims on the final training loss")
+    fam = Family("Fig. 3: the claims on the final training loss",
+                 effect_of_interest=loss_effect(runs, "p", "sigma_sq", "method"))
     lines += ["", fam.description(), "", "| claim (final training loss) | verdict |", "|---|---|"]
     for p in (0.2, 0.4):
         for s in SIGMAS_SQ:
@@ -431,7 +239,7 @@ def fig4_section(f4: dict) -> list[str]:
         a, s = by(runs, epsilon=eps, method="ACFL"), by(runs, epsilon=eps, method="SCFL")
         lines.append(f"| {eps:g} | {next(iter(a.values()))['sigma1_sq']:.4g} | {next(iter(s.values()))['sigma1_sq']:.3g} | "
                      f"{mean_ci(r['final_loss'] for r in a.values())} | {mean_ci(r['final_loss'] for r in s.values())} |")
-    fam = Family("Fig. 4: the claims on the final training loss")
+    fam = Family("Fig. 4: the claims on the final training loss", effect_of_interest=loss_effect(runs, "epsilon", "method"))
     lines += ["", fam.description(), "", "| claim (final training loss) | verdict |", "|---|---|"]
     gaps_eps, gaps, gap_seeds = [], [], []
     for eps in EPSILONS:
@@ -478,7 +286,7 @@ def real_section(real: dict) -> list[str]:
                      f"{mean_ci(r['test_accuracy'] for r in chosen)}{flag(chosen)} | {mean_ci(r['train_loss'] for r in chosen)} |")
     majority = {r["seed"]: r["majority"] for r in lstsq}
     top = ADULT_EPSILONS[0]
-    fam = Family("Adult-2: the claims on the test accuracy")
+    fam = Family("Adult-2: the claims on the test accuracy", effect_of_interest=ACCURACY_EFFECT)
     paper_step = fam.paired(values(runs, "test_accuracy", epsilon=top, schedule="eta0_over_t", method="ACFL"),
                             majority, "a>b")
     lines += ["", fam.description(), "", "| claim (test accuracy) | verdict |", "|---|---|",
@@ -516,7 +324,7 @@ def learns_section(learns: dict) -> list[str]:
                 f"ε = {learns['mi_epsilon']:g} nats per device; mean over seeds, 95 % band", "test accuracy",
                 yscale="linear")
     majority = {r["seed"]: r["majority"] for r in acfl}
-    fam = Family("mnist-5k: the claims on the test accuracy")
+    fam = Family("mnist-5k: the claims on the test accuracy", effect_of_interest=ACCURACY_EFFECT)
     above_majority = fam.paired(values(runs, "test_accuracy", method="ACFL"), majority, "a>b")
     against_na = fam.paired(values(runs, "test_accuracy", method="ACFL"), values(runs, "test_accuracy", method="NA"),
                             "a>b")
@@ -576,7 +384,40 @@ def pipeline_lines(pipeline: dict | None, mqtt: dict | None) -> list[str]:
     return lines
 
 
-def report() -> str:
+SECTIONS: dict[str, Callable[[dict], list[str]]] = {}  # scenario → its REPORT section (filled below the sections)
+
+
+def seed_plans() -> list[ScenarioPlan]:
+    """Each seeded scenario's seeds by power from its data (testbed.reports.seed_plan), as the REPORT gives them."""
+    with recording():
+        return report()[1]
+
+
+def seeds_section(plans: list[ScenarioPlan]) -> list[str]:
+    short = [p.scenario for p in plans if p.underpowered]
+    return ["## Seeds by power", "",
+            "Each scenario runs max(8, the seeds its family needs to detect its effect of interest at 80 % power after "
+            "Holm, from the sd of these runs), capped by the compute budget (testbed.reports.seed_plan; "
+            "`reproduce.py --plan-seeds` prints this table from the committed data). Effects of interest: test "
+            f"accuracy {ACCURACY_EFFECT:g} (one percentage point); the final training loss of Figs. 3–4, "
+            f"{LOSS_EFFECT_SHARE * 100:g} % of the figure's smallest curve (ACFL's floor; the figures' loss axis is "
+            "logarithmic, where 10 % is about the smallest gap one reads). Budget (seeds): "
+            + ", ".join(f"{k} {v}" for k, v in BUDGET.items()) + ". A seed costs, measured on this shared 2-core "
+            "machine, fig3 30 s and fig4 16 s (in memory), real 80 s and learns 74 s (full runs). Figs. 3–4 keep "
+            "their 10: their loss claims' effect of interest is out of reach at any affordable n, and their verdicts "
+            "are decided at 10; real gets the floor, 8, and learns the 13 its family needed at the 5-seed pilot's sd.", "",
+            *plan_table(plans), "",
+            (f"Underpowered for its effect of interest at the budget: {', '.join(short)}. An inconclusive verdict "
+             "there is no evidence against the effect; the seeds needed are what an extension "
+             "(`reproduce.py --extend`, with a larger budget) would run." if short else
+             "Every scenario holds the seeds its family needs."),
+            "", "Figs. 3–4: a family's power is judged on the median sd of its paired differences, here that of NA's "
+            "and SCFL's losses at large noise, far above ACFL's floor, so an effect of 10 % of that floor is out of "
+            "reach at any number of seeds this machine could run; the budget keeps their 10.", ""]
+
+
+def report() -> tuple[str, list[ScenarioPlan]]:
+    """The REPORT's text, and each seeded scenario's seeds by power from its section's family."""
     data = {name: read_data(name) for name in SCENARIOS}
     f3 = data["fig3"]
     lines = ["# ACFL reproduction (generated by `experiments/acfl/reproduce.py`)", "",
@@ -601,40 +442,70 @@ def report() -> str:
               "adaptive bound lies in [10, 10.2222] and is at or below every fixed-α curve at every ε; it equals the "
               "table of acfl.md §5.1 to its printed digits (one slip there: ε at σ² = 1e-3 is 721.96, printed 721.97; "
               "`tests/test_acfl.py`). `fig1.png`.", ""]
-    for name, section in (("fig3", fig3_section), ("fig4", fig4_section), ("real", real_section),
-                          ("learns", learns_section)):
-        lines += section(data[name]) if data[name] is not None else [f"## {name}: no data (not run)", ""]
+    sections, families = [], {}
+    for name, section in SECTIONS.items():
+        if data[name] is None:
+            sections += [f"## {name}: no data (not run)", ""]
+            continue
+        with recording() as made:
+            sections += section(data[name])
+        families[name] = made
+    plans = plan(families, {name: data[name]["seeds"] for name in families}, BUDGET)
+    lines += seeds_section(plans) + sections
     lines += pipeline_lines(data["pipeline"], data["mqtt"])
     walls = {name: d["wall_s"] for name, d in data.items() if d is not None}
     lines += ["## Compute", "", "Measured wall time of each scenario when its data were made (one worker, on a "
-              "2-core machine shared with other jobs): " + ", ".join(f"{k} {v:.0f} s" for k, v in walls.items()) +
+              "2-core machine shared with other jobs; a scenario extended by `--extend`: the sum of its runs' sessions): " + ", ".join(f"{k} {v:.0f} s" for k, v in walls.items()) +
               f"; {sum(walls.values()) / 60:.1f} min in all. `--report-only` redoes none of it.", ""]
-    return "\n".join(lines)
+    return "\n".join(lines), plans
+
+
+SECTIONS.update(fig3=fig3_section, fig4=fig4_section, real=real_section, learns=learns_section)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="+", choices=SCENARIOS, default=list(SCENARIOS))
-    parser.add_argument("--seeds", type=int, default=10, help="Figs. 3-4")
+    parser.add_argument("--seeds", type=int, help="Figs. 3-4 (default: SEEDS, the plan by power)")
     parser.add_argument("--iterations", type=int, default=1000)
-    parser.add_argument("--real-seeds", type=int, default=5)
+    parser.add_argument("--real-seeds", type=int, default=SEEDS["real"])
     parser.add_argument("--real-iterations", type=int, default=300)
-    parser.add_argument("--learns-seeds", type=int, default=5)
+    parser.add_argument("--learns-seeds", type=int, default=SEEDS["learns"])
+    parser.add_argument("--extend", action="store_true",
+                        help="run only the seeds data/ lacks and merge them in (after checking a committed seed "
+                             "reproduces); the scenarios without seeds are left as they are")
+    parser.add_argument("--plan-seeds", action="store_true",
+                        help="print each scenario's seeds by power from the committed data; run nothing")
     parser.add_argument("--report-only", action="store_true", help="rewrite REPORT.md and the figures from data/")
     args = parser.parse_args()
+    for flag, value in (("--seeds", args.seeds), ("--real-seeds", args.real_seeds), ("--learns-seeds", args.learns_seeds)):
+        if value is not None and value < 2:
+            parser.error(f"{flag} must be at least 2 (a paired comparison needs two pairs), got {value}")
+    if args.plan_seeds:
+        print("\n".join(plan_table(seed_plans())))
+        return
     if not args.report_only:
-        shutil.rmtree(OUT, ignore_errors=True)  # this script's own runs, redone
-        OUT.mkdir(parents=True)
-        compute = {"fig3": lambda: fig3_data(args.seeds, args.iterations),
-                   "fig4": lambda: fig4_data(args.seeds, args.iterations),
-                   "pipeline": lambda: pipeline_data(args.iterations),
-                   "real": lambda: real_data(args.real_seeds, args.real_iterations),
-                   "learns": lambda: learns_data(args.learns_seeds), "mqtt": lambda: mqtt_data(50)}
+        if not args.extend:
+            shutil.rmtree(OUT, ignore_errors=True)  # this script's own runs, redone
+        OUT.mkdir(parents=True, exist_ok=True)
+        seeds = {"fig3": args.seeds or SEEDS["fig3"], "fig4": args.seeds or SEEDS["fig4"], "real": args.real_seeds,
+                 "learns": args.learns_seeds}
+        seeded = {"fig3": lambda chosen, out: fig3_data(chosen, args.iterations),
+                  "fig4": lambda chosen, out: fig4_data(chosen, args.iterations),
+                  "real": lambda chosen, out: real_data(chosen, args.real_iterations, out),
+                  "learns": lambda chosen, out: learns_data(chosen, out)}
+        compute = {"pipeline": lambda: pipeline_data(args.iterations), "mqtt": lambda: mqtt_data(50),
+                   **{name: (lambda name=name: f(range(seeds[name]), None)) for name, f in seeded.items()}}
         for name in args.only:
-            write_data(name, timed(compute[name]))
+            if args.extend and name in seeded:
+                merged = extend(name, seeds[name], lambda chosen, out, name=name: timed(lambda: seeded[name](chosen, out)))
+                if merged is not None:
+                    write_data(name, merged)
+            elif not args.extend:
+                write_data(name, timed(compute[name]))
             print(f"{name}: data/{name}.json", flush=True)
     with recording() as families:
-        text = report()
+        text, _ = report()
     write_report(HERE / "REPORT.md", text, families)
 
 

@@ -8,11 +8,12 @@ from collections.abc import Iterable
 from typing import Any
 
 from pasgd_design import (
-    E1_SEEDS, E2_BUDGETS, E2_SEEDS, E2_TAUS, E3_COST_SETTINGS, E3_COSTS, E3_EPSILONS, E3_SEEDS, EPSILONS, LEARNS_EPSILON,
+    ACCURACY_EFFECT, BUDGET, FAMILY_SCENARIOS, E1_SEEDS, E2_BUDGETS, E2_SEEDS, E2_TAUS, E3_COST_SETTINGS, E3_COSTS, E3_EPSILONS, E3_SEEDS, EPSILONS, LEARNS_EPSILON,
     LEARNS_SEEDS, grid_choice, group, mean, seed_tau_star,
 )
 from results_data import by_seed, mean_ci
 
+from testbed.reports.seed_plan import ScenarioPlan, plan, plan_table
 from testbed.reports.stats import t_interval
 from testbed.reports.verdicts import RULE, Family, Pending, Verdict, fill_all
 
@@ -28,6 +29,41 @@ def words(verdicts: Iterable[Verdict | Pending]) -> str:
     return ", ".join(f"{n} {w}" for w, n in sorted(counts.items()))
 
 
+def seed_plans(tables: dict[str, Any], made: list[Family]) -> list[ScenarioPlan]:
+    """Each seeded scenario's seeds by power from its data (testbed.reports.seed_plan): ``made``, the
+    families of its REPORT, each counted for the scenarios whose runs it compares (FAMILY_SCENARIOS)."""
+    families: dict[str, list[Family]] = {name: [] for name in BUDGET}
+    for f in made:
+        for prefix, scenarios in FAMILY_SCENARIOS:
+            if f.name.startswith(prefix):
+                for name in scenarios:
+                    families[name].append(f)
+                break
+        else:
+            raise ValueError(f"family {f.name!r} names no scenario in FAMILY_SCENARIOS")
+    seeds = {name: len({r["seed"] for r in tables[name].rows}) for name in BUDGET}
+    return plan(families, seeds, BUDGET)
+
+
+def seeds_section(plans: list[ScenarioPlan]) -> str:
+    short = [p.scenario for p in plans if p.underpowered]
+    return "\n".join([
+        "**Seeds by power.** Each scenario runs max(8, the seeds its families need to detect their effect of interest "
+        "at 80 % power after Holm, from the sd of these runs), capped by the compute budget "
+        "(testbed.reports.seed_plan; `reproduce.py --plan-seeds` prints this table from the committed data). Effect of "
+        f"interest: test accuracy {ACCURACY_EFFECT:g} (one percentage point). Budget: 8 seeds of e2 and planfit "
+        "(e2's 1760 runs at 5 seeds took 26 min; the session regenerating them had time for 3 more, added by "
+        "`--extend`), 14 of e1 (what its family needed from the 10-seed pilot; 30 s of runs), 10 of e3 and learns "
+        "(what they have).", "", *plan_table(plans), "",
+        (f"Underpowered for the effect of interest: {', '.join(short)}: an inconclusive verdict there is no evidence "
+         "against a difference of one percentage point." if short else "Every scenario holds the seeds its families "
+         "need."), ""])
+
+
+#: Where the REPORT's seeds-by-power table goes: it needs every family, so it is filled in last.
+SEEDS_PLACE = "\x00seeds by power\x00"
+
+
 def report(t: dict[str, Any]) -> str:
     e1, e2, e3, e4, fit, learns = (t[k] for k in ("e1", "e2", "e3", "e4", "planfit", "learns"))
     info = e4.extra["info"]
@@ -37,7 +73,7 @@ def report(t: dict[str, Any]) -> str:
     families: list[Family] = []
 
     def family(name: str) -> Family:
-        families.append(Family(name))
+        families.append(Family(name, effect_of_interest=ACCURACY_EFFECT))
         return families[-1]
 
     walls = {"e1": e1.wall_s, "e2": e2.wall_s, "e3": e3.wall_s, "e4": e4.wall_s, "planfit": fit.wall_s, "learns": learns.wall_s}
@@ -57,9 +93,9 @@ def report(t: dict[str, Any]) -> str:
         "measured times, recorded in each scenario's data file): "
         + ", ".join(f"{k} {w:.0f} s" for k, w in walls.items()) + f"; **{sum(walls.values()) / 60:.1f} min** in all "
         "(measured while other jobs shared the two cores, which the runs' own times include). "
-        f"Seeds: e1 {len(E1_SEEDS)}, e2 {len(E2_SEEDS)} (its {len(e2.rows)} runs are most of the compute; 10 seeds "
-        f"would double it), e3 {len(E3_SEEDS)}, planfit {len(E2_SEEDS)} (the seeds of e2 it is paired with), learns "
+        f"Seeds: e1 {len(E1_SEEDS)}, e2 {len(E2_SEEDS)} (its {len(e2.rows)} runs are most of the compute), e3 {len(E3_SEEDS)}, planfit {len(E2_SEEDS)} (the seeds of e2 it is paired with), learns "
         f"{len(LEARNS_SEEDS)} at ε_th = {LEARNS_EPSILON:g} and 5 at each other ε_th.\n")
+    add(SEEDS_PLACE)
     for name in e4.extra["skipped"]:
         add(f"- {name}: skipped — vehicle.mat (the Vehicle Sensor data set as packaged for MOCHA) was not found "
             "under $TESTBED_DATA and has no download source.")
@@ -177,7 +213,7 @@ def report(t: dict[str, Any]) -> str:
     add("## The planner against the grid (Fig. 3's stars; issue 29)\n")
     add("> \"the value of τ found by our proposed approach … is very close to the optimal one obtained by the grid "
         "search under all cases\"\n")
-    add("The planned design (τ, K, σ) at the same budgets, run on the same seeds as the grid (0–4; e3's and "
+    add(f"The planned design (τ, K, σ) at the same budgets, run on the same seeds as the grid (0–{E2_SEEDS[-1]}; e3's and "
         "planfit's runs), against the grid's best (τ*, K*) chosen on validation. *Lands*: the plan's mean test accuracy "
         "is at or above the lower end of the grid best's 95 % interval. The verdict is the paired comparison "
         "a = grid best, b = plan on the claim \"a > b\": **shown** means the plan is detectably worse (the paper's "
@@ -421,4 +457,5 @@ def report(t: dict[str, Any]) -> str:
         "prefers short runs (K well below the budget).\n"
         "- λ is the PL ratio at θ⁰, an optimistic stand-in: the theory's strong convexity does not hold for unregularised "
         "logistic regression (dp-pasgd.md §7 item 11).\n")
-    return fill_all("\n".join(L) + "\n", families)
+    text = "\n".join(L).replace(SEEDS_PLACE, seeds_section(seed_plans(t, families)))
+    return fill_all(text + "\n", families)

@@ -1,6 +1,8 @@
 """Reproduce the experiments of DP-PASGD (Hu et al., arXiv 2003.12705, §8) on Adult-1 and Adult-2.
 
     python experiments/dp_pasgd/reproduce.py [--only e1 e2 ...] [--out runs/dp-pasgd-reproduce] [--workers 1]
+    python experiments/dp_pasgd/reproduce.py --plan-seeds
+    python experiments/dp_pasgd/reproduce.py [--only e2 planfit] --extend [--seeds 8]
     python experiments/dp_pasgd/reproduce.py --report-only
 
 Each scenario runs through the sweep engine (testbed.orchestration.sweep, local processes; the sweep
@@ -11,8 +13,8 @@ Vehicle-1/-2 run too when vehicle.mat is found under $TESTBED_DATA; otherwise th
 a note. Settings shared by every run: base.toml (why each was chosen is written there).
 
 - e1 (Fig. 2): accuracy against resource cost up to C = 1000 at ε = 10, DP-PASGD (τ = 10, K = 90)
-  against DP-SGD (τ = 1, K = 9), 10 seeds.
-- e2 (Fig. 3): grid over τ ∈ E2_TAUS for C_th ∈ {500, 1000}, ε_th ∈ {1, 2, 4, 10}, 5 seeds. The
+  against DP-SGD (τ = 1, K = 9), 14 seeds.
+- e2 (Fig. 3): grid over τ ∈ E2_TAUS for C_th ∈ {500, 1000}, ε_th ∈ {1, 2, 4, 10}, 8 seeds. The
   paper's "K from 200 to C_th/(c1/τ+c2)" is empty under its own costs (at most 166 steps fit), so K
   takes two values per τ: the most whole rounds R(τ) = ⌊C_th/(c1 + c2·τ)⌋ and ⌈R/2⌉ rounds. K and
   then τ* are chosen on the mean validation accuracy; claims are judged on the test accuracy.
@@ -25,6 +27,12 @@ a note. Settings shared by every run: base.toml (why each was chosen is written 
 - learns: learns.toml (DP-PASGD on MNIST images at the paper's ε_th = 10, where the private model
   learns) and the same at ε_th ∈ {1, 2, 4}: the privacy-utility curve.
 
+Seeds by power (testbed.reports.seed_plan, docs/statistics.md): ``--plan-seeds`` prints, from the
+committed data, the seeds each scenario's families need for their effect of interest at 80 % power
+after Holm (at least 8, capped by pasgd_design.BUDGET); the report prints the same table.
+``--extend`` adds to e2 and planfit only the seeds their data lack, after rerunning the cheapest
+committed run and refusing unless it reproduces the committed row.
+
 The bound constants L, λ, ξ², α are estimated once per dataset (seed 0, testbed.planning.estimate)
 and written into [plan] of every run, so e2's markers, e3's runs and e4's map use the same ones.
 
@@ -35,10 +43,11 @@ figures pasgd_figures.py, REPORT.md's text pasgd_report.py; this script runs and
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,8 +63,8 @@ from pasgd_design import (  # noqa: E402
     E3_SEEDS, EPSILONS, LEARNS_EPSILON, LEARNS_EPSILONS, LEARNS_SEEDS, OPTIONAL, PLANNED,
 )
 from pasgd_figures import draw_figures  # noqa: E402
-from pasgd_report import report  # noqa: E402
-from results_data import read, runs_wall_s, write  # noqa: E402
+from pasgd_report import report, seed_plans  # noqa: E402
+from results_data import DATA, compact, read, runs_wall_s, write  # noqa: E402
 
 from testbed.assembly.assemble import load_data, model_for  # noqa: E402
 from testbed.assembly.config import Config, load_config, replace  # noqa: E402
@@ -66,6 +75,7 @@ from testbed.planning.dp_pasgd import lr_tau_cap  # noqa: E402
 from testbed.planning.estimate import noise_dimension, smoothness  # noqa: E402
 from testbed.planning.resolve import make_plan, plan_inputs  # noqa: E402
 from testbed.reports.results import read_metrics  # noqa: E402
+from testbed.reports.seed_plan import first_mismatch, plan_table  # noqa: E402
 from testbed.reports.verdicts import recording, write_report  # noqa: E402
 
 
@@ -149,17 +159,28 @@ def e2_rounds(cost: float, tau: int) -> list[int]:
     return sorted({most, math.ceil(most / 2)})
 
 
-def run_e2(datasets: dict[str, Dataset], out: Path, workers: int) -> None:
-    rows, wall = [], 0.0
+E2_COLUMNS = ("dataset", "cost", "epsilon", "tau", "steps", "seed", "test_accuracy", "validation_accuracy", "train_loss")
+
+
+def e2_point(cost: float, epsilon: float, tau: int, steps: int, seed: int) -> Point:
+    return Point((("budget.cost_units", cost), ("dp_pasgd.epsilon", epsilon), ("dp_pasgd.tau", tau),
+                  ("dp_pasgd.steps", steps)), seed)
+
+
+def e2_runs(datasets: dict[str, Dataset], out: Path, workers: int, seeds: Iterable[int]) -> tuple[list[dict], float]:
+    rows, wall, seeds = [], 0.0, list(seeds)
     for name, ds in datasets.items():
-        points = [Point((("budget.cost_units", c), ("dp_pasgd.epsilon", e), ("dp_pasgd.tau", t), ("dp_pasgd.steps", r * t)), s)
-                  for c in E2_BUDGETS for e in EPSILONS for t in E2_TAUS for r in e2_rounds(c, t) for s in E2_SEEDS]
+        points = [e2_point(c, e, t, r * t, s)
+                  for c in E2_BUDGETS for e in EPSILONS for t in E2_TAUS for r in e2_rounds(c, t) for s in seeds]
         folder = out / "e2" / name
         swept = run_sweep(ds.base, points, folder, workers=workers, quiet=True)
         wall += runs_wall_s(folder, swept)
         rows += [{"dataset": name, "cost": r["budget.cost_units"], "epsilon": r["dp_pasgd.epsilon"], **r} for r in swept]
-    write("e2", ("dataset", "cost", "epsilon", "tau", "steps", "seed", "test_accuracy", "validation_accuracy", "train_loss"),
-          rows, wall)
+    return rows, wall
+
+
+def run_e2(datasets: dict[str, Dataset], out: Path, workers: int) -> None:
+    write("e2", E2_COLUMNS, *e2_runs(datasets, out, workers, E2_SEEDS))
 
 
 def e3_settings() -> list[tuple[float, float]]:
@@ -167,13 +188,22 @@ def e3_settings() -> list[tuple[float, float]]:
     return sorted(pairs)
 
 
-def _planned_runs(configs: dict[str, Config], settings: list[tuple[float, float]], seeds: range, out: Path,
+def planned_config(config: Config) -> Config:
+    """``config`` with the planner choosing τ, K and σ (dp_pasgd.tau = "plan")."""
+    return replace(config, dp_pasgd={"tau": "plan", "epsilon": 10.0}, budget={"cost_units": 1000.0})
+
+
+def planned_point(cost: float, epsilon: float, seed: int) -> Point:
+    return Point((("budget.cost_units", cost), ("dp_pasgd.epsilon", epsilon)), seed)
+
+
+def _planned_runs(configs: dict[str, Config], settings: list[tuple[float, float]], seeds: Iterable[int], out: Path,
                   workers: int) -> tuple[list[dict], float]:
     """Runs of dp_pasgd.tau = "plan" for each dataset's config at each (C_th, ε_th) and seed."""
-    rows, wall = [], 0.0
+    rows, wall, seeds = [], 0.0, list(seeds)
     for name, config in configs.items():
-        config = replace(config, dp_pasgd={"tau": "plan", "epsilon": 10.0}, budget={"cost_units": 1000.0})
-        points = [Point((("budget.cost_units", c), ("dp_pasgd.epsilon", e)), s) for c, e in settings for s in seeds]
+        config = planned_config(config)
+        points = [planned_point(c, e, s) for c, e in settings for s in seeds]
         folder = out / name
         swept = run_sweep(config, points, folder, workers=workers, quiet=True)
         wall += runs_wall_s(folder, swept)
@@ -187,11 +217,65 @@ def run_e3(datasets: dict[str, Dataset], out: Path, workers: int) -> None:
     write("e3", ("dataset", "cost", "epsilon", *PLANNED), rows, wall)
 
 
-def run_planfit(datasets: dict[str, Dataset], out: Path, workers: int) -> None:
+def planfit_runs(datasets: dict[str, Dataset], out: Path, workers: int, seeds: Iterable[int]) -> tuple[list[dict], float]:
     settings = [(c, e) for c in E2_BUDGETS for e in EPSILONS]
-    rows, wall = _planned_runs({n: fitted(ds) for n, ds in datasets.items()}, settings, E2_SEEDS, out / "planfit", workers)
-    write("planfit", ("dataset", "cost", "epsilon", *PLANNED), rows, wall,
+    return _planned_runs({n: fitted(ds) for n, ds in datasets.items()}, settings, seeds, out / "planfit", workers)
+
+
+def run_planfit(datasets: dict[str, Dataset], out: Path, workers: int) -> None:
+    write("planfit", ("dataset", "cost", "epsilon", *PLANNED), *planfit_runs(datasets, out, workers, E2_SEEDS),
           noise_dimension={n: ds.info["noise_dimension"] for n, ds in datasets.items()})
+
+
+def _rerun_row(scenario: str, datasets: dict[str, Dataset], row: dict, scratch: Path) -> dict:
+    """One committed row of e2 or planfit run again (its dataset, setting and seed) in ``scratch``."""
+    ds = datasets[row["dataset"]]
+    if scenario == "e2":
+        swept = run_sweep(ds.base, [e2_point(row["cost"], row["epsilon"], row["tau"], row["steps"], row["seed"])],
+                          scratch, workers=1, quiet=True)[0]
+        return {"dataset": ds.name, "cost": swept["budget.cost_units"], "epsilon": swept["dp_pasgd.epsilon"], **swept}
+    swept = run_sweep(planned_config(fitted(ds)), [planned_point(row["cost"], row["epsilon"], row["seed"])], scratch,
+                      workers=1, quiet=True)[0]
+    return {"dataset": ds.name, "cost": swept["budget.cost_units"], "epsilon": swept["dp_pasgd.epsilon"],
+            **{k: swept[k] for k in PLANNED}}
+
+
+#: The scenarios ``--extend`` adds seeds to (the ones the plan asks more of): their runs at given seeds.
+EXTENDABLE: dict[str, Callable[..., tuple[list[dict], float]]] = {"e2": e2_runs, "planfit": planfit_runs}
+
+
+def extend(scenario: str, datasets: dict[str, Dataset], out: Path, workers: int, seeds: int) -> None:
+    """Add to data/<scenario>.json only the seeds it lacks (``seeds`` in all), after rerunning its cheapest
+    committed run (the fewest steps, the first seed): SystemExit (one line) unless that reproduces the
+    committed row, so the extended file is what a full regeneration would give."""
+    import tempfile
+
+    table = read(scenario)
+    raw = json.loads((DATA / f"{scenario}.json").read_text())
+    columns = raw["columns"]
+    have = sorted({r["seed"] for r in table.rows})
+    if have != list(range(len(have))):
+        raise SystemExit(f"{scenario}: refusing to extend: its seeds {have} are not 0, 1, ..., {len(have) - 1}")
+    if seeds <= len(have):
+        print(f"{scenario}: {len(have)} seeds committed, {seeds} asked: nothing to run", flush=True)
+        return
+    cheapest = min(table.rows, key=lambda r: (r["steps"], r["seed"]))
+    with tempfile.TemporaryDirectory() as scratch:
+        rerun = compact({c: _rerun_row(scenario, datasets, cheapest, Path(scratch))[c] for c in columns})
+    found = first_mismatch(cheapest, rerun)
+    if found:
+        raise SystemExit(f"{scenario}: refusing to extend: seed {cheapest['seed']} of {cheapest['dataset']} at "
+                         f"{cheapest['steps']} steps does not reproduce the committed run ({found})")
+    print(f"{scenario}: seed {cheapest['seed']} of {cheapest['dataset']} at {cheapest['steps']} steps reproduces "
+          "the committed run", flush=True)
+    rows, wall = EXTENDABLE[scenario](datasets, out, workers, range(len(have), seeds))
+    setting = columns[:columns.index("seed")]  # a full run's rows: every setting in order, its seeds within it
+    position: dict[tuple, int] = {}
+    for r in table.rows:
+        position.setdefault(tuple(r[c] for c in setting), len(position))
+    merged = sorted(table.rows + [compact({c: r[c] for c in columns}) for r in rows],
+                    key=lambda r: (position[tuple(r[c] for c in setting)], r["seed"]))
+    write(scenario, columns, merged, table.wall_s + wall, **table.extra)
 
 
 def run_e4(datasets: dict[str, Dataset], skipped: list[str]) -> None:
@@ -241,7 +325,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=1, help="parallel runs (default 1)")
     parser.add_argument("--only", nargs="+", choices=[*SCENARIOS, "e4", "learns"], help="run only these scenarios")
     parser.add_argument("--report-only", action="store_true", help="rewrite REPORT.md and the figures from data/ alone")
+    parser.add_argument("--plan-seeds", action="store_true",
+                        help="print each scenario's seeds by power from the committed data; run nothing")
+    parser.add_argument("--extend", action="store_true",
+                        help=f"add to {' and '.join(EXTENDABLE)} only the seeds their data lack, up to --seeds (after "
+                             "checking a committed run reproduces); the other scenarios are left as they are")
+    parser.add_argument("--seeds", type=int, default=len(E2_SEEDS),
+                        help="with --extend: the seeds e2 and planfit hold afterwards (default: E2_SEEDS)")
     args = parser.parse_args(argv)
+    if args.seeds < 2:
+        parser.error(f"--seeds must be at least 2 (a paired comparison needs two pairs), got {args.seeds}")
+    if args.plan_seeds:
+        tables = {k: read(k) for k in ("e1", "e2", "e3", "e4", "planfit", "learns")}
+        with recording() as made:
+            report(tables)
+        print("\n".join(plan_table(seed_plans(tables, made))))
+        return 0
     if not args.report_only:
         chosen = args.only or [*SCENARIOS, "e4", "learns"]
         datasets: dict[str, Dataset] = {}
@@ -254,7 +353,10 @@ def main(argv: list[str] | None = None) -> int:
                 datasets[name] = ready
         for key in chosen:
             start = time.monotonic()
-            if key == "e4":
+            if args.extend:
+                if key in EXTENDABLE:
+                    extend(key, datasets, args.out, args.workers, args.seeds)
+            elif key == "e4":
                 run_e4(datasets, skipped)
             elif key == "learns":
                 run_learns(args.out, args.workers)

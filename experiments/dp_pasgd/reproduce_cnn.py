@@ -2,6 +2,7 @@
 logistic setting on Adult leaves accuracy at the majority class (REPORT.md).
 
     python experiments/dp_pasgd/reproduce_cnn.py [--only cnn-e1 cnn-e2] [--out runs/dp-pasgd-reproduce-cnn] [--workers 1]
+    python experiments/dp_pasgd/reproduce_cnn.py --plan-seeds
     python experiments/dp_pasgd/reproduce_cnn.py --report-only
 
 Every run is base-cnn.toml (the small CNN of testbed.learning.torch_models on the 8×8 digits over 16
@@ -15,6 +16,9 @@ alone (all that ``--report-only`` does).
 - cnn-e2 (Fig. 3): a grid over τ ∈ {1, 2, 5, 10, 20} for C_th ∈ {500, 1000}, ε_th ∈ {1, 2, 4, 10},
   K the most whole rounds that fit the budget, ⌊C_th/(c1 + c2 τ)⌋ τ; τ* chosen on validation.
   E3 (Figs. 4–5) is read off the same grid: the best design's accuracy against C_th and ε_th.
+- Seeds by power (testbed.reports.seed_plan): ``--plan-seeds`` prints, from the committed data, the
+  seeds each scenario's families need for one percentage point of test accuracy at 80 % power after
+  Holm (at least 8, capped by BUDGET); the report prints the same table.
 - E4 (Fig. 6) is the planner's τ over the budgets, a function of the bound constants alone: the
   constants' estimators (testbed.planning.estimate) assume a convex model, so it is not rerun here.
 """
@@ -38,7 +42,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO))
 
-from pasgd_design import grid_choice, group, seed_tau_star  # noqa: E402
+from pasgd_design import ACCURACY_EFFECT, grid_choice, group, seed_tau_star  # noqa: E402
 from pasgd_figures import band, save  # noqa: E402
 from pasgd_report import v, words  # noqa: E402
 from reproduce import majority_share  # noqa: E402
@@ -48,6 +52,7 @@ from testbed.assembly.assemble import load_data  # noqa: E402
 from testbed.assembly.config import load_config, replace  # noqa: E402
 from testbed.orchestration.sweep import Point, run_sweep  # noqa: E402
 from testbed.reports.results import read_metrics  # noqa: E402
+from testbed.reports.seed_plan import ScenarioPlan, plan, plan_table  # noqa: E402
 from testbed.reports.stats import majority_flag  # noqa: E402
 from testbed.reports.verdicts import RULE, Family, Pending, fill_all, recording, write_report  # noqa: E402
 
@@ -56,6 +61,9 @@ TAUS = (1, 2, 5, 10, 20)
 BUDGETS = (500.0, 1000.0)
 EPSILONS = (1.0, 2.0, 4.0, 10.0)
 SCHEMES = {"DP-PASGD (τ=10, K=90)": (10, 90), "DP-SGD (τ=1, K=9)": (1, 9)}
+#: The compute budget, seeds per scenario: cnn-e2's 400 runs took 16 min at 10 seeds on this shared 2-core
+#: machine; the 10 committed are what a regeneration of the file should take.
+BUDGET = {"cnn-e1": 10, "cnn-e2": 10}
 COLUMNS = ("seed", "test_accuracy", "validation_accuracy", "train_loss", "epsilon_max", "sigma")
 
 
@@ -113,12 +121,25 @@ def figures(e1, e2) -> None:
     save(fig, "fig_e2-cnn.png")
 
 
+def seed_plans(e1, e2, made: list[Family]) -> list[ScenarioPlan]:
+    """Each scenario's seeds by power from its data and ``made``, its REPORT's families: E1's compares
+    cnn-e1's runs, the others cnn-e2's."""
+    families = {"cnn-e1": [f for f in made if f.name.startswith("E1:")],
+                "cnn-e2": [f for f in made if not f.name.startswith("E1:")]}
+    seeds = {"cnn-e1": len({r["seed"] for r in e1.rows}), "cnn-e2": len({r["seed"] for r in e2.rows})}
+    return plan(families, seeds, BUDGET)
+
+
 def report(e1, e2) -> str:
     majority, chance = e1.extra["majority"], e1.extra["chance"]
     pasgd, sgd = (by_seed(e1.rows, "test_accuracy", tau=t) for t, _k in SCHEMES.values())
-    f_e1, f_e2 = Family("E1: DP-PASGD above DP-SGD"), Family("E2: τ* against the grid's ends, every case")
-    f_eps, f_cost = Family("E2: τ* rises with ε_th, per C_th"), Family("E2: τ* falls with C_th, per ε_th")
-    f_e3c, f_e3e = Family("E3: the best at C_th = 1000 above 500, per ε_th"), Family("E3: the best rises with ε_th, per C_th")
+
+    def family(name: str) -> Family:
+        return Family(name, effect_of_interest=ACCURACY_EFFECT)  # one percentage point of test accuracy
+
+    f_e1, f_e2 = family("E1: DP-PASGD above DP-SGD"), family("E2: τ* against the grid's ends, every case")
+    f_eps, f_cost = family("E2: τ* rises with ε_th, per C_th"), family("E2: τ* falls with C_th, per ε_th")
+    f_e3c, f_e3e = family("E3: the best at C_th = 1000 above 500, per ε_th"), family("E3: the best rises with ε_th, per C_th")
     families = [f_e1, f_e2, f_eps, f_cost, f_e3c, f_e3e]
     e1_verdict = f_e1.paired(pasgd, sgd, "a>b")
     cases = group(e2.rows, "cost", "epsilon")
@@ -135,6 +156,7 @@ def report(e1, e2) -> str:
          f"Measured wall time of the runs (one worker, the sum of the runs' own times): cnn-e1 {e1.wall_s:.0f} s, "
          f"cnn-e2 {e2.wall_s:.0f} s; **{(e1.wall_s + e2.wall_s) / 60:.1f} min** in all (measured while other jobs shared "
          "the two cores, which the runs' own times include).", "",
+         SEEDS_PLACE,
          "## E1: resource efficiency (`fig_e1-cnn.png`)", "",
          "> \"for all of the data distribution cases, DP-PASGD always achieves higher accuracy than DP-SGD\"", "",
          "| scheme | test accuracy | σ | ε spent (max) |", "|---|---|---|---|"]
@@ -221,7 +243,24 @@ def report(e1, e2) -> str:
                  + f" | {v(f_e3e.trend(xs, ys, 'increasing', units=xs, cluster=seeds))} |")
     L += ["", f"{f_e3e.description()} (Each ε_th's runs over the seeds: ρ within each seed, n = seeds.)", "", "E4 (the planner's τ over the budgets) is not rerun: it depends only on the bound constants, whose "
           "estimators assume a convex model.", "", "## Figures", "", "- `fig_e1-cnn.png`", "- `fig_e2-cnn.png`", ""]
-    return fill_all("\n".join(L), families)
+    text = "\n".join(L).replace(SEEDS_PLACE, "\n".join(seeds_lines(seed_plans(e1, e2, families))))
+    return fill_all(text, families)
+
+
+#: Where the REPORT's seeds-by-power table goes: it needs every family, so it is filled in last.
+SEEDS_PLACE = "\x00seeds by power\x00"
+
+
+def seeds_lines(plans: list[ScenarioPlan]) -> list[str]:
+    short = [p.scenario for p in plans if p.underpowered]
+    return ["**Seeds by power.** Each scenario runs max(8, the seeds its families need to detect their effect of "
+            "interest at 80 % power after Holm, from the sd of these runs), capped by the compute budget "
+            "(testbed.reports.seed_plan; `reproduce_cnn.py --plan-seeds` prints this table from the committed data). "
+            f"Effect of interest: test accuracy {ACCURACY_EFFECT:g} (one percentage point). Budget: 10 seeds per "
+            "scenario (cnn-e2's 400 runs took 16 min at 10 seeds on this shared machine).", "", *plan_table(plans), "",
+            (f"Underpowered for the effect of interest: {', '.join(short)}: an inconclusive verdict there is no "
+             "evidence against a difference of one percentage point." if short else
+             "Every scenario holds the seeds its families need."), ""]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -230,7 +269,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--only", nargs="+", choices=("cnn-e1", "cnn-e2"), help="run only these scenarios")
     parser.add_argument("--report-only", action="store_true", help="rewrite REPORT-cnn.md and its figures from data/ alone")
+    parser.add_argument("--plan-seeds", action="store_true",
+                        help="print each scenario's seeds by power from the committed data; run nothing")
     args = parser.parse_args(argv)
+    if args.plan_seeds:
+        e1, e2 = read("cnn-e1"), read("cnn-e2")
+        with recording() as made:
+            report(e1, e2)
+        print("\n".join(plan_table(seed_plans(e1, e2, made))))
+        return 0
     if not args.report_only:
         os.environ.setdefault("TESTBED_TORCH_THREADS", "1")  # one per worker process
         base = load_config(HERE / "base-cnn.toml")

@@ -1,6 +1,7 @@
 """Decentralised learning beyond the complete graph (issue 32): DWFL on the topologies a radio gives.
 
-    python experiments/topologies/reproduce.py [--only dwfl ...] [--seeds 5] [--workers 1] [--out runs/topologies-reproduce]
+    python experiments/topologies/reproduce.py [--only dwfl ...] [--seeds N] [--extend] [--workers 1] [--out runs/topologies-reproduce]
+    python experiments/topologies/reproduce.py --plan-seeds
     python experiments/topologies/reproduce.py --report-only
 
 Every curve is a base file with one ``[topology]``: the complete graph (DWFL's paper), the random
@@ -21,6 +22,13 @@ x̄, ε spent by the most exposed node, energy per node from the ledger), and pe
 artificial noise σ, ε per round at its receivers and ε spent (ledger). REPORT.md and the figures are
 generated from data/ alone, which is all ``--report-only`` does (tests/test_reproductions.py).
 
+Seeds by power (testbed.reports.seed_plan, docs/statistics.md): each scenario runs SEEDS[scenario]
+seeds, the plan from the committed data (``--plan-seeds`` prints it: the seeds each family needs for
+its effect of interest at 80 % power after Holm, at least 8, capped by BUDGET). ``--extend`` runs only
+the seeds a scenario's data file lacks and merges them in, after rerunning its cheapest committed run
+and refusing unless that reproduces the committed record (measured times and the energy computed from
+them aside). The design and the runs are topology_runs.py's; this script writes the report.
+
 Verdicts (testbed.reports.verdicts, docs/statistics.md): each sparse graph against the complete one
 is a paired comparison over seeds (final accuracy and loss, mean of the last LAST rounds); learning
 over the rounds is a paired comparison of each run's last LAST rounds with its first LAST; how
@@ -36,210 +44,25 @@ import argparse
 import json
 import os
 import sys
-import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-DATA = HERE / "data"
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(HERE))  # topology_runs beside this script, also when it is imported
 
+from topology_runs import (  # noqa: E402
+    ACCURACY_EFFECT, BUDGET, DATA, LAST, LOSS_EFFECT, REFERENCE, SCENARIOS, SEEDS, VERSUS, extend_scenario, run_scenario,
+)
+
+from testbed.reports.seed_plan import ScenarioPlan, plan, plan_table  # noqa: E402
 from testbed.reports.stats import majority_flag, t_interval  # noqa: E402
 from testbed.reports.sweep_stats import stats_rows  # noqa: E402
 from testbed.reports.verdicts import RULE, Family, Verdict, recording  # noqa: E402
 from testbed.reports.verdicts import write_report as write_report_and_verdicts  # noqa: E402
-
-
-
-def topology_curves(section: str) -> dict[str, tuple[tuple[str, Any], ...]]:
-    """curve → the point values of its runs: its [topology], and for the random geometric graphs the
-    square their nodes stand in (a key of the algorithm's ``section``); the first is the reference."""
-    area = ((f"{section}.area_m", 10.0),)
-    return {
-        "complete": (("topology.kind", "complete"),),
-        "geometric, long range": (("topology.kind", "random_geometric"), ("topology.snr_threshold_db", -29.0), *area),
-        "geometric, short range": (("topology.kind", "random_geometric"), ("topology.snr_threshold_db", -26.0), *area),
-        "torus 4×4": (("topology.kind", "torus"), ("topology.rows", 4)),
-        "ring": (("topology.kind", "ring"),),
-    }
-
-
-#: scenario → (what its runs are, for the report; its base file; what it changes in that file)
-SCENARIOS: dict[str, tuple[str, str, dict[str, dict[str, Any]]]] = {
-    "dwfl": ("DWFL over the air at the paper's ε", "base.toml", {}),
-    # 10× the paper's ε, 100× less calibrated noise variance: do the sparse graphs learn once a looser
-    # ε pays for the noise their few neighbours cannot share?
-    "dwfl-eps5": ("DWFL over the air at 10× the paper's ε", "base.toml", {"dwfl": {"epsilon": 5.0}}),
-    # the baselines on the same graphs and seeds at dwfl's and dwfl-eps5's guarantees, each link its own slot
-    "dpsgd": ("D-PSGD over orthogonal links at the paper's ε", "base-dpsgd.toml", {"dpsgd": {"epsilon": 0.5}}),
-    "gossip": ("Gossip averaging over orthogonal links at the paper's ε", "base-gossip.toml", {"gossip": {"epsilon": 0.5}}),
-    "dpsgd-eps5": ("D-PSGD over orthogonal links at 10× the paper's ε", "base-dpsgd.toml", {}),
-    "gossip-eps5": ("Gossip averaging over orthogonal links at 10× the paper's ε", "base-gossip.toml", {}),
-}
-#: (scenario, baseline scenario) compared curve by curve: over the air against orthogonal links.
-VERSUS = (("dwfl", "dpsgd"), ("dwfl", "gossip"), ("dwfl-eps5", "dpsgd-eps5"), ("dwfl-eps5", "gossip-eps5"))
-REFERENCE = "complete"
-LAST = 10  # rounds averaged for a run's final (and first) accuracy and loss
-CURVE_EVERY = 2  # rounds between the stored points of a curve
-SEEDS = 5
-DIGITS = 6  # significant digits of every stored float (far below the seed noise of any metric here)
-
-
-# ------------------------------------------------------------------------------------------------ running
-
-
-def compact(value: Any, digits: int = DIGITS) -> Any:
-    """``value`` with every float rounded to ``digits`` significant digits (recursively)."""
-    if isinstance(value, float):
-        return value if not np.isfinite(value) else float(f"{value:.{digits}g}")
-    if isinstance(value, dict):
-        return {str(k): compact(v, digits) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [compact(v, digits) for v in value]
-    return value
-
-
-_SHARES: dict[str, tuple[float, float]] = {}
-
-
-def class_shares(config) -> tuple[float, float]:
-    """(chance 1/classes, majority share) of the run's test set (loaded once per data section and seed)."""
-    from testbed.assembly.assemble import load_data
-
-    key = f"{config.data.model_dump_json()}|{config.run.seed}"
-    if key not in _SHARES:
-        data = load_data(config.data, config.run.seed)
-        shares = np.bincount(data.test.y, minlength=data.n_classes) / len(data.test.y)
-        _SHARES[key] = (1.0 / data.n_classes, float(shares.max()))
-    return _SHARES[key]
-
-
-def run_topology(config):
-    """The run's :class:`testbed.topology.Topology`, drawn as the run draws it (DWFL's from its
-    radio; the baselines' from their section's link budget)."""
-    from testbed.topology import Topology
-
-    algorithm = config.run.algorithm
-    if algorithm == "dwfl":
-        from testbed.algorithms.dwfl import topology_from_sections
-
-        return topology_from_sections({"dwfl": config.dwfl, "topology": config.topology},
-                                      config.data.num_nodes, config.run.seed)
-    return Topology(config.topology, config.data.num_nodes, config.run.seed, getattr(config, algorithm).link_budget())
-
-
-def node_degrees(config) -> list[int]:
-    """Each node's number of neighbours in the run's (first) graph."""
-    topology = run_topology(config)
-    if topology.is_complete:  # never built
-        return [config.data.num_nodes - 1] * config.data.num_nodes
-    return topology.graph(0).degrees.tolist()
-
-
-def ledger_curves(run_dir: Path, num_nodes: int, accountant: str, delta: float, rounds: list[int]) -> dict[str, list]:
-    """From the run's ledger.csv, after each of ``rounds`` (1-based counts of rounds done): the mean
-    over the nodes of the energy spent so far (every compute and communication event), J, and of
-    the ε spent so far (each node's Gaussian releases composed by ``accountant``, as the ledger's)."""
-    from testbed.ledger.events import GaussianEvent
-    from testbed.ledger.files import read_ledger
-    from testbed.privacy.accountants.registry import get, signature_of
-
-    energy = np.zeros(max(rounds) + 1)
-    releases: list[list[tuple[int, tuple]]] = [[] for _ in range(num_nodes)]
-    for event in read_ledger(run_dir / "ledger.csv"):
-        if isinstance(event, GaussianEvent):
-            releases[event.node].append((event.round, (signature_of(event), event.count)))
-        elif getattr(event, "energy_j", 0.0) and event.round < len(energy):
-            energy[event.round] += event.energy_j
-    spent = np.cumsum(energy) / num_nodes
-    compose = get(accountant).epsilon
-    eps = [float(np.mean([compose(_tally(items for r, items in node if r < done), delta) for node in releases]))
-           for done in rounds]
-    return {"energy_j": [float(spent[done - 1]) for done in rounds], "eps_mean": eps}
-
-
-def _tally(items) -> list[tuple[tuple, int]]:
-    """(signature, count) pairs with equal signatures summed."""
-    counts: dict[tuple, int] = {}
-    for signature, count in items:
-        counts[signature] = counts.get(signature, 0) + count
-    return list(counts.items())
-
-
-def collect(run_dir: Path, curve: str, config) -> dict[str, Any]:
-    """One run's record: final metrics, curves against rounds, and per node its degree, noise and ε."""
-    from testbed.reports.results import read_metrics
-
-    summary = json.loads((run_dir / "summary.json").read_text())
-    rows = read_metrics(run_dir)
-    acc = [r["test_accuracy"] for r in rows]
-    loss = [r["train_loss"] for r in rows]
-    eps = [r["epsilon"] for r in rows]
-    settings = summary["algorithm_settings"]
-    nodes = [summary["nodes"][str(i)] for i in range(config.data.num_nodes)]
-    chance, majority = class_shares(config)
-    n = config.data.num_nodes
-    sub = slice(CURVE_EVERY - 1, None, CURVE_EVERY)
-    if "sigma2" in settings:  # DWFL: one artificial noise variance, σ and ε per receiver
-        sigma2, node_sigma, node_eps_round = settings["sigma2"], settings["privacy_sigma"], settings["epsilon_per_receiver"]
-    else:  # a baseline: every node's local noise σ, the same ε per round for every release
-        sigma2, node_sigma, node_eps_round = settings["sigma"] ** 2, [settings["sigma"]] * n, [settings["epsilon_round_max"]] * n
-    return {
-        "curve": curve, "seed": config.run.seed,
-        "final_acc": float(np.mean(acc[-LAST:])), "first_acc": float(np.mean(acc[:LAST])),
-        "final_loss": float(np.mean(loss[-LAST:])), "chance": chance, "majority": majority,
-        # the gap of the matrix a round applies: DWFL's Ψ = (1 − η) I + η W (eq. 8), a baseline's W
-        "spectral_gap": summary["topology"].get("effective_spectral_gap", summary["topology"]["spectral_gap"]),
-        "sigma2": sigma2,
-        "node_degree": node_degrees(config), "node_sigma": node_sigma, "node_eps_round": node_eps_round,
-        "node_eps": [node["epsilon"] for node in nodes],
-        "node_energy_j": [n["energy_j"] for n in nodes],
-        "wall_s": summary["wall_s"],
-        "acc": acc[sub], "loss": loss[sub], "eps": eps[sub],
-        **ledger_curves(run_dir, n, summary["privacy"]["accountant"], config.privacy.delta,
-                        [int(r["round"]) for r in rows][sub]),
-    }
-
-
-def run_scenario(name: str, seeds: int, workers: int, out: Path) -> Path:
-    """Run every curve of scenario ``name`` over ``seeds`` seeds and write data/<name>.json."""
-    from testbed.assembly.config import load_config, replace
-    from testbed.orchestration.sweep import Point, point_config, run_sweep
-
-    what, base_file, changes = SCENARIOS[name]
-    base = replace(load_config(HERE / base_file), **changes)
-    curves = topology_curves(base.run.algorithm)
-    rounds = getattr(base, base.run.algorithm).rounds
-    start = time.monotonic()
-    runs = []
-    for curve, values in curves.items():
-        points = [Point(values, s) for s in range(base.run.seed, base.run.seed + seeds)]
-        for p in points:  # a graph that falls apart is refused before anything runs
-            run_topology(point_config(base, p)).check(rounds)
-        folder = out / name / _slug(curve)
-        swept = run_sweep(base, points, folder, workers=workers, quiet=True)
-        for p, row in zip(points, swept):
-            runs.append(collect(folder / row["run"], curve, point_config(base, p)))
-        print(f"{name}: {curve} done ({time.monotonic() - start:.0f} s)", flush=True)
-    record = {"scenario": name, "what": what, "base": base_file, "algorithm": base.run.algorithm, "rounds": rounds,
-              "num_nodes": base.data.num_nodes, "epsilon_round": getattr(base, base.run.algorithm).epsilon,
-              "delta": base.privacy.delta,
-              "seeds": list(range(base.run.seed, base.run.seed + seeds)), "last_rounds": LAST,
-              "curve_every": CURVE_EVERY, "curves": {c: dict(v) for c, v in curves.items()},
-              "runs_wall_s": round(sum(r["wall_s"] for r in runs), 1),
-              "runs": runs}
-    DATA.mkdir(exist_ok=True)
-    path = DATA / f"{name}.json"
-    path.write_text(json.dumps(compact(record), separators=(",", ":"), ensure_ascii=False, allow_nan=False) + "\n")
-    return path
-
-
-def _slug(curve: str) -> str:
-    return "".join(ch if ch.isalnum() else "-" for ch in curve.replace("×", "x")).strip("-")
 
 
 # ------------------------------------------------------------------------------------------------ report
@@ -331,18 +154,21 @@ def _stats_table(sc: Scenario) -> list[str]:
 
 
 def _verdicts(sc: Scenario) -> tuple[list[str], list[str], dict[str, Verdict]]:
-    """(the verdict lines of the body, the same as a summary list, the verdicts by name). Three families: the
-    sparse graphs against the complete one (accuracy and loss), the rise over the rounds per curve, the trends
-    over the graphs' properties (one value per graph: its mean over the seeds)."""
+    """(the verdict lines of the body, the same as a summary list, the verdicts by name). Four families: the
+    sparse graphs against the complete one in accuracy, and in loss (one unit and one effect of interest
+    each), the rise over the rounds per curve, the trends over the graphs' properties (one value per
+    graph: its mean over the seeds)."""
     body, summary, pending = [], [], {}
-    versus, rises = Family("the complete graph against each sparse graph"), Family("accuracy rises over the rounds")
+    versus = Family("the complete graph against each sparse graph: test accuracy", effect_of_interest=ACCURACY_EFFECT)
+    versus_loss = Family("the complete graph against each sparse graph: train loss", effect_of_interest=LOSS_EFFECT)
+    rises = Family("accuracy rises over the rounds", effect_of_interest=ACCURACY_EFFECT)
     trends = Family("trends over the graphs")
-    body += [versus.description(), ""]
+    body += [versus.description(), "", versus_loss.description(), ""]
     for c in sc.curves:
         if c == REFERENCE:
             continue
         acc = versus.paired(sc.values(REFERENCE, "final_acc"), sc.values(c, "final_acc"), "a>b")
-        loss = versus.paired(sc.values(REFERENCE, "final_loss"), sc.values(c, "final_loss"), "a<b")
+        loss = versus_loss.paired(sc.values(REFERENCE, "final_loss"), sc.values(c, "final_loss"), "a<b")
         pending[f"acc {c}"] = acc
         body += [f"**{REFERENCE} (a) ends more accurate than {c} (b)?**  ",
                  f"test accuracy: {acc.markdown()}  ", f"train loss (a lower): {loss.markdown()}", ""]
@@ -370,7 +196,7 @@ def _verdicts(sc: Scenario) -> tuple[list[str], list[str], dict[str, Verdict]]:
         body += ["**The noise variance σ² falls with the graph's smallest degree (one point per graph)?** "
                  f"{pending['noise'].markdown()}", ""]
         summary.append(f"- the noise variance falls with the smallest degree: {pending['noise'].markdown()}")
-    for f in (versus, rises, trends):
+    for f in (versus, versus_loss, rises, trends):
         body, summary = [f.fill(x) for x in body], [f.fill(x) for x in summary]
     return body, summary, {k: v.verdict for k, v in pending.items()}
 
@@ -462,7 +288,35 @@ def section(name: str, sc: Scenario, figures: list[str]) -> tuple[list[str], lis
     return md, summary, found
 
 
-def report(data: dict[str, Scenario], figures: dict[str, list[str]]) -> str:
+def seed_plans(data: dict[str, Scenario]) -> list[ScenarioPlan]:
+    """Each scenario's seeds by power from its data (testbed.reports.seed_plan), as its REPORT gives them."""
+    with recording():
+        return report(data, {name: [] for name in data})[1]
+
+
+def seeds_section(plans: list[ScenarioPlan], data: dict[str, Scenario]) -> list[str]:
+    """The REPORT's seeds by power: the plan from this data, and the budget."""
+    short = [p.scenario for p in plans if p.underpowered]
+    runs = sum(len(sc.record["runs"]) for sc in data.values())
+    minutes = sum(sc.record["runs_wall_s"] for sc in data.values()) / 60
+    return ["## Seeds by power", "",
+            "Each scenario runs max(8, the seeds its families need to detect their effect of interest at 80 % power "
+            "after Holm, from the sd of these runs), capped by the compute budget (testbed.reports.seed_plan; "
+            "`reproduce.py --plan-seeds` prints this table from the committed data). Effects of interest: test "
+            f"accuracy {ACCURACY_EFFECT:g} (one percentage point), train loss {LOSS_EFFECT:.3g} (1 % of ln 10, the "
+            "loss at chance). Budget: 8 seeds per scenario, what the session regenerating the folder had: its "
+            f"{runs} runs took {minutes:.1f} min (the sum of the runs' measured times, one process on this shared "
+            "2-core machine; each section gives its own), so one more seed of every scenario costs about "
+            f"{minutes / max(len(sc.record['seeds']) for sc in data.values()):.1f} min.", "", *plan_table(plans), "",
+            (f"Underpowered for its effect of interest at the budget: {', '.join(short)}. An inconclusive verdict "
+             "there is no evidence against the effect; the seeds needed are what an extension "
+             "(`reproduce.py --extend --seeds N`) would run." if short else
+             "Every scenario holds the seeds its families need."), ""]
+
+
+def report(data: dict[str, Scenario], figures: dict[str, list[str]]) -> tuple[str, list[ScenarioPlan]]:
+    """The REPORT's text, and each scenario's seeds by power from the families judged on its runs (a
+    comparison of two scenarios counting for both)."""
     md = ["# Topologies: decentralised learning beyond the complete graph (generated by "
           "`experiments/topologies/reproduce.py`)", "",
           "Issue 32. The learner is `experiments/dwfl/learns.toml`'s (private DWFL on mnist-5k, multinomial",
@@ -475,20 +329,25 @@ def report(data: dict[str, Scenario], figures: dict[str, list[str]]) -> str:
           RULE, ""]
     if not data:
         md += ["*No scenario has data yet (`data/` is empty): `reproduce.py` runs them.*", ""]
-        return "\n".join(md)
+        return "\n".join(md), []
     bodies, summary, found = [], ["## Summary of the verdicts", ""], {}
+    families: dict[str, list[Family]] = {name: [] for name in data}
     for name, sc in data.items():
-        body, lines, found[name] = section(name, sc, figures[name])
+        with recording() as made:
+            body, lines, found[name] = section(name, sc, figures[name])
+        families[name] += made
         bodies += body
         summary += [f"{sc.record['what']}:", "", *lines, ""]
-    versus, won = _versus(data)
-    return "\n".join(md + findings(data, found, won) + summary + versus + bodies + limits(data))
+    versus, won = _versus(data, families)
+    plans = plan(families, {name: len(sc.record["seeds"]) for name, sc in data.items()}, BUDGET)
+    text = md + findings(data, found, won) + summary + seeds_section(plans, data) + versus + bodies + limits(data)
+    return "\n".join(text), plans
 
 
-def _versus(data: dict[str, Scenario]) -> tuple[list[str], dict[tuple[str, str], list[str]]]:
+def _versus(data: dict[str, Scenario], families: dict[str, list[Family]]) -> tuple[list[str], dict[tuple[str, str], list[str]]]:
     """Over the air against orthogonal links on each graph, paired by seed (the same seed draws the
     same graph): accuracy and energy per node; and per pair of scenarios the graphs where over the air
-    is shown more accurate. One family per table."""
+    is shown more accurate. One family per table, added to ``families`` of both scenarios."""
     md: list[str] = []
     won: dict[tuple[str, str], list[str]] = {}
     for ota, orth in VERSUS:
@@ -502,7 +361,9 @@ def _versus(data: dict[str, Scenario]) -> tuple[list[str], dict[tuple[str, str],
                "accuracy verdict shows nothing about convergence.", "",
                "| curve | learns: a, b | test acc, verdict a > b | energy per node a [J] | energy per node b [J] | b / a |",
                "|---|---|---|---|---|---|"]
-        fam = Family(f"{a.record['what']} against {b.record['what']}, every graph")
+        fam = Family(f"{a.record['what']} against {b.record['what']}, every graph", effect_of_interest=ACCURACY_EFFECT)
+        families[ota].append(fam)
+        families[orth].append(fam)
         start = len(md)
         judged = {}
         for c in a.curves:
@@ -607,7 +468,7 @@ def write_report() -> Path:
             stale.unlink()
     path = HERE / "REPORT.md"
     with recording() as families:
-        text = report(data, figures)
+        text, _ = report(data, figures)
     write_report_and_verdicts(path, text, families)
     return path
 
@@ -616,14 +477,25 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=REPO / "runs" / "topologies-reproduce", help="the sweeps' folder")
     parser.add_argument("--workers", type=int, default=1, help="parallel runs (default 1)")
-    parser.add_argument("--seeds", type=int, default=SEEDS)
+    parser.add_argument("--seeds", type=int, help="seeds of every scenario (default: SEEDS, the plan by power)")
     parser.add_argument("--only", nargs="+", choices=list(SCENARIOS), help="run only these scenarios")
+    parser.add_argument("--extend", action="store_true",
+                        help="run only the seeds data/ lacks and merge them in (after checking a committed run reproduces)")
+    parser.add_argument("--plan-seeds", action="store_true",
+                        help="print each scenario's seeds by power from the committed data; run nothing")
     parser.add_argument("--report-only", action="store_true", help="rewrite REPORT.md and the figures from data/ alone")
     args = parser.parse_args(argv)
+    if args.seeds is not None and args.seeds < 2:
+        parser.error(f"--seeds must be at least 2 (a paired comparison needs two pairs), got {args.seeds}")
+    if args.plan_seeds:
+        print("\n".join(plan_table(seed_plans(load()))))
+        return 0
     if not args.report_only:
         os.environ.setdefault("TESTBED_TORCH_THREADS", "1")
         for name in args.only or list(SCENARIOS):
-            path = run_scenario(name, args.seeds, args.workers, args.out)
+            seeds = SEEDS[name] if args.seeds is None else args.seeds
+            run = extend_scenario if args.extend else run_scenario
+            path = run(name, seeds, args.workers, args.out)
             print(f"wrote {path}", flush=True)
     print(f"report: {write_report()}")
     return 0

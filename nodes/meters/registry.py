@@ -1,11 +1,11 @@
 """The meter registry: every module of :mod:`nodes.meters` that defines ``REGISTRATION`` is a meter;
-adding one is adding a module, nothing else. The node file's ``meter`` choices, `testbed node
---meter`, `testbed calibrate --meter` and provisioning read this registry, and :func:`make_meter`
-builds a meter from it.
+adding one is adding a module, here or in an installed plugin (docs/extending.md). The node file's
+``meter`` choices, `testbed node --meter`, `testbed calibrate --meter` and provisioning read this
+registry, and :func:`make_meter` builds a meter from it.
 
 Example::
 
-    >>> kinds()
+    >>> kinds()[:5]  # the built-in ones; an installed plugin's may follow
     ('auto', 'rapl', 'ina219', 'ina260', 'model')
     >>> meter = make_meter("model", "pi-zero-2w")
     >>> with meter.measure() as span:
@@ -25,7 +25,7 @@ from typing import Any, Callable
 from nodes.meters.base import Meter, MeterUnavailable
 from testbed.devices.profiles import DeviceProfile, load_profile
 from testbed.errors import UserError
-from testbed.util.registrations import registered_in
+from testbed.util.registrations import GROUPS, PluginError, plugin_of, registered_in
 
 log = logging.getLogger(__name__)
 
@@ -84,12 +84,18 @@ class Registration:
 
 @functools.cache
 def registrations() -> dict[str, Registration]:
-    """Every meter of nodes.meters, by name, in listed order (modules imported once, on first use)."""
+    """Every meter of nodes.meters and of the installed plugins (testbed.meters), by name, in listed order (modules imported once, on first use)."""
     import nodes.meters as package
 
-    found = registered_in(package, Registration, "meter", order=lambda r: (r.listed_at, r.name), reserved=(AUTO,))
-    if sum(reg.fallback for reg in found.values()) != 1:
-        raise RuntimeError(f"exactly one meter must be the fallback, got {[r.name for r in found.values() if r.fallback]}")
+    found = registered_in(package, Registration, "meter", group=GROUPS["meter"], order=lambda r: (r.listed_at, r.name), reserved=(AUTO,))
+    fallbacks = [name for name, reg in found.items() if reg.fallback]
+    if len(fallbacks) != 1:
+        claims = [name for name in fallbacks if plugin_of("meter", name)]
+        if claims:  # a built-in meter is the fallback: a plugin's claim to it is the plugin's error
+            taken = ", ".join(repr(name) for name in fallbacks if name not in claims)
+            raise PluginError(f"{plugin_of('meter', claims[0])}: meter {claims[0]!r} claims to be the fallback, "
+                              f"which {taken} is")
+        raise RuntimeError(f"exactly one meter must be the fallback, got {fallbacks}")
     return found
 
 

@@ -1,8 +1,10 @@
 """How a server combines the nodes' updates: the mean the papers use, and robust rules against
 hostile nodes whose updates pass every declared check (docs/robust-aggregation.md).
 
-Each rule is one function registered in :data:`RULES`, on the (M, P) rows of the nodes that
-answered (M >= 1), their weights (or None: equal) and the model they started from:
+Each rule is one module of testbed/algorithms/aggregations/ (or of an installed plugin: the
+entry-point group ``testbed.aggregations``; testbed.algorithms.aggregations.registry), a function
+of the (M, P) rows of the nodes that answered (M >= 1), their weights (or None: equal) and the
+model they started from:
 
 - ``"mean"``: Σ_k w_k u_k with the given weights (DP-PASGD eq. 7b: equal; FedAvg: n_k/n; PADPFL:
   p'_k of eq. 11), the papers' rule and the default;
@@ -25,9 +27,9 @@ rule applied to the ⌈M/s⌉ bucket means.
 Weights decide which rows take part (a row of weight 0 is left out by the caller); only the
 rules registered with ``uses_weights`` (mean, norm_clip, centred_clip) use their values, and the
 robust ones apply robustness before the weights: each weight is capped at the median weight
-(:func:`robust_weights`), and each row's **pull** is bounded before its weight can scale it, at
+(:func:`~testbed.algorithms.aggregations.robust.robust_weights`), and each row's **pull** is bounded before its weight can scale it, at
 most τ/M, as a row of equal weight 1/M at the radius τ (τ_k = τ min(1, 1/(M w_k)),
-:func:`pull_radii`). A node that lies about its size or score (PADPFL's capped share) then has no
+:func:`~testbed.algorithms.aggregations.robust.pull_radii`). A node that lies about its size or score (PADPFL's capped share) then has no
 more say than a typical honest node.
 
 Example::
@@ -48,14 +50,14 @@ Example::
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Literal
 
 import numpy as np
 from pydantic import Field
 
-from testbed.checked.sections import NonNegative, OnlyWith, Positive, Section
+from testbed.algorithms.aggregations import registry as rules
 from testbed.errors import ConfigError
 from testbed.streams.rng import GLOBAL, Purpose, stream
+from testbed.checked.sections import NonNegative, OnlyWith, Positive, Section, one_of
 
 
 @dataclass(frozen=True)
@@ -63,7 +65,7 @@ class Aggregation:
     """A rule and its parameters, as an algorithm's server applies it each round.
 
     Attributes:
-        rule: a name of :data:`RULES`.
+        rule: a registered rule's name (testbed.algorithms.aggregations.registry).
         trim_fraction: trimmed_mean: share of the rows dropped at each end, per coordinate.
         clip_multiple: norm_clip: the bound as a multiple of the median distance from the reference.
         byzantine_f: krum, multi_krum: f, the hostile rows tolerated (M > 2f + 2 for the guarantee).
@@ -81,9 +83,8 @@ class Aggregation:
     bucket_size: int = 1
 
     def __post_init__(self) -> None:
-        if self.rule not in RULES:
-            raise ValueError(f"unknown aggregation {self.rule!r}; choose one of {', '.join(RULES)}")
-        if self.bucket_size < 1 or (self.bucket_size > 1 and self.rule == "mean"):
+        rules.get(self.rule)  # ValueError naming the known ones
+        if self.bucket_size < 1 or (self.bucket_size > 1 and self.rule == rules.MEAN):
             raise ValueError("bucket_size: a positive count, above 1 only with a robust rule (the mean of "
                              "bucket means is the mean)")
 
@@ -104,105 +105,13 @@ class Aggregation:
             if shuffle is None:
                 raise ValueError("bucketing needs the round's public stream (bucket_stream)")
             updates, weights = buckets(updates, weights, self.bucket_size, shuffle)
-        return RULES[self.rule].combine(updates, weights, reference, self)
+        return rules.get(self.rule).combine(updates, weights, reference, self)
 
     @property
     def is_mean(self) -> bool:
         """Whether the rule is the papers' weighted mean of the rows as they came, so an
         algorithm's accounting of its aggregate (a sensitivity, a noise sum) still holds."""
-        return self.rule == "mean"
-
-
-#: A rule: (updates (M, P), weights (M,) or None, reference (P,) or None, parameters) → (P,).
-Combine = Callable[[np.ndarray, "np.ndarray | None", "np.ndarray | None", Aggregation], np.ndarray]
-
-
-@dataclass(frozen=True)
-class Rule:
-    """One registered rule: its function and whether it reads the weights' values."""
-
-    name: str
-    combine: Combine
-    uses_weights: bool
-
-
-#: Every rule by name; a new rule is one function decorated with :func:`rule` below.
-RULES: dict[str, Rule] = {}
-
-
-def rule(name: str, *, uses_weights: bool = False) -> Callable[[Combine], Combine]:
-    """Register the decorated function as the aggregation rule ``name``."""
-    def register(fn: Combine) -> Combine:
-        RULES[name] = Rule(name, fn, uses_weights)
-        return fn
-    return register
-
-
-@rule("mean", uses_weights=True)
-def _mean(updates, weights, reference, params):
-    return updates.mean(axis=0) if weights is None else weights @ updates
-
-
-def robust_weights(weights: np.ndarray | None) -> np.ndarray | None:
-    """The weights a robust weighted rule uses: each capped at the median weight, then renormalised.
-    With fewer than half the rows hostile the median lies between two honest weights, so a node
-    lying about its size or score (PADPFL's capped share) gets no more say than a typical honest
-    node, and no honest node loses its share to it; a weight below the median still lowers a row's
-    say. Equal weights are unchanged."""
-    if weights is None:
-        return None
-    w = np.asarray(weights, dtype=np.float64)
-    capped = np.minimum(w, float(np.median(w)))
-    return capped / capped.sum()
-
-
-def pull_radii(radius: float, weights: np.ndarray | None, m: int) -> float | np.ndarray:
-    """Each row's clip radius so that its pull on a weighted mean, w_k ‖clipped change‖, is at most
-    radius/M, an equal-weight row's at the radius: τ_k = τ min(1, 1/(M w_k)) (None: τ for all).
-    Robustness comes before the weights: a large weight shrinks a row's radius, never widens it."""
-    if weights is None:
-        return radius
-    with np.errstate(divide="ignore"):
-        return radius * np.minimum(1.0, 1.0 / (m * np.asarray(weights, dtype=np.float64)))
-
-
-@rule("norm_clip", uses_weights=True)
-def _norm_clip(updates, weights, reference, params):
-    # The bound is a multiple of the median distance: with fewer than half the rows hostile, the
-    # median lies between two honest rows' distances, so hostile rows cannot raise the bound.
-    # Distances and the mean come from products with the reference, never an (M, P) copy of the
-    # changes (its allocation alone costs 20x the mean): ||u − c||² = ||u||² − 2 u·c + ||c||², off
-    # by ~1e-16 ||c||², far below any update a node sends.
-    c = np.zeros(updates.shape[1]) if reference is None else reference
-    along = updates @ c
-    norms = np.sqrt(np.maximum(np.einsum("ij,ij->i", updates, updates) - 2.0 * along + c @ c, 0.0))
-    weights = robust_weights(weights)
-    bound = pull_radii(params.clip_multiple * float(np.median(norms)), weights, len(norms))
-    scale = np.divide(bound, norms, out=np.ones_like(norms), where=norms > bound)
-    coef = scale / len(scale) if weights is None else weights * scale  # the weighted mean of the clipped rows
-    return c + (coef @ updates - coef.sum() * c)
-
-
-@rule("centred_clip", uses_weights=True)
-def _centred_clip(updates, weights, reference, params):
-    # Karimireddy, He and Jaggi (ICML 2021), the CC update of Algorithm 2:
-    # v_{l+1} = v_l + (1/M) Σ_k CLIP(u_k − v_l, τ), CLIP(z, τ) = z min(1, τ/‖z‖), from v_0 = the
-    # reference (the previous round's aggregate: these nodes send models, not momenta, so the
-    # paper's start, the last aggregate momentum, is the zero change). τ is fixed for the round
-    # from the distances to v_0, which no hostile row moves: clip_multiple × their median (f < M/2
-    # cannot raise it). With weights, each row's pull is bounded before its weight scales it
-    # (pull_radii).
-    m = updates.shape[0]
-    weights = robust_weights(weights)
-    v = np.zeros(updates.shape[1]) if reference is None else np.array(reference, dtype=np.float64)
-    radius = pull_radii(params.clip_multiple * float(np.median(np.linalg.norm(updates - v, axis=1))), weights, m)
-    coef_w = np.full(m, 1.0 / m) if weights is None else np.asarray(weights, dtype=np.float64)
-    for _ in range(params.clip_iterations):
-        change = updates - v
-        norms = np.linalg.norm(change, axis=1)
-        scale = np.divide(radius, norms, out=np.ones_like(norms), where=norms > radius)
-        v = v + (coef_w * scale) @ change
-    return v
+        return self.rule == rules.MEAN
 
 
 def bucket_stream(seed: int, round_index: int) -> np.random.Generator:
@@ -231,90 +140,19 @@ def buckets(updates: np.ndarray, weights: np.ndarray | None, size: int,
     return means, mass / mass.sum()
 
 
-@rule("trimmed_mean")
-def _trimmed_mean(updates, weights, reference, params):
-    m = updates.shape[0]
-    k = int(np.floor(params.trim_fraction * m))
-    if k == 0:
-        return updates.mean(axis=0)
-    return np.sort(updates, axis=0)[k:m - k].mean(axis=0)
-
-
-def coordinate_median(rows: np.ndarray) -> np.ndarray:
-    """(P,) the median of each column of the finite rows (M, P): np.median's values, from one
-    partition (np.median also sorts NaNs aside, which a checked update never holds: 4x slower)."""
-    m = rows.shape[0]
-    if m % 2:
-        return np.partition(rows, m // 2, axis=0)[m // 2]
-    middle = np.partition(rows, (m // 2 - 1, m // 2), axis=0)[m // 2 - 1:m // 2 + 1]
-    return middle.mean(axis=0)
-
-
-@rule("median")
-def _median(updates, weights, reference, params):
-    return coordinate_median(updates)
-
-
-def krum_scores(updates: np.ndarray, byzantine_f: int, reference: np.ndarray | None = None) -> np.ndarray:
-    """(M,) Krum scores (Blanchard et al. 2017): each row's sum of squared distances to its
-    k = M − f − 2 nearest other rows (at least 1, at most M − 1; zeros for M = 1).
-
-    The pairwise distances come from one Gram matrix (||a − b||² = ||a||² + ||b||² − 2 a·b,
-    O(M² P) in one matrix product) of the rows centred on ``reference`` (the model the nodes
-    started from; None: the rows' coordinate-wise median): a centre no hostile row can move keeps
-    the honest rows' distances exact however far a hostile row lies. A distance that overflows
-    counts as infinite."""
-    m = updates.shape[0]
-    if m == 1:
-        return np.zeros(1)
-    centred = updates - (coordinate_median(updates) if reference is None else reference)
-    with np.errstate(over="ignore", invalid="ignore"):
-        gram = centred @ centred.T
-        sq = np.diag(gram).copy()
-        dist = sq[:, None] + sq[None, :] - 2.0 * gram
-    dist = np.where(np.isnan(dist), np.inf, np.maximum(dist, 0.0))
-    np.fill_diagonal(dist, np.inf)
-    k = min(max(m - byzantine_f - 2, 1), m - 1)
-    return np.partition(dist, k - 1, axis=1)[:, :k].sum(axis=1)
-
-
-def krum_choice(updates: np.ndarray, byzantine_f: int, count: int, reference: np.ndarray | None = None) -> np.ndarray:
-    """Indices of the ``count`` rows of least Krum score, best first (ties: the lower index)."""
-    return np.argsort(krum_scores(updates, byzantine_f, reference), kind="stable")[:count]
-
-
-@rule("krum")
-def _krum(updates, weights, reference, params):
-    return updates[krum_choice(updates, params.byzantine_f, 1, reference)[0]].copy()
-
-
-@rule("multi_krum")
-def _multi_krum(updates, weights, reference, params):
-    m = updates.shape[0]
-    count = params.krum_select if params.krum_select is not None else m - params.byzantine_f
-    chosen = np.sort(krum_choice(updates, params.byzantine_f, min(max(count, 1), m), reference))
-    return updates[chosen].mean(axis=0)
-
-
-#: The rule names, for the config's choices.
-AGGREGATIONS = tuple(RULES)
-#: The rules other than the papers' mean.
-ROBUST_AGGREGATIONS = tuple(r for r in AGGREGATIONS if r != "mean")
-
-
 class AggregationOptions(Section):
     """The keys of an algorithm section whose server averages updates (docs/robust-aggregation.md)."""
 
     ONLY_WITH = {"trim_fraction": (OnlyWith("aggregation", ("trimmed_mean",)),),
                  "clip_multiple": (OnlyWith("aggregation", ("norm_clip", "centred_clip")),),
                  "clip_iterations": (OnlyWith("aggregation", ("centred_clip",)),),
-                 "bucket_size": (OnlyWith("aggregation", ROBUST_AGGREGATIONS),),
+                 "bucket_size": (OnlyWith("aggregation", rules.robust_names),),
                  "byzantine_f": (OnlyWith("aggregation", ("krum", "multi_krum")),),
                  "krum_select": (OnlyWith("aggregation", ("multi_krum",)),)}
 
-    aggregation: Literal[AGGREGATIONS] = "mean"  # type: ignore[valid-type]
+    aggregation: one_of(rules.names) = rules.MEAN  # type: ignore[valid-type]
     """mean: the paper's; norm_clip, trimmed_mean, median, krum, multi_krum, centred_clip: robust
-    rules against hostile nodes (docs/robust-aggregation.md)."""
+    rules against hostile nodes (docs/robust-aggregation.md); or a rule a plugin registers."""
     trim_fraction: float = Field(0.1, ge=0, lt=0.5)
     """trimmed_mean: share of nodes dropped at each end, per coordinate."""
     clip_multiple: Positive[float] = 2.0

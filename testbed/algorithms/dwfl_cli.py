@@ -13,6 +13,7 @@ from testbed.algorithms.registry import Command
 from testbed.checked.arguments import POSITIVE, PROBABILITY, Number, NumberList, calculator, finite_result
 from testbed.errors import UserError
 from testbed.privacy.statements import DELTA, PrivacyStatement
+from testbed.topology import registry as topologies
 from testbed.util import jsontext
 
 
@@ -29,8 +30,9 @@ def _arguments(dw: argparse.ArgumentParser) -> None:
     dw.add_argument("--gmax", type=POSITIVE, required=True, help="gradient clipping norm")
     dw.add_argument("--delta", type=PROBABILITY, required=True, help="δ")
     where = dw.add_mutually_exclusive_group()
-    where.add_argument("--topology", choices=_KINDS, default="complete",
-                       help="who hears whom (default complete: the paper's); random_geometric needs --experiment")
+    where.add_argument("--topology", choices=_kinds(), default=topologies.COMPLETE,
+                       help="who hears whom (default complete: the paper's); a kind the radio places "
+                            f"({', '.join(_radio_kinds()) or 'none'}) needs --experiment")
     where.add_argument("--experiment", metavar="FILE", help="an experiment file: its [topology] (N = the number of "
                        "gains; random_geometric: its [dwfl] radio's range), drawn from its seed")
     dw.add_argument("--degree", type=Number(int, ge=1), help="k_regular: every node's neighbours")
@@ -41,8 +43,15 @@ def _arguments(dw: argparse.ArgumentParser) -> None:
     dw.add_argument("--json", action="store_true")
 
 
-#: The kinds drawn from flags alone (random_geometric places nodes by a radio: --experiment).
-_KINDS = ("complete", "ring", "torus", "k_regular", "erdos_renyi", "file")
+def _kinds() -> list[str]:
+    """The kinds drawn from flags alone, as registered (testbed.topology)."""
+    return [name for name, kind in topologies.registrations().items() if not kind.placed_by_radio]
+
+
+def _radio_kinds() -> list[str]:
+    """The kinds that place nodes by a radio: drawn from an experiment file's (--experiment)."""
+    return [name for name, kind in topologies.registrations().items() if kind.placed_by_radio]
+
 #: flag → the [topology] key it sets.
 _TOPOLOGY_FLAGS = {"degree": "degree", "p": "p", "rows": "rows", "edges": "path"}
 

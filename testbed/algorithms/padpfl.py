@@ -52,6 +52,8 @@ from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
 import numpy as np
 from pydantic import Field, field_validator, model_validator
 
+from channel.pathloss import TooManySenders
+
 from testbed.algorithms import padpfl_cli
 from testbed.algorithms.aggregate import Aggregation, AggregationOptions, bucket_stream
 from testbed.algorithms.base import (BaseAlgorithm, RoundCost, SizeSetup, gaussian_release, released_events,
@@ -254,6 +256,8 @@ def schedule_from_section(a: PadpflSection, num_nodes: int, seed: int) -> Impact
             return ImpactSchedule([(0, link_quality_weights(
                 num_nodes, seed, pathloss=a.link_pathloss, area_m=a.link_area_m, carrier_hz=a.link_carrier_hz,
                 power_dbm=a.link_power_dbm, noise_dbm=a.link_noise_dbm))])
+        except TooManySenders as exc:
+            raise ConfigError("padpfl.link_pathloss", str(exc)) from None
         except ValueError as exc:
             raise ConfigError("padpfl.link_power_dbm", str(exc)) from None
     if a.impact not in ("given",):  # equal, and the placeholder of the automatic rules (set each round)

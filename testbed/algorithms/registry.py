@@ -1,5 +1,6 @@
 """The algorithm registry: every module of this package that defines ``REGISTRATION`` is an
-algorithm; adding one is adding a module, nothing else.
+algorithm; adding one is adding a
+module, here or in an installed plugin (docs/extending.md).
 
 A :class:`Registration` says the algorithm's name (``run.algorithm``), its config sections (typed
 models declared in its module), how to build it from them, and optionally its channel half (an
@@ -24,7 +25,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
-from testbed.util.registrations import lookup, registered_in
+from testbed.util.registrations import GROUPS, lookup, plugin_of, registered_in
 
 if TYPE_CHECKING:
     import argparse
@@ -206,10 +207,10 @@ GUARANTEES = ("dp", "mi_dp", "none")
 
 @functools.cache
 def registrations() -> dict[str, Registration]:
-    """Every algorithm of this package, by name (modules imported once, on first use)."""
+    """Every algorithm of this package and of the installed plugins (testbed.algorithms), by name (modules imported once, on first use)."""
     import testbed.algorithms as package
 
-    return registered_in(package, Registration, "algorithm")
+    return registered_in(package, Registration, "algorithm", group=GROUPS["algorithm"])
 
 
 def names() -> list[str]:
@@ -220,9 +221,11 @@ def get(name: str) -> Registration:
     return lookup(registrations(), name, "algorithm")
 
 
-def privacy_statements() -> list["PrivacyStatement"]:
-    """Every registered algorithm's privacy statements, in the registry's (name) order."""
-    return [s for reg in registrations().values() for s in reg.privacy_statements]
+def privacy_statements(plugins: bool = True) -> list["PrivacyStatement"]:
+    """Every registered algorithm's privacy statements, in the registry's (name) order; without
+    ``plugins``, the built-in ones only (what docs/privacy.md documents)."""
+    return [s for reg in registrations().values() if plugins or not plugin_of("algorithm", reg.name)
+            for s in reg.privacy_statements]
 
 
 def offering(hook: str) -> list[Registration]:

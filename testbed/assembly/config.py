@@ -34,10 +34,10 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 from testbed.checked.limits import MAX_CHUNK_BYTES, MAX_SEED, MAX_TEXT_FILE_BYTES, MAX_WAIT_S, MIN_CHUNK_BYTES, MIN_POSITIVE
-from testbed.checked.sections import Config, Name, NonNegative, OnlyWith, Positive, Section, attribute_docstrings
+from testbed.checked.sections import Config, Name, NonNegative, OnlyWith, Positive, Section, attribute_docstrings, one_of
 from testbed.data.section import DataSection
 from testbed.devices import virtual_boards
-from testbed.devices.profiles import MCU_PROFILE_NAMES, PROFILE_NAMES
+from testbed.devices.profiles import mcu_profile_names, profile_names
 from testbed.errors import ConfigError, UserError
 from testbed.learning.models import embedding_kinds, embedding_phrase
 from testbed.learning.models import kinds as model_kinds
@@ -63,7 +63,7 @@ class RunSection(Section):
 
 
 #: The models ``model.kind`` may name (testbed.learning.models.kinds).
-ModelKindName = Literal[tuple(model_kinds())]
+ModelKindName = one_of(model_kinds)
 
 
 class ModelSection(Section):
@@ -106,9 +106,9 @@ class PrivacySection(Section):
     """δ of every (ε, δ) figure; at or above 1/m (m the smallest node's training records) refused
     before round 1 unless ``reproduction`` (testbed.privacy.delta)."""
     # The choices are the registered accountants (testbed.privacy.accountants), the first listed the default.
-    accountant: Literal[tuple(accountants.names())] = accountants.names()[0]
+    accountant: one_of(accountants.names) = accountants.names()[0]  # type: ignore[valid-type]
     """Enforces the ε budget (the paper's zcdp by default)."""
-    tight_accountant: Literal[(*accountants.tight_names(), accountants.NONE)] = accountants.tight_names()[0]
+    tight_accountant: one_of(lambda: (*accountants.tight_names(), accountants.NONE)) = accountants.tight_names()[0]  # type: ignore[valid-type]
     """Reported beside it (through dp-accounting); "none" to skip."""
     reproduction: bool = False
     """The run reproduces a paper and may use that paper's assumptions the mechanism run does not
@@ -134,7 +134,7 @@ class NodesSection(Section):
     ONLY_WITH = {"mcu_profile": (OnlyWith("mcu"),), "mcu_board": (OnlyWith("mcu"),)}
 
     # The choices are the registries' (testbed.devices): a profile or virtual board added there is one here.
-    profile: Literal[PROFILE_NAMES] = "host"
+    profile: one_of(profile_names) = "host"  # type: ignore[valid-type]
     """The device profile (nodes/profiles.toml) an emulated node charges seconds and joules by."""
     pacing: bool = False
     """An emulated board takes its board's wall time."""
@@ -142,9 +142,9 @@ class NodesSection(Section):
     """Nodes that are microcontroller boards behind a serial bridge (`testbed bridge`): their node
     step runs in the firmware's float32 arithmetic, emulated in sim (docs/serial-protocol.md); each
     node once."""
-    mcu_profile: Literal[MCU_PROFILE_NAMES] = "rp2040"
+    mcu_profile: one_of(mcu_profile_names) = "rp2040"  # type: ignore[valid-type]
     """The boards' profile (firmware_bridge/boards.toml): their seconds and joules."""
-    mcu_board: Literal[virtual_boards.names()] = "host"
+    mcu_board: one_of(virtual_boards.names) = "host"  # type: ignore[valid-type]
     """The virtual board an emulated run (mqtt.emulated) starts for each: the firmware as a host
     process behind a pseudo-terminal, or the Cortex-M3 build under qemu-system-arm."""
 

@@ -34,10 +34,11 @@ Example::
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Any, ClassVar, TypeVar
+from typing import Annotated, Any, Callable, ClassVar, Iterable, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, GetCoreSchemaHandler, model_validator
-from pydantic_core import CoreSchema
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, GetCoreSchemaHandler, GetJsonSchemaHandler, PlainValidator,
+                      model_validator)
+from pydantic_core import CoreSchema, PydanticCustomError
 
 from testbed.checked.limits import MAX_FLOAT, MAX_INT, MIN_POSITIVE
 from testbed.util import jsontext
@@ -65,22 +66,69 @@ Name = Annotated[str, AfterValidator(_name)]
 
 
 @dataclass(frozen=True)
+class _Choices:
+    """The JSON Schema half of :func:`one_of`: the enum, from the registry when the schema is made."""
+
+    names: Callable[[], Iterable[str]]
+
+    def __get_pydantic_json_schema__(self, schema: CoreSchema, handler: GetJsonSchemaHandler) -> dict[str, Any]:
+        out = handler(schema)
+        out.update(type="string", enum=list(self.names()))
+        return out
+
+
+def one_of(names: Callable[[], Iterable[str]]) -> Any:
+    """A string field whose choices are ``names()`` (a registry's) when a value is checked and when
+    the JSON Schema is made, never a list frozen when the section was declared: an entry a plugin or
+    a test registers is a choice from then on. A value outside them is refused as a ``Literal``'s is
+    (the config's error names the choices)."""
+    def check(value: Any) -> str:
+        known = list(names())
+        if value not in known:
+            # In a Literal's words ("'a', 'b' or 'c'"), which the config's errors turn into theirs.
+            shown = [repr(name) for name in known]
+            expected = f"{', '.join(shown[:-1])} or {shown[-1]}" if len(shown) > 1 else "".join(shown)
+            raise PydanticCustomError("literal_error", "Input should be {expected}", {"expected": expected})
+        return value
+    # The check alone (no str validator first): a number is refused naming the choices, as a Literal's is.
+    return Annotated[str, PlainValidator(check), _Choices(names)]
+
+
+def field_choices(cls: type[BaseModel], name: str) -> list[Any]:
+    """The choices field ``name`` of ``cls`` offers now: a registry's (:func:`one_of`) or a
+    ``Literal``'s; [] for a field of no fixed choices."""
+    from typing import get_args
+
+    field = cls.model_fields[name]
+    for meta in field.metadata:
+        if isinstance(meta, _Choices):
+            return list(meta.names())
+    return list(get_args(field.annotation))
+
+
+@dataclass(frozen=True)
 class OnlyWith:
     """A choice under which another key of the same section matters: ``key`` is one of
-    ``choices``, or (no choices) ``key`` is set to anything but its default."""
+    ``choices`` (a tuple, or a function giving them when asked: a registry's), or (no choices)
+    ``key`` is set to anything but its default."""
 
     key: str
-    choices: tuple[Any, ...] = ()
+    choices: tuple[Any, ...] | Callable[[], Iterable[Any]] = ()
+
+    def _choices(self) -> tuple[Any, ...]:
+        return tuple(self.choices()) if callable(self.choices) else self.choices
 
     def holds(self, section: "Section") -> bool:
         value = getattr(section, self.key)
-        return value in self.choices if self.choices else value != field_default(type(section), self.key)
+        choices = self._choices()
+        return value in choices if choices else value != field_default(type(section), self.key)
 
     def phrase(self) -> str:
         """The choice in the file's words: ``model = "bernoulli" or "deadline"``, ``mcu set``."""
-        if not self.choices:
+        choices = self._choices()
+        if not choices:
             return f"{self.key} set"
-        return f"{self.key} = " + " or ".join(jsontext.dumps(choice) for choice in self.choices)
+        return f"{self.key} = " + " or ".join(jsontext.dumps(choice) for choice in choices)
 
 
 def field_default(cls: type[BaseModel], name: str) -> Any:

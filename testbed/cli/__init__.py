@@ -21,7 +21,7 @@ EXTRA_OF_COMMAND = {"run": "coordinator", "audit": "coordinator", "sweep": "coor
                     "broker": "coordinator", "watch": "watch", "node": "node", "nodes": "node", "bridge": "bridge"}
 #: Commands registered by another command's module.
 _MODULE_OF = {"nodes": "node"}
-COMMANDS = ("run", "watch", "report", "runs", "privacy", "audit", "node", "bridge", "broker", "acl", "provision", "board", "plan", "sweep", "compare", "calibrate", "topology", "schema")
+COMMANDS = ("run", "watch", "report", "runs", "privacy", "audit", "node", "bridge", "broker", "acl", "provision", "board", "plan", "sweep", "compare", "calibrate", "topology", "schema", "new")
 
 
 class Parser(argparse.ArgumentParser):
@@ -81,8 +81,9 @@ def _version() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    parser = build_parser(next((a for a in argv if not a.startswith("-")), None))
     try:
+        # Inside: the parser's choices come from the registries, where a broken plugin is a UserError.
+        parser = build_parser(next((a for a in argv if not a.startswith("-")), None))
         args = parser.parse_args(argv)
         if args.command in EXTRA_OF_COMMAND:
             check_installed(EXTRA_OF_COMMAND[args.command], args.command)

@@ -45,6 +45,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "topology": ("topology show experiments/dwfl/base.toml",
                  "topology show experiments/dwfl/base.toml --set topology.kind=ring --round 5 --edges ring.txt"),
     "schema": ("schema --out experiment.schema.json",),
+    "new": ("new algorithm my_fedavg", "new dataset my_blobs --dir ../my-blobs", "new accountant my_basic"),
 }
 
 

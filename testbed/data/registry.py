@@ -1,5 +1,6 @@
 """The dataset registry: every module of this package that defines ``REGISTRATION`` adds its data
-sets; adding one is adding a module, nothing else.
+sets; adding one is adding a
+module, here or in an installed plugin (docs/extending.md).
 
 A :class:`Registration` says the set's name (``data.dataset``), its loader, which keys of ``[data]``
 the loader takes, what it reads (files, ``data.path``), and what the run's assembly
@@ -7,9 +8,9 @@ the loader takes, what it reads (files, ``data.path``), and what the run's assem
 choices of ``data.dataset`` (its JSON Schema's enum), :func:`testbed.data.load_dataset`,
 testbed.assembly.assemble and testbed.assembly.resources read this registry and never name a data set.
 
-The registry imports every module of this package to find them (once, when the ``[data]``
-section, testbed.data.section, is imported by testbed.assembly.config), so a dataset module imports what only its loader needs (scipy, scikit-learn, torch)
-inside the loader: a board that runs the synthetic task never imports them.
+The registry imports every module of this package to find them (once, when the choices are first
+asked), so a dataset module imports what only its loader needs (scipy, scikit-learn, torch) inside
+the loader: a board that runs the synthetic task never imports them.
 
 Example::
 
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from testbed.errors import DataError
-from testbed.util.registrations import registered_in
+from testbed.util.registrations import GROUPS, registered_in
 
 if TYPE_CHECKING:
     from testbed.checked.sections import Section
@@ -96,10 +97,10 @@ def listed_order(reg: Registration) -> tuple[int, str]:
 
 @functools.cache
 def registrations() -> dict[str, Registration]:
-    """Every data set of this package, by name, in order (modules imported once, on first use)."""
+    """Every data set of this package and of the installed plugins (entry points testbed.datasets), by name, in order (modules imported once, on first use)."""
     import testbed.data as package
 
-    return registered_in(package, Registration, "data set", order=listed_order)
+    return registered_in(package, Registration, "data set", group=GROUPS["data set"], order=listed_order)
 
 
 def names() -> list[str]:

@@ -16,16 +16,18 @@ from pydantic import Field
 
 from testbed.checked.sections import NonNegative, OnlyWith, Positive, Section
 from testbed.data import registry
+from testbed.checked.sections import NonNegative, OnlyWith, Positive, Section, one_of
 
-#: The data sets ``data.dataset`` may name: one module of testbed/data/ each (testbed.data.registry).
-DatasetName = Literal[tuple(registry.names())]
+#: The data sets ``data.dataset`` may name: one module of testbed/data/ or of a plugin each
+#: (testbed.data.registry), as registered when a value is checked.
+DatasetName = one_of(registry.names)
 
 
 class DataSection(Section):
     ONLY_WITH = {"alpha": (OnlyWith("partition", ("dirichlet",)),),
-                 "features": (OnlyWith("dataset", registry.image_sets()),)}
+                 "features": (OnlyWith("dataset", registry.image_sets),)}
 
-    dataset: DatasetName = "synthetic"
+    dataset: DatasetName = "synthetic"  # type: ignore[valid-type]
     path: str | None = None
     """The data file or its folder (else $TESTBED_DATA, the cache, or a download)."""
     num_nodes: Positive[int] = 16

@@ -1,8 +1,10 @@
 """The profile registry: device profiles (``nodes/profiles.toml``: what an emulated board costs in
 seconds and joules) and microcontroller profiles (``firmware_bridge/boards.toml``: what a bridged
-board's step costs). Adding a profile is adding a table to its file; the config's choices
-(``nodes.profile``, ``nodes.mcu_profile``), the node file's checks and every lookup read this
-registry.
+board's step costs). Adding a profile is adding a table to its file, or, from a project of one's
+own, a module whose ``REGISTRATION`` is a :class:`DeviceProfile` or :class:`McuProfile` (or a
+tuple of them) named under the entry-point group ``testbed.board_profiles`` (docs/extending.md).
+The config's choices (``nodes.profile``, ``nodes.mcu_profile``), the node file's checks and every
+lookup read this registry.
 
 A device profile gives how much slower than the reference host the board runs our numpy workload,
 its idle and one-core-active power, its Wi-Fi throughput and its radio power; profiles.toml
@@ -15,13 +17,13 @@ Example::
     >>> p = load_profile("pi-4b")
     >>> p.compute_time_factor, p.wifi_up_bps
     (6.9, 108000000.0)
-    >>> "host" in PROFILE_NAMES
+    >>> "host" in profile_names()
     True
     >>> m = load_mcu_profile("nrf52840")
     >>> m.cpu_hz, m.device_profile().wifi_up_bps
     (64000000.0, 1300000.0)
-    >>> sorted(MCU_PROFILE_NAMES)
-    ['esp32-s3', 'nrf52840', 'rp2040', 'stm32l4']
+    >>> {'esp32-s3', 'nrf52840', 'rp2040', 'stm32l4'} <= set(mcu_profile_names())
+    True
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from typing import Any
 
 from testbed.devices.datafiles import package_dir, read_toml
 from testbed.errors import UserError
+from testbed.util.registrations import GROUPS, PluginError, plugin_of, registered_in
 
 PROFILES_FILE = package_dir("nodes") / "profiles.toml"
 BOARDS_FILE = package_dir("firmware_bridge") / "boards.toml"
@@ -114,28 +117,67 @@ def _read(path: Path, kind: type, positive: tuple[str, ...], non_negative: tuple
         if set(table) != fields:
             raise ValueError(f"{path}: profile {name!r} must have exactly the keys {sorted(fields)}")
         profile = kind(name=name, **{**table, "sources": tuple(table["sources"])})
-        bad = [k for k in positive if not getattr(profile, k) > 0]
-        bad += [k for k in non_negative if not getattr(profile, k) >= 0]
-        if bad:
+        if bad := _out_of_range(profile, positive, non_negative):
             raise ValueError(f"{path}: profile {name!r}: {', '.join(bad)} out of range")
         profiles[name] = profile
     return profiles
 
 
+def _out_of_range(profile: Any, positive: tuple[str, ...], non_negative: tuple[str, ...]) -> list[str]:
+    """The figures of ``profile`` outside their range (each of ``positive`` > 0, ``non_negative`` >= 0)."""
+    return [k for k in positive if not getattr(profile, k) > 0] + [k for k in non_negative if not getattr(profile, k) >= 0]
+
+
+def _in_order(names: list[str]) -> Any:
+    """The order profiles are listed in: the file's, then the plugins' by name."""
+    place = {name: i for i, name in enumerate(names)}
+    return lambda p: (place.get(p.name, len(place)), p.name)
+
+
 @cache
 def _device_profiles() -> dict[str, DeviceProfile]:
-    return _read(PROFILES_FILE, DeviceProfile, _DEVICE_POSITIVE, _DEVICE_NON_NEGATIVE)
+    builtin = _read(PROFILES_FILE, DeviceProfile, _DEVICE_POSITIVE, _DEVICE_NON_NEGATIVE)
+    found = registered_in(None, DeviceProfile, "device profile", group=GROUPS["board profile"], builtin=builtin,
+                          order=_in_order(list(builtin)), others=(McuProfile,))
+    _check_plugins(found, builtin, _DEVICE_POSITIVE, _DEVICE_NON_NEGATIVE)
+    return found
 
 
 @cache
 def _mcu_profiles() -> dict[str, McuProfile]:
-    return _read(BOARDS_FILE, McuProfile, _MCU_POSITIVE, ())
+    builtin = _read(BOARDS_FILE, McuProfile, _MCU_POSITIVE, ())
+    found = registered_in(None, McuProfile, "microcontroller profile", group=GROUPS["board profile"], builtin=builtin,
+                          order=_in_order(list(builtin)), others=(DeviceProfile,))
+    _check_plugins(found, builtin, _MCU_POSITIVE, ())
+    return found
 
 
-#: The device profiles' names, in the file's order (the config's ``nodes.profile`` choices).
-PROFILE_NAMES: tuple[str, ...] = tuple(_device_profiles())
-#: The microcontroller profiles' names, in the file's order (``nodes.mcu_profile``'s choices).
-MCU_PROFILE_NAMES: tuple[str, ...] = tuple(_mcu_profiles())
+def _check_plugins(found: dict[str, Any], builtin: dict[str, Any], positive: tuple[str, ...],
+                   non_negative: tuple[str, ...]) -> None:
+    """PluginError naming a plugin's profile with figures out of range (the files' are checked as read)."""
+    for name, profile in found.items():
+        if name not in builtin and (bad := _out_of_range(profile, positive, non_negative)):
+            what = "device profile" if isinstance(profile, DeviceProfile) else "microcontroller profile"
+            raise PluginError(f"{plugin_of(what, name)}: profile {name!r}: {', '.join(bad)} out of range")
+
+
+def profile_names() -> tuple[str, ...]:
+    """The device profiles' names: the file's in its order, then the plugins' (``nodes.profile``'s choices)."""
+    return tuple(_device_profiles())
+
+
+def mcu_profile_names() -> tuple[str, ...]:
+    """The microcontroller profiles' names, the file's then the plugins' (``nodes.mcu_profile``'s choices)."""
+    return tuple(_mcu_profiles())
+
+
+def __getattr__(name: str) -> tuple[str, ...]:
+    # PROFILE_NAMES and MCU_PROFILE_NAMES: the names as registered when asked, never frozen at import.
+    if name == "PROFILE_NAMES":
+        return profile_names()
+    if name == "MCU_PROFILE_NAMES":
+        return mcu_profile_names()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def load_profile(name: str) -> DeviceProfile:
@@ -147,7 +189,7 @@ def load_profile(name: str) -> DeviceProfile:
     try:
         return _device_profiles()[name]
     except KeyError:
-        raise UserError(f"unknown device profile {name!r}; choose one of {', '.join(PROFILE_NAMES)}") from None
+        raise UserError(f"unknown device profile {name!r}; choose one of {', '.join(profile_names())}") from None
 
 
 def load_mcu_profile(name: str) -> McuProfile:
@@ -155,4 +197,4 @@ def load_mcu_profile(name: str) -> McuProfile:
     try:
         return _mcu_profiles()[name]
     except KeyError:
-        raise UserError(f"unknown board profile {name!r}; choose one of {', '.join(MCU_PROFILE_NAMES)}") from None
+        raise UserError(f"unknown board profile {name!r}; choose one of {', '.join(mcu_profile_names())}") from None

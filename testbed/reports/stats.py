@@ -138,25 +138,6 @@ def min_detectable_effect(n: int, sd: ArrayLike, confidence: float = CONFIDENCE,
 
 
 @dataclass(frozen=True)
-class Paired:
-    """A paired comparison of a and b (d = a − b per pair): mean difference, its sd and Student t
-    interval, the two-sided p-values of the paired t and Wilcoxon signed-rank tests, and the
-    smallest effect these n pairs detect at :data:`POWER`."""
-
-    n: int
-    mean: float
-    sd: float
-    ci_low: float
-    ci_high: float
-    p_t: float
-    p_wilcoxon: float
-    min_detectable: float
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
 class PairedT:
     """The paired t test of d = a − b: n, the mean difference, its sd and Student t interval, and
     the two-sided p (what a REPORT's verdict needs; :func:`paired` adds the rank test and power)."""
@@ -167,6 +148,18 @@ class PairedT:
     ci_low: float
     ci_high: float
     p_t: float
+
+
+@dataclass(frozen=True)
+class Paired(PairedT):
+    """:class:`PairedT` with the two-sided p of the Wilcoxon signed-rank test and the smallest
+    effect these n pairs detect at :data:`POWER` (what `testbed compare` prints)."""
+
+    p_wilcoxon: float
+    min_detectable: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 def _differences(a: ArrayLike, b: ArrayLike) -> np.ndarray:
@@ -186,15 +179,20 @@ def paired_t(a: ArrayLike, b: ArrayLike, confidence: float = CONFIDENCE) -> Pair
     from scipy.stats import ttest_1samp
 
     d = _differences(a, b)
+    if np.all(d == d[0]):  # scipy returns NaN (0/0) or warns; the answer is known
+        return PairedT(len(d), float(d[0]), 0.0, float(d[0]), float(d[0]), 1.0 if d[0] == 0.0 else 0.0)
+    # The t statistic and p do not change with the differences' scale, but their squares can
+    # underflow (1e-255² is 0, which would read as a constant difference): then compute on d / max|d|.
+    scale = 1.0
     s = t_interval(d, confidence)
-    mean, sd = float(s.mean), float(s.sd)
-    if sd == 0.0:  # scipy returns NaN (0/0) or warns; the answer is known
-        p_t = 1.0 if mean == 0.0 else 0.0
-    else:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # scipy's precision-loss warning for nearly equal values
-            p_t = float(ttest_1samp(d, 0.0).pvalue)
-    return PairedT(len(d), mean, sd, float(s.ci_low), float(s.ci_high), p_t)
+    if not float(s.sd) > 0.0:
+        scale = float(np.max(np.abs(d)))
+        s = t_interval(d / scale, confidence)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # scipy's precision-loss warning for nearly equal values
+        p_t = float(ttest_1samp(d / scale, 0.0).pvalue)
+    return PairedT(len(d), float(s.mean) * scale, float(s.sd) * scale, float(s.ci_low) * scale,
+                   float(s.ci_high) * scale, p_t)
 
 
 def paired(a: ArrayLike, b: ArrayLike, confidence: float = CONFIDENCE, power: float = POWER) -> Paired:
@@ -204,12 +202,12 @@ def paired(a: ArrayLike, b: ArrayLike, confidence: float = CONFIDENCE, power: fl
 
     t = paired_t(a, b, confidence)
     d = _differences(a, b)
-    if t.sd == 0.0:
+    if np.all(d == d[0]):
         p_w = t.p_t
     else:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            p_w = 1.0 if not np.any(d) else float(wilcoxon(d).pvalue)
+            p_w = float(wilcoxon(d).pvalue)
     return Paired(t.n, t.mean, t.sd, t.ci_low, t.ci_high, t.p_t, p_w,
                   float(min_detectable_effect(t.n, t.sd, confidence, power)))
 

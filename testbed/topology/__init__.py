@@ -2,6 +2,9 @@
 
 - :mod:`~testbed.topology.graph`: :class:`Graph`, an undirected simple graph as CSR arrays;
 - :mod:`~testbed.topology.kinds`: ring, torus, k-regular, Erdős–Rényi, edge list files;
+- :mod:`~testbed.topology.registry`: the kinds of ``[topology] kind``, one module of this package
+  each (``complete``, ``ring``, ``torus``, ``k_regular``, ``erdos_renyi``, ``random_geometric``,
+  ``file``) or an installed plugin's (docs/extending.md);
 - :mod:`~testbed.topology.geometric`: the graph the radio gives (free-space SNR threshold) and the
   random waypoint walk;
 - :mod:`~testbed.topology.mixing`: Metropolis–Hastings and uniform weights, the spectral gap;

@@ -49,12 +49,7 @@ def describe_round(topology: Topology, round_index: int, default_mixing: str) ->
     out["mixing"] = rule if s.mixing != "auto" else f"{rule} (auto: the algorithm's, {AUTO_RULES[rule]})"
     # Rounded as the summary's (Topology.describe): a bipartite graph's 0 is not shown as 1e-16.
     out["spectral gap"] = f"{round(gap, 12):.12g} ({rule})"
-    if s.kind == "random_geometric":
-        budget = topology.link_budget
-        out["range"] = (f"{budget.range_m(s.snr_threshold_db):.6g} m (free space: SNR >= {s.snr_threshold_db:g} dB "
-                        f"at {budget.power_w:g} W, carrier {budget.carrier_hz:g} Hz; area {budget.area_m:g} m square)")
-        if s.speed_mps:
-            out["mobility"] = f"random waypoint at {s.speed_mps:g} m/s, {s.round_s:g} s a round"
+    out.update(topology.registration.details(topology))  # a kind's own lines (random_geometric: range, mobility)
     return out
 
 

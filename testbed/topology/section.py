@@ -6,30 +6,24 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from testbed.checked.sections import NonNegative, OnlyWith, Positive, Section
-
-KINDS = ("complete", "ring", "torus", "k_regular", "erdos_renyi", "random_geometric", "file")
-#: Kinds drawn at random, so that ``coherence_rounds`` has something to redraw.
-RANDOM_KINDS = ("k_regular", "erdos_renyi", "random_geometric")
+from testbed.checked.sections import NonNegative, OnlyWith, Positive, Section, one_of
+from testbed.topology import registry
 
 
 class TopologySection(Section):
     """The graph of a decentralised run: each node hears its neighbours only. Static, or redrawn
     every ``coherence_rounds`` (random kinds; random_geometric nodes also move). docs/topologies.md."""
 
-    ONLY_WITH = {"degree": (OnlyWith("kind", ("k_regular",)),),
-                 "p": (OnlyWith("kind", ("erdos_renyi",)),),
-                 "rows": (OnlyWith("kind", ("torus",)),),
-                 "path": (OnlyWith("kind", ("file",)),),
-                 "snr_threshold_db": (OnlyWith("kind", ("random_geometric",)),),
-                 "speed_mps": (OnlyWith("kind", ("random_geometric",)),),
+    # Which kinds read a key is each kind's registration's (its ``keys``), asked when a section is checked.
+    ONLY_WITH = {**{key: (OnlyWith("kind", registry.reading(key)),)
+                    for key in ("degree", "p", "rows", "path", "snr_threshold_db", "speed_mps")},
                  "round_s": (OnlyWith("speed_mps"),),
-                 "coherence_rounds": (OnlyWith("kind", RANDOM_KINDS),)}
+                 "coherence_rounds": (OnlyWith("kind", registry.random_names),)}
 
-    kind: Literal[KINDS] = "complete"
+    kind: one_of(registry.names) = registry.COMPLETE  # type: ignore[valid-type]
     """complete (DWFL's paper), ring, torus, k_regular (degree), erdos_renyi (p), random_geometric
-    (an edge where the free-space SNR clears snr_threshold_db, nodes placed in the radio's area) or
-    file (an edge list, path)."""
+    (an edge where the free-space SNR clears snr_threshold_db, nodes placed in the radio's area),
+    file (an edge list, path), or a kind a plugin registers (testbed.topology)."""
     degree: Positive[int] = 4
     """k_regular: every node's number of neighbours (N·degree even, degree < N)."""
     p: float = Field(0.1, gt=0, le=1)
@@ -56,7 +50,7 @@ class TopologySection(Section):
     """Accept a graph that falls apart (a part that never hears the rest never agrees with it)."""
 
     @model_validator(mode="after")
-    def _file_has_path(self) -> "TopologySection":
-        if self.kind == "file" and self.path is None:
-            raise ValueError("path: kind = \"file\" needs the edge list's path")
+    def _kind_is_complete(self) -> "TopologySection":
+        if (problem := registry.get(self.kind).check(self)) is not None:
+            raise ValueError(problem)
         return self

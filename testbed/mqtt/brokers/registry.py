@@ -1,5 +1,6 @@
 """The managed-broker registry: every module of this package that defines ``REGISTRATION`` is a
-broker a run can start itself; adding one is adding a module, nothing else.
+broker a run can start itself; adding one is adding a
+module, here or in an installed plugin (docs/extending.md).
 
 A :class:`Registration` says the broker's name (``mqtt.broker``), whether this machine can run it,
 how to make one (:class:`ManagedBroker`: start, stop, URL) and, when it can enforce them, how it
@@ -24,7 +25,7 @@ from typing import Any, Callable, Protocol
 
 from testbed.errors import ConfigError
 from testbed.mqtt.acl import Access
-from testbed.util.registrations import lookup, registered_in
+from testbed.util.registrations import GROUPS, lookup, registered_in
 
 #: ``mqtt.broker``'s choice of the most preferred broker this machine can run.
 AUTO = "auto"
@@ -124,10 +125,10 @@ class Registration:
 
 @functools.cache
 def registrations() -> dict[str, Registration]:
-    """Every managed broker of this package, by name (modules imported once, on first use)."""
+    """Every managed broker of this package and of the installed plugins (testbed.brokers), by name (modules imported once, on first use)."""
     import testbed.mqtt.brokers as package
 
-    return registered_in(package, Registration, "managed broker", reserved=(AUTO,))
+    return registered_in(package, Registration, "managed broker", group=GROUPS["managed broker"], reserved=(AUTO,))
 
 
 def names() -> list[str]:

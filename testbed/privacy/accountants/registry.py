@@ -1,5 +1,6 @@
 """The accountant registry: every module of this package that defines ``REGISTRATION`` is a privacy
-accountant; adding one is adding a module, nothing else.
+accountant; adding one is adding a
+module, here or in an installed plugin (docs/extending.md).
 
 A :class:`Registration` says the accountant's name (a ``privacy.accountant`` choice, and a
 ``privacy.tight_accountant`` one if it is tight), which releases it can account for (asked before
@@ -12,7 +13,7 @@ A release is described by its signature, the tally key of :class:`testbed.ledger
 
 Example::
 
-    >>> names()
+    >>> names()[:3]  # the built-in ones; an installed plugin's may follow
     ['zcdp', 'rdp', 'pld']
     >>> get("pld").supports((1.0, 0.1, "replace_one", "without_replacement", 0.1))
     False
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from testbed.ledger.events import ADJACENCIES, SAMPLINGS
-from testbed.util.registrations import registered_in
+from testbed.util.registrations import GROUPS, registered_in
 
 #: (σ, sensitivity, adjacency, sampling, sampling rate) of one Gaussian composition.
 Signature = tuple[float, float, str, str, float]
@@ -100,12 +101,12 @@ class Registration:
 
 @functools.cache
 def registrations() -> dict[str, Registration]:
-    """Every accountant of this package, by name, in their listed order (modules imported once, on
+    """Every accountant of this package and of the installed plugins (testbed.accountants), by name, in their listed order (modules imported once, on
     first use)."""
     import testbed.privacy.accountants as package
 
     # "none" is privacy.tight_accountant's choice of no accountant.
-    return registered_in(package, Registration, "accountant", order=lambda r: (r.order, r.name), reserved=(NONE,))
+    return registered_in(package, Registration, "accountant", group=GROUPS["accountant"], order=lambda r: (r.order, r.name), reserved=(NONE,))
 
 
 def names() -> list[str]:
