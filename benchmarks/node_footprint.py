@@ -14,7 +14,7 @@
 
 Figures are of this machine (x86-64, CPython of the venv); a board's differ by its numpy/BLAS build.
 With --board DIR (`testbed board build --arch arm64 --out DIR`, root) the node processes and the
-import runs are those of the emulated arm64 board: its Python, numpy and `testbed[node]` as pip
+import runs are those of the emulated arm64 board: its Python, numpy and `dpfl-testbed[node]` as pip
 installed them on Debian bookworm aarch64. Their imports are the board's; their RSS is given twice:
 qemu-user's process (the guest's pages plus qemu's translator, code buffer and tables: an upper
 bound), and the guest's own (:func:`guest_rss_mb`: the resident pages of the mappings the guest's

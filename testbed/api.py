@@ -8,7 +8,7 @@ not need it). The command line builds its experiments with the same function
 (testbed.orchestration.sweep.planned_points), so a file, its overrides and a grid mean the same in
 both. The guide, with examples that the tests run, is docs/api.md.
 
-pandas is an optional extra (``pip install 'testbed[analysis]'``): only :attr:`Run.metrics`,
+pandas is an optional extra (``pip install 'dpfl-testbed[analysis]'``): only :attr:`Run.metrics`,
 :attr:`Run.ledger`, :attr:`Sweep.table` and :attr:`Sweep.stats` need it, and say so in one line
 without it.
 """
@@ -105,7 +105,9 @@ def audit(experiment: Experiment, *, canaries: int | None = None, confidence: fl
     from below (docs/privacy.md, "Empirical audit").
 
     Args:
-        experiment, overrides, seed: as :func:`run` (the mode is always sim).
+        experiment: as :func:`run`.
+        overrides: as :func:`run`.
+        seed: as :func:`run` (the mode is always sim).
         canaries: canaries per run (default 1000 for one run, one per node for several).
         confidence: the bound's level.
         runs: 1: the one-run bound (Steinke et al. 2023); more: the membership test over that many runs.
@@ -322,8 +324,8 @@ def compare(sweep: "Sweep | str | os.PathLike", a: Mapping[str, Any],
 
     Args:
         sweep: a :class:`Sweep` or its folder.
-        a, b: grid key → value (``{"dp_pasgd.tau": 2}``; a key's last part will do when unambiguous);
-            ``b`` one such setting or a list of them, each compared with ``a``.
+        a: grid key → value (``{"dp_pasgd.tau": 2}``; a key's last part will do when unambiguous).
+        b: one such setting or a list of them, each compared with ``a``.
         metrics: numeric columns of the sweep's table (default test_accuracy).
         higher_is_better: for every metric; None: each metric's own direction.
         confidence: of the intervals (the tests' α is 1 − confidence).

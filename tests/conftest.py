@@ -186,3 +186,38 @@ def wait_until(predicate: Callable[[], T], timeout_s: float, what: str, *, poll_
             pytest.fail(f"timed out after {timeout_s:g} s waiting for {what}", pytrace=False)
         time.sleep(poll_s)
     return value
+
+
+# ---- the package as published: python -m build's wheel and sdist ---------------------------------
+
+#: The folders pyproject.toml's packages.find takes (with pyproject.toml and README.md: a build's inputs).
+PACKAGE_DIRS = ("testbed", "nodes", "channel", "firmware_bridge")
+
+
+def tracked_files(*paths: str) -> list[str]:
+    """The files git tracks under ``paths`` of the checkout (what a clean clone has)."""
+    import subprocess
+
+    require_command("git", "apt-get install git")
+    listed = subprocess.run(["git", "ls-files", "--", *paths], cwd=REPO, capture_output=True, text=True, check=True)
+    return listed.stdout.splitlines()
+
+
+@pytest.fixture(scope="session")
+def built_dist(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(wheel, sdist) that ``python -m build`` makes, as CI does (.ci/run, `make dist`), from a copy
+    of the checkout's tracked files (nothing written to the work tree; no network: --no-isolation)."""
+    import subprocess
+    import sys
+
+    require_module("build", "test")
+    root = tmp_path_factory.mktemp("dist")
+    src = root / "src"
+    for name in tracked_files("pyproject.toml", "README.md", *PACKAGE_DIRS):
+        (src / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO / name, src / name)
+    done = subprocess.run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(root / "dist"), str(src)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (wheel,), (sdist,) = list((root / "dist").glob("*.whl")), list((root / "dist").glob("*.tar.gz"))
+    return wheel, sdist

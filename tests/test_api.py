@@ -296,7 +296,7 @@ def test_without_pandas_a_table_is_one_line_naming_the_extra(table, tmp_path, mo
     owner = sweep if table.startswith("Sweep") else testbed.load(run.dir)
     with pytest.raises(UserError) as err:
         getattr(owner, table.split(".")[1])
-    assert str(err.value) == f"{table} needs pandas, which is not installed: pip install 'testbed[analysis]'"
+    assert str(err.value) == f"{table} needs pandas, which is not installed: pip install 'dpfl-testbed[analysis]'"
     assert testbed.load(run.dir).summary["status"] == "completed"  # the summary needs no pandas
 
 

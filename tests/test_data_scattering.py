@@ -91,7 +91,7 @@ def test_without_kymatio_it_is_one_line(monkeypatch):
     monkeypatch.setitem(sys.modules, "kymatio.scattering2d.frontend.numpy_frontend", None)
     scattering._transform.cache_clear()
     try:
-        with pytest.raises(DataError, match=r"pip install 'testbed\[scattering\]'"):
+        with pytest.raises(DataError, match=r"pip install 'dpfl-testbed\[scattering\]'"):
             scattering._compute(np.zeros((1, 64)), (1, 8, 8))
     finally:
         scattering._transform.cache_clear()

@@ -225,7 +225,7 @@ def test_an_epsilon_budget_calibrates_dp_pasgd_and_the_run_completes(epsilon, ac
 
 
 def test_the_readmes_sweep_over_budget_epsilon_completes_and_says_what_stopped_a_run(tmp_path):
-    """The README's sweep (the quickstart over τ and budget.epsilon) completes in every run; a cost
+    """docs/usage.md's sweep (the quickstart over τ and budget.epsilon) completes in every run; a cost
     budget that stops a run is named in stopped_by, empty where none did."""
     base = load_config("experiments/quickstart.toml", ["run.mode='sim'", "output.figures=false"])
     rows = run_sweep(base, grid_points({"dp_pasgd.tau": [10, 30], "budget.epsilon": [1, 4]}, 1, 0), tmp_path / "s",

@@ -1,10 +1,10 @@
-"""`pip install 'testbed[node]'` into a fresh venv installs what a board runs and nothing of the
+"""`pip install 'dpfl-testbed[node]'` into a fresh venv installs what a board runs and nothing of the
 coordinator's, and the node it installs serves a run over Mosquitto."""
 
 from __future__ import annotations
 
 import json
-import shutil
+import os
 import subprocess
 import threading
 import venv
@@ -19,16 +19,20 @@ from testbed.orchestration.runner import run_experiment
 from conftest import REPO
 from conftest_mqtt import write_node_keys
 
-#: What `testbed[node]` may install: the package, numpy, paho-mqtt and orjson (the messages' JSON
+#: What `dpfl-testbed[node]` may install: the package, numpy, paho-mqtt and orjson (the messages' JSON
 #: headers), pydantic (the node checks the coordinator's experiment) with its own requirements,
 #: threadpoolctl (one BLAS thread per host), tomli-w (the experiment's TOML), smbus2 (an INA meter's I2C bus), and the venv's own
 #: pip/setuptools.
-ALLOWED = {"testbed", "numpy", "paho-mqtt", "orjson", "pydantic", "pydantic-core", "annotated-types",
+ALLOWED = {"dpfl-testbed", "numpy", "paho-mqtt", "orjson", "pydantic", "pydantic-core", "annotated-types",
            "typing-extensions", "typing-inspection", "threadpoolctl", "smbus2", "pip", "setuptools", "tomli", "tomli-w"}
 #: The coordinator's packages: none may be installed, or imported by the node.
 #: What a board's node never imports: the coordinator's packages, and asyncio (only the embedded
 #: broker runs an event loop).
 COORDINATOR = ("scipy", "matplotlib", "dp_accounting", "amqtt", "asyncio", "serial", "torch", "sionna")
+
+#: The environment of the venv's processes: without PYTHONPATH, which would put a checkout's
+#: package (or its build's egg-info, which pip takes for an installed distribution) before the venv's.
+FRESH_ENV = {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
 
 EXPERIMENT = """
 [run]
@@ -59,20 +63,15 @@ figures = false
 
 
 @pytest.fixture(scope="module")
-def node_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh venv (no system site packages) with `testbed[node]` installed from this checkout
-    (a copy, so the build leaves nothing in the work tree); pip may use its wheel cache."""
-    root = tmp_path_factory.mktemp("node-install")
-    src = root / "src"
-    src.mkdir()
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(REPO / name, src / name)
-    for package in ("testbed", "nodes", "channel", "firmware_bridge"):
-        shutil.copytree(REPO / package, src / package, ignore=shutil.ignore_patterns("__pycache__"))
-    env_dir = root / "venv"
+def node_venv(tmp_path_factory: pytest.TempPathFactory, built_dist) -> Path:
+    """A fresh venv (no system site packages) with `dpfl-testbed[node]` installed from the wheel
+    ``python -m build`` makes (not editable, not the checkout); pip may use its wheel cache."""
+    wheel, _ = built_dist
+    env_dir = tmp_path_factory.mktemp("node-install") / "venv"
     venv.create(env_dir, with_pip=True, system_site_packages=False)
     pip = subprocess.run([str(env_dir / "bin" / "python"), "-m", "pip", "install", "--quiet",
-                          "--disable-pip-version-check", f"{src}[node]"], capture_output=True, text=True, timeout=900)
+                          "--disable-pip-version-check", f"{wheel}[node]"], capture_output=True, text=True, timeout=900,
+                         env=FRESH_ENV)
     assert pip.returncode == 0, pip.stderr[-3000:]
     return env_dir
 
@@ -80,10 +79,36 @@ def node_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.slow
 def test_node_extra_installs_only_what_a_board_runs(node_venv):
     listed = subprocess.run([str(node_venv / "bin" / "python"), "-m", "pip", "list", "--format", "json"],
-                            capture_output=True, text=True, check=True)
+                            capture_output=True, text=True, check=True, env=FRESH_ENV)
     installed = {p["name"].lower().replace("_", "-") for p in json.loads(listed.stdout)}
-    assert {"testbed", "numpy", "paho-mqtt"} <= installed
+    assert {"dpfl-testbed", "numpy", "paho-mqtt"} <= installed
     assert installed <= ALLOWED, installed - ALLOWED
+
+
+#: Run by the wheel's Python outside the checkout: the files the package reads at run time, found
+#: where the installed package is, and the version its metadata and the command say.
+READS_ITS_FILES = """
+import importlib.metadata, json, pathlib, sys
+import testbed, testbed.data.cache, testbed.watch, nodes, firmware_bridge
+here = lambda module: pathlib.Path(module.__file__).parent
+files = [testbed.data.cache.BUNDLED_DIR / "adult.data.xz", here(testbed.watch) / "static" / "index.html",
+         here(nodes) / "profiles.toml", here(firmware_bridge) / "firmware" / "Makefile"]
+print(json.dumps({"file": testbed.__file__, "missing": [str(f) for f in files if not f.is_file()],
+                  "metadata": importlib.metadata.version("dpfl-testbed"), "version": testbed.__version__}))
+"""
+
+
+@pytest.mark.slow
+def test_the_installed_wheel_reads_its_own_files_outside_the_checkout(node_venv, tmp_path):
+    done = subprocess.run([str(node_venv / "bin" / "python"), "-c", READS_ITS_FILES], cwd=tmp_path,
+                          capture_output=True, text=True, env=FRESH_ENV, timeout=120)
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    assert found["file"].startswith(str(node_venv)) and found["missing"] == []
+    assert found["metadata"] == found["version"]
+    said = subprocess.run([str(node_venv / "bin" / "testbed"), "--version"], cwd=tmp_path, capture_output=True,
+                          text=True, env=FRESH_ENV, timeout=120)
+    assert said.stdout.strip() == f"testbed {found['version']}", said.stderr
 
 
 @pytest.mark.slow
@@ -101,7 +126,7 @@ def test_a_node_of_the_node_extra_serves_a_run_over_mosquitto(node_venv, mosquit
              ).format(COORDINATOR=COORDINATOR)
     nodes = [subprocess.Popen([python, "-c", probe, "node", "--broker", mosquitto_broker.url, "--node-id", str(n),
                                "--meter", "model", "--state-dir", str(tmp_path / "state"), "--keys", keys],
-                              cwd=tmp_path, stderr=subprocess.PIPE, text=True) for n in range(2)]
+                              cwd=tmp_path, stderr=subprocess.PIPE, text=True, env=FRESH_ENV) for n in range(2)]
     result = {}
     coordinator = threading.Thread(target=lambda: result.update(
         r=run_experiment(config, out_dir=tmp_path / "run", quiet=True)))
@@ -121,10 +146,10 @@ def test_a_node_of_the_node_extra_serves_a_run_over_mosquitto(node_venv, mosquit
     assert computed == {(n, r) for n in range(2) for r in range(2)}
     (tmp_path / "experiment.toml").write_text(EXPERIMENT)
     run = subprocess.run([str(node_venv / "bin" / "testbed"), "run", "experiment.toml", "--mode", "sim"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120, env=FRESH_ENV)
     assert run.returncode == 2
     assert run.stderr.strip() == ("testbed: run needs scipy, matplotlib, dp-accounting, amqtt, pyserial, rich, which are "
-                                  "not installed: pip install 'testbed[coordinator]'")
+                                  "not installed: pip install 'dpfl-testbed[coordinator]'")
 
 
 def test_the_extras_checked_before_a_command_are_those_of_pyproject():
@@ -156,10 +181,10 @@ def test_a_missing_package_is_named_with_the_extra_that_installs_it(monkeypatch)
     from testbed.util.extras import check_installed, missing_package_message
 
     assert missing_package_message(ModuleNotFoundError("x", name="dp_accounting.pld")) == (
-        "needs dp-accounting, which is not installed: pip install 'testbed[coordinator]'")
+        "needs dp-accounting, which is not installed: pip install 'dpfl-testbed[coordinator]'")
     assert missing_package_message(ModuleNotFoundError("x", name="not_ours")) is None
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "serial" else real(name, *a))
     check_installed("node", "node")
-    with pytest.raises(UserError, match=r"^bridge needs pyserial, which is not installed: pip install 'testbed\[bridge\]'$"):
+    with pytest.raises(UserError, match=r"^bridge needs pyserial, which is not installed: pip install 'dpfl-testbed\[bridge\]'$"):
         check_installed("bridge", "bridge")

@@ -1,4 +1,4 @@
-"""The privacy statements (issue 39, part 5): docs/privacy.md, README.md and `testbed privacy NAME`
+"""The privacy statements (issue 39, part 5): docs/privacy.md, docs/guarantees.md and `testbed privacy NAME`
 say the same thing, generated from one declaration per algorithm; every registered algorithm has
 one; every test a statement names as evidence exists; the bare command prints the statement and a
 calculator's arguments still run the calculator."""
@@ -30,9 +30,10 @@ def test_every_registered_algorithm_states_its_privacy_first_under_its_own_name(
 def test_the_docs_are_what_the_statements_generate():
     """python tools/write_privacy_docs.py rewrites them after a statement changes."""
     assert generated_part((ROOT / "docs" / "privacy.md").read_text()) == markdown_sections(STATEMENTS)
-    assert generated_part((ROOT / "README.md").read_text()) == markdown_table(STATEMENTS)
-    readme = (ROOT / "README.md").read_text()
-    assert "## Privacy guarantees" in readme and "docs/privacy.md" in readme
+    guarantees = (ROOT / "docs" / "guarantees.md").read_text()
+    assert generated_part(guarantees) == markdown_table(STATEMENTS)
+    assert guarantees.startswith("# Privacy guarantees") and "](privacy.md)" in guarantees
+    assert "](docs/guarantees.md)" in (ROOT / "README.md").read_text()  # the front page leads there
 
 
 @pytest.mark.parametrize("statement", STATEMENTS, ids=NAMES)

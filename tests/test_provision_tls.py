@@ -1,6 +1,6 @@
 """`testbed provision --tls`: the lab's CA and the broker's certificate (signed by it, for the broker
 URL's host), a mosquitto.conf whose every path is inside the output folder (or --broker-dir) and
-that Mosquitto starts from as written, and the README's inventory example run end to end over TLS:
+that Mosquitto starts from as written, and docs/lab.md's inventory example run end to end over TLS:
 provision, Mosquitto from the generated conf, two boards from their bundles, a run completes."""
 
 from __future__ import annotations
@@ -36,17 +36,17 @@ x509 = require_module("cryptography.x509", "coordinator")
 PATH_KEYS = ("password_file", "acl_file", "cafile", "certfile", "keyfile")
 
 
-def readme_inventory() -> str:
-    """The inventory example of the README's "A lab of boards", as written there."""
-    readme = (REPO / "README.md").read_text()
-    section = readme[readme.index("**A lab of boards**"):]
+def lab_inventory() -> str:
+    """The inventory example of docs/lab.md ("A lab of boards"), as written there."""
+    chapter = (REPO / "docs" / "lab.md").read_text()
+    section = chapter[chapter.index("## Provisioning a lab"):]
     return re.search(r"```toml\n(.*?)```", section, re.S).group(1)
 
 
 def _lab(folder: Path, broker: str | None = None, adult: Path | None = None) -> Path:
-    """The README's lab.toml in ``folder`` (its broker line replaced by ``broker``), beside
+    """docs/lab.md's lab.toml in ``folder`` (its broker line replaced by ``broker``), beside
     shards/adult.data (a copy of ``adult``, else a stand-in)."""
-    text = readme_inventory()
+    text = lab_inventory()
     if broker is not None:
         text, count = re.subn(r'^broker = ".*"$', f'broker = "{broker}"', text, flags=re.M)
         assert count == 1
@@ -192,7 +192,7 @@ figures = false
 
 @pytest.mark.slow
 def test_the_readme_lab_runs_over_tls_from_its_generated_files(tmp_path):
-    """provision --tls from the README's inventory as written, its broker given on the command line
+    """provision --tls from docs/lab.md's inventory as written, its broker given on the command line
     (--broker: on loopback here) and the coordinator's experiment file written by --experiment,
     Mosquitto started from the generated conf as written, both boards from their bundles (the PC's
     overrides of the board defaults: --meter model, --state-dir), the written experiment run over

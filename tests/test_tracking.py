@@ -217,12 +217,12 @@ def test_a_missing_tracker_package_is_one_config_error_naming_the_extra(small_co
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == module else real(name, *a))
     config = load_config_text(small_config_text, [f"output.{key}=true"])
-    with pytest.raises(ConfigError, match=rf"output\.{key}.*pip install 'testbed\[tracking\]'"):
+    with pytest.raises(ConfigError, match=rf"output\.{key}.*pip install 'dpfl-testbed\[tracking\]'"):
         run_experiment(config, out_dir=tmp_path / "r", quiet=True)
     assert not (tmp_path / "r").exists()  # refused before anything was written
     from testbed.orchestration.sweep import grid_points, run_sweep
 
-    with pytest.raises(ConfigError, match=rf"output\.{key}.*testbed\[tracking\]"):  # a sweep: once, before any run
+    with pytest.raises(ConfigError, match=rf"output\.{key}.*dpfl-testbed\[tracking\]"):  # a sweep: once, before any run
         run_sweep(config, grid_points({"dp_pasgd.tau": [5, 10]}, 1, 1), tmp_path / "sweep", quiet=True)
     assert not (tmp_path / "sweep").exists()
     tracking.check_installed(load_config_text(small_config_text))  # off: nothing to check

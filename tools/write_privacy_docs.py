@@ -1,5 +1,5 @@
 """Rewrite the generated privacy statements in docs/privacy.md (every statement's section) and
-README.md (the table) from the algorithms' registered statements (testbed.privacy.statements):
+docs/guarantees.md (the table) from the algorithms' registered statements (testbed.privacy.statements):
 run after changing a statement; tests/test_privacy_statements.py fails until the documents match.
 
 Usage: python tools/write_privacy_docs.py
@@ -26,7 +26,7 @@ def main() -> None:
 
     statements = privacy_statements(plugins=False)  # the testbed's own: an installed plugin's is not documented here
     for path, generated in ((ROOT / "docs" / "privacy.md", markdown_sections(statements)),
-                            (ROOT / "README.md", markdown_table(statements))):
+                            (ROOT / "docs" / "guarantees.md", markdown_table(statements))):
         path.write_text(rewritten(path, generated))
         print(f"wrote {path.relative_to(ROOT)}")
 

@@ -22,7 +22,7 @@ def seeds_section(data: dict, plan: dict[str, dict]) -> list[str]:
     underpowered."""
     cap = next(iter(plan.values()))["cap"]
     out = ["## Seeds by power", "",
-           "Each family states its effect of interest (make_report.py says why each: "
+           "Each family states its effect of interest (padpfl_cells.py says why each: "
            f"{EFFECT_LEARNS:g} above the majority share for \"learns\", {EFFECT_ACCURACY:g} of test accuracy, "
            f"{EFFECT_LOSS:g} nats of training loss) and the seeds that detect it at 80 % power after Holm from the sd "
            "of its differences. A part is run at max(8, its families' seeds needed), capped at "

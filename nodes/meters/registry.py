@@ -145,7 +145,12 @@ def make_meter(kind: str = AUTO, profile: str | DeviceProfile = "host", *,
             "host" the probed meters in their ``auto_rank`` order (an INA260, an INA219 answering
             at ``address`` on ``bus``, RAPL if readable), else the fallback.
         profile: a profile name or DeviceProfile (the model meter's figures).
-        address, bus, interval_s, shunt_ohm, max_current_a, powercap_root: see MeterOptions.
+        address: an I²C meter's address (:class:`MeterOptions`, as the five below).
+        bus: its bus (number or smbus2-like object).
+        interval_s: its sampling interval in s.
+        shunt_ohm: an INA219's shunt.
+        max_current_a: an INA219's largest expected current.
+        powercap_root: where to look for RAPL (None: /sys/class/powercap).
 
     Raises:
         UserError: an unknown kind; a hardware meter asked for an emulated board; or an explicitly

@@ -258,10 +258,10 @@ class OutputSection(Section):
     process, which atomic writes already cover) leaves a resumable run; costs milliseconds a round."""
     tensorboard: bool = False
     """Write each round's metrics, ε, costs and per-node histograms as TensorBoard event files in
-    RUN_DIR/tensorboard (`pip install 'testbed[tracking]'`; view with `tensorboard --logdir runs`)."""
+    RUN_DIR/tensorboard (`pip install 'dpfl-testbed[tracking]'`; view with `tensorboard --logdir runs`)."""
     mlflow: bool = False
     """Log the config as params, each round's metrics and the run directory as artifacts to MLflow,
-    at MLFLOW_TRACKING_URI (unset: a file store in ./mlruns); `pip install 'testbed[tracking]'`."""
+    at MLFLOW_TRACKING_URI (unset: a file store in ./mlruns); `pip install 'dpfl-testbed[tracking]'`."""
 
 
 #: The run-wide sections, in file order; the algorithms' own come after ``budget``.

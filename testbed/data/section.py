@@ -56,7 +56,7 @@ class DataSection(Section):
     """The Dirichlet concentration of partition = "dirichlet" (small: few classes per client)."""
     features: Literal["pixels", "scattering"] = "pixels"
     """Image sets: the pixels, or their scattering transform (J = 2, L = 8; Tramèr and Boneh's fixed
-    features for private learning; testbed.data.scattering; pip install 'testbed[scattering]'),
+    features for private learning; testbed.data.scattering; pip install 'dpfl-testbed[scattering]'),
     rows of norm 1 for a linear model or an MLP."""
     dtype: Literal["float64", "float32"] = "float64"
     """The features' type: "float32" halves the data's memory, and DP-PASGD then steps in float32

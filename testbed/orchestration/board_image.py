@@ -1,18 +1,19 @@
-"""An emulated board: a Debian root file system of a board's architecture, with `testbed[node]`
+"""An emulated board: a Debian root file system of a board's architecture, with `dpfl-testbed[node]`
 installed as a Raspberry Pi OS user installs it, and the node agent run inside it.
 
 `testbed board build --arch arm64` makes a Debian bookworm arm64 root file system with
 ``debootstrap`` from Debian's mirror (Raspberry Pi OS 12 is built on it: the same Python 3.11,
 glibc and aarch64 wheels); its binaries run here through ``qemu-user-static`` and binfmt_misc. In
-it, ``python3 -m venv /opt/testbed`` and ``/opt/testbed/bin/pip install 'testbed-….whl[node]'``
-from PyPI, the commands of docs/boards.md. The wheel is this checkout's (the name ``testbed`` on
-PyPI is another project's).
+it, ``python3 -m venv /opt/testbed`` and ``/opt/testbed/bin/pip install 'dpfl_testbed-….whl[node]'``
+from PyPI, the commands of docs/boards.md. The wheel is one ``python -m build`` made (``--wheel
+dist/dpfl_testbed-….whl``, as CI does: .ci/run), else this checkout's, built here.
 
 The root file system is cached under :func:`cache_root` (outside the repository), one folder per
-key: the architecture, the suite, the mirror, the Debian packages and the node's requirements
-(pyproject.toml's dependencies and ``node`` extra). A build whose key is cached copies the cached
-tree (``--out``) or uses it in place, and reinstalls only the testbed package (``pip --no-deps``)
-when this checkout's sources changed since: seconds, against minutes for the first build.
+key: the architecture, the suite, the mirror, the Debian packages, the distribution's name and the
+node's requirements (pyproject.toml's dependencies and ``node`` extra). A build whose key is cached
+copies the cached tree (``--out``) or uses it in place, and reinstalls only the testbed package
+(``pip --no-deps``) when what it installs changed since (this checkout's sources, or the given
+wheel's bytes): seconds, against minutes for the first build.
 
 `testbed board run DIR -- COMMAND` runs COMMAND in a chroot of DIR, in a mount namespace of its own
 (``unshare``) where /proc, /dev, the host's resolver and the bind mounts are mounted: they vanish with
@@ -39,6 +40,7 @@ from urllib.parse import urlsplit
 from testbed.errors import UserError
 from testbed.orchestration.provision import DEFAULT_COMMAND
 from testbed.util.dirlock import DirectoryLock
+from testbed.util.extras import DISTRIBUTION
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -54,7 +56,8 @@ PYPI = "https://pypi.org/simple/"
 PACKAGES = ("python3", "python3-venv")
 #: The venv of the board's node agent: where a provisioned unit runs `testbed` from.
 VENV = str(Path(DEFAULT_COMMAND).parent.parent)
-#: The hash of the checkout's sources installed in a tree (so an unchanged checkout installs nothing).
+#: What a tree's package was installed from: ``sources:`` the hash of the checkout's sources, or
+#: ``wheel:`` the hash of a given wheel (so an unchanged one installs nothing).
 SOURCE_STAMP = f"{VENV}/.testbed-sources-sha256"
 #: Where the board's pip finds the CA bundle this machine's pip trusts (see _host_ca).
 HOST_CA = "/etc/ssl/certs/testbed-host-ca.pem"
@@ -94,9 +97,10 @@ def source_tree() -> Path:
 
 
 def node_requirements(pyproject: Path) -> tuple[str, ...]:
-    """The requirements `pip install 'testbed[node]'` resolves: the dependencies and the node extra."""
+    """What `pip install 'dpfl-testbed[node]'` installs: the distribution's name (a tree made under
+    another name is not patched), the dependencies and the node extra."""
     project = tomllib.loads(pyproject.read_text())["project"]
-    return tuple(project["dependencies"]) + tuple(project["optional-dependencies"]["node"])
+    return (project["name"], *project["dependencies"], *project["optional-dependencies"]["node"])
 
 
 def cache_key(arch: str, requirements: tuple[str, ...]) -> str:
@@ -276,6 +280,25 @@ def _debootstrap(arch: str, target: Path, say: Say) -> None:
         raise UserError(f"board build: debootstrap failed (status {done.returncode}): {' | '.join(lines[-2:])}")
 
 
+def given_wheel(path: Path) -> Path:
+    """A wheel of this distribution given to ``board build --wheel``.
+
+    Raises:
+        UserError: not a file, or not named as ``python -m build`` names this distribution's wheel.
+    """
+    prefix = DISTRIBUTION.replace("-", "_") + "-"
+    if not path.is_file() or not path.name.startswith(prefix) or path.suffix != ".whl":
+        raise UserError(f"board build: --wheel {path} is not a {prefix}….whl file (python -m build makes one in dist/)")
+    return path.resolve()
+
+
+def _stamp(source: Path, wheel: Path | None) -> str:
+    """What the tree's package is installed from (:data:`SOURCE_STAMP`)."""
+    if wheel is None:
+        return "sources:" + sources_sha256(source)
+    return "wheel:" + hashlib.sha256(wheel.read_bytes()).hexdigest()
+
+
 def _wheel(source: Path, out: Path) -> Path:
     """This checkout's wheel, built from a copy (the build leaves nothing in the work tree)."""
     copy = out / "src"
@@ -289,7 +312,7 @@ def _wheel(source: Path, out: Path) -> Path:
                            str(copy), "-w", str(out)], capture_output=True, text=True)
     if done.returncode != 0:
         raise UserError(f"board build: building the wheel failed: {done.stderr.strip().splitlines()[-1:]}")
-    return next(out.glob("testbed-*.whl"))
+    return next(out.glob(DISTRIBUTION.replace("-", "_") + "-*.whl"))
 
 
 def _host_ca() -> tuple[tuple[Path, str], ...]:
@@ -308,31 +331,35 @@ def _pip(root: Path, arguments: list[str], what: str) -> None:
                      *(["--cert", HOST_CA] if ca else []), *arguments], what, binds=ca)
 
 
-def _install(root: Path, source: Path, arch: str, *, with_requirements: bool, say: Say) -> None:
-    """Install this checkout's wheel in the board's venv: as a user does (``[node]``, from PyPI) in
-    a new tree, else the package alone (``--no-deps``), its requirements being those of the key."""
+def _install(root: Path, source: Path, given: Path | None, arch: str, *, with_requirements: bool, say: Say) -> None:
+    """Install the given wheel, else this checkout's, in the board's venv: as a user does (``[node]``,
+    from PyPI) in a new tree, else the package alone (``--no-deps``), its requirements being those of
+    the key."""
     with tempfile.TemporaryDirectory(dir=root / "tmp") as tmp:
-        wheel = _wheel(source, Path(tmp))
+        if given is None:
+            wheel = _wheel(source, Path(tmp))
+        else:
+            wheel = Path(shutil.copy(given, Path(tmp) / given.name))
         inside = "/" + str(wheel.relative_to(root))
         if with_requirements:
             say(f"python3 -m venv {VENV}; pip install '{wheel.name}[node]' (from PyPI, emulated)")
             _in_board(root, ["python3", "-m", "venv", VENV], "python3 -m venv")
-            _pip(root, [f"{inside}[node]"], "pip install testbed[node]")
+            _pip(root, [f"{inside}[node]"], "pip install dpfl-testbed[node]")
         else:
-            say(f"this checkout changed: pip install --no-deps {wheel.name}")
-            _pip(root, ["--no-deps", "--force-reinstall", inside], "pip install testbed")
+            say(f"{'this checkout changed' if given is None else 'another wheel'}: pip install --no-deps {wheel.name}")
+            _pip(root, ["--no-deps", "--force-reinstall", inside], f"pip install {DISTRIBUTION}")
     (root / ARCH_FILE.lstrip("/")).write_text(arch + "\n")
-    (root / SOURCE_STAMP.lstrip("/")).write_text(sources_sha256(source) + "\n")
+    (root / SOURCE_STAMP.lstrip("/")).write_text(_stamp(source, given) + "\n")
 
 
-def _refresh(root: Path, source: Path, arch: str, say: Say) -> None:
-    """Reinstall the testbed package when this checkout's sources are not those installed."""
+def _refresh(root: Path, source: Path, given: Path | None, arch: str, say: Say) -> None:
+    """Reinstall the testbed package when what is installed is not what is asked for."""
     stamp = root / SOURCE_STAMP.lstrip("/")
-    if not stamp.exists() or stamp.read_text().strip() != sources_sha256(source):
-        _install(root, source, arch, with_requirements=False, say=say)
+    if not stamp.exists() or stamp.read_text().strip() != _stamp(source, given):
+        _install(root, source, given, arch, with_requirements=False, say=say)
 
 
-def _cached_tree(arch: str, source: Path, say: Say) -> tuple[Path, bool]:
+def _cached_tree(arch: str, source: Path, given: Path | None, say: Say) -> tuple[Path, bool]:
     """The cache entry's root file system, built when missing; and whether it was there."""
     entry = cache_root() / cache_key(arch, node_requirements(source / "pyproject.toml"))
     if (entry / _COMPLETE).exists():
@@ -346,20 +373,22 @@ def _cached_tree(arch: str, source: Path, say: Say) -> tuple[Path, bool]:
         if not partial.exists() or (partial / "debootstrap").exists():
             subprocess.run(["rm", "-rf", "--one-file-system", str(partial)], check=True)
             _debootstrap(arch, partial, say)
-        _install(partial, source, arch, with_requirements=True, say=say)
+        _install(partial, source, given, arch, with_requirements=True, say=say)
         name_service(partial)
         partial.rename(entry / "rootfs")
         (entry / _COMPLETE).write_text(f"{SUITE} {arch} {MIRROR}\n")
     return entry / "rootfs", False
 
 
-def build(arch: str, out: Path | None = None, *, say: Say = print) -> Image:
-    """Build (or take from the cache) an ``arch`` board with this checkout's `testbed[node]`.
+def build(arch: str, out: Path | None = None, *, wheel: Path | None = None, say: Say = print) -> Image:
+    """Build (or take from the cache) an ``arch`` board with `dpfl-testbed[node]` installed.
 
     Args:
         arch: a Debian architecture of :data:`ARCHES`.
         out: a missing or empty folder to copy the board into, or one this function built before
             (updated); None uses the cache's tree in place.
+        wheel: the wheel to install (``python -m build``'s, :func:`given_wheel`); None builds this
+            checkout's.
         say: where progress lines go.
 
     Raises:
@@ -367,8 +396,9 @@ def build(arch: str, out: Path | None = None, *, say: Say = print) -> Image:
     """
     start = time.perf_counter()
     check_host(arch, needs_debootstrap=True)
+    given = None if wheel is None else given_wheel(Path(wheel))
     source = source_tree()
-    cached_root, cached = _cached_tree(arch, source, say)
+    cached_root, cached = _cached_tree(arch, source, given, say)
     root = cached_root
     if out is not None:
         root = Path(out)
@@ -382,6 +412,6 @@ def build(arch: str, out: Path | None = None, *, say: Say = print) -> Image:
             if root.exists():  # an empty folder made for it
                 root.rmdir()
             copy.rename(root)
-    _refresh(root, source, arch, say)
+    _refresh(root, source, given, arch, say)
     return Image(root=root.resolve(), cached=cached, seconds=time.perf_counter() - start)
 

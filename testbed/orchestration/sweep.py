@@ -40,6 +40,7 @@ from testbed.reports import tracking
 from testbed.reports.results import FINISHED, read_summary
 from testbed.reports.sweep_stats import STATS_FILE, stats_rows
 from testbed.util.dirlock import DirectoryLock
+from testbed.util.extras import install_hint
 
 ENGINES = ("local", "ray")
 #: sweep.csv columns after the point's own values.
@@ -244,7 +245,7 @@ def _execute_ray(jobs: list[tuple[str, str, str]], workers: int | None,
     try:
         import ray
     except ImportError:
-        raise UserError("--engine ray needs Ray: pip install 'testbed[ray]'") from None
+        raise UserError(f"--engine ray needs Ray: {install_hint('ray')}") from None
     if not ray.is_initialized():
         ray.init(address=os.environ.get("RAY_ADDRESS"), include_dashboard=False, log_to_driver=False)
     remote = ray.remote(num_cpus=1)(run_point)

@@ -1,5 +1,5 @@
 """Against whom each privacy figure holds: per observer, its ε and whether the noise behind it is
-secret from that observer (docs: README "Whose randomness").
+secret from that observer (docs/guarantees.md, "Whose randomness").
 
 A release's noise is secret only if its observer cannot regenerate it: a node with its own secret
 (testbed.streams.node_secret, "node_secret") draws its noise and batches from a key nobody else holds; an

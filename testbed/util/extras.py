@@ -1,18 +1,27 @@
 """Which install extra (pyproject.toml) provides a package that is not installed.
 
-A board installs only ``testbed[node]``; a command that needs the coordinator's packages then says
+A board installs only ``dpfl-testbed[node]``; a command that needs the coordinator's packages then says
 in one line what to install, before it starts (:func:`check_installed`), instead of ending in a
 ModuleNotFoundError traceback (:func:`missing_package_message` for what slips through).
 
 Example::
 
     >>> missing_package_message(ModuleNotFoundError("No module named 'scipy'", name="scipy.optimize"))
-    "needs scipy, which is not installed: pip install 'testbed[coordinator]'"
+    "needs scipy, which is not installed: pip install 'dpfl-testbed[coordinator]'"
     >>> missing_package_message(ModuleNotFoundError("No module named 'yaml'", name="yaml")) is None
     True
 """
 
 from __future__ import annotations
+
+#: The distribution's name on the package index (pyproject.toml's project.name; the import package
+#: is ``testbed``, docs/install.md says why): what every "pip install" hint names.
+DISTRIBUTION = "dpfl-testbed"
+
+
+def install_hint(extra: str) -> str:
+    """The command that installs ``extra`` of pyproject.toml: ``pip install 'dpfl-testbed[node]'``."""
+    return f"pip install '{DISTRIBUTION}[{extra}]'"
 
 #: Top-level module → (the distribution's name, the extra of pyproject.toml that installs it).
 EXTRA_OF_MODULE: dict[str, tuple[str, str]] = {
@@ -64,7 +73,7 @@ def check_installed(extra: str, command: str) -> None:
     missing = [EXTRA_OF_MODULE[m][0] for m in MODULES_OF_EXTRA[extra] if importlib.util.find_spec(m) is None]
     if missing:
         raise UserError(f"{command} needs {', '.join(missing)}, which {'is' if len(missing) == 1 else 'are'} not "
-                        f"installed: pip install 'testbed[{extra}]'")
+                        f"installed: {install_hint(extra)}")
 
 
 def missing_package_message(exc: ModuleNotFoundError) -> str | None:
@@ -74,4 +83,4 @@ def missing_package_message(exc: ModuleNotFoundError) -> str | None:
     if top not in EXTRA_OF_MODULE:
         return None
     package, extra = EXTRA_OF_MODULE[top]
-    return f"needs {package}, which is not installed: pip install 'testbed[{extra}]'"
+    return f"needs {package}, which is not installed: {install_hint(extra)}"

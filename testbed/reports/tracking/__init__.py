@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from testbed.errors import ConfigError
-from testbed.util.extras import EXTRA_OF_MODULE
+from testbed.util.extras import EXTRA_OF_MODULE, install_hint
 
 if TYPE_CHECKING:
     from testbed.assembly.config import Config
@@ -144,5 +144,4 @@ def check_installed(config: "Config") -> None:
         for module in (TRACKERS[name].module, *TRACKERS[name].also):
             if importlib.util.find_spec(module) is None:
                 package, extra = EXTRA_OF_MODULE[module]
-                raise ConfigError(f"output.{name}", f"needs {package}, which is not installed: "
-                                                    f"pip install 'testbed[{extra}]'")
+                raise ConfigError(f"output.{name}", f"needs {package}, which is not installed: {install_hint(extra)}")

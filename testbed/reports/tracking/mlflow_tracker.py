@@ -9,8 +9,8 @@ artifacts at the end.
 Where: MLFLOW_TRACKING_URI (any store MLflow reaches: a server, a database, a folder); unset, the
 SQLite store ``sqlite:///mlflow.db`` in the working folder, MLflow's own default, so that
 ``MlflowClient()`` and ``mlflow ui`` started in that folder read it with no option and no
-environment variable (the store needs SQLAlchemy and Alembic: ``testbed[tracking]``; ``mlflow ui``
-also Flask: ``testbed[tracking-ui]``). A file store (a folder, MLFLOW_TRACKING_URI=./mlruns) is
+environment variable (the store needs SQLAlchemy and Alembic: ``dpfl-testbed[tracking]``; ``mlflow ui``
+also Flask: ``dpfl-testbed[tracking-ui]``). A file store (a folder, MLFLOW_TRACKING_URI=./mlruns) is
 used when asked for: MLflow 3 keeps it in maintenance mode, so the tracker opts in to it
 (MLFLOW_ALLOW_FILE_STORE=true unless set) and so must its readers. The experiment is
 MLFLOW_EXPERIMENT_NAME, else the run's name (``run.name``). A resumed run goes on logging to its
