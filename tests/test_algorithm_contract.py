@@ -43,6 +43,7 @@ EXPERIMENTS = {
     "dpsgd/median": SYNTHETIC + '[dpsgd]\nrounds = 6\nbatch = 8\nlr = 0.2\nsigma = 0.1\nfading = "none"\n'
                                 'aggregation = "median"\n[topology]\nkind = "k_regular"\ndegree = 2\n',
     "fedavg": SYNTHETIC + '[fedavg]\nrounds = 6\nlocal_steps = 3\nbatch = 8\nlr = 0.5\n',
+    "fedprox": SYNTHETIC + '[fedprox]\nrounds = 6\nlocal_steps = 3\nbatch = 8\nlr = 0.5\nmu = 0.5\n',
     "acfl": SYNTHETIC + '[model]\nkind = "linear"\n[acfl]\niterations = 6\nlr = 0.01\nsigma1_sq = 0.5\nsigma2_sq = 0.5\n',
     "padpfl": SYNTHETIC + '[padpfl]\nrounds = 6\nuploads = 2\nparticipation = "spread"\nlocal_steps = 3\nbatch = 8\nlr = 0.5\nclip = 2.0\n'
                           'epsilon = 20.0\nimpact = "given"\nweights = [0.1, 0.2, 0.3, 0.2, 0.2]\n',

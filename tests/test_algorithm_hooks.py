@@ -44,7 +44,7 @@ def test_the_papers_calculators_and_planners_are_the_registered_ones():
     # (a plugin's algorithm, registered by name among them, is left out here)
     built_in = {command_name(s.name) for s in registry.privacy_statements(plugins=False)}
     assert [c for c in _subcommands("privacy") if c in built_in] == \
-        ["acfl", "dp-pasgd", "mcu-logistic", "dpsgd", "dwfl", "fedavg", "gossip", "padpfl"]
+        ["acfl", "dp-pasgd", "mcu-logistic", "dpsgd", "dwfl", "fedavg", "fedprox", "gossip", "padpfl"]
     assert set(calculators) <= set(_subcommands("privacy"))
 
 

@@ -17,7 +17,8 @@ from testbed.assembly import assemble
 
 from testbed.algorithms.contract import RoundContext
 from testbed.algorithms.impact import ImpactSchedule, spread_uploads
-from testbed.algorithms.padpfl import Padpfl, PadpflSection, schedule_from_section
+from testbed.algorithms.padpfl import Padpfl
+from testbed.algorithms.padpfl_section import PadpflSection, schedule_from_section
 from testbed.assembly.config import load_config_text
 from testbed.data.synthetic import make_logistic
 from testbed.errors import ConfigError

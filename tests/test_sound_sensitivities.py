@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from testbed.algorithms.padpfl import PAPER_EQ7_ASSUMPTION
+from testbed.algorithms.padpfl_section import PAPER_EQ7_ASSUMPTION
 from testbed.assembly.config import load_config, load_config_text
 from testbed.errors import ConfigError
 from testbed.ledger.files import read_ledger

@@ -31,7 +31,7 @@ from test_algorithm_contract import _text
 #: The conformance suite's float64 experiments, and PADPFL with each rule nodes can sway.
 CASES = {
     "acfl": {}, "acfl/projection": {"acfl": {"encoding": "projection", "weights": "fixed"}},
-    "dp_pasgd": {}, "fedavg": {}, "dwfl": {}, "padpfl": {}, "dpsgd": {}, "gossip": {},
+    "dp_pasgd": {}, "fedavg": {}, "fedprox": {}, "dwfl": {}, "padpfl": {}, "dpsgd": {}, "gossip": {},
     "dwfl/rayleigh": {"dwfl": {"fading": "rayleigh", "variant": "A"}},
     "dwfl/orthogonal": {"dwfl": {"scheme": "orthogonal_d2d", "fading": "rayleigh"}},
     "dwfl/central": {"dwfl": {"scheme": "ota_central", "fading": "rayleigh"}},
@@ -125,7 +125,7 @@ def test_every_upload_of_every_algorithm_declares_a_bound():
 
 #: (case, setup upload or round update) of every upload the cases make.
 UPLOADS = [(case, setup) for case in CASES for setup in (True, False)
-           if not setup or case.split("/")[0] in ("acfl", "fedavg") or case == "padpfl/data_size"]
+           if not setup or case.split("/")[0] in ("acfl", "fedavg", "fedprox") or case == "padpfl/data_size"]
 
 
 @given(upload=st.sampled_from(UPLOADS), seed=st.integers(0, 2**31 - 1), round_index=st.integers(0, 5))
@@ -190,7 +190,7 @@ def test_a_mutated_upload_is_refused_exactly_when_it_leaves_its_declaration(uplo
 
 # ------------------------------------------------------------------ self-reported sizes and scores
 
-SIZE_CASES = ["fedavg", "padpfl/data_size"]
+SIZE_CASES = ["fedavg", "fedprox", "padpfl/data_size"]
 CLAIMS = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-2**70, 2**70).map(float),
                    st.sampled_from([1e9, -150.0, 0.0, 0.5, 1.0, 1e308]))
 
@@ -198,7 +198,7 @@ CLAIMS = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-
 def _weights_after_setup(case: str, state, answered: tuple[int, ...]) -> np.ndarray:
     """The aggregation weights of the ``answered`` nodes in a round, after the setup gave ``state``."""
     config, data, model, alg = built(case)
-    if case == "fedavg":
+    if case in ("fedavg", "fedprox"):
         return alg.shares(state, answered)
     return alg.round_weights(RoundContext.everyone(0, 4, data.num_nodes).closed(answered), state)[list(answered)]
 

@@ -156,6 +156,54 @@ class BaseAlgorithm:
         model = state[self.global_name]
         return {self.global_name: np.broadcast_to(model, (len(node_ids),) + model.shape)}
 
+    # ----------------------------------------------------------------------------- the local step
+
+    def local_gradient(self, params: np.ndarray, x: np.ndarray, y: np.ndarray, weights: np.ndarray,
+                       clip_norm: float | None = None) -> np.ndarray:
+        """(M, P) ∇F_k of each node's local loss on its batch: Σ_n w_n ∇l_n, every per-sample
+        gradient clipped at ``clip_norm`` first when given (the model's ``loss_and_grad``).
+
+        Args:
+            params: (M, P) the nodes' models. x: (M, B, d). y: (M, B). weights: (M, B).
+        """
+        return self.model.loss_and_grad(params, x, y, weights, clip_norm)[1]
+
+    def regulariser_gradient(self, params: np.ndarray, start: np.ndarray) -> np.ndarray | None:
+        """(M, P) ∇R(w; w_t) of a term R the local objective adds to F_k (FedProx's proximal term,
+        testbed.algorithms.fedprox), at the models ``params`` given the ones the round started from,
+        ``start``; None: no such term (the default), so nothing is added to the gradient."""
+        return None
+
+    def local_sgd(self, params: np.ndarray, start: np.ndarray, train: "Split", idx: np.ndarray, weights: np.ndarray,
+                  *, noise: np.ndarray | None = None, clip_norm: float | None = None) -> np.ndarray:
+        """``idx.shape[1]`` steps of w ← w − η (∇F_k(w) + b_s + ∇R(w; w_t)) on a block of nodes, in place.
+
+        The one local loop of the algorithms on this base: the data gradient from
+        :meth:`local_gradient`, then the step's noise b_s if any (DP-PASGD's eq. 7a, DP-SGD), then
+        :meth:`regulariser_gradient`; summed in that order, so every algorithm's numbers are
+        the ones its own loop gave.
+
+        Args:
+            params: (M, P) the block's models, updated in place (the dtype the steps run in).
+            start: (M, P) w_t, the models the round started from (for the regulariser).
+            train: the nodes' training data; ``idx`` (M, τ, B) global rows of each step's batch,
+                ``weights`` (M, τ, B) their weights.
+            noise: (M, τ, P) each step's noise, already scaled (None: none).
+            clip_norm: the per-sample clip of :meth:`local_gradient`.
+        Returns:
+            ``params``.
+        """
+        for step in range(idx.shape[1]):
+            rows = idx[:, step]
+            grad = self.local_gradient(params, train.x[rows], train.y[rows], weights[:, step], clip_norm)
+            if noise is not None:
+                grad += noise[:, step]
+            regulariser = self.regulariser_gradient(params, start)
+            if regulariser is not None:
+                grad += regulariser
+            params -= self.lr * grad
+        return params
+
     # ----------------------------------------------------------------------------- planned events
 
     def round_cost(self, node: int, ctx: RoundContext) -> RoundCost:

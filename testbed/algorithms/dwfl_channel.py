@@ -1,4 +1,5 @@
-"""The channel side of a DWFL round: each round's channel state, and what every receiver hears.
+"""The channel side of a DWFL round: each round's channel state, and what every receiver hears
+(:class:`DwflChannel`, the algorithm's channel half).
 
 This is what the channel emulator runs (in-process in sim; a separate process over MQTT later):
 given the nodes' transmit signals and the round's channel, it returns each receiver's received
@@ -43,8 +44,9 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -59,6 +61,7 @@ from channel import (
 )
 from channel import sparse_superpose
 from channel.pathloss import pathloss_3gpp
+from testbed.algorithms.contract import RoundContext, State, TensorSpec
 from testbed.errors import ConfigError
 from testbed.streams.rng import GLOBAL, Purpose, node_streams, stream
 from testbed.topology import Graph, Mixing, Topology, TopologySection
@@ -384,3 +387,70 @@ def topology_from_sections(sections: dict[str, Any], num_nodes: int, seed: int) 
                                              "and can weight only the sum; metropolis_hastings needs separate "
                                              "links (scheme = \"orthogonal_d2d\")")
     return topology
+
+
+class ChannelOwner(Protocol):
+    """What :class:`DwflChannel` reads of the algorithm it is the half of
+    (:class:`testbed.algorithms.dwfl.Dwfl`, named so here: the algorithm imports this module)."""
+
+    radio: Radio
+    scheme: str
+    topology: Topology
+    model: Any
+    _plans: dict[Any, Any]
+
+    def _plan_key(self, round_index: int) -> Any: ...
+
+    def plan(self, round_index: int) -> Any: ...
+
+    def signal_norm_bound(self, state: State, ctx: RoundContext) -> float: ...
+
+
+class DwflChannel:
+    """The channel half of DWFL and its baselines (:class:`testbed.algorithms.contract.ChannelHalf`):
+    what every receiver hears, (N, P) signals → (N, P) received, by
+    :func:`testbed.algorithms.dwfl_channel.propagate` on the round's channel h.
+
+    Built from the radio alone (no data, no model): the channel emulator makes one with
+    :func:`channel_from_sections`.
+    """
+
+    #: An exchange needs two senders: with fewer, nobody hears a peer and the round has no exchange.
+    min_senders = 2
+
+    def __init__(self, owner: ChannelOwner | None = None, *, radio: Radio | None = None, scheme: str | None = None,
+                 topology: Topology | None = None):
+        self._owner = owner
+        self.radio = radio if radio is not None else owner.radio  # type: ignore[union-attr]
+        self.scheme = scheme if scheme is not None else owner.scheme  # type: ignore[union-attr]
+        self.topology = topology if topology is not None else getattr(owner, "topology", None)
+
+    def signal_spec(self) -> TensorSpec:
+        """One node's transmit signal, (P,) real, sqrt(W) (known to the full algorithm; the channel
+        emulator gets it with each round's notice)."""
+        if self._owner is None:
+            raise ValueError("the signal size is the model's: build the channel from the algorithm")
+        return TensorSpec((self._owner.model.num_params,))
+
+    def round_signal_spec(self, state: State, ctx: RoundContext) -> TensorSpec:
+        """:meth:`signal_spec` with the power bound no honest signal of round ``ctx`` exceeds, from
+        ``state`` (the coordinator's): :meth:`Dwfl.signal_norm_bound`
+        (testbed.algorithms.contract.round_signal_spec)."""
+        assert self._owner is not None  # signal_spec's own check
+        return dataclasses.replace(self.signal_spec(), max_norm=self._owner.signal_norm_bound(state, ctx))
+
+    def superpose(self, signals: np.ndarray, channel: Mapping[str, np.ndarray], ctx: RoundContext,
+                  out: np.ndarray | None = None) -> np.ndarray:
+        """(b) eq. (1): (N, P) signals (silent rows zero) on the channel ``channel["channel_h"]``
+        (N,) → (N, P) each receiver's signal; ``out`` may be ``signals`` (on a graph a new array is
+        returned and ``signals`` stays: the receivers' update reads their own)."""
+        block = self.radio.schedule.block_index(ctx.round_index)
+        owner = self._owner
+        if owner is not None and owner._plan_key(ctx.round_index) in owner._plans:
+            rc = owner.plan(ctx.round_index).channel  # sim: the same channel, already aligned
+        else:
+            rc = aligned_channel(self.radio, block, np.asarray(channel["channel_h"]))
+        links = None
+        if self.topology is not None and not self.topology.is_complete:
+            links = heard_links(self.topology.mixing(ctx.round_index, DEFAULT_MIXING), ctx.answered)
+        return propagate(self.scheme, signals, rc, self.radio, ctx.seed, ctx.round_index, out, links)

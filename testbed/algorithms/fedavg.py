@@ -31,31 +31,16 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 import numpy as np
-from pydantic import Field
 
-from testbed.algorithms.aggregate import Aggregation, AggregationOptions, bucket_stream
+from testbed.algorithms.aggregate import Aggregation, bucket_stream
 from testbed.algorithms.base import BaseAlgorithm, SizeSetup
 from testbed.algorithms.batches import check_batches, uniform_batches
 from testbed.algorithms.contract import NodeResult, RoundContext, ServerResult, State, TensorSpec
+from testbed.algorithms.fedavg_section import STATEMENT, FedAvgSection
 from testbed.algorithms.impact import cap_shares
 from testbed.algorithms.registry import BuildContext, Registration, RobustChoice
-from testbed.checked.sections import Positive
 from testbed.data.federated import Split
 from testbed.learning.models import Model
-from testbed.privacy.statements import PrivacyStatement
-
-
-class FedAvgSection(AggregationOptions):
-    """FedAvg: ``rounds`` rounds of ``local_steps`` SGD steps of ``batch`` samples at ``lr``."""
-
-    rounds: Positive[int] = 20
-    local_steps: Positive[int] = 5
-    """Local SGD steps per node and round."""
-    batch: Positive[int] = 32
-    lr: Positive[float] = 0.1
-    max_weight_share: float = Field(0.5, gt=0.0, le=1.0)
-    """The largest share of an aggregation one node may take, whatever size it reports; the excess
-    goes to the others in proportion (1: no cap)."""
 
 
 class FedAvg(SizeSetup, BaseAlgorithm):
@@ -73,16 +58,23 @@ class FedAvg(SizeSetup, BaseAlgorithm):
         train_sizes: each node's training rows in the run's partition, by id: a claimed size above
             its node's is refused (None: only finite and >= 1 is checked).
         max_weight_share: the cap on one node's share of an aggregation (None: no cap).
+        settings: a variant's own settings (the keys its section adds to FedAvg's, FedProx's ``mu``):
+            attributes of the algorithm, reported by :meth:`describe`.
     """
 
     def __init__(self, model: Model, *, rounds: int, local_steps: int, batch: int, lr: float, num_nodes: int,
                  aggregation: Aggregation = Aggregation(), train_sizes: Mapping[int, int] | None = None,
-                 max_weight_share: float | None = None):
+                 max_weight_share: float | None = None, **settings: float):
         self.model, self.rounds_planned, self.local_steps = model, rounds, local_steps
         self.batch, self.lr, self.num_nodes = batch, lr, num_nodes
         self.train_sizes = None if train_sizes is None else {int(k): int(v) for k, v in train_sizes.items()}
         self.max_weight_share = max_weight_share
         self.aggregation = aggregation
+        taken = sorted(set(settings) & (set(vars(self)) | set(dir(type(self)))))
+        if taken:
+            raise ValueError(f"a variant's setting may not replace FedAvg's {taken[0]!r}")
+        self.settings = settings
+        vars(self).update(settings)
 
     def state_spec(self) -> dict[str, TensorSpec]:
         return {**super().state_spec(), "weights": TensorSpec((self.num_nodes,))}
@@ -107,12 +99,9 @@ class FedAvg(SizeSetup, BaseAlgorithm):
         """ClientUpdate: ``local_steps`` SGD steps from the global model on every node at once."""
         ids = tuple(int(n) for n in node_ids)
         idx = uniform_batches(train, ids, ctx.round_index, ctx.seed, self.local_steps, self.batch, ctx.secrets)
-        weights = np.full(idx.shape[:1] + idx.shape[2:], 1.0 / self.batch)
+        # np.array keeps the broadcast's memory order, which the server's weighted sum rounds by.
         params = np.array(received["model"], dtype=np.float64)
-        for step in range(self.local_steps):
-            rows = idx[:, step]
-            _, grad = self.model.loss_and_grad(params, train.x[rows], train.y[rows], weights)
-            params -= self.lr * grad
+        self.local_sgd(params, received["model"], train, idx, np.full(idx.shape, 1.0 / self.batch))
         return self.result(ids, {"update": params}, train, ctx)
 
     def server_step(self, state: State, result: NodeResult, ctx: RoundContext) -> ServerResult:
@@ -127,35 +116,22 @@ class FedAvg(SizeSetup, BaseAlgorithm):
 
     def describe(self) -> dict[str, Any]:
         return {"rounds": self.rounds_planned, "local_steps": self.local_steps, "batch": self.batch, "lr": self.lr,
-                "private": False}
+                "private": False, **self.settings}
 
 
-def build(sections: dict[str, Any], ctx: BuildContext) -> FedAvg:
-    a: FedAvgSection = sections["fedavg"]
-    check_batches("fedavg", ctx.data.train, ctx.data.node_ids, a.local_steps, a.batch, "local_steps")
-    return FedAvg(ctx.model, rounds=a.rounds, local_steps=a.local_steps, batch=a.batch, lr=a.lr,
-                  num_nodes=ctx.num_nodes, aggregation=a.aggregation_rule(ctx.num_nodes, "fedavg"),
-                  train_sizes=dict(zip(ctx.data.node_ids, ctx.data.train.sizes.tolist())),
-                  max_weight_share=a.max_weight_share)
-
-
-STATEMENT = PrivacyStatement(
-    name="fedavg", title="FedAvg",
-    unit="none: not private (no noise; the summary says \"not private\", ε infinite)",
-    adjacency="none",
-    observers="the server sees each node's local model in the clear; anyone who hears the broadcast, the average",
-    accountant="none: an ε budget on it is a config error",
-    paper_accountant="none (McMahan et al.'s FedAvg is a non-private baseline)",
-    amplification="none",
-    assumptions=(),
-    delta="not used",
-    not_protected=("everything a local model reveals of its data (membership, reconstruction)",
-                   "the training-set sizes n_k uploaded once"),
-    evidence=("tests/test_honest_summaries.py::test_a_finite_epsilon_appears_only_in_a_private_run",
-              "tests/test_honest_summaries.py::test_an_epsilon_budget_on_a_run_without_noise_is_a_config_error"))
+def build(sections: dict[str, Any], ctx: BuildContext, name: str = "fedavg",
+          algorithm: type[FedAvg] = FedAvg) -> FedAvg:
+    """FedAvg, or its variant ``algorithm``, as its section ``[name]`` says: the keys a variant's
+    section adds to FedAvg's are the variant's settings (FedProx's ``mu``)."""
+    a: FedAvgSection = sections[name]
+    check_batches(name, ctx.data.train, ctx.data.node_ids, a.local_steps, a.batch, "local_steps")
+    return algorithm(ctx.model, rounds=a.rounds, local_steps=a.local_steps, batch=a.batch, lr=a.lr,
+                     num_nodes=ctx.num_nodes, aggregation=a.aggregation_rule(ctx.num_nodes, name),
+                     train_sizes=dict(zip(ctx.data.node_ids, ctx.data.train.sizes.tolist())),
+                     max_weight_share=a.max_weight_share,
+                     **a.model_dump(exclude=set(FedAvgSection.model_fields)))
 
 
 REGISTRATION = Registration(name="fedavg", sections={"fedavg": FedAvgSection}, build=build, client_sampling=True,
                             privacy_statements=(STATEMENT,),
                             robust_choice=RobustChoice("norm_clip", "O(MP), one pass; no accuracy lost without attack"))
-

@@ -62,7 +62,6 @@ Example::
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
 
 import numpy as np
