@@ -17,7 +17,8 @@ from testbed.data.lazy import LazyFederatedData
 from testbed.data.split import SplitWriter, split_sizes
 from testbed.data.synthetic import lazy_logistic, make_logistic, true_model
 from testbed.errors import ConfigError
-from testbed.orchestration.runner import evaluate, load, run_experiment
+from testbed.orchestration.model_evaluation import evaluate
+from testbed.orchestration.runner import load, run_experiment
 from testbed.orchestration.sim_nodes import SimNodes
 from testbed.reports.results import read_metrics
 from testbed.streams.rng import Purpose, stream
