@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import pytest
 
-from testbed.assembly import assemble
 from testbed.algorithms import registry
 from testbed.assembly.config import load_config_text, replace
 from testbed.orchestration import contract_suite as suite
-from testbed.orchestration.runner import load, run_experiment
+from testbed.orchestration.runner import run_experiment
 from testbed.util.registrations import plugin_of
 
 COMMON = suite.COMMON
@@ -75,14 +74,11 @@ def _text(name: str) -> str:
     return COMMON.replace('name = "contract"', f'name = "contract"\nalgorithm = "{algorithm}"') + EXPERIMENTS[name]
 
 
-def _dtype(model) -> str:
-    return getattr(model, "dtype", "float64")
+_dtype = suite._dtype
 
 
 def _built(name: str):
-    config = _config(name)
-    data, model = load(config)
-    return config, data, model, assemble.build_algorithm(config, model, data)
+    return suite._built(_text(name))
 
 
 _ledger_without_seconds = suite.ledger_without_seconds
