@@ -54,7 +54,7 @@ from dataclasses import dataclass
 
 from firmware_bridge.costs import BoardCosts
 from nodes.meters.clock import comm_cost
-from testbed.devices.profiles import HOST, DeviceProfile, load_mcu_profile, load_profile
+from testbed.devices.profiles import HOST, DeviceProfile, load_profile
 from testbed.ledger.events import CommunicationEvent, ComputeEvent, Event
 from testbed.ledger.fields import FIELD_RULES, MAX_EVENT_J, MAX_EVENT_S, MAX_POWER_W, MEASURED_FIELDS
 
