@@ -57,6 +57,7 @@ REPO = HERE.parents[1]
 DATA = HERE / "data"
 sys.path.insert(0, str(REPO))
 
+from testbed.reports.majority import class_shares_of_test_set as class_shares  # noqa: E402
 from testbed.reports.stats import t_interval  # noqa: E402
 from testbed.reports.verdicts import RULE, Family, Pending, recording, write_report  # noqa: E402
 
@@ -127,21 +128,6 @@ def sweeps(eps_scale: float = 1.0) -> dict[str, list[tuple[str, str, list[str]]]
 def _sig(x: float, digits: int = 6) -> float:
     """``x`` rounded to ``digits`` significant digits (compact, platform-independent JSON)."""
     return float(f"{x:.{digits}g}")
-
-
-_SHARES: dict[str, tuple[float, float]] = {}
-
-
-def class_shares(config) -> tuple[float, float]:
-    """(chance 1/classes, majority share) of the run's test set (loaded once per data section and seed)."""
-    from testbed.assembly.assemble import load_data
-
-    key = f"{config.data.model_dump_json()}|{config.run.seed}"
-    if key not in _SHARES:
-        data = load_data(config.data, config.run.seed)
-        shares = np.bincount(data.test.y, minlength=data.n_classes) / len(data.test.y)
-        _SHARES[key] = (1.0 / data.n_classes, float(shares.max()))
-    return _SHARES[key]
 
 
 def run_one(job: tuple[str, list[str], int, int, str, str]) -> dict:

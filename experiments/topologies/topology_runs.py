@@ -17,6 +17,7 @@ HERE = Path(__file__).resolve().parent
 DATA = HERE / "data"
 sys.path.insert(0, str(HERE.parents[1]))
 
+from testbed.reports.majority import class_shares_of_test_set as class_shares  # noqa: E402
 from testbed.reports.seed_plan import first_mismatch  # noqa: E402
 
 
@@ -83,21 +84,6 @@ def compact(value: Any, digits: int = DIGITS) -> Any:
     if isinstance(value, (list, tuple)):
         return [compact(v, digits) for v in value]
     return value
-
-
-_SHARES: dict[str, tuple[float, float]] = {}
-
-
-def class_shares(config) -> tuple[float, float]:
-    """(chance 1/classes, majority share) of the run's test set (loaded once per data section and seed)."""
-    from testbed.assembly.assemble import load_data
-
-    key = f"{config.data.model_dump_json()}|{config.run.seed}"
-    if key not in _SHARES:
-        data = load_data(config.data, config.run.seed)
-        shares = np.bincount(data.test.y, minlength=data.n_classes) / len(data.test.y)
-        _SHARES[key] = (1.0 / data.n_classes, float(shares.max()))
-    return _SHARES[key]
 
 
 def run_topology(config):

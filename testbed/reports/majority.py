@@ -49,3 +49,20 @@ def accuracy_flag(accuracy: float, share: float | None) -> str:
     if accuracy <= share:
         return "at or below the majority share"
     return "above the majority share (one run: no interval)"
+
+
+_TEST_SHARES: dict[str, tuple[float, float]] = {}
+
+
+def class_shares_of_test_set(config: Any) -> tuple[float, float]:
+    """(chance 1/classes, the pooled share of the test set's most common class) of a classification
+    run's config, loaded once per data section and seed (the experiments' tables print both beside
+    an accuracy)."""
+    from testbed.assembly.assemble import load_data
+
+    key = f"{config.data.model_dump_json()}|{config.run.seed}"
+    if key not in _TEST_SHARES:
+        data = load_data(config.data, config.run.seed)
+        shares = np.bincount(data.test.y, minlength=data.n_classes) / len(data.test.y)
+        _TEST_SHARES[key] = (1.0 / data.n_classes, float(shares.max()))
+    return _TEST_SHARES[key]
