@@ -12,12 +12,15 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
-from testbed.cli.new import write_project
+from testbed.cli.new import NAME, write_project
+from testbed.errors import UserError
 from testbed.util.registrations import GROUPS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -89,6 +92,21 @@ def test_testbed_new_refuses_a_bad_name_and_a_folder_in_use_in_one_line(tmp_path
     (tmp_path / "b" / "keep.txt").write_text("mine")
     assert main(["new", "dataset", "zz_ok_q7", "--dir", str(tmp_path / "b")]) == 2
     assert (tmp_path / "b" / "keep.txt").read_text() == "mine" and not (tmp_path / "a").exists()
+
+
+@given(name=st.text(max_size=60), kind=st.sampled_from(["algorithm", "dataset", "accountant"]))
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_any_typed_name_makes_a_project_or_one_line_refusal_writing_nothing(tmp_path, name, kind):
+    """A name a user types (any text: paths, quotes, braces of the templates' format, control
+    characters) writes a project only when it is a plain identifier; otherwise one line, and no file."""
+    folder = Path(tempfile.mkdtemp(dir=tmp_path)) / "p"  # one per example: tmp_path is shared by them
+    try:
+        written = write_project(kind, name, folder)
+    except UserError as exc:
+        assert not NAME.fullmatch(name) and "\n" not in str(exc).strip()
+        assert not folder.exists()
+        return
+    assert NAME.fullmatch(name) and written and all(f.is_relative_to(folder) for f in written)
 
 
 def test_every_kind_testbed_new_writes_names_its_entry_point_group(tmp_path):
