@@ -190,8 +190,8 @@ def main() -> None:
     print(load_average())
     with tempfile.TemporaryDirectory() as tmp:
         if args.stages:
-            for tree in trees:
-                timed = [run_once(CASES[args.stages], tree, Path(tmp) / f"stages-{i}", stages=True)
+            for j, tree in enumerate(trees):
+                timed = [run_once(CASES[args.stages], tree, Path(tmp) / f"stages-{j}-{i}", stages=True)
                          for i in range(args.repeats)]
                 print(f"{args.stages}: {CASES[args.stages].what}" + (f" [{tree}]" if len(trees) > 1 else ""))
                 stage_table(timed)
