@@ -13,7 +13,6 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-
 #: Precision passed to every Sionna object: float64 / complex128.
 PRECISION = "double"
 
