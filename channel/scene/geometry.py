@@ -37,7 +37,7 @@ _BELOW_M = 1e-3
 
 def load_scene(spec: SceneSpec) -> Any:
     """A fresh ``sionna.rt.Scene`` of ``spec.scene`` (no transmitter, no receiver), at the spec's
-    carrier and bandwidth. ValueError (one line) for an unknown name or a bad file."""
+    carrier and bandwidth, its transmit and receive arrays the spec's one antenna. ValueError (one line) for an unknown name or a bad file."""
     rt = import_rt()
     if spec.scene == EMPTY_SCENE:
         scene = rt.load_scene()
@@ -55,6 +55,9 @@ def load_scene(spec: SceneSpec) -> Any:
             raise ValueError(f"scene {spec.scene}: {str(exc).strip().splitlines()[-1][:200]}") from None
     scene.frequency = spec.carrier_hz
     scene.bandwidth = spec.bandwidth_hz
+    # Every node's antenna, transmitting and receiving: one element of the spec's pattern.
+    scene.tx_array = scene.rx_array = rt.PlanarArray(num_rows=1, num_cols=1, pattern=spec.antenna_pattern,
+                                                     polarization=spec.polarization)
     return scene
 
 

@@ -87,9 +87,7 @@ def trace_links(spec: SceneSpec, positions_m: np.ndarray) -> TracedLinks:
 
     pos = _check_positions(positions_m)
     rt = import_rt()
-    scene = load_scene(spec)
-    array = rt.PlanarArray(num_rows=1, num_cols=1, pattern=spec.antenna_pattern, polarization=spec.polarization)
-    scene.tx_array, scene.rx_array = array, array
+    scene = load_scene(spec)  # its arrays the spec's antenna
     for i, (x, y, z) in enumerate(pos.tolist()):
         scene.add(rt.Transmitter(f"tx-{i}", position=mi.Point3f(x, y, z)))
         scene.add(rt.Receiver(f"rx-{i}", position=mi.Point3f(x, y, z)))
