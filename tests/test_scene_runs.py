@@ -11,6 +11,8 @@ import sys
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from channel import free_space_pathloss_db
 from channel.scene import geometry
@@ -20,7 +22,7 @@ from testbed.algorithms.impact import link_quality_weights
 from testbed.assembly.config import load_config_text
 from testbed.errors import ConfigError
 from testbed.topology import Topology
-from testbed.topology.scene import SceneKeys, SceneSection, scene_geometry
+from testbed.topology.scene import SceneKeys, SceneSection, SceneSite, scene_geometry
 
 RADIO = 'power_dbm = 20.0\nnoise_figure_db = 7.0\ncarrier_hz = 3.5e9\n'
 
@@ -181,3 +183,20 @@ def test_in_the_empty_scene_dwfls_channel_is_friis_to_the_server(cache):
     d = np.linalg.norm(geo.positions_m - geo.server_position_m, axis=1)
     friis = 10.0 ** (-free_space_pathloss_db(d, 3.5e9) / 20.0)
     np.testing.assert_allclose(np.abs(round_channel(radio, config.run.seed, 0).h), friis, rtol=1e-5)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=st.text(max_size=200))
+def test_any_positions_file_is_positions_or_one_line(cache, tmp_path, text):
+    """A positions file is what a user typed: any text gives the nodes' positions or a ConfigError
+    naming scene.positions_path in one line, never a traceback."""
+    path = tmp_path / "pos.txt"
+    path.write_text(text, encoding="utf-8")
+    config = _dwfl(cache, scene=f'placement = "file"\npositions_path = "{path}"\n', nodes=2, topology='kind = "complete"\n')
+    site = SceneSite(config.dwfl.scene, 2, 0, 3.5e9, 1e6)
+    try:
+        pos = site.positions_m(0)
+    except ConfigError as exc:
+        assert exc.key == "scene.positions_path" and "\n" not in str(exc)
+    else:
+        assert pos.shape == (2, 3) and np.all(np.isfinite(pos))
