@@ -125,12 +125,19 @@ def test_bad_spec_values_are_refused():
         trace_links(CANYON, np.zeros((3, 2)))
 
 
-def test_no_llvm_is_one_line_naming_what_to_install(monkeypatch):
+def test_only_an_llvm_that_aborts_dr_jit_is_one_line_naming_what_to_install(monkeypatch, tmp_path):
+    """Debian 12 without libllvm19: Dr.Jit would find LLVM 15 and abort the process at the first trace."""
+    old = tmp_path / "libLLVM-15.so.1"
+    old.write_bytes(b"")
     monkeypatch.delenv("DRJIT_LIBLLVM_PATH", raising=False)
     monkeypatch.setattr(runtime, "KNOWN_LLVM_PATHS", ("/nonexistent/libLLVM.so",))
+    monkeypatch.setattr(runtime, "OLD_LLVM_GLOBS", (str(tmp_path / "libLLVM-1[45].so*"),))
     with pytest.raises(SceneUnavailable, match=r"apt-get install libllvm19") as err:
         import_rt()
     assert "\n" not in str(err.value) and "dpfl-testbed[scene]" in str(err.value)
+    monkeypatch.setenv("DRJIT_LIBLLVM_PATH", str(tmp_path / "missing.so"))
+    with pytest.raises(SceneUnavailable, match="is not a file"):
+        import_rt()
 
 
 def test_the_llvm_is_found_at_debians_path_without_the_variable(monkeypatch):
