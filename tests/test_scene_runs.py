@@ -200,3 +200,12 @@ def test_any_positions_file_is_positions_or_one_line(cache, tmp_path, text):
         assert exc.key == "scene.positions_path" and "\n" not in str(exc)
     else:
         assert pos.shape == (2, 3) and np.all(np.isfinite(pos))
+
+
+def test_an_indoor_region_stands_its_nodes_on_the_floor_not_the_ceiling(cache):
+    """Sionna RT's box: a closed room, no open sky. placement = "region" puts the nodes on its floor."""
+    config = _dwfl(cache, scene='name = "box"\nplacement = "region"\nregion_m = [-4.0, 4.0, -4.0, 4.0]\n'
+                                'server_position_m = [0.0, 0.0, 2.5]\n', topology='kind = "complete"\n', nodes=4)
+    geo = scene_geometry(config)
+    np.testing.assert_allclose(geo.positions_m[:, 2], 1.5, atol=1e-5)  # the floor is z = 0, the ceiling 5 m up
+    assert np.all(geo.links.gain[~np.eye(4, dtype=bool)] > 0)
