@@ -136,19 +136,20 @@ class BackgroundFigures:
     """
 
     def __init__(self) -> None:
-        import subprocess
+        from testbed.util.forked import helper_process
 
-        self._proc = subprocess.Popen([sys.executable, "-m", "testbed.reports.plots"], stdin=subprocess.PIPE,
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        # A fork of this process where it can: it has numpy and the reports' modules already.
+        self._proc = helper_process(__name__, [], name="testbed figures")
 
     def draw(self, which: str, run_dir: Path) -> None:
         """Ask for ``which`` ("progress" or "epsilon") figures of ``run_dir``."""
-        self._proc.stdin.write(f"{which}\t{Path(run_dir).resolve()}\n")
+        self._proc.stdin.write(f"{which}\t{Path(run_dir).resolve()}\n".encode())
         self._proc.stdin.flush()
 
     def wait(self) -> str | None:
         """Wait for the figures; None when all were drawn, else the child's last error line."""
         self._proc.stdin.close()
+        self._proc.stdout.close()  # it writes nothing there
         err = self._proc.stderr.read()
         if self._proc.wait() != 0:
             return (err.strip().splitlines() or ["the figure process failed"])[-1]
@@ -182,12 +183,18 @@ def _serve() -> None:
         drawers[which](Path(run_dir))
 
 
-if __name__ == "__main__":
-    # A helper of a run: the run's own threads come first on a busy core; this one works in the gaps.
+def serve(argv: list[str]) -> int:
+    """The helper process (forked, or ``python -m testbed.reports.plots``): figures drawn at nice
+    10 (the run's own threads come first on a busy core; this one works in the gaps)."""
     os.nice(10)
     _serve()
+    return 0
+
+
+if __name__ == "__main__":
+    code = serve(sys.argv[1:])
     # Everything is written: leave without the interpreter's teardown of the libraries (a tenth of a
     # second that the run would wait for).
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)
+    os._exit(code)
