@@ -38,6 +38,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import traceback
 import warnings
@@ -138,12 +139,20 @@ class ForkedCommand:
 def helper_process(module: str, argv: Sequence[str], name: str) -> "ForkedCommand | subprocess.Popen":
     """A run's helper ``python -m module ARGV`` (its ``serve(argv)``), stdin and stdout binary pipes
     to this process and stderr a text one: forked when :func:`can_fork`, else a new interpreter."""
-    if can_fork():
+    if can_fork() and _no_busy_threads():
         return ForkedCommand(argv, name=name, entry_point=f"{module}:serve", pipes=True)
     proc = subprocess.Popen([sys.executable, "-m", module, *argv], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
     proc.stderr = io.TextIOWrapper(proc.stderr, errors="replace")
     return proc
+
+
+def _no_busy_threads() -> bool:
+    """Whether this is the main thread and no other runs but the idle worker pool (testbed.util.parallel,
+    between runs): a thread caught holding a lock at the fork (a broker's, a server's) would leave
+    it held in the child. A run's own threads start after its helpers."""
+    return threading.current_thread() is threading.main_thread() and all(
+        t is threading.main_thread() or t.name.startswith("testbed-nodes") for t in threading.enumerate())
 
 
 def _fd_limit() -> int:
