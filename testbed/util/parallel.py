@@ -1,9 +1,14 @@
-"""Per-node work split over this machine's two cores, in threads.
+"""Per-node work split over this machine's cores, in threads.
 
 numpy's generators fill arrays without holding the GIL, and so do most of its array routines
 (partition, matmul, elementwise ufuncs on large arrays): drawing every node's noise, batch keys or
-data from each node's own stream, two halves of the nodes at once, takes about half the time on
-two cores. Each node's values come from its own stream, so they do not depend on the split.
+data from each node's own stream, or taking every node's local steps, in parts of the nodes at once,
+takes about 1/parts of the time on that many cores. Each node's values come from its own stream and
+its own rows, and nothing is summed across nodes inside a part, so they do not depend on the split
+(tests/test_parallel.py: any cut points, any node count, the same bits).
+
+How many parts: ``run.threads`` of the experiment file (:func:`set_threads`; 0, the default, one per
+core), else the ``TESTBED_THREADS`` environment variable for a process no run configures.
 
 Example::
 
@@ -17,8 +22,11 @@ Example::
 
 from __future__ import annotations
 
+import logging
 import os
-from concurrent.futures import ThreadPoolExecutor
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Callable
 
 #: Rows of a model-sized array a worker takes at a time when it draws, mixes and adds per row: a few
@@ -27,7 +35,12 @@ from typing import Callable
 ROWS_IN_CACHE = 8
 #: Below this many numbers drawn or touched, one thread: handing work to another costs ~50 µs.
 MIN_NUMBERS = 200_000
+log = logging.getLogger(__name__)
 _pool: ThreadPoolExecutor | None = None
+_pool_size = 0
+_threads = 0  # run.threads: 0, one per core
+#: CPU seconds the pool's threads spent on each calling thread's parts (:func:`work_cpu_s`).
+_helped = threading.local()
 
 
 def _forget_pool() -> None:
@@ -39,21 +52,111 @@ if hasattr(os, "register_at_fork"):  # POSIX
     os.register_at_fork(after_in_child=_forget_pool)
 
 
+def set_threads(threads: int) -> None:
+    """Split per-node work into ``threads`` parts from now on in this process (1: never split;
+    0: one part per core)."""
+    global _threads
+    if threads < 0:
+        raise ValueError(f"threads must be 0 (one per core) or more, not {threads}")
+    _threads = threads
+
+
+def threads() -> int:
+    """How many parts :func:`split_work` makes of work worth splitting."""
+    return _threads or _ENV_THREADS or os.cpu_count() or 1
+
+
+def _from_environment() -> int:
+    text = os.environ.get("TESTBED_THREADS", "")
+    if text.isdigit() and len(text) < 6:
+        return int(text)
+    if text:
+        log.warning("TESTBED_THREADS=%r is not a count of threads: ignored", text[:40])
+    return 0
+
+
+_ENV_THREADS = _from_environment()  # read once: the process's environment is its start's
+
+
+def cuts(count: int, parts: int) -> list[int]:
+    """Where ``parts`` near-equal parts of ``range(count)`` begin, and ``count``: [0, ..., count]."""
+    return [count * i // parts for i in range(parts + 1)]
+
+
+def work_cpu_s() -> float:
+    """CPU seconds of this thread, with those the pool's threads spent on its :func:`split_work`
+    parts: what this thread's work cost, whatever else the process runs meanwhile."""
+    return time.thread_time() + getattr(_helped, "cpu_s", 0.0)
+
+
+def _timed(work: Callable[[int, int], None], lo: int, hi: int) -> float:
+    began = time.thread_time()
+    work(lo, hi)
+    return time.thread_time() - began
+
+
 def split_work(count: int, work: Callable[[int, int], None], numbers: int) -> None:
-    """``work(lo, hi)`` over ``[0, count)``: the first half on a pool thread and the second here
-    when the machine has two cores or more and ``numbers`` (what the whole work draws or touches)
-    is worth it; else ``work(0, count)``. ``work`` must write only its own rows."""
-    global _pool
-    if count < 2 or numbers < MIN_NUMBERS or (os.cpu_count() or 1) < 2:
+    """``work(lo, hi)`` over ``[0, count)`` in :func:`threads` parts at once (:func:`cuts`), the
+    last here and the others on pool threads, when there is more than one core's worth and
+    ``numbers`` (what the whole work draws or touches) is worth it; else ``work(0, count)``.
+    ``work`` must write only its own rows; it returns when every part has ended."""
+    parts = min(count, threads())
+    if parts < 2 or numbers < MIN_NUMBERS:
         work(0, count)
         return
-    if _pool is None:
-        _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="testbed-nodes")
-    middle = count // 2
-    first = _pool.submit(work, 0, middle)
+    bounds = cuts(count, parts)
+    pool = _workers(parts - 1)
+    others = [pool.submit(_timed, work, lo, hi) for lo, hi in zip(bounds[:-2], bounds[1:-1])]
     try:
-        work(middle, count)
-    except BaseException:
-        first.exception()  # wait: no thread may still be writing when the caller sees the error
-        raise
-    first.result()
+        work(bounds[-2], count)
+    finally:  # no thread may still be writing when the caller sees the result or an error
+        wait(others)
+    _helped.cpu_s = getattr(_helped, "cpu_s", 0.0) + sum(f.result() for f in others if f.exception() is None)
+    for f in others:
+        f.result()  # the first part's error, if any
+
+
+def _workers(size: int) -> ThreadPoolExecutor:
+    """The pool, with at least ``size`` threads (a new one when run.threads grew: the old one's
+    threads end once idle)."""
+    global _pool, _pool_size
+    if _pool is None or _pool_size < size:
+        if _pool is not None:
+            _pool.shutdown(wait=False)
+        _pool, _pool_size = ThreadPoolExecutor(max_workers=size, thread_name_prefix="testbed-nodes"), size
+    return _pool
+
+
+class Beside:
+    """``task()`` on a thread of its own while the caller works on, when this process splits work
+    (:func:`threads` > 1), else at once in the caller; :meth:`join` waits for it and raises its
+    error, and says the CPU seconds it took (its own and its :func:`split_work` parts')."""
+
+    def __init__(self, task: Callable[[], None]):
+        self._cpu_s = 0.0
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        if threads() < 2:
+            self._run(task)
+            self.join()  # its error, at once
+            return
+        self._thread = threading.Thread(target=self._run, args=(task,), name="testbed-beside", daemon=True)
+        self._thread.start()
+
+    def _run(self, task: Callable[[], None]) -> None:
+        began = work_cpu_s()
+        try:
+            task()
+        except BaseException as exc:  # noqa: BLE001  handed to the joining thread
+            self._error = exc
+        finally:
+            self._cpu_s = work_cpu_s() - began
+
+    def join(self) -> float:
+        """Wait for the task; its CPU seconds, or its error."""
+        if self._thread is not None:
+            self._thread.join()
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+        return self._cpu_s
