@@ -3,13 +3,19 @@ each node draws from its own stream, whatever thread runs it."""
 
 from __future__ import annotations
 
+import threading
+import time
+
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import testbed.util.parallel as parallel
 from testbed.algorithms.batches import uniform_batches
 from testbed.assembly.config import load_config_text
 from testbed.data.synthetic import make_logistic
+from testbed.errors import UserError
 from testbed.orchestration.runner import run_experiment
 
 SMALL = """
@@ -58,3 +64,127 @@ def test_an_error_in_either_half_reaches_the_caller_after_both_halves_ended(monk
     with pytest.raises(ValueError, match="first half"):
         parallel.split_work(4, work, numbers=10**9)
     assert done == [(2, 4)]
+
+
+# ----------------------------------------------------------------------- any split, the same bits
+
+def _cuts_from(data):
+    """parallel.cuts as Hypothesis draws them: any cut points in [0, count], empty parts too."""
+    def cuts(count: int, parts: int) -> list[int]:
+        inner = data.draw(st.lists(st.integers(0, count), min_size=parts - 1, max_size=parts - 1), label="cuts")
+        return [0, *sorted(inner), count]
+    return cuts
+
+
+def _one_round(num_nodes: int, algorithm: str) -> tuple[np.ndarray, dict]:
+    """One node step of ``algorithm`` on ``num_nodes`` nodes (the stacked update, and the evaluation
+    of the first node's model), as the threads split it now."""
+    from testbed.algorithms.contract import RoundContext
+    from testbed.assembly import assemble
+    from testbed.orchestration.model_evaluation import evaluate
+    from testbed.orchestration.runner import load
+
+    cfg = load_config_text(f"[run]\nalgorithm = \"{algorithm}\"\n[data]\nnum_nodes = {num_nodes}\n"
+                           "samples_per_node = 40\ndim = 5\n" + _SECTIONS[algorithm])
+    data, model = load(cfg)
+    alg = assemble.build_algorithm(cfg, model, data)
+    ids = tuple(data.node_ids)
+    state = alg.init_state(model.init(None))
+    ctx = RoundContext(1, 0, len(ids), ids)
+    result = alg.node_step(alg.downlink(state, ctx, ids), data.train, ids, ctx)
+    stacked = np.concatenate([np.asarray(v, dtype=np.float64).reshape(len(ids), -1)
+                              for _, v in sorted(result.tensors.items())], axis=1)
+    return stacked, evaluate(model, stacked[0, :model.num_params], data)
+
+
+_SECTIONS = {
+    "dp_pasgd": "[dp_pasgd]\nsteps = 6\ntau = 3\nbatch = 4\nsigma = 1.0\n",
+    "padpfl": "[padpfl]\nrounds = 2\nlocal_steps = 3\nbatch = 4\n",
+    "fedavg": "[fedavg]\nrounds = 2\nlocal_steps = 3\nbatch = 4\n",
+}
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(num_nodes=st.integers(1, 9), parts=st.integers(2, 5), algorithm=st.sampled_from(sorted(_SECTIONS)),
+       data=st.data())
+def test_any_split_of_the_nodes_gives_the_bits_one_thread_gives(num_nodes, parts, algorithm, data):
+    """The local steps with their noise and batches (BaseAlgorithm.local_sgd: under DP-PASGD's and
+    PADPFL's own split node steps, split itself under FedAvg's) and the evaluation, cut anywhere into any number of parts, equal one thread's."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(parallel, "MIN_NUMBERS", 0)
+        patch.setattr(parallel, "threads", lambda: 1)
+        single = _one_round(num_nodes, algorithm)
+        patch.setattr(parallel, "threads", lambda: parts)
+        patch.setattr(parallel, "cuts", _cuts_from(data))
+        split = _one_round(num_nodes, algorithm)
+    np.testing.assert_array_equal(single[0], split[0])
+    assert single[1] == split[1]
+
+
+def test_run_threads_chooses_the_split_and_a_run_is_the_same_whatever_it_is(tmp_path, monkeypatch):
+    monkeypatch.setattr(parallel, "MIN_NUMBERS", 0)
+    monkeypatch.setattr(parallel, "_threads", 0)  # what the runs set, undone after
+    outputs, real = [], parallel.cuts
+    for threads in (1, 3):
+        seen = []
+        monkeypatch.setattr(parallel, "cuts", lambda count, parts: seen.append(parts) or real(count, parts))
+        cfg = load_config_text(SMALL + f"[run]\nthreads = {threads}\n")
+        result = run_experiment(cfg, out_dir=tmp_path / str(threads), quiet=True)
+        assert set(seen) == (set() if threads == 1 else {3})
+        metrics = [line.rsplit(",", 1)[0] for line in (result.run_dir / "metrics.csv").read_text().splitlines()]
+        outputs.append((np.load(result.run_dir / "final_params.npy"), metrics))  # wall_s, the last column, aside
+    np.testing.assert_array_equal(outputs[0][0], outputs[1][0])
+    assert outputs[0][1] == outputs[1][1]
+
+
+def test_threads_refused_out_of_range():
+    with pytest.raises(UserError, match="threads"):
+        load_config_text("[run]\nthreads = -1\n")
+    with pytest.raises(ValueError, match="threads"):
+        parallel.set_threads(-2)
+
+
+# ----------------------------------------------------------------------------- work beside a step
+
+def _burn(seconds: float) -> None:
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_what_runs_beside_the_sim_step_is_not_charged_to_the_nodes(monkeypatch, threads):
+    """The last round's report runs beside the node step (or before it, one thread); either way its
+    CPU seconds are its own, not the nodes' (a 0.3 s report would add 0.1 s to each of 3 nodes)."""
+    from testbed.assembly import assemble
+    from testbed.orchestration.runner import load
+    from testbed.orchestration.sim_nodes import SimNodes
+
+    monkeypatch.setattr(parallel, "threads", lambda: threads)
+    cfg = load_config_text("[data]\nnum_nodes = 3\nsamples_per_node = 40\ndim = 3\n"
+                           "[dp_pasgd]\nsteps = 4\ntau = 2\nbatch = 4\nsigma = 1.0\n")
+    data, model = load(cfg)
+    alg = assemble.build_algorithm(cfg, model, data)
+    nodes = SimNodes(alg, data, seed=0, profile="host")
+    ran = []
+    outcome = nodes.round(alg.init_state(model.init(None)), 0, frozenset(),
+                          meanwhile=lambda: ran.append(threading.current_thread().name) or _burn(0.3))
+    assert ran == (["MainThread"] if threads == 1 else ["testbed-beside"])
+    charged = [b.template.compute_s for b in outcome.batches if b.kind == "compute"]
+    assert charged and max(charged) < 0.05
+
+
+def test_an_error_beside_the_step_reaches_the_caller_after_the_step(monkeypatch):
+    monkeypatch.setattr(parallel, "threads", lambda: 2)
+    order = []
+
+    def failing():
+        time.sleep(0.05)
+        order.append("beside")
+        raise ValueError("report")
+
+    beside = parallel.Beside(failing)
+    order.append("step")
+    with pytest.raises(ValueError, match="report"):
+        beside.join()
+    assert order == ["step", "beside"]

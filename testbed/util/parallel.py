@@ -89,9 +89,16 @@ def work_cpu_s() -> float:
     return time.thread_time() + getattr(_helped, "cpu_s", 0.0)
 
 
-def _timed(work: Callable[[int, int], None], lo: int, hi: int) -> float:
+def _part(work: Callable[[int, int], None], lo: int, hi: int) -> float:
+    """``work(lo, hi)`` as one part of a split: a :func:`split_work` inside it runs whole, in this
+    thread (a part waiting on the pool's threads, which run the other parts, would wait forever);
+    its CPU seconds."""
     began = time.thread_time()
-    work(lo, hi)
+    _helped.inside = True
+    try:
+        work(lo, hi)
+    finally:
+        _helped.inside = False
     return time.thread_time() - began
 
 
@@ -99,16 +106,17 @@ def split_work(count: int, work: Callable[[int, int], None], numbers: int) -> No
     """``work(lo, hi)`` over ``[0, count)`` in :func:`threads` parts at once (:func:`cuts`), the
     last here and the others on pool threads, when there is more than one core's worth and
     ``numbers`` (what the whole work draws or touches) is worth it; else ``work(0, count)``.
-    ``work`` must write only its own rows; it returns when every part has ended."""
+    ``work`` must write only its own rows; it returns when every part has ended. Within a part,
+    split_work runs its work whole: an algorithm's split node step may call a split helper."""
     parts = min(count, threads())
-    if parts < 2 or numbers < MIN_NUMBERS:
+    if parts < 2 or numbers < MIN_NUMBERS or getattr(_helped, "inside", False):
         work(0, count)
         return
     bounds = cuts(count, parts)
     pool = _workers(parts - 1)
-    others = [pool.submit(_timed, work, lo, hi) for lo, hi in zip(bounds[:-2], bounds[1:-1])]
+    others = [pool.submit(_part, work, lo, hi) for lo, hi in zip(bounds[:-2], bounds[1:-1])]
     try:
-        work(bounds[-2], count)
+        _part(work, bounds[-2], count)
     finally:  # no thread may still be writing when the caller sees the result or an error
         wait(others)
     _helped.cpu_s = getattr(_helped, "cpu_s", 0.0) + sum(f.result() for f in others if f.exception() is None)
