@@ -3,9 +3,6 @@ each node draws from its own stream, whatever thread runs it."""
 
 from __future__ import annotations
 
-import threading
-import time
-
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -108,8 +105,10 @@ _SECTIONS = {
 @given(num_nodes=st.integers(1, 9), parts=st.integers(2, 5), algorithm=st.sampled_from(sorted(_SECTIONS)),
        data=st.data())
 def test_any_split_of_the_nodes_gives_the_bits_one_thread_gives(num_nodes, parts, algorithm, data):
-    """The local steps with their noise and batches (BaseAlgorithm.local_sgd: under DP-PASGD's and
-    PADPFL's own split node steps, split itself under FedAvg's) and the evaluation, cut anywhere into any number of parts, equal one thread's."""
+    """The data, the local steps with their noise and batches (BaseAlgorithm.local_sgd: under
+    DP-PASGD's and PADPFL's own split node steps, split itself under FedAvg's), cut anywhere into
+    any number of parts, and the evaluation (its fixed halves) on any number of threads, equal one
+    thread's."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(parallel, "MIN_NUMBERS", 0)
         patch.setattr(parallel, "threads", lambda: 1)
@@ -144,47 +143,26 @@ def test_threads_refused_out_of_range():
         parallel.set_threads(-2)
 
 
-# ----------------------------------------------------------------------------- work beside a step
-
-def _burn(seconds: float) -> None:
-    end = time.thread_time() + seconds
-    while time.thread_time() < end:
-        pass
-
-
-@pytest.mark.parametrize("threads", [1, 2])
-def test_what_runs_beside_the_sim_step_is_not_charged_to_the_nodes(monkeypatch, threads):
-    """The last round's report runs beside the node step (or before it, one thread); either way its
-    CPU seconds are its own, not the nodes' (a 0.3 s report would add 0.1 s to each of 3 nodes)."""
-    from testbed.assembly import assemble
-    from testbed.orchestration.runner import load
-    from testbed.orchestration.sim_nodes import SimNodes
-
-    monkeypatch.setattr(parallel, "threads", lambda: threads)
-    cfg = load_config_text("[data]\nnum_nodes = 3\nsamples_per_node = 40\ndim = 3\n"
-                           "[dp_pasgd]\nsteps = 4\ntau = 2\nbatch = 4\nsigma = 1.0\n")
-    data, model = load(cfg)
-    alg = assemble.build_algorithm(cfg, model, data)
-    nodes = SimNodes(alg, data, seed=0, profile="host")
-    ran = []
-    outcome = nodes.round(alg.init_state(model.init(None)), 0, frozenset(),
-                          meanwhile=lambda: ran.append(threading.current_thread().name) or _burn(0.3))
-    assert ran == (["MainThread"] if threads == 1 else ["testbed-beside"])
-    charged = [b.template.compute_s for b in outcome.batches if b.kind == "compute"]
-    assert charged and max(charged) < 0.05
+def test_work_cut_in_fixed_parts_is_cut_there_whatever_the_threads(monkeypatch):
+    monkeypatch.setattr(parallel, "MIN_NUMBERS", 0)
+    for threads in (1, 2, 5):
+        monkeypatch.setattr(parallel, "threads", lambda: threads)
+        spans = []
+        parallel.split_work(7, lambda lo, hi: spans.append((lo, hi)), numbers=1, fixed_parts=2)
+        assert sorted(spans) == [(0, 3), (3, 7)]
 
 
-def test_an_error_beside_the_step_reaches_the_caller_after_the_step(monkeypatch):
+def test_split_work_within_a_part_runs_in_that_part(monkeypatch):
+    """A node step split into parts calls a split helper (local_sgd): it runs in the part's own
+    thread, not on the pool the parts occupy (which would wait forever)."""
+    monkeypatch.setattr(parallel, "MIN_NUMBERS", 0)
     monkeypatch.setattr(parallel, "threads", lambda: 2)
-    order = []
+    out = np.zeros(8)
 
-    def failing():
-        time.sleep(0.05)
-        order.append("beside")
-        raise ValueError("report")
+    def outer(lo, hi):
+        def inner(a, b):
+            out[lo + a:lo + b] += 1
+        parallel.split_work(hi - lo, inner, numbers=10**9)
 
-    beside = parallel.Beside(failing)
-    order.append("step")
-    with pytest.raises(ValueError, match="report"):
-        beside.join()
-    assert order == ["step", "beside"]
+    parallel.split_work(8, outer, numbers=10**9)
+    assert out.tolist() == [1.0] * 8

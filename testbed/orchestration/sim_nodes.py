@@ -45,7 +45,6 @@ from testbed.ledger.events import Event, EventBatch, NodeEvents
 from testbed.ledger.fields import event_to_dict, event_within
 from testbed.orchestration.measured_bounds import MeasuredBounds
 from testbed.orchestration.nodes_api import Closing, RoundOutcome
-from testbed.util.parallel import Beside
 
 log = logging.getLogger(__name__)
 
@@ -98,40 +97,27 @@ class SimNodes:
     def round(self, state: State, round_index: int, excluded: frozenset[int],
               sampled: tuple[int, ...] | None = None, meanwhile: Callable[[], None] | None = None,
               asking: Callable[[RoundContext], None] | None = None) -> RoundOutcome:
+        if meanwhile is not None:  # nothing runs in parallel here: first
+            meanwhile()
         alg = self.alg
         expected = tuple(n for n in (self.node_ids if sampled is None else sampled) if n not in excluded)
         ctx = RoundContext(round_index, self.seed, len(self.node_ids), expected, sampled=sampled)
         straggled = {n: "emulated" for n in sorted(excluded)}
         if not expected:
-            if meanwhile is not None:
-                meanwhile()
             return RoundOutcome(NodeResult((), {}), ctx.closed(()), straggled=straggled)
         if asking is not None:
             asking(ctx)
         train = self._train(expected)
         began, start = time.monotonic(), time.process_time()
-        # The last round's report (its evaluation, its records) beside this one's step, on a thread
-        # of its own (testbed.util.parallel.Beside); it reads the state this step only reads, and
-        # what it writes the step does not touch. Its CPU is not the nodes': taken off their charge.
-        beside = None if meanwhile is None else Beside(meanwhile)
-        try:
-            result = alg.node_step(alg.downlink(state, ctx, expected), train, expected, ctx)
-            closed = ctx.closed(expected)
-            if isinstance(alg, OverTheAir):
-                released = result
-                result = self._exchange(result, closed)
-                if not result.node_ids:
-                    straggled.update({n: "no_exchange" for n in expected})
-                result = NodeResult(result.node_ids, result.tensors, released.metrics, released.events)
-        except BaseException:
-            if beside is not None:
-                try:
-                    beside.join()
-                except Exception:  # noqa: BLE001  the step's failure is the one to raise
-                    log.exception("reporting round %d beside the failed round %d", round_index - 1, round_index)
-            raise
-        report_s = 0.0 if beside is None else beside.join()
-        return self._outcome(result, closed, began, start + report_s, straggled)
+        result = alg.node_step(alg.downlink(state, ctx, expected), train, expected, ctx)
+        closed = ctx.closed(expected)
+        if isinstance(alg, OverTheAir):
+            released = result
+            result = self._exchange(result, closed)
+            if not result.node_ids:
+                straggled.update({n: "no_exchange" for n in expected})
+            result = NodeResult(result.node_ids, result.tensors, released.metrics, released.events)
+        return self._outcome(result, closed, began, start, straggled)
 
     def _train(self, expected: tuple[int, ...]) -> Split:
         """The training rows of ``expected`` (node ids, in order): lazy nodes' are made now (from
@@ -164,10 +150,9 @@ class SimNodes:
     def _outcome(self, result: NodeResult, ctx: RoundContext, began: float, start: float,
                  straggled: dict[int, str]) -> RoundOutcome:
         """The round's charges: each node's share of the step's CPU time (``start``: process time at
-        its beginning, plus the CPU seconds of what ran beside it) through its cost model, within
-        the bounds of a round open since ``began``."""
+        its beginning) through its cost model, within the bounds of a round open since ``began``."""
         released = result.events
-        share = max(0.0, time.process_time() - start) / max(1, len(ctx.answered))
+        share = (time.process_time() - start) / max(1, len(ctx.answered))
         self._most_share_s = max(self._most_share_s, share)
         open_s = time.monotonic() - began
         charged: dict[tuple[int, int], list[Event]] = {}

@@ -25,7 +25,6 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Callable
 
@@ -39,8 +38,7 @@ log = logging.getLogger(__name__)
 _pool: ThreadPoolExecutor | None = None
 _pool_size = 0
 _threads = 0  # run.threads: 0, one per core
-#: CPU seconds the pool's threads spent on each calling thread's parts (:func:`work_cpu_s`).
-_helped = threading.local()
+_inside = threading.local()  # .part: this thread runs a part of a split
 
 
 def _forget_pool() -> None:
@@ -83,43 +81,45 @@ def cuts(count: int, parts: int) -> list[int]:
     return [count * i // parts for i in range(parts + 1)]
 
 
-def work_cpu_s() -> float:
-    """CPU seconds of this thread, with those the pool's threads spent on its :func:`split_work`
-    parts: what this thread's work cost, whatever else the process runs meanwhile."""
-    return time.thread_time() + getattr(_helped, "cpu_s", 0.0)
-
-
-def _part(work: Callable[[int, int], None], lo: int, hi: int) -> float:
+def _part(work: Callable[[int, int], None], lo: int, hi: int) -> None:
     """``work(lo, hi)`` as one part of a split: a :func:`split_work` inside it runs whole, in this
-    thread (a part waiting on the pool's threads, which run the other parts, would wait forever);
-    its CPU seconds."""
-    began = time.thread_time()
-    _helped.inside = True
+    thread (a part waiting on the pool's threads, which run the other parts, would wait forever)."""
+    _inside.part = True
     try:
         work(lo, hi)
     finally:
-        _helped.inside = False
-    return time.thread_time() - began
+        _inside.part = False
 
 
-def split_work(count: int, work: Callable[[int, int], None], numbers: int) -> None:
+def split_work(count: int, work: Callable[[int, int], None], numbers: int, *,
+               fixed_parts: int | None = None) -> None:
     """``work(lo, hi)`` over ``[0, count)`` in :func:`threads` parts at once (:func:`cuts`), the
-    last here and the others on pool threads, when there is more than one core's worth and
-    ``numbers`` (what the whole work draws or touches) is worth it; else ``work(0, count)``.
-    ``work`` must write only its own rows; it returns when every part has ended. Within a part,
-    split_work runs its work whole: an algorithm's split node step may call a split helper."""
-    parts = min(count, threads())
-    if parts < 2 or numbers < MIN_NUMBERS or getattr(_helped, "inside", False):
-        work(0, count)
+    last here and the others on pool threads, when ``numbers`` (what the whole work draws or
+    touches) is worth it; else ``work(0, count)``. ``work`` must write only its own rows; this
+    returns when every part has ended. Within a part, split_work runs its work in that thread: an
+    algorithm's split node step may call a split helper.
+
+    ``fixed_parts``: for work whose numbers depend on where it is cut (a BLAS product over rows
+    rounds by the blocks it is given, and a block of one row takes another routine): always that
+    many even parts when worth it, whatever the threads, which run them (one: in turn, here)."""
+    inside = getattr(_inside, "part", False)
+    worth = count >= 2 and numbers >= MIN_NUMBERS
+    if fixed_parts is not None:
+        bounds = [count * i // fixed_parts for i in range(fixed_parts + 1)] if worth else [0, count]
+    else:
+        parts = 1 if inside or not worth else min(count, threads())
+        bounds = cuts(count, parts) if parts > 1 else [0, count]
+    spans = list(zip(bounds[:-1], bounds[1:]))
+    if len(spans) == 1 or inside or threads() < 2:
+        for lo, hi in spans:
+            work(lo, hi)
         return
-    bounds = cuts(count, parts)
-    pool = _workers(parts - 1)
-    others = [pool.submit(_part, work, lo, hi) for lo, hi in zip(bounds[:-2], bounds[1:-1])]
+    pool = _workers(min(len(spans) - 1, threads() - 1))
+    others = [pool.submit(_part, work, lo, hi) for lo, hi in spans[:-1]]
     try:
-        _part(work, bounds[-2], count)
+        _part(work, *spans[-1])
     finally:  # no thread may still be writing when the caller sees the result or an error
         wait(others)
-    _helped.cpu_s = getattr(_helped, "cpu_s", 0.0) + sum(f.result() for f in others if f.exception() is None)
     for f in others:
         f.result()  # the first part's error, if any
 
@@ -134,37 +134,3 @@ def _workers(size: int) -> ThreadPoolExecutor:
         _pool, _pool_size = ThreadPoolExecutor(max_workers=size, thread_name_prefix="testbed-nodes"), size
     return _pool
 
-
-class Beside:
-    """``task()`` on a thread of its own while the caller works on, when this process splits work
-    (:func:`threads` > 1), else at once in the caller; :meth:`join` waits for it and raises its
-    error, and says the CPU seconds it took (its own and its :func:`split_work` parts')."""
-
-    def __init__(self, task: Callable[[], None]):
-        self._cpu_s = 0.0
-        self._thread: threading.Thread | None = None
-        self._error: BaseException | None = None
-        if threads() < 2:
-            self._run(task)
-            self.join()  # its error, at once
-            return
-        self._thread = threading.Thread(target=self._run, args=(task,), name="testbed-beside", daemon=True)
-        self._thread.start()
-
-    def _run(self, task: Callable[[], None]) -> None:
-        began = work_cpu_s()
-        try:
-            task()
-        except BaseException as exc:  # noqa: BLE001  handed to the joining thread
-            self._error = exc
-        finally:
-            self._cpu_s = work_cpu_s() - began
-
-    def join(self) -> float:
-        """Wait for the task; its CPU seconds, or its error."""
-        if self._thread is not None:
-            self._thread.join()
-        if self._error is not None:
-            error, self._error = self._error, None
-            raise error
-        return self._cpu_s
