@@ -63,8 +63,7 @@ class RunSection(Section):
     many small per-node products; raise it for a large model on an idle machine)."""
     threads: int = Field(0, ge=0, le=256)
     """Threads the run's per-node work is split over (testbed.util.parallel: each node's numbers are
-    the same whatever the split): 0, one per core; 1, none (also the evaluation of a round waits for
-    the nodes' next round instead of running beside it, in sim)."""
+    the same whatever the split): 0, one per core (or ``TESTBED_THREADS``); 1, none."""
 
 
 #: The models ``model.kind`` may name (testbed.learning.models.kinds).

@@ -391,8 +391,7 @@ def _note_cost_source(run: Run, batch: EventBatch) -> None:
 def charge_closing(run: Run, closing: Closing, nodes: Nodes) -> None:
     """What the run's end adds (late replies, rounds only the nodes' own ledgers logged, rounds an
     earlier session asked that this one did not run again): into the book and ledger.csv, and the
-    checkpoint again so that it covers them (unless the last round's report failed); the nodes'
-    reports kept for the summary."""
+    checkpoint again so that it covers them; the nodes' reports kept for the summary."""
     run.node_reports, run.session, run.broker = closing.reports, closing.session, closing.broker
     run.reported_rounds, run.links = closing.reported_rounds, closing.links
     run.authentication = closing.authentication
@@ -408,10 +407,7 @@ def charge_closing(run: Run, closing: Closing, nodes: Nodes) -> None:
     ledger_file = LedgerWriter(run.directory.ledger_path, sync=run.config.output.sync)
     try:
         ledger_file.write(fresh)
-        # Not past a round whose report failed: its metrics row is missing, so the resume runs it
-        # again from the last checkpoint (the rows written here stay charged past that one's mark).
-        if run.reported_at in (None, run.rounds_done):
-            run.directory.save_checkpoint(run.rounds_done, run.state, ledger_file.mark(), 1)
+        run.directory.save_checkpoint(run.rounds_done, run.state, ledger_file.mark(), 1)
     finally:
         ledger_file.close()
 

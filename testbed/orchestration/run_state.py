@@ -45,9 +45,6 @@ class Run:
     failure: str | None = None
     metrics: dict[str, float] = field(default_factory=dict)
     evaluated_at: int = -1  # rounds done when ``metrics`` were measured
-    #: Rounds done whose report (metrics row, checkpoint when due) is written; None: all of them. A
-    #: round's report runs beside the next round's step and may fail after that round was asked.
-    reported_at: int | None = None
     # A resumed run's ledger rows written after its checkpoint, by round: already charged, taken
     # into the book when their round runs again (so each round's metrics row counts what it did).
     past_mark: dict[int, list[Event]] = field(default_factory=dict)

@@ -353,10 +353,8 @@ def run_rounds(run: Run, nodes: Nodes, quiet: bool, tight_job: BackgroundEpsilon
             book.forget_rounds_before(done - _ROUNDS_KEPT)
         progress.update(done, run.metrics["train_loss"], eps, row, run.book)
         run.tracking.round(row, book, run.budgets)
-        run.reported_at = done
 
     reported, last = True, None  # the rounds done are all reported; the outcome of the last
-    run.reported_at = run.rounds_done
 
     try:
         if alg.has_setup and run.rounds_done == 0 and not run.book.logged(run.book.node_ids, SETUP_ROUND).any():
