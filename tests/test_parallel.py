@@ -166,3 +166,14 @@ def test_split_work_within_a_part_runs_in_that_part(monkeypatch):
 
     parallel.split_work(8, outer, numbers=10**9)
     assert out.tolist() == [1.0] * 8
+
+
+def test_many_cores_take_parts_worth_a_thread(monkeypatch):
+    """Each part carries half of MIN_NUMBERS at least: small work on a many-core machine is not cut
+    into parts that cost more to hand over than they save."""
+    monkeypatch.setattr(parallel, "threads", lambda: 8)
+    for numbers, parts in ((parallel.MIN_NUMBERS - 1, 1), (parallel.MIN_NUMBERS, 2), (2 * parallel.MIN_NUMBERS, 4),
+                           (100 * parallel.MIN_NUMBERS, 8)):
+        spans = []
+        parallel.split_work(100, lambda lo, hi: spans.append((lo, hi)), numbers=numbers)
+        assert len(spans) == parts and sorted(spans)[0][0] == 0 and sorted(spans)[-1][1] == 100

@@ -93,9 +93,10 @@ def _part(work: Callable[[int, int], None], lo: int, hi: int) -> None:
 
 def split_work(count: int, work: Callable[[int, int], None], numbers: int, *,
                fixed_parts: int | None = None) -> None:
-    """``work(lo, hi)`` over ``[0, count)`` in :func:`threads` parts at once (:func:`cuts`), the
-    last here and the others on pool threads, when ``numbers`` (what the whole work draws or
-    touches) is worth it; else ``work(0, count)``. ``work`` must write only its own rows; this
+    """``work(lo, hi)`` over ``[0, count)`` in up to :func:`threads` parts at once (:func:`cuts`),
+    the last here and the others on pool threads, when ``numbers`` (what the whole work draws or
+    touches) is worth it (:data:`MIN_NUMBERS` for two parts, half as many more a part); else
+    ``work(0, count)``. ``work`` must write only its own rows; this
     returns when every part has ended. Within a part, split_work runs its work in that thread: an
     algorithm's split node step may call a split helper.
 
@@ -107,7 +108,8 @@ def split_work(count: int, work: Callable[[int, int], None], numbers: int, *,
     if fixed_parts is not None:
         bounds = [count * i // fixed_parts for i in range(fixed_parts + 1)] if worth else [0, count]
     else:
-        parts = 1 if inside or not worth else min(count, threads())
+        # Each part worth handing to a thread: half of MIN_NUMBERS at least (many cores, small work).
+        parts = 1 if inside or not worth else min(count, threads(), 2 * numbers // max(1, MIN_NUMBERS))
         bounds = cuts(count, parts) if parts > 1 else [0, count]
     spans = list(zip(bounds[:-1], bounds[1:]))
     if len(spans) == 1 or inside or threads() < 2:
