@@ -100,3 +100,38 @@ def test_a_container_is_refused_whole_without_authentication_or_inside_another()
     inner = carried.pack([("2", _sealed(keys, "2", _update("2")))])
     coordinator._take(topics.up(RUN, "1"), carried.pack([("2", inner)]))
     assert taken == [] and coordinator.rejected == 1
+
+
+class _Node:
+    """A node's client as a Carrier sees it: its frames sealed (here: tagged with its name), its
+    publishes recorded."""
+
+    def __init__(self, name: str, sent: list):
+        self.name, self.sent = name, sent
+
+    def sealed(self, topic: str, payload: bytes) -> list[bytes]:
+        return [self.name.encode() + b":" + payload]
+
+    def publish_frames(self, topic: str, frames) -> None:
+        self.sent += [(self.name, topic, frame) for frame in frames]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(0, 300), min_size=1, max_size=30), st.integers(400, 2000))
+def test_a_carrier_sends_every_frame_once_within_its_bound_each_container_on_its_first_nodes_uplink(sizes, bound):
+    sent: list = []
+    carrier = carried.Carrier(RUN, bound)
+    with carrier:
+        for i, size in enumerate(sizes):
+            node = _Node(str(i), sent)
+            carrier.add(node, node.name, topics.up(RUN, node.name), bytes(size))
+    frames = []
+    for by, topic, payload in sent:
+        assert topic == topics.up(RUN, by)  # on the publishing node's own uplink
+        if carried.is_carried(payload):
+            inner = carried.unpack(payload, max_bytes=bound)
+            assert len(inner) > 1 and inner[0][0] == by
+            frames += inner
+        else:  # a container of one is that frame, on its own node's uplink
+            frames.append((by, payload))
+    assert frames == [(str(i), f"{i}:".encode() + bytes(size)) for i, size in enumerate(sizes)]
