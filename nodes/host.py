@@ -250,9 +250,9 @@ def serve(broker_url: str, run: str, node_ids: Sequence[int], *, data_path: str 
             coordinator_grace_s = math.inf
         members = None if group is None else (lambda: [name for name, c in clients.items() if c.connected])
         # A host its coordinator started carries a round's replies in one message (testbed.mqtt.
-        # carried): that coordinator takes them, each frame sealed by its own node.
-        # carried: each frame alone travels as before; a container holds no more than a frame may
-        # (max_chunk_bytes), nor than the coordinator takes in one message (wire.DEFAULT_MAX_BYTES)
+        # carried): that coordinator takes them, each frame sealed by its own node. A container
+        # holds no more than a frame may (max_chunk_bytes), nor than the coordinator takes in one
+        # message (wire.DEFAULT_MAX_BYTES); a frame alone travels as before.
         carrier = Carrier(run, min(max_chunk_bytes, wire.DEFAULT_MAX_BYTES)) \
             if keys is not None and session is not None else None
         with _signals_interrupt():

@@ -496,8 +496,9 @@ class MqttClient(Receiving):
     def publish_frames(self, topic: str, frames: Sequence[bytes]) -> None:
         """Publish ``frames`` as they are (a container of carried uplinks: neither sealed nor
         chunked here) at QoS 1, not awaiting the broker's acknowledgements, as a host's replies."""
+        mids = self._send(topic, b"", False, list(frames))
         with self._lock:
-            self._unwatch(self._send(topic, b"", False, list(frames)))
+            self._unwatch(mids)
 
     def _send(self, topic: str, payload: bytes, retain: bool, frames: list[bytes] | None = None) -> list[int]:
         """The first half of :meth:`publish`: the frames handed to paho; their message ids."""

@@ -157,9 +157,10 @@ class Receiving:
             log.exception("%s: failed to handle message from %s on %r", self.client_id, sender, topic)
 
     def _take_carried(self, payload: bytes, carrier: str | None, by: str | None) -> None:
-        """Each frame of a container that node ``by`` published, taken as if it came on its own node's uplink (its seal
-        opened for that node and topic before it is parsed); WireError for the container. Only
-        where frames are authenticated: without seals nothing would say who wrote a carried reply."""
+        """Each frame of a container that node ``by`` published, taken as if it came on its own
+        node's uplink (its seal opened for that node and topic before it is parsed); WireError for
+        the container. Only where frames are authenticated: without seals nothing would say who
+        wrote a carried reply."""
         if carrier is not None:
             raise wire.WireError("bad_batch", "a container inside a container")
         if self._keys is None:
