@@ -190,9 +190,6 @@ class MqttNodes(EmulatedHosts, BrokerOutages, ReplyChecks, Inbox):
         # message of a later round is refused before it moves any state (_admit).
         self._rounds: dict[int, RoundContext] = {}
         self._sent_at: dict[int, float] = {}  # round -> monotonic s it was sent: its replies' window
-        # (node, round) -> the round's plan of an expected node and its measured fields' least
-        # bounds, made while the nodes step (ReplyChecks._plan_ahead): the round being collected only
-        self._ahead: dict[tuple[int, int], tuple[list[Event], list[dict[str, float]]]] = {}
         self._bounds = node_bounds(mqtt, nodes, self.node_ids, algorithm)
         self._open_round = -1
         self._late: dict[tuple[int, int], list[Event]] = {}  # charged, not yet handed to the runner

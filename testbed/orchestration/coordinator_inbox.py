@@ -39,9 +39,7 @@ class Inbox:
         The network thread takes the replies (_on_inbound); this one waits for the last, and looks
         for emulated hosts that died every REAP_INTERVAL_S."""
         deadline = time.monotonic() + self.round_timeout_s
-        ahead = self._plan_ahead(ctx)  # while the nodes step, outside the lock the replies are taken under
         with self._lock:
-            self._ahead = ahead
             metric_spec = self._metric_spec if kind == protocol.UPDATE else {}  # a setup upload reports none
             collection = self._collecting = Collection(ctx, spec, metric_spec, kind, outstanding=set(ctx.expected))
             self._offline(set(ctx.expected) - self.online)

@@ -75,21 +75,6 @@ class ReplyChecks:
             raise wire.WireError("bad_header", "; ".join(problems))
         return events
 
-    def _plan_ahead(self, ctx: RoundContext) -> dict[tuple[int, int], tuple[list[Event], list[dict[str, float]]]]:
-        """Each expected node's plan of round ``ctx`` and the bounds of its events' measured fields for
-        a window that closes at once (the least any reply of the round gets: a bound only grows
-        with the window, testbed.orchestration.measured_bounds), made before the replies come, so
-        that checking one computes neither unless a measured figure is above its least bound."""
-        sent_at = self._sent_at.get(ctx.round_index)
-        if sent_at is None:
-            return {}
-        ahead = {}
-        for node in ctx.expected:
-            bounds = self._bounds.get(node, FIXED_CAPS)
-            planned = self._planned(node, ctx)
-            ahead[node, ctx.round_index] = (planned, [bounds.limits(want, 0.0) for want in planned])
-        return ahead
-
     def _bounded_events(self, node: int, ctx: RoundContext, msg: wire.Message) -> tuple[list[Event], list[str]]:
         """The update's events, and why any measured field is refused (beyond its rule or bound);
         WireError when they are not the plan in another field. A refused field is charged at its
@@ -97,7 +82,7 @@ class ReplyChecks:
         is above it), else (the fixed caps: a day, a kilowatt, no estimate of anything) as a
         release whose events never came: the most the node reported in such an event, or the plan."""
         raw = msg.meta.get("events")
-        planned, floors = self._ahead.get((node, ctx.round_index)) or (self._planned(node, ctx), None)
+        planned = self._planned(node, ctx)
         if not isinstance(raw, list) or len(raw) != len(planned):
             kinds = [e.get("kind") if isinstance(e, dict) else e for e in raw[:10]] if isinstance(raw, list) else raw
             raise wire.WireError("bad_header", f"events {kinds!r:.200}, the plan says {[e.kind for e in planned]}")
@@ -106,16 +91,12 @@ class ReplyChecks:
         open_s = time.monotonic() - sent_at if sent_at is not None else 0.0
         derived = bounds.device is not None
 
-        def check(values: object, want: Event, floor: dict[str, float] | None) -> tuple[Event, list[str]]:
-            refused_at = None if derived else self._costliest.get((node, want.kind), {})
-            if floor is not None:  # within the least bound: within this window's (the same event)
-                event, problems = event_within(values, want, floor, refused_at)
-                if not problems:
-                    return event, problems
-            return event_within(values, want, bounds.limits(want, open_s), refused_at)
+        def check(values: object, want: Event) -> tuple[Event, list[str]]:
+            limits = bounds.limits(want, open_s)
+            return event_within(values, want, limits, None if derived else self._costliest.get((node, want.kind), {}))
 
         try:
-            checked = [check(values, want, floor) for values, want, floor in zip(raw, planned, floors or [None] * len(raw))]
+            checked = [check(values, want) for values, want in zip(raw, planned)]
         except ValueError as exc:
             raise wire.WireError("bad_header", str(exc)) from None
         return [event for event, _ in checked], [why for _, problems in checked for why in problems]
