@@ -93,10 +93,11 @@ def _triangles_xyz(mesh: Any) -> np.ndarray:
 
 
 def draw_scene(shapes: list[Footprint], positions_m: np.ndarray, edges: np.ndarray, gain: np.ndarray,
-               radio_map: RadioMapImage | None = None, title: str = ""):
+               radio_map: RadioMapImage | None = None, title: str = "", server_m: np.ndarray | None = None):
     """The figure: footprints, the radio map under them, the ``edges`` ((E, 2) node pairs) coloured
     and widened by ``gain`` ((N, N) linear power gain) in dB, the nodes at ``positions_m`` ((N, 2)
-    or (N, 3), m) with their ids. Returns the matplotlib Figure (not shown, not saved)."""
+    or (N, 3), m) with their ids, and the server (a star) at ``server_m`` if given. Returns the
+    matplotlib Figure (not shown, not saved)."""
     plt = _pyplot()
     from matplotlib.collections import LineCollection, PolyCollection
 
@@ -125,12 +126,19 @@ def draw_scene(shapes: list[Footprint], positions_m: np.ndarray, edges: np.ndarr
         ax.add_collection(lines)
         fig.colorbar(lines, ax=ax, shrink=0.6, pad=0.01, label="link path gain (dB)")
     ax.scatter(pos[:, 0], pos[:, 1], s=36, c="white", edgecolors="black", linewidths=1.0, zorder=3)
+    if server_m is not None:
+        sx, sy = (float(v) for v in np.asarray(server_m, dtype=np.float64)[:2])
+        ax.scatter([sx], [sy], s=160, marker="*", c="gold", edgecolors="black", linewidths=0.8, zorder=3)
+        ax.annotate("server", (sx, sy), xytext=(6, -10), textcoords="offset points", fontsize=8, zorder=4)
+        pos_and_server = np.vstack([pos, [[sx, sy]]])
+    else:
+        pos_and_server = pos
     if len(pos) <= MAX_LABELLED_NODES:
         for i, (x, y) in enumerate(pos):
             ax.annotate(str(i), (x, y), xytext=(4, 4), textcoords="offset points", fontsize=8, zorder=4)
     ax.set_aspect("equal")
     ax.autoscale_view()
-    _fit(ax, shapes, pos, radio_map)
+    _fit(ax, shapes, pos_and_server, radio_map)
     ax.set(xlabel="x (m)", ylabel="y (m)", title=title)
     return fig
 
