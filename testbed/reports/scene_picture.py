@@ -62,11 +62,13 @@ class RadioMapImage:
             no path reached the cell.
         extent_m: (x_min, x_max, y_min, y_max) of the grid's outer edges, m.
         transmitter: the node whose coverage it is.
+        plane_z_m: the height it is taken at, m (None: not said).
     """
 
     path_gain_db: np.ndarray
     extent_m: tuple[float, float, float, float]
     transmitter: int
+    plane_z_m: float | None = None
 
 
 def footprints(objects: dict[str, Any]) -> list[Footprint]:
@@ -111,7 +113,8 @@ def draw_scene(shapes: list[Footprint], positions_m: np.ndarray, edges: np.ndarr
         image = ax.imshow(shown, origin="lower", extent=radio_map.extent_m, cmap="viridis", interpolation="nearest",
                           vmin=top - RADIO_MAP_RANGE_DB, vmax=top, zorder=0)
         fig.colorbar(image, ax=ax, location="bottom", shrink=0.6, pad=0.01,
-                     label=f"path gain from node {radio_map.transmitter} (dB)")
+                     label=f"path gain from node {radio_map.transmitter} (dB)"
+                     + ("" if radio_map.plane_z_m is None else f" at z = {radio_map.plane_z_m:.3g} m"))
     if shapes:
         # Each triangle outlined in its own fill colour: no seams between a roof's triangles.
         ax.add_collection(PolyCollection(np.concatenate([s.triangles_xy for s in shapes]), facecolors="#9a9a9a",
