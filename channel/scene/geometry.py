@@ -47,7 +47,7 @@ def load_scene(spec: SceneSpec) -> Any:
         else:
             source = getattr(rt.scene, spec.scene, None)
             if not isinstance(source, str) or spec.scene.startswith("_"):
-                raise ValueError(f"scene: {spec.scene!r} is not a Sionna RT scene (one of {', '.join(builtin_scenes())}, "
+                raise ValueError(f"{spec.scene!r} is not a Sionna RT scene (one of {', '.join(builtin_scenes())}, "
                                  f"{EMPTY_SCENE!r} or a Mitsuba .xml file)")
         try:
             scene = rt.load_scene(source)
