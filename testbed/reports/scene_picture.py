@@ -94,12 +94,12 @@ def _triangles_xyz(mesh: Any) -> np.ndarray:
     return vertices[faces]
 
 
-def draw_scene(shapes: list[Footprint], positions_m: np.ndarray, edges: np.ndarray, gain: np.ndarray,
+def draw_scene(shapes: list[Footprint], positions_m: np.ndarray, edges: np.ndarray, gain: np.ndarray | None,
                radio_map: RadioMapImage | None = None, title: str = "", server_m: np.ndarray | None = None):
     """The figure: footprints, the radio map under them, the ``edges`` ((E, 2) node pairs) coloured
-    and widened by ``gain`` ((N, N) linear power gain) in dB, the nodes at ``positions_m`` ((N, 2)
-    or (N, 3), m) with their ids, and the server (a star) at ``server_m`` if given. Returns the
-    matplotlib Figure (not shown, not saved)."""
+    and widened by ``gain`` ((N, N) linear power gain) in dB (all alike without it), the nodes at
+    ``positions_m`` ((N, 2) or (N, 3), m) with their ids, and the server (a star) at ``server_m`` if
+    given. Returns the matplotlib Figure (not shown, not saved)."""
     plt = _pyplot()
     from matplotlib.collections import LineCollection, PolyCollection
 
@@ -119,7 +119,9 @@ def draw_scene(shapes: list[Footprint], positions_m: np.ndarray, edges: np.ndarr
         # Each triangle outlined in its own fill colour: no seams between a roof's triangles.
         ax.add_collection(PolyCollection(np.concatenate([s.triangles_xy for s in shapes]), facecolors="#9a9a9a",
                                          edgecolors="#9a9a9a", linewidths=0.4, zorder=1))
-    if len(edges):
+    if len(edges) and gain is None:
+        ax.add_collection(LineCollection(pos[edges], colors="#4a6fa5", linewidths=1.2, zorder=2))
+    elif len(edges):
         link_db = _db(gain[edges[:, 0], edges[:, 1]])
         low, high = float(np.min(link_db)), float(np.max(link_db))
         norm = plt.Normalize(low, high if high > low else low + 1.0)
@@ -182,3 +184,44 @@ def _pyplot():
     import matplotlib.pyplot as plt
 
     return plt
+
+
+
+#: A placement record is drawn up to this many nodes and edges (testbed.topology.placement records no more).
+MAX_PLACED_NODES = 500
+MAX_PLACED_EDGES = 2000
+
+
+def placement_figure(topology: dict[str, Any]):
+    """The figure of where a run's nodes stood, from its summary's ``topology`` record
+    (testbed.topology.placement: ``positions_m``, and ``edges``, ``scene``, ``server_m`` when
+    recorded), or None when the run recorded no positions. Drawn from the record alone: no
+    buildings (they are the scene's; `testbed scene show` draws them). The record is a file's:
+    ValueError (one line) when it is not what placement records."""
+    if not topology.get("positions_m"):
+        return None
+    positions = _numbers(topology["positions_m"], "positions_m", MAX_PLACED_NODES)
+    n = len(positions)
+    edges = topology.get("edges")
+    if edges is not None:
+        pairs = np.asarray(edges if isinstance(edges, list) else None, dtype=object)
+        if (pairs.ndim != 2 or (pairs.size and pairs.shape[1] != 2) or len(pairs) > MAX_PLACED_EDGES
+                or not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < n for v in pairs.ravel())):
+            raise ValueError(f"edges must be at most {MAX_PLACED_EDGES} pairs of node ids below {n}")
+        edges = pairs.astype(np.int64).reshape(-1, 2)
+    server = None if topology.get("server_m") is None else _numbers([topology["server_m"]], "server_m", 1)[0]
+    scene = topology.get("scene")
+    where = f"in {str(scene)[:80]}" if scene else "in the radio's square (free space)"
+    links = "links not recorded" if edges is None else f"{len(edges)} links in the first block"
+    return draw_scene([], positions, np.zeros((0, 2), np.int64) if edges is None else edges, None,
+                      title=f"{n} nodes {where}, {links}", server_m=server)
+
+
+def _numbers(rows: Any, name: str, most: int) -> np.ndarray:
+    """(M, 2 or 3) finite float64 from a file's list of rows; ValueError (one line) otherwise."""
+    ok = (isinstance(rows, list) and 0 < len(rows) <= most and all(isinstance(r, list) and len(r) in (2, 3)
+          and len(r) == len(rows[0]) for r in rows)
+          and all(isinstance(v, (int, float)) and not isinstance(v, bool) for r in rows for v in r))
+    if not ok or not np.all(np.isfinite(values := np.array(rows, dtype=np.float64))):
+        raise ValueError(f"{name} must be 1 to {most} rows of 2 or 3 finite numbers (metres)")
+    return values
