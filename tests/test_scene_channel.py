@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from channel import free_space_pathloss_db
 from channel.scene import SceneSpec, SceneUnavailable, cached_trace, import_rt, trace_links
@@ -123,12 +125,19 @@ def test_bad_spec_values_are_refused():
         trace_links(CANYON, np.zeros((3, 2)))
 
 
-def test_no_llvm_is_one_line_naming_what_to_install(monkeypatch):
+def test_only_an_llvm_that_aborts_dr_jit_is_one_line_naming_what_to_install(monkeypatch, tmp_path):
+    """Debian 12 without libllvm19: Dr.Jit would find LLVM 15 and abort the process at the first trace."""
+    old = tmp_path / "libLLVM-15.so.1"
+    old.write_bytes(b"")
     monkeypatch.delenv("DRJIT_LIBLLVM_PATH", raising=False)
     monkeypatch.setattr(runtime, "KNOWN_LLVM_PATHS", ("/nonexistent/libLLVM.so",))
+    monkeypatch.setattr(runtime, "OLD_LLVM_GLOBS", (str(tmp_path / "libLLVM-1[45].so*"),))
     with pytest.raises(SceneUnavailable, match=r"apt-get install libllvm19") as err:
         import_rt()
     assert "\n" not in str(err.value) and "dpfl-testbed[scene]" in str(err.value)
+    monkeypatch.setenv("DRJIT_LIBLLVM_PATH", str(tmp_path / "missing.so"))
+    with pytest.raises(SceneUnavailable, match="is not a file"):
+        import_rt()
 
 
 def test_the_llvm_is_found_at_debians_path_without_the_variable(monkeypatch):
@@ -142,3 +151,34 @@ def test_the_spec_key_follows_a_scene_files_bytes(tmp_path):
     key = SceneSpec(str(xml)).key()
     xml.write_text('<scene version="2.1.0"> </scene>')
     assert SceneSpec(str(xml)).key() != key
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 5), paths=st.integers(1, 6), seed=st.integers(0, 2**32 - 1))
+def test_links_are_the_same_bits_whatever_order_the_solver_lists_paths_in(n, paths, seed):
+    """Summed in an order of their own values: the solver's order (which its threads change) never
+    reaches the bits; every pair reciprocal, the diagonal and a pathless link zero."""
+    rng = np.random.default_rng(seed)
+    a = rng.normal(size=(n, n, paths)) + 1j * rng.normal(size=(n, n, paths))
+    tau = rng.uniform(1e-8, 1e-6, size=(n, n, paths))
+    valid = rng.random((n, n, paths)) < 0.7
+    pos = rng.normal(size=(n, 3))
+    base = tracing.links_from_paths(pos, a, tau, valid, 3.5e9)
+    order = rng.permuted(np.broadcast_to(np.arange(paths), (n, n, paths)), axis=-1)
+    shuffled = tracing.links_from_paths(pos, *(np.take_along_axis(x, order, axis=-1) for x in (a, tau, valid)), 3.5e9)
+    assert np.array_equal(base.coefficient, shuffled.coefficient)
+    assert np.array_equal(base.coefficient, base.coefficient.T) and np.all(np.diag(base.coefficient) == 0)
+    none = ~valid.any(axis=-1) & ~valid.any(axis=-1).T
+    assert np.all(base.gain[none] == 0)
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.binary(max_size=600))
+def test_any_bytes_in_the_cache_are_traced_again_never_served(tmp_path_factory, data):
+    """A cache file is outside input: whatever it holds, the trace served is the real one."""
+    folder = tmp_path_factory.mktemp("cache")
+    spec = CANYON.replaced(max_depth=1, samples_per_source=500)
+    first = cached_trace(spec, STREETS_M[:2], folder)
+    (path,) = folder.glob("*.npz")
+    path.write_bytes(data)
+    assert np.array_equal(cached_trace(spec, STREETS_M[:2], folder).coefficient, first.coefficient)

@@ -11,7 +11,10 @@ import sys
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from channel import free_space_pathloss_db
 from channel.scene import geometry
 from testbed.algorithms.dwfl_channel import radio_from_section, round_channel
 from testbed.algorithms.gossip_channel import Links
@@ -19,7 +22,7 @@ from testbed.algorithms.impact import link_quality_weights
 from testbed.assembly.config import load_config_text
 from testbed.errors import ConfigError
 from testbed.topology import Topology
-from testbed.topology.scene import SceneKeys, SceneSection, scene_geometry
+from testbed.topology.scene import SceneKeys, SceneSection, SceneSite, scene_geometry
 
 RADIO = 'power_dbm = 20.0\nnoise_figure_db = 7.0\ncarrier_hz = 3.5e9\n'
 
@@ -99,7 +102,9 @@ def test_dwfls_channel_is_the_coefficient_traced_to_the_server(cache):
 
 
 def test_walking_nodes_are_retraced_each_block_on_open_ground(cache):
-    config = _dwfl(cache, scene="speed_mps = 5.0\nround_s = 2.0\n", dwfl="coherence_rounds = 2\n")
+    config = _dwfl(cache, scene="speed_mps = 5.0\nround_s = 2.0\n", dwfl="coherence_rounds = 2\n",
+                   topology='kind = "random_geometric"\nsnr_threshold_db = 20.0\nallow_disconnected = true\n'
+                            'coherence_rounds = 2\n')
     site = scene_geometry(config).site
     positions = [site.positions_m(b).copy() for b in range(4)]
     for a, b in zip(positions, positions[1:]):
@@ -110,6 +115,8 @@ def test_walking_nodes_are_retraced_each_block_on_open_ground(cache):
     h = [round_channel(radio, config.run.seed, r).h for r in range(6)]
     assert np.array_equal(h[0], h[1]) and not np.array_equal(h[1], h[2])  # a block is two rounds
     np.testing.assert_array_equal(site.positions_m(1), positions[1])  # block 1 again: the same walk
+    topology = Topology(config.topology, 8, config.run.seed, config.dwfl.link_budget())
+    np.testing.assert_array_equal(topology.positions_m(2), positions[1][:, :2])  # the graph walks with them
 
 
 def test_gossip_slots_are_at_each_nodes_weakest_traced_link(cache):
@@ -151,3 +158,54 @@ def test_positions_from_a_file_and_a_bad_one(cache, tmp_path):
     config = _dwfl(cache, scene=f'placement = "file"\npositions_path = "{bad}"\n', nodes=2, topology='kind = "complete"\n')
     with pytest.raises(ConfigError, match=r"bad.txt:2: expected 'x y' or 'x y z'"):
         scene_geometry(config)
+
+
+@pytest.mark.parametrize("scene, topology, key", [
+    ("", 'kind = "random_geometric"\nspeed_mps = 1.0\n', "topology.speed_mps"),
+    ("speed_mps = 1.0\n", 'kind = "random_geometric"\ncoherence_rounds = 3\n', "topology.coherence_rounds"),
+])
+def test_a_scenes_nodes_are_placed_and_walked_by_the_scene_alone(cache, scene, topology, key, tmp_path):
+    path = tmp_path / "x.toml"
+    path.write_text('[run]\nalgorithm = "dwfl"\n[data]\ndataset = "synthetic"\nnum_nodes = 4\nsamples_per_node = 20\n'
+                    f'dim = 4\n[dwfl]\nrounds = 2\nbatch = 8\npathloss = "scene"\ncoherence_rounds = 2\n{RADIO}'
+                    f'[dwfl.scene]\ncache_dir = "{cache}"\n{scene}[topology]\n{topology}')
+    out = subprocess.run([sys.executable, "-m", "testbed", "run", str(path), "--mode", "sim", "--out",
+                          str(tmp_path / "run")], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2 and f"config error: {key}:" in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_in_the_empty_scene_dwfls_channel_is_friis_to_the_server(cache):
+    """Line of sight only, no object: each sender's gain to the server point is free space's."""
+    config = _dwfl(cache, scene='name = "empty"\nregion_m = [-200.0, 200.0, -200.0, 200.0]\n', topology='kind = "complete"\n')
+    radio = radio_from_section(config.dwfl, 8)
+    geo = scene_geometry(config)
+    d = np.linalg.norm(geo.positions_m - geo.server_position_m, axis=1)
+    friis = 10.0 ** (-free_space_pathloss_db(d, 3.5e9) / 20.0)
+    np.testing.assert_allclose(np.abs(round_channel(radio, config.run.seed, 0).h), friis, rtol=1e-5)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=st.text(max_size=200))
+def test_any_positions_file_is_positions_or_one_line(cache, tmp_path, text):
+    """A positions file is what a user typed: any text gives the nodes' positions or a ConfigError
+    naming scene.positions_path in one line, never a traceback."""
+    path = tmp_path / "pos.txt"
+    path.write_text(text, encoding="utf-8")
+    config = _dwfl(cache, scene=f'placement = "file"\npositions_path = "{path}"\n', nodes=2, topology='kind = "complete"\n')
+    site = SceneSite(config.dwfl.scene, 2, 0, 3.5e9, 1e6)
+    try:
+        pos = site.positions_m(0)
+    except ConfigError as exc:
+        assert exc.key == "scene.positions_path" and "\n" not in str(exc)
+    else:
+        assert pos.shape == (2, 3) and np.all(np.isfinite(pos))
+
+
+def test_an_indoor_region_stands_its_nodes_on_the_floor_not_the_ceiling(cache):
+    """Sionna RT's box: a closed room, no open sky. placement = "region" puts the nodes on its floor."""
+    config = _dwfl(cache, scene='name = "box"\nplacement = "region"\nregion_m = [-4.0, 4.0, -4.0, 4.0]\n'
+                                'server_position_m = [0.0, 0.0, 2.5]\n', topology='kind = "complete"\n', nodes=4)
+    geo = scene_geometry(config)
+    np.testing.assert_allclose(geo.positions_m[:, 2], 1.5, atol=1e-5)  # the floor is z = 0, the ceiling 5 m up
+    assert np.all(geo.links.gain[~np.eye(4, dtype=bool)] > 0)

@@ -4,7 +4,8 @@ A node stands on *open ground*: a ray cast straight down from above the scene me
 and nothing beneath it (the ground, not a roof or a floor with something under it); its antenna is
 ``antenna_height_m`` above that surface. Where no surface is met at all (the empty scene, or past
 the ground's edge) the ground is z = 0. Indoor scenes have no open ground: give positions in a
-region or a file (testbed's ``[scene]`` section).
+region or a file (testbed's ``[scene]`` section), which stand on the lowest surface under them
+(:func:`ground_height_m`: a room's floor, not its ceiling).
 
 Example (needs Sionna RT)::
 
@@ -33,11 +34,13 @@ MAX_PLACEMENT_DRAWS = 1000
 #: Rays start this far above the scene's top, and a second ray this far below the first hit, m.
 _ABOVE_M = 10.0
 _BELOW_M = 1e-3
+#: Surfaces above one another a downward ray passes at most (roofs, ceilings, floors of a building).
+_MAX_LAYERS = 64
 
 
 def load_scene(spec: SceneSpec) -> Any:
     """A fresh ``sionna.rt.Scene`` of ``spec.scene`` (no transmitter, no receiver), at the spec's
-    carrier and bandwidth. ValueError (one line) for an unknown name or a bad file."""
+    carrier and bandwidth, its transmit and receive arrays the spec's one antenna. ValueError (one line) for an unknown name or a bad file."""
     rt = import_rt()
     if spec.scene == EMPTY_SCENE:
         scene = rt.load_scene()
@@ -55,6 +58,9 @@ def load_scene(spec: SceneSpec) -> Any:
             raise ValueError(f"scene {spec.scene}: {str(exc).strip().splitlines()[-1][:200]}") from None
     scene.frequency = spec.carrier_hz
     scene.bandwidth = spec.bandwidth_hz
+    # Every node's antenna, transmitting and receiving: one element of the spec's pattern.
+    scene.tx_array = scene.rx_array = rt.PlanarArray(num_rows=1, num_cols=1, pattern=spec.antenna_pattern,
+                                                     polarization=spec.polarization)
     return scene
 
 
@@ -106,8 +112,20 @@ def open_ground(spec: SceneSpec, xy: np.ndarray, scene: Any = None) -> np.ndarra
 
 
 def ground_height_m(spec: SceneSpec, xy: np.ndarray, scene: Any = None) -> np.ndarray:
-    """(M,) the z of the ground under each (x, y), m (0 where there is none)."""
-    return _ground(load_scene(spec) if scene is None else scene, xy)[1]
+    """(M,) the z of the ground under each (x, y): the lowest surface a ray cast straight down
+    meets (the floor of a room, not its ceiling or the roof above it), m; 0 where there is none."""
+    scene = load_scene(spec) if scene is None else scene
+    xy = np.asarray(xy, dtype=np.float64).reshape(-1, 2)
+    box = scene.mi_scene.bbox()
+    top = np.full(len(xy), (float(box.max.z) if box.valid() else 0.0) + _ABOVE_M)
+    hit, floor = _cast_down(scene, xy, top)
+    for _ in range(_MAX_LAYERS):  # down through each surface until none is below
+        if not hit.any():
+            break
+        below, z = _cast_down(scene, xy, np.where(hit, floor - _BELOW_M, top))
+        hit &= below
+        floor = np.where(hit, z, floor)
+    return floor
 
 
 def positions_in_open_space(spec: SceneSpec, n: int, rng: np.random.Generator,

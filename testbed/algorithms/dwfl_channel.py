@@ -9,6 +9,8 @@ run all derive the same channel without exchanging it:
 - small-scale fading of block b: ``stream(seed, GLOBAL, b, CHANNEL)`` (:class:`channel.FadingSchedule`
   maps a round to its block: time-invariant, every round, every B rounds);
 - node positions and large-scale fading (optional): ``stream(seed, GLOBAL, -1, CHANNEL)``;
+- or, with ``pathloss = "scene"``, each sender's coefficient ray traced to the scene's server point
+  in the block (testbed.topology.scene: positions from the SCENE streams, traces from the cache);
 - receiver i's channel noise in round r: ``stream(seed, i, r, CHANNEL)``; the parameter server of
   the centralised scheme is receiver ``num_nodes`` (an id no node has).
 
@@ -192,7 +194,8 @@ def large_scale_amplitude(radio: Radio, seed: int) -> np.ndarray:
 
     The paper's model has one gain per sender, identical toward every receiver (dwfl.md §1.2); with
     positions that holds for a common reference point, so the gain is measured to the centre of the
-    area (where the server of ``ota_central`` stands). Positions: uniform in the square, once.
+    area (where the server of ``ota_central`` stands). Positions: uniform in the square, once. In a
+    scene: |h| of each sender's coefficient traced to the scene's server point in block 0.
 
     Example::
 

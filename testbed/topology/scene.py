@@ -41,7 +41,7 @@ from testbed.errors import ConfigError, UserError
 from testbed.streams.rng import GLOBAL, Purpose, stream
 from testbed.util.userfiles import read_text
 
-__all__ = ["SceneSection", "SceneKeys", "SceneSite", "SceneGeometry", "scene_site", "scene_geometry", "default_cache_dir",
+__all__ = ["SceneSection", "SceneKeys", "SceneSite", "SceneGeometry", "scene_site", "scene_geometry", "check_blocks", "default_cache_dir",
            "MAX_POSITIONS_FILE_BYTES"]
 
 #: A positions file holds at most this many bytes (a line of three numbers per node).
@@ -325,6 +325,22 @@ class SceneGeometry:
         self.links = TracedLinks(positions_m=self.positions_m, coefficient=full.coefficient[:n, :n],
                                  gain=full.gain[:n, :n], paths=full.paths[:n, :n])
         self.server_position_m = site.server_position_m()
+
+
+def check_blocks(radio_key: str, radio_section: Any, topology: Any) -> None:
+    """With a scene, the nodes are where the scene puts them: a random_geometric topology neither
+    places nor walks them itself, and with walking nodes its graph is redrawn with every re-trace
+    (its coherence_rounds the radio's). ConfigError naming the key."""
+    if radio_section.pathloss != "scene" or topology is None or topology.kind != "random_geometric":
+        return
+    if topology.speed_mps:
+        raise ConfigError("topology.speed_mps", f"the nodes stand in the scene: they walk with {radio_key}.scene."
+                                                "speed_mps; leave topology.speed_mps out")
+    walking = bool((radio_section.scene or SceneSection()).speed_mps)
+    if walking and topology.coherence_rounds != radio_section.coherence_rounds:
+        raise ConfigError("topology.coherence_rounds", f"the walking nodes are re-traced every {radio_key}."
+                          f"coherence_rounds = {radio_section.coherence_rounds}; redraw the graph as often "
+                          "(the same coherence_rounds)")
 
 
 def scene_geometry(config: Any) -> SceneGeometry:
