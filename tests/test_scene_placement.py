@@ -9,6 +9,8 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import testbed
 from testbed.assembly import assemble
@@ -70,13 +72,21 @@ def test_a_run_without_a_radio_placed_graph_records_and_draws_no_placement():
     assert placement_figure({"kind": "ring", "mean_degree": 2.0}) is None
 
 
+def test_a_graph_without_links_is_drawn_with_its_nodes():
+    import matplotlib.pyplot as plt
+
+    fig = placement_figure({"positions_m": [[0.0, 0.0], [5.0, 1.0]], "edges": []})
+    assert "0 links" in fig.axes[0].get_title() and sorted(t.get_text() for t in fig.axes[0].texts) == ["0", "1"]
+    plt.close(fig)
+
+
 GOOD = {"positions_m": [[0.0, 0.0, 1.5], [10.0, 5.0, 1.5]], "edges": [[0, 1]], "server_m": [1.0, 1.0, 10.0]}
 
 
 @pytest.mark.parametrize("damage", [
     {"positions_m": [[0.0, "x"]]}, {"positions_m": [[0.0]]}, {"positions_m": [[0.0, 1.0], [1.0, 2.0, 3.0]]},
     {"positions_m": "here"}, {"positions_m": [[1e400, 0.0]]}, {"positions_m": [[True, 0.0]]},
-    {"positions_m": [[0.0, 0.0]] * 501}, {"edges": [[0, 2]]}, {"edges": [[0, -1]]}, {"edges": [[0, 1, 1]]},
+    {"positions_m": [[0.0, 0.0]] * 501}, {"positions_m": [[10**400, 0.0]]}, {"edges": [[0, 2]]}, {"edges": [[0, -1]]}, {"edges": [[0, 1, 1]]},
     {"edges": "all"}, {"edges": [[0.5, 1]]}, {"server_m": [1.0]}, {"server_m": "up"}],
     ids=lambda d: json.dumps(d)[:40])
 def test_a_damaged_placement_record_is_one_line(damage, tmp_path):
@@ -100,3 +110,24 @@ def test_the_report_of_a_damaged_record_says_so_and_stands(scene_run, tmp_path):
     (copy / "summary.json").write_text(json.dumps({**body, "sha256": summary_digest(body)}))
     page = write_report(copy).read_text()
     assert "not drawn: the summary's topology.edges must be" in page and "<h2>Nodes</h2>" in page
+
+
+_JSON = st.recursive(st.none() | st.booleans() | st.integers(-10, 10) | st.integers() | st.floats(allow_nan=True)
+                     | st.text(max_size=3),
+                     lambda inner: st.lists(inner, max_size=4), max_leaves=12)
+
+
+@settings(max_examples=150, deadline=None)
+@given(positions=_JSON, edges=_JSON, server=_JSON)
+def test_any_record_a_file_may_hold_is_drawn_or_refused_in_one_line(positions, edges, server):
+    """Whatever JSON a summary's topology holds, placement_figure draws it, finds nothing to draw, or
+    raises ValueError (one line): never another exception."""
+    import matplotlib.pyplot as plt
+
+    try:
+        fig = placement_figure({"positions_m": positions, "edges": edges, "server_m": server})
+    except ValueError as exc:
+        assert "\n" not in str(exc)
+    else:
+        if fig is not None:
+            plt.close(fig)

@@ -186,7 +186,6 @@ def _pyplot():
     return plt
 
 
-
 #: A placement record is drawn up to this many nodes and edges (testbed.topology.placement records no more).
 MAX_PLACED_NODES = 500
 MAX_PLACED_EDGES = 2000
@@ -204,11 +203,7 @@ def placement_figure(topology: dict[str, Any]):
     n = len(positions)
     edges = topology.get("edges")
     if edges is not None:
-        pairs = np.asarray(edges if isinstance(edges, list) else None, dtype=object)
-        if (pairs.ndim != 2 or (pairs.size and pairs.shape[1] != 2) or len(pairs) > MAX_PLACED_EDGES
-                or not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < n for v in pairs.ravel())):
-            raise ValueError(f"edges must be at most {MAX_PLACED_EDGES} pairs of node ids below {n}")
-        edges = pairs.astype(np.int64).reshape(-1, 2)
+        edges = _pairs(edges, n)
     server = None if topology.get("server_m") is None else _numbers([topology["server_m"]], "server_m", 1)[0]
     scene = topology.get("scene")
     where = f"in {str(scene)[:80]}" if scene else "in the radio's square (free space)"
@@ -217,11 +212,25 @@ def placement_figure(topology: dict[str, Any]):
                       title=f"{n} nodes {where}, {links}", server_m=server)
 
 
+def _pairs(edges: Any, n: int) -> np.ndarray:
+    """(E, 2) int64 node pairs from a file's list of [i, j]; ValueError (one line) otherwise."""
+    ok = (isinstance(edges, list) and len(edges) <= MAX_PLACED_EDGES
+          and all(isinstance(e, list) and len(e) == 2 for e in edges)
+          and all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < n for e in edges for v in e))
+    if not ok:
+        raise ValueError(f"edges must be at most {MAX_PLACED_EDGES} pairs of node ids below {n}")
+    return np.array(edges, dtype=np.int64).reshape(-1, 2)
+
+
 def _numbers(rows: Any, name: str, most: int) -> np.ndarray:
     """(M, 2 or 3) finite float64 from a file's list of rows; ValueError (one line) otherwise."""
     ok = (isinstance(rows, list) and 0 < len(rows) <= most and all(isinstance(r, list) and len(r) in (2, 3)
           and len(r) == len(rows[0]) for r in rows)
           and all(isinstance(v, (int, float)) and not isinstance(v, bool) for r in rows for v in r))
-    if not ok or not np.all(np.isfinite(values := np.array(rows, dtype=np.float64))):
+    try:
+        values = np.array(rows, dtype=np.float64) if ok else None
+    except OverflowError:  # an integer past float64's range
+        values = None
+    if values is None or not np.all(np.isfinite(values)):
         raise ValueError(f"{name} must be 1 to {most} rows of 2 or 3 finite numbers (metres)")
     return values
