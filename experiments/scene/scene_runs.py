@@ -148,14 +148,13 @@ def collect(run_dir: Path, curve: str, config) -> dict[str, Any]:
 def footprints_of_canyon(name: str) -> list[list[list[list[float]]]]:
     """The canyon's buildings from above (testbed.reports.scene_picture.footprints), kept in the data
     so that the report draws the site without Sionna RT."""
+    from channel.scene.geometry import load_scene
     from testbed.reports.scene_picture import footprints
     from testbed.topology.scene import SceneSection
 
-    algorithm = base_tables(name)["run"]["algorithm"]
-    keys = base_tables(name)[algorithm]["scene"]
-    from channel.scene.geometry import load_scene
-
-    scene = load_scene(SceneSection(**keys).spec(3.5e9, 1e6))
+    tables = base_tables(name)
+    section = tables[tables["run"]["algorithm"]]
+    scene = load_scene(SceneSection(**section["scene"]).spec(section["carrier_hz"], section["bandwidth_hz"]))
     return [compact(f.triangles_xy.tolist()) for f in footprints(scene.objects)]
 
 
