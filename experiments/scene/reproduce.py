@@ -327,9 +327,10 @@ def limits(data: dict[str, Scenario]) -> list[str]:
     return ["## What the runs do not show", "",
             f"- One site (Sionna RT's simple_street_canyon), N = {rec['num_nodes']}, {rec['rounds']} rounds, one learner "
             "(mnist-5k, logistic regression, i.i.d. split), one ε: not how the gaps scale with N, rounds, ε or the site.",
-            "- No indoor scene: Sionna RT 2.2 ships none (its built-ins are outdoor city models and test geometries: "
-            "boxes, reflectors, a wedge, a sphere, a floor and wall); a Mitsuba XML file of a floor plan runs the "
-            "same way (`[ALGORITHM.scene] path`).",
+            "- No indoor scene: Sionna RT 2.2 ships no floor plan. Its built-ins are outdoor city models and test "
+            "geometries; the nearest to a room, `box` and `box_two_screens` (a closed 10 m cube of one material, "
+            "with or without two screens inside; nodes stand on its floor with `placement = \"region\"`), are "
+            "not run here. A Mitsuba XML file of a floor plan runs the same way (`[ALGORITHM.scene] path`).",
             "- Static nodes (speed_mps = 0), one trace per run, no fading beyond the rays: a walk re-traced every "
             "coherence block is not measured here.",
             "- The free-space twin is Friis between the same points (Sionna RT's empty scene, line of sight only): "
