@@ -69,10 +69,7 @@ def coverage_map(spec: SceneSpec, transmitter_m: np.ndarray, plane_z_m: float, c
     if not cell_m > 0 or ((x1 - x0) / cell_m + 1) * ((y1 - y0) / cell_m + 1) > MAX_CELLS:
         raise ValueError(f"a radio map cell of {cell_m:g} m over {x1 - x0:.4g} m × {y1 - y0:.4g} m makes more than "
                          f"{MAX_CELLS} cells or none")
-    rt = import_rt()
-    # The spec's antennas, as channel.scene.tracing gives every node.
-    scene.tx_array = scene.rx_array = rt.PlanarArray(num_rows=1, num_cols=1, pattern=spec.antenna_pattern,
-                                                     polarization=spec.polarization)
+    rt = import_rt()  # load_scene gave the scene the spec's antennas, as every traced node has
     scene.add(rt.Transmitter("coverage", position=mi.Point3f(x, y, z)))
     cx, cy = 0.5 * (x0 + x1), 0.5 * (y0 + y1)
     result = rt.RadioMapSolver()(scene, center=mi.Point3f(cx, cy, float(plane_z_m)),
