@@ -124,7 +124,7 @@ class SimNodes:
         their own streams, or gathered from the memory-mapped file set) and dropped with the round
         (testbed.data.lazy)."""
         if self._lazy:
-            return self.data.nodes(expected).train
+            return self.data.nodes(expected, splits=("train",)).train
         if len(expected) == len(self.node_ids):
             return self.data.train
         return self.data.train.select([self._position[n] for n in expected])
