@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from testbed.assembly import assemble
+from testbed.assembly import assemble, inherited
 
 from testbed.accounting.book import LedgerBook
 from testbed.accounting.budgets import Budgets, Exceeded, budgets_from_config
@@ -199,6 +199,7 @@ def build_nodes(config: Config, algorithm: Algorithm, data: FederatedData | Lazy
     if config.run.mode == "mqtt":
         from testbed.orchestration.coordinator import MqttNodes
 
+        inherited.offer(config, data)  # the rows its forked hosts' nodes take, made once
         return MqttNodes(config.mqtt, config.nodes, to_toml(config), list(data.node_ids), algorithm,
                          seed=config.run.seed, quiet=quiet, links=config.links,
                          server_secret=None if run_dir is None else functools.partial(load_or_make, run_dir,
