@@ -59,7 +59,7 @@ def _stages(marks: list) -> None:
     def written() -> None:
         marks.append(["exit", time.time()])
         with open(os.environ["STARTUP_MARK"], "w") as f:
-            json.dump({"marks": marks, "heavy": [m for m in HEAVY if m in sys.modules]}, f)
+            json.dump({"marks": marks, "heavy": [m for m in HEAVY if m in sys.modules]}, f, allow_nan=False)
 
     atexit.register(written)
 

@@ -44,7 +44,7 @@ import numpy as np
 from nodes.costs import NodeCosts
 from nodes.meters.base import Measurement
 from nodes.release_record import ReleaseRecord, input_digest
-from testbed.assembly import assemble
+from testbed.assembly import assemble, inherited
 from testbed.mqtt import wire
 from testbed.rounds import protocol
 from testbed.algorithms.contract import (
@@ -156,7 +156,8 @@ class SharedExperiment:
 
     def _built_for(self, key: str, config: Config) -> tuple[FederatedData, Algorithm, dict[int, int]]:
         if key not in self._built:  # only the latest is kept: a new one means the old run is over
-            data = load_data(config.data, config.run.seed, nodes=self.nodes, path=self.data_path)
+            data = inherited.rows(config.data, config.run.seed, self.nodes, self.data_path) \
+                or load_data(config.data, config.run.seed, nodes=self.nodes, path=self.data_path)
             algorithm = assemble.build_algorithm(config, model_for(config.model, data, config.run.seed), data)
             self._built = {key: (data, algorithm, {node: i for i, node in enumerate(data.node_ids)})}
         return self._built[key]

@@ -19,10 +19,10 @@ from testbed.util.extras import check_installed, missing_package_message
 
 #: The install extra (pyproject.toml) a command needs whatever the experiment; checked before it runs.
 EXTRA_OF_COMMAND = {"run": "coordinator", "audit": "coordinator", "sweep": "coordinator", "compare": "coordinator", "report": "coordinator", "plan": "coordinator",
-                    "broker": "coordinator", "watch": "watch", "node": "node", "nodes": "node", "bridge": "bridge"}
+                    "scene": "coordinator", "broker": "coordinator", "watch": "watch", "node": "node", "nodes": "node", "bridge": "bridge"}
 #: Commands registered by another command's module.
 _MODULE_OF = {"nodes": "node"}
-COMMANDS = ("run", "watch", "report", "runs", "privacy", "audit", "node", "bridge", "broker", "acl", "provision", "board", "plan", "sweep", "compare", "calibrate", "topology", "schema", "new")
+COMMANDS = ("run", "watch", "report", "runs", "privacy", "audit", "node", "bridge", "broker", "acl", "provision", "board", "plan", "sweep", "compare", "calibrate", "topology", "scene", "schema", "new")
 
 
 class Parser(argparse.ArgumentParser):
