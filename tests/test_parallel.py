@@ -98,6 +98,7 @@ _SECTIONS = {
     "dp_pasgd": "[dp_pasgd]\nsteps = 6\ntau = 3\nbatch = 4\nsigma = 1.0\n",
     "padpfl": "[padpfl]\nrounds = 2\nlocal_steps = 3\nbatch = 4\n",
     "fedavg": "[fedavg]\nrounds = 2\nlocal_steps = 3\nbatch = 4\n",
+    "dwfl": '[dwfl]\nrounds = 2\nbatch = 4\nlr = 0.2\nepsilon = 1.0\nfading = "rayleigh"\nc_scale = 0.6\n',
 }
 
 
