@@ -178,3 +178,13 @@ def test_many_cores_take_parts_worth_a_thread(monkeypatch):
         spans = []
         parallel.split_work(100, lambda lo, hi: spans.append((lo, hi)), numbers=numbers)
         assert len(spans) == parts and sorted(spans)[0][0] == 0 and sorted(spans)[-1][1] == 100
+
+
+def test_testbed_threads_from_the_environment_is_checked(monkeypatch, caplog):
+    monkeypatch.setenv("TESTBED_THREADS", "3")
+    assert parallel._from_environment() == 3
+    for bad in ("two", "-1", "9" * 40):
+        monkeypatch.setenv("TESTBED_THREADS", bad)
+        assert parallel._from_environment() == 0  # one per core, and one line saying so
+    assert sum("TESTBED_THREADS" in r.getMessage() for r in caplog.records) == 3
+    assert all("\n" not in r.getMessage() for r in caplog.records)
