@@ -6,6 +6,7 @@ first asks for them, once; the numbers stay sim's, bit for bit."""
 from __future__ import annotations
 
 import csv
+import logging
 
 import numpy as np
 import pytest
@@ -20,7 +21,8 @@ from testbed.assembly import assemble
 from testbed.assembly.config import load_config_text, replace, to_toml
 from testbed.assembly.evaluation import evaluated_node_ids
 from testbed.data.lazy import KeptNodes
-from testbed.mqtt import wire
+from testbed.mqtt import auth, wire
+from testbed.mqtt.client import MAX_WILL_BYTES, MqttClient
 from testbed.orchestration.runner import run_experiment
 from testbed.rounds import protocol
 
@@ -115,3 +117,16 @@ def test_a_lazy_hosts_nodes_make_their_rows_when_first_stepped_with_the_eager_ho
                     np.testing.assert_array_equal(wire.decode(replies[node].payload).tensors[name], tensor)
     made = [n for call in asked for n in call]
     assert sorted(made) == [1, 2, 5, 6]  # each node's rows made once, when first stepped
+
+
+@pytest.mark.parametrize("nodes", [3, 4_000])
+def test_a_coordinator_of_thousands_of_nodes_connects_with_no_will_longer_than_mqtt_allows(
+        mosquitto_broker, connect, run_id, caplog, nodes):
+    # Sealed for every node, the coordinator's will outgrows MQTT's 65,535 bytes past ~3,100 nodes;
+    # paho's CONNECT failed on it in its thread and the run waited for a connection forever.
+    keys = auth.Keys.from_run_key(run_id, auth.new_key(), [str(n) for n in range(nodes)])
+    client = MqttClient.for_coordinator(mosquitto_broker.url, run_id, keys=keys, auth_session="0123456789abcdef")
+    with caplog.at_level(logging.WARNING, logger="testbed.mqtt.client"):
+        assert connect(client, timeout_s=20).connected
+    assert ("no last will" in caplog.text) == (nodes > 3_000)
+    assert len(client._paho._will_payload) <= MAX_WILL_BYTES and client._paho._will == (nodes < 3_000)

@@ -58,6 +58,8 @@ _paho_log = logging.getLogger("testbed.mqtt.paho")
 _paho_log.addFilter(lambda record: not record.getMessage().startswith("Client is not connected"))
 
 QOS = 1
+#: The longest will payload MQTT can carry (a two-byte length in CONNECT, both versions).
+MAX_WILL_BYTES = 65_535
 _MAX_FRAMES = 16384  # per publish, and acks remembered
 PROTOCOLS = ("auto", "5", "3.1.1")
 
@@ -188,6 +190,7 @@ class MqttClient(Receiving):
         self._unverified_statuses = unverified_statuses and keys is None
         self._nodes_only = [p for p in keys.principals() if p != topics.CHANNEL] if keys is not None else []
         self._epoch = auth.new_epoch()  # of the connection the will below is for (statuses)
+        self._will_too_long = False  # said once
         self._epochs = auth.StatusEpochs()
         self._forged = auth.RejectLog(client_id)
 
@@ -244,8 +247,7 @@ class MqttClient(Receiving):
         if self.url.tls:
             c.tls_set_context(probe.tls_context(self._tls_ca))  # loaded and checked by the probe
         c.reconnect_delay_set(*self._reconnect)  # type: ignore[arg-type]  # floats work
-        if self.status_topic:
-            c.will_set(self.status_topic, self._status(topics.STATUS_OFFLINE), qos=QOS, retain=True)
+        self._set_will(c)
         c.on_connect = self._on_connect
         c.on_disconnect = self._on_disconnect
         c.on_subscribe = self._on_subscribe
@@ -397,7 +399,25 @@ class MqttClient(Receiving):
             # The next connection's will and online are of a new epoch: this one's will, which the
             # broker may have published, cannot be replayed against it.
             self._epoch = auth.new_epoch()
-            client.will_set(self.status_topic, self._status(topics.STATUS_OFFLINE), qos=QOS, retain=True)
+            self._set_will(client)
+
+    def _set_will(self, client: paho.Client) -> None:
+        """The connection's last will: ``offline`` on the status topic, sealed for its readers. A
+        coordinator's is sealed for every node (a tag each): past ~3,100 nodes it is longer than
+        MQTT lets a will be, and the connection has none (paho's CONNECT would fail on it): its
+        emulated hosts watch its process instead; real boards do not hear of an unclean end."""
+        if not self.status_topic:
+            return
+        will = self._status(topics.STATUS_OFFLINE)
+        if len(will) > MAX_WILL_BYTES:
+            if not self._will_too_long:
+                self._will_too_long = True
+                log.warning("%s: no last will: sealed for %d readers it is %d bytes, more than MQTT's %d",
+                            self.client_id, len(self._keys.principals()) if self._keys else 0, len(will),
+                            MAX_WILL_BYTES)
+            client.will_clear()
+            return
+        client.will_set(self.status_topic, will, qos=QOS, retain=True)
 
     def _tell_coordinator(self) -> None:
         """A coordinator's new connection: a board (its statuses carry no session) says again that
