@@ -130,3 +130,24 @@ def test_a_coordinator_of_thousands_of_nodes_connects_with_no_will_longer_than_m
         assert connect(client, timeout_s=20).connected
     assert ("no last will" in caplog.text) == (nodes > 3_000)
     assert len(client._paho._will_payload) <= MAX_WILL_BYTES and client._paho._will == (nodes < 3_000)
+
+
+def test_a_hosts_nodes_read_the_coordinators_status_through_one_of_them(small_config_text, tmp_path, monkeypatch):
+    # Sealed for every node, the status is a tag per node long: N nodes reading it were N².
+    import nodes.host as host_module
+    from testbed.mqtt import topics
+
+    log = tmp_path / "subscriptions"
+
+    class Logged(MqttClient):
+        @classmethod
+        def for_node(cls, url, run, node, **kwargs):
+            with open(log, "a") as f:  # from the forked hosts too
+                f.write(f"{node} {int(topics.coord(run) in kwargs['subscriptions'])}\n")
+            return super().for_node(url, run, node, **kwargs)
+
+    monkeypatch.setattr(host_module, "MqttClient", Logged)
+    config = load_config_text(small_config_text, ["data.num_nodes=6", "run.mode='mqtt'", "mqtt.hosts=2"])
+    assert run_experiment(config, out_dir=tmp_path / "r", quiet=True).summary["status"] == "completed"
+    watching = dict(line.split() for line in log.read_text().splitlines())
+    assert len(watching) == 6 and sorted(n for n, w in watching.items() if w == "1") == ["0", "3"]
