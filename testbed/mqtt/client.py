@@ -29,6 +29,7 @@ publishing at once, testbed.mqtt.client_batches'.
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 import queue
 import secrets
@@ -188,11 +189,16 @@ class MqttClient(Receiving):
         self._keys = keys
         self._auth_session = auth_session
         self._unverified_statuses = unverified_statuses and keys is None
-        self._nodes_only = [p for p in keys.principals() if p != topics.CHANNEL] if keys is not None else []
         self._epoch = auth.new_epoch()  # of the connection the will below is for (statuses)
         self._will_too_long = False  # said once
         self._epochs = auth.StatusEpochs()
         self._forged = auth.RejectLog(client_id)
+
+    @functools.cached_property
+    def _nodes_only(self) -> list[str]:
+        """Every node's key id held (a coordinator's broadcast is sealed for them): made when first
+        sealed for, not for each of a host's 1,000 node clients (a list of its 1,000 ids each)."""
+        return [p for p in self._keys.principals() if p != topics.CHANNEL] if self._keys is not None else []
 
     @property
     def forged(self) -> int:
