@@ -132,6 +132,8 @@ class KeptNodes:
             self._like = self._like or made
             for i, node in enumerate(missing):
                 self._kept[node] = (*made.train.node_slice(i), made.node_names[i])
+            if missing == ids:  # all new, in this order (a round's sampled nodes, mostly): no copy
+                return made
         if self._like is None:
             raise ValueError("no node's rows were asked for yet")
         kept = [self._kept[n] for n in ids]

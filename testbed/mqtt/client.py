@@ -200,6 +200,11 @@ class MqttClient(Receiving):
         sealed for, not for each of a host's 1,000 node clients (a list of its 1,000 ids each)."""
         return [p for p in self._keys.principals() if p != topics.CHANNEL] if self._keys is not None else []
 
+    def _readers(self, t: topics.Topic) -> list[str]:
+        """Whose tags a frame on topic ``t`` carries (auth.readers); every node's on the broadcast only."""
+        assert self._keys is not None
+        return auth.readers(t.kind, t.node, self._keys, self._nodes_only if t.kind == topics.BCAST else ())
+
     @property
     def forged(self) -> int:
         """Received frames dropped because they did not authenticate."""
@@ -443,7 +448,7 @@ class MqttClient(Receiving):
         if self._keys is None or self.status_topic is None:
             return value
         t = topics.parse(self.status_topic)
-        return auth.seal(self._keys, self.status_topic, auth.readers(t.kind, t.node, self._keys, self._nodes_only),
+        return auth.seal(self._keys, self.status_topic, self._readers(t),
                          self._auth_session, self._epoch, value)
 
     def _frames(self, topic: str, payload: bytes) -> list[bytes]:
@@ -455,7 +460,7 @@ class MqttClient(Receiving):
             return [self._status(payload)]
         t = topics.parse(topic)
         session, round_index = wire.session_and_round(payload)
-        principals = auth.readers(t.kind, t.node, self._keys, self._nodes_only)
+        principals = self._readers(t)
         room = self.max_chunk_bytes - auth.overhead(principals, session)
         if room <= chunks.CHUNK_HEADER_BYTES:
             raise ValueError(f"max_chunk_bytes {self.max_chunk_bytes} leaves no room beside the seal of "
