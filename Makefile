@@ -17,7 +17,7 @@ $(VENV)/.core-installed: pyproject.toml constraints.txt | $(BIN)/python
 	touch $@
 
 $(VENV)/.test-installed: $(VENV)/.core-installed
-	$(PIP_INSTALL) -e '.[coordinator,node,watch,channel,test,docs]'
+	$(PIP_INSTALL) -e '.[coordinator,node,watch,channel,scene,test,docs]'
 	touch $@
 
 demo: $(VENV)/.core-installed

@@ -15,6 +15,7 @@ Modules:
 - :mod:`channel.power_control`: DWFL alignment (eqs. 2–4), truncation, imperfect CSI.
 - :mod:`channel.ota`: uplink and full-duplex D2D superposition (O(N·d)).
 - :mod:`channel.link`: airtime and radio energy of analog and digital transmissions.
+- :mod:`channel.scene`: links ray traced in a Sionna RT scene (its own layer; Sionna RT only when called).
 
 Conventions: SI units with the unit in the name (``power_w``, ``noise_power_w``, ``airtime_s``,
 ``energy_j``, ``bandwidth_hz``); leading node axis (N, ...); channel coefficients complex128, model

@@ -25,6 +25,10 @@ SYNTHETIC = '[data]\ndataset = "synthetic"\nnum_nodes = 5\nsamples_per_node = 60
 DIGITS_CNN = ('[data]\ndataset = "digits"\nnum_nodes = 5\nsamples_per_node = 60\n'
               '[model]\nkind = "torch"\nnetwork = "cnn"\n')
 
+#: Five nodes on the street canyon's open ground, few rays (a trace of 0.1 s, cached for the suite).
+SCENE = ('[dwfl.scene]\nmax_depth = 2\nsamples_per_source = 2000\n'
+         '[topology]\nkind = "random_geometric"\nsnr_threshold_db = 0.0\nallow_disconnected = true\n')
+
 #: A few rounds of every registered algorithm, and of the ones that train deep models with a CNN
 #: ("name/cnn"). A case is its algorithm's section plus, for the CNN, the data and model above.
 EXPERIMENTS = {
@@ -51,6 +55,20 @@ EXPERIMENTS = {
     # DWFL on a ring (issue 32): each node hears its two neighbours, Rayleigh fading, variant A.
     "dwfl/ring": SYNTHETIC + '[dwfl]\nrounds = 6\nbatch = 8\nlr = 0.2\nepsilon = 1.0\nfading = "rayleigh"\n'
                              'variant = "A"\n[topology]\nkind = "ring"\n',
+    # The radio ray traced in Sionna RT's street canyon (issue 45): the graph from the traced gains,
+    # each sender's channel the coefficient traced to the server point; gossip's slots at each
+    # node's weakest traced link.
+    # DWFL's nodes walk: each two-round block re-traced, the graph redrawn with it.
+    "dwfl/scene": SYNTHETIC + '[dwfl]\nrounds = 6\nbatch = 8\nlr = 0.2\nepsilon = 1.0\nfading = "none"\nc_scale = 0.6\n'
+                              'pathloss = "scene"\npower_dbm = 20.0\nnoise_figure_db = 7.0\ncoherence_rounds = 2\n'
+                              + SCENE.replace("samples_per_source = 2000\n", "samples_per_source = 2000\nspeed_mps = 10.0\n")
+                              + 'coherence_rounds = 2\n',
+    "gossip/scene": SYNTHETIC + '[gossip]\nrounds = 6\nbatch = 8\nlr = 0.2\nepsilon = 1.0\nfading = "rayleigh"\n'
+                                'pathloss = "scene"\npower_dbm = 20.0\nnoise_figure_db = 7.0\n'
+                                + SCENE.replace("dwfl.scene", "gossip.scene"),
+    "padpfl/scene": SYNTHETIC + '[padpfl]\nrounds = 6\nlocal_steps = 3\nbatch = 8\nlr = 0.5\nclip = 2.0\nepsilon = 20.0\n'
+                                'impact = "link_quality"\nlink_pathloss = "scene"\n'
+                                '[padpfl.link_scene]\nmax_depth = 2\nsamples_per_source = 2000\n',
     "dwfl/cnn": DIGITS_CNN + '[dwfl]\nrounds = 6\nbatch = 8\nlr = 0.2\nepsilon = 1.0\nfading = "none"\nc_scale = 0.6\n',
     # PADPFL with DP-SGD local steps (issue 39): per-sample clipped, noised steps, each charged.
     "padpfl/dp_sgd": SYNTHETIC + '[padpfl]\nrounds = 6\nlocal_steps = 3\nbatch = 8\nlr = 0.5\nclip = 2.0\n'

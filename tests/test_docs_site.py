@@ -74,16 +74,17 @@ def test_the_quick_starts_two_commands_are_the_makefiles():
         assert planned.returncode == 0 and command in planned.stdout, planned.stdout + planned.stderr
 
 
-@pytest.mark.slow  # the quick start in sim and its report: about 15 s
+@pytest.mark.slow  # the quick start in sim and its report, and DWFL in the street canyon: about 30 s
 def test_the_quick_starts_next_commands_run_as_written(tmp_path):
     """The block after `make demo`, in a folder with the checkout's experiments/: each command as
     written (`testbed watch`, a server, is only parsed)."""
     from testbed.cli import build_parser
 
     (tmp_path / "experiments").symlink_to(REPO / "experiments")
+    (tmp_path / "examples").symlink_to(REPO / "examples")
     commands = _quick_start_blocks()[1]
     assert [c.split()[:2] for c in commands] == [["testbed", "run"], ["testbed", "report"], ["testbed", "watch"],
-                                                 ["testbed", "privacy"]]
+                                                 ["testbed", "privacy"], ["testbed", "run"]]  # the last: the scene
     for command in commands:
         argv = command.split()[1:]
         if argv[0] == "watch":
@@ -93,3 +94,4 @@ def test_the_quick_starts_next_commands_run_as_written(tmp_path):
                               timeout=600)
         assert done.returncode == 0, (command, done.stderr[-2000:])
     assert (tmp_path / "runs" / "qs" / "summary.json").exists() and (tmp_path / "runs" / "qs" / "report.html").exists()
+    assert list((tmp_path / "runs").glob("scene-dwfl-*/summary.json"))  # examples/scene_dwfl.toml ran

@@ -9,6 +9,8 @@ run all derive the same channel without exchanging it:
 - small-scale fading of block b: ``stream(seed, GLOBAL, b, CHANNEL)`` (:class:`channel.FadingSchedule`
   maps a round to its block: time-invariant, every round, every B rounds);
 - node positions and large-scale fading (optional): ``stream(seed, GLOBAL, -1, CHANNEL)``;
+- or, with ``pathloss = "scene"``, each sender's coefficient ray traced to the scene's server point
+  in the block (testbed.topology.scene: positions from the SCENE streams, traces from the cache);
 - receiver i's channel noise in round r: ``stream(seed, i, r, CHANNEL)``; the parameter server of
   the centralised scheme is receiver ``num_nodes`` (an id no node has).
 
@@ -68,7 +70,7 @@ from testbed.topology import Graph, Mixing, Topology, TopologySection
 from testbed.util.parallel import ROWS_IN_CACHE, split_work
 
 SCHEMES = ("ota_d2d", "orthogonal_d2d", "ota_central")
-PATHLOSS_KINDS = ("none", "free_space", "umi", "uma")
+PATHLOSS_KINDS = ("none", "free_space", "umi", "uma", "scene")
 #: Height of the reference receiver the per-sender path loss is measured to, m (TR 38.901 BS
 #: heights for UMi/UMa; device height for free space).
 _REFERENCE_HEIGHT_M = {"free_space": 1.5, "umi": 10.0, "uma": 25.0}
@@ -98,6 +100,9 @@ class Radio:
             ``"free_space"`` (Friis), ``"umi"``/``"uma"`` (TR 38.901 via Sionna, with shadowing).
         area_m: side of the square the nodes are dropped in (uniformly, once), m.
         carrier_hz: carrier frequency, Hz.
+        scene: with ``pathloss = "scene"``, the testbed.topology.scene.SceneKeys of the run's scene:
+            each sender's channel is the narrowband coefficient ray traced to the server point of
+            the scene (times the fading, if any), re-traced each coherence block.
         beta: fraction of the power left after alignment that goes to artificial noise (eq. 2).
         c_scale: c as a fraction of the eq. (4) maximum (< 1 leaves the weakest node noise power).
         digital_orthogonal: the orthogonal links decode without error (digital baseline).
@@ -116,6 +121,7 @@ class Radio:
     beta: float = 1.0
     c_scale: float = 1.0
     digital_orthogonal: bool = False
+    scene: Any = None
 
     @property
     def schedule(self) -> FadingSchedule:
@@ -188,7 +194,8 @@ def large_scale_amplitude(radio: Radio, seed: int) -> np.ndarray:
 
     The paper's model has one gain per sender, identical toward every receiver (dwfl.md §1.2); with
     positions that holds for a common reference point, so the gain is measured to the centre of the
-    area (where the server of ``ota_central`` stands). Positions: uniform in the square, once.
+    area (where the server of ``ota_central`` stands). Positions: uniform in the square, once. In a
+    scene: |h| of each sender's coefficient traced to the scene's server point in block 0.
 
     Example::
 
@@ -197,6 +204,8 @@ def large_scale_amplitude(radio: Radio, seed: int) -> np.ndarray:
     """
     if radio.pathloss == "none":
         return np.ones(radio.num_nodes)
+    if radio.pathloss == "scene":  # block 0's: round_channel reads each block's own
+        return np.abs(radio.scene.site(radio.num_nodes, seed).server_coefficient(0))
     rng = stream(seed, GLOBAL, -1, Purpose.CHANNEL)
     xy = rng.uniform(-radio.area_m / 2, radio.area_m / 2, size=(radio.num_nodes, 2))
     pos = np.column_stack([xy, np.full(radio.num_nodes, _DEVICE_HEIGHT_M)])
@@ -224,6 +233,8 @@ def round_channel(radio: Radio, seed: int, round_index: int, amplitude: np.ndarr
     block = radio.schedule.block_index(round_index)
     fading = draw_fading(radio.fading, (radio.num_nodes,), stream(seed, GLOBAL, block, Purpose.CHANNEL),
                          k_factor=radio.k_factor)
+    if radio.pathloss == "scene":  # the block's traced coefficient to the server, its phase included
+        return aligned_channel(radio, block, fading * radio.scene.site(radio.num_nodes, seed).server_coefficient(block))
     amp = large_scale_amplitude(radio, seed) if amplitude is None else amplitude
     return aligned_channel(radio, block, fading * amp)
 

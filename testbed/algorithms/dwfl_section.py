@@ -13,6 +13,7 @@ from testbed.algorithms.dwfl_channel import DwflChannel, RadioView, radio_from_s
 from testbed.algorithms.radio_section import RadioSection
 from testbed.checked.sections import NonNegative, OnlyWith, Positive, field_default
 from testbed.errors import ConfigError
+from testbed.topology.scene import check_blocks
 
 if TYPE_CHECKING:
     from testbed.checked.sections import Config
@@ -85,6 +86,7 @@ def check(config: "Config") -> None:
             if getattr(a, name) != field_default(DwflSection, name):
                 raise ConfigError(f"dwfl.{name}", 'matters only with pathloss = "free_space", "umi" or "uma" or '
                                                   '[topology] kind = "random_geometric"; set that, or leave it out')
+    check_blocks("dwfl", a, config.topology)
     if config.budget.epsilon is not None and a.epsilon is None and a.sigma2 is None:
         raise ConfigError("budget.epsilon", "dwfl does not calibrate its noise to the run's epsilon; set dwfl.epsilon "
                                             "(per round) or dwfl.sigma2, or remove budget.epsilon")

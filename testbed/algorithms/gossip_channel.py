@@ -25,7 +25,9 @@ Cost of round r (:class:`RoundLinks`), per node k:
   (testbed.algorithms.dwfl_channel.round_channel; one gain per sender toward every receiver, DWFL's
   model), and on a ``random_geometric`` topology times the free-space gain between the two
   positions, 10^(−FSPL(d)/10) (the link budget the graph was drawn from; the radio's ``pathloss``
-  must then be "none": the positions are the large scale).
+  must then be "none": the positions are the large scale);
+- in a ray-traced scene (``pathloss = "scene"``), the traced gain of each pair, min over the
+  sender's neighbours, times the sender's fading (testbed.topology.scene).
 
 A node with no neighbour (a disconnected graph that was allowed) sends nothing: no slot, no cost.
 
@@ -160,8 +162,19 @@ class Links:
         n, r = self.num_nodes, self.radio
         weakest = np.zeros(n)
         has = graph.degrees > 0
-        weakest[has] = np.abs(self.channel_h(round_index)[has]) ** 2  # one gain per sender
-        positions = self.topology.positions_m(round_index)
+        h = self.channel_h(round_index)
+        site = self.topology.scene_site() if r.pathloss == "scene" else None
+        if site is not None:  # each pair's traced gain, times the sender's fading (h over its traced h)
+            block = r.schedule.block_index(round_index)
+            pair = site.node_gain(block)[graph.rows, graph.indices]
+            traced = site.server_coefficient(block)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                fading = np.where(traced != 0, np.abs(h) ** 2 / np.abs(traced) ** 2, 1.0)
+            weakest[has] = fading[has] * np.minimum.reduceat(pair, graph.indptr[:-1][has])
+            positions = None
+        else:
+            weakest[has] = np.abs(h[has]) ** 2  # one gain per sender
+            positions = self.topology.positions_m(round_index)
         if positions is not None:  # times the link budget the graph was drawn from, per pair
             gap = positions[graph.rows] - positions[graph.indices]
             distance = np.maximum(np.sqrt((gap**2).sum(axis=1)), 1e-3)

@@ -84,6 +84,7 @@ from testbed.privacy import dwfl as dp
 from testbed.privacy.statements import DELTA, PrivacyStatement
 from testbed.topology import Topology, TopologySection
 from testbed.topology.view import graph_view_with
+from testbed.topology.scene import check_blocks
 
 if TYPE_CHECKING:
     from testbed.checked.sections import Config
@@ -416,9 +417,11 @@ def _checker(kind: str):
         a: ExchangeSection = getattr(config, kind)
         if config.data.num_nodes < 2:
             raise ConfigError("data.num_nodes", f"{kind} needs at least 2 nodes")
-        if config.topology.kind == "random_geometric" and a.pathloss != "none":
+        if config.topology.kind == "random_geometric" and a.pathloss not in ("none", "scene"):
             raise ConfigError(f"{kind}.pathloss", "a random_geometric topology takes each link's path loss from the "
-                                                  "nodes' positions (free space); leave pathloss out")
+                                                  "nodes' positions (free space, or a ray-traced scene: pathloss = "
+                                                  "\"scene\"); leave pathloss out")
+        check_blocks(kind, a, config.topology)
         topology = Topology(config.topology, config.data.num_nodes, config.run.seed, a.link_budget())
         topology.check(a.rounds)
         if a.aggregation == "trimmed_mean":

@@ -16,7 +16,7 @@ Example (scenario 2 of Table I: parts of 20, 35 and 5 clients, ratio "0-2-1")::
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import math
 
@@ -65,14 +65,15 @@ def ratio_weights(parts: Sequence[int], ratios: np.ndarray) -> np.ndarray:
 
 
 def link_quality_weights(num_nodes: int, seed: int, *, pathloss: str, area_m: float, carrier_hz: float,
-                         power_dbm: float, noise_dbm: float) -> np.ndarray:
+                         power_dbm: float, noise_dbm: float, scene: Any = None) -> np.ndarray:
     """Impact factors from each client's uplink (beyond the paper): p_i ∝ log2(1 + SNR_i), the
     Shannon rate per hertz of client i's link to the server at its mean channel power gain.
 
     SNR_i = P β_i² / σ², β_i the large-scale amplitude of :func:`large_scale_amplitude` (clients
     dropped uniformly in an ``area_m`` square, once, from the run's seed; path loss toward the
-    server at its centre: Friis, or TR 38.901 UMi/UMa with shadowing), P and σ² from ``power_dbm``
-    and ``noise_dbm``. A server measures these gains from its clients' pilots: they say where a
+    server at its centre: Friis, or TR 38.901 UMi/UMa with shadowing; or, with ``pathloss = "scene"``,
+    ray traced from where the clients stand in ``scene`` (testbed.topology.scene.SceneKeys) to its
+    server point), P and σ² from ``power_dbm`` and ``noise_dbm``. A server measures these gains from its clients' pilots: they say where a
     client is, nothing about its data, and are not charged.
 
     Returns:
@@ -88,7 +89,7 @@ def link_quality_weights(num_nodes: int, seed: int, *, pathloss: str, area_m: fl
     from testbed.algorithms.dwfl_channel import Radio, large_scale_amplitude
 
     radio = Radio(num_nodes=num_nodes, power_w=_watts(power_dbm), noise_power_w=_watts(noise_dbm),
-                  pathloss=pathloss, area_m=area_m, carrier_hz=carrier_hz)
+                  pathloss=pathloss, area_m=area_m, carrier_hz=carrier_hz, scene=scene)
     snr = radio.power_w * large_scale_amplitude(radio, seed) ** 2 / radio.noise_power_w
     rate = np.log2(1.0 + snr)
     if not rate.sum() > 0:

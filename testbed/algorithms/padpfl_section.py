@@ -17,6 +17,7 @@ from testbed.algorithms.impact import ImpactSchedule, link_quality_weights, pars
 from testbed.checked.sections import NonNegative, OnlyWith, Positive, Section
 from testbed.errors import ConfigError
 from testbed.learning.models import Model
+from testbed.topology.scene import SceneKeys, SceneSection
 
 if TYPE_CHECKING:
     from testbed.checked.sections import Config
@@ -94,8 +95,12 @@ class PadpflSection(AggregationOptions):
     model's accuracy on the node's own data), clipped to [0, 1] and noised with ``score_sigma``
     before they leave the node, each charged to the node's ledger; link_quality: p_i ∝ log2(1 + SNR_i)
     of the client's uplink at its mean channel gain (the ``link_*`` keys; fixed for the run)."""
-    link_pathloss: Literal["free_space", "umi", "uma"] = "umi"
-    """link_quality: the uplink's large-scale model (Friis, or TR 38.901 UMi/UMa with shadowing)."""
+    link_pathloss: Literal["free_space", "umi", "uma", "scene"] = "umi"
+    """link_quality: the uplink's large-scale model (Friis, or TR 38.901 UMi/UMa with shadowing), or
+    "scene": each client's link to the server ray traced in the scene of ``link_scene``."""
+    link_scene: SceneSection | None = None
+    """link_quality with link_pathloss = "scene": the scene, where the clients and the server stand,
+    the solver's settings (testbed.topology.scene; absent: the street canyon)."""
     link_area_m: Positive[float] = 200.0
     """link_quality: side of the square the clients are dropped in (the server at its centre), m."""
     link_carrier_hz: Positive[float] = 3.5e9
@@ -145,6 +150,8 @@ class PadpflSection(AggregationOptions):
             raise ValueError('padpfl.impact: "given" needs weights or ratios (with parts), exactly one')
         if self.impact != "given" and (self.weights is not None or self.ratios is not None or self.schedule):
             raise ValueError('padpfl.impact: weights, ratios and schedule need impact = "given"')
+        if self.link_scene is not None and self.link_pathloss != "scene":
+            raise ValueError('padpfl.link_scene: matters only with link_pathloss = "scene"')
         link_keys = [k for k in ("link_pathloss", "link_area_m", "link_carrier_hz", "link_power_dbm", "link_noise_dbm")
                      if getattr(self, k) != type(self).model_fields[k].default]
         if link_keys and self.impact != "link_quality":
@@ -167,6 +174,10 @@ RENAMED_SENSITIVITIES = {"paper": "paper_eq7", "worst_case": "clipped_weights"}
 #: The sentence a run under eq. (7)'s sensitivity carries in its summary's assumptions and REPORT.
 PAPER_EQ7_ASSUMPTION = ("PADPFL's uploads are charged at 2B/m_i (sensitivity = \"paper_eq7\"): under the paper's "
                         "assumption (eq. 6), not a guarantee for SGD")
+
+
+#: The bandwidth a link_quality scene is traced at (the narrowband coefficient does not depend on it).
+SCENE_BANDWIDTH_HZ = 1e6
 
 
 def uploads_disagree(rounds: int, uploads: int | None, participation: str) -> str | None:
@@ -198,7 +209,9 @@ def schedule_from_section(a: PadpflSection, num_nodes: int, seed: int) -> Impact
         try:
             return ImpactSchedule([(0, link_quality_weights(
                 num_nodes, seed, pathloss=a.link_pathloss, area_m=a.link_area_m, carrier_hz=a.link_carrier_hz,
-                power_dbm=a.link_power_dbm, noise_dbm=a.link_noise_dbm))])
+                power_dbm=a.link_power_dbm, noise_dbm=a.link_noise_dbm,
+                scene=SceneKeys.of(a.link_scene or SceneSection(), a.link_carrier_hz, SCENE_BANDWIDTH_HZ, None)
+                if a.link_pathloss == "scene" else None))])
         except TooManySenders as exc:
             raise ConfigError("padpfl.link_pathloss", str(exc)) from None
         except ValueError as exc:

@@ -30,6 +30,7 @@ from channel import dbm_to_w, real_noise_variance_w, thermal_noise_power_w
 from testbed.algorithms.dwfl_channel import Radio
 from testbed.checked.sections import NonNegative, OnlyWith, Positive, Section
 from testbed.topology.geometric import LinkBudget
+from testbed.topology.scene import SceneKeys, SceneSection
 
 __all__ = ["RadioSection"]
 
@@ -39,7 +40,7 @@ class RadioSection(Section):
     entry: ``noise_power_w`` (default 1) or thermal k·T·B·NF/2 from ``noise_figure_db`` and
     ``bandwidth_hz``, not both."""
 
-    ONLY_WITH = {"k_factor": (OnlyWith("fading", ("rician",)),)}
+    ONLY_WITH = {"k_factor": (OnlyWith("fading", ("rician",)),), "scene": (OnlyWith("pathloss", ("scene",)),)}
 
     power_dbm: float = Field(60.0, ge=-50, le=100)
     """Every node's transmit power, dBm."""
@@ -55,8 +56,12 @@ class RadioSection(Section):
     """Rician K, linear."""
     coherence_rounds: Positive[int] | None = None
     """Absent: time-invariant fading; B: redrawn every B rounds."""
-    pathloss: Literal["none", "free_space", "umi", "uma"] = "none"
-    """Each sender's large-scale gain toward the centre of the area (free space, TR 38.901 UMi/UMa)."""
+    pathloss: Literal["none", "free_space", "umi", "uma", "scene"] = "none"
+    """Each sender's large-scale gain toward the centre of the area (free space, TR 38.901 UMi/UMa),
+    or "scene": every link ray traced in the sub-table ``scene`` (Sionna RT; docs/scene.md)."""
+    scene: SceneSection | None = None
+    """With pathloss = "scene": the scene, the nodes' positions, antennas and the solver's settings
+    (testbed.topology.scene; absent: the street canyon, nodes on its open ground)."""
     area_m: Positive[float] = 100.0
     """Side of the square the nodes stand in, m (path loss; random_geometric topologies)."""
     carrier_hz: Positive[float] = 2.4e9
@@ -86,9 +91,15 @@ class RadioSection(Section):
         return Radio(num_nodes=num_nodes, power_w=self.power_w, noise_power_w=self.noise_power_w_resolved,
                      bandwidth_hz=self.bandwidth_hz, fading=self.fading, k_factor=self.k_factor,
                      coherence_rounds=self.coherence_rounds, pathloss=self.pathloss, area_m=self.area_m,
-                     carrier_hz=self.carrier_hz, **extra)
+                     carrier_hz=self.carrier_hz, scene=self.scene_keys(), **extra)
 
     def link_budget(self) -> LinkBudget:
         """The free-space budget of a link between two nodes (testbed.topology.geometric)."""
         return LinkBudget(power_w=self.power_w, noise_power_w=self.noise_power_w_resolved,
-                          carrier_hz=self.carrier_hz, area_m=self.area_m)
+                          carrier_hz=self.carrier_hz, area_m=self.area_m, scene=self.scene_keys())
+
+    def scene_keys(self) -> SceneKeys | None:
+        """With pathloss = "scene": what the run's SceneSite is made of (testbed.topology.scene)."""
+        if self.pathloss != "scene":
+            return None
+        return SceneKeys.of(self.scene or SceneSection(), self.carrier_hz, self.bandwidth_hz, self.coherence_rounds)

@@ -22,6 +22,7 @@ Example::
 from __future__ import annotations
 
 import functools
+import typing
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -273,6 +274,9 @@ CORE_SECTIONS: dict[str, type[Section]] = {
 }
 #: Keys holding paths, resolved against the experiment file's folder.
 PATH_KEYS = (("data", "path"), ("mqtt", "credentials"), ("mqtt", "tls_ca"), ("topology", "path"))
+#: Keys of a radio's scene sub-table holding paths, resolved the same way.
+SCENE_PATH_KEYS = ("path", "positions_path", "cache_dir")
+SCENE_TABLES = ("scene", "link_scene")
 
 
 @functools.cache
@@ -359,16 +363,18 @@ def _config_error(exc: ValidationError) -> ConfigError:
     """One line naming the key, from pydantic's first error (alternatives of a union merged)."""
     errors = exc.errors()
     first = errors[0]
-    key = ".".join(str(part) for part in first["loc"][:2])
-    same = [e for e in errors if ".".join(str(p) for p in e["loc"][:2]) == key]
+    # A section's sub-table ([dwfl.scene]) is one level deeper: its keys are named in full.
+    depth = 3 if len(first["loc"]) > 1 and first["loc"][1] in SCENE_TABLES else 2
+    key = ".".join(str(part) for part in first["loc"][:depth])
+    same = [e for e in errors if ".".join(str(p) for p in e["loc"][:depth]) == key]
     if first["type"] == "extra_forbidden":
-        section = str(first["loc"][0])
-        classes = _section_classes()
-        known = ", ".join(classes[section].model_fields) if section in classes else ""
+        section = ".".join(str(part) for part in first["loc"][:depth - 1])
+        known = ", ".join(_table_class(first["loc"][:depth - 1]).model_fields) if depth == 3 else \
+            ", ".join(_section_classes()[section].model_fields) if section in _section_classes() else ""
         return ConfigError(key, f"unknown key; {section} takes {known}")
-    if first["type"] in ("value_error", "assertion_error") and len(first["loc"]) < 2:
+    if first["type"] in ("value_error", "assertion_error") and len(first["loc"]) < depth:
         # A section's own check says "field: why" (or "section.field: why").
-        section = str(first["loc"][0]) if first["loc"] else "config"
+        section = ".".join(str(part) for part in first["loc"]) if first["loc"] else "config"
         message = str(first["msg"]).removeprefix("Value error, ")
         head, _, rest = message.partition(": ")
         if rest and " " not in head:
@@ -377,6 +383,12 @@ def _config_error(exc: ValidationError) -> ConfigError:
     messages = list(dict.fromkeys(_plain(e) for e in same))
     got = first.get("input")
     return ConfigError(key, f"{' or '.join(messages)}, got {type(got).__name__} {got!r}")
+
+
+def _table_class(loc: tuple) -> type[BaseModel]:
+    """The model of a section's sub-table at ``loc`` (section, sub-table): its field's model."""
+    field = _section_classes()[str(loc[0])].model_fields[str(loc[1])]
+    return next(a for a in typing.get_args(field.annotation) if isinstance(a, type) and issubclass(a, BaseModel))
 
 
 _TYPE_WORDS = {"float_type": "a number", "float_parsing": "a number", "int_type": "an integer",
@@ -472,8 +484,11 @@ def load_config_text(text: str, overrides: Sequence[str | tuple[str, Any]] = (),
         raise ConfigError(source, "not a usable TOML file: nested too deeply") from None
     apply_overrides(raw, overrides)
     if base_dir is not None:
-        for section, key in PATH_KEYS:
-            table = raw.get(section)
+        tables = [(raw.get(section), key) for section, key in PATH_KEYS]
+        # A radio's scene sub-table ([ALGORITHM.scene], [padpfl.link_scene]: testbed.topology.scene) names files too.
+        tables += [(table[sub], key) for table in raw.values() if isinstance(table, dict)
+                   for sub in SCENE_TABLES if isinstance(table.get(sub), dict) for key in SCENE_PATH_KEYS]
+        for table, key in tables:
             if isinstance(table, dict) and isinstance(table.get(key), str) and not Path(table[key]).is_absolute():
                 table[key] = str(base_dir / table[key])
     return build_config(raw)

@@ -49,6 +49,7 @@ class Purpose(enum.IntEnum):
     TOPOLOGY = 12  # which nodes hear each other (testbed.topology: random graphs, positions, mobility)
     BUCKETS = 13  # which rows a robust server rule averages together (testbed.algorithms.aggregate.buckets)
     AUDIT = 14  # an empirical audit's canaries: which are in, their directions, when sampled (testbed.privacy.canaries)
+    SCENE = 15  # where nodes stand in a ray-traced scene and how they walk (testbed.topology.scene)
 
 
 #: The draws a privacy guarantee rests on: keyed by the node's secret when it has one. DWFL's

@@ -7,6 +7,8 @@
   ``file``) or an installed plugin's (docs/extending.md);
 - :mod:`~testbed.topology.geometric`: the graph the radio gives (free-space SNR threshold) and the
   random waypoint walk;
+- :mod:`~testbed.topology.scene`: the nodes of a run in a ray-traced scene (``pathloss = "scene"``):
+  positions, walks and the traced links of every block;
 - :mod:`~testbed.topology.mixing`: Metropolis–Hastings and uniform weights, the spectral gap;
 - :mod:`~testbed.topology.topology`: :class:`Topology`, the graph of every coherence block of a run;
 - :mod:`~testbed.topology.section`: the ``[topology]`` section.

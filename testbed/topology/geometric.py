@@ -56,18 +56,21 @@ class LinkBudget:
         noise_power_w: σ_m², the receiver's noise per real entry, W.
         carrier_hz: carrier frequency f, Hz.
         area_m: side of the square the nodes are placed in, m.
+        scene: with a ray-traced radio, its testbed.topology.scene.SceneKeys: the nodes stand in
+            the scene and a link's SNR is P · traced gain / (2σ_m²), not free space's.
     """
 
     power_w: float
     noise_power_w: float
     carrier_hz: float
     area_m: float
+    scene: Any = None
 
     @classmethod
     def of(cls, radio: Any) -> "LinkBudget":
         """The link budget of anything with these four attributes (an algorithm's radio)."""
         return cls(power_w=float(radio.power_w), noise_power_w=float(radio.noise_power_w),
-                   carrier_hz=float(radio.carrier_hz), area_m=float(radio.area_m))
+                   carrier_hz=float(radio.carrier_hz), area_m=float(radio.area_m), scene=getattr(radio, "scene", None))
 
     def range_m(self, snr_threshold_db: float) -> float:
         """r: the distance at which the received SNR equals ``snr_threshold_db`` (free space)."""

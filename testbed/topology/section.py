@@ -22,7 +22,8 @@ class TopologySection(Section):
 
     kind: one_of(registry.names) = registry.COMPLETE  # type: ignore[valid-type]
     """complete (DWFL's paper), ring, torus, k_regular (degree), erdos_renyi (p), random_geometric
-    (an edge where the free-space SNR clears snr_threshold_db, nodes placed in the radio's area),
+    (an edge where the free-space SNR clears snr_threshold_db, nodes placed in the radio's area; with
+    the radio's pathloss = "scene", the ray-traced SNR, nodes where the scene places them),
     file (an edge list, path), or a kind a plugin registers (testbed.topology)."""
     degree: Positive[int] = 4
     """k_regular: every node's number of neighbours (N·degree even, degree < N)."""

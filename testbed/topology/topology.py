@@ -94,8 +94,21 @@ class Topology:
 
     def positions_of_block(self, block: int) -> np.ndarray:
         """(N, 2) the nodes' positions in coherence block ``block``: placed in the radio's area from
-        the run's seed, then walking (random waypoint); ConfigError without a link budget."""
+        the run's seed, then walking (random waypoint), or where they stand in the radio's scene
+        at the block's first round; ConfigError without a link budget."""
+        site = self.scene_site()
+        if site is not None:
+            return site.positions_m(self.scene_block(block))[:, :2]
         return self._walker().positions(block)
+
+    def scene_site(self) -> Any:
+        """The radio's testbed.topology.scene.SceneSite when it is ray traced, else None."""
+        scene = None if self.link_budget is None else self.link_budget.scene
+        return None if scene is None else scene.site(self.num_nodes, self.seed)
+
+    def scene_block(self, block: int) -> int:
+        """The scene's block (the radio's coherence block) at the first round of topology block ``block``."""
+        return self.scene_site().block_of(block * (self.section.coherence_rounds or 1))
 
     def check(self, rounds: int) -> None:
         """Every block of ``rounds`` rounds is drawable and (unless allowed) connected; raises
@@ -127,7 +140,7 @@ class Topology:
                                "max_degree": int(degrees.max()),
                                "coherence_rounds": self.section.coherence_rounds,
                                "blocks": len({self.schedule.block_index(t) for t in range(max(rounds, 1))})}
-        if self.registration.placed_by_radio:
+        if self.registration.placed_by_radio and self.scene_site() is None:
             out["range_m"] = self.range_m()
         return out
 
