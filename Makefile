@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PIP_INSTALL := $(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt
 
-.PHONY: demo test test-plain-paho bench board firmware dist check-wheel docs clean
+.PHONY: demo test test-plain-paho bench bench-flower board firmware dist check-wheel docs clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,17 @@ test-plain-paho: $(VENV)/.test-installed
 
 bench: $(VENV)/.core-installed
 	$(BIN)/python benchmarks/j1.py
+
+# J1 against Flower's simulation (benchmarks/flower_j1.py): Flower in its own venv, .venv-flower, from
+# the flower-bench extra (flwr pins ray and typer against the coordinator's amqtt); the testbed in $(VENV).
+FLOWER_VENV ?= .venv-flower
+$(FLOWER_VENV)/.installed: pyproject.toml
+	test -x $(FLOWER_VENV)/bin/python || $(PYTHON) -m venv $(FLOWER_VENV)
+	$(FLOWER_VENV)/bin/python -m pip install --quiet --disable-pip-version-check '.[flower-bench]'
+	touch $@
+
+bench-flower: $(VENV)/.core-installed $(FLOWER_VENV)/.installed
+	FLOWER_PYTHON=$(FLOWER_VENV)/bin/python $(BIN)/python benchmarks/flower_j1.py --repeats 3
 
 # The emulated arm64 board (docs/boards.md; root, debootstrap, qemu-user-static) with dist/'s wheel
 # installed, as a user installs the published package: cached in ~/.cache/testbed/boards.

@@ -14,14 +14,21 @@ evaluation of the global model every round. Two sizes: 100 nodes × 10 rounds an
 
 The data is the floor's synthetic draw; each client draws its batches and noise from its own
 generator (seeded by round and node), so every node does the same work as in the testbed.
-Targets (testbed / Flower): 100×10: sim <= 0.1, MQTT <= 0.25; 1000×5: sim <= 0.05, MQTT <= 0.3.
+Targets (testbed / Flower, issue 44): sim <= 0.05 at both sizes; MQTT <= 0.10 at both sizes.
 
-Usage: python benchmarks/flower_j1.py [--repeats 3]   (needs `pip install -e '.[flower-bench]'`)
+Flower runs in its own venv (the `flower-bench` extra: flwr 1.4x pins ray and typer against the
+coordinator's amqtt), named by --flower-python or FLOWER_PYTHON (default: .venv-flower/bin/python
+when it exists, else this Python); the Flower side needs numpy and flwr only, not the testbed. The
+testbed side runs with this script's own Python. `make bench-flower` makes .venv-flower and runs it.
+
+Usage: python benchmarks/flower_j1.py [--repeats 3] [--only sim] [--sizes 100x10] [--flower-python PATH]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -30,12 +37,22 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from flower_harness import median_wall, print_ratios, run_flower, testbed_run  # noqa: E402
-from j1 import HERE  # noqa: E402
+from j1 import HERE, compile_project  # noqa: E402
 from j1_floor import draw_round, evaluate, local_steps, synthetic_data  # noqa: E402
 
 TAU, BATCH, DIM, SAMPLES, LR, SIGMA = 10, 32, 100, 500, 0.5, 1.0
 #: (nodes, rounds) → targets of testbed / Flower for sim and MQTT.
-SIZES = {(100, 10): {"testbed sim": 0.1, "testbed mqtt": 0.25}, (1000, 5): {"testbed sim": 0.05, "testbed mqtt": 0.3}}
+SIZES = {(100, 10): {"testbed sim": 0.05, "testbed mqtt": 0.10}, (1000, 5): {"testbed sim": 0.05, "testbed mqtt": 0.10}}
+FLOWER_VENV_PYTHON = HERE.parent / ".venv-flower" / "bin" / "python"
+
+
+def flower_python(given: str | None) -> str:
+    """The Python whose venv has flwr[simulation]: ``given``, else FLOWER_PYTHON, else
+    .venv-flower's (``make bench-flower``) when it exists, else this one."""
+    chosen = given or os.environ.get("FLOWER_PYTHON")
+    if chosen:
+        return chosen
+    return str(FLOWER_VENV_PYTHON) if FLOWER_VENV_PYTHON.exists() else sys.executable
 
 
 def dp_pasgd_client(node: int, shared: dict[str, np.ndarray]):
@@ -73,24 +90,40 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--flower", nargs=2, type=int, metavar=("NODES", "ROUNDS"),
                         help="run only the Flower job in this process (what the benchmark times)")
+    parser.add_argument("--flower-python", help="the Python of the venv with flwr[simulation] "
+                        "(default: $FLOWER_PYTHON, else .venv-flower/bin/python, else this one)")
+    parser.add_argument("--only", choices=("sim", "mqtt"), help="time the testbed in this mode only")
+    parser.add_argument("--sizes", nargs="+", choices=[f"{n}x{r}" for n, r in SIZES],
+                        default=[f"{n}x{r}" for n, r in SIZES], help="the sizes to run (NODESxROUNDS)")
     args = parser.parse_args()
     if args.flower:
         flower_job(*args.flower)
         return
-    import flwr
-
-    print(f"Flower {flwr.__version__}; J1 (d = {DIM}, tau = {TAU}, batch {BATCH}, {SAMPLES} samples per node)")
+    flower = flower_python(args.flower_python)
+    version = subprocess.run([flower, "-c", "import flwr; print(flwr.__version__)"], capture_output=True, text=True)
+    if version.returncode != 0:
+        raise SystemExit(f"no flwr in {flower}: make bench-flower (or set FLOWER_PYTHON) makes a venv with it")
+    print(f"Flower {version.stdout.strip()} ({flower}); J1 (d = {DIM}, tau = {TAU}, batch {BATCH}, "
+          f"{SAMPLES} samples per node); load average {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    modes = ("sim", "mqtt") if args.only is None else (args.only,)
+    compile_project()
     with tempfile.TemporaryDirectory() as tmp:
-        for (nodes, rounds), targets in SIZES.items():
+        for (nodes, rounds), all_targets in SIZES.items():
+            if f"{nodes}x{rounds}" not in args.sizes:
+                continue
             sets = [f"data.num_nodes={nodes}", f"dp_pasgd.steps={TAU * rounds}"]
             hosts = [f"mqtt.hosts={1 if nodes <= 100 else 2}", "mqtt.connect_timeout_s=300"]
-            runs = median_wall({
+            commands = {
                 "testbed sim": lambda i: testbed_run(HERE / "j1.toml", f"{tmp}/sim-{nodes}-{i}", *sets, mode="sim"),
                 "testbed mqtt": lambda i: testbed_run(HERE / "j1.toml", f"{tmp}/mqtt-{nodes}-{i}", *sets, *hosts,
                                                       mode="mqtt"),
-                "flower": lambda i: [sys.executable, __file__, "--flower", str(nodes), str(rounds)],
-            }, args.repeats)
-            print_ratios(f"J1 {nodes} nodes x {rounds} rounds:", runs, "flower", targets)
+                "flower": lambda i: [flower, __file__, "--flower", str(nodes), str(rounds)],
+            }
+            commands = {name: cmd for name, cmd in commands.items() if name == "flower" or name.split()[1] in modes}
+            targets = {name: t for name, t in all_targets.items() if name in commands}
+            runs = median_wall(commands, args.repeats)
+            print_ratios(f"J1 {nodes} nodes x {rounds} rounds (load average now "
+                         f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}):", runs, "flower", targets)
 
 
 if __name__ == "__main__":

@@ -1,14 +1,16 @@
 """Radio physics of the testbed: fading, path loss, noise, power control, OTA superposition, links.
 
 Imports nothing of the testbed (docs/design.md, "Layers"). Importing ``channel`` loads only NumPy; torch
-and Sionna 2.x are imported inside the functions that need them (Rayleigh/Rician fading, 3GPP path
-loss and shadowing, complex AWGN), so a board without Sionna can use the rest.
+and Sionna 2.x are imported inside the functions that need them (3GPP path loss and shadowing,
+complex AWGN, fading drawn from a ``torch.Generator``), so a board without Sionna can use the rest.
+Rayleigh and Rician fading from a NumPy generator or a seed are Sionna's draws computed without
+either (:mod:`channel._torch_normal`).
 
 Modules:
 
 - :mod:`channel.units`: dBm <-> W, dB <-> linear.
-- :mod:`channel.fading`: Rayleigh block fading (Sionna ``RayleighBlockFading``), Rician, schedules
-  (time-invariant / every round / every B rounds).
+- :mod:`channel.fading`: Rayleigh block fading (Sionna ``RayleighBlockFading``'s draws), Rician,
+  schedules (time-invariant / every round / every B rounds).
 - :mod:`channel.pathloss`: 3GPP TR 38.901 UMi/UMa path loss and shadow fading from positions (Sionna
   ``UMiScenario``/``UMaScenario`` + ``LSPGenerator``), free-space path loss.
 - :mod:`channel.noise`: k·T·B·NF, real AWGN (NumPy streams), complex AWGN (Sionna ``AWGN``).

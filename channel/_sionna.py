@@ -13,8 +13,6 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-import numpy as np
-
 #: Precision passed to every Sionna object: float64 / complex128.
 PRECISION = "double"
 
@@ -31,17 +29,11 @@ def torch_generator(rng: Any):
     """
     import torch
 
+    from ._torch_normal import generator_seed
+
     if isinstance(rng, torch.Generator):
         return rng
-    if isinstance(rng, np.random.Generator):
-        seed = int(rng.integers(0, 2**63 - 1))
-    elif isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):
-        seed = int(rng)
-    else:
-        raise TypeError(
-            "rng must be a numpy.random.Generator, a torch.Generator or an int seed; "
-            f"got {type(rng).__name__} (global random state is never used)"
-        )
+    seed = generator_seed(rng)
     gen = torch.Generator(device="cpu")
     gen.manual_seed(seed)
     return gen

@@ -11,9 +11,12 @@ The schedule only maps a round to its fading block; the caller derives the gener
 (e.g. ``testbed.streams.rng.stream(seed, GLOBAL, block, Purpose.CHANNEL)``) and calls :func:`draw_fading`,
 so the same seed gives the same channel everywhere.
 
-Rayleigh draws come from :class:`sionna.phy.channel.RayleighBlockFading` (CN(0, 1), one path, one
-coefficient per block) run with an explicit ``torch.Generator`` derived from the caller's generator;
-torch and Sionna are imported only when a draw is made.
+Rayleigh draws are those of :class:`sionna.phy.channel.RayleighBlockFading` (CN(0, 1), one path,
+one coefficient per block) run with an explicit ``torch.Generator`` seeded from the caller's
+generator. For a NumPy generator or an integer seed, the same numbers are computed without
+importing torch or Sionna (seconds of a run's start): :mod:`channel._torch_normal` reproduces
+torch's generator and normal draws bit for bit (tests/test_fading_port.py holds it to Sionna's);
+a ``torch.Generator`` is run through Sionna itself.
 
 Example::
 
@@ -29,6 +32,7 @@ Example::
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -41,6 +45,11 @@ __all__ = [
     "rician_fading",
     "draw_fading",
 ]
+
+#: The standard deviation of each of a Rayleigh coefficient's parts in Sionna's
+#: ``RayleighBlockFading``: ``torch.tensor(0.5, dtype=torch.float64).sqrt()``, which torch 2.x
+#: computes one unit in the last place below the correctly rounded sqrt(0.5) (math.sqrt's).
+SIONNA_STD = 0.7071067811865475
 
 #: Fading kinds accepted by :func:`draw_fading`.
 FADING_KINDS = ("rayleigh", "rician", "none")
@@ -92,10 +101,12 @@ def _shape_tuple(shape: int | Sequence[int]) -> tuple[int, ...]:
 
 
 def rayleigh_block_fading(shape: int | Sequence[int], rng: Any) -> np.ndarray:
-    """Rayleigh block-fading coefficients h ~ CN(0, 1) (E|h|² = 1), drawn by Sionna.
+    """Rayleigh block-fading coefficients h ~ CN(0, 1) (E|h|² = 1), Sionna's draws.
 
-    Runs :class:`sionna.phy.channel.RayleighBlockFading` (double precision, one path, one block)
-    with ``batch_size = prod(shape)`` single-antenna links and an explicit generator.
+    The numbers of :class:`sionna.phy.channel.RayleighBlockFading` (double precision, one path, one
+    block) with ``batch_size = prod(shape)`` single-antenna links and an explicit generator: its
+    real parts, then its imaginary parts, each ``torch.normal(0, SIONNA_STD)``. From a NumPy
+    generator or an int seed they are computed without torch (:mod:`channel._torch_normal`).
 
     Args:
         shape: output shape, e.g. ``(N,)`` for one gain per sender (DWFL) or ``(N_rx, N_tx)`` for a
@@ -112,21 +123,35 @@ def rayleigh_block_fading(shape: int | Sequence[int], rng: Any) -> np.ndarray:
         >>> h.shape
         (4, 3)
     """
-    from sionna.phy.channel import RayleighBlockFading
-
-    from ._sionna import PRECISION, torch_generator, with_generator
+    from ._torch_normal import TorchCpuNormals, generator_seed
 
     shp = _shape_tuple(shape)
     count = math.prod(shp)
     if count == 0:
         return np.zeros(shp, dtype=np.complex128)
+    torch = sys.modules.get("torch")  # a torch.Generator comes only from a process that imported torch
+    if torch is not None and isinstance(rng, torch.Generator):
+        return sionna_rayleigh(count, rng).reshape(shp)
+    draws = TorchCpuNormals(generator_seed(rng))
+    h = np.empty(count, dtype=np.complex128)
+    h.real = draws.normal(count, SIONNA_STD)
+    h.imag = draws.normal(count, SIONNA_STD)
+    return h.reshape(shp)
+
+
+def sionna_rayleigh(count: int, generator: Any) -> np.ndarray:
+    """``count`` coefficients drawn by Sionna's ``RayleighBlockFading`` itself with the
+    ``torch.Generator`` ``generator`` (imports torch and Sionna)."""
+    from sionna.phy.channel import RayleighBlockFading
+
+    from ._sionna import PRECISION, with_generator
+
     model = with_generator(RayleighBlockFading)(
-        num_rx=1, num_rx_ant=1, num_tx=1, num_tx_ant=1, precision=PRECISION, device="cpu",
-        generator=torch_generator(rng),
+        num_rx=1, num_rx_ant=1, num_tx=1, num_tx_ant=1, precision=PRECISION, device="cpu", generator=generator,
     )
     a, _tau = model(batch_size=count, num_time_steps=1)
     # a: [batch, num_rx, num_rx_ant, num_tx, num_tx_ant, num_paths=1, num_time_steps=1]
-    return a.reshape(count).numpy().astype(np.complex128, copy=False).reshape(shp)
+    return a.reshape(count).numpy().astype(np.complex128, copy=False)
 
 
 def rician_fading(

@@ -84,7 +84,8 @@ def test_the_quick_starts_next_commands_run_as_written(tmp_path):
     (tmp_path / "examples").symlink_to(REPO / "examples")
     commands = _quick_start_blocks()[1]
     assert [c.split()[:2] for c in commands] == [["testbed", "run"], ["testbed", "report"], ["testbed", "watch"],
-                                                 ["testbed", "privacy"], ["testbed", "run"]]  # the last: the scene
+                                                 ["testbed", "privacy"], ["testbed", "run"],  # the scene,
+                                                 ["testbed", "scene"]]  # and its picture
     for command in commands:
         argv = command.split()[1:]
         if argv[0] == "watch":
@@ -95,3 +96,4 @@ def test_the_quick_starts_next_commands_run_as_written(tmp_path):
         assert done.returncode == 0, (command, done.stderr[-2000:])
     assert (tmp_path / "runs" / "qs" / "summary.json").exists() and (tmp_path / "runs" / "qs" / "report.html").exists()
     assert list((tmp_path / "runs").glob("scene-dwfl-*/summary.json"))  # examples/scene_dwfl.toml ran
+    assert (tmp_path / "scene.png").read_bytes()[:4] == b"\x89PNG"  # and its picture was drawn

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from testbed.util import parallel
-from testbed.util.forked import ForkedCommand
+from testbed.util.forked import ForkedCommand, helper_process
 
 # Not can_fork(): torch, loaded by other tests in this process, is never used by these children.
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
@@ -142,3 +142,57 @@ def test_stderr_to_a_file_and_kill_ends_a_child_that_ignores_terminate(tmp_path,
         child.kill()
         assert child.wait(timeout=10) == -signal.SIGKILL
     assert (tmp_path / "stderr.txt").read_text() == "serving\n"
+
+
+def test_a_helper_reads_its_stdin_and_writes_its_stdout_over_pipes(monkeypatch):
+    def echo(argv: list[str]) -> int:
+        for line in sys.stdin:
+            sys.stdout.write(argv[0] + line.upper())
+        sys.stdout.flush()
+        return 0
+
+    monkeypatch.setattr("testbed.reports.plots.serve", echo)  # the helper the fork runs
+    monkeypatch.setattr("testbed.util.forked._no_busy_threads", lambda: True)  # other tests' threads idle
+    child = helper_process("testbed.reports.plots", ["x:"], name="testbed echo")
+    assert isinstance(child, ForkedCommand)
+    child.stdin.write("ab\ncé\n".encode())
+    child.stdin.close()
+    assert child.stdout.read().decode() == "x:AB\nx:CÉ\n"
+    assert child.wait(timeout=30) == 0
+    assert child.stderr.read() == ""
+    child.stderr.close()
+
+
+def test_a_helper_forked_or_in_a_new_interpreter_gives_the_same_epsilon(monkeypatch):
+    from collections import Counter
+
+    from testbed.privacy.accountants.background import BackgroundEpsilons
+
+    tally = Counter({(1.0, 0.0625, "replace_one", "none", 1.0): 10})
+    monkeypatch.setattr("testbed.util.forked._no_busy_threads", lambda: True)  # other tests' threads idle
+    forked = BackgroundEpsilons("rdp", delta=1e-5)
+    assert isinstance(forked._proc, ForkedCommand)
+    monkeypatch.setattr("testbed.util.forked.can_fork", lambda: False)
+    spawned = BackgroundEpsilons("rdp", delta=1e-5)
+    assert isinstance(spawned._proc, subprocess.Popen)
+    eps = forked.result([tally])
+    assert eps == spawned.result([tally]) and eps[0] > 0
+
+
+def test_a_helper_is_a_new_interpreter_while_another_thread_runs():
+    """A thread of the parent (a broker's, a server's) may hold a lock at the fork: no fork then."""
+    import threading
+
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait, name="a broker", daemon=True)
+    other.start()
+    try:
+        child = helper_process("testbed.reports.plots", [], name="testbed figures")
+        assert isinstance(child, subprocess.Popen)
+        child.stdin.close()
+        assert child.wait(timeout=60) == 0
+        child.stdout.close()
+        child.stderr.close()
+    finally:
+        stop.set()
+        other.join()

@@ -1,5 +1,7 @@
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from testbed.learning.models import MLP, LinearSVM, LogisticRegression, build_model
 
@@ -87,3 +89,17 @@ def test_single_model_evaluation_matches_batched_loss(kind):
 def test_svm_refuses_multiclass():
     with pytest.raises(ValueError, match="binary"):
         LinearSVM(dim=3, n_classes=3)
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), classes=st.integers(2, 5), clip=st.sampled_from([None, 0.1, 1.0]))
+def test_the_local_steps_gradient_is_loss_and_grads_bit_for_bit(seed, classes, clip):
+    """A local step takes LogisticRegression.gradient (no loss): the very gradient loss_and_grad gives."""
+    rng = np.random.default_rng(seed)
+    m = LogisticRegression(dim=6, n_classes=classes)
+    params = rng.standard_normal((3, m.num_params)) * 3
+    x = rng.standard_normal((3, 5, 6))
+    y = rng.integers(0, classes, (3, 5))
+    w = np.full((3, 5), 1 / 5)
+    _, grad = m.loss_and_grad(params, x, y, w, clip)
+    assert np.array_equal(m.gradient(params, x, y, w, clip), grad)

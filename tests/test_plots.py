@@ -35,3 +35,23 @@ def test_an_algorithm_without_a_cost_model_draws_accuracy_against_bytes_and_no_e
     # FedAvg adds no noise: not private, no finite ε to draw (the ε figure is for (ε, δ)-DP runs); it
     # has no cost units, so its accuracy is drawn against the bytes it sent (testbed.reports.cost_axis).
     assert {p.name for p in (result.run_dir / "figures").iterdir()} == {"progress.png", "cost.png"}
+
+
+def test_the_figure_helper_draws_each_request_in_its_own_fork_and_says_a_failure(tmp_path):
+    """Each requested set is drawn by a fork of the warmed-up helper, both at once; one that fails
+    leaves the others drawn and its last error line is what the run logs."""
+    from testbed.assembly.config import load_config_text
+    from testbed.orchestration.runner import run_experiment
+    from testbed.reports.plots import BackgroundFigures
+
+    text = ("[data]\nnum_nodes = 3\nsamples_per_node = 40\ndim = 3\n"
+            "[dp_pasgd]\nsteps = 4\ntau = 2\nbatch = 4\nsigma = 1.0\n[output]\nfigures = false\n")
+    run_dir = run_experiment(load_config_text(text), out_dir=tmp_path / "r", quiet=True).run_dir
+    assert not (run_dir / "figures").exists()
+    job = BackgroundFigures()
+    job.draw("progress", run_dir)
+    job.draw("epsilon", tmp_path / "nowhere")
+    job.draw("epsilon", run_dir)
+    problem = job.wait()
+    assert problem is not None and "nowhere" in problem
+    assert {p.name for p in (run_dir / "figures").iterdir()} == {"progress.png", "cost.png", "epsilon.png"}

@@ -90,3 +90,20 @@ def test_every_axis_has_an_entry_point_group():
     assert set(GROUPS.values()) == {"testbed.algorithms", "testbed.datasets", "testbed.accountants",
                                     "testbed.board_profiles", "testbed.meters", "testbed.brokers",
                                     "testbed.topologies", "testbed.aggregations"}
+
+
+def test_the_installed_entry_points_are_read_once_a_process(monkeypatch):
+    """Each read of the installed distributions' entry points opens every distribution's metadata;
+    a run reads several registries before round 1 (issue 44), so it is read once for all of them."""
+    from testbed.util import registrations
+
+    reads = []
+    real = registrations.entry_points
+    monkeypatch.setattr(registrations, "entry_points", lambda: reads.append(1) or real())
+    registrations._installed_entry_points.cache_clear()
+    try:
+        for group in GROUPS.values():
+            registrations.plugin_sources(group)
+        assert len(reads) == 1
+    finally:
+        registrations._installed_entry_points.cache_clear()

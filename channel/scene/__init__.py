@@ -8,6 +8,8 @@ trace (``channel.scene.runtime.import_rt``), so importing this package costs not
 - :mod:`channel.scene.spec`: :class:`SceneSpec`, everything that changes a trace, and its digest.
 - :mod:`channel.scene.geometry`: loading a scene, its extent, its open ground (where a node may
   stand: under the open sky), positions drawn there.
+- :mod:`channel.scene.radio_map`: :func:`coverage_map`, one transmitter's coverage over a plane
+  (Sionna RT's radio map), for `testbed scene show --radio-map`.
 - :mod:`channel.scene.tracing`: :func:`trace_links`, every node a transmitter and a receiver in one
   solver call, the N × N path gains and narrowband coefficients at the carrier;
   :func:`cached_trace`, the same through an on-disk cache keyed by (scene, positions, settings).

@@ -95,7 +95,7 @@ class SceneSpec:
             for path in scene_files(self.scene):
                 h.update(path.name.encode() + b"\0" + path.read_bytes())
         fields["sionna_rt"] = _version("sionna-rt")
-        h.update(json.dumps(fields, sort_keys=True).encode())
+        h.update(json.dumps(fields, sort_keys=True, allow_nan=False).encode())
         return h.hexdigest()
 
 

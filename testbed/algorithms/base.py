@@ -166,6 +166,9 @@ class BaseAlgorithm:
         Args:
             params: (M, P) the nodes' models. x: (M, B, d). y: (M, B). weights: (M, B).
         """
+        gradient = getattr(self.model, "gradient", None)  # a model that can skip the loss: the same gradient
+        if gradient is not None:
+            return gradient(params, x, y, weights, clip_norm)
         return self.model.loss_and_grad(params, x, y, weights, clip_norm)[1]
 
     def regulariser_gradient(self, params: np.ndarray, start: np.ndarray) -> np.ndarray | None:

@@ -7,6 +7,7 @@ them in the order `testbed --help` shows.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import sys
 from typing import NoReturn
@@ -18,10 +19,10 @@ from testbed.util.extras import check_installed, missing_package_message
 
 #: The install extra (pyproject.toml) a command needs whatever the experiment; checked before it runs.
 EXTRA_OF_COMMAND = {"run": "coordinator", "audit": "coordinator", "sweep": "coordinator", "compare": "coordinator", "report": "coordinator", "plan": "coordinator",
-                    "broker": "coordinator", "watch": "watch", "node": "node", "nodes": "node", "bridge": "bridge"}
+                    "scene": "coordinator", "broker": "coordinator", "watch": "watch", "node": "node", "nodes": "node", "bridge": "bridge"}
 #: Commands registered by another command's module.
 _MODULE_OF = {"nodes": "node"}
-COMMANDS = ("run", "watch", "report", "runs", "privacy", "audit", "node", "bridge", "broker", "acl", "provision", "board", "plan", "sweep", "compare", "calibrate", "topology", "schema", "new")
+COMMANDS = ("run", "watch", "report", "runs", "privacy", "audit", "node", "bridge", "broker", "acl", "provision", "board", "plan", "sweep", "compare", "calibrate", "topology", "scene", "schema", "new")
 
 
 class Parser(argparse.ArgumentParser):
@@ -33,14 +34,21 @@ class Parser(argparse.ArgumentParser):
         kwargs.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kwargs)
 
+    def format_help(self) -> str:
+        # An epilog that is costly to write (the run command's names every algorithm's robust rule,
+        # importing them all) is a function, written when the help is shown, not at every start.
+        if callable(self.epilog):
+            self.epilog = self.epilog()
+        return super().format_help()
+
     def error(self, message: str) -> NoReturn:
         command = self.prog.partition(" ")[2]  # "testbed privacy dp-pasgd" → "privacy dp-pasgd"
         raise UserError(f"{command + ': ' if command else ''}{' '.join(message.split())} (see {self.prog} --help)")
 
 
-def build_parser(command: str | None = None) -> Parser:
+def build_parser(command: str | None = None, commands: bool = True) -> Parser:
     """The command line's parser with the command ``command`` (a word of argv) registered, or every
-    command when it names none."""
+    command when it names none; none with ``commands=False`` (``testbed --version``)."""
     parser = Parser(prog="testbed", description="Private federated learning on wireless IoT, hardware in the loop.",
                     epilog=epilog(EXAMPLES["run"][:1] + EXAMPLES["report"][:1]) + "\n\n`testbed COMMAND --help` "
                                                                                     "shows each command's own")
@@ -49,14 +57,18 @@ def build_parser(command: str | None = None) -> Parser:
     # Only the command asked for is imported (a board's `testbed node` or a short run does not pay
     # for every command's imports); `testbed`, `testbed --help` or an unknown command list them all.
     chosen = _MODULE_OF.get(command, command)
-    for name in (chosen,) if chosen in COMMANDS else COMMANDS:
+    for name in ((chosen,) if chosen in COMMANDS else COMMANDS) if commands else ():
         importlib.import_module(f"testbed.cli.{name}").register(sub)
     for name, command_parser in sub.choices.items():
         if name in EXAMPLES:  # the algorithms' commands (privacy, plan) have theirs from the registry
             command_parser.epilog = epilog(EXAMPLES[name])
         if name == "run":
-            command_parser.epilog += "\n\n" + robust_help()
+            command_parser.epilog = functools.partial(_with_robust_help, command_parser.epilog)
     return parser
+
+
+def _with_robust_help(epilog: str) -> str:
+    return epilog + "\n\n" + robust_help()
 
 
 def robust_help() -> str:
@@ -83,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
         # Inside: the parser's choices come from the registries, where a broken plugin is a UserError.
-        parser = build_parser(next((a for a in argv if not a.startswith("-")), None))
+        # `testbed --version` answers before any command is needed: none is imported for it.
+        parser = build_parser(next((a for a in argv if not a.startswith("-")), None), commands=argv != ["--version"])
         args = parser.parse_args(argv)
         if args.command in EXTRA_OF_COMMAND:
             check_installed(EXTRA_OF_COMMAND[args.command], args.command)

@@ -44,6 +44,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "calibrate": ("calibrate", "calibrate --profile host --model-size 1000 --out calibration.toml"),
     "topology": ("topology show experiments/dwfl/base.toml",
                  "topology show experiments/dwfl/base.toml --set topology.kind=ring --round 5 --edges ring.txt"),
+    "scene": ("scene show examples/scene_dwfl.toml -o scene.png",
+              "scene show examples/scene_dwfl.toml -o coverage.png --radio-map 3 --cell 1"),
     "schema": ("schema --out experiment.schema.json",),
     "new": ("new algorithm my_fedavg", "new dataset my_blobs --dir ../my-blobs", "new accountant my_basic"),
 }

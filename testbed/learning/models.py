@@ -55,21 +55,26 @@ def _loss_and_correct(logits_t: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, 
     return np.log(total) + top - logit_y, logits_t.argmax(axis=0) == y
 
 
-def _softmax_residual(logits: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _softmax_residual(logits: np.ndarray, y: np.ndarray, with_loss: bool = True) -> tuple[np.ndarray | None, np.ndarray]:
     """Cross-entropy per sample and its gradient w.r.t. the logits, p − e_y.
 
     Args:
-        logits: (..., C). y: (...) int labels.
+        logits: (..., C), overwritten (the residual is computed in its memory). y: (...) int labels.
+        with_loss: False: no loss (a training step needs only the residual): None in its place.
     Returns:
-        loss (...), residual (..., C).
+        loss (...) or None, residual (..., C).
     """
-    shifted = logits - logits.max(axis=-1, keepdims=True)
-    exp = np.exp(shifted)
-    total = exp.sum(axis=-1, keepdims=True)
-    p = exp / total
-    logit_y = np.take_along_axis(shifted, y[..., None], axis=-1)[..., 0]
-    loss = np.log(total[..., 0]) - logit_y
-    np.put_along_axis(p, y[..., None], np.take_along_axis(p, y[..., None], axis=-1) - 1.0, axis=-1)
+    logits -= logits.max(axis=-1, keepdims=True)  # shifted; in place: the same numbers, one array fewer
+    at_y = y[..., None]
+    loss = None
+    if with_loss:
+        logit_y = np.take_along_axis(logits, at_y, axis=-1)[..., 0]
+    p = np.exp(logits, out=logits)
+    total = p.sum(axis=-1, keepdims=True)
+    p /= total
+    if with_loss:
+        loss = np.log(total[..., 0]) - logit_y
+    np.put_along_axis(p, at_y, np.take_along_axis(p, at_y, axis=-1) - 1.0, axis=-1)
     return loss, p
 
 
@@ -137,7 +142,18 @@ class LogisticRegression:
         Returns:
             loss (M,) = Σ_n w_n l_n, grad (M, P) = Σ_n w_n clip(∇l_n).
         """
-        loss, resid = _softmax_residual(self.logits(params, x), y)
+        loss, grad = self._loss_and_grad(params, x, y, weights, clip_norm, with_loss=True)
+        return (loss * weights).sum(axis=1), grad
+
+    def gradient(self, params: np.ndarray, x: np.ndarray, y: np.ndarray, weights: np.ndarray,
+                 clip_norm: float | None = None) -> np.ndarray:
+        """The gradient of :meth:`loss_and_grad`, bit for bit, without its loss (a local step's)."""
+        return self._loss_and_grad(params, x, y, weights, clip_norm, with_loss=False)[1]
+
+    def _loss_and_grad(self, params: np.ndarray, x: np.ndarray, y: np.ndarray, weights: np.ndarray,
+                       clip_norm: float | None, with_loss: bool) -> tuple[np.ndarray | None, np.ndarray]:
+        """Per-sample loss (M, B) (None without ``with_loss``) and the gradient of :meth:`loss_and_grad`."""
+        loss, resid = _softmax_residual(self.logits(params, x), y, with_loss)
         if clip_norm is None:
             resid *= weights[..., None]
         else:
@@ -149,7 +165,7 @@ class LogisticRegression:
         np.matmul(x.transpose(0, 2, 1), resid, out=gw)
         if self.bias:
             grad[:, self.dim * self.n_classes :] = resid.sum(axis=1)
-        return (loss * weights).sum(axis=1), grad
+        return loss, grad
 
     def loss_and_correct(self, params: np.ndarray, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """One model on many samples: params (P,), x (N, d), y (N,) → loss (N,), correct (N,) bool."""

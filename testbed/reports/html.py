@@ -5,7 +5,9 @@ draws them), the style inline, no script, no remote resource. It is what one att
 or puts in a paper's artefact.
 
 A run's report: the summary, the per-node table (ε per observer against the budget, the tight
-accountant's ε, joules, cost units, bytes, rounds), the figures and the configuration (config.toml).
+accountant's ε, joules, cost units, bytes, rounds), the figures, where the nodes stood when the run
+recorded it (a radio-placed graph: testbed.topology.placement; in a scene, at their scene positions)
+and the configuration (config.toml).
 A sweep folder's (it holds ``sweep.csv``): the sweep table, one row per run, each grid point's
 statistics over its repeats (testbed.reports.sweep_stats), and its figures (final test accuracy against ε
 spent; every run's accuracy against round; each point's mean final metrics with interval bars and
@@ -28,6 +30,7 @@ from testbed.reports import headline
 from testbed.reports.majority import accuracy_flag, run_majority_share
 from testbed.reports.plots import _pyplot, draw_figures
 from testbed.reports.results import read_metrics, read_summary
+from testbed.reports.scene_picture import placement_figure
 from testbed.reports.startup import time_text
 from testbed.reports.sweep_figures import interval_figures
 from testbed.reports.sweep_stats import grid_keys, read_sweep, stats_rows
@@ -173,13 +176,24 @@ def _run_body(run_dir: Path) -> tuple[str, str]:
                      _e(f"round {refused[int(node)] + 1}") if node.isdigit() and int(node) in refused else "–",
                      _num(n.get("compute_s"))])
     figures = "".join(_image(p.read_bytes(), p.stem) for p in draw_figures(run_dir))
+    placement = _placement(s)
     config = read_text(run_dir / "config.toml", MAX_TEXT_FILE_BYTES, "") if (run_dir / "config.toml").exists() else ""
     body = (f"<h1>{_e(title)}</h1><p><span class=\"status\">{_e(s['status'])}</span></p>"
             f"<h2>Summary</h2>{_table(['', ''], facts)}"
-            f"<h2>Figures</h2>{figures}"
+            f"<h2>Figures</h2>{figures}{placement}"
             f"<h2>Nodes</h2>{_table(headers, rows)}"
             f"<h2>Configuration</h2><pre>{_e(config)}</pre>")
     return body, title
+
+
+def _placement(s: dict[str, Any]) -> str:
+    """The section placing the nodes where they stood (a radio-placed graph records it), or ""."""
+    topology = s.get("topology")
+    try:
+        placed = placement_figure(topology) if isinstance(topology, dict) else None
+    except ValueError as exc:  # a damaged record: the rest of the report stands
+        return f'<h2>Where the nodes stand</h2><p class="meta">not drawn: the summary\'s topology.{_e(exc)}</p>'
+    return "" if placed is None else f"<h2>Where the nodes stand</h2>{_image(_figure_png(placed), 'placement')}"
 
 
 # ----------------------------------------------------------------------------------------- sweep

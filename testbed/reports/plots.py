@@ -136,19 +136,20 @@ class BackgroundFigures:
     """
 
     def __init__(self) -> None:
-        import subprocess
+        from testbed.util.forked import helper_process
 
-        self._proc = subprocess.Popen([sys.executable, "-m", "testbed.reports.plots"], stdin=subprocess.PIPE,
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        # A fork of this process where it can: it has numpy and the reports' modules already.
+        self._proc = helper_process(__name__, [], name="testbed figures")
 
     def draw(self, which: str, run_dir: Path) -> None:
         """Ask for ``which`` ("progress" or "epsilon") figures of ``run_dir``."""
-        self._proc.stdin.write(f"{which}\t{Path(run_dir).resolve()}\n")
+        self._proc.stdin.write(f"{which}\t{Path(run_dir).resolve()}\n".encode())
         self._proc.stdin.flush()
 
     def wait(self) -> str | None:
         """Wait for the figures; None when all were drawn, else the child's last error line."""
         self._proc.stdin.close()
+        self._proc.stdout.close()  # it writes nothing there
         err = self._proc.stderr.read()
         if self._proc.wait() != 0:
             return (err.strip().splitlines() or ["the figure process failed"])[-1]
@@ -173,21 +174,49 @@ def _warm_up(plt) -> None:
     plt.close(fig)
 
 
-def _serve() -> None:
-    """``python -m testbed.reports.plots``: import pyplot at once, then draw each requested figure set."""
+def _serve() -> int:
+    """``python -m testbed.reports.plots``: import pyplot at once, then draw each requested figure
+    set, each in a fork of this warmed-up process where there is fork: the run's last figures
+    (progress and cost, then ε once the tight accountant's is in) are drawn on both cores while the
+    run waits for them, not one after the other. 1 if any failed (its traceback on stderr)."""
     _warm_up(_pyplot())
     drawers = {"progress": draw_progress, "epsilon": draw_epsilon}
+    drawing: list[int] = []
     for line in sys.stdin:
         which, _, run_dir = line.rstrip("\n").partition("\t")
-        drawers[which](Path(run_dir))
+        if not hasattr(os, "fork"):
+            drawers[which](Path(run_dir))
+            continue
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover  (the drawing child)
+            code = 1
+            try:
+                drawers[which](Path(run_dir))
+                code = 0
+            except BaseException:  # noqa: BLE001  said on stderr, the run reports the last line
+                import traceback
+
+                traceback.print_exc()
+            finally:
+                sys.stderr.flush()
+                os._exit(code)
+        drawing.append(pid)
+    codes = [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in drawing]  # every one waited for
+    return int(any(codes))
+
+
+def serve(argv: list[str]) -> int:
+    """The helper process (forked, or ``python -m testbed.reports.plots``): figures drawn at nice
+    10 (the run's own threads come first on a busy core; this one works in the gaps)."""
+    os.nice(10)
+    return _serve()
 
 
 if __name__ == "__main__":
-    # A helper of a run: the run's own threads come first on a busy core; this one works in the gaps.
-    os.nice(10)
-    _serve()
+    code = serve(sys.argv[1:])
     # Everything is written: leave without the interpreter's teardown of the libraries (a tenth of a
     # second that the run would wait for).
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)
+    os._exit(code)

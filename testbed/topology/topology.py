@@ -31,6 +31,7 @@ from testbed.topology import registry
 from testbed.topology.geometric import LinkBudget, RandomWaypoint, initial_positions
 from testbed.topology.graph import Graph
 from testbed.topology.mixing import Mixing, complete_graph_gap, mixing_weights, spectral_gap
+from testbed.topology.placement import placement_record
 from testbed.topology.section import TopologySection
 
 __all__ = ["Topology", "MAX_ADJACENCY_ENTRIES"]
@@ -142,6 +143,7 @@ class Topology:
                                "blocks": len({self.schedule.block_index(t) for t in range(max(rounds, 1))})}
         if self.registration.placed_by_radio and self.scene_site() is None:
             out["range_m"] = self.range_m()
+        out.update(placement_record(self))  # where the nodes stand, for the HTML report
         return out
 
     # ---------------------------------------------------------------------------------------- drawing

@@ -35,14 +35,14 @@ class BackgroundEpsilons:
     """
 
     def __init__(self, kind: str, delta: float):
-        import subprocess
+        from testbed.util.forked import helper_process
 
         if not get(kind).tight:
             raise ValueError(f"background accounting is for a tight accountant ({', '.join(tight_names())}), "
                              f"not {kind!r}")
         self.kind, self.delta = kind, delta
-        self._proc = subprocess.Popen([sys.executable, "-m", __name__, kind],
-                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        # A fork of this process where it can: it has numpy and the accountants' modules already.
+        self._proc = helper_process(__name__, [kind], name="testbed epsilon")
         self._asked: list[list[tuple]] = []  # the unique tallies of each request sent, in order
 
     def guess(self, tallies: list[Counter]) -> None:
@@ -58,7 +58,7 @@ class BackgroundEpsilons:
         self._proc.stdin.close()
         out, err = self._proc.stdout.read(), self._proc.stderr.read()
         if self._proc.wait() != 0:
-            raise RuntimeError(f"the accountant process failed: {err.decode(errors='replace').strip()[-500:]}")
+            raise RuntimeError(f"the accountant process failed: {err.strip()[-500:]}")
         found: dict[tuple, float] = {}
         for asked, line in zip(self._asked, out.splitlines()):
             found.update(zip(asked, json.loads(line)))
@@ -106,12 +106,19 @@ def _serve_requests(kind: str) -> None:
         print(json.dumps([epsilon(request["kind"], t, request["delta"]) for t in tallies]), flush=True)
 
 
-if __name__ == "__main__":
-    # A helper of a run: the run's own threads come first on a busy core; this one works in the gaps.
+def serve(argv: list[str]) -> int:
+    """The helper process (forked, or ``python -m`` this module ``NAME``): accountant NAME's
+    requests served at nice 10 (the run's own threads come first on a busy core; this one works in
+    the gaps)."""
     os.nice(10)
-    _serve_requests(sys.argv[1])
+    _serve_requests(argv[0])
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    code = serve(sys.argv[1:])
     # Everything is written: leave without the interpreter's teardown of the libraries (a tenth of a
     # second that the run would wait for).
-    sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)
+    os._exit(code)

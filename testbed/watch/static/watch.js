@@ -260,12 +260,12 @@ function renderGraph() {
   }
   const n = g.num_nodes, pad = 10, w = canvas.width - 2 * pad, h = canvas.height - 2 * pad;
   let xy;
-  if (g.positions) { // metres, fitted to the canvas keeping the aspect ratio
+  if (g.positions) { // metres, fitted to the canvas keeping the aspect ratio, y up (a map, as `testbed scene show`)
     const xs = g.positions.map(p => p[0]), ys = g.positions.map(p => p[1]);
-    const x0 = Math.min(...xs), y0 = Math.min(...ys);
-    const span = Math.max(Math.max(...xs) - x0, Math.max(...ys) - y0) || 1;
+    const x0 = Math.min(...xs), y1 = Math.max(...ys);
+    const span = Math.max(Math.max(...xs) - x0, y1 - Math.min(...ys)) || 1;
     const s = Math.min(w, h) / span;
-    xy = g.positions.map(([x, y]) => [pad + (x - x0) * s, pad + (y - y0) * s]);
+    xy = g.positions.map(([x, y]) => [pad + (x - x0) * s, pad + (y1 - y) * s]);
   } else { // no geometry: a circle
     const r = Math.min(w, h) / 2;
     xy = Array.from({ length: n }, (_, i) => [pad + w / 2 + r * Math.cos(2 * Math.PI * i / n),
