@@ -96,7 +96,8 @@ def children(pid: int) -> dict[int, str]:
         except (OSError, ValueError, IndexError):
             continue
         found[int(stat.parent.name)] = ("host" if b"nodes" in cmd or name.startswith("nodes ") else
-                                        "accountant" if any(b"accountant" in c for c in cmd) else
+                                        "accountant" if name.startswith("testbed epsilon")  # a forked one
+                                        or any(b"accountant" in c for c in cmd) else
                                         (cmd[0] or b"?").decode(errors="replace"))
     return found
 
