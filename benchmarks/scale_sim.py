@@ -6,7 +6,7 @@ with client sampling.
    <= 30 s and <= 2 GB peak RSS.
 2. 1,000,000 nodes, 100 sampled per round (client_sampling uniform, count 100), 100 rounds (J1's
    1,000 steps), lazy nodes (each round generates its sampled nodes' rows), output.eval_nodes =
-   1000. Targets: <= 60 s and <= 2 GB peak RSS.
+   1000. Targets: <= 20 s (issue 44) and <= 2 GB peak RSS.
 
 3. A file-based set with lazy nodes: MNIST's four IDX files written with 70,000 random images to a
    temporary folder (the loader's own format, 55 MB of pixels), over 700 clients of 100 images
@@ -22,12 +22,22 @@ Whole process (start-up, data, rounds, ledger, summary, figures, tight accountan
 tight accountant, are separate processes with their own). GB = 10^9 bytes. With --plain, job 1
 also runs as J1 has it (float64, every node evaluated) for comparison.
 
+No change slows a row without saying so: with --against REV (a commit, branch or tag), jobs 1 and
+2 also run from a git worktree of REV made for the call (and removed after), the two trees
+alternated (this tree, REV, this tree, REV, ...: a machine whose speed drifts slows both sides
+alike), each tree's own code on the same job (this tree's j1.toml); printed are each side's median
+and the median of the pairs' ratios this / REV, wall and CPU, with the load average before and
+after. A ratio above 1 is a slow-down to say in the commit that makes it.
+
 Usage: python benchmarks/scale_sim.py [--repeats 3] [--only 10k|1m|files] [--plain] [--adult PATH]
+                                      [--against REV]
 """
 
 from __future__ import annotations
 
 import argparse
+import compileall
+import contextlib
 import os
 import statistics
 import subprocess
@@ -35,6 +45,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Iterator
 
 HERE = Path(__file__).resolve().parent
 TESTBED = [sys.executable, "-m", "testbed"]
@@ -56,11 +67,11 @@ EAGER = [sys.executable, "-c", "import sys, testbed.assembly.assemble as a; a.ho
                                "from testbed.cli import main; sys.exit(main())"]
 
 
-def measured(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float, float]:
+def measured(cmd: list[str], env: dict[str, str] | None = None, cwd: Path = HERE.parent) -> tuple[float, float, float]:
     """(wall s, CPU s user + system, peak RSS in GB) of one child process; the CPU time tells a
     busy shared machine (wall >> CPU) from a slow run."""
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, cwd=HERE.parent, env=env)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, cwd=cwd, env=env)
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - start
     if os.waitstatus_to_exitcode(status) != 0:
@@ -68,23 +79,53 @@ def measured(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, 
     return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024 / 1e9
 
 
-def job(name: str, sets: list[str], repeats: int, tmp: str, wall_target: float, rss_target_gb: float) -> None:
-    walls, cpus, rss = [], [], []
+def load_average() -> str:
+    return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def job(name: str, sets: list[str], repeats: int, tmp: str, wall_target: float, rss_target_gb: float,
+        against: tuple[str, Path] | None = None) -> None:
+    """``repeats`` runs of the job (with ``against`` = (REV, its worktree): as many of REV's,
+    alternated with them), medians and ratios printed."""
+    sides = [("this tree", HERE.parent)] + ([against] if against else [])
+    runs: dict[str, list[tuple[float, float, float]]] = {label: [] for label, _ in sides}
+    before = load_average()
     for i in range(repeats):
-        args = TESTBED + ["run", str(HERE / "j1.toml"), "--quiet", "--out", f"{tmp}/{i}-{name[:9].replace(' ', '')}"]
-        for s in sets:
-            args += ["--set", s]
-        wall, cpu, peak = measured(args)
-        walls.append(wall)
-        cpus.append(cpu)
-        rss.append(peak)
-    wall, cpu, peak = statistics.median(walls), statistics.median(cpus), statistics.median(rss)
-    print(f"{name}: wall {wall:6.1f} s (median of {repeats}: {', '.join(f'{t:.1f}' for t in walls)})  "
-          f"ratio to {wall_target:.0f} s target {wall / wall_target:.2f}")
-    print(f"{' ' * len(name)}  CPU  {cpu:6.1f} s (median of {repeats}: {', '.join(f'{t:.1f}' for t in cpus)})  "
-          f"ratio to {wall_target:.0f} s target {cpu / wall_target:.2f}")
-    print(f"{' ' * len(name)}  peak RSS {peak:5.2f} GB (median of {repeats}: {', '.join(f'{r:.2f}' for r in rss)})  "
-          f"ratio to {rss_target_gb:.0f} GB target {peak / rss_target_gb:.2f}")
+        for label, tree in sides:
+            args = TESTBED + ["run", str(HERE / "j1.toml"), "--quiet", "--out",
+                              f"{tmp}/{i}-{len(runs[label])}-{name[:9].replace(' ', '')}-{label[:4]}"]
+            for s in sets:
+                args += ["--set", s]
+            runs[label].append(measured(args, dict(os.environ, PYTHONPATH=str(tree)), cwd=tree))
+    for label, _ in sides:
+        walls, cpus, rss = ([r[k] for r in runs[label]] for k in range(3))
+        wall, cpu, peak = statistics.median(walls), statistics.median(cpus), statistics.median(rss)
+        print(f"{name} [{label}]: wall {wall:6.1f} s (median of {repeats}: {', '.join(f'{t:.1f}' for t in walls)})  "
+              f"ratio to {wall_target:.0f} s target {wall / wall_target:.2f}")
+        print(f"{' ' * len(name)}  CPU  {cpu:6.1f} s (median of {repeats}: {', '.join(f'{t:.1f}' for t in cpus)})  "
+              f"ratio to {wall_target:.0f} s target {cpu / wall_target:.2f}")
+        print(f"{' ' * len(name)}  peak RSS {peak:5.2f} GB (median of {repeats}: {', '.join(f'{r:.2f}' for r in rss)})  "
+              f"ratio to {rss_target_gb:.0f} GB target {peak / rss_target_gb:.2f}")
+    if against:
+        rev = against[0]
+        for k, what in ((0, "wall"), (1, "CPU")):
+            ratios = [a[k] / b[k] for a, b in zip(runs["this tree"], runs[rev])]
+            print(f"{' ' * len(name)}  this tree / {rev}: {what} {statistics.median(ratios):.2f} "
+                  f"(median of {repeats} alternated pairs: {', '.join(f'{r:.2f}' for r in ratios)})")
+    print(f"{' ' * len(name)}  {before} before, {load_average()} after")
+
+
+@contextlib.contextmanager
+def worktree(rev: str, tmp: str) -> Iterator[tuple[str, Path]]:
+    """(REV, a detached git worktree of it under ``tmp``), removed on the way out."""
+    path = Path(tmp) / "against"
+    subprocess.run(["git", "-C", str(HERE.parent), "worktree", "add", "--detach", "--quiet", str(path), rev],
+                   check=True)
+    try:
+        compileall.compile_dir(path, quiet=1)  # its first run must not pay for its bytecode
+        yield rev, path
+    finally:
+        subprocess.run(["git", "-C", str(HERE.parent), "worktree", "remove", "--force", str(path)], check=False)
 
 
 def write_mnist_like(folder: Path, seed: int = 0) -> None:
@@ -133,14 +174,18 @@ def main() -> None:
     parser.add_argument("--only", choices=("10k", "1m", "files"))
     parser.add_argument("--adult", metavar="PATH", help="adult.data or its folder: job 3 on Adult-2 too")
     parser.add_argument("--plain", action="store_true", help="also job 1 as J1 has it: float64, every node evaluated")
+    parser.add_argument("--against", metavar="REV", help="jobs 1 and 2 alternated with a git worktree of REV: the ratio")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
+    compileall.compile_dir(HERE.parent / "testbed", quiet=1)
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
+        against = stack.enter_context(worktree(args.against, tmp)) if args.against else None
         if args.only in (None, "10k"):
-            job("10,000 nodes x 10 rounds (float32, 500 evaluated)", TEN_THOUSAND + SCALE, args.repeats, tmp, 30, 2)
+            job("10,000 nodes x 10 rounds (float32, 500 evaluated)", TEN_THOUSAND + SCALE, args.repeats, tmp, 30, 2,
+                against)
             if args.plain:
                 job("10,000 nodes x 10 rounds (float64, all evaluated)", TEN_THOUSAND, 1, tmp, 30, 2)
         if args.only in (None, "1m"):
-            job("1,000,000 nodes, 100 sampled x 100 rounds", MILLION, args.repeats, tmp, 60, 2)
+            job("1,000,000 nodes, 100 sampled x 100 rounds", MILLION, args.repeats, tmp, 20, 2, against)
         if args.only in (None, "files"):
             write_mnist_like(Path(tmp) / "mnist")
             files_job("mnist-like, 700 clients of 100 images, 10 sampled x 10 rounds",

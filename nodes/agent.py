@@ -44,7 +44,7 @@ import numpy as np
 from nodes.costs import NodeCosts
 from nodes.meters.base import Measurement
 from nodes.release_record import ReleaseRecord, input_digest
-from testbed.assembly import assemble
+from testbed.assembly import assemble, inherited
 from testbed.mqtt import wire
 from testbed.rounds import protocol
 from testbed.algorithms.contract import (
@@ -150,7 +150,7 @@ class SharedExperiment:
     def _rows(self, key: str, config: Config, node_ids: list[int]) -> tuple[Split, Algorithm]:
         data, algorithm, position = self._built_for(key, config)
         if isinstance(data, LazyFederatedData):
-            return data.nodes(node_ids).train, algorithm
+            return data.nodes(node_ids, ("train",)).train, algorithm
         return (data.train if node_ids == self.nodes else data.train.select([position[n] for n in node_ids])), algorithm
 
     def data_of(self, key: str, config: Config, node: int) -> FederatedData | LazyFederatedData:
@@ -175,7 +175,8 @@ class SharedExperiment:
         d, seed = config.data, config.run.seed
         lazy = data_registry.get(d.dataset).lazy
         if lazy is None or self.data_path is not None or not assemble.holds_lazily(config):
-            return load_data(d, seed, nodes=self.nodes, path=self.data_path)
+            return inherited.rows(d, seed, self.nodes, self.data_path) \
+                or load_data(d, seed, nodes=self.nodes, path=self.data_path)
         kept = KeptNodes(lambda ids: load_data(d, seed, nodes=ids, train_only=True))
         return dataclasses.replace(lazy(d, seed), make=kept.nodes)
 
@@ -609,7 +610,7 @@ def _step_together(agents: list[NodeAgent], admitted: list[_Admitted]) -> list[p
 def _train(data: FederatedData | LazyFederatedData, node_ids: list[int]) -> Split:
     """The training rows of ``node_ids``, all of ``data``'s (a node's own data), made (kept by
     its host) when ``data`` is lazy."""
-    return data.nodes(node_ids).train if isinstance(data, LazyFederatedData) else data.train
+    return data.nodes(node_ids, ("train",)).train if isinstance(data, LazyFederatedData) else data.train
 
 
 @remember_last  # a host's nodes read one broadcast: checked once

@@ -46,6 +46,7 @@ from typing import Callable, Iterator, Sequence
 from testbed.errors import UserError
 from testbed.mqtt import wire
 from testbed.mqtt import auth, probe, topics
+from testbed.mqtt.carried import Carrier
 from testbed.mqtt.client import Inbound, MqttClient, close_all, new_client_id
 from testbed.mqtt.client_batches import connect_all, publish_all
 from testbed.mqtt.network_loop import NetworkLoop
@@ -254,9 +255,15 @@ def serve(broker_url: str, run: str, node_ids: Sequence[int], *, data_path: str 
         if coordinator_pid is not None:
             coordinator_grace_s = math.inf
         members = None if group is None else (lambda: [name for name, c in clients.items() if c.connected])
+        # A host its coordinator started carries a round's replies in one message (testbed.mqtt.
+        # carried): that coordinator takes them, each frame sealed by its own node. A container
+        # holds no more than a frame may (max_chunk_bytes), nor than the coordinator takes in one
+        # message (wire.DEFAULT_MAX_BYTES); a frame alone travels as before.
+        carrier = Carrier(run, min(max_chunk_bytes, wire.DEFAULT_MAX_BYTES)) \
+            if keys is not None and session is not None else None
         with _signals_interrupt():
             return _loop(inbox, agents, clients, run, coordinator_grace_s, crash, SessionFence(session), watch,
-                         members, network, states=states)
+                         members, network, states=states, carrier=carrier)
     finally:
         if watch.alive():  # else no clean disconnect: the broker publishes each node's will at once
             # Together: each close waits for the broker's ack of its offline status and for its
@@ -325,7 +332,7 @@ def _loop(inbox: queue.Queue[Inbound], agents: dict[str, NodeProtocol], clients:
           run: str, grace_s: float, crash: tuple[int, str] | None, fence: SessionFence | None = None,
           watch: CoordinatorWatch | None = None, broadcast_members: Callable[[], list[str]] | None = None,
           network: NetworkLoop | None = None, rounds: RoundFence | None = None,
-          states: StateLines | None = None) -> int:
+          states: StateLines | None = None, carrier: Carrier | None = None) -> int:
     """Serve until every node was told to stop (or the coordinator is gone, or the host is
     interrupted: Ctrl-C, SIGTERM); the rounds answered. Nodes that leave before they answered the
     stop send their own ledger first (:func:`_report_leaving`), unless the coordinator is gone.
@@ -341,6 +348,7 @@ def _loop(inbox: queue.Queue[Inbound], agents: dict[str, NodeProtocol], clients:
     answered, stopped = 0, set()
     last_gathered = time.monotonic()
     joined: str | None = None  # the session the state lines last said was joined
+    carrier = carrier if crash is None else None  # an emulated crash sends each reply as it comes
     why_ended = "the coordinator ended it"
     coordinator_offline_since: float | None = None
     interrupted = False
@@ -361,9 +369,10 @@ def _loop(inbox: queue.Queue[Inbound], agents: dict[str, NodeProtocol], clients:
                 why_ended = f"its coordinator has been offline for {grace_s:.0f} s"
                 break
             # What the items bring goes out together (a round's or a setup's replies: one wake-up of
-            # the network thread, not one per node); not with an emulated crash, which waits for its
-            # reply's ack.
-            with network.batch() if network is not None and crash is None else contextlib.nullcontext():
+            # the network thread, not one per node; with a carrier, one message); not with an
+            # emulated crash, which waits for its reply's ack.
+            with network.batch() if network is not None and crash is None else contextlib.nullcontext(), \
+                    carrier or contextlib.nullcontext():  # flushed first, into the network's batch
                 stepped: list[tuple[str, wire.Message]] = []
                 for item in items:
                     if item.kind == topics.COORD:
@@ -382,13 +391,13 @@ def _loop(inbox: queue.Queue[Inbound], agents: dict[str, NodeProtocol], clients:
                             report = agents[name].handle(msg)
                         except Exception as exc:  # noqa: BLE001  logged by _send as that node's failure
                             report = exc
-                        _send(name, msg, report, clients, run, False)
+                        _send(name, msg, report, clients, run, False, carrier=carrier)
                         continue
                     crash_now = crash is not None and msg.kind == protocol.ROUND and msg.round == crash[0]
                     if msg.kind in STEPPED and not crash_now and type(agents[name]) is NodeAgent:
                         stepped.append((name, msg))
                         continue
-                    answered += _answer_steps(stepped, agents, clients, run, states)
+                    answered += _answer_steps(stepped, agents, clients, run, states, carrier)
                     stepped = []
                     if crash_now and crash[1] == "arrival":
                         log.warning("node %s: emulated crash at round %d", name, msg.round)
@@ -400,8 +409,8 @@ def _loop(inbox: queue.Queue[Inbound], agents: dict[str, NodeProtocol], clients:
                     if crash_now and crash[1] == "after_log":  # its release logged (on disk), never sent
                         log.warning("node %s: emulated crash after logging round %d", name, msg.round)
                         os._exit(1)
-                    answered += _send(name, msg, outcome, clients, run, crash_now, states)
-                answered += _answer_steps(stepped, agents, clients, run, states)
+                    answered += _send(name, msg, outcome, clients, run, crash_now, states, carrier)
+                answered += _answer_steps(stepped, agents, clients, run, states, carrier)
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (_signals_interrupt): the nodes leave, reporting first
         log.warning("interrupted; the nodes of run %s leave", run)
         why_ended, interrupted = "it was interrupted", True
@@ -415,20 +424,23 @@ def _loop(inbox: queue.Queue[Inbound], agents: dict[str, NodeProtocol], clients:
 
 
 def _answer_steps(stepped: list[tuple[str, wire.Message]], agents: dict[str, NodeProtocol],
-                  clients: dict[str, MqttClient], run: str, states: StateLines | None = None) -> int:
+                  clients: dict[str, MqttClient], run: str, states: StateLines | None = None,
+                  carrier: Carrier | None = None) -> int:
     """Step the nodes of ``stepped`` together and send each its reply (written together with the
     rest of what the host gathered, see :func:`_loop`); the updates sent."""
     if not stepped:
         return 0
     outcomes = step_nodes([agents[name] for name, _ in stepped], [msg for _, msg in stepped])  # type: ignore[misc]
-    return sum(_send(name, msg, outcome, clients, run, False, states)
+    return sum(_send(name, msg, outcome, clients, run, False, states, carrier)
                for (name, msg), outcome in zip(stepped, outcomes))
 
 
 def _send(name: str, msg: wire.Message, outcome: protocol.Reply | None | Exception,
-          clients: dict[str, MqttClient], run: str, crash_now: bool, states: StateLines | None = None) -> int:
-    """Publish node ``name``'s reply to ``msg`` on its own connection, or log why there is none;
-    1 if an update went to the coordinator (a round of it, not the setup, told to ``states``)."""
+          clients: dict[str, MqttClient], run: str, crash_now: bool, states: StateLines | None = None,
+          carrier: Carrier | None = None) -> int:
+    """Publish node ``name``'s reply to ``msg`` on its own connection (an uplink to the coordinator:
+    sealed by it, and given to ``carrier`` when there is one), or log why there is none; 1 if an
+    update went to the coordinator (a round of it, not the setup, told to ``states``)."""
     if isinstance(outcome, wire.WireError):
         log.warning("node %s rejected %s of round %d: %s", name, msg.kind, msg.round, outcome)
         return 0
@@ -449,8 +461,11 @@ def _send(name: str, msg: wire.Message, outcome: protocol.Reply | None | Excepti
     # per reply made them wait on each other (a broker round trip each, 0.3 s a round
     # for 50 nodes on a loaded host). paho resends unacked frames after a reconnect and
     # logs a broker's refusal; an emulated crash waits, so its reply is surely out.
-    clients[name].publish((topics.tx if to_channel else topics.up)(run, name), outcome.payload,
-                          timeout_s=30.0 if crash_now else None)
+    topic = (topics.tx if to_channel else topics.up)(run, name)
+    if carrier is not None and not to_channel and not crash_now:
+        carrier.add(clients[name], name, topic, outcome.payload)
+    else:
+        clients[name].publish(topic, outcome.payload, timeout_s=30.0 if crash_now else None)
     if crash_now:
         log.warning("node %s: emulated crash after its reply of round %d", name, msg.round)
         os._exit(1)

@@ -9,6 +9,8 @@ once the first round is out, publishes:
 - an `offline` status of a live node (it would be dropped for good), and its real status replayed;
 - a flood of incomplete chunk sets on a node's uplink (its real updates would be evicted, and the
   coordinator wrote a line per frame);
+- containers of carried uplinks (testbed.mqtt.carried) holding a frame of its own in another node's
+  name and real frames of the run's hosts, one cut short and one inside another;
 - every real frame it saw, again (replays);
 
 each unsealed and sealed with keys of its own. The run completes with the numbers of the same run
@@ -31,7 +33,7 @@ import pytest
 from conftest import REPO, wait_until
 from test_algorithm_contract import ATOL_MODES, _config, _dtype, _ledger_without_seconds
 from testbed.assembly.config import replace
-from testbed.mqtt import auth, chunks, topics
+from testbed.mqtt import auth, carried, chunks, topics
 from testbed.mqtt import wire
 from testbed.orchestration.runner import load, run_experiment
 from testbed.reports.results import read_checkpoint
@@ -94,6 +96,14 @@ class Forger:
         for i in range(FLOOD):  # incomplete chunk sets: two of three chunks each
             frame = chunks.chunk(bytes(300), 136)[i % 2]
             self._both(topics.up(run, "0"), frame, session, round_index, ["0"])
+        # containers of carried uplinks on node 0's uplink: a frame of the forger's in node 1's name
+        # beside real frames of the run's hosts (replays), one cut short, one inside another
+        mine = auth.seal(self.keys, topics.up(run, "1"), ["1"], session, round_index, stop)
+        real = [frame for topic, payload in list(self.seen) if carried.is_carried(payload)
+                for frame in carried.unpack(payload, max_bytes=1 << 24)]
+        box = carried.pack([("1", mine), *real[:40]])
+        for payload in (box, box[:-3], carried.pack([("0", box)])):
+            self.client.publish(topics.up(run, "0"), payload, qos=1)
         for topic, payload in list(self.seen):  # replays of what the run really sent
             self.client.publish(topic, payload, qos=1)
 
@@ -133,6 +143,8 @@ def test_forgeries_on_an_anonymous_broker_change_nothing(mosquitto_broker, tmp_p
             board.kill()
             board.wait()
     assert forger.fired.is_set(), "the forger never saw a round"
+    # the run's own hosts carry their nodes' replies; a board sends its own
+    assert any(carried.is_carried(p) for _, p in forger.seen) == (hosts == "emulated")
     assert mqtt.summary["status"] == "completed", mqtt.summary.get("failure")
     a, b = state, read_checkpoint(tmp_path / "mqtt").state
     for key in a:

@@ -68,8 +68,10 @@ class LedgerBook:
     """
 
     def __init__(self, node_ids: Sequence[int] | np.ndarray):
-        ids = np.asarray(node_ids, dtype=np.int64)
-        self.node_ids = np.unique(ids)
+        ids = (np.arange(node_ids.start, node_ids.stop, node_ids.step, dtype=np.int64) if isinstance(node_ids, range)
+               else np.asarray(node_ids, dtype=np.int64))
+        # Already ascending (every run's range of ids): one pass, not a sort or hash of a million.
+        self.node_ids = ids if bool((ids[1:] > ids[:-1]).all()) else np.unique(ids)
         if len(self.node_ids) != len(ids):
             raise ValueError("node ids of a ledger book must be distinct")
         n = len(self.node_ids)

@@ -36,6 +36,7 @@ import numpy as np
 
 from testbed.data.federated import FederatedData, Split
 from testbed.data.mapped import open_or_build
+from testbed.data.split import SPLITS
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,8 @@ class LazyFederatedData:
         train, test, validation: each split's layout, node ids 0..M-1 in order.
         n_classes, name, dim: as in FederatedData.
         node_ids: ``range(M)``.
-        make: node ids (K,) → FederatedData of those nodes, in that order (the generator).
+        make: node ids (K,) and the splits to hold → FederatedData of those nodes, in that
+            order (the generator); the other splits have no rows.
     """
 
     train: SplitLayout
@@ -72,7 +74,7 @@ class LazyFederatedData:
     name: str
     dim: int
     node_ids: range
-    make: Callable[[Sequence[int]], FederatedData]
+    make: Callable[[Sequence[int], Sequence[str]], FederatedData]
 
     @classmethod
     def memory_mapped(cls, directory: Path, build: Callable[[], FederatedData]) -> "LazyFederatedData":
@@ -87,11 +89,12 @@ class LazyFederatedData:
     def num_nodes(self) -> int:
         return len(self.node_ids)
 
-    def nodes(self, node_ids: Sequence[int]) -> FederatedData:
-        """The rows of ``node_ids`` (global ids, in this order), made now; the caller drops them."""
-        return self.make(node_ids)
+    def nodes(self, node_ids: Sequence[int], splits: Sequence[str] = SPLITS) -> FederatedData:
+        """The rows of ``node_ids`` (global ids, in this order), made now; the caller drops them.
+        Only ``splits`` hold rows (a round trains on the training rows alone); the others none."""
+        return self.make(node_ids, splits)
 
-    def only(self, node: int, make: Callable[[Sequence[int]], FederatedData]) -> "LazyFederatedData":
+    def only(self, node: int, make: Callable[[Sequence[int], Sequence[str]], FederatedData]) -> "LazyFederatedData":
         """Node ``node``'s layout alone (its ids ``range(node, node + 1)``), its rows made by ``make``
         (global ids): what one emulated node builds its algorithm from (nodes.agent)."""
         def own(layout: SplitLayout) -> SplitLayout:
@@ -122,9 +125,11 @@ class KeptNodes:
         """How many nodes' rows are held."""
         return len(self._kept)
 
-    def nodes(self, node_ids: Sequence[int]) -> FederatedData:
-        """The training rows of ``node_ids`` (in this order; no test or validation rows), those not
-        held yet made now, in one call of ``make``."""
+    def nodes(self, node_ids: Sequence[int], splits: Sequence[str] = ("train",)) -> FederatedData:
+        """The training rows of ``node_ids`` (in this order; no test or validation rows, the only
+        ``splits`` held), those not held yet made now, in one call of ``make``."""
+        if set(splits) != {"train"}:
+            raise ValueError(f"only training rows are kept, not {', '.join(splits)}")
         ids = [int(n) for n in node_ids]
         missing = [n for n in dict.fromkeys(ids) if n not in self._kept]
         if missing:

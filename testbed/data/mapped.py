@@ -140,10 +140,11 @@ class MappedFederation:
         return (np.load(self.directory / f"{split}.x.npy", mmap_mode="r"),
                 np.load(self.directory / f"{split}.y.npy", mmap_mode="r"))
 
-    def nodes(self, node_ids: Sequence[int]) -> FederatedData:
-        """The rows of ``node_ids`` (global ids, in this order), read now and checked against their
-        digests. Raises DataError for an id outside 0..M-1, or (after removing the cache, which the
-        next run writes again) for rows that do not match their digest."""
+    def nodes(self, node_ids: Sequence[int], keep: Sequence[str] = SPLITS) -> FederatedData:
+        """The rows of ``node_ids`` (global ids, in this order) in the splits ``keep`` (the others
+        none), read now and checked against their digests. Raises DataError for an id outside
+        0..M-1, or (after removing the cache, which the next run writes again) for rows that do not
+        match their digest."""
         ids = np.asarray(node_ids, dtype=np.int64).reshape(-1)
         if ids.size and (ids.min() < 0 or ids.max() >= self.num_nodes):
             raise DataError(f"{self.name}: nodes {ids[(ids < 0) | (ids >= self.num_nodes)].tolist()} "
@@ -151,6 +152,10 @@ class MappedFederation:
         splits = []
         for k, name in enumerate(SPLITS):
             rows, offsets = rows_of(self.offsets[k], ids)
+            if name not in keep:  # no rows, of the split's own types
+                x_map, y_map = self.arrays(name)
+                splits.append(Split(x=np.array(x_map[:0]), y=np.array(y_map[:0]), offsets=np.zeros_like(offsets)))
+                continue
             x_map, y_map = self.arrays(name)
             x, y = x_map[rows], y_map[rows]
             del x_map, y_map

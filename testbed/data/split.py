@@ -115,8 +115,7 @@ class SplitWriter:
         self._x = [np.empty((int(o[-1]), dim), dtype=dtype) for o in self._offsets]
         self._y = [np.empty(int(o[-1]), dtype=np.int64) for o in self._offsets]
         self._written = np.zeros(len(self._sizes), dtype=bool)
-        self._split_streams: Iterator[np.random.Generator] = iter(())
-        self._next_streamed = -1  # the node whose split stream ``_split_streams`` yields next
+        self._split_streams: dict[int, Iterator[np.random.Generator]] = {}  # by the node each yields next
 
     def write(self, index: int, x: np.ndarray, y: np.ndarray) -> None:
         """Shuffle node ``index``'s samples, x of shape (n, d) and y of shape (n,), into the three splits."""
@@ -136,24 +135,34 @@ class SplitWriter:
     def write_many(self, first: int, x: np.ndarray, y: np.ndarray) -> None:
         """Shuffle the samples of C consecutive nodes ``first .. first+C-1``, all of the same size n,
         into the three splits at once: x of shape (C, n, d), y of shape (C, n). The same rows as
-        :meth:`write` node by node (each node's permutation is drawn from its own stream)."""
+        :meth:`write` node by node (each node's permutation is drawn from its own stream). Threads
+        may write disjoint runs of nodes at once."""
         count, n = y.shape
         if any(self._sizes[first + c] != n for c in range(count)) or x.shape[:2] != (count, n):
             raise ValueError(f"nodes {first}..{first + count - 1}: expected {n} samples each, got x {x.shape}")
-        if first != self._next_streamed:  # streams are seeded in one batch for consecutive chunks
-            self._split_streams = node_streams(self._seed, self._node_ids[first:], -1, Purpose.SPLIT)
+        # Streams are seeded in one batch for consecutive chunks: a call takes the iterator the
+        # call before it left for ``first`` (each thread writing its own run of nodes has its own).
+        streams = self._split_streams.pop(first, None)
+        if streams is None:
+            streams = node_streams(self._seed, self._node_ids[first:], -1, Purpose.SPLIT)
         perm = np.empty((count, n), dtype=np.int64)
         for c in range(count):
-            perm[c] = next(self._split_streams).permutation(n)
-        self._next_streamed = first + count
-        chunk = np.arange(count)[:, None]
+            perm[c] = next(streams).permutation(n)
+        if first + count < len(self._sizes):
+            self._split_streams[first + count] = streams
         start = 0
         for k, part in enumerate(split_sizes(n)):
             # Consecutive nodes of equal size own consecutive, equal blocks of every split.
             lo, hi = self._offsets[k][first], self._offsets[k][first + count]
-            rows = perm[:, start:start + (hi - lo) // count]  # part rows each, or none for a dropped split
-            self._x[k][lo:hi] = x[chunk, rows].reshape(-1, x.shape[2])
-            self._y[k][lo:hi] = y[chunk, rows].reshape(-1)
+            each = (hi - lo) // count  # part rows each, or none for a dropped split
+            xs, ys = self._x[k][lo:hi].reshape(count, each, x.shape[2]), self._y[k][lo:hi].reshape(count, each)
+            for c in range(count):  # each node's rows gathered straight into their place: one copy
+                rows = perm[c, start:start + each]
+                if xs.dtype == x.dtype:
+                    np.take(x[c], rows, axis=0, out=xs[c])
+                else:  # rounded to the writer's dtype (data.dtype) as they are placed
+                    xs[c] = x[c, rows]
+                np.take(y[c], rows, out=ys[c])
             start += part
         self._written[first:first + count] = True
 

@@ -137,37 +137,41 @@ def _write_nodes(writer: SplitWriter, seed: int, node_ids: Sequence[int], n: int
     the n label uniforms, in that order (so a board generating one node gets the same rows); the
     draws are per node (each node is its own stream), everything else is vectorised over the chunk:
     x = g / sqrt(d) + h u_m scaled to norm 1, labels by inverse CDF of softmax(x W) (x [n, d]
-    float64 before the writer rounds it to its dtype, y [n] int64).
+    float64 before the writer rounds it to its dtype, y [n] int64). Two halves of the nodes go
+    through this on two threads (testbed.util.parallel), each with its own buffers and streams:
+    every number of a node is computed from its own rows alone, so the split changes none.
     """
     dim, n_classes = w.shape
     chunk = max(1, min(len(node_ids), _CHUNK_BYTES // (8 * n * dim)))
-    x = np.empty((chunk, n, dim))
-    logits = np.empty((chunk, n, n_classes))
-    uniforms = np.empty((chunk, n))
-    shift = np.empty((chunk, 1, dim))
-    for first in range(0, len(node_ids), chunk):
-        c = min(chunk, len(node_ids) - first)
 
-        def draw(lo: int, hi: int) -> None:  # nodes first+lo .. first+hi of the chunk, each from its own stream
-            for i, rng in enumerate(node_streams(seed, node_ids[first + lo:first + hi], -1, Purpose.DATA), lo):
+    def write(lo: int, hi: int) -> None:  # nodes lo .. hi-1, a chunk at a time
+        x = np.empty((chunk, n, dim))
+        logits = np.empty((chunk, n, n_classes))
+        uniforms = np.empty((chunk, n))
+        shift = np.empty((chunk, 1, dim))
+        streams = node_streams(seed, node_ids[lo:hi], -1, Purpose.DATA)
+        for first in range(lo, hi, chunk):
+            c = min(chunk, hi - first)
+            for i in range(c):
+                rng = next(streams)
                 # u_m is drawn even when h = 0, so changing h never shifts the later draws.
                 u = rng.standard_normal(dim)
                 shift[i, 0] = u / np.linalg.norm(u)
                 rng.standard_normal(out=x[i])
                 rng.random(out=uniforms[i])
+            xc, flat = x[:c], x[:c].reshape(c * n, dim)
+            xc *= 1.0 / np.sqrt(dim)
+            if heterogeneity:
+                xc += heterogeneity * shift[:c]
+            flat /= np.sqrt(np.einsum("ij,ij->i", flat, flat))[:, None]
+            for i in range(c):  # one small product per node: BLAS sums each row as it does for that node alone
+                np.matmul(x[i], w, out=logits[i])
+            cdf = np.cumsum(_softmax(logits[:c].reshape(c * n, n_classes)), axis=1)
+            # Inverse-CDF sampling; min() guards against cdf[-1] rounding just below the uniform.
+            y = np.minimum((uniforms[:c].reshape(-1, 1) >= cdf).sum(axis=1), n_classes - 1).astype(np.int64)
+            writer.write_many(first, xc, y.reshape(c, n))
 
-        split_work(c, draw, numbers=c * n * (dim + 1))
-        xc, flat = x[:c], x[:c].reshape(c * n, dim)
-        xc *= 1.0 / np.sqrt(dim)
-        if heterogeneity:
-            xc += heterogeneity * shift[:c]
-        flat /= np.sqrt(np.einsum("ij,ij->i", flat, flat))[:, None]
-        for i in range(c):  # one small product per node: BLAS sums each row as it does for that node alone
-            np.matmul(x[i], w, out=logits[i])
-        cdf = np.cumsum(_softmax(logits[:c].reshape(c * n, n_classes)), axis=1)
-        # Inverse-CDF sampling; min() guards against cdf[-1] rounding just below the uniform.
-        y = np.minimum((uniforms[:c].reshape(-1, 1) >= cdf).sum(axis=1), n_classes - 1).astype(np.int64)
-        writer.write_many(first, xc, y.reshape(c, n))
+    split_work(len(node_ids), write, numbers=len(node_ids) * n * (dim + 1))
 
 
 def make_logistic(
@@ -263,7 +267,7 @@ def lazy_logistic(*, num_nodes: int, samples_per_node: int, dim: int, n_classes:
     layouts = [SplitLayout(np.arange(num_nodes + 1, dtype=np.int64) * part) for part in split_sizes(samples_per_node)]
     make = functools.partial(make_logistic, num_nodes, samples_per_node, dim, n_classes, seed, **options)
     return LazyFederatedData(*layouts, n_classes=n_classes, name="synthetic", dim=dim, node_ids=range(num_nodes),
-                             make=lambda nodes: make(nodes=nodes))
+                             make=lambda nodes, splits: make(nodes=nodes, splits=splits))
 
 
 def _lazy(d: "DataSection", seed: int) -> "LazyFederatedData":

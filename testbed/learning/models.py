@@ -52,7 +52,21 @@ def _loss_and_correct(logits_t: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, 
     top = logits_t.max(axis=0)
     total = np.exp(logits_t - top).sum(axis=0)
     logit_y = np.take_along_axis(logits_t, y[None], axis=0)[0]
-    return np.log(total) + top - logit_y, logits_t.argmax(axis=0) == y
+    return np.log(total) + top - logit_y, _argmax_is(logits_t, y)
+
+
+def _argmax_is(logits_t: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """``logits_t.argmax(axis=0) == y``; for two classes as one comparison of the rows, five times
+    faster than argmax over an axis of 2 (J1's evaluation, every round), with argmax's own answer
+    on a tie (the first) and on NaN (the first NaN)."""
+    if logits_t.shape[0] != 2:
+        return logits_t.argmax(axis=0) == y
+    first, second = logits_t
+    second_wins = second > first
+    nans = np.isnan(second)
+    if nans.any():
+        second_wins |= nans & ~np.isnan(first)
+    return np.where(second_wins, y == 1, y == 0)
 
 
 def _softmax_residual(logits: np.ndarray, y: np.ndarray, with_loss: bool = True) -> tuple[np.ndarray | None, np.ndarray]:

@@ -518,12 +518,26 @@ class MqttClient(Receiving):
         """
         self._await_acks(topic, self._send(topic, payload, retain), timeout_s)
 
-    def _send(self, topic: str, payload: bytes, retain: bool) -> list[int]:
+    def sealed(self, topic: str, payload: bytes) -> list[bytes]:
+        """The frames :meth:`publish` would put on the wire for ``payload`` on ``topic`` (sealed
+        with this client's key where it authenticates, chunked where long): what another of its
+        host's clients may carry (testbed.mqtt.carried)."""
+        return self._frames(topic, payload)
+
+    def publish_frames(self, topic: str, frames: Sequence[bytes]) -> None:
+        """Publish ``frames`` as they are (a container of carried uplinks: neither sealed nor
+        chunked here) at QoS 1, not awaiting the broker's acknowledgements, as a host's replies."""
+        mids = self._send(topic, b"", False, list(frames))
+        with self._lock:
+            self._unwatch(mids)
+
+    def _send(self, topic: str, payload: bytes, retain: bool, frames: list[bytes] | None = None) -> list[int]:
         """The first half of :meth:`publish`: the frames handed to paho; their message ids."""
         c = self._paho
         if c is None:
             raise RuntimeError(f"{self.client_id}: publish before connect()")
-        frames = self._frames(topic, payload)
+        if frames is None:
+            frames = self._frames(topic, payload)
         if len(frames) > _MAX_FRAMES:
             raise ValueError(f"{len(payload)} bytes in chunks of {self.max_chunk_bytes} is over {_MAX_FRAMES} frames")
         if retain and len(frames) > 1:

@@ -14,7 +14,7 @@ from typing import Any
 import paho.mqtt.client as paho
 
 from testbed.mqtt import wire
-from testbed.mqtt import auth, chunks, topics
+from testbed.mqtt import auth, carried, chunks, topics
 from testbed.util.frozen import frozen
 
 # The client's one logger, whichever of its modules writes (docs/wire-protocol.md names it).
@@ -92,16 +92,21 @@ class Receiving:
             return
         self._take(text, payload)
 
-    def _take(self, topic: str, payload: bytes) -> None:
+    def _take(self, topic: str, payload: bytes, carrier: str | None = None) -> None:
         """A received message: checked (topic, run, its seal, and a wire message's decoding and
         replay) and handed over, else counted and logged as rejected. A frame that does not
-        authenticate is dropped first, before any of it is parsed or any state moves."""
+        authenticate is dropped first, before any of it is parsed or any state moves. A container
+        of carried uplinks (testbed.mqtt.carried; ``carrier``: the node whose connection carried
+        this frame) is taken frame by frame, each as if it came on its node's own uplink."""
         sender = "?"
         try:
             t = topics.parse(topic)
             sender = topics.writer(t.kind, t.node, self.coordinator_id)
             if t.run != self.run:
                 raise wire.WireError("wrong_run", f"topic is for run {t.run!r}, this client serves {self.run!r}")
+            if t.kind == topics.UP and carried.is_carried(payload):
+                self._take_carried(payload, carrier, t.node)
+                return
             sealed = None
             if self._keys is not None:
                 try:
@@ -150,6 +155,19 @@ class Receiving:
         except Exception:
             self.rejected += 1
             log.exception("%s: failed to handle message from %s on %r", self.client_id, sender, topic)
+
+    def _take_carried(self, payload: bytes, carrier: str | None, by: str | None) -> None:
+        """Each frame of a container that node ``by`` published, taken as if it came on its own
+        node's uplink (its seal opened for that node and topic before it is parsed); WireError for
+        the container. Only where frames are authenticated: without seals nothing would say who
+        wrote a carried reply."""
+        if carrier is not None:
+            raise wire.WireError("bad_batch", "a container inside a container")
+        if self._keys is None:
+            raise wire.WireError("bad_batch", "carried uplinks are taken only from authenticated nodes "
+                                              "(mqtt.authenticate)")
+        for node, frame in carried.unpack(payload, max_bytes=self._max_message_bytes):
+            self._take(topics.up(self.run, node), frame, carrier=by or "?")
 
     def _reject(self, sender: str, topic: str, exc: Exception) -> None:
         self.rejected += 1

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from testbed.assembly import assemble
+from testbed.assembly import assemble, inherited
 
 from testbed.accounting.book import LedgerBook
 from testbed.accounting.budgets import Budgets, Exceeded, budgets_from_config
@@ -199,6 +199,7 @@ def build_nodes(config: Config, algorithm: Algorithm, data: FederatedData | Lazy
     if config.run.mode == "mqtt":
         from testbed.orchestration.coordinator import MqttNodes
 
+        inherited.offer(config, data)  # the rows its forked hosts' nodes take, made once
         return MqttNodes(config.mqtt, config.nodes, to_toml(config), list(data.node_ids), algorithm,
                          seed=config.run.seed, quiet=quiet, links=config.links,
                          server_secret=None if run_dir is None else functools.partial(load_or_make, run_dir,
@@ -306,7 +307,7 @@ def run_rounds(run: Run, nodes: Nodes, quiet: bool, tight_job: BackgroundEpsilon
     asked_log = AskedLog(run.directory.asked_path, sync=run.config.output.sync)
     refusal_log = None
 
-    def refused(round_index: int, refusal: Exceeded) -> None:
+    def log_refusal(round_index: int, refusal: Exceeded) -> None:
         nonlocal refusal_log
         if refusal_log is None:  # a run nobody refuses has no refusals.csv
             refusal_log = RefusalLog(run.directory.refusals_path, sync=run.config.output.sync)
@@ -368,6 +369,9 @@ def run_rounds(run: Run, nodes: Nodes, quiet: bool, tight_job: BackgroundEpsilon
             tight_job.guess(run_summary.planned_tallies(run))
         every = run.book.node_ids.tolist()
         every_ids = run.book.node_ids  # as an array once, not every round
+        # The run's nodes that refused, kept as refusals come: a round's work over the nodes is
+        # O(sampled) in Python, never a set of all N nodes (a million nodes: 60 ms a round).
+        refused = _Refused(every_ids, run.refusals)
         straggler_draws = StragglerDraws(config.stragglers, config.run.seed)
         run.startup.done()
         run.wall_start = time.monotonic()  # the rounds' own clock from here
@@ -375,7 +379,7 @@ def run_rounds(run: Run, nodes: Nodes, quiet: bool, tight_job: BackgroundEpsilon
         for r in range(run.rounds_done, alg.rounds):
             sampled = sample_clients(config.client_sampling, seed=config.run.seed, round_index=r, node_ids=every_ids)
             participants = every if sampled is None else list(sampled)
-            withdrawn = frozenset(refusal.node for _, refusal in run.refusals) & set(participants)
+            withdrawn = refused.among(sampled)
             excluded = emulated_stragglers(config, alg, r, participants, straggler_draws) | withdrawn
             expected = tuple(n for n in participants if n not in excluded)
             probe = RoundContext(r, config.run.seed, config.data.num_nodes, expected, sampled=sampled)
@@ -386,9 +390,9 @@ def run_rounds(run: Run, nodes: Nodes, quiet: bool, tight_job: BackgroundEpsilon
             before = last
             outcome = nodes.round(run.state, r, excluded, sampled,
                                   meanwhile=None if reported else lambda: report(before), asking=asking)
-            outcome = _withdraw(run, outcome, withdrawn, refused)
+            outcome = _withdraw(run, outcome, withdrawn, log_refusal)
             charging.charge_round(run, outcome, ledger_file, nodes)
-            if set(every) <= {refusal.node for _, refusal in run.refusals}:  # nobody left: the last refusal stops it
+            if refused.everyone():  # nobody left: the last refusal stops it
                 run.stopped, run.status = run.refusals[-1][1], "stopped_budget"
                 break
             server = alg.server_step(run.state, outcome.result, outcome.ctx)
@@ -467,6 +471,45 @@ def emulated_stragglers(config: Config, algorithm: Algorithm, round_index: int, 
         round_time_s = round_times_s(config.nodes.profile, algorithm, ctx)
     draws = draws or StragglerDraws(section, config.run.seed)
     return draws.draw(round_index, node_ids, round_time_s)
+
+
+class _Refused:
+    """The run's nodes that refused a round, from ``refusals`` (``run.refusals``, read again as it
+    grows): a node counted once however many refusals name it, a node outside the run not at all.
+    Kept as refusals come, so a round costs O(its sampled nodes), never a set of all N.
+
+    Example::
+
+        >>> refusals = []
+        >>> r = _Refused(np.arange(3), refusals)
+        >>> refusals += [(0, Exceeded(1, "epsilon", 2.0, 1.0)), (1, Exceeded(1, "epsilon", 2.0, 1.0))]
+        >>> sorted(r.among((0, 1))), sorted(r.among(None)), r.everyone()
+        ([1], [1], False)
+    """
+
+    def __init__(self, node_ids: np.ndarray, refusals: list[tuple[int, Exceeded]]):
+        self._ids, self._refusals = node_ids, refusals
+        self._nodes: set[int] = set()
+        self._seen = 0
+
+    def _take(self) -> set[int]:
+        for _, refusal in self._refusals[self._seen:]:
+            at = int(np.searchsorted(self._ids, refusal.node))
+            if at < len(self._ids) and self._ids[at] == refusal.node:
+                self._nodes.add(refusal.node)
+        self._seen = len(self._refusals)
+        return self._nodes
+
+    def among(self, sampled: tuple[int, ...] | None) -> frozenset[int]:
+        """Those of ``sampled`` (None: every node) that refused before: asked nothing more."""
+        nodes = self._take()
+        if sampled is None or not nodes:
+            return frozenset(nodes)
+        return frozenset(n for n in sampled if n in nodes)
+
+    def everyone(self) -> bool:
+        """Whether every node of the run refused."""
+        return len(self._take()) == len(self._ids)
 
 
 def _withdraw(run: Run, outcome: RoundOutcome, withdrawn: frozenset[int],

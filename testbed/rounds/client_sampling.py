@@ -8,7 +8,7 @@ The ``[client_sampling]`` section (:class:`ClientSamplingSection`):
 - ``poisson``: each node independently with probability ``fraction`` (a round may sample none).
 
 Node i's key in round t is the first uniform of its Philox counter (seed, i, t, CLIENTS)
-(testbed.streams.counter_rng.uniform_pairs), vectorised over the nodes: sim and the MQTT coordinator
+(testbed.streams.counter_rng.uniform_keys, the u of uniform_pairs), vectorised over the nodes: sim and the MQTT coordinator
 sample the same nodes, and a key never depends on which other nodes exist.
 
 A node not sampled is not asked, spends nothing and is no straggler; emulated stragglers are
@@ -36,7 +36,7 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from testbed.checked.sections import Section
-from testbed.streams.counter_rng import uniform_pairs
+from testbed.streams.counter_rng import uniform_keys
 from testbed.streams.rng import Purpose
 
 
@@ -94,7 +94,7 @@ def sample_clients(section: ClientSamplingSection, *, seed: int, round_index: in
     ids = np.asarray(node_ids, dtype=np.int64)  # a million ids: one conversion, no Python loop
     if ids.size == 0:
         return ()
-    keys, _ = uniform_pairs(seed, ids, round_index, Purpose.CLIENTS)
+    keys = uniform_keys(seed, ids, round_index, Purpose.CLIENTS)
     if section.method == "poisson":
         chosen = ids[keys <= section.fraction]
     else:

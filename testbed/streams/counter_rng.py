@@ -18,46 +18,86 @@ Example::
 
 from __future__ import annotations
 
-from typing import Iterator, Sequence
+import sys
+from typing import Iterator, Sequence, Union
 
 import numpy as np
 
 from testbed.streams.rng import Purpose
 
-__all__ = ["Purpose", "philox4x32", "words", "gaussians", "WordStream", "uniform_below", "floyd_sample", "uniform_pairs"]
+__all__ = ["Purpose", "philox4x32", "words", "gaussians", "WordStream", "uniform_below", "floyd_sample", "uniform_pairs",
+           "uniform_keys"]
 
 _M0, _M1 = np.uint64(0xD2511F53), np.uint64(0xCD9E8D57)
 _W0, _W1 = 0x9E3779B9, 0xBB67AE85
-_MASK = np.uint64(0xFFFFFFFF)
 _TWO_PI = np.float32(6.2831855)  # 2π rounded to float32, the constant the firmware uses
 _U24 = np.float32(2.0 ** -24)
 
 
-#: Counters per pass of :func:`philox4x32`: its ~60 temporaries of a block stay in cache (three
-#: times faster than one pass over a million counters, as client sampling makes every round).
+#: Counters per pass of :func:`philox4x32`: a block's few temporaries stay in cache (three times
+#: faster than one pass over a million counters, as client sampling makes every round).
 _PHILOX_BLOCK = 16384
+_LO, _HI = (0, 1) if sys.byteorder == "little" else (1, 0)  # the 32-bit halves of a uint64 in memory
+
+#: A counter word: one value for every counter (a Python int) or one per counter ((n,) uint32).
+Word = Union[int, np.ndarray]
 
 
 def philox4x32(counters: np.ndarray, key: tuple[int, int]) -> np.ndarray:
     """Philox4x32-10 (Salmon et al., SC'11) of each counter: (n, 4) uint32 → (n, 4) uint32."""
-    if len(counters) <= _PHILOX_BLOCK:
-        return _philox4x32_block(counters, key)
     out = np.empty((len(counters), 4), np.uint32)
     for start in range(0, len(counters), _PHILOX_BLOCK):
-        out[start:start + _PHILOX_BLOCK] = _philox4x32_block(counters[start:start + _PHILOX_BLOCK], key)
+        part = counters[start:start + _PHILOX_BLOCK]
+        for i, word in enumerate(_philox_words(*(np.ascontiguousarray(part[:, i]) for i in range(4)), key)):
+            out[start:start + _PHILOX_BLOCK, i] = word
     return out
 
 
-def _philox4x32_block(counters: np.ndarray, key: tuple[int, int]) -> np.ndarray:
-    c = [counters[:, i].astype(np.uint64) for i in range(4)]
+def _philox_words(c0: Word, c1: Word, c2: Word, c3: Word, key: tuple[int, int],
+                  words: int = 4) -> tuple[Word, ...]:
+    """Philox4x32-10 of the counters (c0, c1, c2, c3), each word an int shared by every counter or
+    an (n,) uint32 array: the first ``words`` output words, each an int or an (n,) uint32 array.
+
+    A word shared by every counter is computed once as a Python int (client sampling's counters
+    differ in their node word only: its first two rounds are mostly such words). A round's
+    products are uint64; their 32-bit halves are read as uint32 views of them, not shifted and
+    masked out: six numpy operations a round over the counters, not ten.
+    """
+    n = max((np.size(c) for c in (c0, c1, c2, c3) if isinstance(c, np.ndarray)), default=0)
+    products = [np.empty((2, n), np.uint64), np.empty((2, n), np.uint64)]  # a round's, the last round's
+    halves = [b.view(np.uint32).reshape(2, n, 2) for b in products]
+    x0, x2 = np.empty(n, np.uint32), np.empty(n, np.uint32)
     k0, k1 = key[0] & 0xFFFFFFFF, key[1] & 0xFFFFFFFF
     for r in range(10):
         if r:  # the key is bumped before every round but the first
             k0, k1 = (k0 + _W0) & 0xFFFFFFFF, (k1 + _W1) & 0xFFFFFFFF
-        p0, p1 = _M0 * c[0], _M1 * c[2]
-        c = [(p1 >> np.uint64(32)) ^ c[1] ^ np.uint64(k0), p1 & _MASK,
-             (p0 >> np.uint64(32)) ^ c[3] ^ np.uint64(k1), p0 & _MASK]
-    return np.stack(c, axis=1).astype(np.uint32)
+        last = r == 9 and words <= 2  # words 2 and 3 of the last round unused
+        lo0, hi0 = (0, 0) if last else _times(c0, _M0, products[r & 1][0], halves[r & 1][0])
+        lo1, hi1 = _times(c2, _M1, products[r & 1][1], halves[r & 1][1])
+        c0, c2 = _xor3(hi1, c1, k0, x0), (0 if last else _xor3(hi0, c3, k1, x2))
+        c1, c3 = lo1, lo0
+    return (c0, c1, c2, c3)[:words]
+
+
+def _times(c: Word, m: int, out: np.ndarray, halves: np.ndarray) -> tuple[Word, Word]:
+    """(low, high) 32-bit halves of c·m: ints for an int c, else uint32 views of ``out``."""
+    if not isinstance(c, np.ndarray):
+        product = int(c) * int(m)
+        return product & 0xFFFFFFFF, product >> 32
+    np.multiply(c, m, out=out)
+    return halves[:, _LO], halves[:, _HI]
+
+
+def _xor3(a: Word, b: Word, k: int, out: np.ndarray) -> Word:
+    """a ^ b ^ k: an int when a and b are, else written into ``out`` (which neither may be)."""
+    if not isinstance(a, np.ndarray) and not isinstance(b, np.ndarray):
+        return int(a) ^ int(b) ^ k
+    if not isinstance(a, np.ndarray) or not isinstance(b, np.ndarray):
+        array, scalar = (a, b) if isinstance(a, np.ndarray) else (b, a)
+        return np.bitwise_xor(array, np.uint32(int(scalar) ^ k), out=out)
+    np.bitwise_xor(a, b, out=out)
+    out ^= np.uint32(k)
+    return out
 
 
 def _key(seed: int) -> tuple[int, int]:
@@ -139,20 +179,50 @@ def uniform_pairs(seed: int, node_ids: Sequence[int], round_index: int | np.ndar
     Philox block of the node's (seed, node, round, purpose) counter: all nodes in one vectorised
     call, and a board (or its C firmware) computes its own from the same counter.
 
+    u = ((w0 >> 5)·2²⁶ + (w1 >> 6) + 1)·2⁻⁵³ and v = ((w2 >> 5)·2²⁶ + (w3 >> 6))·2⁻⁵³, each sum
+    exact in float64 (at most 2⁵³).
+
     Input: node_ids (M,); round_index, or (M,) one round per entry (many rounds in one call).
     Output: u (M,), v (M,).
     """
+    return _uniforms(seed, node_ids, round_index, purpose, pairs=True)
+
+
+def uniform_keys(seed: int, node_ids: Sequence[int], round_index: int, purpose: Purpose) -> np.ndarray:
+    """The u of :func:`uniform_pairs` alone (client sampling's keys), bit for bit, in half the work:
+    the last round's other two words are not computed, and the blocks of nodes are shared with a
+    second thread (testbed.util.parallel)."""
+    return _uniforms(seed, node_ids, round_index, purpose, pairs=False)[0]
+
+
+def _uniforms(seed: int, node_ids: Sequence[int], round_index: int | np.ndarray, purpose: Purpose,
+              pairs: bool) -> tuple[np.ndarray, ...]:
+    from testbed.util.parallel import split_work
+
     ids = np.asarray(node_ids, dtype=np.int64)
-    rounds = np.broadcast_to(np.asarray(round_index, dtype=np.int64), ids.shape)
-    u, v = np.empty(len(ids)), np.empty(len(ids))
-    scale = 2.0 ** -53
-    for start in range(0, len(ids), _PHILOX_BLOCK):  # a block at a time, in cache, as philox4x32
-        part = ids[start:start + _PHILOX_BLOCK]
-        counters = np.zeros((len(part), 4), np.uint32)
-        counters[:, 1] = part & 0xFFFFFFFF
-        counters[:, 2], counters[:, 3] = rounds[start:start + _PHILOX_BLOCK] & 0xFFFFFFFF, int(purpose)
-        w = _philox4x32_block(counters, (int(seed) & 0xFFFFFFFF, (int(seed) >> 32) & 0xFFFFFFFF)).astype(np.uint64)
-        u[start:start + len(part)] = (((w[:, 0] >> np.uint64(5)) << np.uint64(26)) + (w[:, 1] >> np.uint64(6))
-                                      + np.uint64(1)) * scale
-        v[start:start + len(part)] = (((w[:, 2] >> np.uint64(5)) << np.uint64(26)) + (w[:, 3] >> np.uint64(6))) * scale
-    return u, v
+    rounds = np.asarray(round_index, dtype=np.int64)
+    out = [np.empty(len(ids)) for _ in range(2 if pairs else 1)]
+    key = _key(seed)
+
+    def blocks(lo: int, hi: int) -> None:  # blocks lo..hi-1 of the nodes, each from its own counters
+        for start in range(lo * _PHILOX_BLOCK, min(hi * _PHILOX_BLOCK, len(ids)), _PHILOX_BLOCK):
+            stop = min(start + _PHILOX_BLOCK, len(ids))
+            node = (ids[start:stop] & 0xFFFFFFFF).astype(np.uint32)
+            r = int(rounds) & 0xFFFFFFFF if rounds.ndim == 0 else (rounds[start:stop] & 0xFFFFFFFF).astype(np.uint32)
+            w = _philox_words(0, node, r, int(purpose), key, words=4 if pairs else 2)
+            for i, target in enumerate(out):
+                _to_unit(w[2 * i], w[2 * i + 1], 1.0 - i, target[start:stop])
+
+    count = -(-len(ids) // _PHILOX_BLOCK)
+    split_work(count, blocks, numbers=len(ids) * 40)  # ~40 operations a counter
+    return tuple(out)
+
+
+def _to_unit(high: np.ndarray, low: np.ndarray, plus: float, out: np.ndarray) -> None:
+    """out = ((high >> 5)·2²⁶ + (low >> 6) + plus)·2⁻⁵³, exact in float64; ``high`` is overwritten."""
+    np.right_shift(high, 5, out=high)
+    np.multiply(high, 2.0 ** 26, out=out)
+    out += low >> 6
+    if plus:
+        out += plus
+    out *= 2.0 ** -53
