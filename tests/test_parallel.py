@@ -103,7 +103,7 @@ _SECTIONS = {
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(num_nodes=st.integers(1, 9), parts=st.integers(2, 5), algorithm=st.sampled_from(sorted(_SECTIONS)),
+@given(num_nodes=st.integers(2, 9), parts=st.integers(2, 5), algorithm=st.sampled_from(sorted(_SECTIONS)),
        data=st.data())
 def test_any_split_of_the_nodes_gives_the_bits_one_thread_gives(num_nodes, parts, algorithm, data):
     """The data, the local steps with their noise and batches (BaseAlgorithm.local_sgd: under
