@@ -196,15 +196,21 @@ class BaseAlgorithm:
         Returns:
             ``params``.
         """
-        for step in range(idx.shape[1]):
-            rows = idx[:, step]
-            grad = self.local_gradient(params, train.x[rows], train.y[rows], weights[:, step], clip_norm)
-            if noise is not None:
-                grad += noise[:, step]
-            regulariser = self.regulariser_gradient(params, start)
-            if regulariser is not None:
-                grad += regulariser
-            params -= self.lr * grad
+        def steps(lo: int, hi: int) -> None:  # nodes lo..hi: each node's steps are its own
+            mine, theirs = params[lo:hi], start[lo:hi]  # views: updated in place
+            for step in range(idx.shape[1]):
+                rows = idx[lo:hi, step]
+                grad = self.local_gradient(mine, train.x[rows], train.y[rows], weights[lo:hi, step], clip_norm)
+                if noise is not None:
+                    grad += noise[lo:hi, step]
+                regulariser = self.regulariser_gradient(mine, theirs)
+                if regulariser is not None:
+                    grad += regulariser
+                mine -= self.lr * grad
+
+        # Parts of the nodes on the cores (testbed.util.parallel; whole when the caller split them
+        # already). A torch network runs its stack on torch's own threads: one Python thread feeds it.
+        split_work(len(params), steps, numbers=0 if self.model.name == "torch" else idx.size * train.x.shape[1])
         return params
 
     # ----------------------------------------------------------------------------- planned events

@@ -61,6 +61,9 @@ class RunSection(Section):
     blas_threads: Positive[int] = 1
     """Threads numpy's BLAS may use in the run's process (testbed.util.threads: one is fastest for the
     many small per-node products; raise it for a large model on an idle machine)."""
+    threads: int = Field(0, ge=0, le=256)
+    """Threads the run's per-node work is split over (testbed.util.parallel: each node's numbers are
+    the same whatever the split): 0, one per core (or ``TESTBED_THREADS``); 1, none."""
 
 
 #: The models ``model.kind`` may name (testbed.learning.models.kinds).

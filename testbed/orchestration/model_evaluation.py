@@ -20,14 +20,16 @@ def per_node_mean(values: np.ndarray, split: Split) -> np.ndarray:
 
 def per_sample(model: Model, params: np.ndarray, split: Split) -> tuple[np.ndarray, np.ndarray]:
     """(loss (N,), correct (N,) bool) of one model on every sample of ``split``: two halves of the
-    rows at once (testbed.util.parallel; each row's numbers are its own)."""
+    rows at once (testbed.util.parallel). Always the same halves, whatever the threads: the
+    product of a block of rows with the model rounds by the block, so each row's numbers are its
+    own only for a given cut."""
     n = len(split.y)
     loss, correct = np.empty(n), np.empty(n, dtype=bool)
 
     def work(lo: int, hi: int) -> None:
         loss[lo:hi], correct[lo:hi] = model.loss_and_correct(params, split.x[lo:hi], split.y[lo:hi])
 
-    split_work(n, work, numbers=split.x.size)
+    split_work(n, work, numbers=split.x.size, fixed_parts=2)
     return loss, correct
 
 

@@ -1,9 +1,14 @@
-"""Per-node work split over this machine's two cores, in threads.
+"""Per-node work split over this machine's cores, in threads.
 
 numpy's generators fill arrays without holding the GIL, and so do most of its array routines
 (partition, matmul, elementwise ufuncs on large arrays): drawing every node's noise, batch keys or
-data from each node's own stream, two halves of the nodes at once, takes about half the time on
-two cores. Each node's values come from its own stream, so they do not depend on the split.
+data from each node's own stream, or taking every node's local steps, in parts of the nodes at once,
+takes about 1/parts of the time on that many cores. Each node's values come from its own stream and
+its own rows, and nothing is summed across nodes inside a part, so they do not depend on the split
+(tests/test_parallel.py: any cut points, any node count, the same bits).
+
+How many parts: ``run.threads`` of the experiment file (:func:`set_threads`; 0, the default, one per
+core), else the ``TESTBED_THREADS`` environment variable for a process no run configures.
 
 Example::
 
@@ -17,8 +22,10 @@ Example::
 
 from __future__ import annotations
 
+import logging
 import os
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Callable
 
 #: Rows of a model-sized array a worker takes at a time when it draws, mixes and adds per row: a few
@@ -27,7 +34,11 @@ from typing import Callable
 ROWS_IN_CACHE = 8
 #: Below this many numbers drawn or touched, one thread: handing work to another costs ~50 µs.
 MIN_NUMBERS = 200_000
+log = logging.getLogger(__name__)
 _pool: ThreadPoolExecutor | None = None
+_pool_size = 0
+_threads = 0  # run.threads: 0, one per core
+_inside = threading.local()  # .part: this thread runs a part of a split
 
 
 def _forget_pool() -> None:
@@ -39,21 +50,89 @@ if hasattr(os, "register_at_fork"):  # POSIX
     os.register_at_fork(after_in_child=_forget_pool)
 
 
-def split_work(count: int, work: Callable[[int, int], None], numbers: int) -> None:
-    """``work(lo, hi)`` over ``[0, count)``: the first half on a pool thread and the second here
-    when the machine has two cores or more and ``numbers`` (what the whole work draws or touches)
-    is worth it; else ``work(0, count)``. ``work`` must write only its own rows."""
-    global _pool
-    if count < 2 or numbers < MIN_NUMBERS or (os.cpu_count() or 1) < 2:
-        work(0, count)
-        return
-    if _pool is None:
-        _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="testbed-nodes")
-    middle = count // 2
-    first = _pool.submit(work, 0, middle)
+def set_threads(threads: int) -> None:
+    """Split per-node work into ``threads`` parts from now on in this process (1: never split;
+    0: one part per core)."""
+    global _threads
+    if threads < 0:
+        raise ValueError(f"threads must be 0 (one per core) or more, not {threads}")
+    _threads = threads
+
+
+def threads() -> int:
+    """How many parts :func:`split_work` makes of work worth splitting."""
+    return _threads or _ENV_THREADS or os.cpu_count() or 1
+
+
+def _from_environment() -> int:
+    text = os.environ.get("TESTBED_THREADS", "")
+    if text.isdigit() and len(text) < 6:
+        return int(text)
+    if text:
+        log.warning("TESTBED_THREADS=%r is not a count of threads: ignored", text[:40])
+    return 0
+
+
+_ENV_THREADS = _from_environment()  # read once: the process's environment is its start's
+
+
+def cuts(count: int, parts: int) -> list[int]:
+    """Where ``parts`` near-equal parts of ``range(count)`` begin, and ``count``: [0, ..., count]."""
+    return [count * i // parts for i in range(parts + 1)]
+
+
+def _part(work: Callable[[int, int], None], lo: int, hi: int) -> None:
+    """``work(lo, hi)`` as one part of a split: a :func:`split_work` inside it runs whole, in this
+    thread (a part waiting on the pool's threads, which run the other parts, would wait forever)."""
+    _inside.part = True
     try:
-        work(middle, count)
-    except BaseException:
-        first.exception()  # wait: no thread may still be writing when the caller sees the error
-        raise
-    first.result()
+        work(lo, hi)
+    finally:
+        _inside.part = False
+
+
+def split_work(count: int, work: Callable[[int, int], None], numbers: int, *,
+               fixed_parts: int | None = None) -> None:
+    """``work(lo, hi)`` over ``[0, count)`` in up to :func:`threads` parts at once (:func:`cuts`),
+    the last here and the others on pool threads, when ``numbers`` (what the whole work draws or
+    touches) is worth it (:data:`MIN_NUMBERS` for two parts, half as many more a part); else
+    ``work(0, count)``. ``work`` must write only its own rows; this
+    returns when every part has ended. Within a part, split_work runs its work in that thread: an
+    algorithm's split node step may call a split helper.
+
+    ``fixed_parts``: for work whose numbers depend on where it is cut (a BLAS product over rows
+    rounds by the blocks it is given, and a block of one row takes another routine): always that
+    many even parts when worth it, whatever the threads, which run them (one: in turn, here)."""
+    inside = getattr(_inside, "part", False)
+    worth = count >= 2 and numbers >= MIN_NUMBERS
+    if fixed_parts is not None:
+        bounds = [count * i // fixed_parts for i in range(fixed_parts + 1)] if worth else [0, count]
+    else:
+        # Each part worth handing to a thread: half of MIN_NUMBERS at least (many cores, small work).
+        parts = 1 if inside or not worth else min(count, threads(), 2 * numbers // max(1, MIN_NUMBERS))
+        bounds = cuts(count, parts) if parts > 1 else [0, count]
+    spans = list(zip(bounds[:-1], bounds[1:]))
+    if len(spans) == 1 or inside or threads() < 2:
+        for lo, hi in spans:
+            work(lo, hi)
+        return
+    pool = _workers(min(len(spans) - 1, threads() - 1))
+    others = [pool.submit(_part, work, lo, hi) for lo, hi in spans[:-1]]
+    try:
+        _part(work, *spans[-1])
+    finally:  # no thread may still be writing when the caller sees the result or an error
+        wait(others)
+    for f in others:
+        f.result()  # the first part's error, if any
+
+
+def _workers(size: int) -> ThreadPoolExecutor:
+    """The pool, with at least ``size`` threads (a new one when run.threads grew: the old one's
+    threads end once idle)."""
+    global _pool, _pool_size
+    if _pool is None or _pool_size < size:
+        if _pool is not None:
+            _pool.shutdown(wait=False)
+        _pool, _pool_size = ThreadPoolExecutor(max_workers=size, thread_name_prefix="testbed-nodes"), size
+    return _pool
+
