@@ -96,7 +96,8 @@ def test_each_graph_is_the_pairs_whose_snr_clears_the_threshold(path):
 def test_every_scenario_runs_the_learner_and_privacy_of_its_base_file_and_free_space_learns(path):
     """The accuracy comparison means something only if the runs learn: the data are the base file's
     learner and ε (equal in both curves), and free space's final accuracy is above the majority share
-    in every seed (the REPORT's "learns" column asks the same of the 95 % interval)."""
+    in every seed and by more than ten points on average (the REPORT's "learns" column asks the 95 %
+    interval over the seeds to clear it)."""
     record = _record(path)
     config = experiment_config(FOLDER / record["base"])
     section = getattr(config, record["algorithm"])
@@ -104,7 +105,8 @@ def test_every_scenario_runs_the_learner_and_privacy_of_its_base_file_and_free_s
                                                                       config.data.n_classes)
     assert (record["rounds"], record["epsilon_round"]) == (section.rounds, section.epsilon)
     free = [r for r in record["runs"] if r["curve"] == "free space"]
-    assert free and all(r["final_acc"] > r["majority"] + 0.1 for r in free), [(r["seed"], r["final_acc"]) for r in free]
+    assert free and all(r["final_acc"] > r["majority"] for r in free), [(r["seed"], r["final_acc"]) for r in free]
+    assert np.mean([r["final_acc"] - r["majority"] for r in free]) > 0.1  # clearly, on average over the seeds
 
 
 def test_report_only_rewrites_the_report_from_the_data():
