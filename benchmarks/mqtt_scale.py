@@ -10,15 +10,24 @@ shares its pages; VmHWM counts them) and the machine's memory in use at most; th
 node count on this machine (open files, ephemeral ports, memory per node). Target: the 3 rounds
 complete with every node connected.
 
-Usage: python benchmarks/mqtt_scale.py [--nodes 10000] [--hosts 10] [--fraction 0.1] [--set KEY=VALUE]
+Then each stage's time (set-up: the coordinator's start before the hosts; connecting: until every
+node is connected; round 1, with the nodes' preparing; each later round), the whole against the
+issue's target (:data:`TARGET_S`) and the coordinator's peak against :data:`TARGET_COORDINATOR_GB`,
+with the load average.
+
+Usage: python benchmarks/mqtt_scale.py [--nodes 10000] [--hosts 10] [--fraction 0.1] [--eval-nodes 1000]
+[--set KEY=VALUE]
 (--fraction: client sampling, that share of the nodes asked each round, uniformly without
-replacement; every node stays connected and hears every round's broadcast; 1: every node asked)
+replacement; every node stays connected and hears every round's broadcast; 1: every node asked.
+--eval-nodes: output.eval_nodes, the model evaluated on that many nodes' rows, a fixed subset; 0:
+every node's, which the coordinator then holds: memory that grows with N)
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import os
 import resource
 import shutil
 import subprocess
@@ -33,6 +42,8 @@ sys.path.insert(0, str(HERE.parent))
 from testbed.mqtt.brokers.mosquitto import MosquittoBroker  # noqa: E402
 
 JOB = HERE / "j1_mqtt.toml"
+TARGET_S = 30.0  # issue 44: 10,000 boards, 10 % sampled, 3 rounds
+TARGET_COORDINATOR_GB = 1.5
 
 
 def status_kb(pid: int, key: str) -> int | None:
@@ -57,6 +68,15 @@ def private_kb(pid: int) -> int | None:
         return None
 
 
+def cpu_s(pid: int) -> float:
+    """The CPU time (user + system) ``pid`` has used so far, in seconds; 0 once gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 def memory_in_use_kb() -> int:
     """This machine's memory in use now (MemTotal - MemAvailable), in KB."""
     info = {line.split(":")[0]: int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines()}
@@ -76,7 +96,8 @@ def children(pid: int) -> dict[int, str]:
         except (OSError, ValueError, IndexError):
             continue
         found[int(stat.parent.name)] = ("host" if b"nodes" in cmd or name.startswith("nodes ") else
-                                        "accountant" if any(b"accountant" in c for c in cmd) else
+                                        "accountant" if name.startswith("testbed epsilon")  # a forked one
+                                        or any(b"accountant" in c for c in cmd) else
                                         (cmd[0] or b"?").decode(errors="replace"))
     return found
 
@@ -123,6 +144,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--fraction", type=float, default=0.1,
                         help="client sampling: share of the nodes asked per round (1: every node, no sampling)")
+    parser.add_argument("--eval-nodes", type=int, default=1_000,
+                        help="output.eval_nodes: the model evaluated on this many nodes (0: every node)")
     parser.add_argument("--round-timeout", type=float, default=600.0)
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="more overrides of the job, e.g. data.samples_per_node=10 to see the non-data memory")
@@ -134,6 +157,8 @@ def main() -> int:
             "mqtt.connect_timeout_s=1200", f"mqtt.round_timeout_s={args.round_timeout}", "output.figures=false"]
     if args.fraction < 1:
         sets += ["client_sampling.method='uniform'", f"client_sampling.fraction={args.fraction}"]
+    if 0 < args.eval_nodes < args.nodes:
+        sets += [f"output.eval_nodes={args.eval_nodes}"]
     sets += args.set
     with tempfile.TemporaryDirectory() as tmp, MosquittoBroker(nodes=args.nodes) as broker:
         run_dir = Path(tmp) / "run"
@@ -152,10 +177,16 @@ def main() -> int:
         private: dict[int, int] = {}  # host pid -> its largest private memory seen, KB
         in_use_before = most_in_use = memory_in_use_kb()
         hosts_at, all_connected_at, most_connected, rounds_at = None, None, 0, []
+        used: dict[int, float] = {}  # pid -> its CPU seconds at the last look
+        cpu_at: dict[str, float] = {}  # stage mark -> CPU seconds of the run's processes by then
         while proc.poll() is None:
             kids = children(proc.pid)
+            for pid in [proc.pid, broker_pid, *kids]:
+                used[pid] = max(used.get(pid, 0.0), cpu_s(pid))
+            cpu_now = sum(used.values())
             if hosts_at is None and "host" in kids.values():
                 hosts_at = time.monotonic() - started
+                cpu_at["hosts"] = cpu_now
                 print(f"hosts started at {hosts_at:.1f} s (the coordinator's data and set-up before)", flush=True)
             for pid, kind in [(proc.pid, "coordinator"), (broker_pid, "mosquitto"), *kids.items()]:
                 hwm = status_kb(pid, "VmHWM")
@@ -169,10 +200,12 @@ def main() -> int:
             most_connected = max(most_connected, connected)
             if all_connected_at is None and connected >= args.nodes + 1:  # the nodes and the coordinator
                 all_connected_at = time.monotonic() - started
+                cpu_at["connected"] = cpu_now
                 print(f"all {args.nodes:,} nodes connected at {all_connected_at:.1f} s "
                       f"({all_connected_at - (hosts_at or 0):.1f} s after the hosts started)", flush=True)
             for row in rounds_done(run_dir)[len(rounds_at):]:
                 rounds_at.append(time.monotonic() - started)
+                cpu_at[f"round {len(rounds_at)}"] = cpu_now
                 print(f"round {row['round']} done at {rounds_at[-1]:.1f} s ({row['stragglers']} stragglers)",
                       flush=True)
             time.sleep(0.5)
@@ -207,6 +240,24 @@ def main() -> int:
           f"(sampled every 0.5 s)")
     coordinator = next((kb for kind, kb in peaks.values() if kind == "coordinator"), 0)
     print(f"  coordinator: {coordinator / args.nodes:.0f} KB per node")
+    evaluated = f"{args.eval_nodes:,} nodes" if 0 < args.eval_nodes < args.nodes else "every node"
+    print(f"stages (load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}; evaluated on {evaluated}):")
+    marks = [("set-up (the coordinator's, before the hosts)", hosts_at, "hosts"),
+             ("connecting", all_connected_at, "connected"),
+             *((f"round {i + 1}" + (" (with the nodes' preparing)" if i == 0 else ""), at, f"round {i + 1}")
+               for i, at in enumerate(rounds_at))]
+    before = cpu_before = 0.0
+    for name, at, key in marks:
+        if at is not None:
+            # CPU seconds of the coordinator, its hosts and Mosquitto: what a loaded machine stretches
+            # into wall time (2 cores: at best half of it in wall time)
+            print(f"  {name:45s} {at - before:6.1f} s  (at {at:.1f} s; {cpu_at[key] - cpu_before:6.1f} CPU s)")
+            before, cpu_before = at, cpu_at[key]
+    print(f"  {'the rest (the stop, the summary)':45s} {wall - before:6.1f} s")
+    print(f"total {wall:.1f} s against the target {TARGET_S:g} s: {wall / TARGET_S:.2f} of it "
+          f"({'met' if wall <= TARGET_S else 'NOT met'}); coordinator peak {coordinator / 2**20:.2f} GB against "
+          f"{TARGET_COORDINATOR_GB:g} GB: {coordinator / 2**20 / TARGET_COORDINATOR_GB:.2f} of it "
+          f"({'met' if coordinator / 2**20 <= TARGET_COORDINATOR_GB else 'NOT met'})")
     print("limits of this machine:")
     for line in machine_limits(args.nodes, args.hosts):
         print("  " + line)

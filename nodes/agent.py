@@ -61,7 +61,9 @@ from testbed.algorithms.contract import (
 from testbed.accounting.budgets import Budgets, budgets_from_config
 from testbed.assembly.assemble import load_data, model_for
 from testbed.assembly.config import Config, load_config_text
+from testbed.data import registry as data_registry
 from testbed.data.federated import FederatedData, Split
+from testbed.data.lazy import KeptNodes, LazyFederatedData
 from testbed.errors import ConfigError
 from testbed.learning.models import kind_of
 from testbed.ledger.events import Event
@@ -94,7 +96,7 @@ class _Experiment:
 
     key: str  # the experiment file's sha256
     config: Config
-    data: FederatedData
+    data: FederatedData | LazyFederatedData
     algorithm: Algorithm
     budgets: Budgets
 
@@ -123,7 +125,7 @@ class SharedExperiment:
     def __init__(self, nodes: Sequence[int], data_path: str | None = None):
         self.nodes = [int(n) for n in nodes]
         self.data_path = data_path
-        self._built: dict[str, tuple[FederatedData, Algorithm, dict[int, int]]] = {}
+        self._built: dict[str, tuple[FederatedData | LazyFederatedData, Algorithm, dict[int, int]]] = {}
         self._configs: dict[str, Config] = {}
 
     def config(self, key: str, config_text: str) -> Config:
@@ -147,20 +149,36 @@ class SharedExperiment:
 
     def _rows(self, key: str, config: Config, node_ids: list[int]) -> tuple[Split, Algorithm]:
         data, algorithm, position = self._built_for(key, config)
+        if isinstance(data, LazyFederatedData):
+            return data.nodes(node_ids, ("train",)).train, algorithm
         return (data.train if node_ids == self.nodes else data.train.select([position[n] for n in node_ids])), algorithm
 
-    def data_of(self, key: str, config: Config, node: int) -> FederatedData:
-        """``node``'s rows of the host's data, read-only views: a host holds its nodes' data once."""
+    def data_of(self, key: str, config: Config, node: int) -> FederatedData | LazyFederatedData:
+        """``node``'s rows of the host's data, read-only views: a host holds its nodes' data once;
+        lazy nodes: its layout, its rows made when first stepped and kept by the host."""
         data, _, position = self._built_for(key, config)
-        return data.select([position[node]])
+        return data.only(node, data.make) if isinstance(data, LazyFederatedData) else data.select([position[node]])
 
-    def _built_for(self, key: str, config: Config) -> tuple[FederatedData, Algorithm, dict[int, int]]:
+    def _built_for(self, key: str, config: Config) -> tuple[FederatedData | LazyFederatedData, Algorithm,
+                                                             dict[int, int]]:
         if key not in self._built:  # only the latest is kept: a new one means the old run is over
-            data = inherited.rows(config.data, config.run.seed, self.nodes, self.data_path) \
-                or load_data(config.data, config.run.seed, nodes=self.nodes, path=self.data_path)
+            data = self._load(config)
             algorithm = assemble.build_algorithm(config, model_for(config.model, data, config.run.seed), data)
-            self._built = {key: (data, algorithm, {node: i for i, node in enumerate(data.node_ids)})}
+            self._built = {key: (data, algorithm, {node: i for i, node in enumerate(self.nodes)})}
         return self._built[key]
+
+    def _load(self, config: Config) -> FederatedData | LazyFederatedData:
+        """The host's nodes' data: every row at once, or with lazy nodes (a run that samples its
+        nodes, on a set that makes a node's rows from its own stream: assemble.holds_lazily) the
+        federation's layout, its nodes' training rows made when a step first asks for them (the
+        same rows: testbed.data.synthetic draws a node from its own stream alone) and kept."""
+        d, seed = config.data, config.run.seed
+        lazy = data_registry.get(d.dataset).lazy
+        if lazy is None or self.data_path is not None or not assemble.holds_lazily(config):
+            return inherited.rows(d, seed, self.nodes, self.data_path) \
+                or load_data(d, seed, nodes=self.nodes, path=self.data_path)
+        kept = KeptNodes(lambda ids: load_data(d, seed, nodes=ids, train_only=True))
+        return dataclasses.replace(lazy(d, seed), make=kept.nodes)
 
 
 @dataclass(frozen=True)
@@ -571,11 +589,11 @@ def _step_together(agents: list[NodeAgent], admitted: list[_Admitted]) -> list[p
     costs = agents[0].costs
     with costs.measure() as measured:
         if first.msg.kind == protocol.SETUP:
-            out = exp.algorithm.setup_step(exp.data.train, ids, ctx) if len(ids) == 1 else \
+            out = exp.algorithm.setup_step(_train(exp.data, ids), ids, ctx) if len(ids) == 1 else \
                 shared.setup_step(exp.key, exp.config, ids, ctx)  # type: ignore[union-attr,attr-defined]
         else:
             received = {name: _stacked([a.msg.tensors[name] for a in admitted]) for name in first.msg.tensors}
-            out = exp.algorithm.node_step(received, exp.data.train, ids, ctx) if len(ids) == 1 else \
+            out = exp.algorithm.node_step(received, _train(exp.data, ids), ids, ctx) if len(ids) == 1 else \
                 shared.step(exp.key, exp.config, received, ids, ctx)  # type: ignore[union-attr]
     share = whole = measured[0]
     if len(ids) > 1:
@@ -587,6 +605,12 @@ def _step_together(agents: list[NodeAgent], admitted: list[_Admitted]) -> list[p
         except Exception as exc:  # noqa: BLE001  that node's reply only (e.g. a non-finite row)
             replies.append(exc)
     return replies
+
+
+def _train(data: FederatedData | LazyFederatedData, node_ids: list[int]) -> Split:
+    """The training rows of ``node_ids``, all of ``data``'s (a node's own data), made (kept by
+    its host) when ``data`` is lazy."""
+    return data.nodes(node_ids, ("train",)).train if isinstance(data, LazyFederatedData) else data.train
 
 
 @remember_last  # a host's nodes read one broadcast: checked once

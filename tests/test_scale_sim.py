@@ -94,11 +94,11 @@ def test_lazy_nodes_are_the_nodes_of_the_whole_federation():
     assert part.node_ids == (11, 2) and (lazy.num_nodes, lazy.dim, lazy.n_classes) == (12, 4, 2)
 
 
-def test_a_sampled_run_in_sim_holds_its_nodes_lazily(small_config_text):
-    config = load_config_text(small_config_text + SAMPLED)
-    assert holds_lazily(config) and isinstance(load_run_data(config), LazyFederatedData)
-    for every in (load_config_text(small_config_text), load_config_text(small_config_text + SAMPLED, ["run.mode='mqtt'"])):
-        assert not holds_lazily(every)
+def test_a_sampled_run_holds_its_nodes_lazily_in_sim_and_over_mqtt(small_config_text):
+    for mode in ("sim", "mqtt"):  # over MQTT: the coordinator's rows (tests/test_lazy_rows_mqtt.py)
+        config = load_config_text(small_config_text + SAMPLED, [f"run.mode='{mode}'"])
+        assert holds_lazily(config) and isinstance(load_run_data(config), LazyFederatedData)
+    assert not holds_lazily(load_config_text(small_config_text))
 
 
 def test_a_lazy_round_releases_what_the_eager_round_releases(small_config_text):

@@ -44,13 +44,16 @@ def load_data(d: DataSection, seed: int, nodes: Sequence[int] | None = None, pat
 
 
 def holds_lazily(config: Config) -> bool:
-    """Whether a run's nodes are lazy (testbed.data.lazy): in sim, with client sampling, on a set
-    that makes a node's rows again from its own stream (the synthetic set) or a file-based one (its
-    federation written once to the cache and memory-mapped, a node's rows gathered from it). A
-    generated set that does neither (regression) is held whole."""
+    """Whether a run's nodes are lazy (testbed.data.lazy): with client sampling, on a set that makes
+    a node's rows again from its own stream (the synthetic set) or a file-based one (its federation
+    written once to the cache and memory-mapped, a node's rows gathered from it). A generated set
+    that does neither (regression) is held whole. In sim the run's process then holds the rows of
+    a round's sampled nodes only; over MQTT the coordinator (which steps no node) holds none but
+    the evaluated nodes' (testbed.assembly.evaluation), and an emulated host makes its nodes' rows
+    when they are first asked (nodes.agent.SharedExperiment): memory follows the sampled and the
+    evaluated nodes, not N, and a run evaluates, plans and steps on the same rows in either mode."""
     reg = data_registry.get(config.data.dataset)
-    return (config.run.mode == "sim" and config.client_sampling.method != "all"
-            and (reg.lazy is not None or reg.source_files is not None))
+    return config.client_sampling.method != "all" and (reg.lazy is not None or reg.source_files is not None)
 
 
 def load_run_data(config: Config) -> FederatedData | LazyFederatedData:

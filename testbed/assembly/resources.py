@@ -7,7 +7,7 @@ deliberately rough and errs high: it counts
 - the data: nodes × samples × (dim × 8 or 4 bytes by ``data.dtype`` + 8 for the label), for a set
   whose generator writes straight into the final arrays (the synthetic set; its registration says
   so, ``counted`` in testbed.data.registry: the file-based sets are as large as their file, not
-  counted). With lazy nodes (client sampling in sim,
+  counted). With lazy nodes (client sampling,
   testbed.assembly.assemble.holds_lazily) only the nodes a round samples hold rows, so "nodes" here is the
   sampled count, not N (a file-based set's rows are then memory-mapped, testbed.data.mapped);
 - the evaluated nodes' rows (``output.eval_nodes``; every node when unset), held besides the

@@ -34,7 +34,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from testbed.data.federated import FederatedData
+from testbed.data.federated import FederatedData, Split
 from testbed.data.mapped import open_or_build
 from testbed.data.split import SPLITS
 
@@ -93,3 +93,60 @@ class LazyFederatedData:
         """The rows of ``node_ids`` (global ids, in this order), made now; the caller drops them.
         Only ``splits`` hold rows (a round trains on the training rows alone); the others none."""
         return self.make(node_ids, splits)
+
+    def only(self, node: int, make: Callable[[Sequence[int], Sequence[str]], FederatedData]) -> "LazyFederatedData":
+        """Node ``node``'s layout alone (its ids ``range(node, node + 1)``), its rows made by ``make``
+        (global ids): what one emulated node builds its algorithm from (nodes.agent)."""
+        def own(layout: SplitLayout) -> SplitLayout:
+            return SplitLayout(layout.offsets[node:node + 2] - layout.offsets[node])
+
+        return LazyFederatedData(own(self.train), own(self.test), own(self.validation), n_classes=self.n_classes,
+                                 name=self.name, dim=self.dim, node_ids=range(node, node + 1), make=make)
+
+
+class KeptNodes:
+    """Some nodes' training rows, each node's made the first time a step asks for it and kept: an
+    emulated host's nodes when they are lazy (testbed.assembly.assemble.holds_lazily). A host of
+    1,000 nodes of which a round samples 100 makes those 100 nodes' rows, not 1,000 before its
+    first round; a node asked again is not made again, so a long run makes each node once, as a
+    host holding its nodes whole does.
+
+    Args:
+        make: node ids → FederatedData of those nodes (its training rows are read; the generator's,
+            the same rows whichever nodes are made together).
+    """
+
+    def __init__(self, make: Callable[[Sequence[int]], FederatedData]):
+        self._make = make
+        self._kept: dict[int, tuple[np.ndarray, np.ndarray, str]] = {}
+        self._like: FederatedData | None = None  # the first rows made: n_classes, name, dtypes
+
+    def __len__(self) -> int:
+        """How many nodes' rows are held."""
+        return len(self._kept)
+
+    def nodes(self, node_ids: Sequence[int], splits: Sequence[str] = ("train",)) -> FederatedData:
+        """The training rows of ``node_ids`` (in this order; no test or validation rows, the only
+        ``splits`` held), those not held yet made now, in one call of ``make``."""
+        if set(splits) != {"train"}:
+            raise ValueError(f"only training rows are kept, not {', '.join(splits)}")
+        ids = [int(n) for n in node_ids]
+        missing = [n for n in dict.fromkeys(ids) if n not in self._kept]
+        if missing:
+            made = self._make(missing)
+            self._like = self._like or made
+            for i, node in enumerate(missing):
+                self._kept[node] = (*made.train.node_slice(i), made.node_names[i])
+            if missing == ids:  # all new, in this order (a round's sampled nodes, mostly): no copy
+                return made
+        if self._like is None:
+            raise ValueError("no node's rows were asked for yet")
+        kept = [self._kept[n] for n in ids]
+        like = self._like.train
+        offsets = np.zeros(len(ids) + 1, dtype=np.int64)
+        np.cumsum([len(y) for _, y, _ in kept], out=offsets[1:])
+        train = Split(x=np.concatenate([x for x, _, _ in kept]) if kept else like.x[:0],
+                      y=np.concatenate([y for _, y, _ in kept]) if kept else like.y[:0], offsets=offsets)
+        none = Split(x=like.x[:0], y=like.y[:0], offsets=np.zeros(len(ids) + 1, dtype=np.int64))
+        return FederatedData(train, none, none, n_classes=self._like.n_classes, name=self._like.name,
+                             node_names=tuple(name for _, _, name in kept), node_ids=tuple(ids))

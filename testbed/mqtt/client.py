@@ -29,6 +29,7 @@ publishing at once, testbed.mqtt.client_batches'.
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 import queue
 import secrets
@@ -58,6 +59,8 @@ _paho_log = logging.getLogger("testbed.mqtt.paho")
 _paho_log.addFilter(lambda record: not record.getMessage().startswith("Client is not connected"))
 
 QOS = 1
+#: The longest will payload MQTT can carry (a two-byte length in CONNECT, both versions).
+MAX_WILL_BYTES = 65_535
 _MAX_FRAMES = 16384  # per publish, and acks remembered
 PROTOCOLS = ("auto", "5", "3.1.1")
 
@@ -186,10 +189,21 @@ class MqttClient(Receiving):
         self._keys = keys
         self._auth_session = auth_session
         self._unverified_statuses = unverified_statuses and keys is None
-        self._nodes_only = [p for p in keys.principals() if p != topics.CHANNEL] if keys is not None else []
         self._epoch = auth.new_epoch()  # of the connection the will below is for (statuses)
+        self._will_too_long = False  # said once
         self._epochs = auth.StatusEpochs()
         self._forged = auth.RejectLog(client_id)
+
+    @functools.cached_property
+    def _nodes_only(self) -> list[str]:
+        """Every node's key id held (a coordinator's broadcast is sealed for them): made when first
+        sealed for, not for each of a host's 1,000 node clients (a list of its 1,000 ids each)."""
+        return [p for p in self._keys.principals() if p != topics.CHANNEL] if self._keys is not None else []
+
+    def _readers(self, t: topics.Topic) -> list[str]:
+        """Whose tags a frame on topic ``t`` carries (auth.readers); every node's on the broadcast only."""
+        assert self._keys is not None
+        return auth.readers(t.kind, t.node, self._keys, self._nodes_only if t.kind == topics.BCAST else ())
 
     @property
     def forged(self) -> int:
@@ -244,8 +258,7 @@ class MqttClient(Receiving):
         if self.url.tls:
             c.tls_set_context(probe.tls_context(self._tls_ca))  # loaded and checked by the probe
         c.reconnect_delay_set(*self._reconnect)  # type: ignore[arg-type]  # floats work
-        if self.status_topic:
-            c.will_set(self.status_topic, self._status(topics.STATUS_OFFLINE), qos=QOS, retain=True)
+        self._set_will(c)
         c.on_connect = self._on_connect
         c.on_disconnect = self._on_disconnect
         c.on_subscribe = self._on_subscribe
@@ -397,7 +410,25 @@ class MqttClient(Receiving):
             # The next connection's will and online are of a new epoch: this one's will, which the
             # broker may have published, cannot be replayed against it.
             self._epoch = auth.new_epoch()
-            client.will_set(self.status_topic, self._status(topics.STATUS_OFFLINE), qos=QOS, retain=True)
+            self._set_will(client)
+
+    def _set_will(self, client: paho.Client) -> None:
+        """The connection's last will: ``offline`` on the status topic, sealed for its readers. A
+        coordinator's is sealed for every node (a tag each): past ~3,100 nodes it is longer than
+        MQTT lets a will be, and the connection has none (paho's CONNECT would fail on it): its
+        emulated hosts watch its process instead; real boards do not hear of an unclean end."""
+        if not self.status_topic:
+            return
+        will = self._status(topics.STATUS_OFFLINE)
+        if len(will) > MAX_WILL_BYTES:
+            if not self._will_too_long:
+                self._will_too_long = True
+                log.warning("%s: no last will: sealed for %d readers it is %d bytes, more than MQTT's %d",
+                            self.client_id, len(self._keys.principals()) if self._keys else 0, len(will),
+                            MAX_WILL_BYTES)
+            client.will_clear()
+            return
+        client.will_set(self.status_topic, will, qos=QOS, retain=True)
 
     def _tell_coordinator(self) -> None:
         """A coordinator's new connection: a board (its statuses carry no session) says again that
@@ -417,7 +448,7 @@ class MqttClient(Receiving):
         if self._keys is None or self.status_topic is None:
             return value
         t = topics.parse(self.status_topic)
-        return auth.seal(self._keys, self.status_topic, auth.readers(t.kind, t.node, self._keys, self._nodes_only),
+        return auth.seal(self._keys, self.status_topic, self._readers(t),
                          self._auth_session, self._epoch, value)
 
     def _frames(self, topic: str, payload: bytes) -> list[bytes]:
@@ -429,7 +460,7 @@ class MqttClient(Receiving):
             return [self._status(payload)]
         t = topics.parse(topic)
         session, round_index = wire.session_and_round(payload)
-        principals = auth.readers(t.kind, t.node, self._keys, self._nodes_only)
+        principals = self._readers(t)
         room = self.max_chunk_bytes - auth.overhead(principals, session)
         if room <= chunks.CHUNK_HEADER_BYTES:
             raise ValueError(f"max_chunk_bytes {self.max_chunk_bytes} leaves no room beside the seal of "

@@ -160,10 +160,12 @@ def broadcast_subscription(run: str, group: str | None = None) -> str:
     return bcast(run) if group is None else shared(group, bcast(run))
 
 
-def node_subscriptions(run: str, node: str, broadcast_group: str | None = None) -> list[str]:
+def node_subscriptions(run: str, node: str, broadcast_group: str | None = None,
+                       coordinator_status: bool = True) -> list[str]:
     """What a node subscribes to: its downlink, its received signal, the broadcast (shared with
-    ``broadcast_group``, if given) and the coordinator's status."""
-    return [down(run, node), rx(run, node), broadcast_subscription(run, broadcast_group), coord(run)]
+    ``broadcast_group``, if given) and, with ``coordinator_status``, the coordinator's status."""
+    return [down(run, node), rx(run, node), broadcast_subscription(run, broadcast_group),
+            *([coord(run)] if coordinator_status else [])]
 
 
 def channel_subscriptions(run: str) -> list[str]:
