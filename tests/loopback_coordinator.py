@@ -102,6 +102,10 @@ class LoopbackClient(MqttClient):
     def publish(self, topic: str, payload: bytes, *, retain: bool = False, timeout_s: float | None = 30.0) -> None:
         self.loopback.published(topic, payload)
 
+    def publish_then(self, topic: str, payload: bytes, *, timeout_s: float = 30.0):
+        self.loopback.published(topic, payload)
+        return lambda: None
+
     def close(self, timeout_s: float = 5.0) -> None:
         self.connected = False
 

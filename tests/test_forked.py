@@ -153,6 +153,7 @@ def test_a_helper_reads_its_stdin_and_writes_its_stdout_over_pipes(monkeypatch):
 
     monkeypatch.setattr("testbed.reports.plots.serve", echo)  # the helper the fork runs
     monkeypatch.setattr("testbed.util.forked._no_busy_threads", lambda: True)  # other tests' threads idle
+    monkeypatch.setattr("testbed.util.forked.can_fork", lambda: True)  # other tests' torch unused here
     child = helper_process("testbed.reports.plots", ["x:"], name="testbed echo")
     assert isinstance(child, ForkedCommand)
     child.stdin.write("ab\ncé\n".encode())
@@ -170,6 +171,7 @@ def test_a_helper_forked_or_in_a_new_interpreter_gives_the_same_epsilon(monkeypa
 
     tally = Counter({(1.0, 0.0625, "replace_one", "none", 1.0): 10})
     monkeypatch.setattr("testbed.util.forked._no_busy_threads", lambda: True)  # other tests' threads idle
+    monkeypatch.setattr("testbed.util.forked.can_fork", lambda: True)  # other tests' torch unused here
     forked = BackgroundEpsilons("rdp", delta=1e-5)
     assert isinstance(forked._proc, ForkedCommand)
     monkeypatch.setattr("testbed.util.forked.can_fork", lambda: False)

@@ -132,7 +132,8 @@ def test_a_coordinator_of_thousands_of_nodes_connects_with_no_will_longer_than_m
     assert len(client._paho._will_payload) <= MAX_WILL_BYTES and client._paho._will == (nodes < 3_000)
 
 
-def test_a_hosts_nodes_read_the_coordinators_status_through_one_of_them(small_config_text, tmp_path, monkeypatch):
+def test_a_hosts_nodes_read_the_coordinators_status_through_one_of_them(small_config_text, tmp_path, monkeypatch,
+                                                                        forked_hosts):
     # Sealed for every node, the status is a tag per node long: N nodes reading it were N².
     import nodes.host as host_module
     from testbed.mqtt import topics

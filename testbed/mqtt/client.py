@@ -518,6 +518,15 @@ class MqttClient(Receiving):
         """
         self._await_acks(topic, self._send(topic, payload, retain), timeout_s)
 
+    def publish_then(self, topic: str, payload: bytes, *, timeout_s: float = 30.0) -> Callable[[], None]:
+        """:meth:`publish` in two halves: the frames handed to paho (and the socket) now; the call
+        returned awaits the broker's acknowledgements, at most until ``timeout_s`` from now, and
+        raises as :meth:`publish` does. Between the two the caller works while the broker answers
+        (the coordinator reports a round while its next round's broadcast is acknowledged)."""
+        mids = self._send(topic, payload, False)
+        deadline = time.monotonic() + timeout_s
+        return lambda: self._await_acks(topic, mids, max(0.0, deadline - time.monotonic()))
+
     def sealed(self, topic: str, payload: bytes) -> list[bytes]:
         """The frames :meth:`publish` would put on the wire for ``payload`` on ``topic`` (sealed
         with this client's key where it authenticates, chunked where long): what another of its

@@ -75,8 +75,12 @@ class ReplayGuard:
         if latest is None or msg.round > latest:
             self._latest[msg.sender] = msg.round
             first = msg.round - self._window + 1
-            for old in [r for r in rounds if r < first]:  # at most window_rounds + a few late ones
-                self._drop(msg.sender, old)
+            # Rounds are >= 0 (wire checks every header): with a window reaching back past round 0
+            # (the coordinator's covers the whole run) nothing can fall out, and the scan over a
+            # sender's rounds held, one more each round, is skipped (O(rounds) a reply).
+            if first > 0:
+                for old in [r for r in rounds if r < first]:  # at most window_rounds + a few late ones
+                    self._drop(msg.sender, old)
         while self._count > self._max:
             self._drop(*next(iter(self._order)))
 

@@ -93,6 +93,16 @@ _REPORT_WAIT_S = 10.0  # at most, after the stop, for the nodes' ledger reports 
 _RECONNECT_MAX_S = 5.0  # the coordinator retries a lost broker at least this often (one client)
 
 
+def _acked() -> bool:
+    """A round's publishes, each acknowledged already (what :meth:`MqttNodes._send` returns)."""
+    return True
+
+
+def _unacked() -> bool:
+    """A round's publish the broker did not acknowledge (an outage)."""
+    return False
+
+
 class MqttNodes(EmulatedHosts, BrokerOutages, ReplyChecks, Inbox):
     """The nodes of a run, reached over MQTT.
 
@@ -383,9 +393,10 @@ class MqttNodes(EmulatedHosts, BrokerOutages, ReplyChecks, Inbox):
             self._link_rounds.start()
         if asking is not None and expected:
             asking(ctx)
-        sent = not expected or self._send(state, ctx)
+        acked = self._send(state, ctx) if expected else None
         if meanwhile is not None:
             meanwhile()
+        sent = acked is None or acked()
         spec = round_uplink_spec(alg, state, ctx)  # with the round's own bounds where they depend on it
         if sent:
             answers, refusals, reasons, refused = self._collect(ctx, spec, protocol.UPDATE)
@@ -403,8 +414,9 @@ class MqttNodes(EmulatedHosts, BrokerOutages, ReplyChecks, Inbox):
                                             for node, comm in talk.items()})
         return self._outcome(ctx, spec, answers, refusals, reasons, excluded, heard, refused, wire_s)
 
-    def _send(self, state: State, ctx: RoundContext) -> bool:
-        """Publish the round; False when the broker did not acknowledge it (an outage)."""
+    def _send(self, state: State, ctx: RoundContext) -> Callable[[], bool]:
+        """Publish the round; what it returns awaits the broker's acknowledgement of the last
+        publish: False when the broker did not acknowledge one (an outage)."""
         alg = self.alg
         spec = alg.downlink_spec()
         down = alg.downlink(state, ctx, ctx.expected)
@@ -416,11 +428,11 @@ class MqttNodes(EmulatedHosts, BrokerOutages, ReplyChecks, Inbox):
                     self.run, self.session, ctx.round_index, self.config_toml, ctx.expected,
                     _SIGNAL_SHARE * self.round_timeout_s, round_signal_spec(alg.channel, state, ctx),
                     alg.channel_tensors(ctx)), f"round {ctx.round_index}"):
-                return False
+                return _unacked
         self._sent = {node: shared for node in ctx.expected}  # what each node got, for norm bounds
         if not own:
             charges = [e for n in ctx.expected for e in self._charges.get(n, [])]
-            return self._publish(topics.bcast(self.run), protocol.round_(
+            return self._publish_then(topics.bcast(self.run), protocol.round_(
                 self.run, self.session, ctx.round_index, self.config_toml, ctx.expected, shared, charges),
                 f"round {ctx.round_index}")
         for i, node in enumerate(ctx.expected):
@@ -429,8 +441,8 @@ class MqttNodes(EmulatedHosts, BrokerOutages, ReplyChecks, Inbox):
             if not self._publish(topics.down(self.run, str(node)), protocol.round_(
                     self.run, self.session, ctx.round_index, self.config_toml, ctx.expected, tensors,
                     self._charges.get(node, [])), f"round {ctx.round_index}"):
-                return False
-        return True
+                return _unacked
+        return _acked
 
     # ------------------------------------------------------------------------------ outages
 
