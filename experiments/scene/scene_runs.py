@@ -35,7 +35,7 @@ SCENARIOS: dict[str, tuple[str, str]] = {
 }
 CANYON, FREE = "street canyon", "free space"
 CURVES = (CANYON, FREE)
-SEEDS = 56
+SEEDS = 64
 LAST = 10  # rounds averaged for a run's final (and first) accuracy and loss
 CURVE_EVERY = 2  # rounds between the stored points of a curve
 DIGITS = 6  # significant digits of every stored float
