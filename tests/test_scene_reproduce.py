@@ -34,6 +34,19 @@ def test_every_scenario_has_data():
     assert {p.stem for p in DATA} == {"dwfl", "dpsgd", "gossip"}
 
 
+def test_every_scenario_stands_at_the_sites_dwfl_runs_and_skips_only_those_it_refused():
+    """The scenarios compare the same sites: DWFL's seeds, from the base's upward, less the ones whose
+    site DWFL refused at the base's ε (scene_runs.run_scenario), and no seed both run and refused."""
+    records = {p.stem: _record(p) for p in DATA}
+    dwfl = records["dwfl"]
+    refused = [r["seed"] for r in dwfl["refused"]]
+    assert all("cannot be met" in r["refusal"] for r in dwfl["refused"])
+    first = experiment_config(FOLDER / dwfl["base"]).run.seed
+    assert sorted(dwfl["seeds"] + refused) == list(range(first, first + len(dwfl["seeds"]) + len(refused)))
+    for record in records.values():
+        assert record["seeds"] == dwfl["seeds"] and record["refused"] == dwfl["refused"], record["scenario"]
+
+
 @pytest.mark.parametrize("path", DATA, ids=lambda p: p.stem)
 def test_each_seed_runs_both_curves_at_the_same_site(path):
     record = _record(path)
@@ -77,6 +90,23 @@ def test_each_graph_is_the_pairs_whose_snr_clears_the_threshold(path):
                 if abs(snr_db - threshold_db) > ROUNDING_DB:
                     assert ((i, k) in edges) == (snr_db >= threshold_db), (run["curve"], run["seed"], i, k, snr_db)
         assert np.bincount(np.array(run["edges"], dtype=int).ravel(), minlength=n).tolist() == run["node_degree"]
+
+
+@pytest.mark.parametrize("path", DATA, ids=lambda p: p.stem)
+def test_every_scenario_runs_the_learner_and_privacy_of_its_base_file_and_free_space_learns(path):
+    """The accuracy comparison means something only if the runs learn: the data are the base file's
+    learner and ε (equal in both curves), and free space's final accuracy is above the majority share
+    in every seed and by more than ten points on average (the REPORT's "learns" column asks the 95 %
+    interval over the seeds to clear it)."""
+    record = _record(path)
+    config = experiment_config(FOLDER / record["base"])
+    section = getattr(config, record["algorithm"])
+    assert (record["dataset"], record["dim"], record["n_classes"]) == (config.data.dataset, config.data.dim,
+                                                                      config.data.n_classes)
+    assert (record["rounds"], record["epsilon_round"]) == (section.rounds, section.epsilon)
+    free = [r for r in record["runs"] if r["curve"] == "free space"]
+    assert free and all(r["final_acc"] > r["majority"] for r in free), [(r["seed"], r["final_acc"]) for r in free]
+    assert np.mean([r["final_acc"] - r["majority"] for r in free]) > 0.1  # clearly, on average over the seeds
 
 
 def test_report_only_rewrites_the_report_from_the_data():
