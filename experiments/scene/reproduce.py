@@ -46,6 +46,7 @@ from scene_runs import (  # noqa: E402
 from testbed.reports.seed_plan import ScenarioPlan, plan, plan_table  # noqa: E402
 from testbed.reports.stats import majority_flag, t_interval  # noqa: E402
 from testbed.reports.verdicts import RULE, Family, recording  # noqa: E402
+from testbed.reports.plots import remove_stale_figures  # noqa: E402
 from testbed.reports.verdicts import write_report as write_report_and_verdicts  # noqa: E402
 
 #: The compute budget, seeds per scenario (the session's: SEEDS).
@@ -455,10 +456,7 @@ def write_report() -> Path:
     figures = {name: plot(name, sc) for name, sc in data.items()}
     if data:
         figures["site"] = plot_site(next(iter(data.values())))
-    drawn = {f for names in figures.values() for f in names}
-    for stale in HERE.glob("fig_*.png"):
-        if stale.name not in drawn:
-            stale.unlink()
+    remove_stale_figures(HERE, {f for names in figures.values() for f in names})
     path = HERE / "REPORT.md"
     with recording() as families:
         text, _ = report(data, figures)

@@ -62,6 +62,7 @@ from testbed.reports.seed_plan import ScenarioPlan, plan, plan_table  # noqa: E4
 from testbed.reports.stats import majority_flag, t_interval  # noqa: E402
 from testbed.reports.sweep_stats import stats_rows  # noqa: E402
 from testbed.reports.verdicts import RULE, Family, Verdict, recording  # noqa: E402
+from testbed.reports.plots import remove_stale_figures  # noqa: E402
 from testbed.reports.verdicts import write_report as write_report_and_verdicts  # noqa: E402
 
 
@@ -462,10 +463,7 @@ def limits(data: dict[str, Scenario]) -> list[str]:
 def write_report() -> Path:
     data = load()
     figures = {name: plot(name, sc) for name, sc in data.items()}
-    drawn = {f for names in figures.values() for f in names}
-    for stale in HERE.glob("fig_*.png"):  # a figure of a scenario without data, or of an older version
-        if stale.name not in drawn:
-            stale.unlink()
+    remove_stale_figures(HERE, {f for names in figures.values() for f in names})
     path = HERE / "REPORT.md"
     with recording() as families:
         text, _ = report(data, figures)

@@ -17,6 +17,14 @@ def draw_figures(run_dir: Path) -> list[Path]:
     return draw_progress(run_dir) + draw_epsilon(run_dir)
 
 
+def remove_stale_figures(folder: Path, drawn: set[str]) -> None:
+    """Delete ``folder``'s ``fig_*.png`` not in ``drawn`` (file names): a REPORT's figure of a scenario
+    without data, or of an older version, must not outlive the REPORT that no longer shows it."""
+    for stale in folder.glob("fig_*.png"):
+        if stale.name not in drawn:
+            stale.unlink()
+
+
 def _pyplot():
     import matplotlib
 
