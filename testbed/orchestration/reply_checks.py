@@ -18,7 +18,7 @@ from testbed.accounting.budgets import BUDGET_NAME
 from testbed.algorithms.contract import SETUP_ROUND, Algorithm, RoundContext
 from testbed.assembly.config import MqttSection, NodesSection
 from testbed.ledger.events import EVENT_TYPES, Event, with_fields
-from testbed.ledger.fields import FIELD_RULES, MEASURED_FIELDS, event_within
+from testbed.ledger.fields import FIELD_RULES, MEASURED_FIELDS, event_within, planned_within
 from testbed.mqtt import wire
 from testbed.orchestration.measured_bounds import MeasuredBounds
 from testbed.rounds import protocol
@@ -89,6 +89,11 @@ class ReplyChecks:
         sent_at = self._sent_at.get(ctx.round_index)
         bounds = self._bounds.get(node, FIXED_CAPS) if sent_at is not None else FIXED_CAPS
         open_s = time.monotonic() - sent_at if sent_at is not None else 0.0
+        # An honest reply's events, every measured number within its least bound (that of a window
+        # closing at once), are taken as they are: the decision event_within makes at any window.
+        fast = [planned_within(values, want, bounds.least_limits(want)) for values, want in zip(raw, planned)]
+        if None not in fast:
+            return fast, []  # type: ignore[return-value]
         derived = bounds.device is not None
 
         def check(values: object, want: Event) -> tuple[Event, list[str]]:
