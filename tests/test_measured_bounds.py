@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from nodes.meters.clock import comm_cost, compute_cost
 from testbed.devices.profiles import load_profile, mcu_profile_names, profile_names
-from testbed.ledger.events import CommunicationEvent, ComputeEvent
+from testbed.ledger.events import CommunicationEvent, ComputeEvent, with_fields
 from testbed.ledger.fields import FIELD_RULES, MAX_EVENT_J, MEASURED_FIELDS, MAX_EVENT_S, event_to_dict, event_within, planned_within
 from testbed.orchestration.measured_bounds import BOUNDED_FIELDS, SLACK_S, MeasuredBounds
 
@@ -156,8 +156,15 @@ def test_the_fast_path_takes_a_reply_only_as_event_within_takes_it(bounds, plann
     limits = bounds.limits(planned, open_s)
     assert all(limits[name] >= bound for name, bound in least.items())  # a bound only grows with the window
     values = _reply_values(planned, {name: (least[name], limits[name]) for name in least}, data)
-    fast = planned_within(values, planned, least)
+    # The plan of a round planned once for all its nodes: compared for a node that is not the
+    # template's (sometimes the one the reply names, sometimes not)
+    node = data.draw(st.one_of(st.none(), st.just(planned.node + 1), st.integers(0, 120)), label="for node")
+    if node is not None and data.draw(st.booleans(), label="reply names it"):
+        values["node"] = node
+    fast = planned_within(values, planned, least, node=node)
     if fast is not None:
+        if node is not None:
+            planned = with_fields(planned, node=node)
         event, problems = event_within(values, planned, limits)
         assert problems == []
         assert [(k, type(v), repr(v)) for k, v in fast.__dict__.items()] == \
