@@ -60,7 +60,7 @@ def test_an_error_in_either_half_reaches_the_caller_after_both_halves_ended(monk
 
     with pytest.raises(ValueError, match="first half"):
         parallel.split_work(4, work, numbers=10**9)
-    assert done == [(2, 4)]
+    assert sorted(done) == [(1, 2), (2, 3), (3, 4)]  # every other part ran to its end
 
 
 # ----------------------------------------------------------------------- any split, the same bits
@@ -130,7 +130,7 @@ def test_run_threads_chooses_the_split_and_a_run_is_the_same_whatever_it_is(tmp_
         monkeypatch.setattr(parallel, "cuts", lambda count, parts: seen.append(parts) or real(count, parts))
         cfg = load_config_text(SMALL + f"[run]\nthreads = {threads}\n")
         result = run_experiment(cfg, out_dir=tmp_path / str(threads), quiet=True)
-        assert set(seen) == (set() if threads == 1 else {3})
+        assert set(seen) == (set() if threads == 1 else {parallel.PARTS_PER_THREAD * 3})
         metrics = [line.rsplit(",", 1)[0] for line in (result.run_dir / "metrics.csv").read_text().splitlines()]
         outputs.append((np.load(result.run_dir / "final_params.npy"), metrics))  # wall_s, the last column, aside
     np.testing.assert_array_equal(outputs[0][0], outputs[1][0])
@@ -174,7 +174,7 @@ def test_many_cores_take_parts_worth_a_thread(monkeypatch):
     into parts that cost more to hand over than they save."""
     monkeypatch.setattr(parallel, "threads", lambda: 8)
     for numbers, parts in ((parallel.MIN_NUMBERS - 1, 1), (parallel.MIN_NUMBERS, 2), (2 * parallel.MIN_NUMBERS, 4),
-                           (100 * parallel.MIN_NUMBERS, 8)):
+                           (100 * parallel.MIN_NUMBERS, 8 * parallel.PARTS_PER_THREAD)):
         spans = []
         parallel.split_work(100, lambda lo, hi: spans.append((lo, hi)), numbers=numbers)
         assert len(spans) == parts and sorted(spans)[0][0] == 0 and sorted(spans)[-1][1] == 100
@@ -188,3 +188,48 @@ def test_testbed_threads_from_the_environment_is_checked(monkeypatch, caplog):
         assert parallel._from_environment() == 0  # one per core, and one line saying so
     assert sum("TESTBED_THREADS" in r.getMessage() for r in caplog.records) == 3
     assert all("\n" not in r.getMessage() for r in caplog.records)
+
+
+# ----------------------------------------------------------------------- parts taken, not dealt
+
+def test_a_thread_given_less_of_a_core_takes_fewer_parts(monkeypatch):
+    """A pool thread held up in its part (another process on its core) leaves the remaining parts
+    to the caller's thread, which does not wait on it for them."""
+    import threading
+    import time
+
+    monkeypatch.setattr(parallel, "MIN_NUMBERS", 0)
+    monkeypatch.setattr(parallel, "threads", lambda: 2)
+    ran: list[tuple[int, str]] = []
+
+    def work(lo, hi):
+        # The caller's parts take a while, so the pool thread surely starts one; that one stalls.
+        time.sleep(0.05 if threading.current_thread() is threading.main_thread() else 0.5)
+        ran.append((lo, threading.current_thread().name))
+
+    parallel.split_work(8, work, numbers=10**9)
+    assert sorted(lo for lo, _ in ran) == [0, 2, 4, 6]  # 2 parts a thread, each run once
+    assert sum(name != threading.main_thread().name for _, name in ran) == 1
+
+
+@settings(max_examples=50, deadline=None)
+@given(count=st.integers(2, 40), threads=st.integers(2, 6), failing=st.sets(st.integers(0, 39)))
+def test_every_part_runs_once_and_the_first_failure_in_order_is_raised(count, threads, failing):
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(parallel, "MIN_NUMBERS", 0)
+        patch.setattr(parallel, "threads", lambda: threads)
+        covered = np.zeros(count, dtype=int)
+
+        def work(lo, hi):
+            covered[lo:hi] += 1
+            if lo in failing:
+                raise ValueError(f"part at {lo}")
+
+        starts = sorted({c for c in parallel.cuts(count, min(count, parallel.PARTS_PER_THREAD * threads))[:-1]})
+        failed = [lo for lo in starts if lo in failing]
+        if failed:
+            with pytest.raises(ValueError, match=f"part at {failed[0]}$"):
+                parallel.split_work(count, work, numbers=10**9)
+        else:
+            parallel.split_work(count, work, numbers=10**9)
+    assert covered.tolist() == [1] * count

@@ -463,3 +463,22 @@ def test_every_registered_algorithm_is_audited_or_refused_in_one_line(name, tmp_
     assert guarantee == "dp"
     assert report.nodes >= config.data.num_nodes - 1 and report.compositions > 0
     assert report.verdict == "consistent", report.lines()
+
+
+def test_audit_of_dwfl_scores_no_canary_of_a_sender_the_alignment_left_silent(tmp_path):
+    """In the street canyon (the contract's five nodes, static, on the complete graph) a sender with no
+    traced path to the server point transmits zeros: its canaries reach no receiver, so they ride no
+    composition (its ledger charges it none either) and the audit's claim is the transmitting nodes'."""
+    from test_algorithm_contract import _text
+    from testbed.algorithms.dwfl_plan import inactive_senders
+    from testbed.assembly.config import load_config_text
+    from testbed.orchestration import contract_suite as suite
+
+    text = _text("dwfl/scene").replace("speed_mps = 10.0\n", "").replace("coherence_rounds = 2\n", "")
+    text = text[:text.index("[topology]")] + '[topology]\nkind = "complete"\n'
+    _, _, _, alg = suite._built(text)
+    silent = np.flatnonzero(inactive_senders(alg.plan(0).tx)).tolist()
+    assert silent and all(inactive_senders(alg.plan(t).tx)[silent].all() for t in range(alg.rounds_planned))
+    report = audit_run(load_config_text(text), tmp_path / "run", canaries=10, confidence=0.95)
+    assert report.nodes == alg.num_nodes - 1 - len(silent)  # the audited receiver's own are unheard too
+    assert report.verdict == "consistent", report.lines()

@@ -420,3 +420,27 @@ def test_differences_whose_squares_underflow_are_not_a_constant_difference():
     assert tiny.p_t == pytest.approx(unit.p_t) and tiny.p_t > 0.05
     assert tiny.sd > 0 and tiny.ci_low < 0 < tiny.ci_high
     assert paired_verdict([1.6e-255, 0.0, 0.0], [0.0, 0.0, 0.0], "a>b").word == INCONCLUSIVE
+
+
+@settings(max_examples=200, deadline=None)
+@given(x=samples(min_size=2, max_size=12), power=st.integers(-1000, 1000))
+def test_an_interval_scales_with_its_values_whatever_the_scale(x, power):
+    """t_interval is scale-free: the values times 2^k (exact while they stay normal floats) give the
+    interval times 2^k, where their squares underflow (a sweep's repeats 1e-200 apart) or overflow
+    alike; a row that varies never gets a zero-width interval (found where sweep_stats.csv used it)."""
+    assume(varied(x))
+    scaled = np.ldexp(x, power)
+    tiny = np.finfo(float).tiny
+    assume(np.all(np.isfinite(scaled)) and np.all((scaled == 0) | (np.abs(scaled) >= tiny)))
+    assume(np.array_equal(np.ldexp(scaled, -power), x))  # exact both ways
+    base, s = t_interval(x), t_interval(scaled)
+    assert float(s.sd) > 0 and float(s.ci_low) < float(s.ci_high)
+    for got, want in ((s.mean, base.mean), (s.sd, base.sd), (s.ci_low, base.ci_low), (s.ci_high, base.ci_high)):
+        assert float(np.ldexp(float(got), -power)) == pytest.approx(float(want), rel=1e-9, abs=1e-12 * float(base.sd))
+
+
+def test_a_sweeps_intervals_keep_each_rows_own_scale():
+    """Rows of one call are rescaled on their own: a row of tiny values beside an ordinary one."""
+    s = t_interval([[1e-200, 2e-200, 3e-200], [1.0, 2.0, 3.0], [2.0, 2.0, 2.0]])
+    assert s.sd.tolist() == pytest.approx([1e-200, 1.0, 0.0], rel=1e-12)
+    assert s.ci_low[0] < 2e-200 < s.ci_high[0] and s.ci_low[2] == s.ci_high[2] == 2.0

@@ -50,8 +50,12 @@ most 2γ g_max, Theorem IV.1) and σ = the std of the noise at the node's worst 
 σ_s/c at the server). That is the paper's per-round guarantee, ε = Δ sqrt(2 ln(1.25/δ))/σ; the run's
 accountant composes it over the rounds as a Gaussian mechanism (zCDP or dp-accounting). As in the
 paper, x_j^(t−1/2) is treated as data-independent and colluding receivers are not covered. The
-observer is "peers". The plan assumes every expected node transmits; when fewer did (a silent
-sender), the receivers heard less artificial noise, and the server step charges each sender the
+observer is "peers". A sender the block's alignment leaves inactive (α = β = 0: with
+``pathloss = "scene"``, no traced path to the server point) transmits zeros: it releases nothing of
+its data, so it is planned and charged no event for the round (its σ is inf:
+:func:`testbed.algorithms.dwfl_plan.inactive_senders`), and it adds no artificial noise at any
+receiver. The plan assumes every expected node transmits; when fewer did (a node that missed the
+round), the receivers heard less artificial noise, and the server step charges each sender the
 difference (:meth:`Dwfl.server_step`): exact for Gaussian mechanisms under zCDP, RDP and PLD alike,
 since 1/σ² adds up under composition.
 
@@ -91,7 +95,7 @@ from testbed.algorithms.batches import check_batches, clipped_gradients
 from testbed.algorithms.contract import NodeResult, RoundContext, ServerResult, State, TensorSpec
 from testbed.algorithms.dwfl_channel import (DEFAULT_MIXING, SCHEMES, DwflChannel, Radio, channel_noise_row,
                                              heard_links, radio_from_section, topology_from_sections)
-from testbed.algorithms.dwfl_plan import RoundPlan, RoundPlans
+from testbed.algorithms.dwfl_plan import RoundPlan, RoundPlans, inactive_senders
 from testbed.algorithms.dwfl_section import (CALIBRATIONS, INITS, VARIANTS, DwflSection, channel_from_sections,
                                              check, view_from_sections)
 from testbed.algorithms.registry import BuildContext, Registration
@@ -226,8 +230,10 @@ class Dwfl(RoundPlans, BaseAlgorithm):
                                    energy_j=float(plan.energy_j[node]))
 
     def releases(self, node: int, ctx: RoundContext) -> list[Event]:
-        """One Gaussian release heard by the peers, with the noise of the expected senders (none for a
-        node that no one hears: it has no neighbour in the round's graph)."""
+        """One Gaussian release heard by the peers, with the noise of the expected senders; none for a
+        node that no one hears (no neighbour in the round's graph) and none for a sender the round's
+        alignment leaves silent (α = β = 0, e.g. no traced path to the server point: it transmits
+        zeros, so nothing of its data is released; dwfl_plan.inactive_senders)."""
         sigma = float(self.privacy_sigma(ctx.round_index, ctx.expected)[node])
         return [self._privacy_event(node, ctx.round_index, sigma)] if math.isfinite(sigma) else []
 
@@ -369,8 +375,10 @@ class Dwfl(RoundPlans, BaseAlgorithm):
         if round_index != ctx.round_index or audit.receiver not in node_ids:
             return
         row = list(node_ids).index(audit.receiver)
-        c = self.plan(ctx.round_index).channel.alignment.c
-        senders = [n for n in ctx.answered if n != audit.receiver]
+        plan = self.plan(ctx.round_index)
+        silent = inactive_senders(plan.tx)  # transmitted zeros: its canaries reached no one, no composition
+        senders = [n for n in ctx.answered if n != audit.receiver and not silent[n]]
+        c = plan.channel.alignment.c
         canaries.observe(received[row] / c - clean, senders, observer="peers")
 
     def _own(self, plan: RoundPlan, ids: np.ndarray) -> np.ndarray:
@@ -519,7 +527,8 @@ class Dwfl(RoundPlans, BaseAlgorithm):
         """The nodes that finished the round replace their rows; the others keep theirs. Every
         sender (``ctx.answered``) whose receivers heard less artificial noise than planned (fewer
         senders than expected) is charged the difference: a Gaussian event of σ_t with
-        1/σ_t² = 1/σ_heard² − 1/σ_planned², so planned plus correction compose to what happened."""
+        1/σ_t² = 1/σ_heard² − 1/σ_planned², so planned plus correction compose to what happened. A
+        silent sender (planned and heard σ both inf) released nothing and is charged nothing."""
         models = result.tensors.get("model")
         n = self.num_nodes
         if models is not None and result.node_ids == tuple(range(n)):

@@ -269,13 +269,15 @@ def receiver_noise_power_w(scheme: str, rc: RoundChannel, radio: Radio, receiver
     """(M,) per-entry variance of the channel noise in each listed receiver's output of :func:`propagate`.
 
     ``ota_d2d``/``ota_central``: σ_m² (W). ``orthogonal_d2d``: σ_m² Σ_{j≠i} 1/(g_j² P_j) in model
-    units (0 for digital links); on a graph (``links``) σ_m² Σ_{j∈N(i)} w_ij²/(g_j² P_j).
+    units (0 for digital links); on a graph (``links``) σ_m² Σ_{j∈N(i)} w_ij²/(g_j² P_j); the sums
+    over the senders the alignment left active (a silent one's empty slot adds nothing).
     """
     rx = np.asarray(receivers, dtype=np.int64)
     if scheme == "orthogonal_d2d":
         if radio.digital_orthogonal:
             return np.zeros(len(rx))
-        inv = 1.0 / (rc.gains**2 * rc.alignment.power_w)
+        with np.errstate(divide="ignore"):  # a silent sender's slot (gain 0) is not listened to
+            inv = np.where(rc.alignment.active, 1.0 / (rc.gains**2 * rc.alignment.power_w), 0.0)
         if links is not None:
             g = links.graph
             per_rx = np.bincount(g.rows, weights=links.weights**2 * inv[g.indices], minlength=g.num_nodes)

@@ -151,8 +151,10 @@ STATEMENT = PrivacyStatement(
     adjacency="replace a node's whole data set: its clipped batch gradient (‖g_i‖ <= g_max) moves by at most 2 g_max, "
               "its signal by at most Δ = 2γ g_max in normalised units (Theorem IV.1)",
     observers="the other nodes (observer \"peers\"): each receiver hears the superposition of its neighbours' signals, "
-              "their artificial noise and its channel noise; a sender is charged at its worst receiver, and a silent "
-              "sender's shortfall of noise is charged after the round",
+              "their artificial noise and its channel noise; a sender is charged at its worst receiver; a node that "
+              "misses a round leaves the others' receivers short of its noise, and that shortfall is charged to them "
+              "after the round; a sender the alignment leaves inactive (alpha = beta = 0: on a scene, no traced path "
+              "to the server point) transmits zeros and is charged nothing for the round",
     accountant="the per-round Gaussian mechanism composed over the rounds by privacy.accountant; the tight "
                "privacy.tight_accountant beside it",
     paper_accountant="the per-round ε = Δ sqrt(2 ln(1.25/δ))/σ of eq. (11) at the worst receiver, not composed",
@@ -167,4 +169,5 @@ STATEMENT = PrivacyStatement(
               "tests/test_privacy_dwfl.py::test_composition_with_dp_accounting",
               "tests/test_privacy_dwfl.py::test_dwfl_composition_worst_receiver",
               "tests/test_dwfl.py::test_silent_senders_are_charged_what_the_receivers_really_heard",
+              "tests/test_dwfl_inactive.py::test_charged_senders_are_the_active_ones_a_receiver_hears",
               "Chen et al., Theorem IV.1, eqs. (10)-(11) (dwfl.md §4)"))

@@ -44,8 +44,11 @@ class RoundPlan:
         sigma2: σ², per-entry variance of the artificial noise G_i.
         epsilon: (N,) per-round ε: per receiver (eq. 11, ota_d2d), per sender link (Remark IV.1,
             orthogonal_d2d) or at the server (ota_central, every entry the same).
-        privacy_sigma: (N,) normalised noise std at each node's worst receiver (ledger σ).
-        airtime_s, energy_j: (N,) each node's radio time in the round and its transmit energy.
+        privacy_sigma: (N,) normalised noise std at each node's worst receiver (ledger σ); inf for a
+            node no one hears and for a sender the alignment left inactive (:func:`inactive_senders`:
+            no release, nothing charged).
+        airtime_s, energy_j: (N,) each node's radio time in the round and its transmit energy (0 for
+            an inactive sender).
     """
 
     channel: RoundChannel
@@ -55,6 +58,20 @@ class RoundPlan:
     privacy_sigma: np.ndarray
     airtime_s: np.ndarray
     energy_j: np.ndarray
+
+
+def inactive_senders(tx: Alignment) -> np.ndarray:
+    """(N,) bool: the senders whose payload goes out at amplitude 0 (eq. 2's sqrt(α_k P_k) = 0: the
+    alignment left them inactive, e.g. no traced path to the server point). Such a sender transmits
+    zeros (its artificial noise too: β_k = 0), so it releases nothing of its data that round."""
+    return tx.signal_amplitude == 0
+
+
+def _unheard_if_silent(privacy_sigma: np.ndarray, tx: Alignment) -> np.ndarray:
+    """``privacy_sigma`` with a silent sender's entry inf: no receiver hears anything of its data, so
+    its ledger has no release that round (a planned event would over-count; DESIGN.md "Ledger and
+    budgets": the ledger charges what happened)."""
+    return np.where(inactive_senders(tx), np.inf, privacy_sigma)
 
 
 def _min_over_others(values: np.ndarray) -> np.ndarray:
@@ -155,7 +172,10 @@ class RoundPlans:
             setting = dp.RoundSetting(g, p, 1.0, link_noise, self.lr, self.gmax, self.delta)
         else:
             setting = dp.RoundSetting(g, p, al.beta, sm, self.lr, self.gmax, self.delta, c=al.c, graph=graph)
-        tx = dataclasses.replace(al, alpha=np.ones(n), beta=np.ones(n)) if orth else al
+        # Orthogonal: model and noise at full power on a link the alignment found (a sender it left
+        # inactive, gain 0, has no link to equalise: it stays silent as over the air).
+        on = al.active.astype(np.float64)
+        tx = dataclasses.replace(al, alpha=on, beta=on) if orth else al
         if self.sigma2_fixed is not None:
             sigma2 = self.sigma2_fixed
         elif self.epsilon is None:
@@ -171,8 +191,9 @@ class RoundPlans:
             raise ConfigError("dwfl.epsilon", f"{self.epsilon} cannot be met in round {round_index}: a receiver "
                               "hears no artificial noise (every other sender has beta = 0); lower dwfl.c_scale")
         if orth:
-            eps = dp.orthogonal_epsilon(setting, sigma2, numerator="paper")
-            var = sigma2 + link_noise / (g**2 * p)
+            with np.errstate(divide="ignore", invalid="ignore"):  # a silent sender's: masked below
+                eps = np.where(al.active, dp.orthogonal_epsilon(setting, sigma2, numerator="paper"), 0.0)
+                var = sigma2 + link_noise / (g**2 * p)
             if graph is not None:  # a sender with no neighbour is heard by no one
                 eps, var = np.where(graph.degrees > 0, eps, 0.0), np.where(graph.degrees > 0, var, np.inf)
         elif self.scheme == "ota_d2d":
@@ -184,22 +205,24 @@ class RoundPlans:
             var = np.full(n, (float(dp.artificial_noise_powers(g, p, al.beta).sum()) * sigma2 + sm) / al.c**2)
         airtime, energy = self._link_cost(rc)
         return RoundPlan(channel=rc, tx=tx, sigma2=float(sigma2), epsilon=np.asarray(eps, dtype=float),
-                         privacy_sigma=np.sqrt(var), airtime_s=airtime, energy_j=energy)
+                         privacy_sigma=_unheard_if_silent(np.sqrt(var), tx), airtime_s=airtime, energy_j=energy)
 
     def _link_cost(self, rc: RoundChannel) -> tuple[np.ndarray, np.ndarray]:
-        """(N,) radio time of each node in the round (transmitting or listening) and (N,) transmit energy."""
+        """(N,) radio time of each node in the round (transmitting or listening) and (N,) transmit energy:
+        none for a sender the alignment left inactive (it transmits zeros; it still listens)."""
         n, r, d = self.num_nodes, self.radio, self.model.num_params
-        p = rc.alignment.power_w
+        p, active = rc.alignment.power_w, rc.alignment.active
         if self.scheme == "orthogonal_d2d" and r.digital_orthogonal:
             # One slot per sender at its Shannon rate; complex noise power 2σ_m² (σ_m² per real rail).
+            # A silent sender (no link: gain 0, rate 0) has no slot.
             links = [digital_link(BYTES_PER_REAL * 8 * d, p[k], rc.gains[k] ** 2, 2 * r.noise_power_w,
-                                  r.bandwidth_hz) for k in range(n)]
-            round_s = orthogonal_round_airtime_s([c.airtime_s for c in links])
-            return np.full(n, round_s), np.array([c.energy_j for c in links])
+                                  r.bandwidth_hz) if active[k] else None for k in range(n)]
+            round_s = orthogonal_round_airtime_s([c.airtime_s for c in links if c is not None])
+            return np.full(n, round_s), np.array([0.0 if c is None else c.energy_j for c in links])
         costs = [analog_link(d, r.bandwidth_hz, p[k]) for k in range(n)]  # d channel uses each
         slot = np.array([c.airtime_s for c in costs])
         slots_per_round = {"ota_d2d": 1, "ota_central": 2, "orthogonal_d2d": n}[self.scheme]
-        return slots_per_round * slot, np.array([c.energy_j for c in costs])
+        return slots_per_round * slot, np.where(active, [c.energy_j for c in costs], 0.0)
 
     def link_rate_bps(self, nodes: Sequence[int]) -> np.ndarray:
         """Each of ``nodes``' link rate, bit/s: the Shannon rate B·log2(1 + SNR)
@@ -220,8 +243,9 @@ class RoundPlans:
         """(N,) each node's normalised noise std at its worst receiver when ``senders`` transmit
         (the ledger σ; eq. 10 with the sum over the senders only: a silent node adds no noise; on
         a graph the sum over each receiver's neighbours that transmitted, the worst over the
-        sender's neighbours; inf for a node no one hears). Orthogonal slots do not depend on who
-        else transmitted."""
+        sender's neighbours; inf for a node no one hears and for a sender the alignment left
+        inactive, :func:`inactive_senders`, which releases nothing). Orthogonal slots do not
+        depend on who else transmitted."""
         plan = self.plan(round_index)
         if self.scheme == "orthogonal_d2d" or len(senders) == self.num_nodes:
             return plan.privacy_sigma
@@ -237,7 +261,7 @@ class RoundPlans:
         else:
             var = np.full(self.num_nodes, (float(dp.artificial_noise_powers(g, al.power_w, beta).sum())
                                            * plan.sigma2 + sm) / al.c**2)
-        return np.sqrt(var)
+        return _unheard_if_silent(np.sqrt(var), plan.tx)
 
     def model_step_bound(self, state: State, ctx: RoundContext) -> float:
         """How far an honest node's new model can be from the one it was sent in round ``ctx``.

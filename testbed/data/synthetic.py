@@ -137,9 +137,9 @@ def _write_nodes(writer: SplitWriter, seed: int, node_ids: Sequence[int], n: int
     the n label uniforms, in that order (so a board generating one node gets the same rows); the
     draws are per node (each node is its own stream), everything else is vectorised over the chunk:
     x = g / sqrt(d) + h u_m scaled to norm 1, labels by inverse CDF of softmax(x W) (x [n, d]
-    float64 before the writer rounds it to its dtype, y [n] int64). Two halves of the nodes go
-    through this on two threads (testbed.util.parallel), each with its own buffers and streams:
-    every number of a node is computed from its own rows alone, so the split changes none.
+    float64 before the writer rounds it to its dtype, y [n] int64). Parts of the nodes go
+    through this on the cores' threads (testbed.util.parallel), each with its own buffers and
+    streams: every number of a node is computed from its own rows alone, so the split changes none.
     """
     dim, n_classes = w.shape
     chunk = max(1, min(len(node_ids), _CHUNK_BYTES // (8 * n * dim)))

@@ -68,7 +68,17 @@ def t_interval(x: ArrayLike, confidence: float = CONFIDENCE) -> Summary:
     if n < 2:
         nan = np.full_like(mean, np.nan)
         return Summary(n, mean, nan, nan, nan)
-    sd = np.where(constant, 0.0, values.std(axis=-1, ddof=1))
+    with np.errstate(over="ignore", under="ignore"):  # a row whose squares do not fit: below
+        sd = np.where(constant, 0.0, values.std(axis=-1, ddof=1))
+    # The sd does not change with the values' scale, but their squares can underflow (1e-255² is 0:
+    # a zero-width interval around values that differ) or overflow: such rows on x / max|x|.
+    lost = ~constant & np.all(np.isfinite(values), axis=-1) & ~(np.isfinite(sd) & (sd > 0))
+    if np.any(lost):
+        rows = values[lost] if values.ndim > 1 else values[None]
+        scale = np.max(np.abs(rows), axis=-1, keepdims=True)
+        sd, mean = np.array(sd, dtype=float), np.array(mean, dtype=float)
+        sd[lost] = (rows / scale).std(axis=-1, ddof=1) * scale[:, 0]
+        mean[lost] = (rows / scale).mean(axis=-1) * scale[:, 0]
     half = student_t.ppf(0.5 + confidence / 2, n - 1) * sd / np.sqrt(n)
     return Summary(n, mean, sd, mean - half, mean + half)
 
@@ -181,18 +191,15 @@ def paired_t(a: ArrayLike, b: ArrayLike, confidence: float = CONFIDENCE) -> Pair
     d = _differences(a, b)
     if np.all(d == d[0]):  # scipy returns NaN (0/0) or warns; the answer is known
         return PairedT(len(d), float(d[0]), 0.0, float(d[0]), float(d[0]), 1.0 if d[0] == 0.0 else 0.0)
-    # The t statistic and p do not change with the differences' scale, but their squares can
-    # underflow (1e-255² is 0, which would read as a constant difference): then compute on d / max|d|.
-    scale = 1.0
-    s = t_interval(d, confidence)
-    if not float(s.sd) > 0.0:
-        scale = float(np.max(np.abs(d)))
-        s = t_interval(d / scale, confidence)
+    s = t_interval(d, confidence)  # its sd on d / max|d| where the squares underflow or overflow
+    # p does not change with the differences' scale either; scipy squares them too: the same rescale.
+    with np.errstate(over="ignore", under="ignore"):
+        squares = float(np.sum(d * d))
+    scale = 1.0 if np.isfinite(squares) and squares > 0.0 else float(np.max(np.abs(d)))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # scipy's precision-loss warning for nearly equal values
         p_t = float(ttest_1samp(d / scale, 0.0).pvalue)
-    return PairedT(len(d), float(s.mean) * scale, float(s.sd) * scale, float(s.ci_low) * scale,
-                   float(s.ci_high) * scale, p_t)
+    return PairedT(len(d), float(s.mean), float(s.sd), float(s.ci_low), float(s.ci_high), p_t)
 
 
 def paired(a: ArrayLike, b: ArrayLike, confidence: float = CONFIDENCE, power: float = POWER) -> Paired:

@@ -34,6 +34,8 @@ from typing import Callable
 ROWS_IN_CACHE = 8
 #: Below this many numbers drawn or touched, one thread: handing work to another costs ~50 µs.
 MIN_NUMBERS = 200_000
+#: Parts a split makes per thread (each worth MIN_NUMBERS / 2 at least).
+PARTS_PER_THREAD = 2
 log = logging.getLogger(__name__)
 _pool: ThreadPoolExecutor | None = None
 _pool_size = 0
@@ -93,37 +95,70 @@ def _part(work: Callable[[int, int], None], lo: int, hi: int) -> None:
 
 def split_work(count: int, work: Callable[[int, int], None], numbers: int, *,
                fixed_parts: int | None = None) -> None:
-    """``work(lo, hi)`` over ``[0, count)`` in up to :func:`threads` parts at once (:func:`cuts`),
-    the last here and the others on pool threads, when ``numbers`` (what the whole work draws or
+    """``work(lo, hi)`` over ``[0, count)`` in parts (:func:`cuts`) that this thread and up to
+    :func:`threads` − 1 pool threads take in turn, when ``numbers`` (what the whole work draws or
     touches) is worth it (:data:`MIN_NUMBERS` for two parts, half as many more a part); else
-    ``work(0, count)``. ``work`` must write only its own rows; this
-    returns when every part has ended. Within a part, split_work runs its work in that thread: an
-    algorithm's split node step may call a split helper.
+    ``work(0, count)``. ``work`` must write only its own rows; this returns when every part has
+    ended, and raises the error of the first part (in order) that failed. Within a part,
+    split_work runs its work in that thread: an algorithm's split node step may call a split helper.
+
+    Parts are taken, not dealt: :data:`PARTS_PER_THREAD` a thread, so a thread that gets less of a
+    core (another process runs there) takes fewer and the others do not wait on it at the end.
 
     ``fixed_parts``: for work whose numbers depend on where it is cut (a BLAS product over rows
     rounds by the blocks it is given, and a block of one row takes another routine): always that
-    many even parts when worth it, whatever the threads, which run them (one: in turn, here)."""
+    many even parts when worth it, whatever the threads, which take them (one: in turn, here)."""
     inside = getattr(_inside, "part", False)
     worth = count >= 2 and numbers >= MIN_NUMBERS
     if fixed_parts is not None:
         bounds = [count * i // fixed_parts for i in range(fixed_parts + 1)] if worth else [0, count]
     else:
         # Each part worth handing to a thread: half of MIN_NUMBERS at least (many cores, small work).
-        parts = 1 if inside or not worth else min(count, threads(), 2 * numbers // max(1, MIN_NUMBERS))
+        most = min(count, PARTS_PER_THREAD * threads(), 2 * numbers // max(1, MIN_NUMBERS))
+        parts = 1 if inside or not worth or threads() < 2 else most
         bounds = cuts(count, parts) if parts > 1 else [0, count]
     spans = list(zip(bounds[:-1], bounds[1:]))
     if len(spans) == 1 or inside or threads() < 2:
         for lo, hi in spans:
             work(lo, hi)
         return
-    pool = _workers(min(len(spans) - 1, threads() - 1))
-    others = [pool.submit(_part, work, lo, hi) for lo, hi in spans[:-1]]
+    parts = _Parts(spans)
+    helpers = min(len(spans), threads()) - 1
+    others = [_workers(helpers).submit(parts.take_all, work) for _ in range(helpers)]
     try:
-        _part(work, *spans[-1])
+        parts.take_all(work)
     finally:  # no thread may still be writing when the caller sees the result or an error
         wait(others)
     for f in others:
-        f.result()  # the first part's error, if any
+        f.result()  # an error of the pool's own, not of a part
+    parts.raise_first_error()
+
+
+class _Parts:
+    """The spans of one split, handed out one at a time to whichever thread asks next."""
+
+    def __init__(self, spans: list[tuple[int, int]]):
+        self._spans = spans
+        self._next = 0
+        self._lock = threading.Lock()
+        self._errors: dict[int, BaseException] = {}
+
+    def take_all(self, work: Callable[[int, int], None]) -> None:
+        """Run ``work`` on spans not yet taken until none is left; a span's error is kept, not raised."""
+        while True:
+            with self._lock:
+                index = self._next
+                self._next += 1
+            if index >= len(self._spans):
+                return
+            try:
+                _part(work, *self._spans[index])
+            except BaseException as exc:  # noqa: BLE001  raised in the caller's thread, in order
+                self._errors[index] = exc
+
+    def raise_first_error(self) -> None:
+        if self._errors:
+            raise self._errors[min(self._errors)]
 
 
 def _workers(size: int) -> ThreadPoolExecutor:
