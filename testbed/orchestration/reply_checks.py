@@ -63,7 +63,9 @@ class ReplyChecks:
         for event in events:
             fields = MEASURED_NUMBERS.get(event.kind)
             if fields:
-                seen = self._costliest.setdefault((node, event.kind), dict.fromkeys(fields, 0.0))
+                seen = self._costliest.get((node, event.kind))
+                if seen is None:  # (not setdefault: its default would be built for every reply)
+                    seen = self._costliest[node, event.kind] = dict.fromkeys(fields, 0.0)
                 for name in fields:
                     value = getattr(event, name)
                     if value > seen[name]:
