@@ -6,7 +6,9 @@ and what a value beyond one is charged (testbed.ledger.fields.event_within), sea
 - any other value of any measured field (1e308, inf, nan, negative, a string, just above or below
   the bound) is taken exactly when it is a finite number in [0, bound], else refused with one
   phrase naming the field and charged at the bound (never below the plan);
-- a node whose profile is not known keeps the fixed caps of testbed.ledger.fields.
+- a node whose profile is not known keeps the fixed caps of testbed.ledger.fields;
+- the coordinator's fast path (planned_within against the least bounds) takes a reply's event only
+  where event_within takes it as it is, at any window, and takes an honest one.
 """
 
 from __future__ import annotations
@@ -14,13 +16,13 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nodes.meters.clock import comm_cost, compute_cost
 from testbed.devices.profiles import load_profile, mcu_profile_names, profile_names
-from testbed.ledger.events import CommunicationEvent, ComputeEvent
-from testbed.ledger.fields import FIELD_RULES, MAX_EVENT_J, MAX_EVENT_S, event_to_dict, event_within
+from testbed.ledger.events import CommunicationEvent, ComputeEvent, with_fields
+from testbed.ledger.fields import FIELD_RULES, MAX_EVENT_J, MEASURED_FIELDS, MAX_EVENT_S, event_to_dict, event_within, planned_within
 from testbed.orchestration.measured_bounds import BOUNDED_FIELDS, SLACK_S, MeasuredBounds
 
 PLANS = st.one_of(
@@ -117,3 +119,64 @@ def test_the_bounds_follow_the_profile_and_the_window():
     # no window known (the round was not sent here): the fixed caps
     assert bounds.limits(ComputeEvent(0, 3, local_steps=5), open_s=math.nan) == {"compute_s": MAX_EVENT_S,
                                                                                  "energy_j": MAX_EVENT_J}
+
+
+def _reply_values(planned, bounds: dict[str, tuple[float, ...]], data) -> dict:
+    """``planned`` as a node's reply would carry it, one field changed the ways a reply can differ
+    (a measured number at, just above or below one of its ``bounds``, or hostile; another field off the
+    plan or of another JSON type), or a field missing or added, or another kind."""
+    values = event_to_dict(planned)
+    edit = data.draw(st.sampled_from(["measured"] * 4 + ["field"] * 2 + ["drop", "add", "kind"]), label="edit")
+    if edit in ("measured", "field"):
+        names = [n for n in values if n in MEASURED_FIELDS] if edit == "measured" else sorted(set(values) - {"kind"})
+        name = data.draw(st.sampled_from(names), label="field")
+        plan = values[name]
+        near = [x for b in bounds.get(name, ()) for x in (b, math.nextafter(b, math.inf), math.nextafter(b, 0.0))]
+        values[name] = data.draw(st.one_of(
+            HOSTILE, st.floats(allow_nan=True, allow_infinity=True), st.sampled_from(near + [0.0, -0.0, 0, 1]),
+            st.sampled_from([int(plan), float(plan), plan + 1, "x", False] if isinstance(plan, (int, float))
+                            else [plan + "x", 0, None])), label=name)
+    elif edit == "drop":
+        values.pop(data.draw(st.sampled_from(sorted(values)), label="dropped"))
+    elif edit == "add":
+        values["sigma"] = 1.0
+    else:
+        values["kind"] = "communication" if values["kind"] == "compute" else "compute"
+    return values
+
+
+@settings(max_examples=400)  # each a few microseconds: where the fast path and event_within could part
+@given(bounds=BOUNDS, planned=PLANS, open_s=st.one_of(st.just(0.0), st.floats(0.0, 1e-3), OPEN_S), data=st.data())
+def test_the_fast_path_takes_a_reply_only_as_event_within_takes_it(bounds, planned, open_s, data):
+    """planned_within against the least bounds (a window that closes at once) returns an event only
+    where event_within, at the reply's real window, returns that same event without a problem; where
+    it returns None the coordinator asks event_within, so its decisions are event_within's."""
+    least = bounds.least_limits(planned)
+    assert least == bounds.limits(planned, 0.0)
+    limits = bounds.limits(planned, open_s)
+    assert all(limits[name] >= bound for name, bound in least.items())  # a bound only grows with the window
+    values = _reply_values(planned, {name: (least[name], limits[name]) for name in least}, data)
+    # The plan of a round planned once for all its nodes: compared for a node that is not the
+    # template's (sometimes the one the reply names, sometimes not)
+    node = data.draw(st.one_of(st.none(), st.just(planned.node + 1), st.integers(0, 120)), label="for node")
+    if node is not None and data.draw(st.booleans(), label="reply names it"):
+        values["node"] = node
+    fast = planned_within(values, planned, least, node=node)
+    if fast is not None:
+        if node is not None:
+            planned = with_fields(planned, node=node)
+        event, problems = event_within(values, planned, limits)
+        assert problems == []
+        assert [(k, type(v), repr(v)) for k, v in fast.__dict__.items()] == \
+            [(k, type(v), repr(v)) for k, v in event.__dict__.items()] and type(fast) is type(event)
+
+
+@given(bounds=BOUNDS, planned=PLANS, data=st.data())
+def test_the_fast_path_takes_an_honest_reply(bounds, planned, data):
+    """A reply that is the plan, its measured numbers floats within their least bounds, is taken by
+    the fast path (the coordinator's common case is not sent the long way)."""
+    least = bounds.least_limits(planned)
+    values = {**event_to_dict(planned),
+              **{name: data.draw(st.floats(0.0, bound), label=name) for name, bound in least.items()},
+              "measured": data.draw(st.booleans(), label="measured")}
+    assert planned_within(values, planned, least) is not None

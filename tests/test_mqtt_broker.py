@@ -152,6 +152,21 @@ def test_port_in_use_is_a_user_error(kind):
             broker.stop()
 
 
+def test_an_idle_mosquitto_stops_at_once():
+    """Mosquitto 2.0 blocks its signals while it waits for its sockets (up to 0.1 s): stop() wakes it,
+    so a run's stop does not wait that out (70 ms at each stop of an idle broker before)."""
+    require_command("mosquitto", "apt-get install mosquitto")
+    took = []
+    for _ in range(3):
+        broker = MosquittoBroker().start()
+        time.sleep(0.15)  # idle, as at the end of a run
+        started = time.monotonic()
+        broker.stop()
+        took.append(time.monotonic() - started)
+        assert not broker.running
+    assert sorted(took)[1] < 0.045, took
+
+
 def test_missing_mosquitto_binary_is_a_user_error():
     with pytest.raises(UserError, match="not found"):
         MosquittoBroker(binary="no-such-mosquitto-binary").start()

@@ -9,6 +9,8 @@ import struct
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from testbed.mqtt import wire
 from testbed.mqtt import chunks, replay
@@ -237,6 +239,23 @@ def test_rejects_non_finite(bad):
     spec = {"name": "a", "dtype": "float64", "shape": [3]}
     body = np.array([1.0, bad, 2.0]).tobytes()
     assert _code(_forge(_valid_header(tensors=[spec]), body)) == "non_finite"
+
+
+@given(values=st.lists(st.one_of(st.floats(allow_nan=True, allow_infinity=True),
+                                  st.sampled_from([1e308, -1e308, 1.7e308, np.nan, np.inf, -np.inf, 0.0, -0.0])),
+                        min_size=1, max_size=40),
+       dtype=st.sampled_from(["float64", "float32", "float16", "complex128"]))
+def test_a_tensor_is_refused_exactly_when_one_value_is_not_finite(values, dtype):
+    """Decoding refuses a tensor with a NaN or an infinity, and only then: finite values whose sum
+    overflows (1e308 + 1e308) are taken (the check sums first, then looks at the values)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        arr = np.array(values, dtype=np.float64).astype(dtype)
+    spec = {"name": "a", "dtype": dtype, "shape": [len(values)]}
+    payload = _forge(_valid_header(tensors=[spec]), arr.tobytes() + bytes(-arr.nbytes % 8))
+    if np.isfinite(arr).all():
+        assert np.array_equal(wire.decode(payload).tensors["a"], arr)
+    else:
+        assert _code(payload) == "non_finite"
 
 
 def test_rejects_oversized():

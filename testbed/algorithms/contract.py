@@ -191,7 +191,12 @@ class MetricSpec:
 
     def problem(self, value: Any) -> str | None:
         """Why ``value`` (as received) is not this metric; None if it is."""
-        if value.__class__ not in (int, float) or not np.isfinite(value):
+        # A float's finiteness without numpy's scalar machinery (every reply's metrics, on the
+        # coordinator's hot path); an int's as before.
+        if value.__class__ is float:
+            if not math.isfinite(value):
+                return f"value {value!r:.40} is not a finite number"
+        elif value.__class__ is not int or not np.isfinite(value):
             return f"value {value!r:.40} is not a finite number"
         if not self.low <= value <= self.high:
             return f"value {value!r:.40} outside [{self.low:g}, {self.high:g}]"

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import operator
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Mapping, Sequence, Union
 
@@ -282,12 +281,17 @@ def batches_of(events: Iterable[Event]) -> list[EventBatch]:
         [('compute', [1, 2], ['local_steps']), ('straggle', [3], [])]
     """
     groups: dict[tuple, list[Event]] = {}
-    seen: Counter = Counter()
+    seen: dict[tuple, int] = {}  # not a Counter: its __missing__ is a Python call for every new node
     for event in events:
-        key = (type(event), event.round)
-        nth = seen[key, event.node]
-        seen[key, event.node] += 1
-        groups.setdefault((key, nth), []).append(event)
+        key = (event.__class__, event.round)
+        mine = (key, event.node)
+        nth = seen.get(mine, 0)
+        seen[mine] = nth + 1
+        group = groups.get((key, nth))
+        if group is None:
+            groups[(key, nth)] = [event]
+        else:
+            group.append(event)
     batches = []
     for group in groups.values():
         first = group[0]

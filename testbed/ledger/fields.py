@@ -215,6 +215,48 @@ def event_within(values: object, planned: Event, limits: Mapping[str, float] | N
     return (with_fields(planned, **measured) if measured else planned), problems
 
 
+def planned_within(values: object, planned: Event, least: Mapping[str, float], node: int | None = None) -> Event | None:
+    """What :func:`event_within` returns, without a problem, for ``values`` that are ``planned`` in
+    every field but the measured ones, each of those of its JSON type exactly (a float, a bool) and
+    its numbers in [0, ``least``] (a name not in ``least``: its rule's cap); None for anything else,
+    which event_within must decide. ``least`` no larger than event_within's ``limits`` (the bounds
+    of a window that closes at once: measured_bounds.MeasuredBounds.least_limits), an event
+    returned here is event_within's, with no problem: a reply's fast path, its decision the same.
+    With ``node``: against ``planned`` for that node (its node field ``node``; the plan of every
+    node of a round planned once, contract.planned_batch), without building that event first.
+
+    Example::
+
+        >>> from testbed.ledger.events import ComputeEvent
+        >>> planned = ComputeEvent(node=0, round=2, local_steps=5)
+        >>> values = {"kind": "compute", "node": 0, "round": 2, "local_steps": 5, "cost_units": 0.0,
+        ...           "compute_s": 0.1, "energy_j": 0.2, "measured": True}
+        >>> planned_within(values, planned, {"compute_s": 3.0, "energy_j": 30.0}).compute_s
+        0.1
+        >>> planned_within(values, planned, {"compute_s": 0.05, "energy_j": 30.0}) is None
+        True
+    """
+    kind = planned.kind
+    if values.__class__ is not dict or values.keys() != _KEYS[kind] or values["kind"] != kind:  # type: ignore[attr-defined]
+        return None
+    plan, measured = planned.__dict__, {}
+    if node is not None:  # the template's plan for ``node``: its node field compared below
+        plan = {**plan, "node": node}
+        measured["node"] = node
+    for name in FIELDS[kind]:
+        raw = values[name]  # type: ignore[index]
+        if name in MEASURED_FIELDS:
+            if _MEASURED_RULES[name].type is bool:
+                if raw.__class__ is not bool:
+                    return None
+            elif raw.__class__ is not float or not 0.0 <= raw <= least.get(name, FIELD_RULES[name].high):
+                return None  # NaN fails the comparison, and an infinity the bound (finite)
+            measured[name] = raw
+        elif raw != plan[name] or (raw.__class__ is bool) is not (plan[name].__class__ is bool):
+            return None
+    return with_fields(planned, **measured) if measured else planned
+
+
 def _short(raw: object) -> str:
     text = repr(raw)
     return text if len(text) <= 40 else text[:37] + "..."

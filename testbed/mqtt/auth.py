@@ -65,6 +65,7 @@ from typing import Any
 from testbed.errors import UserError
 from testbed.mqtt import topics
 from testbed.mqtt.wire import ID_PATTERN, WireError
+from testbed.util.frozen import frozen
 
 log = logging.getLogger(__name__)
 
@@ -297,7 +298,7 @@ def open_sealed(keys: Keys, topic: str, principal: str, frame: bytes) -> Opened:
             _last_digest = (frame, topic, digest)
     if not hmac.compare_digest(tag, _tag(keys, principal, session, digest)):
         raise Forged(f"the tag for {principal!r} does not verify")
-    return Opened(session, round_index, body)
+    return frozen(Opened, {"session": session, "round": round_index, "body": body})  # its __init__ 3x slower
 
 
 def unverified_body(frame: bytes) -> bytes:

@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from firmware_bridge.costs import BoardCosts
 from nodes.meters.clock import comm_cost
@@ -66,6 +66,8 @@ BOARD_CORES = 4
 #: The bounded numbers of an event (``measured`` is a flag, not a quantity).
 BOUNDED_FIELDS = tuple(sorted(name for name in MEASURED_FIELDS if FIELD_RULES[name].type is float))
 _FIXED_CAPS = {"compute_s": MAX_EVENT_S, "airtime_s": MAX_EVENT_S, "energy_j": MAX_EVENT_J}
+_NONE: dict[str, float] = {}  # the limits of an event kind without measured numbers
+_LEAST_KEPT = 4096  # least_limits' answers kept per bounds
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,8 @@ class MeasuredBounds:
     device: DeviceProfile | None = None
     board: BoardCosts | None = None
     cores: int = 1
+    # least_limits' answers by what they depend on (not a part of the bounds' value)
+    _least: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @classmethod
     def of_profile(cls, profile: str, cores: int | None = None) -> "MeasuredBounds":
@@ -110,6 +114,25 @@ class MeasuredBounds:
             seconds_name, seconds = "airtime_s", max(window_s, modelled_s, planned.airtime_s)
         energy_j = max(planned.energy_j, self._max_power_w() * (window_s if self._is_host() else seconds))
         return {seconds_name: min(seconds, _FIXED_CAPS[seconds_name]), "energy_j": min(energy_j, MAX_EVENT_J)}
+
+    def least_limits(self, planned: Event) -> dict[str, float]:
+        """:meth:`limits` of a window that closes at once (``open_s`` 0): the least bound of each
+        field, since every bound only grows with the window. Made once per what it depends on
+        (the kind, the plan's steps, bytes, seconds and joules); a caller must not change it.
+        What is within these is within :meth:`limits` at any ``open_s`` >= 0: a reply's fast path
+        (testbed.ledger.fields.planned_within)."""
+        if isinstance(planned, ComputeEvent):
+            key: tuple = (ComputeEvent, planned.local_steps, planned.compute_s, planned.energy_j)
+        elif isinstance(planned, CommunicationEvent):
+            key = (CommunicationEvent, planned.bytes_up, planned.bytes_down, planned.airtime_s, planned.energy_j)
+        else:
+            return _NONE
+        least = self._least.get(key)
+        if least is None:
+            if len(self._least) >= _LEAST_KEPT:  # plans that change every round (a channel's airtime)
+                self._least.clear()
+            least = self._least[key] = self.limits(planned, 0.0)
+        return least
 
     def _compute_s(self, planned: ComputeEvent, window_s: float) -> float:
         if self.board is not None:

@@ -15,10 +15,10 @@ from typing import Sequence
 import numpy as np
 
 from testbed.accounting.budgets import BUDGET_NAME
-from testbed.algorithms.contract import SETUP_ROUND, Algorithm, RoundContext
+from testbed.algorithms.contract import SETUP_ROUND, Algorithm, RoundContext, planned_batch
 from testbed.assembly.config import MqttSection, NodesSection
-from testbed.ledger.events import EVENT_TYPES, Event, with_fields
-from testbed.ledger.fields import FIELD_RULES, MEASURED_FIELDS, event_within
+from testbed.ledger.events import EVENT_TYPES, Event, NodeEvents, with_fields
+from testbed.ledger.fields import FIELD_RULES, MEASURED_FIELDS, event_within, planned_within
 from testbed.mqtt import wire
 from testbed.orchestration.measured_bounds import MeasuredBounds
 from testbed.rounds import protocol
@@ -35,6 +35,10 @@ class ReplyChecks:
     """A node's replies checked against the plan (a part of
     :class:`testbed.orchestration.coordinator.MqttNodes`: its ``alg``, ``session``, ``_bounds``,
     ``_sent_at``, ``_open_round``, ``_costliest`` and ``_lock``)."""
+
+    # (round, the template of each event of its plan when every node's is that but for its node
+    # field, else None; the nodes asked): what _as_planned compares a reply of that round with
+    _round_plans: tuple[RoundContext, tuple[Event, ...] | None, frozenset[int]] | None = None
 
     def _planned(self, node: int, ctx: RoundContext) -> list[Event]:
         if ctx.round_index == SETUP_ROUND:
@@ -59,7 +63,9 @@ class ReplyChecks:
         for event in events:
             fields = MEASURED_NUMBERS.get(event.kind)
             if fields:
-                seen = self._costliest.setdefault((node, event.kind), dict.fromkeys(fields, 0.0))
+                seen = self._costliest.get((node, event.kind))
+                if seen is None:  # (not setdefault: its default would be built for every reply)
+                    seen = self._costliest[node, event.kind] = dict.fromkeys(fields, 0.0)
                 for name in fields:
                     value = getattr(event, name)
                     if value > seen[name]:
@@ -82,6 +88,9 @@ class ReplyChecks:
         is above it), else (the fixed caps: a day, a kilowatt, no estimate of anything) as a
         release whose events never came: the most the node reported in such an event, or the plan."""
         raw = msg.meta.get("events")
+        fast = self._as_planned(node, ctx, raw)
+        if fast is not None:
+            return fast, []
         planned = self._planned(node, ctx)
         if not isinstance(raw, list) or len(raw) != len(planned):
             kinds = [e.get("kind") if isinstance(e, dict) else e for e in raw[:10]] if isinstance(raw, list) else raw
@@ -89,6 +98,11 @@ class ReplyChecks:
         sent_at = self._sent_at.get(ctx.round_index)
         bounds = self._bounds.get(node, FIXED_CAPS) if sent_at is not None else FIXED_CAPS
         open_s = time.monotonic() - sent_at if sent_at is not None else 0.0
+        # An honest reply's events, every measured number within its least bound (that of a window
+        # closing at once), are taken as they are: the decision event_within makes at any window.
+        fast = [planned_within(values, want, bounds.least_limits(want)) for values, want in zip(raw, planned)]
+        if None not in fast:
+            return fast, []  # type: ignore[return-value]
         derived = bounds.device is not None
 
         def check(values: object, want: Event) -> tuple[Event, list[str]]:
@@ -100,6 +114,36 @@ class ReplyChecks:
         except ValueError as exc:
             raise wire.WireError("bad_header", str(exc)) from None
         return [event for event, _ in checked], [why for _, problems in checked for why in problems]
+
+    def _as_planned(self, node: int, ctx: RoundContext, raw: object) -> list[Event] | None:
+        """An honest reply's events on the fast path of a round whose nodes' plans are one plan but
+        for the node field (contract.planned_batch: a NodeEvents without columns, made once a round
+        at its first reply, the source of the nodes' own events): each its plan's for ``node``, its
+        measured numbers within their least bounds (planned_within). None where the long path
+        decides: another round's shape of plan, the setup, a node not asked, anything else."""
+        if ctx.round_index == SETUP_ROUND or raw.__class__ is not list:
+            return None
+        plans = self._round_plans  # one read: the other thread may replace it meanwhile
+        if plans is None or plans[0] is not ctx:
+            # Planned once only where the algorithm says its nodes' plans are alike (a per-node
+            # plan gathered for every node here would be the long path's work twice).
+            batch = planned_batch(self.alg, ctx.expected, ctx) \
+                if ctx.expected and getattr(self.alg, "uniform_plans", False) else None
+            alike = isinstance(batch, NodeEvents) and not any(b.columns for b in batch.batches)
+            plans = self._round_plans = (ctx, tuple(b.template for b in batch.batches) if alike else None,  # type: ignore[union-attr]
+                                         frozenset(ctx.expected))
+        templates = plans[1]
+        if templates is None or node not in plans[2] or len(raw) != len(templates):  # type: ignore[arg-type]
+            return None
+        sent_at = self._sent_at.get(ctx.round_index)
+        bounds = self._bounds.get(node, FIXED_CAPS) if sent_at is not None else FIXED_CAPS
+        events = []
+        for values, template in zip(raw, templates):  # type: ignore[call-overload]
+            event = planned_within(values, template, bounds.least_limits(template), node=node)
+            if event is None:
+                return None
+            events.append(event)
+        return events
 
     def _events_or_none(self, node: int, ctx: RoundContext, msg: wire.Message) -> tuple[list[Event] | None, list[str]]:
         """What a refused or late reply released: its events if they are the plan, a measured field

@@ -44,7 +44,8 @@ import traceback
 import warnings
 from collections.abc import Mapping, Sequence
 
-_POLL_S = 0.005  # how often wait() looks whether the child has exited
+_POLL_S = 0.005  # how often wait() looks whether the child has exited, at most
+_FIRST_POLL_S = 0.0005  # and first
 #: The `testbed` command the child runs, named as pyproject.toml's console script names it: a command
 #: is started by name, as `python -m testbed` starts it, so this utility imports nothing above it.
 COMMAND_ENTRY_POINT = "testbed.cli:main"
@@ -112,12 +113,16 @@ class ForkedCommand:
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
-        """The exit code, waiting at most ``timeout`` seconds (subprocess.TimeoutExpired)."""
+        """The exit code, waiting at most ``timeout`` seconds (subprocess.TimeoutExpired). Looked
+        at after 0.5 ms, then twice as long each time up to every ``_POLL_S``: a host told to stop
+        leaves within milliseconds, and a run's stop waits for each of them in turn."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        delay = _FIRST_POLL_S
         while (code := self.poll()) is None:
             if deadline is not None and time.monotonic() >= deadline:
                 raise subprocess.TimeoutExpired(["testbed", *self.args], timeout or 0)
-            time.sleep(_POLL_S)
+            time.sleep(delay)
+            delay = min(2 * delay, _POLL_S)
         return code
 
     def terminate(self) -> None:
