@@ -102,7 +102,7 @@ def test_the_issues_unsigned_summary_is_refused_and_listed_unverified(run_dir, t
 @pytest.mark.parametrize("change, words", [
     (lambda b: b["final"].update(test_accuracy=-7.5), "final.test_accuracy must be in [0, 1]"),
     (lambda b: b["final"].update(test_accuracy=1.5), "final.test_accuracy must be in [0, 1]"),
-    (lambda b: b["final"].update(train_loss="low"), "final.train_loss must be a number"),
+    (lambda b: b["final"].update(train_loss="low"), "final.train_loss must be a finite number"),
     (lambda b: b.update(rounds="many"), "rounds must be a count"),
     (lambda b: b.update(rounds=-1), "rounds must be a count"),
     (lambda b: b.update(seed=True), "seed must be a count"),
@@ -141,7 +141,8 @@ def test_a_summary_written_with_a_nan_is_valid_json_and_verifies(tmp_path):
 
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats() | st.text(max_size=10),
+    st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.sampled_from([10**400, -10**400]) | st.floats()
+    | st.text(max_size=10),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
     max_leaves=10)
 
@@ -149,7 +150,7 @@ json_values = st.recursive(
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(fields=st.fixed_dictionaries({}, optional={k: json_values for k in (*SUMMARY_KEYS, "privacy")}),
        final=st.dictionaries(st.sampled_from(["test_accuracy", "train_loss", "validation_accuracy"]),
-                             st.none() | st.floats() | st.integers(-5, 5) | st.text(max_size=3)),
+                             st.none() | st.floats() | st.integers(-5, 5) | st.just(10**400) | st.text(max_size=3)),
        signed=st.booleans())
 def test_report_json_of_any_summary_is_valid_json_or_one_line(run_dir, tmp_path_factory, capsys, fields, final, signed):
     body = json.loads((run_dir / "summary.json").read_text())

@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence, runtime_chec
 import numpy as np
 
 from testbed.streams.rng import GLOBAL, Purpose, stream
+from testbed.util.numbers import finite_real
 
 if TYPE_CHECKING:
     from testbed.data.federated import Split
@@ -196,7 +197,7 @@ class MetricSpec:
         if value.__class__ is float:
             if not math.isfinite(value):
                 return f"value {value!r:.40} is not a finite number"
-        elif value.__class__ is not int or not np.isfinite(value):
+        elif value.__class__ is not int or finite_real(value) is None:  # an int past float64's range too
             return f"value {value!r:.40} is not a finite number"
         if not self.low <= value <= self.high:
             return f"value {value!r:.40} outside [{self.low:g}, {self.high:g}]"

@@ -12,7 +12,6 @@ import dataclasses
 import time
 from typing import Sequence
 
-import numpy as np
 
 from testbed.accounting.budgets import BUDGET_NAME
 from testbed.algorithms.contract import SETUP_ROUND, Algorithm, RoundContext, planned_batch
@@ -22,6 +21,7 @@ from testbed.ledger.fields import FIELD_RULES, MEASURED_FIELDS, event_within, pl
 from testbed.mqtt import wire
 from testbed.orchestration.measured_bounds import MeasuredBounds
 from testbed.rounds import protocol
+from testbed.util.numbers import finite_real
 
 #: What a node may send the coordinator; anything else on its uplink is refused before it moves any state.
 FROM_NODES = frozenset({protocol.UPDATE, protocol.SETUP_UPDATE, protocol.REFUSED, protocol.LEDGER, protocol.READY})
@@ -190,5 +190,5 @@ def check_refusal(msg: wire.Message) -> None:
     """A refusal names the budget a node would break and two finite figures; WireError if not."""
     budget, figures = msg.meta.get("budget"), [msg.meta.get(k) for k in ("would_be", "limit")]
     if not isinstance(budget, str) or not BUDGET_NAME.fullmatch(budget) \
-            or not all(v.__class__ in (int, float) and np.isfinite(v) for v in figures):
+            or not all(v.__class__ in (int, float) and finite_real(v) is not None for v in figures):
         raise wire.WireError("bad_header", "a refusal needs a budget name (an identifier) and finite would_be and limit")

@@ -28,6 +28,7 @@ except ModuleNotFoundError:  # Python 3.10
 
 from testbed.checked.limits import MAX_TEXT_FILE_BYTES
 from testbed.errors import UserError
+from testbed.util.numbers import finite_real
 from testbed.util.userfiles import read_text
 
 #: Units a calibration file gives c1 and c2 in.
@@ -90,7 +91,7 @@ def read_calibration(path: str | Path) -> Calibration:
             raise fail(f"[{name}]", "missing table")
         for unit in COST_UNITS:
             value = table.get(unit)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise fail(f"{name}.{unit}", f"must be a positive number, got {value!r}")
+            if not (finite_real(value) or 0.0) > 0:
+                raise fail(f"{name}.{unit}", f"must be a positive number, got {value!r:.40}")
         tables[name] = {unit: float(table[unit]) for unit in COST_UNITS}
     return Calibration(profile=profile, model_params=params, c1=tables["c1"], c2=tables["c2"])

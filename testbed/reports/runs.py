@@ -20,7 +20,6 @@ Example::
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
@@ -32,6 +31,7 @@ from testbed.reports import headline
 from testbed.reports.results import UnverifiedSummary, read_metrics, read_summary
 from testbed.util import jsontext
 from testbed.util.dirlock import holder_pid
+from testbed.util.numbers import finite_real
 
 #: Folders below DIR looked into for runs (runs/, a sweep's folder, a sweep's points).
 MAX_DEPTH = 3
@@ -195,15 +195,14 @@ def _count(value: Any) -> int | None:
 
 
 def _number(value: Any) -> float | None:
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value)
-    return None
+    return finite_real(value)
 
 
 def _epsilon(value: Any) -> float | str | None:
     """ε as listed: a finite number, "inf" (a run without noise: not private), or None."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value) if math.isfinite(value) else ("inf" if value > 0 else None)
+        number = finite_real(value)  # past float64 (an int of 400 digits) is as unbounded as inf
+        return number if number is not None else ("inf" if value > 0 else None)
     if isinstance(value, str) and value.strip().lower() in ("inf", "infinity", "∞"):
         return "inf"
     return None

@@ -11,6 +11,7 @@ from typing import Any
 
 from testbed.errors import UserError
 from testbed.util.jsontext import finite
+from testbed.util.numbers import finite_real
 from testbed.util.userfiles import read_text
 
 SUMMARY_KEYS = ("algorithm", "mode", "seed", "status", "rounds", "final", "nodes", "budgets")
@@ -81,8 +82,8 @@ def _wrong_field(summary: dict[str, Any]) -> str | None:
     for key, value in summary["final"].items():
         if value is None:
             continue
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return f"final.{key} must be a number, got {type(value).__name__}"
+        if finite_real(value) is None:
+            return f"final.{key} must be a finite number, got {value!r:.40}"
         if key in _SHARES and not 0.0 <= value <= 1.0:
             return f"final.{key} must be in [0, 1], got {value:g}"
     return None

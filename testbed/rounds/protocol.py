@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import math
 import re
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, NamedTuple, Sequence
@@ -55,6 +54,7 @@ from testbed.ledger.node import NodeLedger, Totals
 from testbed.mqtt import wire
 from testbed.streams.node_secret import RANDOMNESS, RUN_SEED
 from testbed.util.memo import remember_last
+from testbed.util.numbers import finite_real
 
 ROUND, UPDATE, REFUSED, STOP = "round", "update", "refused", "stop"
 LEDGER = "ledger"  # node → coordinator, answering a stop or leaving: what its own ledger logged this session
@@ -320,7 +320,7 @@ def signal_spec_of(msg: wire.Message) -> TensorSpec:
             "float64", "float32", "complex128"):
         raise wire.WireError("bad_header", "a transmit notice needs signal_shape and signal_dtype")
     bound = msg.meta.get("signal_max_norm")
-    if bound is not None and not (bound.__class__ in (int, float) and 0 < bound < math.inf):
+    if bound is not None and not (bound.__class__ in (int, float) and (finite_real(bound) or 0.0) > 0):
         raise wire.WireError("bad_header", f"a transmit notice's signal_max_norm {bound!r:.40} is not a positive number")
     return TensorSpec(tuple(shape), dtype, max_norm=None if bound is None else float(bound))
 

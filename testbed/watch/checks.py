@@ -18,6 +18,7 @@ from testbed.ledger.fields import ABSURD
 from testbed.ledger.node import NodeLedger
 from testbed.reports import headline
 from testbed.reports.results import METRIC_COLUMNS
+from testbed.util.numbers import finite_real
 from testbed.util.oneline import one_line as util_one_line
 
 #: Metric columns the page plots.
@@ -116,7 +117,7 @@ def _number_or_none(summary: dict, key: str, required: bool = False) -> float | 
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"{key} must be a number, got {type(value).__name__}")
-    return _finite_or_none(float(value))
+    return finite_real(value)  # NaN, ±inf or past float64's range: none
 
 
 def _one_line_text(value: object, key: str) -> str | None:
