@@ -24,10 +24,10 @@ Example::
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from testbed.accounting.budgets import BUDGET_NAME
+from testbed.util.numbers import finite_real
 
 NOT_PRIVATE = "not private (no noise on its releases: epsilon is infinite)"
 
@@ -113,7 +113,7 @@ def guarantees(summary: dict[str, Any]) -> list[dict[str, Any]]:
     for g in raw if isinstance(raw, list) else ():
         eps = g.get("epsilon") if isinstance(g, dict) else None
         if isinstance(g, dict) and g.get("observer") in OBSERVERS and isinstance(g.get("statement"), str) \
-                and (eps is None or (type(eps) in (int, float) and math.isfinite(eps))):
+                and (eps is None or (type(eps) in (int, float) and finite_real(eps) is not None)):
             kept.append(g)
     return kept
 
@@ -178,7 +178,8 @@ def refusals(summary: dict[str, Any]) -> list[dict[str, Any]]:
     for entry in raw if isinstance(raw, list) else ():
         if isinstance(entry, dict) and all(type(entry.get(k)) is int for k in ("node", "round")) \
                 and isinstance(entry.get("budget"), str) and BUDGET_NAME.fullmatch(entry["budget"]) \
-                and all(type(entry.get(k)) in (int, float) and math.isfinite(entry[k]) for k in ("would_be", "limit")):
+                and all(type(entry.get(k)) in (int, float) and finite_real(entry[k]) is not None
+                        for k in ("would_be", "limit")):
             kept.append(entry)
     return kept
 

@@ -68,7 +68,7 @@ def number(cell: Any) -> float | None:
         return None
     try:
         return float(cell)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # an int past float64's range (a JSON field) too
         return None
 
 

@@ -161,7 +161,7 @@ def _quote(summary: dict[str, Any]) -> dict[str, Any] | None:
     try:
         q = headline.quote(summary)
         value = q["value"]
-        if value is not None and (type(value) not in (int, float) or not math.isfinite(value)):
+        if value is not None and (type(value) not in (int, float) or finite_real(value) is None):
             return None
         return {"text": headline.quote_text(summary), "by": _one_line_text(q.get("by"), "by"),
                 "observer": _one_line_text(q.get("observer"), "observer")}
