@@ -53,17 +53,13 @@ def _count(column: str, value: float, high: float) -> float:
 
 def json_number(x: float | None) -> float | None:
     """``x`` as the page's JSON takes it: a float, or None for None, NaN and ±inf."""
-    return None if x is None or not math.isfinite(x) else float(x)
+    return finite_real(x)
 
 
 def one_line(exc: BaseException) -> str:
     """An error's message on one line of at most 300 characters (its type's name if it has none),
     for the page's error."""
     return util_one_line(exc, 300) or type(exc).__name__
-
-
-def _finite_or_none(value: float) -> float | None:
-    return value if math.isfinite(value) else None
 
 
 def metric_row(cells: list[str], last_round: int, num_nodes: int | None,
@@ -90,7 +86,7 @@ def metric_row(cells: list[str], last_round: int, num_nodes: int | None,
     if rounds_planned is not None and round_ > rounds_planned:
         raise ValueError(f"round {round_:g} is past the run's {rounds_planned} rounds")
     _count("stragglers", values["stragglers"], num_nodes if num_nodes is not None else _INT_LIMIT - 1)
-    return {c: None if values[c] is None else _finite_or_none(values[c]) for c in PLOTTED}
+    return {c: None if values[c] is None else finite_real(values[c]) for c in PLOTTED}
 
 
 def check_event(event: Event, num_nodes: int, rounds_planned: int | None, ledger: NodeLedger | None) -> None:
