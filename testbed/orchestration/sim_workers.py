@@ -54,9 +54,9 @@ log = logging.getLogger(__name__)
 MIN_FLOPS = 1_000_000
 _LENGTH = struct.Struct("<Q")
 
-#: What the next forked worker serves: (algorithm, data, its group of node ids). Set just before the
-#: fork and read by :func:`serve` in the child, which inherits this module's memory.
-_HANDED: tuple[Algorithm, FederatedData | LazyFederatedData, tuple[int, ...]] | None = None
+#: What the next forked worker serves: (algorithm, data). Set just before the fork and read by
+#: :func:`serve` in the child, which inherits this module's memory.
+_HANDED: tuple[Algorithm, FederatedData | LazyFederatedData] | None = None
 
 
 class WorkerFailed(RuntimeError):
@@ -73,14 +73,18 @@ class SimWorkers:
 
     def __init__(self, algorithm: Algorithm, data: FederatedData | LazyFederatedData, count: int):
         global _HANDED
-        ids = np.asarray(list(data.node_ids), dtype=np.int64)
-        self.groups = [tuple(int(n) for n in g) for g in np.array_split(ids, count) if len(g)]
-        self._group_of = {n: i for i, group in enumerate(self.groups) for n in group}
+        held = data.node_ids  # a lazy federation's is a range of a million: made in C, not one by one
+        ids = np.arange(held.start, held.stop, held.step) if isinstance(held, range) else np.asarray(held, np.int64)
+        if len(ids) > 1 and not (np.diff(ids) > 0).all():
+            raise ValueError("a sim run's node ids ascend (a whole federation's: 0..N-1)")
+        #: (first id, last id) of each worker's group: the MQTT hosts' np.array_split of the ids.
+        self.groups = [(int(g[0]), int(g[-1])) for g in np.array_split(ids, count) if len(g)]
+        self._firsts = np.array([first for first, _ in self.groups], dtype=np.int64)
         self._procs: list[ForkedCommand] = []
         self._pending: list[int] = []  # the workers whose answer to the step out is unread
         try:
             for group in self.groups:
-                _HANDED = (algorithm, data, group)
+                _HANDED = (algorithm, data)
                 # The child's stderr is the run's own: a warning there is the user's to see.
                 self._procs.append(ForkedCommand([], name=f"testbed sim {group[0]}-{group[-1]}", stderr_fd=2,
                                                  entry_point=f"{__name__}:serve", pipes=True))
@@ -92,10 +96,8 @@ class SimWorkers:
 
     def parts(self, expected: Sequence[int]) -> list[tuple[int, list[int]]]:
         """(worker, the positions in ``expected`` of its nodes) for each worker with some."""
-        positions: dict[int, list[int]] = {}
-        for i, node in enumerate(expected):
-            positions.setdefault(self._group_of[int(node)], []).append(i)
-        return sorted(positions.items())
+        which = np.searchsorted(self._firsts, np.asarray(expected, dtype=np.int64), side="right") - 1
+        return [(int(w), np.flatnonzero(which == w).tolist()) for w in np.unique(which)]
 
     def node_step(self, received: dict[str, np.ndarray], expected: Sequence[int],
                   ctx: RoundContext) -> tuple[NodeResult, float]:
@@ -183,9 +185,9 @@ class SimWorkers:
                 code = self._procs[worker].wait(timeout=1)
             except Exception:  # noqa: BLE001  still there, its pipe closed: said as it is
                 pass
-        group = self.groups[worker]
+        first, last = self.groups[worker]
         status = "closed" if code is None else f"exited (status {code})"
-        return WorkerFailed(f"the sim worker of nodes {group[0]}-{group[-1]} {status}")
+        return WorkerFailed(f"the sim worker of nodes {first}-{last} {status}")
 
 
 def _rows(value: np.ndarray, positions: list[int]) -> np.ndarray:
@@ -224,7 +226,7 @@ def serve(argv: list[str]) -> int:  # pragma: no cover  (the forked child; tests
     """The worker: step what the run asks until its pipe closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the run stops its workers; a terminal's ^C is the run's
     assert _HANDED is not None
-    algorithm, data, group = _HANDED
+    algorithm, data = _HANDED
     parallel.set_threads(1)  # the other workers hold the other cores
     lazy = isinstance(data, LazyFederatedData)
     position = None if lazy else {n: i for i, n in enumerate(data.node_ids)}
