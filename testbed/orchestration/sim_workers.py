@@ -93,6 +93,8 @@ class SimWorkers:
             raise
         finally:
             _HANDED = None
+        log.info("node steps in %d worker processes (nodes %s)", len(self.groups),
+                 ", ".join(f"{first}-{last}" for first, last in self.groups))
 
     def parts(self, expected: Sequence[int]) -> list[tuple[int, list[int]]]:
         """(worker, the positions in ``expected`` of its nodes) for each worker with some."""
