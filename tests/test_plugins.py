@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from testbed.cli.new import NAME, write_project
 from testbed.errors import UserError
+from testbed.orchestration import contract_suite as suite
 from testbed.util.registrations import GROUPS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -76,7 +77,8 @@ def test_a_project_testbed_new_writes_installs_and_passes_the_contract_suite(kin
     env = _install([tmp_path / "project"], tmp_path / "site")
     tested = _run(["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"], env, tmp_path / "project")
     assert tested.returncode == 0, tested.stdout[-3000:] + tested.stderr[-2000:]
-    expected = {"algorithm": 7, "dataset": 2, "accountant": 3}[kind]  # the suite's checks (+ sim = MQTT)
+    expected = {"algorithm": len(suite.ALGORITHM_CHECKS) + 1, "dataset": len(suite.DATASET_CHECKS),
+                "accountant": len(suite.ACCOUNTANT_CHECKS)}[kind]  # the suite's checks (+ sim = MQTT)
     assert f"{expected} passed" in tested.stdout, tested.stdout[-500:]
     schema = _run(["-m", "testbed", "schema"], env, tmp_path)
     where = {"algorithm": ("RunSection", "algorithm"), "dataset": ("DataSection", "dataset"),
