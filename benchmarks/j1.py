@@ -14,7 +14,7 @@
 The project's bytecode is compiled first (benchmarks/timing.py says why). The load average is
 printed with the figures: other work on the machine shows there.
 
-Usage: python benchmarks/j1.py [--pairs 5] [--only idle|busy|memory]
+Usage: python benchmarks/j1.py [--pairs 5] [--only idle|busy|memory] [--set KEY=VALUE ...]
 """
 
 from __future__ import annotations
@@ -55,12 +55,15 @@ def load() -> str:
     return ", ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def pairs(tmp: str, count: int, busy: bool) -> tuple[list[Timing], list[Timing]]:
-    """``count`` alternated (testbed run, floor) pairs of whole-process timings."""
+def pairs(tmp: str, count: int, busy: bool, settings: list[str]) -> tuple[list[Timing], list[Timing]]:
+    """``count`` alternated (testbed run, floor) pairs of whole-process timings; ``settings``:
+    KEY=VALUE overrides of the run (``--set``)."""
     ours, floor = [], []
+    overrides = [arg for setting in settings for arg in ("--set", setting)]
     for i in range(count):
         with other_core_busy(busy):
-            ours.append(timed(TESTBED + ["run", str(HERE / "j1.toml"), "--quiet", "--out", f"{tmp}/j1-{busy}-{i}"]))
+            ours.append(timed(TESTBED + ["run", str(HERE / "j1.toml"), "--quiet", "--out", f"{tmp}/j1-{busy}-{i}",
+                                         *overrides]))
         with other_core_busy(busy):
             floor.append(timed([sys.executable, str(HERE / "j1_floor.py")]))
     return ours, floor
@@ -85,13 +88,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", "--repeats", type=int, default=5, help="alternated pairs of each mode")
     parser.add_argument("--only", choices=("idle", "busy", "memory"), help="run this part alone")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="an override of the run (e.g. run.workers=1: the node steps in threads)")
     args = parser.parse_args()
     compile_project()
     print(f"load average {load()}")
     with tempfile.TemporaryDirectory() as tmp:
         for mode in ("idle", "busy"):
             if args.only in (None, mode):
-                report(mode, *pairs(tmp, args.pairs, busy=mode == "busy"))
+                report(mode, *pairs(tmp, args.pairs, busy=mode == "busy", settings=args.set))
         if args.only in (None, "memory"):
             run = timed(TESTBED + ["run", str(HERE / "j1.toml"), "--quiet", "--out", f"{tmp}/j1-1000",
                                    "--set", "data.num_nodes=1000", "--set", "dp_pasgd.steps=200"])

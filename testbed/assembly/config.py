@@ -64,6 +64,10 @@ class RunSection(Section):
     threads: int = Field(0, ge=0, le=256)
     """Threads the run's per-node work is split over (testbed.util.parallel: each node's numbers are
     the same whatever the split): 0, one per core (or ``TESTBED_THREADS``); 1, none."""
+    workers: int = Field(0, ge=0, le=256)
+    """Processes a sim run's node steps run in (testbed.orchestration.sim_workers: forks of the run,
+    each stepping a fixed group of the nodes, as an MQTT run's emulated hosts do; the same numbers):
+    0, one per thread (``threads``) for each round whose step is worth it; 1, none; k, k workers."""
 
 
 #: The models ``model.kind`` may name (testbed.learning.models.kinds).

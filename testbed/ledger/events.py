@@ -344,6 +344,27 @@ class NodeEvents(Sequence):
             batches.append(EventBatch(first, ids, columns))
         return cls(batches, ids)
 
+    @classmethod
+    def concatenate(cls, parts: Sequence["NodeEvents | Sequence[Sequence[Event]]"]
+                    ) -> "NodeEvents | list[list[Event]]":
+        """The events of consecutive parts of a step's nodes as one: batches when every part's are
+        batches of the same kinds in the same order (a field some part holds as a column, or whose
+        template differs between the parts, a column of the whole), else the per-node lists."""
+        if not all(isinstance(p, NodeEvents) for p in parts) or \
+                len({tuple(type(b.template) for b in p.batches) for p in parts}) != 1:
+            return [list(events) for part in parts for events in part]
+        nodes = np.concatenate([p.nodes for p in parts])
+        batches = []
+        for k, first in enumerate(parts[0].batches):
+            group = [p.batches[k] for p in parts]
+            names = [f.name for f in dataclasses.fields(first.template) if f.name != "node" and (
+                any(f.name in b.columns for b in group) or len({getattr(b.template, f.name) for b in group}) > 1)]
+            columns = {name: np.concatenate([b.columns[name] if name in b.columns
+                                             else np.full(len(b.nodes), getattr(b.template, name)) for b in group])
+                       for name in names}
+            batches.append(EventBatch(first.template, nodes, columns))
+        return cls(batches, nodes)
+
     def __len__(self) -> int:
         return len(self.nodes)
 

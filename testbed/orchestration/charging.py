@@ -395,6 +395,7 @@ def charge_closing(run: Run, closing: Closing, nodes: Nodes) -> None:
     run.node_reports, run.session, run.broker = closing.reports, closing.session, closing.broker
     run.reported_rounds, run.links = closing.reported_rounds, closing.links
     run.authentication = closing.authentication
+    run.sim_workers = closing.sim_workers
     run.randomness, run.server_randomness = closing.randomness, closing.server_randomness
     fresh = [event for (node, round_index), events in sorted(closing.charged.items())
              if not run.book.logged([node], round_index)[0] for event in events]

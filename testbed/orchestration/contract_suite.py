@@ -269,9 +269,45 @@ def check_sim_equals_mqtt(text: str, tmp: Path, stragglers: dict | None = None, 
     assert {n["ledger_check"] for n in mqtt.summary["nodes"].values()} <= {"confirmed", "raised"}
 
 
+def check_sim_workers_equal_one_process(text: str, tmp: Path) -> None:
+    """The run with its node steps in two forked workers (``run.workers = 2``,
+    testbed.orchestration.sim_workers) equals it in one process bit for bit: the model, every
+    metric but the wall clock, the ledger but measured seconds and joules; with Bernoulli
+    stragglers, so that a worker steps some of its nodes some rounds. Where this process cannot
+    fork its workers (torch is loaded here), the workers' run is a `testbed run` of its own."""
+    import subprocess
+    import sys
+
+    from testbed.assembly.config import replace, to_toml
+    from testbed.orchestration.runner import run_experiment
+    from testbed.reports.results import read_checkpoint, read_metrics
+    from testbed.reports.summary_file import read_summary
+    from testbed.util.forked import can_fork
+
+    config = replace(config_of(text), stragglers={"model": "bernoulli", "p": 0.3})
+    one = run_experiment(replace(config, run={"workers": 1}), out_dir=tmp / "w1", quiet=True).summary
+    two = replace(config, run={"workers": 2})
+    if can_fork():
+        run_experiment(two, out_dir=tmp / "w2", quiet=True)
+    else:
+        (tmp / "w2.toml").write_text(to_toml(two))
+        subprocess.run([sys.executable, "-m", "testbed", "run", str(tmp / "w2.toml"), "--quiet", "--out", str(tmp / "w2")],
+                       check=True, stdout=subprocess.DEVNULL)
+    summary = read_summary(tmp / "w2")
+    assert one["status"] == summary["status"] == "completed"
+    # A torch model's run steps in its own process: a fork would lose torch's thread pools.
+    assert one["sim_workers"] == 0 and summary["sim_workers"] == (0 if config.model.kind == "torch" else 2)
+    a, b = read_checkpoint(tmp / "w1").state, read_checkpoint(tmp / "w2").state
+    assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+    rows = [[{k: v for k, v in row.items() if k != "wall_s"} for row in read_metrics(tmp / f"w{w}")] for w in (1, 2)]
+    assert rows[0] == rows[1]
+    assert ledger_without_seconds(tmp / "w1") == ledger_without_seconds(tmp / "w2")
+
+
 ALGORITHM_CHECKS: tuple[Check, ...] = (check_planned_rounds_are_run, check_stacked_equals_one_at_a_time,
                                        check_metrics_are_the_declared_ones, check_planned_events_are_emitted,
-                                       check_budget_refuses_at_the_boundary, check_resume_equals_an_uninterrupted_run)
+                                       check_budget_refuses_at_the_boundary, check_resume_equals_an_uninterrupted_run,
+                                       check_sim_workers_equal_one_process)
 
 
 # ---------------------------------------------------------------------------------------- data sets

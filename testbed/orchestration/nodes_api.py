@@ -69,6 +69,8 @@ class Closing:
             (testbed.streams.node_secret.RANDOMNESS); None in sim (every node's is the run seed).
         server_randomness: what keyed the server's private draws: "server_secret" (the
             coordinator's, over MQTT with a node that has a secret) or "run_seed" (sim, emulated).
+        sim_workers: the most worker processes a sim round's node steps ran in
+            (testbed.orchestration.sim_workers; 0: every step in the run's process); None over MQTT.
     """
 
     charged: dict[tuple[int, int], list[Event]] = field(default_factory=dict)
@@ -80,6 +82,7 @@ class Closing:
     authentication: dict | None = None
     randomness: dict[int, str] | None = None
     server_randomness: str = RUN_SEED
+    sim_workers: int | None = None
 
 
 class Nodes(Protocol):

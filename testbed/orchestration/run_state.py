@@ -74,6 +74,7 @@ class Run:
     session: str | None = None  # the coordinator's session (over MQTT): the nodes' ledgers are kept under it
     broker: dict[str, str] | None = None  # the broker's kind and URL (over MQTT)
     links: list[dict] | None = None  # each emulated host's link, timed round by round (links.netns)
+    sim_workers: int | None = None  # the worker processes sim's node steps ran in (None: over MQTT)
     authentication: dict | None = None  # whether the messages were authenticated (over MQTT)
     # The rounds' clock (metrics.csv wall_s, summary wall_s): restarted when the set-up is done, so
     # the set-up (startup.setup_s) is never counted as round 1's.

@@ -211,6 +211,7 @@ def summary(run: Run) -> dict[str, Any]:
         "broker": run.broker,
         "links": run.links,
         "authentication": run.authentication,
+        "sim_workers": run.sim_workers,
         # The rounds' seconds (none if the run failed before them), and the set-up's before them.
         "wall_s": time.monotonic() - run.wall_start if run.startup.end is not None else 0.0,
         "setup_s": run.startup.seconds(),

@@ -46,6 +46,10 @@ from testbed.ledger.events import Event, EventBatch, NodeEvents
 from testbed.ledger.fields import event_to_dict, event_within
 from testbed.orchestration.measured_bounds import MeasuredBounds
 from testbed.orchestration.nodes_api import Closing, RoundOutcome
+from testbed.orchestration.sim_workers import MIN_FLOPS, SimWorkers
+from testbed.privacy import canaries
+from testbed.util import parallel
+from testbed.util.forked import can_fork
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -62,11 +66,17 @@ class SimNodes:
         mcu_nodes: nodes that are microcontroller boards (``[nodes] mcu``): charged as their bridge
             charges a virtual board (steps × FLOPs through the board profile ``mcu_profile``), so
             sim and a bridged run keep the same ledger.
+        workers: processes the node steps run in (``run.workers``): 1, this one; k >= 2, k forked
+            workers (testbed.orchestration.sim_workers); 0, one per thread of the run
+            (testbed.util.parallel) for each round whose step is worth it, where the run can fork
+            and no audit scores its releases here.
     """
 
     def __init__(self, algorithm: Algorithm, data: FederatedData | LazyFederatedData, seed: int, profile: str,
-                 mcu_nodes: Sequence[int] = (), mcu_profile: str | None = None):
+                 mcu_nodes: Sequence[int] = (), mcu_profile: str | None = None, workers: int = 1):
         self.alg, self.data, self.seed = algorithm, data, seed
+        self.workers = workers
+        self._workers: SimWorkers | None = None
         self.costs = NodeCosts(profile, "model")
         # What a node's seconds and joules can be in a round: a cost model's figure beyond them is
         # charged at the bound, as the coordinator charges a reply's (testbed.orchestration.measured_bounds).
@@ -103,21 +113,40 @@ class SimNodes:
         expected = tuple(n for n in (self.node_ids if sampled is None else sampled) if n not in excluded)
         ctx = RoundContext(round_index, self.seed, len(self.node_ids), expected, sampled=sampled)
         straggled = {n: "emulated" for n in sorted(excluded)}
-        train = None
-        if meanwhile is not None and expected and self._lazy:
-            # The report of the round before and the making of this round's lazy rows overlap (at a
-            # million nodes each takes about as long); making rows changes nothing, so the report
-            # still ends before this round asks or steps anything, as when it ran first.
-            train = self._beside(meanwhile, lambda: self._train(expected))
-        elif meanwhile is not None:  # nothing to make: the report first
-            meanwhile()
-        if not expected:
-            return RoundOutcome(NodeResult((), {}), ctx.closed(()), straggled=straggled)
-        if asking is not None:
-            asking(ctx)
-        train = train if train is not None else self._train(expected)
-        began, start = time.monotonic(), time.process_time()
-        result = alg.node_step(alg.downlink(state, ctx, expected), train, expected, ctx)
+        workers = self._workers_for(expected)
+        if workers is not None:
+            # The workers step (and make lazy nodes' rows) while the report of the round before runs
+            # here. Nothing leaves them before this round is asked: its answers are read after
+            # ``asking``, so the records come in the order of a step run after the ask, a run that
+            # ends in the report released nothing, and its resume draws the same numbers again.
+            began = time.monotonic()
+            workers.start_step(alg.downlink(state, ctx, expected), expected, ctx)
+            try:
+                if meanwhile is not None:
+                    meanwhile()
+                if asking is not None:
+                    asking(ctx)
+            except BaseException:
+                workers.abandon_step()
+                raise
+            start = time.process_time()
+            result, elsewhere_s = workers.finish_step()
+        else:
+            train = None
+            if meanwhile is not None and expected and self._lazy:
+                # The report of the round before and the making of this round's lazy rows overlap (at a
+                # million nodes each takes about as long); making rows changes nothing, so the report
+                # still ends before this round asks or steps anything, as when it ran first.
+                train = self._beside(meanwhile, lambda: self._train(expected))
+            elif meanwhile is not None:  # nothing to make: the report first
+                meanwhile()
+            if not expected:
+                return RoundOutcome(NodeResult((), {}), ctx.closed(()), straggled=straggled)
+            if asking is not None:
+                asking(ctx)
+            train = train if train is not None else self._train(expected)
+            began, start = time.monotonic(), time.process_time()
+            result, elsewhere_s = alg.node_step(alg.downlink(state, ctx, expected), train, expected, ctx), 0.0
         closed = ctx.closed(expected)
         if isinstance(alg, OverTheAir):
             released = result
@@ -125,7 +154,21 @@ class SimNodes:
             if not result.node_ids:
                 straggled.update({n: "no_exchange" for n in expected})
             result = NodeResult(result.node_ids, result.tensors, released.metrics, released.events)
-        return self._outcome(result, closed, began, start, straggled)
+        return self._outcome(result, closed, began, start, straggled, elsewhere_s)
+
+    def _workers_for(self, expected: tuple[int, ...]) -> SimWorkers | None:
+        """The workers that step this round's nodes (started at the first such round), or None:
+        this process steps them (``workers``: the constructor's)."""
+        count = self.workers or parallel.threads()
+        # An audit scores the canaries where the releases are made: in this process (a fork of
+        # one with torch loaded would lose torch's thread pools).
+        if count < 2 or not expected or canaries.auditing() or not can_fork():
+            return None
+        if not self.workers and len(expected) * self.alg.flops_per_step < MIN_FLOPS:
+            return None
+        if self._workers is None:
+            self._workers = SimWorkers(self.alg, self.data, count)
+        return self._workers
 
     @staticmethod
     def _beside(meanwhile: Callable[[], None], work: Callable[[], T]) -> T:
@@ -178,11 +221,12 @@ class SimNodes:
         return alg.node_finish(sent.carry, rows, sent.node_ids, ctx)
 
     def _outcome(self, result: NodeResult, ctx: RoundContext, began: float, start: float,
-                 straggled: dict[int, str]) -> RoundOutcome:
+                 straggled: dict[int, str], elsewhere_s: float = 0.0) -> RoundOutcome:
         """The round's charges: each node's share of the step's CPU time (``start``: process time at
-        its beginning) through its cost model, within the bounds of a round open since ``began``."""
+        its beginning; ``elsewhere_s``: what the step took in the workers) through its cost model,
+        within the bounds of a round open since ``began``."""
         released = result.events
-        share = (time.process_time() - start) / max(1, len(ctx.answered))
+        share = (time.process_time() - start + elsewhere_s) / max(1, len(ctx.answered))
         self._most_share_s = max(self._most_share_s, share)
         open_s = time.monotonic() - began
         charged: dict[tuple[int, int], list[Event]] = {}
@@ -241,5 +285,10 @@ class SimNodes:
 
     def close(self, status: str) -> Closing:
         """Nothing is in flight in one process: the nodes' ledgers are the runner's own."""
+        workers = 0
+        if self._workers is not None:
+            workers = len(self._workers.groups)
+            self._workers.close()
+            self._workers = None
         self.costs.close()
-        return Closing()
+        return Closing(sim_workers=workers)

@@ -8,6 +8,7 @@ in a small machine by replacing this one function.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import time
 from pathlib import Path
@@ -42,3 +43,21 @@ def _read() -> int | None:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, AttributeError):
         return None
+
+
+#: glibc's mallopt parameters (malloc.h).
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+
+
+def keep_freed_heap(largest_bytes: int = 16 << 20) -> None:
+    """Have glibc's malloc serve blocks of up to ``largest_bytes`` from its heap and keep up to twice
+    that freed at its top, instead of mapping and unmapping each large block: a loop that allocates
+    and frees the same few MB of temporaries every step (a node step's gathered batches, an
+    evaluation's logits) then stops faulting in fresh zeroed pages (J1: 215,000 page faults and
+    1.3 s of system time a run, 65,000 and 0.8 s with it). Nothing where malloc is not glibc's."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return
+    mallopt(_M_MMAP_THRESHOLD, largest_bytes)
+    mallopt(_M_TRIM_THRESHOLD, 2 * largest_bytes)
