@@ -65,7 +65,7 @@ from testbed.rounds.client_sampling import sample_clients
 from testbed.rounds.stragglers import StragglerDraws
 from testbed.streams.node_secret import SERVER_KEY_FILE, load_or_make
 from testbed.streams.rng import GLOBAL, Purpose, stream
-from testbed.util import memory, parallel
+from testbed.util import parallel
 from testbed.util.threads import limit_blas_threads
 
 if TYPE_CHECKING:
@@ -221,7 +221,6 @@ def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = Fa
     """
     startup = Startup(enabled=not quiet)
     limit_blas_threads(config.run.blas_threads)
-    memory.keep_freed_heap()  # the rounds' temporaries reused, not faulted in afresh (and in forks)
     parallel.set_threads(config.run.threads)
     tracking.check_installed(config)
     # The helper processes start first: they import dp-accounting and matplotlib (a second each)

@@ -42,7 +42,7 @@ from testbed.algorithms.contract import Algorithm, NodeResult, RoundContext
 from testbed.data.federated import FederatedData, Split
 from testbed.data.lazy import LazyFederatedData
 from testbed.ledger.events import NodeEvents
-from testbed.util import parallel
+from testbed.util import memory, parallel
 from testbed.util.forked import ForkedCommand
 
 log = logging.getLogger(__name__)
@@ -230,6 +230,9 @@ def serve(argv: list[str]) -> int:  # pragma: no cover  (the forked child; tests
     assert _HANDED is not None
     algorithm, data = _HANDED
     parallel.set_threads(1)  # the other workers hold the other cores
+    # A step's temporaries (gathered batches of ~1 MB) reused, not mapped and faulted in afresh each
+    # time. Only here: a coordinator's large transient buffers (a 2 MiB signal) must go back at once.
+    memory.keep_freed_heap(4 << 20)
     lazy = isinstance(data, LazyFederatedData)
     position = None if lazy else {n: i for i, n in enumerate(data.node_ids)}
     made: tuple[tuple[int, ...], Split] | None = None  # the last nodes' rows (a copy), while they repeat

@@ -49,12 +49,14 @@ def _read() -> int | None:
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 
 
-def keep_freed_heap(largest_bytes: int = 16 << 20) -> None:
+def keep_freed_heap(largest_bytes: int) -> None:
     """Have glibc's malloc serve blocks of up to ``largest_bytes`` from its heap and keep up to twice
     that freed at its top, instead of mapping and unmapping each large block: a loop that allocates
     and frees the same few MB of temporaries every step (a node step's gathered batches, an
-    evaluation's logits) then stops faulting in fresh zeroed pages (J1: 215,000 page faults and
-    1.3 s of system time a run, 65,000 and 0.8 s with it). Nothing where malloc is not glibc's."""
+    evaluation's logits) then stops faulting in fresh zeroed pages (J1 with it in the whole run:
+    215,000 page faults and 1.3 s of system time, 65,000 and 0.8 s). The process's peak memory then
+    holds what it freed: not for one that takes large transient buffers from outside. Nothing where
+    malloc is not glibc's."""
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
