@@ -37,7 +37,7 @@ import functools
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
@@ -360,13 +360,16 @@ class NodeAgent:
         kept.replies[msg.kind] = reply
         return reply
 
-    def _answer(self, admitted: _Admitted, out: NodeResult, compute: Measurement) -> protocol.Reply:
-        """The reply to an admitted round from the step's output (this node's row of ``out``),
-        its events charged with ``compute`` and logged before anything is sent."""
+    def _log_release(self, admitted: _Admitted, out: NodeResult, compute: Measurement) -> list[Event]:
+        """A round's release recorded (write-ahead), its events charged with ``compute`` and logged."""
+        msg, events = admitted.msg, out.events[out.node_ids.index(self.node)]
+        self.releases.record(_scope(msg.run, admitted.experiment.key), msg.kind, admitted.ctx.round_index, admitted.digest)
+        return self._log(admitted.ledger, admitted.writer, self.costs.charge(events, compute))
+
+    def _reply(self, admitted: _Admitted, out: NodeResult, events: list[Event]) -> protocol.Reply:
+        """The reply to an admitted round, its release logged (``events``): its row of ``out``."""
         msg, session, r = admitted.msg, admitted.session, admitted.ctx.round_index
         i = out.node_ids.index(self.node)
-        self.releases.record(_scope(msg.run, admitted.experiment.key), msg.kind, r, admitted.digest)  # write-ahead
-        events = self._log(admitted.ledger, admitted.writer, self.costs.charge(out.events[i], compute))
         metrics = {name: float(value[i]) for name, value in out.metrics.items()}
         if admitted.experiment.over_the_air:
             carry = {name: value[i:i + 1] for name, value in out.carry.items()}
@@ -598,25 +601,27 @@ def _step_together(agents: list[NodeAgent], admitted: list[_Admitted]) -> list[p
     share = whole = measured[0]
     if len(ids) > 1:
         share = dataclasses.replace(whole, seconds=whole.seconds / len(ids), energy_j=whole.energy_j / len(ids))
-    replies: list[protocol.Reply | Exception] = []
-    for agent, a in zip(agents, admitted):
-        try:
-            replies.append(agent._answer(a, out, share))
-        except Exception as exc:  # noqa: BLE001  that node's reply only (e.g. a non-finite row)
-            replies.append(exc)
-    return replies
+    # Every node's release logged, then every reply (the same code in a row); what raised is that node's.
+    logged = [_or_raised(agent._log_release, a, out, share) for agent, a in zip(agents, admitted)]
+    return [e if isinstance(e, Exception) else _or_raised(agent._reply, a, out, e)
+            for agent, a, e in zip(agents, admitted, logged)]
+
+
+def _or_raised(fn: Callable[..., Any], *args: Any) -> Any:
+    try:
+        return fn(*args)
+    except Exception as exc:  # noqa: BLE001  that node's reply alone (e.g. a non-finite row), for the caller
+        return exc
 
 
 def _train(data: FederatedData | LazyFederatedData, node_ids: list[int]) -> Split:
-    """The training rows of ``node_ids``, all of ``data``'s (a node's own data), made (kept by
-    its host) when ``data`` is lazy."""
+    """The training rows of ``node_ids``: all of ``data``'s (a node's own), made (kept by its host) if lazy."""
     return data.nodes(node_ids, ("train",)).train if isinstance(data, LazyFederatedData) else data.train
 
 
 @remember_last  # a host's nodes read one broadcast: checked once
 def _downlink_problem(msg: wire.Message, spec: dict[str, TensorSpec]) -> str | None:
-    """Why ``msg``'s tensors are not the downlink ``spec`` (an algorithm's declaration); None if
-    they are."""
+    """Why ``msg``'s tensors are not the downlink ``spec`` (an algorithm's declaration); None if they are."""
     return check_tensors(spec, msg.tensors)
 
 
@@ -636,8 +641,8 @@ def _input_digest(msg: wire.Message, round_index: int, experiment_key: str, node
 
 
 def _stacked(rows: list[np.ndarray]) -> np.ndarray:
-    """(M, ...) of M nodes' received rows: a read-only broadcast view when every node received the
-    same array (a broadcast round), as sim's downlink gives."""
+    """(M, ...) of M nodes' received rows: a read-only broadcast view when every node received one
+    array (a broadcast round), as sim's downlink gives."""
     if all(row is rows[0] for row in rows):
         return np.broadcast_to(rows[0], (len(rows),) + rows[0].shape)
     return np.stack(rows)

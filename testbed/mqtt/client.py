@@ -109,6 +109,8 @@ class MqttClient(Receiving):
         on_inbound: called on the network thread with each received message, instead of putting it
             in the inbox (then `receive` has nothing): a receiver that handles messages as they come
             saves a hand-over between threads per message. It must not block.
+        on_inbound_all: with ``on_inbound``, called instead of it with the messages of one container
+            of carried uplinks (testbed.mqtt.carried), in order: taken together, not one by one.
         replay_window_rounds: how many of a sender's latest rounds the replay guard remembers; a
             message of an older round is refused as a replay (replay.ReplayGuard). A receiver that
             dedupes by meaning itself (the coordinator charges a node's round once, however late)
@@ -139,6 +141,7 @@ class MqttClient(Receiving):
                  reconnect_min_s: float = 0.25, reconnect_max_s: float = 30.0,
                  session_expiry_s: int = 300, inbox: queue.Queue | None = None, owner: str | None = None,
                  network: NetworkLoop | None = None, on_inbound: Callable[[Inbound], None] | None = None,
+                 on_inbound_all: Callable[[list[Inbound]], None] | None = None,
                  admit: Callable[[wire.Message], str | None] | None = None, replay_window_rounds: int = 16,
                  on_connection: Callable[[bool], None] | None = None, keys: auth.Keys | None = None,
                  auth_session: str = "", unverified_statuses: bool = False):
@@ -165,6 +168,7 @@ class MqttClient(Receiving):
 
         self._inbox: queue.Queue[Inbound] = inbox if inbox is not None else queue.Queue()
         self._deliver: Callable[[Inbound], None] = on_inbound if on_inbound is not None else self._inbox.put
+        self._deliver_all = on_inbound_all if on_inbound is not None else None
         self.owner = owner
         self._network = network
         self._reassembler = chunks.Reassembler(max_message_bytes=max_message_bytes)

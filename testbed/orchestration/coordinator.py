@@ -158,7 +158,7 @@ class MqttNodes(EmulatedHosts, BrokerOutages, ReplyChecks, Inbox):
             self.client = MqttClient.for_coordinator(self.url, self.run, username=username, password=password,
                                                      tls_ca=m.tls_ca, max_chunk_bytes=m.max_chunk_bytes,
                                                      protocol=version, reconnect_max_s=_RECONNECT_MAX_S,
-                                                     on_inbound=self._on_inbound, admit=self._admit,
+                                                     on_inbound=self._on_inbound, on_inbound_all=self._on_inbound_all, admit=self._admit,
                                                      replay_window_rounds=_WHOLE_RUN_ROUNDS, keys=self.keys,
                                                      auth_session=self.session)
             self.client.connect(timeout_s=m.connect_timeout_s)
