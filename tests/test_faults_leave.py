@@ -33,15 +33,15 @@ def _leave_after(monkeypatch, round_index: int, sig: signal.Signals) -> None:
     update goes out); emulated hosts are forked from this process and inherit the patch."""
     from nodes.agent import NodeAgent
 
-    answer = NodeAgent._answer
+    log_release = NodeAgent._log_release  # a host logs every node's release, then makes the replies
 
     def leaving(self, admitted, out, compute):
-        reply = answer(self, admitted, out, compute)
+        logged = log_release(self, admitted, out, compute)
         if self.node == LEAVER and admitted.ctx.round_index == round_index:
             os.kill(os.getpid(), sig)
-        return reply
+        return logged
 
-    monkeypatch.setattr(NodeAgent, "_answer", leaving)
+    monkeypatch.setattr(NodeAgent, "_log_release", leaving)
 
 
 def _run(broker_url: str, tmp_path):
