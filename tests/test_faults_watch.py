@@ -31,7 +31,7 @@ from testbed.orchestration.runner import run_experiment  # noqa: E402
 from testbed.reports.summary_file import summary_digest  # noqa: E402
 from testbed.watch import lines  # noqa: E402
 from testbed.watch.feed import RunFeed  # noqa: E402
-from testbed.watch.server import MAX_PAGES, WatchApp  # noqa: E402
+from testbed.watch.server import IDLE_CHECK_S, MAX_PAGES, WatchApp  # noqa: E402
 from testbed.watch.status import StatusRouter  # noqa: E402
 
 RUN_FILES = ("config.toml", "metrics.csv", "ledger.csv", "summary.json")
@@ -461,9 +461,11 @@ def test_a_closed_tab_is_not_an_error(real_run, tmp_path, caplog, when):
                 s.close()
                 with open(run / "ledger.csv", "ab") as f:  # a delta for the closed page
                     f.write(b"privacy,0,3,garbage\r\n")
-        for _ in range(100):
-            if not app._pages:
-                break
+        # A finished run sends no delta: an idle page's handler sees its connection gone at its
+        # next check, IDLE_CHECK_S after its last (it had waited 5 s, as long as one check: under
+        # load the check came after it).
+        deadline = time.monotonic() + 3 * IDLE_CHECK_S
+        while app._pages and time.monotonic() < deadline:
             threading.Event().wait(0.05)
         assert not app._pages and get(port, "/api/snapshot")[0] == 200
     messages = [r.getMessage() for r in caplog.records if "watch" in r.name]
