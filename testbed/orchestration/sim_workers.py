@@ -101,13 +101,6 @@ class SimWorkers:
         which = np.searchsorted(self._firsts, np.asarray(expected, dtype=np.int64), side="right") - 1
         return [(int(w), np.flatnonzero(which == w).tolist()) for w in np.unique(which)]
 
-    def node_step(self, received: dict[str, np.ndarray], expected: Sequence[int],
-                  ctx: RoundContext) -> tuple[NodeResult, float]:
-        """``algorithm.node_step(received, rows of expected, expected, ctx)`` over the workers, and
-        the CPU seconds it took in them: :meth:`start_step` then :meth:`finish_step`."""
-        self.start_step(received, expected, ctx)
-        return self.finish_step()
-
     def start_step(self, received: dict[str, np.ndarray], expected: Sequence[int], ctx: RoundContext) -> None:
         """Hand each worker its part of the step; nothing is awaited (one step at a time)."""
         if self._pending:
