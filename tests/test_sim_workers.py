@@ -20,6 +20,7 @@ from testbed.orchestration.runner import load, run_experiment
 from testbed.orchestration.sim_nodes import SimNodes
 from testbed.orchestration.sim_workers import SimWorkers, WorkerFailed, concatenate
 from testbed.reports.results import read_checkpoint, read_metrics
+from testbed.util import parallel
 
 
 
@@ -51,6 +52,45 @@ def test_a_sampled_lazy_run_in_workers_is_the_run_in_one_process(small_config_te
     assert all(np.array_equal(a[k], b[k]) for k in a)
     strip = [[{k: v for k, v in r.items() if k != "wall_s"} for r in read_metrics(tmp_path / f"w{w}")] for w in (1, 3)]
     assert strip[0] == strip[1]
+
+
+@pytest.mark.parametrize("overrides", [[], ["output.eval_nodes=5"], ['data.dtype="float32"']],
+                         ids=["every node", "eval nodes", "float32"])
+def test_the_evaluation_scored_in_the_workers_is_the_evaluation_in_one_process(small_config_text, tmp_path,
+                                                                              monkeypatch, overrides):
+    """The report's evaluation, scored in the workers in the fixed halves of the rows (the
+    evaluated nodes' rows held at the fork; float32 rows in float32), gives the metrics of one
+    process bit for bit, and the workers did score it."""
+    monkeypatch.setattr(parallel, "MIN_NUMBERS", 0)  # halves even of these few rows
+    scored = []
+    real = SimWorkers.score
+    monkeypatch.setattr(SimWorkers, "score", lambda self, params, blocks: scored.append(blocks) or real(self, params, blocks))
+    rows = {}
+    for w in (1, 2):
+        config = load_config_text(small_config_text, ["data.num_nodes=9", f"run.workers={w}", *overrides])
+        run_experiment(config, out_dir=tmp_path / f"w{w}", quiet=True)
+        rows[w] = [{k: v for k, v in r.items() if k != "wall_s"} for r in read_metrics(tmp_path / f"w{w}")]
+    assert rows[1] == rows[2]
+    assert len(scored) == len(rows[2])  # each round's (round 0's, before the workers start, has no row)
+    assert all(blocks[0][0] == "train" and blocks[1][1] > 0 for blocks in scored)  # the second half of train
+
+
+def test_a_worker_that_dies_before_scoring_fails_the_evaluation_in_one_line(small_config_text):
+    config, data, alg, state = built(small_config_text, "data.num_nodes=6")
+    model = assemble.model_for(config.model, data, config.run.seed)
+    nodes = SimNodes(alg, data, seed=1, profile="host", workers=2, evaluation=(model, data))
+    try:
+        nodes.round(state, 0, frozenset())
+        params = alg.eval_params(state)
+        assert nodes.score_rows(model, params, data, [("train", 0, 10)]) is not None
+        assert nodes.score_rows(model, params, load(config)[0], [("train", 0, 10)]) is None  # not the rows held
+        victim = nodes._workers._procs[0]
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.wait(timeout=5)
+        with pytest.raises(WorkerFailed, match=r"^the sim worker of nodes 0-2 exited \(status -9\)$"):
+            nodes.score_rows(model, params, data, [("train", 0, 10)])
+    finally:
+        nodes.close("failed")
 
 
 def test_the_workers_cpu_is_charged_to_the_nodes(small_config_text, monkeypatch):

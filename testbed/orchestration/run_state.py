@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any, Callable
 
 from testbed.accounting.book import LedgerBook
 from testbed.accounting.budgets import Budgets, Exceeded
@@ -64,6 +65,9 @@ class Run:
     # node → the rounds it was charged the plan of without its own events (testbed.orchestration.charging).
     charged_on_ask: dict[int, set[int]] = field(default_factory=dict)
     eval_data: FederatedData | None = None  # the evaluated nodes' rows (output.eval_nodes); set by run_experiment
+    # Where the evaluated rows may be scored instead of this process: the sim's node workers, which
+    # hold them (SimNodes): a model_evaluation.RowScorer, which imports this module; None: here.
+    scorer: Callable[..., Any] | None = None
     # node → the totals of its own ledger, as it reported them when the run closed (None: sim, whose
     # nodes' ledgers are the book itself); see run_summary.ledger_check.
     node_reports: dict[int, Totals] | None = None

@@ -193,10 +193,11 @@ def algorithm_state_spec(algorithm: Algorithm) -> dict:
 
 
 def build_nodes(config: Config, algorithm: Algorithm, data: FederatedData | LazyFederatedData, quiet: bool,
-                run_dir: Path | None = None) -> Nodes:
+                run_dir: Path | None = None, evaluation: tuple[Model, FederatedData] | None = None) -> Nodes:
     """Stage 4: the run's nodes, however they are reached. Over MQTT, the coordinator's secret for
     the server's noise is ``run_dir``'s (made there, mode 0600, if a node has a secret): kept across
-    a resume, so a round run again broadcasts the same noise, charged once."""
+    a resume, so a round run again broadcasts the same noise, charged once. ``evaluation``: the
+    run's model and evaluated rows, which the sim's node workers score beside their steps."""
     if config.run.mode == "mqtt":
         from testbed.orchestration.coordinator import MqttNodes
 
@@ -208,7 +209,7 @@ def build_nodes(config: Config, algorithm: Algorithm, data: FederatedData | Lazy
     from testbed.orchestration.sim_nodes import SimNodes
 
     return SimNodes(algorithm, data, config.run.seed, config.nodes.profile, mcu_nodes=config.nodes.mcu,
-                    mcu_profile=config.nodes.mcu_profile, workers=config.run.workers)
+                    mcu_profile=config.nodes.mcu_profile, workers=config.run.workers, evaluation=evaluation)
 
 
 def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = False,
@@ -274,7 +275,8 @@ def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = Fa
         gc.freeze()
         # Not announced by a timer: the emulated hosts are forked here, with no other thread alive.
         with startup.stage(f"starting the nodes ({config.run.mode})", announce=False):
-            nodes = build_nodes(config, algorithm, data, quiet, directory.path)
+            nodes = build_nodes(config, algorithm, data, quiet, directory.path, (model, eval_data))
+        run.scorer = nodes if hasattr(nodes, "score_rows") else None  # the sim's node workers, when they run
         nodes.earlier_sessions = tuple(run.sessions)  # a node reports its spend in them too
         run.sessions.append(nodes.session)
         run.tracking = Tracking.start(config, directory.path)  # its thread after the hosts' forks

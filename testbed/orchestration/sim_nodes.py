@@ -26,7 +26,7 @@ import logging
 import secrets
 import threading
 import time
-from typing import Callable, Sequence, TypeVar
+from typing import TYPE_CHECKING, Callable, Sequence, TypeVar
 
 import numpy as np
 
@@ -51,6 +51,10 @@ from testbed.privacy import canaries
 from testbed.util import parallel
 from testbed.util.forked import can_fork
 
+if TYPE_CHECKING:
+    from testbed.learning.models import Model
+    from testbed.orchestration.model_evaluation import Block
+
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
@@ -70,12 +74,16 @@ class SimNodes:
             workers (testbed.orchestration.sim_workers); 0, one per thread of the run
             (testbed.util.parallel) for each round whose step is worth it, where the run can fork
             and no audit scores its releases here.
+        evaluation: the run's model and the rows it is evaluated on: the workers, while they run,
+            score them for the run's report (:meth:`score_rows`), ahead of their step.
     """
 
     def __init__(self, algorithm: Algorithm, data: FederatedData | LazyFederatedData, seed: int, profile: str,
-                 mcu_nodes: Sequence[int] = (), mcu_profile: str | None = None, workers: int = 1):
+                 mcu_nodes: Sequence[int] = (), mcu_profile: str | None = None, workers: int = 1,
+                 evaluation: tuple[Model, FederatedData] | None = None):
         self.alg, self.data, self.seed = algorithm, data, seed
         self.workers = workers
+        self.evaluation = evaluation
         self._workers: SimWorkers | None = None
         self.costs = NodeCosts(profile, "model")
         # What a node's seconds and joules can be in a round: a cost model's figure beyond them is
@@ -123,7 +131,8 @@ class SimNodes:
             workers.start_step(alg.downlink(state, ctx, expected), expected, ctx)
             try:
                 if meanwhile is not None:
-                    meanwhile()
+                    meanwhile()  # its evaluation, scored in the workers, goes out ahead of the step
+                workers.dispatch()
                 if asking is not None:
                     asking(ctx)
             except BaseException:
@@ -167,8 +176,23 @@ class SimNodes:
         if not self.workers and len(expected) * self.alg.flops_per_step < MIN_FLOPS:
             return None
         if self._workers is None:
-            self._workers = SimWorkers(self.alg, self.data, count)
+            self._workers = SimWorkers(self.alg, self.data, count, self.evaluation)
         return self._workers
+
+    def score_rows(self, model: Model, params: np.ndarray, data: FederatedData,
+                   blocks: Sequence[Block]) -> list[tuple[np.ndarray, np.ndarray]] | None:
+        """The run's evaluation of ``model`` on ``data``'s ``blocks`` of rows, scored in the node
+        workers (a :class:`~testbed.orchestration.model_evaluation.RowScorer`); None where they
+        do not run or hold other rows: scored by the caller. Not charged to any node: the
+        evaluation is the run's, not a node's."""
+        if not self._holds(model, data):
+            return None
+        return self._workers.score(params, blocks)
+
+    def _holds(self, model: Model, data: FederatedData) -> bool:
+        """Whether workers run that hold ``model`` and ``data`` as the run's evaluation."""
+        held = self.evaluation
+        return self._workers is not None and held is not None and held[0] is model and held[1] is data
 
     @staticmethod
     def _beside(meanwhile: Callable[[], None], work: Callable[[], T]) -> T:

@@ -29,6 +29,7 @@ or a new worker gives the same numbers. A worker that dies or fails fails the ro
 from __future__ import annotations
 
 import logging
+import mmap
 import os
 import pickle
 import signal
@@ -41,7 +42,9 @@ import numpy as np
 from testbed.algorithms.contract import Algorithm, NodeResult, RoundContext
 from testbed.data.federated import FederatedData, Split
 from testbed.data.lazy import LazyFederatedData
+from testbed.learning.models import Model
 from testbed.ledger.events import NodeEvents
+from testbed.orchestration.model_evaluation import SPLITS
 from testbed.util import memory, parallel
 from testbed.util.forked import ForkedCommand
 
@@ -54,9 +57,9 @@ log = logging.getLogger(__name__)
 MIN_FLOPS = 1_000_000
 _LENGTH = struct.Struct("<Q")
 
-#: What the next forked worker serves: (algorithm, data). Set just before the fork and read by
-#: :func:`serve` in the child, which inherits this module's memory.
-_HANDED: tuple[Algorithm, FederatedData | LazyFederatedData] | None = None
+#: What the next forked worker serves: (algorithm, data, the run's model and evaluated rows). Set
+#: just before the fork and read by :func:`serve` in the child, which inherits this module's memory.
+_HANDED: tuple[Algorithm, FederatedData | LazyFederatedData, tuple[Model, _Scores] | None] | None = None
 
 
 class WorkerFailed(RuntimeError):
@@ -69,9 +72,12 @@ class SimWorkers:
     Args:
         algorithm, data: the run's, as the workers inherit them.
         count: workers (>= 2).
+        evaluation: the run's model and the rows it is evaluated on, which the workers score
+            (:meth:`score`); None: they score nothing.
     """
 
-    def __init__(self, algorithm: Algorithm, data: FederatedData | LazyFederatedData, count: int):
+    def __init__(self, algorithm: Algorithm, data: FederatedData | LazyFederatedData, count: int,
+                 evaluation: tuple[Model, FederatedData] | None = None):
         global _HANDED
         held = data.node_ids  # a lazy federation's is a range of a million: made in C, not one by one
         ids = np.arange(held.start, held.stop, held.step) if isinstance(held, range) else np.asarray(held, np.int64)
@@ -82,9 +88,13 @@ class SimWorkers:
         self._firsts = np.array([first for first, _ in self.groups], dtype=np.int64)
         self._procs: list[ForkedCommand] = []
         self._pending: list[int] = []  # the workers whose answer to the step out is unread
+        self._unsent: list[tuple[int, tuple]] = []  # the step out, not yet sent: (worker, message)
+        # What the workers score the evaluated rows into, shared with them (a fork keeps the mapping):
+        # the rows' numbers do not cross the pipes (J1: 400 KB a round, more than a pipe holds).
+        self._scores = None if evaluation is None else _Scores(evaluation[1])
         try:
             for group in self.groups:
-                _HANDED = (algorithm, data)
+                _HANDED = (algorithm, data, None if evaluation is None else (evaluation[0], self._scores))
                 # The child's stderr is the run's own: a warning there is the user's to see.
                 self._procs.append(ForkedCommand([], name=f"testbed sim {group[0]}-{group[-1]}", stderr_fd=2,
                                                  entry_point=f"{__name__}:serve", pipes=True))
@@ -102,18 +112,59 @@ class SimWorkers:
         return [(int(w), np.flatnonzero(which == w).tolist()) for w in np.unique(which)]
 
     def start_step(self, received: dict[str, np.ndarray], expected: Sequence[int], ctx: RoundContext) -> None:
-        """Hand each worker its part of the step; nothing is awaited (one step at a time)."""
+        """Hand each worker its part of the step, sent at the next :meth:`dispatch` or :meth:`score`
+        (whose rows go first); nothing is awaited (one step at a time)."""
         if self._pending:
             raise RuntimeError("a step is already out to the workers")
         self._pending = [worker for worker, _ in self.parts(expected)]
-        for worker, positions in self.parts(expected):
-            ids = tuple(int(expected[i]) for i in positions)
-            self._send(worker, ("step", ids, {k: _rows(v, positions) for k, v in received.items()}, ctx))
+        self._unsent = [(worker, ("step", tuple(int(expected[i]) for i in positions),
+                                  {k: _rows(v, positions) for k, v in received.items()}, ctx))
+                        for worker, positions in self.parts(expected)]
+
+    def dispatch(self) -> None:
+        """Send the step :meth:`start_step` handed out, if it is not on its way yet."""
+        unsent, self._unsent = self._unsent, []
+        for worker, message in unsent:
+            self._send(worker, message)
+
+    def score(self, params: np.ndarray, blocks: Sequence[tuple[str, int, int]]
+              ) -> list[tuple[np.ndarray, np.ndarray]] | None:
+        """(loss, correct) of the evaluated rows of each block (split name, first row, end row) under
+        ``params``: block i in worker i mod count, ahead of the step handed out (then sent). The
+        numbers are the evaluation's in the run's process (testbed.orchestration.model_evaluation);
+        the CPU it takes is no node's. None while a step is on its way: its answers come first, so
+        the caller scores the rows itself."""
+        if self._scores is None or (self._pending and not self._unsent):
+            return None
+        workers = self._ask_score(params, blocks)
+        self.dispatch()  # the step, behind the scoring in each pipe
+        for answer in self._answers(workers).values():
+            if answer[0] != "ok":
+                raise answer[1]
+        return [self._scores.taken(*block) for block in blocks]
+
+    def _ask_score(self, params: np.ndarray, blocks: Sequence[tuple[str, int, int]]) -> list[int]:
+        """Send each worker its blocks to score (block i to worker i mod count); the workers asked."""
+        mine: dict[int, list[tuple[str, int, int]]] = {}
+        for i, block in enumerate(blocks):
+            mine.setdefault(i % len(self._procs), []).append(block)
+        for worker, its in mine.items():
+            self._send(worker, ("score", params, its))
+        return list(mine)
+
+    def _answers(self, workers: list[int]) -> dict[int, tuple]:
+        """Each of ``workers``' next answer, every one read before any error is raised."""
+        try:
+            return {worker: self._receive(worker) for worker in workers}
+        except WorkerFailed:
+            self.close()
+            raise
 
     def finish_step(self) -> tuple[NodeResult, float]:
         """The step :meth:`start_step` handed out: the parts' results as one, in the order of its
         nodes, and the CPU seconds it took in the workers. A part's error is raised here (the
         first part's first), once every worker has answered."""
+        self.dispatch()
         pending, self._pending = self._pending, []
         results = []
         try:
@@ -128,7 +179,11 @@ class SimWorkers:
         return concatenate([r[1] for r in results]), sum(r[2] for r in results)
 
     def abandon_step(self) -> None:
-        """Read and drop the answers of the step out (the run failed before it could take them)."""
+        """Read and drop the answers of the step out (the run failed before it could take them); a
+        step not sent yet is not sent."""
+        if self._unsent:
+            self._unsent, self._pending = [], []
+            return
         try:
             self.finish_step()
         except Exception:  # noqa: BLE001  the run's own error is the one it raises
@@ -221,7 +276,7 @@ def serve(argv: list[str]) -> int:  # pragma: no cover  (the forked child; tests
     """The worker: step what the run asks until its pipe closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the run stops its workers; a terminal's ^C is the run's
     assert _HANDED is not None
-    algorithm, data = _HANDED
+    algorithm, data, evaluation = _HANDED
     parallel.set_threads(1)  # the other workers hold the other cores
     # A step's temporaries (gathered batches of ~1 MB) reused, not mapped and faulted in afresh each
     # time. Only here: a coordinator's large transient buffers (a 2 MiB signal) must go back at once.
@@ -244,12 +299,18 @@ def serve(argv: list[str]) -> int:  # pragma: no cover  (the forked child; tests
         if len(head) < _LENGTH.size:
             return 0  # the run closed the pipe
         (size,) = _LENGTH.unpack(head)
-        _, ids, received, ctx = pickle.loads(reader.read(size))
+        kind, *message = pickle.loads(reader.read(size))
         start = time.process_time()
         try:
-            received = {k: v.array() if isinstance(v, _Broadcast) else v for k, v in received.items()}
-            answer: tuple[Any, ...] = ("ok", algorithm.node_step(received, rows(ids), ids, ctx),
-                                       time.process_time() - start)
+            if kind == "score":  # the run's evaluation: no node's step, no node's CPU
+                assert evaluation is not None
+                model, scores = evaluation
+                scores.score(model, *message)
+                answer: tuple[Any, ...] = ("ok", None, 0.0)
+            else:
+                ids, received, ctx = message
+                received = {k: v.array() if isinstance(v, _Broadcast) else v for k, v in received.items()}
+                answer = ("ok", algorithm.node_step(received, rows(ids), ids, ctx), time.process_time() - start)
             data_out = pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as exc:  # noqa: BLE001  raised in the run, as if the step ran there
             data_out = _pickled_error(exc)
@@ -259,6 +320,34 @@ def serve(argv: list[str]) -> int:  # pragma: no cover  (the forked child; tests
             writer.flush()
         except BrokenPipeError:  # the run has stopped its workers
             return 0
+
+
+class _Scores:
+    """Each evaluated split's per-row (loss, correct), in memory the run and its forked workers
+    share: a worker writes its blocks' rows, the run takes them when every worker has answered."""
+
+    def __init__(self, data: FederatedData):
+        self.data = data
+        sizes = {name: len(getattr(data, name).y) for name in SPLITS}
+        self._memory = mmap.mmap(-1, max(1, 9 * sum(sizes.values())))  # anonymous: shared across a fork
+        self.loss, self.correct, at = {}, {}, 0
+        for name, n in sizes.items():  # the losses first, each aligned to its 8 bytes
+            self.loss[name] = np.frombuffer(self._memory, np.float64, n, at)
+            at += 8 * n
+        for name, n in sizes.items():
+            self.correct[name] = np.frombuffer(self._memory, np.bool_, n, at)
+            at += n
+
+    def score(self, model: Model, params: np.ndarray, blocks: list[tuple[str, int, int]]) -> None:
+        """Score ``blocks`` (in a worker): the numbers model_evaluation.per_sample makes of them."""
+        for name, lo, hi in blocks:
+            split = getattr(self.data, name)
+            self.loss[name][lo:hi], self.correct[name][lo:hi] = model.loss_and_correct(params, split.x[lo:hi],
+                                                                                       split.y[lo:hi])
+
+    def taken(self, name: str, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+        """A block's (loss, correct), copied out before the next scoring overwrites them."""
+        return self.loss[name][lo:hi].copy(), self.correct[name][lo:hi].copy()
 
 
 def _pickled_error(exc: Exception) -> bytes:

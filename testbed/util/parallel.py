@@ -83,6 +83,14 @@ def cuts(count: int, parts: int) -> list[int]:
     return [count * i // parts for i in range(parts + 1)]
 
 
+def fixed_cuts(count: int, numbers: int, parts: int) -> list[int]:
+    """Where :func:`split_work`'s ``fixed_parts=parts`` cuts ``range(count)`` (work of ``numbers``):
+    ``parts`` even parts when worth splitting at all, else one, whatever the threads. What another
+    process computing the same parts (testbed.orchestration.sim_workers) cuts by."""
+    worth = count >= 2 and numbers >= MIN_NUMBERS
+    return [count * i // parts for i in range(parts + 1)] if worth else [0, count]  # not cuts(): a thread split's
+
+
 def _part(work: Callable[[int, int], None], lo: int, hi: int) -> None:
     """``work(lo, hi)`` as one part of a split: a :func:`split_work` inside it runs whole, in this
     thread (a part waiting on the pool's threads, which run the other parts, would wait forever)."""
@@ -111,7 +119,7 @@ def split_work(count: int, work: Callable[[int, int], None], numbers: int, *,
     inside = getattr(_inside, "part", False)
     worth = count >= 2 and numbers >= MIN_NUMBERS
     if fixed_parts is not None:
-        bounds = [count * i // fixed_parts for i in range(fixed_parts + 1)] if worth else [0, count]
+        bounds = fixed_cuts(count, numbers, fixed_parts)
     else:
         # Each part worth handing to a thread: half of MIN_NUMBERS at least (many cores, small work).
         most = min(count, PARTS_PER_THREAD * threads(), 2 * numbers // max(1, MIN_NUMBERS))
