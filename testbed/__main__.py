@@ -1,5 +1,3 @@
-import sys
+from testbed.cli import program
 
-from testbed.cli import main
-
-sys.exit(main())
+program()

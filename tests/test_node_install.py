@@ -120,8 +120,8 @@ def test_a_node_of_the_node_extra_serves_a_run_over_mosquitto(node_venv, mosquit
     keys = write_node_keys(tmp_path / "keys.json", 2)
     config = load_config_text(EXPERIMENT.replace("[output]", f'broker_url = "{mosquitto_broker.url}"\n'
                                                              f'keys = "{keys}"\n[output]'))
-    probe = ("import runpy, sys; sys.argv = ['testbed'] + sys.argv[1:]\n"
-             "try:\n    runpy.run_module('testbed', run_name='__main__')\n"
+    probe = ("import sys; from testbed.cli import main\n"
+             "try:\n    sys.exit(main(sys.argv[1:]))\n"
              "finally:\n    print(sorted(m for m in {COORDINATOR} if m in sys.modules), file=sys.stderr)\n"
              ).format(COORDINATOR=COORDINATOR)
     nodes = [subprocess.Popen([python, "-c", probe, "node", "--broker", mosquitto_broker.url, "--node-id", str(n),

@@ -50,6 +50,7 @@ def test_the_figure_helper_draws_each_request_in_its_own_fork_and_says_a_failure
     assert not (run_dir / "figures").exists()
     job = BackgroundFigures()
     job.draw("progress", run_dir)
+    job.draw("cost", run_dir)
     job.draw("epsilon", tmp_path / "nowhere")
     job.draw("epsilon", run_dir)
     problem = job.wait()

@@ -13,15 +13,17 @@ from conftest import REPO, repo_pythonpath
 #: What no case below may import: seconds each at a start (mitsuba, drjit: Sionna RT's).
 HEAVY = ("torch", "sionna", "mitsuba", "drjit", "tensorflow", "matplotlib")
 
-# Runs `testbed ARGV` as the command line does, then prints which of HEAVY (and numpy) it imported.
+# Runs `testbed ARGV` as the command line does (its main: the program leaves without returning),
+# then prints which of HEAVY (and numpy) it imported.
 CHILD = """
-import json, runpy, sys
+import json, sys
 heavy = json.loads(sys.argv[2])
-sys.argv = ["testbed", *json.loads(sys.argv[1])]
+from testbed.cli import main
 try:
-    runpy.run_module("testbed", run_name="__main__", alter_sys=True)
-except SystemExit as exit:
-    assert exit.code in (0, None), exit.code
+    code = main(json.loads(sys.argv[1]))
+except SystemExit as exit:  # argparse's --version
+    code = exit.code
+assert code in (0, None), code
 print(json.dumps(sorted(m for m in (*heavy, "numpy") if m in sys.modules)))
 """
 

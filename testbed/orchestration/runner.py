@@ -558,6 +558,7 @@ def finish(run: Run, tight_job: BackgroundEpsilons | None, figures_job: "Backgro
     np.save(run.directory.path / "final_params.npy", run.algorithm.eval_params(run.state))
     if figures_job is not None:
         figures_job.draw("progress", run.directory.path)
+        figures_job.draw("cost", run.directory.path)
     if tight_job is not None:
         tallies, index = run.book.distinct_tallies()
         keys = [(i, observer) for i, tally in enumerate(tallies) for observer in sorted(tally)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 
@@ -38,10 +39,14 @@ def _title(summary: dict) -> str:
     return f"{summary['algorithm']} · {summary['mode']} · seed {summary['seed']} · {summary['status']}"
 
 
-def draw_progress(run_dir: Path) -> list[Path]:
+#: The figures :func:`draw_progress` draws: test accuracy and training loss against these.
+PROGRESS_FIGURES = ("progress", "cost")
+
+
+def draw_progress(run_dir: Path, names: tuple[str, ...] = PROGRESS_FIGURES) -> list[Path]:
     """Test accuracy and training loss against round and against cost spent (cost units, or bytes
     sent for an algorithm without a cost model: testbed.reports.cost_axis; no figure when neither
-    grows): RUN_DIR/figures/{progress,cost}.png."""
+    grows): RUN_DIR/figures/{progress,cost}.png, those of ``names``."""
     plt = _pyplot()
     run_dir = Path(run_dir)
     rows = read_metrics(run_dir)
@@ -51,9 +56,11 @@ def draw_progress(run_dir: Path) -> list[Path]:
     paths = []
 
     against = [("round", "communication round", "progress")]
-    if (axis := cost_axis(rows)) is not None:
+    if "cost" in names and (axis := cost_axis(rows)) is not None:
         against.append((axis["key"], axis["label"], "cost"))
     for x_key, x_label, name in against:
+        if name not in names:
+            continue
         # Fixed margins, not tight_layout: it re-draws the figure to measure it, doubling the cost.
         fig, (ax_acc, ax_loss) = plt.subplots(1, 2, figsize=(10, 4))
         fig.subplots_adjust(left=0.08, right=0.98, bottom=0.13, top=0.88, wspace=0.25)
@@ -133,13 +140,14 @@ class BackgroundFigures:
     """Draws a run's figures in a child process started with the run.
 
     Importing matplotlib takes about half a second: the child does it on the other core while the
-    rounds run, then draws what it is asked (``progress`` once the summary is written, ``epsilon``
-    once the tight accountant's ε is in it) while this process finishes.
+    rounds run, then draws what it is asked (``progress`` and ``cost`` once the summary is written,
+    ``epsilon`` once the tight accountant's ε is in it) while this process finishes.
 
     Example::
 
         >>> job = BackgroundFigures()                 # doctest: +SKIP
         >>> job.draw("progress", run_dir)             # doctest: +SKIP
+        >>> job.draw("cost", run_dir)                 # doctest: +SKIP
         >>> job.wait()                                # doctest: +SKIP
     """
 
@@ -150,7 +158,8 @@ class BackgroundFigures:
         self._proc = helper_process(__name__, [], name="testbed figures")
 
     def draw(self, which: str, run_dir: Path) -> None:
-        """Ask for ``which`` ("progress" or "epsilon") figures of ``run_dir``."""
+        """Ask for the ``which`` ("progress", "cost" or "epsilon") figure of ``run_dir``: each is
+        drawn in a fork of its own, all at once."""
         self._proc.stdin.write(f"{which}\t{Path(run_dir).resolve()}\n".encode())
         self._proc.stdin.flush()
 
@@ -183,12 +192,14 @@ def _warm_up(plt) -> None:
 
 
 def _serve() -> int:
-    """``python -m testbed.reports.plots``: import pyplot at once, then draw each requested figure
-    set, each in a fork of this warmed-up process where there is fork: the run's last figures
-    (progress and cost, then ε once the tight accountant's is in) are drawn on both cores while the
-    run waits for them, not one after the other. 1 if any failed (its traceback on stderr)."""
+    """``python -m testbed.reports.plots``: import pyplot at once, then draw each requested figure,
+    each in a fork of this warmed-up process where there is fork: the run's last figures (progress,
+    cost, then ε once the tight accountant's is in) are drawn on both cores while the run waits for
+    them, not one after the other. 1 if any failed (its traceback on stderr)."""
     _warm_up(_pyplot())
-    drawers = {"progress": draw_progress, "epsilon": draw_epsilon}
+    # Each figure on its own (a figure takes 80-100 ms): three forks keep the two cores busy to the end.
+    drawers = {**{name: functools.partial(draw_progress, names=(name,)) for name in PROGRESS_FIGURES},
+               "epsilon": draw_epsilon}
     drawing: list[int] = []
     for line in sys.stdin:
         which, _, run_dir = line.rstrip("\n").partition("\t")

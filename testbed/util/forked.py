@@ -46,8 +46,8 @@ from collections.abc import Mapping, Sequence
 
 _POLL_S = 0.005  # how often wait() looks whether the child has exited, at most
 _FIRST_POLL_S = 0.0005  # and first
-#: The `testbed` command the child runs, named as pyproject.toml's console script names it: a command
-#: is started by name, as `python -m testbed` starts it, so this utility imports nothing above it.
+#: The `testbed` command the child runs (what pyproject.toml's console script, testbed.cli.program,
+#: runs and then leaves by): a command is started by name, so this utility imports nothing above it.
 COMMAND_ENTRY_POINT = "testbed.cli:main"
 
 
