@@ -66,6 +66,20 @@ def test_half_written_run_is_cleared(small_config_text, tmp_path):
     assert rows[0]["status"] == "completed" and rows[0]["tau"] == 5
 
 
+@pytest.mark.parametrize("machine_cores, node_workers", [(4, 2), (2, 0)])
+def test_jobs_run_at_once_share_the_cores(small_config_text, tmp_path, monkeypatch, machine_cores, node_workers):
+    """Two jobs at once, each with node workers one per core (``run.workers = 0``): on 4 cores each
+    job forks 2, on 2 cores none (one core each), never every job a worker per core of the machine."""
+    monkeypatch.setattr("os.cpu_count", lambda: machine_cores)  # the pool's jobs are forks of this process
+    monkeypatch.setattr("testbed.orchestration.sim_nodes.MIN_FLOPS", 1)  # every round worth workers
+    monkeypatch.setattr("testbed.orchestration.sim_nodes.can_fork", lambda: True)  # no torch model here
+    base = load_config_text(small_config_text)
+    points = [Point((("dp_pasgd.tau", tau),), 1) for tau in (2, 5)]
+    run_sweep(base, points, tmp_path, workers=2, quiet=True)
+    assert [json.loads((tmp_path / p.name / "summary.json").read_text())["sim_workers"] for p in points] == \
+        [node_workers, node_workers]
+
+
 def test_ray_engine_tiny_grid(small_config_text, tmp_path):
     ray = require_module("ray", "ray")
     ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False)

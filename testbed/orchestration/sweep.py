@@ -39,6 +39,7 @@ from testbed.orchestration.runner import run_experiment  # imported here so fork
 from testbed.reports import tracking
 from testbed.reports.results import FINISHED, read_summary
 from testbed.reports.sweep_stats import STATS_FILE, stats_rows
+from testbed.util import parallel
 from testbed.util.dirlock import DirectoryLock
 from testbed.util.extras import install_hint
 
@@ -143,9 +144,11 @@ def is_finished(run_dir: Path) -> bool:
         return False
 
 
-def run_point(config_toml: str, run_dir: str, environment: dict[str, str] | None = None) -> dict[str, Any]:
+def run_point(config_toml: str, run_dir: str, environment: dict[str, str] | None = None,
+              cores: int = 0) -> dict[str, Any]:
     """Worker: run one point (its resolved config as TOML) into ``run_dir``, with ``environment``
-    (tracking.worker_environment) set in this worker process; returns the summary.
+    (tracking.worker_environment) set in this worker process and ``cores`` its share of the
+    machine (testbed.util.parallel.set_cores; 0: all of it); returns the summary.
 
     A folder that exists but is not finished was left by a kill: it is cleared first, under its
     lock (a run resumed in it by hand is not cleared under it: the point is refused instead).
@@ -155,7 +158,8 @@ def run_point(config_toml: str, run_dir: str, environment: dict[str, str] | None
     if path.exists():
         with DirectoryLock(path):
             shutil.rmtree(path)
-    return run_experiment(load_config_text(config_toml, source=run_dir), out_dir=path, quiet=True).summary
+    with parallel.cores(cores):
+        return run_experiment(load_config_text(config_toml, source=run_dir), out_dir=path, quiet=True).summary
 
 
 def run_sweep(base: Config, points: Sequence[Point], out_dir: Path, engine: str = "local",
@@ -231,8 +235,11 @@ def _execute(jobs: list[tuple[str, str, str]], engine: str, workers: int | None,
     if engine == "ray":
         yield from _execute_ray(jobs, workers, environment)
         return
-    with ProcessPoolExecutor(max_workers=min(workers or os.cpu_count() or 1, len(jobs))) as pool:
-        futures = {pool.submit(run_point, text, run_dir, environment): name for name, text, run_dir in jobs}
+    at_once = min(workers or os.cpu_count() or 1, len(jobs))
+    # Each job's share of the cores: its threads and node workers, where its experiment says one per core.
+    cores = max(1, (os.cpu_count() or 1) // at_once)
+    with ProcessPoolExecutor(max_workers=at_once) as pool:
+        futures = {pool.submit(run_point, text, run_dir, environment, cores): name for name, text, run_dir in jobs}
         pending = set(futures)
         while pending:
             finished, pending = wait(pending, return_when=FIRST_COMPLETED)
@@ -254,7 +261,7 @@ def _execute_ray(jobs: list[tuple[str, str, str]], workers: int | None,
     while queue or in_flight:
         while queue and len(in_flight) < limit:
             name, text, run_dir = queue.pop(0)
-            in_flight[remote.remote(text, run_dir, environment)] = name
+            in_flight[remote.remote(text, run_dir, environment, 1)] = name  # cores: the one CPU Ray counts it
         ready, _ = ray.wait(list(in_flight), num_returns=1)
         for ref in ready:
             yield in_flight.pop(ref), ray.get(ref)

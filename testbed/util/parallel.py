@@ -26,7 +26,8 @@ import logging
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor, wait
-from typing import Callable
+from contextlib import contextmanager
+from typing import Callable, Iterator
 
 #: Rows of a model-sized array a worker takes at a time when it draws, mixes and adds per row: a few
 #: rows of 10,000 float64 (80 KB each) in each of three arrays stay in a core's L2 (2 MB here), so a
@@ -40,6 +41,7 @@ log = logging.getLogger(__name__)
 _pool: ThreadPoolExecutor | None = None
 _pool_size = 0
 _threads = 0  # run.threads: 0, one per core
+_cores = 0  # the cores "one per core" counts in this process: 0, the machine's (see cores())
 _inside = threading.local()  # .part: this thread runs a part of a split
 
 
@@ -61,9 +63,24 @@ def set_threads(threads: int) -> None:
     _threads = threads
 
 
+@contextmanager
+def cores(count: int) -> Iterator[None]:
+    """Within the block, count ``count`` cores where a run asks for one thread per core
+    (``run.threads = 0``, and its node workers, one per thread); 0: the machine's. A sweep that
+    runs k jobs at once gives each its share, so that k jobs do not each split over every core."""
+    global _cores
+    if count < 0:
+        raise ValueError(f"cores must be 0 (the machine's) or more, not {count}")
+    before, _cores = _cores, count
+    try:
+        yield
+    finally:
+        _cores = before
+
+
 def threads() -> int:
     """How many parts :func:`split_work` makes of work worth splitting."""
-    return _threads or _ENV_THREADS or os.cpu_count() or 1
+    return _threads or _ENV_THREADS or _cores or os.cpu_count() or 1
 
 
 def _from_environment() -> int:
