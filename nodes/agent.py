@@ -63,7 +63,7 @@ from testbed.assembly.assemble import load_data, model_for
 from testbed.assembly.config import Config, load_config_text
 from testbed.data import registry as data_registry
 from testbed.data.federated import FederatedData, Split
-from testbed.data.lazy import KeptNodes, LazyFederatedData
+from testbed.data.lazy import KeptNodes, LazyFederatedData, training_rows
 from testbed.errors import ConfigError
 from testbed.learning.models import kind_of
 from testbed.ledger.events import Event
@@ -149,9 +149,7 @@ class SharedExperiment:
 
     def _rows(self, key: str, config: Config, node_ids: list[int]) -> tuple[Split, Algorithm]:
         data, algorithm, position = self._built_for(key, config)
-        if isinstance(data, LazyFederatedData):
-            return data.nodes(node_ids, ("train",)).train, algorithm
-        return (data.train if node_ids == self.nodes else data.train.select([position[n] for n in node_ids])), algorithm
+        return training_rows(data, node_ids, position), algorithm
 
     def data_of(self, key: str, config: Config, node: int) -> FederatedData | LazyFederatedData:
         """``node``'s rows of the host's data, read-only views: a host holds its nodes' data once;

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -150,3 +150,17 @@ class KeptNodes:
         none = Split(x=like.x[:0], y=like.y[:0], offsets=np.zeros(len(ids) + 1, dtype=np.int64))
         return FederatedData(train, none, none, n_classes=self._like.n_classes, name=self._like.name,
                              node_names=tuple(name for _, _, name in kept), node_ids=tuple(ids))
+
+
+def training_rows(data: FederatedData | LazyFederatedData, node_ids: Sequence[int],
+                  position: Mapping[int, int]) -> Split:
+    """The training rows of ``node_ids`` (ascending, of the nodes ``data`` holds), in order: a lazy
+    federation's made now (from the nodes' own streams, or gathered from its memory-mapped file),
+    held rows as they are when ``node_ids`` are every node (``position``: each held node's index),
+    else selected (a view where the nodes follow each other: testbed.data.federated.Split.select).
+    What a sim round's nodes, a sim worker's and an emulated host's step on."""
+    if isinstance(data, LazyFederatedData):
+        return data.nodes(node_ids, splits=("train",)).train
+    if len(node_ids) == len(position) and list(node_ids) == list(position):
+        return data.train
+    return data.train.select([position[n] for n in node_ids])

@@ -41,7 +41,7 @@ from testbed.algorithms.contract import (
     WithSetup,
 )
 from testbed.data.federated import FederatedData, Split
-from testbed.data.lazy import LazyFederatedData
+from testbed.data.lazy import LazyFederatedData, training_rows
 from testbed.ledger.events import Event, EventBatch, NodeEvents
 from testbed.ledger.fields import event_to_dict, event_within
 from testbed.orchestration.measured_bounds import MeasuredBounds
@@ -220,11 +220,7 @@ class SimNodes:
         """The training rows of ``expected`` (node ids, in order): lazy nodes' are made now (from
         their own streams, or gathered from the memory-mapped file set) and dropped with the round
         (testbed.data.lazy)."""
-        if self._lazy:
-            return self.data.nodes(expected, splits=("train",)).train
-        if len(expected) == len(self.node_ids):
-            return self.data.train
-        return self.data.train.select([self._position[n] for n in expected])
+        return training_rows(self.data, expected, self._position)
 
     def _exchange(self, sent: NodeResult, ctx: RoundContext) -> NodeResult:
         """The channel between the nodes: superpose the transmit signals, each node finishes."""

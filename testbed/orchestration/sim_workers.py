@@ -41,7 +41,7 @@ import numpy as np
 
 from testbed.algorithms.contract import Algorithm, NodeResult, RoundContext
 from testbed.data.federated import FederatedData, Split
-from testbed.data.lazy import LazyFederatedData
+from testbed.data.lazy import LazyFederatedData, training_rows
 from testbed.learning.models import Model
 from testbed.ledger.events import NodeEvents
 from testbed.orchestration.model_evaluation import SPLITS
@@ -282,15 +282,15 @@ def serve(argv: list[str]) -> int:  # pragma: no cover  (the forked child; tests
     # time. Only here: a coordinator's large transient buffers (a 2 MiB signal) must go back at once.
     memory.keep_freed_heap(4 << 20)
     lazy = isinstance(data, LazyFederatedData)
-    position = None if lazy else {n: i for i, n in enumerate(data.node_ids)}
-    made: tuple[tuple[int, ...], Split] | None = None  # the last nodes' rows (a copy), while they repeat
+    position = {} if lazy else {n: i for i, n in enumerate(data.node_ids)}
+    made: tuple[tuple[int, ...], Split] | None = None  # the last nodes' rows, while they repeat
 
     def rows(ids: tuple[int, ...]) -> Split:
         nonlocal made
         if lazy:  # made for the step from the nodes' own streams, dropped with it
-            return data.nodes(ids, splits=("train",)).train
+            return training_rows(data, ids, position)
         if made is None or made[0] != ids:
-            made = (ids, data.train.select([position[n] for n in ids]))
+            made = (ids, training_rows(data, ids, position))
         return made[1]
 
     reader, writer = os.fdopen(0, "rb", closefd=False), os.fdopen(1, "wb", closefd=False)
