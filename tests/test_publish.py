@@ -60,7 +60,7 @@ def test_the_wheel_and_the_sdist_carry_every_file_of_the_package(built_dist):
     assert tracked - in_wheel == set(), "tracked files the wheel leaves out (pyproject.toml's package-data)"
     assert "testbed/data/bundled/adult.data.xz" in in_wheel and "testbed/watch/static/index.html" in in_wheel
     assert (metadata["Name"], metadata["Version"]) == (DISTRIBUTION, version)
-    assert "testbed = testbed.cli:main" in entry_points
+    assert "testbed = testbed.cli:program" in entry_points  # main(), then out without the teardown
     with tarfile.open(sdist) as archive:
         in_sdist = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
     assert tracked - in_sdist == set() and {"pyproject.toml", "README.md"} <= in_sdist

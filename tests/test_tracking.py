@@ -88,9 +88,9 @@ def test_mlflow_holds_params_curves_status_and_the_run_directory(small_config_te
 
     nodes_of = runner.build_nodes
 
-    def with_a_server_secret(config, algorithm, data, quiet, run_dir=None):
+    def with_a_server_secret(config, algorithm, data, quiet, run_dir=None, *more, **options):
         load_or_make(run_dir, SERVER_KEY_FILE)  # as an MQTT run's coordinator makes it once a node has a secret
-        return nodes_of(config, algorithm, data, quiet, run_dir)
+        return nodes_of(config, algorithm, data, quiet, run_dir, *more, **options)
 
     monkeypatch.setattr(runner, "build_nodes", with_a_server_secret)
     result = run(small_config_text, tmp_path, mlflow=True, tensorboard=True)
