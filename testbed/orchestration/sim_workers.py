@@ -22,6 +22,12 @@ worker too. The run hands a round out before it reports the round before and ask
 (:meth:`SimWorkers.start_step`), and reads the answers after (:meth:`SimWorkers.finish_step`): the
 step runs beside the report, and nothing leaves a worker before its round is asked.
 
+The report's evaluation is scored in the workers too (:meth:`SimWorkers.score`): each scores its
+half of the evaluated rows, held from the fork, into memory shared with the run, and then takes
+the round's step, sent behind the scoring in its pipe. So the run's process does not read 40 MB of
+rows (J1) on the cores the steps run on, and the numbers are the ones it would make itself
+(testbed.orchestration.model_evaluation: the same blocks of rows).
+
 Nothing a worker keeps lives longer than a round but the rows of its last nodes, so a resumed run
 or a new worker gives the same numbers. A worker that dies or fails fails the round with one line.
 """
