@@ -110,6 +110,19 @@ def test_module_entry_point_prints_one_line_on_error(tmp_path):
     assert proc.stderr.strip() == "testbed: config error: dp_pasgd.steps: K = 7 is not a multiple of tau = 2"
 
 
+def test_the_program_leaves_at_once_but_under_a_profiler(tmp_path):
+    """`python -m testbed` ends by os._exit once all is written (no teardown), with main()'s code;
+    under cProfile it ends as the interpreter does, so the profile is written."""
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[dp_pasgd]\nsteps = 7\ntau = 2\n")
+    profile = tmp_path / "run.prof"
+    for prefix, code in (([], 2), (["-m", "cProfile", "-o", str(profile)], 0)):  # cProfile drops SystemExit's code
+        proc = subprocess.run([sys.executable, *prefix, "-m", "testbed", "run", str(bad)], capture_output=True,
+                              text=True, cwd=REPO)
+        assert proc.returncode == code and proc.stderr.startswith("testbed: config error: dp_pasgd.steps")
+    assert profile.stat().st_size > 0
+
+
 def _command_parsers():
     """(words, parser) of every command and of every algorithm's sub-command."""
     import argparse

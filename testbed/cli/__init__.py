@@ -124,8 +124,9 @@ def program() -> NoReturn:
     out of the process once everything is written (stdout and stderr flushed, the other threads'
     work ended as the interpreter ends it, the exit handlers run: logging's flush among them), but
     without the interpreter's teardown of every module and object: 60-80 ms of a J1 run after its
-    last file was closed, and a third of `testbed --version`. Python callers use :func:`main`,
-    which returns."""
+    last file was closed, and a third of `testbed --version`. Under a profiler or a tracer
+    (``python -m cProfile -m testbed``, coverage) it ends as the interpreter does. Python callers
+    use :func:`main`, which returns."""
     import atexit
     import os
     import threading
@@ -136,6 +137,8 @@ def program() -> NoReturn:
         if exit.code is not None and not isinstance(exit.code, int):
             raise
         code = exit.code or 0
+    if sys.getprofile() is not None or sys.gettrace() is not None:
+        sys.exit(code)  # a profiler or coverage writes its figures as the interpreter ends: let it
     threading._shutdown()  # type: ignore[attr-defined]  what the interpreter's exit does first: the pools' threads end
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
