@@ -50,7 +50,7 @@ from testbed.data.federated import FederatedData, Split
 from testbed.data.lazy import LazyFederatedData, training_rows
 from testbed.learning.models import Model
 from testbed.ledger.events import NodeEvents
-from testbed.orchestration.model_evaluation import SPLITS
+from testbed.orchestration.model_evaluation import SPLITS, Block
 from testbed.util import memory, parallel
 from testbed.util.forked import ForkedCommand
 
@@ -133,7 +133,7 @@ class SimWorkers:
         for worker, message in unsent:
             self._send(worker, message)
 
-    def score(self, params: np.ndarray, blocks: Sequence[tuple[str, int, int]]
+    def score(self, params: np.ndarray, blocks: Sequence[Block]
               ) -> list[tuple[np.ndarray, np.ndarray]] | None:
         """(loss, correct) of the evaluated rows of each block (split name, first row, end row) under
         ``params``: block i in worker i mod count, ahead of the step handed out (then sent). The
@@ -149,9 +149,9 @@ class SimWorkers:
                 raise answer[1]
         return [self._scores.taken(*block) for block in blocks]
 
-    def _ask_score(self, params: np.ndarray, blocks: Sequence[tuple[str, int, int]]) -> list[int]:
+    def _ask_score(self, params: np.ndarray, blocks: Sequence[Block]) -> list[int]:
         """Send each worker its blocks to score (block i to worker i mod count); the workers asked."""
-        mine: dict[int, list[tuple[str, int, int]]] = {}
+        mine: dict[int, list[Block]] = {}
         for i, block in enumerate(blocks):
             mine.setdefault(i % len(self._procs), []).append(block)
         for worker, its in mine.items():
@@ -344,7 +344,7 @@ class _Scores:
             self.correct[name] = np.frombuffer(self._memory, np.bool_, n, at)
             at += n
 
-    def score(self, model: Model, params: np.ndarray, blocks: list[tuple[str, int, int]]) -> None:
+    def score(self, model: Model, params: np.ndarray, blocks: list[Block]) -> None:
         """Score ``blocks`` (in a worker): the numbers model_evaluation.per_sample makes of them."""
         for name, lo, hi in blocks:
             split = getattr(self.data, name)

@@ -148,7 +148,7 @@ def run_point(config_toml: str, run_dir: str, environment: dict[str, str] | None
               cores: int = 0) -> dict[str, Any]:
     """Worker: run one point (its resolved config as TOML) into ``run_dir``, with ``environment``
     (tracking.worker_environment) set in this worker process and ``cores`` its share of the
-    machine (testbed.util.parallel.set_cores; 0: all of it); returns the summary.
+    machine (testbed.util.parallel.cores; 0: all of it); returns the summary.
 
     A folder that exists but is not finished was left by a kill: it is cleared first, under its
     lock (a run resumed in it by hand is not cleared under it: the point is refused instead).

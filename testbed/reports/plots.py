@@ -58,9 +58,7 @@ def draw_progress(run_dir: Path, names: tuple[str, ...] = PROGRESS_FIGURES) -> l
     against = [("round", "communication round", "progress")]
     if "cost" in names and (axis := cost_axis(rows)) is not None:
         against.append((axis["key"], axis["label"], "cost"))
-    for x_key, x_label, name in against:
-        if name not in names:
-            continue
+    for x_key, x_label, name in (a for a in against if a[2] in names):
         # Fixed margins, not tight_layout: it re-draws the figure to measure it, doubling the cost.
         fig, (ax_acc, ax_loss) = plt.subplots(1, 2, figsize=(10, 4))
         fig.subplots_adjust(left=0.08, right=0.98, bottom=0.13, top=0.88, wspace=0.25)
