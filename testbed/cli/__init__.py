@@ -126,11 +126,14 @@ def program() -> NoReturn:
     without the interpreter's teardown of every module and object: 60-80 ms of a J1 run after its
     last file was closed, and a third of `testbed --version`. Under a profiler or a tracer
     (``python -m cProfile -m testbed``, coverage) it ends as the interpreter does. Python callers
-    use :func:`main`, which returns."""
+    use :func:`main`, which returns. OpenBLAS loads with one thread (testbed.util.threads)."""
     import atexit
     import os
     import threading
 
+    from testbed.util.threads import one_blas_thread_at_load
+
+    one_blas_thread_at_load()  # before any command imports numpy
     try:
         code = main()
     except SystemExit as exit:  # argparse's --help and --version
