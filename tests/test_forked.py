@@ -198,3 +198,67 @@ def test_a_helper_is_a_new_interpreter_while_another_thread_runs():
     finally:
         stop.set()
         other.join()
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="a thread's own niceness is Linux's")
+def test_at_niceness_raises_the_calling_thread_only_and_never_lowers():
+    import threading
+
+    from testbed.util.forked import at_niceness
+
+    before, seen = os.nice(0), []
+
+    def background() -> None:
+        at_niceness(before + 5)
+        at_niceness(before + 2)  # never lowered
+        seen.append(os.nice(0))
+
+    thread = threading.Thread(target=background)
+    thread.start()
+    thread.join()
+    assert seen == [min(19, before + 5)] and os.nice(0) == before
+
+
+def _thread_nicenesses(pid: int) -> list[int]:
+    """Each thread's niceness of process ``pid`` (/proc: field 19 of a task's stat)."""
+    found = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            stat = open(f"/proc/{pid}/task/{task}/stat").read()
+        except OSError:  # the thread ended
+            continue
+        found.append(int(stat[stat.rindex(")") + 2:].split()[16]))
+    return found
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="a thread's own niceness is Linux's")
+def test_the_helpers_work_in_the_background_and_draw_at_the_helpers_niceness(monkeypatch):
+    """While a run's rounds go, its helpers' work (the tight accountant's, the figures' import of
+    matplotlib) is at BACKGROUND_NICENESS; what the run waits for at its end, the figures, at
+    HELPER_NICENESS (the figure helper's serving thread, whose forks draw)."""
+    import time
+
+    from testbed.privacy.accountants.background import BackgroundEpsilons
+    from testbed.util.forked import BACKGROUND_NICENESS, HELPER_NICENESS
+
+    monkeypatch.setattr("testbed.util.forked._no_busy_threads", lambda: True)  # other tests' threads idle
+    monkeypatch.setattr("testbed.util.forked.can_fork", lambda: True)  # other tests' torch unused here
+    base = os.nice(0)
+    epsilons = BackgroundEpsilons("rdp", delta=1e-5)
+    figures = helper_process("testbed.reports.plots", [], name="testbed figures")
+    try:
+        expected, deadline = {max(base, HELPER_NICENESS), max(base, BACKGROUND_NICENESS)}, time.monotonic() + 20
+        seen = set(_thread_nicenesses(figures.pid))
+        while seen != expected and time.monotonic() < deadline:  # the serving thread and the warm-up's
+            time.sleep(0.002)
+            seen = set(_thread_nicenesses(figures.pid))
+        assert seen == expected
+        while set(_thread_nicenesses(epsilons._proc.pid)) != {max(base, BACKGROUND_NICENESS)}:
+            assert time.monotonic() < deadline, _thread_nicenesses(epsilons._proc.pid)
+            time.sleep(0.002)
+    finally:
+        epsilons.close()
+        figures.kill()
+        figures.wait()
+        for pipe in (figures.stdin, figures.stdout, figures.stderr):
+            pipe.close()

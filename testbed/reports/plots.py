@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
+import threading
 
 from pathlib import Path
 
@@ -190,16 +191,32 @@ def _warm_up(plt) -> None:
 
 
 def _serve() -> int:
-    """``python -m testbed.reports.plots``: import pyplot at once, then draw each requested figure,
-    each in a fork of this warmed-up process where there is fork: the run's last figures (progress,
+    """``python -m testbed.reports.plots``: import pyplot at once (in a thread at the background
+    niceness), then draw each requested figure, each in a fork of this warmed-up process where there is fork: the run's last figures (progress,
     cost, then ε once the tight accountant's is in) are drawn on both cores while the run waits for
     them, not one after the other. 1 if any failed (its traceback on stderr)."""
-    _warm_up(_pyplot())
+    from testbed.util.forked import BACKGROUND_NICENESS, at_niceness
+
+    failed: list[BaseException] = []
+
+    def warm_up() -> None:  # while the rounds run: in their gaps (a thread's niceness is its own)
+        at_niceness(BACKGROUND_NICENESS)
+        try:
+            _warm_up(_pyplot())
+        except BaseException as exc:  # noqa: BLE001  raised in the serving thread, which reports it
+            failed.append(exc)
+
+    warming = threading.Thread(target=warm_up, name="testbed-figures-warm-up")
+    warming.start()
     # Each figure on its own (a figure takes 80-100 ms): three forks keep the two cores busy to the end.
     drawers = {**{name: functools.partial(draw_progress, names=(name,)) for name in PROGRESS_FIGURES},
                "epsilon": draw_epsilon}
     drawing: list[int] = []
     for line in sys.stdin:
+        if warming.is_alive() or failed:  # the first figure asked for: drawn at this thread's niceness
+            warming.join()
+            if failed:
+                raise failed[0]
         which, _, run_dir = line.rstrip("\n").partition("\t")
         if not hasattr(os, "fork"):
             drawers[which](Path(run_dir))
@@ -224,9 +241,12 @@ def _serve() -> int:
 
 
 def serve(argv: list[str]) -> int:
-    """The helper process (forked, or ``python -m testbed.reports.plots``): figures drawn at nice
-    10 (the run's own threads come first on a busy core; this one works in the gaps)."""
-    os.nice(10)
+    """The helper process (forked, or ``python -m testbed.reports.plots``): matplotlib imported in
+    the background, the figures drawn at testbed.util.forked.HELPER_NICENESS (the run's own
+    processes come first on a busy core; it waits for them at its end)."""
+    from testbed.util.forked import HELPER_NICENESS, at_niceness
+
+    at_niceness(HELPER_NICENESS)
     return _serve()
 
 

@@ -108,9 +108,11 @@ def _serve_requests(kind: str) -> None:
 
 def serve(argv: list[str]) -> int:
     """The helper process (forked, or ``python -m`` this module ``NAME``): accountant NAME's
-    requests served at nice 10 (the run's own threads come first on a busy core; this one works in
-    the gaps)."""
-    os.nice(10)
+    requests served in the background (testbed.util.forked.BACKGROUND_NICENESS: the planned
+    tallies' ε is computed while the rounds run, in the gaps the run's processes leave)."""
+    from testbed.util.forked import BACKGROUND_NICENESS, at_niceness
+
+    at_niceness(BACKGROUND_NICENESS)
     _serve_requests(argv[0])
     sys.stdout.flush()
     return 0
