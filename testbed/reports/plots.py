@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import gc
 import os
 import sys
 import threading
@@ -12,6 +13,11 @@ from pathlib import Path
 from testbed.reports.cost_axis import cost_axis
 from testbed.reports.headline import guarantee
 from testbed.reports.results import read_metrics, read_summary
+
+
+#: How a run's figures are written: PNG at 100 dpi, zlib at level 1 (a J1 figure 120 KB where level 6
+#: made 94 KB, and written in 49 ms where it took 61: the run waits for its last figures).
+_SAVED_AS = {"dpi": 100, "pil_kwargs": {"compress_level": 1}}
 
 
 def draw_figures(run_dir: Path) -> list[Path]:
@@ -76,7 +82,7 @@ def draw_progress(run_dir: Path, names: tuple[str, ...] = PROGRESS_FIGURES) -> l
             ax.grid(alpha=0.3)
         fig.suptitle(title)
         paths.append(out / f"{name}.png")
-        fig.savefig(paths[-1], dpi=100)
+        fig.savefig(paths[-1], **_SAVED_AS)
         plt.close(fig)
     return paths
 
@@ -101,7 +107,7 @@ def draw_epsilon(run_dir: Path) -> list[Path]:
                  summary["budgets"].get("epsilon"), summary["budgets"]["delta"])
     ax.set_title(title)
     path = out / "epsilon.png"
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, **_SAVED_AS)
     plt.close(fig)
     return [path]
 
@@ -186,7 +192,7 @@ def _warm_up(plt) -> None:
     fig, ax = plt.subplots(figsize=(2, 1))
     ax.plot([0, 1], marker=".")
     ax.set(xlabel="x", ylabel="y", title="ε")
-    fig.savefig(io.BytesIO(), dpi=100, format="png")
+    fig.savefig(io.BytesIO(), format="png", **_SAVED_AS)
     plt.close(fig)
 
 
@@ -217,6 +223,9 @@ def _serve() -> int:
             warming.join()
             if failed:
                 raise failed[0]
+            # What matplotlib made lives as long as this process: a fork's collector then never
+            # walks it, and its pages stay shared (each figure's fork: 0.13 s of CPU, 0.01 less).
+            gc.freeze()
         which, _, run_dir = line.rstrip("\n").partition("\t")
         if not hasattr(os, "fork"):
             drawers[which](Path(run_dir))
