@@ -56,8 +56,9 @@ def draw_progress(run_dir: Path, names: tuple[str, ...] = PROGRESS_FIGURES) -> l
     grows): RUN_DIR/figures/{progress,cost}.png, those of ``names``."""
     plt = _pyplot()
     run_dir = Path(run_dir)
-    rows = read_metrics(run_dir)
-    title = _title(read_summary(run_dir))
+    summary = read_summary(run_dir)
+    rows = read_metrics(run_dir, summary)
+    title = _title(summary)
     out = run_dir / "figures"
     out.mkdir(exist_ok=True)
     paths = []

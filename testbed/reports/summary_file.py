@@ -52,13 +52,17 @@ def read_summary(run_dir: Path) -> dict[str, Any]:
     digest = summary.get("sha256")
     if digest is None:
         raise UnverifiedSummary(f"{path}: unverified: it has no sha256, so none of its figures is trusted")
-    if digest != summary_digest({k: v for k, v in summary.items() if k != "sha256"}):
+    canonical = _canonical({k: v for k, v in summary.items() if k != "sha256"})
+    if digest != hashlib.sha256(canonical.encode()).hexdigest():
         raise UnverifiedSummary(f"{path}: unverified: its content does not match its sha256, so none of its "
                                 "figures is trusted")
     missing = [k for k in SUMMARY_KEYS if k not in summary]
     if missing:
         raise UserError(f"{path}: damaged: lacks {', '.join(missing)}")
-    summary = finite(summary)
+    # A non-finite float is written NaN, Infinity or -Infinity in the digest's JSON: without
+    # one, the walk that makes them None has nothing to do (10,000 nodes: 0.05 s of a 0.2 s read).
+    if "NaN" in canonical or "Infinity" in canonical:
+        summary = finite(summary)
     wrong = _wrong_field(summary)
     if wrong is not None:
         raise UserError(f"{path}: damaged: {wrong}")
@@ -91,6 +95,11 @@ def _wrong_field(summary: dict[str, Any]) -> str | None:
 
 def summary_digest(body: dict[str, Any]) -> str:
     """The sha256 a summary carries, over the rest of it (canonical JSON: sorted keys, no spaces)."""
+    return hashlib.sha256(_canonical(body).encode()).hexdigest()
+
+
+def _canonical(body: dict[str, Any]) -> str:
+    """The JSON :func:`summary_digest` hashes: sorted keys, no spaces, a non-finite float as json
+    writes it (NaN, Infinity)."""
     # json-ok: a digest, never printed; a summary of an older testbed holds NaN (a diverged loss) under it
-    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()
+    return json.dumps(body, sort_keys=True, separators=(",", ":"))
