@@ -51,9 +51,15 @@ def dumps_outline(value: Any, levels: int = 2, indent: int = 2) -> str:
 _ONE_LINE = json.JSONEncoder(allow_nan=False)
 
 
+#: Values :func:`finite` returns as they are, by exact class.
+_LEAVES = frozenset({str, int, bool, type(None)})
+
+
 def finite(value: Any) -> Any:
     """``value`` with every non-finite float (NaN, ±inf; numpy's too) replaced by None, the JSON
     null: what a summary says of a number it does not have (a diverged loss, an unbounded ε)."""
+    if value.__class__ in _LEAVES:  # most of a summary's values: no hasattr below (10,000 nodes: half the walk)
+        return value
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
