@@ -8,11 +8,14 @@
 set -u
 cd "$(dirname "$0")/.."
 PY=${1:-python}
-row() {
+row() {  # NAME COMMAND...: the command's last lines, its figures
     local name=$1; shift
     echo "=== $name $(date +%T) load $(cut -d' ' -f1-3 /proc/loadavg)"
     "$@" 2>&1 | tail -12
     echo "(exit ${PIPESTATUS[0]})"
+}
+flower() {  # its figures only: Flower and Ray log between them
+    "$PY" benchmarks/flower_j1.py --repeats 2 2>&1 | grep -E "^(J1 |  (testbed|flower))"
 }
 row "J1 against its floor, the other core idle" "$PY" benchmarks/j1.py --pairs 5 --only idle
 row "J1 against its floor, the other core busy" "$PY" benchmarks/j1.py --pairs 3 --only busy
@@ -21,7 +24,7 @@ row "ACFL over MQTT against sim" "$PY" benchmarks/acfl.py --only-mqtt --brokers 
 row "start to round 1" "$PY" benchmarks/startup.py --repeats 5
 row "10,000 boards over Mosquitto" "$PY" benchmarks/mqtt_scale.py
 if [ -n "${FLOWER_PYTHON:-}" ]; then
-    row "J1 against Flower" "$PY" benchmarks/flower_j1.py --repeats 2
+    row "J1 against Flower" flower
 else
     echo "=== J1 against Flower: skipped (set FLOWER_PYTHON to a venv with flwr[simulation])"
 fi
