@@ -15,7 +15,8 @@ from testbed.util.jsontext import dumps, dumps_outline
 finite_json = st.recursive(
     st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(max_size=8),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+        st.text(max_size=6) | st.integers(-5, 5) | st.booleans() | st.none() | st.floats(-1, 1), inner, max_size=4),
     max_leaves=20)
 
 

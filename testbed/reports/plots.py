@@ -15,8 +15,8 @@ from testbed.reports.headline import guarantee
 from testbed.reports.results import read_metrics, read_summary
 
 
-#: How a run's figures are written: PNG at 100 dpi, zlib at level 1 (a J1 figure 120 KB where level 6
-#: made 94 KB, and written in 49 ms where it took 61: the run waits for its last figures).
+#: How a run's figures are written: PNG at 100 dpi, zlib at level 1 (a two-panel figure 122 KB where
+#: level 6 made 94 KB, and written in 49 ms where it took 61: the run waits for its last figures).
 _SAVED_AS = {"dpi": 100, "pil_kwargs": {"compress_level": 1}}
 
 
@@ -213,15 +213,16 @@ def _serve() -> int:
         except BaseException as exc:  # noqa: BLE001  raised in the serving thread, which reports it
             failed.append(exc)
 
-    warming = threading.Thread(target=warm_up, name="testbed-figures-warm-up")
+    warming: threading.Thread | None = threading.Thread(target=warm_up, name="testbed-figures-warm-up")
     warming.start()
     # Each figure on its own (a figure takes 80-100 ms): three forks keep the two cores busy to the end.
     drawers = {**{name: functools.partial(draw_progress, names=(name,)) for name in PROGRESS_FIGURES},
                "epsilon": draw_epsilon}
     drawing: list[int] = []
     for line in sys.stdin:
-        if warming.is_alive() or failed:  # the first figure asked for: drawn at this thread's niceness
+        if warming is not None:  # the first figure asked for: drawn at this thread's niceness
             warming.join()
+            warming = None
             if failed:
                 raise failed[0]
             # What matplotlib made lives as long as this process: a fork's collector then never

@@ -144,8 +144,8 @@ class ForkedCommand:
 #: The nicenesses a run's helpers (its tight accountant's, its figures') work at, so that the run's
 #: own processes come first on a busy core. What a helper does while the rounds run (its imports,
 #: the planned ε) is BACKGROUND: on the 2-core machine J1's node workers leave gaps between rounds
-#: that hold it, where at 10 it took a tenth of a worker's core (J1: 2.85 s against 3.05 s, 8
-#: pairs). What the run waits for at its end (the figures) is HELPER.
+#: that hold it, where at 10 it took a tenth of a worker's core (J1: 2.80 s against 2.88 s, 8
+#: interleaved runs each). What the run waits for at its end (the figures) is HELPER.
 HELPER_NICENESS = 10
 BACKGROUND_NICENESS = 19
 

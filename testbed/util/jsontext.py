@@ -42,9 +42,16 @@ def dumps_outline(value: Any, levels: int = 2, indent: int = 2) -> str:
     if not isinstance(value, dict) or levels <= 0 or not value:
         return _ONE_LINE.encode(value)
     pad = " " * indent
-    lines = [f"{_ONE_LINE.encode(str(k))}: {dumps_outline(v, levels - 1, indent)}".replace("\n", "\n" + pad)
+    lines = [f"{_key(k)}: {dumps_outline(v, levels - 1, indent)}".replace("\n", "\n" + pad)
              for k, v in value.items()]
     return "{\n" + pad + (",\n" + pad).join(lines) + "\n}"
+
+
+def _key(key: Any) -> str:
+    """An object key as :func:`dumps` writes it (a number, a bool or None as json turns it into text)."""
+    if key.__class__ is str:
+        return _ONE_LINE.encode(key)
+    return _ONE_LINE.encode({key: None})[1:-len(": null}")]
 
 
 #: :func:`dumps`'s encoder with no options: made once (each json.dumps with an option makes one).
