@@ -385,7 +385,12 @@ def charge_round(run: Run, outcome: RoundOutcome, ledger_file: LedgerWriter, nod
 def _note_cost_source(run: Run, batch: EventBatch) -> None:
     """Note whether ``batch``'s seconds and joules were measured or modelled (see Run.cost_sources)."""
     if batch.kind in ("compute", "communication"):
-        run.cost_sources.update(np.unique(np.asarray(batch.value("measured"), dtype=bool)).tolist())
+        # Which of True and False occur: np.unique's answer without its sort and numpy.ma's import
+        measured = np.asarray(batch.value("measured"), dtype=bool)
+        if measured.any():
+            run.cost_sources.add(True)
+        if not measured.all():
+            run.cost_sources.add(False)
 
 
 def charge_closing(run: Run, closing: Closing, nodes: Nodes) -> None:
