@@ -25,6 +25,10 @@ settings.register_profile("thorough", max_examples=2000, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
+# Every tight ε is computed, none read from the user's ε cache: a test's figures never depend on
+# what an earlier run left there. tests/test_epsilon_cache.py turns it on, in a folder of its own.
+os.environ["TESTBED_EPSILON_CACHE"] = "off"
+
 REPO = Path(__file__).resolve().parents[1]
 T = TypeVar("T")
 

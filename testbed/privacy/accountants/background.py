@@ -12,7 +12,7 @@ import sys
 from collections import Counter
 from typing import Mapping
 
-from testbed.privacy.accountants import epsilon
+from testbed.privacy.accountants import epsilon, epsilon_cache
 from testbed.privacy.accountants.registry import get, tight_names
 
 
@@ -25,6 +25,10 @@ class BackgroundEpsilons:
     tallies the run will end with if every round goes as planned: their ε is ready when the run
     ends, and only the tallies that came out otherwise (a budget stop, stragglers) are computed then.
 
+    What the ε cache holds (testbed.privacy.accountants.epsilon_cache) is taken from it and what the
+    child computes is written to it. With ``hint`` (the experiment's epsilon_cache.hint_key), a job
+    whose experiment planned tallies that are all cached starts no child until a tally is not.
+
     Example::
 
         >>> job = BackgroundEpsilons("rdp", delta=1e-5)
@@ -34,20 +38,32 @@ class BackgroundEpsilons:
         True
     """
 
-    def __init__(self, kind: str, delta: float):
-        from testbed.util.forked import helper_process
-
+    def __init__(self, kind: str, delta: float, hint: str | None = None):
         if not get(kind).tight:
             raise ValueError(f"background accounting is for a tight accountant ({', '.join(tight_names())}), "
                              f"not {kind!r}")
         self.kind, self.delta = kind, delta
-        # A fork of this process where it can: it has numpy and the accountants' modules already.
-        self._proc = helper_process(__name__, [kind], name="testbed epsilon")
+        self._cached = epsilon_cache.cacheable(kind)
+        self._hint = hint if self._cached else None
+        self._known: dict[tuple, float] = {}  # tally key → ε taken from the cache
+        self._proc = None
         self._asked: list[list[tuple]] = []  # the unique tallies of each request sent, in order
+        planned = epsilon_cache.planned(self._hint) if self._hint is not None else None
+        if planned is None or len(epsilon_cache.known(planned)) < len(planned):
+            self._start()
+
+    def _start(self) -> None:
+        from testbed.util.forked import helper_process
+
+        # A fork of this process where it can: it has numpy and the accountants' modules already.
+        self._proc = helper_process(__name__, [self.kind], name="testbed epsilon")
 
     def guess(self, tallies: list[Counter]) -> None:
         """Start computing the ε of ``tallies`` (the final ones, as planned) without waiting."""
-        self._ask({_key(t) for t in tallies})
+        keys = {_key(t) for t in tallies}
+        if self._hint is not None:
+            epsilon_cache.plan(self._hint, [self._entry(k) for k in keys])
+        self._ask(keys)
 
     def result(self, tallies: list[Counter]) -> list[float]:
         """ε of each of ``tallies``, in order: guessed ones from the guess, the rest computed now."""
@@ -55,13 +71,18 @@ class BackgroundEpsilons:
 
         keys = [_key(t) for t in tallies]
         self._ask(set(keys) - {k for asked in self._asked for k in asked})
-        self._proc.stdin.close()
-        out, err = self._proc.stdout.read(), self._proc.stderr.read()
-        if self._proc.wait() != 0:
-            raise RuntimeError(f"the accountant process failed: {err.strip()[-500:]}")
-        found: dict[tuple, float] = {}
-        for asked, line in zip(self._asked, out.splitlines()):
-            found.update(zip(asked, json.loads(line)))
+        found = dict(self._known)
+        if self._proc is not None:
+            self._proc.stdin.close()
+            out, err = self._proc.stdout.read(), self._proc.stderr.read()
+            if self._proc.wait() != 0:
+                raise RuntimeError(f"the accountant process failed: {err.strip()[-500:]}")
+            for asked, line in zip(self._asked, out.splitlines()):
+                computed = dict(zip(asked, json.loads(line)))
+                found.update(computed)
+                if self._cached:
+                    for key, eps in computed.items():
+                        epsilon_cache.put(self._entry(key), eps)
         return [found[k] for k in keys]
 
     @property
@@ -69,11 +90,24 @@ class BackgroundEpsilons:
         """Requests sent to the child so far: a guess that held needs no second."""
         return len(self._asked)
 
+    def _entry(self, key: tuple) -> str:
+        return epsilon_cache.entry_key(self.kind, self.delta, key)
+
     def _ask(self, keys: set[tuple]) -> None:
+        """Have the child compute the ε of ``keys`` not known already (the cache's taken first)."""
         import json
 
+        keys -= set(self._known)
+        if self._cached and keys:
+            cached = epsilon_cache.known(self._entry(k) for k in keys)
+            for key in list(keys):
+                if self._entry(key) in cached:
+                    self._known[key] = cached[self._entry(key)]
+                    keys.discard(key)
         if not keys:
             return
+        if self._proc is None:
+            self._start()
         unique = sorted(keys)
         request = {"kind": self.kind, "delta": self.delta, "tallies": [[[list(sig), n] for sig, n in t] for t in unique]}
         self._proc.stdin.write(json.dumps(request).encode() + b"\n")  # json-ok: a pipe to our own child
@@ -82,7 +116,7 @@ class BackgroundEpsilons:
 
     def close(self) -> None:
         """Stop the child if no result was asked for (a failed run)."""
-        if self._proc.poll() is None:
+        if self._proc is not None and self._proc.poll() is None:
             self._proc.kill()
             self._proc.wait()
 
