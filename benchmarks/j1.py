@@ -56,8 +56,9 @@ def other_core_busy(busy: bool) -> Iterator[None]:
 def cache_state() -> str:
     """testbed.privacy.accountants.epsilon_cache as the runs see it: after the first run of J1 it
     holds J1's ε, and the runs start no accountant helper (TESTBED_EPSILON_CACHE=off: each does)."""
-    off = os.environ.get("TESTBED_EPSILON_CACHE", "on").strip().lower() in ("0", "off", "false", "no")
-    return "off (TESTBED_EPSILON_CACHE)" if off else "on"
+    from testbed.privacy.accountants.epsilon_cache import enabled
+
+    return "on" if enabled() else "off (TESTBED_EPSILON_CACHE)"
 
 
 def load() -> str:
