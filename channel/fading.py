@@ -48,7 +48,10 @@ __all__ = [
 
 #: The standard deviation of each of a Rayleigh coefficient's parts in Sionna's
 #: ``RayleighBlockFading``: ``torch.tensor(0.5, dtype=torch.float64).sqrt()``, which torch 2.x
-#: computes one unit in the last place below the correctly rounded sqrt(0.5) (math.sqrt's).
+#: computes one unit in the last place below the correctly rounded sqrt(0.5) (math.sqrt's) on the
+#: machines the committed channels were drawn on. On others (an AVX-512 EPYC) torch rounds it
+#: correctly, and Sionna's own draws there differ from these by that unit: the port keeps this
+#: value, so that the committed experiments' channels do not move (tests/test_fading_port.py).
 SIONNA_STD = 0.7071067811865475
 
 #: Fading kinds accepted by :func:`draw_fading`.

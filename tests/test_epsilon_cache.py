@@ -99,6 +99,13 @@ def test_whatever_an_entry_file_holds_it_is_that_entry_or_a_miss(tmp_path_factor
             assert entry["key"] == key and isinstance(entry["value"], str) and got == float(entry["value"]) >= 0
 
 
+def test_a_tally_json_cannot_write_is_not_cached(cache):
+    unwritable = Counter({(1.0, math.inf, "replace_one", "none", 1.0): 3})
+    assert epsilon_cache.entry_key("rdp", 1e-5, unwritable.items()) is None
+    epsilon_cache.put(None, 1.0)
+    assert epsilon_cache.get(None) is None and not cache.exists()
+
+
 def test_an_entry_of_another_key_in_its_place_is_a_miss(cache):
     epsilon_cache._write(_key(OTHER), "1.5")
     epsilon_cache._path(_key(OTHER)).rename(epsilon_cache._path(_key(TALLY)))

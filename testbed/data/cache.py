@@ -34,11 +34,10 @@ from pathlib import Path
 from typing import Any
 
 from testbed.errors import DataError
+from testbed.util.cache_folder import CACHE_ENV, cache_dir  # noqa: F401  (where downloads are kept)
 
 #: Directory of dataset files the user provides.
 DATA_ENV = "TESTBED_DATA"
-#: Directory where downloads are kept; default ``~/.cache/testbed``.
-CACHE_ENV = "TESTBED_CACHE"
 DOWNLOAD_TIMEOUT_S = 20.0
 #: Compressed copies shipped with the package (source and licence in its README.md).
 BUNDLED_DIR = Path(__file__).resolve().parent / "bundled"
@@ -63,11 +62,6 @@ class DataFile:
     sha256: str | None
     how_to_get: str
     bundled: str | None = None
-
-
-def cache_dir() -> Path:
-    """The download cache: ``$TESTBED_CACHE`` or ``~/.cache/testbed``."""
-    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "testbed")
 
 
 # sha256 of files already read, by what identifies their content (path, inode, size, mtime): a

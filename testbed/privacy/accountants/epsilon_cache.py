@@ -12,7 +12,7 @@ run planned, so that a run whose plan is known does not start the helper at all.
 Only the tight ε reported beside the enforced one comes from here: the budgets are held by the
 run's ``privacy.accountant``, computed in the run.
 
-Where: ``$TESTBED_CACHE/epsilon`` (default ``~/.cache/testbed/epsilon``, testbed.data.cache);
+Where: ``$TESTBED_CACHE/epsilon`` (default ``~/.cache/testbed/epsilon``, testbed.util.cache_folder);
 ``TESTBED_EPSILON_CACHE=off`` turns it off. What is read back is checked: an entry that is not the
 one its name says (another key, not a number, NaN, negative) is a miss, computed and written again;
 a cache that cannot be written is no error (the run computes, as without it).
@@ -37,6 +37,8 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable
 
+from testbed.util.cache_folder import cache_dir
+
 log = logging.getLogger(__name__)
 
 #: Set to off (or 0, false, no) to compute every tight ε.
@@ -52,8 +54,6 @@ def enabled() -> bool:
 
 
 def folder() -> Path:
-    from testbed.data.cache import cache_dir
-
     return cache_dir() / "epsilon"
 
 
@@ -84,20 +84,27 @@ def code_fingerprint() -> str:
     return digest.hexdigest()
 
 
-def entry_key(kind: str, delta: float, tally: Iterable[tuple[tuple, int]]) -> str:
-    """The key of accountant ``kind``'s ε at ``delta`` of ``tally``'s (signature, count) items."""
+def entry_key(kind: str, delta: float, tally: Iterable[tuple[tuple, int]]) -> str | None:
+    """The key of accountant ``kind``'s ε at ``delta`` of ``tally``'s (signature, count) items; None
+    (not cached) for a signature with a number JSON cannot write (an infinite σ or sensitivity)."""
     items = sorted((list(signature), count) for signature, count in tally)
-    return json.dumps(["epsilon", kind, repr(delta), items, code_fingerprint()], separators=(",", ":"))
+    return _dumps(["epsilon", kind, repr(delta), items, code_fingerprint()])
 
 
-def hint_key(kind: str, delta: float, settings: dict[str, Any]) -> str:
+def hint_key(kind: str, delta: float, settings: dict[str, Any]) -> str | None:
     """The key of the tallies an experiment plans, from its ``settings`` (the config as a dict)
     less its seed and output: every seed of a sweep shares it. A hint only says whether to start
     the helper at once; the ε themselves are always the entries of the tallies the run made."""
     kept = {section: values for section, values in settings.items() if section != "output"}
     kept["run"] = {k: v for k, v in kept.get("run", {}).items() if k != "seed"}
-    return json.dumps(["plan", kind, repr(delta), kept, code_fingerprint()], separators=(",", ":"), sort_keys=True,
-                      default=str)
+    return _dumps(["plan", kind, repr(delta), kept, code_fingerprint()])
+
+
+def _dumps(value: Any) -> str | None:
+    try:
+        return json.dumps(value, separators=(",", ":"), sort_keys=True, default=str, allow_nan=False)
+    except ValueError:  # a non-finite number
+        return None
 
 
 def _path(key: str) -> Path:
@@ -121,7 +128,7 @@ def _write(key: str, value: Any) -> None:
     temporary = path.with_name(f"{path.stem}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        temporary.write_text(json.dumps({"key": key, "value": value}))
+        temporary.write_text(json.dumps({"key": key, "value": value}, allow_nan=False))
         os.replace(temporary, path)
     except OSError as exc:
         log.debug("the ε cache %s is not written: %s", path.parent, exc)
@@ -129,9 +136,9 @@ def _write(key: str, value: Any) -> None:
             temporary.unlink(missing_ok=True)
 
 
-def get(key: str) -> float | None:
+def get(key: str | None) -> float | None:
     """The ε cached under ``key`` (an :func:`entry_key`), or None."""
-    value = _read(key)
+    value = None if key is None else _read(key)
     if not isinstance(value, str):
         return None
     try:
@@ -141,8 +148,8 @@ def get(key: str) -> float | None:
     return epsilon if epsilon >= 0 else None  # NaN is not >= 0
 
 
-def put(key: str, epsilon: float) -> None:
-    if epsilon >= 0:
+def put(key: str | None, epsilon: float) -> None:
+    if key is not None and epsilon >= 0:
         _write(key, repr(float(epsilon)))
 
 
@@ -152,11 +159,13 @@ def planned(hint: str) -> list[str] | None:
     return value if isinstance(value, list) and all(isinstance(k, str) for k in value) else None
 
 
-def plan(hint: str, keys: list[str]) -> None:
-    _write(hint, sorted(keys))
+def plan(hint: str, keys: list[str | None]) -> None:
+    """The entry keys the experiment of ``hint`` plans (a tally without a key: no hint)."""
+    if None not in keys:
+        _write(hint, sorted(keys))  # type: ignore[type-var]
 
 
-def known(keys: Iterable[str]) -> dict[str, float]:
+def known(keys: Iterable[str | None]) -> dict[str, float]:
     """Those of ``keys`` whose ε is cached, with it."""
     found = {key: get(key) for key in keys}
     return {key: eps for key, eps in found.items() if eps is not None}
