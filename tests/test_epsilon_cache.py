@@ -121,7 +121,7 @@ def test_an_unwritable_cache_is_no_error(cache):
 
 def test_off_reads_and_writes_nothing(cache, monkeypatch):
     monkeypatch.setenv(epsilon_cache.ENV, "off")
-    job = BackgroundEpsilons("rdp", delta=1e-5, hint="whatever")
+    job = BackgroundEpsilons("rdp", delta=1e-5, settings={"run": {"seed": 1}})
     assert job.result([TALLY]) == [epsilon("rdp", TALLY, 1e-5)]
     assert not cache.exists()
 
@@ -135,17 +135,17 @@ def _count_starts(monkeypatch) -> list:
 
 def test_a_job_takes_cached_epsilons_and_starts_no_helper_for_a_cached_plan(cache, monkeypatch):
     started = _count_starts(monkeypatch)
-    hint = epsilon_cache.hint_key("rdp", 1e-5, {"run": {"seed": 1}})
-    first = BackgroundEpsilons("rdp", delta=1e-5, hint=hint)
+    experiment = {"run": {"seed": 1}}
+    first = BackgroundEpsilons("rdp", delta=1e-5, settings=experiment)
     first.guess([TALLY])
     want = first.result([TALLY])
     assert len(started) == 1 and first.requests == 1 and want == [epsilon("rdp", TALLY, 1e-5)]
 
-    again = BackgroundEpsilons("rdp", delta=1e-5, hint=epsilon_cache.hint_key("rdp", 1e-5, {"run": {"seed": 2}}))
+    again = BackgroundEpsilons("rdp", delta=1e-5, settings={"run": {"seed": 2}})
     again.guess([TALLY])
     assert again.result([TALLY]) == want and len(started) == 1 and again.requests == 0  # a seed shares the hint
     # A tally the plan did not foresee (a budget stop): computed by a helper started then, and cached
-    late = BackgroundEpsilons("rdp", delta=1e-5, hint=hint)
+    late = BackgroundEpsilons("rdp", delta=1e-5, settings=experiment)
     late.guess([TALLY])
     assert late.result([TALLY, OTHER]) == [want[0], epsilon("rdp", OTHER, 1e-5)] and len(started) == 2
     assert epsilon_cache.get(_key(OTHER)) == epsilon("rdp", OTHER, 1e-5)

@@ -52,7 +52,6 @@ from testbed.orchestration import charging, run_summary
 from testbed.orchestration.model_evaluation import ACCURACIES, evaluate_run, is_regression
 from testbed.orchestration.nodes_api import Nodes, RoundOutcome
 from testbed.orchestration.run_state import Run
-from testbed.privacy.accountants import epsilon_cache
 from testbed.privacy.accountants.background import BackgroundEpsilons
 from testbed.privacy.secrecy import node_randomness, privacy_guarantees, quote_against
 from testbed.reports import tracking
@@ -229,11 +228,9 @@ def run_experiment(config: Config, out_dir: Path | None = None, quiet: bool = Fa
     # on the other core while the data are built and the rounds run.
     tight_job = figures_job = None
     if config.privacy.tight_accountant != "none":
-        kind, delta = config.privacy.tight_accountant, config.privacy.delta
         # An experiment whose planned tallies' ε is all cached starts no helper (epsilon_cache).
-        hint = epsilon_cache.hint_key(kind, delta, config.model_dump(mode="json")) \
-            if epsilon_cache.cacheable(kind) else None
-        tight_job = BackgroundEpsilons(kind, delta, hint)
+        tight_job = BackgroundEpsilons(config.privacy.tight_accountant, config.privacy.delta,
+                                       config.model_dump(mode="json"))
     if config.output.figures:
         from testbed.reports.plots import BackgroundFigures
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 from collections import Counter
-from typing import Mapping
+from typing import Any, Mapping
 
 from testbed.privacy.accountants import epsilon, epsilon_cache
 from testbed.privacy.accountants.registry import get, tight_names
@@ -26,8 +26,9 @@ class BackgroundEpsilons:
     ends, and only the tallies that came out otherwise (a budget stop, stragglers) are computed then.
 
     What the ε cache holds (testbed.privacy.accountants.epsilon_cache) is taken from it and what the
-    child computes is written to it. With ``hint`` (the experiment's epsilon_cache.hint_key), a job
-    whose experiment planned tallies that are all cached starts no child until a tally is not.
+    child computes is written to it. With ``settings`` (the experiment's config as a dict, whose
+    epsilon_cache.hint_key names what its last run planned), a job whose experiment planned
+    tallies that are all cached starts no child until a tally is not.
 
     Example::
 
@@ -38,18 +39,18 @@ class BackgroundEpsilons:
         True
     """
 
-    def __init__(self, kind: str, delta: float, hint: str | None = None):
+    def __init__(self, kind: str, delta: float, settings: Mapping[str, Any] | None = None):
         if not get(kind).tight:
             raise ValueError(f"background accounting is for a tight accountant ({', '.join(tight_names())}), "
                              f"not {kind!r}")
         self.kind, self.delta = kind, delta
         self._cached = epsilon_cache.cacheable(kind)
-        self._hint = hint if self._cached else None
+        self._hint = epsilon_cache.hint_key(kind, delta, settings) if self._cached and settings is not None else None
         self._known: dict[tuple, float] = {}  # tally key → ε taken from the cache
         self._proc = None
         self._asked: list[list[tuple]] = []  # the unique tallies of each request sent, in order
-        planned = epsilon_cache.planned(self._hint) if self._hint is not None else None
-        if planned is None or len(epsilon_cache.known(planned)) < len(planned):
+        self._planned = epsilon_cache.planned(self._hint) if self._hint is not None else None
+        if self._planned is None or len(epsilon_cache.known(self._planned)) < len(self._planned):
             self._start()
 
     def _start(self) -> None:
@@ -62,7 +63,9 @@ class BackgroundEpsilons:
         """Start computing the ε of ``tallies`` (the final ones, as planned) without waiting."""
         keys = {_key(t) for t in tallies}
         if self._hint is not None:
-            epsilon_cache.plan(self._hint, [self._entry(k) for k in keys])
+            entries = [self._entry(k) for k in keys]
+            if None not in entries and sorted(entries) != self._planned:  # written when it changed
+                epsilon_cache.plan(self._hint, entries)
         self._ask(keys)
 
     def result(self, tallies: list[Counter]) -> list[float]:
@@ -90,7 +93,7 @@ class BackgroundEpsilons:
         """Requests sent to the child so far: a guess that held needs no second."""
         return len(self._asked)
 
-    def _entry(self, key: tuple) -> str:
+    def _entry(self, key: tuple) -> str | None:
         return epsilon_cache.entry_key(self.kind, self.delta, key)
 
     def _ask(self, keys: set[tuple]) -> None:
@@ -99,11 +102,10 @@ class BackgroundEpsilons:
 
         keys -= set(self._known)
         if self._cached and keys:
-            cached = epsilon_cache.known(self._entry(k) for k in keys)
-            for key in list(keys):
-                if self._entry(key) in cached:
-                    self._known[key] = cached[self._entry(key)]
-                    keys.discard(key)
+            entries = {key: self._entry(key) for key in keys}
+            cached = epsilon_cache.known(entries.values())
+            self._known.update({key: cached[entry] for key, entry in entries.items() if entry in cached})
+            keys -= set(self._known)
         if not keys:
             return
         if self._proc is None:
