@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections import Counter
 
 import pytest
@@ -110,6 +111,25 @@ def test_an_entry_of_another_key_in_its_place_is_a_miss(cache):
     epsilon_cache._write(_key(OTHER), "1.5")
     epsilon_cache._path(_key(OTHER)).rename(epsilon_cache._path(_key(TALLY)))
     assert epsilon_cache.get(_key(TALLY)) is None
+
+
+@pytest.mark.parametrize("planted", ["folder", "fifo", "oversized"])
+def test_what_anyone_writing_the_cache_plants_in_an_entrys_place_is_a_miss(cache, planted):
+    """A folder, a FIFO (a read would block the run) or a file past the bound (it would fill the
+    run's memory) where an entry should be: a miss, and the run computes."""
+    epsilon_cache.put(_key(TALLY), 1.5)
+    path = epsilon_cache._path(_key(TALLY))
+    path.unlink()
+    if planted == "folder":
+        path.mkdir()
+    elif planted == "fifo":
+        os.mkfifo(path)
+    else:
+        entry = json.dumps({"key": _key(TALLY), "value": "1.5", "pad": "x" * epsilon_cache.MAX_ENTRY_BYTES})
+        path.write_text(entry)
+    assert epsilon_cache.get(_key(TALLY)) is None
+    job = BackgroundEpsilons("rdp", delta=1e-5)
+    assert job.result([TALLY]) == [epsilon("rdp", TALLY, 1e-5)]
 
 
 def test_an_unwritable_cache_is_no_error(cache):

@@ -37,7 +37,9 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable
 
+from testbed.errors import UserError
 from testbed.util.cache_folder import cache_dir
+from testbed.util.userfiles import read_bytes
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +47,8 @@ log = logging.getLogger(__name__)
 ENV = "TESTBED_EPSILON_CACHE"
 #: The libraries a built-in accountant's numbers come from.
 LIBRARIES = ("dp-accounting", "scipy", "numpy")
+#: The largest entry read: a hint lists a plan's tallies' keys (about 300 bytes each).
+MAX_ENTRY_BYTES = 4 << 20
 _PACKAGE = Path(__file__).resolve().parent
 _OFF = ("0", "off", "false", "no")
 
@@ -112,10 +116,12 @@ def _path(key: str) -> Path:
 
 
 def _read(key: str) -> Any:
-    """The value written under ``key``, or None when there is none or it is not that entry."""
+    """The value written under ``key``, or None when there is none or it is not that entry (a
+    regular file of at most :data:`MAX_ENTRY_BYTES`, testbed.util.userfiles: not a FIFO that
+    would block the run, not a file that would fill its memory)."""
     try:
-        entry = json.loads(_path(key).read_bytes())
-    except (OSError, ValueError):  # absent, unreadable, not JSON
+        entry = json.loads(read_bytes(_path(key), MAX_ENTRY_BYTES, "ε cache entry"))
+    except (UserError, ValueError):  # absent, unreadable, not a bounded regular file, not JSON
         return None
     if not isinstance(entry, dict) or entry.get("key") != key:
         return None
