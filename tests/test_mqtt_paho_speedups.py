@@ -5,9 +5,11 @@ ahead bytes behind; and writes the small packets queued together in one."""
 
 from __future__ import annotations
 
+import os
 import struct
 
 import pytest
+from hypothesis import given, settings, strategies as st
 import paho.mqtt.client as paho
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
@@ -425,3 +427,47 @@ def test_a_client_takes_a_message_from_the_hook_as_from_on_message():
     client._on_publish_received(topics.up("run", "3").encode(), payload)  # the same message again
     client._on_publish_received(b"tb/v1/run/up/\xff", payload)
     assert client.rejected == 2 and got.empty()
+
+
+class _Socks:
+    """A stand-in for PySocks as paho uses it (its proxy types and its default proxy), so that
+    the proxy steps run whether or not PySocks is installed here."""
+
+    HTTP, SOCKS4, SOCKS5 = 3, 1, 2
+
+    def __init__(self, default: tuple | None):
+        self._default = default
+
+    def get_default_proxy(self) -> tuple | None:
+        return self._default
+
+
+_PROXY_NAMES = st.sampled_from(["mqtt_proxy", "MQTT_PROXY", "Mqtt_Proxy", "no_proxy", "NO_PROXY",
+                                "http_proxy", "mqtt_proxyx", "xmqtt_proxy", "TB_UNRELATED"])
+_PROXY_VALUES = st.sampled_from(["socks://10.1.2.3:1080", "http://proxy.example:3128", "ftp://x:1", "",
+                                 "127.0.0.1", "*", "localhost,127.0.0.1", "not a url"])
+
+
+@settings(max_examples=150, deadline=None)
+@given(environment=st.dictionaries(_PROXY_NAMES, _PROXY_VALUES, max_size=4),
+       explicit=st.sampled_from([None, {"proxy_type": 2, "proxy_addr": "10.9.9.9", "proxy_port": 9050}]),
+       default=st.sampled_from([None, (2, "10.0.0.7", 1080, True, None, None), (7, "", 0, True, None, None)]),
+       host=st.sampled_from(["127.0.0.1", "localhost", "broker.example"]),
+       socks_installed=st.booleans())
+def test_the_proxy_a_client_connects_through_is_pahos_own(environment, explicit, default, host, socks_installed):
+    """Whatever the environment names (mqtt_proxy in any case, no_proxy, other proxies), a proxy
+    set on the client, PySocks' default proxy, or no PySocks: the proxy is the one paho's own
+    client finds (paho's environment step is skipped only where it would find none)."""
+    with pytest.MonkeyPatch.context() as patch:
+        for name in [n for n in os.environ if n.lower().endswith("_proxy")]:
+            patch.delenv(name)
+        for name, value in environment.items():
+            patch.setenv(name, value)
+        patch.setattr(paho, "socks", _Socks(default) if socks_installed else None)
+        ours = paho_speedups.Client(paho.CallbackAPIVersion.VERSION2)
+        ours._host = host
+        if explicit is not None:
+            ours._proxy = explicit
+        theirs = paho.Client(paho.CallbackAPIVersion.VERSION2)
+        theirs._host, theirs._proxy = host, ours._proxy
+        assert ours._get_proxy() == theirs._get_proxy()
