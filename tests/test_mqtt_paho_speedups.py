@@ -471,3 +471,27 @@ def test_the_proxy_a_client_connects_through_is_pahos_own(environment, explicit,
         theirs = paho.Client(paho.CallbackAPIVersion.VERSION2)
         theirs._host, theirs._proxy = host, ours._proxy
         assert ours._get_proxy() == theirs._get_proxy()
+
+
+@pytest.mark.parametrize("bind", [None, ("127.0.0.1", 0)], ids=["unbound", "bound"])
+def test_a_client_connects_unbound_unless_asked_to_bind(monkeypatch, bind):
+    """paho binds every client's socket to ("", 0) before it connects (the bind() path's search
+    for a port: seconds of kernel time over 10,000 clients); the speedups' client connects unbound,
+    as any client does, and binds only where a source address was asked for (paho's own path)."""
+    made = []
+
+    def create_connection(address, timeout=None, source_address=None):
+        made.append((address, timeout, source_address))
+        return "socket"
+
+    monkeypatch.setattr(paho_speedups.socket, "create_connection", create_connection)
+    monkeypatch.setattr(paho.socket, "create_connection", create_connection)
+    for cls in (paho_speedups.Client, paho.Client):
+        client = cls(paho.CallbackAPIVersion.VERSION2)
+        client._host, client._port = "127.0.0.1", 1883
+        if bind is not None:
+            client._bind_address, client._bind_port = bind
+        assert client._create_socket_connection() == "socket"
+    ours, theirs = made
+    assert theirs == (("127.0.0.1", 1883), 5.0, bind or ("", 0))  # paho's own: always a source address
+    assert ours == (theirs if bind is not None else (("127.0.0.1", 1883), 5.0, None))

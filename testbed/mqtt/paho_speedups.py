@@ -25,7 +25,9 @@ reply.
 And at each connect paho asks urllib for the environment's proxies, two walks of every variable
 (78 µs a client with 35 variables; an emulated host connects 50 to 10,000): :class:`Client` walks
 the names once and skips that step where none names an MQTT proxy, the only case in which it finds
-nothing (6 µs).
+nothing (6 µs). And paho binds every socket to ("", 0) before it connects: :class:`Client` connects
+unbound unless a source address was asked for (10,000 clients: the bind() path's search for a port
+was most of the machine's time, see ``_create_socket_connection``).
 
 :func:`install` makes the ``Properties`` that paho's packet decoder (``paho.mqtt._packet``)
 builds a subclass that shares the tables of one instance paho built itself and reads an empty
@@ -43,6 +45,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import struct
 import sys
 import threading
@@ -100,6 +103,20 @@ class Client(paho.Client):
     def _packet_write(self) -> MQTTErrorCode:
         self._coalesce_queued()
         return super()._packet_write()
+
+    def _create_socket_connection(self) -> socket.socket:
+        # paho always hands create_connection a source address, ("", 0) when none was asked for,
+        # and create_connection then binds the socket to a port of the kernel's choosing before it
+        # connects: a port picked without the destination, from the half of the ephemeral range
+        # bind() takes, checked against every socket of the machine bound to it. 10,000 clients
+        # in a row (an emulated lab) made that search most of the machine's time: 44 s of kernel
+        # time and nodes that never connected within 30 s, in a run started while the last one's
+        # connections were still in TIME_WAIT. Unbound, connect() picks the port for the
+        # destination, as any client does; a source address asked for (connect's bind_address,
+        # bind_port) and a proxy are paho's, as written.
+        if self._bind_address == "" and self._bind_port == 0 and not self._get_proxy():
+            return socket.create_connection((self._host, self._port), timeout=self._connect_timeout)
+        return super()._create_socket_connection()
 
     def _get_proxy(self) -> dict[str, Any] | None:
         # paho asks urllib for the environment's proxies at every connect: proxy_bypass and
@@ -394,6 +411,11 @@ PAHO_INTERNALS: tuple[fence.Internal, ...] = (
     fence.parameters(f"{_CLIENT}._handle_on_message", "self, message"),
     fence.parameters(f"{_CLIENT}._do_on_publish", "self, mid, reason_code, properties"),
     fence.present("paho.mqtt.client.time_func"),
+    # _create_socket_connection: unbound where paho would bind to ("", 0)
+    fence.parameters(f"{_CLIENT}._create_socket_connection", "self"),
+    fence.uses(f"{_CLIENT}._create_socket_connection", "_get_proxy", "_host", "_port", "_bind_address",
+               "_bind_port", "_connect_timeout", "create_connection"),
+    fence.uses(f"{_CLIENT}._create_socket", "_create_socket_connection"),
     # _get_proxy: paho's steps (an explicit proxy, the environment's, PySocks' default), the
     # middle one skipped where no variable names an MQTT proxy.
     fence.parameters(f"{_CLIENT}._get_proxy", "self"),
