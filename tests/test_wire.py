@@ -440,3 +440,80 @@ def test_an_id_of_another_type_or_shape_is_refused_after_valid_ones_were_seen(ba
     assert wire.check_id("node-7", "sender") == "node-7"  # remembered
     with pytest.raises(wire.WireError, match="sender must match"):
         wire.check_id(bad, "sender")
+
+
+# ---- the layouts of specs decoded before --------------------------------------------------------
+
+_DTYPE_SIZES = {"float64": 8, "float32": 4, "int8": 1}
+_VALID_SPECS = st.lists(st.fixed_dictionaries({
+    "dtype": st.sampled_from(sorted(_DTYPE_SIZES)),
+    "shape": st.lists(st.integers(0, 3), max_size=2)}), min_size=1, max_size=3).map(
+    lambda specs: [{"name": f"t{i}", **spec} for i, spec in enumerate(specs)])
+
+
+def _body_bytes(specs: list[dict]) -> int:
+    """The length of the tensors ``specs`` describe, each padded to 8 bytes (wire's layout)."""
+    total = 0
+    for spec in specs:
+        n = _DTYPE_SIZES[spec["dtype"]]
+        for d in spec["shape"]:
+            n *= d
+        total += n + (-n % 8)
+    return total
+
+
+def _variant(specs: list[dict], data) -> list[dict]:
+    """``specs`` with one change drawn: none, a shape entry of another JSON type (2 -> 2.0, 1 ->
+    true) or value, or another dtype."""
+    changed = [dict(spec, shape=list(spec["shape"])) for spec in specs]
+    spec = changed[data.draw(st.integers(0, len(changed) - 1))]
+    how = data.draw(st.sampled_from(["same", "float", "bool", "value", "dtype"]))
+    if how in ("float", "bool", "value") and spec["shape"]:
+        i = data.draw(st.integers(0, len(spec["shape"]) - 1))
+        d = spec["shape"][i]
+        spec["shape"][i] = float(d) if how == "float" else (d == 1 if d in (0, 1) else d) if how == "bool" else d + 1
+    elif how == "dtype":
+        spec["dtype"] = data.draw(st.sampled_from(sorted(set(_DTYPE_SIZES) | {"object"})))
+    return changed
+
+
+def _outcome(payload: bytes, allowed) -> tuple:
+    """What decode makes of ``payload``: (its code and reason) or its tensors (name, dtype, shape,
+    bytes)."""
+    try:
+        msg = wire.decode(payload, allowed_dtypes=allowed)
+    except wire.WireError as exc:
+        return (exc.code, exc.reason)
+    return tuple((k, v.dtype.str, v.shape, v.tobytes()) for k, v in msg.tensors.items())
+
+
+@given(first=_VALID_SPECS, data=st.data())
+def test_a_layout_decoded_before_never_changes_a_decision(first, data):
+    """A message decoded after another whose layout decode keeps is accepted or refused, with the
+    same code, reason and tensors, as when it is decoded first: specs equal but for a JSON type (2
+    and 2.0, 1 and true), a shape, a dtype; fewer allowed dtypes; a body longer or shorter by a
+    few bytes; values that are not finite."""
+    require_module("orjson", "node")
+    second = _variant(first, data)
+    size = (_body_bytes(second) if "object" not in {s["dtype"] for s in second}
+            and all(type(d) is int for s in second for d in s["shape"]) else _body_bytes(first))
+    size = max(0, size + data.draw(st.sampled_from([0, 0, 0, -8, 8, -1])))
+    fill = data.draw(st.sampled_from([0, 0x3F, 0xFF]))  # 0xFF: float NaNs
+    allowed = data.draw(st.sampled_from([wire.DEFAULT_ALLOWED_DTYPES, ("float64", "int8"), ("float32",)]))
+    kept = _forge(_valid_header(tensors=first), bytes(_body_bytes(first)))
+    payload = _forge(_valid_header(tensors=second), bytes([fill]) * size)
+    wire._LAYOUTS.clear()
+    fresh = _outcome(payload, allowed)
+    wire._LAYOUTS.clear()
+    assert wire.decode(kept).tensors.keys() == {s["name"] for s in first}  # its layout is kept now
+    assert wire._LAYOUTS
+    assert _outcome(payload, allowed) == fresh
+    assert _outcome(payload, allowed) == fresh  # after its own layout was kept, if it had one
+
+
+def test_the_layouts_kept_stay_bounded():
+    require_module("orjson", "node")
+    wire._LAYOUTS.clear()
+    for n in range(3 * wire._LAYOUTS_KEPT):
+        wire.decode(_encode({f"t{n}": np.zeros(1)}))
+    assert 0 < len(wire._LAYOUTS) <= wire._LAYOUTS_KEPT

@@ -30,7 +30,7 @@ import os
 import re
 import struct
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -282,12 +282,6 @@ def _finite_float(text: str) -> float:
     return value
 
 
-def _check_header_fields(h: Mapping[str, Any]) -> None:
-    """Validate the JSON header's types and ids (not the expectations of the receiver)."""
-    _check_envelope(h)
-    _check_tensor_specs(h["tensors"])
-
-
 def _check_envelope(h: Mapping[str, Any]) -> None:
     """Validate the header's fields but its tensor specs: ids, round, message id, meta."""
     check_id(h["run"], "run")
@@ -403,11 +397,24 @@ def decode(payload: bytes | bytearray | memoryview, *, expect_run: str | None = 
                                   f"(supported {sorted(SUPPORTED_SCHEMAS)})")
     if h.keys() != _HEADER_KEYS:
         raise WireError("bad_header", f"header keys {sorted(h)} differ from {sorted(_HEADER_KEYS)}")
-    _check_header_fields(h)
+    _check_envelope(h)
+    specs = h["tensors"]
+    key = _specs_key(specs)
+    known = _LAYOUTS.get(key) if key is not None else None
+    if known is None:  # specs of the same text passed this check before
+        _check_tensor_specs(specs)
     _expect(h["run"], h["round"], h["sender"], run=expect_run, round=expect_round, sender=expect_sender)
 
     allowed = _dtype_names(allowed_dtypes)
-    offset = body + _pad(body)
+    start = body + _pad(body)
+    if known is not None and known.dtypes <= allowed and start + known.nbytes == size:
+        tensors = {}
+        for name, dtype, count, at, shape in known.tensors:
+            arr = np.frombuffer(payload, dtype=dtype, count=count, offset=start + at).reshape(shape)
+            _check_finite(name, arr)
+            tensors[name] = arr
+        return _message(h, tensors, size)
+    offset = start
     layout = []
     for spec in h["tensors"]:
         if spec["dtype"] not in allowed:
@@ -423,11 +430,53 @@ def decode(payload: bytes | bytearray | memoryview, *, expect_run: str | None = 
             raise WireError("size_mismatch", f"tensor {spec['name']!r} ends past the payload's {size} bytes")
     if offset != size:
         raise WireError("size_mismatch", f"payload is {size} bytes, header describes {offset}")
+    if key is not None:
+        _remember_layout(key, layout, start, size)
     tensors = {}
-    for spec, dtype, count, start in layout:
-        arr = np.frombuffer(payload, dtype=dtype, count=count, offset=start).reshape(spec["shape"])
+    for spec, dtype, count, at in layout:
+        arr = np.frombuffer(payload, dtype=dtype, count=count, offset=at).reshape(spec["shape"])
         _check_finite(spec["name"], arr)
         tensors[spec["name"]] = arr
+    return _message(h, tensors, size)
+
+
+def _message(h: dict[str, Any], tensors: dict[str, np.ndarray], size: int) -> Message:
     return frozen(Message, {"schema": h["v"], "run": h["run"], "round": h["round"], "sender": h["sender"],
                             "kind": h["kind"], "msg_id": h["id"], "meta": h["meta"], "tensors": tensors,
                             "size_bytes": size})
+
+
+class _Layout(NamedTuple):
+    """Where the tensors of a header's specs lie, as :func:`decode` worked it out for them once."""
+
+    dtypes: frozenset[str]  # the dtype names the specs use
+    tensors: tuple[tuple[str, np.dtype, int, int, tuple[int, ...]], ...]  # name, dtype, count, offset, shape
+    nbytes: int  # from the first tensor to the payload's end, padding included
+
+
+#: The tensor layouts of headers decoded in this process, by the text of their tensor specs: a
+#: run's messages of a kind all carry the same specs (every update of a round: a node's gradient of
+#: one shape), checked and laid out once instead of once a message (3 µs of 10 in a decode). The
+#: text is orjson's, exact in every JSON type (10 and 10.0, 1 and true differ in it), so a spec
+#: found here passed _check_tensor_specs as it is; its dtypes and sizes are still checked against
+#: each message's own allowed dtypes and length, and anything else takes the full path.
+_LAYOUTS: dict[bytes, _Layout] = {}
+_LAYOUTS_KEPT = 64
+
+
+def _specs_key(specs: Any) -> bytes | None:
+    """The exact text of parsed tensor specs, or None (no orjson; an integer beyond 64 bits)."""
+    if orjson is None:
+        return None
+    try:
+        return orjson.dumps(specs)
+    except TypeError:  # orjson.JSONEncodeError: a number it does not write
+        return None
+
+
+def _remember_layout(key: bytes, layout: list[tuple[dict, np.dtype, int, int]], start: int, size: int) -> None:
+    if len(_LAYOUTS) >= _LAYOUTS_KEPT:  # specs that change every message: forget, stay bounded
+        _LAYOUTS.clear()
+    _LAYOUTS[key] = _Layout(frozenset(spec["dtype"] for spec, _, _, _ in layout),
+                            tuple((spec["name"], dtype, count, at - start, tuple(spec["shape"]))
+                                  for spec, dtype, count, at in layout), size - start)
