@@ -107,7 +107,13 @@ def test_a_late_reply_to_a_round_before_the_mark_lost_by_the_kill_is_charged_the
     with monkeypatch.context() as mp:
         _scripted(mp, deadline=(STRAGGLER, straggled_round))
         run_killed(load_config_text(CONFIG), d, killed_at)
-    assert read_checkpoint(d).rounds_done == killed_at - 1
+    # The kill leaves the mark after round killed_at - 1, unless the session's end charged
+    # something, which saves the checkpoint again over the rounds done: the straggler's plan,
+    # charged at an estimate when its round closed, topped up to a costlier compute the session
+    # measured later (charging._estimates_topped_up, which depends on measured seconds: seen when
+    # this ran after tests/test_scale_sim.py).
+    topped_up = any(is_top_up_event(e) for e in read_ledger(d / "ledger.csv"))
+    assert read_checkpoint(d).rounds_done == (killed_at if topped_up else killed_at - 1)
     # The plan, once, beside the round's deadline row: as if its reply had come.
     as_asked = Counter({("straggle", "deadline"): 1, ("compute", None): 1, ("communication", None): 1,
                         ("privacy", None): 1})
