@@ -23,7 +23,7 @@ reads an empty property list: 12 µs of the 14 µs paho takes to decode a v5 PUB
 reply.
 
 And at each connect paho asks urllib for the environment's proxies, two walks of every variable
-(78 µs a client with 35 variables; an emulated host connects 50 to 10,000): :class:`Client` walks
+(80 µs a client with 35 variables; an emulated host connects 50 to 10,000): :class:`Client` walks
 the names once and skips that step where none names an MQTT proxy, the only case in which it finds
 nothing (6 µs). And paho binds every socket to ("", 0) before it connects: :class:`Client` connects
 unbound unless a source address was asked for (10,000 clients: the bind() path's search for a port
@@ -120,11 +120,11 @@ class Client(paho.Client):
 
     def _get_proxy(self) -> dict[str, Any] | None:
         # paho asks urllib for the environment's proxies at every connect: proxy_bypass and
-        # getproxies each walk every variable, decoding names and values (78 µs a client on this
+        # getproxies each walk every variable, decoding names and values (80 µs a client on this
         # project's machine with 35 variables; an emulated host connects 50 to 10,000 clients).
         # Where urllib takes proxies from the environment alone (not macOS, not Windows) and no
         # variable is named mqtt_proxy in any case, that step of paho's finds nothing: one walk of
-        # the names (8 µs) decides it, and the steps before and after it are paho's, as written.
+        # the names (6 µs) decides it, and the steps before and after it are paho's, as written.
         if sys.platform in ("darwin", "win32") or _names_mqtt_proxy():
             return super()._get_proxy()
         socks = paho.socks
