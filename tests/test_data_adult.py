@@ -10,6 +10,7 @@ import pytest
 
 from testbed.data import load_dataset
 from testbed.data import cache
+from testbed.util import cache_folder
 from testbed.data.adult import ADULT, load_adult
 from testbed.data.split import split_sizes
 from testbed.errors import DataError
@@ -33,7 +34,7 @@ def offline(monkeypatch, tmp_path):
 
     monkeypatch.setattr(cache, "download", no_download)
     monkeypatch.delenv(cache.DATA_ENV, raising=False)
-    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(cache_folder.CACHE_ENV, str(tmp_path / "cache"))
 
 
 @pytest.fixture(scope="module")

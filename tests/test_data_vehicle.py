@@ -7,6 +7,7 @@ import pytest
 import scipy.io
 
 from testbed.data import cache, load_dataset
+from testbed.util import cache_folder
 from testbed.data.split import split_sizes
 from testbed.data.vehicle import load_vehicle, write_vehicle_mat
 from testbed.errors import DataError
@@ -23,7 +24,7 @@ def offline(monkeypatch, tmp_path):
 
     monkeypatch.setattr(cache, "download", no_download)
     monkeypatch.delenv(cache.DATA_ENV, raising=False)
-    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(cache_folder.CACHE_ENV, str(tmp_path / "cache"))
 
 
 @pytest.fixture

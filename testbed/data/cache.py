@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.errors import DataError
-from testbed.util.cache_folder import CACHE_ENV, cache_dir  # noqa: F401  (where downloads are kept)
+from testbed.util.cache_folder import cache_dir
 
 #: Directory of dataset files the user provides.
 DATA_ENV = "TESTBED_DATA"

@@ -32,8 +32,9 @@ from pathlib import Path
 
 import numpy as np
 
-from testbed.data.cache import DATA_ENV, DataFile, cache_dir, resolve
+from testbed.data.cache import DATA_ENV, DataFile, resolve
 from testbed.errors import DataError
+from testbed.util.cache_folder import cache_dir
 
 FOLDER = "cifar-10-batches-py"
 BATCHES = ("data_batch_1", "data_batch_2", "data_batch_3", "data_batch_4", "data_batch_5", "test_batch")

@@ -3,7 +3,7 @@
 With lazy nodes (testbed.assembly.assemble.holds_lazily) a file-based set (Adult, Vehicle, the image sets)
 is partitioned, scaled and split once by its own loader, and the result is written in node order
 as .npy arrays under ``<cache>/federations/<dataset>-<key>/`` (the cache of
-:func:`testbed.data.cache.cache_dir`). Every later run opens it: :meth:`MappedFederation.nodes`
+:func:`testbed.util.cache_folder.cache_dir`). Every later run opens it: :meth:`MappedFederation.nodes`
 maps the arrays (``np.load(mmap_mode="r")``), gathers the asked-for nodes' rows with one fancy
 index per array, so only their pages are read, and unmaps them. The rows are the eager loader's,
 bit for bit; only the first run, which writes them, holds the whole federation.
@@ -39,10 +39,11 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from testbed.data.cache import cache_dir, sha256_of
+from testbed.data.cache import sha256_of
 from testbed.data.federated import FederatedData, Split, rows_of
 from testbed.data.split import SPLITS
 from testbed.errors import DataError
+from testbed.util.cache_folder import cache_dir
 from testbed.util import jsontext
 
 

@@ -39,8 +39,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from testbed.data.cache import cache_dir
 from testbed.errors import DataError
+from testbed.util.cache_folder import cache_dir
 from testbed.util.extras import install_hint
 
 #: Scales and angles of the transform (Tramèr and Boneh's choice for MNIST and CIFAR-10).
