@@ -11,6 +11,8 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from testbed.ledger.events import (EVENT_TYPES, ComputeEvent, CommunicationEvent, GaussianEvent, MutualInfoEvent,
                                    with_fields)
@@ -237,3 +239,19 @@ def test_round_set_matches_a_set():
         ref.add(int(r))
     assert all((r in rs) == (r in ref) for r in range(-5, 210)) and len(rs) == len(ref)
     assert all(a[1] < b[0] for a, b in zip(rs.intervals, rs.intervals[1:]))  # disjoint, not touching
+
+
+@given(held=st.lists(st.integers(-1, 60), max_size=40),
+       cuts=st.lists(st.integers(-1, 62), max_size=12, unique=True), touching=st.booleans())
+@settings(max_examples=300, deadline=None)
+def test_round_set_missing_is_the_rounds_it_does_not_hold(held, cuts, touching):
+    """RoundSet.missing walks two interval lists: it must name exactly the reported rounds (sorted,
+    disjoint, touching intervals as a ledger report's) that a lookup per round finds missing."""
+    rs = RoundSet()
+    for r in held:
+        rs.add(r)
+    edges = sorted(cuts)
+    pairs = zip(edges, edges[1:]) if touching else zip(edges[::2], edges[1::2])  # [a, b), [b, c)... or gaps
+    intervals = [(a, b) for a, b in pairs if a < b]
+    reported = [r for start, stop in intervals for r in range(start, stop)]
+    assert list(rs.missing(intervals)) == [r for r in reported if r not in rs]

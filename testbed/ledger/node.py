@@ -16,7 +16,7 @@ import bisect
 import dataclasses
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
+from typing import Iterable, Iterator, Mapping, Sequence
 
 from testbed.ledger.events import CommunicationEvent, ComputeEvent, Event, GaussianEvent, StraggleEvent, WireEvent
 
@@ -104,6 +104,30 @@ class RoundSet:
 
     def __len__(self) -> int:
         return sum(stop - start for start, stop in self.intervals)
+
+    def missing(self, intervals: Iterable[Sequence[int]]) -> Iterator[int]:
+        """The rounds of ``intervals`` (sorted, disjoint ``[start, stop)``, as a node's ledger
+        report gives them) that this set does not hold, in order: one walk over both interval
+        lists, not a lookup per round (a run's end checks every node's rounds).
+
+        Example::
+
+            >>> rs = RoundSet()
+            >>> for r in (0, 1, 2, 5): rs.add(r)
+            >>> list(rs.missing([(-1, 4), (5, 7)]))
+            [-1, 3, 6]
+        """
+        held, i = self.intervals, 0
+        for start, stop in intervals:
+            at = start
+            while at < stop:
+                while i < len(held) and held[i][1] <= at:  # held intervals wholly before ``at``
+                    i += 1
+                if i == len(held) or held[i][0] >= stop:
+                    yield from range(at, stop)
+                    break
+                yield from range(at, held[i][0])  # empty when ``at`` is inside held[i]
+                at = held[i][1]
 
 
 # Rounds whose joules are still summed apart; older rounds are folded into one running maximum.
