@@ -376,7 +376,7 @@ class NodeAgent:
             return self._keep(msg, session, r, protocol.Reply(protocol.CHANNEL, protocol.signal(
                 msg.run, session, r, self.node, out.tensors["signal"][i])))
         kind = protocol.SETUP_UPDATE if msg.kind == protocol.SETUP else protocol.UPDATE
-        return self._keep(msg, session, r, protocol.Reply(protocol.COORDINATOR, protocol.update(
+        return self._keep(msg, session, r, protocol.Reply(protocol.COORDINATOR, protocol.update_draft(
             msg.run, session, r, self.node, out.rows(self.node), events, metrics, kind=kind)))
 
     def _received(self, msg: wire.Message) -> protocol.Reply | None:
@@ -408,7 +408,7 @@ class NodeAgent:
             raise wire.WireError("bad_header", f"received signal: {exc}") from None
         self._transmitted = None
         self.releases.record(_scope(msg.run, sent.experiment.key), msg.kind, msg.round, digest)
-        return self._keep(msg, session, msg.round, protocol.Reply(protocol.COORDINATOR, protocol.update(
+        return self._keep(msg, session, msg.round, protocol.Reply(protocol.COORDINATOR, protocol.update_draft(
             msg.run, sent.session, msg.round, self.node, out.rows(self.node), sent.events, sent.metrics)))
 
     def _report(self, msg: wire.Message) -> protocol.Reply:

@@ -114,7 +114,7 @@ def test_a_tag_is_hmac_sha256_of_the_session_key(session, digest, node):
     import hmac
 
     expected = hmac.digest(COORDINATOR_KEYS.session_key(node, session), digest, "sha256")[:auth.TAG_BYTES]
-    assert auth._tag(COORDINATOR_KEYS, node, session, digest) == expected
+    assert auth.tag(COORDINATOR_KEYS, node, session, digest) == expected
 
 
 def test_session_keys_differ_by_run_and_session_and_keys_never_print():

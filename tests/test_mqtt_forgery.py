@@ -11,6 +11,9 @@ once the first round is out, publishes:
   coordinator wrote a line per frame);
 - containers of carried uplinks (testbed.mqtt.carried) holding a frame of its own in another node's
   name and real frames of the run's hosts, one cut short and one inside another;
+- containers of rows under a shared header (testbed.mqtt.shared_header): the hosts' real rows under
+  a later round's header and tagged again with its own keys, one cut short, one inside a container
+  of frames;
 - every real frame it saw, again (replays);
 
 each unsealed and sealed with keys of its own. The run completes with the numbers of the same run
@@ -32,8 +35,9 @@ import pytest
 
 from conftest import REPO, wait_until
 from test_algorithm_contract import ATOL_MODES, _config, _dtype, _ledger_without_seconds
+from test_mqtt_shared_header import rebuilt
 from testbed.assembly.config import replace
-from testbed.mqtt import auth, carried, chunks, topics
+from testbed.mqtt import auth, carried, chunks, shared_header, topics
 from testbed.mqtt import wire
 from testbed.orchestration.runner import load, run_experiment
 from testbed.reports.results import read_checkpoint
@@ -51,6 +55,7 @@ class Forger:
         self.run = run
         self.seen: list[tuple[str, bytes]] = []
         self.fired = threading.Event()
+        self.row_containers = 0  # real containers of rows it forged from
         self.keys = auth.Keys(run, {p: auth.new_key() for p in ["0", "1", "2", "3", "4", "channel"]})
         self.client = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id=f"forger-{run}")
         self.client.on_message = self._on_message
@@ -104,6 +109,18 @@ class Forger:
         box = carried.pack([("1", mine), *real[:40]])
         for payload in (box, box[:-3], carried.pack([("0", box)])):
             self.client.publish(topics.up(run, "0"), payload, qos=1)
+        # containers of rows under a shared header (testbed.mqtt.shared_header) on node 0's uplink:
+        # real rows under a later round's header, real rows tagged again with the forger's keys,
+        # one cut short, one inside a container of frames
+        for payload in [p for _, p in list(self.seen) if shared_header.is_shared(p)][:3]:
+            container = shared_header.unpack(payload, max_bytes=1 << 24)
+            later = container.header.replace(b'"round":', b'"round":1')  # round r -> 1r: a round ahead
+            mine = [(r.node, bytes(r.body), auth.tag(self.keys, r.node, session, r.tag + bytes(16)))
+                    for r in container.rows]
+            for forged in (rebuilt(payload, header=later), rebuilt(payload, rows=mine), payload[:-5],
+                           carried.pack([("0", payload)])):
+                self.client.publish(topics.up(run, "0"), forged, qos=1)
+            self.row_containers += 1
         for topic, payload in list(self.seen):  # replays of what the run really sent
             self.client.publish(topic, payload, qos=1)
 
@@ -143,8 +160,10 @@ def test_forgeries_on_an_anonymous_broker_change_nothing(mosquitto_broker, tmp_p
             board.kill()
             board.wait()
     assert forger.fired.is_set(), "the forger never saw a round"
-    # the run's own hosts carry their nodes' replies; a board sends its own
+    # the run's own hosts carry their nodes' replies (updates as rows, reports as frames); a board sends its own
     assert any(carried.is_carried(p) for _, p in forger.seen) == (hosts == "emulated")
+    assert any(shared_header.is_shared(p) for _, p in forger.seen) == (hosts == "emulated")
+    assert (forger.row_containers > 0) == (hosts == "emulated")
     assert mqtt.summary["status"] == "completed", mqtt.summary.get("failure")
     a, b = state, read_checkpoint(tmp_path / "mqtt").state
     for key in a:

@@ -215,7 +215,7 @@ def _digest(topic: str, session: bytes, round_index: int, body: bytes | memoryvi
     return h.digest()
 
 
-def _tag(keys: Keys, principal: str, session: str, digest: bytes) -> bytes:
+def tag(keys: Keys, principal: str, session: str, digest: bytes) -> bytes:
     """HMAC-SHA256(session key, digest)[:16] (RFC 2104) from the key's inner and outer states, hashed
     once per key: 2 µs a tag where hmac.digest takes 3.3 (a broadcast carries one per node)."""
     inner, outer = keys.pads(principal, session)
@@ -241,7 +241,7 @@ def seal(keys: Keys, topic: str, principals: Sequence[str], session: str, round_
     parts = [MAGIC, bytes([len(s)]), s, _ROUND.pack(round_index, len(principals))]
     for p in principals:
         pid = p.encode()
-        parts += [bytes([len(pid)]), pid, _tag(keys, p, session, digest)]
+        parts += [bytes([len(pid)]), pid, tag(keys, p, session, digest)]
     parts.append(body)
     return b"".join(parts)
 
@@ -274,7 +274,7 @@ def open_sealed(keys: Keys, topic: str, principal: str, frame: bytes) -> Opened:
     round_index, count = _ROUND.unpack_from(frame, at)
     at += _ROUND.size
     want = principal.encode()
-    tag = None
+    got = None
     for _ in range(count):
         if at >= len(frame):
             raise Forged("malformed seal (truncated tags)")
@@ -282,10 +282,10 @@ def open_sealed(keys: Keys, topic: str, principal: str, frame: bytes) -> Opened:
         end = at + 1 + length + TAG_BYTES
         if length == 0 or end > len(frame):
             raise Forged("malformed seal (truncated tags)")
-        if tag is None and view[at + 1:at + 1 + length] == want:
-            tag = bytes(view[end - TAG_BYTES:end])
+        if got is None and view[at + 1:at + 1 + length] == want:
+            got = bytes(view[end - TAG_BYTES:end])
         at = end
-    if tag is None:
+    if got is None:
         raise Forged(f"no tag for {principal!r}")
     body = frame[at:] if isinstance(frame, bytes) else bytes(view[at:])
     session = session_raw.decode()
@@ -296,7 +296,7 @@ def open_sealed(keys: Keys, topic: str, principal: str, frame: bytes) -> Opened:
         digest = _digest(topic, session_raw, round_index, body)
         if isinstance(frame, bytes):
             _last_digest = (frame, topic, digest)
-    if not hmac.compare_digest(tag, _tag(keys, principal, session, digest)):
+    if not hmac.compare_digest(got, tag(keys, principal, session, digest)):
         raise Forged(f"the tag for {principal!r} does not verify")
     return frozen(Opened, {"session": session, "round": round_index, "body": body})  # its __init__ 3x slower
 

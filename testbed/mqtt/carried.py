@@ -32,7 +32,7 @@ import struct
 from collections.abc import Sequence
 from typing import Protocol
 
-from testbed.mqtt import topics
+from testbed.mqtt import shared_header, topics, wire
 from testbed.mqtt.wire import ID_PATTERN, WireError
 
 MAGIC = b"TBB1"
@@ -97,19 +97,28 @@ def unpack(payload: bytes, *, max_bytes: int) -> list[tuple[str, bytes]]:
 
 
 class Carrier:
-    """A host's uplinks of one wake-up, published together: each node's payload sealed by its own
-    client (:meth:`add`), then (:meth:`flush`) carried in containers of at most ``max_bytes``, each
-    on the connection of its first frame's node (whose ACL grants it that uplink); a container of
-    one frame is that frame, on its own node's uplink. Fire-and-forget, as a host's replies are."""
+    """A host's uplinks of one wake-up, published together (:meth:`add`, then :meth:`flush`):
+
+    - drafts (wire.Draft: a round's updates) that share a run, round, kind, session and tensor
+      specs go as rows under one header (testbed.mqtt.shared_header), each tagged by its own
+      node's client, in containers of at most ``max_bytes``;
+    - everything else (a draft alone, one too large for a row, a payload of bytes) is sealed by its
+      node's client and carried in containers of frames of at most ``max_bytes``;
+
+    each container on the connection of its first node (whose ACL grants it that uplink), in the
+    order they were added. A container of one frame is that frame, on its own node's uplink.
+    Fire-and-forget, as a host's replies are."""
 
     def __init__(self, run: str, max_bytes: int):
         self.run = run
         self.max_bytes = max_bytes
-        self._frames: list[tuple[str, bytes, _Publisher]] = []
+        self._added: list[tuple[str, bytes | wire.Draft, _Publisher]] = []
 
-    def add(self, client: _Publisher, node: str, topic: str, payload: bytes) -> None:
-        """Node ``node``'s ``payload`` for its uplink ``topic``, sealed by its ``client``."""
-        self._frames += [(node, frame, client) for frame in client.sealed(topic, payload)]
+    def add(self, client: _Publisher, node: str, topic: str, payload: bytes | wire.Draft) -> None:
+        """Node ``node``'s ``payload`` for its uplink ``topic``, to be sealed or tagged by its ``client``."""
+        if topic != topics.up(self.run, node):
+            raise ValueError(f"{topic!r} is not node {node}'s uplink of run {self.run}")
+        self._added.append((node, payload, client))
 
     def __enter__(self) -> Carrier:
         return self
@@ -120,27 +129,72 @@ class Carrier:
 
     def flush(self) -> None:
         """Publish what was added (and forget it)."""
-        frames, self._frames = self._frames, []
+        added, self._added = self._added, []
+        # Groups in the order of their first item: the rows of each shared header (with each row's
+        # size), and the frames (everything else) under the key None.
+        groups: dict[tuple | None, list[tuple[str, bytes | wire.Draft, _Publisher, int]]] = {}
+        overheads: dict[tuple, int] = {}  # a shared header's container's bytes besides its rows
+        for node, payload, client in added:
+            key = shared_header.shared_key(payload) if isinstance(payload, wire.Draft) else None
+            size_ = 0
+            if key is not None:
+                if key not in overheads:
+                    overheads[key] = shared_header.overhead(payload)  # type: ignore[arg-type]
+                size_ = shared_header.row_size(payload)  # type: ignore[arg-type]
+                if overheads[key] + size_ > self.max_bytes:
+                    key = None  # too large for a row: sealed (and chunked) as a message of its own
+            groups.setdefault(key, []).append((node, payload, client, size_))
+        for key, items in groups.items():
+            if key is not None and len(items) > 1:
+                self._publish_rows(items, overheads[key])  # type: ignore[arg-type]
+            else:
+                self._publish_frames([(node, frame, client) for node, payload, client, _ in items
+                                      for frame in client.sealed(topics.up(self.run, node), _bytes(payload))])
+
+    def _publish_rows(self, items: list[tuple[str, wire.Draft, _Publisher, int]], overhead: int) -> None:
+        clients = {node: client for node, _, client, _ in items}
+
+        def tag(node: str, session: str, digest: bytes) -> bytes:
+            return clients[node].row_tag(node, session, digest)
+
+        group: list[wire.Draft] = []
+        first = items[0]
+        used = overhead
+        for item in items:
+            if group and (used + item[3] > self.max_bytes or len(group) == shared_header.MAX_ROWS):
+                self._publish_container(first, shared_header.pack(group, tag))
+                group, first, used = [], item, overhead
+            group.append(item[1])
+            used += item[3]
+        self._publish_container(first, shared_header.pack(group, tag))
+
+    def _publish_frames(self, frames: list[tuple[str, bytes, _Publisher]]) -> None:
         group: list[tuple[str, bytes, _Publisher]] = []
         used = _HEAD.size
         for item in frames:
             if group and (used + size(item[0], item[1]) > self.max_bytes or len(group) == MAX_FRAMES):
-                self._publish(group)
+                self._publish_container(group[0], pack([(n, f) for n, f, _ in group]) if len(group) > 1 else group[0][1])
                 group, used = [], _HEAD.size
             group.append(item)
             used += size(item[0], item[1])
         if group:
-            self._publish(group)
+            self._publish_container(group[0], pack([(n, f) for n, f, _ in group]) if len(group) > 1 else group[0][1])
 
-    def _publish(self, group: list[tuple[str, bytes, _Publisher]]) -> None:
-        node, frame, client = group[0]
-        payload = frame if len(group) == 1 else pack([(n, f) for n, f, _ in group])
+    def _publish_container(self, first: tuple, payload: bytes) -> None:
+        """``payload`` on the uplink of the node ``first`` names (its first field), by its client (its third)."""
+        node, client = first[0], first[2]
         client.publish_frames(topics.up(self.run, node), [payload])
+
+
+def _bytes(payload: bytes | wire.Draft) -> bytes:
+    return payload if isinstance(payload, bytes) else payload.encode()
 
 
 class _Publisher(Protocol):
     """What :class:`Carrier` needs of an MQTT client (testbed.mqtt.client.MqttClient)."""
 
     def sealed(self, topic: str, payload: bytes) -> list[bytes]: ...
+
+    def row_tag(self, node: str, session: str, digest: bytes) -> bytes: ...
 
     def publish_frames(self, topic: str, frames: Sequence[bytes]) -> None: ...

@@ -219,6 +219,13 @@ class MqttClient(Receiving):
         """Whether frames are sealed and verified (testbed.mqtt.auth)."""
         return self._keys is not None
 
+    def row_tag(self, node: str, session: str, digest: bytes) -> bytes:
+        """``node``'s tag over a row's ``digest`` (testbed.mqtt.shared_header), with this client's
+        key; ValueError where it does not authenticate."""
+        if self._keys is None:
+            raise ValueError(f"{self.client_id} does not authenticate: it tags no row")
+        return auth.tag(self._keys, node, session, digest)
+
     # ---- construction helpers ------------------------------------------------------------
 
     @classmethod

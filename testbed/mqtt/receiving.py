@@ -14,7 +14,7 @@ from typing import Any, Callable
 import paho.mqtt.client as paho
 
 from testbed.mqtt import wire
-from testbed.mqtt import auth, carried, chunks, topics
+from testbed.mqtt import auth, carried, chunks, shared_header, topics
 from testbed.util.frozen import frozen
 
 # The client's one logger, whichever of its modules writes (docs/wire-protocol.md names it).
@@ -97,12 +97,16 @@ class Receiving:
         replay) and handed over, else counted and logged as rejected. A frame that does not
         authenticate is dropped first, before any of it is parsed or any state moves. A container
         of carried uplinks (testbed.mqtt.carried) is taken frame by frame, each as if it came on
-        its node's own uplink (:meth:`_take_carried`)."""
+        its node's own uplink (:meth:`_take_carried`), and so is each row of a container of rows
+        under a shared header (:meth:`_take_rows`)."""
         sender = "?"
         try:
             t, sender = self._topic(topic)
             if t.kind == topics.UP and carried.is_carried(payload):
                 self._take_carried(payload, carrier, t.node)
+                return
+            if t.kind == topics.UP and shared_header.is_shared(payload):
+                self._take_rows(payload, carrier, t.node)
                 return
             sealed = None
             if self._keys is not None:
@@ -196,11 +200,7 @@ class Receiving:
         is accepted or refused by the same checks as alone, and the same code run on 40 frames in
         a row costs a quarter less than each frame's whole path in turn (the interpreter's and the
         libraries' caches stay warm)."""
-        if carrier is not None:
-            raise wire.WireError("bad_batch", "a container inside a container")
-        if self._keys is None:
-            raise wire.WireError("bad_batch", "carried uplinks are taken only from authenticated nodes "
-                                              "(mqtt.authenticate)")
+        self._check_container(carrier)
         # A frame's writer is the node its uplink topic names (topics.writer), as _take says of it.
         frames = [(topics.up(self.run, node), node, frame) for node, frame in
                   carried.unpack(payload, max_bytes=self._max_message_bytes)]
@@ -209,7 +209,46 @@ class Receiving:
                    for o in opened]
         taken = [self._each(self._admitted, o[0], o[2], o[0], o[1], *d) for o, d in zip(opened, decoded)
                  if d is not None]
-        items = [item for item in taken if item is not None]
+        self._hand_over([item for item in taken if item is not None], by)
+
+    def _take_rows(self, payload: bytes, carrier: str | None, by: str | None) -> None:
+        """Each row of a container of rows under a shared header (testbed.mqtt.shared_header) that
+        node ``by`` published, taken as its node's frame on its own uplink would be: every row's
+        tag verified before any of it is parsed (a row that does not verify is dropped, counted as
+        forged), the shared header checked once a row verified (a bad one refuses the container),
+        then each row decoded, admitted and handed over as :meth:`_take_carried` does; WireError
+        for the container."""
+        self._check_container(carrier)
+        container = shared_header.unpack(payload, max_bytes=self._max_message_bytes)
+        rows = []
+        for row in container.rows:
+            if shared_header.verified(self._keys, container, row):
+                rows.append(row)
+            else:
+                self._forged.reject(row.node, topics.UP, f"the row's tag for {row.node!r} does not verify")
+        if not rows:
+            return
+        if self._auth_session and container.session != self._auth_session:
+            raise wire.WireError("not_admitted", f"sealed for session {container.session}, this client "
+                                                 f"serves {self._auth_session}")
+        shared = shared_header.parse_header(container, run=self.run)
+        topics_ = [(topics.up(self.run, row.node), row) for row in rows]
+        decoded = [(topic, self._each(shared_header.decode_row, topic, row.node, shared, row)) for topic, row in topics_]
+        taken = [self._each(self._admitted, topic, message.sender, topic, self._topic(topic)[0], b"", message)
+                 for topic, message in decoded if message is not None]
+        self._hand_over([item for item in taken if item is not None], by)
+
+    def _check_container(self, carrier: str | None) -> None:
+        """WireError unless a container may be taken here: not inside another, from authenticated nodes."""
+        if carrier is not None:
+            raise wire.WireError("bad_batch", "a container inside a container")
+        if self._keys is None:
+            raise wire.WireError("bad_batch", "carried uplinks are taken only from authenticated nodes "
+                                              "(mqtt.authenticate)")
+
+    def _hand_over(self, items: list[Inbound], by: str | None) -> None:
+        """The messages a container brought, handed over together (one at a time without a
+        ``deliver_all``)."""
         if self._deliver_all is None:
             for item in items:
                 self._each(self._deliver, item.topic, item.node, item)
@@ -220,8 +259,8 @@ class Receiving:
         """A carried frame's first step (:meth:`_take`'s up to its seal): (topic, its Topic, its
         sender, the opened seal), or None if it was forged."""
         t, sender = self._topic(topic)
-        if t.kind == topics.UP and carried.is_carried(frame):
-            self._take_carried(frame, by, t.node)  # refused: a container inside a container
+        if t.kind == topics.UP and (carried.is_carried(frame) or shared_header.is_shared(frame)):
+            self._check_container(by)  # refused: a container inside a container
         sealed = self._opened(topic, t, sender, frame)
         return None if sealed is None else (topic, t, sender, sealed)
 

@@ -4,12 +4,12 @@ of a host) as rows under one header, instead of a whole sealed message each.
 
 What it saves over carried frames (testbed.mqtt.carried): a host writes and seals, and the
 coordinator opens and checks, the header's shared fields once per container rather than once per
-node: a reply's row costs a host about a third of a sealed message, the coordinator the same
+node; the coordinator opens and decodes a row in about 70 % of a sealed message's time
 (docs/performance.md, "ACFL over MQTT").
 
 What each row proves is what a sealed frame on the node's own uplink proves: its tag is its node's,
-with that node's session key (testbed.mqtt.auth), over the node's uplink topic, the shared header
-and the row. A row whose tag does not verify is dropped before any of it is parsed, and the others
+with that node's session key (testbed.mqtt.auth), over the shared header (session included) and
+the row. A row whose tag does not verify is dropped before any of it is parsed, and the others
 are taken; the shared header is parsed once a row verified. The container's framing proves nothing
 and moves no state: a receiver takes it only when it authenticates frames. A row decodes to exactly
 the message (:class:`testbed.mqtt.wire.Message`) its node's :func:`wire.encode` of the same
@@ -29,8 +29,12 @@ offsets from the container's start)::
                   C order) and zero padding to a multiple of 8: tensors lie 8-byte aligned
 
     shared = the bytes from offset 4 to the shared header's end (its session and header)
-    digest = SHA-256("tb-rows-v1" | 0 | len(topic) | topic | SHA-256(shared) | body)
-    tag    = HMAC-SHA256(session key of the row's node, digest)[:16], topic its uplink tb/v1/{run}/up/{node}
+    digest = SHA-256("tb-rows-v1" | 0 | SHA-256(shared) | body)
+    tag    = HMAC-SHA256(session key of the row's node, digest)[:16]
+
+The key names the node (each node's session key is its own: testbed.mqtt.auth), so a row is
+bound to its node without its topic in the digest; the domain keeps a row's digest apart from a
+sealed frame's.
 
 Example::
 
@@ -42,7 +46,7 @@ Example::
     ...                       "meta": {"session": "s1"}}, {"g": np.ones(2)}) for n in ("3", "4")]
     >>> payload = pack(drafts, functools.partial(auth.tag, keys))
     >>> container = unpack(payload, max_bytes=1 << 20)
-    >>> [verified(keys, "r1", container, row) for row in container.rows]
+    >>> [verified(keys, container, row) for row in container.rows]
     [True, True]
     >>> shared = parse_header(container, run="r1")
     >>> [(m.sender, m.round, m.tensors["g"].tolist()) for m in (decode_row(shared, r) for r in container.rows)]
@@ -59,7 +63,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from testbed.mqtt import auth, topics, wire
+from testbed.mqtt import auth, wire
 from testbed.util.frozen import frozen
 
 MAGIC = b"TBR1"
@@ -69,7 +73,6 @@ _LENGTH = struct.Struct("<I")
 _COUNT = struct.Struct("<H")
 _ID_BYTES = 16
 _DOMAIN = b"tb-rows-v1\x00"
-_TOPIC_LENGTH = struct.Struct("<H")
 _SHARED_KEYS = frozenset({"v", "run", "round", "kind", "tensors"})
 
 
@@ -85,7 +88,7 @@ def shared_key(draft: wire.Draft) -> tuple | None:
     if not isinstance(session, str) or not wire.ID_PATTERN.fullmatch(session):
         return None
     f = draft.fields
-    return f["v"], f["run"], f["round"], f["kind"], session, repr(f["tensors"])
+    return f["v"], f["run"], f["round"], f["kind"], session, draft.layout
 
 
 def _shared(draft: wire.Draft) -> bytes:
@@ -108,9 +111,8 @@ def row_size(draft: wire.Draft) -> int:
             + sum(len(p) + 7 for p in draft.parts) + auth.TAG_BYTES)
 
 
-def _digest(run: str, node: str, shared_digest: bytes, body: bytes | memoryview) -> bytes:
-    topic = topics.up(run, node).encode()
-    h = hashlib.sha256(b"".join((_DOMAIN, _TOPIC_LENGTH.pack(len(topic)), topic, shared_digest)))
+def _digest(shared_digest: bytes, body: bytes | memoryview) -> bytes:
+    h = hashlib.sha256(_DOMAIN + shared_digest)
     h.update(body)
     return h.digest()
 
@@ -138,7 +140,7 @@ def pack(drafts: Sequence[wire.Draft], tag: Callable[[str, str, bytes], bytes]) 
             body += [p, bytes(-len(p) % 8)]
         joined = b"".join(body)
         parts += [bytes((len(raw),)), raw, _LENGTH.pack(len(joined)), joined,
-                  tag(node, session, _digest(run, node, shared_digest, joined))]
+                  tag(node, session, _digest(shared_digest, joined))]
         at = start + len(joined) + auth.TAG_BYTES
     return b"".join(parts)
 
@@ -216,12 +218,12 @@ def unpack(payload: bytes, *, max_bytes: int) -> Container:
     return Container(session, payload[header_at:header_at + h], shared_digest, rows, payload)
 
 
-def verified(keys: auth.Keys, run: str, container: Container, row: Row) -> bool:
+def verified(keys: auth.Keys, container: Container, row: Row) -> bool:
     """Whether ``row``'s tag verifies with its node's key of ``keys`` for the container's session
     (False if that key is not held)."""
     if not keys.holds(row.node):
         return False
-    digest = _digest(run, row.node, container.shared_digest, row.body)
+    digest = _digest(container.shared_digest, row.body)
     return hmac.compare_digest(row.tag, auth.tag(keys, row.node, container.session, digest))
 
 

@@ -29,6 +29,7 @@ import math
 import os
 import re
 import struct
+import sys
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
@@ -144,7 +145,7 @@ def _pad(n: int) -> int:
     return -n % _ALIGN
 
 
-def _dtype_names(allowed: Iterable[str | np.dtype | type]) -> frozenset[str]:
+def dtype_names(allowed: Iterable[str | np.dtype | type]) -> frozenset[str]:
     if allowed is DEFAULT_ALLOWED_DTYPES:  # every message but a few tests': named once
         return _DEFAULT_DTYPE_NAMES
     return frozenset(np.dtype(d).name for d in allowed)
@@ -162,7 +163,7 @@ def _name_of(dtype: np.dtype) -> str:
     return dtype.name
 
 
-def _check_finite(name: str, arr: np.ndarray) -> None:
+def check_finite(name: str, arr: np.ndarray) -> None:
     if arr.dtype.kind not in "fc" or not arr.size:
         return
     # A finite sum of squares has no NaN or infinity among its values (a NaN makes it NaN, an
@@ -175,12 +176,16 @@ def _check_finite(name: str, arr: np.ndarray) -> None:
         raise WireError("non_finite", f"tensor {name!r} has NaN or infinite values")
 
 
+#: Whether an array of a dtype of this byte order holds its values little-endian as they are
+#: ("=": native, "|": one byte).
+_LITTLE_ENDIAN = {"<": True, ">": False, "|": True, "=": sys.byteorder == "little"}
+
 _DOT_DTYPES = frozenset(np.dtype(name) for name in ("float32", "float64", "complex64", "complex128"))
 
 
 def encode(header: Mapping[str, Any], tensors: Mapping[str, np.ndarray] | None = None, *,
            allowed_dtypes: Iterable[str | np.dtype | type] = DEFAULT_ALLOWED_DTYPES) -> bytes:
-    """Encode one message.
+    """Encode one message: ``draft(header, tensors).encode()``.
 
     Args:
         header: keys `run` (id), `round` (int >= 0), `sender` (id), `kind` (id), and optionally
@@ -197,14 +202,52 @@ def encode(header: Mapping[str, Any], tensors: Mapping[str, np.ndarray] | None =
         WireError: unknown or invalid header field, disallowed dtype, or non-finite values (caught
             at the sender, where the bug is).
     """
-    unknown = set(header) - _ENCODE_KEYS
-    if unknown:
-        raise WireError("bad_header", f"unknown header fields {sorted(unknown)}")
+    return draft(header, tensors, allowed_dtypes=allowed_dtypes).encode()
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Draft:
+    """One message checked and fixed but not yet laid out: what :func:`encode` writes, kept apart
+    so that a sender may also send it another way (testbed.mqtt.shared_header: a row of a
+    container whose header several messages share). Its :meth:`encode` is the same bytes every
+    time (its message id is fixed), so a message sent again is the same message.
+
+    Attributes:
+        fields: the header but its meta (``v``, ``run``, ``round``, ``sender``, ``kind``, ``id``,
+            ``tensors``: the specs), checked.
+        meta: the header's meta, and ``meta_json`` its JSON text (what the header carries).
+        parts: each tensor's bytes, little-endian, C order, in the specs' order (copies: what the
+            arrays hold later changes nothing).
+        layout: the specs as (name, dtype name, shape) tuples: equal for drafts of equal specs.
+    """
+
+    fields: dict[str, Any]
+    meta: dict[str, Any]
+    meta_json: bytes
+    parts: tuple[bytes, ...]
+    layout: tuple[tuple[str, str, tuple[int, ...]], ...]
+
+    def encode(self) -> bytes:
+        """The message's bytes (layout in the module docstring)."""
+        # The header is the fields' compact JSON with the meta's text as its last member: the
+        # same text either codec writes for the whole header, without writing the meta again.
+        head = b"".join((header_json(self.fields)[:-1], b',"meta":', self.meta_json, b"}"))
+        chunks: list[bytes] = [_PREFIX.pack(MESSAGE_MAGIC, len(head)), head, bytes(_pad(_PREFIX.size + len(head)))]
+        for part in self.parts:
+            chunks += [part, bytes(_pad(len(part)))]
+        return b"".join(chunks)
+
+
+def draft(header: Mapping[str, Any], tensors: Mapping[str, np.ndarray] | None = None, *,
+          allowed_dtypes: Iterable[str | np.dtype | type] = DEFAULT_ALLOWED_DTYPES) -> Draft:
+    """One message checked as :func:`encode` checks it (same arguments, same WireErrors), not laid out."""
+    if not header.keys() <= _ENCODE_KEYS:
+        raise WireError("bad_header", f"unknown header fields {sorted(header.keys() - _ENCODE_KEYS)}")
     tensors = tensors or {}
     if len(tensors) > MAX_TENSORS:
         raise WireError("bad_header", f"{len(tensors)} tensors, at most {MAX_TENSORS}")
-    allowed = _dtype_names(allowed_dtypes)
-    specs, parts = [], []
+    allowed = dtype_names(allowed_dtypes)
+    specs, parts, layout = [], [], []
     for name, value in tensors.items():
         if not isinstance(name, str) or not 0 < len(name) <= 128:
             raise WireError("bad_header", f"tensor name must be a str of 1..128 chars, got {name!r}")
@@ -214,12 +257,11 @@ def encode(header: Mapping[str, Any], tensors: Mapping[str, np.ndarray] | None =
         dtype_name = _name_of(arr.dtype)
         if dtype_name not in allowed:
             raise WireError("dtype", f"tensor {name!r} has dtype {dtype_name}, allowed {sorted(allowed)}")
-        _check_finite(name, arr)
-        # One copy at most (none if already little-endian and contiguous); the join below is the
-        # only other copy.
-        arr = arr.astype(arr.dtype.newbyteorder("<"), order="C", copy=False)
+        check_finite(name, arr)
         specs.append({"name": name, "dtype": dtype_name, "shape": list(arr.shape)})
-        parts.append(arr)
+        layout.append((name, dtype_name, arr.shape))
+        # One copy: little-endian, C order (tobytes writes C order whatever the layout).
+        parts.append((arr if _LITTLE_ENDIAN.get(arr.dtype.byteorder) else arr.astype(_little_endian(dtype_name))).tobytes())
     fields = {
         "v": SCHEMA_VERSION,
         "run": header.get("run"),
@@ -231,17 +273,12 @@ def encode(header: Mapping[str, Any], tensors: Mapping[str, np.ndarray] | None =
         "meta": dict(header.get("meta") or {}),
     }
     _check_envelope(fields)  # the tensor specs were built above from arrays: valid as they are
+    meta = fields.pop("meta")
     try:
-        head = _header_json(fields)
+        meta_json = header_json(meta)
     except (TypeError, ValueError) as exc:
         raise WireError("bad_header", f"header is not JSON-serialisable: {exc}") from None
-    chunks: list[bytes | memoryview] = [_PREFIX.pack(MESSAGE_MAGIC, len(head)), head,
-                                        bytes(_pad(_PREFIX.size + len(head)))]
-    for arr in parts:
-        if arr.nbytes:
-            chunks.append(memoryview(arr).cast("B"))
-        chunks.append(bytes(_pad(arr.nbytes)))
-    return b"".join(chunks)
+    return Draft(fields, meta, meta_json, tuple(parts), tuple(layout))
 
 
 #: orjson writes only what the standard library's encoder does (no dataclass, datetime, or subclass
@@ -250,7 +287,7 @@ _ORJSON_OPTIONS = 0 if orjson is None else \
     orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_SUBCLASS
 
 
-def _header_json(fields: Mapping[str, Any]) -> bytes:
+def header_json(fields: Mapping[str, Any]) -> bytes:
     """``fields`` as compact JSON; ValueError for NaN or an infinity, TypeError for what JSON cannot hold."""
     if orjson is not None:
         try:
@@ -263,7 +300,7 @@ def _header_json(fields: Mapping[str, Any]) -> bytes:
     return json.dumps(fields, separators=(",", ":"), allow_nan=False).encode()
 
 
-def _parse_header(raw: bytes) -> Any:
+def parse_header(raw: bytes) -> Any:
     """The JSON value of ``raw``; json.JSONDecodeError (or UnicodeDecodeError) unless it is UTF-8 JSON
     without NaN or infinities (neither codec takes them)."""
     if orjson is not None:
@@ -320,10 +357,10 @@ def check_expected(msg: Message, *, run: str | None = None, round: int | None = 
     """Raise WireError (wrong_run / wrong_round / wrong_sender) if `msg` is not what the caller
     expects; a None expectation is not checked. `decode` calls it; a receiver that decoded early
     (the MQTT client does) calls it again with the round it is waiting for."""
-    _expect(msg.run, msg.round, msg.sender, run=run, round=round, sender=sender)
+    expect(msg.run, msg.round, msg.sender, run=run, round=round, sender=sender)
 
 
-def _expect(got_run: str, got_round: int, got_sender: str, *, run: str | None, round: int | None,
+def expect(got_run: str, got_round: int, got_sender: str, *, run: str | None, round: int | None,
             sender: str | None) -> None:
     if run is not None and got_run != run:
         raise WireError("wrong_run", f"message is for run {got_run!r}, expected {run!r}")
@@ -341,7 +378,7 @@ def session_and_round(payload: bytes) -> tuple[str, int]:
         magic, head_len = _PREFIX.unpack_from(payload)
         if magic != MESSAGE_MAGIC or head_len > MAX_HEADER_BYTES:
             return "", 0
-        h = _parse_header(payload[_PREFIX.size:_PREFIX.size + head_len])
+        h = parse_header(payload[_PREFIX.size:_PREFIX.size + head_len])
         session, rnd = h["meta"].get("session", ""), h["round"]
     except (struct.error, ValueError, UnicodeDecodeError, TypeError, KeyError, AttributeError):
         return "", 0
@@ -387,7 +424,7 @@ def decode(payload: bytes | bytearray | memoryview, *, expect_run: str | None = 
     if size < body:
         raise WireError("truncated", f"payload is {size} bytes, header ends at byte {body}")
     try:
-        h = _parse_header(payload[_PREFIX.size:body])
+        h = parse_header(payload[_PREFIX.size:body])
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise WireError("bad_json", f"header is not valid JSON: {exc}") from None
     if not isinstance(h, dict):
@@ -403,41 +440,53 @@ def decode(payload: bytes | bytearray | memoryview, *, expect_run: str | None = 
     known = _LAYOUTS.get(key) if key is not None else None
     if known is None:  # specs of the same text passed this check before
         _check_tensor_specs(specs)
-    _expect(h["run"], h["round"], h["sender"], run=expect_run, round=expect_round, sender=expect_sender)
+    expect(h["run"], h["round"], h["sender"], run=expect_run, round=expect_round, sender=expect_sender)
 
-    allowed = _dtype_names(allowed_dtypes)
+    allowed = dtype_names(allowed_dtypes)
     start = body + _pad(body)
     if known is not None and known.dtypes <= allowed and start + known.nbytes == size:
         tensors = {}
         for name, dtype, count, at, shape in known.tensors:
             arr = np.frombuffer(payload, dtype=dtype, count=count, offset=start + at).reshape(shape)
-            _check_finite(name, arr)
+            check_finite(name, arr)
             tensors[name] = arr
         return _message(h, tensors, size)
     offset = start
     layout = []
-    for spec in h["tensors"]:
-        if spec["dtype"] not in allowed:
-            raise WireError("dtype", f"tensor {spec['name']!r} has dtype {spec['dtype']!r}, allowed {sorted(allowed)}")
-        dtype = _little_endian(spec["dtype"])
-        count = 1
-        for d in spec["shape"]:
-            count *= d  # Python ints: no overflow from a hostile shape
+    for name, dtype, count, shape in tensor_layout(specs, allowed):
         nbytes = count * dtype.itemsize
-        layout.append((spec, dtype, count, offset))
+        layout.append((name, dtype, count, offset, shape))
         offset += nbytes + _pad(nbytes)
         if offset > size:
-            raise WireError("size_mismatch", f"tensor {spec['name']!r} ends past the payload's {size} bytes")
+            raise WireError("size_mismatch", f"tensor {name!r} ends past the payload's {size} bytes")
     if offset != size:
         raise WireError("size_mismatch", f"payload is {size} bytes, header describes {offset}")
     if key is not None:
         _remember_layout(key, layout, start, size)
     tensors = {}
-    for spec, dtype, count, at in layout:
-        arr = np.frombuffer(payload, dtype=dtype, count=count, offset=at).reshape(spec["shape"])
-        _check_finite(spec["name"], arr)
-        tensors[spec["name"]] = arr
+    for name, dtype, count, at, shape in layout:
+        arr = np.frombuffer(payload, dtype=dtype, count=count, offset=at).reshape(shape)
+        check_finite(name, arr)
+        tensors[name] = arr
     return _message(h, tensors, size)
+
+
+def tensor_layout(specs: Any, allowed: frozenset[str]) -> list[tuple[str, np.dtype, int, tuple[int, ...]]]:
+    """(name, little-endian dtype, element count, shape) of each tensor spec, in order; WireError
+    unless the specs are valid (``_check_tensor_specs``, skipped for specs whose text passed it
+    before: :data:`_LAYOUTS`) and each dtype is in ``allowed``."""
+    key = _specs_key(specs)
+    if key is None or key not in _LAYOUTS:
+        _check_tensor_specs(specs)
+    layout = []
+    for spec in specs:
+        if spec["dtype"] not in allowed:
+            raise WireError("dtype", f"tensor {spec['name']!r} has dtype {spec['dtype']!r}, allowed {sorted(allowed)}")
+        count = 1
+        for d in spec["shape"]:
+            count *= d  # Python ints: no overflow from a hostile shape
+        layout.append((spec["name"], _little_endian(spec["dtype"]), count, tuple(spec["shape"])))
+    return layout
 
 
 def _message(h: dict[str, Any], tensors: dict[str, np.ndarray], size: int) -> Message:
@@ -474,9 +523,10 @@ def _specs_key(specs: Any) -> bytes | None:
         return None
 
 
-def _remember_layout(key: bytes, layout: list[tuple[dict, np.dtype, int, int]], start: int, size: int) -> None:
+def _remember_layout(key: bytes, layout: list[tuple[str, np.dtype, int, int, tuple[int, ...]]], start: int,
+                     size: int) -> None:
     if len(_LAYOUTS) >= _LAYOUTS_KEPT:  # specs that change every message: forget, stay bounded
         _LAYOUTS.clear()
-    _LAYOUTS[key] = _Layout(frozenset(spec["dtype"] for spec, _, _, _ in layout),
-                            tuple((spec["name"], dtype, count, at - start, tuple(spec["shape"]))
-                                  for spec, dtype, count, at in layout), size - start)
+    _LAYOUTS[key] = _Layout(frozenset(_name_of(dtype) for _, dtype, _, _, _ in layout),
+                            tuple((name, dtype, count, at - start, shape) for name, dtype, count, at, shape in layout),
+                            size - start)

@@ -65,11 +65,33 @@ COORDINATOR = "coordinator"
 CHANNEL = "channel"
 
 
-class Reply(NamedTuple):
-    """A node's answer: ``to`` is COORDINATOR (update, refused) or CHANNEL (signal)."""
+class Reply:
+    """A node's answer: ``to`` is COORDINATOR (update, refused) or CHANNEL (signal); ``message`` is
+    its wire message, as bytes or as a :class:`wire.Draft` (an update: a host may send it as a row
+    under a header its other nodes' updates share, testbed.mqtt.shared_header). ``payload`` is its
+    bytes either way, the same at every ask. Unpacks as ``(to, payload)``."""
 
-    to: str
-    payload: bytes
+    __slots__ = ("to", "message")
+
+    def __init__(self, to: str, message: bytes | wire.Draft):
+        self.to = to
+        self.message = message
+
+    @property
+    def payload(self) -> bytes:
+        m = self.message
+        return m if isinstance(m, bytes) else m.encode()
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter((self.to, self.payload))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Reply) and (self.to, self.payload) == (other.to, other.payload)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Reply(to={self.to!r}, {type(self.message).__name__})"
 
 
 def _meta(session: str, **items: Any) -> dict[str, Any]:
@@ -142,9 +164,16 @@ def update(run: str, session: str, round_index: int, node: int, tensors: Mapping
            events: Sequence[Event], metrics: Mapping[str, float] | None = None, kind: str = UPDATE) -> bytes:
     """Node → coordinator: what the node sends after its step, its metrics and the events it caused
     (``kind`` SETUP_UPDATE for the setup step, whose wire round is 0)."""
-    return wire.encode({"run": run, "round": max(round_index, 0), "sender": str(node), "kind": kind,
-                        "meta": _meta(session, events=[event_to_dict(e) for e in events],
-                                      metrics={k: float(v) for k, v in (metrics or {}).items()})}, tensors)
+    return update_draft(run, session, round_index, node, tensors, events, metrics, kind).encode()
+
+
+def update_draft(run: str, session: str, round_index: int, node: int, tensors: Mapping[str, np.ndarray],
+                 events: Sequence[Event], metrics: Mapping[str, float] | None = None,
+                 kind: str = UPDATE) -> wire.Draft:
+    """:func:`update`'s message before it is laid out (a host may send it as a row, :class:`Reply`)."""
+    return wire.draft({"run": run, "round": max(round_index, 0), "sender": str(node), "kind": kind,
+                       "meta": _meta(session, events=[event_to_dict(e) for e in events],
+                                     metrics={k: float(v) for k, v in (metrics or {}).items()})}, tensors)
 
 
 def refused(run: str, session: str, round_index: int, node: int, budget: str, would_be: float,
