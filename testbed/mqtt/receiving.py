@@ -50,7 +50,8 @@ class Inbound:
         topic: the MQTT topic it arrived on.
         kind: topics.DATA_KINDS (wire messages) or STATUS / COORD (status strings).
         node: node id from the topic (None for bcast and coord).
-        payload: the (reassembled) payload bytes.
+        payload: the (reassembled) payload bytes; b"" for a row of a container under a shared header
+            (testbed.mqtt.shared_header), which has no message bytes of its own.
         message: the decoded, validated wire message for up/down/bcast; None for status kinds.
         receiver: the `owner` of the client it arrived at (the node id of a node's client), so
             clients that share one inbox can tell whose copy of a broadcast it is.
@@ -229,11 +230,11 @@ class Receiving:
         if not rows:
             return
         if self._auth_session and container.session != self._auth_session:
-            raise wire.WireError("not_admitted", f"sealed for session {container.session}, this client "
+            raise wire.WireError("not_admitted", f"rows of session {container.session}, this client "
                                                  f"serves {self._auth_session}")
         shared = shared_header.parse_header(container, run=self.run)
-        topics_ = [(topics.up(self.run, row.node), row) for row in rows]
-        decoded = [(topic, self._each(shared_header.decode_row, topic, row.node, shared, row)) for topic, row in topics_]
+        uplinks = [(topics.up(self.run, row.node), row) for row in rows]
+        decoded = [(topic, self._each(shared_header.decode_row, topic, row.node, shared, row)) for topic, row in uplinks]
         taken = [self._each(self._admitted, topic, message.sender, topic, self._topic(topic)[0], b"", message)
                  for topic, message in decoded if message is not None]
         self._hand_over([item for item in taken if item is not None], by)
