@@ -463,7 +463,7 @@ def _send(name: str, msg: wire.Message, outcome: protocol.Reply | None | Excepti
     # logs a broker's refusal; an emulated crash waits, so its reply is surely out.
     topic = (topics.tx if to_channel else topics.up)(run, name)
     if carrier is not None and not to_channel and not crash_now:
-        carrier.add(clients[name], name, topic, outcome.message)
+        carrier.add(clients[name], name, outcome.message)
     else:
         clients[name].publish(topic, outcome.payload, timeout_s=30.0 if crash_now else None)
     if crash_now:

@@ -124,7 +124,7 @@ def test_a_carrier_sends_every_frame_once_within_its_bound_each_container_on_its
     with carrier:
         for i, size in enumerate(sizes):
             node = _Node(str(i), sent)
-            carrier.add(node, node.name, topics.up(RUN, node.name), bytes(size))
+            carrier.add(node, node.name, bytes(size))
     frames = []
     for by, topic, payload in sent:
         assert topic == topics.up(RUN, by)  # on the publishing node's own uplink

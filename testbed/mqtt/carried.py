@@ -114,10 +114,8 @@ class Carrier:
         self.max_bytes = max_bytes
         self._added: list[tuple[str, bytes | wire.Draft, _Publisher]] = []
 
-    def add(self, client: _Publisher, node: str, topic: str, payload: bytes | wire.Draft) -> None:
-        """Node ``node``'s ``payload`` for its uplink ``topic``, to be sealed or tagged by its ``client``."""
-        if topic != topics.up(self.run, node):
-            raise ValueError(f"{topic!r} is not node {node}'s uplink of run {self.run}")
+    def add(self, client: _Publisher, node: str, payload: bytes | wire.Draft) -> None:
+        """Node ``node``'s ``payload`` for its uplink, to be sealed or tagged by its ``client``."""
         self._added.append((node, payload, client))
 
     def __enter__(self) -> Carrier:

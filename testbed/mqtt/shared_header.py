@@ -127,7 +127,7 @@ def pack(drafts: Sequence[wire.Draft], tag: Callable[[str, str, bytes], bytes]) 
         raise ValueError("rows of one container share their run, round, kind, session and tensor specs")
     shared = _shared(drafts[0])
     shared_digest = hashlib.sha256(shared).digest()
-    run, session = drafts[0].fields["run"], drafts[0].meta["session"]
+    session = drafts[0].meta["session"]
     parts: list[bytes] = [MAGIC, shared, _COUNT.pack(len(drafts))]
     at = len(MAGIC) + len(shared) + _COUNT.size
     for d in drafts:

@@ -453,7 +453,7 @@ def decode(payload: bytes | bytearray | memoryview, *, expect_run: str | None = 
         return _message(h, tensors, size)
     offset = start
     layout = []
-    for name, dtype, count, shape in tensor_layout(specs, allowed):
+    for name, dtype, count, shape in tensor_layout(specs, allowed, checked=True):
         nbytes = count * dtype.itemsize
         layout.append((name, dtype, count, offset, shape))
         offset += nbytes + _pad(nbytes)
@@ -471,13 +471,15 @@ def decode(payload: bytes | bytearray | memoryview, *, expect_run: str | None = 
     return _message(h, tensors, size)
 
 
-def tensor_layout(specs: Any, allowed: frozenset[str]) -> list[tuple[str, np.dtype, int, tuple[int, ...]]]:
+def tensor_layout(specs: Any, allowed: frozenset[str], *,
+                  checked: bool = False) -> list[tuple[str, np.dtype, int, tuple[int, ...]]]:
     """(name, little-endian dtype, element count, shape) of each tensor spec, in order; WireError
-    unless the specs are valid (``_check_tensor_specs``, skipped for specs whose text passed it
-    before: :data:`_LAYOUTS`) and each dtype is in ``allowed``."""
-    key = _specs_key(specs)
-    if key is None or key not in _LAYOUTS:
-        _check_tensor_specs(specs)
+    unless the specs are valid (``_check_tensor_specs``, skipped when the caller ``checked`` them
+    and for specs whose text passed it before: :data:`_LAYOUTS`) and each dtype is in ``allowed``."""
+    if not checked:
+        key = _specs_key(specs)
+        if key is None or key not in _LAYOUTS:
+            _check_tensor_specs(specs)
     layout = []
     for spec in specs:
         if spec["dtype"] not in allowed:
