@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import random
 import struct
 
@@ -91,6 +92,37 @@ def test_encode_normalises_byte_order_and_layout():
 
 def test_message_ids_are_fresh_by_default():
     assert wire.decode(_encode()).msg_id != wire.decode(_encode()).msg_id
+
+
+def test_message_ids_are_unique_across_draws_threads_and_forks():
+    """Ids are drawn from os.urandom ahead of use (wire._IDS_PER_DRAW a time): every id is still
+    32 hex digits and never handed out twice: not past a draw's end, not to two threads, and not
+    by a forked child that inherited its parent's drawn ids (an emulated host is such a child)."""
+    import threading
+
+    ids = [wire.new_msg_id() for _ in range(3 * wire._IDS_PER_DRAW + 5)]
+    assert all(len(i) == 32 and int(i, 16) >= 0 and i == i.lower() for i in ids)
+    from_threads: list[list[str]] = [[] for _ in range(4)]
+    workers = [threading.Thread(target=lambda out=out: out.extend(wire.new_msg_id() for _ in range(2000)))
+               for out in from_threads]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    ids += [i for out in from_threads for i in out]
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: the ids it makes next, to the parent
+        os.close(read)
+        os.write(write, "".join(wire.new_msg_id() for _ in range(50)).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as child_out:
+        text = child_out.read()
+    os.waitpid(pid, 0)
+    ids += [wire.new_msg_id() for _ in range(50)] + [text[i:i + 32] for i in range(0, len(text), 32)]
+    assert len(text) == 50 * 32
+    assert len(set(ids)) == len(ids)
 
 
 def test_decode_copies_mutable_buffers():
