@@ -10,6 +10,8 @@ import random
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from testbed.accounting.budgets import Budgets
 from testbed.ledger.events import (CommunicationEvent, ComputeEvent, EventBatch, GaussianEvent, MutualInfoEvent,
@@ -134,6 +136,24 @@ def test_a_batch_is_written_as_the_rows_of_its_events(tmp_path):
     assert list(read_ledger(tmp_path / "ledger.csv")) == batch.events() + straggled.events() + late
     written = (tmp_path / "ledger.csv").read_bytes().decode()
     assert written.endswith(_csv([_row(e) for e in batch.events() + straggled.events() + late]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([0.0, -0.0, 5.6565581395344685e-06, 1e-300, 2.5]) |
+                          st.floats(min_value=0.0, max_value=1e6, allow_nan=False),
+                          st.floats(min_value=0.0, max_value=1e6, allow_nan=False)),
+                min_size=1, max_size=40))
+def test_a_batchs_float_columns_are_written_as_their_events_rows(tmp_path_factory, measured):
+    """A float column's values, formatted once per distinct value (files._column_values), are
+    the rows of the batch's events: -0.0 apart from 0.0, long reprs, repeats, above and below the
+    length from which values are formatted once."""
+    seconds, joules = (np.array(column) for column in zip(*measured))
+    batch = EventBatch(ComputeEvent(0, 3, 2), np.arange(len(measured)), {"compute_s": seconds, "energy_j": joules})
+    path = tmp_path_factory.mktemp("ledger") / "ledger.csv"
+    writer = LedgerWriter(path, sync=False)
+    writer.write_batches([batch])
+    writer.close()
+    assert path.read_bytes().decode().endswith(_csv([_row(e) for e in batch.events()]))
 
 
 def _csv(rows) -> str:
