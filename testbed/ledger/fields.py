@@ -11,6 +11,7 @@ Example::
 from __future__ import annotations
 
 import math
+import operator
 import re
 from dataclasses import dataclass, replace
 from typing import Mapping
@@ -19,6 +20,7 @@ import numpy as np
 
 from testbed.ledger.events import (ADJACENCIES, ALL_FIELDS, EVENT_TYPES, FIELDS, ISSUERS, OBSERVERS, SAMPLINGS,
                                    STRAGGLE_REASONS, Event, with_fields)
+from testbed.util.frozen import frozen
 
 
 def event_to_dict(event: Event) -> dict:
@@ -224,6 +226,7 @@ def planned_within(values: object, planned: Event, least: Mapping[str, float], n
     returned here is event_within's, with no problem: a reply's fast path, its decision the same.
     With ``node``: against ``planned`` for that node (its node field ``node``; the plan of every
     node of a round planned once, contract.planned_batch), without building that event first.
+    Where one plan checks many replies, :class:`PlannedForm` is this function made once for it.
 
     Example::
 
@@ -236,25 +239,66 @@ def planned_within(values: object, planned: Event, least: Mapping[str, float], n
         >>> planned_within(values, planned, {"compute_s": 0.05, "energy_j": 30.0}) is None
         True
     """
-    kind = planned.kind
-    if values.__class__ is not dict or values.keys() != _KEYS[kind] or values["kind"] != kind:  # type: ignore[attr-defined]
-        return None
-    plan, measured = planned.__dict__, {}
-    if node is not None:  # the template's plan for ``node``: its node field compared below
-        plan = {**plan, "node": node}
-        measured["node"] = node
-    for name in FIELDS[kind]:
-        raw = values[name]  # type: ignore[index]
-        if name in MEASURED_FIELDS:
-            if _MEASURED_RULES[name].type is bool:
-                if raw.__class__ is not bool:
-                    return None
-            elif raw.__class__ is not float or not 0.0 <= raw <= least.get(name, FIELD_RULES[name].high):
-                return None  # NaN fails the comparison, and an infinity the bound (finite)
-            measured[name] = raw
-        elif raw != plan[name] or (raw.__class__ is bool) is not (plan[name].__class__ is bool):
+    form = PlannedForm(planned)
+    return form.within(values, form.least(least), node)
+
+
+class PlannedForm:
+    """:func:`planned_within` for one plan, its fields sorted once: the plan's fields compared as one
+    tuple, the measured ones read as another (a coordinator checks every reply's events of a
+    round planned once for all its nodes against one plan: 2 µs an event, where the field by
+    field walk took 5).
+
+    Example::
+
+        >>> from testbed.ledger.events import ComputeEvent
+        >>> form = PlannedForm(ComputeEvent(node=0, round=2, local_steps=5))
+        >>> values = {"kind": "compute", "node": 7, "round": 2, "local_steps": 5, "cost_units": 0.0,
+        ...           "compute_s": 0.1, "energy_j": 0.2, "measured": True}
+        >>> form.within(values, form.least({"compute_s": 3.0, "energy_j": 30.0}), node=7).node
+        7
+    """
+
+    def __init__(self, planned: Event):
+        kind = planned.kind
+        self.planned = planned
+        self._keys = _KEYS[kind]
+        fixed = ("kind", *(name for name in FIELDS[kind] if name not in MEASURED_FIELDS and name != "node"))
+        self._fixed = operator.itemgetter(*fixed)  # "kind" and "round" at least: a tuple
+        self._plan = tuple(planned.kind if name == "kind" else planned.__dict__[name] for name in fixed)
+        #: The measured numbers' names, in the order of :meth:`least`'s bounds.
+        self.numbers = tuple(n for n in FIELDS[kind] if n in MEASURED_FIELDS and _MEASURED_RULES[n].type is not bool)
+        flags = tuple(n for n in FIELDS[kind] if n in MEASURED_FIELDS and _MEASURED_RULES[n].type is bool)
+        self._measured_names = self.numbers + flags
+        self._measured = operator.itemgetter("kind", *self._measured_names)  # a tuple even for one name
+        self._measured_types = (str,) + (float,) * len(self.numbers) + (bool,) * len(flags)
+
+    def least(self, least: Mapping[str, float]) -> tuple[float, ...]:
+        """The bound of each of :attr:`numbers` (a name not in ``least``: its rule's cap)."""
+        return tuple(least.get(name, FIELD_RULES[name].high) for name in self.numbers)
+
+    def within(self, values: object, least: tuple[float, ...], node: int | None = None) -> Event | None:
+        """:func:`planned_within` of ``values`` against this plan, ``least`` from :meth:`least`."""
+        if values.__class__ is not dict or values.keys() != self._keys:  # type: ignore[attr-defined]
             return None
-    return with_fields(planned, **measured) if measured else planned
+        fixed = self._fixed(values)
+        # No planned field is a bool (only `measured` is, and a node measures it): a bool here is
+        # refused, as True == 1 would pass the comparison.
+        if fixed != self._plan or bool in map(type, fixed):
+            return None
+        raw_node = values["node"]  # type: ignore[index]
+        if raw_node != (self.planned.node if node is None else node) or raw_node.__class__ is bool:
+            return None
+        measured = self._measured(values)
+        if tuple(map(type, measured)) != self._measured_types:
+            return None
+        for value, high in zip(measured[1:], least):  # NaN fails the comparison, an infinity the bound
+            if not 0.0 <= value <= high:
+                return None
+        changes = dict(zip(self._measured_names, measured[1:]))
+        if node is not None:
+            changes["node"] = node
+        return frozen(type(self.planned), self.planned.__dict__, changes) if changes else self.planned
 
 
 def _short(raw: object) -> str:

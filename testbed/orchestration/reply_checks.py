@@ -17,7 +17,7 @@ from testbed.accounting.budgets import BUDGET_NAME
 from testbed.algorithms.contract import SETUP_ROUND, Algorithm, RoundContext, planned_batch
 from testbed.assembly.config import MqttSection, NodesSection
 from testbed.ledger.events import EVENT_TYPES, Event, NodeEvents, with_fields
-from testbed.ledger.fields import FIELD_RULES, MEASURED_FIELDS, event_within, planned_within
+from testbed.ledger.fields import FIELD_RULES, MEASURED_FIELDS, PlannedForm, event_within, planned_within
 from testbed.mqtt import wire
 from testbed.orchestration.measured_bounds import MeasuredBounds
 from testbed.rounds import protocol
@@ -36,9 +36,12 @@ class ReplyChecks:
     :class:`testbed.orchestration.coordinator.MqttNodes`: its ``alg``, ``session``, ``_bounds``,
     ``_sent_at``, ``_open_round``, ``_costliest`` and ``_lock``)."""
 
-    # (round, the template of each event of its plan when every node's is that but for its node
-    # field, else None; the nodes asked): what _as_planned compares a reply of that round with
-    _round_plans: tuple[RoundContext, tuple[Event, ...] | None, frozenset[int]] | None = None
+    # What _as_planned compares a reply of a round with: that round, the form of each event of its
+    # plan when every node's is that but for its node field (else None), the nodes asked, and
+    # each form's least bounds by the bounds object they are of (id: one object serves every node
+    # of a profile, and self._bounds keeps it alive).
+    _round_plans: tuple[RoundContext, tuple[PlannedForm, ...] | None, frozenset[int],
+                        dict[int, tuple[tuple[float, ...], ...]]] | None = None
 
     def _planned(self, node: int, ctx: RoundContext) -> list[Event]:
         if ctx.round_index == SETUP_ROUND:
@@ -119,7 +122,7 @@ class ReplyChecks:
         """An honest reply's events on the fast path of a round whose nodes' plans are one plan but
         for the node field (contract.planned_batch: a NodeEvents without columns, made once a round
         at its first reply, the source of the nodes' own events): each its plan's for ``node``, its
-        measured numbers within their least bounds (planned_within). None where the long path
+        measured numbers within their least bounds (planned_within, as each plan event's PlannedForm). None where the long path
         decides: another round's shape of plan, the setup, a node not asked, anything else."""
         if ctx.round_index == SETUP_ROUND or raw.__class__ is not list:
             return None
@@ -130,16 +133,19 @@ class ReplyChecks:
             batch = planned_batch(self.alg, ctx.expected, ctx) \
                 if ctx.expected and getattr(self.alg, "uniform_plans", False) else None
             alike = isinstance(batch, NodeEvents) and not any(b.columns for b in batch.batches)
-            plans = self._round_plans = (ctx, tuple(b.template for b in batch.batches) if alike else None,  # type: ignore[union-attr]
-                                         frozenset(ctx.expected))
-        templates = plans[1]
-        if templates is None or node not in plans[2] or len(raw) != len(templates):  # type: ignore[arg-type]
+            forms = tuple(PlannedForm(b.template) for b in batch.batches) if alike else None  # type: ignore[union-attr]
+            plans = self._round_plans = (ctx, forms, frozenset(ctx.expected), {})
+        forms, asked, leasts = plans[1], plans[2], plans[3]
+        if forms is None or node not in asked or len(raw) != len(forms):  # type: ignore[arg-type]
             return None
         sent_at = self._sent_at.get(ctx.round_index)
         bounds = self._bounds.get(node, FIXED_CAPS) if sent_at is not None else FIXED_CAPS
+        least = leasts.get(id(bounds))
+        if least is None:
+            least = leasts[id(bounds)] = tuple(form.least(bounds.least_limits(form.planned)) for form in forms)
         events = []
-        for values, template in zip(raw, templates):  # type: ignore[call-overload]
-            event = planned_within(values, template, bounds.least_limits(template), node=node)
+        for values, form, bound in zip(raw, forms, least):  # type: ignore[call-overload]
+            event = form.within(values, bound, node)
             if event is None:
                 return None
             events.append(event)
