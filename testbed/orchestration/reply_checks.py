@@ -122,8 +122,9 @@ class ReplyChecks:
         """An honest reply's events on the fast path of a round whose nodes' plans are one plan but
         for the node field (contract.planned_batch: a NodeEvents without columns, made once a round
         at its first reply, the source of the nodes' own events): each its plan's for ``node``, its
-        measured numbers within their least bounds (planned_within, as each plan event's PlannedForm). None where the long path
-        decides: another round's shape of plan, the setup, a node not asked, anything else."""
+        measured numbers within their least bounds (planned_within, as each plan event's
+        PlannedForm). None where the long path decides: another round's shape of plan, the setup, a
+        node not asked, anything else."""
         if ctx.round_index == SETUP_ROUND or raw.__class__ is not list:
             return None
         plans = self._round_plans  # one read: the other thread may replace it meanwhile
