@@ -67,6 +67,7 @@ class NodeCosts:
         the channel model, e.g. DWFL's planned events) keeps them as they are, so the ledger holds
         the joules the budget check forecast. Only an event without radio figures (DP-PASGD's) gets
         the device profile's Wi-Fi model (nodes.meters.clock.comm_cost), marked ``measured=False``.
+        The node field is never read: a host charges one plan for the nodes it stepped together.
         """
         charged = []
         for e in events:

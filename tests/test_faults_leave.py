@@ -35,8 +35,8 @@ def _leave_after(monkeypatch, round_index: int, sig: signal.Signals) -> None:
 
     log_release = NodeAgent._log_release  # a host logs every node's release, then makes the replies
 
-    def leaving(self, admitted, out, compute):
-        logged = log_release(self, admitted, out, compute)
+    def leaving(self, admitted, charged):
+        logged = log_release(self, admitted, charged)
         if self.node == LEAVER and admitted.ctx.round_index == round_index:
             os.kill(os.getpid(), sig)
         return logged

@@ -25,7 +25,13 @@ from testbed.util.frozen import frozen
 
 def event_to_dict(event: Event) -> dict:
     """A plain dict of an event (``kind`` plus its fields), for JSON on the wire."""
+    own = event.__dict__
+    if own.keys() == _FIELD_SETS[event.kind]:  # its fields alone, as __init__ and with_fields leave it
+        return {"kind": event.kind, **own}
     return {"kind": event.kind, **{name: getattr(event, name) for name in FIELDS[event.kind]}}
+
+
+_FIELD_SETS = {kind: frozenset(names) for kind, names in FIELDS.items()}
 
 
 # Beyond any physical scale of a noise std or a sensitivity; keeps their squares finite in float64.
