@@ -54,8 +54,9 @@ class Totals:
     mi_epsilon_nats: float = 0.0
 
     def add(self, event: Event) -> None:
+        mine, its = self.__dict__, event.__dict__  # not getattr and setattr: every event of every node
         for total, source in TOTALS_OF.get(event.kind, ()):
-            setattr(self, total, getattr(self, total) + (1 if source is None else getattr(event, source)))
+            mine[total] += 1 if source is None else its[source]
 
     @property
     def bytes_total(self) -> int:
