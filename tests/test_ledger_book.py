@@ -156,6 +156,27 @@ def test_a_batchs_float_columns_are_written_as_their_events_rows(tmp_path_factor
     assert path.read_bytes().decode().endswith(_csv([_row(e) for e in batch.events()]))
 
 
+_EVENTS = st.builds(lambda kind, node, r, x: (ComputeEvent(node, r, 2, compute_s=x) if kind == 0 else
+                                              CommunicationEvent(node, r, 800, 800, energy_j=x) if kind == 1 else
+                                              StraggleEvent(node, r, "deadline")),
+                    st.integers(0, 2), st.integers(0, 5), st.integers(-1, 2), st.sampled_from([0.0, 0.5, 2.0]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_EVENTS, max_size=30))
+def test_batches_of_groups_by_kind_round_and_occurrence(events):
+    """batches_of: one batch per kind, round and occurrence of a node in them, in order of first
+    appearance, each event in exactly one: its grouping without a count per node (every node once
+    per kind and round, a round's replies) is the general one's."""
+    groups: dict[tuple, list] = {}
+    seen: dict[tuple, int] = {}
+    for event in events:
+        key = (type(event), event.round, event.node)
+        groups.setdefault((type(event), event.round, seen.get(key, 0)), []).append(event)
+        seen[key] = seen.get(key, 0) + 1
+    assert [batch.events() for batch in batches_of(events)] == list(groups.values())
+
+
 def _csv(rows) -> str:
     buf = io.StringIO()
     csv.writer(buf).writerows(rows)

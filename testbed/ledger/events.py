@@ -280,6 +280,19 @@ def batches_of(events: Iterable[Event]) -> list[EventBatch]:
         >>> [(b.kind, b.nodes.tolist(), list(b.columns)) for b in bs]
         [('compute', [1, 2], ['local_steps']), ('straggle', [3], [])]
     """
+    events = list(events)
+    by_kind_and_round: dict[tuple, list[Event]] = {}
+    for event in events:
+        key = (event.__class__, event.round)
+        group = by_kind_and_round.get(key)
+        if group is None:
+            by_kind_and_round[key] = [event]
+        else:
+            group.append(event)
+    # Each node once per kind and round (a round's replies): those groups are the batches, in the
+    # order the loop below would give them, found without its count per node and kind.
+    if all(len(group) == len(set(map(_NODE, group))) for group in by_kind_and_round.values()):
+        return [_batch_of(group) for group in by_kind_and_round.values()]
     groups: dict[tuple, list[Event]] = {}
     seen: dict[tuple, int] = {}  # not a Counter: its __missing__ is a Python call for every new node
     for event in events:
@@ -292,17 +305,22 @@ def batches_of(events: Iterable[Event]) -> list[EventBatch]:
             groups[(key, nth)] = [event]
         else:
             group.append(event)
-    batches = []
-    for group in groups.values():
-        first = group[0]
-        fields = FIELDS[first.kind]
-        # Each field's values over the group, read and compared in C (a coordinator charges a
-        # batch of 80 nodes' replies every round).
-        columns = dict(zip(fields, zip(*map(operator.attrgetter(*fields), group))))  # every kind has node, round
-        nodes = np.array(columns.pop("node"), dtype=np.int64)
-        batches.append(EventBatch(first, nodes, {n: np.array(values) for n, values in columns.items()
-                                                 if values.count(values[0]) != len(values)}))
-    return batches
+    return [_batch_of(group) for group in groups.values()]
+
+
+_NODE = operator.attrgetter("node")
+
+
+def _batch_of(group: list[Event]) -> EventBatch:
+    """Events of one kind and round, each of another node, as one batch."""
+    first = group[0]
+    fields = FIELDS[first.kind]
+    # Each field's values over the group, read and compared in C (a coordinator charges a batch of
+    # 80 nodes' replies every round).
+    columns = dict(zip(fields, zip(*map(operator.attrgetter(*fields), group))))  # every kind has node, round
+    nodes = np.array(columns.pop("node"), dtype=np.int64)
+    return EventBatch(first, nodes, {n: np.array(values) for n, values in columns.items()
+                                     if values.count(values[0]) != len(values)})
 
 
 class NodeEvents(Sequence):

@@ -293,8 +293,12 @@ class Inbox:
     def _mark_released(self, charged: dict[tuple[int, int], list[Event]]) -> None:
         """Note what is handed to the runner as charged: a second copy of it (a redelivery, a late
         duplicate, a node's report of the same round) is never charged again."""
+        released = self._released
         for node, round_index in charged:
-            self._released.setdefault(node, RoundSet()).add(round_index)
+            rounds = released.get(node)
+            if rounds is None:  # (not setdefault: its default would be built for every release)
+                rounds = released[node] = RoundSet()
+            rounds.add(round_index)
 
     def _already_charged(self, node: int, round_index: int) -> bool:
         return round_index in self._released.get(node, ()) or (node, round_index) in self._late
