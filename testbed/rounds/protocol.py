@@ -66,9 +66,10 @@ CHANNEL = "channel"
 
 
 class Reply:
-    """A node's answer: ``to`` is COORDINATOR (update, refused) or CHANNEL (signal); ``message`` is
-    its wire message, as bytes or as a :class:`wire.Draft` (an update: a host may send it as a row
-    under a header its other nodes' updates share, testbed.mqtt.shared_header). ``payload`` is its
+    """A node's answer: ``to`` is COORDINATOR (update, refused, ledger report) or CHANNEL (signal);
+    ``message`` is its wire message, as bytes or as a :class:`wire.Draft` (an update or a ledger
+    report: a host may send it as a row under a header its other nodes' share,
+    testbed.mqtt.shared_header). ``payload`` is its
     bytes either way, the same at every ask. Unpacks as ``(to, payload)``."""
 
     __slots__ = ("to", "message")
@@ -245,14 +246,16 @@ _TOTAL_TYPES = {f.name: (int if f.type in ("int", int) else float) for f in data
 
 
 def ledger_report(run: str, session: str, round_index: int, node: int, ledger: NodeLedger,
-                  totals: Totals | None = None) -> bytes:
+                  totals: Totals | None = None) -> wire.Draft:
     """Node → coordinator, answering the stop of round ``round_index``: ``ledger``'s rounds (this
     session's) and ``totals`` (default: the ledger's; a node reports its whole run's, every session
-    it kept, so that the coordinator's summary is raised to what earlier sessions spent too)."""
+    it kept, so that the coordinator's summary is raised to what earlier sessions spent too). Not
+    laid out (``.encode()`` gives its bytes): a host sends its nodes' reports to one stop as rows
+    under one header, as their updates (:class:`Reply`)."""
     totals = {name: getattr(ledger.totals if totals is None else totals, name) for name in _TOTAL_TYPES}
-    return wire.encode({"run": run, "round": max(round_index, 0), "sender": str(node), "kind": LEDGER,
-                        "meta": _meta(session, rounds=[list(iv) for iv in ledger.rounds_logged.intervals],
-                                      totals=totals)})
+    return wire.draft({"run": run, "round": max(round_index, 0), "sender": str(node), "kind": LEDGER,
+                       "meta": _meta(session, rounds=[list(iv) for iv in ledger.rounds_logged.intervals],
+                                     totals=totals)})
 
 
 def report_of(msg: wire.Message) -> LedgerReport:
