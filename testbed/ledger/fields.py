@@ -23,6 +23,9 @@ from testbed.ledger.events import (ADJACENCIES, ALL_FIELDS, EVENT_TYPES, FIELDS,
 from testbed.util.frozen import frozen
 
 
+_FIELD_SETS = {kind: frozenset(names) for kind, names in FIELDS.items()}
+
+
 def event_to_dict(event: Event) -> dict:
     """A plain dict of an event (``kind`` plus its fields), for JSON on the wire."""
     own = event.__dict__
@@ -30,8 +33,6 @@ def event_to_dict(event: Event) -> dict:
         return {"kind": event.kind, **own}
     return {"kind": event.kind, **{name: getattr(event, name) for name in FIELDS[event.kind]}}
 
-
-_FIELD_SETS = {kind: frozenset(names) for kind, names in FIELDS.items()}
 
 
 # Beyond any physical scale of a noise std or a sensitivity; keeps their squares finite in float64.

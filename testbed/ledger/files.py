@@ -63,6 +63,9 @@ def _batch_text(batch: EventBatch) -> str:
     return "".join(map(row_format.format, *(_column_values(values[k]) for k in slots)))
 
 
+_FORMATTED_ONCE_FROM = 16  # rows; below, np.unique costs more than the floats' repr
+
+
 def _column_values(column: np.ndarray) -> list:
     """A batch column's values for its rows' text (formatted with their str): a float column's
     distinct values are formatted once, as text. A float's shortest repr is the costly step (0.65
@@ -74,8 +77,6 @@ def _column_values(column: np.ndarray) -> list:
     bits, rows = np.unique(column.view(np.uint64), return_inverse=True)
     return np.array([str(v) for v in bits.view(np.float64).tolist()], dtype=object)[rows.ravel()].tolist()
 
-
-_FORMATTED_ONCE_FROM = 16  # rows; below, np.unique costs more than the floats' repr
 
 
 def ledger_header() -> str:
