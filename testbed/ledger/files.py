@@ -78,7 +78,6 @@ def _column_values(column: np.ndarray) -> list:
     return np.array([str(v) for v in bits.view(np.float64).tolist()], dtype=object)[rows.ravel()].tolist()
 
 
-
 def ledger_header() -> str:
     """ledger.csv's header line, as :class:`LedgerWriter` writes it."""
     buf = io.StringIO()

@@ -69,8 +69,8 @@ class Reply:
     """A node's answer: ``to`` is COORDINATOR (update, refused, ledger report) or CHANNEL (signal);
     ``message`` is its wire message, as bytes or as a :class:`wire.Draft` (an update or a ledger
     report: a host may send it as a row under a header its other nodes' share,
-    testbed.mqtt.shared_header). ``payload`` is its
-    bytes either way, the same at every ask. Unpacks as ``(to, payload)``."""
+    testbed.mqtt.shared_header). ``payload`` is its bytes either way, the same at every ask.
+    Unpacks as ``(to, payload)``."""
 
     __slots__ = ("to", "message")
 
