@@ -66,7 +66,7 @@ from testbed.data.federated import FederatedData, Split
 from testbed.data.lazy import KeptNodes, LazyFederatedData, training_rows
 from testbed.errors import ConfigError
 from testbed.learning.models import kind_of
-from testbed.ledger.events import Event, NodeEvents, with_fields
+from testbed.ledger.events import Event
 from testbed.ledger.files import LedgerWriter, read_ledger, read_whole_rows
 from testbed.ledger.node import NodeLedger, Totals, merge_sessions
 from testbed.streams.node_secret import NODE_SECRET, RUN_SEED, NodeSecret
@@ -601,22 +601,10 @@ def _step_together(agents: list[NodeAgent], admitted: list[_Admitted]) -> list[p
     if len(ids) > 1:
         share = dataclasses.replace(whole, seconds=whole.seconds / len(ids), energy_j=whole.energy_j / len(ids))
     # Every node's release logged, then every reply (the same code in a row); what raised is that node's.
-    charged = _charged(out, costs, share)
+    charged = costs.charge_by_node(out.events, out.node_ids, share)
     logged = [_or_raised(agent._log_release, a, charged) for agent, a in zip(agents, admitted)]
     return [e if isinstance(e, Exception) else _or_raised(agent._reply, a, out, e)
             for agent, a, e in zip(agents, admitted, logged)]
-
-
-def _charged(out: NodeResult, costs: NodeCosts, compute: Measurement) -> dict[int, list[Event]]:
-    """Each node's events of ``out`` charged with its ``compute`` share (NodeCosts.charge), by node.
-    Where they differ only in their node field (a NodeEvents without columns: a host's nodes
-    stepped on one plan), the plan is charged once and each node gets its copy: charging never
-    reads the node field (4 µs a node less on a host's round)."""
-    events = out.events
-    if isinstance(events, NodeEvents) and not any(batch.columns for batch in events.batches):
-        plan = costs.charge([batch.template for batch in events.batches], compute)
-        return {node: [with_fields(event, node=node) for event in plan] for node in events.nodes.tolist()}
-    return {node: costs.charge(own, compute) for node, own in zip(out.node_ids, events)}
 
 
 def _or_raised(fn: Callable[..., Any], *args: Any) -> Any:

@@ -21,7 +21,7 @@ from nodes.meters.base import Measurement
 from nodes.meters.clock import Pacer, comm_cost, compute_cost
 from nodes.meters.registry import make_meter
 from testbed.devices.profiles import load_profile
-from testbed.ledger.events import CommunicationEvent, ComputeEvent, Event, with_fields
+from testbed.ledger.events import CommunicationEvent, ComputeEvent, Event, NodeEvents, with_fields
 
 
 def has_radio_figures(event: CommunicationEvent) -> bool:
@@ -67,7 +67,8 @@ class NodeCosts:
         the channel model, e.g. DWFL's planned events) keeps them as they are, so the ledger holds
         the joules the budget check forecast. Only an event without radio figures (DP-PASGD's) gets
         the device profile's Wi-Fi model (nodes.meters.clock.comm_cost), marked ``measured=False``.
-        The node field is never read: a host charges one plan for the nodes it stepped together.
+        The node field is never read: a host charges one plan for the nodes it stepped together
+        (:meth:`charge_by_node`).
         """
         charged = []
         for e in events:
@@ -78,6 +79,17 @@ class NodeCosts:
                 e = with_fields(e, airtime_s=airtime_s, energy_j=energy_j, measured=False)
             charged.append(e)
         return charged
+
+    def charge_by_node(self, events: Sequence[Sequence[Event]] | NodeEvents, node_ids: Sequence[int],
+                       compute: Measurement) -> dict[int, list[Event]]:
+        """Each node's ``events`` (a step's, ``node_ids[i]``'s at ``i``) charged with its ``compute``
+        share, by node. Where they differ only in their node field (a NodeEvents without columns: a
+        host's nodes stepped on one plan), the plan is charged once and each node gets its copy:
+        :meth:`charge` never reads the node field (4 µs a node less on a host's round)."""
+        if isinstance(events, NodeEvents) and not any(batch.columns for batch in events.batches):
+            plan = self.charge([batch.template for batch in events.batches], compute)
+            return {node: [with_fields(event, node=node) for event in plan] for node in events.nodes.tolist()}
+        return {node: self.charge(own, compute) for node, own in zip(node_ids, events)}
 
     def charge_modelled(self, events: Sequence[Event], host_cpu_s: float) -> list[Event]:
         """As :meth:`charge` for a node whose step took ``host_cpu_s`` of host CPU in a shared

@@ -1,5 +1,6 @@
 """Radio cost has one owner: the channel model's figures are kept, the device profile fills the rest."""
 
+import numpy as np
 import pytest
 
 from testbed.algorithms import RoundContext
@@ -80,3 +81,25 @@ def test_dp_pasgd_events_get_the_profiles_wifi_model():
     airtime_s, energy_j = comm_cost(want.bytes_up, want.bytes_down, load_profile("pi-4b"))
     assert (got.airtime_s, got.energy_j, got.measured) == (airtime_s, energy_j, False)
     assert got.airtime_s > 0
+
+
+def test_nodes_stepped_on_one_plan_are_charged_as_each_alone():
+    """charge_by_node charges a plan that differs only in the node field once (NodeEvents without
+    columns) and gives each node its copy: the events each node's own charge would give it, and so
+    for nodes whose events differ in more than the node field (the general way)."""
+    from nodes.meters.base import Measurement
+    from testbed.ledger.events import ComputeEvent, EventBatch, GaussianEvent, NodeEvents
+
+    costs = NodeCosts("pi-4b", meter="model")
+    share = Measurement(seconds=2.5e-4, energy_j=1e-3, measured=False, source="model:pi-4b")
+    plan = [ComputeEvent(0, 3, local_steps=5), CommunicationEvent(0, 3, bytes_up=800, bytes_down=800),
+            GaussianEvent(0, 3, sigma=1.0, sensitivity=0.1, count=5)]
+    nodes = [4, 7, 9]
+    one_plan = NodeEvents.uniform(plan, nodes)
+    apart = NodeEvents([EventBatch(plan[0], np.array(nodes), {"local_steps": np.array([5, 6, 7])}),
+                        *(EventBatch(e, np.array(nodes)) for e in plan[1:])], nodes)
+    for events in (one_plan, apart, [list(e) for e in apart]):
+        charged = costs.charge_by_node(events, nodes, share)
+        assert charged == {node: costs.charge(events[i], share) for i, node in enumerate(nodes)}
+        assert all(e.node == node for node, own in charged.items() for e in own)
+    assert charged[9][0].local_steps == 7 and charged[4][1].airtime_s > 0 and charged[7][0].compute_s == 2.5e-4
