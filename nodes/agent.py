@@ -41,7 +41,7 @@ from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
-from nodes.costs import NodeCosts
+from nodes.costs import NodeCosts, charge_by_node
 from nodes.meters.base import Measurement
 from nodes.release_record import ReleaseRecord, input_digest
 from testbed.assembly import assemble, inherited
@@ -601,7 +601,7 @@ def _step_together(agents: list[NodeAgent], admitted: list[_Admitted]) -> list[p
     if len(ids) > 1:
         share = dataclasses.replace(whole, seconds=whole.seconds / len(ids), energy_j=whole.energy_j / len(ids))
     # Every node's release logged, then every reply (the same code in a row); what raised is that node's.
-    charged = costs.charge_by_node(out.events, out.node_ids, share)
+    charged = charge_by_node(costs, out.events, out.node_ids, share)
     logged = [_or_raised(agent._log_release, a, charged) for agent, a in zip(agents, admitted)]
     return [e if isinstance(e, Exception) else _or_raised(agent._reply, a, out, e)
             for agent, a, e in zip(agents, admitted, logged)]

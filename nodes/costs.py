@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 from nodes.meters.base import Measurement
 from nodes.meters.clock import Pacer, comm_cost, compute_cost
@@ -68,7 +68,7 @@ class NodeCosts:
         the joules the budget check forecast. Only an event without radio figures (DP-PASGD's) gets
         the device profile's Wi-Fi model (nodes.meters.clock.comm_cost), marked ``measured=False``.
         The node field is never read: a host charges one plan for the nodes it stepped together
-        (:meth:`charge_by_node`).
+        (:func:`charge_by_node`).
         """
         charged = []
         for e in events:
@@ -80,17 +80,6 @@ class NodeCosts:
             charged.append(e)
         return charged
 
-    def charge_by_node(self, events: Sequence[Sequence[Event]] | NodeEvents, node_ids: Sequence[int],
-                       compute: Measurement) -> dict[int, list[Event]]:
-        """Each node's ``events`` (a step's, ``node_ids[i]``'s at ``i``) charged with its ``compute``
-        share, by node. Where they differ only in their node field (a NodeEvents without columns: a
-        host's nodes stepped on one plan), the plan is charged once and each node gets its copy:
-        :meth:`charge` never reads the node field (4 µs a node less on a host's round)."""
-        if isinstance(events, NodeEvents) and not any(batch.columns for batch in events.batches):
-            plan = self.charge([batch.template for batch in events.batches], compute)
-            return {node: [with_fields(event, node=node) for event in plan] for node in events.nodes.tolist()}
-        return {node: self.charge(own, compute) for node, own in zip(node_ids, events)}
-
     def charge_modelled(self, events: Sequence[Event], host_cpu_s: float) -> list[Event]:
         """As :meth:`charge` for a node whose step took ``host_cpu_s`` of host CPU in a shared
         process (sim mode): seconds and joules from the profile's model."""
@@ -99,3 +88,18 @@ class NodeCosts:
 
     def close(self) -> None:
         self.meter.close()
+
+
+def charge_by_node(costs: Any, events: Sequence[Sequence[Event]] | NodeEvents, node_ids: Sequence[int],
+                   compute: Measurement) -> dict[int, list[Event]]:
+    """Each node's ``events`` (a step's: ``node_ids[i]``'s at ``i``) charged with its ``compute``
+    share by ``costs`` (a :class:`NodeCosts`, or a board's: anything with ``charge``), by node.
+    Where they differ only in their node field (a NodeEvents without columns: a host's nodes
+    stepped on one plan) and ``costs`` is a NodeCosts, whose :meth:`NodeCosts.charge` never reads
+    the node field, the plan is charged once and each node gets its copy (4 µs a node less on a
+    host's round)."""
+    if isinstance(costs, NodeCosts) and isinstance(events, NodeEvents) \
+            and not any(batch.columns for batch in events.batches):
+        plan = costs.charge([batch.template for batch in events.batches], compute)
+        return {node: [with_fields(event, node=node) for event in plan] for node in events.nodes.tolist()}
+    return {node: costs.charge(own, compute) for node, own in zip(node_ids, events)}

@@ -86,9 +86,11 @@ def test_dp_pasgd_events_get_the_profiles_wifi_model():
 def test_nodes_stepped_on_one_plan_are_charged_as_each_alone():
     """charge_by_node charges a plan that differs only in the node field once (NodeEvents without
     columns) and gives each node its copy: the events each node's own charge would give it, and so
-    for nodes whose events differ in more than the node field (the general way)."""
+    for nodes whose events differ in more than the node field (the general way); costs of another
+    kind (a board's) charge each node's own events."""
+    from nodes.costs import charge_by_node
     from nodes.meters.base import Measurement
-    from testbed.ledger.events import ComputeEvent, EventBatch, GaussianEvent, NodeEvents
+    from testbed.ledger.events import ComputeEvent, EventBatch, GaussianEvent, NodeEvents, with_fields
 
     costs = NodeCosts("pi-4b", meter="model")
     share = Measurement(seconds=2.5e-4, energy_j=1e-3, measured=False, source="model:pi-4b")
@@ -99,7 +101,14 @@ def test_nodes_stepped_on_one_plan_are_charged_as_each_alone():
     apart = NodeEvents([EventBatch(plan[0], np.array(nodes), {"local_steps": np.array([5, 6, 7])}),
                         *(EventBatch(e, np.array(nodes)) for e in plan[1:])], nodes)
     for events in (one_plan, apart, [list(e) for e in apart]):
-        charged = costs.charge_by_node(events, nodes, share)
+        charged = charge_by_node(costs, events, nodes, share)
         assert charged == {node: costs.charge(events[i], share) for i, node in enumerate(nodes)}
         assert all(e.node == node for node, own in charged.items() for e in own)
     assert charged[9][0].local_steps == 7 and charged[4][1].airtime_s > 0 and charged[7][0].compute_s == 2.5e-4
+
+    class BoardLike:  # a board's costs: its own charge, which may read anything of an event
+        def charge(self, events, compute):
+            return [with_fields(e, cost_units=float(e.node)) if e.kind == "compute" else e for e in events]
+
+    charged = charge_by_node(BoardLike(), one_plan, nodes, share)
+    assert [charged[n][0].cost_units for n in nodes] == [4.0, 7.0, 9.0]
