@@ -42,7 +42,6 @@ from typing import Any, Callable, Protocol, Sequence
 import numpy as np
 
 from nodes.costs import NodeCosts, charge_by_node
-from nodes.meters.base import Measurement
 from nodes.release_record import ReleaseRecord, input_digest
 from testbed.assembly import assemble, inherited
 from testbed.mqtt import wire

@@ -43,7 +43,7 @@ import dataclasses
 import hashlib
 import re
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping, NamedTuple, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
