@@ -24,8 +24,11 @@ demo: $(VENV)/.core-installed
 	$(BIN)/testbed run experiments/quickstart.toml
 
 # -rs: each skip and its reason at the end (under CI=true a missing tool fails instead: tests/conftest.py)
+# The suite on the machine's cores (pytest-xdist): one worker per core, at most four (each may start
+# brokers, hosts and boards of its own); TEST_WORKERS=0 runs it in this process, one test at a time.
+TEST_WORKERS ?= auto
 test: $(VENV)/.test-installed
-	$(BIN)/python -m pytest -q -rs
+	$(BIN)/python -m pytest -q -rs -n $(TEST_WORKERS) --maxprocesses 4
 
 # The contract's sim-equals-MQTT tests of every algorithm once more with paho's plain client
 # (TESTBED_MQTT_SPEEDUPS=0, testbed/mqtt/fence.py): the speed layer changes no result. CI runs it.

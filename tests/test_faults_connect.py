@@ -43,7 +43,7 @@ def _refused(scheme: str = "mqtt") -> str:
     (_refused("mqtts"), "connection refused for 3 s (nothing listens on port"),
     (f"mqtt://{UNKNOWN_HOST}:1883", f"unknown host '{UNKNOWN_HOST}'"),
     (f"mqtts://{UNKNOWN_HOST}:8883", f"unknown host '{UNKNOWN_HOST}'"),
-])
+], ids=["refused", "refused-tls", "unknown-host", "unknown-host-tls"])
 def test_a_client_learns_in_one_line_within_seconds_not_at_its_timeout(url, said):
     start = time.monotonic()
     with pytest.raises(UserError) as err:
@@ -53,7 +53,7 @@ def test_a_client_learns_in_one_line_within_seconds_not_at_its_timeout(url, said
     assert took < FAST_S
 
 
-@pytest.mark.parametrize("url", [_refused(), f"mqtt://{UNKNOWN_HOST}:1883"])
+@pytest.mark.parametrize("url", [_refused(), f"mqtt://{UNKNOWN_HOST}:1883"], ids=["refused", "unknown-host"])
 def test_the_coordinator_learns_in_one_line_within_seconds(tmp_path, small_config_text, url, board_keys):
     config = load_config_text(small_config_text.replace("[output]", f'[mqtt]\nbroker_url = "{url}"\n'
                                                         f'emulated = false\nconnect_timeout_s = 60\n'
@@ -72,7 +72,7 @@ def test_the_coordinator_learns_in_one_line_within_seconds(tmp_path, small_confi
 @pytest.mark.parametrize("broker, said", [
     (_refused(), "connection refused for 3 s"),
     (f"mqtts://{UNKNOWN_HOST}:8883", "unknown host"),
-])
+], ids=["refused", "unknown-host-tls"])
 def test_node_and_bridge_say_connecting_then_fail_in_one_line(tmp_path, command, broker, said, board_keys):
     start = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "testbed", *command, "--broker", broker,
