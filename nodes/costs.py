@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
-from typing import Any, Iterator, Sequence
+from typing import Iterator, Protocol, Sequence
 
 from nodes.meters.base import Measurement
 from nodes.meters.clock import Pacer, comm_cost, compute_cost
@@ -90,10 +90,17 @@ class NodeCosts:
         self.meter.close()
 
 
-def charge_by_node(costs: Any, events: Sequence[Sequence[Event]] | NodeEvents, node_ids: Sequence[int],
+class Charging(Protocol):
+    """What charges a node's step: a :class:`NodeCosts`, or a board's costs
+    (firmware_bridge.costs.BoardCosts)."""
+
+    def charge(self, events: Sequence[Event], compute: Measurement) -> list[Event]: ...
+
+
+def charge_by_node(costs: Charging, events: Sequence[Sequence[Event]] | NodeEvents, node_ids: Sequence[int],
                    compute: Measurement) -> dict[int, list[Event]]:
     """Each node's ``events`` (a step's: ``node_ids[i]``'s at ``i``) charged with its ``compute``
-    share by ``costs`` (a :class:`NodeCosts`, or a board's: anything with ``charge``), by node.
+    share by ``costs`` (:class:`Charging`), by node.
     Where they differ only in their node field (a NodeEvents without columns: a host's nodes
     stepped on one plan) and ``costs`` is a NodeCosts, whose :meth:`NodeCosts.charge` never reads
     the node field, the plan is charged once and each node gets its copy (4 µs a node less on a
