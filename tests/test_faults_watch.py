@@ -598,15 +598,17 @@ def test_a_failure_of_the_reader_is_one_warning_and_on_the_page(real_run, tmp_pa
     run = copy_run(real_run, tmp_path / "run")
     with serving(run) as (port, app):
         stream = _open_stream(port)  # an open page is told too, not only a new one
-        poll, calls = app.feed.poll, []
+        poll, calls, seen = app.feed.poll, [], threading.Event()
 
-        def failing_once():
+        def failing_until_seen():
+            # The second poll fails, and so does every one after it until the test has seen the
+            # error: a poll every 50 ms would otherwise clear it before a loaded machine looks.
             calls.append(1)
-            if len(calls) == 2:
+            if len(calls) >= 2 and not seen.is_set():
                 raise error
             return poll()
 
-        app.feed.poll = failing_once
+        app.feed.poll = failing_until_seen
         deadline = time.monotonic() + 30.0  # a deadline, not a count of waits: a loaded machine polls late
         while time.monotonic() < deadline:
             errors = json.loads(get(port, "/api/snapshot")[1])["run"]["errors"]
@@ -618,6 +620,9 @@ def test_a_failure_of_the_reader_is_one_warning_and_on_the_page(real_run, tmp_pa
         while b'"watch":"reading the run failed' not in told:
             told += stream.recv(65536)  # times out (a failure) if the page is never told
         stream.close()
+        while len(calls) < 4:  # the failure repeated: still logged once (below)
+            threading.Event().wait(0.05)
+        seen.set()
         deadline = time.monotonic() + 30.0  # the next poll succeeds: the page is current again, and says so
         while time.monotonic() < deadline:
             errors = json.loads(get(port, "/api/snapshot")[1])["run"]["errors"]

@@ -95,12 +95,16 @@ class WatchApp:
             await asyncio.to_thread(self._on_stop)
 
     async def _poll_forever(self) -> None:
+        said: str | None = None  # the failure last logged: one that repeats every poll is logged once
         while True:
             try:
                 await self._poll_once()
+                said = None
             except Exception as exc:  # the feed checks what it reads; this is a bug, not a file
                 what = f"reading the run failed: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
-                log.warning("%s: %s", self.feed.run_dir, what)
+                if what != said:
+                    log.warning("%s: %s", self.feed.run_dir, what)
+                    said = what
                 with contextlib.suppress(Exception):  # on the pages too, not only here, if it can be
                     self._send(await self._feed(lambda: self.feed.reading_failed(what)))
             await asyncio.sleep(self.poll_s)
