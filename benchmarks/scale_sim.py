@@ -36,16 +36,14 @@ Usage: python benchmarks/scale_sim.py [--repeats 3] [--only 10k|1m|files] [--pla
 from __future__ import annotations
 
 import argparse
-import compileall
 import contextlib
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
-from typing import Iterator
+
+from timing import REPO, compile_project, timed, worktree
 
 HERE = Path(__file__).resolve().parent
 TESTBED = [sys.executable, "-m", "testbed"]
@@ -67,16 +65,11 @@ EAGER = [sys.executable, "-c", "import sys, testbed.assembly.assemble as a; a.ho
                                "from testbed.cli import main; sys.exit(main())"]
 
 
-def measured(cmd: list[str], env: dict[str, str] | None = None, cwd: Path = HERE.parent) -> tuple[float, float, float]:
-    """(wall s, CPU s user + system, peak RSS in GB) of one child process; the CPU time tells a
-    busy shared machine (wall >> CPU) from a slow run."""
-    start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, cwd=cwd, env=env)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - start
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"failed: {' '.join(cmd)}")
-    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024 / 1e9
+def measured(cmd: list[str], env: dict[str, str] | None = None, tree: Path = REPO) -> tuple[float, float, float]:
+    """(wall s, CPU s user + system, peak RSS in GB) of one child process run from ``tree``; the
+    CPU time tells a busy shared machine (wall >> CPU) from a slow run."""
+    t = timed(cmd, tree, env)
+    return t.wall_s, t.cpu_s, t.peak_rss_mb * 2**20 / 1e9
 
 
 def load_average() -> str:
@@ -87,7 +80,7 @@ def job(name: str, sets: list[str], repeats: int, tmp: str, wall_target: float, 
         against: tuple[str, Path] | None = None) -> None:
     """``repeats`` runs of the job (with ``against`` = (REV, its worktree): as many of REV's,
     alternated with them), medians and ratios printed."""
-    sides = [("this tree", HERE.parent)] + ([against] if against else [])
+    sides = [("this tree", REPO)] + ([against] if against else [])
     runs: dict[str, list[tuple[float, float, float]]] = {label: [] for label, _ in sides}
     before = load_average()
     for i in range(repeats):
@@ -96,7 +89,7 @@ def job(name: str, sets: list[str], repeats: int, tmp: str, wall_target: float, 
                               f"{tmp}/{i}-{len(runs[label])}-{name[:9].replace(' ', '')}-{label[:4]}"]
             for s in sets:
                 args += ["--set", s]
-            runs[label].append(measured(args, dict(os.environ, PYTHONPATH=str(tree)), cwd=tree))
+            runs[label].append(measured(args, tree=tree))
     for label, _ in sides:
         walls, cpus, rss = ([r[k] for r in runs[label]] for k in range(3))
         wall, cpu, peak = statistics.median(walls), statistics.median(cpus), statistics.median(rss)
@@ -113,19 +106,6 @@ def job(name: str, sets: list[str], repeats: int, tmp: str, wall_target: float, 
             print(f"{' ' * len(name)}  this tree / {rev}: {what} {statistics.median(ratios):.2f} "
                   f"(median of {repeats} alternated pairs: {', '.join(f'{r:.2f}' for r in ratios)})")
     print(f"{' ' * len(name)}  {before} before, {load_average()} after")
-
-
-@contextlib.contextmanager
-def worktree(rev: str, tmp: str) -> Iterator[tuple[str, Path]]:
-    """(REV, a detached git worktree of it under ``tmp``), removed on the way out."""
-    path = Path(tmp) / "against"
-    subprocess.run(["git", "-C", str(HERE.parent), "worktree", "add", "--detach", "--quiet", str(path), rev],
-                   check=True)
-    try:
-        compileall.compile_dir(path, quiet=1)  # its first run must not pay for its bytecode
-        yield rev, path
-    finally:
-        subprocess.run(["git", "-C", str(HERE.parent), "worktree", "remove", "--force", str(path)], check=False)
 
 
 def write_mnist_like(folder: Path, seed: int = 0) -> None:
@@ -176,7 +156,7 @@ def main() -> None:
     parser.add_argument("--plain", action="store_true", help="also job 1 as J1 has it: float64, every node evaluated")
     parser.add_argument("--against", metavar="REV", help="jobs 1 and 2 alternated with a git worktree of REV: the ratio")
     args = parser.parse_args()
-    compileall.compile_dir(HERE.parent / "testbed", quiet=1)
+    compile_project()
     with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         against = stack.enter_context(worktree(args.against, tmp)) if args.against else None
         if args.only in (None, "10k"):
