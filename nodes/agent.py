@@ -364,20 +364,16 @@ class NodeAgent:
         self.releases.record(_scope(msg.run, admitted.experiment.key), msg.kind, admitted.ctx.round_index, admitted.digest)
         return self._log(admitted.ledger, admitted.writer, events)
 
-    def _reply(self, admitted: _Admitted, out: NodeResult, events: list[Event]) -> protocol.Reply:
-        """The reply to an admitted round, its release logged (``events``): its row of ``out``."""
+    def _transmit(self, admitted: _Admitted, out: NodeResult, events: list[Event]) -> protocol.Reply:
+        """The reply to an admitted over-the-air round, its release logged (``events``): its row of
+        ``out``'s signal to the channel, what it keeps for the channel's answer kept."""
         msg, session, r = admitted.msg, admitted.session, admitted.ctx.round_index
         i = out.node_ids.index(self.node)
         metrics = {name: float(value[i]) for name, value in out.metrics.items()}
-        if admitted.experiment.over_the_air:
-            carry = {name: value[i:i + 1] for name, value in out.carry.items()}
-            self._transmitted = _Transmitted(msg.run, session, admitted.ctx, admitted.experiment, carry, events,
-                                             metrics)
-            return self._keep(msg, session, r, protocol.Reply(protocol.CHANNEL, protocol.signal(
-                msg.run, session, r, self.node, out.tensors["signal"][i])))
-        kind = protocol.SETUP_UPDATE if msg.kind == protocol.SETUP else protocol.UPDATE
-        return self._keep(msg, session, r, protocol.Reply(protocol.COORDINATOR, protocol.update_draft(
-            msg.run, session, r, self.node, out.rows(self.node), events, metrics, kind=kind)))
+        carry = {name: value[i:i + 1] for name, value in out.carry.items()}
+        self._transmitted = _Transmitted(msg.run, session, admitted.ctx, admitted.experiment, carry, events, metrics)
+        return self._keep(msg, session, r, protocol.Reply(protocol.CHANNEL, protocol.signal(
+            msg.run, session, r, self.node, out.tensors["signal"][i])))
 
     def _received(self, msg: wire.Message) -> protocol.Reply | None:
         sent = self._transmitted
@@ -566,8 +562,8 @@ def step_nodes(agents: Sequence[NodeAgent], msgs: Sequence[wire.Message]) -> lis
         paced = isinstance(agent.costs, NodeCosts) and agent.costs.pacer.enabled
         alone = exp.over_the_air or not kind_of(exp.config.model.kind).stacks_exactly or paced \
             or agent.shared is None or agent.secret is not None
-        key = (i,) if alone else (exp.key, id(agent.shared), id(agent.costs), admitted.session, ctx.round_index,
-                                  ctx.expected, tuple(admitted.msg.tensors))
+        key = (i,) if alone else (exp.key, id(agent.shared), id(agent.costs), admitted.msg.run, admitted.session,
+                                  ctx.round_index, ctx.expected, tuple(admitted.msg.tensors))
         groups.setdefault(key, []).append((i, agent, admitted))
     for group in groups.values():
         try:
@@ -602,8 +598,33 @@ def _step_together(agents: list[NodeAgent], admitted: list[_Admitted]) -> list[p
     # Every node's release logged, then every reply (the same code in a row); what raised is that node's.
     charged = charge_by_node(costs, out.events, out.node_ids, share)
     logged = [_or_raised(agent._log_release, a, charged) for agent, a in zip(agents, admitted)]
-    return [e if isinstance(e, Exception) else _or_raised(agent._reply, a, out, e)
-            for agent, a, e in zip(agents, admitted, logged)]
+    if exp.over_the_air:
+        return [e if isinstance(e, Exception) else _or_raised(agent._transmit, a, out, e)
+                for agent, a, e in zip(agents, admitted, logged)]
+    return _updates(agents, admitted, out, logged)
+
+
+def _updates(agents: list[NodeAgent], admitted: list[_Admitted], out: NodeResult,
+             logged: list[list[Event] | Exception]) -> list[protocol.Reply | Exception]:
+    """Each node's update (or setup update) to the round its group stepped, its release logged
+    (``logged``: its events, or what raised), kept for a second ask: its row of ``out``, drafted
+    with the group's others (protocol.update_drafts: one check of what the rows share). A group is
+    one run, session, round and kind (step_nodes)."""
+    first = admitted[0]
+    ok = [k for k, events in enumerate(logged) if not isinstance(events, Exception)]
+    rows = [out.node_ids.index(agents[k].node) for k in ok]
+    every = rows == list(range(len(out.node_ids)))  # the usual group: its rows as they are, no copy
+    kind = protocol.SETUP_UPDATE if first.msg.kind == protocol.SETUP else protocol.UPDATE
+    drafts = protocol.update_drafts(
+        first.msg.run, first.session, first.ctx.round_index, [agents[k].node for k in ok],
+        {name: value if every else value[rows] for name, value in out.tensors.items()}, [logged[k] for k in ok],
+        {name: value if every else value[rows] for name, value in out.metrics.items()}, kind)
+    replies: list[protocol.Reply | Exception] = list(logged)  # type: ignore[arg-type]  # the raised kept
+    for k, draft in zip(ok, drafts):
+        a = admitted[k]
+        replies[k] = draft if isinstance(draft, Exception) else \
+            agents[k]._keep(a.msg, a.session, a.ctx.round_index, protocol.Reply(protocol.COORDINATOR, draft))
+    return replies
 
 
 def _or_raised(fn: Callable[..., Any], *args: Any) -> Any:

@@ -177,6 +177,18 @@ def update_draft(run: str, session: str, round_index: int, node: int, tensors: M
                                      metrics={k: float(v) for k, v in (metrics or {}).items()})}, tensors)
 
 
+def update_drafts(run: str, session: str, round_index: int, nodes: Sequence[int],
+                  tensors: Mapping[str, np.ndarray], events: Sequence[Sequence[Event]],
+                  metrics: Mapping[str, np.ndarray] | None = None, kind: str = UPDATE) -> list[wire.Draft | wire.WireError]:
+    """:func:`update_draft` of each of ``nodes`` (row ``i`` of every stacked tensor and metric,
+    ``events[i]``), drafted together (wire.drafts): a host's replies to one round. A node whose
+    row fails its checks (a non-finite value) is its WireError."""
+    rows = [(str(node), _meta(session, events=[event_to_dict(e) for e in node_events],
+                              metrics={k: float(v[i]) for k, v in (metrics or {}).items()}))
+            for i, (node, node_events) in enumerate(zip(nodes, events))]
+    return wire.drafts({"run": run, "round": max(round_index, 0), "kind": kind}, rows, tensors)
+
+
 def refused(run: str, session: str, round_index: int, node: int, budget: str, would_be: float,
             limit: float) -> bytes:
     """Node → coordinator: the node will not run this round, it would break ``budget``."""
