@@ -283,7 +283,9 @@ class NodeAgent:
         expected = protocol.expected_of(msg)
         if self.node not in expected:
             return None  # an emulated straggler this round: it does nothing, costs nothing
-        secrets = None if self.secret is None else {self.node: self.secret.for_run(_scope(msg.run, exp.key))}
+        if self.secret is None:
+            return _public_context(msg, round_index, exp.config.run.seed, exp.config.data.num_nodes)
+        secrets = {self.node: self.secret.for_run(_scope(msg.run, exp.key))}
         return RoundContext(round_index, exp.config.run.seed, exp.config.data.num_nodes, expected, secrets=secrets)
 
     def _step(self, msg: wire.Message) -> protocol.Reply | None:
@@ -637,6 +639,12 @@ def _or_raised(fn: Callable[..., Any], *args: Any) -> Any:
 def _train(data: FederatedData | LazyFederatedData, node_ids: list[int]) -> Split:
     """The training rows of ``node_ids``: all of ``data``'s (a node's own), made (kept by its host) if lazy."""
     return data.nodes(node_ids, ("train",)).train if isinstance(data, LazyFederatedData) else data.train
+
+
+@remember_last  # a host's nodes read one broadcast: one context for every node without a secret
+def _public_context(msg: wire.Message, round_index: int, seed: int, num_nodes: int) -> RoundContext:
+    """The round context of ``msg`` for a node whose draws the run's seed keys (no secret of its own)."""
+    return RoundContext(round_index, seed, num_nodes, protocol.expected_of(msg))
 
 
 @remember_last  # a host's nodes read one broadcast: checked once
