@@ -110,16 +110,17 @@ def test_every_scenario_runs_the_learner_and_privacy_of_its_base_file_and_free_s
 
 
 def test_report_only_rewrites_the_report_from_the_data():
+    """Written anew (a new file in its place) and exactly as committed; never overwritten with
+    anything else here, as other tests read it meanwhile."""
     report = FOLDER / "REPORT.md"
-    committed = report.read_bytes()
+    committed, inode = report.read_bytes(), report.stat().st_ino
     figures = {p: p.read_bytes() for p in FOLDER.glob("fig_*.png")}
     try:
-        report.write_text("stale\n")
         done = subprocess.run([sys.executable, "experiments/scene/reproduce.py", "--report-only"], cwd=ROOT,
                               capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr[-2000:]
-        assert report.read_bytes() == committed
-    finally:
-        report.write_bytes(committed)
-        for p, content in figures.items():
-            p.write_bytes(content)
+        assert report.stat().st_ino != inode and report.read_bytes() == committed
+    finally:  # only what came out otherwise is put back
+        for p, content in {report: committed, **figures}.items():
+            if p.read_bytes() != content:
+                p.write_bytes(content)

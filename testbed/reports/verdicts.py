@@ -40,6 +40,7 @@ from typing import Any, Literal
 import numpy as np
 
 from testbed.util import jsontext
+from testbed.util.appendlog import write_atomic
 
 from testbed.reports.stats import (CONFIDENCE, MOST_SEEDS, holm, min_detectable_effect_in_family, paired_t,
                                    seeds_for_effect, spearman, spearman_p, within_cluster_spearman)
@@ -344,7 +345,8 @@ def recording() -> Iterator[list[Family]]:
 
 def write_report(path: Path, text: str, families: Sequence[Family]) -> None:
     """Write a REPORT and, beside it (REPORT.md → REPORT.verdicts.json), every claim of its families with
-    its inputs and verdict: what tests/test_referee.py recomputes with plain scipy."""
+    its inputs and verdict: what tests/test_referee.py recomputes with plain scipy. Each file is
+    replaced whole (a reader sees the old one or the new, never half of one)."""
     record = []
     for f in families:
         verdicts = f.close()
@@ -352,9 +354,10 @@ def write_report(path: Path, text: str, families: Sequence[Family]) -> None:
             {**inputs, "word": v.word, "n": v.n, "effect": v.effect, "ci_low": v.ci_low, "ci_high": v.ci_high,
              "p": v.p, "p_adjusted": v.p_adjusted, "text": v.markdown()}
             for inputs, v in zip(f._inputs, verdicts)]})
-    Path(path).write_text(text)
-    Path(path).with_suffix(".verdicts.json").write_text(
-        jsontext.dumps(jsontext.finite(record), ensure_ascii=False, indent=None, separators=(",", ":")) + "\n")
+    write_atomic(Path(path), text.encode(), sync=False)
+    write_atomic(Path(path).with_suffix(".verdicts.json"), (
+        jsontext.dumps(jsontext.finite(record), ensure_ascii=False, indent=None, separators=(",", ":")) + "\n").encode(),
+        sync=False)
 
 
 def fill_all(text: str, families: Sequence[Family]) -> str:
