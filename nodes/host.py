@@ -54,7 +54,8 @@ from testbed.rounds import protocol
 from testbed.util.extras import missing_package_message
 from testbed.util.threads import limit_blas_threads
 
-from nodes.agent import STEPPED, NodeAgent, NodeProtocol, SharedExperiment, step_nodes
+from nodes.agent import STEPPED, NodeAgent, NodeProtocol, step_nodes
+from nodes.shared_experiment import SharedExperiment
 from nodes.costs import NodeCosts
 from nodes.round_fence import RoundFence
 from nodes.state_lines import StateLines

@@ -48,7 +48,7 @@ NOT_READY = "not ready within"
 def _slow_build(monkeypatch, delay_s: float) -> None:
     """Every emulated host's first build of the experiment takes ``delay_s`` longer (the hosts are
     forked from this process: they inherit the patch)."""
-    from nodes.agent import SharedExperiment
+    from nodes.shared_experiment import SharedExperiment
 
     built = SharedExperiment._built_for
 

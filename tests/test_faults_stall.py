@@ -24,7 +24,8 @@ from hypothesis import given, settings, strategies as st
 from firmware_bridge.agent import BridgeAgent
 from firmware_bridge.virtual import HostBoard
 from nodes import host
-from nodes.agent import NodeAgent, SharedExperiment
+from nodes.agent import NodeAgent
+from nodes.shared_experiment import SharedExperiment
 from nodes.host import _loop
 from nodes.round_fence import RoundFence, round_order
 from testbed.algorithms.contract import RoundContext

@@ -13,9 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import nodes.agent as agent_module
+import nodes.shared_experiment as shared_module
 import testbed.data.synthetic as synthetic
-from nodes.agent import NodeAgent, SharedExperiment, step_nodes
+from nodes.agent import NodeAgent, step_nodes
+from nodes.shared_experiment import SharedExperiment
 from nodes.costs import NodeCosts
 from testbed.assembly import assemble
 from testbed.assembly.config import load_config_text, replace, to_toml
@@ -90,8 +91,8 @@ def test_a_lazy_hosts_nodes_make_their_rows_when_first_stepped_with_the_eager_ho
         small_config_text, monkeypatch):
     text = to_toml(_sampled(small_config_text))
     asked: list[list[int]] = []
-    load = agent_module.load_data
-    monkeypatch.setattr(agent_module, "load_data", lambda d, seed, nodes=None, **kw: asked.append(list(nodes or []))
+    load = shared_module.load_data
+    monkeypatch.setattr(shared_module, "load_data", lambda d, seed, nodes=None, **kw: asked.append(list(nodes or []))
                         or load(d, seed, nodes=nodes, **kw))
 
     def host(lazy: bool) -> list[NodeAgent]:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from nodes.agent import NodeAgent, SharedExperiment, step_nodes
+from nodes.agent import NodeAgent, step_nodes
+from nodes.shared_experiment import SharedExperiment
 from nodes.costs import NodeCosts
 from testbed.assembly.config import load_config_text, to_toml
 from testbed.ledger.fields import MEASURED_FIELDS

@@ -16,7 +16,8 @@ import numpy as np
 from hypothesis import given, settings, strategies as st
 
 import nodes.agent as agent_module
-from nodes.agent import NodeAgent, SharedExperiment, step_nodes
+from nodes.agent import NodeAgent, step_nodes
+from nodes.shared_experiment import SharedExperiment
 from testbed.assembly.config import load_config_text, to_toml
 from testbed.ledger.events import GaussianEvent
 from testbed.ledger.fields import event_from_dict

@@ -50,8 +50,9 @@ def holds_lazily(config: Config) -> bool:
     that does neither (regression) is held whole. In sim the run's process then holds the rows of
     a round's sampled nodes only; over MQTT the coordinator (which steps no node) holds none but
     the evaluated nodes' (testbed.assembly.evaluation), and an emulated host makes its nodes' rows
-    when they are first asked (nodes.agent.SharedExperiment): memory follows the sampled and the
-    evaluated nodes, not N, and a run evaluates, plans and steps on the same rows in either mode."""
+    when they are first asked (nodes.shared_experiment.SharedExperiment): memory follows the
+    sampled and the evaluated nodes, not N, and a run evaluates, plans and steps on the same rows
+    in either mode."""
     reg = data_registry.get(config.data.dataset)
     return config.client_sampling.method != "all" and (reg.lazy is not None or reg.source_files is not None)
 
