@@ -8,6 +8,7 @@ carrier (a host) or anyone on the broker would send them."""
 
 from __future__ import annotations
 
+import time
 from types import SimpleNamespace
 
 import numpy as np
@@ -192,3 +193,39 @@ def _one_side(alg, together: bool, asked: tuple[int, ...], r: int, items: list, 
         for item in inbound:
             nodes._on_inbound(item)
     return _state(nodes)
+
+
+def test_a_release_whose_events_are_not_the_plan_is_charged_at_its_bounds(alg):
+    """An emulated node (its profile declared) whose update's events are not the plan (a forger of
+    its own figures, or a bug) released all the same: it is charged the plan, its seconds and joules
+    at their bounds for the round's window as it stood when the reply came (above anything it could
+    have spent), never below the most it reported before; in its round, and when late."""
+    nodes = _coordinator(alg)
+    asked, W = (3, 4), np.full((10, 10), 0.02)
+
+    def open_round(r: int) -> RoundContext:
+        ctx = RoundContext(r, 0, 100, asked)
+        nodes._remember(ctx)
+        nodes._open_round, nodes._sent = r + 1, {n: {"W": W} for n in asked}
+        nodes._sent_at[r] = time.monotonic() - 2.0  # open two seconds when the replies come
+        nodes._collecting = Collection(ctx, nodes.alg.uplink_spec(), nodes._metric_spec, protocol.UPDATE,
+                                       outstanding=set(asked))
+        return ctx
+
+    ctx = open_round(1)
+    nodes._on_inbound(_reply(nodes, ctx, 3, "honest", W))  # node 4 says nothing in round 1
+    ctx = open_round(2)
+    nodes._on_inbound(_reply(nodes, ctx, 3, "bad_events", W))
+    nodes._on_inbound(_reply(nodes, RoundContext(1, 0, 100, asked), 4, "bad_events", W))  # round 1's, late
+    bounds = nodes._bounds[3]
+    assert bounds.device is not None
+    for charged, planned in ((nodes._collecting.content_refused[3], nodes.alg.planned_events(3, ctx)),
+                             (nodes._late[(4, 1)], nodes.alg.planned_events(4, RoundContext(1, 0, 100, asked)))):
+        assert [e.kind for e in charged] == [e.kind for e in planned]
+        for event, plan in zip(charged, planned):
+            least = bounds.limits(plan, 2.0)  # the window was at least two seconds open
+            assert least == {} or all(getattr(event, name) >= bound for name, bound in least.items()), event
+            assert all(getattr(event, name) == getattr(plan, name) for name in ("node", "round", "kind")
+                       if hasattr(plan, name))
+    compute = [e for e in nodes._collecting.content_refused[3] if e.kind == "compute"]
+    assert compute and compute[0].compute_s >= 2.0 and compute[0].energy_j >= nodes._costliest[3, "compute"]["energy_j"]

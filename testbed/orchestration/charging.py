@@ -90,7 +90,8 @@ def released(ctx: RoundContext, answers: Mapping[int, tuple[object, list[Event],
     as a WireEvent beside them). A release without a usable answer is charged the plan: a
     transmission heard although its update never came (the node died after transmitting), or an
     update refused for its content (a noisy tensor was released all the same, whatever its events
-    said: ``content_refused``'s events when they were the plan)."""
+    said: ``content_refused``'s, its events when they were the plan, else the plan at the bounds of
+    the round's window)."""
     r = ctx.round_index
     charged: dict[tuple[int, int], list[Event]] = {}
     for node in sorted(set(heard) | (set(content_refused) - set(answers))):

@@ -228,7 +228,9 @@ class Inbox:
         good one comes, and what it released charged (lock held)."""
         collection.reasons[node] = "refused_update"
         if msg.kind != protocol.REFUSED:  # released all the same: charged unless a good one comes
-            collection.content_refused[node] = self._events_or_none(node, collection.ctx, msg)[0]
+            events = self._events_or_none(node, collection.ctx, msg)[0]
+            collection.content_refused[node] = events if events is not None else \
+                self._release_at_bound(node, collection.ctx)
         log.warning("rejected %s of node %d for round %d: %s", msg.kind, node, max(collection.ctx.round_index, 0), exc)
 
     def _maybe_late(self, node: int, msg: wire.Message) -> None:
@@ -250,9 +252,9 @@ class Inbox:
             return
         events, problems = self._events_or_none(node, ctx, msg)
         log.warning("late %s of node %d for round %d: not used, charged%s", msg.kind, node, msg.round,
-                    " as planned (its events are not the plan)" if events is None
+                    " as planned, its seconds and joules at their bound (its events are not the plan)" if events is None
                     else f" with {'; '.join(problems)}: at the bound" if problems else "")
-        self._late[(node, round_index)] = events if events is not None else self._planned_release(node, ctx)
+        self._late[(node, round_index)] = events if events is not None else self._release_at_bound(node, ctx)
 
     def _take_report(self, node: int, msg: wire.Message) -> None:
         """A node's own ledger of this session (as it left before the stop, or its answer to the
@@ -317,7 +319,8 @@ class Collection:
     answers: dict[int, tuple[dict, list[Event], dict]] = dataclasses.field(default_factory=dict)
     refusals: dict[int, wire.Message] = dataclasses.field(default_factory=dict)
     reasons: dict[int, str] = dataclasses.field(default_factory=dict)
-    # node → the events of an update that failed the checks (None: they were not the plan either)
+    # node → what an update that failed the checks is charged: its events when they are the plan,
+    # else the plan at the bounds of its window (ReplyChecks._release_at_bound)
     content_refused: dict[int, list[Event] | None] = dataclasses.field(default_factory=dict)
     arrived_s: dict[int, float] = dataclasses.field(default_factory=dict)  # node → when its answer came (monotonic)
 

@@ -61,6 +61,27 @@ class ReplyChecks:
         return [with_fields(e, **self._costliest[node, e.kind]) if (node, e.kind) in self._costliest else e
                 for e in self._planned(node, ctx)]
 
+    def _release_at_bound(self, node: int, ctx: RoundContext) -> list[Event]:
+        """What a release is charged whose reply came (now) with events that are not the plan, so
+        that they say nothing of what it spent: the plan, each measured number at its bound for the
+        window the round has been open (testbed.orchestration.measured_bounds: nothing the node
+        could have spent is above it), never below the most the node reported in one such event. A
+        node whose profile the run does not declare has no such bound (the fixed caps are a day
+        and a kilowatt): charged as a release whose events never came (:meth:`_planned_release`).
+        Lock held."""
+        planned = self._planned_release(node, ctx)
+        sent_at = self._sent_at.get(ctx.round_index)
+        bounds = self._bounds.get(node)
+        if sent_at is None or bounds is None or bounds.device is None:
+            return planned
+        open_s = time.monotonic() - sent_at
+        charged = []
+        for event in planned:
+            limits = bounds.limits(event, open_s)
+            charged.append(with_fields(event, **{name: max(bound, getattr(event, name)) for name, bound in limits.items()})
+                           if limits else event)
+        return charged
+
     def _note_costs(self, node: int, events: list[Event]) -> None:
         """Keep the most seconds and joules ``node`` reported per event kind (lock held)."""
         for event in events:
