@@ -495,18 +495,19 @@ def _gather(inbox: queue.Queue[Inbound], timeout_s: float, agents: dict[str, Nod
     deadline = time.monotonic() + _GATHER_S
     item: Inbound | None = first
     while True:
-        for copy in _copies(item, broadcast_members):
-            items.append(copy)
-            msg = copy.message
-            if msg is not None and msg.kind in STEPPED:
-                key = (protocol.session_of(msg), msg.round)
-                if key not in expected:
-                    try:
-                        expected[key] = frozenset(str(n) for n in protocol.expected_of(msg)) & agents.keys()
-                    except wire.WireError:  # the node's own check says so; nothing to wait for
-                        expected[key] = frozenset()
-                    waiting[key] = len(expected[key])
-                waiting[key] -= copy.receiver in expected[key]
+        copies = _copies(item, broadcast_members)  # each with ``item``'s message: looked at once
+        items += copies
+        msg = item.message
+        if msg is not None and msg.kind in STEPPED:
+            key = (protocol.session_of(msg), msg.round)
+            if key not in expected:
+                try:
+                    expected[key] = frozenset(str(n) for n in protocol.expected_of(msg)) & agents.keys()
+                except wire.WireError:  # the node's own check says so; nothing to wait for
+                    expected[key] = frozenset()
+                waiting[key] = len(expected[key])
+            mine = expected[key]
+            waiting[key] -= sum(copy.receiver in mine for copy in copies)
         try:
             item = inbox.get_nowait()
         except queue.Empty:

@@ -90,8 +90,16 @@ class RoundFence:
         items = list(items)
         refused: set[int] = set()  # of a session the host does not serve: dropped, closing nothing
         retired: set[int] = set()  # of a session a newer one superseded: closed
-        for i, item in enumerate(items):
+        last: wire.Message | None = None  # a broadcast's copies (one message object) follow each other:
+        for i, item in enumerate(items):   # each is decided as the first of them was
             msg = item.message
+            if msg is last and msg is not None:
+                if i - 1 in refused:
+                    refused.add(i)
+                elif i - 1 in retired:
+                    retired.add(i)
+                continue
+            last = msg
             if msg is None or not (msg.kind in ROUND_KINDS or msg.kind == protocol.STOP):
                 continue
             session = protocol.session_of(msg)
@@ -110,14 +118,18 @@ class RoundFence:
             self._newest = max(self._newest, round_order(msg))
         kept: list[Inbound] = []
         dropped: collections.Counter[int] = collections.Counter()
+        last, closed = None, False  # the message decided last, and whether its round had closed
         for i, item in enumerate(items):
             msg = item.message
             if i in refused:  # the host's session fence says why, once per session
                 continue
-            if msg is not None and msg.kind in ROUND_KINDS and (
-                    i in retired or protocol.session_of(msg) != self._session or round_order(msg) < self._newest):
-                dropped[msg.round] += 1  # the setup counts as round 0, as on the wire
-                continue
+            if msg is not None and msg.kind in ROUND_KINDS:
+                if msg is not last:
+                    last, closed = msg, (i in retired or protocol.session_of(msg) != self._session
+                                         or round_order(msg) < self._newest)
+                if closed:
+                    dropped[msg.round] += 1  # the setup counts as round 0, as on the wire
+                    continue
             if i in retired:  # a stop of a superseded session: nothing of it is served
                 continue
             kept.append(item)

@@ -289,6 +289,31 @@ _BACKLOG = st.lists(st.tuples(_KINDS, st.integers(0, 6), st.sampled_from(["s1", 
 
 
 @settings(max_examples=300, deadline=None)
+@given(backlog=_BACKLOG, copies=st.lists(st.integers(1, 3), min_size=14, max_size=14),
+       cut=st.integers(0, 42), fence_only=st.sampled_from([None, "s1", "s2"]))
+def test_a_broadcasts_copies_are_decided_as_copies_decoded_apart(backlog, copies, cut, fence_only):
+    """A broadcast read through a host's shared subscription becomes a copy per node, all one
+    message object (nodes.host._copies), and the fence decides such copies once: it hands on and
+    skips exactly what it does with copies each decoded apart, batch by batch, its session fence
+    refusing a session or not."""
+    shared, apart = [], []
+    for (kind, r, session, node), n in zip(backlog, copies):
+        raw = _msg(kind, r, session)
+        msg = wire.decode(raw)
+        for k in range(n):
+            shared.append(Inbound(topics.bcast(RUN), topics.BCAST, None, raw, msg, f"{node}{k}"))
+            apart.append(_item(raw, f"{node}{k}"))
+    admits = None if fence_only is None else (lambda session: session == fence_only)
+    handed = []
+    for items in (shared, apart):
+        fence, where = RoundFence(), {id(item): i for i, item in enumerate(items)}
+        cut_at = min(cut, len(items))
+        handed.append(([where[id(item)] for batch in (items[:cut_at], items[cut_at:])
+                        for item in fence.current(batch, admits)], fence.skipped))
+    assert handed[0] == handed[1]
+
+
+@settings(max_examples=300, deadline=None)
 @given(backlog=_BACKLOG, cuts=st.lists(st.integers(0, 14), max_size=5))
 def test_no_round_closed_by_an_earlier_message_is_stepped_whatever_the_batches(backlog, cuts):
     """Invariant 6 over every split of a backlog into batches: a round message is handed on only
