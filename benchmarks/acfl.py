@@ -81,7 +81,7 @@ def own_brackets(sim_s: list[float], mqtt_s: list[float]) -> list[float]:
     """
     if len(sim_s) != 2 * len(mqtt_s):
         raise ValueError(f"{len(mqtt_s)} MQTT runs need {2 * len(mqtt_s)} sim runs of their own, got {len(sim_s)}")
-    return [m / ((before + after) / 2) for m, before, after in zip(mqtt_s, sim_s[0::2], sim_s[1::2])]
+    return [r for k, m in enumerate(mqtt_s) for r in bracketed_ratios(sim_s[2 * k:2 * k + 2], [m])]
 
 
 def main() -> None:

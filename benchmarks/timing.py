@@ -21,10 +21,11 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("testbed", "nodes", "channel", "firmware_bridge")
 
 
-def compile_project() -> None:
-    """Byte-compile the project's packages (a no-op where they are up to date)."""
+def compile_project(root: Path = REPO) -> None:
+    """Byte-compile the packages of the project at ``root`` (a no-op where they are up to date)."""
     for package in PACKAGES:
-        compileall.compile_dir(REPO / package, quiet=1)
+        if (root / package).is_dir():
+            compileall.compile_dir(root / package, quiet=1)
 
 
 @dataclass(frozen=True)
@@ -59,9 +60,7 @@ def worktree(rev: str, tmp: str) -> Iterator[tuple[str, Path]]:
     path = Path(tmp) / "against"
     subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", "--quiet", str(path), rev], check=True)
     try:
-        for package in PACKAGES:  # its first run must not pay for its bytecode
-            if (path / package).is_dir():
-                compileall.compile_dir(path / package, quiet=1)
+        compile_project(path)  # its first run must not pay for its bytecode
         yield rev, path
     finally:
         subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(path)], check=False)

@@ -173,8 +173,12 @@ def update_draft(run: str, session: str, round_index: int, node: int, tensors: M
                  kind: str = UPDATE) -> wire.Draft:
     """:func:`update`'s message before it is laid out (a host may send it as a row, :class:`Reply`)."""
     return wire.draft({"run": run, "round": max(round_index, 0), "sender": str(node), "kind": kind,
-                       "meta": _meta(session, events=[event_to_dict(e) for e in events],
-                                     metrics={k: float(v) for k, v in (metrics or {}).items()})}, tensors)
+                       "meta": _update_meta(session, events, metrics or {})}, tensors)
+
+
+def _update_meta(session: str, events: Sequence[Event], metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """An update's meta: its session, its events and its metrics (each a float)."""
+    return _meta(session, events=[event_to_dict(e) for e in events], metrics={k: float(v) for k, v in metrics.items()})
 
 
 def update_drafts(run: str, session: str, round_index: int, nodes: Sequence[int],
@@ -183,8 +187,7 @@ def update_drafts(run: str, session: str, round_index: int, nodes: Sequence[int]
     """:func:`update_draft` of each of ``nodes`` (row ``i`` of every stacked tensor and metric,
     ``events[i]``), drafted together (wire.drafts): a host's replies to one round. A node whose
     row fails its checks (a non-finite value) is its WireError."""
-    rows = [(str(node), _meta(session, events=[event_to_dict(e) for e in node_events],
-                              metrics={k: float(v[i]) for k, v in (metrics or {}).items()}))
+    rows = [(str(node), _update_meta(session, node_events, {k: v[i] for k, v in (metrics or {}).items()}))
             for i, (node, node_events) in enumerate(zip(nodes, events))]
     return wire.drafts({"run": run, "round": max(round_index, 0), "kind": kind}, rows, tensors)
 
