@@ -232,14 +232,14 @@ def _thread_nicenesses(pid: int) -> list[int]:
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="a thread's own niceness is Linux's")
-def test_the_helpers_work_in_the_background_and_draw_at_the_helpers_niceness(monkeypatch):
+def test_the_helpers_work_in_the_background_and_draw_at_the_runs_niceness(monkeypatch):
     """While a run's rounds go, its helpers' work (the tight accountant's, the figures' import of
-    matplotlib) is at BACKGROUND_NICENESS; what the run waits for at its end, the figures, at
-    HELPER_NICENESS (the figure helper's serving thread, whose forks draw)."""
+    matplotlib) is at BACKGROUND_NICENESS; what the run waits for at its end, the figures, at the
+    run's own (the figure helper's serving thread, whose forks draw)."""
     import time
 
     from testbed.privacy.accountants.background import BackgroundEpsilons
-    from testbed.util.forked import BACKGROUND_NICENESS, HELPER_NICENESS
+    from testbed.util.forked import BACKGROUND_NICENESS
 
     monkeypatch.setattr("testbed.util.forked._no_busy_threads", lambda: True)  # other tests' threads idle
     monkeypatch.setattr("testbed.util.forked.can_fork", lambda: True)  # other tests' torch unused here
@@ -247,7 +247,7 @@ def test_the_helpers_work_in_the_background_and_draw_at_the_helpers_niceness(mon
     epsilons = BackgroundEpsilons("rdp", delta=1e-5)
     figures = helper_process("testbed.reports.plots", [], name="testbed figures")
     try:
-        expected, deadline = {max(base, HELPER_NICENESS), max(base, BACKGROUND_NICENESS)}, time.monotonic() + 20
+        expected, deadline = {base, max(base, BACKGROUND_NICENESS)}, time.monotonic() + 20
         seen = set(_thread_nicenesses(figures.pid))
         while seen != expected and time.monotonic() < deadline:  # the serving thread and the warm-up's
             time.sleep(0.002)

@@ -199,9 +199,12 @@ def _warm_up(plt) -> None:
 
 def _serve() -> int:
     """``python -m testbed.reports.plots``: import pyplot at once (in a thread at the background
-    niceness), then draw each requested figure, each in a fork of this warmed-up process where there is fork: the run's last figures (progress,
-    cost, then ε once the tight accountant's is in) are drawn on both cores while the run waits for
-    them, not one after the other. 1 if any failed (its traceback on stderr)."""
+    niceness), then draw each requested figure, each in a fork of this warmed-up process where
+    there is fork: the run's last figures (progress, cost, then ε once the tight accountant's is in)
+    are drawn on both cores while the run waits for them, not one after the other, and at the
+    run's niceness, which a drawer forked from this (serving) thread keeps: at a background
+    niceness they waited behind whatever else the machine runs (J1 with the other core kept busy:
+    0.38 s of drawing at nice 10). 1 if any failed (its traceback on stderr)."""
     from testbed.util.forked import BACKGROUND_NICENESS, at_niceness
 
     failed: list[BaseException] = []
@@ -253,11 +256,8 @@ def _serve() -> int:
 
 def serve(argv: list[str]) -> int:
     """The helper process (forked, or ``python -m testbed.reports.plots``): matplotlib imported in
-    the background, the figures drawn at testbed.util.forked.HELPER_NICENESS (the run's own
-    processes come first on a busy core; it waits for them at its end)."""
-    from testbed.util.forked import HELPER_NICENESS, at_niceness
-
-    at_niceness(HELPER_NICENESS)
+    the background (a thread at testbed.util.forked.BACKGROUND_NICENESS, while the rounds run), the
+    figures drawn at the run's own niceness: they are drawn only once the run waits for them."""
     return _serve()
 
 

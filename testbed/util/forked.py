@@ -141,12 +141,11 @@ class ForkedCommand:
                 pass
 
 
-#: The nicenesses a run's helpers (its tight accountant's, its figures') work at, so that the run's
-#: own processes come first on a busy core. What a helper does while the rounds run (its imports,
-#: the planned ε) is BACKGROUND: on the 2-core machine J1's node workers leave gaps between rounds
-#: that hold it, where at 10 it took a tenth of a worker's core (J1: 2.80 s against 2.88 s, 8
-#: interleaved runs each). What the run waits for at its end (the figures) is HELPER.
-HELPER_NICENESS = 10
+#: The niceness a run's helpers (its tight accountant's, its figures') do their work at while the
+#: rounds run (their imports, the planned ε), so that the run's own processes come first on a busy
+#: core: on the 2-core machine J1's node workers leave gaps between rounds that hold it, where at 10
+#: it took a tenth of a worker's core (J1: 2.80 s against 2.88 s, 8 interleaved runs each). What the
+#: run waits for at its end (the figures) is drawn at the run's own niceness.
 BACKGROUND_NICENESS = 19
 
 
