@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import struct
+import time
 
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -495,3 +496,110 @@ def test_a_client_connects_unbound_unless_asked_to_bind(monkeypatch, bind):
     ours, theirs = made
     assert theirs == (("127.0.0.1", 1883), 5.0, bind or ("", 0))  # paho's own: always a source address
     assert ours == (theirs if bind is not None else (("127.0.0.1", 1883), 5.0, None))
+
+
+def _client_with_loop_thread(sock):
+    """A client whose loop thread (``loop_start``) is another thread, writing to ``sock``; its
+    wake-up socket pair's reading end."""
+    import socket
+    import threading
+
+    client = paho_speedups.Client(paho.CallbackAPIVersion.VERSION2, protocol=paho.MQTTv311)
+    wake_r, wake_w = socket.socketpair()
+    wake_r.setblocking(False)
+    client._sockpairR, client._sockpairW = wake_r, wake_w
+    client._thread = threading.Thread(target=lambda: None)  # not this one: as loop_start's
+    client._sock = sock
+    return client, wake_r
+
+
+def _woken(wake_r) -> bool:
+    try:
+        return bool(wake_r.recv(16))
+    except BlockingIOError:
+        return False
+
+
+def test_a_thread_writes_what_it_publishes_within_written_here_and_wakes_nobody():
+    """The coordinator's broadcast goes out on its own thread (written_here), not after paho's loop
+    thread woke and took the interpreter; outside the block, or on the loop thread, as before."""
+    import socket
+
+    ours, broker = socket.socketpair()
+    client, wake_r = _client_with_loop_thread(_CountingSocket(ours))
+    packet = _publish_packet("tb/v1/r/bcast", b"round 3")
+    with client.written_here():
+        client._packet_queue(paho.PUBLISH, packet, 5, 1)
+        assert client._out_packet and not _woken(wake_r)  # queued, written at the block's end
+    assert not client._out_packet and not _woken(wake_r)
+    assert broker.recv(1024) == packet
+    client._packet_queue(paho.PUBLISH, packet, 6, 1)  # outside: paho's loop thread writes it
+    assert _woken(wake_r) and len(client._out_packet) == 1
+    for s in (ours, broker, wake_r, client._sockpairW):
+        s.close()
+
+
+@pytest.mark.parametrize("left", ["ssl", "disconnect", "full"])
+def test_what_a_thread_cannot_safely_write_here_is_left_to_the_loop_thread(monkeypatch, left):
+    """An SSL socket (one thread at a time), a DISCONNECT in the queue (its write closes the socket
+    under the loop thread), and what the socket does not take now: queued, the loop thread woken."""
+    import socket
+
+    ours, broker = socket.socketpair()
+    ours.setblocking(False)
+    client, wake_r = _client_with_loop_thread(_CountingSocket(ours))
+    if left == "ssl":
+        monkeypatch.setattr(paho_speedups.ssl, "SSLSocket", _CountingSocket)
+    if left == "disconnect":
+        client._packet_queue(paho.DISCONNECT, b"\xe0\x00", 0, 0)
+        assert _woken(wake_r)
+    if left == "full":  # fill the socket's buffer first
+        try:
+            while True:
+                ours.send(b"\0" * 65536)
+        except BlockingIOError:
+            pass
+    with client.written_here():
+        client._packet_queue(paho.PUBLISH, _publish_packet("t", b"x" * 100), 5, 1)
+    assert client._out_packet and _woken(wake_r)
+    for s in (ours, broker, wake_r, client._sockpairW):
+        s.close()
+
+
+def test_nothing_is_queued_while_a_thread_writes_here():
+    """paho's loop thread queues an acknowledgement while the coordinator's thread is writing its
+    publish (written_here): it waits until that write is done (one writer at a time, and the queue
+    still while a write joins its head), and then goes out whole, after it."""
+    import socket
+    import threading
+
+    ours, broker = socket.socketpair()
+    events: list[str] = []
+
+    class Slow(_CountingSocket):
+        def send(self, data) -> int:
+            events.append("write begins")
+            queuing = threading.Thread(target=loop_thread_queues)
+            queuing.start()
+            queuing.join(timeout=0.2)  # it cannot get in: it waits for the write
+            events.append("write ends")
+            self.send = super().send  # the loop thread's own write, later, as usual
+            return super().send(data)
+
+    def loop_thread_queues() -> None:
+        client._packet_queue(paho.PUBACK, b"\x40\x02\x00\x07", 0, 0)
+        events.append("queued")
+
+    client, wake_r = _client_with_loop_thread(None)
+    client._sock = Slow(ours)
+    publish = _publish_packet("tb/v1/r/bcast", b"round 3")
+    with client.written_here():
+        client._packet_queue(paho.PUBLISH, publish, 5, 1)
+    deadline = time.monotonic() + 5
+    while "queued" not in events and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert events == ["write begins", "write ends", "queued"]
+    client._packet_write()
+    assert broker.recv(1024) == publish + b"\x40\x02\x00\x07"
+    for s in (ours, broker, wake_r, client._sockpairW):
+        s.close()
