@@ -603,35 +603,3 @@ def test_nothing_is_queued_while_a_thread_writes_here():
     assert broker.recv(1024) == publish + b"\x40\x02\x00\x07"
     for s in (ours, broker, wake_r, client._sockpairW):
         s.close()
-
-
-@pytest.mark.parametrize("batched", [False, True], ids=["flush", "batch"])
-def test_a_network_loops_client_writes_on_the_thread_that_flushes_it(batched):
-    """An emulated host's replies go out on its own thread (NetworkLoop.flush and batch), not after
-    the loop thread woke up for them; what it cannot write there (a DISCONNECT queued) is the loop
-    thread's, as before."""
-    import contextlib
-    import socket
-
-    from testbed.mqtt.network_loop import NetworkLoop
-
-    loop = NetworkLoop()
-    handed: list[object] = []
-    call_soon = loop._call_soon
-    loop._call_soon = lambda request: (handed.append(request), call_soon(request))  # type: ignore[method-assign]
-    ours, broker = socket.socketpair()
-    client = paho_speedups.Client(paho.CallbackAPIVersion.VERSION2, protocol=paho.MQTTv311)
-    client.on_socket_register_write = lambda c, userdata, s: loop.flush(c)  # as NetworkLoop.add sets it
-    client._sock = ours
-    packet = _publish_packet("tb/v1/r/up/3", b"reply")
-    try:
-        with loop.batch() if batched else contextlib.nullcontext():
-            client._packet_queue(paho.PUBLISH, packet, 3, 1)  # paho asks for a write: flush
-            assert client._out_packet if batched else not client._out_packet
-        assert broker.recv(1024) == packet and not client._out_packet and not handed
-        client._packet_queue(paho.DISCONNECT, b"\xe0\x00", 0, 0)
-        assert len(handed) == 1  # the loop thread writes it (and closes the socket there)
-    finally:
-        loop.close()
-        ours.close()
-        broker.close()

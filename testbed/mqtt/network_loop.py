@@ -13,12 +13,10 @@ millisecond overflows the broker's listen backlog, and refused SYNs wait out the
 7 s retransmits); the longer the outage, the wider they spread. Each attempt runs at its own time,
 not on the keepalive tick.
 
-Every socket operation (connect, read, keepalive, reconnect, disconnect) happens on the loop's
-thread, and so does every write but one: another thread queues packets (paho's ``publish``) and
-then calls :meth:`flush`, which writes them on that thread where it safely can (a plain socket; one
-writer at a time: testbed.mqtt.paho_speedups.Client.write_here) and else asks the loop thread to
-write them: paho's own "register write" hint can be lost when a publish races the loop's write of
-the previous packet, an explicit flush request cannot.
+Every socket operation (connect, read, write, keepalive, reconnect, disconnect) happens on the
+loop's thread. Other threads only queue packets (paho's ``publish``) and then call :meth:`flush`,
+which asks the loop thread to write them: paho's own "register write" hint can be lost when a
+publish races the loop's write of the previous packet, an explicit flush request cannot.
 
 Example::
 
@@ -46,8 +44,6 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import paho.mqtt.client as paho
-
-from testbed.mqtt import paho_speedups
 
 log = logging.getLogger(__name__)
 
@@ -118,37 +114,27 @@ class NetworkLoop:
         self._call_soon(lambda: self._connect(served, time.monotonic()))
 
     def flush(self, client: paho.Client) -> None:
-        """Write what ``client`` has queued (call after ``publish``); within :meth:`batch`, at the
-        end of the block. Written by the calling thread where it can (:meth:`_write_here`), else
-        by the loop thread."""
+        """Have the loop thread write what ``client`` has queued (call after ``publish``); within
+        :meth:`batch`, at the end of the block."""
         held = getattr(self._local, "held", None)
         if held is not None:
             held[client] = None
             return
-        self._write_here([client])
+        self._call_soon(lambda: self._write(client))
 
     @contextlib.contextmanager
     def batch(self) -> Iterator[None]:
-        """Within the block, this thread's flushes are held and written at its end, together: a
-        host's replies to a round go out at once instead of one at a time."""
+        """Within the block, this thread's flushes are held and handed to the loop thread as one
+        request at its end: a host's replies to a round go out on one wake-up of the loop instead
+        of one each (each wake-up hands the GIL back and forth between the two threads)."""
         self._local.held = held = {}
         try:
             yield
         finally:
             self._local.held = None
             if held:
-                self._write_here(list(held))
-
-    def _write_here(self, clients: list[paho.Client]) -> None:
-        """What ``clients`` have queued, written by the calling thread where it safely can
-        (paho_speedups.Client.write_here), the rest (and everything, on the loop thread itself:
-        paho asks for writes from inside its reads) by the loop thread, in one request. A write
-        handed over waited for the loop thread to wake up and take the interpreter: a host's
-        round of replies reached the socket 0.3-0.6 ms after it was made on average (p90 1-2 ms)."""
-        if threading.current_thread() is not self._thread:
-            clients = [c for c in clients if not (isinstance(c, paho_speedups.Client) and c.write_here())]
-        if clients:
-            self._call_soon(lambda: [self._write(client) for client in clients])
+                clients = list(held)
+                self._call_soon(lambda: [self._write(client) for client in clients])
 
     def remove(self, client: paho.Client, timeout_s: float = 2.0, properties: Any = None) -> None:
         """Disconnect ``client`` cleanly (its DISCONNECT written, with MQTT 5 ``properties`` if

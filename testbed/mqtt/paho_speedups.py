@@ -119,14 +119,16 @@ class Client(paho.Client):
 
     @contextlib.contextmanager
     def written_here(self) -> Iterator[None]:
-        """What the calling thread publishes within is written to the socket by it, at the end
-        (:meth:`write_here`), not by paho's own loop thread (``loop_start``) woken for it. That
-        thread needs the interpreter, and a caller that goes on computing holds it until it blocks
-        or the switch interval (5 ms) runs out: the coordinator's report of a round, made while the
-        next round is out, kept that round's broadcast off the wire 0.6-1.2 ms on average (p90
-        1.3-3.9 ms), every node waiting for it; woken anyway, the loop thread took the interpreter
-        at the caller's first system call (the caller's write then took 0.46 ms). What is not
-        written here wakes the loop thread, which writes it, as before."""
+        """What the calling thread publishes within is written to the socket by it, at the end, not
+        by paho's own loop thread (``loop_start``) woken for it. That thread needs the interpreter,
+        and a caller that goes on computing holds it until it blocks or the switch interval (5 ms)
+        runs out: the coordinator's report of a round, made while the next round is out, kept that
+        round's broadcast off the wire 0.6-1.2 ms on average (p90 1.3-3.9 ms), every node waiting
+        for it; woken anyway, the loop thread took the interpreter at the caller's first system
+        call (the caller's write then took 0.46 ms). Only on a plain socket (an SSL object takes one
+        thread at a time, and the loop thread reads it), for a queue without a DISCONNECT (whose
+        write closes the socket under the loop thread), and for what the socket takes now: the
+        rest wakes the loop thread, which writes it, as before."""
         if self._thread is None or threading.current_thread() is self._thread:
             yield
             return
@@ -135,26 +137,12 @@ class Client(paho.Client):
             yield
         finally:
             self._here.on = False
-            if not self.write_here():
-                self._wake_loop()
-
-    def write_here(self) -> bool:
-        """Write what is queued on the calling thread rather than the loop's (paho's ``loop_start``
-        thread, or a testbed.mqtt.network_loop.NetworkLoop's), where that is safe: on a plain socket
-        (an SSL object takes one thread at a time, and the loop's thread reads it), and for a queue
-        without a DISCONNECT (whose write closes the socket under the loop's thread). Whether the
-        queue is empty now; else the loop's thread must write the rest (what the socket did not
-        take, or an error, which leaves the packet queued: it meets the error too)."""
-        with self._writing:
             sock = self._sock
             if sock is not None and not isinstance(sock, ssl.SSLSocket) \
                     and not any(packet["command"] & 0xF0 == DISCONNECT for packet in self._out_packet):
-                self._packet_write()
+                self._packet_write()  # an error leaves the packet queued: the loop thread meets it too
             if self._out_packet:
-                return False
-            # As paho's loop_write leaves it: no write wanted, so the next packet queued asks for one.
-            self._call_socket_unregister_write()
-            return True
+                self._wake_loop()
 
     def _wake_loop(self) -> None:
         """Wake paho's loop thread (``loop_start``) to write what is queued, as paho's own queueing
@@ -458,7 +446,6 @@ _CLIENT = "paho.mqtt.client.Client"
 PAHO_INTERNALS: tuple[fence.Internal, ...] = (
     fence.parameters(f"{_CLIENT}._packet_queue", "self, command, packet, mid, qos, info=None"),
     fence.parameters(f"{_CLIENT}._packet_write", "self"),
-    fence.parameters(f"{_CLIENT}._call_socket_unregister_write", "self, sock=None"),
     fence.uses(f"{_CLIENT}.loop_write", "_packet_write"),
     fence.parameters(f"{_CLIENT}.loop_read", "self, max_packets=1"),
     fence.parameters(f"{_CLIENT}._packet_read", "self"),
