@@ -29,7 +29,6 @@ publishing at once, testbed.mqtt.client_batches'.
 from __future__ import annotations
 
 import collections
-import contextlib
 import functools
 import logging
 import queue
@@ -564,9 +563,7 @@ class MqttClient(Receiving):
         if retain and len(frames) > 1:
             raise ValueError(f"cannot retain a chunked payload ({len(payload)} bytes) on {topic}")
         mids = []
-        # Written by this thread where it can, not by paho's loop thread woken for it (speedups).
-        with c.written_here() if self._network is None and isinstance(c, paho_speedups.Client) \
-                else contextlib.nullcontext():
+        with paho_speedups.written_here(c):  # by this thread, not paho's loop thread woken for it
             for frame in frames:
                 info = c.publish(topic, frame, qos=QOS, retain=retain)
                 if info.rc not in (paho.MQTT_ERR_SUCCESS, paho.MQTT_ERR_NO_CONN):  # NO_CONN: queued

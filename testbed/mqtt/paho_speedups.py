@@ -52,7 +52,7 @@ import struct
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any, Iterator
+from typing import Any, ContextManager, Iterator
 
 import paho.mqtt.client as paho
 from paho.mqtt.client import DISCONNECT, PUBACK, PUBLISH
@@ -490,6 +490,12 @@ PAHO_INTERNALS: tuple[fence.Internal, ...] = (
     fence.keys("paho.mqtt.properties.Properties(PUBLISH).__dict__", lambda: vars(Properties(PacketTypes.PUBLISH)),
                "names", "packetType", "properties", "types"),
 )
+
+
+def written_here(client: paho.Client) -> ContextManager[None]:
+    """``client``'s :meth:`Client.written_here` (a client of paho's own loop thread: what is published
+    within is written by the publishing thread); nothing for paho's plain client."""
+    return client.written_here() if isinstance(client, Client) else contextlib.nullcontext()
 
 
 @fence.once
