@@ -603,3 +603,43 @@ def test_nothing_is_queued_while_a_thread_writes_here():
     assert broker.recv(1024) == publish + b"\x40\x02\x00\x07"
     for s in (ours, broker, wake_r, client._sockpairW):
         s.close()
+
+
+def test_nothing_is_queued_while_a_thread_looks_at_the_queue_before_writing_here():
+    """written_here looks at the queue (a DISCONNECT in it is the loop thread's to write) under the
+    same lock as a write: paho's loop thread queueing an acknowledgement meanwhile waits, instead of
+    changing the queue under the look (a deque changed while it is walked raises)."""
+    import collections
+    import socket
+    import threading
+
+    ours, broker = socket.socketpair()
+    client, wake_r = _client_with_loop_thread(ours)
+    events: list[str] = []
+
+    class Watched(collections.deque):
+        def __iter__(self):
+            if not events:  # the first look at the queue: the loop thread queues then
+                events.append("look begins")
+                queuing = threading.Thread(target=loop_thread_queues)
+                queuing.start()
+                queuing.join(timeout=0.2)  # it cannot get in: it waits for the look and the write
+                events.append("look ends")
+            return super().__iter__()
+
+    def loop_thread_queues() -> None:
+        client._packet_queue(paho.PUBACK, b"\x40\x02\x00\x07", 0, 0)
+        events.append("queued")
+
+    client._out_packet = Watched(client._out_packet)
+    publish = _publish_packet("tb/v1/r/bcast", b"round 3")
+    with client.written_here():
+        client._packet_queue(paho.PUBLISH, publish, 5, 1)
+    deadline = time.monotonic() + 5
+    while "queued" not in events and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert events == ["look begins", "look ends", "queued"]
+    client._packet_write()
+    assert broker.recv(1024) == publish + b"\x40\x02\x00\x07"
+    for s in (ours, broker, wake_r, client._sockpairW):
+        s.close()

@@ -137,11 +137,13 @@ class Client(paho.Client):
             yield
         finally:
             self._here.on = False
-            sock = self._sock
-            if sock is not None and not isinstance(sock, ssl.SSLSocket) \
-                    and not any(packet["command"] & 0xF0 == DISCONNECT for packet in self._out_packet):
-                self._packet_write()  # an error leaves the packet queued: the loop thread meets it too
-            if self._out_packet:
+            with self._writing:  # the queue looked at and written with nothing queued meanwhile
+                sock = self._sock
+                if sock is not None and not isinstance(sock, ssl.SSLSocket) \
+                        and not any(packet["command"] & 0xF0 == DISCONNECT for packet in self._out_packet):
+                    self._packet_write()  # an error leaves the packet queued: the loop thread meets it too
+                left = bool(self._out_packet)
+            if left:
                 self._wake_loop()
 
     def _wake_loop(self) -> None:
