@@ -566,6 +566,31 @@ def test_what_a_thread_cannot_safely_write_here_is_left_to_the_loop_thread(monke
         s.close()
 
 
+_ACK = b"\x40\x02\x00\x07"  # a PUBACK that paho's loop thread queues
+
+
+def _loop_thread_queues_an_ack(client, events: list[str]) -> None:
+    """What paho's loop thread does on a message of QoS 1: it queues the acknowledgement."""
+    client._packet_queue(paho.PUBACK, _ACK, 0, 0)
+    events.append("queued")
+
+
+def _written_here_then_the_ack(client, events: list[str], step: str, broker, sockets) -> None:
+    """A publish written here while the loop thread queues an ack during ``step`` ("write", "look"):
+    the ack waited for it, and then goes out after the publish, whole."""
+    publish = _publish_packet("tb/v1/r/bcast", b"round 3")
+    with client.written_here():
+        client._packet_queue(paho.PUBLISH, publish, 5, 1)
+    deadline = time.monotonic() + 5
+    while "queued" not in events and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert events == [f"{step} begins", f"{step} ends", "queued"]
+    client._packet_write()
+    assert broker.recv(1024) == publish + _ACK
+    for s in (*sockets, client._sockpairW):
+        s.close()
+
+
 def test_nothing_is_queued_while_a_thread_writes_here():
     """paho's loop thread queues an acknowledgement while the coordinator's thread is writing its
     publish (written_here): it waits until that write is done (one writer at a time, and the queue
@@ -579,30 +604,16 @@ def test_nothing_is_queued_while_a_thread_writes_here():
     class Slow(_CountingSocket):
         def send(self, data) -> int:
             events.append("write begins")
-            queuing = threading.Thread(target=loop_thread_queues)
+            queuing = threading.Thread(target=_loop_thread_queues_an_ack, args=(client, events))
             queuing.start()
             queuing.join(timeout=0.2)  # it cannot get in: it waits for the write
             events.append("write ends")
             self.send = super().send  # the loop thread's own write, later, as usual
             return super().send(data)
 
-    def loop_thread_queues() -> None:
-        client._packet_queue(paho.PUBACK, b"\x40\x02\x00\x07", 0, 0)
-        events.append("queued")
-
     client, wake_r = _client_with_loop_thread(None)
     client._sock = Slow(ours)
-    publish = _publish_packet("tb/v1/r/bcast", b"round 3")
-    with client.written_here():
-        client._packet_queue(paho.PUBLISH, publish, 5, 1)
-    deadline = time.monotonic() + 5
-    while "queued" not in events and time.monotonic() < deadline:
-        time.sleep(0.001)
-    assert events == ["write begins", "write ends", "queued"]
-    client._packet_write()
-    assert broker.recv(1024) == publish + b"\x40\x02\x00\x07"
-    for s in (ours, broker, wake_r, client._sockpairW):
-        s.close()
+    _written_here_then_the_ack(client, events, "write", broker, (ours, broker, wake_r))
 
 
 def test_nothing_is_queued_while_a_thread_looks_at_the_queue_before_writing_here():
@@ -621,25 +632,11 @@ def test_nothing_is_queued_while_a_thread_looks_at_the_queue_before_writing_here
         def __iter__(self):
             if not events:  # the first look at the queue: the loop thread queues then
                 events.append("look begins")
-                queuing = threading.Thread(target=loop_thread_queues)
+                queuing = threading.Thread(target=_loop_thread_queues_an_ack, args=(client, events))
                 queuing.start()
                 queuing.join(timeout=0.2)  # it cannot get in: it waits for the look and the write
                 events.append("look ends")
             return super().__iter__()
 
-    def loop_thread_queues() -> None:
-        client._packet_queue(paho.PUBACK, b"\x40\x02\x00\x07", 0, 0)
-        events.append("queued")
-
     client._out_packet = Watched(client._out_packet)
-    publish = _publish_packet("tb/v1/r/bcast", b"round 3")
-    with client.written_here():
-        client._packet_queue(paho.PUBLISH, publish, 5, 1)
-    deadline = time.monotonic() + 5
-    while "queued" not in events and time.monotonic() < deadline:
-        time.sleep(0.001)
-    assert events == ["look begins", "look ends", "queued"]
-    client._packet_write()
-    assert broker.recv(1024) == publish + b"\x40\x02\x00\x07"
-    for s in (ours, broker, wake_r, client._sockpairW):
-        s.close()
+    _written_here_then_the_ack(client, events, "look", broker, (ours, broker, wake_r))
